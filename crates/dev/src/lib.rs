@@ -1,0 +1,1 @@
+//! Devices (links) for ustack.

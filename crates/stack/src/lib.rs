@@ -1,0 +1,1 @@
+//! The ustack protocol stack (sans-I/O).
