@@ -1,0 +1,661 @@
+//! The `sim` link: determinism, each fault's rate and effect, timing on the virtual clock,
+//! rate and queue limits, MTU, and that the counters always add up.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::time::Duration;
+
+use ustack_dev::sim::{Side, SimConfig, SimEvent, SimLink, SimLinkConfig, SimStats};
+use ustack_dev::{Device, Medium};
+use ustack_obs::time::Instant;
+
+const N: u32 = 20_000;
+
+/// A frame carrying its index in the first 4 bytes, then a filler pattern.
+fn frame(i: u32, len: usize) -> Vec<u8> {
+    let mut f = vec![0u8; len.max(4)];
+    f[..4].copy_from_slice(&i.to_be_bytes());
+    for (k, b) in f[4..].iter_mut().enumerate() {
+        *b = (k as u8).wrapping_mul(31).wrapping_add(i as u8);
+    }
+    f
+}
+
+fn index(f: &[u8]) -> u32 {
+    u32::from_be_bytes(f[..4].try_into().unwrap())
+}
+
+/// A link whose A->B direction has `cfg` and B->A is perfect.
+fn link(seed: u64, cfg: SimConfig) -> SimLink {
+    SimLink::new(SimLinkConfig {
+        seed,
+        a_to_b: cfg,
+        b_to_a: SimConfig::default(),
+        medium: Medium::Ip,
+        mtu: 1500,
+    })
+}
+
+/// One delivered frame: when, to which side, the bytes.
+type Delivery = (Instant, Side, Vec<u8>);
+
+/// Take every frame deliverable at `now`, from both sides.
+fn take_ready(link: &mut SimLink, now: Instant, out: &mut Vec<Delivery>) {
+    let mut buf = [0u8; 2048];
+    for side in [Side::A, Side::B] {
+        while let Some(n) = link.recv(now, side, &mut buf) {
+            out.push((now, side, buf[..n].to_vec()));
+        }
+    }
+}
+
+/// Jump the virtual clock from event to event until the link is empty.
+fn drain(link: &mut SimLink, out: &mut Vec<Delivery>) -> Instant {
+    let mut now = Instant::ZERO;
+    while let Some(t) = link.next_event() {
+        assert!(t >= now, "next_event went back in time");
+        now = t;
+        take_ready(link, now, out);
+    }
+    now
+}
+
+/// Send `n` frames A->B, one every `gap`, delivering whatever is due in between.
+fn run(link: &mut SimLink, n: u32, len: usize, gap: Duration) -> Vec<Delivery> {
+    let mut out = Vec::new();
+    let mut now = Instant::ZERO;
+    for i in 0..n {
+        take_ready(link, now, &mut out);
+        link.send(now, Side::A, &frame(i, len));
+        now += gap;
+    }
+    // Deliver what remains, never going back before the last send.
+    while let Some(t) = link.next_event() {
+        now = now.max(t);
+        take_ready(link, now, &mut out);
+    }
+    out
+}
+
+fn balanced(s: &SimStats) -> bool {
+    s.sent + s.duplicated == s.delivered + s.lost + s.too_big + s.queue_dropped + s.in_flight
+}
+
+fn assert_rate(what: &str, count: u64, total: u64, p: f64) {
+    let rate = count as f64 / total as f64;
+    assert!(
+        (rate - p).abs() <= 0.01,
+        "{what}: {count}/{total} = {rate:.4}, expected {p} +- 0.01"
+    );
+}
+
+fn all_faults() -> SimConfig {
+    SimConfig {
+        loss: 0.05,
+        duplicate: 0.05,
+        reorder: 0.05,
+        corrupt: 0.05,
+        delay: Duration::from_millis(3),
+        jitter: Duration::from_micros(500),
+        reorder_delay: Duration::from_millis(2),
+        rate_bps: Some(50_000_000),
+        queue_limit_bytes: Some(20_000),
+        mtu: None,
+    }
+}
+
+/// Every event an observer saw: what, the sending side, the frame.
+type EventLog = Rc<RefCell<Vec<(SimEvent, Side, Vec<u8>)>>>;
+
+/// Install an observer that records every event.
+fn record_events(link: &mut SimLink) -> EventLog {
+    let log = Rc::new(RefCell::new(Vec::new()));
+    let sink = Rc::clone(&log);
+    link.set_observer(Box::new(move |ev, from, bytes| {
+        sink.borrow_mut().push((ev, from, bytes.to_vec()));
+    }));
+    log
+}
+
+#[test]
+fn same_seed_same_deliveries_byte_for_byte() {
+    let cfg = all_faults();
+    let go = |seed| {
+        let mut l = SimLink::new(SimLinkConfig {
+            seed,
+            a_to_b: cfg.clone(),
+            b_to_a: cfg.clone(),
+            medium: Medium::Ethernet,
+            mtu: 1500,
+        });
+        let mut out = Vec::new();
+        let mut now = Instant::ZERO;
+        for i in 0..3000u32 {
+            take_ready(&mut l, now, &mut out);
+            let side = if i % 3 == 0 { Side::B } else { Side::A };
+            l.send(now, side, &frame(i, 60 + (i as usize * 7) % 1400));
+            now += Duration::from_micros(40 + u64::from(i % 50));
+        }
+        while let Some(t) = l.next_event() {
+            now = now.max(t);
+            take_ready(&mut l, now, &mut out);
+        }
+        (out, l.stats(Side::A).clone(), l.stats(Side::B).clone())
+    };
+    let first = go(7);
+    let again = go(7);
+    assert_eq!(first, again);
+    let (out, ab, ba) = &first;
+    assert!(ab.lost > 0 && ab.duplicated > 0 && ab.corrupted > 0 && ab.reordered > 0);
+    assert!(ba.lost > 0 && ab.queue_dropped > 0);
+    assert_eq!(out.len() as u64, ab.delivered + ba.delivered);
+    let other = go(8);
+    assert_ne!(
+        first.0, other.0,
+        "a different seed gives different deliveries"
+    );
+}
+
+#[test]
+fn loss_rate_and_exactly_the_lost_frames_are_missing() {
+    let mut l = link(
+        1,
+        SimConfig {
+            loss: 0.10,
+            ..SimConfig::default()
+        },
+    );
+    let events = record_events(&mut l);
+    let out = run(&mut l, N, 100, Duration::from_micros(10));
+    let s = l.stats(Side::A);
+    assert_eq!(s.sent, u64::from(N));
+    assert_rate("loss", s.lost, s.sent, 0.10);
+    assert_eq!(s.delivered + s.lost, s.sent);
+    // The observer names exactly the frames that never arrived.
+    let lost: Vec<u32> = events
+        .borrow()
+        .iter()
+        .filter(|(e, _, _)| *e == SimEvent::Lost)
+        .map(|(_, from, f)| {
+            assert_eq!(*from, Side::A);
+            index(f)
+        })
+        .collect();
+    let mut received: Vec<u32> = out.iter().map(|(_, _, f)| index(f)).collect();
+    received.extend(&lost);
+    received.sort_unstable();
+    assert_eq!(received, (0..N).collect::<Vec<_>>());
+    assert_eq!(lost.len() as u64, s.lost);
+    // Nothing went the other way, and it is untouched.
+    assert_eq!(l.stats(Side::B), &SimStats::default());
+}
+
+#[test]
+fn duplicate_rate_and_each_duplicate_arrives_twice() {
+    let mut l = link(
+        2,
+        SimConfig {
+            duplicate: 0.10,
+            ..SimConfig::default()
+        },
+    );
+    let out = run(&mut l, N, 100, Duration::from_micros(10));
+    let s = l.stats(Side::A).clone();
+    assert_rate("duplicate", s.duplicated, s.sent, 0.10);
+    assert_eq!(s.delivered, s.sent + s.duplicated);
+    let mut count: HashMap<u32, u32> = HashMap::new();
+    for (_, side, f) in &out {
+        assert_eq!(*side, Side::B);
+        assert_eq!(f, &frame(index(f), 100), "duplicates are exact copies");
+        *count.entry(index(f)).or_default() += 1;
+    }
+    assert_eq!(count.len() as u32, N);
+    let twice = count.values().filter(|&&c| c == 2).count() as u64;
+    assert_eq!(twice, s.duplicated);
+    assert!(count.values().all(|&c| c == 1 || c == 2));
+}
+
+#[test]
+fn corrupt_rate_and_exactly_one_bit_flipped() {
+    let mut l = link(
+        3,
+        SimConfig {
+            corrupt: 0.10,
+            ..SimConfig::default()
+        },
+    );
+    let out = run(&mut l, N, 64, Duration::from_micros(10));
+    let s = l.stats(Side::A);
+    assert_rate("corrupt", s.corrupted, s.sent, 0.10);
+    let mut differing = 0u64;
+    let mut bits_hit = std::collections::HashSet::new();
+    for (i, (_, _, f)) in out.iter().enumerate() {
+        // No loss/reorder: frame i arrives i-th, whatever its (possibly corrupted) index says.
+        let original = frame(i as u32, 64);
+        assert_eq!(f.len(), original.len());
+        let diff: u32 = f
+            .iter()
+            .zip(&original)
+            .map(|(a, b)| (a ^ b).count_ones())
+            .sum();
+        assert!(diff <= 1, "frame {i} differs in {diff} bits");
+        if diff == 1 {
+            differing += 1;
+            let pos = f.iter().zip(&original).position(|(a, b)| a != b).unwrap();
+            bits_hit.insert(pos * 8 + (f[pos] ^ original[pos]).trailing_zeros() as usize);
+        }
+    }
+    assert_eq!(differing, s.corrupted);
+    // The flipped bit is spread over the whole frame (512 bits), not always the same one.
+    assert!(
+        bits_hit.len() > 400,
+        "only {} distinct bits flipped",
+        bits_hit.len()
+    );
+}
+
+#[test]
+fn reorder_rate_and_held_frames_are_overtaken() {
+    let delay = Duration::from_millis(1);
+    let hold = Duration::from_millis(5);
+    let gap = Duration::from_micros(100);
+    let mut l = link(
+        4,
+        SimConfig {
+            reorder: 0.10,
+            delay,
+            reorder_delay: hold,
+            ..SimConfig::default()
+        },
+    );
+    let events = record_events(&mut l);
+    let out = run(&mut l, N, 100, gap);
+    let s = l.stats(Side::A);
+    assert_rate("reorder", s.reordered, s.sent, 0.10);
+    assert_eq!(s.delivered, s.sent);
+    let held: std::collections::HashSet<u32> = events
+        .borrow()
+        .iter()
+        .filter(|(e, _, _)| *e == SimEvent::Reordered)
+        .map(|(_, _, f)| index(f))
+        .collect();
+    assert_eq!(held.len() as u64, s.reordered);
+    // Each frame arrives exactly delay (+ hold if picked) after it was sent; the run
+    // delivers at event times, so arrival times are exact.
+    let mut inversions = 0;
+    let mut max_seen = None;
+    for (at, _, f) in &out {
+        let i = index(f);
+        let sent_at = Instant::ZERO + gap * i;
+        let expect = sent_at
+            + delay
+            + if held.contains(&i) {
+                hold
+            } else {
+                Duration::ZERO
+            };
+        assert_eq!(*at, expect, "frame {i}");
+        if max_seen.is_some_and(|m| i < m) {
+            inversions += 1;
+        }
+        max_seen = max_seen.max(Some(i));
+    }
+    assert_eq!(
+        inversions,
+        held.len(),
+        "every held frame is overtaken, no other"
+    );
+}
+
+#[test]
+fn delay_delays_exactly_and_poll_at_says_when() {
+    let delay = Duration::from_millis(10);
+    let mut l = link(
+        5,
+        SimConfig {
+            delay,
+            ..SimConfig::default()
+        },
+    );
+    let mut buf = [0u8; 1500];
+    let t0 = Instant::from_millis(100);
+    assert!(l.port(Side::A).send(t0, &frame(1, 200)));
+    assert_eq!(l.poll_at(Side::B), Some(t0 + delay));
+    assert_eq!(l.port(Side::B).poll_at(), Some(t0 + delay));
+    assert_eq!(l.poll_at(Side::A), None, "nothing travels towards A");
+    assert_eq!(l.next_event(), Some(t0 + delay));
+    let just_before = t0 + (delay - Duration::from_nanos(1));
+    assert_eq!(l.port(Side::B).recv(just_before, &mut buf), None);
+    assert_eq!(
+        l.port(Side::A).recv(t0 + delay, &mut buf),
+        None,
+        "A receives nothing"
+    );
+    assert_eq!(l.port(Side::B).recv(t0 + delay, &mut buf), Some(200));
+    assert_eq!(&buf[..200], &frame(1, 200)[..]);
+    assert_eq!(l.next_event(), None);
+    assert_eq!(l.stats(Side::A).bytes_delivered, 200);
+}
+
+#[test]
+fn jitter_spreads_arrivals_uniformly_within_bounds() {
+    let delay = Duration::from_millis(2);
+    let jitter = Duration::from_millis(1);
+    let mut l = link(
+        6,
+        SimConfig {
+            delay,
+            jitter,
+            ..SimConfig::default()
+        },
+    );
+    for i in 0..N {
+        l.send(Instant::ZERO, Side::A, &frame(i, 50));
+    }
+    let mut out = Vec::new();
+    drain(&mut l, &mut out);
+    assert_eq!(out.len() as u32, N);
+    let extra: Vec<u64> = out
+        .iter()
+        .map(|(t, _, _)| (*t - (Instant::ZERO + delay)).as_nanos() as u64)
+        .collect();
+    assert!(
+        out.iter()
+            .all(|(t, _, _)| *t >= Instant::ZERO + delay && *t <= Instant::ZERO + delay + jitter)
+    );
+    let mean = extra.iter().sum::<u64>() as f64 / extra.len() as f64;
+    assert!(
+        (mean - 500_000.0).abs() < 10_000.0,
+        "mean extra delay {mean} ns"
+    );
+    let below_quarter = extra.iter().filter(|&&e| e < 250_000).count() as u64;
+    assert_rate("jitter in first quarter", below_quarter, u64::from(N), 0.25);
+    // Arrival times are non-decreasing (the heap order) and the frames are shuffled.
+    assert!(out.windows(2).all(|w| w[0].0 <= w[1].0));
+    assert!(out.windows(2).any(|w| index(&w[0].2) > index(&w[1].2)));
+}
+
+#[test]
+fn same_time_frames_keep_fifo_order() {
+    let mut l = link(
+        7,
+        SimConfig {
+            delay: Duration::from_millis(1),
+            ..SimConfig::default()
+        },
+    );
+    for i in 0..100 {
+        l.send(Instant::ZERO, Side::A, &frame(i, 20));
+    }
+    let mut out = Vec::new();
+    drain(&mut l, &mut out);
+    let order: Vec<u32> = out.iter().map(|(_, _, f)| index(f)).collect();
+    assert_eq!(order, (0..100).collect::<Vec<_>>());
+}
+
+#[test]
+fn rate_limit_gives_configured_throughput() {
+    // 10 Mbit/s; 1250-byte frames take 1 ms each.
+    let rate = 10_000_000;
+    let mut l = link(
+        8,
+        SimConfig {
+            rate_bps: Some(rate),
+            ..SimConfig::default()
+        },
+    );
+    // Back to back at t=0: the k-th frame arrives at k ms.
+    for i in 0..5 {
+        l.send(Instant::ZERO, Side::A, &frame(i, 1250));
+    }
+    let mut out = Vec::new();
+    drain(&mut l, &mut out);
+    let times: Vec<Instant> = out.iter().map(|(t, _, _)| *t).collect();
+    assert_eq!(times, (1..=5).map(Instant::from_millis).collect::<Vec<_>>());
+
+    // Offered load twice the rate, odd frame sizes, for about 2 s: goodput within 1%.
+    let mut l = link(
+        8,
+        SimConfig {
+            rate_bps: Some(rate),
+            ..SimConfig::default()
+        },
+    );
+    let mut now = Instant::ZERO;
+    let mut out = Vec::new();
+    let mut bytes_sent = 0u64;
+    for i in 0..4000u32 {
+        let len = 1000 + (i as usize * 37) % 500;
+        bytes_sent += len as u64;
+        l.send(now, Side::A, &frame(i, len));
+        now += Duration::from_micros(500);
+        take_ready(&mut l, now, &mut out);
+    }
+    let end = drain(&mut l, &mut out).max(now);
+    let bytes: u64 = out.iter().map(|(_, _, f)| f.len() as u64).sum();
+    assert_eq!(bytes, bytes_sent);
+    assert_eq!(l.stats(Side::A).bytes_delivered, bytes_sent);
+    let last = out.last().unwrap().0;
+    let throughput = bytes as f64 * 8.0 / last.since_epoch().as_secs_f64();
+    assert!(
+        (throughput / rate as f64 - 1.0).abs() < 0.01,
+        "throughput {throughput} bit/s vs {rate}"
+    );
+    assert!(end >= last);
+}
+
+#[test]
+fn queue_limit_tail_drops_and_counts() {
+    // 1 Mbit/s, queue of 10 frames of 1000 bytes.
+    let mut l = link(
+        9,
+        SimConfig {
+            rate_bps: Some(1_000_000),
+            queue_limit_bytes: Some(10_000),
+            ..SimConfig::default()
+        },
+    );
+    let events = record_events(&mut l);
+    let accepted: Vec<bool> = (0..100)
+        .map(|i| l.send(Instant::ZERO, Side::A, &frame(i, 1000)))
+        .collect();
+    assert_eq!(accepted.iter().filter(|&&a| a).count(), 10);
+    assert!(accepted[..10].iter().all(|&a| a), "the first ten fit");
+    let s = l.stats(Side::A);
+    assert_eq!(s.queue_dropped, 90);
+    assert_eq!(s.in_flight, 10);
+    assert!(balanced(s));
+    let dropped = events
+        .borrow()
+        .iter()
+        .filter(|(e, _, _)| *e == SimEvent::QueueDropped)
+        .count();
+    assert_eq!(dropped, 90);
+    // Each frame takes 8 ms. After 8 ms one frame has left: room for exactly one more.
+    let t = Instant::from_millis(8);
+    assert!(l.send(t, Side::A, &frame(100, 1000)));
+    assert!(!l.send(t, Side::A, &frame(101, 1000)));
+    let mut out = Vec::new();
+    drain(&mut l, &mut out);
+    let got: Vec<u32> = out.iter().map(|(_, _, f)| index(f)).collect();
+    assert_eq!(got, [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 100]);
+    assert_eq!(out.last().unwrap().0, Instant::from_millis(88));
+    let s = l.stats(Side::A);
+    assert_eq!(
+        (s.sent, s.delivered, s.queue_dropped, s.in_flight),
+        (102, 11, 91, 0)
+    );
+}
+
+#[test]
+fn too_big_frames_are_refused_and_counted() {
+    for (medium, l2) in [(Medium::Ethernet, 14), (Medium::Ip, 0)] {
+        let mut l = SimLink::new(SimLinkConfig {
+            seed: 10,
+            a_to_b: SimConfig::default(),
+            b_to_a: SimConfig {
+                mtu: Some(1280),
+                ..SimConfig::default()
+            },
+            medium,
+            mtu: 1500,
+        });
+        let caps = l.port(Side::A).caps();
+        assert_eq!(
+            (caps.medium, caps.mtu, caps.max_frame_len()),
+            (medium, 1500, 1500 + l2)
+        );
+        assert!(l.send(Instant::ZERO, Side::A, &frame(0, 1500 + l2)));
+        assert!(!l.send(Instant::ZERO, Side::A, &frame(1, 1501 + l2)));
+        // The B->A path is narrower.
+        assert!(l.send(Instant::ZERO, Side::B, &frame(2, 1280 + l2)));
+        assert!(!l.send(Instant::ZERO, Side::B, &frame(3, 1281 + l2)));
+        assert!(!l.send(Instant::ZERO, Side::B, &frame(4, 1500 + l2)));
+        assert_eq!(l.stats(Side::A).too_big, 1);
+        assert_eq!(l.stats(Side::B).too_big, 2);
+        let mut out = Vec::new();
+        drain(&mut l, &mut out);
+        let got: Vec<(Side, u32)> = out.iter().map(|(_, s, f)| (*s, index(f))).collect();
+        assert_eq!(got, [(Side::A, 2), (Side::B, 0)]);
+        assert!(balanced(l.stats(Side::A)) && balanced(l.stats(Side::B)));
+    }
+}
+
+#[test]
+fn stats_balance_at_every_step_and_match_the_observer() {
+    let mut cfg = all_faults();
+    cfg.mtu = Some(1400);
+    let mut l = SimLink::new(SimLinkConfig {
+        seed: 11,
+        a_to_b: cfg.clone(),
+        b_to_a: cfg,
+        medium: Medium::Ethernet,
+        mtu: 1500,
+    });
+    let events = record_events(&mut l);
+    let mut buf = [0u8; 1514];
+    let mut now = Instant::ZERO;
+    let mut received = [0u64; 2];
+    let mut saw_in_flight = false;
+    for i in 0..N {
+        let from = if i % 2 == 0 { Side::A } else { Side::B };
+        l.send(now, from, &frame(i, 40 + (i as usize * 13) % 1470));
+        if i % 7 == 0 {
+            for side in [Side::A, Side::B] {
+                while l.recv(now, side, &mut buf).is_some() {
+                    received[side.peer() as usize] += 1;
+                }
+            }
+        }
+        now += Duration::from_micros(20);
+        for side in [Side::A, Side::B] {
+            let s = l.stats(side);
+            assert!(balanced(s), "{side:?} at frame {i}: {s:?}");
+            saw_in_flight |= s.in_flight > 0;
+        }
+    }
+    while let Some(t) = l.next_event() {
+        now = now.max(t);
+        for side in [Side::A, Side::B] {
+            while l.recv(now, side, &mut buf).is_some() {
+                received[side.peer() as usize] += 1;
+            }
+        }
+    }
+    assert!(saw_in_flight);
+    let ev = events.borrow();
+    for from in [Side::A, Side::B] {
+        let s = l.stats(from);
+        assert!(balanced(s));
+        assert_eq!(s.in_flight, 0);
+        assert_eq!(s.delivered, received[from as usize]);
+        let count =
+            |e: SimEvent| ev.iter().filter(|(x, f, _)| *x == e && *f == from).count() as u64;
+        assert_eq!(count(SimEvent::Lost), s.lost);
+        assert_eq!(count(SimEvent::Duplicated), s.duplicated);
+        assert_eq!(count(SimEvent::Reordered), s.reordered);
+        assert_eq!(count(SimEvent::Corrupted), s.corrupted);
+        assert_eq!(count(SimEvent::TooBig), s.too_big);
+        assert_eq!(count(SimEvent::QueueDropped), s.queue_dropped);
+        assert_eq!(count(SimEvent::Delivered), s.delivered);
+        // sent = received + dropped by reason - extra copies, exactly.
+        assert_eq!(
+            s.sent,
+            received[from as usize] + s.lost + s.too_big + s.queue_dropped - s.duplicated
+        );
+        assert!(s.lost > 0 && s.too_big > 0 && s.queue_dropped > 0 && s.duplicated > 0);
+    }
+}
+
+#[test]
+fn loss_pattern_does_not_depend_on_other_faults() {
+    let lost_frames = |cfg: SimConfig| {
+        let mut l = link(12, cfg);
+        let events = record_events(&mut l);
+        run(&mut l, 2000, 100, Duration::from_micros(10));
+        let v: Vec<u32> = events
+            .borrow()
+            .iter()
+            .filter(|(e, _, _)| *e == SimEvent::Lost)
+            .map(|(_, _, f)| index(f))
+            .collect();
+        v
+    };
+    let plain = lost_frames(SimConfig {
+        loss: 0.1,
+        ..SimConfig::default()
+    });
+    let busy = lost_frames(SimConfig {
+        loss: 0.1,
+        jitter: Duration::from_millis(1),
+        corrupt: 0.3,
+        reorder: 0.2,
+        reorder_delay: Duration::from_millis(1),
+        ..SimConfig::default()
+    });
+    assert!(!plain.is_empty());
+    assert_eq!(plain, busy);
+}
+
+#[test]
+fn short_buffer_truncates_and_counts() {
+    let mut l = link(13, SimConfig::default());
+    l.send(Instant::ZERO, Side::A, &frame(0, 100));
+    let mut small = [0u8; 10];
+    assert_eq!(l.recv(Instant::ZERO, Side::B, &mut small), Some(10));
+    assert_eq!(&small[..], &frame(0, 100)[..10]);
+    let s = l.stats(Side::A);
+    assert_eq!((s.delivered, s.truncated, s.bytes_delivered), (1, 1, 10));
+}
+
+#[test]
+fn set_config_partitions_and_heals() {
+    let mut l = link(14, SimConfig::default());
+    let mut buf = [0u8; 64];
+    l.set_config(
+        Side::A,
+        SimConfig {
+            loss: 1.0,
+            ..SimConfig::default()
+        },
+    );
+    assert!(
+        l.send(Instant::ZERO, Side::A, &frame(0, 20)),
+        "lost on the wire, not refused"
+    );
+    assert_eq!(l.recv(Instant::ZERO, Side::B, &mut buf), None);
+    l.set_config(
+        Side::A,
+        SimConfig {
+            loss: 7.0,
+            ..SimConfig::default()
+        },
+    );
+    assert_eq!(l.config(Side::A).loss, 1.0, "probabilities are clamped");
+    l.set_config(Side::A, SimConfig::default());
+    l.send(Instant::ZERO, Side::A, &frame(1, 20));
+    assert_eq!(l.recv(Instant::ZERO, Side::B, &mut buf), Some(20));
+    assert_eq!(index(&buf), 1);
+    assert_eq!(l.stats(Side::A).lost, 1);
+}
