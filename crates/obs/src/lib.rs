@@ -1,6 +1,18 @@
 //! Observability for ustack: time, MIB counters with Linux's names and their renderings,
 //! drop reasons, and the pcap writer. Depends on no other ustack crate.
+//!
+//! - [`mib`]: [`Counter`] (every counter of Linux's `/proc/net/snmp` and `/proc/net/netstat`,
+//!   same names and order) and [`Mib`], their storage, rendered like those files or as JSON.
+//! - [`drop`](mod@drop): [`DropReason`], why a packet was dropped, and which counters that bumps.
+//! - [`pcap`]: [`PcapWriter`], classic pcap files for tcpdump and tshark.
+//! - [`time`]: [`Instant`], the caller's clock.
 
+pub mod drop;
+pub mod mib;
+pub mod pcap;
 pub mod time;
 
+pub use drop::DropReason;
+pub use mib::{Counter, Kind, Mib, ProcFile, Table};
+pub use pcap::{LinkType, PcapWriter};
 pub use time::Instant;

@@ -1,0 +1,207 @@
+//! Why a packet was dropped.
+//!
+//! A bad or unwanted packet is not an error to propagate: the stack records a [`DropReason`]
+//! with [`Mib::drop`](crate::Mib::drop) and moves on. Each reason has a Linux-style name
+//! (Linux's `SKB_DROP_REASON_*` vocabulary, `include/net/dropreason-core.h`, more specific
+//! where our counters need it) and names the MIB counters it bumps, so "which counter does
+//! this drop show up in" is answered in one place, the table below.
+//!
+//! Counters that Linux bumps *before* the check that drops (Ip InReceives, Icmp InMsgs, Tcp
+//! InSegs, ...) are the caller's, bumped on arrival, not part of a reason.
+
+use core::fmt;
+
+use crate::mib::Counter;
+
+/// Declares every drop reason: `Variant = "NAME" => [Counter, ...]`. Generates the enum (with
+/// the name and counters added to each variant's doc), `ALL`, `COUNT`, `name()` and
+/// `counters()`.
+macro_rules! drop_reasons {
+    ($(
+        $(#[$doc:meta])*
+        $variant:ident = $name:literal => [$($counter:ident),* $(,)?]
+    ),+ $(,)?) => {
+        /// Why a packet was dropped. Each reason documents when it happens, its Linux-style
+        /// [`name`](DropReason::name), and the MIB counters [`Mib::drop`](crate::Mib::drop)
+        /// bumps for it ([`counters`](DropReason::counters)).
+        #[repr(u8)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum DropReason {
+            $(
+                $(#[$doc])*
+                #[doc = concat!("\n\nName `", $name, "`; bumps: ", $("`", stringify!($counter), "` ",)* "(drop count only if none).")]
+                $variant,
+            )+
+        }
+
+        impl DropReason {
+            /// Every reason, in declaration order (the order of [`render_drops`](crate::Mib::render_drops)).
+            pub const ALL: &'static [DropReason] = &[$(DropReason::$variant,)+];
+            /// Number of reasons.
+            pub const COUNT: usize = DropReason::ALL.len();
+
+            /// Linux-style name, e.g. `"IP_CSUM"` (Linux's `SKB_DROP_REASON_IP_CSUM`). Unique.
+            pub const fn name(self) -> &'static str {
+                match self {
+                    $(DropReason::$variant => $name,)+
+                }
+            }
+
+            /// The MIB counters one drop for this reason bumps (besides its own drop count).
+            pub const fn counters(self) -> &'static [Counter] {
+                match self {
+                    $(DropReason::$variant => &[$(Counter::$counter,)*],)+
+                }
+            }
+        }
+    };
+}
+
+drop_reasons! {
+    // ---- Link layer ----
+    /// An Ethernet frame whose destination MAC is neither ours nor broadcast (nor a multicast
+    /// group we joined). Linux drops such `PACKET_OTHERHOST` frames in `ip_rcv_core`.
+    Otherhost = "OTHERHOST" => [],
+    /// An Ethernet frame shorter than its 14-byte header.
+    MacHdr = "DEV_HDR" => [],
+    /// A frame whose EtherType we do not handle (neither IPv4 nor ARP). Linux: no
+    /// `packet_type` matched in `__netif_receive_skb_core`.
+    UnhandledProto = "UNHANDLED_PROTO" => [],
+    /// An ARP packet that is truncated, not Ethernet/IPv4 (htype, ptype, hlen, plen), or has an
+    /// unknown operation. ustack-specific name: Linux's `arp_rcv` drops these unnamed.
+    ArpMalformed = "ARP_MALFORMED" => [],
+    /// A packet waiting for ARP resolution when resolution gave up (no reply after
+    /// `mcast_solicit` requests). Linux counts it only in the neighbour table's statistics;
+    /// ustack also counts Ip OutDiscards, so that every datagram handed to IP
+    /// (OutRequests) ends up transmitted or counted as discarded.
+    NeighFailed = "NEIGH_FAILED" => [IpOutDiscards],
+    /// A packet that would exceed the queue of packets waiting for resolution of one neighbour
+    /// (`unres_qlen`); Linux drops the oldest queued packet. Counted in Ip OutDiscards (see
+    /// [`NeighFailed`](DropReason::NeighFailed)).
+    NeighQueueFull = "NEIGH_QUEUEFULL" => [IpOutDiscards],
+    /// A frame the device could not queue for transmission (TX ring full).
+    DevQueueFull = "FULL_RING" => [],
+
+    // ---- IPv4 input (Linux ip_rcv_core, ip_rcv_finish, ip_local_deliver) ----
+    /// An IPv4 header that is wrong: version not 4, IHL < 5, total length smaller than the
+    /// header.
+    IpInhdr = "IP_INHDR" => [IpInHdrErrors],
+    /// An IPv4 header checksum that does not verify. Linux counts both, `csum_error` falling
+    /// through to `inhdr_error` in `ip_rcv_core`.
+    IpCsum = "IP_CSUM" => [IpInHdrErrors, IpExtInCsumErrors],
+    /// A datagram shorter than its IPv4 total length (Linux `ip_rcv_core`, `PKT_TOO_SMALL`).
+    IpTruncated = "PKT_TOO_SMALL" => [IpExtInTruncatedPkts],
+    /// A datagram whose destination is not one of our addresses (nor broadcast): ustack does not
+    /// forward, so Linux's `ip_error` path with forwarding off.
+    IpInaddrErrors = "IP_INADDRERRORS" => [IpInAddrErrors],
+    /// A datagram whose source address is invalid: multicast, limited broadcast, or zero
+    /// (Linux `ip_route_input_slow`, martian source). No MIB counter, as in Linux.
+    IpInvalidSource = "IP_INVALID_SOURCE" => [],
+    /// A datagram for us with a protocol we do not handle (an ICMP protocol-unreachable is
+    /// sent). Linux `ip_protocol_deliver_rcu`.
+    IpNoproto = "IP_NOPROTO" => [IpInUnknownProtos],
+
+    // ---- IPv4 output ----
+    /// An outgoing datagram with no route to its destination.
+    IpNoRoute = "IP_OUTNOROUTES" => [IpOutNoRoutes],
+    /// An outgoing datagram larger than the MTU with DF set (cannot be fragmented; an ICMP
+    /// fragmentation-needed goes back when it came from outside). Linux `ip_fragment`.
+    PktTooBig = "PKT_TOO_BIG" => [IpFragFails],
+
+    // ---- IPv4 reassembly (Linux net/ipv4/ip_fragment.c) ----
+    /// A fragment freed because its datagram's reassembly timed out (`ipfrag_time`). Counted
+    /// per fragment; the stack bumps Ip ReasmTimeout once per datagram itself. (Linux bumps
+    /// ReasmFails once per datagram in `ip_expire`.)
+    FragReasmTimeout = "FRAG_REASM_TIMEOUT" => [IpReasmFails],
+    /// A fragment too far behind the datagram's others (`ipfrag_max_dist`).
+    FragTooFar = "FRAG_TOO_FAR" => [IpReasmFails],
+    /// A fragment that duplicates one already queued. (Linux frees it without a MIB count.)
+    DupFrag = "DUP_FRAG" => [IpReasmFails],
+    /// A fragment that overlaps one already queued: the whole datagram is abandoned, as Linux
+    /// does since 2018 (RFC 5722's rule, applied to IPv4). Linux counts IpExt ReasmOverlaps too.
+    /// ustack-specific name.
+    FragOverlap = "FRAG_OVERLAP" => [IpReasmFails, IpExtReasmOverlaps],
+    /// A fragment refused because reassembly memory is over `ipfrag_high_thresh`.
+    /// ustack-specific name (Linux: `ip_find` fails, unnamed).
+    FragMemLimit = "IPFRAG_MEM" => [IpReasmFails],
+    /// A fragment that cannot be part of a valid datagram: it ends past 65535, a non-last
+    /// fragment's length is not a multiple of 8, or it contradicts the known end.
+    /// ustack-specific name.
+    FragInvalid = "FRAG_INVALID" => [IpReasmFails],
+
+    // ---- ICMP (Linux icmp_rcv) ----
+    /// An ICMP message whose checksum does not verify (Linux `csum_error` then `error`).
+    IcmpCsum = "ICMP_CSUM" => [IcmpInCsumErrors, IcmpInErrors],
+    /// An ICMP message too short for its type. ustack-specific name.
+    IcmpMalformed = "ICMP_MALFORMED" => [IcmpInErrors],
+
+    // ---- UDP (Linux __udp4_lib_rcv, __udp_queue_rcv_skb, udp_send_skb) ----
+    /// A UDP datagram whose checksum does not verify.
+    UdpCsum = "UDP_CSUM" => [UdpInCsumErrors, UdpInErrors],
+    /// A UDP header that is truncated or whose length field is out of range (Linux reports
+    /// these as `PKT_TOO_SMALL`; renamed so that names stay unique).
+    UdpMalformed = "UDP_MALFORMED" => [UdpInErrors],
+    /// A UDP datagram for a port with no socket (an ICMP port-unreachable is sent).
+    UdpNoSocket = "NO_SOCKET" => [UdpNoPorts],
+    /// A UDP datagram dropped because the socket's receive buffer is full.
+    SocketRcvbuff = "SOCKET_RCVBUFF" => [UdpRcvbufErrors, UdpInErrors],
+    /// A UDP datagram not sent for lack of send buffer (Linux counts SndbufErrors on ENOBUFS
+    /// in `udp_send_skb`). Name mirrors `SOCKET_RCVBUFF`.
+    UdpSndbuf = "SOCKET_SNDBUFF" => [UdpSndbufErrors],
+
+    // ---- TCP (Linux tcp_v4_rcv, tcp_validate_incoming, tcp_data_queue, tcp_conn_request) ----
+    /// A TCP segment whose checksum does not verify (Linux `csum_error` then `bad_packet`).
+    TcpCsum = "TCP_CSUM" => [TcpInCsumErrors, TcpInErrs],
+    /// A TCP header that is truncated or has a data offset below 5 (Linux `bad_packet`).
+    TcpHdr = "TCP_HDR" => [TcpInErrs],
+    /// A TCP segment for no socket (a RST is sent unless it carries RST; that RST counts
+    /// OutRsts when sent). Linux `NO_SOCKET`; prefixed so that names stay unique.
+    TcpNoSocket = "TCP_NO_SOCKET" => [],
+    /// A TCP segment with flags invalid for the state (e.g. no ACK in a synchronized state).
+    TcpFlags = "TCP_FLAGS" => [],
+    /// A TCP segment outside the receive window (RFC 9293 section 3.10.7.4 "first, check
+    /// sequence number"): an ACK is sent and the segment dropped.
+    TcpInvalidSequence = "TCP_INVALID_SEQUENCE" => [],
+    /// A TCP segment whose data was all received before (a retransmission: our ACK was
+    /// probably lost; an immediate ACK with D-SACK is sent).
+    TcpOldData = "TCP_OLD_DATA" => [TcpExtDelayedACKLost],
+    /// A TCP segment whose data starts beyond the right edge of the receive window.
+    TcpOverWindow = "TCP_OVERWINDOW" => [],
+    /// A TCP segment with data while our receive window is zero.
+    TcpZeroWindow = "TCP_ZEROWINDOW" => [TcpExtTCPZeroWindowDrop],
+    /// A TCP segment that fails the PAWS check (RFC 7323 section 5.3): its timestamp is older
+    /// than the last one accepted.
+    TcpPaws = "TCP_RFC7323_PAWS" => [TcpExtPAWSEstab],
+    /// A RST that is not acceptable (RFC 5961 section 3: outside the window, or in the window
+    /// but not exactly rcv_nxt, which gets a challenge ACK).
+    TcpReset = "TCP_RESET" => [],
+    /// A SYN in a synchronized state (RFC 5961 section 4): a challenge ACK is sent.
+    TcpInvalidSyn = "TCP_INVALID_SYN" => [TcpExtTCPSYNChallenge],
+    /// An ACK for data we have not sent yet (ack > snd_nxt, RFC 9293 section 3.10.7.4): an
+    /// ACK is sent and the segment dropped.
+    TcpAckUnsentData = "TCP_ACK_UNSENT_DATA" => [],
+    /// An ACK older than the window of acceptable ACKs (RFC 5961 section 5).
+    TcpTooOldAck = "TCP_TOO_OLD_ACK" => [],
+    /// A TCP segment for a socket in CLOSED state.
+    TcpClose = "TCP_CLOSE" => [],
+    /// A connection request dropped because the listener's accept queue is full. Linux
+    /// `tcp_conn_request`: ListenOverflows, then `tcp_listendrop`. ustack-specific name.
+    TcpListenOverflow = "TCP_LISTEN_OVERFLOW" => [TcpExtListenOverflows, TcpExtListenDrops],
+    /// A SYN dropped because the SYN queue is full and SYN cookies are off. Linux
+    /// `tcp_syn_flood_action` then `tcp_listendrop`. ustack-specific name.
+    TcpReqQFullDrop = "TCP_REQQ_FULL_DROP" => [TcpExtTCPReqQFullDrop, TcpExtListenDrops],
+}
+
+impl DropReason {
+    /// The reason called `name` ([`name`](DropReason::name)), e.g. `"IP_CSUM"`.
+    pub fn from_name(name: &str) -> Option<DropReason> {
+        DropReason::ALL.iter().copied().find(|r| r.name() == name)
+    }
+}
+
+impl fmt::Display for DropReason {
+    /// The Linux-style name, e.g. `IP_CSUM`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
