@@ -134,6 +134,14 @@ drop_reasons! {
     IcmpCsum = "ICMP_CSUM" => [IcmpInCsumErrors, IcmpInErrors],
     /// An ICMP message too short for its type. ustack-specific name.
     IcmpMalformed = "ICMP_MALFORMED" => [IcmpInErrors],
+    /// An ICMP message we generated (echo reply, unreachable) that could not be queued for
+    /// transmission (TX queue full). Linux counts Icmp OutErrors when `icmp_push_reply`
+    /// fails. ustack-specific name.
+    IcmpOutQueueFull = "ICMP_OUT_QUEUEFULL" => [IcmpOutErrors],
+    /// An echo reply dropped because the queue of replies waiting for the application
+    /// (`recv_echo_reply`) is full: the oldest is dropped. Linux's ping socket drops it with
+    /// its receive buffer full and no MIB counter. ustack-specific name.
+    IcmpReplyQueueFull = "ICMP_REPLY_QUEUEFULL" => [],
 
     // ---- UDP (Linux __udp4_lib_rcv, __udp_queue_rcv_skb, udp_send_skb) ----
     /// A UDP datagram whose checksum does not verify.

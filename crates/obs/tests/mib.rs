@@ -316,6 +316,12 @@ fn drop_reason_names() {
         ),
         (DropReason::IcmpMalformed, "ICMP_MALFORMED", &[IcmpInErrors]),
         (
+            DropReason::IcmpOutQueueFull,
+            "ICMP_OUT_QUEUEFULL",
+            &[IcmpOutErrors],
+        ),
+        (DropReason::IcmpReplyQueueFull, "ICMP_REPLY_QUEUEFULL", &[]),
+        (
             DropReason::UdpCsum,
             "UDP_CSUM",
             &[UdpInCsumErrors, UdpInErrors],
