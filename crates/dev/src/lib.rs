@@ -16,7 +16,7 @@
 
 use ustack_obs::time::Instant;
 
-// pub mod capture; (enabled once ustack_obs::pcap lands)
+pub mod capture;
 pub mod sim;
 
 /// What a device's frames carry, i.e. where the stack's input starts.

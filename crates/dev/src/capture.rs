@@ -1,0 +1,135 @@
+//! `capture`: wrap any [`Device`] and write every frame in and out to a pcap file.
+//!
+//! [`Capture`] sits between the stack's poll loop and a device. Each frame the device
+//! delivers (`recv` returning `Some`) and each frame it accepts for transmission (`send`
+//! returning `true`) is written with the caller's `now` as its timestamp. The link type is
+//! `LINKTYPE_ETHERNET` for [`Medium::Ethernet`] and `LINKTYPE_RAW` for [`Medium::Ip`].
+//!
+//! Outgoing frames are tapped where Linux taps them for `tcpdump` (`dev_queue_xmit_nit`,
+//! called from `xmit_one` in `net/core/dev.c`): when the device takes the frame. A frame the
+//! device refuses (queue full, too big) is not captured; the device counts it.
+//!
+//! Capturing never changes the traffic: a failed write is counted in
+//! [`Capture::write_errors`] and the frame goes through (or was received) regardless.
+//!
+//! ```
+//! use ustack_dev::capture::Capture;
+//! use ustack_dev::sim::{Side, SimLink, SimLinkConfig};
+//! use ustack_dev::Device;
+//! use ustack_obs::time::Instant;
+//!
+//! let mut link = SimLink::new(SimLinkConfig::default());
+//! let mut port = Capture::new(link.port(Side::A), Vec::new()).unwrap();
+//! assert!(port.send(Instant::from_millis(1), &[0u8; 60]));
+//! let (_, writer) = port.into_parts();
+//! let pcap = writer.into_inner();
+//! assert_eq!(pcap.len(), 24 + 16 + 60); // global header, record header, frame
+//! ```
+
+use std::io::{self, Write};
+
+use ustack_obs::pcap::{DEFAULT_SNAPLEN, LinkType, PcapWriter};
+use ustack_obs::time::Instant;
+
+use crate::{Device, DeviceCaps, Medium};
+
+/// The pcap link type for a medium.
+pub const fn link_type(medium: Medium) -> LinkType {
+    match medium {
+        Medium::Ethernet => LinkType::Ethernet,
+        Medium::Ip => LinkType::Raw,
+    }
+}
+
+/// A device whose frames, in and out, are also written to a pcap stream.
+#[derive(Debug)]
+pub struct Capture<D: Device, W: Write> {
+    device: D,
+    pcap: PcapWriter<W>,
+    packets_written: u64,
+    write_errors: u64,
+}
+
+impl<D: Device, W: Write> Capture<D, W> {
+    /// Wrap `device`, writing the pcap global header to `out` now (the link type follows
+    /// the device's medium; frames are captured whole up to [`DEFAULT_SNAPLEN`] bytes,
+    /// tcpdump's default). Fails only if that header cannot be written.
+    pub fn new(device: D, out: W) -> io::Result<Self> {
+        let pcap = PcapWriter::new(out, link_type(device.caps().medium), DEFAULT_SNAPLEN)?;
+        Ok(Self::with_writer(device, pcap))
+    }
+
+    /// Wrap `device` with an existing pcap writer (whose link type should match the
+    /// device's medium, see [`link_type`]).
+    pub fn with_writer(device: D, pcap: PcapWriter<W>) -> Self {
+        Capture {
+            device,
+            pcap,
+            packets_written: 0,
+            write_errors: 0,
+        }
+    }
+
+    /// Frames written to the pcap stream so far.
+    pub fn packets_written(&self) -> u64 {
+        self.packets_written
+    }
+
+    /// Frames that could not be written (the traffic was not affected).
+    pub fn write_errors(&self) -> u64 {
+        self.write_errors
+    }
+
+    /// The wrapped device.
+    pub fn device(&self) -> &D {
+        &self.device
+    }
+
+    /// The wrapped device, mutably (frames moved through it directly are not captured).
+    pub fn device_mut(&mut self) -> &mut D {
+        &mut self.device
+    }
+
+    /// Flush the pcap stream; a failure is counted in [`write_errors`](Self::write_errors)
+    /// and returned.
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.pcap.flush().inspect_err(|_| self.write_errors += 1)
+    }
+
+    /// Unwrap into the device and the pcap writer (call `flush` or `into_inner` on the
+    /// writer to get the stream back).
+    pub fn into_parts(self) -> (D, PcapWriter<W>) {
+        (self.device, self.pcap)
+    }
+
+    fn write(&mut self, now: Instant, frame: &[u8]) {
+        match self.pcap.write_packet(now, frame) {
+            Ok(()) => self.packets_written += 1,
+            Err(_) => self.write_errors += 1,
+        }
+    }
+}
+
+impl<D: Device, W: Write> Device for Capture<D, W> {
+    fn caps(&self) -> DeviceCaps {
+        self.device.caps()
+    }
+
+    fn recv(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
+        let n = self.device.recv(now, buf)?;
+        self.write(now, &buf[..n]);
+        Some(n)
+    }
+
+    fn send(&mut self, now: Instant, frame: &[u8]) -> bool {
+        let accepted = self.device.send(now, frame);
+        if accepted {
+            self.write(now, frame);
+        }
+        accepted
+    }
+
+    fn poll_at(&self) -> Option<Instant> {
+        self.device.poll_at()
+    }
+}
