@@ -26,13 +26,19 @@ impl Instant {
         Instant { nanos }
     }
     pub const fn from_micros(micros: u64) -> Instant {
-        Instant { nanos: micros.saturating_mul(1_000) }
+        Instant {
+            nanos: micros.saturating_mul(1_000),
+        }
     }
     pub const fn from_millis(millis: u64) -> Instant {
-        Instant { nanos: millis.saturating_mul(1_000_000) }
+        Instant {
+            nanos: millis.saturating_mul(1_000_000),
+        }
     }
     pub const fn from_secs(secs: u64) -> Instant {
-        Instant { nanos: secs.saturating_mul(1_000_000_000) }
+        Instant {
+            nanos: secs.saturating_mul(1_000_000_000),
+        }
     }
     pub const fn as_nanos(self) -> u64 {
         self.nanos
@@ -81,7 +87,12 @@ impl Sub<Instant> for Instant {
 
 impl fmt::Debug for Instant {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{:09}s", self.nanos / 1_000_000_000, self.nanos % 1_000_000_000)
+        write!(
+            f,
+            "{}.{:09}s",
+            self.nanos / 1_000_000_000,
+            self.nanos % 1_000_000_000
+        )
     }
 }
 
@@ -102,7 +113,10 @@ mod tests {
         assert_eq!(t + Duration::from_millis(500), Instant::from_secs(2));
         assert_eq!(Instant::from_secs(2) - t, Duration::from_millis(500));
         assert_eq!(t - Instant::from_secs(2), Duration::ZERO);
-        assert_eq!(Instant::FAR_FUTURE + Duration::from_secs(1), Instant::FAR_FUTURE);
+        assert_eq!(
+            Instant::FAR_FUTURE + Duration::from_secs(1),
+            Instant::FAR_FUTURE
+        );
         assert_eq!(format!("{t}"), "1.500000000s");
     }
 }

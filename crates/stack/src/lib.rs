@@ -1,1 +1,200 @@
-//! The ustack protocol stack (sans-I/O).
+//! The ustack protocol stack, sans-I/O.
+//!
+//! A [`Stack`] is one interface's worth of protocol state: neighbour table, IPv4 with
+//! reassembly and fragmentation, ICMP, UDP sockets (TCP arrives with its own issue), its
+//! counters ([`Mib`]) and tunables ([`Sysctl`]). It never touches a device or a clock:
+//!
+//! ```text
+//!   device frame ──► Stack::receive(now, frame)
+//!   application   ──► Stack::udp_send_to(now, ..) / Stack::ping(now, ..)
+//!   timers        ──► Stack::handle_timeout(now)         when now >= Stack::poll_timeout()
+//!   device        ◄── Stack::poll_transmit(now)          until None, after any of the above
+//! ```
+//!
+//! The runtime (or a test on a virtual clock) owns the loop. Call order within one
+//! iteration does not matter for correctness; calling `poll_transmit` until it returns
+//! `None` after every other call keeps latency lowest.
+//!
+//! Module map, after Linux's files: `stack` (the interface: Ethernet in/out, ARP —
+//! `net/ethernet/eth.c`, `net/ipv4/arp.c`), `neigh` (`net/core/neighbour.c`), `ip`
+//! (`net/ipv4/ip_input.c`, `ip_output.c`; `ip::reassembly` is `ip_fragment.c`), `icmp`
+//! (`net/ipv4/icmp.c`), `udp` (`net/ipv4/udp.c`), `sysctl` (`sysctl_net_ipv4.c`).
+
+use core::fmt;
+use core::net::Ipv4Addr;
+
+pub mod icmp;
+pub mod ip;
+pub mod neigh;
+pub mod stack;
+pub mod sysctl;
+pub mod udp;
+
+pub use icmp::EchoReply;
+pub use stack::Stack;
+pub use sysctl::{Sysctl, SysctlError, SysctlInfo};
+pub use udp::UdpHandle;
+pub use ustack_obs::{DropReason, Instant, Mib};
+pub use ustack_wire::EthernetAddress;
+
+/// What the link carries: Ethernet frames (sim, AF_PACKET, AF_XDP) or bare IP packets (TUN).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Medium {
+    Ethernet,
+    Ip,
+}
+
+/// An IPv4 address with its prefix length, e.g. `192.0.2.1/24`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ipv4Cidr {
+    pub addr: Ipv4Addr,
+    pub prefix_len: u8,
+}
+
+impl Ipv4Cidr {
+    /// Panics if `prefix_len > 32` (a programming error in configuration, not input).
+    pub const fn new(addr: Ipv4Addr, prefix_len: u8) -> Ipv4Cidr {
+        assert!(prefix_len <= 32, "IPv4 prefix length above 32");
+        Ipv4Cidr { addr, prefix_len }
+    }
+
+    fn mask(&self) -> u32 {
+        if self.prefix_len == 0 {
+            0
+        } else {
+            u32::MAX << (32 - self.prefix_len)
+        }
+    }
+
+    /// Whether `ip` is on this subnet.
+    pub fn contains(&self, ip: Ipv4Addr) -> bool {
+        (u32::from(ip) ^ u32::from(self.addr)) & self.mask() == 0
+    }
+
+    /// The subnet's directed broadcast address (none for /31 and /32, RFC 3021).
+    pub fn broadcast(&self) -> Option<Ipv4Addr> {
+        (self.prefix_len < 31).then(|| Ipv4Addr::from(u32::from(self.addr) | !self.mask()))
+    }
+}
+
+impl fmt::Display for Ipv4Cidr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix_len)
+    }
+}
+
+/// How to build a [`Stack`].
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub medium: Medium,
+    /// Our MAC address (unused for `Medium::Ip`).
+    pub mac: EthernetAddress,
+    pub ipv4: Ipv4Cidr,
+    /// Next hop for destinations off the subnet; without one they are unreachable.
+    pub gateway: Option<Ipv4Addr>,
+    /// IP MTU of the link (the L2 header is not included).
+    pub mtu: usize,
+    pub sysctl: Sysctl,
+    /// Seed for hash keys and IP identification; give each stack its own.
+    pub seed: u64,
+}
+
+impl Config {
+    /// An Ethernet interface with MTU 1500 and Linux's default tunables.
+    pub fn ethernet(mac: EthernetAddress, ipv4: Ipv4Cidr) -> Config {
+        Config {
+            medium: Medium::Ethernet,
+            mac,
+            ipv4,
+            gateway: None,
+            mtu: 1500,
+            sysctl: Sysctl::default(),
+            seed: 0,
+        }
+    }
+
+    /// An IP-only interface (TUN) with MTU 1500 and Linux's default tunables.
+    pub fn ip(ipv4: Ipv4Cidr) -> Config {
+        Config {
+            medium: Medium::Ip,
+            mac: EthernetAddress::default(),
+            ipv4,
+            gateway: None,
+            mtu: 1500,
+            sysctl: Sysctl::default(),
+            seed: 0,
+        }
+    }
+}
+
+/// Errors of the socket calls, each mapping to the errno Linux would return.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Error {
+    /// EADDRINUSE: the local port is taken.
+    AddrInUse,
+    /// EADDRNOTAVAIL: the local address is not ours, or no ephemeral port is free.
+    AddrNotAvailable,
+    /// EMSGSIZE: too large for one datagram (or for the path with DF set).
+    MessageTooLong,
+    /// ENETUNREACH: no route to the destination.
+    NetUnreachable,
+    /// EACCES: sending to a broadcast address (Linux needs SO_BROADCAST; ustack has none yet).
+    BroadcastDenied,
+    /// EINVAL: an argument no call accepts (port 0 as a destination, say).
+    InvalidArgument,
+    /// EBADF: the handle names no open socket.
+    BadHandle,
+    /// EAGAIN: nothing to read now.
+    WouldBlock,
+}
+
+impl Error {
+    /// The Linux errno value.
+    pub fn errno(self) -> i32 {
+        match self {
+            Error::AddrInUse => 98,
+            Error::AddrNotAvailable => 99,
+            Error::MessageTooLong => 90,
+            Error::NetUnreachable => 101,
+            Error::BroadcastDenied => 13,
+            Error::InvalidArgument => 22,
+            Error::BadHandle => 9,
+            Error::WouldBlock => 11,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Error::AddrInUse => "address in use (EADDRINUSE)",
+            Error::AddrNotAvailable => "address not available (EADDRNOTAVAIL)",
+            Error::MessageTooLong => "message too long (EMSGSIZE)",
+            Error::NetUnreachable => "network unreachable (ENETUNREACH)",
+            Error::BroadcastDenied => "broadcast not permitted (EACCES)",
+            Error::InvalidArgument => "invalid argument (EINVAL)",
+            Error::BadHandle => "bad socket handle (EBADF)",
+            Error::WouldBlock => "would block (EAGAIN)",
+        })
+    }
+}
+
+impl std::error::Error for Error {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cidr() {
+        let c = Ipv4Cidr::new(Ipv4Addr::new(192, 0, 2, 1), 24);
+        assert!(c.contains(Ipv4Addr::new(192, 0, 2, 200)));
+        assert!(!c.contains(Ipv4Addr::new(192, 0, 3, 1)));
+        assert_eq!(c.broadcast(), Some(Ipv4Addr::new(192, 0, 2, 255)));
+        assert_eq!(
+            Ipv4Cidr::new(Ipv4Addr::new(10, 0, 0, 1), 32).broadcast(),
+            None
+        );
+        assert!(Ipv4Cidr::new(Ipv4Addr::new(10, 0, 0, 1), 0).contains(Ipv4Addr::new(8, 8, 8, 8)));
+    }
+}

@@ -1,0 +1,327 @@
+//! ICMPv4: [RFC 792](https://www.rfc-editor.org/rfc/rfc792), with the host requirements of
+//! [RFC 1122 §3.2.2](https://www.rfc-editor.org/rfc/rfc1122#section-3.2.2) and Linux's
+//! behaviour from `net/ipv4/icmp.c`: echo replies, errors for datagrams we cannot deliver,
+//! and two rate limits on errors (a global token bucket, `icmp_msgs_per_sec` /
+//! `icmp_msgs_burst`, and one per destination host, `icmp_ratelimit`, for the types in
+//! `icmp_ratemask`).
+
+use core::net::Ipv4Addr;
+use std::collections::VecDeque;
+
+use hashbrown::HashMap;
+use ustack_obs::{Counter, DropReason, Instant};
+use ustack_wire::icmpv4::{self, DstUnreachable, TimeExceeded};
+use ustack_wire::{IpProtocol, ipv4};
+
+use crate::ip::reassembly::Expired;
+use crate::ip::{Inbound, Outbound};
+use crate::{Error, Stack};
+
+/// Largest ICMP error datagram: RFC 1812 §4.3.2.3 "the ICMP datagram SHOULD contain as
+/// much of the original datagram as possible without the length of the ICMP datagram
+/// exceeding 576 bytes" (Linux: `576` in `icmp_send`).
+const ICMP_ERROR_MAX: usize = 576;
+/// Per-host bucket depth, in intervals: Linux's `XRLIM_BURST_FACTOR`.
+const XRLIM_BURST_FACTOR: u64 = 6;
+/// Hosts tracked by the per-host limiter; when full, the oldest-idle half is forgotten.
+const PEER_LIMIT: usize = 4096;
+/// Echo replies kept for [`Stack::recv_echo_reply`]; older ones are dropped (counted).
+const ECHO_REPLY_QUEUE: usize = 1024;
+
+/// An echo reply received for a [`Stack::ping`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EchoReply {
+    pub src: Ipv4Addr,
+    pub ident: u16,
+    pub seq_no: u16,
+    pub data: Vec<u8>,
+    pub ttl: u8,
+    /// When it arrived.
+    pub at: Instant,
+}
+
+/// ICMP state: the rate limiters and received echo replies.
+#[derive(Debug)]
+pub struct IcmpState {
+    /// Global bucket, in tokens scaled by 10^6 (one token = one message).
+    global_credit: u64,
+    global_stamp: Instant,
+    /// Per-host buckets, in nanoseconds of credit (Linux `inet_peer_xrlim_allow`).
+    peers: HashMap<Ipv4Addr, (u64, Instant), foldhash::fast::FixedState>,
+    replies: VecDeque<EchoReply>,
+}
+
+impl IcmpState {
+    pub fn new(seed: u64) -> Self {
+        IcmpState {
+            global_credit: u64::MAX,
+            global_stamp: Instant::ZERO,
+            peers: HashMap::with_hasher(foldhash::fast::FixedState::with_seed(seed)),
+            replies: VecDeque::new(),
+        }
+    }
+}
+
+impl Stack {
+    /// ICMP input (Linux `icmp_rcv`).
+    pub(crate) fn icmp_input(&mut self, now: Instant, inbound: &Inbound) {
+        // RFC 2011: icmpInMsgs "includes all those counted by icmpInErrors".
+        self.mib.inc(Counter::IcmpInMsgs);
+        let Ok(packet) = icmpv4::Packet::new_checked(inbound.payload) else {
+            return self.mib.drop(DropReason::IcmpMalformed);
+        };
+        if !packet.verify_checksum() {
+            return self.mib.drop(DropReason::IcmpCsum);
+        }
+        self.mib.icmp_in_type(packet.msg_type().into());
+        let repr = match icmpv4::Repr::parse(&packet, false) {
+            Ok(r) => r,
+            // Types we do not act on (redirects, timestamps, ...) are counted by type, then ignored.
+            Err(ustack_wire::Error::Unsupported) => return,
+            Err(_) => return self.mib.drop(DropReason::IcmpMalformed),
+        };
+        match repr {
+            icmpv4::Repr::EchoRequest {
+                ident,
+                seq_no,
+                data,
+            } => {
+                // RFC 1122 §3.2.2.6: "Every host MUST implement an ICMP Echo server".
+                // Linux: icmp_echo_ignore_all, and icmp_echo_ignore_broadcasts (RFC 1122
+                // allows a host to ignore echo requests to broadcast addresses).
+                if self.sysctl.icmp_echo_ignore_all != 0
+                    || (inbound.broadcast && self.sysctl.icmp_echo_ignore_broadcasts != 0)
+                {
+                    return;
+                }
+                let reply = icmpv4::Repr::EchoReply {
+                    ident,
+                    seq_no,
+                    data,
+                };
+                let _ = self.icmp_send(now, inbound.repr.src_addr, &reply);
+            }
+            icmpv4::Repr::EchoReply {
+                ident,
+                seq_no,
+                data,
+            } => {
+                if self.icmp.replies.len() >= ECHO_REPLY_QUEUE {
+                    self.icmp.replies.pop_front();
+                    self.mib.drop(DropReason::IcmpReplyQueueFull);
+                }
+                self.icmp.replies.push_back(EchoReply {
+                    src: inbound.repr.src_addr,
+                    ident,
+                    seq_no,
+                    data: data.to_vec(),
+                    ttl: inbound.repr.ttl,
+                    at: now,
+                });
+            }
+            // Errors about our own datagrams. With no connected sockets yet there is no
+            // one to report them to; they are counted by type above.
+            _ => {}
+        }
+    }
+
+    /// Send an echo request ("ping") to `dst`. Replies appear in [`Stack::recv_echo_reply`].
+    pub fn ping(
+        &mut self,
+        now: Instant,
+        dst: Ipv4Addr,
+        ident: u16,
+        seq_no: u16,
+        data: &[u8],
+    ) -> Result<(), Error> {
+        if dst.is_broadcast() || Some(dst) == self.ipv4.broadcast() {
+            return Err(Error::BroadcastDenied);
+        }
+        self.icmp_send(
+            now,
+            dst,
+            &icmpv4::Repr::EchoRequest {
+                ident,
+                seq_no,
+                data,
+            },
+        )
+    }
+
+    /// The oldest echo reply not yet taken.
+    pub fn recv_echo_reply(&mut self) -> Option<EchoReply> {
+        self.icmp.replies.pop_front()
+    }
+
+    /// Build and send one ICMP message to `dst`.
+    fn icmp_send(&mut self, now: Instant, dst: Ipv4Addr, repr: &icmpv4::Repr) -> Result<(), Error> {
+        let out = Outbound {
+            dst,
+            protocol: IpProtocol::Icmp,
+            payload_len: repr.buffer_len(),
+            dont_frag: false,
+            full_reason: DropReason::IcmpOutQueueFull,
+        };
+        self.mib.inc(Counter::IcmpOutMsgs);
+        self.mib.icmp_out_type(icmp_type(repr));
+        self.ipv4_output(now, out, |buf, _, _| {
+            repr.emit(&mut icmpv4::Packet::new_unchecked(buf), true);
+        })
+        .inspect_err(|_| self.mib.inc(Counter::IcmpOutErrors))
+    }
+
+    /// Destination Unreachable about `inbound` (port or protocol unreachable).
+    pub(crate) fn icmp_send_unreach(
+        &mut self,
+        now: Instant,
+        inbound: &Inbound,
+        reason: DstUnreachable,
+    ) {
+        if !self.icmp_error_allowed(inbound.broadcast, &inbound.repr, inbound.payload) {
+            return;
+        }
+        let quoted = quote(inbound.header, inbound.payload);
+        let repr = icmpv4::Repr::DstUnreachable {
+            reason,
+            next_hop_mtu: 0,
+            data: &quoted,
+        };
+        if self.icmp_rate_allowed(now, inbound.repr.src_addr, 3) {
+            let _ = self.icmp_send(now, inbound.repr.src_addr, &repr);
+        }
+    }
+
+    /// Time Exceeded (fragment reassembly) for an expired reassembly queue whose first
+    /// fragment had arrived (RFC 792; Linux `ip_expire`).
+    pub(crate) fn icmp_frag_expired(&mut self, now: Instant, expired: &Expired) {
+        let Some(first) = &expired.first else { return };
+        let header = ipv4::Packet::new_unchecked(first.header.as_bytes());
+        let repr = ipv4::Repr {
+            src_addr: header.src_addr(),
+            dst_addr: header.dst_addr(),
+            next_header: header.next_header(),
+            payload_len: first.data.len(),
+            ttl: header.ttl(),
+            tos: 0,
+            ident: header.ident(),
+            dont_frag: header.dont_frag(),
+            more_frags: true,
+            frag_offset: 0,
+        };
+        if repr.dst_addr != self.ipv4.addr || !self.icmp_error_allowed(false, &repr, &first.data) {
+            return;
+        }
+        let quoted = quote(first.header.as_bytes(), &first.data);
+        let msg = icmpv4::Repr::TimeExceeded {
+            reason: TimeExceeded::FragExpired,
+            data: &quoted,
+        };
+        if self.icmp_rate_allowed(now, repr.src_addr, 11) {
+            let _ = self.icmp_send(now, repr.src_addr, &msg);
+        }
+    }
+
+    /// [RFC 1122 §3.2.2](https://www.rfc-editor.org/rfc/rfc1122#section-3.2.2): "An ICMP
+    /// error message MUST NOT be sent as the result of receiving: an ICMP error message,
+    /// a datagram destined to an IP broadcast or IP multicast address, a datagram sent as
+    /// a link-layer broadcast, a non-initial fragment, a datagram whose source address
+    /// does not define a single host".
+    fn icmp_error_allowed(&self, broadcast: bool, repr: &ipv4::Repr, payload: &[u8]) -> bool {
+        if broadcast || repr.frag_offset != 0 || repr.dst_addr.is_multicast() {
+            return false;
+        }
+        let src = repr.src_addr;
+        if src.is_unspecified() || src.is_broadcast() || src.is_multicast() || src.is_loopback() {
+            return false;
+        }
+        if repr.next_header == IpProtocol::Icmp {
+            // Only informational messages (echo, ...) may trigger an error; the type is
+            // the first payload byte. Types 0, 8, 13-18 are queries (RFC 792).
+            return matches!(payload.first(), Some(0 | 8 | 13..=18));
+        }
+        true
+    }
+
+    /// The two rate limits on ICMP errors, for types in `icmp_ratemask`, in the order of
+    /// Linux >= 6.12 (`icmp: change the order of rate limits`): the global bucket is
+    /// checked but not consumed, then the per-host bucket is checked and updated, and only
+    /// then is a global token consumed. (Linux consumes a random 0-2 tokens there against
+    /// side channels; ustack consumes exactly one, so tests are deterministic.)
+    fn icmp_rate_allowed(&mut self, now: Instant, dst: Ipv4Addr, msg_type: u8) -> bool {
+        if self.sysctl.icmp_ratemask & (1 << msg_type) == 0 {
+            return true;
+        }
+        // Global bucket (`icmp_global_allow`): icmp_msgs_per_sec tokens a second, at most
+        // icmp_msgs_burst; kept in millionths of a token.
+        const TOKEN: u64 = 1_000_000;
+        let burst = self.sysctl.icmp_msgs_burst.saturating_mul(TOKEN);
+        let elapsed_us =
+            u64::try_from((now - self.icmp.global_stamp).as_micros()).unwrap_or(u64::MAX);
+        let credit = self
+            .icmp
+            .global_credit
+            .min(burst)
+            .saturating_add(elapsed_us.saturating_mul(self.sysctl.icmp_msgs_per_sec))
+            .min(burst);
+        self.icmp.global_credit = credit;
+        self.icmp.global_stamp = now;
+        if credit < TOKEN {
+            self.mib.inc(Counter::IcmpOutRateLimitGlobal);
+            return false;
+        }
+        // Per-host bucket (`inet_peer_xrlim_allow`): one message per icmp_ratelimit, in
+        // bursts of up to XRLIM_BURST_FACTOR.
+        let interval = self.sysctl.icmp_ratelimit.saturating_mul(1_000_000);
+        if interval > 0 && !self.icmp.peer_allow(now, dst, interval) {
+            self.mib.inc(Counter::IcmpOutRateLimitHost);
+            return false;
+        }
+        self.icmp.global_credit -= TOKEN;
+        true
+    }
+}
+
+impl IcmpState {
+    /// Take one token from `dst`'s bucket (`interval` nanoseconds of credit per message).
+    fn peer_allow(&mut self, now: Instant, dst: Ipv4Addr, interval: u64) -> bool {
+        let cap = interval.saturating_mul(XRLIM_BURST_FACTOR);
+        if self.peers.len() >= PEER_LIMIT && !self.peers.contains_key(&dst) {
+            // Forget hosts whose buckets have refilled: they behave as new ones anyway.
+            self.peers
+                .retain(|_, (_, last)| (now - *last).as_nanos() < u128::from(cap));
+            if self.peers.len() >= PEER_LIMIT {
+                self.peers.clear();
+            }
+        }
+        let (tokens, last) = self.peers.entry(dst).or_insert((cap, now));
+        let refill = u64::try_from((now - *last).as_nanos()).unwrap_or(u64::MAX);
+        *tokens = tokens.saturating_add(refill).min(cap);
+        *last = now;
+        if *tokens >= interval {
+            *tokens -= interval;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// The invoking datagram as an ICMP error quotes it: the IP header and as much payload
+/// as fits in a 576-byte error datagram (20 bytes of our IP header, 8 of ICMP header).
+fn quote(header: &[u8], payload: &[u8]) -> Vec<u8> {
+    let room = ICMP_ERROR_MAX - ipv4::HEADER_LEN - 8;
+    let take = payload.len().min(room.saturating_sub(header.len()));
+    let mut q = Vec::with_capacity(header.len() + take);
+    q.extend_from_slice(header);
+    q.extend_from_slice(&payload[..take]);
+    q
+}
+
+fn icmp_type(repr: &icmpv4::Repr) -> u8 {
+    match repr {
+        icmpv4::Repr::EchoReply { .. } => 0,
+        icmpv4::Repr::DstUnreachable { .. } => 3,
+        icmpv4::Repr::EchoRequest { .. } => 8,
+        icmpv4::Repr::TimeExceeded { .. } => 11,
+    }
+}

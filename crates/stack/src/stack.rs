@@ -1,0 +1,326 @@
+//! The interface: Ethernet input and output, ARP (`net/ethernet/eth.c`, `net/ipv4/arp.c`),
+//! the transmit queue, and the timers of the layers below the sockets.
+
+use core::net::Ipv4Addr;
+use core::time::Duration;
+use std::collections::VecDeque;
+
+use ustack_obs::{DropReason, Instant, Mib};
+use ustack_wire::{EthernetAddress, arp, ethernet};
+
+use crate::icmp::IcmpState;
+use crate::ip::IdentGen;
+use crate::ip::reassembly::{ReasmConfig, Reassembler};
+use crate::neigh::{NeighEvent, NeighTable, Resolution};
+use crate::udp::UdpTable;
+use crate::{Config, Ipv4Cidr, Medium, Sysctl};
+
+/// One interface's protocol stack. See the crate docs for the call order.
+#[derive(Debug)]
+pub struct Stack {
+    pub(crate) medium: Medium,
+    pub(crate) mac: EthernetAddress,
+    pub(crate) ipv4: Ipv4Cidr,
+    pub(crate) gateway: Option<Ipv4Addr>,
+    pub(crate) mtu: usize,
+    pub(crate) sysctl: Sysctl,
+    pub(crate) mib: Mib,
+    pub(crate) neigh: NeighTable,
+    pub(crate) reasm: Reassembler,
+    pub(crate) ident: IdentGen,
+    pub(crate) icmp: IcmpState,
+    pub(crate) udp: UdpTable,
+    /// Frames ready for the device, L2 header filled in.
+    tx: VecDeque<Vec<u8>>,
+    /// Scratch for timer events, kept to avoid allocating on every timeout.
+    neigh_events: Vec<NeighEvent>,
+}
+
+impl Stack {
+    /// A stack for one interface.
+    pub fn new(config: Config) -> Stack {
+        let Config {
+            medium,
+            mac,
+            ipv4,
+            gateway,
+            mtu,
+            sysctl,
+            seed,
+        } = config;
+        let reasm = Reassembler::new(reasm_config(&sysctl), seed ^ 0x7265_6173_6d00_0001);
+        Stack {
+            medium,
+            mac,
+            ipv4,
+            gateway,
+            mtu,
+            mib: Mib::new(),
+            neigh: NeighTable::new(seed ^ 0x6e65_6967_6800_0002),
+            reasm,
+            ident: IdentGen::new(seed ^ 0x6964_656e_7400_0003),
+            icmp: IcmpState::new(seed ^ 0x6963_6d70_0000_0004),
+            udp: UdpTable::new(seed ^ 0x7564_7000_0000_0005, &sysctl),
+            sysctl,
+            tx: VecDeque::new(),
+            neigh_events: Vec::new(),
+        }
+    }
+
+    /// The counters.
+    pub fn mib(&self) -> &Mib {
+        &self.mib
+    }
+
+    /// The tunables in force.
+    pub fn sysctl(&self) -> &Sysctl {
+        &self.sysctl
+    }
+
+    /// Set a tunable by its Linux name, validated.
+    pub fn set_sysctl(&mut self, name: &str, value: u64) -> Result<(), crate::SysctlError> {
+        self.sysctl.set(name, value)?;
+        self.reasm.set_config(reasm_config(&self.sysctl));
+        Ok(())
+    }
+
+    /// Our IPv4 address and prefix.
+    pub fn ipv4(&self) -> Ipv4Cidr {
+        self.ipv4
+    }
+
+    /// Our MAC address.
+    pub fn mac(&self) -> EthernetAddress {
+        self.mac
+    }
+
+    /// The neighbour table (read-only view for tools and tests).
+    pub fn neighbours(&self) -> &NeighTable {
+        &self.neigh
+    }
+
+    /// Bytes held by IPv4 reassembly.
+    pub fn reassembly_mem(&self) -> usize {
+        self.reasm.mem()
+    }
+
+    /// Bytes of L2 header this medium puts in front of an IP packet.
+    pub(crate) fn l2_len(&self) -> usize {
+        match self.medium {
+            Medium::Ethernet => ethernet::HEADER_LEN,
+            Medium::Ip => 0,
+        }
+    }
+
+    // ---- input ------------------------------------------------------------------------
+
+    /// One frame from the device: an Ethernet frame or a bare IP packet, per the medium.
+    pub fn receive(&mut self, now: Instant, frame: &[u8]) {
+        match self.medium {
+            Medium::Ip => self.ipv4_input(now, frame, false),
+            Medium::Ethernet => self.eth_input(now, frame),
+        }
+    }
+
+    /// Ethernet II input (Linux `eth_type_trans` then the protocol handlers).
+    fn eth_input(&mut self, now: Instant, frame: &[u8]) {
+        let Ok(eth) = ethernet::Frame::new_checked(frame) else {
+            self.mib.drop(DropReason::MacHdr);
+            return;
+        };
+        let dst = eth.dst_addr();
+        // We listen to our address and to broadcast; no multicast groups yet.
+        if dst != self.mac && !dst.is_broadcast() {
+            self.mib.drop(DropReason::Otherhost);
+            return;
+        }
+        match eth.ethertype() {
+            ethernet::EtherType::Arp => self.arp_input(now, eth.payload()),
+            ethernet::EtherType::Ipv4 => self.ipv4_input(now, eth.payload(), dst.is_broadcast()),
+            _ => self.mib.drop(DropReason::UnhandledProto),
+        }
+    }
+
+    /// ARP input, [RFC 826 "Packet Reception"](https://www.rfc-editor.org/rfc/rfc826):
+    /// "If the pair <protocol type, sender protocol address> is already in my translation
+    /// table, update the sender hardware address field ... (Merge_flag). ?Am I the target
+    /// protocol address? If Merge_flag is false, add the triplet ... ?Is the opcode
+    /// ares_op$REQUEST? Swap hardware and protocol fields ... send the packet".
+    fn arp_input(&mut self, now: Instant, payload: &[u8]) {
+        let Ok(repr) = arp::Packet::new_checked(payload).and_then(|p| arp::Repr::parse(&p)) else {
+            self.mib.drop(DropReason::ArpMalformed);
+            return;
+        };
+        let sha = repr.source_hardware_addr;
+        let spa = repr.source_protocol_addr;
+        // A sender claiming a group MAC, or one of our own, is bogus (Linux arp_process).
+        if sha.is_multicast() || spa.is_broadcast() || spa.is_multicast() || spa == self.ipv4.addr {
+            self.mib.drop(DropReason::ArpMalformed);
+            return;
+        }
+        let for_us = repr.target_protocol_addr == self.ipv4.addr;
+        // Probes (sender 0.0.0.0, RFC 5227) must not enter the table but are answered.
+        if !spa.is_unspecified() {
+            for frame in self.neigh.confirm(now, spa, sha, for_us) {
+                self.eth_send(frame, sha);
+            }
+        }
+        if for_us && repr.operation == arp::Operation::Request {
+            let reply = arp::Repr {
+                operation: arp::Operation::Reply,
+                source_hardware_addr: self.mac,
+                source_protocol_addr: self.ipv4.addr,
+                target_hardware_addr: sha,
+                target_protocol_addr: spa,
+            };
+            self.arp_send(&reply, sha);
+        }
+    }
+
+    // ---- output -----------------------------------------------------------------------
+
+    /// Send an ARP packet to `dst_mac`.
+    fn arp_send(&mut self, repr: &arp::Repr, dst_mac: EthernetAddress) {
+        let mut frame = vec![0u8; ethernet::HEADER_LEN + repr.buffer_len()];
+        repr.emit(&mut arp::Packet::new_unchecked(
+            &mut frame[ethernet::HEADER_LEN..],
+        ));
+        self.eth_fill(&mut frame, dst_mac, ethernet::EtherType::Arp);
+        self.tx_push(frame, DropReason::DevQueueFull);
+    }
+
+    /// Ask who has `ip`: broadcast, or unicast to `known` to re-confirm a stale entry.
+    fn arp_request(&mut self, ip: Ipv4Addr, known: Option<EthernetAddress>) {
+        let req = arp::Repr {
+            operation: arp::Operation::Request,
+            source_hardware_addr: self.mac,
+            source_protocol_addr: self.ipv4.addr,
+            target_hardware_addr: EthernetAddress::default(),
+            target_protocol_addr: ip,
+        };
+        self.arp_send(&req, known.unwrap_or(EthernetAddress::BROADCAST));
+    }
+
+    fn eth_fill(&self, frame: &mut [u8], dst: EthernetAddress, ethertype: ethernet::EtherType) {
+        let repr = ethernet::Repr {
+            src_addr: self.mac,
+            dst_addr: dst,
+            ethertype,
+        };
+        repr.emit(&mut ethernet::Frame::new_unchecked(frame));
+    }
+
+    /// Fill in the Ethernet header of an IPv4 frame built with L2 headroom, and queue it.
+    fn eth_send(&mut self, mut frame: Vec<u8>, dst: EthernetAddress) {
+        self.eth_fill(&mut frame, dst, ethernet::EtherType::Ipv4);
+        self.tx_push(frame, DropReason::DevQueueFull);
+    }
+
+    /// Hand an IPv4 frame (built with `l2_len()` bytes of headroom) to the link: resolve
+    /// the next hop's address on Ethernet, straight to the queue on an IP link. Returns
+    /// false when the frame was dropped (and counted with `full_reason` if the queue
+    /// was full).
+    pub(crate) fn dev_queue_xmit(
+        &mut self,
+        next_hop: Ipv4Addr,
+        frame: Vec<u8>,
+        full_reason: DropReason,
+        now: Instant,
+    ) -> bool {
+        if self.medium == Medium::Ip {
+            return self.tx_push(frame, full_reason);
+        }
+        if next_hop.is_broadcast() || Some(next_hop) == self.ipv4.broadcast() {
+            self.eth_fill_and_push(frame, EthernetAddress::BROADCAST, full_reason);
+            return true;
+        }
+        let mut packet = Some(frame);
+        match self
+            .neigh
+            .resolve(now, next_hop, &mut packet, &self.sysctl, &mut self.mib)
+        {
+            Resolution::Send { mac, probe } => {
+                if probe {
+                    self.arp_request(next_hop, Some(mac));
+                }
+                let frame = packet.expect("resolve hands the packet back on Send");
+                self.eth_fill_and_push(frame, mac, full_reason)
+            }
+            Resolution::Queued { request } => {
+                if request {
+                    self.arp_request(next_hop, None);
+                }
+                true
+            }
+            Resolution::Refused => false,
+        }
+    }
+
+    fn eth_fill_and_push(
+        &mut self,
+        mut frame: Vec<u8>,
+        mac: EthernetAddress,
+        full_reason: DropReason,
+    ) -> bool {
+        self.eth_fill(&mut frame, mac, ethernet::EtherType::Ipv4);
+        self.tx_push(frame, full_reason)
+    }
+
+    /// The transmit queue, bounded by `txqueuelen` like a device queue.
+    fn tx_push(&mut self, frame: Vec<u8>, full_reason: DropReason) -> bool {
+        if self.tx.len() as u64 >= self.sysctl.txqueuelen {
+            self.mib.drop(full_reason);
+            return false;
+        }
+        self.tx.push_back(frame);
+        true
+    }
+
+    /// The next frame for the device, if any.
+    pub fn poll_transmit(&mut self, _now: Instant) -> Option<Vec<u8>> {
+        self.tx.pop_front()
+    }
+
+    /// Frames waiting in the transmit queue.
+    pub fn tx_queue_len(&self) -> usize {
+        self.tx.len()
+    }
+
+    // ---- timers -----------------------------------------------------------------------
+
+    /// When [`Stack::handle_timeout`] next has work, if ever.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        [self.neigh.poll_at(), self.reasm.poll_at()]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Run the timers that are due at `now`: ARP retransmits and failures, neighbour
+    /// garbage collection, reassembly timeouts (with ICMP Time Exceeded, as Linux's
+    /// `ip_expire`).
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let mut events = core::mem::take(&mut self.neigh_events);
+        self.neigh
+            .handle_timeout(now, &self.sysctl, &mut self.mib, &mut events);
+        for ev in events.drain(..) {
+            match ev {
+                NeighEvent::Request(ip) => self.arp_request(ip, None),
+            }
+        }
+        self.neigh_events = events;
+        for expired in self.reasm.expire(now, &mut self.mib) {
+            self.icmp_frag_expired(now, &expired);
+        }
+    }
+}
+
+/// Reassembly limits from the sysctls of the same names.
+fn reasm_config(sysctl: &Sysctl) -> ReasmConfig {
+    ReasmConfig {
+        high_thresh: sysctl.ipfrag_high_thresh as usize,
+        low_thresh: sysctl.ipfrag_low_thresh as usize,
+        timeout: Duration::from_secs(sysctl.ipfrag_time),
+        max_dist: sysctl.ipfrag_max_dist as u32,
+    }
+}

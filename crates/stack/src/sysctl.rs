@@ -1,0 +1,196 @@
+//! Tunables named after Linux sysctls, one table with default, range and unit per entry,
+//! validated when set. Names, defaults and meanings follow
+//! [Documentation/networking/ip-sysctl.rst](https://docs.kernel.org/networking/ip-sysctl.html)
+//! and `net/ipv4/sysctl_net_ipv4.c`; docs/sysctl.md lists them for users.
+//!
+//! Values are integers (booleans are 0/1), as `sysctl -w` takes them. A field is read by
+//! the stack directly (`stack.sysctl().ip_default_ttl`); [`Sysctl::set`] is the one way
+//! in from outside, and it refuses values out of range.
+
+use core::fmt;
+
+/// What one tunable is: its Linux name, default, allowed range and unit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SysctlInfo {
+    /// The full Linux name, e.g. `net.ipv4.ip_default_ttl`.
+    pub name: &'static str,
+    pub default: u64,
+    pub min: u64,
+    pub max: u64,
+    /// Unit of the value: "bytes", "ms", "s", "packets", "bool", ...
+    pub unit: &'static str,
+    /// One line on what it does.
+    pub doc: &'static str,
+}
+
+/// A refused `set`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SysctlError {
+    /// No tunable has that name.
+    UnknownName(String),
+    /// The value is outside the tunable's range.
+    OutOfRange {
+        name: &'static str,
+        value: u64,
+        min: u64,
+        max: u64,
+    },
+}
+
+impl fmt::Display for SysctlError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SysctlError::UnknownName(n) => write!(f, "unknown sysctl {n:?}"),
+            SysctlError::OutOfRange {
+                name,
+                value,
+                min,
+                max,
+            } => {
+                write!(f, "{name} = {value} is out of range [{min}, {max}]")
+            }
+        }
+    }
+}
+
+impl std::error::Error for SysctlError {}
+
+macro_rules! sysctls {
+    ($( $(#[doc = $doc:literal])+ $field:ident: $name:literal = $default:expr, [$min:expr, $max:expr], $unit:literal; )*) => {
+        /// The stack's tunables. `Sysctl::default()` holds Linux's defaults.
+        #[derive(Debug, Clone, PartialEq, Eq)]
+        pub struct Sysctl {
+            $( $(#[doc = $doc])+ pub $field: u64, )*
+        }
+
+        impl Default for Sysctl {
+            fn default() -> Self {
+                Sysctl { $( $field: $default, )* }
+            }
+        }
+
+        impl Sysctl {
+            /// Every tunable, in documentation order.
+            pub const TABLE: &'static [SysctlInfo] = &[
+                $( SysctlInfo { name: $name, default: $default, min: $min, max: $max, unit: $unit,
+                                doc: concat!($($doc),+) }, )*
+            ];
+
+            /// The value of the tunable called `name` (its full Linux name).
+            pub fn get(&self, name: &str) -> Option<u64> {
+                match name {
+                    $( $name => Some(self.$field), )*
+                    _ => None,
+                }
+            }
+
+            /// Set the tunable called `name`, refusing unknown names and values out of range.
+            pub fn set(&mut self, name: &str, value: u64) -> Result<(), SysctlError> {
+                let info = Self::info(name).ok_or_else(|| SysctlError::UnknownName(name.to_owned()))?;
+                if value < info.min || value > info.max {
+                    return Err(SysctlError::OutOfRange { name: info.name, value, min: info.min, max: info.max });
+                }
+                match name {
+                    $( $name => self.$field = value, )*
+                    _ => unreachable!("name was found in TABLE"),
+                }
+                Ok(())
+            }
+        }
+    };
+}
+
+sysctls! {
+    /// TTL of outgoing IPv4 datagrams.
+    ip_default_ttl: "net.ipv4.ip_default_ttl" = 64, [1, 255], "hops";
+    /// Lowest local port picked for an unbound socket (first half of ip_local_port_range).
+    ip_local_port_min: "net.ipv4.ip_local_port_range.min" = 32768, [1, 65535], "port";
+    /// Highest local port picked for an unbound socket (second half of ip_local_port_range).
+    ip_local_port_max: "net.ipv4.ip_local_port_range.max" = 60999, [1, 65535], "port";
+    /// Memory that IPv4 reassembly may hold; fragments beyond it are refused.
+    ipfrag_high_thresh: "net.ipv4.ipfrag_high_thresh" = 4 * 1024 * 1024, [0, (1 << 31)], "bytes";
+    /// Kept for Linux compatibility: Linux >= 4.17 no longer evicts down to it.
+    ipfrag_low_thresh: "net.ipv4.ipfrag_low_thresh" = 3 * 1024 * 1024, [0, (1 << 31)], "bytes";
+    /// How long an incomplete datagram's fragments are kept.
+    ipfrag_time: "net.ipv4.ipfrag_time" = 30, [1, 3600], "s";
+    /// Largest gap in arrivals from one source tolerated within a reassembly queue (0 off).
+    ipfrag_max_dist: "net.ipv4.ipfrag_max_dist" = 64, [0, 65535], "fragments";
+    /// Minimum interval between ICMP errors to one destination (token bucket per host).
+    icmp_ratelimit: "net.ipv4.icmp_ratelimit" = 1000, [0, 60_000], "ms";
+    /// Bit mask of ICMP types that are rate limited (default: unreachable, source quench, time exceeded, parameter problem).
+    icmp_ratemask: "net.ipv4.icmp_ratemask" = 6168, [0, u32::MAX as u64], "mask";
+    /// Global limit on ICMP errors sent per second.
+    icmp_msgs_per_sec: "net.ipv4.icmp_msgs_per_sec" = 1000, [0, 1_000_000], "packets/s";
+    /// Burst allowed above icmp_msgs_per_sec.
+    icmp_msgs_burst: "net.ipv4.icmp_msgs_burst" = 50, [0, 1_000_000], "packets";
+    /// Ignore every ICMP echo request.
+    icmp_echo_ignore_all: "net.ipv4.icmp_echo_ignore_all" = 0, [0, 1], "bool";
+    /// Ignore ICMP echo requests sent to a broadcast address.
+    icmp_echo_ignore_broadcasts: "net.ipv4.icmp_echo_ignore_broadcasts" = 1, [0, 1], "bool";
+    /// Default receive buffer of a socket (UDP receive queue bound).
+    rmem_default: "net.core.rmem_default" = 212_992, [256, (1 << 30)], "bytes";
+    /// Default send buffer of a socket.
+    wmem_default: "net.core.wmem_default" = 212_992, [256, (1 << 30)], "bytes";
+    /// How long a resolved neighbour stays REACHABLE without confirmation.
+    neigh_base_reachable_time_ms: "net.ipv4.neigh.default.base_reachable_time_ms" = 30_000, [1, 3_600_000], "ms";
+    /// Interval between ARP requests while resolving.
+    neigh_retrans_time_ms: "net.ipv4.neigh.default.retrans_time_ms" = 1000, [1, 3_600_000], "ms";
+    /// ARP requests (broadcast) sent before resolution fails.
+    neigh_mcast_solicit: "net.ipv4.neigh.default.mcast_solicit" = 3, [1, 255], "probes";
+    /// Packets queued per neighbour while it resolves (Linux's unres_qlen).
+    neigh_unres_qlen: "net.ipv4.neigh.default.unres_qlen" = 101, [0, 65_535], "packets";
+    /// Unused neighbour entries older than this are removed.
+    neigh_gc_stale_time: "net.ipv4.neigh.default.gc_stale_time" = 60, [1, 86_400], "s";
+    /// Hard limit on neighbour entries (Linux's gc_thresh3).
+    neigh_gc_thresh3: "net.ipv4.neigh.default.gc_thresh3" = 1024, [1, 1_000_000], "entries";
+    /// Frames the device transmit queue holds before it drops (the interface's txqueuelen).
+    txqueuelen: "net.core.txqueuelen" = 1000, [1, 1_000_000], "packets";
+}
+
+impl Sysctl {
+    /// The table entry for `name`.
+    pub fn info(name: &str) -> Option<&'static SysctlInfo> {
+        Self::TABLE.iter().find(|i| i.name == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_in_range_and_match_table() {
+        let s = Sysctl::default();
+        for info in Sysctl::TABLE {
+            let v = s.get(info.name).unwrap();
+            assert_eq!(v, info.default, "{}", info.name);
+            assert!(
+                info.min <= v && v <= info.max,
+                "{} default out of range",
+                info.name
+            );
+        }
+        assert_eq!(s.ip_default_ttl, 64);
+    }
+
+    #[test]
+    fn set_validates() {
+        let mut s = Sysctl::default();
+        s.set("net.ipv4.ip_default_ttl", 128).unwrap();
+        assert_eq!(s.ip_default_ttl, 128);
+        assert_eq!(
+            s.set("net.ipv4.ip_default_ttl", 0),
+            Err(SysctlError::OutOfRange {
+                name: "net.ipv4.ip_default_ttl",
+                value: 0,
+                min: 1,
+                max: 255
+            })
+        );
+        assert!(matches!(
+            s.set("net.ipv4.nope", 1),
+            Err(SysctlError::UnknownName(_))
+        ));
+        assert_eq!(s.ip_default_ttl, 128, "a refused set changes nothing");
+    }
+}
