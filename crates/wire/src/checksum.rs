@@ -12,7 +12,7 @@
 //! and swaps once at the end; RFC 1071 §2(B) ("byte order independence") is why that is
 //! correct. `cargo bench -p ustack-wire` measures it (docs/bench.md has figures).
 
-use core::net::{Ipv4Addr, Ipv6Addr};
+use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crate::IpProtocol;
 
@@ -120,6 +120,26 @@ pub fn update32(hc: u16, old: u32, new: u32) -> u16 {
         + (new >> 16) as u64
         + (new & 0xffff) as u64;
     !fold(acc)
+}
+
+/// Sum of the pseudo-header for either IP version, for UDP and TCP, which take
+/// `&IpAddr` pairs: [`pseudo_header_v4`] when both addresses are IPv4 (`length` is the
+/// 16-bit UDP/TCP length there, so only its low 16 bits count), [`pseudo_header_v6`] when
+/// both are IPv6. A mixed pair cannot occur on the wire; it is summed as IPv6 with the
+/// IPv4 address in its IPv4-mapped form (RFC 4291 §2.5.5.2) rather than panicking.
+#[inline]
+pub fn pseudo_header(src: &IpAddr, dst: &IpAddr, protocol: IpProtocol, length: u32) -> u16 {
+    match (src, dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => pseudo_header_v4(*s, *d, protocol, length as u16),
+        _ => pseudo_header_v6(to_v6(src), to_v6(dst), protocol, length),
+    }
+}
+
+fn to_v6(addr: &IpAddr) -> Ipv6Addr {
+    match addr {
+        IpAddr::V4(a) => a.to_ipv6_mapped(),
+        IpAddr::V6(a) => *a,
+    }
 }
 
 #[cfg(test)]
