@@ -1,1 +1,65 @@
-fn main() {}
+//! `ustack`: the command-line tool of the ustack user-space TCP/IP stack.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod bench;
+mod sysctl;
+
+/// ustack: a TCP/IP stack that runs inside a user process, built the way Linux's is.
+///
+/// The tool runs ustack's servers and benchmarks and inspects a running instance with
+/// the views Linux users know (/proc/net/snmp counters, ss, sysctl, pcap capture).
+#[derive(Debug, Parser)]
+#[command(name = "ustack", version, about, long_about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a workload against ustack and against Linux, side by side, and print the ratios.
+    ///
+    /// Today: `udp-rr`, 64-byte UDP request/response between two ustack stacks over the
+    /// in-process `sim` link, next to the same exchange through the Linux kernel over
+    /// loopback. The TCP scenarios (stream, pingpong, cps, c1m) arrive with TCP.
+    Bench(bench::Args),
+    /// Run a server (echo, discard, http) on ustack. Not yet: arrives with the runtime.
+    Serve,
+    /// Print a running instance's counters like /proc/net/snmp and /proc/net/netstat.
+    /// Not yet: needs `serve` and its control socket.
+    Stat,
+    /// List a running instance's sockets like `ss -tn`. Not yet: needs `serve`.
+    Ss,
+    /// Show ustack's tunables (Linux sysctl names, defaults, ranges, units), or check a
+    /// `name=value` setting against them. Setting a running instance comes with `serve`.
+    Sysctl(sysctl::Args),
+    /// Capture a running instance's traffic to a pcap file. Not yet: needs `serve`.
+    Capture,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Bench(args) => bench::run(&args),
+        Command::Sysctl(args) => sysctl::run(&args),
+        Command::Serve => not_yet("serve", "the runtime issue (#4)"),
+        Command::Stat => not_yet("stat", "`ustack serve` and its control socket (#6)"),
+        Command::Ss => not_yet("ss", "`ustack serve` and its control socket (#6)"),
+        Command::Capture => not_yet("capture", "`ustack serve` and its control socket (#6)"),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("ustack: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn not_yet(what: &str, needs: &str) -> anyhow::Result<ExitCode> {
+    eprintln!("ustack {what}: not yet implemented; it arrives with {needs}.");
+    Ok(ExitCode::from(2))
+}

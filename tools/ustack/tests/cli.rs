@@ -1,0 +1,196 @@
+//! The command-line tool as a user meets it: help, errors, exit codes.
+
+use std::process::{Command, Output};
+
+fn ustack(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ustack"))
+        .args(args)
+        .output()
+        .expect("run ustack")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn help_describes_the_tool_and_every_subcommand() {
+    let o = ustack(&["--help"]);
+    assert!(o.status.success());
+    let help = stdout(&o);
+    assert!(
+        help.contains("TCP/IP stack that runs inside a user process"),
+        "{help}"
+    );
+    for sub in ["bench", "serve", "stat", "ss", "sysctl", "capture"] {
+        assert!(
+            help.lines().any(|l| l.trim_start().starts_with(sub)),
+            "--help lists `{sub}`:\n{help}"
+        );
+    }
+}
+
+#[test]
+fn unknown_subcommand_and_bad_flag_are_clear_errors() {
+    let o = ustack(&["frobnicate"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("unrecognized subcommand 'frobnicate'"),
+        "{}",
+        stderr(&o)
+    );
+    let o = ustack(&["bench", "--no-such-flag"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--no-such-flag"), "{}", stderr(&o));
+}
+
+#[test]
+fn unimplemented_subcommands_say_so_and_fail() {
+    for sub in ["serve", "stat", "ss", "capture"] {
+        let o = ustack(&[sub]);
+        assert_eq!(o.status.code(), Some(2), "{sub} exits 2");
+        assert!(
+            stderr(&o).contains("not yet implemented"),
+            "{sub}: {}",
+            stderr(&o)
+        );
+    }
+}
+
+#[test]
+fn sysctl_lists_validates_and_refuses() {
+    let o = ustack(&["sysctl"]);
+    assert!(o.status.success());
+    let all = stdout(&o);
+    assert!(all.contains("net.ipv4.ip_default_ttl = 64\n"), "{all}");
+    assert!(
+        all.contains("net.ipv4.ipfrag_high_thresh = 4194304\n"),
+        "{all}"
+    );
+
+    let o = ustack(&["sysctl", "-v", "net.ipv4.icmp_ratelimit"]);
+    assert!(o.status.success());
+    assert!(
+        stdout(&o).starts_with("net.ipv4.icmp_ratelimit = 1000\t[0..=60000] ms"),
+        "{}",
+        stdout(&o)
+    );
+
+    let o = ustack(&["sysctl", "net.ipv4.ip_default_ttl=128"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "net.ipv4.ip_default_ttl = 128\n");
+
+    let o = ustack(&["sysctl", "net.ipv4.ip_default_ttl=0"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("out of range [1, 255]"),
+        "{}",
+        stderr(&o)
+    );
+
+    let o = ustack(&["sysctl", "net.ipv4.tcp_nope"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("unknown sysctl"), "{}", stderr(&o));
+
+    let o = ustack(&["sysctl", "net.ipv4.ip_default_ttl=lots"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("not a non-negative integer"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn bench_json_has_one_verified_object_per_server() {
+    let o = ustack(&["bench", "--duration", "100ms", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value =
+        serde_json::from_slice(&o.stdout).expect("stdout is one JSON document");
+    let runs = v.as_array().expect("a JSON array");
+    let servers: Vec<&str> = runs.iter().map(|r| r["server"].as_str().unwrap()).collect();
+    assert_eq!(servers, ["ustack", "linux"]);
+    for r in runs {
+        for field in [
+            "scenario",
+            "server",
+            "link",
+            "shards",
+            "verified",
+            "conns",
+            "duration_s",
+            "throughput_gbps",
+            "msgs_per_s",
+            "conns_per_s",
+            "latency_us",
+            "server_cpu_s",
+            "server_mem_bytes",
+            "server_mem_per_conn_bytes",
+            "counters",
+            "client_counters",
+        ] {
+            assert!(r.get(field).is_some(), "field {field} present in {r}");
+        }
+        assert_eq!(r["verified"], true);
+        assert!(r["msgs_per_s"].as_f64().unwrap() > 100.0, "{r}");
+        let (p50, p99) = (
+            r["latency_us"]["p50"].as_f64().unwrap(),
+            r["latency_us"]["p99"].as_f64().unwrap(),
+        );
+        assert!(0.0 < p50 && p50 <= p99, "{r}");
+    }
+    // The ustack server's counters use Linux's names, and saw every request.
+    let ustack = &runs[0];
+    let round_trips = ustack["round_trips"].as_u64().unwrap();
+    assert_eq!(
+        ustack["counters"]["Udp"]["InDatagrams"].as_u64(),
+        Some(round_trips)
+    );
+    assert_eq!(
+        ustack["client_counters"]["Udp"]["OutDatagrams"].as_u64(),
+        Some(round_trips)
+    );
+}
+
+#[test]
+fn bench_table_shows_both_servers_and_the_ratio() {
+    let o = ustack(&["bench", "--duration", "100ms"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("ustack ") && l.contains(" sim ")),
+        "{out}"
+    );
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("linux ") && l.contains(" loopback ")),
+        "{out}"
+    );
+    assert!(out.contains("ustack/linux: "), "{out}");
+}
+
+#[test]
+fn bench_rejects_bad_values_with_what_is_allowed() {
+    let o = ustack(&["bench", "--duration", "fast"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("expected a number with a unit"),
+        "{}",
+        stderr(&o)
+    );
+    let o = ustack(&["bench", "--msg-size", "4"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("8..=1472"), "{}", stderr(&o));
+    let o = ustack(&["bench", "--server", "bsd"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("[possible values: ustack, linux]"),
+        "{}",
+        stderr(&o)
+    );
+}
