@@ -160,7 +160,10 @@ mod tests {
     #[test]
     fn rfc1071_example() {
         // RFC 1071 §3: the bytes 00 01 f2 03 f4 f5 f6 f7 sum to 0xddf2.
-        assert_eq!(data(&[0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7]), 0xddf2);
+        assert_eq!(
+            data(&[0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7]),
+            0xddf2
+        );
     }
 
     #[test]
@@ -199,11 +202,18 @@ mod tests {
         let old32 = u32::from_be_bytes([h[16], h[17], h[18], h[19]]);
         h[16..20].copy_from_slice(&[10, 1, 2, 3]);
         let new32 = u32::from_be_bytes([h[16], h[17], h[18], h[19]]);
-        assert_eq!(update32(checksum(&{
-            let mut g = h;
-            g[16..20].copy_from_slice(&old32.to_be_bytes());
-            g
-        }), old32, new32), checksum(&h));
+        assert_eq!(
+            update32(
+                checksum(&{
+                    let mut g = h;
+                    g[16..20].copy_from_slice(&old32.to_be_bytes());
+                    g
+                }),
+                old32,
+                new32
+            ),
+            checksum(&h)
+        );
     }
 
     proptest::proptest! {

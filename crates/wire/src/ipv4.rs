@@ -465,11 +465,10 @@ impl Repr {
     ///   MUST verify the IP header checksum on every received datagram and silently
     ///   discard every datagram that has a bad checksum." (Linux: InCsumErrors and
     ///   InHdrErrors.) Pass `false` only when the device verified it.
-    /// - Reserved flag set: `Malformed`. RFC 791 §3.1: "Bit 0: reserved, must be zero".
-    ///   This is stricter than Linux, which names the bit `IP_CE` in `include/net/ip.h`
-    ///   but never tests it on receive (`ip_rcv_core` and `ip_frag_queue` only look at
-    ///   `IP_MF | IP_OFFSET`), so Linux accepts such packets. We drop them as ustack's
-    ///   design asks; the check is this one `if`.
+    /// - Reserved flag set: accepted. RFC 791 §3.1 makes it "must be zero" for senders
+    ///   and RFC 1122 does not ask receivers to drop it; Linux names the bit `IP_CE`
+    ///   (`include/net/ip.h`) but never tests it on receive (`ip_rcv_core` and
+    ///   `ip_frag_queue` only look at `IP_MF | IP_OFFSET`), and ustack does the same.
     /// - Options are skipped, not rejected: the header length accounts for them and the
     ///   payload starts after them (Linux parses them in `ip_options_compile`; we act on
     ///   none).
@@ -483,9 +482,6 @@ impl Repr {
         }
         if verify_checksum && !packet.verify_checksum() {
             return Err(Error::Checksum);
-        }
-        if packet.reserved_flag() {
-            return Err(Error::Malformed);
         }
         Ok(Repr {
             src_addr: packet.src_addr(),

@@ -67,7 +67,10 @@ impl Add<usize> for SeqNumber {
     /// window or segment can.
     #[inline]
     fn add(self, rhs: usize) -> SeqNumber {
-        debug_assert!(rhs <= i32::MAX as usize, "sequence advance {rhs} out of range");
+        debug_assert!(
+            rhs <= i32::MAX as usize,
+            "sequence advance {rhs} out of range"
+        );
         SeqNumber(self.0.wrapping_add(rhs as u32))
     }
 }
@@ -83,7 +86,10 @@ impl Sub<usize> for SeqNumber {
     type Output = SeqNumber;
     #[inline]
     fn sub(self, rhs: usize) -> SeqNumber {
-        debug_assert!(rhs <= i32::MAX as usize, "sequence retreat {rhs} out of range");
+        debug_assert!(
+            rhs <= i32::MAX as usize,
+            "sequence retreat {rhs} out of range"
+        );
         SeqNumber(self.0.wrapping_sub(rhs as u32))
     }
 }

@@ -221,10 +221,8 @@ impl Repr {
     /// - checksum wrong (when `verify_checksum`): `Checksum` (Linux: Udp InCsumErrors and
     ///   InErrors). Over IPv6 a zero checksum is `Checksum` too (RFC 8200 §8.1). Pass
     ///   `false` only when the device verified it.
-    /// - destination port 0: `Malformed`. Port 0 is reserved (IANA) and no socket can be
-    ///   bound to it, so such a datagram can only be noise. Linux has no such check: it
-    ///   finds no socket and counts Udp NoPorts (sending port unreachable); ustack counts
-    ///   it as a malformed header (Udp InErrors) and sends nothing.
+    /// - destination port 0 is accepted, as in Linux: no socket can be bound to it, so the
+    ///   stack finds none and counts Udp NoPorts (and sends a port unreachable).
     pub fn parse<T: AsRef<[u8]> + ?Sized>(
         packet: &Packet<&T>,
         src: &IpAddr,
@@ -234,9 +232,6 @@ impl Repr {
         packet.check_len()?;
         if verify_checksum && !packet.verify_checksum(src, dst) {
             return Err(Error::Checksum);
-        }
-        if packet.dst_port() == 0 {
-            return Err(Error::Malformed);
         }
         Ok(Repr {
             src_port: packet.src_port(),
