@@ -9,6 +9,8 @@ use core::net::Ipv4Addr;
 use core::time::Duration;
 use std::io::Write;
 
+use ustack_dev::Device;
+use ustack_dev::capture::Capture;
 use ustack_dev::sim::{Side, SimLink, SimLinkConfig};
 use ustack_obs::pcap::{LinkType, PcapWriter};
 use ustack_stack::{Config, EthernetAddress, Instant, Ipv4Cidr, Stack};
@@ -68,7 +70,7 @@ impl Pair {
     }
 
     /// Record every frame side A sends or receives (what a capture on A's interface
-    /// shows) as pcap to `out`.
+    /// shows) as pcap to `out`, through the device crate's `Capture` wrapper.
     pub fn record(&mut self, out: Box<dyn Write>) -> std::io::Result<()> {
         self.capture = Some(PcapWriter::new(out, LinkType::Ethernet, 65_535)?);
         Ok(())
@@ -95,38 +97,39 @@ impl Pair {
     pub fn settle(&mut self) -> usize {
         let mut delivered = 0;
         loop {
-            let mut moved = false;
+            let mut moved = 0;
             for side in [Side::A, Side::B] {
-                let now = self.now;
                 let Pair {
                     a,
                     b,
                     link,
                     buf,
                     capture,
-                    ..
+                    now,
                 } = self;
                 let stack = if side == Side::A { a } else { b };
-                if stack.poll_timeout().is_some_and(|t| t <= now) {
-                    stack.handle_timeout(now);
-                }
-                while let Some(frame) = stack.poll_transmit(now) {
-                    if let (Side::A, Some(c)) = (side, capture.as_mut()) {
-                        c.write_packet(now, &frame).expect("pcap write");
+                let port = link.port(side);
+                match if side == Side::A {
+                    capture.take()
+                } else {
+                    None
+                } {
+                    // Side A is seen through a `Capture`, as tcpdump on its interface would.
+                    Some(writer) => {
+                        let mut dev = Capture::with_writer(port, writer);
+                        let (m, d) = pump(stack, &mut dev, *now, buf);
+                        assert_eq!(dev.write_errors(), 0, "pcap write failed");
+                        *capture = Some(dev.into_parts().1);
+                        (moved, delivered) = (moved + m, delivered + d);
                     }
-                    link.send(now, side, &frame);
-                    moved = true;
-                }
-                while let Some(n) = link.recv(now, side, buf) {
-                    if let (Side::A, Some(c)) = (side, capture.as_mut()) {
-                        c.write_packet(now, &buf[..n]).expect("pcap write");
+                    None => {
+                        let mut dev = port;
+                        let (m, d) = pump(stack, &mut dev, *now, buf);
+                        (moved, delivered) = (moved + m, delivered + d);
                     }
-                    stack.receive(now, &buf[..n]);
-                    delivered += 1;
-                    moved = true;
                 }
             }
-            if !moved {
+            if moved == 0 {
                 return delivered;
             }
         }
@@ -193,4 +196,24 @@ impl Pair {
             }
         }
     }
+}
+
+/// One stack and its device at `now`: run due timers, send what the stack has queued,
+/// hand it what has arrived. Returns (frames moved either way, frames delivered).
+fn pump(stack: &mut Stack, dev: &mut impl Device, now: Instant, buf: &mut [u8]) -> (usize, usize) {
+    let mut moved = 0;
+    let mut delivered = 0;
+    if stack.poll_timeout().is_some_and(|t| t <= now) {
+        stack.handle_timeout(now);
+    }
+    while let Some(frame) = stack.poll_transmit(now) {
+        dev.send(now, &frame);
+        moved += 1;
+    }
+    while let Some(n) = dev.recv(now, buf) {
+        stack.receive(now, &buf[..n]);
+        delivered += 1;
+        moved += 1;
+    }
+    (moved, delivered)
 }
