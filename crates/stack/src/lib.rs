@@ -28,11 +28,13 @@ pub mod ip;
 pub mod neigh;
 pub mod stack;
 pub mod sysctl;
+pub mod tcp;
 pub mod udp;
 
 pub use icmp::EchoReply;
 pub use stack::Stack;
 pub use sysctl::{Sysctl, SysctlError, SysctlInfo};
+pub use tcp::{ListenerHandle, Shutdown, TcpHandle, TcpInfo, TcpResources};
 pub use udp::UdpHandle;
 pub use ustack_obs::{DropReason, Instant, Mib};
 pub use ustack_wire::EthernetAddress;
@@ -146,6 +148,14 @@ pub enum Error {
     BadHandle,
     /// EAGAIN: nothing to read now.
     WouldBlock,
+    /// EPIPE: writing after shutdown or close.
+    BrokenPipe,
+    /// ECONNRESET: the peer reset the connection.
+    ConnectionReset,
+    /// ECONNREFUSED: the peer answered the SYN with a reset.
+    ConnectionRefused,
+    /// ETIMEDOUT: retransmissions (or keepalive probes) ran out.
+    TimedOut,
 }
 
 impl Error {
@@ -160,6 +170,10 @@ impl Error {
             Error::InvalidArgument => 22,
             Error::BadHandle => 9,
             Error::WouldBlock => 11,
+            Error::BrokenPipe => 32,
+            Error::ConnectionReset => 104,
+            Error::ConnectionRefused => 111,
+            Error::TimedOut => 110,
         }
     }
 }
@@ -175,6 +189,10 @@ impl fmt::Display for Error {
             Error::InvalidArgument => "invalid argument (EINVAL)",
             Error::BadHandle => "bad socket handle (EBADF)",
             Error::WouldBlock => "would block (EAGAIN)",
+            Error::BrokenPipe => "broken pipe (EPIPE)",
+            Error::ConnectionReset => "connection reset by peer (ECONNRESET)",
+            Error::ConnectionRefused => "connection refused (ECONNREFUSED)",
+            Error::TimedOut => "connection timed out (ETIMEDOUT)",
         })
     }
 }

@@ -30,6 +30,7 @@ pub struct Stack {
     pub(crate) ident: IdentGen,
     pub(crate) icmp: IcmpState,
     pub(crate) udp: UdpTable,
+    pub(crate) tcp: crate::tcp::Tcp,
     /// Frames ready for the device, L2 header filled in.
     tx: VecDeque<Vec<u8>>,
     /// Scratch for timer events, kept to avoid allocating on every timeout.
@@ -61,6 +62,7 @@ impl Stack {
             ident: IdentGen::new(seed ^ 0x6964_656e_7400_0003),
             icmp: IcmpState::new(seed ^ 0x6963_6d70_0000_0004),
             udp: UdpTable::new(seed ^ 0x7564_7000_0000_0005, &sysctl),
+            tcp: crate::tcp::Tcp::new(seed ^ 0x7463_7000_0000_0006, &sysctl),
             sysctl,
             tx: VecDeque::new(),
             neigh_events: Vec::new(),
@@ -290,10 +292,14 @@ impl Stack {
 
     /// When [`Stack::handle_timeout`] next has work, if ever.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        [self.neigh.poll_at(), self.reasm.poll_at()]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            self.neigh.poll_at(),
+            self.reasm.poll_at(),
+            self.tcp_poll_timeout(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Run the timers that are due at `now`: ARP retransmits and failures, neighbour
@@ -312,6 +318,7 @@ impl Stack {
         for expired in self.reasm.expire(now, &mut self.mib) {
             self.icmp_frag_expired(now, &expired);
         }
+        self.tcp_handle_timeout(now);
     }
 }
 

@@ -145,6 +145,56 @@ sysctls! {
     neigh_gc_thresh3: "net.ipv4.neigh.default.gc_thresh3" = 1024, [1, 1_000_000], "entries";
     /// Frames the device transmit queue holds before it drops (the interface's txqueuelen).
     txqueuelen: "net.core.txqueuelen" = 1000, [1, 1_000_000], "packets";
+    /// Upper bound on a listener's accept queue (listen backlog is clamped to it).
+    somaxconn: "net.core.somaxconn" = 4096, [1, 1 << 20], "connections";
+    /// SYN queue bound when SYN cookies are off (Linux: a quarter is kept for proven peers).
+    tcp_max_syn_backlog: "net.ipv4.tcp_max_syn_backlog" = 4096, [1, 1 << 24], "requests";
+    /// SYN cookies: 0 off, 1 when the SYN queue overflows, 2 always.
+    tcp_syncookies: "net.ipv4.tcp_syncookies" = 1, [0, 2], "mode";
+    /// Reset (instead of dropping) the final ACK when the accept queue is full.
+    tcp_abort_on_overflow: "net.ipv4.tcp_abort_on_overflow" = 0, [0, 1], "bool";
+    /// SYN retransmissions of an active open before giving up.
+    tcp_syn_retries: "net.ipv4.tcp_syn_retries" = 6, [1, 127], "retries";
+    /// SYN-ACK retransmissions of a passive open before the request is dropped.
+    tcp_synack_retries: "net.ipv4.tcp_synack_retries" = 5, [0, 255], "retries";
+    /// Retransmissions after which the route is doubted (reported only; no routing cache).
+    tcp_retries1: "net.ipv4.tcp_retries1" = 3, [0, 255], "retries";
+    /// Retransmissions of data before the connection is aborted (ETIMEDOUT).
+    tcp_retries2: "net.ipv4.tcp_retries2" = 15, [0, 255], "retries";
+    /// Retransmissions of an orphaned connection (closed by the user) before it is aborted; 0 means 8.
+    tcp_orphan_retries: "net.ipv4.tcp_orphan_retries" = 0, [0, 255], "retries";
+    /// How long an orphaned connection stays in FIN-WAIT-2.
+    tcp_fin_timeout: "net.ipv4.tcp_fin_timeout" = 60, [1, 3600], "s";
+    /// RFC 7323 timestamps on connections this stack opens or accepts.
+    tcp_timestamps: "net.ipv4.tcp_timestamps" = 1, [0, 1], "bool";
+    /// RFC 7323 window scaling.
+    tcp_window_scaling: "net.ipv4.tcp_window_scaling" = 1, [0, 1], "bool";
+    /// RFC 2018 selective acknowledgments.
+    tcp_sack: "net.ipv4.tcp_sack" = 1, [0, 1], "bool";
+    /// Smallest receive buffer of a TCP socket (first of tcp_rmem).
+    tcp_rmem_min: "net.ipv4.tcp_rmem.min" = 4096, [1, 1 << 30], "bytes";
+    /// Initial receive buffer of a TCP socket (second of tcp_rmem).
+    tcp_rmem_default: "net.ipv4.tcp_rmem.default" = 131_072, [1, 1 << 30], "bytes";
+    /// Largest receive buffer, the bound on receive-window growth (third of tcp_rmem).
+    tcp_rmem_max: "net.ipv4.tcp_rmem.max" = 6_291_456, [1, 1 << 30], "bytes";
+    /// Smallest send buffer of a TCP socket (first of tcp_wmem).
+    tcp_wmem_min: "net.ipv4.tcp_wmem.min" = 4096, [1, 1 << 30], "bytes";
+    /// Initial send buffer of a TCP socket (second of tcp_wmem).
+    tcp_wmem_default: "net.ipv4.tcp_wmem.default" = 16_384, [1, 1 << 30], "bytes";
+    /// Largest send buffer (third of tcp_wmem).
+    tcp_wmem_max: "net.ipv4.tcp_wmem.max" = 4_194_304, [1, 1 << 30], "bytes";
+    /// Idle time before the first keepalive probe.
+    tcp_keepalive_time: "net.ipv4.tcp_keepalive_time" = 7200, [1, 32_767], "s";
+    /// Interval between keepalive probes.
+    tcp_keepalive_intvl: "net.ipv4.tcp_keepalive_intvl" = 75, [1, 32_767], "s";
+    /// Unanswered keepalive probes before the connection is aborted.
+    tcp_keepalive_probes: "net.ipv4.tcp_keepalive_probes" = 9, [1, 127], "probes";
+    /// Challenge ACKs (RFC 5961) sent per second, stack-wide.
+    tcp_challenge_ack_limit: "net.ipv4.tcp_challenge_ack_limit" = 1000, [0, u32::MAX as u64], "packets/s";
+    /// Reuse TIME-WAIT ports for outgoing connections: 0 off, 1 on, 2 loopback only.
+    tcp_tw_reuse: "net.ipv4.tcp_tw_reuse" = 2, [0, 2], "mode";
+    /// Congestion control of new connections: 0 reno, 1 cubic (Linux names it by string).
+    tcp_congestion_control: "net.ipv4.tcp_congestion_control" = 1, [0, 1], "0=reno,1=cubic";
 }
 
 impl Sysctl {

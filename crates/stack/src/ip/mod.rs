@@ -54,6 +54,16 @@ impl IdentGen {
     }
 }
 
+/// A datagram being built: header written, transport payload at `frame[l4..]`.
+#[derive(Debug)]
+pub(crate) struct IpFrame {
+    pub frame: Vec<u8>,
+    pub l4: usize,
+    pub src: Ipv4Addr,
+    pub dst: Ipv4Addr,
+    next_hop: Ipv4Addr,
+}
+
 /// What an upper layer asks of IP output.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Outbound {
@@ -171,9 +181,12 @@ impl Stack {
                 self.mib.inc(Counter::IpInDelivers);
                 self.udp_input(now, inbound);
             }
+            IpProtocol::Tcp => {
+                self.mib.inc(Counter::IpInDelivers);
+                self.tcp_input(now, inbound);
+            }
             _ => {
-                // No handler: "protocol unreachable" (RFC 1122 §3.2.2.1), TCP included
-                // until ustack's TCP lands.
+                // No handler: "protocol unreachable" (RFC 1122 §3.2.2.1).
                 self.mib.drop(DropReason::IpNoproto);
                 self.icmp_send_unreach(
                     now,
@@ -191,6 +204,50 @@ impl Stack {
         } else {
             self.gateway
         }
+    }
+
+    /// Route and allocate one unfragmented datagram with DF set (TCP's path: segments
+    /// are sized to the MTU), header written; the caller fills the transport payload at
+    /// `frame[l4..]` and hands it to [`Stack::ipv4_send`].
+    pub(crate) fn ipv4_alloc(
+        &mut self,
+        dst: Ipv4Addr,
+        protocol: IpProtocol,
+        payload_len: usize,
+    ) -> Result<IpFrame, crate::Error> {
+        self.mib.inc(Counter::IpOutRequests);
+        let Some(next_hop) = self.route(dst) else {
+            self.mib.drop(DropReason::IpNoRoute);
+            return Err(crate::Error::NetUnreachable);
+        };
+        let l2 = self.l2_len();
+        let repr = ipv4::Repr {
+            src_addr: self.ipv4.addr,
+            dst_addr: dst,
+            next_header: protocol,
+            payload_len,
+            ttl: self.sysctl.ip_default_ttl as u8,
+            tos: 0,
+            ident: self.ident.next(dst, protocol, 1),
+            dont_frag: true,
+            more_frags: false,
+            frag_offset: 0,
+        };
+        let l4 = l2 + repr.buffer_len();
+        let mut frame = vec![0u8; l4 + payload_len];
+        repr.emit(&mut ipv4::Packet::new_unchecked(&mut frame[l2..]), true);
+        Ok(IpFrame {
+            frame,
+            l4,
+            src: self.ipv4.addr,
+            dst,
+            next_hop,
+        })
+    }
+
+    /// Queue a datagram made by [`Stack::ipv4_alloc`].
+    pub(crate) fn ipv4_send(&mut self, now: Instant, f: IpFrame, full_reason: DropReason) -> bool {
+        self.dev_queue_xmit(f.next_hop, f.frame, full_reason, now)
     }
 
     /// IPv4 output (Linux `ip_queue_xmit` / `ip_finish_output`): route, build the header,

@@ -1,0 +1,502 @@
+//! Listening sockets: the SYN queue of compact request records, the accept queue, SYN
+//! cookies. Follows Linux's `tcp_conn_request` (`net/ipv4/tcp_input.c`) and
+//! `tcp_check_req` (`net/ipv4/tcp_minisocks.c`); RFC 9293 §3.10.7.2 (LISTEN) and
+//! §3.10.7.4 (SYN-RECEIVED) for what the RFC requires.
+//!
+//! Admission, in Linux's order:
+//! 1. the accept queue is full: drop the SYN (ListenOverflows, ListenDrops);
+//! 2. the SYN queue is over the backlog, or `tcp_syncookies` = 2: answer with a cookie
+//!    (no state kept; SyncookiesSent) if cookies are on, else drop (TCPReqQFullDrop);
+//! 3. without cookies, the last quarter of `tcp_max_syn_backlog` is refused too;
+//! 4. else keep a request record and send a SYN-ACK, retransmitted up to
+//!    `tcp_synack_retries` times.
+//!
+//! The final ACK turns a request (or a valid cookie) into a full connection in the accept
+//! queue, bounded by min(backlog, somaxconn); when that is full the ACK is dropped
+//! (ListenOverflows, ListenDrops) and the request kept, or the request is reset if
+//! `tcp_abort_on_overflow` is set.
+
+use core::net::SocketAddrV4;
+use core::time::Duration;
+
+use hashbrown::HashMap;
+use ustack_obs::{Counter, DropReason, Instant};
+use ustack_wire::{SeqNumber, tcp};
+
+use super::syncookie::{CookieRequest, SynCookies};
+use super::tcb::{FourTuple, TcbFlags};
+use super::{AcceptQueue, State, TimerKey};
+use crate::Stack;
+
+/// A listening socket.
+#[derive(Debug)]
+pub(crate) struct Listener {
+    pub local: SocketAddrV4,
+    /// min(backlog, somaxconn): bounds both the accept queue and the SYN queue.
+    pub backlog: u32,
+    pub accept_queue: AcceptQueue,
+    /// Requests (SYN-RECEIVED records) of this listener.
+    pub syn_qlen: u32,
+}
+
+/// The listeners of a stack, by port.
+#[derive(Debug, Default)]
+pub(crate) struct Listeners {
+    slots: Vec<(u32, Option<Listener>)>,
+    by_port: HashMap<u16, u32>,
+}
+
+impl Listeners {
+    pub fn bound(&self, port: u16) -> bool {
+        self.by_port.contains_key(&port)
+    }
+
+    pub fn add(&mut self, local: SocketAddrV4, backlog: u32) -> (u32, u32) {
+        let listener = Listener {
+            local,
+            backlog,
+            accept_queue: AcceptQueue::new(),
+            syn_qlen: 0,
+        };
+        let index = match self.slots.iter().position(|(_, l)| l.is_none()) {
+            Some(i) => i,
+            None => {
+                self.slots.push((0, None));
+                self.slots.len() - 1
+            }
+        };
+        self.slots[index].1 = Some(listener);
+        self.by_port.insert(local.port(), index as u32);
+        (index as u32, self.slots[index].0)
+    }
+
+    pub fn get(&self, index: u32, generation: u32) -> Option<&Listener> {
+        let (g, l) = self.slots.get(index as usize)?;
+        (*g == generation).then_some(l.as_ref()?)
+    }
+
+    pub fn get_mut(&mut self, index: u32, generation: u32) -> Option<&mut Listener> {
+        let (g, l) = self.slots.get_mut(index as usize)?;
+        if *g != generation {
+            return None;
+        }
+        l.as_mut()
+    }
+
+    fn by_index(&mut self, index: u32) -> Option<&mut Listener> {
+        self.slots.get_mut(index as usize)?.1.as_mut()
+    }
+
+    pub fn remove(&mut self, index: u32, generation: u32) -> Option<Listener> {
+        let (g, l) = self.slots.get_mut(index as usize)?;
+        if *g != generation {
+            return None;
+        }
+        let listener = l.take()?;
+        *g = g.wrapping_add(1);
+        self.by_port.remove(&listener.local.port());
+        Some(listener)
+    }
+
+    /// The listener for a segment to `local`, if any.
+    pub fn lookup(&self, local: SocketAddrV4) -> Option<u32> {
+        let index = *self.by_port.get(&local.port())?;
+        let l = self.slots[index as usize].1.as_ref()?;
+        (l.local.ip().is_unspecified() || l.local.ip() == local.ip()).then_some(index)
+    }
+}
+
+/// A connection request in SYN-RECEIVED: what the final ACK needs, nothing more (Linux
+/// `tcp_request_sock`). About 48 bytes, plus its table entry.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RequestSock {
+    pub listener: u32,
+    pub iss: SeqNumber,
+    pub irs: SeqNumber,
+    /// The peer's MSS option (536 if absent, RFC 9293 §3.7.1).
+    pub peer_mss: u16,
+    /// The peer's window-scale shift, if it sent the option (and we scale).
+    pub snd_wscale: Option<u8>,
+    pub sack_ok: bool,
+    pub ts_ok: bool,
+    pub ts_recent: u32,
+    pub ts_offset: u32,
+    pub retransmits: u8,
+    pub expires: Instant,
+}
+
+/// All SYN-RECEIVED requests of a stack, by 4-tuple.
+#[derive(Debug)]
+pub(crate) struct Requests {
+    map: HashMap<FourTuple, RequestSock, foldhash::fast::FixedState>,
+}
+
+impl Requests {
+    pub fn new(seed: u64) -> Self {
+        Requests {
+            map: HashMap::with_hasher(foldhash::fast::FixedState::with_seed(seed)),
+        }
+    }
+    pub fn contains(&self, t: &FourTuple) -> bool {
+        self.map.contains_key(t)
+    }
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+    pub fn get(&self, t: &FourTuple) -> Option<&RequestSock> {
+        self.map.get(t)
+    }
+    pub fn remove(&mut self, t: &FourTuple) -> Option<RequestSock> {
+        self.map.remove(t)
+    }
+    pub fn insert(&mut self, t: FourTuple, r: RequestSock) {
+        self.map.insert(t, r);
+    }
+    pub fn get_mut(&mut self, t: &FourTuple) -> Option<&mut RequestSock> {
+        self.map.get_mut(t)
+    }
+    /// Drop every request of a listener that is going away.
+    pub fn remove_listener(&mut self, listener: u32) {
+        self.map.retain(|_, r| r.listener != listener);
+    }
+}
+
+/// The initial retransmission timeout for SYNs and SYN-ACKs (RFC 6298 §2.1: 1 s; Linux
+/// `TCP_TIMEOUT_INIT`).
+pub(crate) const TIMEOUT_INIT: Duration = Duration::from_secs(1);
+
+impl Stack {
+    /// A segment for a listening socket (RFC 9293 §3.10.7.2; Linux `tcp_v4_do_rcv` on a
+    /// listener, `tcp_conn_request`).
+    pub(crate) fn listen_input(
+        &mut self,
+        now: Instant,
+        listener: u32,
+        tuple: FourTuple,
+        seg: &tcp::Repr,
+    ) {
+        let f = seg.flags;
+        // "first, check for a RST: An incoming RST should be ignored."
+        if f.contains(tcp::Flags::RST) {
+            return self.mib.drop(DropReason::TcpFlags);
+        }
+        // "second, check for an ACK: Any acknowledgment is bad if it arrives on a
+        // connection still in the LISTEN state. An acceptable reset segment should be
+        // formed for any arriving ACK-bearing segment." Unless it carries a valid SYN
+        // cookie (Linux cookie_v4_check).
+        if f.contains(tcp::Flags::ACK) {
+            if !f.contains(tcp::Flags::SYN)
+                && self.sysctl.tcp_syncookies != 0
+                && self.cookie_ack(now, listener, tuple, seg)
+            {
+                return;
+            }
+            self.tcp_send_reset(now, tuple, seg.ack_number, None);
+            return self.mib.drop(DropReason::TcpFlags);
+        }
+        // "third, check for a SYN".
+        if !f.contains(tcp::Flags::SYN) {
+            return self.mib.drop(DropReason::TcpFlags);
+        }
+        let Some(l) = self.tcp.listeners.by_index(listener) else {
+            return;
+        };
+        let (backlog, syn_qlen, accept_len) = (l.backlog, l.syn_qlen, l.accept_queue.len() as u32);
+        // Linux: "if (sk_acceptq_is_full(sk)) { NET_INC_STATS(LISTENOVERFLOWS); goto drop; }",
+        // where full means more than the backlog (`sk_ack_backlog > sk_max_ack_backlog`):
+        // a backlog of N holds N + 1 connections, as in Linux.
+        if accept_len > backlog {
+            return self.mib.drop(DropReason::TcpListenOverflow);
+        }
+        let syncookies = self.sysctl.tcp_syncookies;
+        let queue_full = syn_qlen > backlog;
+        if syncookies == 2 || queue_full {
+            if syncookies == 0 {
+                return self.mib.drop(DropReason::TcpReqQFullDrop);
+            }
+            if queue_full {
+                self.mib.inc(Counter::TcpExtTCPReqQFullDoCookies);
+            }
+            return self.send_cookie_synack(now, tuple, seg);
+        }
+        // Without cookies the last quarter of tcp_max_syn_backlog is kept free (Linux keeps
+        // it for peers proven by TIME-WAIT history; ustack has no such history yet).
+        let max = self.sysctl.tcp_max_syn_backlog as u32;
+        if syncookies == 0 && max - syn_qlen.min(max) < max >> 2 {
+            return self.mib.drop(DropReason::TcpReqQFullDrop);
+        }
+        let ts = seg.timestamp.filter(|_| self.sysctl.tcp_timestamps != 0);
+        let req = RequestSock {
+            listener,
+            iss: self.tcp.isn.isn(now, tuple.local, tuple.remote),
+            irs: seg.seq_number,
+            peer_mss: seg.max_seg_size.unwrap_or(536),
+            snd_wscale: seg
+                .window_scale
+                .filter(|_| self.sysctl.tcp_window_scaling != 0),
+            sack_ok: seg.sack_permitted && self.sysctl.tcp_sack != 0,
+            ts_ok: ts.is_some(),
+            ts_recent: ts.map_or(0, |t| t.tsval),
+            ts_offset: self
+                .tcp
+                .isn
+                .ts_offset(*tuple.local.ip(), *tuple.remote.ip()),
+            retransmits: 0,
+            expires: now + TIMEOUT_INIT,
+        };
+        self.tcp.requests.insert(tuple, req);
+        if let Some(l) = self.tcp.listeners.by_index(listener) {
+            l.syn_qlen += 1;
+        }
+        self.tcp_send_synack(now, tuple, &req, None);
+        self.tcp
+            .timers
+            .push(core::cmp::Reverse((req.expires, TimerKey::Request(tuple))));
+    }
+
+    /// Answer a SYN with a cookie SYN-ACK: no state kept (Linux `cookie_v4_init_sequence`,
+    /// `cookie_init_timestamp`).
+    fn send_cookie_synack(&mut self, now: Instant, tuple: FourTuple, seg: &tcp::Repr) {
+        let (iss, mss) = self.tcp.cookies.generate(
+            now,
+            tuple.local,
+            tuple.remote,
+            seg.seq_number,
+            seg.max_seg_size.unwrap_or(536),
+        );
+        let ts = seg.timestamp.filter(|_| self.sysctl.tcp_timestamps != 0);
+        let creq = CookieRequest {
+            mss,
+            wscale: seg
+                .window_scale
+                .filter(|_| self.sysctl.tcp_window_scaling != 0),
+            sack_ok: seg.sack_permitted && self.sysctl.tcp_sack != 0,
+            ecn_ok: false,
+        };
+        let ts_offset = self
+            .tcp
+            .isn
+            .ts_offset(*tuple.local.ip(), *tuple.remote.ip());
+        let req = RequestSock {
+            listener: u32::MAX,
+            iss,
+            irs: seg.seq_number,
+            peer_mss: mss,
+            // Without timestamps the cookie cannot carry the options: RFC-less Linux
+            // behaviour, the connection goes on without window scaling and SACK.
+            snd_wscale: if ts.is_some() { creq.wscale } else { None },
+            sack_ok: ts.is_some() && creq.sack_ok,
+            ts_ok: ts.is_some(),
+            ts_recent: ts.map_or(0, |t| t.tsval),
+            ts_offset,
+            retransmits: 0,
+            expires: now,
+        };
+        // The options go in the low bits of our clock; the per-peer offset is added after
+        // and taken off again before decoding.
+        let tsval = ts.map(|_| {
+            SynCookies::encode_timestamp(super::isn::ts_clock(now), &creq).wrapping_add(ts_offset)
+        });
+        self.mib.inc(Counter::TcpExtSyncookiesSent);
+        self.tcp_send_synack(now, tuple, &req, tsval);
+    }
+
+    /// An ACK to a listener with no request: is it the answer to a cookie? If so, build
+    /// the connection (Linux `cookie_v4_check`). Returns whether it was consumed.
+    fn cookie_ack(
+        &mut self,
+        now: Instant,
+        listener: u32,
+        tuple: FourTuple,
+        seg: &tcp::Repr,
+    ) -> bool {
+        let Some(mss) = self.tcp.cookies.check(
+            now,
+            tuple.local,
+            tuple.remote,
+            seg.seq_number - 1,
+            seg.ack_number - 1,
+        ) else {
+            self.mib.inc(Counter::TcpExtSyncookiesFailed);
+            return false;
+        };
+        let (snd_wscale, sack_ok, ts_ok, ts_recent) = match seg.timestamp {
+            Some(t) => match SynCookies::decode_timestamp(
+                t.tsecr.wrapping_sub(
+                    self.tcp
+                        .isn
+                        .ts_offset(*tuple.local.ip(), *tuple.remote.ip()),
+                ),
+            ) {
+                Some((ws, sack, _ecn)) => (ws, sack, true, t.tsval),
+                None => {
+                    self.mib.inc(Counter::TcpExtSyncookiesFailed);
+                    return false;
+                }
+            },
+            None => (None, false, false, 0),
+        };
+        self.mib.inc(Counter::TcpExtSyncookiesRecv);
+        let req = RequestSock {
+            listener,
+            iss: seg.ack_number - 1,
+            irs: seg.seq_number - 1,
+            peer_mss: mss,
+            snd_wscale,
+            sack_ok,
+            ts_ok,
+            ts_recent,
+            ts_offset: self
+                .tcp
+                .isn
+                .ts_offset(*tuple.local.ip(), *tuple.remote.ip()),
+            retransmits: 0,
+            expires: now,
+        };
+        self.request_complete(now, tuple, req, seg, true);
+        true
+    }
+
+    /// A segment for a request in SYN-RECEIVED (Linux `tcp_check_req`; RFC 9293
+    /// §3.10.7.4 for SYN-RECEIVED).
+    pub(crate) fn request_input(&mut self, now: Instant, tuple: FourTuple, seg: &tcp::Repr) {
+        let Some(req) = self.tcp.requests.get(&tuple).copied() else {
+            return;
+        };
+        let f = seg.flags;
+        // A retransmitted SYN: answer with the SYN-ACK again (Linux: "Retransmitted SYN").
+        if f.contains(tcp::Flags::SYN) && !f.contains(tcp::Flags::ACK) && seg.seq_number == req.irs
+        {
+            self.mib.inc(Counter::TcpRetransSegs);
+            self.mib.inc(Counter::TcpExtTCPSynRetrans);
+            self.tcp_send_synack(now, tuple, &req, None);
+            return;
+        }
+        let rcv_nxt = req.irs + 1;
+        // "first, check sequence number": the window we offered on the SYN-ACK.
+        let wnd = self.tcp_initial_rcv_window() as usize;
+        let acceptable =
+            seg.seq_number.in_range(rcv_nxt, rcv_nxt + wnd.max(1)) || seg.seq_number == rcv_nxt;
+        if !acceptable {
+            if !f.contains(tcp::Flags::RST) {
+                self.tcp_send_ack_raw(now, tuple, req.iss + 1, rcv_nxt, wnd as u32, None);
+            }
+            return self.mib.drop(DropReason::TcpInvalidSequence);
+        }
+        // "second, check the RST bit": in SYN-RECEIVED from a passive open, the request
+        // goes away (RFC 9293: "return this connection to LISTEN state").
+        if f.contains(tcp::Flags::RST) {
+            self.request_drop(&tuple);
+            return self.mib.drop(DropReason::TcpReset);
+        }
+        // "fourth, check the SYN bit" (RFC 5961 §4): a SYN here is answered, not obeyed.
+        if f.contains(tcp::Flags::SYN) {
+            self.tcp_send_ack_raw(now, tuple, req.iss + 1, rcv_nxt, wnd as u32, None);
+            return self.mib.drop(DropReason::TcpInvalidSyn);
+        }
+        // "fifth, check the ACK field": "if the ACK bit is off drop the segment".
+        if !f.contains(tcp::Flags::ACK) {
+            return self.mib.drop(DropReason::TcpFlags);
+        }
+        // "If SND.UNA < SEG.ACK =< SND.NXT, then enter ESTABLISHED state ... If the
+        // segment acknowledgment is not acceptable, form a reset segment".
+        if seg.ack_number != req.iss + 1 {
+            self.tcp_send_reset(now, tuple, seg.ack_number, None);
+            return self.mib.drop(DropReason::TcpAckUnsentData);
+        }
+        self.request_complete(now, tuple, req, seg, false);
+    }
+
+    /// The final ACK of a handshake: the request becomes a connection in the accept
+    /// queue, unless that is full (Linux `tcp_v4_syn_recv_sock` / `inet_csk_complete_hashdance`).
+    fn request_complete(
+        &mut self,
+        now: Instant,
+        tuple: FourTuple,
+        req: RequestSock,
+        seg: &tcp::Repr,
+        cookie: bool,
+    ) {
+        let Some(l) = self.tcp.listeners.by_index(req.listener) else {
+            self.request_drop(&tuple);
+            return;
+        };
+        if l.accept_queue.len() as u32 > l.backlog {
+            self.mib.drop(DropReason::TcpListenOverflow);
+            if self.sysctl.tcp_abort_on_overflow != 0 {
+                self.request_drop(&tuple);
+                self.tcp_send_reset(now, tuple, seg.ack_number, None);
+            }
+            return;
+        }
+        if !cookie {
+            self.request_drop(&tuple);
+        }
+        let mut tcb = self.new_tcb(now, tuple, State::SynReceived, req.iss);
+        tcb.rcv.irs = req.irs;
+        tcb.rcv.nxt = req.irs + 1;
+        tcb.rcv.wup = tcb.rcv.nxt;
+        // RCV.WND: what our SYN-ACK offered (unscaled there, RFC 7323 §2.2).
+        tcb.rcv.wnd = self.tcp_initial_rcv_window();
+        tcb.snd.una = req.iss + 1;
+        tcb.snd.nxt = req.iss + 1;
+        // RFC 9293 §3.10.7.4 SYN-RECEIVED -> ESTABLISHED: "set SND.WND <- SEG.WND, set
+        // SND.WL1 <- SEG.SEQ, and set SND.WL2 <- SEG.ACK" (the ACK's window is scaled).
+        tcb.ts_offset = req.ts_offset;
+        Stack::apply_syn_options(
+            &self.sysctl,
+            &mut tcb,
+            req.peer_mss,
+            req.snd_wscale,
+            req.sack_ok,
+            req.ts_ok.then_some(req.ts_recent),
+            now,
+        );
+        tcb.snd.wnd = u32::from(seg.window_len) << tcb.snd_wscale;
+        tcb.snd.max_wnd = tcb.snd.wnd;
+        tcb.snd.wl1 = seg.seq_number;
+        tcb.snd.wl2 = seg.ack_number;
+        tcb.flags.set(TcbFlags::PASSIVE);
+        let h = self.tcp.insert(tcb);
+        self.tcp_set_state(h, State::Established);
+        self.mib.inc(Counter::TcpPassiveOpens);
+        if let Some(l) = self.tcp.listeners.by_index(req.listener) {
+            l.accept_queue.push_back(h);
+        }
+        // The ACK may carry data or a FIN, and its window is the first scaled one: the
+        // rest is ordinary ESTABLISHED processing.
+        self.conn_input(now, h, seg);
+    }
+
+    fn request_drop(&mut self, tuple: &FourTuple) {
+        if let Some(req) = self.tcp.requests.remove(tuple)
+            && let Some(l) = self.tcp.listeners.by_index(req.listener)
+        {
+            l.syn_qlen = l.syn_qlen.saturating_sub(1);
+        }
+    }
+
+    /// The SYN-ACK retransmission timer of a request (Linux `reqsk_timer_handler`).
+    pub(crate) fn request_timer(&mut self, now: Instant, tuple: FourTuple) {
+        let limit = self.sysctl.tcp_synack_retries as u8;
+        let Some(req) = self.tcp.requests.get_mut(&tuple) else {
+            return;
+        };
+        if req.expires > now {
+            return;
+        }
+        if req.retransmits >= limit {
+            self.request_drop(&tuple);
+            return;
+        }
+        req.retransmits += 1;
+        req.expires = now + TIMEOUT_INIT * (1 << req.retransmits.min(10));
+        let req = *req;
+        self.mib.inc(Counter::TcpRetransSegs);
+        self.mib.inc(Counter::TcpExtTCPSynRetrans);
+        self.tcp_send_synack(now, tuple, &req, None);
+        self.tcp
+            .timers
+            .push(core::cmp::Reverse((req.expires, TimerKey::Request(tuple))));
+    }
+}

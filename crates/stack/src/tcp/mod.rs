@@ -1,0 +1,577 @@
+//! TCP, after Linux's `net/ipv4/tcp*.c`, checked against
+//! [RFC 9293](https://www.rfc-editor.org/rfc/rfc9293) and its companions.
+//!
+//! Reading list: RFC 9293 (the protocol; §3.10 is the event processing this code follows
+//! step by step), RFC 6298 (RTO), RFC 5681 and RFC 6582 (congestion control, NewReno),
+//! RFC 2018 and RFC 6675 (SACK), RFC 7323 (window scale, timestamps, PAWS), RFC 5961
+//! (blind in-window attacks), RFC 6528 (ISNs), RFC 9438 (CUBIC).
+//!
+//! Where the pieces are, after Linux's files:
+//!
+//! | module | Linux |
+//! |---|---|
+//! | `input` (segment arrival, per state) | `tcp_ipv4.c` `tcp_v4_rcv`, `tcp_input.c` `tcp_rcv_state_process`, `tcp_rcv_established` |
+//! | `output` (segments, windows, Nagle) | `tcp_output.c` |
+//! | `listen` (SYN queue, accept queue, cookies) | `tcp_input.c` `tcp_conn_request`, `tcp_minisocks.c` `tcp_check_req` |
+//! | `timer` (RTO, delayed ACK, keepalive, TIME-WAIT) | `tcp_timer.c`, `inet_timewait_sock.c` |
+//! | `tcb`, `state` | `include/linux/tcp.h` `tcp_sock` |
+//! | `rtt`, `cc`, `sack`, `isn`, `syncookie`, `buffer` | `tcp_input.c`, `tcp_cong.c`/`tcp_cubic.c`, `secure_seq.c`, `syncookies.c` |
+//!
+//! Call graph of one segment: `Stack::ip_local_deliver` -> `tcp_input` -> lookup
+//! (established table, TIME-WAIT records, SYN queue, listeners) -> `conn_input` /
+//! `timewait_input` / `request_input` / `listen_input` -> `tcp_output` for whatever the
+//! segment made sendable (data, ACKs).
+
+pub mod buffer;
+pub mod cc;
+pub mod input;
+pub mod isn;
+pub mod listen;
+pub mod output;
+pub mod rtt;
+pub mod sack;
+pub mod state;
+pub mod syncookie;
+pub mod tcb;
+pub mod timer;
+
+use core::net::SocketAddrV4;
+use std::collections::{BinaryHeap, VecDeque};
+
+use hashbrown::HashMap;
+use ustack_obs::{Counter, Instant};
+
+use crate::{Error, Stack, Sysctl};
+pub use state::State;
+pub use tcb::FourTuple;
+use tcb::Tcb;
+
+/// A TCP connection's handle: slot index and generation, so a stale handle never reaches
+/// a connection that reused the slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TcpHandle {
+    index: u32,
+    generation: u32,
+}
+
+/// A listening socket's handle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ListenerHandle {
+    index: u32,
+    generation: u32,
+}
+
+/// How to shut a connection down (`shutdown(2)`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shutdown {
+    Read,
+    Write,
+    Both,
+}
+
+/// One slot of the connection slab: the TCB lives inline (no per-connection box).
+#[derive(Debug)]
+pub(crate) struct ConnSlot {
+    generation: u32,
+    tcb: Option<Tcb>,
+}
+
+/// What the stack's timer queue can wake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum TimerKey {
+    Conn(TcpHandle),
+    Request(FourTuple),
+}
+
+/// All of one stack's TCP state.
+#[derive(Debug)]
+pub(crate) struct Tcp {
+    pub(crate) conns: Vec<ConnSlot>,
+    free: Vec<u32>,
+    /// Every connection not in LISTEN or TIME-WAIT, by 4-tuple (Linux `inet_ehash`).
+    pub(crate) ehash: HashMap<FourTuple, u32, foldhash::fast::FixedState>,
+    pub(crate) listeners: listen::Listeners,
+    pub(crate) requests: listen::Requests,
+    pub(crate) timewait: timer::TimeWaits,
+    /// Earliest deadline per connection or request, cancelled lazily.
+    pub(crate) timers: BinaryHeap<core::cmp::Reverse<(Instant, TimerKey)>>,
+    pub(crate) pool: buffer::BufferPool,
+    pub(crate) isn: isn::IsnGenerator,
+    pub(crate) cookies: syncookie::SynCookies,
+    /// Challenge ACKs sent in the current second (RFC 5961 §7, `tcp_challenge_ack_limit`).
+    pub(crate) challenge: (u64, u32),
+    port_hint: u16,
+}
+
+/// Bytes of buffer memory all TCP connections of a stack may hold (Linux `tcp_mem` is in
+/// pages and much larger by default; this is the pool's bound).
+const POOL_LIMIT: usize = 1 << 30;
+
+impl Tcp {
+    pub(crate) fn new(seed: u64, sysctl: &Sysctl) -> Tcp {
+        let span = (sysctl
+            .ip_local_port_max
+            .saturating_sub(sysctl.ip_local_port_min)
+            + 1)
+        .max(1);
+        Tcp {
+            conns: Vec::new(),
+            free: Vec::new(),
+            ehash: HashMap::with_hasher(foldhash::fast::FixedState::with_seed(seed)),
+            listeners: listen::Listeners::default(),
+            requests: listen::Requests::new(seed ^ 0x5259),
+            timewait: timer::TimeWaits::new(seed ^ 0x7477),
+            timers: BinaryHeap::new(),
+            pool: buffer::BufferPool::new(POOL_LIMIT),
+            isn: isn::IsnGenerator::new(seed ^ 0x0069_736e),
+            cookies: syncookie::SynCookies::new(seed ^ 0x636f_6f6b),
+            challenge: (u64::MAX, 0),
+            port_hint: (sysctl.ip_local_port_min + seed % span) as u16,
+        }
+    }
+
+    /// Connections in the table (not counting TIME-WAIT records or requests).
+    pub(crate) fn len(&self) -> usize {
+        self.ehash.len()
+    }
+
+    pub(crate) fn get(&self, h: TcpHandle) -> Option<&Tcb> {
+        let slot = self.conns.get(h.index as usize)?;
+        (slot.generation == h.generation).then_some(slot.tcb.as_ref()?)
+    }
+
+    pub(crate) fn get_mut(&mut self, h: TcpHandle) -> Option<&mut Tcb> {
+        let slot = self.conns.get_mut(h.index as usize)?;
+        if slot.generation != h.generation {
+            return None;
+        }
+        slot.tcb.as_mut()
+    }
+
+    /// A connection and the buffer pool, borrowed together.
+    pub(crate) fn split(&mut self, h: TcpHandle) -> Option<(&mut Tcb, &mut buffer::BufferPool)> {
+        let Tcp { conns, pool, .. } = self;
+        let slot = conns
+            .get_mut(h.index as usize)
+            .filter(|s| s.generation == h.generation)?;
+        Some((slot.tcb.as_mut()?, pool))
+    }
+
+    pub(crate) fn handle_of(&self, index: u32) -> TcpHandle {
+        TcpHandle {
+            index,
+            generation: self.conns[index as usize].generation,
+        }
+    }
+
+    /// Put a new connection in the slab and the established table.
+    pub(crate) fn insert(&mut self, tcb: Tcb) -> TcpHandle {
+        let tuple = tcb.tuple;
+        let index = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.conns.push(ConnSlot {
+                    generation: 0,
+                    tcb: None,
+                });
+                (self.conns.len() - 1) as u32
+            }
+        };
+        let slot = &mut self.conns[index as usize];
+        slot.tcb = Some(tcb);
+        self.ehash.insert(tuple, index);
+        TcpHandle {
+            index,
+            generation: slot.generation,
+        }
+    }
+
+    /// Remove a connection: its buffers go back to the pool, its slot to the free list.
+    pub(crate) fn remove(&mut self, h: TcpHandle) -> Option<Tcb> {
+        let slot = self
+            .conns
+            .get_mut(h.index as usize)
+            .filter(|s| s.generation == h.generation)?;
+        let mut tcb = slot.tcb.take()?;
+        slot.generation = slot.generation.wrapping_add(1);
+        self.free.push(h.index);
+        self.ehash.remove(&tcb.tuple);
+        tcb.sndbuf.clear(&mut self.pool);
+        tcb.rcvbuf.clear(&mut self.pool);
+        Some(tcb)
+    }
+
+    /// Whether `tuple` is in use by a connection, a request or a TIME-WAIT record.
+    fn tuple_in_use(&self, tuple: &FourTuple) -> bool {
+        self.ehash.contains_key(tuple)
+            || self.requests.contains(tuple)
+            || self.timewait.contains(tuple)
+    }
+
+    /// An ephemeral local port for a connection to `remote` (Linux
+    /// `__inet_hash_connect`: search from a moving offset for a port whose 4-tuple is free).
+    fn connect_port(
+        &mut self,
+        local_ip: core::net::Ipv4Addr,
+        remote: SocketAddrV4,
+        sysctl: &Sysctl,
+    ) -> Option<u16> {
+        let (lo, hi) = (
+            sysctl.ip_local_port_min as u16,
+            sysctl.ip_local_port_max as u16,
+        );
+        if lo > hi {
+            return None;
+        }
+        let span = u32::from(hi - lo) + 1;
+        let start = u32::from(self.port_hint.clamp(lo, hi) - lo);
+        for i in 0..span {
+            let port = lo + ((start + i) % span) as u16;
+            let tuple = FourTuple {
+                local: SocketAddrV4::new(local_ip, port),
+                remote,
+            };
+            if !self.tuple_in_use(&tuple) && !self.listeners.bound(port) {
+                self.port_hint = if port == hi { lo } else { port + 1 };
+                return Some(port);
+            }
+        }
+        None
+    }
+}
+
+/// A snapshot of one connection, like `ss -tmi` shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TcpInfo {
+    pub state: State,
+    pub local: SocketAddrV4,
+    pub remote: SocketAddrV4,
+    /// Bytes received and not yet read (ss Recv-Q).
+    pub recv_q: usize,
+    /// Bytes written and not yet acknowledged (ss Send-Q).
+    pub send_q: usize,
+    pub mss: u16,
+    pub cwnd: u32,
+    pub ssthresh: u32,
+    pub srtt: Option<core::time::Duration>,
+    pub rto: core::time::Duration,
+    pub snd_wnd: u32,
+    pub rcv_wnd: u32,
+    pub retransmits: u8,
+    pub sack: bool,
+    pub timestamps: bool,
+    pub wscale: Option<(u8, u8)>,
+}
+
+impl Stack {
+    /// Listen on `local` (address unspecified or ours) with a backlog, clamped to
+    /// `somaxconn` (Linux `__sys_listen`).
+    pub fn tcp_listen(
+        &mut self,
+        local: SocketAddrV4,
+        backlog: u32,
+    ) -> Result<ListenerHandle, Error> {
+        if !local.ip().is_unspecified() && *local.ip() != self.ipv4.addr {
+            return Err(Error::AddrNotAvailable);
+        }
+        if local.port() == 0 {
+            return Err(Error::InvalidArgument);
+        }
+        if self.tcp.listeners.bound(local.port()) {
+            return Err(Error::AddrInUse);
+        }
+        let backlog = backlog.min(self.sysctl.somaxconn as u32);
+        let (index, generation) = self.tcp.listeners.add(local, backlog);
+        Ok(ListenerHandle { index, generation })
+    }
+
+    /// Take an established connection from a listener's accept queue.
+    pub fn tcp_accept(&mut self, l: ListenerHandle) -> Result<(TcpHandle, SocketAddrV4), Error> {
+        loop {
+            let listener = self
+                .tcp
+                .listeners
+                .get_mut(l.index, l.generation)
+                .ok_or(Error::BadHandle)?;
+            let h = listener.accept_queue.pop_front().ok_or(Error::WouldBlock)?;
+            // A connection reset while queued is skipped, as Linux's inet_csk_accept would
+            // hand it over and fail its first call; we drop it here.
+            if let Some(tcb) = self.tcp.get_mut(h) {
+                tcb.flags.clear(tcb::TcbFlags::PASSIVE);
+                return Ok((h, tcb.tuple.remote));
+            }
+        }
+    }
+
+    /// Connections waiting in a listener's accept queue.
+    pub fn tcp_accept_queue_len(&self, l: ListenerHandle) -> Result<usize, Error> {
+        self.tcp
+            .listeners
+            .get(l.index, l.generation)
+            .map(|l| l.accept_queue.len())
+            .ok_or(Error::BadHandle)
+    }
+
+    /// Stop listening. Connections still in the accept queue are reset, requests dropped
+    /// (Linux `inet_csk_listen_stop`).
+    pub fn tcp_close_listener(&mut self, now: Instant, l: ListenerHandle) -> Result<(), Error> {
+        let listener = self
+            .tcp
+            .listeners
+            .remove(l.index, l.generation)
+            .ok_or(Error::BadHandle)?;
+        self.tcp.requests.remove_listener(l.index);
+        for h in listener.accept_queue {
+            self.tcp_abort(now, h).ok();
+        }
+        Ok(())
+    }
+
+    /// Open a connection to `remote` (active open, RFC 9293 §3.10.1): a SYN goes out now.
+    pub fn tcp_connect(&mut self, now: Instant, remote: SocketAddrV4) -> Result<TcpHandle, Error> {
+        if remote.port() == 0
+            || remote.ip().is_unspecified()
+            || remote.ip().is_broadcast()
+            || remote.ip().is_multicast()
+        {
+            return Err(Error::InvalidArgument);
+        }
+        if self.route(*remote.ip()).is_none() {
+            self.mib.drop(ustack_obs::DropReason::IpNoRoute);
+            return Err(Error::NetUnreachable);
+        }
+        let local_ip = self.ipv4.addr;
+        let port = self
+            .tcp
+            .connect_port(local_ip, remote, &self.sysctl)
+            .ok_or(Error::AddrNotAvailable)?;
+        let tuple = FourTuple {
+            local: SocketAddrV4::new(local_ip, port),
+            remote,
+        };
+        let iss = self.tcp.isn.isn(now, tuple.local, tuple.remote);
+        let tcb = self.new_tcb(now, tuple, State::SynSent, iss);
+        let h = self.tcp.insert(tcb);
+        self.mib.inc(Counter::TcpActiveOpens);
+        self.tcp_send_syn(now, h);
+        Ok(h)
+    }
+
+    /// Queue bytes for sending; returns how many were taken (at most the free send
+    /// buffer). `WouldBlock` when none fit; `NotConnected`-like errors map to EPIPE.
+    pub fn tcp_send(&mut self, now: Instant, h: TcpHandle, data: &[u8]) -> Result<usize, Error> {
+        let (tcb, pool) = self.tcp.split(h).ok_or(Error::BadHandle)?;
+        if let Some(e) = tcb.error.take() {
+            return Err(e);
+        }
+        if tcb.flags.has(tcb::TcbFlags::FIN_QUEUED)
+            || !(tcb.state.can_send()
+                || tcb.state == State::SynSent
+                || tcb.state == State::SynReceived)
+        {
+            return Err(Error::BrokenPipe);
+        }
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let limit = tcb.sndbuf_limit as usize;
+        let n = tcb.sndbuf.write(pool, data, limit);
+        if n == 0 {
+            return Err(Error::WouldBlock);
+        }
+        if tcb.state.can_send() {
+            self.tcp_output(now, h);
+        }
+        Ok(n)
+    }
+
+    /// Read received bytes. `Ok(0)` is end of stream (the peer sent FIN and everything
+    /// before it was read); `WouldBlock` when nothing is there yet.
+    pub fn tcp_recv(&mut self, now: Instant, h: TcpHandle, buf: &mut [u8]) -> Result<usize, Error> {
+        let (tcb, pool) = self.tcp.split(h).ok_or(Error::BadHandle)?;
+        let n = tcb.rcvbuf.read(pool, buf);
+        if n > 0 {
+            // Reading may open the window enough to be worth announcing (Linux
+            // tcp_cleanup_rbuf: when the window would grow by at least 2*MSS... here by a
+            // quarter of the buffer or 2 MSS, whichever is smaller).
+            if self.tcp_window_update_due(h) {
+                if let Some(t) = self.tcp.get_mut(h) {
+                    t.flags.set(tcb::TcbFlags::ACK_NOW);
+                }
+                self.tcp_output(now, h);
+            }
+            return Ok(n);
+        }
+        let tcb = self.tcp.get_mut(h).ok_or(Error::BadHandle)?;
+        if let Some(e) = tcb.error.take() {
+            return Err(e);
+        }
+        if tcb.state.fin_received() || tcb.state == State::Closed {
+            return Ok(0);
+        }
+        Err(Error::WouldBlock)
+    }
+
+    /// `shutdown(2)`: stop reading, writing (a FIN follows the queued data), or both.
+    pub fn tcp_shutdown(&mut self, now: Instant, h: TcpHandle, how: Shutdown) -> Result<(), Error> {
+        let tcb = self.tcp.get_mut(h).ok_or(Error::BadHandle)?;
+        if matches!(how, Shutdown::Read | Shutdown::Both) {
+            tcb.flags.set(tcb::TcbFlags::RCV_SHUTDOWN);
+        }
+        if matches!(how, Shutdown::Write | Shutdown::Both) {
+            self.tcp_queue_fin(now, h);
+        }
+        Ok(())
+    }
+
+    /// `close(2)`: the handle is released; the connection finishes on its own (FIN after
+    /// the queued data, then FIN-WAIT and TIME-WAIT) as an orphan. Unread received data
+    /// makes it a reset instead (RFC 9293 §3.10.4 allows it; Linux does it and counts
+    /// TCPAbortOnClose).
+    pub fn tcp_close(&mut self, now: Instant, h: TcpHandle) -> Result<(), Error> {
+        let tcb = self.tcp.get_mut(h).ok_or(Error::BadHandle)?;
+        tcb.flags
+            .set(tcb::TcbFlags::ORPHAN | tcb::TcbFlags::RCV_SHUTDOWN);
+        match tcb.state {
+            State::Closed | State::Listen | State::SynSent => {
+                self.tcp_destroy(h);
+            }
+            _ if tcb.rcvbuf.readable() > 0 => {
+                self.mib.inc(Counter::TcpExtTCPAbortOnClose);
+                self.tcp_abort(now, h)?;
+            }
+            _ => {
+                self.tcp_queue_fin(now, h);
+            }
+        }
+        Ok(())
+    }
+
+    /// Abort: send a RST (in synchronized states) and forget the connection
+    /// (RFC 9293 §3.10.5 ABORT; `SO_LINGER` with zero time).
+    pub fn tcp_abort(&mut self, now: Instant, h: TcpHandle) -> Result<(), Error> {
+        let tcb = self.tcp.get(h).ok_or(Error::BadHandle)?;
+        let (state, tuple, seq) = (tcb.state, tcb.tuple, tcb.snd.nxt);
+        if state.is_synchronized() || state == State::SynReceived {
+            self.tcp_send_reset(now, tuple, seq, None);
+        }
+        self.tcp_set_state(h, State::Closed);
+        self.tcp_destroy(h);
+        Ok(())
+    }
+
+    /// The connection's state (`Closed` once it is gone but the handle was not yet
+    /// closed, e.g. after a reset).
+    pub fn tcp_state(&self, h: TcpHandle) -> Result<State, Error> {
+        self.tcp.get(h).map(|t| t.state).ok_or(Error::BadHandle)
+    }
+
+    /// `TCP_NODELAY`: turn Nagle's algorithm off (true) or on.
+    pub fn tcp_set_nodelay(&mut self, now: Instant, h: TcpHandle, on: bool) -> Result<(), Error> {
+        let tcb = self.tcp.get_mut(h).ok_or(Error::BadHandle)?;
+        if on {
+            tcb.flags.set(tcb::TcbFlags::NODELAY);
+        } else {
+            tcb.flags.clear(tcb::TcbFlags::NODELAY);
+        }
+        self.tcp_output(now, h);
+        Ok(())
+    }
+
+    /// `SO_KEEPALIVE`.
+    pub fn tcp_set_keepalive(&mut self, now: Instant, h: TcpHandle, on: bool) -> Result<(), Error> {
+        let idle = core::time::Duration::from_secs(self.sysctl.tcp_keepalive_time);
+        let tcb = self.tcp.get_mut(h).ok_or(Error::BadHandle)?;
+        if on {
+            tcb.flags.set(tcb::TcbFlags::KEEPALIVE);
+            tcb.timers.keepalive = now + idle;
+        } else {
+            tcb.flags.clear(tcb::TcbFlags::KEEPALIVE);
+            tcb.timers.keepalive = Instant::FAR_FUTURE;
+        }
+        self.tcp_arm(h);
+        Ok(())
+    }
+
+    /// What `ss -tmi` would show for this connection.
+    pub fn tcp_info(&self, h: TcpHandle) -> Result<TcpInfo, Error> {
+        let t = self.tcp.get(h).ok_or(Error::BadHandle)?;
+        Ok(TcpInfo {
+            state: t.state,
+            local: t.tuple.local,
+            remote: t.tuple.remote,
+            recv_q: t.rcvbuf.readable(),
+            send_q: t.sndbuf.len(),
+            mss: t.mss,
+            cwnd: t.cs.cwnd,
+            ssthresh: t.cs.ssthresh,
+            srtt: t.rtt.srtt(),
+            rto: t.rtt.rto(),
+            snd_wnd: t.snd.wnd,
+            rcv_wnd: t.rcv.wnd,
+            retransmits: t.rtt.backoffs(),
+            sack: t.flags.has(tcb::TcbFlags::SACK_OK),
+            timestamps: t.flags.has(tcb::TcbFlags::TS_OK),
+            wscale: t
+                .flags
+                .has(tcb::TcbFlags::WSCALE_OK)
+                .then_some((t.snd_wscale, t.rcv_wscale)),
+        })
+    }
+
+    /// Connections (any state but LISTEN and TIME-WAIT), TIME-WAIT records, SYN-queue
+    /// requests, and buffer bytes in use: what a leak check looks at.
+    pub fn tcp_resources(&self) -> TcpResources {
+        TcpResources {
+            connections: self.tcp.len(),
+            timewait: self.tcp.timewait.len(),
+            requests: self.tcp.requests.len(),
+            buffer_bytes: self.tcp.pool.in_use_bytes(),
+            timers: self.tcp.timers.len(),
+        }
+    }
+
+    /// Forget a connection entirely (after CLOSED, or on abort).
+    pub(crate) fn tcp_destroy(&mut self, h: TcpHandle) {
+        if let Some(tcb) = self.tcp.remove(h)
+            && tcb.state.counts_as_established()
+        {
+            self.mib.dec(Counter::TcpCurrEstab);
+        }
+    }
+
+    /// Move a connection to `new`, keeping CurrEstab right (RFC 4022: ESTABLISHED and
+    /// CLOSE-WAIT count).
+    pub(crate) fn tcp_set_state(&mut self, h: TcpHandle, new: State) {
+        let Some(tcb) = self.tcp.get_mut(h) else {
+            return;
+        };
+        let old = tcb.state;
+        tcb.state = new;
+        match (old.counts_as_established(), new.counts_as_established()) {
+            (false, true) => self.mib.inc(Counter::TcpCurrEstab),
+            (true, false) => self.mib.dec(Counter::TcpCurrEstab),
+            _ => {}
+        }
+        // Linux tcp_set_state: "case TCP_CLOSE: if (oldstate == TCP_CLOSE_WAIT ||
+        // oldstate == TCP_ESTABLISHED) TCP_INC_STATS(net, TCP_MIB_ESTABRESETS)" (RFC 1213
+        // tcpEstabResets: direct transitions to CLOSED from ESTABLISHED or CLOSE-WAIT).
+        if new == State::Closed && old.counts_as_established() {
+            self.mib.inc(Counter::TcpEstabResets);
+        }
+    }
+}
+
+/// What TCP holds, for leak checks and `ustack stat --memory`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TcpResources {
+    pub connections: usize,
+    pub timewait: usize,
+    pub requests: usize,
+    pub buffer_bytes: usize,
+    pub timers: usize,
+}
+
+/// Deque of accepted connections (kept small: one entry per established, unaccepted
+/// connection).
+pub(crate) type AcceptQueue = VecDeque<TcpHandle>;

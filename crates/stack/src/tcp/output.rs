@@ -1,0 +1,666 @@
+//! TCP output (Linux `net/ipv4/tcp_output.c`): building segments, choosing what to send
+//! (`tcp_write_xmit`: windows, congestion window, Nagle; `tcp_xmit_retransmit_queue`: lost
+//! segments first), the receive window we advertise (`tcp_select_window`), SYN, SYN-ACK,
+//! ACK and RST segments.
+
+use core::time::Duration;
+
+use ustack_obs::{Counter, DropReason, Instant};
+use ustack_wire::tcp::{self, Flags, TcpTimestamp};
+use ustack_wire::{IpProtocol, SeqNumber};
+
+use super::buffer::{RecvBuffer, SendBuffer};
+use super::cc::{CaState, Cc, CcState, CongestionControl};
+use super::isn::ts_clock;
+use super::listen::{RequestSock, TIMEOUT_INIT};
+use super::rtt::RttEstimator;
+use super::sack::{RtxQueue, receiver_blocks};
+use super::tcb::{FourTuple, RecvSeq, SendSeq, Tcb, TcbFlags, Timers};
+use super::{State, TcpHandle, TimerKey};
+use crate::{Stack, Sysctl};
+
+/// Our window-scale shift: enough for the largest receive buffer (Linux
+/// `tcp_select_initial_window`), at most 14 (RFC 7323 §2.3).
+pub(crate) fn rcv_wscale(sysctl: &Sysctl) -> u8 {
+    if sysctl.tcp_window_scaling == 0 {
+        return 0;
+    }
+    let space = sysctl.tcp_rmem_max.max(sysctl.tcp_rmem_default);
+    let mut shift = 0u8;
+    while (65_535u64 << shift) < space && shift < 14 {
+        shift += 1;
+    }
+    shift
+}
+
+/// Linux `TCP_RTO_MIN` and `TCP_RTO_MAX`.
+pub(crate) const RTO_MIN: Duration = Duration::from_millis(200);
+pub(crate) const RTO_MAX: Duration = Duration::from_secs(120);
+/// Linux `TCP_DELACK_MIN`: the delayed-ACK timeout (ATO) ustack uses.
+pub(crate) const DELACK: Duration = Duration::from_millis(40);
+/// Linux `TCP_MAX_QUICKACKS`: ACKs sent at once at the start of a connection.
+const QUICK_ACKS: u8 = 16;
+/// RFC 9293 §3.7.1: "If an MSS Option is not received at connection setup, TCP
+/// implementations MUST assume a default send MSS of 536".
+pub(crate) const DEFAULT_MSS: u16 = 536;
+
+/// Where a segment's payload comes from.
+enum Payload<'a> {
+    None,
+    /// `len` bytes of the connection's send buffer, `offset` bytes after its head.
+    SendBuffer {
+        h: TcpHandle,
+        offset: usize,
+        len: usize,
+    },
+    #[allow(dead_code)]
+    Bytes(&'a [u8]),
+}
+
+impl Stack {
+    /// A fresh TCB for `tuple` with Linux's defaults; options come from the handshake.
+    pub(crate) fn new_tcb(
+        &mut self,
+        now: Instant,
+        tuple: FourTuple,
+        state: State,
+        iss: SeqNumber,
+    ) -> Tcb {
+        let adv_mss = (self.mtu - 40).min(u16::MAX as usize) as u16;
+        let mut cs = CcState {
+            cwnd: 10,
+            ssthresh: u32::MAX,
+            cwnd_cnt: 0,
+            mss: u32::from(DEFAULT_MSS),
+            in_flight: 0,
+            cwnd_clamp: u32::MAX,
+        };
+        let mut cc = if self.sysctl.tcp_congestion_control == 0 {
+            Cc::by_name("reno")
+        } else {
+            Cc::by_name("cubic")
+        }
+        .expect("built-in congestion control");
+        cc.init(&mut cs);
+        Tcb {
+            state,
+            tuple,
+            snd: SendSeq {
+                una: iss,
+                nxt: iss,
+                wnd: 0,
+                wl1: SeqNumber(0),
+                wl2: iss,
+                iss,
+                max_wnd: 0,
+            },
+            rcv: RecvSeq::default(),
+            flags: TcbFlags::default(),
+            rcv_wscale: 0,
+            snd_wscale: 0,
+            mss: DEFAULT_MSS,
+            adv_mss,
+            ts_recent: 0,
+            ts_recent_stamp: 0,
+            ts_offset: self
+                .tcp
+                .isn
+                .ts_offset(*tuple.local.ip(), *tuple.remote.ip()),
+            rtt: RttEstimator::new(RTO_MIN, RTO_MAX),
+            cc,
+            cs,
+            ca_state: CaState::Open,
+            high_seq: iss,
+            dupacks: 0,
+            probes: 0,
+            quick_acks: QUICK_ACKS,
+            rtx: RtxQueue::new(),
+            sndbuf: SendBuffer::new(),
+            rcvbuf: RecvBuffer::new(),
+            sndbuf_limit: self.sysctl.tcp_wmem_default as u32,
+            rcvbuf_limit: self.sysctl.tcp_rmem_default as u32,
+            timers: Timers::NONE,
+            last_activity: now,
+            error: None,
+            last_ooo: None,
+        }
+    }
+
+    /// Our window-scale shift (see [`rcv_wscale`]).
+    pub(crate) fn tcp_rcv_wscale(&self) -> u8 {
+        rcv_wscale(&self.sysctl)
+    }
+
+    /// The window a SYN or SYN-ACK offers (unscaled, RFC 7323 §2.2).
+    pub(crate) fn tcp_initial_rcv_window(&self) -> u32 {
+        (self.sysctl.tcp_rmem_default as u32).min(65_535)
+    }
+
+    /// Apply what the SYN exchange negotiated (RFC 7323 §2.2, RFC 2018 §2, RFC 9293 §3.7.1).
+    pub(crate) fn apply_syn_options(
+        sysctl: &Sysctl,
+        tcb: &mut Tcb,
+        peer_mss: u16,
+        snd_wscale: Option<u8>,
+        sack_ok: bool,
+        ts_recent: Option<u32>,
+        now: Instant,
+    ) {
+        // RFC 7323 §2.2: scaling is on only if both SYNs carried the option.
+        match snd_wscale {
+            Some(shift) if sysctl.tcp_window_scaling != 0 => {
+                tcb.flags.set(TcbFlags::WSCALE_OK);
+                tcb.snd_wscale = shift.min(14);
+                tcb.rcv_wscale = rcv_wscale(sysctl);
+            }
+            _ => {
+                tcb.snd_wscale = 0;
+                tcb.rcv_wscale = 0;
+            }
+        }
+        if sack_ok && sysctl.tcp_sack != 0 {
+            tcb.flags.set(TcbFlags::SACK_OK);
+        }
+        let mut mss = peer_mss.min(tcb.adv_mss).max(64);
+        if let Some(tsval) = ts_recent.filter(|_| sysctl.tcp_timestamps != 0) {
+            tcb.flags.set(TcbFlags::TS_OK);
+            tcb.ts_recent = tsval;
+            tcb.ts_recent_stamp = (now.as_millis() / 1000) as u32;
+            // Linux mss_cache: the MSS minus the aligned timestamp option on every segment.
+            mss = mss.saturating_sub(12).max(64);
+        }
+        tcb.mss = mss;
+        tcb.cs.mss = u32::from(mss);
+    }
+
+    /// The options our SYN or SYN-ACK carries.
+    fn syn_options(
+        &self,
+        repr: &mut tcp::Repr,
+        tsval: u32,
+        tsecr: u32,
+        peer: Option<(Option<u8>, bool, bool)>,
+    ) {
+        repr.max_seg_size = Some((self.mtu - 40).min(u16::MAX as usize) as u16);
+        let (ws, sack, ts) = peer.unwrap_or((Some(0), true, true));
+        if self.sysctl.tcp_window_scaling != 0 && ws.is_some() {
+            repr.window_scale = Some(self.tcp_rcv_wscale());
+        }
+        repr.sack_permitted = self.sysctl.tcp_sack != 0 && sack;
+        if self.sysctl.tcp_timestamps != 0 && ts {
+            repr.timestamp = Some(TcpTimestamp { tsval, tsecr });
+        }
+    }
+
+    /// Send the SYN of an active open (RFC 9293 §3.10.1) and arm its retransmission.
+    pub(crate) fn tcp_send_syn(&mut self, now: Instant, h: TcpHandle) {
+        let Some(tcb) = self.tcp.get(h) else { return };
+        let (tuple, iss, ts_offset) = (tcb.tuple, tcb.snd.iss, tcb.ts_offset);
+        let mut repr = self.bare_repr(
+            tuple,
+            iss,
+            SeqNumber(0),
+            Flags::SYN,
+            self.tcp_initial_rcv_window() as u16,
+        );
+        self.syn_options(&mut repr, ts_clock(now).wrapping_add(ts_offset), 0, None);
+        let retransmit = tcb.snd.nxt != iss;
+        self.tcp_emit(now, tuple, &repr, Payload::None);
+        let Some(tcb) = self.tcp.get_mut(h) else {
+            return;
+        };
+        if !retransmit {
+            tcb.snd.nxt = iss + 1;
+            tcb.rtx.push(iss, iss + 1, now);
+        }
+        tcb.timers.retransmit = now + tcb.rtt.rto().max(TIMEOUT_INIT);
+        self.tcp_arm(h);
+    }
+
+    /// Send a SYN-ACK for a request (RFC 9293 §3.10.7.2). `tsval` overrides our timestamp
+    /// (SYN cookies carry options in it).
+    pub(crate) fn tcp_send_synack(
+        &mut self,
+        now: Instant,
+        tuple: FourTuple,
+        req: &RequestSock,
+        tsval: Option<u32>,
+    ) {
+        let mut repr = self.bare_repr(
+            tuple,
+            req.iss,
+            req.irs + 1,
+            Flags::SYN | Flags::ACK,
+            self.tcp_initial_rcv_window() as u16,
+        );
+        let tsval = tsval.unwrap_or_else(|| ts_clock(now).wrapping_add(req.ts_offset));
+        self.syn_options(
+            &mut repr,
+            tsval,
+            req.ts_recent,
+            Some((req.snd_wscale, req.sack_ok, req.ts_ok)),
+        );
+        if req.peer_mss < repr.max_seg_size.unwrap_or(u16::MAX) && req.listener == u32::MAX {
+            // A cookie SYN-ACK advertises the MSS the cookie encodes.
+            repr.max_seg_size = Some(repr.max_seg_size.unwrap_or(DEFAULT_MSS).min(1460));
+        }
+        self.tcp_emit(now, tuple, &repr, Payload::None);
+    }
+
+    /// The SYN-ACK of a simultaneous open (RFC 9293 §3.10.7.3: `<SEQ=ISS><ACK=RCV.NXT><CTL=SYN,ACK>`).
+    pub(crate) fn tcp_send_syn_ack_tcb(&mut self, now: Instant, h: TcpHandle) {
+        let Some(tcb) = self.tcp.get(h) else { return };
+        let ws = tcb.flags.has(TcbFlags::WSCALE_OK).then_some(tcb.snd_wscale);
+        let peer = (
+            ws,
+            tcb.flags.has(TcbFlags::SACK_OK),
+            tcb.flags.has(TcbFlags::TS_OK),
+        );
+        let (tuple, iss, ack, tsval, tsecr) = (
+            tcb.tuple,
+            tcb.snd.iss,
+            tcb.rcv.nxt,
+            ts_clock(now).wrapping_add(tcb.ts_offset),
+            tcb.ts_recent,
+        );
+        let mut repr = self.bare_repr(
+            tuple,
+            iss,
+            ack,
+            Flags::SYN | Flags::ACK,
+            self.tcp_initial_rcv_window() as u16,
+        );
+        self.syn_options(&mut repr, tsval, tsecr, Some(peer));
+        self.tcp_emit(now, tuple, &repr, Payload::None);
+    }
+
+    /// A RST for `tuple` (RFC 9293 §3.10.7.1: `<SEQ=SEG.ACK><CTL=RST>` when the offending
+    /// segment had ACK, else `<SEQ=0><ACK=SEG.SEQ+SEG.LEN><CTL=RST,ACK>`).
+    pub(crate) fn tcp_send_reset(
+        &mut self,
+        now: Instant,
+        tuple: FourTuple,
+        seq: SeqNumber,
+        ack: Option<SeqNumber>,
+    ) {
+        let flags = if ack.is_some() {
+            Flags::RST | Flags::ACK
+        } else {
+            Flags::RST
+        };
+        let repr = self.bare_repr(tuple, seq, ack.unwrap_or(SeqNumber(0)), flags, 0);
+        self.mib.inc(Counter::TcpOutRsts);
+        self.tcp_emit(now, tuple, &repr, Payload::None);
+    }
+
+    /// An ACK without a TCB (for requests and TIME-WAIT records).
+    pub(crate) fn tcp_send_ack_raw(
+        &mut self,
+        now: Instant,
+        tuple: FourTuple,
+        seq: SeqNumber,
+        ack: SeqNumber,
+        window: u32,
+        ts: Option<TcpTimestamp>,
+    ) {
+        let mut repr = self.bare_repr(tuple, seq, ack, Flags::ACK, window.min(65_535) as u16);
+        repr.timestamp = ts;
+        self.tcp_emit(now, tuple, &repr, Payload::None);
+    }
+
+    fn bare_repr(
+        &self,
+        tuple: FourTuple,
+        seq: SeqNumber,
+        ack: SeqNumber,
+        flags: Flags,
+        window: u16,
+    ) -> tcp::Repr<'static> {
+        tcp::Repr {
+            src_port: tuple.local.port(),
+            dst_port: tuple.remote.port(),
+            seq_number: seq,
+            ack_number: ack,
+            flags,
+            window_len: window,
+            ..tcp::Repr::default()
+        }
+    }
+
+    /// Build one segment into an IP datagram and queue it (Linux `__tcp_transmit_skb`).
+    fn tcp_emit(
+        &mut self,
+        now: Instant,
+        tuple: FourTuple,
+        repr: &tcp::Repr,
+        payload: Payload,
+    ) -> bool {
+        let payload_len = match payload {
+            Payload::None => 0,
+            Payload::SendBuffer { len, .. } => len,
+            Payload::Bytes(b) => b.len(),
+        };
+        let header_len = repr.header_len();
+        let Ok(mut f) = self.ipv4_alloc(
+            *tuple.remote.ip(),
+            IpProtocol::Tcp,
+            header_len + payload_len,
+        ) else {
+            return false;
+        };
+        let seg = &mut f.frame[f.l4..];
+        repr.emit_header(&mut tcp::Packet::new_unchecked(&mut seg[..]));
+        match payload {
+            Payload::None => {}
+            Payload::Bytes(b) => seg[header_len..].copy_from_slice(b),
+            Payload::SendBuffer { h, offset, len } => {
+                if let Some(tcb) = self.tcp.get(h) {
+                    tcb.sndbuf.peek(
+                        &self.tcp.pool,
+                        offset,
+                        &mut seg[header_len..header_len + len],
+                    );
+                }
+            }
+        }
+        tcp::Packet::new_unchecked(&mut seg[..]).fill_checksum(&f.src.into(), &f.dst.into());
+        self.mib.inc(Counter::TcpOutSegs);
+        self.ipv4_send(now, f, DropReason::DevQueueFull)
+    }
+
+    /// The window to advertise now, scaled for the header, updating RCV.WND and RCV.WUP
+    /// (Linux `tcp_select_window`). The right edge never moves left (RFC 9293 §3.8.6.2.2
+    /// "the receiver MUST NOT shrink the window"), and small increases are held back
+    /// (receiver-side silly window avoidance, RFC 9293 §3.8.6.2.2).
+    fn select_window(tcb: &mut Tcb) -> u16 {
+        let used = tcb.rcvbuf.readable() + tcb.rcvbuf.ooo_bytes();
+        let free = (tcb.rcvbuf_limit as usize).saturating_sub(used) as u32;
+        let promised_edge = tcb.rcv.wup + tcb.rcv.wnd as usize;
+        let promised = promised_edge.diff(tcb.rcv.nxt).max(0) as u32;
+        let sws = (tcb.rcvbuf_limit / 2).min(u32::from(tcb.mss));
+        let mut wnd = if free >= promised + sws || free >= tcb.rcvbuf_limit / 2 {
+            free
+        } else {
+            promised
+        };
+        wnd = wnd.max(promised);
+        let max = 65_535u32 << tcb.rcv_wscale;
+        wnd = wnd.min(max);
+        // Round up to the scale's granularity so that the scaled value does not shrink
+        // what we promised (Linux rounds similarly, ALIGN in __tcp_select_window).
+        let unit = 1u32 << tcb.rcv_wscale;
+        let field = wnd.div_ceil(unit).min(65_535);
+        tcb.rcv.wnd = field << tcb.rcv_wscale;
+        tcb.rcv.wup = tcb.rcv.nxt;
+        field as u16
+    }
+
+    /// Whether reading opened the window enough to tell the peer now (Linux
+    /// `tcp_cleanup_rbuf`: the new window at least doubles, or grows by 2*MSS).
+    pub(crate) fn tcp_window_update_due(&self, h: TcpHandle) -> bool {
+        let Some(tcb) = self.tcp.get(h) else {
+            return false;
+        };
+        if !tcb.state.can_receive() {
+            return false;
+        }
+        let used = tcb.rcvbuf.readable() + tcb.rcvbuf.ooo_bytes();
+        let free = (tcb.rcvbuf_limit as usize).saturating_sub(used);
+        let edge = tcb.rcv.wup + tcb.rcv.wnd as usize;
+        let current = edge.diff(tcb.rcv.nxt).max(0) as usize;
+        free >= 2 * usize::from(tcb.mss) + current
+            || (current < usize::from(tcb.mss) && free >= 2 * current.max(1))
+    }
+
+    /// Fill the options of a segment on an established connection: timestamps, SACK.
+    fn data_options(&self, tcb: &Tcb, repr: &mut tcp::Repr, now: Instant) {
+        if tcb.flags.has(TcbFlags::TS_OK) {
+            repr.timestamp = Some(TcpTimestamp {
+                tsval: ts_clock(now).wrapping_add(tcb.ts_offset),
+                tsecr: tcb.ts_recent,
+            });
+        }
+        if tcb.flags.has(TcbFlags::SACK_OK) && tcb.rcvbuf.ooo_bytes() > 0 {
+            let mut ranges = [(0usize, 0usize); 4];
+            let n = tcb.rcvbuf.ooo_ranges(&self.tcp.pool, &mut ranges);
+            let mut ooo = [(SeqNumber(0), SeqNumber(0)); 4];
+            for (o, r) in ooo.iter_mut().zip(&ranges[..n]) {
+                *o = (tcb.rcv.nxt + r.0, tcb.rcv.nxt + r.1);
+            }
+            let max = if repr.timestamp.is_some() { 3 } else { 4 };
+            let (blocks, count) = receiver_blocks(&ooo[..n], tcb.last_ooo, None, max);
+            repr.sack_ranges = blocks;
+            let _ = count;
+        }
+    }
+
+    /// Send one segment of the connection: `len` bytes of data at `seq`, plus FIN if
+    /// asked; an ACK of everything received goes with it. Clears pending ACKs.
+    fn tcp_send_segment(
+        &mut self,
+        now: Instant,
+        h: TcpHandle,
+        seq: SeqNumber,
+        len: usize,
+        fin: bool,
+        push: bool,
+    ) -> bool {
+        let Some(tcb) = self.tcp.get_mut(h) else {
+            return false;
+        };
+        let window = Self::select_window(tcb);
+        let mut flags = Flags::ACK;
+        if fin {
+            flags |= Flags::FIN;
+        }
+        if push && len > 0 {
+            flags |= Flags::PSH;
+        }
+        let tuple = tcb.tuple;
+        let mut repr = tcp::Repr {
+            src_port: tuple.local.port(),
+            dst_port: tuple.remote.port(),
+            seq_number: seq,
+            ack_number: tcb.rcv.nxt,
+            flags,
+            window_len: window,
+            ..tcp::Repr::default()
+        };
+        let offset = seq.diff(tcb.data_start()).max(0) as usize;
+        tcb.flags.clear(TcbFlags::ACK_NOW | TcbFlags::ACK_PENDING);
+        tcb.timers.delack = Instant::FAR_FUTURE;
+        tcb.quick_acks = tcb.quick_acks.saturating_sub(1);
+        tcb.last_activity = now;
+        let tcb = self.tcp.get(h).expect("checked above");
+        self.data_options(tcb, &mut repr, now);
+        let payload = if len > 0 {
+            Payload::SendBuffer { h, offset, len }
+        } else {
+            Payload::None
+        };
+        self.tcp_emit(now, tuple, &repr, payload)
+    }
+
+    /// A pure ACK now (RFC 9293 §3.10.7.4: `<SEQ=SND.NXT><ACK=RCV.NXT><CTL=ACK>`).
+    pub(crate) fn tcp_send_ack(&mut self, now: Instant, h: TcpHandle) {
+        let Some(tcb) = self.tcp.get(h) else { return };
+        let seq = tcb.snd.nxt;
+        self.tcp_send_segment(now, h, seq, 0, false, false);
+    }
+
+    /// Queue our FIN after the data (RFC 9293 §3.10.4 CLOSE): ESTABLISHED goes to
+    /// FIN-WAIT-1, CLOSE-WAIT to LAST-ACK, SYN-RECEIVED to FIN-WAIT-1.
+    pub(crate) fn tcp_queue_fin(&mut self, now: Instant, h: TcpHandle) {
+        let Some(tcb) = self.tcp.get_mut(h) else {
+            return;
+        };
+        if tcb.flags.has(TcbFlags::FIN_QUEUED) {
+            return;
+        }
+        let next = match tcb.state {
+            State::Established | State::SynReceived => State::FinWait1,
+            State::CloseWait => State::LastAck,
+            State::SynSent => {
+                // Linux tcp_close_state: SYN-SENT goes straight to CLOSED; no FIN.
+                self.tcp_done(h, None);
+                return;
+            }
+            _ => return,
+        };
+        tcb.flags.set(TcbFlags::FIN_QUEUED);
+        self.tcp_set_state(h, next);
+        self.tcp_output(now, h);
+    }
+
+    /// Send what can be sent now (Linux `tcp_write_xmit` after `tcp_xmit_retransmit_queue`),
+    /// then any ACK still owed.
+    pub(crate) fn tcp_output(&mut self, now: Instant, h: TcpHandle) {
+        // Lost segments first (RFC 6675 §5 NextSeg rule 1; also after an RTO).
+        loop {
+            let Some(tcb) = self.tcp.get(h) else { return };
+            if tcb.rtx.in_flight() >= tcb.cs.cwnd {
+                break;
+            }
+            let Some((start, end)) = tcb.rtx.next_to_retransmit() else {
+                break;
+            };
+            if !self.tcp_retransmit(now, h, start, end) {
+                break;
+            }
+        }
+        loop {
+            let Some(tcb) = self.tcp.get(h) else { return };
+            if !(tcb.state.is_synchronized() || tcb.state == State::SynReceived)
+                || tcb.flags.has(TcbFlags::FIN_SENT)
+            {
+                break;
+            }
+            let data_start = tcb.data_start();
+            let sent = tcb.snd.nxt.diff(data_start).max(0) as usize;
+            let unsent = tcb.sndbuf.len().saturating_sub(sent);
+            let fin_pending = tcb.flags.has(TcbFlags::FIN_QUEUED);
+            if unsent == 0 && !fin_pending {
+                break;
+            }
+            if tcb.rtx.in_flight() >= tcb.cs.cwnd {
+                break;
+            }
+            let wnd_end = tcb.snd.una + tcb.snd.wnd as usize;
+            let wnd_avail = wnd_end.diff(tcb.snd.nxt).max(0) as usize;
+            let len = unsent.min(usize::from(tcb.mss)).min(wnd_avail);
+            let fin = fin_pending
+                && len == unsent
+                && (unsent == 0 || wnd_avail > len || wnd_avail >= unsent);
+            if len == 0 && !(fin && unsent == 0) {
+                // Zero window with data waiting: the probe timer takes over
+                // (RFC 9293 §3.8.6.1).
+                if tcb.rtx.is_empty() && tcb.timers.retransmit == Instant::FAR_FUTURE {
+                    let rto = tcb.rtt.rto();
+                    if let Some(t) = self.tcp.get_mut(h) {
+                        t.timers.retransmit = now + rto;
+                    }
+                    self.tcp_arm(h);
+                }
+                break;
+            }
+            // Nagle (RFC 9293 §3.7.4): a segment smaller than the MSS waits while any data
+            // is unacknowledged, unless TCP_NODELAY or it carries our FIN. This also covers
+            // the sender's silly-window avoidance (§3.8.6.2.1) when the window is small.
+            let partial = len < usize::from(tcb.mss);
+            let unacked = tcb.snd.nxt != tcb.snd.una;
+            if partial && !fin && unacked && !tcb.flags.has(TcbFlags::NODELAY) {
+                break;
+            }
+            let seq = tcb.snd.nxt;
+            if !self.tcp_send_segment(now, h, seq, len, fin, len == unsent) {
+                break;
+            }
+            let Some(tcb) = self.tcp.get_mut(h) else {
+                return;
+            };
+            let end = seq + len + usize::from(fin);
+            tcb.rtx.push(seq, end, now);
+            tcb.snd.nxt = end;
+            if fin {
+                tcb.flags.set(TcbFlags::FIN_SENT);
+            }
+            if tcb.timers.retransmit == Instant::FAR_FUTURE {
+                tcb.timers.retransmit = now + tcb.rtt.rto();
+                self.tcp_arm(h);
+            }
+        }
+        let Some(tcb) = self.tcp.get(h) else { return };
+        if tcb.flags.has(TcbFlags::ACK_NOW) {
+            self.tcp_send_ack(now, h);
+        } else if tcb.flags.has(TcbFlags::ACK_PENDING) && tcb.timers.delack == Instant::FAR_FUTURE {
+            if let Some(t) = self.tcp.get_mut(h) {
+                t.timers.delack = now + DELACK;
+            }
+            self.tcp_arm(h);
+        }
+    }
+
+    /// Retransmit the segment `[start, end)` (Linux `tcp_retransmit_skb`).
+    pub(crate) fn tcp_retransmit(
+        &mut self,
+        now: Instant,
+        h: TcpHandle,
+        start: SeqNumber,
+        end: SeqNumber,
+    ) -> bool {
+        let Some(tcb) = self.tcp.get(h) else {
+            return false;
+        };
+        let ok = if start == tcb.snd.iss && tcb.state == State::SynSent {
+            self.tcp_send_syn(now, h);
+            true
+        } else if start == tcb.snd.iss && tcb.state == State::SynReceived {
+            self.tcp_send_syn_ack_tcb(now, h);
+            true
+        } else {
+            let fin =
+                tcb.flags.has(TcbFlags::FIN_SENT) && end == tcb.snd.nxt && tcb.fin_seq() + 1 == end;
+            let len = (end - start) - usize::from(fin);
+            self.tcp_send_segment(now, h, start, len, fin, true)
+        };
+        if ok {
+            self.mib.inc(Counter::TcpRetransSegs);
+            if let Some(tcb) = self.tcp.get_mut(h) {
+                tcb.rtx.mark_retransmitted(start, now);
+            }
+        }
+        ok
+    }
+
+    /// Make sure the stack's timer queue will wake this connection at its earliest
+    /// deadline (lazy cancel: a later deadline leaves the earlier entry, which finds
+    /// nothing due and re-arms).
+    pub(crate) fn tcp_arm(&mut self, h: TcpHandle) {
+        let Some(tcb) = self.tcp.get_mut(h) else {
+            return;
+        };
+        let earliest = tcb.timers.earliest();
+        if earliest < tcb.timers.queued {
+            tcb.timers.queued = earliest;
+            self.tcp
+                .timers
+                .push(core::cmp::Reverse((earliest, TimerKey::Conn(h))));
+        }
+    }
+}
+
+impl Tcb {
+    /// The sequence number of the first byte in the send buffer: after our SYN.
+    pub(crate) fn data_start(&self) -> SeqNumber {
+        if self.snd.una == self.snd.iss {
+            self.snd.iss + 1
+        } else {
+            self.snd.una
+        }
+    }
+
+    /// Our FIN's sequence number (meaningful once FIN is queued).
+    pub(crate) fn fin_seq(&self) -> SeqNumber {
+        self.data_start() + self.sndbuf.len()
+    }
+}

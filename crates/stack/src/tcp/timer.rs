@@ -1,0 +1,381 @@
+//! TCP timers (Linux `net/ipv4/tcp_timer.c`) and TIME-WAIT (`tcp_minisocks.c`,
+//! `inet_timewait_sock.c`).
+//!
+//! Each connection has a fixed table of deadlines (retransmit/probe, delayed ACK,
+//! keepalive/FIN-WAIT-2) and one entry in the stack's timer queue for the earliest; an
+//! entry whose deadline moved is skipped when it comes up (lazy cancel), since the RTO is
+//! re-armed on nearly every ACK. TIME-WAIT records all live 60 s, so they expire from a
+//! FIFO queue in O(1).
+
+use core::net::SocketAddrV4;
+use core::time::Duration;
+use std::collections::VecDeque;
+
+use hashbrown::HashMap;
+use ustack_obs::{Counter, DropReason, Instant};
+use ustack_wire::tcp::{Flags, TcpTimestamp};
+use ustack_wire::{SeqNumber, tcp};
+
+use super::cc::{CaEvent, CaState, CongestionControl};
+use super::isn::ts_clock;
+use super::tcb::{FourTuple, TcbFlags};
+use super::{State, TcpHandle, TimerKey};
+use crate::{Error, Stack};
+
+/// 2*MSL as Linux has it (`TCP_TIMEWAIT_LEN`, 60 s); RFC 9293 §3.4.2 suggests MSL = 2 min.
+pub(crate) const TIMEWAIT_LEN: Duration = Duration::from_secs(60);
+
+/// A connection in TIME-WAIT, reduced to what answering its peer needs (Linux
+/// `tcp_timewait_sock`): about 32 bytes plus its table entry.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TimeWait {
+    pub snd_nxt: SeqNumber,
+    pub rcv_nxt: SeqNumber,
+    pub ts_recent: u32,
+    pub ts_offset: u32,
+    pub rcv_wnd: u16,
+    pub ts_ok: bool,
+    pub expires: Instant,
+}
+
+/// All TIME-WAIT records of a stack.
+#[derive(Debug)]
+pub(crate) struct TimeWaits {
+    map: HashMap<FourTuple, TimeWait, foldhash::fast::FixedState>,
+    /// (deadline, tuple) in deadline order; an entry whose record was re-armed or removed
+    /// is skipped.
+    queue: VecDeque<(Instant, FourTuple)>,
+}
+
+impl TimeWaits {
+    pub fn new(seed: u64) -> Self {
+        TimeWaits {
+            map: HashMap::with_hasher(foldhash::fast::FixedState::with_seed(seed)),
+            queue: VecDeque::new(),
+        }
+    }
+    pub fn contains(&self, t: &FourTuple) -> bool {
+        self.map.contains_key(t)
+    }
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+    fn insert(&mut self, t: FourTuple, tw: TimeWait) {
+        self.queue.push_back((tw.expires, t));
+        self.map.insert(t, tw);
+    }
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.queue.front().map(|(d, _)| *d)
+    }
+}
+
+impl Stack {
+    /// Enter TIME-WAIT (Linux `tcp_time_wait`): the TCB becomes a compact record for
+    /// 2*MSL; the socket itself is done.
+    pub(crate) fn tcp_time_wait(&mut self, now: Instant, h: TcpHandle) {
+        let Some(tcb) = self.tcp.get(h) else { return };
+        let tw = TimeWait {
+            snd_nxt: tcb.snd.nxt,
+            rcv_nxt: tcb.rcv.nxt,
+            ts_recent: tcb.ts_recent,
+            ts_offset: tcb.ts_offset,
+            rcv_wnd: (tcb.rcv.wnd >> tcb.rcv_wscale).min(65_535) as u16,
+            ts_ok: tcb.flags.has(TcbFlags::TS_OK),
+            expires: now + TIMEWAIT_LEN,
+        };
+        let tuple = tcb.tuple;
+        self.tcp_done(h, None);
+        self.tcp.timewait.insert(tuple, tw);
+    }
+
+    /// A segment for a TIME-WAIT record (RFC 9293 §3.10.7.4 in TIME-WAIT; Linux
+    /// `tcp_timewait_state_process`).
+    pub(crate) fn timewait_input(&mut self, now: Instant, tuple: FourTuple, seg: &tcp::Repr) {
+        let Some(tw) = self.tcp.timewait.map.get(&tuple).copied() else {
+            return;
+        };
+        let f = seg.flags;
+        // Linux with tcp_rfc1337 = 0 (its default): a RST kills the record. RFC 1337
+        // would ignore it; Linux does not, and ustack follows Linux.
+        if f.contains(Flags::RST) {
+            self.tcp.timewait.map.remove(&tuple);
+            return self.mib.drop(DropReason::TcpReset);
+        }
+        let newer_ts = tw.ts_ok
+            && seg
+                .timestamp
+                .is_some_and(|t| (t.tsval.wrapping_sub(tw.ts_recent) as i32) > 0);
+        // A new SYN: RFC 9293 §3.10.7.4 allows reopening from TIME-WAIT when the new SYN's
+        // sequence number is above the old connection's (or, with timestamps, its TSval is
+        // newer: RFC 6191). Linux TCP_TW_SYN.
+        if f.contains(Flags::SYN)
+            && !f.contains(Flags::ACK)
+            && (seg.seq_number.after(tw.rcv_nxt) || newer_ts)
+        {
+            self.tcp.timewait.map.remove(&tuple);
+            if let Some(listener) = self.tcp.listeners.lookup(tuple.local) {
+                return self.listen_input(now, listener, tuple, seg);
+            }
+            self.mib.drop(DropReason::TcpNoSocket);
+            return self.reset_for(now, tuple, seg);
+        }
+        // PAWS (RFC 7323 §5.3) applies here too.
+        if tw.ts_ok
+            && seg
+                .timestamp
+                .is_some_and(|t| (t.tsval.wrapping_sub(tw.ts_recent) as i32) < 0)
+        {
+            self.tw_ack(now, tuple, &tw);
+            return self.mib.drop(DropReason::TcpPaws);
+        }
+        // "The only thing that can arrive in this state is a retransmission of the remote
+        // FIN. Acknowledge it, and restart the 2 MSL timeout." Anything else gets an ACK.
+        if f.contains(Flags::FIN)
+            && let Some(r) = self.tcp.timewait.map.get_mut(&tuple)
+        {
+            r.expires = now + TIMEWAIT_LEN;
+            self.tcp.timewait.queue.push_back((r.expires, tuple));
+        }
+        self.tw_ack(now, tuple, &tw);
+    }
+
+    fn tw_ack(&mut self, now: Instant, tuple: FourTuple, tw: &TimeWait) {
+        let ts = tw.ts_ok.then(|| TcpTimestamp {
+            tsval: ts_clock(now).wrapping_add(tw.ts_offset),
+            tsecr: tw.ts_recent,
+        });
+        self.tcp_send_ack_raw(
+            now,
+            tuple,
+            tw.snd_nxt,
+            tw.rcv_nxt,
+            u32::from(tw.rcv_wnd),
+            ts,
+        );
+    }
+
+    /// When TCP next needs [`Stack::tcp_handle_timeout`].
+    pub(crate) fn tcp_poll_timeout(&self) -> Option<Instant> {
+        let conn = self.tcp.timers.peek().map(|core::cmp::Reverse((t, _))| *t);
+        [conn, self.tcp.timewait.next_deadline()]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Run every TCP timer due at `now`.
+    pub(crate) fn tcp_handle_timeout(&mut self, now: Instant) {
+        while let Some(&(deadline, tuple)) = self.tcp.timewait.queue.front() {
+            if deadline > now {
+                break;
+            }
+            self.tcp.timewait.queue.pop_front();
+            if self
+                .tcp
+                .timewait
+                .map
+                .get(&tuple)
+                .is_some_and(|tw| tw.expires == deadline)
+            {
+                self.tcp.timewait.map.remove(&tuple);
+                // Linux counts TW when a record's timer ends it (tw_timer_handler).
+                self.mib.inc(Counter::TcpExtTW);
+            }
+        }
+        while let Some(core::cmp::Reverse((deadline, key))) = self.tcp.timers.peek().copied() {
+            if deadline > now {
+                break;
+            }
+            self.tcp.timers.pop();
+            match key {
+                TimerKey::Request(tuple) => self.request_timer(now, tuple),
+                TimerKey::Conn(h) => {
+                    let Some(tcb) = self.tcp.get_mut(h) else {
+                        continue;
+                    };
+                    if tcb.timers.queued != deadline {
+                        continue; // superseded by an earlier entry
+                    }
+                    tcb.timers.queued = Instant::FAR_FUTURE;
+                    self.tcp_timer(now, h);
+                    self.tcp_arm(h);
+                }
+            }
+        }
+    }
+
+    /// Run the due timers of one connection.
+    fn tcp_timer(&mut self, now: Instant, h: TcpHandle) {
+        let Some(tcb) = self.tcp.get_mut(h) else {
+            return;
+        };
+        if tcb.timers.delack <= now {
+            tcb.timers.delack = Instant::FAR_FUTURE;
+            if tcb.flags.has(TcbFlags::ACK_PENDING) {
+                self.mib.inc(Counter::TcpExtDelayedACKs);
+                self.tcp_send_ack(now, h);
+            }
+        }
+        let Some(tcb) = self.tcp.get_mut(h) else {
+            return;
+        };
+        if tcb.timers.retransmit <= now {
+            tcb.timers.retransmit = Instant::FAR_FUTURE;
+            if tcb.rtx.is_empty() {
+                self.tcp_probe_timer(now, h);
+            } else {
+                self.tcp_retransmit_timer(now, h);
+            }
+        }
+        let Some(tcb) = self.tcp.get_mut(h) else {
+            return;
+        };
+        if tcb.timers.keepalive <= now {
+            tcb.timers.keepalive = Instant::FAR_FUTURE;
+            self.tcp_keepalive_timer(now, h);
+        }
+    }
+
+    /// The retransmission timer (RFC 6298 §5.4-5.7; Linux `tcp_retransmit_timer`).
+    fn tcp_retransmit_timer(&mut self, now: Instant, h: TcpHandle) {
+        let Some(tcb) = self.tcp.get_mut(h) else {
+            return;
+        };
+        let limit = match tcb.state {
+            State::SynSent | State::SynReceived => self.sysctl.tcp_syn_retries,
+            _ if tcb.flags.has(TcbFlags::ORPHAN) => match self.sysctl.tcp_orphan_retries {
+                0 => 8,
+                n => n,
+            },
+            _ => self.sysctl.tcp_retries2,
+        };
+        if u64::from(tcb.rtt.backoffs()) >= limit {
+            // Linux tcp_write_err: ETIMEDOUT, TCPAbortOnTimeout.
+            self.mib.inc(Counter::TcpExtTCPAbortOnTimeout);
+            return self.tcp_done(h, Some(Error::TimedOut));
+        }
+        if tcb.rtt.backoffs() == 0 {
+            // Linux counts the first timeout of an episode by what it interrupted.
+            self.mib.inc(match tcb.ca_state {
+                CaState::Recovery if tcb.flags.has(TcbFlags::SACK_OK) => {
+                    Counter::TcpExtTCPSackFailures
+                }
+                CaState::Recovery => Counter::TcpExtTCPRenoFailures,
+                CaState::Loss => Counter::TcpExtTCPLossFailures,
+                _ => Counter::TcpExtTCPTimeouts,
+            });
+        }
+        // Linux tcp_enter_loss; RFC 5681 §3.1 eq. (4): ssthresh = max(FlightSize / 2, 2*SMSS)
+        // (the congestion control's choice), cwnd = 1 (loss window).
+        if tcb.ca_state != CaState::Loss || tcb.rtt.backoffs() == 0 {
+            tcb.cs.in_flight = tcb.rtx.in_flight();
+            tcb.cs.ssthresh = tcb.cc.ssthresh(&tcb.cs);
+            tcb.cc.cwnd_event(&mut tcb.cs, now, CaEvent::Loss);
+        }
+        tcb.cs.cwnd = 1;
+        tcb.ca_state = CaState::Loss;
+        tcb.cc.set_state(&mut tcb.cs, CaState::Loss);
+        tcb.high_seq = tcb.snd.nxt;
+        tcb.dupacks = 0;
+        tcb.rtx.mark_all_lost();
+        // RFC 6298 §5.5 "back off the timer", §5.6 restart it.
+        tcb.rtt.backoff();
+        let rto = tcb.rtt.rto();
+        tcb.timers.retransmit = now + rto;
+        if tcb.state == State::SynSent {
+            // RFC 6298 §5.7: the SYN's retransmission keeps RTO >= 1 s (TIMEOUT_INIT
+            // doubled by the backoff already applied).
+            tcb.timers.retransmit = now + rto.max(super::listen::TIMEOUT_INIT);
+        }
+        self.tcp_output(now, h);
+    }
+
+    /// The zero-window probe (RFC 9293 §3.8.6.1 "the sending TCP ... MUST regularly
+    /// transmit at least one octet of new data ... or retransmit to the receiver";
+    /// Linux `tcp_probe_timer`, `tcp_send_probe0`).
+    fn tcp_probe_timer(&mut self, now: Instant, h: TcpHandle) {
+        let Some(tcb) = self.tcp.get_mut(h) else {
+            return;
+        };
+        let sent = tcb.snd.nxt.diff(tcb.data_start()).max(0) as usize;
+        if tcb.sndbuf.len() <= sent || tcb.snd.wnd > 0 {
+            // Nothing waits on the window any more.
+            return self.tcp_output(now, h);
+        }
+        if u64::from(tcb.probes) >= self.sysctl.tcp_retries2 {
+            self.mib.inc(Counter::TcpExtTCPAbortOnTimeout);
+            return self.tcp_done(h, Some(Error::TimedOut));
+        }
+        tcb.probes += 1;
+        tcb.rtt.backoff();
+        let rto = tcb.rtt.rto();
+        tcb.timers.retransmit = now + rto;
+        let seq = tcb.snd.una - 1;
+        self.mib.inc(Counter::TcpExtTCPWinProbe);
+        // Linux tcp_xmit_probe_skb: an old sequence number, so the peer answers with an
+        // ACK carrying its current window.
+        self.tcp_send_probe(now, h, seq);
+    }
+
+    /// Keepalive, or the end of an orphan's FIN-WAIT-2 (Linux `tcp_keepalive_timer`).
+    fn tcp_keepalive_timer(&mut self, now: Instant, h: TcpHandle) {
+        let Some(tcb) = self.tcp.get_mut(h) else {
+            return;
+        };
+        if tcb.state == State::FinWait2 && tcb.flags.has(TcbFlags::ORPHAN) {
+            // tcp_fin_timeout ran out: Linux sends a reset and forgets the connection.
+            let (tuple, seq) = (tcb.tuple, tcb.snd.nxt);
+            self.tcp_send_reset(now, tuple, seq, None);
+            return self.tcp_done(h, None);
+        }
+        if !tcb.flags.has(TcbFlags::KEEPALIVE) || !tcb.state.counts_as_established() {
+            return;
+        }
+        let idle = now - tcb.last_activity;
+        let time = Duration::from_secs(self.sysctl.tcp_keepalive_time);
+        let intvl = Duration::from_secs(self.sysctl.tcp_keepalive_intvl);
+        if idle < time {
+            tcb.probes = 0;
+            tcb.timers.keepalive = tcb.last_activity + time;
+            return;
+        }
+        // RFC 9293 §3.8.4 keep-alives, Linux's counts: tcp_keepalive_probes unanswered probes.
+        if u64::from(tcb.probes) >= self.sysctl.tcp_keepalive_probes {
+            self.mib.inc(Counter::TcpExtTCPAbortOnTimeout);
+            return self.tcp_done(h, Some(Error::TimedOut));
+        }
+        tcb.probes += 1;
+        tcb.timers.keepalive = now + intvl;
+        let seq = tcb.snd.una - 1;
+        self.mib.inc(Counter::TcpExtTCPKeepAlive);
+        self.tcp_send_probe(now, h, seq);
+    }
+
+    /// A segment with an old sequence number and no data, to elicit an ACK.
+    fn tcp_send_probe(&mut self, now: Instant, h: TcpHandle, seq: SeqNumber) {
+        let Some(tcb) = self.tcp.get(h) else { return };
+        let (tuple, ack, ts_ok, ts_offset, ts_recent) = (
+            tcb.tuple,
+            tcb.rcv.nxt,
+            tcb.flags.has(TcbFlags::TS_OK),
+            tcb.ts_offset,
+            tcb.ts_recent,
+        );
+        let wnd = tcb.rcv.wnd >> tcb.rcv_wscale;
+        let ts = ts_ok.then(|| TcpTimestamp {
+            tsval: ts_clock(now).wrapping_add(ts_offset),
+            tsecr: ts_recent,
+        });
+        self.tcp_send_ack_raw(now, tuple, seq, ack, wnd, ts);
+    }
+
+    /// TIME-WAIT records (for views and tests): remote address and deadline.
+    pub fn tcp_timewait_list(&self) -> Vec<(SocketAddrV4, SocketAddrV4, Instant)> {
+        self.tcp
+            .timewait
+            .map
+            .iter()
+            .map(|(t, tw)| (t.local, t.remote, tw.expires))
+            .collect()
+    }
+}
