@@ -5,6 +5,8 @@
 //! minutes of protocol time runs in milliseconds and repeats exactly for a given seed.
 //! A pair can record everything on the wire, as each side saw it, to pcap files.
 
+pub mod tcp;
+
 use core::net::Ipv4Addr;
 use core::time::Duration;
 use std::io::Write;

@@ -1,0 +1,177 @@
+//! TCP between two ustack stacks over `sim`: handshake, data, close, reset, loss.
+
+use core::net::SocketAddrV4;
+use core::time::Duration;
+
+use ustack_dev::sim::{Side, SimConfig, SimLinkConfig};
+use ustack_obs::Counter;
+use ustack_stack::tcp::State;
+use ustack_stack::{Error, TcpHandle, TcpResources};
+use ustack_testkit::{A_IP, B_IP, Pair};
+
+const PORT: u16 = 80;
+
+/// B listens; A connects; returns (A's handle, B's accepted handle).
+fn connect(p: &mut Pair) -> (TcpHandle, TcpHandle) {
+    let l = p.b.tcp_listen(SocketAddrV4::new(B_IP, PORT), 128).unwrap();
+    let a =
+        p.a.tcp_connect(p.now, SocketAddrV4::new(B_IP, PORT))
+            .unwrap();
+    let mut accepted = None;
+    let ok = p.run_until_cond(Duration::from_secs(30), |p| {
+        if accepted.is_none() {
+            accepted = p.b.tcp_accept(l).ok();
+        }
+        accepted.is_some() && p.a.tcp_state(a) == Ok(State::Established)
+    });
+    assert!(ok, "handshake completes: A {:?}", p.a.tcp_state(a));
+    (a, accepted.unwrap().0)
+}
+
+/// Move `data` from `from` to `to` over the pair, reading as it arrives. Returns what was read.
+fn transfer(
+    p: &mut Pair,
+    from: Side,
+    fh: TcpHandle,
+    th: TcpHandle,
+    data: &[u8],
+    limit: Duration,
+) -> Vec<u8> {
+    let mut sent = 0;
+    let mut got = Vec::with_capacity(data.len());
+    let mut buf = vec![0u8; 65536];
+    let deadline = p.now + limit;
+    while got.len() < data.len() && p.now < deadline {
+        let now = p.now;
+        if sent < data.len() {
+            if let Ok(n) = p.stack(from).tcp_send(now, fh, &data[sent..]) {
+                sent += n;
+            }
+        }
+        p.settle();
+        loop {
+            let now = p.now;
+            match p.stack(from.peer()).tcp_recv(now, th, &mut buf) {
+                Ok(0) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(_) => break,
+            }
+        }
+        let next = p.next_event().unwrap_or(p.now + Duration::from_millis(1));
+        p.now = next.min(deadline);
+    }
+    got
+}
+
+fn pattern(n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i * 7 + i / 251) as u8).collect()
+}
+
+#[test]
+fn handshake_counts_and_negotiates_options() {
+    let mut p = Pair::new(SimLinkConfig::default());
+    let (a, b) = connect(&mut p);
+    assert_eq!(p.b.tcp_state(b), Ok(State::Established));
+    assert_eq!(p.a.mib().get(Counter::TcpActiveOpens), 1);
+    assert_eq!(p.b.mib().get(Counter::TcpPassiveOpens), 1);
+    assert_eq!(p.a.mib().get(Counter::TcpCurrEstab), 1);
+    assert_eq!(p.b.mib().get(Counter::TcpCurrEstab), 1);
+    let info = p.a.tcp_info(a).unwrap();
+    assert!(
+        info.sack && info.timestamps && info.wscale.is_some(),
+        "{info:?}"
+    );
+    assert_eq!(info.mss, 1460 - 12, "MSS less the timestamp option");
+}
+
+#[test]
+fn data_both_ways_arrives_intact() {
+    let mut p = Pair::new(SimLinkConfig::default());
+    let (a, b) = connect(&mut p);
+    let data = pattern(1 << 20);
+    let got = transfer(&mut p, Side::A, a, b, &data, Duration::from_secs(60));
+    assert_eq!(got.len(), data.len());
+    assert!(got == data, "A->B stream intact");
+    let data = pattern(300_000);
+    let got = transfer(&mut p, Side::B, b, a, &data, Duration::from_secs(60));
+    assert!(got == data, "B->A stream intact");
+}
+
+#[test]
+fn connect_to_closed_port_is_refused() {
+    let mut p = Pair::new(SimLinkConfig::default());
+    let a = p.a.tcp_connect(p.now, SocketAddrV4::new(B_IP, 9)).unwrap();
+    p.run_for(Duration::from_secs(1));
+    assert_eq!(p.a.tcp_state(a), Ok(State::Closed));
+    let mut buf = [0u8; 4];
+    let now = p.now;
+    assert_eq!(
+        p.a.tcp_recv(now, a, &mut buf),
+        Err(Error::ConnectionRefused)
+    );
+    assert_eq!(p.a.mib().get(Counter::TcpAttemptFails), 1);
+    assert_eq!(p.b.mib().get(Counter::TcpOutRsts), 1);
+}
+
+#[test]
+fn orderly_close_goes_through_time_wait_and_leaks_nothing() {
+    let mut p = Pair::new(SimLinkConfig::default());
+    let (a, b) = connect(&mut p);
+    let now = p.now;
+    p.a.tcp_send(now, a, b"bye").unwrap();
+    p.a.tcp_close(now, a).unwrap();
+    p.run_for(Duration::from_millis(100));
+    let mut buf = [0u8; 16];
+    let now = p.now;
+    assert_eq!(p.b.tcp_recv(now, b, &mut buf), Ok(3));
+    assert_eq!(p.b.tcp_recv(now, b, &mut buf), Ok(0), "EOF after the FIN");
+    assert_eq!(p.b.tcp_state(b), Ok(State::CloseWait));
+    p.b.tcp_close(now, b).unwrap();
+    p.run_for(Duration::from_millis(100));
+    assert_eq!(
+        p.a.tcp_resources().timewait,
+        1,
+        "the active closer holds TIME-WAIT"
+    );
+    assert_eq!(
+        p.b.tcp_resources(),
+        TcpResources {
+            timers: p.b.tcp_resources().timers,
+            ..Default::default()
+        }
+    );
+    p.run_for(Duration::from_secs(61));
+    for s in [&p.a, &p.b] {
+        let r = s.tcp_resources();
+        assert_eq!(
+            (r.connections, r.timewait, r.requests, r.buffer_bytes),
+            (0, 0, 0, 0),
+            "{r:?}"
+        );
+        assert_eq!(s.mib().get(Counter::TcpCurrEstab), 0);
+    }
+    assert_eq!(p.a.mib().get(Counter::TcpExtTW), 1);
+}
+
+#[test]
+fn bulk_transfer_survives_loss_both_ways() {
+    for seed in 1..=3 {
+        let mut p = Pair::new(SimLinkConfig {
+            seed,
+            ..SimLinkConfig::default()
+        });
+        let (a, b) = connect(&mut p);
+        let lossy = SimConfig {
+            loss: 0.05,
+            delay: Duration::from_millis(5),
+            ..SimConfig::default()
+        };
+        p.link.set_config(Side::A, lossy.clone());
+        p.link.set_config(Side::B, lossy);
+        let data = pattern(500_000);
+        let got = transfer(&mut p, Side::A, a, b, &data, Duration::from_secs(300));
+        assert_eq!(got.len(), data.len(), "seed {seed}: all bytes arrived");
+        assert!(got == data, "seed {seed}: intact");
+        assert!(p.a.mib().get(Counter::TcpRetransSegs) > 0);
+    }
+}

@@ -1,0 +1,286 @@
+//! Segment-level TCP fixtures: one stack under test on an IP-only link, and the test
+//! playing its peer by crafting segments and reading the stack's answers, on a virtual
+//! clock (EXAMPLES item 15; the shape of packetdrill scripts and smoltcp's `send!`/`recv!`).
+//!
+//! ```ignore
+//! let mut t = SegTest::listening(80);
+//! t.send(Seg::syn(1000).mss(1460));
+//! let synack = t.recv().expect("SYN-ACK");
+//! assert!(synack.has(Flags::SYN | Flags::ACK) && synack.ack == 1001);
+//! ```
+
+use core::net::{Ipv4Addr, SocketAddrV4};
+use core::time::Duration;
+
+use ustack_stack::{Config, Instant, Ipv4Cidr, ListenerHandle, Stack};
+use ustack_wire::tcp::{self, Flags, TcpTimestamp};
+use ustack_wire::{IpProtocol, SeqNumber, ipv4};
+
+/// The stack under test: 192.0.2.2.
+pub const LOCAL_IP: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 2);
+/// The scripted peer: 192.0.2.1, port 40000.
+pub const PEER: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 1), 40000);
+
+/// A segment as the test writes or reads it (sequence numbers as plain u32).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Seg {
+    pub src_port: u16,
+    pub dst_port: u16,
+    pub flags: Flags,
+    pub seq: u32,
+    pub ack: u32,
+    pub window: u16,
+    pub payload: Vec<u8>,
+    pub mss: Option<u16>,
+    pub wscale: Option<u8>,
+    pub sack_perm: bool,
+    /// (TSval, TSecr)
+    pub ts: Option<(u32, u32)>,
+    pub sack: Vec<(u32, u32)>,
+}
+
+impl Seg {
+    fn with(flags: Flags, seq: u32) -> Seg {
+        Seg {
+            flags,
+            seq,
+            window: 65_535,
+            ..Seg::default()
+        }
+    }
+    /// A bare SYN.
+    pub fn syn(seq: u32) -> Seg {
+        Seg::with(Flags::SYN, seq)
+    }
+    /// An ACK segment.
+    pub fn ack(seq: u32, ack: u32) -> Seg {
+        let mut s = Seg::with(Flags::ACK, seq);
+        s.ack = ack;
+        s
+    }
+    /// A RST (without ACK).
+    pub fn rst(seq: u32) -> Seg {
+        Seg::with(Flags::RST, seq)
+    }
+    pub fn flags(mut self, f: Flags) -> Seg {
+        self.flags = self.flags | f;
+        self
+    }
+    pub fn with_ack(mut self, ack: u32) -> Seg {
+        self.flags = self.flags | Flags::ACK;
+        self.ack = ack;
+        self
+    }
+    pub fn win(mut self, w: u16) -> Seg {
+        self.window = w;
+        self
+    }
+    pub fn data(mut self, d: &[u8]) -> Seg {
+        self.payload = d.to_vec();
+        self
+    }
+    pub fn mss(mut self, m: u16) -> Seg {
+        self.mss = Some(m);
+        self
+    }
+    pub fn wscale(mut self, s: u8) -> Seg {
+        self.wscale = Some(s);
+        self
+    }
+    pub fn sack_perm(mut self) -> Seg {
+        self.sack_perm = true;
+        self
+    }
+    pub fn ts(mut self, tsval: u32, tsecr: u32) -> Seg {
+        self.ts = Some((tsval, tsecr));
+        self
+    }
+    pub fn sack(mut self, blocks: &[(u32, u32)]) -> Seg {
+        self.sack = blocks.to_vec();
+        self
+    }
+    /// Whether every flag in `f` is set.
+    pub fn has(&self, f: Flags) -> bool {
+        self.flags.contains(f)
+    }
+    /// The sequence space it occupies (data, plus SYN and FIN).
+    pub fn len(&self) -> u32 {
+        self.payload.len() as u32
+            + u32::from(self.has(Flags::SYN))
+            + u32::from(self.has(Flags::FIN))
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// One stack under test and its scripted peer.
+pub struct SegTest {
+    pub stack: Stack,
+    pub now: Instant,
+    /// The stack's port the peer talks to.
+    pub port: u16,
+    pub listener: Option<ListenerHandle>,
+}
+
+impl core::fmt::Debug for SegTest {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("SegTest")
+            .field("now", &self.now)
+            .field("port", &self.port)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SegTest {
+    /// A stack with default tunables (change them with `self.stack.set_sysctl` first).
+    pub fn new(port: u16) -> SegTest {
+        let mut c = Config::ip(Ipv4Cidr::new(LOCAL_IP, 24));
+        c.seed = 42;
+        // A default route, as on a TUN link, so that peers off the subnet are reachable.
+        c.gateway = Some(*PEER.ip());
+        SegTest {
+            stack: Stack::new(c),
+            now: Instant::from_secs(1),
+            port,
+            listener: None,
+        }
+    }
+
+    /// A stack listening on `port` with backlog 128.
+    pub fn listening(port: u16) -> SegTest {
+        let mut t = SegTest::new(port);
+        t.listen(128);
+        t
+    }
+
+    pub fn listen(&mut self, backlog: u32) {
+        self.listener = Some(
+            self.stack
+                .tcp_listen(SocketAddrV4::new(LOCAL_IP, self.port), backlog)
+                .unwrap(),
+        );
+    }
+
+    /// Deliver `seg` from the peer to the stack (ports filled in if zero).
+    pub fn send(&mut self, mut seg: Seg) {
+        if seg.src_port == 0 {
+            seg.src_port = PEER.port();
+        }
+        if seg.dst_port == 0 {
+            seg.dst_port = self.port;
+        }
+        let packet = build(&seg, *PEER.ip(), LOCAL_IP);
+        self.stack.receive(self.now, &packet);
+    }
+
+    /// The next segment the stack sends, if any.
+    pub fn recv(&mut self) -> Option<Seg> {
+        let frame = self.stack.poll_transmit(self.now)?;
+        Some(parse(&frame).expect("the stack sends well-formed TCP/IPv4"))
+    }
+
+    /// Every segment the stack has to send now.
+    pub fn recv_all(&mut self) -> Vec<Seg> {
+        core::iter::from_fn(|| self.recv()).collect()
+    }
+
+    /// Move the clock on by `d`, running the stack's timers as they fall due; returns
+    /// the segments sent meanwhile (with when they were sent).
+    pub fn advance(&mut self, d: Duration) -> Vec<(Instant, Seg)> {
+        let end = self.now + d;
+        let mut out: Vec<(Instant, Seg)> =
+            self.recv_all().into_iter().map(|s| (self.now, s)).collect();
+        while let Some(t) = self.stack.poll_timeout().filter(|t| *t <= end) {
+            self.now = self.now.max(t);
+            self.stack.handle_timeout(self.now);
+            out.extend(self.recv_all().into_iter().map(|s| (self.now, s)));
+        }
+        self.now = end;
+        out
+    }
+
+    /// Complete a passive open from the peer's ISN `isn` (no options): returns our ISN.
+    pub fn handshake(&mut self, isn: u32) -> u32 {
+        self.send(Seg::syn(isn));
+        let synack = self.recv().expect("SYN-ACK");
+        assert!(synack.has(Flags::SYN | Flags::ACK), "{synack:?}");
+        self.send(Seg::ack(isn + 1, synack.seq.wrapping_add(1)));
+        synack.seq
+    }
+}
+
+/// An IPv4 packet carrying `seg` from `src` to `dst`, checksums right.
+pub fn build(seg: &Seg, src: Ipv4Addr, dst: Ipv4Addr) -> Vec<u8> {
+    let mut sack_ranges = [None; 4];
+    for (slot, (a, b)) in sack_ranges.iter_mut().zip(&seg.sack) {
+        *slot = Some((SeqNumber(*a), SeqNumber(*b)));
+    }
+    let repr = tcp::Repr {
+        src_port: seg.src_port,
+        dst_port: seg.dst_port,
+        seq_number: SeqNumber(seg.seq),
+        ack_number: SeqNumber(seg.ack),
+        flags: seg.flags,
+        window_len: seg.window,
+        max_seg_size: seg.mss,
+        window_scale: seg.wscale,
+        sack_permitted: seg.sack_perm,
+        sack_ranges,
+        timestamp: seg.ts.map(|(tsval, tsecr)| TcpTimestamp { tsval, tsecr }),
+        payload: &seg.payload,
+        ..tcp::Repr::default()
+    };
+    let ip = ipv4::Repr {
+        src_addr: src,
+        dst_addr: dst,
+        next_header: IpProtocol::Tcp,
+        payload_len: repr.buffer_len(),
+        ttl: 64,
+        tos: 0,
+        ident: 0,
+        dont_frag: true,
+        more_frags: false,
+        frag_offset: 0,
+    };
+    let mut out = vec![0u8; 20 + repr.buffer_len()];
+    ip.emit(&mut ipv4::Packet::new_unchecked(&mut out[..]), true);
+    repr.emit(
+        &mut tcp::Packet::new_unchecked(&mut out[20..]),
+        &src.into(),
+        &dst.into(),
+        true,
+    );
+    out
+}
+
+/// Parse an IPv4 packet carrying TCP into a [`Seg`] (checksums verified).
+pub fn parse(packet: &[u8]) -> Option<Seg> {
+    let ip = ipv4::Packet::new_checked(packet).ok()?;
+    let ipr = ipv4::Repr::parse(&ip, true).ok()?;
+    if ipr.next_header != IpProtocol::Tcp {
+        return None;
+    }
+    let (src, dst) = (ipr.src_addr.into(), ipr.dst_addr.into());
+    let p = tcp::Packet::new_checked(ip.payload()).ok()?;
+    let r = tcp::Repr::parse(&p, &src, &dst, true).ok()?;
+    Some(Seg {
+        src_port: r.src_port,
+        dst_port: r.dst_port,
+        flags: r.flags,
+        seq: r.seq_number.0,
+        ack: r.ack_number.0,
+        window: r.window_len,
+        payload: r.payload.to_vec(),
+        mss: r.max_seg_size,
+        wscale: r.window_scale,
+        sack_perm: r.sack_permitted,
+        ts: r.timestamp.map(|t| (t.tsval, t.tsecr)),
+        sack: r
+            .sack_ranges
+            .iter()
+            .flatten()
+            .map(|(a, b)| (a.0, b.0))
+            .collect(),
+    })
+}
