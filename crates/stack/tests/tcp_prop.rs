@@ -3,7 +3,7 @@
 //! arrives exactly once and in order, or the connection reports an error; never silent
 //! corruption, never a hang past the timers; and afterwards nothing is left held.
 //!
-//! Cases: `PROPTEST_CASES` (CI runs thousands; the default here is 64).
+//! Cases: `USTACK_TCP_PROP_CASES` (`.ci/run` sets thousands; the default here is 64).
 
 use core::net::SocketAddrV4;
 use core::time::Duration;
@@ -208,7 +208,7 @@ fn run(c: &Case) -> Result<(), String> {
 
 proptest! {
     #![proptest_config(ProptestConfig {
-        cases: std::env::var("PROPTEST_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(64),
+        cases: std::env::var("USTACK_TCP_PROP_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(64),
         failure_persistence: None,
         ..ProptestConfig::default()
     })]

@@ -7,7 +7,7 @@ use ustack_dev::sim::{Side, SimConfig, SimLinkConfig};
 use ustack_obs::Counter;
 use ustack_stack::tcp::State;
 use ustack_stack::{Error, TcpHandle, TcpResources};
-use ustack_testkit::{A_IP, B_IP, Pair};
+use ustack_testkit::{B_IP, Pair};
 
 const PORT: u16 = 80;
 
