@@ -1,38 +1,50 @@
 //! `ustack bench`: the same workload against ustack and against Linux, side by side.
 //!
-//! Today's scenario is `udp-rr`: one client and one server exchange fixed-size UDP
-//! messages in lock-step (request, echo), every echo checked byte for byte. The ustack run
-//! puts two ustack stacks on the in-process `sim` link (real clock, no faults); the Linux
-//! run sends the same messages through the kernel over loopback. Both run client and
-//! server in one thread on one core, so neither pays a cross-core wake-up: the figure is
-//! the cost of the stack itself (for Linux, four system calls and the loopback path per
-//! round trip). TCP scenarios (stream, pingpong, cps, c1m) arrive with TCP.
+//! Scenarios today (docs/bench.md has the details):
+//! - `udp-rr`: one flow of UDP request/response in lock-step, every echo checked;
+//! - `pingpong`: N TCP connections each exchanging fixed-size messages in lock-step (the
+//!   muduo experiment), every echo checked;
+//! - `stream`: one TCP connection moving bytes one way as fast as it can, every byte
+//!   checked against the pattern sent.
+//!
+//! ustack runs as two stacks on the in-process `sim` link (real clock, no faults); Linux
+//! runs the same exchange through the kernel over loopback. Both put client and server in
+//! one thread on one core, so neither pays a cross-core wake-up: the figures are the cost of
+//! the stacks themselves. The shm link (two processes) and `cps`/`c1m` come with the
+//! runtime and tool issues.
 
-use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream, UdpSocket};
 use std::process::ExitCode;
 use std::time::{Duration, Instant as WallClock};
 
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
 use ustack_dev::sim::SimLinkConfig;
-use ustack_stack::Instant;
+use ustack_stack::{Instant, TcpHandle};
 use ustack_testkit::{A_IP, B_IP, Pair};
+
+const SCENARIOS: [&str; 3] = ["udp-rr", "pingpong", "stream"];
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Scenario to run. Only `udp-rr` exists until TCP lands.
-    #[arg(default_value = "udp-rr", value_parser = ["udp-rr"])]
-    scenario: String,
+    /// Scenario to run: udp-rr, pingpong or stream. Without one, all three (the default suite).
+    #[arg(value_parser = SCENARIOS)]
+    scenario: Option<String>,
     /// Servers under test, comma-separated: ustack, linux, or both (side by side).
     #[arg(long, default_value = "ustack,linux", value_delimiter = ',', value_parser = ["ustack", "linux"])]
     server: Vec<String>,
-    /// How long each server is measured, e.g. 500ms, 2s.
-    #[arg(long, default_value = "2s", value_parser = parse_duration)]
-    duration: Duration,
-    /// Message size in bytes (8 to 1472: one unfragmented datagram).
+    /// How long each server is measured per scenario, e.g. 500ms, 2s (default: 2s for one
+    /// scenario, 1s each in the default suite).
+    #[arg(long, value_parser = parse_duration)]
+    duration: Option<Duration>,
+    /// Connections for pingpong.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    conns: u32,
+    /// Message size in bytes for udp-rr and pingpong (8 to 1472: one unfragmented datagram).
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(8..=1472))]
     msg_size: u16,
-    /// Print one JSON array (one object per server) instead of the table.
+    /// Print one JSON array (one object per server and scenario) instead of the table.
     #[arg(long)]
     json: bool,
 }
@@ -57,45 +69,62 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
-/// What one server's run measured.
+/// What one server's run of one scenario measured.
 struct Outcome {
+    scenario: &'static str,
     server: &'static str,
     link: &'static str,
-    round_trips: u64,
+    conns: u32,
+    msg_size: u16,
+    /// Round trips (udp-rr, pingpong: messages echoed) or bytes (stream).
+    count: u64,
+    bytes: u64,
     elapsed: Duration,
     verified: bool,
-    /// Round-trip times in nanoseconds, sorted.
+    /// Round-trip times in nanoseconds, sorted (empty for stream).
     rtt_ns: Vec<u64>,
     counters: Option<Value>,
     client_counters: Option<Value>,
 }
 
 impl Outcome {
-    fn msgs_per_s(&self) -> f64 {
-        self.round_trips as f64 / self.elapsed.as_secs_f64()
+    fn msgs_per_s(&self) -> Option<f64> {
+        (self.scenario != "stream").then(|| self.count as f64 / self.elapsed.as_secs_f64())
     }
-    fn percentile_us(&self, p: f64) -> f64 {
+    fn gbps(&self) -> f64 {
+        self.bytes as f64 * 8.0 / self.elapsed.as_secs_f64() / 1e9
+    }
+    fn percentile_us(&self, p: f64) -> Option<f64> {
         if self.rtt_ns.is_empty() {
-            return 0.0;
+            return None;
         }
         let i = ((self.rtt_ns.len() as f64 * p).ceil() as usize).clamp(1, self.rtt_ns.len()) - 1;
-        self.rtt_ns[i] as f64 / 1000.0
+        Some(self.rtt_ns[i] as f64 / 1000.0)
     }
-    fn to_json(&self, msg_size: u16) -> Value {
+    fn to_json(&self) -> Value {
+        let latency = match (
+            self.percentile_us(0.5),
+            self.percentile_us(0.99),
+            self.percentile_us(0.999),
+        ) {
+            (Some(p50), Some(p99), Some(p999)) => json!({ "p50": p50, "p99": p99, "p999": p999 }),
+            _ => Value::Null,
+        };
         json!({
-            "scenario": "udp-rr",
+            "scenario": self.scenario,
             "server": self.server,
             "link": self.link,
             "shards": 1,
             "verified": self.verified,
-            "conns": 1,
-            "msg_size": msg_size,
+            "conns": self.conns,
+            "msg_size": if self.scenario == "stream" { Value::Null } else { json!(self.msg_size) },
             "duration_s": self.elapsed.as_secs_f64(),
-            "round_trips": self.round_trips,
-            "throughput_gbps": self.msgs_per_s() * f64::from(msg_size) * 2.0 * 8.0 / 1e9,
+            "round_trips": if self.scenario == "stream" { Value::Null } else { json!(self.count) },
+            "bytes": self.bytes,
+            "throughput_gbps": self.gbps(),
             "msgs_per_s": self.msgs_per_s(),
             "conns_per_s": Value::Null,
-            "latency_us": { "p50": self.percentile_us(0.50), "p99": self.percentile_us(0.99), "p999": self.percentile_us(0.999) },
+            "latency_us": latency,
             "server_cpu_s": Value::Null,
             "server_mem_bytes": Value::Null,
             "server_mem_per_conn_bytes": Value::Null,
@@ -113,51 +142,69 @@ fn fill_message(buf: &mut [u8], seq: u64) {
     }
 }
 
-fn run_ustack(duration: Duration, size: usize) -> anyhow::Result<Outcome> {
+/// Byte `pos` of the stream scenario's pattern.
+fn stream_byte(pos: u64) -> u8 {
+    (pos % 251) as u8
+}
+
+/// A sim pair on the real clock, with TCP buffers the size Linux's autotuning reaches on
+/// loopback.
+fn real_clock_pair() -> (Pair, WallClock) {
     let mut p = Pair::new(SimLinkConfig::default());
+    for s in [&mut p.a, &mut p.b] {
+        s.set_sysctl("net.ipv4.tcp_wmem.default", 4 << 20)
+            .expect("valid sysctl");
+        s.set_sysctl("net.ipv4.tcp_rmem.default", 4 << 20)
+            .expect("valid sysctl");
+    }
+    (p, WallClock::now())
+}
+
+fn tick(p: &mut Pair, start: WallClock) {
+    p.now = Instant::from_nanos(start.elapsed().as_nanos() as u64).max(p.now);
+}
+
+fn ustack_udp_rr(duration: Duration, size: usize) -> anyhow::Result<Outcome> {
+    let (mut p, start) = real_clock_pair();
     let client = p.a.udp_bind(SocketAddrV4::new(A_IP, 0))?;
     let server = p.b.udp_bind(SocketAddrV4::new(B_IP, 7))?;
     let server_addr = SocketAddrV4::new(B_IP, 7);
     let (mut req, mut srv_buf, mut resp) = (vec![0u8; size], vec![0u8; 2048], vec![0u8; 2048]);
-    let start = WallClock::now();
-    let clock = |start: WallClock| Instant::from_nanos(start.elapsed().as_nanos() as u64);
-    let mut rtt_ns = Vec::new();
-    let mut verified = true;
-    let mut seq = 0u64;
-    while start.elapsed() < duration {
+    let (mut rtt_ns, mut verified, mut seq) = (Vec::new(), true, 0u64);
+    let run_start = WallClock::now();
+    while run_start.elapsed() < duration {
         let t0 = WallClock::now();
         fill_message(&mut req, seq);
-        p.now = clock(start);
+        tick(&mut p, start);
         p.a.udp_send_to(p.now, client, &req, server_addr)?;
         p.settle();
-        // The server echoes whatever arrived.
         while let Ok((n, from)) = p.b.udp_recv_from(server, &mut srv_buf) {
             p.b.udp_send_to(p.now, server, &srv_buf[..n], from)?;
         }
         p.settle();
         match p.a.udp_recv_from(client, &mut resp) {
-            Ok((n, _)) if resp[..n] == req[..] => {}
-            Ok(_) => verified = false,
+            Ok((n, _)) => verified &= resp[..n] == req[..],
             Err(e) => bail!("ustack udp-rr: round trip {seq} got no echo ({e})"),
         }
         rtt_ns.push(t0.elapsed().as_nanos() as u64);
         seq += 1;
     }
-    let elapsed = start.elapsed();
-    rtt_ns.sort_unstable();
-    Ok(Outcome {
-        server: "ustack",
-        link: "sim",
-        round_trips: seq,
-        elapsed,
+    Ok(outcome(
+        "udp-rr",
+        "ustack",
+        "sim",
+        1,
+        size,
+        seq,
+        seq * 2 * size as u64,
+        run_start.elapsed(),
         verified,
         rtt_ns,
-        counters: Some(p.b.mib().to_json()),
-        client_counters: Some(p.a.mib().to_json()),
-    })
+        Some(&p),
+    ))
 }
 
-fn run_linux(duration: Duration, size: usize) -> anyhow::Result<Outcome> {
+fn linux_udp_rr(duration: Duration, size: usize) -> anyhow::Result<Outcome> {
     let server = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))
         .context("bind the Linux server socket on loopback")?;
     let client = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))
@@ -167,10 +214,8 @@ fn run_linux(duration: Duration, size: usize) -> anyhow::Result<Outcome> {
         s.set_read_timeout(Some(Duration::from_secs(1)))?;
     }
     let (mut req, mut srv_buf, mut resp) = (vec![0u8; size], vec![0u8; 2048], vec![0u8; 2048]);
+    let (mut rtt_ns, mut verified, mut seq) = (Vec::new(), true, 0u64);
     let start = WallClock::now();
-    let mut rtt_ns = Vec::new();
-    let mut verified = true;
-    let mut seq = 0u64;
     while start.elapsed() < duration {
         let t0 = WallClock::now();
         fill_message(&mut req, seq);
@@ -186,40 +231,352 @@ fn run_linux(duration: Duration, size: usize) -> anyhow::Result<Outcome> {
         rtt_ns.push(t0.elapsed().as_nanos() as u64);
         seq += 1;
     }
-    let elapsed = start.elapsed();
+    Ok(outcome(
+        "udp-rr",
+        "linux",
+        "loopback",
+        1,
+        size,
+        seq,
+        seq * 2 * size as u64,
+        start.elapsed(),
+        verified,
+        rtt_ns,
+        None,
+    ))
+}
+
+/// Open `n` connections A -> B over the pair; returns (client handles, server handles),
+/// paired by index.
+fn ustack_connections(
+    p: &mut Pair,
+    start: WallClock,
+    n: u32,
+) -> anyhow::Result<(Vec<TcpHandle>, Vec<TcpHandle>)> {
+    let listener = p.b.tcp_listen(SocketAddrV4::new(B_IP, 5001), n)?;
+    let mut clients = Vec::new();
+    for _ in 0..n {
+        tick(p, start);
+        clients.push(p.a.tcp_connect(p.now, SocketAddrV4::new(B_IP, 5001))?);
+    }
+    let mut by_port = std::collections::HashMap::new();
+    let deadline = WallClock::now() + Duration::from_secs(10);
+    while by_port.len() < n as usize {
+        tick(p, start);
+        p.settle();
+        while let Ok((h, peer)) = p.b.tcp_accept(listener) {
+            by_port.insert(peer.port(), h);
+        }
+        if WallClock::now() > deadline {
+            bail!(
+                "ustack: only {} of {n} connections established",
+                by_port.len()
+            );
+        }
+    }
+    let mut servers = Vec::new();
+    for &c in &clients {
+        let port = p.a.tcp_info(c)?.local.port();
+        servers.push(by_port[&port]);
+        tick(p, start);
+        p.a.tcp_set_nodelay(p.now, c, true)?;
+        p.b.tcp_set_nodelay(p.now, by_port[&port], true)?;
+    }
+    Ok((clients, servers))
+}
+
+fn ustack_pingpong(duration: Duration, conns: u32, size: usize) -> anyhow::Result<Outcome> {
+    let (mut p, start) = real_clock_pair();
+    let (clients, servers) = ustack_connections(&mut p, start, conns)?;
+    let (mut msg, mut buf) = (vec![0u8; size], vec![0u8; size]);
+    let (mut rtt_ns, mut verified, mut rounds) = (Vec::new(), true, 0u64);
+    let run_start = WallClock::now();
+    while run_start.elapsed() < duration {
+        let t0 = WallClock::now();
+        tick(&mut p, start);
+        for (i, &c) in clients.iter().enumerate() {
+            fill_message(&mut msg, rounds * u64::from(conns) + i as u64);
+            if p.a.tcp_send(p.now, c, &msg)? != size {
+                bail!("ustack pingpong: a {size}-byte message did not fit the send buffer");
+            }
+        }
+        p.settle();
+        for &s in &servers {
+            let n = read_exact(&mut p, start, false, s, &mut buf)?;
+            p.b.tcp_send(p.now, s, &buf[..n])?;
+        }
+        p.settle();
+        for (i, &c) in clients.iter().enumerate() {
+            read_exact(&mut p, start, true, c, &mut buf)?;
+            fill_message(&mut msg, rounds * u64::from(conns) + i as u64);
+            verified &= buf == msg;
+        }
+        rtt_ns.push(t0.elapsed().as_nanos() as u64);
+        rounds += 1;
+    }
+    let count = rounds * u64::from(conns);
+    Ok(outcome(
+        "pingpong",
+        "ustack",
+        "sim",
+        conns,
+        size,
+        count,
+        count * 2 * size as u64,
+        run_start.elapsed(),
+        verified,
+        rtt_ns,
+        Some(&p),
+    ))
+}
+
+/// Read exactly `buf.len()` bytes from `h` on side A (`client`) or B, settling the pair as
+/// needed (bounded: a message that does not arrive within a second is an error).
+fn read_exact(
+    p: &mut Pair,
+    start: WallClock,
+    client: bool,
+    h: TcpHandle,
+    buf: &mut [u8],
+) -> anyhow::Result<usize> {
+    let mut got = 0;
+    let deadline = WallClock::now() + Duration::from_secs(1);
+    while got < buf.len() {
+        let now = p.now;
+        let stack = if client { &mut p.a } else { &mut p.b };
+        match stack.tcp_recv(now, h, &mut buf[got..]) {
+            Ok(0) => bail!("ustack: connection closed mid-message"),
+            Ok(n) => got += n,
+            Err(ustack_stack::Error::WouldBlock) => {
+                if WallClock::now() > deadline {
+                    bail!("ustack: a message did not arrive within 1 s");
+                }
+                tick(p, start);
+                p.settle();
+            }
+            Err(e) => bail!("ustack: {e}"),
+        }
+    }
+    Ok(got)
+}
+
+fn linux_pingpong(duration: Duration, conns: u32, size: usize) -> anyhow::Result<Outcome> {
+    let listener =
+        TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).context("bind a Linux listener on loopback")?;
+    let addr = listener.local_addr()?;
+    let mut pairs = Vec::new();
+    for _ in 0..conns {
+        let c = TcpStream::connect(addr)?;
+        let (s, _) = listener.accept()?;
+        for x in [&c, &s] {
+            x.set_nodelay(true)?;
+            x.set_read_timeout(Some(Duration::from_secs(1)))?;
+        }
+        pairs.push((c, s));
+    }
+    let (mut msg, mut buf) = (vec![0u8; size], vec![0u8; size]);
+    let (mut rtt_ns, mut verified, mut rounds) = (Vec::new(), true, 0u64);
+    let start = WallClock::now();
+    while start.elapsed() < duration {
+        let t0 = WallClock::now();
+        for (i, (c, _)) in pairs.iter_mut().enumerate() {
+            fill_message(&mut msg, rounds * u64::from(conns) + i as u64);
+            c.write_all(&msg)?;
+        }
+        for (_, s) in pairs.iter_mut() {
+            s.read_exact(&mut buf)
+                .context("Linux pingpong: the server got no message")?;
+            s.write_all(&buf)?;
+        }
+        for (i, (c, _)) in pairs.iter_mut().enumerate() {
+            c.read_exact(&mut buf)
+                .context("Linux pingpong: the client got no echo")?;
+            fill_message(&mut msg, rounds * u64::from(conns) + i as u64);
+            verified &= buf == msg;
+        }
+        rtt_ns.push(t0.elapsed().as_nanos() as u64);
+        rounds += 1;
+    }
+    let count = rounds * u64::from(conns);
+    Ok(outcome(
+        "pingpong",
+        "linux",
+        "loopback",
+        conns,
+        size,
+        count,
+        count * 2 * size as u64,
+        start.elapsed(),
+        verified,
+        rtt_ns,
+        None,
+    ))
+}
+
+fn ustack_stream(duration: Duration) -> anyhow::Result<Outcome> {
+    let (mut p, start) = real_clock_pair();
+    let (clients, servers) = ustack_connections(&mut p, start, 1)?;
+    let (c, s) = (clients[0], servers[0]);
+    let chunk: Vec<u8> = (0..251 * 256).map(|i| stream_byte(i as u64)).collect();
+    let mut buf = vec![0u8; 1 << 16];
+    let (mut sent, mut got, mut verified) = (0u64, 0u64, true);
+    let run_start = WallClock::now();
+    while run_start.elapsed() < duration {
+        tick(&mut p, start);
+        // Writes continue the pattern: `chunk` is a whole number of its periods.
+        loop {
+            let off = (sent % chunk.len() as u64) as usize;
+            match p.a.tcp_send(p.now, c, &chunk[off..]) {
+                Ok(n) => {
+                    sent += n as u64;
+                    if n < chunk.len() - off {
+                        break;
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+        p.settle();
+        let now = p.now;
+        while let Ok(n) = p.b.tcp_recv(now, s, &mut buf) {
+            if n == 0 {
+                break;
+            }
+            verified &= buf[..n]
+                .iter()
+                .enumerate()
+                .all(|(i, &b)| b == stream_byte(got + i as u64));
+            got += n as u64;
+        }
+    }
+    Ok(outcome(
+        "stream",
+        "ustack",
+        "sim",
+        1,
+        0,
+        got,
+        got,
+        run_start.elapsed(),
+        verified,
+        Vec::new(),
+        Some(&p),
+    ))
+}
+
+fn linux_stream(duration: Duration) -> anyhow::Result<Outcome> {
+    let listener =
+        TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).context("bind a Linux listener on loopback")?;
+    let mut c = TcpStream::connect(listener.local_addr()?)?;
+    let (mut s, _) = listener.accept()?;
+    c.set_nonblocking(true)?;
+    s.set_nonblocking(true)?;
+    let chunk: Vec<u8> = (0..251 * 256).map(|i| stream_byte(i as u64)).collect();
+    let mut buf = vec![0u8; 1 << 16];
+    let (mut sent, mut got, mut verified) = (0u64, 0u64, true);
+    let start = WallClock::now();
+    while start.elapsed() < duration {
+        loop {
+            let off = (sent % chunk.len() as u64) as usize;
+            match c.write(&chunk[off..]) {
+                Ok(n) => sent += n as u64,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        loop {
+            match s.read(&mut buf) {
+                Ok(0) => bail!("Linux stream: closed early"),
+                Ok(n) => {
+                    verified &= buf[..n]
+                        .iter()
+                        .enumerate()
+                        .all(|(i, &b)| b == stream_byte(got + i as u64));
+                    got += n as u64;
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    Ok(outcome(
+        "stream",
+        "linux",
+        "loopback",
+        1,
+        0,
+        got,
+        got,
+        start.elapsed(),
+        verified,
+        Vec::new(),
+        None,
+    ))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn outcome(
+    scenario: &'static str,
+    server: &'static str,
+    link: &'static str,
+    conns: u32,
+    msg_size: usize,
+    count: u64,
+    bytes: u64,
+    elapsed: Duration,
+    verified: bool,
+    mut rtt_ns: Vec<u64>,
+    pair: Option<&Pair>,
+) -> Outcome {
     rtt_ns.sort_unstable();
-    Ok(Outcome {
-        server: "linux",
-        link: "loopback",
-        round_trips: seq,
+    Outcome {
+        scenario,
+        server,
+        link,
+        conns,
+        msg_size: msg_size as u16,
+        count,
+        bytes,
         elapsed,
         verified,
         rtt_ns,
-        counters: None,
-        client_counters: None,
-    })
+        counters: pair.map(|p| p.b.mib().to_json()),
+        client_counters: pair.map(|p| p.a.mib().to_json()),
+    }
 }
 
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+    let scenarios: Vec<&str> = match &args.scenario {
+        Some(s) => vec![s.as_str()],
+        None => SCENARIOS.to_vec(),
+    };
+    let duration = args.duration.unwrap_or(if scenarios.len() > 1 {
+        Duration::from_secs(1)
+    } else {
+        Duration::from_secs(2)
+    });
     let size = usize::from(args.msg_size);
     let mut outcomes = Vec::new();
-    for server in &args.server {
-        if !args.json {
-            eprintln!(
-                "ustack bench: {} on {} for {:?} ...",
-                args.scenario, server, args.duration
-            );
+    for scenario in scenarios {
+        for server in &args.server {
+            if !args.json {
+                eprintln!("ustack bench: {scenario} on {server} for {duration:?} ...");
+            }
+            outcomes.push(match (scenario, server.as_str()) {
+                ("udp-rr", "ustack") => ustack_udp_rr(duration, size)?,
+                ("udp-rr", _) => linux_udp_rr(duration, size)?,
+                ("pingpong", "ustack") => ustack_pingpong(duration, args.conns, size)?,
+                ("pingpong", _) => linux_pingpong(duration, args.conns, size)?,
+                ("stream", "ustack") => ustack_stream(duration)?,
+                _ => linux_stream(duration)?,
+            });
         }
-        outcomes.push(match server.as_str() {
-            "ustack" => run_ustack(args.duration, size)?,
-            _ => run_linux(args.duration, size)?,
-        });
     }
     if args.json {
-        let all: Vec<Value> = outcomes.iter().map(|o| o.to_json(args.msg_size)).collect();
+        let all: Vec<Value> = outcomes.iter().map(Outcome::to_json).collect();
         println!("{}", serde_json::to_string_pretty(&all)?);
     } else {
-        print_table(&outcomes, args.msg_size);
+        print_table(&outcomes);
     }
     if outcomes.iter().all(|o| o.verified) {
         Ok(ExitCode::SUCCESS)
@@ -229,35 +586,58 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn print_table(outcomes: &[Outcome], msg_size: u16) {
+fn print_table(outcomes: &[Outcome]) {
     println!();
     println!(
-        "udp-rr: {msg_size}-byte UDP request/response, 1 flow, client and server in one thread"
+        "ustack over sim and Linux over loopback; client and server in one thread on one core"
     );
     println!(
-        "{:<8} {:<9} {:>13} {:>9} {:>9} {:>9} {:>9}",
-        "server", "link", "round trips/s", "p50 us", "p99 us", "p99.9 us", "verified"
+        "{:<9} {:<7} {:<9} {:>5} {:>12} {:>9} {:>9} {:>9} {:>9} {:>8}",
+        "scenario",
+        "server",
+        "link",
+        "conns",
+        "msgs/s",
+        "Gbit/s",
+        "p50 us",
+        "p99 us",
+        "p99.9 us",
+        "verified"
     );
+    let opt = |v: Option<f64>, prec: usize| v.map_or("-".to_owned(), |v| format!("{v:.prec$}"));
     for o in outcomes {
         println!(
-            "{:<8} {:<9} {:>13.0} {:>9.2} {:>9.2} {:>9.2} {:>9}",
+            "{:<9} {:<7} {:<9} {:>5} {:>12} {:>9.2} {:>9} {:>9} {:>9} {:>8}",
+            o.scenario,
             o.server,
             o.link,
-            o.msgs_per_s(),
-            o.percentile_us(0.50),
-            o.percentile_us(0.99),
-            o.percentile_us(0.999),
+            o.conns,
+            opt(o.msgs_per_s(), 0),
+            o.gbps(),
+            opt(o.percentile_us(0.50), 2),
+            opt(o.percentile_us(0.99), 2),
+            opt(o.percentile_us(0.999), 2),
             if o.verified { "yes" } else { "NO" }
         );
     }
-    if let (Some(u), Some(l)) = (
-        outcomes.iter().find(|o| o.server == "ustack"),
-        outcomes.iter().find(|o| o.server == "linux"),
-    ) {
-        println!(
-            "ustack/linux: {:.2}x round trips/s, {:.2}x p50 latency",
-            u.msgs_per_s() / l.msgs_per_s(),
-            u.percentile_us(0.5) / l.percentile_us(0.5)
-        );
+    for scenario in SCENARIOS {
+        let find = |s: &str| {
+            outcomes
+                .iter()
+                .find(|o| o.scenario == scenario && o.server == s)
+        };
+        if let (Some(u), Some(l)) = (find("ustack"), find("linux")) {
+            match (u.msgs_per_s(), l.msgs_per_s()) {
+                (Some(um), Some(lm)) => println!(
+                    "{scenario}: ustack/linux {:.2}x msgs/s, {:.2}x p50 latency",
+                    um / lm,
+                    u.percentile_us(0.5).unwrap_or(0.0) / l.percentile_us(0.5).unwrap_or(1.0)
+                ),
+                _ => println!(
+                    "{scenario}: ustack/linux {:.2}x Gbit/s",
+                    u.gbps() / l.gbps()
+                ),
+            }
+        }
     }
 }

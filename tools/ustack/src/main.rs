@@ -22,9 +22,10 @@ struct Cli {
 enum Command {
     /// Run a workload against ustack and against Linux, side by side, and print the ratios.
     ///
-    /// Today: `udp-rr`, 64-byte UDP request/response between two ustack stacks over the
-    /// in-process `sim` link, next to the same exchange through the Linux kernel over
-    /// loopback. The TCP scenarios (stream, pingpong, cps, c1m) arrive with TCP.
+    /// Scenarios: `udp-rr` (UDP request/response), `pingpong` (N TCP connections exchanging
+    /// messages in lock-step) and `stream` (one TCP connection, bulk, every byte checked).
+    /// ustack runs as two stacks over the in-process `sim` link, Linux over loopback, each with
+    /// client and server in one thread. Without a scenario: all three, one second each.
     Bench(bench::Args),
     /// Run a server (echo, discard, http) on ustack. Not yet: arrives with the runtime.
     Serve,

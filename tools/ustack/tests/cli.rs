@@ -107,7 +107,7 @@ fn sysctl_lists_validates_and_refuses() {
 
 #[test]
 fn bench_json_has_one_verified_object_per_server() {
-    let o = ustack(&["bench", "--duration", "100ms", "--json"]);
+    let o = ustack(&["bench", "udp-rr", "--duration", "100ms", "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value =
         serde_json::from_slice(&o.stdout).expect("stdout is one JSON document");
@@ -157,21 +157,60 @@ fn bench_json_has_one_verified_object_per_server() {
 }
 
 #[test]
+fn bench_default_suite_runs_every_scenario_on_both_servers_verified() {
+    let o = ustack(&["bench", "--duration", "100ms", "--conns", "3", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value =
+        serde_json::from_slice(&o.stdout).expect("stdout is one JSON document");
+    let runs: Vec<(String, String)> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            assert_eq!(r["verified"], true, "{r}");
+            (
+                r["scenario"].as_str().unwrap().to_owned(),
+                r["server"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let want: Vec<(String, String)> = ["udp-rr", "pingpong", "stream"]
+        .iter()
+        .flat_map(|s| ["ustack", "linux"].map(|srv| (s.to_string(), srv.to_string())))
+        .collect();
+    assert_eq!(runs, want);
+    let all = v.as_array().unwrap();
+    let pingpong = all
+        .iter()
+        .find(|r| r["scenario"] == "pingpong" && r["server"] == "ustack")
+        .unwrap();
+    assert_eq!(pingpong["conns"], 3);
+    // Every message the ustack server echoed went through its TCP: the counters agree.
+    assert_eq!(pingpong["counters"]["Tcp"]["PassiveOpens"], 3);
+    let stream = all
+        .iter()
+        .find(|r| r["scenario"] == "stream" && r["server"] == "ustack")
+        .unwrap();
+    assert!(stream["bytes"].as_u64().unwrap() > 1_000_000, "{stream}");
+    assert!(stream["throughput_gbps"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
 fn bench_table_shows_both_servers_and_the_ratio() {
-    let o = ustack(&["bench", "--duration", "100ms"]);
+    let o = ustack(&["bench", "pingpong", "--duration", "100ms"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
     assert!(
         out.lines()
-            .any(|l| l.starts_with("ustack ") && l.contains(" sim ")),
+            .any(|l| l.starts_with("pingpong  ustack ") && l.contains(" sim ")),
         "{out}"
     );
     assert!(
         out.lines()
-            .any(|l| l.starts_with("linux ") && l.contains(" loopback ")),
+            .any(|l| l.starts_with("pingpong  linux ") && l.contains(" loopback ")),
         "{out}"
     );
-    assert!(out.contains("ustack/linux: "), "{out}");
+    assert!(out.contains("pingpong: ustack/linux "), "{out}");
 }
 
 #[test]
