@@ -562,13 +562,22 @@ impl Stack {
         };
         let mut data = seg.payload;
         let mut seq = seg.seq_number;
+        let sack = tcb.flags.has(TcbFlags::SACK_OK);
         // Trim what we already have (a retransmission overlapping RCV.NXT).
         if seq.before(tcb.rcv.nxt) {
             let dup = (tcb.rcv.nxt - seq).min(data.len());
+            // RFC 2883 §4 (Linux tcp_send_dupack / "Partial packet" in tcp_data_queue):
+            // report the duplicate bytes in a D-SACK block, so that the sender can tell a
+            // needless retransmission.
+            if sack {
+                tcb.rx_sack.set_dsack(seq, seq + dup);
+                self.mib.inc(Counter::TcpExtTCPDSACKOldSent);
+            }
             data = &data[dup..];
             seq += dup;
             if data.is_empty() {
-                // All old: ACK at once (the peer probably lost our ACK; Linux also D-SACKs).
+                // All old: ACK at once (the peer probably lost our ACK), and (Linux
+                // tcp_send_dupack) count it as DelayedACKLost.
                 tcb.flags.set(TcbFlags::ACK_NOW);
                 return self.mib.drop(DropReason::TcpOldData);
             }
@@ -583,10 +592,37 @@ impl Stack {
         let Some(tcb) = self.tcp.get_mut(h) else {
             return;
         };
+        // The receiver's SACK blocks (RFC 2018 §4; Linux tcp_data_queue_ofo,
+        // tcp_sack_new_ofo_skb, tcp_sack_remove).
+        if sack {
+            let end = seq + data.len();
+            if offset > 0 && r.duplicate == data.len() {
+                // Everything was already queued: a D-SACK of it (RFC 2883 §4; Linux
+                // tcp_data_queue_ofo counts TCPOFOMerge and TCPDSACKOfoSent).
+                tcb.rx_sack.set_dsack(seq, end);
+                self.mib.inc(Counter::TcpExtTCPOFOMerge);
+                self.mib.inc(Counter::TcpExtTCPDSACKOfoSent);
+            } else if offset > 0 && r.dropped == 0 {
+                tcb.rx_sack.on_ofo(seq, end);
+            }
+            if tcb.rcvbuf.ooo_bytes() == 0 {
+                tcb.rx_sack.clear_blocks();
+            } else {
+                if r.advanced > 0 {
+                    let rcv_nxt = tcb.rcv.nxt;
+                    tcb.rx_sack.on_rcv_nxt(rcv_nxt);
+                }
+                if r.dropped > 0 || r.pruned > 0 {
+                    self.tcp_sack_retain_held(h);
+                }
+            }
+        }
+        let Some(tcb) = self.tcp.get_mut(h) else {
+            return;
+        };
         if offset > 0 {
             // Out of order: RFC 5681 §4.2 "A TCP receiver SHOULD send an immediate duplicate
             // ACK when an out-of-order segment arrives", with SACK blocks.
-            tcb.last_ooo = Some((seq, seq + data.len()));
             tcb.flags.set(TcbFlags::ACK_NOW);
             self.mib.inc(Counter::TcpExtTCPOFOQueue);
             return;
@@ -613,6 +649,23 @@ impl Stack {
                 self.tcp_arm(h);
             }
         }
+    }
+
+    /// Cut the receiver's SACK blocks to what the out-of-order queue holds, after the
+    /// buffer refused or pruned data (see [`super::tcb::RxSack::retain_held`]).
+    fn tcp_sack_retain_held(&mut self, h: TcpHandle) {
+        /// Extents looked at: blocks beyond the 64th hole are dropped, never invented.
+        const MAX_EXTENTS: usize = 64;
+        let Some((tcb, pool)) = self.tcp.split(h) else {
+            return;
+        };
+        let mut ranges = [(0usize, 0usize); MAX_EXTENTS];
+        let n = tcb.rcvbuf.ooo_ranges(pool, &mut ranges);
+        let mut held = [(SeqNumber(0), SeqNumber(0)); MAX_EXTENTS];
+        for (o, r) in held.iter_mut().zip(&ranges[..n]) {
+            *o = (tcb.rcv.nxt + r.0, tcb.rcv.nxt + r.1);
+        }
+        tcb.rx_sack.retain_held(&held[..n]);
     }
 
     /// A challenge ACK (RFC 5961 §3.2, §4.2), within `tcp_challenge_ack_limit` per second

@@ -14,7 +14,7 @@ use super::cc::{CaState, Cc, CcState, CongestionControl};
 use super::isn::ts_clock;
 use super::listen::{RequestSock, TIMEOUT_INIT};
 use super::rtt::RttEstimator;
-use super::sack::{RtxQueue, receiver_blocks};
+use super::sack::RtxQueue;
 use super::tcb::{FourTuple, RecvSeq, SendSeq, Tcb, TcbFlags, Timers};
 use super::{State, TcpHandle, TimerKey};
 use crate::{Stack, Sysctl};
@@ -122,7 +122,7 @@ impl Stack {
             timers: Timers::NONE,
             last_activity: now,
             error: None,
-            last_ooo: None,
+            rx_sack: super::tcb::RxSack::default(),
         }
     }
 
@@ -412,25 +412,35 @@ impl Stack {
             || (current < usize::from(tcb.mss) && free >= 2 * current.max(1))
     }
 
-    /// Fill the options of a segment on an established connection: timestamps, SACK.
-    fn data_options(&self, tcb: &Tcb, repr: &mut tcp::Repr, now: Instant) {
+    /// Fill the options of a segment on an established connection: timestamps, SACK
+    /// blocks (RFC 2018 §4: at most 3 next to the timestamp option, 4 without), a pending
+    /// D-SACK first (RFC 2883 §4: "If a D-SACK block is reported, it MUST be the first
+    /// block"), sent once (Linux `tcp_established_options`, `tcp_options_write`).
+    fn data_options(tcb: &mut Tcb, repr: &mut tcp::Repr, now: Instant) {
         if tcb.flags.has(TcbFlags::TS_OK) {
             repr.timestamp = Some(TcpTimestamp {
                 tsval: ts_clock(now).wrapping_add(tcb.ts_offset),
                 tsecr: tcb.ts_recent,
             });
         }
-        if tcb.flags.has(TcbFlags::SACK_OK) && tcb.rcvbuf.ooo_bytes() > 0 {
-            let mut ranges = [(0usize, 0usize); 4];
-            let n = tcb.rcvbuf.ooo_ranges(&self.tcp.pool, &mut ranges);
-            let mut ooo = [(SeqNumber(0), SeqNumber(0)); 4];
-            for (o, r) in ooo.iter_mut().zip(&ranges[..n]) {
-                *o = (tcb.rcv.nxt + r.0, tcb.rcv.nxt + r.1);
+        if !tcb.flags.has(TcbFlags::SACK_OK) {
+            return;
+        }
+        let max = if repr.timestamp.is_some() { 3 } else { 4 };
+        let mut n = 0;
+        if let Some(d) = tcb.rx_sack.dsack() {
+            repr.sack_ranges[n] = Some(d);
+            n += 1;
+            tcb.rx_sack.clear_dsack();
+        }
+        if tcb.rcvbuf.ooo_bytes() > 0 {
+            for &b in tcb.rx_sack.blocks() {
+                if n == max {
+                    break;
+                }
+                repr.sack_ranges[n] = Some(b);
+                n += 1;
             }
-            let max = if repr.timestamp.is_some() { 3 } else { 4 };
-            let (blocks, count) = receiver_blocks(&ooo[..n], tcb.last_ooo, None, max);
-            repr.sack_ranges = blocks;
-            let _ = count;
         }
     }
 
@@ -471,8 +481,7 @@ impl Stack {
         tcb.timers.delack = Instant::FAR_FUTURE;
         tcb.quick_acks = tcb.quick_acks.saturating_sub(1);
         tcb.last_activity = now;
-        let tcb = self.tcp.get(h).expect("checked above");
-        self.data_options(tcb, &mut repr, now);
+        Self::data_options(tcb, &mut repr, now);
         let payload = if len > 0 {
             Payload::SendBuffer { h, offset, len }
         } else {
