@@ -3,12 +3,15 @@
 //! `tcp_check_req` (`net/ipv4/tcp_minisocks.c`); RFC 9293 §3.10.7.2 (LISTEN) and
 //! §3.10.7.4 (SYN-RECEIVED) for what the RFC requires.
 //!
-//! Admission, in Linux's order:
-//! 1. the accept queue is full: drop the SYN (ListenOverflows, ListenDrops);
-//! 2. the SYN queue is over the backlog, or `tcp_syncookies` = 2: answer with a cookie
-//!    (no state kept; SyncookiesSent) if cookies are on, else drop (TCPReqQFullDrop);
-//! 3. without cookies, the last quarter of `tcp_max_syn_backlog` is refused too;
-//! 4. else keep a request record and send a SYN-ACK, retransmitted up to
+//! Admission, in Linux's order (`tcp_conn_request`); every SYN dropped on the way counts
+//! in ListenDrops, as Linux's `tcp_listendrop`:
+//! 1. the SYN queue is over the backlog, or `tcp_syncookies` = 2: a cookie will answer
+//!    (TCPReqQFullDoCookies) if cookies are on, else drop (TCPReqQFullDrop);
+//! 2. the accept queue is full: drop the SYN (ListenOverflows);
+//! 3. no route back for the SYN-ACK: drop (OutNoRoutes);
+//! 4. a cookie SYN-ACK (no state kept; SyncookiesSent), or, without cookies, the last
+//!    quarter of `tcp_max_syn_backlog` refused (ListenDrops alone);
+//! 5. else keep a request record and send a SYN-ACK, retransmitted up to
 //!    `tcp_synack_retries` times.
 //!
 //! The final ACK turns a request (or a valid cookie) into a full connection in the accept
@@ -176,9 +179,10 @@ impl Stack {
         seg: &tcp::Repr,
     ) {
         let f = seg.flags;
-        // "first, check for a RST: An incoming RST should be ignored."
+        // "first, check for a RST: An incoming RST should be ignored." (Linux 6.x counts it
+        // SKB_DROP_REASON_TCP_RESET.)
         if f.contains(tcp::Flags::RST) {
-            return self.mib.drop(DropReason::TcpFlags);
+            return self.mib.drop(DropReason::TcpReset);
         }
         // "second, check for an ACK: Any acknowledgment is bad if it arrives on a
         // connection still in the LISTEN state. An acceptable reset segment should be
@@ -194,36 +198,67 @@ impl Stack {
             self.tcp_send_reset(now, tuple, seg.ack_number, None);
             return self.mib.drop(DropReason::TcpFlags);
         }
-        // "third, check for a SYN".
-        if !f.contains(tcp::Flags::SYN) {
+        // "third, check for a SYN". Linux tcp_rcv_state_process (TCP_LISTEN) discards a
+        // SYN that also carries FIN ("if (th->fin) { SKB_DR_SET(reason, TCP_FLAGS); goto
+        // discard; }"), before tcp_conn_request: not a listen drop.
+        if !f.contains(tcp::Flags::SYN) || f.contains(tcp::Flags::FIN) {
             return self.mib.drop(DropReason::TcpFlags);
         }
         let Some(l) = self.tcp.listeners.by_index(listener) else {
             return;
         };
         let (backlog, syn_qlen, accept_len) = (l.backlog, l.syn_qlen, l.accept_queue.len() as u32);
-        // Linux: "if (sk_acceptq_is_full(sk)) { NET_INC_STATS(LISTENOVERFLOWS); goto drop; }",
-        // where full means more than the backlog (`sk_ack_backlog > sk_max_ack_backlog`):
-        // a backlog of N holds N + 1 connections, as in Linux.
-        if accept_len > backlog {
-            return self.mib.drop(DropReason::TcpListenOverflow);
-        }
+        // From here on this is Linux's tcp_conn_request, in its order, and every SYN it
+        // drops is counted in ListenDrops (`tcp_listendrop` at its "drop" label), whatever
+        // the reason.
+        //
+        // 1. The SYN queue: "if ((syncookies == 2 || inet_csk_reqsk_queue_is_full(sk)) &&
+        //    !isn) { want_cookie = tcp_syn_flood_action(..); if (!want_cookie) goto drop; }"
+        //    with inet_csk_reqsk_queue_is_full = qlen > sk_max_ack_backlog (Linux 6.14+,
+        //    "tcp/dccp: allow a connection when sk_max_ack_backlog is zero").
+        //    tcp_syn_flood_action counts TCPReqQFullDoCookies whenever cookies are on, so
+        //    with tcp_syncookies = 2 every SYN counts there; with them off,
+        //    TCPReqQFullDrop (the drop reason's counters include ListenDrops).
         let syncookies = self.sysctl.tcp_syncookies;
-        let queue_full = syn_qlen > backlog;
-        if syncookies == 2 || queue_full {
+        let want_cookie = if syncookies == 2 || syn_qlen > backlog {
             if syncookies == 0 {
                 return self.mib.drop(DropReason::TcpReqQFullDrop);
             }
-            if queue_full {
-                self.mib.inc(Counter::TcpExtTCPReqQFullDoCookies);
-            }
+            self.mib.inc(Counter::TcpExtTCPReqQFullDoCookies);
+            true
+        } else {
+            false
+        };
+        // 2. The accept queue: "if (sk_acceptq_is_full(sk)) { NET_INC_STATS(..,
+        //    LINUX_MIB_LISTENOVERFLOWS); goto drop; }", full meaning more than the backlog
+        //    (`sk_ack_backlog > sk_max_ack_backlog`): a backlog of N holds N + 1
+        //    connections, as in Linux. The reason counts ListenOverflows and ListenDrops.
+        if accept_len > backlog {
+            return self.mib.drop(DropReason::TcpListenOverflow);
+        }
+        // 3. A route for the SYN-ACK: "dst = af_ops->route_req(..); if (!dst) goto
+        //    drop_and_free;" (inet_csk_route_req counts OutNoRoutes).
+        if self.route(*tuple.remote.ip()).is_none() {
+            self.mib.drop(DropReason::IpNoRoute);
+            self.mib.inc(Counter::TcpExtListenDrops);
+            return;
+        }
+        if want_cookie {
             return self.send_cookie_synack(now, tuple, seg);
         }
-        // Without cookies the last quarter of tcp_max_syn_backlog is kept free (Linux keeps
-        // it for peers proven by TIME-WAIT history; ustack has no such history yet).
+        // 4. Without cookies the last quarter of tcp_max_syn_backlog is kept for peers
+        //    proven by TIME-WAIT history ("if (!syncookies && (max_syn_backlog -
+        //    inet_csk_reqsk_queue_len(sk) < (max_syn_backlog >> 2)) &&
+        //    !tcp_peer_is_proven(req, dst)) goto drop_and_release;"; ustack keeps no such
+        //    history, so no peer is proven). Linux tags the packet TCP_REQQFULLDROP but
+        //    bumps only ListenDrops here (TCPReqQFullDrop belongs to tcp_syn_flood_action):
+        //    the shared reason's TCPReqQFullDrop is taken back, so the counters read as
+        //    Linux's. (A reason of its own in ustack-obs would avoid this.)
         let max = self.sysctl.tcp_max_syn_backlog as u32;
         if syncookies == 0 && max - syn_qlen.min(max) < max >> 2 {
-            return self.mib.drop(DropReason::TcpReqQFullDrop);
+            self.mib.drop(DropReason::TcpReqQFullDrop);
+            self.mib.dec(Counter::TcpExtTCPReqQFullDrop);
+            return;
         }
         let ts = seg.timestamp.filter(|_| self.sysctl.tcp_timestamps != 0);
         let req = RequestSock {
@@ -485,6 +520,9 @@ impl Stack {
         if req.expires > now {
             return;
         }
+        // Linux reqsk_timer_handler calls tcp_syn_ack_timeout on every expiry, the last
+        // one included: TCPTimeouts.
+        self.mib.inc(Counter::TcpExtTCPTimeouts);
         if req.retransmits >= limit {
             self.request_drop(&tuple);
             return;
