@@ -12,7 +12,7 @@
 use core::net::{Ipv4Addr, SocketAddrV4};
 use core::time::Duration;
 
-use ustack_stack::{Config, Instant, Ipv4Cidr, ListenerHandle, Stack};
+use ustack_stack::{Config, Instant, Ipv4Cidr, ListenerHandle, Stack, TcpHandle, TcpResources};
 use ustack_wire::tcp::{self, Flags, TcpTimestamp};
 use ustack_wire::{IpProtocol, SeqNumber, ipv4};
 
@@ -62,12 +62,16 @@ impl Seg {
     pub fn rst(seq: u32) -> Seg {
         Seg::with(Flags::RST, seq)
     }
+    /// Add FIN.
+    pub fn fin(self) -> Seg {
+        self.flags(Flags::FIN)
+    }
     pub fn flags(mut self, f: Flags) -> Seg {
-        self.flags = self.flags | f;
+        self.flags |= f;
         self
     }
     pub fn with_ack(mut self, ack: u32) -> Seg {
-        self.flags = self.flags | Flags::ACK;
+        self.flags |= Flags::ACK;
         self.ack = ack;
         self
     }
@@ -207,6 +211,112 @@ impl SegTest {
         assert!(synack.has(Flags::SYN | Flags::ACK), "{synack:?}");
         self.send(Seg::ack(isn + 1, synack.seq.wrapping_add(1)));
         synack.seq
+    }
+
+    /// A passive open driven by `syn` (its options are the peer's), completed with an ACK
+    /// of window `window` (echoing our timestamp if both sides use them) and accepted.
+    /// Returns the accepted handle and our SYN-ACK. Needs a listener on `self.port`.
+    pub fn accept_with(&mut self, syn: Seg, window: u16) -> (TcpHandle, Seg) {
+        let isn = syn.seq;
+        let tsval = syn.ts.map(|t| t.0);
+        self.send(syn);
+        let synack = self.recv().expect("SYN-ACK");
+        assert!(synack.has(Flags::SYN | Flags::ACK), "{synack:?}");
+        let mut ack = Seg::ack(isn.wrapping_add(1), synack.seq.wrapping_add(1)).win(window);
+        if let (Some(tsval), Some((ours, _))) = (tsval, synack.ts) {
+            ack = ack.ts(tsval.wrapping_add(1), ours);
+        }
+        self.send(ack);
+        let listener = self.listener.expect("a listener");
+        let (h, peer) = self.stack.tcp_accept(listener).expect("accepted");
+        assert_eq!(peer, PEER);
+        (h, synack)
+    }
+
+    /// An active open from the stack to [`PEER`]: returns the handle and the SYN it sent.
+    /// `self.port` becomes the stack's ephemeral port, so that [`SegTest::send`] reaches
+    /// the connection.
+    pub fn connect(&mut self) -> (TcpHandle, Seg) {
+        let now = self.now;
+        let h = self.stack.tcp_connect(now, PEER).expect("connect");
+        let syn = self.recv().expect("our SYN");
+        assert!(syn.has(Flags::SYN) && !syn.has(Flags::ACK), "{syn:?}");
+        self.port = syn.src_port;
+        (h, syn)
+    }
+
+    /// Queue `data` on `h` at the current time; returns how much was taken.
+    pub fn write(&mut self, h: TcpHandle, data: &[u8]) -> usize {
+        let now = self.now;
+        self.stack.tcp_send(now, h, data).expect("tcp_send")
+    }
+
+    /// Everything readable on `h` now; `None` at end of stream (recv returned 0), an
+    /// empty vector when there is nothing to read yet.
+    pub fn read(&mut self, h: TcpHandle) -> Option<Vec<u8>> {
+        let now = self.now;
+        let mut out = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            match self.stack.tcp_recv(now, h, &mut buf) {
+                Ok(0) if out.is_empty() => return None,
+                Ok(0) => return Some(out),
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+                Err(ustack_stack::Error::WouldBlock) => return Some(out),
+                Err(e) => panic!("tcp_recv: {e:?}"),
+            }
+        }
+    }
+
+    /// The next segment the stack sends, running its timers for up to `limit` of virtual
+    /// time until one comes out; with the time it was sent. `None` if none did (the clock
+    /// is then at the end of `limit`).
+    pub fn next_seg(&mut self, limit: Duration) -> Option<(Instant, Seg)> {
+        if let Some(s) = self.recv() {
+            return Some((self.now, s));
+        }
+        let end = self.now + limit;
+        while let Some(t) = self.stack.poll_timeout().filter(|t| *t <= end) {
+            self.now = self.now.max(t);
+            self.stack.handle_timeout(self.now);
+            if let Some(s) = self.recv() {
+                return Some((self.now, s));
+            }
+            assert!(
+                self.stack.poll_timeout().is_none_or(|n| n > self.now),
+                "a timer at {t:?} is still due after running it"
+            );
+        }
+        self.now = end;
+        None
+    }
+
+    /// Run every timer the stack still has (TIME-WAIT records, stale timer-queue
+    /// entries) for up to `limit` of virtual time; returns what was sent meanwhile.
+    pub fn run_timers(&mut self, limit: Duration) -> Vec<(Instant, Seg)> {
+        let end = self.now + limit;
+        let mut out = Vec::new();
+        while let Some(t) = self.stack.poll_timeout().filter(|t| *t <= end) {
+            out.extend(self.advance(t.max(self.now) - self.now));
+            assert!(
+                self.stack.poll_timeout().is_none_or(|n| n > self.now),
+                "a timer at {t:?} is still due after running it"
+            );
+        }
+        out.extend(self.recv_all().into_iter().map(|s| (self.now, s)));
+        out
+    }
+
+    /// The leak check of issue #3: once every timer has run (up to 3 hours of virtual
+    /// time), TCP holds no connection, request, TIME-WAIT record, buffer byte or timer.
+    /// Handles the test still holds must have been closed.
+    pub fn assert_released(&mut self) {
+        self.run_timers(Duration::from_secs(3 * 3600));
+        assert_eq!(
+            self.stack.tcp_resources(),
+            TcpResources::default(),
+            "TCP still holds something after close and timeouts"
+        );
     }
 }
 
