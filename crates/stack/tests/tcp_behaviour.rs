@@ -1261,3 +1261,115 @@ fn syn_without_a_route_back_counts_in_listen_drops() {
     assert_eq!(t.stack.tcp_resources().requests, 0);
     t.assert_released();
 }
+
+// ---- TIME-WAIT reuse for outgoing connections ---------------------------------------------
+
+/// An active open from the single ephemeral port 50000 to [`PEER`] with timestamps,
+/// closed by us first so that it ends in TIME-WAIT. Returns (the FIN's SEQ, the TSval of
+/// our last segment).
+fn connection_into_time_wait(t: &mut SegTest, ts: bool) -> (u32, u32) {
+    t.stack
+        .set_sysctl("net.ipv4.ip_local_port_range.min", 50_000)
+        .unwrap();
+    t.stack
+        .set_sysctl("net.ipv4.ip_local_port_range.max", 50_000)
+        .unwrap();
+    let (h, syn) = t.connect();
+    assert_eq!(syn.src_port, 50_000);
+    let mut synack = Seg::syn(5000).with_ack(syn.seq.wrapping_add(1));
+    if ts {
+        synack = synack.ts(100, syn.ts.unwrap().0);
+    }
+    t.send(synack);
+    t.recv().expect("ACK");
+    let now = t.now;
+    t.stack.tcp_close(now, h).unwrap();
+    let fin = t.recv().expect("FIN");
+    let mut last = Seg::ack(5001, fin.seq.wrapping_add(1)).fin();
+    if ts {
+        last = last.ts(101, fin.ts.unwrap().0);
+    }
+    t.send(last);
+    let ack = t.recv().expect("ACK of the peer's FIN");
+    assert_eq!(t.stack.tcp_resources().timewait, 1);
+    (fin.seq, ack.ts.map_or(0, |t| t.0))
+}
+
+/// `net.ipv4.tcp_tw_reuse` = 1 (Linux `tcp_twsk_unique`, `__inet_check_established`): a
+/// new outgoing connection may take over a 4-tuple still in TIME-WAIT if the old
+/// connection used timestamps and the record is more than `tcp_tw_reuse_delay` (1 s) old.
+/// The record goes (TWRecycled); the new ISS is the old SND.NXT + 65537 and the new TSvals
+/// are newer than the old ones, so the peer's PAWS (RFC 7323 §5) and sequence checks
+/// tell the incarnations apart. Mode 2 (loopback only) is off in ustack, which has no
+/// loopback; without timestamps there is no reuse.
+#[test]
+#[ignore = "blocked: timer.rs TimeWaits has no lookup/remove (its map is private to timer.rs), so mod.rs Tcp::timewait_record/timewait_take are stubs returning None and reuse never happens; passes once they are connected"]
+fn tw_reuse_takes_over_a_time_wait_tuple_for_outgoing_connections() {
+    let mut t = SegTest::new(40000);
+    let (fin_seq, last_tsval) = connection_into_time_wait(&mut t, true);
+    let now = t.now;
+    assert_eq!(t.stack.sysctl().tcp_tw_reuse, 2, "Linux's default");
+    assert_eq!(
+        t.stack.tcp_connect(now, PEER),
+        Err(Error::AddrNotAvailable),
+        "the only port is in TIME-WAIT; mode 2 is loopback-only"
+    );
+    t.stack.set_sysctl("net.ipv4.tcp_tw_reuse", 1).unwrap();
+    t.advance(SEC);
+    let now = t.now;
+    assert_eq!(
+        t.stack.tcp_connect(now, PEER),
+        Err(Error::AddrNotAvailable),
+        "not before tcp_tw_reuse_delay"
+    );
+    t.advance(Duration::from_millis(1));
+    let (h, syn) = t.connect();
+    assert_eq!(syn.src_port, 50_000, "the TIME-WAIT tuple, reused");
+    assert_eq!(
+        syn.seq,
+        fin_seq.wrapping_add(1).wrapping_add(65_537),
+        "ISS = old SND.NXT + 65535 + 2"
+    );
+    let tsval = syn.ts.expect("timestamps").0;
+    assert!(
+        (tsval.wrapping_sub(last_tsval) as i32) > 0,
+        "newer TSval: {tsval} after {last_tsval}"
+    );
+    let r = t.stack.tcp_resources();
+    assert_eq!((r.timewait, r.connections), (0, 1), "the record is gone");
+    assert_eq!(t.stack.mib().get(Counter::TcpExtTWRecycled), 1);
+    assert_eq!(
+        t.stack.mib().get(Counter::TcpExtTW),
+        0,
+        "recycled, not expired"
+    );
+    // The new incarnation works.
+    t.send(
+        Seg::syn(900_000)
+            .with_ack(syn.seq.wrapping_add(1))
+            .ts(200, tsval),
+    );
+    let ack = t.recv().expect("ACK");
+    assert_eq!(ack.ack, 900_001);
+    assert_eq!(t.stack.tcp_state(h), Ok(State::Established));
+    let now = t.now;
+    t.stack.tcp_abort(now, h).unwrap();
+    t.assert_released();
+
+    // Without timestamps on the old connection there is nothing to protect the new one
+    // from its old duplicates: no reuse, even with mode 1.
+    let mut t = SegTest::new(40000);
+    t.stack.set_sysctl("net.ipv4.tcp_tw_reuse", 1).unwrap();
+    t.stack.set_sysctl("net.ipv4.tcp_timestamps", 0).unwrap();
+    connection_into_time_wait(&mut t, false);
+    t.advance(Duration::from_secs(30));
+    let now = t.now;
+    assert_eq!(t.stack.tcp_connect(now, PEER), Err(Error::AddrNotAvailable));
+    // Once the record expires the port is free again, reuse or not.
+    t.advance(Duration::from_secs(31));
+    assert_eq!(t.stack.tcp_resources().timewait, 0);
+    let (h, _) = t.connect();
+    let now = t.now;
+    t.stack.tcp_abort(now, h).unwrap();
+    t.assert_released();
+}

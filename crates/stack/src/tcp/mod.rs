@@ -40,6 +40,7 @@ use std::collections::{BinaryHeap, VecDeque};
 
 use hashbrown::HashMap;
 use ustack_obs::{Counter, Instant};
+use ustack_wire::SeqNumber;
 
 use crate::{Error, Stack, Sysctl};
 pub use state::State;
@@ -201,21 +202,37 @@ impl Tcp {
         Some(tcb)
     }
 
-    /// Whether `tuple` is in use by a connection, a request or a TIME-WAIT record.
-    fn tuple_in_use(&self, tuple: &FourTuple) -> bool {
-        self.ehash.contains_key(tuple)
-            || self.requests.contains(tuple)
-            || self.timewait.contains(tuple)
+    /// The TIME-WAIT record of `tuple`, if any.
+    ///
+    /// NOT CONNECTED YET: `timer::TimeWaits` keeps its table private to timer.rs and has
+    /// no lookup, so this sees no record and `tcp_tw_reuse` = 1 never takes a tuple over
+    /// (connect fails with EADDRNOTAVAIL as with reuse off). Once timer.rs has
+    /// `TimeWaits::get(&self, &FourTuple) -> Option<&TimeWait>` (`self.map.get(t)`), the
+    /// body is `self.timewait.get(tuple).copied()`.
+    fn timewait_record(&self, _tuple: &FourTuple) -> Option<timer::TimeWait> {
+        None
+    }
+
+    /// Take the TIME-WAIT record of `tuple` away (its tuple is being reused). Like
+    /// [`Tcp::timewait_record`], waiting for `TimeWaits::remove` in timer.rs
+    /// (`self.map.remove(t)`; the stale queue entry is skipped when it comes up); the body
+    /// is then `self.timewait.remove(tuple)`.
+    fn timewait_take(&mut self, _tuple: &FourTuple) -> Option<timer::TimeWait> {
+        None
     }
 
     /// An ephemeral local port for a connection to `remote` (Linux
-    /// `__inet_hash_connect`: search from a moving offset for a port whose 4-tuple is free).
+    /// `__inet_hash_connect`: search from a moving offset for a port whose 4-tuple is
+    /// free, `__inet_check_established`). A tuple held by a TIME-WAIT record counts as
+    /// free if `tcp_tw_reuse` allows taking it over ([`tw_reusable`]); the record comes
+    /// back with the port, for the caller to retire.
     fn connect_port(
         &mut self,
+        now: Instant,
         local_ip: core::net::Ipv4Addr,
         remote: SocketAddrV4,
         sysctl: &Sysctl,
-    ) -> Option<u16> {
+    ) -> Option<(u16, Option<timer::TimeWait>)> {
         let (lo, hi) = (
             sysctl.ip_local_port_min as u16,
             sysctl.ip_local_port_max as u16,
@@ -231,12 +248,56 @@ impl Tcp {
                 local: SocketAddrV4::new(local_ip, port),
                 remote,
             };
-            if !self.tuple_in_use(&tuple) && !self.listeners.bound(port) {
-                self.port_hint = if port == hi { lo } else { port + 1 };
-                return Some(port);
+            if self.listeners.bound(port)
+                || self.ehash.contains_key(&tuple)
+                || self.requests.contains(&tuple)
+            {
+                continue;
             }
+            let reused = if self.timewait.contains(&tuple) {
+                match self
+                    .timewait_record(&tuple)
+                    .filter(|tw| tw_reusable(sysctl, tw, now))
+                {
+                    Some(tw) => Some(tw),
+                    None => continue,
+                }
+            } else {
+                None
+            };
+            self.port_hint = if port == hi { lo } else { port + 1 };
+            return Some((port, reused));
         }
         None
+    }
+}
+
+/// `net.ipv4.tcp_tw_reuse` (Linux `tcp_twsk_unique`, `net/ipv4/tcp_ipv4.c`): may a new
+/// outgoing connection take over the 4-tuple of this TIME-WAIT record now?
+///
+/// - Mode 1 only. Mode 2 is "loopback only" in Linux (either address in 127/8, or bound
+///   to `lo`); ustack has no loopback device, so 2 (the default) is off, like 0.
+/// - Only if the old connection used timestamps (Linux: `tw_ts_recent_stamp != 0`): then
+///   RFC 7323 §5 PAWS lets the peer tell an old duplicate from the new incarnation, whose
+///   TSvals are newer (same per-address-pair offset, RFC 7323 §5.4, on a monotonic clock).
+/// - Only once the record is older than `tcp_tw_reuse_delay`, 1 s in Linux (6.13+:
+///   `time_after32(tcp_clock_ms(), tw_entry_stamp + sysctl_tcp_tw_reuse_delay)`; earlier
+///   kernels compared `tw_ts_recent_stamp` in seconds). ustack's record has no entry
+///   stamp; its deadline less 2*MSL is the entry time, or later if a retransmitted FIN
+///   re-armed it, which only errs on the safe side.
+pub(crate) fn tw_reusable(sysctl: &Sysctl, tw: &timer::TimeWait, now: Instant) -> bool {
+    const TW_REUSE_DELAY: core::time::Duration = core::time::Duration::from_secs(1);
+    // now > entered + delay, with entered = expires - 2*MSL.
+    sysctl.tcp_tw_reuse == 1 && tw.ts_ok && now + timer::TIMEWAIT_LEN > tw.expires + TW_REUSE_DELAY
+}
+
+/// The ISS of a connection that reuses a TIME-WAIT tuple: ahead of everything the old
+/// incarnation sent, by more than a maximal unscaled window (Linux `tcp_twsk_unique`:
+/// "u32 seq = tcptw->tw_snd_nxt + 65535 + 2; if (!seq) seq = 1;").
+pub(crate) fn tw_reuse_iss(tw: &timer::TimeWait) -> SeqNumber {
+    match tw.snd_nxt + (65_535 + 2) {
+        SeqNumber(0) => SeqNumber(1),
+        seq => seq,
     }
 }
 
@@ -341,16 +402,33 @@ impl Stack {
             return Err(Error::NetUnreachable);
         }
         let local_ip = self.ipv4.addr;
-        let port = self
+        let (port, reused) = self
             .tcp
-            .connect_port(local_ip, remote, &self.sysctl)
+            .connect_port(now, local_ip, remote, &self.sysctl)
             .ok_or(Error::AddrNotAvailable)?;
         let tuple = FourTuple {
             local: SocketAddrV4::new(local_ip, port),
             remote,
         };
-        let iss = self.tcp.isn.isn(now, tuple.local, tuple.remote);
-        let tcb = self.new_tcb(now, tuple, State::SynSent, iss);
+        let iss = match reused {
+            // tcp_tw_reuse (Linux __inet_check_established): the record goes, counted
+            // TWRecycled; the new incarnation starts past the old one's sequence space and
+            // remembers its TS.Recent (Linux copies tw_ts_recent and its stamp).
+            Some(tw) => {
+                self.tcp.timewait_take(&tuple);
+                self.mib.inc(Counter::TcpExtTWRecycled);
+                tw_reuse_iss(&tw)
+            }
+            None => self.tcp.isn.isn(now, tuple.local, tuple.remote),
+        };
+        let mut tcb = self.new_tcb(now, tuple, State::SynSent, iss);
+        if let Some(tw) = reused {
+            // For PAWS on the SYN-ACK (Linux tcp_rcv_synsent_state_process); recorded, at
+            // the latest, when the record was made.
+            tcb.ts_recent = tw.ts_recent;
+            tcb.ts_recent_stamp = ((tw.expires.as_millis() / 1000) as u32)
+                .saturating_sub(timer::TIMEWAIT_LEN.as_secs() as u32);
+        }
         let h = self.tcp.insert(tcb);
         self.mib.inc(Counter::TcpActiveOpens);
         self.tcp_send_syn(now, h);
@@ -575,3 +653,66 @@ pub struct TcpResources {
 /// Deque of accepted connections (kept small: one entry per established, unaccepted
 /// connection).
 pub(crate) type AcceptQueue = VecDeque<TcpHandle>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::time::Duration;
+
+    fn record(entered: Instant, ts_ok: bool, snd_nxt: u32) -> timer::TimeWait {
+        timer::TimeWait {
+            snd_nxt: SeqNumber(snd_nxt),
+            rcv_nxt: SeqNumber(1),
+            ts_recent: 77,
+            ts_offset: 0,
+            rcv_wnd: 100,
+            ts_ok,
+            expires: entered + timer::TIMEWAIT_LEN,
+        }
+    }
+
+    /// Linux tcp_twsk_unique: mode 1 only (2 is loopback-only, and ustack has no
+    /// loopback), timestamps required, and only after tcp_tw_reuse_delay (1 s).
+    #[test]
+    fn tw_reuse_policy_follows_tcp_twsk_unique() {
+        let mut sysctl = Sysctl::default();
+        let entered = Instant::from_secs(100);
+        let tw = record(entered, true, 5);
+        let at = |ms: u64| entered + Duration::from_millis(ms);
+        for mode in [0, 2] {
+            sysctl.tcp_tw_reuse = mode;
+            assert!(!tw_reusable(&sysctl, &tw, at(30_000)), "mode {mode} is off");
+        }
+        sysctl.tcp_tw_reuse = 1;
+        assert!(!tw_reusable(&sysctl, &tw, at(0)));
+        assert!(
+            !tw_reusable(&sysctl, &tw, at(1000)),
+            "time_after32: strictly later"
+        );
+        assert!(tw_reusable(&sysctl, &tw, at(1001)));
+        assert!(tw_reusable(&sysctl, &tw, at(59_999)));
+        let no_ts = record(entered, false, 5);
+        assert!(
+            !tw_reusable(&sysctl, &no_ts, at(30_000)),
+            "no PAWS, no reuse"
+        );
+    }
+
+    /// "u32 seq = tcptw->tw_snd_nxt + 65535 + 2; if (!seq) seq = 1;"
+    #[test]
+    fn tw_reuse_iss_is_past_the_old_sequence_space() {
+        let e = Instant::from_secs(1);
+        assert_eq!(
+            tw_reuse_iss(&record(e, true, 1000)),
+            SeqNumber(1000 + 65_537)
+        );
+        assert_eq!(
+            tw_reuse_iss(&record(e, true, u32::MAX - 100)),
+            SeqNumber(65_436)
+        );
+        assert_eq!(
+            tw_reuse_iss(&record(e, true, 0u32.wrapping_sub(65_537))),
+            SeqNumber(1)
+        );
+    }
+}
