@@ -123,6 +123,7 @@ impl Stack {
             last_activity: now,
             error: None,
             rx_sack: super::tcb::RxSack::default(),
+            snd_sml: iss,
         }
     }
 
@@ -572,12 +573,28 @@ impl Stack {
                 }
                 break;
             }
-            // Nagle (RFC 9293 §3.7.4): a segment smaller than the MSS waits while any data
-            // is unacknowledged, unless TCP_NODELAY or it carries our FIN. This also covers
-            // the sender's silly-window avoidance (§3.8.6.2.1) when the window is small.
+            // Nagle (RFC 9293 §3.7.4) as Linux applies it, with Minshall's refinement
+            // (draft-minshall-nagle; Linux tcp_nagle_check / tcp_minshall_check): the
+            // sub-MSS tail of what the user wrote waits only while an earlier sub-MSS
+            // segment is unacknowledged, so a bulk transfer's last bytes leave at once
+            // instead of one round trip later. Not with TCP_NODELAY or a FIN.
             let partial = len < usize::from(tcb.mss);
+            let nodelay = tcb.flags.has(TcbFlags::NODELAY) || fin;
+            let small_outstanding =
+                tcb.snd_sml.after(tcb.snd.una) && !tcb.snd_sml.after(tcb.snd.nxt);
+            if partial && len == unsent && !nodelay && small_outstanding {
+                break;
+            }
+            // A segment cut short by the peer's window: sender silly window avoidance
+            // (RFC 9293 §3.8.6.2.1) sends it only with nothing unacknowledged or when it
+            // is at least half the largest window the peer offered.
             let unacked = tcb.snd.nxt != tcb.snd.una;
-            if partial && !fin && unacked && !tcb.flags.has(TcbFlags::NODELAY) {
+            if partial
+                && len < unsent
+                && !nodelay
+                && unacked
+                && len < (tcb.snd.max_wnd / 2) as usize
+            {
                 break;
             }
             let seq = tcb.snd.nxt;
@@ -590,6 +607,10 @@ impl Stack {
             let end = seq + len + usize::from(fin);
             tcb.rtx.push(seq, end, now);
             tcb.snd.nxt = end;
+            if partial {
+                // Linux tcp_minshall_update.
+                tcb.snd_sml = end;
+            }
             if fin {
                 tcb.flags.set(TcbFlags::FIN_SENT);
             }

@@ -175,6 +175,8 @@ pub struct Tcb {
     pub last_activity: Instant,
     /// An error to report to the user once (ECONNRESET, ETIMEDOUT, ECONNREFUSED).
     pub error: Option<crate::Error>,
+    /// End of the last sub-MSS segment sent (Linux `snd_sml`), for Nagle's test.
+    pub snd_sml: SeqNumber,
     /// The SACK blocks we report as a receiver, most recent first, and a pending D-SACK.
     pub rx_sack: RxSack,
 }
