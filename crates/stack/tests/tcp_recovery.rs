@@ -220,3 +220,110 @@ fn nagle_holds_only_a_second_small_segment() {
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].payload, vec![3u8; 50]);
 }
+
+/// A bulk transfer of `bytes` from A to B over `link` (both directions alike) with
+/// congestion control `cc` on both stacks; A's send buffer is 4 MiB, B's tcp_rmem is
+/// `(default, max)`. Returns the seconds from A's connection being established to B
+/// having read everything, the pair and B's handle.
+fn bulk(link: SimConfig, cc: u64, bytes: usize, b_rmem: (u64, u64)) -> (f64, Pair, TcpHandle) {
+    let mut p = Pair::new(SimLinkConfig {
+        seed: 1,
+        a_to_b: link.clone(),
+        b_to_a: link,
+        ..SimLinkConfig::default()
+    });
+    for s in [&mut p.a, &mut p.b] {
+        s.set_sysctl("net.ipv4.tcp_congestion_control", cc).unwrap();
+    }
+    p.a.set_sysctl("net.ipv4.tcp_wmem.default", 4 << 20)
+        .unwrap();
+    p.b.set_sysctl("net.ipv4.tcp_rmem.default", b_rmem.0)
+        .unwrap();
+    p.b.set_sysctl("net.ipv4.tcp_rmem.max", b_rmem.1).unwrap();
+    let l = p.b.tcp_listen(SocketAddrV4::new(B_IP, 5001), 8).unwrap();
+    let a =
+        p.a.tcp_connect(p.now, SocketAddrV4::new(B_IP, 5001))
+            .unwrap();
+    let data: Vec<u8> = (0..bytes).map(|i| (i % 251) as u8).collect();
+    let (mut b, mut sent, mut got, mut start) = (None, 0, 0, None);
+    let mut buf = vec![0u8; 1 << 16];
+    while got < bytes {
+        let now = p.now;
+        if b.is_none() {
+            b = p.b.tcp_accept(l).ok().map(|(h, _)| h);
+        }
+        if p.a.tcp_state(a) == Ok(State::Established) {
+            start.get_or_insert(now);
+            if let Ok(n) = p.a.tcp_send(now, a, &data[sent..]) {
+                sent += n;
+            }
+        }
+        if let Some(bh) = b {
+            while let Ok(n) = p.b.tcp_recv(now, bh, &mut buf) {
+                if n == 0 {
+                    break;
+                }
+                assert!(
+                    buf[..n]
+                        .iter()
+                        .enumerate()
+                        .all(|(k, &x)| x == ((got + k) % 251) as u8),
+                    "intact"
+                );
+                got += n;
+            }
+        }
+        p.settle();
+        let next = p.next_event().expect("the transfer stalled");
+        assert!(next < Instant::from_secs(600), "too slow");
+        p.now = next;
+    }
+    let secs = (p.now - start.unwrap()).as_secs_f64();
+    (secs, p, b.unwrap())
+}
+
+/// Mbit/s for `bytes` in `secs`.
+fn mbps(bytes: usize, secs: f64) -> f64 {
+    bytes as f64 * 8.0 / secs / 1e6
+}
+
+/// The path of the goodput table: 100 Mbit/s each way, 20 ms RTT, 256 KB drop-tail queue.
+fn path(loss: f64) -> SimConfig {
+    SimConfig {
+        loss,
+        delay: Duration::from_millis(10),
+        rate_bps: Some(100_000_000),
+        queue_limit_bytes: Some(256 * 1024),
+        ..SimConfig::default()
+    }
+}
+
+/// Receive-buffer autotuning (Linux tcp_rcv_space_adjust): with tcp_rmem at Linux's
+/// defaults (128 KiB, below this path's 250 KB bandwidth-delay product) the window grows
+/// as the application reads, up to what the path needs, never past tcp_rmem.max; the
+/// transfer runs about as fast as with a large fixed buffer. With tcp_rmem.max at the
+/// default the window cannot grow, and the transfer is window-limited.
+#[test]
+fn the_receive_window_grows_with_the_reader_up_to_rmem_max() {
+    let bytes = 4 << 20;
+    let (fixed, _, _) = bulk(path(0.0), 1, bytes, (6 << 20, 6 << 20));
+    let (tuned, p, b) = bulk(path(0.0), 1, bytes, (131_072, 6 << 20));
+    let wnd = p.b.tcp_info(b).unwrap().rcv_wnd;
+    assert!(wnd > 250_000, "grew past the BDP: {wnd}");
+    assert!(wnd <= 6 << 20, "bounded by tcp_rmem.max: {wnd}");
+    assert!(
+        tuned < fixed * 1.1,
+        "autotuned {:.1} Mbit/s vs fixed 6 MiB {:.1}",
+        mbps(bytes, tuned),
+        mbps(bytes, fixed)
+    );
+    let (capped, p, b) = bulk(path(0.0), 1, bytes, (131_072, 131_072));
+    let wnd = p.b.tcp_info(b).unwrap().rcv_wnd;
+    assert!(wnd <= 131_072, "tcp_rmem.max bounds the window: {wnd}");
+    assert!(
+        capped > tuned * 1.3,
+        "a 128 KiB window limits the rate: {:.1} vs {:.1} Mbit/s",
+        mbps(bytes, capped),
+        mbps(bytes, tuned)
+    );
+}

@@ -15,7 +15,7 @@ use ustack_wire::{SeqNumber, tcp};
 use super::cc::{CaEvent, CaState, CongestionControl};
 use super::isn::ts_clock;
 use super::output::DELACK;
-use super::tcb::{FourTuple, TcbFlags};
+use super::tcb::{FourTuple, Tcb, TcbFlags};
 use super::{State, TcpHandle};
 use crate::ip::Inbound;
 use crate::{Error, Stack};
@@ -583,6 +583,13 @@ impl Stack {
             }
         }
         let offset = seq - tcb.rcv.nxt;
+        if offset == 0 {
+            // Linux tcp_event_data_recv: sample the receiver's RTT, and (Linux does it
+            // when the application reads, tcp_recvmsg) size the receive buffer to what
+            // the application has been reading.
+            Self::tcp_rcv_rtt_measure(tcb, now, seg);
+            Self::tcp_rcv_space_adjust(tcb, now, self.sysctl.tcp_rmem_max);
+        }
         let limit = tcb.rcvbuf_limit as usize;
         let r = tcb.rcvbuf.insert(pool, offset, data, limit);
         tcb.rcv.nxt += r.advanced;
@@ -649,6 +656,75 @@ impl Stack {
                 self.tcp_arm(h);
             }
         }
+    }
+
+    /// The receiver's RTT estimate (Linux `tcp_rcv_rtt_measure_ts`, from the timestamp a
+    /// full-sized segment echoes; without timestamps `tcp_rcv_rtt_measure`, the time
+    /// until a window's worth of data arrived).
+    fn tcp_rcv_rtt_measure(tcb: &mut Tcb, now: Instant, seg: &tcp::Repr) {
+        let rs = &mut tcb.rcv_space;
+        if tcb.flags.has(TcbFlags::TS_OK) {
+            let Some(ts) = seg.timestamp.filter(|t| t.tsecr != 0) else {
+                return;
+            };
+            if ts.tsecr == rs.last_tsecr {
+                return;
+            }
+            rs.last_tsecr = ts.tsecr;
+            if seg.payload.len() >= usize::from(tcb.mss) {
+                let delta_ms = ts_clock(now).wrapping_sub(ts.tsecr.wrapping_sub(tcb.ts_offset));
+                if (delta_ms as i32) >= 0 {
+                    rs.rtt_update(delta_ms.saturating_mul(1000), false);
+                }
+            }
+            return;
+        }
+        if rs.rtt_time != Instant::ZERO {
+            if tcb.rcv.nxt.before(rs.rtt_seq) {
+                return;
+            }
+            let us = (now - rs.rtt_time).as_micros().min(u128::from(u32::MAX)) as u32;
+            rs.rtt_update(us, true);
+        }
+        rs.rtt_seq = tcb.rcv.nxt + tcb.rcv.wnd as usize;
+        rs.rtt_time = now;
+    }
+
+    /// Receive-buffer autotuning (Linux `tcp_rcv_space_adjust`, "dynamic right-sizing"):
+    /// once per receiver RTT, if the application read more than in the RTT before, raise
+    /// the receive buffer limit to twice what it read plus 16 segments, more while the
+    /// rate is growing ("To cope with packet losses, we need a 2x factor. To cope with slow
+    /// start ... a 4x factor"), never above `tcp_rmem.max`. The window offered follows the
+    /// limit (RFC 7323 §2.3 window scaling makes room for it).
+    fn tcp_rcv_space_adjust(tcb: &mut Tcb, now: Instant, rmem_max: u64) {
+        let copied_seq = tcb.rcv.nxt - tcb.rcvbuf.readable();
+        let advmss = u64::from(tcb.adv_mss);
+        let rs = &mut tcb.rcv_space;
+        if rs.time == Instant::ZERO {
+            // Linux tcp_init_buffer_space: "rcvq_space.space = min3(rcv_ssthresh, rcv_wnd,
+            // TCP_INIT_CWND * advmss)".
+            rs.space = (u64::from(tcb.rcv.wnd).min(10 * advmss) as u32).max(1);
+            rs.seq = copied_seq;
+            rs.time = now;
+            return;
+        }
+        if rs.rtt_us8 == 0 || ((now - rs.time).as_micros() as u64) < u64::from(rs.rtt_us8 >> 3) {
+            return;
+        }
+        let copied = copied_seq.diff(rs.seq).max(0) as u64;
+        if copied > u64::from(rs.space) {
+            let space = u64::from(rs.space).max(1);
+            let mut rcvwin = 2 * copied + 16 * advmss;
+            let grow = rcvwin * (copied - space) / space;
+            rcvwin += 2 * grow;
+            let rcvbuf = rcvwin.min(rmem_max).min(u64::from(u32::MAX)) as u32;
+            if rcvbuf > tcb.rcvbuf_limit {
+                tcb.rcvbuf_limit = rcvbuf;
+            }
+            rs.space = copied.min(u64::from(u32::MAX)) as u32;
+        }
+        rs.seq = copied_seq;
+        rs.time = now;
     }
 
     /// Cut the receiver's SACK blocks to what the out-of-order queue holds, after the

@@ -124,6 +124,7 @@ impl Stack {
             error: None,
             rx_sack: super::tcb::RxSack::default(),
             snd_sml: iss,
+            rcv_space: super::tcb::RcvSpace::new(),
         }
     }
 

@@ -175,10 +175,70 @@ pub struct Tcb {
     pub last_activity: Instant,
     /// An error to report to the user once (ECONNRESET, ETIMEDOUT, ECONNREFUSED).
     pub error: Option<crate::Error>,
+    /// Receive-buffer autotuning state.
+    pub rcv_space: RcvSpace,
     /// End of the last sub-MSS segment sent (Linux `snd_sml`), for Nagle's test.
     pub snd_sml: SeqNumber,
     /// The SACK blocks we report as a receiver, most recent first, and a pending D-SACK.
     pub rx_sack: RxSack,
+}
+
+/// Receive-buffer autotuning, Linux's "dynamic right-sizing" (`tcp_rcv_space_adjust`,
+/// `tcp_rcv_rtt_measure`; the fields of `rcvq_space` and `rcv_rtt_est`): once per
+/// receiver-estimated RTT, if the application read more than in the previous RTT, the
+/// receive buffer limit (and so the window we offer) grows toward `tcp_rmem.max`.
+#[derive(Debug, Clone, Copy)]
+pub struct RcvSpace {
+    /// Bytes the application read in the last measured RTT (Linux `rcvq_space.space`).
+    pub space: u32,
+    /// The application's read position when this measurement began (`rcvq_space.seq`,
+    /// a `copied_seq`).
+    pub seq: SeqNumber,
+    /// When this measurement began (`rcvq_space.time`); `Instant::ZERO`: not begun.
+    pub time: Instant,
+    /// The receiver's RTT estimate in µs, times 8 (`rcv_rtt_est.rtt_us`); 0: none yet.
+    pub rtt_us8: u32,
+    /// Without timestamps: RCV.NXT that ends the current RTT sample, and when it began
+    /// (`rcv_rtt_est.seq`, `rcv_rtt_est.time`).
+    pub rtt_seq: SeqNumber,
+    pub rtt_time: Instant,
+    /// The last TSecr sampled (`rcv_rtt_last_tsecr`).
+    pub last_tsecr: u32,
+}
+
+impl RcvSpace {
+    /// Nothing measured yet.
+    pub const fn new() -> Self {
+        RcvSpace {
+            space: 0,
+            seq: SeqNumber(0),
+            time: Instant::ZERO,
+            rtt_us8: 0,
+            rtt_seq: SeqNumber(0),
+            rtt_time: Instant::ZERO,
+            last_tsecr: 0,
+        }
+    }
+
+    /// Linux `tcp_rcv_rtt_update`: with `win_dep` (a whole window's worth, without
+    /// timestamps) keep the minimum, else a moving average with gain 1/8.
+    pub fn rtt_update(&mut self, sample_us: u32, win_dep: bool) {
+        let m = sample_us.max(1);
+        self.rtt_us8 = if self.rtt_us8 == 0 {
+            m.saturating_mul(8)
+        } else if !win_dep {
+            // new = old + (m - old/8), in units of 1/8.
+            (self.rtt_us8 - (self.rtt_us8 >> 3)).saturating_add(m)
+        } else {
+            self.rtt_us8.min(m.saturating_mul(8))
+        };
+    }
+}
+
+impl Default for RcvSpace {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 /// Most SACK blocks a receiver remembers (Linux `TCP_NUM_SACKS`).
