@@ -7,8 +7,6 @@
 //! The stack under test is driven segment by segment by a scripted peer ([`SegTest`]),
 //! except the end-to-end checks, which run two stacks over a `sim` link.
 
-#![allow(dead_code, unused_imports)] // helpers for tests that follow
-
 use core::net::SocketAddrV4;
 use core::time::Duration;
 
@@ -183,6 +181,177 @@ fn duplicates_are_reported_in_a_dsack_block() {
     );
 }
 
+/// Fast retransmit at DupThresh SACKed segments (RFC 6675 §5 "(4.3) Retransmit the first
+/// data segment presumed dropped"), then Proportional Rate Reduction (RFC 6937 §3): while
+/// the pipe is above ssthresh the sender sends about ssthresh/RecoverFS segments per
+/// segment delivered, instead of falling silent until the pipe drains and then sending a
+/// burst; at the end cwnd is ssthresh.
+#[test]
+fn fast_retransmit_then_proportional_rate_reduction() {
+    let mut c = Conn::open(0, false); // Reno: ssthresh = cwnd / 2
+    c.write_segments(100);
+    assert_eq!(c.sent(), (0..10).collect::<Vec<_>>(), "IW10 (RFC 6928)");
+    // Slow start: acking all ten opens cwnd to 20 (RFC 5681 §3.1).
+    for i in 1..=10 {
+        c.ack(i, &[]);
+    }
+    let flight: Vec<u32> = c.sent();
+    assert_eq!(flight, (10..30).collect::<Vec<_>>());
+    assert_eq!(c.t.stack.tcp_info(c.h).unwrap().cwnd, 20);
+    // Segment 10 is lost; 11.. arrive and are SACKed one by one. Below DupThresh, each
+    // SACKed segment lets one new segment out (RFC 3042 Limited Transmit: the pipe
+    // counts what left the network).
+    c.ack(10, &[(11, 11)]);
+    assert_eq!(c.sent(), vec![30]);
+    c.ack(10, &[(11, 12)]);
+    assert_eq!(c.sent(), vec![31]);
+    assert_eq!(c.counter(Counter::TcpExtTCPSackRecovery), 0);
+    c.ack(10, &[(11, 13)]);
+    assert_eq!(
+        c.sent(),
+        vec![10],
+        "the third SACKed segment: fast retransmit"
+    );
+    assert_eq!(c.counter(Counter::TcpExtTCPSackRecovery), 1);
+    let info = c.t.stack.tcp_info(c.h).unwrap();
+    assert_eq!(info.ssthresh, 10, "Reno: half of cwnd 20");
+    // RecoverFS = 20 (cwnd at the start, Linux prior_cwnd); pipe stays above ssthresh,
+    // so PRR sends ceil(prr_delivered * 10 / 20) - prr_out: one segment every other ACK.
+    let mut sent_at = Vec::new();
+    for k in 14..30 {
+        c.ack(10, &[(11, k)]);
+        for s in c.sent() {
+            sent_at.push((k, s));
+        }
+    }
+    // One new segment on every second ACK, until the pipe is down to ssthresh at the
+    // last one (16 more deliveries: the retransmission and seven new segments).
+    let expect: Vec<(u32, u32)> = (0..7).map(|i| (15 + 2 * i, 32 + i)).collect();
+    assert_eq!(
+        sent_at, expect,
+        "PRR keeps the ACK clock going from the start of recovery"
+    );
+    // The retransmission arrives: everything below 32 (the recovery point: SND.NXT when
+    // recovery began) is acknowledged and recovery ends with cwnd = ssthresh (RFC 6582
+    // §3.2 step 3; RFC 6937).
+    c.ack(32, &[]);
+    let info = c.t.stack.tcp_info(c.h).unwrap();
+    assert_eq!((info.cwnd, info.ssthresh), (10, 10));
+    assert_eq!(c.counter(Counter::TcpExtTCPFastRetrans), 1);
+    assert_eq!(c.counter(Counter::TcpRetransSegs), 1);
+}
+
+/// A retransmission can be lost too. Once a segment sent after it is SACKed, it must have
+/// been (RFC 8985 §6.2's rule; Linux counts TCPLostRetransmit) and is sent again at once,
+/// instead of holding SND.UNA until the retransmission timer.
+#[test]
+fn a_lost_retransmission_is_sent_again_without_a_timeout() {
+    let mut c = Conn::open(0, false);
+    c.write_segments(100);
+    c.sent();
+    for i in 1..=10 {
+        c.ack(i, &[]);
+    }
+    c.sent(); // 10..30 in flight
+    c.ack(10, &[(11, 11)]);
+    c.ack(10, &[(11, 12)]);
+    assert_eq!(c.sent(), vec![30, 31], "limited transmit");
+    c.ack(10, &[(11, 13)]);
+    assert_eq!(c.sent(), vec![10], "fast retransmit");
+    // The retransmission is lost. SACKs for the rest of the flight, then for new data
+    // sent after the retransmission.
+    let mut later = Vec::new();
+    for k in 14..30 {
+        c.ack(10, &[(11, k)]);
+        later.extend(c.sent());
+    }
+    assert!(
+        !later.contains(&10),
+        "no second retransmission yet: {later:?}"
+    );
+    let new = *later.first().expect("PRR sent new data");
+    assert_eq!(new, 32);
+    c.ack(10, &[(11, 29), (new, new)]);
+    let out = c.sent();
+    assert!(
+        out.contains(&10),
+        "segment {new}, sent after the retransmission, arrived: 10 is sent again: {out:?}"
+    );
+    assert_eq!(c.counter(Counter::TcpExtTCPLostRetransmit), 1);
+    assert_eq!(c.counter(Counter::TcpExtTCPTimeouts), 0);
+    assert_eq!(c.counter(Counter::TcpExtTCPSackRecoveryFail), 0);
+}
+
+/// RFC 2883 §5 / Linux tcp_try_undo_recovery: when a D-SACK shows that the only
+/// retransmission was not needed (the original was late, not lost), the window reduction
+/// is undone (TCPFullUndo) and cwnd and ssthresh come back.
+#[test]
+fn a_needless_fast_retransmit_is_undone_by_dsack() {
+    let mut c = Conn::open(0, false);
+    c.write_segments(100);
+    c.sent();
+    for i in 1..=10 {
+        c.ack(i, &[]);
+    }
+    c.sent();
+    let before = c.t.stack.tcp_info(c.h).unwrap();
+    c.ack(10, &[(11, 11)]);
+    c.ack(10, &[(11, 12)]);
+    assert_eq!(c.sent(), vec![30, 31], "limited transmit");
+    c.ack(10, &[(11, 13)]);
+    assert_eq!(c.sent(), vec![10]);
+    assert_eq!(c.t.stack.tcp_info(c.h).unwrap().ssthresh, 10);
+    // The late original arrives: everything is acknowledged, and the retransmission,
+    // arriving after it, is reported as a duplicate.
+    let d = (c.seg(10), c.seg(11));
+    c.t.send(Seg::ack(PEER_ISN + 1, c.seg(32)).win(PEER_WIN).sack(&[d]));
+    let after = c.t.stack.tcp_info(c.h).unwrap();
+    assert_eq!(
+        c.counter(Counter::TcpExtTCPFullUndo) + c.counter(Counter::TcpExtTCPDSACKUndo),
+        1
+    );
+    assert_eq!(after.ssthresh, before.ssthresh, "ssthresh restored");
+    assert!(
+        after.cwnd >= before.cwnd,
+        "{} < {}",
+        after.cwnd,
+        before.cwnd
+    );
+    assert_eq!(c.counter(Counter::TcpExtTCPDSACKRecv), 1);
+}
+
+/// RFC 3522 §3.2 (Eifel) and Linux tcp_try_undo_loss: after a timeout, an ACK echoing a
+/// timestamp older than the retransmission was sent for the original transmission, so the
+/// timeout was spurious: cwnd and ssthresh are restored (TCPLossUndo).
+#[test]
+fn a_spurious_timeout_is_undone_by_the_echoed_timestamp() {
+    let mut c = Conn::open(1, true);
+    let data = vec![0x33; 5 * 988];
+    c.t.write(c.h, &data);
+    let first = c.t.recv_all();
+    assert_eq!(first.len(), 5);
+    let orig_tsval = first[0].ts.expect("timestamps").0;
+    let before = c.t.stack.tcp_info(c.h).unwrap();
+    // No ACK: the retransmission timer fires (initial RTO 1 s) and resends the head.
+    let (_, rtx) =
+        c.t.next_seg(Duration::from_secs(5))
+            .expect("a retransmission");
+    assert_eq!(rtx.seq, c.base);
+    assert!(rtx.ts.unwrap().0 > orig_tsval);
+    assert_eq!(c.counter(Counter::TcpExtTCPTimeouts), 1);
+    assert_eq!(c.t.stack.tcp_info(c.h).unwrap().cwnd, 1);
+    // The ACK of the originals, delayed, echoing their timestamp.
+    c.t.send(
+        Seg::ack(PEER_ISN + 1, c.base + 5 * 988)
+            .win(PEER_WIN)
+            .ts(300, orig_tsval),
+    );
+    let after = c.t.stack.tcp_info(c.h).unwrap();
+    assert_eq!(c.counter(Counter::TcpExtTCPLossUndo), 1);
+    assert_eq!(after.ssthresh, before.ssthresh, "ssthresh restored");
+    assert!(after.cwnd >= before.cwnd);
+}
+
 /// Nagle as Linux applies it (tcp_nagle_check with Minshall's refinement,
 /// draft-minshall-nagle): the sub-MSS tail of a write goes out at once when no other
 /// sub-MSS segment is unacknowledged; a second small write waits for the first to be
@@ -295,6 +464,31 @@ fn path(loss: f64) -> SimConfig {
         rate_bps: Some(100_000_000),
         queue_limit_bytes: Some(256 * 1024),
         ..SimConfig::default()
+    }
+}
+
+/// Slow start overflows the queue and many segments of one window are dropped. SACK
+/// recovery must repair exactly those -- one retransmission per drop, no timeout, no
+/// duplicate at the receiver -- and the transfer run near the link rate (the ceiling for
+/// 4 MiB from IW10 at 20 ms RTT is about 80 Mbit/s).
+#[test]
+fn a_queue_overflow_is_repaired_with_one_retransmission_per_drop() {
+    for cc in [0, 1] {
+        let bytes = 4 << 20;
+        let (secs, p, _) = bulk(path(0.0), cc, bytes, (4 << 20, 6 << 20));
+        let drops = p.link.stats(Side::A).queue_dropped;
+        let a = p.a.mib();
+        assert!(drops > 10, "the queue overflowed ({drops} drops)");
+        assert_eq!(a.get(Counter::TcpRetransSegs), drops, "cc {cc}");
+        assert_eq!(a.get(Counter::TcpExtTCPTimeouts), 0);
+        assert_eq!(a.get(Counter::TcpExtTCPSackRecoveryFail), 0);
+        assert_eq!(
+            p.b.mib().get(Counter::TcpExtDelayedACKLost),
+            0,
+            "cc {cc}: no needless retransmission reached B"
+        );
+        let rate = mbps(bytes, secs);
+        assert!(rate > 70.0, "cc {cc}: {rate:.1} Mbit/s");
     }
 }
 

@@ -12,9 +12,11 @@ use ustack_obs::{Counter, DropReason, Instant};
 use ustack_wire::tcp::Flags;
 use ustack_wire::{SeqNumber, tcp};
 
-use super::cc::{CaEvent, CaState, CongestionControl};
+use super::cc::cubic::HystartExit;
+use super::cc::{CaEvent, CaState, CongestionControl, TCP_INFINITE_SSTHRESH};
 use super::isn::ts_clock;
 use super::output::DELACK;
+use super::sack::SegFlags;
 use super::tcb::{FourTuple, Tcb, TcbFlags};
 use super::{State, TcpHandle};
 use crate::ip::Inbound;
@@ -22,8 +24,28 @@ use crate::{Error, Stack};
 
 /// RFC 7323 §5.5: a TS.Recent older than 24 days is invalid for PAWS.
 const PAWS_24DAYS_SECS: u32 = 24 * 24 * 3600;
-/// RFC 5681 §3.2: fast retransmit after three duplicate ACKs (DupThresh, RFC 6675 §2).
+/// RFC 5681 §3.2: fast retransmit after three duplicate ACKs (DupThresh, RFC 6675 §2;
+/// Linux `tcp_reordering`).
 const DUP_THRESH: u32 = 3;
+/// The largest DupThresh reordering may raise it to (Linux `tcp_max_reordering`).
+const MAX_REORDERING: u32 = 300;
+
+/// What one ACK did, for loss recovery and congestion control (Linux `tcp_ack`'s `flag`
+/// bits and counts).
+#[derive(Debug, Clone, Copy, Default)]
+struct AckEvent {
+    /// SND.UNA advanced (Linux `FLAG_SND_UNA_ADVANCED`).
+    una_advanced: bool,
+    /// Segments cumulatively acknowledged and freed (Linux `pkts_acked`; `FLAG_DATA_ACKED`).
+    acked: u32,
+    /// Segments newly delivered, cumulatively or by SACK, or (without SACK) by duplicate
+    /// ACK: RFC 6937 `DeliveredData` in segments (Linux `delivered`).
+    delivered: u32,
+    /// The echoed timestamp, on our clock.
+    tsecr: Option<u32>,
+    /// The highest SACKed sequence before this ACK's SACK blocks (Linux `prior_fack`).
+    prior_fack: Option<SeqNumber>,
+}
 
 /// The sequence space a segment occupies: data plus one for SYN and one for FIN.
 pub(crate) fn seg_len(seg: &tcp::Repr) -> usize {
@@ -347,7 +369,7 @@ impl Stack {
         if ack_ok {
             // "If SND.UNA > ISS (our SYN has been ACKed), change the connection state to
             // ESTABLISHED, form an ACK segment ... and send it."
-            self.tcp_ack_advance(now, h, seg);
+            self.tcp_clean_rtx_queue(now, h, seg, &mut AckEvent::default());
             self.tcp_set_state(h, State::Established);
             if let Some(tcb) = self.tcp.get_mut(h) {
                 tcb.flags.set(TcbFlags::ACK_NOW);
@@ -361,8 +383,9 @@ impl Stack {
         self.tcp_output(now, h);
     }
 
-    /// Process the acknowledgment of a segment (Linux `tcp_ack`): window update, newly
-    /// acknowledged data, SACK, duplicate-ACK and loss detection, congestion control.
+    /// Process the acknowledgment of a segment (Linux `tcp_ack`): window update, SACK
+    /// scoreboard, newly acknowledged data, then loss recovery (`tcp_fastretrans_alert`)
+    /// and congestion control (`tcp_cong_control`), in Linux's order.
     fn tcp_ack(&mut self, now: Instant, h: TcpHandle, seg: &tcp::Repr) {
         let Some(tcb) = self.tcp.get_mut(h) else {
             return;
@@ -393,105 +416,176 @@ impl Stack {
             tcb.ts_recent = ts.tsval;
             tcb.ts_recent_stamp = (now.as_millis() / 1000) as u32;
         }
-        // SACK information, on any ACK (RFC 6675 §5 "update the scoreboard").
-        let sacked = if tcb.flags.has(TcbFlags::SACK_OK) && seg.sack_ranges[0].is_some() {
+        let sack = tcb.flags.has(TcbFlags::SACK_OK);
+        let mut ev = AckEvent {
+            // The echoed timestamp on our clock (Linux subtracts `tsoffset` from
+            // rcv_tsecr), for undo (RFC 3522 Eifel detection, Linux tcp_packet_delayed).
+            tsecr: tcb
+                .flags
+                .has(TcbFlags::TS_OK)
+                .then_some(seg.timestamp)
+                .flatten()
+                .filter(|t| t.tsecr != 0)
+                .map(|t| t.tsecr.wrapping_sub(tcb.ts_offset)),
+            ..AckEvent::default()
+        };
+        // Congestion control judges by what was in flight before this ACK (Linux
+        // `prior_in_flight` in tcp_ack).
+        let prior_in_flight = tcb.in_flight();
+        ev.prior_fack = tcb.rtx.highest_sacked();
+        // SACK information, on any ACK (RFC 6675 §5 "update the scoreboard"; Linux
+        // tcp_sacktag_write_queue before tcp_clean_rtx_queue).
+        if sack && seg.sack_ranges[0].is_some() {
             let mut blocks = [(SeqNumber(0), SeqNumber(0)); 4];
             let mut n = 0;
             for (start, end) in seg.sack_ranges.iter().flatten() {
                 blocks[n] = (*start, *end);
                 n += 1;
             }
-            let (una, nxt) = (tcb.snd.una, tcb.snd.nxt);
+            let (una, nxt) = (seg.ack_number, tcb.snd.nxt);
             let r = tcb.rtx.on_sack(&blocks[..n], una, nxt);
+            ev.delivered += r.newly_sacked;
+            if let Some(sent) = r.first_sacked_sent_at
+                && sent >= tcb.lr.rack_xmit_ts
+            {
+                // RFC 8985 §6.2 step 2 (RACK.xmit_ts, RACK.end_seq), from a newly SACKed
+                // segment never retransmitted; its end is taken as the highest SACKed
+                // (they coincide for data sent in order).
+                tcb.lr.rack_xmit_ts = sent;
+                tcb.lr.rack_end_seq = tcb.rtx.highest_sacked().unwrap_or(una);
+            }
             if r.dsack {
                 self.mib.inc(Counter::TcpExtTCPDSACKRecv);
+                // Linux tcp_sacktag_one: "D-SACK ... undo_retrans" -- each retransmission
+                // the receiver reports as a duplicate was not needed.
+                if tcb.lr.undo_marker.is_some() && tcb.lr.undo_retrans > 0 {
+                    tcb.lr.undo_retrans = (tcb.lr.undo_retrans - r.dsack_retrans as i32).max(0);
+                }
             }
-            r.newly_sacked
-        } else {
-            0
-        };
+        }
         let Some(tcb) = self.tcp.get_mut(h) else {
             return;
         };
         if seg.ack_number.after(tcb.snd.una) {
-            self.tcp_ack_advance(now, h, seg);
+            self.tcp_clean_rtx_queue(now, h, seg, &mut ev);
         } else if seg.ack_number == tcb.snd.una
             && seg.payload.is_empty()
             && !seg.flags.intersects(Flags::SYN | Flags::FIN)
             && !window_changed
             && !tcb.rtx.is_empty()
         {
-            // RFC 5681 §2 "DUPLICATE ACKNOWLEDGMENT" (all five conditions).
-            tcb.dupacks = tcb.dupacks.saturating_add(1);
-            self.tcp_dupack(now, h, sacked);
-        } else if sacked > 0 {
-            self.tcp_dupack(now, h, sacked);
+            // RFC 5681 §2 "DUPLICATE ACKNOWLEDGMENT" (all five conditions). Without SACK
+            // each one stands for a segment that left the network (Linux
+            // tcp_add_reno_sack: sacked_out, and one segment delivered).
+            if !sack {
+                tcb.dupacks = (tcb.dupacks + 1).min(tcb.rtx.packets_out().saturating_sub(1));
+                ev.delivered += 1;
+            }
         }
+        self.tcp_fastretrans_alert(now, h, &ev);
+        self.tcp_cong_control(now, h, &ev, prior_in_flight);
+        self.tcp_find_lost_retrans(h);
     }
 
-    /// New data acknowledged: free it, take an RTT sample, grow cwnd or leave recovery,
-    /// restart the retransmission timer (RFC 6298 §5.2-5.3).
-    fn tcp_ack_advance(&mut self, now: Instant, h: TcpHandle, seg: &tcp::Repr) {
+    /// The ACK moved SND.UNA (Linux `tcp_clean_rtx_queue` and the SND.UNA part of
+    /// `tcp_ack`): free the acknowledged bytes, take an RTT sample, tell the congestion
+    /// control, restart the retransmission timer (RFC 6298 §5.2-5.3).
+    fn tcp_clean_rtx_queue(
+        &mut self,
+        now: Instant,
+        h: TcpHandle,
+        seg: &tcp::Repr,
+        ev: &mut AckEvent,
+    ) {
         let Some((tcb, pool)) = self.tcp.split(h) else {
             return;
         };
         let ack = seg.ack_number;
+        let prior_una = tcb.snd.una;
+        let prior_fack = ev.prior_fack;
+        let prior_in_flight = tcb.in_flight();
         let data_start = tcb.data_start();
         let data_acked = (ack.diff(data_start).max(0) as usize).min(tcb.sndbuf.len());
         tcb.sndbuf.consume(pool, data_acked);
-        // Congestion control judges by what was in flight before this ACK (Linux
-        // `prior_in_flight` in tcp_ack).
-        let prior_in_flight = tcb.rtx.in_flight();
         let result = tcb.rtx.on_ack(ack, now);
         tcb.snd.una = ack;
-        tcb.dupacks = 0;
         tcb.probes = 0;
+        ev.una_advanced = true;
+        ev.acked = result.acked_segments;
         // RTT: from the echoed timestamp when timestamps are on (RFC 7323 §4.1, no Karn
         // ambiguity), else from a never-retransmitted segment (Karn, RFC 6298 §3).
-        let ts_rtt = tcb
-            .flags
-            .has(TcbFlags::TS_OK)
-            .then_some(seg.timestamp)
-            .flatten()
-            .filter(|t| t.tsecr != 0)
-            .map(|t| {
-                let sent = t.tsecr.wrapping_sub(tcb.ts_offset);
-                Duration::from_millis(u64::from(ts_clock(now).wrapping_sub(sent)))
-            });
-        if let Some(rtt) = ts_rtt
+        let ts_rtt = ev
+            .tsecr
+            .map(|sent| Duration::from_millis(u64::from(ts_clock(now).wrapping_sub(sent))));
+        let rtt = ts_rtt
             .filter(|d| *d < Duration::from_secs(600))
-            .or(result.rtt_sample)
-        {
+            .or(result.rtt_sample);
+        if let Some(rtt) = rtt {
             tcb.rtt.sample(rtt);
         }
+        // Linux tcp_ack: "icsk->icsk_retransmits = 0" once SND.UNA advances.
         tcb.rtt.reset_backoff();
-        // Congestion control (Linux tcp_cong_control / tcp_fastretrans_alert on a new ACK).
-        let acked = result.acked_segments;
-        tcb.cs.in_flight = prior_in_flight;
-        match tcb.ca_state {
-            CaState::Recovery | CaState::Loss if !ack.before(tcb.high_seq) => {
-                // Recovery ends when everything outstanding at its start is acknowledged
-                // (RFC 6582 §3.2 step 3 "full acknowledgment": cwnd = ssthresh).
-                tcb.cs.cwnd = tcb.cs.ssthresh.max(2).min(tcb.cs.cwnd.max(tcb.cs.ssthresh));
-                tcb.ca_state = CaState::Open;
-                tcb.cc.set_state(&mut tcb.cs, CaState::Open);
-                tcb.cc.cwnd_event(&mut tcb.cs, now, CaEvent::CompleteCwr);
+        if let Some(sample) = result.rtt_sample {
+            // RFC 8985 §6.2 step 2: RACK.xmit_ts from the newest delivered segment; this
+            // one was never retransmitted, so its send time is unambiguous.
+            let sent = Instant::from_nanos(now.as_nanos().saturating_sub(sample.as_nanos() as u64));
+            if sent >= tcb.lr.rack_xmit_ts {
+                tcb.lr.rack_xmit_ts = sent;
+                tcb.lr.rack_end_seq = ack;
             }
-            CaState::Recovery if !tcb.flags.has(TcbFlags::SACK_OK) => {
-                // NewReno partial ACK (RFC 6582 §3.2 step 4): the next segment is lost too.
-                tcb.rtx.mark_head_lost();
+        }
+        if tcb.flags.has(TcbFlags::SACK_OK) {
+            ev.delivered += result.delivered;
+            // Linux tcp_clean_rtx_queue -> tcp_check_sack_reordering: segments that were
+            // never retransmitted, arriving after a segment above them was SACKed, were
+            // reordered, not lost. Raise DupThresh to the distance seen (capped like
+            // tcp_max_reordering) so that reordering this deep is not taken for loss.
+            if let Some(fack) = prior_fack
+                && fack.after(prior_una)
+                && result.delivered > 0
+                && !result.newly_acked_retrans
+            {
+                let mss = usize::from(tcb.mss).max(1);
+                let metric = (fack - prior_una).div_ceil(mss) as u32;
+                if metric > tcb.lr.reordering {
+                    tcb.lr.reordering = metric.min(MAX_REORDERING);
+                }
+                tcb.lr.reord_seen = true;
+                self.mib.inc(Counter::TcpExtTCPSACKReorder);
             }
-            CaState::Loss => {
-                // After an RTO, slow start toward ssthresh while retransmitting (RFC 5681 §3.1).
-                tcb.cc
-                    .pkts_acked(&mut tcb.cs, now, acked, result.rtt_sample);
-                tcb.cc.cong_avoid(&mut tcb.cs, now, acked);
+        } else {
+            // Linux tcp_remove_reno_sacks: "One ACK acked hole. The rest eat duplicate
+            // ACKs."
+            let acked = result.acked_segments;
+            if acked > 0 {
+                ev.delivered += acked.saturating_sub(tcb.dupacks).max(1);
+                tcb.dupacks = tcb.dupacks.saturating_sub(acked - 1);
             }
-            CaState::Recovery => {}
-            _ => {
-                tcb.cc
-                    .pkts_acked(&mut tcb.cs, now, acked, result.rtt_sample);
-                tcb.cc.cong_avoid(&mut tcb.cs, now, acked);
+        }
+        // Linux tcp_clean_rtx_queue calls the congestion control's pkts_acked in every
+        // state (CUBIC keeps its delay minimum and HyStart there).
+        if result.acked_segments > 0 {
+            tcb.cs.in_flight = prior_in_flight;
+            let hystart_before = tcb.hystart_exit();
+            tcb.cc
+                .pkts_acked(&mut tcb.cs, now, result.acked_segments, result.rtt_sample);
+            // CUBIC's HyStart ended slow start (Linux hystart_update counts these).
+            if hystart_before.is_none()
+                && let Some(exit) = tcb.hystart_exit()
+            {
+                let (detect, cwnd) = match exit {
+                    HystartExit::AckTrain => (
+                        Counter::TcpExtTCPHystartTrainDetect,
+                        Counter::TcpExtTCPHystartTrainCwnd,
+                    ),
+                    HystartExit::Delay => (
+                        Counter::TcpExtTCPHystartDelayDetect,
+                        Counter::TcpExtTCPHystartDelayCwnd,
+                    ),
+                };
+                let w = u64::from(tcb.cs.cwnd);
+                self.mib.inc(detect);
+                self.mib.add(cwnd, w);
             }
         }
         // RFC 6298 §5.2: "When all outstanding data has been acknowledged, turn off the
@@ -505,53 +599,380 @@ impl Stack {
         self.tcp_arm(h);
     }
 
-    /// A duplicate ACK or new SACK information: detect loss and enter fast recovery
-    /// (RFC 5681 §3.2, RFC 6582, RFC 6675 §5).
-    fn tcp_dupack(&mut self, now: Instant, h: TcpHandle, _newly_sacked: u32) {
+    /// Loss detection and the recovery state machine (Linux `tcp_fastretrans_alert`):
+    /// mark lost segments (RFC 6675 §4 `IsLost`), leave a recovery that is complete
+    /// (RFC 6582 §3.2 step 3), undo a reduction that proved needless, enter fast recovery
+    /// (RFC 6675 §5 / RFC 5681 §3.2).
+    fn tcp_fastretrans_alert(&mut self, now: Instant, h: TcpHandle, ev: &AckEvent) {
         let Some(tcb) = self.tcp.get_mut(h) else {
             return;
         };
         let sack = tcb.flags.has(TcbFlags::SACK_OK);
-        let lost = if sack {
-            tcb.rtx.mark_lost(DUP_THRESH)
-        } else {
-            0
-        };
-        let enter = match tcb.ca_state {
-            CaState::Open | CaState::Disorder => {
-                if sack {
-                    lost > 0
-                } else {
-                    u32::from(tcb.dupacks) >= DUP_THRESH
-                }
-            }
-            _ => false,
-        };
-        if !enter {
-            if tcb.ca_state == CaState::Open && (tcb.dupacks > 0 || tcb.rtx.sacked_out() > 0) {
-                tcb.ca_state = CaState::Disorder;
-            }
+        if tcb.ca_state == CaState::Open && tcb.rtx.sacked_out() == 0 && tcb.dupacks == 0 {
+            // Nothing suspicious: Linux takes tcp_fastretrans_alert only for "dubious" ACKs.
+            tcb.lr.retrans_stamp = 0;
             return;
         }
-        // RFC 6675 §5 step (4.2)/RFC 5681 §3.2 step 2: ssthresh = cc's choice; RecoveryPoint
-        // = HighData; cwnd = ssthresh (Linux uses PRR here; ustack the RFC's rule).
-        if !sack {
-            tcb.rtx.mark_head_lost();
-            self.mib.inc(Counter::TcpExtTCPRenoRecovery);
-        } else {
-            self.mib.inc(Counter::TcpExtTCPSackRecovery);
+        if sack {
+            // RFC 6675 §4 IsLost with DupThresh = tp->reordering. In recovery, once no
+            // reordering was seen, every hole below a SACKed segment is lost: RFC 8985's
+            // RACK with its reordering window at zero during recovery (§6.2 step 4, Linux
+            // tcp_rack_reo_wnd "be aggressive during the recovery").
+            let thresh = if matches!(tcb.ca_state, CaState::Recovery | CaState::Loss)
+                && !tcb.lr.reord_seen
+            {
+                1
+            } else {
+                tcb.lr.reordering
+            };
+            tcb.rtx.mark_lost(thresh);
+        }
+        // D. Exit conditions: the recovery point (RFC 6582 "recover", Linux high_seq) is
+        // acknowledged.
+        if tcb.ca_state == CaState::Recovery && !tcb.snd.una.before(tcb.high_seq) {
+            if !sack {
+                tcb.dupacks = 0;
+            }
+            if self.tcp_try_undo_recovery(h, ev) {
+                return;
+            }
+            self.tcp_end_cwnd_reduction(now, h);
         }
         let Some(tcb) = self.tcp.get_mut(h) else {
             return;
         };
-        tcb.high_seq = tcb.snd.nxt;
-        tcb.cs.in_flight = tcb.rtx.in_flight();
-        tcb.cs.ssthresh = tcb.cc.ssthresh(&tcb.cs);
-        tcb.cs.cwnd = tcb.cs.ssthresh.max(2);
-        tcb.ca_state = CaState::Recovery;
-        tcb.cc.set_state(&mut tcb.cs, CaState::Recovery);
-        self.mib.inc(Counter::TcpExtTCPFastRetrans);
+        // E. Process the state.
+        match tcb.ca_state {
+            CaState::Recovery => {
+                if ev.una_advanced && !sack {
+                    // RFC 6582 §3.2 step 4, partial acknowledgment: "retransmit the first
+                    // unacknowledged segment" (Linux tcp_update_scoreboard for Reno).
+                    tcb.rtx.mark_head_lost();
+                }
+                if self.tcp_try_undo_dsack(h) {
+                    self.tcp_try_to_open(h);
+                }
+            }
+            CaState::Loss => {
+                // Linux tcp_process_loss.
+                if ev.una_advanced && self.tcp_try_undo_loss(h, ev) {
+                    return;
+                }
+                let Some(tcb) = self.tcp.get_mut(h) else {
+                    return;
+                };
+                if !tcb.snd.una.before(tcb.high_seq) {
+                    self.tcp_try_undo_recovery(h, ev);
+                }
+            }
+            _ => {
+                if !sack && ev.una_advanced {
+                    tcb.dupacks = 0;
+                }
+                if matches!(tcb.ca_state, CaState::Open | CaState::Disorder) {
+                    self.tcp_try_undo_dsack(h);
+                }
+                let Some(tcb) = self.tcp.get_mut(h) else {
+                    return;
+                };
+                // Linux tcp_time_to_recover: a segment is lost, or DupThresh segments
+                // left the network above the first hole (RFC 5681 §3.2 three duplicate
+                // ACKs; RFC 6675 §5 "DupThresh ... SACKed").
+                let left = if sack {
+                    tcb.rtx.sacked_out()
+                } else {
+                    tcb.dupacks
+                };
+                if tcb.rtx.lost_out() == 0 && left < tcb.lr.reordering {
+                    self.tcp_try_to_open(h);
+                    return;
+                }
+                self.tcp_enter_recovery(now, h);
+                let Some(tcb) = self.tcp.get_mut(h) else {
+                    return;
+                };
+                if sack && !tcb.lr.reord_seen {
+                    tcb.rtx.mark_lost(1);
+                }
+                // RFC 6675 §5 (4.3) / RFC 5681 §3.2 step 2: "retransmit the first data
+                // segment presumed dropped" (Linux tcp_update_scoreboard with fast_rexmit).
+                if tcb.rtx.lost_out() == 0 {
+                    tcb.rtx.mark_head_lost();
+                }
+            }
+        }
+    }
+
+    /// Enter fast recovery (Linux `tcp_enter_recovery`, `tcp_init_cwnd_reduction`):
+    /// RecoveryPoint = HighData (RFC 6675 §5 (4.1)), ssthresh from the congestion control
+    /// (RFC 5681 §3.2 eq. (4); RFC 9438 §4.6), and PRR's counters (RFC 6937 §3
+    /// "Initialization on entering recovery").
+    fn tcp_enter_recovery(&mut self, now: Instant, h: TcpHandle) {
+        let Some(tcb) = self.tcp.get_mut(h) else {
+            return;
+        };
+        self.mib.inc(if tcb.flags.has(TcbFlags::SACK_OK) {
+            Counter::TcpExtTCPSackRecovery
+        } else {
+            Counter::TcpExtTCPRenoRecovery
+        });
+        // Linux tcp_init_undo.
+        tcb.lr.prior_ssthresh = 0;
+        tcb.lr.undo_marker = Some(tcb.snd.una);
+        tcb.lr.undo_retrans = match tcb.rtx.retrans_out() {
+            0 => -1,
+            n => n as i32,
+        };
+        if !matches!(tcb.ca_state, CaState::Cwr | CaState::Recovery) {
+            tcb.lr.prior_ssthresh = tcb.current_ssthresh();
+            tcb.high_seq = tcb.snd.nxt;
+            tcb.cs.cwnd_cnt = 0;
+            tcb.lr.prior_cwnd = tcb.cs.cwnd;
+            tcb.lr.prr_delivered = 0;
+            tcb.lr.prr_out = 0;
+            tcb.cs.in_flight = tcb.in_flight();
+            tcb.cs.ssthresh = tcb.cc.ssthresh(&tcb.cs);
+        }
+        tcb.set_ca_state(CaState::Recovery);
         let _ = now;
+    }
+
+    /// RFC 6937 PRR, on every ACK in recovery (Linux `tcp_cwnd_reduction`): send in
+    /// proportion to what is delivered while the pipe is above ssthresh, then (PRR-SSRB)
+    /// catch up to ssthresh no faster than slow start. cwnd is set to pipe + sndcnt.
+    fn tcp_cwnd_reduction(&mut self, h: TcpHandle, delivered: u32) {
+        let Some(tcb) = self.tcp.get_mut(h) else {
+            return;
+        };
+        if delivered == 0 || tcb.lr.prior_cwnd == 0 {
+            return;
+        }
+        let lr = &mut tcb.lr;
+        lr.prr_delivered += delivered;
+        let pipe = tcb.in_flight();
+        let lr = &tcb.lr;
+        let ssthresh = tcb.cs.ssthresh;
+        let mut sndcnt: i64 = if pipe > ssthresh {
+            // "sndcnt = CEIL(prr_delivered * ssthresh / RecoverFS) - prr_out"
+            let target = (u64::from(lr.prr_delivered) * u64::from(ssthresh))
+                .div_ceil(u64::from(lr.prior_cwnd));
+            target as i64 - i64::from(lr.prr_out)
+        } else {
+            // PRR-SSRB: "limit = MAX(prr_delivered - prr_out, DeliveredData) + MSS;
+            // sndcnt = MIN(ssthresh - pipe, limit)"
+            let limit =
+                (i64::from(lr.prr_delivered) - i64::from(lr.prr_out)).max(i64::from(delivered)) + 1;
+            limit.min(i64::from(ssthresh - pipe))
+        };
+        // Linux: "Force a fast retransmit upon entering fast recovery".
+        if lr.prr_out == 0 {
+            sndcnt = sndcnt.max(1);
+        }
+        tcb.cs.cwnd = pipe + sndcnt.max(0) as u32;
+    }
+
+    /// Congestion control for one ACK (Linux `tcp_cong_control`): PRR while reducing,
+    /// otherwise grow cwnd by what was delivered, if the ACK acknowledged data (Linux
+    /// `tcp_may_raise_cwnd`).
+    fn tcp_cong_control(
+        &mut self,
+        now: Instant,
+        h: TcpHandle,
+        ev: &AckEvent,
+        prior_in_flight: u32,
+    ) {
+        let Some(tcb) = self.tcp.get_mut(h) else {
+            return;
+        };
+        if matches!(tcb.ca_state, CaState::Recovery | CaState::Cwr) {
+            return self.tcp_cwnd_reduction(h, ev.delivered);
+        }
+        let may_raise = if tcb.lr.reordering > DUP_THRESH {
+            ev.delivered > 0
+        } else {
+            ev.acked > 0
+        };
+        if may_raise {
+            tcb.cs.in_flight = prior_in_flight;
+            tcb.cc.cong_avoid(&mut tcb.cs, now, ev.delivered);
+        }
+    }
+
+    /// Leave a reduction (Linux `tcp_end_cwnd_reduction`): cwnd = ssthresh (RFC 6582 §3.2
+    /// step 3 "full acknowledgment", option 2; RFC 6937 §3 ends the same way), and Open.
+    fn tcp_end_cwnd_reduction(&mut self, now: Instant, h: TcpHandle) {
+        let Some(tcb) = self.tcp.get_mut(h) else {
+            return;
+        };
+        if tcb.cs.ssthresh < TCP_INFINITE_SSTHRESH
+            && (tcb.ca_state == CaState::Cwr || tcb.lr.undo_marker.is_some())
+        {
+            tcb.cs.cwnd = tcb.cs.ssthresh.max(2);
+        }
+        tcb.cc.cwnd_event(&mut tcb.cs, now, CaEvent::CompleteCwr);
+        self.tcp_try_to_open(h);
+    }
+
+    /// Open, or Disorder while SACKed, lost or retransmitted segments remain (Linux
+    /// `tcp_try_to_open` / `tcp_try_keep_open`).
+    fn tcp_try_to_open(&mut self, h: TcpHandle) {
+        let Some(tcb) = self.tcp.get_mut(h) else {
+            return;
+        };
+        if tcb.rtx.retrans_out() == 0
+            && tcb
+                .rtx
+                .front()
+                .is_none_or(|s| !s.flags.contains(SegFlags::EVER_RETRANS))
+        {
+            tcb.lr.retrans_stamp = 0;
+        }
+        let left_out = tcb.rtx.sacked_out() + tcb.rtx.lost_out() + tcb.dupacks;
+        let state = if left_out > 0 || tcb.rtx.retrans_out() > 0 {
+            CaState::Disorder
+        } else {
+            CaState::Open
+        };
+        if tcb.ca_state != state {
+            tcb.set_ca_state(state);
+            tcb.high_seq = tcb.snd.nxt;
+        }
+    }
+
+    /// Linux `tcp_may_undo`: the episode may be undone if every retransmission was
+    /// reported needless by a D-SACK (RFC 2883 §5), or the ACK echoes a timestamp older
+    /// than the first retransmission, so the original got through (RFC 3522 §3.2 Eifel
+    /// detection; Linux `tcp_packet_delayed`).
+    fn tcp_may_undo(tcb: &Tcb, ev: &AckEvent) -> bool {
+        let lr = &tcb.lr;
+        lr.undo_marker.is_some()
+            && (lr.undo_retrans == 0
+                || lr.retrans_stamp == 0
+                || ev
+                    .tsecr
+                    .is_some_and(|ecr| (ecr.wrapping_sub(lr.retrans_stamp) as i32) < 0))
+    }
+
+    /// Restore cwnd and ssthresh from before the reduction (Linux
+    /// `tcp_undo_cwnd_reduction`); `unmark_loss` also forgets which segments were
+    /// presumed lost (after a spurious timeout).
+    fn tcp_undo_cwnd_reduction(tcb: &mut Tcb, unmark_loss: bool) {
+        if unmark_loss {
+            tcb.rtx.unmark_lost();
+            tcb.lr.lost_retrans = 0;
+        }
+        if tcb.lr.prior_ssthresh > 0 {
+            tcb.cs.cwnd = tcb.cc.undo_cwnd(&tcb.cs);
+            tcb.cs.ssthresh = tcb.cs.ssthresh.max(tcb.lr.prior_ssthresh);
+        }
+        tcb.lr.undo_marker = None;
+    }
+
+    /// Recovery (or Loss) ended (Linux `tcp_try_undo_recovery`): undo if it proved
+    /// needless (TCPFullUndo, TCPLossUndo). A connection without SACK holds Recovery until
+    /// something above the recovery point is acknowledged (RFC 6582 §3.2 step 1 guards
+    /// against a second, false fast retransmit); returns true then.
+    fn tcp_try_undo_recovery(&mut self, h: TcpHandle, ev: &AckEvent) -> bool {
+        let Some(tcb) = self.tcp.get_mut(h) else {
+            return false;
+        };
+        if Self::tcp_may_undo(tcb, ev) {
+            let counter = if tcb.ca_state == CaState::Loss {
+                Counter::TcpExtTCPLossUndo
+            } else {
+                Counter::TcpExtTCPFullUndo
+            };
+            Self::tcp_undo_cwnd_reduction(tcb, false);
+            self.mib.inc(counter);
+        }
+        let Some(tcb) = self.tcp.get_mut(h) else {
+            return false;
+        };
+        if tcb.snd.una == tcb.high_seq && !tcb.flags.has(TcbFlags::SACK_OK) {
+            if tcb.rtx.retrans_out() == 0 {
+                tcb.lr.retrans_stamp = 0;
+            }
+            return true;
+        }
+        tcb.set_ca_state(CaState::Open);
+        false
+    }
+
+    /// D-SACKs reported every retransmission of the episode as needless: undo (Linux
+    /// `tcp_try_undo_dsack`, TCPDSACKUndo; RFC 2883 §5).
+    fn tcp_try_undo_dsack(&mut self, h: TcpHandle) -> bool {
+        let Some(tcb) = self.tcp.get_mut(h) else {
+            return false;
+        };
+        if tcb.lr.undo_marker.is_some() && tcb.lr.undo_retrans == 0 {
+            Self::tcp_undo_cwnd_reduction(tcb, false);
+            self.mib.inc(Counter::TcpExtTCPDSACKUndo);
+            return true;
+        }
+        false
+    }
+
+    /// A timeout proved spurious (the ACK echoes a timestamp from before the first
+    /// retransmission): restore cwnd, forget the lost marks, leave Loss (Linux
+    /// `tcp_try_undo_loss`, TCPLossUndo; RFC 3522 §3.2, RFC 4015 §3).
+    fn tcp_try_undo_loss(&mut self, h: TcpHandle, ev: &AckEvent) -> bool {
+        let Some(tcb) = self.tcp.get_mut(h) else {
+            return false;
+        };
+        if !Self::tcp_may_undo(tcb, ev) {
+            return false;
+        }
+        Self::tcp_undo_cwnd_reduction(tcb, true);
+        tcb.rtt.reset_backoff();
+        if tcb.flags.has(TcbFlags::SACK_OK) {
+            tcb.set_ca_state(CaState::Open);
+        }
+        self.mib.inc(Counter::TcpExtTCPLossUndo);
+        true
+    }
+
+    /// Find retransmissions that were lost again: a retransmission sent before a segment
+    /// that has since been delivered should have arrived first (RFC 8985 §6.2's rule,
+    /// applied to retransmissions in flight; Linux counts TCPLostRetransmit). Without
+    /// this, a lost retransmission holds up SND.UNA until the retransmission timer.
+    /// They are sent again by `tcp_output`; until then they do not count in the pipe.
+    fn tcp_find_lost_retrans(&mut self, h: TcpHandle) {
+        let Some(tcb) = self.tcp.get_mut(h) else {
+            return;
+        };
+        if tcb.rtx.retrans_out() == 0 {
+            tcb.lr.retrans_low = Instant::FAR_FUTURE;
+            tcb.lr.lost_retrans = 0;
+            return;
+        }
+        if !tcb.flags.has(TcbFlags::SACK_OK) {
+            return;
+        }
+        let horizon = tcb.lost_retrans_horizon();
+        if tcb.lr.lost_retrans == 0 && tcb.lr.retrans_low > horizon {
+            return;
+        }
+        let (mut lost, mut low) = (0u32, Instant::FAR_FUTURE);
+        for s in tcb.rtx.iter() {
+            if s.flags.contains(SegFlags::RETRANS) && !s.flags.contains(SegFlags::SACKED) {
+                if tcb.retrans_is_lost(s.sent_at, s.end) {
+                    lost += 1;
+                } else {
+                    low = low.min(s.sent_at);
+                }
+            }
+        }
+        if lost > tcb.lr.lost_retrans {
+            self.mib.add(
+                Counter::TcpExtTCPLostRetransmit,
+                u64::from(lost - tcb.lr.lost_retrans),
+            );
+        }
+        let Some(tcb) = self.tcp.get_mut(h) else {
+            return;
+        };
+        tcb.lr.lost_retrans = lost;
+        tcb.lr.retrans_low = low;
     }
 
     /// Put the data of a segment into the receive buffer (Linux `tcp_data_queue`) and

@@ -14,7 +14,7 @@ use super::cc::{CaState, Cc, CcState, CongestionControl};
 use super::isn::ts_clock;
 use super::listen::{RequestSock, TIMEOUT_INIT};
 use super::rtt::RttEstimator;
-use super::sack::RtxQueue;
+use super::sack::{RtxQueue, SegFlags};
 use super::tcb::{FourTuple, RecvSeq, SendSeq, Tcb, TcbFlags, Timers};
 use super::{State, TcpHandle, TimerKey};
 use crate::{Stack, Sysctl};
@@ -112,6 +112,7 @@ impl Stack {
             ca_state: CaState::Open,
             high_seq: iss,
             dupacks: 0,
+            lr: super::tcb::LossRecovery::new(),
             probes: 0,
             quick_acks: QUICK_ACKS,
             rtx: RtxQueue::new(),
@@ -524,12 +525,18 @@ impl Stack {
     }
 
     /// Send what can be sent now (Linux `tcp_write_xmit` after `tcp_xmit_retransmit_queue`),
-    /// then any ACK still owed.
+    /// then any ACK still owed. Everything is bounded by cwnd against the pipe (RFC 6675
+    /// §5 step (C): "the TCP MUST NOT send data when cwnd - pipe < 1 SMSS"); in recovery
+    /// cwnd is PRR's (RFC 6937).
     pub(crate) fn tcp_output(&mut self, now: Instant, h: TcpHandle) {
-        // Lost segments first (RFC 6675 §5 NextSeg rule 1; also after an RTO).
+        // Retransmissions found lost again go first (see `tcp_find_lost_retrans`).
+        if self.tcp.get(h).is_some_and(|t| t.lr.lost_retrans > 0) {
+            self.tcp_resend_lost_retrans(now, h);
+        }
+        // Then lost segments (RFC 6675 §5 NextSeg rule 1; also after an RTO).
         loop {
             let Some(tcb) = self.tcp.get(h) else { return };
-            if tcb.rtx.in_flight() >= tcb.cs.cwnd {
+            if tcb.in_flight() >= tcb.cs.cwnd {
                 break;
             }
             let Some((start, end)) = tcb.rtx.next_to_retransmit() else {
@@ -553,7 +560,7 @@ impl Stack {
             if unsent == 0 && !fin_pending {
                 break;
             }
-            if tcb.rtx.in_flight() >= tcb.cs.cwnd {
+            if tcb.in_flight() >= tcb.cs.cwnd {
                 break;
             }
             let wnd_end = tcb.snd.una + tcb.snd.wnd as usize;
@@ -612,6 +619,10 @@ impl Stack {
                 // Linux tcp_minshall_update.
                 tcb.snd_sml = end;
             }
+            if matches!(tcb.ca_state, CaState::Recovery | CaState::Cwr) {
+                // RFC 6937: "On any data transmission or retransmission: prr_out += ...".
+                tcb.lr.prr_out += 1;
+            }
             if fin {
                 tcb.flags.set(TcbFlags::FIN_SENT);
             }
@@ -631,7 +642,9 @@ impl Stack {
         }
     }
 
-    /// Retransmit the segment `[start, end)` (Linux `tcp_retransmit_skb`).
+    /// Retransmit the segment `[start, end)` (Linux `tcp_retransmit_skb`), counted as
+    /// Linux's `tcp_xmit_retransmit_queue` counts it: TCPFastRetrans in recovery,
+    /// TCPSlowStartRetrans after a timeout.
     pub(crate) fn tcp_retransmit(
         &mut self,
         now: Instant,
@@ -639,13 +652,28 @@ impl Stack {
         start: SeqNumber,
         end: SeqNumber,
     ) -> bool {
+        self.tcp_retransmit_skb(now, h, start, end, true)
+    }
+
+    /// Retransmit `[start, end)`; `by_queue`: sent from the retransmission queue walk (Linux
+    /// `tcp_xmit_retransmit_queue`, which counts TCPFastRetrans / TCPSlowStartRetrans),
+    /// not by the retransmission timer itself.
+    pub(crate) fn tcp_retransmit_skb(
+        &mut self,
+        now: Instant,
+        h: TcpHandle,
+        start: SeqNumber,
+        end: SeqNumber,
+        by_queue: bool,
+    ) -> bool {
         let Some(tcb) = self.tcp.get(h) else {
             return false;
         };
-        let ok = if start == tcb.snd.iss && tcb.state == State::SynSent {
+        let syn = start == tcb.snd.iss && matches!(tcb.state, State::SynSent | State::SynReceived);
+        let ok = if syn && tcb.state == State::SynSent {
             self.tcp_send_syn(now, h);
             true
-        } else if start == tcb.snd.iss && tcb.state == State::SynReceived {
+        } else if syn {
             self.tcp_send_syn_ack_tcb(now, h);
             true
         } else {
@@ -654,13 +682,88 @@ impl Stack {
             let len = (end - start) - usize::from(fin);
             self.tcp_send_segment(now, h, start, len, fin, true)
         };
-        if ok {
-            self.mib.inc(Counter::TcpRetransSegs);
-            if let Some(tcb) = self.tcp.get_mut(h) {
-                tcb.rtx.mark_retransmitted(start, now);
+        if !ok {
+            return false;
+        }
+        self.mib.inc(Counter::TcpRetransSegs);
+        let Some(tcb) = self.tcp.get_mut(h) else {
+            return true;
+        };
+        if syn {
+            // Linux tcp_retransmit_skb: "if (TCP_SKB_CB(skb)->tcp_flags & TCPHDR_SYN)".
+            self.mib.inc(Counter::TcpExtTCPSynRetrans);
+        } else if by_queue {
+            self.mib.inc(if tcb.ca_state == CaState::Loss {
+                Counter::TcpExtTCPSlowStartRetrans
+            } else {
+                Counter::TcpExtTCPFastRetrans
+            });
+        }
+        tcb.rtx.mark_retransmitted(start, now);
+        let lr = &mut tcb.lr;
+        if matches!(tcb.ca_state, CaState::Recovery | CaState::Cwr) {
+            lr.prr_out += 1;
+        }
+        // Linux tcp_retransmit_skb: "Save stamp of the first (attempted) retransmit", and
+        // count it for a D-SACK undo.
+        if lr.retrans_stamp == 0 {
+            lr.retrans_stamp = ts_clock(now).max(1);
+        }
+        lr.undo_retrans = lr.undo_retrans.max(0) + 1;
+        lr.retrans_low = lr.retrans_low.min(now);
+        // Linux tcp_xmit_retransmit_queue restarts the retransmission timer when it
+        // resends the head, so that a timeout waits a full RTO for this copy.
+        if start == tcb.snd.una && !matches!(tcb.state, State::SynSent | State::SynReceived) {
+            tcb.timers.retransmit = now + tcb.rtt.rto();
+            self.tcp_arm(h);
+        }
+        true
+    }
+
+    /// Send again the retransmissions found lost (Linux marks them lost and
+    /// `tcp_xmit_retransmit_queue` resends them; TCPLostRetransmit). A lost copy is not in
+    /// the pipe, so each one sent takes the place it held.
+    fn tcp_resend_lost_retrans(&mut self, now: Instant, h: TcpHandle) {
+        const BATCH: usize = 16;
+        loop {
+            let Some(tcb) = self.tcp.get(h) else { return };
+            if tcb.in_flight() >= tcb.cs.cwnd {
+                return;
+            }
+            let mut batch = [(SeqNumber(0), SeqNumber(0)); BATCH];
+            let mut n = 0;
+            let mut found = 0u32;
+            for s in tcb.rtx.iter() {
+                if s.flags.contains(SegFlags::RETRANS)
+                    && !s.flags.contains(SegFlags::SACKED)
+                    && tcb.retrans_is_lost(s.sent_at, s.end)
+                {
+                    found += 1;
+                    if n < BATCH {
+                        batch[n] = (s.start, s.end);
+                        n += 1;
+                    }
+                }
+            }
+            let mut sent = 0u32;
+            for &(start, end) in &batch[..n] {
+                let Some(tcb) = self.tcp.get_mut(h) else {
+                    return;
+                };
+                tcb.lr.lost_retrans = found - sent;
+                if tcb.in_flight() >= tcb.cs.cwnd || !self.tcp_retransmit(now, h, start, end) {
+                    return;
+                }
+                sent += 1;
+            }
+            let Some(tcb) = self.tcp.get_mut(h) else {
+                return;
+            };
+            tcb.lr.lost_retrans = found - sent;
+            if n < BATCH {
+                return;
             }
         }
-        ok
     }
 
     /// Make sure the stack's timer queue will wake this connection at its earliest

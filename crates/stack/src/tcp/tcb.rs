@@ -8,7 +8,7 @@ use ustack_obs::Instant;
 use ustack_wire::SeqNumber;
 
 use super::buffer::{RecvBuffer, SendBuffer};
-use super::cc::{CaState, Cc, CcState};
+use super::cc::{CaState, Cc, CcState, CongestionControl};
 use super::rtt::RttEstimator;
 use super::sack::RtxQueue;
 use super::state::State;
@@ -156,8 +156,11 @@ pub struct Tcb {
     pub ca_state: CaState,
     /// Recovery point: snd_nxt when loss recovery began (RFC 6582 "recover", Linux `high_seq`).
     pub high_seq: SeqNumber,
-    /// Duplicate ACKs counted while SACK is off (RFC 5681 §3.2).
-    pub dupacks: u8,
+    /// Duplicate ACKs counted while SACK is off (RFC 5681 §3.2): Linux's `sacked_out` for
+    /// a Reno connection, each standing for one segment that left the network.
+    pub dupacks: u32,
+    /// Loss-recovery bookkeeping: PRR, undo, reordering, lost retransmissions.
+    pub lr: LossRecovery,
     /// Zero-window probes sent without a reply (Linux `icsk_probes_out`), and keepalive
     /// probes likewise.
     pub probes: u8,
@@ -181,6 +184,151 @@ pub struct Tcb {
     pub snd_sml: SeqNumber,
     /// The SACK blocks we report as a receiver, most recent first, and a pending D-SACK.
     pub rx_sack: RxSack,
+}
+
+/// What loss recovery keeps beyond [`Tcb::ca_state`] and [`Tcb::high_seq`]: Linux
+/// `tcp_sock`'s PRR, undo and reordering fields, and what ustack needs to find lost
+/// retransmissions.
+#[derive(Debug, Clone, Copy)]
+pub struct LossRecovery {
+    /// [RFC 6937](https://www.rfc-editor.org/rfc/rfc6937) `RecoverFS`: cwnd when the
+    /// reduction began (Linux `prior_cwnd`).
+    pub prior_cwnd: u32,
+    /// RFC 6937 `prr_delivered`: segments delivered (ACKed or SACKed) since recovery began.
+    pub prr_delivered: u32,
+    /// RFC 6937 `prr_out`: segments sent since recovery began.
+    pub prr_out: u32,
+    /// ssthresh before the reduction, restored by an undo (Linux `prior_ssthresh`; 0: no
+    /// undo of ssthresh).
+    pub prior_ssthresh: u32,
+    /// snd_una when the episode that may be undone began (Linux `undo_marker`).
+    pub undo_marker: Option<SeqNumber>,
+    /// Retransmissions of the episode not yet reported needless by a D-SACK (Linux
+    /// `undo_retrans`; -1: none sent yet). At 0 every retransmission was needless.
+    pub undo_retrans: i32,
+    /// Our timestamp clock (ms) when the episode's first retransmission went out (Linux
+    /// `retrans_stamp`; 0: none).
+    pub retrans_stamp: u32,
+    /// DupThresh ([RFC 6675 §2](https://www.rfc-editor.org/rfc/rfc6675#section-2)), raised
+    /// when reordering is seen (Linux `tp->reordering`, from `tcp_reordering`).
+    pub reordering: u32,
+    /// Reordering was seen on this connection (Linux `reord_seen`).
+    pub reord_seen: bool,
+    /// The latest send time of a segment known delivered (RFC 8985 `RACK.xmit_ts`,
+    /// from segments never retransmitted).
+    pub rack_xmit_ts: Instant,
+    /// The end of that segment (RFC 8985 `RACK.end_seq`), to order segments sent at the
+    /// same instant.
+    pub rack_end_seq: SeqNumber,
+    /// A lower bound of the send times of retransmissions in flight: no lost retransmission
+    /// can be found before `rack_xmit_ts` passes it.
+    pub retrans_low: Instant,
+    /// Retransmissions found lost (a segment sent after them was delivered) and not yet
+    /// sent again (Linux `TCPLostRetransmit`).
+    pub lost_retrans: u32,
+}
+
+impl LossRecovery {
+    /// Linux's initial values (`tcp_init_sock`: `reordering = tcp_reordering` = 3).
+    pub const fn new() -> Self {
+        LossRecovery {
+            prior_cwnd: 0,
+            prr_delivered: 0,
+            prr_out: 0,
+            prior_ssthresh: 0,
+            undo_marker: None,
+            undo_retrans: -1,
+            retrans_stamp: 0,
+            reordering: 3,
+            reord_seen: false,
+            rack_xmit_ts: Instant::ZERO,
+            rack_end_seq: SeqNumber(0),
+            retrans_low: Instant::FAR_FUTURE,
+            lost_retrans: 0,
+        }
+    }
+}
+
+impl Default for LossRecovery {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Tcb {
+    /// Segments in the network: RFC 6675 `pipe` (Linux `tcp_packets_in_flight`), less the
+    /// duplicate ACKs of a connection without SACK (Linux counts those in `sacked_out`)
+    /// and retransmissions found lost.
+    pub fn in_flight(&self) -> u32 {
+        let reno_sacked = if self.flags.has(TcbFlags::SACK_OK) {
+            0
+        } else {
+            self.dupacks.min(self.rtx.packets_out().saturating_sub(1))
+        };
+        self.rtx
+            .in_flight()
+            .saturating_sub(reno_sacked + self.lr.lost_retrans)
+    }
+
+    /// How CUBIC's HyStart ended slow start, if it did (None for Reno).
+    pub fn hystart_exit(&self) -> Option<super::cc::cubic::HystartExit> {
+        match &self.cc {
+            Cc::Cubic(c) => c.hystart_exit(),
+            Cc::Reno(_) => None,
+        }
+    }
+
+    /// Change the loss-recovery state, telling the congestion control (Linux
+    /// `tcp_set_ca_state`).
+    pub fn set_ca_state(&mut self, new: CaState) {
+        self.cc.set_state(&mut self.cs, new);
+        self.ca_state = new;
+    }
+
+    /// Linux `tcp_current_ssthresh`: the ssthresh an undo may restore; outside a
+    /// reduction at least 3/4 of cwnd.
+    pub fn current_ssthresh(&self) -> u32 {
+        if matches!(self.ca_state, CaState::Cwr | CaState::Recovery) {
+            self.cs.ssthresh
+        } else {
+            self.cs
+                .ssthresh
+                .max((self.cs.cwnd >> 1) + (self.cs.cwnd >> 2))
+        }
+    }
+
+    /// RFC 8985 §6.2 step 1 for a retransmission in flight, `seg` (sent at `sent_at`,
+    /// ending at `end`): lost if a segment sent after it was delivered, by more than the
+    /// reordering window; segments sent at the same instant are ordered by sequence
+    /// ("RACK.xmit_ts >= Segment.xmit_ts AND (RACK.xmit_ts, RACK.end_seq) >
+    /// (Segment.xmit_ts, Segment.end_seq)").
+    pub fn retrans_is_lost(&self, sent_at: Instant, end: SeqNumber) -> bool {
+        let horizon = self.lost_retrans_horizon();
+        sent_at < horizon
+            || (sent_at == horizon
+                && horizon == self.lr.rack_xmit_ts
+                && end.before(self.lr.rack_end_seq))
+    }
+
+    /// A retransmission sent before this instant is lost once anything sent after it was
+    /// delivered: `RACK.xmit_ts` less the reordering window (RFC 8985 §6.2: `reo_wnd` is
+    /// 0 while no reordering was seen, else min_rtt / 4).
+    pub fn lost_retrans_horizon(&self) -> Instant {
+        let reo_wnd = if self.lr.reord_seen {
+            self.rtt.min_rtt().unwrap_or_default() / 4
+        } else {
+            core::time::Duration::ZERO
+        };
+        if self.lr.rack_xmit_ts == Instant::ZERO {
+            return Instant::ZERO;
+        }
+        Instant::from_nanos(
+            self.lr
+                .rack_xmit_ts
+                .as_nanos()
+                .saturating_sub(reo_wnd.as_nanos() as u64),
+        )
+    }
 }
 
 /// Receive-buffer autotuning, Linux's "dynamic right-sizing" (`tcp_rcv_space_adjust`,

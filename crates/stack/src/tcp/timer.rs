@@ -22,6 +22,9 @@ use super::tcb::{FourTuple, TcbFlags};
 use super::{State, TcpHandle, TimerKey};
 use crate::{Error, Stack};
 
+/// Linux `tcp_reordering`: DupThresh.
+const DUP_THRESH: u32 = 3;
+
 /// 2*MSL as Linux has it (`TCP_TIMEWAIT_LEN`, 60 s); RFC 9293 §3.4.2 suggests MSL = 2 min.
 pub(crate) const TIMEWAIT_LEN: Duration = Duration::from_secs(60);
 
@@ -254,30 +257,26 @@ impl Stack {
             self.mib.inc(Counter::TcpExtTCPAbortOnTimeout);
             return self.tcp_done(h, Some(Error::TimedOut));
         }
+        // The first timeout of an episode is counted by what it interrupted, as Linux
+        // tcp_retransmit_timer does ("if (icsk->icsk_retransmits == 0)"): TCPTimeouts
+        // when nothing was amiss (Linux before 4.x; Linux 6.x counts TCPTimeouts on
+        // every expiry as well).
         if tcb.rtt.backoffs() == 0 {
-            // Linux counts the first timeout of an episode by what it interrupted.
+            let sack = tcb.flags.has(TcbFlags::SACK_OK);
             self.mib.inc(match tcb.ca_state {
-                CaState::Recovery if tcb.flags.has(TcbFlags::SACK_OK) => {
-                    Counter::TcpExtTCPSackFailures
-                }
-                CaState::Recovery => Counter::TcpExtTCPRenoFailures,
+                CaState::Recovery if sack => Counter::TcpExtTCPSackRecoveryFail,
+                CaState::Recovery => Counter::TcpExtTCPRenoRecoveryFail,
                 CaState::Loss => Counter::TcpExtTCPLossFailures,
+                CaState::Disorder if sack => Counter::TcpExtTCPSackFailures,
+                CaState::Disorder => Counter::TcpExtTCPRenoFailures,
+                _ if tcb.rtx.sacked_out() > 0 => Counter::TcpExtTCPSackFailures,
                 _ => Counter::TcpExtTCPTimeouts,
             });
         }
-        // Linux tcp_enter_loss; RFC 5681 §3.1 eq. (4): ssthresh = max(FlightSize / 2, 2*SMSS)
-        // (the congestion control's choice), cwnd = 1 (loss window).
-        if tcb.ca_state != CaState::Loss || tcb.rtt.backoffs() == 0 {
-            tcb.cs.in_flight = tcb.rtx.in_flight();
-            tcb.cs.ssthresh = tcb.cc.ssthresh(&tcb.cs);
-            tcb.cc.cwnd_event(&mut tcb.cs, now, CaEvent::Loss);
-        }
-        tcb.cs.cwnd = 1;
-        tcb.ca_state = CaState::Loss;
-        tcb.cc.set_state(&mut tcb.cs, CaState::Loss);
-        tcb.high_seq = tcb.snd.nxt;
-        tcb.dupacks = 0;
-        tcb.rtx.mark_all_lost();
+        self.tcp_enter_loss(now, h);
+        let Some(tcb) = self.tcp.get_mut(h) else {
+            return;
+        };
         // RFC 6298 §5.5 "back off the timer", §5.6 restart it.
         tcb.rtt.backoff();
         let rto = tcb.rtt.rto();
@@ -287,7 +286,68 @@ impl Stack {
             // doubled by the backoff already applied).
             tcb.timers.retransmit = now + rto.max(super::listen::TIMEOUT_INIT);
         }
+        // RFC 6298 §5.4 "Retransmit the earliest segment that has not been acknowledged";
+        // more follow as ACKs open cwnd (RFC 5681 §3.1 slow start after a timeout).
+        if let Some((start, end)) = tcb.rtx.next_to_retransmit() {
+            self.tcp_retransmit_skb(now, h, start, end, false);
+        }
         self.tcp_output(now, h);
+    }
+
+    /// Enter Loss after a timeout (Linux `tcp_enter_loss`): every segment not SACKed is
+    /// presumed lost (RFC 6675 §5.1 keeps the SACK information), cwnd is the loss window
+    /// (RFC 5681 §3.1 "LW ... one full-sized segment") and ssthresh is reduced unless
+    /// this window's recovery already reduced it (RFC 5681 §3.1 eq. (4); Linux "Reduce
+    /// ssthresh if it has not yet been made inside this window").
+    fn tcp_enter_loss(&mut self, now: Instant, h: TcpHandle) {
+        let Some(tcb) = self.tcp.get_mut(h) else {
+            return;
+        };
+        let prior_state = tcb.ca_state;
+        let prior_in_flight = tcb.in_flight();
+        // Linux tcp_timeout_mark_lost -> tcp_mark_skb_lost: "Account for retransmits that
+        // are lost again".
+        let lost_again = tcb.rtx.retrans_out();
+        if lost_again > 0 {
+            self.mib
+                .add(Counter::TcpExtTCPLostRetransmit, u64::from(lost_again));
+        }
+        if tcb.rtx.mark_all_lost() {
+            self.mib.inc(Counter::TcpExtTCPSACKReneging);
+        }
+        let Some(tcb) = self.tcp.get_mut(h) else {
+            return;
+        };
+        tcb.lr.lost_retrans = 0;
+        tcb.lr.retrans_low = Instant::FAR_FUTURE;
+        if matches!(prior_state, CaState::Open | CaState::Disorder)
+            || !tcb.high_seq.after(tcb.snd.una)
+            || (prior_state == CaState::Loss && tcb.rtt.backoffs() == 0)
+        {
+            tcb.lr.prior_ssthresh = tcb.current_ssthresh();
+            tcb.lr.prior_cwnd = tcb.cs.cwnd;
+            tcb.cs.in_flight = prior_in_flight;
+            tcb.cs.ssthresh = tcb.cc.ssthresh(&tcb.cs);
+            tcb.cc.cwnd_event(&mut tcb.cs, now, CaEvent::Loss);
+            // Linux tcp_init_undo.
+            tcb.lr.undo_marker = Some(tcb.snd.una);
+            tcb.lr.undo_retrans = match tcb.rtx.retrans_out() {
+                0 => -1,
+                n => n as i32,
+            };
+        }
+        tcb.cs.cwnd = tcb.in_flight() + 1;
+        tcb.cs.cwnd_cnt = 0;
+        // Linux: "Timeout in disordered state after receiving substantial DUPACKs suggests
+        // that the degree of reordering is over-estimated."
+        if matches!(prior_state, CaState::Open | CaState::Disorder)
+            && tcb.rtx.sacked_out() >= DUP_THRESH
+        {
+            tcb.lr.reordering = tcb.lr.reordering.min(DUP_THRESH);
+        }
+        tcb.set_ca_state(CaState::Loss);
+        tcb.high_seq = tcb.snd.nxt;
+        tcb.dupacks = 0;
     }
 
     /// The zero-window probe (RFC 9293 §3.8.6.1 "the sending TCP ... MUST regularly
