@@ -9,15 +9,19 @@
 //! - [`sim::SimLink`]: two ports in one process on a virtual clock, with seeded faults
 //!   (loss, duplication, reordering, corruption, delay, jitter, rate limit, queue limit,
 //!   MTU). Deterministic: the same seed and inputs give the same deliveries.
+//! - [`shm::ShmPort`]: one queue pair of a shared-memory link between two processes
+//!   (memfd rings and eventfd doorbells, like DPDK memif); the benchmark link.
 //! - [`capture::Capture`]: wraps any device and writes every frame in and out to pcap.
 //!
-//! This crate denies `unsafe` code; only its future `sys` modules (TUN, AF_PACKET,
-//! AF_XDP, shared memory) will allow it, each block with a `// SAFETY:` line.
+//! This crate denies `unsafe` code; only its `sys` modules (shared memory now; TUN,
+//! AF_PACKET, AF_XDP later) allow it, each block with a `// SAFETY:` line.
 
 use ustack_obs::time::Instant;
 
 pub mod capture;
+pub mod shm;
 pub mod sim;
+mod sys;
 
 /// What a device's frames carry, i.e. where the stack's input starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
