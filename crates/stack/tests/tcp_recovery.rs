@@ -74,6 +74,11 @@ impl Conn {
         self.t.send(a);
     }
 
+    /// A round trip passes (20 ms, as on the goodput table's path).
+    fn rtt(&mut self) {
+        self.t.now += Duration::from_millis(20);
+    }
+
     /// Queue `n` full segments of data.
     fn write_segments(&mut self, n: u32) {
         let data = vec![0x5a; (n * MSS) as usize];
@@ -192,9 +197,11 @@ fn fast_retransmit_then_proportional_rate_reduction() {
     c.write_segments(100);
     assert_eq!(c.sent(), (0..10).collect::<Vec<_>>(), "IW10 (RFC 6928)");
     // Slow start: acking all ten opens cwnd to 20 (RFC 5681 §3.1).
+    c.rtt();
     for i in 1..=10 {
         c.ack(i, &[]);
     }
+    c.rtt();
     let flight: Vec<u32> = c.sent();
     assert_eq!(flight, (10..30).collect::<Vec<_>>());
     assert_eq!(c.t.stack.tcp_info(c.h).unwrap().cwnd, 20);
@@ -249,10 +256,12 @@ fn a_lost_retransmission_is_sent_again_without_a_timeout() {
     let mut c = Conn::open(0, false);
     c.write_segments(100);
     c.sent();
+    c.rtt();
     for i in 1..=10 {
         c.ack(i, &[]);
     }
     c.sent(); // 10..30 in flight
+    c.rtt();
     c.ack(10, &[(11, 11)]);
     c.ack(10, &[(11, 12)]);
     assert_eq!(c.sent(), vec![30, 31], "limited transmit");
@@ -290,10 +299,12 @@ fn a_needless_fast_retransmit_is_undone_by_dsack() {
     let mut c = Conn::open(0, false);
     c.write_segments(100);
     c.sent();
+    c.rtt();
     for i in 1..=10 {
         c.ack(i, &[]);
     }
     c.sent();
+    c.rtt();
     let before = c.t.stack.tcp_info(c.h).unwrap();
     c.ack(10, &[(11, 11)]);
     c.ack(10, &[(11, 12)]);
@@ -332,7 +343,10 @@ fn a_spurious_timeout_is_undone_by_the_echoed_timestamp() {
     assert_eq!(first.len(), 5);
     let orig_tsval = first[0].ts.expect("timestamps").0;
     let before = c.t.stack.tcp_info(c.h).unwrap();
-    // No ACK: the retransmission timer fires (initial RTO 1 s) and resends the head.
+    // No ACK: first a tail loss probe of the last segment (RFC 8985 §7), then the
+    // retransmission timer fires and resends the head.
+    let (_, probe) = c.t.next_seg(Duration::from_secs(5)).expect("a loss probe");
+    assert_eq!(probe.seq, c.base + 4 * 988);
     let (_, rtx) =
         c.t.next_seg(Duration::from_secs(5))
             .expect("a retransmission");
@@ -520,4 +534,64 @@ fn the_receive_window_grows_with_the_reader_up_to_rmem_max() {
         mbps(bytes, capped),
         mbps(bytes, tuned)
     );
+}
+
+/// A tail loss (RFC 8985 §7): the last segments of a flight are lost, so no SACK can
+/// reach DupThresh. Two round trips later the sender probes by retransmitting the last
+/// segment (no new data to send; TCPLossProbes); its SACK shows that the segment before
+/// it, sent earlier, was lost (RFC 8985 §6.2), and fast recovery repairs it -- no
+/// retransmission timeout.
+#[test]
+fn a_tail_loss_is_repaired_by_a_loss_probe_without_a_timeout() {
+    let mut c = Conn::open(1, false);
+    c.write_segments(4);
+    assert_eq!(c.sent(), vec![0, 1, 2, 3]);
+    // An RTT sample: segments 0 and 1 arrive and are acknowledged 20 ms later; 2 and 3
+    // are lost.
+    c.rtt();
+    let acked = c.t.now;
+    c.ack(2, &[]);
+    assert_eq!(c.sent(), Vec::<u32>::new());
+    let (at, probe) = c.t.next_seg(Duration::from_secs(1)).expect("a loss probe");
+    assert_eq!(probe.seq, c.seg(3), "the last segment is probed");
+    assert!(
+        at - acked < Duration::from_millis(100),
+        "PTO = 2 * SRTT + 2 ms, well before the 200 ms minimum RTO: {:?}",
+        at - acked
+    );
+    assert_eq!(c.counter(Counter::TcpExtTCPLossProbes), 1);
+    assert_eq!(c.counter(Counter::TcpExtTCPTimeouts), 0);
+    // The probe arrives: segment 3 is SACKed, 2 is the hole.
+    c.ack(2, &[(3, 3)]);
+    assert_eq!(
+        c.sent(),
+        vec![2],
+        "the hole before the probe is retransmitted at once"
+    );
+    assert_eq!(c.counter(Counter::TcpExtTCPSackRecovery), 1);
+    c.ack(4, &[]);
+    assert_eq!(c.counter(Counter::TcpExtTCPTimeouts), 0);
+    assert_eq!(c.t.stack.tcp_info(c.h).unwrap().send_q, 0);
+}
+
+/// The ACK of a flight is lost, not the data: the loss probe (a retransmission of the last
+/// segment) reaches a receiver that already has it, which acknowledges everything and
+/// reports the probe as a duplicate (RFC 2883). Nothing was lost, so cwnd is not reduced
+/// (Linux tcp_process_tlp_ack) and no timeout fires.
+#[test]
+fn a_lost_ack_costs_a_probe_not_a_timeout() {
+    let mut c = Conn::open(1, false);
+    c.write_segments(2);
+    assert_eq!(c.sent(), vec![0, 1]);
+    let cwnd = c.t.stack.tcp_info(c.h).unwrap().cwnd;
+    let (_, probe) = c.t.next_seg(Duration::from_secs(2)).expect("a loss probe");
+    assert_eq!(probe.seq, c.seg(1));
+    assert_eq!(c.counter(Counter::TcpExtTCPLossProbes), 1);
+    let d = (c.seg(1), c.seg(2));
+    c.t.send(Seg::ack(PEER_ISN + 1, c.seg(2)).win(PEER_WIN).sack(&[d]));
+    let info = c.t.stack.tcp_info(c.h).unwrap();
+    assert!(info.cwnd >= cwnd, "{} < {cwnd}", info.cwnd);
+    assert_eq!(c.counter(Counter::TcpExtTCPLossProbeRecovery), 0);
+    assert_eq!(c.counter(Counter::TcpExtTCPTimeouts), 0);
+    assert_eq!(c.counter(Counter::TcpExtTCPSackRecovery), 0);
 }

@@ -45,6 +45,13 @@ struct AckEvent {
     tsecr: Option<u32>,
     /// The highest SACKed sequence before this ACK's SACK blocks (Linux `prior_fack`).
     prior_fack: Option<SeqNumber>,
+    /// Segments newly SACKed (Linux `FLAG_DATA_SACKED` when > 0).
+    sacked: u32,
+    /// The D-SACK block, if the ACK carried a valid one.
+    dsack: Option<(SeqNumber, SeqNumber)>,
+    /// The retransmission timer is to be set again: TLP or RTO (Linux
+    /// `FLAG_SET_XMIT_TIMER`).
+    set_xmit_timer: bool,
 }
 
 /// The sequence space a segment occupies: data plus one for SYN and one for FIN.
@@ -369,7 +376,9 @@ impl Stack {
         if ack_ok {
             // "If SND.UNA > ISS (our SYN has been ACKed), change the connection state to
             // ESTABLISHED, form an ACK segment ... and send it."
-            self.tcp_clean_rtx_queue(now, h, seg, &mut AckEvent::default());
+            let mut ev = AckEvent::default();
+            self.tcp_clean_rtx_queue(now, h, seg, &mut ev);
+            self.tcp_set_xmit_timer(now, h);
             self.tcp_set_state(h, State::Established);
             if let Some(tcb) = self.tcp.get_mut(h) {
                 tcb.flags.set(TcbFlags::ACK_NOW);
@@ -445,6 +454,8 @@ impl Stack {
             let (una, nxt) = (seg.ack_number, tcb.snd.nxt);
             let r = tcb.rtx.on_sack(&blocks[..n], una, nxt);
             ev.delivered += r.newly_sacked;
+            ev.sacked = r.newly_sacked;
+            ev.dsack = r.dsack_range.filter(|_| r.dsack);
             if let Some(sent) = r.first_sacked_sent_at
                 && sent >= tcb.lr.rack_xmit_ts
             {
@@ -453,6 +464,20 @@ impl Stack {
                 // (they coincide for data sent in order).
                 tcb.lr.rack_xmit_ts = sent;
                 tcb.lr.rack_end_seq = tcb.rtx.highest_sacked().unwrap_or(una);
+            }
+            // A retransmitted loss probe of the last segment is SACKed, not reported as a
+            // duplicate: the probe got through, and it went out after everything below
+            // it (RACK.xmit_ts is the probe's; Linux's scoreboard holds the probe's send
+            // time, ours the first transmission's).
+            if let Some(high) = tcb.lr.tlp_high_seq
+                && tcb.lr.tlp_retrans
+                && r.newly_sacked > 0
+                && !r.dsack
+                && tcb.rtx.highest_sacked() == Some(high)
+                && tcb.lr.tlp_sent_at > tcb.lr.rack_xmit_ts
+            {
+                tcb.lr.rack_xmit_ts = tcb.lr.tlp_sent_at;
+                tcb.lr.rack_end_seq = high;
             }
             if r.dsack {
                 self.mib.inc(Counter::TcpExtTCPDSACKRecv);
@@ -482,9 +507,66 @@ impl Stack {
                 ev.delivered += 1;
             }
         }
+        self.tcp_process_tlp_ack(now, h, seg.ack_number, &ev);
         self.tcp_fastretrans_alert(now, h, &ev);
+        if ev.set_xmit_timer {
+            self.tcp_set_xmit_timer(now, h);
+        }
         self.tcp_cong_control(now, h, &ev, prior_in_flight);
         self.tcp_find_lost_retrans(h);
+    }
+
+    /// After an ACK that acknowledged data (Linux `tcp_set_xmit_timer`): a tail loss probe
+    /// if one may be sent, else the RTO restarted (RFC 6298 §5.3 "When an ACK is
+    /// received that acknowledges new data, restart the retransmission timer"), or off
+    /// when nothing is outstanding (§5.2).
+    fn tcp_set_xmit_timer(&mut self, now: Instant, h: TcpHandle) {
+        if self.tcp_schedule_loss_probe(now, h, true) {
+            return;
+        }
+        let Some(tcb) = self.tcp.get_mut(h) else {
+            return;
+        };
+        tcb.timers.retransmit = if tcb.rtx.is_empty() {
+            Instant::FAR_FUTURE
+        } else {
+            now + tcb.rtt.rto()
+        };
+        tcb.timers.loss_probe = false;
+        self.tcp_arm(h);
+    }
+
+    /// What became of an outstanding tail loss probe (RFC 8985 §7.4; Linux
+    /// `tcp_process_tlp_ack`): a probe of new data, or a retransmission the receiver
+    /// reports as a duplicate, found no loss; an ACK beyond the probe's SND.NXT after a
+    /// retransmitted probe means the probe repaired a loss, and cwnd is reduced once
+    /// (TCPLossProbeRecovery).
+    fn tcp_process_tlp_ack(&mut self, now: Instant, h: TcpHandle, ack: SeqNumber, ev: &AckEvent) {
+        let Some(tcb) = self.tcp.get_mut(h) else {
+            return;
+        };
+        let Some(high) = tcb.lr.tlp_high_seq else {
+            return;
+        };
+        if ack.before(high) {
+            return;
+        }
+        if !tcb.lr.tlp_retrans || ev.dsack.is_some_and(|(_, e)| !e.after(high)) {
+            tcb.lr.tlp_high_seq = None;
+        } else if ack.after(high) {
+            // Linux: tcp_init_cwnd_reduction, CWR, tcp_end_cwnd_reduction.
+            tcb.lr.tlp_high_seq = None;
+            tcb.lr.prior_cwnd = tcb.cs.cwnd;
+            tcb.cs.in_flight = tcb.in_flight();
+            tcb.cs.ssthresh = tcb.cc.ssthresh(&tcb.cs);
+            tcb.cs.cwnd = tcb.cs.ssthresh.max(2);
+            tcb.cs.cwnd_cnt = 0;
+            tcb.cc.cwnd_event(&mut tcb.cs, now, CaEvent::CompleteCwr);
+            self.mib.inc(Counter::TcpExtTCPLossProbeRecovery);
+        } else if !ev.una_advanced && ev.sacked == 0 {
+            // A pure duplicate ACK: the original and the probe both arrived.
+            tcb.lr.tlp_high_seq = None;
+        }
     }
 
     /// The ACK moved SND.UNA (Linux `tcp_clean_rtx_queue` and the SND.UNA part of
@@ -588,15 +670,9 @@ impl Stack {
                 self.mib.add(cwnd, w);
             }
         }
-        // RFC 6298 §5.2: "When all outstanding data has been acknowledged, turn off the
-        // retransmission timer." §5.3: "When an ACK is received that acknowledges new
-        // data, restart the retransmission timer".
-        tcb.timers.retransmit = if tcb.rtx.is_empty() {
-            Instant::FAR_FUTURE
-        } else {
-            now + tcb.rtt.rto()
-        };
-        self.tcp_arm(h);
+        // RFC 6298 §5.2-5.3: the timer is set again once the ACK is processed
+        // (`tcp_set_xmit_timer`).
+        ev.set_xmit_timer = true;
     }
 
     /// Loss detection and the recovery state machine (Linux `tcp_fastretrans_alert`):
@@ -675,6 +751,13 @@ impl Stack {
                 let Some(tcb) = self.tcp.get_mut(h) else {
                     return;
                 };
+                // RFC 8985 §6.2 (Linux tcp_rack_detect_loss): the first hole is lost once
+                // a segment sent sufficiently after it was delivered, whatever the number
+                // of SACKed segments; a tail loss probe's SACK shows this within about two
+                // round trips instead of a timeout.
+                if sack && tcb.rtx.sacked_out() > 0 && tcb.rack_head_lost() {
+                    tcb.rtx.mark_head_lost();
+                }
                 // Linux tcp_time_to_recover: a segment is lost, or DupThresh segments
                 // left the network above the first hole (RFC 5681 §3.2 three duplicate
                 // ACKs; RFC 6675 §5 "DupThresh ... SACKed").
@@ -726,6 +809,7 @@ impl Stack {
         if !matches!(tcb.ca_state, CaState::Cwr | CaState::Recovery) {
             tcb.lr.prior_ssthresh = tcb.current_ssthresh();
             tcb.high_seq = tcb.snd.nxt;
+            tcb.lr.tlp_high_seq = None;
             tcb.cs.cwnd_cnt = 0;
             tcb.lr.prior_cwnd = tcb.cs.cwnd;
             tcb.lr.prr_delivered = 0;

@@ -217,6 +217,7 @@ impl Stack {
             tcb.rtx.push(iss, iss + 1, now);
         }
         tcb.timers.retransmit = now + tcb.rtt.rto().max(TIMEOUT_INIT);
+        tcb.timers.loss_probe = false;
         self.tcp_arm(h);
     }
 
@@ -546,8 +547,41 @@ impl Stack {
                 break;
             }
         }
+        if self.tcp_write_xmit(now, h, false) > 0 {
+            // Linux tcp_write_xmit: "Send one loss probe per tail loss episode."
+            if !self.tcp_schedule_loss_probe(now, h, false)
+                && let Some(tcb) = self.tcp.get_mut(h)
+                && tcb.timers.retransmit == Instant::FAR_FUTURE
+            {
+                tcb.timers.retransmit = now + tcb.rtt.rto();
+                tcb.timers.loss_probe = false;
+                self.tcp_arm(h);
+            }
+        }
+        let Some(tcb) = self.tcp.get(h) else { return };
+        if tcb.flags.has(TcbFlags::ACK_NOW) {
+            self.tcp_send_ack(now, h);
+        } else if tcb.flags.has(TcbFlags::ACK_PENDING) && tcb.timers.delack == Instant::FAR_FUTURE {
+            if let Some(t) = self.tcp.get_mut(h) {
+                t.timers.delack = now + DELACK;
+            }
+            self.tcp_arm(h);
+        }
+    }
+
+    /// Send new data (Linux `tcp_write_xmit`): as much as cwnd against the pipe, the
+    /// peer's window and Nagle allow; with `probe`, one segment regardless of cwnd and
+    /// Nagle (Linux `tcp_write_xmit(.., TCP_NAGLE_OFF, push_one = 2)` for a loss probe).
+    /// Returns the segments sent.
+    fn tcp_write_xmit(&mut self, now: Instant, h: TcpHandle, probe: bool) -> u32 {
+        let mut sent_segs = 0;
         loop {
-            let Some(tcb) = self.tcp.get(h) else { return };
+            let Some(tcb) = self.tcp.get(h) else {
+                return sent_segs;
+            };
+            if probe && sent_segs > 0 {
+                break;
+            }
             if !(tcb.state.is_synchronized() || tcb.state == State::SynReceived)
                 || tcb.flags.has(TcbFlags::FIN_SENT)
             {
@@ -560,7 +594,7 @@ impl Stack {
             if unsent == 0 && !fin_pending {
                 break;
             }
-            if tcb.in_flight() >= tcb.cs.cwnd {
+            if tcb.in_flight() >= tcb.cs.cwnd && !probe {
                 break;
             }
             let wnd_end = tcb.snd.una + tcb.snd.wnd as usize;
@@ -576,6 +610,7 @@ impl Stack {
                     let rto = tcb.rtt.rto();
                     if let Some(t) = self.tcp.get_mut(h) {
                         t.timers.retransmit = now + rto;
+                        t.timers.loss_probe = false;
                     }
                     self.tcp_arm(h);
                 }
@@ -587,7 +622,7 @@ impl Stack {
             // segment is unacknowledged, so a bulk transfer's last bytes leave at once
             // instead of one round trip later. Not with TCP_NODELAY or a FIN.
             let partial = len < usize::from(tcb.mss);
-            let nodelay = tcb.flags.has(TcbFlags::NODELAY) || fin;
+            let nodelay = tcb.flags.has(TcbFlags::NODELAY) || fin || probe;
             let small_outstanding =
                 tcb.snd_sml.after(tcb.snd.una) && !tcb.snd_sml.after(tcb.snd.nxt);
             if partial && len == unsent && !nodelay && small_outstanding {
@@ -609,8 +644,9 @@ impl Stack {
             if !self.tcp_send_segment(now, h, seq, len, fin, len == unsent) {
                 break;
             }
+            sent_segs += 1;
             let Some(tcb) = self.tcp.get_mut(h) else {
-                return;
+                return sent_segs;
             };
             let end = seq + len + usize::from(fin);
             tcb.rtx.push(seq, end, now);
@@ -626,18 +662,86 @@ impl Stack {
             if fin {
                 tcb.flags.set(TcbFlags::FIN_SENT);
             }
-            if tcb.timers.retransmit == Instant::FAR_FUTURE {
-                tcb.timers.retransmit = now + tcb.rtt.rto();
-                self.tcp_arm(h);
+        }
+        sent_segs
+    }
+
+    /// Arm a tail loss probe instead of the RTO (RFC 8985 §7.2; Linux
+    /// `tcp_schedule_loss_probe`): for a SACK connection in Open with data outstanding,
+    /// PTO = 2 * SRTT (+ 2 ms, or + the minimum RTO for a single segment, which may wait
+    /// for a delayed ACK), 1 s without an RTT sample, and never later than the RTO would
+    /// fire (`advancing`: a full RTO from now, else from the head's transmission).
+    pub(crate) fn tcp_schedule_loss_probe(
+        &mut self,
+        now: Instant,
+        h: TcpHandle,
+        advancing: bool,
+    ) -> bool {
+        let Some(tcb) = self.tcp.get_mut(h) else {
+            return false;
+        };
+        let packets_out = tcb.rtx.packets_out();
+        if packets_out == 0
+            || !tcb.flags.has(TcbFlags::SACK_OK)
+            || !matches!(tcb.ca_state, CaState::Open | CaState::Cwr)
+            || !matches!(tcb.state, State::Established | State::CloseWait)
+        {
+            return false;
+        }
+        let pto = match tcb.rtt.srtt() {
+            Some(srtt) if packets_out == 1 => 2 * srtt + RTO_MIN,
+            Some(srtt) => 2 * srtt + Duration::from_millis(2),
+            None => TIMEOUT_INIT,
+        };
+        let rto_at = if advancing {
+            now + tcb.rtt.rto()
+        } else {
+            tcb.rtx.front().map_or(now, |s| s.sent_at) + tcb.rtt.rto()
+        };
+        tcb.timers.retransmit = (now + pto).min(rto_at).max(now);
+        tcb.timers.loss_probe = true;
+        self.tcp_arm(h);
+        true
+    }
+
+    /// The loss probe timer fired (RFC 8985 §7.3; Linux `tcp_send_loss_probe`): send one
+    /// new segment if the window allows, else retransmit the last one, so that an ACK
+    /// (with SACK) reveals a tail loss without waiting for the RTO; at most one probe
+    /// per tail (TCPLossProbes). The RTO is armed from now.
+    pub(crate) fn tcp_send_loss_probe(&mut self, now: Instant, h: TcpHandle) {
+        let Some(tcb) = self.tcp.get(h) else { return };
+        if tcb.lr.tlp_high_seq.is_none() {
+            let mut probed = self.tcp_write_xmit(now, h, true) > 0;
+            let mut retrans = false;
+            if !probed {
+                let Some(tcb) = self.tcp.get(h) else { return };
+                if let Some(last) = tcb.rtx.iter().last().copied() {
+                    let fin = tcb.flags.has(TcbFlags::FIN_SENT) && last.end == tcb.snd.nxt;
+                    let len = last.seq_len() - usize::from(fin);
+                    // Linux __tcp_retransmit_skb: sent again without the scoreboard's
+                    // RETRANS mark.
+                    if self.tcp_send_segment(now, h, last.start, len, fin, true) {
+                        self.mib.inc(Counter::TcpRetransSegs);
+                        probed = true;
+                        retrans = true;
+                    }
+                }
+            }
+            if probed {
+                self.mib.inc(Counter::TcpExtTCPLossProbes);
+                if let Some(tcb) = self.tcp.get_mut(h) {
+                    tcb.lr.tlp_high_seq = Some(tcb.snd.nxt);
+                    tcb.lr.tlp_retrans = retrans;
+                    tcb.lr.tlp_sent_at = now;
+                }
             }
         }
-        let Some(tcb) = self.tcp.get(h) else { return };
-        if tcb.flags.has(TcbFlags::ACK_NOW) {
-            self.tcp_send_ack(now, h);
-        } else if tcb.flags.has(TcbFlags::ACK_PENDING) && tcb.timers.delack == Instant::FAR_FUTURE {
-            if let Some(t) = self.tcp.get_mut(h) {
-                t.timers.delack = now + DELACK;
-            }
+        let Some(tcb) = self.tcp.get_mut(h) else {
+            return;
+        };
+        if !tcb.rtx.is_empty() {
+            tcb.timers.retransmit = now + tcb.rtt.rto();
+            tcb.timers.loss_probe = false;
             self.tcp_arm(h);
         }
     }
@@ -715,6 +819,7 @@ impl Stack {
         // resends the head, so that a timeout waits a full RTO for this copy.
         if start == tcb.snd.una && !matches!(tcb.state, State::SynSent | State::SynReceived) {
             tcb.timers.retransmit = now + tcb.rtt.rto();
+            tcb.timers.loss_probe = false;
             self.tcp_arm(h);
         }
         true

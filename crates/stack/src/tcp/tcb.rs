@@ -10,7 +10,7 @@ use ustack_wire::SeqNumber;
 use super::buffer::{RecvBuffer, SendBuffer};
 use super::cc::{CaState, Cc, CcState, CongestionControl};
 use super::rtt::RttEstimator;
-use super::sack::RtxQueue;
+use super::sack::{RtxQueue, SegFlags};
 use super::state::State;
 
 /// A connection's addresses: what the established table is keyed by (Linux `inet_ehash`).
@@ -112,6 +112,9 @@ pub struct Timers {
     pub keepalive: Instant,
     /// What the timer queue was armed for (its entry for this connection fires then).
     pub queued: Instant,
+    /// `retransmit` is a tail loss probe, not the RTO (Linux `ICSK_TIME_LOSS_PROBE` on
+    /// the same timer).
+    pub loss_probe: bool,
 }
 
 impl Timers {
@@ -120,6 +123,7 @@ impl Timers {
         delack: Instant::FAR_FUTURE,
         keepalive: Instant::FAR_FUTURE,
         queued: Instant::FAR_FUTURE,
+        loss_probe: false,
     };
 
     /// The earliest armed deadline.
@@ -226,6 +230,14 @@ pub struct LossRecovery {
     /// Retransmissions found lost (a segment sent after them was delivered) and not yet
     /// sent again (Linux `TCPLostRetransmit`).
     pub lost_retrans: u32,
+    /// SND.NXT when the outstanding tail loss probe was sent (RFC 8985 §7.3
+    /// `TLP.end_seq`, Linux `tlp_high_seq`); `None`: no probe outstanding.
+    pub tlp_high_seq: Option<SeqNumber>,
+    /// That probe was a retransmission (Linux `tlp_retrans`), not new data.
+    pub tlp_retrans: bool,
+    /// When the probe was sent: the scoreboard keeps the probed segment's first send
+    /// time, so RACK takes the probe's from here once it is SACKed.
+    pub tlp_sent_at: Instant,
 }
 
 impl LossRecovery {
@@ -245,6 +257,9 @@ impl LossRecovery {
             rack_end_seq: SeqNumber(0),
             retrans_low: Instant::FAR_FUTURE,
             lost_retrans: 0,
+            tlp_high_seq: None,
+            tlp_retrans: false,
+            tlp_sent_at: Instant::ZERO,
         }
     }
 }
@@ -303,11 +318,47 @@ impl Tcb {
     /// ("RACK.xmit_ts >= Segment.xmit_ts AND (RACK.xmit_ts, RACK.end_seq) >
     /// (Segment.xmit_ts, Segment.end_seq)").
     pub fn retrans_is_lost(&self, sent_at: Instant, end: SeqNumber) -> bool {
-        let horizon = self.lost_retrans_horizon();
+        self.rack_sent_before(sent_at, end, self.lost_retrans_horizon())
+    }
+
+    /// Whether a segment sent at `sent_at`, ending at `end`, went out before the newest
+    /// delivered one by at least the reordering window that gives `horizon` (RFC 8985
+    /// §6.2 step 5, ties ordered by sequence).
+    fn rack_sent_before(&self, sent_at: Instant, end: SeqNumber, horizon: Instant) -> bool {
         sent_at < horizon
             || (sent_at == horizon
                 && horizon == self.lr.rack_xmit_ts
                 && end.before(self.lr.rack_end_seq))
+    }
+
+    /// RFC 8985 §6.2 outside recovery: the first unacknowledged segment (never
+    /// retransmitted) is lost once a segment sent at least `reo_wnd` after it was
+    /// delivered; `reo_wnd` is min_rtt / 4 (RACK's default), the smoothed RTT once
+    /// reordering was seen (Linux `tcp_rack_reo_wnd`, bounded by srtt).
+    pub fn rack_head_lost(&self) -> bool {
+        let Some(head) = self.rtx.front() else {
+            return false;
+        };
+        if head
+            .flags
+            .intersects(SegFlags::SACKED | SegFlags::LOST | SegFlags::EVER_RETRANS)
+            || self.lr.rack_xmit_ts == Instant::ZERO
+        {
+            return false;
+        }
+        let reo_wnd = if self.lr.reord_seen {
+            self.rtt.srtt()
+        } else {
+            self.rtt.min_rtt().map(|r| r / 4)
+        }
+        .unwrap_or_default();
+        let horizon = Instant::from_nanos(
+            self.lr
+                .rack_xmit_ts
+                .as_nanos()
+                .saturating_sub(reo_wnd.as_nanos() as u64),
+        );
+        self.rack_sent_before(head.sent_at, head.end, horizon)
     }
 
     /// A retransmission sent before this instant is lost once anything sent after it was

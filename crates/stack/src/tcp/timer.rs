@@ -226,6 +226,8 @@ impl Stack {
             tcb.timers.retransmit = Instant::FAR_FUTURE;
             if tcb.rtx.is_empty() {
                 self.tcp_probe_timer(now, h);
+            } else if core::mem::take(&mut tcb.timers.loss_probe) {
+                self.tcp_send_loss_probe(now, h);
             } else {
                 self.tcp_retransmit_timer(now, h);
             }
@@ -281,6 +283,7 @@ impl Stack {
         tcb.rtt.backoff();
         let rto = tcb.rtt.rto();
         tcb.timers.retransmit = now + rto;
+        tcb.timers.loss_probe = false;
         if tcb.state == State::SynSent {
             // RFC 6298 §5.7: the SYN's retransmission keeps RTO >= 1 s (TIMEOUT_INIT
             // doubled by the backoff already applied).
@@ -348,6 +351,7 @@ impl Stack {
         tcb.set_ca_state(CaState::Loss);
         tcb.high_seq = tcb.snd.nxt;
         tcb.dupacks = 0;
+        tcb.lr.tlp_high_seq = None;
     }
 
     /// The zero-window probe (RFC 9293 §3.8.6.1 "the sending TCP ... MUST regularly
@@ -370,6 +374,7 @@ impl Stack {
         tcb.rtt.backoff();
         let rto = tcb.rtt.rto();
         tcb.timers.retransmit = now + rto;
+        tcb.timers.loss_probe = false;
         let seq = tcb.snd.una - 1;
         self.mib.inc(Counter::TcpExtTCPWinProbe);
         // Linux tcp_xmit_probe_skb: an old sequence number, so the peer answers with an
