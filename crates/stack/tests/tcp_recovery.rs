@@ -404,11 +404,20 @@ fn nagle_holds_only_a_second_small_segment() {
     assert_eq!(out[0].payload, vec![3u8; 50]);
 }
 
+/// A's tcp_wmem (default, max) when the send buffer is not under test: 4 MiB.
+const BIG_WMEM: (u64, u64) = (4 << 20, 4 << 20);
+
 /// A bulk transfer of `bytes` from A to B over `link` (both directions alike) with
-/// congestion control `cc` on both stacks; A's send buffer is 4 MiB, B's tcp_rmem is
+/// congestion control `cc` on both stacks, A's tcp_wmem and B's tcp_rmem as given
 /// `(default, max)`. Returns the seconds from A's connection being established to B
 /// having read everything, the pair and B's handle.
-fn bulk(link: SimConfig, cc: u64, bytes: usize, b_rmem: (u64, u64)) -> (f64, Pair, TcpHandle) {
+fn bulk(
+    link: SimConfig,
+    cc: u64,
+    bytes: usize,
+    a_wmem: (u64, u64),
+    b_rmem: (u64, u64),
+) -> (f64, Pair, TcpHandle) {
     let mut p = Pair::new(SimLinkConfig {
         seed: 1,
         a_to_b: link.clone(),
@@ -418,8 +427,9 @@ fn bulk(link: SimConfig, cc: u64, bytes: usize, b_rmem: (u64, u64)) -> (f64, Pai
     for s in [&mut p.a, &mut p.b] {
         s.set_sysctl("net.ipv4.tcp_congestion_control", cc).unwrap();
     }
-    p.a.set_sysctl("net.ipv4.tcp_wmem.default", 4 << 20)
+    p.a.set_sysctl("net.ipv4.tcp_wmem.default", a_wmem.0)
         .unwrap();
+    p.a.set_sysctl("net.ipv4.tcp_wmem.max", a_wmem.1).unwrap();
     p.b.set_sysctl("net.ipv4.tcp_rmem.default", b_rmem.0)
         .unwrap();
     p.b.set_sysctl("net.ipv4.tcp_rmem.max", b_rmem.1).unwrap();
@@ -489,7 +499,7 @@ fn path(loss: f64) -> SimConfig {
 fn a_queue_overflow_is_repaired_with_one_retransmission_per_drop() {
     for cc in [0, 1] {
         let bytes = 4 << 20;
-        let (secs, p, _) = bulk(path(0.0), cc, bytes, (4 << 20, 6 << 20));
+        let (secs, p, _) = bulk(path(0.0), cc, bytes, BIG_WMEM, (4 << 20, 6 << 20));
         let drops = p.link.stats(Side::A).queue_dropped;
         let a = p.a.mib();
         assert!(drops > 10, "the queue overflowed ({drops} drops)");
@@ -514,8 +524,8 @@ fn a_queue_overflow_is_repaired_with_one_retransmission_per_drop() {
 #[test]
 fn the_receive_window_grows_with_the_reader_up_to_rmem_max() {
     let bytes = 4 << 20;
-    let (fixed, _, _) = bulk(path(0.0), 1, bytes, (6 << 20, 6 << 20));
-    let (tuned, p, b) = bulk(path(0.0), 1, bytes, (131_072, 6 << 20));
+    let (fixed, _, _) = bulk(path(0.0), 1, bytes, BIG_WMEM, (6 << 20, 6 << 20));
+    let (tuned, p, b) = bulk(path(0.0), 1, bytes, BIG_WMEM, (131_072, 6 << 20));
     let wnd = p.b.tcp_info(b).unwrap().rcv_wnd;
     assert!(wnd > 250_000, "grew past the BDP: {wnd}");
     assert!(wnd <= 6 << 20, "bounded by tcp_rmem.max: {wnd}");
@@ -525,7 +535,7 @@ fn the_receive_window_grows_with_the_reader_up_to_rmem_max() {
         mbps(bytes, tuned),
         mbps(bytes, fixed)
     );
-    let (capped, p, b) = bulk(path(0.0), 1, bytes, (131_072, 131_072));
+    let (capped, p, b) = bulk(path(0.0), 1, bytes, BIG_WMEM, (131_072, 131_072));
     let wnd = p.b.tcp_info(b).unwrap().rcv_wnd;
     assert!(wnd <= 131_072, "tcp_rmem.max bounds the window: {wnd}");
     assert!(
@@ -594,4 +604,24 @@ fn a_lost_ack_costs_a_probe_not_a_timeout() {
     assert_eq!(c.counter(Counter::TcpExtTCPLossProbeRecovery), 0);
     assert_eq!(c.counter(Counter::TcpExtTCPTimeouts), 0);
     assert_eq!(c.counter(Counter::TcpExtTCPSackRecovery), 0);
+}
+
+/// Send-buffer autotuning (Linux tcp_sndbuf_expand): with tcp_wmem at Linux's default
+/// (16 KiB, a tenth of this path's bandwidth-delay product) the send buffer grows to two
+/// congestion windows while the sender is not cwnd-limited, up to tcp_wmem.max; capped
+/// at 16 KiB the transfer runs at 16 KiB per round trip.
+#[test]
+fn the_send_buffer_grows_with_cwnd_up_to_wmem_max() {
+    let bytes = 4 << 20;
+    let linux = (16_384, 4 << 20);
+    let rmem = (131_072, 6 << 20);
+    let (tuned, _, _) = bulk(path(0.0), 1, bytes, linux, rmem);
+    assert!(
+        mbps(bytes, tuned) > 70.0,
+        "{:.1} Mbit/s",
+        mbps(bytes, tuned)
+    );
+    let (capped, _, _) = bulk(path(0.0), 1, bytes / 8, (16_384, 16_384), rmem);
+    let rate = mbps(bytes / 8, capped);
+    assert!(rate < 16_384.0 * 8.0 / 0.020 / 1e6, "{rate:.1} Mbit/s");
 }

@@ -13,7 +13,7 @@ use ustack_wire::tcp::Flags;
 use ustack_wire::{SeqNumber, tcp};
 
 use super::cc::cubic::HystartExit;
-use super::cc::{CaEvent, CaState, CongestionControl, TCP_INFINITE_SSTHRESH};
+use super::cc::{CaEvent, CaState, CongestionControl, TCP_INFINITE_SSTHRESH, TCP_INIT_CWND};
 use super::isn::ts_clock;
 use super::output::DELACK;
 use super::sack::SegFlags;
@@ -673,6 +673,25 @@ impl Stack {
         // RFC 6298 §5.2-5.3: the timer is set again once the ACK is processed
         // (`tcp_set_xmit_timer`).
         ev.set_xmit_timer = true;
+        Self::tcp_sndbuf_expand(tcb, self.sysctl.tcp_wmem_max);
+    }
+
+    /// Send-buffer autotuning (Linux `tcp_new_space` -> `tcp_should_expand_sndbuf` ->
+    /// `tcp_sndbuf_expand`): when an ACK frees space and the sender is not cwnd-limited,
+    /// let the send buffer hold two congestion windows ("Worst case is non GSO/TSO:
+    /// each frame consumes one skb ... sndmem = 2 * nr_segs * per_mss"), at least the
+    /// initial window's worth and never more than `tcp_wmem.max`. Linux counts the skb
+    /// overhead in `sk_sndbuf`; ustack's limit counts payload bytes.
+    fn tcp_sndbuf_expand(tcb: &mut Tcb, wmem_max: u64) {
+        if tcb.in_flight() >= tcb.cs.cwnd {
+            // Linux: "If we filled the congestion window, do not expand."
+            return;
+        }
+        let nr_segs = u64::from(tcb.cs.cwnd.max(TCP_INIT_CWND).max(tcb.lr.reordering + 1));
+        let sndmem = (2 * nr_segs * u64::from(tcb.mss)).min(wmem_max);
+        if sndmem > u64::from(tcb.sndbuf_limit) {
+            tcb.sndbuf_limit = sndmem.min(u64::from(u32::MAX)) as u32;
+        }
     }
 
     /// Loss detection and the recovery state machine (Linux `tcp_fastretrans_alert`):
