@@ -8,7 +8,9 @@
 //!   into the region (those would promise Rust that the bytes do not change underneath).
 //!   Frame bytes move only through [`Mapping::read`] (volatile loads into a private
 //!   buffer: each shared byte is read exactly once, so the compiler can neither re-read a
-//!   value after it was checked nor assume two reads agree) and [`Mapping::write`].
+//!   value after it was checked nor assume two reads agree) and [`Mapping::write`]
+//!   (a plain `memcpy` into the region: nothing of ours reads those bytes back, and the
+//!   Release store that publishes them keeps the compiler from dropping or delaying it).
 //! - **Control words are atomics.** [`Mapping::u32_at`] / [`Mapping::u64_at`] hand out
 //!   `&AtomicU32` / `&AtomicU64`. Atomics have interior mutability, so concurrent changes
 //!   by the peer are exactly what the type allows; every bit pattern is a valid integer,
