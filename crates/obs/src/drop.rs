@@ -198,6 +198,10 @@ drop_reasons! {
     /// A SYN dropped because the SYN queue is full and SYN cookies are off. Linux
     /// `tcp_syn_flood_action` then `tcp_listendrop`. ustack-specific name.
     TcpReqQFullDrop = "TCP_REQQ_FULL_DROP" => [TcpExtTCPReqQFullDrop, TcpExtListenDrops],
+    /// A SYN dropped without SYN cookies because the SYN queue is in the last quarter of
+    /// `tcp_max_syn_backlog` (Linux `tcp_conn_request`: "Kill the following clause, if you
+    /// dislike this way", then `drop_and_release` -> `tcp_listendrop`). ustack-specific name.
+    TcpSynBacklogDrop = "TCP_SYN_BACKLOG" => [TcpExtListenDrops],
 }
 
 impl DropReason {

@@ -250,15 +250,11 @@ impl Stack {
         //    proven by TIME-WAIT history ("if (!syncookies && (max_syn_backlog -
         //    inet_csk_reqsk_queue_len(sk) < (max_syn_backlog >> 2)) &&
         //    !tcp_peer_is_proven(req, dst)) goto drop_and_release;"; ustack keeps no such
-        //    history, so no peer is proven). Linux tags the packet TCP_REQQFULLDROP but
-        //    bumps only ListenDrops here (TCPReqQFullDrop belongs to tcp_syn_flood_action):
-        //    the shared reason's TCPReqQFullDrop is taken back, so the counters read as
-        //    Linux's. (A reason of its own in ustack-obs would avoid this.)
+        //    history, so no peer is proven). Linux bumps only ListenDrops here
+        //    (TCPReqQFullDrop belongs to tcp_syn_flood_action), and so does this reason.
         let max = self.sysctl.tcp_max_syn_backlog as u32;
         if syncookies == 0 && max - syn_qlen.min(max) < max >> 2 {
-            self.mib.drop(DropReason::TcpReqQFullDrop);
-            self.mib.dec(Counter::TcpExtTCPReqQFullDrop);
-            return;
+            return self.mib.drop(DropReason::TcpSynBacklogDrop);
         }
         let ts = seg.timestamp.filter(|_| self.sysctl.tcp_timestamps != 0);
         let req = RequestSock {
