@@ -486,6 +486,16 @@ impl Stack {
         tcb.quick_acks = tcb.quick_acks.saturating_sub(1);
         tcb.last_activity = now;
         Self::data_options(tcb, &mut repr, now);
+        // A segment sized before SACK blocks were due (a retransmission) carries fewer
+        // blocks rather than exceed the MSS (RFC 9293 §3.7.1; Linux splits the segment
+        // instead, tcp_retransmit_skb -> tcp_fragment, which the queue does not do).
+        let room =
+            usize::from(tcb.mss) + tcp::HEADER_LEN + if repr.timestamp.is_some() { 12 } else { 0 };
+        let mut blocks = repr.sack_ranges.iter().flatten().count();
+        while blocks > 0 && repr.header_len() + len > room {
+            blocks -= 1;
+            repr.sack_ranges[blocks] = None;
+        }
         let payload = if len > 0 {
             Payload::SendBuffer { h, offset, len }
         } else {
@@ -599,7 +609,11 @@ impl Stack {
             }
             let wnd_end = tcb.snd.una + tcb.snd.wnd as usize;
             let wnd_avail = wnd_end.diff(tcb.snd.nxt).max(0) as usize;
-            let len = unsent.min(usize::from(tcb.mss)).min(wnd_avail);
+            // RFC 9293 §3.7.1: "Eff.snd.MSS = min(SendMSS+20, MMS_S) - TCPhdrsize -
+            // IPoptionsize", TCPhdrsize counting the options actually sent: SACK blocks
+            // take room from the payload (Linux tcp_current_mss).
+            let mss_now = tcb.mss_now();
+            let len = unsent.min(mss_now).min(wnd_avail);
             let fin = fin_pending
                 && len == unsent
                 && (unsent == 0 || wnd_avail > len || wnd_avail >= unsent);
@@ -621,7 +635,7 @@ impl Stack {
             // sub-MSS tail of what the user wrote waits only while an earlier sub-MSS
             // segment is unacknowledged, so a bulk transfer's last bytes leave at once
             // instead of one round trip later. Not with TCP_NODELAY or a FIN.
-            let partial = len < usize::from(tcb.mss);
+            let partial = len < mss_now;
             let nodelay = tcb.flags.has(TcbFlags::NODELAY) || fin || probe;
             let small_outstanding =
                 tcb.snd_sml.after(tcb.snd.una) && !tcb.snd_sml.after(tcb.snd.nxt);

@@ -293,6 +293,32 @@ impl Tcb {
         }
     }
 
+    /// The payload a new segment may carry now (Linux `tcp_current_mss`): the MSS less
+    /// the SACK option the segment will carry (4 + 8 bytes per block, Linux's layout;
+    /// RFC 2018 §3: at most 3 blocks next to timestamps, 4 without).
+    pub fn mss_now(&self) -> usize {
+        let mss = usize::from(self.mss);
+        if !self.flags.has(TcbFlags::SACK_OK) {
+            return mss;
+        }
+        let max = if self.flags.has(TcbFlags::TS_OK) {
+            3
+        } else {
+            4
+        };
+        let ooo = if self.rcvbuf.ooo_bytes() > 0 {
+            self.rx_sack.blocks().len()
+        } else {
+            0
+        };
+        let n = (usize::from(self.rx_sack.dsack().is_some()) + ooo).min(max);
+        if n == 0 {
+            mss
+        } else {
+            mss.saturating_sub(4 + 8 * n).max(1)
+        }
+    }
+
     /// Change the loss-recovery state, telling the congestion control (Linux
     /// `tcp_set_ca_state`).
     pub fn set_ca_state(&mut self, new: CaState) {

@@ -67,6 +67,20 @@ impl TimeWaits {
         self.queue.push_back((tw.expires, t));
         self.map.insert(t, tw);
     }
+    /// The record of `t`, if any (for `tcp_tw_reuse`, Linux `tcp_twsk_unique`).
+    #[allow(
+        dead_code,
+        reason = "for mod.rs Tcp::timewait_record, not connected yet"
+    )]
+    pub fn get(&self, t: &FourTuple) -> Option<&TimeWait> {
+        self.map.get(t)
+    }
+    #[allow(dead_code, reason = "for mod.rs Tcp::timewait_take, not connected yet")]
+    /// Take the record of `t` away (its tuple is reused); its queue entry is skipped when
+    /// it comes up.
+    pub fn remove(&mut self, t: &FourTuple) -> Option<TimeWait> {
+        self.map.remove(t)
+    }
     pub fn next_deadline(&self) -> Option<Instant> {
         self.queue.front().map(|(d, _)| *d)
     }
@@ -92,17 +106,41 @@ impl Stack {
     }
 
     /// A segment for a TIME-WAIT record (RFC 9293 §3.10.7.4 in TIME-WAIT; Linux
-    /// `tcp_timewait_state_process`).
+    /// `tcp_timewait_state_process`, followed case by case).
     pub(crate) fn timewait_input(&mut self, now: Instant, tuple: FourTuple, seg: &tcp::Repr) {
         let Some(tw) = self.tcp.timewait.map.get(&tuple).copied() else {
             return;
         };
         let f = seg.flags;
-        // Linux with tcp_rfc1337 = 0 (its default): a RST kills the record. RFC 1337
-        // would ignore it; Linux does not, and ustack follows Linux.
-        if f.contains(Flags::RST) {
-            self.tcp.timewait.map.remove(&tuple);
-            return self.mib.drop(DropReason::TcpReset);
+        // PAWS (RFC 7323 §5.3) applies here too (Linux tcp_paws_reject on the record).
+        let paws_reject = tw.ts_ok
+            && !f.contains(Flags::RST)
+            && seg
+                .timestamp
+                .is_some_and(|t| (t.tsval.wrapping_sub(tw.ts_recent) as i32) < 0);
+        let seq_end = seg.seq_number + super::input::seg_len(seg);
+        // Linux: "In window segment, it may be only reset or bare ack": exactly at
+        // RCV.NXT, without data (or a RST).
+        if !paws_reject
+            && seg.seq_number == tw.rcv_nxt
+            && (seg.seq_number == seq_end || f.contains(Flags::RST))
+        {
+            if f.contains(Flags::RST) {
+                // "TIME_WAIT assassination": Linux with tcp_rfc1337 = 0 (its default)
+                // kills the record; RFC 1337 would ignore the RST. ustack follows Linux.
+                self.tcp.timewait.map.remove(&tuple);
+                return self.mib.drop(DropReason::TcpReset);
+            }
+            // A bare ACK: nothing to acknowledge (RFC 9293 acknowledges only
+            // unacceptable segments and the retransmitted FIN), the 2*MSL wait restarts.
+            if let Some(r) = self.tcp.timewait.map.get_mut(&tuple) {
+                r.expires = now + TIMEWAIT_LEN;
+                if let Some(ts) = seg.timestamp.filter(|_| r.ts_ok) {
+                    r.ts_recent = ts.tsval;
+                }
+                self.tcp.timewait.queue.push_back((r.expires, tuple));
+            }
+            return;
         }
         let newer_ts = tw.ts_ok
             && seg
@@ -112,7 +150,9 @@ impl Stack {
         // sequence number is above the old connection's (or, with timestamps, its TSval is
         // newer: RFC 6191). Linux TCP_TW_SYN.
         if f.contains(Flags::SYN)
+            && !f.contains(Flags::RST)
             && !f.contains(Flags::ACK)
+            && !paws_reject
             && (seg.seq_number.after(tw.rcv_nxt) || newer_ts)
         {
             self.tcp.timewait.map.remove(&tuple);
@@ -122,18 +162,18 @@ impl Stack {
             self.mib.drop(DropReason::TcpNoSocket);
             return self.reset_for(now, tuple, seg);
         }
-        // PAWS (RFC 7323 §5.3) applies here too.
-        if tw.ts_ok
-            && seg
-                .timestamp
-                .is_some_and(|t| (t.tsval.wrapping_sub(tw.ts_recent) as i32) < 0)
-        {
-            self.tw_ack(now, tuple, &tw);
-            return self.mib.drop(DropReason::TcpPaws);
+        if paws_reject {
+            self.mib.inc(Counter::TcpExtPAWSTimewait);
         }
-        // "The only thing that can arrive in this state is a retransmission of the remote
-        // FIN. Acknowledge it, and restart the 2 MSL timeout." Anything else gets an ACK.
-        if f.contains(Flags::FIN)
+        if f.contains(Flags::RST) {
+            // An out-of-window RST is ignored.
+            return self.mib.drop(DropReason::TcpReset);
+        }
+        // Out of window (a retransmitted FIN among them: "Acknowledge it, and restart the
+        // 2 MSL timeout"): acknowledged, the wait restarted if it carries an ACK. (Linux
+        // also rate-limits these ACKs, tcp_timewait_check_oow_rate_limit; the record has
+        // no room for its timestamp yet.)
+        if (paws_reject || f.contains(Flags::ACK))
             && let Some(r) = self.tcp.timewait.map.get_mut(&tuple)
         {
             r.expires = now + TIMEWAIT_LEN;
