@@ -279,13 +279,20 @@ impl Stack {
             if !tcb.state.can_receive() {
                 // After the peer's FIN: "This should not occur ... Ignore the segment text."
                 self.mib.drop(DropReason::TcpOldData);
-            } else if tcb.flags.has(TcbFlags::RCV_SHUTDOWN) && tcb.flags.has(TcbFlags::ORPHAN) {
-                // Linux tcp_rcv_state_process: data for a closed socket resets it
-                // (TCPAbortOnData; RFC 9293 §3.10.4 lets a closed receiver abort).
+            } else if tcb.flags.has(TcbFlags::RCV_SHUTDOWN)
+                && matches!(tcb.state, State::FinWait1 | State::FinWait2)
+                && (seg.seq_number + seg.payload.len()).after(tcb.rcv.nxt)
+            {
+                // Linux tcp_rcv_state_process: "RFC 793 says to queue data in these
+                // states, RFC 1122 says we MUST send a reset. BSD 4.4 also does reset."
+                // New data for a socket that can no longer be read resets it
+                // (TCPAbortOnData), the RST answering the segment (Linux
+                // tcp_v4_send_reset: <SEQ=SEG.ACK><CTL=RST>, RFC 9293 §3.10.7.1), so that
+                // a peer that has not seen our FIN takes it (RFC 5961 §3.2).
                 self.mib.inc(Counter::TcpExtTCPAbortOnData);
-                let (tuple, seq) = (tcb.tuple, tcb.snd.nxt);
-                self.tcp_send_reset(now, tuple, seq, None);
-                return self.tcp_done(h, None);
+                let tuple = tcb.tuple;
+                self.reset_for(now, tuple, seg);
+                return self.tcp_done(h, Some(Error::ConnectionReset));
             } else {
                 self.tcp_data_queue(now, h, seg);
             }
@@ -411,8 +418,26 @@ impl Stack {
             tcb.snd.wl1 = seg.seq_number;
             tcb.snd.wl2 = seg.ack_number;
             tcb.snd.max_wnd = tcb.snd.max_wnd.max(window);
-            if window > 0 {
-                tcb.probes = 0;
+        }
+        // Linux tcp_ack: "icsk->icsk_probes_out = 0" on every acceptable ACK: probes
+        // that are answered never time out (RFC 9293 §3.8.6.1: "MUST NOT close the
+        // connection as long as the receiving TCP continues to send acknowledgments").
+        tcb.probes = 0;
+        // Linux tcp_ack_probe: "If this ack opens up a zero window, clear backoff. It was
+        // being used to time the probes, and is probably far higher than it needs to be
+        // for normal retransmission." The data goes out with a fresh RTO.
+        if tcb.rtx.is_empty() && tcb.timers.retransmit != Instant::FAR_FUTURE {
+            let unsent = tcb
+                .sndbuf
+                .len()
+                .saturating_sub(tcb.snd.nxt.diff(tcb.data_start()).max(0) as usize);
+            let wnd_avail = (tcb.snd.una + tcb.snd.wnd as usize)
+                .diff(tcb.snd.nxt)
+                .max(0) as usize;
+            if unsent > 0 && wnd_avail >= unsent.min(usize::from(tcb.mss)) {
+                tcb.rtt.reset_backoff();
+                tcb.timers.retransmit = Instant::FAR_FUTURE;
+                tcb.timers.loss_probe = false;
             }
         }
         // RFC 7323 §4.3: remember the peer's timestamp when the segment covers the last

@@ -409,7 +409,11 @@ impl Stack {
             return false;
         }
         let used = tcb.rcvbuf.readable() + tcb.rcvbuf.ooo_bytes();
-        let free = (tcb.rcvbuf_limit as usize).saturating_sub(used);
+        // What `select_window` could advertise: the free buffer, up to the largest
+        // window the field can carry (65535 << our shift, RFC 7323 §2.3).
+        let free = (tcb.rcvbuf_limit as usize)
+            .saturating_sub(used)
+            .min(65_535usize << tcb.rcv_wscale);
         let edge = tcb.rcv.wup + tcb.rcv.wnd as usize;
         let current = edge.diff(tcb.rcv.nxt).max(0) as usize;
         free >= 2 * usize::from(tcb.mss) + current

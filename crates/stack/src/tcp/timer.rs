@@ -428,9 +428,10 @@ impl Stack {
             return;
         };
         if tcb.state == State::FinWait2 && tcb.flags.has(TcbFlags::ORPHAN) {
-            // tcp_fin_timeout ran out: Linux sends a reset and forgets the connection.
-            let (tuple, seq) = (tcb.tuple, tcb.snd.nxt);
-            self.tcp_send_reset(now, tuple, seq, None);
+            // tcp_fin_timeout ran out. Linux hands such an orphan to a FIN-WAIT-2
+            // timewait socket (tcp_close / tcp_keepalive_timer: tcp_time_wait(sk,
+            // TCP_FIN_WAIT2, tmo)) that expires silently; a peer sending data after it
+            // gets a RST from the closed port.
             return self.tcp_done(h, None);
         }
         if !tcb.flags.has(TcbFlags::KEEPALIVE) || !tcb.state.counts_as_established() {
@@ -446,6 +447,11 @@ impl Stack {
         }
         // RFC 9293 §3.8.4 keep-alives, Linux's counts: tcp_keepalive_probes unanswered probes.
         if u64::from(tcb.probes) >= self.sysctl.tcp_keepalive_probes {
+            // Linux tcp_keepalive_timer: tcp_send_active_reset, then tcp_write_err
+            // (ETIMEDOUT, TCPAbortOnTimeout): a peer that is only silent learns that the
+            // connection is over.
+            let (tuple, seq, ack) = (tcb.tuple, tcb.snd.nxt, tcb.rcv.nxt);
+            self.tcp_send_reset(now, tuple, seq, Some(ack));
             self.mib.inc(Counter::TcpExtTCPAbortOnTimeout);
             return self.tcp_done(h, Some(Error::TimedOut));
         }
