@@ -814,7 +814,7 @@ impl Stack {
                     self.tcp_try_to_open(h);
                     return;
                 }
-                self.tcp_enter_recovery(now, h);
+                self.tcp_enter_recovery(h);
                 let Some(tcb) = self.tcp.get_mut(h) else {
                     return;
                 };
@@ -834,7 +834,7 @@ impl Stack {
     /// RecoveryPoint = HighData (RFC 6675 §5 (4.1)), ssthresh from the congestion control
     /// (RFC 5681 §3.2 eq. (4); RFC 9438 §4.6), and PRR's counters (RFC 6937 §3
     /// "Initialization on entering recovery").
-    fn tcp_enter_recovery(&mut self, now: Instant, h: TcpHandle) {
+    fn tcp_enter_recovery(&mut self, h: TcpHandle) {
         let Some(tcb) = self.tcp.get_mut(h) else {
             return;
         };
@@ -862,7 +862,6 @@ impl Stack {
             tcb.cs.ssthresh = tcb.cc.ssthresh(&tcb.cs);
         }
         tcb.set_ca_state(CaState::Recovery);
-        let _ = now;
     }
 
     /// RFC 6937 PRR, on every ACK in recovery (Linux `tcp_cwnd_reduction`): send in
