@@ -90,7 +90,7 @@ fn run(seed: u64, loss: f64, cc: u64) -> (f64, u64, u64) {
     (
         secs,
         m.get(Counter::TcpRetransSegs),
-        m.get(Counter::TcpExtTCPTimeouts) + m.get(Counter::TcpExtTCPLossFailures),
+        m.get(Counter::TcpExtTCPTimeouts),
     )
 }
 

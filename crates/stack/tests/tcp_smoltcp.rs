@@ -929,7 +929,7 @@ fn run_case(case: Case) -> Outcome {
 /// over the MTU (see the ignored `ustack_data_segments_with_sack_blocks_fit_the_mtu`). Until
 /// that is fixed the lossy cases tolerate (and print) such frames from ustack; set this to
 /// false once it is.
-const TOLERATE_USTACK_OVERSIZE_BUG: bool = true;
+const TOLERATE_USTACK_OVERSIZE_BUG: bool = false;
 
 /// What the link saw: no reset either way, no frame over the MTU.
 fn check_wire(sc: &Scenario, status: &str) {
@@ -1070,7 +1070,6 @@ fn smoltcp_server_ustack_client_10pct_loss() {
 /// so ustack's sending stalls for as long as its receive side has a hole, the RTO backing
 /// off meanwhile (in one run at 20 % loss ustack's first 10 KB took 219 s).
 #[test]
-#[ignore = "ustack bug: data segments with SACK blocks exceed the MTU"]
 fn ustack_data_segments_with_sack_blocks_fit_the_mtu() {
     for smol_timestamps in [false, true] {
         let mut sc = Scenario::open(Case {
@@ -1117,7 +1116,6 @@ fn ustack_data_segments_with_sack_blocks_fit_the_mtu() {
 /// stray ACK (a duplicate, say) starts an ACK ping-pong between them that goes on for as
 /// long as the records live (2,400 frames/s in one sim run with 5 ms each way).
 #[test]
-#[ignore = "ustack bug: TIME-WAIT answers an in-window bare ACK"]
 fn time_wait_ignores_in_window_bare_ack() {
     let mut t = SegTest::listening(80);
     let iss = t.handshake(1000);

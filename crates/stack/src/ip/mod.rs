@@ -216,6 +216,12 @@ impl Stack {
         payload_len: usize,
     ) -> Result<IpFrame, crate::Error> {
         self.mib.inc(Counter::IpOutRequests);
+        // DF is set and TCP sizes segments to the MTU; a datagram over it is a bug upstream,
+        // dropped and counted here rather than put on the wire (Linux ip_fragment: FragFails).
+        if ipv4::HEADER_LEN + payload_len > self.mtu {
+            self.mib.drop(DropReason::PktTooBig);
+            return Err(crate::Error::MessageTooLong);
+        }
         let Some(next_hop) = self.route(dst) else {
             self.mib.drop(DropReason::IpNoRoute);
             return Err(crate::Error::NetUnreachable);

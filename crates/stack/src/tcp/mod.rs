@@ -203,22 +203,14 @@ impl Tcp {
     }
 
     /// The TIME-WAIT record of `tuple`, if any.
-    ///
-    /// NOT CONNECTED YET: `timer::TimeWaits` keeps its table private to timer.rs and has
-    /// no lookup, so this sees no record and `tcp_tw_reuse` = 1 never takes a tuple over
-    /// (connect fails with EADDRNOTAVAIL as with reuse off). Once timer.rs has
-    /// `TimeWaits::get(&self, &FourTuple) -> Option<&TimeWait>` (`self.map.get(t)`), the
-    /// body is `self.timewait.get(tuple).copied()`.
-    fn timewait_record(&self, _tuple: &FourTuple) -> Option<timer::TimeWait> {
-        None
+    fn timewait_record(&self, tuple: &FourTuple) -> Option<timer::TimeWait> {
+        self.timewait.get(tuple).copied()
     }
 
-    /// Take the TIME-WAIT record of `tuple` away (its tuple is being reused). Like
-    /// [`Tcp::timewait_record`], waiting for `TimeWaits::remove` in timer.rs
-    /// (`self.map.remove(t)`; the stale queue entry is skipped when it comes up); the body
-    /// is then `self.timewait.remove(tuple)`.
-    fn timewait_take(&mut self, _tuple: &FourTuple) -> Option<timer::TimeWait> {
-        None
+    /// Take the TIME-WAIT record of `tuple` away (its tuple is being reused); its entry in
+    /// the expiry queue is skipped when it comes up.
+    fn timewait_take(&mut self, tuple: &FourTuple) -> Option<timer::TimeWait> {
+        self.timewait.remove(tuple)
     }
 
     /// An ephemeral local port for a connection to `remote` (Linux

@@ -294,18 +294,21 @@ impl Stack {
             },
             _ => self.sysctl.tcp_retries2,
         };
+        // Linux 6.x tcp_retransmit_timer counts every expiry, the last one included:
+        // "__NET_INC_STATS(sock_net(sk), LINUX_MIB_TCPTIMEOUTS); if (tcp_write_timeout(sk))
+        // goto out;".
+        self.mib.inc(Counter::TcpExtTCPTimeouts);
         if u64::from(tcb.rtt.backoffs()) >= limit {
             // Linux tcp_write_err: ETIMEDOUT, TCPAbortOnTimeout.
             self.mib.inc(Counter::TcpExtTCPAbortOnTimeout);
             return self.tcp_done(h, Some(Error::TimedOut));
         }
-        // The first timeout of an episode is counted by what it interrupted, as Linux
-        // tcp_retransmit_timer does ("if (icsk->icsk_retransmits == 0)"): TCPTimeouts
-        // when nothing was amiss (Linux before 4.x; Linux 6.x counts TCPTimeouts on
-        // every expiry as well).
+        // The first timeout of an episode is also counted by what it interrupted
+        // ("if (icsk->icsk_retransmits == 0)"); an expiry in the Open state counts only
+        // TCPTimeouts.
         if tcb.rtt.backoffs() == 0 {
             let sack = tcb.flags.has(TcbFlags::SACK_OK);
-            self.mib.inc(match tcb.ca_state {
+            let failure = match tcb.ca_state {
                 CaState::Recovery if sack => Counter::TcpExtTCPSackRecoveryFail,
                 CaState::Recovery => Counter::TcpExtTCPRenoRecoveryFail,
                 CaState::Loss => Counter::TcpExtTCPLossFailures,
@@ -313,7 +316,10 @@ impl Stack {
                 CaState::Disorder => Counter::TcpExtTCPRenoFailures,
                 _ if tcb.rtx.sacked_out() > 0 => Counter::TcpExtTCPSackFailures,
                 _ => Counter::TcpExtTCPTimeouts,
-            });
+            };
+            if failure != Counter::TcpExtTCPTimeouts {
+                self.mib.inc(failure);
+            }
         }
         self.tcp_enter_loss(now, h);
         let Some(tcb) = self.tcp.get_mut(h) else {
