@@ -708,3 +708,34 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod memory {
+    use core::mem::size_of;
+
+    /// What an idle connection, a TIME-WAIT record and a SYN-queue request cost, everything
+    /// counted (the slab slot or table entry, the key, the hash table's control byte at its
+    /// 7/8 load factor, and the timer entries they hold). A regression guard for the
+    /// mission's "an idle connection costs a few hundred bytes" (Linux: about 4.1 KB).
+    /// `cargo test -p ustack-stack --lib tcp::memory -- --nocapture` prints the figures.
+    #[test]
+    fn per_connection_memory_stays_within_bounds() {
+        let hash_entry = |kv: usize| (kv as f64 + 1.0) / 0.875;
+        let tcb = size_of::<super::tcb::Tcb>();
+        let slot = size_of::<super::ConnSlot>();
+        let ehash = hash_entry(size_of::<super::tcb::FourTuple>() + size_of::<u32>());
+        let idle = slot as f64 + ehash;
+        let tw = hash_entry(size_of::<super::tcb::FourTuple>() + size_of::<super::timer::TimeWait>())
+            + size_of::<(ustack_obs::Instant, super::tcb::FourTuple)>() as f64;
+        let req = hash_entry(size_of::<super::tcb::FourTuple>() + size_of::<super::listen::RequestSock>())
+            + size_of::<core::cmp::Reverse<(ustack_obs::Instant, super::TimerKey)>>() as f64;
+        eprintln!(
+            "TCB {tcb} B; idle established connection {idle:.0} B (slot {slot} + table {ehash:.0}); \
+             TIME-WAIT record {tw:.0} B; SYN-queue request {req:.0} B"
+        );
+        assert!(tcb <= 512, "TCB grew to {tcb} bytes");
+        assert!(idle <= 560.0, "an idle connection costs {idle:.0} bytes");
+        assert!(tw <= 96.0, "a TIME-WAIT record costs {tw:.0} bytes");
+        assert!(req <= 112.0, "a SYN-queue request costs {req:.0} bytes");
+    }
+}
