@@ -725,10 +725,13 @@ mod memory {
         let slot = size_of::<super::ConnSlot>();
         let ehash = hash_entry(size_of::<super::tcb::FourTuple>() + size_of::<u32>());
         let idle = slot as f64 + ehash;
-        let tw = hash_entry(size_of::<super::tcb::FourTuple>() + size_of::<super::timer::TimeWait>())
-            + size_of::<(ustack_obs::Instant, super::tcb::FourTuple)>() as f64;
-        let req = hash_entry(size_of::<super::tcb::FourTuple>() + size_of::<super::listen::RequestSock>())
-            + size_of::<core::cmp::Reverse<(ustack_obs::Instant, super::TimerKey)>>() as f64;
+        let tw =
+            hash_entry(size_of::<super::tcb::FourTuple>() + size_of::<super::timer::TimeWait>())
+                + size_of::<(ustack_obs::Instant, super::tcb::FourTuple)>() as f64;
+        let req = hash_entry(
+            size_of::<super::tcb::FourTuple>() + size_of::<super::listen::RequestSock>(),
+        ) + size_of::<core::cmp::Reverse<(ustack_obs::Instant, super::TimerKey)>>()
+            as f64;
         eprintln!(
             "TCB {tcb} B; idle established connection {idle:.0} B (slot {slot} + table {ehash:.0}); \
              TIME-WAIT record {tw:.0} B; SYN-queue request {req:.0} B"
