@@ -9,7 +9,7 @@ use core::net::SocketAddrV4;
 use core::time::Duration;
 
 use proptest::prelude::*;
-use ustack_dev::sim::{Side, SimConfig, SimLinkConfig};
+use ustack_dev::sim::{SimConfig, SimLinkConfig};
 use ustack_stack::Error;
 use ustack_stack::tcp::State;
 use ustack_testkit::{B_IP, Pair};
