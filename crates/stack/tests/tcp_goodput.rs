@@ -13,7 +13,7 @@ use core::net::SocketAddrV4;
 use core::time::Duration;
 use std::fmt::Write as _;
 
-use ustack_dev::sim::{Side, SimConfig, SimLinkConfig};
+use ustack_dev::sim::{SimConfig, SimLinkConfig};
 use ustack_obs::Counter;
 use ustack_stack::tcp::State;
 use ustack_testkit::{B_IP, Pair};
@@ -58,10 +58,10 @@ fn run(seed: u64, loss: f64, cc: u64) -> (f64, u64, u64) {
         }
         if p.a.tcp_state(a) == Ok(State::Established) {
             start.get_or_insert(now);
-            if sent < BYTES {
-                if let Ok(n) = p.a.tcp_send(now, a, &data[sent..]) {
-                    sent += n;
-                }
+            if sent < BYTES
+                && let Ok(n) = p.a.tcp_send(now, a, &data[sent..])
+            {
+                sent += n;
             }
         }
         if let Some(bh) = b {

@@ -43,10 +43,10 @@ fn transfer(
     let deadline = p.now + limit;
     while got.len() < data.len() && p.now < deadline {
         let now = p.now;
-        if sent < data.len() {
-            if let Ok(n) = p.stack(from).tcp_send(now, fh, &data[sent..]) {
-                sent += n;
-            }
+        if sent < data.len()
+            && let Ok(n) = p.stack(from).tcp_send(now, fh, &data[sent..])
+        {
+            sent += n;
         }
         p.settle();
         loop {
