@@ -1,3 +1,9 @@
 //! The ustack runtime: shard threads, RSS, the budgeted poll loop, the timer wheel and the
-//! epoll-like poller. Arrives with the runtime issue; this crate is a placeholder so the
-//! workspace has the shape the architecture describes.
+//! epoll-like poller (the runtime issue). Built so far: [`rss`] (which shard owns a flow) and
+//! [`shard`] (one shard's budgeted poll loop).
+
+pub mod rss;
+pub mod shard;
+
+pub use rss::{Reta, Rss, RssKey, pick_local_port, shard_of};
+pub use shard::{Budget, PollResult, Shard, ShardStats};

@@ -145,6 +145,10 @@ sysctls! {
     neigh_gc_thresh3: "net.ipv4.neigh.default.gc_thresh3" = 1024, [1, 1_000_000], "entries";
     /// Frames the device transmit queue holds before it drops (the interface's txqueuelen).
     txqueuelen: "net.core.txqueuelen" = 1000, [1, 1_000_000], "packets";
+    /// Frames one round of a shard's poll loop receives before it yields (a round that runs out counts a time_squeeze).
+    netdev_budget: "net.core.netdev_budget" = 300, [1, i32::MAX as u64], "packets";
+    /// Time one round of a shard's poll loop may spend receiving before it yields (Linux: 2 jiffies, 2000 at HZ=1000).
+    netdev_budget_usecs: "net.core.netdev_budget_usecs" = 2000, [0, i32::MAX as u64], "us";
     /// Upper bound on a listener's accept queue (listen backlog is clamped to it).
     somaxconn: "net.core.somaxconn" = 4096, [1, 1 << 20], "connections";
     /// SYN queue bound when SYN cookies are off (Linux: a quarter is kept for proven peers).

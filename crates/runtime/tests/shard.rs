@@ -1,0 +1,737 @@
+//! The shard's budgeted poll loop over the `sim` link: floods processed in budget-sized
+//! rounds with time squeezes counted and nothing lost, the time limit on a virtual clock,
+//! timers driven by the loop, and two shards behind RSS (flows on their own shard, outbound
+//! connections getting their replies on the shard that opened them).
+
+use core::cell::RefCell;
+use core::net::{Ipv4Addr, SocketAddrV4};
+use core::time::Duration;
+use std::collections::VecDeque;
+use std::rc::Rc;
+
+use ustack_dev::sim::{Side, SimLink, SimLinkConfig};
+use ustack_dev::{Device, DeviceCaps, Medium};
+use ustack_obs::{Counter, DropReason};
+use ustack_runtime::rss::{Rss, RssKey};
+use ustack_runtime::shard::{Budget, Shard};
+use ustack_stack::tcp::State;
+use ustack_stack::{Config, EthernetAddress, Instant, Ipv4Cidr, Stack};
+
+const A_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+const B_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
+const NOBODY: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 3);
+
+type Link = Rc<RefCell<SimLink>>;
+
+/// One side of a shared sim link, as a device a shard can own.
+struct Port {
+    link: Link,
+    side: Side,
+}
+
+impl Device for Port {
+    fn caps(&self) -> DeviceCaps {
+        self.link.borrow().caps()
+    }
+    fn recv(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
+        self.link.borrow_mut().recv(now, self.side, buf)
+    }
+    fn send(&mut self, now: Instant, frame: &[u8]) -> bool {
+        self.link.borrow_mut().send(now, self.side, frame)
+    }
+    fn poll_at(&self) -> Option<Instant> {
+        self.link.borrow().poll_at(self.side)
+    }
+}
+
+fn eth_stack(last: u8, seed: u64) -> Stack {
+    let mut config = Config::ethernet(
+        EthernetAddress([2, 0, 0, 0, 0, last]),
+        Ipv4Cidr::new(Ipv4Addr::new(10, 0, 0, last), 24),
+    );
+    config.seed = seed;
+    Stack::new(config)
+}
+
+/// Shard 0 on side A of an Ethernet sim link (stack 10.0.0.1), and a plain peer stack
+/// (10.0.0.2) on side B that the test drives by hand.
+struct Setup {
+    link: Link,
+    shard: Shard<Port>,
+    peer: Stack,
+    now: Instant,
+}
+
+impl Setup {
+    fn new() -> Setup {
+        let link = Rc::new(RefCell::new(SimLink::new(SimLinkConfig::default())));
+        let port = Port {
+            link: link.clone(),
+            side: Side::A,
+        };
+        Setup {
+            shard: Shard::new(0, eth_stack(1, 1), port),
+            peer: eth_stack(2, 2),
+            link,
+            now: Instant::ZERO,
+        }
+    }
+
+    /// Everything the peer has to do at `now`: receive, timers, transmit.
+    fn pump_peer(&mut self) {
+        let now = self.now;
+        let mut buf = [0u8; 1514];
+        while let Some(n) = self.link.borrow_mut().recv(now, Side::B, &mut buf) {
+            self.peer.receive(now, &buf[..n]);
+        }
+        if self.peer.poll_timeout().is_some_and(|t| t <= now) {
+            self.peer.handle_timeout(now);
+        }
+        while let Some(f) = self.peer.poll_transmit(now) {
+            self.link.borrow_mut().send(now, Side::B, &f);
+        }
+    }
+
+    /// Resolve ARP both ways with a ping from the peer, answered through the shard's loop.
+    fn warm_up(&mut self) {
+        self.peer.ping(self.now, A_IP, 1, 1, b"warm").unwrap();
+        for _ in 0..4 {
+            self.pump_peer();
+            let budget = self.shard.budget();
+            self.shard.poll_once(self.now, budget);
+        }
+        self.pump_peer();
+        assert!(
+            self.peer.recv_echo_reply().is_some(),
+            "warm-up ping answered"
+        );
+    }
+}
+
+/// `n` numbered datagrams from the peer to 10.0.0.1:9000, all on the wire at once.
+fn flood(s: &mut Setup, n: u32) -> ustack_stack::UdpHandle {
+    s.shard
+        .stack_mut()
+        .set_sysctl("net.core.rmem_default", 64 << 20)
+        .unwrap();
+    let sock = s
+        .shard
+        .stack_mut()
+        .udp_bind(SocketAddrV4::new(A_IP, 9000))
+        .unwrap();
+    let tx = s.peer.udp_bind(SocketAddrV4::new(B_IP, 0)).unwrap();
+    for i in 0..n {
+        s.peer
+            .udp_send_to(s.now, tx, &i.to_be_bytes(), SocketAddrV4::new(A_IP, 9000))
+            .unwrap();
+        if i % 100 == 99 {
+            s.pump_peer();
+        }
+    }
+    s.pump_peer();
+    assert_eq!(
+        s.link.borrow().poll_at(Side::A),
+        Some(s.now),
+        "flood waiting"
+    );
+    sock
+}
+
+/// Read every datagram and check they are 0..n in order.
+fn assert_all_received(s: &mut Setup, sock: ustack_stack::UdpHandle, n: u32) {
+    let mut buf = [0u8; 16];
+    for i in 0..n {
+        let (len, from) = s
+            .shard
+            .stack_mut()
+            .udp_recv_from(sock, &mut buf)
+            .unwrap_or_else(|e| panic!("datagram {i} missing: {e}"));
+        assert_eq!(&buf[..len], &i.to_be_bytes(), "datagram {i} in order");
+        assert_eq!(*from.ip(), B_IP);
+    }
+    assert!(s.shard.stack_mut().udp_recv_from(sock, &mut buf).is_err());
+    let mib = s.shard.stack().mib();
+    assert_eq!(mib.get(Counter::UdpInDatagrams), u64::from(n));
+    let drops: u64 = DropReason::ALL.iter().map(|&r| mib.drops(r)).sum();
+    assert_eq!(drops, 0, "nothing dropped");
+}
+
+#[test]
+fn flood_is_received_in_netdev_budget_rounds() {
+    let mut s = Setup::new();
+    s.warm_up();
+    let before = *s.shard.stats();
+    let sock = flood(&mut s, 1000);
+
+    // net.core.netdev_budget = 300: three full rounds, each a time squeeze, then the rest.
+    let mut rounds = Vec::new();
+    loop {
+        let budget = s.shard.budget();
+        assert_eq!(budget.frames, 300);
+        let r = s.shard.poll_once(s.now, budget);
+        rounds.push((r.rx, r.work_left));
+        if !r.work_left {
+            break;
+        }
+    }
+    assert_eq!(
+        rounds,
+        [(300, true), (300, true), (300, true), (100, false)]
+    );
+    let st = s.shard.stats();
+    assert_eq!(st.processed - before.processed, 1000);
+    assert_eq!(st.time_squeeze - before.time_squeeze, 3);
+    assert_eq!(st.time_limit_hits, 0, "no clock, no time limit");
+    assert_eq!(st.polls - before.polls, 4);
+    assert_all_received(&mut s, sock, 1000);
+}
+
+#[test]
+fn netdev_budget_sysctl_sets_the_round_size() {
+    let mut s = Setup::new();
+    s.warm_up();
+    s.shard
+        .stack_mut()
+        .set_sysctl("net.core.netdev_budget", 64)
+        .unwrap();
+    assert!(
+        s.shard
+            .stack_mut()
+            .set_sysctl("net.core.netdev_budget", 0)
+            .is_err(),
+        "a zero budget would never receive"
+    );
+    let before = *s.shard.stats();
+    let sock = flood(&mut s, 200);
+    let mut sizes = Vec::new();
+    loop {
+        let budget = s.shard.budget();
+        let r = s.shard.poll_once(s.now, budget);
+        sizes.push(r.rx);
+        if !r.work_left {
+            break;
+        }
+    }
+    assert_eq!(sizes, [64, 64, 64, 8]);
+    assert_eq!(s.shard.stats().time_squeeze - before.time_squeeze, 3);
+    assert_all_received(&mut s, sock, 200);
+}
+
+#[test]
+fn time_limit_stops_a_round_on_a_virtual_clock() {
+    let mut s = Setup::new();
+    s.warm_up();
+    let sock = flood(&mut s, 1000);
+    let before = *s.shard.stats();
+
+    // A clock that advances 7 µs per reading, as if each frame cost 7 µs: with
+    // netdev_budget_usecs = 2000 a round stops after ceil(2000 / 7) = 286 frames, before
+    // the 300-frame limit.
+    let mut t = Instant::from_secs(100);
+    let mut clock = move || {
+        t += Duration::from_micros(7);
+        t
+    };
+    let mut sizes = Vec::new();
+    loop {
+        let budget = s.shard.budget().with_clock(&mut clock);
+        assert_eq!(budget.time, Duration::from_micros(2000));
+        let r = s.shard.poll_once(s.now, budget);
+        sizes.push(r.rx);
+        if !r.work_left {
+            break;
+        }
+    }
+    assert_eq!(sizes, [286, 286, 286, 142]);
+    let st = s.shard.stats();
+    assert_eq!(st.time_squeeze - before.time_squeeze, 3);
+    assert_eq!(st.time_limit_hits - before.time_limit_hits, 3);
+    assert_all_received(&mut s, sock, 1000);
+}
+
+#[test]
+fn zero_budget_usecs_means_one_frame_per_round() {
+    let mut s = Setup::new();
+    s.warm_up();
+    s.shard
+        .stack_mut()
+        .set_sysctl("net.core.netdev_budget_usecs", 0)
+        .unwrap();
+    let sock = flood(&mut s, 5);
+    let mut tick = Instant::ZERO;
+    let mut clock = move || {
+        tick += Duration::from_nanos(1);
+        tick
+    };
+    let sizes: Vec<usize> = (0..6)
+        .map(|_| {
+            let budget = s.shard.budget().with_clock(&mut clock);
+            s.shard.poll_once(s.now, budget).rx
+        })
+        .collect();
+    assert_eq!(sizes, [1, 1, 1, 1, 1, 0]);
+    assert_all_received(&mut s, sock, 5);
+}
+
+/// Frames that reached side B (the peer is not listening), with the time they arrived.
+fn drain_side_b(s: &Setup, seen: &mut Vec<(Instant, Vec<u8>)>) {
+    let mut buf = [0u8; 1514];
+    while let Some(n) = s.link.borrow_mut().recv(s.now, Side::B, &mut buf) {
+        seen.push((s.now, buf[..n].to_vec()));
+    }
+}
+
+#[test]
+fn timers_fire_through_the_loop() {
+    // ARP: a datagram to a silent neighbour. Linux (and the stack) send mcast_solicit = 3
+    // requests retrans_time_ms = 1000 apart, then fail the entry and drop the queue.
+    let mut s = Setup::new();
+    let h = s
+        .shard
+        .stack_mut()
+        .udp_bind(SocketAddrV4::new(A_IP, 0))
+        .unwrap();
+    s.shard
+        .stack_mut()
+        .udp_send_to(s.now, h, b"hello?", SocketAddrV4::new(NOBODY, 9))
+        .unwrap();
+    let mut seen = Vec::new();
+    let mut timer_rounds = Vec::new();
+    let budget = s.shard.budget();
+    let r = s.shard.poll_once(s.now, budget);
+    assert_eq!((r.rx, r.tx), (0, 1), "first ARP request");
+    // The neighbour table's garbage collection is due from the start (and every 15 s).
+    assert!(r.timers);
+    drain_side_b(&s, &mut seen);
+    while let Some(at) = s.shard.next_wakeup() {
+        if at > Instant::from_secs(5) {
+            break;
+        }
+        assert!(at > s.now, "next_wakeup moves forward");
+        s.now = at;
+        let budget = s.shard.budget();
+        let r = s.shard.poll_once(s.now, budget);
+        if r.timers {
+            timer_rounds.push((s.now, r.tx));
+        }
+        drain_side_b(&s, &mut seen);
+    }
+    let arp: Vec<Instant> = seen
+        .iter()
+        .filter(|(_, f)| f[12..14] == [0x08, 0x06])
+        .map(|&(t, _)| t)
+        .collect();
+    assert_eq!(
+        arp,
+        [Instant::ZERO, Instant::from_secs(1), Instant::from_secs(2)]
+    );
+    assert_eq!(
+        timer_rounds,
+        [
+            (Instant::from_secs(1), 1),
+            (Instant::from_secs(2), 1),
+            (Instant::from_secs(3), 0)
+        ],
+        "two retransmits, then the failure"
+    );
+    assert_eq!(s.shard.stack().mib().drops(DropReason::NeighFailed), 1);
+    assert_eq!(s.shard.stats().timer_runs, 1 + 3);
+
+    // TCP: a SYN to the peer, which has gone silent after ARP. The retransmission timer
+    // backs off from the 1 s initial RTO (RFC 6298 §5.5): SYNs at 0, 1, 3, 7 s.
+    let mut s = Setup::new();
+    s.warm_up();
+    s.shard
+        .stack_mut()
+        .tcp_connect(s.now, SocketAddrV4::new(B_IP, 80))
+        .unwrap();
+    let mut seen = Vec::new();
+    let budget = s.shard.budget();
+    s.shard.poll_once(s.now, budget);
+    drain_side_b(&s, &mut seen);
+    while let Some(at) = s.shard.next_wakeup() {
+        if at > Instant::from_secs(10) {
+            break;
+        }
+        s.now = at;
+        let budget = s.shard.budget();
+        s.shard.poll_once(s.now, budget);
+        drain_side_b(&s, &mut seen);
+    }
+    let syns: Vec<Instant> = seen
+        .iter()
+        .filter(|(_, f)| f[12..14] == [0x08, 0x00] && f[14 + 9] == 6)
+        .map(|&(t, _)| t)
+        .collect();
+    let secs: Vec<u64> = syns.iter().map(|t| t.since_epoch().as_secs()).collect();
+    assert_eq!(secs, [0, 1, 3, 7]);
+    assert_eq!(s.shard.stack().mib().get(Counter::TcpRetransSegs), 3);
+}
+
+#[test]
+fn next_wakeup_is_the_earlier_of_timer_and_arrival() {
+    let mut s = Setup::new();
+    assert_eq!(s.shard.next_wakeup(), None, "nothing scheduled");
+    // A frame on the wire for 5 ms.
+    s.link.borrow_mut().set_config(
+        Side::B,
+        ustack_dev::sim::SimConfig {
+            delay: Duration::from_millis(5),
+            ..Default::default()
+        },
+    );
+    s.peer.ping(s.now, A_IP, 1, 1, b"x").unwrap();
+    s.pump_peer();
+    assert_eq!(s.shard.next_wakeup(), Some(Instant::from_millis(5)));
+    // A neighbour timer at 1 s does not hide the earlier arrival.
+    let h = s
+        .shard
+        .stack_mut()
+        .udp_bind(SocketAddrV4::new(A_IP, 0))
+        .unwrap();
+    s.shard
+        .stack_mut()
+        .udp_send_to(s.now, h, b"?", SocketAddrV4::new(NOBODY, 9))
+        .unwrap();
+    let budget = s.shard.budget();
+    s.shard.poll_once(s.now, budget);
+    assert_eq!(s.shard.next_wakeup(), Some(Instant::from_millis(5)));
+    s.now = Instant::from_millis(5);
+    let budget = s.shard.budget();
+    let r = s.shard.poll_once(s.now, budget);
+    assert_eq!(r.rx, 1, "the ARP request arrived");
+    assert_eq!(s.shard.stack().poll_timeout(), Some(Instant::from_secs(1)));
+    assert_eq!(s.shard.next_wakeup(), Some(Instant::from_secs(1)));
+}
+
+// ---- two shards behind RSS --------------------------------------------------------------
+
+/// A NIC with RSS on side A of an IP-medium sim link (a multi-queue TUN, say): frames from
+/// the wire are hashed and queued to their shard; every shard transmits onto the one link.
+struct Nic {
+    link: SimLink,
+    rss: Rss,
+    queues: Vec<VecDeque<Vec<u8>>>,
+    /// Frames steered to each queue.
+    steered: Vec<u64>,
+}
+
+impl Nic {
+    fn dispatch(&mut self, now: Instant) {
+        let mut buf = [0u8; 1500];
+        while let Some(n) = self.link.recv(now, Side::A, &mut buf) {
+            let q = self.rss.shard_of_frame(&buf[..n], Medium::Ip).unwrap_or(0);
+            self.queues[q].push_back(buf[..n].to_vec());
+            self.steered[q] += 1;
+        }
+    }
+}
+
+/// One queue of the NIC.
+struct Queue {
+    nic: Rc<RefCell<Nic>>,
+    index: usize,
+}
+
+impl Device for Queue {
+    fn caps(&self) -> DeviceCaps {
+        self.nic.borrow().link.caps()
+    }
+    fn recv(&mut self, _now: Instant, buf: &mut [u8]) -> Option<usize> {
+        let frame = self.nic.borrow_mut().queues[self.index].pop_front()?;
+        let n = frame.len().min(buf.len());
+        buf[..n].copy_from_slice(&frame[..n]);
+        Some(n)
+    }
+    fn send(&mut self, now: Instant, frame: &[u8]) -> bool {
+        self.nic.borrow_mut().link.send(now, Side::A, frame)
+    }
+    fn poll_at(&self) -> Option<Instant> {
+        (!self.nic.borrow().queues[self.index].is_empty()).then_some(Instant::ZERO)
+    }
+}
+
+/// Two shards sharing 10.0.0.1 behind the NIC, and a peer 10.0.0.2 on side B.
+struct World {
+    nic: Rc<RefCell<Nic>>,
+    shards: Vec<Shard<Queue>>,
+    peer: Stack,
+    now: Instant,
+}
+
+impl World {
+    fn new(key: RssKey) -> World {
+        let link = SimLink::new(SimLinkConfig {
+            medium: Medium::Ip,
+            a_to_b: ustack_dev::sim::SimConfig {
+                delay: Duration::from_micros(100),
+                ..Default::default()
+            },
+            b_to_a: ustack_dev::sim::SimConfig {
+                delay: Duration::from_micros(100),
+                ..Default::default()
+            },
+            ..SimLinkConfig::default()
+        });
+        let nic = Rc::new(RefCell::new(Nic {
+            link,
+            rss: Rss::new(key, 2),
+            queues: vec![VecDeque::new(), VecDeque::new()],
+            steered: vec![0, 0],
+        }));
+        let shards = (0..2)
+            .map(|i| {
+                let mut config = Config::ip(Ipv4Cidr::new(A_IP, 24));
+                config.seed = 100 + i as u64;
+                let queue = Queue {
+                    nic: nic.clone(),
+                    index: i,
+                };
+                Shard::new(i, Stack::new(config), queue)
+            })
+            .collect();
+        let mut config = Config::ip(Ipv4Cidr::new(B_IP, 24));
+        config.seed = 7;
+        World {
+            nic,
+            shards,
+            peer: Stack::new(config),
+            now: Instant::ZERO,
+        }
+    }
+
+    fn rss(&self) -> Rss {
+        self.nic.borrow().rss.clone()
+    }
+
+    /// Run every party at `now` until nothing moves.
+    fn settle(&mut self) {
+        let now = self.now;
+        let mut buf = [0u8; 1500];
+        loop {
+            let mut moved = 0;
+            self.nic.borrow_mut().dispatch(now);
+            for shard in &mut self.shards {
+                loop {
+                    let budget = shard.budget();
+                    let r = shard.poll_once(now, budget);
+                    moved += r.rx + r.tx;
+                    if !r.work_left {
+                        break;
+                    }
+                }
+            }
+            while let Some(n) = self.nic.borrow_mut().link.recv(now, Side::B, &mut buf) {
+                self.peer.receive(now, &buf[..n]);
+                moved += 1;
+            }
+            if self.peer.poll_timeout().is_some_and(|t| t <= now) {
+                self.peer.handle_timeout(now);
+            }
+            while let Some(f) = self.peer.poll_transmit(now) {
+                self.nic.borrow_mut().link.send(now, Side::B, &f);
+                moved += 1;
+            }
+            if moved == 0 {
+                return;
+            }
+        }
+    }
+
+    /// Advance the virtual clock event by event for `d`.
+    fn run_for(&mut self, d: Duration) {
+        let end = self.now + d;
+        loop {
+            self.settle();
+            let next = [
+                self.nic.borrow().link.next_event(),
+                self.peer.poll_timeout(),
+                self.shards[0].next_wakeup(),
+                self.shards[1].next_wakeup(),
+            ]
+            .into_iter()
+            .flatten()
+            .min();
+            match next {
+                Some(t) if t <= end => self.now = t.max(self.now + Duration::from_nanos(1)),
+                _ => break,
+            }
+        }
+        self.now = end;
+        self.settle();
+    }
+
+    fn rsts(&self, shard: usize) -> u64 {
+        self.shards[shard].stack().mib().get(Counter::TcpOutRsts)
+    }
+}
+
+#[test]
+fn flows_land_on_their_own_shard() {
+    for key in [RssKey::MICROSOFT, RssKey::SYMMETRIC] {
+        let mut w = World::new(key);
+        let rss = w.rss();
+        let server = SocketAddrV4::new(A_IP, 80);
+        let echo = SocketAddrV4::new(A_IP, 7);
+        // A listener and a UDP socket on every shard, like SO_REUSEPORT.
+        let listeners: Vec<_> = w
+            .shards
+            .iter_mut()
+            .map(|s| s.stack_mut().tcp_listen(server, 128).unwrap())
+            .collect();
+        let udp: Vec<_> = w
+            .shards
+            .iter_mut()
+            .map(|s| s.stack_mut().udp_bind(echo).unwrap())
+            .collect();
+
+        // 64 TCP connections and 32 UDP flows of 3 datagrams from the peer.
+        let conns: Vec<_> = (0..64)
+            .map(|_| w.peer.tcp_connect(w.now, server).unwrap())
+            .collect();
+        let flows: Vec<_> = (0..32)
+            .map(|_| w.peer.udp_bind(SocketAddrV4::new(B_IP, 0)).unwrap())
+            .collect();
+        for round in 0..3u8 {
+            for (i, &f) in flows.iter().enumerate() {
+                w.peer
+                    .udp_send_to(w.now, f, &[i as u8, round], echo)
+                    .unwrap();
+            }
+        }
+        w.run_for(Duration::from_millis(50));
+        for (i, &c) in conns.iter().enumerate() {
+            assert_eq!(
+                w.peer.tcp_state(c),
+                Ok(State::Established),
+                "{key:?} conn {i}"
+            );
+            w.peer.tcp_send(w.now, c, &[i as u8]).unwrap();
+        }
+        w.run_for(Duration::from_millis(50));
+
+        // Every connection was accepted, and its data read, on the shard its tuple hashes
+        // to; the handshake's three segments and the data all found the same shard, or
+        // the other shard would have answered with a reset.
+        let mut accepted = [0usize; 2];
+        for (k, shard) in w.shards.iter_mut().enumerate() {
+            while let Ok((h, remote)) = shard.stack_mut().tcp_accept(listeners[k]) {
+                assert_eq!(rss.shard_of_tuple(remote, server), k, "{key:?} {remote}");
+                let mut b = [0u8; 4];
+                assert_eq!(shard.stack_mut().tcp_recv(w.now, h, &mut b), Ok(1));
+                accepted[k] += 1;
+            }
+        }
+        assert_eq!(accepted[0] + accepted[1], 64, "{key:?}");
+        assert!(accepted.iter().all(|&n| n > 0), "{key:?}: {accepted:?}");
+        assert_eq!((w.rsts(0), w.rsts(1)), (0, 0), "{key:?}: no resets");
+
+        // Every datagram of a flow arrived at the flow's shard.
+        let mut got = [0usize; 2];
+        for (k, shard) in w.shards.iter_mut().enumerate() {
+            let mut b = [0u8; 4];
+            while let Ok((n, from)) = shard.stack_mut().udp_recv_from(udp[k], &mut b) {
+                assert_eq!(n, 2);
+                assert_eq!(rss.shard_of_tuple(from, echo), k, "{key:?} {from}");
+                got[k] += 1;
+            }
+        }
+        assert_eq!(got[0] + got[1], 96, "{key:?}");
+        assert!(got.iter().all(|&n| n > 0), "{key:?}: {got:?}");
+        let nic = w.nic.borrow();
+        assert_eq!(
+            nic.steered[0] + nic.steered[1],
+            w.shards.iter().map(|s| s.stats().processed).sum::<u64>(),
+            "every steered frame processed by its shard"
+        );
+    }
+}
+
+#[test]
+fn outbound_connection_gets_replies_on_its_own_shard() {
+    for key in [RssKey::MICROSOFT, RssKey::SYMMETRIC] {
+        let mut w = World::new(key);
+        let rss = w.rss();
+        let remote = SocketAddrV4::new(B_IP, 8080);
+        let listener = w.peer.tcp_listen(remote, 16).unwrap();
+        for k in 0..2 {
+            let other = 1 - k;
+            let port = rss
+                .pick_local_port(A_IP, remote, k, 32768..=60999, |_| false)
+                .unwrap();
+            assert_eq!(rss.shard_of_tuple(remote, SocketAddrV4::new(A_IP, port)), k);
+            // Pin the stack's ephemeral range to the picked port (the stack has no
+            // bind-before-connect yet).
+            let stack = w.shards[k].stack_mut();
+            stack
+                .set_sysctl("net.ipv4.ip_local_port_range.min", u64::from(port))
+                .unwrap();
+            stack
+                .set_sysctl("net.ipv4.ip_local_port_range.max", u64::from(port))
+                .unwrap();
+            let other_segs = w.shards[other].stack().mib().get(Counter::TcpInSegs);
+            let c = w.shards[k].stack_mut().tcp_connect(w.now, remote).unwrap();
+            w.run_for(Duration::from_millis(10));
+            let stack = w.shards[k].stack_mut();
+            assert_eq!(
+                stack.tcp_state(c),
+                Ok(State::Established),
+                "{key:?} shard {k}"
+            );
+            assert_eq!(stack.tcp_info(c).unwrap().local.port(), port);
+            stack.tcp_send(w.now, c, b"from shard").unwrap();
+            w.run_for(Duration::from_millis(10));
+            let (pc, from) = w.peer.tcp_accept(listener).unwrap();
+            assert_eq!(from, SocketAddrV4::new(A_IP, port));
+            let mut b = [0u8; 32];
+            assert_eq!(w.peer.tcp_recv(w.now, pc, &mut b), Ok(10));
+            w.peer.tcp_send(w.now, pc, b"reply").unwrap();
+            w.run_for(Duration::from_millis(10));
+            assert_eq!(w.shards[k].stack_mut().tcp_recv(w.now, c, &mut b), Ok(5));
+            assert_eq!(&b[..5], b"reply");
+            assert_eq!(
+                w.shards[other].stack().mib().get(Counter::TcpInSegs),
+                other_segs,
+                "{key:?}: no segment of shard {k}'s connection reached shard {other}"
+            );
+        }
+        assert_eq!((w.rsts(0), w.rsts(1)), (0, 0));
+    }
+}
+
+#[test]
+fn a_port_that_hashes_elsewhere_sends_the_replies_to_the_wrong_shard() {
+    // The control for the test above: connect from shard 0 with a port whose replies hash
+    // to shard 1. The SYN-ACK reaches shard 1, which has no such connection and resets it.
+    let mut w = World::new(RssKey::MICROSOFT);
+    let rss = w.rss();
+    let remote = SocketAddrV4::new(B_IP, 8080);
+    w.peer.tcp_listen(remote, 16).unwrap();
+    let port = rss
+        .pick_local_port(A_IP, remote, 1, 32768..=60999, |_| false)
+        .unwrap();
+    let stack = w.shards[0].stack_mut();
+    stack
+        .set_sysctl("net.ipv4.ip_local_port_range.min", u64::from(port))
+        .unwrap();
+    stack
+        .set_sysctl("net.ipv4.ip_local_port_range.max", u64::from(port))
+        .unwrap();
+    let c = w.shards[0].stack_mut().tcp_connect(w.now, remote).unwrap();
+    w.run_for(Duration::from_millis(10));
+    assert_eq!(w.shards[0].stack().tcp_state(c), Ok(State::SynSent));
+    assert!(w.rsts(1) >= 1, "shard 1 reset the stray SYN-ACK");
+    assert_eq!(w.shards[0].stack().mib().get(Counter::TcpInSegs), 0);
+}
+
+#[test]
+fn budget_debug_and_defaults() {
+    let b = Budget::from_sysctl(&ustack_stack::Sysctl::default());
+    assert_eq!((b.frames, b.time), (300, Duration::from_micros(2000)));
+    assert_eq!(
+        format!("{b:?}"),
+        "Budget { frames: 300, time: 2ms, clock: false }"
+    );
+    let b = Budget::new(10, Duration::from_millis(1));
+    assert!(b.clock.is_none());
+}
