@@ -26,12 +26,14 @@ use core::net::Ipv4Addr;
 pub mod icmp;
 pub mod ip;
 pub mod neigh;
+pub mod socket;
 pub mod stack;
 pub mod sysctl;
 pub mod tcp;
 pub mod udp;
 
 pub use icmp::EchoReply;
+pub use socket::{Readiness, SocketKey};
 pub use stack::Stack;
 pub use sysctl::{Sysctl, SysctlError, SysctlInfo};
 pub use tcp::{ListenerHandle, Shutdown, TcpHandle, TcpInfo, TcpResources};

@@ -31,6 +31,8 @@ pub struct Stack {
     pub(crate) icmp: IcmpState,
     pub(crate) udp: UdpTable,
     pub(crate) tcp: crate::tcp::Tcp,
+    /// Sockets whose readiness may have grown, for the poller (see `socket`).
+    pub(crate) ready: crate::socket::ReadyList,
     /// Frames ready for the device, L2 header filled in.
     tx: VecDeque<Vec<u8>>,
     /// Scratch for timer events, kept to avoid allocating on every timeout.
@@ -64,6 +66,7 @@ impl Stack {
             udp: UdpTable::new(seed ^ 0x7564_7000_0000_0005, &sysctl),
             tcp: crate::tcp::Tcp::new(seed ^ 0x7463_7000_0000_0006, &sysctl),
             sysctl,
+            ready: Default::default(),
             tx: VecDeque::new(),
             neigh_events: Vec::new(),
         }

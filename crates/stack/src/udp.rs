@@ -24,6 +24,7 @@ use ustack_wire::icmpv4::DstUnreachable;
 use ustack_wire::{IpProtocol, udp};
 
 use crate::ip::{Inbound, Outbound};
+use crate::socket::{Readiness, SocketKey};
 use crate::{Error, Stack, Sysctl};
 
 /// Bytes charged to a receive queue per datagram on top of its payload: the queue entry
@@ -36,8 +37,8 @@ pub const MAX_PAYLOAD: usize = 65_507;
 /// socket that reused its slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct UdpHandle {
-    index: u32,
-    generation: u32,
+    pub(crate) index: u32,
+    pub(crate) generation: u32,
 }
 
 #[derive(Debug)]
@@ -194,6 +195,8 @@ impl Stack {
         slot.generation = slot.generation.wrapping_add(1);
         self.udp.by_port.remove(&socket.local.port());
         self.udp.free.push(h.index);
+        // Readiness: a poller drops the registration of a closed socket when it sees it.
+        self.ready.mark(SocketKey::Udp(h), Readiness::ALL);
         Ok(())
     }
 
@@ -296,5 +299,10 @@ impl Stack {
             SocketAddrV4::new(inbound.repr.src_addr, repr.src_port),
             data.to_vec(),
         ));
+        if let Some(index) = target {
+            let generation = self.udp.slots[index as usize].generation;
+            let key = SocketKey::Udp(UdpHandle { index, generation });
+            self.ready.mark(key, Readiness::READABLE); // sk_data_ready
+        }
     }
 }

@@ -20,6 +20,7 @@ use super::sack::SegFlags;
 use super::tcb::{FourTuple, Tcb, TcbFlags};
 use super::{State, TcpHandle};
 use crate::ip::Inbound;
+use crate::socket::{Readiness, SocketKey, sk_stream_is_writeable};
 use crate::{Error, Stack};
 
 /// RFC 7323 §5.5: a TS.Recent older than 24 days is invalid for PAWS.
@@ -613,6 +614,7 @@ impl Stack {
         let prior_in_flight = tcb.in_flight();
         let data_start = tcb.data_start();
         let data_acked = (ack.diff(data_start).max(0) as usize).min(tcb.sndbuf.len());
+        let was_writeable = sk_stream_is_writeable(tcb);
         tcb.sndbuf.consume(pool, data_acked);
         let result = tcb.rtx.on_ack(ack, now);
         tcb.snd.una = ack;
@@ -699,6 +701,9 @@ impl Stack {
         // (`tcp_set_xmit_timer`).
         ev.set_xmit_timer = true;
         Self::tcp_sndbuf_expand(tcb, self.sysctl.tcp_wmem_max);
+        if !was_writeable && sk_stream_is_writeable(tcb) {
+            self.ready.mark(SocketKey::Tcp(h), Readiness::WRITABLE); // sk_write_space
+        }
     }
 
     /// Send-buffer autotuning (Linux `tcp_new_space` -> `tcp_should_expand_sndbuf` ->
@@ -1141,6 +1146,9 @@ impl Stack {
         let limit = tcb.rcvbuf_limit as usize;
         let r = tcb.rcvbuf.insert(pool, offset, data, limit);
         tcb.rcv.nxt += r.advanced;
+        if r.advanced > 0 {
+            self.ready.mark(SocketKey::Tcp(h), Readiness::READABLE); // sk_data_ready
+        }
         if r.dropped > 0 {
             self.mib.inc(Counter::TcpExtTCPRcvQDrop);
         }

@@ -28,8 +28,9 @@ use ustack_wire::{SeqNumber, tcp};
 
 use super::syncookie::{CookieRequest, SynCookies};
 use super::tcb::{FourTuple, TcbFlags};
-use super::{AcceptQueue, State, TimerKey};
+use super::{AcceptQueue, ListenerHandle, State, TimerKey};
 use crate::Stack;
+use crate::socket::{Readiness, SocketKey};
 
 /// A listening socket.
 #[derive(Debug)]
@@ -493,6 +494,10 @@ impl Stack {
         self.mib.inc(Counter::TcpPassiveOpens);
         if let Some(l) = self.tcp.listeners.by_index(req.listener) {
             l.accept_queue.push_back(h);
+            let index = req.listener;
+            let generation = self.tcp.listeners.slots[index as usize].0;
+            let key = SocketKey::Listener(ListenerHandle { index, generation });
+            self.ready.mark(key, Readiness::READABLE); // sk_data_ready on the listener
         }
         // The ACK may carry data or a FIN, and its window is the first scaled one: the
         // rest is ordinary ESTABLISHED processing.

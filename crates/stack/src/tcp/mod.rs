@@ -42,6 +42,7 @@ use hashbrown::HashMap;
 use ustack_obs::{Counter, Instant};
 use ustack_wire::SeqNumber;
 
+use crate::socket::{Readiness, SocketKey};
 use crate::{Error, Stack, Sysctl};
 pub use state::State;
 pub use tcb::FourTuple;
@@ -51,15 +52,15 @@ use tcb::Tcb;
 /// a connection that reused the slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TcpHandle {
-    index: u32,
-    generation: u32,
+    pub(crate) index: u32,
+    pub(crate) generation: u32,
 }
 
 /// A listening socket's handle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ListenerHandle {
-    index: u32,
-    generation: u32,
+    pub(crate) index: u32,
+    pub(crate) generation: u32,
 }
 
 /// How to shut a connection down (`shutdown(2)`).
@@ -377,6 +378,8 @@ impl Stack {
         for h in listener.accept_queue {
             self.tcp_abort(now, h).ok();
         }
+        // Readiness: a poller drops the registration of a closed socket when it sees it.
+        self.ready.mark(SocketKey::Listener(l), Readiness::ALL);
         Ok(())
     }
 
@@ -491,6 +494,8 @@ impl Stack {
         if matches!(how, Shutdown::Write | Shutdown::Both) {
             self.tcp_queue_fin(now, h);
         }
+        // Readiness: Linux inet_shutdown ends with sk_state_change.
+        self.ready.mark(SocketKey::Tcp(h), Readiness::ALL);
         Ok(())
     }
 
@@ -514,6 +519,8 @@ impl Stack {
                 self.tcp_queue_fin(now, h);
             }
         }
+        // Readiness: a poller drops the registration of a closed socket when it sees it.
+        self.ready.mark(SocketKey::Tcp(h), Readiness::ALL);
         Ok(())
     }
 
@@ -629,6 +636,8 @@ impl Stack {
         if new == State::Closed && old.counts_as_established() {
             self.mib.inc(Counter::TcpEstabResets);
         }
+        // Readiness: a state change may change anything (Linux sk_state_change).
+        self.ready.mark(SocketKey::Tcp(h), Readiness::ALL);
     }
 }
 
