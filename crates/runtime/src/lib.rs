@@ -2,8 +2,10 @@
 //! epoll-like poller (the runtime issue). Built so far: [`rss`] (which shard owns a flow) and
 //! [`shard`] (one shard's budgeted poll loop).
 
+pub mod poller;
 pub mod rss;
 pub mod shard;
 
+pub use poller::{Event, Mode, Poller, PollerError};
 pub use rss::{Reta, Rss, RssKey, pick_local_port, shard_of};
 pub use shard::{Budget, PollResult, Shard, ShardStats};

@@ -1,0 +1,344 @@
+//! An epoll-like poller over one stack's sockets.
+//!
+//! The stack keeps a ready list (see `ustack_stack::socket`): each place where a socket
+//! can become more ready (data queued, a connection to accept, send space freed, any TCP
+//! state change) puts the socket's key on it once, with the kind of wake-up, the way
+//! Linux's socket callbacks reach `ep_poll_callback`. [`Poller::wait`] takes that list,
+//! keeps the keys it has registrations for on its own ready list, asks each socket what
+//! it is ready for *now* ([`Stack::socket_readiness`], Linux `tcp_poll`) and reports what
+//! matches the registration's interest, applying the edge, level and one-shot rules of
+//! Linux's `ep_send_events` (`fs/eventpoll.c`). No call scans all sockets or all
+//! registrations: the work of a `wait` is proportional to the keys woken since the last
+//! one plus the level-triggered registrations still ready.
+//!
+//! ```text
+//!   stack hooks ──mark(key, wake)──► stack ready list ──take_ready──► Poller::wait
+//!                                                                      │ registered? armed?
+//!                                                                      │ wake ∩ (interest|ERR|HUP)?
+//!                                                                      ▼
+//!                                              poller ready list ──socket_readiness──► events
+//!                                              (level-triggered items go back on it)
+//! ```
+//!
+//! # Semantics next to epoll(7)
+//!
+//! | | epoll(7) | [`Poller`] |
+//! |---|---|---|
+//! | add, modify, remove | `epoll_ctl` `ADD`/`MOD`/`DEL`; `EEXIST`, `ENOENT` | [`register`](Poller::register), [`modify`](Poller::modify), [`deregister`](Poller::deregister); [`PollerError::AlreadyRegistered`], [`PollerError::NotRegistered`] (same errnos) |
+//! | user data | `epoll_event.data` (64 bits) | `token: u64` (and the [`SocketKey`]) in each [`Event`] |
+//! | events | `EPOLLIN`, `EPOLLOUT`, `EPOLLRDHUP`, `EPOLLERR`, `EPOLLHUP`, `EPOLLPRI` | [`Readiness`]: the same bits but `EPOLLPRI` (no urgent data in ustack) |
+//! | `EPOLLERR`, `EPOLLHUP` | always reported, whatever the interest | the same |
+//! | level-triggered | reported by every `epoll_wait` while the socket is ready | the same: the item stays on the ready list while ready |
+//! | edge-triggered (`EPOLLET`) | reported when a wake-up queued the item (new data, new connection, send space, state change) and the socket is ready for the interest then; a partial read does not re-arm, new data does | the same; wake-ups are listed below |
+//! | one-shot (`EPOLLONESHOT`) | after one event the item is disarmed (not even `EPOLLERR`/`EPOLLHUP`) until `EPOLL_CTL_MOD` | the same: until [`modify`](Poller::modify) |
+//! | ready at `ADD`/`MOD` | `ep_insert`/`ep_modify` poll the file and queue it if ready | the same: `register`/`modify` queue a check, reported by the next `wait` if ready (in edge mode too) |
+//! | `maxevents` | the rest stay queued, first in line next time; level items re-queued at the tail | the same (FIFO) |
+//! | timeout | `epoll_wait` sleeps up to `timeout` ms | [`wait`](Poller::wait) never sleeps: it returns what is ready now. Sleeping (on the device fd, an eventfd, the next timer) belongs to the shard's loop, which must not sleep while [`Poller::has_pending`] |
+//! | `maxevents <= 0` | `EINVAL` | `max == 0` reports nothing (the wake-ups stay queued) |
+//! | close | closing the last reference removes the registration | closing marks the socket on the stack's ready list; the next `wait` drops its registration without an event (a TCP connection closed with `tcp_close` counts as closed though it finishes as an orphan). [`deregister`](Poller::deregister) first to free the registration at once |
+//! | one socket in many sets | allowed | one poller per stack: [`Stack::take_ready`] drains the stack's list, so a second poller would steal wake-ups |
+//! | threads, `EPOLLEXCLUSIVE`, `EPOLLWAKEUP`, nested epoll | supported | not applicable: a shard owns its stack and poller |
+//! | writable mark (TCP) | `__sk_stream_is_writeable`: at least a third of the send buffer free | the same |
+//! | `EPOLLOUT` wake-up (TCP) | `sk_write_space` on an ACK, if a writer saw the buffer full (`SOCK_NOSPACE`) | on an ACK that takes the buffer from below the writable mark to above it, whoever looked |
+//! | reads and `SO_RCVLOWAT` | readable from one byte; `SO_RCVLOWAT` settable | readable from one byte; no `SO_RCVLOWAT` |
+//!
+//! The wake-ups (what re-arms an edge-triggered registration), after Linux's callbacks:
+//! - TCP data becomes readable in order (`sk_data_ready`): READABLE;
+//! - an ACK takes the send buffer past its writable mark (`sk_write_space`): WRITABLE;
+//! - any TCP state change (`sk_state_change`, which wakes every waiter): connect done or
+//!   refused, FIN received, reset, retransmission or keepalive timeout, TIME-WAIT
+//!   reached, our FIN queued; and `tcp_shutdown` (Linux `inet_shutdown`): all kinds;
+//! - a connection joins a listener's accept queue: READABLE on the listener;
+//! - a datagram is queued on a UDP socket: READABLE.
+//!
+//! A wake-up reaches a registration only if its kind meets the interest (or is ERROR/HUP,
+//! or a state change), as `ep_poll_callback` filters by the poll key: data arriving does
+//! not wake a registration that only asked for WRITABLE.
+//!
+//! What each socket reports is documented at [`Stack::socket_readiness`] (Linux
+//! `tcp_poll`): e.g. after a reset, `EPOLLIN | EPOLLOUT | EPOLLERR | EPOLLHUP |
+//! EPOLLRDHUP` until the error is read, as on Linux.
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
+
+use ustack_stack::{Readiness, SocketKey, Stack};
+
+/// How a registration reports readiness.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Level-triggered (epoll's default): every [`Poller::wait`] reports the socket while
+    /// it is ready for the interest.
+    Level,
+    /// Edge-triggered (`EPOLLET`): reported once per wake-up (see the module docs); read
+    /// or write until `WouldBlock` before waiting again.
+    Edge,
+}
+
+/// One ready socket, as [`Poller::wait`] reports it (`struct epoll_event`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Event {
+    /// The token given at registration (`epoll_event.data`).
+    pub token: u64,
+    /// The socket.
+    pub key: SocketKey,
+    /// What it is ready for: its readiness within the interest, plus ERROR and HUP.
+    pub readiness: Readiness,
+}
+
+/// Errors of the registration calls, with the errno `epoll_ctl` returns for each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PollerError {
+    /// EEXIST: the socket is registered already.
+    AlreadyRegistered,
+    /// ENOENT: the socket is not registered.
+    NotRegistered,
+}
+
+impl PollerError {
+    /// The Linux errno value.
+    pub fn errno(self) -> i32 {
+        match self {
+            PollerError::AlreadyRegistered => 17,
+            PollerError::NotRegistered => 2,
+        }
+    }
+}
+
+impl core::fmt::Display for PollerError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            PollerError::AlreadyRegistered => "socket already registered (EEXIST)",
+            PollerError::NotRegistered => "socket not registered (ENOENT)",
+        })
+    }
+}
+
+impl std::error::Error for PollerError {}
+
+/// Reported whatever the interest (epoll adds `EPOLLERR | EPOLLHUP` to every item).
+const ALWAYS: Readiness = Readiness::ERROR.union(Readiness::HUP);
+
+/// One registered socket (Linux `struct epitem`).
+#[derive(Debug, Clone, Copy)]
+struct Registration {
+    token: u64,
+    interest: Readiness,
+    mode: Mode,
+    oneshot: bool,
+    /// False once a one-shot registration has fired, until `modify`.
+    armed: bool,
+    /// On the poller's ready list (Linux: `rdllink` linked).
+    queued: bool,
+    /// Tells this registration's ready-list entries from those of an earlier registration
+    /// of the same key that was removed.
+    serial: u64,
+}
+
+/// An epoll-like poller over one [`Stack`]'s sockets. See the module docs for the
+/// semantics and how they compare with epoll(7).
+#[derive(Debug, Default)]
+pub struct Poller {
+    registrations: HashMap<SocketKey, Registration, BuildHasherDefault<KeyHasher>>,
+    /// Registrations to look at in the next `wait` (Linux `eventpoll.rdllist`), each at most
+    /// once (plus entries of removed registrations, skipped).
+    ready: VecDeque<(SocketKey, u64)>,
+    /// Scratch for the stack's ready list.
+    harvest: Vec<(SocketKey, Readiness)>,
+    next_serial: u64,
+}
+
+impl Poller {
+    /// An empty poller (`epoll_create1`).
+    pub fn new() -> Poller {
+        Poller::default()
+    }
+
+    /// Registrations held.
+    pub fn len(&self) -> usize {
+        self.registrations.len()
+    }
+
+    /// No registrations.
+    pub fn is_empty(&self) -> bool {
+        self.registrations.is_empty()
+    }
+
+    /// Watch `key` for `interest` (`EPOLL_CTL_ADD`). ERROR and HUP are always reported.
+    /// If the socket is already ready, the next [`wait`](Poller::wait) reports it, in
+    /// either mode.
+    pub fn register(
+        &mut self,
+        key: SocketKey,
+        token: u64,
+        interest: Readiness,
+        mode: Mode,
+        oneshot: bool,
+    ) -> Result<(), PollerError> {
+        if self.registrations.contains_key(&key) {
+            return Err(PollerError::AlreadyRegistered);
+        }
+        self.next_serial += 1;
+        let serial = self.next_serial;
+        self.registrations.insert(
+            key,
+            Registration {
+                token,
+                interest,
+                mode,
+                oneshot,
+                armed: true,
+                queued: true,
+                serial,
+            },
+        );
+        self.ready.push_back((key, serial));
+        Ok(())
+    }
+
+    /// Change a registration (`EPOLL_CTL_MOD`): new token, interest and mode, and re-arm
+    /// a one-shot registration. If the socket is ready for the new interest, the next
+    /// [`wait`](Poller::wait) reports it, in either mode.
+    pub fn modify(
+        &mut self,
+        key: SocketKey,
+        token: u64,
+        interest: Readiness,
+        mode: Mode,
+        oneshot: bool,
+    ) -> Result<(), PollerError> {
+        let reg = self
+            .registrations
+            .get_mut(&key)
+            .ok_or(PollerError::NotRegistered)?;
+        reg.token = token;
+        reg.interest = interest;
+        reg.mode = mode;
+        reg.oneshot = oneshot;
+        reg.armed = true;
+        if !reg.queued {
+            reg.queued = true;
+            self.ready.push_back((key, reg.serial));
+        }
+        Ok(())
+    }
+
+    /// Stop watching `key` (`EPOLL_CTL_DEL`). Closing a socket without it is fine: the
+    /// next [`wait`](Poller::wait) drops the registration.
+    pub fn deregister(&mut self, key: SocketKey) -> Result<(), PollerError> {
+        self.registrations
+            .remove(&key)
+            .map(|_| ())
+            .ok_or(PollerError::NotRegistered)
+    }
+
+    /// Whether a [`wait`](Poller::wait) now may report something: the stack has
+    /// wake-ups to hand over, or registrations are queued for a look (level-triggered
+    /// ones that were still ready, new or modified ones). The shard's loop must not sleep
+    /// while this holds.
+    pub fn has_pending(&self, stack: &Stack) -> bool {
+        !self.ready.is_empty() || stack.has_ready()
+    }
+
+    /// Report up to `max` ready sockets, appended to `events`; returns how many.
+    ///
+    /// Never blocks (unlike `epoll_wait`, there is no timeout here: the caller's loop
+    /// sleeps). Takes the stack's ready list, queues the registrations its wake-ups reach,
+    /// then, in order, asks each queued socket its readiness: one that is ready for its
+    /// interest (or has ERROR/HUP) is reported; a one-shot registration is then disarmed,
+    /// a level-triggered one goes back to the end of the list for the next `wait`, an
+    /// edge-triggered one waits for its next wake-up. One not ready any more leaves the
+    /// list. Registrations left over by `max` come first next time.
+    pub fn wait(&mut self, stack: &mut Stack, events: &mut Vec<Event>, max: usize) -> usize {
+        // ep_poll_callback, for the wake-ups the stack gathered since the last call.
+        stack.take_ready(&mut self.harvest);
+        for (key, wake) in self.harvest.drain(..) {
+            let Some(reg) = self.registrations.get_mut(&key) else {
+                continue;
+            };
+            if reg.queued || !reg.armed || !wake.intersects(reg.interest | ALWAYS) {
+                continue;
+            }
+            reg.queued = true;
+            self.ready.push_back((key, reg.serial));
+        }
+        // ep_send_events: look only at what was queued before this pass, so that level
+        // items put back are not reported twice in one call.
+        let mut reported = 0;
+        let mut to_look_at = self.ready.len();
+        while reported < max && to_look_at > 0 {
+            to_look_at -= 1;
+            let Some((key, serial)) = self.ready.pop_front() else {
+                break;
+            };
+            let Some(reg) = self.registrations.get_mut(&key) else {
+                continue;
+            };
+            if reg.serial != serial || !reg.queued {
+                continue;
+            }
+            reg.queued = false;
+            if !reg.armed {
+                continue;
+            }
+            let readiness = match stack.socket_readiness(key) {
+                Ok(r) => r & (reg.interest | ALWAYS),
+                Err(_) => {
+                    // Closed behind the poller's back: drop it, as a close drops an epitem.
+                    self.registrations.remove(&key);
+                    continue;
+                }
+            };
+            if readiness.is_empty() {
+                continue;
+            }
+            events.push(Event {
+                token: reg.token,
+                key,
+                readiness,
+            });
+            reported += 1;
+            if reg.oneshot {
+                reg.armed = false;
+            } else if reg.mode == Mode::Level {
+                reg.queued = true;
+                self.ready.push_back((key, serial));
+            }
+        }
+        reported
+    }
+}
+
+/// A cheap hasher for [`SocketKey`]s (a kind and two `u32`s, all chosen by the stack, not
+/// by peers): FxHash's multiply-rotate.
+#[derive(Debug, Default, Clone, Copy)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    #[inline]
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(u64::from(n));
+    }
+
+    #[inline]
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    #[inline]
+    fn write_isize(&mut self, n: isize) {
+        self.write_u64(n as u64);
+    }
+}
