@@ -392,11 +392,13 @@ fn rto_backoff_and_timeout() {
         .map(|(at, _)| (*at - start).as_millis() as u64)
         .collect();
     assert_eq!(times.len(), 4, "{times:?}");
-    for w in times.windows(2) {
-        assert!(
-            w[1] - w[0] >= 2 * (w[0] - if w[0] == times[0] { 0 } else { 0 }) / 2,
-            "backoff grows: {times:?}"
-        );
+    // RFC 6298 §5.5: each expiry doubles the RTO, so the gaps between successive
+    // transmissions (the first at 0) double: 1 s, 2 s, 4 s, 8 s with no RTT sample.
+    let sends: Vec<u64> = core::iter::once(0).chain(times.iter().copied()).collect();
+    let gaps: Vec<u64> = sends.windows(2).map(|w| w[1] - w[0]).collect();
+    assert_eq!(gaps[0], 1000, "the first RTO is the initial 1 s: {gaps:?}");
+    for g in gaps.windows(2) {
+        assert_eq!(g[1], 2 * g[0], "the RTO doubles: {gaps:?}");
     }
     assert_eq!(t.stack.tcp_state(h), Ok(State::Closed));
     let mut buf = [0u8; 1];
