@@ -514,3 +514,27 @@ fn listener_absorbs_a_burst_of_100k_syns() {
     assert_eq!(t.stack.mib().get(Counter::TcpPassiveOpens), u64::from(N));
     assert_eq!(t.stack.mib().get(Counter::TcpExtSyncookiesFailed), 0);
 }
+
+/// `bind(2)` then `connect(2)`: a connection from a chosen local port uses exactly that
+/// port, and a port whose 4-tuple is taken is refused with EADDRINUSE.
+#[test]
+fn connect_from_a_chosen_port() {
+    let mut t = SegTest::new(80);
+    let now = t.now;
+    let h = t
+        .stack
+        .tcp_connect_from(now, 45_000, ustack_testkit::tcp::PEER)
+        .unwrap();
+    let syn = t.recv().expect("SYN");
+    assert_eq!(syn.src_port, 45_000);
+    assert_eq!(t.stack.tcp_info(h).unwrap().local.port(), 45_000);
+    assert_eq!(
+        t.stack
+            .tcp_connect_from(now, 45_000, ustack_testkit::tcp::PEER),
+        Err(ustack_stack::Error::AddrInUse)
+    );
+    assert_eq!(
+        t.stack.tcp_connect_from(now, 0, ustack_testkit::tcp::PEER),
+        Err(ustack_stack::Error::InvalidArgument)
+    );
+}

@@ -385,6 +385,31 @@ impl Stack {
 
     /// Open a connection to `remote` (active open, RFC 9293 §3.10.1): a SYN goes out now.
     pub fn tcp_connect(&mut self, now: Instant, remote: SocketAddrV4) -> Result<TcpHandle, Error> {
+        self.tcp_connect_inner(now, remote, None)
+    }
+
+    /// Open a connection to `remote` from a chosen local port (`bind(2)` then
+    /// `connect(2)`): for a runtime that picks ports whose 4-tuple hashes back to its own
+    /// shard (RSS). EADDRINUSE if the 4-tuple is taken (by a connection, a request or a
+    /// TIME-WAIT record) or a listener holds the port.
+    pub fn tcp_connect_from(
+        &mut self,
+        now: Instant,
+        local_port: u16,
+        remote: SocketAddrV4,
+    ) -> Result<TcpHandle, Error> {
+        if local_port == 0 {
+            return Err(Error::InvalidArgument);
+        }
+        self.tcp_connect_inner(now, remote, Some(local_port))
+    }
+
+    fn tcp_connect_inner(
+        &mut self,
+        now: Instant,
+        remote: SocketAddrV4,
+        local_port: Option<u16>,
+    ) -> Result<TcpHandle, Error> {
         if remote.port() == 0
             || remote.ip().is_unspecified()
             || remote.ip().is_broadcast()
@@ -397,10 +422,27 @@ impl Stack {
             return Err(Error::NetUnreachable);
         }
         let local_ip = self.ipv4.addr;
-        let (port, reused) = self
-            .tcp
-            .connect_port(now, local_ip, remote, &self.sysctl)
-            .ok_or(Error::AddrNotAvailable)?;
+        let (port, reused) = match local_port {
+            Some(port) => {
+                let tuple = FourTuple {
+                    local: SocketAddrV4::new(local_ip, port),
+                    remote,
+                };
+                let t = &self.tcp;
+                if t.listeners.bound(port)
+                    || t.ehash.contains_key(&tuple)
+                    || t.requests.contains(&tuple)
+                    || t.timewait.contains(&tuple)
+                {
+                    return Err(Error::AddrInUse);
+                }
+                (port, None)
+            }
+            None => self
+                .tcp
+                .connect_port(now, local_ip, remote, &self.sysctl)
+                .ok_or(Error::AddrNotAvailable)?,
+        };
         let tuple = FourTuple {
             local: SocketAddrV4::new(local_ip, port),
             remote,
