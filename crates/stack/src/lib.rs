@@ -28,6 +28,7 @@ pub mod ip;
 pub mod neigh;
 pub mod socket;
 pub mod stack;
+pub(crate) mod slab;
 pub mod sysctl;
 pub mod tcp;
 pub mod udp;

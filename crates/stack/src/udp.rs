@@ -24,6 +24,7 @@ use ustack_wire::icmpv4::DstUnreachable;
 use ustack_wire::{IpProtocol, udp};
 
 use crate::ip::{Inbound, Outbound};
+use crate::slab::Slab;
 use crate::socket::{Readiness, SocketKey};
 use crate::{Error, Stack, Sysctl};
 
@@ -49,18 +50,11 @@ struct UdpSocket {
     rcvbuf: usize,
 }
 
-#[derive(Debug)]
-struct Slot {
-    generation: u32,
-    socket: Option<UdpSocket>,
-}
-
 /// The UDP socket table: a slab of sockets and a port index (one socket per port; no
 /// SO_REUSEADDR/SO_REUSEPORT yet).
 #[derive(Debug)]
 pub struct UdpTable {
-    slots: Vec<Slot>,
-    free: Vec<u32>,
+    sockets: Slab<UdpSocket>,
     by_port: HashMap<u16, u32, foldhash::fast::FixedState>,
     /// Where the next ephemeral port search starts.
     port_hint: u16,
@@ -76,8 +70,7 @@ impl UdpTable {
         .max(1);
         let start = sysctl.ip_local_port_min + hasher.hash_one(0xed5eu16) % span;
         UdpTable {
-            slots: Vec::new(),
-            free: Vec::new(),
+            sockets: Slab::new(),
             by_port: HashMap::with_hasher(hasher),
             port_hint: start as u16,
         }
@@ -85,7 +78,7 @@ impl UdpTable {
 
     /// Open sockets.
     pub fn len(&self) -> usize {
-        self.by_port.len()
+        self.sockets.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -93,37 +86,18 @@ impl UdpTable {
     }
 
     fn get(&self, h: UdpHandle) -> Option<&UdpSocket> {
-        let slot = self.slots.get(h.index as usize)?;
-        (slot.generation == h.generation).then_some(slot.socket.as_ref()?)
+        self.sockets.get(h.index, h.generation)
     }
 
     fn get_mut(&mut self, h: UdpHandle) -> Option<&mut UdpSocket> {
-        let slot = self.slots.get_mut(h.index as usize)?;
-        if slot.generation != h.generation {
-            return None;
-        }
-        slot.socket.as_mut()
+        self.sockets.get_mut(h.index, h.generation)
     }
 
     fn insert(&mut self, socket: UdpSocket) -> UdpHandle {
         let port = socket.local.port();
-        let index = match self.free.pop() {
-            Some(i) => i,
-            None => {
-                self.slots.push(Slot {
-                    generation: 0,
-                    socket: None,
-                });
-                (self.slots.len() - 1) as u32
-            }
-        };
-        let slot = &mut self.slots[index as usize];
-        slot.socket = Some(socket);
+        let (index, generation) = self.sockets.insert(socket);
         self.by_port.insert(port, index);
-        UdpHandle {
-            index,
-            generation: slot.generation,
-        }
+        UdpHandle { index, generation }
     }
 
     /// A free port in [min, max], searched from a moving hint (Linux `udp_lib_get_port`
@@ -183,18 +157,12 @@ impl Stack {
 
     /// Close a socket; its queued datagrams are freed. A stale handle is refused.
     pub fn udp_close(&mut self, h: UdpHandle) -> Result<(), Error> {
-        let slot = self
+        let socket = self
             .udp
-            .slots
-            .get_mut(h.index as usize)
-            .filter(|s| s.generation == h.generation);
-        let Some(slot) = slot else {
-            return Err(Error::BadHandle);
-        };
-        let socket = slot.socket.take().ok_or(Error::BadHandle)?;
-        slot.generation = slot.generation.wrapping_add(1);
+            .sockets
+            .remove(h.index, h.generation)
+            .ok_or(Error::BadHandle)?;
         self.udp.by_port.remove(&socket.local.port());
-        self.udp.free.push(h.index);
         // Readiness: a poller drops the registration of a closed socket when it sees it.
         self.ready.mark(SocketKey::Udp(h), Readiness::ALL);
         Ok(())
@@ -279,7 +247,7 @@ impl Stack {
         let packet = udp::Packet::new_unchecked(inbound.payload);
         let target = self.udp.by_port.get(&repr.dst_port).copied();
         let socket = target
-            .and_then(|i| self.udp.slots[i as usize].socket.as_mut())
+            .and_then(|i| self.udp.sockets.by_index_mut(i))
             .filter(|s| {
                 s.local.ip().is_unspecified()
                     || *s.local.ip() == inbound.repr.dst_addr
@@ -300,7 +268,7 @@ impl Stack {
             data.to_vec(),
         ));
         if let Some(index) = target {
-            let generation = self.udp.slots[index as usize].generation;
+            let generation = self.udp.sockets.generation(index).unwrap_or(0);
             let key = SocketKey::Udp(UdpHandle { index, generation });
             self.ready.mark(key, Readiness::READABLE); // sk_data_ready
         }

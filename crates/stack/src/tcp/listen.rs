@@ -30,6 +30,7 @@ use super::syncookie::{CookieRequest, SynCookies};
 use super::tcb::{FourTuple, TcbFlags};
 use super::{AcceptQueue, ListenerHandle, State, TimerKey};
 use crate::Stack;
+use crate::slab::Slab;
 use crate::socket::{Readiness, SocketKey};
 
 /// A listening socket.
@@ -46,7 +47,7 @@ pub(crate) struct Listener {
 /// The listeners of a stack, by port.
 #[derive(Debug, Default)]
 pub(crate) struct Listeners {
-    slots: Vec<(u32, Option<Listener>)>,
+    slab: Slab<Listener>,
     by_port: HashMap<u16, u32>,
 }
 
@@ -62,42 +63,35 @@ impl Listeners {
             accept_queue: AcceptQueue::new(),
             syn_qlen: 0,
         };
-        let index = match self.slots.iter().position(|(_, l)| l.is_none()) {
-            Some(i) => i,
-            None => {
-                self.slots.push((0, None));
-                self.slots.len() - 1
-            }
-        };
-        self.slots[index].1 = Some(listener);
-        self.by_port.insert(local.port(), index as u32);
-        (index as u32, self.slots[index].0)
+        let (index, generation) = self.slab.insert(listener);
+        self.by_port.insert(local.port(), index);
+        (index, generation)
     }
 
     pub fn get(&self, index: u32, generation: u32) -> Option<&Listener> {
-        let (g, l) = self.slots.get(index as usize)?;
-        (*g == generation).then_some(l.as_ref()?)
+        self.slab.get(index, generation)
     }
 
     pub fn get_mut(&mut self, index: u32, generation: u32) -> Option<&mut Listener> {
-        let (g, l) = self.slots.get_mut(index as usize)?;
-        if *g != generation {
-            return None;
-        }
-        l.as_mut()
+        self.slab.get_mut(index, generation)
     }
 
+    /// The listener in slot `index` (requests and lookups hold bare indexes; a closed
+    /// listener's requests are removed with it).
     fn by_index(&mut self, index: u32) -> Option<&mut Listener> {
-        self.slots.get_mut(index as usize)?.1.as_mut()
+        self.slab.by_index_mut(index)
+    }
+
+    /// The handle of the listener in slot `index`.
+    fn handle(&self, index: u32) -> ListenerHandle {
+        ListenerHandle {
+            index,
+            generation: self.slab.generation(index).unwrap_or(0),
+        }
     }
 
     pub fn remove(&mut self, index: u32, generation: u32) -> Option<Listener> {
-        let (g, l) = self.slots.get_mut(index as usize)?;
-        if *g != generation {
-            return None;
-        }
-        let listener = l.take()?;
-        *g = g.wrapping_add(1);
+        let listener = self.slab.remove(index, generation)?;
         self.by_port.remove(&listener.local.port());
         Some(listener)
     }
@@ -105,7 +99,7 @@ impl Listeners {
     /// The listener for a segment to `local`, if any.
     pub fn lookup(&self, local: SocketAddrV4) -> Option<u32> {
         let index = *self.by_port.get(&local.port())?;
-        let l = self.slots[index as usize].1.as_ref()?;
+        let l = self.slab.by_index(index)?;
         (l.local.ip().is_unspecified() || l.local.ip() == local.ip()).then_some(index)
     }
 }
@@ -494,9 +488,7 @@ impl Stack {
         self.mib.inc(Counter::TcpPassiveOpens);
         if let Some(l) = self.tcp.listeners.by_index(req.listener) {
             l.accept_queue.push_back(h);
-            let index = req.listener;
-            let generation = self.tcp.listeners.slots[index as usize].0;
-            let key = SocketKey::Listener(ListenerHandle { index, generation });
+            let key = SocketKey::Listener(self.tcp.listeners.handle(req.listener));
             self.ready.mark(key, Readiness::READABLE); // sk_data_ready on the listener
         }
         // The ACK may carry data or a FIN, and its window is the first scaled one: the

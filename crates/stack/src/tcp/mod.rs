@@ -42,6 +42,7 @@ use hashbrown::HashMap;
 use ustack_obs::{Counter, Instant};
 use ustack_wire::SeqNumber;
 
+use crate::slab::Slab;
 use crate::socket::{Readiness, SocketKey};
 use crate::{Error, Stack, Sysctl};
 pub use state::State;
@@ -71,13 +72,6 @@ pub enum Shutdown {
     Both,
 }
 
-/// One slot of the connection slab: the TCB lives inline (no per-connection box).
-#[derive(Debug)]
-pub(crate) struct ConnSlot {
-    generation: u32,
-    tcb: Option<Tcb>,
-}
-
 /// What the stack's timer queue can wake.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum TimerKey {
@@ -88,8 +82,8 @@ pub(crate) enum TimerKey {
 /// All of one stack's TCP state.
 #[derive(Debug)]
 pub(crate) struct Tcp {
-    pub(crate) conns: Vec<ConnSlot>,
-    free: Vec<u32>,
+    /// The connections: TCBs inline in a slab (no per-connection box).
+    pub(crate) conns: Slab<Tcb>,
     /// Every connection not in LISTEN or TIME-WAIT, by 4-tuple (Linux `inet_ehash`).
     pub(crate) ehash: HashMap<FourTuple, u32, foldhash::fast::FixedState>,
     pub(crate) listeners: listen::Listeners,
@@ -117,8 +111,7 @@ impl Tcp {
             + 1)
         .max(1);
         Tcp {
-            conns: Vec::new(),
-            free: Vec::new(),
+            conns: Slab::new(),
             ehash: HashMap::with_hasher(foldhash::fast::FixedState::with_seed(seed)),
             listeners: listen::Listeners::default(),
             requests: listen::Requests::new(seed ^ 0x5259),
@@ -138,65 +131,37 @@ impl Tcp {
     }
 
     pub(crate) fn get(&self, h: TcpHandle) -> Option<&Tcb> {
-        let slot = self.conns.get(h.index as usize)?;
-        (slot.generation == h.generation).then_some(slot.tcb.as_ref()?)
+        self.conns.get(h.index, h.generation)
     }
 
     pub(crate) fn get_mut(&mut self, h: TcpHandle) -> Option<&mut Tcb> {
-        let slot = self.conns.get_mut(h.index as usize)?;
-        if slot.generation != h.generation {
-            return None;
-        }
-        slot.tcb.as_mut()
+        self.conns.get_mut(h.index, h.generation)
     }
 
     /// A connection and the buffer pool, borrowed together.
     pub(crate) fn split(&mut self, h: TcpHandle) -> Option<(&mut Tcb, &mut buffer::BufferPool)> {
         let Tcp { conns, pool, .. } = self;
-        let slot = conns
-            .get_mut(h.index as usize)
-            .filter(|s| s.generation == h.generation)?;
-        Some((slot.tcb.as_mut()?, pool))
+        Some((conns.get_mut(h.index, h.generation)?, pool))
     }
 
     pub(crate) fn handle_of(&self, index: u32) -> TcpHandle {
         TcpHandle {
             index,
-            generation: self.conns[index as usize].generation,
+            generation: self.conns.generation(index).unwrap_or(0),
         }
     }
 
     /// Put a new connection in the slab and the established table.
     pub(crate) fn insert(&mut self, tcb: Tcb) -> TcpHandle {
         let tuple = tcb.tuple;
-        let index = match self.free.pop() {
-            Some(i) => i,
-            None => {
-                self.conns.push(ConnSlot {
-                    generation: 0,
-                    tcb: None,
-                });
-                (self.conns.len() - 1) as u32
-            }
-        };
-        let slot = &mut self.conns[index as usize];
-        slot.tcb = Some(tcb);
+        let (index, generation) = self.conns.insert(tcb);
         self.ehash.insert(tuple, index);
-        TcpHandle {
-            index,
-            generation: slot.generation,
-        }
+        TcpHandle { index, generation }
     }
 
     /// Remove a connection: its buffers go back to the pool, its slot to the free list.
     pub(crate) fn remove(&mut self, h: TcpHandle) -> Option<Tcb> {
-        let slot = self
-            .conns
-            .get_mut(h.index as usize)
-            .filter(|s| s.generation == h.generation)?;
-        let mut tcb = slot.tcb.take()?;
-        slot.generation = slot.generation.wrapping_add(1);
-        self.free.push(h.index);
+        let mut tcb = self.conns.remove(h.index, h.generation)?;
         self.ehash.remove(&tcb.tuple);
         tcb.sndbuf.clear(&mut self.pool);
         tcb.rcvbuf.clear(&mut self.pool);
@@ -773,7 +738,7 @@ mod memory {
     fn per_connection_memory_stays_within_bounds() {
         let hash_entry = |kv: usize| (kv as f64 + 1.0) / 0.875;
         let tcb = size_of::<super::tcb::Tcb>();
-        let slot = size_of::<super::ConnSlot>();
+        let slot = crate::slab::Slab::<super::tcb::Tcb>::SLOT_BYTES;
         let ehash = hash_entry(size_of::<super::tcb::FourTuple>() + size_of::<u32>());
         let idle = slot as f64 + ehash;
         let tw =
