@@ -15,6 +15,9 @@ use crate::neigh::{NeighEvent, NeighTable, Resolution};
 use crate::udp::UdpTable;
 use crate::{Config, Ipv4Cidr, Medium, Sysctl};
 
+/// Recycled frame buffers a stack keeps (see [`Stack::recycle`]).
+pub const FRAME_POOL: usize = 256;
+
 /// One interface's protocol stack. See the crate docs for the call order.
 #[derive(Debug)]
 pub struct Stack {
@@ -35,6 +38,9 @@ pub struct Stack {
     pub(crate) ready: crate::socket::ReadyList,
     /// Frames ready for the device, L2 header filled in.
     tx: VecDeque<Vec<u8>>,
+    /// Frames the driver gave back ([`Stack::recycle`]), reused by TCP output so that a
+    /// segment costs neither an allocation nor zeroing its payload.
+    frames: Vec<Vec<u8>>,
     /// Scratch for timer events, kept to avoid allocating on every timeout.
     neigh_events: Vec<NeighEvent>,
 }
@@ -69,6 +75,7 @@ impl Stack {
             ready: Default::default(),
             tx: VecDeque::new(),
             neigh_events: Vec::new(),
+            frames: Vec::new(),
         }
     }
 
@@ -284,6 +291,33 @@ impl Stack {
     /// The next frame for the device, if any.
     pub fn poll_transmit(&mut self, _now: Instant) -> Option<Vec<u8>> {
         self.tx.pop_front()
+    }
+
+    /// Give a transmitted frame's buffer back for reuse (optional: a driver that drops
+    /// frames instead only costs allocations). At most [`FRAME_POOL`] are kept.
+    pub fn recycle(&mut self, frame: Vec<u8>) {
+        if self.frames.len() < FRAME_POOL {
+            self.frames.push(frame);
+        }
+    }
+
+    /// A frame buffer of `len` bytes whose first `zeroed` bytes are zero (the headers'
+    /// room): a recycled buffer when there is one, its old bytes past `zeroed` left for
+    /// the caller to overwrite entirely, else a fresh zeroed one.
+    pub(crate) fn frame_for(&mut self, len: usize, zeroed: usize) -> Vec<u8> {
+        match self.frames.pop() {
+            Some(mut f) if f.len() >= len => {
+                f.truncate(len);
+                f[..zeroed].fill(0);
+                f
+            }
+            Some(mut f) => {
+                f.clear();
+                f.resize(len, 0);
+                f
+            }
+            None => vec![0; len],
+        }
     }
 
     /// Frames waiting in the transmit queue.

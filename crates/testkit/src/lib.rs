@@ -210,6 +210,7 @@ fn pump(stack: &mut Stack, dev: &mut impl Device, now: Instant, buf: &mut [u8]) 
     }
     while let Some(frame) = stack.poll_transmit(now) {
         dev.send(now, &frame);
+        stack.recycle(frame);
         moved += 1;
     }
     while let Some(n) = dev.recv(now, buf) {

@@ -240,7 +240,7 @@ impl Stack {
             frag_offset: 0,
         };
         let l4 = l2 + repr.buffer_len();
-        let mut frame = vec![0u8; l4 + payload_len];
+        let mut frame = self.frame_for(l4 + payload_len, l4 + payload_len.min(60));
         repr.emit(&mut ipv4::Packet::new_unchecked(&mut frame[l2..]), true);
         Ok(IpFrame {
             frame,

@@ -358,13 +358,13 @@ impl Stack {
             Payload::None => {}
             Payload::Bytes(b) => seg[header_len..].copy_from_slice(b),
             Payload::SendBuffer { h, offset, len } => {
-                if let Some(tcb) = self.tcp.get(h) {
-                    tcb.sndbuf.peek(
-                        &self.tcp.pool,
-                        offset,
-                        &mut seg[header_len..header_len + len],
-                    );
-                }
+                let out = &mut seg[header_len..header_len + len];
+                let copied = self
+                    .tcp
+                    .get(h)
+                    .map_or(0, |tcb| tcb.sndbuf.peek(&self.tcp.pool, offset, out));
+                // A recycled frame holds an old frame's bytes: never let them through.
+                out[copied..].fill(0);
             }
         }
         tcp::Packet::new_unchecked(&mut seg[..]).fill_checksum(&f.src.into(), &f.dst.into());
