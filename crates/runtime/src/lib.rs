@@ -1,13 +1,22 @@
 //! The ustack runtime: shard threads, RSS, the budgeted poll loop, the timer wheel and the
 //! epoll-like poller (the runtime issue). Built so far: [`rss`] (which shard owns a flow),
-//! [`shard`] (one shard's budgeted poll loop) and [`timer`] (the shard's timer wheel).
+//! [`shard`] (one shard's budgeted poll loop), [`timer`] (the shard's timer wheel),
+//! [`runtime`] (one shard's run loop: rounds, sleep, busy poll, clocks) and [`api`] (the
+//! public sockets).
 
+pub mod api;
 pub mod poller;
 pub mod rss;
+pub mod runtime;
 pub mod shard;
 pub mod timer;
 
+pub use api::{TcpListener, TcpStream, UdpSocket};
 pub use poller::{Event, Mode, Poller, PollerError};
 pub use rss::{Reta, Rss, RssKey, pick_local_port, shard_of};
+pub use runtime::{
+    Clock, Events, Interest, MonotonicClock, Runtime, RuntimeBuilder, RuntimeStats, SimLinkPort,
+    Sleep, Source, VirtualClock, sim_pair,
+};
 pub use shard::{Budget, PollResult, Shard, ShardStats};
 pub use timer::{TimerId, TimerWheel};

@@ -1,0 +1,318 @@
+//! An echo server on ustack and clients on a second ustack, in one process, no root.
+//!
+//! ```text
+//! cargo run --release -p ustack-runtime --example echo                  # shm, 2 threads
+//! cargo run --release -p ustack-runtime --example echo -- --conns 64 --secs 5
+//! cargo run --release -p ustack-runtime --example echo -- --sim 100000  # per-message cost
+//! ```
+//!
+//! **shm** (default): the server runtime runs on its own thread over side A of a shm link
+//! (`ShmLink::pair`), the client runtime on the main thread over side B; `--conns`
+//! connections each keep one 64-byte message in flight for `--secs` seconds. Every echo is
+//! checked (connection, sequence number, bytes); it prints messages per second and what
+//! the loops did (rounds, sleeps, wake-ups).
+//!
+//! **sim** (`--sim N`): both runtimes on one thread over a `sim` link on a virtual clock,
+//! one connection, N round trips of 64 bytes through the public API (write, the client's
+//! round, the server's poll, read, write back, the server's round, the client's read). It
+//! prints ns per round trip: the stack's and the runtime's cost of an echo, with no link
+//! cost to speak of. Under callgrind, run it twice with different N and divide the
+//! difference in instructions by the difference in N to leave out the set-up.
+
+use core::net::{Ipv4Addr, SocketAddrV4};
+use core::time::Duration;
+use std::collections::HashMap;
+use std::io::{self, ErrorKind};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use ustack_dev::Device;
+use ustack_dev::shm::{ShmConfig, ShmLink};
+use ustack_dev::sim::SimLinkConfig;
+use ustack_runtime::Mode;
+use ustack_runtime::api::{TcpListener, TcpStream};
+use ustack_runtime::runtime::{
+    Clock, Events, Interest, Runtime, RuntimeBuilder, Sleep, VirtualClock, sim_pair,
+};
+use ustack_stack::{EthernetAddress, Instant};
+
+const SERVER_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
+const ECHO: SocketAddrV4 = SocketAddrV4::new(SERVER_IP, 7);
+const MSG: usize = 64;
+const LISTENER: u64 = u64::MAX;
+
+fn server_builder() -> RuntimeBuilder {
+    RuntimeBuilder::new()
+        .ipv4(SERVER_IP, 24)
+        .mac(EthernetAddress([2, 0, 0, 0, 0, 1]))
+        .seed(1)
+}
+
+fn client_builder() -> RuntimeBuilder {
+    RuntimeBuilder::new()
+        .ipv4(CLIENT_IP, 24)
+        .mac(EthernetAddress([2, 0, 0, 0, 0, 2]))
+        .seed(2)
+}
+
+/// Message `seq` of connection `conn`.
+fn message(conn: u64, seq: u64) -> [u8; MSG] {
+    let mut m = [0u8; MSG];
+    m[..8].copy_from_slice(&conn.to_le_bytes());
+    m[8..16].copy_from_slice(&seq.to_le_bytes());
+    for (k, b) in m[16..].iter_mut().enumerate() {
+        *b = (seq as u8).wrapping_add(k as u8);
+    }
+    m
+}
+
+// ---- the server: an edge-triggered event loop ---------------------------------------------
+
+/// The echo server's state: the listener and the accepted streams by token.
+struct Server {
+    listener: TcpListener,
+    conns: HashMap<u64, TcpStream>,
+    next: u64,
+    events: Events,
+    buf: Vec<u8>,
+}
+
+impl Server {
+    fn start<D: Device + Sleep, C: Clock>(rt: &mut Runtime<D, C>) -> io::Result<Server> {
+        let listener = TcpListener::bind(rt, ECHO, 1024)?;
+        rt.register(&listener, LISTENER, Interest::READABLE, Mode::Edge)?;
+        Ok(Server {
+            listener,
+            conns: HashMap::new(),
+            next: 0,
+            events: Events::with_capacity(256),
+            buf: vec![0; 16 * 1024],
+        })
+    }
+
+    /// One `epoll_wait` and its events.
+    fn step<D: Device + Sleep, C: Clock>(
+        &mut self,
+        rt: &mut Runtime<D, C>,
+        timeout: Option<Duration>,
+    ) -> io::Result<()> {
+        rt.poll(&mut self.events, timeout)?;
+        for i in 0..self.events.len() {
+            let token = self.events.iter().nth(i).map_or(0, |e| e.token);
+            if token == LISTENER {
+                loop {
+                    match self.listener.accept(rt) {
+                        Ok((s, _)) => {
+                            s.set_nodelay(rt, true)?;
+                            rt.register(&s, self.next, Interest::READABLE, Mode::Edge)?;
+                            self.conns.insert(self.next, s);
+                            self.next += 1;
+                        }
+                        Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                        Err(e) => return Err(e),
+                    }
+                }
+            } else {
+                self.echo(rt, token)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Read until EAGAIN, writing everything back (small messages always fit).
+    fn echo<D: Device + Sleep, C: Clock>(
+        &mut self,
+        rt: &mut Runtime<D, C>,
+        token: u64,
+    ) -> io::Result<()> {
+        let Some(s) = self.conns.get(&token) else {
+            return Ok(());
+        };
+        loop {
+            match s.read(rt, &mut self.buf) {
+                Ok(0) => {
+                    let s = self.conns.remove(&token).expect("present");
+                    return s.close(rt);
+                }
+                Ok(n) => {
+                    let w = s.write(rt, &self.buf[..n])?;
+                    assert_eq!(w, n, "the echo fits in the send buffer");
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+// ---- shm: two threads, real clock --------------------------------------------------------
+
+struct Conn {
+    stream: TcpStream,
+    seq: u64,
+    got: Vec<u8>,
+    started: bool,
+}
+
+fn shm(conns: usize, secs: f64) -> io::Result<()> {
+    let (mut a, mut b) = ShmLink::pair(&ShmConfig::default())?;
+    let (a, b) = (a.remove(0), b.remove(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let server_stop = stop.clone();
+    let server = std::thread::spawn(move || -> io::Result<_> {
+        let mut rt = server_builder().build(a)?;
+        let mut server = Server::start(&mut rt)?;
+        while !server_stop.load(Ordering::Relaxed) {
+            server.step(&mut rt, Some(Duration::from_millis(10)))?;
+        }
+        Ok((*rt.stats(), *rt.shard_stats()))
+    });
+
+    let mut rt = client_builder().build(b)?;
+    let mut cs = Vec::with_capacity(conns);
+    for i in 0..conns {
+        let stream = TcpStream::connect(&mut rt, ECHO)?;
+        stream.set_nodelay(&mut rt, true)?;
+        rt.register(
+            &stream,
+            i as u64,
+            Interest::READABLE | Interest::WRITABLE,
+            Mode::Edge,
+        )?;
+        cs.push(Conn {
+            stream,
+            seq: 0,
+            got: Vec::with_capacity(MSG),
+            started: false,
+        });
+    }
+    let mut events = Events::with_capacity(256);
+    let mut buf = [0u8; 4096];
+    let mut echoed = 0u64;
+    let start = std::time::Instant::now();
+    let until = start + Duration::from_secs_f64(secs);
+    while std::time::Instant::now() < until {
+        rt.poll(&mut events, Some(Duration::from_millis(10)))?;
+        for e in &events {
+            let i = e.token;
+            let c = &mut cs[i as usize];
+            if !c.started {
+                c.started = true;
+                c.stream.write(&mut rt, &message(i, 0))?;
+            }
+            loop {
+                match c.stream.read(&mut rt, &mut buf) {
+                    Ok(0) => return Err(io::Error::other("server closed")),
+                    Ok(n) => c.got.extend_from_slice(&buf[..n]),
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                    Err(e) => return Err(e),
+                }
+            }
+            while c.got.len() >= MSG {
+                assert_eq!(c.got[..MSG], message(i, c.seq), "echo of {i}/{}", c.seq);
+                c.got.drain(..MSG);
+                c.seq += 1;
+                echoed += 1;
+                c.stream.write(&mut rt, &message(i, c.seq))?;
+            }
+        }
+    }
+    let elapsed = start.elapsed();
+    for c in cs {
+        c.stream.close(&mut rt)?;
+    }
+    for _ in 0..10 {
+        rt.run_once(Some(Duration::from_millis(1)))?;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let (sstats, sshard) = server.join().expect("server thread")?;
+    println!(
+        "shm: {conns} connections, {echoed} messages of {MSG} B echoed and verified in {:.2} s: \
+         {:.0} messages/s ({:.2} µs per message)",
+        elapsed.as_secs_f64(),
+        echoed as f64 / elapsed.as_secs_f64(),
+        elapsed.as_secs_f64() * 1e6 / echoed.max(1) as f64,
+    );
+    println!("client loop: {:?}", rt.stats());
+    println!("client shard: {:?}", rt.shard_stats());
+    println!("server loop: {sstats:?}");
+    println!("server shard: {sshard:?}");
+    if echoed == 0 {
+        return Err(io::Error::other("nothing echoed"));
+    }
+    Ok(())
+}
+
+// ---- sim: one thread, virtual clock, per-message cost ------------------------------------
+
+fn sim(round_trips: u64) -> io::Result<()> {
+    let (a, b) = sim_pair(SimLinkConfig::default());
+    let clock = VirtualClock::new(Instant::ZERO);
+    let mut srt = server_builder().build_with_clock(a, clock.participant())?;
+    let mut crt = client_builder().build_with_clock(b, clock.participant())?;
+    let mut server = Server::start(&mut srt)?;
+    let stream = TcpStream::connect(&mut crt, ECHO)?;
+    stream.set_nodelay(&mut crt, true)?;
+    // Handshake (ARP first).
+    while server.conns.is_empty() {
+        crt.run_once(Some(Duration::from_millis(1)))?;
+        server.step(&mut srt, Some(Duration::from_millis(1)))?;
+    }
+    let mut buf = [0u8; MSG];
+    let mut one_trip = |seq: u64| -> io::Result<()> {
+        let m = message(0, seq);
+        assert_eq!(stream.write(&mut crt, &m)?, MSG);
+        crt.run_once(Some(Duration::ZERO))?; // the segment goes out
+        server.step(&mut srt, Some(Duration::ZERO))?; // received, READABLE, read, echoed
+        srt.run_once(Some(Duration::ZERO))?; // the echo goes out
+        crt.run_once(Some(Duration::ZERO))?; // received
+        let mut got = 0;
+        while got < MSG {
+            got += stream.read(&mut crt, &mut buf[got..])?;
+        }
+        assert_eq!(buf, m, "echo {seq}");
+        Ok(())
+    };
+    // Warm up (buffers, tables), then measure.
+    for seq in 0..1000 {
+        one_trip(seq)?;
+    }
+    let start = std::time::Instant::now();
+    for seq in 1000..1000 + round_trips {
+        one_trip(seq)?;
+    }
+    let elapsed = start.elapsed();
+    println!(
+        "sim: {round_trips} round trips of {MSG} B through the API on one thread: {:.0} ns per \
+         round trip ({:.0} round trips/s)",
+        elapsed.as_nanos() as f64 / round_trips.max(1) as f64,
+        round_trips as f64 / elapsed.as_secs_f64(),
+    );
+    println!("server shard: {:?}", srt.shard_stats());
+    Ok(())
+}
+
+fn main() -> io::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let value = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .map(String::as_str)
+    };
+    let bad = |what: &str| io::Error::new(ErrorKind::InvalidInput, what.to_owned());
+    if args.iter().any(|a| a == "--sim") {
+        let n = value("--sim")
+            .map_or(Ok(100_000), str::parse)
+            .map_err(|_| bad("--sim takes a number of round trips"))?;
+        return sim(n);
+    }
+    let conns = value("--conns")
+        .map_or(Ok(16), str::parse)
+        .map_err(|_| bad("--conns takes a number"))?;
+    let secs = value("--secs")
+        .map_or(Ok(2.0), str::parse)
+        .map_err(|_| bad("--secs takes seconds"))?;
+    shm(conns, secs)
+}

@@ -1,0 +1,934 @@
+//! The run loop of one shard: a [`Runtime`] owns a [`Shard`] (a stack and its device),
+//! the shard's [`Poller`] and a [`Clock`], and turns them into something an application
+//! runs on (see [`crate::api`] for the sockets).
+//!
+//! # One round, and when the loop sleeps
+//!
+//! [`Runtime::run_once`] is one iteration of the loop, after Linux's `net_rx_action` plus
+//! the idle path of `epoll_wait`:
+//!
+//! 1. **round**: [`Shard::poll_once`] with the budget of `net.core.netdev_budget` frames
+//!    and `net.core.netdev_budget_usecs` measured on the runtime's clock: transmit what the
+//!    application queued, receive within the budget, transmit, run due timers;
+//! 2. **idle?** if the round did nothing (no frame in or out, no timer, budget not
+//!    exhausted) and, in [`Runtime::poll`], the poller has nothing to report or pending
+//!    ([`Poller::has_pending`]), the loop is idle until the earlier of the shard's next
+//!    wake-up ([`Shard::next_wakeup`]: the stack's next timer, or a frame the device
+//!    already has) and the caller's timeout;
+//! 3. **busy poll** (`net.core.busy_poll`, [`RuntimeBuilder::busy_poll`]): on a real clock,
+//!    first poll the device for up to that long without sleeping, which trades a core for
+//!    the wake-up latency of a system call; a frame ends it;
+//! 4. **sleep** on the device ([`Sleep`]): the shm port arms its doorbell and sleeps in
+//!    `poll(2)` on its eventfd ([`ShmPort::wait`]); on a [`VirtualClock`] the clock jumps
+//!    to the wake-up instead (tests, simulations).
+//!
+//! [`Runtime::poll`] is the epoll-style wait on top: rounds, then [`Poller::wait`], then
+//! idle, until an event or the timeout.
+//!
+//! Everything is counted: the shard's [`ShardStats`] (`softnet_stat`: processed,
+//! time_squeeze) and the loop's [`RuntimeStats`] (rounds, sleeps, wake-ups by a frame or
+//! by the deadline, busy-poll rounds).
+//!
+//! # Clocks
+//!
+//! The stack is sans-I/O: every call takes `now`. The runtime reads it from a [`Clock`]:
+//! [`MonotonicClock`] in production (`CLOCK_MONOTONIC` through `std::time::Instant`), or a
+//! [`VirtualClock`] shared by the runtimes of a simulation. Runtimes sharing a virtual
+//! clock publish when they next have work, and an idle one jumps the clock only as far as
+//! the earliest of those (and of the frames on the sim link), so none skips over another's
+//! timer: a small discrete-event simulator.
+//!
+//! # More shards
+//!
+//! A runtime is one shard and is used from one thread. Multi-shard runtimes will run one
+//! `Runtime` per thread (each with its own device queue, e.g. one [`ShmPort`] per queue
+//! pair), a listener bound on each (like `SO_REUSEPORT`), and outbound connections from
+//! ports picked by [`crate::rss::pick_local_port`] so that replies come back to the shard.
+//! [`RuntimeBuilder::shard`] already numbers the shard.
+
+use core::cell::RefCell;
+use core::fmt;
+use core::net::Ipv4Addr;
+use core::time::Duration;
+use std::io;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use ustack_dev::shm::ShmPort;
+use ustack_dev::sim::{Side, SimLink, SimLinkConfig};
+use ustack_dev::{Device, DeviceCaps, Medium};
+use ustack_stack::{Config, EthernetAddress, Instant, Ipv4Cidr, Readiness, SocketKey, Stack};
+
+use crate::poller::{Event, Mode, Poller};
+use crate::shard::{PollResult, Shard, ShardStats};
+
+// ---- clocks ---------------------------------------------------------------------------
+
+/// What an idle loop did with a [`VirtualClock`] (see [`Clock::advance_idle`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Idle {
+    /// A real clock: time passes on its own; the loop must sleep.
+    Real,
+    /// The virtual clock jumped forward.
+    Advanced,
+    /// The virtual clock could not move: another participant has work now, or nothing is
+    /// scheduled anywhere (the simulation is quiescent).
+    Stuck,
+}
+
+/// Where the loop's `now` comes from.
+pub trait Clock {
+    /// The current time.
+    fn now(&self) -> Instant;
+
+    /// Whether time is virtual (moved by the loop, not by itself). Busy polling is off on
+    /// a virtual clock: no time would pass.
+    fn is_virtual(&self) -> bool {
+        false
+    }
+
+    /// Tell the clock when this loop next has work (`Some(Instant::ZERO)`: now; `None`:
+    /// nothing scheduled). Runtimes sharing a virtual clock read each other's.
+    fn publish_wakeup(&self, _at: Option<Instant>) {}
+
+    /// Pass idle time up to `until` without waiting, if the clock is virtual: jump to the
+    /// earliest of `until` and every other participant's published wake-up.
+    fn advance_idle(&self, _until: Option<Instant>) -> Idle {
+        Idle::Real
+    }
+}
+
+/// The real monotonic clock (`CLOCK_MONOTONIC`), with its epoch at creation.
+#[derive(Debug, Clone, Copy)]
+pub struct MonotonicClock {
+    origin: std::time::Instant,
+}
+
+impl MonotonicClock {
+    /// A clock whose `now()` counts from this moment.
+    pub fn new() -> MonotonicClock {
+        MonotonicClock {
+            origin: std::time::Instant::now(),
+        }
+    }
+}
+
+impl Default for MonotonicClock {
+    fn default() -> Self {
+        MonotonicClock::new()
+    }
+}
+
+impl Clock for MonotonicClock {
+    #[inline]
+    fn now(&self) -> Instant {
+        let d = self.origin.elapsed();
+        Instant::from_nanos(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+    }
+}
+
+/// No wake-up published.
+const NONE: u64 = u64::MAX;
+
+#[derive(Debug)]
+struct VirtualInner {
+    now: AtomicU64,
+    /// Every participant's published wake-up, in nanoseconds ([`NONE`]: nothing).
+    wakeups: Mutex<Vec<Arc<AtomicU64>>>,
+}
+
+/// A virtual clock: time stands still until a loop (or the test) moves it. Each handle is
+/// one participant of a simulation: [`VirtualClock::participant`] makes another handle on
+/// the same time for another runtime, and an idle runtime jumps the clock no further than
+/// the earliest wake-up any other participant published.
+#[derive(Debug)]
+pub struct VirtualClock {
+    inner: Arc<VirtualInner>,
+    slot: Arc<AtomicU64>,
+}
+
+impl VirtualClock {
+    /// A virtual clock at `start`.
+    pub fn new(start: Instant) -> VirtualClock {
+        let inner = Arc::new(VirtualInner {
+            now: AtomicU64::new(start.as_nanos()),
+            wakeups: Mutex::new(Vec::new()),
+        });
+        VirtualClock::join(inner)
+    }
+
+    fn join(inner: Arc<VirtualInner>) -> VirtualClock {
+        let slot = Arc::new(AtomicU64::new(NONE));
+        inner
+            .wakeups
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(slot.clone());
+        VirtualClock { inner, slot }
+    }
+
+    /// Another handle on the same time, as a new participant (for another runtime).
+    pub fn participant(&self) -> VirtualClock {
+        VirtualClock::join(self.inner.clone())
+    }
+
+    /// Move the clock to `t` (never backwards).
+    pub fn set(&self, t: Instant) {
+        self.inner.now.fetch_max(t.as_nanos(), Ordering::Relaxed);
+    }
+
+    /// Move the clock forward by `d`.
+    pub fn advance(&self, d: Duration) {
+        self.set(self.now() + d);
+    }
+
+    /// The earliest wake-up published by any participant but this one.
+    fn others_wakeup(&self) -> Option<u64> {
+        let slots = self.inner.wakeups.lock().unwrap_or_else(|e| e.into_inner());
+        slots
+            .iter()
+            .filter(|s| !Arc::ptr_eq(s, &self.slot))
+            .map(|s| s.load(Ordering::Relaxed))
+            .filter(|&w| w != NONE)
+            .min()
+    }
+}
+
+impl Drop for VirtualClock {
+    fn drop(&mut self) {
+        let mut slots = self.inner.wakeups.lock().unwrap_or_else(|e| e.into_inner());
+        slots.retain(|s| !Arc::ptr_eq(s, &self.slot));
+    }
+}
+
+impl Clock for VirtualClock {
+    #[inline]
+    fn now(&self) -> Instant {
+        Instant::from_nanos(self.inner.now.load(Ordering::Relaxed))
+    }
+
+    fn is_virtual(&self) -> bool {
+        true
+    }
+
+    #[inline]
+    fn publish_wakeup(&self, at: Option<Instant>) {
+        self.slot
+            .store(at.map_or(NONE, Instant::as_nanos), Ordering::Relaxed);
+    }
+
+    fn advance_idle(&self, until: Option<Instant>) -> Idle {
+        let now = self.inner.now.load(Ordering::Relaxed);
+        let target = match (until.map(Instant::as_nanos), self.others_wakeup()) {
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => match a.or(b) {
+                Some(t) => t,
+                None => return Idle::Stuck,
+            },
+        };
+        if target <= now {
+            return Idle::Stuck;
+        }
+        self.inner.now.fetch_max(target, Ordering::Relaxed);
+        Idle::Advanced
+    }
+}
+
+// ---- sleeping on a device ---------------------------------------------------------------
+
+/// A device the loop can sleep on when idle.
+pub trait Sleep {
+    /// Wait until the device may have a frame to receive, or `deadline` (on `clock`)
+    /// passes (`None`: no limit). Returns whether the device woke the caller (`false`: the
+    /// deadline passed, or a virtual clock moved). Returns at once if a frame is waiting.
+    fn sleep_until(&mut self, clock: &dyn Clock, deadline: Option<Instant>) -> io::Result<bool>;
+}
+
+/// The shm port sleeps on its doorbell eventfd ([`ShmPort::wait`]: `prepare_sleep`,
+/// `poll(2)`, `finish_sleep`, race-free against the peer's publish).
+impl Sleep for ShmPort {
+    fn sleep_until(&mut self, clock: &dyn Clock, deadline: Option<Instant>) -> io::Result<bool> {
+        let timeout = deadline.map(|d| d - clock.now());
+        self.wait(timeout)
+    }
+}
+
+/// One side of a [`SimLink`] shared by two runtimes in one thread, as a device a runtime
+/// can own (the dev crate's `SimPort` borrows the link instead). Make both with
+/// [`sim_pair`].
+#[derive(Debug, Clone)]
+pub struct SimLinkPort {
+    link: Rc<RefCell<SimLink>>,
+    side: Side,
+}
+
+/// Both ends of a new sim link: side A's port and side B's.
+pub fn sim_pair(config: SimLinkConfig) -> (SimLinkPort, SimLinkPort) {
+    let link = Rc::new(RefCell::new(SimLink::new(config)));
+    (
+        SimLinkPort {
+            link: link.clone(),
+            side: Side::A,
+        },
+        SimLinkPort {
+            link,
+            side: Side::B,
+        },
+    )
+}
+
+impl SimLinkPort {
+    /// Which end this port is.
+    pub fn side(&self) -> Side {
+        self.side
+    }
+
+    /// The link, for its statistics and conditions.
+    pub fn link(&self) -> &Rc<RefCell<SimLink>> {
+        &self.link
+    }
+}
+
+impl Device for SimLinkPort {
+    fn caps(&self) -> DeviceCaps {
+        self.link.borrow().caps()
+    }
+    fn recv(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
+        self.link.borrow_mut().recv(now, self.side, buf)
+    }
+    fn send(&mut self, now: Instant, frame: &[u8]) -> bool {
+        self.link.borrow_mut().send(now, self.side, frame)
+    }
+    fn poll_at(&self) -> Option<Instant> {
+        self.link.borrow().poll_at(self.side)
+    }
+}
+
+/// On a virtual clock, sleeping is a jump of the clock: to the deadline, but no further
+/// than the next frame on the link in either direction (one to the peer must reach it in
+/// time) or another participant's wake-up. On a real clock (a sim link driven in real
+/// time), a thread sleep until the deadline or the next arrival.
+impl Sleep for SimLinkPort {
+    fn sleep_until(&mut self, clock: &dyn Clock, deadline: Option<Instant>) -> io::Result<bool> {
+        let next = self.link.borrow().next_event();
+        let target = min_opt(deadline, next);
+        match clock.advance_idle(target) {
+            Idle::Real => {
+                if let Some(t) = target {
+                    std::thread::sleep(t - clock.now());
+                }
+            }
+            Idle::Advanced | Idle::Stuck => {}
+        }
+        Ok(self.poll_at().is_some_and(|at| at <= clock.now()))
+    }
+}
+
+fn min_opt(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+// ---- the builder --------------------------------------------------------------------------
+
+/// How to build a [`Runtime`]: the interface (address, prefix, gateway, MAC, medium,
+/// MTU), sysctls by their Linux names, the seed, and the loop's busy-poll time.
+///
+/// ```
+/// use core::net::Ipv4Addr;
+/// use ustack_runtime::runtime::{RuntimeBuilder, VirtualClock, sim_pair};
+/// use ustack_stack::Instant;
+///
+/// let (a, _b) = sim_pair(Default::default());
+/// let rt = RuntimeBuilder::new()
+///     .ipv4(Ipv4Addr::new(10, 0, 0, 1), 24)
+///     .sysctl("net.core.somaxconn", 1024)
+///     .build_with_clock(a, VirtualClock::new(Instant::ZERO))?;
+/// assert_eq!(rt.stack().sysctl().somaxconn, 1024);
+/// # Ok::<(), std::io::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct RuntimeBuilder {
+    ipv4: Option<Ipv4Cidr>,
+    gateway: Option<Ipv4Addr>,
+    mac: EthernetAddress,
+    medium: Option<Medium>,
+    mtu: Option<usize>,
+    sysctls: Vec<(String, u64)>,
+    seed: u64,
+    busy_poll: Duration,
+    shard: usize,
+}
+
+impl Default for RuntimeBuilder {
+    fn default() -> Self {
+        RuntimeBuilder::new()
+    }
+}
+
+impl RuntimeBuilder {
+    /// A builder with Linux's default tunables, no busy polling, MAC 02:00:00:00:00:01, and
+    /// the medium and MTU of the device.
+    pub fn new() -> RuntimeBuilder {
+        RuntimeBuilder {
+            ipv4: None,
+            gateway: None,
+            mac: EthernetAddress([2, 0, 0, 0, 0, 1]),
+            medium: None,
+            mtu: None,
+            sysctls: Vec::new(),
+            seed: 0,
+            busy_poll: Duration::ZERO,
+            shard: 0,
+        }
+    }
+
+    /// The interface's IPv4 address and prefix length (required). Panics if
+    /// `prefix_len > 32`.
+    pub fn ipv4(mut self, addr: Ipv4Addr, prefix_len: u8) -> Self {
+        self.ipv4 = Some(Ipv4Cidr::new(addr, prefix_len));
+        self
+    }
+
+    /// The next hop for destinations off the subnet (the default route).
+    pub fn gateway(mut self, gateway: Ipv4Addr) -> Self {
+        self.gateway = Some(gateway);
+        self
+    }
+
+    /// The interface's MAC address (Ethernet only).
+    pub fn mac(mut self, mac: EthernetAddress) -> Self {
+        self.mac = mac;
+        self
+    }
+
+    /// The medium; it must match the device's (checked at build). Default: the device's.
+    pub fn medium(mut self, medium: Medium) -> Self {
+        self.medium = Some(medium);
+        self
+    }
+
+    /// The IP MTU; at most the device's. Default: the device's.
+    pub fn mtu(mut self, mtu: usize) -> Self {
+        self.mtu = Some(mtu);
+        self
+    }
+
+    /// Set a tunable by its Linux name, e.g. `("net.ipv4.tcp_sack", 0)`; unknown names and
+    /// values out of range fail the build.
+    pub fn sysctl(mut self, name: &str, value: u64) -> Self {
+        self.sysctls.push((name.to_owned(), value));
+        self
+    }
+
+    /// Seed for hash keys, ISNs and IP ids (give each stack its own).
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
+    /// How long an idle loop polls the device before sleeping (`net.core.busy_poll`, in
+    /// µs there; 0, the default, sleeps at once). Ignored on a virtual clock.
+    pub fn busy_poll(mut self, busy_poll: Duration) -> Self {
+        self.busy_poll = busy_poll;
+        self
+    }
+
+    /// The shard's number (0 for a one-shard runtime).
+    pub fn shard(mut self, shard: usize) -> Self {
+        self.shard = shard;
+        self
+    }
+
+    /// The stack configuration this builder gives for a device with `caps`.
+    /// `InvalidInput` if no address was given, the medium does not match, the MTU is
+    /// larger than the device's, or a sysctl is refused.
+    pub fn stack_config(&self, caps: DeviceCaps) -> io::Result<Config> {
+        let invalid = |msg: String| io::Error::new(io::ErrorKind::InvalidInput, msg);
+        let ipv4 = self
+            .ipv4
+            .ok_or_else(|| invalid("RuntimeBuilder: no IPv4 address".into()))?;
+        if let Some(m) = self.medium
+            && m != caps.medium
+        {
+            return Err(invalid(format!(
+                "RuntimeBuilder: medium {m:?}, but the device carries {:?}",
+                caps.medium
+            )));
+        }
+        let mtu = self.mtu.unwrap_or(caps.mtu);
+        if mtu > caps.mtu || mtu < 68 {
+            return Err(invalid(format!(
+                "RuntimeBuilder: MTU {mtu} outside 68..={}",
+                caps.mtu
+            )));
+        }
+        let mut config = match caps.medium {
+            Medium::Ethernet => Config::ethernet(self.mac, ipv4),
+            Medium::Ip => Config::ip(ipv4),
+        };
+        config.gateway = self.gateway;
+        config.mtu = mtu;
+        config.seed = self.seed;
+        for (name, value) in &self.sysctls {
+            config
+                .sysctl
+                .set(name, *value)
+                .map_err(|e| invalid(e.to_string()))?;
+        }
+        Ok(config)
+    }
+
+    /// A runtime on `device`, on the real monotonic clock.
+    pub fn build<D: Device + Sleep>(self, device: D) -> io::Result<Runtime<D, MonotonicClock>> {
+        self.build_with_clock(device, MonotonicClock::new())
+    }
+
+    /// A runtime on `device`, reading time from `clock` (a [`VirtualClock`] in tests).
+    pub fn build_with_clock<D: Device + Sleep, C: Clock>(
+        self,
+        device: D,
+        clock: C,
+    ) -> io::Result<Runtime<D, C>> {
+        let config = self.stack_config(device.caps())?;
+        let stack = Stack::new(config);
+        Ok(Runtime {
+            shard: Shard::new(self.shard, stack, device),
+            poller: Poller::new(),
+            clock,
+            busy_poll: self.busy_poll,
+            stats: RuntimeStats::default(),
+        })
+    }
+}
+
+// ---- the runtime --------------------------------------------------------------------------
+
+/// The loop's own counters, cumulative (the shard's are in [`ShardStats`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RuntimeStats {
+    /// Rounds run ([`Shard::poll_once`] calls, busy-poll rounds included).
+    pub rounds: u64,
+    /// Rounds that found nothing to do.
+    pub empty_rounds: u64,
+    /// Times the loop slept on the device (or, on a virtual clock, jumped the clock).
+    pub sleeps: u64,
+    /// Sleeps ended by the device (a frame, or the peer's doorbell).
+    pub wakeups: u64,
+    /// Sleeps ended by the deadline (a timer or the caller's timeout).
+    pub timeouts: u64,
+    /// Busy-poll phases started (idle with `busy_poll` set, on a real clock).
+    pub busy_polls: u64,
+    /// Busy-poll phases that found a frame (and so skipped the sleep).
+    pub busy_poll_hits: u64,
+    /// Events reported by [`Runtime::poll`].
+    pub events: u64,
+}
+
+/// A buffer of events for [`Runtime::poll`] (`struct epoll_event events[maxevents]`).
+#[derive(Debug, Clone)]
+pub struct Events {
+    inner: Vec<Event>,
+    capacity: usize,
+}
+
+impl Events {
+    /// Room for up to `capacity` events per [`Runtime::poll`] (at least 1).
+    pub fn with_capacity(capacity: usize) -> Events {
+        let capacity = capacity.max(1);
+        Events {
+            inner: Vec::with_capacity(capacity),
+            capacity,
+        }
+    }
+
+    /// The events of the last poll.
+    pub fn iter(&self) -> core::slice::Iter<'_, Event> {
+        self.inner.iter()
+    }
+
+    /// How many.
+    pub fn len(&self) -> usize {
+        self.inner.len()
+    }
+
+    /// None.
+    pub fn is_empty(&self) -> bool {
+        self.inner.is_empty()
+    }
+
+    /// Forget them.
+    pub fn clear(&mut self) {
+        self.inner.clear();
+    }
+}
+
+impl<'a> IntoIterator for &'a Events {
+    type Item = &'a Event;
+    type IntoIter = core::slice::Iter<'a, Event>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.inner.iter()
+    }
+}
+
+/// What a registration watches: readiness kinds, and whether it is one-shot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Interest {
+    readiness: Readiness,
+    oneshot: bool,
+}
+
+impl Interest {
+    /// `EPOLLIN`: data, end of stream, an error, or a connection to accept.
+    pub const READABLE: Interest = Interest::new(Readiness::READABLE);
+    /// `EPOLLOUT`: room to write (or a finished connect).
+    pub const WRITABLE: Interest = Interest::new(Readiness::WRITABLE);
+    /// `EPOLLRDHUP`: the peer closed its side.
+    pub const RDHUP: Interest = Interest::new(Readiness::RDHUP);
+
+    /// An interest in `readiness` (ERROR and HUP are always reported anyway).
+    pub const fn new(readiness: Readiness) -> Interest {
+        Interest {
+            readiness,
+            oneshot: false,
+        }
+    }
+
+    /// The same, one-shot (`EPOLLONESHOT`): disarmed after one event until
+    /// [`Runtime::reregister`].
+    pub const fn oneshot(self) -> Interest {
+        Interest {
+            readiness: self.readiness,
+            oneshot: true,
+        }
+    }
+
+    /// The readiness kinds.
+    pub const fn readiness(self) -> Readiness {
+        self.readiness
+    }
+
+    /// Whether one-shot.
+    pub const fn is_oneshot(self) -> bool {
+        self.oneshot
+    }
+}
+
+impl core::ops::BitOr for Interest {
+    type Output = Interest;
+    fn bitor(self, rhs: Interest) -> Interest {
+        Interest {
+            readiness: self.readiness | rhs.readiness,
+            oneshot: self.oneshot || rhs.oneshot,
+        }
+    }
+}
+
+/// Anything a poller can watch: the API's sockets.
+pub trait Source {
+    /// The socket's key in its stack.
+    fn key(&self) -> SocketKey;
+}
+
+/// One shard's run loop and everything it owns: the stack, the device, the poller, the
+/// clock. See the [module docs](self).
+///
+/// Sockets ([`crate::api`]) are small handles into this runtime's stack; every operation
+/// takes `&mut Runtime`, because the stack is sans-I/O state with a single owner per shard
+/// (no locks, no reference counting, no interior mutability on the packet path). A handle
+/// borrows nothing, so an application keeps its sockets wherever it likes (a map by
+/// token, say) and passes the runtime in for each call.
+pub struct Runtime<D: Device, C: Clock = MonotonicClock> {
+    shard: Shard<D>,
+    poller: Poller,
+    clock: C,
+    busy_poll: Duration,
+    stats: RuntimeStats,
+}
+
+impl<D: Device + fmt::Debug, C: Clock + fmt::Debug> fmt::Debug for Runtime<D, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Runtime")
+            .field("shard", &self.shard)
+            .field("clock", &self.clock)
+            .field("busy_poll", &self.busy_poll)
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The budget's clock: the runtime's, as the shard wants it.
+fn round(shard: &mut Shard<impl Device>, clock: &impl Clock) -> PollResult {
+    let now = clock.now();
+    let mut read = || clock.now();
+    let budget = shard.budget().with_clock(&mut read);
+    shard.poll_once(now, budget)
+}
+
+fn did_work(r: &PollResult) -> bool {
+    r.rx > 0 || r.tx > 0 || r.timers || r.work_left
+}
+
+impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
+    /// The current time on the runtime's clock.
+    #[inline]
+    pub fn now(&self) -> Instant {
+        self.clock.now()
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    /// The stack (counters, sysctls, socket state).
+    pub fn stack(&self) -> &Stack {
+        self.shard.stack()
+    }
+
+    /// The stack, mutably: for calls the API does not wrap. Socket calls made here are
+    /// transmitted by the next round.
+    pub fn stack_mut(&mut self) -> &mut Stack {
+        self.touch();
+        self.shard.stack_mut()
+    }
+
+    /// The shard (stack and device).
+    pub fn shard(&self) -> &Shard<D> {
+        &self.shard
+    }
+
+    /// The device.
+    pub fn device(&self) -> &D {
+        self.shard.device()
+    }
+
+    /// The device, mutably.
+    pub fn device_mut(&mut self) -> &mut D {
+        self.shard.device_mut()
+    }
+
+    /// The shard's counters (`softnet_stat`).
+    pub fn shard_stats(&self) -> &ShardStats {
+        self.shard.stats()
+    }
+
+    /// The loop's counters.
+    pub fn stats(&self) -> &RuntimeStats {
+        &self.stats
+    }
+
+    /// The poller.
+    pub fn poller(&self) -> &Poller {
+        &self.poller
+    }
+
+    /// The application changed socket state: this loop has work now (other runtimes on a
+    /// shared virtual clock must not jump past it).
+    #[inline]
+    pub(crate) fn touch(&self) {
+        self.clock.publish_wakeup(Some(Instant::ZERO));
+    }
+
+    /// The stack and `now`, for one socket call.
+    #[inline]
+    pub(crate) fn stack_now(&mut self) -> (&mut Stack, Instant) {
+        self.touch();
+        let now = self.clock.now();
+        (self.shard.stack_mut(), now)
+    }
+
+    /// One round of the shard's loop (budgeted), without sleeping.
+    fn round(&mut self) -> PollResult {
+        let r = round(&mut self.shard, &self.clock);
+        self.stats.rounds += 1;
+        if !did_work(&r) {
+            self.stats.empty_rounds += 1;
+        }
+        r
+    }
+
+    /// Move the stack's wake-ups onto the poller's ready list (reporting nothing: they
+    /// wait for the next [`poll`](Self::poll)); whether the poller then has anything
+    /// pending. Wake-ups of sockets nobody registered are dropped here, so they do not
+    /// keep the loop awake.
+    fn harvest(&mut self) -> bool {
+        let mut none = Vec::new();
+        self.poller.wait(self.shard.stack_mut(), &mut none, 0);
+        self.poller.has_pending(self.shard.stack())
+    }
+
+    /// When an idle loop wakes up on its own: the shard's next wake-up, bounded by
+    /// `deadline`.
+    fn wake_target(&self, deadline: Option<Instant>) -> Option<Instant> {
+        min_opt(self.shard.next_wakeup(), deadline)
+    }
+
+    /// The idle path: busy poll (real clock), then sleep on the device (or jump a virtual
+    /// clock) until the next wake-up or `deadline`. Returns whether time passed or a frame
+    /// came (false: a virtual clock could not move).
+    fn idle(&mut self, deadline: Option<Instant>) -> io::Result<bool> {
+        let target = self.wake_target(deadline);
+        self.clock.publish_wakeup(target);
+        let now = self.clock.now();
+        if target.is_some_and(|t| t <= now) {
+            return Ok(true);
+        }
+        if !self.busy_poll.is_zero() && !self.clock.is_virtual() {
+            self.stats.busy_polls += 1;
+            let until = now + self.busy_poll;
+            loop {
+                let r = self.round();
+                if did_work(&r) || self.harvest() {
+                    self.stats.busy_poll_hits += 1;
+                    self.clock.publish_wakeup(Some(Instant::ZERO));
+                    return Ok(true);
+                }
+                let t = self.clock.now();
+                if t >= until || target.is_some_and(|d| t >= d) {
+                    break;
+                }
+                core::hint::spin_loop();
+            }
+            if target.is_some_and(|d| self.clock.now() >= d) {
+                return Ok(true);
+            }
+        }
+        let before = self.clock.now();
+        self.stats.sleeps += 1;
+        let woken = self.shard.device_mut().sleep_until(&self.clock, target)?;
+        if woken {
+            self.stats.wakeups += 1;
+        } else {
+            self.stats.timeouts += 1;
+        }
+        let moved = woken || self.clock.now() > before;
+        if moved {
+            // A round follows at once.
+            self.clock.publish_wakeup(Some(Instant::ZERO));
+        }
+        Ok(moved)
+    }
+
+    /// Publish when this loop next has work, on leaving it: now if the poller or the
+    /// budget left something, else the shard's next wake-up.
+    fn publish_on_leave(&self, work_left: bool) {
+        if !self.clock.is_virtual() {
+            return;
+        }
+        let at = if work_left || self.poller.has_pending(self.shard.stack()) {
+            Some(Instant::ZERO)
+        } else {
+            self.shard.next_wakeup()
+        };
+        self.clock.publish_wakeup(at);
+    }
+
+    /// One iteration of the loop: a budgeted round, the harvest of the stack's wake-ups
+    /// into the poller, then, if the round did nothing (no frame in or out, no timer,
+    /// budget not exhausted), busy poll and sleep until the next wake-up or `timeout`
+    /// (`None`: until the device or a timer wakes it). Returns what the round did.
+    ///
+    /// `run_once` does not report socket events, and events waiting in the poller do not
+    /// keep it awake: an application that waits for sockets calls [`poll`](Self::poll),
+    /// which does not sleep while one is ready.
+    pub fn run_once(&mut self, timeout: Option<Duration>) -> io::Result<PollResult> {
+        let deadline = timeout.map(|t| self.clock.now() + t);
+        let r = self.round();
+        self.harvest();
+        if !did_work(&r) {
+            self.idle(deadline)?;
+        }
+        self.publish_on_leave(r.work_left);
+        Ok(r)
+    }
+
+    /// Run the loop until a registered socket is ready or `timeout` passes (`None`: no
+    /// limit), and put the events (up to the buffer's capacity) in `events`; returns how
+    /// many (`epoll_wait`). Each iteration is a budgeted round, then the poller's harvest,
+    /// then, if nothing was reported and the round exhausted no budget, the idle path.
+    ///
+    /// On a [`VirtualClock`] it also returns (with 0) when the clock cannot move: another
+    /// runtime on the clock has work now (run it, then poll again), or nothing is
+    /// scheduled anywhere.
+    pub fn poll(&mut self, events: &mut Events, timeout: Option<Duration>) -> io::Result<usize> {
+        events.inner.clear();
+        let deadline = timeout.map(|t| self.clock.now() + t);
+        loop {
+            let r = self.round();
+            let n = self
+                .poller
+                .wait(self.shard.stack_mut(), &mut events.inner, events.capacity);
+            if n > 0 {
+                self.stats.events += n as u64;
+                self.publish_on_leave(r.work_left);
+                return Ok(n);
+            }
+            if deadline.is_some_and(|d| self.clock.now() >= d) {
+                self.publish_on_leave(r.work_left);
+                return Ok(0);
+            }
+            if r.work_left || self.poller.has_pending(self.shard.stack()) {
+                continue;
+            }
+            if !self.idle(deadline)? {
+                self.publish_on_leave(false);
+                return Ok(0);
+            }
+        }
+    }
+
+    /// Watch `source` for `interest` with a user `token` (`EPOLL_CTL_ADD`). A socket that
+    /// is ready already is reported by the next poll, in either mode. `EEXIST` if it is
+    /// registered.
+    pub fn register(
+        &mut self,
+        source: &impl Source,
+        token: u64,
+        interest: Interest,
+        mode: Mode,
+    ) -> io::Result<()> {
+        self.touch();
+        self.poller
+            .register(
+                source.key(),
+                token,
+                interest.readiness,
+                mode,
+                interest.oneshot,
+            )
+            .map_err(|e| io::Error::from_raw_os_error(e.errno()))
+    }
+
+    /// Change a registration and re-arm it if one-shot (`EPOLL_CTL_MOD`). `ENOENT` if it
+    /// is not registered.
+    pub fn reregister(
+        &mut self,
+        source: &impl Source,
+        token: u64,
+        interest: Interest,
+        mode: Mode,
+    ) -> io::Result<()> {
+        self.touch();
+        self.poller
+            .modify(
+                source.key(),
+                token,
+                interest.readiness,
+                mode,
+                interest.oneshot,
+            )
+            .map_err(|e| io::Error::from_raw_os_error(e.errno()))
+    }
+
+    /// Stop watching `source` (`EPOLL_CTL_DEL`). `ENOENT` if it is not registered.
+    /// Closing a socket drops its registration by itself.
+    pub fn deregister(&mut self, source: &impl Source) -> io::Result<()> {
+        self.poller
+            .deregister(source.key())
+            .map_err(|e| io::Error::from_raw_os_error(e.errno()))
+    }
+}
