@@ -18,6 +18,22 @@
 //! prints ns per round trip: the stack's and the runtime's cost of an echo, with no link
 //! cost to speak of. Under callgrind, run it twice with different N and divide the
 //! difference in instructions by the difference in N to leave out the set-up.
+//!
+//! Measured on the development machine (2 vCPUs, AMD EPYC Zen 5 under KVM), release:
+//!
+//! ```text
+//! for n in 10000 30000; do valgrind --tool=callgrind --callgrind-out-file=cg.$n \
+//!     target/release/examples/echo --sim $n; done
+//! (504,509,957 - 179,514,915) / 20,000 = 16,250 instructions per 64-byte round trip
+//! echo --sim 300000: 1,180-1,230 ns per round trip (about 830,000 round trips/s)
+//! ```
+//!
+//! Of those 16,250 instructions (callgrind, inclusive): the two segment receives
+//! (`Stack::receive`) about 5,950; `tcp_send` with its output path about 4,600; the sim
+//! link (send with its ChaCha draws, recv) about 1,350; `Stack::poll_timeout`, asked 7
+//! times per round trip, about 1,200; the poller about 700; malloc and free about 1,450
+//! of the above (the shard does not yet hand transmitted frames back to
+//! `Stack::recycle`). shm, two threads, 16 connections: about 370,000 messages/s.
 
 use core::net::{Ipv4Addr, SocketAddrV4};
 use core::time::Duration;
