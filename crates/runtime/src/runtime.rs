@@ -308,7 +308,9 @@ impl Device for SimLinkPort {
 /// On a virtual clock, sleeping is a jump of the clock: to the deadline, but no further
 /// than the next frame on the link in either direction (one to the peer must reach it in
 /// time) or another participant's wake-up. On a real clock (a sim link driven in real
-/// time), a thread sleep until the deadline or the next arrival.
+/// time), a thread sleep until the deadline or the next arrival; with neither, it returns
+/// at once (nothing in this thread can change that, so a caller waiting without a timeout
+/// would spin: use a virtual clock with sim).
 impl Sleep for SimLinkPort {
     fn sleep_until(&mut self, clock: &dyn Clock, deadline: Option<Instant>) -> io::Result<bool> {
         let next = self.link.borrow().next_event();
