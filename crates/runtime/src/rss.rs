@@ -261,6 +261,11 @@ pub fn shard_of(hash: u32, shards: usize) -> usize {
 /// uses a keyed hash of the same fields) and walks the range once, so it makes at most
 /// `port_range.len()` cheap hash steps and calls `in_use` only for ports that hash to `shard`
 /// (about one port in `shards`).
+///
+/// Whether every shard can be reached depends on the key: the port's 16 bits move the hash
+/// through 16 windows of it, and a degenerate key (mostly zero bytes, say) can span fewer
+/// than the indirection table's 7 index bits, leaving some shards no port. The standard
+/// keys reach every shard (tested); a runtime with a key of its own should check.
 pub fn pick_local_port(
     key: &RssKey,
     local_ip: Ipv4Addr,

@@ -236,7 +236,8 @@ impl<D: Device> Shard<D> {
         result
     }
 
-    /// Hand every frame the stack has queued to the device.
+    /// Hand every frame the stack has queued to the device; the device copies it, so the
+    /// buffer goes back to the stack for its next frame (completion reclaim).
     fn transmit(&mut self, now: Instant, result: &mut PollResult) {
         while let Some(frame) = self.stack.poll_transmit(now) {
             result.tx += 1;
@@ -244,6 +245,7 @@ impl<D: Device> Shard<D> {
             if !self.device.send(now, &frame) {
                 self.stats.tx_dropped += 1;
             }
+            self.stack.recycle(frame);
         }
     }
 

@@ -291,10 +291,13 @@ proptest! {
     }
 
     /// With Linux's default ip_local_port_range every shard gets a port (the port bits reach
-    /// every entry of the indirection table).
+    /// every entry of the indirection table), for the standard keys. Not for every key: the
+    /// port's 16 bits reach the table through 16 windows of the key, and a degenerate key
+    /// (say, mostly zero bytes) spans fewer than the table's 7 index bits, leaving shards no
+    /// port can reach; a runtime with a key of its own must check this at start.
     #[test]
     fn every_shard_is_reachable(
-        key in key(),
+        key in prop_oneof![Just(RssKey::MICROSOFT), Just(RssKey::SYMMETRIC)],
         local_ip in any::<u32>().prop_map(Ipv4Addr::from),
         remote in addr(),
         shards in 1usize..=32,
