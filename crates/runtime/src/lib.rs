@@ -8,6 +8,7 @@ pub mod api;
 pub mod poller;
 pub mod rss;
 pub mod runtime;
+pub mod servers;
 pub mod shard;
 pub mod timer;
 

@@ -1,0 +1,1177 @@
+//! Servers on the public API: echo (RFC 862), discard (RFC 863) and a small HTTP/1.1 server
+//! (RFC 9112: keep-alive and pipelining, a fixed response for `GET /`, static files from a
+//! directory, 400/404/405/431 like the Linux baseline in `tools/baseline`), each an
+//! edge-triggered event loop over one [`Runtime`]'s poller; and [`Load`], verifying clients
+//! for them (every echoed byte, every HTTP response), used by the tests and by
+//! `ustack serve --link sim`.
+//!
+//! The server is built like the baseline's workers: every connection is registered once
+//! for `READABLE | WRITABLE | RDHUP`, edge-triggered; output the socket does not take at
+//! once waits in the connection's buffer for the next WRITABLE edge, and the connection is
+//! not read again until that buffer is flushed (backpressure).
+//!
+//! The HTTP request parser is this module's own: the baseline's (`tools/baseline/src/http.rs`)
+//! is private to that crate (`pub(crate)`), and that crate is the Linux server (it depends on
+//! `rustix` and is not a library the runtime should depend on). The two answer the same
+//! requests with the same statuses; moving the baseline's parser into a small shared crate
+//! would let both use one.
+
+use core::net::SocketAddrV4;
+use core::time::Duration;
+use std::collections::HashMap;
+use std::io::{self, ErrorKind};
+use std::net::Shutdown;
+use std::path::{Path, PathBuf};
+
+use ustack_dev::Device;
+use ustack_stack::Readiness;
+
+use crate::api::{TcpListener, TcpStream};
+use crate::poller::Mode;
+use crate::runtime::{Clock, Events, Interest, Runtime, Sleep};
+
+/// The body of the fixed response to `GET /` (as the baseline's, TechEmpower's "plaintext").
+pub const FIXED_BODY: &[u8] = b"Hello, World!";
+/// The largest request head accepted; a longer one is answered with 431 and the connection
+/// closes (the baseline's limit).
+pub const MAX_REQUEST_HEAD: usize = 8192;
+/// Output buffered per connection above which it is not read again until some is sent.
+const OUT_HIGH: usize = 64 * 1024;
+const LISTENER: u64 = u64::MAX;
+
+/// Which protocol a [`Server`] speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// TCP echo (RFC 862): every byte received is sent back.
+    Echo,
+    /// TCP discard (RFC 863): every byte received is read and dropped.
+    Discard,
+    /// HTTP/1.1 (RFC 9112).
+    Http,
+}
+
+impl Protocol {
+    /// By its command-line name: `echo`, `discard`, `http`.
+    pub fn from_name(name: &str) -> Option<Protocol> {
+        match name {
+            "echo" => Some(Protocol::Echo),
+            "discard" => Some(Protocol::Discard),
+            "http" => Some(Protocol::Http),
+            _ => None,
+        }
+    }
+}
+
+/// What a [`Server`] has done, cumulative.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ServerStats {
+    /// Connections accepted.
+    pub accepted: u64,
+    /// Connections closed (by either side, or reset).
+    pub closed: u64,
+    /// Bytes read from clients.
+    pub bytes_in: u64,
+    /// Bytes accepted by the sockets for sending.
+    pub bytes_out: u64,
+    /// HTTP responses queued, by status: 200, 400, 404, 405, 431, others.
+    pub http_200: u64,
+    /// 400 Bad Request.
+    pub http_400: u64,
+    /// 404 Not Found.
+    pub http_404: u64,
+    /// 405 Method Not Allowed.
+    pub http_405: u64,
+    /// 431 Request Header Fields Too Large.
+    pub http_431: u64,
+    /// 501 and 505.
+    pub http_other: u64,
+    /// Connections that ended in an error (reset, timeout).
+    pub errors: u64,
+}
+
+struct Conn {
+    stream: TcpStream,
+    /// Queued output the socket did not take yet.
+    out: Vec<u8>,
+    /// HTTP: received bytes not yet parsed.
+    inbuf: Vec<u8>,
+    /// HTTP: request body bytes still to skip.
+    skip: u64,
+    /// Close once `out` is flushed (an error response, `Connection: close`, EOF).
+    close_after: bool,
+}
+
+/// An echo, discard or HTTP server on one runtime: a listener and its connections.
+///
+/// ```
+/// use core::net::{Ipv4Addr, SocketAddrV4};
+/// use core::time::Duration;
+/// use ustack_runtime::runtime::{RuntimeBuilder, VirtualClock, sim_pair};
+/// use ustack_runtime::servers::{Load, Protocol, Server};
+/// use ustack_stack::{EthernetAddress, Instant};
+///
+/// let (a, b) = sim_pair(Default::default());
+/// let clock = VirtualClock::new(Instant::ZERO);
+/// let mut srt = RuntimeBuilder::new().ipv4(Ipv4Addr::new(10, 0, 0, 1), 24)
+///     .build_with_clock(a, clock.participant())?;
+/// let mut crt = RuntimeBuilder::new().ipv4(Ipv4Addr::new(10, 0, 0, 2), 24)
+///     .mac(EthernetAddress([2, 0, 0, 0, 0, 2])).build_with_clock(b, clock.participant())?;
+/// let addr = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 80);
+/// let mut server = Server::bind(&mut srt, Protocol::Http, addr, None)?;
+/// let mut load = Load::start(&mut crt, Protocol::Http, addr, 3, 4)?;
+/// while !load.done() {
+///     server.step(&mut srt, Some(Duration::from_millis(1)))?;
+///     load.step(&mut crt, Some(Duration::from_millis(1)))?;
+/// }
+/// assert_eq!(load.stats().verified, 12);
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub struct Server {
+    proto: Protocol,
+    listener: TcpListener,
+    root: Option<PathBuf>,
+    conns: HashMap<u64, Conn>,
+    next: u64,
+    events: Events,
+    buf: Vec<u8>,
+    stats: ServerStats,
+}
+
+impl core::fmt::Debug for Server {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Server")
+            .field("proto", &self.proto)
+            .field("listener", &self.listener)
+            .field("root", &self.root)
+            .field("connections", &self.conns.len())
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+fn would_block(e: &io::Error) -> bool {
+    e.kind() == ErrorKind::WouldBlock
+}
+
+impl Server {
+    /// Listen on `addr` (backlog `net.core.somaxconn`) and serve `proto`; HTTP serves
+    /// files under `root` (without one, only `GET /`).
+    pub fn bind<D: Device + Sleep, C: Clock>(
+        rt: &mut Runtime<D, C>,
+        proto: Protocol,
+        addr: SocketAddrV4,
+        root: Option<PathBuf>,
+    ) -> io::Result<Server> {
+        let backlog = u32::try_from(rt.stack().sysctl().somaxconn).unwrap_or(u32::MAX);
+        let listener = TcpListener::bind(rt, addr, backlog)?;
+        rt.register(&listener, LISTENER, Interest::READABLE, Mode::Edge)?;
+        Ok(Server {
+            proto,
+            listener,
+            root,
+            conns: HashMap::new(),
+            next: 0,
+            events: Events::with_capacity(256),
+            buf: vec![0; 64 * 1024],
+            stats: ServerStats::default(),
+        })
+    }
+
+    /// The protocol.
+    pub fn protocol(&self) -> Protocol {
+        self.proto
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &ServerStats {
+        &self.stats
+    }
+
+    /// Open connections.
+    pub fn connections(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// One `epoll_wait` (up to `timeout`) and the handling of its events: how many.
+    pub fn step<D: Device + Sleep, C: Clock>(
+        &mut self,
+        rt: &mut Runtime<D, C>,
+        timeout: Option<Duration>,
+    ) -> io::Result<usize> {
+        let n = rt.poll(&mut self.events, timeout)?;
+        let ready: Vec<(u64, Readiness)> =
+            self.events.iter().map(|e| (e.token, e.readiness)).collect();
+        for (token, readiness) in ready {
+            if token == LISTENER {
+                self.accept_all(rt)?;
+            } else {
+                self.service(rt, token, readiness);
+            }
+        }
+        Ok(n)
+    }
+
+    fn accept_all<D: Device + Sleep, C: Clock>(
+        &mut self,
+        rt: &mut Runtime<D, C>,
+    ) -> io::Result<()> {
+        loop {
+            match self.listener.accept(rt) {
+                Ok((stream, _peer)) => {
+                    stream.set_nodelay(rt, true)?;
+                    let token = self.next;
+                    self.next += 1;
+                    rt.register(
+                        &stream,
+                        token,
+                        Interest::READABLE | Interest::WRITABLE | Interest::RDHUP,
+                        Mode::Edge,
+                    )?;
+                    self.stats.accepted += 1;
+                    self.conns.insert(
+                        token,
+                        Conn {
+                            stream,
+                            out: Vec::new(),
+                            inbuf: Vec::new(),
+                            skip: 0,
+                            close_after: false,
+                        },
+                    );
+                }
+                Err(e) if would_block(&e) => return Ok(()),
+                // ECONNABORTED and the like: that connection is gone, the listener is not.
+                Err(_) => self.stats.errors += 1,
+            }
+        }
+    }
+
+    /// Flush, read while the output is small, answer, flush; close when done.
+    fn service<D: Device + Sleep, C: Clock>(
+        &mut self,
+        rt: &mut Runtime<D, C>,
+        token: u64,
+        readiness: Readiness,
+    ) {
+        let Some(mut conn) = self.conns.remove(&token) else {
+            return;
+        };
+        let keep = self.drive(rt, &mut conn, readiness);
+        match keep {
+            Ok(true) => {
+                self.conns.insert(token, conn);
+            }
+            Ok(false) => {
+                self.stats.closed += 1;
+                let _ = conn.stream.close(rt);
+            }
+            Err(_) => {
+                self.stats.closed += 1;
+                self.stats.errors += 1;
+                let _ = conn.stream.abort(rt);
+            }
+        }
+    }
+
+    /// Ok(false): close it now.
+    fn drive<D: Device + Sleep, C: Clock>(
+        &mut self,
+        rt: &mut Runtime<D, C>,
+        conn: &mut Conn,
+        readiness: Readiness,
+    ) -> io::Result<bool> {
+        if readiness.contains(Readiness::ERROR) {
+            // The pending error comes out of the next read.
+            conn.stream.read(rt, &mut [0u8; 1])?;
+        }
+        loop {
+            self.flush(rt, conn)?;
+            if conn.close_after {
+                return Ok(!conn.out.is_empty());
+            }
+            if conn.out.len() >= OUT_HIGH {
+                return Ok(true); // the next WRITABLE edge brings us back
+            }
+            let n = match conn.stream.read(rt, &mut self.buf) {
+                Ok(n) => n,
+                Err(e) if would_block(&e) => return Ok(true),
+                Err(e) => return Err(e),
+            };
+            if n == 0 {
+                // The peer finished sending: finish our output, then close.
+                conn.close_after = true;
+                continue;
+            }
+            self.stats.bytes_in += n as u64;
+            match self.proto {
+                Protocol::Echo => conn.out.extend_from_slice(&self.buf[..n]),
+                Protocol::Discard => {}
+                Protocol::Http => {
+                    let mut data = &self.buf[..n];
+                    if conn.skip > 0 {
+                        let k = data
+                            .len()
+                            .min(usize::try_from(conn.skip).unwrap_or(usize::MAX));
+                        conn.skip -= k as u64;
+                        data = &data[k..];
+                    }
+                    conn.inbuf.extend_from_slice(data);
+                    self.answer(conn);
+                }
+            }
+        }
+    }
+
+    fn flush<D: Device + Sleep, C: Clock>(
+        &mut self,
+        rt: &mut Runtime<D, C>,
+        conn: &mut Conn,
+    ) -> io::Result<()> {
+        let mut sent = 0;
+        while sent < conn.out.len() {
+            match conn.stream.write(rt, &conn.out[sent..]) {
+                Ok(0) => break,
+                Ok(n) => sent += n,
+                Err(e) if would_block(&e) => break,
+                Err(e) => return Err(e),
+            }
+        }
+        self.stats.bytes_out += sent as u64;
+        conn.out.drain(..sent);
+        Ok(())
+    }
+
+    /// Answer every complete request in `conn.inbuf`.
+    fn answer(&mut self, conn: &mut Conn) {
+        let mut pos = 0;
+        while !conn.close_after && conn.skip == 0 {
+            match http::parse(&conn.inbuf[pos..]) {
+                http::Parsed::Incomplete => break,
+                http::Parsed::Error(status) => {
+                    self.respond_error(conn, status);
+                    conn.close_after = true;
+                    pos = conn.inbuf.len();
+                }
+                http::Parsed::Request { request, head_len } => {
+                    let keep_alive = request.keep_alive;
+                    let (status, ctype, body) = self.resolve(&request);
+                    let head_only = request.method == http::Method::Head;
+                    let body_len = body.len() as u64;
+                    http::write_head(
+                        &mut conn.out,
+                        status,
+                        ctype,
+                        body_len,
+                        request.http10,
+                        keep_alive,
+                    );
+                    if status == http::Status::MethodNotAllowed {
+                        // RFC 9110 §15.5.6: a 405 "MUST generate an Allow header field".
+                        let end = conn.out.len() - 2;
+                        conn.out
+                            .splice(end..end, b"Allow: GET, HEAD\r\n".iter().copied());
+                    }
+                    if !head_only {
+                        conn.out.extend_from_slice(&body);
+                    }
+                    self.count(status);
+                    let body_to_skip = request.content_length;
+                    pos += head_len;
+                    let avail = (conn.inbuf.len() - pos) as u64;
+                    let k = avail.min(body_to_skip);
+                    pos += k as usize;
+                    conn.skip = body_to_skip - k;
+                    if !keep_alive {
+                        conn.close_after = true;
+                    }
+                }
+            }
+        }
+        conn.inbuf.drain(..pos.min(conn.inbuf.len()));
+        if conn.close_after {
+            conn.inbuf.clear();
+        }
+    }
+
+    fn count(&mut self, status: http::Status) {
+        let c = match status {
+            http::Status::Ok => &mut self.stats.http_200,
+            http::Status::BadRequest => &mut self.stats.http_400,
+            http::Status::NotFound => &mut self.stats.http_404,
+            http::Status::MethodNotAllowed => &mut self.stats.http_405,
+            http::Status::HeaderFieldsTooLarge => &mut self.stats.http_431,
+            _ => &mut self.stats.http_other,
+        };
+        *c += 1;
+    }
+
+    fn respond_error(&mut self, conn: &mut Conn, status: http::Status) {
+        let body = status.error_body();
+        http::write_head(
+            &mut conn.out,
+            status,
+            b"text/plain; charset=utf-8",
+            body.len() as u64,
+            false,
+            false,
+        );
+        conn.out.extend_from_slice(body);
+        self.count(status);
+    }
+
+    /// Status, content type and body for a parsed request.
+    fn resolve(&self, req: &http::Request<'_>) -> (http::Status, &'static [u8], Vec<u8>) {
+        let error = |s: http::Status| {
+            (
+                s,
+                &b"text/plain; charset=utf-8"[..],
+                s.error_body().to_vec(),
+            )
+        };
+        if req.method == http::Method::Other {
+            return error(http::Status::MethodNotAllowed);
+        }
+        if req.path == b"/" {
+            return (http::Status::Ok, b"text/plain", FIXED_BODY.to_vec());
+        }
+        match static_file(self.root.as_deref(), req.path) {
+            Ok(body) => (http::Status::Ok, http::content_type(req.path), body),
+            Err(s) => error(s),
+        }
+    }
+}
+
+/// The file for a request path under `root`: 400 for a malformed path or one that climbs
+/// out of the root with `..`; 404 for anything not a readable regular file under it.
+fn static_file(root: Option<&Path>, path: &[u8]) -> Result<Vec<u8>, http::Status> {
+    let decoded = http::percent_decode(path).ok_or(http::Status::BadRequest)?;
+    if !decoded.starts_with(b"/") {
+        return Err(http::Status::NotFound);
+    }
+    if decoded.split(|&b| b == b'/').any(|seg| seg == b"..") {
+        return Err(http::Status::BadRequest);
+    }
+    let root = root.ok_or(http::Status::NotFound)?;
+    let rel = core::str::from_utf8(&decoded[1..]).map_err(|_| http::Status::NotFound)?;
+    let full = root.join(rel);
+    match std::fs::metadata(&full) {
+        Ok(m) if m.is_file() => std::fs::read(&full).map_err(|_| http::Status::NotFound),
+        _ => Err(http::Status::NotFound),
+    }
+}
+
+/// HTTP/1.1 message syntax (RFC 9112) for the server: request heads in, response heads out.
+pub mod http {
+    /// The statuses the server sends.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Status {
+        /// 200.
+        Ok,
+        /// 400.
+        BadRequest,
+        /// 404.
+        NotFound,
+        /// 405.
+        MethodNotAllowed,
+        /// 431.
+        HeaderFieldsTooLarge,
+        /// 501 (a transfer coding: request bodies are framed by Content-Length only).
+        NotImplemented,
+        /// 505.
+        VersionNotSupported,
+    }
+
+    impl Status {
+        /// The status code.
+        pub fn code(self) -> u16 {
+            match self {
+                Status::Ok => 200,
+                Status::BadRequest => 400,
+                Status::NotFound => 404,
+                Status::MethodNotAllowed => 405,
+                Status::HeaderFieldsTooLarge => 431,
+                Status::NotImplemented => 501,
+                Status::VersionNotSupported => 505,
+            }
+        }
+
+        /// The status line.
+        pub fn line(self) -> &'static [u8] {
+            match self {
+                Status::Ok => b"HTTP/1.1 200 OK\r\n",
+                Status::BadRequest => b"HTTP/1.1 400 Bad Request\r\n",
+                Status::NotFound => b"HTTP/1.1 404 Not Found\r\n",
+                Status::MethodNotAllowed => b"HTTP/1.1 405 Method Not Allowed\r\n",
+                Status::HeaderFieldsTooLarge => b"HTTP/1.1 431 Request Header Fields Too Large\r\n",
+                Status::NotImplemented => b"HTTP/1.1 501 Not Implemented\r\n",
+                Status::VersionNotSupported => b"HTTP/1.1 505 HTTP Version Not Supported\r\n",
+            }
+        }
+
+        /// A short plain-text body for an error.
+        pub fn error_body(self) -> &'static [u8] {
+            match self {
+                Status::Ok => b"",
+                Status::BadRequest => b"400 Bad Request\n",
+                Status::NotFound => b"404 Not Found\n",
+                Status::MethodNotAllowed => b"405 Method Not Allowed\n",
+                Status::HeaderFieldsTooLarge => b"431 Request Header Fields Too Large\n",
+                Status::NotImplemented => b"501 Not Implemented\n",
+                Status::VersionNotSupported => b"505 HTTP Version Not Supported\n",
+            }
+        }
+    }
+
+    /// The method, as far as the server cares.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Method {
+        /// GET.
+        Get,
+        /// HEAD.
+        Head,
+        /// Any other token: 405.
+        Other,
+    }
+
+    /// One request head.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct Request<'a> {
+        /// The method.
+        pub method: Method,
+        /// The target's path, without the query, still percent-encoded.
+        pub path: &'a [u8],
+        /// HTTP/1.0.
+        pub http10: bool,
+        /// Whether the connection persists (RFC 9112 §9.3).
+        pub keep_alive: bool,
+        /// Body bytes to skip (Content-Length).
+        pub content_length: u64,
+    }
+
+    /// What the bytes so far hold.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub enum Parsed<'a> {
+        /// No complete head yet (and not too long).
+        Incomplete,
+        /// A head of `head_len` bytes.
+        Request {
+            /// The request.
+            request: Request<'a>,
+            /// Its length, the ending empty line included.
+            head_len: usize,
+        },
+        /// Answer with this, then close.
+        Error(Status),
+    }
+
+    /// Parse one request head at the start of `buf`. Never panics; looks at no more than
+    /// [`super::MAX_REQUEST_HEAD`] bytes.
+    pub fn parse(buf: &[u8]) -> Parsed<'_> {
+        // RFC 9112 §2.2: a server "SHOULD ignore at least one empty line (CRLF) received
+        // prior to the request-line".
+        let mut start = 0;
+        while start < 8 {
+            match buf.get(start..) {
+                Some([b'\n', ..]) => start += 1,
+                Some([b'\r', b'\n', ..]) => start += 2,
+                Some([b'\r']) => return Parsed::Incomplete,
+                _ => break,
+            }
+        }
+        let limit = buf.len().min(super::MAX_REQUEST_HEAD + 1);
+        let mut end = None;
+        let mut i = start;
+        while let Some(off) = buf[i..limit].iter().position(|&b| b == b'\n') {
+            let nl = i + off;
+            match buf.get(nl + 1..) {
+                Some([b'\n', ..]) => end = Some(nl + 2),
+                Some([b'\r', b'\n', ..]) => end = Some(nl + 3),
+                _ => {}
+            }
+            if end.is_some() {
+                break;
+            }
+            i = nl + 1;
+        }
+        let Some(end) = end else {
+            return if buf.len() >= super::MAX_REQUEST_HEAD {
+                Parsed::Error(Status::HeaderFieldsTooLarge)
+            } else {
+                Parsed::Incomplete
+            };
+        };
+        if end > super::MAX_REQUEST_HEAD {
+            return Parsed::Error(Status::HeaderFieldsTooLarge);
+        }
+        match parse_head(&buf[start..end]) {
+            Ok(request) => Parsed::Request {
+                request,
+                head_len: end,
+            },
+            Err(s) => Parsed::Error(s),
+        }
+    }
+
+    fn is_token(s: &[u8]) -> bool {
+        !s.is_empty()
+            && s.iter()
+                .all(|&b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+    }
+
+    fn trim(mut s: &[u8]) -> &[u8] {
+        while let [b' ' | b'\t', rest @ ..] = s {
+            s = rest;
+        }
+        while let [rest @ .., b' ' | b'\t'] = s {
+            s = rest;
+        }
+        s
+    }
+
+    fn parse_head(head: &[u8]) -> Result<Request<'_>, Status> {
+        let mut lines = head
+            .split(|&b| b == b'\n')
+            .map(|l| l.strip_suffix(b"\r").unwrap_or(l));
+        let line = lines.next().ok_or(Status::BadRequest)?;
+        // RFC 9112 §3: request-line = method SP request-target SP HTTP-version.
+        let mut parts = line.split(|&b| b == b' ');
+        let (Some(method), Some(target), Some(version), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(Status::BadRequest);
+        };
+        if !is_token(method) {
+            return Err(Status::BadRequest);
+        }
+        let method = match method {
+            b"GET" => Method::Get,
+            b"HEAD" => Method::Head,
+            _ => Method::Other,
+        };
+        let http10 = match version {
+            b"HTTP/1.0" => true,
+            [b'H', b'T', b'T', b'P', b'/', b'1', b'.', d] if d.is_ascii_digit() => false,
+            [b'H', b'T', b'T', b'P', b'/', a, b'.', b]
+                if a.is_ascii_digit() && b.is_ascii_digit() =>
+            {
+                return Err(Status::VersionNotSupported);
+            }
+            _ => return Err(Status::BadRequest),
+        };
+        if target.is_empty() || target.iter().any(|&b| b <= b' ' || b == 0x7f) {
+            return Err(Status::BadRequest);
+        }
+        let path = if target == b"*" {
+            target
+        } else if target[0] == b'/' {
+            let end = target
+                .iter()
+                .position(|&b| b == b'?' || b == b'#')
+                .unwrap_or(target.len());
+            &target[..end]
+        } else {
+            // RFC 9112 §3.2.2: absolute-form.
+            let rest = if target.len() > 7 && target[..7].eq_ignore_ascii_case(b"http://") {
+                &target[7..]
+            } else {
+                return Err(Status::BadRequest);
+            };
+            match rest.iter().position(|&b| b == b'/' || b == b'?') {
+                Some(i) if rest[i] == b'/' => {
+                    let p = &rest[i..];
+                    &p[..p.iter().position(|&b| b == b'?').unwrap_or(p.len())]
+                }
+                _ => b"/",
+            }
+        };
+        let (mut hosts, mut length, mut te, mut close, mut ka) = (0, None, false, false, false);
+        for line in lines {
+            if line.is_empty() {
+                break;
+            }
+            // RFC 9112 §5.2: obs-fold is rejected with 400.
+            if matches!(line[0], b' ' | b'\t') {
+                return Err(Status::BadRequest);
+            }
+            let colon = line
+                .iter()
+                .position(|&b| b == b':')
+                .ok_or(Status::BadRequest)?;
+            let name = &line[..colon];
+            // RFC 9112 §5.1: whitespace before the colon "MUST" be rejected with 400.
+            if !is_token(name) {
+                return Err(Status::BadRequest);
+            }
+            let value = trim(&line[colon + 1..]);
+            if value.iter().any(|&b| b == b'\r' || b == 0) {
+                return Err(Status::BadRequest);
+            }
+            if name.eq_ignore_ascii_case(b"host") {
+                hosts += 1;
+                if !value
+                    .iter()
+                    .all(|&b| b.is_ascii_alphanumeric() || b"-._~%!$&'()*+,;=:[]".contains(&b))
+                {
+                    return Err(Status::BadRequest);
+                }
+            } else if name.eq_ignore_ascii_case(b"content-length") {
+                if value.is_empty() || value.len() > 18 || !value.iter().all(u8::is_ascii_digit) {
+                    return Err(Status::BadRequest);
+                }
+                let n = value
+                    .iter()
+                    .fold(0u64, |acc, &d| acc * 10 + u64::from(d - b'0'));
+                if length.is_some_and(|l| l != n) {
+                    return Err(Status::BadRequest);
+                }
+                length = Some(n);
+            } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+                te = true;
+            } else if name.eq_ignore_ascii_case(b"connection") {
+                for opt in value.split(|&b| b == b',').map(trim) {
+                    close |= opt.eq_ignore_ascii_case(b"close");
+                    ka |= opt.eq_ignore_ascii_case(b"keep-alive");
+                }
+            }
+        }
+        // RFC 9112 §3.2: "A server MUST respond with a 400 (Bad Request) status code to any
+        // HTTP/1.1 request message that lacks a Host header field and to any request
+        // message that contains more than one Host header field line".
+        if hosts > 1 || (hosts == 0 && !http10) {
+            return Err(Status::BadRequest);
+        }
+        // RFC 9112 §6.1: a transfer coding not understood SHOULD get 501.
+        if te {
+            return Err(Status::NotImplemented);
+        }
+        Ok(Request {
+            method,
+            path,
+            http10,
+            keep_alive: !close && (!http10 || ka),
+            content_length: length.unwrap_or(0),
+        })
+    }
+
+    /// Percent-decoding of a path (RFC 3986 §2.1); None for a bad escape or an encoded NUL.
+    pub fn percent_decode(path: &[u8]) -> Option<Vec<u8>> {
+        let hex = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
+        let mut out = Vec::with_capacity(path.len());
+        let mut i = 0;
+        while i < path.len() {
+            if path[i] == b'%' {
+                let v = hex(*path.get(i + 1)?)? << 4 | hex(*path.get(i + 2)?)?;
+                if v == 0 {
+                    return None;
+                }
+                out.push(v);
+                i += 3;
+            } else {
+                out.push(path[i]);
+                i += 1;
+            }
+        }
+        Some(out)
+    }
+
+    /// The media type for a path's extension.
+    pub fn content_type(path: &[u8]) -> &'static [u8] {
+        let ext = match path.iter().rposition(|&b| b == b'.') {
+            Some(i) if !path[i..].contains(&b'/') => &path[i + 1..],
+            _ => b"",
+        };
+        let is = |e: &[u8]| ext.eq_ignore_ascii_case(e);
+        if is(b"html") || is(b"htm") {
+            b"text/html; charset=utf-8"
+        } else if is(b"txt") {
+            b"text/plain; charset=utf-8"
+        } else if is(b"css") {
+            b"text/css"
+        } else if is(b"js") {
+            b"text/javascript"
+        } else if is(b"json") {
+            b"application/json"
+        } else if is(b"png") {
+            b"image/png"
+        } else {
+            b"application/octet-stream"
+        }
+    }
+
+    /// Append a response head: status line, `Server`, `Date` (RFC 9110 §6.6.1: an origin
+    /// server with a clock "MUST generate a Date header field" in 2xx-4xx responses),
+    /// `Content-Type`, `Content-Length`, and `Connection` where it differs from the
+    /// version's default (RFC 9112 §9.3).
+    pub fn write_head(
+        out: &mut Vec<u8>,
+        status: Status,
+        content_type: &[u8],
+        content_length: u64,
+        http10: bool,
+        keep_alive: bool,
+    ) {
+        out.extend_from_slice(status.line());
+        out.extend_from_slice(b"Server: ustack\r\nDate: ");
+        out.extend_from_slice(&imf_fixdate(now_secs()));
+        out.extend_from_slice(b"\r\nContent-Type: ");
+        out.extend_from_slice(content_type);
+        out.extend_from_slice(b"\r\nContent-Length: ");
+        out.extend_from_slice(content_length.to_string().as_bytes());
+        if !keep_alive {
+            out.extend_from_slice(b"\r\nConnection: close");
+        } else if http10 {
+            out.extend_from_slice(b"\r\nConnection: keep-alive");
+        }
+        out.extend_from_slice(b"\r\n\r\n");
+    }
+
+    fn now_secs() -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs())
+    }
+
+    /// `IMF-fixdate` (RFC 9110 §5.6.7), e.g. `Sun, 06 Nov 1994 08:49:37 GMT`.
+    pub fn imf_fixdate(unix_secs: u64) -> [u8; 29] {
+        const DAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
+        const MONTHS: [&str; 12] = [
+            "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+        ];
+        let days = unix_secs / 86_400;
+        let sod = unix_secs % 86_400;
+        // Howard Hinnant's civil_from_days.
+        let z = days + 719_468;
+        let era = z / 146_097;
+        let doe = z - era * 146_097;
+        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let d = doy - (153 * mp + 2) / 5 + 1;
+        let m = if mp < 10 { mp + 3 } else { mp - 9 };
+        let y = yoe + era * 400 + u64::from(m <= 2);
+        let s = format!(
+            "{}, {:02} {} {:04} {:02}:{:02}:{:02} GMT",
+            DAYS[(days % 7) as usize],
+            d,
+            MONTHS[(m - 1) as usize],
+            y % 10_000,
+            sod / 3600,
+            sod / 60 % 60,
+            sod % 60
+        );
+        let mut t = [b' '; 29];
+        let n = s.len().min(29);
+        t[..n].copy_from_slice(&s.as_bytes()[..n]);
+        t
+    }
+}
+
+// ---- verifying clients ---------------------------------------------------------------------
+
+/// What a [`Load`] has checked.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoadStats {
+    /// Connections that did all their exchanges and saw the server close.
+    pub finished: u64,
+    /// Exchanges verified: echoes matched byte for byte, HTTP responses whole and right,
+    /// discard messages written.
+    pub verified: u64,
+    /// Bytes sent.
+    pub bytes_out: u64,
+    /// Bytes received and checked.
+    pub bytes_in: u64,
+}
+
+struct LoadConn {
+    stream: Option<TcpStream>,
+    /// Exchanges started.
+    sent: u64,
+    /// Output not yet taken by the socket.
+    out: Vec<u8>,
+    /// The reply expected for the exchange in flight.
+    expect: Vec<u8>,
+    got: Vec<u8>,
+    /// Everything sent, waiting for the server's close.
+    closing: bool,
+}
+
+/// Verifying clients for a [`Server`]: `conns` connections each doing `per_conn` exchanges
+/// one at a time, every reply checked, then a close that the server must answer with its
+/// own.
+///
+/// - echo: exchange `i` of connection `c` is a message of 1 to 3000 bytes, a function of
+///   `(c, i)`; the echo must be byte for byte the same;
+/// - discard: the same messages; after the last, the client shuts down its side and the
+///   server must close (nothing may come back);
+/// - HTTP: `GET /` with keep-alive (the last with `Connection: close`); each response must
+///   be exactly `200 OK` with `Content-Length: 13` and [`FIXED_BODY`], the last with
+///   `Connection: close`, followed by the server's FIN.
+///
+/// [`Load::step`] fails with `InvalidData` on the first mismatch.
+pub struct Load {
+    proto: Protocol,
+    conns: Vec<LoadConn>,
+    per_conn: u64,
+    events: Events,
+    buf: Vec<u8>,
+    stats: LoadStats,
+}
+
+impl core::fmt::Debug for Load {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Load")
+            .field("proto", &self.proto)
+            .field("conns", &self.conns.len())
+            .field("per_conn", &self.per_conn)
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Message `i` of connection `c` (echo, discard): 1 to 3000 bytes.
+pub fn message(c: u64, i: u64) -> Vec<u8> {
+    let len = 1 + ((c * 7919 + i * 104_729) % 3000) as usize;
+    (0..len)
+        .map(|k| (c as u8).wrapping_mul(31) ^ (i as u8).wrapping_add(k as u8))
+        .collect()
+}
+
+fn invalid(what: String) -> io::Error {
+    io::Error::new(ErrorKind::InvalidData, what)
+}
+
+impl Load {
+    /// Open `conns` connections to `target`.
+    pub fn start<D: Device + Sleep, C: Clock>(
+        rt: &mut Runtime<D, C>,
+        proto: Protocol,
+        target: SocketAddrV4,
+        conns: usize,
+        per_conn: u64,
+    ) -> io::Result<Load> {
+        let mut v = Vec::with_capacity(conns);
+        for c in 0..conns {
+            let stream = TcpStream::connect(rt, target)?;
+            stream.set_nodelay(rt, true)?;
+            rt.register(
+                &stream,
+                c as u64,
+                Interest::READABLE | Interest::WRITABLE | Interest::RDHUP,
+                Mode::Edge,
+            )?;
+            v.push(LoadConn {
+                stream: Some(stream),
+                sent: 0,
+                out: Vec::new(),
+                expect: Vec::new(),
+                got: Vec::new(),
+                closing: false,
+            });
+        }
+        Ok(Load {
+            proto,
+            conns: v,
+            per_conn,
+            events: Events::with_capacity(256),
+            buf: vec![0; 64 * 1024],
+            stats: LoadStats::default(),
+        })
+    }
+
+    /// Whether every connection finished.
+    pub fn done(&self) -> bool {
+        self.stats.finished == self.conns.len() as u64
+    }
+
+    /// What was checked.
+    pub fn stats(&self) -> &LoadStats {
+        &self.stats
+    }
+
+    /// One poll (up to `timeout`) and the handling of its events.
+    pub fn step<D: Device + Sleep, C: Clock>(
+        &mut self,
+        rt: &mut Runtime<D, C>,
+        timeout: Option<Duration>,
+    ) -> io::Result<()> {
+        rt.poll(&mut self.events, timeout)?;
+        let tokens: Vec<u64> = self.events.iter().map(|e| e.token).collect();
+        for t in tokens {
+            self.drive(rt, t as usize)?;
+        }
+        Ok(())
+    }
+
+    fn begin(&mut self, c: usize) {
+        let i = self.conns[c].sent;
+        let last = i + 1 == self.per_conn;
+        let conn = &mut self.conns[c];
+        conn.sent += 1;
+        match self.proto {
+            Protocol::Echo | Protocol::Discard => {
+                let m = message(c as u64, i);
+                if self.proto == Protocol::Echo {
+                    conn.expect = m.clone();
+                }
+                conn.out.extend_from_slice(&m);
+            }
+            Protocol::Http => {
+                // A response is outstanding until verified (one request at a time).
+                conn.expect = FIXED_BODY.to_vec();
+                conn.out
+                    .extend_from_slice(b"GET / HTTP/1.1\r\nHost: ustack\r\n");
+                if last {
+                    conn.out.extend_from_slice(b"Connection: close\r\n");
+                }
+                conn.out.extend_from_slice(b"\r\n");
+            }
+        }
+    }
+
+    fn drive<D: Device + Sleep, C: Clock>(
+        &mut self,
+        rt: &mut Runtime<D, C>,
+        c: usize,
+    ) -> io::Result<()> {
+        if self.conns[c].stream.is_none() {
+            return Ok(());
+        }
+        loop {
+            // Start the next exchange when the last is complete.
+            let conn = &self.conns[c];
+            let idle = conn.out.is_empty() && conn.expect.is_empty() && conn.got.is_empty();
+            if idle && !conn.closing {
+                if conn.sent < self.per_conn {
+                    self.begin(c);
+                } else {
+                    self.conns[c].closing = true;
+                    if self.proto != Protocol::Http {
+                        let s = self.conns[c].stream.as_ref().expect("open");
+                        s.shutdown(rt, Shutdown::Write)?;
+                    }
+                }
+            }
+            // Write.
+            let conn = &mut self.conns[c];
+            let s = conn.stream.as_ref().expect("open");
+            let mut sent = 0;
+            while sent < conn.out.len() {
+                match s.write(rt, &conn.out[sent..]) {
+                    Ok(n) => sent += n,
+                    Err(e) if would_block(&e) => break,
+                    Err(e) => return Err(e),
+                }
+            }
+            conn.out.drain(..sent);
+            self.stats.bytes_out += sent as u64;
+            if self.proto == Protocol::Discard && conn.out.is_empty() && sent > 0 {
+                self.stats.verified += 1;
+            }
+            // Read.
+            let n = match s.read(rt, &mut self.buf) {
+                Ok(n) => n,
+                Err(e) if would_block(&e) => {
+                    if conn.out.is_empty()
+                        && conn.expect.is_empty()
+                        && conn.got.is_empty()
+                        && !conn.closing
+                    {
+                        continue; // the next exchange
+                    }
+                    return Ok(());
+                }
+                Err(e) => return Err(e),
+            };
+            if n == 0 {
+                if !conn.closing || !conn.got.is_empty() || !conn.expect.is_empty() {
+                    return Err(invalid(format!(
+                        "connection {c}: the server closed early (exchange {}, {} bytes pending)",
+                        conn.sent,
+                        conn.got.len()
+                    )));
+                }
+                let s = conn.stream.take().expect("open");
+                s.close(rt)?;
+                self.stats.finished += 1;
+                return Ok(());
+            }
+            self.stats.bytes_in += n as u64;
+            conn.got.extend_from_slice(&self.buf[..n]);
+            match self.proto {
+                Protocol::Discard => {
+                    return Err(invalid(format!("connection {c}: discard sent {n} bytes")));
+                }
+                Protocol::Echo => {
+                    let k = conn.got.len().min(conn.expect.len());
+                    if conn.got.len() > conn.expect.len() || conn.got[..k] != conn.expect[..k] {
+                        return Err(invalid(format!(
+                            "connection {c}: echo {} differs",
+                            conn.sent - 1
+                        )));
+                    }
+                    if conn.got.len() == conn.expect.len() {
+                        conn.got.clear();
+                        conn.expect.clear();
+                        self.stats.verified += 1;
+                    }
+                }
+                Protocol::Http => {
+                    let last = conn.sent == self.per_conn;
+                    match check_response(&conn.got, last)? {
+                        None => {}
+                        Some(len) if len == conn.got.len() => {
+                            conn.got.clear();
+                            conn.expect.clear();
+                            self.stats.verified += 1;
+                            if last {
+                                conn.closing = true;
+                            }
+                        }
+                        Some(_) => {
+                            return Err(invalid(format!(
+                                "connection {c}: bytes after response {}",
+                                conn.sent
+                            )));
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Check one response to `GET /` at the start of `got`: None while incomplete, its length
+/// once whole; `InvalidData` if it is not `200 OK` with [`FIXED_BODY`] (and
+/// `Connection: close` iff `last`).
+pub fn check_response(got: &[u8], last: bool) -> io::Result<Option<usize>> {
+    let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return Ok(None);
+    };
+    let head = core::str::from_utf8(&got[..end]).map_err(|_| invalid("head not UTF-8".into()))?;
+    if !head.starts_with("HTTP/1.1 200 OK\r\n") {
+        return Err(invalid(format!("unexpected response: {head}")));
+    }
+    let mut length = None;
+    let mut close = false;
+    for line in head.split("\r\n").skip(1) {
+        let (name, value) = line
+            .split_once(':')
+            .ok_or_else(|| invalid(format!("bad header line {line:?}")))?;
+        if name.eq_ignore_ascii_case("content-length") {
+            length = value.trim().parse::<usize>().ok();
+        } else if name.eq_ignore_ascii_case("connection") {
+            close = value.trim().eq_ignore_ascii_case("close");
+        }
+    }
+    if length != Some(FIXED_BODY.len()) || close != last {
+        return Err(invalid(format!("unexpected head: {head}")));
+    }
+    let total = end + 4 + FIXED_BODY.len();
+    if got.len() < total {
+        return Ok(None);
+    }
+    if &got[end + 4..total] != FIXED_BODY {
+        return Err(invalid("wrong body".into()));
+    }
+    Ok(Some(total))
+}

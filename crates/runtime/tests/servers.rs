@@ -1,0 +1,250 @@
+//! The echo, discard and HTTP servers of `ustack_runtime::servers` over `sim` on a virtual
+//! clock: 100 concurrent verifying clients each, every echoed byte and every response
+//! checked; HTTP static files, 404, 400, 405, 431, pipelining and HTTP/1.0 by hand.
+
+use core::net::{Ipv4Addr, SocketAddrV4};
+use core::time::Duration;
+use std::path::PathBuf;
+
+use ustack_runtime::api::TcpStream;
+use ustack_runtime::runtime::{
+    Clock, Runtime, RuntimeBuilder, SimLinkPort, VirtualClock, sim_pair,
+};
+use ustack_runtime::servers::{FIXED_BODY, Load, MAX_REQUEST_HEAD, Protocol, Server};
+use ustack_stack::{EthernetAddress, Instant};
+
+const SERVER_IP: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 2);
+const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
+
+type Rt = Runtime<SimLinkPort, VirtualClock>;
+
+fn pair() -> (Rt, Rt, VirtualClock) {
+    let (a, b) = sim_pair(Default::default());
+    let clock = VirtualClock::new(Instant::ZERO);
+    let srt = RuntimeBuilder::new()
+        .ipv4(SERVER_IP, 24)
+        .mac(EthernetAddress([2, 0, 0, 0, 0, 2]))
+        .sysctl("net.core.somaxconn", 1024)
+        .seed(1)
+        .build_with_clock(a, clock.participant())
+        .unwrap();
+    let crt = RuntimeBuilder::new()
+        .ipv4(CLIENT_IP, 24)
+        .mac(EthernetAddress([2, 0, 0, 0, 0, 1]))
+        .seed(2)
+        .build_with_clock(b, clock.participant())
+        .unwrap();
+    (srt, crt, clock)
+}
+
+/// Runs `load` against `server` until it is done (at most 60 s of virtual time).
+fn run(server: &mut Server, srt: &mut Rt, load: &mut Load, crt: &mut Rt, clock: &VirtualClock) {
+    let limit = clock.now() + Duration::from_secs(60);
+    while !load.done() {
+        assert!(clock.now() < limit, "not done: {load:?} {server:?}");
+        server.step(srt, Some(Duration::from_millis(5))).unwrap();
+        load.step(crt, Some(Duration::from_millis(5))).unwrap();
+    }
+    // The server sees the last closes.
+    for _ in 0..50 {
+        server.step(srt, Some(Duration::from_millis(5))).unwrap();
+        crt.run_once(Some(Duration::from_millis(5))).unwrap();
+    }
+}
+
+#[test]
+fn echo_100_concurrent_clients_every_byte_verified() {
+    let (mut srt, mut crt, clock) = pair();
+    let addr = SocketAddrV4::new(SERVER_IP, 7);
+    let mut server = Server::bind(&mut srt, Protocol::Echo, addr, None).unwrap();
+    let mut load = Load::start(&mut crt, Protocol::Echo, addr, 100, 20).unwrap();
+    run(&mut server, &mut srt, &mut load, &mut crt, &clock);
+    let l = *load.stats();
+    assert_eq!((l.finished, l.verified), (100, 2000));
+    assert_eq!(l.bytes_in, l.bytes_out, "every byte came back");
+    let s = *server.stats();
+    assert_eq!((s.accepted, s.closed, s.errors), (100, 100, 0));
+    assert_eq!((s.bytes_in, s.bytes_out), (l.bytes_out, l.bytes_out));
+    assert_eq!(server.connections(), 0);
+}
+
+#[test]
+fn discard_100_concurrent_clients_reads_every_byte_and_sends_none() {
+    let (mut srt, mut crt, clock) = pair();
+    let addr = SocketAddrV4::new(SERVER_IP, 9);
+    let mut server = Server::bind(&mut srt, Protocol::Discard, addr, None).unwrap();
+    let mut load = Load::start(&mut crt, Protocol::Discard, addr, 100, 10).unwrap();
+    run(&mut server, &mut srt, &mut load, &mut crt, &clock);
+    let l = *load.stats();
+    assert_eq!((l.finished, l.verified, l.bytes_in), (100, 1000, 0));
+    let s = *server.stats();
+    assert_eq!((s.accepted, s.closed, s.bytes_out), (100, 100, 0));
+    assert_eq!(s.bytes_in, l.bytes_out);
+}
+
+#[test]
+fn http_100_concurrent_keep_alive_clients_every_response_verified() {
+    let (mut srt, mut crt, clock) = pair();
+    let addr = SocketAddrV4::new(SERVER_IP, 80);
+    let mut server = Server::bind(&mut srt, Protocol::Http, addr, None).unwrap();
+    let mut load = Load::start(&mut crt, Protocol::Http, addr, 100, 10).unwrap();
+    run(&mut server, &mut srt, &mut load, &mut crt, &clock);
+    let l = *load.stats();
+    assert_eq!((l.finished, l.verified), (100, 1000));
+    let s = *server.stats();
+    assert_eq!((s.accepted, s.closed, s.http_200), (100, 100, 1000));
+    assert_eq!(s.accepted, 100, "keep-alive: one connection per client");
+}
+
+// ---- HTTP by hand -----------------------------------------------------------------------
+
+/// Sends `request` on a new connection and returns everything the server sent until it
+/// closed or `rounds` passed.
+fn exchange(server: &mut Server, srt: &mut Rt, crt: &mut Rt, request: &[u8]) -> (Vec<u8>, bool) {
+    let s = TcpStream::connect(crt, SocketAddrV4::new(SERVER_IP, 80)).unwrap();
+    let mut written = 0;
+    let mut got = Vec::new();
+    let mut eof = false;
+    let mut buf = [0u8; 4096];
+    for _ in 0..2000 {
+        server.step(srt, Some(Duration::from_millis(1))).unwrap();
+        crt.run_once(Some(Duration::from_millis(1))).unwrap();
+        if written < request.len()
+            && let Ok(n) = s.write(crt, &request[written..])
+        {
+            written += n;
+        }
+        loop {
+            match s.read(crt, &mut buf) {
+                Ok(0) => {
+                    eof = true;
+                    break;
+                }
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(_) => break,
+            }
+        }
+        if eof {
+            break;
+        }
+    }
+    let _ = s.close(crt);
+    (got, eof)
+}
+
+fn head_and_body(resp: &[u8]) -> (String, &[u8]) {
+    let end = resp
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a whole head");
+    (
+        String::from_utf8(resp[..end].to_vec()).unwrap(),
+        &resp[end + 4..],
+    )
+}
+
+fn temp_root() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ustack-servers-test-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("sub")).unwrap();
+    std::fs::write(dir.join("index.html"), b"<h1>hi</h1>\n").unwrap();
+    let big: Vec<u8> = (0..200_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(dir.join("sub/big.bin"), &big).unwrap();
+    dir
+}
+
+#[test]
+fn http_static_files_errors_pipelining_and_http10() {
+    let root = temp_root();
+    let (mut srt, mut crt, _clock) = pair();
+    let addr = SocketAddrV4::new(SERVER_IP, 80);
+    let mut server = Server::bind(&mut srt, Protocol::Http, addr, Some(root.clone())).unwrap();
+    let mut ex = |req: &[u8]| exchange(&mut server, &mut srt, &mut crt, req);
+
+    // A static file, and a big one (many segments, the server's output waiting for room).
+    let (resp, eof) = ex(b"GET /index.html HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+    assert!(eof);
+    let (head, body) = head_and_body(&resp);
+    assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+    assert!(
+        head.contains("Content-Type: text/html; charset=utf-8"),
+        "{head}"
+    );
+    assert!(head.contains("Content-Length: 12"), "{head}");
+    assert!(
+        head.contains("\r\nDate: ") && head.contains(" GMT"),
+        "{head}"
+    );
+    assert_eq!(body, b"<h1>hi</h1>\n");
+    let (resp, eof) = ex(b"GET /sub/big.bin HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+    assert!(eof);
+    let (head, body) = head_and_body(&resp);
+    assert!(head.contains("Content-Length: 200000"), "{head}");
+    assert_eq!(body, std::fs::read(root.join("sub/big.bin")).unwrap());
+
+    // 404, 400 for `..`, 405, and 400 for garbage (closing).
+    let (resp, _) = ex(b"GET /nope HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+    let (head, body) = head_and_body(&resp);
+    assert!(head.starts_with("HTTP/1.1 404 Not Found\r\n"), "{head}");
+    assert_eq!(body, b"404 Not Found\n");
+    let (resp, _) = ex(b"GET /sub/../index.html HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+    assert!(resp.starts_with(b"HTTP/1.1 400 Bad Request\r\n"));
+    let (resp, _) = ex(b"GET /sub HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+    assert!(
+        resp.starts_with(b"HTTP/1.1 404 "),
+        "a directory is not a file"
+    );
+    let (resp, _) = ex(b"DELETE / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+    let (head, _) = head_and_body(&resp);
+    assert!(head.starts_with("HTTP/1.1 405 "), "{head}");
+    assert!(head.contains("Allow: GET, HEAD"), "{head}");
+    let (resp, eof) = ex(b"GARBAGE\r\n\r\n");
+    assert!(eof, "an error response closes");
+    let (head, _) = head_and_body(&resp);
+    assert!(head.starts_with("HTTP/1.1 400 ") && head.contains("Connection: close"));
+    let (resp, eof) = ex(b"GET / HTTP/1.1\r\n\r\n");
+    assert!(eof && resp.starts_with(b"HTTP/1.1 400 "), "no Host");
+
+    // 431 for a head over the limit, then close.
+    let mut long = b"GET / HTTP/1.1\r\nHost: a\r\nX: ".to_vec();
+    long.resize(MAX_REQUEST_HEAD + 100, b'x');
+    let (resp, eof) = ex(&long);
+    assert!(eof);
+    assert!(
+        resp.starts_with(b"HTTP/1.1 431 Request Header Fields Too Large\r\n"),
+        "{}",
+        String::from_utf8_lossy(&resp)
+    );
+
+    // Pipelined: three requests in one write, three answers in order; HEAD has no body.
+    let (resp, eof) = ex(b"GET / HTTP/1.1\r\nHost: a\r\n\r\nHEAD /index.html HTTP/1.1\r\nHost: a\r\n\r\nGET /index.html HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+    assert!(eof);
+    let (h1, rest) = head_and_body(&resp);
+    assert!(h1.starts_with("HTTP/1.1 200 OK") && !h1.contains("Connection"));
+    assert_eq!(&rest[..FIXED_BODY.len()], FIXED_BODY);
+    let (h2, rest) = head_and_body(&rest[FIXED_BODY.len()..]);
+    assert!(h2.contains("Content-Length: 12"), "{h2}");
+    let (h3, body) = head_and_body(rest);
+    assert!(h3.contains("Connection: close"), "{h3}");
+    assert_eq!(body, b"<h1>hi</h1>\n");
+
+    // HTTP/1.0: closes unless keep-alive; a body framed by Content-Length is skipped.
+    let (resp, eof) = ex(b"GET / HTTP/1.0\r\n\r\n");
+    assert!(eof);
+    assert!(head_and_body(&resp).0.contains("Connection: close"));
+    let (resp, eof) = ex(
+        b"GET / HTTP/1.0\r\nConnection: keep-alive\r\nContent-Length: 5\r\n\r\nhelloGET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    );
+    assert!(eof);
+    let (h1, rest) = head_and_body(&resp);
+    assert!(h1.contains("Connection: keep-alive"), "{h1}");
+    let (h2, body) = head_and_body(&rest[FIXED_BODY.len()..]);
+    assert!(h2.starts_with("HTTP/1.1 200 OK"), "{h2}");
+    assert_eq!(body, FIXED_BODY);
+
+    let s = *server.stats();
+    assert_eq!(s.http_404, 2);
+    assert_eq!(s.http_400, 3);
+    assert_eq!(s.http_405, 1);
+    assert_eq!(s.http_431, 1);
+    std::fs::remove_dir_all(&root).unwrap();
+}
