@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod serve;
 mod sysctl;
 
 /// ustack: a TCP/IP stack that runs inside a user process, built the way Linux's is.
@@ -27,8 +28,9 @@ enum Command {
     /// ustack runs as two stacks over the in-process `sim` link, Linux over loopback, each with
     /// client and server in one thread. Without a scenario: all three, one second each.
     Bench(bench::Args),
-    /// Run a server (echo, discard, http) on ustack. Not yet: arrives with the runtime.
-    Serve,
+    /// Run a server (echo, discard, http) on ustack, over a shm link another process
+    /// attaches to (it prints `shm-offer <name>`), or over `sim` with verifying clients.
+    Serve(serve::Args),
     /// Print a running instance's counters like /proc/net/snmp and /proc/net/netstat.
     /// Not yet: needs `serve` and its control socket.
     Stat,
@@ -46,7 +48,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Bench(args) => bench::run(&args),
         Command::Sysctl(args) => sysctl::run(&args),
-        Command::Serve => not_yet("serve", "the runtime issue (#4)"),
+        Command::Serve(args) => serve::run(&args),
         Command::Stat => not_yet("stat", "`ustack serve` and its control socket (#6)"),
         Command::Ss => not_yet("ss", "`ustack serve` and its control socket (#6)"),
         Command::Capture => not_yet("capture", "`ustack serve` and its control socket (#6)"),

@@ -50,7 +50,7 @@ fn unknown_subcommand_and_bad_flag_are_clear_errors() {
 
 #[test]
 fn unimplemented_subcommands_say_so_and_fail() {
-    for sub in ["serve", "stat", "ss", "capture"] {
+    for sub in ["stat", "ss", "capture"] {
         let o = ustack(&[sub]);
         assert_eq!(o.status.code(), Some(2), "{sub} exits 2");
         assert!(
@@ -59,6 +59,67 @@ fn unimplemented_subcommands_say_so_and_fail() {
             stderr(&o)
         );
     }
+}
+
+#[test]
+fn serve_refuses_bad_arguments_clearly() {
+    for (args, says) in [
+        (&["serve"][..], "<PROTO>"),
+        (&["serve", "gopher"], "invalid value 'gopher'"),
+        (&["serve", "echo", "--link", "tap"], "invalid value 'tap'"),
+        (
+            &["serve", "echo", "--addr", "nowhere"],
+            "invalid value 'nowhere'",
+        ),
+        (&["serve", "echo", "--duration", "ten"], "not a duration"),
+        (&["serve", "echo", "--duration", "5y"], "unknown unit"),
+    ] {
+        let o = ustack(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
+    }
+    for (args, says) in [
+        (
+            &["serve", "echo", "--root", "."][..],
+            "--root is for the http server only",
+        ),
+        (
+            &["serve", "http", "--root", "/nonexistent/ustack"],
+            "not a directory",
+        ),
+        (
+            &["serve", "http", "--addr", "192.0.2.2:0"],
+            "port other than 0",
+        ),
+    ] {
+        let o = ustack(args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
+    }
+    let o = ustack(&["serve", "--help"]);
+    assert!(o.status.success());
+    assert!(stdout(&o).contains("shm-offer <name>"), "{}", stdout(&o));
+}
+
+#[test]
+fn serve_over_sim_runs_verifying_clients() {
+    let o = ustack(&[
+        "serve",
+        "http",
+        "--link",
+        "sim",
+        "--clients",
+        "20",
+        "--requests",
+        "3",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("sim: 20 clients, 60 exchanges verified"),
+        "{out}"
+    );
+    assert!(out.contains("http_200=60"), "{out}");
 }
 
 #[test]

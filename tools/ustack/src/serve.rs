@@ -1,0 +1,242 @@
+//! `ustack serve`: the echo, discard and HTTP servers of `ustack_runtime::servers` on a
+//! ustack runtime, over a shm link another process attaches to, or over an in-process
+//! `sim` link with verifying clients.
+
+use core::net::SocketAddrV4;
+use core::time::Duration;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use ustack_dev::shm::{ShmConfig, ShmLink};
+use ustack_runtime::runtime::{Clock, RuntimeBuilder, VirtualClock, sim_pair};
+use ustack_runtime::servers::{Load, Protocol, Server, ServerStats};
+use ustack_stack::{EthernetAddress, Instant};
+
+/// The server's MAC address on the link.
+pub const SERVER_MAC: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 2]);
+/// The MAC address of the built-in clients of `--link sim`.
+const CLIENT_MAC: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 1]);
+/// How long the server waits for the client process to attach to the shm link.
+const ATTACH_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Arguments of `ustack serve`.
+#[derive(Debug, clap::Args)]
+#[command(after_long_help = "\
+LINKS:
+  shm (default): the server creates a shared-memory link and offers it on an abstract Unix
+    socket; it prints one line to stdout,
+
+        shm-offer <name>
+
+    then waits (up to 60 s) for one process of the same user to attach as side B with
+    ustack_dev::shm::ShmPeer::connect(<name>, timeout) and .attach(), and serves over it
+    until --duration passes (or forever). The server is --addr's address with prefix /24
+    and MAC 02:00:00:00:00:02; the client runtime takes any other address in that /24.
+    At the end it prints its counters (`served: ...`).
+  sim: the server and --clients verifying clients (every echo byte, every HTTP response
+    checked) run in this process over the in-process sim link on a virtual clock, until
+    every client is done; --duration bounds the virtual time. Prints the result and fails
+    on any mismatch.
+
+EXAMPLES:
+  ustack serve echo --duration 30s
+  ustack serve http --root ./site --addr 192.0.2.2:8080
+  ustack serve http --link sim --clients 100")]
+pub struct Args {
+    /// The protocol: echo (RFC 862), discard (RFC 863) or http (HTTP/1.1: `GET /` answers
+    /// "Hello, World!", other paths are files under --root).
+    #[arg(value_parser = ["echo", "discard", "http"])]
+    proto: String,
+    /// The link: shm (another process attaches) or sim (in-process verifying clients).
+    #[arg(long, default_value = "shm", value_parser = ["shm", "sim"])]
+    link: String,
+    /// The directory the HTTP server serves files from (http only).
+    #[arg(long)]
+    root: Option<PathBuf>,
+    /// The server's address and port (the interface is its /24).
+    #[arg(long, default_value = "192.0.2.2:80")]
+    addr: SocketAddrV4,
+    /// How long to serve (e.g. 10s, 500ms, 2m; a plain number is seconds). Default: shm
+    /// forever, sim 60 s of virtual time.
+    #[arg(long, value_parser = parse_duration)]
+    duration: Option<Duration>,
+    /// sim: how many concurrent clients.
+    #[arg(long, default_value_t = 100)]
+    clients: usize,
+    /// sim: exchanges per client (echoes, messages, or requests on one keep-alive
+    /// connection).
+    #[arg(long, default_value_t = 10)]
+    requests: u64,
+}
+
+/// `10s`, `500ms`, `2m`, `1.5s`, `3` (seconds).
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let (num, unit) = match s.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
+        Some(i) => s.split_at(i),
+        None => (s, "s"),
+    };
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration (e.g. 10s, 500ms, 2m)"))?;
+    let secs = match unit {
+        "ms" => v / 1000.0,
+        "s" => v,
+        "m" => v * 60.0,
+        "h" => v * 3600.0,
+        _ => return Err(format!("`{s}`: unknown unit `{unit}` (ms, s, m, h)")),
+    };
+    if !secs.is_finite() || secs <= 0.0 || secs > 1e9 {
+        return Err(format!("`{s}` is not a positive duration"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+fn builder(ip: core::net::Ipv4Addr, mac: EthernetAddress, seed: u64) -> RuntimeBuilder {
+    RuntimeBuilder::new().ipv4(ip, 24).mac(mac).seed(seed)
+}
+
+fn print_stats(s: &ServerStats) {
+    println!(
+        "served: accepted={} closed={} errors={} bytes_in={} bytes_out={} http_200={} \
+         http_400={} http_404={} http_405={} http_431={} http_other={}",
+        s.accepted,
+        s.closed,
+        s.errors,
+        s.bytes_in,
+        s.bytes_out,
+        s.http_200,
+        s.http_400,
+        s.http_404,
+        s.http_405,
+        s.http_431,
+        s.http_other
+    );
+}
+
+/// Runs `ustack serve`.
+pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+    let proto = Protocol::from_name(&args.proto).context("unknown protocol")?;
+    if let Some(root) = &args.root {
+        if proto != Protocol::Http {
+            bail!("--root is for the http server only");
+        }
+        if !root.is_dir() {
+            bail!("--root {}: not a directory", root.display());
+        }
+    }
+    if args.addr.port() == 0 {
+        bail!("--addr needs a port other than 0");
+    }
+    match args.link.as_str() {
+        "sim" => sim(args, proto),
+        _ => shm(args, proto),
+    }
+}
+
+fn shm(args: &Args, proto: Protocol) -> anyhow::Result<ExitCode> {
+    let (mut ports, peer) =
+        ShmLink::create(&ShmConfig::default()).context("creating the shm link")?;
+    let offer = peer.offer().context("offering the shm link")?;
+    {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "shm-offer {}", offer.name())?;
+        out.flush()?;
+    }
+    eprintln!(
+        "ustack serve: {} on {} over shm; waiting for a client to attach to `{}`",
+        args.proto,
+        args.addr,
+        offer.name()
+    );
+    offer
+        .hand_over(ATTACH_TIMEOUT)
+        .context("waiting for the client to attach")?;
+    let port = ports.remove(0);
+    let mut rt = builder(*args.addr.ip(), SERVER_MAC, 1)
+        .build(port)
+        .context("building the runtime")?;
+    let mut server = Server::bind(&mut rt, proto, args.addr, args.root.clone())
+        .with_context(|| format!("listening on {}", args.addr))?;
+    let until = args.duration.map(|d| std::time::Instant::now() + d);
+    loop {
+        let step = match until {
+            Some(u) => {
+                let now = std::time::Instant::now();
+                if now >= u {
+                    break;
+                }
+                (u - now).min(Duration::from_millis(100))
+            }
+            None => Duration::from_millis(100),
+        };
+        server.step(&mut rt, Some(step))?;
+    }
+    print_stats(server.stats());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn sim(args: &Args, proto: Protocol) -> anyhow::Result<ExitCode> {
+    let ip = *args.addr.ip();
+    let octets = ip.octets();
+    let client_ip = core::net::Ipv4Addr::new(
+        octets[0],
+        octets[1],
+        octets[2],
+        if octets[3] == 1 { 2 } else { 1 },
+    );
+    let (a, b) = sim_pair(Default::default());
+    let clock = VirtualClock::new(Instant::ZERO);
+    let mut srt = builder(ip, SERVER_MAC, 1).build_with_clock(a, clock.participant())?;
+    let mut crt = builder(client_ip, CLIENT_MAC, 2).build_with_clock(b, clock.participant())?;
+    let mut server = Server::bind(&mut srt, proto, args.addr, args.root.clone())?;
+    let mut load = Load::start(&mut crt, proto, args.addr, args.clients, args.requests)?;
+    let limit = Instant::ZERO + args.duration.unwrap_or(Duration::from_secs(60));
+    let wall = std::time::Instant::now();
+    while !load.done() {
+        if clock.now() >= limit {
+            bail!(
+                "not done after {:?} of virtual time: {load:?}",
+                limit.since_epoch()
+            );
+        }
+        server.step(&mut srt, Some(Duration::from_millis(5)))?;
+        load.step(&mut crt, Some(Duration::from_millis(5)))
+            .context("a client found a wrong reply")?;
+    }
+    for _ in 0..20 {
+        server.step(&mut srt, Some(Duration::from_millis(5)))?;
+        crt.run_once(Some(Duration::from_millis(5)))?;
+    }
+    let l = load.stats();
+    println!(
+        "sim: {} clients, {} exchanges verified ({} bytes sent, {} received and checked) in \
+         {:.3} s virtual, {:.3} s real",
+        l.finished,
+        l.verified,
+        l.bytes_out,
+        l.bytes_in,
+        clock.now().since_epoch().as_secs_f64(),
+        wall.elapsed().as_secs_f64()
+    );
+    print_stats(server.stats());
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("ten").is_err());
+        assert!(parse_duration("5y").is_err());
+        assert!(parse_duration("").is_err());
+    }
+}
