@@ -1,10 +1,11 @@
 //! The ustack runtime: shard threads, RSS, the budgeted poll loop, the timer wheel and the
 //! epoll-like poller (the runtime issue). Built so far: [`rss`] (which shard owns a flow),
 //! [`shard`] (one shard's budgeted poll loop), [`timer`] (the shard's timer wheel),
-//! [`runtime`] (one shard's run loop: rounds, sleep, busy poll, clocks) and [`api`] (the
-//! public sockets).
+//! [`runtime`] (one shard's run loop: rounds, sleep, busy poll, clocks), [`api`] (the
+//! public sockets) and [`multi`] (shards on their own threads).
 
 pub mod api;
+pub mod multi;
 pub mod poller;
 pub mod rss;
 pub mod runtime;
@@ -13,6 +14,7 @@ pub mod shard;
 pub mod timer;
 
 pub use api::{TcpListener, TcpStream, UdpSocket};
+pub use multi::{RssSplitter, ShardApp, ShardContext, ShardedBuilder, ShardedRuntime};
 pub use poller::{Event, Mode, Poller, PollerError};
 pub use rss::{Reta, Rss, RssKey, pick_local_port, shard_of};
 pub use runtime::{

@@ -1,0 +1,615 @@
+//! Several shards, one thread each: [`ShardedRuntime`].
+//!
+//! Each shard thread owns a whole [`Runtime`]: its stack (sockets, timers, counters), its
+//! device queue (queue pair `k` of a shm link, say), its poller and its clock. Nothing is
+//! shared on the packet path: the device steers every flow to the queue of its shard
+//! (receive-side scaling, by a Toeplitz hash of the 4-tuple, see [`crate::rss`]), and
+//! outbound connections pick a local port whose replies hash back to the shard that opened
+//! them ([`ShardContext::connect`], after Seastar's `connect`). The application runs on
+//! every shard as a [`ShardApp`], made on the shard's own thread, so it owns its sockets
+//! with no locks either.
+//!
+//! Listening on a port means a listener on every shard, as `SO_REUSEPORT` gives each
+//! Linux worker its own listener ([`ShardedBuilder::listen`]); RSS decides which shard
+//! accepts a connection.
+//!
+//! What the threads do share is cold: a stop flag, and a snapshot slot per shard that the
+//! shard fills with its counters when a reader asks ([`ShardedRuntime::mib`] sums them
+//! with [`Mib::merge`], as Linux sums per-CPU counters when `/proc/net/snmp` is read).
+//!
+//! ```
+//! use core::net::{Ipv4Addr, SocketAddrV4};
+//! use core::time::Duration;
+//! use ustack_dev::Medium;
+//! use ustack_dev::shm::{ShmConfig, ShmLink, ShmPort};
+//! use ustack_obs::Counter;
+//! use ustack_runtime::RuntimeBuilder;
+//! use ustack_runtime::multi::{ShardApp, ShardContext, ShardedBuilder};
+//! use ustack_runtime::rss::{Rss, RssKey};
+//!
+//! /// Counts the connections its shard accepts.
+//! struct Accept(usize);
+//!
+//! impl ShardApp<ShmPort> for Accept {
+//!     fn poll(&mut self, ctx: &mut ShardContext<'_, ShmPort>) -> std::io::Result<()> {
+//!         while let Ok((_stream, _peer)) = ctx.listeners()[0].accept(ctx.rt) {
+//!             self.0 += 1;
+//!         }
+//!         Ok(())
+//!     }
+//! }
+//!
+//! let addr = Ipv4Addr::new(10, 0, 0, 1);
+//! let config = ShmConfig { queue_pairs: 2, medium: Medium::Ip, ..ShmConfig::default() };
+//! let (queues, _far_end) = ShmLink::pair(&config)?;
+//! let shards = RuntimeBuilder::new().ipv4(addr, 24);
+//! let rt = ShardedBuilder::new(shards, Rss::new(RssKey::MICROSOFT, 2))
+//!     .listen(SocketAddrV4::new(addr, 80), 128)
+//!     .start(queues, |_shard| Accept(0))?;
+//! assert_eq!(rt.mib(Duration::from_secs(5))?.get(Counter::TcpPassiveOpens), 0);
+//! for app in rt.stop() {
+//!     assert_eq!(app?.0, 0, "nobody connected");
+//! }
+//! # Ok::<(), std::io::Error>(())
+//! ```
+//!
+//! # No cross-shard handoff
+//!
+//! No frame moves between shards: with the device steering by RSS and outbound ports
+//! chosen to hash home, every segment of a TCP or UDP flow arrives on the shard that owns
+//! it. The cases that would need a (bounded, counted) handoff queue are not handled and
+//! are left to the device: IP fragments (hashed on the address pair only, so they may
+//! reach a shard that does not own the flow), ICMP errors about a flow (hashed on their
+//! own addresses), and, on an Ethernet medium, ARP: a NIC sends it to queue 0, so shards
+//! other than 0 never see their neighbours' replies. Run sharded stacks on an IP medium (a
+//! multi-queue TUN, or a shm link with [`Medium::Ip`]), or on an Ethernet link whose far
+//! end copies the frames it cannot hash to every queue
+//! ([`RssSplitter::replicate_unhashed`]), so that each shard keeps its own neighbour table.
+//!
+//! # The loop of one shard
+//!
+//! [`Runtime::run_once`] with a timeout of the tick ([`ShardedBuilder::tick`]), then
+//! [`ShardApp::poll`], then the stop flag and snapshot requests; so a stop or a counter
+//! read is served within a tick even when the shard sleeps on an idle device.
+
+use core::net::SocketAddrV4;
+use core::time::Duration;
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use ustack_dev::{Device, DeviceCaps, Medium};
+use ustack_obs::Mib;
+use ustack_stack::{Instant, TcpHandle};
+
+use crate::api::TcpListener;
+use crate::rss::Rss;
+use crate::runtime::{MonotonicClock, Runtime, RuntimeBuilder, Sleep};
+use crate::shard::ShardStats;
+
+/// The application on one shard. Made on the shard's thread by the factory given to
+/// [`ShardedBuilder::start`]; returned by [`ShardedRuntime::stop`] when the thread ends.
+pub trait ShardApp<D: Device + Sleep>: Send + 'static {
+    /// Called once on the shard's thread, after the listeners are bound and before the
+    /// first round: open connections, register sockets.
+    fn start(&mut self, ctx: &mut ShardContext<'_, D>) -> io::Result<()> {
+        let _ = ctx;
+        Ok(())
+    }
+
+    /// Called after every round of the loop (at least once per tick): accept, read,
+    /// write. Must not block. An error stops this shard (and is returned by
+    /// [`ShardedRuntime::stop`]).
+    fn poll(&mut self, ctx: &mut ShardContext<'_, D>) -> io::Result<()>;
+}
+
+/// One shard's view, handed to its [`ShardApp`]: the runtime, the shard's number, the
+/// flow-to-shard map and the shard's listeners.
+pub struct ShardContext<'a, D: Device + Sleep> {
+    /// This shard's runtime (stack, device, poller, clock).
+    pub rt: &'a mut Runtime<D, MonotonicClock>,
+    shard: usize,
+    rss: &'a Rss,
+    listeners: &'a [TcpListener],
+}
+
+impl<D: Device + Sleep> core::fmt::Debug for ShardContext<'_, D> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("ShardContext")
+            .field("shard", &self.shard)
+            .field("rss", &self.rss)
+            .field("listeners", &self.listeners)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a, D: Device + Sleep> ShardContext<'a, D> {
+    /// This shard's number.
+    pub fn shard(&self) -> usize {
+        self.shard
+    }
+
+    /// The number of shards.
+    pub fn shards(&self) -> usize {
+        self.rss.shards()
+    }
+
+    /// The flow-to-shard map.
+    pub fn rss(&self) -> &'a Rss {
+        self.rss
+    }
+
+    /// The listeners bound on this shard, in the order of [`ShardedBuilder::listen`].
+    pub fn listeners(&self) -> &'a [TcpListener] {
+        self.listeners
+    }
+
+    /// The current time on the shard's clock.
+    pub fn now(&self) -> Instant {
+        self.rt.now()
+    }
+
+    /// Open a connection to `remote` from a local port whose replies hash to this shard
+    /// ([`Rss::pick_local_port`] over `net.ipv4.ip_local_port_range`, then
+    /// [`ustack_stack::Stack::tcp_connect_from`]). A port the stack refuses (its 4-tuple
+    /// in use, or a listener on it) is skipped and the search goes on; `EADDRNOTAVAIL`
+    /// when no port of the range hashes here and is free (Linux's error for an exhausted
+    /// range).
+    pub fn connect(&mut self, remote: SocketAddrV4) -> io::Result<TcpHandle> {
+        let (stack, now) = self.rt.stack_now();
+        let sysctl = stack.sysctl();
+        let lo = u16::try_from(sysctl.ip_local_port_min).unwrap_or(u16::MAX);
+        let hi = u16::try_from(sysctl.ip_local_port_max).unwrap_or(u16::MAX);
+        let local_ip = stack.ipv4().addr;
+        let mut refused: Vec<u16> = Vec::new();
+        loop {
+            let port = self
+                .rss
+                .pick_local_port(local_ip, remote, self.shard, lo..=hi, |p| {
+                    refused.contains(&p)
+                })
+                .ok_or_else(|| io::Error::from_raw_os_error(99 /* EADDRNOTAVAIL */))?;
+            match stack.tcp_connect_from(now, port, remote) {
+                Ok(h) => return Ok(h),
+                Err(ustack_stack::Error::AddrInUse) => refused.push(port),
+                Err(e) => return Err(io::Error::from_raw_os_error(e.errno())),
+            }
+        }
+    }
+}
+
+/// A shard's counters as last published.
+#[derive(Debug, Clone)]
+struct Snapshot {
+    generation: u64,
+    mib: Mib,
+    stats: ShardStats,
+}
+
+/// What the threads share: cold, off the packet path.
+#[derive(Debug)]
+struct Control {
+    stop: AtomicBool,
+    /// The latest snapshot generation asked for.
+    requested: AtomicU64,
+    slots: Vec<Mutex<Snapshot>>,
+}
+
+impl Control {
+    fn publish(&self, shard: usize, generation: u64, mib: &Mib, stats: &ShardStats) {
+        let mut slot = self.slots[shard].lock().unwrap_or_else(|e| e.into_inner());
+        slot.generation = generation;
+        slot.mib.clone_from(mib);
+        slot.stats = *stats;
+    }
+}
+
+/// How to start a [`ShardedRuntime`]: the per-shard [`RuntimeBuilder`] (every shard gets
+/// the same address and tunables, its own shard number and seed), the flow-to-shard map,
+/// the ports to listen on, the tick.
+#[derive(Debug, Clone)]
+pub struct ShardedBuilder {
+    runtime: RuntimeBuilder,
+    rss: Rss,
+    listen: Vec<(SocketAddrV4, u32)>,
+    tick: Duration,
+    seed: u64,
+}
+
+impl ShardedBuilder {
+    /// Shards configured by `runtime`, with flows mapped by `rss` (its shard count must be
+    /// the number of devices given to [`start`](Self::start)).
+    pub fn new(runtime: RuntimeBuilder, rss: Rss) -> ShardedBuilder {
+        ShardedBuilder {
+            runtime,
+            rss,
+            listen: Vec::new(),
+            tick: Duration::from_millis(1),
+            seed: 0,
+        }
+    }
+
+    /// Listen on `addr` with `backlog` on every shard (`SO_REUSEPORT`).
+    pub fn listen(mut self, addr: SocketAddrV4, backlog: u32) -> Self {
+        self.listen.push((addr, backlog));
+        self
+    }
+
+    /// The longest a shard sleeps before checking for a stop or a counter request (default
+    /// 1 ms). Frames wake it at once regardless.
+    pub fn tick(mut self, tick: Duration) -> Self {
+        self.tick = tick.max(Duration::from_micros(1));
+        self
+    }
+
+    /// Base seed: shard `k` seeds its stack with `seed + k`.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
+    /// Start one thread per device, shard `k` on `devices[k]`, each running the app that
+    /// `app(k)` makes on that thread. `InvalidInput` if the number of devices is not the
+    /// map's shard count; a shard that fails to build (a bad address, a listener refused)
+    /// fails the start, after the others are stopped.
+    pub fn start<D, A, F>(self, devices: Vec<D>, app: F) -> io::Result<ShardedRuntime<A>>
+    where
+        D: Device + Sleep + Send + 'static,
+        A: ShardApp<D>,
+        F: Fn(usize) -> A + Send + Sync + 'static,
+    {
+        let shards = devices.len();
+        if shards == 0 || shards != self.rss.shards() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "ShardedBuilder: {shards} devices for {} shards",
+                    self.rss.shards()
+                ),
+            ));
+        }
+        let control = Arc::new(Control {
+            stop: AtomicBool::new(false),
+            requested: AtomicU64::new(0),
+            slots: (0..shards)
+                .map(|_| {
+                    Mutex::new(Snapshot {
+                        generation: 0,
+                        mib: Mib::new(),
+                        stats: ShardStats::default(),
+                    })
+                })
+                .collect(),
+        });
+        let app = Arc::new(app);
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<io::Result<()>>();
+        let mut threads = Vec::with_capacity(shards);
+        for (k, device) in devices.into_iter().enumerate() {
+            let builder = self
+                .runtime
+                .clone()
+                .shard(k)
+                .seed(self.seed.wrapping_add(k as u64));
+            let ctl = control.clone();
+            let rss = self.rss.clone();
+            let listen = self.listen.clone();
+            let tick = self.tick;
+            let app = app.clone();
+            let ready = ready_tx.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("ustack-shard-{k}"))
+                .spawn(move || {
+                    shard_main(k, builder, device, &rss, &listen, tick, &ctl, &*app, ready)
+                });
+            match spawned {
+                Ok(t) => threads.push(t),
+                Err(e) => {
+                    drop(ShardedRuntime {
+                        threads,
+                        control,
+                        rss: self.rss,
+                    });
+                    return Err(e);
+                }
+            }
+        }
+        drop(ready_tx);
+        let mut rt = ShardedRuntime {
+            threads,
+            control,
+            rss: self.rss,
+        };
+        for _ in 0..shards {
+            match ready_rx.recv() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    rt.shutdown();
+                    return Err(e);
+                }
+                Err(_) => {
+                    rt.shutdown();
+                    return Err(io::Error::other("ShardedBuilder: a shard thread died"));
+                }
+            }
+        }
+        Ok(rt)
+    }
+}
+
+/// The body of shard `k`'s thread.
+#[allow(clippy::too_many_arguments)]
+fn shard_main<D, A, F>(
+    k: usize,
+    builder: RuntimeBuilder,
+    device: D,
+    rss: &Rss,
+    listen: &[(SocketAddrV4, u32)],
+    tick: Duration,
+    ctl: &Control,
+    make: &F,
+    ready: std::sync::mpsc::Sender<io::Result<()>>,
+) -> io::Result<A>
+where
+    D: Device + Sleep,
+    A: ShardApp<D>,
+    F: Fn(usize) -> A,
+{
+    let setup = || -> io::Result<(Runtime<D, MonotonicClock>, Vec<TcpListener>, A)> {
+        let mut rt = builder.build(device)?;
+        let listeners = listen
+            .iter()
+            .map(|&(addr, backlog)| TcpListener::bind(&mut rt, addr, backlog))
+            .collect::<io::Result<Vec<_>>>()?;
+        let mut app = make(k);
+        app.start(&mut ShardContext {
+            rt: &mut rt,
+            shard: k,
+            rss,
+            listeners: &listeners,
+        })?;
+        Ok((rt, listeners, app))
+    };
+    let (mut rt, listeners, mut app) = match setup() {
+        Ok(s) => {
+            // The receiver is gone only if the starter gave up; run on regardless.
+            let _ = ready.send(Ok(()));
+            s
+        }
+        Err(e) => {
+            let copy = io::Error::new(e.kind(), format!("shard {k}: {e}"));
+            let _ = ready.send(Err(copy));
+            return Err(e);
+        }
+    };
+    drop(ready);
+    let mut served = 0;
+    let result = loop {
+        if ctl.stop.load(Ordering::Acquire) {
+            break Ok(());
+        }
+        if let Err(e) = rt.run_once(Some(tick)) {
+            break Err(e);
+        }
+        let mut ctx = ShardContext {
+            rt: &mut rt,
+            shard: k,
+            rss,
+            listeners: &listeners,
+        };
+        if let Err(e) = app.poll(&mut ctx) {
+            break Err(e);
+        }
+        let wanted = ctl.requested.load(Ordering::Acquire);
+        if wanted != served {
+            ctl.publish(k, wanted, rt.stack().mib(), rt.shard_stats());
+            served = wanted;
+        }
+    };
+    // The final counters, whatever ended the loop.
+    ctl.publish(k, u64::MAX, rt.stack().mib(), rt.shard_stats());
+    result.map(|()| app)
+}
+
+/// Shards on their threads. See the [module docs](self). Dropping it stops and joins the
+/// threads, as [`stop`](Self::stop) does.
+pub struct ShardedRuntime<A> {
+    threads: Vec<JoinHandle<io::Result<A>>>,
+    control: Arc<Control>,
+    rss: Rss,
+}
+
+impl<A> core::fmt::Debug for ShardedRuntime<A> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("ShardedRuntime")
+            .field("shards", &self.shards())
+            .field(
+                "running",
+                &self.threads.iter().filter(|t| !t.is_finished()).count(),
+            )
+            .field("rss", &self.rss)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<A> ShardedRuntime<A> {
+    /// The number of shards.
+    pub fn shards(&self) -> usize {
+        self.control.slots.len()
+    }
+
+    /// The flow-to-shard map.
+    pub fn rss(&self) -> &Rss {
+        &self.rss
+    }
+
+    /// Every shard's counters and `softnet_stat`, fresh: asks each shard for a snapshot
+    /// and waits (at most `timeout`) until each has published one. A shard that has
+    /// stopped gives its final counters. `TimedOut` if a shard did not answer in time.
+    pub fn shard_counters(&self, timeout: Duration) -> io::Result<Vec<(Mib, ShardStats)>> {
+        let generation = self.control.requested.fetch_add(1, Ordering::AcqRel) + 1;
+        let deadline = std::time::Instant::now() + timeout;
+        let mut out = Vec::with_capacity(self.shards());
+        for (k, slot) in self.control.slots.iter().enumerate() {
+            loop {
+                {
+                    let s = slot.lock().unwrap_or_else(|e| e.into_inner());
+                    if s.generation >= generation || self.threads[k].is_finished() {
+                        out.push((s.mib.clone(), s.stats));
+                        break;
+                    }
+                }
+                if std::time::Instant::now() >= deadline {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("shard {k} did not publish its counters"),
+                    ));
+                }
+                std::thread::sleep(Duration::from_micros(100));
+            }
+        }
+        Ok(out)
+    }
+
+    /// The counters of every shard, summed ([`Mib::merge`]).
+    pub fn mib(&self, timeout: Duration) -> io::Result<Mib> {
+        let per_shard = self.shard_counters(timeout)?;
+        let mut sum = Mib::new();
+        for (mib, _) in &per_shard {
+            sum.merge(mib);
+        }
+        Ok(sum)
+    }
+
+    /// Stop every shard and join its thread; each shard's app (or the error that stopped
+    /// the shard), in shard order.
+    pub fn stop(mut self) -> Vec<io::Result<A>> {
+        self.shutdown()
+    }
+
+    fn shutdown(&mut self) -> Vec<io::Result<A>> {
+        self.control.stop.store(true, Ordering::Release);
+        self.threads
+            .drain(..)
+            .map(|t| {
+                t.join()
+                    .unwrap_or_else(|_| Err(io::Error::other("shard thread panicked")))
+            })
+            .collect()
+    }
+}
+
+impl<A> Drop for ShardedRuntime<A> {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// A software RSS splitter over the queues of a multi-queue device, as one [`Device`]: it
+/// sends each frame on the queue the receiver's RSS would pick for it
+/// ([`Rss::shard_of_frame`]) and receives from every queue in turn. It is the far end of a
+/// sharded link: the client side of a shm link whose other end is a [`ShardedRuntime`],
+/// so that each shard's queue carries exactly its own flows (a NIC with RSS does this
+/// steering in hardware).
+///
+/// Frames it cannot hash (ARP, say) go to queue 0, as a NIC sends them, or, with
+/// [`replicate_unhashed`](Self::replicate_unhashed), to every queue: then each shard of an
+/// Ethernet link sees the ARP requests and replies and resolves its neighbours itself
+/// (every shard answers a request, with the same address: duplicate replies, harmless).
+#[derive(Debug)]
+pub struct RssSplitter<D> {
+    queues: Vec<D>,
+    rss: Rss,
+    medium: Medium,
+    next_rx: usize,
+    sent: Vec<u64>,
+    unhashed: u64,
+    replicate: bool,
+}
+
+impl<D: Device> RssSplitter<D> {
+    /// A splitter over `queues` (queue `k` reaches shard `k`), steering by `rss`. Panics
+    /// if there are no queues.
+    pub fn new(queues: Vec<D>, rss: Rss) -> RssSplitter<D> {
+        assert!(!queues.is_empty(), "RssSplitter: no queues");
+        let medium = queues[0].caps().medium;
+        let sent = vec![0; queues.len()];
+        RssSplitter {
+            queues,
+            rss,
+            medium,
+            next_rx: 0,
+            sent,
+            unhashed: 0,
+            replicate: false,
+        }
+    }
+
+    /// Send frames that cannot be hashed on every queue instead of queue 0.
+    pub fn replicate_unhashed(mut self, on: bool) -> Self {
+        self.replicate = on;
+        self
+    }
+
+    /// Frames steered by their hash to each queue.
+    pub fn sent_per_queue(&self) -> &[u64] {
+        &self.sent
+    }
+
+    /// Frames that could not be hashed (sent on queue 0, or on every queue).
+    pub fn unhashed(&self) -> u64 {
+        self.unhashed
+    }
+
+    /// The queues.
+    pub fn queues(&self) -> &[D] {
+        &self.queues
+    }
+}
+
+impl<D: Device> Device for RssSplitter<D> {
+    fn caps(&self) -> DeviceCaps {
+        self.queues[0].caps()
+    }
+
+    fn recv(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
+        let n = self.queues.len();
+        for i in 0..n {
+            let q = (self.next_rx + i) % n;
+            if let Some(len) = self.queues[q].recv(now, buf) {
+                self.next_rx = (q + 1) % n;
+                return Some(len);
+            }
+        }
+        None
+    }
+
+    fn send(&mut self, now: Instant, frame: &[u8]) -> bool {
+        match self.rss.shard_of_frame(frame, self.medium) {
+            Some(q) => {
+                let q = q.min(self.queues.len() - 1);
+                let ok = self.queues[q].send(now, frame);
+                if ok {
+                    self.sent[q] += 1;
+                }
+                ok
+            }
+            None => {
+                self.unhashed += 1;
+                if self.replicate {
+                    let mut any = false;
+                    for q in &mut self.queues {
+                        any |= q.send(now, frame);
+                    }
+                    any
+                } else {
+                    self.queues[0].send(now, frame)
+                }
+            }
+        }
+    }
+
+    fn poll_at(&self) -> Option<Instant> {
+        self.queues.iter().filter_map(Device::poll_at).min()
+    }
+}
