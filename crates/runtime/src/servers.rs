@@ -24,7 +24,6 @@ use std::net::Shutdown;
 use std::path::{Path, PathBuf};
 
 use ustack_dev::Device;
-use ustack_stack::Readiness;
 
 use crate::api::{TcpListener, TcpStream};
 use crate::poller::Mode;
@@ -99,6 +98,10 @@ struct Conn {
     skip: u64,
     /// Close once `out` is flushed (an error response, `Connection: close`, EOF).
     close_after: bool,
+    /// The peer's FIN was read.
+    peer_done: bool,
+    /// Our FIN was queued (`shutdown(SHUT_WR)`), for a lingering close.
+    fin_sent: bool,
 }
 
 /// An echo, discard or HTTP server on one runtime: a listener and its connections.
@@ -199,13 +202,12 @@ impl Server {
         timeout: Option<Duration>,
     ) -> io::Result<usize> {
         let n = rt.poll(&mut self.events, timeout)?;
-        let ready: Vec<(u64, Readiness)> =
-            self.events.iter().map(|e| (e.token, e.readiness)).collect();
-        for (token, readiness) in ready {
+        let ready: Vec<u64> = self.events.iter().map(|e| e.token).collect();
+        for token in ready {
             if token == LISTENER {
                 self.accept_all(rt)?;
             } else {
-                self.service(rt, token, readiness);
+                self.service(rt, token);
             }
         }
         Ok(n)
@@ -236,6 +238,8 @@ impl Server {
                             inbuf: Vec::new(),
                             skip: 0,
                             close_after: false,
+                            peer_done: false,
+                            fin_sent: false,
                         },
                     );
                 }
@@ -247,16 +251,11 @@ impl Server {
     }
 
     /// Flush, read while the output is small, answer, flush; close when done.
-    fn service<D: Device + Sleep, C: Clock>(
-        &mut self,
-        rt: &mut Runtime<D, C>,
-        token: u64,
-        readiness: Readiness,
-    ) {
+    fn service<D: Device + Sleep, C: Clock>(&mut self, rt: &mut Runtime<D, C>, token: u64) {
         let Some(mut conn) = self.conns.remove(&token) else {
             return;
         };
-        let keep = self.drive(rt, &mut conn, readiness);
+        let keep = self.drive(rt, &mut conn);
         match keep {
             Ok(true) => {
                 self.conns.insert(token, conn);
@@ -278,16 +277,37 @@ impl Server {
         &mut self,
         rt: &mut Runtime<D, C>,
         conn: &mut Conn,
-        readiness: Readiness,
     ) -> io::Result<bool> {
-        if readiness.contains(Readiness::ERROR) {
-            // The pending error comes out of the next read.
-            conn.stream.read(rt, &mut [0u8; 1])?;
-        }
+        // A pending error (ERROR readiness) comes out of the next read or write.
         loop {
             self.flush(rt, conn)?;
             if conn.close_after {
-                return Ok(!conn.out.is_empty());
+                if !conn.out.is_empty() {
+                    return Ok(true); // the next WRITABLE edge brings us back
+                }
+                if conn.peer_done {
+                    return Ok(false);
+                }
+                // RFC 9112 §9.6: "servers typically close a connection in stages. First,
+                // the server performs a half-close by closing only the write side of the
+                // read/write connection. The server then continues to read from the
+                // connection until it receives a corresponding close by the client". A
+                // close with unread data would reset the connection (as on Linux) and
+                // could destroy the response in flight. (nginx's `lingering_close`; no
+                // lingering timeout here yet.)
+                if !conn.fin_sent {
+                    conn.stream.shutdown(rt, Shutdown::Write)?;
+                    conn.fin_sent = true;
+                }
+                match conn.stream.read(rt, &mut self.buf) {
+                    Ok(0) => return Ok(false),
+                    Ok(n) => {
+                        self.stats.bytes_in += n as u64;
+                        continue;
+                    }
+                    Err(e) if would_block(&e) => return Ok(true),
+                    Err(e) => return Err(e),
+                }
             }
             if conn.out.len() >= OUT_HIGH {
                 return Ok(true); // the next WRITABLE edge brings us back
@@ -299,6 +319,7 @@ impl Server {
             };
             if n == 0 {
                 // The peer finished sending: finish our output, then close.
+                conn.peer_done = true;
                 conn.close_after = true;
                 continue;
             }
