@@ -161,6 +161,19 @@ impl TcpStream {
         Ok(TcpStream { handle })
     }
 
+    /// Open a connection to `addr` from a chosen local port (`bind(2)` then `connect(2)`):
+    /// for a sharded runtime, whose outbound ports hash back to their shard
+    /// ([`crate::rss::pick_local_port`]). `EADDRINUSE` if the 4-tuple or port is taken.
+    pub fn connect_from<D: Device + Sleep, C: Clock>(
+        rt: &mut Runtime<D, C>,
+        local_port: u16,
+        addr: SocketAddrV4,
+    ) -> io::Result<TcpStream> {
+        let (stack, now) = rt.stack_now();
+        let handle = stack.tcp_connect_from(now, local_port, addr).map_err(err)?;
+        Ok(TcpStream { handle })
+    }
+
     /// Read into `buf`: bytes read, `Ok(0)` at end of stream, `EAGAIN` when nothing is
     /// there yet, or a pending error (`ECONNRESET`, ...) once.
     pub fn read<D: Device + Sleep, C: Clock>(

@@ -732,3 +732,33 @@ fn virtual_clock_jumps_no_further_than_any_participants_wakeup() {
     std::thread::sleep(Duration::from_millis(2));
     assert!(real.now() - t >= Duration::from_millis(2));
 }
+
+/// `TcpStream::connect_from` binds the chosen local port (what a sharded runtime uses for
+/// ports that hash back to its shard), and a taken one is EADDRINUSE.
+#[test]
+fn connect_from_uses_the_chosen_port() {
+    let (a, b) = sim_pair(SimLinkConfig::default());
+    let clock = VirtualClock::new(Instant::ZERO);
+    let mut srt = server_builder()
+        .build_with_clock(a, clock.participant())
+        .unwrap();
+    let mut crt = client_builder()
+        .build_with_clock(b, clock.participant())
+        .unwrap();
+    let l = TcpListener::bind(&mut srt, ECHO, 16).unwrap();
+    let c = TcpStream::connect_from(&mut crt, 45_000, ECHO).unwrap();
+    assert_eq!(c.info(&crt).unwrap().local.port(), 45_000);
+    let e = TcpStream::connect_from(&mut crt, 45_000, ECHO).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(98), "EADDRINUSE");
+    let mut accepted = None;
+    for _ in 0..1000 {
+        srt.run_once(Some(Duration::from_millis(1))).unwrap();
+        crt.run_once(Some(Duration::from_millis(1))).unwrap();
+        if let Ok((s, peer)) = l.accept(&mut srt) {
+            accepted = Some((s, peer));
+            break;
+        }
+    }
+    let (_, peer) = accepted.expect("the connection from port 45000 is accepted");
+    assert_eq!(peer.port(), 45_000);
+}
