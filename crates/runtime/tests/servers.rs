@@ -6,6 +6,7 @@ use core::net::{Ipv4Addr, SocketAddrV4};
 use core::time::Duration;
 use std::path::PathBuf;
 
+use ustack_dev::sim::{Side, SimConfig, SimLinkConfig};
 use ustack_runtime::api::TcpStream;
 use ustack_runtime::runtime::{
     Clock, Runtime, RuntimeBuilder, SimLinkPort, VirtualClock, sim_pair,
@@ -19,7 +20,11 @@ const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
 type Rt = Runtime<SimLinkPort, VirtualClock>;
 
 fn pair() -> (Rt, Rt, VirtualClock) {
-    let (a, b) = sim_pair(Default::default());
+    pair_on(SimLinkConfig::default())
+}
+
+fn pair_on(link: SimLinkConfig) -> (Rt, Rt, VirtualClock) {
+    let (a, b) = sim_pair(link);
     let clock = VirtualClock::new(Instant::ZERO);
     let srt = RuntimeBuilder::new()
         .ipv4(SERVER_IP, 24)
@@ -94,6 +99,38 @@ fn http_100_concurrent_keep_alive_clients_every_response_verified() {
     let s = *server.stats();
     assert_eq!((s.accepted, s.closed, s.http_200), (100, 100, 1000));
     assert_eq!(s.accepted, 100, "keep-alive: one connection per client");
+}
+
+/// 2% loss and 100 µs of delay each way: retransmissions, and still every echoed byte
+/// and every response right.
+#[test]
+fn echo_and_http_100_clients_over_a_lossy_link() {
+    for (proto, port) in [(Protocol::Echo, 7), (Protocol::Http, 80)] {
+        let dir = SimConfig {
+            delay: Duration::from_micros(100),
+            loss: 0.02,
+            ..SimConfig::default()
+        };
+        let (mut srt, mut crt, clock) = pair_on(SimLinkConfig {
+            seed: 11,
+            a_to_b: dir.clone(),
+            b_to_a: dir,
+            ..SimLinkConfig::default()
+        });
+        let addr = SocketAddrV4::new(SERVER_IP, port);
+        let mut server = Server::bind(&mut srt, proto, addr, None).unwrap();
+        let mut load = Load::start(&mut crt, proto, addr, 100, 5).unwrap();
+        run(&mut server, &mut srt, &mut load, &mut crt, &clock);
+        assert_eq!(load.stats().finished, 100, "{proto:?}");
+        assert_eq!(load.stats().verified, 500, "{proto:?}");
+        let s = *server.stats();
+        assert_eq!((s.accepted, s.errors), (100, 0), "{proto:?}");
+        let link = srt.device().link().borrow();
+        assert!(
+            link.stats(Side::A).lost + link.stats(Side::B).lost > 0,
+            "{proto:?}: frames were lost"
+        );
+    }
 }
 
 // ---- HTTP by hand -----------------------------------------------------------------------
