@@ -322,3 +322,85 @@ fn http_static_files_errors_pipelining_and_http10() {
     assert_eq!(s.http_431, 1);
     std::fs::remove_dir_all(&root).unwrap();
 }
+
+// ---- the request parser ------------------------------------------------------------------
+
+mod parser {
+    use proptest::prelude::*;
+    use ustack_runtime::servers::MAX_REQUEST_HEAD;
+    use ustack_runtime::servers::http::{Method, Parsed, Status, parse};
+
+    #[test]
+    fn requests_prefixes_and_errors() {
+        let req = b"\r\nGET /a%20b?q=1 HTTP/1.1\r\nHost: example.com:80\r\nX-A:  b \r\n\r\nGET";
+        let head_len = req.len() - 3;
+        for i in 0..head_len {
+            assert_eq!(parse(&req[..i]), Parsed::Incomplete, "prefix {i}");
+        }
+        match parse(req) {
+            Parsed::Request {
+                request,
+                head_len: n,
+            } => {
+                assert_eq!(n, head_len, "the pipelined rest stays");
+                assert_eq!(request.method, Method::Get);
+                assert_eq!(request.path, b"/a%20b");
+                assert!(request.keep_alive && !request.http10);
+            }
+            other => panic!("{other:?}"),
+        }
+        for (bad, status) in [
+            (&b"GET / HTTP/2.0\r\n\r\n"[..], Status::VersionNotSupported),
+            (
+                b"GET / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n",
+                Status::NotImplemented,
+            ),
+            (b"GET / HTTP/1.1\r\nHost : a\r\n\r\n", Status::BadRequest),
+            (
+                b"GET / HTTP/1.1\r\nHost: a\r\n folded\r\n\r\n",
+                Status::BadRequest,
+            ),
+            (
+                b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+                Status::BadRequest,
+            ),
+            (
+                b"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+                Status::BadRequest,
+            ),
+            (b"GET foo HTTP/1.1\r\nHost: a\r\n\r\n", Status::BadRequest),
+        ] {
+            assert_eq!(
+                parse(bad),
+                Parsed::Error(status),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        assert_eq!(
+            parse(&vec![b'a'; MAX_REQUEST_HEAD]),
+            Parsed::Error(Status::HeaderFieldsTooLarge)
+        );
+    }
+
+    proptest! {
+        /// Any bytes: no panic, a head never longer than the limit or the input.
+        #[test]
+        fn parse_never_panics(buf in proptest::collection::vec(any::<u8>(), 0..10_000)) {
+            if let Parsed::Request { head_len, .. } = parse(&buf) {
+                prop_assert!(head_len <= buf.len() && head_len <= MAX_REQUEST_HEAD);
+            }
+        }
+
+        /// Request-like bytes (lines of header-ish characters) exercise the header paths.
+        #[test]
+        fn parse_never_panics_on_request_like_input(
+            lines in proptest::collection::vec("[ -~\t]{0,40}", 0..12),
+            crlf in any::<bool>(),
+        ) {
+            let eol = if crlf { "\r\n" } else { "\n" };
+            let text = format!("GET / HTTP/1.1{eol}{}{eol}{eol}", lines.join(eol));
+            let _ = parse(text.as_bytes());
+        }
+    }
+}
