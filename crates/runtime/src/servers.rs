@@ -29,11 +29,8 @@ use crate::api::{TcpListener, TcpStream};
 use crate::poller::Mode;
 use crate::runtime::{Clock, Events, Interest, Runtime, Sleep};
 
-/// The body of the fixed response to `GET /` (as the baseline's, TechEmpower's "plaintext").
-pub const FIXED_BODY: &[u8] = b"Hello, World!";
-/// The largest request head accepted; a longer one is answered with 431 and the connection
-/// closes (the baseline's limit).
-pub const MAX_REQUEST_HEAD: usize = 8192;
+/// The fixed response body and the request-head limit, the baseline's.
+pub use ustack_http::{FIXED_BODY, MAX_REQUEST_HEAD};
 /// Output buffered per connection above which it is not read again until some is sent.
 const OUT_HIGH: usize = 64 * 1024;
 const LISTENER: u64 = u64::MAX;
@@ -381,6 +378,8 @@ impl Server {
                     http::write_head(
                         &mut conn.out,
                         status,
+                        b"ustack",
+                        &http::imf_fixdate(unix_now()),
                         ctype,
                         body_len,
                         request.http10,
@@ -431,6 +430,8 @@ impl Server {
         http::write_head(
             &mut conn.out,
             status,
+            b"ustack",
+            &http::imf_fixdate(unix_now()),
             b"text/plain; charset=utf-8",
             body.len() as u64,
             false,
@@ -464,8 +465,16 @@ impl Server {
 
 /// The file for a request path under `root`: 400 for a malformed path or one that climbs
 /// out of the root with `..`; 404 for anything not a readable regular file under it.
+/// Seconds since the Unix epoch, for the `Date` header (RFC 9110 §6.6.1).
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
 fn static_file(root: Option<&Path>, path: &[u8]) -> Result<Vec<u8>, http::Status> {
-    let decoded = http::percent_decode(path).ok_or(http::Status::BadRequest)?;
+    let mut decoded = Vec::new();
+    http::percent_decode(path, &mut decoded).ok_or(http::Status::BadRequest)?;
     if !decoded.starts_with(b"/") {
         return Err(http::Status::NotFound);
     }
@@ -481,411 +490,9 @@ fn static_file(root: Option<&Path>, path: &[u8]) -> Result<Vec<u8>, http::Status
     }
 }
 
-/// HTTP/1.1 message syntax (RFC 9112) for the server: request heads in, response heads out.
-pub mod http {
-    /// The statuses the server sends.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    pub enum Status {
-        /// 200.
-        Ok,
-        /// 400.
-        BadRequest,
-        /// 404.
-        NotFound,
-        /// 405.
-        MethodNotAllowed,
-        /// 431.
-        HeaderFieldsTooLarge,
-        /// 501 (a transfer coding: request bodies are framed by Content-Length only).
-        NotImplemented,
-        /// 505.
-        VersionNotSupported,
-    }
-
-    impl Status {
-        /// The status code.
-        pub fn code(self) -> u16 {
-            match self {
-                Status::Ok => 200,
-                Status::BadRequest => 400,
-                Status::NotFound => 404,
-                Status::MethodNotAllowed => 405,
-                Status::HeaderFieldsTooLarge => 431,
-                Status::NotImplemented => 501,
-                Status::VersionNotSupported => 505,
-            }
-        }
-
-        /// The status line.
-        pub fn line(self) -> &'static [u8] {
-            match self {
-                Status::Ok => b"HTTP/1.1 200 OK\r\n",
-                Status::BadRequest => b"HTTP/1.1 400 Bad Request\r\n",
-                Status::NotFound => b"HTTP/1.1 404 Not Found\r\n",
-                Status::MethodNotAllowed => b"HTTP/1.1 405 Method Not Allowed\r\n",
-                Status::HeaderFieldsTooLarge => b"HTTP/1.1 431 Request Header Fields Too Large\r\n",
-                Status::NotImplemented => b"HTTP/1.1 501 Not Implemented\r\n",
-                Status::VersionNotSupported => b"HTTP/1.1 505 HTTP Version Not Supported\r\n",
-            }
-        }
-
-        /// A short plain-text body for an error.
-        pub fn error_body(self) -> &'static [u8] {
-            match self {
-                Status::Ok => b"",
-                Status::BadRequest => b"400 Bad Request\n",
-                Status::NotFound => b"404 Not Found\n",
-                Status::MethodNotAllowed => b"405 Method Not Allowed\n",
-                Status::HeaderFieldsTooLarge => b"431 Request Header Fields Too Large\n",
-                Status::NotImplemented => b"501 Not Implemented\n",
-                Status::VersionNotSupported => b"505 HTTP Version Not Supported\n",
-            }
-        }
-    }
-
-    /// The method, as far as the server cares.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    pub enum Method {
-        /// GET.
-        Get,
-        /// HEAD.
-        Head,
-        /// Any other token: 405.
-        Other,
-    }
-
-    /// One request head.
-    #[derive(Debug, Clone, PartialEq, Eq)]
-    pub struct Request<'a> {
-        /// The method.
-        pub method: Method,
-        /// The target's path, without the query, still percent-encoded.
-        pub path: &'a [u8],
-        /// HTTP/1.0.
-        pub http10: bool,
-        /// Whether the connection persists (RFC 9112 §9.3).
-        pub keep_alive: bool,
-        /// Body bytes to skip (Content-Length).
-        pub content_length: u64,
-    }
-
-    /// What the bytes so far hold.
-    #[derive(Debug, Clone, PartialEq, Eq)]
-    pub enum Parsed<'a> {
-        /// No complete head yet (and not too long).
-        Incomplete,
-        /// A head of `head_len` bytes.
-        Request {
-            /// The request.
-            request: Request<'a>,
-            /// Its length, the ending empty line included.
-            head_len: usize,
-        },
-        /// Answer with this, then close.
-        Error(Status),
-    }
-
-    /// Parse one request head at the start of `buf`. Never panics; looks at no more than
-    /// [`super::MAX_REQUEST_HEAD`] bytes.
-    pub fn parse(buf: &[u8]) -> Parsed<'_> {
-        // RFC 9112 §2.2: a server "SHOULD ignore at least one empty line (CRLF) received
-        // prior to the request-line".
-        let mut start = 0;
-        while start < 8 {
-            match buf.get(start..) {
-                Some([b'\n', ..]) => start += 1,
-                Some([b'\r', b'\n', ..]) => start += 2,
-                Some([b'\r']) => return Parsed::Incomplete,
-                _ => break,
-            }
-        }
-        let limit = buf.len().min(super::MAX_REQUEST_HEAD + 1);
-        let mut end = None;
-        let mut i = start;
-        while let Some(off) = buf[i..limit].iter().position(|&b| b == b'\n') {
-            let nl = i + off;
-            match buf.get(nl + 1..) {
-                Some([b'\n', ..]) => end = Some(nl + 2),
-                Some([b'\r', b'\n', ..]) => end = Some(nl + 3),
-                _ => {}
-            }
-            if end.is_some() {
-                break;
-            }
-            i = nl + 1;
-        }
-        let Some(end) = end else {
-            return if buf.len() >= super::MAX_REQUEST_HEAD {
-                Parsed::Error(Status::HeaderFieldsTooLarge)
-            } else {
-                Parsed::Incomplete
-            };
-        };
-        if end > super::MAX_REQUEST_HEAD {
-            return Parsed::Error(Status::HeaderFieldsTooLarge);
-        }
-        match parse_head(&buf[start..end]) {
-            Ok(request) => Parsed::Request {
-                request,
-                head_len: end,
-            },
-            Err(s) => Parsed::Error(s),
-        }
-    }
-
-    fn is_token(s: &[u8]) -> bool {
-        !s.is_empty()
-            && s.iter()
-                .all(|&b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
-    }
-
-    fn trim(mut s: &[u8]) -> &[u8] {
-        while let [b' ' | b'\t', rest @ ..] = s {
-            s = rest;
-        }
-        while let [rest @ .., b' ' | b'\t'] = s {
-            s = rest;
-        }
-        s
-    }
-
-    fn parse_head(head: &[u8]) -> Result<Request<'_>, Status> {
-        let mut lines = head
-            .split(|&b| b == b'\n')
-            .map(|l| l.strip_suffix(b"\r").unwrap_or(l));
-        let line = lines.next().ok_or(Status::BadRequest)?;
-        // RFC 9112 §3: request-line = method SP request-target SP HTTP-version.
-        let mut parts = line.split(|&b| b == b' ');
-        let (Some(method), Some(target), Some(version), None) =
-            (parts.next(), parts.next(), parts.next(), parts.next())
-        else {
-            return Err(Status::BadRequest);
-        };
-        if !is_token(method) {
-            return Err(Status::BadRequest);
-        }
-        let method = match method {
-            b"GET" => Method::Get,
-            b"HEAD" => Method::Head,
-            _ => Method::Other,
-        };
-        let http10 = match version {
-            b"HTTP/1.0" => true,
-            [b'H', b'T', b'T', b'P', b'/', b'1', b'.', d] if d.is_ascii_digit() => false,
-            [b'H', b'T', b'T', b'P', b'/', a, b'.', b]
-                if a.is_ascii_digit() && b.is_ascii_digit() =>
-            {
-                return Err(Status::VersionNotSupported);
-            }
-            _ => return Err(Status::BadRequest),
-        };
-        if target.is_empty() || target.iter().any(|&b| b <= b' ' || b == 0x7f) {
-            return Err(Status::BadRequest);
-        }
-        let path = if target == b"*" {
-            target
-        } else if target[0] == b'/' {
-            let end = target
-                .iter()
-                .position(|&b| b == b'?' || b == b'#')
-                .unwrap_or(target.len());
-            &target[..end]
-        } else {
-            // RFC 9112 §3.2.2: absolute-form.
-            let rest = if target.len() > 7 && target[..7].eq_ignore_ascii_case(b"http://") {
-                &target[7..]
-            } else {
-                return Err(Status::BadRequest);
-            };
-            match rest.iter().position(|&b| b == b'/' || b == b'?') {
-                Some(i) if rest[i] == b'/' => {
-                    let p = &rest[i..];
-                    &p[..p.iter().position(|&b| b == b'?').unwrap_or(p.len())]
-                }
-                _ => b"/",
-            }
-        };
-        let (mut hosts, mut length, mut te, mut close, mut ka) = (0, None, false, false, false);
-        for line in lines {
-            if line.is_empty() {
-                break;
-            }
-            // RFC 9112 §5.2: obs-fold is rejected with 400.
-            if matches!(line[0], b' ' | b'\t') {
-                return Err(Status::BadRequest);
-            }
-            let colon = line
-                .iter()
-                .position(|&b| b == b':')
-                .ok_or(Status::BadRequest)?;
-            let name = &line[..colon];
-            // RFC 9112 §5.1: whitespace before the colon "MUST" be rejected with 400.
-            if !is_token(name) {
-                return Err(Status::BadRequest);
-            }
-            let value = trim(&line[colon + 1..]);
-            if value.iter().any(|&b| b == b'\r' || b == 0) {
-                return Err(Status::BadRequest);
-            }
-            if name.eq_ignore_ascii_case(b"host") {
-                hosts += 1;
-                if !value
-                    .iter()
-                    .all(|&b| b.is_ascii_alphanumeric() || b"-._~%!$&'()*+,;=:[]".contains(&b))
-                {
-                    return Err(Status::BadRequest);
-                }
-            } else if name.eq_ignore_ascii_case(b"content-length") {
-                if value.is_empty() || value.len() > 18 || !value.iter().all(u8::is_ascii_digit) {
-                    return Err(Status::BadRequest);
-                }
-                let n = value
-                    .iter()
-                    .fold(0u64, |acc, &d| acc * 10 + u64::from(d - b'0'));
-                if length.is_some_and(|l| l != n) {
-                    return Err(Status::BadRequest);
-                }
-                length = Some(n);
-            } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
-                te = true;
-            } else if name.eq_ignore_ascii_case(b"connection") {
-                for opt in value.split(|&b| b == b',').map(trim) {
-                    close |= opt.eq_ignore_ascii_case(b"close");
-                    ka |= opt.eq_ignore_ascii_case(b"keep-alive");
-                }
-            }
-        }
-        // RFC 9112 §3.2: "A server MUST respond with a 400 (Bad Request) status code to any
-        // HTTP/1.1 request message that lacks a Host header field and to any request
-        // message that contains more than one Host header field line".
-        if hosts > 1 || (hosts == 0 && !http10) {
-            return Err(Status::BadRequest);
-        }
-        // RFC 9112 §6.1: a transfer coding not understood SHOULD get 501.
-        if te {
-            return Err(Status::NotImplemented);
-        }
-        Ok(Request {
-            method,
-            path,
-            http10,
-            keep_alive: !close && (!http10 || ka),
-            content_length: length.unwrap_or(0),
-        })
-    }
-
-    /// Percent-decoding of a path (RFC 3986 §2.1); None for a bad escape or an encoded NUL.
-    pub fn percent_decode(path: &[u8]) -> Option<Vec<u8>> {
-        let hex = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
-        let mut out = Vec::with_capacity(path.len());
-        let mut i = 0;
-        while i < path.len() {
-            if path[i] == b'%' {
-                let v = hex(*path.get(i + 1)?)? << 4 | hex(*path.get(i + 2)?)?;
-                if v == 0 {
-                    return None;
-                }
-                out.push(v);
-                i += 3;
-            } else {
-                out.push(path[i]);
-                i += 1;
-            }
-        }
-        Some(out)
-    }
-
-    /// The media type for a path's extension.
-    pub fn content_type(path: &[u8]) -> &'static [u8] {
-        let ext = match path.iter().rposition(|&b| b == b'.') {
-            Some(i) if !path[i..].contains(&b'/') => &path[i + 1..],
-            _ => b"",
-        };
-        let is = |e: &[u8]| ext.eq_ignore_ascii_case(e);
-        if is(b"html") || is(b"htm") {
-            b"text/html; charset=utf-8"
-        } else if is(b"txt") {
-            b"text/plain; charset=utf-8"
-        } else if is(b"css") {
-            b"text/css"
-        } else if is(b"js") {
-            b"text/javascript"
-        } else if is(b"json") {
-            b"application/json"
-        } else if is(b"png") {
-            b"image/png"
-        } else {
-            b"application/octet-stream"
-        }
-    }
-
-    /// Append a response head: status line, `Server`, `Date` (RFC 9110 §6.6.1: an origin
-    /// server with a clock "MUST generate a Date header field" in 2xx-4xx responses),
-    /// `Content-Type`, `Content-Length`, and `Connection` where it differs from the
-    /// version's default (RFC 9112 §9.3).
-    pub fn write_head(
-        out: &mut Vec<u8>,
-        status: Status,
-        content_type: &[u8],
-        content_length: u64,
-        http10: bool,
-        keep_alive: bool,
-    ) {
-        out.extend_from_slice(status.line());
-        out.extend_from_slice(b"Server: ustack\r\nDate: ");
-        out.extend_from_slice(&imf_fixdate(now_secs()));
-        out.extend_from_slice(b"\r\nContent-Type: ");
-        out.extend_from_slice(content_type);
-        out.extend_from_slice(b"\r\nContent-Length: ");
-        out.extend_from_slice(content_length.to_string().as_bytes());
-        if !keep_alive {
-            out.extend_from_slice(b"\r\nConnection: close");
-        } else if http10 {
-            out.extend_from_slice(b"\r\nConnection: keep-alive");
-        }
-        out.extend_from_slice(b"\r\n\r\n");
-    }
-
-    fn now_secs() -> u64 {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs())
-    }
-
-    /// `IMF-fixdate` (RFC 9110 §5.6.7), e.g. `Sun, 06 Nov 1994 08:49:37 GMT`.
-    pub fn imf_fixdate(unix_secs: u64) -> [u8; 29] {
-        const DAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
-        const MONTHS: [&str; 12] = [
-            "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-        ];
-        let days = unix_secs / 86_400;
-        let sod = unix_secs % 86_400;
-        // Howard Hinnant's civil_from_days.
-        let z = days + 719_468;
-        let era = z / 146_097;
-        let doe = z - era * 146_097;
-        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-        let mp = (5 * doy + 2) / 153;
-        let d = doy - (153 * mp + 2) / 5 + 1;
-        let m = if mp < 10 { mp + 3 } else { mp - 9 };
-        let y = yoe + era * 400 + u64::from(m <= 2);
-        let s = format!(
-            "{}, {:02} {} {:04} {:02}:{:02}:{:02} GMT",
-            DAYS[(days % 7) as usize],
-            d,
-            MONTHS[(m - 1) as usize],
-            y % 10_000,
-            sod / 3600,
-            sod / 60 % 60,
-            sod % 60
-        );
-        let mut t = [b' '; 29];
-        let n = s.len().min(29);
-        t[..n].copy_from_slice(&s.as_bytes()[..n]);
-        t
-    }
-}
+/// HTTP/1.1 message syntax (RFC 9112) for the server, shared with the Linux baseline
+/// servers so that both parse and answer alike.
+pub use ustack_http as http;
 
 // ---- verifying clients ---------------------------------------------------------------------
 

@@ -33,7 +33,6 @@
 //! # Ok::<(), std::io::Error>(())
 //! ```
 
-mod http;
 mod stats;
 mod worker;
 
@@ -49,8 +48,8 @@ use rustix::event::{EventfdFlags, eventfd};
 use rustix::fd::OwnedFd;
 use rustix::net::{AddressFamily, SocketFlags, SocketType, bind, getsockname, listen, sockopt};
 
-pub use http::{FIXED_BODY, MAX_REQUEST_HEAD};
 pub use stats::Stats;
+pub use ustack_http::{FIXED_BODY, MAX_REQUEST_HEAD};
 
 use stats::SharedStats;
 

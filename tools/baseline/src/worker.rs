@@ -18,8 +18,8 @@ use rustix::io::Errno;
 use rustix::net::{RecvFlags, SendFlags, Shutdown, SocketFlags, sockopt};
 
 use crate::Proto;
-use crate::http::{self, DateCache, Method, Parsed, Status};
 use crate::stats::{SharedStats, Stats};
+use ustack_http::{self as http, DateCache, Method, Parsed, Status};
 
 /// Events taken per `epoll_wait`.
 const EVENTS: usize = 256;
@@ -609,6 +609,7 @@ fn error_response(out: &mut Vec<u8>, sh: &Shared, status: Status, keep_alive: bo
     http::write_head(
         out,
         status,
+        b"ustack-baseline",
         sh.date.get(),
         b"text/plain; charset=utf-8",
         body.len() as u64,
@@ -630,6 +631,7 @@ fn respond(out: &mut Vec<u8>, sh: &mut Shared, req: &http::Request<'_>) -> bool 
         http::write_head(
             out,
             Status::MethodNotAllowed,
+            b"ustack-baseline",
             sh.date.get(),
             b"text/plain; charset=utf-8",
             body.len() as u64,
@@ -645,6 +647,7 @@ fn respond(out: &mut Vec<u8>, sh: &mut Shared, req: &http::Request<'_>) -> bool 
         http::write_head(
             out,
             Status::Ok,
+            b"ustack-baseline",
             sh.date.get(),
             b"text/plain",
             http::FIXED_BODY.len() as u64,
@@ -661,6 +664,7 @@ fn respond(out: &mut Vec<u8>, sh: &mut Shared, req: &http::Request<'_>) -> bool 
             http::write_head(
                 out,
                 Status::Ok,
+                b"ustack-baseline",
                 sh.date.get(),
                 http::content_type(&sh.path_buf),
                 sh.file_buf.len() as u64,
@@ -684,6 +688,7 @@ fn respond(out: &mut Vec<u8>, sh: &mut Shared, req: &http::Request<'_>) -> bool 
     http::write_head(
         out,
         status,
+        b"ustack-baseline",
         sh.date.get(),
         b"text/plain; charset=utf-8",
         body.len() as u64,

@@ -19,7 +19,7 @@ const MAX_LEADING_EMPTY_LINES: usize = 8;
 
 /// The statuses this server sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Status {
+pub enum Status {
     Ok,
     BadRequest,
     NotFound,
@@ -30,7 +30,7 @@ pub(crate) enum Status {
 }
 
 impl Status {
-    pub(crate) fn line(self) -> &'static [u8] {
+    pub fn line(self) -> &'static [u8] {
         match self {
             Status::Ok => b"HTTP/1.1 200 OK\r\n",
             Status::BadRequest => b"HTTP/1.1 400 Bad Request\r\n",
@@ -43,7 +43,7 @@ impl Status {
     }
 
     /// A short plain-text body for error responses.
-    pub(crate) fn error_body(self) -> &'static [u8] {
+    pub fn error_body(self) -> &'static [u8] {
         match self {
             Status::Ok => b"",
             Status::BadRequest => b"400 Bad Request\n",
@@ -58,7 +58,7 @@ impl Status {
 
 /// The request method, as far as the server cares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Method {
+pub enum Method {
     Get,
     Head,
     /// Any other syntactically valid method: answered with 405.
@@ -67,7 +67,7 @@ pub(crate) enum Method {
 
 /// One parsed request head.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Request<'a> {
+pub struct Request<'a> {
     pub method: Method,
     /// The path of the request target (origin-form, or the path of an absolute-form target),
     /// without the query, still percent-encoded. Always starts with `/`, except for `*`.
@@ -83,7 +83,7 @@ pub(crate) struct Request<'a> {
 
 /// The outcome of parsing the bytes received so far.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Parsed<'a> {
+pub enum Parsed<'a> {
     /// No complete head yet, and the bytes so far are within [`MAX_REQUEST_HEAD`].
     Incomplete,
     /// A request head `head_len` bytes long (leading empty lines included).
@@ -96,7 +96,7 @@ pub(crate) enum Parsed<'a> {
 }
 
 /// Parses one request head from the start of `buf`.
-pub(crate) fn parse(buf: &[u8]) -> Parsed<'_> {
+pub fn parse(buf: &[u8]) -> Parsed<'_> {
     // RFC 9112 §2.2: "In the interest of robustness, a server that is expecting to receive and
     // parse a request-line SHOULD ignore at least one empty line (CRLF) received prior to the
     // request-line."
@@ -345,7 +345,7 @@ fn parse_content_length(v: &[u8]) -> Option<u64> {
 
 /// Decodes the percent-encoding of a path (RFC 3986 §2.1) into `out`. None: a malformed escape
 /// or an encoded NUL.
-pub(crate) fn percent_decode(path: &[u8], out: &mut Vec<u8>) -> Option<()> {
+pub fn percent_decode(path: &[u8], out: &mut Vec<u8>) -> Option<()> {
     out.clear();
     let mut i = 0;
     while i < path.len() {
@@ -377,7 +377,7 @@ fn hex(b: u8) -> Option<u8> {
 }
 
 /// The media type for a file name's extension (a handful; the rest are octet streams).
-pub(crate) fn content_type(path: &[u8]) -> &'static [u8] {
+pub fn content_type(path: &[u8]) -> &'static [u8] {
     let ext = match path.iter().rposition(|&b| b == b'.') {
         Some(i) if !path[i..].contains(&b'/') => &path[i + 1..],
         _ => b"",
@@ -406,9 +406,12 @@ pub(crate) fn content_type(path: &[u8]) -> &'static [u8] {
 
 /// Appends a response head: status line, `Server`, `Date`, `Content-Type`, `Content-Length`, and
 /// `Connection` when it differs from the request version's default (RFC 9112 §9.3, §9.6).
-pub(crate) fn write_head(
+// One argument per field of the head it writes: a struct would only rename them.
+#[allow(clippy::too_many_arguments)]
+pub fn write_head(
     out: &mut Vec<u8>,
     status: Status,
+    server: &[u8],
     date: &[u8],
     content_type: &[u8],
     content_length: u64,
@@ -416,7 +419,9 @@ pub(crate) fn write_head(
     keep_alive: bool,
 ) {
     out.extend_from_slice(status.line());
-    out.extend_from_slice(b"Server: ustack-baseline\r\nDate: ");
+    out.extend_from_slice(b"Server: ");
+    out.extend_from_slice(server);
+    out.extend_from_slice(b"\r\nDate: ");
     out.extend_from_slice(date);
     out.extend_from_slice(b"\r\nContent-Type: ");
     out.extend_from_slice(content_type);
@@ -448,13 +453,19 @@ fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
 /// with a clock ... MUST generate a Date header field in all 2xx (Successful), 3xx
 /// (Redirection), and 4xx (Client Error) responses".
 #[derive(Debug)]
-pub(crate) struct DateCache {
+pub struct DateCache {
     secs: u64,
     text: [u8; 29],
 }
 
+impl Default for DateCache {
+    fn default() -> Self {
+        DateCache::new()
+    }
+}
+
 impl DateCache {
-    pub(crate) fn new() -> DateCache {
+    pub fn new() -> DateCache {
         let mut d = DateCache {
             secs: u64::MAX,
             text: [b' '; 29],
@@ -464,7 +475,7 @@ impl DateCache {
     }
 
     /// Re-reads the clock; formats only when the second has changed.
-    pub(crate) fn refresh(&mut self) {
+    pub fn refresh(&mut self) {
         let secs = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
@@ -474,13 +485,13 @@ impl DateCache {
         }
     }
 
-    pub(crate) fn get(&self) -> &[u8] {
+    pub fn get(&self) -> &[u8] {
         &self.text
     }
 }
 
 /// `IMF-fixdate` (RFC 9110 §5.6.7), e.g. `Sun, 06 Nov 1994 08:49:37 GMT`.
-fn imf_fixdate(unix_secs: u64) -> [u8; 29] {
+pub fn imf_fixdate(unix_secs: u64) -> [u8; 29] {
     const DAYS: [&[u8; 3]; 7] = [b"Thu", b"Fri", b"Sat", b"Sun", b"Mon", b"Tue", b"Wed"];
     const MONTHS: [&[u8; 3]; 12] = [
         b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug", b"Sep", b"Oct", b"Nov",
@@ -681,6 +692,7 @@ mod tests {
         write_head(
             &mut out,
             Status::NotFound,
+            b"ustack-baseline",
             b"Thu, 01 Jan 1970 00:00:00 GMT",
             b"text/plain",
             1234,
