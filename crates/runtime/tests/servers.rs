@@ -298,9 +298,9 @@ fn http_static_files_errors_pipelining_and_http10() {
     // The client keeps sending after the error: the server half-closes and reads on
     // (RFC 9112 §9.6) instead of closing with unread data, which would reset the
     // connection; the response arrives whole and the connection ends with a FIN. The
-    // client writes the whole megabyte before it reads. (A stack that, like Linux, resets
-    // on data arriving after close (TcpExtTCPAbortOnData) would fail this without the
-    // lingering close; ustack's TCP drops such data quietly for now.)
+    // client writes the whole megabyte before it reads. Without the lingering close the
+    // server would close while the client still sends, and answer the rest with a reset
+    // (TcpExtTCPAbortOnData, as Linux does): the server's counters show it.
     let mut junk = b"GARBAGE\r\n\r\n".to_vec();
     junk.resize(1_000_000, b'x');
     let (resp, eof) = exchange_with(&mut server, &mut srt, &mut crt, &junk, false);
@@ -308,12 +308,21 @@ fn http_static_files_errors_pipelining_and_http10() {
     let (head, body) = head_and_body(&resp);
     assert!(head.starts_with("HTTP/1.1 400 "), "{head}");
     assert_eq!(body, b"400 Bad Request\n");
+    let m = srt.stack().mib();
     assert_eq!(
-        srt.stack()
-            .mib()
-            .get(ustack_obs::Counter::TcpExtTCPAbortOnClose),
+        m.get(ustack_obs::Counter::TcpExtTCPAbortOnClose),
         0,
         "no close with unread data"
+    );
+    assert_eq!(
+        m.get(ustack_obs::Counter::TcpExtTCPAbortOnData),
+        0,
+        "no data arriving after close"
+    );
+    assert_eq!(
+        m.get(ustack_obs::Counter::TcpOutRsts),
+        0,
+        "the server never reset the client"
     );
     let s = *server.stats();
     assert_eq!(s.http_404, 2);
