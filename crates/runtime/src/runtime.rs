@@ -25,6 +25,21 @@
 //! [`Runtime::poll`] is the epoll-style wait on top: rounds, then [`Poller::wait`], then
 //! idle, until an event or the timeout.
 //!
+//! # Application timers
+//!
+//! The runtime owns a [`TimerWheel`] for the application's own timers
+//! ([`Runtime::add_timer`], [`Runtime::cancel_timer`], [`Runtime::rearm_timer`]); the
+//! stack's protocol timers (RTO, delayed ACK, keepalive, TIME_WAIT, ARP, reassembly) are
+//! not on it: the stack keeps its own per-connection timer queue, reached through
+//! [`Stack::poll_timeout`] and run by the shard's round. Every round advances the wheel
+//! (at most [`APP_TIMER_BUDGET`] timers per round; more count as work left, so the loop
+//! runs another round before sleeping) and queues the tokens of the timers that fired;
+//! [`Runtime::poll`] delivers them in [`Events::timers`], in firing order, and a fired
+//! timer ends the wait like a ready socket. The idle sleep never passes the wheel's
+//! [`TimerWheel::next_deadline`]: a shm runtime sleeping in `poll(2)` wakes for it, and a
+//! virtual clock jumps to it. Precision is the wheel's: never before the deadline, less
+//! than one granularity ([`RuntimeBuilder::timer_granularity`], 1 ms by default) after it.
+//!
 //! Everything is counted: the shard's [`ShardStats`] (`softnet_stat`: processed,
 //! time_squeeze) and the loop's [`RuntimeStats`] (rounds, sleeps, wake-ups by a frame or
 //! by the deadline, busy-poll rounds).
@@ -50,6 +65,7 @@ use core::cell::RefCell;
 use core::fmt;
 use core::net::Ipv4Addr;
 use core::time::Duration;
+use std::collections::VecDeque;
 use std::io;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -62,6 +78,11 @@ use ustack_stack::{Config, EthernetAddress, Instant, Ipv4Cidr, Readiness, Socket
 
 use crate::poller::{Event, Mode, Poller};
 use crate::shard::{PollResult, Shard, ShardStats};
+use crate::timer::{TimerId, TimerWheel};
+
+/// The most application timers one round fires (like `netdev_budget` for frames): a round
+/// that hits it leaves work, and the loop runs again before sleeping.
+pub const APP_TIMER_BUDGET: usize = 1024;
 
 // ---- clocks ---------------------------------------------------------------------------
 
@@ -363,6 +384,7 @@ pub struct RuntimeBuilder {
     seed: u64,
     busy_poll: Duration,
     shard: usize,
+    timer_granularity: Duration,
 }
 
 impl Default for RuntimeBuilder {
@@ -385,6 +407,7 @@ impl RuntimeBuilder {
             seed: 0,
             busy_poll: Duration::ZERO,
             shard: 0,
+            timer_granularity: Duration::from_millis(1),
         }
     }
 
@@ -445,6 +468,13 @@ impl RuntimeBuilder {
         self
     }
 
+    /// The tick of the application timer wheel (default 1 ms): a timer fires less than
+    /// one tick after its deadline, never before it. Zero is taken as 1 ns.
+    pub fn timer_granularity(mut self, granularity: Duration) -> Self {
+        self.timer_granularity = granularity.max(Duration::from_nanos(1));
+        self
+    }
+
     /// The stack configuration this builder gives for a device with `caps`.
     /// `InvalidInput` if no address was given, the medium does not match, the MTU is
     /// larger than the device's, or a sysctl is refused.
@@ -497,9 +527,12 @@ impl RuntimeBuilder {
     ) -> io::Result<Runtime<D, C>> {
         let config = self.stack_config(device.caps())?;
         let stack = Stack::new(config);
+        let timers = TimerWheel::new(clock.now(), self.timer_granularity);
         Ok(Runtime {
             shard: Shard::new(self.shard, stack, device),
             poller: Poller::new(),
+            timers,
+            fired: VecDeque::new(),
             clock,
             busy_poll: self.busy_poll,
             stats: RuntimeStats::default(),
@@ -526,14 +559,21 @@ pub struct RuntimeStats {
     pub busy_polls: u64,
     /// Busy-poll phases that found a frame (and so skipped the sleep).
     pub busy_poll_hits: u64,
-    /// Events reported by [`Runtime::poll`].
+    /// Events reported by [`Runtime::poll`] (socket events and timers).
     pub events: u64,
+    /// Application timers fired by the wheel ([`Runtime::add_timer`]).
+    pub timers_fired: u64,
 }
 
 /// A buffer of events for [`Runtime::poll`] (`struct epoll_event events[maxevents]`).
+///
+/// Two lists: socket events ([`iter`](Self::iter), [`len`](Self::len)), and the tokens of
+/// application timers that fired ([`timers`](Self::timers), from [`Runtime::add_timer`]).
+/// A poll fills each with up to the capacity; its return value counts both.
 #[derive(Debug, Clone)]
 pub struct Events {
     inner: Vec<Event>,
+    timers: Vec<u64>,
     capacity: usize,
 }
 
@@ -543,28 +583,36 @@ impl Events {
         let capacity = capacity.max(1);
         Events {
             inner: Vec::with_capacity(capacity),
+            timers: Vec::new(),
             capacity,
         }
     }
 
-    /// The events of the last poll.
+    /// The tokens of the application timers that fired, in firing order (deadline order
+    /// to within one wheel tick). Each fired timer is reported once; its id is stale.
+    pub fn timers(&self) -> &[u64] {
+        &self.timers
+    }
+
+    /// The socket events of the last poll.
     pub fn iter(&self) -> core::slice::Iter<'_, Event> {
         self.inner.iter()
     }
 
-    /// How many.
+    /// How many socket events (timers: [`timers`](Self::timers)).
     pub fn len(&self) -> usize {
         self.inner.len()
     }
 
-    /// None.
+    /// No socket event (there may be timers).
     pub fn is_empty(&self) -> bool {
         self.inner.is_empty()
     }
 
-    /// Forget them.
+    /// Forget them (socket events and timers).
     pub fn clear(&mut self) {
         self.inner.clear();
+        self.timers.clear();
     }
 }
 
@@ -646,6 +694,10 @@ pub trait Source {
 pub struct Runtime<D: Device, C: Clock = MonotonicClock> {
     shard: Shard<D>,
     poller: Poller,
+    /// Application timers, carrying the user's token.
+    timers: TimerWheel<u64>,
+    /// Tokens of timers that fired and are not yet delivered by [`Runtime::poll`].
+    fired: VecDeque<u64>,
     clock: C,
     busy_poll: Duration,
     stats: RuntimeStats,
@@ -658,6 +710,8 @@ impl<D: Device + fmt::Debug, C: Clock + fmt::Debug> fmt::Debug for Runtime<D, C>
             .field("clock", &self.clock)
             .field("busy_poll", &self.busy_poll)
             .field("stats", &self.stats)
+            .field("timers", &self.timers)
+            .field("fired", &self.fired.len())
             .finish_non_exhaustive()
     }
 }
@@ -743,9 +797,24 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
         (self.shard.stack_mut(), now)
     }
 
-    /// One round of the shard's loop (budgeted), without sleeping.
+    /// One round of the shard's loop (budgeted), without sleeping, then the application
+    /// timers due (at most [`APP_TIMER_BUDGET`]; the rest leave work). Fired timers count
+    /// as `timers` work in the result.
     fn round(&mut self) -> PollResult {
-        let r = round(&mut self.shard, &self.clock);
+        let mut r = round(&mut self.shard, &self.clock);
+        let fired = &mut self.fired;
+        let n = self
+            .timers
+            .advance_budget(self.clock.now(), APP_TIMER_BUDGET, |_, token| {
+                fired.push_back(token)
+            });
+        if n > 0 {
+            self.stats.timers_fired += n as u64;
+            r.timers = true;
+        }
+        if n == APP_TIMER_BUDGET {
+            r.work_left = true;
+        }
         self.stats.rounds += 1;
         if !did_work(&r) {
             self.stats.empty_rounds += 1;
@@ -766,7 +835,13 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
     /// When an idle loop wakes up on its own: the shard's next wake-up, bounded by
     /// `deadline`.
     fn wake_target(&self, deadline: Option<Instant>) -> Option<Instant> {
-        min_opt(self.shard.next_wakeup(), deadline)
+        min_opt(self.next_wakeup(), deadline)
+    }
+
+    /// The loop's next wake-up on its own: the shard's (stack timers, a frame the device
+    /// has) or the application timer wheel's next deadline, whichever is first.
+    fn next_wakeup(&self) -> Option<Instant> {
+        min_opt(self.shard.next_wakeup(), self.timers.next_deadline())
     }
 
     /// The idle path: busy poll (real clock), then sleep on the device (or jump a virtual
@@ -821,11 +896,12 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
         if !self.clock.is_virtual() {
             return;
         }
-        let at = if work_left || self.poller.has_pending(self.shard.stack()) {
-            Some(Instant::ZERO)
-        } else {
-            self.shard.next_wakeup()
-        };
+        let at =
+            if work_left || !self.fired.is_empty() || self.poller.has_pending(self.shard.stack()) {
+                Some(Instant::ZERO)
+            } else {
+                self.next_wakeup()
+            };
         self.clock.publish_wakeup(at);
     }
 
@@ -848,22 +924,29 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
         Ok(r)
     }
 
-    /// Run the loop until a registered socket is ready or `timeout` passes (`None`: no
-    /// limit), and put the events (up to the buffer's capacity) in `events`; returns how
-    /// many (`epoll_wait`). Each iteration is a budgeted round, then the poller's harvest,
-    /// then, if nothing was reported and the round exhausted no budget, the idle path.
+    /// Run the loop until a registered socket is ready, an application timer fires, or
+    /// `timeout` passes (`None`: no limit), and put the events (up to the buffer's
+    /// capacity of socket events, and up to as many fired timers in [`Events::timers`]) in
+    /// `events`; returns how many of both (`epoll_wait`). Each iteration is a budgeted
+    /// round (which advances the timer wheel), then the poller's harvest and the fired
+    /// timers, then, if nothing was reported and the round exhausted no budget, the idle
+    /// path, which sleeps no later than the wheel's next deadline. Timers beyond the
+    /// capacity stay queued for the next poll, which returns them at once.
     ///
     /// On a [`VirtualClock`] it also returns (with 0) when the clock cannot move: another
     /// runtime on the clock has work now (run it, then poll again), or nothing is
     /// scheduled anywhere.
     pub fn poll(&mut self, events: &mut Events, timeout: Option<Duration>) -> io::Result<usize> {
-        events.inner.clear();
+        events.clear();
         let deadline = timeout.map(|t| self.clock.now() + t);
         loop {
             let r = self.round();
-            let n = self
-                .poller
-                .wait(self.shard.stack_mut(), &mut events.inner, events.capacity);
+            let mut n =
+                self.poller
+                    .wait(self.shard.stack_mut(), &mut events.inner, events.capacity);
+            let take = self.fired.len().min(events.capacity);
+            events.timers.extend(self.fired.drain(..take));
+            n += take;
             if n > 0 {
                 self.stats.events += n as u64;
                 self.publish_on_leave(r.work_left);
@@ -873,7 +956,8 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
                 self.publish_on_leave(r.work_left);
                 return Ok(0);
             }
-            if r.work_left || self.poller.has_pending(self.shard.stack()) {
+            if r.work_left || !self.fired.is_empty() || self.poller.has_pending(self.shard.stack())
+            {
                 continue;
             }
             if !self.idle(deadline)? {
@@ -881,6 +965,35 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
                 return Ok(0);
             }
         }
+    }
+
+    /// Arm an application timer for `deadline`, carrying `token`: once it fires, the
+    /// token is reported once in [`Events::timers`] by [`poll`](Self::poll). O(1). It
+    /// never fires before `deadline`, and less than one wheel tick
+    /// ([`RuntimeBuilder::timer_granularity`]) after it when the loop is polling; a
+    /// deadline already past fires on the next round. These are the application's timers:
+    /// the stack's own protocol timers are kept by the stack, not here.
+    pub fn add_timer(&mut self, deadline: Instant, token: u64) -> TimerId {
+        self.touch();
+        self.timers.arm(deadline, token)
+    }
+
+    /// Disarm a timer; `false` if it already fired (its token delivered or queued for the
+    /// next poll) or was cancelled. O(1).
+    pub fn cancel_timer(&mut self, id: TimerId) -> bool {
+        self.timers.cancel(id).is_some()
+    }
+
+    /// Move an armed timer to a new `deadline` (earlier or later), keeping its id and
+    /// token; `false` if it already fired or was cancelled (then arm a new one). O(1).
+    pub fn rearm_timer(&mut self, id: TimerId, deadline: Instant) -> bool {
+        self.touch();
+        self.timers.rearm(id, deadline)
+    }
+
+    /// Application timers armed (not yet fired or cancelled).
+    pub fn timers_armed(&self) -> usize {
+        self.timers.len()
     }
 
     /// Watch `source` for `interest` with a user `token` (`EPOLL_CTL_ADD`). A socket that
