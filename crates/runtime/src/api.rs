@@ -232,8 +232,66 @@ impl TcpStream {
         stack.tcp_set_keepalive(now, self.handle, on).map_err(err)
     }
 
+    /// `SO_SNDBUF`: Linux semantics, the request capped at `net.ipv4.tcp_wmem.max`
+    /// (ustack's stand-in for `net.core.wmem_max`), doubled, at least 4608 bytes; the
+    /// send buffer is no longer autotuned afterwards. [`TcpStream::write`] then takes up
+    /// to [`TcpStream::send_buffer_size`] unacknowledged bytes. `EBADF` for a closed
+    /// stream.
+    pub fn set_send_buffer_size<D: Device + Sleep, C: Clock>(
+        &self,
+        rt: &mut Runtime<D, C>,
+        bytes: usize,
+    ) -> io::Result<()> {
+        rt.stack_mut()
+            .tcp_set_send_buffer(self.handle, bytes)
+            .map_err(err)
+    }
+
+    /// The send buffer size (`getsockopt(SO_SNDBUF)`: the doubled value once set).
+    pub fn send_buffer_size<D: Device + Sleep, C: Clock>(
+        &self,
+        rt: &Runtime<D, C>,
+    ) -> io::Result<usize> {
+        rt.stack().tcp_send_buffer(self.handle).map_err(err)
+    }
+
+    /// `SO_RCVBUF`: capped at `net.ipv4.tcp_rmem.max`, doubled, at least 2304 bytes; the
+    /// receive window then follows it and is no longer autotuned.
+    pub fn set_recv_buffer_size<D: Device + Sleep, C: Clock>(
+        &self,
+        rt: &mut Runtime<D, C>,
+        bytes: usize,
+    ) -> io::Result<()> {
+        rt.stack_mut()
+            .tcp_set_recv_buffer(self.handle, bytes)
+            .map_err(err)
+    }
+
+    /// The receive buffer size (`getsockopt(SO_RCVBUF)`).
+    pub fn recv_buffer_size<D: Device + Sleep, C: Clock>(
+        &self,
+        rt: &Runtime<D, C>,
+    ) -> io::Result<usize> {
+        rt.stack().tcp_recv_buffer(self.handle).map_err(err)
+    }
+
+    /// `SO_LINGER`, as `std::net::TcpStream::set_linger` (whole seconds): with
+    /// `Some(Duration::ZERO)` [`TcpStream::close`] resets the connection (RST, queued
+    /// data discarded) instead of finishing it with a FIN. A non-zero time does not make
+    /// close wait: ustack is non-blocking, like Linux's close of an `O_NONBLOCK` socket.
+    pub fn set_linger<D: Device + Sleep, C: Clock>(
+        &self,
+        rt: &mut Runtime<D, C>,
+        linger: Option<core::time::Duration>,
+    ) -> io::Result<()> {
+        rt.stack_mut()
+            .tcp_set_linger(self.handle, linger)
+            .map_err(err)
+    }
+
     /// `close(2)`: the connection finishes on its own (FIN after the queued data); with
-    /// unread data it is reset instead, as on Linux.
+    /// unread data it is reset instead, as on Linux, and so with `SO_LINGER` of zero
+    /// ([`TcpStream::set_linger`]).
     pub fn close<D: Device + Sleep, C: Clock>(self, rt: &mut Runtime<D, C>) -> io::Result<()> {
         let (stack, now) = rt.stack_now();
         stack.tcp_close(now, self.handle).map_err(err)

@@ -713,7 +713,9 @@ impl Stack {
     /// initial window's worth and never more than `tcp_wmem.max`. Linux counts the skb
     /// overhead in `sk_sndbuf`; ustack's limit counts payload bytes.
     fn tcp_sndbuf_expand(tcb: &mut Tcb, wmem_max: u64) {
-        if tcb.in_flight() >= tcb.cs.cwnd {
+        // Linux tcp_should_expand_sndbuf: "If the user specified a specific send buffer
+        // setting, do not modify it." (SOCK_SNDBUF_LOCK)
+        if tcb.flags.has(TcbFlags::SNDBUF_LOCK) || tcb.in_flight() >= tcb.cs.cwnd {
             // Linux: "If we filled the congestion window, do not expand."
             return;
         }
@@ -1274,7 +1276,9 @@ impl Stack {
             let grow = rcvwin * (copied - space) / space;
             rcvwin += 2 * grow;
             let rcvbuf = rcvwin.min(rmem_max).min(u64::from(u32::MAX)) as u32;
-            if rcvbuf > tcb.rcvbuf_limit {
+            // Linux: only "if (... sysctl_tcp_moderate_rcvbuf && !(sk->sk_userlocks &
+            // SOCK_RCVBUF_LOCK))": a size the user set with SO_RCVBUF stays.
+            if rcvbuf > tcb.rcvbuf_limit && !tcb.flags.has(TcbFlags::RCVBUF_LOCK) {
                 tcb.rcvbuf_limit = rcvbuf;
             }
             rs.space = copied.min(u64::from(u32::MAX)) as u32;

@@ -509,7 +509,8 @@ impl Stack {
     /// `close(2)`: the handle is released; the connection finishes on its own (FIN after
     /// the queued data, then FIN-WAIT and TIME-WAIT) as an orphan. Unread received data
     /// makes it a reset instead (RFC 9293 §3.10.4 allows it; Linux does it and counts
-    /// TCPAbortOnClose).
+    /// TCPAbortOnClose), and so does `SO_LINGER` with zero time ([`Stack::tcp_set_linger`],
+    /// TCPAbortOnData). Never waits: there is no blocking close.
     pub fn tcp_close(&mut self, now: Instant, h: TcpHandle) -> Result<(), Error> {
         let tcb = self.tcp.get_mut(h).ok_or(Error::BadHandle)?;
         tcb.flags
@@ -520,6 +521,16 @@ impl Stack {
             }
             _ if tcb.rcvbuf.readable() > 0 => {
                 self.mib.inc(Counter::TcpExtTCPAbortOnClose);
+                self.tcp_abort(now, h)?;
+            }
+            // SO_LINGER with zero time (Linux __tcp_close, net/ipv4/tcp.c: "} else if
+            // (sock_flag(sk, SOCK_LINGER) && !sk->sk_lingertime) { /* Check zero linger
+            // _after_ checking for unread data. */ sk->sk_prot->disconnect(sk, 0);
+            // NET_INC_STATS(..., LINUX_MIB_TCPABORTONDATA);"): RFC 9293 §3.10.5 ABORT,
+            // queued data is discarded and a RST goes out. Linux counts it TCPAbortOnData
+            // (TCPAbortOnLinger is the FIN-WAIT-2 reset of TCP_LINGER2 < 0).
+            _ if tcb.flags.has(tcb::TcbFlags::LINGER_ABORT) => {
+                self.mib.inc(Counter::TcpExtTCPAbortOnData);
                 self.tcp_abort(now, h)?;
             }
             _ => {
@@ -574,6 +585,79 @@ impl Stack {
             tcb.timers.keepalive = Instant::FAR_FUTURE;
         }
         self.tcp_arm(h);
+        Ok(())
+    }
+
+    /// `SO_SNDBUF` (Linux `sock_setsockopt`, net/core/sock.c): the request is capped at
+    /// the maximum, then doubled ("We double it on the way in to account for 'struct
+    /// sk_buff' etc. overhead"), and raised to at least `SOCK_MIN_SNDBUF`; the send
+    /// buffer is then no longer autotuned (`SOCK_SNDBUF_LOCK`, see
+    /// `tcp_should_expand_sndbuf`). Linux caps at `net.core.wmem_max`; ustack has no
+    /// such sysctl and caps at `net.ipv4.tcp_wmem.max`, the bound autotuning uses too,
+    /// so a set size can reach twice it, as Linux's can reach twice `wmem_max`.
+    /// ustack's limit counts payload bytes only, so the doubled value is all usable:
+    /// [`Stack::tcp_send`] takes up to [`Stack::tcp_send_buffer`] bytes.
+    pub fn tcp_set_send_buffer(&mut self, h: TcpHandle, bytes: usize) -> Result<(), Error> {
+        let limit = sockbuf_size(bytes, self.sysctl.tcp_wmem_max, SOCK_MIN_SNDBUF);
+        let tcb = self.tcp.get_mut(h).ok_or(Error::BadHandle)?;
+        let grew = limit > tcb.sndbuf_limit;
+        tcb.sndbuf_limit = limit;
+        tcb.flags.set(tcb::TcbFlags::SNDBUF_LOCK);
+        // Linux: "Wake up sending tasks if we upped the value." (sk_write_space)
+        if grew && crate::socket::sk_stream_is_writeable(tcb) {
+            self.ready.mark(SocketKey::Tcp(h), Readiness::WRITABLE);
+        }
+        Ok(())
+    }
+
+    /// `SO_RCVBUF` (Linux `__sock_set_rcvbuf`): capped at `net.ipv4.tcp_rmem.max` (Linux:
+    /// `net.core.rmem_max`, which ustack does not have), doubled, at least
+    /// `SOCK_MIN_RCVBUF`; receive-buffer autotuning (`tcp_rcv_space_adjust`) then leaves
+    /// it alone (`SOCK_RCVBUF_LOCK`). The window we offer follows it; a window already
+    /// promised is never withdrawn (RFC 9293 §3.8.6.2.2 "the receiver MUST NOT shrink
+    /// the window"), so a smaller buffer shows as the window closing while data arrives.
+    pub fn tcp_set_recv_buffer(&mut self, h: TcpHandle, bytes: usize) -> Result<(), Error> {
+        let limit = sockbuf_size(bytes, self.sysctl.tcp_rmem_max, SOCK_MIN_RCVBUF);
+        let tcb = self.tcp.get_mut(h).ok_or(Error::BadHandle)?;
+        tcb.rcvbuf_limit = limit;
+        tcb.flags.set(tcb::TcbFlags::RCVBUF_LOCK);
+        Ok(())
+    }
+
+    /// The send buffer size in bytes (`getsockopt(SO_SNDBUF)`: the doubled value, or
+    /// what autotuning made of `tcp_wmem.default`).
+    pub fn tcp_send_buffer(&self, h: TcpHandle) -> Result<usize, Error> {
+        self.tcp
+            .get(h)
+            .map(|t| t.sndbuf_limit as usize)
+            .ok_or(Error::BadHandle)
+    }
+
+    /// The receive buffer size in bytes (`getsockopt(SO_RCVBUF)`).
+    pub fn tcp_recv_buffer(&self, h: TcpHandle) -> Result<usize, Error> {
+        self.tcp
+            .get(h)
+            .map(|t| t.rcvbuf_limit as usize)
+            .ok_or(Error::BadHandle)
+    }
+
+    /// `SO_LINGER`. `Some(Duration::ZERO)`: [`Stack::tcp_close`] aborts the connection
+    /// with a RST instead of a FIN (RFC 9293 §3.10.5 ABORT; Linux `__tcp_close`), counted
+    /// TCPAbortOnData. The time is whole seconds, as `struct linger`'s `l_linger` (and
+    /// `std::net::TcpStream::set_linger`, which passes `as_secs()`): under one second is
+    /// zero. A non-zero time changes nothing: ustack has no blocking close, and Linux's
+    /// close of a non-blocking socket with linger on does not wait either (its timeout
+    /// is 0 when `O_NONBLOCK`), finishing with a FIN as an orphan. `None` turns it off.
+    pub fn tcp_set_linger(
+        &mut self,
+        h: TcpHandle,
+        linger: Option<core::time::Duration>,
+    ) -> Result<(), Error> {
+        let tcb = self.tcp.get_mut(h).ok_or(Error::BadHandle)?;
+        match linger {
+            Some(t) if t.as_secs() == 0 => tcb.flags.set(tcb::TcbFlags::LINGER_ABORT),
+            _ => tcb.flags.clear(tcb::TcbFlags::LINGER_ABORT),
+        }
         Ok(())
     }
 
@@ -646,6 +730,19 @@ impl Stack {
         // Readiness: a state change may change anything (Linux sk_state_change).
         self.ready.mark(SocketKey::Tcp(h), Readiness::ALL);
     }
+}
+
+/// Linux `SOCK_MIN_SNDBUF` (`include/net/sock.h`: `TCP_SKB_MIN_TRUESIZE * 2`, with
+/// `TCP_SKB_MIN_TRUESIZE = 2048 + SKB_DATA_ALIGN(sizeof(struct sk_buff))`, 2304 on x86-64).
+pub const SOCK_MIN_SNDBUF: usize = 4608;
+/// Linux `SOCK_MIN_RCVBUF` (`TCP_SKB_MIN_TRUESIZE`).
+pub const SOCK_MIN_RCVBUF: usize = 2304;
+
+/// The buffer size `SO_SNDBUF`/`SO_RCVBUF` sets for a request of `bytes` (Linux
+/// `sock_setsockopt`: `min(val, max)`, then `max(val * 2, min_size)`).
+fn sockbuf_size(bytes: usize, max: u64, min_size: usize) -> u32 {
+    let val = (bytes as u64).min(max).min(i32::MAX as u64 / 2);
+    (val * 2).max(min_size as u64) as u32
 }
 
 /// What TCP holds, for leak checks and `ustack stat --memory`.

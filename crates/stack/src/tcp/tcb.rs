@@ -83,6 +83,15 @@ impl TcbFlags {
     pub const PASSIVE: u16 = 1 << 10;
     /// Our FIN has been sent (it occupies `fin_seq()`).
     pub const FIN_SENT: u16 = 1 << 11;
+    /// The user set SO_SNDBUF: the send buffer is no longer autotuned (Linux
+    /// `SOCK_SNDBUF_LOCK` in `sk_userlocks`).
+    pub const SNDBUF_LOCK: u16 = 1 << 12;
+    /// The user set SO_RCVBUF: the receive buffer is no longer autotuned (Linux
+    /// `SOCK_RCVBUF_LOCK`).
+    pub const RCVBUF_LOCK: u16 = 1 << 13;
+    /// SO_LINGER on with a zero time: close() resets the connection (Linux
+    /// `sock_flag(sk, SOCK_LINGER) && !sk->sk_lingertime`).
+    pub const LINGER_ABORT: u16 = 1 << 14;
 
     #[inline]
     pub const fn has(self, bit: u16) -> bool {
