@@ -365,7 +365,7 @@ impl Stack {
         tcb.rcv.nxt = seg.seq_number + 1;
         tcb.rcv.wup = tcb.rcv.nxt;
         // RCV.WND: what our SYN offered (unscaled there, RFC 7323 §2.2).
-        tcb.rcv.wnd = (self.sysctl.tcp_rmem_default as u32).min(65_535);
+        tcb.rcv.wnd = super::output::initial_rcv_window(&self.sysctl);
         Stack::apply_syn_options(
             &self.sysctl,
             tcb,

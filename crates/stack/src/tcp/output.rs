@@ -19,6 +19,12 @@ use super::tcb::{FourTuple, RecvSeq, SendSeq, Tcb, TcbFlags, Timers};
 use super::{State, TcpHandle, TimerKey};
 use crate::{Stack, Sysctl};
 
+/// The window a SYN or SYN-ACK offers: unscaled there, so at most 65,535
+/// (RFC 7323 §2.2).
+pub(crate) fn initial_rcv_window(sysctl: &Sysctl) -> u32 {
+    (sysctl.tcp_rmem_default as u32).min(65_535)
+}
+
 /// Our window-scale shift: enough for the largest receive buffer (Linux
 /// `tcp_select_initial_window`), at most 14 (RFC 7323 §2.3).
 pub(crate) fn rcv_wscale(sysctl: &Sysctl) -> u8 {
@@ -134,9 +140,9 @@ impl Stack {
         rcv_wscale(&self.sysctl)
     }
 
-    /// The window a SYN or SYN-ACK offers (unscaled, RFC 7323 §2.2).
+    /// The window a SYN or SYN-ACK offers (see [`initial_rcv_window`]).
     pub(crate) fn tcp_initial_rcv_window(&self) -> u32 {
-        (self.sysctl.tcp_rmem_default as u32).min(65_535)
+        initial_rcv_window(&self.sysctl)
     }
 
     /// Apply what the SYN exchange negotiated (RFC 7323 §2.2, RFC 2018 §2, RFC 9293 §3.7.1).
