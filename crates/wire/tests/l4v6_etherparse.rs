@@ -2,90 +2,19 @@
 //! etherparse decodes to the same fields (and checksum); what etherparse builds, we parse
 //! to the same fields.
 
-use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use core::net::{IpAddr, Ipv6Addr};
 
 use etherparse::{
     IcmpEchoHeader, Icmpv6Header, Icmpv6Slice, Icmpv6Type, IpNumber, Ipv6FlowLabel, Ipv6Header,
     Ipv6HeaderSlice, TcpHeader, TcpHeaderSlice, TcpOptionElement, icmpv6 as ep6,
 };
 use proptest::collection::vec;
-use proptest::option;
 use proptest::prelude::*;
 use ustack_wire::tcp::{self, Flags, TcpTimestamp};
 use ustack_wire::{IpProtocol, SeqNumber, icmpv6, ipv6};
 
-#[derive(Debug, Clone)]
-struct Seg {
-    src_port: u16,
-    dst_port: u16,
-    seq: u32,
-    ack: u32,
-    flags: u8,
-    window: u16,
-    urgent: u16,
-    mss: Option<u16>,
-    ws: Option<u8>,
-    sack_permitted: bool,
-    sacks: Vec<(u32, u32)>,
-    timestamp: Option<(u32, u32)>,
-    payload: Vec<u8>,
-}
-
-impl Seg {
-    fn repr(&self) -> tcp::Repr<'_> {
-        let mut sack_ranges = [None; 4];
-        for (slot, &(l, r)) in sack_ranges.iter_mut().zip(&self.sacks) {
-            *slot = Some((SeqNumber(l), SeqNumber(r)));
-        }
-        tcp::Repr {
-            src_port: self.src_port,
-            dst_port: self.dst_port,
-            seq_number: SeqNumber(self.seq),
-            ack_number: SeqNumber(self.ack),
-            flags: Flags(self.flags),
-            window_len: self.window,
-            urgent_pointer: self.urgent,
-            max_seg_size: self.mss,
-            window_scale: self.ws,
-            sack_permitted: self.sack_permitted,
-            sack_ranges,
-            timestamp: self
-                .timestamp
-                .map(|(tsval, tsecr)| TcpTimestamp { tsval, tsecr }),
-            payload: &self.payload,
-        }
-    }
-}
-
-prop_compose! {
-    fn seg(max_ws: u8)(
-        src_port in any::<u16>(),
-        dst_port in 1..=u16::MAX,
-        seq in any::<u32>(),
-        ack in any::<u32>(),
-        flags in any::<u8>().prop_filter("SYN+FIN/RST", |f| f & 0x02 == 0 || f & 0x05 == 0),
-        window in any::<u16>(),
-        urgent in any::<u16>(),
-        mss in option::of(1..=u16::MAX),
-        ws in option::of(0..=max_ws),
-        sack_permitted in any::<bool>(),
-        sacks in vec((any::<u32>(), any::<u32>()), 0..=4),
-        timestamp in option::of((any::<u32>(), any::<u32>())),
-        payload in vec(any::<u8>(), 0..200),
-    ) -> Seg {
-        Seg { src_port, dst_port, seq, ack, flags, window, urgent, mss, ws, sack_permitted, sacks,
-              timestamp, payload }
-    }
-}
-
-fn addrs() -> impl Strategy<Value = (IpAddr, IpAddr)> {
-    prop_oneof![
-        (any::<[u8; 4]>(), any::<[u8; 4]>())
-            .prop_map(|(a, b)| (IpAddr::V4(Ipv4Addr::from(a)), IpAddr::V4(Ipv4Addr::from(b)))),
-        (any::<[u8; 16]>(), any::<[u8; 16]>())
-            .prop_map(|(a, b)| (IpAddr::V6(Ipv6Addr::from(a)), IpAddr::V6(Ipv6Addr::from(b)))),
-    ]
-}
+mod common;
+use common::{ip_pair, tcp_fields};
 
 /// etherparse's checksum for a header and payload between two addresses.
 fn ep_checksum(h: &TcpHeader, src: &IpAddr, dst: &IpAddr, payload: &[u8]) -> u16 {
@@ -136,7 +65,7 @@ proptest! {
 
     /// Our segments, read by etherparse.
     #[test]
-    fn etherparse_reads_what_we_emit(s in seg(14), (src, dst) in addrs()) {
+    fn etherparse_reads_what_we_emit(s in tcp_fields(14, 200), (src, dst) in ip_pair()) {
         let repr = s.repr();
         let mut bytes = vec![0u8; repr.buffer_len()];
         repr.emit(&mut tcp::Packet::new_unchecked(&mut bytes[..]), &src, &dst, true);
@@ -171,7 +100,7 @@ proptest! {
 
     /// etherparse's segments (any option order, window scales above 14, the NS bit), read by us.
     #[test]
-    fn we_read_what_etherparse_builds(s in seg(255), (src, dst) in addrs(), ns in any::<bool>(),
+    fn we_read_what_etherparse_builds(s in tcp_fields(255, 200), (src, dst) in ip_pair(), ns in any::<bool>(),
                                       order in any::<prop::sample::Index>()) {
         let mut h = TcpHeader::new(s.src_port, s.dst_port, s.seq, s.window);
         h.acknowledgment_number = s.ack;
