@@ -881,8 +881,7 @@ impl Stack {
         if delivered == 0 || tcb.lr.prior_cwnd == 0 {
             return;
         }
-        let lr = &mut tcb.lr;
-        lr.prr_delivered += delivered;
+        tcb.lr.prr_delivered += delivered;
         let pipe = tcb.in_flight();
         let lr = &tcb.lr;
         let ssthresh = tcb.cs.ssthresh;
