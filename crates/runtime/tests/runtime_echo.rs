@@ -16,7 +16,7 @@ use ustack_dev::sim::{Side, SimConfig, SimLinkConfig};
 use ustack_runtime::Mode;
 use ustack_runtime::api::{TcpListener, TcpStream, UdpSocket};
 use ustack_runtime::runtime::{
-    Clock, Events, Interest, Runtime, RuntimeBuilder, Sleep, VirtualClock, sim_pair,
+    Clock, Events, Interest, Runtime, RuntimeBuilder, SimLinkPort, Sleep, VirtualClock, sim_pair,
 };
 use ustack_stack::tcp::State;
 use ustack_stack::{EthernetAddress, Instant, Readiness};
@@ -40,6 +40,19 @@ fn client_builder() -> RuntimeBuilder {
         .ipv4(CLIENT_IP, 24)
         .mac(CLIENT_MAC)
         .seed(2)
+}
+
+type SimRt = Runtime<SimLinkPort, VirtualClock>;
+
+/// A server and a client runtime on the two ends of a `sim` link, on one virtual clock.
+fn sim_runtimes(link: SimLinkConfig, server: RuntimeBuilder) -> (SimRt, SimRt, VirtualClock) {
+    let (a, b) = sim_pair(link);
+    let clock = VirtualClock::new(Instant::ZERO);
+    let srt = server.build_with_clock(a, clock.participant()).unwrap();
+    let crt = client_builder()
+        .build_with_clock(b, clock.participant())
+        .unwrap();
+    (srt, crt, clock)
 }
 
 fn would_block(e: &io::Error) -> bool {
@@ -310,14 +323,7 @@ fn echo_over_sim(mode: Mode, loss: f64, within: Duration) {
         b_to_a: dir,
         ..SimLinkConfig::default()
     };
-    let (a, b) = sim_pair(link);
-    let clock = VirtualClock::new(Instant::ZERO);
-    let mut srt = server_builder()
-        .build_with_clock(a, clock.participant())
-        .unwrap();
-    let mut crt = client_builder()
-        .build_with_clock(b, clock.participant())
-        .unwrap();
+    let (mut srt, mut crt, clock) = sim_runtimes(link, server_builder());
     let mut server = EchoServer::start(&mut srt, mode);
     let mut clients = Clients::start(&mut crt, CLIENTS, mode);
     let step = Duration::from_millis(10);
@@ -538,14 +544,7 @@ fn busy_poll_spins_before_sleeping_and_catches_a_frame_without_a_sleep() {
 
 #[test]
 fn udp_send_to_and_recv_from_through_the_poller() {
-    let (a, b) = sim_pair(SimLinkConfig::default());
-    let clock = VirtualClock::new(Instant::ZERO);
-    let mut srt = server_builder()
-        .build_with_clock(a, clock.participant())
-        .unwrap();
-    let mut crt = client_builder()
-        .build_with_clock(b, clock.participant())
-        .unwrap();
+    let (mut srt, mut crt, _clock) = sim_runtimes(SimLinkConfig::default(), server_builder());
     let server = UdpSocket::bind(&mut srt, SocketAddrV4::new(SERVER_IP, 53)).unwrap();
     let client = UdpSocket::bind(&mut crt, SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)).unwrap();
     let client_addr = client.local_addr(&crt).unwrap();
@@ -589,14 +588,7 @@ fn udp_send_to_and_recv_from_through_the_poller() {
 
 #[test]
 fn errors_carry_linux_errnos() {
-    let (a, b) = sim_pair(SimLinkConfig::default());
-    let clock = VirtualClock::new(Instant::ZERO);
-    let mut srt = server_builder()
-        .build_with_clock(a, clock.participant())
-        .unwrap();
-    let mut crt = client_builder()
-        .build_with_clock(b, clock.participant())
-        .unwrap();
+    let (mut srt, mut crt, _clock) = sim_runtimes(SimLinkConfig::default(), server_builder());
     let l = TcpListener::bind(&mut srt, ECHO, 16).unwrap();
     let e = TcpListener::bind(&mut srt, ECHO, 16).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::AddrInUse);
@@ -652,15 +644,10 @@ fn errors_carry_linux_errnos() {
 /// loop then wakes for.
 #[test]
 fn stream_options_and_state() {
-    let (a, b) = sim_pair(SimLinkConfig::default());
-    let clock = VirtualClock::new(Instant::ZERO);
-    let mut srt = server_builder()
-        .sysctl("net.ipv4.tcp_keepalive_time", 10)
-        .build_with_clock(a, clock.participant())
-        .unwrap();
-    let mut crt = client_builder()
-        .build_with_clock(b, clock.participant())
-        .unwrap();
+    let (mut srt, mut crt, clock) = sim_runtimes(
+        SimLinkConfig::default(),
+        server_builder().sysctl("net.ipv4.tcp_keepalive_time", 10),
+    );
     let l = TcpListener::bind(&mut srt, ECHO, 16).unwrap();
     let c = TcpStream::connect(&mut crt, ECHO).unwrap();
     let mut accepted = None;
@@ -737,14 +724,7 @@ fn virtual_clock_jumps_no_further_than_any_participants_wakeup() {
 /// ports that hash back to its shard), and a taken one is EADDRINUSE.
 #[test]
 fn connect_from_uses_the_chosen_port() {
-    let (a, b) = sim_pair(SimLinkConfig::default());
-    let clock = VirtualClock::new(Instant::ZERO);
-    let mut srt = server_builder()
-        .build_with_clock(a, clock.participant())
-        .unwrap();
-    let mut crt = client_builder()
-        .build_with_clock(b, clock.participant())
-        .unwrap();
+    let (mut srt, mut crt, _clock) = sim_runtimes(SimLinkConfig::default(), server_builder());
     let l = TcpListener::bind(&mut srt, ECHO, 16).unwrap();
     let c = TcpStream::connect_from(&mut crt, 45_000, ECHO).unwrap();
     assert_eq!(c.info(&crt).unwrap().local.port(), 45_000);
