@@ -7,11 +7,19 @@
 //! - `stream`: one TCP connection moving bytes one way as fast as it can, every byte
 //!   checked against the pattern sent.
 //!
-//! ustack runs as two stacks on the in-process `sim` link (real clock, no faults); Linux
-//! runs the same exchange through the kernel over loopback. Both put client and server in
-//! one thread on one core, so neither pays a cross-core wake-up: the figures are the cost of
-//! the stacks themselves. The shm link (two processes) and `cps`/`c1m` come with the
-//! runtime and tool issues.
+//! Links for ustack (`--link`):
+//! - `shm` (default): the ustack server on its own thread and core over a shared-memory
+//!   link, the ustack client on the bench thread ([`shm`]); the server's CPU time is
+//!   measured alone;
+//! - `sim`: both stacks in the bench thread over the in-process sim link on the real
+//!   clock, no faults: the cost of the two stacks with no link and no second core.
+//!
+//! Linux runs the same exchange through the kernel over loopback, client and server in one
+//! thread on one core (no cross-core wake-up: the kernel's best case for lock-step
+//! exchanges). `cps`/`c1m`, other links and Linux servers in their own processes come with
+//! the tool issue.
+
+mod shm;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream, UdpSocket};
@@ -44,6 +52,10 @@ pub struct Args {
     /// Message size in bytes for udp-rr and pingpong (8 to 1472: one unfragmented datagram).
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(8..=1472))]
     msg_size: u16,
+    /// The link ustack runs over: shm (server and client on their own threads and cores)
+    /// or sim (both in one thread). Linux always runs over loopback.
+    #[arg(long, default_value = "shm", value_parser = ["shm", "sim"])]
+    link: String,
     /// Print one JSON array (one object per server and scenario) instead of the table.
     #[arg(long)]
     json: bool,
@@ -85,9 +97,78 @@ struct Outcome {
     rtt_ns: Vec<u64>,
     counters: Option<Value>,
     client_counters: Option<Value>,
+    /// The server's CPU time, where it runs alone (shm: its thread).
+    server_cpu: Option<Duration>,
 }
 
 impl Outcome {
+    /// An echo scenario's result: `count` messages of `msg_size` bytes echoed over `conns`
+    /// connections (or flows) in `elapsed`, with the round times `rtt_ns`.
+    #[allow(clippy::too_many_arguments)]
+    fn echo(
+        scenario: &'static str,
+        server: &'static str,
+        link: &'static str,
+        conns: u32,
+        msg_size: usize,
+        count: u64,
+        elapsed: Duration,
+        verified: bool,
+        mut rtt_ns: Vec<u64>,
+    ) -> Outcome {
+        rtt_ns.sort_unstable();
+        Outcome {
+            scenario,
+            server,
+            link,
+            conns,
+            msg_size: msg_size as u16,
+            count,
+            bytes: count * 2 * msg_size as u64,
+            elapsed,
+            verified,
+            rtt_ns,
+            counters: None,
+            client_counters: None,
+            server_cpu: None,
+        }
+    }
+
+    /// A stream's result: `bytes` moved one way on one connection in `elapsed`.
+    fn stream(
+        server: &'static str,
+        link: &'static str,
+        bytes: u64,
+        elapsed: Duration,
+        verified: bool,
+    ) -> Outcome {
+        // `count` is the bytes too: the one figure a stream has.
+        let mut o = Outcome::echo(
+            "stream",
+            server,
+            link,
+            1,
+            0,
+            bytes,
+            elapsed,
+            verified,
+            vec![],
+        );
+        o.bytes = bytes;
+        o
+    }
+
+    /// The MIB snapshots of a sim pair's server (B) and client (A).
+    fn with_pair(self, p: &Pair) -> Outcome {
+        self.with_counters(p.b.mib().to_json(), p.a.mib().to_json())
+    }
+
+    fn with_counters(mut self, server: Value, client: Value) -> Outcome {
+        self.counters = Some(server);
+        self.client_counters = Some(client);
+        self
+    }
+
     fn msgs_per_s(&self) -> Option<f64> {
         (self.scenario != "stream").then(|| self.count as f64 / self.elapsed.as_secs_f64())
     }
@@ -125,7 +206,7 @@ impl Outcome {
             "msgs_per_s": self.msgs_per_s(),
             "conns_per_s": Value::Null,
             "latency_us": latency,
-            "server_cpu_s": Value::Null,
+            "server_cpu_s": self.server_cpu.map(|d| d.as_secs_f64()),
             "server_mem_bytes": Value::Null,
             "server_mem_per_conn_bytes": Value::Null,
             "counters": self.counters.clone().unwrap_or(Value::Null),
@@ -140,6 +221,11 @@ fn fill_message(buf: &mut [u8], seq: u64) {
     for (i, b) in buf[8..].iter_mut().enumerate() {
         *b = (seq as usize).wrapping_add(i) as u8;
     }
+}
+
+/// One period block of the stream pattern: 256 periods of 251 bytes.
+fn stream_chunk() -> Vec<u8> {
+    (0..251 * 256).map(|i| stream_byte(i as u64)).collect()
 }
 
 /// Byte `pos` of the stream scenario's pattern.
@@ -211,19 +297,18 @@ fn ustack_udp_rr(duration: Duration, size: usize) -> anyhow::Result<Outcome> {
         rtt_ns.push(t0.elapsed().as_nanos() as u64);
         seq += 1;
     }
-    Ok(outcome(
+    Ok(Outcome::echo(
         "udp-rr",
         "ustack",
         "sim",
         1,
         size,
         seq,
-        seq * 2 * size as u64,
         run_start.elapsed(),
         verified,
         rtt_ns,
-        Some(&p),
-    ))
+    )
+    .with_pair(&p))
 }
 
 fn linux_udp_rr(duration: Duration, size: usize) -> anyhow::Result<Outcome> {
@@ -253,18 +338,16 @@ fn linux_udp_rr(duration: Duration, size: usize) -> anyhow::Result<Outcome> {
         rtt_ns.push(t0.elapsed().as_nanos() as u64);
         seq += 1;
     }
-    Ok(outcome(
+    Ok(Outcome::echo(
         "udp-rr",
         "linux",
         "loopback",
         1,
         size,
         seq,
-        seq * 2 * size as u64,
         start.elapsed(),
         verified,
         rtt_ns,
-        None,
     ))
 }
 
@@ -337,19 +420,18 @@ fn ustack_pingpong(duration: Duration, conns: u32, size: usize) -> anyhow::Resul
         rounds += 1;
     }
     let count = rounds * u64::from(conns);
-    Ok(outcome(
+    Ok(Outcome::echo(
         "pingpong",
         "ustack",
         "sim",
         conns,
         size,
         count,
-        count * 2 * size as u64,
         run_start.elapsed(),
         verified,
         rtt_ns,
-        Some(&p),
-    ))
+    )
+    .with_pair(&p))
 }
 
 /// Read exactly `buf.len()` bytes from `h` on side A (`client`) or B, settling the pair as
@@ -420,18 +502,16 @@ fn linux_pingpong(duration: Duration, conns: u32, size: usize) -> anyhow::Result
         rounds += 1;
     }
     let count = rounds * u64::from(conns);
-    Ok(outcome(
+    Ok(Outcome::echo(
         "pingpong",
         "linux",
         "loopback",
         conns,
         size,
         count,
-        count * 2 * size as u64,
         start.elapsed(),
         verified,
         rtt_ns,
-        None,
     ))
 }
 
@@ -439,7 +519,7 @@ fn ustack_stream(duration: Duration) -> anyhow::Result<Outcome> {
     let (mut p, start) = real_clock_pair();
     let (clients, servers) = ustack_connections(&mut p, start, 1)?;
     let (c, s) = (clients[0], servers[0]);
-    let chunk: Vec<u8> = (0..251 * 256).map(|i| stream_byte(i as u64)).collect();
+    let chunk = stream_chunk();
     let mut buf = vec![0u8; 1 << 16];
     let (mut sent, mut got, mut verified) = (0u64, 0u64, true);
     let run_start = WallClock::now();
@@ -468,19 +548,7 @@ fn ustack_stream(duration: Duration) -> anyhow::Result<Outcome> {
             got += n as u64;
         }
     }
-    Ok(outcome(
-        "stream",
-        "ustack",
-        "sim",
-        1,
-        0,
-        got,
-        got,
-        run_start.elapsed(),
-        verified,
-        Vec::new(),
-        Some(&p),
-    ))
+    Ok(Outcome::stream("ustack", "sim", got, run_start.elapsed(), verified).with_pair(&p))
 }
 
 fn linux_stream(duration: Duration) -> anyhow::Result<Outcome> {
@@ -490,7 +558,7 @@ fn linux_stream(duration: Duration) -> anyhow::Result<Outcome> {
     let (mut s, _) = listener.accept()?;
     c.set_nonblocking(true)?;
     s.set_nonblocking(true)?;
-    let chunk: Vec<u8> = (0..251 * 256).map(|i| stream_byte(i as u64)).collect();
+    let chunk = stream_chunk();
     let mut buf = vec![0u8; 1 << 16];
     let (mut sent, mut got, mut verified) = (0u64, 0u64, true);
     let start = WallClock::now();
@@ -515,50 +583,13 @@ fn linux_stream(duration: Duration) -> anyhow::Result<Outcome> {
             }
         }
     }
-    Ok(outcome(
-        "stream",
+    Ok(Outcome::stream(
         "linux",
         "loopback",
-        1,
-        0,
-        got,
         got,
         start.elapsed(),
         verified,
-        Vec::new(),
-        None,
     ))
-}
-
-#[allow(clippy::too_many_arguments)]
-fn outcome(
-    scenario: &'static str,
-    server: &'static str,
-    link: &'static str,
-    conns: u32,
-    msg_size: usize,
-    count: u64,
-    bytes: u64,
-    elapsed: Duration,
-    verified: bool,
-    mut rtt_ns: Vec<u64>,
-    pair: Option<&Pair>,
-) -> Outcome {
-    rtt_ns.sort_unstable();
-    Outcome {
-        scenario,
-        server,
-        link,
-        conns,
-        msg_size: msg_size as u16,
-        count,
-        bytes,
-        elapsed,
-        verified,
-        rtt_ns,
-        counters: pair.map(|p| p.b.mib().to_json()),
-        client_counters: pair.map(|p| p.a.mib().to_json()),
-    }
 }
 
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
@@ -578,7 +609,11 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             if !args.json {
                 eprintln!("ustack bench: {scenario} on {server} for {duration:?} ...");
             }
+            let shm = args.link == "shm";
             outcomes.push(match (scenario, server.as_str()) {
+                ("udp-rr", "ustack") if shm => shm::udp_rr(duration, size)?,
+                ("pingpong", "ustack") if shm => shm::pingpong(duration, args.conns, size)?,
+                ("stream", "ustack") if shm => shm::stream(duration)?,
                 ("udp-rr", "ustack") => ustack_udp_rr(duration, size)?,
                 ("udp-rr", _) => linux_udp_rr(duration, size)?,
                 ("pingpong", "ustack") => ustack_pingpong(duration, args.conns, size)?,
@@ -592,7 +627,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         let all: Vec<Value> = outcomes.iter().map(Outcome::to_json).collect();
         println!("{}", serde_json::to_string_pretty(&all)?);
     } else {
-        print_table(&outcomes);
+        print_table(&outcomes, &args.link);
     }
     if outcomes.iter().all(|o| o.verified) {
         Ok(ExitCode::SUCCESS)
@@ -602,11 +637,19 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn print_table(outcomes: &[Outcome]) {
+fn print_table(outcomes: &[Outcome], link: &str) {
     println!();
-    println!(
-        "ustack over sim and Linux over loopback; client and server in one thread on one core"
-    );
+    if link == "shm" {
+        println!(
+            "ustack over shm (server and client on their own threads, busy-polling {} µs); \
+             Linux over loopback (client and server in one thread)",
+            shm::BUSY_POLL.as_micros()
+        );
+    } else {
+        println!(
+            "ustack over sim and Linux over loopback; client and server in one thread on one core"
+        );
+    }
     println!(
         "{:<9} {:<7} {:<9} {:>5} {:>12} {:>9} {:>9} {:>9} {:>9} {:>8}",
         "scenario",

@@ -254,6 +254,53 @@ fn bench_default_suite_runs_every_scenario_on_both_servers_verified() {
         .unwrap();
     assert!(stream["bytes"].as_u64().unwrap() > 1_000_000, "{stream}");
     assert!(stream["throughput_gbps"].as_f64().unwrap() > 0.0);
+    // ustack runs over shm by default, its server on a thread of its own: its CPU time is
+    // measured, and cannot exceed the run's wall time by more than scheduling slack.
+    for r in all.iter().filter(|r| r["server"] == "ustack") {
+        assert_eq!(r["link"], "shm", "{r}");
+        let cpu = r["server_cpu_s"]
+            .as_f64()
+            .expect("server_cpu_s is a number");
+        assert!(
+            cpu > 0.0 && cpu < r["duration_s"].as_f64().unwrap() + 0.5,
+            "{r}"
+        );
+    }
+    // The server read every byte of the stream: its InSegs carried them.
+    assert!(
+        stream["counters"]["Tcp"]["InSegs"].as_u64().unwrap() > 10,
+        "{stream}"
+    );
+}
+
+#[test]
+fn bench_runs_every_scenario_over_sim_too() {
+    let o = ustack(&[
+        "bench",
+        "--link",
+        "sim",
+        "--server",
+        "ustack",
+        "--duration",
+        "100ms",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value =
+        serde_json::from_slice(&o.stdout).expect("stdout is one JSON document");
+    let runs = v.as_array().unwrap();
+    let scenarios: Vec<&str> = runs
+        .iter()
+        .map(|r| r["scenario"].as_str().unwrap())
+        .collect();
+    assert_eq!(scenarios, ["udp-rr", "pingpong", "stream"]);
+    for r in runs {
+        assert_eq!(r["server"], "ustack", "{r}");
+        assert_eq!(r["link"], "sim", "{r}");
+        assert_eq!(r["verified"], true, "{r}");
+        // One thread runs both stacks: the server's CPU time is not separable.
+        assert!(r["server_cpu_s"].is_null(), "{r}");
+    }
 }
 
 #[test]
@@ -263,7 +310,7 @@ fn bench_table_shows_both_servers_and_the_ratio() {
     let out = stdout(&o);
     assert!(
         out.lines()
-            .any(|l| l.starts_with("pingpong  ustack ") && l.contains(" sim ")),
+            .any(|l| l.starts_with("pingpong  ustack ") && l.contains(" shm ")),
         "{out}"
     );
     assert!(
@@ -286,6 +333,13 @@ fn bench_rejects_bad_values_with_what_is_allowed() {
     let o = ustack(&["bench", "--msg-size", "4"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("8..=1472"), "{}", stderr(&o));
+    let o = ustack(&["bench", "--link", "tun"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("[possible values: shm, sim]"),
+        "{}",
+        stderr(&o)
+    );
     let o = ustack(&["bench", "--server", "bsd"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(

@@ -1,0 +1,417 @@
+//! ustack over the shm link: the server runtime on its own thread over side A of a
+//! [`ShmLink::pair`], the client runtime on the bench thread over side B. Each loop
+//! busy-polls for [`BUSY_POLL`] (`net.core.busy_poll`) before sleeping on its doorbell, so
+//! a round trip costs the two stacks and two cache-line hand-offs between cores, and no
+//! wake-up while the exchange is steady.
+//!
+//! The server is measured alone: its thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`) from
+//! its first round to its last, and its MIB. It runs the same servers as `ustack serve`
+//! where one fits (the echo server of `ustack_runtime::servers` for pingpong); udp-rr
+//! has a UDP echo loop and stream a sink that checks every byte against the pattern.
+
+use core::net::{Ipv4Addr, SocketAddrV4};
+use std::io::{self, ErrorKind};
+use std::net::Shutdown;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant as WallClock};
+
+use anyhow::{Context, bail};
+use serde_json::Value;
+use ustack_dev::shm::{ShmConfig, ShmLink, ShmPort};
+use ustack_runtime::Mode;
+use ustack_runtime::api::{TcpListener, TcpStream, UdpSocket};
+use ustack_runtime::runtime::{Events, Interest, MonotonicClock, Runtime, RuntimeBuilder};
+use ustack_runtime::servers::{Protocol, Server};
+use ustack_stack::EthernetAddress;
+use ustack_stack::tcp::State;
+
+use super::{Outcome, fill_message, stream_chunk, stream_matches};
+
+const SERVER_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
+const SERVER: SocketAddrV4 = SocketAddrV4::new(SERVER_IP, 5001);
+/// How long an idle loop polls before it sleeps on its doorbell: Linux's suggested
+/// `net.core.busy_poll` (Documentation/networking/napi.rst suggests 50 µs).
+pub const BUSY_POLL: Duration = Duration::from_micros(50);
+/// The longest a message, a reply or a connection may take before the run fails.
+const PATIENCE: Duration = Duration::from_secs(2);
+
+type Rt = Runtime<ShmPort, MonotonicClock>;
+
+/// The link: Ethernet with loopback's MTU (65535, as `--link sim` and Linux's `lo`), so
+/// that stream moves segments of the same size on every server. 64 slots of 64 KiB per
+/// direction: 4 MiB in flight each way, more than the 4 MiB send buffer can fill.
+fn link() -> io::Result<(ShmPort, ShmPort)> {
+    let (mut a, mut b) = ShmLink::pair(&ShmConfig {
+        ring_size: 64,
+        slot_size: 65_600,
+        mtu: 65_535,
+        ..ShmConfig::default()
+    })?;
+    Ok((a.remove(0), b.remove(0)))
+}
+
+/// Both runtimes: TCP buffers the size Linux's autotuning reaches on loopback.
+fn builder(ip: Ipv4Addr, mac: u8, seed: u64) -> RuntimeBuilder {
+    RuntimeBuilder::new()
+        .ipv4(ip, 24)
+        .mac(EthernetAddress([2, 0, 0, 0, 0, mac]))
+        .seed(seed)
+        .busy_poll(BUSY_POLL)
+        .sysctl("net.ipv4.tcp_wmem.default", 4 << 20)
+        .sysctl("net.ipv4.tcp_rmem.default", 4 << 20)
+}
+
+/// The calling thread's CPU time.
+fn thread_cpu() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
+/// What the server thread measured.
+struct ServerReport {
+    cpu: Duration,
+    counters: Value,
+    /// stream: bytes received and checked, whether all matched, and when the client's
+    /// FIN arrived.
+    sink: Option<(u64, bool, WallClock)>,
+}
+
+/// The server's part of a scenario.
+#[derive(Clone, Copy)]
+enum Serve {
+    UdpEcho,
+    TcpEcho,
+    Sink,
+}
+
+/// The server thread; it runs until `stop` (or, for the sink, until the client's FIN).
+struct ServerThread {
+    stop: Arc<AtomicBool>,
+    handle: JoinHandle<anyhow::Result<ServerReport>>,
+}
+
+impl ServerThread {
+    fn start(serve: Serve, port: ShmPort) -> io::Result<ServerThread> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let handle = std::thread::Builder::new()
+            .name("ustack-server".into())
+            .spawn(move || {
+                let mut rt = builder(SERVER_IP, 1, 1).build(port)?;
+                let cpu0 = thread_cpu();
+                let sink = match serve {
+                    Serve::UdpEcho => udp_echo(&mut rt, &flag).map(|()| None),
+                    Serve::TcpEcho => tcp_echo(&mut rt, &flag).map(|()| None),
+                    Serve::Sink => sink(&mut rt, &flag).map(Some),
+                }?;
+                Ok(ServerReport {
+                    cpu: thread_cpu() - cpu0,
+                    counters: rt.stack().mib().to_json(),
+                    sink,
+                })
+            })?;
+        Ok(ServerThread { stop, handle })
+    }
+
+    fn finish(self) -> anyhow::Result<ServerReport> {
+        self.stop.store(true, Ordering::Relaxed);
+        match self.handle.join() {
+            Ok(r) => r.context("the ustack server"),
+            Err(_) => bail!("the ustack server thread panicked"),
+        }
+    }
+}
+
+/// Poll the server's loop until `stop`, waking at least every 10 ms to look at it.
+const STOP_CHECK: Option<Duration> = Some(Duration::from_millis(10));
+
+fn udp_echo(rt: &mut Rt, stop: &AtomicBool) -> anyhow::Result<()> {
+    let sock = UdpSocket::bind(rt, SERVER)?;
+    rt.register(&sock, 0, Interest::READABLE, Mode::Edge)?;
+    let (mut events, mut buf) = (Events::with_capacity(4), vec![0u8; 65_536]);
+    while !stop.load(Ordering::Relaxed) {
+        if rt.poll(&mut events, STOP_CHECK)? == 0 {
+            continue;
+        }
+        loop {
+            match sock.recv_from(rt, &mut buf) {
+                Ok((n, from)) => {
+                    sock.send_to(rt, &buf[..n], from)?;
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    Ok(())
+}
+
+fn tcp_echo(rt: &mut Rt, stop: &AtomicBool) -> anyhow::Result<()> {
+    let mut server = Server::bind(rt, Protocol::Echo, SERVER, None)?;
+    while !stop.load(Ordering::Relaxed) {
+        server.step(rt, STOP_CHECK)?;
+    }
+    Ok(())
+}
+
+/// Accept one connection and read it to its end, checking every byte.
+fn sink(rt: &mut Rt, stop: &AtomicBool) -> anyhow::Result<(u64, bool, WallClock)> {
+    let listener = TcpListener::bind(rt, SERVER, 16)?;
+    rt.register(&listener, 0, Interest::READABLE, Mode::Edge)?;
+    let mut events = Events::with_capacity(4);
+    let stream = loop {
+        match listener.accept(rt) {
+            Ok((s, _)) => break s,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                if stop.load(Ordering::Relaxed) {
+                    bail!("stopped before the client connected");
+                }
+                rt.poll(&mut events, STOP_CHECK)?;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    };
+    rt.register(&stream, 1, Interest::READABLE, Mode::Edge)?;
+    let chunk = stream_chunk();
+    let mut buf = vec![0u8; 1 << 16];
+    let (mut got, mut verified) = (0u64, true);
+    loop {
+        match stream.read(rt, &mut buf) {
+            Ok(0) => return Ok((got, verified, WallClock::now())),
+            Ok(n) => {
+                verified &= stream_matches(&chunk, got, &buf[..n]);
+                got += n as u64;
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                if stop.load(Ordering::Relaxed) {
+                    bail!("stopped before the client's FIN");
+                }
+                rt.poll(&mut events, STOP_CHECK)?;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// The client's runtime and the server thread, set up for `serve`.
+fn start(serve: Serve) -> anyhow::Result<(Rt, ServerThread)> {
+    let (a, b) = link().context("creating the shm link")?;
+    let server = ServerThread::start(serve, a).context("starting the server thread")?;
+    let rt = builder(CLIENT_IP, 2, 2)
+        .build(b)
+        .context("building the client runtime")?;
+    Ok((rt, server))
+}
+
+/// Run the client's loop until `done` holds, failing after [`PATIENCE`]; `done` sees the
+/// events of the last poll (none the first time).
+fn until(
+    rt: &mut Rt,
+    events: &mut Events,
+    what: &str,
+    mut done: impl FnMut(&mut Rt, &Events) -> anyhow::Result<bool>,
+) -> anyhow::Result<()> {
+    let deadline = WallClock::now() + PATIENCE;
+    events.clear();
+    while !done(rt, events)? {
+        if WallClock::now() > deadline {
+            bail!("ustack over shm: {what} within {PATIENCE:?}");
+        }
+        rt.poll(events, Some(PATIENCE))?;
+    }
+    Ok(())
+}
+
+/// The outcome with the server's and the client's counters and the server's CPU time.
+fn finish(rt: &Rt, server: ServerReport, o: Outcome) -> Outcome {
+    let mut o = o.with_counters(server.counters, rt.stack().mib().to_json());
+    o.server_cpu = Some(server.cpu);
+    o
+}
+
+pub fn udp_rr(duration: Duration, size: usize) -> anyhow::Result<Outcome> {
+    let (mut rt, server) = start(Serve::UdpEcho)?;
+    let sock = UdpSocket::bind(&mut rt, SocketAddrV4::new(CLIENT_IP, 0))?;
+    rt.register(&sock, 0, Interest::READABLE, Mode::Edge)?;
+    let mut events = Events::with_capacity(4);
+    let (mut req, mut resp) = (vec![0u8; size], vec![0u8; 65_536]);
+    let (mut rtt_ns, mut verified, mut seq) = (Vec::new(), true, 0u64);
+    let run_start = WallClock::now();
+    while run_start.elapsed() < duration {
+        let t0 = WallClock::now();
+        fill_message(&mut req, seq);
+        sock.send_to(&mut rt, &req, SERVER)?;
+        let mut n = 0;
+        until(
+            &mut rt,
+            &mut events,
+            "a UDP echo came back",
+            |rt, _| match sock.recv_from(rt, &mut resp) {
+                Ok((len, _)) => {
+                    n = len;
+                    Ok(true)
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => Ok(false),
+                Err(e) => Err(e.into()),
+            },
+        )?;
+        verified &= resp[..n] == req[..];
+        rtt_ns.push(t0.elapsed().as_nanos() as u64);
+        seq += 1;
+    }
+    let elapsed = run_start.elapsed();
+    let report = server.finish()?;
+    let o = Outcome::echo(
+        "udp-rr", "ustack", "shm", 1, size, seq, elapsed, verified, rtt_ns,
+    );
+    Ok(finish(&rt, report, o))
+}
+
+/// Open `n` connections to the server and wait until all are established (writable);
+/// then each is registered for `interest`, with its index as the token.
+fn connect(
+    rt: &mut Rt,
+    events: &mut Events,
+    n: u32,
+    interest: Interest,
+) -> anyhow::Result<Vec<TcpStream>> {
+    let mut streams = Vec::new();
+    for i in 0..n {
+        let s = TcpStream::connect(rt, SERVER)?;
+        s.set_nodelay(rt, true)?;
+        rt.register(&s, u64::from(i), Interest::WRITABLE, Mode::Edge)?;
+        streams.push(s);
+    }
+    until(rt, events, "every connection established", |rt, _| {
+        for s in &streams {
+            if s.state(rt)? != State::Established {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    })?;
+    for (i, s) in streams.iter().enumerate() {
+        rt.reregister(s, i as u64, interest, Mode::Edge)?;
+    }
+    Ok(streams)
+}
+
+fn close_all(rt: &mut Rt, streams: Vec<TcpStream>) -> anyhow::Result<()> {
+    for s in streams {
+        s.close(rt)?;
+    }
+    // Let the FINs go out and be answered before the server stops.
+    let end = WallClock::now() + Duration::from_millis(5);
+    while WallClock::now() < end {
+        rt.run_once(Some(Duration::from_millis(1)))?;
+    }
+    Ok(())
+}
+
+pub fn pingpong(duration: Duration, conns: u32, size: usize) -> anyhow::Result<Outcome> {
+    let (mut rt, server) = start(Serve::TcpEcho)?;
+    let mut events = Events::with_capacity(1024);
+    let streams = connect(&mut rt, &mut events, conns, Interest::READABLE)?;
+    let mut msg = vec![0u8; size];
+    // Per connection: the echo so far.
+    let mut got: Vec<Vec<u8>> = vec![Vec::with_capacity(size); streams.len()];
+    let mut buf = vec![0u8; 4096];
+    let (mut rtt_ns, mut verified, mut rounds) = (Vec::new(), true, 0u64);
+    let run_start = WallClock::now();
+    while run_start.elapsed() < duration {
+        let t0 = WallClock::now();
+        for (i, s) in streams.iter().enumerate() {
+            fill_message(&mut msg, rounds * u64::from(conns) + i as u64);
+            if s.write(&mut rt, &msg)? != size {
+                bail!("ustack pingpong: a {size}-byte message did not fit the send buffer");
+            }
+            got[i].clear();
+        }
+        let mut complete = 0;
+        until(
+            &mut rt,
+            &mut events,
+            "every echo of a round came back",
+            |rt, events| {
+                for e in events {
+                    let i = e.token as usize;
+                    loop {
+                        match streams[i].read(rt, &mut buf) {
+                            Ok(0) => bail!("ustack pingpong: the server closed a connection"),
+                            Ok(n) => {
+                                got[i].extend_from_slice(&buf[..n]);
+                                if got[i].len() == size {
+                                    complete += 1;
+                                }
+                            }
+                            Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                            Err(e) => return Err(e.into()),
+                        }
+                    }
+                }
+                Ok(complete == streams.len())
+            },
+        )?;
+        for (i, echo) in got.iter().enumerate() {
+            fill_message(&mut msg, rounds * u64::from(conns) + i as u64);
+            verified &= *echo == msg;
+        }
+        rtt_ns.push(t0.elapsed().as_nanos() as u64);
+        rounds += 1;
+    }
+    let elapsed = run_start.elapsed();
+    close_all(&mut rt, streams)?;
+    let report = server.finish()?;
+    let count = rounds * u64::from(conns);
+    let o = Outcome::echo(
+        "pingpong", "ustack", "shm", conns, size, count, elapsed, verified, rtt_ns,
+    );
+    Ok(finish(&rt, report, o))
+}
+
+pub fn stream(duration: Duration) -> anyhow::Result<Outcome> {
+    let (mut rt, server) = start(Serve::Sink)?;
+    let mut events = Events::with_capacity(4);
+    let s = connect(&mut rt, &mut events, 1, Interest::WRITABLE)?.remove(0);
+    let chunk = stream_chunk();
+    let mut sent = 0u64;
+    let run_start = WallClock::now();
+    while run_start.elapsed() < duration {
+        // Writes continue the pattern: `chunk` is a whole number of its periods.
+        loop {
+            let off = (sent % chunk.len() as u64) as usize;
+            match s.write(&mut rt, &chunk[off..]) {
+                Ok(n) => sent += n as u64,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        rt.poll(&mut events, Some(Duration::from_millis(10)))?;
+    }
+    // The sender's FIN: the server reads to it and notes when it came.
+    s.shutdown(&mut rt, Shutdown::Write)?;
+    let server_done = &server.handle;
+    let deadline = WallClock::now() + PATIENCE;
+    while !server_done.is_finished() {
+        if WallClock::now() > deadline {
+            bail!("ustack stream over shm: the server did not read to the end");
+        }
+        rt.run_once(Some(Duration::from_millis(1)))?;
+    }
+    let mut report = server.finish()?;
+    let Some((got, matched, eof_at)) = report.sink.take() else {
+        bail!("ustack stream over shm: the server reported no transfer");
+    };
+    close_all(&mut rt, vec![s])?;
+    let o = Outcome::stream(
+        "ustack",
+        "shm",
+        got,
+        eof_at - run_start,
+        matched && got == sent,
+    );
+    Ok(finish(&rt, report, o))
+}
