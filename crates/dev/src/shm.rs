@@ -1281,6 +1281,49 @@ impl ShmPort {
     }
 }
 
+/// [`ShmPort::wait`] over several ports (the queues of one multi-queue link, say): sleeps
+/// until any of them has work or `timeout` passes, and returns whether one has. Each port
+/// arms its doorbell as in `wait`; all are disarmed on waking. With no ports, returns
+/// `Ok(false)` at once.
+pub fn wait_any(ports: &mut [ShmPort], timeout: Option<Duration>) -> io::Result<bool> {
+    if ports.is_empty() {
+        return Ok(false);
+    }
+    let deadline = timeout.map(|t| std::time::Instant::now() + t);
+    loop {
+        for i in 0..ports.len() {
+            if !ports[i].prepare_sleep() {
+                for p in &ports[..i] {
+                    p.clear_wakeup_flags();
+                }
+                return Ok(true);
+            }
+        }
+        let left = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
+        if left.is_some_and(|l| l.is_zero()) {
+            for p in ports.iter() {
+                p.clear_wakeup_flags();
+            }
+            return Ok(false);
+        }
+        let ts = left.map(timespec);
+        let mut fds: Vec<PollFd<'_>> = ports
+            .iter()
+            .map(|p| PollFd::new(&p.shared.bells[p.bell], PollFlags::IN))
+            .collect();
+        let res = rustix::event::poll(&mut fds, ts.as_ref());
+        drop(fds);
+        for p in ports.iter_mut() {
+            p.stats.sleeps += 1;
+            p.finish_sleep();
+        }
+        match res {
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
 impl Device for ShmPort {
     fn caps(&self) -> DeviceCaps {
         self.shared.caps

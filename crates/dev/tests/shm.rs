@@ -16,7 +16,7 @@ use std::time::{Duration, Instant as WallClock};
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
 use ustack_dev::shm::{
-    FrameBatch, ShmConfig, ShmFault, ShmLayout, ShmLink, ShmPeer, ShmPort, ShmSide,
+    FrameBatch, ShmConfig, ShmFault, ShmLayout, ShmLink, ShmPeer, ShmPort, ShmSide, wait_any,
 };
 use ustack_dev::{Device, Medium};
 use ustack_obs::time::Instant;
@@ -439,6 +439,47 @@ fn wait_returns_at_once_when_frames_are_waiting_and_times_out_otherwise() {
     assert_eq!(a.stats().doorbells, 1);
     b.finish_sleep();
     assert_eq!(recv_vec(&mut b).as_deref(), Some(&b"after arming"[..]));
+}
+
+#[test]
+fn wait_any_sleeps_on_every_queue_and_wakes_for_the_one_that_gets_a_frame() {
+    let config = ShmConfig {
+        queue_pairs: 3,
+        ..ShmConfig::default()
+    };
+    let (mut a, b) = ShmLink::pair(&config).unwrap();
+    let t = WallClock::now();
+    let mut b = b;
+    assert!(!wait_any(&mut b, Some(Duration::from_millis(100))).unwrap());
+    assert!(t.elapsed() >= Duration::from_millis(100));
+    let sleeper = std::thread::spawn(move || {
+        let started = WallClock::now();
+        let ready = wait_any(&mut b, Some(Duration::from_secs(20))).unwrap();
+        (ready, started.elapsed(), b)
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    // A frame on the last queue only: its doorbell must wake the sleeper.
+    assert!(a[2].send(NOW, b"queue 2"));
+    let (ready, slept, mut b) = sleeper.join().unwrap();
+    assert!(ready);
+    assert!(slept >= Duration::from_millis(150), "woke early: {slept:?}");
+    assert!(slept < Duration::from_secs(10), "not woken: {slept:?}");
+    assert_eq!(a[2].stats().doorbells, 1);
+    assert_eq!(recv_vec(&mut b[2]).as_deref(), Some(&b"queue 2"[..]));
+    // Awake again (every doorbell disarmed): frames on any queue ring nothing.
+    for q in &mut a {
+        assert!(q.send(NOW, b"x"));
+    }
+    assert_eq!(a.iter().map(|q| q.stats().doorbells).sum::<u64>(), 1);
+    // A frame already waiting: wait_any returns at once, without sleeping.
+    let t = WallClock::now();
+    assert!(wait_any(&mut b, Some(Duration::from_secs(10))).unwrap());
+    assert!(t.elapsed() < Duration::from_secs(5));
+    assert!(
+        wait_any(&mut [], Some(Duration::from_secs(10)))
+            .map(|r| !r)
+            .unwrap()
+    );
 }
 
 #[test]

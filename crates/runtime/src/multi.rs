@@ -565,6 +565,11 @@ impl<D: Device> RssSplitter<D> {
     pub fn queues(&self) -> &[D] {
         &self.queues
     }
+
+    /// The queues, mutably (to sleep on them, say).
+    pub fn queues_mut(&mut self) -> &mut [D] {
+        &mut self.queues
+    }
 }
 
 impl<D: Device> Device for RssSplitter<D> {

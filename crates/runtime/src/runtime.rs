@@ -76,6 +76,7 @@ use ustack_dev::sim::{Side, SimLink, SimLinkConfig};
 use ustack_dev::{Device, DeviceCaps, Medium};
 use ustack_stack::{Config, EthernetAddress, Instant, Ipv4Cidr, Readiness, SocketKey, Stack};
 
+use crate::multi::RssSplitter;
 use crate::poller::{Event, Mode, Poller};
 use crate::shard::{PollResult, Shard, ShardStats};
 use crate::timer::{TimerId, TimerWheel};
@@ -272,6 +273,15 @@ impl Sleep for ShmPort {
     fn sleep_until(&mut self, clock: &dyn Clock, deadline: Option<Instant>) -> io::Result<bool> {
         let timeout = deadline.map(|d| d - clock.now());
         self.wait(timeout)
+    }
+}
+
+/// The far end of a sharded shm link sleeps on every queue's doorbell at once
+/// ([`ustack_dev::shm::wait_any`]).
+impl Sleep for RssSplitter<ShmPort> {
+    fn sleep_until(&mut self, clock: &dyn Clock, deadline: Option<Instant>) -> io::Result<bool> {
+        let timeout = deadline.map(|d| d - clock.now());
+        ustack_dev::shm::wait_any(self.queues_mut(), timeout)
     }
 }
 

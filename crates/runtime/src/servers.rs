@@ -85,6 +85,36 @@ pub struct ServerStats {
     pub errors: u64,
 }
 
+impl ServerStats {
+    /// Add `other`'s counts to these (the servers of several shards).
+    pub fn merge(&mut self, other: &ServerStats) {
+        let ServerStats {
+            accepted,
+            closed,
+            bytes_in,
+            bytes_out,
+            http_200,
+            http_400,
+            http_404,
+            http_405,
+            http_431,
+            http_other,
+            errors,
+        } = *other;
+        self.accepted += accepted;
+        self.closed += closed;
+        self.bytes_in += bytes_in;
+        self.bytes_out += bytes_out;
+        self.http_200 += http_200;
+        self.http_400 += http_400;
+        self.http_404 += http_404;
+        self.http_405 += http_405;
+        self.http_431 += http_431;
+        self.http_other += http_other;
+        self.errors += errors;
+    }
+}
+
 struct Conn {
     stream: TcpStream,
     /// Queued output the socket did not take yet.

@@ -9,7 +9,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
-use ustack_dev::shm::{ShmConfig, ShmLink};
+use ustack_dev::shm::{ShmConfig, ShmLink, ShmPort};
+use ustack_runtime::multi::{ShardApp, ShardContext, ShardedBuilder};
+use ustack_runtime::rss::{Rss, RssKey};
 use ustack_runtime::runtime::{Clock, RuntimeBuilder, VirtualClock, sim_pair};
 use ustack_runtime::servers::{Load, Protocol, Server, ServerStats};
 use ustack_stack::{EthernetAddress, Instant};
@@ -34,7 +36,14 @@ LINKS:
     ustack_dev::shm::ShmPeer::connect(<name>, timeout) and .attach(), and serves over it
     until --duration passes (or forever). The server is --addr's address with prefix /24
     and MAC 02:00:00:00:00:02; the client runtime takes any other address in that /24.
-    At the end it prints its counters (`served: ...`).
+    At the end it prints each shard's counters (`shard <k>: ...`) and their sum
+    (`served: ...`).
+    With --shards N the link has N queue pairs, one per shard, each shard a thread with its
+    own stack and a listener on --addr (SO_REUSEPORT-like). The client must steer every
+    frame to the queue of the shard its flow hashes to, as a NIC with RSS does: a Toeplitz
+    hash of the 4-tuple with the Microsoft key and a round-robin 128-entry table
+    (ustack_runtime::RssSplitter with Rss::new(RssKey::MICROSOFT, N), copying ARP to every
+    queue with replicate_unhashed(true)).
   sim: the server and --clients verifying clients (every echo byte, every HTTP response
     checked) run in this process over the in-process sim link on a virtual clock, until
     every client is done; --duration bounds the virtual time. Prints the result and fails
@@ -62,6 +71,9 @@ pub struct Args {
     /// forever, sim 60 s of virtual time.
     #[arg(long, value_parser = parse_duration)]
     duration: Option<Duration>,
+    /// shm: shards (threads, each with its own stack and queue pair), 1 to 64.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    shards: u16,
     /// sim: how many concurrent clients.
     #[arg(long, default_value_t = 100)]
     clients: usize,
@@ -97,9 +109,9 @@ fn builder(ip: core::net::Ipv4Addr, mac: EthernetAddress, seed: u64) -> RuntimeB
     RuntimeBuilder::new().ipv4(ip, 24).mac(mac).seed(seed)
 }
 
-fn print_stats(s: &ServerStats) {
+fn print_stats(label: &str, s: &ServerStats) {
     println!(
-        "served: accepted={} closed={} errors={} bytes_in={} bytes_out={} http_200={} \
+        "{label}: accepted={} closed={} errors={} bytes_in={} bytes_out={} http_200={} \
          http_400={} http_404={} http_405={} http_431={} http_other={}",
         s.accepted,
         s.closed,
@@ -129,15 +141,50 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     if args.addr.port() == 0 {
         bail!("--addr needs a port other than 0");
     }
+    if args.shards > 1 && args.link != "shm" {
+        bail!("--shards is for --link shm (the sim clients run against one shard)");
+    }
     match args.link.as_str() {
         "sim" => sim(args, proto),
         _ => shm(args, proto),
     }
 }
 
+/// The server of one shard: `ustack_runtime::servers`' server, bound on the shard's own
+/// stack when the shard starts.
+struct ShardServer {
+    proto: Protocol,
+    addr: SocketAddrV4,
+    root: Option<PathBuf>,
+    server: Option<Server>,
+}
+
+impl ShardApp<ShmPort> for ShardServer {
+    fn start(&mut self, ctx: &mut ShardContext<'_, ShmPort>) -> std::io::Result<()> {
+        self.server = Some(Server::bind(
+            ctx.rt,
+            self.proto,
+            self.addr,
+            self.root.clone(),
+        )?);
+        Ok(())
+    }
+
+    fn poll(&mut self, ctx: &mut ShardContext<'_, ShmPort>) -> std::io::Result<()> {
+        match &mut self.server {
+            Some(server) => server.step(ctx.rt, Some(Duration::ZERO)).map(drop),
+            None => Ok(()),
+        }
+    }
+}
+
 fn shm(args: &Args, proto: Protocol) -> anyhow::Result<ExitCode> {
-    let (mut ports, peer) =
-        ShmLink::create(&ShmConfig::default()).context("creating the shm link")?;
+    let shards = usize::from(args.shards);
+    let config = ShmConfig {
+        queue_pairs: shards,
+        ..ShmConfig::default()
+    };
+    let (ports, peer) = ShmLink::create(&config).context("creating the shm link")?;
     let offer = peer.offer().context("offering the shm link")?;
     {
         let mut out = std::io::stdout().lock();
@@ -145,7 +192,8 @@ fn shm(args: &Args, proto: Protocol) -> anyhow::Result<ExitCode> {
         out.flush()?;
     }
     eprintln!(
-        "ustack serve: {} on {} over shm; waiting for a client to attach to `{}`",
+        "ustack serve: {} on {} over shm, {shards} shard(s); waiting for a client to attach \
+         to `{}`",
         args.proto,
         args.addr,
         offer.name()
@@ -153,27 +201,33 @@ fn shm(args: &Args, proto: Protocol) -> anyhow::Result<ExitCode> {
     offer
         .hand_over(ATTACH_TIMEOUT)
         .context("waiting for the client to attach")?;
-    let port = ports.remove(0);
-    let mut rt = builder(*args.addr.ip(), SERVER_MAC, 1)
-        .build(port)
-        .context("building the runtime")?;
-    let mut server = Server::bind(&mut rt, proto, args.addr, args.root.clone())
-        .with_context(|| format!("listening on {}", args.addr))?;
-    let until = args.duration.map(|d| std::time::Instant::now() + d);
-    loop {
-        let step = match until {
-            Some(u) => {
-                let now = std::time::Instant::now();
-                if now >= u {
-                    break;
-                }
-                (u - now).min(Duration::from_millis(100))
-            }
-            None => Duration::from_millis(100),
-        };
-        server.step(&mut rt, Some(step))?;
+    let (addr, root) = (args.addr, args.root.clone());
+    let rt = ShardedBuilder::new(
+        builder(*args.addr.ip(), SERVER_MAC, 1),
+        Rss::new(RssKey::MICROSOFT, shards),
+    )
+    .seed(1)
+    .start(ports, move |_shard| ShardServer {
+        proto,
+        addr,
+        root: root.clone(),
+        server: None,
+    })
+    .with_context(|| format!("starting {shards} shard(s) listening on {}", args.addr))?;
+    match args.duration {
+        Some(d) => std::thread::sleep(d),
+        None => loop {
+            std::thread::park();
+        },
     }
-    print_stats(server.stats());
+    let mut total = ServerStats::default();
+    for (k, app) in rt.stop().into_iter().enumerate() {
+        let app = app.with_context(|| format!("shard {k}"))?;
+        let stats = app.server.as_ref().map(|s| *s.stats()).unwrap_or_default();
+        print_stats(&format!("shard {k}"), &stats);
+        total.merge(&stats);
+    }
+    print_stats("served", &total);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -220,7 +274,7 @@ fn sim(args: &Args, proto: Protocol) -> anyhow::Result<ExitCode> {
         clock.now().since_epoch().as_secs_f64(),
         wall.elapsed().as_secs_f64()
     );
-    print_stats(server.stats());
+    print_stats("served", server.stats());
     Ok(ExitCode::SUCCESS)
 }
 

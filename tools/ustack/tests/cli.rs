@@ -73,6 +73,7 @@ fn serve_refuses_bad_arguments_clearly() {
         ),
         (&["serve", "echo", "--duration", "ten"], "not a duration"),
         (&["serve", "echo", "--duration", "5y"], "unknown unit"),
+        (&["serve", "echo", "--shards", "0"], "0 is not in 1..=64"),
     ] {
         let o = ustack(args);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
@@ -90,6 +91,10 @@ fn serve_refuses_bad_arguments_clearly() {
         (
             &["serve", "http", "--addr", "192.0.2.2:0"],
             "port other than 0",
+        ),
+        (
+            &["serve", "echo", "--link", "sim", "--shards", "2"],
+            "--shards is for --link shm",
         ),
     ] {
         let o = ustack(args);

@@ -1,15 +1,19 @@
 //! `ustack serve` over shm with the server in its own process: the test spawns
 //! `ustack serve <proto>`, reads the `shm-offer <name>` line, attaches to the link as side
 //! B, and runs 64 concurrent verifying clients on a ustack runtime in this process (every
-//! echoed byte, every HTTP response checked). Bounded in time; the child is killed by a
-//! guard whatever happens.
+//! echoed byte, every HTTP response checked). With `--shards 2` the link has two queue
+//! pairs and the clients' runtime steers every frame to its shard's queue through an
+//! `RssSplitter`, as a NIC with RSS would. Bounded in time; the child is killed by a guard
+//! whatever happens.
 
 use core::net::{Ipv4Addr, SocketAddrV4};
 use core::time::Duration;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Stdio};
 
 use ustack_dev::shm::ShmPeer;
+use ustack_runtime::RssSplitter;
+use ustack_runtime::rss::{Rss, RssKey};
 use ustack_runtime::runtime::RuntimeBuilder;
 use ustack_runtime::servers::{Load, Protocol};
 use ustack_stack::EthernetAddress;
@@ -26,32 +30,46 @@ impl Drop for Guard {
     }
 }
 
-fn serve_over_shm(proto: &str, port: u16, per_conn: u64) -> (u64, u64) {
+/// Run `ustack serve <proto> --shards <shards>` and 64 clients of `per_conn` exchanges
+/// against it. With `duration`, the server stops on its own after it and the run reads its
+/// report; without, the server is killed once the clients are done. Asserts that every
+/// client finished with every exchange verified; returns the server's report (the stdout
+/// after the offer line; empty without `duration`).
+fn serve_over_shm(
+    proto: &str,
+    port: u16,
+    per_conn: u64,
+    shards: usize,
+    duration: Option<&str>,
+) -> String {
     let addr = SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 2), port);
     let child = Command::new(env!("CARGO_BIN_EXE_ustack"))
         .args(["serve", proto, "--link", "shm", "--addr", &addr.to_string()])
-        .args(["--duration", "120s"])
+        .args(["--duration", duration.unwrap_or("120s")])
+        .args(["--shards", &shards.to_string()])
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
         .expect("spawn ustack serve");
     let mut guard = Guard(child);
     let stdout = guard.0.stdout.take().expect("stdout");
+    let mut stdout = BufReader::new(stdout);
     let mut line = String::new();
-    BufReader::new(stdout)
-        .read_line(&mut line)
-        .expect("the offer line");
+    stdout.read_line(&mut line).expect("the offer line");
     let name = line
         .strip_prefix("shm-offer ")
         .unwrap_or_else(|| panic!("expected `shm-offer <name>`, got {line:?}"))
         .trim();
     let peer = ShmPeer::connect(name, Duration::from_secs(10)).expect("connect to the offer");
-    let port = peer.attach().expect("attach").remove(0);
+    let ports = peer.attach().expect("attach");
+    assert_eq!(ports.len(), shards, "one queue pair per shard");
+    let device =
+        RssSplitter::new(ports, Rss::new(RssKey::MICROSOFT, shards)).replicate_unhashed(true);
     let mut rt = RuntimeBuilder::new()
         .ipv4(Ipv4Addr::new(192, 0, 2, 1), 24)
         .mac(EthernetAddress([2, 0, 0, 0, 0, 1]))
         .seed(7)
-        .build(port)
+        .build(device)
         .expect("client runtime");
     let proto = Protocol::from_name(proto).expect("protocol");
     let mut load = Load::start(&mut rt, proto, addr, CLIENTS, per_conn).expect("clients");
@@ -64,22 +82,61 @@ fn serve_over_shm(proto: &str, port: u16, per_conn: u64) -> (u64, u64) {
         load.step(&mut rt, Some(Duration::from_millis(10)))
             .expect("every reply verified");
     }
-    assert!(
-        guard.0.try_wait().expect("child status").is_none(),
-        "the server still runs"
-    );
+    let mut server_output = String::new();
+    if duration.is_some() {
+        // Let the closes finish while the server runs out its time, then read its report.
+        let until = std::time::Instant::now() + Duration::from_secs(30);
+        while guard.0.try_wait().expect("child status").is_none() {
+            assert!(std::time::Instant::now() < until, "the server did not stop");
+            rt.run_once(Some(Duration::from_millis(10)))
+                .expect("client loop");
+        }
+        stdout
+            .read_to_string(&mut server_output)
+            .expect("the server's report");
+    } else {
+        assert!(
+            guard.0.try_wait().expect("child status").is_none(),
+            "the server still runs"
+        );
+    }
     let s = *load.stats();
-    (s.finished, s.verified)
+    assert_eq!(
+        (s.finished, s.verified),
+        (CLIENTS as u64, CLIENTS as u64 * per_conn),
+        "every client done, every exchange verified"
+    );
+    server_output
+}
+
+/// The `accepted=` count of the server's report line starting with `label`.
+fn accepted(output: &str, label: &str) -> u64 {
+    let line = output
+        .lines()
+        .find(|l| l.starts_with(label))
+        .unwrap_or_else(|| panic!("no `{label}` line in {output:?}"));
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix("accepted="))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no accepted= in {line:?}"))
 }
 
 #[test]
 fn echo_server_in_another_process_serves_64_clients_over_shm() {
-    let (finished, verified) = serve_over_shm("echo", 7, 10);
-    assert_eq!((finished, verified), (CLIENTS as u64, CLIENTS as u64 * 10));
+    serve_over_shm("echo", 7, 10, 1, None);
 }
 
 #[test]
 fn http_server_in_another_process_serves_64_keep_alive_clients_over_shm() {
-    let (finished, verified) = serve_over_shm("http", 80, 10);
-    assert_eq!((finished, verified), (CLIENTS as u64, CLIENTS as u64 * 10));
+    serve_over_shm("http", 80, 10, 1, None);
+}
+
+#[test]
+fn sharded_echo_server_accepts_on_every_shard() {
+    let report = serve_over_shm("echo", 7, 10, 2, Some("3s"));
+    // RSS spread the 64 connections over both shards, and every one was accepted once.
+    let (s0, s1) = (accepted(&report, "shard 0:"), accepted(&report, "shard 1:"));
+    assert!(s0 > 0 && s1 > 0, "{}", report);
+    assert_eq!(s0 + s1, CLIENTS as u64, "{}", report);
+    assert_eq!(accepted(&report, "served:"), CLIENTS as u64);
 }
