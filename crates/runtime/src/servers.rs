@@ -10,11 +10,14 @@
 //! once waits in the connection's buffer for the next WRITABLE edge, and the connection is
 //! not read again until that buffer is flushed (backpressure).
 //!
-//! The HTTP request parser is this module's own: the baseline's (`tools/baseline/src/http.rs`)
-//! is private to that crate (`pub(crate)`), and that crate is the Linux server (it depends on
-//! `rustix` and is not a library the runtime should depend on). The two answer the same
-//! requests with the same statuses; moving the baseline's parser into a small shared crate
-//! would let both use one.
+//! The HTTP request parser and response writer are `ustack_http`'s, shared with the Linux
+//! baseline (`tools/baseline`), so both answer the same requests with the same statuses.
+//!
+//! After an error response the server closes in stages, as nginx's `lingering_close` does
+//! (RFC 9112 §9.6): it half-closes, then reads and drops what the client still sends until
+//! the client closes too, for at most [`LINGERING_TIMEOUT`] without data and
+//! [`LINGERING_TIME`] in all, after which it closes (a reset if data is still unread, as
+//! `close(2)` on Linux).
 
 use core::net::SocketAddrV4;
 use core::time::Duration;
@@ -24,16 +27,23 @@ use std::net::Shutdown;
 use std::path::{Path, PathBuf};
 
 use ustack_dev::Device;
+use ustack_stack::Instant;
 
 use crate::api::{TcpListener, TcpStream};
 use crate::poller::Mode;
 use crate::runtime::{Clock, Events, Interest, Runtime, Sleep};
+use crate::timer::TimerId;
 
 /// The fixed response body and the request-head limit, the baseline's.
 pub use ustack_http::{FIXED_BODY, MAX_REQUEST_HEAD};
 /// Output buffered per connection above which it is not read again until some is sent.
 const OUT_HIGH: usize = 64 * 1024;
 const LISTENER: u64 = u64::MAX;
+/// How long a lingering close waits for more data from the client before it closes
+/// (nginx's `lingering_timeout`, 5 s).
+pub const LINGERING_TIMEOUT: Duration = Duration::from_secs(5);
+/// The longest a lingering close lasts in all (nginx's `lingering_time`, 30 s).
+pub const LINGERING_TIME: Duration = Duration::from_secs(30);
 
 /// Which protocol a [`Server`] speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,6 +93,9 @@ pub struct ServerStats {
     pub http_other: u64,
     /// Connections that ended in an error (reset, timeout).
     pub errors: u64,
+    /// Lingering closes cut short by [`LINGERING_TIMEOUT`] or [`LINGERING_TIME`] (counted
+    /// in `closed` too).
+    pub linger_timeouts: u64,
 }
 
 impl ServerStats {
@@ -100,6 +113,7 @@ impl ServerStats {
             http_431,
             http_other,
             errors,
+            linger_timeouts,
         } = *other;
         self.accepted += accepted;
         self.closed += closed;
@@ -112,6 +126,7 @@ impl ServerStats {
         self.http_431 += http_431;
         self.http_other += http_other;
         self.errors += errors;
+        self.linger_timeouts += linger_timeouts;
     }
 }
 
@@ -129,6 +144,8 @@ struct Conn {
     peer_done: bool,
     /// Our FIN was queued (`shutdown(SHUT_WR)`), for a lingering close.
     fin_sent: bool,
+    /// The lingering close's timer and its hard end ([`LINGERING_TIME`] after the FIN).
+    linger: Option<(TimerId, Instant)>,
 }
 
 /// An echo, discard or HTTP server on one runtime: a listener and its connections.
@@ -228,16 +245,24 @@ impl Server {
         rt: &mut Runtime<D, C>,
         timeout: Option<Duration>,
     ) -> io::Result<usize> {
-        let n = rt.poll(&mut self.events, timeout)?;
-        let ready: Vec<u64> = self.events.iter().map(|e| e.token).collect();
-        for token in ready {
-            if token == LISTENER {
-                self.accept_all(rt)?;
-            } else {
-                self.service(rt, token);
+        // Taken out for the loop (the handlers borrow `self`); an empty one does not allocate.
+        let mut events = core::mem::replace(&mut self.events, Events::with_capacity(0));
+        let polled = rt.poll(&mut events, timeout);
+        let result = polled.and_then(|n| {
+            for e in &events {
+                if e.token == LISTENER {
+                    self.accept_all(rt)?;
+                } else {
+                    self.service(rt, e.token);
+                }
             }
-        }
-        Ok(n)
+            for &token in events.timers() {
+                self.linger_expired(rt, token);
+            }
+            Ok(n)
+        });
+        self.events = events;
+        result
     }
 
     fn accept_all<D: Device + Sleep, C: Clock>(
@@ -267,6 +292,7 @@ impl Server {
                             close_after: false,
                             peer_done: false,
                             fin_sent: false,
+                            linger: None,
                         },
                     );
                 }
@@ -282,7 +308,12 @@ impl Server {
         let Some(mut conn) = self.conns.remove(&token) else {
             return;
         };
-        let keep = self.drive(rt, &mut conn);
+        let keep = self.drive(rt, token, &mut conn);
+        if !matches!(keep, Ok(true))
+            && let Some((timer, _)) = conn.linger
+        {
+            rt.cancel_timer(timer);
+        }
         match keep {
             Ok(true) => {
                 self.conns.insert(token, conn);
@@ -299,10 +330,41 @@ impl Server {
         }
     }
 
+    /// A lingering close's timer fired: the client neither closed nor sent within the
+    /// limits, so close now (a reset if it left data unread, as Linux's `close(2)`).
+    fn linger_expired<D: Device + Sleep, C: Clock>(&mut self, rt: &mut Runtime<D, C>, token: u64) {
+        if let Some(conn) = self.conns.remove(&token) {
+            self.stats.closed += 1;
+            self.stats.linger_timeouts += 1;
+            let _ = conn.stream.close(rt);
+        }
+    }
+
+    /// Arm (at the FIN) or push back (on data) the lingering close's timer: the next
+    /// [`LINGERING_TIMEOUT`], but never past [`LINGERING_TIME`] after the FIN.
+    fn linger_rearm<D: Device + Sleep, C: Clock>(
+        rt: &mut Runtime<D, C>,
+        token: u64,
+        conn: &mut Conn,
+    ) {
+        let now = rt.now();
+        match conn.linger {
+            None => {
+                let deadline = now + LINGERING_TIMEOUT.min(LINGERING_TIME);
+                let id = rt.add_timer(deadline, token);
+                conn.linger = Some((id, now + LINGERING_TIME));
+            }
+            Some((id, end)) => {
+                rt.rearm_timer(id, (now + LINGERING_TIMEOUT).min(end));
+            }
+        }
+    }
+
     /// Ok(false): close it now.
     fn drive<D: Device + Sleep, C: Clock>(
         &mut self,
         rt: &mut Runtime<D, C>,
+        token: u64,
         conn: &mut Conn,
     ) -> io::Result<bool> {
         // A pending error (ERROR readiness) comes out of the next read or write.
@@ -320,16 +382,18 @@ impl Server {
                 // read/write connection. The server then continues to read from the
                 // connection until it receives a corresponding close by the client". A
                 // close with unread data would reset the connection (as on Linux) and
-                // could destroy the response in flight. (nginx's `lingering_close`; no
-                // lingering timeout here yet.)
+                // could destroy the response in flight. (nginx's `lingering_close`, with
+                // its `lingering_timeout` and `lingering_time`.)
                 if !conn.fin_sent {
                     conn.stream.shutdown(rt, Shutdown::Write)?;
                     conn.fin_sent = true;
+                    Self::linger_rearm(rt, token, conn);
                 }
                 match conn.stream.read(rt, &mut self.buf) {
                     Ok(0) => return Ok(false),
                     Ok(n) => {
                         self.stats.bytes_in += n as u64;
+                        Self::linger_rearm(rt, token, conn);
                         continue;
                     }
                     Err(e) if would_block(&e) => return Ok(true),

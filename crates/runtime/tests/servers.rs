@@ -332,6 +332,81 @@ fn http_static_files_errors_pipelining_and_http10() {
     std::fs::remove_dir_all(&root).unwrap();
 }
 
+/// An HTTP server and a client runtime on one virtual clock, for tests that run time on.
+struct Scene {
+    server: Server,
+    srt: Rt,
+    crt: Rt,
+    clock: VirtualClock,
+}
+
+impl Scene {
+    fn http() -> Scene {
+        let (mut srt, crt, clock) = pair();
+        let addr = SocketAddrV4::new(SERVER_IP, 80);
+        let server = Server::bind(&mut srt, Protocol::Http, addr, None).unwrap();
+        Scene {
+            server,
+            srt,
+            crt,
+            clock,
+        }
+    }
+
+    /// Run both loops for `d` of virtual time; the client only reads what `stream` gets.
+    fn run_for(&mut self, d: Duration, stream: &TcpStream) -> Vec<u8> {
+        let until = self.clock.now() + d;
+        let (mut got, mut buf) = (Vec::new(), [0u8; 4096]);
+        while self.clock.now() < until {
+            let step = Some(Duration::from_millis(50));
+            self.server.step(&mut self.srt, step).unwrap();
+            self.crt.run_once(step).unwrap();
+            while let Ok(n @ 1..) = stream.read(&mut self.crt, &mut buf) {
+                got.extend_from_slice(&buf[..n]);
+            }
+        }
+        got
+    }
+}
+
+#[test]
+fn a_lingering_close_ends_after_its_timeouts_when_the_client_never_closes() {
+    let mut t = Scene::http();
+    let addr = SocketAddrV4::new(SERVER_IP, 80);
+
+    // A bad request, then silence: the 400 and a FIN come at once; the connection lingers
+    // for LINGERING_TIMEOUT (5 s) and is closed then, though the client never closes.
+    let quiet = TcpStream::connect(&mut t.crt, addr).unwrap();
+    quiet.write(&mut t.crt, b"BAD\r\n\r\n").unwrap();
+    let got = t.run_for(Duration::from_secs(4), &quiet);
+    assert!(head_and_body(&got).0.starts_with("HTTP/1.1 400 "));
+    assert_eq!(t.server.connections(), 1, "lingering, within its 5 s");
+    t.run_for(Duration::from_secs(2), &quiet);
+    assert_eq!(t.server.connections(), 0, "closed after 5 s without data");
+    assert_eq!(t.server.stats().linger_timeouts, 1);
+    assert_eq!(t.srt.timers_armed(), 0, "nothing left armed");
+
+    // A client that keeps trickling data pushes the timeout back, but not past
+    // LINGERING_TIME (30 s) after the FIN.
+    let chatty = TcpStream::connect(&mut t.crt, addr).unwrap();
+    chatty.write(&mut t.crt, b"BAD\r\n\r\n").unwrap();
+    let start = t.clock.now();
+    for _ in 0..7 {
+        t.run_for(Duration::from_secs(4), &chatty);
+        assert_eq!(
+            t.server.connections(),
+            1,
+            "data every 4 s keeps it lingering"
+        );
+        chatty.write(&mut t.crt, b"more").unwrap();
+    }
+    t.run_for(Duration::from_secs(4), &chatty);
+    assert_eq!(t.server.connections(), 0, "lingering_time is a hard limit");
+    assert!(t.clock.now() - start < Duration::from_secs(33));
+    assert_eq!(t.server.stats().linger_timeouts, 2);
+    let (_, _) = (quiet.close(&mut t.crt), chatty.close(&mut t.crt));
+}
+
 // ---- the request parser ------------------------------------------------------------------
 
 mod parser {

@@ -112,7 +112,7 @@ fn builder(ip: core::net::Ipv4Addr, mac: EthernetAddress, seed: u64) -> RuntimeB
 fn print_stats(label: &str, s: &ServerStats) {
     println!(
         "{label}: accepted={} closed={} errors={} bytes_in={} bytes_out={} http_200={} \
-         http_400={} http_404={} http_405={} http_431={} http_other={}",
+         http_400={} http_404={} http_405={} http_431={} http_other={} linger_timeouts={}",
         s.accepted,
         s.closed,
         s.errors,
@@ -123,7 +123,8 @@ fn print_stats(label: &str, s: &ServerStats) {
         s.http_404,
         s.http_405,
         s.http_431,
-        s.http_other
+        s.http_other,
+        s.linger_timeouts
     );
 }
 
