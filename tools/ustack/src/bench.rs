@@ -29,14 +29,15 @@ use std::time::{Duration, Instant as WallClock};
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
 use ustack_dev::sim::SimLinkConfig;
-use ustack_stack::{Instant, TcpHandle};
+use ustack_stack::{Instant, ListenerHandle, TcpHandle};
 use ustack_testkit::{A_IP, B_IP, Pair};
 
-const SCENARIOS: [&str; 3] = ["udp-rr", "pingpong", "stream"];
+const SCENARIOS: [&str; 4] = ["udp-rr", "pingpong", "cps", "stream"];
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Scenario to run: udp-rr, pingpong or stream. Without one, all three (the default suite).
+    /// Scenario to run: udp-rr, pingpong, cps or stream. Without one, all four (the default
+    /// suite).
     #[arg(value_parser = SCENARIOS)]
     scenario: Option<String>,
     /// Servers under test, comma-separated: ustack, linux, or both (side by side).
@@ -46,10 +47,11 @@ pub struct Args {
     /// scenario, 1s each in the default suite).
     #[arg(long, value_parser = parse_duration)]
     duration: Option<Duration>,
-    /// Connections for pingpong.
+    /// Connections for pingpong; connections opened per round for cps.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
     conns: u32,
-    /// Message size in bytes for udp-rr and pingpong (8 to 1472: one unfragmented datagram).
+    /// Message size in bytes for udp-rr, pingpong and cps (8 to 1472: one unfragmented
+    /// datagram).
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(8..=1472))]
     msg_size: u16,
     /// The link ustack runs over: shm (server and client on their own threads and cores)
@@ -99,6 +101,9 @@ struct Outcome {
     client_counters: Option<Value>,
     /// The server's CPU time, where it runs alone (shm: its thread).
     server_cpu: Option<Duration>,
+    /// cps: TIME-WAIT entries on the server's side at the end of the run (ustack: the
+    /// server stack's records; Linux: the machine's, from /proc/net/sockstat).
+    time_wait: Option<u64>,
 }
 
 impl Outcome {
@@ -131,6 +136,7 @@ impl Outcome {
             counters: None,
             client_counters: None,
             server_cpu: None,
+            time_wait: None,
         }
     }
 
@@ -163,6 +169,20 @@ impl Outcome {
         self.with_counters(p.b.mib().to_json(), p.a.mib().to_json())
     }
 
+    fn with_time_wait(mut self, records: usize) -> Outcome {
+        self.time_wait = Some(records as u64);
+        self
+    }
+
+    /// Linux's TIME-WAIT sockets now (the `tw` of /proc/net/sockstat: the whole machine's,
+    /// the bench's own on a quiet one).
+    fn with_linux_time_wait(mut self) -> Outcome {
+        self.time_wait = std::fs::read_to_string("/proc/net/sockstat")
+            .ok()
+            .and_then(|s| sockstat_tw(&s));
+        self
+    }
+
     fn with_counters(mut self, server: Value, client: Value) -> Outcome {
         self.counters = Some(server);
         self.client_counters = Some(client);
@@ -170,7 +190,11 @@ impl Outcome {
     }
 
     fn msgs_per_s(&self) -> Option<f64> {
-        (self.scenario != "stream").then(|| self.count as f64 / self.elapsed.as_secs_f64())
+        matches!(self.scenario, "udp-rr" | "pingpong")
+            .then(|| self.count as f64 / self.elapsed.as_secs_f64())
+    }
+    fn conns_per_s(&self) -> Option<f64> {
+        (self.scenario == "cps").then(|| self.count as f64 / self.elapsed.as_secs_f64())
     }
     fn gbps(&self) -> f64 {
         self.bytes as f64 * 8.0 / self.elapsed.as_secs_f64() / 1e9
@@ -200,19 +224,29 @@ impl Outcome {
             "conns": self.conns,
             "msg_size": if self.scenario == "stream" { Value::Null } else { json!(self.msg_size) },
             "duration_s": self.elapsed.as_secs_f64(),
-            "round_trips": if self.scenario == "stream" { Value::Null } else { json!(self.count) },
+            "round_trips": if self.msgs_per_s().is_some() { json!(self.count) } else { Value::Null },
+            "connections": if self.scenario == "cps" { json!(self.count) } else { Value::Null },
             "bytes": self.bytes,
             "throughput_gbps": self.gbps(),
             "msgs_per_s": self.msgs_per_s(),
-            "conns_per_s": Value::Null,
+            "conns_per_s": self.conns_per_s(),
             "latency_us": latency,
             "server_cpu_s": self.server_cpu.map(|d| d.as_secs_f64()),
+            "server_time_wait": self.time_wait,
             "server_mem_bytes": Value::Null,
             "server_mem_per_conn_bytes": Value::Null,
             "counters": self.counters.clone().unwrap_or(Value::Null),
             "client_counters": self.client_counters.clone().unwrap_or(Value::Null),
         })
     }
+}
+
+/// The `tw` count of the `TCP:` line of /proc/net/sockstat.
+fn sockstat_tw(sockstat: &str) -> Option<u64> {
+    let line = sockstat.lines().find(|l| l.starts_with("TCP:"))?;
+    let mut words = line.split_whitespace();
+    words.find(|w| *w == "tw")?;
+    words.next()?.parse().ok()
 }
 
 /// The message for round trip `seq`: the sequence number, then bytes derived from it.
@@ -351,14 +385,19 @@ fn linux_udp_rr(duration: Duration, size: usize) -> anyhow::Result<Outcome> {
     ))
 }
 
-/// Open `n` connections A -> B over the pair; returns (client handles, server handles),
-/// paired by index.
+/// B's listener for the TCP scenarios, with room for `n` connections at once.
+fn ustack_listener(p: &mut Pair, n: u32) -> anyhow::Result<ListenerHandle> {
+    Ok(p.b.tcp_listen(SocketAddrV4::new(B_IP, 5001), n)?)
+}
+
+/// Open `n` connections A -> B's `listener` over the pair; returns (client handles,
+/// server handles), paired by index.
 fn ustack_connections(
     p: &mut Pair,
     start: WallClock,
+    listener: ListenerHandle,
     n: u32,
 ) -> anyhow::Result<(Vec<TcpHandle>, Vec<TcpHandle>)> {
-    let listener = p.b.tcp_listen(SocketAddrV4::new(B_IP, 5001), n)?;
     let mut clients = Vec::new();
     for _ in 0..n {
         tick(p, start);
@@ -390,38 +429,86 @@ fn ustack_connections(
     Ok((clients, servers))
 }
 
-fn ustack_pingpong(duration: Duration, conns: u32, size: usize) -> anyhow::Result<Outcome> {
-    let (mut p, start) = real_clock_pair();
-    let (clients, servers) = ustack_connections(&mut p, start, conns)?;
+/// One lock-step round over the sim pair: every client sends one `size`-byte message
+/// (message `seq0 + i` on connection `i`), the server echoes each (and, with `close`,
+/// closes after its reply), every client reads its echo (and, with `close`, the end of
+/// stream, then closes). Whether every echo was right.
+fn ustack_round(
+    p: &mut Pair,
+    start: WallClock,
+    (clients, servers): (&[TcpHandle], &[TcpHandle]),
+    seq0: u64,
+    size: usize,
+    close: bool,
+) -> anyhow::Result<bool> {
     let (mut msg, mut buf) = (vec![0u8; size], vec![0u8; size]);
+    tick(p, start);
+    for (i, &c) in clients.iter().enumerate() {
+        fill_message(&mut msg, seq0 + i as u64);
+        if p.a.tcp_send(p.now, c, &msg)? != size {
+            bail!("ustack: a {size}-byte message did not fit the send buffer");
+        }
+    }
+    p.settle();
+    for &s in servers {
+        let n = read_exact(p, start, false, s, &mut buf)?;
+        p.b.tcp_send(p.now, s, &buf[..n])?;
+        if close {
+            p.b.tcp_close(p.now, s)?;
+        }
+    }
+    p.settle();
+    let mut verified = true;
+    for (i, &c) in clients.iter().enumerate() {
+        read_exact(p, start, true, c, &mut buf)?;
+        fill_message(&mut msg, seq0 + i as u64);
+        verified &= buf == msg;
+        if close {
+            // The server's FIN follows its reply: end of stream, then our close.
+            verified &= matches!(p.a.tcp_recv(p.now, c, &mut buf), Ok(0));
+            p.a.tcp_close(p.now, c)?;
+        }
+    }
+    if close {
+        p.settle();
+    }
+    Ok(verified)
+}
+
+/// pingpong (`cps` false: `conns` connections kept for the run) or cps (a new set of
+/// connections every round, closed by the server after its reply) over sim, in lock-step
+/// rounds ([`ustack_round`]).
+fn ustack_lockstep(
+    duration: Duration,
+    conns: u32,
+    size: usize,
+    cps: bool,
+) -> anyhow::Result<Outcome> {
+    let (mut p, start) = real_clock_pair();
+    let listener = ustack_listener(&mut p, conns)?;
+    let mut kept = if cps {
+        None
+    } else {
+        Some(ustack_connections(&mut p, start, listener, conns)?)
+    };
     let (mut rtt_ns, mut verified, mut rounds) = (Vec::new(), true, 0u64);
     let run_start = WallClock::now();
     while run_start.elapsed() < duration {
         let t0 = WallClock::now();
-        tick(&mut p, start);
-        for (i, &c) in clients.iter().enumerate() {
-            fill_message(&mut msg, rounds * u64::from(conns) + i as u64);
-            if p.a.tcp_send(p.now, c, &msg)? != size {
-                bail!("ustack pingpong: a {size}-byte message did not fit the send buffer");
-            }
-        }
-        p.settle();
-        for &s in &servers {
-            let n = read_exact(&mut p, start, false, s, &mut buf)?;
-            p.b.tcp_send(p.now, s, &buf[..n])?;
-        }
-        p.settle();
-        for (i, &c) in clients.iter().enumerate() {
-            read_exact(&mut p, start, true, c, &mut buf)?;
-            fill_message(&mut msg, rounds * u64::from(conns) + i as u64);
-            verified &= buf == msg;
-        }
+        let (clients, servers) = match &kept {
+            Some(pairs) => pairs.clone(),
+            None => ustack_connections(&mut p, start, listener, conns)?,
+        };
+        let seq0 = rounds * u64::from(conns);
+        verified &= ustack_round(&mut p, start, (&clients, &servers), seq0, size, cps)?;
         rtt_ns.push(t0.elapsed().as_nanos() as u64);
         rounds += 1;
     }
+    kept.take();
     let count = rounds * u64::from(conns);
-    Ok(Outcome::echo(
-        "pingpong",
+    let scenario = if cps { "cps" } else { "pingpong" };
+    let o = Outcome::echo(
+        scenario,
         "ustack",
         "sim",
         conns,
@@ -430,8 +517,13 @@ fn ustack_pingpong(duration: Duration, conns: u32, size: usize) -> anyhow::Resul
         run_start.elapsed(),
         verified,
         rtt_ns,
-    )
-    .with_pair(&p))
+    );
+    let o = if cps {
+        o.with_time_wait(p.b.tcp_resources().timewait)
+    } else {
+        o
+    };
+    Ok(o.with_pair(&p))
 }
 
 /// Read exactly `buf.len()` bytes from `h` on side A (`client`) or B, settling the pair as
@@ -464,13 +556,16 @@ fn read_exact(
     Ok(got)
 }
 
-fn linux_pingpong(duration: Duration, conns: u32, size: usize) -> anyhow::Result<Outcome> {
-    let listener =
-        TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).context("bind a Linux listener on loopback")?;
+/// `n` kernel connections to `listener` over loopback, each accepted as soon as it is
+/// made (the accept queue never holds more than one): (client, server) pairs.
+fn linux_connections(
+    listener: &TcpListener,
+    n: u32,
+) -> anyhow::Result<Vec<(TcpStream, TcpStream)>> {
     let addr = listener.local_addr()?;
-    let mut pairs = Vec::new();
-    for _ in 0..conns {
-        let c = TcpStream::connect(addr)?;
+    let mut pairs = Vec::with_capacity(n as usize);
+    for _ in 0..n {
+        let c = TcpStream::connect(addr).context("Linux: connect over loopback")?;
         let (s, _) = listener.accept()?;
         for x in [&c, &s] {
             x.set_nodelay(true)?;
@@ -478,32 +573,66 @@ fn linux_pingpong(duration: Duration, conns: u32, size: usize) -> anyhow::Result
         }
         pairs.push((c, s));
     }
+    Ok(pairs)
+}
+
+/// pingpong or cps through the kernel over loopback, in the same lock-step rounds as
+/// ustack's ([`ustack_round`]): with `cps`, new connections every round, the server
+/// replying and closing first, the client reading the end of stream and closing.
+fn linux_lockstep(
+    duration: Duration,
+    conns: u32,
+    size: usize,
+    cps: bool,
+) -> anyhow::Result<Outcome> {
+    let listener =
+        TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).context("bind a Linux listener on loopback")?;
+    let mut kept = if cps {
+        Vec::new()
+    } else {
+        linux_connections(&listener, conns)?
+    };
     let (mut msg, mut buf) = (vec![0u8; size], vec![0u8; size]);
     let (mut rtt_ns, mut verified, mut rounds) = (Vec::new(), true, 0u64);
     let start = WallClock::now();
     while start.elapsed() < duration {
         let t0 = WallClock::now();
+        let mut fresh = if cps {
+            linux_connections(&listener, conns)?
+        } else {
+            Vec::new()
+        };
+        let pairs = if cps { &mut fresh } else { &mut kept };
+        let seq0 = rounds * u64::from(conns);
         for (i, (c, _)) in pairs.iter_mut().enumerate() {
-            fill_message(&mut msg, rounds * u64::from(conns) + i as u64);
+            fill_message(&mut msg, seq0 + i as u64);
             c.write_all(&msg)?;
         }
         for (_, s) in pairs.iter_mut() {
             s.read_exact(&mut buf)
-                .context("Linux pingpong: the server got no message")?;
+                .context("Linux: the server got no message")?;
             s.write_all(&buf)?;
+            if cps {
+                s.shutdown(std::net::Shutdown::Both)?;
+            }
         }
         for (i, (c, _)) in pairs.iter_mut().enumerate() {
             c.read_exact(&mut buf)
-                .context("Linux pingpong: the client got no echo")?;
-            fill_message(&mut msg, rounds * u64::from(conns) + i as u64);
+                .context("Linux: the client got no echo")?;
+            fill_message(&mut msg, seq0 + i as u64);
             verified &= buf == msg;
+            if cps {
+                verified &= matches!(c.read(&mut buf), Ok(0));
+            }
         }
+        // cps: both sockets close here (the server's FIN went out at its shutdown).
+        drop(fresh);
         rtt_ns.push(t0.elapsed().as_nanos() as u64);
         rounds += 1;
     }
     let count = rounds * u64::from(conns);
-    Ok(Outcome::echo(
-        "pingpong",
+    let o = Outcome::echo(
+        if cps { "cps" } else { "pingpong" },
         "linux",
         "loopback",
         conns,
@@ -512,12 +641,14 @@ fn linux_pingpong(duration: Duration, conns: u32, size: usize) -> anyhow::Result
         start.elapsed(),
         verified,
         rtt_ns,
-    ))
+    );
+    Ok(if cps { o.with_linux_time_wait() } else { o })
 }
 
 fn ustack_stream(duration: Duration) -> anyhow::Result<Outcome> {
     let (mut p, start) = real_clock_pair();
-    let (clients, servers) = ustack_connections(&mut p, start, 1)?;
+    let listener = ustack_listener(&mut p, 1)?;
+    let (clients, servers) = ustack_connections(&mut p, start, listener, 1)?;
     let (c, s) = (clients[0], servers[0]);
     let chunk = stream_chunk();
     let mut buf = vec![0u8; 1 << 16];
@@ -616,8 +747,11 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
                 ("stream", "ustack") if shm => shm::stream(duration)?,
                 ("udp-rr", "ustack") => ustack_udp_rr(duration, size)?,
                 ("udp-rr", _) => linux_udp_rr(duration, size)?,
-                ("pingpong", "ustack") => ustack_pingpong(duration, args.conns, size)?,
-                ("pingpong", _) => linux_pingpong(duration, args.conns, size)?,
+                ("cps", "ustack") if shm => shm::cps(duration, args.conns, size)?,
+                ("pingpong", "ustack") => ustack_lockstep(duration, args.conns, size, false)?,
+                ("cps", "ustack") => ustack_lockstep(duration, args.conns, size, true)?,
+                ("cps", _) => linux_lockstep(duration, args.conns, size, true)?,
+                ("pingpong", _) => linux_lockstep(duration, args.conns, size, false)?,
                 ("stream", "ustack") => ustack_stream(duration)?,
                 _ => linux_stream(duration)?,
             });
@@ -651,12 +785,13 @@ fn print_table(outcomes: &[Outcome], link: &str) {
         );
     }
     println!(
-        "{:<9} {:<7} {:<9} {:>5} {:>12} {:>9} {:>9} {:>9} {:>9} {:>8}",
+        "{:<9} {:<7} {:<9} {:>5} {:>12} {:>10} {:>9} {:>9} {:>9} {:>9} {:>8}",
         "scenario",
         "server",
         "link",
         "conns",
         "msgs/s",
+        "conns/s",
         "Gbit/s",
         "p50 us",
         "p99 us",
@@ -666,12 +801,13 @@ fn print_table(outcomes: &[Outcome], link: &str) {
     let opt = |v: Option<f64>, prec: usize| v.map_or("-".to_owned(), |v| format!("{v:.prec$}"));
     for o in outcomes {
         println!(
-            "{:<9} {:<7} {:<9} {:>5} {:>12} {:>9.2} {:>9} {:>9} {:>9} {:>8}",
+            "{:<9} {:<7} {:<9} {:>5} {:>12} {:>10} {:>9.2} {:>9} {:>9} {:>9} {:>8}",
             o.scenario,
             o.server,
             o.link,
             o.conns,
             opt(o.msgs_per_s(), 0),
+            opt(o.conns_per_s(), 0),
             o.gbps(),
             opt(o.percentile_us(0.50), 2),
             opt(o.percentile_us(0.99), 2),
@@ -686,6 +822,14 @@ fn print_table(outcomes: &[Outcome], link: &str) {
                 .find(|o| o.scenario == scenario && o.server == s)
         };
         if let (Some(u), Some(l)) = (find("ustack"), find("linux")) {
+            if let (Some(uc), Some(lc)) = (u.conns_per_s(), l.conns_per_s()) {
+                println!(
+                    "{scenario}: ustack/linux {:.2}x conns/s, {:.2}x p50 latency",
+                    uc / lc,
+                    u.percentile_us(0.5).unwrap_or(0.0) / l.percentile_us(0.5).unwrap_or(1.0)
+                );
+                continue;
+            }
             match (u.msgs_per_s(), l.msgs_per_s()) {
                 (Some(um), Some(lm)) => println!(
                     "{scenario}: ustack/linux {:.2}x msgs/s, {:.2}x p50 latency",
@@ -698,5 +842,19 @@ fn print_table(outcomes: &[Outcome], link: &str) {
                 ),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sockstat_tw_is_read_from_the_tcp_line() {
+        let s =
+            "sockets: used 9\nTCP: inuse 1 orphan 0 tw 10790 alloc 1 mem 194\nUDP: inuse 0 mem 0\n";
+        assert_eq!(sockstat_tw(s), Some(10790));
+        assert_eq!(sockstat_tw("TCP: inuse 1 orphan 0\n"), None);
+        assert_eq!(sockstat_tw("UDP: tw 5\n"), None);
     }
 }

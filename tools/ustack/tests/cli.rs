@@ -194,6 +194,7 @@ fn bench_json_has_one_verified_object_per_server() {
             "conns_per_s",
             "latency_us",
             "server_cpu_s",
+            "server_time_wait",
             "server_mem_bytes",
             "server_mem_per_conn_bytes",
             "counters",
@@ -240,7 +241,7 @@ fn bench_default_suite_runs_every_scenario_on_both_servers_verified() {
             )
         })
         .collect();
-    let want: Vec<(String, String)> = ["udp-rr", "pingpong", "stream"]
+    let want: Vec<(String, String)> = ["udp-rr", "pingpong", "cps", "stream"]
         .iter()
         .flat_map(|s| ["ustack", "linux"].map(|srv| (s.to_string(), srv.to_string())))
         .collect();
@@ -271,6 +272,22 @@ fn bench_default_suite_runs_every_scenario_on_both_servers_verified() {
             "{r}"
         );
     }
+    // cps: every connection the client counted was a passive open on the server, which
+    // closed first and so holds one TIME-WAIT record per connection (60 s outlast the run).
+    let cps = all
+        .iter()
+        .find(|r| r["scenario"] == "cps" && r["server"] == "ustack")
+        .unwrap();
+    let n = cps["connections"].as_u64().unwrap();
+    assert!(n >= 3, "{cps}");
+    assert!(cps["conns_per_s"].as_f64().unwrap() > 0.0, "{cps}");
+    assert_eq!(cps["counters"]["Tcp"]["PassiveOpens"].as_u64(), Some(n));
+    assert_eq!(
+        cps["client_counters"]["Tcp"]["ActiveOpens"].as_u64(),
+        Some(n)
+    );
+    assert_eq!(cps["server_time_wait"].as_u64(), Some(n), "{cps}");
+    assert!(cps["msgs_per_s"].is_null(), "{cps}");
     // The server read every byte of the stream: its InSegs carried them.
     assert!(
         stream["counters"]["Tcp"]["InSegs"].as_u64().unwrap() > 10,
@@ -298,7 +315,7 @@ fn bench_runs_every_scenario_over_sim_too() {
         .iter()
         .map(|r| r["scenario"].as_str().unwrap())
         .collect();
-    assert_eq!(scenarios, ["udp-rr", "pingpong", "stream"]);
+    assert_eq!(scenarios, ["udp-rr", "pingpong", "cps", "stream"]);
     for r in runs {
         assert_eq!(r["server"], "ustack", "{r}");
         assert_eq!(r["link"], "sim", "{r}");

@@ -74,6 +74,8 @@ fn thread_cpu() -> Duration {
 struct ServerReport {
     cpu: Duration,
     counters: Value,
+    /// TIME-WAIT records at the end.
+    time_wait: usize,
     /// stream: bytes received and checked, whether all matched, and when the client's
     /// FIN arrived.
     sink: Option<(u64, bool, WallClock)>,
@@ -84,6 +86,8 @@ struct ServerReport {
 enum Serve {
     UdpEcho,
     TcpEcho,
+    /// cps: read one request of this many bytes, send it back, close.
+    ReplyAndClose(usize),
     Sink,
 }
 
@@ -105,11 +109,15 @@ impl ServerThread {
                 let sink = match serve {
                     Serve::UdpEcho => udp_echo(&mut rt, &flag).map(|()| None),
                     Serve::TcpEcho => tcp_echo(&mut rt, &flag).map(|()| None),
+                    Serve::ReplyAndClose(size) => {
+                        reply_and_close(&mut rt, &flag, size).map(|()| None)
+                    }
                     Serve::Sink => sink(&mut rt, &flag).map(Some),
                 }?;
                 Ok(ServerReport {
                     cpu: thread_cpu() - cpu0,
                     counters: rt.stack().mib().to_json(),
+                    time_wait: rt.stack().tcp_resources().timewait,
                     sink,
                 })
             })?;
@@ -153,6 +161,59 @@ fn tcp_echo(rt: &mut Rt, stop: &AtomicBool) -> anyhow::Result<()> {
     let mut server = Server::bind(rt, Protocol::Echo, SERVER, None)?;
     while !stop.load(Ordering::Relaxed) {
         server.step(rt, STOP_CHECK)?;
+    }
+    Ok(())
+}
+
+/// cps's server: accept, read a `size`-byte request, send it back and close (the server
+/// closes first, as an HTTP/1.0 server does, so TIME-WAIT stays here).
+fn reply_and_close(rt: &mut Rt, stop: &AtomicBool, size: usize) -> anyhow::Result<()> {
+    let backlog = u32::try_from(rt.stack().sysctl().somaxconn).unwrap_or(u32::MAX);
+    let listener = TcpListener::bind(rt, SERVER, backlog)?;
+    const LISTENER: u64 = u64::MAX;
+    rt.register(&listener, LISTENER, Interest::READABLE, Mode::Edge)?;
+    let mut events = Events::with_capacity(256);
+    let mut conns: std::collections::HashMap<u64, (TcpStream, Vec<u8>)> = Default::default();
+    let (mut next, mut buf) = (0u64, vec![0u8; 4096]);
+    while !stop.load(Ordering::Relaxed) {
+        rt.poll(&mut events, STOP_CHECK)?;
+        for e in &events {
+            if e.token == LISTENER {
+                loop {
+                    match listener.accept(rt) {
+                        Ok((s, _)) => {
+                            s.set_nodelay(rt, true)?;
+                            rt.register(&s, next, Interest::READABLE, Mode::Edge)?;
+                            conns.insert(next, (s, Vec::with_capacity(size)));
+                            next += 1;
+                        }
+                        Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                continue;
+            }
+            let Some((s, got)) = conns.get_mut(&e.token) else {
+                continue;
+            };
+            let done = loop {
+                match s.read(rt, &mut buf) {
+                    Ok(0) => break true,
+                    Ok(n) => {
+                        got.extend_from_slice(&buf[..n]);
+                        if got.len() >= size {
+                            s.write(rt, got)?;
+                            break true;
+                        }
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break false,
+                    Err(_) => break true,
+                }
+            };
+            if done && let Some((s, _)) = conns.remove(&e.token) {
+                s.close(rt)?;
+            }
+        }
     }
     Ok(())
 }
@@ -311,65 +372,114 @@ fn close_all(rt: &mut Rt, streams: Vec<TcpStream>) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub fn pingpong(duration: Duration, conns: u32, size: usize) -> anyhow::Result<Outcome> {
-    let (mut rt, server) = start(Serve::TcpEcho)?;
-    let mut events = Events::with_capacity(1024);
-    let streams = connect(&mut rt, &mut events, conns, Interest::READABLE)?;
+/// One lock-step round: every stream sends one `size`-byte message (message `seq0 + i` on
+/// stream `i`) and reads its echo; with `to_fin`, also the server's FIN after it. Whether
+/// every echo was right.
+fn round(
+    rt: &mut Rt,
+    events: &mut Events,
+    streams: &[TcpStream],
+    seq0: u64,
+    size: usize,
+    to_fin: bool,
+) -> anyhow::Result<bool> {
     let mut msg = vec![0u8; size];
-    // Per connection: the echo so far.
     let mut got: Vec<Vec<u8>> = vec![Vec::with_capacity(size); streams.len()];
-    let mut buf = vec![0u8; 4096];
+    for (i, s) in streams.iter().enumerate() {
+        fill_message(&mut msg, seq0 + i as u64);
+        if s.write(rt, &msg)? != size {
+            bail!("ustack: a {size}-byte message did not fit the send buffer");
+        }
+    }
+    let mut buf = [0u8; 4096];
+    let mut ended = vec![false; streams.len()];
+    let mut left = streams.len();
+    until(
+        rt,
+        events,
+        "every echo of a round came back",
+        |rt, events| {
+            for e in events {
+                let i = e.token as usize;
+                while !ended[i] {
+                    match streams[i].read(rt, &mut buf) {
+                        Ok(0) if to_fin => ended[i] = true,
+                        Ok(0) => bail!("ustack: the server closed a connection"),
+                        Ok(n) => {
+                            got[i].extend_from_slice(&buf[..n]);
+                            ended[i] = !to_fin && got[i].len() == size;
+                        }
+                        Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                        Err(e) => return Err(e.into()),
+                    }
+                    if ended[i] {
+                        left -= 1;
+                    }
+                }
+            }
+            Ok(left == 0)
+        },
+    )?;
+    let mut verified = true;
+    for (i, echo) in got.iter().enumerate() {
+        fill_message(&mut msg, seq0 + i as u64);
+        verified &= *echo == msg;
+    }
+    Ok(verified)
+}
+
+/// pingpong: `conns` connections kept for the run, one message each per round.
+pub fn pingpong(duration: Duration, conns: u32, size: usize) -> anyhow::Result<Outcome> {
+    lockstep(duration, conns, size, false)
+}
+
+/// cps: rounds of `conns` short connections, each: connect, one `size`-byte request, its
+/// echo, the server's FIN, our close. A round's time is the latency recorded.
+pub fn cps(duration: Duration, conns: u32, size: usize) -> anyhow::Result<Outcome> {
+    lockstep(duration, conns, size, true)
+}
+
+fn lockstep(duration: Duration, conns: u32, size: usize, cps: bool) -> anyhow::Result<Outcome> {
+    let serve = if cps {
+        Serve::ReplyAndClose(size)
+    } else {
+        Serve::TcpEcho
+    };
+    let (mut rt, server) = start(serve)?;
+    let mut events = Events::with_capacity(1024);
+    let kept = if cps {
+        Vec::new()
+    } else {
+        connect(&mut rt, &mut events, conns, Interest::READABLE)?
+    };
     let (mut rtt_ns, mut verified, mut rounds) = (Vec::new(), true, 0u64);
     let run_start = WallClock::now();
     while run_start.elapsed() < duration {
         let t0 = WallClock::now();
-        for (i, s) in streams.iter().enumerate() {
-            fill_message(&mut msg, rounds * u64::from(conns) + i as u64);
-            if s.write(&mut rt, &msg)? != size {
-                bail!("ustack pingpong: a {size}-byte message did not fit the send buffer");
+        let seq0 = rounds * u64::from(conns);
+        if cps {
+            let fresh = connect(&mut rt, &mut events, conns, Interest::READABLE)?;
+            verified &= round(&mut rt, &mut events, &fresh, seq0, size, true)?;
+            for s in fresh {
+                s.close(&mut rt)?;
             }
-            got[i].clear();
-        }
-        let mut complete = 0;
-        until(
-            &mut rt,
-            &mut events,
-            "every echo of a round came back",
-            |rt, events| {
-                for e in events {
-                    let i = e.token as usize;
-                    loop {
-                        match streams[i].read(rt, &mut buf) {
-                            Ok(0) => bail!("ustack pingpong: the server closed a connection"),
-                            Ok(n) => {
-                                got[i].extend_from_slice(&buf[..n]);
-                                if got[i].len() == size {
-                                    complete += 1;
-                                }
-                            }
-                            Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                            Err(e) => return Err(e.into()),
-                        }
-                    }
-                }
-                Ok(complete == streams.len())
-            },
-        )?;
-        for (i, echo) in got.iter().enumerate() {
-            fill_message(&mut msg, rounds * u64::from(conns) + i as u64);
-            verified &= *echo == msg;
+        } else {
+            verified &= round(&mut rt, &mut events, &kept, seq0, size, false)?;
         }
         rtt_ns.push(t0.elapsed().as_nanos() as u64);
         rounds += 1;
     }
     let elapsed = run_start.elapsed();
-    close_all(&mut rt, streams)?;
+    close_all(&mut rt, kept)?;
     let report = server.finish()?;
     let count = rounds * u64::from(conns);
+    let time_wait = report.time_wait;
+    let scenario = if cps { "cps" } else { "pingpong" };
     let o = Outcome::echo(
-        "pingpong", "ustack", "shm", conns, size, count, elapsed, verified, rtt_ns,
+        scenario, "ustack", "shm", conns, size, count, elapsed, verified, rtt_ns,
     );
-    Ok(finish(&rt, report, o))
+    let o = finish(&rt, report, o);
+    Ok(if cps { o.with_time_wait(time_wait) } else { o })
 }
 
 pub fn stream(duration: Duration) -> anyhow::Result<Outcome> {
