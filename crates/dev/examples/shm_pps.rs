@@ -99,7 +99,7 @@ fn seq_of(frame: &[u8]) -> u64 {
 fn send_some(a: &mut ShmPort, api: Api, frame: &mut [u8], frames: &[&[u8]], sent: u64) -> u64 {
     match api {
         // The batch is prepared by the caller, as a stack hands over frames it built.
-        Api::Batch => a.send_batch(frames.iter().copied()) as u64,
+        Api::Batch => a.send_until_full(frames.iter().copied()) as u64,
         Api::Device => {
             let mut n = 0;
             for k in 0..BATCH as u64 {
