@@ -6,8 +6,8 @@
 //! ```
 //!
 //! Cases, each for 64-byte and 1500-byte frames, with the batch methods (32 frames per
-//! call) and with the `Device` methods (one frame per call, as the stack's poll loop calls
-//! them today):
+//! call) and with the `Device` methods `send`/`recv` (one frame per call; the shard's loop
+//! sends with `Device::send_batch`, which publishes once per batch like the batch method):
 //!
 //! - **one core**: one thread sends on side A and receives on side B, 32 frames at a
 //!   time. CPU time per frame is the link's whole cost for both ends of a frame (copy in,
@@ -99,7 +99,7 @@ fn seq_of(frame: &[u8]) -> u64 {
 fn send_some(a: &mut ShmPort, api: Api, frame: &mut [u8], frames: &[&[u8]], sent: u64) -> u64 {
     match api {
         // The batch is prepared by the caller, as a stack hands over frames it built.
-        Api::Batch => a.send_batch(frames.iter().copied()) as u64,
+        Api::Batch => a.send_until_full(frames.iter().copied()) as u64,
         Api::Device => {
             let mut n = 0;
             for k in 0..BATCH as u64 {

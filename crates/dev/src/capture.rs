@@ -7,7 +7,10 @@
 //!
 //! Outgoing frames are tapped where Linux taps them for `tcpdump` (`dev_queue_xmit_nit`,
 //! called from `xmit_one` in `net/core/dev.c`): when the device takes the frame. A frame the
-//! device refuses (queue full, too big) is not captured; the device counts it.
+//! device refuses (queue full, too big) is not captured; the device counts it. A batch
+//! ([`Device::send_batch`]) is captured frame by frame in the same way: the wrapper passes
+//! each frame on with its `xmit_more` hint ([`Device::send_more`]), so the wrapped device
+//! still batches its ring publication and doorbell.
 //!
 //! Capturing never changes the traffic: a failed write is counted in
 //! [`Capture::write_errors`] and the frame goes through (or was received) regardless.
@@ -122,7 +125,13 @@ impl<D: Device, W: Write> Device for Capture<D, W> {
     }
 
     fn send(&mut self, now: Instant, frame: &[u8]) -> bool {
-        let accepted = self.device.send(now, frame);
+        self.send_more(now, frame, false)
+    }
+
+    /// Passes the hint on, and captures the frame if the device took it. (The provided
+    /// [`Device::send_batch`] comes here for each frame.)
+    fn send_more(&mut self, now: Instant, frame: &[u8], more: bool) -> bool {
+        let accepted = self.device.send_more(now, frame, more);
         if accepted {
             self.write(now, frame);
         }

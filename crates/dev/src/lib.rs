@@ -3,7 +3,8 @@
 //! A device moves whole frames between the stack and a link: an Ethernet frame (without
 //! FCS) for [`Medium::Ethernet`], or a bare IP packet for [`Medium::Ip`] (a TUN device).
 //! The stack itself is sans-I/O; its poll loop (a test, or the runtime) moves frames
-//! between [`Device::recv`]/[`Device::send`] and the stack's `receive`/`poll_transmit`.
+//! between [`Device::recv`]/[`Device::send`] (or [`Device::send_batch`]) and the stack's
+//! `receive`/`poll_transmit`.
 //!
 //! Devices here:
 //! - [`sim::SimLink`]: two ports in one process on a virtual clock, with seeded faults
@@ -59,17 +60,34 @@ impl DeviceCaps {
     }
 }
 
-/// A link as the stack's poll loop sees it: non-blocking, one frame at a time (batching
-/// comes with the runtime).
+/// A link as the stack's poll loop sees it: non-blocking; frames are received one at a
+/// time and transmitted one at a time or in batches.
 ///
 /// Call order, one iteration of a poll loop at time `now` (from the caller's clock; a
 /// device never reads a clock of its own):
 /// 1. [`recv`](Device::recv) until it returns `None`, handing each frame to the stack;
-/// 2. [`send`](Device::send) each frame the stack produces (`poll_transmit` until `None`);
+/// 2. [`send_batch`](Device::send_batch) (or [`send`](Device::send) one by one) the frames
+///    the stack produces (`poll_transmit` until `None`);
 /// 3. sleep, or with a virtual clock jump, until the earlier of the stack's next timer and
 ///    [`poll_at`](Device::poll_at) (or until the device is readable, for real devices).
 ///
 /// `now` must not go backwards between calls on the same device.
+///
+/// # Transmit batches
+///
+/// A device whose link learns of new frames by a costly step (a ring index published with
+/// a fence, a doorbell system call) can take that step once per batch instead of once per
+/// frame, as Linux drivers do with the `xmit_more` hint (`netdev_xmit_more()`; the qdisc
+/// layer's `dev_hard_start_xmit` passes `more` to `xmit_one` for every frame of a list but
+/// the last, and a driver defers its doorbell while it is set). Here the hint is
+/// [`send_more`](Device::send_more), and [`send_batch`](Device::send_batch) is a list
+/// sent with it. Both are provided, so every device takes batches; one that ignores the
+/// hint just sends frame by frame. A wrapper forwards `send_more` (and `send_batch`, if
+/// it has nothing to do per frame) so the wrapped device's batching is not lost.
+///
+/// Receive has no batch method: a device can already defer its per-frame bookkeeping on
+/// the receive side by itself (the shm port publishes returned slots lazily, see
+/// [`shm`]), and a batch would only add a copy through an intermediate buffer.
 pub trait Device {
     /// What the device carries: medium and MTU.
     fn caps(&self) -> DeviceCaps;
@@ -80,6 +98,38 @@ pub trait Device {
     /// Queue one frame for transmission. Returns false if the device dropped it (queue
     /// full / too big); counted by the device.
     fn send(&mut self, now: Instant, frame: &[u8]) -> bool;
+    /// [`send`](Device::send) with Linux's `xmit_more` hint: `more == true` says the
+    /// caller sends another frame at once, so the device may defer making this one visible
+    /// to the link (publishing a ring index, ringing a doorbell) until that later call. A
+    /// caller that passes `true` must make another `send_more`, `send` or `send_batch`
+    /// call on this device before it sleeps; the frame is only sure to leave after a call
+    /// with `more == false` (`send` and `send_batch` end with one). Returns and counts
+    /// exactly as `send`: false if the device dropped the frame.
+    ///
+    /// Provided: `send`, ignoring the hint.
+    fn send_more(&mut self, now: Instant, frame: &[u8], more: bool) -> bool {
+        let _ = more;
+        self.send(now, frame)
+    }
+    /// Queue `frames` for transmission, in order, with the drop semantics of
+    /// [`send`](Device::send) for each: a frame the device refuses (queue full, too big) is
+    /// dropped and counted by the device, and the frames after it are still offered.
+    /// Returns how many frames were dropped, so `frames.len()` minus that were accepted.
+    /// Every accepted frame is visible to the link when the call returns; the device may
+    /// make them so in one step (one ring publication, at most one doorbell).
+    ///
+    /// Provided: [`send_more`](Device::send_more) on each frame, with `more` on all but
+    /// the last.
+    fn send_batch(&mut self, now: Instant, frames: &[&[u8]]) -> usize {
+        let last = frames.len().saturating_sub(1);
+        let mut dropped = 0;
+        for (i, frame) in frames.iter().enumerate() {
+            if !self.send_more(now, frame, i < last) {
+                dropped += 1;
+            }
+        }
+        dropped
+    }
     /// The earliest time at which `recv` may next return a frame (`None`: nothing in
     /// flight). Lets a virtual clock jump. A time at or before `now` means "now".
     fn poll_at(&self) -> Option<Instant>;
@@ -95,6 +145,12 @@ impl<D: Device + ?Sized> Device for &mut D {
     fn send(&mut self, now: Instant, frame: &[u8]) -> bool {
         (**self).send(now, frame)
     }
+    fn send_more(&mut self, now: Instant, frame: &[u8], more: bool) -> bool {
+        (**self).send_more(now, frame, more)
+    }
+    fn send_batch(&mut self, now: Instant, frames: &[&[u8]]) -> usize {
+        (**self).send_batch(now, frames)
+    }
     fn poll_at(&self) -> Option<Instant> {
         (**self).poll_at()
     }
@@ -109,6 +165,12 @@ impl<D: Device + ?Sized> Device for Box<D> {
     }
     fn send(&mut self, now: Instant, frame: &[u8]) -> bool {
         (**self).send(now, frame)
+    }
+    fn send_more(&mut self, now: Instant, frame: &[u8], more: bool) -> bool {
+        (**self).send_more(now, frame, more)
+    }
+    fn send_batch(&mut self, now: Instant, frames: &[&[u8]]) -> usize {
+        (**self).send_batch(now, frames)
     }
     fn poll_at(&self) -> Option<Instant> {
         (**self).poll_at()

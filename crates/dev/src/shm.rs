@@ -38,7 +38,9 @@
 //! free-running `u32` indices (masked by `ring_size - 1`; a power of two):
 //!
 //! 1. The sender takes a free slot, copies the frame into it, writes the descriptor
-//!    `(slot, len)` at `desc[desc_head]`, and publishes `desc_head + 1` (Release).
+//!    `(slot, len)` at `desc[desc_head]`, and publishes `desc_head + 1` (Release), batched:
+//!    once per [`Device::send`], but once for a whole [`Device::send_batch`] (or run of
+//!    [`Device::send_more`], Linux's `xmit_more`), counted in [`ShmStats::tx_publishes`].
 //! 2. The receiver loads `desc_head` (Acquire), reads descriptors from its `desc_tail`,
 //!    copies each frame out, and hands the slot back: `comp[comp_head] = slot`, then
 //!    publishes `comp_head + 1` (Release), batched: at the end of a batch, when it has
@@ -133,7 +135,7 @@
 //!
 //! | case (ring 256, 2 KiB slots) | 64 B | 1500 B |
 //! |---|---|---|
-//! | one core, both ends, `send_batch`/`recv_batch` of 32 | 15 ns (67 Mpps) | 63 ns (16 Mpps) |
+//! | one core, both ends, `send_until_full`/`recv_batch` of 32 | 15 ns (67 Mpps) | 63 ns (16 Mpps) |
 //! | one core, both ends, `Device::send`/`recv` | 20 ns (50 Mpps) | 57 ns (17 Mpps) |
 //! | two processes, each side, batches of 32 | 20-25 ns (40 Mpps/core) | 100-130 ns (8 Mpps/core) |
 //! | two processes, each side, `Device` | 45-65 ns (16 Mpps/core) | 125-165 ns (7 Mpps/core) |
@@ -407,8 +409,9 @@ pub struct ShmStats {
     pub tx_frames: u64,
     /// Bytes sent.
     pub tx_bytes: u64,
-    /// Frames refused because every slot was in flight (back-pressure; nothing was lost:
-    /// the caller still holds the frame).
+    /// Frames refused because every slot was in flight: back-pressure for
+    /// [`ShmPort::send_until_full`], whose caller still holds the frame; a drop for
+    /// [`Device::send`] and [`Device::send_batch`].
     pub tx_full: u64,
     /// Frames refused for exceeding the MTU plus the link-layer header.
     pub tx_too_big: u64,
@@ -420,6 +423,11 @@ pub struct ShmStats {
     pub rx_bytes: u64,
     /// Received frames longer than the receiver's buffer (cut to fit).
     pub rx_truncated: u64,
+    /// Transmit ring publications: stores of `desc_head`, each followed by a SeqCst fence
+    /// and a look at the peer's `rx_need_wakeup` flag. One per [`Device::send`], one per
+    /// batch ([`Device::send_batch`], [`ShmPort::send_until_full`], or a run of
+    /// [`Device::send_more`] ended by `more == false`) that placed a frame.
+    pub tx_publishes: u64,
     /// Doorbells rung: eventfd writes to wake the sleeping peer.
     pub doorbells: u64,
     /// Times [`ShmPort::wait`] went to sleep in `poll(2)`.
@@ -790,6 +798,8 @@ struct Tx {
     /// Our flag: set while sleeping for free slots.
     need_wakeup_off: usize,
     head: u32,
+    /// `head` as last published: frames from here to `head` are placed, not yet visible.
+    published: u32,
     comp_tail: u32,
     /// Free slots, most recently returned last.
     free: Vec<u32>,
@@ -885,6 +895,7 @@ impl ShmPort {
             peer_need_wakeup_off: l.rx_need_wakeup_offset(queue, me),
             need_wakeup_off: l.tx_need_wakeup_offset(queue, me),
             head: 0,
+            published: 0,
             comp_tail: 0,
             free: (0..ring).rev().collect(),
             in_flight: vec![false; l.ring_size],
@@ -1032,8 +1043,13 @@ impl ShmPort {
         Placed::Yes
     }
 
-    /// Publishes posted descriptors and rings the peer if it sleeps.
+    /// Publishes placed descriptors, if any, and rings the peer if it sleeps.
     fn publish_tx(&mut self) {
+        if self.tx.published == self.tx.head {
+            return;
+        }
+        self.tx.published = self.tx.head;
+        self.stats.tx_publishes += 1;
         let m = &self.shared.map;
         m.u32_at(self.tx.head_off)
             .store(self.tx.head, Ordering::Release);
@@ -1056,25 +1072,24 @@ impl ShmPort {
     /// [`ShmStats::tx_too_big`]); a frame that finds no free slot is not taken, so the
     /// caller keeps it and everything after it (counted once in [`ShmStats::tx_full`]).
     /// One index publication and at most one doorbell for the whole batch.
-    pub fn send_batch<'a, I>(&mut self, frames: I) -> usize
+    ///
+    /// Unlike [`Device::send_batch`], which drops a frame that finds no slot (as `send`
+    /// does) and goes on with the next, this keeps back-pressure with the caller: for a
+    /// sender that can hold frames back, like a benchmark.
+    pub fn send_until_full<'a, I>(&mut self, frames: I) -> usize
     where
         I: IntoIterator<Item = &'a [u8]>,
     {
         let mut frames = frames.into_iter().peekable();
         let mut taken = 0;
-        let mut posted = false;
         while let Some(frame) = frames.peek() {
-            match self.place(frame) {
-                Placed::Yes => posted = true,
-                Placed::TooBig => {}
-                Placed::NoSlot => break,
+            if self.place(frame) == Placed::NoSlot {
+                break;
             }
             frames.next();
             taken += 1;
         }
-        if posted {
-            self.publish_tx();
-        }
+        self.publish_tx();
         taken
     }
 
@@ -1207,6 +1222,8 @@ impl ShmPort {
     /// and then the peer will ring when it posts a frame (or returns slots we wait for).
     /// Call [`finish_sleep`](Self::finish_sleep) after waking either way.
     pub fn prepare_sleep(&mut self) -> bool {
+        // Nothing placed stays invisible while we sleep (a `send_more` run left open).
+        self.publish_tx();
         self.publish_rx();
         if self.rx_ready() {
             return false;
@@ -1333,12 +1350,33 @@ impl Device for ShmPort {
         self.take(buf)
     }
 
-    fn send(&mut self, _now: Instant, frame: &[u8]) -> bool {
+    fn send(&mut self, now: Instant, frame: &[u8]) -> bool {
+        self.send_more(now, frame, false)
+    }
+
+    /// Places the frame in a slot; publishes `desc_head` (and rings the peer if it
+    /// sleeps) only when `more` is false, for this frame and those placed before it.
+    fn send_more(&mut self, _now: Instant, frame: &[u8], more: bool) -> bool {
         let placed = self.place(frame);
-        if placed == Placed::Yes {
+        if !more {
             self.publish_tx();
         }
         placed == Placed::Yes
+    }
+
+    /// Places each frame in a slot (a frame that finds none, or is too big, is dropped
+    /// and counted in [`ShmStats::tx_full`] / [`ShmStats::tx_too_big`] /
+    /// [`ShmStats::tx_stopped`], and the next one is tried), then publishes `desc_head`
+    /// once and rings the peer at most once for the batch.
+    fn send_batch(&mut self, _now: Instant, frames: &[&[u8]]) -> usize {
+        let mut dropped = 0;
+        for frame in frames {
+            if self.place(frame) != Placed::Yes {
+                dropped += 1;
+            }
+        }
+        self.publish_tx();
+        dropped
     }
 
     /// `Some(Instant::ZERO)` ("now") if a frame is waiting, else `None`: frames on a real

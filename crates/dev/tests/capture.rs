@@ -5,6 +5,7 @@ use std::io::{self, Write};
 use std::time::Duration;
 
 use ustack_dev::capture::Capture;
+use ustack_dev::shm::{ShmConfig, ShmLink};
 use ustack_dev::sim::{Side, SimConfig, SimLink, SimLinkConfig};
 use ustack_dev::{Device, Medium};
 use ustack_obs::time::Instant;
@@ -230,4 +231,35 @@ fn failing_header_write_is_an_error_not_a_panic() {
         written: Vec::new(),
     };
     assert!(Capture::new(link.port(Side::A), out).is_err());
+}
+
+/// A batch through a capture of a shm port: every frame the port takes is captured, in
+/// order, the one it drops is not, and the port still publishes the batch once.
+#[test]
+fn batches_are_captured_frame_by_frame_and_stay_batched() {
+    let (mut a, mut b) = ShmLink::pair(&ShmConfig {
+        ring_size: 8,
+        ..ShmConfig::default()
+    })
+    .unwrap();
+    let mut port = Capture::new(a.remove(0), Vec::new()).unwrap();
+    let frames: Vec<Vec<u8>> = (0..9).map(|i| frame(i, 60 + usize::from(i))).collect();
+    let refs: Vec<&[u8]> = frames.iter().map(|f| &f[..]).collect();
+    let t = Instant::from_millis(5);
+    assert_eq!(
+        port.send_batch(t, &refs),
+        1,
+        "8 slots: the ninth is dropped"
+    );
+    assert_eq!(port.packets_written(), 8);
+    assert_eq!(port.device().stats().tx_publishes, 1);
+    let mut buf = [0u8; 1514];
+    for f in &frames[..8] {
+        let n = b[0].recv(t, &mut buf).unwrap();
+        assert_eq!(&buf[..n], &f[..]);
+    }
+    let (_, writer) = port.into_parts();
+    let (_, records) = parse_pcap(&writer.into_inner());
+    let want: Vec<Record> = frames[..8].iter().map(|f| record(t, f.clone())).collect();
+    assert_eq!(records, want);
 }

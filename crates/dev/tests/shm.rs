@@ -155,7 +155,7 @@ fn queue_pairs_are_independent() {
 fn batches_round_trip() {
     let (mut a, mut b) = pair(&one_queue(64));
     let frames: Vec<Vec<u8>> = (0..50).map(|s| frame(s, true)).collect();
-    assert_eq!(a.send_batch(frames.iter().map(|f| &f[..])), 50);
+    assert_eq!(a.send_until_full(frames.iter().map(|f| &f[..])), 50);
     let mut batch = FrameBatch::new(32, 1514);
     assert_eq!(b.recv_batch(&mut batch), 32);
     assert_eq!(b.recv_batch(&mut batch), 0, "the batch is full");
@@ -169,11 +169,90 @@ fn batches_round_trip() {
     // A batch with an oversized frame in the middle: taken, dropped, counted.
     let big = vec![0u8; 1515];
     let mixed = [&frames[0][..], &big[..], &frames[1][..]];
-    assert_eq!(a.send_batch(mixed), 3);
+    assert_eq!(a.send_until_full(mixed), 3);
     assert_eq!(a.stats().tx_too_big, 1);
     batch.clear();
     assert_eq!(b.recv_batch(&mut batch), 2);
     assert_eq!(batch.get(1), Some(&frames[1][..]));
+}
+
+/// `Device::send_batch` publishes the ring index once and rings a sleeping peer once for
+/// the whole batch, where `Device::send` publishes once per frame.
+#[test]
+fn device_send_batch_publishes_once_and_rings_once() {
+    let (mut a, mut b) = pair(&one_queue(64));
+    let frames: Vec<Vec<u8>> = (0..40).map(|s| frame(s, false)).collect();
+    let refs: Vec<&[u8]> = frames.iter().map(|f| &f[..]).collect();
+
+    assert!(b.prepare_sleep(), "nothing to receive: b may sleep");
+    assert_eq!(a.send_batch(NOW, &refs), 0, "nothing dropped");
+    assert_eq!(a.stats().tx_frames, 40);
+    assert_eq!(a.stats().tx_publishes, 1);
+    assert_eq!(a.stats().doorbells, 1);
+    assert!(b.wait(Some(Duration::ZERO)).unwrap(), "woken with work");
+    for s in 0..40 {
+        assert!(is_frame(s, false, &recv_vec(&mut b).unwrap()), "frame {s}");
+    }
+    assert_eq!(recv_vec(&mut b), None);
+
+    // The same frames one `send` at a time: one publication each.
+    for f in &refs {
+        assert!(a.send(NOW, f));
+    }
+    assert_eq!(a.stats().tx_publishes, 1 + 40);
+    assert_eq!(a.stats().doorbells, 1, "b did not sleep again");
+    for s in 0..40 {
+        assert!(is_frame(s, false, &recv_vec(&mut b).unwrap()), "frame {s}");
+    }
+}
+
+/// A batch that fills the ring: each frame that finds no slot is dropped (not kept back, as
+/// `send_until_full` would), an oversized one too, the frames after a drop are still
+/// offered, and the return value and the port's counters agree exactly.
+#[test]
+fn device_send_batch_drops_exactly_what_does_not_fit() {
+    let (mut a, mut b) = pair(&one_queue(8));
+    let big = vec![0u8; 1515];
+    let frames: Vec<Vec<u8>> = (0..11).map(|s| frame(s, false)).collect();
+    // 5 frames, an oversized one, 6 more: 8 fit, the oversized and the last 3 are dropped.
+    let mut refs: Vec<&[u8]> = frames[..5].iter().map(|f| &f[..]).collect();
+    refs.push(&big);
+    refs.extend(frames[5..].iter().map(|f| &f[..]));
+    assert_eq!(a.send_batch(NOW, &refs), 4);
+    let st = a.stats();
+    assert_eq!((st.tx_frames, st.tx_too_big, st.tx_full), (8, 1, 3));
+    assert_eq!(st.tx_publishes, 1);
+    for s in 0..8 {
+        assert!(is_frame(s, false, &recv_vec(&mut b).unwrap()), "frame {s}");
+    }
+    assert_eq!(recv_vec(&mut b), None, "frames 8..11 were dropped");
+    // The slots came back: the next batch fits whole.
+    assert_eq!(a.send_batch(NOW, &refs[9..]), 0);
+    for s in 8..11 {
+        assert!(is_frame(s, false, &recv_vec(&mut b).unwrap()), "frame {s}");
+    }
+}
+
+/// `send_more` with `more == true` leaves the frame invisible to the peer until a call with
+/// `more == false` (Linux's `xmit_more`), or until the port gets ready to sleep.
+#[test]
+fn send_more_defers_publication_until_the_last_frame() {
+    let (mut a, mut b) = pair(&one_queue(64));
+    assert!(a.send_more(NOW, &frame(0, false), true));
+    assert!(a.send_more(NOW, &frame(1, false), true));
+    assert_eq!(recv_vec(&mut b), None, "deferred");
+    assert_eq!(a.stats().tx_publishes, 0);
+    assert!(a.send_more(NOW, &frame(2, false), false));
+    assert_eq!(a.stats().tx_publishes, 1);
+    for s in 0..3 {
+        assert!(is_frame(s, false, &recv_vec(&mut b).unwrap()), "frame {s}");
+    }
+    // A run left open is published before the port sleeps.
+    assert!(a.send_more(NOW, &frame(3, false), true));
+    assert!(a.prepare_sleep());
+    a.finish_sleep();
+    assert!(is_frame(3, false, &recv_vec(&mut b).unwrap()));
+    assert_eq!(a.stats().tx_publishes, 2);
 }
 
 #[test]
@@ -192,7 +271,7 @@ fn a_million_frames_arrive_in_order_and_intact() {
                     let n = make_frame(s, false, &mut buf);
                     batch.push(&buf[..n]);
                 }
-                a.send_batch(batch.iter()) as u64
+                a.send_until_full(batch.iter()) as u64
             } else {
                 let n = make_frame(seq, false, &mut buf);
                 u64::from(a.send(NOW, &buf[..n]))
@@ -256,7 +335,7 @@ fn a_full_ring_pushes_back_and_loses_nothing() {
     assert_eq!(a.stats().tx_full, 1);
     let more: Vec<Vec<u8>> = (8..100).map(|s| frame(s, true)).collect();
     assert_eq!(
-        a.send_batch(more.iter().map(|f| &f[..])),
+        a.send_until_full(more.iter().map(|f| &f[..])),
         0,
         "nothing taken when full"
     );
@@ -276,7 +355,7 @@ fn a_full_ring_pushes_back_and_loses_nothing() {
     assert_eq!(one[0], frame(4, true)[0]);
     assert_eq!(b.stats().rx_truncated, 2);
     let mut offered = 8;
-    let k = a.send_batch(more[offered - 8..].iter().map(|f| &f[..]));
+    let k = a.send_until_full(more[offered - 8..].iter().map(|f| &f[..]));
     assert!(k <= 5, "{k} slots came back, only 5 were freed");
     offered += k;
     // Drain: everything sent so far arrives, in order; then the whole ring is free again.
@@ -286,7 +365,7 @@ fn a_full_ring_pushes_back_and_loses_nothing() {
         seen += 1;
     }
     assert_eq!(seen, offered as u64);
-    let k = a.send_batch(more[offered - 8..].iter().map(|f| &f[..]));
+    let k = a.send_until_full(more[offered - 8..].iter().map(|f| &f[..]));
     assert_eq!(k, 8, "all slots are back once the receiver ran dry");
     offered += k;
     while let Some(f) = recv_vec(&mut b) {
@@ -833,7 +912,7 @@ fn child_process() {
                 }
             }
             if !pending[q].is_empty() {
-                let n = port.send_batch(pending[q].iter().map(|f| &f[..]));
+                let n = port.send_until_full(pending[q].iter().map(|f| &f[..]));
                 pending[q].drain(..n);
                 busy |= n > 0;
             }

@@ -516,6 +516,12 @@ impl<A> Drop for ShardedRuntime<A> {
 /// [`replicate_unhashed`](Self::replicate_unhashed), to every queue: then each shard of an
 /// Ethernet link sees the ARP requests and replies and resolves its neighbours itself
 /// (every shard answers a request, with the same address: duplicate replies, harmless).
+///
+/// A [`Device::send_batch`] reaches each queue as a batch of its own frames: a frame goes
+/// with the `xmit_more` hint ([`Device::send_more`]) when a later frame of the batch goes
+/// to the same queue, as Linux computes `more` per transmit queue. A lone
+/// [`Device::send_more`] cannot know where the next frame goes, so it sends without the
+/// hint.
 #[derive(Debug)]
 pub struct RssSplitter<D> {
     queues: Vec<D>,
@@ -525,6 +531,10 @@ pub struct RssSplitter<D> {
     sent: Vec<u64>,
     unhashed: u64,
     replicate: bool,
+    /// Per frame of the batch being sent: its queue (`None`: unhashed).
+    routes: Vec<Option<usize>>,
+    /// Per queue: the index in the batch being sent of the last frame for it.
+    last: Vec<usize>,
 }
 
 impl<D: Device> RssSplitter<D> {
@@ -542,6 +552,8 @@ impl<D: Device> RssSplitter<D> {
             sent,
             unhashed: 0,
             replicate: false,
+            routes: Vec::new(),
+            last: Vec::new(),
         }
     }
 
@@ -570,6 +582,44 @@ impl<D: Device> RssSplitter<D> {
     pub fn queues_mut(&mut self) -> &mut [D] {
         &mut self.queues
     }
+
+    /// The queue RSS picks for `frame`, `None` if it cannot be hashed.
+    fn route(&self, frame: &[u8]) -> Option<usize> {
+        let q = self.rss.shard_of_frame(frame, self.medium)?;
+        Some(q.min(self.queues.len() - 1))
+    }
+
+    /// Sends `frame` on the queue `route` names (unhashed: queue 0, or every queue), with
+    /// the `xmit_more` hint for queue `q` as `more(q)` says.
+    fn send_routed(
+        &mut self,
+        now: Instant,
+        frame: &[u8],
+        route: Option<usize>,
+        more: impl Fn(usize) -> bool,
+    ) -> bool {
+        match route {
+            Some(q) => {
+                let ok = self.queues[q].send_more(now, frame, more(q));
+                if ok {
+                    self.sent[q] += 1;
+                }
+                ok
+            }
+            None => {
+                self.unhashed += 1;
+                if self.replicate {
+                    let mut any = false;
+                    for (q, dev) in self.queues.iter_mut().enumerate() {
+                        any |= dev.send_more(now, frame, more(q));
+                    }
+                    any
+                } else {
+                    self.queues[0].send_more(now, frame, more(0))
+                }
+            }
+        }
+    }
 }
 
 impl<D: Device> Device for RssSplitter<D> {
@@ -590,28 +640,33 @@ impl<D: Device> Device for RssSplitter<D> {
     }
 
     fn send(&mut self, now: Instant, frame: &[u8]) -> bool {
-        match self.rss.shard_of_frame(frame, self.medium) {
-            Some(q) => {
-                let q = q.min(self.queues.len() - 1);
-                let ok = self.queues[q].send(now, frame);
-                if ok {
-                    self.sent[q] += 1;
-                }
-                ok
-            }
-            None => {
-                self.unhashed += 1;
-                if self.replicate {
-                    let mut any = false;
-                    for q in &mut self.queues {
-                        any |= q.send(now, frame);
-                    }
-                    any
-                } else {
-                    self.queues[0].send(now, frame)
-                }
+        let route = self.route(frame);
+        self.send_routed(now, frame, route, |_| false)
+    }
+
+    fn send_batch(&mut self, now: Instant, frames: &[&[u8]]) -> usize {
+        let mut routes = core::mem::take(&mut self.routes);
+        let mut last = core::mem::take(&mut self.last);
+        routes.clear();
+        routes.extend(frames.iter().map(|f| self.route(f)));
+        last.clear();
+        last.resize(self.queues.len(), 0);
+        for (i, route) in routes.iter().enumerate() {
+            match route {
+                Some(q) => last[*q] = i,
+                None if self.replicate => last.fill(i),
+                None => last[0] = i,
             }
         }
+        let mut dropped = 0;
+        for (i, (frame, route)) in frames.iter().zip(&routes).enumerate() {
+            if !self.send_routed(now, frame, *route, |q| i < last[q]) {
+                dropped += 1;
+            }
+        }
+        self.routes = routes;
+        self.last = last;
+        dropped
     }
 
     fn poll_at(&self) -> Option<Instant> {

@@ -5,7 +5,7 @@
 //! round of the loop:
 //!
 //! 1. **transmit** what the application queued since the last round (the stack's transmit
-//!    queue, drained to the device);
+//!    queue, drained to the device in batches, see below);
 //! 2. **receive** at most [`Budget::frames`] frames (`net.core.netdev_budget`, 300), and stop
 //!    early once [`Budget::time`] (`net.core.netdev_budget_usecs`, 2000 µs) has passed on
 //!    [`Budget::clock`], when one is given. Running out of either with frames possibly
@@ -21,6 +21,25 @@
 //!
 //! Between rounds the caller sleeps until [`Shard::next_wakeup`] (or, for a real device,
 //! until it is readable), or jumps a virtual clock there.
+//!
+//! # Transmit batches and completion reclaim
+//!
+//! Each transmit step takes up to [`TX_BATCH`] frames from the stack
+//! ([`Stack::poll_transmit`]) into a vector the shard keeps, hands them to the device in
+//! one [`Device::send_batch`] call, and then gives every buffer back to the stack
+//! ([`Stack::recycle`]); it repeats until the stack's queue is empty. The device copies
+//! each frame into its ring, so the buffers are free as soon as the call returns: the
+//! completion reclaim is immediate and needs no budget (`napi.rst`: "the budget ... should
+//! not be consumed by Tx completion"). A device with a costly publication step (the shm
+//! port's index store, fence and doorbell) takes it once per batch, as a Linux driver
+//! defers its doorbell while `netdev_xmit_more()` says more frames follow
+//! (`dev_hard_start_xmit` / `xmit_one` in `net/core/dev.c`).
+//!
+//! Receive is not batched at the device: frames are taken one by one with
+//! [`Device::recv`] straight into the shard's buffer and handed to the stack, which keeps
+//! the budget checks per frame (below) exact. The shm port already returns receive
+//! completions lazily (once per [`PUBLISH_EVERY`](ustack_dev::shm::PUBLISH_EVERY) frames
+//! or when it catches up), so a receive batch would only add a copy.
 //!
 //! # Budget semantics against Linux
 //!
@@ -129,9 +148,15 @@ pub struct ShardStats {
     pub transmitted: u64,
     /// Frames the device refused (queue full or too big; the device counts them too).
     pub tx_dropped: u64,
+    /// Batches handed to the device ([`Device::send_batch`] calls).
+    pub tx_batches: u64,
     /// Rounds in which the stack's timers ran.
     pub timer_runs: u64,
 }
+
+/// Most frames handed to the device in one [`Device::send_batch`] call (Linux's NAPI
+/// weight, `dev_weight`, is the same 64).
+pub const TX_BATCH: usize = 64;
 
 /// One shard: a stack, its device, and the loop between them.
 #[derive(Debug)]
@@ -140,6 +165,8 @@ pub struct Shard<D: Device> {
     stack: Stack,
     device: D,
     rx_buf: Vec<u8>,
+    /// The transmit batch being gathered (empty between calls; its memory is kept).
+    tx_batch: Vec<Vec<u8>>,
     stats: ShardStats,
 }
 
@@ -152,6 +179,7 @@ impl<D: Device> Shard<D> {
             stack,
             device,
             rx_buf,
+            tx_batch: Vec::with_capacity(TX_BATCH),
             stats: ShardStats::default(),
         }
     }
@@ -236,16 +264,35 @@ impl<D: Device> Shard<D> {
         result
     }
 
-    /// Hand every frame the stack has queued to the device; the device copies it, so the
-    /// buffer goes back to the stack for its next frame (completion reclaim).
+    /// Hand every frame the stack has queued to the device, in batches of up to
+    /// [`TX_BATCH`]; the device copies them, so the buffers go back to the stack for its
+    /// next frames (completion reclaim).
     fn transmit(&mut self, now: Instant, result: &mut PollResult) {
-        while let Some(frame) = self.stack.poll_transmit(now) {
-            result.tx += 1;
-            self.stats.transmitted += 1;
-            if !self.device.send(now, &frame) {
-                self.stats.tx_dropped += 1;
+        loop {
+            while self.tx_batch.len() < TX_BATCH
+                && let Some(frame) = self.stack.poll_transmit(now)
+            {
+                self.tx_batch.push(frame);
             }
-            self.stack.recycle(frame);
+            let n = self.tx_batch.len();
+            if n == 0 {
+                return;
+            }
+            let mut frames: [&[u8]; TX_BATCH] = [&[]; TX_BATCH];
+            for (slot, frame) in frames.iter_mut().zip(&self.tx_batch) {
+                *slot = frame;
+            }
+            let dropped = self.device.send_batch(now, &frames[..n]);
+            result.tx += n;
+            self.stats.transmitted += n as u64;
+            self.stats.tx_dropped += dropped as u64;
+            self.stats.tx_batches += 1;
+            for frame in self.tx_batch.drain(..) {
+                self.stack.recycle(frame);
+            }
+            if n < TX_BATCH {
+                return;
+            }
         }
     }
 

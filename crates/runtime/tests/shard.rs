@@ -1,6 +1,7 @@
 //! The shard's budgeted poll loop over the `sim` link: floods processed in budget-sized
 //! rounds with time squeezes counted and nothing lost, the time limit on a virtual clock,
-//! timers driven by the loop, and two shards behind RSS (flows on their own shard, outbound
+//! timers driven by the loop, transmit batches over shm (one ring publication per batch,
+//! drops counted exactly), and two shards behind RSS (flows on their own shard, outbound
 //! connections getting their replies on the shard that opened them).
 
 use core::cell::RefCell;
@@ -9,11 +10,12 @@ use core::time::Duration;
 use std::collections::VecDeque;
 use std::rc::Rc;
 
+use ustack_dev::shm::{ShmConfig, ShmLink, ShmPort};
 use ustack_dev::sim::{Side, SimLink, SimLinkConfig};
 use ustack_dev::{Device, DeviceCaps, Medium};
 use ustack_obs::{Counter, DropReason};
 use ustack_runtime::rss::{Rss, RssKey};
-use ustack_runtime::shard::{Budget, Shard};
+use ustack_runtime::shard::{Budget, Shard, TX_BATCH};
 use ustack_stack::tcp::State;
 use ustack_stack::{Config, EthernetAddress, Instant, Ipv4Cidr, Stack};
 
@@ -734,4 +736,87 @@ fn budget_debug_and_defaults() {
     );
     let b = Budget::new(10, Duration::from_millis(1));
     assert!(b.clock.is_none());
+}
+
+// ---- transmit batches over shm ---------------------------------------------------------
+
+/// A shard on side A of an IP shm link with `ring_size` slots a way, `n` UDP datagrams
+/// (payload: their number) queued in its stack, and side B's port.
+fn shm_shard_with_queued(ring_size: usize, n: u32) -> (Shard<ShmPort>, ShmPort) {
+    let (mut a, mut b) = ShmLink::pair(&ShmConfig {
+        ring_size,
+        medium: Medium::Ip,
+        ..ShmConfig::default()
+    })
+    .unwrap();
+    let mut shard = Shard::new(
+        0,
+        Stack::new(Config::ip(Ipv4Cidr::new(A_IP, 24))),
+        a.remove(0),
+    );
+    let stack = shard.stack_mut();
+    let sock = stack.udp_bind(SocketAddrV4::new(A_IP, 5000)).unwrap();
+    for i in 0..n {
+        stack
+            .udp_send_to(
+                Instant::ZERO,
+                sock,
+                &i.to_be_bytes(),
+                SocketAddrV4::new(B_IP, 9),
+            )
+            .unwrap();
+    }
+    (shard, b.remove(0))
+}
+
+/// The datagram numbers that arrived on `port`, in order.
+fn shm_datagrams(port: &mut ShmPort) -> Vec<u32> {
+    let mut buf = [0u8; 1500];
+    let mut got = Vec::new();
+    while let Some(n) = port.recv(Instant::ZERO, &mut buf) {
+        got.push(u32::from_be_bytes(buf[n - 4..n].try_into().unwrap()));
+    }
+    got
+}
+
+/// One round hands what the stack queued to the device in batches of `TX_BATCH`: the shm
+/// port publishes its ring index once per batch, not once per frame, and wakes the
+/// sleeping peer once.
+#[test]
+fn a_round_transmits_in_batches_with_one_publication_each() {
+    let n = TX_BATCH as u32 + 36;
+    let (mut shard, mut peer) = shm_shard_with_queued(256, n);
+    assert!(
+        peer.prepare_sleep(),
+        "the peer goes to sleep on an empty ring"
+    );
+    let budget = shard.budget();
+    let r = shard.poll_once(Instant::ZERO, budget);
+    assert_eq!(r.tx, n as usize);
+    let st = *shard.stats();
+    assert_eq!(
+        (st.transmitted, st.tx_dropped, st.tx_batches),
+        (u64::from(n), 0, 2)
+    );
+    let dev = shard.device().stats().clone();
+    assert_eq!(dev.tx_frames, u64::from(n));
+    assert_eq!(dev.tx_publishes, 2, "one per batch");
+    assert_eq!(dev.doorbells, 1, "the sleeping peer is woken once");
+    peer.finish_sleep();
+    assert_eq!(shm_datagrams(&mut peer), (0..n).collect::<Vec<_>>());
+}
+
+/// When the ring fills in the middle of a batch, the frames that find no slot are dropped
+/// and counted, exactly, by the shard and by the device; the rest arrive.
+#[test]
+fn a_ring_full_mid_batch_drops_are_counted_exactly() {
+    let (mut shard, mut peer) = shm_shard_with_queued(16, 40);
+    let budget = shard.budget();
+    let r = shard.poll_once(Instant::ZERO, budget);
+    assert_eq!(r.tx, 40);
+    let st = *shard.stats();
+    assert_eq!((st.transmitted, st.tx_dropped, st.tx_batches), (40, 24, 1));
+    let dev = shard.device().stats().clone();
+    assert_eq!((dev.tx_frames, dev.tx_full, dev.tx_publishes), (16, 24, 1));
+    assert_eq!(shm_datagrams(&mut peer), (0..16).collect::<Vec<_>>());
 }
