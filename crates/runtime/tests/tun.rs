@@ -24,14 +24,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 
 use sha2::{Digest, Sha256};
-use ustack_dev::tun::TunQueue;
+use ustack_dev::Device;
+use ustack_dev::tun::{Tun, TunConfig, TunQueue};
 use ustack_obs::Counter;
 use ustack_runtime::Mode;
 use ustack_runtime::api::{TcpListener, TcpStream, UdpSocket};
 use ustack_runtime::runtime::{Events, Interest, Runtime, RuntimeBuilder};
 use ustack_runtime::servers::{Protocol, Server};
+use ustack_stack::Instant;
 use ustack_testkit::netns::{KERNEL_IP, TunRig, USTACK_IP, root_or_skip, tool_or_skip};
 use ustack_testkit::pattern;
+use ustack_wire::checksum::checksum;
 
 type Rt = Runtime<TunQueue>;
 
@@ -552,4 +555,145 @@ fn multi_queue_interface_has_every_queue() {
     assert!(text.contains("mtu 1400"), "{text}");
     assert!(text.contains("multi_queue"), "{text}");
     assert!(text.contains("numqueues 3"), "{text}");
+}
+
+/// An ICMP echo request from `src` to `dst`, as bytes on a TUN queue (a bare IPv4 packet).
+fn echo_request(src: core::net::Ipv4Addr, dst: core::net::Ipv4Addr, id: u16) -> Vec<u8> {
+    let mut p = vec![0u8; 28 + 8];
+    p[..12].copy_from_slice(&[0x45, 0, 0, 36, 0, 1, 0x40, 0, 64, 1, 0, 0]);
+    p[12..16].copy_from_slice(&src.octets());
+    p[16..20].copy_from_slice(&dst.octets());
+    let sum = checksum(&p[..20]);
+    p[10..12].copy_from_slice(&sum.to_be_bytes());
+    p[20] = 8; // echo request
+    p[24..26].copy_from_slice(&id.to_be_bytes());
+    p[28..].copy_from_slice(b"ustack!!");
+    let sum = checksum(&p[20..]);
+    p[22..24].copy_from_slice(&sum.to_be_bytes());
+    p
+}
+
+#[test]
+fn device_moves_packets_and_counts_what_it_refuses() {
+    let Some(mut rig) = rig("device_moves_packets_and_counts_what_it_refuses") else {
+        return;
+    };
+    let mut q = rig.queues.remove(0);
+    let now = Instant::ZERO;
+    let mut buf = vec![0; q.caps().max_frame_len()];
+    assert_eq!(q.caps().max_frame_len(), 1500, "IP medium: no link header");
+    while q.recv(now, &mut buf).is_some() {}
+    assert!(!q.wait(Some(Duration::ZERO)).unwrap(), "nothing waiting");
+
+    // Refused: larger than the MTU (by us), not an IP packet (by the kernel).
+    assert!(!q.send(now, &vec![0x45; 1501]));
+    assert!(!q.send(now, &[0xff; 40]));
+    assert_eq!(q.stats().tx_errors, 2);
+
+    // The kernel answers a hand-made echo request on the same queue.
+    let req = echo_request(USTACK_IP, KERNEL_IP, 0x7573);
+    assert!(q.send(now, &req));
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let reply = loop {
+        assert!(std::time::Instant::now() < deadline, "no echo reply");
+        q.wait(Some(Duration::from_millis(100))).unwrap();
+        if let Some(n) = q.recv(now, &mut buf) {
+            let p = &buf[..n];
+            // Skip anything else the kernel sends; the reply is ICMP type 0 to us.
+            if n == req.len() && p[9] == 1 && p[20] == 0 {
+                break p.to_vec();
+            }
+        }
+    };
+    assert_eq!(&reply[12..16], &KERNEL_IP.octets(), "from the kernel");
+    assert_eq!(&reply[16..20], &USTACK_IP.octets(), "to us");
+    assert_eq!(&reply[24..26], &0x7573u16.to_be_bytes(), "our identifier");
+    assert_eq!(&reply[28..], b"ustack!!", "our payload");
+    let s = *q.stats();
+    assert_eq!((s.tx_packets, s.tx_bytes), (1, req.len() as u64));
+    assert!(s.rx_packets >= 1 && s.rx_bytes >= req.len() as u64);
+}
+
+#[test]
+fn bad_configs_are_refused_with_a_reason() {
+    let bad = [
+        (
+            TunConfig {
+                name: String::new(),
+                ..TunConfig::default()
+            },
+            "interface name",
+        ),
+        (
+            TunConfig {
+                name: "a".repeat(16),
+                ..TunConfig::default()
+            },
+            "interface name",
+        ),
+        (
+            TunConfig {
+                name: "a/b".into(),
+                ..TunConfig::default()
+            },
+            "interface name",
+        ),
+        (
+            TunConfig {
+                name: "a b".into(),
+                ..TunConfig::default()
+            },
+            "interface name",
+        ),
+        (
+            TunConfig {
+                queues: 0,
+                ..TunConfig::default()
+            },
+            "queues",
+        ),
+        (
+            TunConfig {
+                queues: 257,
+                ..TunConfig::default()
+            },
+            "queues",
+        ),
+        (
+            TunConfig {
+                mtu: Some(67),
+                ..TunConfig::default()
+            },
+            "MTU",
+        ),
+        (
+            TunConfig {
+                mtu: Some(65536),
+                ..TunConfig::default()
+            },
+            "MTU",
+        ),
+    ];
+    for (config, what) in bad {
+        let e = Tun::open(&config).expect_err("refused");
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "{config:?}");
+        assert!(e.to_string().contains(what), "{config:?}: {e}");
+    }
+    // A namespace file that does not exist: the error names it (before any root check).
+    let config = TunConfig {
+        netns: Some("/nonexistent/ns/net".into()),
+        ..TunConfig::default()
+    };
+    let e = Tun::open(&config).expect_err("no such namespace");
+    assert_eq!(e.kind(), ErrorKind::NotFound);
+    assert!(e.to_string().contains("/nonexistent/ns/net"), "{e}");
+    // 15 bytes is the longest name; `%d` is the kernel's to fill.
+    for name in ["a".repeat(15), "ustack%d".to_owned()] {
+        TunConfig {
+            name,
+            ..TunConfig::default()
+        }
+        .validate()
+        .expect("valid");
+    }
 }
