@@ -32,7 +32,9 @@ use ustack_runtime::api::{TcpListener, TcpStream, UdpSocket};
 use ustack_runtime::runtime::{Events, Interest, Runtime, RuntimeBuilder};
 use ustack_runtime::servers::{Protocol, Server};
 use ustack_stack::Instant;
-use ustack_testkit::netns::{KERNEL_IP, TunRig, USTACK_IP, root_or_skip, tool_or_skip};
+use ustack_testkit::netns::{
+    KERNEL_IP, PY_ECHO_CLIENT, TunRig, USTACK_IP, python_argv, root_or_skip, tool_or_skip,
+};
 use ustack_testkit::pattern;
 use ustack_wire::checksum::checksum;
 
@@ -162,31 +164,6 @@ fn write_from(rt: &mut Rt, s: &TcpStream, data: &[u8], off: &mut usize) -> io::R
         }
     }
     Ok(true)
-}
-
-/// What every kernel-side script starts with: its imports and `drain(sock)`, which reads
-/// to the end of the stream and returns the SHA-256 (hex) and the byte count.
-const PY_PRELUDE: &str = r#"
-import hashlib, random, socket, sys, threading, time
-def drain(s):
-    h, got = hashlib.sha256(), 0
-    while True:
-        b = s.recv(65536)
-        if not b:
-            return h.hexdigest(), got
-        h.update(b)
-        got += len(b)
-"#;
-
-/// `python3 -c <prelude + script> args...`.
-fn python_argv(script: &str, args: &[String]) -> Vec<String> {
-    let mut argv = vec![
-        "python3".to_owned(),
-        "-c".to_owned(),
-        format!("{PY_PRELUDE}{script}"),
-    ];
-    argv.extend_from_slice(args);
-    argv
 }
 
 /// Runs a Python script in the rig's namespace (bounded by [`LIMIT`]) and returns its
@@ -347,22 +324,6 @@ fn kernel_client_sends_16mib_to_ustack() {
     kernel_sends_to_ustack("kernel_client_sends_16mib_to_ustack", 16 << 20);
 }
 
-/// The kernel client of the echo server: a thread sends `n` bytes and half-closes while
-/// the main thread reads the echo; prints the digests of both and the bytes echoed.
-const ECHO_CLIENT: &str = r#"
-n, host, port = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
-data = random.Random(n).randbytes(n)
-s = socket.create_connection((host, port), timeout=20)
-def send():
-    s.sendall(data)
-    s.shutdown(socket.SHUT_WR)
-t = threading.Thread(target=send)
-t.start()
-echoed, got = drain(s)
-t.join()
-print(hashlib.sha256(data).hexdigest(), echoed, got)
-"#;
-
 #[test]
 fn kernel_client_through_ustack_echo_server() {
     let Some(mut rig) = rig("kernel_client_through_ustack_echo_server") else {
@@ -378,7 +339,7 @@ fn kernel_client_through_ustack_echo_server() {
     });
     let out = python(
         &rig,
-        ECHO_CLIENT,
+        PY_ECHO_CLIENT,
         &[n.to_string(), USTACK_IP.to_string(), "7".to_owned()],
     );
     let stats = app.finish();

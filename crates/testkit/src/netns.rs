@@ -171,6 +171,24 @@ impl NetNs {
     }
 }
 
+impl NetNs {
+    /// Configures the kernel's end of the interface `name` in this namespace:
+    /// [`KERNEL_IP`]/24 on it, IPv6 off on it (no router solicitations or MLD reports: the
+    /// rigs are for IPv4), `lo` and the link up.
+    pub fn configure_tun(&self, name: &str) -> io::Result<()> {
+        let limit = Duration::from_secs(5);
+        let ipv6 = format!(
+            "f=/proc/sys/net/ipv6/conf/{name}/disable_ipv6; if [ -e $f ]; then echo 1 > $f; fi"
+        );
+        self.run(limit, &["sh", "-c", &ipv6])?;
+        let addr = format!("{KERNEL_IP}/24");
+        self.run(limit, &["ip", "addr", "add", &addr, "dev", name])?;
+        self.run(limit, &["ip", "link", "set", "lo", "up"])?;
+        self.run(limit, &["ip", "link", "set", name, "up"])?;
+        Ok(())
+    }
+}
+
 impl Drop for NetNs {
     fn drop(&mut self) {
         // Exactly our holder: once it is gone, nothing holds the namespace (files opened
@@ -202,32 +220,7 @@ impl TunRig {
             mtu,
             netns: Some(ns.path().to_owned()),
         })?;
-        let limit = Duration::from_secs(5);
-        // No router solicitations or MLD reports: this link is for IPv4.
-        ns.run(
-            limit,
-            &[
-                "sh",
-                "-c",
-                &format!(
-                    "f=/proc/sys/net/ipv6/conf/{TUN_NAME}/disable_ipv6; \
-                     if [ -e $f ]; then echo 1 > $f; fi"
-                ),
-            ],
-        )?;
-        ns.run(
-            limit,
-            &[
-                "ip",
-                "addr",
-                "add",
-                &format!("{KERNEL_IP}/24"),
-                "dev",
-                TUN_NAME,
-            ],
-        )?;
-        ns.run(limit, &["ip", "link", "set", "lo", "up"])?;
-        ns.run(limit, &["ip", "link", "set", TUN_NAME, "up"])?;
+        ns.configure_tun(TUN_NAME)?;
         let mtu = tun.mtu();
         Ok(TunRig {
             queues: tun.into_queues(),
@@ -235,4 +228,47 @@ impl TunRig {
             ns,
         })
     }
+}
+
+/// What every kernel-side Python script starts with ([`python_argv`]): its imports and
+/// `drain(sock)`, which reads to the end of the stream and returns the SHA-256 (hex) and
+/// the byte count.
+pub const PY_PRELUDE: &str = r#"
+import hashlib, random, socket, sys, threading, time
+def drain(s):
+    h, got = hashlib.sha256(), 0
+    while True:
+        b = s.recv(65536)
+        if not b:
+            return h.hexdigest(), got
+        h.update(b)
+        got += len(b)
+"#;
+
+/// A kernel client of a TCP echo server, arguments `n host port`: a thread sends `n`
+/// pseudo-random bytes and half-closes while the main thread reads the echo to its end;
+/// prints the SHA-256 of what it sent, of what came back, and how many bytes came back.
+pub const PY_ECHO_CLIENT: &str = r#"
+n, host, port = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+data = random.Random(n).randbytes(n)
+s = socket.create_connection((host, port), timeout=20)
+def send():
+    s.sendall(data)
+    s.shutdown(socket.SHUT_WR)
+t = threading.Thread(target=send)
+t.start()
+echoed, got = drain(s)
+t.join()
+print(hashlib.sha256(data).hexdigest(), echoed, got)
+"#;
+
+/// `python3 -c <PY_PRELUDE + script> args...`, for [`NetNs::run`] or [`NetNs::command`].
+pub fn python_argv(script: &str, args: &[String]) -> Vec<String> {
+    let mut argv = vec![
+        "python3".to_owned(),
+        "-c".to_owned(),
+        format!("{PY_PRELUDE}{script}"),
+    ];
+    argv.extend_from_slice(args);
+    argv
 }
