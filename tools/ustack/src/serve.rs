@@ -1,6 +1,6 @@
 //! `ustack serve`: the echo, discard and HTTP servers of `ustack_runtime::servers` on a
-//! ustack runtime, over a shm link another process attaches to, or over an in-process
-//! `sim` link with verifying clients.
+//! ustack runtime, over a shm link another process attaches to, over a TUN interface whose
+//! other end is the Linux kernel, or over an in-process `sim` link with verifying clients.
 
 use core::net::SocketAddrV4;
 use core::time::Duration;
@@ -9,8 +9,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
+use ustack_dev::Device;
 use ustack_dev::shm::{ShmConfig, ShmLink};
-use ustack_runtime::runtime::{Clock, RuntimeBuilder, VirtualClock, sim_pair};
+use ustack_dev::tun::{Tun, TunConfig};
+use ustack_runtime::runtime::{Clock, Runtime, RuntimeBuilder, Sleep, VirtualClock, sim_pair};
 use ustack_runtime::servers::{Load, Protocol, Server, ServerStats};
 use ustack_stack::{EthernetAddress, Instant};
 
@@ -35,6 +37,19 @@ LINKS:
     until --duration passes (or forever). The server is --addr's address with prefix /24
     and MAC 02:00:00:00:00:02; the client runtime takes any other address in that /24.
     At the end it prints its counters (`served: ...`).
+  tun: the server creates the TUN interface --tun (bare IP packets, no link layer) in the
+    network namespace --netns (a name from `ip netns add`, or a path such as
+    /proc/<pid>/ns/net; default: this process's), prints one line to stdout,
+
+        tun-ready <interface>
+
+    and serves until --duration passes (or forever); the interface goes away when it
+    exits. The kernel's end is yours to configure, e.g. for --addr 192.0.2.2:7:
+
+        ip netns exec NS ip addr add 192.0.2.1/24 dev <interface>
+        ip netns exec NS ip link set <interface> up
+
+    Needs CAP_NET_ADMIN (root).
   sim: the server and --clients verifying clients (every echo byte, every HTTP response
     checked) run in this process over the in-process sim link on a virtual clock, until
     every client is done; --duration bounds the virtual time. Prints the result and fails
@@ -43,15 +58,27 @@ LINKS:
 EXAMPLES:
   ustack serve echo --duration 30s
   ustack serve http --root ./site --addr 192.0.2.2:8080
-  ustack serve http --link sim --clients 100")]
+  ustack serve http --link sim --clients 100
+  ustack serve echo --link tun --netns test --tun tun0 --addr 192.0.2.2:7")]
 pub struct Args {
     /// The protocol: echo (RFC 862), discard (RFC 863) or http (HTTP/1.1: `GET /` answers
     /// "Hello, World!", other paths are files under --root).
     #[arg(value_parser = ["echo", "discard", "http"])]
     proto: String,
-    /// The link: shm (another process attaches) or sim (in-process verifying clients).
-    #[arg(long, default_value = "shm", value_parser = ["shm", "sim"])]
+    /// The link: shm (another process attaches), tun (the Linux kernel is the peer) or sim
+    /// (in-process verifying clients).
+    #[arg(long, default_value = "shm", value_parser = ["shm", "tun", "sim"])]
     link: String,
+    /// tun: the interface's name (a `%d` is filled in by the kernel).
+    #[arg(long, default_value = "ustack%d")]
+    tun: String,
+    /// tun: the network namespace to create the interface in: a name (`ip netns add`) or
+    /// a path.
+    #[arg(long)]
+    netns: Option<String>,
+    /// tun: set the interface MTU (68 to 65535).
+    #[arg(long)]
+    mtu: Option<u32>,
     /// The directory the HTTP server serves files from (http only).
     #[arg(long)]
     root: Option<PathBuf>,
@@ -129,10 +156,79 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     if args.addr.port() == 0 {
         bail!("--addr needs a port other than 0");
     }
+    if args.link != "tun" && (args.netns.is_some() || args.mtu.is_some()) {
+        bail!("--netns and --mtu are for --link tun only");
+    }
     match args.link.as_str() {
         "sim" => sim(args, proto),
+        "tun" => tun(args, proto),
         _ => shm(args, proto),
     }
+}
+
+/// Serve on `rt` until `duration` passes (`None`: forever), then print the counters.
+fn serve<D: Device + Sleep>(
+    mut rt: Runtime<D>,
+    args: &Args,
+    proto: Protocol,
+) -> anyhow::Result<ExitCode> {
+    let mut server = Server::bind(&mut rt, proto, args.addr, args.root.clone())
+        .with_context(|| format!("listening on {}", args.addr))?;
+    let until = args.duration.map(|d| std::time::Instant::now() + d);
+    loop {
+        let step = match until {
+            Some(u) => {
+                let now = std::time::Instant::now();
+                if now >= u {
+                    break;
+                }
+                (u - now).min(Duration::from_millis(100))
+            }
+            None => Duration::from_millis(100),
+        };
+        server.step(&mut rt, Some(step))?;
+    }
+    print_stats(server.stats());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn tun(args: &Args, proto: Protocol) -> anyhow::Result<ExitCode> {
+    let netns = args.netns.as_ref().map(|n| {
+        if n.contains('/') {
+            PathBuf::from(n)
+        } else {
+            PathBuf::from("/run/netns").join(n)
+        }
+    });
+    let config = TunConfig {
+        name: args.tun.clone(),
+        queues: 1,
+        mtu: args.mtu,
+        netns,
+    };
+    let tun = Tun::open(&config).context("creating the TUN interface")?;
+    let name = tun.name().to_owned();
+    let port = tun.into_queues().remove(0);
+    let rt = RuntimeBuilder::new()
+        .ipv4(*args.addr.ip(), 24)
+        .seed(1)
+        .build(port)
+        .context("building the runtime")?;
+    {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "tun-ready {name}")?;
+        out.flush()?;
+    }
+    eprintln!(
+        "ustack serve: {} on {} over tun `{name}`{}",
+        args.proto,
+        args.addr,
+        args.netns
+            .as_ref()
+            .map(|n| format!(" in netns {n}"))
+            .unwrap_or_default()
+    );
+    serve(rt, args, proto)
 }
 
 fn shm(args: &Args, proto: Protocol) -> anyhow::Result<ExitCode> {
@@ -154,27 +250,10 @@ fn shm(args: &Args, proto: Protocol) -> anyhow::Result<ExitCode> {
         .hand_over(ATTACH_TIMEOUT)
         .context("waiting for the client to attach")?;
     let port = ports.remove(0);
-    let mut rt = builder(*args.addr.ip(), SERVER_MAC, 1)
+    let rt = builder(*args.addr.ip(), SERVER_MAC, 1)
         .build(port)
         .context("building the runtime")?;
-    let mut server = Server::bind(&mut rt, proto, args.addr, args.root.clone())
-        .with_context(|| format!("listening on {}", args.addr))?;
-    let until = args.duration.map(|d| std::time::Instant::now() + d);
-    loop {
-        let step = match until {
-            Some(u) => {
-                let now = std::time::Instant::now();
-                if now >= u {
-                    break;
-                }
-                (u - now).min(Duration::from_millis(100))
-            }
-            None => Duration::from_millis(100),
-        };
-        server.step(&mut rt, Some(step))?;
-    }
-    print_stats(server.stats());
-    Ok(ExitCode::SUCCESS)
+    serve(rt, args, proto)
 }
 
 fn sim(args: &Args, proto: Protocol) -> anyhow::Result<ExitCode> {

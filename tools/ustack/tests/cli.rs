@@ -91,6 +91,26 @@ fn serve_refuses_bad_arguments_clearly() {
             &["serve", "http", "--addr", "192.0.2.2:0"],
             "port other than 0",
         ),
+        (
+            &["serve", "echo", "--netns", "x"],
+            "--netns and --mtu are for --link tun only",
+        ),
+        (
+            &["serve", "echo", "--link", "tun", "--tun", "a/b"],
+            "interface name `a/b`",
+        ),
+        (&["serve", "echo", "--link", "tun", "--mtu", "10"], "MTU 10"),
+        (
+            &[
+                "serve",
+                "echo",
+                "--link",
+                "tun",
+                "--netns",
+                "/nonexistent/ns",
+            ],
+            "netns /nonexistent/ns",
+        ),
     ] {
         let o = ustack(args);
         assert_eq!(o.status.code(), Some(1), "{args:?}: {}", stderr(&o));
@@ -99,6 +119,11 @@ fn serve_refuses_bad_arguments_clearly() {
     let o = ustack(&["serve", "--help"]);
     assert!(o.status.success());
     assert!(stdout(&o).contains("shm-offer <name>"), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("tun-ready <interface>"),
+        "{}",
+        stdout(&o)
+    );
 }
 
 #[test]
