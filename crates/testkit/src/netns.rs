@@ -129,6 +129,11 @@ impl NetNs {
         }
     }
 
+    /// The process that holds the namespace.
+    pub fn holder_pid(&self) -> u32 {
+        self.holder.id()
+    }
+
     /// The namespace's file (`/proc/<holder>/ns/net`), for `setns(2)` or `nsenter`.
     pub fn path(&self) -> &Path {
         &self.path
