@@ -12,9 +12,12 @@
 //!   MTU). Deterministic: the same seed and inputs give the same deliveries.
 //! - [`shm::ShmPort`]: one queue pair of a shared-memory link between two processes
 //!   (memfd rings and eventfd doorbells, like DPDK memif); the benchmark link.
+//! - [`tun::TunQueue`]: one queue of a multi-queue TUN interface (bare IP packets), whose
+//!   other end is the Linux kernel; made by [`tun::Tun::open`], optionally inside a network
+//!   namespace.
 //! - [`capture::Capture`]: wraps any device and writes every frame in and out to pcap.
 //!
-//! This crate denies `unsafe` code; only its `sys` modules (shared memory now; TUN,
+//! This crate denies `unsafe` code; only its `sys` modules (shared memory and TUN now;
 //! AF_PACKET, AF_XDP later) allow it, each block with a `// SAFETY:` line.
 
 use ustack_obs::time::Instant;
@@ -23,6 +26,7 @@ pub mod capture;
 pub mod shm;
 pub mod sim;
 mod sys;
+pub mod tun;
 
 /// What a device's frames carry, i.e. where the stack's input starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

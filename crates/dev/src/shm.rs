@@ -1503,7 +1503,7 @@ const fn round_up(n: usize, to: usize) -> usize {
     n.div_ceil(to) * to
 }
 
-fn timespec(d: Duration) -> Timespec {
+pub(crate) fn timespec(d: Duration) -> Timespec {
     Timespec {
         tv_sec: d.as_secs().min(i64::MAX as u64) as i64,
         tv_nsec: i64::from(d.subsec_nanos()),

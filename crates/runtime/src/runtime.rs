@@ -19,7 +19,8 @@
 //!    first poll the device for up to that long without sleeping, which trades a core for
 //!    the wake-up latency of a system call; a frame ends it;
 //! 4. **sleep** on the device ([`Sleep`]): the shm port arms its doorbell and sleeps in
-//!    `poll(2)` on its eventfd ([`ShmPort::wait`]); on a [`VirtualClock`] the clock jumps
+//!    `poll(2)` on its eventfd ([`ShmPort::wait`]), a TUN queue sleeps in `poll(2)` on its
+//!    file ([`TunQueue::wait`]); on a [`VirtualClock`] the clock jumps
 //!    to the wake-up instead (tests, simulations).
 //!
 //! [`Runtime::poll`] is the epoll-style wait on top: rounds, then [`Poller::wait`], then
@@ -73,6 +74,7 @@ use std::sync::{Arc, Mutex};
 
 use ustack_dev::shm::ShmPort;
 use ustack_dev::sim::{Side, SimLink, SimLinkConfig};
+use ustack_dev::tun::TunQueue;
 use ustack_dev::{Device, DeviceCaps, Medium};
 use ustack_stack::{Config, EthernetAddress, Instant, Ipv4Cidr, Readiness, SocketKey, Stack};
 
@@ -282,6 +284,16 @@ impl Sleep for RssSplitter<ShmPort> {
     fn sleep_until(&mut self, clock: &dyn Clock, deadline: Option<Instant>) -> io::Result<bool> {
         let timeout = deadline.map(|d| d - clock.now());
         ustack_dev::shm::wait_any(self.queues_mut(), timeout)
+    }
+}
+
+/// A TUN queue sleeps in `poll(2)` on its file until a packet is waiting or the deadline
+/// ([`TunQueue::wait`]). Nothing arms or drains: readability is the kernel's queue itself,
+/// so a packet that lands before the sleep wakes it at once.
+impl Sleep for TunQueue {
+    fn sleep_until(&mut self, clock: &dyn Clock, deadline: Option<Instant>) -> io::Result<bool> {
+        let timeout = deadline.map(|d| d - clock.now());
+        self.wait(timeout)
     }
 }
 

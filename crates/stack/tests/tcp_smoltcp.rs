@@ -431,20 +431,6 @@ struct Case {
     smol_drop: &'static [usize],
 }
 
-/// One direction's bytes: a pattern that differs per seed and direction and is not
-/// periodic in any small power of two.
-fn pattern(n: usize, salt: u64) -> Vec<u8> {
-    let mut x = salt.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect()
-}
-
 /// One side's application: what it has sent and read, and how far it got closing.
 #[derive(Debug, Default)]
 struct Peer {
@@ -555,8 +541,8 @@ impl Scenario {
             net,
             case,
             name,
-            to_smol_data: pattern(case.bytes, case.seed * 2 + 1),
-            to_ustack_data: pattern(case.bytes, case.seed * 2 + 2),
+            to_smol_data: ustack_testkit::pattern(case.bytes, case.seed * 2 + 1),
+            to_ustack_data: ustack_testkit::pattern(case.bytes, case.seed * 2 + 2),
             listener,
             uh,
             u: Peer::default(),

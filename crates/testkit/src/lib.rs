@@ -4,7 +4,10 @@
 //! next thing that will happen (a frame arriving, a stack timer), so a test that spans
 //! minutes of protocol time runs in milliseconds and repeats exactly for a given seed.
 //! A pair can record everything on the wire, as each side saw it, to pcap files.
+//!
+//! [`netns`]: network namespaces and TUN rigs for tests whose peer is the Linux kernel.
 
+pub mod netns;
 pub mod tcp;
 
 use core::net::Ipv4Addr;
@@ -219,4 +222,18 @@ fn pump(stack: &mut Stack, dev: &mut impl Device, now: Instant, buf: &mut [u8]) 
         moved += 1;
     }
     (moved, delivered)
+}
+
+/// `n` bytes of a pattern that differs per `salt` and is not periodic in any small power
+/// of two (xorshift64): test data whose every byte matters.
+pub fn pattern(n: usize, salt: u64) -> Vec<u8> {
+    let mut x = salt.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
 }

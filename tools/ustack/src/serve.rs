@@ -1,6 +1,6 @@
 //! `ustack serve`: the echo, discard and HTTP servers of `ustack_runtime::servers` on a
-//! ustack runtime, over a shm link another process attaches to, or over an in-process
-//! `sim` link with verifying clients.
+//! ustack runtime, over a shm link another process attaches to, over a TUN interface whose
+//! other end is the Linux kernel, or over an in-process `sim` link with verifying clients.
 
 use core::net::SocketAddrV4;
 use core::time::Duration;
@@ -9,10 +9,12 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
-use ustack_dev::shm::{ShmConfig, ShmLink, ShmPort};
+use ustack_dev::Device;
+use ustack_dev::shm::{ShmConfig, ShmLink};
+use ustack_dev::tun::{Tun, TunConfig};
 use ustack_runtime::multi::{ShardApp, ShardContext, ShardedBuilder};
 use ustack_runtime::rss::{Rss, RssKey};
-use ustack_runtime::runtime::{Clock, RuntimeBuilder, VirtualClock, sim_pair};
+use ustack_runtime::runtime::{Clock, RuntimeBuilder, Sleep, VirtualClock, sim_pair};
 use ustack_runtime::servers::{Load, Protocol, Server, ServerStats};
 use ustack_stack::{EthernetAddress, Instant};
 
@@ -44,6 +46,19 @@ LINKS:
     hash of the 4-tuple with the Microsoft key and a round-robin 128-entry table
     (ustack_runtime::RssSplitter with Rss::new(RssKey::MICROSOFT, N), copying ARP to every
     queue with replicate_unhashed(true)).
+  tun: the server creates the TUN interface --tun (bare IP packets, no link layer) in the
+    network namespace --netns (a name from `ip netns add`, or a path such as
+    /proc/<pid>/ns/net; default: this process's), prints one line to stdout,
+
+        tun-ready <interface>
+
+    and serves until --duration passes (or forever); the interface goes away when it
+    exits. The kernel's end is yours to configure, e.g. for --addr 192.0.2.2:7:
+
+        ip netns exec NS ip addr add 192.0.2.1/24 dev <interface>
+        ip netns exec NS ip link set <interface> up
+
+    Needs CAP_NET_ADMIN (root).
   sim: the server and --clients verifying clients (every echo byte, every HTTP response
     checked) run in this process over the in-process sim link on a virtual clock, until
     every client is done; --duration bounds the virtual time. Prints the result and fails
@@ -52,15 +67,27 @@ LINKS:
 EXAMPLES:
   ustack serve echo --duration 30s
   ustack serve http --root ./site --addr 192.0.2.2:8080
-  ustack serve http --link sim --clients 100")]
+  ustack serve http --link sim --clients 100
+  ustack serve echo --link tun --netns test --tun tun0 --addr 192.0.2.2:7")]
 pub struct Args {
     /// The protocol: echo (RFC 862), discard (RFC 863) or http (HTTP/1.1: `GET /` answers
     /// "Hello, World!", other paths are files under --root).
     #[arg(value_parser = ["echo", "discard", "http"])]
     proto: String,
-    /// The link: shm (another process attaches) or sim (in-process verifying clients).
-    #[arg(long, default_value = "shm", value_parser = ["shm", "sim"])]
+    /// The link: shm (another process attaches), tun (the Linux kernel is the peer) or sim
+    /// (in-process verifying clients).
+    #[arg(long, default_value = "shm", value_parser = ["shm", "tun", "sim"])]
     link: String,
+    /// tun: the interface's name (a `%d` is filled in by the kernel).
+    #[arg(long, default_value = "ustack%d")]
+    tun: String,
+    /// tun: the network namespace to create the interface in: a name (`ip netns add`) or
+    /// a path.
+    #[arg(long)]
+    netns: Option<String>,
+    /// tun: set the interface MTU (68 to 65535).
+    #[arg(long)]
+    mtu: Option<u32>,
     /// The directory the HTTP server serves files from (http only).
     #[arg(long)]
     root: Option<PathBuf>,
@@ -71,7 +98,7 @@ pub struct Args {
     /// forever, sim 60 s of virtual time.
     #[arg(long, value_parser = parse_duration)]
     duration: Option<Duration>,
-    /// shm: shards (threads, each with its own stack and queue pair), 1 to 64.
+    /// shm, tun: shards (threads, each with its own stack and queue), 1 to 64.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     shards: u16,
     /// sim: how many concurrent clients.
@@ -142,11 +169,15 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     if args.addr.port() == 0 {
         bail!("--addr needs a port other than 0");
     }
-    if args.shards > 1 && args.link != "shm" {
-        bail!("--shards is for --link shm (the sim clients run against one shard)");
+    if args.shards > 1 && args.link == "sim" {
+        bail!("--shards is for --link shm or tun (the sim clients run against one shard)");
+    }
+    if args.link != "tun" && (args.netns.is_some() || args.mtu.is_some()) {
+        bail!("--netns and --mtu are for --link tun only");
     }
     match args.link.as_str() {
         "sim" => sim(args, proto),
+        "tun" => tun(args, proto),
         _ => shm(args, proto),
     }
 }
@@ -160,8 +191,8 @@ struct ShardServer {
     server: Option<Server>,
 }
 
-impl ShardApp<ShmPort> for ShardServer {
-    fn start(&mut self, ctx: &mut ShardContext<'_, ShmPort>) -> std::io::Result<()> {
+impl<D: Device + Sleep> ShardApp<D> for ShardServer {
+    fn start(&mut self, ctx: &mut ShardContext<'_, D>) -> std::io::Result<()> {
         self.server = Some(Server::bind(
             ctx.rt,
             self.proto,
@@ -171,12 +202,85 @@ impl ShardApp<ShmPort> for ShardServer {
         Ok(())
     }
 
-    fn poll(&mut self, ctx: &mut ShardContext<'_, ShmPort>) -> std::io::Result<()> {
+    fn poll(&mut self, ctx: &mut ShardContext<'_, D>) -> std::io::Result<()> {
         match &mut self.server {
             Some(server) => server.step(ctx.rt, Some(Duration::ZERO)).map(drop),
             None => Ok(()),
         }
     }
+}
+
+/// Serve on one shard per device until `--duration` passes (or forever), then print every
+/// shard's counters and their sum. Flows reach shards as the device steers them: by
+/// Toeplitz RSS (the shm client's `RssSplitter`), or by the kernel's flow hash (TUN queues).
+fn serve<D: Device + Sleep + Send + 'static>(
+    devices: Vec<D>,
+    args: &Args,
+    proto: Protocol,
+) -> anyhow::Result<ExitCode> {
+    let shards = devices.len();
+    let (addr, root) = (args.addr, args.root.clone());
+    let rt = ShardedBuilder::new(
+        builder(*args.addr.ip(), SERVER_MAC, 1),
+        Rss::new(RssKey::MICROSOFT, shards),
+    )
+    .seed(1)
+    .start(devices, move |_shard| ShardServer {
+        proto,
+        addr,
+        root: root.clone(),
+        server: None,
+    })
+    .with_context(|| format!("starting {shards} shard(s) listening on {}", args.addr))?;
+    match args.duration {
+        Some(d) => std::thread::sleep(d),
+        None => loop {
+            std::thread::park();
+        },
+    }
+    let mut total = ServerStats::default();
+    for (k, app) in rt.stop().into_iter().enumerate() {
+        let app = app.with_context(|| format!("shard {k}"))?;
+        let stats = app.server.as_ref().map(|s| *s.stats()).unwrap_or_default();
+        print_stats(&format!("shard {k}"), &stats);
+        total.merge(&stats);
+    }
+    print_stats("served", &total);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn tun(args: &Args, proto: Protocol) -> anyhow::Result<ExitCode> {
+    let netns = args.netns.as_ref().map(|n| {
+        if n.contains('/') {
+            PathBuf::from(n)
+        } else {
+            PathBuf::from("/run/netns").join(n)
+        }
+    });
+    let config = TunConfig {
+        name: args.tun.clone(),
+        queues: usize::from(args.shards),
+        mtu: args.mtu,
+        netns,
+    };
+    let tun = Tun::open(&config).context("creating the TUN interface")?;
+    let name = tun.name().to_owned();
+    let queues = tun.into_queues();
+    {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "tun-ready {name}")?;
+        out.flush()?;
+    }
+    eprintln!(
+        "ustack serve: {} on {} over tun `{name}`{}",
+        args.proto,
+        args.addr,
+        args.netns
+            .as_ref()
+            .map(|n| format!(" in netns {n}"))
+            .unwrap_or_default()
+    );
+    serve(queues, args, proto)
 }
 
 fn shm(args: &Args, proto: Protocol) -> anyhow::Result<ExitCode> {
@@ -202,34 +306,7 @@ fn shm(args: &Args, proto: Protocol) -> anyhow::Result<ExitCode> {
     offer
         .hand_over(ATTACH_TIMEOUT)
         .context("waiting for the client to attach")?;
-    let (addr, root) = (args.addr, args.root.clone());
-    let rt = ShardedBuilder::new(
-        builder(*args.addr.ip(), SERVER_MAC, 1),
-        Rss::new(RssKey::MICROSOFT, shards),
-    )
-    .seed(1)
-    .start(ports, move |_shard| ShardServer {
-        proto,
-        addr,
-        root: root.clone(),
-        server: None,
-    })
-    .with_context(|| format!("starting {shards} shard(s) listening on {}", args.addr))?;
-    match args.duration {
-        Some(d) => std::thread::sleep(d),
-        None => loop {
-            std::thread::park();
-        },
-    }
-    let mut total = ServerStats::default();
-    for (k, app) in rt.stop().into_iter().enumerate() {
-        let app = app.with_context(|| format!("shard {k}"))?;
-        let stats = app.server.as_ref().map(|s| *s.stats()).unwrap_or_default();
-        print_stats(&format!("shard {k}"), &stats);
-        total.merge(&stats);
-    }
-    print_stats("served", &total);
-    Ok(ExitCode::SUCCESS)
+    serve(ports, args, proto)
 }
 
 fn sim(args: &Args, proto: Protocol) -> anyhow::Result<ExitCode> {

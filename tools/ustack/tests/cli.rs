@@ -94,7 +94,27 @@ fn serve_refuses_bad_arguments_clearly() {
         ),
         (
             &["serve", "echo", "--link", "sim", "--shards", "2"],
-            "--shards is for --link shm",
+            "--shards is for --link shm or tun",
+        ),
+        (
+            &["serve", "echo", "--netns", "x"],
+            "--netns and --mtu are for --link tun only",
+        ),
+        (
+            &["serve", "echo", "--link", "tun", "--tun", "a/b"],
+            "interface name `a/b`",
+        ),
+        (&["serve", "echo", "--link", "tun", "--mtu", "10"], "MTU 10"),
+        (
+            &[
+                "serve",
+                "echo",
+                "--link",
+                "tun",
+                "--netns",
+                "/nonexistent/ns",
+            ],
+            "netns /nonexistent/ns",
         ),
     ] {
         let o = ustack(args);
@@ -104,6 +124,11 @@ fn serve_refuses_bad_arguments_clearly() {
     let o = ustack(&["serve", "--help"]);
     assert!(o.status.success());
     assert!(stdout(&o).contains("shm-offer <name>"), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("tun-ready <interface>"),
+        "{}",
+        stdout(&o)
+    );
 }
 
 #[test]

@@ -5,6 +5,10 @@
 //! pairs and the clients' runtime steers every frame to its shard's queue through an
 //! `RssSplitter`, as a NIC with RSS would. Bounded in time; the child is killed by a guard
 //! whatever happens.
+//!
+//! And over tun (root only; skipped otherwise unless `USTACK_REQUIRE_ROOT` is set): the
+//! server creates its TUN interface in a namespace of the test's own, the test configures
+//! the kernel's end, and a kernel client sends 1 MiB through the echo server.
 
 use core::net::{Ipv4Addr, SocketAddrV4};
 use core::time::Duration;
@@ -17,6 +21,7 @@ use ustack_runtime::rss::{Rss, RssKey};
 use ustack_runtime::runtime::RuntimeBuilder;
 use ustack_runtime::servers::{Load, Protocol};
 use ustack_stack::EthernetAddress;
+use ustack_testkit::netns::{NetNs, PY_ECHO_CLIENT, python_argv, root_or_skip};
 
 const CLIENTS: usize = 64;
 
@@ -139,4 +144,59 @@ fn sharded_echo_server_accepts_on_every_shard() {
     assert!(s0 > 0 && s1 > 0, "{}", report);
     assert_eq!(s0 + s1, CLIENTS as u64, "{}", report);
     assert_eq!(accepted(&report, "served:"), CLIENTS as u64);
+}
+
+#[test]
+fn echo_server_over_tun_serves_a_kernel_client() {
+    if root_or_skip("echo_server_over_tun_serves_a_kernel_client").is_none() {
+        return;
+    }
+    let ns = NetNs::new().expect("a namespace");
+    let netns = ns.path().display().to_string();
+    let child = Command::new(env!("CARGO_BIN_EXE_ustack"))
+        .args(["serve", "echo", "--link", "tun", "--tun", "tun0"])
+        .args([
+            "--netns",
+            &netns,
+            "--addr",
+            "192.0.2.2:7",
+            "--duration",
+            "5s",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn ustack serve");
+    let mut guard = Guard(child);
+    let mut stdout = BufReader::new(guard.0.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    stdout.read_line(&mut line).expect("the ready line");
+    assert_eq!(line.trim(), "tun-ready tun0");
+    ns.configure_tun("tun0").expect("the kernel's end");
+    let n = 1 << 20;
+    let out = ns
+        .run(
+            Duration::from_secs(20),
+            &python_argv(
+                PY_ECHO_CLIENT,
+                &[n.to_string(), "192.0.2.2".into(), "7".into()],
+            ),
+        )
+        .expect("the kernel client");
+    let out = String::from_utf8_lossy(&out.stdout);
+    let fields: Vec<&str> = out.split_whitespace().collect();
+    let [sent, echoed, got] = fields[..] else {
+        panic!("client printed `{out}`");
+    };
+    assert_eq!((echoed, got), (sent, n.to_string().as_str()), "the echo");
+    // The server ends after --duration and prints its counters.
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut rest).expect("the counters");
+    assert!(guard.0.wait().expect("exit").success());
+    assert!(
+        rest.contains(&format!(
+            "accepted=1 closed=1 errors=0 bytes_in={n} bytes_out={n}"
+        )),
+        "{rest}"
+    );
 }

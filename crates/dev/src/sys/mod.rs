@@ -9,7 +9,10 @@
 //!
 //! - [`shm`]: a sealed memfd mapped `MAP_SHARED`, accessed only through atomics and
 //!   bounded, volatile copies (for [`crate::shm`]).
+//! - [`tun`]: `TUNSETIFF` and the interface MTU ioctls on a `struct ifreq` (for
+//!   [`crate::tun`]).
 
 #![allow(unsafe_code)]
 
 pub(crate) mod shm;
+pub(crate) mod tun;

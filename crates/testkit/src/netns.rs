@@ -1,0 +1,279 @@
+//! Network namespaces and TUN rigs for tests that have the Linux kernel as the peer.
+//!
+//! [`NetNs`] holds an anonymous network namespace with a background process
+//! (`unshare --net sleep 300`): the namespace lives as long as that process, has no name
+//! anyone else could collide with, and is gone when the guard drops (it kills exactly that
+//! process and reaps it). Should the test process die without dropping it, the holder
+//! exits on its own after 300 s. Commands run inside it through `nsenter --net=`, each
+//! bounded by `timeout`.
+//!
+//! [`TunRig::new`] builds the usual rig: a namespace, a TUN interface `tun0` created
+//! directly inside it ([`Tun::open`] with [`TunConfig::netns`]), the kernel's end
+//! [`KERNEL_IP`]/24 on it, IPv6 off, the link up; ustack takes [`USTACK_IP`] on the queues.
+//!
+//! Tests that need this call [`root_or_skip`] first: without root, `/dev/net/tun` or the
+//! tools (`unshare`, `nsenter`, `ip`, `timeout`) they print why and skip, unless
+//! `USTACK_REQUIRE_ROOT` is set (`.ci/run` sets it), which turns that into a failure.
+
+use core::net::Ipv4Addr;
+use core::time::Duration;
+use std::ffi::OsStr;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+
+use ustack_dev::tun::{Tun, TunConfig, TunQueue};
+
+/// The kernel's address on the rig's interface (TEST-NET-1).
+pub const KERNEL_IP: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
+/// ustack's address on the rig's interface.
+pub const USTACK_IP: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 2);
+/// The interface's name inside the rig's namespace.
+pub const TUN_NAME: &str = "tun0";
+/// How long the namespace holder lives if nobody kills it.
+const HOLDER_SECS: u32 = 300;
+
+/// Whether a root-only test can run here: `None` to go on, or the reason it cannot, after
+/// printing it. Panics with the reason instead when `USTACK_REQUIRE_ROOT` is set.
+pub fn root_or_skip(test: &str) -> Option<()> {
+    let reason = if !rustix::process::geteuid().is_root() {
+        Some("not running as root".to_owned())
+    } else if !Path::new("/dev/net/tun").exists() {
+        Some("/dev/net/tun is missing".to_owned())
+    } else {
+        ["unshare", "nsenter", "ip", "timeout"]
+            .into_iter()
+            .find(|t| !on_path(t))
+            .map(|t| format!("`{t}` is not installed"))
+    };
+    skip_unless_required(test, reason, "USTACK_REQUIRE_ROOT")
+}
+
+/// Whether `tool` is on PATH; prints a skip note for `test` and returns false if not, or
+/// panics when `USTACK_REQUIRE_TOOLS` is set.
+pub fn tool_or_skip(test: &str, tool: &str) -> bool {
+    let reason = (!on_path(tool)).then(|| format!("`{tool}` is not installed"));
+    skip_unless_required(test, reason, "USTACK_REQUIRE_TOOLS").is_some()
+}
+
+fn skip_unless_required(test: &str, reason: Option<String>, var: &str) -> Option<()> {
+    let Some(reason) = reason else {
+        return Some(());
+    };
+    assert!(
+        std::env::var_os(var).is_none(),
+        "{test}: required ({var}) but {reason}"
+    );
+    eprintln!("{test}: skipped: {reason} (set {var}=1 to make this a failure)");
+    None
+}
+
+/// Whether an executable called `name` is in a PATH directory.
+pub fn on_path(name: &str) -> bool {
+    std::env::var_os("PATH").is_some_and(|p| {
+        std::env::split_paths(&p).any(|d| {
+            std::fs::metadata(d.join(name)).is_ok_and(|m| {
+                use std::os::unix::fs::PermissionsExt;
+                m.is_file() && m.permissions().mode() & 0o111 != 0
+            })
+        })
+    })
+}
+
+/// An anonymous network namespace, held by a background process; removed on drop.
+#[derive(Debug)]
+pub struct NetNs {
+    holder: Child,
+    path: PathBuf,
+}
+
+impl NetNs {
+    /// A new namespace (only `lo` in it, down). Waits up to 5 s for the holder to have
+    /// unshared.
+    pub fn new() -> io::Result<NetNs> {
+        let holder = Command::new("unshare")
+            .args(["--net", "sleep", &HOLDER_SECS.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| io::Error::new(e.kind(), format!("spawning unshare: {e}")))?;
+        let mut ns = NetNs {
+            path: PathBuf::from(format!("/proc/{}/ns/net", holder.id())),
+            holder,
+        };
+        let ours = std::fs::read_link("/proc/self/ns/net")?;
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            if let Some(status) = ns.holder.try_wait()? {
+                let mut err = String::new();
+                if let Some(mut e) = ns.holder.stderr.take() {
+                    let _ = io::Read::read_to_string(&mut e, &mut err);
+                }
+                return Err(io::Error::other(format!(
+                    "unshare --net exited ({status}): {}",
+                    err.trim()
+                )));
+            }
+            // Until unshare(2) has run, the holder is still in our namespace.
+            if std::fs::read_link(&ns.path).is_ok_and(|l| l != ours) {
+                return Ok(ns);
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "unshare --net did not enter a new namespace within 5 s",
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// The process that holds the namespace.
+    pub fn holder_pid(&self) -> u32 {
+        self.holder.id()
+    }
+
+    /// The namespace's file (`/proc/<holder>/ns/net`), for `setns(2)` or `nsenter`.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A command that runs `argv` inside the namespace, killed after `limit`:
+    /// `timeout -k 1 <limit> nsenter --net=<path> argv...`.
+    pub fn command<S: AsRef<OsStr>>(&self, limit: Duration, argv: &[S]) -> Command {
+        let mut c = Command::new("timeout");
+        c.arg("-k")
+            .arg("1")
+            .arg(format!("{:.3}", limit.as_secs_f64()))
+            .arg("nsenter")
+            .arg(format!("--net={}", self.path.display()))
+            .args(argv)
+            .stdin(Stdio::null());
+        c
+    }
+
+    /// Runs `argv` inside the namespace (bounded by `limit`) and returns its output; an
+    /// error, with its stderr, if it fails or times out.
+    pub fn run<S: AsRef<OsStr>>(&self, limit: Duration, argv: &[S]) -> io::Result<Output> {
+        let out = self.command(limit, argv).output()?;
+        if !out.status.success() {
+            let line: Vec<_> = argv.iter().map(|a| a.as_ref().to_string_lossy()).collect();
+            return Err(io::Error::other(format!(
+                "`{}` in the namespace failed ({}{}): {}{}",
+                line.join(" "),
+                out.status,
+                if out.status.code() == Some(124) {
+                    ", timed out"
+                } else {
+                    ""
+                },
+                String::from_utf8_lossy(&out.stderr).trim(),
+                String::from_utf8_lossy(&out.stdout).trim(),
+            )));
+        }
+        Ok(out)
+    }
+}
+
+impl NetNs {
+    /// Configures the kernel's end of the interface `name` in this namespace:
+    /// [`KERNEL_IP`]/24 on it, IPv6 off on it (no router solicitations or MLD reports: the
+    /// rigs are for IPv4), `lo` and the link up.
+    pub fn configure_tun(&self, name: &str) -> io::Result<()> {
+        let limit = Duration::from_secs(5);
+        let ipv6 = format!(
+            "f=/proc/sys/net/ipv6/conf/{name}/disable_ipv6; if [ -e $f ]; then echo 1 > $f; fi"
+        );
+        self.run(limit, &["sh", "-c", &ipv6])?;
+        let addr = format!("{KERNEL_IP}/24");
+        self.run(limit, &["ip", "addr", "add", &addr, "dev", name])?;
+        self.run(limit, &["ip", "link", "set", "lo", "up"])?;
+        self.run(limit, &["ip", "link", "set", name, "up"])?;
+        Ok(())
+    }
+}
+
+impl Drop for NetNs {
+    fn drop(&mut self) {
+        // Exactly our holder: once it is gone, nothing holds the namespace (files opened
+        // in it, like TUN queues, keep their interface only until they close).
+        let _ = self.holder.kill();
+        let _ = self.holder.wait();
+    }
+}
+
+/// A namespace with a TUN interface in it, configured on the kernel's side.
+#[derive(Debug)]
+pub struct TunRig {
+    /// The interface's queues, for ustack (take them out to give to runtimes).
+    pub queues: Vec<TunQueue>,
+    /// The interface MTU.
+    pub mtu: usize,
+    /// Dropped last: the queues close first.
+    pub ns: NetNs,
+}
+
+impl TunRig {
+    /// A fresh namespace with [`TUN_NAME`] (`queues` queues, the kernel's MTU unless `mtu`
+    /// says otherwise), [`KERNEL_IP`]/24 on it, IPv6 off and the link up.
+    pub fn new(queues: usize, mtu: Option<u32>) -> io::Result<TunRig> {
+        let ns = NetNs::new()?;
+        let tun = Tun::open(&TunConfig {
+            name: TUN_NAME.to_owned(),
+            queues,
+            mtu,
+            netns: Some(ns.path().to_owned()),
+        })?;
+        ns.configure_tun(TUN_NAME)?;
+        let mtu = tun.mtu();
+        Ok(TunRig {
+            queues: tun.into_queues(),
+            mtu,
+            ns,
+        })
+    }
+}
+
+/// What every kernel-side Python script starts with ([`python_argv`]): its imports and
+/// `drain(sock)`, which reads to the end of the stream and returns the SHA-256 (hex) and
+/// the byte count.
+pub const PY_PRELUDE: &str = r#"
+import hashlib, random, socket, sys, threading, time
+def drain(s):
+    h, got = hashlib.sha256(), 0
+    while True:
+        b = s.recv(65536)
+        if not b:
+            return h.hexdigest(), got
+        h.update(b)
+        got += len(b)
+"#;
+
+/// A kernel client of a TCP echo server, arguments `n host port`: a thread sends `n`
+/// pseudo-random bytes and half-closes while the main thread reads the echo to its end;
+/// prints the SHA-256 of what it sent, of what came back, and how many bytes came back.
+pub const PY_ECHO_CLIENT: &str = r#"
+n, host, port = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+data = random.Random(n).randbytes(n)
+s = socket.create_connection((host, port), timeout=20)
+def send():
+    s.sendall(data)
+    s.shutdown(socket.SHUT_WR)
+t = threading.Thread(target=send)
+t.start()
+echoed, got = drain(s)
+t.join()
+print(hashlib.sha256(data).hexdigest(), echoed, got)
+"#;
+
+/// `python3 -c <PY_PRELUDE + script> args...`, for [`NetNs::run`] or [`NetNs::command`].
+pub fn python_argv(script: &str, args: &[String]) -> Vec<String> {
+    let mut argv = vec![
+        "python3".to_owned(),
+        "-c".to_owned(),
+        format!("{PY_PRELUDE}{script}"),
+    ];
+    argv.extend_from_slice(args);
+    argv
+}
