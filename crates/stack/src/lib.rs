@@ -24,6 +24,7 @@ use core::fmt;
 use core::net::Ipv4Addr;
 
 pub mod icmp;
+pub mod inspect;
 pub mod ip;
 pub mod neigh;
 pub(crate) mod slab;

@@ -27,7 +27,6 @@ impl<T> Default for Slab<T> {
 
 impl<T> Slab<T> {
     /// Bytes one slot takes: the value inline plus its generation.
-    #[cfg(test)]
     pub const SLOT_BYTES: usize = core::mem::size_of::<Slot<T>>();
 
     pub const fn new() -> Self {
@@ -41,6 +40,19 @@ impl<T> Slab<T> {
     /// Values held.
     pub fn len(&self) -> usize {
         self.len
+    }
+
+    /// The values held, with their slot indexes.
+    pub fn iter(&self) -> impl Iterator<Item = (u32, &T)> + '_ {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| Some((i as u32, s.value.as_ref()?)))
+    }
+
+    /// Heap bytes the slab occupies: every slot allocated (held or free) and the free list.
+    pub fn heap_bytes(&self) -> usize {
+        self.slots.capacity() * Self::SLOT_BYTES + self.free.capacity() * size_of::<u32>()
     }
 
     /// Store `value` in a free slot; returns its (index, generation).

@@ -81,6 +81,27 @@ impl UdpTable {
         self.sockets.len()
     }
 
+    /// Every socket: (local address, bytes queued for reading (charged), receive buffer).
+    pub(crate) fn views(&self) -> impl Iterator<Item = (SocketAddrV4, usize, usize)> + '_ {
+        self.sockets
+            .iter()
+            .map(|(_, s)| (s.local, s.rx_charged, s.rcvbuf))
+    }
+
+    /// Heap bytes: the socket slab, the port map, each receive queue and its datagrams.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.sockets.heap_bytes()
+            + self.by_port.allocation_size()
+            + self
+                .sockets
+                .iter()
+                .map(|(_, s)| {
+                    s.rx.capacity() * size_of::<(SocketAddrV4, Vec<u8>)>()
+                        + s.rx.iter().map(|(_, d)| d.capacity()).sum::<usize>()
+                })
+                .sum::<usize>()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.by_port.is_empty()
     }

@@ -52,6 +52,21 @@ pub(crate) struct Listeners {
 }
 
 impl Listeners {
+    /// Every listener.
+    pub fn iter(&self) -> impl Iterator<Item = &Listener> + '_ {
+        self.slab.iter().map(|(_, l)| l)
+    }
+
+    /// Heap bytes: the slab, each accept queue, the port map.
+    pub fn heap_bytes(&self) -> usize {
+        self.slab.heap_bytes()
+            + self
+                .iter()
+                .map(|l| l.accept_queue.capacity() * size_of::<super::TcpHandle>())
+                .sum::<usize>()
+            + self.by_port.allocation_size()
+    }
+
     pub fn bound(&self, port: u16) -> bool {
         self.by_port.contains_key(&port)
     }
@@ -130,6 +145,11 @@ pub(crate) struct Requests {
 }
 
 impl Requests {
+    /// Heap bytes of the request table.
+    pub fn heap_bytes(&self) -> usize {
+        self.map.allocation_size()
+    }
+
     pub fn new(seed: u64) -> Self {
         Requests {
             map: HashMap::with_hasher(foldhash::fast::FixedState::with_seed(seed)),

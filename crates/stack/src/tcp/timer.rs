@@ -51,6 +51,16 @@ pub(crate) struct TimeWaits {
 }
 
 impl TimeWaits {
+    /// Every record with its 4-tuple.
+    pub fn iter(&self) -> impl Iterator<Item = (&FourTuple, &TimeWait)> + '_ {
+        self.map.iter()
+    }
+
+    /// Heap bytes: the table and the expiry queue.
+    pub fn heap_bytes(&self) -> usize {
+        self.map.allocation_size() + self.queue.capacity() * size_of::<(Instant, FourTuple)>()
+    }
+
     pub fn new(seed: u64) -> Self {
         TimeWaits {
             map: HashMap::with_hasher(foldhash::fast::FixedState::with_seed(seed)),

@@ -1,0 +1,103 @@
+//! `Stack::sockets` and `Stack::memory`, what `ustack ss` and `ustack stat --memory` show:
+//! over a sim pair, a listener, connections with data queued both ways, a TIME-WAIT record
+//! and a UDP socket with a datagram waiting are each listed as `ss -tanm` would, and the
+//! memory by kind counts them and gives everything back once they are gone.
+
+use core::net::SocketAddrV4;
+use core::time::Duration;
+
+use ustack_dev::sim::SimLinkConfig;
+use ustack_stack::inspect::Protocol;
+use ustack_testkit::{A_IP, B_IP, Pair};
+
+#[test]
+fn sockets_and_memory_as_ss_and_stat_show_them() {
+    let mut p = Pair::new(SimLinkConfig::default());
+    let now = p.now;
+    let listener = p.b.tcp_listen(SocketAddrV4::new(B_IP, 80), 16).unwrap();
+    let c1 = p.a.tcp_connect(now, SocketAddrV4::new(B_IP, 80)).unwrap();
+    let c2 = p.a.tcp_connect(now, SocketAddrV4::new(B_IP, 80)).unwrap();
+    p.settle();
+    // One accepted, one left in the accept queue.
+    let (s1, peer1) = p.b.tcp_accept(listener).unwrap();
+    p.a.tcp_send(p.now, c1, &[7u8; 3000]).unwrap();
+    p.settle();
+    let udp = p.b.udp_bind(SocketAddrV4::new(B_IP, 53)).unwrap();
+    let ua = p.a.udp_bind(SocketAddrV4::new(A_IP, 0)).unwrap();
+    p.a.udp_send_to(p.now, ua, b"query", SocketAddrV4::new(B_IP, 53))
+        .unwrap();
+    p.settle();
+
+    let socks = p.b.sockets(p.now);
+    let listen = socks.iter().find(|s| s.state == "LISTEN").unwrap();
+    assert_eq!(listen.local, SocketAddrV4::new(B_IP, 80));
+    assert_eq!(listen.remote, None);
+    assert_eq!(
+        (listen.recv_q, listen.send_q),
+        (1, 16),
+        "accept queue, backlog"
+    );
+    let estab: Vec<_> = socks.iter().filter(|s| s.state == "ESTAB").collect();
+    assert_eq!(estab.len(), 2, "{socks:?}");
+    let s1_view = estab.iter().find(|s| s.remote == Some(peer1)).unwrap();
+    assert_eq!(s1_view.recv_q, 3000, "unread bytes");
+    let (rmem, rcvbuf, wmem, sndbuf) = s1_view.mem.unwrap();
+    assert!(rmem >= 3000 && rcvbuf > rmem, "{:?}", s1_view.mem);
+    assert_eq!(wmem, 0);
+    assert!(sndbuf > 0);
+    let info = s1_view.info.as_ref().unwrap();
+    assert!(info.cwnd > 0 && info.mss > 0, "{info:?}");
+    // The client's view has the RTT its SYN measured.
+    let a_view = p.a.sockets(p.now);
+    let c1_view = a_view.iter().find(|s| s.local == peer1).unwrap();
+    assert!(c1_view.info.as_ref().unwrap().srtt.is_some(), "{c1_view:?}");
+    let u = socks.iter().find(|s| s.protocol == Protocol::Udp).unwrap();
+    assert_eq!((u.state, u.local), ("UNCONN", SocketAddrV4::new(B_IP, 53)));
+    assert!(u.recv_q >= 5, "the datagram waits: {u:?}");
+
+    let mem = p.b.memory();
+    assert_eq!(mem.get("tcb").unwrap().count, 2);
+    assert!(mem.get("tcb").unwrap().bytes >= 2 * 400);
+    assert!(mem.get("buffers").unwrap().bytes >= 3000);
+    assert_eq!(mem.get("udp").unwrap().count, 1);
+    assert_eq!(mem.get("time_wait").unwrap().count, 0);
+    assert_eq!(
+        mem.total(),
+        mem.kinds.iter().map(|k| k.bytes).sum::<usize>()
+    );
+
+    // B closes first: its side of connection 1 ends in TIME-WAIT, listed with its timer.
+    let mut buf = [0u8; 4096];
+    while p.b.tcp_recv(p.now, s1, &mut buf).is_ok_and(|n| n > 0) {}
+    p.b.tcp_close(p.now, s1).unwrap();
+    p.settle();
+    p.a.tcp_close(p.now, c1).unwrap();
+    p.settle();
+    let socks = p.b.sockets(p.now);
+    let tw = socks.iter().find(|s| s.state == "TIME-WAIT").unwrap();
+    assert_eq!(tw.remote, Some(peer1));
+    let left = tw.timewait_left.unwrap();
+    assert!(left > Duration::from_secs(50) && left <= Duration::from_secs(60));
+    assert_eq!(p.b.memory().get("time_wait").unwrap().count, 1);
+    assert_eq!(
+        p.b.memory().get("buffers").unwrap().bytes,
+        0,
+        "buffers freed"
+    );
+
+    // Everything else closed and 60 s passed: no connection, no record; memory that stays
+    // is table capacity and free pool, not objects.
+    let (s2, _) = p.b.tcp_accept(listener).unwrap();
+    p.a.tcp_close(p.now, c2).unwrap();
+    p.settle();
+    p.b.tcp_close(p.now, s2).unwrap();
+    p.b.udp_close(udp).unwrap();
+    p.run_for(Duration::from_secs(61));
+    let mem = p.b.memory();
+    for kind in ["tcb", "time_wait", "requests", "udp"] {
+        assert_eq!(mem.get(kind).unwrap().count, 0, "{kind}: {mem:?}");
+    }
+    assert_eq!(mem.get("buffers").unwrap().bytes, 0);
+    let socks = p.b.sockets(p.now);
+    assert_eq!(socks.len(), 1, "only the listener: {socks:?}");
+}
