@@ -81,7 +81,7 @@ use std::thread::JoinHandle;
 
 use ustack_dev::{Device, DeviceCaps, Medium};
 use ustack_obs::Mib;
-use ustack_stack::{Instant, TcpHandle};
+use ustack_stack::{Instant, Stack, TcpHandle};
 
 use crate::api::TcpListener;
 use crate::rss::Rss;
@@ -187,13 +187,29 @@ struct Snapshot {
     stats: ShardStats,
 }
 
+/// Work for one shard's thread, run between rounds on its stack at its time.
+type Job = Box<dyn FnOnce(&mut Stack, Instant) + Send>;
+
 /// What the threads share: cold, off the packet path.
-#[derive(Debug)]
 struct Control {
     stop: AtomicBool,
     /// The latest snapshot generation asked for.
     requested: AtomicU64,
     slots: Vec<Mutex<Snapshot>>,
+    /// Jobs waiting for each shard ([`ShardedRuntime::on_each_shard`]).
+    jobs: Vec<Mutex<Vec<Job>>>,
+    /// Bumped whenever jobs are posted: one load per round tells a shard to look.
+    jobs_posted: AtomicU64,
+}
+
+impl core::fmt::Debug for Control {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Control")
+            .field("stop", &self.stop)
+            .field("requested", &self.requested)
+            .field("jobs_posted", &self.jobs_posted)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Control {
@@ -281,6 +297,8 @@ impl ShardedBuilder {
                     })
                 })
                 .collect(),
+            jobs: (0..shards).map(|_| Mutex::new(Vec::new())).collect(),
+            jobs_posted: AtomicU64::new(0),
         });
         let app = Arc::new(app);
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<io::Result<()>>();
@@ -383,7 +401,7 @@ where
         }
     };
     drop(ready);
-    let mut served = 0;
+    let (mut served, mut jobs_seen) = (0, 0);
     let result = loop {
         if ctl.stop.load(Ordering::Acquire) {
             break Ok(());
@@ -400,14 +418,28 @@ where
         if let Err(e) = app.poll(&mut ctx) {
             break Err(e);
         }
+        let posted = ctl.jobs_posted.load(Ordering::Acquire);
+        if posted != jobs_seen {
+            jobs_seen = posted;
+            let jobs = core::mem::take(&mut *ctl.jobs[k].lock().unwrap_or_else(|e| e.into_inner()));
+            let now = rt.now();
+            for job in jobs {
+                job(rt.stack_mut(), now);
+            }
+        }
         let wanted = ctl.requested.load(Ordering::Acquire);
         if wanted != served {
             ctl.publish(k, wanted, rt.stack().mib(), rt.shard_stats());
             served = wanted;
         }
     };
-    // The final counters, whatever ended the loop.
+    // The final counters, whatever ended the loop; jobs left are dropped unrun, so that
+    // whoever waits for them learns the shard is gone.
     ctl.publish(k, u64::MAX, rt.stack().mib(), rt.shard_stats());
+    ctl.jobs[k]
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clear();
     result.map(|()| app)
 }
 
@@ -469,6 +501,57 @@ impl<A> ShardedRuntime<A> {
             }
         }
         Ok(out)
+    }
+
+    /// Run `f` on every shard's thread, between two rounds of its loop, with its stack and
+    /// its time, and return what each gave, in shard order: how `ustack ss`, `stat
+    /// --memory` and `sysctl` reach the stacks without a lock on the packet path. A shard
+    /// picks its job up within a tick ([`ShardedBuilder::tick`]). `TimedOut` if a shard did
+    /// not answer within `timeout`, `BrokenPipe` if one has stopped.
+    pub fn on_each_shard<T, F>(&self, f: F, timeout: Duration) -> io::Result<Vec<T>>
+    where
+        T: Send + 'static,
+        F: Fn(usize, &mut Stack, Instant) -> T + Send + Sync + 'static,
+    {
+        if let Some(k) = self.threads.iter().position(|t| t.is_finished()) {
+            return Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                format!("shard {k} has stopped"),
+            ));
+        }
+        let f = Arc::new(f);
+        let (tx, rx) = std::sync::mpsc::channel();
+        for (k, queue) in self.control.jobs.iter().enumerate() {
+            let (f, tx) = (f.clone(), tx.clone());
+            let job: Job = Box::new(move |stack, now| {
+                let _ = tx.send((k, f(k, stack, now)));
+            });
+            queue.lock().unwrap_or_else(|e| e.into_inner()).push(job);
+        }
+        drop(tx);
+        self.control.jobs_posted.fetch_add(1, Ordering::AcqRel);
+        let deadline = std::time::Instant::now() + timeout;
+        let mut out: Vec<Option<T>> = (0..self.shards()).map(|_| None).collect();
+        for _ in 0..self.shards() {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match rx.recv_timeout(left) {
+                Ok((k, v)) => out[k] = Some(v),
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "a shard did not answer in time",
+                    ));
+                }
+                // Every sender gone with answers missing: a shard stopped with its job.
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::BrokenPipe,
+                        "a shard has stopped",
+                    ));
+                }
+            }
+        }
+        Ok(out.into_iter().flatten().collect())
     }
 
     /// The counters of every shard, summed ([`Mib::merge`]).

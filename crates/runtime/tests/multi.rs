@@ -514,3 +514,71 @@ fn splitter_batches_publish_once_per_queue_and_deliver_everything() {
         assert_eq!(splitter.sent_per_queue()[q], want[q].len() as u64);
     }
 }
+
+/// An app that fails on its shard once asked to, to test a stopped shard.
+struct FailOn(usize, Arc<std::sync::atomic::AtomicBool>);
+
+impl ShardApp<ShmPort> for FailOn {
+    fn poll(&mut self, ctx: &mut ShardContext<'_, ShmPort>) -> io::Result<()> {
+        if ctx.shard() == self.0 && self.1.load(Ordering::Relaxed) {
+            return Err(io::Error::other("asked to fail"));
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn jobs_run_on_every_shard_with_its_own_stack() {
+    let (a, _b) = link(Medium::Ip);
+    let fail = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let f = fail.clone();
+    let rt = builder(RssKey::MICROSOFT)
+        .listen(SocketAddrV4::new(SERVER_IP, 80), 16)
+        .start(a, move |_| FailOn(1, f.clone()))
+        .unwrap();
+    // Each shard answers from its own thread and stack, in shard order.
+    let seen = rt
+        .on_each_shard(
+            |k, stack, _now| {
+                (
+                    k,
+                    std::thread::current().name().map(str::to_owned),
+                    stack.sockets(Instant::ZERO).len(),
+                )
+            },
+            LIMIT,
+        )
+        .unwrap();
+    assert_eq!(
+        seen,
+        (0..SHARDS)
+            .map(|k| (k, Some(format!("ustack-shard-{k}")), 1))
+            .collect::<Vec<_>>(),
+        "one listener on every shard"
+    );
+    // A job may change a shard's stack: a sysctl set everywhere reads back everywhere.
+    rt.on_each_shard(
+        |_, stack, _| stack.set_sysctl("net.ipv4.tcp_keepalive_time", 600),
+        LIMIT,
+    )
+    .unwrap()
+    .into_iter()
+    .collect::<Result<Vec<()>, _>>()
+    .unwrap();
+    let values = rt
+        .on_each_shard(|_, stack, _| stack.sysctl().tcp_keepalive_time, LIMIT)
+        .unwrap();
+    assert_eq!(values, vec![600; SHARDS]);
+    // A stopped shard makes a job fail at once, not hang.
+    fail.store(true, Ordering::Relaxed);
+    let t = std::time::Instant::now();
+    let err = loop {
+        match rt.on_each_shard(|k, _, _| k, LIMIT) {
+            Err(e) => break e,
+            Ok(_) => assert!(t.elapsed() < LIMIT, "shard 1 never stopped"),
+        }
+    };
+    assert_eq!(err.kind(), io::ErrorKind::BrokenPipe, "{err}");
+    let results = rt.stop();
+    assert!(results[0].is_ok() && results[1].is_err());
+}
