@@ -29,7 +29,10 @@
 //! assert_eq!(pcap.len(), 24 + 16 + 60); // global header, record header, frame
 //! ```
 
+use std::collections::VecDeque;
 use std::io::{self, Write};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use ustack_obs::pcap::{DEFAULT_SNAPLEN, LinkType, PcapWriter};
 use ustack_obs::time::Instant;
@@ -136,6 +139,140 @@ impl<D: Device, W: Write> Device for Capture<D, W> {
             self.write(now, frame);
         }
         accepted
+    }
+
+    fn poll_at(&self) -> Option<Instant> {
+        self.device.poll_at()
+    }
+}
+
+/// The switch and queue of one or more [`Tap`]s: capture from a running server
+/// (`ustack capture`), on and off at will.
+///
+/// Off, a tap costs one relaxed atomic load per frame. On, every frame in and out is
+/// copied with its wall-clock time into a queue that another thread drains with
+/// [`take`](Self::take); the queue holds at most `limit` frames, and frames beyond it are
+/// counted in [`dropped`](Self::dropped), not captured (a slow reader never slows the
+/// stack down, as `tcpdump` drops rather than blocks: `ps_drop`).
+#[derive(Debug)]
+pub struct TapSwitch {
+    on: AtomicBool,
+    frames: Mutex<VecDeque<(Instant, Vec<u8>)>>,
+    limit: usize,
+    dropped: AtomicU64,
+}
+
+impl TapSwitch {
+    /// A switch, off, whose queue holds at most `limit` frames.
+    pub fn new(limit: usize) -> Arc<TapSwitch> {
+        Arc::new(TapSwitch {
+            on: AtomicBool::new(false),
+            frames: Mutex::new(VecDeque::new()),
+            limit,
+            dropped: AtomicU64::new(0),
+        })
+    }
+
+    /// Start or stop capturing. Stopping drops what was not taken yet.
+    pub fn set(&self, on: bool) {
+        self.on.store(on, Ordering::Release);
+        if !on {
+            self.lock().clear();
+        }
+    }
+
+    /// Whether the taps capture.
+    pub fn is_on(&self) -> bool {
+        self.on.load(Ordering::Relaxed)
+    }
+
+    /// Take every frame captured so far: (wall-clock time as an [`Instant`] since the Unix
+    /// epoch, the frame).
+    pub fn take(&self) -> Vec<(Instant, Vec<u8>)> {
+        self.lock().drain(..).collect()
+    }
+
+    /// Frames not captured because the queue was full.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<(Instant, Vec<u8>)>> {
+        self.frames.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn push(&self, frame: &[u8]) {
+        let wall = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let mut q = self.lock();
+        if q.len() >= self.limit {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        q.push_back((Instant::from_nanos(wall.as_nanos() as u64), frame.to_vec()));
+    }
+}
+
+/// A device with a [`TapSwitch`]: frames in (delivered by the device) and out (accepted by
+/// it) go to the switch's queue while it is on, tapped where [`Capture`] taps them.
+#[derive(Debug)]
+pub struct Tap<D: Device> {
+    device: D,
+    switch: Arc<TapSwitch>,
+}
+
+impl<D: Device> Tap<D> {
+    /// Tap `device` through `switch` (several taps may share one switch: the queues of a
+    /// sharded server).
+    pub fn new(device: D, switch: Arc<TapSwitch>) -> Tap<D> {
+        Tap { device, switch }
+    }
+
+    /// The tapped device.
+    pub fn device(&self) -> &D {
+        &self.device
+    }
+
+    /// The tapped device, mutably.
+    pub fn device_mut(&mut self) -> &mut D {
+        &mut self.device
+    }
+}
+
+impl<D: Device> Device for Tap<D> {
+    fn caps(&self) -> DeviceCaps {
+        self.device.caps()
+    }
+
+    fn recv(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
+        let n = self.device.recv(now, buf)?;
+        if self.switch.is_on() {
+            self.switch.push(&buf[..n]);
+        }
+        Some(n)
+    }
+
+    fn send(&mut self, now: Instant, frame: &[u8]) -> bool {
+        self.send_more(now, frame, false)
+    }
+
+    fn send_more(&mut self, now: Instant, frame: &[u8], more: bool) -> bool {
+        let accepted = self.device.send_more(now, frame, more);
+        if accepted && self.switch.is_on() {
+            self.switch.push(frame);
+        }
+        accepted
+    }
+
+    /// Off, the batch goes to the device whole; on, frame by frame (with the `xmit_more`
+    /// hint) so that each accepted frame is captured.
+    fn send_batch(&mut self, now: Instant, frames: &[&[u8]]) -> usize {
+        if self.switch.is_on() {
+            crate::send_each(self, now, frames)
+        } else {
+            self.device.send_batch(now, frames)
+        }
     }
 
     fn poll_at(&self) -> Option<Instant> {

@@ -125,18 +125,23 @@ pub trait Device {
     /// Provided: [`send_more`](Device::send_more) on each frame, with `more` on all but
     /// the last.
     fn send_batch(&mut self, now: Instant, frames: &[&[u8]]) -> usize {
-        let last = frames.len().saturating_sub(1);
-        let mut dropped = 0;
-        for (i, frame) in frames.iter().enumerate() {
-            if !self.send_more(now, frame, i < last) {
-                dropped += 1;
-            }
-        }
-        dropped
+        send_each(self, now, frames)
     }
     /// The earliest time at which `recv` may next return a frame (`None`: nothing in
     /// flight). Lets a virtual clock jump. A time at or before `now` means "now".
     fn poll_at(&self) -> Option<Instant>;
+}
+
+/// [`Device::send_batch`] frame by frame: [`Device::send_more`] on each, with the hint on
+/// all but the last; how many were dropped. The trait's provided batch, for wrappers that
+/// override `send_batch` and sometimes need it.
+pub fn send_each<D: Device + ?Sized>(device: &mut D, now: Instant, frames: &[&[u8]]) -> usize {
+    let last = frames.len().saturating_sub(1);
+    frames
+        .iter()
+        .enumerate()
+        .filter(|&(i, frame)| !device.send_more(now, frame, i < last))
+        .count()
 }
 
 impl<D: Device + ?Sized> Device for &mut D {

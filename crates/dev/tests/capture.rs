@@ -4,7 +4,7 @@
 use std::io::{self, Write};
 use std::time::Duration;
 
-use ustack_dev::capture::Capture;
+use ustack_dev::capture::{Capture, Tap, TapSwitch};
 use ustack_dev::shm::{ShmConfig, ShmLink};
 use ustack_dev::sim::{Side, SimConfig, SimLink, SimLinkConfig};
 use ustack_dev::{Device, Medium};
@@ -262,4 +262,60 @@ fn batches_are_captured_frame_by_frame_and_stay_batched() {
     let (_, records) = parse_pcap(&writer.into_inner());
     let want: Vec<Record> = frames[..8].iter().map(|f| record(t, f.clone())).collect();
     assert_eq!(records, want);
+}
+
+#[test]
+fn a_tap_captures_only_while_on_and_never_blocks_the_link() {
+    let (mut a, mut b) = ShmLink::pair(&ShmConfig {
+        ring_size: 8,
+        ..ShmConfig::default()
+    })
+    .unwrap();
+    let switch = TapSwitch::new(4);
+    let mut port = Tap::new(a.remove(0), switch.clone());
+    let t = Instant::from_millis(5);
+    let frames: Vec<Vec<u8>> = (0..3).map(|i| frame(i, 60)).collect();
+    let refs: Vec<&[u8]> = frames.iter().map(|f| &f[..]).collect();
+    let mut buf = [0u8; 1514];
+
+    // Off: nothing is kept, and a batch stays one publication.
+    assert_eq!(port.send_batch(t, &refs), 0);
+    assert_eq!(port.device().stats().tx_publishes, 1);
+    assert!(switch.take().is_empty());
+    for _ in 0..3 {
+        b[0].recv(t, &mut buf).unwrap();
+    }
+
+    // On: frames out (as accepted) and in (as delivered), in order, with wall-clock times.
+    switch.set(true);
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    assert_eq!(port.send_batch(t, &refs[..2]), 0);
+    assert_eq!(port.device().stats().tx_publishes, 2, "still one per batch");
+    assert!(b[0].send(t, &frame(9, 70)));
+    let n = port.recv(t, &mut buf).unwrap();
+    assert_eq!(&buf[..n], &frame(9, 70)[..]);
+    let got = switch.take();
+    let data: Vec<&[u8]> = got.iter().map(|(_, f)| &f[..]).collect();
+    assert_eq!(data, [&frames[0][..], &frames[1][..], &frame(9, 70)[..]]);
+    for (at, _) in &got {
+        assert!(at.since_epoch() >= before, "a Unix time: {at:?}");
+    }
+
+    // A reader that falls behind loses frames, counted; the link does not wait for it.
+    for _ in 0..3 {
+        assert!(port.send(t, &frames[2]));
+        b[0].recv(t, &mut buf).unwrap();
+        assert!(b[0].send(t, &frame(8, 60)));
+        port.recv(t, &mut buf).unwrap();
+    }
+    assert_eq!(switch.take().len(), 4, "the queue's limit");
+    assert_eq!(switch.dropped(), 2);
+
+    // Off again: what was queued is dropped, nothing more is kept.
+    assert!(port.send(t, &frames[0]));
+    switch.set(false);
+    assert!(port.send(t, &frames[1]));
+    assert!(switch.take().is_empty());
 }

@@ -72,6 +72,7 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use ustack_dev::capture::Tap;
 use ustack_dev::shm::ShmPort;
 use ustack_dev::sim::{Side, SimLink, SimLinkConfig};
 use ustack_dev::tun::TunQueue;
@@ -284,6 +285,13 @@ impl Sleep for RssSplitter<ShmPort> {
     fn sleep_until(&mut self, clock: &dyn Clock, deadline: Option<Instant>) -> io::Result<bool> {
         let timeout = deadline.map(|d| d - clock.now());
         ustack_dev::shm::wait_any(self.queues_mut(), timeout)
+    }
+}
+
+/// A tapped device sleeps as the device does.
+impl<D: Device + Sleep> Sleep for Tap<D> {
+    fn sleep_until(&mut self, clock: &dyn Clock, deadline: Option<Instant>) -> io::Result<bool> {
+        self.device_mut().sleep_until(clock, deadline)
     }
 }
 
