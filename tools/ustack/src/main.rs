@@ -5,6 +5,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod control;
+mod inspect;
 mod serve;
 mod sysctl;
 
@@ -31,16 +33,18 @@ enum Command {
     /// Run a server (echo, discard, http) on ustack, over a shm link another process
     /// attaches to (it prints `shm-offer <name>`), or over `sim` with verifying clients.
     Serve(serve::Args),
-    /// Print a running instance's counters like /proc/net/snmp and /proc/net/netstat.
-    /// Not yet: needs `serve` and its control socket.
-    Stat,
-    /// List a running instance's sockets like `ss -tn`. Not yet: needs `serve`.
-    Ss,
-    /// Show ustack's tunables (Linux sysctl names, defaults, ranges, units), or check a
-    /// `name=value` setting against them. Setting a running instance comes with `serve`.
+    /// Print a running instance's counters exactly as /proc/net/snmp and /proc/net/netstat
+    /// (or --json, or nstat-like --delta), or its memory by kind (--memory).
+    Stat(inspect::StatArgs),
+    /// List a running instance's sockets like `ss -tn` (-l, -a, -u, -m, -i, -o, --json).
+    Ss(inspect::SsArgs),
+    /// Read or set a running instance's tunables by their Linux sysctl names, validated
+    /// (`ustack sysctl`, `ustack sysctl NAME`, `ustack sysctl NAME=VALUE`); with
+    /// --defaults, ustack's defaults, ranges and units without an instance.
     Sysctl(sysctl::Args),
-    /// Capture a running instance's traffic to a pcap file. Not yet: needs `serve`.
-    Capture,
+    /// Capture a running instance's traffic to a pcap file (`-w FILE`, `-c COUNT`,
+    /// `--duration`), frames in and out of every shard.
+    Capture(inspect::CaptureArgs),
 }
 
 fn main() -> ExitCode {
@@ -49,9 +53,9 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::run(&args),
         Command::Sysctl(args) => sysctl::run(&args),
         Command::Serve(args) => serve::run(&args),
-        Command::Stat => not_yet("stat", "`ustack serve` and its control socket (#6)"),
-        Command::Ss => not_yet("ss", "`ustack serve` and its control socket (#6)"),
-        Command::Capture => not_yet("capture", "`ustack serve` and its control socket (#6)"),
+        Command::Stat(args) => inspect::stat(&args),
+        Command::Ss(args) => inspect::ss(&args),
+        Command::Capture(args) => inspect::capture(&args),
     };
     match result {
         Ok(code) => code,
@@ -60,9 +64,4 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-fn not_yet(what: &str, needs: &str) -> anyhow::Result<ExitCode> {
-    eprintln!("ustack {what}: not yet implemented; it arrives with {needs}.");
-    Ok(ExitCode::from(2))
 }

@@ -10,6 +10,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use ustack_dev::Device;
+use ustack_dev::capture::{self, Tap, TapSwitch};
 use ustack_dev::shm::{ShmConfig, ShmLink};
 use ustack_dev::tun::{Tun, TunConfig};
 use ustack_runtime::multi::{ShardApp, ShardContext, ShardedBuilder};
@@ -17,6 +18,8 @@ use ustack_runtime::rss::{Rss, RssKey};
 use ustack_runtime::runtime::{Clock, RuntimeBuilder, Sleep, VirtualClock, sim_pair};
 use ustack_runtime::servers::{Load, Protocol, Server, ServerStats};
 use ustack_stack::{EthernetAddress, Instant};
+
+use crate::control::{self, ControlServer};
 
 /// The server's MAC address on the link.
 pub const SERVER_MAC: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 2]);
@@ -98,6 +101,11 @@ pub struct Args {
     /// forever, sim 60 s of virtual time.
     #[arg(long, value_parser = parse_duration)]
     duration: Option<Duration>,
+    /// shm, tun: the control socket `ustack stat`, `ss`, `sysctl` and `capture` talk to
+    /// (default: $USTACK_CONTROL, else $XDG_RUNTIME_DIR/ustack/serve.sock, else
+    /// /tmp/ustack-<uid>/serve.sock).
+    #[arg(long)]
+    control: Option<PathBuf>,
     /// shm, tun: shards (threads, each with its own stack and queue), 1 to 64.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     shards: u16,
@@ -111,7 +119,7 @@ pub struct Args {
 }
 
 /// `10s`, `500ms`, `2m`, `1.5s`, `3` (seconds).
-fn parse_duration(s: &str) -> Result<Duration, String> {
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let (num, unit) = match s.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
         Some(i) => s.split_at(i),
         None => (s, "s"),
@@ -175,10 +183,19 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     if args.link != "tun" && (args.netns.is_some() || args.mtu.is_some()) {
         bail!("--netns and --mtu are for --link tun only");
     }
+    if args.link == "sim" {
+        if args.control.is_some() {
+            bail!("--control is for --link shm or tun (the sim run ends by itself)");
+        }
+        return sim(args, proto);
+    }
+    // Bound first, so that a second instance on the same socket fails before it sets up
+    // its link.
+    let control = ControlServer::bind(&control::path(args.control.as_deref()))?;
+    eprintln!("ustack serve: control socket {}", control.path().display());
     match args.link.as_str() {
-        "sim" => sim(args, proto),
-        "tun" => tun(args, proto),
-        _ => shm(args, proto),
+        "tun" => tun(args, proto, control),
+        _ => shm(args, proto, control),
     }
 }
 
@@ -217,8 +234,18 @@ fn serve<D: Device + Sleep + Send + 'static>(
     devices: Vec<D>,
     args: &Args,
     proto: Protocol,
+    control: ControlServer,
 ) -> anyhow::Result<ExitCode> {
     let shards = devices.len();
+    let Some(first) = devices.first() else {
+        bail!("no device queue to serve on");
+    };
+    let link = capture::link_type(first.caps().medium);
+    let tap = TapSwitch::new(control::TAP_QUEUE);
+    let devices: Vec<Tap<D>> = devices
+        .into_iter()
+        .map(|d| Tap::new(d, tap.clone()))
+        .collect();
     let (addr, root) = (args.addr, args.root.clone());
     let rt = ShardedBuilder::new(
         builder(*args.addr.ip(), SERVER_MAC, 1),
@@ -232,12 +259,8 @@ fn serve<D: Device + Sleep + Send + 'static>(
         server: None,
     })
     .with_context(|| format!("starting {shards} shard(s) listening on {}", args.addr))?;
-    match args.duration {
-        Some(d) => std::thread::sleep(d),
-        None => loop {
-            std::thread::park();
-        },
-    }
+    let until = args.duration.map(|d| std::time::Instant::now() + d);
+    control.serve_until(&rt, &tap, link, until);
     let mut total = ServerStats::default();
     for (k, app) in rt.stop().into_iter().enumerate() {
         let app = app.with_context(|| format!("shard {k}"))?;
@@ -249,7 +272,7 @@ fn serve<D: Device + Sleep + Send + 'static>(
     Ok(ExitCode::SUCCESS)
 }
 
-fn tun(args: &Args, proto: Protocol) -> anyhow::Result<ExitCode> {
+fn tun(args: &Args, proto: Protocol, control: ControlServer) -> anyhow::Result<ExitCode> {
     let netns = args.netns.as_ref().map(|n| {
         if n.contains('/') {
             PathBuf::from(n)
@@ -280,10 +303,10 @@ fn tun(args: &Args, proto: Protocol) -> anyhow::Result<ExitCode> {
             .map(|n| format!(" in netns {n}"))
             .unwrap_or_default()
     );
-    serve(queues, args, proto)
+    serve(queues, args, proto, control)
 }
 
-fn shm(args: &Args, proto: Protocol) -> anyhow::Result<ExitCode> {
+fn shm(args: &Args, proto: Protocol, control: ControlServer) -> anyhow::Result<ExitCode> {
     let shards = usize::from(args.shards);
     let config = ShmConfig {
         queue_pairs: shards,
@@ -306,7 +329,7 @@ fn shm(args: &Args, proto: Protocol) -> anyhow::Result<ExitCode> {
     offer
         .hand_over(ATTACH_TIMEOUT)
         .context("waiting for the client to attach")?;
-    serve(ports, args, proto)
+    serve(ports, args, proto, control)
 }
 
 fn sim(args: &Args, proto: Protocol) -> anyhow::Result<ExitCode> {

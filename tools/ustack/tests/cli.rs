@@ -49,15 +49,25 @@ fn unknown_subcommand_and_bad_flag_are_clear_errors() {
 }
 
 #[test]
-fn unimplemented_subcommands_say_so_and_fail() {
-    for sub in ["stat", "ss", "capture"] {
-        let o = ustack(&[sub]);
-        assert_eq!(o.status.code(), Some(2), "{sub} exits 2");
-        assert!(
-            stderr(&o).contains("not yet implemented"),
-            "{sub}: {}",
-            stderr(&o)
-        );
+fn inspection_commands_refuse_bad_arguments_clearly() {
+    for (args, says) in [
+        (&["capture"][..], "--write <FILE>"),
+        (&["capture", "-w", "x.pcap", "-c", "0"], "0 is not in 1.."),
+        (
+            &["capture", "-w", "x.pcap", "--duration", "soon"],
+            "not a duration",
+        ),
+        (&["stat", "--delta", "--memory"], "cannot be used with"),
+        (&["stat", "-z"], "--delta"),
+        (&["ss", "-l", "-a"], "cannot be used with"),
+        (
+            &["sysctl", "--defaults", "--control", "x"],
+            "cannot be used with",
+        ),
+    ] {
+        let o = ustack(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
     }
 }
 
@@ -154,7 +164,7 @@ fn serve_over_sim_runs_verifying_clients() {
 
 #[test]
 fn sysctl_lists_validates_and_refuses() {
-    let o = ustack(&["sysctl"]);
+    let o = ustack(&["sysctl", "--defaults"]);
     assert!(o.status.success());
     let all = stdout(&o);
     assert!(all.contains("net.ipv4.ip_default_ttl = 64\n"), "{all}");
@@ -163,7 +173,7 @@ fn sysctl_lists_validates_and_refuses() {
         "{all}"
     );
 
-    let o = ustack(&["sysctl", "-v", "net.ipv4.icmp_ratelimit"]);
+    let o = ustack(&["sysctl", "--defaults", "-v", "net.ipv4.icmp_ratelimit"]);
     assert!(o.status.success());
     assert!(
         stdout(&o).starts_with("net.ipv4.icmp_ratelimit = 1000\t[0..=60000] ms"),
@@ -171,11 +181,11 @@ fn sysctl_lists_validates_and_refuses() {
         stdout(&o)
     );
 
-    let o = ustack(&["sysctl", "net.ipv4.ip_default_ttl=128"]);
+    let o = ustack(&["sysctl", "--defaults", "net.ipv4.ip_default_ttl=128"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(stdout(&o), "net.ipv4.ip_default_ttl = 128\n");
 
-    let o = ustack(&["sysctl", "net.ipv4.ip_default_ttl=0"]);
+    let o = ustack(&["sysctl", "--defaults", "net.ipv4.ip_default_ttl=0"]);
     assert!(!o.status.success());
     assert!(
         stderr(&o).contains("out of range [1, 255]"),
@@ -183,11 +193,11 @@ fn sysctl_lists_validates_and_refuses() {
         stderr(&o)
     );
 
-    let o = ustack(&["sysctl", "net.ipv4.tcp_nope"]);
+    let o = ustack(&["sysctl", "--defaults", "net.ipv4.tcp_nope"]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("unknown sysctl"), "{}", stderr(&o));
 
-    let o = ustack(&["sysctl", "net.ipv4.ip_default_ttl=lots"]);
+    let o = ustack(&["sysctl", "--defaults", "net.ipv4.ip_default_ttl=lots"]);
     assert!(!o.status.success());
     assert!(
         stderr(&o).contains("not a non-negative integer"),

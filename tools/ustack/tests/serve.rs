@@ -12,28 +12,15 @@
 
 use core::net::{Ipv4Addr, SocketAddrV4};
 use core::time::Duration;
-use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, Command, Stdio};
+use std::io::Read;
 
-use ustack_dev::shm::ShmPeer;
-use ustack_runtime::RssSplitter;
-use ustack_runtime::rss::{Rss, RssKey};
-use ustack_runtime::runtime::RuntimeBuilder;
+mod common;
+use common::spawn_serve;
+
 use ustack_runtime::servers::{Load, Protocol};
-use ustack_stack::EthernetAddress;
 use ustack_testkit::netns::{NetNs, PY_ECHO_CLIENT, python_argv, root_or_skip};
 
 const CLIENTS: usize = 64;
-
-/// Kills and reaps the server on drop (a failed assertion included).
-struct Guard(Child);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// Run `ustack serve <proto> --shards <shards>` and 64 clients of `per_conn` exchanges
 /// against it. With `duration`, the server stops on its own after it and the run reads its
@@ -48,34 +35,20 @@ fn serve_over_shm(
     duration: Option<&str>,
 ) -> String {
     let addr = SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 2), port);
-    let child = Command::new(env!("CARGO_BIN_EXE_ustack"))
-        .args(["serve", proto, "--link", "shm", "--addr", &addr.to_string()])
-        .args(["--duration", duration.unwrap_or("120s")])
-        .args(["--shards", &shards.to_string()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn ustack serve");
-    let mut guard = Guard(child);
-    let stdout = guard.0.stdout.take().expect("stdout");
-    let mut stdout = BufReader::new(stdout);
-    let mut line = String::new();
-    stdout.read_line(&mut line).expect("the offer line");
-    let name = line
-        .strip_prefix("shm-offer ")
-        .unwrap_or_else(|| panic!("expected `shm-offer <name>`, got {line:?}"))
-        .trim();
-    let peer = ShmPeer::connect(name, Duration::from_secs(10)).expect("connect to the offer");
-    let ports = peer.attach().expect("attach");
-    assert_eq!(ports.len(), shards, "one queue pair per shard");
-    let device =
-        RssSplitter::new(ports, Rss::new(RssKey::MICROSOFT, shards)).replicate_unhashed(true);
-    let mut rt = RuntimeBuilder::new()
-        .ipv4(Ipv4Addr::new(192, 0, 2, 1), 24)
-        .mac(EthernetAddress([2, 0, 0, 0, 0, 1]))
-        .seed(7)
-        .build(device)
-        .expect("client runtime");
+    let (addr_s, shards_s) = (addr.to_string(), shards.to_string());
+    let mut guard = spawn_serve(&[
+        proto,
+        "--link",
+        "shm",
+        "--addr",
+        &addr_s,
+        "--duration",
+        duration.unwrap_or("120s"),
+        "--shards",
+        &shards_s,
+    ]);
+    let mut rt = guard.attach(shards);
+    let stdout = &mut guard.stdout;
     let proto = Protocol::from_name(proto).expect("protocol");
     let mut load = Load::start(&mut rt, proto, addr, CLIENTS, per_conn).expect("clients");
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
@@ -91,7 +64,7 @@ fn serve_over_shm(
     if duration.is_some() {
         // Let the closes finish while the server runs out its time, then read its report.
         let until = std::time::Instant::now() + Duration::from_secs(30);
-        while guard.0.try_wait().expect("child status").is_none() {
+        while guard.child.try_wait().expect("child status").is_none() {
             assert!(std::time::Instant::now() < until, "the server did not stop");
             rt.run_once(Some(Duration::from_millis(10)))
                 .expect("client loop");
@@ -101,7 +74,7 @@ fn serve_over_shm(
             .expect("the server's report");
     } else {
         assert!(
-            guard.0.try_wait().expect("child status").is_none(),
+            guard.child.try_wait().expect("child status").is_none(),
             "the server still runs"
         );
     }
@@ -153,25 +126,20 @@ fn echo_server_over_tun_serves_a_kernel_client() {
     }
     let ns = NetNs::new().expect("a namespace");
     let netns = ns.path().display().to_string();
-    let child = Command::new(env!("CARGO_BIN_EXE_ustack"))
-        .args(["serve", "echo", "--link", "tun", "--tun", "tun0"])
-        .args([
-            "--netns",
-            &netns,
-            "--addr",
-            "192.0.2.2:7",
-            "--duration",
-            "5s",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn ustack serve");
-    let mut guard = Guard(child);
-    let mut stdout = BufReader::new(guard.0.stdout.take().expect("stdout"));
-    let mut line = String::new();
-    stdout.read_line(&mut line).expect("the ready line");
-    assert_eq!(line.trim(), "tun-ready tun0");
+    let mut guard = spawn_serve(&[
+        "echo",
+        "--link",
+        "tun",
+        "--tun",
+        "tun0",
+        "--netns",
+        &netns,
+        "--addr",
+        "192.0.2.2:7",
+        "--duration",
+        "5s",
+    ]);
+    assert_eq!(guard.first_line(), "tun-ready tun0");
     ns.configure_tun("tun0").expect("the kernel's end");
     let n = 1 << 20;
     let out = ns
@@ -191,8 +159,8 @@ fn echo_server_over_tun_serves_a_kernel_client() {
     assert_eq!((echoed, got), (sent, n.to_string().as_str()), "the echo");
     // The server ends after --duration and prints its counters.
     let mut rest = String::new();
-    std::io::Read::read_to_string(&mut stdout, &mut rest).expect("the counters");
-    assert!(guard.0.wait().expect("exit").success());
+    std::io::Read::read_to_string(&mut guard.stdout, &mut rest).expect("the counters");
+    assert!(guard.child.wait().expect("exit").success());
     assert!(
         rest.contains(&format!(
             "accepted=1 closed=1 errors=0 bytes_in={n} bytes_out={n}"

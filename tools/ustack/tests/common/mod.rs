@@ -1,0 +1,104 @@
+//! `ustack serve` in a child process for the tool's tests: spawned with a control socket
+//! of its own (so tests run in parallel), killed and reaped on drop, and a client runtime
+//! attached to its shm link.
+
+#![allow(dead_code)] // each test file uses what it needs
+
+use core::net::Ipv4Addr;
+use core::time::Duration;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdout, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use ustack_dev::shm::{ShmPeer, ShmPort};
+use ustack_runtime::RssSplitter;
+use ustack_runtime::rss::{Rss, RssKey};
+use ustack_runtime::runtime::{MonotonicClock, Runtime, RuntimeBuilder};
+use ustack_stack::EthernetAddress;
+
+/// A running `ustack serve`.
+pub struct Served {
+    pub child: Child,
+    pub stdout: BufReader<ChildStdout>,
+    /// Its control socket, in a directory of this test's own.
+    pub control: PathBuf,
+    dir: PathBuf,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Start `ustack serve ARGS --control <a fresh path>`.
+pub fn spawn_serve(args: &[&str]) -> Served {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "ustack-test-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let control = dir.join("serve.sock");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ustack"))
+        .arg("serve")
+        .args(args)
+        .arg("--control")
+        .arg(&control)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn ustack serve");
+    let stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    Served {
+        child,
+        stdout,
+        control,
+        dir,
+    }
+}
+
+impl Served {
+    /// The first line of its output.
+    pub fn first_line(&mut self) -> String {
+        let mut line = String::new();
+        self.stdout
+            .read_line(&mut line)
+            .expect("a line from the server");
+        line.trim().to_owned()
+    }
+
+    /// Read the `shm-offer <name>` line and attach to the link as side B: a client
+    /// runtime at 192.0.2.1 steering frames to the server's shards by RSS.
+    pub fn attach(&mut self, shards: usize) -> Runtime<RssSplitter<ShmPort>, MonotonicClock> {
+        let line = self.first_line();
+        let name = line
+            .strip_prefix("shm-offer ")
+            .unwrap_or_else(|| panic!("expected `shm-offer <name>`, got {line:?}"));
+        let peer = ShmPeer::connect(name, Duration::from_secs(10)).expect("connect to the offer");
+        let ports = peer.attach().expect("attach");
+        assert_eq!(ports.len(), shards, "one queue pair per shard");
+        let device =
+            RssSplitter::new(ports, Rss::new(RssKey::MICROSOFT, shards)).replicate_unhashed(true);
+        RuntimeBuilder::new()
+            .ipv4(Ipv4Addr::new(192, 0, 2, 1), 24)
+            .mac(EthernetAddress([2, 0, 0, 0, 0, 1]))
+            .seed(7)
+            .build(device)
+            .expect("client runtime")
+    }
+
+    /// Run `ustack ARGS --control <this server's socket>`.
+    pub fn tool(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_ustack"))
+            .args(args)
+            .arg("--control")
+            .arg(&self.control)
+            .output()
+            .expect("run ustack")
+    }
+}
