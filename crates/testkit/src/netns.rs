@@ -267,6 +267,26 @@ t.join()
 print(hashlib.sha256(data).hexdigest(), echoed, got)
 "#;
 
+/// A kernel bulk server, arguments `n host port`: accepts one connection, reads to its
+/// end, then sends `n` pseudo-random bytes and closes; prints `ready` once listening, then
+/// the bytes read, their SHA-256 and the SHA-256 of what it sent.
+pub const PY_BULK_SERVER: &str = r#"
+n, host, port = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+l = socket.socket()
+l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind((host, port))
+l.listen(1)
+l.settimeout(20)
+print("ready", flush=True)
+c, _ = l.accept()
+c.settimeout(20)
+digest, got = drain(c)
+data = random.Random(n).randbytes(n)
+c.sendall(data)
+c.close()
+print(got, digest, hashlib.sha256(data).hexdigest(), flush=True)
+"#;
+
 /// `python3 -c <PY_PRELUDE + script> args...`, for [`NetNs::run`] or [`NetNs::command`].
 pub fn python_argv(script: &str, args: &[String]) -> Vec<String> {
     let mut argv = vec![
