@@ -237,7 +237,7 @@ fn ustack_client_bulk_both_ways_with_kernel_server() {
     };
     let (up, down) = (4 << 20, 4 << 20);
     let port = 5001;
-    let server = KernelServer::start(&rig.ns, down, port);
+    let server = KernelServer::start(&rig.ns, down, port, None);
     let data = pattern(up, 5);
     let sent_digest = hex(&Sha256::digest(&data));
     let app = Ustack::start(builder(), rig.queues.remove(0), move |rt, stop| {

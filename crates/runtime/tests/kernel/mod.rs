@@ -14,7 +14,9 @@ use sha2::{Digest, Sha256};
 use ustack_dev::Device;
 use ustack_runtime::api::TcpStream;
 use ustack_runtime::runtime::{Events, Runtime, RuntimeBuilder, Sleep};
-use ustack_testkit::netns::{KERNEL_IP, NetNs, PY_BULK_SERVER, TunRig, USTACK_IP, python_argv};
+use ustack_testkit::netns::{
+    KERNEL_IP, NetNs, PY_BULK_SERVER, PY_CC_ENV, TunRig, USTACK_IP, python_argv,
+};
 
 /// The bound on each kernel-side command and on each ustack application.
 pub const LIMIT: Duration = Duration::from_secs(30);
@@ -170,17 +172,21 @@ pub struct KernelServer {
 
 impl KernelServer {
     /// Starts the server on [`KERNEL_IP`]`:port`, to send `n` bytes to the connection
-    /// after reading it to its end; returns once it prints `ready`.
-    pub fn start(ns: &NetNs, n: usize, port: u16) -> KernelServer {
+    /// after reading it to its end, with congestion control `cc` on it if given; returns
+    /// once it prints `ready`.
+    pub fn start(ns: &NetNs, n: usize, port: u16, cc: Option<&str>) -> KernelServer {
         use std::io::BufRead;
-        let mut child = ns
-            .command(
-                LIMIT,
-                &python_argv(
-                    PY_BULK_SERVER,
-                    &[n.to_string(), KERNEL_IP.to_string(), port.to_string()],
-                ),
-            )
+        let mut command = ns.command(
+            LIMIT,
+            &python_argv(
+                PY_BULK_SERVER,
+                &[n.to_string(), KERNEL_IP.to_string(), port.to_string()],
+            ),
+        );
+        if let Some(cc) = cc {
+            command.env(PY_CC_ENV, cc);
+        }
+        let mut child = command
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()
