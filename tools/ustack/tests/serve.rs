@@ -21,7 +21,7 @@ use ustack_runtime::rss::{Rss, RssKey};
 use ustack_runtime::runtime::RuntimeBuilder;
 use ustack_runtime::servers::{Load, Protocol};
 use ustack_stack::EthernetAddress;
-use ustack_testkit::netns::{NetNs, PY_ECHO_CLIENT, python_argv, root_or_skip};
+use ustack_testkit::netns::{NetNs, PY_ECHO_CLIENT, ServeOverTun, python_argv, root_or_skip};
 
 const CLIENTS: usize = 64;
 
@@ -152,27 +152,12 @@ fn echo_server_over_tun_serves_a_kernel_client() {
         return;
     }
     let ns = NetNs::new().expect("a namespace");
-    let netns = ns.path().display().to_string();
-    let child = Command::new(env!("CARGO_BIN_EXE_ustack"))
-        .args(["serve", "echo", "--link", "tun", "--tun", "tun0"])
-        .args([
-            "--netns",
-            &netns,
-            "--addr",
-            "192.0.2.2:7",
-            "--duration",
-            "5s",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn ustack serve");
-    let mut guard = Guard(child);
-    let mut stdout = BufReader::new(guard.0.stdout.take().expect("stdout"));
-    let mut line = String::new();
-    stdout.read_line(&mut line).expect("the ready line");
-    assert_eq!(line.trim(), "tun-ready tun0");
-    ns.configure_tun("tun0").expect("the kernel's end");
+    let server = ServeOverTun::start(
+        std::path::Path::new(env!("CARGO_BIN_EXE_ustack")),
+        &ns,
+        &["echo", "--addr", "192.0.2.2:7", "--duration", "5s"],
+    )
+    .expect("ustack serve over tun");
     let n = 1 << 20;
     let out = ns
         .run(
@@ -190,9 +175,7 @@ fn echo_server_over_tun_serves_a_kernel_client() {
     };
     assert_eq!((echoed, got), (sent, n.to_string().as_str()), "the echo");
     // The server ends after --duration and prints its counters.
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut stdout, &mut rest).expect("the counters");
-    assert!(guard.0.wait().expect("exit").success());
+    let rest = server.finish().expect("ustack serve's counters");
     assert!(
         rest.contains(&format!(
             "accepted=1 closed=1 errors=0 bytes_in={n} bytes_out={n}"
