@@ -16,6 +16,9 @@
 //!   other end is the Linux kernel; made by [`tun::Tun::open`], optionally inside a network
 //!   namespace.
 //! - [`capture::Capture`]: wraps any device and writes every frame in and out to pcap.
+//! - [`fault::Faulty`]: the fault relay: wraps any device (a TUN queue, say) and puts
+//!   seeded faults on both paths, on the caller's clock, with the sim link's fault logic
+//!   ([`fault::FaultLine`]).
 //!
 //! This crate denies `unsafe` code; only its `sys` modules (shared memory and TUN now;
 //! AF_PACKET, AF_XDP later) allow it, each block with a `// SAFETY:` line.
@@ -23,6 +26,7 @@
 use ustack_obs::time::Instant;
 
 pub mod capture;
+pub mod fault;
 pub mod shm;
 pub mod sim;
 mod sys;

@@ -72,7 +72,8 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use ustack_dev::capture::Tap;
+use ustack_dev::capture::{Capture, Tap};
+use ustack_dev::fault::Faulty;
 use ustack_dev::shm::ShmPort;
 use ustack_dev::sim::{Side, SimLink, SimLinkConfig};
 use ustack_dev::tun::TunQueue;
@@ -302,6 +303,29 @@ impl Sleep for TunQueue {
     fn sleep_until(&mut self, clock: &dyn Clock, deadline: Option<Instant>) -> io::Result<bool> {
         let timeout = deadline.map(|d| d - clock.now());
         self.wait(timeout)
+    }
+}
+
+/// A capturing device sleeps on the device it wraps.
+impl<D: Device + Sleep, W: std::io::Write> Sleep for Capture<D, W> {
+    fn sleep_until(&mut self, clock: &dyn Clock, deadline: Option<Instant>) -> io::Result<bool> {
+        self.device_mut().sleep_until(clock, deadline)
+    }
+}
+
+/// The fault relay sleeps on the device it wraps, but no later than the next frame it
+/// holds on either path ([`Device::poll_at`]: a delayed frame is released by the round
+/// after the wake-up); it returns at once if one is due already.
+impl<D: Device + Sleep> Sleep for Faulty<D> {
+    fn sleep_until(&mut self, clock: &dyn Clock, deadline: Option<Instant>) -> io::Result<bool> {
+        let held = self.poll_at();
+        if held.is_some_and(|at| at <= clock.now()) {
+            return Ok(true);
+        }
+        let woken = self
+            .device_mut()
+            .sleep_until(clock, min_opt(deadline, held))?;
+        Ok(woken || self.poll_at().is_some_and(|at| at <= clock.now()))
     }
 }
 

@@ -16,12 +16,9 @@
 
 use core::net::SocketAddrV4;
 use core::time::Duration;
-use std::io::{self, BufRead, BufReader, ErrorKind, Read};
+use std::io::{self, ErrorKind};
 use std::net::Shutdown;
-use std::process::Stdio;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::JoinHandle;
 
 use sha2::{Digest, Sha256};
 use ustack_dev::Device;
@@ -31,7 +28,7 @@ use ustack_runtime::Mode;
 use ustack_runtime::api::{TcpListener, TcpStream, UdpSocket};
 use ustack_runtime::multi::{ShardApp, ShardContext, ShardedBuilder};
 use ustack_runtime::rss::{Rss, RssKey};
-use ustack_runtime::runtime::{Events, Interest, Runtime, RuntimeBuilder};
+use ustack_runtime::runtime::{Interest, Runtime, RuntimeBuilder};
 use ustack_runtime::servers::{Protocol, Server};
 use ustack_stack::Instant;
 use ustack_testkit::netns::{
@@ -40,142 +37,18 @@ use ustack_testkit::netns::{
 use ustack_testkit::pattern;
 use ustack_wire::checksum::checksum;
 
-type Rt = Runtime<TunQueue>;
+mod kernel;
 
-/// The bound on each kernel-side command and on each ustack application.
-const LIMIT: Duration = Duration::from_secs(30);
+use kernel::{
+    KernelServer, LIMIT, Ustack, builder, drive, hex, idle, python, read_into, would_block,
+    write_from,
+};
+
+type Rt = Runtime<TunQueue>;
 
 fn rig(test: &str) -> Option<TunRig> {
     root_or_skip(test)?;
     Some(TunRig::new(1, None).expect("setting up the TUN rig"))
-}
-
-/// ustack on a thread: a runtime over `queue` at [`USTACK_IP`]/24, running `app` until
-/// it returns. `app` is told to stop through the flag (set by [`Ustack::finish`] or on
-/// drop, so a failing test does not leave it running).
-struct Ustack<T> {
-    stop: Arc<AtomicBool>,
-    handle: Option<JoinHandle<io::Result<T>>>,
-}
-
-impl<T: Send + 'static> Ustack<T> {
-    fn start(
-        queue: TunQueue,
-        app: impl FnOnce(&mut Rt, &AtomicBool) -> io::Result<T> + Send + 'static,
-    ) -> Ustack<T> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let handle = std::thread::spawn(move || {
-            let mut rt = RuntimeBuilder::new()
-                .ipv4(USTACK_IP, 24)
-                .seed(7)
-                .build(queue)?;
-            app(&mut rt, &flag)
-        });
-        Ustack {
-            stop,
-            handle: Some(handle),
-        }
-    }
-
-    /// Tell the application to stop and take its result.
-    fn finish(self) -> T {
-        self.stop.store(true, Ordering::Relaxed);
-        self.join()
-    }
-
-    /// Wait for the application to end on its own (it is bounded by [`LIMIT`]) and take
-    /// its result.
-    fn join(mut self) -> T {
-        let handle = self.handle.take().expect("finished once");
-        handle
-            .join()
-            .expect("the ustack thread panicked")
-            .expect("the ustack application failed")
-    }
-}
-
-impl<T> Drop for Ustack<T> {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
-}
-
-/// Poll `rt` in steps of at most 10 ms, calling `step` after each, until `step` returns
-/// a result, `stop` is set (then `Ok(None)`), or [`LIMIT`] passes (`TimedOut`).
-fn drive<T>(
-    rt: &mut Rt,
-    stop: &AtomicBool,
-    mut step: impl FnMut(&mut Rt) -> io::Result<Option<T>>,
-) -> io::Result<Option<T>> {
-    let deadline = std::time::Instant::now() + LIMIT;
-    let mut events = Events::with_capacity(64);
-    while !stop.load(Ordering::Relaxed) {
-        if std::time::Instant::now() >= deadline {
-            return Err(io::Error::new(ErrorKind::TimedOut, "ustack app timed out"));
-        }
-        rt.poll(&mut events, Some(Duration::from_millis(10)))?;
-        if let Some(r) = step(rt)? {
-            return Ok(Some(r));
-        }
-    }
-    Ok(None)
-}
-
-/// Keep the runtime going (retransmissions, FINs, ACKs) until told to stop.
-fn idle(rt: &mut Rt, stop: &AtomicBool) -> io::Result<()> {
-    drive(rt, stop, |_| Ok(None::<()>)).map(|_| ())
-}
-
-fn would_block(e: &io::Error) -> bool {
-    e.kind() == ErrorKind::WouldBlock
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Read what is there into `hasher`: bytes read, and whether the peer's FIN came.
-fn read_into(
-    rt: &mut Rt,
-    s: &TcpStream,
-    buf: &mut [u8],
-    hasher: &mut Sha256,
-) -> io::Result<(u64, bool)> {
-    let mut n = 0;
-    loop {
-        match s.read(rt, buf) {
-            Ok(0) => return Ok((n, true)),
-            Ok(k) => {
-                hasher.update(&buf[..k]);
-                n += k as u64;
-            }
-            Err(e) if would_block(&e) => return Ok((n, false)),
-            Err(e) => return Err(e),
-        }
-    }
-}
-
-/// Write as much of `data[*off..]` as the socket takes; true once all of it is queued.
-fn write_from(rt: &mut Rt, s: &TcpStream, data: &[u8], off: &mut usize) -> io::Result<bool> {
-    while *off < data.len() {
-        match s.write(rt, &data[*off..]) {
-            Ok(k) => *off += k,
-            Err(e) if would_block(&e) => return Ok(false),
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(true)
-}
-
-/// Runs a Python script in the rig's namespace (bounded by [`LIMIT`]) and returns its
-/// stdout; panics with its stderr if it fails.
-fn python(rig: &TunRig, script: &str, args: &[String]) -> String {
-    let out = rig
-        .ns
-        .run(LIMIT, &python_argv(script, args))
-        .expect("the kernel-side script");
-    String::from_utf8(out.stdout).expect("utf-8 output")
 }
 
 // ---- ICMP -------------------------------------------------------------------------------
@@ -188,7 +61,7 @@ fn kernel_pings_ustack() {
     if !tool_or_skip("kernel_pings_ustack", "ping") {
         return;
     }
-    let app = Ustack::start(rig.queues.remove(0), |rt, stop| {
+    let app = Ustack::start(builder(), rig.queues.remove(0), |rt, stop| {
         idle(rt, stop)?;
         let mib = rt.stack().mib();
         Ok((
@@ -290,7 +163,7 @@ fn kernel_sends_to_ustack(test: &str, n: usize) {
         return;
     };
     let port = 9;
-    let app = Ustack::start(rig.queues.remove(0), move |rt, stop| {
+    let app = Ustack::start(builder(), rig.queues.remove(0), move |rt, stop| {
         ustack_sink(rt, stop, port)
     });
     let out = python(
@@ -332,7 +205,7 @@ fn kernel_client_through_ustack_echo_server() {
         return;
     };
     let n = 1 << 20;
-    let app = Ustack::start(rig.queues.remove(0), |rt, stop| {
+    let app = Ustack::start(builder(), rig.queues.remove(0), |rt, stop| {
         let mut server = Server::bind(rt, Protocol::Echo, SocketAddrV4::new(USTACK_IP, 7), None)?;
         while !stop.load(Ordering::Relaxed) {
             server.step(rt, Some(Duration::from_millis(10)))?;
@@ -357,26 +230,6 @@ fn kernel_client_through_ustack_echo_server() {
 
 // ---- TCP: ustack as the client ------------------------------------------------------------
 
-/// The kernel server: accepts one connection, reads to its end, then sends `n` bytes and
-/// closes; prints `ready` once listening, then the bytes read, their SHA-256 and the
-/// SHA-256 of what it sent.
-const KERNEL_SERVER: &str = r#"
-n, host, port = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
-l = socket.socket()
-l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-l.bind((host, port))
-l.listen(1)
-l.settimeout(20)
-print("ready", flush=True)
-c, _ = l.accept()
-c.settimeout(20)
-digest, got = drain(c)
-data = random.Random(n).randbytes(n)
-c.sendall(data)
-c.close()
-print(got, digest, hashlib.sha256(data).hexdigest(), flush=True)
-"#;
-
 #[test]
 fn ustack_client_bulk_both_ways_with_kernel_server() {
     let Some(mut rig) = rig("ustack_client_bulk_both_ways_with_kernel_server") else {
@@ -384,27 +237,10 @@ fn ustack_client_bulk_both_ways_with_kernel_server() {
     };
     let (up, down) = (4 << 20, 4 << 20);
     let port = 5001;
-    let mut server = rig
-        .ns
-        .command(
-            LIMIT,
-            &python_argv(
-                KERNEL_SERVER,
-                &[down.to_string(), KERNEL_IP.to_string(), port.to_string()],
-            ),
-        )
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawning the kernel server");
-    let mut lines = BufReader::new(server.stdout.take().expect("piped"));
-    let mut first = String::new();
-    lines.read_line(&mut first).expect("reading the server");
-    assert_eq!(first.trim(), "ready", "the kernel server did not start");
-
+    let server = KernelServer::start(&rig.ns, down, port, None);
     let data = pattern(up, 5);
     let sent_digest = hex(&Sha256::digest(&data));
-    let app = Ustack::start(rig.queues.remove(0), move |rt, stop| {
+    let app = Ustack::start(builder(), rig.queues.remove(0), move |rt, stop| {
         let s = TcpStream::connect(rt, SocketAddrV4::new(KERNEL_IP, port))?;
         rt.register(&s, 1, Interest::READABLE | Interest::WRITABLE, Mode::Edge)?;
         let (mut off, mut shut) = (0, false);
@@ -425,14 +261,7 @@ fn ustack_client_bulk_both_ways_with_kernel_server() {
         Ok(r)
     });
     // The kernel server ends once it has sent everything and closed.
-    let mut rest = String::new();
-    lines.read_to_string(&mut rest).expect("reading the server");
-    let status = server.wait().expect("waiting for the server");
-    let mut err = String::new();
-    if let Some(mut e) = server.stderr.take() {
-        let _ = e.read_to_string(&mut err);
-    }
-    assert!(status.success(), "kernel server: {status}: {err}");
+    let rest = server.finish();
     // ustack's side ends by itself once it has read the kernel's FIN.
     let (got, got_digest) = app.join();
     let fields: Vec<&str> = rest.split_whitespace().collect();
@@ -474,7 +303,7 @@ fn kernel_udp_client_through_ustack_echo() {
     let Some(mut rig) = rig("kernel_udp_client_through_ustack_echo") else {
         return;
     };
-    let app = Ustack::start(rig.queues.remove(0), |rt, stop| {
+    let app = Ustack::start(builder(), rig.queues.remove(0), |rt, stop| {
         let sock = UdpSocket::bind(rt, SocketAddrV4::new(USTACK_IP, 7))?;
         rt.register(&sock, 1, Interest::READABLE, Mode::Level)?;
         let mut buf = vec![0; 65536];

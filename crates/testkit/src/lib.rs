@@ -5,10 +5,12 @@
 //! minutes of protocol time runs in milliseconds and repeats exactly for a given seed.
 //! A pair can record everything on the wire, as each side saw it, to pcap files.
 //!
-//! [`netns`]: network namespaces and TUN rigs for tests whose peer is the Linux kernel.
+//! [`netns`]: network namespaces and TUN rigs for tests whose peer is the Linux kernel;
+//! [`tshark`]: captures of those runs checked by tshark.
 
 pub mod netns;
 pub mod tcp;
+pub mod tshark;
 
 use core::net::Ipv4Addr;
 use core::time::Duration;

@@ -235,11 +235,24 @@ impl TunRig {
     }
 }
 
-/// What every kernel-side Python script starts with ([`python_argv`]): its imports and
+/// The environment variable naming the congestion control the kernel-side scripts set on
+/// their TCP sockets (`TCP_CONGESTION`), if any: see [`PY_PRELUDE`]'s `tune`.
+pub const PY_CC_ENV: &str = "USTACK_TCP_CC";
+
+/// What every kernel-side Python script starts with ([`python_argv`]): its imports,
 /// `drain(sock)`, which reads to the end of the stream and returns the SHA-256 (hex) and
-/// the byte count.
+/// the byte count, and `tune(sock)`, which sets the congestion control named by
+/// [`PY_CC_ENV`] on a TCP socket (checked by reading it back) and returns the socket.
 pub const PY_PRELUDE: &str = r#"
-import hashlib, random, socket, sys, threading, time
+import hashlib, os, random, socket, sys, threading, time
+CC = os.environ.get("USTACK_TCP_CC")
+def tune(s):
+    if CC:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, CC.encode())
+        got = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).rstrip(b"\0")
+        if got != CC.encode():
+            sys.exit(f"congestion control {got} instead of {CC}")
+    return s
 def drain(s):
     h, got = hashlib.sha256(), 0
     while True:
@@ -256,7 +269,7 @@ def drain(s):
 pub const PY_ECHO_CLIENT: &str = r#"
 n, host, port = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 data = random.Random(n).randbytes(n)
-s = socket.create_connection((host, port), timeout=20)
+s = tune(socket.create_connection((host, port), timeout=20))
 def send():
     s.sendall(data)
     s.shutdown(socket.SHUT_WR)
@@ -265,6 +278,26 @@ t.start()
 echoed, got = drain(s)
 t.join()
 print(hashlib.sha256(data).hexdigest(), echoed, got)
+"#;
+
+/// A kernel bulk server, arguments `n host port`: accepts one connection, reads to its
+/// end, then sends `n` pseudo-random bytes and closes; prints `ready` once listening, then
+/// the bytes read, their SHA-256 and the SHA-256 of what it sent.
+pub const PY_BULK_SERVER: &str = r#"
+n, host, port = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+l = socket.socket()
+l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind((host, port))
+l.listen(1)
+l.settimeout(20)
+print("ready", flush=True)
+c, _ = l.accept()
+tune(c).settimeout(20)
+digest, got = drain(c)
+data = random.Random(n).randbytes(n)
+c.sendall(data)
+c.close()
+print(got, digest, hashlib.sha256(data).hexdigest(), flush=True)
 "#;
 
 /// `python3 -c <PY_PRELUDE + script> args...`, for [`NetNs::run`] or [`NetNs::command`].
@@ -276,4 +309,81 @@ pub fn python_argv(script: &str, args: &[String]) -> Vec<String> {
     ];
     argv.extend_from_slice(args);
     argv
+}
+
+/// `ustack serve ... --link tun` running in a namespace: spawned with its interface
+/// [`TUN_NAME`] created inside the namespace, its `tun-ready` line read and the kernel's
+/// end configured ([`NetNs::configure_tun`]). Killed and reaped on drop.
+#[derive(Debug)]
+pub struct ServeOverTun {
+    child: Child,
+    stdout: io::BufReader<std::process::ChildStdout>,
+    /// Its control socket: a path of its own, so that tests run side by side.
+    control: std::path::PathBuf,
+}
+
+impl ServeOverTun {
+    /// Runs `bin serve <args> --link tun --tun tun0 --netns <ns>` (`args` should bound it
+    /// with `--duration`) and waits for it to be ready.
+    pub fn start(bin: &Path, ns: &NetNs, args: &[&str]) -> io::Result<ServeOverTun> {
+        use std::io::BufRead;
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let control = std::env::temp_dir().join(format!(
+            "ustack-tun-{}-{}.sock",
+            std::process::id(),
+            N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        let mut child = Command::new(bin)
+            .arg("serve")
+            .args(args)
+            .args(["--link", "tun", "--tun", TUN_NAME, "--netns"])
+            .arg(ns.path())
+            .arg("--control")
+            .arg(&control)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()?;
+        let stdout = child.stdout.take().expect("piped");
+        let mut server = ServeOverTun {
+            child,
+            stdout: io::BufReader::new(stdout),
+            control,
+        };
+        let mut line = String::new();
+        server.stdout.read_line(&mut line)?;
+        if line.trim() != format!("tun-ready {TUN_NAME}") {
+            return Err(io::Error::other(format!(
+                "ustack serve printed `{}` instead of `tun-ready {TUN_NAME}`",
+                line.trim()
+            )));
+        }
+        ns.configure_tun(TUN_NAME)?;
+        Ok(server)
+    }
+
+    /// Its control socket (for `ustack stat --control`, say).
+    pub fn control(&self) -> &Path {
+        &self.control
+    }
+
+    /// Waits for the server to end (after its `--duration`) and returns the rest of what
+    /// it printed (its counters); an error if it failed.
+    pub fn finish(mut self) -> io::Result<String> {
+        let mut rest = String::new();
+        io::Read::read_to_string(&mut self.stdout, &mut rest)?;
+        let status = self.child.wait()?;
+        if !status.success() {
+            return Err(io::Error::other(format!("ustack serve: {status}: {rest}")));
+        }
+        Ok(rest)
+    }
+}
+
+impl Drop for ServeOverTun {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.control);
+    }
 }

@@ -189,13 +189,9 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         }
         return sim(args, proto);
     }
-    // Bound first, so that a second instance on the same socket fails before it sets up
-    // its link.
-    let control = ControlServer::bind(&control::path(args.control.as_deref()))?;
-    eprintln!("ustack serve: control socket {}", control.path().display());
     match args.link.as_str() {
-        "tun" => tun(args, proto, control),
-        _ => shm(args, proto, control),
+        "tun" => tun(args, proto),
+        _ => shm(args, proto),
     }
 }
 
@@ -227,6 +223,13 @@ impl<D: Device + Sleep> ShardApp<D> for ShardServer {
     }
 }
 
+/// The control socket of `--control` (or the default path).
+fn bind_control(args: &Args) -> anyhow::Result<ControlServer> {
+    let control = ControlServer::bind(&control::path(args.control.as_deref()))?;
+    eprintln!("ustack serve: control socket {}", control.path().display());
+    Ok(control)
+}
+
 /// Serve on one shard per device until `--duration` passes (or forever), then print every
 /// shard's counters and their sum. Flows reach shards as the device steers them: by
 /// Toeplitz RSS (the shm client's `RssSplitter`), or by the kernel's flow hash (TUN queues).
@@ -235,6 +238,7 @@ fn serve<D: Device + Sleep + Send + 'static>(
     args: &Args,
     proto: Protocol,
     control: ControlServer,
+    on_ready: impl FnOnce() -> std::io::Result<()>,
 ) -> anyhow::Result<ExitCode> {
     let shards = devices.len();
     let Some(first) = devices.first() else {
@@ -259,6 +263,7 @@ fn serve<D: Device + Sleep + Send + 'static>(
         server: None,
     })
     .with_context(|| format!("starting {shards} shard(s) listening on {}", args.addr))?;
+    on_ready()?;
     let until = args.duration.map(|d| std::time::Instant::now() + d);
     control.serve_until(&rt, &tap, link, until);
     let mut total = ServerStats::default();
@@ -272,7 +277,7 @@ fn serve<D: Device + Sleep + Send + 'static>(
     Ok(ExitCode::SUCCESS)
 }
 
-fn tun(args: &Args, proto: Protocol, control: ControlServer) -> anyhow::Result<ExitCode> {
+fn tun(args: &Args, proto: Protocol) -> anyhow::Result<ExitCode> {
     let netns = args.netns.as_ref().map(|n| {
         if n.contains('/') {
             PathBuf::from(n)
@@ -289,11 +294,7 @@ fn tun(args: &Args, proto: Protocol, control: ControlServer) -> anyhow::Result<E
     let tun = Tun::open(&config).context("creating the TUN interface")?;
     let name = tun.name().to_owned();
     let queues = tun.into_queues();
-    {
-        let mut out = std::io::stdout().lock();
-        writeln!(out, "tun-ready {name}")?;
-        out.flush()?;
-    }
+    let control = bind_control(args)?;
     eprintln!(
         "ustack serve: {} on {} over tun `{name}`{}",
         args.proto,
@@ -303,10 +304,18 @@ fn tun(args: &Args, proto: Protocol, control: ControlServer) -> anyhow::Result<E
             .map(|n| format!(" in netns {n}"))
             .unwrap_or_default()
     );
-    serve(queues, args, proto, control)
+    // `tun-ready` once every shard listens: a kernel client may connect right after it.
+    serve(queues, args, proto, control, || {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "tun-ready {name}")?;
+        out.flush()
+    })
 }
 
-fn shm(args: &Args, proto: Protocol, control: ControlServer) -> anyhow::Result<ExitCode> {
+fn shm(args: &Args, proto: Protocol) -> anyhow::Result<ExitCode> {
+    // Bound first, so that a second instance on the same socket fails before it offers a
+    // link.
+    let control = bind_control(args)?;
     let shards = usize::from(args.shards);
     let config = ShmConfig {
         queue_pairs: shards,
@@ -329,7 +338,7 @@ fn shm(args: &Args, proto: Protocol, control: ControlServer) -> anyhow::Result<E
     offer
         .hand_over(ATTACH_TIMEOUT)
         .context("waiting for the client to attach")?;
-    serve(ports, args, proto, control)
+    serve(ports, args, proto, control, || Ok(()))
 }
 
 fn sim(args: &Args, proto: Protocol) -> anyhow::Result<ExitCode> {

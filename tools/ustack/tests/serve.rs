@@ -18,7 +18,7 @@ mod common;
 use common::spawn_serve;
 
 use ustack_runtime::servers::{Load, Protocol};
-use ustack_testkit::netns::{NetNs, PY_ECHO_CLIENT, python_argv, root_or_skip};
+use ustack_testkit::netns::{NetNs, PY_ECHO_CLIENT, ServeOverTun, python_argv, root_or_skip};
 
 const CLIENTS: usize = 64;
 
@@ -125,22 +125,12 @@ fn echo_server_over_tun_serves_a_kernel_client() {
         return;
     }
     let ns = NetNs::new().expect("a namespace");
-    let netns = ns.path().display().to_string();
-    let mut guard = spawn_serve(&[
-        "echo",
-        "--link",
-        "tun",
-        "--tun",
-        "tun0",
-        "--netns",
-        &netns,
-        "--addr",
-        "192.0.2.2:7",
-        "--duration",
-        "5s",
-    ]);
-    assert_eq!(guard.first_line(), "tun-ready tun0");
-    ns.configure_tun("tun0").expect("the kernel's end");
+    let server = ServeOverTun::start(
+        std::path::Path::new(env!("CARGO_BIN_EXE_ustack")),
+        &ns,
+        &["echo", "--addr", "192.0.2.2:7", "--duration", "5s"],
+    )
+    .expect("ustack serve over tun");
     let n = 1 << 20;
     let out = ns
         .run(
@@ -158,9 +148,7 @@ fn echo_server_over_tun_serves_a_kernel_client() {
     };
     assert_eq!((echoed, got), (sent, n.to_string().as_str()), "the echo");
     // The server ends after --duration and prints its counters.
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut guard.stdout, &mut rest).expect("the counters");
-    assert!(guard.child.wait().expect("exit").success());
+    let rest = server.finish().expect("ustack serve's counters");
     assert!(
         rest.contains(&format!(
             "accepted=1 closed=1 errors=0 bytes_in={n} bytes_out={n}"

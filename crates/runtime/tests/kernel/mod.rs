@@ -1,0 +1,226 @@
+//! What the tests with the Linux kernel as the peer share (`tun.rs`, `tun_matrix.rs`):
+//! ustack on a thread of its own over a device, a bounded drive loop, and the read/write
+//! helpers that hash what moves.
+
+#![allow(dead_code)] // each test file uses its part
+
+use core::time::Duration;
+use std::io::{self, ErrorKind};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+
+use sha2::{Digest, Sha256};
+use ustack_dev::Device;
+use ustack_runtime::api::TcpStream;
+use ustack_runtime::runtime::{Events, Runtime, RuntimeBuilder, Sleep};
+use ustack_testkit::netns::{
+    KERNEL_IP, NetNs, PY_BULK_SERVER, PY_CC_ENV, TunRig, USTACK_IP, python_argv,
+};
+
+/// The bound on each kernel-side command and on each ustack application.
+pub const LIMIT: Duration = Duration::from_secs(30);
+
+/// The runtime builder the tests use: [`USTACK_IP`]/24, seed 7.
+pub fn builder() -> RuntimeBuilder {
+    RuntimeBuilder::new().ipv4(USTACK_IP, 24).seed(7)
+}
+
+/// ustack on a thread: a runtime over a device, running `app` until it returns. `app` is
+/// told to stop through the flag (set by [`Ustack::finish`] or on drop, so a failing test
+/// does not leave it running).
+pub struct Ustack<T> {
+    stop: Arc<AtomicBool>,
+    handle: Option<JoinHandle<io::Result<T>>>,
+}
+
+impl<T: Send + 'static> Ustack<T> {
+    /// A runtime from `builder` over `device`, running `app`.
+    pub fn start<D: Device + Sleep + Send + 'static>(
+        builder: RuntimeBuilder,
+        device: D,
+        app: impl FnOnce(&mut Runtime<D>, &AtomicBool) -> io::Result<T> + Send + 'static,
+    ) -> Ustack<T> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let handle = std::thread::spawn(move || {
+            let mut rt = builder.build(device)?;
+            app(&mut rt, &flag)
+        });
+        Ustack {
+            stop,
+            handle: Some(handle),
+        }
+    }
+
+    /// Tell the application to stop and take its result.
+    pub fn finish(self) -> T {
+        self.stop.store(true, Ordering::Relaxed);
+        self.join()
+    }
+
+    /// Wait for the application to end on its own (it is bounded by [`LIMIT`]) and take
+    /// its result.
+    pub fn join(mut self) -> T {
+        let handle = self.handle.take().expect("finished once");
+        handle
+            .join()
+            .expect("the ustack thread panicked")
+            .expect("the ustack application failed")
+    }
+}
+
+impl<T> Drop for Ustack<T> {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Poll `rt` in steps of at most 10 ms, calling `step` after each, until `step` returns
+/// a result, `stop` is set (then `Ok(None)`), or [`LIMIT`] passes (`TimedOut`).
+pub fn drive<D: Device + Sleep, T>(
+    rt: &mut Runtime<D>,
+    stop: &AtomicBool,
+    mut step: impl FnMut(&mut Runtime<D>) -> io::Result<Option<T>>,
+) -> io::Result<Option<T>> {
+    let deadline = std::time::Instant::now() + LIMIT;
+    let mut events = Events::with_capacity(64);
+    while !stop.load(Ordering::Relaxed) {
+        if std::time::Instant::now() >= deadline {
+            return Err(io::Error::new(ErrorKind::TimedOut, "ustack app timed out"));
+        }
+        rt.poll(&mut events, Some(Duration::from_millis(10)))?;
+        if let Some(r) = step(rt)? {
+            return Ok(Some(r));
+        }
+    }
+    Ok(None)
+}
+
+/// Keep the runtime going (retransmissions, FINs, ACKs) until told to stop.
+pub fn idle<D: Device + Sleep>(rt: &mut Runtime<D>, stop: &AtomicBool) -> io::Result<()> {
+    drive(rt, stop, |_| Ok(None::<()>)).map(|_| ())
+}
+
+pub fn would_block(e: &io::Error) -> bool {
+    e.kind() == ErrorKind::WouldBlock
+}
+
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Read what is there into `hasher`: bytes read, and whether the peer's FIN came.
+pub fn read_into<D: Device + Sleep>(
+    rt: &mut Runtime<D>,
+    s: &TcpStream,
+    buf: &mut [u8],
+    hasher: &mut Sha256,
+) -> io::Result<(u64, bool)> {
+    let mut n = 0;
+    loop {
+        match s.read(rt, buf) {
+            Ok(0) => return Ok((n, true)),
+            Ok(k) => {
+                hasher.update(&buf[..k]);
+                n += k as u64;
+            }
+            Err(e) if would_block(&e) => return Ok((n, false)),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Write as much of `data[*off..]` as the socket takes; true once all of it is queued.
+pub fn write_from<D: Device + Sleep>(
+    rt: &mut Runtime<D>,
+    s: &TcpStream,
+    data: &[u8],
+    off: &mut usize,
+) -> io::Result<bool> {
+    while *off < data.len() {
+        match s.write(rt, &data[*off..]) {
+            Ok(k) => *off += k,
+            Err(e) if would_block(&e) => return Ok(false),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(true)
+}
+
+/// The hex SHA-256 of `data`.
+pub fn sha256_hex(data: &[u8]) -> String {
+    hex(&Sha256::digest(data))
+}
+
+/// Runs a Python script in the rig's namespace (bounded by [`LIMIT`]) and returns its
+/// stdout; panics with its stderr if it fails.
+pub fn python(rig: &TunRig, script: &str, args: &[String]) -> String {
+    let out = rig
+        .ns
+        .run(LIMIT, &python_argv(script, args))
+        .expect("the kernel-side script");
+    String::from_utf8(out.stdout).expect("utf-8 output")
+}
+
+/// A kernel bulk server ([`PY_BULK_SERVER`]) running in a namespace, listening once
+/// [`start`](Self::start) returns.
+pub struct KernelServer {
+    child: std::process::Child,
+    lines: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl KernelServer {
+    /// Starts the server on [`KERNEL_IP`]`:port`, to send `n` bytes to the connection
+    /// after reading it to its end, with congestion control `cc` on it if given; returns
+    /// once it prints `ready`.
+    pub fn start(ns: &NetNs, n: usize, port: u16, cc: Option<&str>) -> KernelServer {
+        use std::io::BufRead;
+        let mut command = ns.command(
+            LIMIT,
+            &python_argv(
+                PY_BULK_SERVER,
+                &[n.to_string(), KERNEL_IP.to_string(), port.to_string()],
+            ),
+        );
+        if let Some(cc) = cc {
+            command.env(PY_CC_ENV, cc);
+        }
+        let mut child = command
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawning the kernel server");
+        let mut lines = std::io::BufReader::new(child.stdout.take().expect("piped"));
+        let mut first = String::new();
+        lines.read_line(&mut first).expect("reading the server");
+        assert_eq!(first.trim(), "ready", "the kernel server did not start");
+        KernelServer { child, lines }
+    }
+
+    /// Waits for the server to end (it does once it has sent everything and closed) and
+    /// returns the rest of what it printed: bytes read, their SHA-256, SHA-256 of what it
+    /// sent. Panics with its stderr if it failed.
+    pub fn finish(mut self) -> String {
+        use std::io::Read;
+        let mut rest = String::new();
+        self.lines
+            .read_to_string(&mut rest)
+            .expect("reading the server");
+        let status = self.child.wait().expect("waiting for the server");
+        let mut err = String::new();
+        if let Some(mut e) = self.child.stderr.take() {
+            let _ = e.read_to_string(&mut err);
+        }
+        assert!(status.success(), "kernel server: {status}: {err}");
+        rest
+    }
+}
+
+impl Drop for KernelServer {
+    fn drop(&mut self) {
+        // Exactly our child (bounded by `timeout` anyway); reaped.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,552 @@
+//! The interop matrix: the Linux kernel as the peer over TUN, bulk transfers both ways with
+//! ustack as the server and as the client, across the kernel's per-namespace TCP sysctls
+//! (SACK, timestamps, window scaling on/off; congestion control reno/cubic/bbr), then the
+//! same under faults from the relay (`ustack_dev::fault::Faulty` on ustack's side of the
+//! TUN queue: loss 1% and 5%, duplication, reordering with delay and jitter).
+//!
+//! Each test holds one namespace and runs its cells in sequence. A cell:
+//! 1. sets the kernel's sysctls in the namespace (written to `/proc/sys`, read back), and
+//!    its congestion control on each of its sockets (see [`Sysctls::apply`]);
+//! 2. opens `tun0` in it with ustack's runtime over `Capture<Faulty<TunQueue>>`, so that
+//!    the capture is what ustack sent (before the faults) and received (after them);
+//! 3. runs two transfers at once: a kernel client sends [`CELL_BYTES`] through ustack's
+//!    echo server and compares the SHA-256 of what came back with what it sent; ustack's
+//!    client sends [`CELL_BYTES`] to a kernel server, which then sends as many back; each
+//!    end hashes what it read, and the hashes are compared;
+//! 4. checks each transfer finished within [`CELL_LIMIT`], that under loss both ends
+//!    retransmitted (ustack's `Tcp RetransSegs`, the namespace's from `/proc/net/snmp`),
+//!    and reads the capture with tshark: no malformed packet or expert error, and no
+//!    retransmission storm (each end's retransmissions bounded by what the relay did; a
+//!    handful at most without faults).
+//!
+//! Needs root (skips otherwise, unless `USTACK_REQUIRE_ROOT`); tshark's check needs tshark
+//! (skipped with a note, unless `USTACK_REQUIRE_TSHARK`). `bbr` cells run when the kernel
+//! offers bbr (`tcp_available_congestion_control`; it cannot be loaded here: no modules);
+//! otherwise they are skipped with a note.
+
+mod kernel;
+
+use core::net::SocketAddrV4;
+use core::time::Duration;
+use std::fs::File;
+use std::io::{self, BufWriter};
+use std::net::Shutdown;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+
+use sha2::{Digest, Sha256};
+use ustack_dev::capture::Capture;
+use ustack_dev::fault::{FaultConfig, FaultStats, Faulty};
+use ustack_dev::tun::{Tun, TunConfig, TunQueue};
+use ustack_obs::Counter;
+use ustack_runtime::Mode;
+use ustack_runtime::api::TcpStream;
+use ustack_runtime::runtime::{Interest, Runtime};
+use ustack_runtime::servers::{Protocol, Server, ServerStats};
+use ustack_testkit::netns::{
+    KERNEL_IP, NetNs, PY_CC_ENV, PY_ECHO_CLIENT, TUN_NAME, USTACK_IP, python_argv, root_or_skip,
+};
+use ustack_testkit::pattern;
+use ustack_testkit::tshark::{analyse, tshark_or_skip};
+
+use kernel::{KernelServer, LIMIT, Ustack, builder, hex, read_into, sha256_hex, write_from};
+
+/// Bytes each transfer of a cell moves, each way.
+const CELL_BYTES: usize = 1 << 20;
+/// The bound on one cell, both transfers.
+const CELL_LIMIT: Duration = Duration::from_secs(20);
+
+type Dev = Capture<Faulty<TunQueue>, BufWriter<File>>;
+
+/// The kernel's TCP sysctls for a cell (its namespace's own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Sysctls {
+    sack: bool,
+    timestamps: bool,
+    window_scaling: bool,
+    cc: &'static str,
+}
+
+/// Linux's defaults: all on, CUBIC.
+const DEFAULTS: Sysctls = Sysctls {
+    sack: true,
+    timestamps: true,
+    window_scaling: true,
+    cc: "cubic",
+};
+
+impl Sysctls {
+    fn name(&self) -> String {
+        let on = |b: bool| if b { "on" } else { "off" };
+        format!(
+            "sack={} ts={} ws={} cc={}",
+            on(self.sack),
+            on(self.timestamps),
+            on(self.window_scaling),
+            self.cc
+        )
+    }
+
+    /// Writes SACK, timestamps and window scaling to the namespace's `/proc/sys/net/ipv4`
+    /// and reads them back. The congestion control is set on each kernel socket instead
+    /// (`TCP_CONGESTION`, through [`PY_CC_ENV`]): a namespace other than the initial one
+    /// may only default to an algorithm in `tcp_allowed_congestion_control` (here reno
+    /// and bbr; cubic is refused), and that list is global to the machine.
+    fn apply(&self, ns: &NetNs) -> io::Result<()> {
+        let b = |v: bool| u8::from(v).to_string();
+        let values = [
+            ("tcp_sack", b(self.sack)),
+            ("tcp_timestamps", b(self.timestamps)),
+            ("tcp_window_scaling", b(self.window_scaling)),
+        ];
+        let mut script = String::new();
+        for (name, value) in &values {
+            script += &format!("echo {value} > /proc/sys/net/ipv4/{name} && ");
+        }
+        script += "cat";
+        for (name, _) in &values {
+            script += &format!(" /proc/sys/net/ipv4/{name}");
+        }
+        let out = ns.run(Duration::from_secs(5), &["sh", "-c", &script])?;
+        let read: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect();
+        let want: Vec<String> = values.iter().map(|(_, v)| v.clone()).collect();
+        if read != want {
+            return Err(io::Error::other(format!(
+                "sysctls read back as {read:?}, wanted {want:?}"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Whether the kernel offers congestion control `cc` (built in: modules cannot be loaded
+/// on these machines).
+fn cc_available(cc: &str) -> bool {
+    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
+        .is_ok_and(|s| s.split_whitespace().any(|c| c == cc))
+}
+
+/// One cell of the matrix.
+#[derive(Debug, Clone)]
+struct Cell {
+    sysctls: Sysctls,
+    /// The relay's conditions, the same both ways (each way its own random stream).
+    faults: FaultConfig,
+    label: &'static str,
+}
+
+/// Fault conditions of the matrix.
+fn loss(p: f64) -> FaultConfig {
+    FaultConfig {
+        loss: p,
+        ..FaultConfig::default()
+    }
+}
+
+fn duplication() -> FaultConfig {
+    FaultConfig {
+        duplicate: 0.02,
+        ..FaultConfig::default()
+    }
+}
+
+/// Reordering: 1 ms of delay with 0.5 ms of jitter (which alone reorders), and 2% of the
+/// frames held 3 ms more.
+fn reordering() -> FaultConfig {
+    FaultConfig {
+        delay: Duration::from_millis(1),
+        jitter: Duration::from_micros(500),
+        reorder: 0.02,
+        reorder_delay: Duration::from_millis(3),
+        ..FaultConfig::default()
+    }
+}
+
+/// The `Tcp RetransSegs` of the namespace's kernel (`/proc/net/snmp` read inside it).
+fn kernel_retrans(ns: &NetNs) -> u64 {
+    let out = ns
+        .run(Duration::from_secs(5), &["cat", "/proc/net/snmp"])
+        .expect("reading the namespace's /proc/net/snmp");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut tcp = text.lines().filter(|l| l.starts_with("Tcp:"));
+    let (names, values) = (tcp.next().expect("Tcp names"), tcp.next().expect("values"));
+    let i = names
+        .split_whitespace()
+        .position(|n| n == "RetransSegs")
+        .expect("RetransSegs");
+    values
+        .split_whitespace()
+        .nth(i)
+        .and_then(|v| v.parse().ok())
+        .expect("a RetransSegs value")
+}
+
+/// What ustack's side of a cell reports.
+#[derive(Debug)]
+struct UstackOut {
+    /// The client's transfer: bytes read from the kernel server, their SHA-256.
+    client: (u64, String),
+    server: ServerStats,
+    retrans: u64,
+    egress: FaultStats,
+    ingress: FaultStats,
+    captured: u64,
+}
+
+/// ustack's side: the echo server on port 7 and, at once, a client of the kernel server
+/// on `port` that sends `data`, half-closes and reads to the end. Runs until told to stop
+/// and the client is done.
+fn ustack_side(
+    rt: &mut Runtime<Dev>,
+    stop: &std::sync::atomic::AtomicBool,
+    port: u16,
+    data: Vec<u8>,
+) -> io::Result<UstackOut> {
+    const CLIENT: u64 = u64::MAX - 1;
+    let mut server = Server::bind(rt, Protocol::Echo, SocketAddrV4::new(USTACK_IP, 7), None)?;
+    let s = TcpStream::connect(rt, SocketAddrV4::new(KERNEL_IP, port))?;
+    rt.register(
+        &s,
+        CLIENT,
+        Interest::READABLE | Interest::WRITABLE,
+        Mode::Edge,
+    )?;
+    let (mut off, mut shut) = (0, false);
+    let mut hasher = Sha256::new();
+    let mut got = 0;
+    let mut buf = vec![0; 64 * 1024];
+    let mut client = None;
+    let deadline = std::time::Instant::now() + LIMIT;
+    while !(client.is_some() && stop.load(Ordering::Relaxed)) {
+        if std::time::Instant::now() >= deadline {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("ustack side timed out: client read {got} bytes, wrote {off}"),
+            ));
+        }
+        server.step(rt, Some(Duration::from_millis(5)))?;
+        if client.is_none() {
+            if !shut && write_from(rt, &s, &data, &mut off)? {
+                s.shutdown(rt, Shutdown::Write)?;
+                shut = true;
+            }
+            let (n, fin) = read_into(rt, &s, &mut buf, &mut hasher)?;
+            got += n;
+            if fin {
+                client = Some((got, hex(&core::mem::take(&mut hasher).finalize())));
+            }
+        }
+    }
+    s.close(rt)?;
+    // A few more rounds for the last ACKs and FINs.
+    for _ in 0..10 {
+        server.step(rt, Some(Duration::from_millis(2)))?;
+    }
+    rt.device_mut().flush()?;
+    let relay = rt.device().device();
+    Ok(UstackOut {
+        client: client.expect("loop ends with the client done"),
+        server: *server.stats(),
+        retrans: rt.stack().mib().get(Counter::TcpRetransSegs),
+        egress: relay.egress().clone(),
+        ingress: relay.ingress().clone(),
+        captured: rt.device().packets_written(),
+    })
+}
+
+/// Runs one cell in `ns` (the TUN interface opened for it and gone after it), capturing to
+/// a file in `dir`. Returns the capture's path. Panics on any mismatch.
+fn run_cell(test: &str, ns: &NetNs, dir: &Path, index: usize, cell: &Cell) -> PathBuf {
+    let what = format!(
+        "{test} cell {index} [{}; {}]",
+        cell.sysctls.name(),
+        cell.label
+    );
+    cell.sysctls
+        .apply(ns)
+        .expect("setting the kernel's sysctls");
+    let queue = Tun::open(&TunConfig {
+        name: TUN_NAME.to_owned(),
+        queues: 1,
+        mtu: None,
+        netns: Some(ns.path().to_owned()),
+    })
+    .expect("opening tun0 in the namespace")
+    .into_queues()
+    .remove(0);
+    ns.configure_tun(TUN_NAME).expect("the kernel's end");
+    let retrans_before = kernel_retrans(ns);
+
+    let port = 5001;
+    let n = CELL_BYTES;
+    let server = KernelServer::start(ns, n, port, Some(cell.sysctls.cc));
+    let pcap = dir.join(format!("cell{index}.pcap"));
+    let file = BufWriter::new(File::create(&pcap).expect("creating the capture"));
+    let seed = 1000 + index as u64;
+    let device = Capture::new(Faulty::symmetric(queue, seed, cell.faults.clone()), file)
+        .expect("the capture's header");
+    let up = pattern(n, index as u64);
+    let up_digest = sha256_hex(&up);
+    let started = std::time::Instant::now();
+    let app = Ustack::start(builder(), device, move |rt, stop| {
+        ustack_side(rt, stop, port, up)
+    });
+
+    // The kernel client through ustack's echo server, while ustack's client runs.
+    let echo = ns
+        .command(
+            LIMIT,
+            &python_argv(
+                PY_ECHO_CLIENT,
+                &[n.to_string(), USTACK_IP.to_string(), "7".to_owned()],
+            ),
+        )
+        .env(PY_CC_ENV, cell.sysctls.cc)
+        .output()
+        .expect("running the kernel echo client");
+    assert!(
+        echo.status.success(),
+        "{what}: the kernel echo client: {}: {}",
+        echo.status,
+        String::from_utf8_lossy(&echo.stderr)
+    );
+    let echo = String::from_utf8_lossy(&echo.stdout).into_owned();
+    let rest = server.finish();
+    let out = app.finish();
+    let elapsed = started.elapsed();
+    let retrans_kernel = kernel_retrans(ns) - retrans_before;
+
+    let fields: Vec<&str> = echo.split_whitespace().collect();
+    let [sent, echoed, got] = fields[..] else {
+        panic!("{what}: echo client printed `{echo}`");
+    };
+    assert_eq!(got, n.to_string(), "{what}: bytes echoed back");
+    assert_eq!(echoed, sent, "{what}: SHA-256 of the echo");
+    assert_eq!(
+        out.server.bytes_in, n as u64,
+        "{what}: bytes the echo server read"
+    );
+    assert_eq!(out.server.errors, 0, "{what}: echo server errors");
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let [k_got, k_digest, k_sent_digest] = fields[..] else {
+        panic!("{what}: kernel server printed `{rest}`");
+    };
+    assert_eq!(k_got, n.to_string(), "{what}: bytes the kernel server read");
+    assert_eq!(
+        k_digest, up_digest,
+        "{what}: the kernel read what ustack sent"
+    );
+    assert_eq!(out.client.0, n as u64, "{what}: bytes ustack's client read");
+    assert_eq!(
+        out.client.1, k_sent_digest,
+        "{what}: ustack read what the kernel sent"
+    );
+    assert!(elapsed < CELL_LIMIT, "{what}: took {elapsed:?}");
+
+    let (e, i) = (&out.egress, &out.ingress);
+    let f = &cell.faults;
+    if f.loss > 0.0 {
+        assert!(
+            e.lost > 0 && i.lost > 0,
+            "{what}: the relay lost nothing: {e:?} {i:?}"
+        );
+        assert!(out.retrans > 0, "{what}: ustack did not retransmit");
+        assert!(retrans_kernel > 0, "{what}: the kernel did not retransmit");
+    } else {
+        assert_eq!(e.lost + i.lost, 0, "{what}");
+    }
+    if f.duplicate > 0.0 {
+        assert!(e.duplicated > 0 && i.duplicated > 0, "{what}: {e:?} {i:?}");
+    }
+    if f.reorder > 0.0 {
+        assert!(e.reordered > 0 && i.reordered > 0, "{what}: {e:?} {i:?}");
+    }
+    eprintln!(
+        "{what}: {:.2} s; retransmitted: ustack {}, kernel {}; relay out: lost {} dup {} \
+         reord {} delayed {}; in: lost {} dup {} reord {} delayed {}; captured {}",
+        elapsed.as_secs_f64(),
+        out.retrans,
+        retrans_kernel,
+        e.lost,
+        e.duplicated,
+        e.reordered,
+        e.delayed,
+        i.lost,
+        i.duplicated,
+        i.reordered,
+        i.delayed,
+        out.captured,
+    );
+
+    if tshark_or_skip(test) {
+        let report = analyse(&pcap).expect("tshark reads the capture");
+        assert_eq!(
+            report.packets, out.captured,
+            "{what}: tshark read every packet"
+        );
+        assert!(
+            report.problems.is_empty(),
+            "{what}: tshark found malformed packets or errors in frames {:?} ({})",
+            report.problems,
+            pcap.display()
+        );
+        // A storm is many more retransmissions than losses explain. The capture sees what
+        // ustack sent before the egress faults, and what the kernel sent after the
+        // ingress faults (a duplicate looks like a retransmission there; a reordered
+        // segment may too).
+        let by_ustack = report.retransmitted_by(USTACK_IP);
+        let by_kernel = report.retransmitted_by(KERNEL_IP);
+        let lost = e.lost + i.lost;
+        let ustack_bound = 4 * lost + 2 * (e.reordered + i.reordered) + 8;
+        let kernel_bound = ustack_bound + 2 * i.duplicated + 2 * i.reordered;
+        eprintln!(
+            "{what}: tshark: {} packets, retransmissions by ustack {by_ustack} (bound \
+             {ustack_bound}), by the kernel {by_kernel} (bound {kernel_bound})",
+            report.packets
+        );
+        assert!(
+            by_ustack <= ustack_bound,
+            "{what}: ustack retransmission storm"
+        );
+        assert!(
+            by_kernel <= kernel_bound,
+            "{what}: kernel retransmission storm"
+        );
+    }
+    let _ = std::fs::remove_file(&pcap);
+    pcap
+}
+
+/// Runs `cells` in one namespace of the test's own; skips without root.
+fn run_matrix(test: &str, cells: &[Cell]) {
+    let Some(()) = root_or_skip(test) else {
+        return;
+    };
+    let ns = NetNs::new().expect("a namespace");
+    let dir = tempdir(test);
+    let started = std::time::Instant::now();
+    let mut ran = 0;
+    for (i, cell) in cells.iter().enumerate() {
+        if !cc_available(cell.sysctls.cc) {
+            eprintln!(
+                "{test}: cell {i} skipped: the kernel offers no `{}` congestion control",
+                cell.sysctls.cc
+            );
+            continue;
+        }
+        run_cell(test, &ns, &dir, i, cell);
+        ran += 1;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    eprintln!(
+        "{test}: {ran} of {} cells in {:.1} s",
+        cells.len(),
+        started.elapsed().as_secs_f64()
+    );
+}
+
+fn tempdir(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ustack-{test}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    dir
+}
+
+/// Every combination of SACK, timestamps and window scaling with one congestion control,
+/// without faults.
+fn clean_cells(cc: &'static str) -> Vec<Cell> {
+    let mut cells = Vec::new();
+    for sack in [true, false] {
+        for timestamps in [true, false] {
+            for window_scaling in [true, false] {
+                cells.push(Cell {
+                    sysctls: Sysctls {
+                        sack,
+                        timestamps,
+                        window_scaling,
+                        cc,
+                    },
+                    faults: FaultConfig::default(),
+                    label: "no faults",
+                });
+            }
+        }
+    }
+    cells
+}
+
+#[test]
+fn matrix_reno_every_option_combination() {
+    run_matrix("matrix_reno", &clean_cells("reno"));
+}
+
+#[test]
+fn matrix_cubic_every_option_combination() {
+    run_matrix("matrix_cubic", &clean_cells("cubic"));
+}
+
+#[test]
+fn matrix_bbr_every_option_combination() {
+    run_matrix("matrix_bbr", &clean_cells("bbr"));
+}
+
+/// A fault with a spread of the kernel's settings: the defaults, SACK off (NewReno
+/// recovery both ways), timestamps and window scaling off, and each congestion control.
+fn fault_cells(faults: FaultConfig, label: &'static str) -> Vec<Cell> {
+    let off = Sysctls {
+        sack: false,
+        timestamps: false,
+        window_scaling: false,
+        cc: "reno",
+    };
+    [
+        DEFAULTS,
+        Sysctls {
+            sack: false,
+            ..DEFAULTS
+        },
+        off,
+        Sysctls {
+            cc: "bbr",
+            ..DEFAULTS
+        },
+    ]
+    .into_iter()
+    .map(|sysctls| Cell {
+        sysctls,
+        faults: faults.clone(),
+        label,
+    })
+    .collect()
+}
+
+#[test]
+fn matrix_under_1_percent_loss() {
+    run_matrix("matrix_loss_1pct", &fault_cells(loss(0.01), "loss 1%"));
+}
+
+#[test]
+fn matrix_under_5_percent_loss() {
+    run_matrix("matrix_loss_5pct", &fault_cells(loss(0.05), "loss 5%"));
+}
+
+#[test]
+fn matrix_under_duplication() {
+    run_matrix(
+        "matrix_duplication",
+        &fault_cells(duplication(), "duplication 2%"),
+    );
+}
+
+#[test]
+fn matrix_under_reordering() {
+    run_matrix(
+        "matrix_reordering",
+        &fault_cells(
+            reordering(),
+            "delay 1 ms, jitter 0.5 ms, reorder 2% by 3 ms",
+        ),
+    );
+}
