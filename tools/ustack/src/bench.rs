@@ -1351,6 +1351,53 @@ mod tests {
     use super::*;
 
     #[test]
+    fn sizes_take_powers_of_1024_and_plain_numbers() {
+        assert_eq!(parse_size("1472"), Ok(1472));
+        assert_eq!(parse_size("1K"), Ok(1024));
+        assert_eq!(parse_size("1k"), Ok(1024));
+        assert_eq!(parse_size("64M"), Ok(64 << 20));
+        assert_eq!(parse_size("2G"), Ok(2 << 30));
+        assert!(parse_size("1.5M").unwrap_err().contains("whole number"));
+        assert!(parse_size("64MB").unwrap_err().contains("K, M or G"));
+        assert!(
+            parse_size("99999999999G")
+                .unwrap_err()
+                .contains("too large")
+        );
+        assert_eq!(parse_msg_size("1K"), Ok(1024));
+        assert!(parse_msg_size("7").unwrap_err().contains("8..=1472"));
+    }
+
+    #[test]
+    fn stream_writes_stop_at_the_byte_count_and_continue_the_pattern() {
+        let chunk = stream_chunk();
+        // Unlimited: the rest of the block from the offset.
+        assert_eq!(stream_next(&chunk, 10, None), &chunk[10..]);
+        // Limited: never past the count, and empty once there.
+        assert_eq!(stream_next(&chunk, 10, Some(15)), &chunk[10..15]);
+        assert!(stream_next(&chunk, 15, Some(15)).is_empty());
+        let pos = chunk.len() as u64 + 3;
+        assert!(stream_matches(
+            &chunk,
+            pos,
+            stream_next(&chunk, pos, Some(pos + 100))
+        ));
+    }
+
+    #[test]
+    fn times_take_units_from_us_to_minutes() {
+        assert_eq!(parse_time("100us"), Ok(Duration::from_micros(100)));
+        assert_eq!(parse_time("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_time("2m"), Ok(Duration::from_secs(120)));
+        assert!(
+            parse_run_duration("5ms")
+                .unwrap_err()
+                .contains("10ms and 1h")
+        );
+        assert_eq!(parse_delay("0"), Ok(Duration::ZERO));
+    }
+
+    #[test]
     fn sockstat_tw_is_read_from_the_tcp_line() {
         let s =
             "sockets: used 9\nTCP: inuse 1 orphan 0 tw 10790 alloc 1 mem 194\nUDP: inuse 0 mem 0\n";
