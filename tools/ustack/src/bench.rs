@@ -284,6 +284,14 @@ impl Args {
         }
         if let Some(path) = &self.plot {
             plot::Format::of(path)?;
+            // Found out before the runs, not after them.
+            let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+            if dir.is_some_and(|d| !d.is_dir()) {
+                return Err(format!(
+                    "--plot {}: no such directory to write it in",
+                    path.display()
+                ));
+            }
         }
         Ok(())
     }

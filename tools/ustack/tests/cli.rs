@@ -410,6 +410,10 @@ fn bench_refuses_what_it_cannot_do_with_what_is_allowed() {
             &["--plot", "out.jpg"],
             "--plot out.jpg: the file must end in .png or .svg",
         ),
+        (
+            &["--plot", "/nonexistent/ustack/out.png"],
+            "no such directory to write it in",
+        ),
     ] {
         let o = ustack(&[&["bench"][..], args].concat());
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
