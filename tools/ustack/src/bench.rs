@@ -1,38 +1,45 @@
 //! `ustack bench`: the same workload against ustack and against Linux, side by side.
 //!
-//! Scenarios today (docs/bench.md has the details):
+//! Scenarios (docs/bench.md has the details):
 //! - `udp-rr`: one flow of UDP request/response in lock-step, every echo checked;
 //! - `pingpong`: N TCP connections each exchanging fixed-size messages in lock-step (the
 //!   muduo experiment), every echo checked;
-//! - `stream`: one TCP connection moving bytes one way as fast as it can, every byte
-//!   checked against the pattern sent.
+//! - `cps`: rounds of N short connections, the server closing first;
+//! - `stream`: one TCP connection moving bytes one way as fast as it can (for `--duration`,
+//!   or exactly `--bytes`), every byte checked against the pattern sent.
 //!
 //! Links for ustack (`--link`):
 //! - `shm` (default): the ustack server on its own thread and core over a shared-memory
 //!   link, the ustack client on the bench thread ([`shm`]); the server's CPU time is
 //!   measured alone;
 //! - `sim`: both stacks in the bench thread over the in-process sim link on the real
-//!   clock, no faults: the cost of the two stacks with no link and no second core.
+//!   clock: the cost of the two stacks with no link and no second core; the only link
+//!   that injects faults (`--loss`, `--dup`, `--reorder`, `--corrupt`, `--delay`).
 //!
 //! Linux runs the same exchange through the kernel over loopback, client and server in one
 //! thread on one core (no cross-core wake-up: the kernel's best case for lock-step
-//! exchanges). `cps`/`c1m`, other links and Linux servers in their own processes come with
-//! the tool issue.
+//! exchanges). `--plot` draws the comparison ([`plot`]).
 
+mod plot;
 mod shm;
 
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, IsTerminal, Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream, UdpSocket};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant as WallClock};
 
 use anyhow::{Context, bail};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::{Value, json};
-use ustack_dev::sim::SimLinkConfig;
+use ustack_dev::sim::{SimConfig, SimLinkConfig};
 use ustack_stack::{Instant, ListenerHandle, TcpHandle};
 use ustack_testkit::{A_IP, B_IP, Pair};
 
 const SCENARIOS: [&str; 4] = ["udp-rr", "pingpong", "cps", "stream"];
+/// What `--link` accepts: the links ustack runs over, Linux's loopback, and the device
+/// links still to come (refused with a clear error until issue #5 brings them).
+const LINKS: [&str; 6] = ["shm", "sim", "loopback", "tun", "packet", "xdp"];
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -45,42 +52,340 @@ pub struct Args {
     server: Vec<String>,
     /// How long each server is measured per scenario, e.g. 500ms, 2s (default: 2s for one
     /// scenario, 1s each in the default suite).
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, value_parser = parse_run_duration)]
     duration: Option<Duration>,
+    /// stream: move exactly this many bytes (every one checked) instead of running for
+    /// --duration; K, M and G are powers of 1024 (64M is 67108864 bytes).
+    #[arg(long, value_parser = parse_stream_bytes)]
+    bytes: Option<u64>,
     /// Connections for pingpong; connections opened per round for cps.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
     conns: u32,
     /// Message size in bytes for udp-rr, pingpong and cps (8 to 1472: one unfragmented
-    /// datagram).
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(8..=1472))]
+    /// datagram; 1K is 1024).
+    #[arg(long, default_value = "64", value_parser = parse_msg_size)]
     msg_size: u16,
     /// The link ustack runs over: shm (server and client on their own threads and cores)
-    /// or sim (both in one thread). Linux always runs over loopback.
-    #[arg(long, default_value = "shm", value_parser = ["shm", "sim"])]
+    /// or sim (both in one thread; injects faults). loopback is Linux's only (with
+    /// --server linux); tun, packet and xdp are not built yet (issue #5).
+    #[arg(long, default_value = "shm", value_parser = LINKS)]
     link: String,
+    /// Server shards (threads with a queue pair each). Only 1 today.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    shards: u16,
+    /// sim: percent of frames lost, each direction (0 to 100, e.g. 1 or 0.5).
+    #[arg(long, value_parser = parse_percent, allow_negative_numbers = true)]
+    loss: Option<f64>,
+    /// sim: percent of frames delivered twice, each direction.
+    #[arg(long, value_parser = parse_percent, allow_negative_numbers = true)]
+    dup: Option<f64>,
+    /// sim: percent of frames held back 1 ms so that later ones overtake them, each
+    /// direction.
+    #[arg(long, value_parser = parse_percent, allow_negative_numbers = true)]
+    reorder: Option<f64>,
+    /// sim: percent of frames with one bit flipped (TCP and UDP checksums drop them),
+    /// each direction.
+    #[arg(long, value_parser = parse_percent, allow_negative_numbers = true)]
+    corrupt: Option<f64>,
+    /// sim: one-way delay added in each direction, e.g. 100us, 1ms (0 to 10s).
+    #[arg(long, value_parser = parse_delay)]
+    delay: Option<Duration>,
+    /// Seed of the sim link's fault decisions and of the stacks' random numbers (ISNs,
+    /// ports): the same seed draws the same faults.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
     /// Print one JSON array (one object per server and scenario) instead of the table.
     #[arg(long)]
     json: bool,
+    /// Draw the comparison to FILE.png or FILE.svg: latency distributions for the echo
+    /// scenarios, Gbit/s for stream, connections/s for cps.
+    #[arg(long, value_name = "FILE.png|FILE.svg")]
+    plot: Option<PathBuf>,
 }
 
-/// Parse `250ms`, `2s`, `1.5s`, `1m`.
-fn parse_duration(s: &str) -> Result<Duration, String> {
+/// Parse a time: `100us`, `250ms`, `2s`, `1.5s`, `1m` (a bare number is seconds).
+fn parse_time(s: &str) -> Result<Duration, String> {
     let (num, unit) = s
-        .find(|c: char| c.is_ascii_alphabetic())
+        .find(|c: char| c.is_ascii_alphabetic() || c == 'µ')
         .map_or((s, "s"), |i| s.split_at(i));
     let v: f64 = num
         .parse()
         .map_err(|_| format!("{s:?}: expected a number with a unit, like 500ms or 2s"))?;
     let secs = match unit {
+        "us" | "µs" => v / 1e6,
         "ms" => v / 1000.0,
         "s" => v,
         "m" => v * 60.0,
-        _ => return Err(format!("{s:?}: unit must be ms, s or m")),
+        _ => return Err(format!("{s:?}: unit must be us, ms, s or m")),
     };
-    if !(0.01..=3600.0).contains(&secs) {
-        return Err(format!("{s:?}: must be between 10ms and 1h"));
+    if !secs.is_finite() || secs < 0.0 {
+        return Err(format!("{s:?}: must be a non-negative time"));
     }
     Ok(Duration::from_secs_f64(secs))
+}
+
+/// `--duration`: 10 ms to 1 h.
+fn parse_run_duration(s: &str) -> Result<Duration, String> {
+    let d = parse_time(s)?;
+    if !(Duration::from_millis(10)..=Duration::from_secs(3600)).contains(&d) {
+        return Err(format!("{s:?}: must be between 10ms and 1h"));
+    }
+    Ok(d)
+}
+
+/// `--delay`: 0 to 10 s.
+fn parse_delay(s: &str) -> Result<Duration, String> {
+    let d = parse_time(s)?;
+    if d > Duration::from_secs(10) {
+        return Err(format!("{s:?}: must be between 0 and 10s"));
+    }
+    Ok(d)
+}
+
+/// Parse a size in bytes: a whole number, optionally with K, M or G (powers of 1024,
+/// either case): `1472`, `1K`, `64M`. Every size flag goes through here.
+fn parse_size(s: &str) -> Result<u64, String> {
+    let digits = s.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let n: u64 = digits.parse().map_err(|_| {
+        format!("{s:?}: expected a whole number of bytes, optionally with K, M or G, like 64M")
+    })?;
+    let mult: u64 = match &s[digits.len()..] {
+        "" => 1,
+        "K" | "k" => 1 << 10,
+        "M" | "m" => 1 << 20,
+        "G" | "g" => 1 << 30,
+        _ => {
+            return Err(format!(
+                "{s:?}: the suffix must be K, M or G (powers of 1024)"
+            ));
+        }
+    };
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("{s:?}: too large"))
+}
+
+/// A size within `range`, said in the error as `lo..=hi`.
+fn parse_size_in(s: &str, range: std::ops::RangeInclusive<u64>) -> Result<u64, String> {
+    let n = parse_size(s)?;
+    if !range.contains(&n) {
+        return Err(format!(
+            "{s:?} is {n} bytes, not in {}..={}",
+            range.start(),
+            range.end()
+        ));
+    }
+    Ok(n)
+}
+
+/// `--msg-size`: 8 (the sequence number) to 1472 (one unfragmented datagram).
+fn parse_msg_size(s: &str) -> Result<u16, String> {
+    parse_size_in(s, 8..=1472).map(|n| n as u16)
+}
+
+/// `--bytes`: 1 byte to 1 TiB.
+fn parse_stream_bytes(s: &str) -> Result<u64, String> {
+    parse_size_in(s, 1..=1 << 40)
+}
+
+/// A fault's percentage: 0 to 100.
+fn parse_percent(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.0..=100.0).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "{s:?}: expected a percentage from 0 to 100, like 1 or 0.5"
+        )),
+    }
+}
+
+impl Args {
+    /// The fault flags given, with their values in percent (delay in ms).
+    fn faults(&self) -> Vec<(&'static str, f64)> {
+        [
+            ("--loss", self.loss),
+            ("--dup", self.dup),
+            ("--reorder", self.reorder),
+            ("--corrupt", self.corrupt),
+            ("--delay", self.delay.map(|d| d.as_secs_f64() * 1e3)),
+        ]
+        .into_iter()
+        .filter_map(|(name, v)| v.map(|v| (name, v)))
+        .collect()
+    }
+
+    /// The sim link: loopback's MTU and the faults, the same in each direction.
+    fn sim_link(&self) -> SimLinkConfig {
+        let pct = |v: Option<f64>| v.unwrap_or(0.0) / 100.0;
+        let dir = SimConfig {
+            loss: pct(self.loss),
+            duplicate: pct(self.dup),
+            reorder: pct(self.reorder),
+            corrupt: pct(self.corrupt),
+            delay: self.delay.unwrap_or_default(),
+            reorder_delay: REORDER_HOLD,
+            ..SimConfig::default()
+        };
+        SimLinkConfig {
+            seed: self.seed,
+            a_to_b: dir.clone(),
+            b_to_a: dir,
+            // The MTU of Linux's loopback (65536; the largest IPv4 datagram is 65535), so
+            // that every server moves segments of the same size.
+            mtu: 65_535,
+            ..SimLinkConfig::default()
+        }
+    }
+
+    /// What the options ask that cannot be done, as a usage error (exit status 2).
+    fn check(&self, scenarios: &[&str]) -> Result<(), String> {
+        let link = self.link.as_str();
+        if matches!(link, "tun" | "packet" | "xdp") {
+            return Err(format!(
+                "--link {link}: not yet: the TUN, AF_PACKET and AF_XDP links need issue #5; \
+                 use --link shm or sim"
+            ));
+        }
+        let ustack = self.server.iter().any(|s| s == "ustack");
+        let linux = self.server.iter().any(|s| s == "linux");
+        if link == "loopback" && ustack {
+            return Err(
+                "--link loopback is Linux's own: ustack cannot run over loopback; \
+                        use --link shm or sim for ustack, or --server linux"
+                    .into(),
+            );
+        }
+        if self.shards != 1 {
+            return Err(format!(
+                "--shards {}: not yet: the bench's ustack server runs one shard \
+                 (`ustack serve --shards N` runs more); use --shards 1",
+                self.shards
+            ));
+        }
+        let faults = self.faults();
+        if !faults.is_empty() {
+            let names: Vec<&str> = faults.iter().map(|(n, _)| *n).collect();
+            let names = names.join(", ");
+            if link != "sim" {
+                return Err(format!(
+                    "faults ({names}) need --link sim: the {link} link cannot inject them"
+                ));
+            }
+            if linux {
+                return Err(format!(
+                    "faults ({names}) need --server ustack: Linux runs over loopback, \
+                     which cannot inject them"
+                ));
+            }
+        }
+        if self.bytes.is_some() && !scenarios.contains(&"stream") {
+            return Err(format!(
+                "--bytes is for the stream scenario; {} runs for --duration",
+                scenarios.join(", ")
+            ));
+        }
+        if let Some(path) = &self.plot {
+            plot::Format::of(path)?;
+            // Found out before the runs, not after them.
+            let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+            if dir.is_some_and(|d| !d.is_dir()) {
+                return Err(format!(
+                    "--plot {}: no such directory to write it in",
+                    path.display()
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// How long a frame picked by `--reorder` is held back, so that later frames overtake it.
+const REORDER_HOLD: Duration = Duration::from_millis(1);
+
+/// When a measured run ends: after a time (every scenario) or, for stream with
+/// `--bytes`, once that many bytes have moved.
+#[derive(Debug, Clone, Copy)]
+pub enum Until {
+    Time(Duration),
+    Bytes(u64),
+}
+
+/// What one server's run of one scenario needs.
+#[derive(Debug)]
+pub struct Run {
+    pub until: Until,
+    /// Connections (pingpong) or connections per round (cps).
+    pub conns: u32,
+    /// Bytes per message (udp-rr, pingpong, cps).
+    pub size: usize,
+    pub seed: u64,
+    /// The sim link, with the faults (`--link sim`).
+    sim: SimLinkConfig,
+    /// How long a message, an echo or a connection may take over sim before the run fails.
+    patience: Duration,
+    bar: Option<ProgressBar>,
+}
+
+impl Run {
+    /// The measured phase starts now.
+    pub fn meter(&self) -> Meter {
+        Meter {
+            start: WallClock::now(),
+            until: self.until,
+            bar: self.bar.clone(),
+            drawn: Duration::ZERO,
+        }
+    }
+}
+
+/// The measured phase of a run: when it started, when it ends, and its progress bar.
+#[derive(Debug)]
+pub struct Meter {
+    start: WallClock,
+    until: Until,
+    bar: Option<ProgressBar>,
+    /// When the bar is drawn next (since `start`).
+    drawn: Duration,
+}
+
+/// How often a progress bar moves: often enough to look live, rarely enough to cost
+/// nothing next to a round trip.
+const DRAW_EVERY: Duration = Duration::from_millis(50);
+
+impl Meter {
+    /// Whether the run goes on, `moved` bytes having moved so far (what `--bytes` counts;
+    /// a timed run ignores it).
+    pub fn going(&mut self, moved: u64) -> bool {
+        let t = self.start.elapsed();
+        if let Some(bar) = &self.bar
+            && t >= self.drawn
+        {
+            self.drawn = t + DRAW_EVERY;
+            bar.set_position(match self.until {
+                Until::Time(_) => t.as_millis() as u64,
+                Until::Bytes(_) => moved,
+            });
+        }
+        match self.until {
+            Until::Time(d) => t < d,
+            Until::Bytes(b) => moved < b,
+        }
+    }
+
+    /// When the measured phase started.
+    pub fn start(&self) -> WallClock {
+        self.start
+    }
+
+    pub fn elapsed(&self) -> Duration {
+        self.start.elapsed()
+    }
+
+    /// `Some(n)` when the run moves exactly `n` bytes.
+    pub fn bytes(&self) -> Option<u64> {
+        match self.until {
+            Until::Bytes(n) => Some(n),
+            Until::Time(_) => None,
+        }
+    }
 }
 
 /// What one server's run of one scenario measured.
@@ -104,6 +409,8 @@ struct Outcome {
     /// cps: TIME-WAIT entries on the server's side at the end of the run (ustack: the
     /// server stack's records; Linux: the machine's, from /proc/net/sockstat).
     time_wait: Option<u64>,
+    /// The sim link's faults and what they did (null without faults).
+    faults: Value,
 }
 
 impl Outcome {
@@ -137,6 +444,7 @@ impl Outcome {
             client_counters: None,
             server_cpu: None,
             time_wait: None,
+            faults: Value::Null,
         }
     }
 
@@ -164,8 +472,9 @@ impl Outcome {
         o
     }
 
-    /// The MIB snapshots of a sim pair's server (B) and client (A).
-    fn with_pair(self, p: &Pair) -> Outcome {
+    /// The MIB snapshots of a sim pair's server (B) and client (A), and its link's faults.
+    fn with_pair(mut self, p: &Pair) -> Outcome {
+        self.faults = sim_faults(p);
         self.with_counters(p.b.mib().to_json(), p.a.mib().to_json())
     }
 
@@ -237,8 +546,43 @@ impl Outcome {
             "server_mem_per_conn_bytes": Value::Null,
             "counters": self.counters.clone().unwrap_or(Value::Null),
             "client_counters": self.client_counters.clone().unwrap_or(Value::Null),
+            "faults": self.faults,
         })
     }
+}
+
+/// The faults of a sim pair's link (the same each way) and what they did to the frames
+/// of each direction (A, the client, to B, the server, and back); null for a clean link.
+fn sim_faults(p: &Pair) -> Value {
+    use ustack_dev::sim::Side;
+    let c = p.link.config(Side::A);
+    if c.loss == 0.0
+        && c.duplicate == 0.0
+        && c.reorder == 0.0
+        && c.corrupt == 0.0
+        && c.delay.is_zero()
+    {
+        return Value::Null;
+    }
+    let frames = |from: Side| {
+        let s = p.link.stats(from);
+        json!({
+            "sent": s.sent,
+            "lost": s.lost,
+            "duplicated": s.duplicated,
+            "reordered": s.reordered,
+            "corrupted": s.corrupted,
+        })
+    };
+    json!({
+        "loss_pct": c.loss * 100.0,
+        "dup_pct": c.duplicate * 100.0,
+        "reorder_pct": c.reorder * 100.0,
+        "corrupt_pct": c.corrupt * 100.0,
+        "delay_ms": c.delay.as_secs_f64() * 1e3,
+        "to_server": frames(Side::A),
+        "to_client": frames(Side::B),
+    })
 }
 
 /// The `tw` count of the `TCP:` line of /proc/net/sockstat.
@@ -284,50 +628,238 @@ fn stream_matches(chunk: &[u8], mut pos: u64, mut got: &[u8]) -> bool {
     true
 }
 
-/// A sim pair on the real clock, with loopback's MTU and TCP buffers the size Linux's
-/// autotuning reaches on loopback.
-fn real_clock_pair() -> (Pair, WallClock) {
-    // The MTU of Linux's loopback (65536; the largest IPv4 datagram is 65535), so that
-    // both sides move segments of the same size.
-    let mut p = Pair::new(SimLinkConfig {
-        mtu: 65_535,
-        ..SimLinkConfig::default()
-    });
-    for s in [&mut p.a, &mut p.b] {
-        s.set_sysctl("net.ipv4.tcp_wmem.default", 4 << 20)
-            .expect("valid sysctl");
-        s.set_sysctl("net.ipv4.tcp_rmem.default", 4 << 20)
-            .expect("valid sysctl");
+/// The next piece of the stream pattern to write after `sent` bytes, at most up to `limit`
+/// bytes in all (empty once there): `chunk` is a whole number of the pattern's periods,
+/// so writes continue it.
+fn stream_next(chunk: &[u8], sent: u64, limit: Option<u64>) -> &[u8] {
+    let off = (sent % chunk.len() as u64) as usize;
+    let left = limit.map_or(u64::MAX, |l| l.saturating_sub(sent));
+    let n = (chunk.len() - off).min(usize::try_from(left).unwrap_or(usize::MAX));
+    &chunk[off..off + n]
+}
+
+/// How long connecting may take over sim: a lost SYN is sent again after 1 s, then 3 s.
+const CONNECT_PATIENCE: Duration = Duration::from_secs(10);
+
+/// Two ustack stacks over the sim link (the run's faults, loopback's MTU) on the real
+/// clock, with TCP buffers the size Linux's autotuning reaches on loopback.
+struct Sim {
+    p: Pair,
+    /// Time zero of the pair's clock.
+    start: WallClock,
+    /// How long a message or an echo may take before the run fails.
+    patience: Duration,
+}
+
+impl Sim {
+    fn new(run: &Run) -> Sim {
+        let mut p = Pair::new(run.sim.clone());
+        for s in [&mut p.a, &mut p.b] {
+            s.set_sysctl("net.ipv4.tcp_wmem.default", 4 << 20)
+                .expect("valid sysctl");
+            s.set_sysctl("net.ipv4.tcp_rmem.default", 4 << 20)
+                .expect("valid sysctl");
+        }
+        Sim {
+            p,
+            start: WallClock::now(),
+            patience: run.patience,
+        }
     }
-    (p, WallClock::now())
+
+    /// Move the pair's clock to the wall clock's present.
+    fn tick(&mut self) {
+        self.p.now = Instant::from_nanos(self.start.elapsed().as_nanos() as u64).max(self.p.now);
+    }
+
+    /// Run the pair on the real clock until `step` yields, failing after `patience`:
+    /// `what` says what did not happen.
+    fn until<T>(
+        &mut self,
+        patience: Duration,
+        what: &str,
+        mut step: impl FnMut(&mut Pair) -> anyhow::Result<Option<T>>,
+    ) -> anyhow::Result<T> {
+        let deadline = WallClock::now() + patience;
+        loop {
+            if let Some(v) = step(&mut self.p)? {
+                return Ok(v);
+            }
+            if WallClock::now() > deadline {
+                bail!("ustack over sim: {what} within {patience:?}");
+            }
+            self.tick();
+            self.p.settle();
+        }
+    }
+
+    /// B's listener for the TCP scenarios, with room for `n` connections at once.
+    fn listener(&mut self, n: u32) -> anyhow::Result<ListenerHandle> {
+        Ok(self.p.b.tcp_listen(SocketAddrV4::new(B_IP, 5001), n)?)
+    }
+
+    /// Open `n` connections A -> B's `listener`; returns (client handles, server
+    /// handles), paired by index.
+    fn connections(
+        &mut self,
+        listener: ListenerHandle,
+        n: u32,
+    ) -> anyhow::Result<(Vec<TcpHandle>, Vec<TcpHandle>)> {
+        let mut clients = Vec::new();
+        for _ in 0..n {
+            self.tick();
+            let p = &mut self.p;
+            clients.push(p.a.tcp_connect(p.now, SocketAddrV4::new(B_IP, 5001))?);
+        }
+        let mut by_port = std::collections::HashMap::new();
+        self.until(
+            CONNECT_PATIENCE,
+            "not every connection was established",
+            |p| {
+                while let Ok((h, peer)) = p.b.tcp_accept(listener) {
+                    by_port.insert(peer.port(), h);
+                }
+                Ok((by_port.len() == n as usize).then_some(()))
+            },
+        )?;
+        let mut servers = Vec::new();
+        self.tick();
+        let p = &mut self.p;
+        for &c in &clients {
+            let port = p.a.tcp_info(c)?.local.port();
+            servers.push(by_port[&port]);
+            p.a.tcp_set_nodelay(p.now, c, true)?;
+            p.b.tcp_set_nodelay(p.now, by_port[&port], true)?;
+        }
+        Ok((clients, servers))
+    }
+
+    /// Read exactly `buf.len()` bytes from `h` on side A (`client`) or B.
+    fn read_exact(&mut self, client: bool, h: TcpHandle, buf: &mut [u8]) -> anyhow::Result<()> {
+        let mut got = 0;
+        self.until(self.patience, "a message did not arrive", |p| {
+            let now = p.now;
+            let stack = if client { &mut p.a } else { &mut p.b };
+            loop {
+                match stack.tcp_recv(now, h, &mut buf[got..]) {
+                    Ok(0) => bail!("ustack: connection closed mid-message"),
+                    Ok(n) => got += n,
+                    Err(ustack_stack::Error::WouldBlock) => return Ok(None),
+                    Err(e) => bail!("ustack: {e}"),
+                }
+                if got == buf.len() {
+                    return Ok(Some(()));
+                }
+            }
+        })
+    }
+
+    /// Wait for the end of stream on client `h`; whether nothing came before it.
+    fn read_eof(&mut self, h: TcpHandle) -> anyhow::Result<bool> {
+        let mut byte = [0u8; 1];
+        self.until(
+            self.patience,
+            "the server's FIN did not arrive",
+            |p| match p.a.tcp_recv(p.now, h, &mut byte) {
+                Ok(0) => Ok(Some(true)),
+                Ok(_) => Ok(Some(false)),
+                Err(ustack_stack::Error::WouldBlock) => Ok(None),
+                Err(e) => bail!("ustack: {e}"),
+            },
+        )
+    }
+
+    /// One lock-step round: every client sends one `size`-byte message (message
+    /// `seq0 + i` on connection `i`), the server echoes each (and, with `close`, closes
+    /// after its reply), every client reads its echo (and, with `close`, the end of
+    /// stream, then closes). Whether every echo was right.
+    fn round(
+        &mut self,
+        (clients, servers): (&[TcpHandle], &[TcpHandle]),
+        seq0: u64,
+        size: usize,
+        close: bool,
+    ) -> anyhow::Result<bool> {
+        let (mut msg, mut buf) = (vec![0u8; size], vec![0u8; size]);
+        self.tick();
+        for (i, &c) in clients.iter().enumerate() {
+            fill_message(&mut msg, seq0 + i as u64);
+            if self.p.a.tcp_send(self.p.now, c, &msg)? != size {
+                bail!("ustack: a {size}-byte message did not fit the send buffer");
+            }
+        }
+        self.p.settle();
+        for &s in servers {
+            self.read_exact(false, s, &mut buf)?;
+            let p = &mut self.p;
+            p.b.tcp_send(p.now, s, &buf)?;
+            if close {
+                p.b.tcp_close(p.now, s)?;
+            }
+        }
+        self.p.settle();
+        let mut verified = true;
+        for (i, &c) in clients.iter().enumerate() {
+            self.read_exact(true, c, &mut buf)?;
+            fill_message(&mut msg, seq0 + i as u64);
+            verified &= buf == msg;
+            if close {
+                // The server's FIN follows its reply: end of stream, then our close.
+                verified &= self.read_eof(c)?;
+                self.p.a.tcp_close(self.p.now, c)?;
+            }
+        }
+        if close {
+            self.p.settle();
+        }
+        Ok(verified)
+    }
 }
 
-fn tick(p: &mut Pair, start: WallClock) {
-    p.now = Instant::from_nanos(start.elapsed().as_nanos() as u64).max(p.now);
+/// The sequence number an echo carries (its first 8 bytes).
+fn message_seq(msg: &[u8]) -> Option<u64> {
+    Some(u64::from_be_bytes(msg.get(..8)?.try_into().ok()?))
 }
 
-fn ustack_udp_rr(duration: Duration, size: usize) -> anyhow::Result<Outcome> {
-    let (mut p, start) = real_clock_pair();
+/// udp-rr over sim. A lost request or echo never comes back by itself, so the client
+/// sends the request again when its echo is late (twice the one-way delay and reorder
+/// hold, plus 10 ms); echoes of earlier requests (resent or duplicated) are skipped.
+fn ustack_udp_rr(run: &Run) -> anyhow::Result<Outcome> {
+    let size = run.size;
+    let mut sim = Sim::new(run);
+    let p = &mut sim.p;
     let client = p.a.udp_bind(SocketAddrV4::new(A_IP, 0))?;
     let server = p.b.udp_bind(SocketAddrV4::new(B_IP, 7))?;
     let server_addr = SocketAddrV4::new(B_IP, 7);
+    let resend_after = 2 * (run.sim.a_to_b.delay + REORDER_HOLD) + Duration::from_millis(10);
     let (mut req, mut srv_buf, mut resp) = (vec![0u8; size], vec![0u8; 2048], vec![0u8; 2048]);
     let (mut rtt_ns, mut verified, mut seq) = (Vec::new(), true, 0u64);
-    let run_start = WallClock::now();
-    while run_start.elapsed() < duration {
+    let mut m = run.meter();
+    while m.going(0) {
         let t0 = WallClock::now();
         fill_message(&mut req, seq);
-        tick(&mut p, start);
-        p.a.udp_send_to(p.now, client, &req, server_addr)?;
-        p.settle();
-        while let Ok((n, from)) = p.b.udp_recv_from(server, &mut srv_buf) {
-            p.b.udp_send_to(p.now, server, &srv_buf[..n], from)?;
-        }
-        p.settle();
-        match p.a.udp_recv_from(client, &mut resp) {
-            Ok((n, _)) => verified &= resp[..n] == req[..],
-            Err(e) => bail!("ustack udp-rr: round trip {seq} got no echo ({e})"),
-        }
+        sim.tick();
+        sim.p.a.udp_send_to(sim.p.now, client, &req, server_addr)?;
+        sim.p.settle();
+        let mut sent_at = t0;
+        verified &= sim.until(sim.patience, "no UDP echo came back", |p| {
+            while let Ok((n, from)) = p.b.udp_recv_from(server, &mut srv_buf) {
+                p.b.udp_send_to(p.now, server, &srv_buf[..n], from)?;
+            }
+            p.settle();
+            while let Ok((n, _)) = p.a.udp_recv_from(client, &mut resp) {
+                match message_seq(&resp[..n]) {
+                    Some(s) if s < seq => continue,
+                    Some(s) if s == seq => return Ok(Some(resp[..n] == req[..])),
+                    _ => return Ok(Some(false)),
+                }
+            }
+            if sent_at.elapsed() > resend_after {
+                p.a.udp_send_to(p.now, client, &req, server_addr)?;
+                sent_at = WallClock::now();
+            }
+            Ok(None)
+        })?;
         rtt_ns.push(t0.elapsed().as_nanos() as u64);
         seq += 1;
     }
@@ -338,14 +870,15 @@ fn ustack_udp_rr(duration: Duration, size: usize) -> anyhow::Result<Outcome> {
         1,
         size,
         seq,
-        run_start.elapsed(),
+        m.elapsed(),
         verified,
         rtt_ns,
     )
-    .with_pair(&p))
+    .with_pair(&sim.p))
 }
 
-fn linux_udp_rr(duration: Duration, size: usize) -> anyhow::Result<Outcome> {
+fn linux_udp_rr(run: &Run) -> anyhow::Result<Outcome> {
+    let size = run.size;
     let server = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))
         .context("bind the Linux server socket on loopback")?;
     let client = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))
@@ -356,8 +889,8 @@ fn linux_udp_rr(duration: Duration, size: usize) -> anyhow::Result<Outcome> {
     }
     let (mut req, mut srv_buf, mut resp) = (vec![0u8; size], vec![0u8; 2048], vec![0u8; 2048]);
     let (mut rtt_ns, mut verified, mut seq) = (Vec::new(), true, 0u64);
-    let start = WallClock::now();
-    while start.elapsed() < duration {
+    let mut m = run.meter();
+    while m.going(0) {
         let t0 = WallClock::now();
         fill_message(&mut req, seq);
         client.send(&req)?;
@@ -379,128 +912,34 @@ fn linux_udp_rr(duration: Duration, size: usize) -> anyhow::Result<Outcome> {
         1,
         size,
         seq,
-        start.elapsed(),
+        m.elapsed(),
         verified,
         rtt_ns,
     ))
 }
 
-/// B's listener for the TCP scenarios, with room for `n` connections at once.
-fn ustack_listener(p: &mut Pair, n: u32) -> anyhow::Result<ListenerHandle> {
-    Ok(p.b.tcp_listen(SocketAddrV4::new(B_IP, 5001), n)?)
-}
-
-/// Open `n` connections A -> B's `listener` over the pair; returns (client handles,
-/// server handles), paired by index.
-fn ustack_connections(
-    p: &mut Pair,
-    start: WallClock,
-    listener: ListenerHandle,
-    n: u32,
-) -> anyhow::Result<(Vec<TcpHandle>, Vec<TcpHandle>)> {
-    let mut clients = Vec::new();
-    for _ in 0..n {
-        tick(p, start);
-        clients.push(p.a.tcp_connect(p.now, SocketAddrV4::new(B_IP, 5001))?);
-    }
-    let mut by_port = std::collections::HashMap::new();
-    let deadline = WallClock::now() + Duration::from_secs(10);
-    while by_port.len() < n as usize {
-        tick(p, start);
-        p.settle();
-        while let Ok((h, peer)) = p.b.tcp_accept(listener) {
-            by_port.insert(peer.port(), h);
-        }
-        if WallClock::now() > deadline {
-            bail!(
-                "ustack: only {} of {n} connections established",
-                by_port.len()
-            );
-        }
-    }
-    let mut servers = Vec::new();
-    for &c in &clients {
-        let port = p.a.tcp_info(c)?.local.port();
-        servers.push(by_port[&port]);
-        tick(p, start);
-        p.a.tcp_set_nodelay(p.now, c, true)?;
-        p.b.tcp_set_nodelay(p.now, by_port[&port], true)?;
-    }
-    Ok((clients, servers))
-}
-
-/// One lock-step round over the sim pair: every client sends one `size`-byte message
-/// (message `seq0 + i` on connection `i`), the server echoes each (and, with `close`,
-/// closes after its reply), every client reads its echo (and, with `close`, the end of
-/// stream, then closes). Whether every echo was right.
-fn ustack_round(
-    p: &mut Pair,
-    start: WallClock,
-    (clients, servers): (&[TcpHandle], &[TcpHandle]),
-    seq0: u64,
-    size: usize,
-    close: bool,
-) -> anyhow::Result<bool> {
-    let (mut msg, mut buf) = (vec![0u8; size], vec![0u8; size]);
-    tick(p, start);
-    for (i, &c) in clients.iter().enumerate() {
-        fill_message(&mut msg, seq0 + i as u64);
-        if p.a.tcp_send(p.now, c, &msg)? != size {
-            bail!("ustack: a {size}-byte message did not fit the send buffer");
-        }
-    }
-    p.settle();
-    for &s in servers {
-        let n = read_exact(p, start, false, s, &mut buf)?;
-        p.b.tcp_send(p.now, s, &buf[..n])?;
-        if close {
-            p.b.tcp_close(p.now, s)?;
-        }
-    }
-    p.settle();
-    let mut verified = true;
-    for (i, &c) in clients.iter().enumerate() {
-        read_exact(p, start, true, c, &mut buf)?;
-        fill_message(&mut msg, seq0 + i as u64);
-        verified &= buf == msg;
-        if close {
-            // The server's FIN follows its reply: end of stream, then our close.
-            verified &= matches!(p.a.tcp_recv(p.now, c, &mut buf), Ok(0));
-            p.a.tcp_close(p.now, c)?;
-        }
-    }
-    if close {
-        p.settle();
-    }
-    Ok(verified)
-}
-
 /// pingpong (`cps` false: `conns` connections kept for the run) or cps (a new set of
 /// connections every round, closed by the server after its reply) over sim, in lock-step
-/// rounds ([`ustack_round`]).
-fn ustack_lockstep(
-    duration: Duration,
-    conns: u32,
-    size: usize,
-    cps: bool,
-) -> anyhow::Result<Outcome> {
-    let (mut p, start) = real_clock_pair();
-    let listener = ustack_listener(&mut p, conns)?;
+/// rounds ([`Sim::round`]).
+fn ustack_lockstep(run: &Run, cps: bool) -> anyhow::Result<Outcome> {
+    let (conns, size) = (run.conns, run.size);
+    let mut sim = Sim::new(run);
+    let listener = sim.listener(conns)?;
     let mut kept = if cps {
         None
     } else {
-        Some(ustack_connections(&mut p, start, listener, conns)?)
+        Some(sim.connections(listener, conns)?)
     };
     let (mut rtt_ns, mut verified, mut rounds) = (Vec::new(), true, 0u64);
-    let run_start = WallClock::now();
-    while run_start.elapsed() < duration {
+    let mut m = run.meter();
+    while m.going(0) {
         let t0 = WallClock::now();
         let (clients, servers) = match &kept {
             Some(pairs) => pairs.clone(),
-            None => ustack_connections(&mut p, start, listener, conns)?,
+            None => sim.connections(listener, conns)?,
         };
         let seq0 = rounds * u64::from(conns);
-        verified &= ustack_round(&mut p, start, (&clients, &servers), seq0, size, cps)?;
+        verified &= sim.round((&clients, &servers), seq0, size, cps)?;
         rtt_ns.push(t0.elapsed().as_nanos() as u64);
         rounds += 1;
     }
@@ -514,46 +953,16 @@ fn ustack_lockstep(
         conns,
         size,
         count,
-        run_start.elapsed(),
+        m.elapsed(),
         verified,
         rtt_ns,
     );
     let o = if cps {
-        o.with_time_wait(p.b.tcp_resources().timewait)
+        o.with_time_wait(sim.p.b.tcp_resources().timewait)
     } else {
         o
     };
-    Ok(o.with_pair(&p))
-}
-
-/// Read exactly `buf.len()` bytes from `h` on side A (`client`) or B, settling the pair as
-/// needed (bounded: a message that does not arrive within a second is an error).
-fn read_exact(
-    p: &mut Pair,
-    start: WallClock,
-    client: bool,
-    h: TcpHandle,
-    buf: &mut [u8],
-) -> anyhow::Result<usize> {
-    let mut got = 0;
-    let deadline = WallClock::now() + Duration::from_secs(1);
-    while got < buf.len() {
-        let now = p.now;
-        let stack = if client { &mut p.a } else { &mut p.b };
-        match stack.tcp_recv(now, h, &mut buf[got..]) {
-            Ok(0) => bail!("ustack: connection closed mid-message"),
-            Ok(n) => got += n,
-            Err(ustack_stack::Error::WouldBlock) => {
-                if WallClock::now() > deadline {
-                    bail!("ustack: a message did not arrive within 1 s");
-                }
-                tick(p, start);
-                p.settle();
-            }
-            Err(e) => bail!("ustack: {e}"),
-        }
-    }
-    Ok(got)
+    Ok(o.with_pair(&sim.p))
 }
 
 /// `n` kernel connections to `listener` over loopback, each accepted as soon as it is
@@ -577,14 +986,10 @@ fn linux_connections(
 }
 
 /// pingpong or cps through the kernel over loopback, in the same lock-step rounds as
-/// ustack's ([`ustack_round`]): with `cps`, new connections every round, the server
+/// ustack's ([`Sim::round`]): with `cps`, new connections every round, the server
 /// replying and closing first, the client reading the end of stream and closing.
-fn linux_lockstep(
-    duration: Duration,
-    conns: u32,
-    size: usize,
-    cps: bool,
-) -> anyhow::Result<Outcome> {
+fn linux_lockstep(run: &Run, cps: bool) -> anyhow::Result<Outcome> {
+    let (conns, size) = (run.conns, run.size);
     let listener =
         TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).context("bind a Linux listener on loopback")?;
     let mut kept = if cps {
@@ -594,8 +999,8 @@ fn linux_lockstep(
     };
     let (mut msg, mut buf) = (vec![0u8; size], vec![0u8; size]);
     let (mut rtt_ns, mut verified, mut rounds) = (Vec::new(), true, 0u64);
-    let start = WallClock::now();
-    while start.elapsed() < duration {
+    let mut m = run.meter();
+    while m.going(0) {
         let t0 = WallClock::now();
         let mut fresh = if cps {
             linux_connections(&listener, conns)?
@@ -638,31 +1043,37 @@ fn linux_lockstep(
         conns,
         size,
         count,
-        start.elapsed(),
+        m.elapsed(),
         verified,
         rtt_ns,
     );
     Ok(if cps { o.with_linux_time_wait() } else { o })
 }
 
-fn ustack_stream(duration: Duration) -> anyhow::Result<Outcome> {
-    let (mut p, start) = real_clock_pair();
-    let listener = ustack_listener(&mut p, 1)?;
-    let (clients, servers) = ustack_connections(&mut p, start, listener, 1)?;
+/// stream over sim: for `--duration`, or until exactly `--bytes` have arrived.
+fn ustack_stream(run: &Run) -> anyhow::Result<Outcome> {
+    let mut sim = Sim::new(run);
+    let listener = sim.listener(1)?;
+    let (clients, servers) = sim.connections(listener, 1)?;
     let (c, s) = (clients[0], servers[0]);
     let chunk = stream_chunk();
     let mut buf = vec![0u8; 1 << 16];
     let (mut sent, mut got, mut verified) = (0u64, 0u64, true);
-    let run_start = WallClock::now();
-    while run_start.elapsed() < duration {
-        tick(&mut p, start);
-        // Writes continue the pattern: `chunk` is a whole number of its periods.
+    let mut m = run.meter();
+    let limit = m.bytes();
+    let mut last_byte = WallClock::now();
+    while m.going(got) {
+        sim.tick();
+        let p = &mut sim.p;
         loop {
-            let off = (sent % chunk.len() as u64) as usize;
-            match p.a.tcp_send(p.now, c, &chunk[off..]) {
+            let piece = stream_next(&chunk, sent, limit);
+            if piece.is_empty() {
+                break;
+            }
+            match p.a.tcp_send(p.now, c, piece) {
                 Ok(n) => {
                     sent += n as u64;
-                    if n < chunk.len() - off {
+                    if n < piece.len() {
                         break;
                     }
                 }
@@ -670,7 +1081,7 @@ fn ustack_stream(duration: Duration) -> anyhow::Result<Outcome> {
             }
         }
         p.settle();
-        let now = p.now;
+        let (now, before) = (p.now, got);
         while let Ok(n) = p.b.tcp_recv(now, s, &mut buf) {
             if n == 0 {
                 break;
@@ -678,11 +1089,21 @@ fn ustack_stream(duration: Duration) -> anyhow::Result<Outcome> {
             verified &= stream_matches(&chunk, got, &buf[..n]);
             got += n as u64;
         }
+        if got > before {
+            last_byte = WallClock::now();
+        } else if last_byte.elapsed() > sim.patience {
+            bail!(
+                "ustack stream over sim: no data arrived within {:?} (at byte {got})",
+                sim.patience
+            );
+        }
     }
-    Ok(Outcome::stream("ustack", "sim", got, run_start.elapsed(), verified).with_pair(&p))
+    verified &= limit.is_none_or(|l| got == l);
+    Ok(Outcome::stream("ustack", "sim", got, m.elapsed(), verified).with_pair(&sim.p))
 }
 
-fn linux_stream(duration: Duration) -> anyhow::Result<Outcome> {
+/// stream through the kernel over loopback, non-blocking, writer and reader in turn.
+fn linux_stream(run: &Run) -> anyhow::Result<Outcome> {
     let listener =
         TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).context("bind a Linux listener on loopback")?;
     let mut c = TcpStream::connect(listener.local_addr()?)?;
@@ -692,11 +1113,15 @@ fn linux_stream(duration: Duration) -> anyhow::Result<Outcome> {
     let chunk = stream_chunk();
     let mut buf = vec![0u8; 1 << 16];
     let (mut sent, mut got, mut verified) = (0u64, 0u64, true);
-    let start = WallClock::now();
-    while start.elapsed() < duration {
+    let mut m = run.meter();
+    let limit = m.bytes();
+    while m.going(got) {
         loop {
-            let off = (sent % chunk.len() as u64) as usize;
-            match c.write(&chunk[off..]) {
+            let piece = stream_next(&chunk, sent, limit);
+            if piece.is_empty() {
+                break;
+            }
+            match c.write(piece) {
                 Ok(n) => sent += n as u64,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) => return Err(e.into()),
@@ -714,13 +1139,45 @@ fn linux_stream(duration: Duration) -> anyhow::Result<Outcome> {
             }
         }
     }
+    verified &= limit.is_none_or(|l| got == l);
     Ok(Outcome::stream(
         "linux",
         "loopback",
         got,
-        start.elapsed(),
+        m.elapsed(),
         verified,
     ))
+}
+
+/// A usage error found after parsing (an option this build cannot honour, or options
+/// that do not go together): printed like clap's own, exit status 2.
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// A progress bar on stderr for one server's run of one scenario: elapsed time against
+/// `--duration`, or bytes against `--bytes`.
+fn progress_bar(label: String, until: Until) -> ProgressBar {
+    let (len, template) = match until {
+        Until::Time(d) => (
+            d.as_millis() as u64,
+            "{prefix:<18} [{bar:40}] {pos:>6}/{len} ms",
+        ),
+        Until::Bytes(n) => (n, "{prefix:<18} [{bar:40}] {bytes:>10}/{total_bytes}"),
+    };
+    let bar = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
+    if let Ok(style) = ProgressStyle::with_template(template) {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.set_prefix(label);
+    bar
 }
 
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
@@ -728,40 +1185,75 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         Some(s) => vec![s.as_str()],
         None => SCENARIOS.to_vec(),
     };
+    args.check(&scenarios).map_err(UsageError)?;
     let duration = args.duration.unwrap_or(if scenarios.len() > 1 {
         Duration::from_secs(1)
     } else {
         Duration::from_secs(2)
     });
-    let size = usize::from(args.msg_size);
+    let sim = args.sim_link();
+    // Over a faulty link TCP's retransmission timer backs off (200 ms, 400 ms, 800 ms,
+    // 1.6 s): a message may then take seconds, not a round trip.
+    let faulty = !args.faults().is_empty();
+    let patience = Duration::from_secs(if faulty { 5 } else { 1 });
+    // Progress bars only where someone watches: stderr a terminal, and not under --json.
+    let bars = !args.json && std::io::stderr().is_terminal();
     let mut outcomes = Vec::new();
     for scenario in scenarios {
         for server in &args.server {
-            if !args.json {
-                eprintln!("ustack bench: {scenario} on {server} for {duration:?} ...");
+            let until = match args.bytes {
+                Some(n) if scenario == "stream" => Until::Bytes(n),
+                _ => Until::Time(duration),
+            };
+            let what = match until {
+                Until::Time(d) => format!("{d:?}"),
+                Until::Bytes(n) => format!("{n} bytes"),
+            };
+            if !args.json && !bars {
+                eprintln!("ustack bench: {scenario} on {server} for {what} ...");
             }
+            let run = Run {
+                until,
+                conns: args.conns,
+                size: usize::from(args.msg_size),
+                seed: args.seed,
+                sim: sim.clone(),
+                patience,
+                bar: bars.then(|| progress_bar(format!("{scenario} on {server}"), until)),
+            };
             let shm = args.link == "shm";
-            outcomes.push(match (scenario, server.as_str()) {
-                ("udp-rr", "ustack") if shm => shm::udp_rr(duration, size)?,
-                ("pingpong", "ustack") if shm => shm::pingpong(duration, args.conns, size)?,
-                ("stream", "ustack") if shm => shm::stream(duration)?,
-                ("udp-rr", "ustack") => ustack_udp_rr(duration, size)?,
-                ("udp-rr", _) => linux_udp_rr(duration, size)?,
-                ("cps", "ustack") if shm => shm::cps(duration, args.conns, size)?,
-                ("pingpong", "ustack") => ustack_lockstep(duration, args.conns, size, false)?,
-                ("cps", "ustack") => ustack_lockstep(duration, args.conns, size, true)?,
-                ("cps", _) => linux_lockstep(duration, args.conns, size, true)?,
-                ("pingpong", _) => linux_lockstep(duration, args.conns, size, false)?,
-                ("stream", "ustack") => ustack_stream(duration)?,
-                _ => linux_stream(duration)?,
-            });
+            let outcome = match (scenario, server.as_str()) {
+                ("udp-rr", "ustack") if shm => shm::udp_rr(&run)?,
+                ("pingpong", "ustack") if shm => shm::pingpong(&run)?,
+                ("cps", "ustack") if shm => shm::cps(&run)?,
+                ("stream", "ustack") if shm => shm::stream(&run)?,
+                ("udp-rr", "ustack") => ustack_udp_rr(&run)?,
+                ("pingpong", "ustack") => ustack_lockstep(&run, false)?,
+                ("cps", "ustack") => ustack_lockstep(&run, true)?,
+                ("stream", "ustack") => ustack_stream(&run)?,
+                ("udp-rr", _) => linux_udp_rr(&run)?,
+                ("pingpong", _) => linux_lockstep(&run, false)?,
+                ("cps", _) => linux_lockstep(&run, true)?,
+                _ => linux_stream(&run)?,
+            };
+            if let Some(bar) = &run.bar {
+                bar.set_position(bar.length().unwrap_or(0));
+                bar.finish();
+            }
+            outcomes.push(outcome);
         }
     }
     if args.json {
         let all: Vec<Value> = outcomes.iter().map(Outcome::to_json).collect();
         println!("{}", serde_json::to_string_pretty(&all)?);
     } else {
-        print_table(&outcomes, &args.link);
+        print_table(&outcomes, args);
+    }
+    if let Some(path) = &args.plot {
+        plot::draw(path, &outcomes).with_context(|| format!("--plot {}", path.display()))?;
+        if !args.json {
+            println!("plot: {}", path.display());
+        }
     }
     if outcomes.iter().all(|o| o.verified) {
         Ok(ExitCode::SUCCESS)
@@ -771,9 +1263,11 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn print_table(outcomes: &[Outcome], link: &str) {
+fn print_table(outcomes: &[Outcome], args: &Args) {
     println!();
-    if link == "shm" {
+    if !args.server.iter().any(|s| s == "ustack") {
+        println!("Linux over loopback (client and server in one thread)");
+    } else if args.link == "shm" {
         println!(
             "ustack over shm (server and client on their own threads, busy-polling {} µs); \
              Linux over loopback (client and server in one thread)",
@@ -782,6 +1276,21 @@ fn print_table(outcomes: &[Outcome], link: &str) {
     } else {
         println!(
             "ustack over sim and Linux over loopback; client and server in one thread on one core"
+        );
+    }
+    let faults = args.faults();
+    if !faults.is_empty() {
+        let said: Vec<String> = faults
+            .iter()
+            .map(|(name, v)| match *name {
+                "--delay" => format!("delay {v} ms"),
+                _ => format!("{} {v}%", &name[2..]),
+            })
+            .collect();
+        println!(
+            "sim faults, each direction: {} (seed {})",
+            said.join(", "),
+            args.seed
         );
     }
     println!(
@@ -848,6 +1357,53 @@ fn print_table(outcomes: &[Outcome], link: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_take_powers_of_1024_and_plain_numbers() {
+        assert_eq!(parse_size("1472"), Ok(1472));
+        assert_eq!(parse_size("1K"), Ok(1024));
+        assert_eq!(parse_size("1k"), Ok(1024));
+        assert_eq!(parse_size("64M"), Ok(64 << 20));
+        assert_eq!(parse_size("2G"), Ok(2 << 30));
+        assert!(parse_size("1.5M").unwrap_err().contains("whole number"));
+        assert!(parse_size("64MB").unwrap_err().contains("K, M or G"));
+        assert!(
+            parse_size("99999999999G")
+                .unwrap_err()
+                .contains("too large")
+        );
+        assert_eq!(parse_msg_size("1K"), Ok(1024));
+        assert!(parse_msg_size("7").unwrap_err().contains("8..=1472"));
+    }
+
+    #[test]
+    fn stream_writes_stop_at_the_byte_count_and_continue_the_pattern() {
+        let chunk = stream_chunk();
+        // Unlimited: the rest of the block from the offset.
+        assert_eq!(stream_next(&chunk, 10, None), &chunk[10..]);
+        // Limited: never past the count, and empty once there.
+        assert_eq!(stream_next(&chunk, 10, Some(15)), &chunk[10..15]);
+        assert!(stream_next(&chunk, 15, Some(15)).is_empty());
+        let pos = chunk.len() as u64 + 3;
+        assert!(stream_matches(
+            &chunk,
+            pos,
+            stream_next(&chunk, pos, Some(pos + 100))
+        ));
+    }
+
+    #[test]
+    fn times_take_units_from_us_to_minutes() {
+        assert_eq!(parse_time("100us"), Ok(Duration::from_micros(100)));
+        assert_eq!(parse_time("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_time("2m"), Ok(Duration::from_secs(120)));
+        assert!(
+            parse_run_duration("5ms")
+                .unwrap_err()
+                .contains("10ms and 1h")
+        );
+        assert_eq!(parse_delay("0"), Ok(Duration::ZERO));
+    }
 
     #[test]
     fn sockstat_tw_is_read_from_the_tcp_line() {

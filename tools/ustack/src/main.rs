@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 mod bench;
 mod control;
@@ -26,9 +26,11 @@ enum Command {
     /// Run a workload against ustack and against Linux, side by side, and print the ratios.
     ///
     /// Scenarios: `udp-rr` (UDP request/response), `pingpong` (N TCP connections exchanging
-    /// messages in lock-step) and `stream` (one TCP connection, bulk, every byte checked).
-    /// ustack runs as two stacks over the in-process `sim` link, Linux over loopback, each with
-    /// client and server in one thread. Without a scenario: all three, one second each.
+    /// messages in lock-step), `cps` (short connections, the server closing first) and
+    /// `stream` (one TCP connection, bulk, every byte checked). ustack runs over `shm`
+    /// (server and client on threads of their own) or `sim` (both stacks in one thread, with
+    /// faults if asked), Linux over loopback. Without a scenario: all four, one second each.
+    /// `--plot` draws the comparison as PNG or SVG.
     Bench(bench::Args),
     /// Run a server (echo, discard, http) on ustack, over a shm link another process
     /// attaches to (it prints `shm-offer <name>`), or over `sim` with verifying clients.
@@ -59,6 +61,17 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
+        // Options that parse but cannot go together: clap's error, with bench's usage.
+        Err(e) if e.is::<bench::UsageError>() => {
+            let mut cli = Cli::command();
+            cli.build();
+            let bench = cli
+                .find_subcommand_mut("bench")
+                .expect("bench is a subcommand");
+            let e = bench.error(clap::error::ErrorKind::ArgumentConflict, e);
+            let _ = e.print();
+            ExitCode::from(2)
+        }
         Err(e) => {
             eprintln!("ustack: error: {e:#}");
             ExitCode::FAILURE

@@ -390,10 +390,10 @@ fn bench_rejects_bad_values_with_what_is_allowed() {
     let o = ustack(&["bench", "--msg-size", "4"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("8..=1472"), "{}", stderr(&o));
-    let o = ustack(&["bench", "--link", "tun"]);
+    let o = ustack(&["bench", "--link", "tap"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(
-        stderr(&o).contains("[possible values: shm, sim]"),
+        stderr(&o).contains("[possible values: shm, sim, loopback, tun, packet, xdp]"),
         "{}",
         stderr(&o)
     );
@@ -404,4 +404,288 @@ fn bench_rejects_bad_values_with_what_is_allowed() {
         "{}",
         stderr(&o)
     );
+}
+
+/// Options that parse but cannot be honoured, or do not go together: exit status 2 and a
+/// message that says what is allowed instead, before anything runs.
+#[test]
+fn bench_refuses_what_it_cannot_do_with_what_is_allowed() {
+    for (args, says) in [
+        (&["--msg-size", "2K"][..], "is 2048 bytes, not in 8..=1472"),
+        (&["--bytes", "64X"], "the suffix must be K, M or G"),
+        (&["--bytes", "0"], "not in 1..="),
+        (&["--bytes", "lots"], "expected a whole number of bytes"),
+        (&["--loss", "101"], "a percentage from 0 to 100"),
+        (&["--dup", "-1"], "a percentage from 0 to 100"),
+        (&["--delay", "11s"], "between 0 and 10s"),
+        (&["--delay", "1h"], "unit must be us, ms, s or m"),
+        (&["--shards", "0"], "0 is not in 1..=64"),
+        (
+            &["--loss", "1"],
+            "faults (--loss) need --link sim: the shm link cannot inject them",
+        ),
+        (
+            &["--link", "sim", "--corrupt", "1", "--delay", "1ms"],
+            "faults (--corrupt, --delay) need --server ustack: Linux runs over loopback",
+        ),
+        (
+            &["--link", "loopback"],
+            "ustack cannot run over loopback; use --link shm or sim for ustack, or --server linux",
+        ),
+        (
+            &["--link", "xdp"],
+            "--link xdp: not yet: the TUN, AF_PACKET and AF_XDP links need issue #5",
+        ),
+        (&["--shards", "2"], "--shards 2: not yet"),
+        (
+            &["udp-rr", "--bytes", "1M"],
+            "--bytes is for the stream scenario",
+        ),
+        (
+            &["--plot", "out.jpg"],
+            "--plot out.jpg: the file must end in .png or .svg",
+        ),
+        (
+            &["--plot", "/nonexistent/ustack/out.png"],
+            "no such directory to write it in",
+        ),
+    ] {
+        let o = ustack(&[&["bench"][..], args].concat());
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
+        assert!(o.stdout.is_empty(), "{args:?}: nothing ran");
+    }
+    // Linux over its own loopback is what Linux always does.
+    let o = ustack(&[
+        "bench",
+        "udp-rr",
+        "--server",
+        "linux",
+        "--link",
+        "loopback",
+        "--duration",
+        "50ms",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o)
+            .lines()
+            .any(|l| l.starts_with("udp-rr    linux   loopback ")),
+        "{}",
+        stdout(&o)
+    );
+}
+
+/// Run `ustack bench ARGS --json` (`args` split at spaces) and return its array of
+/// runs, all verified.
+fn bench_json(args: &str) -> Vec<serde_json::Value> {
+    let o = ustack(
+        &[
+            &["bench"][..],
+            &args.split_whitespace().collect::<Vec<_>>(),
+            &["--json"],
+        ]
+        .concat(),
+    );
+    assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+    let v: serde_json::Value =
+        serde_json::from_slice(&o.stdout).expect("stdout is one JSON document");
+    let runs = v.as_array().expect("a JSON array").clone();
+    for r in &runs {
+        assert_eq!(r["verified"], true, "{r}");
+    }
+    runs
+}
+
+#[test]
+fn bench_stream_moves_exactly_the_bytes_asked_on_every_server_and_link() {
+    // 3M is 3 * 1024 * 1024 bytes, and an odd count is moved as exactly.
+    for (bytes, want) in [("3M", 3 << 20), ("1000001", 1_000_001)] {
+        for link in ["shm", "sim"] {
+            let runs = bench_json(&format!("stream --bytes {bytes} --link {link}"));
+            assert_eq!(runs.len(), 2);
+            for r in &runs {
+                assert_eq!(r["bytes"].as_u64(), Some(want), "{r}");
+                let (secs, gbps) = (
+                    r["duration_s"].as_f64().unwrap(),
+                    r["throughput_gbps"].as_f64().unwrap(),
+                );
+                assert!(
+                    (gbps - want as f64 * 8.0 / secs / 1e9).abs() < 1e-6 * gbps.max(1.0),
+                    "the rate is the bytes over the time to the last: {r}"
+                );
+            }
+            // The ustack server read them all (in segments of at most loopback's MSS).
+            let ustack = &runs[0];
+            assert_eq!(ustack["link"], link);
+            let in_segs = ustack["counters"]["Tcp"]["InSegs"].as_u64().unwrap();
+            assert!(in_segs >= want / 65_483, "{ustack}");
+        }
+    }
+}
+
+/// Frames the sim link did `what` to, both directions.
+fn frames(run: &serde_json::Value, what: &str) -> u64 {
+    let f = &run["faults"];
+    f["to_server"][what].as_u64().unwrap() + f["to_client"][what].as_u64().unwrap()
+}
+
+#[test]
+fn bench_over_sim_runs_every_scenario_through_loss_verified() {
+    let runs = bench_json("--link sim --server ustack --loss 1 --duration 100ms --conns 3");
+    let scenarios: Vec<&str> = runs
+        .iter()
+        .map(|r| r["scenario"].as_str().unwrap())
+        .collect();
+    assert_eq!(scenarios, ["udp-rr", "pingpong", "cps", "stream"]);
+    for r in &runs {
+        assert_eq!(r["faults"]["loss_pct"].as_f64(), Some(1.0), "{r}");
+        assert!(frames(r, "sent") > 0, "{r}");
+    }
+    // Without faults, the field is null.
+    let clean = bench_json("udp-rr --link sim --server ustack --duration 50ms");
+    assert!(clean[0]["faults"].is_null(), "{}", clean[0]);
+}
+
+#[test]
+fn bench_stream_through_loss_retransmits_and_delivers_every_byte() {
+    // Every byte must arrive: a data segment the link lost on its way to the server was
+    // sent again, and the client counted it. (The seed fixes which frames are lost.)
+    let runs = bench_json("stream --link sim --server ustack --loss 1 --seed 1 --bytes 16M");
+    let r = &runs[0];
+    assert_eq!(r["bytes"].as_u64(), Some(16 << 20), "{r}");
+    assert!(
+        r["faults"]["to_server"]["lost"].as_u64().unwrap() > 0,
+        "{r}"
+    );
+    assert!(
+        r["client_counters"]["Tcp"]["RetransSegs"].as_u64().unwrap() > 0,
+        "{r}"
+    );
+}
+
+#[test]
+fn bench_udp_rr_through_loss_resends_requests() {
+    // A lost request or echo never comes back: the client sends the request again, so it
+    // sent more datagrams than rounds completed, and the server echoed each it got.
+    let runs = bench_json("udp-rr --link sim --server ustack --loss 5 --seed 1 --duration 100ms");
+    let r = &runs[0];
+    assert!(frames(r, "lost") > 0, "{r}");
+    let rounds = r["round_trips"].as_u64().unwrap();
+    let sent = r["client_counters"]["Udp"]["OutDatagrams"]
+        .as_u64()
+        .unwrap();
+    assert!(sent > rounds, "{sent} requests for {rounds} rounds: {r}");
+    assert_eq!(
+        r["counters"]["Udp"]["OutDatagrams"], r["counters"]["Udp"]["InDatagrams"],
+        "{r}"
+    );
+}
+
+#[test]
+fn bench_over_sim_survives_every_fault_at_once() {
+    let runs = bench_json(
+        "--link sim --server ustack --loss 1 --dup 2 --reorder 2 --corrupt 1 --delay 100us \
+         --duration 150ms --conns 2",
+    );
+    assert_eq!(runs.len(), 4);
+    let stream = &runs[3];
+    for fault in ["duplicated", "reordered", "corrupted"] {
+        assert!(frames(stream, fault) > 0, "{fault}: {stream}");
+    }
+    // Corrupted frames fail their checksums at the receiver, which counts them.
+    let csum = |side: &str| stream[side]["Tcp"]["InCsumErrors"].as_u64().unwrap();
+    assert!(csum("counters") + csum("client_counters") > 0, "{stream}");
+}
+
+/// A temporary directory of this test's own, removed at the end.
+struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!("ustack-cli-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("create a temp dir");
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Run `ustack bench ARGS --plot FILE` (`args` split at spaces), which must succeed;
+/// its stdout.
+fn bench_plot(args: &str, file: &std::path::Path) -> String {
+    let file = file.to_str().expect("a UTF-8 temp path");
+    let o = ustack(
+        &[
+            &["bench"][..],
+            &args.split_whitespace().collect::<Vec<_>>(),
+            &["--plot", file],
+        ]
+        .concat(),
+    );
+    assert!(o.status.success(), "{args}: {}", stderr(&o));
+    stdout(&o)
+}
+
+#[test]
+fn bench_plot_writes_a_png_that_decodes_and_an_svg() {
+    let dir = TempDir::new("plot");
+    let png = dir.0.join("udp-rr.png");
+    let out = bench_plot("udp-rr --duration 100ms", &png);
+    assert!(out.contains("plot: "), "{out}");
+    let bytes = std::fs::read(&png).expect("the PNG was written");
+    assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n"), "PNG signature");
+    let mut reader = png::Decoder::new(std::io::Cursor::new(bytes))
+        .read_info()
+        .expect("a PNG header");
+    let mut pixels = vec![0; reader.output_buffer_size().expect("a frame size")];
+    let frame = reader.next_frame(&mut pixels).expect("the image decodes");
+    assert!(frame.width > 0 && frame.height > 0);
+    // Not a blank page: something other than the background is drawn.
+    let first = &pixels[..3];
+    assert!(
+        pixels.chunks(3).any(|p| p != first),
+        "the image has something drawn on it"
+    );
+
+    // The default suite, one panel per scenario, as SVG with its text in it.
+    let svg = dir.0.join("suite.svg");
+    let out = bench_plot("--link sim --duration 50ms --conns 2 --json", &svg);
+    // --json keeps stdout one JSON document: the plot's path is not printed there.
+    serde_json::from_str::<serde_json::Value>(&out).expect("stdout is one JSON document");
+    let text = std::fs::read_to_string(&svg).expect("the SVG was written");
+    assert!(
+        text.starts_with("<svg") || text.starts_with("<?xml"),
+        "{text:.200}"
+    );
+    assert!(text.trim_end().ends_with("</svg>"), "the SVG is complete");
+    for title in [
+        "udp-rr: round-trip time",
+        "pingpong: round time",
+        "cps: connections per second",
+        "stream: throughput, Gbit/s",
+        "ustack (sim)",
+        "linux (loopback)",
+    ] {
+        assert!(text.contains(title), "{title} in the SVG");
+    }
+}
+
+#[test]
+fn bench_without_a_terminal_says_what_runs_and_draws_no_progress_bar() {
+    let args: Vec<&str> = "bench udp-rr --server ustack --duration 50ms"
+        .split(' ')
+        .collect();
+    let o = ustack(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("ustack bench: udp-rr on ustack for 50ms ..."),
+        "{err}"
+    );
+    assert!(!err.contains('\r') && !err.contains('\x1b'), "{err:?}");
 }

@@ -27,7 +27,7 @@ use ustack_runtime::servers::{Protocol, Server};
 use ustack_stack::EthernetAddress;
 use ustack_stack::tcp::State;
 
-use super::{Outcome, fill_message, stream_chunk, stream_matches};
+use super::{Outcome, Run, fill_message, stream_chunk, stream_matches, stream_next};
 
 const SERVER_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
 const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
@@ -76,8 +76,8 @@ struct ServerReport {
     counters: Value,
     /// TIME-WAIT records at the end.
     time_wait: usize,
-    /// stream: bytes received and checked, whether all matched, and when the client's
-    /// FIN arrived.
+    /// stream: bytes received and checked, whether all matched, and when the last byte
+    /// arrived.
     sink: Option<(u64, bool, WallClock)>,
 }
 
@@ -98,13 +98,13 @@ struct ServerThread {
 }
 
 impl ServerThread {
-    fn start(serve: Serve, port: ShmPort) -> io::Result<ServerThread> {
+    fn start(serve: Serve, port: ShmPort, seed: u64) -> io::Result<ServerThread> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let handle = std::thread::Builder::new()
             .name("ustack-server".into())
             .spawn(move || {
-                let mut rt = builder(SERVER_IP, 1, 1).build(port)?;
+                let mut rt = builder(SERVER_IP, 1, seed).build(port)?;
                 let cpu0 = thread_cpu();
                 let sink = match serve {
                     Serve::UdpEcho => udp_echo(&mut rt, &flag).map(|()| None),
@@ -218,7 +218,8 @@ fn reply_and_close(rt: &mut Rt, stop: &AtomicBool, size: usize) -> anyhow::Resul
     Ok(())
 }
 
-/// Accept one connection and read it to its end, checking every byte.
+/// Accept one connection and read it to its end, checking every byte; when the last byte
+/// came.
 fn sink(rt: &mut Rt, stop: &AtomicBool) -> anyhow::Result<(u64, bool, WallClock)> {
     let listener = TcpListener::bind(rt, SERVER, 16)?;
     rt.register(&listener, 0, Interest::READABLE, Mode::Edge)?;
@@ -238,13 +239,14 @@ fn sink(rt: &mut Rt, stop: &AtomicBool) -> anyhow::Result<(u64, bool, WallClock)
     rt.register(&stream, 1, Interest::READABLE, Mode::Edge)?;
     let chunk = stream_chunk();
     let mut buf = vec![0u8; 1 << 16];
-    let (mut got, mut verified) = (0u64, true);
+    let (mut got, mut verified, mut last) = (0u64, true, WallClock::now());
     loop {
         match stream.read(rt, &mut buf) {
-            Ok(0) => return Ok((got, verified, WallClock::now())),
+            Ok(0) => return Ok((got, verified, last)),
             Ok(n) => {
                 verified &= stream_matches(&chunk, got, &buf[..n]);
                 got += n as u64;
+                last = WallClock::now();
             }
             Err(e) if e.kind() == ErrorKind::WouldBlock => {
                 if stop.load(Ordering::Relaxed) {
@@ -257,11 +259,13 @@ fn sink(rt: &mut Rt, stop: &AtomicBool) -> anyhow::Result<(u64, bool, WallClock)
     }
 }
 
-/// The client's runtime and the server thread, set up for `serve`.
-fn start(serve: Serve) -> anyhow::Result<(Rt, ServerThread)> {
+/// The client's runtime and the server thread, set up for `serve`; the stacks' seeds
+/// from `--seed` (server: seed + 1, client: seed + 2).
+fn start(serve: Serve, seed: u64) -> anyhow::Result<(Rt, ServerThread)> {
     let (a, b) = link().context("creating the shm link")?;
-    let server = ServerThread::start(serve, a).context("starting the server thread")?;
-    let rt = builder(CLIENT_IP, 2, 2)
+    let server = ServerThread::start(serve, a, seed.wrapping_add(1))
+        .context("starting the server thread")?;
+    let rt = builder(CLIENT_IP, 2, seed.wrapping_add(2))
         .build(b)
         .context("building the client runtime")?;
     Ok((rt, server))
@@ -293,15 +297,16 @@ fn finish(rt: &Rt, server: ServerReport, o: Outcome) -> Outcome {
     o
 }
 
-pub fn udp_rr(duration: Duration, size: usize) -> anyhow::Result<Outcome> {
-    let (mut rt, server) = start(Serve::UdpEcho)?;
+pub fn udp_rr(run: &Run) -> anyhow::Result<Outcome> {
+    let size = run.size;
+    let (mut rt, server) = start(Serve::UdpEcho, run.seed)?;
     let sock = UdpSocket::bind(&mut rt, SocketAddrV4::new(CLIENT_IP, 0))?;
     rt.register(&sock, 0, Interest::READABLE, Mode::Edge)?;
     let mut events = Events::with_capacity(4);
     let (mut req, mut resp) = (vec![0u8; size], vec![0u8; 65_536]);
     let (mut rtt_ns, mut verified, mut seq) = (Vec::new(), true, 0u64);
-    let run_start = WallClock::now();
-    while run_start.elapsed() < duration {
+    let mut m = run.meter();
+    while m.going(0) {
         let t0 = WallClock::now();
         fill_message(&mut req, seq);
         sock.send_to(&mut rt, &req, SERVER)?;
@@ -323,7 +328,7 @@ pub fn udp_rr(duration: Duration, size: usize) -> anyhow::Result<Outcome> {
         rtt_ns.push(t0.elapsed().as_nanos() as u64);
         seq += 1;
     }
-    let elapsed = run_start.elapsed();
+    let elapsed = m.elapsed();
     let report = server.finish()?;
     let o = Outcome::echo(
         "udp-rr", "ustack", "shm", 1, size, seq, elapsed, verified, rtt_ns,
@@ -429,23 +434,24 @@ fn round(
 }
 
 /// pingpong: `conns` connections kept for the run, one message each per round.
-pub fn pingpong(duration: Duration, conns: u32, size: usize) -> anyhow::Result<Outcome> {
-    lockstep(duration, conns, size, false)
+pub fn pingpong(run: &Run) -> anyhow::Result<Outcome> {
+    lockstep(run, false)
 }
 
 /// cps: rounds of `conns` short connections, each: connect, one `size`-byte request, its
 /// echo, the server's FIN, our close. A round's time is the latency recorded.
-pub fn cps(duration: Duration, conns: u32, size: usize) -> anyhow::Result<Outcome> {
-    lockstep(duration, conns, size, true)
+pub fn cps(run: &Run) -> anyhow::Result<Outcome> {
+    lockstep(run, true)
 }
 
-fn lockstep(duration: Duration, conns: u32, size: usize, cps: bool) -> anyhow::Result<Outcome> {
+fn lockstep(run: &Run, cps: bool) -> anyhow::Result<Outcome> {
+    let (conns, size) = (run.conns, run.size);
     let serve = if cps {
         Serve::ReplyAndClose(size)
     } else {
         Serve::TcpEcho
     };
-    let (mut rt, server) = start(serve)?;
+    let (mut rt, server) = start(serve, run.seed)?;
     let mut events = Events::with_capacity(1024);
     let kept = if cps {
         Vec::new()
@@ -453,8 +459,8 @@ fn lockstep(duration: Duration, conns: u32, size: usize, cps: bool) -> anyhow::R
         connect(&mut rt, &mut events, conns, Interest::READABLE)?
     };
     let (mut rtt_ns, mut verified, mut rounds) = (Vec::new(), true, 0u64);
-    let run_start = WallClock::now();
-    while run_start.elapsed() < duration {
+    let mut m = run.meter();
+    while m.going(0) {
         let t0 = WallClock::now();
         let seq0 = rounds * u64::from(conns);
         if cps {
@@ -469,7 +475,7 @@ fn lockstep(duration: Duration, conns: u32, size: usize, cps: bool) -> anyhow::R
         rtt_ns.push(t0.elapsed().as_nanos() as u64);
         rounds += 1;
     }
-    let elapsed = run_start.elapsed();
+    let elapsed = m.elapsed();
     close_all(&mut rt, kept)?;
     let report = server.finish()?;
     let count = rounds * u64::from(conns);
@@ -482,18 +488,23 @@ fn lockstep(duration: Duration, conns: u32, size: usize, cps: bool) -> anyhow::R
     Ok(if cps { o.with_time_wait(time_wait) } else { o })
 }
 
-pub fn stream(duration: Duration) -> anyhow::Result<Outcome> {
-    let (mut rt, server) = start(Serve::Sink)?;
+/// stream: for `--duration`, or until exactly `--bytes` are sent; the rate is the bytes
+/// the server read over the time to the last of them.
+pub fn stream(run: &Run) -> anyhow::Result<Outcome> {
+    let (mut rt, server) = start(Serve::Sink, run.seed)?;
     let mut events = Events::with_capacity(4);
     let s = connect(&mut rt, &mut events, 1, Interest::WRITABLE)?.remove(0);
     let chunk = stream_chunk();
     let mut sent = 0u64;
-    let run_start = WallClock::now();
-    while run_start.elapsed() < duration {
-        // Writes continue the pattern: `chunk` is a whole number of its periods.
+    let mut m = run.meter();
+    let limit = m.bytes();
+    while m.going(sent) {
         loop {
-            let off = (sent % chunk.len() as u64) as usize;
-            match s.write(&mut rt, &chunk[off..]) {
+            let piece = stream_next(&chunk, sent, limit);
+            if piece.is_empty() {
+                break;
+            }
+            match s.write(&mut rt, piece) {
                 Ok(n) => sent += n as u64,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) => return Err(e.into()),
@@ -512,7 +523,7 @@ pub fn stream(duration: Duration) -> anyhow::Result<Outcome> {
         rt.run_once(Some(Duration::from_millis(1)))?;
     }
     let mut report = server.finish()?;
-    let Some((got, matched, eof_at)) = report.sink.take() else {
+    let Some((got, matched, last_byte)) = report.sink.take() else {
         bail!("ustack stream over shm: the server reported no transfer");
     };
     close_all(&mut rt, vec![s])?;
@@ -520,8 +531,8 @@ pub fn stream(duration: Duration) -> anyhow::Result<Outcome> {
         "ustack",
         "shm",
         got,
-        eof_at - run_start,
-        matched && got == sent,
+        last_byte.saturating_duration_since(m.start()),
+        matched && got == sent && limit.is_none_or(|l| got == l),
     );
     Ok(finish(&rt, report, o))
 }
