@@ -367,6 +367,11 @@ impl ServeOverTun {
         &self.control
     }
 
+    /// The server's process id (for its `/proc/<pid>/status`, say).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Waits for the server to end (after its `--duration`) and returns the rest of what
     /// it printed (its counters); an error if it failed.
     pub fn finish(mut self) -> io::Result<String> {
