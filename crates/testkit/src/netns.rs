@@ -242,7 +242,10 @@ pub const PY_CC_ENV: &str = "USTACK_TCP_CC";
 /// What every kernel-side Python script starts with ([`python_argv`]): its imports,
 /// `drain(sock)`, which reads to the end of the stream and returns the SHA-256 (hex) and
 /// the byte count, and `tune(sock)`, which sets the congestion control named by
-/// [`PY_CC_ENV`] on a TCP socket (checked by reading it back) and returns the socket.
+/// [`PY_CC_ENV`] on a TCP socket (checked by reading it back) and returns the socket, and
+/// `stream(sock, n, seed)`, which sends `n` pseudo-random bytes drawn from
+/// `random.Random(seed)` 1 MiB at a time (so any size fits in memory) and returns their
+/// SHA-256 (hex).
 pub const PY_PRELUDE: &str = r#"
 import hashlib, os, random, socket, sys, threading, time
 CC = os.environ.get("USTACK_TCP_CC")
@@ -261,6 +264,14 @@ def drain(s):
             return h.hexdigest(), got
         h.update(b)
         got += len(b)
+def stream(s, n, seed):
+    r, h, left = random.Random(seed), hashlib.sha256(), n
+    while left:
+        b = r.randbytes(min(left, 1 << 20))
+        h.update(b)
+        s.sendall(b)
+        left -= len(b)
+    return h.hexdigest()
 "#;
 
 /// A kernel client of a TCP echo server, arguments `n host port`: a thread sends `n`
@@ -294,10 +305,9 @@ print("ready", flush=True)
 c, _ = l.accept()
 tune(c).settimeout(20)
 digest, got = drain(c)
-data = random.Random(n).randbytes(n)
-c.sendall(data)
+sent = stream(c, n, n)
 c.close()
-print(got, digest, hashlib.sha256(data).hexdigest(), flush=True)
+print(got, digest, sent, flush=True)
 "#;
 
 /// `python3 -c <PY_PRELUDE + script> args...`, for [`NetNs::run`] or [`NetNs::command`].
