@@ -6,7 +6,8 @@
 //! - ICMP: `ping` answered by ustack (also 4000-byte echoes: reassembly and fragmentation
 //!   both ways);
 //! - TCP, ustack as the server: a kernel client sends 1 MiB and 16 MiB, ustack hashes what
-//!   it read and answers with the SHA-256, both ends compare; the echo server of
+//!   it read and answers with the SHA-256, both ends compare; and 64 MiB over an interface
+//!   with the kernel's offloads taken (super-segments, partial checksums); the echo server of
 //!   `servers.rs` returns 1 MiB that the client checks;
 //! - TCP, ustack as the client: bulk to a kernel server and back, SHA-256 at both ends:
 //!   4 MiB each way, and 512 MiB each way (about 12 s with a debug build; 1 GiB each way
@@ -24,7 +25,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use sha2::{Digest, Sha256};
 use ustack_dev::Device;
-use ustack_dev::tun::{Tun, TunConfig, TunQueue};
+use ustack_dev::tun::{Tun, TunConfig, TunQueue, TunStats};
 use ustack_obs::Counter;
 use ustack_runtime::Mode;
 use ustack_runtime::api::{TcpListener, TcpStream, UdpSocket};
@@ -158,20 +159,28 @@ fn ustack_sink(rt: &mut Rt, stop: &AtomicBool, port: u16) -> io::Result<(u64, St
     Ok(done)
 }
 
-fn kernel_sends_to_ustack(test: &str, n: usize) {
-    let Some(mut rig) = rig(test) else {
-        return;
-    };
+/// A kernel client sends `n` bytes to [`ustack_sink`] (over an interface with the
+/// kernel's offloads taken if `offload`); SHA-256 compared at both ends. The queue's
+/// counters at the end, if the test ran.
+fn kernel_sends_to_ustack(test: &str, n: usize, offload: bool) -> Option<TunStats> {
+    root_or_skip(test)?;
+    let mut rig = if offload {
+        TunRig::with_offload(1)
+    } else {
+        TunRig::new(1, None)
+    }
+    .expect("setting up the TUN rig");
     let port = 9;
     let app = Ustack::start(builder(), rig.queues.remove(0), move |rt, stop| {
-        ustack_sink(rt, stop, port)
+        let done = ustack_sink(rt, stop, port)?;
+        Ok((done, *rt.device().stats()))
     });
     let out = python(
         &rig,
         SINK_CLIENT,
         &[n.to_string(), USTACK_IP.to_string(), port.to_string()],
     );
-    let (bytes, ustack_digest) = app.finish();
+    let ((bytes, ustack_digest), stats) = app.finish();
     let fields: Vec<&str> = out.split_whitespace().collect();
     let [sent_digest, answer, secs] = fields[..] else {
         panic!("client printed `{out}`");
@@ -184,19 +193,42 @@ fn kernel_sends_to_ustack(test: &str, n: usize) {
     assert_eq!(answer, sent_digest, "the client got ustack's digest back");
     let secs: f64 = secs.parse().expect("seconds");
     eprintln!(
-        "{test}: {n} bytes kernel -> ustack in {secs:.3} s ({:.1} MB/s)",
-        n as f64 / secs / 1e6
+        "{test}: {n} bytes kernel -> ustack in {secs:.3} s ({:.1} MB/s), {} packets read \
+         ({} super-segments)",
+        n as f64 / secs / 1e6,
+        stats.rx_packets,
+        stats.rx_gso
     );
+    Some(stats)
 }
 
 #[test]
 fn kernel_client_sends_1mib_to_ustack() {
-    kernel_sends_to_ustack("kernel_client_sends_1mib_to_ustack", 1 << 20);
+    kernel_sends_to_ustack("kernel_client_sends_1mib_to_ustack", 1 << 20, false);
 }
 
 #[test]
 fn kernel_client_sends_16mib_to_ustack() {
-    kernel_sends_to_ustack("kernel_client_sends_16mib_to_ustack", 16 << 20);
+    kernel_sends_to_ustack("kernel_client_sends_16mib_to_ustack", 16 << 20, false);
+}
+
+/// With the offloads taken, the kernel sends super-segments with partial checksums: the
+/// queue completes each checksum and the stack takes segments far larger than the MTU.
+#[test]
+fn kernel_client_sends_64mib_to_ustack_in_super_segments() {
+    let test = "kernel_client_sends_64mib_to_ustack_in_super_segments";
+    let Some(s) = kernel_sends_to_ustack(test, 64 << 20, true) else {
+        return;
+    };
+    assert!(s.rx_gso > 0, "no super-segment came: {s:?}");
+    assert!(s.rx_csum_completed > 0, "no partial checksum came: {s:?}");
+    assert_eq!(
+        (s.rx_bad_vnet, s.rx_truncated, s.rx_errors),
+        (0, 0, 0),
+        "{s:?}"
+    );
+    // Far fewer reads than 1500-byte packets would need.
+    assert!(s.rx_packets < (64 << 20) / 1460 / 4, "{s:?}");
 }
 
 #[test]

@@ -218,12 +218,23 @@ impl TunRig {
     /// A fresh namespace with [`TUN_NAME`] (`queues` queues, the kernel's MTU unless `mtu`
     /// says otherwise), [`KERNEL_IP`]/24 on it, IPv6 off and the link up.
     pub fn new(queues: usize, mtu: Option<u32>) -> io::Result<TunRig> {
+        TunRig::open(queues, mtu, false)
+    }
+
+    /// [`new`](Self::new) with the kernel's offloads taken ([`TunConfig::offload`]): the
+    /// kernel hands the queues super-segments of up to 64 KiB.
+    pub fn with_offload(queues: usize) -> io::Result<TunRig> {
+        TunRig::open(queues, None, true)
+    }
+
+    fn open(queues: usize, mtu: Option<u32>, offload: bool) -> io::Result<TunRig> {
         let ns = NetNs::new()?;
         let tun = Tun::open(&TunConfig {
             name: TUN_NAME.to_owned(),
             queues,
             mtu,
             netns: Some(ns.path().to_owned()),
+            offload,
         })?;
         ns.configure_tun(TUN_NAME)?;
         let mtu = tun.mtu();
