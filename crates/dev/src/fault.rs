@@ -503,7 +503,7 @@ impl<D: Device> Faulty<D> {
     /// `ingress`; both lines' randomness comes from `seed`.
     pub fn new(device: D, seed: u64, egress: FaultConfig, ingress: FaultConfig) -> Self {
         let (seed_out, seed_in) = split_seed(seed);
-        let max = device.caps().max_frame_len();
+        let max = device.caps().max_rx_frame_len();
         Faulty {
             device,
             egress: FaultLine::new(egress, seed_out),

@@ -59,12 +59,27 @@ pub struct DeviceCaps {
     /// The IP MTU, link-layer header excluded (Linux's `dev->mtu`): the largest frame the
     /// device carries is `mtu + medium.header_len()` bytes.
     pub mtu: usize,
+    /// The largest IP packet [`Device::recv`] may hand over when that is more than `mtu`:
+    /// a device that receives super-segments (a TUN with offloads, up to 65,535 bytes;
+    /// Linux's `gro_max_size`). 0: none larger than `mtu`.
+    pub gro_max_size: usize,
 }
 
 impl DeviceCaps {
     /// The largest frame the device carries, link-layer header included.
     pub const fn max_frame_len(&self) -> usize {
         self.mtu + self.medium.header_len()
+    }
+
+    /// The largest frame [`Device::recv`] may return: [`max_frame_len`](Self::max_frame_len),
+    /// or a super-segment of [`gro_max_size`](Self::gro_max_size).
+    pub const fn max_rx_frame_len(&self) -> usize {
+        let ip = if self.gro_max_size > self.mtu {
+            self.gro_max_size
+        } else {
+            self.mtu
+        };
+        ip + self.medium.header_len()
     }
 }
 

@@ -1475,7 +1475,11 @@ impl FrameBatch {
 }
 
 fn validate_caps(medium: Medium, mtu: usize, slot_size: usize) -> io::Result<DeviceCaps> {
-    let caps = DeviceCaps { medium, mtu };
+    let caps = DeviceCaps {
+        medium,
+        mtu,
+        gro_max_size: 0,
+    };
     if mtu == 0 || caps.max_frame_len() > slot_size {
         return Err(bad_input(
             "shm: mtu must be non-zero and the largest frame fit a slot",

@@ -156,6 +156,7 @@ impl SimLink {
         DeviceCaps {
             medium: self.medium,
             mtu: self.mtu,
+            gro_max_size: 0,
         }
     }
 

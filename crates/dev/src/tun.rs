@@ -25,17 +25,25 @@
 //! the kernel would then drop our larger packets or send us larger ones, which
 //! [`Device::recv`] truncates to the caller's buffer and counts ([`TunStats::rx_truncated`]).
 //!
-//! # Later: virtio-net header and offloads
+//! # Offloads: the virtio-net header (receive only, so far)
 //!
-//! `IFF_VNET_HDR` with `TUNSETOFFLOAD` (TSO4/TSO6/USO, checksum offload) would let the
-//! kernel hand us 64 KiB super-segments and take ours, one system call for many MSS. It is
-//! not done yet. The flags are built in one place ([`Tun::open`]'s `flags`), each queue knows
-//! its caps, and a header length can be added to [`TunQueue`] (read into a scratch header,
-//! then the packet) without changing the [`Device`] contract.
+//! With [`TunConfig::offload`] every queue is opened with `IFF_VNET_HDR` and the interface
+//! takes `TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6` (`TUNSETOFFLOAD`): the kernel then skips the
+//! TCP checksum and segmentation of what it sends us, and hands over super-segments of up
+//! to 64 KiB, one `read(2)` each, behind a 10-byte `struct virtio_net_hdr` (the kernel's
+//! default header size). [`Device::recv`] reads the header and the packet with one
+//! `readv(2)`, completes a partial checksum (`VIRTIO_NET_HDR_F_NEEDS_CSUM`: the field holds
+//! the pseudo-header sum; the sum from `csum_start` goes in at `csum_offset`, as Linux's
+//! `skb_checksum_help` does) and returns the IP packet, whose total length may exceed the
+//! MTU ([`DeviceCaps::gro_max_size`] is 65,535, so the runtime's receive buffer is that
+//! large; IP input checks total length against the packet, not the MTU, as Linux does).
+//! A header that does not fit the packet is counted ([`TunStats::rx_bad_vnet`]) and the
+//! packet dropped. What ustack sends goes out behind a zero header (no offload asked for):
+//! TCP output does not build super-segments yet.
 
 use core::time::Duration;
 use std::fs::File;
-use std::io;
+use std::io::{self, IoSlice, IoSliceMut};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
 
@@ -64,6 +72,9 @@ pub struct TunConfig {
     /// Create the interface in this network namespace (a `/proc/<pid>/ns/net` or
     /// `/run/netns/<name>` file) instead of the caller's.
     pub netns: Option<PathBuf>,
+    /// Take the kernel's offloads (`IFF_VNET_HDR`; `TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6`):
+    /// receive super-segments up to 64 KiB with partial checksums, completed here.
+    pub offload: bool,
 }
 
 impl Default for TunConfig {
@@ -73,6 +84,7 @@ impl Default for TunConfig {
             queues: 1,
             mtu: None,
             netns: None,
+            offload: false,
         }
     }
 }
@@ -164,7 +176,13 @@ impl Tun {
         let ctx = |what: &str, e: io::Error| {
             io::Error::new(e.kind(), format!("tun: {what} `{}`: {e}", config.name))
         };
-        let flags = (libc::IFF_TUN | libc::IFF_NO_PI | libc::IFF_MULTI_QUEUE) as libc::c_short;
+        let vnet = if config.offload {
+            libc::IFF_VNET_HDR
+        } else {
+            0
+        };
+        let flags =
+            (libc::IFF_TUN | libc::IFF_NO_PI | libc::IFF_MULTI_QUEUE | vnet) as libc::c_short;
         let (first, name) =
             sys::open_queue(&config.name, flags).map_err(|e| ctx("TUNSETIFF", e))?;
         let mut fds = vec![first];
@@ -177,9 +195,14 @@ impl Tun {
             sys::set_mtu(&name, mtu).map_err(|e| ctx("setting the MTU of", e))?;
         }
         let mtu = sys::mtu(&name).map_err(|e| ctx("reading the MTU of", e))?;
+        if config.offload {
+            let offloads = libc::TUN_F_CSUM | libc::TUN_F_TSO4 | libc::TUN_F_TSO6;
+            sys::set_offload(&fds[0], offloads).map_err(|e| ctx("TUNSETOFFLOAD", e))?;
+        }
         let caps = DeviceCaps {
             medium: Medium::Ip,
             mtu,
+            gro_max_size: if config.offload { GSO_MAX_SIZE } else { 0 },
         };
         let queues = fds
             .into_iter()
@@ -189,6 +212,7 @@ impl Tun {
                 index,
                 name: name.clone(),
                 caps,
+                vnet: config.offload,
                 stats: TunStats::default(),
             })
             .collect();
@@ -236,6 +260,13 @@ pub struct TunStats {
     pub tx_errors: u64,
     /// Times [`TunQueue::wait`] slept in `poll(2)`.
     pub sleeps: u64,
+    /// With offloads: super-segments read (a `gso_type` other than none).
+    pub rx_gso: u64,
+    /// With offloads: partial checksums completed (`VIRTIO_NET_HDR_F_NEEDS_CSUM`).
+    pub rx_csum_completed: u64,
+    /// With offloads: packets dropped for a virtio-net header that does not fit them
+    /// (shorter than the header, or a checksum position outside the packet).
+    pub rx_bad_vnet: u64,
 }
 
 /// One queue of a TUN interface: a non-blocking file that carries bare IP packets.
@@ -245,7 +276,33 @@ pub struct TunQueue {
     index: usize,
     name: String,
     caps: DeviceCaps,
+    /// Every read and write carries a [`VNET_HDR_LEN`]-byte virtio-net header first.
+    vnet: bool,
     stats: TunStats,
+}
+
+/// The largest IP packet with offloads (Linux's `GSO_MAX_SIZE` for IPv4).
+pub const GSO_MAX_SIZE: usize = 65_535;
+/// `sizeof(struct virtio_net_hdr)`, the kernel's default header size with `IFF_VNET_HDR`.
+pub const VNET_HDR_LEN: usize = 10;
+/// `VIRTIO_NET_HDR_F_NEEDS_CSUM`.
+const VNET_F_NEEDS_CSUM: u8 = 1;
+/// `VIRTIO_NET_HDR_GSO_NONE`.
+const VNET_GSO_NONE: u8 = 0;
+
+/// Completes a partial checksum as the virtio-net header asks (`csum_start` and
+/// `csum_offset`, little-endian at bytes 6 and 8): the field holds the pseudo-header sum;
+/// the sum of everything from `csum_start` goes in its place. False if the positions do not
+/// fit the packet.
+fn complete_csum(hdr: &[u8; VNET_HDR_LEN], packet: &mut [u8]) -> bool {
+    let start = usize::from(u16::from_le_bytes([hdr[6], hdr[7]]));
+    let field = start + usize::from(u16::from_le_bytes([hdr[8], hdr[9]]));
+    if field + 2 > packet.len() {
+        return false;
+    }
+    let sum = ustack_wire::checksum::checksum(&packet[start..]);
+    packet[field..field + 2].copy_from_slice(&sum.to_be_bytes());
+    true
 }
 
 impl TunQueue {
@@ -284,21 +341,55 @@ impl TunQueue {
     }
 }
 
+impl TunQueue {
+    /// What the virtio-net header `hdr` says about `packet`: complete a partial checksum,
+    /// count a super-segment. False (counted) if the header does not fit the packet.
+    fn take_vnet(&mut self, hdr: &[u8; VNET_HDR_LEN], packet: &mut [u8]) -> bool {
+        if hdr[0] & VNET_F_NEEDS_CSUM != 0 {
+            if !complete_csum(hdr, packet) {
+                self.stats.rx_bad_vnet += 1;
+                return false;
+            }
+            self.stats.rx_csum_completed += 1;
+        }
+        if hdr[1] != VNET_GSO_NONE {
+            self.stats.rx_gso += 1;
+        }
+        true
+    }
+}
+
 impl Device for TunQueue {
     fn caps(&self) -> DeviceCaps {
         self.caps
     }
 
     fn recv(&mut self, _now: Instant, buf: &mut [u8]) -> Option<usize> {
+        let mut hdr = [0u8; VNET_HDR_LEN];
+        let hdr_len = if self.vnet { VNET_HDR_LEN } else { 0 };
         loop {
-            match rustix::io::read(&self.fd, &mut *buf) {
+            let read = if self.vnet {
+                let mut iov = [IoSliceMut::new(&mut hdr), IoSliceMut::new(&mut *buf)];
+                rustix::io::readv(&self.fd, &mut iov)
+            } else {
+                rustix::io::read(&self.fd, &mut *buf)
+            };
+            match read {
+                Ok(n) if n < hdr_len => {
+                    self.stats.rx_bad_vnet += 1;
+                    return None;
+                }
                 Ok(n) => {
+                    let n = n - hdr_len;
                     // Should the kernel report more than it copied (a packet longer than
                     // `buf`: the MTU changed behind our back), count it as truncated.
                     if n > buf.len() {
                         self.stats.rx_truncated += 1;
                     }
                     let n = n.min(buf.len());
+                    if self.vnet && !self.take_vnet(&hdr, &mut buf[..n]) {
+                        return None;
+                    }
                     self.stats.rx_packets += 1;
                     self.stats.rx_bytes += n as u64;
                     return Some(n);
@@ -318,8 +409,15 @@ impl Device for TunQueue {
             self.stats.tx_errors += 1;
             return false;
         }
+        // With offloads, a zero header first: no checksum or segmentation asked for.
+        let hdr = [0u8; VNET_HDR_LEN];
         loop {
-            match rustix::io::write(&self.fd, frame) {
+            let written = if self.vnet {
+                rustix::io::writev(&self.fd, &[IoSlice::new(&hdr), IoSlice::new(frame)])
+            } else {
+                rustix::io::write(&self.fd, frame)
+            };
+            match written {
                 Ok(_) => {
                     self.stats.tx_packets += 1;
                     self.stats.tx_bytes += frame.len() as u64;

@@ -22,6 +22,7 @@ impl Device for Recorder {
         DeviceCaps {
             medium: Medium::Ip,
             mtu: 1500,
+            gro_max_size: 0,
         }
     }
     fn recv(&mut self, _now: Instant, buf: &mut [u8]) -> Option<usize> {

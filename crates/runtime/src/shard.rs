@@ -173,7 +173,7 @@ pub struct Shard<D: Device> {
 impl<D: Device> Shard<D> {
     /// Shard number `id` running `stack` on `device`.
     pub fn new(id: usize, stack: Stack, device: D) -> Shard<D> {
-        let rx_buf = vec![0; device.caps().max_frame_len()];
+        let rx_buf = vec![0; device.caps().max_rx_frame_len()];
         Shard {
             id,
             stack,

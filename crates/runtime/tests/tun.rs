@@ -6,9 +6,12 @@
 //! - ICMP: `ping` answered by ustack (also 4000-byte echoes: reassembly and fragmentation
 //!   both ways);
 //! - TCP, ustack as the server: a kernel client sends 1 MiB and 16 MiB, ustack hashes what
-//!   it read and answers with the SHA-256, both ends compare; the echo server of
+//!   it read and answers with the SHA-256, both ends compare; and 64 MiB over an interface
+//!   with the kernel's offloads taken (super-segments, partial checksums); the echo server of
 //!   `servers.rs` returns 1 MiB that the client checks;
-//! - TCP, ustack as the client: bulk to a kernel server and back, SHA-256 at both ends;
+//! - TCP, ustack as the client: bulk to a kernel server and back, SHA-256 at both ends:
+//!   4 MiB each way, and 512 MiB each way (about 12 s with a debug build; 1 GiB each way
+//!   would take about 24 s), streamed at both ends without holding it in memory;
 //! - UDP echo, datagrams from 1 byte to 8000 (fragmented).
 //!
 //! Without root or `/dev/net/tun` each test skips with a note, unless `USTACK_REQUIRE_ROOT`
@@ -22,7 +25,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use sha2::{Digest, Sha256};
 use ustack_dev::Device;
-use ustack_dev::tun::{Tun, TunConfig, TunQueue};
+use ustack_dev::tun::{Tun, TunConfig, TunQueue, TunStats};
 use ustack_obs::Counter;
 use ustack_runtime::Mode;
 use ustack_runtime::api::{TcpListener, TcpStream, UdpSocket};
@@ -34,13 +37,12 @@ use ustack_stack::Instant;
 use ustack_testkit::netns::{
     KERNEL_IP, PY_ECHO_CLIENT, TunRig, USTACK_IP, python_argv, root_or_skip, tool_or_skip,
 };
-use ustack_testkit::pattern;
 use ustack_wire::checksum::checksum;
 
 mod kernel;
 
 use kernel::{
-    KernelServer, LIMIT, Ustack, builder, drive, hex, idle, python, read_into, would_block,
+    KernelServer, LIMIT, Source, Ustack, builder, drive, hex, idle, python, read_into, would_block,
     write_from,
 };
 
@@ -99,10 +101,9 @@ fn kernel_pings_ustack() {
 /// SHA-256 of what it sent and the server's answer.
 const SINK_CLIENT: &str = r#"
 n, host, port = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
-data = random.Random(n).randbytes(n)
 t = time.monotonic()
 s = socket.create_connection((host, port), timeout=20)
-s.sendall(data)
+sent = stream(s, n, n)
 s.shutdown(socket.SHUT_WR)
 reply = b""
 while True:
@@ -111,7 +112,7 @@ while True:
         break
     reply += b
 t = time.monotonic() - t
-print(hashlib.sha256(data).hexdigest(), reply.decode(), f"{t:.6f}")
+print(sent, reply.decode(), f"{t:.6f}")
 "#;
 
 /// ustack's side: accept one connection on `port`, read to its end hashing, answer with
@@ -158,20 +159,28 @@ fn ustack_sink(rt: &mut Rt, stop: &AtomicBool, port: u16) -> io::Result<(u64, St
     Ok(done)
 }
 
-fn kernel_sends_to_ustack(test: &str, n: usize) {
-    let Some(mut rig) = rig(test) else {
-        return;
-    };
+/// A kernel client sends `n` bytes to [`ustack_sink`] (over an interface with the
+/// kernel's offloads taken if `offload`); SHA-256 compared at both ends. The queue's
+/// counters at the end, if the test ran.
+fn kernel_sends_to_ustack(test: &str, n: usize, offload: bool) -> Option<TunStats> {
+    root_or_skip(test)?;
+    let mut rig = if offload {
+        TunRig::with_offload(1)
+    } else {
+        TunRig::new(1, None)
+    }
+    .expect("setting up the TUN rig");
     let port = 9;
     let app = Ustack::start(builder(), rig.queues.remove(0), move |rt, stop| {
-        ustack_sink(rt, stop, port)
+        let done = ustack_sink(rt, stop, port)?;
+        Ok((done, *rt.device().stats()))
     });
     let out = python(
         &rig,
         SINK_CLIENT,
         &[n.to_string(), USTACK_IP.to_string(), port.to_string()],
     );
-    let (bytes, ustack_digest) = app.finish();
+    let ((bytes, ustack_digest), stats) = app.finish();
     let fields: Vec<&str> = out.split_whitespace().collect();
     let [sent_digest, answer, secs] = fields[..] else {
         panic!("client printed `{out}`");
@@ -184,19 +193,42 @@ fn kernel_sends_to_ustack(test: &str, n: usize) {
     assert_eq!(answer, sent_digest, "the client got ustack's digest back");
     let secs: f64 = secs.parse().expect("seconds");
     eprintln!(
-        "{test}: {n} bytes kernel -> ustack in {secs:.3} s ({:.1} MB/s)",
-        n as f64 / secs / 1e6
+        "{test}: {n} bytes kernel -> ustack in {secs:.3} s ({:.1} MB/s), {} packets read \
+         ({} super-segments)",
+        n as f64 / secs / 1e6,
+        stats.rx_packets,
+        stats.rx_gso
     );
+    Some(stats)
 }
 
 #[test]
 fn kernel_client_sends_1mib_to_ustack() {
-    kernel_sends_to_ustack("kernel_client_sends_1mib_to_ustack", 1 << 20);
+    kernel_sends_to_ustack("kernel_client_sends_1mib_to_ustack", 1 << 20, false);
 }
 
 #[test]
 fn kernel_client_sends_16mib_to_ustack() {
-    kernel_sends_to_ustack("kernel_client_sends_16mib_to_ustack", 16 << 20);
+    kernel_sends_to_ustack("kernel_client_sends_16mib_to_ustack", 16 << 20, false);
+}
+
+/// With the offloads taken, the kernel sends super-segments with partial checksums: the
+/// queue completes each checksum and the stack takes segments far larger than the MTU.
+#[test]
+fn kernel_client_sends_64mib_to_ustack_in_super_segments() {
+    let test = "kernel_client_sends_64mib_to_ustack_in_super_segments";
+    let Some(s) = kernel_sends_to_ustack(test, 64 << 20, true) else {
+        return;
+    };
+    assert!(s.rx_gso > 0, "no super-segment came: {s:?}");
+    assert!(s.rx_csum_completed > 0, "no partial checksum came: {s:?}");
+    assert_eq!(
+        (s.rx_bad_vnet, s.rx_truncated, s.rx_errors),
+        (0, 0, 0),
+        "{s:?}"
+    );
+    // Far fewer reads than 1500-byte packets would need.
+    assert!(s.rx_packets < (64 << 20) / 1460 / 4, "{s:?}");
 }
 
 #[test]
@@ -230,40 +262,47 @@ fn kernel_client_through_ustack_echo_server() {
 
 // ---- TCP: ustack as the client ------------------------------------------------------------
 
-#[test]
-fn ustack_client_bulk_both_ways_with_kernel_server() {
-    let Some(mut rig) = rig("ustack_client_bulk_both_ways_with_kernel_server") else {
+/// ustack connects to a kernel bulk server ([`KernelServer`]), sends `up` bytes and
+/// half-closes; the server reads them to the end, sends `down` bytes and closes. SHA-256
+/// compared at both ends, both ways; prints the rate of each direction (the kernel starts
+/// sending only once it has read everything, so ustack's first byte read ends the upload).
+fn ustack_client_bulk(test: &str, up: u64, down: u64) {
+    let Some(mut rig) = rig(test) else {
         return;
     };
-    let (up, down) = (4 << 20, 4 << 20);
     let port = 5001;
-    let server = KernelServer::start(&rig.ns, down, port, None);
-    let data = pattern(up, 5);
-    let sent_digest = hex(&Sha256::digest(&data));
+    let server = KernelServer::start(&rig.ns, down as usize, port, None);
     let app = Ustack::start(builder(), rig.queues.remove(0), move |rt, stop| {
+        let start = std::time::Instant::now();
         let s = TcpStream::connect(rt, SocketAddrV4::new(KERNEL_IP, port))?;
         rt.register(&s, 1, Interest::READABLE | Interest::WRITABLE, Mode::Edge)?;
-        let (mut off, mut shut) = (0, false);
+        let mut source = Source::new(up, 5);
+        let mut shut = false;
         let mut hasher = Sha256::new();
-        let mut got = 0;
+        let (mut got, mut first) = (0, None);
         let mut buf = vec![0; 64 * 1024];
         let done = drive(rt, stop, |rt| {
-            if !shut && write_from(rt, &s, &data, &mut off)? {
+            if !shut && source.write(rt, &s)? {
                 s.shutdown(rt, Shutdown::Write)?;
                 shut = true;
             }
             let (n, fin) = read_into(rt, &s, &mut buf, &mut hasher)?;
             got += n;
+            if got > 0 && first.is_none() {
+                first = Some(start.elapsed());
+            }
             Ok(fin.then(|| (got, hex(&core::mem::take(&mut hasher).finalize()))))
         })?;
-        let r = done.ok_or_else(|| io::Error::other("stopped before the transfer ended"))?;
+        let (got, digest) =
+            done.ok_or_else(|| io::Error::other("stopped before the transfer ended"))?;
+        let (all, first) = (start.elapsed(), first.unwrap_or_default());
         s.close(rt)?;
-        Ok(r)
+        Ok((got, digest, source.digest(), first, all - first))
     });
     // The kernel server ends once it has sent everything and closed.
     let rest = server.finish();
     // ustack's side ends by itself once it has read the kernel's FIN.
-    let (got, got_digest) = app.join();
+    let (got, got_digest, sent_digest, up_time, down_time) = app.join();
     let fields: Vec<&str> = rest.split_whitespace().collect();
     let [k_got, k_digest, k_sent_digest] = fields[..] else {
         panic!("kernel server printed `{rest}`");
@@ -273,10 +312,37 @@ fn ustack_client_bulk_both_ways_with_kernel_server() {
         k_digest, sent_digest,
         "SHA-256: the kernel read what ustack sent"
     );
-    assert_eq!(got, down as u64, "bytes ustack read");
+    assert_eq!(got, down, "bytes ustack read");
     assert_eq!(
         got_digest, k_sent_digest,
         "SHA-256: ustack read what the kernel sent"
+    );
+    let rate = |n: u64, t: Duration| n as f64 / t.as_secs_f64() / 1e6;
+    eprintln!(
+        "{test}: {up} bytes ustack -> kernel in {:.3} s ({:.1} MB/s), {down} bytes kernel -> \
+         ustack in {:.3} s ({:.1} MB/s)",
+        up_time.as_secs_f64(),
+        rate(up, up_time),
+        down_time.as_secs_f64(),
+        rate(down, down_time)
+    );
+}
+
+#[test]
+fn ustack_client_bulk_both_ways_with_kernel_server() {
+    ustack_client_bulk(
+        "ustack_client_bulk_both_ways_with_kernel_server",
+        4 << 20,
+        4 << 20,
+    );
+}
+
+#[test]
+fn ustack_client_moves_512mib_each_way_with_kernel_server() {
+    ustack_client_bulk(
+        "ustack_client_moves_512mib_each_way_with_kernel_server",
+        512 << 20,
+        512 << 20,
     );
 }
 

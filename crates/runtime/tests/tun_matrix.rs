@@ -273,6 +273,7 @@ fn run_cell(test: &str, ns: &NetNs, dir: &Path, index: usize, cell: &Cell) -> Pa
         queues: 1,
         mtu: None,
         netns: Some(ns.path().to_owned()),
+        offload: false,
     })
     .expect("opening tun0 in the namespace")
     .into_queues()

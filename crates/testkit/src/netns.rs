@@ -218,12 +218,23 @@ impl TunRig {
     /// A fresh namespace with [`TUN_NAME`] (`queues` queues, the kernel's MTU unless `mtu`
     /// says otherwise), [`KERNEL_IP`]/24 on it, IPv6 off and the link up.
     pub fn new(queues: usize, mtu: Option<u32>) -> io::Result<TunRig> {
+        TunRig::open(queues, mtu, false)
+    }
+
+    /// [`new`](Self::new) with the kernel's offloads taken ([`TunConfig::offload`]): the
+    /// kernel hands the queues super-segments of up to 64 KiB.
+    pub fn with_offload(queues: usize) -> io::Result<TunRig> {
+        TunRig::open(queues, None, true)
+    }
+
+    fn open(queues: usize, mtu: Option<u32>, offload: bool) -> io::Result<TunRig> {
         let ns = NetNs::new()?;
         let tun = Tun::open(&TunConfig {
             name: TUN_NAME.to_owned(),
             queues,
             mtu,
             netns: Some(ns.path().to_owned()),
+            offload,
         })?;
         ns.configure_tun(TUN_NAME)?;
         let mtu = tun.mtu();
@@ -242,7 +253,10 @@ pub const PY_CC_ENV: &str = "USTACK_TCP_CC";
 /// What every kernel-side Python script starts with ([`python_argv`]): its imports,
 /// `drain(sock)`, which reads to the end of the stream and returns the SHA-256 (hex) and
 /// the byte count, and `tune(sock)`, which sets the congestion control named by
-/// [`PY_CC_ENV`] on a TCP socket (checked by reading it back) and returns the socket.
+/// [`PY_CC_ENV`] on a TCP socket (checked by reading it back) and returns the socket, and
+/// `stream(sock, n, seed)`, which sends `n` pseudo-random bytes drawn from
+/// `random.Random(seed)` 1 MiB at a time (so any size fits in memory) and returns their
+/// SHA-256 (hex).
 pub const PY_PRELUDE: &str = r#"
 import hashlib, os, random, socket, sys, threading, time
 CC = os.environ.get("USTACK_TCP_CC")
@@ -261,6 +275,14 @@ def drain(s):
             return h.hexdigest(), got
         h.update(b)
         got += len(b)
+def stream(s, n, seed):
+    r, h, left = random.Random(seed), hashlib.sha256(), n
+    while left:
+        b = r.randbytes(min(left, 1 << 20))
+        h.update(b)
+        s.sendall(b)
+        left -= len(b)
+    return h.hexdigest()
 "#;
 
 /// A kernel client of a TCP echo server, arguments `n host port`: a thread sends `n`
@@ -294,10 +316,9 @@ print("ready", flush=True)
 c, _ = l.accept()
 tune(c).settimeout(20)
 digest, got = drain(c)
-data = random.Random(n).randbytes(n)
-c.sendall(data)
+sent = stream(c, n, n)
 c.close()
-print(got, digest, hashlib.sha256(data).hexdigest(), flush=True)
+print(got, digest, sent, flush=True)
 "#;
 
 /// `python3 -c <PY_PRELUDE + script> args...`, for [`NetNs::run`] or [`NetNs::command`].
@@ -365,6 +386,11 @@ impl ServeOverTun {
     /// Its control socket (for `ustack stat --control`, say).
     pub fn control(&self) -> &Path {
         &self.control
+    }
+
+    /// The server's process id (for its `/proc/<pid>/status`, say).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// Waits for the server to end (after its `--duration`) and returns the rest of what

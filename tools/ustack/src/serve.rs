@@ -290,6 +290,7 @@ fn tun(args: &Args, proto: Protocol) -> anyhow::Result<ExitCode> {
         queues: usize::from(args.shards),
         mtu: args.mtu,
         netns,
+        offload: false,
     };
     let tun = Tun::open(&config).context("creating the TUN interface")?;
     let name = tun.name().to_owned();

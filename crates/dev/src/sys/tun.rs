@@ -1,9 +1,10 @@
-//! The TUN driver's control calls, for [`crate::tun`]: `TUNSETIFF` on a `/dev/net/tun`
-//! file, and the interface MTU (`SIOCGIFMTU`/`SIOCSIFMTU`) through an `AF_INET` socket.
+//! The TUN driver's control calls, for [`crate::tun`]: `TUNSETIFF` and `TUNSETOFFLOAD` on
+//! a `/dev/net/tun` file, and the interface MTU (`SIOCGIFMTU`/`SIOCSIFMTU`) through an
+//! `AF_INET` socket.
 //!
 //! Opening the file, reading, writing and `poll(2)` need no `unsafe` (rustix covers
-//! them); only the three `ioctl(2)` calls here do, each on a `struct ifreq` owned by the
-//! call, of the kernel's size, fully initialised.
+//! them); only the four `ioctl(2)` calls here do: three on a `struct ifreq` owned by the
+//! call, of the kernel's size, fully initialised, and one that takes its argument by value.
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -62,6 +63,25 @@ pub(crate) fn open_queue(name: &str, flags: libc::c_short) -> io::Result<(OwnedF
         return Err(io::Error::last_os_error());
     }
     Ok((fd, req.name()))
+}
+
+/// `TUNSETOFFLOAD`: the offloads (`TUN_F_CSUM`, `TUN_F_TSO4`, ...) the interface takes,
+/// so that the kernel may hand it partial checksums and super-segments. Needs a queue
+/// opened with `IFF_VNET_HDR`.
+pub(crate) fn set_offload(fd: &OwnedFd, offloads: libc::c_uint) -> io::Result<()> {
+    // SAFETY: TUNSETOFFLOAD takes its argument by value (an unsigned long of `TUN_F_*`
+    // bits) and touches no memory of ours; `fd` is an open descriptor we own.
+    let rc = unsafe {
+        libc::ioctl(
+            fd.as_raw_fd(),
+            libc::TUNSETOFFLOAD,
+            libc::c_ulong::from(offloads),
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// The MTU of interface `name` in the calling thread's network namespace.

@@ -148,6 +148,54 @@ pub fn write_from<D: Device + Sleep>(
     Ok(true)
 }
 
+/// `total` bytes to send, made of one pattern block (1 MiB and 13 bytes, so that no
+/// power-of-two shift of the stream looks like it) over and over, hashed as the socket takes
+/// them: a transfer of any size without holding it in memory.
+pub struct Source {
+    block: Vec<u8>,
+    total: u64,
+    sent: u64,
+    hasher: Sha256,
+}
+
+impl Source {
+    pub fn new(total: u64, salt: u64) -> Source {
+        Source {
+            block: ustack_testkit::pattern((1 << 20) + 13, salt),
+            total,
+            sent: 0,
+            hasher: Sha256::new(),
+        }
+    }
+
+    /// Write as much as the socket takes; true once all of it is queued.
+    pub fn write<D: Device + Sleep>(
+        &mut self,
+        rt: &mut Runtime<D>,
+        s: &TcpStream,
+    ) -> io::Result<bool> {
+        let len = self.block.len() as u64;
+        while self.sent < self.total {
+            let at = (self.sent % len) as usize;
+            let end = (at as u64 + (self.total - self.sent)).min(len) as usize;
+            match s.write(rt, &self.block[at..end]) {
+                Ok(k) => {
+                    self.hasher.update(&self.block[at..at + k]);
+                    self.sent += k as u64;
+                }
+                Err(e) if would_block(&e) => return Ok(false),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(true)
+    }
+
+    /// The hex SHA-256 of everything written.
+    pub fn digest(self) -> String {
+        hex(&self.hasher.finalize())
+    }
+}
+
 /// The hex SHA-256 of `data`.
 pub fn sha256_hex(data: &[u8]) -> String {
     hex(&Sha256::digest(data))
