@@ -175,7 +175,8 @@ struct Conn {
 /// ```
 pub struct Server {
     proto: Protocol,
-    listener: TcpListener,
+    /// Listener `i` is registered with token `LISTENER - i`.
+    listeners: Vec<TcpListener>,
     root: Option<PathBuf>,
     conns: HashMap<u64, Conn>,
     next: u64,
@@ -188,7 +189,7 @@ impl core::fmt::Debug for Server {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Server")
             .field("proto", &self.proto)
-            .field("listener", &self.listener)
+            .field("listeners", &self.listeners)
             .field("root", &self.root)
             .field("connections", &self.conns.len())
             .field("stats", &self.stats)
@@ -209,12 +210,40 @@ impl Server {
         addr: SocketAddrV4,
         root: Option<PathBuf>,
     ) -> io::Result<Server> {
+        Server::bind_all(rt, proto, &[addr], root)
+    }
+
+    /// [`Server::bind`] on several addresses at once (one listener each, the same
+    /// service behind all): a client with one address gets a full range of ephemeral
+    /// ports per server port, so many ports serve more connections from it.
+    /// `InvalidInput` without an address.
+    pub fn bind_all<D: Device + Sleep, C: Clock>(
+        rt: &mut Runtime<D, C>,
+        proto: Protocol,
+        addrs: &[SocketAddrV4],
+        root: Option<PathBuf>,
+    ) -> io::Result<Server> {
+        if addrs.is_empty() {
+            return Err(io::Error::new(
+                ErrorKind::InvalidInput,
+                "a server needs an address to listen on",
+            ));
+        }
         let backlog = u32::try_from(rt.stack().sysctl().somaxconn).unwrap_or(u32::MAX);
-        let listener = TcpListener::bind(rt, addr, backlog)?;
-        rt.register(&listener, LISTENER, Interest::READABLE, Mode::Edge)?;
+        let mut listeners = Vec::with_capacity(addrs.len());
+        for (i, &addr) in addrs.iter().enumerate() {
+            let listener = TcpListener::bind(rt, addr, backlog)?;
+            rt.register(
+                &listener,
+                LISTENER - i as u64,
+                Interest::READABLE,
+                Mode::Edge,
+            )?;
+            listeners.push(listener);
+        }
         Ok(Server {
             proto,
-            listener,
+            listeners,
             root,
             conns: HashMap::new(),
             next: 0,
@@ -250,8 +279,8 @@ impl Server {
         let polled = rt.poll(&mut events, timeout);
         let result = polled.and_then(|n| {
             for e in &events {
-                if e.token == LISTENER {
-                    self.accept_all(rt)?;
+                if let Some(i) = self.listener_index(e.token) {
+                    self.accept_all(rt, i)?;
                 } else {
                     self.service(rt, e.token);
                 }
@@ -265,12 +294,19 @@ impl Server {
         result
     }
 
+    /// The listener a token names, if it names one.
+    fn listener_index(&self, token: u64) -> Option<usize> {
+        let i = usize::try_from(LISTENER - token).ok()?;
+        (i < self.listeners.len()).then_some(i)
+    }
+
     fn accept_all<D: Device + Sleep, C: Clock>(
         &mut self,
         rt: &mut Runtime<D, C>,
+        listener: usize,
     ) -> io::Result<()> {
         loop {
-            match self.listener.accept(rt) {
+            match self.listeners[listener].accept(rt) {
                 Ok((stream, _peer)) => {
                     stream.set_nodelay(rt, true)?;
                     let token = self.next;

@@ -74,6 +74,22 @@ fn echo_100_concurrent_clients_every_byte_verified() {
 }
 
 #[test]
+fn one_server_on_two_ports_echoes_clients_of_both() {
+    let (mut srt, mut crt, clock) = pair();
+    let addrs = [7, 8].map(|p| SocketAddrV4::new(SERVER_IP, p));
+    let mut server = Server::bind_all(&mut srt, Protocol::Echo, &addrs, None).unwrap();
+    for addr in addrs {
+        let mut load = Load::start(&mut crt, Protocol::Echo, addr, 10, 5).unwrap();
+        run(&mut server, &mut srt, &mut load, &mut crt, &clock);
+        assert_eq!(load.stats().verified, 50, "port {}", addr.port());
+    }
+    assert_eq!(server.stats().accepted, 20);
+    assert_eq!(server.connections(), 0);
+    let err = Server::bind_all(&mut srt, Protocol::Echo, &[], None).unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+}
+
+#[test]
 fn discard_100_concurrent_clients_reads_every_byte_and_sends_none() {
     let (mut srt, mut crt, clock) = pair();
     let addr = SocketAddrV4::new(SERVER_IP, 9);

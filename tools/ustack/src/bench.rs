@@ -6,7 +6,8 @@
 //!   muduo experiment), every echo checked;
 //! - `cps`: rounds of N short connections, the server closing first;
 //! - `stream`: one TCP connection moving bytes one way as fast as it can (for `--duration`,
-//!   or exactly `--bytes`), every byte checked against the pattern sent.
+//!   or exactly `--bytes`), every byte checked against the pattern sent;
+//! - `c1m` (only when named): N connections opened, held idle, one message each, closed.
 //!
 //! Links for ustack (`--link`):
 //! - `shm` (default): the ustack server on its own thread and core over a shared-memory
@@ -16,15 +17,18 @@
 //!   clock: the cost of the two stacks with no link and no second core; the only link
 //!   that injects faults (`--loss`, `--dup`, `--reorder`, `--corrupt`, `--delay`).
 //!
-//! Linux runs the same exchange through the kernel over loopback, client and server in one
-//! thread on one core (no cross-core wake-up: the kernel's best case for lock-step
-//! exchanges). `--plot` draws the comparison ([`plot`]).
+//! Linux runs the same exchange through the kernel over loopback, its server in a process
+//! of its own so that its CPU time (and for `c1m` its memory) is measured alone
+//! ([`linux`]); `c1m` ([`c1m`]) holds N connections on each server. `--plot` draws the
+//! comparison ([`plot`]).
 
+mod c1m;
+pub mod linux;
 mod plot;
 mod shm;
 
-use std::io::{ErrorKind, IsTerminal, Read, Write};
-use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream, UdpSocket};
+use std::io::{IsTerminal, Read, Write};
+use std::net::{Ipv4Addr, SocketAddrV4, TcpStream, UdpSocket};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant as WallClock};
@@ -36,31 +40,38 @@ use ustack_dev::sim::{SimConfig, SimLinkConfig};
 use ustack_stack::{Instant, ListenerHandle, TcpHandle};
 use ustack_testkit::{A_IP, B_IP, Pair};
 
+/// The default suite: every scenario but `c1m`, which takes minutes at its full size.
 const SCENARIOS: [&str; 4] = ["udp-rr", "pingpong", "cps", "stream"];
+/// What the scenario argument accepts.
+const ALL_SCENARIOS: [&str; 5] = ["udp-rr", "pingpong", "cps", "stream", "c1m"];
+/// c1m's `--conns` unless told.
+const C1M_CONNS: u32 = 100_000;
 /// What `--link` accepts: the links ustack runs over, Linux's loopback, and the device
 /// links still to come (refused with a clear error until issue #5 brings them).
 const LINKS: [&str; 6] = ["shm", "sim", "loopback", "tun", "packet", "xdp"];
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Scenario to run: udp-rr, pingpong, cps or stream. Without one, all four (the default
-    /// suite).
-    #[arg(value_parser = SCENARIOS)]
+    /// Scenario to run: udp-rr, pingpong, cps, stream or c1m (N connections opened, held
+    /// idle, one message each, closed). Without one, the first four (the default suite).
+    #[arg(value_parser = ALL_SCENARIOS)]
     scenario: Option<String>,
     /// Servers under test, comma-separated: ustack, linux, or both (side by side).
     #[arg(long, default_value = "ustack,linux", value_delimiter = ',', value_parser = ["ustack", "linux"])]
     server: Vec<String>,
     /// How long each server is measured per scenario, e.g. 500ms, 2s (default: 2s for one
-    /// scenario, 1s each in the default suite).
+    /// scenario, 1s each in the default suite); c1m: how long the connections are held
+    /// idle.
     #[arg(long, value_parser = parse_run_duration)]
     duration: Option<Duration>,
     /// stream: move exactly this many bytes (every one checked) instead of running for
     /// --duration; K, M and G are powers of 1024 (64M is 67108864 bytes).
     #[arg(long, value_parser = parse_stream_bytes)]
     bytes: Option<u64>,
-    /// Connections for pingpong; connections opened per round for cps.
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
-    conns: u32,
+    /// Connections for pingpong (default 10, at most 1000); connections opened per round
+    /// for cps (ditto); connections held for c1m (default 100000, at most 1000000).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    conns: Option<u32>,
     /// Message size in bytes for udp-rr, pingpong and cps (8 to 1472: one unfragmented
     /// datagram; 1K is 1024).
     #[arg(long, default_value = "64", value_parser = parse_msg_size)]
@@ -276,6 +287,20 @@ impl Args {
                 ));
             }
         }
+        if let Some(n) = self.conns
+            && n > 1000
+            && scenarios.iter().any(|s| *s != "c1m")
+        {
+            return Err(format!(
+                "--conns {n}: at most 1000 for {}; only c1m holds more",
+                scenarios.join(", ")
+            ));
+        }
+        if scenarios.contains(&"c1m") && ustack && link != "shm" {
+            return Err(format!(
+                "c1m runs ustack over shm, not {link}: use --link shm, or --server linux"
+            ));
+        }
         if self.bytes.is_some() && !scenarios.contains(&"stream") {
             return Err(format!(
                 "--bytes is for the stream scenario; {} runs for --duration",
@@ -411,6 +436,8 @@ struct Outcome {
     time_wait: Option<u64>,
     /// The sim link's faults and what they did (null without faults).
     faults: Value,
+    /// c1m: its phases and the server's memory growth.
+    c1m: Option<c1m::C1m>,
 }
 
 impl Outcome {
@@ -445,6 +472,7 @@ impl Outcome {
             server_cpu: None,
             time_wait: None,
             faults: Value::Null,
+            c1m: None,
         }
     }
 
@@ -498,12 +526,25 @@ impl Outcome {
         self
     }
 
+    /// Messages echoed per second (c1m: over its exchange phase).
     fn msgs_per_s(&self) -> Option<f64> {
+        if let Some(c) = &self.c1m {
+            return Some(self.count as f64 / c.exchange.as_secs_f64());
+        }
         matches!(self.scenario, "udp-rr" | "pingpong")
             .then(|| self.count as f64 / self.elapsed.as_secs_f64())
     }
+    /// Connections per second (c1m: established, over its establishment phase).
     fn conns_per_s(&self) -> Option<f64> {
+        if let Some(c) = &self.c1m {
+            return Some(self.count as f64 / c.establish.as_secs_f64());
+        }
         (self.scenario == "cps").then(|| self.count as f64 / self.elapsed.as_secs_f64())
+    }
+    /// c1m: the server's memory growth per connection, in bytes.
+    fn mem_per_conn(&self) -> Option<f64> {
+        let c = self.c1m.as_ref()?;
+        Some(c.mem_bytes as f64 / f64::from(self.conns))
     }
     fn gbps(&self) -> f64 {
         self.bytes as f64 * 8.0 / self.elapsed.as_secs_f64() / 1e9
@@ -534,7 +575,7 @@ impl Outcome {
             "msg_size": if self.scenario == "stream" { Value::Null } else { json!(self.msg_size) },
             "duration_s": self.elapsed.as_secs_f64(),
             "round_trips": if self.msgs_per_s().is_some() { json!(self.count) } else { Value::Null },
-            "connections": if self.scenario == "cps" { json!(self.count) } else { Value::Null },
+            "connections": if matches!(self.scenario, "cps" | "c1m") { json!(self.count) } else { Value::Null },
             "bytes": self.bytes,
             "throughput_gbps": self.gbps(),
             "msgs_per_s": self.msgs_per_s(),
@@ -542,8 +583,14 @@ impl Outcome {
             "latency_us": latency,
             "server_cpu_s": self.server_cpu.map(|d| d.as_secs_f64()),
             "server_time_wait": self.time_wait,
-            "server_mem_bytes": Value::Null,
-            "server_mem_per_conn_bytes": Value::Null,
+            "server_mem_bytes": self.c1m.as_ref().map(|c| c.mem_bytes),
+            "server_mem_per_conn_bytes": self.mem_per_conn(),
+            "server_mem": self.c1m.as_ref().map_or(Value::Null, |c| c.mem_detail.clone()),
+            "phases_s": self.c1m.as_ref().map_or(Value::Null, |c| json!({
+                "establish": c.establish.as_secs_f64(),
+                "exchange": c.exchange.as_secs_f64(),
+                "close": c.close.as_secs_f64(),
+            })),
             "counters": self.counters.clone().unwrap_or(Value::Null),
             "client_counters": self.client_counters.clone().unwrap_or(Value::Null),
             "faults": self.faults,
@@ -877,27 +924,23 @@ fn ustack_udp_rr(run: &Run) -> anyhow::Result<Outcome> {
     .with_pair(&sim.p))
 }
 
+/// udp-rr against the baseline UDP echo server in a process of its own, the client on a
+/// kernel socket in the bench process.
 fn linux_udp_rr(run: &Run) -> anyhow::Result<Outcome> {
     let size = run.size;
-    let server = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))
-        .context("bind the Linux server socket on loopback")?;
+    let (server, port) = linux::Peer::spawn("udp-echo", &[])?;
     let client = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))
         .context("bind the Linux client socket on loopback")?;
-    client.connect(server.local_addr()?)?;
-    for s in [&server, &client] {
-        s.set_read_timeout(Some(Duration::from_secs(1)))?;
-    }
-    let (mut req, mut srv_buf, mut resp) = (vec![0u8; size], vec![0u8; 2048], vec![0u8; 2048]);
+    client.connect((Ipv4Addr::LOCALHOST, port))?;
+    client.set_read_timeout(Some(Duration::from_secs(1)))?;
+    let (mut req, mut resp) = (vec![0u8; size], vec![0u8; 2048]);
     let (mut rtt_ns, mut verified, mut seq) = (Vec::new(), true, 0u64);
+    let cpu0 = server.cpu();
     let mut m = run.meter();
     while m.going(0) {
         let t0 = WallClock::now();
         fill_message(&mut req, seq);
         client.send(&req)?;
-        let (n, from) = server
-            .recv_from(&mut srv_buf)
-            .context("Linux udp-rr: the server got no request")?;
-        server.send_to(&srv_buf[..n], from)?;
         let n = client
             .recv(&mut resp)
             .context("Linux udp-rr: the client got no echo")?;
@@ -905,17 +948,19 @@ fn linux_udp_rr(run: &Run) -> anyhow::Result<Outcome> {
         rtt_ns.push(t0.elapsed().as_nanos() as u64);
         seq += 1;
     }
-    Ok(Outcome::echo(
-        "udp-rr",
-        "linux",
-        "loopback",
-        1,
-        size,
-        seq,
-        m.elapsed(),
-        verified,
-        rtt_ns,
-    ))
+    let elapsed = m.elapsed();
+    let cpu = cpu_between(cpu0, server.cpu());
+    server.stop()?;
+    let mut o = Outcome::echo(
+        "udp-rr", "linux", "loopback", 1, size, seq, elapsed, verified, rtt_ns,
+    );
+    o.server_cpu = cpu;
+    Ok(o)
+}
+
+/// The CPU time between two readings of a peer's.
+fn cpu_between(before: Option<Duration>, after: Option<Duration>) -> Option<Duration> {
+    Some(after?.saturating_sub(before?))
 }
 
 /// pingpong (`cps` false: `conns` connections kept for the run) or cps (a new set of
@@ -965,63 +1010,54 @@ fn ustack_lockstep(run: &Run, cps: bool) -> anyhow::Result<Outcome> {
     Ok(o.with_pair(&sim.p))
 }
 
-/// `n` kernel connections to `listener` over loopback, each accepted as soon as it is
-/// made (the accept queue never holds more than one): (client, server) pairs.
-fn linux_connections(
-    listener: &TcpListener,
-    n: u32,
-) -> anyhow::Result<Vec<(TcpStream, TcpStream)>> {
-    let addr = listener.local_addr()?;
-    let mut pairs = Vec::with_capacity(n as usize);
+/// `n` kernel connections to the Linux server on 127.0.0.1:`port` (nodelay, reads time
+/// out after 1 s).
+fn linux_connections(port: u16, n: u32) -> anyhow::Result<Vec<TcpStream>> {
+    let mut conns = Vec::with_capacity(n as usize);
     for _ in 0..n {
-        let c = TcpStream::connect(addr).context("Linux: connect over loopback")?;
-        let (s, _) = listener.accept()?;
-        for x in [&c, &s] {
-            x.set_nodelay(true)?;
-            x.set_read_timeout(Some(Duration::from_secs(1)))?;
-        }
-        pairs.push((c, s));
+        let c = TcpStream::connect((Ipv4Addr::LOCALHOST, port))
+            .context("Linux: connect over loopback")?;
+        c.set_nodelay(true)?;
+        c.set_read_timeout(Some(Duration::from_secs(1)))?;
+        conns.push(c);
     }
-    Ok(pairs)
+    Ok(conns)
 }
 
-/// pingpong or cps through the kernel over loopback, in the same lock-step rounds as
-/// ustack's ([`Sim::round`]): with `cps`, new connections every round, the server
-/// replying and closing first, the client reading the end of stream and closing.
+/// pingpong or cps against a Linux server in a process of its own (the baseline echo
+/// server; for cps, one that replies and closes first), in the same lock-step rounds as
+/// ustack's ([`Sim::round`]), the client on kernel sockets in the bench process: with
+/// `cps`, new connections every round, the client reading the end of stream and closing.
 fn linux_lockstep(run: &Run, cps: bool) -> anyhow::Result<Outcome> {
     let (conns, size) = (run.conns, run.size);
-    let listener =
-        TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).context("bind a Linux listener on loopback")?;
+    let (server, port) = if cps {
+        linux::Peer::spawn("reply-close", &["--size".into(), size.to_string()])?
+    } else {
+        linux::Peer::spawn("echo", &[])?
+    };
     let mut kept = if cps {
         Vec::new()
     } else {
-        linux_connections(&listener, conns)?
+        linux_connections(port, conns)?
     };
     let (mut msg, mut buf) = (vec![0u8; size], vec![0u8; size]);
     let (mut rtt_ns, mut verified, mut rounds) = (Vec::new(), true, 0u64);
+    let cpu0 = server.cpu();
     let mut m = run.meter();
     while m.going(0) {
         let t0 = WallClock::now();
         let mut fresh = if cps {
-            linux_connections(&listener, conns)?
+            linux_connections(port, conns)?
         } else {
             Vec::new()
         };
-        let pairs = if cps { &mut fresh } else { &mut kept };
+        let streams = if cps { &mut fresh } else { &mut kept };
         let seq0 = rounds * u64::from(conns);
-        for (i, (c, _)) in pairs.iter_mut().enumerate() {
+        for (i, c) in streams.iter_mut().enumerate() {
             fill_message(&mut msg, seq0 + i as u64);
             c.write_all(&msg)?;
         }
-        for (_, s) in pairs.iter_mut() {
-            s.read_exact(&mut buf)
-                .context("Linux: the server got no message")?;
-            s.write_all(&buf)?;
-            if cps {
-                s.shutdown(std::net::Shutdown::Both)?;
-            }
-        }
-        for (i, (c, _)) in pairs.iter_mut().enumerate() {
+        for (i, c) in streams.iter_mut().enumerate() {
             c.read_exact(&mut buf)
                 .context("Linux: the client got no echo")?;
             fill_message(&mut msg, seq0 + i as u64);
@@ -1030,23 +1066,28 @@ fn linux_lockstep(run: &Run, cps: bool) -> anyhow::Result<Outcome> {
                 verified &= matches!(c.read(&mut buf), Ok(0));
             }
         }
-        // cps: both sockets close here (the server's FIN went out at its shutdown).
+        // cps: the client's sockets close here, after the server's FIN.
         drop(fresh);
         rtt_ns.push(t0.elapsed().as_nanos() as u64);
         rounds += 1;
     }
+    let elapsed = m.elapsed();
+    let cpu = cpu_between(cpu0, server.cpu());
+    drop(kept);
+    server.stop()?;
     let count = rounds * u64::from(conns);
-    let o = Outcome::echo(
+    let mut o = Outcome::echo(
         if cps { "cps" } else { "pingpong" },
         "linux",
         "loopback",
         conns,
         size,
         count,
-        m.elapsed(),
+        elapsed,
         verified,
         rtt_ns,
     );
+    o.server_cpu = cpu;
     Ok(if cps { o.with_linux_time_wait() } else { o })
 }
 
@@ -1102,51 +1143,43 @@ fn ustack_stream(run: &Run) -> anyhow::Result<Outcome> {
     Ok(Outcome::stream("ustack", "sim", got, m.elapsed(), verified).with_pair(&sim.p))
 }
 
-/// stream through the kernel over loopback, non-blocking, writer and reader in turn.
+/// stream through the kernel over loopback: the client writes from the bench process, a
+/// sink in a process of its own reads and checks every byte and says when the last one
+/// came (on the monotonic clock both processes share).
 fn linux_stream(run: &Run) -> anyhow::Result<Outcome> {
-    let listener =
-        TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).context("bind a Linux listener on loopback")?;
-    let mut c = TcpStream::connect(listener.local_addr()?)?;
-    let (mut s, _) = listener.accept()?;
-    c.set_nonblocking(true)?;
-    s.set_nonblocking(true)?;
+    let (mut server, port) = linux::Peer::spawn("sink", &[])?;
+    let mut c =
+        TcpStream::connect((Ipv4Addr::LOCALHOST, port)).context("Linux: connect over loopback")?;
     let chunk = stream_chunk();
-    let mut buf = vec![0u8; 1 << 16];
-    let (mut sent, mut got, mut verified) = (0u64, 0u64, true);
+    let mut sent = 0u64;
+    let cpu0 = server.cpu();
+    let start_ns = linux::monotonic_ns();
     let mut m = run.meter();
     let limit = m.bytes();
-    while m.going(got) {
-        loop {
-            let piece = stream_next(&chunk, sent, limit);
-            if piece.is_empty() {
-                break;
-            }
-            match c.write(piece) {
-                Ok(n) => sent += n as u64,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                Err(e) => return Err(e.into()),
-            }
+    while m.going(sent) {
+        let piece = stream_next(&chunk, sent, limit);
+        if piece.is_empty() {
+            break;
         }
-        loop {
-            match s.read(&mut buf) {
-                Ok(0) => bail!("Linux stream: closed early"),
-                Ok(n) => {
-                    verified &= stream_matches(&chunk, got, &buf[..n]);
-                    got += n as u64;
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                Err(e) => return Err(e.into()),
-            }
-        }
+        sent += c.write(piece)? as u64;
     }
-    verified &= limit.is_none_or(|l| got == l);
-    Ok(Outcome::stream(
+    c.shutdown(std::net::Shutdown::Write)?;
+    let words = server.expect("sink", linux::ANSWER)?;
+    let cpu = cpu_between(cpu0, server.cpu());
+    server.stop()?;
+    let field = |i: usize| words.get(i).and_then(|w| w.parse::<u64>().ok());
+    let (Some(got), Some(matched), Some(last_ns)) = (field(0), field(1), field(2)) else {
+        bail!("Linux stream: the sink reported {words:?}");
+    };
+    let mut o = Outcome::stream(
         "linux",
         "loopback",
         got,
-        m.elapsed(),
-        verified,
-    ))
+        Duration::from_nanos(last_ns.saturating_sub(start_ns)),
+        matched == 1 && got == sent && limit.is_none_or(|l| got == l),
+    );
+    o.server_cpu = cpu;
+    Ok(o)
 }
 
 /// A usage error found after parsing (an option this build cannot honour, or options
@@ -1209,17 +1242,24 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
                 Until::Time(d) => format!("{d:?}"),
                 Until::Bytes(n) => format!("{n} bytes"),
             };
-            if !args.json && !bars {
+            let c1m = scenario == "c1m";
+            if !args.json && c1m {
+                eprintln!(
+                    "ustack bench: c1m on {server}: {} connections, held idle {what} ...",
+                    args.conns.unwrap_or(C1M_CONNS)
+                );
+            } else if !args.json && !bars {
                 eprintln!("ustack bench: {scenario} on {server} for {what} ...");
             }
             let run = Run {
                 until,
-                conns: args.conns,
+                conns: args.conns.unwrap_or(if c1m { C1M_CONNS } else { 10 }),
                 size: usize::from(args.msg_size),
                 seed: args.seed,
                 sim: sim.clone(),
                 patience,
-                bar: bars.then(|| progress_bar(format!("{scenario} on {server}"), until)),
+                // c1m runs in phases, not against the clock: its line says what it does.
+                bar: (bars && !c1m).then(|| progress_bar(format!("{scenario} on {server}"), until)),
             };
             let shm = args.link == "shm";
             let outcome = match (scenario, server.as_str()) {
@@ -1231,6 +1271,8 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
                 ("pingpong", "ustack") => ustack_lockstep(&run, false)?,
                 ("cps", "ustack") => ustack_lockstep(&run, true)?,
                 ("stream", "ustack") => ustack_stream(&run)?,
+                ("c1m", "ustack") => c1m::ustack(&run, duration)?,
+                ("c1m", _) => c1m::linux(&run, duration)?,
                 ("udp-rr", _) => linux_udp_rr(&run)?,
                 ("pingpong", _) => linux_lockstep(&run, false)?,
                 ("cps", _) => linux_lockstep(&run, true)?,
@@ -1265,18 +1307,17 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
 
 fn print_table(outcomes: &[Outcome], args: &Args) {
     println!();
+    let linux = "Linux over loopback (the server in processes of its own)";
     if !args.server.iter().any(|s| s == "ustack") {
-        println!("Linux over loopback (client and server in one thread)");
+        println!("{linux}");
     } else if args.link == "shm" {
         println!(
             "ustack over shm (server and client on their own threads, busy-polling {} µs); \
-             Linux over loopback (client and server in one thread)",
+             {linux}",
             shm::BUSY_POLL.as_micros()
         );
     } else {
-        println!(
-            "ustack over sim and Linux over loopback; client and server in one thread on one core"
-        );
+        println!("ustack over sim (client and server in one thread on one core); {linux}");
     }
     let faults = args.faults();
     if !faults.is_empty() {
@@ -1324,13 +1365,23 @@ fn print_table(outcomes: &[Outcome], args: &Args) {
             if o.verified { "yes" } else { "NO" }
         );
     }
-    for scenario in SCENARIOS {
+    print_c1m(outcomes);
+    for scenario in ALL_SCENARIOS {
         let find = |s: &str| {
             outcomes
                 .iter()
                 .find(|o| o.scenario == scenario && o.server == s)
         };
         if let (Some(u), Some(l)) = (find("ustack"), find("linux")) {
+            if let (Some(um), Some(lm)) = (u.mem_per_conn(), l.mem_per_conn()) {
+                println!(
+                    "{scenario}: ustack/linux {:.2}x conns/s, {:.2}x p50 latency, {:.2}x memory per connection",
+                    u.conns_per_s().unwrap_or(0.0) / l.conns_per_s().unwrap_or(1.0),
+                    u.percentile_us(0.5).unwrap_or(0.0) / l.percentile_us(0.5).unwrap_or(1.0),
+                    um / lm.max(1.0),
+                );
+                continue;
+            }
             if let (Some(uc), Some(lc)) = (u.conns_per_s(), l.conns_per_s()) {
                 println!(
                     "{scenario}: ustack/linux {:.2}x conns/s, {:.2}x p50 latency",
@@ -1351,6 +1402,44 @@ fn print_table(outcomes: &[Outcome], args: &Args) {
                 ),
             }
         }
+    }
+}
+
+/// c1m's own figures under the table: the phases, the server's memory and CPU time.
+fn print_c1m(outcomes: &[Outcome]) {
+    let c1m: Vec<(&Outcome, &c1m::C1m)> = outcomes
+        .iter()
+        .filter_map(|o| Some((o, o.c1m.as_ref()?)))
+        .collect();
+    if c1m.is_empty() {
+        return;
+    }
+    println!(
+        "{:<9} {:<7} {:>8} {:>12} {:>11} {:>8} {:>14} {:>10} {:>11}",
+        "c1m",
+        "server",
+        "conns",
+        "establish s",
+        "exchange s",
+        "close s",
+        "server mem MiB",
+        "B/conn",
+        "server cpu s"
+    );
+    for (o, c) in c1m {
+        println!(
+            "{:<9} {:<7} {:>8} {:>12.3} {:>11.3} {:>8.3} {:>14.1} {:>10.0} {:>11}",
+            "",
+            o.server,
+            o.conns,
+            c.establish.as_secs_f64(),
+            c.exchange.as_secs_f64(),
+            c.close.as_secs_f64(),
+            c.mem_bytes as f64 / f64::from(1u32 << 20),
+            o.mem_per_conn().unwrap_or(0.0),
+            o.server_cpu
+                .map_or("-".to_owned(), |d| format!("{:.3}", d.as_secs_f64())),
+        );
     }
 }
 

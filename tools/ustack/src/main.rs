@@ -47,6 +47,10 @@ enum Command {
     /// Capture a running instance's traffic to a pcap file (`-w FILE`, `-c COUNT`,
     /// `--duration`), frames in and out of every shard.
     Capture(inspect::CaptureArgs),
+    /// A Linux peer of `ustack bench` (a baseline server or a c1m client) in a process of
+    /// its own, driven by the bench over its stdin and stdout. Internal.
+    #[command(name = "bench-peer", hide = true)]
+    BenchPeer(bench::linux::PeerArgs),
 }
 
 fn main() -> ExitCode {
@@ -58,6 +62,7 @@ fn main() -> ExitCode {
         Command::Stat(args) => inspect::stat(&args),
         Command::Ss(args) => inspect::ss(&args),
         Command::Capture(args) => inspect::capture(&args),
+        Command::BenchPeer(args) => bench::linux::peer(&args),
     };
     match result {
         Ok(code) => code,

@@ -32,6 +32,8 @@ fn help_describes_the_tool_and_every_subcommand() {
             "--help lists `{sub}`:\n{help}"
         );
     }
+    // The bench's own helper processes are not a user's command.
+    assert!(!help.contains("bench-peer"), "{help}");
 }
 
 #[test]
@@ -295,18 +297,27 @@ fn bench_default_suite_runs_every_scenario_on_both_servers_verified() {
         .unwrap();
     assert!(stream["bytes"].as_u64().unwrap() > 1_000_000, "{stream}");
     assert!(stream["throughput_gbps"].as_f64().unwrap() > 0.0);
-    // ustack runs over shm by default, its server on a thread of its own: its CPU time is
-    // measured, and cannot exceed the run's wall time by more than scheduling slack.
-    for r in all.iter().filter(|r| r["server"] == "ustack") {
-        assert_eq!(r["link"], "shm", "{r}");
+    // ustack runs over shm by default, its server on a thread of its own, and Linux's
+    // server runs in a process of its own: both servers' CPU time is measured, and cannot
+    // exceed the run's wall time by more than scheduling slack. (Linux's is counted in
+    // clock ticks, so a short run may read 0.)
+    let mut linux_cpu = 0.0;
+    for r in all {
         let cpu = r["server_cpu_s"]
             .as_f64()
-            .expect("server_cpu_s is a number");
+            .unwrap_or_else(|| panic!("server_cpu_s is a number: {r}"));
         assert!(
-            cpu > 0.0 && cpu < r["duration_s"].as_f64().unwrap() + 0.5,
+            cpu >= 0.0 && cpu < r["duration_s"].as_f64().unwrap() + 0.5,
             "{r}"
         );
+        if r["server"] == "ustack" {
+            assert_eq!(r["link"], "shm", "{r}");
+            assert!(cpu > 0.0, "{r}");
+        } else {
+            linux_cpu += cpu;
+        }
     }
+    assert!(linux_cpu > 0.0, "the Linux servers did some work");
     // cps: every connection the client counted was a passive open on the server, which
     // closed first and so holds one TIME-WAIT record per connection (60 s outlast the run).
     let cps = all
@@ -474,6 +485,78 @@ fn bench_refuses_what_it_cannot_do_with_what_is_allowed() {
         "{}",
         stdout(&o)
     );
+}
+
+#[test]
+fn bench_c1m_holds_every_connection_and_measures_each_server_alone() {
+    let runs = bench_json("c1m --conns 2000 --duration 50ms");
+    let servers: Vec<&str> = runs.iter().map(|r| r["server"].as_str().unwrap()).collect();
+    assert_eq!(servers, ["ustack", "linux"]);
+    for r in &runs {
+        assert_eq!(r["scenario"], "c1m", "{r}");
+        assert_eq!(r["conns"], 2000, "{r}");
+        // Every connection was made and exchanged its one message.
+        assert_eq!(r["connections"], 2000, "{r}");
+        assert_eq!(r["round_trips"], 2000, "{r}");
+        assert!(r["conns_per_s"].as_f64().unwrap() > 100.0, "{r}");
+        assert!(r["msgs_per_s"].as_f64().unwrap() > 100.0, "{r}");
+        let (p50, p999) = (
+            r["latency_us"]["p50"].as_f64().unwrap(),
+            r["latency_us"]["p999"].as_f64().unwrap(),
+        );
+        assert!(0.0 < p50 && p50 <= p999, "{r}");
+        for phase in ["establish", "exchange", "close"] {
+            assert!(r["phases_s"][phase].as_f64().unwrap() > 0.0, "{phase}: {r}");
+        }
+        // The server's memory grew with its connections, by a plausible amount each.
+        let mem = r["server_mem_bytes"].as_u64().unwrap();
+        let per_conn = r["server_mem_per_conn_bytes"].as_f64().unwrap();
+        assert!(mem > 0, "{r}");
+        assert!((100.0..100_000.0).contains(&per_conn), "{r}");
+        assert!((per_conn * 2000.0 - mem as f64).abs() < 1.0, "{r}");
+        assert!(r["server_cpu_s"].as_f64().unwrap() >= 0.0, "{r}");
+        assert!(r["server_mem"].is_object(), "{r}");
+    }
+    let ustack = &runs[0];
+    assert_eq!(ustack["link"], "shm");
+    assert_eq!(ustack["counters"]["Tcp"]["PassiveOpens"], 2000);
+    assert_eq!(ustack["client_counters"]["Tcp"]["ActiveOpens"], 2000);
+    assert_eq!(
+        ustack["server_mem"]["stack_bytes"].as_u64(),
+        ustack["server_mem_bytes"].as_u64()
+    );
+    let linux = &runs[1];
+    assert_eq!(linux["link"], "loopback");
+    assert!(linux["server_mem"]["rss_bytes"].is_i64(), "{linux}");
+    assert_eq!(linux["server_mem"]["processes"], 1, "{linux}");
+}
+
+#[test]
+fn bench_c1m_refuses_what_it_cannot_do() {
+    for (args, says) in [
+        (
+            &["pingpong", "--conns", "2000"][..],
+            "--conns 2000: at most 1000 for pingpong; only c1m holds more",
+        ),
+        (
+            &["c1m", "--link", "sim"],
+            "c1m runs ustack over shm, not sim",
+        ),
+        (&["c1m", "--conns", "0"], "0 is not in 1..=1000000"),
+        (
+            &["c1m", "--conns", "2000000"],
+            "2000000 is not in 1..=1000000",
+        ),
+        (
+            &["c1m", "--bytes", "1M"],
+            "--bytes is for the stream scenario",
+        ),
+    ] {
+        let o = ustack(&[&["bench"][..], args].concat());
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
+        assert!(o.stdout.is_empty(), "{args:?}: nothing ran");
+    }
 }
 
 /// Run `ustack bench ARGS --json` (`args` split at spaces) and return its array of

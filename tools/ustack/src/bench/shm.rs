@@ -29,8 +29,8 @@ use ustack_stack::tcp::State;
 
 use super::{Outcome, Run, fill_message, stream_chunk, stream_matches, stream_next};
 
-const SERVER_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
-const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
+pub(super) const SERVER_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+pub(super) const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
 const SERVER: SocketAddrV4 = SocketAddrV4::new(SERVER_IP, 5001);
 /// How long an idle loop polls before it sleeps on its doorbell: Linux's suggested
 /// `net.core.busy_poll` (Documentation/networking/napi.rst suggests 50 µs).
@@ -38,12 +38,12 @@ pub const BUSY_POLL: Duration = Duration::from_micros(50);
 /// The longest a message, a reply or a connection may take before the run fails.
 const PATIENCE: Duration = Duration::from_secs(2);
 
-type Rt = Runtime<ShmPort, MonotonicClock>;
+pub(super) type Rt = Runtime<ShmPort, MonotonicClock>;
 
 /// The link: Ethernet with loopback's MTU (65535, as `--link sim` and Linux's `lo`), so
 /// that stream moves segments of the same size on every server. 64 slots of 64 KiB per
 /// direction: 4 MiB in flight each way, more than the 4 MiB send buffer can fill.
-fn link() -> io::Result<(ShmPort, ShmPort)> {
+pub(super) fn link() -> io::Result<(ShmPort, ShmPort)> {
     let (mut a, mut b) = ShmLink::pair(&ShmConfig {
         ring_size: 64,
         slot_size: 65_600,
@@ -54,7 +54,7 @@ fn link() -> io::Result<(ShmPort, ShmPort)> {
 }
 
 /// Both runtimes: TCP buffers the size Linux's autotuning reaches on loopback.
-fn builder(ip: Ipv4Addr, mac: u8, seed: u64) -> RuntimeBuilder {
+pub(super) fn builder(ip: Ipv4Addr, mac: u8, seed: u64) -> RuntimeBuilder {
     RuntimeBuilder::new()
         .ipv4(ip, 24)
         .mac(EthernetAddress([2, 0, 0, 0, 0, mac]))
@@ -65,7 +65,7 @@ fn builder(ip: Ipv4Addr, mac: u8, seed: u64) -> RuntimeBuilder {
 }
 
 /// The calling thread's CPU time.
-fn thread_cpu() -> Duration {
+pub(super) fn thread_cpu() -> Duration {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
     Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
 }
@@ -134,7 +134,7 @@ impl ServerThread {
 }
 
 /// Poll the server's loop until `stop`, waking at least every 10 ms to look at it.
-const STOP_CHECK: Option<Duration> = Some(Duration::from_millis(10));
+pub(super) const STOP_CHECK: Option<Duration> = Some(Duration::from_millis(10));
 
 fn udp_echo(rt: &mut Rt, stop: &AtomicBool) -> anyhow::Result<()> {
     let sock = UdpSocket::bind(rt, SERVER)?;

@@ -1,0 +1,634 @@
+//! Linux's side of `ustack bench`: the kernel's servers in processes of their own, so that
+//! the server is measured alone (its CPU time, its memory), and the clients that `c1m`
+//! spreads over processes to stay under the open-file limit.
+//!
+//! Each peer is this executable again, run as the hidden subcommand `ustack bench-peer
+//! ROLE` ([`peer`]). It talks to the bench over pipes, one line at a time: it prints
+//! `ready PORT` once listening, answers `stats` with `accepted N` (connections accepted so
+//! far), and stops when its stdin closes. The servers are the baselines of
+//! `tools/baseline` where one fits (`echo` and `udp-echo`: epoll, `SO_REUSEPORT`, backlog at
+//! somaxconn, accept4), and two small checkers where the exchange needs one the baseline
+//! does not have: `sink` (stream: reads one connection to its end, checking every byte)
+//! and `reply-close` (cps: reads one request, sends it back, closes first).
+
+use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener};
+use std::os::fd::OwnedFd;
+use std::process::{Child, ChildStdin, Command, ExitCode, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant as WallClock};
+
+use anyhow::{Context, bail};
+use rustix::buffer::spare_capacity;
+use rustix::event::{Timespec, epoll};
+use rustix::io::Errno;
+use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType, sockopt};
+use ustack_baseline::{Proto, Server, ServerConfig};
+
+use super::{fill_message, stream_chunk, stream_matches};
+
+/// What a peer process does.
+const ROLES: [&str; 5] = ["echo", "udp-echo", "sink", "reply-close", "c1m-client"];
+
+/// `ustack bench-peer`: one Linux peer of a bench run (internal; the bench starts it).
+#[derive(Debug, clap::Args)]
+pub struct PeerArgs {
+    /// echo, udp-echo (the baselines), sink, reply-close, or c1m-client.
+    #[arg(value_parser = ROLES)]
+    role: String,
+    /// Servers: the port on 127.0.0.1 (0: an ephemeral one; the others of a
+    /// SO_REUSEPORT group join it). c1m-client: the server's port.
+    #[arg(long, default_value_t = 0)]
+    port: u16,
+    /// reply-close, c1m-client: bytes per message.
+    #[arg(long, default_value_t = 64)]
+    size: usize,
+    /// c1m-client: connections to open.
+    #[arg(long, default_value_t = 1)]
+    conns: u32,
+    /// c1m-client: handshakes (then exchanges) outstanding at once.
+    #[arg(long, default_value_t = 100)]
+    window: u32,
+    /// c1m-client: the source address (anywhere in 127/8).
+    #[arg(long, default_value_t = Ipv4Addr::new(127, 0, 0, 2))]
+    src: Ipv4Addr,
+}
+
+/// The bench's handle on a peer process. Dropping it kills a peer still running.
+#[derive(Debug)]
+pub struct Peer {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: mpsc::Receiver<String>,
+    what: String,
+}
+
+/// How long a peer may take to answer a command that is not a phase of the run.
+pub const ANSWER: Duration = Duration::from_secs(10);
+
+impl Peer {
+    /// Start `ustack bench-peer ROLE ARGS...`; with `ready`, wait for its `ready PORT`
+    /// and return the port too.
+    pub fn spawn(role: &str, args: &[String]) -> anyhow::Result<(Peer, u16)> {
+        let exe = std::env::current_exe().context("finding the ustack executable")?;
+        let mut child = Command::new(exe)
+            .arg("bench-peer")
+            .arg(role)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .with_context(|| format!("starting the Linux {role} process"))?;
+        let stdout = child.stdout.take().context("the peer's stdout")?;
+        let (tx, lines) = mpsc::channel();
+        std::thread::Builder::new()
+            .name(format!("peer-{role}"))
+            .spawn(move || {
+                for line in BufReader::new(stdout).lines() {
+                    let Ok(line) = line else { break };
+                    if tx.send(line).is_err() {
+                        break;
+                    }
+                }
+            })?;
+        let mut peer = Peer {
+            stdin: child.stdin.take(),
+            child,
+            lines,
+            what: format!("the Linux {role} process"),
+        };
+        let port = peer.expect("ready", ANSWER)?;
+        let port = port
+            .first()
+            .and_then(|p| p.parse().ok())
+            .with_context(|| format!("{} announced no port", peer.what))?;
+        Ok((peer, port))
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Send one command line.
+    pub fn send(&mut self, line: &str) -> anyhow::Result<()> {
+        let stdin = self.stdin.as_mut().context("the peer was stopped")?;
+        writeln!(stdin, "{line}").with_context(|| format!("writing to {}", self.what))?;
+        stdin.flush()?;
+        Ok(())
+    }
+
+    /// Wait for the line that starts with `word` (`error ...` is the peer's failure);
+    /// its other words.
+    pub fn expect(&mut self, word: &str, patience: Duration) -> anyhow::Result<Vec<String>> {
+        let line = match self.lines.recv_timeout(patience) {
+            Ok(line) => line,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                bail!("{} did not say {word:?} within {patience:?}", self.what)
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                bail!("{} ended before saying {word:?}", self.what)
+            }
+        };
+        let mut words = line.split_whitespace().map(str::to_owned);
+        match words.next() {
+            Some(w) if w == word => Ok(words.collect()),
+            _ => bail!("{}: {line}", self.what),
+        }
+    }
+
+    /// `stats`: the connections the server has accepted so far.
+    pub fn accepted(&mut self) -> anyhow::Result<u64> {
+        self.send("stats")?;
+        let words = self.expect("accepted", ANSWER)?;
+        words
+            .first()
+            .and_then(|n| n.parse().ok())
+            .with_context(|| format!("{}: a bad stats line", self.what))
+    }
+
+    /// The process's CPU time so far, user and system, every thread (/proc/PID/stat).
+    pub fn cpu(&self) -> Option<Duration> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).ok()?;
+        let ticks = proc_stat_cpu_ticks(&stat)?;
+        let per_s = rustix::param::clock_ticks_per_second().max(1);
+        Some(Duration::from_secs_f64(ticks as f64 / per_s as f64))
+    }
+
+    /// The process's resident memory now (VmRSS of /proc/PID/status), in bytes.
+    pub fn rss(&self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).ok()?;
+        status_rss(&status)
+    }
+
+    /// Close its stdin (it stops and exits) and wait for it; kill it if it does not.
+    pub fn stop(mut self) -> anyhow::Result<()> {
+        self.stdin.take();
+        let deadline = WallClock::now() + ANSWER;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                if !status.success() {
+                    bail!("{} failed ({status})", self.what);
+                }
+                return Ok(());
+            }
+            if WallClock::now() > deadline {
+                bail!("{} did not stop within {ANSWER:?}", self.what);
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// utime + stime, in clock ticks, from the text of /proc/PID/stat (fields 14 and 15,
+/// counted after the command name, which may hold spaces and parentheses).
+fn proc_stat_cpu_ticks(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some(utime + stime)
+}
+
+/// VmRSS from the text of /proc/PID/status, in bytes.
+pub fn status_rss(status: &str) -> Option<u64> {
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// The kernel's slab memory, in bytes, and where it was read: the sum of every cache's
+/// slabs (objects allocated times object size) from /proc/slabinfo where readable (root),
+/// else the `Slab:` line of /proc/meminfo. Machine-wide either way.
+pub fn kernel_slab() -> Option<(u64, &'static str)> {
+    if let Ok(s) = std::fs::read_to_string("/proc/slabinfo") {
+        return Some((slabinfo_bytes(&s)?, "slabinfo"));
+    }
+    let m = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = m.lines().find(|l| l.starts_with("Slab:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some((kb * 1024, "meminfo"))
+}
+
+/// The sum of `num_objs * objsize` over the caches of /proc/slabinfo's text (version 2.1:
+/// `name active_objs num_objs objsize ...` after two header lines).
+fn slabinfo_bytes(s: &str) -> Option<u64> {
+    let mut total = 0u64;
+    for line in s
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.starts_with("slabinfo"))
+    {
+        let f: Vec<&str> = line.split_whitespace().take(4).collect();
+        if f.len() < 4 {
+            return None;
+        }
+        let (objs, size): (u64, u64) = (f[2].parse().ok()?, f[3].parse().ok()?);
+        total += objs * size;
+    }
+    Some(total)
+}
+
+/// The CLOCK_MONOTONIC reading, in nanoseconds: the same clock in every process, so a
+/// peer's time stamps compare with the bench's.
+pub fn monotonic_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+/// `ustack bench-peer`: run one peer until its stdin closes.
+pub fn peer(args: &PeerArgs) -> anyhow::Result<ExitCode> {
+    // Every socket is a file: take the whole of the hard limit.
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+    let _ = rustix::process::setrlimit(
+        rustix::process::Resource::Nofile,
+        rustix::process::Rlimit {
+            current: limit.maximum,
+            maximum: limit.maximum,
+        },
+    );
+    let result = match args.role.as_str() {
+        "echo" => baseline(Proto::Echo, args.port),
+        "udp-echo" => baseline(Proto::UdpEcho, args.port),
+        "sink" => sink(),
+        "reply-close" => reply_close(args.size),
+        _ => c1m_client(args),
+    };
+    if let Err(e) = &result {
+        // The bench reads this as the peer's failure.
+        println!("error {e:#}");
+    }
+    result.map(|()| ExitCode::SUCCESS)
+}
+
+/// Answer `stats` on stdin until it closes.
+fn commands(accepted: impl Fn() -> u64) -> anyhow::Result<()> {
+    for line in std::io::stdin().lock().lines() {
+        match line?.trim() {
+            "stats" => println!("accepted {}", accepted()),
+            other => bail!("unknown command {other:?}"),
+        }
+    }
+    Ok(())
+}
+
+/// A baseline server with one worker on 127.0.0.1:`port` (in a `SO_REUSEPORT` group with
+/// the other processes on that port).
+fn baseline(proto: Proto, port: u16) -> anyhow::Result<()> {
+    let server = Server::start(ServerConfig {
+        workers: 1,
+        ..ServerConfig::new(proto, SocketAddr::from((Ipv4Addr::LOCALHOST, port)))
+    })
+    .context("starting the baseline server")?;
+    println!("ready {}", server.local_addr().port());
+    commands(|| server.stats().connections_accepted)?;
+    server.stop().context("the baseline server")?;
+    Ok(())
+}
+
+/// A listener on 127.0.0.1 with an ephemeral port, announced.
+fn listen() -> anyhow::Result<TcpListener> {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).context("bind on loopback")?;
+    println!("ready {}", listener.local_addr()?.port());
+    Ok(listener)
+}
+
+/// stream's server: accept one connection and read it to its end, checking every byte;
+/// then `sink BYTES OK LAST_NS` (OK is 1 when every byte matched the pattern, LAST_NS the
+/// monotonic time of the last byte).
+fn sink() -> anyhow::Result<()> {
+    let listener = listen()?;
+    let accepted = Arc::new(AtomicU64::new(0));
+    let count = accepted.clone();
+    std::thread::spawn(move || -> anyhow::Result<()> {
+        let (mut s, _) = listener.accept()?;
+        count.store(1, Ordering::Relaxed);
+        let chunk = stream_chunk();
+        let mut buf = vec![0u8; 1 << 16];
+        let (mut got, mut ok, mut last) = (0u64, true, monotonic_ns());
+        loop {
+            match s.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    ok &= stream_matches(&chunk, got, &buf[..n]);
+                    got += n as u64;
+                    last = monotonic_ns();
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        println!("sink {got} {} {last}", u8::from(ok));
+        Ok(())
+    });
+    commands(|| accepted.load(Ordering::Relaxed))
+}
+
+/// cps's server: accept, read one `size`-byte request, send it back, close (first, as an
+/// HTTP/1.0 server does), one connection after another.
+fn reply_close(size: usize) -> anyhow::Result<()> {
+    let listener = listen()?;
+    let accepted = Arc::new(AtomicU64::new(0));
+    let count = accepted.clone();
+    std::thread::spawn(move || -> anyhow::Result<()> {
+        let mut buf = vec![0u8; size];
+        loop {
+            let (mut s, _) = listener.accept()?;
+            count.fetch_add(1, Ordering::Relaxed);
+            s.set_nodelay(true)?;
+            s.set_read_timeout(Some(Duration::from_secs(1)))?;
+            // A client that went away costs its connection, not the server.
+            if s.read_exact(&mut buf).is_ok() {
+                let _ = s.write_all(&buf);
+            }
+        }
+    });
+    commands(|| accepted.load(Ordering::Relaxed))
+}
+
+/// How long a c1m client waits for any progress before it gives up.
+const C1M_PATIENCE: Duration = Duration::from_secs(10);
+
+/// c1m's client, one of several processes: `--conns` connections from `--src` to
+/// 127.0.0.1:`--port`, `--window` at a time. Commands: `connect` (answered `connected`),
+/// `exchange` (one `--size` message on each, its echo checked: `exchanged OK LAT_NS...`,
+/// every exchange's time), `close` (`closed`).
+fn c1m_client(args: &PeerArgs) -> anyhow::Result<()> {
+    let dst = SocketAddrV4::new(Ipv4Addr::LOCALHOST, args.port);
+    let window = args.window.max(1) as usize;
+    let epoll = epoll::create(epoll::CreateFlags::CLOEXEC)?;
+    let mut socks: Vec<OwnedFd> = Vec::new();
+    let mut ports = PortCursor::new(args.src)?;
+    println!("ready {}", args.port);
+    for line in std::io::stdin().lock().lines() {
+        match line?.trim() {
+            "connect" => {
+                socks = connect_all(&epoll, &mut ports, dst, args.conns as usize, window)?;
+                println!("connected {}", socks.len());
+            }
+            "exchange" => {
+                let (ok, lat) = exchange_all(&epoll, &socks, args.size, window)?;
+                let lat: Vec<String> = lat.iter().map(u64::to_string).collect();
+                println!("exchanged {} {}", u8::from(ok), lat.join(" "));
+            }
+            "close" => {
+                socks.clear();
+                println!("closed");
+            }
+            other => bail!("unknown command {other:?}"),
+        }
+    }
+    Ok(())
+}
+
+/// Source ports on one address, taken in turn from the machine's ephemeral range and
+/// bound explicitly (a port another socket holds is skipped): up to the whole range per
+/// source address, with no search inside the kernel.
+struct PortCursor {
+    src: Ipv4Addr,
+    lo: u16,
+    span: u32,
+    next: u32,
+}
+
+impl PortCursor {
+    fn new(src: Ipv4Addr) -> anyhow::Result<PortCursor> {
+        let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+            .unwrap_or_else(|_| "32768 60999".into());
+        let mut it = range
+            .split_whitespace()
+            .filter_map(|p| p.parse::<u16>().ok());
+        let (lo, hi) = (it.next().unwrap_or(32768), it.next().unwrap_or(60999));
+        if hi < lo {
+            bail!("ip_local_port_range {lo} {hi} is empty");
+        }
+        Ok(PortCursor {
+            src,
+            lo,
+            span: u32::from(hi - lo) + 1,
+            next: std::process::id() % (u32::from(hi - lo) + 1),
+        })
+    }
+
+    /// Bind `fd` to the next free port.
+    fn bind(&mut self, fd: &OwnedFd) -> anyhow::Result<()> {
+        for _ in 0..self.span {
+            let port = self.lo + (self.next % self.span) as u16;
+            self.next = self.next.wrapping_add(1);
+            match rustix::net::bind(fd, &SocketAddrV4::new(self.src, port)) {
+                Ok(()) => return Ok(()),
+                Err(Errno::ADDRINUSE) => continue,
+                Err(e) => return Err(e).with_context(|| format!("bind {}:{port}", self.src)),
+            }
+        }
+        bail!("no free port left on {}", self.src)
+    }
+}
+
+/// Wait for events (up to [`C1M_PATIENCE`]); an error if none came.
+fn wait(epoll: &OwnedFd, events: &mut Vec<epoll::Event>, what: &str) -> anyhow::Result<()> {
+    let patience = Timespec {
+        tv_sec: C1M_PATIENCE.as_secs() as i64,
+        tv_nsec: 0,
+    };
+    loop {
+        events.clear();
+        match epoll::wait(epoll, spare_capacity(&mut *events), Some(&patience)) {
+            Ok(_) if events.is_empty() => bail!("{what}: nothing within {C1M_PATIENCE:?}"),
+            Ok(_) => return Ok(()),
+            Err(Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Open `n` non-blocking connections to `dst`, `window` handshakes at a time.
+fn connect_all(
+    epoll: &OwnedFd,
+    ports: &mut PortCursor,
+    dst: SocketAddrV4,
+    n: usize,
+    window: usize,
+) -> anyhow::Result<Vec<OwnedFd>> {
+    let mut socks = Vec::with_capacity(n);
+    let (mut pending, mut done) = (0usize, 0usize);
+    let mut events = Vec::with_capacity(1024);
+    while done < n {
+        while pending < window && socks.len() < n {
+            let fd = rustix::net::socket_with(
+                AddressFamily::INET,
+                SocketType::STREAM,
+                SocketFlags::NONBLOCK | SocketFlags::CLOEXEC,
+                None,
+            )
+            .context("socket")?;
+            ports.bind(&fd)?;
+            match rustix::net::connect(&fd, &dst) {
+                Ok(()) | Err(Errno::INPROGRESS) => {}
+                Err(e) => return Err(e).with_context(|| format!("connect to {dst}")),
+            }
+            sockopt::set_tcp_nodelay(&fd, true)?;
+            epoll::add(
+                epoll,
+                &fd,
+                epoll::EventData::new_u64(socks.len() as u64),
+                epoll::EventFlags::OUT,
+            )?;
+            socks.push(fd);
+            pending += 1;
+        }
+        wait(epoll, &mut events, "connecting")?;
+        for e in &events {
+            // `Event` is packed on x86-64: copy the field out rather than borrow it.
+            let data = e.data;
+            let fd = &socks[data.u64() as usize];
+            if let Err(err) = sockopt::socket_error(fd)? {
+                bail!("connect to {dst}: {err}");
+            }
+            // Established: from now on, input only.
+            epoll::modify(epoll, fd, data, epoll::EventFlags::IN)?;
+            pending -= 1;
+            done += 1;
+        }
+    }
+    Ok(socks)
+}
+
+/// c1m's exchange phase, on either client: one `size`-byte message per connection
+/// (message `i` on connection `i`), a window of them in flight, each echo checked and
+/// timed.
+#[derive(Debug)]
+pub struct Exchanges {
+    size: usize,
+    /// Connections whose echo is awaited: what came of it so far, and when the message went.
+    flight: std::collections::HashMap<usize, (Vec<u8>, WallClock)>,
+    msg: Vec<u8>,
+    /// The next connection to send on.
+    pub next: usize,
+    /// Each finished exchange's time, in nanoseconds.
+    pub lat: Vec<u64>,
+    /// Whether every echo so far was right.
+    pub ok: bool,
+}
+
+impl Exchanges {
+    pub fn new(size: usize, n: usize) -> Exchanges {
+        Exchanges {
+            size,
+            flight: Default::default(),
+            msg: vec![0; size],
+            next: 0,
+            lat: Vec::with_capacity(n),
+            ok: true,
+        }
+    }
+
+    /// Whether another message may go out now, with `window` in flight at most and
+    /// `n` in all.
+    pub fn room(&self, window: usize, n: usize) -> bool {
+        self.flight.len() < window && self.next < n
+    }
+
+    /// The message for the next connection, timed from now; which connection it is.
+    pub fn start(&mut self) -> (usize, &[u8]) {
+        let i = self.next;
+        self.next += 1;
+        fill_message(&mut self.msg, i as u64);
+        self.flight
+            .insert(i, (Vec::with_capacity(self.size), WallClock::now()));
+        (i, &self.msg)
+    }
+
+    /// How many bytes of its echo connection `i` still awaits (None: none in flight).
+    pub fn wanted(&self, i: usize) -> Option<usize> {
+        let (got, _) = self.flight.get(&i)?;
+        Some(self.size - got.len())
+    }
+
+    /// Bytes of connection `i`'s echo arrived; true once it is whole (then checked).
+    pub fn arrived(&mut self, i: usize, bytes: &[u8]) -> bool {
+        let Some((got, t0)) = self.flight.get_mut(&i) else {
+            return false;
+        };
+        got.extend_from_slice(bytes);
+        if got.len() < self.size {
+            return false;
+        }
+        self.lat.push(t0.elapsed().as_nanos() as u64);
+        fill_message(&mut self.msg, i as u64);
+        self.ok &= *got == self.msg;
+        self.flight.remove(&i);
+        true
+    }
+}
+
+/// One `size`-byte message on every connection, `window` at a time, each echo checked:
+/// whether all matched, and each exchange's time in nanoseconds.
+fn exchange_all(
+    epoll: &OwnedFd,
+    socks: &[OwnedFd],
+    size: usize,
+    window: usize,
+) -> anyhow::Result<(bool, Vec<u64>)> {
+    let mut x = Exchanges::new(size, socks.len());
+    let mut buf = vec![0u8; size];
+    let mut events = Vec::with_capacity(1024);
+    while x.lat.len() < socks.len() {
+        while x.room(window, socks.len()) {
+            let (i, msg) = x.start();
+            if rustix::net::send(&socks[i], msg, SendFlags::NOSIGNAL)? != size {
+                bail!("a {size}-byte message did not fit the send buffer");
+            }
+        }
+        wait(epoll, &mut events, "exchanging")?;
+        for e in &events {
+            let data = e.data;
+            let i = data.u64() as usize;
+            let Some(want) = x.wanted(i) else {
+                continue;
+            };
+            match rustix::net::recv(&socks[i], &mut buf[..want], RecvFlags::DONTWAIT) {
+                Ok((0, _)) => bail!("the server closed a connection"),
+                Ok((n, _)) => {
+                    x.arrived(i, &buf[..n]);
+                }
+                Err(Errno::AGAIN | Errno::INTR) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    Ok((x.ok, x.lat))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_ticks_are_read_after_the_command_name() {
+        let stat = "4242 (a (b) c) S 1 2 3 4 5 6 7 8 9 10 120 35 0 0 20 0 3 0";
+        assert_eq!(proc_stat_cpu_ticks(stat), Some(155));
+        assert_eq!(proc_stat_cpu_ticks("4242 (x) S 1"), None);
+    }
+
+    #[test]
+    fn rss_and_slab_are_read_in_bytes() {
+        assert_eq!(
+            status_rss("Name:\tx\nVmRSS:\t    1200 kB\nVmSwap: 0 kB\n"),
+            Some(1200 * 1024)
+        );
+        let slab = "slabinfo - version: 2.1\n# name <active_objs> <num_objs> <objsize> ...\n\
+                    TCP 10 12 2304 14 8 : tunables 0 0 0\nfilp 5 8 256 16 1 : x\n";
+        assert_eq!(slabinfo_bytes(slab), Some(12 * 2304 + 8 * 256));
+    }
+}
