@@ -1376,3 +1376,48 @@ fn tw_reuse_takes_over_a_time_wait_tuple_for_outgoing_connections() {
     t.stack.tcp_abort(now, h).unwrap();
     t.assert_released();
 }
+
+/// RFC 9293 §3.10.4 (CLOSE in ESTABLISHED: "queue [the FIN] until all preceding SENDs have
+/// been segmentized, then form a FIN segment and send it") and RFC 6298 §5.1: a FIN
+/// occupies sequence space and is retransmitted on the RTO like data. A FIN that never
+/// reaches the peer (lost on the link, or dropped by a full device queue after the stack
+/// handed it over) comes again, with backoff, until the peer acknowledges it.
+#[test]
+fn a_lost_fin_is_retransmitted_until_acknowledged() {
+    for with_data in [false, true] {
+        let mut t = SegTest::listening(80);
+        let (h, iss) = open(&mut t);
+        let mut fin_seq = iss.wrapping_add(1);
+        if with_data {
+            t.write(h, b"last words");
+            let data = t.recv().expect("the data");
+            fin_seq = fin_seq.wrapping_add(data.payload.len() as u32);
+            // The data is acknowledged; the FIN is what gets lost.
+            t.send(Seg::ack(1001, fin_seq));
+        }
+        let now = t.now;
+        t.stack.tcp_close(now, h).unwrap();
+        let fin = t.recv().expect("our FIN");
+        assert!(fin.has(Flags::FIN) && fin.seq == fin_seq, "{fin:?}");
+        // Lost: nothing from the peer. It must come back on the RTO, then again, backed off.
+        let again = t.advance(10 * SEC);
+        let fins: Vec<_> = again
+            .iter()
+            .filter(|(_, s)| s.has(Flags::FIN) && s.seq == fin_seq)
+            .map(|(at, _)| *at)
+            .collect();
+        assert!(
+            fins.len() >= 2,
+            "with data {with_data}: FIN resent {fins:?}"
+        );
+        assert!(fins[1] - fins[0] > fins[0] - now, "backed off: {fins:?}");
+        assert_eq!(t.stack.tcp_state(h), Ok(State::FinWait1));
+        // Acknowledged at last: FIN-WAIT-2, then the peer's FIN, TIME-WAIT, gone.
+        t.send(Seg::ack(1001, fin_seq.wrapping_add(1)));
+        assert_eq!(t.stack.tcp_state(h), Ok(State::FinWait2));
+        t.send(Seg::ack(1001, fin_seq.wrapping_add(1)).fin());
+        t.recv().expect("ACK of the peer's FIN");
+        t.advance(61 * SEC);
+        t.assert_released();
+    }
+}
