@@ -1,8 +1,11 @@
-//! What the tests with the Linux kernel as the peer share (`tun.rs`, `tun_matrix.rs`):
-//! ustack on a thread of its own over a device, a bounded drive loop, and the read/write
-//! helpers that hash what moves.
+//! What the tests with the Linux kernel as the peer share (`tun.rs`, `tun_matrix.rs`,
+//! `packet.rs`): ustack on a thread of its own over a device, a bounded drive loop, the
+//! read/write helpers that hash what moves, and ([`scenarios`]) the transfers every link
+//! carries.
 
 #![allow(dead_code)] // each test file uses its part
+
+pub mod scenarios;
 
 use core::time::Duration;
 use std::io::{self, ErrorKind};
@@ -14,9 +17,7 @@ use sha2::{Digest, Sha256};
 use ustack_dev::Device;
 use ustack_runtime::api::TcpStream;
 use ustack_runtime::runtime::{Events, Runtime, RuntimeBuilder, Sleep};
-use ustack_testkit::netns::{
-    KERNEL_IP, NetNs, PY_BULK_SERVER, PY_CC_ENV, TunRig, USTACK_IP, python_argv,
-};
+use ustack_testkit::netns::{KERNEL_IP, NetNs, PY_BULK_SERVER, PY_CC_ENV, USTACK_IP, python_argv};
 
 /// The bound on each kernel-side command and on each ustack application.
 pub const LIMIT: Duration = Duration::from_secs(30);
@@ -153,11 +154,10 @@ pub fn sha256_hex(data: &[u8]) -> String {
     hex(&Sha256::digest(data))
 }
 
-/// Runs a Python script in the rig's namespace (bounded by [`LIMIT`]) and returns its
-/// stdout; panics with its stderr if it fails.
-pub fn python(rig: &TunRig, script: &str, args: &[String]) -> String {
-    let out = rig
-        .ns
+/// Runs a Python script in the namespace (bounded by [`LIMIT`]) and returns its stdout;
+/// panics with its stderr if it fails.
+pub fn python(ns: &NetNs, script: &str, args: &[String]) -> String {
+    let out = ns
         .run(LIMIT, &python_argv(script, args))
         .expect("the kernel-side script");
     String::from_utf8(out.stdout).expect("utf-8 output")
