@@ -63,3 +63,34 @@ pub(crate) fn check_interface(kind: &str, name: &str, queues: usize, max: usize)
 pub(crate) fn invalid(msg: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, msg)
 }
+
+/// An Ethernet interface as a device on it sees it: index, MAC, and caps (Ethernet, the
+/// interface MTU), read in the calling thread's namespace.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct EthernetInterface {
+    pub(crate) ifindex: u32,
+    pub(crate) mac: [u8; 6],
+    pub(crate) caps: crate::DeviceCaps,
+}
+
+/// Looks up interface `name` for device `kind`: errors name both (the OS error for an
+/// interface that does not exist, `InvalidInput` for one that is not Ethernet).
+pub(crate) fn ethernet_interface(kind: &str, name: &str) -> io::Result<EthernetInterface> {
+    use crate::sys::netif;
+    let ctx = |what: &str, e: io::Error| {
+        io::Error::new(e.kind(), format!("{kind}: {what} `{name}`: {e}"))
+    };
+    let ifindex = netif::index(name).map_err(|e| ctx("interface", e))?;
+    let (mac, hwtype) = netif::hwaddr(name).map_err(|e| ctx("hardware address of", e))?;
+    if hwtype != libc::ARPHRD_ETHER {
+        return Err(invalid(format!(
+            "{kind}: `{name}` is not an Ethernet interface (ARPHRD {hwtype})"
+        )));
+    }
+    let mtu = netif::mtu(name).map_err(|e| ctx("MTU of", e))?;
+    let caps = crate::DeviceCaps {
+        medium: crate::Medium::Ethernet,
+        mtu,
+    };
+    Ok(EthernetInterface { ifindex, mac, caps })
+}

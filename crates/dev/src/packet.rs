@@ -7,7 +7,7 @@
 //! than one queue, joined into one `PACKET_FANOUT` group in hash mode: the kernel hands
 //! each received frame to one socket of the group by its flow hash (symmetric, so both
 //! directions of a flow pick the same socket), which makes each socket a shard's queue
-//! ([`PacketQueue`]). Frames are Ethernet II ([`Medium::Ethernet`]): ARP works as on
+//! ([`PacketQueue`]). Frames are Ethernet II ([`Medium::Ethernet`](crate::Medium::Ethernet)): ARP works as on
 //! any Ethernet link; give the stack the interface's MAC ([`Packet::mac`]).
 //!
 //! # ARP with several queues
@@ -70,12 +70,11 @@ use rustix::event::{PollFd, PollFlags};
 use rustix::io::Errno;
 use ustack_obs::time::Instant;
 
-use crate::netns::invalid;
+use crate::netns::{EthernetInterface, ethernet_interface, invalid};
 use crate::shm::timespec;
 use crate::sys::mapping::Mapping;
-use crate::sys::netif;
 use crate::sys::packet as sys;
-use crate::{Device, DeviceCaps, Medium};
+use crate::{Device, DeviceCaps};
 
 /// The most sockets in one fanout group (the kernel's `PACKET_FANOUT_MAX`).
 pub const MAX_QUEUES: usize = 256;
@@ -198,18 +197,8 @@ impl Packet {
         let ctx = |what: &str, e: io::Error| {
             io::Error::new(e.kind(), format!("packet: {what} `{name}`: {e}"))
         };
-        let ifindex = netif::index(&name).map_err(|e| ctx("interface", e))?;
-        let (mac, hwtype) = netif::hwaddr(&name).map_err(|e| ctx("hardware address of", e))?;
-        if hwtype != libc::ARPHRD_ETHER {
-            return Err(invalid(format!(
-                "packet: `{name}` is not an Ethernet interface (ARPHRD {hwtype})"
-            )));
-        }
-        let mtu = netif::mtu(&name).map_err(|e| ctx("MTU of", e))?;
-        let caps = DeviceCaps {
-            medium: Medium::Ethernet,
-            mtu,
-        };
+        let EthernetInterface { ifindex, mac, caps } = ethernet_interface("packet", &name)?;
+        let mtu = caps.mtu;
         let max_frame = caps.max_frame_len();
         // A V3 block holds its descriptor (48 bytes) and a frame behind its header.
         if max_frame + 64 + TX_DATA_OFFSET > config.rx_block_size {
@@ -395,7 +384,7 @@ impl PacketQueue {
         sys::set_int(fd.as_fd(), libc::PACKET_IGNORE_OUTGOING, 1)?;
         sys::set_ring(fd.as_fd(), false, layout.rx)?;
         sys::set_ring(fd.as_fd(), true, layout.tx)?;
-        let map = Mapping::map_socket(fd.as_fd(), layout.rx_len() + layout.tx_len())?;
+        let map = Mapping::map_socket(fd.as_fd(), layout.rx_len() + layout.tx_len(), 0)?;
         let arp = match fanout {
             None => {
                 sys::bind(fd.as_fd(), ifindex, libc::ETH_P_ALL as u16)?;

@@ -78,6 +78,7 @@ use ustack_dev::packet::PacketQueue;
 use ustack_dev::shm::ShmPort;
 use ustack_dev::sim::{Side, SimLink, SimLinkConfig};
 use ustack_dev::tun::TunQueue;
+use ustack_dev::xdp::XdpQueue;
 use ustack_dev::{Device, DeviceCaps, Medium};
 use ustack_stack::{Config, EthernetAddress, Instant, Ipv4Cidr, Readiness, SocketKey, Stack};
 
@@ -300,7 +301,8 @@ impl<D: Device + Sleep> Sleep for Tap<D> {
 /// A TUN queue sleeps in `poll(2)` on its file until a packet is waiting or the deadline
 /// ([`TunQueue::wait`]). Nothing arms or drains: readability is the kernel's queue itself,
 /// so a packet that lands before the sleep wakes it at once. A packet socket sleeps the
-/// same way on its socket until a receive block is handed over ([`PacketQueue::wait`]).
+/// same way on its socket until a receive block is handed over ([`PacketQueue::wait`]),
+/// an `AF_XDP` socket until its receive ring has a frame ([`XdpQueue::wait`]).
 macro_rules! sleep_in_wait {
     ($($device:ty),*) => {$(
         impl Sleep for $device {
@@ -316,7 +318,7 @@ macro_rules! sleep_in_wait {
     )*};
 }
 
-sleep_in_wait!(TunQueue, PacketQueue);
+sleep_in_wait!(TunQueue, PacketQueue, XdpQueue);
 
 /// A capturing device sleeps on the device it wraps.
 impl<D: Device + Sleep, W: std::io::Write> Sleep for Capture<D, W> {

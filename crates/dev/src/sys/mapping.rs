@@ -93,17 +93,19 @@ impl Mapping {
         Ok(Mapping { ptr, len })
     }
 
-    /// Maps `len` bytes of the rings of socket `fd` (an `AF_PACKET` socket after
-    /// `PACKET_RX_RING`/`PACKET_TX_RING`: `len` is their total size), read-write, shared
-    /// with the kernel, pre-faulted. The OS error if `mmap` fails (`EINVAL` when `len`
-    /// is not the rings' size).
-    pub(crate) fn map_socket(fd: BorrowedFd<'_>, len: usize) -> io::Result<Mapping> {
+    /// Maps `len` bytes of the rings of socket `fd` at `offset` (an `AF_PACKET` socket
+    /// after `PACKET_RX_RING`/`PACKET_TX_RING`: offset 0, `len` their total size; an
+    /// `AF_XDP` socket: one ring at its `XDP_PGOFF_*`), read-write, shared with the
+    /// kernel, pre-faulted. The OS error if `mmap` fails (`EINVAL` when `len` is larger
+    /// than the ring).
+    pub(crate) fn map_socket(fd: BorrowedFd<'_>, len: usize, offset: u64) -> io::Result<Mapping> {
         if len == 0 || len > isize::MAX as usize {
             return Err(invalid("mmap: ring size"));
         }
         // SAFETY: a null hint lets the kernel choose a fresh address range, so no existing
-        // memory is replaced; the kernel checks `len` against the socket's rings
-        // (packet_mmap: EINVAL unless it is exactly their size) and backs every page.
+        // memory is replaced; the kernel checks `len` and `offset` against the socket's
+        // rings (packet_mmap: EINVAL unless exactly their size; xsk_mmap: EINVAL if larger
+        // than the ring) and backs every page.
         let ptr = unsafe {
             rustix::mm::mmap(
                 core::ptr::null_mut(),
@@ -111,11 +113,36 @@ impl Mapping {
                 ProtFlags::READ | ProtFlags::WRITE,
                 MapFlags::SHARED | MapFlags::POPULATE,
                 fd,
-                0,
+                offset,
             )
         }?;
         let ptr = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| invalid("mmap at 0"))?;
         Ok(Mapping { ptr, len })
+    }
+
+    /// A private anonymous mapping of `len` bytes (zeroed, pre-faulted): an `AF_XDP`
+    /// UMEM, which the kernel pins and writes received frames into.
+    pub(crate) fn map_anonymous(len: usize) -> io::Result<Mapping> {
+        if len == 0 || len > isize::MAX as usize {
+            return Err(invalid("mmap: region size"));
+        }
+        // SAFETY: a null hint lets the kernel choose a fresh address range, so no existing
+        // memory is replaced; an anonymous mapping has no file to shrink under it.
+        let ptr = unsafe {
+            rustix::mm::mmap_anonymous(
+                core::ptr::null_mut(),
+                len,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::PRIVATE | MapFlags::POPULATE,
+            )
+        }?;
+        let ptr = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| invalid("mmap at 0"))?;
+        Ok(Mapping { ptr, len })
+    }
+
+    /// The mapping's address, for registering it with the kernel (`XDP_UMEM_REG`).
+    pub(crate) fn addr(&self) -> u64 {
+        self.ptr.as_ptr() as u64
     }
 
     /// Length of the mapping in bytes.

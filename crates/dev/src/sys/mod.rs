@@ -14,6 +14,8 @@
 //! - [`netif`]: the interface MTU and hardware address ioctls on a `struct ifreq`.
 //! - [`packet`]: an `AF_PACKET` socket with `TPACKET_V3` rings: its socket options,
 //!   `bind(2)` to an interface, statistics (for [`crate::packet`]).
+//! - [`xdp`]: the `bpf(2)` calls of the `xdp` link: the `XSKMAP`, the redirect program
+//!   as raw eBPF instructions, its attachment to an interface (for [`crate::xdp`]).
 
 #![allow(unsafe_code)]
 
@@ -21,3 +23,4 @@ pub(crate) mod mapping;
 pub(crate) mod netif;
 pub(crate) mod packet;
 pub(crate) mod tun;
+pub(crate) mod xdp;
