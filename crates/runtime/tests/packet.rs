@@ -19,7 +19,7 @@
 use core::time::Duration;
 use std::io::ErrorKind;
 
-use ustack_dev::packet::{Packet, PacketConfig, PacketQueue};
+use ustack_dev::packet::{Packet, PacketConfig};
 use ustack_dev::{Device, Medium};
 use ustack_runtime::runtime::RuntimeBuilder;
 use ustack_stack::{EthernetAddress, Instant};
@@ -29,7 +29,7 @@ use ustack_testkit::netns::{
 
 mod kernel;
 
-use kernel::{LIMIT, builder, scenarios};
+use kernel::{LIMIT, arp_reply, arp_request, builder, scenarios};
 
 /// A rig with `queues` sockets, or `None` (skipped).
 fn rig(test: &str, queues: usize) -> Option<PacketRig> {
@@ -212,35 +212,6 @@ fn bad_configs_are_refused_with_a_reason() {
 
 // ---- the device ---------------------------------------------------------------------------
 
-/// An ARP request from ustack's end for the kernel's address, as an Ethernet frame.
-fn arp_request(mac: [u8; 6]) -> Vec<u8> {
-    let mut f = vec![0xff; 6];
-    f.extend_from_slice(&mac);
-    f.extend_from_slice(&[0x08, 0x06, 0, 1, 0x08, 0, 6, 4, 0, 1]);
-    f.extend_from_slice(&mac);
-    f.extend_from_slice(&USTACK_IP.octets());
-    f.extend_from_slice(&[0; 6]);
-    f.extend_from_slice(&KERNEL_IP.octets());
-    f
-}
-
-/// Waits up to 5 s for an ARP reply from the kernel to `mac` on `q`; the frame.
-fn arp_reply(q: &mut PacketQueue, mac: [u8; 6]) -> Vec<u8> {
-    let mut buf = vec![0; q.caps().max_frame_len()];
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    loop {
-        assert!(std::time::Instant::now() < deadline, "no ARP reply");
-        q.wait(Some(Duration::from_millis(100))).unwrap();
-        while let Some(n) = q.recv(Instant::ZERO, &mut buf) {
-            let f = &buf[..n];
-            // ARP (0x0806), operation 2 (reply), to us.
-            if n >= 42 && f[12..14] == [8, 6] && f[20..22] == [0, 2] && f[..6] == mac {
-                return f.to_vec();
-            }
-        }
-    }
-}
-
 #[test]
 fn device_moves_frames_and_counts_what_it_refuses() {
     let Some(mut rig) = rig("device_moves_frames_and_counts_what_it_refuses", 1) else {
@@ -260,7 +231,9 @@ fn device_moves_frames_and_counts_what_it_refuses() {
     let req = arp_request(rig.mac);
     assert_eq!(q.send_batch(now, &[&req, &req, &req]), 0);
     assert_eq!((q.stats().tx_packets, q.stats().tx_kicks), (3, 1));
-    let reply = arp_reply(&mut q, rig.mac);
+    let reply = arp_reply(&mut q, rig.mac, |q| {
+        q.wait(Some(Duration::from_millis(100))).unwrap();
+    });
     assert_eq!(&reply[28..32], &KERNEL_IP.octets(), "sender: the kernel");
     assert_eq!(&reply[38..42], &USTACK_IP.octets(), "target: us");
     let s = *q.stats();
@@ -282,7 +255,9 @@ fn every_queue_of_a_fanout_group_sees_arp() {
     assert!(q0.send(Instant::ZERO, &arp_request(rig.mac)));
     // The reply reaches both shards, so each learns the neighbour.
     for q in [&mut q0, &mut q1] {
-        arp_reply(q, rig.mac);
+        arp_reply(q, rig.mac, |q| {
+            q.wait(Some(Duration::from_millis(100))).unwrap();
+        });
         assert!(q.stats().rx_arp >= 1, "{:?}", q.stats());
     }
 }

@@ -24,6 +24,7 @@ use std::process::{Child, Command, Output, Stdio};
 
 use ustack_dev::packet::{Packet, PacketConfig, PacketQueue};
 use ustack_dev::tun::{Tun, TunConfig, TunQueue};
+use ustack_dev::xdp::{Xdp, XdpConfig, XdpQueue};
 
 /// The kernel's address on the rig's interface (TEST-NET-1).
 pub const KERNEL_IP: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
@@ -281,6 +282,36 @@ impl PacketRig {
             mac: packet.mac(),
             mtu: packet.mtu(),
             queues: packet.into_queues(),
+            ns,
+        })
+    }
+}
+
+/// A namespace with the veth pair of a [`PacketRig`] and the `xdp` link on ustack's end
+/// (its XDP program attached to [`VETH_USTACK`]).
+#[derive(Debug)]
+pub struct XdpRig {
+    /// The queue on ustack's end.
+    pub queue: XdpQueue,
+    /// ustack's end's MAC address: give it to the stack.
+    pub mac: [u8; 6],
+    /// Dropped last: the queue closes first.
+    pub ns: NetNs,
+}
+
+impl XdpRig {
+    /// A fresh namespace with the veth pair and the `xdp` link on ustack's end.
+    pub fn new() -> io::Result<XdpRig> {
+        let ns = NetNs::new()?;
+        ns.veth_pair()?;
+        let xdp = Xdp::open(&XdpConfig {
+            interface: VETH_USTACK.to_owned(),
+            netns: Some(ns.path().to_owned()),
+            ..XdpConfig::default()
+        })?;
+        Ok(XdpRig {
+            mac: xdp.mac(),
+            queue: xdp.into_queue(),
             ns,
         })
     }

@@ -163,6 +163,36 @@ pub fn python(ns: &NetNs, script: &str, args: &[String]) -> String {
     String::from_utf8(out.stdout).expect("utf-8 output")
 }
 
+/// An ARP request from ustack's end for the kernel's address, as an Ethernet frame.
+pub fn arp_request(mac: [u8; 6]) -> Vec<u8> {
+    let mut f = vec![0xff; 6];
+    f.extend_from_slice(&mac);
+    f.extend_from_slice(&[0x08, 0x06, 0, 1, 0x08, 0, 6, 4, 0, 1]);
+    f.extend_from_slice(&mac);
+    f.extend_from_slice(&USTACK_IP.octets());
+    f.extend_from_slice(&[0; 6]);
+    f.extend_from_slice(&KERNEL_IP.octets());
+    f
+}
+
+/// Waits up to 5 s for an ARP reply from the kernel to `mac` on `q` (`wait` sleeps on
+/// the device a little); the frame.
+pub fn arp_reply<D: Device>(q: &mut D, mac: [u8; 6], mut wait: impl FnMut(&mut D)) -> Vec<u8> {
+    let mut buf = vec![0; q.caps().max_frame_len()];
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        assert!(std::time::Instant::now() < deadline, "no ARP reply");
+        wait(q);
+        while let Some(n) = q.recv(ustack_stack::Instant::ZERO, &mut buf) {
+            let f = &buf[..n];
+            // ARP (0x0806), operation 2 (reply), to us.
+            if n >= 42 && f[12..14] == [8, 6] && f[20..22] == [0, 2] && f[..6] == mac {
+                return f.to_vec();
+            }
+        }
+    }
+}
+
 /// A kernel bulk server ([`PY_BULK_SERVER`]) running in a namespace, listening once
 /// [`start`](Self::start) returns.
 pub struct KernelServer {
