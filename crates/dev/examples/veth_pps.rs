@@ -1,14 +1,16 @@
-//! Frames per second through the `packet` link, one way, between the two ends of a veth
-//! pair (needs root: a namespace and a veth pair of its own, removed at the end).
+//! Frames per second through the `packet` and `xdp` links, one way, between the two ends
+//! of a veth pair (needs root: a namespace and a veth pair of its own per case, removed at
+//! the end).
 //!
 //! ```text
-//! cargo run --release -p ustack-dev --example packet_pps [-- SECONDS]   # default 2 s per case
+//! cargo run --release -p ustack-dev --example veth_pps [-- SECONDS]   # default 2 s per case
 //! ```
 //!
-//! A sender thread sends on `pps0` through a `TPACKET_V3` TX ring, `BATCH` frames per
-//! `send_batch` (one kick each); a receiver thread reads `pps1`'s `TPACKET_V3` RX ring
-//! (1 ms retire timeout), sleeping in `poll(2)` when it is empty. Each thread runs on a
-//! core of its own. The frames carry a local experimental EtherType (0x88b5), addressed to
+//! A sender thread sends on `pps0`, `BATCH` frames per `send_batch` (one kick each); a
+//! receiver thread reads `pps1`, sleeping in `poll(2)` when there is nothing. Each thread
+//! runs on a core of its own. `packet`: `TPACKET_V3` TX and RX rings (1 ms retire
+//! timeout). `xdp`: `AF_XDP` sockets in copy mode, each interface with the redirect
+//! program attached in generic mode. The frames carry a local experimental EtherType (0x88b5), addressed to
 //! `pps1`'s MAC, so the kernel's stack on `pps1` drops each right after the packet taps
 //! (that per-frame cost is inside the figure: it is what the kernel does for any frame on
 //! the veth).
@@ -20,6 +22,9 @@
 //! frame's sequence number: it counts frames the kernel dropped (a full ring) and fails
 //! on frames out of order.
 //!
+//! For `xdp` the sender's figure likewise includes the kernel building an `sk_buff` from
+//! the UMEM (copy mode) and the receiving side's generic XDP run.
+//!
 //! Without root it prints why and exits 0, unless `USTACK_REQUIRE_ROOT` is set.
 
 use std::process::{Child, Command, Stdio};
@@ -27,7 +32,28 @@ use std::time::{Duration, Instant as WallClock};
 
 use ustack_dev::Device;
 use ustack_dev::packet::{Packet, PacketConfig, PacketQueue};
+use ustack_dev::xdp::{Xdp, XdpConfig, XdpQueue};
 use ustack_obs::time::Instant;
+
+/// A link end the cases run on: a device that can sleep until a frame is there.
+trait End: Device + Send + 'static {
+    fn sleep(&mut self, timeout: Duration);
+}
+
+impl End for PacketQueue {
+    fn sleep(&mut self, timeout: Duration) {
+        self.wait(Some(timeout)).expect("poll");
+    }
+}
+
+impl End for XdpQueue {
+    fn sleep(&mut self, timeout: Duration) {
+        self.wait(Some(timeout)).expect("poll");
+    }
+}
+
+/// Opens a link end on interface `name` in `ns`: the end, and the interface's MAC.
+type Open<L> = fn(&Ns, &str) -> (L, [u8; 6]);
 
 const BATCH: usize = 32;
 const NOW: Instant = Instant::ZERO;
@@ -90,8 +116,8 @@ struct Run {
     rx_ns: f64,
 }
 
-/// One queue on interface `name` in `ns`, and the interface's MAC.
-fn open(ns: &Ns, name: &str) -> (PacketQueue, [u8; 6]) {
+/// One packet queue on interface `name` in `ns`, and the interface's MAC.
+fn open_packet(ns: &Ns, name: &str) -> (PacketQueue, [u8; 6]) {
     let link = Packet::open(&PacketConfig {
         interface: name.to_owned(),
         netns: Some(ns.path().into()),
@@ -103,7 +129,19 @@ fn open(ns: &Ns, name: &str) -> (PacketQueue, [u8; 6]) {
     (link.into_queues().remove(0), mac)
 }
 
-fn run(size: usize, secs: f64) -> Run {
+/// The xdp link on interface `name` in `ns`, and the interface's MAC.
+fn open_xdp(ns: &Ns, name: &str) -> (XdpQueue, [u8; 6]) {
+    let link = Xdp::open(&XdpConfig {
+        interface: name.to_owned(),
+        netns: Some(ns.path().into()),
+        ..XdpConfig::default()
+    })
+    .expect("opening the xdp link");
+    let mac = link.mac();
+    (link.into_queue(), mac)
+}
+
+fn run<L: End>(open: Open<L>, size: usize, secs: f64) -> Run {
     let ns = Ns::new();
     ns.run(&[
         "ip", "link", "add", "pps0", "type", "veth", "peer", "name", "pps1",
@@ -143,7 +181,7 @@ fn run(size: usize, secs: f64) -> Run {
             if n > 0 {
                 busy += cpu_time() - t;
             }
-            rx.wait(Some(Duration::from_millis(10))).expect("poll");
+            rx.sleep(Duration::from_millis(10));
         }
         (got, lost, busy, start.elapsed().as_secs_f64())
     });
@@ -191,9 +229,9 @@ fn main() {
     if !rustix::process::geteuid().is_root() {
         assert!(
             std::env::var_os("USTACK_REQUIRE_ROOT").is_none(),
-            "packet_pps needs root"
+            "veth_pps needs root"
         );
-        println!("packet_pps: skipped: not running as root");
+        println!("veth_pps: skipped: not running as root");
         return;
     }
     let secs: f64 = std::env::args()
@@ -201,17 +239,20 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(2.0);
     println!(
-        "packet link over veth, {secs} s per case, TX batches of {BATCH}, sender on cpu 0, receiver on cpu 1"
+        "veth pair, {secs} s per case, TX batches of {BATCH}, sender on cpu 0, receiver on cpu 1"
     );
     println!(
-        "{:>5} {:>10} {:>9} {:>8} {:>9} {:>9} {:>10}",
-        "bytes", "wall Mpps", "lost", "refused", "tx ns/fr", "rx ns/fr", "Mpps/core"
+        "{:<7} {:>5} {:>10} {:>9} {:>8} {:>9} {:>9} {:>10}",
+        "link", "bytes", "wall Mpps", "lost", "refused", "tx ns/fr", "rx ns/fr", "Mpps/core"
     );
-    for size in [64, 1500] {
-        let r = run(size, secs);
+    for (link, size) in [("packet", 64), ("packet", 1500), ("xdp", 64), ("xdp", 1500)] {
+        let r = match link {
+            "packet" => run(open_packet, size, secs),
+            _ => run(open_xdp, size, secs),
+        };
         assert!(r.received > 0, "nothing arrived");
         println!(
-            "{size:>5} {:>10.3} {:>9} {:>8} {:>9.1} {:>9.1} {:>10.3}",
+            "{link:<7} {size:>5} {:>10.3} {:>9} {:>8} {:>9.1} {:>9.1} {:>10.3}",
             r.received as f64 / r.wall / 1e6,
             r.lost,
             r.refused,
