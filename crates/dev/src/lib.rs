@@ -15,22 +15,31 @@
 //! - [`tun::TunQueue`]: one queue of a multi-queue TUN interface (bare IP packets), whose
 //!   other end is the Linux kernel; made by [`tun::Tun::open`], optionally inside a network
 //!   namespace.
+//! - [`packet::PacketQueue`]: one socket of an `AF_PACKET` link (`TPACKET_V3` receive
+//!   and transmit rings) on an Ethernet interface such as a veth end, several joined in a
+//!   fanout group; made by [`packet::Packet::open`].
+//! - [`xdp::XdpQueue`]: an `AF_XDP` socket in copy mode on an Ethernet interface (a veth
+//!   end), with its UMEM, its four rings and the XDP program that redirects the
+//!   interface's frames to it; made by [`xdp::Xdp::open`].
 //! - [`capture::Capture`]: wraps any device and writes every frame in and out to pcap.
 //! - [`fault::Faulty`]: the fault relay: wraps any device (a TUN queue, say) and puts
 //!   seeded faults on both paths, on the caller's clock, with the sim link's fault logic
 //!   ([`fault::FaultLine`]).
 //!
-//! This crate denies `unsafe` code; only its `sys` modules (shared memory and TUN now;
-//! AF_PACKET, AF_XDP later) allow it, each block with a `// SAFETY:` line.
+//! This crate denies `unsafe` code; only its `sys` modules (shared memory, TUN,
+//! AF_PACKET, AF_XDP and bpf(2)) allow it, each block with a `// SAFETY:` line.
 
 use ustack_obs::time::Instant;
 
 pub mod capture;
 pub mod fault;
+mod netns;
+pub mod packet;
 pub mod shm;
 pub mod sim;
 mod sys;
 pub mod tun;
+pub mod xdp;
 
 /// What a device's frames carry, i.e. where the stack's input starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -89,7 +89,7 @@
 //! The other process may be buggy or hostile, and safe code here must stay sound whatever
 //! it writes into the region, whenever it writes it:
 //!
-//! - Shared memory is reached only through `crate::sys::shm` (the workspace's only
+//! - Shared memory is reached only through `crate::sys::mapping` (the workspace's only
 //!   `unsafe` code, with the argument written there): control words as atomics, frame
 //!   bytes only by bounds-checked copies, reads volatile, so nothing is read twice.
 //! - Each side keeps its own indices in private memory and only publishes them; it never
@@ -176,7 +176,7 @@ use rustix::net::{
 };
 use ustack_obs::time::Instant;
 
-use crate::sys::shm::Mapping;
+use crate::sys::mapping::Mapping;
 use crate::{Device, DeviceCaps, Medium};
 
 /// Region magic: `"ustkshm\0"`.

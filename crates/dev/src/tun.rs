@@ -42,7 +42,6 @@
 //! TCP output does not build super-segments yet.
 
 use core::time::Duration;
-use std::fs::File;
 use std::io::{self, IoSlice, IoSliceMut};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
@@ -51,7 +50,9 @@ use rustix::event::{PollFd, PollFlags};
 use rustix::io::Errno;
 use ustack_obs::time::Instant;
 
+use crate::netns::invalid;
 use crate::shm::timespec;
+use crate::sys::netif;
 use crate::sys::tun as sys;
 use crate::{Device, DeviceCaps, Medium};
 
@@ -92,25 +93,7 @@ impl Default for TunConfig {
 impl TunConfig {
     /// The configuration with its values checked: `InvalidInput` naming the bad field.
     pub fn validate(&self) -> io::Result<()> {
-        let name = &self.name;
-        if name.is_empty()
-            || name.len() >= sys::IFNAMSIZ
-            || name == "."
-            || name == ".."
-            || name
-                .bytes()
-                .any(|b| b == b'/' || b == b':' || b == 0 || b.is_ascii_whitespace())
-        {
-            return Err(invalid(format!(
-                "tun: interface name `{name}`: 1 to 15 bytes, no `/`, `:`, whitespace or NUL"
-            )));
-        }
-        if self.queues == 0 || self.queues > MAX_QUEUES {
-            return Err(invalid(format!(
-                "tun: {} queues: 1 to {MAX_QUEUES}",
-                self.queues
-            )));
-        }
+        crate::netns::check_interface("tun", &self.name, self.queues, MAX_QUEUES)?;
         if let Some(mtu) = self.mtu
             && !(68..=65535).contains(&mtu)
         {
@@ -118,10 +101,6 @@ impl TunConfig {
         }
         Ok(())
     }
-}
-
-fn invalid(msg: String) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidInput, msg)
 }
 
 /// An open TUN interface: its name, MTU and queues. Take the queues out with
@@ -142,33 +121,7 @@ impl Tun {
     /// multi-queue TUN, `EBUSY` if its queues are all taken).
     pub fn open(config: &TunConfig) -> io::Result<Tun> {
         config.validate()?;
-        match &config.netns {
-            None => Tun::open_here(config),
-            Some(path) => {
-                let ns = File::open(path).map_err(|e| {
-                    io::Error::new(e.kind(), format!("tun: netns {}: {e}", path.display()))
-                })?;
-                // setns(2) moves only the calling thread: do it on a thread of our own
-                // that ends once the files are open.
-                std::thread::scope(|s| {
-                    s.spawn(|| {
-                        rustix::thread::move_into_link_name_space(
-                            ns.as_fd(),
-                            Some(rustix::thread::LinkNameSpaceType::Network),
-                        )
-                        .map_err(|e| {
-                            io::Error::new(
-                                io::Error::from(e).kind(),
-                                format!("tun: entering netns {}: {e}", path.display()),
-                            )
-                        })?;
-                        Tun::open_here(config)
-                    })
-                    .join()
-                    .unwrap_or_else(|_| Err(io::Error::other("tun: opening thread panicked")))
-                })
-            }
-        }
+        crate::netns::in_netns("tun", config.netns.as_deref(), || Tun::open_here(config))
     }
 
     /// [`open`](Self::open) in the calling thread's namespace.
@@ -192,9 +145,9 @@ impl Tun {
             fds.push(fd);
         }
         if let Some(mtu) = config.mtu {
-            sys::set_mtu(&name, mtu).map_err(|e| ctx("setting the MTU of", e))?;
+            netif::set_mtu(&name, mtu).map_err(|e| ctx("setting the MTU of", e))?;
         }
-        let mtu = sys::mtu(&name).map_err(|e| ctx("reading the MTU of", e))?;
+        let mtu = netif::mtu(&name).map_err(|e| ctx("reading the MTU of", e))?;
         if config.offload {
             let offloads = libc::TUN_F_CSUM | libc::TUN_F_TSO4 | libc::TUN_F_TSO6;
             sys::set_offload(&fds[0], offloads).map_err(|e| ctx("TUNSETOFFLOAD", e))?;

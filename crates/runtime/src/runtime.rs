@@ -74,9 +74,11 @@ use std::sync::{Arc, Mutex};
 
 use ustack_dev::capture::{Capture, Tap};
 use ustack_dev::fault::Faulty;
+use ustack_dev::packet::PacketQueue;
 use ustack_dev::shm::ShmPort;
 use ustack_dev::sim::{Side, SimLink, SimLinkConfig};
 use ustack_dev::tun::TunQueue;
+use ustack_dev::xdp::XdpQueue;
 use ustack_dev::{Device, DeviceCaps, Medium};
 use ustack_stack::{Config, EthernetAddress, Instant, Ipv4Cidr, Readiness, SocketKey, Stack};
 
@@ -298,13 +300,25 @@ impl<D: Device + Sleep> Sleep for Tap<D> {
 
 /// A TUN queue sleeps in `poll(2)` on its file until a packet is waiting or the deadline
 /// ([`TunQueue::wait`]). Nothing arms or drains: readability is the kernel's queue itself,
-/// so a packet that lands before the sleep wakes it at once.
-impl Sleep for TunQueue {
-    fn sleep_until(&mut self, clock: &dyn Clock, deadline: Option<Instant>) -> io::Result<bool> {
-        let timeout = deadline.map(|d| d - clock.now());
-        self.wait(timeout)
-    }
+/// so a packet that lands before the sleep wakes it at once. A packet socket sleeps the
+/// same way on its socket until a receive block is handed over ([`PacketQueue::wait`]),
+/// an `AF_XDP` socket until its receive ring has a frame ([`XdpQueue::wait`]).
+macro_rules! sleep_in_wait {
+    ($($device:ty),*) => {$(
+        impl Sleep for $device {
+            fn sleep_until(
+                &mut self,
+                clock: &dyn Clock,
+                deadline: Option<Instant>,
+            ) -> io::Result<bool> {
+                let timeout = deadline.map(|d| d - clock.now());
+                self.wait(timeout)
+            }
+        }
+    )*};
 }
+
+sleep_in_wait!(TunQueue, PacketQueue, XdpQueue);
 
 /// A capturing device sleeps on the device it wraps.
 impl<D: Device + Sleep, W: std::io::Write> Sleep for Capture<D, W> {

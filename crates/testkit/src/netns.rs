@@ -22,7 +22,9 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 
+use ustack_dev::packet::{Packet, PacketConfig, PacketQueue};
 use ustack_dev::tun::{Tun, TunConfig, TunQueue};
+use ustack_dev::xdp::{Xdp, XdpConfig, XdpQueue};
 
 /// The kernel's address on the rig's interface (TEST-NET-1).
 pub const KERNEL_IP: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
@@ -36,13 +38,25 @@ const HOLDER_SECS: u32 = 300;
 /// Whether a root-only test can run here: `None` to go on, or the reason it cannot, after
 /// printing it. Panics with the reason instead when `USTACK_REQUIRE_ROOT` is set.
 pub fn root_or_skip(test: &str) -> Option<()> {
+    root_with(test, true, &[])
+}
+
+/// [`root_or_skip`] for a test over a veth pair ([`PacketRig`]): root and the namespace
+/// tools, `/dev/net/tun` not needed, and `ethtool` (a missing `ethtool` skips, or fails
+/// under `USTACK_REQUIRE_ROOT`).
+pub fn veth_or_skip(test: &str) -> Option<()> {
+    root_with(test, false, &["ethtool"])
+}
+
+fn root_with(test: &str, tun: bool, more: &[&str]) -> Option<()> {
     let reason = if !rustix::process::geteuid().is_root() {
         Some("not running as root".to_owned())
-    } else if !Path::new("/dev/net/tun").exists() {
+    } else if tun && !Path::new("/dev/net/tun").exists() {
         Some("/dev/net/tun is missing".to_owned())
     } else {
         ["unshare", "nsenter", "ip", "timeout"]
-            .into_iter()
+            .iter()
+            .chain(more)
             .find(|t| !on_path(t))
             .map(|t| format!("`{t}` is not installed"))
     };
@@ -182,10 +196,7 @@ impl NetNs {
     /// rigs are for IPv4), `lo` and the link up.
     pub fn configure_tun(&self, name: &str) -> io::Result<()> {
         let limit = Duration::from_secs(5);
-        let ipv6 = format!(
-            "f=/proc/sys/net/ipv6/conf/{name}/disable_ipv6; if [ -e $f ]; then echo 1 > $f; fi"
-        );
-        self.run(limit, &["sh", "-c", &ipv6])?;
+        self.disable_ipv6(name)?;
         let addr = format!("{KERNEL_IP}/24");
         self.run(limit, &["ip", "addr", "add", &addr, "dev", name])?;
         self.run(limit, &["ip", "link", "set", "lo", "up"])?;
@@ -243,6 +254,117 @@ impl TunRig {
             mtu,
             ns,
         })
+    }
+}
+
+/// The kernel's end of a [`PacketRig`]'s veth pair.
+pub const VETH_KERNEL: &str = "veth0";
+/// ustack's end of a [`PacketRig`]'s veth pair.
+pub const VETH_USTACK: &str = "veth1";
+
+/// A namespace with a veth pair in it: the kernel's end [`VETH_KERNEL`] with
+/// [`KERNEL_IP`]/24 and its transmit offloads off, ustack's end [`VETH_USTACK`] up with no
+/// address (IPv6 off on both), and `AF_PACKET` queues on ustack's end.
+#[derive(Debug)]
+pub struct PacketRig {
+    /// The queues on ustack's end, for ustack (take them out to give to runtimes).
+    pub queues: Vec<PacketQueue>,
+    /// ustack's end's MAC address: give it to the stack.
+    pub mac: [u8; 6],
+    /// The MTU.
+    pub mtu: usize,
+    /// Dropped last: the queues close first.
+    pub ns: NetNs,
+}
+
+impl PacketRig {
+    /// A fresh namespace with the veth pair and `queues` queues on ustack's end
+    /// (receive blocks as in `PacketConfig::default()`).
+    pub fn new(queues: usize) -> io::Result<PacketRig> {
+        let ns = NetNs::new()?;
+        ns.veth_pair()?;
+        let packet = Packet::open(&PacketConfig {
+            interface: VETH_USTACK.to_owned(),
+            queues,
+            netns: Some(ns.path().to_owned()),
+            ..PacketConfig::default()
+        })?;
+        Ok(PacketRig {
+            mac: packet.mac(),
+            mtu: packet.mtu(),
+            queues: packet.into_queues(),
+            ns,
+        })
+    }
+}
+
+/// A namespace with the veth pair of a [`PacketRig`] and the `xdp` link on ustack's end
+/// (its XDP program attached to [`VETH_USTACK`]).
+#[derive(Debug)]
+pub struct XdpRig {
+    /// The queue on ustack's end.
+    pub queue: XdpQueue,
+    /// ustack's end's MAC address: give it to the stack.
+    pub mac: [u8; 6],
+    /// Dropped last: the queue closes first.
+    pub ns: NetNs,
+}
+
+impl XdpRig {
+    /// A fresh namespace with the veth pair and the `xdp` link on ustack's end.
+    pub fn new() -> io::Result<XdpRig> {
+        let ns = NetNs::new()?;
+        ns.veth_pair()?;
+        let xdp = Xdp::open(&XdpConfig {
+            interface: VETH_USTACK.to_owned(),
+            netns: Some(ns.path().to_owned()),
+            ..XdpConfig::default()
+        })?;
+        Ok(XdpRig {
+            mac: xdp.mac(),
+            queue: xdp.into_queue(),
+            ns,
+        })
+    }
+}
+
+impl NetNs {
+    /// Adds the veth pair [`VETH_KERNEL`]–[`VETH_USTACK`] in this namespace: the kernel's
+    /// end configured ([`configure_tun`](Self::configure_tun)) with transmit checksum
+    /// offload and TSO off (`ethtool -K veth0 tx off`: a raw socket on the other end would
+    /// see partial checksums and 64 KiB segments otherwise), ustack's end up without an
+    /// address and with IPv6 off, so the kernel never answers for it.
+    pub fn veth_pair(&self) -> io::Result<()> {
+        let limit = Duration::from_secs(5);
+        self.run(
+            limit,
+            &[
+                "ip",
+                "link",
+                "add",
+                VETH_KERNEL,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                VETH_USTACK,
+            ],
+        )?;
+        self.run(limit, &["ethtool", "-K", VETH_KERNEL, "tx", "off"])?;
+        self.configure_tun(VETH_KERNEL)?;
+        self.disable_ipv6(VETH_USTACK)?;
+        self.run(limit, &["ip", "link", "set", VETH_USTACK, "up"])?;
+        Ok(())
+    }
+
+    /// IPv6 off on interface `name` (if the kernel has IPv6): no router solicitations or
+    /// MLD reports.
+    fn disable_ipv6(&self, name: &str) -> io::Result<()> {
+        let ipv6 = format!(
+            "f=/proc/sys/net/ipv6/conf/{name}/disable_ipv6; if [ -e $f ]; then echo 1 > $f; fi"
+        );
+        self.run(Duration::from_secs(5), &["sh", "-c", &ipv6])
+            .map(|_| ())
     }
 }
 

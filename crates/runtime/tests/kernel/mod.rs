@@ -1,8 +1,11 @@
-//! What the tests with the Linux kernel as the peer share (`tun.rs`, `tun_matrix.rs`):
-//! ustack on a thread of its own over a device, a bounded drive loop, and the read/write
-//! helpers that hash what moves.
+//! What the tests with the Linux kernel as the peer share (`tun.rs`, `tun_matrix.rs`,
+//! `packet.rs`): ustack on a thread of its own over a device, a bounded drive loop, the
+//! read/write helpers that hash what moves, and ([`scenarios`]) the transfers every link
+//! carries.
 
 #![allow(dead_code)] // each test file uses its part
+
+pub mod scenarios;
 
 use core::time::Duration;
 use std::io::{self, ErrorKind};
@@ -14,9 +17,7 @@ use sha2::{Digest, Sha256};
 use ustack_dev::Device;
 use ustack_runtime::api::TcpStream;
 use ustack_runtime::runtime::{Events, Runtime, RuntimeBuilder, Sleep};
-use ustack_testkit::netns::{
-    KERNEL_IP, NetNs, PY_BULK_SERVER, PY_CC_ENV, TunRig, USTACK_IP, python_argv,
-};
+use ustack_testkit::netns::{KERNEL_IP, NetNs, PY_BULK_SERVER, PY_CC_ENV, USTACK_IP, python_argv};
 
 /// The bound on each kernel-side command and on each ustack application.
 pub const LIMIT: Duration = Duration::from_secs(30);
@@ -201,14 +202,43 @@ pub fn sha256_hex(data: &[u8]) -> String {
     hex(&Sha256::digest(data))
 }
 
-/// Runs a Python script in the rig's namespace (bounded by [`LIMIT`]) and returns its
-/// stdout; panics with its stderr if it fails.
-pub fn python(rig: &TunRig, script: &str, args: &[String]) -> String {
-    let out = rig
-        .ns
+/// Runs a Python script in the namespace (bounded by [`LIMIT`]) and returns its stdout;
+/// panics with its stderr if it fails.
+pub fn python(ns: &NetNs, script: &str, args: &[String]) -> String {
+    let out = ns
         .run(LIMIT, &python_argv(script, args))
         .expect("the kernel-side script");
     String::from_utf8(out.stdout).expect("utf-8 output")
+}
+
+/// An ARP request from ustack's end for the kernel's address, as an Ethernet frame.
+pub fn arp_request(mac: [u8; 6]) -> Vec<u8> {
+    let mut f = vec![0xff; 6];
+    f.extend_from_slice(&mac);
+    f.extend_from_slice(&[0x08, 0x06, 0, 1, 0x08, 0, 6, 4, 0, 1]);
+    f.extend_from_slice(&mac);
+    f.extend_from_slice(&USTACK_IP.octets());
+    f.extend_from_slice(&[0; 6]);
+    f.extend_from_slice(&KERNEL_IP.octets());
+    f
+}
+
+/// Waits up to 5 s for an ARP reply from the kernel to `mac` on `q` (`wait` sleeps on
+/// the device a little); the frame.
+pub fn arp_reply<D: Device>(q: &mut D, mac: [u8; 6], mut wait: impl FnMut(&mut D)) -> Vec<u8> {
+    let mut buf = vec![0; q.caps().max_frame_len()];
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        assert!(std::time::Instant::now() < deadline, "no ARP reply");
+        wait(q);
+        while let Some(n) = q.recv(ustack_stack::Instant::ZERO, &mut buf) {
+            let f = &buf[..n];
+            // ARP (0x0806), operation 2 (reply), to us.
+            if n >= 42 && f[12..14] == [8, 6] && f[20..22] == [0, 2] && f[..6] == mac {
+                return f.to_vec();
+            }
+        }
+    }
 }
 
 /// A kernel bulk server ([`PY_BULK_SERVER`]) running in a namespace, listening once

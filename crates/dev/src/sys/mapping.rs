@@ -1,8 +1,11 @@
-//! A shared mapping of a sealed memfd, for [`crate::shm`].
+//! A shared mapping: of a sealed memfd, for [`crate::shm`], or of a socket's kernel
+//! rings, for [`crate::packet`] (`AF_PACKET` `PACKET_RX_RING`/`PACKET_TX_RING`).
 //!
-//! The region is shared with another process that may be buggy or hostile: it can write
-//! any bytes anywhere in the region at any moment, without synchronising with us. The API
-//! here is built so that this can never turn into undefined behaviour on our side:
+//! The region is shared with another party that may be buggy or hostile (the peer process
+//! of a shm link), or that writes into it concurrently by design (the kernel filling a
+//! packet ring): it can write any bytes anywhere in the region at any moment, without
+//! synchronising with us. The API here is built so that this can never turn into undefined
+//! behaviour on our side:
 //!
 //! - **No references to shared bytes.** Safe code never gets a `&[u8]` or `&mut [u8]`
 //!   into the region (those would promise Rust that the bytes do not change underneath).
@@ -21,6 +24,10 @@
 //!   mapping. [`Mapping::map`] maps only a memfd sealed with `F_SEAL_SHRINK` (no one,
 //!   including its creator, can shrink it any more: memfd_create(2), fcntl(2) "File
 //!   Sealing") and only up to its size measured after the seal was verified.
+//!   [`Mapping::map_socket`] maps a socket's rings, whose pages the kernel allocated when
+//!   the rings were set up and keeps until the last mapping of them goes (it refuses to
+//!   change the rings of a socket while they are mapped, and refuses a mapping larger than
+//!   the rings).
 
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU32, AtomicU64};
@@ -84,6 +91,58 @@ impl Mapping {
         }?;
         let ptr = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| invalid("shm: mmap at 0"))?;
         Ok(Mapping { ptr, len })
+    }
+
+    /// Maps `len` bytes of the rings of socket `fd` at `offset` (an `AF_PACKET` socket
+    /// after `PACKET_RX_RING`/`PACKET_TX_RING`: offset 0, `len` their total size; an
+    /// `AF_XDP` socket: one ring at its `XDP_PGOFF_*`), read-write, shared with the
+    /// kernel, pre-faulted. The OS error if `mmap` fails (`EINVAL` when `len` is larger
+    /// than the ring).
+    pub(crate) fn map_socket(fd: BorrowedFd<'_>, len: usize, offset: u64) -> io::Result<Mapping> {
+        if len == 0 || len > isize::MAX as usize {
+            return Err(invalid("mmap: ring size"));
+        }
+        // SAFETY: a null hint lets the kernel choose a fresh address range, so no existing
+        // memory is replaced; the kernel checks `len` and `offset` against the socket's
+        // rings (packet_mmap: EINVAL unless exactly their size; xsk_mmap: EINVAL if larger
+        // than the ring) and backs every page.
+        let ptr = unsafe {
+            rustix::mm::mmap(
+                core::ptr::null_mut(),
+                len,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::SHARED | MapFlags::POPULATE,
+                fd,
+                offset,
+            )
+        }?;
+        let ptr = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| invalid("mmap at 0"))?;
+        Ok(Mapping { ptr, len })
+    }
+
+    /// A private anonymous mapping of `len` bytes (zeroed, pre-faulted): an `AF_XDP`
+    /// UMEM, which the kernel pins and writes received frames into.
+    pub(crate) fn map_anonymous(len: usize) -> io::Result<Mapping> {
+        if len == 0 || len > isize::MAX as usize {
+            return Err(invalid("mmap: region size"));
+        }
+        // SAFETY: a null hint lets the kernel choose a fresh address range, so no existing
+        // memory is replaced; an anonymous mapping has no file to shrink under it.
+        let ptr = unsafe {
+            rustix::mm::mmap_anonymous(
+                core::ptr::null_mut(),
+                len,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::PRIVATE | MapFlags::POPULATE,
+            )
+        }?;
+        let ptr = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| invalid("mmap at 0"))?;
+        Ok(Mapping { ptr, len })
+    }
+
+    /// The mapping's address, for registering it with the kernel (`XDP_UMEM_REG`).
+    pub(crate) fn addr(&self) -> u64 {
+        self.ptr.as_ptr() as u64
     }
 
     /// Length of the mapping in bytes.

@@ -1,0 +1,176 @@
+//! An `AF_PACKET` socket's system calls, for [`crate::packet`]: the socket, its
+//! `SOL_PACKET` options (`PACKET_VERSION`, `PACKET_RX_RING`/`PACKET_TX_RING` with a
+//! `struct tpacket_req3`, `PACKET_FANOUT`, ...), `bind(2)` to an interface with a
+//! `struct sockaddr_ll`, and `PACKET_STATISTICS`. The rings themselves are mapped with
+//! [`super::mapping::Mapping::map_socket`] and read and written only through it.
+//!
+//! rustix makes the socket and sends the transmit kick; it has no `sockaddr_ll` and no
+//! `SOL_PACKET` options, so those are the `unsafe` calls here, each on a value owned by
+//! the call, of the kernel's layout (libc's structs), with its exact size passed.
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+
+use rustix::io::Errno;
+use rustix::net::{AddressFamily, SendFlags, SocketFlags, SocketType};
+
+/// `TPACKET_V3` (`enum tpacket_versions`).
+const TPACKET_V3: libc::c_int = 2;
+
+/// A new `AF_PACKET`, `SOCK_RAW` socket (non-blocking, close-on-exec) that receives
+/// nothing until it is bound ([`bind`] names the protocol).
+pub(crate) fn socket() -> io::Result<OwnedFd> {
+    Ok(rustix::net::socket_with(
+        AddressFamily::PACKET,
+        SocketType::RAW,
+        SocketFlags::NONBLOCK | SocketFlags::CLOEXEC,
+        None,
+    )?)
+}
+
+/// `setsockopt(fd, SOL_PACKET, name, &value, sizeof value)` for an `int` option.
+pub(crate) fn set_int(fd: BorrowedFd<'_>, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
+    // SAFETY: `value` is a live, initialised `c_int` on our stack, and its exact size is
+    // passed; the kernel only reads it.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_PACKET,
+            name,
+            (&raw const value).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    check(rc)
+}
+
+/// `PACKET_VERSION`: `TPACKET_V3` rings (before the rings are set up).
+pub(crate) fn set_v3(fd: BorrowedFd<'_>) -> io::Result<()> {
+    set_int(fd, libc::PACKET_VERSION, TPACKET_V3)
+}
+
+/// A ring request (`struct tpacket_req3`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RingReq {
+    pub(crate) block_size: u32,
+    pub(crate) block_nr: u32,
+    pub(crate) frame_size: u32,
+    pub(crate) frame_nr: u32,
+    /// Receive only: how long (ms) the kernel fills a block before handing it over anyway.
+    pub(crate) retire_blk_tov: u32,
+}
+
+/// `PACKET_RX_RING` (`tx == false`) or `PACKET_TX_RING` with `req`.
+pub(crate) fn set_ring(fd: BorrowedFd<'_>, tx: bool, req: RingReq) -> io::Result<()> {
+    let raw = libc::tpacket_req3 {
+        tp_block_size: req.block_size,
+        tp_block_nr: req.block_nr,
+        tp_frame_size: req.frame_size,
+        tp_frame_nr: req.frame_nr,
+        tp_retire_blk_tov: req.retire_blk_tov,
+        tp_sizeof_priv: 0,
+        tp_feature_req_word: 0,
+    };
+    let name = if tx {
+        libc::PACKET_TX_RING
+    } else {
+        libc::PACKET_RX_RING
+    };
+    // SAFETY: `raw` is a live, initialised `struct tpacket_req3` (libc's layout) on our
+    // stack, and its exact size is passed; the kernel only reads it.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_PACKET,
+            name,
+            (&raw const raw).cast(),
+            size_of::<libc::tpacket_req3>() as libc::socklen_t,
+        )
+    };
+    check(rc)
+}
+
+/// Binds `fd` to interface `ifindex` for frames of EtherType `protocol` (`ETH_P_ALL`:
+/// every frame): from here on it receives them.
+pub(crate) fn bind(fd: BorrowedFd<'_>, ifindex: u32, protocol: u16) -> io::Result<()> {
+    let ifindex = libc::c_int::try_from(ifindex)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "interface index"))?;
+    let addr = libc::sockaddr_ll {
+        sll_family: libc::AF_PACKET as libc::c_ushort,
+        sll_protocol: protocol.to_be(),
+        sll_ifindex: ifindex,
+        sll_hatype: 0,
+        sll_pkttype: 0,
+        sll_halen: 0,
+        sll_addr: [0; 8],
+    };
+    // SAFETY: `addr` is a live, initialised `struct sockaddr_ll` on our stack and its exact
+    // size is passed; the kernel only reads it.
+    let rc = unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&raw const addr).cast(),
+            size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+        )
+    };
+    check(rc)
+}
+
+/// `PACKET_STATISTICS` for a `TPACKET_V3` socket: (frames received, frames dropped,
+/// times the ring was frozen full) since the last call; the kernel resets them on read.
+pub(crate) fn take_stats(fd: BorrowedFd<'_>) -> io::Result<(u32, u32, u32)> {
+    let mut st = libc::tpacket_stats_v3 {
+        tp_packets: 0,
+        tp_drops: 0,
+        tp_freeze_q_cnt: 0,
+    };
+    let mut len = size_of::<libc::tpacket_stats_v3>() as libc::socklen_t;
+    // SAFETY: `st` is a live, initialised `struct tpacket_stats_v3` on our stack and `len`
+    // holds its exact size; the kernel writes at most `len` bytes into it and the length
+    // it wrote into `len`.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_PACKET,
+            libc::PACKET_STATISTICS,
+            (&raw mut st).cast(),
+            &raw mut len,
+        )
+    };
+    check(rc)?;
+    Ok((st.tp_packets, st.tp_drops, st.tp_freeze_q_cnt))
+}
+
+/// Receives one frame from a ringless packet socket into `buf` without waiting: its
+/// length (truncated to `buf`), or `None` if nothing is waiting or on an error.
+pub(crate) fn recv(fd: BorrowedFd<'_>, buf: &mut [u8]) -> Option<usize> {
+    loop {
+        match rustix::net::recv(fd, &mut *buf, rustix::net::RecvFlags::DONTWAIT) {
+            Ok((n, _)) => return Some(n.min(buf.len())),
+            Err(Errno::INTR) => {}
+            Err(_) => return None,
+        }
+    }
+}
+
+/// Asks the kernel to transmit every frame of the TX ring marked `TP_STATUS_SEND_REQUEST`
+/// (a zero-length `send`, not waiting for them to go: `MSG_DONTWAIT`). `EINTR` is
+/// retried; `EAGAIN`/`ENOBUFS` (the device is busy) leave the frames marked for the
+/// next kick and are not errors.
+pub(crate) fn kick(fd: BorrowedFd<'_>) -> io::Result<()> {
+    loop {
+        match rustix::net::send(fd.as_fd(), &[], SendFlags::DONTWAIT) {
+            Ok(_) | Err(Errno::AGAIN) | Err(Errno::NOBUFS) => return Ok(()),
+            Err(Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+fn check(rc: libc::c_int) -> io::Result<()> {
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}

@@ -1,0 +1,264 @@
+//! The Linux kernel as the peer over the `packet` link: a veth pair in a namespace of the
+//! test's own (`ustack_testkit::netns::PacketRig`), the kernel on one end with
+//! 192.0.2.1/24, ustack on the other through `AF_PACKET` sockets with `TPACKET_V3` rings
+//! (Ethernet: ARP resolves ustack's address to the veth end's MAC). The same transfers as
+//! over TUN (`kernel/scenarios.rs`):
+//!
+//! - ICMP: `ping` answered by ustack (4000-byte echoes too), the kernel's neighbour entry
+//!   for ustack learned by ARP over the link;
+//! - TCP, ustack as the server: a kernel client sends 1 MiB and 16 MiB (SHA-256 at both
+//!   ends), 1 MiB through ustack's echo server;
+//! - TCP, ustack as the client: 4 MiB each way with a kernel server;
+//! - UDP echo, 1 to 8000 bytes;
+//! - two shards on two sockets of one fanout group serving 16 kernel connections.
+//!
+//! Without root (or `ethtool`, which turns off the kernel end's transmit offloads) each
+//! test skips with a note, unless `USTACK_REQUIRE_ROOT` is set (CI), which makes that a
+//! failure.
+
+use core::time::Duration;
+use std::io::ErrorKind;
+
+use ustack_dev::packet::{Packet, PacketConfig};
+use ustack_dev::{Device, Medium};
+use ustack_runtime::runtime::RuntimeBuilder;
+use ustack_stack::{EthernetAddress, Instant};
+use ustack_testkit::netns::{
+    KERNEL_IP, PacketRig, USTACK_IP, VETH_KERNEL, tool_or_skip, veth_or_skip,
+};
+
+mod kernel;
+
+use kernel::{LIMIT, arp_reply, arp_request, builder, scenarios};
+
+/// A rig with `queues` sockets, or `None` (skipped).
+fn rig(test: &str, queues: usize) -> Option<PacketRig> {
+    veth_or_skip(test)?;
+    Some(PacketRig::new(queues).expect("setting up the veth rig"))
+}
+
+/// The test builder with the veth end's MAC.
+fn builder_for(rig: &PacketRig) -> RuntimeBuilder {
+    builder().mac(EthernetAddress(rig.mac))
+}
+
+fn mac_text(mac: [u8; 6]) -> String {
+    let hex: Vec<String> = mac.iter().map(|b| format!("{b:02x}")).collect();
+    hex.join(":")
+}
+
+#[test]
+fn kernel_pings_ustack_over_packet() {
+    let test = "kernel_pings_ustack_over_packet";
+    let Some(mut rig) = rig(test, 1) else {
+        return;
+    };
+    if !tool_or_skip(test, "ping") {
+        return;
+    }
+    let b = builder_for(&rig);
+    scenarios::kernel_pings_ustack(&rig.ns, b, rig.queues.remove(0));
+    // The kernel learned ustack's address by ARP, over the link: the veth end's MAC.
+    let out = rig
+        .ns
+        .run(
+            LIMIT,
+            &[
+                "ip",
+                "neigh",
+                "show",
+                &USTACK_IP.to_string(),
+                "dev",
+                VETH_KERNEL,
+            ],
+        )
+        .expect("ip neigh");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(&mac_text(rig.mac)), "neighbour entry: {text}");
+}
+
+fn kernel_sends_to_ustack(test: &str, n: usize) {
+    let Some(mut rig) = rig(test, 1) else {
+        return;
+    };
+    let b = builder_for(&rig);
+    scenarios::kernel_sends_to_ustack(test, &rig.ns, b, rig.queues.remove(0), n, |_| ());
+}
+
+#[test]
+fn kernel_client_sends_1mib_to_ustack_over_packet() {
+    kernel_sends_to_ustack("kernel_client_sends_1mib_to_ustack_over_packet", 1 << 20);
+}
+
+#[test]
+fn kernel_client_sends_16mib_to_ustack_over_packet() {
+    kernel_sends_to_ustack("kernel_client_sends_16mib_to_ustack_over_packet", 16 << 20);
+}
+
+#[test]
+fn kernel_client_through_ustack_echo_server_over_packet() {
+    let Some(mut rig) = rig("kernel_client_through_ustack_echo_server_over_packet", 1) else {
+        return;
+    };
+    let b = builder_for(&rig);
+    scenarios::kernel_client_through_echo(&rig.ns, b, rig.queues.remove(0), 1 << 20);
+}
+
+#[test]
+fn ustack_client_bulk_both_ways_over_packet() {
+    let Some(mut rig) = rig("ustack_client_bulk_both_ways_over_packet", 1) else {
+        return;
+    };
+    let b = builder_for(&rig);
+    let q = rig.queues.remove(0);
+    let test = "ustack_client_bulk_both_ways_over_packet";
+    scenarios::ustack_client_bulk_both_ways(test, &rig.ns, b, q, 4 << 20, 4 << 20);
+}
+
+#[test]
+fn kernel_udp_client_through_ustack_echo_over_packet() {
+    let Some(mut rig) = rig("kernel_udp_client_through_ustack_echo_over_packet", 1) else {
+        return;
+    };
+    let b = builder_for(&rig);
+    scenarios::kernel_udp_client_through_echo(&rig.ns, b, rig.queues.remove(0));
+}
+
+#[test]
+fn two_shards_on_a_fanout_group_serve_kernel_clients() {
+    let test = "two_shards_on_a_fanout_group_serve_kernel_clients";
+    let Some(rig) = rig(test, 2) else {
+        return;
+    };
+    let b = RuntimeBuilder::new()
+        .ipv4(USTACK_IP, 24)
+        .mac(EthernetAddress(rig.mac));
+    scenarios::two_shards_serve_kernel_clients(test, &rig.ns, b, rig.queues);
+}
+
+#[test]
+fn bad_configs_are_refused_with_a_reason() {
+    let bad = [
+        (
+            PacketConfig {
+                interface: String::new(),
+                ..PacketConfig::default()
+            },
+            "interface name",
+        ),
+        (
+            PacketConfig {
+                interface: "a".repeat(16),
+                ..PacketConfig::default()
+            },
+            "interface name",
+        ),
+        (
+            PacketConfig {
+                queues: 0,
+                ..PacketConfig::default()
+            },
+            "queues",
+        ),
+        (
+            PacketConfig {
+                rx_block_size: 3000,
+                ..PacketConfig::default()
+            },
+            "block size",
+        ),
+        (
+            PacketConfig {
+                rx_blocks: 0,
+                ..PacketConfig::default()
+            },
+            "receive blocks",
+        ),
+        (
+            PacketConfig {
+                retire: Duration::from_micros(1500),
+                ..PacketConfig::default()
+            },
+            "retire",
+        ),
+        (
+            PacketConfig {
+                tx_frames: 0,
+                ..PacketConfig::default()
+            },
+            "transmit frames",
+        ),
+    ];
+    for (config, what) in bad {
+        let e = Packet::open(&config).expect_err("refused");
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "{config:?}");
+        assert!(e.to_string().contains(what), "{config:?}: {e}");
+    }
+    // An interface that does not exist: the error names it (no root needed to find out).
+    let e = Packet::open(&PacketConfig {
+        interface: "nosuchif0".into(),
+        ..PacketConfig::default()
+    })
+    .expect_err("no such interface");
+    assert!(e.to_string().contains("nosuchif0"), "{e}");
+    // A namespace file that does not exist.
+    let e = Packet::open(&PacketConfig {
+        netns: Some("/nonexistent/ns/net".into()),
+        ..PacketConfig::default()
+    })
+    .expect_err("no such namespace");
+    assert_eq!(e.kind(), ErrorKind::NotFound);
+    assert!(e.to_string().contains("/nonexistent/ns/net"), "{e}");
+}
+
+// ---- the device ---------------------------------------------------------------------------
+
+#[test]
+fn device_moves_frames_and_counts_what_it_refuses() {
+    let Some(mut rig) = rig("device_moves_frames_and_counts_what_it_refuses", 1) else {
+        return;
+    };
+    let mut q = rig.queues.remove(0);
+    let caps = q.caps();
+    assert_eq!((caps.medium, caps.mtu), (Medium::Ethernet, 1500));
+    assert_eq!(caps.max_frame_len(), 1514);
+    let now = Instant::ZERO;
+
+    // Refused by us: larger than the largest frame; counted, nothing sent.
+    assert!(!q.send(now, &vec![0; 1515]));
+    assert_eq!((q.stats().tx_errors, q.stats().tx_packets), (1, 0));
+
+    // The kernel answers a hand-made ARP request, sent in a batch of three (one kick).
+    let req = arp_request(rig.mac);
+    assert_eq!(q.send_batch(now, &[&req, &req, &req]), 0);
+    assert_eq!((q.stats().tx_packets, q.stats().tx_kicks), (3, 1));
+    let reply = arp_reply(&mut q, rig.mac, |q| {
+        q.wait(Some(Duration::from_millis(100))).unwrap();
+    });
+    assert_eq!(&reply[28..32], &KERNEL_IP.octets(), "sender: the kernel");
+    assert_eq!(&reply[38..42], &USTACK_IP.octets(), "target: us");
+    let s = *q.stats();
+    assert!(s.rx_packets >= 1 && s.rx_bytes >= 42, "{s:?}");
+    assert_eq!(
+        (s.rx_csum_not_ready, s.rx_truncated, s.rx_bad_blocks),
+        (0, 0, 0)
+    );
+    assert_eq!(q.kernel_stats().unwrap().drops, 0);
+}
+
+#[test]
+fn every_queue_of_a_fanout_group_sees_arp() {
+    let Some(mut rig) = rig("every_queue_of_a_fanout_group_sees_arp", 2) else {
+        return;
+    };
+    let mut q1 = rig.queues.remove(1);
+    let mut q0 = rig.queues.remove(0);
+    assert!(q0.send(Instant::ZERO, &arp_request(rig.mac)));
+    // The reply reaches both shards, so each learns the neighbour.
+    for q in [&mut q0, &mut q1] {
+        arp_reply(q, rig.mac, |q| {
+            q.wait(Some(Duration::from_millis(100))).unwrap();
+        });
+        assert!(q.stats().rx_arp >= 1, "{:?}", q.stats());
+    }
+}

@@ -1,0 +1,160 @@
+//! The Linux kernel as the peer over the `xdp` link: the veth pair of the packet tests
+//! (`ustack_testkit::netns::XdpRig`), ustack on its end through an `AF_XDP` socket in copy
+//! mode, fed by the redirect program loaded with `bpf(2)` and attached in generic mode. The
+//! same transfers as over TUN and packet (`kernel/scenarios.rs`): ping (ARP over the
+//! link), 1 MiB and 16 MiB from a kernel client, 1 MiB through the echo server, ustack's
+//! client 4 MiB each way, UDP echo.
+//!
+//! Without root (or `ethtool`) each test skips with a note, unless `USTACK_REQUIRE_ROOT`
+//! is set (CI), which makes that a failure.
+
+use core::time::Duration;
+use std::io::ErrorKind;
+
+use ustack_dev::xdp::{Xdp, XdpConfig};
+use ustack_dev::{Device, Medium};
+use ustack_runtime::runtime::RuntimeBuilder;
+use ustack_stack::{EthernetAddress, Instant};
+use ustack_testkit::netns::{KERNEL_IP, NetNs, VETH_USTACK, XdpRig, tool_or_skip, veth_or_skip};
+
+mod kernel;
+
+use kernel::{LIMIT, arp_reply, arp_request, builder, scenarios};
+
+fn rig(test: &str) -> Option<(XdpRig, RuntimeBuilder)> {
+    veth_or_skip(test)?;
+    let rig = XdpRig::new().expect("setting up the veth rig with the xdp link");
+    let b = builder().mac(EthernetAddress(rig.mac));
+    Some((rig, b))
+}
+
+#[test]
+fn kernel_pings_ustack_over_xdp() {
+    let test = "kernel_pings_ustack_over_xdp";
+    let Some((rig, b)) = rig(test) else {
+        return;
+    };
+    if !tool_or_skip(test, "ping") {
+        return;
+    }
+    scenarios::kernel_pings_ustack(&rig.ns, b, rig.queue);
+}
+
+fn kernel_sends_to_ustack(test: &str, n: usize) {
+    let Some((rig, b)) = rig(test) else {
+        return;
+    };
+    scenarios::kernel_sends_to_ustack(test, &rig.ns, b, rig.queue, n, |_| ());
+}
+
+#[test]
+fn kernel_client_sends_1mib_to_ustack_over_xdp() {
+    kernel_sends_to_ustack("kernel_client_sends_1mib_to_ustack_over_xdp", 1 << 20);
+}
+
+#[test]
+fn kernel_client_sends_16mib_to_ustack_over_xdp() {
+    kernel_sends_to_ustack("kernel_client_sends_16mib_to_ustack_over_xdp", 16 << 20);
+}
+
+#[test]
+fn kernel_client_through_ustack_echo_server_over_xdp() {
+    let Some((rig, b)) = rig("kernel_client_through_ustack_echo_server_over_xdp") else {
+        return;
+    };
+    scenarios::kernel_client_through_echo(&rig.ns, b, rig.queue, 1 << 20);
+}
+
+#[test]
+fn ustack_client_bulk_both_ways_over_xdp() {
+    let Some((rig, b)) = rig("ustack_client_bulk_both_ways_over_xdp") else {
+        return;
+    };
+    let test = "ustack_client_bulk_both_ways_over_xdp";
+    scenarios::ustack_client_bulk_both_ways(test, &rig.ns, b, rig.queue, 4 << 20, 4 << 20);
+}
+
+#[test]
+fn kernel_udp_client_through_ustack_echo_over_xdp() {
+    let Some((rig, b)) = rig("kernel_udp_client_through_ustack_echo_over_xdp") else {
+        return;
+    };
+    scenarios::kernel_udp_client_through_echo(&rig.ns, b, rig.queue);
+}
+
+#[test]
+fn bad_configs_are_refused_with_a_reason() {
+    for (config, what) in [
+        (
+            XdpConfig {
+                interface: "a/b".into(),
+                ..XdpConfig::default()
+            },
+            "interface name",
+        ),
+        (
+            XdpConfig {
+                frames: 100,
+                ..XdpConfig::default()
+            },
+            "frames",
+        ),
+        (
+            XdpConfig {
+                frames: 32,
+                ..XdpConfig::default()
+            },
+            "frames",
+        ),
+    ] {
+        let e = Xdp::open(&config).expect_err("refused");
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "{config:?}");
+        assert!(e.to_string().contains(what), "{config:?}: {e}");
+    }
+    let e = Xdp::open(&XdpConfig {
+        interface: "nosuchif0".into(),
+        ..XdpConfig::default()
+    })
+    .expect_err("no such interface");
+    assert!(e.to_string().contains("nosuchif0"), "{e}");
+}
+
+#[test]
+fn device_moves_frames_while_its_program_is_attached() {
+    let Some((rig, _)) = rig("device_moves_frames_while_its_program_is_attached") else {
+        return;
+    };
+    let XdpRig { mut queue, mac, ns } = rig;
+    let show = |ns: &NetNs| {
+        let out = ns
+            .run(LIMIT, &["ip", "link", "show", VETH_USTACK])
+            .expect("ip link show");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let text = show(&ns);
+    assert!(text.contains("xdpgeneric"), "program attached: {text}");
+    let caps = queue.caps();
+    assert_eq!(
+        (caps.medium, caps.max_frame_len()),
+        (Medium::Ethernet, 1514)
+    );
+
+    // Refused by us: larger than the largest frame.
+    assert!(!queue.send(Instant::ZERO, &vec![0; 1515]));
+    assert_eq!(queue.stats().tx_errors, 1);
+    // The kernel answers a hand-made ARP request, sent in a batch of three (one kick).
+    let req = arp_request(mac);
+    assert_eq!(queue.send_batch(Instant::ZERO, &[&req, &req, &req]), 0);
+    let reply = arp_reply(&mut queue, mac, |q| {
+        q.wait(Some(Duration::from_millis(100))).unwrap();
+    });
+    assert_eq!(&reply[28..32], &KERNEL_IP.octets(), "sender: the kernel");
+    let s = *queue.stats();
+    assert_eq!((s.tx_packets, s.tx_kicks, s.rx_bad), (3, 1, 0), "{s:?}");
+    assert!(s.rx_packets >= 1, "{s:?}");
+
+    // Closing the queue detaches the program.
+    drop(queue);
+    let text = show(&ns);
+    assert!(!text.contains("xdp"), "program detached: {text}");
+}
