@@ -21,6 +21,8 @@
 //! - [`xdp::XdpQueue`]: an `AF_XDP` socket in copy mode on an Ethernet interface (a veth
 //!   end), with its UMEM, its four rings and the XDP program that redirects the
 //!   interface's frames to it; made by [`xdp::Xdp::open`].
+//! - [`gso`]: GSO at the driver, runs of TCP segments merged into super-segments for a
+//!   device with the virtio-net header (the TUN queue with offloads).
 //! - [`capture::Capture`]: wraps any device and writes every frame in and out to pcap.
 //! - [`fault::Faulty`]: the fault relay: wraps any device (a TUN queue, say) and puts
 //!   seeded faults on both paths, on the caller's clock, with the sim link's fault logic
@@ -33,6 +35,7 @@ use ustack_obs::time::Instant;
 
 pub mod capture;
 pub mod fault;
+pub mod gso;
 mod netns;
 pub mod packet;
 pub mod shm;

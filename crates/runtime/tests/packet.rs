@@ -112,7 +112,7 @@ fn ustack_client_bulk_both_ways_over_packet() {
     let b = builder_for(&rig);
     let q = rig.queues.remove(0);
     let test = "ustack_client_bulk_both_ways_over_packet";
-    scenarios::ustack_client_bulk_both_ways(test, &rig.ns, b, q, 4 << 20, 4 << 20);
+    scenarios::ustack_client_bulk_both_ways(test, &rig.ns, b, q, 4 << 20, 4 << 20, |_| ());
 }
 
 #[test]

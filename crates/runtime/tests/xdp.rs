@@ -71,7 +71,7 @@ fn ustack_client_bulk_both_ways_over_xdp() {
         return;
     };
     let test = "ustack_client_bulk_both_ways_over_xdp";
-    scenarios::ustack_client_bulk_both_ways(test, &rig.ns, b, rig.queue, 4 << 20, 4 << 20);
+    scenarios::ustack_client_bulk_both_ways(test, &rig.ns, b, rig.queue, 4 << 20, 4 << 20, |_| ());
 }
 
 #[test]

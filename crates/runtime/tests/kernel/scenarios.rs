@@ -209,15 +209,17 @@ pub fn kernel_client_through_echo<D: Device + Sleep + Send + 'static>(
 /// half-closes; the server reads them to the end, sends `down` bytes and closes. SHA-256
 /// compared at both ends, both ways, streamed (neither side holds the bytes); prints the
 /// rate of each direction (the kernel starts sending only once it has read everything, so
-/// ustack's first byte read ends the upload).
-pub fn ustack_client_bulk_both_ways<D: Device + Sleep + Send + 'static>(
+/// ustack's first byte read ends the upload). Returns what `stats` reads off the device at
+/// the end (its counters, say).
+pub fn ustack_client_bulk_both_ways<D: Device + Sleep + Send + 'static, S: Send + 'static>(
     test: &str,
     ns: &NetNs,
     builder: RuntimeBuilder,
     device: D,
     up: u64,
     down: u64,
-) {
+    stats: fn(&D) -> S,
+) -> S {
     let port = 5001;
     let server = KernelServer::start(ns, down as usize, port, None);
     let app = Ustack::start(builder, device, move |rt, stop| {
@@ -245,12 +247,13 @@ pub fn ustack_client_bulk_both_ways<D: Device + Sleep + Send + 'static>(
             done.ok_or_else(|| io::Error::other("stopped before the transfer ended"))?;
         let (all, first) = (start.elapsed(), first.unwrap_or_default());
         s.close(rt)?;
-        Ok((got, digest, source.digest(), first, all - first))
+        let stats = stats(rt.device());
+        Ok((got, digest, source.digest(), first, all - first, stats))
     });
     // The kernel server ends once it has sent everything and closed.
     let rest = server.finish();
     // ustack's side ends by itself once it has read the kernel's FIN.
-    let (got, got_digest, sent_digest, up_time, down_time) = app.join();
+    let (got, got_digest, sent_digest, up_time, down_time, stats) = app.join();
     let fields: Vec<&str> = rest.split_whitespace().collect();
     let [k_got, k_digest, k_sent_digest] = fields[..] else {
         panic!("kernel server printed `{rest}`");
@@ -274,6 +277,7 @@ pub fn ustack_client_bulk_both_ways<D: Device + Sleep + Send + 'static>(
         down_time.as_secs_f64(),
         rate(down, down_time)
     );
+    stats
 }
 
 // ---- UDP ----------------------------------------------------------------------------------
