@@ -44,6 +44,8 @@ mod sys;
 pub mod tun;
 pub mod xdp;
 
+pub use netns::in_netns;
+
 /// What a device's frames carry, i.e. where the stack's input starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Medium {

@@ -13,8 +13,9 @@ use std::path::Path;
 
 /// Runs `open` in the network namespace named by `netns` (a `/proc/<pid>/ns/net` or
 /// `/run/netns/<name>` file), or in the caller's if `None`. Errors name `what` (the
-/// device kind) and the namespace file.
-pub(crate) fn in_netns<T: Send>(
+/// device kind) and the namespace file. What `open` makes (a TUN queue, a socket) stays
+/// in that namespace and works from any thread.
+pub fn in_netns<T: Send>(
     what: &str,
     netns: Option<&Path>,
     open: impl FnOnce() -> io::Result<T> + Send,

@@ -15,7 +15,9 @@
 //!   measured alone;
 //! - `sim`: both stacks in the bench thread over the in-process sim link on the real
 //!   clock: the cost of the two stacks with no link and no second core; the only link
-//!   that injects faults (`--loss`, `--dup`, `--reorder`, `--corrupt`, `--delay`).
+//!   that injects faults (`--loss`, `--dup`, `--reorder`, `--corrupt`, `--delay`);
+//! - `tun` (root, `stream` only so far): the ustack server over a TUN interface in a
+//!   namespace, Linux's behind a veth pair, the same kernel client for both ([`tun`]).
 //!
 //! Linux runs the same exchange through the kernel over loopback, its server in a process
 //! of its own so that its CPU time (and for `c1m` its memory) is measured alone
@@ -26,6 +28,7 @@ mod c1m;
 pub mod linux;
 mod plot;
 mod shm;
+mod tun;
 
 use std::io::{IsTerminal, Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4, TcpStream, UdpSocket};
@@ -76,11 +79,16 @@ pub struct Args {
     /// datagram; 1K is 1024).
     #[arg(long, default_value = "64", value_parser = parse_msg_size)]
     msg_size: u16,
-    /// The link ustack runs over: shm (server and client on their own threads and cores)
-    /// or sim (both in one thread; injects faults). loopback is Linux's only (with
-    /// --server linux); tun, packet and xdp are not built yet (issue #5).
+    /// The link ustack runs over: shm (server and client on their own threads and cores),
+    /// sim (both in one thread; injects faults) or tun (root; stream only: ustack over a
+    /// TUN interface, Linux over a veth pair, a kernel client for both). loopback is
+    /// Linux's only (with --server linux); packet and xdp are not built yet.
     #[arg(long, default_value = "shm", value_parser = LINKS)]
     link: String,
+    /// tun: without offloads (no virtio-net header on the TUN, TSO, GSO and GRO off on
+    /// the veth pair): every segment MTU-sized on both links.
+    #[arg(long)]
+    no_offload: bool,
     /// Server shards (threads with a queue pair each). Only 1 today.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     shards: u16,
@@ -249,11 +257,28 @@ impl Args {
     /// What the options ask that cannot be done, as a usage error (exit status 2).
     fn check(&self, scenarios: &[&str]) -> Result<(), String> {
         let link = self.link.as_str();
-        if matches!(link, "tun" | "packet" | "xdp") {
+        if matches!(link, "packet" | "xdp") {
             return Err(format!(
-                "--link {link}: not yet: the TUN, AF_PACKET and AF_XDP links need issue #5; \
-                 use --link shm or sim"
+                "--link {link}: not yet in the bench (the AF_PACKET and AF_XDP links exist; \
+                 `ustack bench` does not run over them yet); use --link shm, sim or tun"
             ));
+        }
+        if self.no_offload && link != "tun" {
+            return Err(format!("--no-offload is for --link tun, not {link}"));
+        }
+        if link == "tun" {
+            if let Some(other) = scenarios.iter().find(|s| **s != "stream") {
+                return Err(format!(
+                    "--link tun: {other}: not yet: only stream runs over tun so far; \
+                     run `ustack bench stream --link tun`"
+                ));
+            }
+            if !self.faults().is_empty() {
+                return Err("faults need --link sim: the tun link cannot inject them".into());
+            }
+            if let Some(why) = tun::unavailable(self.no_offload) {
+                return Err(why);
+            }
         }
         let ustack = self.server.iter().any(|s| s == "ustack");
         let linux = self.server.iter().any(|s| s == "linux");
@@ -1147,13 +1172,16 @@ fn ustack_stream(run: &Run) -> anyhow::Result<Outcome> {
 /// sink in a process of its own reads and checks every byte and says when the last one
 /// came (on the monotonic clock both processes share).
 fn linux_stream(run: &Run) -> anyhow::Result<Outcome> {
-    let (mut server, port) = linux::Peer::spawn("sink", &[])?;
-    let mut c =
-        TcpStream::connect((Ipv4Addr::LOCALHOST, port)).context("Linux: connect over loopback")?;
+    linux_stream_with(run, "loopback", &[], |port| {
+        TcpStream::connect((Ipv4Addr::LOCALHOST, port))
+    })
+}
+
+/// stream's kernel client: writes the pattern on `c` for the run (for `--duration`, or
+/// exactly `--bytes`), then half-closes; the bytes written and the run's meter.
+fn kernel_stream_client(run: &Run, c: &mut TcpStream) -> anyhow::Result<(u64, Meter)> {
     let chunk = stream_chunk();
     let mut sent = 0u64;
-    let cpu0 = server.cpu();
-    let start_ns = linux::monotonic_ns();
     let mut m = run.meter();
     let limit = m.bytes();
     while m.going(sent) {
@@ -1164,6 +1192,23 @@ fn linux_stream(run: &Run) -> anyhow::Result<Outcome> {
         sent += c.write(piece)? as u64;
     }
     c.shutdown(std::net::Shutdown::Write)?;
+    Ok((sent, m))
+}
+
+/// stream to the Linux sink (a `bench-peer` process started with `peer_args`), over
+/// `link`, from the kernel client `connect` opens to the sink's port.
+fn linux_stream_with(
+    run: &Run,
+    link: &'static str,
+    peer_args: &[String],
+    connect: impl FnOnce(u16) -> std::io::Result<TcpStream>,
+) -> anyhow::Result<Outcome> {
+    let (mut server, port) = linux::Peer::spawn("sink", peer_args)?;
+    let mut c = connect(port).with_context(|| format!("Linux: connect over {link}"))?;
+    let cpu0 = server.cpu();
+    let start_ns = linux::monotonic_ns();
+    let (sent, m) = kernel_stream_client(run, &mut c)?;
+    let limit = m.bytes();
     let words = server.expect("sink", linux::ANSWER)?;
     let cpu = cpu_between(cpu0, server.cpu());
     server.stop()?;
@@ -1173,7 +1218,7 @@ fn linux_stream(run: &Run) -> anyhow::Result<Outcome> {
     };
     let mut o = Outcome::stream(
         "linux",
-        "loopback",
+        link,
         got,
         Duration::from_nanos(last_ns.saturating_sub(start_ns)),
         matched == 1 && got == sent && limit.is_none_or(|l| got == l),
@@ -1262,7 +1307,10 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
                 bar: (bars && !c1m).then(|| progress_bar(format!("{scenario} on {server}"), until)),
             };
             let shm = args.link == "shm";
+            let over_tun = args.link == "tun";
             let outcome = match (scenario, server.as_str()) {
+                ("stream", "ustack") if over_tun => tun::ustack_stream(&run, args.no_offload)?,
+                ("stream", _) if over_tun => tun::linux_stream(&run, args.no_offload)?,
                 ("udp-rr", "ustack") if shm => shm::udp_rr(&run)?,
                 ("pingpong", "ustack") if shm => shm::pingpong(&run)?,
                 ("cps", "ustack") if shm => shm::cps(&run)?,
@@ -1308,7 +1356,17 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
 fn print_table(outcomes: &[Outcome], args: &Args) {
     println!();
     let linux = "Linux over loopback (the server in processes of its own)";
-    if !args.server.iter().any(|s| s == "ustack") {
+    if args.link == "tun" {
+        let offloads = if args.no_offload {
+            "without offloads"
+        } else {
+            "with offloads"
+        };
+        println!(
+            "ustack over TUN, Linux over veth ({offloads}; the server in a namespace, a \
+             kernel client in another, its socket written from the bench process)"
+        );
+    } else if !args.server.iter().any(|s| s == "ustack") {
         println!("{linux}");
     } else if args.link == "shm" {
         println!(

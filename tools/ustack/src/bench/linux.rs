@@ -54,6 +54,13 @@ pub struct PeerArgs {
     /// c1m-client: the source address (anywhere in 127/8).
     #[arg(long, default_value_t = Ipv4Addr::new(127, 0, 0, 2))]
     src: Ipv4Addr,
+    /// sink, reply-close: the address to listen on.
+    #[arg(long, default_value_t = Ipv4Addr::LOCALHOST)]
+    addr: Ipv4Addr,
+    /// Run in this network namespace (a /proc/PID/ns/net file), entered before anything
+    /// else (`--link tun`: the Linux server behind a veth pair).
+    #[arg(long)]
+    netns: Option<std::path::PathBuf>,
 }
 
 /// The bench's handle on a peer process. Dropping it kills a peer still running.
@@ -257,11 +264,21 @@ pub fn peer(args: &PeerArgs) -> anyhow::Result<ExitCode> {
             maximum: limit.maximum,
         },
     );
+    if let Some(path) = &args.netns {
+        // Before any other thread exists: every thread and socket after it is in there.
+        let ns = std::fs::File::open(path)
+            .with_context(|| format!("network namespace {}", path.display()))?;
+        rustix::thread::move_into_link_name_space(
+            std::os::fd::AsFd::as_fd(&ns),
+            Some(rustix::thread::LinkNameSpaceType::Network),
+        )
+        .with_context(|| format!("entering network namespace {}", path.display()))?;
+    }
     let result = match args.role.as_str() {
         "echo" => baseline(Proto::Echo, args.port),
         "udp-echo" => baseline(Proto::UdpEcho, args.port),
-        "sink" => sink(),
-        "reply-close" => reply_close(args.size),
+        "sink" => sink(args.addr),
+        "reply-close" => reply_close(args.addr, args.size),
         _ => c1m_client(args),
     };
     if let Err(e) = &result {
@@ -296,9 +313,9 @@ fn baseline(proto: Proto, port: u16) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A listener on 127.0.0.1 with an ephemeral port, announced.
-fn listen() -> anyhow::Result<TcpListener> {
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).context("bind on loopback")?;
+/// A listener on `addr` with an ephemeral port, announced.
+fn listen(addr: Ipv4Addr) -> anyhow::Result<TcpListener> {
+    let listener = TcpListener::bind((addr, 0)).with_context(|| format!("bind on {addr}"))?;
     println!("ready {}", listener.local_addr()?.port());
     Ok(listener)
 }
@@ -306,8 +323,8 @@ fn listen() -> anyhow::Result<TcpListener> {
 /// stream's server: accept one connection and read it to its end, checking every byte;
 /// then `sink BYTES OK LAST_NS` (OK is 1 when every byte matched the pattern, LAST_NS the
 /// monotonic time of the last byte).
-fn sink() -> anyhow::Result<()> {
-    let listener = listen()?;
+fn sink(addr: Ipv4Addr) -> anyhow::Result<()> {
+    let listener = listen(addr)?;
     let accepted = Arc::new(AtomicU64::new(0));
     let count = accepted.clone();
     std::thread::spawn(move || -> anyhow::Result<()> {
@@ -336,8 +353,8 @@ fn sink() -> anyhow::Result<()> {
 
 /// cps's server: accept, read one `size`-byte request, send it back, close (first, as an
 /// HTTP/1.0 server does), one connection after another.
-fn reply_close(size: usize) -> anyhow::Result<()> {
-    let listener = listen()?;
+fn reply_close(addr: Ipv4Addr, size: usize) -> anyhow::Result<()> {
+    let listener = listen(addr)?;
     let accepted = Arc::new(AtomicU64::new(0));
     let count = accepted.clone();
     std::thread::spawn(move || -> anyhow::Result<()> {

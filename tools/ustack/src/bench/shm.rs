@@ -19,10 +19,11 @@ use std::time::{Duration, Instant as WallClock};
 
 use anyhow::{Context, bail};
 use serde_json::Value;
+use ustack_dev::Device;
 use ustack_dev::shm::{ShmConfig, ShmLink, ShmPort};
 use ustack_runtime::Mode;
 use ustack_runtime::api::{TcpListener, TcpStream, UdpSocket};
-use ustack_runtime::runtime::{Events, Interest, MonotonicClock, Runtime, RuntimeBuilder};
+use ustack_runtime::runtime::{Events, Interest, MonotonicClock, Runtime, RuntimeBuilder, Sleep};
 use ustack_runtime::servers::{Protocol, Server};
 use ustack_stack::EthernetAddress;
 use ustack_stack::tcp::State;
@@ -71,19 +72,19 @@ pub(super) fn thread_cpu() -> Duration {
 }
 
 /// What the server thread measured.
-struct ServerReport {
-    cpu: Duration,
-    counters: Value,
+pub(super) struct ServerReport {
+    pub(super) cpu: Duration,
+    pub(super) counters: Value,
     /// TIME-WAIT records at the end.
     time_wait: usize,
     /// stream: bytes received and checked, whether all matched, and when the last byte
     /// arrived.
-    sink: Option<(u64, bool, WallClock)>,
+    pub(super) sink: Option<(u64, bool, WallClock)>,
 }
 
 /// The server's part of a scenario.
 #[derive(Clone, Copy)]
-enum Serve {
+pub(super) enum Serve {
     UdpEcho,
     TcpEcho,
     /// cps: read one request of this many bytes, send it back, close.
@@ -92,27 +93,33 @@ enum Serve {
 }
 
 /// The server thread; it runs until `stop` (or, for the sink, until the client's FIN).
-struct ServerThread {
+pub(super) struct ServerThread {
     stop: Arc<AtomicBool>,
-    handle: JoinHandle<anyhow::Result<ServerReport>>,
+    pub(super) handle: JoinHandle<anyhow::Result<ServerReport>>,
 }
 
 impl ServerThread {
-    fn start(serve: Serve, port: ShmPort, seed: u64) -> io::Result<ServerThread> {
+    /// The server of `serve` on `addr`, a runtime from `builder` over `device`.
+    pub(super) fn start<D: Device + Sleep + Send + 'static>(
+        serve: Serve,
+        builder: RuntimeBuilder,
+        device: D,
+        addr: SocketAddrV4,
+    ) -> io::Result<ServerThread> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let handle = std::thread::Builder::new()
             .name("ustack-server".into())
             .spawn(move || {
-                let mut rt = builder(SERVER_IP, 1, seed).build(port)?;
+                let mut rt = builder.build(device)?;
                 let cpu0 = thread_cpu();
                 let sink = match serve {
-                    Serve::UdpEcho => udp_echo(&mut rt, &flag).map(|()| None),
-                    Serve::TcpEcho => tcp_echo(&mut rt, &flag).map(|()| None),
+                    Serve::UdpEcho => udp_echo(&mut rt, &flag, addr).map(|()| None),
+                    Serve::TcpEcho => tcp_echo(&mut rt, &flag, addr).map(|()| None),
                     Serve::ReplyAndClose(size) => {
-                        reply_and_close(&mut rt, &flag, size).map(|()| None)
+                        reply_and_close(&mut rt, &flag, addr, size).map(|()| None)
                     }
-                    Serve::Sink => sink(&mut rt, &flag).map(Some),
+                    Serve::Sink => sink(&mut rt, &flag, addr).map(Some),
                 }?;
                 Ok(ServerReport {
                     cpu: thread_cpu() - cpu0,
@@ -124,7 +131,7 @@ impl ServerThread {
         Ok(ServerThread { stop, handle })
     }
 
-    fn finish(self) -> anyhow::Result<ServerReport> {
+    pub(super) fn finish(self) -> anyhow::Result<ServerReport> {
         self.stop.store(true, Ordering::Relaxed);
         match self.handle.join() {
             Ok(r) => r.context("the ustack server"),
@@ -136,8 +143,12 @@ impl ServerThread {
 /// Poll the server's loop until `stop`, waking at least every 10 ms to look at it.
 pub(super) const STOP_CHECK: Option<Duration> = Some(Duration::from_millis(10));
 
-fn udp_echo(rt: &mut Rt, stop: &AtomicBool) -> anyhow::Result<()> {
-    let sock = UdpSocket::bind(rt, SERVER)?;
+fn udp_echo<D: Device + Sleep>(
+    rt: &mut Runtime<D>,
+    stop: &AtomicBool,
+    addr: SocketAddrV4,
+) -> anyhow::Result<()> {
+    let sock = UdpSocket::bind(rt, addr)?;
     rt.register(&sock, 0, Interest::READABLE, Mode::Edge)?;
     let (mut events, mut buf) = (Events::with_capacity(4), vec![0u8; 65_536]);
     while !stop.load(Ordering::Relaxed) {
@@ -157,8 +168,12 @@ fn udp_echo(rt: &mut Rt, stop: &AtomicBool) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn tcp_echo(rt: &mut Rt, stop: &AtomicBool) -> anyhow::Result<()> {
-    let mut server = Server::bind(rt, Protocol::Echo, SERVER, None)?;
+fn tcp_echo<D: Device + Sleep>(
+    rt: &mut Runtime<D>,
+    stop: &AtomicBool,
+    addr: SocketAddrV4,
+) -> anyhow::Result<()> {
+    let mut server = Server::bind(rt, Protocol::Echo, addr, None)?;
     while !stop.load(Ordering::Relaxed) {
         server.step(rt, STOP_CHECK)?;
     }
@@ -167,9 +182,14 @@ fn tcp_echo(rt: &mut Rt, stop: &AtomicBool) -> anyhow::Result<()> {
 
 /// cps's server: accept, read a `size`-byte request, send it back and close (the server
 /// closes first, as an HTTP/1.0 server does, so TIME-WAIT stays here).
-fn reply_and_close(rt: &mut Rt, stop: &AtomicBool, size: usize) -> anyhow::Result<()> {
+fn reply_and_close<D: Device + Sleep>(
+    rt: &mut Runtime<D>,
+    stop: &AtomicBool,
+    addr: SocketAddrV4,
+    size: usize,
+) -> anyhow::Result<()> {
     let backlog = u32::try_from(rt.stack().sysctl().somaxconn).unwrap_or(u32::MAX);
-    let listener = TcpListener::bind(rt, SERVER, backlog)?;
+    let listener = TcpListener::bind(rt, addr, backlog)?;
     const LISTENER: u64 = u64::MAX;
     rt.register(&listener, LISTENER, Interest::READABLE, Mode::Edge)?;
     let mut events = Events::with_capacity(256);
@@ -220,8 +240,12 @@ fn reply_and_close(rt: &mut Rt, stop: &AtomicBool, size: usize) -> anyhow::Resul
 
 /// Accept one connection and read it to its end, checking every byte; when the last byte
 /// came.
-fn sink(rt: &mut Rt, stop: &AtomicBool) -> anyhow::Result<(u64, bool, WallClock)> {
-    let listener = TcpListener::bind(rt, SERVER, 16)?;
+fn sink<D: Device + Sleep>(
+    rt: &mut Runtime<D>,
+    stop: &AtomicBool,
+    addr: SocketAddrV4,
+) -> anyhow::Result<(u64, bool, WallClock)> {
+    let listener = TcpListener::bind(rt, addr, 16)?;
     rt.register(&listener, 0, Interest::READABLE, Mode::Edge)?;
     let mut events = Events::with_capacity(4);
     let stream = loop {
@@ -263,8 +287,13 @@ fn sink(rt: &mut Rt, stop: &AtomicBool) -> anyhow::Result<(u64, bool, WallClock)
 /// from `--seed` (server: seed + 1, client: seed + 2).
 fn start(serve: Serve, seed: u64) -> anyhow::Result<(Rt, ServerThread)> {
     let (a, b) = link().context("creating the shm link")?;
-    let server = ServerThread::start(serve, a, seed.wrapping_add(1))
-        .context("starting the server thread")?;
+    let server = ServerThread::start(
+        serve,
+        builder(SERVER_IP, 1, seed.wrapping_add(1)),
+        a,
+        SERVER,
+    )
+    .context("starting the server thread")?;
     let rt = builder(CLIENT_IP, 2, seed.wrapping_add(2))
         .build(b)
         .context("building the client runtime")?;
