@@ -1,6 +1,7 @@
 //! Frames per second through the `packet` and `xdp` links, one way, between the two ends
-//! of a veth pair (needs root: a namespace and a veth pair of its own per case, removed at
-//! the end).
+//! of a veth pair, and through the `tun` link, one way between two TUN interfaces with
+//! the kernel forwarding between them (needs root: a namespace and a veth pair or two TUN
+//! interfaces of its own per case, removed at the end).
 //!
 //! ```text
 //! cargo run --release -p ustack-dev --example veth_pps [-- SECONDS]   # default 2 s per case
@@ -25,6 +26,14 @@
 //! For `xdp` the sender's figure likewise includes the kernel building an `sk_buff` from
 //! the UMEM (copy mode) and the receiving side's generic XDP run.
 //!
+//! `tun`: `pps0` (198.18.0.1/24) and `pps1` (198.19.0.1/24) in one namespace with
+//! `ip_forward` on; the sender writes IPv4/UDP packets from 198.18.0.2 to 198.19.0.2 on
+//! `pps0`'s queue (one `write(2)` each, no virtio-net header: UDP is not merged), the
+//! kernel routes each to `pps1` (its whole receive and forward path runs inside the
+//! sender's `write(2)`), the receiver reads them from `pps1`'s queue (one `read(2)` each).
+//! The sequence number is in the UDP payload; `txqueuelen` is 4096 (the queue the kernel
+//! fills for the reader of `pps1`).
+//!
 //! Without root it prints why and exits 0, unless `USTACK_REQUIRE_ROOT` is set.
 
 use std::process::{Child, Command, Stdio};
@@ -32,6 +41,7 @@ use std::time::{Duration, Instant as WallClock};
 
 use ustack_dev::Device;
 use ustack_dev::packet::{Packet, PacketConfig, PacketQueue};
+use ustack_dev::tun::{Tun, TunConfig, TunQueue};
 use ustack_dev::xdp::{Xdp, XdpConfig, XdpQueue};
 use ustack_obs::time::Instant;
 
@@ -51,6 +61,69 @@ impl End for XdpQueue {
         self.wait(Some(timeout)).expect("poll");
     }
 }
+
+impl End for TunQueue {
+    fn sleep(&mut self, timeout: Duration) {
+        self.wait(Some(timeout)).expect("poll");
+    }
+}
+
+/// What the frames are: Ethernet with a local EtherType, or bare IPv4/UDP (TUN).
+#[derive(Clone, Copy, PartialEq)]
+enum Wire {
+    Ethernet,
+    Ip,
+}
+
+impl Wire {
+    /// Where the sequence number goes.
+    fn seq_at(self) -> usize {
+        match self {
+            Wire::Ethernet => 14,
+            Wire::Ip => 28,
+        }
+    }
+
+    /// Whether a received frame is one of ours.
+    fn ours(self, f: &[u8]) -> bool {
+        let at = self.seq_at();
+        f.len() >= at + 8
+            && match self {
+                Wire::Ethernet => f[12..14] == ETHERTYPE,
+                Wire::Ip => f[9] == 17 && f[16..20] == TUN_DST,
+            }
+    }
+
+    /// A frame of `size` bytes to `dst` (a MAC), its sequence number still zero.
+    fn frame(self, size: usize, dst: [u8; 6]) -> Vec<u8> {
+        let mut f = vec![0u8; size];
+        match self {
+            Wire::Ethernet => {
+                f[..6].copy_from_slice(&dst);
+                f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 9]);
+                f[12..14].copy_from_slice(&ETHERTYPE);
+            }
+            Wire::Ip => {
+                f[0] = 0x45;
+                f[2..4].copy_from_slice(&(size as u16).to_be_bytes());
+                f[8] = 64;
+                f[9] = 17;
+                f[12..16].copy_from_slice(&TUN_SRC);
+                f[16..20].copy_from_slice(&TUN_DST);
+                let sum = ustack_wire::checksum::checksum(&f[..20]);
+                f[10..12].copy_from_slice(&sum.to_be_bytes());
+                f[20..22].copy_from_slice(&9u16.to_be_bytes());
+                f[22..24].copy_from_slice(&9u16.to_be_bytes());
+                f[24..26].copy_from_slice(&(size as u16 - 20).to_be_bytes());
+            }
+        }
+        f
+    }
+}
+
+/// The tun case's source (behind `pps0`) and destination (behind `pps1`).
+const TUN_SRC: [u8; 4] = [198, 18, 0, 2];
+const TUN_DST: [u8; 4] = [198, 19, 0, 2];
 
 /// Opens a link end on interface `name` in `ns`: the end, and the interface's MAC.
 type Open<L> = fn(&Ns, &str) -> (L, [u8; 6]);
@@ -141,21 +214,48 @@ fn open_xdp(ns: &Ns, name: &str) -> (XdpQueue, [u8; 6]) {
     (link.into_queue(), mac)
 }
 
-fn run<L: End>(open: Open<L>, size: usize, secs: f64) -> Run {
-    let ns = Ns::new();
+/// A TUN interface `name` with one queue in `ns` (no MAC: bare IP).
+fn open_tun(ns: &Ns, name: &str) -> (TunQueue, [u8; 6]) {
+    let tun = Tun::open(&TunConfig {
+        name: name.to_owned(),
+        netns: Some(ns.path().into()),
+        ..TunConfig::default()
+    })
+    .expect("opening the tun link");
+    (tun.into_queues().remove(0), [0; 6])
+}
+
+/// IPv6 off on `dev` and the link up.
+fn up(ns: &Ns, dev: &str) {
     ns.run(&[
-        "ip", "link", "add", "pps0", "type", "veth", "peer", "name", "pps1",
+        "sh",
+        "-c",
+        &format!("echo 1 > /proc/sys/net/ipv6/conf/{dev}/disable_ipv6"),
     ]);
-    for dev in ["pps0", "pps1"] {
+    ns.run(&["ip", "link", "set", dev, "up"]);
+}
+
+fn run<L: End>(open: Open<L>, wire: Wire, size: usize, secs: f64) -> Run {
+    let ns = Ns::new();
+    if wire == Wire::Ethernet {
         ns.run(&[
-            "sh",
-            "-c",
-            &format!("echo 1 > /proc/sys/net/ipv6/conf/{dev}/disable_ipv6"),
+            "ip", "link", "add", "pps0", "type", "veth", "peer", "name", "pps1",
         ]);
-        ns.run(&["ip", "link", "set", dev, "up"]);
+        up(&ns, "pps0");
+        up(&ns, "pps1");
     }
     let (mut tx, _) = open(&ns, "pps0");
     let (mut rx, dst) = open(&ns, "pps1");
+    if wire == Wire::Ip {
+        ns.run(&["sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward"]);
+        for (dev, addr) in [("pps0", "198.18.0.1/24"), ("pps1", "198.19.0.1/24")] {
+            ns.run(&["ip", "addr", "add", addr, "dev", dev]);
+            // The queue towards the reader: deep enough to ride out its wake-ups.
+            ns.run(&["ip", "link", "set", dev, "txqueuelen", "4096"]);
+            up(&ns, dev);
+        }
+    }
+    let at = wire.seq_at();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let stop_rx = stop.clone();
     let receiver = std::thread::spawn(move || {
@@ -168,10 +268,10 @@ fn run<L: End>(open: Open<L>, size: usize, secs: f64) -> Run {
             let t = cpu_time();
             let mut n = 0;
             while let Some(len) = rx.recv(NOW, &mut buf) {
-                if len < 22 || buf[12..14] != ETHERTYPE {
+                if !wire.ours(&buf[..len]) {
                     continue;
                 }
-                let seq = u64::from_be_bytes(buf[14..22].try_into().expect("8 bytes"));
+                let seq = u64::from_be_bytes(buf[at..at + 8].try_into().expect("8 bytes"));
                 assert!(seq >= next, "frame {seq} after {next}: out of order");
                 lost += seq - next;
                 next = seq + 1;
@@ -186,18 +286,13 @@ fn run<L: End>(open: Open<L>, size: usize, secs: f64) -> Run {
         (got, lost, busy, start.elapsed().as_secs_f64())
     });
     let _ = rustix::thread::sched_setaffinity(None, &one_cpu(0));
-    let mut frames = vec![vec![0u8; size]; BATCH];
-    for f in &mut frames {
-        f[..6].copy_from_slice(&dst);
-        f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 9]);
-        f[12..14].copy_from_slice(&ETHERTYPE);
-    }
+    let mut frames = vec![wire.frame(size, dst); BATCH];
     let (mut seq, mut refused) = (0u64, 0u64);
     let t0 = cpu_time();
     let end = WallClock::now() + Duration::from_secs_f64(secs);
     while WallClock::now() < end {
         for f in &mut frames {
-            f[14..22].copy_from_slice(&seq.to_be_bytes());
+            f[at..at + 8].copy_from_slice(&seq.to_be_bytes());
             seq += 1;
         }
         let refs: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
@@ -239,16 +334,26 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(2.0);
     println!(
-        "veth pair, {secs} s per case, TX batches of {BATCH}, sender on cpu 0, receiver on cpu 1"
+        "veth pair (tun: two TUN interfaces, the kernel forwarding), {secs} s per case, TX \
+         batches of {BATCH}, sender on cpu 0, receiver on cpu 1"
     );
     println!(
         "{:<7} {:>5} {:>10} {:>9} {:>8} {:>9} {:>9} {:>10}",
         "link", "bytes", "wall Mpps", "lost", "refused", "tx ns/fr", "rx ns/fr", "Mpps/core"
     );
-    for (link, size) in [("packet", 64), ("packet", 1500), ("xdp", 64), ("xdp", 1500)] {
+    let cases = [
+        ("packet", 64),
+        ("packet", 1500),
+        ("xdp", 64),
+        ("xdp", 1500),
+        ("tun", 64),
+        ("tun", 1500),
+    ];
+    for (link, size) in cases {
         let r = match link {
-            "packet" => run(open_packet, size, secs),
-            _ => run(open_xdp, size, secs),
+            "packet" => run(open_packet, Wire::Ethernet, size, secs),
+            "xdp" => run(open_xdp, Wire::Ethernet, size, secs),
+            _ => run(open_tun, Wire::Ip, size, secs),
         };
         assert!(r.received > 0, "nothing arrived");
         println!(
