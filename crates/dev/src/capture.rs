@@ -141,6 +141,10 @@ impl<D: Device, W: Write> Device for Capture<D, W> {
         accepted
     }
 
+    fn tx_space(&mut self) -> Option<usize> {
+        self.device.tx_space()
+    }
+
     fn poll_at(&self) -> Option<Instant> {
         self.device.poll_at()
     }
@@ -273,6 +277,10 @@ impl<D: Device> Device for Tap<D> {
         } else {
             self.device.send_batch(now, frames)
         }
+    }
+
+    fn tx_space(&mut self) -> Option<usize> {
+        self.device.tx_space()
     }
 
     fn poll_at(&self) -> Option<Instant> {

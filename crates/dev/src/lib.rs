@@ -160,6 +160,17 @@ pub trait Device {
     fn send_batch(&mut self, now: Instant, frames: &[&[u8]]) -> usize {
         send_each(self, now, frames)
     }
+    /// How many frames the device would take now without dropping one for lack of room,
+    /// if it knows (a driver's transmit queue being stopped, `netif_tx_queue_stopped`);
+    /// `None`: it does not, and frames it cannot take are dropped and counted. A caller
+    /// that gets `Some(0)` holds its frames back (Linux's qdisc holds them while the
+    /// driver's queue is stopped) and may sleep: a device that says 0 wakes a sleeper when
+    /// room comes back.
+    ///
+    /// Provided: `None`.
+    fn tx_space(&mut self) -> Option<usize> {
+        None
+    }
     /// The earliest time at which `recv` may next return a frame (`None`: nothing in
     /// flight). Lets a virtual clock jump. A time at or before `now` means "now".
     fn poll_at(&self) -> Option<Instant>;
@@ -193,6 +204,9 @@ impl<D: Device + ?Sized> Device for &mut D {
     fn send_batch(&mut self, now: Instant, frames: &[&[u8]]) -> usize {
         (**self).send_batch(now, frames)
     }
+    fn tx_space(&mut self) -> Option<usize> {
+        (**self).tx_space()
+    }
     fn poll_at(&self) -> Option<Instant> {
         (**self).poll_at()
     }
@@ -213,6 +227,9 @@ impl<D: Device + ?Sized> Device for Box<D> {
     }
     fn send_batch(&mut self, now: Instant, frames: &[&[u8]]) -> usize {
         (**self).send_batch(now, frames)
+    }
+    fn tx_space(&mut self) -> Option<usize> {
+        (**self).tx_space()
     }
     fn poll_at(&self) -> Option<Instant> {
         (**self).poll_at()

@@ -1379,6 +1379,24 @@ impl Device for ShmPort {
         dropped
     }
 
+    /// The free slots after taking back what the peer returned. None left: the port
+    /// marks itself starved, so that [`prepare_sleep`](ShmPort::prepare_sleep) asks the
+    /// peer to ring when it returns slots. A stopped port (the peer misbehaved) says
+    /// `None`: its frames are dropped and counted, not held for ever.
+    fn tx_space(&mut self) -> Option<usize> {
+        if self.tx.stopped {
+            return None;
+        }
+        if self.tx.free.is_empty() || self.tx.since_reclaim >= RECLAIM_EVERY {
+            self.reclaim();
+        }
+        let n = self.tx.free.len();
+        if n == 0 {
+            self.tx.starved = true;
+        }
+        Some(n)
+    }
+
     /// `Some(Instant::ZERO)` ("now") if a frame is waiting, else `None`: frames on a real
     /// link arrive on their own time, signalled on [`ShmPort::fd`].
     fn poll_at(&self) -> Option<Instant> {

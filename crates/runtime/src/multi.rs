@@ -752,6 +752,14 @@ impl<D: Device> Device for RssSplitter<D> {
         dropped
     }
 
+    /// The least room of any queue (a frame may go to any of them), if every queue knows.
+    fn tx_space(&mut self) -> Option<usize> {
+        self.queues
+            .iter_mut()
+            .map(Device::tx_space)
+            .try_fold(usize::MAX, |least, q| q.map(|n| least.min(n)))
+    }
+
     fn poll_at(&self) -> Option<Instant> {
         self.queues.iter().filter_map(Device::poll_at).min()
     }

@@ -35,6 +35,15 @@
 //! defers its doorbell while `netdev_xmit_more()` says more frames follow
 //! (`dev_hard_start_xmit` / `xmit_one` in `net/core/dev.c`).
 //!
+//! A device that knows how much room it has ([`Device::tx_space`], the shm port) gets no
+//! more frames than fit: the rest stays in the stack's transmit queue, in order, until the
+//! device has room again, as Linux's qdisc holds packets while a driver has stopped its
+//! queue (`netif_tx_stop_queue`; the driver wakes it from its completion path). The
+//! stack's queue is bounded by `net.core.txqueuelen` like the qdisc's. A round that ends
+//! with frames held is counted in [`ShardStats::tx_held`]; the loop then sleeps until the
+//! device wakes it (the shm port asks its peer to ring when it hands slots back). A device
+//! that does not know drops and counts what it cannot take (`tx_dropped`).
+//!
 //! Receive is not batched at the device: frames are taken one by one with
 //! [`Device::recv`] straight into the shard's buffer and handed to the stack, which keeps
 //! the budget checks per frame (below) exact. The shm port already returns receive
@@ -150,6 +159,12 @@ pub struct ShardStats {
     pub tx_dropped: u64,
     /// Batches handed to the device ([`Device::send_batch`] calls).
     pub tx_batches: u64,
+    /// Rounds that ended with frames held back because the device had no room
+    /// ([`Device::tx_space`]): they wait in the stack's transmit queue, as Linux's qdisc
+    /// holds packets while a driver's queue is stopped. That queue is bounded by
+    /// `net.core.txqueuelen`: the stack drops what would go beyond, with the sender's drop
+    /// reason (`DEV_QUEUE_FULL`, `UDP_SNDBUF`, ...).
+    pub tx_held: u64,
     /// Rounds in which the stack's timers ran.
     pub timer_runs: u64,
 }
@@ -261,6 +276,9 @@ impl<D: Device> Shard<D> {
             self.stats.timer_runs += 1;
             self.transmit(now, &mut result);
         }
+        if self.stack.tx_queue_len() > 0 {
+            self.stats.tx_held += 1;
+        }
         result
     }
 
@@ -269,14 +287,17 @@ impl<D: Device> Shard<D> {
     /// next frames (completion reclaim).
     fn transmit(&mut self, now: Instant, result: &mut PollResult) {
         loop {
-            while self.tx_batch.len() < TX_BATCH
+            // A device that knows its room gets no more than fits; the rest waits in the
+            // stack's queue (Linux: the qdisc, while the driver's queue is stopped).
+            let want = self.device.tx_space().map_or(TX_BATCH, |n| n.min(TX_BATCH));
+            while self.tx_batch.len() < want
                 && let Some(frame) = self.stack.poll_transmit(now)
             {
                 self.tx_batch.push(frame);
             }
             let n = self.tx_batch.len();
             if n == 0 {
-                return;
+                break;
             }
             let mut frames: [&[u8]; TX_BATCH] = [&[]; TX_BATCH];
             for (slot, frame) in frames.iter_mut().zip(&self.tx_batch) {
@@ -291,7 +312,7 @@ impl<D: Device> Shard<D> {
                 self.stack.recycle(frame);
             }
             if n < TX_BATCH {
-                return;
+                break;
             }
         }
     }

@@ -806,17 +806,60 @@ fn a_round_transmits_in_batches_with_one_publication_each() {
     assert_eq!(shm_datagrams(&mut peer), (0..n).collect::<Vec<_>>());
 }
 
-/// When the ring fills in the middle of a batch, the frames that find no slot are dropped
-/// and counted, exactly, by the shard and by the device; the rest arrive.
+/// A device that says how much room it has gets no more than that: when the ring is full
+/// the rest waits in the stack's queue (as Linux's qdisc holds packets while a driver's
+/// queue is stopped) and goes out, in order, as the peer hands slots back. Nothing is
+/// dropped.
 #[test]
-fn a_ring_full_mid_batch_drops_are_counted_exactly() {
+fn a_full_ring_holds_frames_back_until_the_peer_returns_slots() {
     let (mut shard, mut peer) = shm_shard_with_queued(16, 40);
     let budget = shard.budget();
     let r = shard.poll_once(Instant::ZERO, budget);
-    assert_eq!(r.tx, 40);
+    assert_eq!(r.tx, 16, "what fits");
     let st = *shard.stats();
-    assert_eq!((st.transmitted, st.tx_dropped, st.tx_batches), (40, 24, 1));
+    assert_eq!((st.transmitted, st.tx_dropped, st.tx_held), (16, 0, 1));
+    assert_eq!(shard.stack().tx_queue_len(), 24, "held, not dropped");
+    let mut got = shm_datagrams(&mut peer);
+    let mut rounds = 1;
+    while got.len() < 40 {
+        rounds += 1;
+        assert!(rounds < 10, "stuck at {got:?}");
+        shard.poll_once(Instant::ZERO, shard.budget());
+        got.extend(shm_datagrams(&mut peer));
+    }
+    assert_eq!(got, (0..40).collect::<Vec<_>>(), "every frame, in order");
+    let st = *shard.stats();
+    assert_eq!((st.transmitted, st.tx_dropped), (40, 0));
     let dev = shard.device().stats().clone();
-    assert_eq!((dev.tx_frames, dev.tx_full, dev.tx_publishes), (16, 24, 1));
-    assert_eq!(shm_datagrams(&mut peer), (0..16).collect::<Vec<_>>());
+    assert_eq!((dev.tx_frames, dev.tx_full), (40, 0));
+}
+
+/// Held frames are bounded like a qdisc: the stack's transmit queue holds at most
+/// `net.core.txqueuelen` (Linux's default 1000) and drops what would go beyond (a UDP
+/// datagram's reason: `UDP_SNDBUF`); with the peer not reading, the rest waits, and goes out in order
+/// once it reads.
+#[test]
+fn held_frames_are_bounded_by_the_queue_length() {
+    let n = 1100;
+    let (mut shard, mut peer) = shm_shard_with_queued(16, n);
+    let queued = shard.stack().tx_queue_len();
+    assert_eq!(queued, 1000, "txqueuelen");
+    // UDP's reason for a full device queue, as Linux counts UdpSndbufErrors there.
+    let full = shard.stack().mib().drops(ustack_obs::DropReason::UdpSndbuf);
+    assert_eq!(full, 100);
+    shard.poll_once(Instant::ZERO, shard.budget());
+    assert_eq!(shard.stats().transmitted, 16);
+    assert_eq!(shard.stack().tx_queue_len(), 1000 - 16, "held");
+    let mut got = Vec::new();
+    for _ in 0..200 {
+        got.extend(shm_datagrams(&mut peer));
+        shard.poll_once(Instant::ZERO, shard.budget());
+    }
+    got.extend(shm_datagrams(&mut peer));
+    assert_eq!(
+        got,
+        (0..1000).collect::<Vec<_>>(),
+        "every one queued, in order"
+    );
+    assert_eq!(shard.stats().tx_dropped, 0);
 }
