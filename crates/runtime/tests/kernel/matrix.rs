@@ -243,23 +243,30 @@ pub fn reordering() -> Fault {
     )
 }
 
-/// The `Tcp RetransSegs` of the namespace's kernel (`/proc/net/snmp` read inside it).
-fn kernel_retrans(ns: &NetNs) -> u64 {
+/// The namespace's kernel counters `Tcp RetransSegs` (`/proc/net/snmp`) and `TcpExt
+/// TCPTimeouts` (`/proc/net/netstat`), read inside it with one command.
+fn kernel_retrans(ns: &NetNs) -> (u64, u64) {
     let out = ns
-        .run(Duration::from_secs(5), &["cat", "/proc/net/snmp"])
-        .expect("reading the namespace's /proc/net/snmp");
+        .run(
+            Duration::from_secs(5),
+            &["cat", "/proc/net/snmp", "/proc/net/netstat"],
+        )
+        .expect("reading the namespace's /proc/net/snmp and netstat");
     let text = String::from_utf8_lossy(&out.stdout);
-    let mut tcp = text.lines().filter(|l| l.starts_with("Tcp:"));
-    let (names, values) = (tcp.next().expect("Tcp names"), tcp.next().expect("values"));
-    let i = names
-        .split_whitespace()
-        .position(|n| n == "RetransSegs")
-        .expect("RetransSegs");
-    values
-        .split_whitespace()
-        .nth(i)
-        .and_then(|v| v.parse().ok())
-        .expect("a RetransSegs value")
+    let get = |table: &str, name: &str| -> u64 {
+        let mut rows = text.lines().filter(|l| l.starts_with(table));
+        let (names, values) = (rows.next().expect("names"), rows.next().expect("values"));
+        let i = names
+            .split_whitespace()
+            .position(|n| n == name)
+            .unwrap_or_else(|| panic!("{table} {name}"));
+        values
+            .split_whitespace()
+            .nth(i)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("a {table} {name} value"))
+    };
+    (get("Tcp:", "RetransSegs"), get("TcpExt:", "TCPTimeouts"))
 }
 
 /// What ustack's side of a cell reports.
@@ -267,8 +274,12 @@ fn kernel_retrans(ns: &NetNs) -> u64 {
 struct UstackOut {
     /// The client's transfer: bytes read from the kernel server, their SHA-256.
     client: (u64, String),
+    /// From the start of ustack's side to the kernel server's FIN.
+    client_time: Duration,
     server: ServerStats,
     retrans: u64,
+    /// ustack's retransmission timeouts (`TcpExt TCPTimeouts`).
+    timeouts: u64,
     egress: FaultStats,
     ingress: FaultStats,
     captured: u64,
@@ -297,7 +308,9 @@ fn ustack_side<D: Device + Sleep>(
     let mut got = 0;
     let mut buf = vec![0; 64 * 1024];
     let mut client = None;
-    let deadline = std::time::Instant::now() + LIMIT;
+    let started = std::time::Instant::now();
+    let deadline = started + LIMIT;
+    let mut client_time = Duration::ZERO;
     while !(client.is_some() && stop.load(Ordering::Relaxed)) {
         if std::time::Instant::now() >= deadline {
             return Err(io::Error::new(
@@ -315,6 +328,7 @@ fn ustack_side<D: Device + Sleep>(
             got += n;
             if fin {
                 client = Some((got, hex(&core::mem::take(&mut hasher).finalize())));
+                client_time = started.elapsed();
             }
         }
     }
@@ -327,8 +341,10 @@ fn ustack_side<D: Device + Sleep>(
     let relay = rt.device().device();
     Ok(UstackOut {
         client: client.expect("loop ends with the client done"),
+        client_time,
         server: *server.stats(),
         retrans: rt.stack().mib().get(Counter::TcpRetransSegs),
+        timeouts: rt.stack().mib().get(Counter::TcpExtTCPTimeouts),
         egress: relay.egress().clone(),
         ingress: relay.ingress().clone(),
         captured: rt.device().packets_written(),
@@ -382,6 +398,7 @@ fn run_cell<D: Device + Sleep + Send + 'static>(
         .env(PY_CC_ENV, cell.sysctls.cc)
         .output()
         .expect("running the kernel echo client");
+    let echo_time = started.elapsed();
     assert!(
         echo.status.success(),
         "{what}: the kernel echo client: {}: {}",
@@ -393,7 +410,7 @@ fn run_cell<D: Device + Sleep + Send + 'static>(
     let out = app.finish();
     let elapsed = started.elapsed();
     // The namespace is the cell's own: all its retransmissions are the cell's.
-    let retrans_kernel = kernel_retrans(ns);
+    let (retrans_kernel, timeouts_kernel) = kernel_retrans(ns);
 
     let fields: Vec<&str> = echo.split_whitespace().collect();
     let [sent, echoed, got] = fields[..] else {
@@ -440,11 +457,16 @@ fn run_cell<D: Device + Sleep + Send + 'static>(
         assert!(e.reordered > 0 && i.reordered > 0, "{what}: {e:?} {i:?}");
     }
     eprintln!(
-        "{what}: {:.2} s; retransmitted: ustack {}, kernel {}; relay out: lost {} dup {} \
-         reord {} delayed {}; in: lost {} dup {} reord {} delayed {}; captured {}",
+        "{what}: {:.2} s (echo {:.2} s, ustack's client {:.2} s); retransmitted: ustack {} \
+         ({} timeouts), kernel {} ({} timeouts); relay out: lost {} dup {} reord {} delayed \
+         {}; in: lost {} dup {} reord {} delayed {}; captured {}",
         elapsed.as_secs_f64(),
+        echo_time.as_secs_f64(),
+        out.client_time.as_secs_f64(),
         out.retrans,
+        out.timeouts,
         retrans_kernel,
+        timeouts_kernel,
         e.lost,
         e.duplicated,
         e.reordered,
