@@ -2,13 +2,15 @@
 //! test's own (`ustack_testkit::netns::PacketRig`), the kernel on one end with
 //! 192.0.2.1/24, ustack on the other through `AF_PACKET` sockets with `TPACKET_V3` rings
 //! (Ethernet: ARP resolves ustack's address to the veth end's MAC). The same transfers as
-//! over TUN (`kernel/scenarios.rs`):
+//! over TUN (`kernel/scenarios.rs`; the interop matrix runs over this link too, in
+//! `matrix.rs`):
 //!
 //! - ICMP: `ping` answered by ustack (4000-byte echoes too), the kernel's neighbour entry
 //!   for ustack learned by ARP over the link;
 //! - TCP, ustack as the server: a kernel client sends 1 MiB and 16 MiB (SHA-256 at both
 //!   ends), 1 MiB through ustack's echo server;
-//! - TCP, ustack as the client: 4 MiB each way with a kernel server;
+//! - TCP, ustack as the client: 4 MiB and 256 MiB each way with a kernel server (256 MiB:
+//!   about 8 s with a debug build), streamed at both ends;
 //! - UDP echo, 1 to 8000 bytes;
 //! - two shards on two sockets of one fanout group serving 16 kernel connections.
 //!
@@ -113,6 +115,16 @@ fn ustack_client_bulk_both_ways_over_packet() {
     let q = rig.queues.remove(0);
     let test = "ustack_client_bulk_both_ways_over_packet";
     scenarios::ustack_client_bulk_both_ways(test, &rig.ns, b, q, 4 << 20, 4 << 20, |_| ());
+}
+
+#[test]
+fn ustack_client_moves_256mib_each_way_over_packet() {
+    let test = "ustack_client_moves_256mib_each_way_over_packet";
+    let Some(mut rig) = rig(test, 1) else {
+        return;
+    };
+    let (b, q) = (builder_for(&rig), rig.queues.remove(0));
+    scenarios::ustack_client_bulk_both_ways(test, &rig.ns, b, q, 256 << 20, 256 << 20, |_| ());
 }
 
 #[test]

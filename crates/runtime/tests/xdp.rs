@@ -3,7 +3,8 @@
 //! mode, fed by the redirect program loaded with `bpf(2)` and attached in generic mode. The
 //! same transfers as over TUN and packet (`kernel/scenarios.rs`): ping (ARP over the
 //! link), 1 MiB and 16 MiB from a kernel client, 1 MiB through the echo server, ustack's
-//! client 4 MiB each way, UDP echo.
+//! client 4 MiB and 64 MiB each way, UDP echo. The interop matrix runs over this link too
+//! (`matrix.rs`: the relay around the xdp queue).
 //!
 //! Without root (or `ethtool`) each test skips with a note, unless `USTACK_REQUIRE_ROOT`
 //! is set (CI), which makes that a failure.
@@ -72,6 +73,23 @@ fn ustack_client_bulk_both_ways_over_xdp() {
     };
     let test = "ustack_client_bulk_both_ways_over_xdp";
     scenarios::ustack_client_bulk_both_ways(test, &rig.ns, b, rig.queue, 4 << 20, 4 << 20, |_| ());
+}
+
+#[test]
+fn ustack_client_moves_64mib_each_way_over_xdp() {
+    let test = "ustack_client_moves_64mib_each_way_over_xdp";
+    let Some((rig, b)) = rig(test) else {
+        return;
+    };
+    scenarios::ustack_client_bulk_both_ways(
+        test,
+        &rig.ns,
+        b,
+        rig.queue,
+        64 << 20,
+        64 << 20,
+        |_| (),
+    );
 }
 
 #[test]

@@ -1,10 +1,11 @@
-//! What the tests with the Linux kernel as the peer share (`tun.rs`, `tun_matrix.rs`,
-//! `packet.rs`): ustack on a thread of its own over a device, a bounded drive loop, the
-//! read/write helpers that hash what moves, and ([`scenarios`]) the transfers every link
-//! carries.
+//! What the tests with the Linux kernel as the peer share (`tun.rs`, `packet.rs`, `xdp.rs`,
+//! `matrix.rs`): ustack on a thread of its own over a device, a bounded drive loop, the
+//! read/write helpers that hash what moves, ([`scenarios`]) the transfers every link
+//! carries, and ([`matrix`]) the interop matrix over any link.
 
 #![allow(dead_code)] // each test file uses its part
 
+pub mod matrix;
 pub mod scenarios;
 
 use core::time::Duration;
@@ -277,9 +278,9 @@ impl KernelServer {
     }
 
     /// Waits for the server to end (it does once it has sent everything and closed) and
-    /// returns the rest of what it printed: bytes read, their SHA-256, SHA-256 of what it
-    /// sent. Panics with its stderr if it failed.
-    pub fn finish(mut self) -> String {
+    /// returns what it reports. Panics with its stderr if it failed, or if it printed
+    /// something else.
+    pub fn finish(mut self) -> KernelServerReport {
         use std::io::Read;
         let mut rest = String::new();
         self.lines
@@ -291,8 +292,27 @@ impl KernelServer {
             let _ = e.read_to_string(&mut err);
         }
         assert!(status.success(), "kernel server: {status}: {err}");
-        rest
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let [read, read_digest, sent_digest] = fields[..] else {
+            panic!("kernel server printed `{rest}`");
+        };
+        KernelServerReport {
+            read: read.parse().expect("a byte count"),
+            read_digest: read_digest.to_owned(),
+            sent_digest: sent_digest.to_owned(),
+        }
     }
+}
+
+/// What a [`KernelServer`] reports at its end.
+#[derive(Debug)]
+pub struct KernelServerReport {
+    /// Bytes it read from the connection.
+    pub read: u64,
+    /// Their SHA-256 (hex).
+    pub read_digest: String,
+    /// The SHA-256 (hex) of what it sent.
+    pub sent_digest: String,
 }
 
 impl Drop for KernelServer {
