@@ -8,9 +8,19 @@
 //! Outgoing frames are tapped where Linux taps them for `tcpdump` (`dev_queue_xmit_nit`,
 //! called from `xmit_one` in `net/core/dev.c`): when the device takes the frame. A frame the
 //! device refuses (queue full, too big) is not captured; the device counts it. A batch
-//! ([`Device::send_batch`]) is captured frame by frame in the same way: the wrapper passes
-//! each frame on with its `xmit_more` hint ([`Device::send_more`]), so the wrapped device
-//! still batches its ring publication and doorbell.
+//! ([`Device::send_batch`]) goes to the device whole, so that a device which merges a
+//! batch's frames (the TUN queue's GSO) still does, and is captured frame by frame after
+//! it. When the device says it has room for fewer frames than the batch
+//! ([`Device::tx_space`]), the batch goes frame by frame instead (each with its
+//! `xmit_more` hint, so the device still publishes its ring and rings its doorbell once),
+//! and exactly the frames it took are captured. A frame refused from a whole batch for
+//! another reason (too big, a failed write) is in the capture all the same, which one
+//! being unknown ([`Capture::batch_refused`] counts them): there the capture is Linux's,
+//! whose tap runs before the driver's `ndo_start_xmit`.
+//!
+//! A snapshot length ([`Capture::with_snaplen`]) keeps only the first bytes of each frame
+//! (the headers, say), and a limit ([`Capture::limit`], `tcpdump -c`) only the first
+//! frames, so that the capture of a long transfer stays small.
 //!
 //! Capturing never changes the traffic: a failed write is counted in
 //! [`Capture::write_errors`] and the frame goes through (or was received) regardless.
@@ -54,6 +64,9 @@ pub struct Capture<D: Device, W: Write> {
     pcap: PcapWriter<W>,
     packets_written: u64,
     write_errors: u64,
+    batch_refused: u64,
+    limit: u64,
+    not_captured: u64,
 }
 
 impl<D: Device, W: Write> Capture<D, W> {
@@ -61,7 +74,13 @@ impl<D: Device, W: Write> Capture<D, W> {
     /// the device's medium; frames are captured whole up to [`DEFAULT_SNAPLEN`] bytes,
     /// tcpdump's default). Fails only if that header cannot be written.
     pub fn new(device: D, out: W) -> io::Result<Self> {
-        let pcap = PcapWriter::new(out, link_type(device.caps().medium), DEFAULT_SNAPLEN)?;
+        Self::with_snaplen(device, out, DEFAULT_SNAPLEN)
+    }
+
+    /// [`new`](Self::new), keeping at most `snaplen` bytes of each frame (0:
+    /// [`DEFAULT_SNAPLEN`]); each record still carries the frame's whole length.
+    pub fn with_snaplen(device: D, out: W, snaplen: u32) -> io::Result<Self> {
+        let pcap = PcapWriter::new(out, link_type(device.caps().medium), snaplen)?;
         Ok(Self::with_writer(device, pcap))
     }
 
@@ -73,7 +92,22 @@ impl<D: Device, W: Write> Capture<D, W> {
             pcap,
             packets_written: 0,
             write_errors: 0,
+            batch_refused: 0,
+            limit: u64::MAX,
+            not_captured: 0,
         }
+    }
+
+    /// Capture only the first `frames` frames; the rest go through uncaptured (counted in
+    /// [`not_captured`](Self::not_captured)).
+    pub fn limit(mut self, frames: u64) -> Self {
+        self.limit = frames;
+        self
+    }
+
+    /// Frames that went through after the [`limit`](Self::limit), uncaptured.
+    pub fn not_captured(&self) -> u64 {
+        self.not_captured
     }
 
     /// Frames written to the pcap stream so far.
@@ -84,6 +118,12 @@ impl<D: Device, W: Write> Capture<D, W> {
     /// Frames that could not be written (the traffic was not affected).
     pub fn write_errors(&self) -> u64 {
         self.write_errors
+    }
+
+    /// Frames the device refused from batches it took whole: captured all the same (see
+    /// the module's documentation).
+    pub fn batch_refused(&self) -> u64 {
+        self.batch_refused
     }
 
     /// The wrapped device.
@@ -109,6 +149,10 @@ impl<D: Device, W: Write> Capture<D, W> {
     }
 
     fn write(&mut self, now: Instant, frame: &[u8]) {
+        if self.packets_written + self.write_errors >= self.limit {
+            self.not_captured += 1;
+            return;
+        }
         match self.pcap.write_packet(now, frame) {
             Ok(()) => self.packets_written += 1,
             Err(_) => self.write_errors += 1,
@@ -131,14 +175,31 @@ impl<D: Device, W: Write> Device for Capture<D, W> {
         self.send_more(now, frame, false)
     }
 
-    /// Passes the hint on, and captures the frame if the device took it. (The provided
-    /// [`Device::send_batch`] comes here for each frame.)
+    /// Passes the hint on, and captures the frame if the device took it.
     fn send_more(&mut self, now: Instant, frame: &[u8], more: bool) -> bool {
         let accepted = self.device.send_more(now, frame, more);
         if accepted {
             self.write(now, frame);
         }
         accepted
+    }
+
+    /// Whole to the device, then every frame captured; frame by frame (as
+    /// [`send_more`](Device::send_more)) if the device has room for fewer.
+    fn send_batch(&mut self, now: Instant, frames: &[&[u8]]) -> usize {
+        if self
+            .device
+            .tx_space()
+            .is_some_and(|room| room < frames.len())
+        {
+            return crate::send_each(self, now, frames);
+        }
+        let refused = self.device.send_batch(now, frames);
+        self.batch_refused += refused as u64;
+        for frame in frames {
+            self.write(now, frame);
+        }
+        refused
     }
 
     fn tx_space(&mut self) -> Option<usize> {

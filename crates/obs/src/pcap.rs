@@ -132,9 +132,37 @@ impl<W: Write> PcapWriter<W> {
     }
 }
 
+/// The records of a pcap stream as [`PcapWriter`] writes it (little-endian, microseconds),
+/// checking its structure: `None` if it does not start with that file header or ends
+/// inside a record.
+pub fn count_records(data: &[u8]) -> Option<u64> {
+    if data.len() < FILE_HEADER_LEN || data[..4] != MAGIC_MICROS.to_le_bytes() {
+        return None;
+    }
+    let (mut at, mut n) = (FILE_HEADER_LEN, 0);
+    while at < data.len() {
+        let incl = u32::from_le_bytes(data.get(at + 8..at + 12)?.try_into().ok()?) as usize;
+        at += RECORD_HEADER_LEN + incl;
+        n += 1;
+    }
+    (at == data.len()).then_some(n)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn records_are_counted_and_truncation_is_caught() {
+        let mut w = PcapWriter::new(Vec::new(), LinkType::Raw, 100).unwrap();
+        w.write_packet(Instant::ZERO, &[0; 60]).unwrap();
+        w.write_packet(Instant::ZERO, &[0; 1500]).unwrap();
+        let pcap = w.into_inner();
+        assert_eq!(pcap.len(), FILE_HEADER_LEN + 2 * RECORD_HEADER_LEN + 160);
+        assert_eq!(count_records(&pcap), Some(2));
+        assert_eq!(count_records(&pcap[..pcap.len() - 1]), None);
+        assert_eq!(count_records(b"not a pcap file at all, no"), None);
+    }
 
     #[test]
     fn snaplen_zero_means_default() {
