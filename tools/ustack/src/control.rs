@@ -316,9 +316,17 @@ fn capture(
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     };
-    let mut pcap = PcapWriter::new(out.try_clone()?, link, DEFAULT_SNAPLEN)?;
+    // On before the file header goes out: a client that has read the header knows every
+    // frame from then on is captured.
     tap.set(true);
     let dropped_before = tap.dropped();
+    let mut pcap = match PcapWriter::new(out.try_clone()?, link, DEFAULT_SNAPLEN) {
+        Ok(pcap) => pcap,
+        Err(e) => {
+            tap.set(false);
+            return Err(e.into());
+        }
+    };
     let result = (|| -> anyhow::Result<()> {
         while pcap.packets() < count && end.is_none_or(|e| WallClock::now() < e) {
             std::thread::sleep(Duration::from_millis(10));

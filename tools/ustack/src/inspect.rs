@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
+use ustack_obs::pcap;
 
 use crate::control;
 
@@ -316,13 +317,32 @@ pub fn capture(args: &CaptureArgs) -> anyhow::Result<ExitCode> {
         "seconds": duration.map(|d| d.as_secs_f64()),
     });
     stream.write_all(format!("{req}\n").as_bytes())?;
+    // The pcap file header comes as soon as the capture is on (or a line of JSON with an
+    // error): say so, as tcpdump says it is listening, then read to the end.
     let mut data = Vec::new();
-    stream.read_to_end(&mut data)?;
+    (&mut stream)
+        .take(pcap::FILE_HEADER_LEN as u64)
+        .read_to_end(&mut data)?;
     if data.first() == Some(&b'{') {
+        stream.read_to_end(&mut data)?;
         let v: Value = serde_json::from_slice(&data).unwrap_or(Value::Null);
         bail!("{}", v["error"].as_str().unwrap_or("a malformed answer"));
     }
-    let packets = count_records(&data).context("the capture stream is not a pcap file")?;
+    if data.len() == pcap::FILE_HEADER_LEN {
+        let word = |at: usize| u32::from_le_bytes(data[at..at + 4].try_into().expect("4 bytes"));
+        let link = match word(20) {
+            1 => "EN10MB (Ethernet)".to_owned(),
+            101 => "RAW (Raw IP)".to_owned(),
+            other => other.to_string(),
+        };
+        eprintln!(
+            "capturing from {}, link-type {link}, snapshot length {} bytes",
+            path.display(),
+            word(16)
+        );
+    }
+    stream.read_to_end(&mut data)?;
+    let packets = pcap::count_records(&data).context("the capture stream is not a pcap file")?;
     if args.file.as_os_str() == "-" {
         std::io::stdout().write_all(&data)?;
     } else {
@@ -331,20 +351,6 @@ pub fn capture(args: &CaptureArgs) -> anyhow::Result<ExitCode> {
     }
     eprintln!("{packets} packets captured");
     Ok(ExitCode::SUCCESS)
-}
-
-/// The records of a little-endian pcap stream, checking its structure.
-fn count_records(data: &[u8]) -> Option<u64> {
-    if data.len() < 24 || data[..4] != [0xd4, 0xc3, 0xb2, 0xa1] {
-        return None;
-    }
-    let (mut at, mut n) = (24, 0);
-    while at < data.len() {
-        let incl = u32::from_le_bytes(data.get(at + 8..at + 12)?.try_into().ok()?) as usize;
-        at += 16 + incl;
-        n += 1;
-    }
-    (at == data.len()).then_some(n)
 }
 
 #[cfg(test)]
@@ -360,20 +366,5 @@ mod tests {
         assert_eq!(f.get("IcmpMsgInType8"), Some(&2));
         assert_eq!(f.get("TcpMaxConn"), None);
         assert!(!f.keys().any(|k| k.starts_with("Drops")));
-    }
-
-    #[test]
-    fn pcap_records_are_counted_and_truncation_is_caught() {
-        let mut pcap = vec![0xd4, 0xc3, 0xb2, 0xa1];
-        pcap.resize(24, 0);
-        for len in [60u32, 1514] {
-            let mut rec = vec![0u8; 16];
-            rec[8..12].copy_from_slice(&len.to_le_bytes());
-            pcap.extend_from_slice(&rec);
-            pcap.resize(pcap.len() + len as usize, 0);
-        }
-        assert_eq!(count_records(&pcap), Some(2));
-        assert_eq!(count_records(&pcap[..pcap.len() - 1]), None);
-        assert_eq!(count_records(b"not a pcap file at all, no"), None);
     }
 }
