@@ -525,6 +525,35 @@ impl ServeOverTun {
         self.child.id()
     }
 
+    /// Runs `bin capture -w <pcap> <args> --control <its socket>` beside it (`args`
+    /// bound it: `-c`, `--duration`; it also ends when the server does), and returns
+    /// once the capture is on (`ustack capture` says so when the pcap header arrives).
+    pub fn capture(&self, bin: &Path, pcap: &Path, args: &[&str]) -> io::Result<ToolCapture> {
+        use std::io::BufRead;
+        let mut child = Command::new(bin)
+            .arg("capture")
+            .arg("-w")
+            .arg(pcap)
+            .args(args)
+            .arg("--control")
+            .arg(&self.control)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        let stderr = io::BufReader::new(child.stderr.take().expect("piped"));
+        let mut capture = ToolCapture { child, stderr };
+        let mut line = String::new();
+        capture.stderr.read_line(&mut line)?;
+        if !line.starts_with("capturing from ") {
+            return Err(io::Error::other(format!(
+                "ustack capture printed `{}` instead of `capturing from ...`",
+                line.trim()
+            )));
+        }
+        Ok(capture)
+    }
+
     /// Waits for the server to end (after its `--duration`) and returns the rest of what
     /// it printed (its counters); an error if it failed.
     pub fn finish(mut self) -> io::Result<String> {
@@ -543,5 +572,39 @@ impl Drop for ServeOverTun {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_file(&self.control);
+    }
+}
+
+/// A running `ustack capture` ([`ServeOverTun::capture`]); killed and reaped on drop.
+#[derive(Debug)]
+pub struct ToolCapture {
+    child: Child,
+    stderr: io::BufReader<std::process::ChildStderr>,
+}
+
+impl ToolCapture {
+    /// Waits for the capture to end and returns the packets it wrote (from its `N packets
+    /// captured`); an error if it failed.
+    pub fn finish(mut self) -> io::Result<u64> {
+        let mut text = String::new();
+        io::Read::read_to_string(&mut self.stderr, &mut text)?;
+        let status = self.child.wait()?;
+        let text = text.trim();
+        if !status.success() {
+            return Err(io::Error::other(format!(
+                "ustack capture: {status}: {text}"
+            )));
+        }
+        text.lines()
+            .find_map(|l| l.strip_suffix(" packets captured"))
+            .and_then(|n| n.parse().ok())
+            .ok_or_else(|| io::Error::other(format!("ustack capture printed `{text}`")))
+    }
+}
+
+impl Drop for ToolCapture {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
