@@ -59,7 +59,7 @@ fn kernel_pings_ustack_over_packet() {
         return;
     }
     let b = builder_for(&rig);
-    scenarios::kernel_pings_ustack(&rig.ns, b, rig.queues.remove(0));
+    scenarios::kernel_pings_ustack(test, &rig.ns, b, rig.queues.remove(0));
     // The kernel learned ustack's address by ARP, over the link: the veth end's MAC.
     let out = rig
         .ns
@@ -99,11 +99,12 @@ fn kernel_client_sends_16mib_to_ustack_over_packet() {
 
 #[test]
 fn kernel_client_through_ustack_echo_server_over_packet() {
-    let Some(mut rig) = rig("kernel_client_through_ustack_echo_server_over_packet", 1) else {
+    let test = "kernel_client_through_ustack_echo_server_over_packet";
+    let Some(mut rig) = rig(test, 1) else {
         return;
     };
     let b = builder_for(&rig);
-    scenarios::kernel_client_through_echo(&rig.ns, b, rig.queues.remove(0), 1 << 20);
+    scenarios::kernel_client_through_echo(test, &rig.ns, b, rig.queues.remove(0), 1 << 20);
 }
 
 #[test]
@@ -129,11 +130,12 @@ fn ustack_client_moves_256mib_each_way_over_packet() {
 
 #[test]
 fn kernel_udp_client_through_ustack_echo_over_packet() {
-    let Some(mut rig) = rig("kernel_udp_client_through_ustack_echo_over_packet", 1) else {
+    let test = "kernel_udp_client_through_ustack_echo_over_packet";
+    let Some(mut rig) = rig(test, 1) else {
         return;
     };
     let b = builder_for(&rig);
-    scenarios::kernel_udp_client_through_echo(&rig.ns, b, rig.queues.remove(0));
+    scenarios::kernel_udp_client_through_echo(test, &rig.ns, b, rig.queues.remove(0));
 }
 
 #[test]

@@ -46,7 +46,12 @@ fn kernel_pings_ustack() {
     if !tool_or_skip("kernel_pings_ustack", "ping") {
         return;
     }
-    scenarios::kernel_pings_ustack(&rig.ns, builder(), rig.queues.remove(0));
+    scenarios::kernel_pings_ustack(
+        "kernel_pings_ustack",
+        &rig.ns,
+        builder(),
+        rig.queues.remove(0),
+    );
 }
 
 /// A kernel client sends `n` bytes to ustack (over an interface with the kernel's
@@ -125,10 +130,12 @@ fn ustack_sends_64mib_to_kernel_in_super_segments() {
 
 #[test]
 fn kernel_client_through_ustack_echo_server() {
-    let Some(mut rig) = rig("kernel_client_through_ustack_echo_server") else {
+    let test = "kernel_client_through_ustack_echo_server";
+    let Some(mut rig) = rig(test) else {
         return;
     };
-    scenarios::kernel_client_through_echo(&rig.ns, builder(), rig.queues.remove(0), 1 << 20);
+    let q = rig.queues.remove(0);
+    scenarios::kernel_client_through_echo(test, &rig.ns, builder(), q, 1 << 20);
 }
 
 #[test]
@@ -161,10 +168,11 @@ fn ustack_client_moves_512mib_each_way_with_kernel_server() {
 
 #[test]
 fn kernel_udp_client_through_ustack_echo() {
-    let Some(mut rig) = rig("kernel_udp_client_through_ustack_echo") else {
+    let test = "kernel_udp_client_through_ustack_echo";
+    let Some(mut rig) = rig(test) else {
         return;
     };
-    scenarios::kernel_udp_client_through_echo(&rig.ns, builder(), rig.queues.remove(0));
+    scenarios::kernel_udp_client_through_echo(test, &rig.ns, builder(), rig.queues.remove(0));
 }
 
 #[test]

@@ -38,7 +38,7 @@ fn kernel_pings_ustack_over_xdp() {
     if !tool_or_skip(test, "ping") {
         return;
     }
-    scenarios::kernel_pings_ustack(&rig.ns, b, rig.queue);
+    scenarios::kernel_pings_ustack(test, &rig.ns, b, rig.queue);
 }
 
 fn kernel_sends_to_ustack(test: &str, n: usize) {
@@ -60,10 +60,11 @@ fn kernel_client_sends_16mib_to_ustack_over_xdp() {
 
 #[test]
 fn kernel_client_through_ustack_echo_server_over_xdp() {
-    let Some((rig, b)) = rig("kernel_client_through_ustack_echo_server_over_xdp") else {
+    let test = "kernel_client_through_ustack_echo_server_over_xdp";
+    let Some((rig, b)) = rig(test) else {
         return;
     };
-    scenarios::kernel_client_through_echo(&rig.ns, b, rig.queue, 1 << 20);
+    scenarios::kernel_client_through_echo(test, &rig.ns, b, rig.queue, 1 << 20);
 }
 
 #[test]
@@ -94,10 +95,11 @@ fn ustack_client_moves_64mib_each_way_over_xdp() {
 
 #[test]
 fn kernel_udp_client_through_ustack_echo_over_xdp() {
-    let Some((rig, b)) = rig("kernel_udp_client_through_ustack_echo_over_xdp") else {
+    let test = "kernel_udp_client_through_ustack_echo_over_xdp";
+    let Some((rig, b)) = rig(test) else {
         return;
     };
-    scenarios::kernel_udp_client_through_echo(&rig.ns, b, rig.queue);
+    scenarios::kernel_udp_client_through_echo(test, &rig.ns, b, rig.queue);
 }
 
 #[test]

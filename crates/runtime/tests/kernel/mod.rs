@@ -1,7 +1,8 @@
 //! What the tests with the Linux kernel as the peer share (`tun.rs`, `packet.rs`, `xdp.rs`,
 //! `matrix.rs`): ustack on a thread of its own over a device, a bounded drive loop, the
-//! read/write helpers that hash what moves, ([`scenarios`]) the transfers every link
-//! carries, and ([`matrix`]) the interop matrix over any link.
+//! read/write helpers that hash what moves, the capture of a run checked by tshark
+//! ([`Pcap`]), ([`scenarios`]) the transfers every link carries, and ([`matrix`]) the
+//! interop matrix over any link.
 
 #![allow(dead_code)] // each test file uses its part
 
@@ -9,16 +10,20 @@ pub mod matrix;
 pub mod scenarios;
 
 use core::time::Duration;
-use std::io::{self, ErrorKind};
+use std::fs::File;
+use std::io::{self, BufWriter, ErrorKind};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 
 use sha2::{Digest, Sha256};
 use ustack_dev::Device;
+use ustack_dev::capture::Capture;
 use ustack_runtime::api::TcpStream;
 use ustack_runtime::runtime::{Events, Runtime, RuntimeBuilder, Sleep};
 use ustack_testkit::netns::{KERNEL_IP, NetNs, PY_BULK_SERVER, PY_CC_ENV, USTACK_IP, python_argv};
+use ustack_testkit::tshark::{CLEAN_RETRANSMISSIONS, TsharkReport, check_capture};
 
 /// The bound on each kernel-side command and on each ustack application.
 pub const LIMIT: Duration = Duration::from_secs(30);
@@ -26,6 +31,50 @@ pub const LIMIT: Duration = Duration::from_secs(30);
 /// The runtime builder the tests use: [`USTACK_IP`]/24, seed 7.
 pub fn builder() -> RuntimeBuilder {
     RuntimeBuilder::new().ipv4(USTACK_IP, 24).seed(7)
+}
+
+/// ustack's device in a test: the link's queue, its traffic captured to a file.
+pub type Captured<D> = Capture<D, BufWriter<File>>;
+
+/// The snapshot length of the captures of bulk transfers: the headers (Ethernet 14, IPv4
+/// 20 to 60, TCP 20 to 60 bytes), not the data, so that the file stays small.
+pub const HEADERS: u32 = 128;
+
+/// The most frames a capture keeps, the first ones: about 4 s of tshark's time on a
+/// loaded machine (1 MiB each way is about 2,200 frames, 64 MiB each way about 120,000;
+/// 512 MiB each way would be 1.1 million, half a minute of tshark).
+pub const MAX_FRAMES: u64 = 150_000;
+
+/// The capture of one run, in a file of its own, read by tshark after the run.
+pub struct Pcap {
+    what: String,
+    path: PathBuf,
+}
+
+impl Pcap {
+    /// Wraps `device` so that its traffic, in and out, goes to a file named after `what`
+    /// in the temporary directory: the first [`MAX_FRAMES`] frames, `snaplen` bytes of
+    /// each (0: whole).
+    pub fn wrap<D: Device>(what: &str, device: D, snaplen: u32) -> (Captured<D>, Pcap) {
+        let path = std::env::temp_dir().join(format!("ustack-{what}-{}.pcap", std::process::id()));
+        let file = BufWriter::new(File::create(&path).expect("creating the capture"));
+        let device = Capture::with_snaplen(device, file, snaplen)
+            .expect("the capture's header")
+            .limit(MAX_FRAMES);
+        let what = what.to_owned();
+        (device, Pcap { what, path })
+    }
+
+    /// After the run, once the capture is dropped (which flushes the file; a runtime is
+    /// when its thread ends): tshark's check of a run without faults
+    /// ([`check_capture`], [`CLEAN_RETRANSMISSIONS`] each side). The file is removed
+    /// when the check passes.
+    pub fn check(self) -> Option<TsharkReport> {
+        let bounds = (CLEAN_RETRANSMISSIONS, CLEAN_RETRANSMISSIONS);
+        let report = check_capture(&self.what, &self.path, USTACK_IP, bounds);
+        let _ = std::fs::remove_file(&self.path);
+        report
+    }
 }
 
 /// ustack on a thread: a runtime over a device, running `app` until it returns. `app` is

@@ -1,7 +1,15 @@
-//! The transfers every kernel-facing link carries (`tun.rs`, `packet.rs`), generic over the
-//! device: each takes the namespace the kernel side runs in, the runtime builder and the
-//! device, runs ustack on a thread over it, runs the kernel side with `nsenter`, and asserts
-//! what a user would check (answers, byte counts, SHA-256 at both ends).
+//! The transfers every kernel-facing link carries (`tun.rs`, `packet.rs`, `xdp.rs`), generic
+//! over the device: each takes the namespace the kernel side runs in, the runtime builder
+//! and the device, runs ustack on a thread over it, runs the kernel side with `nsenter`,
+//! and asserts what a user would check (answers, byte counts, SHA-256 at both ends).
+//!
+//! Each run is captured on ustack's side ([`Pcap`]: the device wrapped in a `Capture`;
+//! whole frames for ICMP and UDP, the headers of TCP's, the first [`MAX_FRAMES`](super::MAX_FRAMES)
+//! frames of a run) and the capture read by tshark afterwards: no malformed packet or
+//! expert error, and no more than a handful of retransmissions from either side
+//! (`ustack_testkit::tshark::check_capture`). The transfers above 64 MiB each way
+//! (512 MiB over tun, 256 MiB over packet) are checked on their first frames only: the
+//! start of the upload, its slow start included.
 
 use core::net::SocketAddrV4;
 use core::time::Duration;
@@ -21,8 +29,8 @@ use ustack_runtime::servers::{Protocol, Server};
 use ustack_testkit::netns::{KERNEL_IP, NetNs, PY_ECHO_CLIENT, USTACK_IP, python_argv};
 
 use super::{
-    KernelServer, LIMIT, Source, Ustack, drive, hex, idle, python, read_into, would_block,
-    write_from,
+    HEADERS, KernelServer, LIMIT, Pcap, Source, Ustack, drive, hex, idle, python, read_into,
+    would_block, write_from,
 };
 
 // ---- ICMP -------------------------------------------------------------------------------
@@ -30,10 +38,12 @@ use super::{
 /// The kernel pings ustack three times with 56 and three times with 4000 bytes (fragmented
 /// both ways over a 1500-byte MTU); every echo is answered.
 pub fn kernel_pings_ustack<D: Device + Sleep + Send + 'static>(
+    test: &str,
     ns: &NetNs,
     builder: RuntimeBuilder,
     device: D,
 ) {
+    let (device, pcap) = Pcap::wrap(test, device, 0);
     let app = Ustack::start(builder, device, |rt, stop| {
         idle(rt, stop)?;
         let mib = rt.stack().mib();
@@ -63,6 +73,7 @@ pub fn kernel_pings_ustack<D: Device + Sleep + Send + 'static>(
     // 4000 bytes of ICMP over a 1500-byte MTU: three fragments each way, per echo.
     assert_eq!(reasm, 3, "echo requests reassembled");
     assert_eq!(frags, 9, "fragments of the echo replies");
+    pcap.check();
 }
 
 // ---- TCP: ustack as the server ------------------------------------------------------------
@@ -145,9 +156,10 @@ pub fn kernel_sends_to_ustack<D: Device + Sleep + Send + 'static, S: Send + 'sta
     stats: fn(&D) -> S,
 ) -> S {
     let port = 9;
+    let (device, pcap) = Pcap::wrap(test, device, HEADERS);
     let app = Ustack::start(builder, device, move |rt, stop| {
         let done = ustack_sink(rt, stop, port)?;
-        Ok((done, stats(rt.device())))
+        Ok((done, stats(rt.device().device())))
     });
     let out = python(
         ns,
@@ -170,16 +182,19 @@ pub fn kernel_sends_to_ustack<D: Device + Sleep + Send + 'static, S: Send + 'sta
         "{test}: {n} bytes kernel -> ustack in {secs:.3} s ({:.1} MB/s)",
         n as f64 / secs / 1e6
     );
+    pcap.check();
     device_stats
 }
 
 /// A kernel client sends `n` bytes through ustack's echo server and checks the echo.
 pub fn kernel_client_through_echo<D: Device + Sleep + Send + 'static>(
+    test: &str,
     ns: &NetNs,
     builder: RuntimeBuilder,
     device: D,
     n: usize,
 ) {
+    let (device, pcap) = Pcap::wrap(test, device, HEADERS);
     let app = Ustack::start(builder, device, |rt, stop| {
         let mut server = Server::bind(rt, Protocol::Echo, SocketAddrV4::new(USTACK_IP, 7), None)?;
         while !stop.load(Ordering::Relaxed) {
@@ -201,6 +216,7 @@ pub fn kernel_client_through_echo<D: Device + Sleep + Send + 'static>(
     assert_eq!(echoed, sent, "SHA-256 of the echo");
     assert_eq!((stats.accepted, stats.bytes_in), (1, n as u64));
     assert_eq!(stats.errors, 0);
+    pcap.check();
 }
 
 // ---- TCP: ustack as the client ------------------------------------------------------------
@@ -222,6 +238,7 @@ pub fn ustack_client_bulk_both_ways<D: Device + Sleep + Send + 'static, S: Send 
 ) -> S {
     let port = 5001;
     let server = KernelServer::start(ns, down as usize, port, None);
+    let (device, pcap) = Pcap::wrap(test, device, HEADERS);
     let app = Ustack::start(builder, device, move |rt, stop| {
         let start = std::time::Instant::now();
         let s = TcpStream::connect(rt, SocketAddrV4::new(KERNEL_IP, port))?;
@@ -247,7 +264,7 @@ pub fn ustack_client_bulk_both_ways<D: Device + Sleep + Send + 'static, S: Send 
             done.ok_or_else(|| io::Error::other("stopped before the transfer ended"))?;
         let (all, first) = (start.elapsed(), first.unwrap_or_default());
         s.close(rt)?;
-        let stats = stats(rt.device());
+        let stats = stats(rt.device().device());
         Ok((got, digest, source.digest(), first, all - first, stats))
     });
     // The kernel server ends once it has sent everything and closed.
@@ -273,6 +290,7 @@ pub fn ustack_client_bulk_both_ways<D: Device + Sleep + Send + 'static, S: Send 
         down_time.as_secs_f64(),
         rate(down, down_time)
     );
+    pcap.check();
     stats
 }
 
@@ -297,10 +315,12 @@ print("ok", len(sizes))
 /// A kernel UDP client sends 25 datagrams (1 to 8000 bytes) to ustack's echo socket and
 /// checks each echo.
 pub fn kernel_udp_client_through_echo<D: Device + Sleep + Send + 'static>(
+    test: &str,
     ns: &NetNs,
     builder: RuntimeBuilder,
     device: D,
 ) {
+    let (device, pcap) = Pcap::wrap(test, device, 0);
     let app = Ustack::start(builder, device, |rt, stop| {
         let sock = UdpSocket::bind(rt, SocketAddrV4::new(USTACK_IP, 7))?;
         rt.register(&sock, 1, Interest::READABLE, Mode::Level)?;
@@ -324,6 +344,7 @@ pub fn kernel_udp_client_through_echo<D: Device + Sleep + Send + 'static>(
     let echoed = app.finish();
     assert_eq!(out.trim(), "ok 25");
     assert_eq!(echoed, 25);
+    pcap.check();
 }
 
 // ---- shards: one device queue each --------------------------------------------------------
@@ -395,6 +416,13 @@ pub fn two_shards_serve_kernel_clients<D: Device + Sleep + Send + 'static>(
     queues: Vec<D>,
 ) {
     let (conns, n) = (16u64, 256 * 1024u64);
+    // A capture per queue: each flow keeps to one queue both ways, so each file holds
+    // whole flows.
+    let (queues, pcaps): (Vec<_>, Vec<_>) = queues
+        .into_iter()
+        .enumerate()
+        .map(|(i, q)| Pcap::wrap(&format!("{test}-queue{i}"), q, HEADERS))
+        .unzip();
     let rt = ShardedBuilder::new(builder, Rss::new(RssKey::MICROSOFT, 2))
         .listen(SocketAddrV4::new(USTACK_IP, 9), 128)
         .start(queues, |_| ShardSink::default())
@@ -422,4 +450,7 @@ pub fn two_shards_serve_kernel_clients<D: Device + Sleep + Send + 'static>(
     // The kernel spreads flows over the queues (by flow hash): with 16 flows, both shards
     // get some (all on one would be a 1 in 32,768 chance).
     assert!(shards.iter().all(|s| s.0 > 0), "{shards:?}");
+    for pcap in pcaps {
+        pcap.check();
+    }
 }
