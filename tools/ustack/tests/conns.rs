@@ -10,6 +10,11 @@
 //! (`ustack stat --memory`); then the clients go on: each sends a line on every connection,
 //! checks the echo byte for byte and closes it. At the end ustack holds no connection and
 //! counted no listen overflow, drop or reset.
+//!
+//! The server captures the first [`CAPTURED`] packets of the run (`ustack capture -c`):
+//! every handshake and about half of the echoes and closes. tshark reads the capture: no
+//! malformed packet or expert error, no more than a handful of retransmissions either
+//! way (none lost: see the queue length below).
 
 use core::time::Duration;
 use std::io::{BufRead, BufReader, Write};
@@ -19,8 +24,9 @@ use std::time::Instant;
 
 use serde_json::Value;
 use ustack_testkit::netns::{
-    KERNEL_IP, NetNs, ServeOverTun, TUN_NAME, python_argv, root_or_skip, tool_or_skip,
+    KERNEL_IP, NetNs, ServeOverTun, TUN_NAME, USTACK_IP, python_argv, root_or_skip, tool_or_skip,
 };
+use ustack_testkit::tshark::{CLEAN_RETRANSMISSIONS, check_capture};
 
 /// Every command and client process is bounded by this.
 const LIMIT: Duration = Duration::from_secs(30);
@@ -34,6 +40,9 @@ const TOTAL: u64 = PER_CLIENT * SOURCES.len() as u64;
 /// ustack's counters, and its memory by kind.
 const STAT: &[&str] = &["stat", "--json"];
 const MEMORY: &[&str] = &["stat", "--memory", "--json"];
+/// The packets captured, the first ones: the handshakes are 45,000, the echoes and closes
+/// about 6 a connection more.
+const CAPTURED: u64 = 90_000;
 
 /// A client process, arguments `src host port n window limit_secs`: raises RLIMIT_NOFILE
 /// to its hard limit, opens `n` non-blocking connections from `src` (bound with
@@ -290,6 +299,10 @@ fn fifteen_thousand_kernel_connections_held_then_each_used_once() {
     )
     .expect("txqueuelen");
     let rss_before = rss(server.pid());
+    let pcap = std::env::temp_dir().join(format!("ustack-{TEST}-{}.pcap", std::process::id()));
+    let capture = server
+        .capture(ustack(), &pcap, &["-c", &CAPTURED.to_string()])
+        .expect("ustack capture");
 
     let start = Instant::now();
     let mut clients: Vec<Client> = SOURCES.iter().map(|s| Client::spawn(&ns, s)).collect();
@@ -365,4 +378,12 @@ fn fifteen_thousand_kernel_connections_held_then_each_used_once() {
         assert_eq!(end[table][name].as_u64(), Some(0), "{table} {name}: {end}");
     }
     assert_eq!(end["Tcp"]["PassiveOpens"].as_u64(), Some(TOTAL), "{end}");
+
+    // The capture ended at its count, halfway through the echoes.
+    assert_eq!(capture.finish().expect("the capture"), CAPTURED);
+    let bounds = (CLEAN_RETRANSMISSIONS, CLEAN_RETRANSMISSIONS);
+    if let Some(report) = check_capture(TEST, &pcap, USTACK_IP, bounds) {
+        assert_eq!(report.tcp, CAPTURED, "{TEST}: nothing but TCP");
+    }
+    let _ = std::fs::remove_file(&pcap);
 }

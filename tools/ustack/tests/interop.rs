@@ -2,15 +2,27 @@
 //! own, the kernel's side being the program: curl (a page, a 404, keep-alive over several
 //! URLs, a 1 MiB file checked by SHA-256), wrk (50 connections for 2 s, no socket error,
 //! no non-2xx answer; about 36,000 requests/s in a debug build), socat (echo of a small message and of 4 MiB, compared byte for
-//! byte). Root only (skipped otherwise unless `USTACK_REQUIRE_ROOT`); a missing program
-//! skips its test unless `USTACK_REQUIRE_TOOLS`.
+//! byte). Each run is captured by the server itself (`ustack capture` through its control
+//! socket, from before the client starts to the server's end; wrk's, the first
+//! [`WRK_PACKETS`] packets) and the capture read by tshark: no malformed packet or expert
+//! error, no more than a handful of retransmissions either way. Root only (skipped
+//! otherwise unless `USTACK_REQUIRE_ROOT`); a missing program skips its test unless
+//! `USTACK_REQUIRE_TOOLS`, a missing tshark skips the check unless
+//! `USTACK_REQUIRE_TSHARK`.
 
 use core::time::Duration;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use ustack_testkit::netns::{NetNs, ServeOverTun, root_or_skip, tool_or_skip};
+use ustack_testkit::netns::{
+    NetNs, ServeOverTun, ToolCapture, USTACK_IP, root_or_skip, tool_or_skip,
+};
+use ustack_testkit::tshark::{CLEAN_RETRANSMISSIONS, check_capture};
 
 const LIMIT: Duration = Duration::from_secs(30);
+/// The packets of wrk's run that are captured, the first ones: its 50 connections opened
+/// and their first 20,000 requests or so (the run makes tens of thousands more; the whole
+/// would be some hundreds of thousands of packets, many seconds of tshark's time).
+const WRK_PACKETS: &str = "60000";
 
 fn ustack() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_ustack"))
@@ -23,6 +35,27 @@ fn setup(test: &str, tool: &str) -> Option<NetNs> {
         return None;
     }
     Some(NetNs::new().expect("a namespace"))
+}
+
+/// The server's capture of the test's run, to a file in the temporary directory: on
+/// when this returns, until the server ends (or as `args` say).
+fn capture(test: &str, server: &ServeOverTun, args: &[&str]) -> (ToolCapture, PathBuf) {
+    let pcap = std::env::temp_dir().join(format!("ustack-{test}-{}.pcap", std::process::id()));
+    let capture = server
+        .capture(ustack(), &pcap, args)
+        .expect("ustack capture");
+    (capture, pcap)
+}
+
+/// Once the capture has ended: tshark's check of a run without faults; the file is
+/// removed if it passes.
+fn check(test: &str, capture: ToolCapture, pcap: &Path) {
+    let packets = capture.finish().expect("the capture");
+    let bounds = (CLEAN_RETRANSMISSIONS, CLEAN_RETRANSMISSIONS);
+    if let Some(report) = check_capture(test, pcap, USTACK_IP, bounds) {
+        assert_eq!(report.packets, packets, "{test}: what ustack capture wrote");
+    }
+    let _ = std::fs::remove_file(pcap);
 }
 
 /// Runs `sh -c script` in the namespace; its stdout.
@@ -66,6 +99,7 @@ fn curl_gets_pages_a_404_and_a_file_with_keep_alive() {
         ],
     )
     .expect("ustack serve http over tun");
+    let (cap, pcap) = capture("curl_gets_pages", &server, &[]);
 
     // Three URLs in one invocation: curl keeps the connection (one connect, then none).
     let out = sh(
@@ -111,6 +145,7 @@ fn curl_gets_pages_a_404_and_a_file_with_keep_alive() {
     assert_eq!(counter(&report, "http_200"), 3, "{report}");
     assert_eq!(counter(&report, "http_404"), 1, "{report}");
     assert_eq!(counter(&report, "errors"), 0, "{report}");
+    check("curl_gets_pages", cap, &pcap);
 }
 
 #[test]
@@ -124,6 +159,7 @@ fn wrk_loads_the_http_server_without_errors() {
         &["http", "--addr", "192.0.2.2:80", "--duration", "5s"],
     )
     .expect("ustack serve http over tun");
+    let (cap, pcap) = capture("wrk_loads_the_http_server", &server, &["-c", WRK_PACKETS]);
     let out = sh(&ns, "wrk -t2 -c50 -d2s --timeout 2s http://192.0.2.2/");
     let requests: u64 = out
         .lines()
@@ -142,6 +178,7 @@ fn wrk_loads_the_http_server_without_errors() {
     // may count a reset on each of them, never more.
     assert!(counter(&report, "errors") <= accepted, "{report}");
     assert!(counter(&report, "http_200") >= requests, "{report}");
+    check("wrk_loads_the_http_server", cap, &pcap);
 }
 
 #[test]
@@ -155,6 +192,7 @@ fn socat_echo_and_bulk_through_the_echo_server() {
         &["echo", "--addr", "192.0.2.2:7", "--duration", "6s"],
     )
     .expect("ustack serve echo over tun");
+    let (cap, pcap) = capture("socat_echo_and_bulk", &server, &[]);
     let out = sh(
         &ns,
         "echo 'hello, ustack' | socat -t 5 -T 10 - TCP:192.0.2.2:7",
@@ -178,4 +216,5 @@ fn socat_echo_and_bulk_through_the_echo_server() {
     assert_eq!(counter(&report, "accepted"), 2, "{report}");
     assert_eq!(counter(&report, "bytes_in"), 14 + 4194304, "{report}");
     assert_eq!(counter(&report, "errors"), 0, "{report}");
+    check("socat_echo_and_bulk", cap, &pcap);
 }
