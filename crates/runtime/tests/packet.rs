@@ -14,6 +14,9 @@
 //! - UDP echo, 1 to 8000 bytes;
 //! - two shards on two sockets of one fanout group serving 16 kernel connections.
 //!
+//! Each run is captured on ustack's side and read by tshark (`kernel/scenarios.rs`); the
+//! 256 MiB transfer on its first 150,000 frames.
+//!
 //! Without root (or `ethtool`, which turns off the kernel end's transmit offloads) each
 //! test skips with a note, unless `USTACK_REQUIRE_ROOT` is set (CI), which makes that a
 //! failure.

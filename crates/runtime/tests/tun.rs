@@ -14,6 +14,9 @@
 //!   would take about 24 s), streamed at both ends without holding it in memory;
 //! - UDP echo, datagrams from 1 byte to 8000 (fragmented).
 //!
+//! Each run is captured on ustack's side and read by tshark (`kernel/scenarios.rs`); the
+//! 512 MiB transfer on its first 150,000 frames.
+//!
 //! Without root or `/dev/net/tun` each test skips with a note, unless `USTACK_REQUIRE_ROOT`
 //! is set (CI), which makes that a failure.
 

@@ -4,7 +4,8 @@
 //! same transfers as over TUN and packet (`kernel/scenarios.rs`): ping (ARP over the
 //! link), 1 MiB and 16 MiB from a kernel client, 1 MiB through the echo server, ustack's
 //! client 4 MiB and 64 MiB each way, UDP echo. The interop matrix runs over this link too
-//! (`matrix.rs`: the relay around the xdp queue).
+//! (`matrix.rs`: the relay around the xdp queue). Each run is captured on ustack's side
+//! and read by tshark (`kernel/scenarios.rs`).
 //!
 //! Without root (or `ethtool`) each test skips with a note, unless `USTACK_REQUIRE_ROOT`
 //! is set (CI), which makes that a failure.
