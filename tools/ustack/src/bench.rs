@@ -89,7 +89,9 @@ pub struct Args {
     /// the veth pair): every segment MTU-sized on both links.
     #[arg(long)]
     no_offload: bool,
-    /// Server shards (threads with a queue pair each). Only 1 today.
+    /// Server shards: over shm, ustack's server on N threads with a queue pair and a stack
+    /// each, the client steering flows to them by RSS (udp-rr, pingpong, cps, stream);
+    /// Linux's baseline echo servers (udp-rr, pingpong) with N SO_REUSEPORT workers.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     shards: u16,
     /// sim: percent of frames lost, each direction (0 to 100, e.g. 1 or 0.5).
@@ -290,11 +292,25 @@ impl Args {
             );
         }
         if self.shards != 1 {
-            return Err(format!(
-                "--shards {}: not yet: the bench's ustack server runs one shard \
-                 (`ustack serve --shards N` runs more); use --shards 1",
-                self.shards
-            ));
+            let n = self.shards;
+            if scenarios.contains(&"c1m") {
+                return Err(format!(
+                    "--shards {n}: not yet for c1m (one server shard, one Linux worker per \
+                     process); use --shards 1"
+                ));
+            }
+            if ustack && link == "sim" {
+                return Err(format!(
+                    "--shards {n} is for --link shm: sim runs client and server in one \
+                     thread"
+                ));
+            }
+            if ustack && link != "shm" {
+                return Err(format!(
+                    "--shards {n}: not yet over {link}: the bench's ustack server runs one \
+                     queue there; use --link shm"
+                ));
+            }
         }
         let faults = self.faults();
         if !faults.is_empty() {
@@ -362,6 +378,9 @@ pub enum Until {
 #[derive(Debug)]
 pub struct Run {
     pub until: Until,
+    /// `--shards`: ustack's server shards over shm; the Linux baseline echo servers'
+    /// worker threads (`SO_REUSEPORT`).
+    pub shards: usize,
     /// Connections (pingpong) or connections per round (cps).
     pub conns: u32,
     /// Bytes per message (udp-rr, pingpong, cps).
@@ -454,8 +473,12 @@ struct Outcome {
     rtt_ns: Vec<u64>,
     counters: Option<Value>,
     client_counters: Option<Value>,
-    /// The server's CPU time, where it runs alone (shm: its thread).
+    /// The server's CPU time, where it runs alone (ustack: its shard threads, summed).
     server_cpu: Option<Duration>,
+    /// Server shards (ustack) or worker threads (Linux).
+    shards: usize,
+    /// ustack with several shards: each shard's CPU time and counters (null otherwise).
+    per_shard: Value,
     /// cps: TIME-WAIT entries on the server's side at the end of the run (ustack: the
     /// server stack's records; Linux: the machine's, from /proc/net/sockstat).
     time_wait: Option<u64>,
@@ -495,6 +518,8 @@ impl Outcome {
             counters: None,
             client_counters: None,
             server_cpu: None,
+            shards: 1,
+            per_shard: Value::Null,
             time_wait: None,
             faults: Value::Null,
             c1m: None,
@@ -594,7 +619,7 @@ impl Outcome {
             "scenario": self.scenario,
             "server": self.server,
             "link": self.link,
-            "shards": 1,
+            "shards": self.shards,
             "verified": self.verified,
             "conns": self.conns,
             "msg_size": if self.scenario == "stream" { Value::Null } else { json!(self.msg_size) },
@@ -617,6 +642,7 @@ impl Outcome {
                 "close": c.close.as_secs_f64(),
             })),
             "counters": self.counters.clone().unwrap_or(Value::Null),
+            "per_shard": self.per_shard.clone(),
             "client_counters": self.client_counters.clone().unwrap_or(Value::Null),
             "faults": self.faults,
         })
@@ -953,7 +979,7 @@ fn ustack_udp_rr(run: &Run) -> anyhow::Result<Outcome> {
 /// kernel socket in the bench process.
 fn linux_udp_rr(run: &Run) -> anyhow::Result<Outcome> {
     let size = run.size;
-    let (server, port) = linux::Peer::spawn("udp-echo", &[])?;
+    let (server, port) = linux::Peer::spawn("udp-echo", &workers(run))?;
     let client = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))
         .context("bind the Linux client socket on loopback")?;
     client.connect((Ipv4Addr::LOCALHOST, port))?;
@@ -980,7 +1006,14 @@ fn linux_udp_rr(run: &Run) -> anyhow::Result<Outcome> {
         "udp-rr", "linux", "loopback", 1, size, seq, elapsed, verified, rtt_ns,
     );
     o.server_cpu = cpu;
+    o.shards = run.shards;
     Ok(o)
+}
+
+/// The `bench-peer` arguments that give a Linux baseline server one worker thread per
+/// `--shards`, each with its own `SO_REUSEPORT` socket.
+fn workers(run: &Run) -> Vec<String> {
+    vec!["--workers".into(), run.shards.to_string()]
 }
 
 /// The CPU time between two readings of a peer's.
@@ -1058,7 +1091,7 @@ fn linux_lockstep(run: &Run, cps: bool) -> anyhow::Result<Outcome> {
     let (server, port) = if cps {
         linux::Peer::spawn("reply-close", &["--size".into(), size.to_string()])?
     } else {
-        linux::Peer::spawn("echo", &[])?
+        linux::Peer::spawn("echo", &workers(run))?
     };
     let mut kept = if cps {
         Vec::new()
@@ -1113,7 +1146,12 @@ fn linux_lockstep(run: &Run, cps: bool) -> anyhow::Result<Outcome> {
         rtt_ns,
     );
     o.server_cpu = cpu;
-    Ok(if cps { o.with_linux_time_wait() } else { o })
+    if cps {
+        // The reply-and-close checker has one thread: --shards does not apply.
+        return Ok(o.with_linux_time_wait());
+    }
+    o.shards = run.shards;
+    Ok(o)
 }
 
 /// stream over sim: for `--duration`, or until exactly `--bytes` have arrived.
@@ -1298,6 +1336,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             }
             let run = Run {
                 until,
+                shards: usize::from(args.shards),
                 conns: args.conns.unwrap_or(if c1m { C1M_CONNS } else { 10 }),
                 size: usize::from(args.msg_size),
                 seed: args.seed,
@@ -1311,10 +1350,9 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             let outcome = match (scenario, server.as_str()) {
                 ("stream", "ustack") if over_tun => tun::ustack_stream(&run, args.no_offload)?,
                 ("stream", _) if over_tun => tun::linux_stream(&run, args.no_offload)?,
-                ("udp-rr", "ustack") if shm => shm::udp_rr(&run)?,
-                ("pingpong", "ustack") if shm => shm::pingpong(&run)?,
-                ("cps", "ustack") if shm => shm::cps(&run)?,
-                ("stream", "ustack") if shm => shm::stream(&run)?,
+                (_, "ustack") if shm && !c1m => {
+                    shm::scenario(scenario, &run, usize::from(args.shards))?
+                }
                 ("udp-rr", "ustack") => ustack_udp_rr(&run)?,
                 ("pingpong", "ustack") => ustack_lockstep(&run, false)?,
                 ("cps", "ustack") => ustack_lockstep(&run, true)?,
@@ -1368,6 +1406,15 @@ fn print_table(outcomes: &[Outcome], args: &Args) {
         );
     } else if !args.server.iter().any(|s| s == "ustack") {
         println!("{linux}");
+    } else if args.link == "shm" && args.shards > 1 {
+        println!(
+            "ustack over shm, the server on {} shards (a thread, a queue pair and a stack \
+             each; the client steers flows to them by RSS), all busy-polling {} µs; Linux \
+             over loopback, the udp-rr and pingpong servers with {} SO_REUSEPORT workers",
+            args.shards,
+            shm::BUSY_POLL.as_micros(),
+            args.shards
+        );
     } else if args.link == "shm" {
         println!(
             "ustack over shm (server and client on their own threads, busy-polling {} µs); \

@@ -454,7 +454,15 @@ fn bench_refuses_what_it_cannot_do_with_what_is_allowed() {
             &["stream", "--no-offload"],
             "--no-offload is for --link tun, not shm",
         ),
-        (&["--shards", "2"], "--shards 2: not yet"),
+        (
+            &["--shards", "2", "--link", "sim"],
+            "--shards 2 is for --link shm",
+        ),
+        (
+            &["stream", "--shards", "3", "--link", "tun"],
+            "--shards 3: not yet over tun",
+        ),
+        (&["c1m", "--shards", "2"], "--shards 2: not yet for c1m"),
         (
             &["udp-rr", "--bytes", "1M"],
             "--bytes is for the stream scenario",
@@ -611,6 +619,43 @@ fn bench_stream_moves_exactly_the_bytes_asked_on_every_server_and_link() {
             let in_segs = ustack["counters"]["Tcp"]["InSegs"].as_u64().unwrap();
             assert!(in_segs >= want / 65_483, "{ustack}");
         }
+    }
+}
+
+/// `--shards 2` over shm: the ustack server on two shards, the client steering each flow
+/// to its shard by RSS. Both shards accept and serve, every connection is accepted once
+/// (the per-shard counts add up to the connections made), and the server's CPU time is
+/// the shards' summed; Linux's pingpong server runs two workers, its cps checker one.
+#[test]
+fn bench_shards_spread_pingpong_and_cps_over_both_shards_verified() {
+    for (scenario, linux_shards) in [("pingpong", 2), ("cps", 1)] {
+        let runs = bench_json(&format!("{scenario} --shards 2 --conns 8 --duration 200ms"));
+        let (ustack, linux) = (&runs[0], &runs[1]);
+        assert_eq!(ustack["shards"], 2, "{ustack}");
+        assert_eq!(linux["shards"], linux_shards, "{linux}");
+        let shards = ustack["per_shard"].as_array().expect("per_shard");
+        assert_eq!(shards.len(), 2, "{ustack}");
+        let opens: Vec<u64> = shards
+            .iter()
+            .map(|s| s["counters"]["Tcp"]["PassiveOpens"].as_u64().unwrap())
+            .collect();
+        assert!(
+            opens.iter().all(|&n| n > 0),
+            "both shards accepted: {opens:?}"
+        );
+        let made = if scenario == "cps" {
+            ustack["connections"].as_u64().unwrap()
+        } else {
+            8
+        };
+        assert_eq!(opens.iter().sum::<u64>(), made, "{opens:?}");
+        assert_eq!(ustack["counters"]["Tcp"]["PassiveOpens"], made);
+        let cpu: f64 = shards
+            .iter()
+            .map(|s| s["server_cpu_s"].as_f64().unwrap())
+            .sum();
+        let total = ustack["server_cpu_s"].as_f64().unwrap();
+        assert!(cpu > 0.0 && (cpu - total).abs() < 1e-6, "{cpu} vs {total}");
     }
 }
 

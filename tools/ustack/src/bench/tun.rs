@@ -27,7 +27,7 @@ use serde_json::Value;
 use ustack_dev::in_netns;
 use ustack_testkit::netns::{KERNEL_IP, NetNs, TunRig, USTACK_IP, on_path};
 
-use super::shm::{Serve, ServerThread, builder};
+use super::shm::{Serve, Servers, builder};
 use super::{Outcome, Run, kernel_stream_client, linux_stream_with};
 
 /// The server's port.
@@ -85,17 +85,17 @@ pub fn ustack_stream(run: &Run, no_offload: bool) -> anyhow::Result<Outcome> {
     .context("setting up the TUN interface in a namespace")?;
     let queue = rig.queues.remove(0);
     let addr = SocketAddrV4::new(USTACK_IP, PORT);
-    let server = ServerThread::start(
+    let server = Servers::start(
         Serve::Sink,
-        builder(USTACK_IP, 1, run.seed.wrapping_add(1)),
-        queue,
+        builder(USTACK_IP, 1, 0),
+        run.seed.wrapping_add(1),
+        vec![queue],
         addr,
-    )
-    .context("starting the server thread")?;
+    )?;
     let mut c = connect_in(&rig.ns, addr)?;
     let (sent, m) = kernel_stream_client(run, &mut c)?;
     let deadline = WallClock::now() + PATIENCE;
-    while !server.handle.is_finished() {
+    while !server.sunk() {
         if WallClock::now() > deadline {
             bail!("ustack stream over tun: the server did not read to the end");
         }
