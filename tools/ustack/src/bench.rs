@@ -16,8 +16,9 @@
 //! - `sim`: both stacks in the bench thread over the in-process sim link on the real
 //!   clock: the cost of the two stacks with no link and no second core; the only link
 //!   that injects faults (`--loss`, `--dup`, `--reorder`, `--corrupt`, `--delay`);
-//! - `tun` (root, `stream` only so far): the ustack server over a TUN interface in a
-//!   namespace, Linux's behind a veth pair, the same kernel client for both ([`tun`]).
+//! - `tun`, `packet`, `xdp` (root, `stream` only so far): the ustack server over a TUN
+//!   interface, or an `AF_PACKET` or `AF_XDP` socket on a veth end, in a namespace;
+//!   Linux's behind a veth pair; the same kernel client for both ([`kernel_link`]).
 //!
 //! Linux runs the same exchange through the kernel over loopback, its server in a process
 //! of its own so that its CPU time (and for `c1m` its memory) is measured alone
@@ -25,10 +26,10 @@
 //! comparison ([`plot`]).
 
 mod c1m;
+mod kernel_link;
 pub mod linux;
 mod plot;
 mod shm;
-mod tun;
 
 use std::io::{IsTerminal, Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4, TcpStream, UdpSocket};
@@ -49,8 +50,7 @@ const SCENARIOS: [&str; 4] = ["udp-rr", "pingpong", "cps", "stream"];
 const ALL_SCENARIOS: [&str; 5] = ["udp-rr", "pingpong", "cps", "stream", "c1m"];
 /// c1m's `--conns` unless told.
 const C1M_CONNS: u32 = 100_000;
-/// What `--link` accepts: the links ustack runs over, Linux's loopback, and the device
-/// links still to come (refused with a clear error until issue #5 brings them).
+/// What `--link` accepts: the links ustack runs over, and Linux's loopback.
 const LINKS: [&str; 6] = ["shm", "sim", "loopback", "tun", "packet", "xdp"];
 
 #[derive(Debug, clap::Args)]
@@ -80,9 +80,10 @@ pub struct Args {
     #[arg(long, default_value = "64", value_parser = parse_msg_size)]
     msg_size: u16,
     /// The link ustack runs over: shm (server and client on their own threads and cores),
-    /// sim (both in one thread; injects faults) or tun (root; stream only: ustack over a
-    /// TUN interface, Linux over a veth pair, a kernel client for both). loopback is
-    /// Linux's only (with --server linux); packet and xdp are not built yet.
+    /// sim (both in one thread; injects faults), or tun, packet or xdp (root; stream only:
+    /// ustack over a TUN interface, or an AF_PACKET or AF_XDP socket on a veth end, Linux
+    /// over a veth pair, a kernel client for both). loopback is Linux's only (with
+    /// --server linux).
     #[arg(long, default_value = "shm", value_parser = LINKS)]
     link: String,
     /// tun: without offloads (no virtio-net header on the TUN, TSO, GSO and GRO off on
@@ -259,27 +260,21 @@ impl Args {
     /// What the options ask that cannot be done, as a usage error (exit status 2).
     fn check(&self, scenarios: &[&str]) -> Result<(), String> {
         let link = self.link.as_str();
-        if matches!(link, "packet" | "xdp") {
-            return Err(format!(
-                "--link {link}: not yet in the bench (the AF_PACKET and AF_XDP links exist; \
-                 `ustack bench` does not run over them yet); use --link shm, sim or tun"
-            ));
-        }
         if self.no_offload && link != "tun" {
             return Err(format!("--no-offload is for --link tun, not {link}"));
         }
-        if link == "tun" {
+        let kernel_link = kernel_link::LINKS.contains(&link);
+        if kernel_link {
             if let Some(other) = scenarios.iter().find(|s| **s != "stream") {
                 return Err(format!(
-                    "--link tun: {other}: not yet: only stream runs over tun so far; \
-                     run `ustack bench stream --link tun`"
+                    "--link {link}: {other}: not yet: only stream runs over {link} so far; \
+                     run `ustack bench stream --link {link}`"
                 ));
             }
             if !self.faults().is_empty() {
-                return Err("faults need --link sim: the tun link cannot inject them".into());
-            }
-            if let Some(why) = tun::unavailable(self.no_offload) {
-                return Err(why);
+                return Err(format!(
+                    "faults need --link sim: the {link} link cannot inject them"
+                ));
             }
         }
         let ustack = self.server.iter().any(|s| s == "ustack");
@@ -358,6 +353,10 @@ impl Args {
                     path.display()
                 ));
             }
+        }
+        // Last: the other mistakes are found without root.
+        if kernel_link && let Some(why) = kernel_link::unavailable(link, self.no_offload) {
+            return Err(why);
         }
         Ok(())
     }
@@ -1346,10 +1345,15 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
                 bar: (bars && !c1m).then(|| progress_bar(format!("{scenario} on {server}"), until)),
             };
             let shm = args.link == "shm";
-            let over_tun = args.link == "tun";
+            let link = args.link.as_str();
+            let over_kernel_link = kernel_link::LINKS.contains(&link);
             let outcome = match (scenario, server.as_str()) {
-                ("stream", "ustack") if over_tun => tun::ustack_stream(&run, args.no_offload)?,
-                ("stream", _) if over_tun => tun::linux_stream(&run, args.no_offload)?,
+                ("stream", "ustack") if over_kernel_link => {
+                    kernel_link::ustack_stream(&run, link, args.no_offload)?
+                }
+                ("stream", _) if over_kernel_link => {
+                    kernel_link::linux_stream(&run, link, args.no_offload)?
+                }
                 (_, "ustack") if shm && !c1m => {
                     shm::scenario(scenario, &run, usize::from(args.shards))?
                 }
@@ -1403,6 +1407,18 @@ fn print_table(outcomes: &[Outcome], args: &Args) {
         println!(
             "ustack over TUN, Linux over veth ({offloads}; the server in a namespace, a \
              kernel client in another, its socket written from the bench process)"
+        );
+    } else if matches!(args.link.as_str(), "packet" | "xdp") {
+        let how = if args.link == "packet" {
+            "an AF_PACKET socket with TPACKET_V3 rings"
+        } else {
+            "an AF_XDP socket in copy mode"
+        };
+        println!(
+            "ustack over {} ({how} on a veth end), Linux over veth (the kernel client's end \
+             without transmit offloads on both; the server in a namespace, its socket \
+             written from the bench process)",
+            args.link
         );
     } else if !args.server.iter().any(|s| s == "ustack") {
         println!("{linux}");
