@@ -16,8 +16,9 @@
 //! - `sim`: both stacks in the bench thread over the in-process sim link on the real
 //!   clock: the cost of the two stacks with no link and no second core; the only link
 //!   that injects faults (`--loss`, `--dup`, `--reorder`, `--corrupt`, `--delay`);
-//! - `tun` (root, `stream` only so far): the ustack server over a TUN interface in a
-//!   namespace, Linux's behind a veth pair, the same kernel client for both ([`tun`]).
+//! - `tun`, `packet`, `xdp` (root, `stream` only so far): the ustack server over a TUN
+//!   interface, or an `AF_PACKET` or `AF_XDP` socket on a veth end, in a namespace;
+//!   Linux's behind a veth pair; the same kernel client for both ([`kernel_link`]).
 //!
 //! Linux runs the same exchange through the kernel over loopback, its server in a process
 //! of its own so that its CPU time (and for `c1m` its memory) is measured alone
@@ -25,10 +26,10 @@
 //! comparison ([`plot`]).
 
 mod c1m;
+mod kernel_link;
 pub mod linux;
 mod plot;
 mod shm;
-mod tun;
 
 use std::io::{IsTerminal, Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4, TcpStream, UdpSocket};
@@ -49,8 +50,7 @@ const SCENARIOS: [&str; 4] = ["udp-rr", "pingpong", "cps", "stream"];
 const ALL_SCENARIOS: [&str; 5] = ["udp-rr", "pingpong", "cps", "stream", "c1m"];
 /// c1m's `--conns` unless told.
 const C1M_CONNS: u32 = 100_000;
-/// What `--link` accepts: the links ustack runs over, Linux's loopback, and the device
-/// links still to come (refused with a clear error until issue #5 brings them).
+/// What `--link` accepts: the links ustack runs over, and Linux's loopback.
 const LINKS: [&str; 6] = ["shm", "sim", "loopback", "tun", "packet", "xdp"];
 
 #[derive(Debug, clap::Args)]
@@ -80,16 +80,19 @@ pub struct Args {
     #[arg(long, default_value = "64", value_parser = parse_msg_size)]
     msg_size: u16,
     /// The link ustack runs over: shm (server and client on their own threads and cores),
-    /// sim (both in one thread; injects faults) or tun (root; stream only: ustack over a
-    /// TUN interface, Linux over a veth pair, a kernel client for both). loopback is
-    /// Linux's only (with --server linux); packet and xdp are not built yet.
+    /// sim (both in one thread; injects faults), or tun, packet or xdp (root; stream only:
+    /// ustack over a TUN interface, or an AF_PACKET or AF_XDP socket on a veth end, Linux
+    /// over a veth pair, a kernel client for both). loopback is Linux's only (with
+    /// --server linux).
     #[arg(long, default_value = "shm", value_parser = LINKS)]
     link: String,
     /// tun: without offloads (no virtio-net header on the TUN, TSO, GSO and GRO off on
     /// the veth pair): every segment MTU-sized on both links.
     #[arg(long)]
     no_offload: bool,
-    /// Server shards (threads with a queue pair each). Only 1 today.
+    /// Server shards: over shm, ustack's server on N threads with a queue pair and a stack
+    /// each, the client steering flows to them by RSS (udp-rr, pingpong, cps, stream);
+    /// Linux's baseline echo servers (udp-rr, pingpong) with N SO_REUSEPORT workers.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     shards: u16,
     /// sim: percent of frames lost, each direction (0 to 100, e.g. 1 or 0.5).
@@ -257,27 +260,21 @@ impl Args {
     /// What the options ask that cannot be done, as a usage error (exit status 2).
     fn check(&self, scenarios: &[&str]) -> Result<(), String> {
         let link = self.link.as_str();
-        if matches!(link, "packet" | "xdp") {
-            return Err(format!(
-                "--link {link}: not yet in the bench (the AF_PACKET and AF_XDP links exist; \
-                 `ustack bench` does not run over them yet); use --link shm, sim or tun"
-            ));
-        }
         if self.no_offload && link != "tun" {
             return Err(format!("--no-offload is for --link tun, not {link}"));
         }
-        if link == "tun" {
+        let kernel_link = kernel_link::LINKS.contains(&link);
+        if kernel_link {
             if let Some(other) = scenarios.iter().find(|s| **s != "stream") {
                 return Err(format!(
-                    "--link tun: {other}: not yet: only stream runs over tun so far; \
-                     run `ustack bench stream --link tun`"
+                    "--link {link}: {other}: not yet: only stream runs over {link} so far; \
+                     run `ustack bench stream --link {link}`"
                 ));
             }
             if !self.faults().is_empty() {
-                return Err("faults need --link sim: the tun link cannot inject them".into());
-            }
-            if let Some(why) = tun::unavailable(self.no_offload) {
-                return Err(why);
+                return Err(format!(
+                    "faults need --link sim: the {link} link cannot inject them"
+                ));
             }
         }
         let ustack = self.server.iter().any(|s| s == "ustack");
@@ -290,11 +287,25 @@ impl Args {
             );
         }
         if self.shards != 1 {
-            return Err(format!(
-                "--shards {}: not yet: the bench's ustack server runs one shard \
-                 (`ustack serve --shards N` runs more); use --shards 1",
-                self.shards
-            ));
+            let n = self.shards;
+            if scenarios.contains(&"c1m") {
+                return Err(format!(
+                    "--shards {n}: not yet for c1m (one server shard, one Linux worker per \
+                     process); use --shards 1"
+                ));
+            }
+            if ustack && link == "sim" {
+                return Err(format!(
+                    "--shards {n} is for --link shm: sim runs client and server in one \
+                     thread"
+                ));
+            }
+            if ustack && link != "shm" {
+                return Err(format!(
+                    "--shards {n}: not yet over {link}: the bench's ustack server runs one \
+                     queue there; use --link shm"
+                ));
+            }
         }
         let faults = self.faults();
         if !faults.is_empty() {
@@ -343,6 +354,10 @@ impl Args {
                 ));
             }
         }
+        // Last: the other mistakes are found without root.
+        if kernel_link && let Some(why) = kernel_link::unavailable(link, self.no_offload) {
+            return Err(why);
+        }
         Ok(())
     }
 }
@@ -362,6 +377,9 @@ pub enum Until {
 #[derive(Debug)]
 pub struct Run {
     pub until: Until,
+    /// `--shards`: ustack's server shards over shm; the Linux baseline echo servers'
+    /// worker threads (`SO_REUSEPORT`).
+    pub shards: usize,
     /// Connections (pingpong) or connections per round (cps).
     pub conns: u32,
     /// Bytes per message (udp-rr, pingpong, cps).
@@ -454,8 +472,12 @@ struct Outcome {
     rtt_ns: Vec<u64>,
     counters: Option<Value>,
     client_counters: Option<Value>,
-    /// The server's CPU time, where it runs alone (shm: its thread).
+    /// The server's CPU time, where it runs alone (ustack: its shard threads, summed).
     server_cpu: Option<Duration>,
+    /// Server shards (ustack) or worker threads (Linux).
+    shards: usize,
+    /// ustack with several shards: each shard's CPU time and counters (null otherwise).
+    per_shard: Value,
     /// cps: TIME-WAIT entries on the server's side at the end of the run (ustack: the
     /// server stack's records; Linux: the machine's, from /proc/net/sockstat).
     time_wait: Option<u64>,
@@ -495,6 +517,8 @@ impl Outcome {
             counters: None,
             client_counters: None,
             server_cpu: None,
+            shards: 1,
+            per_shard: Value::Null,
             time_wait: None,
             faults: Value::Null,
             c1m: None,
@@ -594,7 +618,7 @@ impl Outcome {
             "scenario": self.scenario,
             "server": self.server,
             "link": self.link,
-            "shards": 1,
+            "shards": self.shards,
             "verified": self.verified,
             "conns": self.conns,
             "msg_size": if self.scenario == "stream" { Value::Null } else { json!(self.msg_size) },
@@ -617,6 +641,7 @@ impl Outcome {
                 "close": c.close.as_secs_f64(),
             })),
             "counters": self.counters.clone().unwrap_or(Value::Null),
+            "per_shard": self.per_shard.clone(),
             "client_counters": self.client_counters.clone().unwrap_or(Value::Null),
             "faults": self.faults,
         })
@@ -953,7 +978,7 @@ fn ustack_udp_rr(run: &Run) -> anyhow::Result<Outcome> {
 /// kernel socket in the bench process.
 fn linux_udp_rr(run: &Run) -> anyhow::Result<Outcome> {
     let size = run.size;
-    let (server, port) = linux::Peer::spawn("udp-echo", &[])?;
+    let (server, port) = linux::Peer::spawn("udp-echo", &workers(run))?;
     let client = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))
         .context("bind the Linux client socket on loopback")?;
     client.connect((Ipv4Addr::LOCALHOST, port))?;
@@ -980,7 +1005,14 @@ fn linux_udp_rr(run: &Run) -> anyhow::Result<Outcome> {
         "udp-rr", "linux", "loopback", 1, size, seq, elapsed, verified, rtt_ns,
     );
     o.server_cpu = cpu;
+    o.shards = run.shards;
     Ok(o)
+}
+
+/// The `bench-peer` arguments that give a Linux baseline server one worker thread per
+/// `--shards`, each with its own `SO_REUSEPORT` socket.
+fn workers(run: &Run) -> Vec<String> {
+    vec!["--workers".into(), run.shards.to_string()]
 }
 
 /// The CPU time between two readings of a peer's.
@@ -1058,7 +1090,7 @@ fn linux_lockstep(run: &Run, cps: bool) -> anyhow::Result<Outcome> {
     let (server, port) = if cps {
         linux::Peer::spawn("reply-close", &["--size".into(), size.to_string()])?
     } else {
-        linux::Peer::spawn("echo", &[])?
+        linux::Peer::spawn("echo", &workers(run))?
     };
     let mut kept = if cps {
         Vec::new()
@@ -1113,7 +1145,12 @@ fn linux_lockstep(run: &Run, cps: bool) -> anyhow::Result<Outcome> {
         rtt_ns,
     );
     o.server_cpu = cpu;
-    Ok(if cps { o.with_linux_time_wait() } else { o })
+    if cps {
+        // The reply-and-close checker has one thread: --shards does not apply.
+        return Ok(o.with_linux_time_wait());
+    }
+    o.shards = run.shards;
+    Ok(o)
 }
 
 /// stream over sim: for `--duration`, or until exactly `--bytes` have arrived.
@@ -1298,6 +1335,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             }
             let run = Run {
                 until,
+                shards: usize::from(args.shards),
                 conns: args.conns.unwrap_or(if c1m { C1M_CONNS } else { 10 }),
                 size: usize::from(args.msg_size),
                 seed: args.seed,
@@ -1307,14 +1345,18 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
                 bar: (bars && !c1m).then(|| progress_bar(format!("{scenario} on {server}"), until)),
             };
             let shm = args.link == "shm";
-            let over_tun = args.link == "tun";
+            let link = args.link.as_str();
+            let over_kernel_link = kernel_link::LINKS.contains(&link);
             let outcome = match (scenario, server.as_str()) {
-                ("stream", "ustack") if over_tun => tun::ustack_stream(&run, args.no_offload)?,
-                ("stream", _) if over_tun => tun::linux_stream(&run, args.no_offload)?,
-                ("udp-rr", "ustack") if shm => shm::udp_rr(&run)?,
-                ("pingpong", "ustack") if shm => shm::pingpong(&run)?,
-                ("cps", "ustack") if shm => shm::cps(&run)?,
-                ("stream", "ustack") if shm => shm::stream(&run)?,
+                ("stream", "ustack") if over_kernel_link => {
+                    kernel_link::ustack_stream(&run, link, args.no_offload)?
+                }
+                ("stream", _) if over_kernel_link => {
+                    kernel_link::linux_stream(&run, link, args.no_offload)?
+                }
+                (_, "ustack") if shm && !c1m => {
+                    shm::scenario(scenario, &run, usize::from(args.shards))?
+                }
                 ("udp-rr", "ustack") => ustack_udp_rr(&run)?,
                 ("pingpong", "ustack") => ustack_lockstep(&run, false)?,
                 ("cps", "ustack") => ustack_lockstep(&run, true)?,
@@ -1366,8 +1408,29 @@ fn print_table(outcomes: &[Outcome], args: &Args) {
             "ustack over TUN, Linux over veth ({offloads}; the server in a namespace, a \
              kernel client in another, its socket written from the bench process)"
         );
+    } else if matches!(args.link.as_str(), "packet" | "xdp") {
+        let how = if args.link == "packet" {
+            "an AF_PACKET socket with TPACKET_V3 rings"
+        } else {
+            "an AF_XDP socket in copy mode"
+        };
+        println!(
+            "ustack over {} ({how} on a veth end), Linux over veth (the kernel client's end \
+             without transmit offloads on both; the server in a namespace, its socket \
+             written from the bench process)",
+            args.link
+        );
     } else if !args.server.iter().any(|s| s == "ustack") {
         println!("{linux}");
+    } else if args.link == "shm" && args.shards > 1 {
+        println!(
+            "ustack over shm, the server on {} shards (a thread, a queue pair and a stack \
+             each; the client steers flows to them by RSS), all busy-polling {} µs; Linux \
+             over loopback, the udp-rr and pingpong servers with {} SO_REUSEPORT workers",
+            args.shards,
+            shm::BUSY_POLL.as_micros(),
+            args.shards
+        );
     } else if args.link == "shm" {
         println!(
             "ustack over shm (server and client on their own threads, busy-polling {} µs); \

@@ -443,8 +443,19 @@ fn bench_refuses_what_it_cannot_do_with_what_is_allowed() {
             &["--link", "loopback"],
             "ustack cannot run over loopback; use --link shm or sim for ustack, or --server linux",
         ),
-        (&["--link", "xdp"], "--link xdp: not yet in the bench"),
-        (&["--link", "packet"], "--link packet: not yet in the bench"),
+        (&["--link", "xdp"], "--link xdp: udp-rr: not yet"),
+        (
+            &["cps", "--link", "packet"],
+            "--link packet: cps: not yet: only stream runs over packet so far",
+        ),
+        (
+            &["stream", "--link", "xdp", "--loss", "1"],
+            "faults need --link sim: the xdp link cannot inject them",
+        ),
+        (
+            &["stream", "--link", "packet", "--no-offload"],
+            "--no-offload is for --link tun, not packet",
+        ),
         (
             &["pingpong", "--link", "tun"],
             "--link tun: pingpong: not yet: only stream runs over tun so far",
@@ -454,7 +465,15 @@ fn bench_refuses_what_it_cannot_do_with_what_is_allowed() {
             &["stream", "--no-offload"],
             "--no-offload is for --link tun, not shm",
         ),
-        (&["--shards", "2"], "--shards 2: not yet"),
+        (
+            &["--shards", "2", "--link", "sim"],
+            "--shards 2 is for --link shm",
+        ),
+        (
+            &["stream", "--shards", "3", "--link", "tun"],
+            "--shards 3: not yet over tun",
+        ),
+        (&["c1m", "--shards", "2"], "--shards 2: not yet for c1m"),
         (
             &["udp-rr", "--bytes", "1M"],
             "--bytes is for the stream scenario",
@@ -611,6 +630,43 @@ fn bench_stream_moves_exactly_the_bytes_asked_on_every_server_and_link() {
             let in_segs = ustack["counters"]["Tcp"]["InSegs"].as_u64().unwrap();
             assert!(in_segs >= want / 65_483, "{ustack}");
         }
+    }
+}
+
+/// `--shards 2` over shm: the ustack server on two shards, the client steering each flow
+/// to its shard by RSS. Both shards accept and serve, every connection is accepted once
+/// (the per-shard counts add up to the connections made), and the server's CPU time is
+/// the shards' summed; Linux's pingpong server runs two workers, its cps checker one.
+#[test]
+fn bench_shards_spread_pingpong_and_cps_over_both_shards_verified() {
+    for (scenario, linux_shards) in [("pingpong", 2), ("cps", 1)] {
+        let runs = bench_json(&format!("{scenario} --shards 2 --conns 8 --duration 200ms"));
+        let (ustack, linux) = (&runs[0], &runs[1]);
+        assert_eq!(ustack["shards"], 2, "{ustack}");
+        assert_eq!(linux["shards"], linux_shards, "{linux}");
+        let shards = ustack["per_shard"].as_array().expect("per_shard");
+        assert_eq!(shards.len(), 2, "{ustack}");
+        let opens: Vec<u64> = shards
+            .iter()
+            .map(|s| s["counters"]["Tcp"]["PassiveOpens"].as_u64().unwrap())
+            .collect();
+        assert!(
+            opens.iter().all(|&n| n > 0),
+            "both shards accepted: {opens:?}"
+        );
+        let made = if scenario == "cps" {
+            ustack["connections"].as_u64().unwrap()
+        } else {
+            8
+        };
+        assert_eq!(opens.iter().sum::<u64>(), made, "{opens:?}");
+        assert_eq!(ustack["counters"]["Tcp"]["PassiveOpens"], made);
+        let cpu: f64 = shards
+            .iter()
+            .map(|s| s["server_cpu_s"].as_f64().unwrap())
+            .sum();
+        let total = ustack["server_cpu_s"].as_f64().unwrap();
+        assert!(cpu > 0.0 && (cpu - total).abs() < 1e-6, "{cpu} vs {total}");
     }
 }
 
@@ -780,33 +836,37 @@ fn bench_without_a_terminal_says_what_runs_and_draws_no_progress_bar() {
     assert!(!err.contains('\r') && !err.contains('\x1b'), "{err:?}");
 }
 
-/// `--link tun` needs root, and says so (which command, and why) instead of failing
-/// half-way: run as `nobody` when the tests run as root.
+/// `--link tun`, `packet` and `xdp` need root, and say so (which command, and why)
+/// instead of failing half-way: run as `nobody` when the tests run as root.
 #[test]
-fn bench_over_tun_without_root_says_it_needs_root_and_why() {
+fn bench_over_kernel_links_without_root_says_it_needs_root_and_why() {
     let root = rustix::process::geteuid().is_root();
-    let o = if root {
-        if !ustack_testkit::netns::on_path("setpriv") {
-            eprintln!("skipped: no setpriv to drop root with");
-            return;
-        }
-        Command::new("setpriv")
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-            .arg(env!("CARGO_BIN_EXE_ustack"))
-            .args(["bench", "stream", "--link", "tun"])
-            .output()
-            .expect("run setpriv")
-    } else {
-        ustack(&["bench", "stream", "--link", "tun"])
-    };
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    let e = stderr(&o);
-    assert!(e.contains("--link tun needs root"), "{e}");
-    assert!(
-        e.contains("creates a TUN interface, network namespaces"),
-        "{e}"
-    );
-    assert!(o.stdout.is_empty());
+    if root && !ustack_testkit::netns::on_path("setpriv") {
+        eprintln!("skipped: no setpriv to drop root with");
+        return;
+    }
+    for (link, why) in [
+        ("tun", "creates a TUN interface, network namespaces"),
+        ("packet", "opens AF_PACKET sockets"),
+        ("xdp", "loads an XDP program"),
+    ] {
+        let args = ["bench", "stream", "--link", link];
+        let o = if root {
+            Command::new("setpriv")
+                .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                .arg(env!("CARGO_BIN_EXE_ustack"))
+                .args(&args[..])
+                .output()
+                .expect("run setpriv")
+        } else {
+            ustack(&args)
+        };
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        let e = stderr(&o);
+        assert!(e.contains(&format!("--link {link} needs root")), "{e}");
+        assert!(e.contains(why), "{e}");
+        assert!(o.stdout.is_empty());
+    }
 }
 
 /// `ustack bench stream --link tun` (root): ustack over a TUN interface with offloads and
@@ -824,29 +884,52 @@ fn bench_stream_over_tun_compares_ustack_and_linux_verified() {
         if !offload && !ustack_testkit::netns::tool_or_skip(test, "ethtool") {
             continue;
         }
-        let runs = bench_json(&format!("stream --link tun --bytes 32M{flags}"));
-        assert_eq!(runs.len(), 2);
-        let (ustack, linux) = (&runs[0], &runs[1]);
-        assert_eq!(
-            (&ustack["server"], &ustack["link"]),
-            (&"ustack".into(), &"tun".into())
-        );
-        assert_eq!(
-            (&linux["server"], &linux["link"]),
-            (&"linux".into(), &"veth".into())
-        );
-        for r in &runs {
-            assert_eq!(r["bytes"].as_u64(), Some(32 << 20), "{r}");
-            assert!(r["throughput_gbps"].as_f64().unwrap() > 0.0, "{r}");
-        }
-        assert!(ustack["server_cpu_s"].as_f64().unwrap() > 0.0, "{ustack}");
+        let in_segs = stream_over_kernel_link("tun", 32 << 20, flags);
         // With offloads the kernel sent super-segments: far fewer than 1,448-byte ones.
-        let in_segs = ustack["counters"]["Tcp"]["InSegs"].as_u64().unwrap();
         let mss_segs = (32u64 << 20) / 1448;
         if offload {
-            assert!(in_segs < mss_segs / 4, "{in_segs} segments: {ustack}");
+            assert!(in_segs < mss_segs / 4, "{in_segs} segments");
         } else {
-            assert!(in_segs >= mss_segs, "{in_segs} segments: {ustack}");
+            assert!(in_segs >= mss_segs, "{in_segs} segments");
         }
     }
+}
+
+/// `ustack bench stream --link packet` and `--link xdp` (root): ustack on an `AF_PACKET`
+/// or `AF_XDP` socket on a veth end, Linux over a veth pair, the same kernel client;
+/// exactly the bytes asked, verified on both, the ustack server's segments MTU-sized (the
+/// kernel end's transmit offloads are off) and its CPU time measured.
+#[test]
+fn bench_stream_over_packet_and_xdp_compares_ustack_and_linux_verified() {
+    let test = "bench_stream_over_packet_and_xdp_compares_ustack_and_linux_verified";
+    if ustack_testkit::netns::veth_or_skip(test).is_none() {
+        return;
+    }
+    for link in ["packet", "xdp"] {
+        let in_segs = stream_over_kernel_link(link, 8 << 20, "");
+        assert!(in_segs >= (8u64 << 20) / 1448, "{in_segs} segments");
+    }
+}
+
+/// `ustack bench stream --link LINK --bytes BYTES FLAGS`: ustack over `link` and Linux
+/// over veth, each moving exactly `bytes`, verified, the ustack server's CPU time
+/// measured; the segments the ustack server received.
+fn stream_over_kernel_link(link: &str, bytes: u64, flags: &str) -> u64 {
+    let runs = bench_json(&format!("stream --link {link} --bytes {bytes}{flags}"));
+    assert_eq!(runs.len(), 2);
+    let (ustack, linux) = (&runs[0], &runs[1]);
+    assert_eq!(
+        (&ustack["server"], &ustack["link"]),
+        (&"ustack".into(), &link.into())
+    );
+    assert_eq!(
+        (&linux["server"], &linux["link"]),
+        (&"linux".into(), &"veth".into())
+    );
+    for r in &runs {
+        assert_eq!(r["bytes"].as_u64(), Some(bytes), "{r}");
+        assert!(r["throughput_gbps"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    assert!(ustack["server_cpu_s"].as_f64().unwrap() > 0.0, "{ustack}");
+    ustack["counters"]["Tcp"]["InSegs"].as_u64().unwrap()
 }

@@ -54,6 +54,9 @@ pub struct PeerArgs {
     /// c1m-client: the source address (anywhere in 127/8).
     #[arg(long, default_value_t = Ipv4Addr::new(127, 0, 0, 2))]
     src: Ipv4Addr,
+    /// echo, udp-echo: worker threads, each with its own `SO_REUSEPORT` socket and epoll.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    workers: u16,
     /// sink, reply-close: the address to listen on.
     #[arg(long, default_value_t = Ipv4Addr::LOCALHOST)]
     addr: Ipv4Addr,
@@ -275,8 +278,8 @@ pub fn peer(args: &PeerArgs) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("entering network namespace {}", path.display()))?;
     }
     let result = match args.role.as_str() {
-        "echo" => baseline(Proto::Echo, args.port),
-        "udp-echo" => baseline(Proto::UdpEcho, args.port),
+        "echo" => baseline(Proto::Echo, args.port, args.workers),
+        "udp-echo" => baseline(Proto::UdpEcho, args.port, args.workers),
         "sink" => sink(args.addr),
         "reply-close" => reply_close(args.addr, args.size),
         _ => c1m_client(args),
@@ -299,11 +302,11 @@ fn commands(accepted: impl Fn() -> u64) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A baseline server with one worker on 127.0.0.1:`port` (in a `SO_REUSEPORT` group with
-/// the other processes on that port).
-fn baseline(proto: Proto, port: u16) -> anyhow::Result<()> {
+/// A baseline server with `workers` worker threads on 127.0.0.1:`port` (one
+/// `SO_REUSEPORT` group with each other and with the other processes on that port).
+fn baseline(proto: Proto, port: u16, workers: u16) -> anyhow::Result<()> {
     let server = Server::start(ServerConfig {
-        workers: 1,
+        workers: usize::from(workers),
         ..ServerConfig::new(proto, SocketAddr::from((Ipv4Addr::LOCALHOST, port)))
     })
     .context("starting the baseline server")?;

@@ -1,28 +1,32 @@
-//! ustack over the shm link: the server runtime on its own thread over side A of a
-//! [`ShmLink::pair`], the client runtime on the bench thread over side B. Each loop
-//! busy-polls for [`BUSY_POLL`] (`net.core.busy_poll`) before sleeping on its doorbell, so
-//! a round trip costs the two stacks and two cache-line hand-offs between cores, and no
-//! wake-up while the exchange is steady.
+//! ustack over the shm link: the server on its own threads over side A of a
+//! [`ShmLink::pair`] (one shard per queue pair, `--shards`: [`Servers`]), the client
+//! runtime on the bench thread over side B (through an [`RssSplitter`] when there are
+//! several queue pairs). Each loop busy-polls for [`BUSY_POLL`] (`net.core.busy_poll`)
+//! before sleeping on its doorbell, so a round trip costs the two stacks and two
+//! cache-line hand-offs between cores, and no wake-up while the exchange is steady.
 //!
-//! The server is measured alone: its thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`) from
-//! its first round to its last, and its MIB. It runs the same servers as `ustack serve`
-//! where one fits (the echo server of `ustack_runtime::servers` for pingpong); udp-rr
-//! has a UDP echo loop and stream a sink that checks every byte against the pattern.
+//! The server is measured alone: its shard threads' CPU time (`CLOCK_THREAD_CPUTIME_ID`,
+//! read on each) from when they listen to the end, and its MIB (summed over the shards).
+//! It runs the same servers as `ustack serve` where one fits (the echo server of
+//! `ustack_runtime::servers` for pingpong); udp-rr has a UDP echo loop, cps a server that
+//! replies and closes, and stream a sink that checks every byte against the pattern.
 
 use core::net::{Ipv4Addr, SocketAddrV4};
+use std::collections::HashMap;
 use std::io::{self, ErrorKind};
 use std::net::Shutdown;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::JoinHandle;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant as WallClock};
 
 use anyhow::{Context, bail};
-use serde_json::Value;
+use serde_json::{Value, json};
 use ustack_dev::Device;
 use ustack_dev::shm::{ShmConfig, ShmLink, ShmPort};
+use ustack_obs::Mib;
 use ustack_runtime::Mode;
 use ustack_runtime::api::{TcpListener, TcpStream, UdpSocket};
+use ustack_runtime::multi::{RssSplitter, ShardApp, ShardContext, ShardedBuilder, ShardedRuntime};
+use ustack_runtime::rss::{Rss, RssKey};
 use ustack_runtime::runtime::{Events, Interest, MonotonicClock, Runtime, RuntimeBuilder, Sleep};
 use ustack_runtime::servers::{Protocol, Server};
 use ustack_stack::EthernetAddress;
@@ -43,15 +47,16 @@ pub(super) type Rt = Runtime<ShmPort, MonotonicClock>;
 
 /// The link: Ethernet with loopback's MTU (65535, as `--link sim` and Linux's `lo`), so
 /// that stream moves segments of the same size on every server. 64 slots of 64 KiB per
-/// direction: 4 MiB in flight each way, more than the 4 MiB send buffer can fill.
-pub(super) fn link() -> io::Result<(ShmPort, ShmPort)> {
-    let (mut a, mut b) = ShmLink::pair(&ShmConfig {
+/// direction: 4 MiB in flight each way, more than the 4 MiB send buffer can fill. With
+/// `queue_pairs` of them: side A's queues (the server's) and side B's.
+fn link(queue_pairs: usize) -> io::Result<(Vec<ShmPort>, Vec<ShmPort>)> {
+    ShmLink::pair(&ShmConfig {
+        queue_pairs,
         ring_size: 64,
         slot_size: 65_600,
         mtu: 65_535,
         ..ShmConfig::default()
-    })?;
-    Ok((a.remove(0), b.remove(0)))
+    })
 }
 
 /// Both runtimes: TCP buffers the size Linux's autotuning reaches on loopback.
@@ -71,15 +76,23 @@ pub(super) fn thread_cpu() -> Duration {
     Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
 }
 
-/// What the server thread measured.
+/// What a sink read: the bytes received and checked, whether all matched the pattern, and
+/// when the last one arrived.
+pub(super) type SinkReport = (u64, bool, WallClock);
+
+/// What the server's shards measured, from when they all listened to the end.
 pub(super) struct ServerReport {
+    /// The shard threads' CPU time, summed.
     pub(super) cpu: Duration,
+    /// The shards' counters, summed.
     pub(super) counters: Value,
-    /// TIME-WAIT records at the end.
+    /// TIME-WAIT records at the end, summed.
     time_wait: usize,
-    /// stream: bytes received and checked, whether all matched, and when the last byte
-    /// arrived.
-    pub(super) sink: Option<(u64, bool, WallClock)>,
+    /// stream: what the sink read.
+    pub(super) sink: Option<SinkReport>,
+    /// With more than one shard, per shard: its thread's CPU time and its counters
+    /// (null with one).
+    pub(super) per_shard: Value,
 }
 
 /// The server's part of a scenario.
@@ -92,136 +105,210 @@ pub(super) enum Serve {
     Sink,
 }
 
-/// The server thread; it runs until `stop` (or, for the sink, until the client's FIN).
-pub(super) struct ServerThread {
-    stop: Arc<AtomicBool>,
-    pub(super) handle: JoinHandle<anyhow::Result<ServerReport>>,
+/// How long the shards may take to answer the bench (a CPU reading, the counters).
+const ANSWER: Duration = Duration::from_secs(5);
+
+/// The ustack server: one shard per device queue, each a thread with its own stack and
+/// the scenario's server ([`ShardServe`]) on it (`ustack_runtime::multi`), so that one
+/// shard or N run the same code. The shards' CPU time is read on each shard's own thread
+/// (`CLOCK_THREAD_CPUTIME_ID`) when they all listen and again at the end.
+pub(super) struct Servers {
+    rt: ShardedRuntime<ShardServe>,
+    cpu0: Vec<Duration>,
+    sink: Arc<Mutex<Option<SinkReport>>>,
 }
 
-impl ServerThread {
-    /// The server of `serve` on `addr`, a runtime from `builder` over `device`.
+impl Servers {
+    /// The server of `serve` on `addr`, one shard per device, runtimes from `builder`
+    /// (shard `k` seeded with `seed + k`), flows spread over the shards by Toeplitz RSS.
     pub(super) fn start<D: Device + Sleep + Send + 'static>(
         serve: Serve,
         builder: RuntimeBuilder,
-        device: D,
+        seed: u64,
+        devices: Vec<D>,
         addr: SocketAddrV4,
-    ) -> io::Result<ServerThread> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let handle = std::thread::Builder::new()
-            .name("ustack-server".into())
-            .spawn(move || {
-                let mut rt = builder.build(device)?;
-                let cpu0 = thread_cpu();
-                let sink = match serve {
-                    Serve::UdpEcho => udp_echo(&mut rt, &flag, addr).map(|()| None),
-                    Serve::TcpEcho => tcp_echo(&mut rt, &flag, addr).map(|()| None),
-                    Serve::ReplyAndClose(size) => {
-                        reply_and_close(&mut rt, &flag, addr, size).map(|()| None)
-                    }
-                    Serve::Sink => sink(&mut rt, &flag, addr).map(Some),
-                }?;
-                Ok(ServerReport {
-                    cpu: thread_cpu() - cpu0,
-                    counters: rt.stack().mib().to_json(),
-                    time_wait: rt.stack().tcp_resources().timewait,
-                    sink,
-                })
-            })?;
-        Ok(ServerThread { stop, handle })
+    ) -> anyhow::Result<Servers> {
+        let sink = Arc::new(Mutex::new(None));
+        let slot = sink.clone();
+        let rt = ShardedBuilder::new(builder, Rss::new(RssKey::MICROSOFT, devices.len()))
+            .seed(seed)
+            .start(devices, move |_| ShardServe {
+                serve,
+                addr,
+                sink: slot.clone(),
+                state: None,
+            })
+            .context("starting the ustack server")?;
+        let cpu0 = rt
+            .on_each_shard(|_, _, _| thread_cpu(), ANSWER)
+            .context("reading the server shards' CPU time")?;
+        Ok(Servers { rt, cpu0, sink })
     }
 
+    /// Whether the sink has read to the end of its stream.
+    pub(super) fn sunk(&self) -> bool {
+        self.sink.lock().is_ok_and(|s| s.is_some())
+    }
+
+    /// Stop the shards; what they measured.
     pub(super) fn finish(self) -> anyhow::Result<ServerReport> {
-        self.stop.store(true, Ordering::Relaxed);
-        match self.handle.join() {
-            Ok(r) => r.context("the ustack server"),
-            Err(_) => bail!("the ustack server thread panicked"),
+        let read = self.rt.on_each_shard(
+            |_, stack, _| {
+                let timewait = stack.tcp_resources().timewait;
+                (thread_cpu(), stack.mib().clone(), timewait)
+            },
+            ANSWER,
+        );
+        let shards = self.rt.shards();
+        for (k, app) in self.rt.stop().into_iter().enumerate() {
+            app.with_context(|| format!("the ustack server (shard {k})"))?;
         }
+        let read = read.context("reading the server shards' counters")?;
+        let (mut cpu, mut mib, mut time_wait) = (Duration::ZERO, Mib::new(), 0);
+        let mut per_shard = Vec::new();
+        for ((cpu1, m, tw), cpu0) in read.into_iter().zip(self.cpu0) {
+            let used = cpu1.saturating_sub(cpu0);
+            cpu += used;
+            mib.merge(&m);
+            time_wait += tw;
+            per_shard.push(json!({ "server_cpu_s": used.as_secs_f64(), "counters": m.to_json() }));
+        }
+        let sink = self.sink.lock().ok().and_then(|s| *s);
+        Ok(ServerReport {
+            cpu,
+            counters: mib.to_json(),
+            time_wait,
+            sink,
+            per_shard: if shards > 1 {
+                Value::Array(per_shard)
+            } else {
+                Value::Null
+            },
+        })
     }
 }
 
 /// Poll the server's loop until `stop`, waking at least every 10 ms to look at it.
 pub(super) const STOP_CHECK: Option<Duration> = Some(Duration::from_millis(10));
 
-fn udp_echo<D: Device + Sleep>(
-    rt: &mut Runtime<D>,
-    stop: &AtomicBool,
+/// One shard's server, made and bound on the shard's thread; the shard's loop runs the
+/// stack, then [`ShardApp::poll`] serves what came without waiting.
+pub(super) struct ShardServe {
+    serve: Serve,
     addr: SocketAddrV4,
-) -> anyhow::Result<()> {
-    let sock = UdpSocket::bind(rt, addr)?;
-    rt.register(&sock, 0, Interest::READABLE, Mode::Edge)?;
-    let (mut events, mut buf) = (Events::with_capacity(4), vec![0u8; 65_536]);
-    while !stop.load(Ordering::Relaxed) {
-        if rt.poll(&mut events, STOP_CHECK)? == 0 {
-            continue;
-        }
-        loop {
-            match sock.recv_from(rt, &mut buf) {
-                Ok((n, from)) => {
-                    sock.send_to(rt, &buf[..n], from)?;
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                Err(e) => return Err(e.into()),
-            }
-        }
-    }
-    Ok(())
+    /// Where the sink puts its report (one connection: whichever shard it reaches).
+    sink: Arc<Mutex<Option<SinkReport>>>,
+    state: Option<Serving>,
 }
 
-fn tcp_echo<D: Device + Sleep>(
-    rt: &mut Runtime<D>,
-    stop: &AtomicBool,
-    addr: SocketAddrV4,
-) -> anyhow::Result<()> {
-    let mut server = Server::bind(rt, Protocol::Echo, addr, None)?;
-    while !stop.load(Ordering::Relaxed) {
-        server.step(rt, STOP_CHECK)?;
+/// What a shard serves, once bound.
+enum Serving {
+    Udp(UdpSocket, Vec<u8>),
+    Echo(Server),
+    ReplyClose(ReplyClose),
+    Sink(Sink),
+}
+
+impl<D: Device + Sleep> ShardApp<D> for ShardServe {
+    fn start(&mut self, ctx: &mut ShardContext<'_, D>) -> io::Result<()> {
+        let (rt, addr) = (&mut *ctx.rt, self.addr);
+        self.state = Some(match self.serve {
+            Serve::UdpEcho => Serving::Udp(UdpSocket::bind(rt, addr)?, vec![0u8; 65_536]),
+            Serve::TcpEcho => Serving::Echo(Server::bind(rt, Protocol::Echo, addr, None)?),
+            Serve::ReplyAndClose(size) => Serving::ReplyClose(ReplyClose::bind(rt, addr, size)?),
+            Serve::Sink => Serving::Sink(Sink::bind(rt, addr)?),
+        });
+        Ok(())
     }
-    Ok(())
+
+    fn poll(&mut self, ctx: &mut ShardContext<'_, D>) -> io::Result<()> {
+        let rt = &mut *ctx.rt;
+        match &mut self.state {
+            Some(Serving::Udp(sock, buf)) => loop {
+                match sock.recv_from(rt, buf) {
+                    Ok((n, from)) => {
+                        sock.send_to(rt, &buf[..n], from)?;
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
+                    Err(e) => return Err(e),
+                }
+            },
+            Some(Serving::Echo(server)) => server.step(rt, Some(Duration::ZERO)).map(drop),
+            Some(Serving::ReplyClose(r)) => r.step(rt),
+            Some(Serving::Sink(sink)) => {
+                if let Some(report) = sink.step(rt)? {
+                    let mut slot = self.sink.lock().map_err(|_| io::Error::other("poisoned"))?;
+                    *slot = Some(report);
+                }
+                Ok(())
+            }
+            None => Ok(()),
+        }
+    }
 }
 
 /// cps's server: accept, read a `size`-byte request, send it back and close (the server
 /// closes first, as an HTTP/1.0 server does, so TIME-WAIT stays here).
-fn reply_and_close<D: Device + Sleep>(
-    rt: &mut Runtime<D>,
-    stop: &AtomicBool,
-    addr: SocketAddrV4,
+struct ReplyClose {
+    listener: TcpListener,
     size: usize,
-) -> anyhow::Result<()> {
-    let backlog = u32::try_from(rt.stack().sysctl().somaxconn).unwrap_or(u32::MAX);
-    let listener = TcpListener::bind(rt, addr, backlog)?;
-    const LISTENER: u64 = u64::MAX;
-    rt.register(&listener, LISTENER, Interest::READABLE, Mode::Edge)?;
-    let mut events = Events::with_capacity(256);
-    let mut conns: std::collections::HashMap<u64, (TcpStream, Vec<u8>)> = Default::default();
-    let (mut next, mut buf) = (0u64, vec![0u8; 4096]);
-    while !stop.load(Ordering::Relaxed) {
-        rt.poll(&mut events, STOP_CHECK)?;
-        for e in &events {
+    events: Events,
+    conns: HashMap<u64, (TcpStream, Vec<u8>)>,
+    next: u64,
+    buf: Vec<u8>,
+}
+
+/// The listener's token.
+const LISTENER: u64 = u64::MAX;
+
+impl ReplyClose {
+    fn bind<D: Device + Sleep>(
+        rt: &mut Runtime<D>,
+        addr: SocketAddrV4,
+        size: usize,
+    ) -> io::Result<ReplyClose> {
+        let backlog = u32::try_from(rt.stack().sysctl().somaxconn).unwrap_or(u32::MAX);
+        let listener = TcpListener::bind(rt, addr, backlog)?;
+        rt.register(&listener, LISTENER, Interest::READABLE, Mode::Edge)?;
+        Ok(ReplyClose {
+            listener,
+            size,
+            events: Events::with_capacity(256),
+            conns: HashMap::new(),
+            next: 0,
+            buf: vec![0u8; 4096],
+        })
+    }
+
+    /// Serve what is ready, without waiting.
+    fn step<D: Device + Sleep>(&mut self, rt: &mut Runtime<D>) -> io::Result<()> {
+        rt.poll(&mut self.events, Some(Duration::ZERO))?;
+        for e in &self.events {
             if e.token == LISTENER {
                 loop {
-                    match listener.accept(rt) {
+                    match self.listener.accept(rt) {
                         Ok((s, _)) => {
                             s.set_nodelay(rt, true)?;
-                            rt.register(&s, next, Interest::READABLE, Mode::Edge)?;
-                            conns.insert(next, (s, Vec::with_capacity(size)));
-                            next += 1;
+                            rt.register(&s, self.next, Interest::READABLE, Mode::Edge)?;
+                            self.conns
+                                .insert(self.next, (s, Vec::with_capacity(self.size)));
+                            self.next += 1;
                         }
                         Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                        Err(e) => return Err(e.into()),
+                        Err(e) => return Err(e),
                     }
                 }
                 continue;
             }
-            let Some((s, got)) = conns.get_mut(&e.token) else {
+            let Some((s, got)) = self.conns.get_mut(&e.token) else {
                 continue;
             };
             let done = loop {
-                match s.read(rt, &mut buf) {
+                match s.read(rt, &mut self.buf) {
                     Ok(0) => break true,
                     Ok(n) => {
-                        got.extend_from_slice(&buf[..n]);
-                        if got.len() >= size {
+                        got.extend_from_slice(&self.buf[..n]);
+                        if got.len() >= self.size {
                             s.write(rt, got)?;
                             break true;
                         }
@@ -230,83 +317,141 @@ fn reply_and_close<D: Device + Sleep>(
                     Err(_) => break true,
                 }
             };
-            if done && let Some((s, _)) = conns.remove(&e.token) {
+            if done && let Some((s, _)) = self.conns.remove(&e.token) {
                 s.close(rt)?;
             }
         }
+        Ok(())
     }
-    Ok(())
 }
 
-/// Accept one connection and read it to its end, checking every byte; when the last byte
-/// came.
-fn sink<D: Device + Sleep>(
-    rt: &mut Runtime<D>,
-    stop: &AtomicBool,
-    addr: SocketAddrV4,
-) -> anyhow::Result<(u64, bool, WallClock)> {
-    let listener = TcpListener::bind(rt, addr, 16)?;
-    rt.register(&listener, 0, Interest::READABLE, Mode::Edge)?;
-    let mut events = Events::with_capacity(4);
-    let stream = loop {
-        match listener.accept(rt) {
-            Ok((s, _)) => break s,
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                if stop.load(Ordering::Relaxed) {
-                    bail!("stopped before the client connected");
-                }
-                rt.poll(&mut events, STOP_CHECK)?;
-            }
-            Err(e) => return Err(e.into()),
+/// stream's server: accept one connection and read it to its end, checking every byte.
+struct Sink {
+    listener: TcpListener,
+    stream: Option<TcpStream>,
+    chunk: Vec<u8>,
+    buf: Vec<u8>,
+    got: u64,
+    verified: bool,
+    last: WallClock,
+    done: bool,
+}
+
+impl Sink {
+    fn bind<D: Device + Sleep>(rt: &mut Runtime<D>, addr: SocketAddrV4) -> io::Result<Sink> {
+        Ok(Sink {
+            listener: TcpListener::bind(rt, addr, 16)?,
+            stream: None,
+            chunk: stream_chunk(),
+            buf: vec![0u8; 1 << 16],
+            got: 0,
+            verified: true,
+            last: WallClock::now(),
+            done: false,
+        })
+    }
+
+    /// Read what has come, without waiting; the report once the stream has ended (once).
+    fn step<D: Device + Sleep>(&mut self, rt: &mut Runtime<D>) -> io::Result<Option<SinkReport>> {
+        if self.done {
+            return Ok(None);
         }
+        if self.stream.is_none() {
+            match self.listener.accept(rt) {
+                Ok((s, _)) => self.stream = Some(s),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(None),
+                Err(e) => return Err(e),
+            }
+        }
+        let Some(stream) = &self.stream else {
+            return Ok(None);
+        };
+        loop {
+            match stream.read(rt, &mut self.buf) {
+                Ok(0) => {
+                    self.done = true;
+                    if let Some(s) = self.stream.take() {
+                        s.close(rt)?;
+                    }
+                    return Ok(Some((self.got, self.verified, self.last)));
+                }
+                Ok(n) => {
+                    self.verified &= stream_matches(&self.chunk, self.got, &self.buf[..n]);
+                    self.got += n as u64;
+                    self.last = WallClock::now();
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(None),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// The scenario `name` (udp-rr, pingpong, cps or stream) over an shm link with `shards`
+/// queue pairs: the server on one shard per queue pair, the client on the bench thread
+/// over the other side (with several shards, through an [`RssSplitter`] that steers each
+/// frame to its flow's shard, as a NIC with RSS would). The stacks' seeds from `--seed`
+/// (server shard `k`: seed + 1 + k, client: seed + 2).
+pub fn scenario(name: &str, run: &Run, shards: usize) -> anyhow::Result<Outcome> {
+    let serve = match name {
+        "udp-rr" => Serve::UdpEcho,
+        "pingpong" => Serve::TcpEcho,
+        "cps" => Serve::ReplyAndClose(run.size),
+        _ => Serve::Sink,
     };
-    rt.register(&stream, 1, Interest::READABLE, Mode::Edge)?;
-    let chunk = stream_chunk();
-    let mut buf = vec![0u8; 1 << 16];
-    let (mut got, mut verified, mut last) = (0u64, true, WallClock::now());
-    loop {
-        match stream.read(rt, &mut buf) {
-            Ok(0) => return Ok((got, verified, last)),
-            Ok(n) => {
-                verified &= stream_matches(&chunk, got, &buf[..n]);
-                got += n as u64;
-                last = WallClock::now();
-            }
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                if stop.load(Ordering::Relaxed) {
-                    bail!("stopped before the client's FIN");
-                }
-                rt.poll(&mut events, STOP_CHECK)?;
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
-}
-
-/// The client's runtime and the server thread, set up for `serve`; the stacks' seeds
-/// from `--seed` (server: seed + 1, client: seed + 2).
-fn start(serve: Serve, seed: u64) -> anyhow::Result<(Rt, ServerThread)> {
-    let (a, b) = link().context("creating the shm link")?;
-    let server = ServerThread::start(
+    let (a, mut b) = link(shards).context("creating the shm link")?;
+    let server = Servers::start(
         serve,
-        builder(SERVER_IP, 1, seed.wrapping_add(1)),
+        builder(SERVER_IP, 1, 0),
+        run.seed.wrapping_add(1),
         a,
         SERVER,
-    )
-    .context("starting the server thread")?;
-    let rt = builder(CLIENT_IP, 2, seed.wrapping_add(2))
-        .build(b)
-        .context("building the client runtime")?;
-    Ok((rt, server))
+    )?;
+    let client = builder(CLIENT_IP, 2, run.seed.wrapping_add(2));
+    let mut o = if shards == 1 {
+        let rt = client.build(b.remove(0));
+        drive(
+            name,
+            run,
+            rt.context("building the client runtime")?,
+            server,
+        )
+    } else {
+        let splitter = RssSplitter::new(b, Rss::new(RssKey::MICROSOFT, shards));
+        let rt = client.build(splitter.replicate_unhashed(true));
+        drive(
+            name,
+            run,
+            rt.context("building the client runtime")?,
+            server,
+        )
+    }?;
+    o.shards = shards;
+    Ok(o)
+}
+
+/// The client's part of scenario `name`, on `rt`, against `server`.
+fn drive<D: Device + Sleep>(
+    name: &str,
+    run: &Run,
+    rt: Runtime<D>,
+    server: Servers,
+) -> anyhow::Result<Outcome> {
+    match name {
+        "udp-rr" => udp_rr(run, rt, server),
+        "pingpong" => lockstep(run, rt, server, false),
+        "cps" => lockstep(run, rt, server, true),
+        _ => stream(run, rt, server),
+    }
 }
 
 /// Run the client's loop until `done` holds, failing after [`PATIENCE`]; `done` sees the
 /// events of the last poll (none the first time).
-fn until(
-    rt: &mut Rt,
+fn until<D: Device + Sleep>(
+    rt: &mut Runtime<D>,
     events: &mut Events,
     what: &str,
-    mut done: impl FnMut(&mut Rt, &Events) -> anyhow::Result<bool>,
+    mut done: impl FnMut(&mut Runtime<D>, &Events) -> anyhow::Result<bool>,
 ) -> anyhow::Result<()> {
     let deadline = WallClock::now() + PATIENCE;
     events.clear();
@@ -320,15 +465,19 @@ fn until(
 }
 
 /// The outcome with the server's and the client's counters and the server's CPU time.
-fn finish(rt: &Rt, server: ServerReport, o: Outcome) -> Outcome {
+fn finish<D: Device + Sleep>(rt: &Runtime<D>, server: ServerReport, o: Outcome) -> Outcome {
     let mut o = o.with_counters(server.counters, rt.stack().mib().to_json());
     o.server_cpu = Some(server.cpu);
+    o.per_shard = server.per_shard;
     o
 }
 
-pub fn udp_rr(run: &Run) -> anyhow::Result<Outcome> {
+fn udp_rr<D: Device + Sleep>(
+    run: &Run,
+    mut rt: Runtime<D>,
+    server: Servers,
+) -> anyhow::Result<Outcome> {
     let size = run.size;
-    let (mut rt, server) = start(Serve::UdpEcho, run.seed)?;
     let sock = UdpSocket::bind(&mut rt, SocketAddrV4::new(CLIENT_IP, 0))?;
     rt.register(&sock, 0, Interest::READABLE, Mode::Edge)?;
     let mut events = Events::with_capacity(4);
@@ -367,8 +516,8 @@ pub fn udp_rr(run: &Run) -> anyhow::Result<Outcome> {
 
 /// Open `n` connections to the server and wait until all are established (writable);
 /// then each is registered for `interest`, with its index as the token.
-fn connect(
-    rt: &mut Rt,
+fn connect<D: Device + Sleep>(
+    rt: &mut Runtime<D>,
     events: &mut Events,
     n: u32,
     interest: Interest,
@@ -394,7 +543,10 @@ fn connect(
     Ok(streams)
 }
 
-fn close_all(rt: &mut Rt, streams: Vec<TcpStream>) -> anyhow::Result<()> {
+fn close_all<D: Device + Sleep>(
+    rt: &mut Runtime<D>,
+    streams: Vec<TcpStream>,
+) -> anyhow::Result<()> {
     for s in streams {
         s.close(rt)?;
     }
@@ -409,8 +561,8 @@ fn close_all(rt: &mut Rt, streams: Vec<TcpStream>) -> anyhow::Result<()> {
 /// One lock-step round: every stream sends one `size`-byte message (message `seq0 + i` on
 /// stream `i`) and reads its echo; with `to_fin`, also the server's FIN after it. Whether
 /// every echo was right.
-fn round(
-    rt: &mut Rt,
+fn round<D: Device + Sleep>(
+    rt: &mut Runtime<D>,
     events: &mut Events,
     streams: &[TcpStream],
     seq0: u64,
@@ -462,25 +614,16 @@ fn round(
     Ok(verified)
 }
 
-/// pingpong: `conns` connections kept for the run, one message each per round.
-pub fn pingpong(run: &Run) -> anyhow::Result<Outcome> {
-    lockstep(run, false)
-}
-
-/// cps: rounds of `conns` short connections, each: connect, one `size`-byte request, its
-/// echo, the server's FIN, our close. A round's time is the latency recorded.
-pub fn cps(run: &Run) -> anyhow::Result<Outcome> {
-    lockstep(run, true)
-}
-
-fn lockstep(run: &Run, cps: bool) -> anyhow::Result<Outcome> {
+/// pingpong (`cps` false): `conns` connections kept for the run, one message each per
+/// round; cps: rounds of `conns` short connections, each: connect, one `size`-byte
+/// request, its echo, the server's FIN, our close. A round's time is the latency recorded.
+fn lockstep<D: Device + Sleep>(
+    run: &Run,
+    mut rt: Runtime<D>,
+    server: Servers,
+    cps: bool,
+) -> anyhow::Result<Outcome> {
     let (conns, size) = (run.conns, run.size);
-    let serve = if cps {
-        Serve::ReplyAndClose(size)
-    } else {
-        Serve::TcpEcho
-    };
-    let (mut rt, server) = start(serve, run.seed)?;
     let mut events = Events::with_capacity(1024);
     let kept = if cps {
         Vec::new()
@@ -519,8 +662,11 @@ fn lockstep(run: &Run, cps: bool) -> anyhow::Result<Outcome> {
 
 /// stream: for `--duration`, or until exactly `--bytes` are sent; the rate is the bytes
 /// the server read over the time to the last of them.
-pub fn stream(run: &Run) -> anyhow::Result<Outcome> {
-    let (mut rt, server) = start(Serve::Sink, run.seed)?;
+fn stream<D: Device + Sleep>(
+    run: &Run,
+    mut rt: Runtime<D>,
+    server: Servers,
+) -> anyhow::Result<Outcome> {
     let mut events = Events::with_capacity(4);
     let s = connect(&mut rt, &mut events, 1, Interest::WRITABLE)?.remove(0);
     let chunk = stream_chunk();
@@ -543,9 +689,8 @@ pub fn stream(run: &Run) -> anyhow::Result<Outcome> {
     }
     // The sender's FIN: the server reads to it and notes when it came.
     s.shutdown(&mut rt, Shutdown::Write)?;
-    let server_done = &server.handle;
     let deadline = WallClock::now() + PATIENCE;
-    while !server_done.is_finished() {
+    while !server.sunk() {
         if WallClock::now() > deadline {
             bail!("ustack stream over shm: the server did not read to the end");
         }

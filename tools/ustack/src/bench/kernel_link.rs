@@ -1,0 +1,257 @@
+//! `--link tun`, `--link packet` and `--link xdp`: ustack and Linux each reached by the
+//! same kernel client over a kernel link, in network namespaces the bench makes and
+//! removes (root only).
+//!
+//! - **ustack over tun**: a TUN interface `tun0` created inside a fresh namespace (with
+//!   the kernel's offloads unless `--no-offload`: `IFF_VNET_HDR`, TSO4/TSO6 and checksum,
+//!   so 64 KiB super-segments move both ways, see `ustack_dev::tun` and `ustack_dev::gso`),
+//!   the kernel's end 192.0.2.1/24;
+//! - **ustack over packet or xdp**: a veth pair inside a fresh namespace
+//!   (`ustack_testkit::netns::PacketRig`, `XdpRig`), the kernel's end `veth0` with
+//!   192.0.2.1/24 and its transmit offloads off (the links take no partial checksums or
+//!   TSO segments), ustack on the other end through a `TPACKET_V3` socket or an `AF_XDP`
+//!   socket (copy mode, fed by the link's XDP program), with the veth end's MAC;
+//! - in each, the ustack server on a shard thread of the bench process at 192.0.2.2 over
+//!   the link's one queue (the same server as over shm, busy-polling 50 µs before it
+//!   sleeps in `poll(2)`);
+//! - **Linux**: two fresh namespaces joined by a veth pair (192.0.2.1 and 192.0.2.2; for
+//!   tun the veth's own offloads on unless `--no-offload`, for packet and xdp the client's
+//!   end with its transmit offloads off as in ustack's rig), the Linux server a `ustack
+//!   bench-peer` process that enters the server's namespace first.
+//!
+//! The client is the kernel in both: a socket the bench opens inside the client's
+//! namespace (`setns(2)` on a short-lived thread, `ustack_dev::in_netns`) and writes from
+//! its own thread. Each namespace is held by an `unshare --net sleep` process that is
+//! killed when the run ends, failed or not (`ustack_testkit::netns::NetNs`); every
+//! command in them is bounded by `timeout`.
+
+use std::io::{self, ErrorKind};
+use std::net::{SocketAddrV4, TcpStream};
+use std::path::Path;
+use std::time::{Duration, Instant as WallClock};
+
+use anyhow::{Context, bail};
+use serde_json::Value;
+use ustack_dev::Device;
+use ustack_dev::in_netns;
+use ustack_runtime::runtime::{RuntimeBuilder, Sleep};
+use ustack_stack::EthernetAddress;
+use ustack_testkit::netns::{KERNEL_IP, NetNs, PacketRig, TunRig, USTACK_IP, XdpRig, on_path};
+
+use super::shm::{Serve, Servers, builder};
+use super::{Outcome, Run, kernel_stream_client, linux_stream_with};
+
+/// The server's port.
+const PORT: u16 = 5001;
+/// How long the server may take to start listening, or to read to the end.
+const PATIENCE: Duration = Duration::from_secs(5);
+
+/// The links of this module.
+pub const LINKS: [&str; 3] = ["tun", "packet", "xdp"];
+
+/// Why `--link LINK` (tun, packet or xdp) cannot run here, if it cannot: it needs root
+/// (namespaces and their interfaces need `CAP_NET_ADMIN` and `CAP_SYS_ADMIN`; packet and
+/// xdp sockets `CAP_NET_RAW`, the XDP program `CAP_BPF`), `/dev/net/tun` for tun, and the
+/// tools it runs (`ethtool` for packet and xdp, whose rig turns the kernel end's transmit
+/// offloads off, and for `--no-offload`).
+pub fn unavailable(link: &str, no_offload: bool) -> Option<String> {
+    let why = match link {
+        "tun" => {
+            "creates a TUN interface, network namespaces and a veth pair \
+                  (CAP_NET_ADMIN and CAP_SYS_ADMIN)"
+        }
+        "packet" => {
+            "creates network namespaces and veth pairs and opens AF_PACKET \
+                     sockets (CAP_NET_ADMIN, CAP_NET_RAW and CAP_SYS_ADMIN)"
+        }
+        _ => {
+            "creates network namespaces and veth pairs, loads an XDP program and opens \
+              an AF_XDP socket (CAP_NET_ADMIN, CAP_NET_RAW, CAP_BPF and CAP_SYS_ADMIN)"
+        }
+    };
+    if !rustix::process::geteuid().is_root() {
+        return Some(format!(
+            "--link {link} needs root: `ustack bench --link {link}` {why}; run it as root \
+             (`sudo ustack bench stream --link {link}`)"
+        ));
+    }
+    if link == "tun" && !Path::new("/dev/net/tun").exists() {
+        return Some("--link tun: /dev/net/tun is missing (no TUN driver here)".into());
+    }
+    let mut tools = vec!["unshare", "nsenter", "ip", "timeout"];
+    if no_offload || link != "tun" {
+        tools.push("ethtool");
+    }
+    tools.into_iter().find(|t| !on_path(t)).map(|t| {
+        format!("--link {link}: `{t}` is not installed; `ustack bench --link {link}` runs it")
+    })
+}
+
+/// A socket connected from inside `ns` to `to`, again while the server is not listening
+/// yet (refused), for up to [`PATIENCE`].
+fn connect_in(ns: &NetNs, to: SocketAddrV4) -> anyhow::Result<TcpStream> {
+    let deadline = WallClock::now() + PATIENCE;
+    loop {
+        match in_netns("bench", Some(ns.path()), || TcpStream::connect(to)) {
+            Ok(c) => return Ok(c),
+            Err(e) if e.kind() == ErrorKind::ConnectionRefused && WallClock::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => return Err(e).with_context(|| format!("connecting to {to}")),
+        }
+    }
+}
+
+/// stream to the ustack server over `link` (tun, with the kernel's offloads unless
+/// `no_offload`; packet; xdp).
+pub fn ustack_stream(run: &Run, link: &str, no_offload: bool) -> anyhow::Result<Outcome> {
+    let b = builder(USTACK_IP, 1, 0);
+    let veth = "setting up the veth pair in a namespace";
+    match link {
+        "packet" => {
+            let mut rig = PacketRig::new(1).context(veth)?;
+            let queue = rig.queues.remove(0);
+            stream_over(
+                run,
+                "packet",
+                &rig.ns,
+                b.mac(EthernetAddress(rig.mac)),
+                queue,
+            )
+        }
+        "xdp" => {
+            let XdpRig { queue, mac, ns } = XdpRig::new().context(veth)?;
+            stream_over(run, "xdp", &ns, b.mac(EthernetAddress(mac)), queue)
+        }
+        _ => {
+            let mut rig = if no_offload {
+                TunRig::new(1, None)
+            } else {
+                TunRig::with_offload(1)
+            }
+            .context("setting up the TUN interface in a namespace")?;
+            let queue = rig.queues.remove(0);
+            stream_over(run, "tun", &rig.ns, b, queue)
+        }
+    }
+}
+
+/// stream from a kernel client in `ns` to the ustack server (a runtime from `builder`)
+/// over `device`, the link's queue in `ns`.
+fn stream_over<D: Device + Sleep + Send + 'static>(
+    run: &Run,
+    link: &'static str,
+    ns: &NetNs,
+    builder: RuntimeBuilder,
+    device: D,
+) -> anyhow::Result<Outcome> {
+    let addr = SocketAddrV4::new(USTACK_IP, PORT);
+    let server = Servers::start(
+        Serve::Sink,
+        builder,
+        run.seed.wrapping_add(1),
+        vec![device],
+        addr,
+    )?;
+    let mut c = connect_in(ns, addr)?;
+    let (sent, m) = kernel_stream_client(run, &mut c)?;
+    let deadline = WallClock::now() + PATIENCE;
+    while !server.sunk() {
+        if WallClock::now() > deadline {
+            bail!("ustack stream over {link}: the server did not read to the end");
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mut report = server.finish()?;
+    let Some((got, matched, last_byte)) = report.sink.take() else {
+        bail!("ustack stream over {link}: the server reported no transfer");
+    };
+    let limit = m.bytes();
+    let mut o = Outcome::stream(
+        "ustack",
+        link,
+        got,
+        last_byte.saturating_duration_since(m.start()),
+        matched && got == sent && limit.is_none_or(|l| got == l),
+    )
+    .with_counters(report.counters, Value::Null);
+    o.server_cpu = Some(report.cpu);
+    Ok(o)
+}
+
+/// The veth ends: the client's (in the first namespace) and the server's.
+const VETH_CLIENT: &str = "veth0";
+const VETH_SERVER: &str = "veth1";
+
+/// Two namespaces joined by a veth pair: the client's end [`KERNEL_IP`]/24, the server's
+/// [`USTACK_IP`]/24 (the addresses of the rigs), IPv6 off, with the veth's offloads
+/// (TSO, GSO, GRO) unless `no_offload`; with `client_tx_off`, the client's end without
+/// its transmit offloads (checksum, and with it TSO), as the packet and xdp rigs have it.
+fn veth_namespaces(no_offload: bool, client_tx_off: bool) -> anyhow::Result<(NetNs, NetNs)> {
+    let client = NetNs::new().context("creating the client's namespace")?;
+    let server = NetNs::new().context("creating the server's namespace")?;
+    let limit = Duration::from_secs(5);
+    let pid = server.holder_pid().to_string();
+    client.run(
+        limit,
+        &[
+            "ip",
+            "link",
+            "add",
+            VETH_CLIENT,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            VETH_SERVER,
+            "netns",
+            &pid,
+        ],
+    )?;
+    for (ns, dev, ip) in [
+        (&client, VETH_CLIENT, KERNEL_IP),
+        (&server, VETH_SERVER, USTACK_IP),
+    ] {
+        let ipv6 = format!("echo 1 > /proc/sys/net/ipv6/conf/{dev}/disable_ipv6 || true");
+        ns.run(limit, &["sh", "-c", &ipv6])?;
+        if client_tx_off && dev == VETH_CLIENT {
+            ns.run(limit, &["ethtool", "-K", dev, "tx", "off"])?;
+        }
+        if no_offload {
+            ns.run(
+                limit,
+                &[
+                    "ethtool", "-K", dev, "tso", "off", "gso", "off", "gro", "off",
+                ],
+            )?;
+        }
+        ns.run(
+            limit,
+            &["ip", "addr", "add", &format!("{ip}/24"), "dev", dev],
+        )?;
+        ns.run(limit, &["ip", "link", "set", "lo", "up"])?;
+        ns.run(limit, &["ip", "link", "set", dev, "up"])?;
+    }
+    Ok((client, server))
+}
+
+/// stream to a Linux server over a veth pair between two namespaces, the same kernel
+/// client as for ustack over `link` (for packet and xdp, its veth end's transmit offloads
+/// off as in their rigs).
+pub fn linux_stream(run: &Run, link: &str, no_offload: bool) -> anyhow::Result<Outcome> {
+    let (client, server) = veth_namespaces(no_offload, link != "tun")?;
+    let peer_args = [
+        "--netns".to_owned(),
+        server.path().display().to_string(),
+        "--addr".to_owned(),
+        USTACK_IP.to_string(),
+    ];
+    let connect = |port: u16| -> io::Result<TcpStream> {
+        in_netns("bench", Some(client.path()), || {
+            TcpStream::connect(SocketAddrV4::new(USTACK_IP, port))
+        })
+    };
+    let o = linux_stream_with(run, "veth", &peer_args, connect)?;
+    drop((client, server));
+    Ok(o)
+}
