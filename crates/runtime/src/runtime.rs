@@ -451,6 +451,7 @@ pub struct RuntimeBuilder {
     sysctls: Vec<(String, u64)>,
     seed: u64,
     busy_poll: Duration,
+    checksum_offload: bool,
     shard: usize,
     timer_granularity: Duration,
 }
@@ -474,6 +475,7 @@ impl RuntimeBuilder {
             sysctls: Vec::new(),
             seed: 0,
             busy_poll: Duration::ZERO,
+            checksum_offload: false,
             shard: 0,
             timer_granularity: Duration::from_millis(1),
         }
@@ -520,6 +522,14 @@ impl RuntimeBuilder {
     /// Seed for hash keys, ISNs and IP ids (give each stack its own).
     pub fn seed(mut self, seed: u64) -> Self {
         self.seed = seed;
+        self
+    }
+
+    /// Skip TCP and UDP checksums ([`Config::checksum_offload`]): only over a link that
+    /// cannot corrupt a frame whose other end is a ustack runtime set the same way (a shm
+    /// link between two ustack processes), as Linux's loopback skips them.
+    pub fn checksum_offload(mut self, on: bool) -> Self {
+        self.checksum_offload = on;
         self
     }
 
@@ -573,6 +583,7 @@ impl RuntimeBuilder {
         config.gateway = self.gateway;
         config.mtu = mtu;
         config.seed = self.seed;
+        config.checksum_offload = self.checksum_offload;
         for (name, value) in &self.sysctls {
             config
                 .sysctl

@@ -103,6 +103,12 @@ pub struct Config {
     pub sysctl: Sysctl,
     /// Seed for hash keys and IP identification; give each stack its own.
     pub seed: u64,
+    /// Neither compute nor verify TCP and UDP checksums, as Linux's loopback (whose
+    /// device claims `NETIF_F_HW_CSUM`, so no checksum is ever computed, and marks what it
+    /// delivers `CHECKSUM_UNNECESSARY`). Only for a link that cannot corrupt a frame and
+    /// whose other end is a ustack stack set the same way: a shm link between two ustack
+    /// processes. Segments leave with a zero checksum, which any other receiver drops.
+    pub checksum_offload: bool,
 }
 
 impl Config {
@@ -116,6 +122,7 @@ impl Config {
             mtu: 1500,
             sysctl: Sysctl::default(),
             seed: 0,
+            checksum_offload: false,
         }
     }
 
@@ -129,6 +136,7 @@ impl Config {
             mtu: 1500,
             sysctl: Sysctl::default(),
             seed: 0,
+            checksum_offload: false,
         }
     }
 }

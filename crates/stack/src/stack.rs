@@ -26,6 +26,8 @@ pub struct Stack {
     pub(crate) ipv4: Ipv4Cidr,
     pub(crate) gateway: Option<Ipv4Addr>,
     pub(crate) mtu: usize,
+    /// [`Config::checksum_offload`].
+    pub(crate) checksum_offload: bool,
     pub(crate) sysctl: Sysctl,
     pub(crate) mib: Mib,
     pub(crate) neigh: NeighTable,
@@ -56,6 +58,7 @@ impl Stack {
             mtu,
             sysctl,
             seed,
+            checksum_offload,
         } = config;
         let reasm = Reassembler::new(reasm_config(&sysctl), seed ^ 0x7265_6173_6d00_0001);
         Stack {
@@ -64,6 +67,7 @@ impl Stack {
             ipv4,
             gateway,
             mtu,
+            checksum_offload,
             mib: Mib::new(),
             neigh: NeighTable::new(seed ^ 0x6e65_6967_6800_0002),
             reasm,

@@ -223,6 +223,7 @@ impl Stack {
             src_port: local.port(),
             dst_port: dst.port(),
         };
+        let checksum_offload = self.checksum_offload;
         self.ipv4_output(now, out, |buf, src, dst| {
             let mut packet = udp::Packet::new_unchecked(buf);
             repr.emit(
@@ -231,7 +232,7 @@ impl Stack {
                 &dst.into(),
                 payload.len(),
                 |p| p.copy_from_slice(payload),
-                true,
+                !checksum_offload,
             );
         })?;
         self.mib.inc(Counter::UdpOutDatagrams);
@@ -259,7 +260,7 @@ impl Stack {
         let src = inbound.repr.src_addr.into();
         let dst = inbound.repr.dst_addr.into();
         let repr = match udp::Packet::new_checked(inbound.payload)
-            .and_then(|p| udp::Repr::parse(&p, &src, &dst, true))
+            .and_then(|p| udp::Repr::parse(&p, &src, &dst, !self.checksum_offload))
         {
             Ok(r) => r,
             Err(ustack_wire::Error::Checksum) => return self.mib.drop(DropReason::UdpCsum),

@@ -200,6 +200,11 @@ impl NetNs {
         let addr = format!("{KERNEL_IP}/24");
         self.run(limit, &["ip", "addr", "add", &addr, "dev", name])?;
         self.run(limit, &["ip", "link", "set", "lo", "up"])?;
+        // The depth of each TUN queue's ring (`tun_net_xmit` drops when it is full, counted
+        // as TX dropped on the kernel's side): at the default 500 a kernel bulk sender
+        // overruns a ustack reader that is descheduled for a moment on a 2-core machine,
+        // and the kernel's retransmissions of those drops read as a storm in the capture.
+        self.run(limit, &["ip", "link", "set", name, "txqueuelen", "4096"])?;
         self.run(limit, &["ip", "link", "set", name, "up"])?;
         Ok(())
     }

@@ -116,6 +116,11 @@ pub struct Args {
     /// ports): the same seed draws the same faults.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// shm: compute and verify TCP and UDP checksums. By default both ustack ends of the
+    /// shm link skip them, as Linux's loopback does (its device claims checksum offload, so
+    /// none is ever computed).
+    #[arg(long)]
+    checksums: bool,
     /// Print one JSON array (one object per server and scenario) instead of the table.
     #[arg(long)]
     json: bool,
@@ -385,6 +390,8 @@ pub struct Run {
     /// Bytes per message (udp-rr, pingpong, cps).
     pub size: usize,
     pub seed: u64,
+    /// `--checksums`: compute TCP/UDP checksums over shm (off: skipped, as on loopback).
+    pub checksums: bool,
     /// The sim link, with the faults (`--link sim`).
     sim: SimLinkConfig,
     /// How long a message, an echo or a connection may take over sim before the run fails.
@@ -1339,6 +1346,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
                 conns: args.conns.unwrap_or(if c1m { C1M_CONNS } else { 10 }),
                 size: usize::from(args.msg_size),
                 seed: args.seed,
+                checksums: args.checksums,
                 sim: sim.clone(),
                 patience,
                 // c1m runs in phases, not against the clock: its line says what it does.

@@ -341,6 +341,31 @@ fn bench_default_suite_runs_every_scenario_on_both_servers_verified() {
     );
 }
 
+/// Over shm both ustack ends skip TCP/UDP checksums by default (as Linux's loopback);
+/// `--checksums` computes and verifies them, and the transfer still verifies.
+#[test]
+fn bench_stream_over_shm_with_checksums_verifies() {
+    let o = ustack(&[
+        "bench",
+        "stream",
+        "--server",
+        "ustack",
+        "--duration",
+        "100ms",
+        "--checksums",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    let r = &v[0];
+    assert_eq!(
+        (r["link"].as_str(), r["verified"].as_bool()),
+        (Some("shm"), Some(true))
+    );
+    assert!(r["bytes"].as_u64().unwrap() > 1_000_000, "{r}");
+    assert_eq!(r["counters"]["Tcp"]["InErrs"].as_u64(), Some(0), "{r}");
+}
+
 #[test]
 fn bench_runs_every_scenario_over_sim_too() {
     let o = ustack(&[

@@ -373,7 +373,12 @@ impl Stack {
                 out[copied..].fill(0);
             }
         }
-        tcp::Packet::new_unchecked(&mut seg[..]).fill_checksum(&f.src.into(), &f.dst.into());
+        let mut packet = tcp::Packet::new_unchecked(&mut seg[..]);
+        if self.checksum_offload {
+            packet.set_checksum(0);
+        } else {
+            packet.fill_checksum(&f.src.into(), &f.dst.into());
+        }
         self.mib.inc(Counter::TcpOutSegs);
         self.ipv4_send(now, f, DropReason::DevQueueFull)
     }

@@ -94,11 +94,12 @@ pub fn ustack(run: &Run, hold: Duration) -> anyhow::Result<Outcome> {
         ..Probe::default()
     });
     let (shared, server_addrs, seed) = (probe.clone(), addrs.clone(), run.seed.wrapping_add(1));
+    let server_builder = shm::shm_builder(SERVER_IP, 1, seed, run);
     let server = std::thread::Builder::new()
         .name("ustack-server".into())
         .spawn(
             move || -> anyhow::Result<(Duration, u64, serde_json::Value)> {
-                let mut rt = shm::builder(SERVER_IP, 1, seed).build(a)?;
+                let mut rt = server_builder.build(a)?;
                 let mut server = Server::bind_all(&mut rt, Protocol::Echo, &server_addrs, None)?;
                 let mem0 = rt.stack().memory().total() as u64;
                 let cpu0 = shm::thread_cpu();
@@ -168,7 +169,7 @@ fn ustack_client(
     probe: &Probe,
 ) -> anyhow::Result<(Outcome, Rt, i64)> {
     let (n, size) = (run.conns as usize, run.size);
-    let mut rt = shm::builder(CLIENT_IP, 2, run.seed.wrapping_add(2))
+    let mut rt = shm::shm_builder(CLIENT_IP, 2, run.seed.wrapping_add(2), run)
         .sysctl("net.ipv4.ip_local_port_range.min", 1024)
         .sysctl("net.ipv4.ip_local_port_range.max", 65535)
         .build(port)

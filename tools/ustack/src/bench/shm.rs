@@ -70,6 +70,12 @@ pub(super) fn builder(ip: Ipv4Addr, mac: u8, seed: u64) -> RuntimeBuilder {
         .sysctl("net.ipv4.tcp_rmem.default", 4 << 20)
 }
 
+/// A runtime of one end of the bench's shm link: both ends skip TCP/UDP checksums unless
+/// `--checksums` (a shm link cannot corrupt a frame; Linux's loopback skips them too).
+pub(super) fn shm_builder(ip: Ipv4Addr, mac: u8, seed: u64, run: &Run) -> RuntimeBuilder {
+    builder(ip, mac, seed).checksum_offload(!run.checksums)
+}
+
 /// The calling thread's CPU time.
 pub(super) fn thread_cpu() -> Duration {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
@@ -402,12 +408,12 @@ pub fn scenario(name: &str, run: &Run, shards: usize) -> anyhow::Result<Outcome>
     let (a, mut b) = link(shards).context("creating the shm link")?;
     let server = Servers::start(
         serve,
-        builder(SERVER_IP, 1, 0),
+        shm_builder(SERVER_IP, 1, 0, run),
         run.seed.wrapping_add(1),
         a,
         SERVER,
     )?;
-    let client = builder(CLIENT_IP, 2, run.seed.wrapping_add(2));
+    let client = shm_builder(CLIENT_IP, 2, run.seed.wrapping_add(2), run);
     let mut o = if shards == 1 {
         let rt = client.build(b.remove(0));
         drive(
