@@ -364,8 +364,19 @@ impl XdpQueue {
     fn kick(&mut self) {
         self.tx.publish(true);
         self.tx_published = self.tx.ours;
-        self.stats.tx_kicks += 1;
-        let _ = kick(self.fd.as_fd());
+        // In copy mode one kick sends at most a budget of descriptors (the kernel's
+        // `xsk_generic_xmit`, `MAX_PER_SOCKET_BUDGET`, 32): kick until the kernel has taken
+        // everything queued, or stops taking, so that a batch larger than the budget does
+        // not pile up in the ring until frames find no room and are dropped.
+        loop {
+            let before = self.tx.theirs(false);
+            self.stats.tx_kicks += 1;
+            let _ = kick(self.fd.as_fd());
+            let after = self.tx.theirs(false);
+            if after == self.tx.ours || after == before {
+                break;
+            }
+        }
     }
 }
 
