@@ -539,6 +539,9 @@ impl PacketQueue {
     }
 }
 
+/// How many times a full transmit ring kicks the kernel before it drops a frame.
+const TX_CATCH_UP_KICKS: usize = 4;
+
 impl Device for PacketQueue {
     fn caps(&self) -> DeviceCaps {
         self.caps
@@ -617,15 +620,19 @@ impl Device for PacketQueue {
         }
         let slot = self.tx_slot(self.tx_head);
         let status = |q: &Self| q.map.u32_at(slot + HDR_STATUS).load(Ordering::Acquire);
+        let busy = |st: u32| st & (libc::TP_STATUS_SEND_REQUEST | libc::TP_STATUS_SENDING) != 0;
         let mut st = status(self);
-        if st & (libc::TP_STATUS_SEND_REQUEST | libc::TP_STATUS_SENDING) != 0
-            && self.tx_unkicked > 0
-        {
-            // The ring came round to a slot still queued: let the kernel catch up once.
+        // The ring came round to a slot still queued: let the kernel catch up. It may have
+        // stopped early (tpacket_snd gives up when the socket's send buffer is full and
+        // the call says MSG_DONTWAIT), so kick again, a few times, before dropping.
+        for _ in 0..TX_CATCH_UP_KICKS {
+            if !busy(st) {
+                break;
+            }
             self.kick();
             st = status(self);
         }
-        if st & (libc::TP_STATUS_SEND_REQUEST | libc::TP_STATUS_SENDING) != 0 {
+        if busy(st) {
             self.stats.tx_ring_full += 1;
             return false;
         }

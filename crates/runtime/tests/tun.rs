@@ -10,12 +10,12 @@
 //!   with the kernel's offloads taken (super-segments, partial checksums); the echo server
 //!   of `servers.rs` returns 1 MiB that the client checks;
 //! - TCP, ustack as the client: bulk to a kernel server and back, SHA-256 at both ends:
-//!   4 MiB each way, and 512 MiB each way (about 12 s with a debug build; 1 GiB each way
-//!   would take about 24 s), streamed at both ends without holding it in memory;
+//!   4 MiB each way, and 1 GiB each way (about 13 s with a debug build), streamed at both
+//!   ends without holding it in memory;
 //! - UDP echo, datagrams from 1 byte to 8000 (fragmented).
 //!
 //! Each run is captured on ustack's side and read by tshark (`kernel/scenarios.rs`); the
-//! 512 MiB transfer on its first 150,000 frames.
+//! 1 GiB transfer on its first 150,000 frames.
 //!
 //! Without root or `/dev/net/tun` each test skips with a note, unless `USTACK_REQUIRE_ROOT`
 //! is set (CI), which makes that a failure.
@@ -152,21 +152,13 @@ fn ustack_client_bulk_both_ways_with_kernel_server() {
 }
 
 #[test]
-fn ustack_client_moves_512mib_each_way_with_kernel_server() {
-    let test = "ustack_client_moves_512mib_each_way_with_kernel_server";
+fn ustack_client_moves_1gib_each_way_with_kernel_server() {
+    let test = "ustack_client_moves_1gib_each_way_with_kernel_server";
     let Some(mut rig) = rig(test) else {
         return;
     };
     let q = rig.queues.remove(0);
-    scenarios::ustack_client_bulk_both_ways(
-        test,
-        &rig.ns,
-        builder(),
-        q,
-        512 << 20,
-        512 << 20,
-        |_| (),
-    );
+    scenarios::ustack_client_bulk_both_ways(test, &rig.ns, builder(), q, 1 << 30, 1 << 30, |_| ());
 }
 
 #[test]

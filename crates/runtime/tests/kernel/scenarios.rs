@@ -8,7 +8,7 @@
 //! frames of a run) and the capture read by tshark afterwards: no malformed packet or
 //! expert error, and no more than a handful of retransmissions from either side
 //! (`ustack_testkit::tshark::check_capture`). The transfers above 64 MiB each way
-//! (512 MiB over tun, 256 MiB over packet) are checked on their first frames only: the
+//! (1 GiB over tun, 256 MiB over packet) are checked on their first frames only: the
 //! start of the upload, its slow start included.
 
 use core::net::SocketAddrV4;
