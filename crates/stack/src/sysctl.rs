@@ -208,6 +208,47 @@ impl Sysctl {
     }
 }
 
+/// `net.ipv4.ip_local_port_range` as the ephemeral-port searches walk it (TCP's connect,
+/// UDP's bind): every port once, from a moving hint round the range, as Linux's
+/// `__inet_hash_connect` and `udp_lib_get_port` search from an offset.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PortRange {
+    lo: u16,
+    hi: u16,
+}
+
+impl PortRange {
+    /// The range the sysctls give; `None` if it is empty (min above max).
+    pub(crate) fn of(sysctl: &Sysctl) -> Option<PortRange> {
+        let (lo, hi) = (
+            sysctl.ip_local_port_min as u16,
+            sysctl.ip_local_port_max as u16,
+        );
+        (lo <= hi).then_some(PortRange { lo, hi })
+    }
+
+    /// A stack's first hint, from a seed (so that stacks spread their ports); the range's
+    /// first port if the range is empty.
+    pub(crate) fn first_hint(sysctl: &Sysctl, seed: u64) -> u16 {
+        PortRange::of(sysctl).map_or(sysctl.ip_local_port_min as u16, |r| {
+            r.lo + (seed % (u64::from(r.hi - r.lo) + 1)) as u16
+        })
+    }
+
+    /// Every port of the range once, from `hint` (clamped into the range) round to just
+    /// before it.
+    pub(crate) fn from(self, hint: u16) -> impl Iterator<Item = u16> {
+        let span = u32::from(self.hi - self.lo) + 1;
+        let start = u32::from(hint.clamp(self.lo, self.hi) - self.lo);
+        (0..span).map(move |i| self.lo + ((start + i) % span) as u16)
+    }
+
+    /// The hint after `port` was taken: the next port, wrapping.
+    pub(crate) fn after(self, port: u16) -> u16 {
+        if port >= self.hi { self.lo } else { port + 1 }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -26,6 +26,7 @@ use ustack_wire::{IpProtocol, udp};
 use crate::ip::{Inbound, Outbound};
 use crate::slab::Slab;
 use crate::socket::{Readiness, SocketKey};
+use crate::sysctl::PortRange;
 use crate::{Error, Stack, Sysctl};
 
 /// Bytes charged to a receive queue per datagram on top of its payload: the queue entry
@@ -63,16 +64,10 @@ pub struct UdpTable {
 impl UdpTable {
     pub fn new(seed: u64, sysctl: &Sysctl) -> Self {
         let hasher = foldhash::fast::FixedState::with_seed(seed);
-        let span = (sysctl
-            .ip_local_port_max
-            .saturating_sub(sysctl.ip_local_port_min)
-            + 1)
-        .max(1);
-        let start = sysctl.ip_local_port_min + hasher.hash_one(0xed5eu16) % span;
         UdpTable {
             sockets: Slab::new(),
+            port_hint: PortRange::first_hint(sysctl, hasher.hash_one(0xed5eu16)),
             by_port: HashMap::with_hasher(hasher),
-            port_hint: start as u16,
         }
     }
 
@@ -124,21 +119,12 @@ impl UdpTable {
     /// A free port in [min, max], searched from a moving hint (Linux `udp_lib_get_port`
     /// picks a random start; the hint keeps successive binds spread).
     fn ephemeral(&mut self, sysctl: &Sysctl) -> Option<u16> {
-        let (lo, hi) = (
-            sysctl.ip_local_port_min as u16,
-            sysctl.ip_local_port_max as u16,
-        );
-        if lo > hi {
-            return None;
-        }
-        let span = u32::from(hi - lo) + 1;
-        let start = u32::from(self.port_hint.clamp(lo, hi) - lo);
-        (0..span)
-            .map(|i| lo + ((start + i) % span) as u16)
-            .find(|p| !self.by_port.contains_key(p))
-            .inspect(|&p| {
-                self.port_hint = if p == hi { lo } else { p + 1 };
-            })
+        let range = PortRange::of(sysctl)?;
+        let port = range
+            .from(self.port_hint)
+            .find(|p| !self.by_port.contains_key(p))?;
+        self.port_hint = range.after(port);
+        Some(port)
     }
 }
 

@@ -44,6 +44,7 @@ use ustack_wire::SeqNumber;
 
 use crate::slab::Slab;
 use crate::socket::{Readiness, SocketKey};
+use crate::sysctl::PortRange;
 use crate::{Error, Stack, Sysctl};
 pub use state::State;
 pub use tcb::FourTuple;
@@ -105,11 +106,6 @@ const POOL_LIMIT: usize = 1 << 30;
 
 impl Tcp {
     pub(crate) fn new(seed: u64, sysctl: &Sysctl) -> Tcp {
-        let span = (sysctl
-            .ip_local_port_max
-            .saturating_sub(sysctl.ip_local_port_min)
-            + 1)
-        .max(1);
         Tcp {
             conns: Slab::new(),
             ehash: HashMap::with_hasher(foldhash::fast::FixedState::with_seed(seed)),
@@ -121,7 +117,7 @@ impl Tcp {
             isn: isn::IsnGenerator::new(seed ^ 0x0069_736e),
             cookies: syncookie::SynCookies::new(seed ^ 0x636f_6f6b),
             challenge: (u64::MAX, 0),
-            port_hint: (sysctl.ip_local_port_min + seed % span) as u16,
+            port_hint: PortRange::first_hint(sysctl, seed),
         }
     }
 
@@ -191,17 +187,8 @@ impl Tcp {
         remote: SocketAddrV4,
         sysctl: &Sysctl,
     ) -> Option<(u16, Option<timer::TimeWait>)> {
-        let (lo, hi) = (
-            sysctl.ip_local_port_min as u16,
-            sysctl.ip_local_port_max as u16,
-        );
-        if lo > hi {
-            return None;
-        }
-        let span = u32::from(hi - lo) + 1;
-        let start = u32::from(self.port_hint.clamp(lo, hi) - lo);
-        for i in 0..span {
-            let port = lo + ((start + i) % span) as u16;
+        let range = PortRange::of(sysctl)?;
+        for port in range.from(self.port_hint) {
             let tuple = FourTuple {
                 local: SocketAddrV4::new(local_ip, port),
                 remote,
@@ -223,7 +210,7 @@ impl Tcp {
             } else {
                 None
             };
-            self.port_hint = if port == hi { lo } else { port + 1 };
+            self.port_hint = range.after(port);
             return Some((port, reused));
         }
         None
