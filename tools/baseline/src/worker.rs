@@ -568,7 +568,7 @@ fn http_input(conn: &mut Conn, sh: &mut Shared, n: usize) {
         match http::parse(&data[pos..]) {
             Parsed::Incomplete => break,
             Parsed::Error(status) => {
-                error_response(&mut out, sh, status, false);
+                error_response(&mut out, sh, status, false, false, false);
                 conn.phase = Phase::ShutdownAfterFlush;
                 pos = data.len();
             }
@@ -604,7 +604,15 @@ fn http_input(conn: &mut Conn, sh: &mut Shared, n: usize) {
     conn.out = out;
 }
 
-fn error_response(out: &mut Vec<u8>, sh: &Shared, status: Status, keep_alive: bool) {
+/// An error status with its plain-text body (none for a HEAD request).
+fn error_response(
+    out: &mut Vec<u8>,
+    sh: &Shared,
+    status: Status,
+    http10: bool,
+    keep_alive: bool,
+    head_only: bool,
+) {
     let body = status.error_body();
     http::write_head(
         out,
@@ -613,10 +621,12 @@ fn error_response(out: &mut Vec<u8>, sh: &Shared, status: Status, keep_alive: bo
         sh.date.get(),
         b"text/plain; charset=utf-8",
         body.len() as u64,
-        false,
+        http10,
         keep_alive,
     );
-    out.extend_from_slice(body);
+    if !head_only {
+        out.extend_from_slice(body);
+    }
 }
 
 /// Appends the response to one request: the fixed body for `/`, a static file, or an error.
@@ -684,20 +694,7 @@ fn respond(out: &mut Vec<u8>, sh: &mut Shared, req: &http::Request<'_>) -> bool 
     };
     // A 404 keeps the connection; a malformed path is a bad request like any other: close.
     let keep_alive = req.keep_alive && status != Status::BadRequest;
-    let body = status.error_body();
-    http::write_head(
-        out,
-        status,
-        b"ustack-baseline",
-        sh.date.get(),
-        b"text/plain; charset=utf-8",
-        body.len() as u64,
-        req.http10,
-        keep_alive,
-    );
-    if !head_only {
-        out.extend_from_slice(body);
-    }
+    error_response(out, sh, status, req.http10, keep_alive, head_only);
     keep_alive
 }
 
