@@ -15,6 +15,7 @@ use ustack_dev::sim::{Side, SimLink, SimLinkConfig};
 use ustack_dev::{Device, DeviceCaps, Medium};
 use ustack_obs::{Counter, DropReason};
 use ustack_runtime::rss::{Rss, RssKey};
+use ustack_runtime::runtime::{SimLinkPort, sim_pair};
 use ustack_runtime::shard::{Budget, Shard, TX_BATCH};
 use ustack_stack::tcp::State;
 use ustack_stack::{Config, EthernetAddress, Instant, Ipv4Cidr, Stack};
@@ -24,27 +25,6 @@ const B_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
 const NOBODY: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 3);
 
 type Link = Rc<RefCell<SimLink>>;
-
-/// One side of a shared sim link, as a device a shard can own.
-struct Port {
-    link: Link,
-    side: Side,
-}
-
-impl Device for Port {
-    fn caps(&self) -> DeviceCaps {
-        self.link.borrow().caps()
-    }
-    fn recv(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
-        self.link.borrow_mut().recv(now, self.side, buf)
-    }
-    fn send(&mut self, now: Instant, frame: &[u8]) -> bool {
-        self.link.borrow_mut().send(now, self.side, frame)
-    }
-    fn poll_at(&self) -> Option<Instant> {
-        self.link.borrow().poll_at(self.side)
-    }
-}
 
 fn eth_stack(last: u8, seed: u64) -> Stack {
     let mut config = Config::ethernet(
@@ -59,22 +39,19 @@ fn eth_stack(last: u8, seed: u64) -> Stack {
 /// (10.0.0.2) on side B that the test drives by hand.
 struct Setup {
     link: Link,
-    shard: Shard<Port>,
+    shard: Shard<SimLinkPort>,
     peer: Stack,
     now: Instant,
 }
 
 impl Setup {
     fn new() -> Setup {
-        let link = Rc::new(RefCell::new(SimLink::new(SimLinkConfig::default())));
-        let port = Port {
-            link: link.clone(),
-            side: Side::A,
-        };
+        // Side A is the shard's device; the test drives side B of the same link by hand.
+        let (port, b) = sim_pair(SimLinkConfig::default());
         Setup {
             shard: Shard::new(0, eth_stack(1, 1), port),
             peer: eth_stack(2, 2),
-            link,
+            link: b.link().clone(),
             now: Instant::ZERO,
         }
     }
