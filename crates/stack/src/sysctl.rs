@@ -167,14 +167,22 @@ sysctls! {
     tcp_retries2: "net.ipv4.tcp_retries2" = 15, [0, 255], "retries";
     /// Retransmissions of an orphaned connection (closed by the user) before it is aborted; 0 means 8.
     tcp_orphan_retries: "net.ipv4.tcp_orphan_retries" = 0, [0, 255], "retries";
+    /// Orphaned connections (closed, still sending) a stack keeps; beyond it they are reset (TCPAbortOnMemory). Linux: ehash size / 2, 262144 with 512k buckets.
+    tcp_max_orphans: "net.ipv4.tcp_max_orphans" = 262_144, [0, i32::MAX as u64], "sockets";
     /// How long an orphaned connection stays in FIN-WAIT-2.
     tcp_fin_timeout: "net.ipv4.tcp_fin_timeout" = 60, [1, 3600], "s";
+    /// TIME-WAIT records a stack keeps; beyond it a closing connection skips TIME-WAIT (TCPTimeWaitOverflow). Linux: ehash size / 2, 262144 with 512k buckets.
+    tcp_max_tw_buckets: "net.ipv4.tcp_max_tw_buckets" = 262_144, [0, i32::MAX as u64], "records";
+    /// Minimum interval between ACKs answering out-of-window segments, per connection or TIME-WAIT record.
+    tcp_invalid_ratelimit: "net.ipv4.tcp_invalid_ratelimit" = 500, [0, i32::MAX as u64], "ms";
     /// RFC 7323 timestamps on connections this stack opens or accepts.
     tcp_timestamps: "net.ipv4.tcp_timestamps" = 1, [0, 1], "bool";
     /// RFC 7323 window scaling.
     tcp_window_scaling: "net.ipv4.tcp_window_scaling" = 1, [0, 1], "bool";
     /// RFC 2018 selective acknowledgments.
     tcp_sack: "net.ipv4.tcp_sack" = 1, [0, 1], "bool";
+    /// Floor on the MSS a peer can impose (its MSS option): segments never carry less payload.
+    tcp_min_snd_mss: "net.ipv4.tcp_min_snd_mss" = 48, [48, 65_535], "bytes";
     /// Smallest receive buffer of a TCP socket (first of tcp_rmem).
     tcp_rmem_min: "net.ipv4.tcp_rmem.min" = 4096, [1, 1 << 30], "bytes";
     /// Initial receive buffer of a TCP socket (second of tcp_rmem).

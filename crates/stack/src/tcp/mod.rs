@@ -97,6 +97,8 @@ pub(crate) struct Tcp {
     pub(crate) cookies: syncookie::SynCookies,
     /// Challenge ACKs sent in the current second (RFC 5961 §7, `tcp_challenge_ack_limit`).
     pub(crate) challenge: (u64, u32),
+    /// Connections closed by the user and still alive (Linux `tcp_orphan_count`).
+    pub(crate) orphans: usize,
     port_hint: u16,
 }
 
@@ -117,6 +119,7 @@ impl Tcp {
             isn: isn::IsnGenerator::new(seed ^ 0x0069_736e),
             cookies: syncookie::SynCookies::new(seed ^ 0x636f_6f6b),
             challenge: (u64::MAX, 0),
+            orphans: 0,
             port_hint: PortRange::first_hint(sysctl, seed),
         }
     }
@@ -159,6 +162,9 @@ impl Tcp {
     pub(crate) fn remove(&mut self, h: TcpHandle) -> Option<Tcb> {
         let mut tcb = self.conns.remove(h.index, h.generation)?;
         self.ehash.remove(&tcb.tuple);
+        if tcb.flags.has(tcb::TcbFlags::ORPHAN) {
+            self.orphans -= 1;
+        }
         tcb.sndbuf.clear(&mut self.pool);
         tcb.rcvbuf.clear(&mut self.pool);
         Some(tcb)
@@ -499,6 +505,10 @@ impl Stack {
     /// TCPAbortOnClose), and so does `SO_LINGER` with zero time ([`Stack::tcp_set_linger`],
     /// TCPAbortOnData). Never waits: there is no blocking close.
     pub fn tcp_close(&mut self, now: Instant, h: TcpHandle) -> Result<(), Error> {
+        let tcb = self.tcp.get(h).ok_or(Error::BadHandle)?;
+        if !tcb.flags.has(tcb::TcbFlags::ORPHAN) {
+            self.tcp.orphans += 1;
+        }
         let tcb = self.tcp.get_mut(h).ok_or(Error::BadHandle)?;
         tcb.flags
             .set(tcb::TcbFlags::ORPHAN | tcb::TcbFlags::RCV_SHUTDOWN);
@@ -522,6 +532,7 @@ impl Stack {
             }
             _ => {
                 self.tcp_queue_fin(now, h);
+                self.tcp_orphan_check_oom(now, h, 0);
             }
         }
         // Readiness: a poller drops the registration of a closed socket when it sees it.
@@ -683,6 +694,8 @@ impl Stack {
             requests: self.tcp.requests.len(),
             buffer_bytes: self.tcp.pool.in_use_bytes(),
             timers: self.tcp.timers.len(),
+            timewait_queue: self.tcp.timewait.queue_len(),
+            orphans: self.tcp.orphans,
         }
     }
 
@@ -740,6 +753,10 @@ pub struct TcpResources {
     pub requests: usize,
     pub buffer_bytes: usize,
     pub timers: usize,
+    /// Entries in the TIME-WAIT expiry queue (one per record, plus records removed early).
+    pub timewait_queue: usize,
+    /// Connections closed by the user and still alive (bounded by `tcp_max_orphans`).
+    pub orphans: usize,
 }
 
 /// Deque of accepted connections (kept small: one entry per established, unaccepted
@@ -760,6 +777,8 @@ mod tests {
             rcv_wnd: 100,
             ts_ok,
             expires: entered + timer::TIMEWAIT_LEN,
+            queued: entered + timer::TIMEWAIT_LEN,
+            last_oow_ack: 0,
         }
     }
 

@@ -4,12 +4,12 @@
 //! Each connection has a fixed table of deadlines (retransmit/probe, delayed ACK,
 //! keepalive/FIN-WAIT-2) and one entry in the stack's timer queue for the earliest; an
 //! entry whose deadline moved is skipped when it comes up (lazy cancel), since the RTO is
-//! re-armed on nearly every ACK. TIME-WAIT records all live 60 s, so they expire from a
-//! FIFO queue in O(1).
+//! re-armed on nearly every ACK. TIME-WAIT records live 60 s from their last restart; each
+//! has exactly one entry in an expiry heap, whatever the peer sends (see [`TimeWaits`]).
 
 use core::net::SocketAddrV4;
 use core::time::Duration;
-use std::collections::VecDeque;
+use std::collections::BinaryHeap;
 
 use hashbrown::HashMap;
 use ustack_obs::{Counter, DropReason, Instant};
@@ -38,16 +38,31 @@ pub(crate) struct TimeWait {
     pub ts_offset: u32,
     pub rcv_wnd: u16,
     pub ts_ok: bool,
+    /// When the record ends: 2*MSL after it was made or last restarted.
     pub expires: Instant,
+    /// The deadline of the record's one entry in the expiry heap (at most `expires`: a
+    /// restart only moves `expires`, and the entry is re-filed when it comes up).
+    pub queued: Instant,
+    /// When the last out-of-window segment was answered, in ms of the stack clock (0:
+    /// never); Linux `tw_last_oow_ack_time`, for `tcp_oow_rate_limited`.
+    pub last_oow_ack: u32,
 }
 
 /// All TIME-WAIT records of a stack.
+///
+/// A peer can make a record restart its 2*MSL wait with every segment it sends (RFC 9293
+/// §3.10.7.4 and Linux `tcp_timewait_state_process` restart it on a retransmitted FIN and
+/// any ACK); that only moves the record's `expires`. The expiry heap holds one entry per
+/// record, filed when the record is made; when an entry comes up and its record was
+/// restarted meanwhile, it is filed again at the new deadline (Linux re-arms the record's
+/// one timer instead, `inet_twsk_reschedule`). So a flood costs no memory. Records are
+/// bounded by `tcp_max_tw_buckets`.
 #[derive(Debug)]
 pub(crate) struct TimeWaits {
     map: HashMap<FourTuple, TimeWait, foldhash::fast::FixedState>,
-    /// (deadline, tuple) in deadline order; an entry whose record was re-armed or removed
-    /// is skipped.
-    queue: VecDeque<(Instant, FourTuple)>,
+    /// (deadline, tuple), earliest first; an entry whose record was removed (or replaced
+    /// by a new incarnation, whose `queued` differs) is dropped when it comes up.
+    queue: BinaryHeap<core::cmp::Reverse<(Instant, FourTuple)>>,
 }
 
 impl TimeWaits {
@@ -58,13 +73,20 @@ impl TimeWaits {
 
     /// Heap bytes: the table and the expiry queue.
     pub fn heap_bytes(&self) -> usize {
-        self.map.allocation_size() + self.queue.capacity() * size_of::<(Instant, FourTuple)>()
+        self.map.allocation_size()
+            + self.queue.capacity() * size_of::<core::cmp::Reverse<(Instant, FourTuple)>>()
+    }
+
+    /// Entries in the expiry heap: one per record, plus at most one per record removed
+    /// early (a RST, a new SYN, a reused tuple) in the last 2*MSL.
+    pub fn queue_len(&self) -> usize {
+        self.queue.len()
     }
 
     pub fn new(seed: u64) -> Self {
         TimeWaits {
             map: HashMap::with_hasher(foldhash::fast::FixedState::with_seed(seed)),
-            queue: VecDeque::new(),
+            queue: BinaryHeap::new(),
         }
     }
     pub fn contains(&self, t: &FourTuple) -> bool {
@@ -73,9 +95,43 @@ impl TimeWaits {
     pub fn len(&self) -> usize {
         self.map.len()
     }
-    fn insert(&mut self, t: FourTuple, tw: TimeWait) {
-        self.queue.push_back((tw.expires, t));
+    fn insert(&mut self, t: FourTuple, mut tw: TimeWait) {
+        tw.queued = tw.expires;
+        self.queue.push(core::cmp::Reverse((tw.expires, t)));
         self.map.insert(t, tw);
+    }
+
+    /// Restart the 2*MSL wait of `t` (no allocation: see [`TimeWaits`]).
+    fn restart(&mut self, t: &FourTuple, now: Instant) {
+        if let Some(r) = self.map.get_mut(t) {
+            r.expires = now + TIMEWAIT_LEN;
+        }
+    }
+
+    /// Expire the records due at `now`; returns how many ended.
+    fn expire(&mut self, now: Instant) -> u64 {
+        let mut ended = 0;
+        while let Some(&core::cmp::Reverse((deadline, tuple))) = self.queue.peek() {
+            if deadline > now {
+                break;
+            }
+            self.queue.pop();
+            let Some(r) = self.map.get_mut(&tuple) else {
+                continue; // removed early
+            };
+            if r.queued != deadline {
+                continue; // an earlier incarnation's entry
+            }
+            if r.expires > now {
+                // Restarted meanwhile: filed again, still one entry.
+                r.queued = r.expires;
+                self.queue.push(core::cmp::Reverse((r.expires, tuple)));
+            } else {
+                self.map.remove(&tuple);
+                ended += 1;
+            }
+        }
+        ended
     }
     /// The record of `t`, if any (for `tcp_tw_reuse`, Linux `tcp_twsk_unique`).
     #[allow(
@@ -92,15 +148,21 @@ impl TimeWaits {
         self.map.remove(t)
     }
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.queue.front().map(|(d, _)| *d)
+        self.queue.peek().map(|core::cmp::Reverse((d, _))| *d)
     }
 }
 
 impl Stack {
     /// Enter TIME-WAIT (Linux `tcp_time_wait`): the TCB becomes a compact record for
-    /// 2*MSL; the socket itself is done.
+    /// 2*MSL; the socket itself is done. With `tcp_max_tw_buckets` records already, the
+    /// connection closes without TIME-WAIT, counted TCPTimeWaitOverflow (Linux:
+    /// `inet_twsk_alloc` fails when `tw_refcount - 1 >= sysctl_max_tw_buckets`).
     pub(crate) fn tcp_time_wait(&mut self, now: Instant, h: TcpHandle) {
         let Some(tcb) = self.tcp.get(h) else { return };
+        if self.tcp.timewait.len() as u64 >= self.sysctl.tcp_max_tw_buckets {
+            self.mib.inc(Counter::TcpExtTCPTimeWaitOverflow);
+            return self.tcp_done(h, None);
+        }
         let tw = TimeWait {
             snd_nxt: tcb.snd.nxt,
             rcv_nxt: tcb.rcv.nxt,
@@ -109,6 +171,8 @@ impl Stack {
             rcv_wnd: (tcb.rcv.wnd >> tcb.rcv_wscale).min(65_535) as u16,
             ts_ok: tcb.flags.has(TcbFlags::TS_OK),
             expires: now + TIMEWAIT_LEN,
+            queued: now + TIMEWAIT_LEN,
+            last_oow_ack: 0,
         };
         let tuple = tcb.tuple;
         self.tcp_done(h, None);
@@ -142,13 +206,13 @@ impl Stack {
                 return self.mib.drop(DropReason::TcpReset);
             }
             // A bare ACK: nothing to acknowledge (RFC 9293 acknowledges only
-            // unacceptable segments and the retransmitted FIN), the 2*MSL wait restarts.
-            if let Some(r) = self.tcp.timewait.map.get_mut(&tuple) {
-                r.expires = now + TIMEWAIT_LEN;
-                if let Some(ts) = seg.timestamp.filter(|_| r.ts_ok) {
-                    r.ts_recent = ts.tsval;
-                }
-                self.tcp.timewait.queue.push_back((r.expires, tuple));
+            // unacceptable segments and the retransmitted FIN), the 2*MSL wait restarts
+            // (Linux inet_twsk_reschedule; no allocation here).
+            self.tcp.timewait.restart(&tuple, now);
+            if let Some(r) = self.tcp.timewait.map.get_mut(&tuple)
+                && let Some(ts) = seg.timestamp.filter(|_| r.ts_ok)
+            {
+                r.ts_recent = ts.tsval;
             }
             return;
         }
@@ -180,14 +244,19 @@ impl Stack {
             return self.mib.drop(DropReason::TcpReset);
         }
         // Out of window (a retransmitted FIN among them: "Acknowledge it, and restart the
-        // 2 MSL timeout"): acknowledged, the wait restarted if it carries an ACK. (Linux
-        // also rate-limits these ACKs, tcp_timewait_check_oow_rate_limit; the record has
-        // no room for its timestamp yet.)
-        if (paws_reject || f.contains(Flags::ACK))
+        // 2 MSL timeout"): acknowledged, the wait restarted if it carries an ACK.
+        if paws_reject || f.contains(Flags::ACK) {
+            self.tcp.timewait.restart(&tuple, now);
+        }
+        // Linux tcp_timewait_check_oow_rate_limit -> tcp_oow_rate_limited: at most one
+        // answer per tcp_invalid_ratelimit per record, else TCPACKSkippedTimeWait ("Data
+        // packets without SYNs are not likely part of an ACK loop": those are answered).
+        let pure = seg.seq_number == seq_end || f.contains(Flags::SYN);
+        if pure
             && let Some(r) = self.tcp.timewait.map.get_mut(&tuple)
+            && oow_rate_limited(&mut r.last_oow_ack, now, self.sysctl.tcp_invalid_ratelimit)
         {
-            r.expires = now + TIMEWAIT_LEN;
-            self.tcp.timewait.queue.push_back((r.expires, tuple));
+            return self.mib.inc(Counter::TcpExtTCPACKSkippedTimeWait);
         }
         self.tw_ack(now, tuple, &tw);
     }
@@ -218,23 +287,9 @@ impl Stack {
 
     /// Run every TCP timer due at `now`.
     pub(crate) fn tcp_handle_timeout(&mut self, now: Instant) {
-        while let Some(&(deadline, tuple)) = self.tcp.timewait.queue.front() {
-            if deadline > now {
-                break;
-            }
-            self.tcp.timewait.queue.pop_front();
-            if self
-                .tcp
-                .timewait
-                .map
-                .get(&tuple)
-                .is_some_and(|tw| tw.expires == deadline)
-            {
-                self.tcp.timewait.map.remove(&tuple);
-                // Linux counts TW when a record's timer ends it (tw_timer_handler).
-                self.mib.inc(Counter::TcpExtTW);
-            }
-        }
+        // Linux counts TW when a record's timer ends it (tw_timer_handler).
+        let ended = self.tcp.timewait.expire(now);
+        self.mib.add(Counter::TcpExtTW, ended);
         while let Some(core::cmp::Reverse((deadline, key))) = self.tcp.timers.peek().copied() {
             if deadline > now {
                 break;
@@ -422,7 +477,30 @@ impl Stack {
             // Nothing waits on the window any more.
             return self.tcp_output(now, h);
         }
-        if u64::from(tcb.probes) >= self.sysctl.tcp_retries2 {
+        // RFC 9293 §3.8.6.1 keeps probing as long as the peer answers (Linux: ACKs reset
+        // icsk_probes_out), but an orphan has no user waiting: Linux tcp_probe_timer "if
+        // the socket is orphaned ... we kill the socket when the retry count and the time
+        // exceeds the corresponding system limit". The backoff (icsk_backoff) is cleared
+        // only by an ACK that opens the window (tcp_ack_probe) or acknowledges data, so
+        // a peer answering every probe with window 0 still runs it up.
+        let mut max_probes = self.sysctl.tcp_retries2;
+        if tcb.flags.has(TcbFlags::ORPHAN) {
+            let alive = tcb.rtt.rto() < super::rtt::TCP_RTO_MAX;
+            max_probes = orphan_retries(self.sysctl.tcp_orphan_retries, alive);
+            if !alive && u64::from(tcb.rtt.backoffs()) >= max_probes {
+                self.mib.inc(Counter::TcpExtTCPAbortOnTimeout);
+                return self.tcp_done(h, Some(Error::TimedOut));
+            }
+            // Linux tcp_out_of_resources(sk, true) with shift 0 (ustack keeps no
+            // lsndtime for the "peer does not open window for long time" penalty).
+            if self.tcp_orphan_check_oom(now, h, 0) {
+                return;
+            }
+        }
+        let Some(tcb) = self.tcp.get_mut(h) else {
+            return;
+        };
+        if u64::from(tcb.probes) >= max_probes {
             self.mib.inc(Counter::TcpExtTCPAbortOnTimeout);
             return self.tcp_done(h, Some(Error::TimedOut));
         }
@@ -436,6 +514,27 @@ impl Stack {
         // Linux tcp_xmit_probe_skb: an old sequence number, so the peer answers with an
         // ACK carrying its current window.
         self.tcp_send_probe(now, h, seq);
+    }
+
+    /// Too many orphans (Linux `tcp_check_oom` -> `tcp_too_many_orphans`: `orphans <<
+    /// shift > tcp_max_orphans`): the orphan `h` is reset and forgotten, counted
+    /// TCPAbortOnMemory (Linux `tcp_out_of_resources`, and `__tcp_close` with shift 0).
+    /// Returns whether it was.
+    pub(crate) fn tcp_orphan_check_oom(&mut self, now: Instant, h: TcpHandle, shift: u32) -> bool {
+        let Some(tcb) = self.tcp.get(h) else {
+            return false;
+        };
+        if !tcb.flags.has(TcbFlags::ORPHAN)
+            || tcb.state == State::Closed
+            || (self.tcp.orphans as u64) << shift <= self.sysctl.tcp_max_orphans
+        {
+            return false;
+        }
+        let (tuple, seq, ack) = (tcb.tuple, tcb.snd.nxt, tcb.rcv.nxt);
+        self.tcp_send_reset(now, tuple, seq, Some(ack));
+        self.mib.inc(Counter::TcpExtTCPAbortOnMemory);
+        self.tcp_done(h, None);
+        true
     }
 
     /// Keepalive, or the end of an orphan's FIN-WAIT-2 (Linux `tcp_keepalive_timer`).
@@ -496,7 +595,7 @@ impl Stack {
         self.tcp_send_ack_raw(now, tuple, seq, ack, wnd, ts);
     }
 
-    /// TIME-WAIT records (for views and tests): remote address and deadline.
+    /// TIME-WAIT records (for views and tests): local and remote address and deadline.
     pub fn tcp_timewait_list(&self) -> Vec<(SocketAddrV4, SocketAddrV4, Instant)> {
         self.tcp
             .timewait
@@ -505,4 +604,29 @@ impl Stack {
             .map(|(t, tw)| (t.local, t.remote, tw.expires))
             .collect()
     }
+}
+
+/// Linux `tcp_orphan_retries`: the retry bound of an orphan; 0 (the default) means 8 while
+/// the connection is alive (its backed-off RTO below `TCP_RTO_MAX`), else 0. (Linux also
+/// gives 0 after a soft error from ICMP; ustack keeps none.)
+pub(crate) fn orphan_retries(sysctl: u64, alive: bool) -> u64 {
+    match sysctl {
+        0 if alive => 8,
+        n => n,
+    }
+}
+
+/// Linux `__tcp_oow_rate_limited`: true if an answer to an out-of-window segment went out
+/// less than `ratelimit_ms` ago (0: never limited); otherwise records `now` and allows one.
+pub(crate) fn oow_rate_limited(last: &mut u32, now: Instant, ratelimit_ms: u64) -> bool {
+    let ms = now.as_millis() as u32;
+    if *last != 0 {
+        let elapsed = ms.wrapping_sub(*last) as i32;
+        if elapsed >= 0 && (elapsed as u64) < ratelimit_ms {
+            return true;
+        }
+    }
+    // 0 means "never": a clock reading of 0 ms is stored as 1.
+    *last = ms.max(1);
+    false
 }
