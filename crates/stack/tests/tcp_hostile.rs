@@ -60,7 +60,7 @@ fn time_wait_flood_keeps_memory_flat_and_answers_rate_limited() {
     let ack = iss.wrapping_add(2);
     let (mut answers, mut oow) = (0u64, 0u64);
     for i in 0..100_000u32 {
-        let seg = if i % 2 == 0 {
+        let seg = if i.is_multiple_of(2) {
             Seg::ack(1002, ack)
         } else {
             oow += 1;
@@ -71,7 +71,7 @@ fn time_wait_flood_keeps_memory_flat_and_answers_rate_limited() {
             assert!(a.1.has(Flags::ACK) && a.1.ack == 1002, "{a:?}");
             answers += 1;
         }
-        if i % 10_000 == 0 {
+        if i.is_multiple_of(10_000) {
             let r = t.stack.tcp_resources();
             assert_eq!((r.timewait, r.timewait_queue), (1, 1), "after {i} ACKs");
         }
@@ -225,4 +225,214 @@ fn tcp_max_orphans_is_enforced_at_close() {
     let r = t.stack.tcp_resources();
     assert_eq!((r.orphans, r.connections), (2, 2), "{r:?}");
     assert_eq!(t.stack.mib().get(Counter::TcpExtTCPAbortOnMemory), 2);
+}
+
+/// Our ISN, a handle, and the peer's window scale of 14 with MSS `mss` and SACK: the
+/// setting of the 2019 SACK CVEs (a huge window, a tiny MSS). The send buffer is set to
+/// 1 MiB (2 MiB once doubled, so at most 4096 retransmission-queue records) and filled.
+fn low_mss_sender(t: &mut SegTest, mss: u16) -> (u32, TcpHandle, usize) {
+    let (iss, h) = open_from(
+        t,
+        PEER.port(),
+        Seg::syn(1000).mss(mss).wscale(14).sack_perm(),
+    );
+    t.stack.tcp_set_send_buffer(h, 1 << 20).unwrap();
+    let taken = t.write(h, &vec![5u8; 2 << 20]);
+    assert!(taken > 1 << 20, "{taken}");
+    (iss, h, taken)
+}
+
+/// The peer ACKs everything in order until the stack has nothing more to send; returns
+/// the bytes it received (each counted once) and checks every data segment's size.
+fn drain(t: &mut SegTest, iss: u32, from: u32, floor: usize, total: usize) -> usize {
+    let base = iss.wrapping_add(1);
+    let mut next = from;
+    for _ in 0..1_000_000 {
+        let segs = match t.next_seg(Duration::from_secs(300)) {
+            Some((_, s)) => core::iter::once(s).chain(t.recv_all()).collect::<Vec<_>>(),
+            None => break,
+        };
+        for s in segs {
+            if s.payload.is_empty() {
+                continue;
+            }
+            let off = s.seq.wrapping_sub(base) as usize;
+            assert!(
+                s.payload.len() >= floor || off + s.payload.len() == total,
+                "a {}-byte segment at {off}",
+                s.payload.len()
+            );
+            let end = s.seq.wrapping_add(s.payload.len() as u32);
+            if s.seq.wrapping_sub(next) as i32 <= 0 && end.wrapping_sub(next) as i32 > 0 {
+                next = end;
+            }
+        }
+        t.send(Seg::ack(1001, next).win(65_535));
+        if next.wrapping_sub(base) as usize == total {
+            break;
+        }
+    }
+    next.wrapping_sub(base) as usize
+}
+
+/// CVE-2019-11479 (low MSS): a peer announcing MSS 1 gets `tcp_min_snd_mss` (48) bytes
+/// per segment, never fewer; and SACKing everything but the first segment (so that
+/// nothing leaves the queue while cwnd keeps opening) cannot make the retransmission
+/// queue hold more than its cap of records (2 MiB / 512 = 4096; counted TCPWqueueTooBig).
+/// Once the peer ACKs, everything arrives.
+#[test]
+fn cve_2019_11479_low_mss_floor_and_bounded_rtx_queue() {
+    let mut t = SegTest::listening(80);
+    let (iss, h, total) = low_mss_sender(&mut t, 1);
+    assert_eq!(t.stack.tcp_info(h).unwrap().mss, 48);
+    let base = iss.wrapping_add(1);
+    let mut highest = base;
+    let mut max_unacked = 0;
+    for _ in 0..20_000 {
+        let segs = t.recv_all();
+        if segs.is_empty() {
+            break;
+        }
+        for s in &segs {
+            if !s.payload.is_empty() {
+                assert_eq!(s.payload.len(), 48, "{s:?}");
+                let end = s.seq.wrapping_add(48);
+                if end.wrapping_sub(highest) as i32 > 0 {
+                    highest = end;
+                }
+            }
+        }
+        t.send(Seg::ack(1001, base).sack(&[(base.wrapping_add(48), highest)]));
+        max_unacked = max_unacked.max(t.stack.tcp_info(h).unwrap().unacked);
+    }
+    assert_eq!(
+        max_unacked, 4096,
+        "the queue filled up to its cap, no further"
+    );
+    assert!(t.stack.mib().get(Counter::TcpExtTCPWqueueTooBig) > 0);
+    assert_eq!(drain(&mut t, iss, base, 48, total), total);
+    assert_eq!(t.stack.tcp_info(h).unwrap().unacked, 0);
+}
+
+/// A raised `tcp_min_snd_mss` raises the floor (Linux's range starts at 48).
+#[test]
+fn tcp_min_snd_mss_is_the_floor_on_the_peers_mss() {
+    let mut t = SegTest::listening(80);
+    t.stack.set_sysctl("net.ipv4.tcp_min_snd_mss", 200).unwrap();
+    assert!(t.stack.set_sysctl("net.ipv4.tcp_min_snd_mss", 47).is_err());
+    let (_, h) = open_from(&mut t, PEER.port(), Seg::syn(1000).mss(100));
+    assert_eq!(t.stack.tcp_info(h).unwrap().mss, 200);
+    t.write(h, &[1u8; 1000]);
+    let segs = t.recv_all();
+    assert!(!segs.is_empty());
+    assert!(segs.iter().all(|s| s.payload.len() == 200), "{segs:?}");
+}
+
+/// A small deterministic generator for crafted sequence numbers.
+struct Lcg(u64);
+impl Lcg {
+    fn next(&mut self) -> u32 {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (self.0 >> 33) as u32
+    }
+}
+
+/// CVE-2019-11477 (SACK panic: Linux's per-skb segment count overflowed when SACKed skbs
+/// of a tiny-MSS flow were merged): MSS 48, then 20,000 ACKs with crafted SACK blocks:
+/// reversed, empty, beyond SND.NXT, wrapping around the sequence space, 2^31 long,
+/// far below SND.UNA (D-SACK), cutting segments in half, repeated, and reneged (the
+/// blocks vanish, then an RTO). No panic; records are never split (the queue never
+/// holds more than was sent and not acknowledged, within its cap); and once the peer
+/// behaves, every byte arrives and the connection is released.
+#[test]
+fn cve_2019_11477_crafted_sack_blocks_neither_panic_nor_blow_up_the_scoreboard() {
+    let mut t = SegTest::listening(80);
+    let (iss, h, total) = low_mss_sender(&mut t, 8);
+    let base = iss.wrapping_add(1);
+    let mut rng = Lcg(11_477);
+    let mut highest = base;
+    let mut acked = base;
+    for i in 0..20_000u32 {
+        for s in t.recv_all() {
+            let end = s.seq.wrapping_add(s.payload.len() as u32);
+            if end.wrapping_sub(highest) as i32 > 0 {
+                highest = end;
+            }
+        }
+        let span = highest.wrapping_sub(acked).max(1);
+        let inside = |r: &mut Lcg| acked.wrapping_add(r.next() % span);
+        let mut blocks = Vec::new();
+        for _ in 0..(rng.next() % 5) {
+            let b = match rng.next() % 9 {
+                0 => {
+                    let a = inside(&mut rng);
+                    (a, a.wrapping_sub(1 + rng.next() % 1000)) // reversed
+                }
+                1 => {
+                    let a = inside(&mut rng);
+                    (a, a) // empty
+                }
+                2 => (highest, highest.wrapping_add(1 + rng.next() % 100_000)), // unsent
+                3 => (highest.wrapping_sub(100), highest.wrapping_add(1 << 31)), // wraps
+                4 => (acked.wrapping_sub(1 << 30), acked.wrapping_sub(10)),     // old D-SACK
+                5 => (acked, acked.wrapping_add(1 << 31)),                      // 2^31 long
+                6 => {
+                    let a = inside(&mut rng);
+                    (a.wrapping_add(24), a.wrapping_add(24 + 48)) // half segments
+                }
+                _ => {
+                    let a = inside(&mut rng);
+                    (a, a.wrapping_add(48 * (1 + rng.next() % 64)).min(highest))
+                }
+            };
+            blocks.push(b);
+        }
+        if rng.next().is_multiple_of(4) && !blocks.is_empty() {
+            let b = blocks[0];
+            blocks.extend([b, b, b]);
+            blocks.truncate(4);
+        }
+        // Now and then, a cumulative ACK within what was sent (never beyond).
+        if rng.next().is_multiple_of(50) {
+            acked = acked.wrapping_add(rng.next() % (span + 1)).min(highest);
+        }
+        t.send(Seg::ack(1001, acked).sack(&blocks));
+        if i % 1000 == 999 {
+            // Reneging: blocks stop, time runs, the RTO marks everything lost.
+            let later = t
+                .advance(Duration::from_secs(2))
+                .into_iter()
+                .map(|(_, s)| s);
+            for s in later.collect::<Vec<_>>() {
+                let end = s.seq.wrapping_add(s.payload.len() as u32);
+                if end.wrapping_sub(highest) as i32 > 0 {
+                    highest = end;
+                }
+            }
+        }
+        for s in t.recv_all() {
+            let end = s.seq.wrapping_add(s.payload.len() as u32);
+            if end.wrapping_sub(highest) as i32 > 0 {
+                highest = end;
+            }
+        }
+        let info = t.stack.tcp_info(h).unwrap();
+        assert!(info.unacked <= 4096, "{info:?}");
+        // 48-byte records, the head perhaps trimmed by a cumulative ACK.
+        assert!(
+            info.unacked <= highest.wrapping_sub(acked) / 48 + 1,
+            "records are never split: {info:?}"
+        );
+        assert_eq!(t.stack.tcp_state(h), Ok(State::Established));
+    }
+    // (Cumulative ACKs inside a segment leave a trimmed head: no size floor here.)
+    assert_eq!(drain(&mut t, iss, acked, 1, total), total);
+    let now = t.now;
+    t.stack.tcp_close(now, h).unwrap();
+    let fin = t.recv().expect("our FIN");
+    t.send(Seg::ack(1001, fin.seq.wrapping_add(1)).flags(Flags::FIN));
+    t.assert_released();
 }

@@ -270,6 +270,9 @@ pub struct TcpInfo {
     pub snd_wnd: u32,
     pub rcv_wnd: u32,
     pub retransmits: u8,
+    /// Segments sent and not yet acknowledged, i.e. retransmission-queue records (Linux
+    /// `tcpi_unacked`, `packets_out`).
+    pub unacked: u32,
     pub sack: bool,
     pub timestamps: bool,
     pub wscale: Option<(u8, u8)>,
@@ -676,6 +679,7 @@ impl Stack {
             snd_wnd: t.snd.wnd,
             rcv_wnd: t.rcv.wnd,
             retransmits: t.rtt.backoffs(),
+            unacked: t.rtx.len() as u32,
             sack: t.flags.has(tcb::TcbFlags::SACK_OK),
             timestamps: t.flags.has(tcb::TcbFlags::TS_OK),
             wscale: t

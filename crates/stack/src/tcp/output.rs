@@ -170,13 +170,19 @@ impl Stack {
         if sack_ok && sysctl.tcp_sack != 0 {
             tcb.flags.set(TcbFlags::SACK_OK);
         }
-        let mut mss = peer_mss.min(tcb.adv_mss).max(64);
+        // The peer's MSS has a floor (Linux `tcp_min_snd_mss`, 48 by default, applied in
+        // `__tcp_mtu_to_mss` since CVE-2019-11479): a peer announcing a tiny MSS cannot
+        // make us send, and queue, one record per few bytes. Not above our own MSS.
+        let floor = (sysctl.tcp_min_snd_mss.min(u64::from(u16::MAX)) as u16).min(tcb.adv_mss);
+        let mut mss = peer_mss.min(tcb.adv_mss).max(floor);
         if let Some(tsval) = ts_recent.filter(|_| sysctl.tcp_timestamps != 0) {
             tcb.flags.set(TcbFlags::TS_OK);
             tcb.ts_recent = tsval;
             tcb.ts_recent_stamp = (now.as_millis() / 1000) as u32;
             // Linux mss_cache: the MSS minus the aligned timestamp option on every segment.
-            mss = mss.saturating_sub(12).max(64);
+            // (Linux lets the option take the floor down to 36; ustack keeps the payload at
+            // the floor.)
+            mss = mss.saturating_sub(12).max(floor);
         }
         tcb.mss = mss;
         tcb.cs.mss = u32::from(mss);
@@ -622,6 +628,12 @@ impl Stack {
             if tcb.in_flight() >= tcb.cs.cwnd && !probe {
                 break;
             }
+            if tcb.rtx.len() >= rtx_record_cap(tcb.sndbuf_limit) {
+                // The retransmission queue holds its limit of records (see
+                // rtx_record_cap); sending resumes as ACKs free some.
+                self.mib.inc(Counter::TcpExtTCPWqueueTooBig);
+                break;
+            }
             let wnd_end = tcb.snd.una + tcb.snd.wnd as usize;
             let wnd_avail = wnd_end.diff(tcb.snd.nxt).max(0) as usize;
             // RFC 9293 §3.7.1: "Eff.snd.MSS = min(SendMSS+20, MMS_S) - TCPhdrsize -
@@ -931,4 +943,18 @@ impl Tcb {
     pub(crate) fn fin_seq(&self) -> SeqNumber {
         self.data_start() + self.sndbuf.len()
     }
+}
+
+/// Records (segments) the retransmission queue of a connection with send buffer `sndbuf`
+/// may hold: one per 512 bytes of the buffer, at least 128. Each record costs 24 bytes, so
+/// the queue's own memory stays under 5% of the buffer (plus 3 KB), however small the
+/// peer makes our segments or however its SACK blocks fall: a record is never split
+/// ([`super::sack`]). Full-size segments (and the 536-byte default MSS) never reach the
+/// cap, since the buffer bounds the bytes queued. Linux bounds the same thing by charging
+/// each skb's truesize to `sk_wmem_queued` and by refusing `tcp_fragment` when the queue
+/// is far over `sk_sndbuf` (CVE-2019-11478/11479, counted TCPWqueueTooBig, as here).
+pub(crate) fn rtx_record_cap(sndbuf: u32) -> usize {
+    const BYTES_PER_RECORD: usize = 512;
+    const MIN_RECORDS: usize = 128;
+    (sndbuf as usize / BYTES_PER_RECORD).max(MIN_RECORDS)
 }

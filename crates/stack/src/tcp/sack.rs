@@ -453,7 +453,9 @@ fn first_block_is_dsack(blocks: &[(SeqNumber, SeqNumber)], ack: SeqNumber) -> bo
     } else {
         false
     };
-    reported && start.before(end) && end - start <= MAX_WINDOW
+    // `diff`, not `-`: a block exactly 2^31 long is "before" both ways round and would
+    // make the subtraction panic (found by the CVE-2019-11477 reproduction).
+    reported && (1..=MAX_WINDOW as i64).contains(&i64::from(end.diff(start)))
 }
 
 /// Linux `tcp_is_sackblock_valid`, its comments quoted. A D-SACK block below `snd_una` is
@@ -485,7 +487,7 @@ fn sack_block_valid(
     if end.after(snd_una) {
         return false;
     }
-    snd_una - start <= MAX_WINDOW
+    (0..=MAX_WINDOW as i64).contains(&i64::from(snd_una.diff(start)))
 }
 
 /// Linux `tcp_sacktag_write_queue`'s first half: find the D-SACK, drop invalid and stale
@@ -1557,6 +1559,60 @@ mod tests {
         );
         let steps = q.board.as_ref().unwrap().steps;
         assert!(steps < 10 * u64::from(n), "{steps} steps");
+        q.check_invariants();
+    }
+
+    /// CVE-2019-11477's lesson, found by the reproduction in tests/tcp_hostile.rs: a SACK
+    /// block exactly 2^31 long is `before` both ways round, so `end - start` panicked (in
+    /// release too) when the block came first (the D-SACK check) or lay below SND.UNA.
+    #[test]
+    fn sack_blocks_of_half_the_sequence_space_do_not_panic() {
+        let mut q = queue(0, 10);
+        let (una, nxt) = (SeqNumber(0), seg(0, 9).1);
+        let half = |s: SeqNumber, d: u32| SeqNumber(s.0.wrapping_add((1 << 31) + d));
+        for (start, end) in [
+            (una, half(una, 0)),
+            (una + 500, half(una, 500)),
+            (nxt, half(nxt, 0)),
+            (half(una, 0), una),
+            (half(una, 1), una),
+            (SeqNumber(u32::MAX), half(SeqNumber(u32::MAX), 0)),
+        ] {
+            for blocks in [
+                vec![(start, end)],
+                vec![(start, end), block(0, 2, 4)],
+                vec![block(0, 2, 4), (start, end)],
+            ] {
+                q.on_sack(&blocks, una, nxt);
+                assert_eq!(q.len(), 10);
+                q.check_invariants();
+            }
+        }
+    }
+
+    /// CVE-2019-11478 (SACK slowness: blocks that cut Linux's skbs into one fragment per
+    /// hole): 4 blocks per ACK, each starting and ending mid-segment with holes between
+    /// them, moving every ACK so the previous ACK's cache never covers them. No record is
+    /// ever split (the queue keeps its length), and an ACK's walk visits only the segments
+    /// its blocks cover, found by binary search: a few steps per block, not a walk from
+    /// the head (which would cost up to n per block).
+    #[test]
+    fn fragmenting_sack_blocks_neither_split_records_nor_walk_the_queue() {
+        let n = 4096;
+        let mut q = queue(0, n);
+        let (una, nxt) = (seg(0, 0).0, seg(0, n - 1).1);
+        let mut prev = 0;
+        for k in 0..2_000u32 {
+            let at = |i: u32| SeqNumber((((k * 37 + i * 997) % (n - 3)) + 1) * MSS + MSS / 2);
+            let blocks: Vec<_> = (0..4)
+                .map(|i| (at(i), at(i) + (2 * MSS + MSS / 3) as usize))
+                .collect();
+            q.on_sack(&blocks, una, nxt);
+            assert_eq!(q.len(), n as usize, "no record split");
+            let steps = q.board.as_ref().unwrap().steps;
+            assert!(steps - prev <= 4 * 4 + 4, "ACK {k}: {} steps", steps - prev);
+            prev = steps;
+        }
         q.check_invariants();
     }
 
