@@ -225,6 +225,14 @@ fn tcp_max_orphans_is_enforced_at_close() {
     let r = t.stack.tcp_resources();
     assert_eq!((r.orphans, r.connections), (2, 2), "{r:?}");
     assert_eq!(t.stack.mib().get(Counter::TcpExtTCPAbortOnMemory), 2);
+    // Lowered at run time, the limit applies when an orphan's timer runs (Linux
+    // tcp_write_timeout -> tcp_out_of_resources): one of the two is reset at its RTO.
+    t.stack.set_sysctl("net.ipv4.tcp_max_orphans", 1).unwrap();
+    let out = t.advance(Duration::from_secs(2));
+    assert_eq!(out.iter().filter(|(_, s)| s.has(Flags::RST)).count(), 1);
+    let r = t.stack.tcp_resources();
+    assert_eq!((r.orphans, r.connections), (1, 1), "{r:?}");
+    assert_eq!(t.stack.mib().get(Counter::TcpExtTCPAbortOnMemory), 3);
 }
 
 /// Our ISN, a handle, and the peer's window scale of 14 with MSS `mss` and SACK: the
@@ -435,4 +443,28 @@ fn cve_2019_11477_crafted_sack_blocks_neither_panic_nor_blow_up_the_scoreboard()
     let fin = t.recv().expect("our FIN");
     t.send(Seg::ack(1001, fin.seq.wrapping_add(1)).flags(Flags::FIN));
     t.assert_released();
+}
+
+/// `tcp_max_orphans` at the zero-window probe timer (Linux `tcp_probe_timer` ->
+/// `tcp_out_of_resources`): an orphan stuck behind a zero window is reset there, counted
+/// TCPAbortOnMemory, once orphans exceed the limit.
+#[test]
+fn zero_window_orphan_over_tcp_max_orphans_is_reset_by_its_probe_timer() {
+    let mut t = SegTest::listening(80);
+    let (iss, h) = open_from(&mut t, PEER.port(), Seg::syn(1000));
+    t.stack.tcp_set_send_buffer(h, 100_000).unwrap();
+    t.write(h, &[7u8; 100_000]);
+    let sent: u32 = t.recv_all().iter().map(|s| s.payload.len() as u32).sum();
+    t.send(Seg::ack(1001, iss.wrapping_add(1 + sent)).win(0));
+    let now = t.now;
+    t.stack.tcp_close(now, h).unwrap();
+    assert_eq!(t.stack.tcp_resources().orphans, 1);
+    t.stack.set_sysctl("net.ipv4.tcp_max_orphans", 0).unwrap();
+    let (_, rst) = t.next_seg(Duration::from_secs(10)).expect("a RST");
+    assert!(rst.has(Flags::RST), "{rst:?}");
+    let r = t.stack.tcp_resources();
+    assert_eq!((r.orphans, r.connections, r.buffer_bytes), (0, 0, 0));
+    let m = t.stack.mib();
+    assert_eq!(m.get(Counter::TcpExtTCPAbortOnMemory), 1);
+    assert_eq!(m.get(Counter::TcpExtTCPWinProbe), 0);
 }

@@ -351,6 +351,14 @@ impl Stack {
         let Some(tcb) = self.tcp.get_mut(h) else {
             return;
         };
+        // Linux tcp_write_timeout: an orphan's retransmission timer checks
+        // tcp_out_of_resources first.
+        if tcb.flags.has(TcbFlags::ORPHAN) && self.tcp_orphan_check_oom(now, h, 0) {
+            return;
+        }
+        let Some(tcb) = self.tcp.get_mut(h) else {
+            return;
+        };
         let limit = match tcb.state {
             State::SynSent | State::SynReceived => self.sysctl.tcp_syn_retries,
             _ if tcb.flags.has(TcbFlags::ORPHAN) => match self.sysctl.tcp_orphan_retries {
