@@ -163,7 +163,8 @@ impl Tcp {
         let mut tcb = self.conns.remove(h.index, h.generation)?;
         self.ehash.remove(&tcb.tuple);
         if tcb.flags.has(tcb::TcbFlags::ORPHAN) {
-            self.orphans -= 1;
+            debug_assert!(self.orphans > 0, "orphan count out of step");
+            self.orphans = self.orphans.saturating_sub(1);
         }
         tcb.sndbuf.clear(&mut self.pool);
         tcb.rcvbuf.clear(&mut self.pool);
