@@ -936,9 +936,13 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
     /// RST with unread data), a listener with its accept queue, a UDP socket. A key gone
     /// stale meanwhile is skipped.
     fn close_dropped(&mut self) {
+        let keys = self.dropped.take();
+        if keys.is_empty() {
+            return;
+        }
         let now = self.clock.now();
         let stack = self.shard.stack_mut();
-        for key in self.dropped.take() {
+        for key in keys {
             let closed = match key {
                 SocketKey::Tcp(h) => stack.tcp_close(now, h),
                 SocketKey::Listener(h) => stack.tcp_close_listener(now, h),
