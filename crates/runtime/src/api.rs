@@ -9,8 +9,16 @@
 //! sockets in its own structures and still call the runtime between operations. A stale
 //! handle (a socket closed through another path) fails with `EBADF`, never reaches a
 //! socket that reused the slot. Handles are not `Clone`: `close` consumes one, as
-//! `close(2)` ends a file descriptor. Dropping one without `close` leaves the socket open
-//! in the stack until the runtime goes.
+//! `close(2)` ends a file descriptor.
+//!
+//! A handle dropped without `close` closes its socket all the same, as the kernel closes
+//! the files of a process that exits: `Drop` cannot reach the stack (the runtime owns
+//! it), so it queues the socket on its runtime, and the runtime's next round (any
+//! [`Runtime::poll`] or [`Runtime::run_once`]) closes it like `close` would: a stream
+//! sends its FIN (or a RST if data was left unread), a listener resets its unaccepted
+//! connections, a UDP socket frees its port. [`RuntimeStats::closed_on_drop`] counts them.
+//!
+//! [`RuntimeStats::closed_on_drop`]: crate::runtime::RuntimeStats::closed_on_drop
 //!
 //! An echo server, epoll-style:
 //!
@@ -21,14 +29,14 @@
 //! use ustack_runtime::api::{TcpListener, TcpStream};
 //! use ustack_runtime::runtime::{Events, Interest, RuntimeBuilder, VirtualClock, sim_pair};
 //! use ustack_runtime::Mode;
-//! use ustack_stack::{EthernetAddress, Instant};
+//! use ustack_stack::Instant;
 //!
 //! let (a, b) = sim_pair(Default::default());
 //! let clock = VirtualClock::new(Instant::ZERO);
 //! let mut server = RuntimeBuilder::new().ipv4(Ipv4Addr::new(10, 0, 0, 1), 24)
 //!     .build_with_clock(a, clock.participant())?;
 //! let mut client = RuntimeBuilder::new().ipv4(Ipv4Addr::new(10, 0, 0, 2), 24)
-//!     .mac(EthernetAddress([2, 0, 0, 0, 0, 2])).build_with_clock(b, clock.participant())?;
+//!     .build_with_clock(b, clock.participant())?;
 //!
 //! let addr = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 7);
 //! let listener = TcpListener::bind(&mut server, addr, 128)?;
@@ -68,25 +76,67 @@
 //! ```
 
 use core::net::SocketAddrV4;
+use core::time::Duration;
 use std::io;
 use std::net::Shutdown;
+use std::sync::Arc;
 
 use ustack_dev::Device;
 use ustack_stack::tcp::State;
 use ustack_stack::{Error, ListenerHandle, SocketKey, TcpHandle, TcpInfo, UdpHandle};
 
-use crate::runtime::{Clock, Runtime, Sleep, Source};
+use crate::runtime::{Clock, DropQueue, Runtime, Sleep, Source};
 
 /// The stack's error as an `io::Error` with its errno.
 fn err(e: Error) -> io::Error {
     io::Error::from_raw_os_error(e.errno())
 }
 
-/// A listening TCP socket (`socket` + `bind` + `listen`).
+/// What closes a handle's socket when the handle is dropped without `close`: its key and
+/// the queue of the runtime that owns it ([`DropQueue`]). Disarmed by an explicit close.
+#[derive(Debug)]
+struct OnDrop {
+    key: SocketKey,
+    queue: Option<Arc<DropQueue>>,
+}
+
+impl OnDrop {
+    fn new<D: Device + Sleep, C: Clock>(rt: &Runtime<D, C>, key: SocketKey) -> OnDrop {
+        OnDrop {
+            key,
+            queue: Some(rt.drop_queue()),
+        }
+    }
+
+    /// The socket is closed by hand: nothing left to do on drop.
+    fn disarm(&mut self) {
+        self.queue = None;
+    }
+}
+
+impl Drop for OnDrop {
+    fn drop(&mut self) {
+        if let Some(q) = self.queue.take() {
+            q.push(self.key);
+        }
+    }
+}
+
+impl PartialEq for OnDrop {
+    fn eq(&self, other: &OnDrop) -> bool {
+        self.key == other.key
+    }
+}
+
+impl Eq for OnDrop {}
+
+/// A listening TCP socket (`socket` + `bind` + `listen`). Dropping it closes it (see the
+/// [module docs](self)).
 #[derive(Debug, PartialEq, Eq)]
 pub struct TcpListener {
     handle: ListenerHandle,
     local: SocketAddrV4,
+    on_drop: OnDrop,
 }
 
 impl TcpListener {
@@ -102,6 +152,7 @@ impl TcpListener {
         Ok(TcpListener {
             handle,
             local: addr,
+            on_drop: OnDrop::new(rt, SocketKey::Listener(handle)),
         })
     }
 
@@ -113,7 +164,7 @@ impl TcpListener {
     ) -> io::Result<(TcpStream, SocketAddrV4)> {
         let (stack, _) = rt.stack_now();
         let (handle, peer) = stack.tcp_accept(self.handle).map_err(err)?;
-        Ok((TcpStream { handle }, peer))
+        Ok((TcpStream::new(rt, handle), peer))
     }
 
     /// The address it was bound to.
@@ -127,7 +178,8 @@ impl TcpListener {
     }
 
     /// Stop listening; connections not yet accepted are reset.
-    pub fn close<D: Device + Sleep, C: Clock>(self, rt: &mut Runtime<D, C>) -> io::Result<()> {
+    pub fn close<D: Device + Sleep, C: Clock>(mut self, rt: &mut Runtime<D, C>) -> io::Result<()> {
+        self.on_drop.disarm();
         let (stack, now) = rt.stack_now();
         stack.tcp_close_listener(now, self.handle).map_err(err)
     }
@@ -139,13 +191,21 @@ impl Source for TcpListener {
     }
 }
 
-/// A TCP connection.
+/// A TCP connection. Dropping it closes it (see the [module docs](self)).
 #[derive(Debug, PartialEq, Eq)]
 pub struct TcpStream {
     handle: TcpHandle,
+    on_drop: OnDrop,
 }
 
 impl TcpStream {
+    fn new<D: Device + Sleep, C: Clock>(rt: &Runtime<D, C>, handle: TcpHandle) -> TcpStream {
+        TcpStream {
+            handle,
+            on_drop: OnDrop::new(rt, SocketKey::Tcp(handle)),
+        }
+    }
+
     /// Open a connection to `addr` (non-blocking `connect`: Linux returns `EINPROGRESS`;
     /// here the stream comes back at once, with its SYN queued). The stream becomes
     /// WRITABLE when the handshake completes, or reports ERROR (`ECONNREFUSED`,
@@ -158,7 +218,54 @@ impl TcpStream {
     ) -> io::Result<TcpStream> {
         let (stack, now) = rt.stack_now();
         let handle = stack.tcp_connect(now, addr).map_err(err)?;
-        Ok(TcpStream { handle })
+        Ok(TcpStream::new(rt, handle))
+    }
+
+    /// Open a connection to `addr` and run the runtime's loop until the handshake
+    /// completes (`connect(2)` on a blocking socket with `SO_SNDTIMEO`), or fails
+    /// (`ECONNREFUSED`, `ETIMEDOUT` after the SYN retries, `ENETUNREACH`...), or `timeout`
+    /// passes on the runtime's clock: then the attempt is reset and the error is
+    /// `ETIMEDOUT` ([`io::ErrorKind::TimedOut`]). Other sockets of the runtime keep being
+    /// served by the stack meanwhile, but their events wait for the next
+    /// [`Runtime::poll`]. As with [`write_all`](Self::write_all), only this runtime's loop
+    /// runs: for a peer on the same thread, use [`poll_connect`](Self::poll_connect).
+    pub fn connect_timeout<D: Device + Sleep, C: Clock>(
+        rt: &mut Runtime<D, C>,
+        addr: SocketAddrV4,
+        timeout: Duration,
+    ) -> io::Result<TcpStream> {
+        let stream = TcpStream::connect(rt, addr)?;
+        let deadline = rt.now() + timeout;
+        loop {
+            if stream.poll_connect(rt)? {
+                return Ok(stream);
+            }
+            let now = rt.now();
+            if now >= deadline {
+                stream.abort(rt)?;
+                return Err(io::Error::from_raw_os_error(Error::TimedOut.errno()));
+            }
+            rt.run_once(Some(deadline - now))?;
+        }
+    }
+
+    /// Whether the connection is established, without waiting (a non-blocking
+    /// `connect(2)`'s completion, read as `poll` + `getsockopt(SO_ERROR)` do): `Ok(false)`
+    /// while the handshake is in progress, `Ok(true)` once it completed (also after the
+    /// peer closed its side), the failure (`ECONNREFUSED`, `ETIMEDOUT`, `ECONNRESET`, once)
+    /// if it failed, `ENOTCONN` once the connection is gone and its error was reported.
+    pub fn poll_connect<D: Device + Sleep, C: Clock>(
+        &self,
+        rt: &mut Runtime<D, C>,
+    ) -> io::Result<bool> {
+        match self.state(rt)? {
+            State::SynSent | State::SynReceived => Ok(false),
+            State::Closed | State::Listen => {
+                let e = rt.stack_mut().tcp_take_error(self.handle).map_err(err)?;
+                Err(err(e.unwrap_or(Error::NotConnected)))
+            }
+            _ => Ok(true),
+        }
     }
 
     /// Open a connection to `addr` from a chosen local port (`bind(2)` then `connect(2)`):
@@ -171,7 +278,7 @@ impl TcpStream {
     ) -> io::Result<TcpStream> {
         let (stack, now) = rt.stack_now();
         let handle = stack.tcp_connect_from(now, local_port, addr).map_err(err)?;
-        Ok(TcpStream { handle })
+        Ok(TcpStream::new(rt, handle))
     }
 
     /// Read into `buf`: bytes read, `Ok(0)` at end of stream, `EAGAIN` when nothing is
@@ -195,6 +302,50 @@ impl TcpStream {
     ) -> io::Result<usize> {
         let (stack, now) = rt.stack_now();
         stack.tcp_send(now, self.handle, buf).map_err(err)
+    }
+
+    /// Write all of `buf`, running the runtime's loop while the send buffer is full
+    /// (`write_all` on a blocking socket): returns once every byte is queued for sending
+    /// (not yet acknowledged). Fails with the connection's error (`EPIPE`, `ECONNRESET`,
+    /// ...), the bytes before it queued. Other sockets of the runtime keep being served by
+    /// the stack meanwhile, but their events wait for the next [`Runtime::poll`]. Only
+    /// this runtime's loop runs: with the peer's runtime on the same thread (a sim pair),
+    /// nothing would acknowledge, so there use [`write`](Self::write) and poll both.
+    pub fn write_all<D: Device + Sleep, C: Clock>(
+        &self,
+        rt: &mut Runtime<D, C>,
+        mut buf: &[u8],
+    ) -> io::Result<()> {
+        while !buf.is_empty() {
+            match self.write(rt, buf) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => buf = &buf[n..],
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    // Room comes with ACKs, which a round brings in; a retransmission or
+                    // window probe timer is armed while data is unacknowledged, so the
+                    // loop always has a wake-up.
+                    rt.run_once(None)?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// The peer's address (`getpeername(2)`).
+    pub fn peer_addr<D: Device + Sleep, C: Clock>(
+        &self,
+        rt: &Runtime<D, C>,
+    ) -> io::Result<SocketAddrV4> {
+        Ok(self.info(rt)?.remote)
+    }
+
+    /// Our address and port (`getsockname(2)`).
+    pub fn local_addr<D: Device + Sleep, C: Clock>(
+        &self,
+        rt: &Runtime<D, C>,
+    ) -> io::Result<SocketAddrV4> {
+        Ok(self.info(rt)?.local)
     }
 
     /// `shutdown(2)`: stop reading, writing (a FIN follows the queued data), or both.
@@ -292,13 +443,15 @@ impl TcpStream {
     /// `close(2)`: the connection finishes on its own (FIN after the queued data); with
     /// unread data it is reset instead, as on Linux, and so with `SO_LINGER` of zero
     /// ([`TcpStream::set_linger`]).
-    pub fn close<D: Device + Sleep, C: Clock>(self, rt: &mut Runtime<D, C>) -> io::Result<()> {
+    pub fn close<D: Device + Sleep, C: Clock>(mut self, rt: &mut Runtime<D, C>) -> io::Result<()> {
+        self.on_drop.disarm();
         let (stack, now) = rt.stack_now();
         stack.tcp_close(now, self.handle).map_err(err)
     }
 
     /// Reset the connection (`SO_LINGER` with zero time, then close).
-    pub fn abort<D: Device + Sleep, C: Clock>(self, rt: &mut Runtime<D, C>) -> io::Result<()> {
+    pub fn abort<D: Device + Sleep, C: Clock>(mut self, rt: &mut Runtime<D, C>) -> io::Result<()> {
+        self.on_drop.disarm();
         let (stack, now) = rt.stack_now();
         stack.tcp_abort(now, self.handle).map_err(err)
     }
@@ -325,10 +478,11 @@ impl Source for TcpStream {
     }
 }
 
-/// A UDP socket.
+/// A UDP socket. Dropping it closes it (see the [module docs](self)).
 #[derive(Debug, PartialEq, Eq)]
 pub struct UdpSocket {
     handle: UdpHandle,
+    on_drop: OnDrop,
 }
 
 impl UdpSocket {
@@ -339,7 +493,60 @@ impl UdpSocket {
     ) -> io::Result<UdpSocket> {
         let (stack, _) = rt.stack_now();
         let handle = stack.udp_bind(addr).map_err(err)?;
-        Ok(UdpSocket { handle })
+        Ok(UdpSocket {
+            handle,
+            on_drop: OnDrop::new(rt, SocketKey::Udp(handle)),
+        })
+    }
+
+    /// `connect(2)` on a UDP socket: `peer` becomes the default destination of
+    /// [`send`](Self::send), and only datagrams from `peer` are received; others find no
+    /// socket (counted `NoPorts`, answered with an ICMP port unreachable), as Linux's
+    /// `udp4_lib_lookup` skips a connected socket whose peer does not match. `None`
+    /// dissolves the association (`AF_UNSPEC`). `EINVAL` for address 0.0.0.0 or port 0,
+    /// `ENETUNREACH` with no route to `peer`.
+    pub fn connect<D: Device + Sleep, C: Clock>(
+        &self,
+        rt: &mut Runtime<D, C>,
+        peer: Option<SocketAddrV4>,
+    ) -> io::Result<()> {
+        rt.stack_mut().udp_connect(self.handle, peer).map_err(err)
+    }
+
+    /// The connected peer (`getpeername(2)`): `ENOTCONN` if not connected.
+    pub fn peer_addr<D: Device + Sleep, C: Clock>(
+        &self,
+        rt: &Runtime<D, C>,
+    ) -> io::Result<SocketAddrV4> {
+        rt.stack()
+            .udp_peer_addr(self.handle)
+            .map_err(err)?
+            .ok_or_else(|| err(Error::NotConnected))
+    }
+
+    /// Send one datagram to the connected peer: its length. `EDESTADDRREQ` if not
+    /// connected; otherwise as [`send_to`](Self::send_to).
+    pub fn send<D: Device + Sleep, C: Clock>(
+        &self,
+        rt: &mut Runtime<D, C>,
+        buf: &[u8],
+    ) -> io::Result<usize> {
+        let peer = rt
+            .stack()
+            .udp_peer_addr(self.handle)
+            .map_err(err)?
+            .ok_or_else(|| err(Error::DestAddrRequired))?;
+        self.send_to(rt, buf, peer)
+    }
+
+    /// Take one datagram (from the connected peer, if connected): its length, cut to `buf`.
+    /// `EAGAIN` when none.
+    pub fn recv<D: Device + Sleep, C: Clock>(
+        &self,
+        rt: &mut Runtime<D, C>,
+        buf: &mut [u8],
+    ) -> io::Result<usize> {
+        self.recv_from(rt, buf).map(|(n, _)| n)
     }
 
     /// The bound address (with the ephemeral port picked).
@@ -374,7 +581,8 @@ impl UdpSocket {
     }
 
     /// Close it; queued datagrams are freed.
-    pub fn close<D: Device + Sleep, C: Clock>(self, rt: &mut Runtime<D, C>) -> io::Result<()> {
+    pub fn close<D: Device + Sleep, C: Clock>(mut self, rt: &mut Runtime<D, C>) -> io::Result<()> {
+        self.on_drop.disarm();
         let (stack, _) = rt.stack_now();
         stack.udp_close(self.handle).map_err(err)
     }

@@ -19,7 +19,7 @@ pub use poller::{Event, Mode, Poller, PollerError};
 pub use rss::{Reta, Rss, RssKey, pick_local_port, shard_of};
 pub use runtime::{
     Clock, Events, Interest, MonotonicClock, Runtime, RuntimeBuilder, RuntimeStats, SimLinkPort,
-    Sleep, Source, VirtualClock, sim_pair,
+    Sleep, Source, VirtualClock, random_mac, sim_pair,
 };
 pub use shard::{Budget, PollResult, Shard, ShardStats};
 pub use timer::{TimerId, TimerWheel};

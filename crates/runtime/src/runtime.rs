@@ -69,7 +69,7 @@ use core::time::Duration;
 use std::collections::VecDeque;
 use std::io;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use ustack_dev::capture::{Capture, Tap};
@@ -425,6 +425,21 @@ fn min_opt(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
 
 // ---- the builder --------------------------------------------------------------------------
 
+/// A random MAC address from the OS's random source (`getrandom(2)`), made locally
+/// administered and unicast (IEEE 802 first octet: the U/L bit 0x02 set, the I/G bit 0x01
+/// clear), as Linux's `eth_random_addr` does for an interface without a burned-in address.
+/// Should the OS refuse randomness, the bytes come from std's OS-seeded `RandomState`.
+pub fn random_mac() -> EthernetAddress {
+    let mut b = [0u8; 6];
+    if getrandom::fill(&mut b).is_err() {
+        use core::hash::BuildHasher;
+        let r = std::collections::hash_map::RandomState::new().hash_one(0u8);
+        b.copy_from_slice(&r.to_le_bytes()[..6]);
+    }
+    b[0] = (b[0] & 0xfe) | 0x02;
+    EthernetAddress(b)
+}
+
 /// How to build a [`Runtime`]: the interface (address, prefix, gateway, MAC, medium,
 /// MTU), sysctls by their Linux names, the seed, and the loop's busy-poll time.
 ///
@@ -463,13 +478,15 @@ impl Default for RuntimeBuilder {
 }
 
 impl RuntimeBuilder {
-    /// A builder with Linux's default tunables, no busy polling, MAC 02:00:00:00:00:01, and
-    /// the medium and MTU of the device.
+    /// A builder with Linux's default tunables, no busy polling, a random MAC address
+    /// ([`random_mac`], drawn once here: every runtime built from this builder or its
+    /// clones, e.g. the shards of one interface, shares it), and the medium and MTU of the
+    /// device.
     pub fn new() -> RuntimeBuilder {
         RuntimeBuilder {
             ipv4: None,
             gateway: None,
-            mac: EthernetAddress([2, 0, 0, 0, 0, 1]),
+            mac: random_mac(),
             medium: None,
             mtu: None,
             sysctls: Vec::new(),
@@ -494,7 +511,7 @@ impl RuntimeBuilder {
         self
     }
 
-    /// The interface's MAC address (Ethernet only).
+    /// The interface's MAC address (Ethernet only; default: [`random_mac`]).
     pub fn mac(mut self, mac: EthernetAddress) -> Self {
         self.mac = mac;
         self
@@ -615,6 +632,7 @@ impl RuntimeBuilder {
             clock,
             busy_poll: self.busy_poll,
             stats: RuntimeStats::default(),
+            dropped: Arc::new(DropQueue::default()),
         })
     }
 }
@@ -642,6 +660,37 @@ pub struct RuntimeStats {
     pub events: u64,
     /// Application timers fired by the wheel ([`Runtime::add_timer`]).
     pub timers_fired: u64,
+    /// Sockets closed because their handle was dropped without `close` (see
+    /// [`crate::api`]).
+    pub closed_on_drop: u64,
+}
+
+/// The sockets whose handles were dropped without `close`: a handle's `Drop` queues its
+/// key here (it cannot reach the stack, which the runtime owns), and the runtime's next
+/// round closes them, as the kernel closes the file of a process that exits without
+/// `close(2)`. A flag keeps the round's check to one load when nothing was dropped.
+#[derive(Debug, Default)]
+pub(crate) struct DropQueue {
+    pending: AtomicBool,
+    keys: Mutex<Vec<SocketKey>>,
+}
+
+impl DropQueue {
+    /// Queue `key` for closing by the runtime's next round.
+    pub(crate) fn push(&self, key: SocketKey) {
+        self.keys
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(key);
+        self.pending.store(true, Ordering::Release);
+    }
+
+    fn take(&self) -> Vec<SocketKey> {
+        if !self.pending.load(Ordering::Relaxed) || !self.pending.swap(false, Ordering::Acquire) {
+            return Vec::new();
+        }
+        core::mem::take(&mut *self.keys.lock().unwrap_or_else(|e| e.into_inner()))
+    }
 }
 
 /// A buffer of events for [`Runtime::poll`] (`struct epoll_event events[maxevents]`).
@@ -780,6 +829,8 @@ pub struct Runtime<D: Device, C: Clock = MonotonicClock> {
     clock: C,
     busy_poll: Duration,
     stats: RuntimeStats,
+    /// Sockets whose handles were dropped without `close`, closed by the next round.
+    dropped: Arc<DropQueue>,
 }
 
 impl<D: Device + fmt::Debug, C: Clock + fmt::Debug> fmt::Debug for Runtime<D, C> {
@@ -876,10 +927,38 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
         (self.shard.stack_mut(), now)
     }
 
+    /// The queue a socket handle's `Drop` puts its key on (see [`DropQueue`]).
+    pub(crate) fn drop_queue(&self) -> Arc<DropQueue> {
+        self.dropped.clone()
+    }
+
+    /// Close the sockets whose handles were dropped: a stream as `close(2)` (a FIN, or a
+    /// RST with unread data), a listener with its accept queue, a UDP socket. A key gone
+    /// stale meanwhile is skipped.
+    fn close_dropped(&mut self) {
+        let keys = self.dropped.take();
+        if keys.is_empty() {
+            return;
+        }
+        let now = self.clock.now();
+        let stack = self.shard.stack_mut();
+        for key in keys {
+            let closed = match key {
+                SocketKey::Tcp(h) => stack.tcp_close(now, h),
+                SocketKey::Listener(h) => stack.tcp_close_listener(now, h),
+                SocketKey::Udp(h) => stack.udp_close(h),
+            };
+            if closed.is_ok() {
+                self.stats.closed_on_drop += 1;
+            }
+        }
+    }
+
     /// One round of the shard's loop (budgeted), without sleeping, then the application
     /// timers due (at most [`APP_TIMER_BUDGET`]; the rest leave work). Fired timers count
-    /// as `timers` work in the result.
+    /// as `timers` work in the result. Sockets dropped without `close` are closed first.
     fn round(&mut self) -> PollResult {
+        self.close_dropped();
         let mut r = round(&mut self.shard, &self.clock);
         let fired = &mut self.fired;
         let n = self

@@ -8,9 +8,7 @@ use std::io::ErrorKind;
 
 use ustack_dev::sim::SimLinkConfig;
 use ustack_runtime::api::{TcpListener, TcpStream};
-use ustack_runtime::runtime::{
-    Clock, Runtime, RuntimeBuilder, SimLinkPort, VirtualClock, sim_pair,
-};
+use ustack_runtime::runtime::{Clock, RuntimeBuilder, VirtualClock, sim_pair};
 use ustack_stack::tcp::State;
 use ustack_stack::{EthernetAddress, Instant};
 
@@ -21,22 +19,8 @@ const ADDR: SocketAddrV4 = SocketAddrV4::new(SERVER_IP, 9000);
 const ECONNRESET: i32 = 104;
 const EBADF: i32 = 9;
 
-type Rt = Runtime<SimLinkPort, VirtualClock>;
-
-/// Run both runtimes until `done` holds (at most 10 s of virtual time).
-fn run_until(
-    srt: &mut Rt,
-    crt: &mut Rt,
-    clock: &VirtualClock,
-    mut done: impl FnMut(&mut Rt, &mut Rt) -> bool,
-) {
-    let limit = clock.now() + Duration::from_secs(10);
-    while !done(srt, crt) {
-        srt.run_once(Some(Duration::from_millis(1))).unwrap();
-        crt.run_once(Some(Duration::from_millis(1))).unwrap();
-        assert!(clock.now() < limit, "not done in 10 s of virtual time");
-    }
-}
+mod sim;
+use sim::run_until;
 
 #[test]
 fn buffer_sizes_and_linger_zero_through_the_api() {

@@ -168,6 +168,10 @@ pub enum Error {
     ConnectionRefused,
     /// ETIMEDOUT: retransmissions (or keepalive probes) ran out.
     TimedOut,
+    /// ENOTCONN: the socket is not connected.
+    NotConnected,
+    /// EDESTADDRREQ: sending without a destination on an unconnected socket.
+    DestAddrRequired,
 }
 
 impl Error {
@@ -186,6 +190,8 @@ impl Error {
             Error::ConnectionReset => 104,
             Error::ConnectionRefused => 111,
             Error::TimedOut => 110,
+            Error::NotConnected => 107,
+            Error::DestAddrRequired => 89,
         }
     }
 }
@@ -205,6 +211,8 @@ impl fmt::Display for Error {
             Error::ConnectionReset => "connection reset by peer (ECONNRESET)",
             Error::ConnectionRefused => "connection refused (ECONNREFUSED)",
             Error::TimedOut => "connection timed out (ETIMEDOUT)",
+            Error::NotConnected => "not connected (ENOTCONN)",
+            Error::DestAddrRequired => "destination address required (EDESTADDRREQ)",
         })
     }
 }

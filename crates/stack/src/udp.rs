@@ -46,6 +46,8 @@ pub struct UdpHandle {
 #[derive(Debug)]
 struct UdpSocket {
     local: SocketAddrV4,
+    /// The peer of `connect(2)`: the default destination, and the only source received.
+    peer: Option<SocketAddrV4>,
     rx: VecDeque<(SocketAddrV4, Vec<u8>)>,
     rx_charged: usize,
     rcvbuf: usize,
@@ -145,6 +147,7 @@ impl Stack {
         };
         let socket = UdpSocket {
             local: SocketAddrV4::new(*local.ip(), port),
+            peer: None,
             rx: VecDeque::new(),
             rx_charged: 0,
             rcvbuf: self.sysctl.rmem_default as usize,
@@ -155,6 +158,28 @@ impl Stack {
     /// The address a socket is bound to.
     pub fn udp_local_addr(&self, h: UdpHandle) -> Result<SocketAddrV4, Error> {
         self.udp.get(h).map(|s| s.local).ok_or(Error::BadHandle)
+    }
+
+    /// `connect(2)` (Linux `ip4_datagram_connect`): `peer` becomes the socket's default
+    /// destination and the only source it receives from; `None` dissolves the association
+    /// (`AF_UNSPEC`). Datagrams already queued stay. `EINVAL` for 0.0.0.0 or port 0 (Linux
+    /// accepts a port 0 there; ustack has no use for it), `ENETUNREACH` without a route.
+    pub fn udp_connect(&mut self, h: UdpHandle, peer: Option<SocketAddrV4>) -> Result<(), Error> {
+        if let Some(p) = peer {
+            if p.port() == 0 || p.ip().is_unspecified() {
+                return Err(Error::InvalidArgument);
+            }
+            if self.route(*p.ip()).is_none() {
+                return Err(Error::NetUnreachable);
+            }
+        }
+        self.udp.get_mut(h).ok_or(Error::BadHandle)?.peer = peer;
+        Ok(())
+    }
+
+    /// The connected peer, if any (`getpeername(2)`).
+    pub fn udp_peer_addr(&self, h: UdpHandle) -> Result<Option<SocketAddrV4>, Error> {
+        self.udp.get(h).map(|s| s.peer).ok_or(Error::BadHandle)
     }
 
     /// Datagrams waiting in a socket's receive queue.
@@ -254,13 +279,18 @@ impl Stack {
         };
         let packet = udp::Packet::new_unchecked(inbound.payload);
         let target = self.udp.by_port.get(&repr.dst_port).copied();
+        let from = SocketAddrV4::new(inbound.repr.src_addr, repr.src_port);
+        // A connected socket takes only its peer's datagrams (Linux `compute_score`: a
+        // socket whose daddr or dport does not match the source scores -1, so the datagram
+        // finds no socket).
         let socket = target
             .and_then(|i| self.udp.sockets.by_index_mut(i))
             .filter(|s| {
                 s.local.ip().is_unspecified()
                     || *s.local.ip() == inbound.repr.dst_addr
                     || inbound.broadcast
-            });
+            })
+            .filter(|s| s.peer.is_none_or(|p| p == from));
         let Some(socket) = socket else {
             self.mib.drop(DropReason::UdpNoSocket);
             self.icmp_send_unreach(now, inbound, DstUnreachable::PortUnreachable);
@@ -271,10 +301,7 @@ impl Stack {
             return self.mib.drop(DropReason::SocketRcvbuff);
         }
         socket.rx_charged += data.len() + DATAGRAM_OVERHEAD;
-        socket.rx.push_back((
-            SocketAddrV4::new(inbound.repr.src_addr, repr.src_port),
-            data.to_vec(),
-        ));
+        socket.rx.push_back((from, data.to_vec()));
         if let Some(index) = target {
             let generation = self.udp.sockets.generation(index).unwrap_or(0);
             let key = SocketKey::Udp(UdpHandle { index, generation });

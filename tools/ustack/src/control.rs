@@ -13,6 +13,7 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant as WallClock};
 
 use anyhow::{Context, bail};
@@ -27,6 +28,14 @@ use ustack_stack::inspect::{MemoryUsage, Protocol, SocketView};
 const SHARD_TIMEOUT: Duration = Duration::from_secs(5);
 /// The most frames a capture queues between two drains (every 10 ms).
 pub const TAP_QUEUE: usize = 65_536;
+
+/// The server process's resident memory (`/proc/self/statm`'s resident pages): all of it,
+/// the stack's and the application's buffers, code and libraries; `None` if unreadable.
+fn process_rss() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * rustix::param::page_size() as u64)
+}
 
 /// The control socket's path: `--control`, else `$USTACK_CONTROL`, else the default.
 pub fn path(explicit: Option<&Path>) -> PathBuf {
@@ -116,15 +125,21 @@ impl ControlServer {
 
     /// Answer requests until `until` (`None`: forever), each connection on a thread of its
     /// own so that a long capture does not hold the others up.
+    /// Also ends (within 100 ms) once `stop` is set (SIGTERM, SIGINT).
     pub fn serve_until<A: Send>(
         &self,
         rt: &ShardedRuntime<A>,
         tap: &Arc<TapSwitch>,
         link: LinkType,
         until: Option<WallClock>,
+        stop: &AtomicBool,
     ) {
         std::thread::scope(|scope| {
             loop {
+                if stop.load(Ordering::Relaxed) {
+                    tap.set(false);
+                    break;
+                }
                 let wait = match until {
                     Some(u) => {
                         let left = u.saturating_duration_since(WallClock::now());
@@ -215,7 +230,12 @@ fn answer<A: Send>(req: &Value, rt: &ShardedRuntime<A>) -> anyhow::Result<Value>
                 .iter()
                 .map(|k| json!({ "kind": k.name, "count": k.count, "bytes": k.bytes }))
                 .collect();
-            Ok(json!({ "shards": rt.shards(), "kinds": kinds, "total_bytes": total.total() }))
+            Ok(json!({
+                "shards": rt.shards(),
+                "kinds": kinds,
+                "total_bytes": total.total(),
+                "process_rss_bytes": process_rss(),
+            }))
         }
         "ss" => {
             let per_shard =
@@ -357,11 +377,44 @@ fn capture(
 /// Connect to the instance at `path`, with an error that says what to do if none runs.
 pub fn connect(path: &Path) -> anyhow::Result<UnixStream> {
     UnixStream::connect(path).with_context(|| {
+        let others = others(path);
         format!(
-            "no running `ustack serve` answers on {} (start one, or pass --control PATH)",
-            path.display()
+            "no running `ustack serve` answers on {} (start one, or pass --control PATH{})",
+            path.display(),
+            if others.is_empty() {
+                String::new()
+            } else {
+                format!("; other instances' sockets: {}", others.join(", "))
+            }
         )
     })
+}
+
+/// The control socket of a second instance when the default one is taken:
+/// `serve-<pid>.sock` beside it.
+pub fn path_for_pid(default: &Path, pid: u32) -> PathBuf {
+    default.with_file_name(format!("serve-{pid}.sock"))
+}
+
+/// The `serve-<pid>.sock` sockets beside `default`, for an error message.
+fn others(default: &Path) -> Vec<String> {
+    let Some(dir) = default.parent() else {
+        return Vec::new();
+    };
+    let mut found: Vec<String> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("serve-") && n.ends_with(".sock"))
+        })
+        .map(|p| p.display().to_string())
+        .collect();
+    found.sort();
+    found
 }
 
 /// Send `req` to the instance at `path` and return its JSON answer; an `{"error": ...}`

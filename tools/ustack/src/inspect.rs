@@ -31,7 +31,9 @@ pub struct StatArgs {
     #[arg(short = 'z', long, requires = "delta")]
     zeros: bool,
     /// Memory by kind, summed over the shards: TCBs, socket buffers, the free pool,
-    /// TIME-WAIT records, SYN-queue requests, tables, UDP.
+    /// TIME-WAIT records, SYN-queue requests, tables, UDP. That is the stack's memory only:
+    /// the server's own buffers (an HTTP response being built, a file being read) are not
+    /// in the table; the process's resident size, printed below it, includes everything.
     #[arg(long)]
     memory: bool,
     /// The instance's control socket (see `ustack serve --help`).
@@ -86,10 +88,20 @@ fn print_memory(v: &Value) {
     println!("{:<10} {:>12} {:>14}", "total", "", total);
     if let Some(each) = total.checked_div(tcbs) {
         println!(
-            "per connection: {each} bytes, everything counted ({tcbs} connections over {} \
-             shard(s))",
+            "per connection: {each} bytes of stack memory, all of it counted ({tcbs} \
+             connections over {} shard(s))",
             v["shards"]
         );
+    }
+    // The table is the stack's; the application's buffers are not in it.
+    match v["process_rss_bytes"].as_u64() {
+        Some(rss) => println!(
+            "process RSS: {rss} bytes (everything: the stack above, the application's own \
+             buffers, code, libraries; the table counts the stack's memory only)"
+        ),
+        None => println!(
+            "(the table counts the stack's memory only, not the application's own buffers)"
+        ),
     }
 }
 

@@ -5,8 +5,10 @@ use std::process::ExitCode;
 use clap::{CommandFactory, Parser, Subcommand};
 
 mod bench;
+mod client;
 mod control;
 mod inspect;
+mod link;
 mod serve;
 mod sysctl;
 
@@ -44,6 +46,12 @@ enum Command {
     /// (`ustack sysctl`, `ustack sysctl NAME`, `ustack sysctl NAME=VALUE`); with
     /// --defaults, ustack's defaults, ranges and units without an instance.
     Sysctl(sysctl::Args),
+    /// Connect to IP:PORT through ustack over a TUN interface, like `nc`: stdin to the
+    /// connection, the connection to stdout.
+    Connect(client::ConnectArgs),
+    /// Fetch an http:// URL through ustack over a TUN interface: the body to stdout (or
+    /// -o FILE), its size and SHA-256 on stderr.
+    Get(client::GetArgs),
     /// Capture a running instance's traffic to a pcap file (`-w FILE`, `-c COUNT`,
     /// `--duration`), frames in and out of every shard.
     Capture(inspect::CaptureArgs),
@@ -62,6 +70,8 @@ fn main() -> ExitCode {
         Command::Stat(args) => inspect::stat(&args),
         Command::Ss(args) => inspect::ss(&args),
         Command::Capture(args) => inspect::capture(&args),
+        Command::Connect(args) => client::connect(&args),
+        Command::Get(args) => client::get(&args),
         Command::BenchPeer(args) => bench::linux::peer(&args),
     };
     match result {

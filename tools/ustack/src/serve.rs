@@ -12,7 +12,6 @@ use anyhow::{Context, bail};
 use ustack_dev::Device;
 use ustack_dev::capture::{self, Tap, TapSwitch};
 use ustack_dev::shm::{ShmConfig, ShmLink};
-use ustack_dev::tun::{Tun, TunConfig};
 use ustack_runtime::multi::{ShardApp, ShardContext, ShardedBuilder};
 use ustack_runtime::rss::{Rss, RssKey};
 use ustack_runtime::runtime::{Clock, RuntimeBuilder, Sleep, VirtualClock, sim_pair};
@@ -20,6 +19,7 @@ use ustack_runtime::servers::{Load, Protocol, Server, ServerStats};
 use ustack_stack::{EthernetAddress, Instant};
 
 use crate::control::{self, ControlServer};
+use crate::link::{self, IfAddr, LinkArgs};
 
 /// The server's MAC address on the link.
 pub const SERVER_MAC: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 2]);
@@ -39,10 +39,10 @@ LINKS:
 
     then waits (up to 60 s) for one process of the same user to attach as side B with
     ustack_dev::shm::ShmPeer::connect(<name>, timeout) and .attach(), and serves over it
-    until --duration passes (or forever). The server is --addr's address with prefix /24
-    and MAC 02:00:00:00:00:02; the client runtime takes any other address in that /24.
-    At the end it prints each shard's counters (`shard <k>: ...`) and their sum
-    (`served: ...`).
+    until --duration passes (or forever), or until SIGTERM or SIGINT. The server is --addr's
+    address (prefix /24 unless given) with MAC 02:00:00:00:00:02; the client runtime takes
+    any other address on that subnet. At the end it prints each shard's counters
+    (`shard <k>: ...`) and their sum (`served: ...`), and exits 0.
     With --shards N the link has N queue pairs, one per shard, each shard a thread with its
     own stack and a listener on --addr (SO_REUSEPORT-like). The client must steer every
     frame to the queue of the shard its flow hashes to, as a NIC with RSS does: a Toeplitz
@@ -55,12 +55,13 @@ LINKS:
 
         tun-ready <interface>
 
-    and serves until --duration passes (or forever); the interface goes away when it
-    exits. The kernel's end is yours to configure, e.g. for --addr 192.0.2.2:7:
+    and serves until --duration passes (or forever, or SIGTERM/SIGINT); the interface goes
+    away when it exits (unless it existed before: see --tun). The kernel's end is yours to configure, e.g. for --addr 192.0.2.2:7:
 
         ip netns exec NS ip addr add 192.0.2.1/24 dev <interface>
         ip netns exec NS ip link set <interface> up
 
+    Off-subnet peers are reached through --gateway (e.g. a router namespace).
     Needs CAP_NET_ADMIN (root).
   sim: the server and --clients verifying clients (every echo byte, every HTTP response
     checked) run in this process over the in-process sim link on a virtual clock, until
@@ -71,7 +72,12 @@ EXAMPLES:
   ustack serve echo --duration 30s
   ustack serve http --root ./site --addr 192.0.2.2:8080
   ustack serve http --link sim --clients 100
-  ustack serve echo --link tun --netns test --tun tun0 --addr 192.0.2.2:7")]
+  ustack serve echo --link tun --netns test --tun tun0 --addr 192.0.2.2/24:7 \
+      --gateway 192.0.2.1 --sysctl net.ipv4.tcp_sack=0
+
+CONTROL SOCKET:
+  Without --control (and $USTACK_CONTROL), the first server takes the default path; a
+  second one, finding it taken, takes serve-<pid>.sock beside it and prints it.")]
 pub struct Args {
     /// The protocol: echo (RFC 862), discard (RFC 863) or http (HTTP/1.1: `GET /` answers
     /// "Hello, World!", other paths are files under --root).
@@ -81,29 +87,21 @@ pub struct Args {
     /// (in-process verifying clients).
     #[arg(long, default_value = "shm", value_parser = ["shm", "tun", "sim"])]
     link: String,
-    /// tun: the interface's name (a `%d` is filled in by the kernel).
-    #[arg(long, default_value = "ustack%d")]
-    tun: String,
-    /// tun: the network namespace to create the interface in: a name (`ip netns add`) or
-    /// a path.
-    #[arg(long)]
-    netns: Option<String>,
-    /// tun: set the interface MTU (68 to 65535).
-    #[arg(long)]
-    mtu: Option<u32>,
+    #[command(flatten)]
+    iface: LinkArgs,
     /// The directory the HTTP server serves files from (http only).
     #[arg(long)]
     root: Option<PathBuf>,
-    /// The server's address and port (the interface is its /24).
-    #[arg(long, default_value = "192.0.2.2:80")]
-    addr: SocketAddrV4,
+    /// The server's address, prefix length (default /24) and port: IP[/LEN]:PORT.
+    #[arg(long, default_value = "192.0.2.2/24:80")]
+    addr: IfAddr,
     /// How long to serve (e.g. 10s, 500ms, 2m; a plain number is seconds). Default: shm
     /// forever, sim 60 s of virtual time.
     #[arg(long, value_parser = parse_duration)]
     duration: Option<Duration>,
     /// shm, tun: the control socket `ustack stat`, `ss`, `sysctl` and `capture` talk to
     /// (default: $USTACK_CONTROL, else $XDG_RUNTIME_DIR/ustack/serve.sock, else
-    /// /tmp/ustack-<uid>/serve.sock).
+    /// /tmp/ustack-<uid>/serve.sock; if a running server has it, serve-<pid>.sock there).
     #[arg(long)]
     control: Option<PathBuf>,
     /// shm, tun: shards (threads, each with its own stack and queue), 1 to 64.
@@ -140,8 +138,11 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
-fn builder(ip: core::net::Ipv4Addr, mac: EthernetAddress, seed: u64) -> RuntimeBuilder {
-    RuntimeBuilder::new().ipv4(ip, 24).mac(mac).seed(seed)
+impl Args {
+    /// The address the servers listen on.
+    fn listen(&self) -> SocketAddrV4 {
+        SocketAddrV4::new(self.addr.ip, self.addr.port.unwrap_or(0))
+    }
 }
 
 fn print_stats(label: &str, s: &ServerStats) {
@@ -174,13 +175,13 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             bail!("--root {}: not a directory", root.display());
         }
     }
-    if args.addr.port() == 0 {
-        bail!("--addr needs a port other than 0");
+    if args.addr.port.is_none_or(|p| p == 0) {
+        bail!("--addr needs a port other than 0 (IP[/LEN]:PORT)");
     }
     if args.shards > 1 && args.link == "sim" {
         bail!("--shards is for --link shm or tun (the sim clients run against one shard)");
     }
-    if args.link != "tun" && (args.netns.is_some() || args.mtu.is_some()) {
+    if args.link != "tun" && (args.iface.netns.is_some() || args.iface.mtu.is_some()) {
         bail!("--netns and --mtu are for --link tun only");
     }
     if args.link == "sim" {
@@ -223,9 +224,26 @@ impl<D: Device + Sleep> ShardApp<D> for ShardServer {
     }
 }
 
-/// The control socket of `--control` (or the default path).
+/// The control socket of `--control` (or the default path; if another running server
+/// has that, `serve-<pid>.sock` beside it).
 fn bind_control(args: &Args) -> anyhow::Result<ControlServer> {
-    let control = ControlServer::bind(&control::path(args.control.as_deref()))?;
+    let path = control::path(args.control.as_deref());
+    let chosen = args.control.is_some() || std::env::var_os("USTACK_CONTROL").is_some();
+    let control = match ControlServer::bind(&path) {
+        Err(e) if !chosen && std::os::unix::net::UnixStream::connect(&path).is_ok() => {
+            let own = control::path_for_pid(&path, std::process::id());
+            let control = ControlServer::bind(&own).context(e)?;
+            eprintln!(
+                "ustack serve: {} belongs to another running ustack serve; this one's is \
+                 {} (pass --control {} to ustack stat, ss, sysctl, capture)",
+                path.display(),
+                own.display(),
+                own.display()
+            );
+            control
+        }
+        r => r?,
+    };
     eprintln!("ustack serve: control socket {}", control.path().display());
     Ok(control)
 }
@@ -250,9 +268,9 @@ fn serve<D: Device + Sleep + Send + 'static>(
         .into_iter()
         .map(|d| Tap::new(d, tap.clone()))
         .collect();
-    let (addr, root) = (args.addr, args.root.clone());
+    let (addr, root) = (args.listen(), args.root.clone());
     let rt = ShardedBuilder::new(
-        builder(*args.addr.ip(), SERVER_MAC, 1),
+        args.iface.builder(&args.addr)?.mac(SERVER_MAC).seed(1),
         Rss::new(RssKey::MICROSOFT, shards),
     )
     .seed(1)
@@ -263,9 +281,13 @@ fn serve<D: Device + Sleep + Send + 'static>(
         server: None,
     })
     .with_context(|| format!("starting {shards} shard(s) listening on {}", args.addr))?;
+    let stop = link::stop_on_signals()?;
     on_ready()?;
     let until = args.duration.map(|d| std::time::Instant::now() + d);
-    control.serve_until(&rt, &tap, link, until);
+    control.serve_until(&rt, &tap, link, until, &stop);
+    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+        eprintln!("ustack serve: stopping on a signal");
+    }
     let mut total = ServerStats::default();
     for (k, app) in rt.stop().into_iter().enumerate() {
         let app = app.with_context(|| format!("shard {k}"))?;
@@ -278,32 +300,13 @@ fn serve<D: Device + Sleep + Send + 'static>(
 }
 
 fn tun(args: &Args, proto: Protocol) -> anyhow::Result<ExitCode> {
-    let netns = args.netns.as_ref().map(|n| {
-        if n.contains('/') {
-            PathBuf::from(n)
-        } else {
-            PathBuf::from("/run/netns").join(n)
-        }
-    });
-    let config = TunConfig {
-        name: args.tun.clone(),
-        queues: usize::from(args.shards),
-        mtu: args.mtu,
-        netns,
-        offload: false,
-    };
-    let tun = Tun::open(&config).context("creating the TUN interface")?;
-    let name = tun.name().to_owned();
-    let queues = tun.into_queues();
+    let (name, queues) = args.iface.open_tun(usize::from(args.shards))?;
     let control = bind_control(args)?;
     eprintln!(
         "ustack serve: {} on {} over tun `{name}`{}",
         args.proto,
         args.addr,
-        args.netns
-            .as_ref()
-            .map(|n| format!(" in netns {n}"))
-            .unwrap_or_default()
+        args.iface.netns_note()
     );
     // `tun-ready` once every shard listens: a kernel client may connect right after it.
     serve(queues, args, proto, control, || {
@@ -343,7 +346,7 @@ fn shm(args: &Args, proto: Protocol) -> anyhow::Result<ExitCode> {
 }
 
 fn sim(args: &Args, proto: Protocol) -> anyhow::Result<ExitCode> {
-    let ip = *args.addr.ip();
+    let ip = args.addr.ip;
     let octets = ip.octets();
     let client_ip = core::net::Ipv4Addr::new(
         octets[0],
@@ -353,10 +356,19 @@ fn sim(args: &Args, proto: Protocol) -> anyhow::Result<ExitCode> {
     );
     let (a, b) = sim_pair(Default::default());
     let clock = VirtualClock::new(Instant::ZERO);
-    let mut srt = builder(ip, SERVER_MAC, 1).build_with_clock(a, clock.participant())?;
-    let mut crt = builder(client_ip, CLIENT_MAC, 2).build_with_clock(b, clock.participant())?;
-    let mut server = Server::bind(&mut srt, proto, args.addr, args.root.clone())?;
-    let mut load = Load::start(&mut crt, proto, args.addr, args.clients, args.requests)?;
+    let mut srt = args
+        .iface
+        .builder(&args.addr)?
+        .mac(SERVER_MAC)
+        .seed(1)
+        .build_with_clock(a, clock.participant())?;
+    let mut crt = RuntimeBuilder::new()
+        .ipv4(client_ip, args.addr.prefix)
+        .mac(CLIENT_MAC)
+        .seed(2)
+        .build_with_clock(b, clock.participant())?;
+    let mut server = Server::bind(&mut srt, proto, args.listen(), args.root.clone())?;
+    let mut load = Load::start(&mut crt, proto, args.listen(), args.clients, args.requests)?;
     let limit = Instant::ZERO + args.duration.unwrap_or(Duration::from_secs(60));
     let wall = std::time::Instant::now();
     while !load.done() {

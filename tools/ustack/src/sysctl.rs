@@ -55,7 +55,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
 
 /// `name` or `name=value`, the name known and the value a number (range checks are the
 /// stack's, on `set`).
-fn parse(s: &str) -> anyhow::Result<(&'static ustack_stack::SysctlInfo, Option<u64>)> {
+pub(crate) fn parse(s: &str) -> anyhow::Result<(&'static ustack_stack::SysctlInfo, Option<u64>)> {
     let (name, value) = match s.split_once('=') {
         Some((n, v)) => (n.trim(), Some(v.trim())),
         None => (s.trim(), None),

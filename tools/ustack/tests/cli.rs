@@ -86,6 +86,22 @@ fn serve_refuses_bad_arguments_clearly() {
         (&["serve", "echo", "--duration", "ten"], "not a duration"),
         (&["serve", "echo", "--duration", "5y"], "unknown unit"),
         (&["serve", "echo", "--shards", "0"], "0 is not in 1..=64"),
+        (
+            &["serve", "echo", "--sysctl", "net.ipv4.tcp_sack=7"],
+            "net.ipv4.tcp_sack = 7 is out of range [0, 1]",
+        ),
+        (
+            &["serve", "echo", "--sysctl", "net.ipv4.tcp_nope=1"],
+            "unknown sysctl \"net.ipv4.tcp_nope\"",
+        ),
+        (
+            &["serve", "echo", "--sysctl", "net.ipv4.tcp_sack"],
+            "expected NAME=VALUE",
+        ),
+        (
+            &["serve", "echo", "--addr", "192.0.2.2/33:7"],
+            "the prefix length must be 1 to 32",
+        ),
     ] {
         let o = ustack(args);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
@@ -111,6 +127,10 @@ fn serve_refuses_bad_arguments_clearly() {
         (
             &["serve", "echo", "--netns", "x"],
             "--netns and --mtu are for --link tun only",
+        ),
+        (
+            &["serve", "echo", "--link", "sim", "--gateway", "10.0.0.1"],
+            "--gateway 10.0.0.1 is not another address on --addr's subnet 192.0.2.2/24",
         ),
         (
             &["serve", "echo", "--link", "tun", "--tun", "a/b"],

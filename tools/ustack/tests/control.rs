@@ -116,6 +116,23 @@ fn stat_ss_sysctl_and_capture_see_the_running_instance() {
         .collect();
     assert_eq!(tcb[1], CLIENTS.to_string(), "{mem}");
     assert!(mem.contains("per connection: "), "{mem}");
+    // It says what it counts: the stack's memory in the table, and the process's RSS
+    // (everything, the application's buffers too), at least the table's total.
+    let total: u64 = mem
+        .lines()
+        .find_map(|l| l.strip_prefix("total "))
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no total in {mem}"));
+    let rss: u64 = mem
+        .lines()
+        .find_map(|l| l.strip_prefix("process RSS: "))
+        .and_then(|t| t.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no process RSS in {mem}"));
+    assert!(rss > total, "{mem}");
+    assert!(
+        mem.contains("the table counts the stack's memory only"),
+        "{mem}"
+    );
 
     // ss: the established connections (not the listener), with -l only the listener.
     let ss = ok(served.tool(&["ss"]));
@@ -245,4 +262,61 @@ fn a_second_server_on_the_same_control_socket_is_refused() {
         "{}",
         stderr(&o)
     );
+}
+
+#[test]
+fn a_second_server_without_control_takes_a_socket_of_its_own() {
+    // Both on the default path ($XDG_RUNTIME_DIR/ustack/serve.sock), in a directory of the
+    // test's own; shm servers bind their socket before they wait for a client.
+    let dir = std::env::temp_dir().join(format!("ustack-xdg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let spawn = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_ustack"))
+            .args(["serve", "echo", "--link", "shm", "--duration", "30s"])
+            .env("XDG_RUNTIME_DIR", &dir)
+            .env_remove("USTACK_CONTROL")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    /// Kills and reaps its server, whatever happens.
+    struct Reap(std::process::Child);
+    impl Drop for Reap {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let control_line = |child: &mut std::process::Child| {
+        use std::io::BufRead;
+        let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+        let mut said = Vec::new();
+        for line in stderr.lines() {
+            let line = line.unwrap();
+            said.push(line.clone());
+            if let Some(path) = line.strip_prefix("ustack serve: control socket ") {
+                return (path.to_owned(), said.join("\n"));
+            }
+        }
+        panic!("no control socket line in {said:?}");
+    };
+    let mut first = Reap(spawn());
+    let (first_path, _) = control_line(&mut first.0);
+    let default = dir.join("ustack").join("serve.sock");
+    assert_eq!(first_path, default.display().to_string());
+    let mut second = Reap(spawn());
+    let (second_path, said) = control_line(&mut second.0);
+    let own = dir
+        .join("ustack")
+        .join(format!("serve-{}.sock", second.0.id()));
+    assert_eq!(second_path, own.display().to_string(), "{said}");
+    assert!(
+        said.contains("belongs to another running ustack serve"),
+        "{said}"
+    );
+    assert!(own.exists() && default.exists());
+    drop((first, second));
+    let _ = std::fs::remove_dir_all(&dir);
 }

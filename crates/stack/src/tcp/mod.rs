@@ -563,6 +563,12 @@ impl Stack {
         self.tcp.get(h).map(|t| t.state).ok_or(Error::BadHandle)
     }
 
+    /// `getsockopt(SO_ERROR)`: the connection's pending error (`ECONNREFUSED`,
+    /// `ETIMEDOUT`, `ECONNRESET`), taken once, as Linux's `sock_error` clears `sk_err`.
+    pub fn tcp_take_error(&mut self, h: TcpHandle) -> Result<Option<Error>, Error> {
+        Ok(self.tcp.get_mut(h).ok_or(Error::BadHandle)?.error.take())
+    }
+
     /// `TCP_NODELAY`: turn Nagle's algorithm off (true) or on.
     pub fn tcp_set_nodelay(&mut self, now: Instant, h: TcpHandle, on: bool) -> Result<(), Error> {
         let tcb = self.tcp.get_mut(h).ok_or(Error::BadHandle)?;

@@ -1,0 +1,466 @@
+//! `ustack connect` and `ustack get`: ustack as a client, for a person who wants to reach
+//! a server (the kernel's, or anyone's behind it) through ustack without writing code.
+//! `connect` is `nc`/`socat`-like (stdin to the connection, the connection to stdout);
+//! `get` fetches one URL with HTTP/1.1 and prints the body's size and SHA-256. Both run
+//! one ustack runtime over a TUN interface, set up with `ustack serve`'s link flags.
+
+use core::net::SocketAddrV4;
+use core::time::Duration;
+use std::io::{ErrorKind, Read, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::mpsc;
+
+use anyhow::{Context, bail};
+use sha2::{Digest, Sha256};
+use ustack_dev::tun::TunQueue;
+use ustack_runtime::Mode;
+use ustack_runtime::api::TcpStream;
+use ustack_runtime::runtime::{Events, Interest, Runtime};
+
+use crate::link::{IfAddr, LinkArgs};
+use crate::serve::parse_duration;
+
+/// The interface of a client command.
+#[derive(Debug, clap::Args)]
+pub struct ClientLink {
+    /// The link: tun (a TUN interface; the Linux kernel routes between it and the server).
+    #[arg(long, default_value = "tun", value_parser = ["tun"])]
+    link: String,
+    /// ustack's address on the interface and its prefix length: IP[/LEN] (default /24).
+    #[arg(long, default_value = "192.0.2.2/24")]
+    addr: IfAddr,
+    #[command(flatten)]
+    iface: LinkArgs,
+    /// How long the connection may take to be established.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    connect_timeout: Duration,
+}
+
+/// Arguments of `ustack connect`.
+#[derive(Debug, clap::Args)]
+#[command(after_long_help = "\
+The TUN interface is created (or attached to, if it exists: `ip tuntap add NAME mode tun
+multi_queue`) in --netns; ustack prints `tun-ready <interface>` on stderr. The kernel's end
+is yours to configure (address on --addr's subnet, link up), before or within the
+connect timeout. Needs CAP_NET_ADMIN (root).
+
+EXAMPLE:
+  ip netns exec NS socat TCP-LISTEN:7,fork EXEC:cat &
+  echo hello | ustack connect 192.0.2.1:7 --tun tun0 --netns NS --addr 192.0.2.2/24")]
+pub struct ConnectArgs {
+    /// The server: IP:PORT (an IPv4 address; no name lookup).
+    target: SocketAddrV4,
+    #[command(flatten)]
+    link: ClientLink,
+}
+
+/// Arguments of `ustack get`.
+#[derive(Debug, clap::Args)]
+#[command(after_long_help = "\
+Fetches http://IP[:PORT]/PATH with one HTTP/1.1 GET (no name lookup, no TLS, no
+redirects), writes the body to stdout or --output, and prints the status, the body's size
+and its SHA-256 on stderr. Exits 0 for a 2xx answer. The link is set up as for `ustack
+connect`.
+
+EXAMPLE:
+  ustack get http://192.0.2.1:8000/file.bin -o file.bin --tun tun0 --netns NS")]
+pub struct GetArgs {
+    /// The URL: http://IP[:PORT][/PATH].
+    url: String,
+    /// Write the body to FILE instead of stdout.
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+    #[command(flatten)]
+    link: ClientLink,
+}
+
+type Rt = Runtime<TunQueue>;
+
+/// The runtime on a new (or attached) TUN, and a connection to `target` established.
+fn open(cmd: &str, link: &ClientLink, target: SocketAddrV4) -> anyhow::Result<(Rt, TcpStream)> {
+    if link.addr.port.is_some() {
+        bail!("--addr is ustack's own address, IP[/LEN], without a port");
+    }
+    let (name, mut queues) = link.iface.open_tun(1)?;
+    let builder = link.iface.builder(&link.addr)?;
+    let mut rt = builder.build(queues.remove(0))?;
+    eprintln!("tun-ready {name}");
+    eprintln!(
+        "ustack {cmd}: {} over tun `{name}`{}, connecting to {target}",
+        link.addr,
+        link.iface.netns_note()
+    );
+    let stream = TcpStream::connect_timeout(&mut rt, target, link.connect_timeout)
+        .with_context(|| format!("connecting to {target}"))?;
+    Ok((rt, stream))
+}
+
+/// Close `stream` and run the loop until the FIN is acknowledged (or a short while), so
+/// that the peer sees the end before the process (and its interface queue) goes.
+fn finish(rt: &mut Rt, stream: TcpStream) -> anyhow::Result<()> {
+    stream.close(rt)?;
+    let until = std::time::Instant::now() + Duration::from_secs(2);
+    while std::time::Instant::now() < until {
+        let closing = rt
+            .stack()
+            .sockets(rt.now())
+            .iter()
+            .any(|s| matches!(s.state, "FIN-WAIT-1" | "LAST-ACK" | "CLOSING"));
+        if !closing {
+            break;
+        }
+        rt.run_once(Some(Duration::from_millis(10)))?;
+    }
+    Ok(())
+}
+
+/// Runs `ustack connect`: stdin to the connection (a FIN at its end), the connection to
+/// stdout, until the server closes its side.
+pub fn connect(args: &ConnectArgs) -> anyhow::Result<ExitCode> {
+    let (mut rt, stream) = open("connect", &args.link, args.target)?;
+    stream.set_nodelay(&mut rt, true)?;
+    rt.register(
+        &stream,
+        0,
+        Interest::READABLE | Interest::RDHUP,
+        Mode::Level,
+    )?;
+    // stdin blocks: a thread reads it and hands the chunks over (None: its end).
+    let (tx, rx) = mpsc::sync_channel::<Option<Vec<u8>>>(16);
+    std::thread::spawn(move || {
+        let mut stdin = std::io::stdin().lock();
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            match stdin.read(&mut buf) {
+                Ok(0) | Err(_) => {
+                    let _ = tx.send(None);
+                    return;
+                }
+                Ok(n) => {
+                    if tx.send(Some(buf[..n].to_vec())).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    let mut stdout = std::io::stdout().lock();
+    let mut events = Events::with_capacity(4);
+    let mut buf = vec![0u8; 64 * 1024];
+    let (mut sent, mut received) = (0u64, 0u64);
+    let mut stdin_open = true;
+    loop {
+        while stdin_open {
+            match rx.try_recv() {
+                Ok(Some(chunk)) => {
+                    stream.write_all(&mut rt, &chunk)?;
+                    sent += chunk.len() as u64;
+                }
+                Ok(None) | Err(mpsc::TryRecvError::Disconnected) => {
+                    stream.shutdown(&mut rt, std::net::Shutdown::Write)?;
+                    stdin_open = false;
+                }
+                Err(mpsc::TryRecvError::Empty) => break,
+            }
+        }
+        let mut eof = false;
+        loop {
+            match stream.read(&mut rt, &mut buf) {
+                Ok(0) => {
+                    eof = true;
+                    break;
+                }
+                Ok(n) => {
+                    stdout.write_all(&buf[..n])?;
+                    received += n as u64;
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) => return Err(e).context("reading from the connection"),
+            }
+        }
+        stdout.flush()?;
+        if eof {
+            break;
+        }
+        // Short waits while stdin may bring more: its thread cannot wake the loop.
+        let wait = if stdin_open { 5 } else { 100 };
+        rt.poll(&mut events, Some(Duration::from_millis(wait)))?;
+    }
+    finish(&mut rt, stream)?;
+    eprintln!("ustack connect: {sent} bytes sent, {received} bytes received");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `http://IP[:PORT][/PATH]`: the server and the path (with its query).
+fn parse_url(url: &str) -> anyhow::Result<(SocketAddrV4, String, String)> {
+    let rest = url
+        .strip_prefix("http://")
+        .with_context(|| format!("{url}: only http:// URLs"))?;
+    let (host, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    let addr = match host.parse::<SocketAddrV4>() {
+        Ok(a) => a,
+        Err(_) => SocketAddrV4::new(
+            host.parse()
+                .with_context(|| format!("{url}: the host must be an IPv4 address"))?,
+            80,
+        ),
+    };
+    Ok((addr, host.to_owned(), path.to_owned()))
+}
+
+/// The response head: status code, and how the body is framed.
+#[derive(Debug, PartialEq, Eq)]
+struct Head {
+    status: u16,
+    length: Option<u64>,
+    chunked: bool,
+}
+
+/// Parse a response head (the bytes before the blank line).
+fn parse_head(head: &[u8]) -> anyhow::Result<Head> {
+    let text = std::str::from_utf8(head).context("a response head that is not text")?;
+    let mut lines = text.split("\r\n");
+    let status_line = lines.next().unwrap_or_default();
+    let mut parts = status_line.splitn(3, ' ');
+    let version = parts.next().unwrap_or_default();
+    if !version.starts_with("HTTP/1.") {
+        bail!("not an HTTP/1.x response: {status_line:?}");
+    }
+    let status: u16 = parts
+        .next()
+        .and_then(|s| s.parse().ok())
+        .with_context(|| format!("no status code in {status_line:?}"))?;
+    let mut h = Head {
+        status,
+        length: None,
+        chunked: false,
+    };
+    for line in lines {
+        let Some((name, value)) = line.split_once(':') else {
+            continue;
+        };
+        let value = value.trim();
+        if name.eq_ignore_ascii_case("content-length") {
+            h.length = Some(value.parse().context("a bad Content-Length")?);
+        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+            h.chunked = value.to_ascii_lowercase().contains("chunked");
+        }
+    }
+    Ok(h)
+}
+
+/// A chunked body's decoder (RFC 9112 §7.1), fed in pieces.
+#[derive(Debug, Default)]
+struct Dechunk {
+    /// Bytes not yet decoded (a partial size line).
+    pending: Vec<u8>,
+    /// Body bytes left in the current chunk (+2 for its CRLF once seen).
+    left: u64,
+    in_chunk: bool,
+    done: bool,
+}
+
+impl Dechunk {
+    /// Decode `input`, passing body bytes to `out`.
+    fn feed(
+        &mut self,
+        input: &[u8],
+        out: &mut impl FnMut(&[u8]) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        self.pending.extend_from_slice(input);
+        let mut at = 0;
+        while !self.done && at < self.pending.len() {
+            if self.in_chunk {
+                let take = (self.left as usize).min(self.pending.len() - at);
+                // The chunk's data, then its CRLF (not body).
+                let data_left = self.left.saturating_sub(2) as usize;
+                let data = take.min(data_left);
+                out(&self.pending[at..at + data])?;
+                at += take;
+                self.left -= take as u64;
+                if self.left == 0 {
+                    self.in_chunk = false;
+                }
+                continue;
+            }
+            let Some(nl) = self.pending[at..].windows(2).position(|w| w == b"\r\n") else {
+                break;
+            };
+            let line = std::str::from_utf8(&self.pending[at..at + nl]).context("a chunk size")?;
+            let size = line.split(';').next().unwrap_or_default().trim();
+            let size =
+                u64::from_str_radix(size, 16).with_context(|| format!("chunk size {size:?}"))?;
+            at += nl + 2;
+            if size == 0 {
+                self.done = true;
+            } else {
+                self.left = size + 2;
+                self.in_chunk = true;
+            }
+        }
+        self.pending.drain(..at);
+        Ok(())
+    }
+}
+
+/// Runs `ustack get`.
+pub fn get(args: &GetArgs) -> anyhow::Result<ExitCode> {
+    let (target, host, path) = parse_url(&args.url)?;
+    let mut out: Box<dyn Write> = match &args.output {
+        Some(p) => Box::new(std::io::BufWriter::new(
+            std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,
+        )),
+        None => Box::new(std::io::stdout().lock()),
+    };
+    let (mut rt, stream) = open("get", &args.link, target)?;
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: ustack/{}\r\nAccept: */*\r\n\
+         Connection: close\r\n\r\n",
+        env!("CARGO_PKG_VERSION")
+    );
+    stream.write_all(&mut rt, request.as_bytes())?;
+    rt.register(
+        &stream,
+        0,
+        Interest::READABLE | Interest::RDHUP,
+        Mode::Level,
+    )?;
+    let mut events = Events::with_capacity(4);
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut head_buf = Vec::new();
+    let mut head: Option<Head> = None;
+    let mut hasher = Sha256::new();
+    let mut body = 0u64;
+    let mut dechunk = Dechunk::default();
+    let mut emit = |data: &[u8], body: &mut u64| -> anyhow::Result<()> {
+        hasher.update(data);
+        *body += data.len() as u64;
+        out.write_all(data)?;
+        Ok(())
+    };
+    let mut eof = false;
+    loop {
+        let n = match stream.read(&mut rt, &mut buf) {
+            Ok(0) => {
+                eof = true;
+                0
+            }
+            Ok(n) => n,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                rt.poll(&mut events, Some(Duration::from_millis(100)))?;
+                continue;
+            }
+            Err(e) => return Err(e).context("reading the response"),
+        };
+        let mut data = &buf[..n];
+        if head.is_none() {
+            head_buf.extend_from_slice(data);
+            let Some(end) = head_buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                if eof {
+                    bail!("the connection ended inside the response head");
+                }
+                if head_buf.len() > 64 * 1024 {
+                    bail!("a response head over 64 KiB");
+                }
+                continue;
+            };
+            head = Some(parse_head(&head_buf[..end])?);
+            let rest = head_buf.split_off(end + 4);
+            head_buf = rest;
+            data = &head_buf;
+        }
+        let h = head.as_ref().expect("parsed");
+        if h.chunked {
+            dechunk.feed(data, &mut |d| emit(d, &mut body))?;
+            if dechunk.done {
+                break;
+            }
+        } else {
+            let take = match h.length {
+                Some(len) => data.len().min((len - body) as usize),
+                None => data.len(),
+            };
+            emit(&data[..take], &mut body)?;
+            if h.length.is_some_and(|len| body >= len) {
+                break;
+            }
+        }
+        head_buf.clear();
+        if eof {
+            if h.chunked || h.length.is_some() {
+                bail!("the connection ended after {body} bytes of the body");
+            }
+            break;
+        }
+    }
+    out.flush()?;
+    finish(&mut rt, stream)?;
+    let status = head.map_or(0, |h| h.status);
+    let digest: String = hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    eprintln!("ustack get: HTTP {status}, {body} bytes, sha256 {digest}");
+    Ok(if (200..300).contains(&status) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        let (a, host, path) = parse_url("http://192.0.2.1:8000/a/b?c=1").unwrap();
+        assert_eq!(a, "192.0.2.1:8000".parse().unwrap());
+        assert_eq!(
+            (host.as_str(), path.as_str()),
+            ("192.0.2.1:8000", "/a/b?c=1")
+        );
+        let (a, _, path) = parse_url("http://192.0.2.1").unwrap();
+        assert_eq!((a.port(), path.as_str()), (80, "/"));
+        assert!(parse_url("https://192.0.2.1/").is_err());
+        assert!(parse_url("http://example.com/").is_err());
+    }
+
+    #[test]
+    fn heads() {
+        let h = parse_head(b"HTTP/1.0 200 OK\r\nContent-Length: 12\r\nServer: x").unwrap();
+        assert_eq!(
+            h,
+            Head {
+                status: 200,
+                length: Some(12),
+                chunked: false
+            }
+        );
+        let h = parse_head(b"HTTP/1.1 404 Not Found\r\ntransfer-encoding: chunked").unwrap();
+        assert!(h.chunked && h.status == 404);
+        assert!(parse_head(b"SSH-2.0 hello").is_err());
+    }
+
+    #[test]
+    fn chunked_bodies_in_pieces() {
+        let wire = b"5\r\nhello\r\n7;ext=1\r\n, world\r\n0\r\n\r\n";
+        for split in 0..wire.len() {
+            let mut d = Dechunk::default();
+            let mut got = Vec::new();
+            let mut sink = |b: &[u8]| -> anyhow::Result<()> {
+                got.extend_from_slice(b);
+                Ok(())
+            };
+            d.feed(&wire[..split], &mut sink).unwrap();
+            d.feed(&wire[split..], &mut sink).unwrap();
+            assert!(d.done, "split at {split}");
+            assert_eq!(got, b"hello, world", "split at {split}");
+        }
+    }
+}

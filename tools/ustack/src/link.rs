@@ -1,0 +1,229 @@
+//! What `ustack serve`, `connect` and `get` share: the interface's flags (`--addr` with
+//! its prefix, `--gateway`, `--sysctl`, and the TUN's `--tun`, `--netns`, `--mtu`), the
+//! runtime builder they make, the TUN they open, and the stop signals.
+
+use core::net::Ipv4Addr;
+use core::str::FromStr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use anyhow::{Context, bail};
+use ustack_dev::tun::{Tun, TunConfig, TunQueue};
+use ustack_runtime::runtime::RuntimeBuilder;
+use ustack_stack::{Ipv4Cidr, Sysctl};
+
+/// An interface address: `IP[/PREFIX][:PORT]` (or `IP:PORT/PREFIX`); the prefix length
+/// defaults to 24.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IfAddr {
+    pub ip: Ipv4Addr,
+    pub prefix: u8,
+    pub port: Option<u16>,
+}
+
+impl FromStr for IfAddr {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<IfAddr, String> {
+        let bad = |what: &str| format!("`{s}`: {what} (e.g. 192.0.2.2/24:80 or 192.0.2.2:80)");
+        let (head, port) = match s.split_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (s, None),
+        };
+        // The prefix may come after the address or after the port.
+        let (ip, prefix, port) = match (head.split_once('/'), port.map(|p| p.split_once('/'))) {
+            (Some((ip, len)), None | Some(None)) => (ip, Some(len), port),
+            (None, Some(Some((p, len)))) => (head, Some(len), Some(p)),
+            (None, None | Some(None)) => (head, None, port),
+            (Some(_), Some(Some(_))) => return Err(bad("two prefix lengths")),
+        };
+        let ip: Ipv4Addr = ip.parse().map_err(|_| bad("not an IPv4 address"))?;
+        let prefix = match prefix {
+            None => 24,
+            Some(l) => match l.parse::<u8>() {
+                Ok(l) if (1..=32).contains(&l) => l,
+                _ => return Err(bad("the prefix length must be 1 to 32")),
+            },
+        };
+        let port = port
+            .map(|p| p.parse::<u16>().map_err(|_| bad("not a port number")))
+            .transpose()?;
+        if ip.is_unspecified() || ip.is_broadcast() || ip.is_multicast() {
+            return Err(bad("not a unicast address"));
+        }
+        Ok(IfAddr { ip, prefix, port })
+    }
+}
+
+impl core::fmt::Display for IfAddr {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{}/{}", self.ip, self.prefix)?;
+        match self.port {
+            Some(p) => write!(f, ":{p}"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// `NAME=VALUE`, the name one of ustack's sysctls and the value in its range.
+pub fn parse_sysctl(s: &str) -> Result<(String, u64), String> {
+    if !s.contains('=') {
+        return Err(format!(
+            "`{s}`: expected NAME=VALUE, e.g. net.ipv4.tcp_sack=0"
+        ));
+    }
+    let (info, value) = crate::sysctl::parse(s).map_err(|e| format!("{e:#}"))?;
+    let value = value.ok_or_else(|| format!("`{s}`: no value"))?;
+    Sysctl::default()
+        .set(info.name, value)
+        .map_err(|e| e.to_string())?;
+    Ok((info.name.to_owned(), value))
+}
+
+/// The interface flags every command that runs a stack takes (beside `--addr` and
+/// `--link`, whose defaults differ).
+#[derive(Debug, Clone, clap::Args)]
+pub struct LinkArgs {
+    /// tun: the interface's name (a `%d` is filled in by the kernel). An existing
+    /// multi-queue TUN (`ip tuntap add NAME mode tun multi_queue`) is attached to as it is.
+    #[arg(long, default_value = "ustack%d")]
+    pub tun: String,
+    /// tun: the network namespace to create the interface in: a name (`ip netns add`) or
+    /// a path.
+    #[arg(long)]
+    pub netns: Option<String>,
+    /// tun: set the interface MTU (68 to 65535).
+    #[arg(long)]
+    pub mtu: Option<u32>,
+    /// The next hop (default route) for destinations off --addr's subnet; it must be on
+    /// the subnet. Without one, those destinations are unreachable (ENETUNREACH).
+    #[arg(long)]
+    pub gateway: Option<Ipv4Addr>,
+    /// Set a tunable at start by its Linux name, e.g. `--sysctl net.ipv4.tcp_sack=0`
+    /// (repeatable; see `ustack sysctl --defaults` for names and ranges).
+    #[arg(long = "sysctl", value_name = "NAME=VALUE", value_parser = parse_sysctl)]
+    pub sysctls: Vec<(String, u64)>,
+}
+
+impl LinkArgs {
+    /// A runtime builder for the interface `addr` with these flags' gateway and sysctls.
+    pub fn builder(&self, addr: &IfAddr) -> anyhow::Result<RuntimeBuilder> {
+        let mut b = RuntimeBuilder::new().ipv4(addr.ip, addr.prefix);
+        if let Some(gw) = self.gateway {
+            let subnet = Ipv4Cidr::new(addr.ip, addr.prefix);
+            if !subnet.contains(gw) || gw == addr.ip {
+                bail!(
+                    "--gateway {gw} is not another address on --addr's subnet {}/{}",
+                    addr.ip,
+                    addr.prefix
+                );
+            }
+            b = b.gateway(gw);
+        }
+        for (name, value) in &self.sysctls {
+            b = b.sysctl(name, *value);
+        }
+        Ok(b)
+    }
+
+    /// The TUN interface with `queues` queues, created (or attached to) in `--netns`:
+    /// its name and queues.
+    pub fn open_tun(&self, queues: usize) -> anyhow::Result<(String, Vec<TunQueue>)> {
+        let netns = self.netns.as_ref().map(|n| {
+            if n.contains('/') {
+                PathBuf::from(n)
+            } else {
+                PathBuf::from("/run/netns").join(n)
+            }
+        });
+        let config = TunConfig {
+            name: self.tun.clone(),
+            queues,
+            mtu: self.mtu,
+            netns,
+            offload: false,
+        };
+        let tun = Tun::open(&config).context("creating the TUN interface")?;
+        let name = tun.name().to_owned();
+        Ok((name, tun.into_queues()))
+    }
+
+    /// ` in netns NAME`, or nothing.
+    pub fn netns_note(&self) -> String {
+        self.netns
+            .as_ref()
+            .map(|n| format!(" in netns {n}"))
+            .unwrap_or_default()
+    }
+}
+
+/// A flag that SIGTERM and SIGINT set (instead of ending the process), for a loop that
+/// stops cleanly and reports.
+pub fn stop_on_signals() -> anyhow::Result<Arc<AtomicBool>> {
+    let flag = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(sig, flag.clone())
+            .with_context(|| format!("handling signal {sig}"))?;
+    }
+    Ok(flag)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interface_addresses() {
+        let a = |s: &str| s.parse::<IfAddr>();
+        let ip = Ipv4Addr::new(192, 0, 2, 2);
+        assert_eq!(
+            a("192.0.2.2/16:80"),
+            Ok(IfAddr {
+                ip,
+                prefix: 16,
+                port: Some(80)
+            })
+        );
+        assert_eq!(a("192.0.2.2:80/16"), a("192.0.2.2/16:80"));
+        assert_eq!(
+            a("192.0.2.2:7"),
+            Ok(IfAddr {
+                ip,
+                prefix: 24,
+                port: Some(7)
+            })
+        );
+        assert_eq!(
+            a("192.0.2.2/30"),
+            Ok(IfAddr {
+                ip,
+                prefix: 30,
+                port: None
+            })
+        );
+        for bad in [
+            "192.0.2.2/33",
+            "192.0.2.2/0",
+            "x/24",
+            "192.0.2.2:99999",
+            "0.0.0.0/8",
+        ] {
+            assert!(a(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn sysctl_settings() {
+        assert_eq!(
+            parse_sysctl("net.ipv4.tcp_sack=0"),
+            Ok(("net.ipv4.tcp_sack".to_owned(), 0))
+        );
+        let unknown = parse_sysctl("net.ipv4.tcp_nope=1").unwrap_err();
+        assert!(unknown.contains("unknown sysctl"), "{unknown}");
+        let range = parse_sysctl("net.ipv4.tcp_sack=7").unwrap_err();
+        assert!(range.contains("tcp_sack"), "{range}");
+        assert!(parse_sysctl("net.ipv4.tcp_sack").is_err());
+        assert!(parse_sysctl("net.ipv4.tcp_sack=x").is_err());
+    }
+}
