@@ -116,6 +116,12 @@ pub struct Args {
     /// connection).
     #[arg(long, default_value_t = 10)]
     requests: u64,
+    /// Derive the stacks' secrets (ISN, SYN-cookie and hash keys) from this seed, so that a
+    /// run replays. Default: shm and tun draw them from the OS (predictable secrets let an
+    /// off-path attacker guess ISNs and forge SYN cookies); sim uses 1 (server) and 2
+    /// (client).
+    #[arg(long)]
+    seed: Option<u64>,
 }
 
 /// `10s`, `500ms`, `2m`, `1.5s`, `3` (seconds).
@@ -140,8 +146,12 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
-fn builder(ip: core::net::Ipv4Addr, mac: EthernetAddress, seed: u64) -> RuntimeBuilder {
-    RuntimeBuilder::new().ipv4(ip, 24).mac(mac).seed(seed)
+fn builder(ip: core::net::Ipv4Addr, mac: EthernetAddress, seed: Option<u64>) -> RuntimeBuilder {
+    let b = RuntimeBuilder::new().ipv4(ip, 24).mac(mac);
+    match seed {
+        Some(seed) => b.seed(seed),
+        None => b,
+    }
 }
 
 fn print_stats(label: &str, s: &ServerStats) {
@@ -252,10 +262,9 @@ fn serve<D: Device + Sleep + Send + 'static>(
         .collect();
     let (addr, root) = (args.addr, args.root.clone());
     let rt = ShardedBuilder::new(
-        builder(*args.addr.ip(), SERVER_MAC, 1),
+        builder(*args.addr.ip(), SERVER_MAC, args.seed),
         Rss::new(RssKey::MICROSOFT, shards),
     )
-    .seed(1)
     .start(devices, move |_shard| ShardServer {
         proto,
         addr,
@@ -353,8 +362,10 @@ fn sim(args: &Args, proto: Protocol) -> anyhow::Result<ExitCode> {
     );
     let (a, b) = sim_pair(Default::default());
     let clock = VirtualClock::new(Instant::ZERO);
-    let mut srt = builder(ip, SERVER_MAC, 1).build_with_clock(a, clock.participant())?;
-    let mut crt = builder(client_ip, CLIENT_MAC, 2).build_with_clock(b, clock.participant())?;
+    let seed = args.seed.unwrap_or(1);
+    let mut srt = builder(ip, SERVER_MAC, Some(seed)).build_with_clock(a, clock.participant())?;
+    let mut crt = builder(client_ip, CLIENT_MAC, Some(seed.wrapping_add(1)))
+        .build_with_clock(b, clock.participant())?;
     let mut server = Server::bind(&mut srt, proto, args.addr, args.root.clone())?;
     let mut load = Load::start(&mut crt, proto, args.addr, args.clients, args.requests)?;
     let limit = Instant::ZERO + args.duration.unwrap_or(Duration::from_secs(60));

@@ -42,6 +42,7 @@ use hashbrown::HashMap;
 use ustack_obs::{Counter, Instant};
 use ustack_wire::SeqNumber;
 
+use crate::secret::{KeyedState, Secrets};
 use crate::slab::Slab;
 use crate::socket::{Readiness, SocketKey};
 use crate::sysctl::PortRange;
@@ -86,7 +87,7 @@ pub(crate) struct Tcp {
     /// The connections: TCBs inline in a slab (no per-connection box).
     pub(crate) conns: Slab<Tcb>,
     /// Every connection not in LISTEN or TIME-WAIT, by 4-tuple (Linux `inet_ehash`).
-    pub(crate) ehash: HashMap<FourTuple, u32, foldhash::fast::FixedState>,
+    pub(crate) ehash: HashMap<FourTuple, u32, KeyedState>,
     pub(crate) listeners: listen::Listeners,
     pub(crate) requests: listen::Requests,
     pub(crate) timewait: timer::TimeWaits,
@@ -105,19 +106,22 @@ pub(crate) struct Tcp {
 const POOL_LIMIT: usize = 1 << 30;
 
 impl Tcp {
-    pub(crate) fn new(seed: u64, sysctl: &Sysctl) -> Tcp {
+    /// Every key from the stack's `secrets`; each table a peer can fill (connections, SYN
+    /// queue, TIME-WAIT) has its own SipHash key (Linux `inet_ehashfn` keys its jhash with
+    /// a secret, `inet_ehash_secret`).
+    pub(crate) fn new(secrets: &Secrets, sysctl: &Sysctl) -> Tcp {
         Tcp {
             conns: Slab::new(),
-            ehash: HashMap::with_hasher(foldhash::fast::FixedState::with_seed(seed)),
+            ehash: HashMap::with_hasher(secrets.hasher(b"tcp ehash")),
             listeners: listen::Listeners::default(),
-            requests: listen::Requests::new(seed ^ 0x5259),
-            timewait: timer::TimeWaits::new(seed ^ 0x7477),
+            requests: listen::Requests::new(secrets.hasher(b"tcp requests")),
+            timewait: timer::TimeWaits::new(secrets.hasher(b"tcp timewait")),
             timers: BinaryHeap::new(),
             pool: buffer::BufferPool::new(POOL_LIMIT),
-            isn: isn::IsnGenerator::new(seed ^ 0x0069_736e),
-            cookies: syncookie::SynCookies::new(seed ^ 0x636f_6f6b),
+            isn: isn::IsnGenerator::from_secrets(secrets),
+            cookies: syncookie::SynCookies::from_secrets(secrets),
             challenge: (u64::MAX, 0),
-            port_hint: PortRange::first_hint(sysctl, seed),
+            port_hint: PortRange::first_hint(sysctl, secrets.u64(b"tcp port hint")),
         }
     }
 

@@ -20,6 +20,7 @@ use super::cc::{CaEvent, CaState, CongestionControl};
 use super::isn::ts_clock;
 use super::tcb::{FourTuple, TcbFlags};
 use super::{State, TcpHandle, TimerKey};
+use crate::secret::KeyedState;
 use crate::{Error, Stack};
 
 /// Linux `tcp_reordering`: DupThresh.
@@ -44,7 +45,7 @@ pub(crate) struct TimeWait {
 /// All TIME-WAIT records of a stack.
 #[derive(Debug)]
 pub(crate) struct TimeWaits {
-    map: HashMap<FourTuple, TimeWait, foldhash::fast::FixedState>,
+    map: HashMap<FourTuple, TimeWait, KeyedState>,
     /// (deadline, tuple) in deadline order; an entry whose record was re-armed or removed
     /// is skipped.
     queue: VecDeque<(Instant, FourTuple)>,
@@ -61,9 +62,10 @@ impl TimeWaits {
         self.map.allocation_size() + self.queue.capacity() * size_of::<(Instant, FourTuple)>()
     }
 
-    pub fn new(seed: u64) -> Self {
+    /// `hasher` keyed with a secret: the 4-tuples are the peers' choice.
+    pub fn new(hasher: KeyedState) -> Self {
         TimeWaits {
-            map: HashMap::with_hasher(foldhash::fast::FixedState::with_seed(seed)),
+            map: HashMap::with_hasher(hasher),
             queue: VecDeque::new(),
         }
     }
