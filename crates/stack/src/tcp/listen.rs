@@ -458,9 +458,14 @@ impl Stack {
             return self.mib.drop(DropReason::TcpInvalidSequence);
         }
         // "second, check the RST bit": in SYN-RECEIVED from a passive open, the request
-        // goes away (RFC 9293: "return this connection to LISTEN state").
+        // goes away (RFC 9293: "return this connection to LISTEN state"). Linux
+        // tcp_check_req counts the failed attempt ("if (flg & (TCP_FLAG_RST|TCP_FLAG_SYN))
+        // { TCP_INC_STATS(.., TCP_MIB_ATTEMPTFAILS); goto embryonic_reset; }") and, the
+        // request unlinked, EmbryonicRsts.
         if f.contains(tcp::Flags::RST) {
             self.request_drop(&tuple);
+            self.mib.inc(Counter::TcpAttemptFails);
+            self.mib.inc(Counter::TcpExtEmbryonicRsts);
             return self.mib.drop(DropReason::TcpReset);
         }
         // "fourth, check the SYN bit" (RFC 5961 §4): a SYN here is answered, not obeyed.

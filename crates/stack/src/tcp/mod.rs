@@ -96,8 +96,11 @@ pub(crate) struct Tcp {
     pub(crate) pool: buffer::BufferPool,
     pub(crate) isn: isn::IsnGenerator,
     pub(crate) cookies: syncookie::SynCookies,
-    /// Challenge ACKs sent in the current second (RFC 5961 §7, `tcp_challenge_ack_limit`).
+    /// The current second and the challenge ACKs still allowed in it (RFC 5961 §7,
+    /// `tcp_challenge_ack_limit` below INT_MAX; Linux `tcp_challenge_timestamp`/`_count`).
     pub(crate) challenge: (u64, u32),
+    /// Key of the per-second randomisation of that count (Linux `get_random_u32_inclusive`).
+    pub(crate) challenge_key: crate::secret::SipKey,
     port_hint: u16,
 }
 
@@ -121,6 +124,7 @@ impl Tcp {
             isn: isn::IsnGenerator::from_secrets(secrets),
             cookies: syncookie::SynCookies::from_secrets(secrets),
             challenge: (u64::MAX, 0),
+            challenge_key: secrets.key(b"tcp challenge ack"),
             port_hint: PortRange::first_hint(sysctl, secrets.u64(b"tcp port hint")),
         }
     }

@@ -202,6 +202,10 @@ pub struct Tcb {
     pub timers: Timers,
     /// When the connection last sent or received anything (keepalive idle time).
     pub last_activity: Instant,
+    /// When the last challenge ACK was allowed, on the millisecond clock, wrapping; 0 for
+    /// never (Linux `last_oow_ack_time`, in jiffies, 0 likewise), for the per-socket
+    /// `tcp_invalid_ratelimit`. 32 bits as Linux's, to keep the TCB small.
+    pub last_oow_ack: u32,
     /// An error to report to the user once (ECONNRESET, ETIMEDOUT, ECONNREFUSED).
     pub error: Option<crate::Error>,
     /// Receive-buffer autotuning state.
