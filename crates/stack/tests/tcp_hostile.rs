@@ -262,17 +262,16 @@ fn a_set_challenge_ack_limit_is_randomised_per_second() {
     );
 }
 
-/// Linux tcp_validate_incoming: a SYN that fails the sequence test is still a SYN ("if
-/// (th->syn) goto syn_challenge;"): challenge ACK, TCPSYNChallenge, drop reason
-/// TCP_INVALID_SYN, not TCP_INVALID_SEQUENCE. Catches: the old path (a dup ACK counted as an
-/// invalid sequence).
+/// Linux tcp_validate_incoming: a SYN that fails the sequence test, or PAWS, is still a
+/// SYN ("if (th->syn) goto syn_challenge;"): challenge ACK, TCPSYNChallenge, drop reason
+/// TCP_INVALID_SYN, not TCP_INVALID_SEQUENCE or TCP_RFC7323_PAWS. Catches: the old path (a
+/// dup ACK counted as an invalid sequence) and a PAWS drop of a SYN.
 #[test]
-fn syn_out_of_window_is_a_syn_challenge() {
+fn syn_out_of_window_or_failing_paws_is_a_syn_challenge() {
     let mut t = SegTest::listening(80);
-    t.handshake(1000);
-    let l = t.listener.unwrap();
-    let (h, _) = t.stack.tcp_accept(l).unwrap();
-    t.send(Seg::syn(1001u32.wrapping_add(0x4000_0000)));
+    let (h, synack) = t.accept_with(Seg::syn(1000).ts(1_000, 0), 65_535);
+    let (ours, _) = synack.ts.expect("timestamps");
+    t.send(Seg::syn(1001u32.wrapping_add(0x4000_0000)).ts(1_001, ours));
     let a = t.recv().expect("challenge ACK");
     assert!(
         a.has(Flags::ACK) && !a.has(Flags::SYN) && a.ack == 1001,
@@ -283,6 +282,19 @@ fn syn_out_of_window_is_a_syn_challenge() {
     assert_eq!(m.get(Counter::TcpExtTCPChallengeACK), 1);
     assert_eq!(m.drops(DropReason::TcpInvalidSyn), 1);
     assert_eq!(m.drops(DropReason::TcpInvalidSequence), 0);
+
+    // In the window, but with a TSval older than TS.Recent.
+    t.advance(Duration::from_secs(1));
+    t.recv_all();
+    t.send(Seg::syn(1001).ts(500, ours));
+    let a = t.recv().expect("challenge ACK");
+    assert!(
+        a.has(Flags::ACK) && !a.has(Flags::SYN) && a.ack == 1001,
+        "{a:?}"
+    );
+    let m = t.stack.mib();
+    assert_eq!(m.get(Counter::TcpExtTCPSYNChallenge), 2);
+    assert_eq!(m.drops(DropReason::TcpPaws), 0);
     assert_eq!(t.stack.tcp_state(h), Ok(State::Established));
 }
 

@@ -149,6 +149,11 @@ impl Stack {
             && ((now.as_millis() / 1000) as u32).wrapping_sub(tcb.ts_recent_stamp)
                 < PAWS_24DAYS_SECS;
         if paws_reject {
+            // Linux tcp_validate_incoming: "if (unlikely(th->syn)) goto syn_challenge;".
+            if f.contains(Flags::SYN) {
+                self.tcp_challenge_ack(now, h);
+                return self.mib.drop(DropReason::TcpInvalidSyn);
+            }
             self.tcp_send_ack(now, h);
             return self.mib.drop(DropReason::TcpPaws);
         }
