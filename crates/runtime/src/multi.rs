@@ -230,7 +230,7 @@ pub struct ShardedBuilder {
     rss: Rss,
     listen: Vec<(SocketAddrV4, u32)>,
     tick: Duration,
-    seed: u64,
+    seed: Option<u64>,
 }
 
 impl ShardedBuilder {
@@ -242,7 +242,7 @@ impl ShardedBuilder {
             rss,
             listen: Vec::new(),
             tick: Duration::from_millis(1),
-            seed: 0,
+            seed: None,
         }
     }
 
@@ -259,9 +259,11 @@ impl ShardedBuilder {
         self
     }
 
-    /// Base seed: shard `k` seeds its stack with `seed + k`.
+    /// Base seed, for tests and simulation: shard `k` seeds its stack with `seed + k` (as
+    /// does a seed given to the runtime builder). Without one every shard draws its
+    /// secrets from the OS.
     pub fn seed(mut self, seed: u64) -> Self {
-        self.seed = seed;
+        self.seed = Some(seed);
         self
     }
 
@@ -304,11 +306,11 @@ impl ShardedBuilder {
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<io::Result<()>>();
         let mut threads = Vec::with_capacity(shards);
         for (k, device) in devices.into_iter().enumerate() {
-            let builder = self
-                .runtime
-                .clone()
-                .shard(k)
-                .seed(self.seed.wrapping_add(k as u64));
+            let mut builder = self.runtime.clone().shard(k);
+            if let Some(seed) = self.seed {
+                builder = builder.seed(seed);
+            }
+            let builder = builder.shard_seed(k);
             let ctl = control.clone();
             let rss = self.rss.clone();
             let listen = self.listen.clone();

@@ -464,7 +464,7 @@ pub struct RuntimeBuilder {
     medium: Option<Medium>,
     mtu: Option<usize>,
     sysctls: Vec<(String, u64)>,
-    seed: u64,
+    seed: Option<u64>,
     busy_poll: Duration,
     checksum_offload: bool,
     shard: usize,
@@ -490,7 +490,7 @@ impl RuntimeBuilder {
             medium: None,
             mtu: None,
             sysctls: Vec::new(),
-            seed: 0,
+            seed: None,
             busy_poll: Duration::ZERO,
             checksum_offload: false,
             shard: 0,
@@ -536,9 +536,18 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Seed for hash keys, ISNs and IP ids (give each stack its own).
+    /// Derive the stack's secrets (hash keys, ISN and SYN-cookie keys, IP ids) from `seed`
+    /// so that a run replays: for tests and simulation only ([`Config::seed`]). Without
+    /// this call the secrets come from the OS random number generator.
     pub fn seed(mut self, seed: u64) -> Self {
-        self.seed = seed;
+        self.seed = Some(seed);
+        self
+    }
+
+    /// Shard `k` of a sharded runtime: a seed asked for moves on by `k` (so that shards
+    /// do not share secrets); without one each shard draws its own from the OS.
+    pub(crate) fn shard_seed(mut self, k: usize) -> Self {
+        self.seed = self.seed.map(|s| s.wrapping_add(k as u64));
         self
     }
 

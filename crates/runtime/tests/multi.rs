@@ -71,7 +71,7 @@ impl Peer {
             Medium::Ip => Config::ip(cidr),
             Medium::Ethernet => Config::ethernet(EthernetAddress([2, 0, 0, 0, 0, 2]), cidr),
         };
-        config.seed = 7;
+        config.seed = Some(7);
         Peer {
             stack: Stack::new(config),
             dev: RssSplitter::new(ports, rss).replicate_unhashed(medium == Medium::Ethernet),

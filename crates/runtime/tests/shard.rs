@@ -31,7 +31,7 @@ fn eth_stack(last: u8, seed: u64) -> Stack {
         EthernetAddress([2, 0, 0, 0, 0, last]),
         Ipv4Cidr::new(Ipv4Addr::new(10, 0, 0, last), 24),
     );
-    config.seed = seed;
+    config.seed = Some(seed);
     Stack::new(config)
 }
 
@@ -461,7 +461,7 @@ impl World {
         let shards = (0..2)
             .map(|i| {
                 let mut config = Config::ip(Ipv4Cidr::new(A_IP, 24));
-                config.seed = 100 + i as u64;
+                config.seed = Some(100 + i as u64);
                 let queue = Queue {
                     nic: nic.clone(),
                     index: i,
@@ -470,7 +470,7 @@ impl World {
             })
             .collect();
         let mut config = Config::ip(Ipv4Cidr::new(B_IP, 24));
-        config.seed = 7;
+        config.seed = Some(7);
         World {
             nic,
             shards,

@@ -15,6 +15,7 @@ use ustack_wire::{IpProtocol, ipv4};
 
 use crate::ip::reassembly::Expired;
 use crate::ip::{Inbound, Outbound};
+use crate::secret::KeyedState;
 use crate::{Error, Stack};
 
 /// Largest ICMP error datagram: RFC 1812 §4.3.2.3 "the ICMP datagram SHOULD contain as
@@ -47,16 +48,17 @@ pub struct IcmpState {
     global_credit: u64,
     global_stamp: Instant,
     /// Per-host buckets, in nanoseconds of credit (Linux `inet_peer_xrlim_allow`).
-    peers: HashMap<Ipv4Addr, (u64, Instant), foldhash::fast::FixedState>,
+    peers: HashMap<Ipv4Addr, (u64, Instant), KeyedState>,
     replies: VecDeque<EchoReply>,
 }
 
 impl IcmpState {
-    pub fn new(seed: u64) -> Self {
+    /// `hasher` keyed with a secret: the peers' addresses are their choice.
+    pub fn new(hasher: KeyedState) -> Self {
         IcmpState {
             global_credit: u64::MAX,
             global_stamp: Instant::ZERO,
-            peers: HashMap::with_hasher(foldhash::fast::FixedState::with_seed(seed)),
+            peers: HashMap::with_hasher(hasher),
             replies: VecDeque::new(),
         }
     }

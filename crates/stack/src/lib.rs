@@ -27,6 +27,7 @@ pub mod icmp;
 pub mod inspect;
 pub mod ip;
 pub mod neigh;
+pub mod secret;
 pub(crate) mod slab;
 pub mod socket;
 pub mod stack;
@@ -101,8 +102,12 @@ pub struct Config {
     /// IP MTU of the link (the L2 header is not included).
     pub mtu: usize,
     pub sysctl: Sysctl,
-    /// Seed for hash keys and IP identification; give each stack its own.
-    pub seed: u64,
+    /// `None` (the default): the stack's secrets (ISN and timestamp-offset keys, SYN-cookie
+    /// secrets, hash-table keys, IP identification) are drawn from the OS random number
+    /// generator, as Linux draws its own from the kernel's. `Some(seed)`: derived from
+    /// `seed`, so that a run replays exactly; only for tests and simulation, since anyone
+    /// who knows the seed can predict ISNs and forge SYN cookies.
+    pub seed: Option<u64>,
     /// Neither compute nor verify TCP and UDP checksums, as Linux's loopback (whose
     /// device claims `NETIF_F_HW_CSUM`, so no checksum is ever computed, and marks what it
     /// delivers `CHECKSUM_UNNECESSARY`). Only for a link that cannot corrupt a frame and
@@ -121,7 +126,7 @@ impl Config {
             gateway: None,
             mtu: 1500,
             sysctl: Sysctl::default(),
-            seed: 0,
+            seed: None,
             checksum_offload: false,
         }
     }
@@ -135,7 +140,7 @@ impl Config {
             gateway: None,
             mtu: 1500,
             sysctl: Sysctl::default(),
-            seed: 0,
+            seed: None,
             checksum_offload: false,
         }
     }

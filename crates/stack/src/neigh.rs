@@ -25,6 +25,7 @@ use hashbrown::HashMap;
 use ustack_obs::{DropReason, Instant, Mib};
 use ustack_wire::EthernetAddress;
 
+use crate::secret::KeyedState;
 use crate::sysctl::Sysctl;
 
 #[derive(Debug)]
@@ -70,16 +71,18 @@ pub enum NeighEvent {
 /// The ARP cache of one interface.
 #[derive(Debug)]
 pub struct NeighTable {
-    entries: HashMap<Ipv4Addr, Entry, foldhash::fast::FixedState>,
+    entries: HashMap<Ipv4Addr, Entry, KeyedState>,
     /// Addresses of the `Incomplete` entries: the only ones with retransmit timers.
     resolving: Vec<Ipv4Addr>,
     next_gc: Instant,
 }
 
 impl NeighTable {
-    pub fn new(seed: u64) -> Self {
+    /// `hasher` keyed with a secret (peers' ARP requests create entries, keyed by the
+    /// address they claim; Linux `arp_hashfn` uses a random `hash_rnd`).
+    pub fn new(hasher: KeyedState) -> Self {
         NeighTable {
-            entries: HashMap::with_hasher(foldhash::fast::FixedState::with_seed(seed)),
+            entries: HashMap::with_hasher(hasher),
             resolving: Vec::new(),
             next_gc: Instant::ZERO,
         }
@@ -326,7 +329,7 @@ mod tests {
     #[test]
     fn queues_until_resolved_then_releases_in_order() {
         let (s, mut mib) = (Sysctl::default(), Mib::new());
-        let mut n = NeighTable::new(1);
+        let mut n = NeighTable::new(KeyedState::from_seed(1));
         let r = n.resolve(t(0), IP, &mut Some(vec![1]), &s, &mut mib);
         assert!(matches!(r, Resolution::Queued { request: true }));
         let r = n.resolve(t(1), IP, &mut Some(vec![2]), &s, &mut mib);
@@ -346,7 +349,7 @@ mod tests {
     #[test]
     fn gives_up_after_mcast_solicit_and_drops_queue() {
         let (s, mut mib) = (Sysctl::default(), Mib::new());
-        let mut n = NeighTable::new(1);
+        let mut n = NeighTable::new(KeyedState::from_seed(1));
         n.resolve(t(0), IP, &mut Some(vec![1]), &s, &mut mib);
         n.resolve(t(0), IP, &mut Some(vec![2]), &s, &mut mib);
         let mut ev = Vec::new();
@@ -369,7 +372,7 @@ mod tests {
     fn queue_overflow_drops_oldest() {
         let (mut s, mut mib) = (Sysctl::default(), Mib::new());
         s.neigh_unres_qlen = 2;
-        let mut n = NeighTable::new(1);
+        let mut n = NeighTable::new(KeyedState::from_seed(1));
         for i in 0..5u8 {
             n.resolve(t(0), IP, &mut Some(vec![i]), &s, &mut mib);
         }
@@ -380,7 +383,7 @@ mod tests {
     #[test]
     fn stale_entry_is_used_and_probed_once() {
         let (s, mut mib) = (Sysctl::default(), Mib::new());
-        let mut n = NeighTable::new(1);
+        let mut n = NeighTable::new(KeyedState::from_seed(1));
         n.confirm(t(0), IP, MAC, true);
         let later = t(s.neigh_base_reachable_time_ms + 1);
         assert!(matches!(
@@ -395,7 +398,7 @@ mod tests {
 
     #[test]
     fn unsolicited_reply_does_not_create_entries() {
-        let mut n = NeighTable::new(1);
+        let mut n = NeighTable::new(KeyedState::from_seed(1));
         n.confirm(t(0), IP, MAC, false);
         assert_eq!(n.peek(IP), None);
     }
@@ -404,7 +407,7 @@ mod tests {
     fn table_limit_refuses_new_resolutions() {
         let (mut s, mut mib) = (Sysctl::default(), Mib::new());
         s.neigh_gc_thresh3 = 4;
-        let mut n = NeighTable::new(1);
+        let mut n = NeighTable::new(KeyedState::from_seed(1));
         for i in 0..4 {
             n.resolve(
                 t(0),
@@ -428,7 +431,7 @@ mod tests {
     #[test]
     fn unused_entries_are_collected() {
         let (s, mut mib) = (Sysctl::default(), Mib::new());
-        let mut n = NeighTable::new(1);
+        let mut n = NeighTable::new(KeyedState::from_seed(1));
         n.confirm(t(0), IP, MAC, true);
         let mut ev = Vec::new();
         n.handle_timeout(t(s.neigh_gc_stale_time * 1000 + 1), &s, &mut mib, &mut ev);

@@ -12,6 +12,7 @@ use crate::icmp::IcmpState;
 use crate::ip::IdentGen;
 use crate::ip::reassembly::{ReasmConfig, Reassembler};
 use crate::neigh::{NeighEvent, NeighTable, Resolution};
+use crate::secret::Secrets;
 use crate::udp::UdpTable;
 use crate::{Config, Ipv4Cidr, Medium, Sysctl};
 
@@ -60,7 +61,12 @@ impl Stack {
             seed,
             checksum_offload,
         } = config;
-        let reasm = Reassembler::new(reasm_config(&sysctl), seed ^ 0x7265_6173_6d00_0001);
+        let secrets = Secrets::new(seed);
+        let reasm = Reassembler::new(
+            reasm_config(&sysctl),
+            secrets.hasher(b"ip reasm queues"),
+            secrets.hasher(b"ip reasm peers"),
+        );
         Stack {
             medium,
             mac,
@@ -69,12 +75,12 @@ impl Stack {
             mtu,
             checksum_offload,
             mib: Mib::new(),
-            neigh: NeighTable::new(seed ^ 0x6e65_6967_6800_0002),
+            neigh: NeighTable::new(secrets.hasher(b"neigh")),
             reasm,
-            ident: IdentGen::new(seed ^ 0x6964_656e_7400_0003),
-            icmp: IcmpState::new(seed ^ 0x6963_6d70_0000_0004),
-            udp: UdpTable::new(seed ^ 0x7564_7000_0000_0005, &sysctl),
-            tcp: crate::tcp::Tcp::new(seed ^ 0x7463_7000_0000_0006, &sysctl),
+            ident: IdentGen::new(secrets.hasher(b"ip ident")),
+            icmp: IcmpState::new(secrets.hasher(b"icmp peers")),
+            udp: UdpTable::new(secrets.u64(b"udp"), &sysctl),
+            tcp: crate::tcp::Tcp::new(&secrets, &sysctl),
             sysctl,
             ready: Default::default(),
             tx: VecDeque::new(),

@@ -173,7 +173,7 @@ sysctls! {
     tcp_fin_timeout: "net.ipv4.tcp_fin_timeout" = 60, [1, 3600], "s";
     /// TIME-WAIT records a stack keeps; beyond it a closing connection skips TIME-WAIT (TCPTimeWaitOverflow). Linux: ehash size / 2, 262144 with 512k buckets.
     tcp_max_tw_buckets: "net.ipv4.tcp_max_tw_buckets" = 262_144, [0, i32::MAX as u64], "records";
-    /// Minimum interval between ACKs answering out-of-window segments, per connection or TIME-WAIT record.
+    /// Minimum interval between ACKs answering out-of-window segments, and between challenge ACKs (CVE-2016-5696), per connection or TIME-WAIT record.
     tcp_invalid_ratelimit: "net.ipv4.tcp_invalid_ratelimit" = 500, [0, i32::MAX as u64], "ms";
     /// RFC 7323 timestamps on connections this stack opens or accepts.
     tcp_timestamps: "net.ipv4.tcp_timestamps" = 1, [0, 1], "bool";
@@ -201,8 +201,8 @@ sysctls! {
     tcp_keepalive_intvl: "net.ipv4.tcp_keepalive_intvl" = 75, [1, 32_767], "s";
     /// Unanswered keepalive probes before the connection is aborted.
     tcp_keepalive_probes: "net.ipv4.tcp_keepalive_probes" = 9, [1, 127], "probes";
-    /// Challenge ACKs (RFC 5961) sent per second, stack-wide.
-    tcp_challenge_ack_limit: "net.ipv4.tcp_challenge_ack_limit" = 1000, [0, u32::MAX as u64], "packets/s";
+    /// Challenge ACKs (RFC 5961) sent per second, stack-wide, randomised each second to limit/2 + random(limit); 2147483647 (INT_MAX, Linux 6.0+) means no stack-wide limit.
+    tcp_challenge_ack_limit: "net.ipv4.tcp_challenge_ack_limit" = i32::MAX as u64, [0, i32::MAX as u64], "packets/s";
     /// Reuse TIME-WAIT ports for outgoing connections: 0 off, 1 on, 2 loopback only.
     tcp_tw_reuse: "net.ipv4.tcp_tw_reuse" = 2, [0, 2], "mode";
     /// Congestion control of new connections: 0 reno, 1 cubic (Linux names it by string).

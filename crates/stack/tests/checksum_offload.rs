@@ -14,7 +14,7 @@ use ustack_testkit::{A_IP, A_MAC, B_IP, B_MAC, Pair, pattern};
 fn pair(a_offload: bool, b_offload: bool) -> Pair {
     let mut a = Config::ethernet(A_MAC, Ipv4Cidr::new(A_IP, 24));
     let mut b = Config::ethernet(B_MAC, Ipv4Cidr::new(B_IP, 24));
-    (a.seed, b.seed) = (1, 2);
+    (a.seed, b.seed) = (Some(1), Some(2));
     a.checksum_offload = a_offload;
     b.checksum_offload = b_offload;
     Pair::with_configs(SimLinkConfig::default(), a, b)

@@ -357,7 +357,7 @@ fn reassembly_flood_stays_inside_memory_bound() {
             ustack_testkit::B_MAC,
             ustack_stack::Ipv4Cidr::new(B_IP, 24),
         );
-        c.seed = 5;
+        c.seed = Some(5);
         c
     });
     let bound = b.sysctl().ipfrag_high_thresh as usize;

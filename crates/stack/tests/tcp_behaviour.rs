@@ -1254,7 +1254,7 @@ fn syn_fin_to_a_listener_is_dropped() {
 fn syn_without_a_route_back_counts_in_listen_drops() {
     let mut t = SegTest::new(80);
     let mut c = ustack_stack::Config::ip(ustack_stack::Ipv4Cidr::new(LOCAL_IP, 24));
-    c.seed = 42;
+    c.seed = Some(42);
     t.stack = ustack_stack::Stack::new(c); // no gateway: only 192.0.2.0/24 is reachable
     t.listen(16);
     syn_from(&mut t, Ipv4Addr::new(198, 51, 100, 7), 1000, 1);

@@ -282,7 +282,7 @@ impl Net {
 
         let mut config = Config::ethernet(USTACK_MAC, Ipv4Cidr::new(USTACK_IP, 24));
         config.mtu = MTU;
-        config.seed = seed ^ 0xb;
+        config.seed = Some(seed ^ 0xb);
         let ustack = Stack::new(config);
 
         let mut smol_config = SmolConfig::new(HardwareAddress::Ethernet(SmolMac(SMOL_MAC)));

@@ -59,8 +59,8 @@ impl Pair {
         let mut b = Config::ethernet(B_MAC, Ipv4Cidr::new(B_IP, 24));
         a.mtu = link.mtu;
         b.mtu = link.mtu;
-        a.seed = link.seed ^ 0xa;
-        b.seed = link.seed ^ 0xb;
+        a.seed = Some(link.seed ^ 0xa);
+        b.seed = Some(link.seed ^ 0xb);
         Pair::with_configs(link, a, b)
     }
 

@@ -140,7 +140,7 @@ impl SegTest {
     /// A stack with default tunables (change them with `self.stack.set_sysctl` first).
     pub fn new(port: u16) -> SegTest {
         let mut c = Config::ip(Ipv4Cidr::new(LOCAL_IP, 24));
-        c.seed = 42;
+        c.seed = Some(42);
         // A default route, as on a TUN link, so that peers off the subnet are reachable.
         c.gateway = Some(*PEER.ip());
         SegTest {

@@ -63,14 +63,11 @@ impl PartialOrd for SeqNumber {
 
 impl Add<usize> for SeqNumber {
     type Output = SeqNumber;
-    /// Advance by `rhs` bytes. Panics in debug builds if `rhs` exceeds 2^31 - 1, which no
-    /// window or segment can.
+    /// Advance by `rhs` bytes, modulo 2^32 (RFC 9293 §3.4): never panics, in debug or
+    /// release builds; an `rhs` of 2^32 or more wraps like any other sequence arithmetic
+    /// (no window or segment is that large).
     #[inline]
     fn add(self, rhs: usize) -> SeqNumber {
-        debug_assert!(
-            rhs <= i32::MAX as usize,
-            "sequence advance {rhs} out of range"
-        );
         SeqNumber(self.0.wrapping_add(rhs as u32))
     }
 }
@@ -84,12 +81,9 @@ impl AddAssign<usize> for SeqNumber {
 
 impl Sub<usize> for SeqNumber {
     type Output = SeqNumber;
+    /// Move back by `rhs` bytes, modulo 2^32; never panics.
     #[inline]
     fn sub(self, rhs: usize) -> SeqNumber {
-        debug_assert!(
-            rhs <= i32::MAX as usize,
-            "sequence retreat {rhs} out of range"
-        );
         SeqNumber(self.0.wrapping_sub(rhs as u32))
     }
 }
@@ -103,13 +97,14 @@ impl SubAssign<usize> for SeqNumber {
 
 impl Sub for SeqNumber {
     type Output = usize;
-    /// Bytes from `rhs` up to `self`. Panics if `self` is before `rhs`: a caller that
-    /// subtracts sequence numbers must know their order (use [`SeqNumber::diff`] if not).
+    /// Bytes from `rhs` up to `self`, or 0 if `self` is before `rhs`. Never panics, in
+    /// debug or release builds: every caller orders its operands, but a missed ordering on
+    /// a path a peer drives must not let the peer panic a shard. Saturating at 0 (rather
+    /// than wrapping to ~2^32) keeps a misordered result harmless to lengths and loops;
+    /// use [`SeqNumber::diff`] for a signed distance.
     #[inline]
     fn sub(self, rhs: SeqNumber) -> usize {
-        let d = self.diff(rhs);
-        assert!(d >= 0, "sequence subtraction underflow: {self} - {rhs}");
-        d as usize
+        self.diff(rhs).max(0) as usize
     }
 }
 
@@ -155,9 +150,16 @@ mod tests {
     }
 
     #[test]
-    #[should_panic(expected = "underflow")]
-    fn subtraction_in_wrong_order_panics() {
-        let _ = SeqNumber(5) - SeqNumber(6);
+    fn misordered_arithmetic_does_not_panic() {
+        assert_eq!(SeqNumber(5) - SeqNumber(6), 0);
+        assert_eq!(SeqNumber(0) - SeqNumber(u32::MAX), 1, "across the wrap");
+        assert_eq!(SeqNumber(u32::MAX) - SeqNumber(0), 0);
+        assert_eq!(SeqNumber(1) + usize::MAX, SeqNumber(0));
+        assert_eq!(SeqNumber(1) - usize::MAX, SeqNumber(2));
+        let mut s = SeqNumber(7);
+        s += 1 << 40;
+        s -= u32::MAX as usize;
+        assert_eq!(s, SeqNumber(8));
     }
 
     proptest::proptest! {
@@ -167,6 +169,7 @@ mod tests {
             let b = a + off as usize;
             proptest::prop_assert!(a.before(b) && b.after(a) && !b.before(a));
             proptest::prop_assert_eq!(b - a, off as usize);
+            proptest::prop_assert_eq!(a - b, 0);
         }
     }
 }

@@ -549,14 +549,15 @@ impl<'a> TcpOption<'a> {
     /// single kind byte (EOL, NOP), or kind, length (counting kind and length) and data.
     /// - EOL returns an empty rest: "The end of the option list ... used at the end of all
     ///   options"; the bytes after it are padding.
-    /// - The options ustack knows must have their exact lengths (MSS 4, WS 3,
-    ///   SACK-permitted 2, SACK 2 + 8n with n in 1..=4, timestamps 10), else
-    ///   [`Error::Malformed`]. (Linux `tcp_parse_options` instead ignores an option of the
-    ///   wrong length and keeps the segment; we drop it as malformed, as smoltcp does.)
+    /// - The options ustack knows are understood only with their exact lengths (MSS 4, WS
+    ///   3, SACK-permitted 2, SACK 2 + 8n with n in 1..=4, timestamps 10); with any other
+    ///   (sane) length they are returned as [`TcpOption::Unknown`], i.e. ignored, as Linux
+    ///   `tcp_parse_options` ignores them (`if (opsize == TCPOLEN_MSS && ...)`, then skips
+    ///   `opsize` bytes and parses on).
     /// - A length below 2, or one running past the buffer, is [`Error::Malformed`]. RFC 9293
     ///   §3.2: "TCP implementations MUST be prepared to handle an illegal option length
-    ///   (e.g., zero)" (MUST-7). (Linux stops parsing there: "silly options" / "don't parse
-    ///   partial options", and keeps the segment.)
+    ///   (e.g., zero)" (MUST-7). [`Repr::parse`] then stops parsing options and keeps the
+    ///   segment, as Linux does ("silly options" / "don't parse partial options").
     /// - Other kinds with a sane length are returned as [`TcpOption::Unknown`]:
     ///   RFC 9293 §3.1-3.2, "A TCP implementation MUST be able to receive a TCP option in any
     ///   segment" (MUST-4) and "MUST ignore without error any TCP option it does not
@@ -593,14 +594,7 @@ impl<'a> TcpOption<'a> {
                 tsval: read_u32(&data[..4]),
                 tsecr: read_u32(&data[4..]),
             },
-            (
-                option_kind::MAX_SEG_SIZE
-                | option_kind::WINDOW_SCALE
-                | option_kind::SACK_PERMITTED
-                | option_kind::SACK
-                | option_kind::TIMESTAMP,
-                _,
-            ) => return Err(Error::Malformed),
+            // A known kind with the wrong length, or an unknown kind: ignored (see above).
             (kind, _) => TcpOption::Unknown { kind, data },
         };
         Ok((option, rest))
@@ -778,7 +772,11 @@ impl<'a> Repr<'a> {
     ///   LISTEN with `SKB_DROP_REASON_TCP_FLAGS`) or SYN with RST (contradictory: no rule of
     ///   RFC 9293 sends both; smoltcp rejects it too. Linux drops it in LISTEN but would act
     ///   on the RST in synchronized states: this is a deliberate difference);
-    /// - [`Error::Malformed`] for a malformed option (see [`TcpOption::parse`]).
+    ///
+    /// Options are read as Linux `tcp_parse_options` reads them: a malformed option (length
+    /// 0 or 1, or running past the header) ends option parsing, and the segment is kept with
+    /// the options before it; a known option of the wrong length is ignored. RFC 9293 §3.2
+    /// (MUST-7) asks only that an illegal length be handled.
     ///
     /// A later option of a kind seen before replaces it, as in Linux `tcp_parse_options`.
     pub fn parse<T: AsRef<[u8]> + ?Sized>(
@@ -815,7 +813,10 @@ impl<'a> Repr<'a> {
             payload: packet.payload(),
         };
         for option in packet.options_iter() {
-            match option? {
+            // Linux tcp_parse_options: "silly options" and "don't parse partial options"
+            // return, keeping what was parsed; so does the end of the iteration here.
+            let Ok(option) = option else { break };
+            match option {
                 TcpOption::MaxSegmentSize(0) => repr.max_seg_size = None,
                 TcpOption::MaxSegmentSize(mss) => repr.max_seg_size = Some(mss),
                 // RFC 7323 §2.3: "If a Window Scale option is received with a shift.cnt

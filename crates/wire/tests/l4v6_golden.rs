@@ -592,8 +592,10 @@ fn parse_options(options: &[u8]) -> Result<tcp::Repr<'static>, Error> {
     tcp::Repr::parse(p, &LINUX_V4, &PEER_V4, true)
 }
 
+/// As Linux `tcp_parse_options`: a known option of the wrong length is ignored (not
+/// understood, not an error) and parsing goes on to the options after it.
 #[test]
-fn known_options_must_have_their_exact_length() {
+fn known_options_of_the_wrong_length_are_ignored() {
     for bad in [
         &[2, 3, 5][..],                         // MSS len 3
         &[2, 5, 5, 0xb4, 0],                    // MSS len 5
@@ -605,24 +607,42 @@ fn known_options_must_have_their_exact_length() {
         &[5, 12, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0], // SACK len 12
         &[8, 8, 0, 0, 0, 1, 0, 0],              // TS len 8
     ] {
-        assert_eq!(parse_options(bad).unwrap_err(), Error::Malformed, "{bad:?}");
+        // The bad option, then a good MSS after it.
+        let mut opts = bad.to_vec();
+        opts.extend_from_slice(&[2, 4, 0x05, 0xb4]);
+        let repr = parse_options(&opts).unwrap_or_else(|e| panic!("{bad:?}: {e:?}"));
+        assert_eq!(repr.max_seg_size, Some(1460), "{bad:?}: parsing goes on");
+        assert_eq!(repr.window_scale, None, "{bad:?}");
+        assert!(!repr.sack_permitted, "{bad:?}");
+        assert_eq!(repr.sack_ranges, [None; 4], "{bad:?}");
+        assert_eq!(repr.timestamp, None, "{bad:?}");
     }
 }
 
+/// RFC 9293 §3.2 MUST-7, the Linux way: an illegal length ends option parsing and the
+/// segment is kept with the options before it.
 #[test]
-fn option_length_below_two_or_past_the_header_is_malformed() {
-    assert_eq!(parse_options(&[30, 0, 0, 0]).unwrap_err(), Error::Malformed);
-    assert_eq!(parse_options(&[30, 1, 0, 0]).unwrap_err(), Error::Malformed);
-    assert_eq!(
-        parse_options(&[30, 5, 0, 0]).unwrap_err(),
-        Error::Malformed,
-        "runs past the header"
-    );
-    assert_eq!(
-        parse_options(&[1, 1, 1, 2]).unwrap_err(),
-        Error::Malformed,
-        "MSS kind without length"
-    );
+fn option_length_below_two_or_past_the_header_ends_the_options() {
+    for bad in [
+        &[30, 0, 0, 0][..],
+        &[30, 1, 0, 0],
+        &[30, 5, 0, 0], // runs past the header
+        &[1, 1, 1, 2],  // MSS kind without length
+    ] {
+        let mut opts = vec![3, 3, 7, 1]; // WS 7, NOP
+        opts.extend_from_slice(bad);
+        opts.extend_from_slice(&[2, 4, 0x05, 0xb4]);
+        let repr = parse_options(&opts).unwrap_or_else(|e| panic!("{bad:?}: {e:?}"));
+        assert_eq!(
+            repr.window_scale,
+            Some(7),
+            "{bad:?}: options before are kept"
+        );
+        assert_eq!(
+            repr.max_seg_size, None,
+            "{bad:?}: options after are not read"
+        );
+    }
     // The iterator yields the error once, then stops.
     let b = with_options(&[2, 4, 5, 0xb4, 30, 9, 0, 0]);
     let p = tcp::Packet::new_checked(&b[..]).unwrap();

@@ -114,6 +114,12 @@ pub struct Args {
     /// connection).
     #[arg(long, default_value_t = 10)]
     requests: u64,
+    /// Derive the stacks' secrets (ISN, SYN-cookie and hash keys) from this seed, so that a
+    /// run replays. Default: shm and tun draw them from the OS (predictable secrets let an
+    /// off-path attacker guess ISNs and forge SYN cookies); sim uses 1 (server) and 2
+    /// (client).
+    #[arg(long)]
+    seed: Option<u64>,
 }
 
 /// `10s`, `500ms`, `2m`, `1.5s`, `3` (seconds).
@@ -136,6 +142,14 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         return Err(format!("`{s}` is not a positive duration"));
     }
     Ok(Duration::from_secs_f64(secs))
+}
+
+/// `builder` with a fixed seed if the user asked for one; secrets from the OS otherwise.
+fn with_seed(builder: RuntimeBuilder, seed: Option<u64>) -> RuntimeBuilder {
+    match seed {
+        Some(seed) => builder.seed(seed),
+        None => builder,
+    }
 }
 
 impl Args {
@@ -270,10 +284,9 @@ fn serve<D: Device + Sleep + Send + 'static>(
         .collect();
     let (addr, root) = (args.listen(), args.root.clone());
     let rt = ShardedBuilder::new(
-        args.iface.builder(&args.addr)?.mac(SERVER_MAC).seed(1),
+        with_seed(args.iface.builder(&args.addr)?.mac(SERVER_MAC), args.seed),
         Rss::new(RssKey::MICROSOFT, shards),
     )
-    .seed(1)
     .start(devices, move |_shard| ShardServer {
         proto,
         addr,
@@ -356,16 +369,17 @@ fn sim(args: &Args, proto: Protocol) -> anyhow::Result<ExitCode> {
     );
     let (a, b) = sim_pair(Default::default());
     let clock = VirtualClock::new(Instant::ZERO);
+    let seed = args.seed.unwrap_or(1);
     let mut srt = args
         .iface
         .builder(&args.addr)?
         .mac(SERVER_MAC)
-        .seed(1)
+        .seed(seed)
         .build_with_clock(a, clock.participant())?;
     let mut crt = RuntimeBuilder::new()
         .ipv4(client_ip, args.addr.prefix)
         .mac(CLIENT_MAC)
-        .seed(2)
+        .seed(seed.wrapping_add(1))
         .build_with_clock(b, clock.participant())?;
     let mut server = Server::bind(&mut srt, proto, args.listen(), args.root.clone())?;
     let mut load = Load::start(&mut crt, proto, args.listen(), args.clients, args.requests)?;

@@ -14,6 +14,7 @@ use ustack_wire::{IpProtocol, ipv4};
 
 use crate::Stack;
 use crate::ip::reassembly::{FragKey, Outcome};
+use crate::secret::KeyedState;
 
 /// A datagram delivered locally, as the transport layers see it.
 #[derive(Debug, Clone, Copy)]
@@ -29,18 +30,20 @@ pub struct Inbound<'a> {
 
 /// IP identification generator: a counter per bucket of destinations, the buckets picked
 /// by a keyed hash of (destination, protocol), like Linux's `ip_idents_reserve`
-/// (`net/ipv4/route.c`), so IDs do not reveal the host's total traffic.
+/// (`net/ipv4/route.c`, siphash under the secret `ip_id_key`), so IDs do not reveal the
+/// host's total traffic, and start at a secret offset per destination.
 #[derive(Debug)]
 pub struct IdentGen {
     buckets: Box<[u16; 2048]>,
-    hasher: foldhash::fast::FixedState,
+    hasher: KeyedState,
 }
 
 impl IdentGen {
-    pub fn new(seed: u64) -> Self {
+    /// `hasher` keyed with a secret (the stack's).
+    pub fn new(hasher: KeyedState) -> Self {
         IdentGen {
             buckets: Box::new([0; 2048]),
-            hasher: foldhash::fast::FixedState::with_seed(seed),
+            hasher,
         }
     }
 

@@ -56,7 +56,7 @@ use core::ops::Deref;
 use core::time::Duration;
 use std::collections::BTreeMap;
 
-use foldhash::fast::FixedState;
+use crate::secret::KeyedState;
 use hashbrown::HashMap;
 use hashbrown::hash_map::Entry;
 use ustack_obs::{Counter, DropReason, Instant, Mib};
@@ -379,12 +379,12 @@ enum Step {
 ///   stack must not count it again).
 pub struct Reassembler {
     cfg: ReasmConfig,
-    queues: HashMap<FragKey, Queue, FixedState>,
+    queues: HashMap<FragKey, Queue, KeyedState>,
     /// Deadlines in order; the `u64` makes keys unique.
     timers: BTreeMap<(Instant, u64), FragKey>,
     next_timer_id: u64,
     /// Per-source fragment counters for `max_dist`.
-    peers: HashMap<Ipv4Addr, Peer, FixedState>,
+    peers: HashMap<Ipv4Addr, Peer, KeyedState>,
     /// Bytes charged (queues, their fragments, and `expired`).
     mem: usize,
     /// Fragments held in queues.
@@ -418,16 +418,16 @@ fn drop_fragments(mib: &mut Mib, reason: DropReason, n: usize) {
 }
 
 impl Reassembler {
-    /// An empty reassembler. `seed` keys the hash of the queue table, whose keys the network
-    /// chooses: pass a secret random value (the stack's `Config::seed`) so that a sender
-    /// cannot aim many datagrams at one bucket.
-    pub fn new(cfg: ReasmConfig, seed: u64) -> Reassembler {
+    /// An empty reassembler. `queues` and `peers` key the hashes of the queue table and
+    /// the per-source table, whose keys the network chooses: pass states keyed with
+    /// secrets (the stack's) so that a sender cannot aim many datagrams at one bucket.
+    pub fn new(cfg: ReasmConfig, queues: KeyedState, peers: KeyedState) -> Reassembler {
         Reassembler {
             cfg,
-            queues: HashMap::with_hasher(FixedState::with_seed(seed)),
+            queues: HashMap::with_hasher(queues),
             timers: BTreeMap::new(),
             next_timer_id: 0,
-            peers: HashMap::with_hasher(FixedState::with_seed(seed.rotate_left(32))),
+            peers: HashMap::with_hasher(peers),
             mem: 0,
             held: 0,
             expired: Vec::new(),
@@ -892,7 +892,7 @@ mod tests {
     impl Harness {
         fn new(cfg: ReasmConfig) -> Harness {
             Harness {
-                r: Reassembler::new(cfg, 0x5eed),
+                r: Reassembler::new(cfg, KeyedState::from_seed(1), KeyedState::from_seed(2)),
                 mib: Mib::new(),
                 now: Instant::ZERO,
                 delivered: 0,

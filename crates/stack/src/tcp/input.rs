@@ -149,6 +149,11 @@ impl Stack {
             && ((now.as_millis() / 1000) as u32).wrapping_sub(tcb.ts_recent_stamp)
                 < PAWS_24DAYS_SECS;
         if paws_reject {
+            // Linux tcp_validate_incoming: "if (unlikely(th->syn)) goto syn_challenge;".
+            if f.contains(Flags::SYN) {
+                self.tcp_challenge_ack(now, h);
+                return self.mib.drop(DropReason::TcpInvalidSyn);
+            }
             self.tcp_send_ack(now, h);
             return self.mib.drop(DropReason::TcpPaws);
         }
@@ -169,6 +174,13 @@ impl Stack {
             } else {
                 DropReason::TcpInvalidSequence
             };
+            // A SYN out of window is a SYN all the same (RFC 5961 §4.2: "irrespective of
+            // the sequence number"): Linux tcp_validate_incoming "if (th->syn) goto
+            // syn_challenge;" counts TCPSYNChallenge and sends a challenge ACK.
+            if f.contains(Flags::SYN) {
+                self.tcp_challenge_ack(now, h);
+                return self.mib.drop(DropReason::TcpInvalidSyn);
+            }
             // "If an incoming segment is not acceptable, an acknowledgment should be sent
             // in reply (unless the RST bit is set, if so drop the segment and return)".
             if !f.contains(Flags::RST) {
@@ -1303,17 +1315,49 @@ impl Stack {
         tcb.rx_sack.retain_held(&held[..n]);
     }
 
-    /// A challenge ACK (RFC 5961 §3.2, §4.2), within `tcp_challenge_ack_limit` per second
-    /// stack-wide (RFC 5961 §7; Linux `tcp_send_challenge_ack`).
+    /// A challenge ACK (RFC 5961 §3.2, §4.2), limited as Linux 6.x `tcp_send_challenge_ack`
+    /// does (RFC 5961 §7 asks for a limit). CVE-2016-5696: one stack-wide count of fixed
+    /// size per second is a side channel (an off-path attacker who exhausts it and counts
+    /// the challenge ACKs it gets itself learns whether its guessed 4-tuple and sequence
+    /// numbers drew one). So:
+    /// 1. per connection, at most one per `tcp_invalid_ratelimit` (Linux
+    ///    `__tcp_oow_rate_limited` on `last_oow_ack_time`; TCPACKSkippedChallenge);
+    /// 2. stack-wide, only if `tcp_challenge_ack_limit` is below INT_MAX (Linux 6.0+'s
+    ///    default, commit "tcp: make global challenge ack rate limitation per net-ns and
+    ///    default disabled"):
+    ///    each second the allowance is drawn at random from [limit/2, limit/2 + limit)
+    ///    (Linux `get_random_u32_inclusive(half, ack_limit + half - 1)`), from a secret
+    ///    key. A limit of 0 allows none (Linux would draw from the whole u32 range).
     fn tcp_challenge_ack(&mut self, now: Instant, h: TcpHandle) {
-        let second = now.as_millis() / 1000;
-        if self.tcp.challenge.0 != second {
-            self.tcp.challenge = (second, 0);
-        }
-        if u64::from(self.tcp.challenge.1) >= self.sysctl.tcp_challenge_ack_limit {
+        let ratelimit = self.sysctl.tcp_invalid_ratelimit;
+        let Some(tcb) = self.tcp.get_mut(h) else {
             return;
+        };
+        let now_ms = now.as_millis() as u32;
+        // "if (val) { s32 elapsed = (s32)(tcp_jiffies32 - val); if (0 <= elapsed && elapsed
+        // < sysctl_tcp_invalid_ratelimit) { NET_INC_STATS(net, mib_idx); return true; } }"
+        let elapsed = now_ms.wrapping_sub(tcb.last_oow_ack) as i32;
+        if tcb.last_oow_ack != 0 && elapsed >= 0 && (elapsed as u64) < ratelimit {
+            return self.mib.inc(Counter::TcpExtTCPACKSkippedChallenge);
         }
-        self.tcp.challenge.1 += 1;
+        tcb.last_oow_ack = now_ms;
+        let limit = self.sysctl.tcp_challenge_ack_limit;
+        if limit < i32::MAX as u64 {
+            let second = now.as_millis() / 1000;
+            if self.tcp.challenge.0 != second {
+                let half = (limit + 1) >> 1;
+                let r = u64::from(super::isn::siphash32(
+                    self.tcp.challenge_key,
+                    &second.to_le_bytes(),
+                ));
+                let count = if limit == 0 { 0 } else { half + r % limit };
+                self.tcp.challenge = (second, count as u32);
+            }
+            if self.tcp.challenge.1 == 0 {
+                return;
+            }
+            self.tcp.challenge.1 -= 1;
+        }
         self.mib.inc(Counter::TcpExtTCPChallengeACK);
         self.tcp_send_ack(now, h);
     }

@@ -38,13 +38,12 @@
 //! not the clock, makes the ISN unpredictable).
 //!
 //! # Where this differs from Linux
-//! - The secrets come from a `u64` seed the stack passes ([`IsnGenerator::new`]), expanded
-//!   into two 128-bit SipHash keys; Linux fills them from the kernel RNG
-//!   (`net_get_random_once`). Production stacks must seed from the OS RNG (`getrandom`), or
-//!   use [`IsnGenerator::from_keys`] for the full 128 bits RFC 6528 §3 asks for ("Key
-//!   lengths of 128 bits should be adequate"): 64 bits of seed can be searched offline by an
-//!   attacker who collects ISNs, given enough compute. Tests and the simulator use fixed
-//!   seeds so runs replay exactly.
+//! - The stack derives both keys from its 128-bit secret (`crate::secret`), drawn from the
+//!   OS RNG (`getrandom`) unless a seed is asked for; Linux fills them from the kernel RNG
+//!   (`net_get_random_once`). 128 bits is what RFC 6528 §3 asks for ("Key lengths of 128
+//!   bits should be adequate"). [`IsnGenerator::new`] expands a `u64` seed instead: 64 bits
+//!   can be searched offline by an attacker who collects ISNs, so only tests and the
+//!   simulator use fixed seeds, so that runs replay exactly.
 //! - We hash the same fields as Linux (local address, remote address, local port, remote
 //!   port: 12 bytes, network byte order) in our own layout; Linux-identical ISNs are not a
 //!   goal, the key being secret anyway.
@@ -56,42 +55,10 @@
 use core::fmt;
 use core::net::{Ipv4Addr, SocketAddrV4};
 
-use siphasher::sip::SipHasher24;
 use ustack_obs::Instant;
 use ustack_wire::SeqNumber;
 
-/// A 128-bit SipHash key as two words (`SipHasher24::new_with_keys`).
-pub(crate) type SipKey = (u64, u64);
-
-/// Expand `seed` into a SipHash key for one purpose (`label`): SipHash-2-4 keyed by the seed
-/// is the PRF, so keys for different labels are independent and none reveals the seed.
-/// The seed is the only entropy (64 bits); see [`IsnGenerator::new`].
-pub(crate) fn derive_key(seed: u64, label: &[u8]) -> SipKey {
-    // The second key word is a fixed, public domain constant ("ustack-k" in ASCII).
-    let prf = SipHasher24::new_with_keys(seed, 0x7573_7461_636b_2d6b);
-    let mut buf = [0u8; 64];
-    let n = label.len().min(buf.len() - 1);
-    buf[..n].copy_from_slice(&label[..n]);
-    buf[n] = 0;
-    let k0 = prf.hash(&buf[..=n]);
-    buf[n] = 1;
-    let k1 = prf.hash(&buf[..=n]);
-    (k0, k1)
-}
-
-/// Split 16 bytes into SipHash's two little-endian key words (as `SipHasher24::new_with_key`).
-pub(crate) fn key_from_bytes(key: [u8; 16]) -> SipKey {
-    let mut lo = [0u8; 8];
-    let mut hi = [0u8; 8];
-    lo.copy_from_slice(&key[..8]);
-    hi.copy_from_slice(&key[8..]);
-    (u64::from_le_bytes(lo), u64::from_le_bytes(hi))
-}
-
-/// SipHash-2-4 of `bytes` under `key`, truncated to 32 bits as Linux's `siphash_*u32` users.
-pub(crate) fn siphash32(key: SipKey, bytes: &[u8]) -> u32 {
-    SipHasher24::new_with_keys(key.0, key.1).hash(bytes) as u32
-}
+pub(crate) use crate::secret::{SipKey, derive_key, key_from_bytes, siphash32};
 
 /// Linux `seq_scale`: the ISN clock `M`, one tick per 64 ns (wraps every 274.9 s).
 fn isn_clock(now: Instant) -> u32 {
@@ -130,6 +97,14 @@ impl IsnGenerator {
         IsnGenerator {
             seq_key: derive_key(seed, b"ustack tcp isn"),
             ts_key: derive_key(seed, b"ustack tcp ts_off"),
+        }
+    }
+
+    /// Both keys from the stack's secret (drawn from the OS unless a seed was asked for).
+    pub(crate) fn from_secrets(secrets: &crate::secret::Secrets) -> Self {
+        IsnGenerator {
+            seq_key: secrets.key(b"ustack tcp isn"),
+            ts_key: secrets.key(b"ustack tcp ts_off"),
         }
     }
 

@@ -30,6 +30,7 @@ use super::syncookie::{CookieRequest, SynCookies};
 use super::tcb::{FourTuple, TcbFlags};
 use super::{AcceptQueue, ListenerHandle, State, TimerKey};
 use crate::Stack;
+use crate::secret::KeyedState;
 use crate::slab::Slab;
 use crate::socket::{Readiness, SocketKey};
 
@@ -42,7 +43,18 @@ pub(crate) struct Listener {
     pub accept_queue: AcceptQueue,
     /// Requests (SYN-RECEIVED records) of this listener.
     pub syn_qlen: u32,
+    /// When the SYN queue last overflowed into a cookie (Linux `tcp_synq_overflow`, kept
+    /// in the listener's `rx_opt.ts_recent_stamp`): cookie ACKs are checked only within
+    /// [`SYNCOOKIE_VALID`] of it.
+    pub last_overflow: Option<Instant>,
 }
+
+/// How long after the last SYN-queue overflow an ACK to a listener is checked as a cookie
+/// (Linux `TCP_SYNCOOKIE_VALID` = `MAX_SYNCOOKIE_AGE * TCP_SYNCOOKIE_PERIOD`, 2 minutes: no
+/// cookie we sent can be older).
+pub(crate) const SYNCOOKIE_VALID: Duration = Duration::from_secs(
+    super::syncookie::SYNCOOKIE_PERIOD.as_secs() * super::syncookie::MAX_SYNCOOKIE_AGE as u64,
+);
 
 /// The listeners of a stack, by port.
 #[derive(Debug, Default)]
@@ -77,6 +89,7 @@ impl Listeners {
             backlog,
             accept_queue: AcceptQueue::new(),
             syn_qlen: 0,
+            last_overflow: None,
         };
         let (index, generation) = self.slab.insert(listener);
         self.by_port.insert(local.port(), index);
@@ -141,7 +154,7 @@ pub(crate) struct RequestSock {
 /// All SYN-RECEIVED requests of a stack, by 4-tuple.
 #[derive(Debug)]
 pub(crate) struct Requests {
-    map: HashMap<FourTuple, RequestSock, foldhash::fast::FixedState>,
+    map: HashMap<FourTuple, RequestSock, KeyedState>,
 }
 
 impl Requests {
@@ -150,9 +163,10 @@ impl Requests {
         self.map.allocation_size()
     }
 
-    pub fn new(seed: u64) -> Self {
+    /// `hasher` keyed with a secret: the 4-tuples are the peers' choice.
+    pub fn new(hasher: KeyedState) -> Self {
         Requests {
-            map: HashMap::with_hasher(foldhash::fast::FixedState::with_seed(seed)),
+            map: HashMap::with_hasher(hasher),
         }
     }
     pub fn contains(&self, t: &FourTuple) -> bool {
@@ -202,10 +216,20 @@ impl Stack {
         // "second, check for an ACK: Any acknowledgment is bad if it arrives on a
         // connection still in the LISTEN state. An acceptable reset segment should be
         // formed for any arriving ACK-bearing segment." Unless it carries a valid SYN
-        // cookie (Linux cookie_v4_check).
+        // cookie (Linux cookie_v4_check), which is looked for only if this listener sent
+        // cookies recently: "if (tcp_synq_no_recent_overflow(sk)) goto out;". Otherwise a
+        // bare ACK is not a cookie, whatever its numbers, and is answered with a RST: one
+        // forged ACK cannot open a connection unless the listener is under a SYN flood.
         if f.contains(tcp::Flags::ACK) {
+            let recent_overflow = self
+                .tcp
+                .listeners
+                .by_index(listener)
+                .and_then(|l| l.last_overflow)
+                .is_some_and(|t| now.saturating_duration_since(t) <= SYNCOOKIE_VALID);
             if !f.contains(tcp::Flags::SYN)
                 && self.sysctl.tcp_syncookies != 0
+                && recent_overflow
                 && self.cookie_ack(now, listener, tuple, seg)
             {
                 return;
@@ -259,6 +283,10 @@ impl Stack {
             return;
         }
         if want_cookie {
+            // Linux cookie_init_sequence: tcp_synq_overflow(sk), then the cookie.
+            if let Some(l) = self.tcp.listeners.by_index(listener) {
+                l.last_overflow = Some(now);
+            }
             return self.send_cookie_synack(now, tuple, seg);
         }
         // 4. Without cookies the last quarter of tcp_max_syn_backlog is kept for peers
@@ -430,9 +458,14 @@ impl Stack {
             return self.mib.drop(DropReason::TcpInvalidSequence);
         }
         // "second, check the RST bit": in SYN-RECEIVED from a passive open, the request
-        // goes away (RFC 9293: "return this connection to LISTEN state").
+        // goes away (RFC 9293: "return this connection to LISTEN state"). Linux
+        // tcp_check_req counts the failed attempt ("if (flg & (TCP_FLAG_RST|TCP_FLAG_SYN))
+        // { TCP_INC_STATS(.., TCP_MIB_ATTEMPTFAILS); goto embryonic_reset; }") and, the
+        // request unlinked, EmbryonicRsts.
         if f.contains(tcp::Flags::RST) {
             self.request_drop(&tuple);
+            self.mib.inc(Counter::TcpAttemptFails);
+            self.mib.inc(Counter::TcpExtEmbryonicRsts);
             return self.mib.drop(DropReason::TcpReset);
         }
         // "fourth, check the SYN bit" (RFC 5961 §4): a SYN here is answered, not obeyed.

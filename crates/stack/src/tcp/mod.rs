@@ -42,6 +42,7 @@ use hashbrown::HashMap;
 use ustack_obs::{Counter, Instant};
 use ustack_wire::SeqNumber;
 
+use crate::secret::{KeyedState, Secrets};
 use crate::slab::Slab;
 use crate::socket::{Readiness, SocketKey};
 use crate::sysctl::PortRange;
@@ -86,7 +87,7 @@ pub(crate) struct Tcp {
     /// The connections: TCBs inline in a slab (no per-connection box).
     pub(crate) conns: Slab<Tcb>,
     /// Every connection not in LISTEN or TIME-WAIT, by 4-tuple (Linux `inet_ehash`).
-    pub(crate) ehash: HashMap<FourTuple, u32, foldhash::fast::FixedState>,
+    pub(crate) ehash: HashMap<FourTuple, u32, KeyedState>,
     pub(crate) listeners: listen::Listeners,
     pub(crate) requests: listen::Requests,
     pub(crate) timewait: timer::TimeWaits,
@@ -95,8 +96,11 @@ pub(crate) struct Tcp {
     pub(crate) pool: buffer::BufferPool,
     pub(crate) isn: isn::IsnGenerator,
     pub(crate) cookies: syncookie::SynCookies,
-    /// Challenge ACKs sent in the current second (RFC 5961 §7, `tcp_challenge_ack_limit`).
+    /// The current second and the challenge ACKs still allowed in it (RFC 5961 §7,
+    /// `tcp_challenge_ack_limit` below INT_MAX; Linux `tcp_challenge_timestamp`/`_count`).
     pub(crate) challenge: (u64, u32),
+    /// Key of the per-second randomisation of that count (Linux `get_random_u32_inclusive`).
+    pub(crate) challenge_key: crate::secret::SipKey,
     /// Connections closed by the user and still alive (Linux `tcp_orphan_count`).
     pub(crate) orphans: usize,
     port_hint: u16,
@@ -107,20 +111,24 @@ pub(crate) struct Tcp {
 const POOL_LIMIT: usize = 1 << 30;
 
 impl Tcp {
-    pub(crate) fn new(seed: u64, sysctl: &Sysctl) -> Tcp {
+    /// Every key from the stack's `secrets`; each table a peer can fill (connections, SYN
+    /// queue, TIME-WAIT) has its own SipHash key (Linux `inet_ehashfn` keys its jhash with
+    /// a secret, `inet_ehash_secret`).
+    pub(crate) fn new(secrets: &Secrets, sysctl: &Sysctl) -> Tcp {
         Tcp {
             conns: Slab::new(),
-            ehash: HashMap::with_hasher(foldhash::fast::FixedState::with_seed(seed)),
+            ehash: HashMap::with_hasher(secrets.hasher(b"tcp ehash")),
             listeners: listen::Listeners::default(),
-            requests: listen::Requests::new(seed ^ 0x5259),
-            timewait: timer::TimeWaits::new(seed ^ 0x7477),
+            requests: listen::Requests::new(secrets.hasher(b"tcp requests")),
+            timewait: timer::TimeWaits::new(secrets.hasher(b"tcp timewait")),
             timers: BinaryHeap::new(),
             pool: buffer::BufferPool::new(POOL_LIMIT),
-            isn: isn::IsnGenerator::new(seed ^ 0x0069_736e),
-            cookies: syncookie::SynCookies::new(seed ^ 0x636f_6f6b),
+            isn: isn::IsnGenerator::from_secrets(secrets),
+            cookies: syncookie::SynCookies::from_secrets(secrets),
             challenge: (u64::MAX, 0),
+            challenge_key: secrets.key(b"tcp challenge ack"),
             orphans: 0,
-            port_hint: PortRange::first_hint(sysctl, seed),
+            port_hint: PortRange::first_hint(sysctl, secrets.u64(b"tcp port hint")),
         }
     }
 

@@ -128,6 +128,7 @@ impl Stack {
             rcvbuf_limit: self.sysctl.tcp_rmem_default as u32,
             timers: Timers::NONE,
             last_activity: now,
+            last_oow_ack: 0,
             error: None,
             rx_sack: super::tcb::RxSack::default(),
             snd_sml: iss,

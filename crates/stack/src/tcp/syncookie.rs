@@ -25,15 +25,18 @@
 //! SYN, SYN queue full (tcp_conn_request, want_cookie) -> SynCookies::generate     SyncookiesSent++
 //!     SYN-ACK: seq = cookie, mss = the rounded MSS, and if the SYN had timestamps
 //!     TSval = SynCookies::encode_timestamp(ts_clock(now), &req) + ts_offset
-//! ACK to the listener, no request sock (cookie_v4_check)
+//! ACK to the listener, no request sock (cookie_v4_check), only if the listener sent a
+//! cookie in the last 2 minutes (tcp_synq_no_recent_overflow; else the ACK gets a RST)
 //!     -> SynCookies::check(seq, ack)                          None: SyncookiesFailed++, drop
 //!     -> SynCookies::decode_timestamp(TSecr - ts_offset)     SyncookiesRecv++, child socket
 //!        (no timestamp option on the ACK: no wscale, no SACK, no ECN)
 //! ```
 //!
 //! # Where this differs from Linux, and why
-//! - The secrets come from a seed ([`SynCookies::new`]) or 128-bit keys
-//!   ([`SynCookies::from_keys`]) instead of the kernel RNG; see `tcp::isn`.
+//! - The secrets come from the stack's 128-bit secret (from the OS by default, see
+//!   `crate::secret`), a seed ([`SynCookies::new`], tests) or 128-bit keys
+//!   ([`SynCookies::from_keys`]) instead of the kernel RNG. As Linux's, they do not
+//!   rotate: each cookie carries the minute counter and expires with it (see `check`).
 //! - The minute counter reads the stack's `now` (`now / 60 s`), where Linux divides jiffies.
 //! - The sysctl checks of `cookie_timestamp_decode` (a SACK bit with `tcp_sack` off, a
 //!   wscale with `tcp_window_scaling` off, ECN with `tcp_ecn` off) and
@@ -120,6 +123,20 @@ impl SynCookies {
             keys: [
                 derive_key(seed, b"ustack tcp syncookie 0"),
                 derive_key(seed, b"ustack tcp syncookie 1"),
+            ],
+        }
+    }
+
+    /// Both secrets from the stack's secret (drawn from the OS unless a seed was asked
+    /// for). Like Linux's `syncookie_secret`, they are fixed for the stack's life: the
+    /// cookie itself carries the minute counter (`tcp_cookie_time`), and a cookie is valid
+    /// only while the counter has advanced by less than [`MAX_SYNCOOKIE_AGE`], so each
+    /// cookie expires after one to two minutes without rotating the secret.
+    pub(crate) fn from_secrets(secrets: &crate::secret::Secrets) -> Self {
+        SynCookies {
+            keys: [
+                secrets.key(b"ustack tcp syncookie 0"),
+                secrets.key(b"ustack tcp syncookie 1"),
             ],
         }
     }

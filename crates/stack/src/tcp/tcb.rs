@@ -14,10 +14,23 @@ use super::sack::{RtxQueue, SegFlags};
 use super::state::State;
 
 /// A connection's addresses: what the established table is keyed by (Linux `inet_ehash`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct FourTuple {
     pub local: SocketAddrV4,
     pub remote: SocketAddrV4,
+}
+
+impl core::hash::Hash for FourTuple {
+    /// The 12 bytes of the tuple as two words, so that the keyed SipHash of a table lookup
+    /// compresses 12 bytes in two writes (the derived impl writes each field, the
+    /// addresses with length prefixes; Linux `inet_ehashfn` hashes the same 12 bytes).
+    #[inline]
+    fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(
+            (u64::from(self.local.ip().to_bits()) << 32) | u64::from(self.remote.ip().to_bits()),
+        );
+        state.write_u32((u32::from(self.local.port()) << 16) | u32::from(self.remote.port()));
+    }
 }
 
 /// [RFC 9293 §3.3.1](https://www.rfc-editor.org/rfc/rfc9293#section-3.3.1) "Send Sequence
@@ -189,6 +202,10 @@ pub struct Tcb {
     pub timers: Timers,
     /// When the connection last sent or received anything (keepalive idle time).
     pub last_activity: Instant,
+    /// When the last challenge ACK was allowed, on the millisecond clock, wrapping; 0 for
+    /// never (Linux `last_oow_ack_time`, in jiffies, 0 likewise), for the per-socket
+    /// `tcp_invalid_ratelimit`. 32 bits as Linux's, to keep the TCB small.
+    pub last_oow_ack: u32,
     /// An error to report to the user once (ECONNRESET, ETIMEDOUT, ECONNREFUSED).
     pub error: Option<crate::Error>,
     /// Receive-buffer autotuning state.

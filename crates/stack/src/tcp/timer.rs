@@ -20,6 +20,7 @@ use super::cc::{CaEvent, CaState, CongestionControl};
 use super::isn::ts_clock;
 use super::tcb::{FourTuple, TcbFlags};
 use super::{State, TcpHandle, TimerKey};
+use crate::secret::KeyedState;
 use crate::{Error, Stack};
 
 /// Linux `tcp_reordering`: DupThresh.
@@ -59,7 +60,7 @@ pub(crate) struct TimeWait {
 /// bounded by `tcp_max_tw_buckets`.
 #[derive(Debug)]
 pub(crate) struct TimeWaits {
-    map: HashMap<FourTuple, TimeWait, foldhash::fast::FixedState>,
+    map: HashMap<FourTuple, TimeWait, KeyedState>,
     /// (deadline, tuple), earliest first; an entry whose record was removed (or replaced
     /// by a new incarnation, whose `queued` differs) is dropped when it comes up.
     queue: BinaryHeap<core::cmp::Reverse<(Instant, FourTuple)>>,
@@ -83,9 +84,10 @@ impl TimeWaits {
         self.queue.len()
     }
 
-    pub fn new(seed: u64) -> Self {
+    /// `hasher` keyed with a secret: the 4-tuples are the peers' choice.
+    pub fn new(hasher: KeyedState) -> Self {
         TimeWaits {
-            map: HashMap::with_hasher(foldhash::fast::FixedState::with_seed(seed)),
+            map: HashMap::with_hasher(hasher),
             queue: BinaryHeap::new(),
         }
     }

@@ -1,0 +1,192 @@
+//! The stack's secrets: one 128-bit master key, drawn from the OS random number generator
+//! by default (crate `getrandom`: `getrandom(2)` on Linux), from which every key the stack
+//! uses is derived: the ISN key and the timestamp-offset key (RFC 6528 §3, RFC 7323 §5.4;
+//! Linux `net_secret`, `ts_secret`), the SYN-cookie secrets (Linux `syncookie_secret`), the
+//! keys of every hash table a peer can fill, the IP identification key (Linux
+//! `ip_id_key`) and the challenge-ACK randomisation.
+//!
+//! Linux fills each of these from the kernel RNG once per boot (`net_get_random_once`,
+//! `get_random_bytes`); ustack draws once per [`Stack`](crate::Stack). A deterministic
+//! seed ([`Config::seed`](crate::Config::seed) = `Some(n)`) is only for tests, the
+//! simulator and runs that must replay: its 64 bits can be searched offline by someone
+//! who collects ISNs or cookies.
+//!
+//! Hash tables whose keys a peer chooses (the connection table, the SYN queue, TIME-WAIT,
+//! IP reassembly, the neighbour table, ICMP's per-peer limits) hash with SipHash-1-3 under
+//! a secret key ([`KeyedState`]), as Linux hashes them with a secret-seeded jhash or
+//! siphash (`inet_ehashfn`, `inet_frag`'s `rhashtable`, `arp_hashfn`): without the key a
+//! peer cannot aim many entries at one bucket (HashDoS).
+
+use core::fmt;
+use core::hash::BuildHasher;
+
+use siphasher::sip::{SipHasher13, SipHasher24};
+
+/// A 128-bit SipHash key as two words (`SipHasher24::new_with_keys`).
+pub(crate) type SipKey = (u64, u64);
+
+/// The master secret of one stack. `Debug` does not print it.
+#[derive(Clone)]
+pub(crate) struct Secrets {
+    master: SipKey,
+}
+
+impl fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Secrets").finish_non_exhaustive()
+    }
+}
+
+impl Secrets {
+    /// 128 fresh bits from the OS.
+    ///
+    /// # Panics
+    /// If the OS random number generator fails (`getrandom(2)` cannot fail once the
+    /// kernel's pool is initialised; there is no safe fallback to a guessable secret).
+    pub(crate) fn from_os() -> Secrets {
+        let mut key = [0u8; 16];
+        if let Err(e) = getrandom::fill(&mut key) {
+            panic!(
+                "ustack: the OS random number generator failed ({e}); no secret to key the stack with"
+            );
+        }
+        Secrets {
+            master: key_from_bytes(key),
+        }
+    }
+
+    /// A deterministic secret from `seed` (tests, simulation, replay).
+    pub(crate) fn from_seed(seed: u64) -> Secrets {
+        Secrets {
+            master: derive_key(seed, b"ustack master"),
+        }
+    }
+
+    /// The secret a [`Config`](crate::Config) asks for: `seed` if given, else the OS's.
+    pub(crate) fn new(seed: Option<u64>) -> Secrets {
+        seed.map_or_else(Secrets::from_os, Secrets::from_seed)
+    }
+
+    /// The key for one purpose (`label`): SipHash-2-4 under the master key is the PRF, so
+    /// keys of different labels are independent and none reveals the master.
+    pub(crate) fn key(&self, label: &[u8]) -> SipKey {
+        prf_key(
+            SipHasher24::new_with_keys(self.master.0, self.master.1),
+            label,
+        )
+    }
+
+    /// 64 secret bits for one purpose (a port hint, say).
+    pub(crate) fn u64(&self, label: &[u8]) -> u64 {
+        self.key(label).0
+    }
+
+    /// A keyed hash-table state for one table (`label`).
+    pub(crate) fn hasher(&self, label: &[u8]) -> KeyedState {
+        KeyedState {
+            key: self.key(label),
+        }
+    }
+}
+
+/// Two 64-bit words under `prf`, of `label` followed by 0 and by 1.
+fn prf_key(prf: SipHasher24, label: &[u8]) -> SipKey {
+    let mut buf = [0u8; 64];
+    let n = label.len().min(buf.len() - 1);
+    buf[..n].copy_from_slice(&label[..n]);
+    buf[n] = 0;
+    let k0 = prf.hash(&buf[..=n]);
+    buf[n] = 1;
+    let k1 = prf.hash(&buf[..=n]);
+    (k0, k1)
+}
+
+/// Expand a 64-bit `seed` into a SipHash key for one purpose (`label`): SipHash-2-4 keyed by
+/// the seed is the PRF. The seed is the only entropy (64 bits).
+pub(crate) fn derive_key(seed: u64, label: &[u8]) -> SipKey {
+    // The second key word is a fixed, public domain constant ("ustack-k" in ASCII).
+    prf_key(
+        SipHasher24::new_with_keys(seed, 0x7573_7461_636b_2d6b),
+        label,
+    )
+}
+
+/// Split 16 bytes into SipHash's two little-endian key words (as `SipHasher24::new_with_key`).
+pub(crate) fn key_from_bytes(key: [u8; 16]) -> SipKey {
+    let mut lo = [0u8; 8];
+    let mut hi = [0u8; 8];
+    lo.copy_from_slice(&key[..8]);
+    hi.copy_from_slice(&key[8..]);
+    (u64::from_le_bytes(lo), u64::from_le_bytes(hi))
+}
+
+/// SipHash-2-4 of `bytes` under `key`, truncated to 32 bits as Linux's `siphash_*u32` users.
+pub(crate) fn siphash32(key: SipKey, bytes: &[u8]) -> u32 {
+    SipHasher24::new_with_keys(key.0, key.1).hash(bytes) as u32
+}
+
+/// The hasher of a table a peer can fill: SipHash-1-3 under a secret 128-bit key (the
+/// variant Rust's std `HashMap` uses; Linux's `siphash` is 2-4, its `hsiphash` fewer
+/// rounds). Each lookup hashes its key once. `Debug` does not print the key.
+#[derive(Clone)]
+pub struct KeyedState {
+    key: SipKey,
+}
+
+impl KeyedState {
+    /// A state keyed from a fixed `seed`, for tests; a stack keys its tables from its
+    /// secret.
+    pub fn from_seed(seed: u64) -> KeyedState {
+        KeyedState {
+            key: derive_key(seed, b"ustack table"),
+        }
+    }
+}
+
+impl fmt::Debug for KeyedState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyedState").finish_non_exhaustive()
+    }
+}
+
+impl BuildHasher for KeyedState {
+    type Hasher = SipHasher13;
+    #[inline]
+    fn build_hasher(&self) -> SipHasher13 {
+        SipHasher13::new_with_keys(self.key.0, self.key.1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn os_secrets_differ_and_seeds_replay() {
+        assert_ne!(
+            Secrets::from_os().key(b"x"),
+            Secrets::from_os().key(b"x"),
+            "two draws from the OS"
+        );
+        assert_eq!(
+            Secrets::from_seed(3).key(b"x"),
+            Secrets::from_seed(3).key(b"x")
+        );
+        assert_ne!(
+            Secrets::from_seed(3).key(b"x"),
+            Secrets::from_seed(3).key(b"y")
+        );
+        assert_ne!(
+            Secrets::from_seed(3).key(b"x"),
+            Secrets::from_seed(4).key(b"x")
+        );
+    }
+
+    #[test]
+    fn keyed_tables_hash_differently_under_different_keys() {
+        let a = Secrets::from_seed(1).hasher(b"t");
+        let b = Secrets::from_seed(2).hasher(b"t");
+        assert_eq!(a.hash_one(42u64), a.hash_one(42u64));
+        assert_ne!(a.hash_one(42u64), b.hash_one(42u64));
+    }
+}
