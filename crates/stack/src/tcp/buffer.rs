@@ -54,8 +54,8 @@
 //!   `BTreeMap` keyed by the extent's start (Linux keeps skbs in an rbtree for the same
 //!   reason: CVE-2018-5390, "SegmentSmack", made a linear queue cost O(n) per segment under
 //!   a flood of tiny out-of-order segments). Extents are kept disjoint and non-touching
-//!   (extents that touch are merged). The map is boxed and exists only while the queue is
-//!   non-empty, so an idle buffer holds no heap.
+//!   (extents that touch are merged). The map is boxed, created with the first extent and
+//!   freed when the buffer is drained, so an idle buffer holds no heap.
 //! - `insert` finds the extent before the segment in O(log n), then walks the extents the
 //!   segment overlaps or touches, filling the gaps between them with the segment's new
 //!   bytes (lowest first) and absorbing each extent into one growing chain; bytes already
@@ -605,7 +605,8 @@ pub const EXTENT_TRUESIZE: usize = 64;
 
 /// The out-of-order queue (Linux `tp->out_of_order_queue`, an rbtree of skbs): extents
 /// keyed by the distance of their start from `base`, sorted, disjoint and non-touching.
-/// Boxed so that a buffer without out-of-order data holds no heap (and stays small).
+/// Boxed (so the buffer stays small), and freed when the buffer is drained (so an idle
+/// buffer holds no heap; see `RecvBuffer::release_ofo`).
 #[derive(Debug)]
 struct Ofo {
     map: BTreeMap<Key, Chain>,
@@ -627,8 +628,13 @@ impl Ofo {
         (x.start.wrapping_sub(rcv) >= from).then_some((k, x))
     }
 
-    /// Re-key every extent from `rcv` once `rcv_nxt` is 2 GiB past `base`.
+    /// Re-key every extent from `rcv` once `rcv_nxt` is 2 GiB past `base` (at once when
+    /// there is none).
     fn rebase(&mut self, rcv: u32) {
+        if self.map.is_empty() {
+            self.base = rcv;
+            return;
+        }
         if rcv.wrapping_sub(self.base) < 1 << 31 {
             return;
         }
@@ -679,7 +685,7 @@ pub struct InsertResult {
 pub struct RecvBuffer {
     /// In-order data; `inorder.end()` is the position of `rcv_nxt`.
     inorder: Chain,
-    /// The out-of-order queue; `None` when it is empty.
+    /// The out-of-order queue; `None` when the buffer is drained.
     ofo: Option<Box<Ofo>>,
     /// Out-of-order bytes held.
     ooo_bytes: u32,
@@ -738,7 +744,7 @@ impl RecvBuffer {
 
     /// True when nothing is held (and so no chunk).
     pub fn is_empty(&self) -> bool {
-        self.inorder.len == 0 && self.ofo.is_none()
+        self.inorder.len == 0 && self.ooo_extents() == 0
     }
 
     /// Data at `offset` bytes after rcv_nxt (0 = in order). Stores what fits under `limit`
@@ -805,16 +811,17 @@ impl RecvBuffer {
         }
         let mut budget = lim.saturating_sub(self.inorder.len as usize + self.ooo_bytes as usize);
 
+        if in_order && self.ooo_extents() == 0 {
+            // No out-of-order data: append (the common case).
+            let n = mem.append(&mut self.inorder, &data[..(e as usize).min(budget)]);
+            res.stored = n;
+            res.advanced = n;
+            res.dropped += (e as usize) - n;
+            self.chunks = mem.held;
+            self.release_ofo();
+            return res;
+        }
         if self.ofo.is_none() {
-            if in_order {
-                // No out-of-order data: append (the common case).
-                let n = mem.append(&mut self.inorder, &data[..(e as usize).min(budget)]);
-                res.stored = n;
-                res.advanced = n;
-                res.dropped += (e as usize) - n;
-                self.chunks = mem.held;
-                return res;
-            }
             self.ofo = Some(Box::new(Ofo {
                 map: BTreeMap::new(),
                 base: rcv,
@@ -911,12 +918,9 @@ impl RecvBuffer {
             }
         }
         debug_assert_eq!(mem.recs as usize, ofo.map.len());
-        if ofo.map.is_empty() {
-            self.ofo = None;
-        } else {
-            ofo.rebase(self.inorder.end());
-        }
+        ofo.rebase(self.inorder.end());
         self.chunks = mem.held;
+        self.release_ofo();
         res
     }
 
@@ -943,7 +947,18 @@ impl RecvBuffer {
                 self.chunks -= 1;
             }
         }
+        self.release_ofo();
         n
+    }
+
+    /// Free the out-of-order queue's map once the buffer holds nothing. While in-order
+    /// data awaits the reader an empty map is kept (with its root node), so that a
+    /// reordering per few segments does not cost an allocation each; a drained buffer
+    /// holds no heap.
+    fn release_ofo(&mut self) {
+        if self.inorder.len == 0 && self.ooo_extents() == 0 {
+            self.ofo = None;
+        }
     }
 
     /// Out-of-order ranges as `(start, end)` offsets from rcv_nxt (half-open, sorted,
@@ -1055,6 +1070,20 @@ impl RecvBuffer {
             return;
         };
         let rcv = self.inorder.end();
+        // Upper bound on the chunks the in-order chain may need to take: the aligned blocks
+        // the segment spans, less the block the chain's tail already holds.
+        let spanned = (rcv.wrapping_add(s) as usize % CHUNK + (e - s) as usize).div_ceil(CHUNK);
+        let tail_room = self.inorder.len > 0 && !(rcv as usize).is_multiple_of(CHUNK);
+        let blocks = spanned - usize::from(tail_room);
+        // The most in-order data the buffer could take at all.
+        let room = lim.saturating_sub(self.inorder.len as usize);
+        let fits = |this: &Self, mem: &Mem<'_>, new: usize| {
+            let budget = lim.saturating_sub(this.inorder.len as usize + this.ooo_bytes as usize);
+            budget >= new && (new == 0 || mem.pool.available_chunks() >= blocks)
+        };
+        if fits(self, mem, ((e - s) as usize).min(room)) {
+            return; // room for the whole segment, whatever it overlaps
+        }
         let overlap_of = |x: &Chain| {
             let (xs, xe) = (x.start.wrapping_sub(rcv), x.end().wrapping_sub(rcv));
             e.min(xe).saturating_sub(s.max(xs)) as usize
@@ -1068,17 +1097,8 @@ impl RecvBuffer {
                 overlap_of(x)
             })
             .sum();
-        // Upper bound on the chunks the in-order chain may need to take: the aligned blocks
-        // the segment spans, less the block the chain's tail already holds.
-        let spanned = (rcv.wrapping_add(s) as usize % CHUNK + (e - s) as usize).div_ceil(CHUNK);
-        let tail_room = self.inorder.len > 0 && !(rcv as usize).is_multiple_of(CHUNK);
-        let blocks = spanned - usize::from(tail_room);
-        // The most in-order data the buffer could take at all.
-        let room = lim.saturating_sub(self.inorder.len as usize);
         loop {
-            let budget = lim.saturating_sub(self.inorder.len as usize + self.ooo_bytes as usize);
-            let new = ((e - s) as usize - overlap).min(room);
-            if budget >= new && (new == 0 || mem.pool.available_chunks() >= blocks) {
+            if fits(self, mem, ((e - s) as usize - overlap).min(room)) {
                 break;
             }
             res.prune_called = true;
@@ -1087,9 +1107,6 @@ impl RecvBuffer {
             };
             overlap -= overlap_of(&x);
             self.prune_one(mem, k, x, res);
-        }
-        if self.ofo.as_ref().is_some_and(|o| o.map.is_empty()) {
-            self.ofo = None;
         }
     }
 
@@ -1117,9 +1134,6 @@ impl RecvBuffer {
             if freed >= goal && fits(mem) {
                 break;
             }
-        }
-        if self.ofo.as_ref().is_some_and(|o| o.map.is_empty()) {
-            self.ofo = None;
         }
     }
 }
@@ -1237,8 +1251,10 @@ mod tests {
         s.consume(&mut pool, 5000);
         assert_eq!(r.insert(&mut pool, 0, &[2; 10], 1 << 20).advanced, 110);
         let mut out = [0; 200];
+        assert!(r.ofo.is_some(), "kept while in-order data waits");
         assert_eq!(r.read(&mut pool, &mut out), 110);
         assert!(s.is_empty() && r.is_empty());
+        assert!(r.ofo.is_none(), "a drained buffer holds no heap");
         assert_eq!(
             (s.mem_bytes(), r.mem_bytes(), pool.in_use_bytes()),
             (0, 0, 0)
