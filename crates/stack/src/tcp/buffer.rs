@@ -821,15 +821,12 @@ impl RecvBuffer {
             self.release_ofo();
             return res;
         }
-        if self.ofo.is_none() {
-            self.ofo = Some(Box::new(Ofo {
+        let ofo: &mut Ofo = self.ofo.get_or_insert_with(|| {
+            Box::new(Ofo {
                 map: BTreeMap::new(),
                 base: rcv,
-            }));
-        }
-        let Some(ofo) = self.ofo.as_deref_mut() else {
-            unreachable!("created above")
-        };
+            })
+        });
 
         let mut run: Option<Chain> = in_order.then_some(self.inorder);
         let mut pos = s;
