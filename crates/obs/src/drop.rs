@@ -128,6 +128,10 @@ drop_reasons! {
     /// fragment's length is not a multiple of 8, or it contradicts the known end.
     /// ustack-specific name.
     FragInvalid = "FRAG_INVALID" => [IpReasmFails],
+    /// A fragment that would make its datagram need more than 1,365 fragments (the most a
+    /// 65,535-byte datagram takes over a 68-byte MTU): the whole datagram is discarded
+    /// (FragmentSmack, CVE-2018-5391). ustack-specific name and rule.
+    FragTooMany = "FRAG_TOO_MANY" => [IpReasmFails],
 
     // ---- ICMP (Linux icmp_rcv) ----
     /// An ICMP message whose checksum does not verify (Linux `csum_error` then `error`).
@@ -202,6 +206,13 @@ drop_reasons! {
     /// `tcp_max_syn_backlog` (Linux `tcp_conn_request`: "Kill the following clause, if you
     /// dislike this way", then `drop_and_release` -> `tcp_listendrop`). ustack-specific name.
     TcpSynBacklogDrop = "TCP_SYN_BACKLOG" => [TcpExtListenDrops],
+    /// An out-of-order extent discarded to make room in the receive buffer, from the
+    /// highest sequence down (Linux `tcp_prune_ofo_queue`; counted per extent, as Linux
+    /// counts per skb; the prune itself counts TcpExt OfoPruned once).
+    TcpOfoQueuePrune = "TCP_OFO_QUEUE_PRUNE" => [],
+    /// An out-of-order segment whose bytes were all queued already ("All the bits are
+    /// present", Linux `tcp_data_queue_ofo`).
+    TcpOfoMerge = "TCP_OFOMERGE" => [TcpExtTCPOFOMerge],
 }
 
 impl DropReason {

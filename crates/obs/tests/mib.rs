@@ -309,6 +309,13 @@ fn drop_reason_names() {
         ),
         (DropReason::FragMemLimit, "IPFRAG_MEM", &[IpReasmFails]),
         (DropReason::FragInvalid, "FRAG_INVALID", &[IpReasmFails]),
+        (DropReason::FragTooMany, "FRAG_TOO_MANY", &[IpReasmFails]),
+        (DropReason::TcpOfoQueuePrune, "TCP_OFO_QUEUE_PRUNE", &[]),
+        (
+            DropReason::TcpOfoMerge,
+            "TCP_OFOMERGE",
+            &[TcpExtTCPOFOMerge],
+        ),
         (
             DropReason::IcmpCsum,
             "ICMP_CSUM",

@@ -23,6 +23,7 @@
 use core::fmt;
 use core::net::Ipv4Addr;
 
+pub(crate) mod counted;
 pub mod icmp;
 pub mod inspect;
 pub mod ip;

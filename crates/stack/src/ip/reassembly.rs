@@ -43,6 +43,12 @@
 //!   too, not only [`expire`]), since Linux's timer would have fired; [`expire`] returns it.
 //! - Memory is charged as payload bytes plus [`FRAG_OVERHEAD`] per fragment and
 //!   [`QUEUE_OVERHEAD`] per queue, where Linux charges `skb->truesize` and `sizeof(struct ipq)`.
+//! - Fragments per datagram are capped at [`IPFRAG_MAX_FRAGS`] (1,365, what the largest
+//!   datagram needs over a 68-byte MTU); a datagram that needs more is discarded whole
+//!   (`FRAG_TOO_MANY`). Linux has no such cap (FragmentSmack, CVE-2018-5391, was fixed there
+//!   by the rbtree queue, coalescing of in-order runs and a lower `ipfrag_high_thresh`); here
+//!   it bounds a queue's tree depth and memory whatever `ipfrag_high_thresh` is. Held
+//!   fragments are keyed in a B-tree, so an insert costs O(log fragments).
 //! - Counting: every fragment dropped is one `Mib::drop`, and the drop reasons bump
 //!   `Ip ReasmFails` (see [`Reassembler`]), so ReasmFails counts fragments, where Linux counts
 //!   failed datagrams.
@@ -62,6 +68,8 @@ use hashbrown::hash_map::Entry;
 use ustack_obs::{Counter, DropReason, Instant, Mib};
 use ustack_wire::checksum;
 
+use crate::counted::Key;
+
 /// Bytes charged per held fragment on top of its payload: its entry in the queue's ordered map
 /// (offset, end, boxed slice: 32 bytes, doubled for B-tree nodes that are half full) plus the
 /// allocator's header for the payload allocation, rounded up. Checked against the real type
@@ -73,6 +81,17 @@ pub const FRAG_OVERHEAD: usize = 96;
 /// of the per-source counters used by `ipfrag_max_dist`; Linux charges `sizeof(struct ipq)`.
 /// Checked against the real type sizes by a test.
 pub const QUEUE_OVERHEAD: usize = 320;
+
+/// The most fragments one datagram may be held in (FragmentSmack, CVE-2018-5391: a
+/// datagram cut into thousands of 8-byte fragments costs a queue entry per fragment). The
+/// smallest MTU an IPv4 path may have is 68 bytes (RFC 791 §3.2: "Every internet module
+/// must be able to forward a datagram of 68 octets without further fragmentation"), which
+/// with a 20-byte header carries 48 bytes per fragment: 1,365 fragments for the largest
+/// datagram. A datagram that needs more is discarded whole (`FRAG_TOO_MANY`).
+/// ustack-specific: Linux relies on `ipfrag_high_thresh` and the per-skb truesize alone
+/// (FreeBSD has `net.inet.ip.maxfragsperpacket`, default 16).
+pub const IPFRAG_MAX_FRAGS: usize =
+    (MAX_DATAGRAM_LEN - MIN_HEADER_LEN).div_ceil(68 - MIN_HEADER_LEN);
 
 /// IHL bounds: 5..=15 32-bit words (RFC 791 §3.1).
 const MIN_HEADER_LEN: usize = 20;
@@ -278,7 +297,7 @@ struct Frag {
 /// One incomplete datagram (Linux `struct ipq` / `struct inet_frag_queue`).
 struct Queue {
     /// Held fragments by offset; never overlapping.
-    frags: BTreeMap<u32, Frag>,
+    frags: BTreeMap<Key, Frag>,
     /// `q.len`: the payload length once the last fragment (MF=0) is in, else the highest end
     /// seen so far.
     len: u32,
@@ -368,7 +387,7 @@ enum Step {
 ///   discard's reason, and so is the fragment that caused it. Reasons: `FragMemLimit`
 ///   (refused, over `high_thresh`), `FragTooFar` (freed by a `max_dist` restart), `DupFrag`,
 ///   `FragOverlap`, `FragInvalid` (length checks, oversize, caller input, Not-ECT/ECT mix),
-///   `FragReasmTimeout`.
+///   `FragTooMany` (more than [`IPFRAG_MAX_FRAGS`]), `FragReasmTimeout`.
 /// - `Ip ReasmFails` and `IpExt ReasmOverlaps` are bumped by those drops, per the table in
 ///   `ustack_obs::drop`: every `Frag*`/`DupFrag` drop bumps ReasmFails, `FragOverlap` also
 ///   ReasmOverlaps. So both count fragments. (Linux counts ReasmFails once per failed
@@ -509,7 +528,7 @@ impl Reassembler {
     ///    source arrived since its last one (`FragTooFar` for what it held);
     /// 4. check lengths against the datagram's end (`FragInvalid` discards the datagram);
     /// 5. insert: a duplicate is dropped (`DupFrag`), an overlap discards the datagram
-    ///    (`FragOverlap`);
+    ///    (`FragOverlap`), and so does a fragment past [`IPFRAG_MAX_FRAGS`] (`FragTooMany`);
     /// 6. if every byte from 0 to the end is held, reassemble.
     #[allow(clippy::too_many_arguments)]
     pub fn add(
@@ -642,8 +661,13 @@ impl Reassembler {
                 Slot::Overlap => break 'step Step::Discard(DropReason::FragOverlap),
                 Slot::Free => {}
             }
+            if q.frags.len() >= IPFRAG_MAX_FRAGS {
+                // FragmentSmack (CVE-2018-5391): no datagram from a real path needs more
+                // fragments than this; one that does is discarded whole.
+                break 'step Step::Discard(DropReason::FragTooMany);
+            }
             let data = Box::<[u8]>::from(&data[..kept]);
-            q.frags.insert(offset, Frag { end, data });
+            q.frags.insert(Key(offset), Frag { end, data });
             q.meat += kept as u32;
             q.mem += frag_cost(kept);
             self.mem += frag_cost(kept);
@@ -776,7 +800,7 @@ impl Reassembler {
             let n = q.frags.len();
             mib.inc(Counter::IpReasmTimeout);
             drop_fragments(mib, DropReason::FragReasmTimeout, n);
-            let first = match (q.head_header, q.frags.remove(&0)) {
+            let first = match (q.head_header, q.frags.remove(&Key(0))) {
                 (Some(header), Some(frag)) => {
                     let data = Vec::from(frag.data);
                     // Held until handed out by `expire`.
@@ -799,10 +823,10 @@ impl Reassembler {
 }
 
 /// Where `[offset, end)` falls among `frags` (Linux `inet_frag_queue_insert`).
-fn slot(frags: &BTreeMap<u32, Frag>, offset: u32, end: u32) -> Slot {
+fn slot(frags: &BTreeMap<Key, Frag>, offset: u32, end: u32) -> Slot {
     // The held fragment starting at or before `offset`: it either contains the new one (a
     // duplicate), overlaps its start, or ends before it.
-    if let Some((_, prev)) = frags.range(..=offset).next_back()
+    if let Some((_, prev)) = frags.range(..=Key(offset)).next_back()
         && prev.end > offset
     {
         return if end <= prev.end {
@@ -812,8 +836,8 @@ fn slot(frags: &BTreeMap<u32, Frag>, offset: u32, end: u32) -> Slot {
         };
     }
     // The first held fragment starting after `offset` must start at or after `end`.
-    match frags.range(offset + 1..).next() {
-        Some((&next_offset, _)) if next_offset < end => Slot::Overlap,
+    match frags.range(Key(offset + 1)..).next() {
+        Some((&Key(next_offset), _)) if next_offset < end => Slot::Overlap,
         _ => Slot::Free,
     }
 }
@@ -828,13 +852,14 @@ mod tests {
     const UDP: u8 = 17;
 
     /// Every reason a fragment can be dropped for.
-    const FRAG_REASONS: [DropReason; 6] = [
+    const FRAG_REASONS: [DropReason; 7] = [
         DropReason::FragReasmTimeout,
         DropReason::FragTooFar,
         DropReason::DupFrag,
         DropReason::FragOverlap,
         DropReason::FragMemLimit,
         DropReason::FragInvalid,
+        DropReason::FragTooMany,
     ];
 
     fn key(ident: u16) -> FragKey {
@@ -1278,6 +1303,85 @@ mod tests {
         h.assert_empty();
     }
 
+    /// FragmentSmack (CVE-2018-5391): a datagram may be held in at most IPFRAG_MAX_FRAGS
+    /// fragments; the next one discards it whole, each fragment counted once.
+    #[test]
+    fn too_many_fragments_discard_the_datagram() {
+        assert_eq!(IPFRAG_MAX_FRAGS, 1365);
+        let mut h = Harness::new(ReasmConfig::default());
+        let k = key(7);
+        for i in 0..IPFRAG_MAX_FRAGS {
+            assert_eq!(h.add(k, (8 * i) as u16, true, &[1; 8]), Outcome::Pending);
+        }
+        assert_eq!(h.r.fragments(), IPFRAG_MAX_FRAGS);
+        assert_eq!(
+            h.add(k, (8 * IPFRAG_MAX_FRAGS) as u16, true, &[1; 8]),
+            Outcome::Dropped(DropReason::FragTooMany)
+        );
+        assert_eq!(
+            h.mib.drops(DropReason::FragTooMany),
+            IPFRAG_MAX_FRAGS as u64 + 1
+        );
+        assert_eq!(
+            h.mib.get(Counter::IpReasmFails),
+            IPFRAG_MAX_FRAGS as u64 + 1
+        );
+        h.assert_empty();
+        // A datagram in exactly IPFRAG_MAX_FRAGS fragments still completes.
+        let data = payload(8 * IPFRAG_MAX_FRAGS);
+        for i in (0..IPFRAG_MAX_FRAGS).rev() {
+            let more = i + 1 < IPFRAG_MAX_FRAGS;
+            let out = h.add(k, (8 * i) as u16, more, &data[8 * i..8 * i + 8]);
+            if i > 0 {
+                assert_eq!(out, Outcome::Pending);
+            } else {
+                assert_eq!(complete(out).payload, data);
+            }
+        }
+        h.assert_empty();
+    }
+
+    /// A flood of 100,000 8-byte fragments, 2,000 per datagram in a scrambled order: every
+    /// insert costs O(log n) key comparisons (counted, not timed), memory stays under
+    /// `ipfrag_high_thresh`, and each datagram is discarded at the fragment cap.
+    #[test]
+    fn tiny_fragment_flood_costs_n_log_n_and_stays_bounded() {
+        let cfg = ReasmConfig::default();
+        let mut h = Harness::new(cfg);
+        let (n, per) = (100_000usize, 2000usize);
+        let p = 2003; // prime: j -> j * 7919 mod p permutes 0..p
+        crate::counted::work::take();
+        for f in 0..n {
+            let (ident, j) = ((f / per) as u16, f % per);
+            let off = 8 * ((j * 7919) % p);
+            let out = h.add(key(ident), off as u16, true, &[3; 8]);
+            assert!(
+                matches!(
+                    out,
+                    Outcome::Pending
+                        | Outcome::Dropped(DropReason::FragTooMany | DropReason::FragMemLimit)
+                ),
+                "{out:?}"
+            );
+            assert!(h.r.mem() <= cfg.high_thresh);
+            assert!(h.r.fragments() <= h.r.queues() * IPFRAG_MAX_FRAGS);
+        }
+        let work = crate::counted::work::take();
+        let nlogn = n as f64 * (n as f64).log2();
+        eprintln!(
+            "fragment flood: work {work} ({:.2} n log2 n)",
+            work as f64 / nlogn
+        );
+        assert!(
+            (work as f64) < 4.0 * nlogn,
+            "work {work} for n log n {nlogn:.0}"
+        );
+        assert_eq!(
+            h.mib.drops(DropReason::FragTooMany),
+            (n / per * (IPFRAG_MAX_FRAGS + 1)) as u64
+        );
+    }
+
     #[test]
     fn memory_bound_holds_under_a_flood() {
         let cfg = ReasmConfig::default();
@@ -1496,7 +1600,11 @@ mod tests {
         h.expire();
         h.assert_empty();
         assert!(h.mib.get(Counter::IpReasmOKs) > 0);
-        for r in FRAG_REASONS {
+        // FragTooMany needs 1,366 fragments in one datagram: its own tests reach it.
+        for r in FRAG_REASONS
+            .into_iter()
+            .filter(|&r| r != DropReason::FragTooMany)
+        {
             assert!(h.mib.drops(r) > 0, "{r:?} never happened");
         }
     }

@@ -50,32 +50,40 @@
 //!   aligned block, so joining them copies at most one partial chunk (< 2 KiB) and relinks,
 //!   whatever their lengths. (`2^32` is a multiple of `CHUNK`, so alignment survives
 //!   wrap-around.)
-//! - An extent is a 16-byte record `{start, len, head, tail}`. The records are kept sorted,
-//!   disjoint and non-touching (extents that touch are merged). The first record is inline
-//!   in the `RecvBuffer`, so the common case of one hole needs no table; records 1.. live
-//!   in "table" chunks from the same pool, 128 records per chunk, chained. The table holds
-//!   exactly the chunks its records need and is freed with the last record.
-//! - `insert` is one forward pass over the records: it finds the first extent that touches
-//!   the new segment, then walks the run of extents the segment overlaps or touches,
-//!   filling the gaps between them with the segment's new bytes (lowest first) and
-//!   absorbing each extent into one growing chain; bytes already held are counted as
-//!   duplicates and not copied. The run is then replaced by the single merged record (or,
-//!   for data at `rcv_nxt`, moved into the in-order chain, which is Linux's `tcp_ofo_queue`)
-//!   with one shift of the later records. Cost: O(extents) record moves, plus the copy of
-//!   the new bytes, plus < 2 KiB per extent merged. Any order, duplication or overlap of
-//!   retransmissions gives the same stream.
+//! - An extent is a [`Chain`] `{start, len, head, tail}` in the out-of-order queue, a
+//!   `BTreeMap` keyed by the extent's start (Linux keeps skbs in an rbtree for the same
+//!   reason: CVE-2018-5390, "SegmentSmack", made a linear queue cost O(n) per segment under
+//!   a flood of tiny out-of-order segments). Extents are kept disjoint and non-touching
+//!   (extents that touch are merged). The map is boxed, created with the first extent and
+//!   freed when the buffer is drained, so an idle buffer holds no heap.
+//! - `insert` finds the extent before the segment in O(log n), then walks the extents the
+//!   segment overlaps or touches, filling the gaps between them with the segment's new
+//!   bytes (lowest first) and absorbing each extent into one growing chain; bytes already
+//!   held are counted as duplicates (and replaced or kept as the overlap policy on
+//!   [`RecvBuffer::insert`] says, which is Linux's). The run becomes one record (or, for
+//!   data at `rcv_nxt`, moves into the in-order chain, which is Linux's `tcp_ofo_queue`).
+//!   Cost: O(log n) per extent touched or created, plus the copy of the new bytes, plus
+//!   < 2 KiB per extent merged. Any order, duplication or overlap of retransmissions gives
+//!   the same stream.
 //! - Limits. Bytes held (in-order + out-of-order) never exceed `limit` (the socket's
-//!   rcvbuf). Memory is bounded too: a flood of tiny out-of-order segments would otherwise
-//!   hold a whole chunk per byte, so allocations for out-of-order data stop once the buffer
-//!   holds `2 * limit` bytes of chunks (plus two), which is Linux's `sk_rmem_alloc` (truesize)
-//!   against `sk_rcvbuf` in spirit. In-order data is never refused for want of room while
-//!   out-of-order data beyond it could be dropped: like Linux's `tcp_prune_ofo_queue`, the
-//!   highest extents are dropped first ("reneging", RFC 2018 §8: "the data receiver is
-//!   permitted to discard data in its queue that has not been acknowledged to the data
-//!   sender, even if the data has already been reported in a SACK option. Such discarding of
-//!   SACKed packets is discouraged, but may be used if the receiver runs out of buffer
-//!   space."). The caller learns of it through [`InsertResult::pruned`] (Linux counts
-//!   `OFOPruned`).
+//!   rcvbuf). Memory is bounded too: the buffer is charged its chunks plus
+//!   [`EXTENT_TRUESIZE`] per extent ([`RecvBuffer::truesize`], Linux's `sk_rmem_alloc` of
+//!   skb truesizes: a one-byte segment costs a whole chunk), and out-of-order data is
+//!   stored only while that stays within [`ooo_mem_bound`] (twice the limit plus two
+//!   chunks; Linux's `sk_rcvbuf`). When a segment would not fit, out-of-order extents are
+//!   discarded from the highest sequence down, as Linux's `tcp_prune_queue` /
+//!   `tcp_prune_ofo_queue` do ("reneging", RFC 2018 §8: "the data receiver is permitted to
+//!   discard data in its queue that has not been acknowledged to the data sender, even if
+//!   the data has already been reported in a SACK option. Such discarding of SACKed
+//!   packets is discouraged, but may be used if the receiver runs out of buffer space."):
+//!   for in-order data always (it is never refused for want of room while out-of-order
+//!   data could go), for out-of-order data only extents that start at or above it, an
+//!   eighth of the bound at a time. The caller learns of it through
+//!   [`InsertResult::prune_called`] and [`InsertResult::pruned`] (Linux counts
+//!   `PruneCalled` and `OfoPruned`).
+//! - A FIN beyond a hole is remembered with the queue ([`RecvBuffer::queue_fin`]) and
+//!   reported when `rcv_nxt` reaches it ([`RecvBuffer::take_fin`]), as Linux queues the
+//!   FIN's skb out of order.
 //!
 //! Buffers are deliberately neither `Copy` nor `Clone`: a copy would own the same chunks
 //! twice. A buffer must be emptied with `clear` (or drained) before it is dropped, or its
@@ -84,6 +92,10 @@
 
 use core::cell::Cell;
 use core::fmt;
+use core::ops::Bound;
+use std::collections::BTreeMap;
+
+use crate::counted::{Key, work};
 
 /// Bytes per chunk, the pool's unit of allocation.
 pub const CHUNK: usize = 2048;
@@ -101,10 +113,6 @@ const MAX_POOL_CHUNKS: usize = (u32::MAX as usize) - SLAB_CHUNKS;
 const MAX_WINDOW: usize = 1 << 30;
 /// The largest send buffer, keeping `head_off + len` within `u32`.
 const MAX_SEND: usize = (u32::MAX as usize) - CHUNK;
-/// Bytes per extent record in a table chunk.
-const REC_BYTES: usize = 16;
-/// Extent records per table chunk.
-const RECS_PER_CHUNK: u32 = (CHUNK / REC_BYTES) as u32;
 
 /// A per-stack (per-shard) pool of [`CHUNK`]-byte chunks, bounded by a byte limit.
 pub struct BufferPool {
@@ -477,41 +485,35 @@ impl Chain {
     fn end(&self) -> u32 {
         self.start.wrapping_add(self.len)
     }
-
-    fn read_rec(chunk: &[u8; CHUNK], at: usize) -> Chain {
-        let w = |i: usize| {
-            let b = at + 4 * i;
-            u32::from_ne_bytes([chunk[b], chunk[b + 1], chunk[b + 2], chunk[b + 3]])
-        };
-        Chain {
-            start: w(0),
-            len: w(1),
-            head: w(2),
-            tail: w(3),
-        }
-    }
-
-    fn write_rec(&self, chunk: &mut [u8; CHUNK], at: usize) {
-        for (i, v) in [self.start, self.len, self.head, self.tail]
-            .into_iter()
-            .enumerate()
-        {
-            chunk[at + 4 * i..at + 4 * i + 4].copy_from_slice(&v.to_ne_bytes());
-        }
-    }
 }
 
-/// The pool, seen through one receive buffer: counts the chunks the buffer holds and
-/// refuses allocations past a cap.
+/// The pool, seen through one receive buffer: counts the chunks and extent records the
+/// buffer holds and refuses allocations that would take its memory charge past a cap.
 struct Mem<'a> {
     pool: &'a mut BufferPool,
+    /// Chunks held.
     held: u32,
-    cap: u32,
+    /// Out-of-order extent records held (or reserved for the run being built).
+    recs: u32,
+    /// The most [`truesize`] may reach by allocating.
+    cap: usize,
+}
+
+/// The memory a receive buffer is charged for (Linux `sk_rmem_alloc`, which sums each
+/// skb's `truesize`): its pool chunks, plus [`EXTENT_TRUESIZE`] per out-of-order extent.
+/// A one-byte out-of-order extent is charged a whole chunk and a record, as a one-byte
+/// skb costs Linux its whole buffer.
+const fn truesize(chunks: u32, recs: u32) -> usize {
+    chunks as usize * CHUNK + recs as usize * EXTENT_TRUESIZE
 }
 
 impl Mem<'_> {
+    fn truesize(&self) -> usize {
+        truesize(self.held, self.recs)
+    }
+
     fn alloc(&mut self) -> Option<u32> {
-        if self.held >= self.cap {
+        if truesize(self.held + 1, self.recs) > self.cap {
             return None;
         }
         let c = self.pool.alloc()?;
@@ -549,6 +551,19 @@ impl Mem<'_> {
         done
     }
 
+    /// Copy `data` over the first `data.len()` (`<= ch.len`) bytes of `ch`. Costs the copy
+    /// plus one link per chunk it touches.
+    fn overwrite_head(&mut self, ch: &Chain, data: &[u8]) {
+        let (mut c, mut off, mut done) = (ch.head, ch.start as usize % CHUNK, 0);
+        while done < data.len() {
+            let k = (CHUNK - off).min(data.len() - done);
+            self.pool.chunk_mut(c)[off..off + k].copy_from_slice(&data[done..done + k]);
+            done += k;
+            c = self.pool.next(c);
+            off = 0;
+        }
+    }
+
     /// Join `b` onto the end of `a` (`a.end() == b.start`, both non-empty). When they meet
     /// inside an aligned block, `b`'s first chunk is copied into `a`'s last and freed.
     fn concat(&mut self, a: &mut Chain, b: Chain) {
@@ -569,41 +584,72 @@ impl Mem<'_> {
         a.len += b.len;
     }
 
-    /// Free every chunk of a chain.
-    fn free_chain(&mut self, ch: &Chain) {
-        let mut c = ch.head;
+    /// Free every chunk of a chain; returns how many.
+    fn free_chain(&mut self, ch: &Chain) -> u32 {
+        let (mut c, mut n) = (ch.head, 0);
         while c != NONE {
             let next = self.pool.next(c);
             self.free(c);
             c = next;
+            n += 1;
         }
+        n
     }
 }
 
-/// A position in the chain of extent-table chunks, so that a forward pass over the records
-/// costs O(1) per record.
-#[derive(Clone, Copy)]
-struct Walker {
-    chunk: u32,
-    ord: u32,
+/// Bytes charged per out-of-order extent for its record in the queue's B-tree: a key and a
+/// [`Chain`] (20 bytes) in nodes of 11 that are at least 5 full (232 bytes per leaf, 328
+/// per internal node, one internal node per 6 or more leaves), plus the allocator's
+/// header, rounded up. Checked against the real type sizes by a test.
+pub const EXTENT_TRUESIZE: usize = 64;
+
+/// The out-of-order queue (Linux `tp->out_of_order_queue`, an rbtree of skbs): extents
+/// keyed by the distance of their start from `base`, sorted, disjoint and non-touching.
+/// Boxed (so the buffer stays small), and freed when the buffer is drained (so an idle
+/// buffer holds no heap; see `RecvBuffer::release_ofo`).
+#[derive(Debug)]
+struct Ofo {
+    map: BTreeMap<Key, Chain>,
+    /// A position at or before `rcv_nxt` that keys count from. Every extent lies within
+    /// `MAX_WINDOW` after `rcv_nxt`; keys stay ordered as long as `rcv_nxt - base` stays
+    /// below `2^31` (re-based, O(extents), after every 2 GiB of stream, see `rebase`).
+    base: u32,
 }
 
-impl Walker {
-    const START: Walker = Walker {
-        chunk: NONE,
-        ord: 0,
-    };
+impl Ofo {
+    fn key(&self, pos: u32) -> Key {
+        Key(pos.wrapping_sub(self.base))
+    }
+
+    /// The highest extent, if it starts at or after relative position `from` (`rcv` is
+    /// `rcv_nxt`'s position).
+    fn last_from(&self, rcv: u32, from: u32) -> Option<(Key, Chain)> {
+        let (&k, &x) = self.map.last_key_value()?;
+        (x.start.wrapping_sub(rcv) >= from).then_some((k, x))
+    }
+
+    /// Re-key every extent from `rcv` once `rcv_nxt` is 2 GiB past `base` (at once when
+    /// there is none).
+    fn rebase(&mut self, rcv: u32) {
+        if self.map.is_empty() {
+            self.base = rcv;
+            return;
+        }
+        if rcv.wrapping_sub(self.base) < 1 << 31 {
+            return;
+        }
+        self.base = rcv;
+        let old = core::mem::take(&mut self.map);
+        self.map = old.into_values().map(|x| (self.key(x.start), x)).collect();
+    }
 }
 
-/// Table chunks needed to hold `count` extent records (record 0 is inline).
-fn table_chunks(count: u32) -> u32 {
-    count.saturating_sub(1).div_ceil(RECS_PER_CHUNK)
-}
-
-/// Chunks a receive buffer may hold before out-of-order data is refused: `2 * limit` bytes'
-/// worth, plus two for the aligned ends.
-fn ooo_cap(limit: usize) -> u32 {
-    ((2 * limit).div_ceil(CHUNK) + 2).min(u32::MAX as usize) as u32
+/// The most a receive buffer may be charged ([`truesize`]) when it takes out-of-order data:
+/// twice its byte limit (rcvbuf) plus two chunks for the aligned ends. The byte limit is
+/// the window's worth of payload; Linux's `sk_rcvbuf` is the memory budget for that payload
+/// at `tcp_adv_win_scale` = 1 (half of it overhead), hence the factor 2.
+pub fn ooo_mem_bound(limit: usize) -> usize {
+    2 * limit.min(MAX_WINDOW) + 2 * CHUNK
 }
 
 /// What [`RecvBuffer::insert`] did with a segment's bytes.
@@ -620,13 +666,18 @@ pub struct InsertResult {
     pub dropped: usize,
     /// Bytes already held (a retransmission or overlap).
     pub duplicate: usize,
-    /// Out-of-order bytes discarded (reneged, RFC 2018 §8) to make room for this in-order
-    /// data, highest first (Linux `tcp_prune_ofo_queue`, counter `OFOPruned`).
+    /// Out-of-order bytes discarded (reneged, RFC 2018 §8) to make room for this segment,
+    /// highest first (Linux `tcp_prune_ofo_queue`, counter `OfoPruned`).
     pub pruned: usize,
+    /// Out-of-order extents discarded (each a drop `TCP_OFO_QUEUE_PRUNE`).
+    pub pruned_extents: u32,
+    /// The buffer was over its memory or byte budget for this segment and tried to make
+    /// room (Linux `tcp_prune_queue`, counter `PruneCalled`).
+    pub prune_called: bool,
 }
 
 /// Received bytes: in-order data not yet read by the application (`rcv_nxt` is its end),
-/// plus the out-of-order queue. 48 bytes inline; no chunk and no heap when empty.
+/// plus the out-of-order queue. 40 bytes inline; no chunk and no heap when empty.
 ///
 /// Not `Copy`/`Clone` (a copy would own the same chunks twice). Call
 /// [`RecvBuffer::clear`] before dropping a non-empty buffer.
@@ -634,16 +685,15 @@ pub struct InsertResult {
 pub struct RecvBuffer {
     /// In-order data; `inorder.end()` is the position of `rcv_nxt`.
     inorder: Chain,
-    /// Out-of-order extent 0 (valid iff `ooo_count >= 1`).
-    first: Chain,
-    /// Chain of table chunks holding extents `1..ooo_count`, 128 per chunk.
-    table: u32,
-    /// Out-of-order extents (sorted, disjoint, non-touching).
-    ooo_count: u32,
+    /// The out-of-order queue; `None` when the buffer is drained.
+    ofo: Option<Box<Ofo>>,
     /// Out-of-order bytes held.
     ooo_bytes: u32,
-    /// Chunks held (data and table).
+    /// Chunks held.
     chunks: u32,
+    /// Position of a FIN received beyond a hole (valid iff `fin_queued`).
+    fin: u32,
+    fin_queued: bool,
 }
 
 impl Default for RecvBuffer {
@@ -657,11 +707,11 @@ impl RecvBuffer {
     pub const fn new() -> Self {
         RecvBuffer {
             inorder: Chain::empty(0),
-            first: Chain::empty(0),
-            table: NONE,
-            ooo_count: 0,
+            ofo: None,
             ooo_bytes: 0,
             chunks: 0,
+            fin: 0,
+            fin_queued: false,
         }
     }
 
@@ -677,17 +727,24 @@ impl RecvBuffer {
 
     /// Number of out-of-order extents (holes after `rcv_nxt` = this many).
     pub fn ooo_extents(&self) -> usize {
-        self.ooo_count as usize
+        self.ofo.as_ref().map_or(0, |o| o.map.len())
     }
 
-    /// Pool memory this buffer holds: its chunks * [`CHUNK`] (Linux `sk_rmem_alloc` in spirit).
+    /// Pool memory this buffer holds: its chunks * [`CHUNK`].
     pub fn mem_bytes(&self) -> usize {
         self.chunks as usize * CHUNK
     }
 
+    /// The memory this buffer is charged for (Linux `sk_rmem_alloc`): its chunks plus
+    /// [`EXTENT_TRUESIZE`] per out-of-order extent. Out-of-order data is stored only while
+    /// this stays within [`ooo_mem_bound`] of the limit.
+    pub fn truesize(&self) -> usize {
+        truesize(self.chunks, self.ooo_extents() as u32)
+    }
+
     /// True when nothing is held (and so no chunk).
     pub fn is_empty(&self) -> bool {
-        self.inorder.len == 0 && self.ooo_count == 0
+        self.inorder.len == 0 && self.ooo_extents() == 0
     }
 
     /// Data at `offset` bytes after rcv_nxt (0 = in order). Stores what fits under `limit`
@@ -699,7 +756,23 @@ impl RecvBuffer {
     /// contents straddle the boundary between old and new, only the new parts are
     /// processed."). Bytes at `limit` or more after rcv_nxt are dropped (no receiver with
     /// this rcvbuf offers such a window). When not everything fits, the lowest bytes are
-    /// kept. O(out-of-order extents) plus the copy of the new bytes.
+    /// kept.
+    ///
+    /// Overlap policy (RFC 9293 §3.10.7.4 lets a receiver keep either copy; this is
+    /// Linux's): newer data wins over queued out-of-order data that it covers from the
+    /// start. In-order data replaces every queued byte it overlaps (Linux `tcp_ofo_queue`
+    /// delivers the in-order skb and trims or drops the queued ones behind `rcv_nxt`); an
+    /// out-of-order segment replaces the bytes of every extent that starts inside it, or
+    /// at its start when it covers that extent (Linux `tcp_data_queue_ofo` replaces the
+    /// skbs it covers, and a queued skb it overlaps at the head is trimmed on delivery),
+    /// but not the bytes of an extent that starts before it (Linux keeps the lower
+    /// sequence's bytes for a partial overlap, and drops a segment that lies within a
+    /// queued one: "All the bits are present").
+    ///
+    /// Cost: O(log extents) to find the place, plus O(log extents) per extent the segment
+    /// overlaps or touches (each is merged away, or is a byte the segment carries) or that
+    /// is pruned (each was stored by an earlier segment), plus the copy of the segment's
+    /// bytes and < 2 KiB per extent merged.
     pub fn insert(
         &mut self,
         pool: &mut BufferPool,
@@ -721,51 +794,77 @@ impl RecvBuffer {
         let rcv = self.inorder.end();
         let rel = |p: u32| p.wrapping_sub(rcv);
 
-        let held = self.inorder.len as usize + self.ooo_bytes as usize;
-        let mut budget = lim.saturating_sub(held);
         let mut mem = Mem {
             held: self.chunks,
-            cap: if in_order { u32::MAX } else { ooo_cap(lim) },
+            recs: self.ooo_extents() as u32,
+            cap: if in_order {
+                usize::MAX
+            } else {
+                ooo_mem_bound(lim)
+            },
             pool,
         };
-
         if in_order {
-            res.pruned = self.prune_for(&mut mem, lim, s, e, budget);
-            budget = lim.saturating_sub(self.inorder.len as usize + self.ooo_bytes as usize);
+            self.prune_for(&mut mem, lim, s, e, &mut res);
+        } else {
+            self.prune_ofo(&mut mem, s, e, &mut res);
         }
+        let mut budget = lim.saturating_sub(self.inorder.len as usize + self.ooo_bytes as usize);
 
-        let count = self.ooo_count;
-        // A new extent needs a record slot; reserve a table chunk now if the table is full,
-        // before any byte is placed. Unused reservations are trimmed at the end.
-        let mut can_add = true;
-        if !in_order && table_chunks(count + 1) > table_chunks(count) {
-            can_add = self.table_grow(&mut mem);
+        if in_order && self.ooo_extents() == 0 {
+            // No out-of-order data: append (the common case).
+            let n = mem.append(&mut self.inorder, &data[..(e as usize).min(budget)]);
+            res.stored = n;
+            res.advanced = n;
+            res.dropped += (e as usize) - n;
+            self.chunks = mem.held;
+            self.release_ofo();
+            return res;
         }
+        let ofo: &mut Ofo = self.ofo.get_or_insert_with(|| {
+            Box::new(Ofo {
+                map: BTreeMap::new(),
+                base: rcv,
+            })
+        });
 
-        let mut rd = Walker::START;
-        let mut i = 0;
-        while i < count && rel(self.get(mem.pool, &mut rd, i).end()) < s {
-            i += 1;
-        }
         let mut run: Option<Chain> = in_order.then_some(self.inorder);
         let mut pos = s;
         let mut stopped = false;
         let mut absorbed: u32 = 0;
-        let mut j = i;
-        let mut k = i;
-        while k < count {
-            let x = self.get(mem.pool, &mut rd, k);
+        // The extent that starts before the segment and reaches it (touching counts): the
+        // run grows from it. Its bytes are kept (it starts before the segment).
+        if !in_order
+            && let Some((&k, &x)) = ofo.map.range(..ofo.key(rcv.wrapping_add(s))).next_back()
+            && rel(x.end()) >= s
+        {
+            res.duplicate += e.min(rel(x.end())).saturating_sub(s) as usize;
+            ofo.map.remove(&k);
+            pos = pos.max(rel(x.end()));
+            run = Some(x);
+        }
+        // Every extent that starts within [s, e]: fill the gap before it with the
+        // segment's bytes, replace its overlapped bytes (the overlap policy above) and
+        // merge it into the run.
+        let hi = ofo.key(rcv.wrapping_add(e));
+        let mut lo = Bound::Included(ofo.key(rcv.wrapping_add(s)));
+        while let Some((&k, &x)) = ofo.map.range((lo, Bound::Included(hi))).next() {
+            work::add(1);
+            lo = Bound::Excluded(k);
             let (xs, xe) = (rel(x.start), rel(x.end()));
-            if xs > e {
-                break;
+            let overlap_end = e.min(xe);
+            res.duplicate += overlap_end.saturating_sub(xs) as usize;
+            if overlap_end > xs && (xs > s || xe <= e) {
+                mem.overwrite_head(&x, &data[(xs - s) as usize..(overlap_end - s) as usize]);
             }
-            res.duplicate += e.min(xe).saturating_sub(s.max(xs)) as usize;
-            if !stopped && pos < xs {
+            if stopped {
+                continue;
+            }
+            if pos < xs {
                 let want = (xs - pos) as usize;
                 let n = fill(
                     &mut mem,
                     &mut run,
-                    can_add,
                     rcv,
                     pos,
                     &data[(pos - s) as usize..],
@@ -774,25 +873,27 @@ impl RecvBuffer {
                 budget -= n;
                 res.stored += n;
                 pos += n as u32;
-                stopped = n < want;
-            }
-            if !stopped {
-                match run.as_mut() {
-                    None => run = Some(x),
-                    Some(r) => mem.concat(r, x),
+                if n < want {
+                    stopped = true;
+                    continue;
                 }
-                absorbed += x.len;
-                pos = pos.max(xe);
-                j = k + 1;
             }
-            k += 1;
+            ofo.map.remove(&k);
+            match run.as_mut() {
+                None => run = Some(x),
+                Some(r) => {
+                    mem.concat(r, x);
+                    mem.recs -= 1;
+                }
+            }
+            absorbed += x.len;
+            pos = pos.max(xe);
         }
         if !stopped && pos < e {
             let want = (e - pos) as usize;
             let n = fill(
                 &mut mem,
                 &mut run,
-                can_add,
                 rcv,
                 pos,
                 &data[(pos - s) as usize..],
@@ -807,13 +908,16 @@ impl RecvBuffer {
             res.advanced = (r.len - self.inorder.len) as usize;
             self.inorder = r;
             self.ooo_bytes -= absorbed;
-            self.splice(&mut mem, 0, j, None);
-        } else if let Some(r) = run {
+        } else {
             self.ooo_bytes += res.stored as u32;
-            self.splice(&mut mem, i, j, Some(r));
+            if let Some(r) = run {
+                ofo.map.insert(ofo.key(r.start), r);
+            }
         }
-        self.table_trim(&mut mem);
+        debug_assert_eq!(mem.recs as usize, ofo.map.len());
+        ofo.rebase(self.inorder.end());
         self.chunks = mem.held;
+        self.release_ofo();
         res
     }
 
@@ -840,70 +944,129 @@ impl RecvBuffer {
                 self.chunks -= 1;
             }
         }
+        self.release_ofo();
         n
+    }
+
+    /// Free the out-of-order queue's map once the buffer holds nothing. While in-order
+    /// data awaits the reader an empty map is kept (with its root node), so that a
+    /// reordering per few segments does not cost an allocation each; a drained buffer
+    /// holds no heap.
+    fn release_ofo(&mut self) {
+        if self.inorder.len == 0 && self.ooo_extents() == 0 {
+            self.ofo = None;
+        }
     }
 
     /// Out-of-order ranges as `(start, end)` offsets from rcv_nxt (half-open, sorted,
     /// disjoint), for SACK blocks. Writes at most `out.len()` (the lowest) and returns how
     /// many were written.
-    pub fn ooo_ranges(&self, pool: &BufferPool, out: &mut [(usize, usize)]) -> usize {
+    pub fn ooo_ranges(&self, _pool: &BufferPool, out: &mut [(usize, usize)]) -> usize {
+        let Some(ofo) = self.ofo.as_deref() else {
+            return 0;
+        };
         let rcv = self.inorder.end();
-        let n = (self.ooo_count as usize).min(out.len());
-        let mut w = Walker::START;
-        for (k, slot) in out.iter_mut().take(n).enumerate() {
-            let x = self.get(pool, &mut w, k as u32);
+        let mut n = 0;
+        for (slot, x) in out.iter_mut().zip(ofo.map.values()) {
             let s = x.start.wrapping_sub(rcv) as usize;
             *slot = (s, s + x.len as usize);
+            n += 1;
         }
         n
+    }
+
+    /// Note a FIN at `offset` bytes after rcv_nxt (> 0: beyond a hole), carried by a
+    /// segment whose data started at offset `data_from` (`<= offset`). Linux queues the
+    /// FIN with its skb in the out-of-order queue (`tcp_data_queue_ofo`) and processes it
+    /// when `tcp_ofo_queue` reaches it; here the FIN is remembered if the segment's bytes
+    /// are all held (a segment whose data was dropped loses its FIN too, as Linux drops
+    /// the whole skb), and [`take_fin`](RecvBuffer::take_fin) reports it once rcv_nxt gets
+    /// there. Pruning forgets it (the FIN is the highest sequence, which Linux's
+    /// `tcp_prune_ofo_queue` drops first). Returns whether it was queued.
+    pub fn queue_fin(&mut self, offset: usize, data_from: usize) -> bool {
+        if offset == 0 || offset >= MAX_WINDOW || data_from > offset {
+            return false;
+        }
+        let rcv = self.inorder.end();
+        if data_from < offset {
+            let Some(ofo) = self.ofo.as_deref() else {
+                return false;
+            };
+            let from = rcv.wrapping_add(data_from as u32);
+            let held = ofo
+                .map
+                .range(..=ofo.key(from))
+                .next_back()
+                .is_some_and(|(_, x)| x.end().wrapping_sub(rcv) as usize >= offset);
+            if !held {
+                return false;
+            }
+        }
+        if !self.fin_queued {
+            self.fin = rcv.wrapping_add(offset as u32);
+            self.fin_queued = true;
+        }
+        true
+    }
+
+    /// True (once) when rcv_nxt has reached a FIN queued by
+    /// [`queue_fin`](RecvBuffer::queue_fin): the caller processes it now.
+    pub fn take_fin(&mut self) -> bool {
+        if !self.fin_queued {
+            return false;
+        }
+        let rel = self.fin.wrapping_sub(self.inorder.end());
+        if rel == 0 || rel as usize >= MAX_WINDOW {
+            // Reached, or passed (data beyond the FIN filled in: the FIN is stale).
+            self.fin_queued = false;
+        }
+        rel == 0
     }
 
     /// Drop everything (in-order and out-of-order), returning every chunk to the pool.
     pub fn clear(&mut self, pool: &mut BufferPool) {
         let mut mem = Mem {
             held: self.chunks,
-            cap: u32::MAX,
+            recs: 0,
+            cap: usize::MAX,
             pool,
         };
         mem.free_chain(&self.inorder);
-        let mut w = Walker::START;
-        for k in 0..self.ooo_count {
-            let x = self.get(mem.pool, &mut w, k);
-            mem.free_chain(&x);
-        }
-        let mut c = self.table;
-        while c != NONE {
-            let next = mem.pool.next(c);
-            mem.free(c);
-            c = next;
+        if let Some(ofo) = self.ofo.take() {
+            for x in ofo.map.values() {
+                mem.free_chain(x);
+            }
         }
         debug_assert_eq!(mem.held, 0);
         *self = RecvBuffer::new();
     }
 
+    /// Discard the highest extent (Linux `tcp_prune_ofo_queue`'s step): frees its chunks
+    /// and record, forgets a queued FIN, and counts it in `res`. Returns the memory freed.
+    fn prune_one(&mut self, mem: &mut Mem<'_>, k: Key, x: Chain, res: &mut InsertResult) -> usize {
+        work::add(1);
+        if let Some(ofo) = self.ofo.as_deref_mut() {
+            ofo.map.remove(&k);
+        }
+        let chunks = mem.free_chain(&x);
+        mem.recs -= 1;
+        self.ooo_bytes -= x.len;
+        self.fin_queued = false;
+        res.pruned += x.len as usize;
+        res.pruned_extents += 1;
+        truesize(chunks, 1)
+    }
+
     /// Renege out-of-order extents, highest first, while the new bytes of the in-order
     /// segment `[s, e)` would not fit under the byte budget or in the pool (Linux
-    /// `tcp_prune_ofo_queue`, which also drops from the right end). Extents beyond the
-    /// segment go first; an extent the segment overlaps goes only if the pool is still short
-    /// (the segment brings the overlapped bytes again). Returns the bytes discarded.
-    fn prune_for(&mut self, mem: &mut Mem<'_>, lim: usize, s: u32, e: u32, budget: usize) -> usize {
-        if self.ooo_count == 0 {
-            return 0;
-        }
-        let rcv = self.inorder.end();
-        let overlap_of = |x: &Chain| {
-            let (xs, xe) = (x.start.wrapping_sub(rcv), x.end().wrapping_sub(rcv));
-            e.min(xe).saturating_sub(s.max(xs)) as usize
+    /// `tcp_prune_queue` then `tcp_prune_ofo_queue`, which also drops from the right end).
+    /// Extents beyond the segment go first; an extent the segment overlaps goes only if the
+    /// pool is still short (the segment brings the overlapped bytes again).
+    fn prune_for(&mut self, mem: &mut Mem<'_>, lim: usize, s: u32, e: u32, res: &mut InsertResult) {
+        let Some(ofo) = self.ofo.as_deref() else {
+            return;
         };
-        let mut w = Walker::START;
-        let mut overlap = 0usize;
-        for k in 0..self.ooo_count {
-            let x = self.get(mem.pool, &mut w, k);
-            if x.start.wrapping_sub(rcv) > e {
-                break;
-            }
-            overlap += overlap_of(&x);
-        }
+        let rcv = self.inorder.end();
         // Upper bound on the chunks the in-order chain may need to take: the aligned blocks
         // the segment spans, less the block the chain's tail already holds.
         let spanned = (rcv.wrapping_add(s) as usize % CHUNK + (e - s) as usize).div_ceil(CHUNK);
@@ -911,144 +1074,72 @@ impl RecvBuffer {
         let blocks = spanned - usize::from(tail_room);
         // The most in-order data the buffer could take at all.
         let room = lim.saturating_sub(self.inorder.len as usize);
-        let mut budget = budget;
-        let mut pruned = 0;
-        while self.ooo_count > 0 {
-            let new = ((e - s) as usize - overlap).min(room);
-            if budget >= new && (new == 0 || mem.pool.available_chunks() >= blocks) {
+        let fits = |this: &Self, mem: &Mem<'_>, new: usize| {
+            let budget = lim.saturating_sub(this.inorder.len as usize + this.ooo_bytes as usize);
+            budget >= new && (new == 0 || mem.pool.available_chunks() >= blocks)
+        };
+        if fits(self, mem, ((e - s) as usize).min(room)) {
+            return; // room for the whole segment, whatever it overlaps
+        }
+        let overlap_of = |x: &Chain| {
+            let (xs, xe) = (x.start.wrapping_sub(rcv), x.end().wrapping_sub(rcv));
+            e.min(xe).saturating_sub(s.max(xs)) as usize
+        };
+        // Bytes of the segment already held out of order (extents starting within it).
+        let mut overlap: usize = ofo
+            .map
+            .range(..=ofo.key(rcv.wrapping_add(e)))
+            .map(|(_, x)| {
+                work::add(1);
+                overlap_of(x)
+            })
+            .sum();
+        loop {
+            if fits(self, mem, ((e - s) as usize - overlap).min(room)) {
                 break;
             }
-            let last = self.ooo_count - 1;
-            let mut w = Walker::START;
-            let x = self.get(mem.pool, &mut w, last);
-            overlap -= overlap_of(&x);
-            mem.free_chain(&x);
-            self.ooo_count = last;
-            self.ooo_bytes -= x.len;
-            budget += x.len as usize;
-            pruned += x.len as usize;
-        }
-        pruned
-    }
-
-    /// Extent record `k` (< `ooo_count`, or a slot being written).
-    fn get(&self, pool: &BufferPool, w: &mut Walker, k: u32) -> Chain {
-        if k == 0 {
-            return self.first;
-        }
-        let (c, at) = self.slot(pool, w, k);
-        Chain::read_rec(pool.chunk(c), at)
-    }
-
-    fn set(&mut self, pool: &mut BufferPool, w: &mut Walker, k: u32, x: Chain) {
-        if k == 0 {
-            self.first = x;
-            return;
-        }
-        let (c, at) = self.slot(pool, w, k);
-        x.write_rec(pool.chunk_mut(c), at);
-    }
-
-    /// The table chunk and byte offset of record `k >= 1`, moving `w` forward (or
-    /// restarting it from the first table chunk when `k` is behind it).
-    fn slot(&self, pool: &BufferPool, w: &mut Walker, k: u32) -> (u32, usize) {
-        let want = (k - 1) / RECS_PER_CHUNK;
-        if w.chunk == NONE || w.ord > want {
-            *w = Walker {
-                chunk: self.table,
-                ord: 0,
+            res.prune_called = true;
+            let Some((k, x)) = self.ofo.as_deref().and_then(|o| o.last_from(rcv, 0)) else {
+                break;
             };
+            overlap -= overlap_of(&x);
+            self.prune_one(mem, k, x, res);
         }
-        while w.ord < want {
-            w.chunk = pool.next(w.chunk);
-            w.ord += 1;
-        }
-        (w.chunk, ((k - 1) % RECS_PER_CHUNK) as usize * REC_BYTES)
     }
 
-    /// Append one chunk to the extent table. False if none could be had.
-    fn table_grow(&mut self, mem: &mut Mem<'_>) -> bool {
-        let Some(c) = mem.alloc() else { return false };
-        if self.table == NONE {
-            self.table = c;
-        } else {
-            let mut t = self.table;
-            while mem.pool.next(t) != NONE {
-                t = mem.pool.next(t);
-            }
-            mem.pool.set_next(t, c);
-        }
-        true
-    }
-
-    /// Free table chunks beyond what `ooo_count` records need.
-    fn table_trim(&mut self, mem: &mut Mem<'_>) {
-        let keep = table_chunks(self.ooo_count);
-        if self.table == NONE {
+    /// Make room for the out-of-order segment `[s, e)` (Linux `tcp_data_queue_ofo` ->
+    /// `tcp_try_rmem_schedule` -> `tcp_prune_queue` -> `tcp_prune_ofo_queue`): if storing
+    /// it could take the buffer over its memory bound, discard extents from
+    /// the highest sequence down, but none that starts before the segment ("If incoming skb
+    /// would land last in ofo queue, stop pruning"), at least an eighth of the memory bound
+    /// at a time (Linux's goal of `sk_rcvbuf >> 3`) so that a flood pays for pruning in
+    /// batches, and until the segment fits.
+    fn prune_ofo(&mut self, mem: &mut Mem<'_>, s: u32, e: u32, res: &mut InsertResult) {
+        let rcv = self.inorder.end();
+        // What the segment could need: a chunk per aligned block it spans and a record.
+        let spanned = (rcv.wrapping_add(s) as usize % CHUNK + (e - s) as usize).div_ceil(CHUNK);
+        let need = truesize(spanned as u32, 1);
+        let fits = |mem: &Mem<'_>| mem.truesize() + need <= mem.cap;
+        if fits(mem) {
             return;
         }
-        let mut rest = self.table;
-        if keep == 0 {
-            self.table = NONE;
-        } else {
-            let mut last = self.table;
-            for _ in 1..keep {
-                last = mem.pool.next(last);
-            }
-            rest = mem.pool.next(last);
-            mem.pool.set_next(last, NONE);
-        }
-        while rest != NONE {
-            let next = mem.pool.next(rest);
-            mem.free(rest);
-            rest = next;
-        }
-    }
-
-    /// Replace records `[i, j)` by `rep` (if any), shifting the later records once.
-    /// The table must already have room for the result.
-    fn splice(&mut self, mem: &mut Mem<'_>, i: u32, j: u32, rep: Option<Chain>) {
-        let count = self.ooo_count;
-        let pool = &mut *mem.pool;
-        let mut rd = Walker::START;
-        let mut wr = Walker::START;
-        match rep {
-            Some(x) if i == j => {
-                // Insert at i: carry each record one slot to the right.
-                let mut carry = x;
-                for k in i..=count {
-                    let next = (k < count).then(|| self.get(pool, &mut rd, k));
-                    self.set(pool, &mut wr, k, carry);
-                    match next {
-                        Some(n) => carry = n,
-                        None => break,
-                    }
-                }
-                self.ooo_count = count + 1;
-            }
-            _ => {
-                let mut w = i;
-                if let Some(x) = rep {
-                    self.set(pool, &mut wr, w, x);
-                    w += 1;
-                }
-                for r in j..count {
-                    let x = self.get(pool, &mut rd, r);
-                    self.set(pool, &mut wr, w, x);
-                    w += 1;
-                }
-                self.ooo_count = w;
+        res.prune_called = true;
+        let goal = mem.cap / 8;
+        let mut freed = 0;
+        while let Some((k, x)) = self.ofo.as_deref().and_then(|o| o.last_from(rcv, s)) {
+            freed += self.prune_one(mem, k, x, res);
+            if freed >= goal && fits(mem) {
+                break;
             }
         }
     }
 }
 
 /// Store `bytes[..take]` at relative position `pos` into the run being built (appending to
-/// it, or starting a new chain there when there is none and a record may be added).
+/// it, or starting a new extent there when there is none and memory allows its record).
 fn fill(
     mem: &mut Mem<'_>,
     run: &mut Option<Chain>,
-    can_add: bool,
     rcv: u32,
     pos: u32,
     bytes: &[u8],
@@ -1057,15 +1148,20 @@ fn fill(
     let bytes = &bytes[..take];
     match run {
         Some(r) => mem.append(r, bytes),
-        None if can_add => {
+        None => {
+            if take == 0 {
+                return 0;
+            }
+            mem.recs += 1;
             let mut c = Chain::empty(rcv.wrapping_add(pos));
             let n = mem.append(&mut c, bytes);
             if n > 0 {
                 *run = Some(c);
+            } else {
+                mem.recs -= 1;
             }
             n
         }
-        None => 0,
     }
 }
 
@@ -1125,11 +1221,11 @@ mod tests {
             size_of::<SendBuffer>()
         );
         assert!(
-            size_of::<RecvBuffer>() <= 48,
+            size_of::<RecvBuffer>() <= 40,
             "RecvBuffer is {} bytes",
             size_of::<RecvBuffer>()
         );
-        assert_eq!(size_of::<InsertResult>(), 5 * size_of::<usize>());
+        assert!(size_of::<InsertResult>() <= 6 * size_of::<usize>());
     }
 
     #[test]
@@ -1152,8 +1248,10 @@ mod tests {
         s.consume(&mut pool, 5000);
         assert_eq!(r.insert(&mut pool, 0, &[2; 10], 1 << 20).advanced, 110);
         let mut out = [0; 200];
+        assert!(r.ofo.is_some(), "kept while in-order data waits");
         assert_eq!(r.read(&mut pool, &mut out), 110);
         assert!(s.is_empty() && r.is_empty());
+        assert!(r.ofo.is_none(), "a drained buffer holds no heap");
         assert_eq!(
             (s.mem_bytes(), r.mem_bytes(), pool.in_use_bytes()),
             (0, 0, 0)
@@ -1314,7 +1412,8 @@ mod tests {
     }
 
     /// Tiny out-of-order segments each take a chunk of their own; the buffer stops taking
-    /// them at the memory cap (2 * limit + 2 chunks), and in-order data still flows.
+    /// them at the memory bound (2 * limit + 2 chunks, charged chunks plus a record each),
+    /// and in-order data still flows.
     #[test]
     fn recv_memory_cap_bounds_tiny_segments() {
         let mut pool = BufferPool::new(1 << 20);
@@ -1323,16 +1422,20 @@ mod tests {
         let lim = 4096;
         let mut stored = 0;
         for i in 0..100 {
+            // Ascending: each lands last in the queue, so nothing is pruned for it.
             let res = r.insert(&mut pool, 2 * i + 1, &d[2 * i + 1..2 * i + 2], lim);
             stored += res.stored;
             assert_eq!(res.stored + res.dropped, 1);
+            assert_eq!(res.pruned, 0);
+            assert!(r.truesize() <= ooo_mem_bound(lim));
         }
-        assert_eq!(r.mem_bytes(), ooo_cap(lim) as usize * CHUNK);
-        assert_eq!(ooo_cap(lim), 6);
+        assert_eq!(ooo_mem_bound(lim), 6 * CHUNK);
         assert_eq!(
             stored, 5,
-            "five one-byte extents, one chunk each, plus the table chunk"
+            "five one-byte extents, one chunk and a record each"
         );
+        assert_eq!(r.mem_bytes(), 5 * CHUNK);
+        assert_eq!(r.truesize(), 5 * (CHUNK + EXTENT_TRUESIZE));
         assert_eq!(r.ooo_extents(), 5);
         let res = r.insert(&mut pool, 0, &d, lim);
         assert_eq!((res.stored, res.duplicate, res.advanced), (4091, 5, 4096));
@@ -1342,15 +1445,15 @@ mod tests {
         assert_eq!(pool.in_use_bytes(), 0);
     }
 
-    /// Hundreds of holes: extent records spill from the inline slot into several table
-    /// chunks, and fill back in any order.
+    /// Hundreds of holes fill back in any order.
     #[test]
-    fn recv_many_extents_use_table_chunks() {
+    fn recv_many_extents_fill_in_any_order() {
         let mut pool = BufferPool::new(64 << 20);
         let mut r = RecvBuffer::with_origin(u32::MAX - 700);
         let n = 1000;
         let d = stream(2 * n, 6);
-        let lim = 1 << 20;
+        // Room for every one-byte extent (a chunk and a record each) under the bound.
+        let lim = 4 << 20;
         for i in (0..n - 1).rev() {
             // Odd bytes first, highest first (each insert goes to the front of the table).
             assert_eq!(
@@ -1360,7 +1463,6 @@ mod tests {
             );
         }
         assert_eq!(r.ooo_extents(), n - 1);
-        assert_eq!(r.table_chunks_held(&pool), table_chunks((n - 1) as u32));
         let mut have = vec![false; 2 * n];
         for i in 0..n - 1 {
             have[2 * i + 1] = true;
@@ -1389,7 +1491,6 @@ mod tests {
             }
             assert_eq!(res.advanced, adv);
             rcv += adv;
-            assert_eq!(r.table_chunks_held(&pool), table_chunks(r.ooo_count));
             if k % 50 == 0 {
                 check_ranges(&r, &pool, &have, rcv);
                 read += r.read(&mut pool, &mut out[read..]);
@@ -1402,15 +1503,156 @@ mod tests {
         assert_eq!(pool.in_use_bytes(), 0);
     }
 
-    impl RecvBuffer {
-        fn table_chunks_held(&self, pool: &BufferPool) -> u32 {
-            let (mut c, mut n) = (self.table, 0);
-            while c != NONE {
-                c = pool.next(c);
-                n += 1;
+    /// CVE-2018-5390 (SegmentSmack): 100,000 one-byte out-of-order segments, in a scrambled
+    /// order, cost O(n log n) work (key comparisons and extents visited, counted, not
+    /// timed), the buffer's charged memory never leaves its bound, and pruning (from the
+    /// highest sequence down, in batches) makes room for lower segments. The stream still
+    /// arrives whole once the holes are filled.
+    #[test]
+    fn ofo_flood_costs_n_log_n_and_stays_bounded() {
+        let n: usize = 100_000;
+        let lim = 6 << 20; // tcp_rmem max
+        let bound = ooo_mem_bound(lim);
+        let mut pool = BufferPool::new(64 << 20);
+        let mut r = RecvBuffer::with_origin(u32::MAX - 5000);
+        let d = stream(2 * n + 1, 12);
+        let p = 100_003; // prime: k -> k * 7919 mod p permutes 0..p
+        let (mut prune_calls, mut pruned_extents, mut stored, mut dropped) = (0, 0u64, 0, 0);
+        let mut most = 0;
+        work::take();
+        for k in 0..p {
+            let i = (k * 7919) % p;
+            if i >= n {
+                continue;
             }
-            n
+            let at = 2 * i + 1;
+            let res = r.insert(&mut pool, at, &d[at..at + 1], lim);
+            assert!(r.truesize() <= bound, "{} over {bound}", r.truesize());
+            prune_calls += usize::from(res.prune_called);
+            pruned_extents += u64::from(res.pruned_extents);
+            stored += res.stored;
+            dropped += res.dropped;
+            most = most.max(r.ooo_extents());
         }
+        let work = work::take();
+        let nlogn = n as f64 * (n as f64).log2();
+        assert!(
+            (work as f64) < 12.0 * nlogn,
+            "work {work} for n log n = {nlogn:.0}"
+        );
+        assert_eq!(stored + dropped, n);
+        // Each one-byte extent is charged a chunk and a record: the bound holds ~5,950,
+        // and the queue filled up to it.
+        let per = CHUNK + EXTENT_TRUESIZE;
+        assert_eq!(most, bound / per);
+        assert!(prune_calls > 50, "prune calls {prune_calls}");
+        eprintln!(
+            "flood: work {work} ({:.2} n log2 n), {prune_calls} prune calls, \
+             {pruned_extents} extents pruned, {dropped} refused, {} held",
+            work as f64 / nlogn,
+            r.ooo_extents()
+        );
+        // Pruning goes in batches (an eighth of the bound, unless it reaches the segment).
+        assert!(pruned_extents > 20 * prune_calls as u64);
+        assert_eq!(stored as u64 - pruned_extents, r.ooo_extents() as u64);
+        // Fill every hole in order: the whole stream reads back.
+        let res = r.insert(&mut pool, 0, &d[..2 * n + 1], lim);
+        assert_eq!(res.advanced, 2 * n + 1);
+        let mut out = vec![0; 2 * n + 1];
+        assert_eq!(r.read(&mut pool, &mut out), 2 * n + 1);
+        assert_eq!(out, d);
+        assert!(r.is_empty());
+        assert_eq!(pool.in_use_bytes(), 0);
+    }
+
+    /// The overlap policy (Linux's): in-order data replaces queued out-of-order bytes it
+    /// covers; an out-of-order segment replaces an extent that starts inside it or that it
+    /// covers from its start, and keeps the bytes of one that starts before it.
+    #[test]
+    fn overlap_newer_data_wins_as_linux() {
+        let mut pool = BufferPool::new(1 << 20);
+        let lim = 1 << 16;
+        let read_all = |r: &mut RecvBuffer, pool: &mut BufferPool| {
+            let mut out = vec![0; 100];
+            let n = r.read(pool, &mut out);
+            out.truncate(n);
+            out
+        };
+        // In-order data over queued bytes: the in-order bytes are read.
+        let mut r = RecvBuffer::new();
+        assert_eq!(r.insert(&mut pool, 10, b"oooooooooo", lim).stored, 10);
+        let res = r.insert(&mut pool, 0, b"NNNNNNNNNNNNNNNNNNNNNNNNN", lim);
+        assert_eq!((res.stored, res.duplicate, res.advanced), (15, 10, 25));
+        assert_eq!(read_all(&mut r, &mut pool), b"NNNNNNNNNNNNNNNNNNNNNNNNN");
+        // In-order data that reaches into a queued extent: the overlap is the new bytes,
+        // the extent's tail beyond it stays.
+        assert_eq!(r.insert(&mut pool, 5, b"oooooooooo", lim).stored, 10);
+        let res = r.insert(&mut pool, 0, b"NNNNNNNN", lim);
+        assert_eq!((res.duplicate, res.advanced), (3, 15));
+        assert_eq!(read_all(&mut r, &mut pool), b"NNNNNNNNooooooo");
+        // Out of order, at 10..20 'a'. A segment 5..25 covering it replaces it; one inside
+        // it (12..15) does not; one starting inside it (15..30) keeps the queued 15..25;
+        // one at the same start that covers it (5..26) replaces it again.
+        assert_eq!(r.insert(&mut pool, 10, &[b'a'; 10], lim).stored, 10);
+        assert_eq!(r.insert(&mut pool, 5, &[b'c'; 20], lim).duplicate, 10);
+        assert_eq!(r.insert(&mut pool, 12, &[b'd'; 3], lim).duplicate, 3);
+        assert_eq!(r.insert(&mut pool, 15, &[b'e'; 15], lim).stored, 5);
+        assert_eq!(r.insert(&mut pool, 0, b"xxxxx", lim).advanced, 30);
+        let mut want = b"xxxxx".to_vec();
+        want.extend([b'c'; 20]);
+        want.extend([b'e'; 5]);
+        assert_eq!(read_all(&mut r, &mut pool), want);
+        assert_eq!(r.insert(&mut pool, 5, &[b'f'; 5], lim).stored, 5);
+        assert_eq!(r.insert(&mut pool, 5, &[b'g'; 6], lim).duplicate, 5);
+        assert_eq!(r.insert(&mut pool, 0, b"yyyyy", lim).advanced, 11);
+        assert_eq!(read_all(&mut r, &mut pool), b"yyyyygggggg");
+        assert_eq!(pool.in_use_bytes(), 0);
+    }
+
+    /// A FIN beyond a hole is remembered while its segment's bytes are held, reported once
+    /// rcv_nxt reaches it, and forgotten when pruning discards the data before it.
+    #[test]
+    fn fin_beyond_a_hole_is_queued() {
+        let mut pool = BufferPool::new(1 << 20);
+        let lim = 1 << 16;
+        let mut r = RecvBuffer::new();
+        assert!(!r.queue_fin(20, 10), "the segment's data is not held");
+        assert_eq!(r.insert(&mut pool, 10, &[1; 10], lim).stored, 10);
+        assert!(r.queue_fin(20, 10));
+        assert!(!r.take_fin(), "not reached");
+        assert_eq!(r.insert(&mut pool, 0, &[2; 5], lim).advanced, 5);
+        assert!(!r.take_fin(), "a hole remains");
+        assert_eq!(r.insert(&mut pool, 0, &[3; 5], lim).advanced, 15);
+        assert!(r.take_fin(), "the hole filled up to the FIN");
+        assert!(!r.take_fin(), "reported once");
+        r.clear(&mut pool);
+        // A bare FIN (no data) beyond a hole.
+        assert!(r.queue_fin(7, 7));
+        assert_eq!(r.insert(&mut pool, 0, &[4; 7], lim).advanced, 7);
+        assert!(r.take_fin());
+        r.clear(&mut pool);
+        // Pruned: in-order data that needs the room discards the extent and its FIN.
+        let mut tiny = BufferPool::new(2 * CHUNK);
+        assert_eq!(r.insert(&mut tiny, 3000, &[5; 100], lim).stored, 100);
+        assert!(r.queue_fin(3100, 3000));
+        let res = r.insert(&mut tiny, 0, &[6; 4000], lim);
+        assert!(res.prune_called && res.pruned == 100, "{res:?}");
+        r.clear(&mut tiny);
+        assert_eq!(r.insert(&mut tiny, 0, &[6; 3100], lim).advanced, 3100);
+        assert!(!r.take_fin(), "the FIN went with its data");
+        r.clear(&mut tiny);
+    }
+
+    /// The per-extent charge covers a B-tree leaf of `Key -> Chain` at its minimum
+    /// occupancy (5 of 11) with an allocator header, plus the share of an internal node
+    /// (12 more edges) over at least 6 such leaves.
+    #[test]
+    fn extent_truesize_covers_the_tree() {
+        let header = 16;
+        let leaf = 2 * size_of::<usize>() + 11 * (size_of::<Key>() + size_of::<Chain>());
+        let internal = leaf + 12 * size_of::<usize>();
+        let per_extent = (leaf + header).div_ceil(5) + (internal + header).div_ceil(6 * 5);
+        assert!(EXTENT_TRUESIZE >= per_extent, "{per_extent}");
     }
 
     #[derive(Debug, Clone)]
@@ -1586,11 +1828,11 @@ mod tests {
                     prop_assert_eq!(res.stored + res.dropped + res.duplicate, b - a);
                     prop_assert_eq!(r.readable() + r.ooo_bytes(), before + res.stored - res.pruned);
                     prop_assert!(r.readable() + r.ooo_bytes() <= lim, "limit exceeded");
-                    // Out-of-order data and the table stay under the cap; in-order data needs
-                    // at most one chunk per aligned block it spans.
+                    // Out-of-order data stays under the bound; in-order data needs at most
+                    // one chunk per aligned block it spans.
                     let inorder_chunks = r.readable().div_ceil(CHUNK) + 1;
-                    prop_assert!(r.mem_bytes() <= (ooo_cap(lim) as usize + inorder_chunks) * CHUNK,
-                                 "memory {} for limit {}", r.mem_bytes(), lim);
+                    prop_assert!(r.truesize() <= ooo_mem_bound(lim) + inorder_chunks * CHUNK,
+                                 "memory {} for limit {}", r.truesize(), lim);
                     prop_assert_eq!(pool.in_use_bytes(), r.mem_bytes());
                     rcv += res.advanced;
                     prop_assert_eq!(r.readable(), rcv - read);

@@ -315,8 +315,11 @@ impl Stack {
         let Some(tcb) = self.tcp.get_mut(h) else {
             return;
         };
-        if f.contains(Flags::FIN)
-            && seg.seq_number + seg.payload.len() == tcb.rcv.nxt
+        // A FIN queued beyond a hole counts once the hole has filled (Linux tcp_ofo_queue
+        // calls tcp_fin when it reaches the FIN's skb).
+        let fin_end = seg.seq_number + seg.payload.len();
+        let queued_fin = tcb.rcvbuf.take_fin();
+        if (queued_fin || f.contains(Flags::FIN) && fin_end == tcb.rcv.nxt)
             && !tcb.state.fin_received()
         {
             // "advance RCV.NXT over the FIN, and send an acknowledgment for the FIN".
@@ -337,7 +340,18 @@ impl Stack {
                 _ => {}
             }
         } else if f.contains(Flags::FIN) {
-            // A FIN ahead of missing data: acknowledge what we have; the peer retransmits.
+            // A FIN ahead of missing data: Linux queues it with its segment
+            // (tcp_data_queue_ofo) and processes it when the hole fills, so the peer need
+            // not retransmit it. Acknowledge what we have.
+            if tcb.state.can_receive() && fin_end.after(tcb.rcv.nxt) {
+                let data_from = if seg.seq_number.after(tcb.rcv.nxt) {
+                    seg.seq_number - tcb.rcv.nxt
+                } else {
+                    0
+                };
+                let at = fin_end - tcb.rcv.nxt;
+                tcb.rcvbuf.queue_fin(at, data_from);
+            }
             tcb.flags.set(TcbFlags::ACK_NOW);
         }
         self.tcp_output(now, h);
@@ -1162,8 +1176,20 @@ impl Stack {
         if r.advanced > 0 {
             self.ready.mark(SocketKey::Tcp(h), Readiness::READABLE); // sk_data_ready
         }
+        self.tcp_count_prune(&r);
         if r.dropped > 0 {
-            self.mib.inc(Counter::TcpExtTCPRcvQDrop);
+            // Linux counts TCPRcvQDrop for in-order data it has no room for
+            // (tcp_data_queue) and TCPOFODrop for out-of-order data (tcp_data_queue_ofo).
+            self.mib.inc(if offset == 0 {
+                Counter::TcpExtTCPRcvQDrop
+            } else {
+                Counter::TcpExtTCPOFODrop
+            });
+        }
+        if offset > 0 && r.duplicate == data.len() {
+            // Every byte was already queued: "All the bits are present. Drop."
+            // (tcp_data_queue_ofo, TCPOFOMerge).
+            self.mib.drop(DropReason::TcpOfoMerge);
         }
         let Some(tcb) = self.tcp.get_mut(h) else {
             return;
@@ -1174,9 +1200,8 @@ impl Stack {
             let end = seq + data.len();
             if offset > 0 && r.duplicate == data.len() {
                 // Everything was already queued: a D-SACK of it (RFC 2883 §4; Linux
-                // tcp_data_queue_ofo counts TCPOFOMerge and TCPDSACKOfoSent).
+                // tcp_data_queue_ofo counts TCPDSACKOfoSent).
                 tcb.rx_sack.set_dsack(seq, end);
-                self.mib.inc(Counter::TcpExtTCPOFOMerge);
                 self.mib.inc(Counter::TcpExtTCPDSACKOfoSent);
             } else if offset > 0 && r.dropped == 0 {
                 tcb.rx_sack.on_ofo(seq, end);
@@ -1224,6 +1249,25 @@ impl Stack {
                 tcb.timers.delack = now + DELACK;
                 self.tcp_arm(h);
             }
+        }
+    }
+
+    /// Count what the receive buffer did to make room (Linux `tcp_prune_queue`:
+    /// PruneCalled; `tcp_prune_ofo_queue`: OfoPruned once and a `TCP_OFO_QUEUE_PRUNE` drop
+    /// per extent discarded; RcvPruned when it could not make enough room).
+    fn tcp_count_prune(&mut self, r: &super::buffer::InsertResult) {
+        if !r.prune_called {
+            return;
+        }
+        self.mib.inc(Counter::TcpExtPruneCalled);
+        if r.pruned_extents > 0 {
+            self.mib.inc(Counter::TcpExtOfoPruned);
+            for _ in 0..r.pruned_extents {
+                self.mib.drop(DropReason::TcpOfoQueuePrune);
+            }
+        }
+        if r.dropped > 0 {
+            self.mib.inc(Counter::TcpExtRcvPruned);
         }
     }
 
