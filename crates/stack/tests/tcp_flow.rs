@@ -217,3 +217,193 @@ fn a_pausing_reader_closes_the_window_without_dropping_data() {
     );
     assert_eq!(t.stack.mib().get(Counter::TcpExtTCPFromZeroWindowAdv), 1);
 }
+
+// ---- path MTU discovery -----------------------------------------------------------------
+
+/// The Internet checksum (RFC 1071) of `b`.
+fn csum(b: &[u8]) -> u16 {
+    let mut sum: u32 = b
+        .chunks(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+/// An IPv4 header of `total` bytes from `src` to `dst` carrying `proto`, checksum right.
+fn ip_header(src: [u8; 4], dst: [u8; 4], proto: u8, total: usize, df: bool) -> Vec<u8> {
+    let mut h = vec![
+        0x45,
+        0,
+        0,
+        0,
+        0,
+        0,
+        if df { 0x40 } else { 0 },
+        0,
+        64,
+        proto,
+        0,
+        0,
+    ];
+    h[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+    h.extend_from_slice(&src);
+    h.extend_from_slice(&dst);
+    let c = csum(&h);
+    h[10..12].copy_from_slice(&c.to_be_bytes());
+    h
+}
+
+/// A router's ICMP "fragmentation needed" (type 3 code 4, RFC 1191 §4) with next-hop MTU
+/// `mtu`, quoting a 1500-byte TCP datagram of ours on the test connection whose header
+/// carried sequence number `seq` (the IP header and the first 8 bytes of TCP, RFC 792).
+fn frag_needed(t: &SegTest, mtu: u16, seq: u32) -> Vec<u8> {
+    let ours = ustack_testkit::tcp::LOCAL_IP.octets();
+    let peer = ustack_testkit::tcp::PEER.ip().octets();
+    let mut quote = ip_header(ours, peer, 6, 1500, true);
+    quote.extend_from_slice(&t.port.to_be_bytes());
+    quote.extend_from_slice(&ustack_testkit::tcp::PEER.port().to_be_bytes());
+    quote.extend_from_slice(&seq.to_be_bytes());
+    let mut icmp = vec![3, 4, 0, 0, 0, 0];
+    icmp.extend_from_slice(&mtu.to_be_bytes());
+    icmp.extend_from_slice(&quote);
+    let c = csum(&icmp);
+    icmp[2..4].copy_from_slice(&c.to_be_bytes());
+    let router = [198, 51, 100, 1];
+    let mut packet = ip_header(router, ours, 1, 20 + icmp.len(), false);
+    packet.extend_from_slice(&icmp);
+    packet
+}
+
+/// A connection whose peer offers MSS 1460 and a large window, with four full segments
+/// in flight; returns the handle and the first data sequence number.
+fn four_in_flight(t: &mut SegTest) -> (TcpHandle, u32) {
+    t.stack
+        .set_sysctl("net.ipv4.tcp_wmem.default", 1 << 20)
+        .unwrap();
+    let syn = Seg::syn(PEER_ISN).mss(1460).wscale(7).sack_perm();
+    let (h, base) = accepted(t, syn, 8192, 10 * MS);
+    t.write(h, &vec![5u8; 4 * 1460]);
+    let sent: Vec<usize> = t.recv_all().iter().map(|s| s.payload.len()).collect();
+    assert_eq!(sent, [1460; 4]);
+    (h, base)
+}
+
+/// Sequence ranges of the data segments `segs`, checking each fits in `mss`.
+fn ranges_within(segs: &[Seg], mss: usize) -> Vec<(u32, u32)> {
+    segs.iter()
+        .filter(|s| !s.payload.is_empty())
+        .map(|s| {
+            assert!(s.payload.len() <= mss, "{} > {mss}", s.payload.len());
+            (s.seq, s.seq.wrapping_add(s.payload.len() as u32))
+        })
+        .collect()
+}
+
+/// RFC 1191 §6.3 / Linux `tcp_v4_mtu_reduced`: a fragmentation-needed for a segment in
+/// flight (RFC 5927 §4.1: its sequence number within SND.UNA..SND.NXT) lowers the MSS to
+/// the hop's MTU less 40 bytes of headers, and the segments too large for it are sent
+/// again at once in pieces that fit (Linux `tcp_simple_retransmit`), with no timeout;
+/// new data follows at the new size.
+#[test]
+fn icmp_frag_needed_shrinks_segments_and_retransmits_at_once() {
+    let mut t = SegTest::listening(80);
+    let (h, base) = four_in_flight(&mut t);
+    let icmp = frag_needed(&t, 1000, base.wrapping_add(1460));
+    let now = t.now;
+    t.stack.receive(now, &icmp);
+    assert_eq!(t.stack.tcp_info(h).unwrap().mss, 960);
+    let again = ranges_within(&t.recv_all(), 960);
+    // Every lost byte, contiguous from SND.UNA, in pieces of at most 960 bytes.
+    assert_eq!(again.first().map(|r| r.0), Some(base), "{again:?}");
+    for w in again.windows(2) {
+        assert_eq!(w[0].1, w[1].0, "{again:?}");
+    }
+    assert_eq!(again.last().unwrap().1, base.wrapping_add(4 * 1460));
+    assert_eq!(again.len(), 8, "1460 = 960 + 500, four times: {again:?}");
+    let acked = base.wrapping_add(4 * 1460);
+    t.send(Seg::ack(PEER_ISN + 1, acked).win(8192));
+    t.write(h, &vec![6u8; 3000]);
+    let new = ranges_within(&t.recv_all(), 960);
+    assert_eq!(new.first().map(|r| r.0), Some(acked));
+    let m = t.stack.mib();
+    assert_eq!(m.get(Counter::TcpExtTCPTimeouts), 0);
+    assert_eq!(m.get(Counter::TcpExtOutOfWindowIcmps), 0);
+}
+
+/// RFC 5927 §4.1: an ICMP error whose quoted sequence number is not in flight (an
+/// off-path attacker's guess) is ignored and counted (Linux OutOfWindowIcmps); the MSS
+/// stays and nothing is sent.
+#[test]
+fn a_forged_frag_needed_is_ignored_and_counted() {
+    let mut t = SegTest::listening(80);
+    let (h, base) = four_in_flight(&mut t);
+    for seq in [
+        base.wrapping_add(4 * 1460 + 1), // beyond SND.NXT
+        base.wrapping_sub(1),            // before SND.UNA
+        base.wrapping_add(1 << 30),
+    ] {
+        let icmp = frag_needed(&t, 576, seq);
+        let now = t.now;
+        t.stack.receive(now, &icmp);
+        assert_eq!(t.recv_all(), vec![], "nothing sent for seq {seq}");
+    }
+    assert_eq!(t.stack.tcp_info(h).unwrap().mss, 1460);
+    assert_eq!(t.stack.mib().get(Counter::TcpExtOutOfWindowIcmps), 3);
+    // SND.NXT itself is accepted (Linux `between(seq, snd_una, snd_nxt)`).
+    let icmp = frag_needed(&t, 576, base.wrapping_add(4 * 1460));
+    let now = t.now;
+    t.stack.receive(now, &icmp);
+    assert_eq!(t.stack.tcp_info(h).unwrap().mss, 536);
+}
+
+/// An absurd MTU (68, the IPv4 minimum) is raised to `net.ipv4.route.min_pmtu` (552, Linux
+/// `__ip_rt_update_pmtu`), so segments become 512 bytes, not 28.
+#[test]
+fn a_tiny_mtu_is_clamped_to_min_pmtu() {
+    let mut t = SegTest::listening(80);
+    let (h, base) = four_in_flight(&mut t);
+    let icmp = frag_needed(&t, 68, base);
+    let now = t.now;
+    t.stack.receive(now, &icmp);
+    assert_eq!(t.stack.tcp_info(h).unwrap().mss, 512);
+    let again = ranges_within(&t.recv_all(), 512);
+    assert!(
+        again.iter().any(|r| r.1.wrapping_sub(r.0) == 512),
+        "{again:?}"
+    );
+}
+
+/// RFC 4821 §7.1 black-hole detection, Linux `tcp_mtu_probing` = 1: a path that drops
+/// large segments without any ICMP. After `tcp_retries1` (3) timeouts the MSS falls to
+/// `tcp_base_mss` (1024), and at the next timeout it halves (512), so the retransmissions
+/// shrink until one gets through. With the sysctl at its default 0 they stay full-sized.
+#[test]
+fn black_hole_fallback_with_tcp_mtu_probing() {
+    for probing in [0, 1] {
+        let mut t = SegTest::listening(80);
+        t.stack
+            .set_sysctl("net.ipv4.tcp_mtu_probing", probing)
+            .unwrap();
+        let (h, base) = four_in_flight(&mut t);
+        let sent = t.advance(Duration::from_secs(7));
+        let head: Vec<usize> = sent
+            .iter()
+            .filter(|(_, s)| s.seq == base)
+            .map(|(_, s)| s.payload.len())
+            .collect();
+        if probing == 0 {
+            assert_eq!(head, [1460; 5], "timeouts at 0.2, 0.6, 1.4, 3, 6.2 s");
+            assert_eq!(t.stack.tcp_info(h).unwrap().mss, 1460);
+        } else {
+            assert_eq!(head, [1460, 1460, 1460, 1024, 512]);
+            assert_eq!(t.stack.tcp_info(h).unwrap().mss, 512);
+            // The path carries 512-byte segments: the rest follows at that size.
+            t.send(Seg::ack(PEER_ISN + 1, base.wrapping_add(512)).win(8192));
+            let rest = ranges_within(&t.recv_all(), 512);
+            assert_eq!(rest.first().map(|r| r.0), Some(base.wrapping_add(512)));
+        }
+    }
+}
