@@ -121,10 +121,44 @@ impl Stack {
                     at: now,
                 });
             }
-            // Errors about our own datagrams. With no connected sockets yet there is no
-            // one to report them to; they are counted by type above.
+            // RFC 1191 §4: "fragmentation needed and DF set" carries the next hop's MTU;
+            // TCP lowers its segment size (Linux icmp_unreach -> tcp_v4_err).
+            icmpv4::Repr::DstUnreachable {
+                reason: DstUnreachable::FragRequired,
+                next_hop_mtu,
+                data,
+            } => self.icmp_frag_needed(now, next_hop_mtu, data),
+            // Other errors about our own datagrams are counted by type above.
             _ => {}
         }
+    }
+
+    /// "Fragmentation needed" for a datagram we sent, quoted in `data` (its IP header and
+    /// at least 8 bytes of payload, RFC 792): hand a TCP datagram's 4-tuple and quoted
+    /// sequence number to TCP (Linux `icmp_unreach` -> `tcp_v4_err`). A quote too short
+    /// to name a connection, or of a datagram not from us, counts as InErrors (Linux:
+    /// `icmp_unreach`'s `out_err`, or no socket found).
+    fn icmp_frag_needed(&mut self, now: Instant, mtu: u16, data: &[u8]) {
+        let ihl = usize::from(data.first().map_or(0, |b| b & 0x0f)) * 4;
+        if data.len() < ihl + 8 || ihl < ipv4::HEADER_LEN || data[0] >> 4 != 4 {
+            return self.mib.inc(Counter::IcmpInErrors);
+        }
+        let quoted = ipv4::Packet::new_unchecked(&data[..ihl]);
+        if quoted.src_addr() != self.ipv4.addr {
+            return self.mib.inc(Counter::IcmpInErrors);
+        }
+        if quoted.next_header() != IpProtocol::Tcp {
+            // UDP and ICMP have no path MTU state here.
+            return;
+        }
+        let l4 = &data[ihl..];
+        let port = |i: usize| u16::from_be_bytes([l4[i], l4[i + 1]]);
+        let tuple = crate::tcp::tcb::FourTuple {
+            local: core::net::SocketAddrV4::new(quoted.src_addr(), port(0)),
+            remote: core::net::SocketAddrV4::new(quoted.dst_addr(), port(2)),
+        };
+        let seq = ustack_wire::SeqNumber(u32::from_be_bytes([l4[4], l4[5], l4[6], l4[7]]));
+        self.tcp_pmtu_event(now, tuple, seq, u32::from(mtu), ipv4::HEADER_LEN);
     }
 
     /// Send an echo request ("ping") to `dst`. Replies appear in [`Stack::recv_echo_reply`].

@@ -207,6 +207,14 @@ sysctls! {
     tcp_tw_reuse: "net.ipv4.tcp_tw_reuse" = 2, [0, 2], "mode";
     /// Congestion control of new connections: 0 reno, 1 cubic (Linux names it by string).
     tcp_congestion_control: "net.ipv4.tcp_congestion_control" = 1, [0, 1], "0=reno,1=cubic";
+    /// Black-hole detection (RFC 4821): 0 off, 1 after repeated RTOs lower the MSS to tcp_base_mss, then halve it.
+    tcp_mtu_probing: "net.ipv4.tcp_mtu_probing" = 0, [0, 1], "mode";
+    /// The MSS that tcp_mtu_probing falls back to first when it suspects a black hole.
+    tcp_base_mss: "net.ipv4.tcp_base_mss" = 1024, [48, 65_535], "bytes";
+    /// Lowest MSS that tcp_mtu_probing's halving reaches.
+    tcp_mtu_probe_floor: "net.ipv4.tcp_mtu_probe_floor" = 48, [48, 65_535], "bytes";
+    /// Lowest path MTU an ICMP fragmentation-needed may set; smaller values are raised to it.
+    ip_min_pmtu: "net.ipv4.route.min_pmtu" = 552, [68, 65_535], "bytes";
 }
 
 impl Sysctl {

@@ -204,12 +204,9 @@ fn zero_window_probes_back_off_and_data_flows_when_it_opens() {
         t.send(Seg::ack(1001, iss.wrapping_add(1)).win(0));
         assert_eq!(t.recv(), None);
     }
-    // RTO is 1 s (no RTT sample yet): probes at 1, 3, 7, 15, 31 s.
-    assert_eq!(
-        times,
-        [1000, 3000, 7000, 15_000, 31_000],
-        "exponential backoff"
-    );
+    // RTO is 200 ms (the handshake's RTT sample, Linux tcp_synack_rtt_meas, puts it at
+    // the floor): probes at 0.2, 0.6, 1.4, 3, 6.2 s.
+    assert_eq!(times, [200, 600, 1400, 3000, 6200], "exponential backoff");
     assert_eq!(t.stack.mib().get(Counter::TcpExtTCPWinProbe), 5);
     assert_eq!(t.stack.tcp_state(h), Ok(State::Established));
     // The window opens (a window update): the data goes at once, in MSS-sized segments.
@@ -260,9 +257,10 @@ fn unanswered_zero_window_probes_time_out() {
     let probes: Vec<u64> = sent
         .iter()
         .filter(|(_, s)| s.seq == iss && s.payload.is_empty())
-        .map(|(at, _)| (*at - start).as_secs())
+        .map(|(at, _)| (*at - start).as_millis() as u64)
         .collect();
-    assert_eq!(probes, [1, 3, 7], "tcp_retries2 probes");
+    // The RTO is 200 ms from the handshake's RTT sample, doubling per probe.
+    assert_eq!(probes, [200, 600, 1400], "tcp_retries2 probes");
     assert_eq!(t.stack.tcp_state(h), Ok(State::Closed));
     let now = t.now;
     let mut buf = [0u8; 4];
@@ -275,7 +273,8 @@ fn unanswered_zero_window_probes_time_out() {
 /// Linux `tcp_ack_probe`: "If this ack opens up a zero window, clear backoff. It was being
 /// used to time the probes, and is probably far higher than it needs to be for normal
 /// retransmission." After five probes the backoff is 32x; data sent once the window opens
-/// must be retransmitted after one RTO (1 s here, RFC 6298 §5.1), not after 32 s.
+/// must be retransmitted after one RTO (200 ms here, from the handshake's RTT sample;
+/// RFC 6298 §5.1), not after 6.4 s.
 #[test]
 fn window_opening_clears_the_probe_backoff() {
     let mut t = SegTest::listening(80);
@@ -292,7 +291,11 @@ fn window_opening_clears_the_probe_backoff() {
     assert_eq!(first.payload, b"payload");
     let (at, again) = t.next_seg(120 * SEC).expect("a retransmission");
     assert_eq!(again.payload, b"payload");
-    assert_eq!(at - sent_at, SEC, "one un-backed-off RTO");
+    assert_eq!(
+        at - sent_at,
+        Duration::from_millis(200),
+        "one un-backed-off RTO"
+    );
 }
 
 // ---- Nagle ------------------------------------------------------------------------------
@@ -316,9 +319,9 @@ fn nagle_coalesces_small_writes_nodelay_does_not() {
     t.write(h, b"b");
     t.write(h, b"c");
     assert_eq!(t.recv(), None, "held while 'a' is unacknowledged");
-    // Held for as long as it takes: Nagle has no timer (less than an RTO here, so that
-    // no retransmission of 'a' comes either).
-    assert_eq!(t.advance(Duration::from_millis(900)), vec![]);
+    // Held for as long as it takes: Nagle has no timer (less than an RTO, 200 ms here,
+    // so that no retransmission of 'a' comes either).
+    assert_eq!(t.advance(Duration::from_millis(150)), vec![]);
     t.send(Seg::ack(1001, una(1)));
     let bc = t.recv_all();
     assert_eq!(bc.len(), 1, "{bc:?}");

@@ -393,10 +393,12 @@ fn rto_backoff_and_timeout() {
         .collect();
     assert_eq!(times.len(), 4, "{times:?}");
     // RFC 6298 §5.5: each expiry doubles the RTO, so the gaps between successive
-    // transmissions (the first at 0) double: 1 s, 2 s, 4 s, 8 s with no RTT sample.
+    // transmissions (the first at 0) double: 200, 400, 800, 1600 ms. The handshake gave
+    // an RTT sample of 0 (Linux tcp_synack_rtt_meas), so the first RTO is the 200 ms
+    // floor (RFC 6298 §2.4 rounds up to 1 s; Linux's TCP_RTO_MIN is 200 ms).
     let sends: Vec<u64> = core::iter::once(0).chain(times.iter().copied()).collect();
     let gaps: Vec<u64> = sends.windows(2).map(|w| w[1] - w[0]).collect();
-    assert_eq!(gaps[0], 1000, "the first RTO is the initial 1 s: {gaps:?}");
+    assert_eq!(gaps[0], 200, "the first RTO is the 200 ms floor: {gaps:?}");
     for g in gaps.windows(2) {
         assert_eq!(g[1], 2 * g[0], "the RTO doubles: {gaps:?}");
     }

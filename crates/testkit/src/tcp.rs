@@ -217,11 +217,18 @@ impl SegTest {
     /// of window `window` (echoing our timestamp if both sides use them) and accepted.
     /// Returns the accepted handle and our SYN-ACK. Needs a listener on `self.port`.
     pub fn accept_with(&mut self, syn: Seg, window: u16) -> (TcpHandle, Seg) {
+        self.accept_after(syn, window, Duration::ZERO)
+    }
+
+    /// [`SegTest::accept_with`], the final ACK arriving `rtt` after the SYN-ACK left: the
+    /// handshake gives the stack its first RTT sample (Linux `tcp_synack_rtt_meas`).
+    pub fn accept_after(&mut self, syn: Seg, window: u16, rtt: Duration) -> (TcpHandle, Seg) {
         let isn = syn.seq;
         let tsval = syn.ts.map(|t| t.0);
         self.send(syn);
         let synack = self.recv().expect("SYN-ACK");
         assert!(synack.has(Flags::SYN | Flags::ACK), "{synack:?}");
+        self.now += rtt;
         let mut ack = Seg::ack(isn.wrapping_add(1), synack.seq.wrapping_add(1)).win(window);
         if let (Some(tsval), Some((ours, _))) = (tsval, synack.ts) {
             ack = ack.ts(tsval.wrapping_add(1), ours);

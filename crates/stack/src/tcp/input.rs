@@ -1170,7 +1170,19 @@ impl Stack {
             Self::tcp_rcv_rtt_measure(tcb, now, seg);
             Self::tcp_rcv_space_adjust(tcb, now, self.sysctl.tcp_rmem_max);
         }
-        let limit = tcb.rcvbuf_limit as usize;
+        let promised = tcb.receive_window() as usize;
+        if offset == 0 && promised == 0 {
+            // Linux tcp_data_queue: in-sequence data into a zero window is dropped
+            // (TCPZeroWindowDrop) and acknowledged, telling the sender the window again.
+            tcb.flags.set(TcbFlags::ACK_NOW);
+            return self.mib.drop(DropReason::TcpZeroWindow);
+        }
+        // What we advertised is a promise: data inside the right edge is kept even when
+        // the edge, rounded to the window scale, lies a little past the buffer (RFC 7323
+        // Appendix F; Linux lets sk_rcvbuf grow for it), so that a sender that respects
+        // the window never has data dropped (TCPRcvQDrop).
+        let held = tcb.rcvbuf.readable() + tcb.rcvbuf.ooo_bytes();
+        let limit = (tcb.rcvbuf_limit as usize).max(held + promised);
         let r = tcb.rcvbuf.insert(pool, offset, data, limit);
         tcb.rcv.nxt += r.advanced;
         if r.advanced > 0 {

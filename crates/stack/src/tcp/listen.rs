@@ -149,6 +149,10 @@ pub(crate) struct RequestSock {
     pub ts_offset: u32,
     pub retransmits: u8,
     pub expires: Instant,
+    /// When the first SYN-ACK went out, for an RTT sample from the handshake (Linux
+    /// `snt_synack`); [`Instant::ZERO`] once a SYN-ACK was sent again (Karn: which copy
+    /// the ACK answers is unknown) and for cookie requests.
+    pub synack_at: Instant,
 }
 
 /// All SYN-RECEIVED requests of a stack, by 4-tuple.
@@ -317,6 +321,7 @@ impl Stack {
                 .ts_offset(*tuple.local.ip(), *tuple.remote.ip()),
             retransmits: 0,
             expires: now + TIMEOUT_INIT,
+            synack_at: now,
         };
         self.tcp.requests.insert(tuple, req);
         if let Some(l) = self.tcp.listeners.by_index(listener) {
@@ -365,6 +370,7 @@ impl Stack {
             ts_offset,
             retransmits: 0,
             expires: now,
+            synack_at: Instant::ZERO,
         };
         // The options go in the low bits of our clock; the per-peer offset is added after
         // and taken off again before decoding.
@@ -426,6 +432,7 @@ impl Stack {
                 .ts_offset(*tuple.local.ip(), *tuple.remote.ip()),
             retransmits: 0,
             expires: now,
+            synack_at: Instant::ZERO,
         };
         self.request_complete(now, tuple, req, seg, true);
         true
@@ -443,6 +450,9 @@ impl Stack {
         {
             self.mib.inc(Counter::TcpRetransSegs);
             self.mib.inc(Counter::TcpExtTCPSynRetrans);
+            if let Some(r) = self.tcp.requests.get_mut(&tuple) {
+                r.synack_at = Instant::ZERO;
+            }
             self.tcp_send_synack(now, tuple, &req, None);
             return;
         }
@@ -536,6 +546,12 @@ impl Stack {
         tcb.snd.wl1 = seg.seq_number;
         tcb.snd.wl2 = seg.ack_number;
         tcb.flags.set(TcbFlags::PASSIVE);
+        // Linux tcp_synack_rtt_meas: the handshake's round trip is the first RTT sample
+        // (RFC 6298 §2.2), when the SYN-ACK was sent once (RFC 6298 §3, Karn's
+        // algorithm), so that the first RTO is SRTT-based rather than 1 s.
+        if req.synack_at != Instant::ZERO && req.retransmits == 0 {
+            tcb.rtt.sample(now - req.synack_at);
+        }
         let h = self.tcp.insert(tcb);
         self.tcp_set_state(h, State::Established);
         self.mib.inc(Counter::TcpPassiveOpens);
@@ -574,6 +590,7 @@ impl Stack {
             return;
         }
         req.retransmits += 1;
+        req.synack_at = Instant::ZERO;
         req.expires = now + TIMEOUT_INIT * (1 << req.retransmits.min(10));
         let req = *req;
         self.mib.inc(Counter::TcpRetransSegs);

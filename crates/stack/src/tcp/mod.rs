@@ -28,6 +28,7 @@ pub mod input;
 pub mod isn;
 pub mod listen;
 pub mod output;
+mod pmtu;
 pub mod rtt;
 pub mod sack;
 pub mod state;

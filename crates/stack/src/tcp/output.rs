@@ -44,6 +44,13 @@ pub(crate) const RTO_MIN: Duration = Duration::from_millis(200);
 pub(crate) const RTO_MAX: Duration = Duration::from_secs(120);
 /// Linux `TCP_DELACK_MIN`: the delayed-ACK timeout (ATO) ustack uses.
 pub(crate) const DELACK: Duration = Duration::from_millis(40);
+/// Linux `TCP_DELACK_MAX`: the longest a peer may delay an ACK, RFC 8985 §7.2's
+/// "worst case delayed ACK timer" (WCDelAckT, "The RECOMMENDED value ... is 200ms").
+pub(crate) const DELACK_MAX: Duration = Duration::from_millis(200);
+/// The shortest loss-probe timeout: Linux's `tcp_schedule_loss_probe` floor
+/// (`msecs_to_jiffies(10)`), so that a probe does not race an ACK a peer sends a few
+/// milliseconds late on a fast path.
+pub(crate) const TLP_MIN_TIMEOUT: Duration = Duration::from_millis(10);
 /// Linux `TCP_MAX_QUICKACKS`: ACKs sent at once at the start of a connection.
 const QUICK_ACKS: u8 = 16;
 /// RFC 9293 §3.7.1: "If an MSS Option is not received at connection setup, TCP
@@ -391,34 +398,39 @@ impl Stack {
     }
 
     /// The window to advertise now, scaled for the header, updating RCV.WND and RCV.WUP
-    /// (Linux `tcp_select_window`). The right edge never moves left (RFC 9293 §3.8.6.2.2
-    /// "the receiver MUST NOT shrink the window"), and small increases are held back
-    /// (receiver-side silly window avoidance, RFC 9293 §3.8.6.2.2).
-    fn select_window(tcb: &mut Tcb) -> u16 {
-        let used = tcb.rcvbuf.readable() + tcb.rcvbuf.ooo_bytes();
-        let free = (tcb.rcvbuf_limit as usize).saturating_sub(used) as u32;
-        let promised_edge = tcb.rcv.wup + tcb.rcv.wnd as usize;
-        let promised = promised_edge.diff(tcb.rcv.nxt).max(0) as u32;
-        let sws = (tcb.rcvbuf_limit / 2).min(u32::from(tcb.mss));
-        let mut wnd = if free >= promised + sws || free >= tcb.rcvbuf_limit / 2 {
-            free
-        } else {
-            promised
-        };
-        wnd = wnd.max(promised);
-        let max = 65_535u32 << tcb.rcv_wscale;
-        wnd = wnd.min(max);
-        // Round up to the scale's granularity so that the scaled value does not shrink
-        // what we promised (Linux rounds similarly, ALIGN in __tcp_select_window).
-        let unit = 1u32 << tcb.rcv_wscale;
-        let field = wnd.div_ceil(unit).min(65_535);
-        tcb.rcv.wnd = field << tcb.rcv_wscale;
+    /// (Linux `tcp_select_window`): the free space of the receive buffer as
+    /// [`Tcb::free_window`] computes it, except that the right edge already advertised
+    /// never moves left (RFC 9293 §3.8.6.2.2 "the receiver MUST NOT shrink the window";
+    /// Linux keeps `ALIGN(cur_win, 1 << rcv_wscale)` and counts TCPWantZeroWindowAdv when
+    /// it wanted to close it). Counts TCPToZeroWindowAdv / TCPFromZeroWindowAdv as Linux.
+    fn select_window(tcb: &mut Tcb, mib: &mut ustack_obs::Mib) -> u16 {
+        let old_win = tcb.rcv.wnd;
+        let cur_win = tcb.receive_window();
+        let mut new_win = tcb.free_window();
+        if new_win < cur_win {
+            if new_win == 0 {
+                mib.inc(Counter::TcpExtTCPWantZeroWindowAdv);
+            }
+            // RFC 7323 Appendix F: scaling cannot express every edge; rounding up keeps
+            // it where it was (the data in it is accepted, see `tcp_data_queue`).
+            new_win = cur_win.next_multiple_of(1 << tcb.rcv_wscale);
+        }
+        let new_win = new_win.min(65_535u32 << tcb.rcv_wscale);
+        tcb.rcv.wnd = new_win;
         tcb.rcv.wup = tcb.rcv.nxt;
+        let field = new_win >> tcb.rcv_wscale;
+        if field == 0 && old_win != 0 {
+            mib.inc(Counter::TcpExtTCPToZeroWindowAdv);
+        } else if field != 0 && old_win == 0 {
+            mib.inc(Counter::TcpExtTCPFromZeroWindowAdv);
+        }
         field as u16
     }
 
     /// Whether reading opened the window enough to tell the peer now (Linux
-    /// `tcp_cleanup_rbuf`: the new window at least doubles, or grows by 2*MSS).
+    /// `tcp_cleanup_rbuf`: when the window still offered is at most half the largest one,
+    /// "Send ACK now, if this read freed lots of space in our buffer ... "Lots" means
+    /// "at least twice" here").
     pub(crate) fn tcp_window_update_due(&self, h: TcpHandle) -> bool {
         let Some(tcb) = self.tcp.get(h) else {
             return false;
@@ -426,16 +438,12 @@ impl Stack {
         if !tcb.state.can_receive() {
             return false;
         }
-        let used = tcb.rcvbuf.readable() + tcb.rcvbuf.ooo_bytes();
-        // What `select_window` could advertise: the free buffer, up to the largest
-        // window the field can carry (65535 << our shift, RFC 7323 §2.3).
-        let free = (tcb.rcvbuf_limit as usize)
-            .saturating_sub(used)
-            .min(65_535usize << tcb.rcv_wscale);
-        let edge = tcb.rcv.wup + tcb.rcv.wnd as usize;
-        let current = edge.diff(tcb.rcv.nxt).max(0) as usize;
-        free >= 2 * usize::from(tcb.mss) + current
-            || (current < usize::from(tcb.mss) && free >= 2 * current.max(1))
+        let now_win = tcb.receive_window();
+        if 2 * u64::from(now_win) > u64::from(tcb.full_window()) {
+            return false;
+        }
+        let new_win = tcb.free_window();
+        new_win != 0 && u64::from(new_win) >= 2 * u64::from(now_win)
     }
 
     /// Fill the options of a segment on an established connection: timestamps, SACK
@@ -484,7 +492,7 @@ impl Stack {
         let Some(tcb) = self.tcp.get_mut(h) else {
             return false;
         };
-        let window = Self::select_window(tcb);
+        let window = Self::select_window(tcb, &mut self.mib);
         let mut flags = Flags::ACK;
         if fin {
             flags |= Flags::FIN;
@@ -640,7 +648,7 @@ impl Stack {
             // RFC 9293 §3.7.1: "Eff.snd.MSS = min(SendMSS+20, MMS_S) - TCPhdrsize -
             // IPoptionsize", TCPhdrsize counting the options actually sent: SACK blocks
             // take room from the payload (Linux tcp_current_mss).
-            let mss_now = tcb.mss_now();
+            let mss_now = bound_to_half_wnd(tcb.mss_now(), tcb.snd.max_wnd, tcb.flags);
             let len = unsent.min(mss_now).min(wnd_avail);
             let fin = fin_pending
                 && len == unsent
@@ -710,9 +718,12 @@ impl Stack {
 
     /// Arm a tail loss probe instead of the RTO (RFC 8985 §7.2; Linux
     /// `tcp_schedule_loss_probe`): for a SACK connection in Open with data outstanding,
-    /// PTO = 2 * SRTT (+ 2 ms, or + the minimum RTO for a single segment, which may wait
-    /// for a delayed ACK), 1 s without an RTT sample, and never later than the RTO would
-    /// fire (`advancing`: a full RTO from now, else from the head's transmission).
+    /// "PTO = 2 * SRTT"; "If FlightSize is equal to one segment ... PTO += WCDelAckT"
+    /// (the peer may hold its ACK for a delayed-ACK timeout: Linux adds `TCP_DELACK_MAX`,
+    /// 200 ms, the RFC's recommended WCDelAckT), else + 2 ms (Linux `TCP_TIMEOUT_MIN`);
+    /// at least [`TLP_MIN_TIMEOUT`]; 1 s without an RTT sample; and never later than the
+    /// RTO would fire ("PTO = min(PTO, RTO)"; `advancing`: a full RTO from now, else from
+    /// the head's transmission).
     pub(crate) fn tcp_schedule_loss_probe(
         &mut self,
         now: Instant,
@@ -731,10 +742,11 @@ impl Stack {
             return false;
         }
         let pto = match tcb.rtt.srtt() {
-            Some(srtt) if packets_out == 1 => 2 * srtt + RTO_MIN,
+            Some(srtt) if packets_out == 1 => 2 * srtt + DELACK_MAX,
             Some(srtt) => 2 * srtt + Duration::from_millis(2),
             None => TIMEOUT_INIT,
-        };
+        }
+        .max(TLP_MIN_TIMEOUT);
         let rto_at = if advancing {
             now + tcb.rtt.rto()
         } else {
@@ -927,6 +939,27 @@ impl Stack {
                 .timers
                 .push(core::cmp::Reverse((earliest, TimerKey::Conn(h))));
         }
+    }
+}
+
+/// Linux `tcp_bound_to_half_wnd` (applied by `tcp_sync_mss`): "When peer uses tiny
+/// windows, there is no use in packetizing to sub-MSS pieces for the sake of SWS": against
+/// a peer whose largest window is below two segments, segments are half that window (the
+/// whole window when it is at most 536 bytes), at least 68 bytes of IP datagram, so that a
+/// 1,536-byte window is filled by two 768-byte segments rather than 1,448 + 88 bytes
+/// (sender silly window avoidance, RFC 9293 §3.8.6.2.1).
+fn bound_to_half_wnd(mss: usize, max_wnd: u32, flags: TcbFlags) -> usize {
+    let max_wnd = max_wnd as usize;
+    let cutoff = if max_wnd > usize::from(DEFAULT_MSS) {
+        max_wnd / 2
+    } else {
+        max_wnd
+    };
+    if cutoff > 0 && mss > cutoff {
+        let header = tcp::HEADER_LEN + if flags.has(TcbFlags::TS_OK) { 12 } else { 0 };
+        cutoff.max(68 - header)
+    } else {
+        mss
     }
 }
 

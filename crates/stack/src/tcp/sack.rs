@@ -842,6 +842,64 @@ impl RtxQueue {
         }
     }
 
+    /// The path's MSS fell to `mss` (path MTU discovery, RFC 1191 / RFC 8201): split every
+    /// segment longer than `mss` that is not SACKed into `mss`-sized pieces (Linux
+    /// `tcp_fragment`, which `tcp_retransmit_skb` applies to a segment larger than the
+    /// current MSS), so that a retransmission fits the path. With `mark_lost`, those
+    /// pieces are marked LOST and wait for retransmission (Linux `tcp_simple_retransmit`:
+    /// "it's clear that the old packet has been dropped"). Counters and hints are
+    /// recomputed. Returns the pieces marked lost.
+    pub fn resegment(&mut self, mss: usize, mark_lost: bool) -> u32 {
+        let Some(b) = self.board.as_deref_mut() else {
+            return 0;
+        };
+        let mss = mss.max(1);
+        if b.segs
+            .iter()
+            .all(|s| s.seq_len() <= mss || s.flags.contains(SegFlags::SACKED))
+        {
+            return 0;
+        }
+        let mut out = VecDeque::with_capacity(b.segs.len());
+        let mut marked = 0;
+        for seg in b.segs.drain(..) {
+            if seg.seq_len() <= mss || seg.flags.contains(SegFlags::SACKED) {
+                out.push_back(seg);
+                continue;
+            }
+            let mut start = seg.start;
+            while start != seg.end {
+                let end = if seg.end.diff(start) > mss as i32 {
+                    start + mss
+                } else {
+                    seg.end
+                };
+                let mut piece = TxSegment { start, end, ..seg };
+                if mark_lost {
+                    piece.flags.remove(SegFlags::RETRANS);
+                    piece.flags.insert(SegFlags::LOST);
+                    marked += 1;
+                }
+                out.push_back(piece);
+                start = end;
+            }
+        }
+        b.segs = out;
+        let count = |f: SegFlags| b.segs.iter().filter(|s| s.flags.contains(f)).count() as u32;
+        b.sacked_out = count(SegFlags::SACKED);
+        b.lost_out = count(SegFlags::LOST);
+        b.retrans_out = count(SegFlags::RETRANS);
+        b.rtx_pending = b.segs.iter().filter(|s| s.wants_retransmit()).count() as u32;
+        b.rtx_hint = b
+            .segs
+            .iter()
+            .position(TxSegment::wants_retransmit)
+            .unwrap_or(b.segs.len());
+        b.lost_hint = 0;
+        b.lost_hint_sacked = 0;
+        marked
+    }
+
     /// Segments in the queue (Linux `packets_out`).
     pub fn packets_out(&self) -> u32 {
         self.len() as u32
@@ -1021,6 +1079,36 @@ mod tests {
 
     fn flags(q: &RtxQueue) -> Vec<SegFlags> {
         q.iter().map(|s| s.flags).collect()
+    }
+
+    /// Path MTU discovery re-cuts the queue: segments longer than the new MSS that are
+    /// not SACKed become MSS-sized pieces, marked LOST when asked (Linux
+    /// tcp_simple_retransmit), SACKed ones stay whole, and every counter and hint stays
+    /// exact (a recount that forgot one would trip `check_invariants`).
+    #[test]
+    fn resegment_splits_unsacked_segments_and_keeps_counters_exact() {
+        let base = 5000;
+        let mut q = queue(base, 4);
+        q.on_sack(&[block(base, 2, 3)], SeqNumber(base), seg(base, 4).0);
+        q.mark_retransmitted(seg(base, 0).0, t(9));
+        assert_eq!(
+            q.resegment(40, true),
+            9,
+            "three 100-byte segments in 40+40+20"
+        );
+        q.check_invariants();
+        let lens: Vec<usize> = q.iter().map(TxSegment::seq_len).collect();
+        assert_eq!(lens, [40, 40, 20, 40, 40, 20, 100, 40, 40, 20]);
+        assert_eq!(q.lost_out(), 9);
+        assert_eq!(q.retrans_out(), 0, "the retransmitted copy was too big too");
+        assert_eq!(q.sacked_out(), 1);
+        assert_eq!(
+            q.next_to_retransmit(),
+            Some((seg(base, 0).0, seg(base, 0).0 + 40))
+        );
+        // Nothing longer than the MSS left: nothing to do.
+        assert_eq!(q.resegment(40, true), 0);
+        q.check_invariants();
     }
 
     fn indices_with(q: &RtxQueue, f: SegFlags) -> Vec<usize> {

@@ -105,6 +105,9 @@ impl TcbFlags {
     /// SO_LINGER on with a zero time: close() resets the connection (Linux
     /// `sock_flag(sk, SOCK_LINGER) && !sk->sk_lingertime`).
     pub const LINGER_ABORT: u16 = 1 << 14;
+    /// Black-hole detection lowered the MSS (Linux `icsk_mtup.enabled` under
+    /// `tcp_mtu_probing` = 1): later timeouts halve it.
+    pub const MTU_PROBING: u16 = 1 << 15;
 
     #[inline]
     pub const fn has(self, bit: u16) -> bool {
@@ -316,6 +319,56 @@ impl Tcb {
         match &self.cc {
             Cc::Cubic(c) => c.hystart_exit(),
             Cc::Reno(_) => None,
+        }
+    }
+
+    /// What is left of the window last advertised: its right edge less RCV.NXT, never
+    /// negative (Linux `tcp_receive_window`).
+    pub fn receive_window(&self) -> u32 {
+        let edge = self.rcv.wup + self.rcv.wnd as usize;
+        edge.diff(self.rcv.nxt).max(0) as u32
+    }
+
+    /// The largest window this connection may offer (Linux `tcp_full_space` against
+    /// `window_clamp`): the receive buffer, at most what the window field can carry
+    /// (65,535 << our shift, RFC 7323 §2.3).
+    pub fn full_window(&self) -> u32 {
+        self.rcvbuf_limit.min(65_535u32 << self.rcv_wscale)
+    }
+
+    /// The window the free space of the receive buffer allows now, before the rule that
+    /// the right edge never moves left (Linux `__tcp_select_window`). Receiver silly
+    /// window avoidance (RFC 9293 §3.8.6.2.2) as Linux does it: once less than half the
+    /// buffer is free, the space is rounded down to the scale's unit and offered only if
+    /// it is at least one MSS and 1/16 of the buffer, else the window is zero; without
+    /// window scaling the offer is a multiple of the MSS, kept as it is while within one
+    /// MSS of the free space.
+    pub fn free_window(&self) -> u32 {
+        let full = self.full_window();
+        let used = self.rcvbuf.readable() + self.rcvbuf.ooo_bytes();
+        let mut free = (self.rcvbuf_limit as usize)
+            .saturating_sub(used)
+            .min(full as usize) as u32;
+        // Linux uses rcv_mss, its estimate of the peer's segment size.
+        let mss = u32::from(self.mss.min(self.adv_mss)).min(full).max(1);
+        let unit = 1u32 << self.rcv_wscale;
+        if free < full / 2 {
+            free -= free % unit;
+            if free < full / 16 || free < mss {
+                return 0;
+            }
+        }
+        if self.rcv_wscale > 0 {
+            // "Advertise enough space so that it won't get scaled away."
+            return free.next_multiple_of(unit);
+        }
+        let window = self.rcv.wnd;
+        if window + mss <= free || window > free {
+            free - free % mss
+        } else if mss == full && free > window + full / 2 {
+            free
+        } else {
+            window
         }
     }
 

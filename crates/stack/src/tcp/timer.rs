@@ -396,6 +396,8 @@ impl Stack {
                 self.mib.inc(failure);
             }
         }
+        let timeouts = tcb.rtt.backoffs();
+        self.tcp_mtu_probing(h, timeouts);
         self.tcp_enter_loss(now, h);
         let Some(tcb) = self.tcp.get_mut(h) else {
             return;
