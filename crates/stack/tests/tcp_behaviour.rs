@@ -593,11 +593,24 @@ fn simultaneous_close_goes_through_closing_to_time_wait() {
     assert_eq!(tw.len(), 1);
     assert_eq!((tw[0].1, tw[0].2), (PEER, t.now + Duration::from_secs(60)));
     assert_eq!(t.stack.tcp_resources().connections, 0);
+    // Half-way through the wait the peer retransmits its FIN (its ACK of ours was lost,
+    // as it sees it): RFC 9293 §3.10.7.4 "Acknowledge it, and restart the 2 MSL timeout".
+    // The clock moves first, so that a restart and no restart differ (issue #10).
+    t.advance(Duration::from_secs(30));
+    assert_eq!(t.recv(), None);
+    assert_eq!(t.stack.tcp_resources().timewait, 1);
     t.send(Seg::ack(1001, iss.wrapping_add(2)).fin());
     let again = t.recv().expect("a retransmitted FIN is acknowledged");
     assert_eq!((again.seq, again.ack), (iss.wrapping_add(2), 1002));
+    let tw = t.stack.tcp_timewait_list();
+    assert_eq!(
+        (tw.len(), tw[0].2),
+        (1, t.now + Duration::from_secs(60)),
+        "the wait restarted at the retransmitted FIN"
+    );
     let now = t.now;
     t.stack.tcp_close(now, h).unwrap();
+    // 59 s after the FIN is 89 s after TIME-WAIT began: only a restarted wait is still on.
     t.advance(Duration::from_secs(59));
     assert_eq!(
         t.stack.tcp_resources().timewait,
