@@ -721,6 +721,37 @@ fn orphaned_fin_wait_2_times_out() {
     t.assert_released();
 }
 
+/// Linux `__tcp_close`: a connection shut down for writing whose FIN was acknowledged
+/// (FIN-WAIT-2, still held) and then closed is an orphan in FIN-WAIT-2: it too is gone
+/// after `tcp_fin_timeout` (found by the `tcp_conn` fuzz target: it was never freed).
+#[test]
+fn shutdown_then_close_in_fin_wait_2_times_out() {
+    let mut t = SegTest::listening(80);
+    t.stack.set_sysctl("net.ipv4.tcp_fin_timeout", 30).unwrap();
+    let (h, iss) = open(&mut t);
+    let now = t.now;
+    t.stack.tcp_shutdown(now, h, Shutdown::Write).unwrap();
+    t.recv().expect("our FIN");
+    t.send(Seg::ack(1001, iss.wrapping_add(2)));
+    assert_eq!(t.stack.tcp_state(h), Ok(State::FinWait2));
+    t.advance(10 * SEC);
+    let now = t.now;
+    t.stack.tcp_close(now, h).unwrap();
+    assert_eq!(t.advance(Duration::from_millis(29_900)), vec![]);
+    assert_eq!(
+        t.stack.tcp_resources().connections,
+        1,
+        "still in FIN-WAIT-2"
+    );
+    t.advance(Duration::from_millis(100));
+    assert_eq!(
+        t.stack.tcp_resources().connections,
+        0,
+        "gone tcp_fin_timeout after the close"
+    );
+    t.assert_released();
+}
+
 /// Linux `tcp_rcv_state_process` (FIN-WAIT-1, SOCK_DEAD): with `tcp_fin_timeout` <= 60 s
 /// the orphan becomes a FIN-WAIT-2 timewait socket (`tcp_time_wait(sk, TCP_FIN_WAIT2,
 /// tmo)`) that simply expires: nothing is sent when the timeout ends (a RST goes only to
