@@ -1465,3 +1465,38 @@ fn a_lost_fin_is_retransmitted_until_acknowledged() {
         t.assert_released();
     }
 }
+
+/// RFC 9293 §3.6 simultaneous open, then a shutdown before our SYN is acknowledged:
+/// SYN-RECEIVED goes to FIN-WAIT-1 with the SYN still unacknowledged. Its retransmission
+/// is the SYN-ACK again (Linux resends the SYN skb at the head of its queue), never a data
+/// byte at ISS (found by the `tcp_conn` fuzz target: one garbage byte went out at ISS).
+#[test]
+fn syn_unacknowledged_in_fin_wait_1_is_retransmitted_as_a_syn() {
+    let mut t = SegTest::new(0);
+    let (h, syn) = t.connect();
+    // The peer's SYN crosses ours.
+    t.send(Seg::syn(5000));
+    let synack = t.recv().expect("SYN-ACK");
+    assert!(synack.has(Flags::SYN | Flags::ACK), "{synack:?}");
+    assert_eq!(t.stack.tcp_state(h), Ok(State::SynReceived));
+    let now = t.now;
+    t.stack.tcp_shutdown(now, h, Shutdown::Write).unwrap();
+    assert_eq!(t.stack.tcp_state(h), Ok(State::FinWait1));
+    t.recv_all();
+    let again: Vec<Seg> = t
+        .advance(Duration::from_secs(3))
+        .into_iter()
+        .map(|(_, s)| s)
+        .collect();
+    assert!(!again.is_empty(), "retransmitted");
+    for s in &again {
+        assert!(s.payload.is_empty(), "no data was written: {s:?}");
+        if s.seq == syn.seq {
+            assert!(s.has(Flags::SYN | Flags::ACK), "{s:?}");
+        }
+    }
+    assert!(again.iter().any(|s| s.has(Flags::SYN)), "{again:?}");
+    let now = t.now;
+    t.stack.tcp_abort(now, h).unwrap();
+    t.assert_released();
+}
