@@ -596,11 +596,24 @@ fn simultaneous_close_goes_through_closing_to_time_wait() {
     assert_eq!(tw.len(), 1);
     assert_eq!((tw[0].1, tw[0].2), (PEER, t.now + Duration::from_secs(60)));
     assert_eq!(t.stack.tcp_resources().connections, 0);
+    // Half-way through the wait the peer retransmits its FIN (its ACK of ours was lost,
+    // as it sees it): RFC 9293 §3.10.7.4 "Acknowledge it, and restart the 2 MSL timeout".
+    // The clock moves first, so that a restart and no restart differ (issue #10).
+    t.advance(Duration::from_secs(30));
+    assert_eq!(t.recv(), None);
+    assert_eq!(t.stack.tcp_resources().timewait, 1);
     t.send(Seg::ack(1001, iss.wrapping_add(2)).fin());
     let again = t.recv().expect("a retransmitted FIN is acknowledged");
     assert_eq!((again.seq, again.ack), (iss.wrapping_add(2), 1002));
+    let tw = t.stack.tcp_timewait_list();
+    assert_eq!(
+        (tw.len(), tw[0].2),
+        (1, t.now + Duration::from_secs(60)),
+        "the wait restarted at the retransmitted FIN"
+    );
     let now = t.now;
     t.stack.tcp_close(now, h).unwrap();
+    // 59 s after the FIN is 89 s after TIME-WAIT began: only a restarted wait is still on.
     t.advance(Duration::from_secs(59));
     assert_eq!(
         t.stack.tcp_resources().timewait,
@@ -708,6 +721,37 @@ fn orphaned_fin_wait_2_times_out() {
     t.recv().expect("ACK");
     let now = t.now;
     t.stack.tcp_close(now, h).unwrap();
+    t.assert_released();
+}
+
+/// Linux `__tcp_close`: a connection shut down for writing whose FIN was acknowledged
+/// (FIN-WAIT-2, still held) and then closed is an orphan in FIN-WAIT-2: it too is gone
+/// after `tcp_fin_timeout` (found by the `tcp_conn` fuzz target: it was never freed).
+#[test]
+fn shutdown_then_close_in_fin_wait_2_times_out() {
+    let mut t = SegTest::listening(80);
+    t.stack.set_sysctl("net.ipv4.tcp_fin_timeout", 30).unwrap();
+    let (h, iss) = open(&mut t);
+    let now = t.now;
+    t.stack.tcp_shutdown(now, h, Shutdown::Write).unwrap();
+    t.recv().expect("our FIN");
+    t.send(Seg::ack(1001, iss.wrapping_add(2)));
+    assert_eq!(t.stack.tcp_state(h), Ok(State::FinWait2));
+    t.advance(10 * SEC);
+    let now = t.now;
+    t.stack.tcp_close(now, h).unwrap();
+    assert_eq!(t.advance(Duration::from_millis(29_900)), vec![]);
+    assert_eq!(
+        t.stack.tcp_resources().connections,
+        1,
+        "still in FIN-WAIT-2"
+    );
+    t.advance(Duration::from_millis(100));
+    assert_eq!(
+        t.stack.tcp_resources().connections,
+        0,
+        "gone tcp_fin_timeout after the close"
+    );
     t.assert_released();
 }
 
@@ -1423,4 +1467,39 @@ fn a_lost_fin_is_retransmitted_until_acknowledged() {
         t.advance(61 * SEC);
         t.assert_released();
     }
+}
+
+/// RFC 9293 §3.6 simultaneous open, then a shutdown before our SYN is acknowledged:
+/// SYN-RECEIVED goes to FIN-WAIT-1 with the SYN still unacknowledged. Its retransmission
+/// is the SYN-ACK again (Linux resends the SYN skb at the head of its queue), never a data
+/// byte at ISS (found by the `tcp_conn` fuzz target: one garbage byte went out at ISS).
+#[test]
+fn syn_unacknowledged_in_fin_wait_1_is_retransmitted_as_a_syn() {
+    let mut t = SegTest::new(0);
+    let (h, syn) = t.connect();
+    // The peer's SYN crosses ours.
+    t.send(Seg::syn(5000));
+    let synack = t.recv().expect("SYN-ACK");
+    assert!(synack.has(Flags::SYN | Flags::ACK), "{synack:?}");
+    assert_eq!(t.stack.tcp_state(h), Ok(State::SynReceived));
+    let now = t.now;
+    t.stack.tcp_shutdown(now, h, Shutdown::Write).unwrap();
+    assert_eq!(t.stack.tcp_state(h), Ok(State::FinWait1));
+    t.recv_all();
+    let again: Vec<Seg> = t
+        .advance(Duration::from_secs(3))
+        .into_iter()
+        .map(|(_, s)| s)
+        .collect();
+    assert!(!again.is_empty(), "retransmitted");
+    for s in &again {
+        assert!(s.payload.is_empty(), "no data was written: {s:?}");
+        if s.seq == syn.seq {
+            assert!(s.has(Flags::SYN | Flags::ACK), "{s:?}");
+        }
+    }
+    assert!(again.iter().any(|s| s.has(Flags::SYN)), "{again:?}");
+    let now = t.now;
+    t.stack.tcp_abort(now, h).unwrap();
+    t.assert_released();
 }

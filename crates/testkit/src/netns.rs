@@ -70,6 +70,28 @@ pub fn tool_or_skip(test: &str, tool: &str) -> bool {
     skip_unless_required(test, reason, "USTACK_REQUIRE_TOOLS").is_some()
 }
 
+/// Whether the kernel offers congestion control `cc` (`tcp_available_congestion_control`),
+/// after trying `modprobe tcp_<cc>` when it does not. Prints a skip note for `test` and
+/// returns false if it still does not, or panics when `USTACK_REQUIRE_ROOT` is set (a
+/// kernel-peer test under CI must run every cell it names).
+pub fn kernel_cc_or_skip(test: &str, cc: &str) -> bool {
+    let offered = || {
+        std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
+            .is_ok_and(|s| s.split_whitespace().any(|c| c == cc))
+    };
+    if !offered() && on_path("modprobe") {
+        let _ = Command::new("modprobe")
+            .arg(format!("tcp_{cc}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+    let reason = (!offered()).then(|| {
+        format!("the kernel offers no `{cc}` congestion control (`modprobe tcp_{cc}` failed)")
+    });
+    skip_unless_required(test, reason, "USTACK_REQUIRE_ROOT").is_some()
+}
+
 fn skip_unless_required(test: &str, reason: Option<String>, var: &str) -> Option<()> {
     let Some(reason) = reason else {
         return Some(());

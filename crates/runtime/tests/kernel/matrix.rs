@@ -22,9 +22,10 @@
 //!
 //! Needs root (skips otherwise, unless `USTACK_REQUIRE_ROOT`); tshark's check needs tshark
 //! (skipped with a note, unless `USTACK_REQUIRE_TSHARK`). `bbr` cells run when the kernel
-//! offers bbr (`tcp_available_congestion_control`; it cannot be loaded here: no modules);
-//! otherwise they are skipped with a note. On an Ethernet link (packet, xdp) the relay's
-//! faults hit ARP too: a lost request or reply costs a retry.
+//! offers bbr (`tcp_available_congestion_control`, after `modprobe tcp_bbr`); otherwise
+//! they are skipped with a note, or fail under `USTACK_REQUIRE_ROOT`. A matrix test that
+//! ran none of its cells fails. On an Ethernet link (packet, xdp) the relay's faults hit
+//! ARP too: a lost request or reply costs a retry.
 
 use core::net::SocketAddrV4;
 use core::time::Duration;
@@ -48,8 +49,8 @@ use ustack_runtime::runtime::{Interest, Runtime, RuntimeBuilder, Sleep};
 use ustack_runtime::servers::{Protocol, Server, ServerStats};
 use ustack_stack::EthernetAddress;
 use ustack_testkit::netns::{
-    KERNEL_IP, NetNs, PY_CC_ENV, PY_ECHO_CLIENT, PacketRig, TunRig, USTACK_IP, XdpRig, python_argv,
-    root_or_skip, veth_or_skip,
+    KERNEL_IP, NetNs, PY_CC_ENV, PY_ECHO_CLIENT, PacketRig, TunRig, USTACK_IP, XdpRig,
+    kernel_cc_or_skip, python_argv, root_or_skip, veth_or_skip,
 };
 use ustack_testkit::pattern;
 use ustack_testkit::tshark::{CLEAN_RETRANSMISSIONS, check_capture};
@@ -173,13 +174,6 @@ impl Sysctls {
         }
         Ok(())
     }
-}
-
-/// Whether the kernel offers congestion control `cc` (built in: modules cannot be loaded
-/// on these machines).
-fn cc_available(cc: &str) -> bool {
-    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
-        .is_ok_and(|s| s.split_whitespace().any(|c| c == cc))
 }
 
 /// One cell of the matrix.
@@ -481,14 +475,20 @@ fn run_cell<D: Device + Sleep + Send + 'static>(
     // A storm is many more retransmissions than losses explain. The capture sees what
     // ustack sent before the egress faults, and what the kernel sent after the ingress
     // faults (a duplicate looks like a retransmission there; a reordered segment may
-    // too). ustack's are bounded by what the relay did. The kernel's are its own choice
-    // (with bbr under reordering it retransmits spuriously by the hundred: 356
-    // RetransSegs in one 2 MiB cell): the capture must agree with what the kernel says it
-    // sent, so a storm ustack provoked (a lost or withheld ACK stream) still shows, but
-    // the kernel's own reordering heuristics are not graded.
+    // too). Both ends are bounded by what the relay did, never by their own counts: a
+    // kernel storm that ustack provokes (lost or withheld ACKs, data dropped on receipt)
+    // would raise a bound made of the kernel's retransmissions with it (issue #10). The
+    // kernel retransmits spuriously under reordering: its RACK marks a segment held 3 ms
+    // (beyond its reordering window) lost, the jitter reorders more than the relay counts
+    // as reordered, and a held ACK can fire its tail loss probe (tun, cubic, SACK on: 146
+    // and 393 by tshark in two runs of the same cell with 136 and 140 frames reordered;
+    // bbr 175 and 183). Hence 4 more per reordered frame for the kernel; without faults
+    // its bound is ustack's handful (a storm ustack provokes by dropping every 20th data
+    // segment it receives: 62 by tshark, over the 56 allowed).
     let lost = e.lost + i.lost;
-    let ustack_bound = 4 * lost + 2 * (e.reordered + i.reordered) + CLEAN_RETRANSMISSIONS;
-    let kernel_bound = ustack_bound + 2 * i.duplicated + 2 * i.reordered + 2 * retrans_kernel;
+    let reordered = e.reordered + i.reordered;
+    let ustack_bound = 4 * lost + 2 * reordered + CLEAN_RETRANSMISSIONS;
+    let kernel_bound = ustack_bound + 2 * i.duplicated + 4 * reordered;
     if let Some(report) = check_capture(&what, &pcap, USTACK_IP, (ustack_bound, kernel_bound)) {
         assert_eq!(
             report.packets, out.captured,
@@ -509,11 +509,7 @@ pub fn run_matrix<D: Device + Sleep + Send + 'static>(link: &Link<D>, test: &str
     let started = std::time::Instant::now();
     let mut ran = 0;
     for (i, cell) in cells.iter().enumerate() {
-        if !cc_available(cell.sysctls.cc) {
-            eprintln!(
-                "{test}: cell {i} skipped: the kernel offers no `{}` congestion control",
-                cell.sysctls.cc
-            );
+        if !kernel_cc_or_skip(&format!("{test} cell {i}"), cell.sysctls.cc) {
             continue;
         }
         run_cell(test, link, &dir, i, cell);
@@ -525,6 +521,8 @@ pub fn run_matrix<D: Device + Sleep + Send + 'static>(link: &Link<D>, test: &str
         cells.len(),
         started.elapsed().as_secs_f64()
     );
+    // A test that checked nothing must not pass (issue #10: the bbr cells could all skip).
+    assert!(ran > 0, "{test}: none of its {} cells ran", cells.len());
 }
 
 fn tempdir(test: &str) -> PathBuf {

@@ -543,6 +543,16 @@ impl Stack {
                 self.mib.inc(Counter::TcpExtTCPAbortOnData);
                 self.tcp_abort(now, h)?;
             }
+            // Already in FIN-WAIT-2 (shutdown, the FIN acknowledged, then close): the
+            // orphan waits for the peer's FIN only tcp_fin_timeout, as one closed in
+            // FIN-WAIT-1 does (Linux __tcp_close: "if (sk->sk_state == TCP_FIN_WAIT2) {
+            // ... inet_csk_reset_keepalive_timer(sk, tmo - TCP_TIMEWAIT_LEN)"; or
+            // tcp_time_wait(sk, TCP_FIN_WAIT2, tmo)). Without it nothing ever frees it.
+            State::FinWait2 => {
+                tcb.timers.keepalive =
+                    now + core::time::Duration::from_secs(self.sysctl.tcp_fin_timeout);
+                self.tcp_arm(h);
+            }
             _ => {
                 self.tcp_queue_fin(now, h);
                 self.tcp_orphan_check_oom(now, h, 0);

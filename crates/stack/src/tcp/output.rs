@@ -827,7 +827,13 @@ impl Stack {
         let Some(tcb) = self.tcp.get(h) else {
             return false;
         };
-        let syn = start == tcb.snd.iss && matches!(tcb.state, State::SynSent | State::SynReceived);
+        // The SYN is resent as a SYN (or SYN-ACK) also after a shutdown in SYN-RECEIVED
+        // (simultaneous open) took the connection to FIN-WAIT-1 before it was acknowledged
+        // (Linux retransmits the SYN skb still at the head of its queue), never as a data
+        // byte at ISS.
+        let syn = start == tcb.snd.iss
+            && (matches!(tcb.state, State::SynSent | State::SynReceived)
+                || tcb.snd.una == tcb.snd.iss);
         let ok = if syn && tcb.state == State::SynSent {
             self.tcp_send_syn(now, h);
             true

@@ -28,6 +28,7 @@ use ustack_runtime::Mode;
 use ustack_runtime::api::TcpStream;
 use ustack_runtime::runtime::{Events, Interest};
 use ustack_runtime::servers::{Protocol, Server};
+use ustack_stack::inspect::MemoryUsage;
 use ustack_stack::tcp::State;
 
 use super::linux::{self, Exchanges, Peer};
@@ -98,26 +99,28 @@ pub fn ustack(run: &Run, hold: Duration) -> anyhow::Result<Outcome> {
     let server = std::thread::Builder::new()
         .name("ustack-server".into())
         .spawn(
-            move || -> anyhow::Result<(Duration, u64, serde_json::Value)> {
+            move || -> anyhow::Result<(Duration, u64, serde_json::Value, serde_json::Value)> {
                 let mut rt = server_builder.build(a)?;
                 let mut server = Server::bind_all(&mut rt, Protocol::Echo, &server_addrs, None)?;
-                let mem0 = rt.stack().memory().total() as u64;
+                let mem0 = rt.stack().memory();
+                let mut mem1 = None;
                 let cpu0 = shm::thread_cpu();
                 while !shared.stop.load(Ordering::Relaxed) {
                     server.step(&mut rt, shm::STOP_CHECK)?;
                     let held = server.connections();
                     shared.conns.store(held, Ordering::Relaxed);
                     let target = shared.target.load(Ordering::Relaxed);
-                    if target > 0 && held >= target && shared.mem.load(Ordering::Relaxed) == NOT_YET
-                    {
-                        let mem = rt.stack().memory().total() as u64;
-                        shared.mem.store(mem, Ordering::Relaxed);
+                    if target > 0 && held >= target && mem1.is_none() {
+                        let mem = rt.stack().memory();
+                        shared.mem.store(mem.total() as u64, Ordering::Relaxed);
+                        mem1 = Some(mem);
                     }
                 }
-                let mem1 = shared.mem.load(Ordering::Relaxed);
+                let mem1 = mem1.unwrap_or_else(|| mem0.clone());
                 Ok((
                     shm::thread_cpu() - cpu0,
-                    mem1.saturating_sub(mem0),
+                    (mem1.total() as u64).saturating_sub(mem0.total() as u64),
+                    kinds_growth(&mem0, &mem1),
                     rt.stack().mib().to_json(),
                 ))
             },
@@ -126,7 +129,7 @@ pub fn ustack(run: &Run, hold: Duration) -> anyhow::Result<Outcome> {
     let stop_server = || probe.stop.store(true, Ordering::Relaxed);
     let result = ustack_client(run, hold, b, &addrs, &probe);
     stop_server();
-    let (cpu, stack_growth, counters) = match server.join() {
+    let (cpu, stack_growth, kinds, counters) = match server.join() {
         Ok(r) => r.context("the ustack server")?,
         Err(_) => bail!("the ustack server thread panicked"),
     };
@@ -135,11 +138,29 @@ pub fn ustack(run: &Run, hold: Duration) -> anyhow::Result<Outcome> {
     c.mem_bytes = stack_growth;
     c.mem_detail = json!({
         "stack_bytes": stack_growth,
+        "stack_kinds": kinds,
         "bench_process_rss_bytes": rss_growth,
     });
     o = o.with_counters(counters, rt.stack().mib().to_json());
     o.server_cpu = Some(cpu);
     Ok(o)
+}
+
+/// What each kind of the stack's memory accounting (`Stack::memory`) grew by from `a` to
+/// `b`: `{kind: {"count": objects, "bytes": heap bytes}}`, signed.
+fn kinds_growth(a: &MemoryUsage, b: &MemoryUsage) -> serde_json::Value {
+    let mut out = serde_json::Map::new();
+    for k in &b.kinds {
+        let (count, bytes) = a.get(k.name).map_or((0, 0), |k| (k.count, k.bytes));
+        out.insert(
+            k.name.to_owned(),
+            json!({
+                "count": k.count as i64 - count as i64,
+                "bytes": k.bytes as i64 - bytes as i64,
+            }),
+        );
+    }
+    out.into()
 }
 
 /// The bench process's resident memory (client and ustack server together).
@@ -405,6 +426,7 @@ pub fn linux(run: &Run, hold: Duration) -> anyhow::Result<Outcome> {
         (Some(a), Some(b)) => Some(Duration::from_nanos(b.saturating_sub(a))),
         _ => None,
     };
+    let pids: Vec<u32> = servers.iter().map(Peer::pid).collect();
     for p in clients.into_iter().chain(servers) {
         p.stop()?;
     }
@@ -432,6 +454,7 @@ pub fn linux(run: &Run, hold: Duration) -> anyhow::Result<Outcome> {
             "kernel_slab_bytes": slab,
             "kernel_slab_source": source,
             "processes": procs,
+            "pids": pids,
         }),
     });
     Ok(o)
