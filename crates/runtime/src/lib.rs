@@ -9,7 +9,6 @@ pub mod multi;
 pub mod poller;
 pub mod rss;
 pub mod runtime;
-pub mod servers;
 pub mod shard;
 pub mod timer;
 
