@@ -1,4 +1,4 @@
-//! [`Load`]: verifying clients for a [`Server`](crate::Server) (every echoed byte, every
+//! [`Load`]: verifying clients for a [`Server`](crate::Server)(crate::Server) (every echoed byte, every
 //! HTTP response), used by the tests and by `ustack serve --link sim`.
 
 use core::net::SocketAddrV4;
@@ -40,7 +40,7 @@ struct LoadConn {
     closing: bool,
 }
 
-/// Verifying clients for a [`Server`]: `conns` connections each doing `per_conn` exchanges
+/// Verifying clients for a [`Server`](crate::Server)(crate::Server): `conns` connections each doing `per_conn` exchanges
 /// one at a time, every reply checked, then a close that the server must answer with its
 /// own.
 ///

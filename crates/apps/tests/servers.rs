@@ -9,15 +9,13 @@ use std::path::PathBuf;
 use ustack_apps::{FIXED_BODY, Load, MAX_REQUEST_HEAD, Protocol, Server};
 use ustack_dev::sim::{Side, SimConfig, SimLinkConfig};
 use ustack_runtime::api::TcpStream;
-use ustack_runtime::runtime::{
-    Clock, Runtime, RuntimeBuilder, SimLinkPort, VirtualClock, sim_pair,
-};
+use ustack_runtime::runtime::{Clock, Runtime, RuntimeBuilder, SimPort, VirtualClock, sim_pair};
 use ustack_stack::{EthernetAddress, Instant};
 
 const SERVER_IP: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 2);
 const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
 
-type Rt = Runtime<SimLinkPort, VirtualClock>;
+type Rt = Runtime<SimPort, VirtualClock>;
 
 fn pair() -> (Rt, Rt, VirtualClock) {
     pair_on(SimLinkConfig::default())

@@ -8,9 +8,7 @@ use std::io::ErrorKind;
 
 use ustack_dev::sim::SimLinkConfig;
 use ustack_runtime::api::{TcpListener, TcpStream};
-use ustack_runtime::runtime::{
-    Clock, Runtime, RuntimeBuilder, SimLinkPort, VirtualClock, sim_pair,
-};
+use ustack_runtime::runtime::{Clock, Runtime, RuntimeBuilder, SimPort, VirtualClock, sim_pair};
 use ustack_stack::tcp::State;
 use ustack_stack::{EthernetAddress, Instant};
 
@@ -21,7 +19,7 @@ const ADDR: SocketAddrV4 = SocketAddrV4::new(SERVER_IP, 9000);
 const ECONNRESET: i32 = 104;
 const EBADF: i32 = 9;
 
-type Rt = Runtime<SimLinkPort, VirtualClock>;
+type Rt = Runtime<SimPort, VirtualClock>;
 
 /// Run both runtimes until `done` holds (at most 10 s of virtual time).
 fn run_until(
