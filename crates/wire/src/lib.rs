@@ -16,6 +16,8 @@
 //! RFC 9293 (TCP), RFC 7323 (window scale, timestamps), RFC 2018 (SACK), RFC 8200 (IPv6),
 //! RFC 4443 (ICMPv6), RFC 1071 and RFC 1624 (checksums).
 
+mod view;
+
 pub mod arp;
 pub mod checksum;
 pub mod ethernet;
