@@ -40,30 +40,16 @@ mod netns;
 pub mod packet;
 pub mod shm;
 pub mod sim;
+pub mod sleep;
 mod sys;
 pub mod tun;
 pub mod xdp;
 
 pub use netns::in_netns;
+pub use sleep::{Clock, Idle, Sleep};
 
-/// What a device's frames carry, i.e. where the stack's input starts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Medium {
-    /// Ethernet II frames: 14-byte header (destination, source, EtherType), no FCS.
-    Ethernet,
-    /// Bare IP packets, no link-layer header (a TUN device).
-    Ip,
-}
-
-impl Medium {
-    /// Bytes of link-layer header in front of the IP packet: 14 for Ethernet, 0 for IP.
-    pub const fn header_len(self) -> usize {
-        match self {
-            Medium::Ethernet => 14,
-            Medium::Ip => 0,
-        }
-    }
-}
+/// What a device's frames carry (the wire crate's, which the stack shares).
+pub use ustack_wire::Medium;
 
 /// What a device can carry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -5,7 +5,7 @@
 //! reads the wall clock: every call takes `now` from the caller's (virtual) clock, and
 //! [`SimLink::next_event`] / [`Device::poll_at`] say when to jump the clock to next.
 //!
-//! Each direction is a [`FaultLine`](crate::fault::FaultLine): what happens to a frame (MTU,
+//! Each direction is a [`FaultLine`]: what happens to a frame (MTU,
 //! loss, duplication, rate and queue, corruption, delay, jitter, reordering, in netem's
 //! order) and how the randomness stays reproducible are described in [`crate::fault`],
 //! which the fault relay for real links ([`Faulty`](crate::fault::Faulty)) shares. The
@@ -37,7 +37,9 @@
 //! assert_eq!(link.stats(Side::A).delivered, 1);
 //! ```
 
+use core::cell::RefCell;
 use core::fmt;
+use std::rc::Rc;
 
 use ustack_obs::time::Instant;
 
@@ -64,11 +66,11 @@ impl Side {
 }
 
 /// Conditions of one direction of a [`SimLink`] (the fault relay's too):
-/// `SimConfig::default()` is a perfect link. See [`FaultConfig`].
+/// `SimConfig::default()` is a perfect link. See [`FaultConfig`](crate::fault::FaultConfig).
 pub use crate::fault::FaultConfig as SimConfig;
-/// What a [`SimLink`] did to a frame, reported to its observer. See [`FaultEvent`].
+/// What a [`SimLink`] did to a frame, reported to its observer. See [`FaultEvent`](crate::fault::FaultEvent).
 pub use crate::fault::FaultEvent as SimEvent;
-/// Counters of one direction of a [`SimLink`]. See [`FaultStats`].
+/// Counters of one direction of a [`SimLink`]. See [`FaultStats`](crate::fault::FaultStats).
 pub use crate::fault::FaultStats as SimStats;
 
 /// Configuration of a whole [`SimLink`].
@@ -186,8 +188,8 @@ impl SimLink {
         self.dir(from).stats()
     }
 
-    /// A [`Device`] view of one port.
-    pub fn port(&mut self, side: Side) -> SimPort<'_> {
+    /// A [`Device`] view of one port, borrowing the link.
+    pub fn port(&mut self, side: Side) -> SimPort<&mut SimLink> {
         SimPort { link: self, side }
     }
 
@@ -240,31 +242,92 @@ impl SimLink {
     }
 }
 
-/// One port of a [`SimLink`] as a [`Device`]: borrow it with [`SimLink::port`].
-#[derive(Debug)]
-pub struct SimPort<'a> {
-    link: &'a mut SimLink,
+/// How a [`SimPort`] holds its link: borrowed (`&mut SimLink`, from [`SimLink::port`], for
+/// a loop that owns the link) or shared by both ports ([`SharedSimLink`], from
+/// [`sim_pair`], so that each of two runtimes in one thread can own its port).
+pub trait SimLinkRef {
+    /// Run `f` on the link.
+    fn with<R>(&self, f: impl FnOnce(&SimLink) -> R) -> R;
+    /// Run `f` on the link, mutably.
+    fn with_mut<R>(&mut self, f: impl FnOnce(&mut SimLink) -> R) -> R;
+}
+
+impl SimLinkRef for &mut SimLink {
+    fn with<R>(&self, f: impl FnOnce(&SimLink) -> R) -> R {
+        f(self)
+    }
+    fn with_mut<R>(&mut self, f: impl FnOnce(&mut SimLink) -> R) -> R {
+        f(self)
+    }
+}
+
+/// A link both ports of a [`sim_pair`] share (one thread).
+pub type SharedSimLink = Rc<RefCell<SimLink>>;
+
+impl SimLinkRef for SharedSimLink {
+    fn with<R>(&self, f: impl FnOnce(&SimLink) -> R) -> R {
+        f(&self.borrow())
+    }
+    fn with_mut<R>(&mut self, f: impl FnOnce(&mut SimLink) -> R) -> R {
+        f(&mut self.borrow_mut())
+    }
+}
+
+/// One port of a [`SimLink`] as a [`Device`]: borrowed with [`SimLink::port`], or owned
+/// (the link shared with the other port) from [`sim_pair`].
+#[derive(Debug, Clone)]
+pub struct SimPort<L: SimLinkRef = SharedSimLink> {
+    link: L,
     side: Side,
 }
 
-impl SimPort<'_> {
+/// Both ends of a new sim link, each a port a runtime can own: side A's and side B's.
+pub fn sim_pair(config: SimLinkConfig) -> (SimPort, SimPort) {
+    let link = Rc::new(RefCell::new(SimLink::new(config)));
+    (
+        SimPort {
+            link: link.clone(),
+            side: Side::A,
+        },
+        SimPort {
+            link,
+            side: Side::B,
+        },
+    )
+}
+
+impl<L: SimLinkRef> SimPort<L> {
     /// Which end of the link this port is.
     pub fn side(&self) -> Side {
         self.side
     }
+
+    /// The earliest arrival at either port ([`SimLink::next_event`]).
+    pub fn next_event(&self) -> Option<Instant> {
+        self.link.with(SimLink::next_event)
+    }
 }
 
-impl Device for SimPort<'_> {
+impl SimPort<SharedSimLink> {
+    /// The link, for its statistics and conditions.
+    pub fn link(&self) -> &SharedSimLink {
+        &self.link
+    }
+}
+
+impl<L: SimLinkRef> Device for SimPort<L> {
     fn caps(&self) -> DeviceCaps {
-        self.link.caps()
+        self.link.with(|l| l.caps())
     }
     fn recv(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
-        self.link.recv(now, self.side, buf)
+        let side = self.side;
+        self.link.with_mut(|l| l.recv(now, side, buf))
     }
     fn send(&mut self, now: Instant, frame: &[u8]) -> bool {
-        self.link.send(now, self.side, frame)
+        let side = self.side;
+        self.link.with_mut(|l| l.send(now, side, frame))
     }
     fn poll_at(&self) -> Option<Instant> {
-        self.link.poll_at(self.side)
+        self.link.with(|l| l.poll_at(self.side))
     }
 }

@@ -2,7 +2,8 @@
 //! drop reasons, and the pcap writer. Depends on no other ustack crate.
 //!
 //! - [`mib`]: [`Counter`] (every counter of Linux's `/proc/net/snmp` and `/proc/net/netstat`,
-//!   same names and order) and [`Mib`], their storage, rendered like those files or as JSON.
+//!   same names and order) and [`Mib`], their storage, rendered like those files or, with the
+//!   `json` feature (serde_json; off by default, so the stack's graph has no serde), as JSON.
 //! - [`drop`](mod@drop): [`DropReason`], why a packet was dropped, and which counters that bumps.
 //! - [`pcap`]: [`PcapWriter`], classic pcap files for tcpdump and tshark.
 //! - [`time`]: [`Instant`], the caller's clock.

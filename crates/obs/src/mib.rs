@@ -19,6 +19,7 @@
 
 use core::fmt::{self, Write as _};
 
+#[cfg(feature = "json")]
 use serde_json::{Map, Value};
 
 use crate::drop::DropReason;
@@ -801,7 +802,9 @@ impl Mib {
     /// plus `"IcmpMsg"` (`{"InType8": 3}`, non-zero types only) and `"Drops"`
     /// (`{"IP_CSUM": 1}`, non-zero reasons only):
     /// `{"Ip": {"Forwarding": 2, ...}, "Icmp": {...}, "IcmpMsg": {...}, "Tcp": {...}, "Udp": {...},
-    /// "UdpLite": {...}, "TcpExt": {...}, "IpExt": {...}, "Drops": {...}}`.
+    /// "UdpLite": {...}, "TcpExt": {...}, "IpExt": {...}, "Drops": {...}}`. With the `json`
+    /// feature.
+    #[cfg(feature = "json")]
     pub fn to_json(&self) -> Value {
         let mut root = Map::new();
         for &table in Table::ALL {
@@ -867,6 +870,7 @@ impl fmt::Display for Printed {
     }
 }
 
+#[cfg(feature = "json")]
 impl From<Printed> for Value {
     fn from(p: Printed) -> Value {
         match p {

@@ -2,6 +2,7 @@
 
 use std::collections::HashSet;
 
+#[cfg(feature = "json")]
 use serde_json::json;
 use ustack_obs::{Counter, DropReason, Kind, Mib, Table};
 
@@ -155,6 +156,8 @@ fn merge_sums_counts_but_not_constants() {
     assert_eq!(total.get(Counter::IpDefaultTTL), 100);
 }
 
+/// Run with the `json` feature (as the workspace's tests are: the tool enables it).
+#[cfg(feature = "json")]
 #[test]
 fn json_shape() {
     let mut mib = Mib::new();

@@ -9,7 +9,6 @@ pub mod multi;
 pub mod poller;
 pub mod rss;
 pub mod runtime;
-pub mod servers;
 pub mod shard;
 pub mod timer;
 
@@ -18,8 +17,8 @@ pub use multi::{RssSplitter, ShardApp, ShardContext, ShardedBuilder, ShardedRunt
 pub use poller::{Event, Mode, Poller, PollerError};
 pub use rss::{Reta, Rss, RssKey, pick_local_port, shard_of};
 pub use runtime::{
-    Clock, Events, Interest, MonotonicClock, Runtime, RuntimeBuilder, RuntimeStats, SimLinkPort,
-    Sleep, Source, VirtualClock, random_mac, sim_pair,
+    Clock, Events, Interest, MonotonicClock, Runtime, RuntimeBuilder, RuntimeStats, SimPort, Sleep,
+    Source, VirtualClock, random_mac, sim_pair,
 };
 pub use shard::{Budget, PollResult, Shard, ShardStats};
 pub use timer::{TimerId, TimerWheel};

@@ -85,8 +85,9 @@ use ustack_stack::{Instant, Stack, TcpHandle};
 
 use crate::api::TcpListener;
 use crate::rss::Rss;
-use crate::runtime::{MonotonicClock, Runtime, RuntimeBuilder, Sleep};
+use crate::runtime::{Clock, MonotonicClock, Runtime, RuntimeBuilder, Sleep};
 use crate::shard::ShardStats;
+use ustack_dev::shm::ShmPort;
 
 /// The application on one shard. Made on the shard's thread by the factory given to
 /// [`ShardedBuilder::start`]; returned by [`ShardedRuntime::stop`] when the thread ends.
@@ -764,5 +765,14 @@ impl<D: Device> Device for RssSplitter<D> {
 
     fn poll_at(&self) -> Option<Instant> {
         self.queues.iter().filter_map(Device::poll_at).min()
+    }
+}
+
+/// The far end of a sharded shm link sleeps on every queue's doorbell at once
+/// ([`ustack_dev::shm::wait_any`]).
+impl Sleep for RssSplitter<ShmPort> {
+    fn sleep_until(&mut self, clock: &dyn Clock, deadline: Option<Instant>) -> io::Result<bool> {
+        let timeout = deadline.map(|d| d - clock.now());
+        ustack_dev::shm::wait_any(self.queues_mut(), timeout)
     }
 }

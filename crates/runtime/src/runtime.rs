@@ -19,8 +19,8 @@
 //!    first poll the device for up to that long without sleeping, which trades a core for
 //!    the wake-up latency of a system call; a frame ends it;
 //! 4. **sleep** on the device ([`Sleep`]): the shm port arms its doorbell and sleeps in
-//!    `poll(2)` on its eventfd ([`ShmPort::wait`]), a TUN queue sleeps in `poll(2)` on its
-//!    file ([`TunQueue::wait`]); on a [`VirtualClock`] the clock jumps
+//!    `poll(2)` on its eventfd ([`ShmPort::wait`](ustack_dev::shm::ShmPort::wait)), a TUN queue sleeps in `poll(2)` on its
+//!    file ([`TunQueue::wait`](ustack_dev::tun::TunQueue::wait)); on a [`VirtualClock`] the clock jumps
 //!    to the wake-up instead (tests, simulations).
 //!
 //! [`Runtime::poll`] is the epoll-style wait on top: rounds, then [`Poller::wait`], then
@@ -57,32 +57,28 @@
 //! # More shards
 //!
 //! A runtime is one shard and is used from one thread. Multi-shard runtimes will run one
-//! `Runtime` per thread (each with its own device queue, e.g. one [`ShmPort`] per queue
+//! `Runtime` per thread (each with its own device queue, e.g. one `ShmPort` per queue
 //! pair), a listener bound on each (like `SO_REUSEPORT`), and outbound connections from
 //! ports picked by [`crate::rss::pick_local_port`] so that replies come back to the shard.
 //! [`RuntimeBuilder::shard`] already numbers the shard.
 
-use core::cell::RefCell;
 use core::fmt;
 use core::net::Ipv4Addr;
 use core::time::Duration;
 use std::collections::VecDeque;
 use std::io;
-use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use ustack_dev::capture::{Capture, Tap};
-use ustack_dev::fault::Faulty;
-use ustack_dev::packet::PacketQueue;
-use ustack_dev::shm::ShmPort;
-use ustack_dev::sim::{Side, SimLink, SimLinkConfig};
-use ustack_dev::tun::TunQueue;
-use ustack_dev::xdp::XdpQueue;
+/// The sim port a runtime owns, and the pair of them on one link.
+pub use ustack_dev::sim::{SimPort, sim_pair};
+use ustack_dev::sleep::min_opt;
+/// The clock and sleep traits are the device crate's (a device knows how to wait); the
+/// runtime's clocks ([`MonotonicClock`], [`VirtualClock`]) implement [`Clock`].
+pub use ustack_dev::sleep::{Clock, Idle, Sleep};
 use ustack_dev::{Device, DeviceCaps, Medium};
 use ustack_stack::{Config, EthernetAddress, Instant, Ipv4Cidr, Readiness, SocketKey, Stack};
 
-use crate::multi::RssSplitter;
 use crate::poller::{Event, Mode, Poller};
 use crate::shard::{PollResult, Shard, ShardStats};
 use crate::timer::{TimerId, TimerWheel};
@@ -92,40 +88,6 @@ use crate::timer::{TimerId, TimerWheel};
 pub const APP_TIMER_BUDGET: usize = 1024;
 
 // ---- clocks ---------------------------------------------------------------------------
-
-/// What an idle loop did with a [`VirtualClock`] (see [`Clock::advance_idle`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Idle {
-    /// A real clock: time passes on its own; the loop must sleep.
-    Real,
-    /// The virtual clock jumped forward.
-    Advanced,
-    /// The virtual clock could not move: another participant has work now, or nothing is
-    /// scheduled anywhere (the simulation is quiescent).
-    Stuck,
-}
-
-/// Where the loop's `now` comes from.
-pub trait Clock {
-    /// The current time.
-    fn now(&self) -> Instant;
-
-    /// Whether time is virtual (moved by the loop, not by itself). Busy polling is off on
-    /// a virtual clock: no time would pass.
-    fn is_virtual(&self) -> bool {
-        false
-    }
-
-    /// Tell the clock when this loop next has work (`Some(Instant::ZERO)`: now; `None`:
-    /// nothing scheduled). Runtimes sharing a virtual clock read each other's.
-    fn publish_wakeup(&self, _at: Option<Instant>) {}
-
-    /// Pass idle time up to `until` without waiting, if the clock is virtual: jump to the
-    /// earliest of `until` and every other participant's published wake-up.
-    fn advance_idle(&self, _until: Option<Instant>) -> Idle {
-        Idle::Real
-    }
-}
 
 /// The real monotonic clock (`CLOCK_MONOTONIC`), with its epoch at creation.
 #[derive(Debug, Clone, Copy)]
@@ -260,166 +222,6 @@ impl Clock for VirtualClock {
         }
         self.inner.now.fetch_max(target, Ordering::Relaxed);
         Idle::Advanced
-    }
-}
-
-// ---- sleeping on a device ---------------------------------------------------------------
-
-/// A device the loop can sleep on when idle.
-pub trait Sleep {
-    /// Wait until the device may have a frame to receive, or `deadline` (on `clock`)
-    /// passes (`None`: no limit). Returns whether the device woke the caller (`false`: the
-    /// deadline passed, or a virtual clock moved). Returns at once if a frame is waiting.
-    fn sleep_until(&mut self, clock: &dyn Clock, deadline: Option<Instant>) -> io::Result<bool>;
-}
-
-/// The shm port sleeps on its doorbell eventfd ([`ShmPort::wait`]: `prepare_sleep`,
-/// `poll(2)`, `finish_sleep`, race-free against the peer's publish).
-impl Sleep for ShmPort {
-    fn sleep_until(&mut self, clock: &dyn Clock, deadline: Option<Instant>) -> io::Result<bool> {
-        let timeout = deadline.map(|d| d - clock.now());
-        self.wait(timeout)
-    }
-}
-
-/// The far end of a sharded shm link sleeps on every queue's doorbell at once
-/// ([`ustack_dev::shm::wait_any`]).
-impl Sleep for RssSplitter<ShmPort> {
-    fn sleep_until(&mut self, clock: &dyn Clock, deadline: Option<Instant>) -> io::Result<bool> {
-        let timeout = deadline.map(|d| d - clock.now());
-        ustack_dev::shm::wait_any(self.queues_mut(), timeout)
-    }
-}
-
-/// A tapped device sleeps as the device does.
-impl<D: Device + Sleep> Sleep for Tap<D> {
-    fn sleep_until(&mut self, clock: &dyn Clock, deadline: Option<Instant>) -> io::Result<bool> {
-        self.device_mut().sleep_until(clock, deadline)
-    }
-}
-
-/// A TUN queue sleeps in `poll(2)` on its file until a packet is waiting or the deadline
-/// ([`TunQueue::wait`]). Nothing arms or drains: readability is the kernel's queue itself,
-/// so a packet that lands before the sleep wakes it at once. A packet socket sleeps the
-/// same way on its socket until a receive block is handed over ([`PacketQueue::wait`]),
-/// an `AF_XDP` socket until its receive ring has a frame ([`XdpQueue::wait`]).
-macro_rules! sleep_in_wait {
-    ($($device:ty),*) => {$(
-        impl Sleep for $device {
-            fn sleep_until(
-                &mut self,
-                clock: &dyn Clock,
-                deadline: Option<Instant>,
-            ) -> io::Result<bool> {
-                let timeout = deadline.map(|d| d - clock.now());
-                self.wait(timeout)
-            }
-        }
-    )*};
-}
-
-sleep_in_wait!(TunQueue, PacketQueue, XdpQueue);
-
-/// A capturing device sleeps on the device it wraps.
-impl<D: Device + Sleep, W: std::io::Write> Sleep for Capture<D, W> {
-    fn sleep_until(&mut self, clock: &dyn Clock, deadline: Option<Instant>) -> io::Result<bool> {
-        self.device_mut().sleep_until(clock, deadline)
-    }
-}
-
-/// The fault relay sleeps on the device it wraps, but no later than the next frame it
-/// holds on either path ([`Device::poll_at`]: a delayed frame is released by the round
-/// after the wake-up); it returns at once if one is due already.
-impl<D: Device + Sleep> Sleep for Faulty<D> {
-    fn sleep_until(&mut self, clock: &dyn Clock, deadline: Option<Instant>) -> io::Result<bool> {
-        let held = self.poll_at();
-        if held.is_some_and(|at| at <= clock.now()) {
-            return Ok(true);
-        }
-        let woken = self
-            .device_mut()
-            .sleep_until(clock, min_opt(deadline, held))?;
-        Ok(woken || self.poll_at().is_some_and(|at| at <= clock.now()))
-    }
-}
-
-/// One side of a [`SimLink`] shared by two runtimes in one thread, as a device a runtime
-/// can own (the dev crate's `SimPort` borrows the link instead). Make both with
-/// [`sim_pair`].
-#[derive(Debug, Clone)]
-pub struct SimLinkPort {
-    link: Rc<RefCell<SimLink>>,
-    side: Side,
-}
-
-/// Both ends of a new sim link: side A's port and side B's.
-pub fn sim_pair(config: SimLinkConfig) -> (SimLinkPort, SimLinkPort) {
-    let link = Rc::new(RefCell::new(SimLink::new(config)));
-    (
-        SimLinkPort {
-            link: link.clone(),
-            side: Side::A,
-        },
-        SimLinkPort {
-            link,
-            side: Side::B,
-        },
-    )
-}
-
-impl SimLinkPort {
-    /// Which end this port is.
-    pub fn side(&self) -> Side {
-        self.side
-    }
-
-    /// The link, for its statistics and conditions.
-    pub fn link(&self) -> &Rc<RefCell<SimLink>> {
-        &self.link
-    }
-}
-
-impl Device for SimLinkPort {
-    fn caps(&self) -> DeviceCaps {
-        self.link.borrow().caps()
-    }
-    fn recv(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
-        self.link.borrow_mut().recv(now, self.side, buf)
-    }
-    fn send(&mut self, now: Instant, frame: &[u8]) -> bool {
-        self.link.borrow_mut().send(now, self.side, frame)
-    }
-    fn poll_at(&self) -> Option<Instant> {
-        self.link.borrow().poll_at(self.side)
-    }
-}
-
-/// On a virtual clock, sleeping is a jump of the clock: to the deadline, but no further
-/// than the next frame on the link in either direction (one to the peer must reach it in
-/// time) or another participant's wake-up. On a real clock (a sim link driven in real
-/// time), a thread sleep until the deadline or the next arrival; with neither, it returns
-/// at once (nothing in this thread can change that, so a caller waiting without a timeout
-/// would spin: use a virtual clock with sim).
-impl Sleep for SimLinkPort {
-    fn sleep_until(&mut self, clock: &dyn Clock, deadline: Option<Instant>) -> io::Result<bool> {
-        let next = self.link.borrow().next_event();
-        let target = min_opt(deadline, next);
-        match clock.advance_idle(target) {
-            Idle::Real => {
-                if let Some(t) = target {
-                    std::thread::sleep(t - clock.now());
-                }
-            }
-            Idle::Advanced | Idle::Stuck => {}
-        }
-        Ok(self.poll_at().is_some_and(|at| at <= clock.now()))
-    }
-}
-
-fn min_opt(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
     }
 }
 

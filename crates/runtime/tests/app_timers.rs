@@ -13,7 +13,7 @@ use ustack_dev::sim::{SimConfig, SimLinkConfig};
 use ustack_runtime::Mode;
 use ustack_runtime::api::UdpSocket;
 use ustack_runtime::runtime::{
-    Events, Interest, Runtime, RuntimeBuilder, SimLinkPort, VirtualClock, sim_pair,
+    Events, Interest, Runtime, RuntimeBuilder, SimPort, VirtualClock, sim_pair,
 };
 use ustack_stack::{EthernetAddress, Instant, Readiness};
 
@@ -30,7 +30,7 @@ fn builder(ip: Ipv4Addr, n: u8) -> RuntimeBuilder {
 }
 
 /// One runtime alone on a sim link, on a virtual clock at `start` (the other end idle).
-fn sim_runtime(start: Instant) -> (Runtime<SimLinkPort, VirtualClock>, SimLinkPort) {
+fn sim_runtime(start: Instant) -> (Runtime<SimPort, VirtualClock>, SimPort) {
     let (a, b) = sim_pair(SimLinkConfig::default());
     let rt = builder(SERVER_IP, 1)
         .build_with_clock(a, VirtualClock::new(start))
@@ -54,7 +54,7 @@ fn expiry_tick(d: Instant) -> u64 {
 
 /// Poll until nothing is left (the virtual clock cannot move), recording every fired
 /// token with the time it was delivered.
-fn drain(rt: &mut Runtime<SimLinkPort, VirtualClock>, capacity: usize) -> Vec<(u64, Instant)> {
+fn drain(rt: &mut Runtime<SimPort, VirtualClock>, capacity: usize) -> Vec<(u64, Instant)> {
     let mut events = Events::with_capacity(capacity);
     let mut got = Vec::new();
     loop {

@@ -16,7 +16,7 @@ use ustack_dev::sim::{Side, SimConfig, SimLinkConfig};
 use ustack_runtime::Mode;
 use ustack_runtime::api::{TcpListener, TcpStream, UdpSocket};
 use ustack_runtime::runtime::{
-    Clock, Events, Interest, Runtime, RuntimeBuilder, SimLinkPort, Sleep, VirtualClock, sim_pair,
+    Clock, Events, Interest, Runtime, RuntimeBuilder, SimPort, Sleep, VirtualClock, sim_pair,
 };
 use ustack_stack::tcp::State;
 use ustack_stack::{EthernetAddress, Instant, Readiness};
@@ -42,7 +42,7 @@ fn client_builder() -> RuntimeBuilder {
         .seed(2)
 }
 
-type SimRt = Runtime<SimLinkPort, VirtualClock>;
+type SimRt = Runtime<SimPort, VirtualClock>;
 
 /// A server and a client runtime on the two ends of a `sim` link, on one virtual clock.
 fn sim_runtimes(link: SimLinkConfig, server: RuntimeBuilder) -> (SimRt, SimRt, VirtualClock) {

@@ -15,7 +15,7 @@ use ustack_dev::sim::{Side, SimLink, SimLinkConfig};
 use ustack_dev::{Device, DeviceCaps, Medium};
 use ustack_obs::{Counter, DropReason};
 use ustack_runtime::rss::{Rss, RssKey};
-use ustack_runtime::runtime::{SimLinkPort, sim_pair};
+use ustack_runtime::runtime::{SimPort, sim_pair};
 use ustack_runtime::shard::{Budget, Shard, TX_BATCH};
 use ustack_stack::tcp::State;
 use ustack_stack::{Config, EthernetAddress, Instant, Ipv4Cidr, Stack};
@@ -39,7 +39,7 @@ fn eth_stack(last: u8, seed: u64) -> Stack {
 /// (10.0.0.2) on side B that the test drives by hand.
 struct Setup {
     link: Link,
-    shard: Shard<SimLinkPort>,
+    shard: Shard<SimPort>,
     peer: Stack,
     now: Instant,
 }

@@ -8,7 +8,7 @@
 //! - TCP, ustack as the server: a kernel client sends 1 MiB and 16 MiB, ustack hashes what
 //!   it read and answers with the SHA-256, both ends compare; and 64 MiB over an interface
 //!   with the kernel's offloads taken (super-segments, partial checksums); the echo server
-//!   of `servers.rs` returns 1 MiB that the client checks;
+//!   of `ustack_apps` returns 1 MiB that the client checks;
 //! - TCP, ustack as the client: bulk to a kernel server and back, SHA-256 at both ends:
 //!   4 MiB each way, and 1 GiB each way (about 13 s with a debug build), streamed at both
 //!   ends without holding it in memory;

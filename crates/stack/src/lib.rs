@@ -43,14 +43,7 @@ pub use sysctl::{Sysctl, SysctlError, SysctlInfo};
 pub use tcp::{ListenerHandle, Shutdown, TcpHandle, TcpInfo, TcpResources};
 pub use udp::UdpHandle;
 pub use ustack_obs::{DropReason, Instant, Mib};
-pub use ustack_wire::EthernetAddress;
-
-/// What the link carries: Ethernet frames (sim, AF_PACKET, AF_XDP) or bare IP packets (TUN).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Medium {
-    Ethernet,
-    Ip,
-}
+pub use ustack_wire::{EthernetAddress, Medium};
 
 /// An IPv4 address with its prefix length, e.g. `192.0.2.1/24`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

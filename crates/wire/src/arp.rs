@@ -19,6 +19,7 @@ use core::fmt;
 use core::net::Ipv4Addr;
 
 use crate::ethernet::{EtherType, EthernetAddress};
+use crate::view::header_view;
 use crate::{Error, Result};
 
 /// Length of the fixed part (hardware type to operation), before the addresses.
@@ -87,27 +88,16 @@ impl From<Operation> for u16 {
     }
 }
 
-/// A zero-copy view of an ARP packet.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Packet<T: AsRef<[u8]>> {
-    buffer: T,
-}
-
-impl<T: AsRef<[u8]>> Packet<T> {
-    /// Wrap a buffer without checking it; accessors may panic on a short buffer.
-    pub const fn new_unchecked(buffer: T) -> Packet<T> {
-        Packet { buffer }
-    }
-
+header_view! {
+    /// A zero-copy view of an ARP packet.
+    Packet;
     /// Wrap a received buffer, checking that it holds the fixed part and all four
     /// addresses at the lengths `ar$hln`/`ar$pln` give (`Err(Truncated)` otherwise).
     /// Trailing bytes (Ethernet padding to 60 bytes) are allowed and ignored.
-    pub fn new_checked(buffer: T) -> Result<Packet<T>> {
-        let packet = Packet::new_unchecked(buffer);
-        packet.check_len()?;
-        Ok(packet)
-    }
+    new_checked
+}
 
+impl<T: AsRef<[u8]>> Packet<T> {
     /// The length check behind [`Packet::new_checked`].
     pub fn check_len(&self) -> Result<()> {
         let b = self.buffer.as_ref();
@@ -118,17 +108,6 @@ impl<T: AsRef<[u8]>> Packet<T> {
             return Err(Error::Truncated);
         }
         Ok(())
-    }
-
-    /// The wrapped buffer.
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
-    #[inline]
-    fn read_u16(&self, at: core::ops::Range<usize>) -> u16 {
-        let b = &self.buffer.as_ref()[at];
-        u16::from_be_bytes([b[0], b[1]])
     }
 
     /// `ar$hrd`: the hardware type (1 for Ethernet).
@@ -243,12 +222,6 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     pub fn set_target_protocol_addr(&mut self, addr: &[u8]) {
         let r = field::tpa(self.hardware_len(), self.protocol_len());
         self.buffer.as_mut()[r].copy_from_slice(addr);
-    }
-}
-
-impl<T: AsRef<[u8]>> AsRef<[u8]> for Packet<T> {
-    fn as_ref(&self) -> &[u8] {
-        self.buffer.as_ref()
     }
 }
 

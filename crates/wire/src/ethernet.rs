@@ -18,6 +18,7 @@
 
 use core::fmt;
 
+use crate::view::header_view;
 use crate::{Error, Result};
 
 /// A MAC address.
@@ -125,31 +126,21 @@ impl fmt::Display for EtherType {
     }
 }
 
-/// A zero-copy view of an Ethernet II frame.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Frame<T: AsRef<[u8]>> {
-    buffer: T,
+header_view! {
+    /// A zero-copy view of an Ethernet II frame.
+    Frame;
+    /// Wrap a received buffer: `Err(Truncated)` if it cannot hold the 14-byte header.
+    /// No accessor panics on the view this returns.
+    new_checked
 }
 
 impl<T: AsRef<[u8]>> Frame<T> {
-    /// Wrap a buffer without checking its length; accessors may panic if it is shorter
-    /// than [`HEADER_LEN`]. Use for buffers the caller sized itself (transmit).
-    pub const fn new_unchecked(buffer: T) -> Frame<T> {
-        Frame { buffer }
-    }
-
-    /// Wrap a received buffer: `Err(Truncated)` if it cannot hold the 14-byte header.
-    /// No accessor panics on the view this returns.
-    pub fn new_checked(buffer: T) -> Result<Frame<T>> {
-        if buffer.as_ref().len() < HEADER_LEN {
+    /// The length check behind [`Frame::new_checked`].
+    pub fn check_len(&self) -> Result<()> {
+        if self.buffer.as_ref().len() < HEADER_LEN {
             return Err(Error::Truncated);
         }
-        Ok(Frame { buffer })
-    }
-
-    /// The wrapped buffer.
-    pub fn into_inner(self) -> T {
-        self.buffer
+        Ok(())
     }
 
     /// Length of a frame carrying `payload_len` bytes of payload.
@@ -207,12 +198,6 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Frame<T> {
     #[inline]
     pub fn payload_mut(&mut self) -> &mut [u8] {
         &mut self.buffer.as_mut()[field::PAYLOAD]
-    }
-}
-
-impl<T: AsRef<[u8]>> AsRef<[u8]> for Frame<T> {
-    fn as_ref(&self) -> &[u8] {
-        self.buffer.as_ref()
     }
 }
 

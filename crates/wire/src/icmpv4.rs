@@ -22,6 +22,7 @@
 
 use core::fmt;
 
+use crate::view::header_view;
 use crate::{Error, Result, checksum};
 
 /// Length of the ICMP header: type, code, checksum and the 4-byte "rest of header".
@@ -223,25 +224,14 @@ impl From<TimeExceeded> for u8 {
     }
 }
 
-/// A zero-copy view of an ICMPv4 message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Packet<T: AsRef<[u8]>> {
-    buffer: T,
+header_view! {
+    /// A zero-copy view of an ICMPv4 message.
+    Packet;
+    /// Wrap a received message: `Err(Truncated)` if shorter than the 8-byte header.
+    new_checked
 }
 
 impl<T: AsRef<[u8]>> Packet<T> {
-    /// Wrap a buffer without checking it; accessors may panic on a buffer shorter than 8.
-    pub const fn new_unchecked(buffer: T) -> Packet<T> {
-        Packet { buffer }
-    }
-
-    /// Wrap a received message: `Err(Truncated)` if shorter than the 8-byte header.
-    pub fn new_checked(buffer: T) -> Result<Packet<T>> {
-        let packet = Packet::new_unchecked(buffer);
-        packet.check_len()?;
-        Ok(packet)
-    }
-
     /// The length check behind [`Packet::new_checked`].
     pub fn check_len(&self) -> Result<()> {
         if self.buffer.as_ref().len() < HEADER_LEN {
@@ -249,17 +239,6 @@ impl<T: AsRef<[u8]>> Packet<T> {
         } else {
             Ok(())
         }
-    }
-
-    /// The wrapped buffer.
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
-    #[inline]
-    fn read_u16(&self, at: core::ops::Range<usize>) -> u16 {
-        let b = &self.buffer.as_ref()[at];
-        u16::from_be_bytes([b[0], b[1]])
     }
 
     /// The message type.
@@ -314,11 +293,6 @@ impl<T: AsRef<[u8]>> Packet<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
-    #[inline]
-    fn write_u16(&mut self, at: core::ops::Range<usize>, value: u16) {
-        self.buffer.as_mut()[at].copy_from_slice(&value.to_be_bytes());
-    }
-
     /// Set the message type.
     #[inline]
     pub fn set_msg_type(&mut self, value: Message) {
@@ -375,12 +349,6 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
         self.set_checksum(0);
         let sum = checksum::data(self.buffer.as_ref());
         self.set_checksum(checksum::finish(sum));
-    }
-}
-
-impl<T: AsRef<[u8]>> AsRef<[u8]> for Packet<T> {
-    fn as_ref(&self) -> &[u8] {
-        self.buffer.as_ref()
     }
 }
 

@@ -15,6 +15,7 @@
 use core::net::Ipv6Addr;
 
 use crate::checksum;
+use crate::view::header_view;
 use crate::{Error, IpProtocol, Result};
 
 /// Length of the ICMPv6 header: type, code, checksum and the 4-byte type-specific field.
@@ -145,25 +146,14 @@ pub mod param_problem {
     pub const OPTION: u8 = 2;
 }
 
-/// A zero-copy view of an ICMPv6 message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Packet<T: AsRef<[u8]>> {
-    buffer: T,
+header_view! {
+    /// A zero-copy view of an ICMPv6 message.
+    Packet;
+    /// A view whose accessors cannot panic: [`Error::Truncated`] if shorter than 8 bytes.
+    new_checked
 }
 
 impl<T: AsRef<[u8]>> Packet<T> {
-    /// A view without any length check; accessors may panic on a short buffer.
-    pub const fn new_unchecked(buffer: T) -> Packet<T> {
-        Packet { buffer }
-    }
-
-    /// A view whose accessors cannot panic: [`Error::Truncated`] if shorter than 8 bytes.
-    pub fn new_checked(buffer: T) -> Result<Packet<T>> {
-        let packet = Packet::new_unchecked(buffer);
-        packet.check_len()?;
-        Ok(packet)
-    }
-
     /// The length check of [`Packet::new_checked`].
     pub fn check_len(&self) -> Result<()> {
         if self.buffer.as_ref().len() < HEADER_LEN {
@@ -171,11 +161,6 @@ impl<T: AsRef<[u8]>> Packet<T> {
         } else {
             Ok(())
         }
-    }
-
-    /// The underlying buffer.
-    pub fn into_inner(self) -> T {
-        self.buffer
     }
 
     /// Message type.
@@ -193,26 +178,25 @@ impl<T: AsRef<[u8]>> Packet<T> {
     /// Checksum field.
     #[inline]
     pub fn checksum(&self) -> u16 {
-        self.read_u16(field::CHECKSUM.start)
+        self.read_u16(field::CHECKSUM)
     }
 
     /// Echo identifier (echo messages).
     #[inline]
     pub fn echo_ident(&self) -> u16 {
-        self.read_u16(field::ECHO_IDENT.start)
+        self.read_u16(field::ECHO_IDENT)
     }
 
     /// Echo sequence number (echo messages).
     #[inline]
     pub fn echo_seq_no(&self) -> u16 {
-        self.read_u16(field::ECHO_SEQNO.start)
+        self.read_u16(field::ECHO_SEQNO)
     }
 
     /// The 32-bit type-specific field (bytes 4..8), as a number.
     #[inline]
     fn rest(&self) -> u32 {
-        let b = &self.buffer.as_ref()[field::REST];
-        u32::from_be_bytes([b[0], b[1], b[2], b[3]])
+        self.read_u32(field::REST)
     }
 
     /// MTU of the next-hop link (Packet Too Big).
@@ -232,12 +216,6 @@ impl<T: AsRef<[u8]>> Packet<T> {
     #[inline]
     pub fn data(&self) -> &[u8] {
         &self.buffer.as_ref()[HEADER_LEN..]
-    }
-
-    #[inline]
-    fn read_u16(&self, at: usize) -> u16 {
-        let b = self.buffer.as_ref();
-        u16::from_be_bytes([b[at], b[at + 1]])
     }
 
     /// Whether the checksum over the IPv6 pseudo-header and the whole message verifies
@@ -265,31 +243,31 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     /// Set the checksum field.
     #[inline]
     pub fn set_checksum(&mut self, value: u16) {
-        self.buffer.as_mut()[field::CHECKSUM].copy_from_slice(&value.to_be_bytes());
+        self.write_u16(field::CHECKSUM, value);
     }
 
     /// Set the echo identifier.
     #[inline]
     pub fn set_echo_ident(&mut self, value: u16) {
-        self.buffer.as_mut()[field::ECHO_IDENT].copy_from_slice(&value.to_be_bytes());
+        self.write_u16(field::ECHO_IDENT, value);
     }
 
     /// Set the echo sequence number.
     #[inline]
     pub fn set_echo_seq_no(&mut self, value: u16) {
-        self.buffer.as_mut()[field::ECHO_SEQNO].copy_from_slice(&value.to_be_bytes());
+        self.write_u16(field::ECHO_SEQNO, value);
     }
 
     /// Set the Packet Too Big MTU.
     #[inline]
     pub fn set_pkt_too_big_mtu(&mut self, value: u32) {
-        self.buffer.as_mut()[field::REST].copy_from_slice(&value.to_be_bytes());
+        self.write_u32(field::REST, value);
     }
 
     /// Set the Parameter Problem pointer.
     #[inline]
     pub fn set_param_problem_ptr(&mut self, value: u32) {
-        self.buffer.as_mut()[field::REST].copy_from_slice(&value.to_be_bytes());
+        self.write_u32(field::REST, value);
     }
 
     /// Zero the type-specific field (the "Unused" field of Destination Unreachable and
@@ -313,12 +291,6 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
         let pseudo = checksum::pseudo_header_v6(*src, *dst, IpProtocol::Icmpv6, b.len() as u32);
         let sum = checksum::combine(&[pseudo, checksum::data(b)]);
         self.set_checksum(checksum::finish(sum));
-    }
-}
-
-impl<T: AsRef<[u8]>> AsRef<[u8]> for Packet<T> {
-    fn as_ref(&self) -> &[u8] {
-        self.buffer.as_ref()
     }
 }
 

@@ -32,6 +32,7 @@
 use core::fmt;
 use core::net::Ipv4Addr;
 
+use crate::view::header_view;
 use crate::{Error, IpProtocol, Result, checksum};
 
 /// Length of the header without options (IHL = 5).
@@ -61,19 +62,9 @@ const FLAG_DF: u16 = 0x4000;
 const FLAG_MF: u16 = 0x2000;
 const OFFSET_MASK: u16 = 0x1fff;
 
-/// A zero-copy view of an IPv4 packet.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Packet<T: AsRef<[u8]>> {
-    buffer: T,
-}
-
-impl<T: AsRef<[u8]>> Packet<T> {
-    /// Wrap a buffer without checking it; accessors may panic on a short or inconsistent
-    /// buffer. For buffers the caller sized itself (transmit).
-    pub const fn new_unchecked(buffer: T) -> Packet<T> {
-        Packet { buffer }
-    }
-
+header_view! {
+    /// A zero-copy view of an IPv4 packet.
+    Packet;
     /// Wrap a received buffer after the length checks that make every accessor safe:
     ///
     /// | condition                        | error       | Linux `ip_rcv_core` counts    |
@@ -90,12 +81,10 @@ impl<T: AsRef<[u8]>> Packet<T> {
     /// also verifies the header checksum before comparing the total length; a packet both
     /// truncated and corrupt is counted as truncated here.) Bytes beyond the total length
     /// (Ethernet padding) are allowed and ignored.
-    pub fn new_checked(buffer: T) -> Result<Packet<T>> {
-        let packet = Packet::new_unchecked(buffer);
-        packet.check_len()?;
-        Ok(packet)
-    }
+    new_checked
+}
 
+impl<T: AsRef<[u8]>> Packet<T> {
     /// The length checks behind [`Packet::new_checked`].
     pub fn check_len(&self) -> Result<()> {
         let len = self.buffer.as_ref().len();
@@ -117,17 +106,6 @@ impl<T: AsRef<[u8]>> Packet<T> {
             return Err(Error::Malformed);
         }
         Ok(())
-    }
-
-    /// The wrapped buffer.
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
-    #[inline]
-    fn read_u16(&self, at: core::ops::Range<usize>) -> u16 {
-        let b = &self.buffer.as_ref()[at];
-        u16::from_be_bytes([b[0], b[1]])
     }
 
     #[inline]
@@ -255,11 +233,6 @@ impl<T: AsRef<[u8]>> Packet<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
-    #[inline]
-    fn write_u16(&mut self, at: core::ops::Range<usize>, value: u16) {
-        self.buffer.as_mut()[at].copy_from_slice(&value.to_be_bytes());
-    }
-
     /// Set the version field.
     #[inline]
     pub fn set_version(&mut self, version: u8) {
@@ -421,12 +394,6 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
         self.set_checksum(0);
         let sum = checksum::data(&self.buffer.as_ref()[..self.header_len()]);
         self.set_checksum(checksum::finish(sum));
-    }
-}
-
-impl<T: AsRef<[u8]>> AsRef<[u8]> for Packet<T> {
-    fn as_ref(&self) -> &[u8] {
-        self.buffer.as_ref()
     }
 }
 

@@ -13,6 +13,7 @@
 
 use core::net::Ipv6Addr;
 
+use crate::view::header_view;
 use crate::{Error, IpProtocol, Result};
 
 /// Length of the fixed header.
@@ -34,28 +35,17 @@ mod field {
     pub const DST_ADDR: Range<usize> = 24..40;
 }
 
-/// A zero-copy view of an IPv6 packet.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Packet<T: AsRef<[u8]>> {
-    buffer: T,
-}
-
-impl<T: AsRef<[u8]>> Packet<T> {
-    /// A view without any length check; accessors may panic on a short buffer.
-    pub const fn new_unchecked(buffer: T) -> Packet<T> {
-        Packet { buffer }
-    }
-
+header_view! {
+    /// A zero-copy view of an IPv6 packet.
+    Packet;
     /// A view whose accessors cannot panic: [`Error::Truncated`] if the buffer is shorter
     /// than 40 bytes or than 40 + Payload Length. Trailing bytes after the payload
     /// (Ethernet padding) are allowed and ignored, as in Linux `ip6_rcv_core`, which trims
     /// the skb to the payload length and counts a shorter one in `InTruncatedPkts`.
-    pub fn new_checked(buffer: T) -> Result<Packet<T>> {
-        let packet = Packet::new_unchecked(buffer);
-        packet.check_len()?;
-        Ok(packet)
-    }
+    new_checked
+}
 
+impl<T: AsRef<[u8]>> Packet<T> {
     /// The length checks of [`Packet::new_checked`].
     pub fn check_len(&self) -> Result<()> {
         let len = self.buffer.as_ref().len();
@@ -66,15 +56,9 @@ impl<T: AsRef<[u8]>> Packet<T> {
         }
     }
 
-    /// The underlying buffer.
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
     #[inline]
     fn ver_tc_flow(&self) -> u32 {
-        let b = &self.buffer.as_ref()[field::VER_TC_FLOW];
-        u32::from_be_bytes([b[0], b[1], b[2], b[3]])
+        self.read_u32(field::VER_TC_FLOW)
     }
 
     /// Version (6 for IPv6).
@@ -110,8 +94,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
     /// Payload Length: bytes after the fixed header, extension headers included.
     #[inline]
     pub fn payload_len(&self) -> u16 {
-        let b = self.buffer.as_ref();
-        u16::from_be_bytes([b[field::PAYLOAD_LEN.start], b[field::PAYLOAD_LEN.start + 1]])
+        self.read_u16(field::PAYLOAD_LEN)
     }
 
     /// Next Header: the first extension header or the upper-layer protocol.
@@ -149,7 +132,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     #[inline]
     fn set_ver_tc_flow(&mut self, value: u32) {
-        self.buffer.as_mut()[field::VER_TC_FLOW].copy_from_slice(&value.to_be_bytes());
+        self.write_u32(field::VER_TC_FLOW, value);
     }
 
     /// Set the version (4 bits).
@@ -176,7 +159,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     /// Set the payload length.
     #[inline]
     pub fn set_payload_len(&mut self, len: u16) {
-        self.buffer.as_mut()[field::PAYLOAD_LEN].copy_from_slice(&len.to_be_bytes());
+        self.write_u16(field::PAYLOAD_LEN, len);
     }
 
     /// Set the next header.
@@ -208,12 +191,6 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     pub fn payload_mut(&mut self) -> &mut [u8] {
         let end = HEADER_LEN + self.payload_len() as usize;
         &mut self.buffer.as_mut()[HEADER_LEN..end]
-    }
-}
-
-impl<T: AsRef<[u8]>> AsRef<[u8]> for Packet<T> {
-    fn as_ref(&self) -> &[u8] {
-        self.buffer.as_ref()
     }
 }
 

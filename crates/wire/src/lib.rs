@@ -16,6 +16,8 @@
 //! RFC 9293 (TCP), RFC 7323 (window scale, timestamps), RFC 2018 (SACK), RFC 8200 (IPv6),
 //! RFC 4443 (ICMPv6), RFC 1071 and RFC 1624 (checksums).
 
+mod view;
+
 pub mod arp;
 pub mod checksum;
 pub mod ethernet;
@@ -32,6 +34,26 @@ mod error;
 pub use error::{Error, Result};
 pub use ethernet::EthernetAddress;
 pub use seq::SeqNumber;
+
+/// What a link's frames carry, i.e. where the stack's input starts: Ethernet frames (sim,
+/// shm, AF_PACKET, AF_XDP) or bare IP packets (TUN). Shared by the stack and the devices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Medium {
+    /// Ethernet II frames: 14-byte header (destination, source, EtherType), no FCS.
+    Ethernet,
+    /// Bare IP packets, no link-layer header (a TUN device).
+    Ip,
+}
+
+impl Medium {
+    /// Bytes of link-layer header in front of the IP packet: 14 for Ethernet, 0 for IP.
+    pub const fn header_len(self) -> usize {
+        match self {
+            Medium::Ethernet => ethernet::HEADER_LEN,
+            Medium::Ip => 0,
+        }
+    }
+}
 
 /// IP protocol numbers (the IANA "Protocol Numbers" registry) that ustack knows by name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -26,6 +26,7 @@ use core::net::{IpAddr, Ipv6Addr};
 use core::ops::{BitAnd, BitOr, BitOrAssign};
 
 use crate::checksum;
+use crate::view::header_view;
 use crate::{Error, IpProtocol, Result, SeqNumber};
 
 /// Length of the TCP header without options (data offset 5).
@@ -214,18 +215,9 @@ fn pseudo_header(src: &IpAddr, dst: &IpAddr, len: usize) -> u16 {
     }
 }
 
-/// A zero-copy view of a TCP segment (header, options and payload).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Packet<T: AsRef<[u8]>> {
-    buffer: T,
-}
-
-impl<T: AsRef<[u8]>> Packet<T> {
-    /// A view without any length check; accessors may panic on a short buffer.
-    pub const fn new_unchecked(buffer: T) -> Packet<T> {
-        Packet { buffer }
-    }
-
+header_view! {
+    /// A zero-copy view of a TCP segment (header, options and payload).
+    Packet;
     /// A view whose accessors cannot panic.
     ///
     /// - shorter than 20 bytes, or than the data offset says: [`Error::Truncated`];
@@ -234,12 +226,10 @@ impl<T: AsRef<[u8]>> Packet<T> {
     ///   part alone is 5 words. Linux `tcp_v4_rcv` drops `th->doff < 5` as a bad packet
     ///   (`SKB_DROP_REASON_PKT_TOO_SMALL`, counted in `InErrs`), and a doff running past the
     ///   packet silently (`pskb_may_pull` fails).
-    pub fn new_checked(buffer: T) -> Result<Packet<T>> {
-        let packet = Packet::new_unchecked(buffer);
-        packet.check_len()?;
-        Ok(packet)
-    }
+    new_checked
+}
 
+impl<T: AsRef<[u8]>> Packet<T> {
     /// The length checks of [`Packet::new_checked`].
     pub fn check_len(&self) -> Result<()> {
         let len = self.buffer.as_ref().len();
@@ -256,35 +246,28 @@ impl<T: AsRef<[u8]>> Packet<T> {
         }
     }
 
-    /// The underlying buffer.
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
     /// Source port.
     #[inline]
     pub fn src_port(&self) -> u16 {
-        let b = self.buffer.as_ref();
-        u16::from_be_bytes([b[field::SRC_PORT.start], b[field::SRC_PORT.start + 1]])
+        self.read_u16(field::SRC_PORT)
     }
 
     /// Destination port.
     #[inline]
     pub fn dst_port(&self) -> u16 {
-        let b = self.buffer.as_ref();
-        u16::from_be_bytes([b[field::DST_PORT.start], b[field::DST_PORT.start + 1]])
+        self.read_u16(field::DST_PORT)
     }
 
     /// Sequence number of the first octet (of the SYN, if present).
     #[inline]
     pub fn seq_number(&self) -> SeqNumber {
-        SeqNumber(read_u32(&self.buffer.as_ref()[field::SEQ_NUM]))
+        SeqNumber(self.read_u32(field::SEQ_NUM))
     }
 
     /// Acknowledgment number (meaningful iff ACK is set).
     #[inline]
     pub fn ack_number(&self) -> SeqNumber {
-        SeqNumber(read_u32(&self.buffer.as_ref()[field::ACK_NUM]))
+        SeqNumber(self.read_u32(field::ACK_NUM))
     }
 
     /// Data offset: header length in 32-bit words.
@@ -362,22 +345,19 @@ impl<T: AsRef<[u8]>> Packet<T> {
     /// Window field, unscaled.
     #[inline]
     pub fn window_len(&self) -> u16 {
-        let b = self.buffer.as_ref();
-        u16::from_be_bytes([b[field::WIN_SIZE.start], b[field::WIN_SIZE.start + 1]])
+        self.read_u16(field::WIN_SIZE)
     }
 
     /// Checksum field.
     #[inline]
     pub fn checksum(&self) -> u16 {
-        let b = self.buffer.as_ref();
-        u16::from_be_bytes([b[field::CHECKSUM.start], b[field::CHECKSUM.start + 1]])
+        self.read_u16(field::CHECKSUM)
     }
 
     /// Urgent pointer field (meaningful iff URG is set).
     #[inline]
     pub fn urgent_pointer(&self) -> u16 {
-        let b = self.buffer.as_ref();
-        u16::from_be_bytes([b[field::URGENT.start], b[field::URGENT.start + 1]])
+        self.read_u16(field::URGENT)
     }
 
     /// The raw option bytes (between the fixed header and the data offset).
@@ -420,25 +400,25 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     /// Set the source port.
     #[inline]
     pub fn set_src_port(&mut self, value: u16) {
-        self.buffer.as_mut()[field::SRC_PORT].copy_from_slice(&value.to_be_bytes());
+        self.write_u16(field::SRC_PORT, value);
     }
 
     /// Set the destination port.
     #[inline]
     pub fn set_dst_port(&mut self, value: u16) {
-        self.buffer.as_mut()[field::DST_PORT].copy_from_slice(&value.to_be_bytes());
+        self.write_u16(field::DST_PORT, value);
     }
 
     /// Set the sequence number.
     #[inline]
     pub fn set_seq_number(&mut self, value: SeqNumber) {
-        self.buffer.as_mut()[field::SEQ_NUM].copy_from_slice(&value.0.to_be_bytes());
+        self.write_u32(field::SEQ_NUM, value.0);
     }
 
     /// Set the acknowledgment number.
     #[inline]
     pub fn set_ack_number(&mut self, value: SeqNumber) {
-        self.buffer.as_mut()[field::ACK_NUM].copy_from_slice(&value.0.to_be_bytes());
+        self.write_u32(field::ACK_NUM, value.0);
     }
 
     /// Set the header length in bytes (a multiple of 4, 20..=60) and clear the reserved bits.
@@ -459,19 +439,19 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     /// Set the window field (already scaled down by the sender).
     #[inline]
     pub fn set_window_len(&mut self, value: u16) {
-        self.buffer.as_mut()[field::WIN_SIZE].copy_from_slice(&value.to_be_bytes());
+        self.write_u16(field::WIN_SIZE, value);
     }
 
     /// Set the checksum field.
     #[inline]
     pub fn set_checksum(&mut self, value: u16) {
-        self.buffer.as_mut()[field::CHECKSUM].copy_from_slice(&value.to_be_bytes());
+        self.write_u16(field::CHECKSUM, value);
     }
 
     /// Set the urgent pointer.
     #[inline]
     pub fn set_urgent_pointer(&mut self, value: u16) {
-        self.buffer.as_mut()[field::URGENT].copy_from_slice(&value.to_be_bytes());
+        self.write_u16(field::URGENT, value);
     }
 
     /// The option bytes, mutable (the data offset must be set first).
@@ -495,12 +475,6 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
         let b = self.buffer.as_ref();
         let sum = checksum::combine(&[pseudo_header(src, dst, b.len()), checksum::data(b)]);
         self.set_checksum(checksum::finish(sum));
-    }
-}
-
-impl<T: AsRef<[u8]>> AsRef<[u8]> for Packet<T> {
-    fn as_ref(&self) -> &[u8] {
-        self.buffer.as_ref()
     }
 }
 

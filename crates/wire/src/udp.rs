@@ -23,6 +23,7 @@
 use core::fmt;
 use core::net::IpAddr;
 
+use crate::view::header_view;
 use crate::{Error, IpProtocol, Result, checksum};
 
 /// Length of the UDP header.
@@ -36,19 +37,9 @@ mod field {
     pub const CHECKSUM: Range<usize> = 6..8;
 }
 
-/// A zero-copy view of a UDP datagram.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Packet<T: AsRef<[u8]>> {
-    buffer: T,
-}
-
-impl<T: AsRef<[u8]>> Packet<T> {
-    /// Wrap a buffer without checking it; accessors may panic on a short or inconsistent
-    /// buffer.
-    pub const fn new_unchecked(buffer: T) -> Packet<T> {
-        Packet { buffer }
-    }
-
+header_view! {
+    /// A zero-copy view of a UDP datagram.
+    Packet;
     /// Wrap a received datagram (the IP payload) after the checks that make every
     /// accessor safe, in Linux `__udp4_lib_rcv`'s order (all counted as Udp InErrors
     /// there, `SKB_DROP_REASON_PKT_TOO_SMALL`):
@@ -59,12 +50,10 @@ impl<T: AsRef<[u8]>> Packet<T> {
     ///   eight").
     ///
     /// A buffer longer than the length field is allowed: the payload stops at the length.
-    pub fn new_checked(buffer: T) -> Result<Packet<T>> {
-        let packet = Packet::new_unchecked(buffer);
-        packet.check_len()?;
-        Ok(packet)
-    }
+    new_checked
+}
 
+impl<T: AsRef<[u8]>> Packet<T> {
     /// The length checks behind [`Packet::new_checked`].
     pub fn check_len(&self) -> Result<()> {
         let buffer_len = self.buffer.as_ref().len();
@@ -79,17 +68,6 @@ impl<T: AsRef<[u8]>> Packet<T> {
             return Err(Error::Malformed);
         }
         Ok(())
-    }
-
-    /// The wrapped buffer.
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
-    #[inline]
-    fn read_u16(&self, at: core::ops::Range<usize>) -> u16 {
-        let b = &self.buffer.as_ref()[at];
-        u16::from_be_bytes([b[0], b[1]])
     }
 
     /// The source port (0: "not used", RFC 768).
@@ -144,11 +122,6 @@ impl<T: AsRef<[u8]>> Packet<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
-    #[inline]
-    fn write_u16(&mut self, at: core::ops::Range<usize>, value: u16) {
-        self.buffer.as_mut()[at].copy_from_slice(&value.to_be_bytes());
-    }
-
     /// Set the source port.
     #[inline]
     pub fn set_src_port(&mut self, value: u16) {
@@ -195,12 +168,6 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
             v => v,
         };
         self.set_checksum(value)
-    }
-}
-
-impl<T: AsRef<[u8]>> AsRef<[u8]> for Packet<T> {
-    fn as_ref(&self) -> &[u8] {
-        self.buffer.as_ref()
     }
 }
 

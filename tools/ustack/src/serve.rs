@@ -1,4 +1,4 @@
-//! `ustack serve`: the echo, discard and HTTP servers of `ustack_runtime::servers` on a
+//! `ustack serve`: the echo, discard and HTTP servers of `ustack_apps` on a
 //! ustack runtime, over a shm link another process attaches to, over a TUN interface whose
 //! other end is the Linux kernel, or over an in-process `sim` link with verifying clients.
 
@@ -9,13 +9,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
+use ustack_apps::{Load, Protocol, Server, ServerStats};
 use ustack_dev::Device;
 use ustack_dev::capture::{self, Tap, TapSwitch};
 use ustack_dev::shm::{ShmConfig, ShmLink};
 use ustack_runtime::multi::{ShardApp, ShardContext, ShardedBuilder};
 use ustack_runtime::rss::{Rss, RssKey};
 use ustack_runtime::runtime::{Clock, RuntimeBuilder, Sleep, VirtualClock, sim_pair};
-use ustack_runtime::servers::{Load, Protocol, Server, ServerStats};
 use ustack_stack::{EthernetAddress, Instant};
 
 use crate::control::{self, ControlServer};
@@ -210,7 +210,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// The server of one shard: `ustack_runtime::servers`' server, bound on the shard's own
+/// The server of one shard: `ustack_apps`' server, bound on the shard's own
 /// stack when the shard starts.
 struct ShardServer {
     proto: Protocol,

@@ -9,7 +9,7 @@ use std::process::Output;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use ustack_runtime::servers::{Load, Protocol};
+use ustack_apps::{Load, Protocol};
 
 mod common;
 use common::{Served, spawn_serve};

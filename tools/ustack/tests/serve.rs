@@ -17,7 +17,7 @@ use std::io::Read;
 mod common;
 use common::spawn_serve;
 
-use ustack_runtime::servers::{Load, Protocol};
+use ustack_apps::{Load, Protocol};
 use ustack_testkit::netns::{NetNs, PY_ECHO_CLIENT, ServeOverTun, python_argv, root_or_skip};
 
 const CLIENTS: usize = 64;

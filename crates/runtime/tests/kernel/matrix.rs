@@ -36,6 +36,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
 use sha2::{Digest, Sha256};
+use ustack_apps::{Protocol, Server, ServerStats};
 use ustack_dev::Device;
 use ustack_dev::capture::Capture;
 use ustack_dev::fault::{FaultConfig, FaultStats, Faulty};
@@ -46,7 +47,6 @@ use ustack_obs::Counter;
 use ustack_runtime::Mode;
 use ustack_runtime::api::TcpStream;
 use ustack_runtime::runtime::{Interest, Runtime, RuntimeBuilder, Sleep};
-use ustack_runtime::servers::{Protocol, Server, ServerStats};
 use ustack_stack::EthernetAddress;
 use ustack_testkit::netns::{
     KERNEL_IP, NetNs, PY_CC_ENV, PY_ECHO_CLIENT, PacketRig, TunRig, USTACK_IP, XdpRig,

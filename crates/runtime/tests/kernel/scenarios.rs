@@ -18,6 +18,7 @@ use std::net::Shutdown;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use sha2::{Digest, Sha256};
+use ustack_apps::{Protocol, Server};
 use ustack_dev::Device;
 use ustack_obs::Counter;
 use ustack_runtime::Mode;
@@ -25,7 +26,6 @@ use ustack_runtime::api::{TcpListener, TcpStream, UdpSocket};
 use ustack_runtime::multi::{ShardApp, ShardContext, ShardedBuilder};
 use ustack_runtime::rss::{Rss, RssKey};
 use ustack_runtime::runtime::{Interest, Runtime, RuntimeBuilder, Sleep};
-use ustack_runtime::servers::{Protocol, Server};
 use ustack_testkit::netns::{KERNEL_IP, NetNs, PY_ECHO_CLIENT, USTACK_IP, python_argv};
 
 use super::{

@@ -3,10 +3,10 @@
 
 use core::time::Duration;
 
-use ustack_runtime::runtime::{Clock, Runtime, SimLinkPort, VirtualClock};
+use ustack_runtime::runtime::{Clock, Runtime, SimPort, VirtualClock};
 
 /// A runtime on one end of a sim link, on a virtual clock.
-pub type Rt = Runtime<SimLinkPort, VirtualClock>;
+pub type Rt = Runtime<SimPort, VirtualClock>;
 
 /// Run both runtimes until `done` holds (at most 10 s of virtual time).
 pub fn run_until(

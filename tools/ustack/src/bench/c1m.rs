@@ -3,7 +3,7 @@
 //! the server's memory growth per connection, the exchange latency and the server's CPU
 //! time.
 //!
-//! - ustack: the echo server of `ustack_runtime::servers` on a thread of its own over shm
+//! - ustack: the echo server of `ustack_apps` on a thread of its own over shm
 //!   (listeners on as many ports as the client's 64,512 ephemeral ports need), the ustack
 //!   client on the bench thread. The server's memory is its stack's own accounting
 //!   (`Stack::memory`), which it reads itself once it holds every connection; the bench
@@ -23,11 +23,11 @@ use std::time::{Duration, Instant as WallClock};
 
 use anyhow::{Context, bail};
 use serde_json::json;
+use ustack_apps::{Protocol, Server};
 use ustack_dev::shm::{ShmConfig, ShmLink, ShmPort};
 use ustack_runtime::Mode;
 use ustack_runtime::api::TcpStream;
 use ustack_runtime::runtime::{Events, Interest};
-use ustack_runtime::servers::{Protocol, Server};
 use ustack_stack::inspect::MemoryUsage;
 use ustack_stack::tcp::State;
 

@@ -8,7 +8,7 @@
 //! The server is measured alone: its shard threads' CPU time (`CLOCK_THREAD_CPUTIME_ID`,
 //! read on each) from when they listen to the end, and its MIB (summed over the shards).
 //! It runs the same servers as `ustack serve` where one fits (the echo server of
-//! `ustack_runtime::servers` for pingpong); udp-rr has a UDP echo loop, cps a server that
+//! `ustack_apps` for pingpong); udp-rr has a UDP echo loop, cps a server that
 //! replies and closes, and stream a sink that checks every byte against the pattern.
 
 use core::net::{Ipv4Addr, SocketAddrV4};
@@ -20,6 +20,7 @@ use std::time::{Duration, Instant as WallClock};
 
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
+use ustack_apps::{Protocol, Server};
 use ustack_dev::Device;
 use ustack_dev::shm::{ShmConfig, ShmLink, ShmPort};
 use ustack_obs::Mib;
@@ -28,7 +29,6 @@ use ustack_runtime::api::{TcpListener, TcpStream, UdpSocket};
 use ustack_runtime::multi::{RssSplitter, ShardApp, ShardContext, ShardedBuilder, ShardedRuntime};
 use ustack_runtime::rss::{Rss, RssKey};
 use ustack_runtime::runtime::{Events, Interest, MonotonicClock, Runtime, RuntimeBuilder, Sleep};
-use ustack_runtime::servers::{Protocol, Server};
 use ustack_stack::EthernetAddress;
 use ustack_stack::tcp::State;
 

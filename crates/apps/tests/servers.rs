@@ -1,4 +1,4 @@
-//! The echo, discard and HTTP servers of `ustack_runtime::servers` over `sim` on a virtual
+//! The echo, discard and HTTP servers of `ustack_apps` over `sim` on a virtual
 //! clock: 100 concurrent verifying clients each, every echoed byte and every response
 //! checked; HTTP static files, 404, 400, 405, 431, pipelining and HTTP/1.0 by hand.
 
@@ -6,18 +6,16 @@ use core::net::{Ipv4Addr, SocketAddrV4};
 use core::time::Duration;
 use std::path::PathBuf;
 
+use ustack_apps::{FIXED_BODY, Load, MAX_REQUEST_HEAD, Protocol, Server};
 use ustack_dev::sim::{Side, SimConfig, SimLinkConfig};
 use ustack_runtime::api::TcpStream;
-use ustack_runtime::runtime::{
-    Clock, Runtime, RuntimeBuilder, SimLinkPort, VirtualClock, sim_pair,
-};
-use ustack_runtime::servers::{FIXED_BODY, Load, MAX_REQUEST_HEAD, Protocol, Server};
+use ustack_runtime::runtime::{Clock, Runtime, RuntimeBuilder, SimPort, VirtualClock, sim_pair};
 use ustack_stack::{EthernetAddress, Instant};
 
 const SERVER_IP: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 2);
 const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
 
-type Rt = Runtime<SimLinkPort, VirtualClock>;
+type Rt = Runtime<SimPort, VirtualClock>;
 
 fn pair() -> (Rt, Rt, VirtualClock) {
     pair_on(SimLinkConfig::default())
@@ -250,6 +248,18 @@ fn http_static_files_errors_pipelining_and_http10() {
     let (head, body) = head_and_body(&resp);
     assert!(head.contains("Content-Length: 200000"), "{head}");
     assert_eq!(body, std::fs::read(root.join("sub/big.bin")).unwrap());
+    // Pipelined behind the big file (sent in pieces as the socket takes them): a HEAD of it
+    // and a small file, answered in order after the whole body.
+    let (resp, eof) = ex(b"GET /sub/big.bin HTTP/1.1\r\nHost: a\r\n\r\nHEAD /sub/big.bin HTTP/1.1\r\nHost: a\r\n\r\nGET /index.html HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+    assert!(eof);
+    let (h1, rest) = head_and_body(&resp);
+    assert!(h1.contains("Content-Length: 200000"), "{h1}");
+    assert_eq!(&rest[..200_000], body);
+    let (h2, rest) = head_and_body(&rest[200_000..]);
+    assert!(h2.contains("Content-Length: 200000"), "{h2}");
+    let (h3, rest) = head_and_body(rest);
+    assert!(h3.contains("Content-Length: 12"), "{h3}");
+    assert_eq!(rest, b"<h1>hi</h1>\n");
 
     // 404, 400 for `..`, 405, and 400 for garbage (closing).
     let (resp, _) = ex(b"GET /nope HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
@@ -348,6 +358,157 @@ fn http_static_files_errors_pipelining_and_http10() {
     std::fs::remove_dir_all(&root).unwrap();
 }
 
+/// The peak resident set (`VmHWM`) of this process, in kB.
+fn peak_rss_kb() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("our status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().strip_suffix("kB"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no VmHWM in {status}"))
+}
+
+/// Ten parallel downloads of a 50 MiB file: every byte of every download checked (SHA-256
+/// against the file's), and the peak resident set of the process, the server's runtime and
+/// the clients' together, under 100 MB. The server streams the file in pieces as the
+/// sockets take them; read whole per request, the ten bodies alone would be 500 MiB (the
+/// server's RSS went from 5 MB to 527 MB). The clients' receive buffers are capped at
+/// 1 MiB so that what is measured is mostly the server's.
+#[test]
+fn http_ten_parallel_50_mib_downloads_every_byte_checked_peak_rss_under_100_mb() {
+    use sha2::{Digest, Sha256};
+    use std::io::Write;
+
+    const SIZE: usize = 50 << 20;
+    const DOWNLOADS: usize = 10;
+    let root = std::env::temp_dir().join(format!("ustack-download-test-{}", std::process::id()));
+    std::fs::create_dir_all(&root).unwrap();
+    // The file, written and hashed in pieces (never whole in this process's memory): a
+    // xorshift stream, no long runs for a bug to hide in.
+    let mut want = Sha256::new();
+    {
+        let mut f = std::io::BufWriter::new(std::fs::File::create(root.join("big.bin")).unwrap());
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut piece = Vec::with_capacity(64 * 1024);
+        for _ in 0..SIZE / piece.capacity() {
+            piece.clear();
+            while piece.len() < piece.capacity() {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                piece.extend_from_slice(&x.to_le_bytes());
+            }
+            want.update(&piece);
+            f.write_all(&piece).unwrap();
+        }
+        f.flush().unwrap();
+    }
+    let want = want.finalize();
+
+    let (mut srt, mut crt, clock) = pair();
+    let addr = SocketAddrV4::new(SERVER_IP, 80);
+    let mut server = Server::bind(&mut srt, Protocol::Http, addr, Some(root.clone())).unwrap();
+    let before_kb = peak_rss_kb();
+    struct Download {
+        stream: TcpStream,
+        head: Vec<u8>,
+        body: Option<Sha256>,
+        len: usize,
+        done: bool,
+    }
+    let request = b"GET /big.bin HTTP/1.1\r\nHost: ustack\r\nConnection: close\r\n\r\n";
+    let mut downloads: Vec<Download> = (0..DOWNLOADS)
+        .map(|_| {
+            let stream = TcpStream::connect(&mut crt, addr).unwrap();
+            stream.set_recv_buffer_size(&mut crt, 1 << 20).unwrap();
+            Download {
+                stream,
+                head: Vec::new(),
+                body: None,
+                len: 0,
+                done: false,
+            }
+        })
+        .collect();
+    let mut requested = [false; DOWNLOADS];
+    let mut buf = vec![0u8; 64 * 1024];
+    let limit = clock.now() + Duration::from_secs(600);
+    while !downloads.iter().all(|d| d.done) {
+        assert!(
+            clock.now() < limit,
+            "not done: {:?} {server:?}",
+            downloads.iter().map(|d| d.len).collect::<Vec<_>>()
+        );
+        server
+            .step(&mut srt, Some(Duration::from_millis(1)))
+            .unwrap();
+        crt.run_once(Some(Duration::from_millis(1))).unwrap();
+        for (d, requested) in downloads.iter_mut().zip(&mut requested) {
+            if !*requested {
+                match d.stream.write(&mut crt, request) {
+                    Ok(n) => {
+                        assert_eq!(n, request.len(), "the request in one write");
+                        *requested = true;
+                    }
+                    Err(_) => continue, // not connected yet
+                }
+            }
+            while !d.done {
+                let n = match d.stream.read(&mut crt, &mut buf) {
+                    Ok(n) => n,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) => panic!("read: {e}"),
+                };
+                if n == 0 {
+                    d.done = true;
+                    break;
+                }
+                let mut data = &buf[..n];
+                if d.body.is_none() {
+                    d.head.extend_from_slice(data);
+                    let Some(end) = d.head.windows(4).position(|w| w == b"\r\n\r\n") else {
+                        continue;
+                    };
+                    let head = String::from_utf8_lossy(&d.head[..end]).into_owned();
+                    assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+                    assert!(
+                        head.contains(&format!("\r\nContent-Length: {SIZE}\r\n")),
+                        "{head}"
+                    );
+                    let mut h = Sha256::new();
+                    h.update(&d.head[end + 4..]);
+                    d.len = d.head.len() - end - 4;
+                    d.body = Some(h);
+                    data = &[];
+                }
+                d.body.as_mut().expect("the body's hash").update(data);
+                d.len += data.len();
+            }
+        }
+    }
+    let peak_kb = peak_rss_kb();
+    for (i, d) in downloads.into_iter().enumerate() {
+        assert_eq!(
+            d.len, SIZE,
+            "download {i}: the whole body, nothing after it"
+        );
+        assert_eq!(
+            d.body.expect("a response").finalize(),
+            want,
+            "download {i}: every byte"
+        );
+        let _ = d.stream.close(&mut crt);
+    }
+    std::fs::remove_dir_all(&root).unwrap();
+    eprintln!("peak RSS: {before_kb} kB before the downloads, {peak_kb} kB after");
+    assert!(
+        peak_kb < 100_000,
+        "peak RSS {peak_kb} kB (before the downloads: {before_kb} kB): over 100 MB"
+    );
+    assert_eq!(server.stats().http_200, DOWNLOADS as u64);
+}
+
 /// An HTTP server and a client runtime on one virtual clock, for tests that run time on.
 struct Scene {
     server: Server,
@@ -427,8 +588,8 @@ fn a_lingering_close_ends_after_its_timeouts_when_the_client_never_closes() {
 
 mod parser {
     use proptest::prelude::*;
-    use ustack_runtime::servers::MAX_REQUEST_HEAD;
-    use ustack_runtime::servers::http::{Method, Parsed, Status, parse};
+    use ustack_apps::MAX_REQUEST_HEAD;
+    use ustack_apps::http::{Method, Parsed, Status, parse};
 
     #[test]
     fn requests_prefixes_and_errors() {

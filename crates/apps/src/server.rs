@@ -1,17 +1,16 @@
-//! Servers on the public API: echo (RFC 862), discard (RFC 863) and a small HTTP/1.1 server
-//! (RFC 9112: keep-alive and pipelining, a fixed response for `GET /`, static files from a
-//! directory, 400/404/405/431 like the Linux baseline in `tools/baseline`), each an
-//! edge-triggered event loop over one [`Runtime`]'s poller; and [`Load`], verifying clients
-//! for them (every echoed byte, every HTTP response), used by the tests and by
-//! `ustack serve --link sim`.
+//! [`Server`]: the echo, discard and HTTP servers on one runtime.
 //!
 //! The server is built like the baseline's workers: every connection is registered once
 //! for `READABLE | WRITABLE | RDHUP`, edge-triggered; output the socket does not take at
 //! once waits in the connection's buffer for the next WRITABLE edge, and the connection is
 //! not read again until that buffer is flushed (backpressure).
 //!
-//! The HTTP request parser and response writer are `ustack_http`'s, shared with the Linux
-//! baseline (`tools/baseline`), so both answer the same requests with the same statuses.
+//! A static file is never read whole: its body is read in pieces of at most [`FILE_CHUNK`]
+//! bytes, the next only once the socket has taken the last one whole (so a connection holds
+//! at most one piece besides what its socket buffers, and one WRITABLE event reads at most
+//! the socket's free send space plus one piece). The reads are ordinary blocking `read(2)`s
+//! of a regular file (from the page cache, as nginx without `aio` does): each is bounded,
+//! and requests that follow on the same connection wait until the body is sent.
 //!
 //! After an error response the server closes in stages, as nginx's `lingering_close` does
 //! (RFC 9112 §9.6): it half-closes, then reads and drops what the client still sends until
@@ -22,51 +21,30 @@
 use core::net::SocketAddrV4;
 use core::time::Duration;
 use std::collections::HashMap;
-use std::io::{self, ErrorKind};
+use std::fs::File;
+use std::io::{self, ErrorKind, Read};
 use std::net::Shutdown;
 use std::path::{Path, PathBuf};
 
 use ustack_dev::Device;
+use ustack_runtime::api::{TcpListener, TcpStream};
+use ustack_runtime::poller::Mode;
+use ustack_runtime::runtime::{Clock, Events, Interest, Runtime, Sleep};
+use ustack_runtime::timer::TimerId;
 use ustack_stack::Instant;
 
-use crate::api::{TcpListener, TcpStream};
-use crate::poller::Mode;
-use crate::runtime::{Clock, Events, Interest, Runtime, Sleep};
-use crate::timer::TimerId;
+use crate::{FIXED_BODY, Protocol, http, would_block};
 
-/// The fixed response body and the request-head limit, the baseline's.
-pub use ustack_http::{FIXED_BODY, MAX_REQUEST_HEAD};
 /// Output buffered per connection above which it is not read again until some is sent.
 const OUT_HIGH: usize = 64 * 1024;
+/// The largest piece of a static file read at once (one `read(2)`).
+pub const FILE_CHUNK: usize = 64 * 1024;
 const LISTENER: u64 = u64::MAX;
 /// How long a lingering close waits for more data from the client before it closes
 /// (nginx's `lingering_timeout`, 5 s).
 pub const LINGERING_TIMEOUT: Duration = Duration::from_secs(5);
 /// The longest a lingering close lasts in all (nginx's `lingering_time`, 30 s).
 pub const LINGERING_TIME: Duration = Duration::from_secs(30);
-
-/// Which protocol a [`Server`] speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Protocol {
-    /// TCP echo (RFC 862): every byte received is sent back.
-    Echo,
-    /// TCP discard (RFC 863): every byte received is read and dropped.
-    Discard,
-    /// HTTP/1.1 (RFC 9112).
-    Http,
-}
-
-impl Protocol {
-    /// By its command-line name: `echo`, `discard`, `http`.
-    pub fn from_name(name: &str) -> Option<Protocol> {
-        match name {
-            "echo" => Some(Protocol::Echo),
-            "discard" => Some(Protocol::Discard),
-            "http" => Some(Protocol::Http),
-            _ => None,
-        }
-    }
-}
 
 /// What a [`Server`] has done, cumulative.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -132,13 +110,9 @@ impl ServerStats {
 
 struct Conn {
     stream: TcpStream,
-    /// Queued output; the socket took `out[..out_sent]` already.
+    /// Queued output: at most one file piece (`FILE_CHUNK`) or the answers to the requests
+    /// read so far, so dropping its sent front after each flush moves little memory.
     out: Vec<u8>,
-    /// How much of `out` was written: the front is dropped only once it is at least half
-    /// of `out`, so that a large response (a 50 MiB file) is not moved in memory after
-    /// every write the socket takes (that was a memmove of the rest of the body per
-    /// ACK-sized write, a 3-4 ms stall each with a 50 MiB body).
-    out_sent: usize,
     /// HTTP: received bytes not yet parsed.
     inbuf: Vec<u8>,
     /// HTTP: request body bytes still to skip.
@@ -151,33 +125,26 @@ struct Conn {
     fin_sent: bool,
     /// The lingering close's timer and its hard end ([`LINGERING_TIME`] after the FIN).
     linger: Option<(TimerId, Instant)>,
+    /// HTTP: the static file whose body is being sent, after what is in `out`.
+    file: Option<FileBody>,
 }
 
-/// An echo, discard or HTTP server on one runtime: a listener and its connections.
-///
-/// ```
-/// use core::net::{Ipv4Addr, SocketAddrV4};
-/// use core::time::Duration;
-/// use ustack_runtime::runtime::{RuntimeBuilder, VirtualClock, sim_pair};
-/// use ustack_runtime::servers::{Load, Protocol, Server};
-/// use ustack_stack::{EthernetAddress, Instant};
-///
-/// let (a, b) = sim_pair(Default::default());
-/// let clock = VirtualClock::new(Instant::ZERO);
-/// let mut srt = RuntimeBuilder::new().ipv4(Ipv4Addr::new(10, 0, 0, 1), 24)
-///     .build_with_clock(a, clock.participant())?;
-/// let mut crt = RuntimeBuilder::new().ipv4(Ipv4Addr::new(10, 0, 0, 2), 24)
-///     .mac(EthernetAddress([2, 0, 0, 0, 0, 2])).build_with_clock(b, clock.participant())?;
-/// let addr = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 80);
-/// let mut server = Server::bind(&mut srt, Protocol::Http, addr, None)?;
-/// let mut load = Load::start(&mut crt, Protocol::Http, addr, 3, 4)?;
-/// while !load.done() {
-///     server.step(&mut srt, Some(Duration::from_millis(1)))?;
-///     load.step(&mut crt, Some(Duration::from_millis(1)))?;
-/// }
-/// assert_eq!(load.stats().verified, 12);
-/// # Ok::<(), std::io::Error>(())
-/// ```
+/// A static file's body still to send: read in pieces of [`FILE_CHUNK`] bytes as the
+/// socket takes them.
+struct FileBody {
+    file: File,
+    /// Bytes of the body not yet read (the `Content-Length` sent, less what was read).
+    left: u64,
+}
+
+/// A response body: bytes known at once, or a file streamed after the head.
+enum Body {
+    Bytes(&'static [u8]),
+    File(FileBody),
+}
+
+/// An echo, discard or HTTP server on one runtime: a listener and its connections (an
+/// example is on the crate's front page).
 pub struct Server {
     proto: Protocol,
     /// Listener `i` is registered with token `LISTENER - i`.
@@ -200,10 +167,6 @@ impl core::fmt::Debug for Server {
             .field("stats", &self.stats)
             .finish_non_exhaustive()
     }
-}
-
-fn would_block(e: &io::Error) -> bool {
-    e.kind() == ErrorKind::WouldBlock
 }
 
 impl Server {
@@ -328,13 +291,13 @@ impl Server {
                         Conn {
                             stream,
                             out: Vec::new(),
-                            out_sent: 0,
                             inbuf: Vec::new(),
                             skip: 0,
                             close_after: false,
                             peer_done: false,
                             fin_sent: false,
                             linger: None,
+                            file: None,
                         },
                     );
                 }
@@ -413,7 +376,7 @@ impl Server {
         loop {
             self.flush(rt, conn)?;
             if conn.close_after {
-                if !conn.out.is_empty() {
+                if !conn.out.is_empty() || conn.file.is_some() {
                     return Ok(true); // the next WRITABLE edge brings us back
                 }
                 if conn.peer_done {
@@ -442,7 +405,7 @@ impl Server {
                     Err(e) => return Err(e),
                 }
             }
-            if conn.out.len() - conn.out_sent >= OUT_HIGH {
+            if conn.out.len() >= OUT_HIGH || conn.file.is_some() {
                 return Ok(true); // the next WRITABLE edge brings us back
             }
             let n = match conn.stream.read(rt, &mut self.buf) {
@@ -476,36 +439,68 @@ impl Server {
         }
     }
 
+    /// Send what the socket takes: the buffered output, then a static file's body piece by
+    /// piece (the next piece read only once the last was taken whole), then the answers to
+    /// requests that waited for that body.
     fn flush<D: Device + Sleep, C: Clock>(
         &mut self,
         rt: &mut Runtime<D, C>,
         conn: &mut Conn,
     ) -> io::Result<()> {
-        let start = conn.out_sent;
-        while conn.out_sent < conn.out.len() {
-            match conn.stream.write(rt, &conn.out[conn.out_sent..]) {
-                Ok(0) => break,
-                Ok(n) => conn.out_sent += n,
-                Err(e) if would_block(&e) => break,
-                Err(e) => return Err(e),
+        loop {
+            let mut sent = 0;
+            while sent < conn.out.len() {
+                match conn.stream.write(rt, &conn.out[sent..]) {
+                    Ok(0) => break,
+                    Ok(n) => sent += n,
+                    Err(e) if would_block(&e) => break,
+                    Err(e) => return Err(e),
+                }
             }
+            self.stats.bytes_out += sent as u64;
+            conn.out.drain(..sent);
+            if !conn.out.is_empty() {
+                return Ok(()); // the socket is full: the next WRITABLE edge brings us back
+            }
+            let Some(body) = conn.file.as_mut() else {
+                return Ok(());
+            };
+            if body.left == 0 {
+                // The body is sent: release its piece's memory and answer the requests
+                // that wait behind it.
+                conn.file = None;
+                conn.out.shrink_to(OUT_HIGH / 16);
+                self.answer(conn);
+                if conn.out.is_empty() && conn.file.is_none() {
+                    return Ok(());
+                }
+                continue;
+            }
+            let want = usize::try_from(body.left).map_or(FILE_CHUNK, |l| l.min(FILE_CHUNK));
+            conn.out.resize(want, 0);
+            let n = loop {
+                match body.file.read(&mut conn.out) {
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    other => break other?,
+                }
+            };
+            conn.out.truncate(n);
+            if n == 0 {
+                // The file shrank after its length was sent: the response cannot be
+                // completed, so the connection is reset (nginx closes it too).
+                return Err(io::Error::new(
+                    ErrorKind::UnexpectedEof,
+                    "a static file shrank while it was sent",
+                ));
+            }
+            body.left -= n as u64;
         }
-        self.stats.bytes_out += (conn.out_sent - start) as u64;
-        // `out.is_empty()` stays "nothing pending": everything sent empties it.
-        if conn.out_sent == conn.out.len() {
-            conn.out.clear();
-            conn.out_sent = 0;
-        } else if conn.out_sent >= conn.out.len() / 2 {
-            conn.out.drain(..conn.out_sent);
-            conn.out_sent = 0;
-        }
-        Ok(())
     }
 
     /// Answer every complete request in `conn.inbuf`.
     fn answer(&mut self, conn: &mut Conn) {
         let mut pos = 0;
-        while !conn.close_after && conn.skip == 0 {
+        while !conn.close_after && conn.skip == 0 && conn.file.is_none() {
             match http::parse(&conn.inbuf[pos..]) {
                 http::Parsed::Incomplete => break,
                 http::Parsed::Error(status) => {
@@ -517,7 +512,10 @@ impl Server {
                     let keep_alive = request.keep_alive;
                     let (status, ctype, body) = self.resolve(&request);
                     let head_only = request.method == http::Method::Head;
-                    let body_len = body.len() as u64;
+                    let body_len = match &body {
+                        Body::Bytes(b) => b.len() as u64,
+                        Body::File(f) => f.left,
+                    };
                     http::write_head(
                         &mut conn.out,
                         status,
@@ -535,7 +533,10 @@ impl Server {
                             .splice(end..end, b"Allow: GET, HEAD\r\n".iter().copied());
                     }
                     if !head_only {
-                        conn.out.extend_from_slice(&body);
+                        match body {
+                            Body::Bytes(b) => conn.out.extend_from_slice(b),
+                            Body::File(f) => conn.file = Some(f),
+                        }
                     }
                     self.count(status);
                     let body_to_skip = request.content_length;
@@ -585,29 +586,31 @@ impl Server {
     }
 
     /// Status, content type and body for a parsed request.
-    fn resolve(&self, req: &http::Request<'_>) -> (http::Status, &'static [u8], Vec<u8>) {
+    fn resolve(&self, req: &http::Request<'_>) -> (http::Status, &'static [u8], Body) {
         let error = |s: http::Status| {
             (
                 s,
                 &b"text/plain; charset=utf-8"[..],
-                s.error_body().to_vec(),
+                Body::Bytes(s.error_body()),
             )
         };
         if req.method == http::Method::Other {
             return error(http::Status::MethodNotAllowed);
         }
         if req.path == b"/" {
-            return (http::Status::Ok, b"text/plain", FIXED_BODY.to_vec());
+            return (http::Status::Ok, b"text/plain", Body::Bytes(FIXED_BODY));
         }
         match static_file(self.root.as_deref(), req.path) {
-            Ok(body) => (http::Status::Ok, http::content_type(req.path), body),
+            Ok(body) => (
+                http::Status::Ok,
+                http::content_type(req.path),
+                Body::File(body),
+            ),
             Err(s) => error(s),
         }
     }
 }
 
-/// The file for a request path under `root`: 400 for a malformed path or one that climbs
-/// out of the root with `..`; 404 for anything not a readable regular file under it.
 /// Seconds since the Unix epoch, for the `Date` header (RFC 9110 §6.6.1).
 fn unix_now() -> u64 {
     std::time::SystemTime::now()
@@ -615,7 +618,10 @@ fn unix_now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-fn static_file(root: Option<&Path>, path: &[u8]) -> Result<Vec<u8>, http::Status> {
+/// The file for a request path under `root`, opened, with its length: 400 for a malformed
+/// path or one that climbs out of the root with `..`; 404 for anything not a readable
+/// regular file under it (checked before the open, which would block on a FIFO).
+fn static_file(root: Option<&Path>, path: &[u8]) -> Result<FileBody, http::Status> {
     let mut decoded = Vec::new();
     http::percent_decode(path, &mut decoded).ok_or(http::Status::BadRequest)?;
     if !decoded.starts_with(b"/") {
@@ -627,322 +633,15 @@ fn static_file(root: Option<&Path>, path: &[u8]) -> Result<Vec<u8>, http::Status
     let root = root.ok_or(http::Status::NotFound)?;
     let rel = core::str::from_utf8(&decoded[1..]).map_err(|_| http::Status::NotFound)?;
     let full = root.join(rel);
-    match std::fs::metadata(&full) {
-        Ok(m) if m.is_file() => std::fs::read(&full).map_err(|_| http::Status::NotFound),
+    if !std::fs::metadata(&full).is_ok_and(|m| m.is_file()) {
+        return Err(http::Status::NotFound);
+    }
+    let file = File::open(&full).map_err(|_| http::Status::NotFound)?;
+    match file.metadata() {
+        Ok(m) if m.is_file() => Ok(FileBody {
+            file,
+            left: m.len(),
+        }),
         _ => Err(http::Status::NotFound),
     }
-}
-
-/// HTTP/1.1 message syntax (RFC 9112) for the server, shared with the Linux baseline
-/// servers so that both parse and answer alike.
-pub use ustack_http as http;
-
-// ---- verifying clients ---------------------------------------------------------------------
-
-/// What a [`Load`] has checked.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct LoadStats {
-    /// Connections that did all their exchanges and saw the server close.
-    pub finished: u64,
-    /// Exchanges verified: echoes matched byte for byte, HTTP responses whole and right,
-    /// discard messages written.
-    pub verified: u64,
-    /// Bytes sent.
-    pub bytes_out: u64,
-    /// Bytes received and checked.
-    pub bytes_in: u64,
-}
-
-struct LoadConn {
-    stream: Option<TcpStream>,
-    /// Exchanges started.
-    sent: u64,
-    /// Output not yet taken by the socket.
-    out: Vec<u8>,
-    /// The reply expected for the exchange in flight.
-    expect: Vec<u8>,
-    got: Vec<u8>,
-    /// Everything sent, waiting for the server's close.
-    closing: bool,
-}
-
-/// Verifying clients for a [`Server`]: `conns` connections each doing `per_conn` exchanges
-/// one at a time, every reply checked, then a close that the server must answer with its
-/// own.
-///
-/// - echo: exchange `i` of connection `c` is a message of 1 to 3000 bytes, a function of
-///   `(c, i)`; the echo must be byte for byte the same;
-/// - discard: the same messages; after the last, the client shuts down its side and the
-///   server must close (nothing may come back);
-/// - HTTP: `GET /` with keep-alive (the last with `Connection: close`); each response must
-///   be exactly `200 OK` with `Content-Length: 13` and [`FIXED_BODY`], the last with
-///   `Connection: close`, followed by the server's FIN.
-///
-/// [`Load::step`] fails with `InvalidData` on the first mismatch.
-pub struct Load {
-    proto: Protocol,
-    conns: Vec<LoadConn>,
-    per_conn: u64,
-    events: Events,
-    buf: Vec<u8>,
-    stats: LoadStats,
-}
-
-impl core::fmt::Debug for Load {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("Load")
-            .field("proto", &self.proto)
-            .field("conns", &self.conns.len())
-            .field("per_conn", &self.per_conn)
-            .field("stats", &self.stats)
-            .finish_non_exhaustive()
-    }
-}
-
-/// Message `i` of connection `c` (echo, discard): 1 to 3000 bytes.
-pub fn message(c: u64, i: u64) -> Vec<u8> {
-    let len = 1 + ((c * 7919 + i * 104_729) % 3000) as usize;
-    (0..len)
-        .map(|k| (c as u8).wrapping_mul(31) ^ (i as u8).wrapping_add(k as u8))
-        .collect()
-}
-
-fn invalid(what: String) -> io::Error {
-    io::Error::new(ErrorKind::InvalidData, what)
-}
-
-impl Load {
-    /// Open `conns` connections to `target`.
-    pub fn start<D: Device + Sleep, C: Clock>(
-        rt: &mut Runtime<D, C>,
-        proto: Protocol,
-        target: SocketAddrV4,
-        conns: usize,
-        per_conn: u64,
-    ) -> io::Result<Load> {
-        let mut v = Vec::with_capacity(conns);
-        for c in 0..conns {
-            let stream = TcpStream::connect(rt, target)?;
-            stream.set_nodelay(rt, true)?;
-            rt.register(
-                &stream,
-                c as u64,
-                Interest::READABLE | Interest::WRITABLE | Interest::RDHUP,
-                Mode::Edge,
-            )?;
-            v.push(LoadConn {
-                stream: Some(stream),
-                sent: 0,
-                out: Vec::new(),
-                expect: Vec::new(),
-                got: Vec::new(),
-                closing: false,
-            });
-        }
-        Ok(Load {
-            proto,
-            conns: v,
-            per_conn,
-            events: Events::with_capacity(256),
-            buf: vec![0; 64 * 1024],
-            stats: LoadStats::default(),
-        })
-    }
-
-    /// Whether every connection finished.
-    pub fn done(&self) -> bool {
-        self.stats.finished == self.conns.len() as u64
-    }
-
-    /// What was checked.
-    pub fn stats(&self) -> &LoadStats {
-        &self.stats
-    }
-
-    /// One poll (up to `timeout`) and the handling of its events.
-    pub fn step<D: Device + Sleep, C: Clock>(
-        &mut self,
-        rt: &mut Runtime<D, C>,
-        timeout: Option<Duration>,
-    ) -> io::Result<()> {
-        rt.poll(&mut self.events, timeout)?;
-        let tokens: Vec<u64> = self.events.iter().map(|e| e.token).collect();
-        for t in tokens {
-            self.drive(rt, t as usize)?;
-        }
-        Ok(())
-    }
-
-    fn begin(&mut self, c: usize) {
-        let i = self.conns[c].sent;
-        let last = i + 1 == self.per_conn;
-        let conn = &mut self.conns[c];
-        conn.sent += 1;
-        match self.proto {
-            Protocol::Echo | Protocol::Discard => {
-                let m = message(c as u64, i);
-                if self.proto == Protocol::Echo {
-                    conn.expect = m.clone();
-                }
-                conn.out.extend_from_slice(&m);
-            }
-            Protocol::Http => {
-                // A response is outstanding until verified (one request at a time).
-                conn.expect = FIXED_BODY.to_vec();
-                conn.out
-                    .extend_from_slice(b"GET / HTTP/1.1\r\nHost: ustack\r\n");
-                if last {
-                    conn.out.extend_from_slice(b"Connection: close\r\n");
-                }
-                conn.out.extend_from_slice(b"\r\n");
-            }
-        }
-    }
-
-    fn drive<D: Device + Sleep, C: Clock>(
-        &mut self,
-        rt: &mut Runtime<D, C>,
-        c: usize,
-    ) -> io::Result<()> {
-        if self.conns[c].stream.is_none() {
-            return Ok(());
-        }
-        loop {
-            // Start the next exchange when the last is complete.
-            let conn = &self.conns[c];
-            let idle = conn.out.is_empty() && conn.expect.is_empty() && conn.got.is_empty();
-            if idle && !conn.closing {
-                if conn.sent < self.per_conn {
-                    self.begin(c);
-                } else {
-                    self.conns[c].closing = true;
-                    if self.proto != Protocol::Http {
-                        let s = self.conns[c].stream.as_ref().expect("open");
-                        s.shutdown(rt, Shutdown::Write)?;
-                    }
-                }
-            }
-            // Write.
-            let conn = &mut self.conns[c];
-            let s = conn.stream.as_ref().expect("open");
-            let mut sent = 0;
-            while sent < conn.out.len() {
-                match s.write(rt, &conn.out[sent..]) {
-                    Ok(n) => sent += n,
-                    Err(e) if would_block(&e) => break,
-                    Err(e) => return Err(e),
-                }
-            }
-            conn.out.drain(..sent);
-            self.stats.bytes_out += sent as u64;
-            if self.proto == Protocol::Discard && conn.out.is_empty() && sent > 0 {
-                self.stats.verified += 1;
-            }
-            // Read.
-            let n = match s.read(rt, &mut self.buf) {
-                Ok(n) => n,
-                Err(e) if would_block(&e) => {
-                    if conn.out.is_empty()
-                        && conn.expect.is_empty()
-                        && conn.got.is_empty()
-                        && !conn.closing
-                    {
-                        continue; // the next exchange
-                    }
-                    return Ok(());
-                }
-                Err(e) => return Err(e),
-            };
-            if n == 0 {
-                if !conn.closing || !conn.got.is_empty() || !conn.expect.is_empty() {
-                    return Err(invalid(format!(
-                        "connection {c}: the server closed early (exchange {}, {} bytes pending)",
-                        conn.sent,
-                        conn.got.len()
-                    )));
-                }
-                let s = conn.stream.take().expect("open");
-                s.close(rt)?;
-                self.stats.finished += 1;
-                return Ok(());
-            }
-            self.stats.bytes_in += n as u64;
-            conn.got.extend_from_slice(&self.buf[..n]);
-            match self.proto {
-                Protocol::Discard => {
-                    return Err(invalid(format!("connection {c}: discard sent {n} bytes")));
-                }
-                Protocol::Echo => {
-                    let k = conn.got.len().min(conn.expect.len());
-                    if conn.got.len() > conn.expect.len() || conn.got[..k] != conn.expect[..k] {
-                        return Err(invalid(format!(
-                            "connection {c}: echo {} differs",
-                            conn.sent - 1
-                        )));
-                    }
-                    if conn.got.len() == conn.expect.len() {
-                        conn.got.clear();
-                        conn.expect.clear();
-                        self.stats.verified += 1;
-                    }
-                }
-                Protocol::Http => {
-                    let last = conn.sent == self.per_conn;
-                    match check_response(&conn.got, last)? {
-                        None => {}
-                        Some(len) if len == conn.got.len() => {
-                            conn.got.clear();
-                            conn.expect.clear();
-                            self.stats.verified += 1;
-                            if last {
-                                conn.closing = true;
-                            }
-                        }
-                        Some(_) => {
-                            return Err(invalid(format!(
-                                "connection {c}: bytes after response {}",
-                                conn.sent
-                            )));
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// Check one response to `GET /` at the start of `got`: None while incomplete, its length
-/// once whole; `InvalidData` if it is not `200 OK` with [`FIXED_BODY`] (and
-/// `Connection: close` iff `last`).
-pub fn check_response(got: &[u8], last: bool) -> io::Result<Option<usize>> {
-    let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") else {
-        return Ok(None);
-    };
-    let head = core::str::from_utf8(&got[..end]).map_err(|_| invalid("head not UTF-8".into()))?;
-    if !head.starts_with("HTTP/1.1 200 OK\r\n") {
-        return Err(invalid(format!("unexpected response: {head}")));
-    }
-    let mut length = None;
-    let mut close = false;
-    for line in head.split("\r\n").skip(1) {
-        let (name, value) = line
-            .split_once(':')
-            .ok_or_else(|| invalid(format!("bad header line {line:?}")))?;
-        if name.eq_ignore_ascii_case("content-length") {
-            length = value.trim().parse::<usize>().ok();
-        } else if name.eq_ignore_ascii_case("connection") {
-            close = value.trim().eq_ignore_ascii_case("close");
-        }
-    }
-    if length != Some(FIXED_BODY.len()) || close != last {
-        return Err(invalid(format!("unexpected head: {head}")));
-    }
-    let total = end + 4 + FIXED_BODY.len();
-    if got.len() < total {
-        return Ok(None);
-    }
-    if &got[end + 4..total] != FIXED_BODY {
-        return Err(invalid("wrong body".into()));
-    }
-    Ok(Some(total))
 }
