@@ -292,9 +292,19 @@ impl Stack {
         true
     }
 
-    /// The next frame for the device, if any.
-    pub fn poll_transmit(&mut self, _now: Instant) -> Option<Vec<u8>> {
+    /// The next frame for the device, if any. Once the queue has drained to half of
+    /// `txqueuelen`, connections that found it full send what they held back first
+    /// (`tcp_tx_wake`), so a burst larger than the queue leaves in order, without a drop.
+    pub fn poll_transmit(&mut self, now: Instant) -> Option<Vec<u8>> {
+        if !self.tcp.tx_waiters.is_empty() && self.tx.len() as u64 <= self.sysctl.txqueuelen / 2 {
+            self.tcp_tx_wake(now);
+        }
         self.tx.pop_front()
+    }
+
+    /// Whether the transmit queue holds `txqueuelen` frames: one more would be dropped.
+    pub(crate) fn tx_queue_full(&self) -> bool {
+        self.tx.len() as u64 >= self.sysctl.txqueuelen
     }
 
     /// Give a transmitted frame's buffer back for reuse (optional: a driver that drops

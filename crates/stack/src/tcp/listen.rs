@@ -503,6 +503,21 @@ impl Stack {
         tcb.snd.wl1 = seg.seq_number;
         tcb.snd.wl2 = seg.ack_number;
         tcb.flags.set(TcbFlags::PASSIVE);
+        // The handshake's RTT, so that the first RTO after accept follows the path (about
+        // 200 ms on a fast one) instead of the 1 s initial RTO (RFC 6298 §2.1): Linux
+        // `tcp_synack_rtt_meas`, here by its timestamp fallback (`tcp_ack_update_rtt`: the
+        // echoed TSval of our SYN-ACK, exact even after a retransmission, RFC 7323 §4.1).
+        // A cookie's TSval encodes options, not a time; without timestamps no sample.
+        if !cookie
+            && req.ts_ok
+            && let Some(ts) = seg.timestamp
+            && ts.tsecr != 0
+        {
+            let ms = super::isn::ts_clock(now).wrapping_sub(ts.tsecr.wrapping_sub(req.ts_offset));
+            if ms < 600_000 {
+                tcb.rtt.sample(Duration::from_millis(u64::from(ms)));
+            }
+        }
         let h = self.tcp.insert(tcb);
         self.tcp_set_state(h, State::Established);
         self.mib.inc(Counter::TcpPassiveOpens);

@@ -92,6 +92,10 @@ impl TcbFlags {
     /// SO_LINGER on with a zero time: close() resets the connection (Linux
     /// `sock_flag(sk, SOCK_LINGER) && !sk->sk_lingertime`).
     pub const LINGER_ABORT: u16 = 1 << 14;
+    /// A segment could not be built because the stack's transmit queue was full
+    /// (`net.core.txqueuelen`): the connection waits in `Tcp::tx_waiters` and sends when
+    /// the queue drains (Linux's `TSQ_THROTTLED`, woken by `tcp_tsq_handler`).
+    pub const TX_THROTTLED: u16 = 1 << 15;
 
     #[inline]
     pub const fn has(self, bit: u16) -> bool {
