@@ -586,8 +586,8 @@ fn bench_c1m_holds_every_connection_and_measures_each_server_alone() {
 fn bench_c1m_refuses_what_it_cannot_do() {
     for (args, says) in [
         (
-            &["pingpong", "--conns", "2000"][..],
-            "--conns 2000: at most 1000 for pingpong; only c1m holds more",
+            &["pingpong", "--conns", "20000"][..],
+            "--conns 20000: at most 10000 for pingpong; only c1m holds more",
         ),
         (
             &["c1m", "--link", "sim"],

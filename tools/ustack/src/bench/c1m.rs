@@ -98,7 +98,7 @@ pub fn ustack(run: &Run, hold: Duration) -> anyhow::Result<Outcome> {
     let server = std::thread::Builder::new()
         .name("ustack-server".into())
         .spawn(
-            move || -> anyhow::Result<(Duration, u64, serde_json::Value)> {
+            move || -> anyhow::Result<(Duration, u64, serde_json::Value, serde_json::Value)> {
                 let mut rt = server_builder.build(a)?;
                 let mut server = Server::bind_all(&mut rt, Protocol::Echo, &server_addrs, None)?;
                 let mem0 = rt.stack().memory().total() as u64;
@@ -119,6 +119,7 @@ pub fn ustack(run: &Run, hold: Duration) -> anyhow::Result<Outcome> {
                     shm::thread_cpu() - cpu0,
                     mem1.saturating_sub(mem0),
                     rt.stack().mib().to_json(),
+                    shm::shm_stats(rt.device()),
                 ))
             },
         )
@@ -126,7 +127,7 @@ pub fn ustack(run: &Run, hold: Duration) -> anyhow::Result<Outcome> {
     let stop_server = || probe.stop.store(true, Ordering::Relaxed);
     let result = ustack_client(run, hold, b, &addrs, &probe);
     stop_server();
-    let (cpu, stack_growth, counters) = match server.join() {
+    let (cpu, stack_growth, counters, server_link) = match server.join() {
         Ok(r) => r.context("the ustack server")?,
         Err(_) => bail!("the ustack server thread panicked"),
     };
@@ -138,6 +139,7 @@ pub fn ustack(run: &Run, hold: Duration) -> anyhow::Result<Outcome> {
         "bench_process_rss_bytes": rss_growth,
     });
     o = o.with_counters(counters, rt.stack().mib().to_json());
+    o.link_stats = json!({ "server": server_link, "client": shm::shm_stats(rt.device()) });
     o.server_cpu = Some(cpu);
     Ok(o)
 }
