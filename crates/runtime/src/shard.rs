@@ -249,6 +249,11 @@ impl<D: Device> Shard<D> {
                 result.work_left = true;
                 break;
             }
+            // Receive no more than the transmit queue can answer (`Stack::tx_room`): the
+            // rest waits in the device's ring, not dropped for want of room to reply.
+            if self.stack.tx_room() == 0 {
+                break;
+            }
             let Some(len) = self.device.recv(now, &mut self.rx_buf) else {
                 break;
             };

@@ -58,8 +58,10 @@ pub struct C1m {
 }
 
 /// c1m's shm link: small frames (MTU 1500) in rings deep enough for a window of
-/// handshakes or messages each way, which the stream-sized link's 64 slots are not (a
-/// full ring drops frames, as a full qdisc does).
+/// handshakes or messages each way, so a window's burst passes in one hand-over. A
+/// shallower ring would drop nothing either (frames wait for slots in the stack's
+/// transmit queue, connections for room in that; see docs/bench.md, "A clean link drops
+/// nothing"), but would take more round trips between the two threads.
 fn link() -> std::io::Result<(ShmPort, ShmPort)> {
     let (mut a, mut b) = ShmLink::pair(&ShmConfig {
         ring_size: 4 * WINDOW.next_power_of_two(),
