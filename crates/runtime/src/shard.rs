@@ -44,6 +44,13 @@
 //! device wakes it (the shm port asks its peer to ring when it hands slots back). A device
 //! that does not know drops and counts what it cannot take (`tx_dropped`).
 //!
+//! The chain goes back to the senders: TCP builds no segment once the queue holds
+//! `txqueuelen` less a `netdev_budget` reserve (the connection waits and sends as the
+//! queue drains, see `Stack::poll_transmit`), and a round receives no more frames than the
+//! queue has room for ([`Stack::tx_room`]), so the replies that no connection can hold
+//! back (a listener's SYN-ACK, a RST) always fit; unreceived frames wait in the device's
+//! ring. On the shm link nothing is dropped however large the burst (docs/bench.md).
+//!
 //! Receive is not batched at the device: frames are taken one by one with
 //! [`Device::recv`] straight into the shard's buffer and handed to the stack, which keeps
 //! the budget checks per frame (below) exact. The shm port already returns receive
@@ -247,6 +254,11 @@ impl<D: Device> Shard<D> {
         loop {
             if result.rx >= budget.frames {
                 result.work_left = true;
+                break;
+            }
+            // Receive no more than the transmit queue can answer (`Stack::tx_room`): the
+            // rest waits in the device's ring, not dropped for want of room to reply.
+            if self.stack.tx_room() == 0 {
                 break;
             }
             let Some(len) = self.device.recv(now, &mut self.rx_buf) else {

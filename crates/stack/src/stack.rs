@@ -298,9 +298,37 @@ impl Stack {
         true
     }
 
-    /// The next frame for the device, if any.
-    pub fn poll_transmit(&mut self, _now: Instant) -> Option<Vec<u8>> {
+    /// The next frame for the device, if any. Once the queue has drained to half of
+    /// `txqueuelen`, connections that found it full send what they held back first
+    /// (`tcp_tx_wake`), so a burst larger than the queue leaves in order, without a drop.
+    pub fn poll_transmit(&mut self, now: Instant) -> Option<Vec<u8>> {
+        if !self.tcp.tx_waiters.is_empty() && (self.tx.len() as u64) <= self.tx_tcp_limit() / 2 {
+            self.tcp_tx_wake(now);
+        }
         self.tx.pop_front()
+    }
+
+    /// The frames TCP connections may fill the transmit queue with: `txqueuelen` less a
+    /// reserve of `netdev_budget` (at most half the queue) for the replies that have no
+    /// connection to hold them back (a listener's SYN-ACK, a RST, a TIME-WAIT ACK, ARP),
+    /// one per received frame at most, which [`tx_room`](Self::tx_room) bounds.
+    fn tx_tcp_limit(&self) -> u64 {
+        let q = self.sysctl.txqueuelen;
+        q - self.sysctl.netdev_budget.min(q / 2)
+    }
+
+    /// Whether TCP may queue no more frames (see `tx_tcp_limit`): connections wait.
+    pub(crate) fn tx_queue_full(&self) -> bool {
+        self.tx.len() as u64 >= self.tx_tcp_limit()
+    }
+
+    /// Frames the transmit queue has room for before `txqueuelen`. A driver receives no
+    /// more frames than this in a round (each may need a reply that cannot wait), so
+    /// replies are not dropped while the device is backed up: the frames wait in the
+    /// device's ring instead, and the peer waits for slots.
+    pub fn tx_room(&self) -> usize {
+        usize::try_from(self.sysctl.txqueuelen.saturating_sub(self.tx.len() as u64))
+            .unwrap_or(usize::MAX)
     }
 
     /// Give a transmitted frame's buffer back for reuse (optional: a driver that drops

@@ -48,6 +48,8 @@ use ustack_testkit::{A_IP, B_IP, Pair};
 const SCENARIOS: [&str; 4] = ["udp-rr", "pingpong", "cps", "stream"];
 /// What the scenario argument accepts.
 const ALL_SCENARIOS: [&str; 5] = ["udp-rr", "pingpong", "cps", "stream", "c1m"];
+/// Most `--conns` for pingpong and cps (c1m holds more).
+pub const MAX_CONNS: u32 = 10_000;
 /// c1m's `--conns` unless told.
 const C1M_CONNS: u32 = 100_000;
 /// What `--link` accepts: the links ustack runs over, and Linux's loopback.
@@ -71,7 +73,7 @@ pub struct Args {
     /// --duration; K, M and G are powers of 1024 (64M is 67108864 bytes).
     #[arg(long, value_parser = parse_stream_bytes)]
     bytes: Option<u64>,
-    /// Connections for pingpong (default 10, at most 1000); connections opened per round
+    /// Connections for pingpong (default 10, at most 10000); connections opened per round
     /// for cps (ditto); connections held for c1m (default 100000, at most 1000000).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     conns: Option<u32>,
@@ -329,11 +331,11 @@ impl Args {
             }
         }
         if let Some(n) = self.conns
-            && n > 1000
+            && n > MAX_CONNS
             && scenarios.iter().any(|s| *s != "c1m")
         {
             return Err(format!(
-                "--conns {n}: at most 1000 for {}; only c1m holds more",
+                "--conns {n}: at most {MAX_CONNS} for {}; only c1m holds more",
                 scenarios.join(", ")
             ));
         }
@@ -490,6 +492,9 @@ struct Outcome {
     time_wait: Option<u64>,
     /// The sim link's faults and what they did (null without faults).
     faults: Value,
+    /// Over shm: each end's link counters (`ShmStats`: frames sent, refused for want of
+    /// a slot, ...), `{"server": .., "client": ..}`; null on other links.
+    link_stats: Value,
     /// c1m: its phases and the server's memory growth.
     c1m: Option<c1m::C1m>,
 }
@@ -528,6 +533,7 @@ impl Outcome {
             per_shard: Value::Null,
             time_wait: None,
             faults: Value::Null,
+            link_stats: Value::Null,
             c1m: None,
         }
     }
@@ -651,6 +657,7 @@ impl Outcome {
             "per_shard": self.per_shard.clone(),
             "client_counters": self.client_counters.clone().unwrap_or(Value::Null),
             "faults": self.faults,
+            "link_stats": self.link_stats,
         })
     }
 }

@@ -735,8 +735,8 @@ fn bench_json_watching_children(args: &str) -> (Vec<serde_json::Value>, Vec<(u32
 fn bench_c1m_refuses_what_it_cannot_do() {
     for (args, says) in [
         (
-            &["pingpong", "--conns", "2000"][..],
-            "--conns 2000: at most 1000 for pingpong; only c1m holds more",
+            &["pingpong", "--conns", "20000"][..],
+            "--conns 20000: at most 10000 for pingpong; only c1m holds more",
         ),
         (
             &["c1m", "--link", "sim"],

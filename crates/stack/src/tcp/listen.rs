@@ -547,10 +547,23 @@ impl Stack {
         tcb.snd.wl2 = seg.ack_number;
         tcb.flags.set(TcbFlags::PASSIVE);
         // Linux tcp_synack_rtt_meas: the handshake's round trip is the first RTT sample
-        // (RFC 6298 §2.2), when the SYN-ACK was sent once (RFC 6298 §3, Karn's
-        // algorithm), so that the first RTO is SRTT-based rather than 1 s.
+        // (RFC 6298 §2.2), so that the first RTO follows the path (about 200 ms on a fast
+        // one) instead of the 1 s initial RTO (RFC 6298 §2.1). Measured from the SYN-ACK's
+        // send time when it was sent once (Karn's algorithm, RFC 6298 §3); after a
+        // retransmission, by the echoed TSval of our SYN-ACK as Linux falls back to
+        // (`tcp_ack_update_rtt`, RFC 7323 §4.1). A cookie's TSval encodes options, not a
+        // time.
         if req.synack_at != Instant::ZERO && req.retransmits == 0 {
             tcb.rtt.sample(now - req.synack_at);
+        } else if !cookie
+            && req.ts_ok
+            && let Some(ts) = seg.timestamp
+            && ts.tsecr != 0
+        {
+            let ms = super::isn::ts_clock(now).wrapping_sub(ts.tsecr.wrapping_sub(req.ts_offset));
+            if ms < 600_000 {
+                tcb.rtt.sample(Duration::from_millis(u64::from(ms)));
+            }
         }
         let h = self.tcp.insert(tcb);
         self.tcp_set_state(h, State::Established);

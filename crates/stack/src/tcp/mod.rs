@@ -105,6 +105,11 @@ pub(crate) struct Tcp {
     /// Connections closed by the user and still alive (Linux `tcp_orphan_count`).
     pub(crate) orphans: usize,
     port_hint: u16,
+    /// Connections with output held back by a full transmit queue, in the order they
+    /// found it full ([`TcbFlags::TX_THROTTLED`]; see `Stack::tcp_tx_wake`).
+    pub(crate) tx_waiters: std::collections::VecDeque<TcpHandle>,
+    /// When the waiters were last woken: at most once per instant (see `tcp_tx_wake`).
+    pub(crate) tx_woken: Option<Instant>,
 }
 
 /// Bytes of buffer memory all TCP connections of a stack may hold (Linux `tcp_mem` is in
@@ -130,6 +135,8 @@ impl Tcp {
             challenge_key: secrets.key(b"tcp challenge ack"),
             orphans: 0,
             port_hint: PortRange::first_hint(sysctl, secrets.u64(b"tcp port hint")),
+            tx_waiters: std::collections::VecDeque::new(),
+            tx_woken: None,
         }
     }
 

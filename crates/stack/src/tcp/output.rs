@@ -228,7 +228,9 @@ impl Stack {
         );
         self.syn_options(&mut repr, ts_clock(now).wrapping_add(ts_offset), 0, None);
         let retransmit = tcb.snd.nxt != iss;
-        self.tcp_emit(now, tuple, &repr, Payload::None);
+        if !self.tcp_tx_throttle(h, false) {
+            self.tcp_emit(now, tuple, &repr, Payload::None);
+        }
         let Some(tcb) = self.tcp.get_mut(h) else {
             return;
         };
@@ -489,6 +491,14 @@ impl Stack {
         fin: bool,
         push: bool,
     ) -> bool {
+        let ack_only = len == 0 && !fin;
+        if self.tcp_tx_throttle(h, ack_only) {
+            // Held back, not lost: an ACK owed is sent when the connection is woken.
+            if ack_only && let Some(tcb) = self.tcp.get_mut(h) {
+                tcb.flags.set(TcbFlags::ACK_NOW);
+            }
+            return false;
+        }
         let Some(tcb) = self.tcp.get_mut(h) else {
             return false;
         };
@@ -927,6 +937,66 @@ impl Stack {
             tcb.lr.lost_retrans = found - sent;
             if n < BATCH {
                 return;
+            }
+        }
+    }
+
+    /// If the transmit queue is full (`net.core.txqueuelen`), put the connection on the
+    /// waiters' list (once) and return true: its segment is not built, so nothing is
+    /// dropped; the data stays unsent in the send buffer (an ACK owed stays owed) until
+    /// [`tcp_tx_wake`](Self::tcp_tx_wake) runs its output again. This is the end of the
+    /// link's backpressure: a device without room ([`ustack_dev::Device::tx_space`])
+    /// leaves frames in the queue, a full queue holds the connections back, and a full
+    /// send buffer makes `write` return `WouldBlock`. Linux's TCP Small Queues do the same
+    /// per socket (`tcp_small_queue_check` sets `TSQ_THROTTLED`, the driver's completion
+    /// runs `tcp_tsq_handler`); a qdisc drop there would cost a probe timer of an RTO.
+    ///
+    /// A connection held back for a pure ACK (`ack_only`) goes to the front of the list:
+    /// the peer times its retransmissions by that ACK, and behind a burst of other
+    /// connections' data it would come late enough to set off a spurious loss probe.
+    pub(crate) fn tcp_tx_throttle(&mut self, h: TcpHandle, ack_only: bool) -> bool {
+        if !self.tx_queue_full() {
+            return false;
+        }
+        if let Some(tcb) = self.tcp.get_mut(h)
+            && !tcb.flags.has(TcbFlags::TX_THROTTLED)
+        {
+            tcb.flags.set(TcbFlags::TX_THROTTLED);
+            if ack_only {
+                self.tcp.tx_waiters.push_front(h);
+            } else {
+                self.tcp.tx_waiters.push_back(h);
+            }
+        }
+        true
+    }
+
+    /// The transmit queue has room again: run the output of the connections it held
+    /// back, oldest first, until it is full again (the rest keep waiting). A connection
+    /// still opening sends its SYN; the others run [`tcp_output`](Self::tcp_output), which
+    /// sends lost segments, new data and an owed ACK.
+    ///
+    /// At most once per `now` (one round of the driver's loop, as Linux runs
+    /// `tcp_tsq_handler` once per completion): a connection that refills the queue as fast
+    /// as it drains is held to a queue's worth of frames per round instead of spinning.
+    pub(crate) fn tcp_tx_wake(&mut self, now: Instant) {
+        if self.tcp.tx_woken == Some(now) {
+            return;
+        }
+        self.tcp.tx_woken = Some(now);
+        while !self.tx_queue_full()
+            && let Some(h) = self.tcp.tx_waiters.pop_front()
+        {
+            let Some(tcb) = self.tcp.get_mut(h) else {
+                continue;
+            };
+            tcb.flags.clear(TcbFlags::TX_THROTTLED);
+            if tcb.state == State::SynSent {
+                if tcb.snd.una == tcb.snd.iss {
+                    self.tcp_send_syn(now, h);
+                }
+            } else {
+                self.tcp_output(now, h);
             }
         }
     }

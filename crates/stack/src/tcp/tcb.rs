@@ -69,56 +69,60 @@ pub struct RecvSeq {
 
 /// Options negotiated on the SYN exchange and socket flags, as bits.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TcbFlags(pub u16);
+pub struct TcbFlags(pub u32);
 
 impl TcbFlags {
     /// SACK permitted by both ends (RFC 2018 §2).
-    pub const SACK_OK: u16 = 1 << 0;
+    pub const SACK_OK: u32 = 1 << 0;
     /// Timestamps in use (RFC 7323 §3.2).
-    pub const TS_OK: u16 = 1 << 1;
+    pub const TS_OK: u32 = 1 << 1;
     /// Window scaling in use (RFC 7323 §2.2: both SYNs carried the option).
-    pub const WSCALE_OK: u16 = 1 << 2;
+    pub const WSCALE_OK: u32 = 1 << 2;
     /// TCP_NODELAY: Nagle off.
-    pub const NODELAY: u16 = 1 << 3;
+    pub const NODELAY: u32 = 1 << 3;
     /// SO_KEEPALIVE.
-    pub const KEEPALIVE: u16 = 1 << 4;
+    pub const KEEPALIVE: u32 = 1 << 4;
     /// The user closed (or shut down writing): a FIN follows the queued data.
-    pub const FIN_QUEUED: u16 = 1 << 5;
+    pub const FIN_QUEUED: u32 = 1 << 5;
     /// An ACK must go out now (Linux `inet_csk_ack_scheduled` + ICSK_ACK_PUSHED).
-    pub const ACK_NOW: u16 = 1 << 6;
+    pub const ACK_NOW: u32 = 1 << 6;
     /// An ACK is owed, and may be delayed.
-    pub const ACK_PENDING: u16 = 1 << 7;
+    pub const ACK_PENDING: u32 = 1 << 7;
     /// The user can no longer read (SHUT_RD or close): arriving data gets a RST.
-    pub const RCV_SHUTDOWN: u16 = 1 << 8;
+    pub const RCV_SHUTDOWN: u32 = 1 << 8;
     /// The socket was closed by the user and is now an orphan (Linux `SOCK_DEAD`).
-    pub const ORPHAN: u16 = 1 << 9;
+    pub const ORPHAN: u32 = 1 << 9;
     /// Connection reached through a listener: counted in PassiveOpens, not yet accepted.
-    pub const PASSIVE: u16 = 1 << 10;
+    pub const PASSIVE: u32 = 1 << 10;
     /// Our FIN has been sent (it occupies `fin_seq()`).
-    pub const FIN_SENT: u16 = 1 << 11;
+    pub const FIN_SENT: u32 = 1 << 11;
     /// The user set SO_SNDBUF: the send buffer is no longer autotuned (Linux
     /// `SOCK_SNDBUF_LOCK` in `sk_userlocks`).
-    pub const SNDBUF_LOCK: u16 = 1 << 12;
+    pub const SNDBUF_LOCK: u32 = 1 << 12;
     /// The user set SO_RCVBUF: the receive buffer is no longer autotuned (Linux
     /// `SOCK_RCVBUF_LOCK`).
-    pub const RCVBUF_LOCK: u16 = 1 << 13;
+    pub const RCVBUF_LOCK: u32 = 1 << 13;
     /// SO_LINGER on with a zero time: close() resets the connection (Linux
     /// `sock_flag(sk, SOCK_LINGER) && !sk->sk_lingertime`).
-    pub const LINGER_ABORT: u16 = 1 << 14;
+    pub const LINGER_ABORT: u32 = 1 << 14;
     /// Black-hole detection lowered the MSS (Linux `icsk_mtup.enabled` under
     /// `tcp_mtu_probing` = 1): later timeouts halve it.
-    pub const MTU_PROBING: u16 = 1 << 15;
+    pub const MTU_PROBING: u32 = 1 << 15;
+    /// A segment could not be built because the stack's transmit queue was full
+    /// (`net.core.txqueuelen`): the connection waits in `Tcp::tx_waiters` and sends when
+    /// the queue drains (Linux's `TSQ_THROTTLED`, woken by `tcp_tsq_handler`).
+    pub const TX_THROTTLED: u32 = 1 << 16;
 
     #[inline]
-    pub const fn has(self, bit: u16) -> bool {
+    pub const fn has(self, bit: u32) -> bool {
         self.0 & bit != 0
     }
     #[inline]
-    pub fn set(&mut self, bit: u16) {
+    pub fn set(&mut self, bit: u32) {
         self.0 |= bit;
     }
     #[inline]
-    pub fn clear(&mut self, bit: u16) {
+    pub fn clear(&mut self, bit: u32) {
         self.0 &= !bit;
     }
 }

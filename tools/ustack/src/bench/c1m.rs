@@ -59,8 +59,10 @@ pub struct C1m {
 }
 
 /// c1m's shm link: small frames (MTU 1500) in rings deep enough for a window of
-/// handshakes or messages each way, which the stream-sized link's 64 slots are not (a
-/// full ring drops frames, as a full qdisc does).
+/// handshakes or messages each way, so a window's burst passes in one hand-over. A
+/// shallower ring would drop nothing either (frames wait for slots in the stack's
+/// transmit queue, connections for room in that; see docs/bench.md, "A clean link drops
+/// nothing"), but would take more round trips between the two threads.
 fn link() -> std::io::Result<(ShmPort, ShmPort)> {
     let (mut a, mut b) = ShmLink::pair(&ShmConfig {
         ring_size: 4 * WINDOW.next_power_of_two(),
@@ -99,7 +101,7 @@ pub fn ustack(run: &Run, hold: Duration) -> anyhow::Result<Outcome> {
     let server = std::thread::Builder::new()
         .name("ustack-server".into())
         .spawn(
-            move || -> anyhow::Result<(Duration, u64, serde_json::Value, serde_json::Value)> {
+            move || -> anyhow::Result<(Duration, u64, serde_json::Value, serde_json::Value, serde_json::Value)> {
                 let mut rt = server_builder.build(a)?;
                 let mut server = Server::bind_all(&mut rt, Protocol::Echo, &server_addrs, None)?;
                 let mem0 = rt.stack().memory();
@@ -122,6 +124,7 @@ pub fn ustack(run: &Run, hold: Duration) -> anyhow::Result<Outcome> {
                     (mem1.total() as u64).saturating_sub(mem0.total() as u64),
                     kinds_growth(&mem0, &mem1),
                     rt.stack().mib().to_json(),
+                    shm::shm_stats(rt.device()),
                 ))
             },
         )
@@ -129,7 +132,7 @@ pub fn ustack(run: &Run, hold: Duration) -> anyhow::Result<Outcome> {
     let stop_server = || probe.stop.store(true, Ordering::Relaxed);
     let result = ustack_client(run, hold, b, &addrs, &probe);
     stop_server();
-    let (cpu, stack_growth, kinds, counters) = match server.join() {
+    let (cpu, stack_growth, kinds, counters, server_link) = match server.join() {
         Ok(r) => r.context("the ustack server")?,
         Err(_) => bail!("the ustack server thread panicked"),
     };
@@ -142,6 +145,7 @@ pub fn ustack(run: &Run, hold: Duration) -> anyhow::Result<Outcome> {
         "bench_process_rss_bytes": rss_growth,
     });
     o = o.with_counters(counters, rt.stack().mib().to_json());
+    o.link_stats = json!({ "server": server_link, "client": shm::shm_stats(rt.device()) });
     o.server_cpu = Some(cpu);
     Ok(o)
 }

@@ -12,6 +12,7 @@
 //! replies and closes, and stream a sink that checks every byte against the pattern.
 
 use core::net::{Ipv4Addr, SocketAddrV4};
+use std::any::Any;
 use std::collections::HashMap;
 use std::io::{self, ErrorKind};
 use std::net::Shutdown;
@@ -22,7 +23,7 @@ use anyhow::{Context, bail};
 use serde_json::{Value, json};
 use ustack_apps::{Protocol, Server};
 use ustack_dev::Device;
-use ustack_dev::shm::{ShmConfig, ShmLink, ShmPort};
+use ustack_dev::shm::{ShmConfig, ShmLink, ShmPort, ShmStats};
 use ustack_obs::Mib;
 use ustack_runtime::Mode;
 use ustack_runtime::api::{TcpListener, TcpStream, UdpSocket};
@@ -40,7 +41,9 @@ const SERVER: SocketAddrV4 = SocketAddrV4::new(SERVER_IP, 5001);
 /// How long an idle loop polls before it sleeps on its doorbell: Linux's suggested
 /// `net.core.busy_poll` (Documentation/networking/napi.rst suggests 50 µs).
 pub const BUSY_POLL: Duration = Duration::from_micros(50);
-/// The longest a message, a reply or a connection may take before the run fails.
+/// The longest the client's loop may go without an event (a reply, a connection
+/// established) before the run fails. It bounds a stall, not a round: a round of 10,000
+/// connections takes longer than one of 10 without anything being wrong.
 const PATIENCE: Duration = Duration::from_secs(2);
 
 pub(super) type Rt = Runtime<ShmPort, MonotonicClock>;
@@ -48,7 +51,11 @@ pub(super) type Rt = Runtime<ShmPort, MonotonicClock>;
 /// The link: Ethernet with loopback's MTU (65535, as `--link sim` and Linux's `lo`), so
 /// that stream moves segments of the same size on every server. 64 slots of 64 KiB per
 /// direction: 4 MiB in flight each way, more than the 4 MiB send buffer can fill. With
-/// `queue_pairs` of them: side A's queues (the server's) and side B's.
+/// `queue_pairs` of them: side A's queues (the server's) and side B's. A burst of more
+/// frames than slots (a pingpong round of 10,000 connections) is not dropped: the runtime
+/// gives the port no more than its free slots (`Device::tx_space`), the rest waits in the
+/// stack's transmit queue, and connections wait for room in that (docs/bench.md, "A
+/// clean link drops nothing").
 fn link(queue_pairs: usize) -> io::Result<(Vec<ShmPort>, Vec<ShmPort>)> {
     ShmLink::pair(&ShmConfig {
         queue_pairs,
@@ -76,6 +83,41 @@ pub(super) fn shm_builder(ip: Ipv4Addr, mac: u8, seed: u64, run: &Run) -> Runtim
     builder(ip, mac, seed).checksum_offload(!run.checksums)
 }
 
+/// An shm port's counters as JSON (what `link_stats` reports for each end); a device
+/// that is not one (or a splitter over several) gives their sum, anything else null.
+pub(super) fn shm_stats(device: &dyn Any) -> Value {
+    let ports: &[ShmPort] = if let Some(p) = device.downcast_ref::<ShmPort>() {
+        core::slice::from_ref(p)
+    } else if let Some(s) = device.downcast_ref::<RssSplitter<ShmPort>>() {
+        s.queues()
+    } else {
+        return Value::Null;
+    };
+    let mut t = ShmStats::default();
+    for s in ports.iter().map(ShmPort::stats) {
+        t.tx_frames += s.tx_frames;
+        t.tx_full += s.tx_full;
+        t.tx_too_big += s.tx_too_big;
+        t.tx_stopped += s.tx_stopped;
+        t.rx_frames += s.rx_frames;
+        t.rx_truncated += s.rx_truncated;
+        t.bad_desc += s.bad_desc;
+        t.bad_comp += s.bad_comp;
+        t.bad_index += s.bad_index;
+    }
+    json!({
+        "tx_frames": t.tx_frames,
+        "tx_full": t.tx_full,
+        "tx_too_big": t.tx_too_big,
+        "tx_stopped": t.tx_stopped,
+        "rx_frames": t.rx_frames,
+        "rx_truncated": t.rx_truncated,
+        "bad_desc": t.bad_desc,
+        "bad_comp": t.bad_comp,
+        "bad_index": t.bad_index,
+    })
+}
+
 /// The calling thread's CPU time.
 pub(super) fn thread_cpu() -> Duration {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
@@ -99,6 +141,8 @@ pub(super) struct ServerReport {
     /// With more than one shard, per shard: its thread's CPU time and its counters
     /// (null with one).
     pub(super) per_shard: Value,
+    /// The server's end of the link ([`shm_stats`]), summed over the shards.
+    pub(super) link: Value,
 }
 
 /// The server's part of a scenario.
@@ -143,6 +187,7 @@ impl Servers {
                 addr,
                 sink: slot.clone(),
                 state: None,
+                link: Value::Null,
             })
             .context("starting the ustack server")?;
         let cpu0 = rt
@@ -166,8 +211,10 @@ impl Servers {
             ANSWER,
         );
         let shards = self.rt.shards();
+        let mut link = Value::Null;
         for (k, app) in self.rt.stop().into_iter().enumerate() {
-            app.with_context(|| format!("the ustack server (shard {k})"))?;
+            let app = app.with_context(|| format!("the ustack server (shard {k})"))?;
+            link = add_stats(link, app.link);
         }
         let read = read.context("reading the server shards' counters")?;
         let (mut cpu, mut mib, mut time_wait) = (Duration::ZERO, Mib::new(), 0);
@@ -190,6 +237,7 @@ impl Servers {
             } else {
                 Value::Null
             },
+            link,
         })
     }
 }
@@ -205,6 +253,8 @@ pub(super) struct ShardServe {
     /// Where the sink puts its report (one connection: whichever shard it reaches).
     sink: Arc<Mutex<Option<SinkReport>>>,
     state: Option<Serving>,
+    /// The shard's link counters as of its last poll (read after the shard stops).
+    link: Value,
 }
 
 /// What a shard serves, once bound.
@@ -215,7 +265,7 @@ enum Serving {
     Sink(Sink),
 }
 
-impl<D: Device + Sleep> ShardApp<D> for ShardServe {
+impl<D: Device + Sleep + 'static> ShardApp<D> for ShardServe {
     fn start(&mut self, ctx: &mut ShardContext<'_, D>) -> io::Result<()> {
         let (rt, addr) = (&mut *ctx.rt, self.addr);
         self.state = Some(match self.serve {
@@ -229,6 +279,7 @@ impl<D: Device + Sleep> ShardApp<D> for ShardServe {
 
     fn poll(&mut self, ctx: &mut ShardContext<'_, D>) -> io::Result<()> {
         let rt = &mut *ctx.rt;
+        self.link = shm_stats(rt.device());
         match &mut self.state {
             Some(Serving::Udp(sock, buf)) => loop {
                 match sock.recv_from(rt, buf) {
@@ -437,7 +488,7 @@ pub fn scenario(name: &str, run: &Run, shards: usize) -> anyhow::Result<Outcome>
 }
 
 /// The client's part of scenario `name`, on `rt`, against `server`.
-fn drive<D: Device + Sleep>(
+fn drive<D: Device + Sleep + 'static>(
     name: &str,
     run: &Run,
     rt: Runtime<D>,
@@ -451,34 +502,56 @@ fn drive<D: Device + Sleep>(
     }
 }
 
-/// Run the client's loop until `done` holds, failing after [`PATIENCE`]; `done` sees the
-/// events of the last poll (none the first time).
+/// Run the client's loop until `done` holds, failing after [`PATIENCE`] without an event;
+/// `done` sees the events of the last poll (none the first time).
 fn until<D: Device + Sleep>(
     rt: &mut Runtime<D>,
     events: &mut Events,
     what: &str,
     mut done: impl FnMut(&mut Runtime<D>, &Events) -> anyhow::Result<bool>,
 ) -> anyhow::Result<()> {
-    let deadline = WallClock::now() + PATIENCE;
+    let mut deadline = WallClock::now() + PATIENCE;
     events.clear();
     while !done(rt, events)? {
         if WallClock::now() > deadline {
-            bail!("ustack over shm: {what} within {PATIENCE:?}");
+            bail!("ustack over shm: {what} (nothing came for {PATIENCE:?})");
         }
-        rt.poll(events, Some(PATIENCE))?;
+        if rt.poll(events, Some(PATIENCE))? > 0 {
+            deadline = WallClock::now() + PATIENCE;
+        }
     }
     Ok(())
 }
 
 /// The outcome with the server's and the client's counters and the server's CPU time.
-fn finish<D: Device + Sleep>(rt: &Runtime<D>, server: ServerReport, o: Outcome) -> Outcome {
+fn finish<D: Device + Sleep + 'static>(
+    rt: &Runtime<D>,
+    server: ServerReport,
+    o: Outcome,
+) -> Outcome {
     let mut o = o.with_counters(server.counters, rt.stack().mib().to_json());
     o.server_cpu = Some(server.cpu);
     o.per_shard = server.per_shard;
+    o.link_stats = json!({ "server": server.link, "client": shm_stats(rt.device()) });
     o
 }
 
-fn udp_rr<D: Device + Sleep>(
+/// Two [`shm_stats`] objects added field by field (null is nothing).
+fn add_stats(a: Value, b: Value) -> Value {
+    match (a, b) {
+        (Value::Object(mut a), Value::Object(b)) => {
+            for (k, v) in b {
+                let sum = a.get(&k).and_then(Value::as_u64).unwrap_or(0) + v.as_u64().unwrap_or(0);
+                a.insert(k, json!(sum));
+            }
+            Value::Object(a)
+        }
+        (Value::Null, b) => b,
+        (a, _) => a,
+    }
+}
+
+fn udp_rr<D: Device + Sleep + 'static>(
     run: &Run,
     mut rt: Runtime<D>,
     server: Servers,
@@ -529,19 +602,40 @@ fn connect<D: Device + Sleep>(
     interest: Interest,
 ) -> anyhow::Result<Vec<TcpStream>> {
     let mut streams = Vec::new();
+    let mut established = vec![false; n as usize];
+    let mut left = n as usize;
     for i in 0..n {
         let s = TcpStream::connect(rt, SERVER)?;
         s.set_nodelay(rt, true)?;
         rt.register(&s, u64::from(i), Interest::WRITABLE, Mode::Edge)?;
         streams.push(s);
+        if i == 0 {
+            // One connection alone first: its SYN resolves the server's address (ARP),
+            // which a burst would overflow the queue of packets waiting for
+            // (`unres_qlen`, NEIGH_QUEUEFULL), costing the rest a 1 s SYN timeout.
+            let first = &streams[0];
+            until(rt, events, "the first connection established", |rt, _| {
+                Ok(first.state(rt)? == State::Established)
+            })?;
+            established[0] = true;
+            left -= 1;
+        }
     }
-    until(rt, events, "every connection established", |rt, _| {
-        for s in &streams {
-            if s.state(rt)? != State::Established {
-                return Ok(false);
+    // Counted from the events (each stream becomes writable once, when established), not
+    // by asking every stream after every poll, which costs O(n^2) at 10,000 connections.
+    until(rt, events, "every connection established", |rt, events| {
+        for e in events {
+            let i = e.token as usize;
+            match streams[i].state(rt)? {
+                State::Established if !established[i] => {
+                    established[i] = true;
+                    left -= 1;
+                }
+                State::Closed => bail!("ustack over shm: connection {i} failed to connect"),
+                _ => {}
             }
         }
-        Ok(true)
+        Ok(left == 0)
     })?;
     for (i, s) in streams.iter().enumerate() {
         rt.reregister(s, i as u64, interest, Mode::Edge)?;
@@ -576,7 +670,7 @@ fn round<D: Device + Sleep>(
     to_fin: bool,
 ) -> anyhow::Result<bool> {
     let mut msg = vec![0u8; size];
-    let mut got: Vec<Vec<u8>> = vec![Vec::with_capacity(size); streams.len()];
+    let mut got: Vec<Vec<u8>> = vec![Vec::new(); streams.len()];
     for (i, s) in streams.iter().enumerate() {
         fill_message(&mut msg, seq0 + i as u64);
         if s.write(rt, &msg)? != size {
@@ -623,7 +717,7 @@ fn round<D: Device + Sleep>(
 /// pingpong (`cps` false): `conns` connections kept for the run, one message each per
 /// round; cps: rounds of `conns` short connections, each: connect, one `size`-byte
 /// request, its echo, the server's FIN, our close. A round's time is the latency recorded.
-fn lockstep<D: Device + Sleep>(
+fn lockstep<D: Device + Sleep + 'static>(
     run: &Run,
     mut rt: Runtime<D>,
     server: Servers,
@@ -668,7 +762,7 @@ fn lockstep<D: Device + Sleep>(
 
 /// stream: for `--duration`, or until exactly `--bytes` are sent; the rate is the bytes
 /// the server read over the time to the last of them.
-fn stream<D: Device + Sleep>(
+fn stream<D: Device + Sleep + 'static>(
     run: &Run,
     mut rt: Runtime<D>,
     server: Servers,
