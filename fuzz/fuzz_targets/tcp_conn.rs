@@ -393,7 +393,7 @@ fuzz_target!(|data: &[u8]| {
     let mode = input.u8();
     let peer_isn = input.u32();
     let mut c = Config::ip(Ipv4Cidr::new(LOCAL, 24));
-    c.seed = 7;
+    c.seed = Some(7);
     c.gateway = Some(*PEER.ip());
     let mut h = Harness {
         stack: Stack::new(c),
