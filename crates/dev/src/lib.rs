@@ -30,6 +30,23 @@
 //!
 //! This crate denies `unsafe` code; only its `sys` modules (shared memory, TUN,
 //! AF_PACKET, AF_XDP and bpf(2)) allow it, each block with a `// SAFETY:` line.
+//! Where to start: the [`Device`] trait, and [`sim::SimLink`] to try things in a test. A
+//! frame sent on one port of a sim link arrives at the other once the virtual clock reaches
+//! its arrival time:
+//!
+//! ```
+//! use ustack_dev::sim::{Side, SimLink, SimLinkConfig};
+//! use ustack_obs::Instant;
+//!
+//! let mut link = SimLink::new(SimLinkConfig::default());
+//! let frame = [0xffu8; 60]; // any bytes up to the link's MTU
+//! assert!(link.send(Instant::ZERO, Side::A, &frame));
+//! let arrival = link.poll_at(Side::B).expect("a frame on its way to B");
+//! let mut buf = [0u8; 1514];
+//! let n = link.recv(arrival, Side::B, &mut buf).expect("arrived");
+//! assert_eq!(&buf[..n], &frame[..]);
+//! assert_eq!(link.recv(arrival, Side::B, &mut buf), None, "one frame, delivered once");
+//! ```
 
 use ustack_obs::time::Instant;
 

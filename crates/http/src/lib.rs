@@ -9,6 +9,18 @@
 //! more than [`MAX_REQUEST_HEAD`] bytes.
 //!
 //! The response writer ([`write_head`], [`imf_fixdate`], [`DateCache`]) is our own.
+//! Parsing what a connection received so far:
+//!
+//! ```
+//! use ustack_http::{Method, Parsed, parse};
+//!
+//! let buf = b"GET /index.html HTTP/1.1\r\nHost: example.com\r\n\r\nGET /next";
+//! let Parsed::Request { request, head_len } = parse(buf) else { panic!("a complete head") };
+//! assert_eq!((request.method, request.path), (Method::Get, &b"/index.html"[..]));
+//! assert!(request.keep_alive); // HTTP/1.1's default
+//! assert_eq!(&buf[head_len..], b"GET /next"); // the pipelined request stays in the buffer
+//! assert_eq!(parse(&buf[head_len..]), Parsed::Incomplete);
+//! ```
 
 use std::time::{SystemTime, UNIX_EPOCH};
 

@@ -7,6 +7,21 @@
 //! - [`drop`](mod@drop): [`DropReason`], why a packet was dropped, and which counters that bumps.
 //! - [`pcap`]: [`PcapWriter`], classic pcap files for tcpdump and tshark.
 //! - [`time`]: [`Instant`], the caller's clock.
+//! Counting and rendering, as `/proc/net/snmp` shows it (a header line of names, then a
+//! line of values, per group):
+//!
+//! ```
+//! use ustack_obs::{Counter, Mib};
+//!
+//! let mut mib = Mib::new();
+//! mib.inc(Counter::UdpInDatagrams);
+//! mib.add(Counter::UdpInDatagrams, 2);
+//! assert_eq!(mib.get(Counter::UdpInDatagrams), 3);
+//! let snmp = mib.render_snmp();
+//! let mut udp = snmp.lines().filter(|l| l.starts_with("Udp: "));
+//! assert!(udp.next().unwrap().starts_with("Udp: InDatagrams NoPorts"));
+//! assert!(udp.next().unwrap().starts_with("Udp: 3 0"));
+//! ```
 
 pub mod drop;
 pub mod mib;

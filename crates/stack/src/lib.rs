@@ -19,6 +19,26 @@
 //! `net/ethernet/eth.c`, `net/ipv4/arp.c`), `neigh` (`net/core/neighbour.c`), `ip`
 //! (`net/ipv4/ip_input.c`, `ip_output.c`; `ip::reassembly` is `ip_fragment.c`), `icmp`
 //! (`net/ipv4/icmp.c`), `udp` (`net/ipv4/udp.c`), `sysctl` (`sysctl_net_ipv4.c`).
+//! Where to start: [`Stack`] (made from a [`Config`]), its sockets ([`UdpHandle`],
+//! [`TcpHandle`], [`ListenerHandle`]), [`Mib`] and [`Sysctl`]. Most users want the sockets of
+//! `ustack-runtime`, which runs this loop for them. Two stacks pinging over the simulated
+//! link on a virtual clock (the test kit's `Pair` runs the loop above):
+//!
+//! ```
+//! use core::time::Duration;
+//! use ustack_dev::sim::SimLinkConfig;
+//! use ustack_obs::Counter;
+//! use ustack_stack::Mib;
+//! use ustack_testkit::{B_IP, Pair};
+//!
+//! let mut p = Pair::new(SimLinkConfig::default());
+//! p.a.ping(p.now, B_IP, 0x1234, 1, b"hello").unwrap();
+//! p.run_for(Duration::from_millis(5)); // ARP, the request, the reply
+//! let reply = p.a.recv_echo_reply().expect("B answered");
+//! assert_eq!((reply.src, reply.seq_no, &reply.data[..]), (B_IP, 1, &b"hello"[..]));
+//! let in_msgs = |m: &Mib| m.get(Counter::IcmpInMsgs);
+//! assert_eq!((in_msgs(p.a.mib()), in_msgs(p.b.mib())), (1, 1));
+//! ```
 
 use core::fmt;
 use core::net::Ipv4Addr;

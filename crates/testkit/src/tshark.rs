@@ -155,7 +155,7 @@ fn no_payload_heuristics() -> io::Result<Vec<String>> {
 }
 
 /// Reads `pcap` with `tshark -n` (bounded by `timeout 120`), payload heuristics off
-/// ([`no_payload_heuristics`]): one
+/// (`no_payload_heuristics`): one
 /// pass, every packet's source, protocol and flags.
 pub fn analyse(pcap: &Path) -> io::Result<TsharkReport> {
     let out = Command::new("timeout")

@@ -15,6 +15,30 @@
 //! Reading list: RFC 791 (IPv4), RFC 826 (ARP), RFC 792 (ICMPv4), RFC 768 (UDP),
 //! RFC 9293 (TCP), RFC 7323 (window scale, timestamps), RFC 2018 (SACK), RFC 8200 (IPv6),
 //! RFC 4443 (ICMPv6), RFC 1071 and RFC 1624 (checksums).
+//! Where to start: each protocol's module ([`tcp`], [`udp`], [`ipv4`], [`ethernet`], ...)
+//! has its `Packet` view and `Repr`; [`checksum`] and [`SeqNumber`] are shared by all.
+//! Reading a TCP SYN from bytes, as the stack does:
+//!
+//! ```
+//! use core::net::{IpAddr, Ipv4Addr};
+//! use ustack_wire::tcp::{Flags, Packet, Repr};
+//!
+//! let syn = [
+//!     0xc0, 0x00, 0x00, 0x50, // source port 49152, destination port 80
+//!     0, 0, 0, 1, 0, 0, 0, 0, // sequence number 1, acknowledgment number 0
+//!     0x60, 0x02, 0xff, 0xff, // data offset 6 words, SYN, window 65535
+//!     0, 0, 0, 0, // checksum (not verified here), urgent pointer
+//!     2, 4, 0x05, 0xb4, // MSS option: 1460
+//! ];
+//! let packet = Packet::new_checked(&syn[..]).expect("long enough");
+//! let ip = IpAddr::V4(Ipv4Addr::LOCALHOST);
+//! let repr = Repr::parse(&packet, &ip, &ip, false).expect("a valid segment");
+//! assert_eq!((repr.src_port, repr.dst_port), (49152, 80));
+//! assert!(repr.flags.contains(Flags::SYN));
+//! assert_eq!(repr.max_seg_size, Some(1460));
+//! // Bad input is an error, never a panic.
+//! assert!(Packet::new_checked(&syn[..10]).is_err());
+//! ```
 
 mod view;
 

@@ -66,7 +66,7 @@ connect`.
 EXAMPLE:
   ustack get http://192.0.2.1:8000/file.bin -o file.bin --tun tun0 --netns NS")]
 pub struct GetArgs {
-    /// The URL: http://IP[:PORT][/PATH].
+    /// The URL: `http://IP[:PORT][/PATH]`.
     url: String,
     /// Write the body to FILE instead of stdout.
     #[arg(short, long, value_name = "FILE")]

@@ -101,7 +101,7 @@ pub struct Args {
     duration: Option<Duration>,
     /// shm, tun: the control socket `ustack stat`, `ss`, `sysctl` and `capture` talk to
     /// (default: $USTACK_CONTROL, else $XDG_RUNTIME_DIR/ustack/serve.sock, else
-    /// /tmp/ustack-<uid>/serve.sock; if a running server has it, serve-<pid>.sock there).
+    /// `/tmp/ustack-<uid>/serve.sock`; if a running server has it, `serve-<pid>.sock` there).
     #[arg(long)]
     control: Option<PathBuf>,
     /// shm, tun: shards (threads, each with its own stack and queue), 1 to 64.

@@ -50,7 +50,7 @@
 //!   aligned block, so joining them copies at most one partial chunk (< 2 KiB) and relinks,
 //!   whatever their lengths. (`2^32` is a multiple of `CHUNK`, so alignment survives
 //!   wrap-around.)
-//! - An extent is a [`Chain`] `{start, len, head, tail}` in the out-of-order queue, a
+//! - An extent is a `Chain` `{start, len, head, tail}` in the out-of-order queue, a
 //!   `BTreeMap` keyed by the extent's start (Linux keeps skbs in an rbtree for the same
 //!   reason: CVE-2018-5390, "SegmentSmack", made a linear queue cost O(n) per segment under
 //!   a flood of tiny out-of-order segments). Extents are kept disjoint and non-touching
@@ -598,7 +598,7 @@ impl Mem<'_> {
 }
 
 /// Bytes charged per out-of-order extent for its record in the queue's B-tree: a key and a
-/// [`Chain`] (20 bytes) in nodes of 11 that are at least 5 full (232 bytes per leaf, 328
+/// `Chain` (20 bytes) in nodes of 11 that are at least 5 full (232 bytes per leaf, 328
 /// per internal node, one internal node per 6 or more leaves), plus the allocator's
 /// header, rounded up. Checked against the real type sizes by a test.
 pub const EXTENT_TRUESIZE: usize = 64;
@@ -644,7 +644,7 @@ impl Ofo {
     }
 }
 
-/// The most a receive buffer may be charged ([`truesize`]) when it takes out-of-order data:
+/// The most a receive buffer may be charged (`truesize`) when it takes out-of-order data:
 /// twice its byte limit (rcvbuf) plus two chunks for the aligned ends. The byte limit is
 /// the window's worth of payload; Linux's `sk_rcvbuf` is the memory budget for that payload
 /// at `tcp_adv_win_scale` = 1 (half of it overhead), hence the factor 2.

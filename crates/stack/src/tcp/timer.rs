@@ -5,7 +5,7 @@
 //! keepalive/FIN-WAIT-2) and one entry in the stack's timer queue for the earliest; an
 //! entry whose deadline moved is skipped when it comes up (lazy cancel), since the RTO is
 //! re-armed on nearly every ACK. TIME-WAIT records live 60 s from their last restart; each
-//! has exactly one entry in an expiry heap, whatever the peer sends (see [`TimeWaits`]).
+//! has exactly one entry in an expiry heap, whatever the peer sends (see `TimeWaits`).
 
 use core::net::SocketAddrV4;
 use core::time::Duration;
