@@ -1,8 +1,8 @@
 //! The ustack runtime: shard threads, RSS, the budgeted poll loop, the timer wheel and the
-//! epoll-like poller (the runtime issue). Built so far: [`rss`] (which shard owns a flow),
-//! [`shard`] (one shard's budgeted poll loop), [`timer`] (the shard's timer wheel),
-//! [`runtime`] (one shard's run loop: rounds, sleep, busy poll, clocks), [`api`] (the
-//! public sockets) and [`multi`] (shards on their own threads).
+//! epoll-like poller: [`rss`] (which shard owns a flow), [`shard`] (one shard's budgeted
+//! poll loop), [`timer`] (the shard's timer wheel), [`runtime`] (one shard's run loop:
+//! rounds, sleep, busy poll, clocks), [`api`] (the public sockets) and [`multi`] (shards
+//! on their own threads).
 //! Where to start: a [`Runtime`] made by a [`RuntimeBuilder`] over a device, and its
 //! sockets [`TcpListener`], [`TcpStream`] and [`UdpSocket`] (non-blocking, like std's with
 //! the runtime passed in); [`ShardedBuilder`] for one runtime per core. An echo over a

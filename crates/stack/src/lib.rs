@@ -1,7 +1,7 @@
 //! The ustack protocol stack, sans-I/O.
 //!
 //! A [`Stack`] is one interface's worth of protocol state: neighbour table, IPv4 with
-//! reassembly and fragmentation, ICMP, UDP sockets (TCP arrives with its own issue), its
+//! reassembly and fragmentation, ICMP, UDP and TCP sockets, its
 //! counters ([`Mib`]) and tunables ([`Sysctl`]). It never touches a device or a clock:
 //!
 //! ```text
