@@ -293,10 +293,14 @@ fn a_second_server_without_control_takes_a_socket_of_its_own() {
         use std::io::BufRead;
         let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
         let mut said = Vec::new();
-        for line in stderr.lines() {
+        let mut lines = stderr.lines();
+        while let Some(line) = lines.next() {
             let line = line.unwrap();
             said.push(line.clone());
             if let Some(path) = line.strip_prefix("ustack serve: control socket ") {
+                // Keep reading what the server says: a closed pipe would end it at its next
+                // line, and the next server would find its socket stale.
+                std::thread::spawn(move || lines.for_each(drop));
                 return (path.to_owned(), said.join("\n"));
             }
         }
