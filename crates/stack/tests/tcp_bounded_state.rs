@@ -7,7 +7,7 @@ use core::time::Duration;
 use ustack_obs::Counter;
 use ustack_stack::TcpHandle;
 use ustack_stack::tcp::State;
-use ustack_testkit::tcp::{PEER, Seg, SegTest};
+use ustack_testkit::tcp::{Lcg, PEER, Seg, SegTest};
 use ustack_wire::tcp::Flags;
 
 /// A passive open from the peer's port `port` (ISN 1000, no options), accepted: returns
@@ -334,18 +334,6 @@ fn tcp_min_snd_mss_is_the_floor_on_the_peers_mss() {
     let segs = t.recv_all();
     assert!(!segs.is_empty());
     assert!(segs.iter().all(|s| s.payload.len() == 200), "{segs:?}");
-}
-
-/// A small deterministic generator for crafted sequence numbers.
-struct Lcg(u64);
-impl Lcg {
-    fn next(&mut self) -> u32 {
-        self.0 = self
-            .0
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        (self.0 >> 33) as u32
-    }
 }
 
 /// CVE-2019-11477 (SACK panic: Linux's per-skb segment count overflowed when SACKed skbs

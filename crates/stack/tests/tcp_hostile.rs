@@ -9,7 +9,7 @@ use core::time::Duration;
 use ustack_obs::{Counter, DropReason};
 use ustack_stack::tcp::State;
 use ustack_stack::{Config, Ipv4Cidr, Stack, TcpHandle};
-use ustack_testkit::tcp::{LOCAL_IP, PEER, Seg, SegTest, build, parse};
+use ustack_testkit::tcp::{LOCAL_IP, Lcg, PEER, Seg, SegTest, build, parse};
 use ustack_wire::SeqNumber;
 use ustack_wire::tcp::{self, Flags};
 
@@ -364,18 +364,6 @@ fn segments_with_malformed_options_are_kept() {
         let now = t.now;
         t.stack.receive(now, &with_raw_options(&data, options));
         assert_eq!(t.read(h).unwrap(), vec![i as u8; 10], "{options:?}");
-    }
-}
-
-/// A small deterministic generator for the flood below.
-struct Lcg(u64);
-impl Lcg {
-    fn next(&mut self) -> u32 {
-        self.0 = self
-            .0
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        (self.0 >> 32) as u32
     }
 }
 

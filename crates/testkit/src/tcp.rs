@@ -401,3 +401,19 @@ pub fn parse(packet: &[u8]) -> Option<Seg> {
             .collect(),
     })
 }
+
+/// A small deterministic generator (Knuth's MMIX LCG) for crafted sequence numbers,
+/// windows and flags in hostile-peer tests: the same seed gives the same segments.
+#[derive(Debug, Clone)]
+pub struct Lcg(pub u64);
+
+impl Lcg {
+    /// The next 32 bits (the state's high half).
+    pub fn next(&mut self) -> u32 {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (self.0 >> 32) as u32
+    }
+}
