@@ -359,41 +359,44 @@ fn cve_2019_11477_crafted_sack_blocks_neither_panic_nor_blow_up_the_scoreboard()
             }
         }
         let span = highest.wrapping_sub(acked).max(1);
-        let inside = |r: &mut Lcg| acked.wrapping_add(r.next() % span);
+        let inside = |r: &mut Lcg| acked.wrapping_add(r.next_u32() % span);
         let mut blocks = Vec::new();
-        for _ in 0..(rng.next() % 5) {
-            let b = match rng.next() % 9 {
+        for _ in 0..(rng.next_u32() % 5) {
+            let b = match rng.next_u32() % 9 {
                 0 => {
                     let a = inside(&mut rng);
-                    (a, a.wrapping_sub(1 + rng.next() % 1000)) // reversed
+                    (a, a.wrapping_sub(1 + rng.next_u32() % 1000)) // reversed
                 }
                 1 => {
                     let a = inside(&mut rng);
                     (a, a) // empty
                 }
-                2 => (highest, highest.wrapping_add(1 + rng.next() % 100_000)), // unsent
-                3 => (highest.wrapping_sub(100), highest.wrapping_add(1 << 31)), // wraps
-                4 => (acked.wrapping_sub(1 << 30), acked.wrapping_sub(10)),     // old D-SACK
-                5 => (acked, acked.wrapping_add(1 << 31)),                      // 2^31 long
+                2 => (highest, highest.wrapping_add(1 + rng.next_u32() % 100_000)), // unsent
+                3 => (highest.wrapping_sub(100), highest.wrapping_add(1 << 31)),    // wraps
+                4 => (acked.wrapping_sub(1 << 30), acked.wrapping_sub(10)),         // old D-SACK
+                5 => (acked, acked.wrapping_add(1 << 31)),                          // 2^31 long
                 6 => {
                     let a = inside(&mut rng);
                     (a.wrapping_add(24), a.wrapping_add(24 + 48)) // half segments
                 }
                 _ => {
                     let a = inside(&mut rng);
-                    (a, a.wrapping_add(48 * (1 + rng.next() % 64)).min(highest))
+                    (
+                        a,
+                        a.wrapping_add(48 * (1 + rng.next_u32() % 64)).min(highest),
+                    )
                 }
             };
             blocks.push(b);
         }
-        if rng.next().is_multiple_of(4) && !blocks.is_empty() {
+        if rng.next_u32().is_multiple_of(4) && !blocks.is_empty() {
             let b = blocks[0];
             blocks.extend([b, b, b]);
             blocks.truncate(4);
         }
         // Now and then, a cumulative ACK within what was sent (never beyond).
-        if rng.next().is_multiple_of(50) {
-            acked = acked.wrapping_add(rng.next() % (span + 1)).min(highest);
+        if rng.next_u32().is_multiple_of(50) {
+            acked = acked.wrapping_add(rng.next_u32() % (span + 1)).min(highest);
         }
         t.send(Seg::ack(1001, acked).sack(&blocks));
         if i % 1000 == 999 {

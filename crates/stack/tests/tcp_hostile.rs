@@ -382,44 +382,46 @@ fn arbitrary_segments_do_not_panic_the_stack() {
     let (h, _) = t.stack.tcp_accept(l).unwrap();
     t.write(h, &[7u8; 20_000]);
     let mut rng = Lcg(0x5eed);
-    let near =
-        |rng: &mut Lcg, base: u32| base.wrapping_add(rng.next() % 70_000).wrapping_sub(5_000);
+    let near = |rng: &mut Lcg, base: u32| {
+        base.wrapping_add(rng.next_u32() % 70_000)
+            .wrapping_sub(5_000)
+    };
     for i in 0..20_000u32 {
-        let flags = Flags((rng.next() & 0xff) as u8);
+        let flags = Flags((rng.next_u32() & 0xff) as u8);
         let seq = if i % 2 == 0 {
             near(&mut rng, 1001)
         } else {
-            rng.next()
+            rng.next_u32()
         };
         let ack = if i % 3 == 0 {
             near(&mut rng, iss)
         } else {
-            rng.next()
+            rng.next_u32()
         };
         let mut seg = Seg {
             flags,
             seq,
             ack,
-            window: rng.next() as u16,
+            window: rng.next_u32() as u16,
             src_port: PEER.port() + u16::from(i % 4 == 0) * 7,
             ..Seg::default()
         };
-        if rng.next().is_multiple_of(4) {
-            seg.payload = vec![1; (rng.next() % 1500) as usize];
+        if rng.next_u32().is_multiple_of(4) {
+            seg.payload = vec![1; (rng.next_u32() % 1500) as usize];
         }
-        if rng.next().is_multiple_of(3) {
-            let a = rng.next();
-            seg.sack = vec![(a, a.wrapping_add(rng.next() % 5000))];
+        if rng.next_u32().is_multiple_of(3) {
+            let a = rng.next_u32();
+            seg.sack = vec![(a, a.wrapping_add(rng.next_u32() % 5000))];
         }
-        if rng.next().is_multiple_of(3) {
-            seg.ts = Some((rng.next(), rng.next()));
+        if rng.next_u32().is_multiple_of(3) {
+            seg.ts = Some((rng.next_u32(), rng.next_u32()));
         }
         if flags.contains(Flags::SYN) && flags.intersects(Flags::FIN | Flags::RST) {
             continue; // not a segment the parser lets through; nothing to test
         }
         t.send(seg);
         if i.is_multiple_of(64) {
-            t.advance(Duration::from_millis(u64::from(rng.next() % 300)));
+            t.advance(Duration::from_millis(u64::from(rng.next_u32() % 300)));
         }
         for s in t.recv_all() {
             assert!(parse(&build(&s, LOCAL_IP, *PEER.ip())).is_some());

@@ -409,7 +409,7 @@ pub struct Lcg(pub u64);
 
 impl Lcg {
     /// The next 32 bits (the state's high half).
-    pub fn next(&mut self) -> u32 {
+    pub fn next_u32(&mut self) -> u32 {
         self.0 = self
             .0
             .wrapping_mul(6_364_136_223_846_793_005)
