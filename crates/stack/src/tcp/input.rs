@@ -1389,14 +1389,9 @@ impl Stack {
         let Some(tcb) = self.tcp.get_mut(h) else {
             return;
         };
-        let now_ms = now.as_millis() as u32;
-        // "if (val) { s32 elapsed = (s32)(tcp_jiffies32 - val); if (0 <= elapsed && elapsed
-        // < sysctl_tcp_invalid_ratelimit) { NET_INC_STATS(net, mib_idx); return true; } }"
-        let elapsed = now_ms.wrapping_sub(tcb.last_oow_ack) as i32;
-        if tcb.last_oow_ack != 0 && elapsed >= 0 && (elapsed as u64) < ratelimit {
+        if super::timer::oow_rate_limited(&mut tcb.last_oow_ack, now, ratelimit) {
             return self.mib.inc(Counter::TcpExtTCPACKSkippedChallenge);
         }
-        tcb.last_oow_ack = now_ms;
         let limit = self.sysctl.tcp_challenge_ack_limit;
         if limit < i32::MAX as u64 {
             let second = now.as_millis() / 1000;
