@@ -676,6 +676,12 @@ fn bench_json_watching_children(args: &str) -> (Vec<serde_json::Value>, Vec<(u32
         .spawn()
         .expect("run ustack");
     let bench = child.id();
+    // The bench's own command line, as /proc shows it (NULs as spaces).
+    let bench_cmd = format!(
+        "{} bench {} --json",
+        env!("CARGO_BIN_EXE_ustack"),
+        args.split_whitespace().collect::<Vec<_>>().join(" ")
+    );
     let mut pipes = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
     let out = std::thread::spawn(move || {
         use std::io::Read;
@@ -708,6 +714,11 @@ fn bench_json_watching_children(args: &str) -> (Vec<serde_json::Value>, Vec<(u32
             if ppid == Some(bench) {
                 let cmd = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
                 let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+                // A child forked but not yet exec'd still shows the bench's own command
+                // line: read it again on the next pass.
+                if cmd.trim() == bench_cmd {
+                    continue;
+                }
                 seen.push((pid, cmd.trim().to_owned()));
             }
         }
