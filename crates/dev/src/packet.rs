@@ -71,7 +71,7 @@ use rustix::io::Errno;
 use ustack_obs::time::Instant;
 
 use crate::netns::{EthernetInterface, ethernet_interface, invalid};
-use crate::shm::timespec;
+use crate::sleep::timespec;
 use crate::sys::mapping::Mapping;
 use crate::sys::packet as sys;
 use crate::{Device, DeviceCaps};
