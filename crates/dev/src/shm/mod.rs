@@ -50,7 +50,8 @@
 //!
 //! Slots circulate by index, never by copying between rings; the descriptor ring carries
 //! which slot holds a frame and the completion ring carries which slots are free again, so
-//! a receiver may return slots out of order (as a future zero-copy receive path would).
+//! a receiver may return slots out of order (one that holds some frames longer than
+//! others, say).
 //! Since a direction has exactly `ring_size` slots, neither ring can overflow while both
 //! sides follow the protocol: a sender with no free slot has nothing to post, and a
 //! receiver returns each slot once. So a side never needs to read the other side's
