@@ -7,13 +7,17 @@ use super::ring::Placed;
 impl ShmPort {
     /// Sends frames until the ring is full: returns how many were taken from `frames`.
     /// Frames too big for the link are taken and dropped (counted in
-    /// [`ShmStats::tx_too_big`](super::ShmStats::tx_too_big)); a frame that finds no free slot is not taken, so the
-    /// caller keeps it and everything after it (counted once in [`ShmStats::tx_full`](super::ShmStats::tx_full)).
+    /// [`ShmStats::tx_too_big`]); a frame that finds no free slot is not taken, so the
+    /// caller keeps it and everything after it (counted once in [`ShmStats::tx_full`]).
     /// One index publication and at most one doorbell for the whole batch.
     ///
-    /// Unlike [`Device::send_batch`](crate::Device::send_batch), which drops a frame that finds no slot (as `send`
+    /// Unlike [`Device::send_batch`], which drops a frame that finds no slot (as `send`
     /// does) and goes on with the next, this keeps back-pressure with the caller: for a
     /// sender that can hold frames back, like a benchmark.
+    ///
+    /// [`ShmStats::tx_too_big`]: super::ShmStats::tx_too_big
+    /// [`ShmStats::tx_full`]: super::ShmStats::tx_full
+    /// [`Device::send_batch`]: crate::Device::send_batch
     pub fn send_until_full<'a, I>(&mut self, frames: I) -> usize
     where
         I: IntoIterator<Item = &'a [u8]>,
@@ -63,7 +67,9 @@ pub struct FrameBatch {
 
 impl FrameBatch {
     /// An empty batch for `capacity` frames of up to `frame_cap` bytes each (size
-    /// `frame_cap` as [`DeviceCaps::max_frame_len`](crate::DeviceCaps::max_frame_len)).
+    /// `frame_cap` as [`DeviceCaps::max_frame_len`]).
+    ///
+    /// [`DeviceCaps::max_frame_len`]: crate::DeviceCaps::max_frame_len
     pub fn new(capacity: usize, frame_cap: usize) -> FrameBatch {
         FrameBatch {
             buf: vec![0; capacity * frame_cap],

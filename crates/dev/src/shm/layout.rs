@@ -62,7 +62,9 @@ pub struct ShmLayout {
 
 impl ShmLayout {
     /// The layout for a geometry, or `InvalidInput` if it is outside the limits in
-    /// [`ShmConfig`](super::ShmConfig)'s field docs.
+    /// [`ShmConfig`]'s field docs.
+    ///
+    /// [`ShmConfig`]: super::ShmConfig
     pub fn new(queue_pairs: usize, ring_size: usize, slot_size: usize) -> io::Result<ShmLayout> {
         if !(1..=MAX_QUEUE_PAIRS).contains(&queue_pairs) {
             return Err(bad_input("shm: queue_pairs must be 1..=64"));

@@ -39,8 +39,8 @@
 //!
 //! 1. The sender takes a free slot, copies the frame into it, writes the descriptor
 //!    `(slot, len)` at `desc[desc_head]`, and publishes `desc_head + 1` (Release), batched:
-//!    once per [`Device::send`](crate::Device::send), but once for a whole [`Device::send_batch`](crate::Device::send_batch) (or run of
-//!    [`Device::send_more`](crate::Device::send_more), Linux's `xmit_more`), counted in [`ShmStats::tx_publishes`].
+//!    once per [`Device::send`], but once for a whole [`Device::send_batch`] (or run of
+//!    [`Device::send_more`], Linux's `xmit_more`), counted in [`ShmStats::tx_publishes`].
 //! 2. The receiver loads `desc_head` (Acquire), reads descriptors from its `desc_tail`,
 //!    copies each frame out, and hands the slot back: `comp[comp_head] = slot`, then
 //!    publishes `comp_head + 1` (Release), batched: at the end of a batch, when it has
@@ -158,6 +158,10 @@
 //! assert_eq!(&buf[..5], b"hello");
 //! # Ok::<(), std::io::Error>(())
 //! ```
+//!
+//! [`Device::send`]: crate::Device::send
+//! [`Device::send_batch`]: crate::Device::send_batch
+//! [`Device::send_more`]: crate::Device::send_more
 
 mod batch;
 mod doorbell;
@@ -219,7 +223,9 @@ pub struct ShmConfig {
     pub slot_size: usize,
     /// What the link carries.
     pub medium: Medium,
-    /// IP MTU, link-layer header excluded (reported by [`Device::caps`](crate::Device::caps)).
+    /// IP MTU, link-layer header excluded (reported by [`Device::caps`]).
+    ///
+    /// [`Device::caps`]: crate::Device::caps
     pub mtu: usize,
 }
 
@@ -244,7 +250,10 @@ pub struct ShmStats {
     pub tx_bytes: u64,
     /// Frames refused because every slot was in flight: back-pressure for
     /// [`ShmPort::send_until_full`], whose caller still holds the frame; a drop for
-    /// [`Device::send`](crate::Device::send) and [`Device::send_batch`](crate::Device::send_batch).
+    /// [`Device::send`] and [`Device::send_batch`].
+    ///
+    /// [`Device::send`]: crate::Device::send
+    /// [`Device::send_batch`]: crate::Device::send_batch
     pub tx_full: u64,
     /// Frames refused for exceeding the MTU plus the link-layer header.
     pub tx_too_big: u64,
@@ -257,9 +266,13 @@ pub struct ShmStats {
     /// Received frames longer than the receiver's buffer (cut to fit).
     pub rx_truncated: u64,
     /// Transmit ring publications: stores of `desc_head`, each followed by a SeqCst fence
-    /// and a look at the peer's `rx_need_wakeup` flag. One per [`Device::send`](crate::Device::send), one per
-    /// batch ([`Device::send_batch`](crate::Device::send_batch), [`ShmPort::send_until_full`], or a run of
-    /// [`Device::send_more`](crate::Device::send_more) ended by `more == false`) that placed a frame.
+    /// and a look at the peer's `rx_need_wakeup` flag. One per [`Device::send`], one per
+    /// batch ([`Device::send_batch`], [`ShmPort::send_until_full`], or a run of
+    /// [`Device::send_more`] ended by `more == false`) that placed a frame.
+    ///
+    /// [`Device::send`]: crate::Device::send
+    /// [`Device::send_batch`]: crate::Device::send_batch
+    /// [`Device::send_more`]: crate::Device::send_more
     pub tx_publishes: u64,
     /// Doorbells rung: eventfd writes to wake the sleeping peer.
     pub doorbells: u64,
