@@ -100,7 +100,9 @@ pub struct GetArgs {
 trait Client {
     /// `connect` or `get`.
     const NAME: &'static str;
+    /// The link flags it was given.
     fn link(&self) -> &ClientLink;
+    /// Its work on the established connection `stream` of `rt`, to the end.
     fn run<D: Device + Sleep>(self, rt: Runtime<D>, stream: TcpStream) -> anyhow::Result<ExitCode>;
 }
 
@@ -455,7 +457,7 @@ impl Client for Get<'_> {
         } = self;
         let request = format!(
             "GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: ustack/{}\r\nAccept: */*\r\n\
-         Connection: close\r\n\r\n",
+             Connection: close\r\n\r\n",
             env!("CARGO_PKG_VERSION")
         );
         stream.write_all(&mut rt, request.as_bytes())?;
