@@ -1,5 +1,5 @@
 //! One TCP connection driven through its states by a hostile peer and an arbitrary
-//! application, with invariants checked after every step (issue #10).
+//! application, with invariants checked after every step.
 //!
 //! The stack under test is 192.0.2.2 on an IP-only link; the peer is the fuzzer. The first
 //! input byte chooses a passive open (a listener on port 80, the peer's SYN opens it) or

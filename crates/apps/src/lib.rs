@@ -39,12 +39,12 @@ mod load;
 mod server;
 
 pub use load::{Load, LoadStats, check_response, message};
-pub use server::{FILE_CHUNK, LINGERING_TIME, LINGERING_TIMEOUT, Server, ServerStats};
+pub use server::{LINGERING_TIME, LINGERING_TIMEOUT, Server, ServerStats};
 /// HTTP/1.1 message syntax (RFC 9112) for the server, shared with the Linux baseline
 /// servers so that both parse and answer alike.
 pub use ustack_http as http;
 /// The fixed response body and the request-head limit, the baseline's.
-pub use ustack_http::{FIXED_BODY, MAX_REQUEST_HEAD};
+pub use ustack_http::{FILE_CHUNK, FIXED_BODY, MAX_REQUEST_HEAD};
 
 /// Which protocol a [`Server`] speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

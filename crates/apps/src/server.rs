@@ -33,12 +33,10 @@ use ustack_runtime::runtime::{Clock, Events, Interest, Runtime, Sleep};
 use ustack_runtime::timer::TimerId;
 use ustack_stack::Instant;
 
-use crate::{FIXED_BODY, Protocol, http, would_block};
+use crate::{FILE_CHUNK, FIXED_BODY, Protocol, http, would_block};
 
 /// Output buffered per connection above which it is not read again until some is sent.
 const OUT_HIGH: usize = 64 * 1024;
-/// The largest piece of a static file read at once (one `read(2)`).
-pub const FILE_CHUNK: usize = 64 * 1024;
 const LISTENER: u64 = u64::MAX;
 /// How long a lingering close waits for more data from the client before it closes
 /// (nginx's `lingering_timeout`, 5 s).

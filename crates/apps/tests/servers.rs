@@ -11,6 +11,7 @@ use ustack_dev::sim::{Side, SimConfig, SimLinkConfig};
 use ustack_runtime::api::TcpStream;
 use ustack_runtime::runtime::{Clock, Runtime, RuntimeBuilder, SimPort, VirtualClock, sim_pair};
 use ustack_stack::{EthernetAddress, Instant};
+use ustack_testkit::peak_rss_kb;
 
 const SERVER_IP: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 2);
 const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
@@ -356,17 +357,6 @@ fn http_static_files_errors_pipelining_and_http10() {
     assert_eq!(s.http_405, 1);
     assert_eq!(s.http_431, 1);
     std::fs::remove_dir_all(&root).unwrap();
-}
-
-/// The peak resident set (`VmHWM`) of this process, in kB.
-fn peak_rss_kb() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("our status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().strip_suffix("kB"))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no VmHWM in {status}"))
 }
 
 /// Ten parallel downloads of a 50 MiB file: every byte of every download checked (SHA-256

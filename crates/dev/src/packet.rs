@@ -53,8 +53,8 @@
 //! the ring truncates. The stack would drop both. So the peer's transmit offloads must be
 //! off (`ethtool -K <peer> tx off`, which turns TSO off with it): the test rigs do that.
 //! Frames that arrive marked anyway are counted ([`PacketStats::rx_csum_not_ready`],
-//! [`PacketStats::rx_truncated`]) and passed on as they are. (`PACKET_VNET_HDR`, which
-//! would carry the offload metadata, is not used yet.)
+//! [`PacketStats::rx_truncated`]) and passed on as they are. (The link does not use
+//! `PACKET_VNET_HDR`, which would carry the offload metadata.)
 //!
 //! Frames that the interface transmits (ours, and the kernel's own on this interface) are
 //! not received back (`PACKET_IGNORE_OUTGOING`); a malformed frame in the transmit ring
@@ -71,7 +71,7 @@ use rustix::io::Errno;
 use ustack_obs::time::Instant;
 
 use crate::netns::{EthernetInterface, ethernet_interface, invalid};
-use crate::shm::timespec;
+use crate::sleep::timespec;
 use crate::sys::mapping::Mapping;
 use crate::sys::packet as sys;
 use crate::{Device, DeviceCaps};

@@ -8,6 +8,8 @@
 use core::time::Duration;
 use std::io;
 
+use rustix::event::Timespec;
+
 use ustack_obs::time::Instant;
 
 use crate::Device;
@@ -145,5 +147,14 @@ impl<L: SimLinkRef> Sleep for SimPort<L> {
             Idle::Advanced | Idle::Stuck => {}
         }
         Ok(self.poll_at().is_some_and(|at| at <= clock.now()))
+    }
+}
+
+/// A `Duration` as the kernel's `timespec`, for `poll(2)` (saturating at `i64::MAX`
+/// seconds).
+pub(crate) fn timespec(d: Duration) -> Timespec {
+    Timespec {
+        tv_sec: d.as_secs().min(i64::MAX as u64) as i64,
+        tv_nsec: i64::from(d.subsec_nanos()),
     }
 }

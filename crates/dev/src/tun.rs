@@ -60,7 +60,7 @@ use ustack_obs::time::Instant;
 
 use crate::gso::{self, VNET_F_NEEDS_CSUM, VNET_GSO_NONE};
 use crate::netns::invalid;
-use crate::shm::timespec;
+use crate::sleep::timespec;
 use crate::sys::netif;
 use crate::sys::tun as sys;
 use crate::{Device, DeviceCaps, Medium};

@@ -46,7 +46,7 @@ use rustix::net::xdp::{
 use ustack_obs::time::Instant;
 
 use crate::netns::{EthernetInterface, ethernet_interface, invalid};
-use crate::shm::timespec;
+use crate::sleep::timespec;
 use crate::sys::mapping::Mapping;
 use crate::sys::packet::kick;
 use crate::sys::xdp as sys;

@@ -28,6 +28,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// the server accepts; a longer one is answered with 431 and the connection is closed.
 pub const MAX_REQUEST_HEAD: usize = 8192;
 
+/// The largest piece of a static file a server reads at once (one `read(2)`): ustack's
+/// servers (`ustack-apps`) and the Linux baseline alike send a file's body in pieces of at
+/// most this size, the next read only once the socket has taken the last, never the file
+/// whole.
+pub const FILE_CHUNK: usize = 64 * 1024;
+
 /// The body of the fixed response to `GET /` (as in the TechEmpower "plaintext" test).
 pub const FIXED_BODY: &[u8] = b"Hello, World!";
 

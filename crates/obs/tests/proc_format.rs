@@ -195,7 +195,7 @@ fn icmp_consistent(mib: &Mib, tables: &[Printed]) -> bool {
 /// An ICMP message arriving while Linux prints the file makes it disagree with itself;
 /// the file is read again until it does not (a few tries at most on a quiet machine), and
 /// a file that never agrees fails the test: a wrong mapping of the Icmp per-type columns
-/// onto the IcmpMsg types looks exactly like that, and used to be skipped as a race.
+/// onto the IcmpMsg types looks exactly like that, so it must not pass for a race.
 #[test]
 fn snmp_with_linux_values_is_linux_byte_for_byte() {
     const TRIES: usize = 100;

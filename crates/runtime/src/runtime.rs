@@ -56,11 +56,11 @@
 //!
 //! # More shards
 //!
-//! A runtime is one shard and is used from one thread. Multi-shard runtimes will run one
+//! A runtime is one shard and is used from one thread. [`crate::multi`] runs one
 //! `Runtime` per thread (each with its own device queue, e.g. one `ShmPort` per queue
 //! pair), a listener bound on each (like `SO_REUSEPORT`), and outbound connections from
-//! ports picked by [`crate::rss::pick_local_port`] so that replies come back to the shard.
-//! [`RuntimeBuilder::shard`] already numbers the shard.
+//! ports picked by [`crate::rss::pick_local_port`] so that replies come back to the shard;
+//! [`RuntimeBuilder::shard`] numbers the shard.
 
 use core::fmt;
 use core::net::Ipv4Addr;

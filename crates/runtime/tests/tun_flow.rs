@@ -27,7 +27,7 @@ use ustack_testkit::netns::{KERNEL_IP, NetNs, TunRig, USTACK_IP, root_or_skip};
 
 mod kernel;
 
-use kernel::{Source, Ustack, builder, drive, hex, idle, python, read_into, would_block};
+use kernel::{Source, Ustack, accept_one, builder, drive, hex, idle, python, read_into};
 
 /// The router's address on the small hop, and the client's behind it (TEST-NET-2).
 const ROUTER_IP: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 1);
@@ -75,14 +75,10 @@ fn ustack_source(
     let mut mss = 0;
     let digest = drive(rt, stop, |rt| {
         if conn.is_none() {
-            match listener.accept(rt) {
-                Ok((s, _)) => {
-                    rt.register(&s, 1, Interest::READABLE | Interest::WRITABLE, Mode::Edge)?;
-                    conn = Some(s);
-                }
-                Err(e) if would_block(&e) => return Ok(None),
-                Err(e) => return Err(e),
-            }
+            let Some(s) = accept_one(rt, &listener)? else {
+                return Ok(None);
+            };
+            conn = Some(s);
         }
         let s = conn.as_ref().expect("accepted");
         if let Ok(info) = rt.stack().tcp_info(s.handle()) {
@@ -229,14 +225,10 @@ fn a_pausing_reader_makes_the_kernel_probe_not_time_out() {
         let mut off = 0;
         let digest = drive(rt, stop, |rt| {
             if conn.is_none() {
-                match listener.accept(rt) {
-                    Ok((s, _)) => {
-                        rt.register(&s, 1, Interest::READABLE | Interest::WRITABLE, Mode::Edge)?;
-                        conn = Some((s, std::time::Instant::now()));
-                    }
-                    Err(e) if would_block(&e) => return Ok(None),
-                    Err(e) => return Err(e),
-                }
+                let Some(s) = accept_one(rt, &listener)? else {
+                    return Ok(None);
+                };
+                conn = Some((s, std::time::Instant::now()));
             }
             let (s, at) = conn.as_ref().expect("accepted");
             // Read the first bytes, then nothing for 3 s (the buffer fills), then all.

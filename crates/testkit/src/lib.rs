@@ -6,7 +6,8 @@
 //! A pair can record everything on the wire, as each side saw it, to pcap files.
 //!
 //! [`netns`]: network namespaces and TUN rigs for tests whose peer is the Linux kernel;
-//! [`tshark`]: captures of those runs checked by tshark.
+//! [`tshark`]: captures of those runs checked by tshark; [`peak_rss_kb`]: the test
+//! process's peak resident set, for tests that bound a server's memory.
 
 pub mod netns;
 pub mod tcp;
@@ -21,6 +22,17 @@ use ustack_dev::capture::Capture;
 use ustack_dev::sim::{Side, SimLink, SimLinkConfig};
 use ustack_obs::pcap::{LinkType, PcapWriter};
 use ustack_stack::{Config, EthernetAddress, Instant, Ipv4Cidr, Stack};
+
+/// The peak resident set (`VmHWM` of `/proc/self/status`) of this process, in kB.
+pub fn peak_rss_kb() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("our status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().strip_suffix("kB"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no VmHWM in {status}"))
+}
 
 /// Address of side A: 192.0.2.1/24 (TEST-NET-1), MAC 02:00:00:00:00:01.
 pub const A_IP: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);

@@ -314,7 +314,7 @@ impl SegTest {
         out
     }
 
-    /// The leak check of issue #3: once every timer has run (up to 3 hours of virtual
+    /// The leak check: once every timer has run (up to 3 hours of virtual
     /// time), TCP holds no connection, request, TIME-WAIT record, buffer byte or timer.
     /// Handles the test still holds must have been closed.
     pub fn assert_released(&mut self) {

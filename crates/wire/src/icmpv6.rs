@@ -1,6 +1,6 @@
 //! ICMPv6 messages ([RFC 4443](https://www.rfc-editor.org/rfc/rfc4443)): the error messages
 //! (Destination Unreachable, Packet Too Big, Time Exceeded, Parameter Problem) and Echo.
-//! Neighbor Discovery (RFC 4861) is not parsed here yet: its types are named in
+//! Neighbor Discovery (RFC 4861) is not parsed here: its types are named in
 //! [`Message`] but [`Repr::parse`] returns [`Error::Unsupported`] for them.
 //!
 //! Reading list: RFC 4443 §2.1 (message format; error types 0..=127, informational
@@ -358,7 +358,7 @@ impl<'a> Repr<'a> {
     ///   the checksum covers a pseudo-header and is mandatory (RFC 4443 §2.3); Linux
     ///   `icmpv6_rcv` counts a bad one in `Icmp6InCsumErrors`.
     /// - [`Error::Unsupported`]: any type other than the six above (Neighbor Discovery
-    ///   included, for now). RFC 4443 §2.4 (a)/(b): an unknown *error* message "MUST be
+    ///   included: its types are named, its messages not parsed). RFC 4443 §2.4 (a)/(b): an unknown *error* message "MUST be
     ///   passed to the upper-layer process that originated the packet that caused the
     ///   error", an unknown *informational* one "MUST be silently discarded"; the stack
     ///   looks at [`Packet::msg_type`] and [`Message::is_error`] to tell which.

@@ -1067,7 +1067,8 @@ fn icmpv6_errors() {
     let p = icmpv6::Packet::new_checked(&b[..]).unwrap();
     assert_eq!(icmp_parse(&p).unwrap_err(), Error::Checksum);
     assert!(icmpv6::Repr::parse(&p, &LINUX_V6, &PEER_V6, false).is_ok());
-    // Unknown types and (for now) Neighbor Discovery: unsupported, whatever the class.
+    // Unknown types and Neighbor Discovery (named, not parsed): unsupported,
+    // whatever the class.
     for ty in [135u8, 136, 200, 100] {
         let mut b = vec![ty, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4];
         icmpv6::Packet::new_unchecked(&mut b[..]).fill_checksum(&LINUX_V6, &PEER_V6);

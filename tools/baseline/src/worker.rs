@@ -4,6 +4,13 @@
 //! handle each event, serve the connections that still have input pending, publish counters.
 //! A write to the worker's eventfd ends the loop; returning drops every connection, the
 //! socket and the epoll instance.
+//!
+//! A static file is never read whole: its body goes out in pieces of at most
+//! [`http::FILE_CHUNK`] bytes (as ustack's own servers send it), the next piece read only
+//! once the socket has taken the last whole, so a connection holds at most one piece besides
+//! what its socket buffers. The reads are ordinary blocking `read(2)`s of a regular file
+//! (from the page cache, as nginx without `aio` does), each bounded; requests pipelined
+//! behind a file wait until its body is sent.
 
 use std::fs::File;
 use std::io::{self, Read};
@@ -83,7 +90,6 @@ pub(crate) fn run(ctx: WorkerCtx) -> io::Result<()> {
             date: DateCache::new(),
             root_dir: ctx.root_dir,
             path_buf: Vec::new(),
-            file_buf: Vec::new(),
         },
     };
     let result = worker.run(&ctx.stats);
@@ -103,8 +109,6 @@ struct Shared {
     root_dir: Option<PathBuf>,
     /// Decoded request path.
     path_buf: Vec<u8>,
-    /// Static file contents on their way to an output buffer.
-    file_buf: Vec<u8>,
 }
 
 impl Shared {
@@ -150,11 +154,22 @@ struct Conn {
     inbuf: Vec<u8>,
     /// HTTP: request body bytes still to skip.
     body_left: u64,
+    /// HTTP: the static file whose body is being sent, after what is in `out`.
+    file: Option<FileBody>,
     /// Edge-triggered input hint: input may be pending until a read returns `EAGAIN`.
     readable: bool,
     /// On the worker's ready list (spent its read budget); never queued twice.
     queued: bool,
     phase: Phase,
+}
+
+/// A static file's body still to send: read in pieces of [`http::FILE_CHUNK`] bytes as
+/// the socket takes them.
+#[derive(Debug)]
+struct FileBody {
+    file: File,
+    /// Bytes of the body not yet read (the `Content-Length` sent, less what was read).
+    left: u64,
 }
 
 /// What to do with a connection after serving it.
@@ -312,6 +327,7 @@ impl Worker {
                         out_pos: 0,
                         inbuf: Vec::new(),
                         body_left: 0,
+                        file: None,
                         readable: false,
                         queued: false,
                         phase: Phase::Open,
@@ -451,8 +467,9 @@ fn flush(conn: &mut Conn, sh: &mut Shared) -> Result<bool, Errno> {
     Ok(true)
 }
 
-/// Serves one connection as far as it can go without blocking: flush pending output; read only
-/// when the output is empty (backpressure), at most [`BUDGET`] times.
+/// Serves one connection as far as it can go without blocking: flush pending output, then
+/// a static file's body piece by piece; read only when both are done (backpressure), at
+/// most [`BUDGET`] times.
 fn drive(conn: &mut Conn, proto: Proto, sh: &mut Shared) -> Next {
     let mut budget = BUDGET;
     loop {
@@ -462,6 +479,12 @@ fn drive(conn: &mut Conn, proto: Proto, sh: &mut Shared) -> Next {
                 Ok(false) => return Next::Wait,
                 Err(_) => return Next::Close,
             }
+        }
+        if conn.file.is_some() {
+            if next_file_piece(conn, sh).is_err() {
+                return Next::Close;
+            }
+            continue;
         }
         if conn.phase == Phase::ShutdownAfterFlush {
             if rustix::net::shutdown(&conn.fd, Shutdown::Write).is_err() {
@@ -509,6 +532,46 @@ fn drive(conn: &mut Conn, proto: Proto, sh: &mut Shared) -> Next {
     }
 }
 
+/// With the output sent: reads the next piece of the file being sent into the output
+/// buffer, or, the body complete, drops the file and answers the requests pipelined behind
+/// it. An error if the file cannot be read or shrank after its length was sent (the
+/// response cannot be completed: the connection is closed, as nginx does).
+fn next_file_piece(conn: &mut Conn, sh: &mut Shared) -> io::Result<()> {
+    let Some(body) = conn.file.as_mut() else {
+        return Ok(());
+    };
+    if body.left == 0 {
+        conn.file = None;
+        if !conn.inbuf.is_empty() {
+            http_input(conn, sh, 0);
+        }
+        return Ok(());
+    }
+    let want = usize::try_from(body.left).map_or(http::FILE_CHUNK, |l| l.min(http::FILE_CHUNK));
+    let mut out = std::mem::take(&mut conn.out);
+    sh.ensure_buf(&mut out);
+    out.resize(want, 0);
+    let read = loop {
+        match body.file.read(&mut out) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            other => break other,
+        }
+    };
+    let n = *read.as_ref().unwrap_or(&0);
+    out.truncate(n);
+    conn.out = out;
+    conn.out_pos = 0;
+    read?;
+    if n == 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "a static file shrank while it was sent",
+        ));
+    }
+    body.left -= n as u64;
+    Ok(())
+}
+
 /// Sends back the `n` bytes just read into the scratch buffer; what the socket does not take
 /// waits in the connection's output buffer.
 fn echo(conn: &mut Conn, sh: &mut Shared, n: usize) -> Result<(), Errno> {
@@ -551,6 +614,10 @@ fn http_input(conn: &mut Conn, sh: &mut Shared, n: usize) {
     };
     let mut pos = 0;
     while pos < data.len() {
+        if conn.file.is_some() {
+            // What follows waits until the file's body is sent (`next_file_piece`).
+            break;
+        }
         if conn.body_left > 0 {
             let skip = conn.body_left.min((data.len() - pos) as u64);
             pos += skip as usize;
@@ -575,7 +642,7 @@ fn http_input(conn: &mut Conn, sh: &mut Shared, n: usize) {
             Parsed::Request { request, head_len } => {
                 pos += head_len;
                 conn.body_left = request.content_length;
-                if !respond(&mut out, sh, &request) {
+                if !respond(&mut out, &mut conn.file, sh, &request) {
                     conn.phase = Phase::ShutdownAfterFlush;
                 }
             }
@@ -583,7 +650,8 @@ fn http_input(conn: &mut Conn, sh: &mut Shared, n: usize) {
         sh.stats.requests += 1;
     }
     // Keep what is left: an incomplete head (at most MAX_REQUEST_HEAD bytes, or parse would
-    // have said 431).
+    // have said 431), or what was pipelined behind a file (at most one read, as the
+    // connection is not read while the file is sent).
     let rest_start = pos.min(data.len());
     if inbuf.is_empty() {
         if rest_start < n {
@@ -629,10 +697,16 @@ fn error_response(
     }
 }
 
-/// Appends the response to one request: the fixed body for `/`, a static file, or an error.
-/// Returns whether the connection persists (false after `close`, HTTP/1.0 without keep-alive,
-/// or a malformed path).
-fn respond(out: &mut Vec<u8>, sh: &mut Shared, req: &http::Request<'_>) -> bool {
+/// Appends the response to one request: the fixed body for `/`, a static file's head (its
+/// body left in `file`, to be sent after the head), or an error. Returns whether the
+/// connection persists (false after `close`, HTTP/1.0 without keep-alive, or a malformed
+/// path).
+fn respond(
+    out: &mut Vec<u8>,
+    file: &mut Option<FileBody>,
+    sh: &mut Shared,
+    req: &http::Request<'_>,
+) -> bool {
     let head_only = req.method == Method::Head;
     if req.method == Method::Other {
         let body = Status::MethodNotAllowed.error_body();
@@ -669,24 +743,20 @@ fn respond(out: &mut Vec<u8>, sh: &mut Shared, req: &http::Request<'_>) -> bool 
         }
         return req.keep_alive;
     }
-    let status = match load_file(sh, req.path) {
-        Ok(()) => {
+    let status = match open_file(sh, req.path) {
+        Ok(body) => {
             http::write_head(
                 out,
                 Status::Ok,
                 b"ustack-baseline",
                 sh.date.get(),
                 http::content_type(&sh.path_buf),
-                sh.file_buf.len() as u64,
+                body.left,
                 req.http10,
                 req.keep_alive,
             );
-            if !head_only {
-                out.extend_from_slice(&sh.file_buf);
-            }
-            sh.file_buf.clear();
-            if sh.file_buf.capacity() > POOL_BUF_MAX {
-                sh.file_buf = Vec::new();
+            if !head_only && body.left > 0 {
+                *file = Some(body);
             }
             return req.keep_alive;
         }
@@ -698,10 +768,11 @@ fn respond(out: &mut Vec<u8>, sh: &mut Shared, req: &http::Request<'_>) -> bool 
     keep_alive
 }
 
-/// Reads the static file a request path names into `sh.file_buf` (decoded path in
+/// Opens the static file a request path names, with its length (decoded path in
 /// `sh.path_buf`). 400 for a path that is malformed or climbs out of the root with `..`; 404 for
-/// anything that is not a readable regular file under the root.
-fn load_file(sh: &mut Shared, path: &[u8]) -> Result<(), Status> {
+/// anything that is not a readable regular file under the root (checked before the open,
+/// which would block on a FIFO).
+fn open_file(sh: &mut Shared, path: &[u8]) -> Result<FileBody, Status> {
     http::percent_decode(path, &mut sh.path_buf).ok_or(Status::BadRequest)?;
     if !sh.path_buf.starts_with(b"/") {
         return Err(Status::BadRequest);
@@ -712,13 +783,15 @@ fn load_file(sh: &mut Shared, path: &[u8]) -> Result<(), Status> {
     let root = sh.root_dir.as_deref().ok_or(Status::NotFound)?;
     let relative = Path::new(std::ffi::OsStr::from_bytes(&sh.path_buf[1..]));
     let full = root.join(relative);
-    let mut file = File::open(&full).map_err(|_| Status::NotFound)?;
-    let meta = file.metadata().map_err(|_| Status::NotFound)?;
-    if !meta.is_file() {
+    if !std::fs::metadata(&full).is_ok_and(|m| m.is_file()) {
         return Err(Status::NotFound);
     }
-    sh.file_buf.clear();
-    file.read_to_end(&mut sh.file_buf)
-        .map_err(|_| Status::NotFound)?;
-    Ok(())
+    let file = File::open(&full).map_err(|_| Status::NotFound)?;
+    match file.metadata() {
+        Ok(m) if m.is_file() => Ok(FileBody {
+            file,
+            left: m.len(),
+        }),
+        _ => Err(Status::NotFound),
+    }
 }

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use common::{Rng, TempDir, assert_eof, connect, read_response, start, wait_stats};
 use ustack_baseline::{FIXED_BODY, MAX_REQUEST_HEAD, Proto, Server};
+use ustack_testkit::peak_rss_kb;
 
 /// A server with a document root holding `hello.txt`, `index.html`, `data.bin` (300 KB of
 /// random bytes), `sub/a b.txt` and an empty directory `empty/`.
@@ -344,4 +345,128 @@ fn curl_gets_the_fixed_response_and_a_file_over_one_connection() {
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), "404");
     f.server.stop().unwrap();
+}
+
+#[test]
+fn requests_pipelined_behind_a_file_wait_for_its_whole_body() {
+    let f = fixture(1);
+    let (mut w, mut r) = client(&f.server);
+    // data.bin (300,000 bytes) is several pieces, more than a socket takes at once.
+    let batch = get("/data.bin")
+        + "HEAD /data.bin HTTP/1.1\r\nHost: localhost\r\n\r\n"
+        + &get("/hello.txt")
+        + &get("/data.bin");
+    w.write_all(batch.as_bytes()).unwrap();
+    let resp = read_response(&mut r, false);
+    assert_eq!(resp.status, 200);
+    assert!(resp.body == f.data, "the first body differs");
+    let head = read_response(&mut r, true);
+    assert_eq!(head.header("Content-Length"), Some("300000"));
+    let resp = read_response(&mut r, false);
+    assert_eq!((resp.status, &resp.body[..]), (200, &b"hello, file\n"[..]));
+    let resp = read_response(&mut r, false);
+    assert!(resp.body == f.data, "the second body differs");
+    wait_stats(&f.server, "4 requests", |s| s.requests == 4);
+    f.server.stop().unwrap();
+}
+
+/// The bytes of the big file: a xorshift stream (no long runs for a bug to hide in),
+/// produced 64 KiB at a time.
+struct Xorshift(u64);
+
+impl Xorshift {
+    fn new() -> Xorshift {
+        Xorshift(0x9E37_79B9_7F4A_7C15)
+    }
+    fn fill(&mut self, piece: &mut Vec<u8>) {
+        piece.clear();
+        while piece.len() < 64 * 1024 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            piece.extend_from_slice(&self.0.to_le_bytes());
+        }
+    }
+}
+
+/// Downloads `path` on a connection of its own, reading the body 64 KiB at a time and
+/// comparing every byte with the xorshift stream as it comes; returns the body's length.
+fn download_and_check(server: &Server, path: &str, size: usize) -> usize {
+    let (mut w, mut r) = client(server);
+    w.write_all(get(path).as_bytes()).unwrap();
+    let mut line = String::new();
+    let mut length = None;
+    loop {
+        line.clear();
+        std::io::BufRead::read_line(&mut r, &mut line).expect("a head line");
+        if line == "\r\n" {
+            break;
+        }
+        if let Some(v) = line.strip_prefix("Content-Length: ") {
+            length = v.trim().parse::<usize>().ok();
+        }
+        assert!(!line.is_empty(), "the connection ended inside the head");
+    }
+    assert_eq!(length, Some(size), "Content-Length");
+    let (mut want, mut expect, mut at) = (Xorshift::new(), Vec::new(), 0);
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut got = 0;
+    while got < size {
+        let n = r.read(&mut buf).expect("the body");
+        assert!(n > 0, "the body ended after {got} bytes");
+        let mut data = &buf[..n];
+        while !data.is_empty() {
+            if at == expect.len() {
+                want.fill(&mut expect);
+                at = 0;
+            }
+            let k = data.len().min(expect.len() - at);
+            assert!(data[..k] == expect[at..at + k], "a byte differs near {got}");
+            at += k;
+            got += k;
+            data = &data[k..];
+        }
+    }
+    got
+}
+
+/// Eight parallel downloads of a 32 MiB file from two workers: every byte checked, and the
+/// peak resident set of the process (server and clients) under 64 MB. The server sends a
+/// file in pieces of `FILE_CHUNK` as the sockets take them; read whole per request, the
+/// bodies alone would be 256 MiB (and as much again in the output buffers).
+#[test]
+fn eight_parallel_32_mib_downloads_stream_the_file_peak_rss_under_64_mb() {
+    const SIZE: usize = 32 << 20;
+    const DOWNLOADS: usize = 8;
+    let root = TempDir::new("big");
+    {
+        let mut f =
+            std::io::BufWriter::new(std::fs::File::create(root.path().join("big.bin")).unwrap());
+        let (mut x, mut piece) = (Xorshift::new(), Vec::new());
+        for _ in 0..SIZE / (64 * 1024) {
+            x.fill(&mut piece);
+            f.write_all(&piece).unwrap();
+        }
+        f.flush().unwrap();
+    }
+    let server = start(Proto::Http, 2, Some(root.path().to_owned()));
+    let before_kb = peak_rss_kb();
+    std::thread::scope(|s| {
+        let downloads: Vec<_> = (0..DOWNLOADS)
+            .map(|_| s.spawn(|| download_and_check(&server, "/big.bin", SIZE)))
+            .collect();
+        for d in downloads {
+            assert_eq!(d.join().expect("a download"), SIZE);
+        }
+    });
+    let peak_kb = peak_rss_kb();
+    eprintln!("peak RSS: {before_kb} kB before the downloads, {peak_kb} kB after");
+    assert!(
+        peak_kb < 64_000,
+        "peak RSS {peak_kb} kB (before the downloads: {before_kb} kB): over 64 MB"
+    );
+    wait_stats(&server, "the downloads", |st| {
+        st.requests == DOWNLOADS as u64
+    });
+    server.stop().unwrap();
 }

@@ -2,7 +2,9 @@
 //! a server (the kernel's, or anyone's behind it) through ustack without writing code.
 //! `connect` is `nc`/`socat`-like (stdin to the connection, the connection to stdout);
 //! `get` fetches one URL with HTTP/1.1 and prints the body's size and SHA-256. Both run
-//! one ustack runtime over a TUN interface, set up with `ustack serve`'s link flags.
+//! one ustack runtime over the link `--link` names: a TUN interface (set up with `ustack
+//! serve`'s link flags), or an `AF_PACKET` or `AF_XDP` socket on an Ethernet interface
+//! (`--interface`, a veth end say) whose MAC address ustack takes.
 
 use core::net::SocketAddrV4;
 use core::time::Duration;
@@ -13,10 +15,13 @@ use std::sync::mpsc;
 
 use anyhow::{Context, bail};
 use sha2::{Digest, Sha256};
-use ustack_dev::tun::TunQueue;
+use ustack_dev::Device;
+use ustack_dev::packet::{Packet, PacketConfig};
+use ustack_dev::xdp::{Xdp, XdpConfig};
 use ustack_runtime::Mode;
 use ustack_runtime::api::TcpStream;
-use ustack_runtime::runtime::{Events, Interest, Runtime};
+use ustack_runtime::runtime::{Events, Interest, Runtime, RuntimeBuilder, Sleep};
+use ustack_stack::EthernetAddress;
 
 use crate::link::{IfAddr, LinkArgs};
 use crate::serve::parse_duration;
@@ -24,9 +29,15 @@ use crate::serve::parse_duration;
 /// The interface of a client command.
 #[derive(Debug, clap::Args)]
 pub struct ClientLink {
-    /// The link: tun (a TUN interface; the Linux kernel routes between it and the server).
-    #[arg(long, default_value = "tun", value_parser = ["tun"])]
+    /// The link: tun (a TUN interface; the Linux kernel routes between it and the
+    /// server), packet (an AF_PACKET socket with TPACKET_V3 rings on --interface) or xdp
+    /// (an AF_XDP socket in copy mode on --interface, fed by an XDP program ustack loads).
+    #[arg(long, default_value = "tun", value_parser = ["tun", "packet", "xdp"])]
     link: String,
+    /// packet, xdp: the Ethernet interface to take (a veth end, say), in --netns; ustack
+    /// answers for --addr on it with the interface's MAC address.
+    #[arg(long, value_name = "NAME")]
+    interface: Option<String>,
     /// ustack's address on the interface and its prefix length: IP[/LEN] (default /24).
     #[arg(long, default_value = "192.0.2.2/24")]
     addr: IfAddr,
@@ -40,14 +51,23 @@ pub struct ClientLink {
 /// Arguments of `ustack connect`.
 #[derive(Debug, clap::Args)]
 #[command(after_long_help = "\
-The TUN interface is created (or attached to, if it exists: `ip tuntap add NAME mode tun
-multi_queue`) in --netns; ustack prints `tun-ready <interface>` on stderr. The kernel's end
-is yours to configure (address on --addr's subnet, link up), before or within the
-connect timeout. Needs CAP_NET_ADMIN (root).
+LINKS:
+  tun (default): the TUN interface is created (or attached to, if it exists: `ip tuntap
+    add NAME mode tun multi_queue`) in --netns; ustack prints `tun-ready <interface>` on
+    stderr. The kernel's end is yours to configure (address on --addr's subnet, link up),
+    before or within the connect timeout.
+  packet, xdp: ustack takes the Ethernet interface --interface in --netns (a veth end,
+    say: `ip link add veth0 type veth peer name veth1`), which must be up and should have
+    no address of its own (the kernel would answer for it too), and answers ARP for --addr
+    with its MAC address. The peer (veth0, say) must send whole checksummed frames: turn
+    its transmit offloads off (`ethtool -K veth0 tx off`). xdp loads an XDP program on the
+    interface for the run (one queue, copy mode).
+  All need root (CAP_NET_ADMIN; packet and xdp CAP_NET_RAW, xdp CAP_BPF).
 
-EXAMPLE:
+EXAMPLES:
   ip netns exec NS socat TCP-LISTEN:7,fork EXEC:cat &
-  echo hello | ustack connect 192.0.2.1:7 --tun tun0 --netns NS --addr 192.0.2.2/24")]
+  echo hello | ustack connect 192.0.2.1:7 --tun tun0 --netns NS --addr 192.0.2.2/24
+  echo hello | ustack connect 192.0.2.1:7 --link packet --interface veth1 --netns NS")]
 pub struct ConnectArgs {
     /// The server: IP:PORT (an IPv4 address; no name lookup).
     target: SocketAddrV4,
@@ -60,11 +80,12 @@ pub struct ConnectArgs {
 #[command(after_long_help = "\
 Fetches http://IP[:PORT]/PATH with one HTTP/1.1 GET (no name lookup, no TLS, no
 redirects), writes the body to stdout or --output, and prints the status, the body's size
-and its SHA-256 on stderr. Exits 0 for a 2xx answer. The link is set up as for `ustack
-connect`.
+and its SHA-256 on stderr. Exits 0 for a 2xx answer. The link (tun, packet or xdp) is set
+up as for `ustack connect` (see `ustack connect --help`).
 
-EXAMPLE:
-  ustack get http://192.0.2.1:8000/file.bin -o file.bin --tun tun0 --netns NS")]
+EXAMPLES:
+  ustack get http://192.0.2.1:8000/file.bin -o file.bin --tun tun0 --netns NS
+  ustack get http://192.0.2.1:8000/file.bin -o file.bin --link xdp --interface veth1 --netns NS")]
 pub struct GetArgs {
     /// The URL: `http://IP[:PORT][/PATH]`.
     url: String,
@@ -75,30 +96,96 @@ pub struct GetArgs {
     link: ClientLink,
 }
 
-type Rt = Runtime<TunQueue>;
+/// What a client command does once its connection is established, over any device.
+trait Client {
+    /// `connect` or `get`.
+    const NAME: &'static str;
+    /// The link flags it was given.
+    fn link(&self) -> &ClientLink;
+    /// Its work on the established connection `stream` of `rt`, to the end.
+    fn run<D: Device + Sleep>(self, rt: Runtime<D>, stream: TcpStream) -> anyhow::Result<ExitCode>;
+}
 
-/// The runtime on a new (or attached) TUN, and a connection to `target` established.
-fn open(cmd: &str, link: &ClientLink, target: SocketAddrV4) -> anyhow::Result<(Rt, TcpStream)> {
+/// Opens `--link`'s device, builds the runtime on it, connects to `target` and hands the
+/// connection to `client`.
+fn over_link<C: Client>(client: C, target: SocketAddrV4) -> anyhow::Result<ExitCode> {
+    let link = client.link();
     if link.addr.port.is_some() {
         bail!("--addr is ustack's own address, IP[/LEN], without a port");
     }
-    let (name, mut queues) = link.iface.open_tun(1)?;
+    if link.link == "tun" && link.interface.is_some() {
+        bail!("--interface is for --link packet or xdp (tun takes --tun)");
+    }
+    if link.link != "tun" && link.iface.mtu.is_some() {
+        bail!("--mtu is for --link tun (packet and xdp take the interface's own)");
+    }
     let builder = link.iface.builder(&link.addr)?;
-    let mut rt = builder.build(queues.remove(0))?;
-    eprintln!("tun-ready {name}");
+    let netns = link.iface.netns_path();
+    if link.link == "tun" {
+        let (name, mut queues) = link.iface.open_tun(1)?;
+        eprintln!("tun-ready {name}");
+        let how = format!("tun `{name}`");
+        return connected(client, builder, target, queues.remove(0), &how);
+    }
+    let name = link
+        .interface
+        .clone()
+        .with_context(|| format!("--link {} needs --interface NAME", link.link))?;
+    let how = format!("{} on `{name}`", link.link);
+    if link.link == "packet" {
+        let config = PacketConfig {
+            interface: name.clone(),
+            netns,
+            ..PacketConfig::default()
+        };
+        let packet = Packet::open(&config)
+            .with_context(|| format!("opening an AF_PACKET socket on `{name}`"))?;
+        let builder = builder.mac(EthernetAddress(packet.mac()));
+        connected(
+            client,
+            builder,
+            target,
+            packet.into_queues().remove(0),
+            &how,
+        )
+    } else {
+        let config = XdpConfig {
+            interface: name.clone(),
+            netns,
+            ..XdpConfig::default()
+        };
+        let xdp =
+            Xdp::open(&config).with_context(|| format!("opening an AF_XDP socket on `{name}`"))?;
+        let builder = builder.mac(EthernetAddress(xdp.mac()));
+        connected(client, builder, target, xdp.into_queue(), &how)
+    }
+}
+
+/// The runtime from `builder` on `device`, a connection to `target` established, and
+/// `client` run on it.
+fn connected<C: Client, D: Device + Sleep>(
+    client: C,
+    builder: RuntimeBuilder,
+    target: SocketAddrV4,
+    device: D,
+    how: &str,
+) -> anyhow::Result<ExitCode> {
+    let link = client.link();
+    let mut rt = builder.build(device)?;
     eprintln!(
-        "ustack {cmd}: {} over tun `{name}`{}, connecting to {target}",
+        "ustack {}: {} over {how}{}, connecting to {target}",
+        C::NAME,
         link.addr,
         link.iface.netns_note()
     );
     let stream = TcpStream::connect_timeout(&mut rt, target, link.connect_timeout)
         .with_context(|| format!("connecting to {target}"))?;
-    Ok((rt, stream))
+    client.run(rt, stream)
 }
 
 /// Close `stream` and run the loop until the FIN is acknowledged (or a short while), so
 /// that the peer sees the end before the process (and its interface queue) goes.
-fn finish(rt: &mut Rt, stream: TcpStream) -> anyhow::Result<()> {
+fn finish<D: Device + Sleep>(rt: &mut Runtime<D>, stream: TcpStream) -> anyhow::Result<()> {
     stream.close(rt)?;
     let until = std::time::Instant::now() + Duration::from_secs(2);
     while std::time::Instant::now() < until {
@@ -118,78 +205,93 @@ fn finish(rt: &mut Rt, stream: TcpStream) -> anyhow::Result<()> {
 /// Runs `ustack connect`: stdin to the connection (a FIN at its end), the connection to
 /// stdout, until the server closes its side.
 pub fn connect(args: &ConnectArgs) -> anyhow::Result<ExitCode> {
-    let (mut rt, stream) = open("connect", &args.link, args.target)?;
-    stream.set_nodelay(&mut rt, true)?;
-    rt.register(
-        &stream,
-        0,
-        Interest::READABLE | Interest::RDHUP,
-        Mode::Level,
-    )?;
-    // stdin blocks: a thread reads it and hands the chunks over (None: its end).
-    let (tx, rx) = mpsc::sync_channel::<Option<Vec<u8>>>(16);
-    std::thread::spawn(move || {
-        let mut stdin = std::io::stdin().lock();
-        let mut buf = vec![0u8; 64 * 1024];
-        loop {
-            match stdin.read(&mut buf) {
-                Ok(0) | Err(_) => {
-                    let _ = tx.send(None);
-                    return;
-                }
-                Ok(n) => {
-                    if tx.send(Some(buf[..n].to_vec())).is_err() {
+    over_link(args, args.target)
+}
+
+impl Client for &ConnectArgs {
+    const NAME: &'static str = "connect";
+
+    fn link(&self) -> &ClientLink {
+        &self.link
+    }
+
+    fn run<D: Device + Sleep>(
+        self,
+        mut rt: Runtime<D>,
+        stream: TcpStream,
+    ) -> anyhow::Result<ExitCode> {
+        stream.set_nodelay(&mut rt, true)?;
+        rt.register(
+            &stream,
+            0,
+            Interest::READABLE | Interest::RDHUP,
+            Mode::Level,
+        )?;
+        // stdin blocks: a thread reads it and hands the chunks over (None: its end).
+        let (tx, rx) = mpsc::sync_channel::<Option<Vec<u8>>>(16);
+        std::thread::spawn(move || {
+            let mut stdin = std::io::stdin().lock();
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                match stdin.read(&mut buf) {
+                    Ok(0) | Err(_) => {
+                        let _ = tx.send(None);
                         return;
+                    }
+                    Ok(n) => {
+                        if tx.send(Some(buf[..n].to_vec())).is_err() {
+                            return;
+                        }
                     }
                 }
             }
-        }
-    });
-    let mut stdout = std::io::stdout().lock();
-    let mut events = Events::with_capacity(4);
-    let mut buf = vec![0u8; 64 * 1024];
-    let (mut sent, mut received) = (0u64, 0u64);
-    let mut stdin_open = true;
-    loop {
-        while stdin_open {
-            match rx.try_recv() {
-                Ok(Some(chunk)) => {
-                    stream.write_all(&mut rt, &chunk)?;
-                    sent += chunk.len() as u64;
-                }
-                Ok(None) | Err(mpsc::TryRecvError::Disconnected) => {
-                    stream.shutdown(&mut rt, std::net::Shutdown::Write)?;
-                    stdin_open = false;
-                }
-                Err(mpsc::TryRecvError::Empty) => break,
-            }
-        }
-        let mut eof = false;
+        });
+        let mut stdout = std::io::stdout().lock();
+        let mut events = Events::with_capacity(4);
+        let mut buf = vec![0u8; 64 * 1024];
+        let (mut sent, mut received) = (0u64, 0u64);
+        let mut stdin_open = true;
         loop {
-            match stream.read(&mut rt, &mut buf) {
-                Ok(0) => {
-                    eof = true;
-                    break;
+            while stdin_open {
+                match rx.try_recv() {
+                    Ok(Some(chunk)) => {
+                        stream.write_all(&mut rt, &chunk)?;
+                        sent += chunk.len() as u64;
+                    }
+                    Ok(None) | Err(mpsc::TryRecvError::Disconnected) => {
+                        stream.shutdown(&mut rt, std::net::Shutdown::Write)?;
+                        stdin_open = false;
+                    }
+                    Err(mpsc::TryRecvError::Empty) => break,
                 }
-                Ok(n) => {
-                    stdout.write_all(&buf[..n])?;
-                    received += n as u64;
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                Err(e) => return Err(e).context("reading from the connection"),
             }
+            let mut eof = false;
+            loop {
+                match stream.read(&mut rt, &mut buf) {
+                    Ok(0) => {
+                        eof = true;
+                        break;
+                    }
+                    Ok(n) => {
+                        stdout.write_all(&buf[..n])?;
+                        received += n as u64;
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                    Err(e) => return Err(e).context("reading from the connection"),
+                }
+            }
+            stdout.flush()?;
+            if eof {
+                break;
+            }
+            // Short waits while stdin may bring more: its thread cannot wake the loop.
+            let wait = if stdin_open { 5 } else { 100 };
+            rt.poll(&mut events, Some(Duration::from_millis(wait)))?;
         }
-        stdout.flush()?;
-        if eof {
-            break;
-        }
-        // Short waits while stdin may bring more: its thread cannot wake the loop.
-        let wait = if stdin_open { 5 } else { 100 };
-        rt.poll(&mut events, Some(Duration::from_millis(wait)))?;
+        finish(&mut rt, stream)?;
+        eprintln!("ustack connect: {sent} bytes sent, {received} bytes received");
+        Ok(ExitCode::SUCCESS)
     }
-    finish(&mut rt, stream)?;
-    eprintln!("ustack connect: {sent} bytes sent, {received} bytes received");
-    Ok(ExitCode::SUCCESS)
 }
 
 /// `http://IP[:PORT][/PATH]`: the server and the path (with its query).
@@ -310,107 +412,144 @@ impl Dechunk {
 /// Runs `ustack get`.
 pub fn get(args: &GetArgs) -> anyhow::Result<ExitCode> {
     let (target, host, path) = parse_url(&args.url)?;
-    let mut out: Box<dyn Write> = match &args.output {
+    let out: Box<dyn Write> = match &args.output {
         Some(p) => Box::new(std::io::BufWriter::new(
             std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,
         )),
         None => Box::new(std::io::stdout().lock()),
     };
-    let (mut rt, stream) = open("get", &args.link, target)?;
-    let request = format!(
-        "GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: ustack/{}\r\nAccept: */*\r\n\
-         Connection: close\r\n\r\n",
-        env!("CARGO_PKG_VERSION")
-    );
-    stream.write_all(&mut rt, request.as_bytes())?;
-    rt.register(
-        &stream,
-        0,
-        Interest::READABLE | Interest::RDHUP,
-        Mode::Level,
-    )?;
-    let mut events = Events::with_capacity(4);
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut head_buf = Vec::new();
-    let mut head: Option<Head> = None;
-    let mut hasher = Sha256::new();
-    let mut body = 0u64;
-    let mut dechunk = Dechunk::default();
-    let mut emit = |data: &[u8], body: &mut u64| -> anyhow::Result<()> {
-        hasher.update(data);
-        *body += data.len() as u64;
-        out.write_all(data)?;
-        Ok(())
-    };
-    let mut eof = false;
-    loop {
-        let n = match stream.read(&mut rt, &mut buf) {
-            Ok(0) => {
-                eof = true;
-                0
-            }
-            Ok(n) => n,
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                rt.poll(&mut events, Some(Duration::from_millis(100)))?;
-                continue;
-            }
-            Err(e) => return Err(e).context("reading the response"),
-        };
-        let mut data = &buf[..n];
-        if head.is_none() {
-            head_buf.extend_from_slice(data);
-            let Some(end) = head_buf.windows(4).position(|w| w == b"\r\n\r\n") else {
-                if eof {
-                    bail!("the connection ended inside the response head");
-                }
-                if head_buf.len() > 64 * 1024 {
-                    bail!("a response head over 64 KiB");
-                }
-                continue;
-            };
-            head = Some(parse_head(&head_buf[..end])?);
-            let rest = head_buf.split_off(end + 4);
-            head_buf = rest;
-            data = &head_buf;
-        }
-        let h = head.as_ref().expect("parsed");
-        if h.chunked {
-            dechunk.feed(data, &mut |d| emit(d, &mut body))?;
-            if dechunk.done {
-                break;
-            }
-        } else {
-            let take = match h.length {
-                Some(len) => data.len().min((len - body) as usize),
-                None => data.len(),
-            };
-            emit(&data[..take], &mut body)?;
-            if h.length.is_some_and(|len| body >= len) {
-                break;
-            }
-        }
-        head_buf.clear();
-        if eof {
-            if h.chunked || h.length.is_some() {
-                bail!("the connection ended after {body} bytes of the body");
-            }
-            break;
-        }
+    over_link(
+        Get {
+            link: &args.link,
+            host,
+            path,
+            out,
+        },
+        target,
+    )
+}
+
+/// `ustack get` once the URL is parsed and the output opened.
+struct Get<'a> {
+    link: &'a ClientLink,
+    host: String,
+    path: String,
+    out: Box<dyn Write>,
+}
+
+impl Client for Get<'_> {
+    const NAME: &'static str = "get";
+
+    fn link(&self) -> &ClientLink {
+        self.link
     }
-    out.flush()?;
-    finish(&mut rt, stream)?;
-    let status = head.map_or(0, |h| h.status);
-    let digest: String = hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    eprintln!("ustack get: HTTP {status}, {body} bytes, sha256 {digest}");
-    Ok(if (200..300).contains(&status) {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+
+    fn run<D: Device + Sleep>(
+        self,
+        mut rt: Runtime<D>,
+        stream: TcpStream,
+    ) -> anyhow::Result<ExitCode> {
+        let Get {
+            host,
+            path,
+            mut out,
+            ..
+        } = self;
+        let request = format!(
+            "GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: ustack/{}\r\nAccept: */*\r\n\
+             Connection: close\r\n\r\n",
+            env!("CARGO_PKG_VERSION")
+        );
+        stream.write_all(&mut rt, request.as_bytes())?;
+        rt.register(
+            &stream,
+            0,
+            Interest::READABLE | Interest::RDHUP,
+            Mode::Level,
+        )?;
+        let mut events = Events::with_capacity(4);
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut head_buf = Vec::new();
+        let mut head: Option<Head> = None;
+        let mut hasher = Sha256::new();
+        let mut body = 0u64;
+        let mut dechunk = Dechunk::default();
+        let mut emit = |data: &[u8], body: &mut u64| -> anyhow::Result<()> {
+            hasher.update(data);
+            *body += data.len() as u64;
+            out.write_all(data)?;
+            Ok(())
+        };
+        let mut eof = false;
+        loop {
+            let n = match stream.read(&mut rt, &mut buf) {
+                Ok(0) => {
+                    eof = true;
+                    0
+                }
+                Ok(n) => n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    rt.poll(&mut events, Some(Duration::from_millis(100)))?;
+                    continue;
+                }
+                Err(e) => return Err(e).context("reading the response"),
+            };
+            let mut data = &buf[..n];
+            if head.is_none() {
+                head_buf.extend_from_slice(data);
+                let Some(end) = head_buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                    if eof {
+                        bail!("the connection ended inside the response head");
+                    }
+                    if head_buf.len() > 64 * 1024 {
+                        bail!("a response head over 64 KiB");
+                    }
+                    continue;
+                };
+                head = Some(parse_head(&head_buf[..end])?);
+                let rest = head_buf.split_off(end + 4);
+                head_buf = rest;
+                data = &head_buf;
+            }
+            let h = head.as_ref().expect("parsed");
+            if h.chunked {
+                dechunk.feed(data, &mut |d| emit(d, &mut body))?;
+                if dechunk.done {
+                    break;
+                }
+            } else {
+                let take = match h.length {
+                    Some(len) => data.len().min((len - body) as usize),
+                    None => data.len(),
+                };
+                emit(&data[..take], &mut body)?;
+                if h.length.is_some_and(|len| body >= len) {
+                    break;
+                }
+            }
+            head_buf.clear();
+            if eof {
+                if h.chunked || h.length.is_some() {
+                    bail!("the connection ended after {body} bytes of the body");
+                }
+                break;
+            }
+        }
+        out.flush()?;
+        finish(&mut rt, stream)?;
+        let status = head.map_or(0, |h| h.status);
+        let digest: String = hasher
+            .finalize()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        eprintln!("ustack get: HTTP {status}, {body} bytes, sha256 {digest}");
+        Ok(if (200..300).contains(&status) {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        })
+    }
 }
 
 #[cfg(test)]

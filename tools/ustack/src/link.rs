@@ -1,5 +1,5 @@
 //! What `ustack serve`, `connect` and `get` share: the interface's flags (`--addr` with
-//! its prefix, `--gateway`, `--sysctl`, and the TUN's `--tun`, `--netns`, `--mtu`), the
+//! its prefix, `--gateway`, `--sysctl`, `--netns`, and the TUN's `--tun`, `--mtu`), the
 //! runtime builder they make, the TUN they open, and the stop signals.
 
 use core::net::Ipv4Addr;
@@ -89,8 +89,9 @@ pub struct LinkArgs {
     /// multi-queue TUN (`ip tuntap add NAME mode tun multi_queue`) is attached to as it is.
     #[arg(long, default_value = "ustack%d")]
     pub tun: String,
-    /// tun: the network namespace to create the interface in: a name (`ip netns add`) or
-    /// a path.
+    /// The network namespace of the interface: tun creates its interface there; `connect`
+    /// and `get` over packet or xdp find --interface there. A name (`ip netns add`) or a
+    /// path.
     #[arg(long)]
     pub netns: Option<String>,
     /// tun: set the interface MTU (68 to 65535).
@@ -130,13 +131,7 @@ impl LinkArgs {
     /// The TUN interface with `queues` queues, created (or attached to) in `--netns`:
     /// its name and queues.
     pub fn open_tun(&self, queues: usize) -> anyhow::Result<(String, Vec<TunQueue>)> {
-        let netns = self.netns.as_ref().map(|n| {
-            if n.contains('/') {
-                PathBuf::from(n)
-            } else {
-                PathBuf::from("/run/netns").join(n)
-            }
-        });
+        let netns = self.netns_path();
         let config = TunConfig {
             name: self.tun.clone(),
             queues,
@@ -147,6 +142,17 @@ impl LinkArgs {
         let tun = Tun::open(&config).context("creating the TUN interface")?;
         let name = tun.name().to_owned();
         Ok((name, tun.into_queues()))
+    }
+
+    /// `--netns` as a path: a name is `/run/netns/<name>` (`ip netns add`).
+    pub fn netns_path(&self) -> Option<PathBuf> {
+        self.netns.as_ref().map(|n| {
+            if n.contains('/') {
+                PathBuf::from(n)
+            } else {
+                PathBuf::from("/run/netns").join(n)
+            }
+        })
     }
 
     /// ` in netns NAME`, or nothing.

@@ -1,4 +1,4 @@
-//! A clean link drops nothing (issue #12 item 4): over the bench's shm link, pingpong at
+//! A clean link drops nothing: over the bench's shm link, pingpong at
 //! 10,000 connections and c1m at CI scale finish with no drop of any reason on either
 //! stack, no frame refused by either end of the link, and no retransmission timeout.
 //! Bursts far larger than the link's rings and the stacks' transmit queues

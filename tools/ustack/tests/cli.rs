@@ -17,6 +17,16 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// Runs each `(args, says)` case: ustack exits with `code` (2: a usage error the argument
+/// parser finds, 1: one found after it) and says `says` on stderr.
+fn assert_refused(code: i32, cases: &[(&[&str], &str)]) {
+    for (args, says) in cases {
+        let o = ustack(args);
+        assert_eq!(o.status.code(), Some(code), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
+    }
+}
+
 #[test]
 fn help_describes_the_tool_and_every_subcommand() {
     let o = ustack(&["--help"]);
@@ -52,107 +62,156 @@ fn unknown_subcommand_and_bad_flag_are_clear_errors() {
 
 #[test]
 fn inspection_commands_refuse_bad_arguments_clearly() {
-    for (args, says) in [
-        (&["capture"][..], "--write <FILE>"),
-        (&["capture", "-w", "x.pcap", "-c", "0"], "0 is not in 1.."),
-        (
-            &["capture", "-w", "x.pcap", "--duration", "soon"],
-            "not a duration",
-        ),
-        (&["stat", "--delta", "--memory"], "cannot be used with"),
-        (&["stat", "-z"], "--delta"),
-        (&["ss", "-l", "-a"], "cannot be used with"),
-        (
-            &["sysctl", "--defaults", "--control", "x"],
-            "cannot be used with",
-        ),
-    ] {
-        let o = ustack(args);
-        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
-        assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
-    }
+    assert_refused(
+        2,
+        &[
+            (&["capture"][..], "--write <FILE>"),
+            (&["capture", "-w", "x.pcap", "-c", "0"], "0 is not in 1.."),
+            (
+                &["capture", "-w", "x.pcap", "--duration", "soon"],
+                "not a duration",
+            ),
+            (&["stat", "--delta", "--memory"], "cannot be used with"),
+            (&["stat", "-z"], "--delta"),
+            (&["ss", "-l", "-a"], "cannot be used with"),
+            (
+                &["sysctl", "--defaults", "--control", "x"],
+                "cannot be used with",
+            ),
+        ],
+    );
+}
+
+#[test]
+fn connect_and_get_refuse_bad_link_arguments_clearly() {
+    assert_refused(
+        2,
+        &[(
+            &["connect", "192.0.2.1:7", "--link", "tap"],
+            "invalid value 'tap'",
+        )],
+    );
+    assert_refused(
+        1,
+        &[
+            (
+                &["connect", "192.0.2.1:7", "--link", "packet"][..],
+                "--link packet needs --interface NAME",
+            ),
+            (
+                &["get", "http://192.0.2.1/", "--link", "xdp"],
+                "--link xdp needs --interface NAME",
+            ),
+            (
+                &["connect", "192.0.2.1:7", "--interface", "veth1"],
+                "--interface is for --link packet or xdp",
+            ),
+            (
+                &[
+                    "get",
+                    "http://192.0.2.1/",
+                    "--link",
+                    "packet",
+                    "--interface",
+                    "veth1",
+                    "--mtu",
+                    "1400",
+                ],
+                "--mtu is for --link tun",
+            ),
+            (
+                &[
+                    "connect",
+                    "192.0.2.1:7",
+                    "--link",
+                    "packet",
+                    "--interface",
+                    "nonexistent0",
+                ],
+                "opening an AF_PACKET socket on `nonexistent0`",
+            ),
+        ],
+    );
 }
 
 #[test]
 fn serve_refuses_bad_arguments_clearly() {
-    for (args, says) in [
-        (&["serve"][..], "<PROTO>"),
-        (&["serve", "gopher"], "invalid value 'gopher'"),
-        (&["serve", "echo", "--link", "tap"], "invalid value 'tap'"),
-        (
-            &["serve", "echo", "--addr", "nowhere"],
-            "invalid value 'nowhere'",
-        ),
-        (&["serve", "echo", "--duration", "ten"], "not a duration"),
-        (&["serve", "echo", "--duration", "5y"], "unknown unit"),
-        (&["serve", "echo", "--shards", "0"], "0 is not in 1..=64"),
-        (
-            &["serve", "echo", "--sysctl", "net.ipv4.tcp_sack=7"],
-            "net.ipv4.tcp_sack = 7 is out of range [0, 1]",
-        ),
-        (
-            &["serve", "echo", "--sysctl", "net.ipv4.tcp_nope=1"],
-            "unknown sysctl \"net.ipv4.tcp_nope\"",
-        ),
-        (
-            &["serve", "echo", "--sysctl", "net.ipv4.tcp_sack"],
-            "expected NAME=VALUE",
-        ),
-        (
-            &["serve", "echo", "--addr", "192.0.2.2/33:7"],
-            "the prefix length must be 1 to 32",
-        ),
-    ] {
-        let o = ustack(args);
-        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
-        assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
-    }
-    for (args, says) in [
-        (
-            &["serve", "echo", "--root", "."][..],
-            "--root is for the http server only",
-        ),
-        (
-            &["serve", "http", "--root", "/nonexistent/ustack"],
-            "not a directory",
-        ),
-        (
-            &["serve", "http", "--addr", "192.0.2.2:0"],
-            "port other than 0",
-        ),
-        (
-            &["serve", "echo", "--link", "sim", "--shards", "2"],
-            "--shards is for --link shm or tun",
-        ),
-        (
-            &["serve", "echo", "--netns", "x"],
-            "--netns and --mtu are for --link tun only",
-        ),
-        (
-            &["serve", "echo", "--link", "sim", "--gateway", "10.0.0.1"],
-            "--gateway 10.0.0.1 is not another address on --addr's subnet 192.0.2.2/24",
-        ),
-        (
-            &["serve", "echo", "--link", "tun", "--tun", "a/b"],
-            "interface name `a/b`",
-        ),
-        (&["serve", "echo", "--link", "tun", "--mtu", "10"], "MTU 10"),
-        (
-            &[
-                "serve",
-                "echo",
-                "--link",
-                "tun",
-                "--netns",
-                "/nonexistent/ns",
-            ],
-            "netns /nonexistent/ns",
-        ),
-    ] {
-        let o = ustack(args);
-        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", stderr(&o));
-        assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
-    }
+    assert_refused(
+        2,
+        &[
+            (&["serve"][..], "<PROTO>"),
+            (&["serve", "gopher"], "invalid value 'gopher'"),
+            (&["serve", "echo", "--link", "tap"], "invalid value 'tap'"),
+            (
+                &["serve", "echo", "--addr", "nowhere"],
+                "invalid value 'nowhere'",
+            ),
+            (&["serve", "echo", "--duration", "ten"], "not a duration"),
+            (&["serve", "echo", "--duration", "5y"], "unknown unit"),
+            (&["serve", "echo", "--shards", "0"], "0 is not in 1..=64"),
+            (
+                &["serve", "echo", "--sysctl", "net.ipv4.tcp_sack=7"],
+                "net.ipv4.tcp_sack = 7 is out of range [0, 1]",
+            ),
+            (
+                &["serve", "echo", "--sysctl", "net.ipv4.tcp_nope=1"],
+                "unknown sysctl \"net.ipv4.tcp_nope\"",
+            ),
+            (
+                &["serve", "echo", "--sysctl", "net.ipv4.tcp_sack"],
+                "expected NAME=VALUE",
+            ),
+            (
+                &["serve", "echo", "--addr", "192.0.2.2/33:7"],
+                "the prefix length must be 1 to 32",
+            ),
+        ],
+    );
+    assert_refused(
+        1,
+        &[
+            (
+                &["serve", "echo", "--root", "."][..],
+                "--root is for the http server only",
+            ),
+            (
+                &["serve", "http", "--root", "/nonexistent/ustack"],
+                "not a directory",
+            ),
+            (
+                &["serve", "http", "--addr", "192.0.2.2:0"],
+                "port other than 0",
+            ),
+            (
+                &["serve", "echo", "--link", "sim", "--shards", "2"],
+                "--shards is for --link shm or tun",
+            ),
+            (
+                &["serve", "echo", "--netns", "x"],
+                "--netns and --mtu are for --link tun only",
+            ),
+            (
+                &["serve", "echo", "--link", "sim", "--gateway", "10.0.0.1"],
+                "--gateway 10.0.0.1 is not another address on --addr's subnet 192.0.2.2/24",
+            ),
+            (
+                &["serve", "echo", "--link", "tun", "--tun", "a/b"],
+                "interface name `a/b`",
+            ),
+            (&["serve", "echo", "--link", "tun", "--mtu", "10"], "MTU 10"),
+            (
+                &[
+                    "serve",
+                    "echo",
+                    "--link",
+                    "tun",
+                    "--netns",
+                    "/nonexistent/ns",
+                ],
+                "netns /nonexistent/ns",
+            ),
+        ],
+    );
     let o = ustack(&["serve", "--help"]);
     assert!(o.status.success());
     assert!(stdout(&o).contains("shm-offer <name>"), "{}", stdout(&o));

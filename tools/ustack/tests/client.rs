@@ -1,17 +1,22 @@
-//! The tool as a user meets it, against the Linux kernel over TUN in a namespace of the
-//! test's own (root only; skipped otherwise unless `USTACK_REQUIRE_ROOT`; python3 is the
-//! kernel's side, a missing one skips unless `USTACK_REQUIRE_TOOLS`):
+//! The tool as a user meets it, against the Linux kernel in a namespace of the test's own,
+//! over TUN, and over a veth pair with `--link packet` and `--link xdp` (root only; skipped
+//! otherwise unless `USTACK_REQUIRE_ROOT`, as is a missing `ethtool` for the veth pair;
+//! python3 is the kernel's side, a missing one skips unless `USTACK_REQUIRE_TOOLS`):
 //! - `ustack connect`: 1 MiB from stdin to a kernel server, which checks it and answers
 //!   with 2 MiB of its own, compared with what `connect` wrote to stdout (SHA-256 both
-//!   ways);
+//!   ways); over tun, packet and xdp;
 //! - `ustack get`: a 3 MiB file from `python3`'s `http.server`, to `-o FILE` and to stdout,
 //!   byte for byte, and the SHA-256 `get` prints; through `--gateway` to an address off
-//!   ustack's subnet (without the gateway: network unreachable);
+//!   ustack's subnet (without the gateway: network unreachable); over packet and xdp, to
+//!   stdout;
 //! - `ustack serve --sysctl`: the values visible through `ustack sysctl` on its control
 //!   socket; SIGTERM: the server stops, prints its summary, exits 0.
 //!
 //! The TUN interface is made by the test (`ip tuntap add ... multi_queue`) and configured
-//! before ustack attaches to it, as a user with an interface of their own would.
+//! before ustack attaches to it, as a user with an interface of their own would; so is the
+//! veth pair (the kernel's end `veth0` with 192.0.2.1/24 and its transmit offloads off,
+//! ustack's end `veth1` up without an address). Every `ustack` and `python3` run is
+//! bounded by `timeout`, and the namespace goes with the test, failed or not.
 
 use core::time::Duration;
 use std::io::{BufRead, BufReader, Write};
@@ -20,8 +25,8 @@ use std::process::{Command, Output, Stdio};
 
 use sha2::{Digest, Sha256};
 use ustack_testkit::netns::{
-    KERNEL_IP, NetNs, PY_BULK_SERVER, ServeOverTun, TUN_NAME, python_argv, root_or_skip,
-    tool_or_skip,
+    KERNEL_IP, NetNs, PY_BULK_SERVER, ServeOverTun, TUN_NAME, VETH_USTACK, python_argv,
+    root_or_skip, tool_or_skip, veth_or_skip,
 };
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -64,13 +69,29 @@ fn setup(test: &str) -> Option<NetNs> {
     Some(ns)
 }
 
-/// `ustack <args> --tun tun0 --netns <ns>`, with `stdin` fed in, run to its end.
-fn run_client(ns: &NetNs, args: &[&str], stdin: &[u8]) -> Output {
+/// A namespace with the veth pair (kernel at 192.0.2.1/24 on `veth0`, `veth1` up for
+/// ustack), if the test can run.
+fn setup_veth(test: &str) -> Option<NetNs> {
+    veth_or_skip(test)?;
+    if !tool_or_skip(test, "python3") {
+        return None;
+    }
+    let ns = NetNs::new().expect("a namespace");
+    ns.veth_pair().expect("the veth pair");
+    Some(ns)
+}
+
+/// The flags for ustack's link: the TUN interface [`TUN_NAME`].
+const TUN: &[&str] = &["--tun", TUN_NAME];
+
+/// `ustack <args> <link> --netns <ns>`, with `stdin` fed in, run to its end.
+fn run_client(ns: &NetNs, link: &[&str], args: &[&str], stdin: &[u8]) -> Output {
     let mut child = Command::new("timeout")
         .arg(format!("{}", LIMIT.as_secs()))
         .arg(ustack())
         .args(args)
-        .args(["--tun", TUN_NAME, "--netns"])
+        .args(link)
+        .arg("--netns")
         .arg(ns.path())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -131,20 +152,19 @@ impl Drop for Kernel {
     }
 }
 
-#[test]
-fn connect_carries_stdin_to_a_kernel_server_and_its_answer_to_stdout() {
-    let Some(ns) = setup("connect_carries_stdin") else {
-        return;
-    };
+/// `ustack connect` over `link` to a kernel server in `ns`: 1 MiB in, 2 MiB back, both
+/// checked by SHA-256, and the byte counts `connect` reports.
+fn connect_both_ways(ns: &NetNs, link: &[&str]) {
     let sent: Vec<u8> = (0..1u32 << 20).map(|i| (i * 31 + i / 977) as u8).collect();
     let answer = 2u64 << 20;
     let server = Kernel::start(
-        &ns,
+        ns,
         PY_BULK_SERVER,
         &[answer.to_string(), KERNEL_IP.to_string(), "5001".into()],
     );
     let out = run_client(
-        &ns,
+        ns,
+        link,
         &[
             "connect",
             &format!("{KERNEL_IP}:5001"),
@@ -184,6 +204,14 @@ fn connect_carries_stdin_to_a_kernel_server_and_its_answer_to_stdout() {
     );
 }
 
+#[test]
+fn connect_carries_stdin_to_a_kernel_server_and_its_answer_to_stdout() {
+    let Some(ns) = setup("connect_carries_stdin") else {
+        return;
+    };
+    connect_both_ways(&ns, TUN);
+}
+
 /// Serves `dir` with python's http.server on `addr:8000` for `requests` requests.
 const PY_HTTP: &str = r#"
 import functools, http.server
@@ -196,6 +224,32 @@ print("ready", flush=True)
 for _ in range(n):
     s.handle_request()
 "#;
+
+/// A temporary directory with `big.bin` (3 MiB of patterned bytes) to serve with
+/// [`PY_HTTP`]; removed on drop, whether the test failed or not.
+struct Site {
+    dir: std::path::PathBuf,
+    file: Vec<u8>,
+    /// The file's SHA-256 (hex).
+    digest: String,
+}
+
+impl Site {
+    fn new(tag: &str) -> Site {
+        let dir = std::env::temp_dir().join(format!("ustack-get-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a directory");
+        let file: Vec<u8> = (0..3u32 << 20).map(|i| (i * 7 + i / 4093) as u8).collect();
+        std::fs::write(dir.join("big.bin"), &file).expect("the file");
+        let digest = hex(&Sha256::digest(&file));
+        Site { dir, file, digest }
+    }
+}
+
+impl Drop for Site {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
 
 #[test]
 fn get_fetches_a_file_from_a_kernel_http_server_also_through_a_gateway() {
@@ -214,11 +268,8 @@ fn get_fetches_a_file_from_a_kernel_http_server_also_through_a_gateway() {
         ],
     )
     .expect("an address off the subnet");
-    let dir = std::env::temp_dir().join(format!("ustack-get-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("a directory");
-    let file: Vec<u8> = (0..3u32 << 20).map(|i| (i * 7 + i / 4093) as u8).collect();
-    std::fs::write(dir.join("big.bin"), &file).expect("the file");
-    let digest = hex(&Sha256::digest(&file));
+    let site = Site::new("tun");
+    let (dir, file, digest) = (&site.dir, &site.file, &site.digest);
     let server = Kernel::start(
         &ns,
         PY_HTTP,
@@ -230,13 +281,14 @@ fn get_fetches_a_file_from_a_kernel_http_server_also_through_a_gateway() {
     let url = format!("http://{KERNEL_IP}:8000/big.bin");
     let out = run_client(
         &ns,
+        TUN,
         &["get", &url, "-o", saved.to_str().expect("utf-8")],
         b"",
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "ustack get: {}: {stderr}", out.status);
     assert!(out.stdout.is_empty());
-    assert_eq!(std::fs::read(&saved).expect("the saved file"), file);
+    assert_eq!(&std::fs::read(&saved).expect("the saved file"), file);
     assert!(
         stderr.contains(&format!("HTTP 200, {} bytes, sha256 {digest}", file.len())),
         "{stderr}"
@@ -245,20 +297,68 @@ fn get_fetches_a_file_from_a_kernel_http_server_also_through_a_gateway() {
     // Off the subnet: unreachable without a gateway (nothing sent), then through it, to
     // stdout.
     let url = format!("http://{OFF_SUBNET}:8000/big.bin");
-    let out = run_client(&ns, &["get", &url, "--connect-timeout", "2s"], b"");
+    let out = run_client(&ns, TUN, &["get", &url, "--connect-timeout", "2s"], b"");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(stderr.contains("unreachable"), "{stderr}");
     let out = run_client(
         &ns,
+        TUN,
         &["get", &url, "--gateway", &KERNEL_IP.to_string()],
         b"",
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "ustack get via the gateway: {stderr}");
-    assert_eq!(hex(&Sha256::digest(&out.stdout)), digest);
+    assert_eq!(&hex(&Sha256::digest(&out.stdout)), digest);
     server.finish();
-    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `ustack connect` and `ustack get` over `--link <link> --interface veth1`: the connect
+/// round trip of [`connect_both_ways`], then a 3 MiB file from `http.server` to stdout,
+/// byte for byte, with the SHA-256 `get` prints.
+fn connect_and_get_over_veth(test: &str, link: &str) {
+    let Some(ns) = setup_veth(test) else {
+        return;
+    };
+    let flags = ["--link", link, "--interface", VETH_USTACK];
+    connect_both_ways(&ns, &flags);
+
+    let site = Site::new(link);
+    let (file, digest) = (&site.file, &site.digest);
+    let server = Kernel::start(
+        &ns,
+        PY_HTTP,
+        &[
+            site.dir.display().to_string(),
+            KERNEL_IP.to_string(),
+            "1".into(),
+        ],
+    );
+    let url = format!("http://{KERNEL_IP}:8000/big.bin");
+    let out = run_client(&ns, &flags, &["get", &url], b"");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "ustack get: {}: {stderr}", out.status);
+    assert!(
+        stderr.contains(&format!("over {link} on `{VETH_USTACK}`")),
+        "{stderr}"
+    );
+    assert_eq!(out.stdout.len(), file.len(), "{stderr}");
+    assert_eq!(&hex(&Sha256::digest(&out.stdout)), digest, "what get wrote");
+    assert!(
+        stderr.contains(&format!("HTTP 200, {} bytes, sha256 {digest}", file.len())),
+        "{stderr}"
+    );
+    server.finish();
+}
+
+#[test]
+fn connect_and_get_over_packet_on_a_veth_end() {
+    connect_and_get_over_veth("connect_and_get_over_packet", "packet");
+}
+
+#[test]
+fn connect_and_get_over_xdp_on_a_veth_end() {
+    connect_and_get_over_veth("connect_and_get_over_xdp", "xdp");
 }
 
 #[test]

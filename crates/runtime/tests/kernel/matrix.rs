@@ -477,7 +477,7 @@ fn run_cell<D: Device + Sleep + Send + 'static>(
     // faults (a duplicate looks like a retransmission there; a reordered segment may
     // too). Both ends are bounded by what the relay did, never by their own counts: a
     // kernel storm that ustack provokes (lost or withheld ACKs, data dropped on receipt)
-    // would raise a bound made of the kernel's retransmissions with it (issue #10). The
+    // would raise a bound made of the kernel's retransmissions with it. The
     // kernel retransmits spuriously under reordering: its RACK marks a segment held 3 ms
     // (beyond its reordering window) lost, the jitter reorders more than the relay counts
     // as reordered, and a held ACK can fire its tail loss probe (tun, cubic, SACK on: 146
@@ -521,7 +521,8 @@ pub fn run_matrix<D: Device + Sleep + Send + 'static>(link: &Link<D>, test: &str
         cells.len(),
         started.elapsed().as_secs_f64()
     );
-    // A test that checked nothing must not pass (issue #10: the bbr cells could all skip).
+    // A test that checked nothing must not pass (the bbr cells skip where the kernel has
+    // no bbr).
     assert!(ran > 0, "{test}: none of its {} cells ran", cells.len());
 }
 

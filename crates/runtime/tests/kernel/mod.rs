@@ -20,8 +20,9 @@ use std::thread::JoinHandle;
 use sha2::{Digest, Sha256};
 use ustack_dev::Device;
 use ustack_dev::capture::Capture;
-use ustack_runtime::api::TcpStream;
-use ustack_runtime::runtime::{Events, Runtime, RuntimeBuilder, Sleep};
+use ustack_runtime::Mode;
+use ustack_runtime::api::{TcpListener, TcpStream};
+use ustack_runtime::runtime::{Events, Interest, Runtime, RuntimeBuilder, Sleep};
 use ustack_testkit::netns::{KERNEL_IP, NetNs, PY_BULK_SERVER, PY_CC_ENV, USTACK_IP, python_argv};
 use ustack_testkit::tshark::{CLEAN_RETRANSMISSIONS, TsharkReport, check_capture};
 
@@ -153,6 +154,22 @@ pub fn drive<D: Device + Sleep, T>(
 /// Keep the runtime going (retransmissions, FINs, ACKs) until told to stop.
 pub fn idle<D: Device + Sleep>(rt: &mut Runtime<D>, stop: &AtomicBool) -> io::Result<()> {
     drive(rt, stop, |_| Ok(None::<()>)).map(|_| ())
+}
+
+/// The one connection a test waits for on `listener`, once it arrives: accepted and
+/// registered (token 1) for readable and writable edges; `None` while none is waiting.
+pub fn accept_one<D: Device + Sleep>(
+    rt: &mut Runtime<D>,
+    listener: &TcpListener,
+) -> io::Result<Option<TcpStream>> {
+    match listener.accept(rt) {
+        Ok((s, _)) => {
+            rt.register(&s, 1, Interest::READABLE | Interest::WRITABLE, Mode::Edge)?;
+            Ok(Some(s))
+        }
+        Err(e) if would_block(&e) => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 pub fn would_block(e: &io::Error) -> bool {

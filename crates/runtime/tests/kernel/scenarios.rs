@@ -29,8 +29,8 @@ use ustack_runtime::runtime::{Interest, Runtime, RuntimeBuilder, Sleep};
 use ustack_testkit::netns::{KERNEL_IP, NetNs, PY_ECHO_CLIENT, USTACK_IP, python_argv};
 
 use super::{
-    HEADERS, KernelServer, LIMIT, Pcap, Source, Ustack, drive, hex, idle, python, read_into,
-    would_block, write_from,
+    HEADERS, KernelServer, LIMIT, Pcap, Source, Ustack, accept_one, drive, hex, idle, python,
+    read_into, would_block, write_from,
 };
 
 // ---- ICMP -------------------------------------------------------------------------------
@@ -113,14 +113,10 @@ fn ustack_sink<D: Device + Sleep>(
     let mut buf = vec![0; 64 * 1024];
     let done = drive(rt, stop, |rt| {
         if conn.is_none() {
-            match listener.accept(rt) {
-                Ok((s, _)) => {
-                    rt.register(&s, 1, Interest::READABLE | Interest::WRITABLE, Mode::Edge)?;
-                    conn = Some(s);
-                }
-                Err(e) if would_block(&e) => return Ok(None),
-                Err(e) => return Err(e),
-            }
+            let Some(s) = accept_one(rt, &listener)? else {
+                return Ok(None);
+            };
+            conn = Some(s);
         }
         let s = conn.as_ref().expect("accepted");
         if reply.is_none() {

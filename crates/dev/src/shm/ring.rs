@@ -1,0 +1,465 @@
+//! The data path of one queue pair: the sender's slots and descriptor ring, the
+//! receiver's completions, and the [`Device`] impl over them.
+
+use core::fmt;
+use core::sync::atomic::Ordering;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::Arc;
+
+use ustack_obs::time::Instant;
+
+use super::link::Shared;
+use super::{ShmFault, ShmLayout, ShmSide, ShmStats};
+use crate::{Device, DeviceCaps};
+
+/// A receiver publishes returned slots at least this often (or every half ring, if that is
+/// less), whenever it catches up with the sender, and at the end of each batch.
+pub const PUBLISH_EVERY: u32 = 32;
+/// A sender looks for returned slots at least this often (and whenever it has none).
+const RECLAIM_EVERY: u32 = 32;
+
+/// Transmit state of one direction (this side sends), private to the port.
+#[derive(Debug)]
+pub(super) struct Tx {
+    head_off: usize,
+    ring_off: usize,
+    frames_off: usize,
+    pub(super) comp_head_off: usize,
+    comp_ring_off: usize,
+    /// The receiver's flag: ring its doorbell after posting if set.
+    peer_need_wakeup_off: usize,
+    /// Our flag: set while sleeping for free slots.
+    pub(super) need_wakeup_off: usize,
+    head: u32,
+    /// `head` as last published: frames from here to `head` are placed, not yet visible.
+    published: u32,
+    pub(super) comp_tail: u32,
+    /// Free slots, most recently returned last.
+    free: Vec<u32>,
+    /// Slots posted and not yet returned.
+    in_flight: Vec<bool>,
+    since_reclaim: u32,
+    /// A send was refused for lack of slots since slots were last reclaimed.
+    pub(super) starved: bool,
+    pub(super) stopped: bool,
+}
+
+/// Receive state of one direction (the peer sends), private to the port.
+#[derive(Debug)]
+pub(super) struct Rx {
+    head_off: usize,
+    tail_off: usize,
+    ring_off: usize,
+    frames_off: usize,
+    comp_head_off: usize,
+    comp_ring_off: usize,
+    /// Our flag: set while sleeping for frames.
+    pub(super) need_wakeup_off: usize,
+    /// The sender's flag: ring its doorbell after returning slots if set.
+    peer_need_wakeup_off: usize,
+    tail: u32,
+    /// The peer's `desc_head` as last loaded and validated.
+    head: u32,
+    comp_head: u32,
+    unpublished: u32,
+    stopped: bool,
+}
+
+/// One queue pair of one side of a shm link: a [`Device`] with batch methods and a
+/// doorbell to sleep on. `Send`, so each shard's thread owns its port.
+pub struct ShmPort {
+    pub(super) shared: Arc<Shared>,
+    side: ShmSide,
+    queue: usize,
+    max_frame: usize,
+    slot_size: usize,
+    ring_size: u32,
+    mask: u32,
+    publish_every: u32,
+    pub(super) bell: usize,
+    pub(super) peer_bell: usize,
+    pub(super) tx: Tx,
+    pub(super) rx: Rx,
+    pub(super) stats: ShmStats,
+    fault: Option<ShmFault>,
+}
+
+impl fmt::Debug for ShmPort {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ShmPort")
+            .field("link_id", &format_args!("{:016x}", self.shared.link_id))
+            .field("side", &self.side)
+            .field("queue", &self.queue)
+            .field("caps", &self.shared.caps)
+            .field("tx_head", &self.tx.head)
+            .field("tx_free", &self.tx.free.len())
+            .field("rx_tail", &self.rx.tail)
+            .field("stats", &self.stats)
+            .field("fault", &self.fault)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Whether a send placed the frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Placed {
+    Yes,
+    TooBig,
+    NoSlot,
+}
+
+impl ShmPort {
+    pub(super) fn all(shared: &Arc<Shared>, side: ShmSide) -> Vec<ShmPort> {
+        (0..shared.layout.queue_pairs())
+            .map(|q| ShmPort::new(shared.clone(), side, q))
+            .collect()
+    }
+
+    fn new(shared: Arc<Shared>, side: ShmSide, queue: usize) -> ShmPort {
+        let l = shared.layout;
+        let (me, peer) = (side, side.peer());
+        let ring = l.ring_size() as u32;
+        let tx = Tx {
+            head_off: l.desc_head_offset(queue, me),
+            ring_off: l.desc_ring_offset(queue, me),
+            frames_off: l.frames_offset(queue, me),
+            comp_head_off: l.comp_head_offset(queue, me),
+            comp_ring_off: l.comp_ring_offset(queue, me),
+            peer_need_wakeup_off: l.rx_need_wakeup_offset(queue, me),
+            need_wakeup_off: l.tx_need_wakeup_offset(queue, me),
+            head: 0,
+            published: 0,
+            comp_tail: 0,
+            free: (0..ring).rev().collect(),
+            in_flight: vec![false; l.ring_size()],
+            since_reclaim: 0,
+            starved: false,
+            stopped: false,
+        };
+        let rx = Rx {
+            head_off: l.desc_head_offset(queue, peer),
+            tail_off: l.desc_tail_offset(queue, peer),
+            ring_off: l.desc_ring_offset(queue, peer),
+            frames_off: l.frames_offset(queue, peer),
+            comp_head_off: l.comp_head_offset(queue, peer),
+            comp_ring_off: l.comp_ring_offset(queue, peer),
+            need_wakeup_off: l.rx_need_wakeup_offset(queue, peer),
+            peer_need_wakeup_off: l.tx_need_wakeup_offset(queue, peer),
+            tail: 0,
+            head: 0,
+            comp_head: 0,
+            unpublished: 0,
+            stopped: false,
+        };
+        ShmPort {
+            max_frame: shared.caps.max_frame_len(),
+            slot_size: l.slot_size(),
+            ring_size: ring,
+            mask: ring - 1,
+            publish_every: PUBLISH_EVERY.min(ring / 2),
+            bell: l.dir(queue, me),
+            peer_bell: l.dir(queue, peer),
+            side,
+            queue,
+            tx,
+            rx,
+            stats: ShmStats::default(),
+            fault: None,
+            shared,
+        }
+    }
+
+    /// Which side of the link this port is on.
+    pub const fn side(&self) -> ShmSide {
+        self.side
+    }
+    /// The queue pair this port serves.
+    pub const fn queue(&self) -> usize {
+        self.queue
+    }
+    /// The link's id (the memfd is named `ustack-shm-<id as 16 hex digits>`).
+    pub fn link_id(&self) -> u64 {
+        self.shared.link_id
+    }
+    /// The region's layout.
+    pub fn layout(&self) -> ShmLayout {
+        self.shared.layout
+    }
+    /// This port's counters.
+    pub const fn stats(&self) -> &ShmStats {
+        &self.stats
+    }
+    /// The first protocol violation by the peer, if any (it stopped a ring).
+    pub const fn fault(&self) -> Option<ShmFault> {
+        self.fault
+    }
+    /// The doorbell eventfd this port sleeps on, for an event loop: call
+    /// [`prepare_sleep`](Self::prepare_sleep) before waiting on it and
+    /// [`finish_sleep`](Self::finish_sleep) after.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.shared.bells[self.bell].as_fd()
+    }
+
+    /// The `u32` control word at `off`, loaded with Acquire (a peer's published index).
+    pub(super) fn load_acquire(&self, off: usize) -> u32 {
+        self.shared.map.u32_at(off).load(Ordering::Acquire)
+    }
+
+    // ---- transmit ----------------------------------------------------------------
+
+    /// Puts returned slots back on the free list.
+    fn reclaim(&mut self) {
+        self.tx.since_reclaim = 0;
+        if self.tx.stopped {
+            return;
+        }
+        let m = &self.shared.map;
+        let head = m.u32_at(self.tx.comp_head_off).load(Ordering::Acquire);
+        let avail = head.wrapping_sub(self.tx.comp_tail);
+        if avail == 0 {
+            return;
+        }
+        if avail > self.ring_size {
+            self.stop_tx(head);
+            return;
+        }
+        for _ in 0..avail {
+            let at = self.tx.comp_ring_off + 4 * (self.tx.comp_tail & self.mask) as usize;
+            let slot = m.u32_at(at).load(Ordering::Relaxed);
+            self.tx.comp_tail = self.tx.comp_tail.wrapping_add(1);
+            match self.tx.in_flight.get_mut(slot as usize) {
+                Some(f) if *f => {
+                    *f = false;
+                    self.tx.free.push(slot);
+                }
+                _ => self.stats.bad_comp += 1,
+            }
+        }
+        self.tx.starved = false;
+    }
+
+    fn stop_tx(&mut self, head: u32) {
+        self.tx.stopped = true;
+        self.stats.bad_index += 1;
+        self.fault.get_or_insert(ShmFault::CompHead {
+            head,
+            tail: self.tx.comp_tail,
+        });
+    }
+
+    /// Copies one frame into a free slot and writes its descriptor, without publishing.
+    pub(super) fn place(&mut self, frame: &[u8]) -> Placed {
+        if frame.len() > self.max_frame {
+            self.stats.tx_too_big += 1;
+            return Placed::TooBig;
+        }
+        if self.tx.free.is_empty() || self.tx.since_reclaim >= RECLAIM_EVERY {
+            self.reclaim();
+        }
+        if self.tx.stopped {
+            self.stats.tx_stopped += 1;
+            return Placed::NoSlot;
+        }
+        let Some(slot) = self.tx.free.pop() else {
+            self.tx.starved = true;
+            self.stats.tx_full += 1;
+            return Placed::NoSlot;
+        };
+        self.tx.since_reclaim += 1;
+        let m = &self.shared.map;
+        // In bounds by construction (slot < ring_size, len <= max_frame <= slot_size).
+        m.write(self.tx.frames_off + slot as usize * self.slot_size, frame);
+        let at = self.tx.ring_off + 8 * (self.tx.head & self.mask) as usize;
+        m.u64_at(at).store(
+            u64::from(slot) | (frame.len() as u64) << 32,
+            Ordering::Relaxed,
+        );
+        self.tx.in_flight[slot as usize] = true;
+        self.tx.head = self.tx.head.wrapping_add(1);
+        self.stats.tx_frames += 1;
+        self.stats.tx_bytes += frame.len() as u64;
+        Placed::Yes
+    }
+
+    /// Publishes placed descriptors, if any, and rings the peer if it sleeps.
+    pub(super) fn publish_tx(&mut self) {
+        if self.tx.published == self.tx.head {
+            return;
+        }
+        self.tx.published = self.tx.head;
+        self.stats.tx_publishes += 1;
+        let m = &self.shared.map;
+        m.u32_at(self.tx.head_off)
+            .store(self.tx.head, Ordering::Release);
+        self.wake_peer_if_asleep(self.tx.peer_need_wakeup_off);
+    }
+
+    // ---- receive -----------------------------------------------------------------
+
+    /// Loads and validates the peer's `desc_head`; true if frames are waiting.
+    fn refresh_rx(&mut self) -> bool {
+        if self.rx.stopped {
+            return false;
+        }
+        let head = self.load_acquire(self.rx.head_off);
+        let avail = head.wrapping_sub(self.rx.tail);
+        if avail > self.ring_size {
+            self.rx.stopped = true;
+            self.stats.bad_index += 1;
+            self.fault.get_or_insert(ShmFault::DescHead {
+                head,
+                tail: self.rx.tail,
+            });
+            return false;
+        }
+        self.rx.head = head;
+        avail != 0
+    }
+
+    /// Hands a consumed slot back (published later, in a batch).
+    fn complete(&mut self, slot: u32) {
+        let at = self.rx.comp_ring_off + 4 * (self.rx.comp_head & self.mask) as usize;
+        self.shared.map.u32_at(at).store(slot, Ordering::Relaxed);
+        self.rx.comp_head = self.rx.comp_head.wrapping_add(1);
+        self.rx.unpublished += 1;
+        if self.rx.unpublished >= self.publish_every {
+            self.publish_rx();
+        }
+    }
+
+    /// Publishes returned slots (and our tail) and rings the peer if it sleeps for them.
+    pub(super) fn publish_rx(&mut self) {
+        if self.rx.unpublished == 0 {
+            return;
+        }
+        self.rx.unpublished = 0;
+        let m = &self.shared.map;
+        m.u32_at(self.rx.tail_off)
+            .store(self.rx.tail, Ordering::Relaxed);
+        // Release: our reads of the returned slots happen before the sender may reuse them.
+        m.u32_at(self.rx.comp_head_off)
+            .store(self.rx.comp_head, Ordering::Release);
+        self.wake_peer_if_asleep(self.rx.peer_need_wakeup_off);
+    }
+
+    /// Takes the next frame into `buf` (cut to `buf.len()`); `None` when the ring is dry.
+    pub(super) fn take(&mut self, buf: &mut [u8]) -> Option<usize> {
+        loop {
+            if self.rx.tail == self.rx.head && !self.refresh_rx() {
+                self.publish_rx();
+                return None;
+            }
+            let m = &self.shared.map;
+            let at = self.rx.ring_off + 8 * (self.rx.tail & self.mask) as usize;
+            let desc = m.u64_at(at).load(Ordering::Relaxed);
+            self.rx.tail = self.rx.tail.wrapping_add(1);
+            let slot = desc as u32;
+            let len = (desc >> 32) as usize;
+            if slot >= self.ring_size {
+                self.stats.bad_desc += 1;
+                continue;
+            }
+            if len > self.max_frame {
+                self.stats.bad_desc += 1;
+                self.complete(slot);
+                continue;
+            }
+            let n = len.min(buf.len());
+            m.read(
+                self.rx.frames_off + slot as usize * self.slot_size,
+                &mut buf[..n],
+            );
+            self.complete(slot);
+            if self.rx.tail == self.rx.head {
+                // Caught up with what the peer had posted: hand the slots back now, so a
+                // caller that stops before seeing `None` does not starve the sender.
+                self.publish_rx();
+            }
+            if n < len {
+                self.stats.rx_truncated += 1;
+            }
+            self.stats.rx_frames += 1;
+            self.stats.rx_bytes += n as u64;
+            return Some(n);
+        }
+    }
+
+    /// Whether frames are waiting (loads the peer's index; does not consume).
+    pub fn rx_ready(&mut self) -> bool {
+        self.rx.tail != self.rx.head || self.refresh_rx()
+    }
+}
+
+impl Device for ShmPort {
+    fn caps(&self) -> DeviceCaps {
+        self.shared.caps
+    }
+
+    fn recv(&mut self, _now: Instant, buf: &mut [u8]) -> Option<usize> {
+        self.take(buf)
+    }
+
+    fn send(&mut self, now: Instant, frame: &[u8]) -> bool {
+        self.send_more(now, frame, false)
+    }
+
+    /// Places the frame in a slot; publishes `desc_head` (and rings the peer if it
+    /// sleeps) only when `more` is false, for this frame and those placed before it.
+    fn send_more(&mut self, _now: Instant, frame: &[u8], more: bool) -> bool {
+        let placed = self.place(frame);
+        if !more {
+            self.publish_tx();
+        }
+        placed == Placed::Yes
+    }
+
+    /// Places each frame in a slot (a frame that finds none, or is too big, is dropped
+    /// and counted in [`ShmStats::tx_full`] / [`ShmStats::tx_too_big`] /
+    /// [`ShmStats::tx_stopped`], and the next one is tried), then publishes `desc_head`
+    /// once and rings the peer at most once for the batch.
+    fn send_batch(&mut self, _now: Instant, frames: &[&[u8]]) -> usize {
+        let mut dropped = 0;
+        for frame in frames {
+            if self.place(frame) != Placed::Yes {
+                dropped += 1;
+            }
+        }
+        self.publish_tx();
+        dropped
+    }
+
+    /// The free slots after taking back what the peer returned. None left: the port
+    /// marks itself starved, so that [`prepare_sleep`](ShmPort::prepare_sleep) asks the
+    /// peer to ring when it returns slots. A stopped port (the peer misbehaved) says
+    /// `None`: its frames are dropped and counted, not held for ever.
+    fn tx_space(&mut self) -> Option<usize> {
+        if self.tx.stopped {
+            return None;
+        }
+        if self.tx.free.is_empty() || self.tx.since_reclaim >= RECLAIM_EVERY {
+            self.reclaim();
+        }
+        let n = self.tx.free.len();
+        if n == 0 {
+            self.tx.starved = true;
+        }
+        Some(n)
+    }
+
+    /// `Some(Instant::ZERO)` ("now") if a frame is waiting, else `None`: frames on a real
+    /// link arrive on their own time, signalled on [`ShmPort::fd`].
+    fn poll_at(&self) -> Option<Instant> {
+        if self.rx.stopped {
+            return None;
+        }
+        let head = self.load_acquire(self.rx.head_off);
+        (self.rx.tail != self.rx.head || head != self.rx.tail).then_some(Instant::ZERO)
+    }
+}
+
+impl Drop for ShmPort {
+    fn drop(&mut self) {
+        // Return what we consumed, so a sender that outlives us is not left short.
+        self.publish_rx();
+    }
+}
