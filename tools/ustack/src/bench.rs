@@ -28,12 +28,14 @@
 //! The files: [`args`] (the command line and what it refuses), [`measure`] (a run, its
 //! meter and progress bar), [`outcome`] (what a run measured), [`output`] (the table and
 //! `--json`), [`pattern`] (the bytes sent and checked), [`sim`] (the sim harness), and one
-//! file a scenario: [`udp_rr`], [`lockstep`] (pingpong and cps), [`stream`], [`c1m`]; over
+//! file a scenario: [`udp_rr`], [`lockstep`] (pingpong and cps), [`stream`], [`c1m`] (its ustack
+//! server process, [`c1m_server`]); over
 //! links of their own, [`shm`] and [`kernel_link`]; Linux's side, [`linux`]; `--plot`,
 //! [`plot`].
 
 mod args;
 mod c1m;
+mod c1m_server;
 mod kernel_link;
 pub mod linux;
 mod lockstep;

@@ -231,4 +231,44 @@ fn print_c1m(outcomes: &[Outcome]) {
                 .map_or("-".to_owned(), |d| format!("{:.3}", d.as_secs_f64())),
         );
     }
+    for (o, c) in outcomes.iter().filter_map(|o| Some((o, o.c1m.as_ref()?))) {
+        println!("{}", c1m_memory_line(o.server, o.conns, &c.mem_detail));
+    }
+}
+
+/// c1m: the server's memory per connection as the kernel sees it (RSS, PSS; for Linux,
+/// its slab) and, for ustack, as its own accounting sees it, kind by kind.
+fn c1m_memory_line(server: &str, conns: u32, m: &Value) -> String {
+    let per = |v: &Value| {
+        v.as_f64()
+            .map_or("-".to_owned(), |b| format!("{:.0}", b / f64::from(conns)))
+    };
+    let mut line = format!(
+        "{server} server memory per connection: RSS {} B, PSS {} B",
+        per(&m["server_rss_bytes"]),
+        per(&m["server_pss_bytes"]),
+    );
+    if let Some(kinds) = m["stack_kinds"].as_object() {
+        let mut kinds: Vec<(&String, i64)> = kinds
+            .iter()
+            .map(|(name, k)| (name, k["bytes"].as_i64().unwrap_or(0)))
+            .filter(|(_, b)| *b != 0)
+            .collect();
+        kinds.sort_by_key(|(_, b)| -b);
+        let said: Vec<String> = kinds
+            .iter()
+            .map(|(name, b)| format!("{name} {:.0}", *b as f64 / f64::from(conns)))
+            .collect();
+        line += &format!(
+            "; its own accounting {} B ({})",
+            per(&m["stack_bytes"]),
+            said.join(", ")
+        );
+    } else if m["kernel_slab_bytes"].is_i64() {
+        line += &format!(
+            "; kernel slab {} B (half of it counted as the server's)",
+            per(&m["kernel_slab_bytes"])
+        );
+    }
+    line
 }
