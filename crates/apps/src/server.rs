@@ -32,6 +32,7 @@ use ustack_runtime::poller::Mode;
 use ustack_runtime::runtime::{Clock, Events, Interest, Runtime, Sleep};
 use ustack_runtime::timer::TimerId;
 use ustack_stack::Instant;
+use ustack_stack::inspect::{MemoryKind, hash_table_bytes};
 
 use crate::{FILE_CHUNK, FIXED_BODY, Protocol, http, would_block};
 
@@ -232,6 +233,22 @@ impl Server {
     /// Open connections.
     pub fn connections(&self) -> usize {
         self.conns.len()
+    }
+
+    /// The server's own heap memory for its connections, as a kind of the process's
+    /// accounting (`app_conns`): the connection map (allocated capacity) and each
+    /// connection's queued output and unparsed input.
+    pub fn memory(&self) -> MemoryKind {
+        let buffers: usize = self
+            .conns
+            .values()
+            .map(|c| c.out.capacity() + c.inbuf.capacity())
+            .sum();
+        MemoryKind {
+            name: "app_conns",
+            count: self.conns.len(),
+            bytes: hash_table_bytes(self.conns.capacity(), size_of::<(u64, Conn)>()) + buffers,
+        }
     }
 
     /// One `epoll_wait` (up to `timeout`) and the handling of its events: how many.

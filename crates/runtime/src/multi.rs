@@ -81,6 +81,7 @@ use std::thread::JoinHandle;
 
 use ustack_dev::{Device, DeviceCaps, Medium};
 use ustack_obs::Mib;
+use ustack_stack::inspect::{MemoryKind, MemoryUsage};
 use ustack_stack::{Instant, Stack, TcpHandle};
 
 use crate::api::TcpListener;
@@ -103,6 +104,12 @@ pub trait ShardApp<D: Device + Sleep>: Send + 'static {
     /// write. Must not block. An error stops this shard (and is returned by
     /// [`ShardedRuntime::stop`]).
     fn poll(&mut self, ctx: &mut ShardContext<'_, D>) -> io::Result<()>;
+
+    /// The app's own heap memory by kind (e.g. its connection map), added to the shard's
+    /// in [`ShardedRuntime::memory`]. None unless the app says.
+    fn memory(&self) -> Vec<MemoryKind> {
+        Vec::new()
+    }
 }
 
 /// One shard's view, handed to its [`ShardApp`]: the runtime, the shard's number, the
@@ -188,8 +195,15 @@ struct Snapshot {
     stats: ShardStats,
 }
 
-/// Work for one shard's thread, run between rounds on its stack at its time.
-type Job = Box<dyn FnOnce(&mut Stack, Instant) + Send>;
+/// Work for one shard's thread, run between rounds: on its stack at its time, or on its
+/// memory by kind (the runtime's and the app's, [`ShardedRuntime::memory`]).
+enum Job {
+    Stack(StackJob),
+    Memory(Box<dyn FnOnce(MemoryUsage) + Send>),
+}
+
+/// A job on a shard's stack, at its time ([`ShardedRuntime::on_each_shard`]).
+type StackJob = Box<dyn FnOnce(&mut Stack, Instant) + Send>;
 
 /// What the threads share: cold, off the packet path.
 struct Control {
@@ -427,7 +441,14 @@ where
             let jobs = core::mem::take(&mut *ctl.jobs[k].lock().unwrap_or_else(|e| e.into_inner()));
             let now = rt.now();
             for job in jobs {
-                job(rt.stack_mut(), now);
+                match job {
+                    Job::Stack(f) => f(rt.stack_mut(), now),
+                    Job::Memory(f) => {
+                        let mut m = rt.memory();
+                        m.kinds.extend(app.memory());
+                        f(m);
+                    }
+                }
             }
         }
         let wanted = ctl.requested.load(Ordering::Acquire);
@@ -516,19 +537,43 @@ impl<A> ShardedRuntime<A> {
         T: Send + 'static,
         F: Fn(usize, &mut Stack, Instant) -> T + Send + Sync + 'static,
     {
+        let f = Arc::new(f);
+        self.post_and_collect(timeout, |k, tx| {
+            let f = f.clone();
+            Job::Stack(Box::new(move |stack, now| {
+                let _ = tx.send((k, f(k, stack, now)));
+            }))
+        })
+    }
+
+    /// Every shard's heap memory by kind, in shard order: its runtime's
+    /// ([`Runtime::memory`]: the stack's kinds, the poller's, the app timers') and its
+    /// app's ([`ShardApp::memory`]), read on the shard's thread between two rounds, as
+    /// [`on_each_shard`](Self::on_each_shard) reads the stack. Errors as that.
+    pub fn memory(&self, timeout: Duration) -> io::Result<Vec<MemoryUsage>> {
+        self.post_and_collect(timeout, |k, tx| {
+            Job::Memory(Box::new(move |m| {
+                let _ = tx.send((k, m));
+            }))
+        })
+    }
+
+    /// Post the job `make` gives for each shard (with the channel it answers on) and
+    /// collect the answers, in shard order.
+    fn post_and_collect<T: Send + 'static>(
+        &self,
+        timeout: Duration,
+        make: impl Fn(usize, std::sync::mpsc::Sender<(usize, T)>) -> Job,
+    ) -> io::Result<Vec<T>> {
         if let Some(k) = self.threads.iter().position(|t| t.is_finished()) {
             return Err(io::Error::new(
                 io::ErrorKind::BrokenPipe,
                 format!("shard {k} has stopped"),
             ));
         }
-        let f = Arc::new(f);
         let (tx, rx) = std::sync::mpsc::channel();
         for (k, queue) in self.control.jobs.iter().enumerate() {
-            let (f, tx) = (f.clone(), tx.clone());
-            let job: Job = Box::new(move |stack, now| {
-                let _ = tx.send((k, f(k, stack, now)));
-            });
+            let job = make(k, tx.clone());
             queue.lock().unwrap_or_else(|e| e.into_inner()).push(job);
         }
         drop(tx);

@@ -164,6 +164,16 @@ impl Poller {
         self.registrations.is_empty()
     }
 
+    /// Heap bytes held: the registration table (allocated capacity), the ready list and
+    /// the harvest scratch (Linux: an `epitem` per registration, in its own slab).
+    pub fn heap_bytes(&self) -> usize {
+        ustack_stack::inspect::hash_table_bytes(
+            self.registrations.capacity(),
+            size_of::<(SocketKey, Registration)>(),
+        ) + self.ready.capacity() * size_of::<(SocketKey, u64)>()
+            + self.harvest.capacity() * size_of::<(SocketKey, Readiness)>()
+    }
+
     /// Watch `key` for `interest` (`EPOLL_CTL_ADD`). ERROR and HUP are always reported.
     /// If the socket is already ready, the next [`wait`](Poller::wait) reports it, in
     /// either mode.

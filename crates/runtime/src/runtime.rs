@@ -77,6 +77,7 @@ use ustack_dev::sleep::min_opt;
 /// runtime's clocks ([`MonotonicClock`], [`VirtualClock`]) implement [`Clock`].
 pub use ustack_dev::sleep::{Clock, Idle, Sleep};
 use ustack_dev::{Device, DeviceCaps, Medium};
+use ustack_stack::inspect::{MemoryKind, MemoryUsage};
 use ustack_stack::{Config, EthernetAddress, Instant, Ipv4Cidr, Readiness, SocketKey, Stack};
 
 use crate::poller::{Event, Mode, Poller};
@@ -684,6 +685,24 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
     /// The stack (counters, sysctls, socket state).
     pub fn stack(&self) -> &Stack {
         self.shard.stack()
+    }
+
+    /// Heap memory by kind: the stack's ([`Stack::memory`]), then the runtime's own,
+    /// `poller` (one registration a registered socket, [`Poller::heap_bytes`]) and
+    /// `app_timers` (the application timer wheel).
+    pub fn memory(&self) -> MemoryUsage {
+        let mut m = self.stack().memory();
+        m.kinds.push(MemoryKind {
+            name: "poller",
+            count: self.poller.len(),
+            bytes: self.poller.heap_bytes(),
+        });
+        m.kinds.push(MemoryKind {
+            name: "app_timers",
+            count: self.timers.len(),
+            bytes: self.timers.memory_bytes(),
+        });
+        m
     }
 
     /// The stack, mutably: for calls the API does not wrap. Socket calls made here are

@@ -62,11 +62,29 @@ pub struct MemoryKind {
 /// A stack's heap memory by kind, everything its tables and pools have allocated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemoryUsage {
-    /// `tcb` (the connection slab), `buffers` (pool bytes held by socket buffers),
+    /// `tcb` (the connection slab), `rtx_queue` (the retransmission queues' boards, held
+    /// while data is outstanding), `buffers` (pool bytes held by socket buffers),
     /// `pool_free` (pool bytes allocated and free), `time_wait`, `requests` (SYN queue),
     /// `tables` (the established and listener tables, the TCP timer heap), `udp` (sockets
-    /// and queued datagrams), in that order.
+    /// and queued datagrams), in that order. The runtime and the application add their
+    /// own kinds after these (e.g. `ustack_runtime::Runtime::memory`).
     pub kinds: Vec<MemoryKind>,
+}
+
+/// The bytes a `std` or `hashbrown` hash table of `capacity` (what its `capacity()` says)
+/// allocates for entries of `entry` bytes: one control byte and one slot per bucket, the
+/// buckets a power of two of which 7/8 are usable (below 8, one more than the capacity),
+/// plus a group of trailing control bytes (16).
+pub fn hash_table_bytes(capacity: usize, entry: usize) -> usize {
+    if capacity == 0 {
+        return 0;
+    }
+    let buckets = if capacity < 8 {
+        (capacity + 1).next_power_of_two()
+    } else {
+        (capacity * 8 / 7).next_power_of_two()
+    };
+    buckets * (entry + 1) + 16
 }
 
 impl MemoryUsage {
@@ -168,11 +186,22 @@ impl Stack {
         let tcp = &self.tcp;
         let pool_in_use = tcp.pool.in_use_bytes();
         let timer_entry = size_of::<core::cmp::Reverse<(Instant, crate::tcp::TimerKey)>>();
+        let (mut rtx_boards, mut rtx_bytes) = (0, 0);
+        for (_, tcb) in tcp.conns.iter() {
+            let bytes = tcb.rtx.heap_bytes();
+            rtx_boards += usize::from(bytes > 0);
+            rtx_bytes += bytes;
+        }
         let kinds = vec![
             MemoryKind {
                 name: "tcb",
                 count: tcp.conns.len(),
                 bytes: tcp.conns.heap_bytes(),
+            },
+            MemoryKind {
+                name: "rtx_queue",
+                count: rtx_boards,
+                bytes: rtx_bytes,
             },
             MemoryKind {
                 name: "buffers",

@@ -101,3 +101,41 @@ fn sockets_and_memory_as_ss_and_stat_show_them() {
     let socks = p.b.sockets(p.now);
     assert_eq!(socks.len(), 1, "only the listener: {socks:?}");
 }
+
+/// The retransmission queue's board is counted (`rtx_queue`) while data is outstanding,
+/// and given back once it is acknowledged: a connection whose ACKs are lost holds one.
+#[test]
+fn memory_counts_the_retransmission_queue_while_data_is_outstanding() {
+    use ustack_dev::sim::{Side, SimConfig};
+    let mut p = Pair::new(SimLinkConfig::default());
+    let listener = p.b.tcp_listen(SocketAddrV4::new(B_IP, 80), 4).unwrap();
+    let c = p.a.tcp_connect(p.now, SocketAddrV4::new(B_IP, 80)).unwrap();
+    p.settle();
+    p.b.tcp_accept(listener).unwrap();
+    let rtx = |p: &mut Pair| *p.a.memory().get("rtx_queue").unwrap();
+    assert_eq!((rtx(&mut p).count, rtx(&mut p).bytes), (0, 0), "idle");
+    // B's ACKs are lost: A's segments stay outstanding.
+    let lossy = SimConfig {
+        loss: 1.0,
+        ..SimConfig::default()
+    };
+    p.link.set_config(Side::B, lossy);
+    p.a.tcp_send(p.now, c, &[7u8; 3000]).unwrap();
+    p.settle();
+    let held = rtx(&mut p);
+    assert_eq!(held.count, 1, "{held:?}");
+    assert!(held.bytes > 0, "{held:?}");
+    let mem = p.a.memory();
+    assert_eq!(
+        mem.total(),
+        mem.kinds.iter().map(|k| k.bytes).sum::<usize>()
+    );
+    // The ACKs get through again: the board is freed.
+    p.link.set_config(Side::B, SimConfig::default());
+    p.run_for(Duration::from_secs(3));
+    assert_eq!(
+        (rtx(&mut p).count, rtx(&mut p).bytes),
+        (0, 0),
+        "acknowledged"
+    );
+}

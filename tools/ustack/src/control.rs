@@ -220,7 +220,7 @@ fn answer<A: Send>(req: &Value, rt: &ShardedRuntime<A>) -> anyhow::Result<Value>
             }))
         }
         "memory" => {
-            let per_shard = rt.on_each_shard(|_, stack, _| stack.memory(), SHARD_TIMEOUT)?;
+            let per_shard = rt.memory(SHARD_TIMEOUT)?;
             let mut total = MemoryUsage { kinds: Vec::new() };
             for m in &per_shard {
                 total.merge(m);

@@ -88,19 +88,21 @@ fn print_memory(v: &Value) {
     println!("{:<10} {:>12} {:>14}", "total", "", total);
     if let Some(each) = total.checked_div(tcbs) {
         println!(
-            "per connection: {each} bytes of stack memory, all of it counted ({tcbs} \
-             connections over {} shard(s))",
+            "per connection: {each} bytes of the server's memory, all of it counted \
+             ({tcbs} connections over {} shard(s))",
             v["shards"]
         );
     }
-    // The table is the stack's; the application's buffers are not in it.
+    // The table is the stack's, the runtime's and the server's heap; the RSS has the rest.
     match v["process_rss_bytes"].as_u64() {
         Some(rss) => println!(
-            "process RSS: {rss} bytes (everything: the stack above, the application's own \
-             buffers, code, libraries; the table counts the stack's memory only)"
+            "process RSS: {rss} bytes (everything: the table's heap as far as it is touched, \
+             allocator slack, code, libraries, the link's rings; the table counts the \
+             stack, the runtime's poller and timers and the server's connections)"
         ),
         None => println!(
-            "(the table counts the stack's memory only, not the application's own buffers)"
+            "(the table counts the stack, the runtime's poller and timers and the server's \
+             connections; not allocator slack, code or the link's rings)"
         ),
     }
 }

@@ -55,8 +55,9 @@ enum Command {
     /// Capture a running instance's traffic to a pcap file (`-w FILE`, `-c COUNT`,
     /// `--duration`), frames in and out of every shard.
     Capture(inspect::CaptureArgs),
-    /// A Linux peer of `ustack bench` (a baseline server or a c1m client) in a process of
-    /// its own, driven by the bench over its stdin and stdout. Internal.
+    /// A peer of `ustack bench` (a Linux baseline server, a Linux c1m client, or c1m's
+    /// ustack server) in a process of its own, driven by the bench over its stdin and
+    /// stdout. Internal.
     #[command(name = "bench-peer", hide = true)]
     BenchPeer(bench::linux::PeerArgs),
 }

@@ -16,6 +16,7 @@ use ustack_dev::shm::{ShmConfig, ShmLink};
 use ustack_runtime::multi::{ShardApp, ShardContext, ShardedBuilder};
 use ustack_runtime::rss::{Rss, RssKey};
 use ustack_runtime::runtime::{Clock, RuntimeBuilder, Sleep, VirtualClock, sim_pair};
+use ustack_stack::inspect::MemoryKind;
 use ustack_stack::{EthernetAddress, Instant};
 
 use crate::control::{self, ControlServer};
@@ -235,6 +236,10 @@ impl<D: Device + Sleep> ShardApp<D> for ShardServer {
             Some(server) => server.step(ctx.rt, Some(Duration::ZERO)).map(drop),
             None => Ok(()),
         }
+    }
+
+    fn memory(&self) -> Vec<MemoryKind> {
+        self.server.iter().map(Server::memory).collect()
     }
 }
 

@@ -116,8 +116,15 @@ fn stat_ss_sysctl_and_capture_see_the_running_instance() {
         .collect();
     assert_eq!(tcb[1], CLIENTS.to_string(), "{mem}");
     assert!(mem.contains("per connection: "), "{mem}");
-    // It says what it counts: the stack's memory in the table, and the process's RSS
-    // (everything, the application's buffers too), at least the table's total.
+    // It says what it counts: the stack's, the runtime's and the server's memory in the
+    // table (a poller registration and a server entry per connection), and the process's
+    // RSS (everything), at least the table's total.
+    // (The poller also holds the listener's registration.)
+    for (kind, n) in [("poller ", CLIENTS + 1), ("app_conns ", CLIENTS)] {
+        let line = mem.lines().find(|l| l.starts_with(kind));
+        let count = line.and_then(|l| l.split_whitespace().nth(1));
+        assert_eq!(count, Some(n.to_string().as_str()), "{kind}: {mem}");
+    }
     let total: u64 = mem
         .lines()
         .find_map(|l| l.strip_prefix("total "))
@@ -130,7 +137,10 @@ fn stat_ss_sysctl_and_capture_see_the_running_instance() {
         .unwrap_or_else(|| panic!("no process RSS in {mem}"));
     assert!(rss > total, "{mem}");
     assert!(
-        mem.contains("the table counts the stack's memory only"),
+        mem.contains(
+            "the table counts the stack, the runtime's poller and timers and the \
+                      server's connections"
+        ),
         "{mem}"
     );
 

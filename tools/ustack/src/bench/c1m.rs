@@ -3,11 +3,12 @@
 //! the server's memory growth per connection, the exchange latency and the server's CPU
 //! time.
 //!
-//! - ustack: the echo server of `ustack_apps` on a thread of its own over shm
-//!   (listeners on as many ports as the client's 64,512 ephemeral ports need), the ustack
-//!   client on the bench thread. The server's memory is its stack's own accounting
-//!   (`Stack::memory`), which it reads itself once it holds every connection; the bench
-//!   process's RSS growth (client and server together) is reported beside it.
+//! - ustack: the echo server of `ustack_apps` in a process of its own over shm
+//!   ([`super::c1m_server`]; listeners on as many ports as the client's 64,512 ephemeral
+//!   ports need), the ustack client on the bench thread. The server's memory is its
+//!   process's RSS growth from listening to holding every connection (PSS beside it, from
+//!   /proc/PID/smaps_rollup), and beside that its own accounting (the stack's kinds, as
+//!   `ustack stat --memory` gives them, the runtime's and the echo server's).
 //! - Linux: the baseline echo server in as many processes (one `SO_REUSEPORT` group) as
 //!   keep each under [`PER_PROCESS`] sockets, the client on kernel sockets spread the same
 //!   way over processes of its own, each from its own source address in 127/8 (a full
@@ -17,21 +18,18 @@
 
 use std::io::ErrorKind;
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant as WallClock};
 
 use anyhow::{Context, bail};
 use serde_json::json;
-use ustack_apps::{Protocol, Server};
-use ustack_dev::shm::{ShmConfig, ShmLink, ShmPort};
+use ustack_dev::shm::{ShmConfig, ShmPeer};
 use ustack_runtime::Mode;
 use ustack_runtime::api::TcpStream;
 use ustack_runtime::runtime::{Events, Interest};
-use ustack_stack::inspect::MemoryUsage;
 use ustack_stack::tcp::State;
 
 use super::linux::{self, Exchanges, Peer};
+use super::measure::cpu_between;
 use super::shm::{self, CLIENT_IP, Rt, SERVER_IP};
 use super::{Outcome, Run};
 
@@ -41,8 +39,11 @@ pub const WINDOW: usize = 1000;
 /// Sockets per Linux process at most, under the 20,000 open files a process may have on
 /// the test machines, with room for `SO_REUSEPORT`'s uneven spread.
 pub const PER_PROCESS: usize = 15_000;
-/// Connections per ustack server port: the client's range is 1024-65535 (64,512 ports).
-const PER_PORT: usize = 60_000;
+/// Connections per ustack server port: under half the client's range, 1024-65535 (64,512
+/// ports). The client's search for a free port (Linux: `__inet_hash_connect`) takes
+/// longer as the range fills: at 60,000 a port, 200,000 connections established at a
+/// third of the rate they do at 30,000, the client's cost and not the server's.
+const PER_PORT: usize = 30_000;
 /// How long a phase may go without progress before the run fails.
 const STALL: Duration = Duration::from_secs(10);
 
@@ -62,144 +63,184 @@ pub struct C1m {
 /// handshakes or messages each way, so a window's burst passes in one hand-over. A
 /// shallower ring would drop nothing either (frames wait for slots in the stack's
 /// transmit queue, connections for room in that; see docs/bench.md, "A clean link drops
-/// nothing"), but would take more round trips between the two threads.
-fn link() -> std::io::Result<(ShmPort, ShmPort)> {
-    let (mut a, mut b) = ShmLink::pair(&ShmConfig {
+/// nothing"), but would take more round trips between the two processes.
+pub fn link_config() -> ShmConfig {
+    ShmConfig {
         ring_size: 4 * WINDOW.next_power_of_two(),
         ..ShmConfig::default()
-    })?;
-    Ok((a.remove(0), b.remove(0)))
+    }
 }
 
-/// What the ustack server thread shares with the bench thread.
-#[derive(Default)]
-struct Probe {
-    stop: AtomicBool,
-    /// Connections the server holds now.
-    conns: AtomicUsize,
-    /// Once the server holds this many connections (0: not asked yet) it reads its
-    /// stack's memory into `mem`.
-    target: AtomicUsize,
-    mem: AtomicU64,
-}
-
-const NOT_YET: u64 = u64::MAX;
-
-/// c1m on ustack over shm.
-pub fn ustack(run: &Run, hold: Duration) -> anyhow::Result<Outcome> {
-    let n = run.conns as usize;
-    let addrs: Vec<SocketAddrV4> = (0..n.div_ceil(PER_PORT))
+/// The ustack server's listening addresses for `conns` connections: one port per
+/// [`PER_PORT`], from 5001.
+pub fn server_addrs(conns: u32) -> Vec<SocketAddrV4> {
+    (0..(conns as usize).div_ceil(PER_PORT))
         .map(|i| SocketAddrV4::new(SERVER_IP, 5001 + i as u16))
-        .collect();
-    let (a, b) = link().context("creating the shm link")?;
-    let probe = Arc::new(Probe {
-        mem: AtomicU64::new(NOT_YET),
-        ..Probe::default()
-    });
-    let (shared, server_addrs, seed) = (probe.clone(), addrs.clone(), run.seed.wrapping_add(1));
-    let server_builder = shm::shm_builder(SERVER_IP, 1, seed, run);
-    let server = std::thread::Builder::new()
-        .name("ustack-server".into())
-        .spawn(
-            move || -> anyhow::Result<(Duration, u64, serde_json::Value, serde_json::Value, serde_json::Value)> {
-                let mut rt = server_builder.build(a)?;
-                let mut server = Server::bind_all(&mut rt, Protocol::Echo, &server_addrs, None)?;
-                let mem0 = rt.stack().memory();
-                let mut mem1 = None;
-                let cpu0 = shm::thread_cpu();
-                while !shared.stop.load(Ordering::Relaxed) {
-                    server.step(&mut rt, shm::STOP_CHECK)?;
-                    let held = server.connections();
-                    shared.conns.store(held, Ordering::Relaxed);
-                    let target = shared.target.load(Ordering::Relaxed);
-                    if target > 0 && held >= target && mem1.is_none() {
-                        let mem = rt.stack().memory();
-                        shared.mem.store(mem.total() as u64, Ordering::Relaxed);
-                        mem1 = Some(mem);
-                    }
-                }
-                let mem1 = mem1.unwrap_or_else(|| mem0.clone());
-                Ok((
-                    shm::thread_cpu() - cpu0,
-                    (mem1.total() as u64).saturating_sub(mem0.total() as u64),
-                    kinds_growth(&mem0, &mem1),
-                    rt.stack().mib().to_json(),
-                    shm::shm_stats(rt.device()),
-                ))
-            },
-        )
-        .context("starting the server thread")?;
-    let stop_server = || probe.stop.store(true, Ordering::Relaxed);
-    let result = ustack_client(run, hold, b, &addrs, &probe);
-    stop_server();
-    let (cpu, stack_growth, kinds, counters, server_link) = match server.join() {
-        Ok(r) => r.context("the ustack server")?,
-        Err(_) => bail!("the ustack server thread panicked"),
-    };
-    let (mut o, rt, rss_growth) = result?;
-    let c = o.c1m.as_mut().context("the c1m figures")?;
-    c.mem_bytes = stack_growth;
-    c.mem_detail = json!({
-        "stack_bytes": stack_growth,
-        "stack_kinds": kinds,
-        "bench_process_rss_bytes": rss_growth,
-    });
-    o = o.with_counters(counters, rt.stack().mib().to_json());
-    o.link_stats = json!({ "server": server_link, "client": shm::shm_stats(rt.device()) });
-    o.server_cpu = Some(cpu);
-    Ok(o)
+        .collect()
 }
 
-/// What each kind of the stack's memory accounting (`Stack::memory`) grew by from `a` to
-/// `b`: `{kind: {"count": objects, "bytes": heap bytes}}`, signed.
-fn kinds_growth(a: &MemoryUsage, b: &MemoryUsage) -> serde_json::Value {
-    let mut out = serde_json::Map::new();
-    for k in &b.kinds {
-        let (count, bytes) = a.get(k.name).map_or((0, 0), |k| (k.count, k.bytes));
-        out.insert(
-            k.name.to_owned(),
-            json!({
-                "count": k.count as i64 - count as i64,
-                "bytes": k.bytes as i64 - bytes as i64,
-            }),
-        );
+/// The ustack server process's memory at one moment: what the kernel says (VmRSS, its
+/// anonymous and shared parts, and PSS) and what its own accounting says.
+struct ServerMem {
+    rss: u64,
+    rss_anon: u64,
+    rss_shmem: u64,
+    pss: u64,
+    /// `{"total": bytes, "kinds": {kind: {"count", "bytes"}}}` ([`super::c1m_server`]).
+    accounted: serde_json::Value,
+}
+
+impl ServerMem {
+    /// Ask the server for its accounting (running the client meanwhile), then read its
+    /// /proc files.
+    fn read(server: &mut Peer, rt: &mut Rt) -> anyhow::Result<ServerMem> {
+        let words = ask(server, rt, "memory")?;
+        let accounted: serde_json::Value =
+            serde_json::from_str(&words.join(" ")).context("the ustack server's memory line")?;
+        let pid = server.pid();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .context("reading the ustack server's /proc/PID/status")?;
+        let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))
+            .context("reading the ustack server's /proc/PID/smaps_rollup")?;
+        let field = |text: &str, name: &str| {
+            linux::kb_field(text, name)
+                .with_context(|| format!("no {name} in the ustack server's /proc files"))
+        };
+        Ok(ServerMem {
+            rss: field(&status, "VmRSS:")?,
+            rss_anon: field(&status, "RssAnon:")?,
+            rss_shmem: field(&status, "RssShmem:")?,
+            pss: field(&rollup, "Pss:")?,
+            accounted,
+        })
     }
-    out.into()
-}
 
-/// The bench process's resident memory (client and ustack server together).
-fn own_rss() -> Option<u64> {
-    linux::status_rss(&std::fs::read_to_string("/proc/self/status").ok()?)
-}
-
-/// Poll the client until `done`, failing when nothing changes for [`STALL`].
-fn client_until(rt: &mut Rt, what: &str, mut done: impl FnMut() -> bool) -> anyhow::Result<()> {
-    let start = WallClock::now();
-    while !done() {
-        if start.elapsed() > STALL {
-            bail!("ustack c1m: {what} within {STALL:?}");
-        }
-        rt.run_once(Some(Duration::from_millis(1)))?;
+    fn total(&self) -> i64 {
+        self.accounted["total"].as_i64().unwrap_or(0)
     }
-    Ok(())
 }
 
-/// The client's part of ustack's c1m: the outcome (without the server's figures), its
-/// runtime, and the bench process's RSS growth over establishment.
-fn ustack_client(
-    run: &Run,
-    hold: Duration,
-    port: ShmPort,
-    addrs: &[SocketAddrV4],
-    probe: &Probe,
-) -> anyhow::Result<(Outcome, Rt, i64)> {
-    let (n, size) = (run.conns as usize, run.size);
+/// c1m on ustack over shm: the server in a process of its own ([`super::c1m_server`]),
+/// the client on the bench thread.
+pub fn ustack(run: &Run, hold: Duration) -> anyhow::Result<Outcome> {
+    let mut args = vec![
+        "--conns".to_owned(),
+        run.conns.to_string(),
+        "--seed".to_owned(),
+        run.seed.wrapping_add(1).to_string(),
+    ];
+    if run.checksums {
+        args.push("--checksums".to_owned());
+    }
+    let (mut server, words) = Peer::start("ustack-c1m", &args)?;
+    let name = words
+        .get(1)
+        .context("the ustack server offered no shm link")?;
+    let port = ShmPeer::connect(name, linux::ANSWER)
+        .and_then(ShmPeer::attach)
+        .context("attaching to the ustack server's shm link")?
+        .pop()
+        .context("the shm link's queue")?;
+    server.expect("listening", linux::ANSWER)?;
     let mut rt = shm::shm_builder(CLIENT_IP, 2, run.seed.wrapping_add(2), run)
         .sysctl("net.ipv4.ip_local_port_range.min", 1024)
         .sysctl("net.ipv4.ip_local_port_range.max", 65535)
         .build(port)
         .context("building the client runtime")?;
-    let rss0 = own_rss();
+    let before = ServerMem::read(&mut server, &mut rt)?;
+    let cpu0 = server.cpu();
+    let (mut o, held) = ustack_client(run, hold, &mut rt, &mut server)?;
+    let cpu = cpu_between(cpu0, server.cpu());
+    let report: serde_json::Value =
+        serde_json::from_str(&ask(&mut server, &mut rt, "report")?.join(" "))
+            .context("the ustack server's report line")?;
+    let pid = server.pid();
+    server.stop()?;
+    let grew = |f: fn(&ServerMem) -> u64| f(&held) as i64 - f(&before) as i64;
+    let rss = grew(|m| m.rss);
+    let stack = held.total() - before.total();
+    let c = o.c1m.as_mut().context("the c1m figures")?;
+    c.mem_bytes = rss.max(0) as u64;
+    c.mem_detail = json!({
+        "server_rss_bytes": rss,
+        "server_rss_anon_bytes": grew(|m| m.rss_anon),
+        "server_rss_shmem_bytes": grew(|m| m.rss_shmem),
+        "server_pss_bytes": grew(|m| m.pss),
+        "stack_bytes": stack,
+        "stack_kinds": kinds_growth(&before.accounted, &held.accounted),
+        "pid": pid,
+    });
+    o = o.with_counters(report["counters"].clone(), rt.stack().mib().to_json());
+    o.link_stats = json!({ "server": report["link"], "client": shm::shm_stats(rt.device()) });
+    o.server_cpu = cpu;
+    Ok(o)
+}
+
+/// What each kind of the server's accounting grew by from `a` to `b` (each
+/// `{"kinds": {kind: {"count", "bytes"}}}`): the same shape, signed.
+fn kinds_growth(a: &serde_json::Value, b: &serde_json::Value) -> serde_json::Value {
+    let mut out = serde_json::Map::new();
+    for (name, k) in b["kinds"].as_object().into_iter().flatten() {
+        let was = &a["kinds"][name];
+        let diff = |f: &str| k[f].as_i64().unwrap_or(0) - was[f].as_i64().unwrap_or(0);
+        out.insert(
+            name.clone(),
+            json!({ "count": diff("count"), "bytes": diff("bytes") }),
+        );
+    }
+    out.into()
+}
+
+/// Send the server `cmd` and run the client until the answer (the line starting with
+/// `cmd`) comes, failing after [`STALL`]; its words.
+fn ask(server: &mut Peer, rt: &mut Rt, cmd: &str) -> anyhow::Result<Vec<String>> {
+    server.send(cmd)?;
+    let start = WallClock::now();
+    loop {
+        if let Some(words) = server.try_expect(cmd)? {
+            return Ok(words);
+        }
+        if start.elapsed() > STALL {
+            bail!("ustack c1m: the server did not answer {cmd:?} within {STALL:?}");
+        }
+        rt.run_once(Some(Duration::from_millis(1)))?;
+    }
+}
+
+/// Run the client until the connections the server holds satisfy `done`, failing when
+/// that takes longer than [`STALL`].
+fn until_held(
+    server: &mut Peer,
+    rt: &mut Rt,
+    what: &str,
+    done: impl Fn(usize) -> bool,
+) -> anyhow::Result<()> {
+    let start = WallClock::now();
+    loop {
+        let words = ask(server, rt, "held")?;
+        let held: usize = words
+            .first()
+            .and_then(|w| w.parse().ok())
+            .context("ustack c1m: a bad `held` line")?;
+        if done(held) {
+            return Ok(());
+        }
+        if start.elapsed() > STALL {
+            bail!("ustack c1m: {what} within {STALL:?} (the server holds {held})");
+        }
+    }
+}
+
+/// The client's part of ustack's c1m: the outcome (without the server's figures), and
+/// the server's memory once it held every connection.
+fn ustack_client(
+    run: &Run,
+    hold: Duration,
+    rt: &mut Rt,
+    server: &mut Peer,
+) -> anyhow::Result<(Outcome, ServerMem)> {
+    let (n, size) = (run.conns as usize, run.size);
+    let addrs = server_addrs(run.conns);
     let mut events = Events::with_capacity(1024);
     let meter = run.meter();
 
@@ -214,8 +255,8 @@ fn ustack_client(
         let window = if done == 0 { 1 } else { WINDOW };
         while pending < window && streams.len() < n {
             let i = streams.len();
-            let s = TcpStream::connect(&mut rt, addrs[i % addrs.len()])?;
-            s.set_nodelay(&mut rt, true)?;
+            let s = TcpStream::connect(rt, addrs[i % addrs.len()])?;
+            s.set_nodelay(rt, true)?;
             rt.register(&s, i as u64, Interest::WRITABLE, Mode::Edge)?;
             streams.push(s);
             pending += 1;
@@ -223,7 +264,7 @@ fn ustack_client(
         rt.poll(&mut events, Some(Duration::from_millis(10)))?;
         for e in &events {
             let i = e.token as usize;
-            match streams[i].state(&rt)? {
+            match streams[i].state(rt)? {
                 State::Established if !established[i] => {
                     established[i] = true;
                     pending -= 1;
@@ -239,15 +280,11 @@ fn ustack_client(
         }
     }
     let establish = t.elapsed();
-    // The server reads its memory once it has accepted every connection.
-    probe.target.store(n, Ordering::Relaxed);
-    client_until(&mut rt, "the server accepted every connection", || {
-        probe.mem.load(Ordering::Relaxed) != NOT_YET
+    // The server's memory, once it has accepted every connection.
+    until_held(server, rt, "the server accepted every connection", |held| {
+        held >= n
     })?;
-    let rss_growth = match (rss0, own_rss()) {
-        (Some(a), Some(b)) => b as i64 - a as i64,
-        _ => 0,
-    };
+    let mem = ServerMem::read(server, rt)?;
 
     // Hold them idle.
     let t = WallClock::now();
@@ -266,7 +303,7 @@ fn ustack_client(
     while x.lat.len() < n {
         while x.room(WINDOW, n) {
             let (i, msg) = x.start();
-            if streams[i].write(&mut rt, msg)? != size {
+            if streams[i].write(rt, msg)? != size {
                 bail!("ustack c1m: a {size}-byte message did not fit the send buffer");
             }
         }
@@ -274,7 +311,7 @@ fn ustack_client(
         for e in &events {
             let i = e.token as usize;
             while let Some(want) = x.wanted(i) {
-                match streams[i].read(&mut rt, &mut buf[..want]) {
+                match streams[i].read(rt, &mut buf[..want]) {
                     Ok(0) => bail!("ustack c1m: the server closed connection {i}"),
                     Ok(k) => {
                         if x.arrived(i, &buf[..k]) {
@@ -301,14 +338,14 @@ fn ustack_client(
     let mut streams = streams.into_iter().peekable();
     while streams.peek().is_some() {
         for s in streams.by_ref().take(WINDOW) {
-            s.close(&mut rt)?;
+            s.close(rt)?;
             closed += 1;
         }
         // Then wait for the server's side of these, so that no more than a window of
         // FINs is ever in flight.
         let open = n - closed;
-        client_until(&mut rt, "the server closed the connections", || {
-            probe.conns.load(Ordering::Relaxed) <= open
+        until_held(server, rt, "the server closed the connections", |held| {
+            held <= open
         })?;
     }
     let close = t.elapsed();
@@ -331,7 +368,7 @@ fn ustack_client(
         mem_bytes: 0,
         mem_detail: serde_json::Value::Null,
     });
-    Ok((o, rt, rss_growth))
+    Ok((o, mem))
 }
 
 /// The sum of a figure over peers (None if any could not be read).
@@ -379,7 +416,7 @@ pub fn linux(run: &Run, hold: Duration) -> anyhow::Result<Outcome> {
             }
             clients.iter_mut().map(|c| c.expect(reply, PHASE)).collect()
         };
-    let rss0 = sum(&servers, Peer::rss);
+    let (rss0, pss0) = (sum(&servers, Peer::rss), sum(&servers, Peer::pss));
     let slab0 = linux::kernel_slab();
     let cpu0 = sum(&servers, |p| p.cpu().map(|d| d.as_nanos() as u64));
     let meter = run.meter();
@@ -402,7 +439,7 @@ pub fn linux(run: &Run, hold: Duration) -> anyhow::Result<Outcome> {
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-    let rss1 = sum(&servers, Peer::rss);
+    let (rss1, pss1) = (sum(&servers, Peer::rss), sum(&servers, Peer::pss));
     let slab1 = linux::kernel_slab();
 
     std::thread::sleep(hold);
@@ -443,6 +480,12 @@ pub fn linux(run: &Run, hold: Duration) -> anyhow::Result<Outcome> {
         (Some((a, src)), Some((b, _))) => (b as i64 - a as i64, src),
         _ => (0, "none"),
     };
+    let pss = match (pss0, pss1) {
+        (Some(a), Some(b)) => Some(b as i64 - a as i64),
+        _ => None,
+    };
+    // The kernel is Linux's stack: the server's half of its slab growth (the client's
+    // sockets are the other half).
     let mem = (rss + slab / 2).max(0) as u64;
     let mut o = Outcome::echo(
         "c1m", "linux", "loopback", run.conns, size, n as u64, elapsed, verified, lat,
@@ -454,7 +497,9 @@ pub fn linux(run: &Run, hold: Duration) -> anyhow::Result<Outcome> {
         close,
         mem_bytes: mem,
         mem_detail: json!({
-            "rss_bytes": rss,
+            "server_rss_bytes": rss,
+            "server_pss_bytes": pss,
+            "stack_bytes": slab / 2,
             "kernel_slab_bytes": slab,
             "kernel_slab_source": source,
             "processes": procs,

@@ -30,12 +30,20 @@ use ustack_baseline::{Proto, Server, ServerConfig};
 use super::{fill_message, stream_chunk, stream_matches};
 
 /// What a peer process does.
-const ROLES: [&str; 5] = ["echo", "udp-echo", "sink", "reply-close", "c1m-client"];
+const ROLES: [&str; 6] = [
+    "echo",
+    "udp-echo",
+    "sink",
+    "reply-close",
+    "c1m-client",
+    "ustack-c1m",
+];
 
 /// `ustack bench-peer`: one Linux peer of a bench run (internal; the bench starts it).
 #[derive(Debug, clap::Args)]
 pub struct PeerArgs {
-    /// echo, udp-echo (the baselines), sink, reply-close, or c1m-client.
+    /// echo, udp-echo (the baselines), sink, reply-close, c1m-client, or ustack-c1m (c1m's
+    /// ustack server over shm, [`super::c1m_server`]).
     #[arg(value_parser = ROLES)]
     role: String,
     /// Servers: the port on 127.0.0.1 (0: an ephemeral one; the others of a
@@ -45,9 +53,15 @@ pub struct PeerArgs {
     /// reply-close, c1m-client: bytes per message.
     #[arg(long, default_value_t = 64)]
     size: usize,
-    /// c1m-client: connections to open.
+    /// c1m-client: connections to open; ustack-c1m: connections to listen for.
     #[arg(long, default_value_t = 1)]
     conns: u32,
+    /// ustack-c1m: the seed of the stack's secrets.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// ustack-c1m: compute and verify checksums (`ustack bench --checksums`).
+    #[arg(long)]
+    checksums: bool,
     /// c1m-client: handshakes (then exchanges) outstanding at once.
     #[arg(long, default_value_t = 100)]
     window: u32,
@@ -79,9 +93,19 @@ pub struct Peer {
 pub const ANSWER: Duration = Duration::from_secs(10);
 
 impl Peer {
-    /// Start `ustack bench-peer ROLE ARGS...`; with `ready`, wait for its `ready PORT`
-    /// and return the port too.
+    /// Start `ustack bench-peer ROLE ARGS...`, wait for its `ready PORT` and return the
+    /// port too.
     pub fn spawn(role: &str, args: &[String]) -> anyhow::Result<(Peer, u16)> {
+        let (peer, words) = Peer::start(role, args)?;
+        let port = words
+            .first()
+            .and_then(|p| p.parse().ok())
+            .with_context(|| format!("{} announced no port", peer.what))?;
+        Ok((peer, port))
+    }
+
+    /// Start `ustack bench-peer ROLE ARGS...` and wait for its `ready ...` line; its words.
+    pub fn start(role: &str, args: &[String]) -> anyhow::Result<(Peer, Vec<String>)> {
         let exe = std::env::current_exe().context("finding the ustack executable")?;
         let mut child = Command::new(exe)
             .arg("bench-peer")
@@ -91,7 +115,7 @@ impl Peer {
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
-            .with_context(|| format!("starting the Linux {role} process"))?;
+            .with_context(|| format!("starting the bench-peer {role} process"))?;
         let stdout = child.stdout.take().context("the peer's stdout")?;
         let (tx, lines) = mpsc::channel();
         std::thread::Builder::new()
@@ -108,14 +132,10 @@ impl Peer {
             stdin: child.stdin.take(),
             child,
             lines,
-            what: format!("the Linux {role} process"),
+            what: format!("the bench-peer {role} process"),
         };
-        let port = peer.expect("ready", ANSWER)?;
-        let port = port
-            .first()
-            .and_then(|p| p.parse().ok())
-            .with_context(|| format!("{} announced no port", peer.what))?;
-        Ok((peer, port))
+        let words = peer.expect("ready", ANSWER)?;
+        Ok((peer, words))
     }
 
     pub fn pid(&self) -> u32 {
@@ -142,10 +162,27 @@ impl Peer {
                 bail!("{} ended before saying {word:?}", self.what)
             }
         };
+        self.words_after(word, &line)
+    }
+
+    /// The words of `line` after `word`, its first; any other line is the peer's failure.
+    fn words_after(&self, word: &str, line: &str) -> anyhow::Result<Vec<String>> {
         let mut words = line.split_whitespace().map(str::to_owned);
         match words.next() {
             Some(w) if w == word => Ok(words.collect()),
             _ => bail!("{}: {line}", self.what),
+        }
+    }
+
+    /// The line that starts with `word` if one has come (`error ...` is the peer's
+    /// failure), without waiting; its other words.
+    pub fn try_expect(&mut self, word: &str) -> anyhow::Result<Option<Vec<String>>> {
+        match self.lines.try_recv() {
+            Ok(line) => self.words_after(word, &line).map(Some),
+            Err(mpsc::TryRecvError::Empty) => Ok(None),
+            Err(mpsc::TryRecvError::Disconnected) => {
+                bail!("{} ended before saying {word:?}", self.what)
+            }
         }
     }
 
@@ -167,10 +204,17 @@ impl Peer {
         Some(Duration::from_secs_f64(ticks as f64 / per_s as f64))
     }
 
+    /// The process's proportional set size now (Pss of /proc/PID/smaps_rollup: its
+    /// private pages and its share of those it shares), in bytes.
+    pub fn pss(&self) -> Option<u64> {
+        let rollup = std::fs::read_to_string(format!("/proc/{}/smaps_rollup", self.pid())).ok()?;
+        kb_field(&rollup, "Pss:")
+    }
+
     /// The process's resident memory now (VmRSS of /proc/PID/status), in bytes.
     pub fn rss(&self) -> Option<u64> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).ok()?;
-        status_rss(&status)
+        kb_field(&status, "VmRSS:")
     }
 
     /// Close its stdin (it stops and exits) and wait for it; kill it if it does not.
@@ -211,9 +255,10 @@ fn proc_stat_cpu_ticks(stat: &str) -> Option<u64> {
     Some(utime + stime)
 }
 
-/// VmRSS from the text of /proc/PID/status, in bytes.
-pub fn status_rss(status: &str) -> Option<u64> {
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+/// The field `name` (e.g. `VmRSS:`, `Pss:`) of a /proc file that counts in kB
+/// (/proc/PID/status, /proc/PID/smaps_rollup, /proc/meminfo), in bytes.
+pub fn kb_field(text: &str, name: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with(name))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb * 1024)
 }
@@ -226,9 +271,7 @@ pub fn kernel_slab() -> Option<(u64, &'static str)> {
         return Some((slabinfo_bytes(&s)?, "slabinfo"));
     }
     let m = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = m.lines().find(|l| l.starts_with("Slab:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some((kb * 1024, "meminfo"))
+    Some((kb_field(&m, "Slab:")?, "meminfo"))
 }
 
 /// The sum of `num_objs * objsize` over the caches of /proc/slabinfo's text (version 2.1:
@@ -282,6 +325,7 @@ pub fn peer(args: &PeerArgs) -> anyhow::Result<ExitCode> {
         "udp-echo" => baseline(Proto::UdpEcho, args.port, args.workers),
         "sink" => sink(args.addr),
         "reply-close" => reply_close(args.addr, args.size),
+        "ustack-c1m" => super::c1m_server::serve(args.conns, args.seed, args.checksums),
         _ => c1m_client(args),
     };
     if let Err(e) = &result {
@@ -644,8 +688,12 @@ mod tests {
     #[test]
     fn rss_and_slab_are_read_in_bytes() {
         assert_eq!(
-            status_rss("Name:\tx\nVmRSS:\t    1200 kB\nVmSwap: 0 kB\n"),
+            kb_field("Name:\tx\nVmRSS:\t    1200 kB\nVmSwap: 0 kB\n", "VmRSS:"),
             Some(1200 * 1024)
+        );
+        assert_eq!(
+            kb_field("Rss:  800 kB\nPss:  500 kB\nPss_Anon:  400 kB\n", "Pss:"),
+            Some(500 * 1024)
         );
         let slab = "slabinfo - version: 2.1\n# name <active_objs> <num_objs> <objsize> ...\n\
                     TCP 10 12 2304 14 8 : tunables 0 0 0\nfilp 5 8 256 16 1 : x\n";

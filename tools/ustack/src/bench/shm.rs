@@ -242,9 +242,6 @@ impl Servers {
     }
 }
 
-/// Poll the server's loop until `stop`, waking at least every 10 ms to look at it.
-pub(super) const STOP_CHECK: Option<Duration> = Some(Duration::from_millis(10));
-
 /// One shard's server, made and bound on the shard's thread; the shard's loop runs the
 /// stack, then [`ShardApp::poll`] serves what came without waiting.
 pub(super) struct ShardServe {

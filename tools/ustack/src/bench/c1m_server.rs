@@ -1,0 +1,113 @@
+//! c1m's ustack server in a process of its own (`ustack bench-peer ustack-c1m`), so that
+//! its RSS and PSS are its own, as the Linux server's are.
+//!
+//! It creates the shm link and offers it (`ready 0 NAME`: the bench attaches with
+//! `ShmPeer::connect(NAME)`), then runs the echo server of `ustack_apps` on listeners for
+//! `--conns` connections ([`super::c1m::server_addrs`]) and says `listening`. Between
+//! rounds of its loop it answers the bench on stdin, one line each:
+//!
+//! - `held` -> `held N`: the connections the echo server holds;
+//! - `memory` -> `memory JSON`: its accounting, `{"total": bytes, "kinds": {kind: {"count",
+//!   "bytes"}}}`: the stack's kinds ([`ustack_stack::Stack::memory`]), the runtime's
+//!   (`poller`, `app_timers`) and the echo server's (`app_conns`);
+//! - `report` -> `report JSON`: `{"counters": the stack's MIB, "link": the shm port's
+//!   counters}`.
+//!
+//! It stops when its stdin closes.
+
+use std::io::BufRead;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use serde_json::{Value, json};
+use ustack_apps::{Protocol, Server};
+use ustack_dev::shm::ShmLink;
+
+use super::c1m::{link_config, server_addrs};
+use super::shm::{self, Rt, SERVER_IP};
+
+/// How long the server waits for the bench to attach to its link.
+const ATTACH: Duration = Duration::from_secs(10);
+/// The longest the loop sleeps without looking at stdin: a command's answer takes at most
+/// this plus a round.
+const COMMAND_CHECK: Option<Duration> = Some(Duration::from_millis(1));
+
+/// Serve c1m's `conns` connections until stdin closes (see the module's doc).
+pub fn serve(conns: u32, seed: u64, checksums: bool) -> anyhow::Result<()> {
+    let (mut ports, peer) = ShmLink::create(&link_config()).context("creating the shm link")?;
+    let offer = peer.offer().context("offering the shm link")?;
+    println!("ready 0 {}", offer.name());
+    offer
+        .hand_over(ATTACH)
+        .context("waiting for the bench to attach")?;
+    let port = ports.pop().context("the link's queue")?;
+    let mut rt = shm::builder(SERVER_IP, 1, seed)
+        .checksum_offload(!checksums)
+        .build(port)
+        .context("building the server runtime")?;
+    let mut server = Server::bind_all(&mut rt, Protocol::Echo, &server_addrs(conns), None)?;
+    let commands = stdin_lines()?;
+    println!("listening");
+    loop {
+        server.step(&mut rt, COMMAND_CHECK)?;
+        loop {
+            match commands.try_recv() {
+                Ok(cmd) => println!("{}", answer(cmd.trim(), &rt, &server)?),
+                Err(mpsc::TryRecvError::Empty) => break,
+                Err(mpsc::TryRecvError::Disconnected) => return Ok(()),
+            }
+        }
+    }
+}
+
+/// The lines of stdin, read on a thread of their own; the channel closes with stdin.
+fn stdin_lines() -> anyhow::Result<mpsc::Receiver<String>> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::Builder::new()
+        .name("commands".into())
+        .spawn(move || {
+            for line in std::io::stdin().lock().lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        })
+        .context("starting the command reader")?;
+    Ok(rx)
+}
+
+/// The answer line to one command.
+fn answer(cmd: &str, rt: &Rt, server: &Server) -> anyhow::Result<String> {
+    Ok(match cmd {
+        "held" => format!("held {}", server.connections()),
+        "memory" => format!("memory {}", memory(rt, server)),
+        "report" => format!(
+            "report {}",
+            json!({
+                "counters": rt.stack().mib().to_json(),
+                "link": shm::shm_stats(rt.device()),
+            })
+        ),
+        other => bail!("unknown command {other:?} (held, memory, report)"),
+    })
+}
+
+/// The process's accounting: the runtime's kinds (the stack's among them) and the echo
+/// server's.
+fn memory(rt: &Rt, server: &Server) -> Value {
+    let mut m = rt.memory();
+    m.kinds.push(server.memory());
+    let kinds: serde_json::Map<String, Value> = m
+        .kinds
+        .iter()
+        .map(|k| {
+            (
+                k.name.to_owned(),
+                json!({ "count": k.count, "bytes": k.bytes }),
+            )
+        })
+        .collect();
+    json!({ "total": m.total(), "kinds": kinds })
+}

@@ -1,0 +1,274 @@
+//! What `ustack bench` prints: the table (with c1m's own figures and the ustack/Linux
+//! ratios under it) or, with `--json`, one JSON object per server and scenario.
+
+use serde_json::{Value, json};
+
+use super::args::{ALL_SCENARIOS, Args};
+use super::outcome::Outcome;
+use super::{c1m, shm};
+
+/// Print the outcomes: one JSON array with `--json`, the table otherwise.
+pub fn print(outcomes: &[Outcome], args: &Args) -> anyhow::Result<()> {
+    if args.json {
+        let all: Vec<Value> = outcomes.iter().map(Outcome::to_json).collect();
+        println!("{}", serde_json::to_string_pretty(&all)?);
+    } else {
+        print_table(outcomes, args);
+    }
+    Ok(())
+}
+
+impl Outcome {
+    /// The outcome as `--json` prints it (docs/bench.md lists the fields).
+    fn to_json(&self) -> Value {
+        let latency = match (
+            self.percentile_us(0.5),
+            self.percentile_us(0.99),
+            self.percentile_us(0.999),
+        ) {
+            (Some(p50), Some(p99), Some(p999)) => json!({ "p50": p50, "p99": p99, "p999": p999 }),
+            _ => Value::Null,
+        };
+        json!({
+            "scenario": self.scenario,
+            "server": self.server,
+            "link": self.link,
+            "shards": self.shards,
+            "verified": self.verified,
+            "conns": self.conns,
+            "msg_size": if self.scenario == "stream" { Value::Null } else { json!(self.msg_size) },
+            "duration_s": self.elapsed.as_secs_f64(),
+            "round_trips": if self.msgs_per_s().is_some() { json!(self.count) } else { Value::Null },
+            "connections": if matches!(self.scenario, "cps" | "c1m") { json!(self.count) } else { Value::Null },
+            "bytes": self.bytes,
+            "throughput_gbps": self.gbps(),
+            "msgs_per_s": self.msgs_per_s(),
+            "conns_per_s": self.conns_per_s(),
+            "latency_us": latency,
+            "server_cpu_s": self.server_cpu.map(|d| d.as_secs_f64()),
+            "server_time_wait": self.time_wait,
+            "server_mem_bytes": self.c1m.as_ref().map(|c| c.mem_bytes),
+            "server_mem_per_conn_bytes": self.mem_per_conn(),
+            "server_mem": self.c1m.as_ref().map_or(Value::Null, |c| c.mem_detail.clone()),
+            "phases_s": self.c1m.as_ref().map_or(Value::Null, |c| json!({
+                "establish": c.establish.as_secs_f64(),
+                "exchange": c.exchange.as_secs_f64(),
+                "close": c.close.as_secs_f64(),
+            })),
+            "counters": self.counters.clone().unwrap_or(Value::Null),
+            "per_shard": self.per_shard.clone(),
+            "client_counters": self.client_counters.clone().unwrap_or(Value::Null),
+            "faults": self.faults,
+            "link_stats": self.link_stats,
+        })
+    }
+}
+
+fn print_table(outcomes: &[Outcome], args: &Args) {
+    println!();
+    let linux = "Linux over loopback (the server in processes of its own)";
+    if args.link == "tun" {
+        let offloads = if args.no_offload {
+            "without offloads"
+        } else {
+            "with offloads"
+        };
+        println!(
+            "ustack over TUN, Linux over veth ({offloads}; the server in a namespace, a \
+             kernel client in another, its socket written from the bench process)"
+        );
+    } else if matches!(args.link.as_str(), "packet" | "xdp") {
+        let how = if args.link == "packet" {
+            "an AF_PACKET socket with TPACKET_V3 rings"
+        } else {
+            "an AF_XDP socket in copy mode"
+        };
+        println!(
+            "ustack over {} ({how} on a veth end), Linux over veth (the kernel client's end \
+             without transmit offloads on both; the server in a namespace, its socket \
+             written from the bench process)",
+            args.link
+        );
+    } else if !args.server.iter().any(|s| s == "ustack") {
+        println!("{linux}");
+    } else if args.link == "shm" && args.shards > 1 {
+        println!(
+            "ustack over shm, the server on {} shards (a thread, a queue pair and a stack \
+             each; the client steers flows to them by RSS), all busy-polling {} µs; Linux \
+             over loopback, the udp-rr and pingpong servers with {} SO_REUSEPORT workers",
+            args.shards,
+            shm::BUSY_POLL.as_micros(),
+            args.shards
+        );
+    } else if args.link == "shm" {
+        println!(
+            "ustack over shm (server and client on their own threads, busy-polling {} µs); \
+             {linux}",
+            shm::BUSY_POLL.as_micros()
+        );
+    } else {
+        println!("ustack over sim (client and server in one thread on one core); {linux}");
+    }
+    let faults = args.faults();
+    if !faults.is_empty() {
+        let said: Vec<String> = faults
+            .iter()
+            .map(|(name, v)| match *name {
+                "--delay" => format!("delay {v} ms"),
+                _ => format!("{} {v}%", &name[2..]),
+            })
+            .collect();
+        println!(
+            "sim faults, each direction: {} (seed {})",
+            said.join(", "),
+            args.seed
+        );
+    }
+    println!(
+        "{:<9} {:<7} {:<9} {:>5} {:>12} {:>10} {:>9} {:>9} {:>9} {:>9} {:>8}",
+        "scenario",
+        "server",
+        "link",
+        "conns",
+        "msgs/s",
+        "conns/s",
+        "Gbit/s",
+        "p50 us",
+        "p99 us",
+        "p99.9 us",
+        "verified"
+    );
+    let opt = |v: Option<f64>, prec: usize| v.map_or("-".to_owned(), |v| format!("{v:.prec$}"));
+    for o in outcomes {
+        println!(
+            "{:<9} {:<7} {:<9} {:>5} {:>12} {:>10} {:>9.2} {:>9} {:>9} {:>9} {:>8}",
+            o.scenario,
+            o.server,
+            o.link,
+            o.conns,
+            opt(o.msgs_per_s(), 0),
+            opt(o.conns_per_s(), 0),
+            o.gbps(),
+            opt(o.percentile_us(0.50), 2),
+            opt(o.percentile_us(0.99), 2),
+            opt(o.percentile_us(0.999), 2),
+            if o.verified { "yes" } else { "NO" }
+        );
+    }
+    print_c1m(outcomes);
+    for scenario in ALL_SCENARIOS {
+        let find = |s: &str| {
+            outcomes
+                .iter()
+                .find(|o| o.scenario == scenario && o.server == s)
+        };
+        if let (Some(u), Some(l)) = (find("ustack"), find("linux")) {
+            if let (Some(um), Some(lm)) = (u.mem_per_conn(), l.mem_per_conn()) {
+                println!(
+                    "{scenario}: ustack/linux {:.2}x conns/s, {:.2}x p50 latency, {:.2}x memory per connection",
+                    u.conns_per_s().unwrap_or(0.0) / l.conns_per_s().unwrap_or(1.0),
+                    u.percentile_us(0.5).unwrap_or(0.0) / l.percentile_us(0.5).unwrap_or(1.0),
+                    um / lm.max(1.0),
+                );
+                continue;
+            }
+            if let (Some(uc), Some(lc)) = (u.conns_per_s(), l.conns_per_s()) {
+                println!(
+                    "{scenario}: ustack/linux {:.2}x conns/s, {:.2}x p50 latency",
+                    uc / lc,
+                    u.percentile_us(0.5).unwrap_or(0.0) / l.percentile_us(0.5).unwrap_or(1.0)
+                );
+                continue;
+            }
+            match (u.msgs_per_s(), l.msgs_per_s()) {
+                (Some(um), Some(lm)) => println!(
+                    "{scenario}: ustack/linux {:.2}x msgs/s, {:.2}x p50 latency",
+                    um / lm,
+                    u.percentile_us(0.5).unwrap_or(0.0) / l.percentile_us(0.5).unwrap_or(1.0)
+                ),
+                _ => println!(
+                    "{scenario}: ustack/linux {:.2}x Gbit/s",
+                    u.gbps() / l.gbps()
+                ),
+            }
+        }
+    }
+}
+
+/// c1m's own figures under the table: the phases, the server's memory and CPU time.
+fn print_c1m(outcomes: &[Outcome]) {
+    let c1m: Vec<(&Outcome, &c1m::C1m)> = outcomes
+        .iter()
+        .filter_map(|o| Some((o, o.c1m.as_ref()?)))
+        .collect();
+    if c1m.is_empty() {
+        return;
+    }
+    println!(
+        "{:<9} {:<7} {:>8} {:>12} {:>11} {:>8} {:>14} {:>10} {:>11}",
+        "c1m",
+        "server",
+        "conns",
+        "establish s",
+        "exchange s",
+        "close s",
+        "server mem MiB",
+        "B/conn",
+        "server cpu s"
+    );
+    for (o, c) in c1m {
+        println!(
+            "{:<9} {:<7} {:>8} {:>12.3} {:>11.3} {:>8.3} {:>14.1} {:>10.0} {:>11}",
+            "",
+            o.server,
+            o.conns,
+            c.establish.as_secs_f64(),
+            c.exchange.as_secs_f64(),
+            c.close.as_secs_f64(),
+            c.mem_bytes as f64 / f64::from(1u32 << 20),
+            o.mem_per_conn().unwrap_or(0.0),
+            o.server_cpu
+                .map_or("-".to_owned(), |d| format!("{:.3}", d.as_secs_f64())),
+        );
+    }
+    for (o, c) in outcomes.iter().filter_map(|o| Some((o, o.c1m.as_ref()?))) {
+        println!("{}", c1m_memory_line(o.server, o.conns, &c.mem_detail));
+    }
+}
+
+/// c1m: the server's memory per connection as the kernel sees it (RSS, PSS; for Linux,
+/// its slab) and, for ustack, as its own accounting sees it, kind by kind.
+fn c1m_memory_line(server: &str, conns: u32, m: &Value) -> String {
+    let per = |v: &Value| {
+        v.as_f64()
+            .map_or("-".to_owned(), |b| format!("{:.0}", b / f64::from(conns)))
+    };
+    let mut line = format!(
+        "{server} server memory per connection: RSS {} B, PSS {} B",
+        per(&m["server_rss_bytes"]),
+        per(&m["server_pss_bytes"]),
+    );
+    if let Some(kinds) = m["stack_kinds"].as_object() {
+        let mut kinds: Vec<(&String, i64)> = kinds
+            .iter()
+            .map(|(name, k)| (name, k["bytes"].as_i64().unwrap_or(0)))
+            .filter(|(_, b)| *b != 0)
+            .collect();
+        kinds.sort_by_key(|(_, b)| -b);
+        let said: Vec<String> = kinds
+            .iter()
+            .map(|(name, b)| format!("{name} {:.0}", *b as f64 / f64::from(conns)))
+            .collect();
+        line += &format!(
+            "; its own accounting {} B ({})",
+            per(&m["stack_bytes"]),
+            said.join(", ")
+        );
+    } else if m["kernel_slab_bytes"].is_i64() {
+        line += &format!(
+            "; kernel slab {} B (half of it counted as the server's)",
+            per(&m["kernel_slab_bytes"])
+        );
+    }
+    line
+}
