@@ -22,7 +22,7 @@
 
 use core::net::{Ipv4Addr, SocketAddrV4};
 use core::time::Duration;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::sync::Arc;
 use std::sync::mpsc;
@@ -30,8 +30,8 @@ use std::sync::mpsc;
 use crate::backend::{Backend, EpollEvent, PollFd, SysResult};
 use crate::packet::{self, LiveBody, LivePacket, LiveTcp};
 use crate::script::{
-    Event, EventKind, Expect, Expr, Flags, IcmpSpec, PacketSpec, Script, Syscall, TcpOpt, TcpSpec,
-    When, fmt_time,
+    Event, EventKind, Expect, Expr, Flags, IcmpSpec, PacketSpec, Quoted, Script, Syscall, TcpOpt,
+    TcpSpec, When, fmt_time,
 };
 use crate::symbols;
 
@@ -58,6 +58,8 @@ pub struct Config {
     pub call_wait_us: i64,
     /// The window of inbound segments whose line writes no `win`.
     pub default_win: u16,
+    /// Print every packet and call to stderr as it happens.
+    pub trace: bool,
 }
 
 impl Default for Config {
@@ -72,6 +74,7 @@ impl Default for Config {
             any_wait_us: 5_000_000,
             call_wait_us: 2_000_000,
             default_win: 65_535,
+            trace: false,
         }
     }
 }
@@ -211,6 +214,7 @@ pub fn run<B: Backend + 'static>(
         cfg,
         fds: HashMap::new(),
         pending: None,
+        queue: VecDeque::new(),
         report: Report::default(),
     };
     let result = script.events.iter().try_for_each(|e| r.event(e));
@@ -317,18 +321,28 @@ impl Flow {
                 let (kind, code) = icmp_numbers(i)?;
                 // The segment the stack sent, as quoted back by a router (RFC 792): its
                 // IP header and first 8 bytes of TCP (ports and sequence number).
-                let (s, e) = i.quoted.unwrap_or((0, 0));
-                let quoted = LiveTcp {
-                    src_port: self.local_port,
-                    dst_port: self.remote_port,
-                    seq: s.wrapping_add(self.local_off()),
-                    ack: 0,
-                    flags: Flags(Flags::ACK),
-                    win: 0,
-                    options: Vec::new(),
-                    len: e.wrapping_sub(s).min(1460),
+                let inner = match i.quoted {
+                    Some(Quoted::Udp(len)) => packet::ipv4(
+                        self.local_ip,
+                        self.remote_ip,
+                        17,
+                        packet::udp(self.local_port, self.remote_port, len),
+                    ),
+                    Some(Quoted::Tcp(s, e)) => {
+                        let quoted = LiveTcp {
+                            src_port: self.local_port,
+                            dst_port: self.remote_port,
+                            seq: s.wrapping_add(self.local_off()),
+                            ack: 0,
+                            flags: Flags(Flags::ACK),
+                            win: 0,
+                            options: Vec::new(),
+                            len: e.wrapping_sub(s).min(1460),
+                        };
+                        packet::ipv4(self.local_ip, self.remote_ip, 6, packet::tcp(&quoted))
+                    }
+                    None => return Err("an inbound ICMP error needs the packet it quotes: [seq:end(len)] or [udp (len)]".to_owned()),
                 };
-                let inner = packet::ipv4(self.local_ip, self.remote_ip, 6, packet::tcp(&quoted));
                 let rest = u32::from(i.mtu.unwrap_or(0));
                 packet::ipv4(src, dst, 1, packet::icmp_error(kind, code, rest, &inner))
             }
@@ -637,6 +651,10 @@ struct Pending {
     expect: Expect,
     check: Check,
     makes_fd: bool,
+    /// Written `start...end`.
+    blocking: bool,
+    /// When the call was made (script time).
+    started: i64,
     rx: mpsc::Receiver<((SysResult, Out), i64)>,
 }
 
@@ -648,6 +666,8 @@ struct Runner<B: Backend> {
     /// Script descriptor -> live descriptor.
     fds: HashMap<i64, i32>,
     pending: Option<Pending>,
+    /// Packets the stack sent while the runner waited, with their times.
+    queue: VecDeque<(Vec<u8>, i64)>,
     report: Report,
 }
 
@@ -656,11 +676,36 @@ impl<B: Backend + 'static> Runner<B> {
         self.backend.now_us() as i64 - self.start
     }
 
-    fn sleep_until(&self, t: i64) {
-        let now = self.now();
-        if t > now {
-            self.backend.usleep((t - now) as u64);
+    /// Waits until script time `t`, taking the packets the stack sends meanwhile (each
+    /// stamped with the time it came out, so an early packet is seen as early).
+    fn sleep_until(&mut self, t: i64) -> Result<(), String> {
+        loop {
+            let left = t - self.now();
+            if left <= 0 {
+                return Ok(());
+            }
+            let got = self
+                .backend
+                .netdev_receive(Duration::from_micros(left as u64))
+                .map_err(|e| format!("netdev_receive: {e}"))?;
+            if let Some(p) = got {
+                let at = self.now();
+                self.queue.push_back((p, at));
+            }
         }
+    }
+
+    /// The next packet the stack sent and when, waiting until script time `until`.
+    fn next_packet(&mut self, until: i64) -> Result<Option<(Vec<u8>, i64)>, String> {
+        if let Some(p) = self.queue.pop_front() {
+            return Ok(Some(p));
+        }
+        let wait = (until - self.now()).max(0);
+        let got = self
+            .backend
+            .netdev_receive(Duration::from_micros(wait as u64))
+            .map_err(|e| format!("netdev_receive: {e}"))?;
+        Ok(got.map(|p| (p, self.now())))
     }
 
     fn event(&mut self, e: &Event) -> Result<(), Failure> {
@@ -672,7 +717,11 @@ impl<B: Backend + 'static> Runner<B> {
                     .flow
                     .inbound(spec, self.cfg.default_win)
                     .or_else(|m| fail(e.line, m))?;
-                self.sleep_until(e.when.start());
+                self.sleep_until(e.when.start())
+                    .or_else(|m| fail(e.line, m))?;
+                if self.cfg.trace {
+                    eprintln!("line {}: {} < {spec}", e.line, fmt_time(self.now()));
+                }
                 self.backend
                     .netdev_send(&pkt)
                     .or_else(|err| fail(e.line, format!("netdev_send: {err}")))
@@ -692,14 +741,8 @@ impl<B: Backend + 'static> Runner<B> {
         };
         let script_line = format!("{} > {spec}", when_text(&e.when));
         loop {
-            let now = self.now();
-            let wait = (hi - now).max(0);
-            let got = self
-                .backend
-                .netdev_receive(Duration::from_micros(wait as u64))
-                .or_else(|err| fail(e.line, format!("netdev_receive: {err}")))?;
-            let at = self.now();
-            let Some(raw) = got else {
+            let got = self.next_packet(hi).or_else(|m| fail(e.line, m))?;
+            let Some((raw, at)) = got else {
                 return fail(
                     e.line,
                     format!(
@@ -724,6 +767,9 @@ impl<B: Backend + 'static> Runner<B> {
             }
             let diffs = self.flow.compare(spec, &live);
             let actual = format!("{} > {}", fmt_time(at), self.flow.describe(&live));
+            if self.cfg.trace {
+                eprintln!("line {}: sent {actual}", e.line);
+            }
             if !diffs.is_empty() {
                 return fail(
                     e.line,
@@ -750,8 +796,10 @@ impl<B: Backend + 'static> Runner<B> {
 
     fn syscall(&mut self, e: &Event, s: &Syscall) -> Result<(), Failure> {
         let (call, check) = self.prepare(s).or_else(|m| fail(e.line, m))?;
-        self.sleep_until(e.when.start());
+        self.sleep_until(e.when.start())
+            .or_else(|m| fail(e.line, m))?;
         let makes_fd = call.makes_fd();
+        let started = self.now();
         let (tx, rx) = mpsc::channel();
         let backend = self.backend.clone();
         let start = self.start;
@@ -770,6 +818,8 @@ impl<B: Backend + 'static> Runner<B> {
             expect: s.expect.clone(),
             check,
             makes_fd,
+            blocking: s.end.is_some(),
+            started,
             rx,
         };
         if s.end.is_some() {
@@ -785,8 +835,10 @@ impl<B: Backend + 'static> Runner<B> {
         let Some(p) = self.pending.take() else {
             return Ok(());
         };
+        // The events at the call's end time may be what unblocks it: wait for it only
+        // before a later event (or at the script's end).
         if let Some(next) = next
-            && next < p.end
+            && next <= p.end
         {
             // Not due yet: check it only if it has returned already.
             match p.rx.try_recv() {
@@ -871,13 +923,21 @@ impl<B: Backend + 'static> Runner<B> {
             return fail(p.line, format!("unknown errno name {e}"));
         }
         self.check_out(p, &out)?;
-        if at > p.end + tol {
+        // A blocking call must return by its end time; any other call within the
+        // tolerance of when it was made (the runner may be behind the script's clock
+        // after an event that matched late in its range).
+        let late = if p.blocking {
+            at > p.end + tol
+        } else {
+            at > p.started + tol
+        };
+        if late {
             return fail(
                 p.line,
                 format!(
                     "timing error: {}() expected to return by {} (tolerance {tol} us), returned at {}",
                     p.name,
-                    fmt_time(p.end),
+                    fmt_time(if p.blocking { p.end } else { p.started }),
                     fmt_time(at)
                 ),
             );
@@ -1134,7 +1194,9 @@ fn when_text(w: &When) -> String {
 fn int(e: &Expr) -> Result<i64, String> {
     match e {
         Expr::Int(v) => Ok(*v),
-        Expr::Symbol(s) => symbols::value(s).ok_or_else(|| format!("unknown symbol {s}")),
+        Expr::Symbol(s) => symbols::value(s)
+            .or_else(|| symbols::errno_value(s).map(i64::from))
+            .ok_or_else(|| format!("unknown symbol {s}")),
         Expr::Or(parts) => parts.iter().try_fold(0, |acc, p| Ok(acc | int(p)?)),
         Expr::Call(f, args) if f == "htons" && args.len() == 1 => {
             let v = int(&args[0])?;

@@ -9,8 +9,8 @@
 use core::fmt;
 
 use crate::script::{
-    Event, EventKind, Expect, Expr, Flags, IcmpSpec, PacketSpec, Script, Syscall, TcpOpt, TcpSpec,
-    When,
+    Event, EventKind, Expect, Expr, Flags, IcmpSpec, PacketSpec, Quoted, Script, Syscall, TcpOpt,
+    TcpSpec, When,
 };
 
 /// A parse error: the line, and what is wrong there.
@@ -525,6 +525,15 @@ impl Parser {
             spec.mtu = Some(u16::try_from(m).or_else(|_| err(line, "MTU over 65535"))?);
         }
         if self.eat_punct('[') {
+            if self.is_ident("udp") {
+                self.pos += 1;
+                self.expect_punct('(', "before the quoted UDP length")?;
+                let len = self.u32("a quoted UDP length")?;
+                self.expect_punct(')', "after the quoted UDP length")?;
+                self.expect_punct(']', "after the quoted datagram")?;
+                spec.quoted = Some(Quoted::Udp(len));
+                return Ok(spec);
+            }
             let s = self.u32("a quoted sequence number")?;
             self.expect_punct(':', "in the quoted segment")?;
             let e = self.u32("a quoted end sequence number")?;
@@ -532,7 +541,7 @@ impl Parser {
             self.u32("a quoted length")?;
             self.expect_punct(')', "in the quoted segment")?;
             self.expect_punct(']', "after the quoted segment")?;
-            spec.quoted = Some((s, e));
+            spec.quoted = Some(Quoted::Tcp(s, e));
         }
         Ok(spec)
     }
@@ -641,8 +650,17 @@ impl Parser {
                 errno: None,
             });
         }
-        let neg = self.eat_punct('-');
         let line = self.line();
+        if let Some(Tok::Ident(_)) = self.peek_tok() {
+            // A symbolic result: `= O_RDWR|O_NONBLOCK`.
+            let e = self.expr(0)?;
+            let value = symbolic(&e).or_else(|m| err(line, m))?;
+            return Ok(Expect {
+                value: Some(value),
+                errno: None,
+            });
+        }
+        let neg = self.eat_punct('-');
         let mut value = self.uint("a result value")? as i64;
         if neg {
             value = -value;
@@ -784,6 +802,18 @@ impl Parser {
 impl From<TcpSpec> for PacketSpec {
     fn from(t: TcpSpec) -> Self {
         PacketSpec::Tcp(t)
+    }
+}
+
+/// The value of a result written with symbols (`O_RDWR|O_NONBLOCK`).
+fn symbolic(e: &Expr) -> Result<i64, String> {
+    match e {
+        Expr::Int(v) => Ok(*v),
+        Expr::Symbol(s) => {
+            crate::symbols::value(s).ok_or_else(|| format!("unknown symbol {s} in the result"))
+        }
+        Expr::Or(parts) => parts.iter().try_fold(0, |acc, p| Ok(acc | symbolic(p)?)),
+        other => Err(format!("result {other:?}: write a number or symbols")),
     }
 }
 

@@ -277,8 +277,18 @@ pub struct IcmpSpec {
     pub code: Option<String>,
     /// `mtu N` (fragmentation needed).
     pub mtu: Option<u16>,
-    /// The TCP segment quoted inside (`[seq:end(len)]`), relative to the local ISN.
-    pub quoted: Option<(u32, u32)>,
+    /// The packet quoted inside: the stack's TCP segment `[seq:end(len)]` (relative to
+    /// the local ISN) or its UDP datagram `[udp (len)]`.
+    pub quoted: Option<Quoted>,
+}
+
+/// The packet an ICMP error quotes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Quoted {
+    /// A TCP segment `start:end`.
+    Tcp(u32, u32),
+    /// A UDP datagram with this payload length.
+    Udp(u32),
 }
 
 impl fmt::Display for TcpSpec {
@@ -321,8 +331,10 @@ impl fmt::Display for PacketSpec {
                 if let Some(m) = i.mtu {
                     write!(f, " mtu {m}")?;
                 }
-                if let Some((s, e)) = i.quoted {
-                    write!(f, " [{s}:{e}({})]", e.wrapping_sub(s))?;
+                match i.quoted {
+                    Some(Quoted::Tcp(s, e)) => write!(f, " [{s}:{e}({})]", e.wrapping_sub(s))?,
+                    Some(Quoted::Udp(len)) => write!(f, " [udp ({len})]")?,
+                    None => {}
                 }
                 Ok(())
             }

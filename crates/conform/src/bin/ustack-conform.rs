@@ -5,9 +5,11 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: ustack-conform SCRIPT|DIR... [--backend linux] [--tolerance-usecs N]
+const USAGE: &str =
+    "usage: ustack-conform SCRIPT|DIR... [--backend linux] [--tolerance-usecs N] [-v]
   Runs packetdrill-format scripts. Backends: linux (kernel sockets in a network namespace of
-  its own, the remote end on a TUN; needs root). The ustack backend comes with the C API.";
+  its own, the remote end on a TUN; needs root). The ustack backend comes with the C API.
+  -v prints every packet and call as it happens.";
 
 fn main() -> ExitCode {
     let mut paths = Vec::new();
@@ -19,6 +21,7 @@ fn main() -> ExitCode {
                 println!("{USAGE}");
                 return ExitCode::SUCCESS;
             }
+            "-v" | "--verbose" => cfg.trace = true,
             "--backend" => match args.next().as_deref() {
                 Some("linux") => {}
                 other => {
