@@ -380,6 +380,20 @@ impl Parser {
 
     fn event(&mut self, prev: i64) -> Result<Event, ParseError> {
         let line = self.line();
+        // A shell command or code block may stand without a time (packetdrill's scripts
+        // start with `` `../common/defaults.sh` ``): it runs at the previous event's time.
+        if let Some(Tok::Shell(_) | Tok::Code(_)) = self.peek_tok() {
+            let kind = match self.next()?.tok {
+                Tok::Shell(s) => EventKind::Shell(s),
+                Tok::Code(s) => EventKind::Code(s),
+                _ => unreachable!("peeked above"),
+            };
+            return Ok(Event {
+                line,
+                when: When::At { start: prev },
+                kind,
+            });
+        }
         let when = if self.eat_punct('*') {
             When::Any { start: prev }
         } else {

@@ -295,6 +295,8 @@ fn results_and_errnos_are_checked() {
             .message
             .contains("expected [0], actual [111]")
     );
+    let s = "0 epoll_create(1) = 5\n+0 epoll_wait(5, {events=0, ptr=0}, 1, 0) = 0\n+0 setsockopt(5, SOL_TCP, TCP_NOTSENT_LOWAT, [0xffffffff], 4) = 0\n";
+    go(s, vec![], vec![]).0.unwrap();
     let s = "0 socket(..., SOCK_STREAM, IPPROTO_TCP) = 3\n+0 poll([{fd=3, events=POLLIN, revents=POLLIN}], 1, 0) = 1\n";
     let e = go(s, vec![], vec![]).0.unwrap_err();
     assert!(

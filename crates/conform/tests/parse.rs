@@ -123,6 +123,18 @@ fn the_packetdrill_forms_parse_to_what_they_say() {
 }
 
 #[test]
+fn untimed_shell_and_code_blocks_take_the_previous_time() {
+    let s = parse("`../common/defaults.sh\nmore`\n0.5 close(3) = 0\n%{ print(1) }%\n").unwrap();
+    assert_eq!(s.events.len(), 3);
+    assert_eq!(s.events[0].when, When::At { start: 0 });
+    assert!(matches!(&s.events[0].kind, EventKind::Shell(c) if c.contains("defaults.sh\nmore")));
+    assert_eq!(
+        (s.events[2].line, s.events[2].when),
+        (4, When::At { start: 500_000 })
+    );
+}
+
+#[test]
 fn errors_name_the_line_and_the_problem() {
     let cases: &[(&str, usize, &str)] = &[
         (
