@@ -8,8 +8,9 @@
 //! tolerance of its time (`*`: at any time, waiting at most [`Config::any_wait_us`]).
 //!
 //! Sequence numbers are relative to the ISNs, as in packetdrill: the remote ISN is the
-//! executor's ([`Config::remote_isn`]), the local ISN is learned from the first SYN the
-//! stack sends (until then, inbound acknowledgment numbers are sent as written). SACK
+//! executor's ([`Config::remote_isn`]), the local ISN is learned from each SYN the stack
+//! sends where the script expects one (until the first, inbound acknowledgment numbers are
+//! sent as written). SACK
 //! blocks follow the same rule (relative to the ISN of the side whose data they cover).
 //! Timestamps: inbound TSval is sent as written; inbound TSecr is offset by the
 //! difference between the stack's first TSval and the script's value there, so a script
@@ -390,7 +391,9 @@ impl Flow {
     }
 
     fn compare_tcp(&mut self, s: &TcpSpec, t: &LiveTcp, diffs: &mut Vec<String>) {
-        if s.flags.has(Flags::SYN) && t.flags.has(Flags::SYN) && self.local_isn.is_none() {
+        // Every SYN the script expects sets the stack's ISN (a new connection on the same
+        // ports, from TIME-WAIT say, has a new one), as packetdrill does.
+        if s.flags.has(Flags::SYN) && t.flags.has(Flags::SYN) {
             self.local_isn = Some(t.seq.wrapping_sub(s.seq));
             self.local_port = t.src_port;
         }
