@@ -4,7 +4,9 @@
 //!
 //! Each callback has a counterpart there: `netdev_send` takes a raw IPv4 packet from the
 //! script's remote end into the stack, `netdev_receive` gives back the next IPv4 packet the
-//! stack sends (waiting at most a timeout: the executor bounds every wait), `usleep` and
+//! stack sends (waiting at most a timeout: the executor bounds every wait) with the time it
+//! came out (packetdrill reads the clock after the call instead: a backend that stamps
+//! packets as they leave keeps a busy runner from seeing them late), `usleep` and
 //! `gettimeofday` ([`Backend::usleep`], [`Backend::now_us`]) keep the time, and the system
 //! calls take Linux's values (socket types, levels, option names, flags and errno numbers),
 //! as a C API would. A backend is `Sync`: the executor runs a blocking call (`0...0.2
@@ -49,8 +51,9 @@ pub struct EpollEvent {
 pub trait Backend: Send + Sync {
     /// Hands the stack one IPv4 packet from the remote end.
     fn netdev_send(&self, packet: &[u8]) -> io::Result<()>;
-    /// The next IPv4 packet the stack sends, waiting at most `timeout`; `None` if none came.
-    fn netdev_receive(&self, timeout: Duration) -> io::Result<Option<Vec<u8>>>;
+    /// The next IPv4 packet the stack sends, waiting at most `timeout`, and the time it
+    /// came out on the backend's clock ([`Backend::now_us`]); `None` if none came.
+    fn netdev_receive(&self, timeout: Duration) -> io::Result<Option<(Vec<u8>, u64)>>;
     /// Sleeps `us` microseconds of the backend's clock.
     fn usleep(&self, us: u64);
     /// The backend's clock, in microseconds (from any origin).

@@ -691,9 +691,8 @@ impl<B: Backend + 'static> Runner<B> {
                 .backend
                 .netdev_receive(Duration::from_micros(left as u64))
                 .map_err(|e| format!("netdev_receive: {e}"))?;
-            if let Some(p) = got {
-                let at = self.now();
-                self.queue.push_back((p, at));
+            if let Some((p, at)) = got {
+                self.queue.push_back((p, at as i64 - self.start));
             }
         }
     }
@@ -708,7 +707,7 @@ impl<B: Backend + 'static> Runner<B> {
             .backend
             .netdev_receive(Duration::from_micros(wait as u64))
             .map_err(|e| format!("netdev_receive: {e}"))?;
-        Ok(got.map(|p| (p, self.now())))
+        Ok(got.map(|(p, at)| (p, at as i64 - self.start)))
     }
 
     fn event(&mut self, e: &Event) -> Result<(), Failure> {

@@ -6,7 +6,8 @@
 //! 192.168.0.1/24) on it, the remote network 192.0.2.0/24 routed to it, IPv6 off on it.
 //! The kernel's sockets are made inside the namespace (`socket(2)` on a short-lived thread
 //! that entered it); what the kernel sends towards the remote end comes out of the TUN
-//! queue ([`Backend::netdev_receive`]), and the script's packets go in through it. The
+//! queue, read by a thread of its own that stamps each packet as it arrives
+//! ([`Backend::netdev_receive`]), and the script's packets go in through it. The
 //! interface has no offloads, so the kernel segments to the MSS before the TUN: outbound
 //! lines are MSS-sized segments. The namespace's [`SYSCTLS`] are set. The clock is real time (`CLOCK_MONOTONIC`).
 //!
@@ -16,7 +17,8 @@
 use core::net::SocketAddrV4;
 use core::time::Duration;
 use std::io;
-use std::sync::{Mutex, mpsc};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
 
 use ustack_dev::Device;
 use ustack_dev::tun::{Tun, TunConfig, TunQueue};
@@ -42,7 +44,11 @@ pub struct Linux {
     /// A thread inside the namespace that makes the sockets (`setns(2)` once: entering
     /// a namespace per call takes milliseconds, more than the timing tolerance).
     maker: Mutex<Option<mpsc::Sender<SocketRequest>>>,
-    tun: Mutex<Option<TunQueue>>,
+    tun: Arc<Mutex<Option<TunQueue>>>,
+    /// What the TUN reader took, stamped as it came out.
+    rx: Mutex<mpsc::Receiver<(Vec<u8>, u64)>>,
+    /// Tells the TUN reader to stop.
+    stop: Arc<AtomicBool>,
     /// Descriptors the script's calls opened and did not close (closed by `free`).
     open: Mutex<Vec<i32>>,
     epoch: std::time::Instant,
@@ -82,12 +88,18 @@ impl Linux {
             .pop()
             .ok_or_else(|| io::Error::other("tun: no queue"))?;
         let maker = socket_maker(&ns)?;
+        let epoch = std::time::Instant::now();
+        let tun = Arc::new(Mutex::new(Some(queue)));
+        let stop = Arc::new(AtomicBool::new(false));
+        let rx = tun_reader(tun.clone(), stop.clone(), epoch)?;
         Ok(Linux {
             maker: Mutex::new(Some(maker)),
             ns: Mutex::new(Some(ns)),
-            tun: Mutex::new(Some(queue)),
+            tun,
+            rx: Mutex::new(rx),
+            stop,
             open: Mutex::new(Vec::new()),
-            epoch: std::time::Instant::now(),
+            epoch,
         })
     }
 
@@ -104,6 +116,58 @@ impl Linux {
     fn instant(&self) -> Instant {
         Instant::from_micros(self.now_us())
     }
+}
+
+/// Starts the thread that reads the TUN queue and stamps each packet as it comes out, so
+/// that a runner busy with a call does not see a packet late. It polls a duplicate of the
+/// queue's descriptor without the lock (the sender takes the lock for a write only), and
+/// stops within 20 ms of `stop`.
+fn tun_reader(
+    tun: Arc<Mutex<Option<TunQueue>>>,
+    stop: Arc<AtomicBool>,
+    epoch: std::time::Instant,
+) -> io::Result<mpsc::Receiver<(Vec<u8>, u64)>> {
+    let fd = {
+        let guard = tun.lock().unwrap_or_else(|e| e.into_inner());
+        let q = guard
+            .as_ref()
+            .ok_or_else(|| io::Error::other("no TUN queue"))?;
+        q.fd().try_clone_to_owned()?
+    };
+    let (tx, rx) = mpsc::channel();
+    std::thread::Builder::new()
+        .name("conform-tun".to_owned())
+        .spawn(move || {
+            let mut buf = vec![0u8; 65_536];
+            let tick = rustix::time::Timespec {
+                tv_sec: 0,
+                tv_nsec: 20_000_000,
+            };
+            while !stop.load(Ordering::Relaxed) {
+                let mut fds = [rustix::event::PollFd::new(
+                    &fd,
+                    rustix::event::PollFlags::IN,
+                )];
+                if rustix::event::poll(&mut fds, Some(&tick)).is_err() {
+                    continue;
+                }
+                loop {
+                    let at = epoch.elapsed();
+                    let mut guard = tun.lock().unwrap_or_else(|e| e.into_inner());
+                    let Some(q) = guard.as_mut() else {
+                        return;
+                    };
+                    let Some(n) = q.recv(Instant::from_micros(at.as_micros() as u64), &mut buf)
+                    else {
+                        break;
+                    };
+                    if tx.send((buf[..n].to_vec(), at.as_micros() as u64)).is_err() {
+                        return;
+                    }
+                }
+            }
+        })?;
+    Ok(rx)
 }
 
 /// `socket(2)` arguments, and where to send the result.
@@ -154,23 +218,14 @@ impl Backend for Linux {
         }
     }
 
-    fn netdev_receive(&self, timeout: Duration) -> io::Result<Option<Vec<u8>>> {
-        let deadline = std::time::Instant::now() + timeout;
-        let mut tun = self.tun.lock().unwrap_or_else(|e| e.into_inner());
-        let q = tun
-            .as_mut()
-            .ok_or_else(|| io::Error::other("backend freed"))?;
-        let mut buf = vec![0u8; 65_536];
-        loop {
-            if let Some(n) = q.recv(self.instant(), &mut buf) {
-                buf.truncate(n);
-                return Ok(Some(buf));
+    fn netdev_receive(&self, timeout: Duration) -> io::Result<Option<(Vec<u8>, u64)>> {
+        let rx = self.rx.lock().unwrap_or_else(|e| e.into_inner());
+        match rx.recv_timeout(timeout) {
+            Ok(p) => Ok(Some(p)),
+            Err(mpsc::RecvTimeoutError::Timeout) => Ok(None),
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                Err(io::Error::other("the TUN reader stopped"))
             }
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            if left.is_zero() {
-                return Ok(None);
-            }
-            q.wait(Some(left))?;
         }
     }
 
@@ -284,6 +339,7 @@ impl Backend for Linux {
         for fd in fds {
             let _ = sys::close(fd);
         }
+        self.stop.store(true, Ordering::Relaxed);
         self.maker.lock().unwrap_or_else(|e| e.into_inner()).take();
         self.tun.lock().unwrap_or_else(|e| e.into_inner()).take();
         self.ns.lock().unwrap_or_else(|e| e.into_inner()).take();

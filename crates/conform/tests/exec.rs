@@ -38,14 +38,14 @@ impl Backend for Fake {
         self.inbox.lock().unwrap().push(packet.to_vec());
         Ok(())
     }
-    fn netdev_receive(&self, timeout: Duration) -> std::io::Result<Option<Vec<u8>>> {
+    fn netdev_receive(&self, timeout: Duration) -> std::io::Result<Option<(Vec<u8>, u64)>> {
         let mut clock = self.clock.lock().unwrap();
         let until = *clock + timeout.as_micros() as u64;
         let mut out = self.outbox.lock().unwrap();
         if out.front().is_some_and(|(at, _)| *at <= until) {
             let (at, p) = out.pop_front().unwrap();
             *clock = (*clock).max(at);
-            return Ok(Some(p));
+            return Ok(Some((p, at)));
         }
         *clock = until;
         Ok(None)
@@ -335,7 +335,7 @@ impl Backend for SlowClose {
     fn netdev_send(&self, p: &[u8]) -> std::io::Result<()> {
         self.0.netdev_send(p)
     }
-    fn netdev_receive(&self, t: Duration) -> std::io::Result<Option<Vec<u8>>> {
+    fn netdev_receive(&self, t: Duration) -> std::io::Result<Option<(Vec<u8>, u64)>> {
         // Real time here, so that the executor's bounded wait for the call elapses.
         std::thread::sleep(t.min(Duration::from_millis(10)));
         Ok(None)
