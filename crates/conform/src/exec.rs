@@ -61,6 +61,9 @@ pub struct Config {
     pub default_win: u16,
     /// Print every packet and call to stderr as it happens.
     pub trace: bool,
+    /// The latest script time a run may reach (every wait is bounded by it plus the
+    /// tolerance and the waits above): 120 s.
+    pub max_script_us: i64,
 }
 
 impl Default for Config {
@@ -76,6 +79,7 @@ impl Default for Config {
             call_wait_us: 2_000_000,
             default_win: 65_535,
             trace: false,
+            max_script_us: 120_000_000,
         }
     }
 }
@@ -174,6 +178,28 @@ pub fn check_supported(script: &Script) -> Result<(), Failure> {
     Ok(())
 }
 
+/// Checks that no event of `script` is due after `max_us` (a bound on the run's time).
+pub fn check_duration(script: &Script, max_us: i64) -> Result<(), Failure> {
+    for e in &script.events {
+        let last = match (&e.when, &e.kind) {
+            (_, EventKind::Syscall(Syscall { end: Some(end), .. })) => *end,
+            (When::Range { end, .. }, _) => *end,
+            (w, _) => w.start(),
+        };
+        if last > max_us {
+            return fail(
+                e.line,
+                format!(
+                    "the event is due at {}, past the run's limit of {}",
+                    fmt_time(last),
+                    fmt_time(max_us)
+                ),
+            );
+        }
+    }
+    Ok(())
+}
+
 /// The system calls the executor knows.
 pub const SYSCALLS: &[&str] = &[
     "socket",
@@ -208,6 +234,7 @@ pub fn run<B: Backend + 'static>(
     let mut cfg = config.clone();
     cfg.apply_options(&script.options).or_else(|m| fail(0, m))?;
     check_supported(script)?;
+    check_duration(script, cfg.max_script_us)?;
     let mut r = Runner {
         start: backend.now_us() as i64,
         backend: backend.clone(),
@@ -264,6 +291,18 @@ impl Flow {
     /// Builds the packet an inbound line describes.
     pub fn inbound(&self, spec: &PacketSpec, default_win: u16) -> Result<Vec<u8>, String> {
         let (src, dst) = (self.remote_ip, self.local_ip);
+        // What fits an IPv4 packet behind the largest headers.
+        const MAX_PAYLOAD: u32 = 65_535 - 60 - 60;
+        let len = match spec {
+            PacketSpec::Tcp(t) => t.len,
+            PacketSpec::Udp { len } => *len,
+            PacketSpec::Icmp(_) => 0,
+        };
+        if len > MAX_PAYLOAD {
+            return Err(format!(
+                "a payload of {len} bytes does not fit an IPv4 packet (at most {MAX_PAYLOAD} here)"
+            ));
+        }
         Ok(match spec {
             PacketSpec::Tcp(t) => {
                 let win = match t.win {

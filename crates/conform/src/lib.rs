@@ -33,7 +33,8 @@ pub fn run_linux(path: &Path, config: &exec::Config) -> Result<exec::Report, Str
     let mut cfg = config.clone();
     cfg.apply_options(&script.options)
         .map_err(|m| format!("{}: {m}", path.display()))?;
-    exec::check_supported(&script)
+    exec::check_duration(&script, cfg.max_script_us)
+        .and_then(|()| exec::check_supported(&script))
         .map_err(|f| format!("{}:{}: {}", path.display(), f.line, f.message))?;
     let backend = linux::Linux::new(&cfg)
         .map_err(|e| format!("{}: setting up the Linux backend: {e}", path.display()))?;

@@ -1,6 +1,9 @@
 //! The script parser: the packetdrill forms the scenarios use, line-numbered errors, and
 //! no panic on any input.
 
+mod common;
+
+use common::soup;
 use proptest::prelude::*;
 use ustack_conform::parse::parse;
 use ustack_conform::script::{EventKind, Expr, Flags, PacketSpec, Quoted, TcpOpt, When};
@@ -199,73 +202,6 @@ fn every_scenario_parses() {
         ustack_conform::exec::check_supported(&s)
             .unwrap_or_else(|e| panic!("{}: {e}", p.display()));
     }
-}
-
-/// Text built from the format's own pieces, so that random input gets deep into the
-/// parser rather than failing on the first character.
-fn soup() -> impl Strategy<Value = String> {
-    let piece = prop::sample::select(vec![
-        "0",
-        "+",
-        ".1",
-        "+.1",
-        "...",
-        "~",
-        "*",
-        "<",
-        ">",
-        "S",
-        "S.",
-        ".",
-        "F.",
-        "P.",
-        "R",
-        "0:0(0)",
-        "1:1001(1000)",
-        "ack",
-        "win",
-        "1",
-        "<mss 1460,",
-        "nop",
-        "sackOK",
-        "TS val 1 ecr 2",
-        "wscale",
-        "sack 1:2",
-        ">",
-        "socket(",
-        "...",
-        ",",
-        ")",
-        "=",
-        "-1",
-        "EAGAIN",
-        "(",
-        "[",
-        "]",
-        "{",
-        "}",
-        "fd=4",
-        "|",
-        "POLLIN",
-        "\"s\"",
-        "`x`",
-        "%{",
-        "}%",
-        "/*",
-        "*/",
-        "//",
-        "\n",
-        " ",
-        "udp",
-        "icmp",
-        "unreachable",
-        "mtu",
-        "--x=1",
-        "0x1f",
-        "99999999999999999999",
-        "é",
-    ]);
-    prop::collection::vec(piece, 0..60).prop_map(|v| v.join(" "))
 }
 
 proptest! {
