@@ -19,7 +19,7 @@
 //! through the packetdrill shared library, on a virtual clock: `netdev_receive` advances
 //! the clock to the stack's next timer until a packet comes out), later.
 
-use core::net::SocketAddrV4;
+use core::net::SocketAddr;
 use core::time::Duration;
 use std::io;
 
@@ -62,13 +62,13 @@ pub trait Backend: Send + Sync {
     /// `socket(domain, type, protocol)`.
     fn socket(&self, domain: i32, ty: i32, protocol: i32) -> SysResult;
     /// `bind(fd, addr)`.
-    fn bind(&self, fd: i32, addr: SocketAddrV4) -> SysResult;
+    fn bind(&self, fd: i32, addr: SocketAddr) -> SysResult;
     /// `listen(fd, backlog)`.
     fn listen(&self, fd: i32, backlog: i32) -> SysResult;
     /// `accept4(fd, NULL, NULL, flags)` (`accept` is `flags` 0).
     fn accept(&self, fd: i32, flags: i32) -> SysResult;
     /// `connect(fd, addr)`.
-    fn connect(&self, fd: i32, addr: SocketAddrV4) -> SysResult;
+    fn connect(&self, fd: i32, addr: SocketAddr) -> SysResult;
     /// `read(fd, buf, len)`.
     fn read(&self, fd: i32, buf: &mut [u8]) -> SysResult;
     /// `recv(fd, buf, len, flags)`.

@@ -21,7 +21,7 @@
 //! payload length, acknowledgment number, window (when the line writes `win`), options
 //! (all of them, in order, unless the line writes `<...>`; none when it writes none).
 
-use core::net::{Ipv4Addr, SocketAddrV4};
+use core::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use core::time::Duration;
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
@@ -595,10 +595,10 @@ fn icmp_numbers(i: &IcmpSpec) -> Result<(u8, u8), String> {
 #[derive(Debug, Clone)]
 enum Call {
     Socket(i32, i32, i32),
-    Bind(i32, SocketAddrV4),
+    Bind(i32, SocketAddr),
     Listen(i32, i32),
     Accept(i32, i32),
-    Connect(i32, SocketAddrV4),
+    Connect(i32, SocketAddr),
     Read(i32, usize),
     Recv(i32, usize, i32),
     Write(i32, usize),
@@ -1261,9 +1261,9 @@ fn len_of(e: &Expr) -> Result<usize, String> {
 }
 
 /// `...` (the default), or `{sa_family=AF_INET, sin_port=htons(P), sin_addr=inet_addr("A")}`.
-fn addr(e: &Expr, default: SocketAddrV4) -> Result<SocketAddrV4, String> {
+fn addr(e: &Expr, default: SocketAddrV4) -> Result<SocketAddr, String> {
     match e {
-        Expr::Ellipsis => Ok(default),
+        Expr::Ellipsis => Ok(default.into()),
         Expr::Struct(_) => {
             let port = match field(e, "sin_port")? {
                 Some(Expr::Call(f, a)) if f == "htons" && a.len() == 1 => int(&a[0])?,
@@ -1283,7 +1283,7 @@ fn addr(e: &Expr, default: SocketAddrV4) -> Result<SocketAddrV4, String> {
                 None => *default.ip(),
             };
             let port = u16::try_from(port).map_err(|_| format!("port {port} out of range"))?;
-            Ok(SocketAddrV4::new(ip, port))
+            Ok(SocketAddrV4::new(ip, port).into())
         }
         other => Err(format!(
             "address {other:?}: write ... or a sockaddr_in struct"

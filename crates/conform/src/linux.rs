@@ -14,7 +14,7 @@
 //! Needs root (namespaces, TUN) and `unshare`, `nsenter`, `ip`, `timeout`; every command is
 //! bounded in time.
 
-use core::net::SocketAddrV4;
+use core::net::SocketAddr;
 use core::time::Duration;
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -253,7 +253,7 @@ impl Backend for Linux {
         self.opened(r)
     }
 
-    fn bind(&self, fd: i32, addr: SocketAddrV4) -> SysResult {
+    fn bind(&self, fd: i32, addr: SocketAddr) -> SysResult {
         sys::bind(fd, addr)
     }
 
@@ -265,7 +265,7 @@ impl Backend for Linux {
         self.opened(sys::accept(fd, flags))
     }
 
-    fn connect(&self, fd: i32, addr: SocketAddrV4) -> SysResult {
+    fn connect(&self, fd: i32, addr: SocketAddr) -> SysResult {
         sys::connect(fd, addr)
     }
 

@@ -4,7 +4,7 @@
 
 #![allow(unsafe_code)]
 
-use core::net::SocketAddrV4;
+use core::net::{SocketAddr, SocketAddrV4};
 
 use crate::backend::{EpollEvent, PollFd, SysResult};
 
@@ -36,14 +36,22 @@ pub(crate) fn socket(domain: i32, ty: i32, protocol: i32) -> SysResult {
     ret(unsafe { libc::socket(domain, ty, protocol) }.into())
 }
 
-pub(crate) fn bind(fd: i32, a: SocketAddrV4) -> SysResult {
-    let sa = sockaddr(a);
+/// The IPv4 address, or EAFNOSUPPORT (the runner speaks IPv4 only, for now).
+fn v4(a: SocketAddr) -> Result<SocketAddrV4, i32> {
+    match a {
+        SocketAddr::V4(a) => Ok(a),
+        SocketAddr::V6(_) => Err(libc::EAFNOSUPPORT),
+    }
+}
+
+pub(crate) fn bind(fd: i32, a: SocketAddr) -> SysResult {
+    let sa = sockaddr(v4(a)?);
     // SAFETY: `sa` is a valid sockaddr_in of SOCKADDR_LEN bytes, alive during the call.
     ret(unsafe { libc::bind(fd, (&raw const sa).cast(), SOCKADDR_LEN) }.into())
 }
 
-pub(crate) fn connect(fd: i32, a: SocketAddrV4) -> SysResult {
-    let sa = sockaddr(a);
+pub(crate) fn connect(fd: i32, a: SocketAddr) -> SysResult {
+    let sa = sockaddr(v4(a)?);
     // SAFETY: `sa` is a valid sockaddr_in of SOCKADDR_LEN bytes, alive during the call.
     ret(unsafe { libc::connect(fd, (&raw const sa).cast(), SOCKADDR_LEN) }.into())
 }

@@ -3,7 +3,7 @@
 //! mapping, results and errnos, refusals. (The real stacks are in `linux.rs`.)
 
 use std::collections::VecDeque;
-use std::net::SocketAddrV4;
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -65,7 +65,7 @@ impl Backend for Fake {
     fn socket(&self, _: i32, _: i32, _: i32) -> SysResult {
         self.result("socket", Ok(10))
     }
-    fn bind(&self, _: i32, _: SocketAddrV4) -> SysResult {
+    fn bind(&self, _: i32, _: SocketAddr) -> SysResult {
         self.result("bind", Ok(0))
     }
     fn listen(&self, _: i32, _: i32) -> SysResult {
@@ -74,7 +74,7 @@ impl Backend for Fake {
     fn accept(&self, _: i32, _: i32) -> SysResult {
         self.result("accept", Ok(11))
     }
-    fn connect(&self, _: i32, _: SocketAddrV4) -> SysResult {
+    fn connect(&self, _: i32, _: SocketAddr) -> SysResult {
         self.result("connect", Ok(0))
     }
     fn read(&self, _: i32, buf: &mut [u8]) -> SysResult {
@@ -361,7 +361,7 @@ impl Backend for SlowClose {
     fn socket(&self, d: i32, t: i32, p: i32) -> SysResult {
         self.0.socket(d, t, p)
     }
-    fn bind(&self, f: i32, a: SocketAddrV4) -> SysResult {
+    fn bind(&self, f: i32, a: SocketAddr) -> SysResult {
         self.0.bind(f, a)
     }
     fn listen(&self, f: i32, b: i32) -> SysResult {
@@ -370,7 +370,7 @@ impl Backend for SlowClose {
     fn accept(&self, f: i32, fl: i32) -> SysResult {
         self.0.accept(f, fl)
     }
-    fn connect(&self, f: i32, a: SocketAddrV4) -> SysResult {
+    fn connect(&self, f: i32, a: SocketAddr) -> SysResult {
         self.0.connect(f, a)
     }
     fn read(&self, f: i32, b: &mut [u8]) -> SysResult {
