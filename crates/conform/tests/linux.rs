@@ -20,9 +20,16 @@ fn scenarios_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/conformance")
 }
 
-/// The two tests take turns: real-time scenarios side by side would disturb each other's
-/// timing on a small machine.
-static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// The two tests take turns, also when a runner puts them in processes of their own
+/// (nextest): real-time scenarios side by side would disturb each other's timing on a
+/// small machine. An exclusive `flock` on a file in the temporary directory, released when
+/// the file closes.
+fn turn() -> std::fs::File {
+    let path = std::env::temp_dir().join("ustack-conform-linux.lock");
+    let f = std::fs::File::create(&path).expect("creating the lock file");
+    rustix::fs::flock(&f, rustix::fs::FlockOperation::LockExclusive).expect("flock");
+    f
+}
 
 fn config() -> Config {
     Config {
@@ -51,7 +58,7 @@ fn every_scenario_passes_against_linux() {
     if root_or_skip("every_scenario_passes_against_linux").is_none() {
         return;
     }
-    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = turn();
     let scripts = ustack_conform::scripts_under(&scenarios_dir()).expect("listing the scenarios");
     assert!(
         scripts.len() >= 30,
@@ -92,7 +99,7 @@ fn a_wrong_expectation_fails_with_a_diff() {
     if root_or_skip("a_wrong_expectation_fails_with_a_diff").is_none() {
         return;
     }
-    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = turn();
     let good = scenarios_dir().join("close/passive-close.pkt");
     let text = std::fs::read_to_string(&good).expect("reading the scenario");
     let cases = [
