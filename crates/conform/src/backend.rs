@@ -14,6 +14,15 @@
 //! packetdrill does. `free` ([`Backend::free`]) ends the run: it wakes any call still
 //! blocked and releases everything.
 //!
+//! Time: the executor never sleeps by itself. It waits for an event's time by calling
+//! `netdev_receive` with the time left (taking the packets that come out meanwhile), and
+//! reads the clock with `now_us`. A real-time backend blocks in `netdev_receive`; a backend
+//! on a virtual clock runs the stack's timers up to the timeout there and returns at once,
+//! so a script runs as fast as the machine allows and to the microsecond (the stand-in in
+//! `tests/exec.rs` works that way). Calls that block (`start...end`) run on threads of
+//! their own: a virtual-clock backend wakes them when a packet or a timer changes the
+//! stack's state.
+//!
 //! Two backends are planned: [`crate::linux::Linux`] (the kernel, real time, a TUN in a
 //! network namespace), here now; and a ustack one over the C API (the same callbacks
 //! through the packetdrill shared library, on a virtual clock: `netdev_receive` advances
