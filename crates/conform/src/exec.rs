@@ -487,8 +487,9 @@ impl Flow {
         for (w, l) in want.iter().zip(&live) {
             ok &= match (w, l) {
                 (TcpOpt::Ts { val, ecr }, TcpOpt::Ts { val: lv, ecr: le }) => {
-                    let off = *self.ts_offset.get_or_insert(lv.wrapping_sub(*val));
-                    let _ = off;
+                    // TSval is not checked; the first one sets the offset that inbound
+                    // TSecr values are shifted by.
+                    self.ts_offset.get_or_insert(lv.wrapping_sub(*val));
                     ecr == le
                 }
                 (TcpOpt::Sack(a), TcpOpt::Sack(b)) => {
@@ -1485,6 +1486,25 @@ mod tests {
                 )
             )
             .is_empty()
+        );
+        // TSecr must be what the script sent; TSval is free (it sets the offset).
+        let ts = |ecr| {
+            live(
+                Flags::ACK,
+                isn + 1,
+                cfg.remote_isn + 1,
+                0,
+                vec![TcpOpt::Nop, TcpOpt::Nop, TcpOpt::Ts { val: 900, ecr }],
+            )
+        };
+        let want_ts = spec(". 1:1(0) ack 1 <nop,nop,TS val 100 ecr 7>");
+        assert!(f.compare(&want_ts, &ts(7)).is_empty());
+        assert_eq!(f.ts_offset, Some(800));
+        assert_eq!(
+            f.compare(&want_ts, &ts(8)),
+            vec![
+                "tcp_options: expected <nop,nop,TS val 100 ecr 7>, actual <nop,nop,TS val 100 ecr 8>"
+            ]
         );
         // SACK blocks are relative to the remote ISN.
         let sack = live(
