@@ -1,0 +1,54 @@
+//! The `ustack-conform` binary: usage, exit codes, and a failing script's line (what needs
+//! no root: scripts that fail before a namespace is made).
+
+use std::process::Command;
+
+fn conform(args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_ustack-conform"))
+        .args(args)
+        .output()
+        .expect("running ustack-conform");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code(), text)
+}
+
+#[test]
+fn usage_and_bad_arguments() {
+    let (code, text) = conform(&["--help"]);
+    assert_eq!(code, Some(0));
+    assert!(text.contains("usage: ustack-conform"), "{text}");
+    for bad in [
+        &[][..],
+        &["--backend", "bsd", "x.pkt"],
+        &["--tolerance-usecs", "0", "x.pkt"],
+        &["--frob"],
+    ] {
+        let (code, text) = conform(bad);
+        assert_eq!(code, Some(2), "{bad:?}: {text}");
+        assert!(text.contains("usage:"), "{bad:?}: {text}");
+    }
+}
+
+#[test]
+fn a_bad_script_fails_with_its_line_and_the_tally() {
+    let dir = std::env::temp_dir().join(format!("ustack-conform-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("bad.pkt");
+    std::fs::write(
+        &bad,
+        "// a test\n0 socket(..., SOCK_STREAM, IPPROTO_TCP) = 3\n+0 < Q 0:0(0) win 1\n",
+    )
+    .unwrap();
+    let shell = dir.join("shell.pkt");
+    std::fs::write(&shell, "`sysctl -q net.ipv4.tcp_sack=0`\n0 close(3) = 0\n").unwrap();
+    let (code, text) = conform(&[dir.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("bad.pkt:3: unknown TCP flag 'Q'"), "{text}");
+    assert!(
+        text.contains("shell.pkt:1: shell commands are refused"),
+        "{text}"
+    );
+    assert!(text.contains("0 passed, 2 failed"), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,149 @@
+//! Every scenario under `tests/conformance/` against the Linux kernel (the `linux`
+//! backend: kernel sockets in a network namespace of its own, the remote end on a TUN).
+//!
+//! Needs root: without it the test prints why and passes, unless `USTACK_REQUIRE_ROOT` is
+//! set (`.ci/run` sets it), which makes that a failure. A script with a
+//! `// linux: expected-fail <reason>` header must fail (and its reason is printed); any
+//! other must pass.
+//!
+//! Real time on a shared machine: the tolerance is 50 ms (packetdrill's default is 4 ms;
+//! the scenarios keep their timed events at least 100 ms apart), and a script that fails
+//! only on timing (`timing error`) is run again, up to twice, with the retry printed. A
+//! mismatch of any other kind fails at once.
+
+use std::path::{Path, PathBuf};
+
+use ustack_conform::exec::Config;
+use ustack_testkit::netns::root_or_skip;
+
+fn scenarios_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/conformance")
+}
+
+/// The two tests take turns, also when a runner puts them in processes of their own
+/// (nextest): real-time scenarios side by side would disturb each other's timing on a
+/// small machine. An exclusive `flock` on a file in the temporary directory, released when
+/// the file closes.
+fn turn() -> std::fs::File {
+    let path = std::env::temp_dir().join("ustack-conform-linux.lock");
+    let f = std::fs::File::create(&path).expect("creating the lock file");
+    rustix::fs::flock(&f, rustix::fs::FlockOperation::LockExclusive).expect("flock");
+    f
+}
+
+fn config() -> Config {
+    Config {
+        tolerance_us: 50_000,
+        ..Config::default()
+    }
+}
+
+/// Runs one script, again (up to twice) when it fails on timing alone.
+fn run(path: &Path) -> Result<(), String> {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match ustack_conform::run_linux(path, &config()) {
+            Ok(_) => return Ok(()),
+            Err(e) if tries < 3 && e.contains("timing error") => {
+                eprintln!("retrying after a timing error: {e}");
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+#[test]
+fn every_scenario_passes_against_linux() {
+    if root_or_skip("every_scenario_passes_against_linux").is_none() {
+        return;
+    }
+    let _turn = turn();
+    let scripts = ustack_conform::scripts_under(&scenarios_dir()).expect("listing the scenarios");
+    assert!(
+        scripts.len() >= 30,
+        "only {} scenarios found",
+        scripts.len()
+    );
+    let mut failures = Vec::new();
+    for path in &scripts {
+        let text = std::fs::read_to_string(path).expect("reading a scenario");
+        let script = ustack_conform::parse::parse(&text)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let result = run(path);
+        match (&script.linux_expected_fail, result) {
+            (None, Ok(())) => eprintln!("ok    {}", path.display()),
+            (None, Err(e)) => failures.push(e),
+            (Some(reason), Err(e)) => {
+                eprintln!("xfail {} ({reason}): {e}", path.display());
+            }
+            (Some(reason), Ok(())) => failures.push(format!(
+                "{}: marked `linux: expected-fail {reason}` but passed",
+                path.display()
+            )),
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} scenarios failed against Linux:\n{}",
+        failures.len(),
+        scripts.len(),
+        failures.join("\n")
+    );
+}
+
+/// The runner is not a rubber stamp: a scenario that passes, with one number changed in
+/// an outbound line, fails with a packetdrill-style diff naming the field and the line.
+#[test]
+fn a_wrong_expectation_fails_with_a_diff() {
+    if root_or_skip("a_wrong_expectation_fails_with_a_diff").is_none() {
+        return;
+    }
+    let _turn = turn();
+    let good = scenarios_dir().join("close/passive-close.pkt");
+    let text = std::fs::read_to_string(&good).expect("reading the scenario");
+    let cases = [
+        // The ACK of the peer's FIN acknowledges 2, not 3.
+        (
+            "   +0 > . 1:1(0) ack 2\n",
+            "   +0 > . 1:1(0) ack 3\n",
+            "tcp_ack: expected 3, actual 2",
+        ),
+        // Our FIN is a FIN: the flags are compared.
+        (
+            "   +0 > F. 1:1(0) ack 2\n",
+            "   +0 > . 1:1(0) ack 2\n",
+            "tcp_flags: expected ., actual F.",
+        ),
+        // read() at the end of the stream returns 0.
+        (
+            "read(4, ..., 100) = 0",
+            "read(4, ..., 100) = 1",
+            "read() returned 0, expected 1",
+        ),
+    ];
+    let dir = std::env::temp_dir().join(format!("ustack-conform-mut-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    for (from, to, want) in cases {
+        assert!(text.contains(from), "the scenario no longer has `{from}`");
+        let bad = dir.join("mutated.pkt");
+        std::fs::write(&bad, text.replacen(from, to, 1)).expect("writing the mutant");
+        let line = text[..text.find(from).expect("checked")]
+            .matches('\n')
+            .count()
+            + 1;
+        let err = match run(&bad) {
+            Ok(()) => panic!("the mutant `{}` passed", to.trim()),
+            Err(e) => e,
+        };
+        assert!(
+            err.contains(want),
+            "the failure does not say `{want}`:\n{err}"
+        );
+        assert!(
+            err.contains(&format!("mutated.pkt:{line}:")),
+            "the failure does not name line {line}:\n{err}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
