@@ -1,0 +1,101 @@
+//! std::net-shaped, thread-safe sockets over ustack (issue 16, item 1).
+//!
+//! ustack's own API ([`ustack_runtime::api`]) is an event loop: a runtime owns the stack
+//! and every call takes it (`stream.read(&mut rt, buf)`). This crate puts that loop on a
+//! thread of its own and gives any number of application threads sockets that look like
+//! std's: [`TcpListener`], [`TcpStream`] (`std::io::Read` and `Write`, on `&TcpStream` too),
+//! [`UdpSocket`], blocking by default, with timeouts, non-blocking mode and errors with
+//! std's [`std::io::ErrorKind`]s on Linux.
+//!
+//! ```
+//! use std::io::{Read, Write};
+//! use ustack_dev::sim::SimLinkConfig;
+//! use ustack_net::{Net, TcpListener, TcpStream};
+//! use ustack_runtime::RuntimeBuilder;
+//!
+//! let server = RuntimeBuilder::new().ipv4("10.0.0.1".parse().unwrap(), 24);
+//! let client = RuntimeBuilder::new().ipv4("10.0.0.2".parse().unwrap(), 24);
+//! let (snet, cnet) = Net::sim_pair(server, client, SimLinkConfig::default())?;
+//! let listener = TcpListener::bind(&snet, "10.0.0.1:7")?;
+//! let echo = std::thread::spawn(move || -> std::io::Result<()> {
+//!     let (mut s, _peer) = listener.accept()?;
+//!     let mut buf = [0; 64];
+//!     loop {
+//!         match s.read(&mut buf)? {
+//!             0 => return Ok(()),
+//!             n => s.write_all(&buf[..n])?,
+//!         }
+//!     }
+//! });
+//! let mut c = TcpStream::connect(&cnet, "10.0.0.1:7")?;
+//! c.write_all(b"hello")?;
+//! let mut got = [0; 5];
+//! c.read_exact(&mut got)?;
+//! assert_eq!(&got, b"hello");
+//! drop(c); // closes: the server reads EOF and returns
+//! echo.join().unwrap()?;
+//! # Ok::<(), std::io::Error>(())
+//! ```
+//!
+//! # The layers
+//!
+//! - [`Net`]: the thread-safe core, one per stack. Sockets are handles ([`Fd`], small
+//!   integers in a table, which the C API can map to file descriptors). Every call is
+//!   non-blocking at the core ([`Wait::Never`]: `WouldBlock`) or waits ([`Wait::Forever`],
+//!   [`Wait::Until`]): the caller parks on the socket until the loop signals that the
+//!   socket woke up, then tries again. Nobody polls: a parked caller costs a futex.
+//! - [`Epoll`]: an epoll-like interest set over handles (add, modify, delete, wait with
+//!   a timeout; level, edge, one-shot), fed by ustack's poller readiness. The C API's
+//!   `epoll_*` sit on it.
+//! - [`Net::register_waker`]: a per-socket waker, woken once when the socket becomes ready
+//!   for an interest; the hook an async runtime's reactor (tokio) uses.
+//! - [`TcpListener`], [`TcpStream`], [`UdpSocket`]: std's shape on top of `Net`.
+//!
+//! # Why the loop has its own thread
+//!
+//! The stack is sans-I/O state with one owner (a shard): something must run its rounds
+//! (receive, transmit, timers) whether or not the application is calling, or ACKs,
+//! retransmissions, keepalives and the accept queue stall while every application thread
+//! is busy or parked in a blocking `read`. Driving the loop from the callers instead would
+//! need a lock around the stack taken by every call and by whichever caller happens to run
+//! the rounds, and a parked reader would have to be the one that sleeps on the device:
+//! that is how one thread programs ustack ([`ustack_runtime::Runtime::poll`]), not how a
+//! thread-per-connection program does. With its own thread, the loop owns the stack
+//! without a lock, sleeps in one `poll(2)` on the device's file and a *kick* eventfd, and
+//! application threads only hand it jobs.
+//!
+//! # What it costs: a hand-off between threads per call
+//!
+//! Every call is a job handed to the loop thread and a reply handed back: a push on a
+//! mutex-guarded queue, a `write(2)` on the kick eventfd when the loop sleeps, the job run
+//! between two rounds, and the caller woken through a futex; the bytes are copied once
+//! more than in the event loop (into or out of a buffer the job carries). A blocking read
+//! that finds nothing parks, and is tried again when the loop publishes the socket's
+//! wake-up: a second hand-off. So a message (a read and a write on each side) costs a few
+//! context switches instead of the event loop's function calls: docs/api.md gives the
+//! measured figure (64-byte ping-pong, this API against the event loop, over sim). Use the
+//! event loop where that matters (many connections per core, lowest latency), this API
+//! where std's shape matters (porting a threaded program, tests, tools).
+//!
+//! # Shards
+//!
+//! A `Net` over several links ([`Net::on_links`], e.g. the queue pairs of a shm link) runs
+//! one loop thread per link, each with its own runtime. A listener is bound on every shard
+//! (as `SO_REUSEPORT` gives each worker one) and `accept` takes a connection from any; a
+//! connection opened here goes to the shards in turn, from a local port whose replies hash
+//! back to its shard ([`ustack_runtime::rss::pick_local_port`]). A UDP socket lives on
+//! shard 0 only: on a sharded `Net`, datagrams whose 4-tuple hashes elsewhere do not reach
+//! it (use one shard for UDP).
+
+mod core;
+mod epoll;
+mod link;
+mod start;
+mod std_net;
+
+pub use crate::core::{Fd, Kind, LoopRuntime, MAX_IO, Net, Wait};
+pub use crate::epoll::{Epoll, EpollEvent};
+pub use crate::link::{DynLink, Link};
+pub use crate::std_net::{Incoming, TcpListener, TcpStream, UdpSocket};
+pub use ustack_runtime::Mode;
+pub use ustack_stack::Readiness;
