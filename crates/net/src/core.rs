@@ -324,6 +324,47 @@ pub(crate) struct Ctx<'a> {
     pub(crate) shard: usize,
     pub(crate) shards: usize,
     pub(crate) rss: &'a Rss,
+    recent: &'a mut RecentPorts,
+}
+
+/// The local ports this shard connected from lately, which a sharded connect skips: the
+/// RSS port search is deterministic (the same port for the same peer every time), and
+/// taking a port back at once reuses the 4-tuple of a connection still in TIME-WAIT here
+/// or closing at the peer.
+#[derive(Debug, Default)]
+struct RecentPorts {
+    order: std::collections::VecDeque<u16>,
+    set: std::collections::HashSet<u16>,
+}
+
+impl RecentPorts {
+    /// How many ports are remembered.
+    const KEEP: usize = 4096;
+
+    fn contains(&self, p: u16) -> bool {
+        self.set.contains(&p)
+    }
+
+    fn push(&mut self, p: u16) {
+        if self.set.insert(p) {
+            self.order.push_back(p);
+        }
+        while self.order.len() > RecentPorts::KEEP {
+            if let Some(old) = self.order.pop_front() {
+                self.set.remove(&old);
+            }
+        }
+    }
+
+    fn forget_oldest(&mut self) -> bool {
+        match self.order.pop_front() {
+            Some(old) => {
+                self.set.remove(&old);
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 impl Ctx<'_> {
@@ -478,6 +519,7 @@ struct Member {
     shard: usize,
     shards: usize,
     rss: Rss,
+    recent: RecentPorts,
 }
 
 impl Member {
@@ -491,6 +533,7 @@ impl Member {
             shard: self.shard,
             shards: self.shards,
             rss: &self.rss,
+            recent: &mut self.recent,
         };
         for job in self.jobs.drain(..) {
             job(&mut ctx);
@@ -658,6 +701,7 @@ pub(crate) fn spawn_loop(
                     shard: spec.shard,
                     shards: spec.shards,
                     rss: spec.rss,
+                    recent: RecentPorts::default(),
                 })
                 .collect();
             let _ = tx.send(Ok(()));
@@ -1352,12 +1396,24 @@ fn connect_on_shard(ctx: &mut Ctx<'_>, addr: SocketAddrV4) -> io::Result<api::Tc
     let local_ip = ctx.rt.stack().ipv4().addr;
     let mut refused: Vec<u16> = Vec::new();
     loop {
-        let port = ctx
+        let recent = &*ctx.recent;
+        let Some(port) = ctx
             .rss
-            .pick_local_port(local_ip, addr, ctx.shard, lo..=hi, |p| refused.contains(&p))
-            .ok_or_else(|| errno(99 /* EADDRNOTAVAIL */))?;
+            .pick_local_port(local_ip, addr, ctx.shard, lo..=hi, |p| {
+                refused.contains(&p) || recent.contains(p)
+            })
+        else {
+            // Every free port was used lately: take the oldest back, or give up.
+            if ctx.recent.forget_oldest() {
+                continue;
+            }
+            return Err(errno(99 /* EADDRNOTAVAIL */));
+        };
         match api::TcpStream::connect_from(ctx.rt, port, addr) {
-            Ok(s) => return Ok(s),
+            Ok(s) => {
+                ctx.recent.push(port);
+                return Ok(s);
+            }
             Err(e) if e.kind() == io::ErrorKind::AddrInUse => refused.push(port),
             Err(e) => return Err(e),
         }
