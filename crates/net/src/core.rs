@@ -972,6 +972,28 @@ impl Net {
         }
     }
 
+    /// [`op`](Self::op) for a call that can only succeed once the socket is readable
+    /// (read, recv, accept): while the loop's last view says it is not (nor has an error
+    /// or hang-up), the caller waits for a wake-up without handing the loop a job, and a
+    /// non-blocking call returns `WouldBlock` at once. The readiness is published before
+    /// the generation moves, so a wake-up between the two loads is not missed.
+    fn read_op<T, F>(&self, s: &Sock, wait: Wait, f: F) -> io::Result<T>
+    where
+        T: Send + 'static,
+        F: Fn(&mut Ctx<'_>, u64) -> io::Result<T> + Clone + Send + 'static,
+    {
+        loop {
+            let seen = s.shared.generation();
+            if s.shared.readiness().intersects(Readiness::READABLE | ALWAYS) {
+                break;
+            }
+            if !s.shared.wait_change(seen, wait) {
+                return Err(errno(EAGAIN));
+            }
+        }
+        self.op(s, 0, wait, f)
+    }
+
     // ---- the table -----------------------------------------------------------------------
 
     pub(crate) fn sock(&self, fd: Fd) -> io::Result<Arc<Sock>> {
@@ -1135,6 +1157,12 @@ impl Net {
         }
         loop {
             let seen = l.shared.generation();
+            if !l.shared.readiness().intersects(Readiness::READABLE | ALWAYS) {
+                if !l.shared.wait_change(seen, wait) {
+                    return Err(errno(EAGAIN));
+                }
+                continue;
+            }
             // Parts the loop saw readable first; the others after.
             let mut order: Vec<usize> = (0..l.shards.len()).collect();
             order.sort_by_key(|&p| l.shared.ready[p].load(Ordering::Acquire) & 1 == 0);
@@ -1241,7 +1269,7 @@ impl Net {
             return Ok(0);
         }
         let n = buf.len().min(MAX_IO);
-        let data = self.op(&s, 0, wait, move |ctx, id| {
+        let data = self.read_op(&s, wait, move |ctx, id| {
             let mut v = vec![0u8; n];
             let got = ctx.with_stream(id, |x, rt| x.read(rt, &mut v))?;
             v.truncate(got);
@@ -1365,7 +1393,7 @@ impl Net {
     ) -> io::Result<(usize, SocketAddrV4)> {
         let s = self.udp_sock(fd)?;
         let n = buf.len();
-        let (data, from) = self.op(&s, 0, wait, move |ctx, id| {
+        let (data, from) = self.read_op(&s, wait, move |ctx, id| {
             let mut v = vec![0u8; n];
             let (got, from) = ctx.with_udp(id, |x, rt| x.recv_from(rt, &mut v))?;
             v.truncate(got);
