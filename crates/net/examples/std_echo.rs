@@ -17,6 +17,8 @@
 //! 64-byte messages, one at a time, checking every echoed byte; `--pingpong N` is one
 //! connection doing N round trips of 64 bytes, and prints messages (round trips) per
 //! second: the cost per message of this API (docs/api.md has the figures).
+//! `--busy-poll-us N` sets `net.core.busy_poll` on both stacks: their loops poll that long
+//! before sleeping, and callers watch that long for the loop's answer before parking.
 
 use std::io::{self, ErrorKind, Read, Write};
 use std::net::SocketAddr;
@@ -61,9 +63,13 @@ fn client<S: Read + Write>(mut s: S, id: u64, messages: u64) -> io::Result<()> {
 }
 
 /// The two stacks: (server, client).
-fn nets(link: &str) -> io::Result<(Net, Net)> {
-    let server = RuntimeBuilder::new().ipv4("10.0.0.1".parse().unwrap(), 24);
-    let client = RuntimeBuilder::new().ipv4("10.0.0.2".parse().unwrap(), 24);
+fn nets(link: &str, busy_poll: std::time::Duration) -> io::Result<(Net, Net)> {
+    let server = RuntimeBuilder::new()
+        .ipv4("10.0.0.1".parse().unwrap(), 24)
+        .busy_poll(busy_poll);
+    let client = RuntimeBuilder::new()
+        .ipv4("10.0.0.2".parse().unwrap(), 24)
+        .busy_poll(busy_poll);
     match link {
         "sim" => Net::sim_pair(server, client, SimLinkConfig::default()),
         "shm" => {
@@ -77,8 +83,13 @@ fn nets(link: &str) -> io::Result<(Net, Net)> {
     }
 }
 
-fn run_ustack(link: &str, clients: u64, messages: u64) -> io::Result<f64> {
-    let (snet, cnet) = nets(link)?;
+fn run_ustack(
+    link: &str,
+    busy_poll: std::time::Duration,
+    clients: u64,
+    messages: u64,
+) -> io::Result<f64> {
+    let (snet, cnet) = nets(link, busy_poll)?;
     let listener = TcpListener::bind(&snet, SERVER)?;
     let server = std::thread::spawn(move || -> io::Result<()> {
         let mut workers = Vec::new();
@@ -154,8 +165,9 @@ fn main() -> io::Result<()> {
     };
     let num = |name: &str, default: u64| -> io::Result<u64> {
         value(name).map_or(Ok(default), |v| {
-            v.parse()
-                .map_err(|_| io::Error::new(ErrorKind::InvalidInput, format!("{name} takes a number")))
+            v.parse().map_err(|_| {
+                io::Error::new(ErrorKind::InvalidInput, format!("{name} takes a number"))
+            })
         })
     };
     let link = value("--link").unwrap_or("sim");
@@ -166,7 +178,8 @@ fn main() -> io::Result<()> {
     let secs = if link == "kernel" {
         run_kernel(clients, messages)?
     } else {
-        run_ustack(link, clients, messages)?
+        let busy_poll = std::time::Duration::from_micros(num("--busy-poll-us", 0)?);
+        run_ustack(link, busy_poll, clients, messages)?
     };
     let total = clients * messages;
     println!(

@@ -573,6 +573,12 @@ pub(crate) struct LoopStats {
 /// The body of a loop thread: turns until idle, then one `poll(2)` on the devices' files
 /// and the kick, up to the earliest wake-up.
 fn run_loop(mut members: Vec<Member>, kick: &Kick, stop: &AtomicBool, stats: &LoopStats) {
+    let busy_poll = members
+        .iter()
+        .map(|m| m.rt.busy_poll_time())
+        .max()
+        .unwrap_or_default();
+    let mut idle_since: Option<std::time::Instant> = None;
     loop {
         let stopping = stop.load(Ordering::Acquire);
         let mut busy = false;
@@ -587,8 +593,19 @@ fn run_loop(mut members: Vec<Member>, kick: &Kick, stop: &AtomicBool, stats: &Lo
             return;
         }
         if busy {
+            idle_since = None;
             continue;
         }
+        // Busy poll (`net.core.busy_poll`): turn on for a while before sleeping, so that a
+        // job or a frame arriving soon costs no wake-up.
+        if !busy_poll.is_zero() {
+            let since = *idle_since.get_or_insert_with(std::time::Instant::now);
+            if since.elapsed() < busy_poll {
+                core::hint::spin_loop();
+                continue;
+            }
+        }
+        idle_since = None;
         let timeout = members.iter().filter_map(Member::next_wakeup).min();
         kick.sleeping.store(true, Ordering::SeqCst);
         if members
@@ -636,6 +653,8 @@ pub(crate) struct LoopThread {
     kick: Arc<Kick>,
     handle: Mutex<Option<JoinHandle<()>>>,
     pub(crate) stats: Arc<LoopStats>,
+    /// The runtimes' busy-poll time.
+    busy_poll: Duration,
 }
 
 impl Drop for LoopThread {
@@ -672,7 +691,7 @@ pub(crate) fn spawn_loop(
         .iter()
         .map(|_| Arc::new(Queue::new(kick.clone())))
         .collect();
-    let (tx, rx) = std::sync::mpsc::channel::<io::Result<()>>();
+    let (tx, rx) = std::sync::mpsc::channel::<io::Result<Duration>>();
     let thread = {
         let (kick, stop, stats, queues) =
             (kick.clone(), stop.clone(), stats.clone(), queues.clone());
@@ -704,18 +723,28 @@ pub(crate) fn spawn_loop(
                     recent: RecentPorts::default(),
                 })
                 .collect();
-            let _ = tx.send(Ok(()));
+            let busy_poll = members
+                .iter()
+                .map(|m| m.rt.busy_poll_time())
+                .max()
+                .unwrap_or_default();
+            let _ = tx.send(Ok(busy_poll));
             run_loop(members, &kick, &stop, &stats);
         })?
     };
+    let started = rx.recv();
     let lt = Arc::new(LoopThread {
         stop,
         kick,
         handle: Mutex::new(Some(thread)),
         stats,
+        busy_poll: match &started {
+            Ok(Ok(d)) => *d,
+            _ => Duration::ZERO,
+        },
     });
-    match rx.recv() {
-        Ok(Ok(())) => Ok((lt, queues)),
+    match started {
+        Ok(Ok(_)) => Ok((lt, queues)),
         Ok(Err(e)) => Err(e),
         Err(_) => Err(io::Error::other(
             "ustack-net: the loop thread died while starting",
@@ -735,15 +764,31 @@ enum SlotState<T> {
 struct Slot<T> {
     state: Mutex<SlotState<T>>,
     cv: Condvar,
+    /// Set once the state is filled: what a spinning caller watches.
+    done: AtomicBool,
 }
 
 impl<T> Slot<T> {
     fn set(&self, s: SlotState<T>) {
         *lock(&self.state) = s;
+        self.done.store(true, Ordering::Release);
         self.cv.notify_one();
     }
 
-    fn wait(&self) -> io::Result<T> {
+    /// The result; with `spin`, first watch for it that long before parking (a busy-poll
+    /// `Net`: the loop answers within microseconds when it is running on another core).
+    fn wait(&self, spin: Duration) -> io::Result<T> {
+        if !spin.is_zero() {
+            let t0 = std::time::Instant::now();
+            let mut i = 0u32;
+            while !self.done.load(Ordering::Acquire) {
+                core::hint::spin_loop();
+                i = i.wrapping_add(1);
+                if i.is_multiple_of(64) && t0.elapsed() >= spin {
+                    break;
+                }
+            }
+        }
         let mut g = lock(&self.state);
         loop {
             match core::mem::replace(&mut *g, SlotState::Empty) {
@@ -822,6 +867,8 @@ struct Table {
 #[derive(Debug)]
 pub(crate) struct Core {
     queues: Arc<[Arc<Queue>]>,
+    /// How long a caller watches for the loop's answer before parking.
+    spin: Duration,
     table: RwLock<Table>,
     next_id: AtomicU64,
     next_shard: AtomicUsize,
@@ -865,10 +912,16 @@ pub(crate) fn default_rss(shards: usize) -> Rss {
 impl Net {
     /// A `Net` over loop threads already started: `queues[k]` is shard `k`'s.
     pub(crate) fn from_parts(threads: Vec<Arc<LoopThread>>, queues: Vec<Arc<Queue>>) -> Net {
+        let spin = threads
+            .iter()
+            .map(|t| t.busy_poll)
+            .max()
+            .unwrap_or_default();
         Net {
             inner: Arc::new(NetInner {
                 core: Core {
                     queues: queues.into(),
+                    spin,
                     table: RwLock::new(Table::default()),
                     next_id: AtomicU64::new(1),
                     next_shard: AtomicUsize::new(0),
@@ -910,10 +963,11 @@ impl Net {
         let slot = Arc::new(Slot {
             state: Mutex::new(SlotState::Empty),
             cv: Condvar::new(),
+            done: AtomicBool::new(false),
         });
         let reply = Reply(Some(slot.clone()));
         self.core().queues[shard].push(Box::new(move |ctx| reply.send(f(ctx))));
-        slot.wait()
+        slot.wait(self.core().spin)
     }
 
     /// Run `f` on every shard's loop thread with its runtime, and return what each gave, in
@@ -984,7 +1038,10 @@ impl Net {
     {
         loop {
             let seen = s.shared.generation();
-            if s.shared.readiness().intersects(Readiness::READABLE | ALWAYS) {
+            if s.shared
+                .readiness()
+                .intersects(Readiness::READABLE | ALWAYS)
+            {
                 break;
             }
             if !s.shared.wait_change(seen, wait) {
@@ -1157,7 +1214,11 @@ impl Net {
         }
         loop {
             let seen = l.shared.generation();
-            if !l.shared.readiness().intersects(Readiness::READABLE | ALWAYS) {
+            if !l
+                .shared
+                .readiness()
+                .intersects(Readiness::READABLE | ALWAYS)
+            {
                 if !l.shared.wait_change(seen, wait) {
                     return Err(errno(EAGAIN));
                 }
