@@ -136,7 +136,34 @@ pub(crate) struct SockShared {
     read_timeout: AtomicU64,
     write_timeout: AtomicU64,
     pub(crate) nodelay: AtomicBool,
+    /// A stream's receive buffer on the callers' side (see [`RxBuf`]).
+    rx: Mutex<RxBuf>,
 }
+
+/// The bytes the loop moved out of a stream's receive queue for the callers to read
+/// without handing the loop a job: up to [`RX_CAP`] bytes, then the end of the stream or
+/// the connection's error, in the order the stack gave them.
+#[derive(Debug, Default)]
+struct RxBuf {
+    data: std::collections::VecDeque<u8>,
+    eof: bool,
+    err: Option<i32>,
+    /// The handshake is over (done or failed): from then on the loop moves the bytes and
+    /// the errors here (a failed connect's error too, which [`Net::connect_done`] then
+    /// reports from here).
+    established: bool,
+}
+
+impl RxBuf {
+    /// Something for a reader: bytes, the end, or an error.
+    fn readable(&self) -> bool {
+        !self.data.is_empty() || self.eof || self.err.is_some()
+    }
+}
+
+/// The most bytes a stream's caller-side receive buffer holds (the rest waits in the
+/// stack's receive queue, whose window closes as it fills).
+pub const RX_CAP: usize = 64 * 1024;
 
 impl core::fmt::Debug for SockShared {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
@@ -166,6 +193,7 @@ impl SockShared {
             read_timeout: AtomicU64::new(0),
             write_timeout: AtomicU64::new(0),
             nodelay: AtomicBool::new(false),
+            rx: Mutex::new(RxBuf::default()),
         }
     }
 
@@ -186,9 +214,14 @@ impl SockShared {
     /// unpark the callers waiting for it, tell the watchers.
     fn publish(&self, part: usize, r: Readiness, wake: bool) {
         self.ready[part].store(r.to_epoll(), Ordering::Release);
-        if !wake {
-            return;
+        if wake {
+            self.wake();
         }
+    }
+
+    /// A wake-up: bump the generation, unpark the callers waiting for it, tell the
+    /// watchers.
+    fn wake(&self) {
         self.generation.fetch_add(1, Ordering::SeqCst);
         if self.waiters.load(Ordering::SeqCst) > 0 {
             let _g = lock(&self.lock);
@@ -373,9 +406,9 @@ impl Ctx<'_> {
     fn adopt(&mut self, shared: Arc<SockShared>, part: usize, sock: ApiSock) -> io::Result<()> {
         let interest = Interest::READABLE | Interest::WRITABLE | Interest::RDHUP;
         self.rt.register(&sock, shared.id, interest, Mode::Edge)?;
-        let r = self.rt.stack().readiness(sock.key());
-        shared.publish(part, r, true);
-        self.socks.insert(shared.id, Local { sock, shared, part });
+        let id = shared.id;
+        self.socks.insert(id, Local { sock, shared, part });
+        self.update(id, true);
         Ok(())
     }
 
@@ -418,10 +451,55 @@ impl Ctx<'_> {
 
     /// Publish socket `id`'s readiness after a call on it (no wake-up: a call makes a
     /// socket less ready, or the stack's own wake-up follows).
-    fn refresh(&self, id: u64) {
-        if let Some(l) = self.socks.get(&id) {
-            let r = self.rt.stack().readiness(l.sock.key());
-            l.shared.publish(l.part, r, false);
+    fn refresh(&mut self, id: u64) {
+        self.update(id, false);
+    }
+
+    /// Publish socket `id`'s readiness, a wake-up with it if `wake`. A stream's received
+    /// bytes are moved to its caller-side buffer first (up to [`RX_CAP`]); its READABLE is
+    /// then that buffer's, and moving anything is a wake-up.
+    fn update(&mut self, id: u64, wake: bool) {
+        let Some(l) = self.socks.get(&id) else {
+            return;
+        };
+        let mut r = self.rt.stack().readiness(l.sock.key());
+        let ApiSock::Stream(stream) = &l.sock else {
+            l.shared.publish(l.part, r, wake);
+            return;
+        };
+        let mut rx = lock(&l.shared.rx);
+        if !rx.established {
+            rx.established = !matches!(
+                stream.state(self.rt),
+                Ok(State::SynSent | State::SynReceived) | Err(_)
+            );
+        }
+        let mut moved = false;
+        let mut tmp = [0u8; 16 * 1024];
+        while rx.established && !rx.eof && rx.err.is_none() && rx.data.len() < RX_CAP {
+            let room = (RX_CAP - rx.data.len()).min(tmp.len());
+            match stream.read(self.rt, &mut tmp[..room]) {
+                Ok(0) => rx.eof = true,
+                Ok(n) => rx.data.extend(&tmp[..n]),
+                Err(e) if e.raw_os_error() == Some(EAGAIN) => break,
+                Err(e) => rx.err = Some(e.raw_os_error().unwrap_or(EINVAL)),
+            }
+            moved = true;
+        }
+        if moved {
+            r = self.rt.stack().readiness(l.sock.key());
+        }
+        r = r.without(Readiness::READABLE | Readiness::ERROR);
+        if rx.readable() {
+            r |= Readiness::READABLE;
+        }
+        if rx.err.is_some() {
+            r |= Readiness::ERROR;
+        }
+        l.shared.ready[l.part].store(r.to_epoll(), Ordering::Release);
+        drop(rx);
+        if wake || moved {
+            l.shared.wake();
         }
     }
 
@@ -429,6 +507,14 @@ impl Ctx<'_> {
     fn remove(&mut self, id: u64) {
         if let Some(l) = self.socks.remove(&id) {
             let _ = self.rt.deregister(&l.sock);
+            // Bytes the application never read: a reset, as Linux's close with data
+            // left in the receive queue (the bytes moved to the caller-side buffer were
+            // still unread).
+            if let ApiSock::Stream(s) = &l.sock
+                && !lock(&l.shared.rx).data.is_empty()
+            {
+                let _ = s.set_linger(self.rt, Some(Duration::ZERO));
+            }
         }
     }
 }
@@ -542,10 +628,16 @@ impl Member {
         // A round and the poller's events, without sleeping (a zero timeout).
         self.rt.poll(&mut self.events, Some(Duration::ZERO))?;
         let worked = self.rt.stats().empty_rounds == empty_before;
+        let mut ctx = Ctx {
+            rt: &mut self.rt,
+            socks: &mut self.socks,
+            shard: self.shard,
+            shards: self.shards,
+            rss: &self.rss,
+            recent: &mut self.recent,
+        };
         for e in &self.events {
-            if let Some(l) = self.socks.get(&e.token) {
-                l.shared.publish(l.part, e.readiness, true);
-            }
+            ctx.update(e.token, true);
         }
         Ok(ran
             || worked
@@ -970,6 +1062,14 @@ impl Net {
         slot.wait(self.core().spin)
     }
 
+    /// Hand `f` to shard `shard`'s loop thread without waiting for it.
+    fn post<F>(&self, shard: usize, f: F)
+    where
+        F: FnOnce(&mut Ctx<'_>) + Send + 'static,
+    {
+        self.core().queues[shard].push(Box::new(f));
+    }
+
     /// Run `f` on every shard's loop thread with its runtime, and return what each gave, in
     /// shard order: counters ([`LoopRuntime::stats`], `stack().mib()`), socket tables,
     /// sysctls.
@@ -1300,9 +1400,19 @@ impl Net {
     /// connect): `Ok(false)` in progress, `Ok(true)` established, or its failure once.
     pub fn connect_done(&self, fd: Fd) -> io::Result<bool> {
         let s = self.stream_sock(fd)?;
-        self.op(&s, 0, Wait::Never, |ctx, id| {
+        let r = self.op(&s, 0, Wait::Never, |ctx, id| {
             ctx.with_stream(id, |x, rt| x.poll_connect(rt))
-        })
+        });
+        match r {
+            // The loop took the failure to the receive buffer (see `RxBuf`).
+            Err(e) if e.raw_os_error() == Some(107 /* ENOTCONN */) => {
+                match lock(&s.shared.rx).err.take() {
+                    Some(err) => Err(errno(err)),
+                    None => Err(e),
+                }
+            }
+            r => r,
+        }
     }
 
     fn stream_sock(&self, fd: Fd) -> io::Result<Arc<Sock>> {
@@ -1329,15 +1439,43 @@ impl Net {
         if buf.is_empty() {
             return Ok(0);
         }
-        let n = buf.len().min(MAX_IO);
-        let data = self.read_op(&s, wait, move |ctx, id| {
-            let mut v = vec![0u8; n];
-            let got = ctx.with_stream(id, |x, rt| x.read(rt, &mut v))?;
-            v.truncate(got);
-            Ok(v)
-        })?;
-        buf[..data.len()].copy_from_slice(&data);
-        Ok(data.len())
+        loop {
+            let seen = s.shared.generation();
+            {
+                let mut rx = lock(&s.shared.rx);
+                if !rx.data.is_empty() {
+                    let was_full = rx.data.len() >= RX_CAP;
+                    let n = buf.len().min(rx.data.len());
+                    for (dst, src) in buf.iter_mut().zip(rx.data.drain(..n)) {
+                        *dst = src;
+                    }
+                    if !rx.readable() {
+                        let bits = (Readiness::READABLE | Readiness::ERROR).to_epoll();
+                        s.shared.ready[0].fetch_and(!bits, Ordering::AcqRel);
+                    }
+                    drop(rx);
+                    if was_full {
+                        // The loop stopped moving bytes at the cap: room again.
+                        let id = s.shared.id;
+                        self.post(s.shards[0], move |ctx| ctx.update(id, false));
+                    }
+                    return Ok(n);
+                }
+                if let Some(e) = rx.err.take() {
+                    let bits = (Readiness::READABLE | Readiness::ERROR).to_epoll();
+                    if !rx.readable() {
+                        s.shared.ready[0].fetch_and(!bits, Ordering::AcqRel);
+                    }
+                    return Err(errno(e));
+                }
+                if rx.eof {
+                    return Ok(0);
+                }
+            }
+            if !s.shared.wait_change(seen, wait) {
+                return Err(errno(EAGAIN));
+            }
+        }
     }
 
     /// Queue bytes from `buf` for sending: how many were taken (a short write when the
