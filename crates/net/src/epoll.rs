@@ -84,7 +84,23 @@ impl EpollShared {
     }
 }
 
-/// An epoll-like interest set over a [`Net`]'s handles. See the [module docs](self).
+/// An epoll-like interest set over a [`Net`]'s handles.
+///
+/// It is fed by ustack's poller: the loop thread registers every socket in its runtime's
+/// [`Poller`](ustack_runtime::Poller) (edge-triggered, every kind), and each event it reports
+/// is a wake-up of the socket ([`Net`]'s blocking calls wait on the same wake-ups). A
+/// wake-up queues the socket on every set that holds it with a matching interest, as
+/// Linux's `ep_poll_callback` does; [`Epoll::wait`] then reports what each queued socket
+/// is ready for as the loop last saw it, with the level, edge and one-shot rules of
+/// `ep_send_events` (as [`Poller::wait`](ustack_runtime::Poller::wait) applies them):
+///
+/// - level-triggered: reported by every `wait` while ready for the interest;
+/// - edge-triggered: reported once per wake-up (new data, a connection, send space, a
+///   state change); read or write until `WouldBlock` before waiting again;
+/// - one-shot: disarmed after one event until [`Epoll::modify`];
+/// - ERROR and HUP are reported whatever the interest; a socket ready when it is added
+///   (or modified) is reported by the next `wait`, in either mode; a socket closed (its
+///   last handle) leaves the set by itself.
 pub struct Epoll {
     net: Net,
     shared: Arc<EpollShared>,
