@@ -448,3 +448,26 @@ fn epoll_set_and_waker_follow_the_loop_readiness() {
     ep.delete(listener.fd()).unwrap();
     assert!(ep.delete(listener.fd()).is_err(), "ENOENT");
 }
+
+#[test]
+fn a_blocked_reader_costs_no_polling() {
+    let (server, client) = sim_nets();
+    let listener = TcpListener::bind(&server, addr(86)).unwrap();
+    let c = connect(&client, 86);
+    let (s, _) = listener.accept().unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let (_, turns0) = server.loop_counters();
+    let e = (&s).read(&mut [0; 8]).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::WouldBlock);
+    let (_, turns1) = server.loop_counters();
+    // 300 ms parked: the loop ran a few turns (its own timers: delayed ACKs, the
+    // connection's) and slept between them; a polling reader or loop would turn
+    // hundreds of thousands of times.
+    assert!(
+        turns1 - turns0 < 200,
+        "{} turns while idle",
+        turns1 - turns0
+    );
+    drop(c);
+}
