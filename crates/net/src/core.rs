@@ -138,6 +138,12 @@ pub(crate) struct SockShared {
     pub(crate) nodelay: AtomicBool,
     /// A stream's receive buffer on the callers' side (see [`RxBuf`]).
     rx: Mutex<RxBuf>,
+    /// Bytes a caller may hand the loop to send without waiting for its answer: the room
+    /// in the stack's send buffer as the loop last saw it, less what callers took since.
+    tx_credit: AtomicUsize,
+    /// The error a write handed over without waiting met (errno; 0: none), reported by
+    /// the next write, as a kernel socket reports an asynchronous error.
+    tx_err: AtomicU32,
 }
 
 /// The bytes the loop moved out of a stream's receive queue for the callers to read
@@ -194,6 +200,8 @@ impl SockShared {
             write_timeout: AtomicU64::new(0),
             nodelay: AtomicBool::new(false),
             rx: Mutex::new(RxBuf::default()),
+            tx_credit: AtomicUsize::new(0),
+            tx_err: AtomicU32::new(0),
         }
     }
 
@@ -348,6 +356,13 @@ struct Local {
     sock: ApiSock,
     shared: Arc<SockShared>,
     part: usize,
+    /// Bytes written by callers without waiting that the stack's send buffer could not
+    /// take yet: sent first, in order, as room comes.
+    backlog: std::collections::VecDeque<u8>,
+    /// `shutdown(Write)` asked while bytes were in the backlog: done once it is empty.
+    shut_pending: Option<Shutdown>,
+    /// Closed by the application with bytes in the backlog: dropped once it is empty.
+    closing: bool,
 }
 
 /// What a job sees on the loop thread: the shard's runtime and the sockets it owns.
@@ -407,7 +422,17 @@ impl Ctx<'_> {
         let interest = Interest::READABLE | Interest::WRITABLE | Interest::RDHUP;
         self.rt.register(&sock, shared.id, interest, Mode::Edge)?;
         let id = shared.id;
-        self.socks.insert(id, Local { sock, shared, part });
+        self.socks.insert(
+            id,
+            Local {
+                sock,
+                shared,
+                part,
+                backlog: std::collections::VecDeque::new(),
+                shut_pending: None,
+                closing: false,
+            },
+        );
         self.update(id, true);
         Ok(())
     }
@@ -459,6 +484,9 @@ impl Ctx<'_> {
     /// bytes are moved to its caller-side buffer first (up to [`RX_CAP`]); its READABLE is
     /// then that buffer's, and moving anything is a wake-up.
     fn update(&mut self, id: u64, wake: bool) {
+        if self.drain_backlog(id) {
+            return;
+        }
         let Some(l) = self.socks.get(&id) else {
             return;
         };
@@ -467,6 +495,24 @@ impl Ctx<'_> {
             l.shared.publish(l.part, r, wake);
             return;
         };
+        // The room callers may fill without waiting.
+        let credit = match stream.info(self.rt) {
+            Ok(i)
+                if matches!(i.state, State::Established | State::CloseWait)
+                    && l.shut_pending.is_none()
+                    && l.shared.tx_err.load(Ordering::Acquire) == 0 =>
+            {
+                stream
+                    .send_buffer_size(self.rt)
+                    .unwrap_or(0)
+                    .saturating_sub(i.send_q + l.backlog.len())
+            }
+            _ => 0,
+        };
+        let credit_back = l.shared.tx_credit.swap(credit, Ordering::AcqRel) == 0 && credit > 0;
+        if !l.backlog.is_empty() {
+            r = r.without(Readiness::WRITABLE);
+        }
         let mut rx = lock(&l.shared.rx);
         if !rx.established {
             rx.established = !matches!(
@@ -498,13 +544,80 @@ impl Ctx<'_> {
         }
         l.shared.ready[l.part].store(r.to_epoll(), Ordering::Release);
         drop(rx);
-        if wake || moved {
+        if wake || moved || credit_back {
             l.shared.wake();
         }
     }
 
+    /// Move socket `id`'s backlog into the stack as far as it takes it; then a pending
+    /// shutdown, or the close of a socket closed with a backlog (true: it is gone).
+    fn drain_backlog(&mut self, id: u64) -> bool {
+        let Some(l) = self.socks.get_mut(&id) else {
+            return false;
+        };
+        let ApiSock::Stream(stream) = &l.sock else {
+            return false;
+        };
+        while !l.backlog.is_empty() {
+            let (front, _) = l.backlog.as_slices();
+            match stream.write(self.rt, front) {
+                Ok(n) => {
+                    l.backlog.drain(..n);
+                }
+                Err(e) if e.raw_os_error() == Some(EAGAIN) => break,
+                Err(e) => {
+                    keep_error(&l.shared, &e);
+                    l.backlog.clear();
+                }
+            }
+        }
+        if !l.backlog.is_empty() {
+            return false;
+        }
+        if let Some(how) = l.shut_pending.take() {
+            let _ = stream.shutdown(self.rt, how);
+        }
+        if l.closing {
+            self.remove(id);
+            return true;
+        }
+        false
+    }
+
+    /// A write handed over without waiting ([`Net::write`] with credit): into the stack
+    /// behind any backlog, the rest into the backlog; an error is kept for the next write.
+    fn write_behind(&mut self, id: u64, data: &[u8]) {
+        let Some(l) = self.socks.get_mut(&id) else {
+            return;
+        };
+        let ApiSock::Stream(stream) = &l.sock else {
+            return;
+        };
+        let mut off = 0;
+        if l.backlog.is_empty() {
+            match stream.write(self.rt, data) {
+                Ok(n) => off = n,
+                Err(e) if e.raw_os_error() == Some(EAGAIN) => {}
+                Err(e) => {
+                    keep_error(&l.shared, &e);
+                    off = data.len();
+                }
+            }
+        }
+        l.backlog.extend(&data[off..]);
+        self.update(id, false);
+    }
+
     /// Drop the loop's socket: the runtime closes it in its next round.
     fn remove(&mut self, id: u64) {
+        if let Some(l) = self.socks.get_mut(&id)
+            && !l.backlog.is_empty()
+            && lock(&l.shared.rx).data.is_empty()
+        {
+            // Closed with bytes still to hand the stack: they go first, then the close.
+            l.closing = true;
+            return;
+        }
         if let Some(l) = self.socks.remove(&id) {
             let _ = self.rt.deregister(&l.sock);
             // Bytes the application never read: a reset, as Linux's close with data
@@ -517,6 +630,17 @@ impl Ctx<'_> {
             }
         }
     }
+}
+
+/// Keep a write's error for the caller's next write (the first one wins).
+fn keep_error(shared: &SockShared, e: &io::Error) {
+    let n = e
+        .raw_os_error()
+        .and_then(|n| u32::try_from(n).ok())
+        .unwrap_or(32 /* EPIPE */);
+    let _ = shared
+        .tx_err
+        .compare_exchange(0, n, Ordering::AcqRel, Ordering::Acquire);
 }
 
 /// A job for a loop thread.
@@ -1486,8 +1610,36 @@ impl Net {
         if buf.is_empty() {
             return Ok(0);
         }
+        let err = s.shared.tx_err.swap(0, Ordering::AcqRel);
+        if err != 0 {
+            return Err(errno(i32::try_from(err).unwrap_or(EINVAL)));
+        }
+        // With credit: hand the bytes over and return (one hand-off, no answer to wait
+        // for); they fit in the stack's send buffer as the loop last saw it.
+        let credit = s.shared.tx_credit.load(Ordering::Acquire);
+        if credit > 0 {
+            let n = credit.min(buf.len()).min(MAX_IO);
+            if s.shared
+                .tx_credit
+                .compare_exchange(credit, credit - n, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                let data = buf[..n].to_vec();
+                let id = s.shared.id;
+                self.post(s.shards[0], move |ctx| ctx.write_behind(id, &data));
+                return Ok(n);
+            }
+        }
         let data: Arc<[u8]> = Arc::from(&buf[..buf.len().min(MAX_IO)]);
         self.op(&s, 0, wait, move |ctx, id| {
+            let l = ctx.local(id)?;
+            if l.shut_pending.is_some() {
+                return Err(errno(32 /* EPIPE */));
+            }
+            if !l.backlog.is_empty() {
+                // Behind the backlog: wait for it to drain.
+                return Err(errno(EAGAIN));
+            }
             ctx.with_stream(id, |x, rt| x.write(rt, &data))
         })
     }
@@ -1495,7 +1647,16 @@ impl Net {
     /// `shutdown(2)`.
     pub fn shutdown(&self, fd: Fd, how: Shutdown) -> io::Result<()> {
         let s = self.stream_sock(fd)?;
+        if how != Shutdown::Read {
+            s.shared.tx_credit.store(0, Ordering::Release);
+        }
         self.op(&s, 0, Wait::Never, move |ctx, id| {
+            let l = ctx.socks.get_mut(&id).ok_or_else(|| errno(EBADF))?;
+            if how != Shutdown::Read && !l.backlog.is_empty() {
+                // The FIN goes after the bytes already written.
+                l.shut_pending = Some(how);
+                return Ok(());
+            }
             ctx.with_stream(id, |x, rt| x.shutdown(rt, how))
         })
     }

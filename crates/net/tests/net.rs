@@ -471,3 +471,24 @@ fn a_blocked_reader_costs_no_polling() {
     );
     drop(c);
 }
+
+#[test]
+fn bytes_written_before_a_drop_all_arrive_then_eof() {
+    let (server, client) = sim_nets();
+    let listener = TcpListener::bind(&server, addr(87)).unwrap();
+    let mut c = connect(&client, 87);
+    let (mut s, _) = listener.accept().unwrap();
+    s.set_read_timeout(Some(LIMIT)).unwrap();
+    let data = pattern(87, 512 * 1024);
+    let reader = std::thread::spawn(move || {
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).map(|_| got)
+    });
+    // Writes return once the bytes are handed to the loop; the drop right after must
+    // still send every one of them before the FIN.
+    c.write_all(&data).unwrap();
+    drop(c);
+    let got = reader.join().unwrap().unwrap();
+    assert_eq!(got.len(), data.len());
+    assert!(got == data, "bytes differ");
+}
