@@ -481,6 +481,9 @@ fn bytes_written_before_a_drop_all_arrive_then_eof() {
     s.set_read_timeout(Some(LIMIT)).unwrap();
     let data = pattern(87, 512 * 1024);
     let reader = std::thread::spawn(move || {
+        // Late, so that the windows and the send buffer fill and the writer runs ahead
+        // of what the stack takes (the loop's backlog).
+        std::thread::sleep(Duration::from_millis(200));
         let mut got = Vec::new();
         s.read_to_end(&mut got).map(|_| got)
     });
