@@ -66,16 +66,19 @@
 //!
 //! # What it costs: a hand-off between threads per call
 //!
-//! Every call is a job handed to the loop thread and a reply handed back: a push on a
-//! mutex-guarded queue, a `write(2)` on the kick eventfd when the loop sleeps, the job run
-//! between two rounds, and the caller woken through a futex; the bytes are copied once
-//! more than in the event loop (into or out of a buffer the job carries). A blocking read
-//! that finds nothing parks, and is tried again when the loop publishes the socket's
-//! wake-up: a second hand-off. So a message (a read and a write on each side) costs a few
-//! context switches instead of the event loop's function calls: docs/api.md gives the
-//! measured figure (64-byte ping-pong, this API against the event loop, over sim). Use the
-//! event loop where that matters (many connections per core, lowest latency), this API
-//! where std's shape matters (porting a threaded program, tests, tools).
+//! Every call is a job handed to the loop thread: a push on a mutex-guarded queue and a
+//! `write(2)` on the kick eventfd when the loop sleeps. Most calls then wait for the
+//! loop's answer (a futex wake). Two paths save that: a write that fits the room the loop
+//! last saw in the send buffer returns at once (the bytes are copied into the job; were
+//! the room overestimated, they wait in order in a backlog on the loop, a shutdown or
+//! close waits for them, and an error reaches the next write), and a read takes the bytes
+//! the loop already moved from the stack to the stream's caller-side buffer (up to
+//! [`RX_CAP`]), parking until the loop's wake-up only when there are none. So a 64-byte
+//! ping-pong round trip costs about six thread wake-ups where the event loop makes
+//! function calls: docs/api.md gives the measured figures (this API against the event
+//! loop and the kernel's own blocking sockets). Use the event loop where that matters
+//! (many connections per core, lowest latency), this API where std's shape matters
+//! (porting a threaded program, tests, tools).
 //!
 //! # Shards
 //!
@@ -93,7 +96,7 @@ mod link;
 mod start;
 mod std_net;
 
-pub use crate::core::{Fd, Kind, LoopRuntime, MAX_IO, Net, Wait};
+pub use crate::core::{Fd, Kind, LoopRuntime, MAX_IO, Net, RX_CAP, Wait};
 pub use crate::epoll::{Epoll, EpollEvent};
 pub use crate::link::{DynLink, Link};
 pub use crate::std_net::{Incoming, TcpListener, TcpStream, UdpSocket};
