@@ -19,7 +19,10 @@
 use core::time::Duration;
 use std::collections::{HashMap, VecDeque};
 use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::{Arc, Condvar, Mutex};
+
+use rustix::event::{EventfdFlags, eventfd};
 
 use ustack_runtime::Mode;
 use ustack_stack::Readiness;
@@ -57,11 +60,23 @@ struct State {
 pub(crate) struct EpollShared {
     state: Mutex<State>,
     cv: Condvar,
+    /// Readable while handles are queued for a look ([`Epoll::as_fd`]).
+    efd: OwnedFd,
 }
 
 impl EpollShared {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `fd` joins the ready list (the caller holds the lock): wake the waiters, and make
+    /// the eventfd readable if the list was empty.
+    fn queue(&self, st: &mut State, fd: Fd) {
+        if st.ready.is_empty() {
+            let _ = rustix::io::write(&self.efd, &1u64.to_ne_bytes());
+        }
+        st.ready.push_back(fd);
+        self.cv.notify_all();
     }
 
     /// A wake-up of socket `id` under `fd` (from the loop thread): queue it if the set
@@ -77,8 +92,7 @@ impl EpollShared {
         }
         if reg.armed && !reg.queued && r.intersects(reg.interest | ALWAYS) {
             reg.queued = true;
-            st.ready.push_back(fd);
-            self.cv.notify_all();
+            self.queue(&mut st, fd);
         }
         true
     }
@@ -115,15 +129,16 @@ impl core::fmt::Debug for Epoll {
 }
 
 impl Epoll {
-    /// An empty set (`epoll_create1`).
-    pub fn new(net: &Net) -> Epoll {
-        Epoll {
+    /// An empty set (`epoll_create1`). Fails only if the OS refuses an eventfd.
+    pub fn new(net: &Net) -> io::Result<Epoll> {
+        Ok(Epoll {
             net: net.clone(),
             shared: Arc::new(EpollShared {
                 state: Mutex::new(State::default()),
                 cv: Condvar::new(),
+                efd: eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?,
             }),
-        }
+        })
     }
 
     /// Watch `fd` for `interest` with `token` (`EPOLL_CTL_ADD`). `EEXIST` if it is in the
@@ -154,8 +169,7 @@ impl Epoll {
                     sock: sock.clone(),
                 },
             );
-            st.ready.push_back(fd);
-            self.shared.cv.notify_all();
+            self.shared.queue(&mut st, fd);
         }
         sock.add_watcher(Watcher::Set {
             set: Arc::downgrade(&self.shared),
@@ -185,8 +199,7 @@ impl Epoll {
         reg.armed = true;
         if !reg.queued {
             reg.queued = true;
-            st.ready.push_back(fd);
-            self.shared.cv.notify_all();
+            self.shared.queue(&mut st, fd);
         }
         Ok(())
     }
@@ -213,6 +226,10 @@ impl Epoll {
         let mut st = self.shared.lock();
         loop {
             let n = report(&mut st, events, max);
+            if st.ready.is_empty() {
+                let mut b = [0u8; 8];
+                let _ = rustix::io::read(&self.shared.efd, &mut b);
+            }
             if n > 0 || max == 0 {
                 return Ok(n);
             }
@@ -234,6 +251,17 @@ impl Epoll {
                 }
             }
         }
+    }
+}
+
+/// The set's eventfd: readable while handles are queued for a look, so that one `poll(2)`
+/// or kernel `epoll_wait` covers this set beside kernel files (how LD_PRELOAD's mixed sets
+/// and an async reactor wait on it). As an epoll fd inside another epoll set, it may be
+/// readable when a [`Epoll::wait`] then finds nothing ready (the item queued was not ready
+/// any more): wait with a zero timeout and go back to sleep.
+impl AsFd for Epoll {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.shared.efd.as_fd()
     }
 }
 

@@ -369,7 +369,7 @@ impl Wake for CountWaker {
 fn epoll_set_and_waker_follow_the_loop_readiness() {
     let (server, client) = sim_nets();
     let listener = TcpListener::bind(&server, addr(85)).unwrap();
-    let ep = Epoll::new(&server);
+    let ep = Epoll::new(&server).unwrap();
     ep.add(listener.fd(), 1, Readiness::READABLE, Mode::Level, false)
         .unwrap();
     let mut events = Vec::new();
@@ -494,4 +494,44 @@ fn bytes_written_before_a_drop_all_arrive_then_eof() {
     let got = reader.join().unwrap().unwrap();
     assert_eq!(got.len(), data.len());
     assert!(got == data, "bytes differ");
+}
+
+#[test]
+fn an_epoll_set_has_a_file_a_kernel_poll_can_wait_on() {
+    use rustix::event::{PollFd, PollFlags, poll};
+    use rustix::time::Timespec;
+    use std::os::fd::AsFd;
+    let readable = |ep: &Epoll, ms: i64| {
+        let mut fds = [PollFd::new(ep, PollFlags::IN)];
+        let ts = Timespec {
+            tv_sec: ms / 1000,
+            tv_nsec: (ms % 1000) * 1_000_000,
+        };
+        poll(&mut fds, Some(&ts)).unwrap() == 1
+    };
+    let (server, client) = sim_nets();
+    let listener = TcpListener::bind(&server, addr(88)).unwrap();
+    let ep = Epoll::new(&server).unwrap();
+    ep.add(listener.fd(), 7, Readiness::READABLE, Mode::Level, false)
+        .unwrap();
+    // Added: queued for a look, so readable once; the look finds nothing and drains it.
+    let mut events = Vec::new();
+    assert_eq!(ep.wait(&mut events, 4, Some(Duration::ZERO)).unwrap(), 0);
+    assert!(!readable(&ep, 0), "nothing queued");
+    let _c = connect(&client, 88);
+    assert!(
+        readable(&ep, 20_000),
+        "a connection to accept wakes a kernel poll on the set"
+    );
+    assert_eq!(ep.wait(&mut events, 4, Some(Duration::ZERO)).unwrap(), 1);
+    assert_eq!(events[0].token, 7);
+    let _s = listener.accept().unwrap();
+    events.clear();
+    assert_eq!(
+        ep.wait(&mut events, 4, Some(Duration::ZERO)).unwrap(),
+        0,
+        "{events:?}"
+    );
+    assert!(!readable(&ep, 0), "drained once nothing is ready");
+    let _ = ep.as_fd();
 }
