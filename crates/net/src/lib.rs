@@ -45,8 +45,9 @@
 //!   [`Wait::Until`]): the caller parks on the socket until the loop signals that the
 //!   socket woke up, then tries again. Nobody polls: a parked caller costs a futex.
 //! - [`Epoll`]: an epoll-like interest set over handles (add, modify, delete, wait with
-//!   a timeout; level, edge, one-shot), fed by ustack's poller readiness. The C API's
-//!   `epoll_*` sit on it.
+//!   a timeout; level, edge, one-shot), fed by ustack's poller readiness, with a file
+//!   (`AsFd`, an eventfd) a kernel `poll`/`epoll_wait` can wait on beside kernel files.
+//!   The C API's `epoll_*` sit on it.
 //! - [`Net::register_waker`]: a per-socket waker, woken once when the socket becomes ready
 //!   for an interest; the hook an async runtime's reactor (tokio) uses.
 //! - [`TcpListener`], [`TcpStream`], [`UdpSocket`]: std's shape on top of `Net`.

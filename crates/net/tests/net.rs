@@ -535,3 +535,36 @@ fn an_epoll_set_has_a_file_a_kernel_poll_can_wait_on() {
     assert!(!readable(&ep, 0), "drained once nothing is ready");
     let _ = ep.as_fd();
 }
+
+/// Write to a peer that never reads until the write timeout expires: the error kind.
+fn write_until_timeout(mut w: impl Write) -> ErrorKind {
+    let chunk = vec![7u8; 64 * 1024];
+    for _ in 0..100_000 {
+        if let Err(e) = w.write(&chunk) {
+            return e.kind();
+        }
+    }
+    panic!("100,000 writes of 64 KiB never blocked");
+}
+
+#[test]
+fn write_timeout_returns_what_std_returns() {
+    let kernel = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let _peer = l.accept().unwrap();
+        c.set_write_timeout(Some(Duration::from_millis(50)))
+            .unwrap();
+        write_until_timeout(&c)
+    };
+    let (server, client) = sim_nets();
+    let listener = TcpListener::bind(&server, addr(89)).unwrap();
+    let c = connect(&client, 89);
+    let (_s, _) = listener.accept().unwrap();
+    c.set_write_timeout(Some(Duration::from_millis(50)))
+        .unwrap();
+    assert_eq!(c.write_timeout().unwrap(), Some(Duration::from_millis(50)));
+    let ours = write_until_timeout(&c);
+    assert_eq!(ours, kernel);
+    assert_eq!(ours, ErrorKind::WouldBlock, "Linux: EAGAIN");
+}
