@@ -63,6 +63,16 @@ fn connect(net: &Net, port: u16) -> TcpStream {
     s
 }
 
+/// Two stacks over sim and one connection between them on `port`: (server net, client
+/// net, the client's stream, the server's).
+fn connected(port: u16) -> (Net, Net, TcpStream, TcpStream) {
+    let (server, client) = sim_nets();
+    let listener = TcpListener::bind(&server, addr(port)).unwrap();
+    let c = connect(&client, port);
+    let (s, _) = listener.accept().unwrap();
+    (server, client, c, s)
+}
+
 /// Bytes that differ per connection and per position.
 fn pattern(conn: usize, len: usize) -> Vec<u8> {
     let mut x = (conn as u32).wrapping_mul(2_654_435_761) | 1;
@@ -451,10 +461,7 @@ fn epoll_set_and_waker_follow_the_loop_readiness() {
 
 #[test]
 fn a_blocked_reader_costs_no_polling() {
-    let (server, client) = sim_nets();
-    let listener = TcpListener::bind(&server, addr(86)).unwrap();
-    let c = connect(&client, 86);
-    let (s, _) = listener.accept().unwrap();
+    let (server, _client, c, s) = connected(86);
     s.set_read_timeout(Some(Duration::from_millis(300)))
         .unwrap();
     let (_, turns0) = server.loop_counters();
@@ -557,10 +564,7 @@ fn write_timeout_returns_what_std_returns() {
             .unwrap();
         write_until_timeout(&c)
     };
-    let (server, client) = sim_nets();
-    let listener = TcpListener::bind(&server, addr(89)).unwrap();
-    let c = connect(&client, 89);
-    let (_s, _) = listener.accept().unwrap();
+    let (_server, _client, c, _s) = connected(89);
     c.set_write_timeout(Some(Duration::from_millis(50)))
         .unwrap();
     assert_eq!(c.write_timeout().unwrap(), Some(Duration::from_millis(50)));
