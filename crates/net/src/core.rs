@@ -373,6 +373,8 @@ pub(crate) struct Ctx<'a> {
     pub(crate) shards: usize,
     pub(crate) rss: &'a Rss,
     recent: &'a mut RecentPorts,
+    /// Where a stream's bytes pass from the stack to its caller-side buffer.
+    scratch: &'a mut Vec<u8>,
 }
 
 /// The local ports this shard connected from lately, which a sharded connect skips: the
@@ -521,8 +523,10 @@ impl Ctx<'_> {
             );
         }
         let mut moved = false;
-        let mut tmp = [0u8; 16 * 1024];
-        while rx.established && !rx.eof && rx.err.is_none() && rx.data.len() < RX_CAP {
+        let tmp = &mut self.scratch[..];
+        // Only when the stack has something for a reader (bytes, the end, an error).
+        let pending = r.intersects(Readiness::READABLE | Readiness::ERROR | Readiness::HUP);
+        while pending && rx.established && !rx.eof && rx.err.is_none() && rx.data.len() < RX_CAP {
             let room = (RX_CAP - rx.data.len()).min(tmp.len());
             match stream.read(self.rt, &mut tmp[..room]) {
                 Ok(0) => rx.eof = true,
@@ -730,6 +734,7 @@ struct Member {
     shards: usize,
     rss: Rss,
     recent: RecentPorts,
+    scratch: Vec<u8>,
 }
 
 impl Member {
@@ -744,6 +749,7 @@ impl Member {
             shards: self.shards,
             rss: &self.rss,
             recent: &mut self.recent,
+            scratch: &mut self.scratch,
         };
         for job in self.jobs.drain(..) {
             job(&mut ctx);
@@ -759,6 +765,7 @@ impl Member {
             shards: self.shards,
             rss: &self.rss,
             recent: &mut self.recent,
+            scratch: &mut self.scratch,
         };
         for e in &self.events {
             ctx.update(e.token, true);
@@ -937,6 +944,7 @@ pub(crate) fn spawn_loop(
                     shards: spec.shards,
                     rss: spec.rss,
                     recent: RecentPorts::default(),
+                    scratch: vec![0; 16 * 1024],
                 })
                 .collect();
             let busy_poll = members
@@ -1844,6 +1852,7 @@ mod tests {
             shards: 1,
             rss: default_rss(1),
             recent: RecentPorts::default(),
+            scratch: vec![0; 16 * 1024],
         };
         let shared = Arc::new(SockShared::new(1, 1));
         let adopted = shared.clone();
