@@ -1547,6 +1547,18 @@ impl Net {
         }
     }
 
+    /// A call on stream `fd` that never waits: `f` with the runtime's stream, on the loop.
+    fn stream_op<T, F>(&self, fd: Fd, f: F) -> io::Result<T>
+    where
+        T: Send + 'static,
+        F: Fn(&api::TcpStream, &mut LoopRuntime) -> io::Result<T> + Clone + Send + 'static,
+    {
+        let s = self.stream_sock(fd)?;
+        self.op(&s, 0, Wait::Never, move |ctx, id| {
+            ctx.with_stream(id, f.clone())
+        })
+    }
+
     fn stream_sock(&self, fd: Fd) -> io::Result<Arc<Sock>> {
         let s = self.sock(fd)?;
         if s.kind != Kind::Stream {
@@ -1679,6 +1691,39 @@ impl Net {
         Ok(())
     }
 
+    /// `SO_LINGER` (whole seconds, as std's): `Some(Duration::ZERO)` makes the close a
+    /// reset (RST, queued data dropped); a non-zero time does not make close wait.
+    pub fn set_linger(&self, fd: Fd, linger: Option<Duration>) -> io::Result<()> {
+        self.stream_op(fd, move |x, rt| x.set_linger(rt, linger))
+    }
+
+    /// `SO_KEEPALIVE`.
+    pub fn set_keepalive(&self, fd: Fd, on: bool) -> io::Result<()> {
+        self.stream_op(fd, move |x, rt| x.set_keepalive(rt, on))
+    }
+
+    /// `SO_SNDBUF` with Linux's semantics (doubled, autotuning off; see the runtime's
+    /// `TcpStream::set_send_buffer_size`).
+    pub fn set_send_buffer_size(&self, fd: Fd, bytes: usize) -> io::Result<()> {
+        self.stream_op(fd, move |x, rt| x.set_send_buffer_size(rt, bytes))
+    }
+
+    /// `getsockopt(SO_SNDBUF)`.
+    pub fn send_buffer_size(&self, fd: Fd) -> io::Result<usize> {
+        self.stream_op(fd, move |x, rt| x.send_buffer_size(rt))
+    }
+
+    /// `SO_RCVBUF` with Linux's semantics (the caller-side buffer of up to [`RX_CAP`]
+    /// comes on top).
+    pub fn set_recv_buffer_size(&self, fd: Fd, bytes: usize) -> io::Result<()> {
+        self.stream_op(fd, move |x, rt| x.set_recv_buffer_size(rt, bytes))
+    }
+
+    /// `getsockopt(SO_RCVBUF)`.
+    pub fn recv_buffer_size(&self, fd: Fd) -> io::Result<usize> {
+        self.stream_op(fd, move |x, rt| x.recv_buffer_size(rt))
+    }
+
     /// `TCP_NODELAY` as last set.
     pub fn nodelay(&self, fd: Fd) -> io::Result<bool> {
         Ok(self.stream_sock(fd)?.shared.nodelay.load(Ordering::Relaxed))
@@ -1686,18 +1731,12 @@ impl Net {
 
     /// What `ss -tmi` shows for the connection (addresses, state, queues, cwnd, RTT).
     pub fn tcp_info(&self, fd: Fd) -> io::Result<TcpInfo> {
-        let s = self.stream_sock(fd)?;
-        self.op(&s, 0, Wait::Never, |ctx, id| {
-            ctx.with_stream(id, |x, rt| x.info(rt))
-        })
+        self.stream_op(fd, move |x, rt| x.info(rt))
     }
 
     /// The connection's state.
     pub fn tcp_state(&self, fd: Fd) -> io::Result<State> {
-        let s = self.stream_sock(fd)?;
-        self.op(&s, 0, Wait::Never, |ctx, id| {
-            ctx.with_stream(id, |x, rt| x.state(rt))
-        })
+        self.stream_op(fd, move |x, rt| x.state(rt))
     }
 
     /// Our address (`getsockname(2)`): a stream's, a listener's, a UDP socket's.

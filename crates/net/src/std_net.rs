@@ -213,6 +213,12 @@ impl TcpStream {
         self.h.net.local_addr(self.h.fd).map(SocketAddr::V4)
     }
 
+    /// `SO_LINGER`, as std's (unstable) `set_linger`: `Some(Duration::ZERO)` makes the
+    /// close (the drop of the last handle) a reset.
+    pub fn set_linger(&self, linger: Option<Duration>) -> io::Result<()> {
+        self.h.net.set_linger(self.h.fd, linger)
+    }
+
     /// `SO_RCVTIMEO`: a read that waits longer fails with `WouldBlock`, as std's on Linux.
     pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         self.h.net.set_read_timeout(self.h.fd, t)

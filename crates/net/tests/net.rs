@@ -572,3 +572,25 @@ fn write_timeout_returns_what_std_returns() {
     assert_eq!(ours, kernel);
     assert_eq!(ours, ErrorKind::WouldBlock, "Linux: EAGAIN");
 }
+
+#[test]
+fn socket_options_reach_the_stack() {
+    let (_server, _client, c, mut s) = connected(90);
+    let net = c.net().clone();
+    // SO_SNDBUF and SO_RCVBUF: Linux doubles what is asked.
+    net.set_send_buffer_size(c.fd(), 16 * 1024).unwrap();
+    assert_eq!(net.send_buffer_size(c.fd()).unwrap(), 32 * 1024);
+    net.set_recv_buffer_size(c.fd(), 16 * 1024).unwrap();
+    assert_eq!(net.recv_buffer_size(c.fd()).unwrap(), 32 * 1024);
+    net.set_keepalive(c.fd(), true).unwrap();
+    c.set_nodelay(true).unwrap();
+    assert!(c.nodelay().unwrap());
+    // SO_LINGER zero: the close is a reset, and the peer reads ECONNRESET, not EOF.
+    c.set_linger(Some(Duration::ZERO)).unwrap();
+    s.set_read_timeout(Some(LIMIT)).unwrap();
+    drop(c);
+    assert_eq!(
+        s.read(&mut [0; 8]).unwrap_err().kind(),
+        ErrorKind::ConnectionReset
+    );
+}
