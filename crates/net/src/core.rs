@@ -1219,13 +1219,21 @@ impl Net {
             .collect()
     }
 
-    /// The loop counters of every shard's runtime ([`RuntimeStats`]), summed.
+    /// The loop counters of every shard's runtime ([`RuntimeStats`]), summed. The loop
+    /// threads sleep on their own (in one `poll(2)` with the kick), so `sleeps`,
+    /// `wakeups` and `timeouts` stay 0 here: [`Net::loop_counters`] counts those.
     pub fn runtime_stats(&self) -> io::Result<RuntimeStats> {
         let all = self.on_each_shard(|rt| *rt.stats())?;
         Ok(all.iter().fold(RuntimeStats::default(), |mut a, s| {
             a.rounds += s.rounds;
             a.empty_rounds += s.empty_rounds;
+            a.sleeps += s.sleeps;
+            a.wakeups += s.wakeups;
+            a.timeouts += s.timeouts;
+            a.busy_polls += s.busy_polls;
+            a.busy_poll_hits += s.busy_poll_hits;
             a.events += s.events;
+            a.timers_fired += s.timers_fired;
             a.closed_on_drop += s.closed_on_drop;
             a
         }))
