@@ -848,9 +848,12 @@ fn run_loop(mut members: Vec<Member>, kick: &Kick, stop: &AtomicBool, stats: &Lo
         }
         if armed == members.len() {
             stats.sleeps.fetch_add(1, Ordering::Relaxed);
-            let mut fds: Vec<PollFd<'_>> = members
-                .iter()
-                .filter_map(|m| m.rt.device().link().sleep_fd())
+            let mut files = Vec::new();
+            for m in &members {
+                m.rt.device().link().sleep_fds(&mut files);
+            }
+            let mut fds: Vec<PollFd<'_>> = files
+                .into_iter()
                 .map(|fd| PollFd::from_borrowed_fd(fd, PollFlags::IN))
                 .collect();
             fds.push(PollFd::new(&kick.efd, PollFlags::IN));
@@ -1266,29 +1269,38 @@ impl Net {
         }
     }
 
-    /// [`op`](Self::op) for a call that can only succeed once the socket is readable
-    /// (read, recv, accept): while the loop's last view says it is not (nor has an error
-    /// or hang-up), the caller waits for a wake-up without handing the loop a job, and a
-    /// non-blocking call returns `WouldBlock` at once. The readiness is published before
-    /// the generation moves, so a wake-up between the two loads is not missed.
-    fn read_op<T, F>(&self, s: &Sock, wait: Wait, f: F) -> io::Result<T>
-    where
-        T: Send + 'static,
-        F: Fn(&mut Ctx<'_>, u64) -> io::Result<T> + Clone + Send + 'static,
-    {
+    /// A call that can only succeed once the socket is readable (accept, recv), on a
+    /// socket with a part per shard: `attempt(part)` is tried on the parts the loop saw
+    /// readable first. While the loop's last view says no part is readable (nor has an
+    /// error or hang-up), the caller waits for a wake-up without handing the loop a job,
+    /// and a non-blocking call returns `WouldBlock` at once. The readiness is published
+    /// before the generation moves, so a wake-up between the two loads is not missed.
+    fn from_any_part<T>(
+        &self,
+        s: &Sock,
+        wait: Wait,
+        mut attempt: impl FnMut(usize) -> io::Result<T>,
+    ) -> io::Result<T> {
+        let readable = Readiness::READABLE.to_epoll();
         loop {
             let seen = s.shared.generation();
             if s.shared
                 .readiness()
                 .intersects(Readiness::READABLE | ALWAYS)
             {
-                break;
+                let mut order: Vec<usize> = (0..s.shards.len()).collect();
+                order.sort_by_key(|&p| s.shared.ready[p].load(Ordering::Acquire) & readable == 0);
+                for part in order {
+                    match attempt(part) {
+                        Err(e) if e.raw_os_error() == Some(EAGAIN) => {}
+                        r => return r,
+                    }
+                }
             }
             if !s.shared.wait_change(seen, wait) {
                 return Err(errno(EAGAIN));
             }
         }
-        self.op(s, 0, wait, f)
     }
 
     // ---- the table -----------------------------------------------------------------------
@@ -1452,42 +1464,17 @@ impl Net {
         if l.kind != Kind::Listener {
             return Err(errno(EINVAL));
         }
-        loop {
-            let seen = l.shared.generation();
-            if !l
-                .shared
-                .readiness()
-                .intersects(Readiness::READABLE | ALWAYS)
-            {
-                if !l.shared.wait_change(seen, wait) {
-                    return Err(errno(EAGAIN));
-                }
-                continue;
-            }
-            // Parts the loop saw readable first; the others after.
-            let mut order: Vec<usize> = (0..l.shards.len()).collect();
-            order.sort_by_key(|&p| l.shared.ready[p].load(Ordering::Acquire) & 1 == 0);
-            for part in order {
-                let shared = self.new_shared(1);
-                let adopted = shared.clone();
-                let r = self.op(&l, part, Wait::Never, move |ctx, id| {
-                    let (s, peer) = ctx.with_listener(id, |x, rt| x.accept(rt))?;
-                    ctx.adopt(adopted.clone(), 0, ApiSock::Stream(s))?;
-                    Ok(peer)
-                });
-                match r {
-                    Ok(peer) => {
-                        let stream = self.sock_from(Kind::Stream, shared, vec![l.shards[part]]);
-                        return Ok((self.insert(Arc::new(stream)), peer));
-                    }
-                    Err(e) if e.raw_os_error() == Some(EAGAIN) => {}
-                    Err(e) => return Err(e),
-                }
-            }
-            if wait == Wait::Never || !l.shared.wait_change(seen, wait) {
-                return Err(errno(EAGAIN));
-            }
-        }
+        self.from_any_part(&l, wait, |part| {
+            let shared = self.new_shared(1);
+            let adopted = shared.clone();
+            let peer = self.op(&l, part, Wait::Never, move |ctx, id| {
+                let (s, peer) = ctx.with_listener(id, |x, rt| x.accept(rt))?;
+                ctx.adopt(adopted.clone(), 0, ApiSock::Stream(s))?;
+                Ok(peer)
+            })?;
+            let stream = self.sock_from(Kind::Stream, shared, vec![l.shards[part]]);
+            Ok((self.insert(Arc::new(stream)), peer))
+        })
     }
 
     /// Open a connection to `addr`. With [`Wait::Never`] the handle comes back at once,
@@ -1769,15 +1756,23 @@ impl Net {
 
     // ---- UDP -------------------------------------------------------------------------------
 
-    /// A UDP socket bound to `addr` (port 0: an ephemeral port), on shard 0 (a sharded
-    /// `Net` receives a datagram on the shard its 4-tuple hashes to: see the crate docs).
+    /// A UDP socket bound to `addr` (port 0: an ephemeral port), on every shard (a
+    /// sharded `Net` receives a datagram on the shard its 4-tuple hashes to; the port the
+    /// first shard picks is bound on the others). It sends from shard 0.
     pub fn udp_bind(&self, addr: SocketAddrV4) -> io::Result<Fd> {
-        let sock = Arc::new(self.new_sock(Kind::Udp, vec![0]));
-        let shared = sock.shared.clone();
-        self.call(0, move |ctx| {
-            let u = api::UdpSocket::bind(ctx.rt, addr)?;
-            ctx.adopt(shared, 0, ApiSock::Udp(u))
-        })??;
+        let sock = Arc::new(self.new_sock(Kind::Udp, (0..self.shards()).collect()));
+        let mut at = addr;
+        for k in 0..self.shards() {
+            let shared = sock.shared.clone();
+            let local = self.call(k, move |ctx| {
+                let u = api::UdpSocket::bind(ctx.rt, at)?;
+                let local = u.local_addr(ctx.rt)?;
+                ctx.adopt(shared, k, ApiSock::Udp(u))?;
+                Ok::<_, io::Error>(local)
+            })??;
+            // The other shards bind the port the first one picked.
+            at = SocketAddrV4::new(*addr.ip(), local.port());
+        }
         Ok(self.insert(sock))
     }
 
@@ -1808,11 +1803,13 @@ impl Net {
     ) -> io::Result<(usize, SocketAddrV4)> {
         let s = self.udp_sock(fd)?;
         let n = buf.len();
-        let (data, from) = self.read_op(&s, wait, move |ctx, id| {
-            let mut v = vec![0u8; n];
-            let (got, from) = ctx.with_udp(id, |x, rt| x.recv_from(rt, &mut v))?;
-            v.truncate(got);
-            Ok((v, from))
+        let (data, from) = self.from_any_part(&s, wait, |part| {
+            self.op(&s, part, Wait::Never, move |ctx, id| {
+                let mut v = vec![0u8; n];
+                let (got, from) = ctx.with_udp(id, |x, rt| x.recv_from(rt, &mut v))?;
+                v.truncate(got);
+                Ok((v, from))
+            })
         })?;
         buf[..data.len()].copy_from_slice(&data);
         Ok((data.len(), from))
@@ -1821,9 +1818,12 @@ impl Net {
     /// `connect(2)` on a UDP socket (`None`: dissolve).
     pub fn udp_connect(&self, fd: Fd, peer: Option<SocketAddrV4>) -> io::Result<()> {
         let s = self.udp_sock(fd)?;
-        self.op(&s, 0, Wait::Never, move |ctx, id| {
-            ctx.with_udp(id, |x, rt| x.connect(rt, peer))
-        })
+        for part in 0..s.shards.len() {
+            self.op(&s, part, Wait::Never, move |ctx, id| {
+                ctx.with_udp(id, |x, rt| x.connect(rt, peer))
+            })?;
+        }
+        Ok(())
     }
 }
 

@@ -14,6 +14,7 @@ use ustack_dev::sim::SimPort;
 use ustack_dev::sleep::{Clock, Sleep};
 use ustack_dev::tun::TunQueue;
 use ustack_dev::{Device, DeviceCaps};
+use ustack_runtime::RssSplitter;
 use ustack_stack::Instant;
 
 /// A device a [`Net`](crate::Net)'s loop thread can run and sleep on.
@@ -25,9 +26,9 @@ pub trait Link: Device + Sleep {
         true
     }
 
-    /// The file that becomes readable when the device has work (`None`: only time and
-    /// the kick wake the loop, as for the in-process sim link).
-    fn sleep_fd(&self) -> Option<BorrowedFd<'_>>;
+    /// The files that become readable when the device has work, appended to `out` (none:
+    /// only time and the kick wake the loop, as for the in-process sim link).
+    fn sleep_fds<'a>(&'a self, out: &mut Vec<BorrowedFd<'a>>);
 
     /// Disarm the wake-up after the sleep.
     fn finish_sleep(&mut self) {}
@@ -39,27 +40,50 @@ impl Link for ShmPort {
     fn prepare_sleep(&mut self) -> bool {
         ShmPort::prepare_sleep(self)
     }
-    fn sleep_fd(&self) -> Option<BorrowedFd<'_>> {
-        Some(self.fd())
+    fn sleep_fds<'a>(&'a self, out: &mut Vec<BorrowedFd<'a>>) {
+        out.push(self.fd());
     }
     fn finish_sleep(&mut self) {
         ShmPort::finish_sleep(self);
     }
 }
 
+/// The far end of a sharded shm link, steering each frame to the queue of the shard RSS
+/// picks for it (as a NIC would): every queue's doorbell.
+impl Link for RssSplitter<ShmPort> {
+    fn prepare_sleep(&mut self) -> bool {
+        let queues = self.queues_mut();
+        for i in 0..queues.len() {
+            if !queues[i].prepare_sleep() {
+                for q in &mut queues[..i] {
+                    q.finish_sleep();
+                }
+                return false;
+            }
+        }
+        true
+    }
+    fn sleep_fds<'a>(&'a self, out: &mut Vec<BorrowedFd<'a>>) {
+        out.extend(self.queues().iter().map(ShmPort::fd));
+    }
+    fn finish_sleep(&mut self) {
+        for q in self.queues_mut() {
+            q.finish_sleep();
+        }
+    }
+}
+
 /// A TUN queue: its file is readable while a packet waits.
 impl Link for TunQueue {
-    fn sleep_fd(&self) -> Option<BorrowedFd<'_>> {
-        Some(self.fd())
+    fn sleep_fds<'a>(&'a self, out: &mut Vec<BorrowedFd<'a>>) {
+        out.push(self.fd());
     }
 }
 
 /// The in-process sim link (both ends on one loop thread): frames on the wire are the
 /// device's [`Device::poll_at`], part of the loop's wake-up time; nothing to wait on.
 impl Link for SimPort {
-    fn sleep_fd(&self) -> Option<BorrowedFd<'_>> {
-        None
-    }
+    fn sleep_fds<'a>(&'a self, _out: &mut Vec<BorrowedFd<'a>>) {}
 }
 
 /// Any [`Link`], boxed: the device of every runtime a [`Net`](crate::Net) runs.

@@ -18,7 +18,7 @@ use std::task::{Wake, Waker};
 use ustack_dev::shm::{ShmConfig, ShmLink};
 use ustack_dev::sim::SimLinkConfig;
 use ustack_net::{Epoll, Mode, Net, Readiness, TcpListener, TcpStream, UdpSocket};
-use ustack_runtime::RuntimeBuilder;
+use ustack_runtime::{Rss, RssKey, RssSplitter, RuntimeBuilder};
 
 const SERVER_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
 const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
@@ -50,6 +50,30 @@ fn shm_nets(queues: usize) -> (Net, Net) {
         Net::shm(s, a).expect("server"),
         Net::shm(c, b).expect("client"),
     )
+}
+
+/// A server `Net` with a shard per queue of a shm link (IP medium), and a one-shard client
+/// whose device steers each frame to the queue RSS picks for it (`RssSplitter`, as a NIC
+/// with RSS does): the server's shards see the flows a real device would give them.
+fn rss_nets(queues: usize) -> (Net, Net) {
+    let config = ShmConfig {
+        queue_pairs: queues,
+        medium: ustack_dev::Medium::Ip,
+        ..ShmConfig::default()
+    };
+    let (a, b) = ShmLink::pair(&config).expect("shm link");
+    let (s, c) = builders();
+    let splitter = RssSplitter::new(b, Rss::new(RssKey::MICROSOFT, queues));
+    (
+        Net::shm(s, a).expect("server"),
+        Net::on_links(c, vec![splitter]).expect("client"),
+    )
+}
+
+/// What each of the server's shards counted for `counter`.
+fn per_shard(net: &Net, counter: ustack_obs::Counter) -> Vec<u64> {
+    net.on_each_shard(move |rt| rt.stack().mib().get(counter))
+        .unwrap()
 }
 
 fn addr(port: u16) -> SocketAddr {
@@ -592,5 +616,48 @@ fn socket_options_reach_the_stack() {
     assert_eq!(
         s.read(&mut [0; 8]).unwrap_err().kind(),
         ErrorKind::ConnectionReset
+    );
+}
+
+#[test]
+fn echo_under_load_over_shm_steered_by_rss() {
+    let (server, client) = rss_nets(2);
+    echo_load(&server, &client, 7, 8, 6, 32 * 1024);
+    let opens = per_shard(&server, ustack_obs::Counter::TcpPassiveOpens);
+    assert_eq!(opens.iter().sum::<u64>(), 8 * 6, "{opens:?}");
+    assert!(
+        opens.iter().all(|&n| n > 0),
+        "RSS gave a shard nothing: {opens:?}"
+    );
+}
+
+#[test]
+fn udp_on_every_shard_receives_what_rss_steers_to_each() {
+    let (server, client) = rss_nets(2);
+    let srv = UdpSocket::bind(&server, addr(53)).unwrap();
+    srv.set_read_timeout(Some(LIMIT)).unwrap();
+    const N: usize = 32;
+    let echo = std::thread::spawn(move || {
+        let mut buf = [0; 64];
+        for _ in 0..N {
+            let (n, from) = srv.recv_from(&mut buf).unwrap();
+            srv.send_to(&buf[..n], from).unwrap();
+        }
+    });
+    for i in 0..N {
+        let cli = UdpSocket::bind(&client, (CLIENT_IP, 0)).unwrap();
+        cli.set_read_timeout(Some(LIMIT)).unwrap();
+        let msg = format!("datagram {i}");
+        cli.send_to(msg.as_bytes(), addr(53)).unwrap();
+        let mut buf = [0; 64];
+        let (n, from) = cli.recv_from(&mut buf).unwrap();
+        assert_eq!((&buf[..n], from), (msg.as_bytes(), addr(53)));
+    }
+    echo.join().unwrap();
+    let got = per_shard(&server, ustack_obs::Counter::UdpInDatagrams);
+    assert_eq!(got.iter().sum::<u64>(), N as u64, "{got:?}");
+    assert!(
+        got.iter().all(|&n| n > 0),
+        "RSS gave a shard nothing: {got:?}"
     );
 }
