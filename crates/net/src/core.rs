@@ -1275,7 +1275,7 @@ impl Net {
     /// error or hang-up), the caller waits for a wake-up without handing the loop a job,
     /// and a non-blocking call returns `WouldBlock` at once. The readiness is published
     /// before the generation moves, so a wake-up between the two loads is not missed.
-    fn from_any_part<T>(
+    fn on_any_part<T>(
         &self,
         s: &Sock,
         wait: Wait,
@@ -1464,7 +1464,7 @@ impl Net {
         if l.kind != Kind::Listener {
             return Err(errno(EINVAL));
         }
-        self.from_any_part(&l, wait, |part| {
+        self.on_any_part(&l, wait, |part| {
             let shared = self.new_shared(1);
             let adopted = shared.clone();
             let peer = self.op(&l, part, Wait::Never, move |ctx, id| {
@@ -1803,7 +1803,7 @@ impl Net {
     ) -> io::Result<(usize, SocketAddrV4)> {
         let s = self.udp_sock(fd)?;
         let n = buf.len();
-        let (data, from) = self.from_any_part(&s, wait, |part| {
+        let (data, from) = self.on_any_part(&s, wait, |part| {
             self.op(&s, part, Wait::Never, move |ctx, id| {
                 let mut v = vec![0u8; n];
                 let (got, from) = ctx.with_udp(id, |x, rt| x.recv_from(rt, &mut v))?;
