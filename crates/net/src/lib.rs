@@ -87,9 +87,11 @@
 //! one loop thread per link, each with its own runtime. A listener is bound on every shard
 //! (as `SO_REUSEPORT` gives each worker one) and `accept` takes a connection from any; a
 //! connection opened here goes to the shards in turn, from a local port whose replies hash
-//! back to its shard ([`ustack_runtime::rss::pick_local_port`]). A UDP socket lives on
-//! shard 0 only: on a sharded `Net`, datagrams whose 4-tuple hashes elsewhere do not reach
-//! it (use one shard for UDP).
+//! back to its shard ([`ustack_runtime::rss::pick_local_port`]). A UDP socket is bound on
+//! every shard (the port the first one picked) and receives from any; it sends from
+//! shard 0. A link that is itself several queues (an
+//! [`RssSplitter`](ustack_runtime::RssSplitter) over a shm link's far end, steering each
+//! frame by RSS as a NIC does) is one shard.
 
 mod core;
 mod epoll;
