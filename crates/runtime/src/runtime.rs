@@ -742,6 +742,12 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
         &self.poller
     }
 
+    /// How long an idle loop polls before sleeping ([`RuntimeBuilder::busy_poll`]): for a
+    /// loop of another crate that sleeps on its own (ustack-net's loop thread).
+    pub fn busy_poll_time(&self) -> Duration {
+        self.busy_poll
+    }
+
     /// The application changed socket state: this loop has work now (other runtimes on a
     /// shared virtual clock must not jump past it).
     #[inline]
