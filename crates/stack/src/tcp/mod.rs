@@ -29,8 +29,10 @@ pub mod isn;
 pub mod listen;
 pub mod output;
 mod pmtu;
+pub mod recovery;
 pub mod rtt;
 pub mod sack;
+pub(crate) mod sock;
 pub mod state;
 pub mod syncookie;
 pub mod tcb;
@@ -97,11 +99,8 @@ pub(crate) struct Tcp {
     pub(crate) pool: buffer::BufferPool,
     pub(crate) isn: isn::IsnGenerator,
     pub(crate) cookies: syncookie::SynCookies,
-    /// The current second and the challenge ACKs still allowed in it (RFC 5961 §7,
-    /// `tcp_challenge_ack_limit` below INT_MAX; Linux `tcp_challenge_timestamp`/`_count`).
-    pub(crate) challenge: (u64, u32),
-    /// Key of the per-second randomisation of that count (Linux `get_random_u32_inclusive`).
-    pub(crate) challenge_key: crate::secret::SipKey,
+    /// The stack-wide allowance of challenge ACKs (see [`sock::Sock::challenge_ack_allowed`]).
+    pub(crate) challenge: ChallengeAckLimit,
     /// Connections closed by the user and still alive (Linux `tcp_orphan_count`).
     pub(crate) orphans: usize,
     port_hint: u16,
@@ -110,6 +109,20 @@ pub(crate) struct Tcp {
     pub(crate) tx_waiters: std::collections::VecDeque<TcpHandle>,
     /// When the waiters were last woken: at most once per instant (see `tcp_tx_wake`).
     pub(crate) tx_woken: Option<Instant>,
+}
+
+/// The challenge ACKs a stack may still send this second (RFC 5961 §7, when
+/// `tcp_challenge_ack_limit` is below INT_MAX; Linux `tcp_challenge_timestamp` and
+/// `tcp_challenge_count`).
+#[derive(Debug)]
+pub(crate) struct ChallengeAckLimit {
+    /// The second (of the stack's clock) the allowance was drawn for.
+    pub(crate) second: u64,
+    /// Challenge ACKs still allowed in that second.
+    pub(crate) left: u32,
+    /// Key of the per-second randomisation of the allowance (Linux
+    /// `get_random_u32_inclusive`).
+    pub(crate) key: crate::secret::SipKey,
 }
 
 /// Bytes of buffer memory all TCP connections of a stack may hold (Linux `tcp_mem` is in
@@ -131,8 +144,11 @@ impl Tcp {
             pool: buffer::BufferPool::new(POOL_LIMIT),
             isn: isn::IsnGenerator::from_secrets(secrets),
             cookies: syncookie::SynCookies::from_secrets(secrets),
-            challenge: (u64::MAX, 0),
-            challenge_key: secrets.key(b"tcp challenge ack"),
+            challenge: ChallengeAckLimit {
+                second: u64::MAX,
+                left: 0,
+                key: secrets.key(b"tcp challenge ack"),
+            },
             orphans: 0,
             port_hint: PortRange::first_hint(sysctl, secrets.u64(b"tcp port hint")),
             tx_waiters: std::collections::VecDeque::new(),
@@ -705,8 +721,8 @@ impl Stack {
             recv_q: t.rcvbuf.readable(),
             send_q: t.sndbuf.len(),
             mss: t.mss,
-            cwnd: t.cs.cwnd,
-            ssthresh: t.cs.ssthresh,
+            cwnd: t.congestion.cwnd,
+            ssthresh: t.congestion.ssthresh,
             srtt: t.rtt.srtt(),
             rto: t.rtt.rto(),
             snd_wnd: t.snd.wnd,
@@ -743,29 +759,6 @@ impl Stack {
         {
             self.mib.dec(Counter::TcpCurrEstab);
         }
-    }
-
-    /// Move a connection to `new`, keeping CurrEstab right (RFC 4022: ESTABLISHED and
-    /// CLOSE-WAIT count).
-    pub(crate) fn tcp_set_state(&mut self, h: TcpHandle, new: State) {
-        let Some(tcb) = self.tcp.get_mut(h) else {
-            return;
-        };
-        let old = tcb.state;
-        tcb.state = new;
-        match (old.counts_as_established(), new.counts_as_established()) {
-            (false, true) => self.mib.inc(Counter::TcpCurrEstab),
-            (true, false) => self.mib.dec(Counter::TcpCurrEstab),
-            _ => {}
-        }
-        // Linux tcp_set_state: "case TCP_CLOSE: if (oldstate == TCP_CLOSE_WAIT ||
-        // oldstate == TCP_ESTABLISHED) TCP_INC_STATS(net, TCP_MIB_ESTABRESETS)" (RFC 1213
-        // tcpEstabResets: direct transitions to CLOSED from ESTABLISHED or CLOSE-WAIT).
-        if new == State::Closed && old.counts_as_established() {
-            self.mib.inc(Counter::TcpEstabResets);
-        }
-        // Readiness: a state change may change anything (Linux sk_state_change).
-        self.ready.mark(SocketKey::Tcp(h), Readiness::ALL);
     }
 }
 

@@ -15,8 +15,9 @@ use super::isn::ts_clock;
 use super::listen::{RequestSock, TIMEOUT_INIT};
 use super::rtt::RttEstimator;
 use super::sack::{RtxQueue, SegFlags};
+use super::sock::Sock;
 use super::tcb::{FourTuple, RecvSeq, SendSeq, Tcb, TcbFlags, Timers};
-use super::{State, TcpHandle, TimerKey};
+use super::{State, TcpHandle};
 use crate::{Stack, Sysctl};
 
 /// The window a SYN or SYN-ACK offers: unscaled there, so at most 65,535
@@ -80,7 +81,7 @@ impl Stack {
         iss: SeqNumber,
     ) -> Tcb {
         let adv_mss = (self.mtu - 40).min(u16::MAX as usize) as u16;
-        let mut cs = CcState {
+        let mut congestion = CcState {
             cwnd: 10,
             ssthresh: u32::MAX,
             cwnd_cnt: 0,
@@ -94,7 +95,7 @@ impl Stack {
             Cc::by_name("cubic")
         }
         .expect("built-in congestion control");
-        cc.init(&mut cs);
+        cc.init(&mut congestion);
         Tcb {
             state,
             tuple,
@@ -121,11 +122,11 @@ impl Stack {
                 .ts_offset(*tuple.local.ip(), *tuple.remote.ip()),
             rtt: RttEstimator::new(RTO_MIN, RTO_MAX),
             cc,
-            cs,
+            congestion,
             ca_state: CaState::Open,
             high_seq: iss,
             dupacks: 0,
-            lr: super::tcb::LossRecovery::new(),
+            recovery: super::tcb::LossRecovery::new(),
             probes: 0,
             quick_acks: QUICK_ACKS,
             rtx: RtxQueue::new(),
@@ -193,7 +194,7 @@ impl Stack {
             mss = mss.saturating_sub(12).max(floor);
         }
         tcb.mss = mss;
-        tcb.cs.mss = u32::from(mss);
+        tcb.congestion.mss = u32::from(mss);
     }
 
     /// The options our SYN or SYN-ACK carries.
@@ -581,13 +582,13 @@ impl Stack {
     /// cwnd is PRR's (RFC 6937).
     pub(crate) fn tcp_output(&mut self, now: Instant, h: TcpHandle) {
         // Retransmissions found lost again go first (see `tcp_find_lost_retrans`).
-        if self.tcp.get(h).is_some_and(|t| t.lr.lost_retrans > 0) {
+        if self.tcp.get(h).is_some_and(|t| t.recovery.lost_retrans > 0) {
             self.tcp_resend_lost_retrans(now, h);
         }
         // Then lost segments (RFC 6675 §5 NextSeg rule 1; also after an RTO).
         loop {
             let Some(tcb) = self.tcp.get(h) else { return };
-            if tcb.in_flight() >= tcb.cs.cwnd {
+            if tcb.in_flight() >= tcb.congestion.cwnd {
                 break;
             }
             let Some((start, end)) = tcb.rtx.next_to_retransmit() else {
@@ -644,7 +645,7 @@ impl Stack {
             if unsent == 0 && !fin_pending {
                 break;
             }
-            if tcb.in_flight() >= tcb.cs.cwnd && !probe {
+            if tcb.in_flight() >= tcb.congestion.cwnd && !probe {
                 break;
             }
             if tcb.rtx.len() >= rtx_record_cap(tcb.sndbuf_limit) {
@@ -717,7 +718,7 @@ impl Stack {
             }
             if matches!(tcb.ca_state, CaState::Recovery | CaState::Cwr) {
                 // RFC 6937: "On any data transmission or retransmission: prr_out += ...".
-                tcb.lr.prr_out += 1;
+                tcb.recovery.prr_out += 1;
             }
             if fin {
                 tcb.flags.set(TcbFlags::FIN_SENT);
@@ -740,32 +741,8 @@ impl Stack {
         h: TcpHandle,
         advancing: bool,
     ) -> bool {
-        let Some(tcb) = self.tcp.get_mut(h) else {
-            return false;
-        };
-        let packets_out = tcb.rtx.packets_out();
-        if packets_out == 0
-            || !tcb.flags.has(TcbFlags::SACK_OK)
-            || !matches!(tcb.ca_state, CaState::Open | CaState::Cwr)
-            || !matches!(tcb.state, State::Established | State::CloseWait)
-        {
-            return false;
-        }
-        let pto = match tcb.rtt.srtt() {
-            Some(srtt) if packets_out == 1 => 2 * srtt + DELACK_MAX,
-            Some(srtt) => 2 * srtt + Duration::from_millis(2),
-            None => TIMEOUT_INIT,
-        }
-        .max(TLP_MIN_TIMEOUT);
-        let rto_at = if advancing {
-            now + tcb.rtt.rto()
-        } else {
-            tcb.rtx.front().map_or(now, |s| s.sent_at) + tcb.rtt.rto()
-        };
-        tcb.timers.retransmit = (now + pto).min(rto_at).max(now);
-        tcb.timers.loss_probe = true;
-        self.tcp_arm(h);
-        true
+        self.tcp_sock(h)
+            .is_some_and(|mut sk| sk.tcp_schedule_loss_probe(now, advancing))
     }
 
     /// The loss probe timer fired (RFC 8985 §7.3; Linux `tcp_send_loss_probe`): send one
@@ -774,7 +751,7 @@ impl Stack {
     /// per tail (TCPLossProbes). The RTO is armed from now.
     pub(crate) fn tcp_send_loss_probe(&mut self, now: Instant, h: TcpHandle) {
         let Some(tcb) = self.tcp.get(h) else { return };
-        if tcb.lr.tlp_high_seq.is_none() {
+        if tcb.recovery.tlp_high_seq.is_none() {
             let mut probed = self.tcp_write_xmit(now, h, true) > 0;
             let mut retrans = false;
             if !probed {
@@ -794,9 +771,9 @@ impl Stack {
             if probed {
                 self.mib.inc(Counter::TcpExtTCPLossProbes);
                 if let Some(tcb) = self.tcp.get_mut(h) {
-                    tcb.lr.tlp_high_seq = Some(tcb.snd.nxt);
-                    tcb.lr.tlp_retrans = retrans;
-                    tcb.lr.tlp_sent_at = now;
+                    tcb.recovery.tlp_high_seq = Some(tcb.snd.nxt);
+                    tcb.recovery.tlp_retrans = retrans;
+                    tcb.recovery.tlp_sent_at = now;
                 }
             }
         }
@@ -874,17 +851,17 @@ impl Stack {
             });
         }
         tcb.rtx.mark_retransmitted(start, now);
-        let lr = &mut tcb.lr;
+        let rec = &mut tcb.recovery;
         if matches!(tcb.ca_state, CaState::Recovery | CaState::Cwr) {
-            lr.prr_out += 1;
+            rec.prr_out += 1;
         }
         // Linux tcp_retransmit_skb: "Save stamp of the first (attempted) retransmit", and
         // count it for a D-SACK undo.
-        if lr.retrans_stamp == 0 {
-            lr.retrans_stamp = ts_clock(now).max(1);
+        if rec.retrans_stamp == 0 {
+            rec.retrans_stamp = ts_clock(now).max(1);
         }
-        lr.undo_retrans = lr.undo_retrans.max(0) + 1;
-        lr.retrans_low = lr.retrans_low.min(now);
+        rec.undo_retrans = rec.undo_retrans.max(0) + 1;
+        rec.retrans_low = rec.retrans_low.min(now);
         // Linux tcp_xmit_retransmit_queue restarts the retransmission timer when it
         // resends the head, so that a timeout waits a full RTO for this copy.
         if start == tcb.snd.una && !matches!(tcb.state, State::SynSent | State::SynReceived) {
@@ -902,7 +879,7 @@ impl Stack {
         const BATCH: usize = 16;
         loop {
             let Some(tcb) = self.tcp.get(h) else { return };
-            if tcb.in_flight() >= tcb.cs.cwnd {
+            if tcb.in_flight() >= tcb.congestion.cwnd {
                 return;
             }
             let mut batch = [(SeqNumber(0), SeqNumber(0)); BATCH];
@@ -925,8 +902,10 @@ impl Stack {
                 let Some(tcb) = self.tcp.get_mut(h) else {
                     return;
                 };
-                tcb.lr.lost_retrans = found - sent;
-                if tcb.in_flight() >= tcb.cs.cwnd || !self.tcp_retransmit(now, h, start, end) {
+                tcb.recovery.lost_retrans = found - sent;
+                if tcb.in_flight() >= tcb.congestion.cwnd
+                    || !self.tcp_retransmit(now, h, start, end)
+                {
                     return;
                 }
                 sent += 1;
@@ -934,7 +913,7 @@ impl Stack {
             let Some(tcb) = self.tcp.get_mut(h) else {
                 return;
             };
-            tcb.lr.lost_retrans = found - sent;
+            tcb.recovery.lost_retrans = found - sent;
             if n < BATCH {
                 return;
             }
@@ -1000,22 +979,6 @@ impl Stack {
             }
         }
     }
-
-    /// Make sure the stack's timer queue will wake this connection at its earliest
-    /// deadline (lazy cancel: a later deadline leaves the earlier entry, which finds
-    /// nothing due and re-arms).
-    pub(crate) fn tcp_arm(&mut self, h: TcpHandle) {
-        let Some(tcb) = self.tcp.get_mut(h) else {
-            return;
-        };
-        let earliest = tcb.timers.earliest();
-        if earliest < tcb.timers.queued {
-            tcb.timers.queued = earliest;
-            self.tcp
-                .timers
-                .push(core::cmp::Reverse((earliest, TimerKey::Conn(h))));
-        }
-    }
 }
 
 /// Linux `tcp_bound_to_half_wnd` (applied by `tcp_sync_mss`): "When peer uses tiny
@@ -1067,4 +1030,35 @@ pub(crate) fn rtx_record_cap(sndbuf: u32) -> usize {
     const BYTES_PER_RECORD: usize = 512;
     const MIN_RECORDS: usize = 128;
     (sndbuf as usize / BYTES_PER_RECORD).max(MIN_RECORDS)
+}
+
+impl Sock<'_> {
+    /// Arm a tail loss probe instead of the RTO, if one may be sent (see
+    /// [`Stack::tcp_schedule_loss_probe`]); returns whether it was armed.
+    pub(crate) fn tcp_schedule_loss_probe(&mut self, now: Instant, advancing: bool) -> bool {
+        let tcb = &mut *self.tcb;
+        let packets_out = tcb.rtx.packets_out();
+        if packets_out == 0
+            || !tcb.flags.has(TcbFlags::SACK_OK)
+            || !matches!(tcb.ca_state, CaState::Open | CaState::Cwr)
+            || !matches!(tcb.state, State::Established | State::CloseWait)
+        {
+            return false;
+        }
+        let pto = match tcb.rtt.srtt() {
+            Some(srtt) if packets_out == 1 => 2 * srtt + DELACK_MAX,
+            Some(srtt) => 2 * srtt + Duration::from_millis(2),
+            None => TIMEOUT_INIT,
+        }
+        .max(TLP_MIN_TIMEOUT);
+        let rto_at = if advancing {
+            now + tcb.rtt.rto()
+        } else {
+            tcb.rtx.front().map_or(now, |s| s.sent_at) + tcb.rtt.rto()
+        };
+        tcb.timers.retransmit = (now + pto).min(rto_at).max(now);
+        tcb.timers.loss_probe = true;
+        self.arm();
+        true
+    }
 }

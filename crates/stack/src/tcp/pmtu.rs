@@ -83,7 +83,7 @@ impl Stack {
         };
         let mss = mss.min(usize::from(tcb.mss)) as u16;
         tcb.mss = mss;
-        tcb.cs.mss = u32::from(mss);
+        tcb.congestion.mss = u32::from(mss);
     }
 
     /// Linux `tcp_simple_retransmit`: the segments too large for the new MSS were
@@ -101,9 +101,9 @@ impl Stack {
         }
         if tcb.ca_state != CaState::Loss {
             tcb.high_seq = tcb.snd.nxt;
-            tcb.cs.ssthresh = tcb.current_ssthresh();
-            tcb.lr.prior_ssthresh = 0;
-            tcb.lr.undo_marker = None;
+            tcb.congestion.ssthresh = tcb.current_ssthresh();
+            tcb.recovery.prior_ssthresh = 0;
+            tcb.recovery.undo_marker = None;
             tcb.set_ca_state(CaState::Loss);
         }
         self.tcp_output(now, h);

@@ -184,16 +184,20 @@ pub struct Tcb {
     /// Added to our timestamp clock in every TSval (Linux `tsoffset`, RFC 7323 §5.4).
     pub ts_offset: u32,
     pub rtt: RttEstimator,
+    /// The congestion control algorithm (Linux `icsk_ca_ops` and its private state).
     pub cc: Cc,
-    pub cs: CcState,
+    /// The congestion window and what the algorithm reads beside it: cwnd, ssthresh, the
+    /// segments in flight (Linux `snd_cwnd`, `snd_ssthresh`, `snd_cwnd_cnt`).
+    pub congestion: CcState,
     pub ca_state: CaState,
     /// Recovery point: snd_nxt when loss recovery began (RFC 6582 "recover", Linux `high_seq`).
     pub high_seq: SeqNumber,
     /// Duplicate ACKs counted while SACK is off (RFC 5681 §3.2): Linux's `sacked_out` for
     /// a Reno connection, each standing for one segment that left the network.
     pub dupacks: u32,
-    /// Loss-recovery bookkeeping: PRR, undo, reordering, lost retransmissions.
-    pub lr: LossRecovery,
+    /// Loss-recovery bookkeeping: PRR, undo, reordering, RACK, tail loss probes, lost
+    /// retransmissions (see [`super::recovery`]).
+    pub recovery: LossRecovery,
     /// Zero-window probes sent without a reply (Linux `icsk_probes_out`), and keepalive
     /// probes likewise.
     pub probes: u8,
@@ -315,7 +319,7 @@ impl Tcb {
         };
         self.rtx
             .in_flight()
-            .saturating_sub(reno_sacked + self.lr.lost_retrans)
+            .saturating_sub(reno_sacked + self.recovery.lost_retrans)
     }
 
     /// How CUBIC's HyStart ended slow start, if it did (None for Reno).
@@ -405,7 +409,7 @@ impl Tcb {
     /// Change the loss-recovery state, telling the congestion control (Linux
     /// `tcp_set_ca_state`).
     pub fn set_ca_state(&mut self, new: CaState) {
-        self.cc.set_state(&mut self.cs, new);
+        self.cc.set_state(&mut self.congestion, new);
         self.ca_state = new;
     }
 
@@ -413,11 +417,11 @@ impl Tcb {
     /// reduction at least 3/4 of cwnd.
     pub fn current_ssthresh(&self) -> u32 {
         if matches!(self.ca_state, CaState::Cwr | CaState::Recovery) {
-            self.cs.ssthresh
+            self.congestion.ssthresh
         } else {
-            self.cs
+            self.congestion
                 .ssthresh
-                .max((self.cs.cwnd >> 1) + (self.cs.cwnd >> 2))
+                .max((self.congestion.cwnd >> 1) + (self.congestion.cwnd >> 2))
         }
     }
 
@@ -436,8 +440,8 @@ impl Tcb {
     fn rack_sent_before(&self, sent_at: Instant, end: SeqNumber, horizon: Instant) -> bool {
         sent_at < horizon
             || (sent_at == horizon
-                && horizon == self.lr.rack_xmit_ts
-                && end.before(self.lr.rack_end_seq))
+                && horizon == self.recovery.rack_xmit_ts
+                && end.before(self.recovery.rack_end_seq))
     }
 
     /// RFC 8985 §6.2 outside recovery: the first unacknowledged segment (never
@@ -451,18 +455,18 @@ impl Tcb {
         if head
             .flags
             .intersects(SegFlags::SACKED | SegFlags::LOST | SegFlags::EVER_RETRANS)
-            || self.lr.rack_xmit_ts == Instant::ZERO
+            || self.recovery.rack_xmit_ts == Instant::ZERO
         {
             return false;
         }
-        let reo_wnd = if self.lr.reord_seen {
+        let reo_wnd = if self.recovery.reord_seen {
             self.rtt.srtt()
         } else {
             self.rtt.min_rtt().map(|r| r / 4)
         }
         .unwrap_or_default();
         let horizon = Instant::from_nanos(
-            self.lr
+            self.recovery
                 .rack_xmit_ts
                 .as_nanos()
                 .saturating_sub(reo_wnd.as_nanos() as u64),
@@ -474,16 +478,16 @@ impl Tcb {
     /// delivered: `RACK.xmit_ts` less the reordering window (RFC 8985 §6.2: `reo_wnd` is
     /// 0 while no reordering was seen, else min_rtt / 4).
     pub fn lost_retrans_horizon(&self) -> Instant {
-        let reo_wnd = if self.lr.reord_seen {
+        let reo_wnd = if self.recovery.reord_seen {
             self.rtt.min_rtt().unwrap_or_default() / 4
         } else {
             core::time::Duration::ZERO
         };
-        if self.lr.rack_xmit_ts == Instant::ZERO {
+        if self.recovery.rack_xmit_ts == Instant::ZERO {
             return Instant::ZERO;
         }
         Instant::from_nanos(
-            self.lr
+            self.recovery
                 .rack_xmit_ts
                 .as_nanos()
                 .saturating_sub(reo_wnd.as_nanos() as u64),

@@ -18,13 +18,11 @@ use ustack_wire::{SeqNumber, tcp};
 
 use super::cc::{CaEvent, CaState, CongestionControl};
 use super::isn::ts_clock;
+use super::recovery::DUP_THRESH;
 use super::tcb::{FourTuple, TcbFlags};
 use super::{State, TcpHandle, TimerKey};
 use crate::secret::KeyedState;
 use crate::{Error, Stack};
-
-/// Linux `tcp_reordering`: DupThresh.
-const DUP_THRESH: u32 = 3;
 
 /// 2*MSL as Linux has it (`TCP_TIMEWAIT_LEN`, 60 s); RFC 9293 §3.4.2 suggests MSL = 2 min.
 pub(crate) const TIMEWAIT_LEN: Duration = Duration::from_secs(60);
@@ -444,37 +442,37 @@ impl Stack {
         let Some(tcb) = self.tcp.get_mut(h) else {
             return;
         };
-        tcb.lr.lost_retrans = 0;
-        tcb.lr.retrans_low = Instant::FAR_FUTURE;
+        tcb.recovery.lost_retrans = 0;
+        tcb.recovery.retrans_low = Instant::FAR_FUTURE;
         if matches!(prior_state, CaState::Open | CaState::Disorder)
             || !tcb.high_seq.after(tcb.snd.una)
             || (prior_state == CaState::Loss && tcb.rtt.backoffs() == 0)
         {
-            tcb.lr.prior_ssthresh = tcb.current_ssthresh();
-            tcb.lr.prior_cwnd = tcb.cs.cwnd;
-            tcb.cs.in_flight = prior_in_flight;
-            tcb.cs.ssthresh = tcb.cc.ssthresh(&tcb.cs);
-            tcb.cc.cwnd_event(&mut tcb.cs, now, CaEvent::Loss);
+            tcb.recovery.prior_ssthresh = tcb.current_ssthresh();
+            tcb.recovery.prior_cwnd = tcb.congestion.cwnd;
+            tcb.congestion.in_flight = prior_in_flight;
+            tcb.congestion.ssthresh = tcb.cc.ssthresh(&tcb.congestion);
+            tcb.cc.cwnd_event(&mut tcb.congestion, now, CaEvent::Loss);
             // Linux tcp_init_undo.
-            tcb.lr.undo_marker = Some(tcb.snd.una);
-            tcb.lr.undo_retrans = match tcb.rtx.retrans_out() {
+            tcb.recovery.undo_marker = Some(tcb.snd.una);
+            tcb.recovery.undo_retrans = match tcb.rtx.retrans_out() {
                 0 => -1,
                 n => n as i32,
             };
         }
-        tcb.cs.cwnd = tcb.in_flight() + 1;
-        tcb.cs.cwnd_cnt = 0;
+        tcb.congestion.cwnd = tcb.in_flight() + 1;
+        tcb.congestion.cwnd_cnt = 0;
         // Linux: "Timeout in disordered state after receiving substantial DUPACKs suggests
         // that the degree of reordering is over-estimated."
         if matches!(prior_state, CaState::Open | CaState::Disorder)
             && tcb.rtx.sacked_out() >= DUP_THRESH
         {
-            tcb.lr.reordering = tcb.lr.reordering.min(DUP_THRESH);
+            tcb.recovery.reordering = tcb.recovery.reordering.min(DUP_THRESH);
         }
         tcb.set_ca_state(CaState::Loss);
         tcb.high_seq = tcb.snd.nxt;
         tcb.dupacks = 0;
-        tcb.lr.tlp_high_seq = None;
+        tcb.recovery.tlp_high_seq = None;
     }
 
     /// The zero-window probe (RFC 9293 §3.8.6.1 "the sending TCP ... MUST regularly
