@@ -203,7 +203,7 @@ impl Stack {
         let tcb = &mut *sk.tcb;
         tcb.error = error;
         tcb.sndbuf.clear(sk.pool);
-        tcb.rtx = super::sack::RtxQueue::new();
+        tcb.rtx = super::scoreboard::RtxQueue::new();
         tcb.timers = super::tcb::Timers::NONE;
         let tuple = tcb.tuple;
         self.tcp.ehash.remove(&tuple);
@@ -904,7 +904,7 @@ impl Sock<'_> {
     }
 
     /// Cut the receiver's SACK blocks to what the out-of-order queue holds, after the
-    /// buffer refused or pruned data (see [`super::tcb::RxSack::retain_held`]).
+    /// buffer refused or pruned data (see [`super::sack_blocks::RxSack::retain_held`]).
     fn tcp_sack_retain_held(&mut self) {
         /// Extents looked at: blocks beyond the 64th hole are dropped, never invented.
         const MAX_EXTENTS: usize = 64;

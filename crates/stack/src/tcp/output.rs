@@ -14,7 +14,7 @@ use super::cc::{CaState, Cc, CcState, CongestionControl};
 use super::isn::ts_clock;
 use super::listen::{RequestSock, TIMEOUT_INIT};
 use super::rtt::RttEstimator;
-use super::sack::{RtxQueue, SegFlags};
+use super::scoreboard::{RtxQueue, SegFlags};
 use super::sock::Sock;
 use super::tcb::{FourTuple, RecvSeq, SendSeq, Tcb, TcbFlags, Timers};
 use super::{State, TcpHandle};
@@ -138,7 +138,7 @@ impl Stack {
             last_activity: now,
             last_oow_ack: 0,
             error: None,
-            rx_sack: super::tcb::RxSack::default(),
+            rx_sack: super::sack_blocks::RxSack::default(),
             snd_sml: iss,
             rcv_space: super::tcb::RcvSpace::new(),
         }
@@ -1022,7 +1022,7 @@ impl Tcb {
 /// may hold: one per 512 bytes of the buffer, at least 128. Each record costs 24 bytes, so
 /// the queue's own memory stays under 5% of the buffer (plus 3 KB), however small the
 /// peer makes our segments or however its SACK blocks fall: a record is never split
-/// ([`super::sack`]). Full-size segments (and the 536-byte default MSS) never reach the
+/// ([`super::scoreboard`]). Full-size segments (and the 536-byte default MSS) never reach the
 /// cap, since the buffer bounds the bytes queued. Linux bounds the same thing by charging
 /// each skb's truesize to `sk_wmem_queued` and by refusing `tcp_fragment` when the queue
 /// is far over `sk_sndbuf` (CVE-2019-11478/11479, counted TCPWqueueTooBig, as here).

@@ -14,7 +14,7 @@ use ustack_wire::SeqNumber;
 
 use super::cc::{CaEvent, CaState, CongestionControl, TCP_INFINITE_SSTHRESH};
 use super::input::AckEvent;
-use super::sack::SegFlags;
+use super::scoreboard::SegFlags;
 use super::sock::Sock;
 use super::tcb::{Tcb, TcbFlags};
 
