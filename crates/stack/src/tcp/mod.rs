@@ -6,38 +6,49 @@
 //! RFC 2018 and RFC 6675 (SACK), RFC 7323 (window scale, timestamps, PAWS), RFC 5961
 //! (blind in-window attacks), RFC 6528 (ISNs), RFC 9438 (CUBIC).
 //!
+//! What a user of the crate sees: the calls on [`Stack`] named `tcp_*` (listen, accept,
+//! connect, send, recv, shutdown, close, socket options), the handles [`TcpHandle`] and
+//! [`ListenerHandle`], [`State`], [`TcpInfo`] (`ss -i`), [`TcpResources`] (what TCP holds),
+//! the constants [`BUFFER_CHUNK`] and [`TCB_BYTES`] for memory accounting, and the
+//! counters in [`crate::Mib`]. Everything else here is the crate's own.
+//!
 //! Where the pieces are, after Linux's files:
 //!
 //! | module | Linux |
 //! |---|---|
-//! | `input` (segment arrival, per state) | `tcp_ipv4.c` `tcp_v4_rcv`, `tcp_input.c` `tcp_rcv_state_process`, `tcp_rcv_established` |
+//! | `input` (segment arrival, per state; the ACK; data into the receive buffer) | `tcp_ipv4.c` `tcp_v4_rcv`, `tcp_input.c` `tcp_rcv_state_process`, `tcp_ack`, `tcp_data_queue` |
+//! | `recovery` (loss detection, fast recovery, PRR, undo, tail loss probe outcome) | `tcp_recovery.c`, the recovery half of `tcp_input.c` (`tcp_fastretrans_alert`, `tcp_try_undo_*`) |
+//! | `sock` (a connection borrowed with what its processing touches) | `struct sock *sk` |
 //! | `output` (segments, windows, Nagle) | `tcp_output.c` |
 //! | `listen` (SYN queue, accept queue, cookies) | `tcp_input.c` `tcp_conn_request`, `tcp_minisocks.c` `tcp_check_req` |
 //! | `timer` (RTO, delayed ACK, keepalive, TIME-WAIT) | `tcp_timer.c`, `inet_timewait_sock.c` |
 //! | `tcb`, `state` | `include/linux/tcp.h` `tcp_sock` |
-//! | `rtt`, `cc`, `sack`, `isn`, `syncookie`, `buffer` | `tcp_input.c`, `tcp_cong.c`/`tcp_cubic.c`, `secure_seq.c`, `syncookies.c` |
+//! | `scoreboard` (the sender's retransmission queue and SACK tags) | `tcp_input.c` `tcp_sacktag_write_queue`, `tcp_clean_rtx_queue` |
+//! | `sack_blocks` (the receiver's SACK blocks) | `tcp_input.c` `tcp_sack_new_ofo_skb`, `tcp_dsack_set` |
+//! | `buffer` (`pool`, `send`, `recv` with the out-of-order queue) | `sk_buff` queues, `tcp_data_queue_ofo`, `tcp_prune_queue`, `tcp_mem` |
+//! | `rtt`, `cc`, `isn`, `syncookie`, `pmtu` | `tcp_input.c` `tcp_rtt_estimator`, `tcp_cong.c`/`tcp_cubic.c`, `secure_seq.c`, `syncookies.c`, `tcp_timer.c` `tcp_mtu_probing` |
 //!
 //! Call graph of one segment: `Stack::ip_local_deliver` -> `tcp_input` -> lookup
 //! (established table, TIME-WAIT records, SYN queue, listeners) -> `conn_input` /
 //! `timewait_input` / `request_input` / `listen_input` -> `tcp_output` for whatever the
 //! segment made sendable (data, ACKs).
 
-pub mod buffer;
-pub mod cc;
-pub mod input;
-pub mod isn;
-pub mod listen;
-pub mod output;
-mod pmtu;
-pub mod recovery;
-pub mod rtt;
-pub mod sack_blocks;
-pub mod scoreboard;
+pub(crate) mod buffer;
+pub(crate) mod cc;
+pub(crate) mod input;
+pub(crate) mod isn;
+pub(crate) mod listen;
+pub(crate) mod output;
+pub(crate) mod pmtu;
+pub(crate) mod recovery;
+pub(crate) mod rtt;
+pub(crate) mod sack_blocks;
+pub(crate) mod scoreboard;
 pub(crate) mod sock;
-pub mod state;
-pub mod syncookie;
-pub mod tcb;
-pub mod timer;
+pub(crate) mod state;
+pub(crate) mod syncookie;
+pub(crate) mod tcb;
+pub(crate) mod timer;
 
 use core::net::SocketAddrV4;
 use std::collections::{BinaryHeap, VecDeque};
@@ -52,8 +63,17 @@ use crate::socket::{Readiness, SocketKey};
 use crate::sysctl::PortRange;
 use crate::{Error, Stack, Sysctl};
 pub use state::State;
-pub use tcb::FourTuple;
+pub(crate) use tcb::FourTuple;
 use tcb::Tcb;
+
+/// Bytes per chunk of a stack's socket-buffer pool: send and receive buffers take memory
+/// in these units, so a buffer holding `n` bytes costs up to `n` rounded up to a chunk,
+/// plus one chunk at each unaligned end.
+pub const BUFFER_CHUNK: usize = buffer::CHUNK;
+
+/// Bytes of one connection's record (its TCB) in a stack's connection slab, what
+/// `inspect::MemoryUsage`'s `tcb` kind counts per connection (plus a slot's generation).
+pub const TCB_BYTES: usize = core::mem::size_of::<Tcb>();
 
 /// A TCP connection's handle: slot index and generation, so a stale handle never reaches
 /// a connection that reused the slot.
@@ -286,29 +306,47 @@ pub(crate) fn tw_reuse_iss(tw: &timer::TimeWait) -> SeqNumber {
     }
 }
 
-/// A snapshot of one connection, like `ss -tmi` shows it.
+/// A snapshot of one connection, like `ss -tmi` shows it (Linux `struct tcp_info`), from
+/// [`Stack::tcp_info`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct TcpInfo {
+    /// The RFC 9293 state.
     pub state: State,
+    /// Our address and port.
     pub local: SocketAddrV4,
+    /// The peer's address and port.
     pub remote: SocketAddrV4,
     /// Bytes received and not yet read (ss Recv-Q).
     pub recv_q: usize,
     /// Bytes written and not yet acknowledged (ss Send-Q).
     pub send_q: usize,
+    /// The payload bytes a segment carries (Linux `tcpi_snd_mss`: the peer's MSS option,
+    /// capped by our MTU, less the timestamp option when in use).
     pub mss: u16,
+    /// The congestion window, in segments (`tcpi_snd_cwnd`).
     pub cwnd: u32,
+    /// The slow-start threshold, in segments (`tcpi_snd_ssthresh`; `u32::MAX` until the
+    /// first loss).
     pub ssthresh: u32,
+    /// The smoothed round-trip time (RFC 6298 SRTT; `None` before the first sample).
     pub srtt: Option<core::time::Duration>,
+    /// The retransmission timeout now, backoff included (`tcpi_rto`).
     pub rto: core::time::Duration,
+    /// The peer's window, scaled, in bytes (SND.WND).
     pub snd_wnd: u32,
+    /// The window we last advertised, scaled, in bytes (RCV.WND).
     pub rcv_wnd: u32,
+    /// Consecutive retransmission timeouts without progress (`tcpi_retransmits`).
     pub retransmits: u8,
     /// Segments sent and not yet acknowledged, i.e. retransmission-queue records (Linux
     /// `tcpi_unacked`, `packets_out`).
     pub unacked: u32,
+    /// SACK is in use (both SYNs carried SACK-permitted, RFC 2018 §2).
     pub sack: bool,
+    /// Timestamps are in use (RFC 7323 §3.2).
     pub timestamps: bool,
+    /// Window scaling, if in use: `(theirs, ours)`, the shifts applied to the windows the
+    /// peer sends and to those we send (RFC 7323 §2.2; `ss`'s `wscale:snd,rcv`).
     pub wscale: Option<(u8, u8)>,
 }
 
@@ -776,13 +814,20 @@ fn sockbuf_size(bytes: usize, max: u64, min_size: usize) -> u32 {
     (val * 2).max(min_size as u64) as u32
 }
 
-/// What TCP holds, for leak checks and `ustack stat --memory`.
+/// What TCP holds, for leak checks and `ustack stat --memory`, from
+/// [`Stack::tcp_resources`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct TcpResources {
+    /// Connections in any state but LISTEN and TIME-WAIT.
     pub connections: usize,
+    /// TIME-WAIT records.
     pub timewait: usize,
+    /// SYN-queue requests (half-open connections of listeners).
     pub requests: usize,
+    /// Socket-buffer bytes in use, in whole chunks of [`BUFFER_CHUNK`].
     pub buffer_bytes: usize,
+    /// Entries in the connection timer queue (one per armed connection or request, plus
+    /// entries cancelled lazily and not yet reached).
     pub timers: usize,
     /// Entries in the TIME-WAIT expiry queue (one per record, plus records removed early).
     pub timewait_queue: usize,

@@ -75,6 +75,7 @@ pub const TCP_RTO_MAX: Duration = Duration::from_secs(120);
 
 /// The largest RTT sample used; longer samples are clamped to it (`8 * SRTT` in
 /// microseconds must fit in 32 bits, as Linux's `srtt_us`).
+#[cfg(test)]
 pub const MAX_SAMPLE: Duration = Duration::from_micros(MAX_SAMPLE_US as u64);
 
 const MAX_SAMPLE_US: u32 = u32::MAX >> 3;
@@ -179,6 +180,7 @@ impl RttEstimator {
     /// The RTO without backoff (Linux `icsk_rto` as `tcp_set_rto` leaves it):
     /// `SRTT + max(4 * RTTVAR, rto_min)` capped at `rto_max`; before any sample 1 s, or 3 s
     /// after [`use_fallback_rto`](Self::use_fallback_rto).
+    #[cfg(test)]
     pub fn base_rto(&self) -> Duration {
         Duration::from_micros(self.base_rto_us())
     }
@@ -227,6 +229,7 @@ impl RttEstimator {
     /// 3 seconds when data transmission begins (i.e., after the three-way handshake
     /// completes)." As Linux's `tcp_init_metrics`, this applies only while no RTT sample
     /// exists (a retransmitted SYN gives none, by Karn); it does nothing otherwise.
+    #[cfg(test)]
     pub fn use_fallback_rto(&mut self) {
         if self.srtt8_us == 0 {
             self.fallback = true;
@@ -241,6 +244,7 @@ impl RttEstimator {
 
     /// The RTT variation, RTTVAR (zero before the first sample). The RTO uses
     /// `max(4 * RTTVAR, rto_min)`.
+    #[cfg(test)]
     pub fn rttvar(&self) -> Duration {
         // mdev4_us is 4 * RTTVAR in µs: units of 250 ns.
         Duration::from_nanos(u64::from(self.mdev4_us) * 250)

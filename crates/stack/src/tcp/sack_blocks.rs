@@ -2,13 +2,10 @@
 //! ([RFC 2018 §4](https://www.rfc-editor.org/rfc/rfc2018#section-4), D-SACK
 //! [RFC 2883 §4](https://www.rfc-editor.org/rfc/rfc2883#section-4)). [`RxSack`] is what a
 //! connection keeps, Linux's way (`tcp_sack_new_ofo_skb`, `tcp_sack_remove`,
-//! `tcp_dsack_set`); [`receiver_blocks`] chooses blocks from the out-of-order ranges
-//! alone, for a receiver that keeps no history. The sender's side, the scoreboard the
-//! blocks update, is in [`super::scoreboard`].
+//! `tcp_dsack_set`). The sender's side, the scoreboard the blocks update, is in
+//! [`super::scoreboard`].
 
 use ustack_wire::SeqNumber;
-
-use super::scoreboard::MAX_SACK_BLOCKS;
 
 /// Most SACK blocks a receiver remembers (Linux `TCP_NUM_SACKS`).
 pub const NUM_SACKS: usize = 4;
@@ -156,89 +153,9 @@ impl RxSack {
     }
 }
 
-/// The SACK blocks to advertise ([RFC 2018 §4](https://www.rfc-editor.org/rfc/rfc2018#section-4),
-/// [RFC 2883 §4](https://www.rfc-editor.org/rfc/rfc2883#section-4)), given the
-/// out-of-order ranges held (sorted, disjoint), the range of the segment that just arrived
-/// and a duplicate range to report. At most `max` blocks (4, or 3 next to timestamps),
-/// returned with their count:
-///
-/// 1. The D-SACK block, if any: "If a D-SACK block is reported, it MUST be the first
-///    block", then the out-of-order range holding it: "If the D-SACK block reports a
-///    duplicate contiguous sequence from a (possibly larger) block of data in the
-///    receiver's data queue above the cumulative acknowledgement, then the second SACK
-///    block in that SACK option should specify that (possibly larger) block of data."
-/// 2. "The first SACK block ... MUST specify the contiguous block of data containing the
-///    segment which triggered this ACK, unless that segment advanced the Acknowledgment
-///    Number field in the header" (a `recent` range inside no out-of-order range is
-///    skipped).
-/// 3. The others, "the most recently reported SACK blocks ... that are not subsets of a
-///    SACK block already included". This function keeps no history, so it takes recency
-///    to be sequence order, highest first: new data arrives above the holes, and ranges
-///    the sender retransmits into merge with their neighbours. Linux keeps the order in
-///    which blocks last changed (`tcp_sack_new_ofo_skb`); a core that keeps that history
-///    can pass its ranges through this function one at a time as `recent`.
-pub fn receiver_blocks(
-    ooo: &[(SeqNumber, SeqNumber)],
-    recent: Option<(SeqNumber, SeqNumber)>,
-    dsack: Option<(SeqNumber, SeqNumber)>,
-    max: usize,
-) -> ([Option<(SeqNumber, SeqNumber)>; MAX_SACK_BLOCKS], usize) {
-    let mut picked = Picked {
-        out: [None; MAX_SACK_BLOCKS],
-        ooo_idx: [usize::MAX; MAX_SACK_BLOCKS],
-        len: 0,
-        max: max.min(MAX_SACK_BLOCKS),
-    };
-    // The out-of-order range overlapping [start, end), if any (`ooo` is sorted).
-    let holding = |(start, end): (SeqNumber, SeqNumber)| {
-        let idx = ooo.partition_point(|&(_, e)| !e.after(start));
-        ooo.get(idx)
-            .is_some_and(|&(s, _)| s.before(end))
-            .then_some(idx)
-    };
-    if let Some(block) = dsack.filter(|&(s, e)| s.before(e)) {
-        picked.push(block, usize::MAX);
-        if let Some(idx) = holding(block) {
-            picked.push(ooo[idx], idx);
-        }
-    }
-    if let Some(idx) = recent.filter(|&(s, e)| s.before(e)).and_then(holding) {
-        picked.push(ooo[idx], idx);
-    }
-    for idx in (0..ooo.len()).rev() {
-        if picked.len >= picked.max {
-            break;
-        }
-        picked.push(ooo[idx], idx);
-    }
-    (picked.out, picked.len)
-}
-
-/// Blocks chosen so far by [`receiver_blocks`].
-struct Picked {
-    out: [Option<(SeqNumber, SeqNumber)>; MAX_SACK_BLOCKS],
-    /// Which out-of-order range each block is (`usize::MAX` for the D-SACK block).
-    ooo_idx: [usize; MAX_SACK_BLOCKS],
-    len: usize,
-    max: usize,
-}
-
-impl Picked {
-    /// Add a block unless full, empty, or that range is already in.
-    fn push(&mut self, (start, end): (SeqNumber, SeqNumber), idx: usize) {
-        let repeated = idx != usize::MAX && self.ooo_idx[..self.len].contains(&idx);
-        if self.len < self.max && start.before(end) && !repeated {
-            self.out[self.len] = Some((start, end));
-            self.ooo_idx[self.len] = idx;
-            self.len += 1;
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proptest::prelude::*;
 
     fn b(s: u32, e: u32) -> (SeqNumber, SeqNumber) {
         (SeqNumber(s), SeqNumber(e))
@@ -312,128 +229,5 @@ mod tests {
         assert_eq!(r.blocks(), &[b(u32::MAX - 9, 10)]);
         r.on_rcv_nxt(SeqNumber(10));
         assert!(r.blocks().is_empty());
-    }
-
-    fn r(a: u32, b: u32) -> (SeqNumber, SeqNumber) {
-        (SeqNumber(a), SeqNumber(b))
-    }
-
-    #[test]
-    fn receiver_first_block_holds_the_triggering_segment() {
-        let ooo = [r(200, 300), r(400, 500), r(600, 700), r(800, 900)];
-        let (blocks, n) = receiver_blocks(&ooo, Some(r(450, 500)), None, 3);
-        assert_eq!(n, 3);
-        assert_eq!(
-            blocks,
-            [
-                Some(r(400, 500)),
-                Some(r(800, 900)),
-                Some(r(600, 700)),
-                None
-            ]
-        );
-        // Without timestamps, four fit.
-        let (blocks, n) = receiver_blocks(&ooo, Some(r(200, 250)), None, 4);
-        assert_eq!(n, 4);
-        assert_eq!(
-            blocks,
-            [
-                Some(r(200, 300)),
-                Some(r(800, 900)),
-                Some(r(600, 700)),
-                Some(r(400, 500))
-            ]
-        );
-    }
-
-    #[test]
-    fn receiver_in_order_segment_reports_highest_first() {
-        // The segment advanced rcv_nxt: it is in no out-of-order range.
-        let ooo = [r(200, 300), r(400, 500)];
-        let (blocks, n) = receiver_blocks(&ooo, Some(r(0, 100)), None, 3);
-        assert_eq!(n, 2);
-        assert_eq!(blocks, [Some(r(400, 500)), Some(r(200, 300)), None, None]);
-        let (_, n) = receiver_blocks(&[], Some(r(0, 100)), None, 3);
-        assert_eq!(n, 0);
-        let (_, n) = receiver_blocks(&ooo, Some(r(200, 300)), None, 0);
-        assert_eq!(n, 0);
-    }
-
-    #[test]
-    fn receiver_dsack_goes_first_then_its_block() {
-        let ooo = [r(200, 300), r(400, 600), r(800, 900)];
-        // A duplicate of 450..500, inside 400..600: D-SACK, then 400..600 (RFC 2883 §4).
-        let (blocks, n) = receiver_blocks(&ooo, Some(r(450, 500)), Some(r(450, 500)), 3);
-        assert_eq!(n, 3);
-        assert_eq!(
-            blocks,
-            [
-                Some(r(450, 500)),
-                Some(r(400, 600)),
-                Some(r(800, 900)),
-                None
-            ]
-        );
-        // A duplicate below rcv_nxt: D-SACK, then the usual blocks.
-        let (blocks, n) = receiver_blocks(&ooo, None, Some(r(0, 100)), 4);
-        assert_eq!(n, 4);
-        assert_eq!(
-            blocks,
-            [
-                Some(r(0, 100)),
-                Some(r(800, 900)),
-                Some(r(400, 600)),
-                Some(r(200, 300))
-            ]
-        );
-        // Wrapping sequence numbers order the same way.
-        let w = u32::MAX - 150;
-        let ooo = [
-            r(w, w.wrapping_add(100)),
-            r(w.wrapping_add(200), w.wrapping_add(300)),
-        ];
-        let (blocks, _) = receiver_blocks(&ooo, Some(r(w, w.wrapping_add(50))), None, 3);
-        assert_eq!(blocks[0], Some(ooo[0]));
-        assert_eq!(blocks[1], Some(ooo[1]));
-    }
-
-    proptest! {
-        #[test]
-        fn receiver_blocks_properties(
-            base: u32,
-            gaps in proptest::collection::vec((1u32..500, 1u32..500), 0..8),
-            recent_pick: u8,
-            dsack_pick in proptest::option::of(0u8..16),
-            max in 0usize..6,
-        ) {
-            let mut ooo = Vec::new();
-            let mut at = SeqNumber(base);
-            for (gap, len) in gaps {
-                let start = at + gap as usize;
-                ooo.push((start, start + len as usize));
-                at = start + len as usize;
-            }
-            let recent = ooo.get(usize::from(recent_pick) % (ooo.len() + 1)).map(|&(s, _)| (s, s + 1));
-            let dsack = dsack_pick.map(|p| (SeqNumber(base) + usize::from(p), SeqNumber(base) + usize::from(p) + 10));
-            let (blocks, n) = receiver_blocks(&ooo, recent, dsack, max);
-            prop_assert_eq!(n, blocks.iter().filter(|b| b.is_some()).count());
-            prop_assert!(n <= max.min(MAX_SACK_BLOCKS));
-            prop_assert!(blocks[..n].iter().all(|b| b.is_some()));
-            let got: Vec<_> = blocks[..n].iter().flatten().copied().collect();
-            let first_ooo = usize::from(dsack.is_some() && max > 0);
-            if first_ooo == 1 {
-                prop_assert_eq!(got[0], dsack.unwrap());
-            }
-            for (i, b) in got.iter().enumerate().skip(first_ooo) {
-                prop_assert!(ooo.contains(b));
-                prop_assert!(!got[..i].contains(b), "no repeats");
-            }
-            let expected = (ooo.len() + first_ooo).min(max.min(MAX_SACK_BLOCKS));
-            prop_assert_eq!(n, expected);
-            if let (None, Some(rec), true) = (dsack, recent, max > 0) {
-                let holding = ooo.iter().find(|b| b.0 == rec.0).copied();
-                prop_assert_eq!(got.first().copied(), holding);
-            }
-        }
     }
 }

@@ -112,11 +112,6 @@ impl SegFlags {
     /// Retransmitted at least once (Linux `TCPCB_EVER_RETRANS`): no RTT sample (Karn).
     pub const EVER_RETRANS: SegFlags = SegFlags(0x80);
 
-    /// The raw bits.
-    pub const fn bits(self) -> u8 {
-        self.0
-    }
-
     /// All of `other`'s flags are set.
     pub const fn contains(self, other: SegFlags) -> bool {
         self.0 & other.0 == other.0
@@ -958,6 +953,7 @@ impl RtxQueue {
     }
 
     /// Heap bytes held (0 when empty), for memory accounting.
+    #[cfg(test)]
     pub fn heap_bytes(&self) -> usize {
         self.board.as_ref().map_or(0, |b| {
             size_of::<Board>() + b.segs.capacity() * size_of::<TxSegment>()

@@ -19,7 +19,9 @@ mod recv;
 mod send;
 
 pub use pool::{BufferPool, CHUNK};
-pub use recv::{EXTENT_TRUESIZE, InsertResult, RecvBuffer, ooo_mem_bound};
+#[cfg(test)]
+pub use recv::{EXTENT_TRUESIZE, ooo_mem_bound};
+pub use recv::{InsertResult, RecvBuffer};
 pub use send::SendBuffer;
 
 #[cfg(test)]

@@ -91,16 +91,10 @@ impl BufferPool {
         self.capacity * CHUNK
     }
 
-    /// The byte limit given to [`BufferPool::new`] or [`BufferPool::set_limit_bytes`].
+    /// The byte limit given to [`BufferPool::new`].
+    #[cfg(test)]
     pub fn limit_bytes(&self) -> usize {
         self.limit_bytes
-    }
-
-    /// Change the limit (a `tcp_mem`-like sysctl write). Lowering it below what is in use
-    /// frees nothing; allocations fail until usage drops below the new limit.
-    pub fn set_limit_bytes(&mut self, limit_bytes: usize) {
-        self.limit_bytes = limit_bytes;
-        self.limit_chunks = (limit_bytes / CHUNK).min(MAX_POOL_CHUNKS);
     }
 
     /// Heap bytes the pool itself occupies: chunk slabs plus the link array and slab table.
@@ -112,6 +106,7 @@ impl BufferPool {
     }
 
     /// Chunk allocations refused because the pool was at its limit.
+    #[cfg(test)]
     pub fn alloc_failures(&self) -> u64 {
         self.alloc_failures
     }

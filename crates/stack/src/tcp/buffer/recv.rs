@@ -335,11 +335,13 @@ impl RecvBuffer {
     /// The memory this buffer is charged for (Linux `sk_rmem_alloc`): its chunks plus
     /// [`EXTENT_TRUESIZE`] per out-of-order extent. Out-of-order data is stored only while
     /// this stays within [`ooo_mem_bound`] of the limit.
+    #[cfg(test)]
     pub fn truesize(&self) -> usize {
         truesize(self.chunks, self.ooo_extents() as u32)
     }
 
     /// True when nothing is held (and so no chunk).
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.inorder.len == 0 && self.ooo_extents() == 0
     }

@@ -58,6 +58,7 @@ impl SendBuffer {
     }
 
     /// True when nothing is held (and so no chunk).
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
