@@ -117,15 +117,17 @@ impl Stack {
             local: SocketAddrV4::new(inbound.repr.dst_addr, seg.dst_port),
             remote: SocketAddrV4::new(inbound.repr.src_addr, seg.src_port),
         };
-        if let Some(&index) = self.tcp.ehash.get(&tuple) {
+        // One hash of the tuple serves every 4-tuple table (see `tuple_hash`).
+        let hash = self.tcp.ehash.hash(&tuple);
+        if let Some(&index) = self.tcp.ehash.get(hash, &tuple) {
             let h = self.tcp.handle_of(index);
             return self.conn_input(now, h, &seg);
         }
-        if self.tcp.timewait.contains(&tuple) {
-            return self.timewait_input(now, tuple, &seg);
+        if self.tcp.timewait.contains(hash, &tuple) {
+            return self.timewait_input(now, tuple, hash, &seg);
         }
-        if self.tcp.requests.contains(&tuple) {
-            return self.request_input(now, tuple, &seg);
+        if self.tcp.requests.contains(hash, &tuple) {
+            return self.request_input(now, tuple, hash, &seg);
         }
         if let Some(listener) = self.tcp.listeners.lookup(tuple.local) {
             return self.listen_input(now, listener, tuple, &seg);
@@ -206,7 +208,7 @@ impl Stack {
         tcb.rtx = super::scoreboard::RtxQueue::new();
         tcb.timers = super::tcb::Timers::NONE;
         let tuple = tcb.tuple;
-        self.tcp.ehash.remove(&tuple);
+        self.tcp.ehash.remove(self.tcp.ehash.hash(&tuple), &tuple);
     }
 }
 

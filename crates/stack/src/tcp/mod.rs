@@ -49,15 +49,15 @@ pub(crate) mod state;
 pub(crate) mod syncookie;
 pub(crate) mod tcb;
 pub(crate) mod timer;
+pub(crate) mod tuple_hash;
 
 use core::net::SocketAddrV4;
 use std::collections::{BinaryHeap, VecDeque};
 
-use hashbrown::HashMap;
 use ustack_obs::{Counter, Instant};
 use ustack_wire::SeqNumber;
 
-use crate::secret::{KeyedState, Secrets};
+use crate::secret::Secrets;
 use crate::slab::Slab;
 use crate::socket::{Readiness, SocketKey};
 use crate::sysctl::PortRange;
@@ -65,6 +65,7 @@ use crate::{Error, Stack, Sysctl};
 pub use state::State;
 pub(crate) use tcb::FourTuple;
 use tcb::Tcb;
+use tuple_hash::{TupleHasher, TupleTable};
 
 /// Bytes per chunk of a stack's socket-buffer pool: send and receive buffers take memory
 /// in these units, so a buffer holding `n` bytes costs up to `n` rounded up to a chunk,
@@ -111,7 +112,7 @@ pub(crate) struct Tcp {
     /// The connections: TCBs inline in a slab (no per-connection box).
     pub(crate) conns: Slab<Tcb>,
     /// Every connection not in LISTEN or TIME-WAIT, by 4-tuple (Linux `inet_ehash`).
-    pub(crate) ehash: HashMap<FourTuple, u32, KeyedState>,
+    pub(crate) ehash: TupleTable<u32>,
     pub(crate) listeners: listen::Listeners,
     pub(crate) requests: listen::Requests,
     pub(crate) timewait: timer::TimeWaits,
@@ -151,16 +152,18 @@ pub(crate) struct ChallengeAckLimit {
 const POOL_LIMIT: usize = 1 << 30;
 
 impl Tcp {
-    /// Every key from the stack's `secrets`; each table a peer can fill (connections, SYN
-    /// queue, TIME-WAIT) has its own SipHash key (Linux `inet_ehashfn` keys its jhash with
-    /// a secret, `inet_ehash_secret`).
+    /// Every key from the stack's `secrets`. The tables a peer fills by 4-tuple
+    /// (connections, SYN queue, TIME-WAIT) share one SipHash key, so that a segment's
+    /// tuple is hashed once for all of them (Linux keys its one `inet_ehashfn` table with
+    /// `inet_ehash_secret`; see [`tuple_hash`]).
     pub(crate) fn new(secrets: &Secrets, sysctl: &Sysctl) -> Tcp {
+        let tuples = TupleHasher::new(secrets.key(b"tcp ehash"));
         Tcp {
             conns: Slab::new(),
-            ehash: HashMap::with_hasher(secrets.hasher(b"tcp ehash")),
+            ehash: TupleTable::new(tuples.clone()),
             listeners: listen::Listeners::default(),
-            requests: listen::Requests::new(secrets.hasher(b"tcp requests")),
-            timewait: timer::TimeWaits::new(secrets.hasher(b"tcp timewait")),
+            requests: listen::Requests::new(tuples.clone()),
+            timewait: timer::TimeWaits::new(tuples),
             timers: BinaryHeap::new(),
             pool: buffer::BufferPool::new(POOL_LIMIT),
             isn: isn::IsnGenerator::from_secrets(secrets),
@@ -207,14 +210,14 @@ impl Tcp {
     pub(crate) fn insert(&mut self, tcb: Tcb) -> TcpHandle {
         let tuple = tcb.tuple;
         let (index, generation) = self.conns.insert(tcb);
-        self.ehash.insert(tuple, index);
+        self.ehash.insert(self.ehash.hash(&tuple), tuple, index);
         TcpHandle { index, generation }
     }
 
     /// Remove a connection: its buffers go back to the pool, its slot to the free list.
     pub(crate) fn remove(&mut self, h: TcpHandle) -> Option<Tcb> {
         let mut tcb = self.conns.remove(h.index, h.generation)?;
-        self.ehash.remove(&tcb.tuple);
+        self.ehash.remove(self.ehash.hash(&tcb.tuple), &tcb.tuple);
         if tcb.flags.has(tcb::TcbFlags::ORPHAN) {
             debug_assert!(self.orphans > 0, "orphan count out of step");
             self.orphans = self.orphans.saturating_sub(1);
@@ -226,13 +229,21 @@ impl Tcp {
 
     /// The TIME-WAIT record of `tuple`, if any.
     fn timewait_record(&self, tuple: &FourTuple) -> Option<timer::TimeWait> {
-        self.timewait.get(tuple).copied()
+        self.timewait.get(self.timewait.hash(tuple), tuple).copied()
     }
 
     /// Take the TIME-WAIT record of `tuple` away (its tuple is being reused); its entry in
     /// the expiry queue is skipped when it comes up.
     fn timewait_take(&mut self, tuple: &FourTuple) -> Option<timer::TimeWait> {
-        self.timewait.remove(tuple)
+        self.timewait.remove(self.timewait.hash(tuple), tuple)
+    }
+
+    /// Whether `tuple` names a connection, a request or a TIME-WAIT record.
+    fn tuple_in_use(&self, tuple: &FourTuple) -> bool {
+        let hash = self.ehash.hash(tuple);
+        self.ehash.contains(hash, tuple)
+            || self.requests.contains(hash, tuple)
+            || self.timewait.contains(hash, tuple)
     }
 
     /// An ephemeral local port for a connection to `remote` (Linux
@@ -253,13 +264,14 @@ impl Tcp {
                 local: SocketAddrV4::new(local_ip, port),
                 remote,
             };
+            let hash = self.ehash.hash(&tuple);
             if self.listeners.bound(port)
-                || self.ehash.contains_key(&tuple)
-                || self.requests.contains(&tuple)
+                || self.ehash.contains(hash, &tuple)
+                || self.requests.contains(hash, &tuple)
             {
                 continue;
             }
-            let reused = if self.timewait.contains(&tuple) {
+            let reused = if self.timewait.contains(hash, &tuple) {
                 match self
                     .timewait_record(&tuple)
                     .filter(|tw| tw_reusable(sysctl, tw, now))
@@ -461,12 +473,7 @@ impl Stack {
                     local: SocketAddrV4::new(local_ip, port),
                     remote,
                 };
-                let t = &self.tcp;
-                if t.listeners.bound(port)
-                    || t.ehash.contains_key(&tuple)
-                    || t.requests.contains(&tuple)
-                    || t.timewait.contains(&tuple)
-                {
+                if self.tcp.listeners.bound(port) || self.tcp.tuple_in_use(&tuple) {
                     return Err(Error::AddrInUse);
                 }
                 (port, None)

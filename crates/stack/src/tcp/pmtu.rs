@@ -33,7 +33,7 @@ impl Stack {
         mtu: u32,
         ip_header: usize,
     ) {
-        let Some(&index) = self.tcp.ehash.get(&tuple) else {
+        let Some(&index) = self.tcp.ehash.get(self.tcp.ehash.hash(&tuple), &tuple) else {
             // Linux: no socket for the quoted datagram, ICMP_MIB_INERRORS.
             return self.mib.inc(Counter::IcmpInErrors);
         };

@@ -11,7 +11,6 @@ use core::net::SocketAddrV4;
 use core::time::Duration;
 use std::collections::BinaryHeap;
 
-use hashbrown::HashMap;
 use ustack_obs::{Counter, DropReason, Instant};
 use ustack_wire::tcp::{Flags, TcpTimestamp};
 use ustack_wire::{SeqNumber, tcp};
@@ -20,8 +19,8 @@ use super::cc::{CaEvent, CaState, CongestionControl};
 use super::isn::ts_clock;
 use super::recovery::DUP_THRESH;
 use super::tcb::{FourTuple, TcbFlags};
+use super::tuple_hash::{TupleHash, TupleHasher, TupleTable};
 use super::{State, TcpHandle, TimerKey};
-use crate::secret::KeyedState;
 use crate::{Error, Stack};
 
 /// 2*MSL as Linux has it (`TCP_TIMEWAIT_LEN`, 60 s); RFC 9293 §3.4.2 suggests MSL = 2 min.
@@ -58,7 +57,7 @@ pub(crate) struct TimeWait {
 /// bounded by `tcp_max_tw_buckets`.
 #[derive(Debug)]
 pub(crate) struct TimeWaits {
-    map: HashMap<FourTuple, TimeWait, KeyedState>,
+    map: TupleTable<TimeWait>,
     /// (deadline, tuple), earliest first; an entry whose record was removed (or replaced
     /// by a new incarnation, whose `queued` differs) is dropped when it comes up.
     queue: BinaryHeap<core::cmp::Reverse<(Instant, FourTuple)>>,
@@ -83,14 +82,18 @@ impl TimeWaits {
     }
 
     /// `hasher` keyed with a secret: the 4-tuples are the peers' choice.
-    pub fn new(hasher: KeyedState) -> Self {
+    pub fn new(hasher: TupleHasher) -> Self {
         TimeWaits {
-            map: HashMap::with_hasher(hasher),
+            map: TupleTable::new(hasher),
             queue: BinaryHeap::new(),
         }
     }
-    pub fn contains(&self, t: &FourTuple) -> bool {
-        self.map.contains_key(t)
+    /// The hash of `t` (the same in every 4-tuple table).
+    pub fn hash(&self, t: &FourTuple) -> TupleHash {
+        self.map.hash(t)
+    }
+    pub fn contains(&self, hash: TupleHash, t: &FourTuple) -> bool {
+        self.map.contains(hash, t)
     }
     pub fn len(&self) -> usize {
         self.map.len()
@@ -98,12 +101,12 @@ impl TimeWaits {
     fn insert(&mut self, t: FourTuple, mut tw: TimeWait) {
         tw.queued = tw.expires;
         self.queue.push(core::cmp::Reverse((tw.expires, t)));
-        self.map.insert(t, tw);
+        self.map.insert(self.map.hash(&t), t, tw);
     }
 
     /// Restart the 2*MSL wait of `t` (no allocation: see [`TimeWaits`]).
-    fn restart(&mut self, t: &FourTuple, now: Instant) {
-        if let Some(r) = self.map.get_mut(t) {
+    fn restart(&mut self, hash: TupleHash, t: &FourTuple, now: Instant) {
+        if let Some(r) = self.map.get_mut(hash, t) {
             r.expires = now + TIMEWAIT_LEN;
         }
     }
@@ -116,7 +119,8 @@ impl TimeWaits {
                 break;
             }
             self.queue.pop();
-            let Some(r) = self.map.get_mut(&tuple) else {
+            let hash = self.map.hash(&tuple);
+            let Some(r) = self.map.get_mut(hash, &tuple) else {
                 continue; // removed early
             };
             if r.queued != deadline {
@@ -127,7 +131,7 @@ impl TimeWaits {
                 r.queued = r.expires;
                 self.queue.push(core::cmp::Reverse((r.expires, tuple)));
             } else {
-                self.map.remove(&tuple);
+                self.map.remove(hash, &tuple);
                 ended += 1;
             }
         }
@@ -138,14 +142,14 @@ impl TimeWaits {
         dead_code,
         reason = "for mod.rs Tcp::timewait_record, not connected yet"
     )]
-    pub fn get(&self, t: &FourTuple) -> Option<&TimeWait> {
-        self.map.get(t)
+    pub fn get(&self, hash: TupleHash, t: &FourTuple) -> Option<&TimeWait> {
+        self.map.get(hash, t)
     }
     #[allow(dead_code, reason = "for mod.rs Tcp::timewait_take, not connected yet")]
     /// Take the record of `t` away (its tuple is reused); its queue entry is skipped when
     /// it comes up.
-    pub fn remove(&mut self, t: &FourTuple) -> Option<TimeWait> {
-        self.map.remove(t)
+    pub fn remove(&mut self, hash: TupleHash, t: &FourTuple) -> Option<TimeWait> {
+        self.map.remove(hash, t)
     }
     pub fn next_deadline(&self) -> Option<Instant> {
         self.queue.peek().map(|core::cmp::Reverse((d, _))| *d)
@@ -181,8 +185,14 @@ impl Stack {
 
     /// A segment for a TIME-WAIT record (RFC 9293 §3.10.7.4 in TIME-WAIT; Linux
     /// `tcp_timewait_state_process`, followed case by case).
-    pub(crate) fn timewait_input(&mut self, now: Instant, tuple: FourTuple, seg: &tcp::Repr) {
-        let Some(tw) = self.tcp.timewait.map.get(&tuple).copied() else {
+    pub(crate) fn timewait_input(
+        &mut self,
+        now: Instant,
+        tuple: FourTuple,
+        hash: TupleHash,
+        seg: &tcp::Repr,
+    ) {
+        let Some(tw) = self.tcp.timewait.map.get(hash, &tuple).copied() else {
             return;
         };
         let f = seg.flags;
@@ -202,14 +212,14 @@ impl Stack {
             if f.contains(Flags::RST) {
                 // "TIME_WAIT assassination": Linux with tcp_rfc1337 = 0 (its default)
                 // kills the record; RFC 1337 would ignore the RST. ustack follows Linux.
-                self.tcp.timewait.map.remove(&tuple);
+                self.tcp.timewait.map.remove(hash, &tuple);
                 return self.mib.drop(DropReason::TcpReset);
             }
             // A bare ACK: nothing to acknowledge (RFC 9293 acknowledges only
             // unacceptable segments and the retransmitted FIN), the 2*MSL wait restarts
             // (Linux inet_twsk_reschedule; no allocation here).
-            self.tcp.timewait.restart(&tuple, now);
-            if let Some(r) = self.tcp.timewait.map.get_mut(&tuple)
+            self.tcp.timewait.restart(hash, &tuple, now);
+            if let Some(r) = self.tcp.timewait.map.get_mut(hash, &tuple)
                 && let Some(ts) = seg.timestamp.filter(|_| r.ts_ok)
             {
                 r.ts_recent = ts.tsval;
@@ -229,7 +239,7 @@ impl Stack {
             && !paws_reject
             && (seg.seq_number.after(tw.rcv_nxt) || newer_ts)
         {
-            self.tcp.timewait.map.remove(&tuple);
+            self.tcp.timewait.map.remove(hash, &tuple);
             if let Some(listener) = self.tcp.listeners.lookup(tuple.local) {
                 return self.listen_input(now, listener, tuple, seg);
             }
@@ -246,14 +256,14 @@ impl Stack {
         // Out of window (a retransmitted FIN among them: "Acknowledge it, and restart the
         // 2 MSL timeout"): acknowledged, the wait restarted if it carries an ACK.
         if paws_reject || f.contains(Flags::ACK) {
-            self.tcp.timewait.restart(&tuple, now);
+            self.tcp.timewait.restart(hash, &tuple, now);
         }
         // Linux tcp_timewait_check_oow_rate_limit -> tcp_oow_rate_limited: at most one
         // answer per tcp_invalid_ratelimit per record, else TCPACKSkippedTimeWait ("Data
         // packets without SYNs are not likely part of an ACK loop": those are answered).
         let pure = seg.seq_number == seq_end || f.contains(Flags::SYN);
         if pure
-            && let Some(r) = self.tcp.timewait.map.get_mut(&tuple)
+            && let Some(r) = self.tcp.timewait.map.get_mut(hash, &tuple)
             && oow_rate_limited(&mut r.last_oow_ack, now, self.sysctl.tcp_invalid_ratelimit)
         {
             return self.mib.inc(Counter::TcpExtTCPACKSkippedTimeWait);
