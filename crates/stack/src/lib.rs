@@ -183,7 +183,8 @@ pub enum Error {
     MessageTooLong,
     /// ENETUNREACH: no route to the destination.
     NetUnreachable,
-    /// EACCES: sending to a broadcast address (Linux needs SO_BROADCAST; ustack has none yet).
+    /// EACCES: sending to a broadcast address (Linux needs SO_BROADCAST, which ustack does
+    /// not have).
     BroadcastDenied,
     /// EINVAL: an argument no call accepts (port 0 as a destination, say).
     InvalidArgument,

@@ -151,7 +151,7 @@ impl Stack {
             return;
         };
         let dst = eth.dst_addr();
-        // We listen to our address and to broadcast; no multicast groups yet.
+        // We listen to our address and to broadcast; there are no multicast groups.
         if dst != self.mac && !dst.is_broadcast() {
             self.mib.drop(DropReason::Otherhost);
             return;

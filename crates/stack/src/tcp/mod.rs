@@ -917,8 +917,8 @@ mod memory {
 
     /// What an idle connection, a TIME-WAIT record and a SYN-queue request cost, everything
     /// counted (the slab slot or table entry, the key, the hash table's control byte at its
-    /// 7/8 load factor, and the timer entries they hold). A regression guard for the
-    /// mission's "an idle connection costs a few hundred bytes" (Linux: about 4.1 KB).
+    /// 7/8 load factor, and the timer entries they hold). A regression guard: an idle
+    /// connection costs a few hundred bytes (Linux: about 4.1 KB).
     /// `cargo test -p ustack-stack --lib tcp::memory -- --nocapture` prints the figures.
     #[test]
     fn per_connection_memory_stays_within_bounds() {

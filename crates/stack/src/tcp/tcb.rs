@@ -128,7 +128,7 @@ impl TcbFlags {
     }
 }
 
-/// The connection's timers, one deadline per kind (Linux `tcp_timer.c`; EXAMPLES item 7).
+/// The connection's timers, one deadline per kind (Linux `tcp_timer.c`).
 /// `Instant::FAR_FUTURE` means disarmed. The stack's timer queue holds one entry per
 /// connection, for the earliest of these, and cancels lazily.
 #[derive(Debug, Clone, Copy)]

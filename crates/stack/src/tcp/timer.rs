@@ -138,14 +138,9 @@ impl TimeWaits {
         ended
     }
     /// The record of `t`, if any (for `tcp_tw_reuse`, Linux `tcp_twsk_unique`).
-    #[allow(
-        dead_code,
-        reason = "for mod.rs Tcp::timewait_record, not connected yet"
-    )]
     pub fn get(&self, hash: TupleHash, t: &FourTuple) -> Option<&TimeWait> {
         self.map.get(hash, t)
     }
-    #[allow(dead_code, reason = "for mod.rs Tcp::timewait_take, not connected yet")]
     /// Take the record of `t` away (its tuple is reused); its queue entry is skipped when
     /// it comes up.
     pub fn remove(&mut self, hash: TupleHash, t: &FourTuple) -> Option<TimeWait> {
