@@ -284,10 +284,7 @@ impl Stack {
     /// When TCP next needs [`Stack::tcp_handle_timeout`].
     pub(crate) fn tcp_poll_timeout(&self) -> Option<Instant> {
         let conn = self.tcp.timers.peek().map(|core::cmp::Reverse((t, _))| *t);
-        [conn, self.tcp.timewait.next_deadline()]
-            .into_iter()
-            .flatten()
-            .min()
+        crate::stack::earliest(conn, self.tcp.timewait.next_deadline())
     }
 
     /// Run every TCP timer due at `now`.
