@@ -1,6 +1,7 @@
 //! Loss recovery and undo, on each ACK (Linux `net/ipv4/tcp_recovery.c` and the recovery
 //! half of `tcp_input.c`: `tcp_fastretrans_alert`, `tcp_enter_recovery`,
-//! `tcp_cwnd_reduction`, the `tcp_try_undo_*` family, `tcp_process_tlp_ack`).
+//! `tcp_cwnd_reduction`, the `tcp_try_undo_*` family, `tcp_process_tlp_ack`, and
+//! `tcp_enter_loss`, which the retransmission timer calls).
 //!
 //! The ACK path ([`super::input`]) updates the scoreboard and hands what the ACK did (an
 //! [`AckEvent`]) to [`Sock::tcp_fastretrans_alert`], which marks lost segments (RFC 6675
@@ -310,6 +311,58 @@ impl Sock<'_> {
         }
         self.mib.inc(Counter::TcpExtTCPLossUndo);
         true
+    }
+
+    /// Enter Loss after a timeout (Linux `tcp_enter_loss`): every segment not SACKed is
+    /// presumed lost (RFC 6675 §5.1 keeps the SACK information), cwnd is the loss window
+    /// (RFC 5681 §3.1 "LW ... one full-sized segment") and ssthresh is reduced unless
+    /// this window's recovery already reduced it (RFC 5681 §3.1 eq. (4); Linux "Reduce
+    /// ssthresh if it has not yet been made inside this window").
+    pub(crate) fn tcp_enter_loss(&mut self, now: Instant) {
+        let tcb = &mut *self.tcb;
+        let prior_state = tcb.ca_state;
+        let prior_in_flight = tcb.in_flight();
+        // Linux tcp_timeout_mark_lost -> tcp_mark_skb_lost: "Account for retransmits that
+        // are lost again".
+        let lost_again = tcb.rtx.retrans_out();
+        if lost_again > 0 {
+            self.mib
+                .add(Counter::TcpExtTCPLostRetransmit, u64::from(lost_again));
+        }
+        if tcb.rtx.mark_all_lost() {
+            self.mib.inc(Counter::TcpExtTCPSACKReneging);
+        }
+        tcb.recovery.lost_retrans = 0;
+        tcb.recovery.retrans_low = Instant::FAR_FUTURE;
+        if matches!(prior_state, CaState::Open | CaState::Disorder)
+            || !tcb.high_seq.after(tcb.snd.una)
+            || (prior_state == CaState::Loss && tcb.rtt.backoffs() == 0)
+        {
+            tcb.recovery.prior_ssthresh = tcb.current_ssthresh();
+            tcb.recovery.prior_cwnd = tcb.congestion.cwnd;
+            tcb.congestion.in_flight = prior_in_flight;
+            tcb.congestion.ssthresh = tcb.cc.ssthresh(&tcb.congestion);
+            tcb.cc.cwnd_event(&mut tcb.congestion, now, CaEvent::Loss);
+            // Linux tcp_init_undo.
+            tcb.recovery.undo_marker = Some(tcb.snd.una);
+            tcb.recovery.undo_retrans = match tcb.rtx.retrans_out() {
+                0 => -1,
+                n => n as i32,
+            };
+        }
+        tcb.congestion.cwnd = tcb.in_flight() + 1;
+        tcb.congestion.cwnd_cnt = 0;
+        // Linux: "Timeout in disordered state after receiving substantial DUPACKs suggests
+        // that the degree of reordering is over-estimated."
+        if matches!(prior_state, CaState::Open | CaState::Disorder)
+            && tcb.rtx.sacked_out() >= DUP_THRESH
+        {
+            tcb.recovery.reordering = tcb.recovery.reordering.min(DUP_THRESH);
+        }
+        tcb.set_ca_state(CaState::Loss);
+        tcb.high_seq = tcb.snd.nxt;
+        tcb.dupacks = 0;
+        tcb.recovery.tlp_high_seq = None;
     }
 
     /// Find retransmissions that were lost again: a retransmission sent before a segment

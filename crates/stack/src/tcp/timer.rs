@@ -15,9 +15,8 @@ use ustack_obs::{Counter, DropReason, Instant};
 use ustack_wire::tcp::{Flags, TcpTimestamp};
 use ustack_wire::{SeqNumber, tcp};
 
-use super::cc::{CaEvent, CaState, CongestionControl};
+use super::cc::CaState;
 use super::isn::ts_clock;
-use super::recovery::DUP_THRESH;
 use super::tcb::{FourTuple, TcbFlags};
 use super::tuple_hash::{TupleHash, TupleHasher, TupleTable};
 use super::{State, TcpHandle, TimerKey};
@@ -398,10 +397,11 @@ impl Stack {
         }
         let timeouts = tcb.rtt.backoffs();
         self.tcp_mtu_probing(h, timeouts);
-        self.tcp_enter_loss(now, h);
-        let Some(tcb) = self.tcp.get_mut(h) else {
+        let Some(mut sk) = self.tcp_sock(h) else {
             return;
         };
+        sk.tcp_enter_loss(now);
+        let tcb = sk.tcb;
         // RFC 6298 §5.5 "back off the timer", §5.6 restart it.
         tcb.rtt.backoff();
         let rto = tcb.rtt.rto();
@@ -418,63 +418,6 @@ impl Stack {
             self.tcp_retransmit_skb(now, h, start, end, false);
         }
         self.tcp_output(now, h);
-    }
-
-    /// Enter Loss after a timeout (Linux `tcp_enter_loss`): every segment not SACKed is
-    /// presumed lost (RFC 6675 §5.1 keeps the SACK information), cwnd is the loss window
-    /// (RFC 5681 §3.1 "LW ... one full-sized segment") and ssthresh is reduced unless
-    /// this window's recovery already reduced it (RFC 5681 §3.1 eq. (4); Linux "Reduce
-    /// ssthresh if it has not yet been made inside this window").
-    fn tcp_enter_loss(&mut self, now: Instant, h: TcpHandle) {
-        let Some(tcb) = self.tcp.get_mut(h) else {
-            return;
-        };
-        let prior_state = tcb.ca_state;
-        let prior_in_flight = tcb.in_flight();
-        // Linux tcp_timeout_mark_lost -> tcp_mark_skb_lost: "Account for retransmits that
-        // are lost again".
-        let lost_again = tcb.rtx.retrans_out();
-        if lost_again > 0 {
-            self.mib
-                .add(Counter::TcpExtTCPLostRetransmit, u64::from(lost_again));
-        }
-        if tcb.rtx.mark_all_lost() {
-            self.mib.inc(Counter::TcpExtTCPSACKReneging);
-        }
-        let Some(tcb) = self.tcp.get_mut(h) else {
-            return;
-        };
-        tcb.recovery.lost_retrans = 0;
-        tcb.recovery.retrans_low = Instant::FAR_FUTURE;
-        if matches!(prior_state, CaState::Open | CaState::Disorder)
-            || !tcb.high_seq.after(tcb.snd.una)
-            || (prior_state == CaState::Loss && tcb.rtt.backoffs() == 0)
-        {
-            tcb.recovery.prior_ssthresh = tcb.current_ssthresh();
-            tcb.recovery.prior_cwnd = tcb.congestion.cwnd;
-            tcb.congestion.in_flight = prior_in_flight;
-            tcb.congestion.ssthresh = tcb.cc.ssthresh(&tcb.congestion);
-            tcb.cc.cwnd_event(&mut tcb.congestion, now, CaEvent::Loss);
-            // Linux tcp_init_undo.
-            tcb.recovery.undo_marker = Some(tcb.snd.una);
-            tcb.recovery.undo_retrans = match tcb.rtx.retrans_out() {
-                0 => -1,
-                n => n as i32,
-            };
-        }
-        tcb.congestion.cwnd = tcb.in_flight() + 1;
-        tcb.congestion.cwnd_cnt = 0;
-        // Linux: "Timeout in disordered state after receiving substantial DUPACKs suggests
-        // that the degree of reordering is over-estimated."
-        if matches!(prior_state, CaState::Open | CaState::Disorder)
-            && tcb.rtx.sacked_out() >= DUP_THRESH
-        {
-            tcb.recovery.reordering = tcb.recovery.reordering.min(DUP_THRESH);
-        }
-        tcb.set_ca_state(CaState::Loss);
-        tcb.high_seq = tcb.snd.nxt;
-        tcb.dupacks = 0;
-        tcb.recovery.tlp_high_seq = None;
     }
 
     /// The zero-window probe (RFC 9293 §3.8.6.1 "the sending TCP ... MUST regularly
