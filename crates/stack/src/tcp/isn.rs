@@ -41,7 +41,7 @@
 //! - The stack derives both keys from its 128-bit secret (`crate::secret`), drawn from the
 //!   OS RNG (`getrandom`) unless a seed is asked for; Linux fills them from the kernel RNG
 //!   (`net_get_random_once`). 128 bits is what RFC 6528 §3 asks for ("Key lengths of 128
-//!   bits should be adequate"). [`IsnGenerator::new`] expands a `u64` seed instead: 64 bits
+//!   bits should be adequate"). `IsnGenerator::new` expands a `u64` seed instead: 64 bits
 //!   can be searched offline by an attacker who collects ISNs, so only tests and the
 //!   simulator use fixed seeds, so that runs replay exactly.
 //! - We hash the same fields as Linux (local address, remote address, local port, remote

@@ -127,7 +127,7 @@ pub(crate) struct Tcp {
     pub(crate) orphans: usize,
     port_hint: u16,
     /// Connections with output held back by a full transmit queue, in the order they
-    /// found it full ([`TcbFlags::TX_THROTTLED`]; see `Stack::tcp_tx_wake`).
+    /// found it full ([`tcb::TcbFlags::TX_THROTTLED`]; see `Stack::tcp_tx_wake`).
     pub(crate) tx_waiters: std::collections::VecDeque<TcpHandle>,
     /// When the waiters were last woken: at most once per instant (see `tcp_tx_wake`).
     pub(crate) tx_woken: Option<Instant>,

@@ -924,7 +924,7 @@ impl Stack {
     /// waiters' list (once) and return true: its segment is not built, so nothing is
     /// dropped; the data stays unsent in the send buffer (an ACK owed stays owed) until
     /// [`tcp_tx_wake`](Self::tcp_tx_wake) runs its output again. This is the end of the
-    /// link's backpressure: a device without room ([`ustack_dev::Device::tx_space`])
+    /// link's backpressure: a device without room (`ustack_dev::Device::tx_space`)
     /// leaves frames in the queue, a full queue holds the connections back, and a full
     /// send buffer makes `write` return `WouldBlock`. Linux's TCP Small Queues do the same
     /// per socket (`tcp_small_queue_check` sets `TSQ_THROTTLED`, the driver's completion

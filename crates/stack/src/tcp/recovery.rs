@@ -1,4 +1,4 @@
-//! Loss recovery and undo, on each ACK (Linux `net/ipv4/tcp_recovery.c` and the recovery
+//! Loss recovery and undo (Linux `net/ipv4/tcp_recovery.c` and the recovery
 //! half of `tcp_input.c`: `tcp_fastretrans_alert`, `tcp_enter_recovery`,
 //! `tcp_cwnd_reduction`, the `tcp_try_undo_*` family, `tcp_process_tlp_ack`, and
 //! `tcp_enter_loss`, which the retransmission timer calls).

@@ -52,7 +52,7 @@
 //! - **`min_rtt` is the minimum over the connection's life.** Linux keeps a windowed minimum
 //!   (`tcp_update_rtt_min`, `win_minmax` over `tcp_min_rtt_wlen` = 300 s), which needs a clock
 //!   per sample; consumers that need a windowed minimum (BBR, RACK) keep their own.
-//! - Samples above [`MAX_SAMPLE`] (about 536 s, where `8 * SRTT` in microseconds stops
+//! - Samples above `MAX_SAMPLE` (about 536 s, where `8 * SRTT` in microseconds stops
 //!   fitting in a `u32`, as in Linux) are clamped to it. Such an RTO is capped at `rto_max`
 //!   anyway.
 
@@ -139,7 +139,7 @@ impl RttEstimator {
 
     /// Feed one RTT measurement (RFC 6298 §2.2 for the first, §2.3 after). The caller
     /// applies Karn's algorithm (no samples from retransmitted segments unless timed by
-    /// TSecr). Durations below a microsecond count as 0; above [`MAX_SAMPLE`] as that.
+    /// TSecr). Durations below a microsecond count as 0; above `MAX_SAMPLE` as that.
     pub fn sample(&mut self, rtt: Duration) {
         let m = micros_u32(rtt).min(MAX_SAMPLE_US);
         self.min_rtt_us = self.min_rtt_us.min(m);
@@ -165,7 +165,7 @@ impl RttEstimator {
         self.srtt8_us = self.srtt8_us.max(1);
     }
 
-    /// The retransmission timeout to arm now: the [base](Self::base_rto) doubled once per
+    /// The retransmission timeout to arm now: the base (`base_rto`) doubled once per
     /// [backoff](Self::backoff), capped at `rto_max` (Linux `inet_csk_rto_backoff`).
     pub fn rto(&self) -> Duration {
         let base = self.base_rto_us();

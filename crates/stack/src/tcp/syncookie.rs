@@ -34,8 +34,8 @@
 //!
 //! # Where this differs from Linux, and why
 //! - The secrets come from the stack's 128-bit secret (from the OS by default, see
-//!   `crate::secret`), a seed ([`SynCookies::new`], tests) or 128-bit keys
-//!   ([`SynCookies::from_keys`]) instead of the kernel RNG. As Linux's, they do not
+//!   `crate::secret`), a seed (`SynCookies::new`, tests) or 128-bit keys
+//!   (`SynCookies::from_keys`) instead of the kernel RNG. As Linux's, they do not
 //!   rotate: each cookie carries the minute counter and expires with it (see `check`).
 //! - The minute counter reads the stack's `now` (`now / 60 s`), where Linux divides jiffies.
 //! - The sysctl checks of `cookie_timestamp_decode` (a SACK bit with `tcp_sack` off, a

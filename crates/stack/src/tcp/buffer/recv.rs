@@ -30,7 +30,7 @@
 //!   the same stream.
 //! - Limits. Bytes held (in-order + out-of-order) never exceed `limit` (the socket's
 //!   rcvbuf). Memory is bounded too: the buffer is charged its chunks plus
-//!   [`EXTENT_TRUESIZE`] per extent ([`RecvBuffer::truesize`], Linux's `sk_rmem_alloc` of
+//!   [`EXTENT_TRUESIZE`] per extent (`RecvBuffer::truesize`, Linux's `sk_rmem_alloc` of
 //!   skb truesizes: a one-byte segment costs a whole chunk), and out-of-order data is
 //!   stored only while that stays within [`ooo_mem_bound`] (twice the limit plus two
 //!   chunks; Linux's `sk_rcvbuf`). When a segment would not fit, out-of-order extents are
