@@ -396,10 +396,10 @@ impl Stack {
             }
         }
         let timeouts = tcb.rtt.backoffs();
-        self.tcp_mtu_probing(h, timeouts);
         let Some(mut sk) = self.tcp_sock(h) else {
             return;
         };
+        sk.tcp_mtu_probing(timeouts);
         sk.tcp_enter_loss(now);
         let tcb = sk.tcb;
         // RFC 6298 §5.5 "back off the timer", §5.6 restart it.
