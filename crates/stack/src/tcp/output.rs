@@ -59,7 +59,7 @@ const QUICK_ACKS: u8 = 16;
 pub(crate) const DEFAULT_MSS: u16 = 536;
 
 /// Where a segment's payload comes from.
-enum Payload<'a> {
+enum Payload {
     None,
     /// `len` bytes of the connection's send buffer, `offset` bytes after its head.
     SendBuffer {
@@ -67,8 +67,6 @@ enum Payload<'a> {
         offset: usize,
         len: usize,
     },
-    #[allow(dead_code)]
-    Bytes(&'a [u8]),
 }
 
 impl Stack {
@@ -365,7 +363,6 @@ impl Stack {
         let payload_len = match payload {
             Payload::None => 0,
             Payload::SendBuffer { len, .. } => len,
-            Payload::Bytes(b) => b.len(),
         };
         let header_len = repr.header_len();
         let Ok(mut f) = self.ipv4_alloc(
@@ -379,7 +376,6 @@ impl Stack {
         repr.emit_header(&mut tcp::Packet::new_unchecked(&mut seg[..]));
         match payload {
             Payload::None => {}
-            Payload::Bytes(b) => seg[header_len..].copy_from_slice(b),
             Payload::SendBuffer { h, offset, len } => {
                 let out = &mut seg[header_len..header_len + len];
                 let copied = self
