@@ -669,7 +669,7 @@ impl Sock<'_> {
         let data_acked = (ack.diff(data_start).max(0) as usize).min(tcb.sndbuf.len());
         let was_writeable = sk_stream_is_writeable(tcb);
         tcb.sndbuf.consume(self.pool, data_acked);
-        let result = tcb.rtx.on_ack(ack, now);
+        let result = tcb.rtx.on_ack_reusing(ack, now, self.spare_board);
         tcb.snd.una = ack;
         tcb.probes = 0;
         ev.una_advanced = true;

@@ -119,6 +119,8 @@ pub(crate) struct Tcp {
     /// Earliest deadline per connection or request, cancelled lazily.
     pub(crate) timers: BinaryHeap<core::cmp::Reverse<(Instant, TimerKey)>>,
     pub(crate) pool: buffer::BufferPool,
+    /// A retransmission-queue board kept for reuse (see [`scoreboard::SpareBoard`]).
+    pub(crate) spare_board: scoreboard::SpareBoard,
     pub(crate) isn: isn::IsnGenerator,
     pub(crate) cookies: syncookie::SynCookies,
     /// The stack-wide allowance of challenge ACKs (see [`sock::Sock::challenge_ack_allowed`]).
@@ -166,6 +168,7 @@ impl Tcp {
             timewait: timer::TimeWaits::new(tuples),
             timers: BinaryHeap::new(),
             pool: buffer::BufferPool::new(POOL_LIMIT),
+            spare_board: scoreboard::SpareBoard::default(),
             isn: isn::IsnGenerator::from_secrets(secrets),
             cookies: syncookie::SynCookies::from_secrets(secrets),
             challenge: ChallengeAckLimit {
@@ -191,6 +194,17 @@ impl Tcp {
 
     pub(crate) fn get_mut(&mut self, h: TcpHandle) -> Option<&mut Tcb> {
         self.conns.get_mut(h.index, h.generation)
+    }
+
+    /// A connection and the spare retransmission-queue board, borrowed together.
+    pub(crate) fn get_with_spare(
+        &mut self,
+        h: TcpHandle,
+    ) -> Option<(&mut Tcb, &mut scoreboard::SpareBoard)> {
+        let Tcp {
+            conns, spare_board, ..
+        } = self;
+        Some((conns.get_mut(h.index, h.generation)?, spare_board))
     }
 
     /// A connection and the buffer pool, borrowed together.

@@ -702,11 +702,11 @@ impl Stack {
                 break;
             }
             sent_segs += 1;
-            let Some(tcb) = self.tcp.get_mut(h) else {
+            let Some((tcb, spare)) = self.tcp.get_with_spare(h) else {
                 return sent_segs;
             };
             let end = seq + len + usize::from(fin);
-            tcb.rtx.push(seq, end, now);
+            tcb.rtx.push_reusing(seq, end, now, spare);
             tcb.snd.nxt = end;
             if partial {
                 // Linux tcp_minshall_update.

@@ -240,6 +240,16 @@ pub struct RtxQueue {
     board: Option<Box<Board>>,
 }
 
+/// A board kept by the stack for the next queue that fills, so that a connection that
+/// has one segment outstanding per round trip does not allocate and free a board (and its
+/// deque) each time. One per stack, and only a small one: what a stack holds beyond its
+/// connections stays bounded, and an idle connection still holds no heap.
+#[derive(Debug, Default)]
+pub(crate) struct SpareBoard(Option<Box<Board>>);
+
+/// The largest deque (in segments) a spare board may keep: 64 * 24 bytes.
+const SPARE_MAX_SEGS: usize = 64;
+
 /// The queue's state while anything is outstanding.
 #[derive(Debug)]
 struct Board {
@@ -285,6 +295,14 @@ impl Board {
             #[cfg(test)]
             steps: 0,
         }
+    }
+
+    /// Back to [`Board::new`]'s state, keeping the deque's allocation.
+    fn reset(&mut self) {
+        let mut segs = core::mem::take(&mut self.segs);
+        segs.clear();
+        *self = Board::new();
+        self.segs = segs;
     }
 
     #[inline]
@@ -525,6 +543,17 @@ impl RtxQueue {
     /// counts as one). It must start where the previous one ended; anything else is a
     /// caller bug (asserted in debug builds, ignored in release if it would overlap).
     pub fn push(&mut self, start: SeqNumber, end: SeqNumber, now: Instant) {
+        self.push_reusing(start, end, now, &mut SpareBoard::default());
+    }
+
+    /// [`push`](Self::push), taking the stack's `spare` board if the queue needs one.
+    pub(crate) fn push_reusing(
+        &mut self,
+        start: SeqNumber,
+        end: SeqNumber,
+        now: Instant,
+        spare: &mut SpareBoard,
+    ) {
         debug_assert!(
             start.before(end),
             "empty or reversed segment {start}..{end}"
@@ -542,7 +571,9 @@ impl RtxQueue {
                 return;
             }
         }
-        let board = self.board.get_or_insert_with(|| Box::new(Board::new()));
+        let board = self
+            .board
+            .get_or_insert_with(|| spare.0.take().unwrap_or_else(|| Box::new(Board::new())));
         board.segs.push_back(TxSegment {
             start,
             end,
@@ -551,12 +582,25 @@ impl RtxQueue {
         });
     }
 
+    /// [`on_ack_reusing`](Self::on_ack_reusing) without a spare board: the queue's heap is
+    /// freed when it empties.
+    #[cfg(test)]
+    pub fn on_ack(&mut self, snd_una: SeqNumber, now: Instant) -> AckResult {
+        self.on_ack_reusing(snd_una, now, &mut SpareBoard::default())
+    }
+
     /// A cumulative ACK moved the left edge to `snd_una`: drop fully acknowledged segments
     /// and trim a partially acknowledged head (Linux `tcp_clean_rtx_queue`;
     /// [RFC 2018 §5](https://www.rfc-editor.org/rfc/rfc2018#section-5): "A segment will not
     /// be dequeued and its buffer freed until the left window edge is advanced over it").
-    /// Frees the queue's heap when it empties.
-    pub fn on_ack(&mut self, snd_una: SeqNumber, now: Instant) -> AckResult {
+    /// When the queue empties it holds no heap: its board goes to the stack's `spare` if
+    /// that is free and the board small, else is freed.
+    pub(crate) fn on_ack_reusing(
+        &mut self,
+        snd_una: SeqNumber,
+        now: Instant,
+        spare: &mut SpareBoard,
+    ) -> AckResult {
         let mut res = AckResult::default();
         let Some(b) = self.board.as_deref_mut() else {
             return res;
@@ -607,7 +651,13 @@ impl RtxQueue {
             res.rtt_sample = first_acked_sent_at.map(|t| now.saturating_duration_since(t));
         }
         if b.segs.is_empty() {
-            self.board = None;
+            if let Some(mut board) = self.board.take()
+                && spare.0.is_none()
+                && board.segs.capacity() <= SPARE_MAX_SEGS
+            {
+                board.reset();
+                spare.0 = Some(board);
+            }
             return res;
         }
         if popped > 0 {
@@ -627,7 +677,7 @@ impl RtxQueue {
     /// ([RFC 2018 §5](https://www.rfc-editor.org/rfc/rfc2018#section-5): "the data sender
     /// MUST ... turn on the SACKed bits for segments that have been selectively
     /// acknowledged"). `snd_una` is the ACK's acknowledgment number (call this before
-    /// [`on_ack`](Self::on_ack) for the same ACK, as Linux `tcp_ack` does, so that a D-SACK
+    /// [`on_ack_reusing`](Self::on_ack_reusing) for the same ACK, as Linux `tcp_ack` does, so that a D-SACK
     /// of a segment this ACK also acknowledges is still counted). Invalid and stale blocks
     /// are ignored (Linux `tcp_is_sackblock_valid`); a D-SACK first block (RFC 2883) is
     /// reported. A segment is SACKed only when a block covers it whole.
@@ -995,6 +1045,56 @@ mod tests {
 
     fn flags(q: &RtxQueue) -> Vec<SegFlags> {
         q.iter().map(|s| s.flags).collect()
+    }
+
+    /// A queue that empties gives its board to the stack's spare and the next queue to
+    /// fill takes it, as good as new: no counter, hint or remembered SACK block of the old
+    /// queue survives (a stale SACK cache would skip a block the new queue never saw).
+    /// A board grown large is freed instead of kept.
+    #[test]
+    fn an_emptied_board_is_reused_as_new() {
+        let base = 1000;
+        let mut spare = SpareBoard::default();
+        let mut q = RtxQueue::new();
+        for i in 0..6 {
+            let (s, e) = seg(base, i);
+            q.push_reusing(s, e, t(u64::from(i)), &mut spare);
+        }
+        q.on_sack(&[block(base, 3, 5)], SeqNumber(base), seg(base, 6).0);
+        assert_eq!(q.sacked_out(), 2);
+        q.on_ack_reusing(seg(base, 6).0, t(10), &mut spare);
+        assert!(
+            q.is_empty() && q.heap_bytes() == 0,
+            "an empty queue holds no heap"
+        );
+        let kept = spare.0.as_deref().expect("the board went to the spare");
+        assert_eq!(
+            (kept.sack_cache_len, kept.highest_sacked, kept.segs.len()),
+            (0, SeqNumber(0), 0),
+            "the spare is reset to a new board's state"
+        );
+
+        let mut q = RtxQueue::new();
+        for i in 0..6 {
+            let (s, e) = seg(base, i);
+            q.push_reusing(s, e, t(20 + u64::from(i)), &mut spare);
+        }
+        assert!(spare.0.is_none(), "the new queue took the spare");
+        assert_eq!((q.sacked_out(), q.highest_sacked()), (0, None));
+        let r = q.on_sack(&[block(base, 3, 5)], SeqNumber(base), seg(base, 6).0);
+        assert_eq!(r.newly_sacked, 2, "the same block, new to this queue");
+        q.check_invariants();
+
+        let mut big = RtxQueue::new();
+        for i in 0..(SPARE_MAX_SEGS as u32 + 1) {
+            let (s, e) = seg(base, i);
+            big.push_reusing(s, e, t(0), &mut spare);
+        }
+        big.on_ack_reusing(seg(base, SPARE_MAX_SEGS as u32).1, t(1), &mut spare);
+        assert!(
+            big.is_empty() && spare.0.is_none(),
+            "a large board is freed"
+        );
     }
 
     /// Path MTU discovery re-cuts the queue: segments longer than the new MSS that are

@@ -17,6 +17,7 @@ use std::collections::BinaryHeap;
 use ustack_obs::{Counter, Instant, Mib};
 
 use super::buffer::BufferPool;
+use super::scoreboard::SpareBoard;
 use super::tcb::Tcb;
 use super::{ChallengeAckLimit, State, Tcp, TcpHandle, TimerKey};
 use crate::secret::siphash32;
@@ -34,6 +35,8 @@ pub(crate) struct Sock<'a> {
     pub(crate) tcb: &'a mut Tcb,
     /// The chunks its send and receive buffers are made of.
     pub(crate) pool: &'a mut BufferPool,
+    /// The retransmission-queue board kept for reuse.
+    pub(crate) spare_board: &'a mut SpareBoard,
     pub(crate) timers: &'a mut TimerQueue,
     pub(crate) challenge: &'a mut ChallengeAckLimit,
     pub(crate) mib: &'a mut Mib,
@@ -57,6 +60,7 @@ impl Stack {
         let Tcp {
             conns,
             pool,
+            spare_board,
             timers,
             challenge,
             ..
@@ -65,6 +69,7 @@ impl Stack {
             h,
             tcb: conns.get_mut(h.index, h.generation)?,
             pool,
+            spare_board,
             timers,
             challenge,
             mib,
