@@ -193,7 +193,7 @@ impl TxSegment {
     }
 }
 
-/// What a cumulative ACK did to the queue ([`RtxQueue::on_ack`]).
+/// What a cumulative ACK did to the queue ([`RtxQueue::on_ack_reusing`]).
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 pub struct AckResult {
     /// Segments fully acknowledged and removed (Linux `pkts_acked`).
