@@ -45,8 +45,8 @@ static DEBUG: LazyLock<bool> = LazyLock::new(|| std::env::var_os("TCP_CONN_DEBUG
 
 const LOCAL: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 2);
 const PEER: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 1), 40000);
-/// Chunk rounding of the buffer pool (`ustack_stack::tcp::buffer::CHUNK`), twice.
-const SLACK: usize = 2 * ustack_stack::tcp::buffer::CHUNK;
+/// Chunk rounding of the buffer pool (`ustack_stack::tcp::BUFFER_CHUNK`), twice.
+const SLACK: usize = 2 * ustack_stack::tcp::BUFFER_CHUNK;
 
 /// The peer's byte at absolute sequence number `seq`.
 fn peer_byte(seq: u32) -> u8 {

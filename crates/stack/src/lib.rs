@@ -15,12 +15,24 @@
 //! iteration does not matter for correctness; calling `poll_transmit` until it returns
 //! `None` after every other call keeps latency lowest.
 //!
+//! What the crate offers:
+//!
+//! - [`Stack`], made from a [`Config`]: the calls above, and the socket calls on it,
+//!   `tcp_*` (listen, accept, connect, send, recv, shutdown, close, socket options; see
+//!   [`tcp`]), `udp_*` ([`udp`]) and `ping` ([`icmp`]), each failing with an [`Error`] that
+//!   maps to Linux's errno.
+//! - Socket handles: [`TcpHandle`], [`ListenerHandle`], [`UdpHandle`]; for a poller,
+//!   [`SocketKey`], [`Readiness`] and the ready list ([`socket`]).
+//! - What an operator looks at: the counters ([`Mib`], Linux's SNMP and netstat names, and
+//!   drop reasons), the tunables ([`Sysctl`], by Linux's names), [`TcpInfo`] (`ss -i`),
+//!   [`TcpResources`], and [`inspect`]'s socket list and memory by kind (`ss`,
+//!   `/proc/net/sockstat`).
+//!
 //! Module map, after Linux's files: `stack` (the interface: Ethernet in/out, ARP —
 //! `net/ethernet/eth.c`, `net/ipv4/arp.c`), `neigh` (`net/core/neighbour.c`), `ip`
 //! (`net/ipv4/ip_input.c`, `ip_output.c`; `ip::reassembly` is `ip_fragment.c`), `icmp`
-//! (`net/ipv4/icmp.c`), `udp` (`net/ipv4/udp.c`), `sysctl` (`sysctl_net_ipv4.c`).
-//! Where to start: [`Stack`] (made from a [`Config`]), its sockets ([`UdpHandle`],
-//! [`TcpHandle`], [`ListenerHandle`]), [`Mib`] and [`Sysctl`]. Most users want the sockets of
+//! (`net/ipv4/icmp.c`), `udp` (`net/ipv4/udp.c`), `tcp` (`net/ipv4/tcp*.c`; its own map
+//! is in [`tcp`]), `sysctl` (`sysctl_net_ipv4.c`). Most users want the sockets of
 //! `ustack-runtime`, which runs this loop for them. Two stacks pinging over the simulated
 //! link on a virtual clock (the test kit's `Pair` runs the loop above):
 //!
@@ -171,7 +183,8 @@ pub enum Error {
     MessageTooLong,
     /// ENETUNREACH: no route to the destination.
     NetUnreachable,
-    /// EACCES: sending to a broadcast address (Linux needs SO_BROADCAST; ustack has none yet).
+    /// EACCES: sending to a broadcast address (Linux needs SO_BROADCAST, which ustack does
+    /// not have).
     BroadcastDenied,
     /// EINVAL: an argument no call accepts (port 0 as a destination, say).
     InvalidArgument,

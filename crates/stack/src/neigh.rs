@@ -235,7 +235,7 @@ impl NeighTable {
             })
             .min();
         let gc = (!self.entries.is_empty()).then_some(self.next_gc);
-        retrans.into_iter().chain(gc).min()
+        crate::stack::earliest(retrans, gc)
     }
 
     /// Retransmit requests that are due, fail entries that ran out of probes (dropping

@@ -134,6 +134,12 @@ pub struct KeyedState {
 }
 
 impl KeyedState {
+    /// A state with the given key, for tests.
+    #[cfg(test)]
+    pub(crate) fn with_key(key: SipKey) -> KeyedState {
+        KeyedState { key }
+    }
+
     /// A state keyed from a fixed `seed`, for tests; a stack keys its tables from its
     /// secret.
     pub fn from_seed(seed: u64) -> KeyedState {

@@ -53,8 +53,8 @@ struct UdpSocket {
     rcvbuf: usize,
 }
 
-/// The UDP socket table: a slab of sockets and a port index (one socket per port; no
-/// SO_REUSEADDR/SO_REUSEPORT yet).
+/// The UDP socket table: a slab of sockets and a port index (one socket per port; there is
+/// no SO_REUSEADDR or SO_REUSEPORT).
 #[derive(Debug)]
 pub struct UdpTable {
     sockets: Slab<UdpSocket>,

@@ -675,7 +675,7 @@ fn bench_c1m_holds_every_connection_and_measures_each_server_alone() {
     assert_eq!(sum, accounted, "the total is the kinds' sum: {detail}");
     // Read once every connection was held, each in a slab slot of one record, a poller
     // registration and an entry of the echo server's map.
-    let record = size_of::<ustack_stack::tcp::tcb::Tcb>() as f64;
+    let record = ustack_stack::tcp::TCB_BYTES as f64;
     let (tcbs, tcb_bytes) = kind("tcb");
     assert_eq!(
         tcbs, N as i64,

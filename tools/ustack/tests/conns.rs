@@ -342,7 +342,7 @@ fn fifteen_thousand_kernel_connections_held_then_each_used_once() {
     // 1 KiB buffer; the growth holds at least every connection's record, which a broken
     // reading would not; and it lies within 25% of the accounting.
     let rss_per_conn = rss_held.saturating_sub(rss_before) / TOTAL;
-    let record = size_of::<ustack_stack::tcp::tcb::Tcb>() as u64;
+    let record = ustack_stack::tcp::TCB_BYTES as u64;
     assert!(
         (record..1536).contains(&rss_per_conn),
         "the server's RSS grew {rss_per_conn} bytes per connection (the record is {record})"

@@ -488,10 +488,7 @@ impl Reassembler {
     pub fn poll_at(&self) -> Option<Instant> {
         let queued = self.timers.first_key_value().map(|(&(t, _), _)| t);
         let pending = self.expired.first().map(|e| e.deadline);
-        match (queued, pending) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        crate::stack::earliest(queued, pending)
     }
 
     /// Expire every datagram whose deadline is not later than `now` (RFC 791 §3.2: "If the

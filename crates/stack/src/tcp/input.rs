@@ -1,22 +1,32 @@
 //! TCP input: [RFC 9293 §3.10.7 "SEGMENT ARRIVES"](https://www.rfc-editor.org/rfc/rfc9293#section-3.10.7),
 //! step by step, with RFC 5961's protections, RFC 7323's PAWS and RFC 5681/6582/6675's
 //! loss detection; Linux's `tcp_v4_rcv`, `tcp_rcv_state_process`, `tcp_validate_incoming`,
-//! `tcp_ack` and `tcp_data_queue` in `net/ipv4/tcp_ipv4.c` and `tcp_input.c`.
+//! `tcp_ack` and `tcp_data_queue` in `net/ipv4/tcp_ipv4.c` and `tcp_input.c`. Loss
+//! recovery and undo, which `tcp_ack` calls, are in [`super::recovery`].
 //!
-//! There is no header-prediction fast path yet: every segment takes the full path below.
+//! A segment for a connection is processed in two halves. First the connection, as a
+//! [`Sock`] (its TCB with the pools, counters, sysctls, timer queue and ready list, as
+//! Linux passes `struct sock *sk`), runs RFC 9293's steps on its own state
+//! ([`Sock::tcp_rcv_state_process`]); no step looks the connection up, so none can lose
+//! it. Then the stack carries out the [`Verdict`] it returns: what reaches past the
+//! connection, to the device (an ACK, a RST, the data now sendable) or to the tables
+//! (TIME-WAIT, the end of the connection).
+//!
+//! There is no header-prediction fast path: every segment takes the full path below.
 
 use core::net::SocketAddrV4;
 use core::time::Duration;
 
-use ustack_obs::{Counter, DropReason, Instant};
+use ustack_obs::{Counter, DropReason, Instant, Mib};
 use ustack_wire::tcp::Flags;
 use ustack_wire::{SeqNumber, tcp};
 
 use super::cc::cubic::HystartExit;
-use super::cc::{CaEvent, CaState, CongestionControl, TCP_INFINITE_SSTHRESH, TCP_INIT_CWND};
+use super::cc::{CaState, CongestionControl, TCP_INIT_CWND};
 use super::isn::ts_clock;
 use super::output::DELACK;
-use super::sack::SegFlags;
+use super::recovery::{DUP_THRESH, MAX_REORDERING};
+use super::sock::Sock;
 use super::tcb::{FourTuple, Tcb, TcbFlags};
 use super::{State, TcpHandle};
 use crate::ip::Inbound;
@@ -25,34 +35,29 @@ use crate::{Error, Stack};
 
 /// RFC 7323 §5.5: a TS.Recent older than 24 days is invalid for PAWS.
 const PAWS_24DAYS_SECS: u32 = 24 * 24 * 3600;
-/// RFC 5681 §3.2: fast retransmit after three duplicate ACKs (DupThresh, RFC 6675 §2;
-/// Linux `tcp_reordering`).
-const DUP_THRESH: u32 = 3;
-/// The largest DupThresh reordering may raise it to (Linux `tcp_max_reordering`).
-const MAX_REORDERING: u32 = 300;
 
 /// What one ACK did, for loss recovery and congestion control (Linux `tcp_ack`'s `flag`
 /// bits and counts).
 #[derive(Debug, Clone, Copy, Default)]
-struct AckEvent {
+pub(crate) struct AckEvent {
     /// SND.UNA advanced (Linux `FLAG_SND_UNA_ADVANCED`).
-    una_advanced: bool,
+    pub(crate) una_advanced: bool,
     /// Segments cumulatively acknowledged and freed (Linux `pkts_acked`; `FLAG_DATA_ACKED`).
-    acked: u32,
+    pub(crate) acked: u32,
     /// Segments newly delivered, cumulatively or by SACK, or (without SACK) by duplicate
     /// ACK: RFC 6937 `DeliveredData` in segments (Linux `delivered`).
-    delivered: u32,
+    pub(crate) delivered: u32,
     /// The echoed timestamp, on our clock.
-    tsecr: Option<u32>,
+    pub(crate) tsecr: Option<u32>,
     /// The highest SACKed sequence before this ACK's SACK blocks (Linux `prior_fack`).
-    prior_fack: Option<SeqNumber>,
+    pub(crate) prior_fack: Option<SeqNumber>,
     /// Segments newly SACKed (Linux `FLAG_DATA_SACKED` when > 0).
-    sacked: u32,
+    pub(crate) sacked: u32,
     /// The D-SACK block, if the ACK carried a valid one.
-    dsack: Option<(SeqNumber, SeqNumber)>,
+    pub(crate) dsack: Option<(SeqNumber, SeqNumber)>,
     /// The retransmission timer is to be set again: TLP or RTO (Linux
     /// `FLAG_SET_XMIT_TIMER`).
-    set_xmit_timer: bool,
+    pub(crate) set_xmit_timer: bool,
 }
 
 /// The sequence space a segment occupies: data plus one for SYN and one for FIN.
@@ -60,6 +65,31 @@ pub(crate) fn seg_len(seg: &tcp::Repr) -> usize {
     seg.payload.len()
         + usize::from(seg.flags.contains(Flags::SYN))
         + usize::from(seg.flags.contains(Flags::FIN))
+}
+
+/// What the stack does once a connection has processed a segment: the part that reaches
+/// past the connection (Linux's `tcp_rcv_state_process` does these itself, through `sk`;
+/// its return value asks its caller for the RST).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Send what the segment made sendable: data, and the ACK it calls for (Linux
+    /// `tcp_data_snd_check`, `tcp_ack_snd_check`).
+    Output,
+    /// Discard the segment, counted with the reason.
+    Drop(DropReason),
+    /// Discard it and answer with an ACK (RFC 9293 §3.10.7.4 "an acknowledgment should be
+    /// sent in reply"; or a challenge ACK, RFC 5961, already counted).
+    DropAndAck(DropReason),
+    /// Discard it and answer with a RST (RFC 9293 §3.10.7.1 form, from the segment).
+    DropAndReset(FourTuple, DropReason),
+    /// The connection is over, with the error to report (Linux `tcp_done`).
+    Done(Option<Error>),
+    /// Answer with a RST, and the connection is over with `error`.
+    ResetAndDone(FourTuple, Error),
+    /// Enter TIME-WAIT; `ack_fin`: acknowledge the FIN that led there first.
+    TimeWait { ack_fin: bool },
+    /// A simultaneous open: send our SYN-ACK (RFC 9293 §3.10.7.3).
+    SynAck,
 }
 
 impl Stack {
@@ -87,15 +117,17 @@ impl Stack {
             local: SocketAddrV4::new(inbound.repr.dst_addr, seg.dst_port),
             remote: SocketAddrV4::new(inbound.repr.src_addr, seg.src_port),
         };
-        if let Some(&index) = self.tcp.ehash.get(&tuple) {
+        // One hash of the tuple serves every 4-tuple table (see `tuple_hash`).
+        let hash = self.tcp.ehash.hash(&tuple);
+        if let Some(&index) = self.tcp.ehash.get(hash, &tuple) {
             let h = self.tcp.handle_of(index);
             return self.conn_input(now, h, &seg);
         }
-        if self.tcp.timewait.contains(&tuple) {
-            return self.timewait_input(now, tuple, &seg);
+        if self.tcp.timewait.contains(hash, &tuple) {
+            return self.timewait_input(now, tuple, hash, &seg);
         }
-        if self.tcp.requests.contains(&tuple) {
-            return self.request_input(now, tuple, &seg);
+        if self.tcp.requests.contains(hash, &tuple) {
+            return self.request_input(now, tuple, hash, &seg);
         }
         if let Some(listener) = self.tcp.listeners.lookup(tuple.local) {
             return self.listen_input(now, listener, tuple, &seg);
@@ -122,19 +154,207 @@ impl Stack {
         }
     }
 
-    /// A segment for a connection in the table.
+    /// A segment for connection `h`: the connection processes it, then the stack carries
+    /// out the verdict (see the module docs).
     pub(crate) fn conn_input(&mut self, now: Instant, h: TcpHandle, seg: &tcp::Repr) {
-        let Some(tcb) = self.tcp.get_mut(h) else {
+        // The handle comes from the connection table, so it is live.
+        let Some(mut sk) = self.tcp_sock(h) else {
             return;
         };
-        match tcb.state {
-            State::SynSent => return self.syn_sent_input(now, h, seg),
+        let verdict = sk.tcp_rcv_state_process(now, seg);
+        match verdict {
+            Verdict::Output => self.tcp_output(now, h),
+            Verdict::Drop(reason) => self.mib.drop(reason),
+            Verdict::DropAndAck(reason) => {
+                self.tcp_send_ack(now, h);
+                self.mib.drop(reason);
+            }
+            Verdict::DropAndReset(tuple, reason) => {
+                self.reset_for(now, tuple, seg);
+                self.mib.drop(reason);
+            }
+            Verdict::Done(error) => self.tcp_done(h, error),
+            Verdict::ResetAndDone(tuple, error) => {
+                self.reset_for(now, tuple, seg);
+                self.tcp_done(h, Some(error));
+            }
+            Verdict::TimeWait { ack_fin } => {
+                if ack_fin {
+                    self.tcp_send_ack(now, h);
+                }
+                self.tcp_time_wait(now, h);
+            }
+            Verdict::SynAck => self.tcp_send_syn_ack_tcb(now, h),
+        }
+    }
+
+    /// The connection is over (Linux `tcp_done`): an orphan is forgotten; otherwise the
+    /// user keeps a CLOSED socket with the error to report and any unread data.
+    pub(crate) fn tcp_done(&mut self, h: TcpHandle, error: Option<Error>) {
+        let Some(mut sk) = self.tcp_sock(h) else {
+            return;
+        };
+        if matches!(sk.tcb.state, State::SynSent | State::SynReceived) {
+            sk.mib.inc(Counter::TcpAttemptFails);
+        }
+        sk.set_state(State::Closed);
+        if sk.tcb.flags.has(TcbFlags::ORPHAN) {
+            self.tcp_destroy(h);
+            return;
+        }
+        let tcb = &mut *sk.tcb;
+        tcb.error = error;
+        tcb.sndbuf.clear(sk.pool);
+        tcb.rtx = super::scoreboard::RtxQueue::new();
+        tcb.timers = super::tcb::Timers::NONE;
+        let tuple = tcb.tuple;
+        self.tcp.ehash.remove(self.tcp.ehash.hash(&tuple), &tuple);
+    }
+}
+
+impl Sock<'_> {
+    /// RFC 9293 §3.10.7.3-4 for a connection (Linux `tcp_rcv_state_process`): the
+    /// sequence, RST and SYN checks, then the ACK, the segment text and the FIN, in the
+    /// RFC's order.
+    pub(crate) fn tcp_rcv_state_process(&mut self, now: Instant, seg: &tcp::Repr) -> Verdict {
+        match self.tcb.state {
+            State::SynSent => return self.tcp_rcv_synsent_state_process(now, seg),
             State::Closed | State::Listen | State::TimeWait => {
-                return self.mib.drop(DropReason::TcpClose);
+                return Verdict::Drop(DropReason::TcpClose);
             }
             _ => {}
         }
-        tcb.last_activity = now;
+        self.tcb.last_activity = now;
+        let f = seg.flags;
+        // First to fourth: sequence number, RST, security, SYN.
+        if let Err(verdict) = self.tcp_validate_incoming(now, seg) {
+            return verdict;
+        }
+
+        // ---- fifth, check the ACK field --------------------------------------------
+        // "if the ACK bit is off, drop the segment and return".
+        if !f.contains(Flags::ACK) {
+            return Verdict::Drop(DropReason::TcpFlags);
+        }
+        let tcb = &mut *self.tcb;
+        if tcb.state == State::SynReceived {
+            // "If SND.UNA < SEG.ACK =< SND.NXT, then enter ESTABLISHED state ... If the
+            // segment acknowledgment is not acceptable, form a reset segment".
+            if seg.ack_number.after(tcb.snd.una) && !seg.ack_number.after(tcb.snd.nxt) {
+                tcb.snd.wnd = u32::from(seg.window_len) << tcb.snd_wscale;
+                tcb.snd.wl1 = seg.seq_number;
+                tcb.snd.wl2 = seg.ack_number;
+                self.set_state(State::Established);
+            } else {
+                return Verdict::DropAndReset(tcb.tuple, DropReason::TcpAckUnsentData);
+            }
+        }
+        let tcb = &mut *self.tcb;
+        // RFC 5961 §5.2: acceptable iff (SND.UNA - MAX.SND.WND) =< SEG.ACK =< SND.NXT;
+        // otherwise "the ACK value is considered ... invalid ... discard ... send an ACK".
+        if seg.ack_number.after(tcb.snd.nxt) {
+            return Verdict::DropAndAck(DropReason::TcpAckUnsentData);
+        }
+        if seg
+            .ack_number
+            .before(tcb.snd.una - (tcb.snd.max_wnd as usize).min(1 << 30))
+        {
+            return Verdict::DropAndAck(DropReason::TcpTooOldAck);
+        }
+        self.tcp_ack(now, seg);
+        let tcb = &mut *self.tcb;
+        let fin_acked = tcb.flags.has(TcbFlags::FIN_SENT) && tcb.snd.una == tcb.snd.nxt;
+        match tcb.state {
+            // "In addition to the processing for the ESTABLISHED state, if the FIN segment
+            // is now acknowledged, then enter FIN-WAIT-2".
+            State::FinWait1 if fin_acked => {
+                let orphan = tcb.flags.has(TcbFlags::ORPHAN);
+                self.set_state(State::FinWait2);
+                if orphan {
+                    // An orphan does not wait forever for the peer's FIN (tcp_fin_timeout).
+                    let timeout = Duration::from_secs(self.sysctl.tcp_fin_timeout);
+                    self.tcb.timers.keepalive = now + timeout;
+                    self.arm();
+                }
+            }
+            // "if the ACK acknowledges our FIN, then enter the TIME-WAIT state".
+            State::Closing if fin_acked => return Verdict::TimeWait { ack_fin: false },
+            // "The only thing that can arrive in this state is an acknowledgment of our
+            // FIN. If our FIN is now acknowledged, delete the TCB, enter the CLOSED state".
+            State::LastAck if fin_acked => return Verdict::Done(None),
+            _ => {}
+        }
+
+        // ---- sixth, check the URG bit ------------------------------------------------
+        // Urgent data is not supported (RFC 6093 §6 advises new applications not to use
+        // it); the urgent pointer is ignored and the data delivered in line.
+
+        // ---- seventh, process the segment text --------------------------------------
+        let tcb = &mut *self.tcb;
+        if !seg.payload.is_empty() {
+            if !tcb.state.can_receive() {
+                // After the peer's FIN: "This should not occur ... Ignore the segment text."
+                self.mib.drop(DropReason::TcpOldData);
+            } else if tcb.flags.has(TcbFlags::RCV_SHUTDOWN)
+                && matches!(tcb.state, State::FinWait1 | State::FinWait2)
+                && (seg.seq_number + seg.payload.len()).after(tcb.rcv.nxt)
+            {
+                // Linux tcp_rcv_state_process: "RFC 793 says to queue data in these
+                // states, RFC 1122 says we MUST send a reset. BSD 4.4 also does reset."
+                // New data for a socket that can no longer be read resets it
+                // (TCPAbortOnData), the RST answering the segment (Linux
+                // tcp_v4_send_reset: <SEQ=SEG.ACK><CTL=RST>, RFC 9293 §3.10.7.1), so that
+                // a peer that has not seen our FIN takes it (RFC 5961 §3.2).
+                self.mib.inc(Counter::TcpExtTCPAbortOnData);
+                return Verdict::ResetAndDone(tcb.tuple, Error::ConnectionReset);
+            } else {
+                self.tcp_data_queue(now, seg);
+            }
+        }
+
+        // ---- eighth, check the FIN bit ------------------------------------------------
+        let tcb = &mut *self.tcb;
+        // A FIN queued beyond a hole counts once the hole has filled (Linux tcp_ofo_queue
+        // calls tcp_fin when it reaches the FIN's skb).
+        let fin_end = seg.seq_number + seg.payload.len();
+        let queued_fin = tcb.rcvbuf.take_fin();
+        if (queued_fin || f.contains(Flags::FIN) && fin_end == tcb.rcv.nxt)
+            && !tcb.state.fin_received()
+        {
+            // "advance RCV.NXT over the FIN, and send an acknowledgment for the FIN".
+            tcb.rcv.nxt += 1;
+            tcb.flags.set(TcbFlags::ACK_NOW);
+            let fin_acked = tcb.flags.has(TcbFlags::FIN_SENT) && tcb.snd.una == tcb.snd.nxt;
+            match tcb.state {
+                State::SynReceived | State::Established => self.set_state(State::CloseWait),
+                State::FinWait1 if fin_acked => return Verdict::TimeWait { ack_fin: true },
+                State::FinWait1 => self.set_state(State::Closing),
+                State::FinWait2 => return Verdict::TimeWait { ack_fin: true },
+                _ => {}
+            }
+        } else if f.contains(Flags::FIN) {
+            // A FIN ahead of missing data: Linux queues it with its segment
+            // (tcp_data_queue_ofo) and processes it when the hole fills, so the peer need
+            // not retransmit it. Acknowledge what we have.
+            if tcb.state.can_receive() && fin_end.after(tcb.rcv.nxt) {
+                let data_from = if seg.seq_number.after(tcb.rcv.nxt) {
+                    seg.seq_number - tcb.rcv.nxt
+                } else {
+                    0
+                };
+                let at = fin_end - tcb.rcv.nxt;
+                tcb.rcvbuf.queue_fin(at, data_from);
+            }
+            tcb.flags.set(TcbFlags::ACK_NOW);
+        }
+        Verdict::Output
+    }
+
+    /// The first four steps of RFC 9293 §3.10.7.4 (Linux `tcp_validate_incoming`): PAWS
+    /// and the sequence number, the RST bit, security, the SYN bit. `Err` holds what to
+    /// do with a segment that goes no further.
+    fn tcp_validate_incoming(&mut self, now: Instant, seg: &tcp::Repr) -> Result<(), Verdict> {
+        let tcb = &mut *self.tcb;
         let f = seg.flags;
         let len = seg_len(seg);
 
@@ -151,15 +371,10 @@ impl Stack {
         if paws_reject {
             // Linux tcp_validate_incoming: "if (unlikely(th->syn)) goto syn_challenge;".
             if f.contains(Flags::SYN) {
-                self.tcp_challenge_ack(now, h);
-                return self.mib.drop(DropReason::TcpInvalidSyn);
+                return Err(self.tcp_challenge_ack(now, DropReason::TcpInvalidSyn));
             }
-            self.tcp_send_ack(now, h);
-            return self.mib.drop(DropReason::TcpPaws);
+            return Err(Verdict::DropAndAck(DropReason::TcpPaws));
         }
-        let Some(tcb) = self.tcp.get_mut(h) else {
-            return;
-        };
         // Acceptability (RFC 9293 §3.10.7.4 table), in Linux's `tcp_sequence` form: the
         // segment must not end before RCV.WUP (what we last acknowledged) nor start after
         // the right edge of the window we advertised. A zero-length segment at RCV.NXT is
@@ -178,15 +393,14 @@ impl Stack {
             // the sequence number"): Linux tcp_validate_incoming "if (th->syn) goto
             // syn_challenge;" counts TCPSYNChallenge and sends a challenge ACK.
             if f.contains(Flags::SYN) {
-                self.tcp_challenge_ack(now, h);
-                return self.mib.drop(DropReason::TcpInvalidSyn);
+                return Err(self.tcp_challenge_ack(now, DropReason::TcpInvalidSyn));
             }
             // "If an incoming segment is not acceptable, an acknowledgment should be sent
             // in reply (unless the RST bit is set, if so drop the segment and return)".
-            if !f.contains(Flags::RST) {
-                self.tcp_send_ack(now, h);
+            if f.contains(Flags::RST) {
+                return Err(Verdict::Drop(reason));
             }
-            return self.mib.drop(reason);
+            return Err(Verdict::DropAndAck(reason));
         }
 
         // ---- second, check the RST bit (RFC 5961 §3.2) -----------------------------
@@ -195,15 +409,13 @@ impl Stack {
             // expected sequence value, the TCP endpoint MUST reset the connection ...
             // Otherwise ... MUST send an ACK (challenge ACK)".
             if seg.seq_number == tcb.rcv.nxt {
-                let error = match tcb.state {
-                    State::SynReceived => Error::ConnectionRefused,
-                    State::Closing | State::LastAck => return self.tcp_done(h, None),
-                    _ => Error::ConnectionReset,
-                };
-                return self.tcp_done(h, Some(error));
+                return Err(Verdict::Done(match tcb.state {
+                    State::SynReceived => Some(Error::ConnectionRefused),
+                    State::Closing | State::LastAck => None,
+                    _ => Some(Error::ConnectionReset),
+                }));
             }
-            self.tcp_challenge_ack(now, h);
-            return self.mib.drop(DropReason::TcpReset);
+            return Err(self.tcp_challenge_ack(now, DropReason::TcpReset));
         }
 
         // ---- third, security (no IP security options: nothing to check) --------------
@@ -212,156 +424,24 @@ impl Stack {
         // "If the SYN bit is set, irrespective of the sequence number, TCP endpoints MUST
         // send a 'challenge ACK' to the remote peer".
         if f.contains(Flags::SYN) {
-            self.tcp_challenge_ack(now, h);
-            return self.mib.drop(DropReason::TcpInvalidSyn);
+            return Err(self.tcp_challenge_ack(now, DropReason::TcpInvalidSyn));
         }
-
-        // ---- fifth, check the ACK field --------------------------------------------
-        // "if the ACK bit is off, drop the segment and return".
-        if !f.contains(Flags::ACK) {
-            return self.mib.drop(DropReason::TcpFlags);
-        }
-        let Some(tcb) = self.tcp.get_mut(h) else {
-            return;
-        };
-        if tcb.state == State::SynReceived {
-            // "If SND.UNA < SEG.ACK =< SND.NXT, then enter ESTABLISHED state ... If the
-            // segment acknowledgment is not acceptable, form a reset segment".
-            if seg.ack_number.after(tcb.snd.una) && !seg.ack_number.after(tcb.snd.nxt) {
-                tcb.snd.wnd = u32::from(seg.window_len) << tcb.snd_wscale;
-                tcb.snd.wl1 = seg.seq_number;
-                tcb.snd.wl2 = seg.ack_number;
-                self.tcp_set_state(h, State::Established);
-            } else {
-                let tuple = tcb.tuple;
-                self.tcp_send_reset(now, tuple, seg.ack_number, None);
-                return self.mib.drop(DropReason::TcpAckUnsentData);
-            }
-        }
-        let Some(tcb) = self.tcp.get_mut(h) else {
-            return;
-        };
-        // RFC 5961 §5.2: acceptable iff (SND.UNA - MAX.SND.WND) =< SEG.ACK =< SND.NXT;
-        // otherwise "the ACK value is considered ... invalid ... discard ... send an ACK".
-        if seg.ack_number.after(tcb.snd.nxt) {
-            self.tcp_send_ack(now, h);
-            return self.mib.drop(DropReason::TcpAckUnsentData);
-        }
-        if seg
-            .ack_number
-            .before(tcb.snd.una - (tcb.snd.max_wnd as usize).min(1 << 30))
-        {
-            self.tcp_send_ack(now, h);
-            return self.mib.drop(DropReason::TcpTooOldAck);
-        }
-        self.tcp_ack(now, h, seg);
-        let Some(tcb) = self.tcp.get(h) else { return };
-        let fin_acked = tcb.flags.has(TcbFlags::FIN_SENT) && tcb.snd.una == tcb.snd.nxt;
-        match tcb.state {
-            // "In addition to the processing for the ESTABLISHED state, if the FIN segment
-            // is now acknowledged, then enter FIN-WAIT-2".
-            State::FinWait1 if fin_acked => {
-                let orphan = tcb.flags.has(TcbFlags::ORPHAN);
-                self.tcp_set_state(h, State::FinWait2);
-                if orphan {
-                    // An orphan does not wait forever for the peer's FIN (tcp_fin_timeout).
-                    let timeout = Duration::from_secs(self.sysctl.tcp_fin_timeout);
-                    if let Some(t) = self.tcp.get_mut(h) {
-                        t.timers.keepalive = now + timeout;
-                    }
-                    self.tcp_arm(h);
-                }
-            }
-            // "if the ACK acknowledges our FIN, then enter the TIME-WAIT state".
-            State::Closing if fin_acked => return self.tcp_time_wait(now, h),
-            // "The only thing that can arrive in this state is an acknowledgment of our
-            // FIN. If our FIN is now acknowledged, delete the TCB, enter the CLOSED state".
-            State::LastAck if fin_acked => return self.tcp_done(h, None),
-            _ => {}
-        }
-
-        // ---- sixth, check the URG bit ------------------------------------------------
-        // Urgent data is not supported (RFC 6093 §6 advises new applications not to use
-        // it); the urgent pointer is ignored and the data delivered in line.
-
-        // ---- seventh, process the segment text --------------------------------------
-        let Some(tcb) = self.tcp.get_mut(h) else {
-            return;
-        };
-        if !seg.payload.is_empty() {
-            if !tcb.state.can_receive() {
-                // After the peer's FIN: "This should not occur ... Ignore the segment text."
-                self.mib.drop(DropReason::TcpOldData);
-            } else if tcb.flags.has(TcbFlags::RCV_SHUTDOWN)
-                && matches!(tcb.state, State::FinWait1 | State::FinWait2)
-                && (seg.seq_number + seg.payload.len()).after(tcb.rcv.nxt)
-            {
-                // Linux tcp_rcv_state_process: "RFC 793 says to queue data in these
-                // states, RFC 1122 says we MUST send a reset. BSD 4.4 also does reset."
-                // New data for a socket that can no longer be read resets it
-                // (TCPAbortOnData), the RST answering the segment (Linux
-                // tcp_v4_send_reset: <SEQ=SEG.ACK><CTL=RST>, RFC 9293 §3.10.7.1), so that
-                // a peer that has not seen our FIN takes it (RFC 5961 §3.2).
-                self.mib.inc(Counter::TcpExtTCPAbortOnData);
-                let tuple = tcb.tuple;
-                self.reset_for(now, tuple, seg);
-                return self.tcp_done(h, Some(Error::ConnectionReset));
-            } else {
-                self.tcp_data_queue(now, h, seg);
-            }
-        }
-
-        // ---- eighth, check the FIN bit ------------------------------------------------
-        let Some(tcb) = self.tcp.get_mut(h) else {
-            return;
-        };
-        // A FIN queued beyond a hole counts once the hole has filled (Linux tcp_ofo_queue
-        // calls tcp_fin when it reaches the FIN's skb).
-        let fin_end = seg.seq_number + seg.payload.len();
-        let queued_fin = tcb.rcvbuf.take_fin();
-        if (queued_fin || f.contains(Flags::FIN) && fin_end == tcb.rcv.nxt)
-            && !tcb.state.fin_received()
-        {
-            // "advance RCV.NXT over the FIN, and send an acknowledgment for the FIN".
-            tcb.rcv.nxt += 1;
-            tcb.flags.set(TcbFlags::ACK_NOW);
-            let fin_acked = tcb.flags.has(TcbFlags::FIN_SENT) && tcb.snd.una == tcb.snd.nxt;
-            match tcb.state {
-                State::SynReceived | State::Established => self.tcp_set_state(h, State::CloseWait),
-                State::FinWait1 if fin_acked => {
-                    self.tcp_send_ack(now, h);
-                    return self.tcp_time_wait(now, h);
-                }
-                State::FinWait1 => self.tcp_set_state(h, State::Closing),
-                State::FinWait2 => {
-                    self.tcp_send_ack(now, h);
-                    return self.tcp_time_wait(now, h);
-                }
-                _ => {}
-            }
-        } else if f.contains(Flags::FIN) {
-            // A FIN ahead of missing data: Linux queues it with its segment
-            // (tcp_data_queue_ofo) and processes it when the hole fills, so the peer need
-            // not retransmit it. Acknowledge what we have.
-            if tcb.state.can_receive() && fin_end.after(tcb.rcv.nxt) {
-                let data_from = if seg.seq_number.after(tcb.rcv.nxt) {
-                    seg.seq_number - tcb.rcv.nxt
-                } else {
-                    0
-                };
-                let at = fin_end - tcb.rcv.nxt;
-                tcb.rcvbuf.queue_fin(at, data_from);
-            }
-            tcb.flags.set(TcbFlags::ACK_NOW);
-        }
-        self.tcp_output(now, h);
+        Ok(())
     }
 
-    /// RFC 9293 §3.10.7.3 SYN-SENT.
-    fn syn_sent_input(&mut self, now: Instant, h: TcpHandle, seg: &tcp::Repr) {
-        let Some(tcb) = self.tcp.get_mut(h) else {
-            return;
-        };
+    /// Drop the segment with `reason` and answer with a challenge ACK if the limits allow
+    /// one (Linux `tcp_send_challenge_ack`; see [`Sock::challenge_ack_allowed`]).
+    fn tcp_challenge_ack(&mut self, now: Instant, reason: DropReason) -> Verdict {
+        if self.challenge_ack_allowed(now) {
+            Verdict::DropAndAck(reason)
+        } else {
+            Verdict::Drop(reason)
+        }
+    }
+
+    /// RFC 9293 §3.10.7.3 SYN-SENT (Linux `tcp_rcv_synsent_state_process`).
+    fn tcp_rcv_synsent_state_process(&mut self, now: Instant, seg: &tcp::Repr) -> Verdict {
+        let tcb = &mut *self.tcb;
         let f = seg.flags;
         // "first, check the ACK bit: If SEG.ACK =< ISS or SEG.ACK > SND.NXT, send a reset
         // (unless the RST bit is set, if so drop the segment and return)".
@@ -370,30 +450,29 @@ impl Stack {
             && !seg.ack_number.after(tcb.snd.nxt);
         if f.contains(Flags::ACK) && !ack_ok {
             if !f.contains(Flags::RST) {
-                let tuple = tcb.tuple;
-                self.tcp_send_reset(now, tuple, seg.ack_number, None);
+                return Verdict::DropAndReset(tcb.tuple, DropReason::TcpAckUnsentData);
             }
-            return self.mib.drop(DropReason::TcpAckUnsentData);
+            return Verdict::Drop(DropReason::TcpAckUnsentData);
         }
         // "second, check the RST bit: If the ACK was acceptable, then signal to the user
         // 'error: connection reset', drop the segment, enter CLOSED state".
         if f.contains(Flags::RST) {
             if ack_ok {
-                return self.tcp_done(h, Some(Error::ConnectionRefused));
+                return Verdict::Done(Some(Error::ConnectionRefused));
             }
-            return self.mib.drop(DropReason::TcpReset);
+            return Verdict::Drop(DropReason::TcpReset);
         }
         // "fourth, check the SYN bit".
         if !f.contains(Flags::SYN) {
-            return self.mib.drop(DropReason::TcpFlags);
+            return Verdict::Drop(DropReason::TcpFlags);
         }
         tcb.rcv.irs = seg.seq_number;
         tcb.rcv.nxt = seg.seq_number + 1;
         tcb.rcv.wup = tcb.rcv.nxt;
         // RCV.WND: what our SYN offered (unscaled there, RFC 7323 §2.2).
-        tcb.rcv.wnd = super::output::initial_rcv_window(&self.sysctl);
+        tcb.rcv.wnd = super::output::initial_rcv_window(self.sysctl);
         Stack::apply_syn_options(
-            &self.sysctl,
+            self.sysctl,
             tcb,
             seg.max_seg_size.unwrap_or(super::output::DEFAULT_MSS),
             seg.window_scale,
@@ -407,32 +486,25 @@ impl Stack {
         tcb.snd.max_wnd = tcb.snd.wnd;
         tcb.snd.wl1 = seg.seq_number;
         tcb.snd.wl2 = seg.ack_number;
-        if ack_ok {
-            // "If SND.UNA > ISS (our SYN has been ACKed), change the connection state to
-            // ESTABLISHED, form an ACK segment ... and send it."
-            let mut ev = AckEvent::default();
-            self.tcp_clean_rtx_queue(now, h, seg, &mut ev);
-            self.tcp_set_xmit_timer(now, h);
-            self.tcp_set_state(h, State::Established);
-            if let Some(tcb) = self.tcp.get_mut(h) {
-                tcb.flags.set(TcbFlags::ACK_NOW);
-            }
-        } else {
+        if !ack_ok {
             // Simultaneous open: "Otherwise, enter SYN-RECEIVED, form a SYN,ACK segment".
-            self.tcp_set_state(h, State::SynReceived);
-            self.tcp_send_syn_ack_tcb(now, h);
-            return;
+            self.set_state(State::SynReceived);
+            return Verdict::SynAck;
         }
-        self.tcp_output(now, h);
+        // "If SND.UNA > ISS (our SYN has been ACKed), change the connection state to
+        // ESTABLISHED, form an ACK segment ... and send it."
+        let mut ev = AckEvent::default();
+        self.tcp_clean_rtx_queue(now, seg, &mut ev);
+        self.tcp_set_xmit_timer(now);
+        self.set_state(State::Established);
+        self.tcb.flags.set(TcbFlags::ACK_NOW);
+        Verdict::Output
     }
-
     /// Process the acknowledgment of a segment (Linux `tcp_ack`): window update, SACK
     /// scoreboard, newly acknowledged data, then loss recovery (`tcp_fastretrans_alert`)
     /// and congestion control (`tcp_cong_control`), in Linux's order.
-    fn tcp_ack(&mut self, now: Instant, h: TcpHandle, seg: &tcp::Repr) {
-        let Some(tcb) = self.tcp.get_mut(h) else {
-            return;
-        };
+    pub(crate) fn tcp_ack(&mut self, now: Instant, seg: &tcp::Repr) {
+        let tcb = &mut *self.tcb;
         // RFC 9293 §3.10.7.4: "If SND.UNA =< SEG.ACK =< SND.NXT, the send window should be
         // updated. If (SND.WL1 < SEG.SEQ or (SND.WL1 = SEG.SEQ and SND.WL2 =< SEG.ACK)),
         // set SND.WND <- SEG.WND, set SND.WL1 <- SEG.SEQ, and set SND.WL2 <- SEG.ACK."
@@ -509,42 +581,40 @@ impl Stack {
             ev.sacked = r.newly_sacked;
             ev.dsack = r.dsack_range.filter(|_| r.dsack);
             if let Some(sent) = r.first_sacked_sent_at
-                && sent >= tcb.lr.rack_xmit_ts
+                && sent >= tcb.recovery.rack_xmit_ts
             {
                 // RFC 8985 §6.2 step 2 (RACK.xmit_ts, RACK.end_seq), from a newly SACKed
                 // segment never retransmitted; its end is taken as the highest SACKed
                 // (they coincide for data sent in order).
-                tcb.lr.rack_xmit_ts = sent;
-                tcb.lr.rack_end_seq = tcb.rtx.highest_sacked().unwrap_or(una);
+                tcb.recovery.rack_xmit_ts = sent;
+                tcb.recovery.rack_end_seq = tcb.rtx.highest_sacked().unwrap_or(una);
             }
             // A retransmitted loss probe of the last segment is SACKed, not reported as a
             // duplicate: the probe got through, and it went out after everything below
             // it (RACK.xmit_ts is the probe's; Linux's scoreboard holds the probe's send
             // time, ours the first transmission's).
-            if let Some(high) = tcb.lr.tlp_high_seq
-                && tcb.lr.tlp_retrans
+            if let Some(high) = tcb.recovery.tlp_high_seq
+                && tcb.recovery.tlp_retrans
                 && r.newly_sacked > 0
                 && !r.dsack
                 && tcb.rtx.highest_sacked() == Some(high)
-                && tcb.lr.tlp_sent_at > tcb.lr.rack_xmit_ts
+                && tcb.recovery.tlp_sent_at > tcb.recovery.rack_xmit_ts
             {
-                tcb.lr.rack_xmit_ts = tcb.lr.tlp_sent_at;
-                tcb.lr.rack_end_seq = high;
+                tcb.recovery.rack_xmit_ts = tcb.recovery.tlp_sent_at;
+                tcb.recovery.rack_end_seq = high;
             }
             if r.dsack {
                 self.mib.inc(Counter::TcpExtTCPDSACKRecv);
                 // Linux tcp_sacktag_one: "D-SACK ... undo_retrans" -- each retransmission
                 // the receiver reports as a duplicate was not needed.
-                if tcb.lr.undo_marker.is_some() && tcb.lr.undo_retrans > 0 {
-                    tcb.lr.undo_retrans = (tcb.lr.undo_retrans - r.dsack_retrans as i32).max(0);
+                if tcb.recovery.undo_marker.is_some() && tcb.recovery.undo_retrans > 0 {
+                    tcb.recovery.undo_retrans =
+                        (tcb.recovery.undo_retrans - r.dsack_retrans as i32).max(0);
                 }
             }
         }
-        let Some(tcb) = self.tcp.get_mut(h) else {
-            return;
-        };
         if seg.ack_number.after(tcb.snd.una) {
-            self.tcp_clean_rtx_queue(now, h, seg, &mut ev);
+            self.tcp_clean_rtx_queue(now, seg, &mut ev);
         } else if seg.ack_number == tcb.snd.una
             && seg.payload.is_empty()
             && !seg.flags.intersects(Flags::SYN | Flags::FIN)
@@ -559,81 +629,38 @@ impl Stack {
                 ev.delivered += 1;
             }
         }
-        self.tcp_process_tlp_ack(now, h, seg.ack_number, &ev);
-        self.tcp_fastretrans_alert(now, h, &ev);
+        self.tcp_process_tlp_ack(now, seg.ack_number, &ev);
+        self.tcp_fastretrans_alert(now, &ev);
         if ev.set_xmit_timer {
-            self.tcp_set_xmit_timer(now, h);
+            self.tcp_set_xmit_timer(now);
         }
-        self.tcp_cong_control(now, h, &ev, prior_in_flight);
-        self.tcp_find_lost_retrans(h);
+        self.tcp_cong_control(now, &ev, prior_in_flight);
+        self.tcp_find_lost_retrans();
     }
 
     /// After an ACK that acknowledged data (Linux `tcp_set_xmit_timer`): a tail loss probe
     /// if one may be sent, else the RTO restarted (RFC 6298 §5.3 "When an ACK is
     /// received that acknowledges new data, restart the retransmission timer"), or off
     /// when nothing is outstanding (§5.2).
-    fn tcp_set_xmit_timer(&mut self, now: Instant, h: TcpHandle) {
-        if self.tcp_schedule_loss_probe(now, h, true) {
+    fn tcp_set_xmit_timer(&mut self, now: Instant) {
+        if self.tcp_schedule_loss_probe(now, true) {
             return;
         }
-        let Some(tcb) = self.tcp.get_mut(h) else {
-            return;
-        };
+        let tcb = &mut *self.tcb;
         tcb.timers.retransmit = if tcb.rtx.is_empty() {
             Instant::FAR_FUTURE
         } else {
             now + tcb.rtt.rto()
         };
         tcb.timers.loss_probe = false;
-        self.tcp_arm(h);
-    }
-
-    /// What became of an outstanding tail loss probe (RFC 8985 §7.4; Linux
-    /// `tcp_process_tlp_ack`): a probe of new data, or a retransmission the receiver
-    /// reports as a duplicate, found no loss; an ACK beyond the probe's SND.NXT after a
-    /// retransmitted probe means the probe repaired a loss, and cwnd is reduced once
-    /// (TCPLossProbeRecovery).
-    fn tcp_process_tlp_ack(&mut self, now: Instant, h: TcpHandle, ack: SeqNumber, ev: &AckEvent) {
-        let Some(tcb) = self.tcp.get_mut(h) else {
-            return;
-        };
-        let Some(high) = tcb.lr.tlp_high_seq else {
-            return;
-        };
-        if ack.before(high) {
-            return;
-        }
-        if !tcb.lr.tlp_retrans || ev.dsack.is_some_and(|(_, e)| !e.after(high)) {
-            tcb.lr.tlp_high_seq = None;
-        } else if ack.after(high) {
-            // Linux: tcp_init_cwnd_reduction, CWR, tcp_end_cwnd_reduction.
-            tcb.lr.tlp_high_seq = None;
-            tcb.lr.prior_cwnd = tcb.cs.cwnd;
-            tcb.cs.in_flight = tcb.in_flight();
-            tcb.cs.ssthresh = tcb.cc.ssthresh(&tcb.cs);
-            tcb.cs.cwnd = tcb.cs.ssthresh.max(2);
-            tcb.cs.cwnd_cnt = 0;
-            tcb.cc.cwnd_event(&mut tcb.cs, now, CaEvent::CompleteCwr);
-            self.mib.inc(Counter::TcpExtTCPLossProbeRecovery);
-        } else if !ev.una_advanced && ev.sacked == 0 {
-            // A pure duplicate ACK: the original and the probe both arrived.
-            tcb.lr.tlp_high_seq = None;
-        }
+        self.arm();
     }
 
     /// The ACK moved SND.UNA (Linux `tcp_clean_rtx_queue` and the SND.UNA part of
     /// `tcp_ack`): free the acknowledged bytes, take an RTT sample, tell the congestion
     /// control, restart the retransmission timer (RFC 6298 §5.2-5.3).
-    fn tcp_clean_rtx_queue(
-        &mut self,
-        now: Instant,
-        h: TcpHandle,
-        seg: &tcp::Repr,
-        ev: &mut AckEvent,
-    ) {
-        let Some((tcb, pool)) = self.tcp.split(h) else {
-            return;
-        };
+    fn tcp_clean_rtx_queue(&mut self, now: Instant, seg: &tcp::Repr, ev: &mut AckEvent) {
+        let tcb = &mut *self.tcb;
         let ack = seg.ack_number;
         let prior_una = tcb.snd.una;
         let prior_fack = ev.prior_fack;
@@ -641,8 +668,8 @@ impl Stack {
         let data_start = tcb.data_start();
         let data_acked = (ack.diff(data_start).max(0) as usize).min(tcb.sndbuf.len());
         let was_writeable = sk_stream_is_writeable(tcb);
-        tcb.sndbuf.consume(pool, data_acked);
-        let result = tcb.rtx.on_ack(ack, now);
+        tcb.sndbuf.consume(self.pool, data_acked);
+        let result = tcb.rtx.on_ack_reusing(ack, now, self.spare_board);
         tcb.snd.una = ack;
         tcb.probes = 0;
         ev.una_advanced = true;
@@ -664,9 +691,9 @@ impl Stack {
             // RFC 8985 §6.2 step 2: RACK.xmit_ts from the newest delivered segment; this
             // one was never retransmitted, so its send time is unambiguous.
             let sent = Instant::from_nanos(now.as_nanos().saturating_sub(sample.as_nanos() as u64));
-            if sent >= tcb.lr.rack_xmit_ts {
-                tcb.lr.rack_xmit_ts = sent;
-                tcb.lr.rack_end_seq = ack;
+            if sent >= tcb.recovery.rack_xmit_ts {
+                tcb.recovery.rack_xmit_ts = sent;
+                tcb.recovery.rack_end_seq = ack;
             }
         }
         if tcb.flags.has(TcbFlags::SACK_OK) {
@@ -682,10 +709,10 @@ impl Stack {
             {
                 let mss = usize::from(tcb.mss).max(1);
                 let metric = (fack - prior_una).div_ceil(mss) as u32;
-                if metric > tcb.lr.reordering {
-                    tcb.lr.reordering = metric.min(MAX_REORDERING);
+                if metric > tcb.recovery.reordering {
+                    tcb.recovery.reordering = metric.min(MAX_REORDERING);
                 }
-                tcb.lr.reord_seen = true;
+                tcb.recovery.reord_seen = true;
                 self.mib.inc(Counter::TcpExtTCPSACKReorder);
             }
         } else {
@@ -700,10 +727,14 @@ impl Stack {
         // Linux tcp_clean_rtx_queue calls the congestion control's pkts_acked in every
         // state (CUBIC keeps its delay minimum and HyStart there).
         if result.acked_segments > 0 {
-            tcb.cs.in_flight = prior_in_flight;
+            tcb.congestion.in_flight = prior_in_flight;
             let hystart_before = tcb.hystart_exit();
-            tcb.cc
-                .pkts_acked(&mut tcb.cs, now, result.acked_segments, result.rtt_sample);
+            tcb.cc.pkts_acked(
+                &mut tcb.congestion,
+                now,
+                result.acked_segments,
+                result.rtt_sample,
+            );
             // CUBIC's HyStart ended slow start (Linux hystart_update counts these).
             if hystart_before.is_none()
                 && let Some(exit) = tcb.hystart_exit()
@@ -718,7 +749,7 @@ impl Stack {
                         Counter::TcpExtTCPHystartDelayCwnd,
                     ),
                 };
-                let w = u64::from(tcb.cs.cwnd);
+                let w = u64::from(tcb.congestion.cwnd);
                 self.mib.inc(detect);
                 self.mib.add(cwnd, w);
             }
@@ -726,420 +757,35 @@ impl Stack {
         // RFC 6298 §5.2-5.3: the timer is set again once the ACK is processed
         // (`tcp_set_xmit_timer`).
         ev.set_xmit_timer = true;
-        Self::tcp_sndbuf_expand(tcb, self.sysctl.tcp_wmem_max);
+        tcp_sndbuf_expand(tcb, self.sysctl.tcp_wmem_max);
         if !was_writeable && sk_stream_is_writeable(tcb) {
-            self.ready.mark(SocketKey::Tcp(h), Readiness::WRITABLE); // sk_write_space
+            self.ready.mark(SocketKey::Tcp(self.h), Readiness::WRITABLE); // sk_write_space
         }
-    }
-
-    /// Send-buffer autotuning (Linux `tcp_new_space` -> `tcp_should_expand_sndbuf` ->
-    /// `tcp_sndbuf_expand`): when an ACK frees space and the sender is not cwnd-limited,
-    /// let the send buffer hold two congestion windows ("Worst case is non GSO/TSO:
-    /// each frame consumes one skb ... sndmem = 2 * nr_segs * per_mss"), at least the
-    /// initial window's worth and never more than `tcp_wmem.max`. Linux counts the skb
-    /// overhead in `sk_sndbuf`; ustack's limit counts payload bytes.
-    fn tcp_sndbuf_expand(tcb: &mut Tcb, wmem_max: u64) {
-        // Linux tcp_should_expand_sndbuf: "If the user specified a specific send buffer
-        // setting, do not modify it." (SOCK_SNDBUF_LOCK)
-        if tcb.flags.has(TcbFlags::SNDBUF_LOCK) || tcb.in_flight() >= tcb.cs.cwnd {
-            // Linux: "If we filled the congestion window, do not expand."
-            return;
-        }
-        let nr_segs = u64::from(tcb.cs.cwnd.max(TCP_INIT_CWND).max(tcb.lr.reordering + 1));
-        let sndmem = (2 * nr_segs * u64::from(tcb.mss)).min(wmem_max);
-        if sndmem > u64::from(tcb.sndbuf_limit) {
-            tcb.sndbuf_limit = sndmem.min(u64::from(u32::MAX)) as u32;
-        }
-    }
-
-    /// Loss detection and the recovery state machine (Linux `tcp_fastretrans_alert`):
-    /// mark lost segments (RFC 6675 §4 `IsLost`), leave a recovery that is complete
-    /// (RFC 6582 §3.2 step 3), undo a reduction that proved needless, enter fast recovery
-    /// (RFC 6675 §5 / RFC 5681 §3.2).
-    fn tcp_fastretrans_alert(&mut self, now: Instant, h: TcpHandle, ev: &AckEvent) {
-        let Some(tcb) = self.tcp.get_mut(h) else {
-            return;
-        };
-        let sack = tcb.flags.has(TcbFlags::SACK_OK);
-        if tcb.ca_state == CaState::Open && tcb.rtx.sacked_out() == 0 && tcb.dupacks == 0 {
-            // Nothing suspicious: Linux takes tcp_fastretrans_alert only for "dubious" ACKs.
-            tcb.lr.retrans_stamp = 0;
-            return;
-        }
-        if sack {
-            // RFC 6675 §4 IsLost with DupThresh = tp->reordering. In recovery, once no
-            // reordering was seen, every hole below a SACKed segment is lost: RFC 8985's
-            // RACK with its reordering window at zero during recovery (§6.2 step 4, Linux
-            // tcp_rack_reo_wnd "be aggressive during the recovery").
-            let thresh = if matches!(tcb.ca_state, CaState::Recovery | CaState::Loss)
-                && !tcb.lr.reord_seen
-            {
-                1
-            } else {
-                tcb.lr.reordering
-            };
-            tcb.rtx.mark_lost(thresh);
-        }
-        // D. Exit conditions: the recovery point (RFC 6582 "recover", Linux high_seq) is
-        // acknowledged.
-        if tcb.ca_state == CaState::Recovery && !tcb.snd.una.before(tcb.high_seq) {
-            if !sack {
-                tcb.dupacks = 0;
-            }
-            if self.tcp_try_undo_recovery(h, ev) {
-                return;
-            }
-            self.tcp_end_cwnd_reduction(now, h);
-        }
-        let Some(tcb) = self.tcp.get_mut(h) else {
-            return;
-        };
-        // E. Process the state.
-        match tcb.ca_state {
-            CaState::Recovery => {
-                if ev.una_advanced && !sack {
-                    // RFC 6582 §3.2 step 4, partial acknowledgment: "retransmit the first
-                    // unacknowledged segment" (Linux tcp_update_scoreboard for Reno).
-                    tcb.rtx.mark_head_lost();
-                }
-                if self.tcp_try_undo_dsack(h) {
-                    self.tcp_try_to_open(h);
-                }
-            }
-            CaState::Loss => {
-                // Linux tcp_process_loss.
-                if ev.una_advanced && self.tcp_try_undo_loss(h, ev) {
-                    return;
-                }
-                let Some(tcb) = self.tcp.get_mut(h) else {
-                    return;
-                };
-                if !tcb.snd.una.before(tcb.high_seq) {
-                    self.tcp_try_undo_recovery(h, ev);
-                }
-            }
-            _ => {
-                if !sack && ev.una_advanced {
-                    tcb.dupacks = 0;
-                }
-                if matches!(tcb.ca_state, CaState::Open | CaState::Disorder) {
-                    self.tcp_try_undo_dsack(h);
-                }
-                let Some(tcb) = self.tcp.get_mut(h) else {
-                    return;
-                };
-                // RFC 8985 §6.2 (Linux tcp_rack_detect_loss): the first hole is lost once
-                // a segment sent sufficiently after it was delivered, whatever the number
-                // of SACKed segments; a tail loss probe's SACK shows this within about two
-                // round trips instead of a timeout.
-                if sack && tcb.rtx.sacked_out() > 0 && tcb.rack_head_lost() {
-                    tcb.rtx.mark_head_lost();
-                }
-                // Linux tcp_time_to_recover: a segment is lost, or DupThresh segments
-                // left the network above the first hole (RFC 5681 §3.2 three duplicate
-                // ACKs; RFC 6675 §5 "DupThresh ... SACKed").
-                let left = if sack {
-                    tcb.rtx.sacked_out()
-                } else {
-                    tcb.dupacks
-                };
-                if tcb.rtx.lost_out() == 0 && left < tcb.lr.reordering {
-                    self.tcp_try_to_open(h);
-                    return;
-                }
-                self.tcp_enter_recovery(h);
-                let Some(tcb) = self.tcp.get_mut(h) else {
-                    return;
-                };
-                if sack && !tcb.lr.reord_seen {
-                    tcb.rtx.mark_lost(1);
-                }
-                // RFC 6675 §5 (4.3) / RFC 5681 §3.2 step 2: "retransmit the first data
-                // segment presumed dropped" (Linux tcp_update_scoreboard with fast_rexmit).
-                if tcb.rtx.lost_out() == 0 {
-                    tcb.rtx.mark_head_lost();
-                }
-            }
-        }
-    }
-
-    /// Enter fast recovery (Linux `tcp_enter_recovery`, `tcp_init_cwnd_reduction`):
-    /// RecoveryPoint = HighData (RFC 6675 §5 (4.1)), ssthresh from the congestion control
-    /// (RFC 5681 §3.2 eq. (4); RFC 9438 §4.6), and PRR's counters (RFC 6937 §3
-    /// "Initialization on entering recovery").
-    fn tcp_enter_recovery(&mut self, h: TcpHandle) {
-        let Some(tcb) = self.tcp.get_mut(h) else {
-            return;
-        };
-        self.mib.inc(if tcb.flags.has(TcbFlags::SACK_OK) {
-            Counter::TcpExtTCPSackRecovery
-        } else {
-            Counter::TcpExtTCPRenoRecovery
-        });
-        // Linux tcp_init_undo.
-        tcb.lr.prior_ssthresh = 0;
-        tcb.lr.undo_marker = Some(tcb.snd.una);
-        tcb.lr.undo_retrans = match tcb.rtx.retrans_out() {
-            0 => -1,
-            n => n as i32,
-        };
-        if !matches!(tcb.ca_state, CaState::Cwr | CaState::Recovery) {
-            tcb.lr.prior_ssthresh = tcb.current_ssthresh();
-            tcb.high_seq = tcb.snd.nxt;
-            tcb.lr.tlp_high_seq = None;
-            tcb.cs.cwnd_cnt = 0;
-            tcb.lr.prior_cwnd = tcb.cs.cwnd;
-            tcb.lr.prr_delivered = 0;
-            tcb.lr.prr_out = 0;
-            tcb.cs.in_flight = tcb.in_flight();
-            tcb.cs.ssthresh = tcb.cc.ssthresh(&tcb.cs);
-        }
-        tcb.set_ca_state(CaState::Recovery);
-    }
-
-    /// RFC 6937 PRR, on every ACK in recovery (Linux `tcp_cwnd_reduction`): send in
-    /// proportion to what is delivered while the pipe is above ssthresh, then (PRR-SSRB)
-    /// catch up to ssthresh no faster than slow start. cwnd is set to pipe + sndcnt.
-    fn tcp_cwnd_reduction(&mut self, h: TcpHandle, delivered: u32) {
-        let Some(tcb) = self.tcp.get_mut(h) else {
-            return;
-        };
-        if delivered == 0 || tcb.lr.prior_cwnd == 0 {
-            return;
-        }
-        tcb.lr.prr_delivered += delivered;
-        let pipe = tcb.in_flight();
-        let lr = &tcb.lr;
-        let ssthresh = tcb.cs.ssthresh;
-        let mut sndcnt: i64 = if pipe > ssthresh {
-            // "sndcnt = CEIL(prr_delivered * ssthresh / RecoverFS) - prr_out"
-            let target = (u64::from(lr.prr_delivered) * u64::from(ssthresh))
-                .div_ceil(u64::from(lr.prior_cwnd));
-            target as i64 - i64::from(lr.prr_out)
-        } else {
-            // PRR-SSRB: "limit = MAX(prr_delivered - prr_out, DeliveredData) + MSS;
-            // sndcnt = MIN(ssthresh - pipe, limit)"
-            let limit =
-                (i64::from(lr.prr_delivered) - i64::from(lr.prr_out)).max(i64::from(delivered)) + 1;
-            limit.min(i64::from(ssthresh - pipe))
-        };
-        // Linux: "Force a fast retransmit upon entering fast recovery".
-        if lr.prr_out == 0 {
-            sndcnt = sndcnt.max(1);
-        }
-        tcb.cs.cwnd = pipe + sndcnt.max(0) as u32;
     }
 
     /// Congestion control for one ACK (Linux `tcp_cong_control`): PRR while reducing,
     /// otherwise grow cwnd by what was delivered, if the ACK acknowledged data (Linux
     /// `tcp_may_raise_cwnd`).
-    fn tcp_cong_control(
-        &mut self,
-        now: Instant,
-        h: TcpHandle,
-        ev: &AckEvent,
-        prior_in_flight: u32,
-    ) {
-        let Some(tcb) = self.tcp.get_mut(h) else {
-            return;
-        };
+    fn tcp_cong_control(&mut self, now: Instant, ev: &AckEvent, prior_in_flight: u32) {
+        let tcb = &mut *self.tcb;
         if matches!(tcb.ca_state, CaState::Recovery | CaState::Cwr) {
-            return self.tcp_cwnd_reduction(h, ev.delivered);
+            return self.tcp_cwnd_reduction(ev.delivered);
         }
-        let may_raise = if tcb.lr.reordering > DUP_THRESH {
+        let may_raise = if tcb.recovery.reordering > DUP_THRESH {
             ev.delivered > 0
         } else {
             ev.acked > 0
         };
         if may_raise {
-            tcb.cs.in_flight = prior_in_flight;
-            tcb.cc.cong_avoid(&mut tcb.cs, now, ev.delivered);
+            tcb.congestion.in_flight = prior_in_flight;
+            tcb.cc.cong_avoid(&mut tcb.congestion, now, ev.delivered);
         }
-    }
-
-    /// Leave a reduction (Linux `tcp_end_cwnd_reduction`): cwnd = ssthresh (RFC 6582 §3.2
-    /// step 3 "full acknowledgment", option 2; RFC 6937 §3 ends the same way), and Open.
-    fn tcp_end_cwnd_reduction(&mut self, now: Instant, h: TcpHandle) {
-        let Some(tcb) = self.tcp.get_mut(h) else {
-            return;
-        };
-        if tcb.cs.ssthresh < TCP_INFINITE_SSTHRESH
-            && (tcb.ca_state == CaState::Cwr || tcb.lr.undo_marker.is_some())
-        {
-            tcb.cs.cwnd = tcb.cs.ssthresh.max(2);
-        }
-        tcb.cc.cwnd_event(&mut tcb.cs, now, CaEvent::CompleteCwr);
-        self.tcp_try_to_open(h);
-    }
-
-    /// Open, or Disorder while SACKed, lost or retransmitted segments remain (Linux
-    /// `tcp_try_to_open` / `tcp_try_keep_open`).
-    fn tcp_try_to_open(&mut self, h: TcpHandle) {
-        let Some(tcb) = self.tcp.get_mut(h) else {
-            return;
-        };
-        if tcb.rtx.retrans_out() == 0
-            && tcb
-                .rtx
-                .front()
-                .is_none_or(|s| !s.flags.contains(SegFlags::EVER_RETRANS))
-        {
-            tcb.lr.retrans_stamp = 0;
-        }
-        let left_out = tcb.rtx.sacked_out() + tcb.rtx.lost_out() + tcb.dupacks;
-        let state = if left_out > 0 || tcb.rtx.retrans_out() > 0 {
-            CaState::Disorder
-        } else {
-            CaState::Open
-        };
-        if tcb.ca_state != state {
-            tcb.set_ca_state(state);
-            tcb.high_seq = tcb.snd.nxt;
-        }
-    }
-
-    /// Linux `tcp_may_undo`: the episode may be undone if every retransmission was
-    /// reported needless by a D-SACK (RFC 2883 §5), or the ACK echoes a timestamp older
-    /// than the first retransmission, so the original got through (RFC 3522 §3.2 Eifel
-    /// detection; Linux `tcp_packet_delayed`).
-    fn tcp_may_undo(tcb: &Tcb, ev: &AckEvent) -> bool {
-        let lr = &tcb.lr;
-        lr.undo_marker.is_some()
-            && (lr.undo_retrans == 0
-                || lr.retrans_stamp == 0
-                || ev
-                    .tsecr
-                    .is_some_and(|ecr| (ecr.wrapping_sub(lr.retrans_stamp) as i32) < 0))
-    }
-
-    /// Restore cwnd and ssthresh from before the reduction (Linux
-    /// `tcp_undo_cwnd_reduction`); `unmark_loss` also forgets which segments were
-    /// presumed lost (after a spurious timeout).
-    fn tcp_undo_cwnd_reduction(tcb: &mut Tcb, unmark_loss: bool) {
-        if unmark_loss {
-            tcb.rtx.unmark_lost();
-            tcb.lr.lost_retrans = 0;
-        }
-        if tcb.lr.prior_ssthresh > 0 {
-            tcb.cs.cwnd = tcb.cc.undo_cwnd(&tcb.cs);
-            tcb.cs.ssthresh = tcb.cs.ssthresh.max(tcb.lr.prior_ssthresh);
-        }
-        tcb.lr.undo_marker = None;
-    }
-
-    /// Recovery (or Loss) ended (Linux `tcp_try_undo_recovery`): undo if it proved
-    /// needless (TCPFullUndo, TCPLossUndo). A connection without SACK holds Recovery until
-    /// something above the recovery point is acknowledged (RFC 6582 §3.2 step 1 guards
-    /// against a second, false fast retransmit); returns true then.
-    fn tcp_try_undo_recovery(&mut self, h: TcpHandle, ev: &AckEvent) -> bool {
-        let Some(tcb) = self.tcp.get_mut(h) else {
-            return false;
-        };
-        if Self::tcp_may_undo(tcb, ev) {
-            let counter = if tcb.ca_state == CaState::Loss {
-                Counter::TcpExtTCPLossUndo
-            } else {
-                Counter::TcpExtTCPFullUndo
-            };
-            Self::tcp_undo_cwnd_reduction(tcb, false);
-            self.mib.inc(counter);
-        }
-        let Some(tcb) = self.tcp.get_mut(h) else {
-            return false;
-        };
-        if tcb.snd.una == tcb.high_seq && !tcb.flags.has(TcbFlags::SACK_OK) {
-            if tcb.rtx.retrans_out() == 0 {
-                tcb.lr.retrans_stamp = 0;
-            }
-            return true;
-        }
-        tcb.set_ca_state(CaState::Open);
-        false
-    }
-
-    /// D-SACKs reported every retransmission of the episode as needless: undo (Linux
-    /// `tcp_try_undo_dsack`, TCPDSACKUndo; RFC 2883 §5).
-    fn tcp_try_undo_dsack(&mut self, h: TcpHandle) -> bool {
-        let Some(tcb) = self.tcp.get_mut(h) else {
-            return false;
-        };
-        if tcb.lr.undo_marker.is_some() && tcb.lr.undo_retrans == 0 {
-            Self::tcp_undo_cwnd_reduction(tcb, false);
-            self.mib.inc(Counter::TcpExtTCPDSACKUndo);
-            return true;
-        }
-        false
-    }
-
-    /// A timeout proved spurious (the ACK echoes a timestamp from before the first
-    /// retransmission): restore cwnd, forget the lost marks, leave Loss (Linux
-    /// `tcp_try_undo_loss`, TCPLossUndo; RFC 3522 §3.2, RFC 4015 §3).
-    fn tcp_try_undo_loss(&mut self, h: TcpHandle, ev: &AckEvent) -> bool {
-        let Some(tcb) = self.tcp.get_mut(h) else {
-            return false;
-        };
-        if !Self::tcp_may_undo(tcb, ev) {
-            return false;
-        }
-        Self::tcp_undo_cwnd_reduction(tcb, true);
-        tcb.rtt.reset_backoff();
-        if tcb.flags.has(TcbFlags::SACK_OK) {
-            tcb.set_ca_state(CaState::Open);
-        }
-        self.mib.inc(Counter::TcpExtTCPLossUndo);
-        true
-    }
-
-    /// Find retransmissions that were lost again: a retransmission sent before a segment
-    /// that has since been delivered should have arrived first (RFC 8985 §6.2's rule,
-    /// applied to retransmissions in flight; Linux counts TCPLostRetransmit). Without
-    /// this, a lost retransmission holds up SND.UNA until the retransmission timer.
-    /// They are sent again by `tcp_output`; until then they do not count in the pipe.
-    fn tcp_find_lost_retrans(&mut self, h: TcpHandle) {
-        let Some(tcb) = self.tcp.get_mut(h) else {
-            return;
-        };
-        if tcb.rtx.retrans_out() == 0 {
-            tcb.lr.retrans_low = Instant::FAR_FUTURE;
-            tcb.lr.lost_retrans = 0;
-            return;
-        }
-        if !tcb.flags.has(TcbFlags::SACK_OK) {
-            return;
-        }
-        let horizon = tcb.lost_retrans_horizon();
-        if tcb.lr.lost_retrans == 0 && tcb.lr.retrans_low > horizon {
-            return;
-        }
-        let (mut lost, mut low) = (0u32, Instant::FAR_FUTURE);
-        for s in tcb.rtx.iter() {
-            if s.flags.contains(SegFlags::RETRANS) && !s.flags.contains(SegFlags::SACKED) {
-                if tcb.retrans_is_lost(s.sent_at, s.end) {
-                    lost += 1;
-                } else {
-                    low = low.min(s.sent_at);
-                }
-            }
-        }
-        if lost > tcb.lr.lost_retrans {
-            self.mib.add(
-                Counter::TcpExtTCPLostRetransmit,
-                u64::from(lost - tcb.lr.lost_retrans),
-            );
-        }
-        let Some(tcb) = self.tcp.get_mut(h) else {
-            return;
-        };
-        tcb.lr.lost_retrans = lost;
-        tcb.lr.retrans_low = low;
     }
 
     /// Put the data of a segment into the receive buffer (Linux `tcp_data_queue`) and
     /// decide how to acknowledge it (delayed ACK, RFC 9293 §3.8.6.3; Linux quick-ACK mode).
-    fn tcp_data_queue(&mut self, now: Instant, h: TcpHandle, seg: &tcp::Repr) {
-        let Some((tcb, pool)) = self.tcp.split(h) else {
-            return;
-        };
+    fn tcp_data_queue(&mut self, now: Instant, seg: &tcp::Repr) {
+        let tcb = &mut *self.tcb;
         let mut data = seg.payload;
         let mut seq = seg.seq_number;
         let sack = tcb.flags.has(TcbFlags::SACK_OK);
@@ -1167,8 +813,8 @@ impl Stack {
             // Linux tcp_event_data_recv: sample the receiver's RTT, and (Linux does it
             // when the application reads, tcp_recvmsg) size the receive buffer to what
             // the application has been reading.
-            Self::tcp_rcv_rtt_measure(tcb, now, seg);
-            Self::tcp_rcv_space_adjust(tcb, now, self.sysctl.tcp_rmem_max);
+            tcp_rcv_rtt_measure(tcb, now, seg);
+            tcp_rcv_space_adjust(tcb, now, self.sysctl.tcp_rmem_max);
         }
         let promised = tcb.receive_window() as usize;
         if offset == 0 && promised == 0 {
@@ -1183,12 +829,12 @@ impl Stack {
         // the window never has data dropped (TCPRcvQDrop).
         let held = tcb.rcvbuf.readable() + tcb.rcvbuf.ooo_bytes();
         let limit = (tcb.rcvbuf_limit as usize).max(held + promised);
-        let r = tcb.rcvbuf.insert(pool, offset, data, limit);
+        let r = tcb.rcvbuf.insert(self.pool, offset, data, limit);
         tcb.rcv.nxt += r.advanced;
         if r.advanced > 0 {
-            self.ready.mark(SocketKey::Tcp(h), Readiness::READABLE); // sk_data_ready
+            self.ready.mark(SocketKey::Tcp(self.h), Readiness::READABLE); // sk_data_ready
         }
-        self.tcp_count_prune(&r);
+        tcp_count_prune(self.mib, &r);
         if r.dropped > 0 {
             // Linux counts TCPRcvQDrop for in-order data it has no room for
             // (tcp_data_queue) and TCPOFODrop for out-of-order data (tcp_data_queue_ofo).
@@ -1203,9 +849,6 @@ impl Stack {
             // (tcp_data_queue_ofo, TCPOFOMerge).
             self.mib.drop(DropReason::TcpOfoMerge);
         }
-        let Some(tcb) = self.tcp.get_mut(h) else {
-            return;
-        };
         // The receiver's SACK blocks (RFC 2018 §4; Linux tcp_data_queue_ofo,
         // tcp_sack_new_ofo_skb, tcp_sack_remove).
         if sack {
@@ -1226,13 +869,11 @@ impl Stack {
                     tcb.rx_sack.on_rcv_nxt(rcv_nxt);
                 }
                 if r.dropped > 0 || r.pruned > 0 {
-                    self.tcp_sack_retain_held(h);
+                    self.tcp_sack_retain_held();
                 }
             }
         }
-        let Some(tcb) = self.tcp.get_mut(h) else {
-            return;
-        };
+        let tcb = &mut *self.tcb;
         if offset > 0 {
             // Out of order: RFC 5681 §4.2 "A TCP receiver SHOULD send an immediate duplicate
             // ACK when an out-of-order segment arrives", with SACK blocks.
@@ -1259,184 +900,142 @@ impl Stack {
             tcb.flags.set(TcbFlags::ACK_PENDING);
             if tcb.timers.delack == Instant::FAR_FUTURE {
                 tcb.timers.delack = now + DELACK;
-                self.tcp_arm(h);
+                self.arm();
             }
         }
-    }
-
-    /// Count what the receive buffer did to make room (Linux `tcp_prune_queue`:
-    /// PruneCalled; `tcp_prune_ofo_queue`: OfoPruned once and a `TCP_OFO_QUEUE_PRUNE` drop
-    /// per extent discarded; RcvPruned when it could not make enough room).
-    fn tcp_count_prune(&mut self, r: &super::buffer::InsertResult) {
-        if !r.prune_called {
-            return;
-        }
-        self.mib.inc(Counter::TcpExtPruneCalled);
-        if r.pruned_extents > 0 {
-            self.mib.inc(Counter::TcpExtOfoPruned);
-            for _ in 0..r.pruned_extents {
-                self.mib.drop(DropReason::TcpOfoQueuePrune);
-            }
-        }
-        if r.dropped > 0 {
-            self.mib.inc(Counter::TcpExtRcvPruned);
-        }
-    }
-
-    /// The receiver's RTT estimate (Linux `tcp_rcv_rtt_measure_ts`, from the timestamp a
-    /// full-sized segment echoes; without timestamps `tcp_rcv_rtt_measure`, the time
-    /// until a window's worth of data arrived).
-    fn tcp_rcv_rtt_measure(tcb: &mut Tcb, now: Instant, seg: &tcp::Repr) {
-        let rs = &mut tcb.rcv_space;
-        if tcb.flags.has(TcbFlags::TS_OK) {
-            let Some(ts) = seg.timestamp.filter(|t| t.tsecr != 0) else {
-                return;
-            };
-            if ts.tsecr == rs.last_tsecr {
-                return;
-            }
-            rs.last_tsecr = ts.tsecr;
-            if seg.payload.len() >= usize::from(tcb.mss) {
-                let delta_ms = ts_clock(now).wrapping_sub(ts.tsecr.wrapping_sub(tcb.ts_offset));
-                if (delta_ms as i32) >= 0 {
-                    rs.rtt_update(delta_ms.saturating_mul(1000), false);
-                }
-            }
-            return;
-        }
-        if rs.rtt_time != Instant::ZERO {
-            if tcb.rcv.nxt.before(rs.rtt_seq) {
-                return;
-            }
-            let us = (now - rs.rtt_time).as_micros().min(u128::from(u32::MAX)) as u32;
-            rs.rtt_update(us, true);
-        }
-        rs.rtt_seq = tcb.rcv.nxt + tcb.rcv.wnd as usize;
-        rs.rtt_time = now;
-    }
-
-    /// Receive-buffer autotuning (Linux `tcp_rcv_space_adjust`, "dynamic right-sizing"):
-    /// once per receiver RTT, if the application read more than in the RTT before, raise
-    /// the receive buffer limit to twice what it read plus 16 segments, more while the
-    /// rate is growing ("To cope with packet losses, we need a 2x factor. To cope with slow
-    /// start ... a 4x factor"), never above `tcp_rmem.max`. The window offered follows the
-    /// limit (RFC 7323 §2.3 window scaling makes room for it).
-    fn tcp_rcv_space_adjust(tcb: &mut Tcb, now: Instant, rmem_max: u64) {
-        let copied_seq = tcb.rcv.nxt - tcb.rcvbuf.readable();
-        let advmss = u64::from(tcb.adv_mss);
-        let rs = &mut tcb.rcv_space;
-        if rs.time == Instant::ZERO {
-            // Linux tcp_init_buffer_space: "rcvq_space.space = min3(rcv_ssthresh, rcv_wnd,
-            // TCP_INIT_CWND * advmss)".
-            rs.space = (u64::from(tcb.rcv.wnd).min(10 * advmss) as u32).max(1);
-            rs.seq = copied_seq;
-            rs.time = now;
-            return;
-        }
-        if rs.rtt_us8 == 0 || ((now - rs.time).as_micros() as u64) < u64::from(rs.rtt_us8 >> 3) {
-            return;
-        }
-        let copied = copied_seq.diff(rs.seq).max(0) as u64;
-        if copied > u64::from(rs.space) {
-            let space = u64::from(rs.space).max(1);
-            let mut rcvwin = 2 * copied + 16 * advmss;
-            let grow = rcvwin * (copied - space) / space;
-            rcvwin += 2 * grow;
-            let rcvbuf = rcvwin.min(rmem_max).min(u64::from(u32::MAX)) as u32;
-            // Linux: only "if (... sysctl_tcp_moderate_rcvbuf && !(sk->sk_userlocks &
-            // SOCK_RCVBUF_LOCK))": a size the user set with SO_RCVBUF stays.
-            if rcvbuf > tcb.rcvbuf_limit && !tcb.flags.has(TcbFlags::RCVBUF_LOCK) {
-                tcb.rcvbuf_limit = rcvbuf;
-            }
-            rs.space = copied.min(u64::from(u32::MAX)) as u32;
-        }
-        rs.seq = copied_seq;
-        rs.time = now;
     }
 
     /// Cut the receiver's SACK blocks to what the out-of-order queue holds, after the
-    /// buffer refused or pruned data (see [`super::tcb::RxSack::retain_held`]).
-    fn tcp_sack_retain_held(&mut self, h: TcpHandle) {
+    /// buffer refused or pruned data (see [`super::sack_blocks::RxSack::retain_held`]).
+    fn tcp_sack_retain_held(&mut self) {
         /// Extents looked at: blocks beyond the 64th hole are dropped, never invented.
         const MAX_EXTENTS: usize = 64;
-        let Some((tcb, pool)) = self.tcp.split(h) else {
-            return;
-        };
+        let tcb = &mut *self.tcb;
         let mut ranges = [(0usize, 0usize); MAX_EXTENTS];
-        let n = tcb.rcvbuf.ooo_ranges(pool, &mut ranges);
+        let n = tcb.rcvbuf.ooo_ranges(self.pool, &mut ranges);
         let mut held = [(SeqNumber(0), SeqNumber(0)); MAX_EXTENTS];
         for (o, r) in held.iter_mut().zip(&ranges[..n]) {
             *o = (tcb.rcv.nxt + r.0, tcb.rcv.nxt + r.1);
         }
         tcb.rx_sack.retain_held(&held[..n]);
     }
+}
 
-    /// A challenge ACK (RFC 5961 §3.2, §4.2), limited as Linux 6.x `tcp_send_challenge_ack`
-    /// does (RFC 5961 §7 asks for a limit). CVE-2016-5696: one stack-wide count of fixed
-    /// size per second is a side channel (an off-path attacker who exhausts it and counts
-    /// the challenge ACKs it gets itself learns whether its guessed 4-tuple and sequence
-    /// numbers drew one). So:
-    /// 1. per connection, at most one per `tcp_invalid_ratelimit` (Linux
-    ///    `__tcp_oow_rate_limited` on `last_oow_ack_time`; TCPACKSkippedChallenge);
-    /// 2. stack-wide, only if `tcp_challenge_ack_limit` is below INT_MAX (Linux 6.0+'s
-    ///    default, commit "tcp: make global challenge ack rate limitation per net-ns and
-    ///    default disabled"):
-    ///    each second the allowance is drawn at random from [limit/2, limit/2 + limit)
-    ///    (Linux `get_random_u32_inclusive(half, ack_limit + half - 1)`), from a secret
-    ///    key. A limit of 0 allows none (Linux would draw from the whole u32 range).
-    fn tcp_challenge_ack(&mut self, now: Instant, h: TcpHandle) {
-        let ratelimit = self.sysctl.tcp_invalid_ratelimit;
-        let Some(tcb) = self.tcp.get_mut(h) else {
-            return;
-        };
-        if super::timer::oow_rate_limited(&mut tcb.last_oow_ack, now, ratelimit) {
-            return self.mib.inc(Counter::TcpExtTCPACKSkippedChallenge);
-        }
-        let limit = self.sysctl.tcp_challenge_ack_limit;
-        if limit < i32::MAX as u64 {
-            let second = now.as_millis() / 1000;
-            if self.tcp.challenge.0 != second {
-                let half = (limit + 1) >> 1;
-                let r = u64::from(super::isn::siphash32(
-                    self.tcp.challenge_key,
-                    &second.to_le_bytes(),
-                ));
-                let count = if limit == 0 { 0 } else { half + r % limit };
-                self.tcp.challenge = (second, count as u32);
-            }
-            if self.tcp.challenge.1 == 0 {
-                return;
-            }
-            self.tcp.challenge.1 -= 1;
-        }
-        self.mib.inc(Counter::TcpExtTCPChallengeACK);
-        self.tcp_send_ack(now, h);
+/// Send-buffer autotuning (Linux `tcp_new_space` -> `tcp_should_expand_sndbuf` ->
+/// `tcp_sndbuf_expand`): when an ACK frees space and the sender is not cwnd-limited,
+/// let the send buffer hold two congestion windows ("Worst case is non GSO/TSO:
+/// each frame consumes one skb ... sndmem = 2 * nr_segs * per_mss"), at least the
+/// initial window's worth and never more than `tcp_wmem.max`. Linux counts the skb
+/// overhead in `sk_sndbuf`; ustack's limit counts payload bytes.
+fn tcp_sndbuf_expand(tcb: &mut Tcb, wmem_max: u64) {
+    // Linux tcp_should_expand_sndbuf: "If the user specified a specific send buffer
+    // setting, do not modify it." (SOCK_SNDBUF_LOCK)
+    if tcb.flags.has(TcbFlags::SNDBUF_LOCK) || tcb.in_flight() >= tcb.congestion.cwnd {
+        // Linux: "If we filled the congestion window, do not expand."
+        return;
     }
+    let nr_segs = u64::from(
+        tcb.congestion
+            .cwnd
+            .max(TCP_INIT_CWND)
+            .max(tcb.recovery.reordering + 1),
+    );
+    let sndmem = (2 * nr_segs * u64::from(tcb.mss)).min(wmem_max);
+    if sndmem > u64::from(tcb.sndbuf_limit) {
+        tcb.sndbuf_limit = sndmem.min(u64::from(u32::MAX)) as u32;
+    }
+}
 
-    /// The connection is over (Linux `tcp_done`): an orphan is forgotten; otherwise the
-    /// user keeps a CLOSED socket with the error to report and any unread data.
-    pub(crate) fn tcp_done(&mut self, h: TcpHandle, error: Option<Error>) {
-        let Some(tcb) = self.tcp.get(h) else { return };
-        if matches!(tcb.state, State::SynSent | State::SynReceived) {
-            self.mib.inc(Counter::TcpAttemptFails);
-        }
-        let orphan = tcb.flags.has(TcbFlags::ORPHAN);
-        self.tcp_set_state(h, State::Closed);
-        if orphan {
-            self.tcp_destroy(h);
-            return;
-        }
-        let Some(tcb) = self.tcp.get_mut(h) else {
+/// The receiver's RTT estimate (Linux `tcp_rcv_rtt_measure_ts`, from the timestamp a
+/// full-sized segment echoes; without timestamps `tcp_rcv_rtt_measure`, the time
+/// until a window's worth of data arrived).
+fn tcp_rcv_rtt_measure(tcb: &mut Tcb, now: Instant, seg: &tcp::Repr) {
+    let rcv_space = &mut tcb.rcv_space;
+    if tcb.flags.has(TcbFlags::TS_OK) {
+        let Some(ts) = seg.timestamp.filter(|t| t.tsecr != 0) else {
             return;
         };
-        tcb.error = error;
-        let Some((tcb, pool)) = self.tcp.split(h) else {
+        if ts.tsecr == rcv_space.last_tsecr {
             return;
-        };
-        tcb.sndbuf.clear(pool);
-        tcb.rtx = super::sack::RtxQueue::new();
-        tcb.timers = super::tcb::Timers::NONE;
-        let tuple = tcb.tuple;
-        self.tcp.ehash.remove(&tuple);
+        }
+        rcv_space.last_tsecr = ts.tsecr;
+        if seg.payload.len() >= usize::from(tcb.mss) {
+            let delta_ms = ts_clock(now).wrapping_sub(ts.tsecr.wrapping_sub(tcb.ts_offset));
+            if (delta_ms as i32) >= 0 {
+                rcv_space.rtt_update(delta_ms.saturating_mul(1000), false);
+            }
+        }
+        return;
+    }
+    if rcv_space.rtt_time != Instant::ZERO {
+        if tcb.rcv.nxt.before(rcv_space.rtt_seq) {
+            return;
+        }
+        let us = (now - rcv_space.rtt_time)
+            .as_micros()
+            .min(u128::from(u32::MAX)) as u32;
+        rcv_space.rtt_update(us, true);
+    }
+    rcv_space.rtt_seq = tcb.rcv.nxt + tcb.rcv.wnd as usize;
+    rcv_space.rtt_time = now;
+}
+
+/// Receive-buffer autotuning (Linux `tcp_rcv_space_adjust`, "dynamic right-sizing"):
+/// once per receiver RTT, if the application read more than in the RTT before, raise
+/// the receive buffer limit to twice what it read plus 16 segments, more while the
+/// rate is growing ("To cope with packet losses, we need a 2x factor. To cope with slow
+/// start ... a 4x factor"), never above `tcp_rmem.max`. The window offered follows the
+/// limit (RFC 7323 §2.3 window scaling makes room for it).
+fn tcp_rcv_space_adjust(tcb: &mut Tcb, now: Instant, rmem_max: u64) {
+    let copied_seq = tcb.rcv.nxt - tcb.rcvbuf.readable();
+    let advmss = u64::from(tcb.adv_mss);
+    let rcv_space = &mut tcb.rcv_space;
+    if rcv_space.time == Instant::ZERO {
+        // Linux tcp_init_buffer_space: "rcvq_space.space = min3(rcv_ssthresh, rcv_wnd,
+        // TCP_INIT_CWND * advmss)".
+        rcv_space.space = (u64::from(tcb.rcv.wnd).min(10 * advmss) as u32).max(1);
+        rcv_space.seq = copied_seq;
+        rcv_space.time = now;
+        return;
+    }
+    if rcv_space.rtt_us8 == 0
+        || ((now - rcv_space.time).as_micros() as u64) < u64::from(rcv_space.rtt_us8 >> 3)
+    {
+        return;
+    }
+    let copied = copied_seq.diff(rcv_space.seq).max(0) as u64;
+    if copied > u64::from(rcv_space.space) {
+        let space = u64::from(rcv_space.space).max(1);
+        let mut rcvwin = 2 * copied + 16 * advmss;
+        let grow = rcvwin * (copied - space) / space;
+        rcvwin += 2 * grow;
+        let rcvbuf = rcvwin.min(rmem_max).min(u64::from(u32::MAX)) as u32;
+        // Linux: only "if (... sysctl_tcp_moderate_rcvbuf && !(sk->sk_userlocks &
+        // SOCK_RCVBUF_LOCK))": a size the user set with SO_RCVBUF stays.
+        if rcvbuf > tcb.rcvbuf_limit && !tcb.flags.has(TcbFlags::RCVBUF_LOCK) {
+            tcb.rcvbuf_limit = rcvbuf;
+        }
+        rcv_space.space = copied.min(u64::from(u32::MAX)) as u32;
+    }
+    rcv_space.seq = copied_seq;
+    rcv_space.time = now;
+}
+
+/// Count what the receive buffer did to make room (Linux `tcp_prune_queue`:
+/// PruneCalled; `tcp_prune_ofo_queue`: OfoPruned once and a `TCP_OFO_QUEUE_PRUNE` drop
+/// per extent discarded; RcvPruned when it could not make enough room).
+fn tcp_count_prune(mib: &mut Mib, r: &super::buffer::InsertResult) {
+    if !r.prune_called {
+        return;
+    }
+    mib.inc(Counter::TcpExtPruneCalled);
+    if r.pruned_extents > 0 {
+        mib.inc(Counter::TcpExtOfoPruned);
+        for _ in 0..r.pruned_extents {
+            mib.drop(DropReason::TcpOfoQueuePrune);
+        }
+    }
+    if r.dropped > 0 {
+        mib.inc(Counter::TcpExtRcvPruned);
     }
 }

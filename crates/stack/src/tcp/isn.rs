@@ -41,7 +41,7 @@
 //! - The stack derives both keys from its 128-bit secret (`crate::secret`), drawn from the
 //!   OS RNG (`getrandom`) unless a seed is asked for; Linux fills them from the kernel RNG
 //!   (`net_get_random_once`). 128 bits is what RFC 6528 §3 asks for ("Key lengths of 128
-//!   bits should be adequate"). [`IsnGenerator::new`] expands a `u64` seed instead: 64 bits
+//!   bits should be adequate"). `IsnGenerator::new` expands a `u64` seed instead: 64 bits
 //!   can be searched offline by an attacker who collects ISNs, so only tests and the
 //!   simulator use fixed seeds, so that runs replay exactly.
 //! - We hash the same fields as Linux (local address, remote address, local port, remote
@@ -58,7 +58,9 @@ use core::net::{Ipv4Addr, SocketAddrV4};
 use ustack_obs::Instant;
 use ustack_wire::SeqNumber;
 
-pub(crate) use crate::secret::{SipKey, derive_key, key_from_bytes, siphash32};
+pub(crate) use crate::secret::{SipKey, siphash32};
+#[cfg(test)]
+pub(crate) use crate::secret::{derive_key, key_from_bytes};
 
 /// Linux `seq_scale`: the ISN clock `M`, one tick per 64 ns (wraps every 274.9 s).
 fn isn_clock(now: Instant) -> u32 {
@@ -93,6 +95,7 @@ impl IsnGenerator {
     /// Derive both 128-bit SipHash keys from `seed` (independent keys, as Linux's two
     /// secrets). Production seeds come from the OS RNG; a fixed seed makes a simulation
     /// replay exactly. For 128 bits of secret use [`from_keys`](Self::from_keys).
+    #[cfg(test)]
     pub fn new(seed: u64) -> Self {
         IsnGenerator {
             seq_key: derive_key(seed, b"ustack tcp isn"),
@@ -110,6 +113,7 @@ impl IsnGenerator {
 
     /// Use the given 128-bit keys (e.g. 32 bytes from `getrandom`): `seq_key` for ISNs,
     /// `ts_key` for timestamp offsets.
+    #[cfg(test)]
     pub fn from_keys(seq_key: [u8; 16], ts_key: [u8; 16]) -> Self {
         IsnGenerator {
             seq_key: key_from_bytes(seq_key),

@@ -28,9 +28,9 @@ use ustack_wire::{SeqNumber, tcp};
 
 use super::syncookie::{CookieRequest, SynCookies};
 use super::tcb::{FourTuple, TcbFlags};
+use super::tuple_hash::{TupleHash, TupleHasher, TupleTable};
 use super::{AcceptQueue, ListenerHandle, State, TimerKey};
 use crate::Stack;
-use crate::secret::KeyedState;
 use crate::slab::Slab;
 use crate::socket::{Readiness, SocketKey};
 
@@ -155,10 +155,11 @@ pub(crate) struct RequestSock {
     pub synack_at: Instant,
 }
 
-/// All SYN-RECEIVED requests of a stack, by 4-tuple.
+/// All SYN-RECEIVED requests of a stack, by 4-tuple (looked up by the segment's
+/// [`TupleHash`], shared with the other 4-tuple tables).
 #[derive(Debug)]
 pub(crate) struct Requests {
-    map: HashMap<FourTuple, RequestSock, KeyedState>,
+    map: TupleTable<RequestSock>,
 }
 
 impl Requests {
@@ -168,28 +169,32 @@ impl Requests {
     }
 
     /// `hasher` keyed with a secret: the 4-tuples are the peers' choice.
-    pub fn new(hasher: KeyedState) -> Self {
+    pub fn new(hasher: TupleHasher) -> Self {
         Requests {
-            map: HashMap::with_hasher(hasher),
+            map: TupleTable::new(hasher),
         }
     }
-    pub fn contains(&self, t: &FourTuple) -> bool {
-        self.map.contains_key(t)
+    /// The hash of `t` (the same in every 4-tuple table).
+    pub fn hash(&self, t: &FourTuple) -> TupleHash {
+        self.map.hash(t)
+    }
+    pub fn contains(&self, hash: TupleHash, t: &FourTuple) -> bool {
+        self.map.contains(hash, t)
     }
     pub fn len(&self) -> usize {
         self.map.len()
     }
-    pub fn get(&self, t: &FourTuple) -> Option<&RequestSock> {
-        self.map.get(t)
+    pub fn get(&self, hash: TupleHash, t: &FourTuple) -> Option<&RequestSock> {
+        self.map.get(hash, t)
     }
-    pub fn remove(&mut self, t: &FourTuple) -> Option<RequestSock> {
-        self.map.remove(t)
+    pub fn remove(&mut self, hash: TupleHash, t: &FourTuple) -> Option<RequestSock> {
+        self.map.remove(hash, t)
     }
-    pub fn insert(&mut self, t: FourTuple, r: RequestSock) {
-        self.map.insert(t, r);
+    pub fn insert(&mut self, hash: TupleHash, t: FourTuple, r: RequestSock) {
+        self.map.insert(hash, t, r);
     }
-    pub fn get_mut(&mut self, t: &FourTuple) -> Option<&mut RequestSock> {
-        self.map.get_mut(t)
+    pub fn get_mut(&mut self, hash: TupleHash, t: &FourTuple) -> Option<&mut RequestSock> {
+        self.map.get_mut(hash, t)
     }
     /// Drop every request of a listener that is going away.
     pub fn remove_listener(&mut self, listener: u32) {
@@ -323,7 +328,8 @@ impl Stack {
             expires: now + TIMEOUT_INIT,
             synack_at: now,
         };
-        self.tcp.requests.insert(tuple, req);
+        let hash = self.tcp.requests.hash(&tuple);
+        self.tcp.requests.insert(hash, tuple, req);
         if let Some(l) = self.tcp.listeners.by_index(listener) {
             l.syn_qlen += 1;
         }
@@ -440,8 +446,14 @@ impl Stack {
 
     /// A segment for a request in SYN-RECEIVED (Linux `tcp_check_req`; RFC 9293
     /// §3.10.7.4 for SYN-RECEIVED).
-    pub(crate) fn request_input(&mut self, now: Instant, tuple: FourTuple, seg: &tcp::Repr) {
-        let Some(req) = self.tcp.requests.get(&tuple).copied() else {
+    pub(crate) fn request_input(
+        &mut self,
+        now: Instant,
+        tuple: FourTuple,
+        hash: TupleHash,
+        seg: &tcp::Repr,
+    ) {
+        let Some(req) = self.tcp.requests.get(hash, &tuple).copied() else {
             return;
         };
         let f = seg.flags;
@@ -450,7 +462,7 @@ impl Stack {
         {
             self.mib.inc(Counter::TcpRetransSegs);
             self.mib.inc(Counter::TcpExtTCPSynRetrans);
-            if let Some(r) = self.tcp.requests.get_mut(&tuple) {
+            if let Some(r) = self.tcp.requests.get_mut(hash, &tuple) {
                 r.synack_at = Instant::ZERO;
             }
             self.tcp_send_synack(now, tuple, &req, None);
@@ -473,7 +485,7 @@ impl Stack {
         // { TCP_INC_STATS(.., TCP_MIB_ATTEMPTFAILS); goto embryonic_reset; }") and, the
         // request unlinked, EmbryonicRsts.
         if f.contains(tcp::Flags::RST) {
-            self.request_drop(&tuple);
+            self.request_drop(hash, &tuple);
             self.mib.inc(Counter::TcpAttemptFails);
             self.mib.inc(Counter::TcpExtEmbryonicRsts);
             return self.mib.drop(DropReason::TcpReset);
@@ -506,20 +518,21 @@ impl Stack {
         seg: &tcp::Repr,
         cookie: bool,
     ) {
+        let hash = self.tcp.requests.hash(&tuple);
         let Some(l) = self.tcp.listeners.by_index(req.listener) else {
-            self.request_drop(&tuple);
+            self.request_drop(hash, &tuple);
             return;
         };
         if l.accept_queue.len() as u32 > l.backlog {
             self.mib.drop(DropReason::TcpListenOverflow);
             if self.sysctl.tcp_abort_on_overflow != 0 {
-                self.request_drop(&tuple);
+                self.request_drop(hash, &tuple);
                 self.tcp_send_reset(now, tuple, seg.ack_number, None);
             }
             return;
         }
         if !cookie {
-            self.request_drop(&tuple);
+            self.request_drop(hash, &tuple);
         }
         let mut tcb = self.new_tcb(now, tuple, State::SynReceived, req.iss);
         tcb.rcv.irs = req.irs;
@@ -578,8 +591,8 @@ impl Stack {
         self.conn_input(now, h, seg);
     }
 
-    fn request_drop(&mut self, tuple: &FourTuple) {
-        if let Some(req) = self.tcp.requests.remove(tuple)
+    fn request_drop(&mut self, hash: TupleHash, tuple: &FourTuple) {
+        if let Some(req) = self.tcp.requests.remove(hash, tuple)
             && let Some(l) = self.tcp.listeners.by_index(req.listener)
         {
             l.syn_qlen = l.syn_qlen.saturating_sub(1);
@@ -589,7 +602,8 @@ impl Stack {
     /// The SYN-ACK retransmission timer of a request (Linux `reqsk_timer_handler`).
     pub(crate) fn request_timer(&mut self, now: Instant, tuple: FourTuple) {
         let limit = self.sysctl.tcp_synack_retries as u8;
-        let Some(req) = self.tcp.requests.get_mut(&tuple) else {
+        let hash = self.tcp.requests.hash(&tuple);
+        let Some(req) = self.tcp.requests.get_mut(hash, &tuple) else {
             return;
         };
         if req.expires > now {
@@ -599,7 +613,7 @@ impl Stack {
         // one included: TCPTimeouts.
         self.mib.inc(Counter::TcpExtTCPTimeouts);
         if req.retransmits >= limit {
-            self.request_drop(&tuple);
+            self.request_drop(hash, &tuple);
             return;
         }
         req.retransmits += 1;

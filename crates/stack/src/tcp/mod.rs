@@ -6,51 +6,75 @@
 //! RFC 2018 and RFC 6675 (SACK), RFC 7323 (window scale, timestamps, PAWS), RFC 5961
 //! (blind in-window attacks), RFC 6528 (ISNs), RFC 9438 (CUBIC).
 //!
+//! What a user of the crate sees: the calls on [`Stack`] named `tcp_*` (listen, accept,
+//! connect, send, recv, shutdown, close, socket options), the handles [`TcpHandle`] and
+//! [`ListenerHandle`], [`State`], [`TcpInfo`] (`ss -i`), [`TcpResources`] (what TCP holds),
+//! the constants [`BUFFER_CHUNK`] and [`TCB_BYTES`] for memory accounting, and the
+//! counters in [`crate::Mib`]. Everything else here is the crate's own.
+//!
 //! Where the pieces are, after Linux's files:
 //!
 //! | module | Linux |
 //! |---|---|
-//! | `input` (segment arrival, per state) | `tcp_ipv4.c` `tcp_v4_rcv`, `tcp_input.c` `tcp_rcv_state_process`, `tcp_rcv_established` |
+//! | `input` (segment arrival, per state; the ACK; data into the receive buffer) | `tcp_ipv4.c` `tcp_v4_rcv`, `tcp_input.c` `tcp_rcv_state_process`, `tcp_ack`, `tcp_data_queue` |
+//! | `recovery` (loss detection, fast recovery, PRR, undo, tail loss probe outcome) | `tcp_recovery.c`, the recovery half of `tcp_input.c` (`tcp_fastretrans_alert`, `tcp_try_undo_*`) |
+//! | `sock` (a connection borrowed with what its processing touches) | `struct sock *sk` |
 //! | `output` (segments, windows, Nagle) | `tcp_output.c` |
 //! | `listen` (SYN queue, accept queue, cookies) | `tcp_input.c` `tcp_conn_request`, `tcp_minisocks.c` `tcp_check_req` |
 //! | `timer` (RTO, delayed ACK, keepalive, TIME-WAIT) | `tcp_timer.c`, `inet_timewait_sock.c` |
 //! | `tcb`, `state` | `include/linux/tcp.h` `tcp_sock` |
-//! | `rtt`, `cc`, `sack`, `isn`, `syncookie`, `buffer` | `tcp_input.c`, `tcp_cong.c`/`tcp_cubic.c`, `secure_seq.c`, `syncookies.c` |
+//! | `scoreboard` (the sender's retransmission queue and SACK tags) | `tcp_input.c` `tcp_sacktag_write_queue`, `tcp_clean_rtx_queue` |
+//! | `sack_blocks` (the receiver's SACK blocks) | `tcp_input.c` `tcp_sack_new_ofo_skb`, `tcp_dsack_set` |
+//! | `buffer` (`pool`, `send`, `recv` with the out-of-order queue) | `sk_buff` queues, `tcp_data_queue_ofo`, `tcp_prune_queue`, `tcp_mem` |
+//! | `rtt`, `cc`, `isn`, `syncookie`, `pmtu` | `tcp_input.c` `tcp_rtt_estimator`, `tcp_cong.c`/`tcp_cubic.c`, `secure_seq.c`, `syncookies.c`, `tcp_timer.c` `tcp_mtu_probing` |
 //!
 //! Call graph of one segment: `Stack::ip_local_deliver` -> `tcp_input` -> lookup
 //! (established table, TIME-WAIT records, SYN queue, listeners) -> `conn_input` /
 //! `timewait_input` / `request_input` / `listen_input` -> `tcp_output` for whatever the
 //! segment made sendable (data, ACKs).
 
-pub mod buffer;
-pub mod cc;
-pub mod input;
-pub mod isn;
-pub mod listen;
-pub mod output;
-mod pmtu;
-pub mod rtt;
-pub mod sack;
-pub mod state;
-pub mod syncookie;
-pub mod tcb;
-pub mod timer;
+pub(crate) mod buffer;
+pub(crate) mod cc;
+pub(crate) mod input;
+pub(crate) mod isn;
+pub(crate) mod listen;
+pub(crate) mod output;
+pub(crate) mod pmtu;
+pub(crate) mod recovery;
+pub(crate) mod rtt;
+pub(crate) mod sack_blocks;
+pub(crate) mod scoreboard;
+pub(crate) mod sock;
+pub(crate) mod state;
+pub(crate) mod syncookie;
+pub(crate) mod tcb;
+pub(crate) mod timer;
+pub(crate) mod tuple_hash;
 
 use core::net::SocketAddrV4;
 use std::collections::{BinaryHeap, VecDeque};
 
-use hashbrown::HashMap;
 use ustack_obs::{Counter, Instant};
 use ustack_wire::SeqNumber;
 
-use crate::secret::{KeyedState, Secrets};
+use crate::secret::Secrets;
 use crate::slab::Slab;
 use crate::socket::{Readiness, SocketKey};
 use crate::sysctl::PortRange;
 use crate::{Error, Stack, Sysctl};
 pub use state::State;
-pub use tcb::FourTuple;
+pub(crate) use tcb::FourTuple;
 use tcb::Tcb;
+use tuple_hash::{TupleHasher, TupleTable};
+
+/// Bytes per chunk of a stack's socket-buffer pool: send and receive buffers take memory
+/// in these units, so a buffer holding `n` bytes costs up to `n` rounded up to a chunk,
+/// plus one chunk at each unaligned end.
+pub const BUFFER_CHUNK: usize = buffer::CHUNK;
+
+/// Bytes of one connection's record (its TCB) in a stack's connection slab, what
+/// `inspect::MemoryUsage`'s `tcb` kind counts per connection (plus a slot's generation).
+pub const TCB_BYTES: usize = core::mem::size_of::<Tcb>();
 
 /// A TCP connection's handle: slot index and generation, so a stale handle never reaches
 /// a connection that reused the slot.
@@ -88,28 +112,41 @@ pub(crate) struct Tcp {
     /// The connections: TCBs inline in a slab (no per-connection box).
     pub(crate) conns: Slab<Tcb>,
     /// Every connection not in LISTEN or TIME-WAIT, by 4-tuple (Linux `inet_ehash`).
-    pub(crate) ehash: HashMap<FourTuple, u32, KeyedState>,
+    pub(crate) ehash: TupleTable<u32>,
     pub(crate) listeners: listen::Listeners,
     pub(crate) requests: listen::Requests,
     pub(crate) timewait: timer::TimeWaits,
     /// Earliest deadline per connection or request, cancelled lazily.
     pub(crate) timers: BinaryHeap<core::cmp::Reverse<(Instant, TimerKey)>>,
     pub(crate) pool: buffer::BufferPool,
+    /// A retransmission-queue board kept for reuse (see [`scoreboard::SpareBoard`]).
+    pub(crate) spare_board: scoreboard::SpareBoard,
     pub(crate) isn: isn::IsnGenerator,
     pub(crate) cookies: syncookie::SynCookies,
-    /// The current second and the challenge ACKs still allowed in it (RFC 5961 §7,
-    /// `tcp_challenge_ack_limit` below INT_MAX; Linux `tcp_challenge_timestamp`/`_count`).
-    pub(crate) challenge: (u64, u32),
-    /// Key of the per-second randomisation of that count (Linux `get_random_u32_inclusive`).
-    pub(crate) challenge_key: crate::secret::SipKey,
+    /// The stack-wide allowance of challenge ACKs (see [`sock::Sock::challenge_ack_allowed`]).
+    pub(crate) challenge: ChallengeAckLimit,
     /// Connections closed by the user and still alive (Linux `tcp_orphan_count`).
     pub(crate) orphans: usize,
     port_hint: u16,
     /// Connections with output held back by a full transmit queue, in the order they
-    /// found it full ([`TcbFlags::TX_THROTTLED`]; see `Stack::tcp_tx_wake`).
+    /// found it full ([`tcb::TcbFlags::TX_THROTTLED`]; see `Stack::tcp_tx_wake`).
     pub(crate) tx_waiters: std::collections::VecDeque<TcpHandle>,
     /// When the waiters were last woken: at most once per instant (see `tcp_tx_wake`).
     pub(crate) tx_woken: Option<Instant>,
+}
+
+/// The challenge ACKs a stack may still send this second (RFC 5961 §7, when
+/// `tcp_challenge_ack_limit` is below INT_MAX; Linux `tcp_challenge_timestamp` and
+/// `tcp_challenge_count`).
+#[derive(Debug)]
+pub(crate) struct ChallengeAckLimit {
+    /// The second (of the stack's clock) the allowance was drawn for.
+    pub(crate) second: u64,
+    /// Challenge ACKs still allowed in that second.
+    pub(crate) left: u32,
+    /// Key of the per-second randomisation of the allowance (Linux
+    /// `get_random_u32_inclusive`).
+    pub(crate) key: crate::secret::SipKey,
 }
 
 /// Bytes of buffer memory all TCP connections of a stack may hold (Linux `tcp_mem` is in
@@ -117,22 +154,28 @@ pub(crate) struct Tcp {
 const POOL_LIMIT: usize = 1 << 30;
 
 impl Tcp {
-    /// Every key from the stack's `secrets`; each table a peer can fill (connections, SYN
-    /// queue, TIME-WAIT) has its own SipHash key (Linux `inet_ehashfn` keys its jhash with
-    /// a secret, `inet_ehash_secret`).
+    /// Every key from the stack's `secrets`. The tables a peer fills by 4-tuple
+    /// (connections, SYN queue, TIME-WAIT) share one SipHash key, so that a segment's
+    /// tuple is hashed once for all of them (Linux keys its one `inet_ehashfn` table with
+    /// `inet_ehash_secret`; see [`tuple_hash`]).
     pub(crate) fn new(secrets: &Secrets, sysctl: &Sysctl) -> Tcp {
+        let tuples = TupleHasher::new(secrets.key(b"tcp ehash"));
         Tcp {
             conns: Slab::new(),
-            ehash: HashMap::with_hasher(secrets.hasher(b"tcp ehash")),
+            ehash: TupleTable::new(tuples.clone()),
             listeners: listen::Listeners::default(),
-            requests: listen::Requests::new(secrets.hasher(b"tcp requests")),
-            timewait: timer::TimeWaits::new(secrets.hasher(b"tcp timewait")),
+            requests: listen::Requests::new(tuples.clone()),
+            timewait: timer::TimeWaits::new(tuples),
             timers: BinaryHeap::new(),
             pool: buffer::BufferPool::new(POOL_LIMIT),
+            spare_board: scoreboard::SpareBoard::default(),
             isn: isn::IsnGenerator::from_secrets(secrets),
             cookies: syncookie::SynCookies::from_secrets(secrets),
-            challenge: (u64::MAX, 0),
-            challenge_key: secrets.key(b"tcp challenge ack"),
+            challenge: ChallengeAckLimit {
+                second: u64::MAX,
+                left: 0,
+                key: secrets.key(b"tcp challenge ack"),
+            },
             orphans: 0,
             port_hint: PortRange::first_hint(sysctl, secrets.u64(b"tcp port hint")),
             tx_waiters: std::collections::VecDeque::new(),
@@ -153,6 +196,17 @@ impl Tcp {
         self.conns.get_mut(h.index, h.generation)
     }
 
+    /// A connection and the spare retransmission-queue board, borrowed together.
+    pub(crate) fn get_with_spare(
+        &mut self,
+        h: TcpHandle,
+    ) -> Option<(&mut Tcb, &mut scoreboard::SpareBoard)> {
+        let Tcp {
+            conns, spare_board, ..
+        } = self;
+        Some((conns.get_mut(h.index, h.generation)?, spare_board))
+    }
+
     /// A connection and the buffer pool, borrowed together.
     pub(crate) fn split(&mut self, h: TcpHandle) -> Option<(&mut Tcb, &mut buffer::BufferPool)> {
         let Tcp { conns, pool, .. } = self;
@@ -170,14 +224,14 @@ impl Tcp {
     pub(crate) fn insert(&mut self, tcb: Tcb) -> TcpHandle {
         let tuple = tcb.tuple;
         let (index, generation) = self.conns.insert(tcb);
-        self.ehash.insert(tuple, index);
+        self.ehash.insert(self.ehash.hash(&tuple), tuple, index);
         TcpHandle { index, generation }
     }
 
     /// Remove a connection: its buffers go back to the pool, its slot to the free list.
     pub(crate) fn remove(&mut self, h: TcpHandle) -> Option<Tcb> {
         let mut tcb = self.conns.remove(h.index, h.generation)?;
-        self.ehash.remove(&tcb.tuple);
+        self.ehash.remove(self.ehash.hash(&tcb.tuple), &tcb.tuple);
         if tcb.flags.has(tcb::TcbFlags::ORPHAN) {
             debug_assert!(self.orphans > 0, "orphan count out of step");
             self.orphans = self.orphans.saturating_sub(1);
@@ -189,13 +243,21 @@ impl Tcp {
 
     /// The TIME-WAIT record of `tuple`, if any.
     fn timewait_record(&self, tuple: &FourTuple) -> Option<timer::TimeWait> {
-        self.timewait.get(tuple).copied()
+        self.timewait.get(self.timewait.hash(tuple), tuple).copied()
     }
 
     /// Take the TIME-WAIT record of `tuple` away (its tuple is being reused); its entry in
     /// the expiry queue is skipped when it comes up.
     fn timewait_take(&mut self, tuple: &FourTuple) -> Option<timer::TimeWait> {
-        self.timewait.remove(tuple)
+        self.timewait.remove(self.timewait.hash(tuple), tuple)
+    }
+
+    /// Whether `tuple` names a connection, a request or a TIME-WAIT record.
+    fn tuple_in_use(&self, tuple: &FourTuple) -> bool {
+        let hash = self.ehash.hash(tuple);
+        self.ehash.contains(hash, tuple)
+            || self.requests.contains(hash, tuple)
+            || self.timewait.contains(hash, tuple)
     }
 
     /// An ephemeral local port for a connection to `remote` (Linux
@@ -216,13 +278,14 @@ impl Tcp {
                 local: SocketAddrV4::new(local_ip, port),
                 remote,
             };
+            let hash = self.ehash.hash(&tuple);
             if self.listeners.bound(port)
-                || self.ehash.contains_key(&tuple)
-                || self.requests.contains(&tuple)
+                || self.ehash.contains(hash, &tuple)
+                || self.requests.contains(hash, &tuple)
             {
                 continue;
             }
-            let reused = if self.timewait.contains(&tuple) {
+            let reused = if self.timewait.contains(hash, &tuple) {
                 match self
                     .timewait_record(&tuple)
                     .filter(|tw| tw_reusable(sysctl, tw, now))
@@ -269,29 +332,47 @@ pub(crate) fn tw_reuse_iss(tw: &timer::TimeWait) -> SeqNumber {
     }
 }
 
-/// A snapshot of one connection, like `ss -tmi` shows it.
+/// A snapshot of one connection, like `ss -tmi` shows it (Linux `struct tcp_info`), from
+/// [`Stack::tcp_info`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct TcpInfo {
+    /// The RFC 9293 state.
     pub state: State,
+    /// Our address and port.
     pub local: SocketAddrV4,
+    /// The peer's address and port.
     pub remote: SocketAddrV4,
     /// Bytes received and not yet read (ss Recv-Q).
     pub recv_q: usize,
     /// Bytes written and not yet acknowledged (ss Send-Q).
     pub send_q: usize,
+    /// The payload bytes a segment carries (Linux `tcpi_snd_mss`: the peer's MSS option,
+    /// capped by our MTU, less the timestamp option when in use).
     pub mss: u16,
+    /// The congestion window, in segments (`tcpi_snd_cwnd`).
     pub cwnd: u32,
+    /// The slow-start threshold, in segments (`tcpi_snd_ssthresh`; `u32::MAX` until the
+    /// first loss).
     pub ssthresh: u32,
+    /// The smoothed round-trip time (RFC 6298 SRTT; `None` before the first sample).
     pub srtt: Option<core::time::Duration>,
+    /// The retransmission timeout now, backoff included (`tcpi_rto`).
     pub rto: core::time::Duration,
+    /// The peer's window, scaled, in bytes (SND.WND).
     pub snd_wnd: u32,
+    /// The window we last advertised, scaled, in bytes (RCV.WND).
     pub rcv_wnd: u32,
+    /// Consecutive retransmission timeouts without progress (`tcpi_retransmits`).
     pub retransmits: u8,
     /// Segments sent and not yet acknowledged, i.e. retransmission-queue records (Linux
     /// `tcpi_unacked`, `packets_out`).
     pub unacked: u32,
+    /// SACK is in use (both SYNs carried SACK-permitted, RFC 2018 §2).
     pub sack: bool,
+    /// Timestamps are in use (RFC 7323 §3.2).
     pub timestamps: bool,
+    /// Window scaling, if in use: `(theirs, ours)`, the shifts applied to the windows the
+    /// peer sends and to those we send (RFC 7323 §2.2; `ss`'s `wscale:snd,rcv`).
     pub wscale: Option<(u8, u8)>,
 }
 
@@ -406,12 +487,7 @@ impl Stack {
                     local: SocketAddrV4::new(local_ip, port),
                     remote,
                 };
-                let t = &self.tcp;
-                if t.listeners.bound(port)
-                    || t.ehash.contains_key(&tuple)
-                    || t.requests.contains(&tuple)
-                    || t.timewait.contains(&tuple)
-                {
+                if self.tcp.listeners.bound(port) || self.tcp.tuple_in_use(&tuple) {
                     return Err(Error::AddrInUse);
                 }
                 (port, None)
@@ -705,8 +781,8 @@ impl Stack {
             recv_q: t.rcvbuf.readable(),
             send_q: t.sndbuf.len(),
             mss: t.mss,
-            cwnd: t.cs.cwnd,
-            ssthresh: t.cs.ssthresh,
+            cwnd: t.congestion.cwnd,
+            ssthresh: t.congestion.ssthresh,
             srtt: t.rtt.srtt(),
             rto: t.rtt.rto(),
             snd_wnd: t.snd.wnd,
@@ -744,29 +820,6 @@ impl Stack {
             self.mib.dec(Counter::TcpCurrEstab);
         }
     }
-
-    /// Move a connection to `new`, keeping CurrEstab right (RFC 4022: ESTABLISHED and
-    /// CLOSE-WAIT count).
-    pub(crate) fn tcp_set_state(&mut self, h: TcpHandle, new: State) {
-        let Some(tcb) = self.tcp.get_mut(h) else {
-            return;
-        };
-        let old = tcb.state;
-        tcb.state = new;
-        match (old.counts_as_established(), new.counts_as_established()) {
-            (false, true) => self.mib.inc(Counter::TcpCurrEstab),
-            (true, false) => self.mib.dec(Counter::TcpCurrEstab),
-            _ => {}
-        }
-        // Linux tcp_set_state: "case TCP_CLOSE: if (oldstate == TCP_CLOSE_WAIT ||
-        // oldstate == TCP_ESTABLISHED) TCP_INC_STATS(net, TCP_MIB_ESTABRESETS)" (RFC 1213
-        // tcpEstabResets: direct transitions to CLOSED from ESTABLISHED or CLOSE-WAIT).
-        if new == State::Closed && old.counts_as_established() {
-            self.mib.inc(Counter::TcpEstabResets);
-        }
-        // Readiness: a state change may change anything (Linux sk_state_change).
-        self.ready.mark(SocketKey::Tcp(h), Readiness::ALL);
-    }
 }
 
 /// Linux `SOCK_MIN_SNDBUF` (`include/net/sock.h`: `TCP_SKB_MIN_TRUESIZE * 2`, with
@@ -782,13 +835,20 @@ fn sockbuf_size(bytes: usize, max: u64, min_size: usize) -> u32 {
     (val * 2).max(min_size as u64) as u32
 }
 
-/// What TCP holds, for leak checks and `ustack stat --memory`.
+/// What TCP holds, for leak checks and `ustack stat --memory`, from
+/// [`Stack::tcp_resources`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct TcpResources {
+    /// Connections in any state but LISTEN and TIME-WAIT.
     pub connections: usize,
+    /// TIME-WAIT records.
     pub timewait: usize,
+    /// SYN-queue requests (half-open connections of listeners).
     pub requests: usize,
+    /// Socket-buffer bytes in use, in whole chunks of [`BUFFER_CHUNK`].
     pub buffer_bytes: usize,
+    /// Entries in the connection timer queue (one per armed connection or request, plus
+    /// entries cancelled lazily and not yet reached).
     pub timers: usize,
     /// Entries in the TIME-WAIT expiry queue (one per record, plus records removed early).
     pub timewait_queue: usize,
@@ -871,8 +931,8 @@ mod memory {
 
     /// What an idle connection, a TIME-WAIT record and a SYN-queue request cost, everything
     /// counted (the slab slot or table entry, the key, the hash table's control byte at its
-    /// 7/8 load factor, and the timer entries they hold). A regression guard for the
-    /// mission's "an idle connection costs a few hundred bytes" (Linux: about 4.1 KB).
+    /// 7/8 load factor, and the timer entries they hold). A regression guard: an idle
+    /// connection costs a few hundred bytes (Linux: about 4.1 KB).
     /// `cargo test -p ustack-stack --lib tcp::memory -- --nocapture` prints the figures.
     #[test]
     fn per_connection_memory_stays_within_bounds() {

@@ -14,9 +14,10 @@ use super::cc::{CaState, Cc, CcState, CongestionControl};
 use super::isn::ts_clock;
 use super::listen::{RequestSock, TIMEOUT_INIT};
 use super::rtt::RttEstimator;
-use super::sack::{RtxQueue, SegFlags};
+use super::scoreboard::{RtxQueue, SegFlags};
+use super::sock::Sock;
 use super::tcb::{FourTuple, RecvSeq, SendSeq, Tcb, TcbFlags, Timers};
-use super::{State, TcpHandle, TimerKey};
+use super::{State, TcpHandle};
 use crate::{Stack, Sysctl};
 
 /// The window a SYN or SYN-ACK offers: unscaled there, so at most 65,535
@@ -58,7 +59,7 @@ const QUICK_ACKS: u8 = 16;
 pub(crate) const DEFAULT_MSS: u16 = 536;
 
 /// Where a segment's payload comes from.
-enum Payload<'a> {
+enum Payload {
     None,
     /// `len` bytes of the connection's send buffer, `offset` bytes after its head.
     SendBuffer {
@@ -66,8 +67,6 @@ enum Payload<'a> {
         offset: usize,
         len: usize,
     },
-    #[allow(dead_code)]
-    Bytes(&'a [u8]),
 }
 
 impl Stack {
@@ -80,7 +79,7 @@ impl Stack {
         iss: SeqNumber,
     ) -> Tcb {
         let adv_mss = (self.mtu - 40).min(u16::MAX as usize) as u16;
-        let mut cs = CcState {
+        let mut congestion = CcState {
             cwnd: 10,
             ssthresh: u32::MAX,
             cwnd_cnt: 0,
@@ -94,7 +93,7 @@ impl Stack {
             Cc::by_name("cubic")
         }
         .expect("built-in congestion control");
-        cc.init(&mut cs);
+        cc.init(&mut congestion);
         Tcb {
             state,
             tuple,
@@ -121,11 +120,11 @@ impl Stack {
                 .ts_offset(*tuple.local.ip(), *tuple.remote.ip()),
             rtt: RttEstimator::new(RTO_MIN, RTO_MAX),
             cc,
-            cs,
+            congestion,
             ca_state: CaState::Open,
             high_seq: iss,
             dupacks: 0,
-            lr: super::tcb::LossRecovery::new(),
+            recovery: super::tcb::LossRecovery::new(),
             probes: 0,
             quick_acks: QUICK_ACKS,
             rtx: RtxQueue::new(),
@@ -137,7 +136,7 @@ impl Stack {
             last_activity: now,
             last_oow_ack: 0,
             error: None,
-            rx_sack: super::tcb::RxSack::default(),
+            rx_sack: super::sack_blocks::RxSack::default(),
             snd_sml: iss,
             rcv_space: super::tcb::RcvSpace::new(),
         }
@@ -193,7 +192,7 @@ impl Stack {
             mss = mss.saturating_sub(12).max(floor);
         }
         tcb.mss = mss;
-        tcb.cs.mss = u32::from(mss);
+        tcb.congestion.mss = u32::from(mss);
     }
 
     /// The options our SYN or SYN-ACK carries.
@@ -364,7 +363,6 @@ impl Stack {
         let payload_len = match payload {
             Payload::None => 0,
             Payload::SendBuffer { len, .. } => len,
-            Payload::Bytes(b) => b.len(),
         };
         let header_len = repr.header_len();
         let Ok(mut f) = self.ipv4_alloc(
@@ -378,7 +376,6 @@ impl Stack {
         repr.emit_header(&mut tcp::Packet::new_unchecked(&mut seg[..]));
         match payload {
             Payload::None => {}
-            Payload::Bytes(b) => seg[header_len..].copy_from_slice(b),
             Payload::SendBuffer { h, offset, len } => {
                 let out = &mut seg[header_len..header_len + len];
                 let copied = self
@@ -581,13 +578,13 @@ impl Stack {
     /// cwnd is PRR's (RFC 6937).
     pub(crate) fn tcp_output(&mut self, now: Instant, h: TcpHandle) {
         // Retransmissions found lost again go first (see `tcp_find_lost_retrans`).
-        if self.tcp.get(h).is_some_and(|t| t.lr.lost_retrans > 0) {
+        if self.tcp.get(h).is_some_and(|t| t.recovery.lost_retrans > 0) {
             self.tcp_resend_lost_retrans(now, h);
         }
         // Then lost segments (RFC 6675 §5 NextSeg rule 1; also after an RTO).
         loop {
             let Some(tcb) = self.tcp.get(h) else { return };
-            if tcb.in_flight() >= tcb.cs.cwnd {
+            if tcb.in_flight() >= tcb.congestion.cwnd {
                 break;
             }
             let Some((start, end)) = tcb.rtx.next_to_retransmit() else {
@@ -644,7 +641,7 @@ impl Stack {
             if unsent == 0 && !fin_pending {
                 break;
             }
-            if tcb.in_flight() >= tcb.cs.cwnd && !probe {
+            if tcb.in_flight() >= tcb.congestion.cwnd && !probe {
                 break;
             }
             if tcb.rtx.len() >= rtx_record_cap(tcb.sndbuf_limit) {
@@ -705,11 +702,11 @@ impl Stack {
                 break;
             }
             sent_segs += 1;
-            let Some(tcb) = self.tcp.get_mut(h) else {
+            let Some((tcb, spare)) = self.tcp.get_with_spare(h) else {
                 return sent_segs;
             };
             let end = seq + len + usize::from(fin);
-            tcb.rtx.push(seq, end, now);
+            tcb.rtx.push_reusing(seq, end, now, spare);
             tcb.snd.nxt = end;
             if partial {
                 // Linux tcp_minshall_update.
@@ -717,7 +714,7 @@ impl Stack {
             }
             if matches!(tcb.ca_state, CaState::Recovery | CaState::Cwr) {
                 // RFC 6937: "On any data transmission or retransmission: prr_out += ...".
-                tcb.lr.prr_out += 1;
+                tcb.recovery.prr_out += 1;
             }
             if fin {
                 tcb.flags.set(TcbFlags::FIN_SENT);
@@ -740,32 +737,8 @@ impl Stack {
         h: TcpHandle,
         advancing: bool,
     ) -> bool {
-        let Some(tcb) = self.tcp.get_mut(h) else {
-            return false;
-        };
-        let packets_out = tcb.rtx.packets_out();
-        if packets_out == 0
-            || !tcb.flags.has(TcbFlags::SACK_OK)
-            || !matches!(tcb.ca_state, CaState::Open | CaState::Cwr)
-            || !matches!(tcb.state, State::Established | State::CloseWait)
-        {
-            return false;
-        }
-        let pto = match tcb.rtt.srtt() {
-            Some(srtt) if packets_out == 1 => 2 * srtt + DELACK_MAX,
-            Some(srtt) => 2 * srtt + Duration::from_millis(2),
-            None => TIMEOUT_INIT,
-        }
-        .max(TLP_MIN_TIMEOUT);
-        let rto_at = if advancing {
-            now + tcb.rtt.rto()
-        } else {
-            tcb.rtx.front().map_or(now, |s| s.sent_at) + tcb.rtt.rto()
-        };
-        tcb.timers.retransmit = (now + pto).min(rto_at).max(now);
-        tcb.timers.loss_probe = true;
-        self.tcp_arm(h);
-        true
+        self.tcp_sock(h)
+            .is_some_and(|mut sk| sk.tcp_schedule_loss_probe(now, advancing))
     }
 
     /// The loss probe timer fired (RFC 8985 §7.3; Linux `tcp_send_loss_probe`): send one
@@ -774,7 +747,7 @@ impl Stack {
     /// per tail (TCPLossProbes). The RTO is armed from now.
     pub(crate) fn tcp_send_loss_probe(&mut self, now: Instant, h: TcpHandle) {
         let Some(tcb) = self.tcp.get(h) else { return };
-        if tcb.lr.tlp_high_seq.is_none() {
+        if tcb.recovery.tlp_high_seq.is_none() {
             let mut probed = self.tcp_write_xmit(now, h, true) > 0;
             let mut retrans = false;
             if !probed {
@@ -794,9 +767,9 @@ impl Stack {
             if probed {
                 self.mib.inc(Counter::TcpExtTCPLossProbes);
                 if let Some(tcb) = self.tcp.get_mut(h) {
-                    tcb.lr.tlp_high_seq = Some(tcb.snd.nxt);
-                    tcb.lr.tlp_retrans = retrans;
-                    tcb.lr.tlp_sent_at = now;
+                    tcb.recovery.tlp_high_seq = Some(tcb.snd.nxt);
+                    tcb.recovery.tlp_retrans = retrans;
+                    tcb.recovery.tlp_sent_at = now;
                 }
             }
         }
@@ -874,17 +847,17 @@ impl Stack {
             });
         }
         tcb.rtx.mark_retransmitted(start, now);
-        let lr = &mut tcb.lr;
+        let rec = &mut tcb.recovery;
         if matches!(tcb.ca_state, CaState::Recovery | CaState::Cwr) {
-            lr.prr_out += 1;
+            rec.prr_out += 1;
         }
         // Linux tcp_retransmit_skb: "Save stamp of the first (attempted) retransmit", and
         // count it for a D-SACK undo.
-        if lr.retrans_stamp == 0 {
-            lr.retrans_stamp = ts_clock(now).max(1);
+        if rec.retrans_stamp == 0 {
+            rec.retrans_stamp = ts_clock(now).max(1);
         }
-        lr.undo_retrans = lr.undo_retrans.max(0) + 1;
-        lr.retrans_low = lr.retrans_low.min(now);
+        rec.undo_retrans = rec.undo_retrans.max(0) + 1;
+        rec.retrans_low = rec.retrans_low.min(now);
         // Linux tcp_xmit_retransmit_queue restarts the retransmission timer when it
         // resends the head, so that a timeout waits a full RTO for this copy.
         if start == tcb.snd.una && !matches!(tcb.state, State::SynSent | State::SynReceived) {
@@ -902,7 +875,7 @@ impl Stack {
         const BATCH: usize = 16;
         loop {
             let Some(tcb) = self.tcp.get(h) else { return };
-            if tcb.in_flight() >= tcb.cs.cwnd {
+            if tcb.in_flight() >= tcb.congestion.cwnd {
                 return;
             }
             let mut batch = [(SeqNumber(0), SeqNumber(0)); BATCH];
@@ -925,8 +898,10 @@ impl Stack {
                 let Some(tcb) = self.tcp.get_mut(h) else {
                     return;
                 };
-                tcb.lr.lost_retrans = found - sent;
-                if tcb.in_flight() >= tcb.cs.cwnd || !self.tcp_retransmit(now, h, start, end) {
+                tcb.recovery.lost_retrans = found - sent;
+                if tcb.in_flight() >= tcb.congestion.cwnd
+                    || !self.tcp_retransmit(now, h, start, end)
+                {
                     return;
                 }
                 sent += 1;
@@ -934,7 +909,7 @@ impl Stack {
             let Some(tcb) = self.tcp.get_mut(h) else {
                 return;
             };
-            tcb.lr.lost_retrans = found - sent;
+            tcb.recovery.lost_retrans = found - sent;
             if n < BATCH {
                 return;
             }
@@ -945,7 +920,7 @@ impl Stack {
     /// waiters' list (once) and return true: its segment is not built, so nothing is
     /// dropped; the data stays unsent in the send buffer (an ACK owed stays owed) until
     /// [`tcp_tx_wake`](Self::tcp_tx_wake) runs its output again. This is the end of the
-    /// link's backpressure: a device without room ([`ustack_dev::Device::tx_space`])
+    /// link's backpressure: a device without room (`ustack_dev::Device::tx_space`)
     /// leaves frames in the queue, a full queue holds the connections back, and a full
     /// send buffer makes `write` return `WouldBlock`. Linux's TCP Small Queues do the same
     /// per socket (`tcp_small_queue_check` sets `TSQ_THROTTLED`, the driver's completion
@@ -1000,22 +975,6 @@ impl Stack {
             }
         }
     }
-
-    /// Make sure the stack's timer queue will wake this connection at its earliest
-    /// deadline (lazy cancel: a later deadline leaves the earlier entry, which finds
-    /// nothing due and re-arms).
-    pub(crate) fn tcp_arm(&mut self, h: TcpHandle) {
-        let Some(tcb) = self.tcp.get_mut(h) else {
-            return;
-        };
-        let earliest = tcb.timers.earliest();
-        if earliest < tcb.timers.queued {
-            tcb.timers.queued = earliest;
-            self.tcp
-                .timers
-                .push(core::cmp::Reverse((earliest, TimerKey::Conn(h))));
-        }
-    }
 }
 
 /// Linux `tcp_bound_to_half_wnd` (applied by `tcp_sync_mss`): "When peer uses tiny
@@ -1059,7 +1018,7 @@ impl Tcb {
 /// may hold: one per 512 bytes of the buffer, at least 128. Each record costs 24 bytes, so
 /// the queue's own memory stays under 5% of the buffer (plus 3 KB), however small the
 /// peer makes our segments or however its SACK blocks fall: a record is never split
-/// ([`super::sack`]). Full-size segments (and the 536-byte default MSS) never reach the
+/// ([`super::scoreboard`]). Full-size segments (and the 536-byte default MSS) never reach the
 /// cap, since the buffer bounds the bytes queued. Linux bounds the same thing by charging
 /// each skb's truesize to `sk_wmem_queued` and by refusing `tcp_fragment` when the queue
 /// is far over `sk_sndbuf` (CVE-2019-11478/11479, counted TCPWqueueTooBig, as here).
@@ -1067,4 +1026,35 @@ pub(crate) fn rtx_record_cap(sndbuf: u32) -> usize {
     const BYTES_PER_RECORD: usize = 512;
     const MIN_RECORDS: usize = 128;
     (sndbuf as usize / BYTES_PER_RECORD).max(MIN_RECORDS)
+}
+
+impl Sock<'_> {
+    /// Arm a tail loss probe instead of the RTO, if one may be sent (see
+    /// [`Stack::tcp_schedule_loss_probe`]); returns whether it was armed.
+    pub(crate) fn tcp_schedule_loss_probe(&mut self, now: Instant, advancing: bool) -> bool {
+        let tcb = &mut *self.tcb;
+        let packets_out = tcb.rtx.packets_out();
+        if packets_out == 0
+            || !tcb.flags.has(TcbFlags::SACK_OK)
+            || !matches!(tcb.ca_state, CaState::Open | CaState::Cwr)
+            || !matches!(tcb.state, State::Established | State::CloseWait)
+        {
+            return false;
+        }
+        let pto = match tcb.rtt.srtt() {
+            Some(srtt) if packets_out == 1 => 2 * srtt + DELACK_MAX,
+            Some(srtt) => 2 * srtt + Duration::from_millis(2),
+            None => TIMEOUT_INIT,
+        }
+        .max(TLP_MIN_TIMEOUT);
+        let rto_at = if advancing {
+            now + tcb.rtt.rto()
+        } else {
+            tcb.rtx.front().map_or(now, |s| s.sent_at) + tcb.rtt.rto()
+        };
+        tcb.timers.retransmit = (now + pto).min(rto_at).max(now);
+        tcb.timers.loss_probe = true;
+        self.arm();
+        true
+    }
 }

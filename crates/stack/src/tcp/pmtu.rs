@@ -13,8 +13,9 @@ use ustack_wire::{SeqNumber, tcp};
 
 use super::State;
 use super::cc::CaState;
-use super::tcb::{FourTuple, TcbFlags};
-use crate::{Stack, TcpHandle};
+use super::sock::Sock;
+use super::tcb::{FourTuple, Tcb, TcbFlags};
+use crate::Stack;
 
 /// Linux `TCP_MIN_SND_MSS` (the default of `tcp_min_snd_mss`): the smallest MSS a path
 /// MTU can impose.
@@ -33,18 +34,20 @@ impl Stack {
         mtu: u32,
         ip_header: usize,
     ) {
-        let Some(&index) = self.tcp.ehash.get(&tuple) else {
+        let Some(&index) = self.tcp.ehash.get(self.tcp.ehash.hash(&tuple), &tuple) else {
             // Linux: no socket for the quoted datagram, ICMP_MIB_INERRORS.
             return self.mib.inc(Counter::IcmpInErrors);
         };
         let h = self.tcp.handle_of(index);
-        let Some(tcb) = self.tcp.get(h) else { return };
+        // The index comes from the connection table, so the handle is live.
+        let Some(sk) = self.tcp_sock(h) else { return };
+        let tcb = &mut *sk.tcb;
         // RFC 5927 §4.1: "TCP SHOULD check that the TCP sequence number contained in the
         // payload of the ICMP error message is within the range SND.UNA =< SEG.SEQ <
         // SND.NXT" (Linux: `between(seq, snd_una, snd_nxt)`, else OutOfWindowIcmps), so
         // that an off-path attacker must guess a sequence number in flight.
         if seq.before(tcb.snd.una) || seq.after(tcb.snd.nxt) {
-            return self.mib.inc(Counter::TcpExtOutOfWindowIcmps);
+            return sk.mib.inc(Counter::TcpExtOutOfWindowIcmps);
         }
         if matches!(tcb.state, State::Listen | State::Closed | State::SynSent) {
             // Our SYN is small; the MSS is settled by the SYN-ACK (Linux keeps the MTU in
@@ -53,62 +56,20 @@ impl Stack {
         }
         // Linux __ip_rt_update_pmtu: "if (mtu < ip_rt_min_pmtu) mtu = ip_rt_min_pmtu", so
         // that a forged tiny MTU cannot make the connection send 8-byte segments.
-        let mtu = (mtu as usize).max(self.sysctl.ip_min_pmtu as usize);
-        let mss = self.tcp_mtu_to_mss(h, mtu, ip_header);
-        let Some(tcb) = self.tcp.get(h) else { return };
+        let mtu = (mtu as usize).max(sk.sysctl.ip_min_pmtu as usize);
+        let mss = tcp_mtu_to_mss(tcb, mtu, ip_header);
         if mss >= usize::from(tcb.mss) {
             // Not smaller than what we send: "let the usual retransmit timer handle it".
             return;
         }
-        self.tcp_sync_mss(h, mss);
-        self.tcp_simple_retransmit(now, h);
-    }
-
-    /// The MSS for a path MTU (Linux `tcp_mtu_to_mss`, less the timestamp option as
-    /// `mss_cache` is): the MTU less the IP and TCP headers and the options every segment
-    /// carries, at least [`MIN_SND_MSS`].
-    fn tcp_mtu_to_mss(&self, h: TcpHandle, mtu: usize, ip_header: usize) -> usize {
-        let ts = self
-            .tcp
-            .get(h)
-            .is_some_and(|t| t.flags.has(TcbFlags::TS_OK));
-        mtu.saturating_sub(ip_header + tcp::HEADER_LEN + if ts { 12 } else { 0 })
-            .max(MIN_SND_MSS)
-    }
-
-    /// Make `mss` the connection's segment size if it is smaller (Linux `tcp_sync_mss`).
-    fn tcp_sync_mss(&mut self, h: TcpHandle, mss: usize) {
-        let Some(tcb) = self.tcp.get_mut(h) else {
-            return;
-        };
-        let mss = mss.min(usize::from(tcb.mss)) as u16;
-        tcb.mss = mss;
-        tcb.cs.mss = u32::from(mss);
-    }
-
-    /// Linux `tcp_simple_retransmit`: the segments too large for the new MSS were
-    /// dropped by the path, so they are split to the new size, marked lost and sent again
-    /// now, without waiting for a timeout. "Don't muck with the congestion window here.
-    /// Reason is that we do not increase amount of _data_ in network, but units changed
-    /// and effective cwnd/ssthresh really reduced now": Loss state, ssthresh unreduced.
-    fn tcp_simple_retransmit(&mut self, now: Instant, h: TcpHandle) {
-        let Some(tcb) = self.tcp.get_mut(h) else {
-            return;
-        };
-        let mss = usize::from(tcb.mss);
-        if tcb.rtx.resegment(mss, true) == 0 {
-            return;
+        tcp_sync_mss(tcb, mss);
+        if tcp_simple_retransmit(tcb) {
+            self.tcp_output(now, h);
         }
-        if tcb.ca_state != CaState::Loss {
-            tcb.high_seq = tcb.snd.nxt;
-            tcb.cs.ssthresh = tcb.current_ssthresh();
-            tcb.lr.prior_ssthresh = 0;
-            tcb.lr.undo_marker = None;
-            tcb.set_ca_state(CaState::Loss);
-        }
-        self.tcp_output(now, h);
     }
+}
 
+impl Sock<'_> {
     /// Black-hole detection (RFC 4821 §7.1: "a black hole ... detected by ... repeated
     /// timeouts"; Linux `tcp_mtu_probing` from `tcp_write_timeout` once
     /// `retransmits_timed_out(tcp_retries1)`), with `tcp_mtu_probing` = 1: the first time,
@@ -116,7 +77,7 @@ impl Stack {
     /// `tcp_mtu_probe_floor`. The queue is re-cut to the new size, so the retransmission
     /// the timer sends next fits a smaller path. Called by the retransmission timer before
     /// it retransmits, with the count of timeouts so far.
-    pub(crate) fn tcp_mtu_probing(&mut self, h: TcpHandle, timeouts: u8) {
+    pub(crate) fn tcp_mtu_probing(&mut self, timeouts: u8) {
         if self.sysctl.tcp_mtu_probing == 0 || u64::from(timeouts) < self.sysctl.tcp_retries1 {
             return;
         }
@@ -124,9 +85,7 @@ impl Stack {
             self.sysctl.tcp_base_mss as usize,
             self.sysctl.tcp_mtu_probe_floor as usize,
         );
-        let Some(tcb) = self.tcp.get_mut(h) else {
-            return;
-        };
+        let tcb = &mut *self.tcb;
         if !tcb.state.is_synchronized() {
             return;
         }
@@ -148,10 +107,45 @@ impl Stack {
             base
         };
         let mss = mss.saturating_sub(ts).max(MIN_SND_MSS);
-        self.tcp_sync_mss(h, mss);
-        if let Some(tcb) = self.tcp.get_mut(h) {
-            let mss = usize::from(tcb.mss);
-            tcb.rtx.resegment(mss, false);
-        }
+        tcp_sync_mss(tcb, mss);
+        let mss = usize::from(tcb.mss);
+        tcb.rtx.resegment(mss, false);
     }
+}
+
+/// The MSS for a path MTU (Linux `tcp_mtu_to_mss`, less the timestamp option as
+/// `mss_cache` is): the MTU less the IP and TCP headers and the options every segment
+/// carries, at least [`MIN_SND_MSS`].
+fn tcp_mtu_to_mss(tcb: &Tcb, mtu: usize, ip_header: usize) -> usize {
+    let ts = tcb.flags.has(TcbFlags::TS_OK);
+    mtu.saturating_sub(ip_header + tcp::HEADER_LEN + if ts { 12 } else { 0 })
+        .max(MIN_SND_MSS)
+}
+
+/// Make `mss` the connection's segment size if it is smaller (Linux `tcp_sync_mss`).
+fn tcp_sync_mss(tcb: &mut Tcb, mss: usize) {
+    let mss = mss.min(usize::from(tcb.mss)) as u16;
+    tcb.mss = mss;
+    tcb.congestion.mss = u32::from(mss);
+}
+
+/// Linux `tcp_simple_retransmit`: the segments too large for the new MSS were dropped by
+/// the path, so they are split to the new size and marked lost, to be sent again now
+/// (by the output the caller runs when this returns true), without waiting for a
+/// timeout. "Don't muck with the congestion window here. Reason is that we do not
+/// increase amount of _data_ in network, but units changed and effective cwnd/ssthresh
+/// really reduced now": Loss state, ssthresh unreduced.
+fn tcp_simple_retransmit(tcb: &mut Tcb) -> bool {
+    let mss = usize::from(tcb.mss);
+    if tcb.rtx.resegment(mss, true) == 0 {
+        return false;
+    }
+    if tcb.ca_state != CaState::Loss {
+        tcb.high_seq = tcb.snd.nxt;
+        tcb.congestion.ssthresh = tcb.current_ssthresh();
+        tcb.recovery.prior_ssthresh = 0;
+        tcb.recovery.undo_marker = None;
+        tcb.set_ca_state(CaState::Loss);
+    }
+    true
 }

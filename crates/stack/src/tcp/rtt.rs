@@ -52,7 +52,7 @@
 //! - **`min_rtt` is the minimum over the connection's life.** Linux keeps a windowed minimum
 //!   (`tcp_update_rtt_min`, `win_minmax` over `tcp_min_rtt_wlen` = 300 s), which needs a clock
 //!   per sample; consumers that need a windowed minimum (BBR, RACK) keep their own.
-//! - Samples above [`MAX_SAMPLE`] (about 536 s, where `8 * SRTT` in microseconds stops
+//! - Samples above `MAX_SAMPLE` (about 536 s, where `8 * SRTT` in microseconds stops
 //!   fitting in a `u32`, as in Linux) are clamped to it. Such an RTO is capped at `rto_max`
 //!   anyway.
 
@@ -75,6 +75,7 @@ pub const TCP_RTO_MAX: Duration = Duration::from_secs(120);
 
 /// The largest RTT sample used; longer samples are clamped to it (`8 * SRTT` in
 /// microseconds must fit in 32 bits, as Linux's `srtt_us`).
+#[cfg(test)]
 pub const MAX_SAMPLE: Duration = Duration::from_micros(MAX_SAMPLE_US as u64);
 
 const MAX_SAMPLE_US: u32 = u32::MAX >> 3;
@@ -138,7 +139,7 @@ impl RttEstimator {
 
     /// Feed one RTT measurement (RFC 6298 §2.2 for the first, §2.3 after). The caller
     /// applies Karn's algorithm (no samples from retransmitted segments unless timed by
-    /// TSecr). Durations below a microsecond count as 0; above [`MAX_SAMPLE`] as that.
+    /// TSecr). Durations below a microsecond count as 0; above `MAX_SAMPLE` as that.
     pub fn sample(&mut self, rtt: Duration) {
         let m = micros_u32(rtt).min(MAX_SAMPLE_US);
         self.min_rtt_us = self.min_rtt_us.min(m);
@@ -164,7 +165,7 @@ impl RttEstimator {
         self.srtt8_us = self.srtt8_us.max(1);
     }
 
-    /// The retransmission timeout to arm now: the [base](Self::base_rto) doubled once per
+    /// The retransmission timeout to arm now: the base (`base_rto`) doubled once per
     /// [backoff](Self::backoff), capped at `rto_max` (Linux `inet_csk_rto_backoff`).
     pub fn rto(&self) -> Duration {
         let base = self.base_rto_us();
@@ -179,6 +180,7 @@ impl RttEstimator {
     /// The RTO without backoff (Linux `icsk_rto` as `tcp_set_rto` leaves it):
     /// `SRTT + max(4 * RTTVAR, rto_min)` capped at `rto_max`; before any sample 1 s, or 3 s
     /// after [`use_fallback_rto`](Self::use_fallback_rto).
+    #[cfg(test)]
     pub fn base_rto(&self) -> Duration {
         Duration::from_micros(self.base_rto_us())
     }
@@ -227,6 +229,7 @@ impl RttEstimator {
     /// 3 seconds when data transmission begins (i.e., after the three-way handshake
     /// completes)." As Linux's `tcp_init_metrics`, this applies only while no RTT sample
     /// exists (a retransmitted SYN gives none, by Karn); it does nothing otherwise.
+    #[cfg(test)]
     pub fn use_fallback_rto(&mut self) {
         if self.srtt8_us == 0 {
             self.fallback = true;
@@ -241,6 +244,7 @@ impl RttEstimator {
 
     /// The RTT variation, RTTVAR (zero before the first sample). The RTO uses
     /// `max(4 * RTTVAR, rto_min)`.
+    #[cfg(test)]
     pub fn rttvar(&self) -> Duration {
         // mdev4_us is 4 * RTTVAR in µs: units of 250 ns.
         Duration::from_nanos(u64::from(self.mdev4_us) * 250)

@@ -34,8 +34,8 @@
 //!
 //! # Where this differs from Linux, and why
 //! - The secrets come from the stack's 128-bit secret (from the OS by default, see
-//!   `crate::secret`), a seed ([`SynCookies::new`], tests) or 128-bit keys
-//!   ([`SynCookies::from_keys`]) instead of the kernel RNG. As Linux's, they do not
+//!   `crate::secret`), a seed (`SynCookies::new`, tests) or 128-bit keys
+//!   (`SynCookies::from_keys`) instead of the kernel RNG. As Linux's, they do not
 //!   rotate: each cookie carries the minute counter and expires with it (see `check`).
 //! - The minute counter reads the stack's `now` (`now / 60 s`), where Linux divides jiffies.
 //! - The sysctl checks of `cookie_timestamp_decode` (a SACK bit with `tcp_sack` off, a
@@ -55,7 +55,9 @@ use core::time::Duration;
 use ustack_obs::Instant;
 use ustack_wire::SeqNumber;
 
-use super::isn::{SipKey, derive_key, key_from_bytes, siphash32};
+use super::isn::{SipKey, siphash32};
+#[cfg(test)]
+use super::isn::{derive_key, key_from_bytes};
 
 /// The MSS values a cookie can carry (Linux `msstab`, chosen from measured MSS
 /// distributions: 1460 is the commonest, 1440/1452 PPPoE, 1300-1349 tunnels). Sorted.
@@ -118,6 +120,7 @@ fn cookie_time(now: Instant) -> u32 {
 impl SynCookies {
     /// Derive both secrets from `seed` (production seeds come from the OS RNG; see
     /// `tcp::isn` for why 128-bit keys via [`from_keys`](Self::from_keys) are better).
+    #[cfg(test)]
     pub fn new(seed: u64) -> Self {
         SynCookies {
             keys: [
@@ -142,6 +145,7 @@ impl SynCookies {
     }
 
     /// Use the given 128-bit secrets.
+    #[cfg(test)]
     pub fn from_keys(key0: [u8; 16], key1: [u8; 16]) -> Self {
         SynCookies {
             keys: [key_from_bytes(key0), key_from_bytes(key1)],

@@ -10,7 +10,8 @@ use ustack_wire::SeqNumber;
 use super::buffer::{RecvBuffer, SendBuffer};
 use super::cc::{CaState, Cc, CcState, CongestionControl};
 use super::rtt::RttEstimator;
-use super::sack::{RtxQueue, SegFlags};
+use super::sack_blocks::RxSack;
+use super::scoreboard::{RtxQueue, SegFlags};
 use super::state::State;
 
 /// A connection's addresses: what the established table is keyed by (Linux `inet_ehash`).
@@ -36,118 +37,118 @@ impl core::hash::Hash for FourTuple {
 /// [RFC 9293 §3.3.1](https://www.rfc-editor.org/rfc/rfc9293#section-3.3.1) "Send Sequence
 /// Variables".
 #[derive(Debug, Clone, Copy, Default)]
-pub struct SendSeq {
+pub(crate) struct SendSeq {
     /// SND.UNA: oldest unacknowledged sequence number.
-    pub una: SeqNumber,
+    pub(crate) una: SeqNumber,
     /// SND.NXT: next sequence number to send.
-    pub nxt: SeqNumber,
+    pub(crate) nxt: SeqNumber,
     /// SND.WND: the peer's receive window, scaled (bytes).
-    pub wnd: u32,
+    pub(crate) wnd: u32,
     /// SND.WL1, SND.WL2: segment sequence and acknowledgment numbers used for the last
     /// window update (RFC 9293 §3.10.7.4 "fifth, check the ACK field").
-    pub wl1: SeqNumber,
-    pub wl2: SeqNumber,
+    pub(crate) wl1: SeqNumber,
+    pub(crate) wl2: SeqNumber,
     /// ISS: our initial sequence number.
-    pub iss: SeqNumber,
+    pub(crate) iss: SeqNumber,
     /// The largest window the peer has offered (Linux `max_window`).
-    pub max_wnd: u32,
+    pub(crate) max_wnd: u32,
 }
 
 /// RFC 9293 §3.3.1 "Receive Sequence Variables".
 #[derive(Debug, Clone, Copy, Default)]
-pub struct RecvSeq {
+pub(crate) struct RecvSeq {
     /// RCV.NXT: next sequence number expected.
-    pub nxt: SeqNumber,
+    pub(crate) nxt: SeqNumber,
     /// RCV.WND as last advertised (bytes, scaled).
-    pub wnd: u32,
+    pub(crate) wnd: u32,
     /// RCV.NXT when the window was last advertised (Linux `rcv_wup`): the right edge we
     /// promised is `wup + wnd`, and RFC 9293 §3.8.6.2.2 forbids moving it left.
-    pub wup: SeqNumber,
+    pub(crate) wup: SeqNumber,
     /// IRS: the peer's initial sequence number.
-    pub irs: SeqNumber,
+    pub(crate) irs: SeqNumber,
 }
 
 /// Options negotiated on the SYN exchange and socket flags, as bits.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TcbFlags(pub u32);
+pub(crate) struct TcbFlags(pub(crate) u32);
 
 impl TcbFlags {
     /// SACK permitted by both ends (RFC 2018 §2).
-    pub const SACK_OK: u32 = 1 << 0;
+    pub(crate) const SACK_OK: u32 = 1 << 0;
     /// Timestamps in use (RFC 7323 §3.2).
-    pub const TS_OK: u32 = 1 << 1;
+    pub(crate) const TS_OK: u32 = 1 << 1;
     /// Window scaling in use (RFC 7323 §2.2: both SYNs carried the option).
-    pub const WSCALE_OK: u32 = 1 << 2;
+    pub(crate) const WSCALE_OK: u32 = 1 << 2;
     /// TCP_NODELAY: Nagle off.
-    pub const NODELAY: u32 = 1 << 3;
+    pub(crate) const NODELAY: u32 = 1 << 3;
     /// SO_KEEPALIVE.
-    pub const KEEPALIVE: u32 = 1 << 4;
+    pub(crate) const KEEPALIVE: u32 = 1 << 4;
     /// The user closed (or shut down writing): a FIN follows the queued data.
-    pub const FIN_QUEUED: u32 = 1 << 5;
+    pub(crate) const FIN_QUEUED: u32 = 1 << 5;
     /// An ACK must go out now (Linux `inet_csk_ack_scheduled` + ICSK_ACK_PUSHED).
-    pub const ACK_NOW: u32 = 1 << 6;
+    pub(crate) const ACK_NOW: u32 = 1 << 6;
     /// An ACK is owed, and may be delayed.
-    pub const ACK_PENDING: u32 = 1 << 7;
+    pub(crate) const ACK_PENDING: u32 = 1 << 7;
     /// The user can no longer read (SHUT_RD or close): arriving data gets a RST.
-    pub const RCV_SHUTDOWN: u32 = 1 << 8;
+    pub(crate) const RCV_SHUTDOWN: u32 = 1 << 8;
     /// The socket was closed by the user and is now an orphan (Linux `SOCK_DEAD`).
-    pub const ORPHAN: u32 = 1 << 9;
+    pub(crate) const ORPHAN: u32 = 1 << 9;
     /// Connection reached through a listener: counted in PassiveOpens, not yet accepted.
-    pub const PASSIVE: u32 = 1 << 10;
+    pub(crate) const PASSIVE: u32 = 1 << 10;
     /// Our FIN has been sent (it occupies `fin_seq()`).
-    pub const FIN_SENT: u32 = 1 << 11;
+    pub(crate) const FIN_SENT: u32 = 1 << 11;
     /// The user set SO_SNDBUF: the send buffer is no longer autotuned (Linux
     /// `SOCK_SNDBUF_LOCK` in `sk_userlocks`).
-    pub const SNDBUF_LOCK: u32 = 1 << 12;
+    pub(crate) const SNDBUF_LOCK: u32 = 1 << 12;
     /// The user set SO_RCVBUF: the receive buffer is no longer autotuned (Linux
     /// `SOCK_RCVBUF_LOCK`).
-    pub const RCVBUF_LOCK: u32 = 1 << 13;
+    pub(crate) const RCVBUF_LOCK: u32 = 1 << 13;
     /// SO_LINGER on with a zero time: close() resets the connection (Linux
     /// `sock_flag(sk, SOCK_LINGER) && !sk->sk_lingertime`).
-    pub const LINGER_ABORT: u32 = 1 << 14;
+    pub(crate) const LINGER_ABORT: u32 = 1 << 14;
     /// Black-hole detection lowered the MSS (Linux `icsk_mtup.enabled` under
     /// `tcp_mtu_probing` = 1): later timeouts halve it.
-    pub const MTU_PROBING: u32 = 1 << 15;
+    pub(crate) const MTU_PROBING: u32 = 1 << 15;
     /// A segment could not be built because the stack's transmit queue was full
     /// (`net.core.txqueuelen`): the connection waits in `Tcp::tx_waiters` and sends when
     /// the queue drains (Linux's `TSQ_THROTTLED`, woken by `tcp_tsq_handler`).
-    pub const TX_THROTTLED: u32 = 1 << 16;
+    pub(crate) const TX_THROTTLED: u32 = 1 << 16;
 
     #[inline]
-    pub const fn has(self, bit: u32) -> bool {
+    pub(crate) const fn has(self, bit: u32) -> bool {
         self.0 & bit != 0
     }
     #[inline]
-    pub fn set(&mut self, bit: u32) {
+    pub(crate) fn set(&mut self, bit: u32) {
         self.0 |= bit;
     }
     #[inline]
-    pub fn clear(&mut self, bit: u32) {
+    pub(crate) fn clear(&mut self, bit: u32) {
         self.0 &= !bit;
     }
 }
 
-/// The connection's timers, one deadline per kind (Linux `tcp_timer.c`; EXAMPLES item 7).
+/// The connection's timers, one deadline per kind (Linux `tcp_timer.c`).
 /// `Instant::FAR_FUTURE` means disarmed. The stack's timer queue holds one entry per
 /// connection, for the earliest of these, and cancels lazily.
 #[derive(Debug, Clone, Copy)]
-pub struct Timers {
+pub(crate) struct Timers {
     /// Retransmission (RTO), SYN/SYN-ACK retransmission, or zero-window probe
     /// (Linux `icsk_retransmit_timer`, which also serves ICSK_TIME_PROBE0).
-    pub retransmit: Instant,
+    pub(crate) retransmit: Instant,
     /// Delayed ACK (Linux `icsk_delack_timer`).
-    pub delack: Instant,
+    pub(crate) delack: Instant,
     /// Keepalive, or the FIN-WAIT-2 timeout of an orphan (Linux `sk_timer`).
-    pub keepalive: Instant,
+    pub(crate) keepalive: Instant,
     /// What the timer queue was armed for (its entry for this connection fires then).
-    pub queued: Instant,
+    pub(crate) queued: Instant,
     /// `retransmit` is a tail loss probe, not the RTO (Linux `ICSK_TIME_LOSS_PROBE` on
     /// the same timer).
-    pub loss_probe: bool,
+    pub(crate) loss_probe: bool,
 }
 
 impl Timers {
-    pub const NONE: Timers = Timers {
+    pub(crate) const NONE: Timers = Timers {
         retransmit: Instant::FAR_FUTURE,
         delack: Instant::FAR_FUTURE,
         keepalive: Instant::FAR_FUTURE,
@@ -156,126 +157,130 @@ impl Timers {
     };
 
     /// The earliest armed deadline.
-    pub fn earliest(&self) -> Instant {
+    pub(crate) fn earliest(&self) -> Instant {
         self.retransmit.min(self.delack).min(self.keepalive)
     }
 }
 
 /// One TCP connection.
 #[derive(Debug)]
-pub struct Tcb {
-    pub state: State,
-    pub tuple: FourTuple,
-    pub snd: SendSeq,
-    pub rcv: RecvSeq,
-    pub flags: TcbFlags,
+pub(crate) struct Tcb {
+    pub(crate) state: State,
+    pub(crate) tuple: FourTuple,
+    pub(crate) snd: SendSeq,
+    pub(crate) rcv: RecvSeq,
+    pub(crate) flags: TcbFlags,
     /// Shift counts (RFC 7323 §2.2): ours applies to windows we send, theirs to windows
     /// they send.
-    pub rcv_wscale: u8,
-    pub snd_wscale: u8,
+    pub(crate) rcv_wscale: u8,
+    pub(crate) snd_wscale: u8,
     /// The MSS we send with (the peer's MSS option, capped by our MTU; Linux `mss_cache`).
-    pub mss: u16,
+    pub(crate) mss: u16,
     /// The MSS we advertised.
-    pub adv_mss: u16,
+    pub(crate) adv_mss: u16,
     /// RFC 7323 §4.3 TS.Recent and the time it was recorded (seconds on our clock,
     /// for the 24-day PAWS rule of §5.5).
-    pub ts_recent: u32,
-    pub ts_recent_stamp: u32,
+    pub(crate) ts_recent: u32,
+    pub(crate) ts_recent_stamp: u32,
     /// Added to our timestamp clock in every TSval (Linux `tsoffset`, RFC 7323 §5.4).
-    pub ts_offset: u32,
-    pub rtt: RttEstimator,
-    pub cc: Cc,
-    pub cs: CcState,
-    pub ca_state: CaState,
+    pub(crate) ts_offset: u32,
+    pub(crate) rtt: RttEstimator,
+    /// The congestion control algorithm (Linux `icsk_ca_ops` and its private state).
+    pub(crate) cc: Cc,
+    /// The congestion window and what the algorithm reads beside it: cwnd, ssthresh, the
+    /// segments in flight (Linux `snd_cwnd`, `snd_ssthresh`, `snd_cwnd_cnt`).
+    pub(crate) congestion: CcState,
+    pub(crate) ca_state: CaState,
     /// Recovery point: snd_nxt when loss recovery began (RFC 6582 "recover", Linux `high_seq`).
-    pub high_seq: SeqNumber,
+    pub(crate) high_seq: SeqNumber,
     /// Duplicate ACKs counted while SACK is off (RFC 5681 §3.2): Linux's `sacked_out` for
     /// a Reno connection, each standing for one segment that left the network.
-    pub dupacks: u32,
-    /// Loss-recovery bookkeeping: PRR, undo, reordering, lost retransmissions.
-    pub lr: LossRecovery,
+    pub(crate) dupacks: u32,
+    /// Loss-recovery bookkeeping: PRR, undo, reordering, RACK, tail loss probes, lost
+    /// retransmissions (see [`super::recovery`]).
+    pub(crate) recovery: LossRecovery,
     /// Zero-window probes sent without a reply (Linux `icsk_probes_out`), and keepalive
     /// probes likewise.
-    pub probes: u8,
+    pub(crate) probes: u8,
     /// Delayed-ACK state: ACKs still to send at once at the start (Linux quick-ACK mode,
     /// `icsk_ack.quick`).
-    pub quick_acks: u8,
-    pub rtx: RtxQueue,
-    pub sndbuf: SendBuffer,
-    pub rcvbuf: RecvBuffer,
+    pub(crate) quick_acks: u8,
+    pub(crate) rtx: RtxQueue,
+    pub(crate) sndbuf: SendBuffer,
+    pub(crate) rcvbuf: RecvBuffer,
     /// Socket buffer limits (SO_SNDBUF/SO_RCVBUF or tcp_wmem/tcp_rmem defaults), bytes.
-    pub sndbuf_limit: u32,
-    pub rcvbuf_limit: u32,
-    pub timers: Timers,
+    pub(crate) sndbuf_limit: u32,
+    pub(crate) rcvbuf_limit: u32,
+    pub(crate) timers: Timers,
     /// When the connection last sent or received anything (keepalive idle time).
-    pub last_activity: Instant,
+    pub(crate) last_activity: Instant,
     /// When the last challenge ACK was allowed, on the millisecond clock, wrapping; 0 for
     /// never (Linux `last_oow_ack_time`, in jiffies, 0 likewise), for the per-socket
     /// `tcp_invalid_ratelimit`. 32 bits as Linux's, to keep the TCB small.
-    pub last_oow_ack: u32,
+    pub(crate) last_oow_ack: u32,
     /// An error to report to the user once (ECONNRESET, ETIMEDOUT, ECONNREFUSED).
-    pub error: Option<crate::Error>,
+    pub(crate) error: Option<crate::Error>,
     /// Receive-buffer autotuning state.
-    pub rcv_space: RcvSpace,
+    pub(crate) rcv_space: RcvSpace,
     /// End of the last sub-MSS segment sent (Linux `snd_sml`), for Nagle's test.
-    pub snd_sml: SeqNumber,
+    pub(crate) snd_sml: SeqNumber,
     /// The SACK blocks we report as a receiver, most recent first, and a pending D-SACK.
-    pub rx_sack: RxSack,
+    pub(crate) rx_sack: RxSack,
 }
 
 /// What loss recovery keeps beyond [`Tcb::ca_state`] and [`Tcb::high_seq`]: Linux
 /// `tcp_sock`'s PRR, undo and reordering fields, and what ustack needs to find lost
 /// retransmissions.
 #[derive(Debug, Clone, Copy)]
-pub struct LossRecovery {
+pub(crate) struct LossRecovery {
     /// [RFC 6937](https://www.rfc-editor.org/rfc/rfc6937) `RecoverFS`: cwnd when the
     /// reduction began (Linux `prior_cwnd`).
-    pub prior_cwnd: u32,
+    pub(crate) prior_cwnd: u32,
     /// RFC 6937 `prr_delivered`: segments delivered (ACKed or SACKed) since recovery began.
-    pub prr_delivered: u32,
+    pub(crate) prr_delivered: u32,
     /// RFC 6937 `prr_out`: segments sent since recovery began.
-    pub prr_out: u32,
+    pub(crate) prr_out: u32,
     /// ssthresh before the reduction, restored by an undo (Linux `prior_ssthresh`; 0: no
     /// undo of ssthresh).
-    pub prior_ssthresh: u32,
+    pub(crate) prior_ssthresh: u32,
     /// snd_una when the episode that may be undone began (Linux `undo_marker`).
-    pub undo_marker: Option<SeqNumber>,
+    pub(crate) undo_marker: Option<SeqNumber>,
     /// Retransmissions of the episode not yet reported needless by a D-SACK (Linux
     /// `undo_retrans`; -1: none sent yet). At 0 every retransmission was needless.
-    pub undo_retrans: i32,
+    pub(crate) undo_retrans: i32,
     /// Our timestamp clock (ms) when the episode's first retransmission went out (Linux
     /// `retrans_stamp`; 0: none).
-    pub retrans_stamp: u32,
+    pub(crate) retrans_stamp: u32,
     /// DupThresh ([RFC 6675 §2](https://www.rfc-editor.org/rfc/rfc6675#section-2)), raised
     /// when reordering is seen (Linux `tp->reordering`, from `tcp_reordering`).
-    pub reordering: u32,
+    pub(crate) reordering: u32,
     /// Reordering was seen on this connection (Linux `reord_seen`).
-    pub reord_seen: bool,
+    pub(crate) reord_seen: bool,
     /// The latest send time of a segment known delivered (RFC 8985 `RACK.xmit_ts`,
     /// from segments never retransmitted).
-    pub rack_xmit_ts: Instant,
+    pub(crate) rack_xmit_ts: Instant,
     /// The end of that segment (RFC 8985 `RACK.end_seq`), to order segments sent at the
     /// same instant.
-    pub rack_end_seq: SeqNumber,
+    pub(crate) rack_end_seq: SeqNumber,
     /// A lower bound of the send times of retransmissions in flight: no lost retransmission
     /// can be found before `rack_xmit_ts` passes it.
-    pub retrans_low: Instant,
+    pub(crate) retrans_low: Instant,
     /// Retransmissions found lost (a segment sent after them was delivered) and not yet
     /// sent again (Linux `TCPLostRetransmit`).
-    pub lost_retrans: u32,
+    pub(crate) lost_retrans: u32,
     /// SND.NXT when the outstanding tail loss probe was sent (RFC 8985 §7.3
     /// `TLP.end_seq`, Linux `tlp_high_seq`); `None`: no probe outstanding.
-    pub tlp_high_seq: Option<SeqNumber>,
+    pub(crate) tlp_high_seq: Option<SeqNumber>,
     /// That probe was a retransmission (Linux `tlp_retrans`), not new data.
-    pub tlp_retrans: bool,
+    pub(crate) tlp_retrans: bool,
     /// When the probe was sent: the scoreboard keeps the probed segment's first send
     /// time, so RACK takes the probe's from here once it is SACKed.
-    pub tlp_sent_at: Instant,
+    pub(crate) tlp_sent_at: Instant,
 }
 
 impl LossRecovery {
     /// Linux's initial values (`tcp_init_sock`: `reordering = tcp_reordering` = 3).
-    pub const fn new() -> Self {
+    pub(crate) const fn new() -> Self {
         LossRecovery {
             prior_cwnd: 0,
             prr_delivered: 0,
@@ -307,7 +312,7 @@ impl Tcb {
     /// Segments in the network: RFC 6675 `pipe` (Linux `tcp_packets_in_flight`), less the
     /// duplicate ACKs of a connection without SACK (Linux counts those in `sacked_out`)
     /// and retransmissions found lost.
-    pub fn in_flight(&self) -> u32 {
+    pub(crate) fn in_flight(&self) -> u32 {
         let reno_sacked = if self.flags.has(TcbFlags::SACK_OK) {
             0
         } else {
@@ -315,11 +320,11 @@ impl Tcb {
         };
         self.rtx
             .in_flight()
-            .saturating_sub(reno_sacked + self.lr.lost_retrans)
+            .saturating_sub(reno_sacked + self.recovery.lost_retrans)
     }
 
     /// How CUBIC's HyStart ended slow start, if it did (None for Reno).
-    pub fn hystart_exit(&self) -> Option<super::cc::cubic::HystartExit> {
+    pub(crate) fn hystart_exit(&self) -> Option<super::cc::cubic::HystartExit> {
         match &self.cc {
             Cc::Cubic(c) => c.hystart_exit(),
             Cc::Reno(_) => None,
@@ -328,7 +333,7 @@ impl Tcb {
 
     /// What is left of the window last advertised: its right edge less RCV.NXT, never
     /// negative (Linux `tcp_receive_window`).
-    pub fn receive_window(&self) -> u32 {
+    pub(crate) fn receive_window(&self) -> u32 {
         let edge = self.rcv.wup + self.rcv.wnd as usize;
         edge.diff(self.rcv.nxt).max(0) as u32
     }
@@ -336,7 +341,7 @@ impl Tcb {
     /// The largest window this connection may offer (Linux `tcp_full_space` against
     /// `window_clamp`): the receive buffer, at most what the window field can carry
     /// (65,535 << our shift, RFC 7323 §2.3).
-    pub fn full_window(&self) -> u32 {
+    pub(crate) fn full_window(&self) -> u32 {
         self.rcvbuf_limit.min(65_535u32 << self.rcv_wscale)
     }
 
@@ -347,7 +352,7 @@ impl Tcb {
     /// it is at least one MSS and 1/16 of the buffer, else the window is zero; without
     /// window scaling the offer is a multiple of the MSS, kept as it is while within one
     /// MSS of the free space.
-    pub fn free_window(&self) -> u32 {
+    pub(crate) fn free_window(&self) -> u32 {
         let full = self.full_window();
         let used = self.rcvbuf.readable() + self.rcvbuf.ooo_bytes();
         let mut free = (self.rcvbuf_limit as usize)
@@ -379,7 +384,7 @@ impl Tcb {
     /// The payload a new segment may carry now (Linux `tcp_current_mss`): the MSS less
     /// the SACK option the segment will carry (4 + 8 bytes per block, Linux's layout;
     /// RFC 2018 §3: at most 3 blocks next to timestamps, 4 without).
-    pub fn mss_now(&self) -> usize {
+    pub(crate) fn mss_now(&self) -> usize {
         let mss = usize::from(self.mss);
         if !self.flags.has(TcbFlags::SACK_OK) {
             return mss;
@@ -404,20 +409,20 @@ impl Tcb {
 
     /// Change the loss-recovery state, telling the congestion control (Linux
     /// `tcp_set_ca_state`).
-    pub fn set_ca_state(&mut self, new: CaState) {
-        self.cc.set_state(&mut self.cs, new);
+    pub(crate) fn set_ca_state(&mut self, new: CaState) {
+        self.cc.set_state(&mut self.congestion, new);
         self.ca_state = new;
     }
 
     /// Linux `tcp_current_ssthresh`: the ssthresh an undo may restore; outside a
     /// reduction at least 3/4 of cwnd.
-    pub fn current_ssthresh(&self) -> u32 {
+    pub(crate) fn current_ssthresh(&self) -> u32 {
         if matches!(self.ca_state, CaState::Cwr | CaState::Recovery) {
-            self.cs.ssthresh
+            self.congestion.ssthresh
         } else {
-            self.cs
+            self.congestion
                 .ssthresh
-                .max((self.cs.cwnd >> 1) + (self.cs.cwnd >> 2))
+                .max((self.congestion.cwnd >> 1) + (self.congestion.cwnd >> 2))
         }
     }
 
@@ -426,7 +431,7 @@ impl Tcb {
     /// reordering window; segments sent at the same instant are ordered by sequence
     /// ("RACK.xmit_ts >= Segment.xmit_ts AND (RACK.xmit_ts, RACK.end_seq) >
     /// (Segment.xmit_ts, Segment.end_seq)").
-    pub fn retrans_is_lost(&self, sent_at: Instant, end: SeqNumber) -> bool {
+    pub(crate) fn retrans_is_lost(&self, sent_at: Instant, end: SeqNumber) -> bool {
         self.rack_sent_before(sent_at, end, self.lost_retrans_horizon())
     }
 
@@ -436,33 +441,33 @@ impl Tcb {
     fn rack_sent_before(&self, sent_at: Instant, end: SeqNumber, horizon: Instant) -> bool {
         sent_at < horizon
             || (sent_at == horizon
-                && horizon == self.lr.rack_xmit_ts
-                && end.before(self.lr.rack_end_seq))
+                && horizon == self.recovery.rack_xmit_ts
+                && end.before(self.recovery.rack_end_seq))
     }
 
     /// RFC 8985 §6.2 outside recovery: the first unacknowledged segment (never
     /// retransmitted) is lost once a segment sent at least `reo_wnd` after it was
     /// delivered; `reo_wnd` is min_rtt / 4 (RACK's default), the smoothed RTT once
     /// reordering was seen (Linux `tcp_rack_reo_wnd`, bounded by srtt).
-    pub fn rack_head_lost(&self) -> bool {
+    pub(crate) fn rack_head_lost(&self) -> bool {
         let Some(head) = self.rtx.front() else {
             return false;
         };
         if head
             .flags
             .intersects(SegFlags::SACKED | SegFlags::LOST | SegFlags::EVER_RETRANS)
-            || self.lr.rack_xmit_ts == Instant::ZERO
+            || self.recovery.rack_xmit_ts == Instant::ZERO
         {
             return false;
         }
-        let reo_wnd = if self.lr.reord_seen {
+        let reo_wnd = if self.recovery.reord_seen {
             self.rtt.srtt()
         } else {
             self.rtt.min_rtt().map(|r| r / 4)
         }
         .unwrap_or_default();
         let horizon = Instant::from_nanos(
-            self.lr
+            self.recovery
                 .rack_xmit_ts
                 .as_nanos()
                 .saturating_sub(reo_wnd.as_nanos() as u64),
@@ -473,17 +478,17 @@ impl Tcb {
     /// A retransmission sent before this instant is lost once anything sent after it was
     /// delivered: `RACK.xmit_ts` less the reordering window (RFC 8985 §6.2: `reo_wnd` is
     /// 0 while no reordering was seen, else min_rtt / 4).
-    pub fn lost_retrans_horizon(&self) -> Instant {
-        let reo_wnd = if self.lr.reord_seen {
+    pub(crate) fn lost_retrans_horizon(&self) -> Instant {
+        let reo_wnd = if self.recovery.reord_seen {
             self.rtt.min_rtt().unwrap_or_default() / 4
         } else {
             core::time::Duration::ZERO
         };
-        if self.lr.rack_xmit_ts == Instant::ZERO {
+        if self.recovery.rack_xmit_ts == Instant::ZERO {
             return Instant::ZERO;
         }
         Instant::from_nanos(
-            self.lr
+            self.recovery
                 .rack_xmit_ts
                 .as_nanos()
                 .saturating_sub(reo_wnd.as_nanos() as u64),
@@ -496,27 +501,27 @@ impl Tcb {
 /// receiver-estimated RTT, if the application read more than in the previous RTT, the
 /// receive buffer limit (and so the window we offer) grows toward `tcp_rmem.max`.
 #[derive(Debug, Clone, Copy)]
-pub struct RcvSpace {
+pub(crate) struct RcvSpace {
     /// Bytes the application read in the last measured RTT (Linux `rcvq_space.space`).
-    pub space: u32,
+    pub(crate) space: u32,
     /// The application's read position when this measurement began (`rcvq_space.seq`,
     /// a `copied_seq`).
-    pub seq: SeqNumber,
+    pub(crate) seq: SeqNumber,
     /// When this measurement began (`rcvq_space.time`); `Instant::ZERO`: not begun.
-    pub time: Instant,
+    pub(crate) time: Instant,
     /// The receiver's RTT estimate in µs, times 8 (`rcv_rtt_est.rtt_us`); 0: none yet.
-    pub rtt_us8: u32,
+    pub(crate) rtt_us8: u32,
     /// Without timestamps: RCV.NXT that ends the current RTT sample, and when it began
     /// (`rcv_rtt_est.seq`, `rcv_rtt_est.time`).
-    pub rtt_seq: SeqNumber,
-    pub rtt_time: Instant,
+    pub(crate) rtt_seq: SeqNumber,
+    pub(crate) rtt_time: Instant,
     /// The last TSecr sampled (`rcv_rtt_last_tsecr`).
-    pub last_tsecr: u32,
+    pub(crate) last_tsecr: u32,
 }
 
 impl RcvSpace {
     /// Nothing measured yet.
-    pub const fn new() -> Self {
+    pub(crate) const fn new() -> Self {
         RcvSpace {
             space: 0,
             seq: SeqNumber(0),
@@ -530,7 +535,7 @@ impl RcvSpace {
 
     /// Linux `tcp_rcv_rtt_update`: with `win_dep` (a whole window's worth, without
     /// timestamps) keep the minimum, else a moving average with gain 1/8.
-    pub fn rtt_update(&mut self, sample_us: u32, win_dep: bool) {
+    pub(crate) fn rtt_update(&mut self, sample_us: u32, win_dep: bool) {
         let m = sample_us.max(1);
         self.rtt_us8 = if self.rtt_us8 == 0 {
             m.saturating_mul(8)
@@ -546,230 +551,5 @@ impl RcvSpace {
 impl Default for RcvSpace {
     fn default() -> Self {
         Self::new()
-    }
-}
-
-/// Most SACK blocks a receiver remembers (Linux `TCP_NUM_SACKS`).
-pub const NUM_SACKS: usize = 4;
-
-/// The receiver's SACK state: the out-of-order blocks to report, most recently changed
-/// first, and a D-SACK block to send once (Linux `tcp_sock.selective_acks[]`,
-/// `rx_opt.num_sacks`, `duplicate_sack[0]`, `rx_opt.dsack`).
-///
-/// [RFC 2018 §4](https://www.rfc-editor.org/rfc/rfc2018#section-4): "The first SACK block
-/// ... MUST specify the contiguous block of data containing the segment which triggered
-/// this ACK", and the others SHOULD repeat "the most recently reported SACK blocks". The
-/// blocks are kept as Linux keeps them (`tcp_sack_new_ofo_skb`, `tcp_sack_remove`), by
-/// watching each segment that lands in the out-of-order queue, so that choosing them costs
-/// O(1) whatever the number of holes. Every block covers only bytes the queue holds: a
-/// segment joins the blocks only when it was stored whole, and [`RxSack::retain_held`]
-/// re-checks them when the receive buffer dropped or pruned data.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct RxSack {
-    blocks: [(SeqNumber, SeqNumber); NUM_SACKS],
-    len: u8,
-    /// A D-SACK block is pending ([RFC 2883](https://www.rfc-editor.org/rfc/rfc2883)).
-    has_dsack: bool,
-    dsack: (SeqNumber, SeqNumber),
-}
-
-/// Linux `tcp_sack_extend`: grow `block` to cover `[start, end)` if they overlap or touch.
-fn sack_extend(block: &mut (SeqNumber, SeqNumber), start: SeqNumber, end: SeqNumber) -> bool {
-    if !start.after(block.1) && !block.0.after(end) {
-        if start.before(block.0) {
-            block.0 = start;
-        }
-        if end.after(block.1) {
-            block.1 = end;
-        }
-        return true;
-    }
-    false
-}
-
-impl RxSack {
-    /// The blocks, most recently changed first.
-    pub fn blocks(&self) -> &[(SeqNumber, SeqNumber)] {
-        &self.blocks[..usize::from(self.len)]
-    }
-
-    /// The pending D-SACK block, if any.
-    pub fn dsack(&self) -> Option<(SeqNumber, SeqNumber)> {
-        self.has_dsack.then_some(self.dsack)
-    }
-
-    /// Forget everything (the out-of-order queue is empty).
-    pub fn clear_blocks(&mut self) {
-        self.len = 0;
-    }
-
-    /// `[start, end)` was stored whole in the out-of-order queue (Linux
-    /// `tcp_sack_new_ofo_skb`): the block it joins moves to the front, merging with any
-    /// block it now touches (`tcp_sack_maybe_coalesce`); otherwise it becomes a new first
-    /// block and, if all [`NUM_SACKS`] are in use, the oldest is forgotten.
-    pub fn on_ofo(&mut self, start: SeqNumber, end: SeqNumber) {
-        if !start.before(end) {
-            return;
-        }
-        let n = usize::from(self.len);
-        if let Some(i) = (0..n).find(|&i| sack_extend(&mut self.blocks[i], start, end)) {
-            self.blocks[..=i].rotate_right(1);
-            // tcp_sack_maybe_coalesce: the first block may now reach others.
-            let mut k = 1;
-            let mut n = n;
-            while k < n {
-                let (s, e) = self.blocks[k];
-                if sack_extend(&mut self.blocks[0], s, e) {
-                    self.blocks.copy_within(k + 1..n, k);
-                    n -= 1;
-                } else {
-                    k += 1;
-                }
-            }
-            self.len = n as u8;
-            return;
-        }
-        let keep = n.min(NUM_SACKS - 1);
-        self.blocks.copy_within(0..keep, 1);
-        self.blocks[0] = (start, end);
-        self.len = (keep + 1) as u8;
-    }
-
-    /// RCV.NXT moved to `rcv_nxt` (Linux `tcp_sack_remove`): blocks it reached are gone.
-    pub fn on_rcv_nxt(&mut self, rcv_nxt: SeqNumber) {
-        let mut n = usize::from(self.len);
-        let mut k = 0;
-        while k < n {
-            if !rcv_nxt.before(self.blocks[k].0) {
-                self.blocks.copy_within(k + 1..n, k);
-                n -= 1;
-            } else {
-                k += 1;
-            }
-        }
-        self.len = n as u8;
-    }
-
-    /// Keep only what the out-of-order queue really holds, given its lowest extents (sorted,
-    /// absolute sequence numbers): each block is cut to the extent it overlaps first, or
-    /// dropped (also when it lies beyond the extents listed). For the rare cases where the
-    /// buffer refused part of a segment or pruned out-of-order data (RFC 2018 §8 reneging).
-    pub fn retain_held(&mut self, held: &[(SeqNumber, SeqNumber)]) {
-        let mut n = usize::from(self.len);
-        let mut k = 0;
-        while k < n {
-            let (s, e) = self.blocks[k];
-            let idx = held.partition_point(|&(_, he)| !he.after(s));
-            match held.get(idx) {
-                Some(&(hs, he)) if hs.before(e) => {
-                    let start = if hs.after(s) { hs } else { s };
-                    let end = if he.before(e) { he } else { e };
-                    self.blocks[k] = (start, end);
-                    k += 1;
-                }
-                _ => {
-                    self.blocks.copy_within(k + 1..n, k);
-                    n -= 1;
-                }
-            }
-        }
-        self.len = n as u8;
-    }
-
-    /// A duplicate `[start, end)` arrived: report it once as a D-SACK (Linux
-    /// `tcp_dsack_set`; a second duplicate before the ACK extends the block when they
-    /// touch, `tcp_dsack_extend`, or replaces it).
-    pub fn set_dsack(&mut self, start: SeqNumber, end: SeqNumber) {
-        if !start.before(end) {
-            return;
-        }
-        if !(self.has_dsack && sack_extend(&mut self.dsack, start, end)) {
-            self.dsack = (start, end);
-        }
-        self.has_dsack = true;
-    }
-
-    /// The D-SACK block went out (Linux clears `rx_opt.dsack` in `tcp_options_write`).
-    pub fn clear_dsack(&mut self) {
-        self.has_dsack = false;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn b(s: u32, e: u32) -> (SeqNumber, SeqNumber) {
-        (SeqNumber(s), SeqNumber(e))
-    }
-
-    #[test]
-    fn newest_block_first_and_oldest_forgotten() {
-        let mut r = RxSack::default();
-        for i in 0..6u32 {
-            r.on_ofo(SeqNumber(100 * i + 10), SeqNumber(100 * i + 20));
-        }
-        // RFC 2018 §4: the block holding the latest segment first, then the most recent.
-        assert_eq!(
-            r.blocks(),
-            &[b(510, 520), b(410, 420), b(310, 320), b(210, 220)]
-        );
-    }
-
-    #[test]
-    fn extending_a_block_moves_it_first_and_coalesces() {
-        let mut r = RxSack::default();
-        r.on_ofo(SeqNumber(10), SeqNumber(20));
-        r.on_ofo(SeqNumber(30), SeqNumber(40));
-        r.on_ofo(SeqNumber(50), SeqNumber(60));
-        r.on_ofo(SeqNumber(20), SeqNumber(30));
-        // [10,20) grew to [10,30) then merged [30,40): one block, first.
-        assert_eq!(r.blocks(), &[b(10, 40), b(50, 60)]);
-        r.on_ofo(SeqNumber(40), SeqNumber(50));
-        assert_eq!(r.blocks(), &[b(10, 60)]);
-    }
-
-    #[test]
-    fn advancing_rcv_nxt_removes_reached_blocks() {
-        let mut r = RxSack::default();
-        r.on_ofo(SeqNumber(10), SeqNumber(20));
-        r.on_ofo(SeqNumber(30), SeqNumber(40));
-        r.on_rcv_nxt(SeqNumber(20));
-        assert_eq!(r.blocks(), &[b(30, 40)]);
-    }
-
-    #[test]
-    fn blocks_keep_only_held_bytes() {
-        let mut r = RxSack::default();
-        r.on_ofo(SeqNumber(10), SeqNumber(20));
-        r.on_ofo(SeqNumber(30), SeqNumber(40));
-        r.on_ofo(SeqNumber(50), SeqNumber(60));
-        r.retain_held(&[b(10, 20), b(30, 35)]);
-        assert_eq!(r.blocks(), &[b(30, 35), b(10, 20)]);
-        r.retain_held(&[b(10, 20)]);
-        assert_eq!(r.blocks(), &[b(10, 20)]);
-    }
-
-    #[test]
-    fn dsack_is_pending_once_and_extends() {
-        let mut r = RxSack::default();
-        assert_eq!(r.dsack(), None);
-        r.set_dsack(SeqNumber(10), SeqNumber(20));
-        r.set_dsack(SeqNumber(20), SeqNumber(30));
-        assert_eq!(r.dsack(), Some(b(10, 30)));
-        r.set_dsack(SeqNumber(50), SeqNumber(60));
-        assert_eq!(r.dsack(), Some(b(50, 60)));
-        r.clear_dsack();
-        assert_eq!(r.dsack(), None);
-    }
-
-    #[test]
-    fn sequence_wrap_is_handled() {
-        let mut r = RxSack::default();
-        r.on_ofo(SeqNumber(u32::MAX - 9), SeqNumber(0));
-        r.on_ofo(SeqNumber(0), SeqNumber(10));
-        assert_eq!(r.blocks(), &[b(u32::MAX - 9, 10)]);
-        r.on_rcv_nxt(SeqNumber(10));
-        assert!(r.blocks().is_empty());
     }
 }

@@ -11,20 +11,16 @@ use core::net::SocketAddrV4;
 use core::time::Duration;
 use std::collections::BinaryHeap;
 
-use hashbrown::HashMap;
 use ustack_obs::{Counter, DropReason, Instant};
 use ustack_wire::tcp::{Flags, TcpTimestamp};
 use ustack_wire::{SeqNumber, tcp};
 
-use super::cc::{CaEvent, CaState, CongestionControl};
+use super::cc::CaState;
 use super::isn::ts_clock;
 use super::tcb::{FourTuple, TcbFlags};
+use super::tuple_hash::{TupleHash, TupleHasher, TupleTable};
 use super::{State, TcpHandle, TimerKey};
-use crate::secret::KeyedState;
 use crate::{Error, Stack};
-
-/// Linux `tcp_reordering`: DupThresh.
-const DUP_THRESH: u32 = 3;
 
 /// 2*MSL as Linux has it (`TCP_TIMEWAIT_LEN`, 60 s); RFC 9293 §3.4.2 suggests MSL = 2 min.
 pub(crate) const TIMEWAIT_LEN: Duration = Duration::from_secs(60);
@@ -60,7 +56,7 @@ pub(crate) struct TimeWait {
 /// bounded by `tcp_max_tw_buckets`.
 #[derive(Debug)]
 pub(crate) struct TimeWaits {
-    map: HashMap<FourTuple, TimeWait, KeyedState>,
+    map: TupleTable<TimeWait>,
     /// (deadline, tuple), earliest first; an entry whose record was removed (or replaced
     /// by a new incarnation, whose `queued` differs) is dropped when it comes up.
     queue: BinaryHeap<core::cmp::Reverse<(Instant, FourTuple)>>,
@@ -85,14 +81,18 @@ impl TimeWaits {
     }
 
     /// `hasher` keyed with a secret: the 4-tuples are the peers' choice.
-    pub fn new(hasher: KeyedState) -> Self {
+    pub fn new(hasher: TupleHasher) -> Self {
         TimeWaits {
-            map: HashMap::with_hasher(hasher),
+            map: TupleTable::new(hasher),
             queue: BinaryHeap::new(),
         }
     }
-    pub fn contains(&self, t: &FourTuple) -> bool {
-        self.map.contains_key(t)
+    /// The hash of `t` (the same in every 4-tuple table).
+    pub fn hash(&self, t: &FourTuple) -> TupleHash {
+        self.map.hash(t)
+    }
+    pub fn contains(&self, hash: TupleHash, t: &FourTuple) -> bool {
+        self.map.contains(hash, t)
     }
     pub fn len(&self) -> usize {
         self.map.len()
@@ -100,12 +100,12 @@ impl TimeWaits {
     fn insert(&mut self, t: FourTuple, mut tw: TimeWait) {
         tw.queued = tw.expires;
         self.queue.push(core::cmp::Reverse((tw.expires, t)));
-        self.map.insert(t, tw);
+        self.map.insert(self.map.hash(&t), t, tw);
     }
 
     /// Restart the 2*MSL wait of `t` (no allocation: see [`TimeWaits`]).
-    fn restart(&mut self, t: &FourTuple, now: Instant) {
-        if let Some(r) = self.map.get_mut(t) {
+    fn restart(&mut self, hash: TupleHash, t: &FourTuple, now: Instant) {
+        if let Some(r) = self.map.get_mut(hash, t) {
             r.expires = now + TIMEWAIT_LEN;
         }
     }
@@ -118,7 +118,8 @@ impl TimeWaits {
                 break;
             }
             self.queue.pop();
-            let Some(r) = self.map.get_mut(&tuple) else {
+            let hash = self.map.hash(&tuple);
+            let Some(r) = self.map.get_mut(hash, &tuple) else {
                 continue; // removed early
             };
             if r.queued != deadline {
@@ -129,25 +130,20 @@ impl TimeWaits {
                 r.queued = r.expires;
                 self.queue.push(core::cmp::Reverse((r.expires, tuple)));
             } else {
-                self.map.remove(&tuple);
+                self.map.remove(hash, &tuple);
                 ended += 1;
             }
         }
         ended
     }
     /// The record of `t`, if any (for `tcp_tw_reuse`, Linux `tcp_twsk_unique`).
-    #[allow(
-        dead_code,
-        reason = "for mod.rs Tcp::timewait_record, not connected yet"
-    )]
-    pub fn get(&self, t: &FourTuple) -> Option<&TimeWait> {
-        self.map.get(t)
+    pub fn get(&self, hash: TupleHash, t: &FourTuple) -> Option<&TimeWait> {
+        self.map.get(hash, t)
     }
-    #[allow(dead_code, reason = "for mod.rs Tcp::timewait_take, not connected yet")]
     /// Take the record of `t` away (its tuple is reused); its queue entry is skipped when
     /// it comes up.
-    pub fn remove(&mut self, t: &FourTuple) -> Option<TimeWait> {
-        self.map.remove(t)
+    pub fn remove(&mut self, hash: TupleHash, t: &FourTuple) -> Option<TimeWait> {
+        self.map.remove(hash, t)
     }
     pub fn next_deadline(&self) -> Option<Instant> {
         self.queue.peek().map(|core::cmp::Reverse((d, _))| *d)
@@ -183,8 +179,14 @@ impl Stack {
 
     /// A segment for a TIME-WAIT record (RFC 9293 §3.10.7.4 in TIME-WAIT; Linux
     /// `tcp_timewait_state_process`, followed case by case).
-    pub(crate) fn timewait_input(&mut self, now: Instant, tuple: FourTuple, seg: &tcp::Repr) {
-        let Some(tw) = self.tcp.timewait.map.get(&tuple).copied() else {
+    pub(crate) fn timewait_input(
+        &mut self,
+        now: Instant,
+        tuple: FourTuple,
+        hash: TupleHash,
+        seg: &tcp::Repr,
+    ) {
+        let Some(tw) = self.tcp.timewait.map.get(hash, &tuple).copied() else {
             return;
         };
         let f = seg.flags;
@@ -204,14 +206,14 @@ impl Stack {
             if f.contains(Flags::RST) {
                 // "TIME_WAIT assassination": Linux with tcp_rfc1337 = 0 (its default)
                 // kills the record; RFC 1337 would ignore the RST. ustack follows Linux.
-                self.tcp.timewait.map.remove(&tuple);
+                self.tcp.timewait.map.remove(hash, &tuple);
                 return self.mib.drop(DropReason::TcpReset);
             }
             // A bare ACK: nothing to acknowledge (RFC 9293 acknowledges only
             // unacceptable segments and the retransmitted FIN), the 2*MSL wait restarts
             // (Linux inet_twsk_reschedule; no allocation here).
-            self.tcp.timewait.restart(&tuple, now);
-            if let Some(r) = self.tcp.timewait.map.get_mut(&tuple)
+            self.tcp.timewait.restart(hash, &tuple, now);
+            if let Some(r) = self.tcp.timewait.map.get_mut(hash, &tuple)
                 && let Some(ts) = seg.timestamp.filter(|_| r.ts_ok)
             {
                 r.ts_recent = ts.tsval;
@@ -231,7 +233,7 @@ impl Stack {
             && !paws_reject
             && (seg.seq_number.after(tw.rcv_nxt) || newer_ts)
         {
-            self.tcp.timewait.map.remove(&tuple);
+            self.tcp.timewait.map.remove(hash, &tuple);
             if let Some(listener) = self.tcp.listeners.lookup(tuple.local) {
                 return self.listen_input(now, listener, tuple, seg);
             }
@@ -248,14 +250,14 @@ impl Stack {
         // Out of window (a retransmitted FIN among them: "Acknowledge it, and restart the
         // 2 MSL timeout"): acknowledged, the wait restarted if it carries an ACK.
         if paws_reject || f.contains(Flags::ACK) {
-            self.tcp.timewait.restart(&tuple, now);
+            self.tcp.timewait.restart(hash, &tuple, now);
         }
         // Linux tcp_timewait_check_oow_rate_limit -> tcp_oow_rate_limited: at most one
         // answer per tcp_invalid_ratelimit per record, else TCPACKSkippedTimeWait ("Data
         // packets without SYNs are not likely part of an ACK loop": those are answered).
         let pure = seg.seq_number == seq_end || f.contains(Flags::SYN);
         if pure
-            && let Some(r) = self.tcp.timewait.map.get_mut(&tuple)
+            && let Some(r) = self.tcp.timewait.map.get_mut(hash, &tuple)
             && oow_rate_limited(&mut r.last_oow_ack, now, self.sysctl.tcp_invalid_ratelimit)
         {
             return self.mib.inc(Counter::TcpExtTCPACKSkippedTimeWait);
@@ -281,10 +283,7 @@ impl Stack {
     /// When TCP next needs [`Stack::tcp_handle_timeout`].
     pub(crate) fn tcp_poll_timeout(&self) -> Option<Instant> {
         let conn = self.tcp.timers.peek().map(|core::cmp::Reverse((t, _))| *t);
-        [conn, self.tcp.timewait.next_deadline()]
-            .into_iter()
-            .flatten()
-            .min()
+        crate::stack::earliest(conn, self.tcp.timewait.next_deadline())
     }
 
     /// Run every TCP timer due at `now`.
@@ -397,11 +396,12 @@ impl Stack {
             }
         }
         let timeouts = tcb.rtt.backoffs();
-        self.tcp_mtu_probing(h, timeouts);
-        self.tcp_enter_loss(now, h);
-        let Some(tcb) = self.tcp.get_mut(h) else {
+        let Some(mut sk) = self.tcp_sock(h) else {
             return;
         };
+        sk.tcp_mtu_probing(timeouts);
+        sk.tcp_enter_loss(now);
+        let tcb = sk.tcb;
         // RFC 6298 §5.5 "back off the timer", §5.6 restart it.
         tcb.rtt.backoff();
         let rto = tcb.rtt.rto();
@@ -418,63 +418,6 @@ impl Stack {
             self.tcp_retransmit_skb(now, h, start, end, false);
         }
         self.tcp_output(now, h);
-    }
-
-    /// Enter Loss after a timeout (Linux `tcp_enter_loss`): every segment not SACKed is
-    /// presumed lost (RFC 6675 §5.1 keeps the SACK information), cwnd is the loss window
-    /// (RFC 5681 §3.1 "LW ... one full-sized segment") and ssthresh is reduced unless
-    /// this window's recovery already reduced it (RFC 5681 §3.1 eq. (4); Linux "Reduce
-    /// ssthresh if it has not yet been made inside this window").
-    fn tcp_enter_loss(&mut self, now: Instant, h: TcpHandle) {
-        let Some(tcb) = self.tcp.get_mut(h) else {
-            return;
-        };
-        let prior_state = tcb.ca_state;
-        let prior_in_flight = tcb.in_flight();
-        // Linux tcp_timeout_mark_lost -> tcp_mark_skb_lost: "Account for retransmits that
-        // are lost again".
-        let lost_again = tcb.rtx.retrans_out();
-        if lost_again > 0 {
-            self.mib
-                .add(Counter::TcpExtTCPLostRetransmit, u64::from(lost_again));
-        }
-        if tcb.rtx.mark_all_lost() {
-            self.mib.inc(Counter::TcpExtTCPSACKReneging);
-        }
-        let Some(tcb) = self.tcp.get_mut(h) else {
-            return;
-        };
-        tcb.lr.lost_retrans = 0;
-        tcb.lr.retrans_low = Instant::FAR_FUTURE;
-        if matches!(prior_state, CaState::Open | CaState::Disorder)
-            || !tcb.high_seq.after(tcb.snd.una)
-            || (prior_state == CaState::Loss && tcb.rtt.backoffs() == 0)
-        {
-            tcb.lr.prior_ssthresh = tcb.current_ssthresh();
-            tcb.lr.prior_cwnd = tcb.cs.cwnd;
-            tcb.cs.in_flight = prior_in_flight;
-            tcb.cs.ssthresh = tcb.cc.ssthresh(&tcb.cs);
-            tcb.cc.cwnd_event(&mut tcb.cs, now, CaEvent::Loss);
-            // Linux tcp_init_undo.
-            tcb.lr.undo_marker = Some(tcb.snd.una);
-            tcb.lr.undo_retrans = match tcb.rtx.retrans_out() {
-                0 => -1,
-                n => n as i32,
-            };
-        }
-        tcb.cs.cwnd = tcb.in_flight() + 1;
-        tcb.cs.cwnd_cnt = 0;
-        // Linux: "Timeout in disordered state after receiving substantial DUPACKs suggests
-        // that the degree of reordering is over-estimated."
-        if matches!(prior_state, CaState::Open | CaState::Disorder)
-            && tcb.rtx.sacked_out() >= DUP_THRESH
-        {
-            tcb.lr.reordering = tcb.lr.reordering.min(DUP_THRESH);
-        }
-        tcb.set_ca_state(CaState::Loss);
-        tcb.high_seq = tcb.snd.nxt;
-        tcb.dupacks = 0;
-        tcb.lr.tlp_high_seq = None;
     }
 
     /// The zero-window probe (RFC 9293 §3.8.6.1 "the sending TCP ... MUST regularly

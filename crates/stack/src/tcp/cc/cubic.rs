@@ -260,6 +260,7 @@ impl Cubic {
 
     /// W_max: the window before the last reduction, as fast convergence left it (Linux
     /// `last_max_cwnd`; 0 before the first loss and after a timeout).
+    #[cfg(test)]
     pub const fn last_max_cwnd(&self) -> u32 {
         self.last_max_cwnd
     }
@@ -271,6 +272,7 @@ impl Cubic {
     }
 
     /// The minimum RTT seen (Linux `delay_min`), if any.
+    #[cfg(test)]
     pub fn delay_min(&self) -> Option<Duration> {
         (self.delay_min != 0).then(|| Duration::from_micros(u64::from(self.delay_min)))
     }

@@ -84,6 +84,7 @@ pub struct CcState {
 impl CcState {
     /// The state of a new connection, as Linux's `tcp_init_sock`: `cwnd` = [`TCP_INIT_CWND`],
     /// `ssthresh` = [`TCP_INFINITE_SSTHRESH`], no clamp, nothing in flight.
+    #[cfg(test)]
     pub const fn new(mss: u32) -> Self {
         CcState {
             cwnd: TCP_INIT_CWND,
@@ -145,6 +146,10 @@ pub enum CaEvent {
     TxStart,
     /// cwnd restarted after an idle period (`CA_EVENT_CWND_RESTART`;
     /// [RFC 5681 §4.1](https://www.rfc-editor.org/rfc/rfc5681#section-4.1)).
+    #[allow(
+        dead_code,
+        reason = "the core does not restart cwnd after idle; CUBIC handles the event"
+    )]
     CwndRestart,
     /// The end of a CWR period (`CA_EVENT_COMPLETE_CWR`).
     CompleteCwr,
@@ -158,6 +163,10 @@ pub enum CaEvent {
 /// caller's clock, as everywhere in the stack). `acked` counts segments.
 pub trait CongestionControl {
     /// The algorithm's name as Linux spells it (`tcp_congestion_control` sysctl values).
+    #[allow(
+        dead_code,
+        reason = "for tests and debugging; the core selects by sysctl"
+    )]
     fn name(&self) -> &'static str;
 
     /// Start on a new connection: reset the algorithm's state and set `st.cwnd` to
@@ -205,6 +214,7 @@ pub enum Cc {
 impl Cc {
     /// Names accepted by [`Cc::by_name`], as Linux lists them in
     /// `tcp_available_congestion_control`.
+    #[cfg(test)]
     pub const AVAILABLE: &'static [&'static str] = &["reno", "cubic"];
 
     /// The algorithm called `name` (the `tcp_congestion_control` sysctl's values), freshly

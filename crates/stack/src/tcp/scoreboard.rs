@@ -1,5 +1,5 @@
-//! The sender's retransmission queue with its SACK scoreboard, and the receiver's choice
-//! of SACK blocks to advertise.
+//! The sender's retransmission queue with its SACK scoreboard. The receiver's side of
+//! SACK, the blocks it advertises, is in [`super::sack_blocks`].
 //!
 //! # Reading list
 //!
@@ -25,7 +25,6 @@
 //!   cwnd allows (in_flight) ──► next_to_retransmit()            RFC 6675 NextSeg rule 1
 //!               ──────────────► mark_retransmitted(start, now)
 //!   RTO fires ────────────────► mark_all_lost()                 Linux tcp_enter_loss
-//!   data segment received ────► receiver_blocks(ooo, recent, dsack, max) for the SACK option
 //! ```
 //!
 //! # Model
@@ -113,11 +112,6 @@ impl SegFlags {
     /// Retransmitted at least once (Linux `TCPCB_EVER_RETRANS`): no RTT sample (Karn).
     pub const EVER_RETRANS: SegFlags = SegFlags(0x80);
 
-    /// The raw bits.
-    pub const fn bits(self) -> u8 {
-        self.0
-    }
-
     /// All of `other`'s flags are set.
     pub const fn contains(self, other: SegFlags) -> bool {
         self.0 & other.0 == other.0
@@ -199,7 +193,7 @@ impl TxSegment {
     }
 }
 
-/// What a cumulative ACK did to the queue ([`RtxQueue::on_ack`]).
+/// What a cumulative ACK did to the queue ([`RtxQueue::on_ack_reusing`]).
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 pub struct AckResult {
     /// Segments fully acknowledged and removed (Linux `pkts_acked`).
@@ -246,6 +240,16 @@ pub struct RtxQueue {
     board: Option<Box<Board>>,
 }
 
+/// A board kept by the stack for the next queue that fills, so that a connection that
+/// has one segment outstanding per round trip does not allocate and free a board (and its
+/// deque) each time. One per stack, and only a small one: what a stack holds beyond its
+/// connections stays bounded, and an idle connection still holds no heap.
+#[derive(Debug, Default)]
+pub(crate) struct SpareBoard(Option<Box<Board>>);
+
+/// The largest deque (in segments) a spare board may keep: 64 * 24 bytes.
+const SPARE_MAX_SEGS: usize = 64;
+
 /// The queue's state while anything is outstanding.
 #[derive(Debug)]
 struct Board {
@@ -291,6 +295,14 @@ impl Board {
             #[cfg(test)]
             steps: 0,
         }
+    }
+
+    /// Back to [`Board::new`]'s state, keeping the deque's allocation.
+    fn reset(&mut self) {
+        let mut segs = core::mem::take(&mut self.segs);
+        segs.clear();
+        *self = Board::new();
+        self.segs = segs;
     }
 
     #[inline]
@@ -531,6 +543,17 @@ impl RtxQueue {
     /// counts as one). It must start where the previous one ended; anything else is a
     /// caller bug (asserted in debug builds, ignored in release if it would overlap).
     pub fn push(&mut self, start: SeqNumber, end: SeqNumber, now: Instant) {
+        self.push_reusing(start, end, now, &mut SpareBoard::default());
+    }
+
+    /// [`push`](Self::push), taking the stack's `spare` board if the queue needs one.
+    pub(crate) fn push_reusing(
+        &mut self,
+        start: SeqNumber,
+        end: SeqNumber,
+        now: Instant,
+        spare: &mut SpareBoard,
+    ) {
         debug_assert!(
             start.before(end),
             "empty or reversed segment {start}..{end}"
@@ -548,7 +571,9 @@ impl RtxQueue {
                 return;
             }
         }
-        let board = self.board.get_or_insert_with(|| Box::new(Board::new()));
+        let board = self
+            .board
+            .get_or_insert_with(|| spare.0.take().unwrap_or_else(|| Box::new(Board::new())));
         board.segs.push_back(TxSegment {
             start,
             end,
@@ -557,12 +582,25 @@ impl RtxQueue {
         });
     }
 
+    /// [`on_ack_reusing`](Self::on_ack_reusing) without a spare board: the queue's heap is
+    /// freed when it empties.
+    #[cfg(test)]
+    pub fn on_ack(&mut self, snd_una: SeqNumber, now: Instant) -> AckResult {
+        self.on_ack_reusing(snd_una, now, &mut SpareBoard::default())
+    }
+
     /// A cumulative ACK moved the left edge to `snd_una`: drop fully acknowledged segments
     /// and trim a partially acknowledged head (Linux `tcp_clean_rtx_queue`;
     /// [RFC 2018 §5](https://www.rfc-editor.org/rfc/rfc2018#section-5): "A segment will not
     /// be dequeued and its buffer freed until the left window edge is advanced over it").
-    /// Frees the queue's heap when it empties.
-    pub fn on_ack(&mut self, snd_una: SeqNumber, now: Instant) -> AckResult {
+    /// When the queue empties it holds no heap: its board goes to the stack's `spare` if
+    /// that is free and the board small, else is freed.
+    pub(crate) fn on_ack_reusing(
+        &mut self,
+        snd_una: SeqNumber,
+        now: Instant,
+        spare: &mut SpareBoard,
+    ) -> AckResult {
         let mut res = AckResult::default();
         let Some(b) = self.board.as_deref_mut() else {
             return res;
@@ -613,7 +651,13 @@ impl RtxQueue {
             res.rtt_sample = first_acked_sent_at.map(|t| now.saturating_duration_since(t));
         }
         if b.segs.is_empty() {
-            self.board = None;
+            if let Some(mut board) = self.board.take()
+                && spare.0.is_none()
+                && board.segs.capacity() <= SPARE_MAX_SEGS
+            {
+                board.reset();
+                spare.0 = Some(board);
+            }
             return res;
         }
         if popped > 0 {
@@ -633,7 +677,7 @@ impl RtxQueue {
     /// ([RFC 2018 §5](https://www.rfc-editor.org/rfc/rfc2018#section-5): "the data sender
     /// MUST ... turn on the SACKed bits for segments that have been selectively
     /// acknowledged"). `snd_una` is the ACK's acknowledgment number (call this before
-    /// [`on_ack`](Self::on_ack) for the same ACK, as Linux `tcp_ack` does, so that a D-SACK
+    /// [`on_ack_reusing`](Self::on_ack_reusing) for the same ACK, as Linux `tcp_ack` does, so that a D-SACK
     /// of a segment this ACK also acknowledges is still counted). Invalid and stale blocks
     /// are ignored (Linux `tcp_is_sackblock_valid`); a D-SACK first block (RFC 2883) is
     /// reported. A segment is SACKed only when a block covers it whole.
@@ -959,89 +1003,11 @@ impl RtxQueue {
     }
 
     /// Heap bytes held (0 when empty), for memory accounting.
+    #[cfg(test)]
     pub fn heap_bytes(&self) -> usize {
         self.board.as_ref().map_or(0, |b| {
             size_of::<Board>() + b.segs.capacity() * size_of::<TxSegment>()
         })
-    }
-}
-
-/// The SACK blocks to advertise ([RFC 2018 §4](https://www.rfc-editor.org/rfc/rfc2018#section-4),
-/// [RFC 2883 §4](https://www.rfc-editor.org/rfc/rfc2883#section-4)), given the
-/// out-of-order ranges held (sorted, disjoint), the range of the segment that just arrived
-/// and a duplicate range to report. At most `max` blocks (4, or 3 next to timestamps),
-/// returned with their count:
-///
-/// 1. The D-SACK block, if any: "If a D-SACK block is reported, it MUST be the first
-///    block", then the out-of-order range holding it: "If the D-SACK block reports a
-///    duplicate contiguous sequence from a (possibly larger) block of data in the
-///    receiver's data queue above the cumulative acknowledgement, then the second SACK
-///    block in that SACK option should specify that (possibly larger) block of data."
-/// 2. "The first SACK block ... MUST specify the contiguous block of data containing the
-///    segment which triggered this ACK, unless that segment advanced the Acknowledgment
-///    Number field in the header" (a `recent` range inside no out-of-order range is
-///    skipped).
-/// 3. The others, "the most recently reported SACK blocks ... that are not subsets of a
-///    SACK block already included". This function keeps no history, so it takes recency
-///    to be sequence order, highest first: new data arrives above the holes, and ranges
-///    the sender retransmits into merge with their neighbours. Linux keeps the order in
-///    which blocks last changed (`tcp_sack_new_ofo_skb`); a core that keeps that history
-///    can pass its ranges through this function one at a time as `recent`.
-pub fn receiver_blocks(
-    ooo: &[(SeqNumber, SeqNumber)],
-    recent: Option<(SeqNumber, SeqNumber)>,
-    dsack: Option<(SeqNumber, SeqNumber)>,
-    max: usize,
-) -> ([Option<(SeqNumber, SeqNumber)>; MAX_SACK_BLOCKS], usize) {
-    let mut picked = Picked {
-        out: [None; MAX_SACK_BLOCKS],
-        ooo_idx: [usize::MAX; MAX_SACK_BLOCKS],
-        len: 0,
-        max: max.min(MAX_SACK_BLOCKS),
-    };
-    // The out-of-order range overlapping [start, end), if any (`ooo` is sorted).
-    let holding = |(start, end): (SeqNumber, SeqNumber)| {
-        let idx = ooo.partition_point(|&(_, e)| !e.after(start));
-        ooo.get(idx)
-            .is_some_and(|&(s, _)| s.before(end))
-            .then_some(idx)
-    };
-    if let Some(block) = dsack.filter(|&(s, e)| s.before(e)) {
-        picked.push(block, usize::MAX);
-        if let Some(idx) = holding(block) {
-            picked.push(ooo[idx], idx);
-        }
-    }
-    if let Some(idx) = recent.filter(|&(s, e)| s.before(e)).and_then(holding) {
-        picked.push(ooo[idx], idx);
-    }
-    for idx in (0..ooo.len()).rev() {
-        if picked.len >= picked.max {
-            break;
-        }
-        picked.push(ooo[idx], idx);
-    }
-    (picked.out, picked.len)
-}
-
-/// Blocks chosen so far by [`receiver_blocks`].
-struct Picked {
-    out: [Option<(SeqNumber, SeqNumber)>; MAX_SACK_BLOCKS],
-    /// Which out-of-order range each block is (`usize::MAX` for the D-SACK block).
-    ooo_idx: [usize; MAX_SACK_BLOCKS],
-    len: usize,
-    max: usize,
-}
-
-impl Picked {
-    /// Add a block unless full, empty, or that range is already in.
-    fn push(&mut self, (start, end): (SeqNumber, SeqNumber), idx: usize) {
-        let repeated = idx != usize::MAX && self.ooo_idx[..self.len].contains(&idx);
-        if self.len < self.max && start.before(end) && !repeated {
-            self.out[self.len] = Some((start, end));
-            self.ooo_idx[self.len] = idx;
-            self.len += 1;
-        }
     }
 }
 
@@ -1079,6 +1045,56 @@ mod tests {
 
     fn flags(q: &RtxQueue) -> Vec<SegFlags> {
         q.iter().map(|s| s.flags).collect()
+    }
+
+    /// A queue that empties gives its board to the stack's spare and the next queue to
+    /// fill takes it, as good as new: no counter, hint or remembered SACK block of the old
+    /// queue survives (a stale SACK cache would skip a block the new queue never saw).
+    /// A board grown large is freed instead of kept.
+    #[test]
+    fn an_emptied_board_is_reused_as_new() {
+        let base = 1000;
+        let mut spare = SpareBoard::default();
+        let mut q = RtxQueue::new();
+        for i in 0..6 {
+            let (s, e) = seg(base, i);
+            q.push_reusing(s, e, t(u64::from(i)), &mut spare);
+        }
+        q.on_sack(&[block(base, 3, 5)], SeqNumber(base), seg(base, 6).0);
+        assert_eq!(q.sacked_out(), 2);
+        q.on_ack_reusing(seg(base, 6).0, t(10), &mut spare);
+        assert!(
+            q.is_empty() && q.heap_bytes() == 0,
+            "an empty queue holds no heap"
+        );
+        let kept = spare.0.as_deref().expect("the board went to the spare");
+        assert_eq!(
+            (kept.sack_cache_len, kept.highest_sacked, kept.segs.len()),
+            (0, SeqNumber(0), 0),
+            "the spare is reset to a new board's state"
+        );
+
+        let mut q = RtxQueue::new();
+        for i in 0..6 {
+            let (s, e) = seg(base, i);
+            q.push_reusing(s, e, t(20 + u64::from(i)), &mut spare);
+        }
+        assert!(spare.0.is_none(), "the new queue took the spare");
+        assert_eq!((q.sacked_out(), q.highest_sacked()), (0, None));
+        let r = q.on_sack(&[block(base, 3, 5)], SeqNumber(base), seg(base, 6).0);
+        assert_eq!(r.newly_sacked, 2, "the same block, new to this queue");
+        q.check_invariants();
+
+        let mut big = RtxQueue::new();
+        for i in 0..(SPARE_MAX_SEGS as u32 + 1) {
+            let (s, e) = seg(base, i);
+            big.push_reusing(s, e, t(0), &mut spare);
+        }
+        big.on_ack_reusing(seg(base, SPARE_MAX_SEGS as u32).1, t(1), &mut spare);
+        assert!(
+            big.is_empty() && spare.0.is_none(),
+            "a large board is freed"
+        );
     }
 
     /// Path MTU discovery re-cuts the queue: segments longer than the new MSS that are
@@ -1702,131 +1718,6 @@ mod tests {
             prev = steps;
         }
         q.check_invariants();
-    }
-
-    // ---- receiver ----
-
-    fn r(a: u32, b: u32) -> (SeqNumber, SeqNumber) {
-        (SeqNumber(a), SeqNumber(b))
-    }
-
-    #[test]
-    fn receiver_first_block_holds_the_triggering_segment() {
-        let ooo = [r(200, 300), r(400, 500), r(600, 700), r(800, 900)];
-        let (blocks, n) = receiver_blocks(&ooo, Some(r(450, 500)), None, 3);
-        assert_eq!(n, 3);
-        assert_eq!(
-            blocks,
-            [
-                Some(r(400, 500)),
-                Some(r(800, 900)),
-                Some(r(600, 700)),
-                None
-            ]
-        );
-        // Without timestamps, four fit.
-        let (blocks, n) = receiver_blocks(&ooo, Some(r(200, 250)), None, 4);
-        assert_eq!(n, 4);
-        assert_eq!(
-            blocks,
-            [
-                Some(r(200, 300)),
-                Some(r(800, 900)),
-                Some(r(600, 700)),
-                Some(r(400, 500))
-            ]
-        );
-    }
-
-    #[test]
-    fn receiver_in_order_segment_reports_highest_first() {
-        // The segment advanced rcv_nxt: it is in no out-of-order range.
-        let ooo = [r(200, 300), r(400, 500)];
-        let (blocks, n) = receiver_blocks(&ooo, Some(r(0, 100)), None, 3);
-        assert_eq!(n, 2);
-        assert_eq!(blocks, [Some(r(400, 500)), Some(r(200, 300)), None, None]);
-        let (_, n) = receiver_blocks(&[], Some(r(0, 100)), None, 3);
-        assert_eq!(n, 0);
-        let (_, n) = receiver_blocks(&ooo, Some(r(200, 300)), None, 0);
-        assert_eq!(n, 0);
-    }
-
-    #[test]
-    fn receiver_dsack_goes_first_then_its_block() {
-        let ooo = [r(200, 300), r(400, 600), r(800, 900)];
-        // A duplicate of 450..500, inside 400..600: D-SACK, then 400..600 (RFC 2883 §4).
-        let (blocks, n) = receiver_blocks(&ooo, Some(r(450, 500)), Some(r(450, 500)), 3);
-        assert_eq!(n, 3);
-        assert_eq!(
-            blocks,
-            [
-                Some(r(450, 500)),
-                Some(r(400, 600)),
-                Some(r(800, 900)),
-                None
-            ]
-        );
-        // A duplicate below rcv_nxt: D-SACK, then the usual blocks.
-        let (blocks, n) = receiver_blocks(&ooo, None, Some(r(0, 100)), 4);
-        assert_eq!(n, 4);
-        assert_eq!(
-            blocks,
-            [
-                Some(r(0, 100)),
-                Some(r(800, 900)),
-                Some(r(400, 600)),
-                Some(r(200, 300))
-            ]
-        );
-        // Wrapping sequence numbers order the same way.
-        let w = u32::MAX - 150;
-        let ooo = [
-            r(w, w.wrapping_add(100)),
-            r(w.wrapping_add(200), w.wrapping_add(300)),
-        ];
-        let (blocks, _) = receiver_blocks(&ooo, Some(r(w, w.wrapping_add(50))), None, 3);
-        assert_eq!(blocks[0], Some(ooo[0]));
-        assert_eq!(blocks[1], Some(ooo[1]));
-    }
-
-    proptest! {
-        #[test]
-        fn receiver_blocks_properties(
-            base: u32,
-            gaps in proptest::collection::vec((1u32..500, 1u32..500), 0..8),
-            recent_pick: u8,
-            dsack_pick in proptest::option::of(0u8..16),
-            max in 0usize..6,
-        ) {
-            let mut ooo = Vec::new();
-            let mut at = SeqNumber(base);
-            for (gap, len) in gaps {
-                let start = at + gap as usize;
-                ooo.push((start, start + len as usize));
-                at = start + len as usize;
-            }
-            let recent = ooo.get(usize::from(recent_pick) % (ooo.len() + 1)).map(|&(s, _)| (s, s + 1));
-            let dsack = dsack_pick.map(|p| (SeqNumber(base) + usize::from(p), SeqNumber(base) + usize::from(p) + 10));
-            let (blocks, n) = receiver_blocks(&ooo, recent, dsack, max);
-            prop_assert_eq!(n, blocks.iter().filter(|b| b.is_some()).count());
-            prop_assert!(n <= max.min(MAX_SACK_BLOCKS));
-            prop_assert!(blocks[..n].iter().all(|b| b.is_some()));
-            let got: Vec<_> = blocks[..n].iter().flatten().copied().collect();
-            let first_ooo = usize::from(dsack.is_some() && max > 0);
-            if first_ooo == 1 {
-                prop_assert_eq!(got[0], dsack.unwrap());
-            }
-            for (i, b) in got.iter().enumerate().skip(first_ooo) {
-                prop_assert!(ooo.contains(b));
-                prop_assert!(!got[..i].contains(b), "no repeats");
-            }
-            let expected = (ooo.len() + first_ooo).min(max.min(MAX_SACK_BLOCKS));
-            prop_assert_eq!(n, expected);
-            if let (None, Some(rec), true) = (dsack, recent, max > 0) {
-                let holding = ooo.iter().find(|b| b.0 == rec.0).copied();
-                prop_assert_eq!(got.first().copied(), holding);
-            }
-        }
     }
 
     // ---- the reference model: every rule applied naively, O(n) per step ----

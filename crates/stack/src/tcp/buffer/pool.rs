@@ -1,0 +1,205 @@
+//! The chunk pool every TCP socket buffer of a stack takes its memory from.
+//!
+//! Chunks are allocated in slabs of 64 (128 KiB), zeroed lazily by the allocator
+//! (`calloc`), and are named by a `u32` index: slab `i >> 6`, slot `i & 63`. Each chunk has
+//! one `next: u32` link (`u32::MAX` = none), kept in a dense array beside the data rather
+//! than at the end of each 2 KiB block, so that walking a chain touches 4-byte links that
+//! share cache lines instead of one line per chunk, and each chunk's data stays 2 KiB aligned
+//! within its slab. The link is the only per-chunk overhead: 4 bytes per 2048 (0.2 %).
+//! Free chunks form a LIFO list threaded through those links (the most recently freed
+//! chunk, still warm in cache, is reused first). Allocation and free are O(1).
+//!
+//! The pool is bounded by a byte limit, like Linux's `tcp_mem` (but a hard limit: an
+//! allocation over it fails and the caller sees a short write or a drop). Memory is never
+//! returned to the operating system on the hot path: capacity only grows, up to the limit.
+//! How capacity could shrink later, off the hot path: a `trim` run from a timer when usage
+//! has stayed low would walk the free list once, count free chunks per slab, and release the
+//! trailing slabs that are entirely free (rebuilding the free list without them); releasing
+//! slabs in the middle would need moving live chunks, which means rewriting the chains that
+//! name them, so it is better done by preferring low indices when allocating (an
+//! address-ordered free list) so that high slabs drain naturally.
+
+use core::fmt;
+
+/// Bytes per chunk, the pool's unit of allocation.
+pub const CHUNK: usize = 2048;
+
+/// Chunks per slab (one heap allocation when the pool grows).
+const SLAB_CHUNKS: usize = 64;
+/// `log2(SLAB_CHUNKS)`: chunk index `i` is slot `i & 63` of slab `i >> 6`.
+const SLAB_SHIFT: u32 = 6;
+/// "No chunk" in links and indices.
+pub(super) const NONE: u32 = u32::MAX;
+/// The largest number of chunks a pool may have, leaving room for `NONE`.
+const MAX_POOL_CHUNKS: usize = (u32::MAX as usize) - SLAB_CHUNKS;
+
+/// A per-stack (per-shard) pool of [`CHUNK`]-byte chunks, bounded by a byte limit.
+pub struct BufferPool {
+    /// Chunk data, `SLAB_CHUNKS` per slab (the last slab may be shorter when the limit cuts it).
+    slabs: Vec<Box<[[u8; CHUNK]]>>,
+    /// `next[i]`: the chunk after `i` in its chain or in the free list; `NONE` ends a chain.
+    /// `SLAB_CHUNKS` entries per slab.
+    next: Vec<u32>,
+    /// Head of the free list.
+    free: u32,
+    /// Chunks in all slabs.
+    capacity: usize,
+    /// Chunks handed out.
+    in_use: usize,
+    /// The limit in whole chunks.
+    limit_chunks: usize,
+    limit_bytes: usize,
+    alloc_failures: u64,
+}
+
+impl fmt::Debug for BufferPool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BufferPool")
+            .field("in_use_bytes", &self.in_use_bytes())
+            .field("capacity_bytes", &self.capacity_bytes())
+            .field("limit_bytes", &self.limit_bytes)
+            .field("slabs", &self.slabs.len())
+            .field("alloc_failures", &self.alloc_failures)
+            .finish()
+    }
+}
+
+impl BufferPool {
+    /// An empty pool (no memory allocated) that will hand out at most `limit_bytes` of
+    /// chunks (rounded down to whole chunks).
+    pub fn new(limit_bytes: usize) -> Self {
+        BufferPool {
+            slabs: Vec::new(),
+            next: Vec::new(),
+            free: NONE,
+            capacity: 0,
+            in_use: 0,
+            limit_chunks: (limit_bytes / CHUNK).min(MAX_POOL_CHUNKS),
+            limit_bytes,
+            alloc_failures: 0,
+        }
+    }
+
+    /// Bytes in chunks handed out to buffers (chunks in use * [`CHUNK`]).
+    pub fn in_use_bytes(&self) -> usize {
+        self.in_use * CHUNK
+    }
+
+    /// Bytes in chunks allocated from the system (in use or free), never more than the
+    /// limit (rounded up to a chunk) unless the limit was lowered after they were allocated.
+    pub fn capacity_bytes(&self) -> usize {
+        self.capacity * CHUNK
+    }
+
+    /// The byte limit given to [`BufferPool::new`].
+    #[cfg(test)]
+    pub fn limit_bytes(&self) -> usize {
+        self.limit_bytes
+    }
+
+    /// Heap bytes the pool itself occupies: chunk slabs plus the link array and slab table.
+    /// `capacity_bytes` plus the per-chunk overhead, for honest memory accounting.
+    pub fn heap_bytes(&self) -> usize {
+        self.capacity * CHUNK
+            + self.next.capacity() * size_of::<u32>()
+            + self.slabs.capacity() * size_of::<Box<[[u8; CHUNK]]>>()
+    }
+
+    /// Chunk allocations refused because the pool was at its limit.
+    #[cfg(test)]
+    pub fn alloc_failures(&self) -> u64 {
+        self.alloc_failures
+    }
+
+    /// Chunks that can still be handed out before the limit is reached.
+    pub(super) fn available_chunks(&self) -> usize {
+        self.limit_chunks.saturating_sub(self.in_use)
+    }
+
+    /// Take a chunk (its link set to `NONE`), or `None` at the limit.
+    pub(super) fn alloc(&mut self) -> Option<u32> {
+        if self.in_use >= self.limit_chunks {
+            self.alloc_failures += 1;
+            return None;
+        }
+        if self.free == NONE {
+            self.grow();
+        }
+        let c = self.free;
+        self.free = self.next[c as usize];
+        self.next[c as usize] = NONE;
+        self.in_use += 1;
+        Some(c)
+    }
+
+    /// Add one slab (the free list is empty, so every chunk is in use and
+    /// `capacity == in_use < limit_chunks`).
+    #[cold]
+    fn grow(&mut self) {
+        let base = self.slabs.len() * SLAB_CHUNKS;
+        let n = SLAB_CHUNKS.min(self.limit_chunks - self.capacity);
+        // `vec![zeroed; n]` allocates zeroed memory (calloc): pages are touched on first use.
+        self.slabs.push(vec![[0u8; CHUNK]; n].into_boxed_slice());
+        self.next.resize(base + SLAB_CHUNKS, NONE);
+        for i in (base..base + n).rev() {
+            self.next[i] = self.free;
+            self.free = i as u32;
+        }
+        self.capacity += n;
+    }
+
+    /// Return a chunk to the free list.
+    pub(super) fn free(&mut self, c: u32) {
+        self.next[c as usize] = self.free;
+        self.free = c;
+        self.in_use -= 1;
+    }
+
+    #[inline]
+    pub(super) fn chunk(&self, c: u32) -> &[u8; CHUNK] {
+        &self.slabs[(c >> SLAB_SHIFT) as usize][c as usize & (SLAB_CHUNKS - 1)]
+    }
+
+    #[inline]
+    pub(super) fn chunk_mut(&mut self, c: u32) -> &mut [u8; CHUNK] {
+        &mut self.slabs[(c >> SLAB_SHIFT) as usize][c as usize & (SLAB_CHUNKS - 1)]
+    }
+
+    #[inline]
+    pub(super) fn next(&self, c: u32) -> u32 {
+        self.next[c as usize]
+    }
+
+    #[inline]
+    pub(super) fn set_next(&mut self, c: u32, n: u32) {
+        self.next[c as usize] = n;
+    }
+
+    /// Copy `src[range]` into `dst[range]` (two different chunks).
+    pub(super) fn copy_between(&mut self, src: u32, dst: u32, range: core::ops::Range<usize>) {
+        let (ss, si) = (
+            (src >> SLAB_SHIFT) as usize,
+            src as usize & (SLAB_CHUNKS - 1),
+        );
+        let (ds, di) = (
+            (dst >> SLAB_SHIFT) as usize,
+            dst as usize & (SLAB_CHUNKS - 1),
+        );
+        if ss == ds {
+            let slab = &mut self.slabs[ss];
+            if si < di {
+                let (lo, hi) = slab.split_at_mut(di);
+                hi[0][range.clone()].copy_from_slice(&lo[si][range]);
+            } else {
+                let (lo, hi) = slab.split_at_mut(si);
+                lo[di][range.clone()].copy_from_slice(&hi[0][range]);
+            }
+        } else if ss < ds {
+            let (lo, hi) = self.slabs.split_at_mut(ds);
+            hi[0][di][range.clone()].copy_from_slice(&lo[ss][si][range]);
+        } else {
+            let (lo, hi) = self.slabs.split_at_mut(ss);
+            lo[ds][di][range.clone()].copy_from_slice(&hi[0][si][range]);
+        }
+    }
+}

@@ -1,0 +1,178 @@
+//! The send buffer: what the application wrote and the peer has not acknowledged.
+//!
+//! A FIFO chain of chunks: bytes start at `head_off` in the head chunk and are packed
+//! through the chain. `write` appends, `peek(offset)` copies from `offset = seq - snd_una`
+//! for (re)transmission, `consume` drops acknowledged bytes. A one-entry cursor (the last
+//! chunk `peek` touched) makes the usual pattern of peeking at `snd_nxt - snd_una`, which
+//! moves forward by one segment at a time, O(1) per call instead of a walk from the head.
+
+use core::cell::Cell;
+
+use super::pool::{BufferPool, CHUNK, NONE};
+
+/// The largest send buffer, keeping `head_off + len` within `u32`.
+const MAX_SEND: usize = (u32::MAX as usize) - CHUNK;
+
+/// Bytes written by the application and not yet acknowledged: `snd_una` is the head.
+///
+/// 24 bytes inline; no chunk and no heap when empty. Not `Copy`/`Clone` (a copy would own
+/// the same chunks twice). Call [`SendBuffer::clear`] before dropping a non-empty buffer.
+#[derive(Debug)]
+pub struct SendBuffer {
+    /// First chunk (`NONE` iff `len == 0`).
+    head: u32,
+    /// Last chunk.
+    tail: u32,
+    /// Offset of the first byte in `head` (`< CHUNK`).
+    pub(super) head_off: u32,
+    /// Bytes held.
+    len: u32,
+    /// Peek cursor: a chunk of the chain (`NONE` = unset) ...
+    cursor: Cell<u32>,
+    /// ... and its ordinal in the chain (0 = `head`).
+    cursor_ord: Cell<u32>,
+}
+
+impl Default for SendBuffer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl SendBuffer {
+    /// An empty buffer (holds nothing).
+    pub const fn new() -> Self {
+        SendBuffer {
+            head: NONE,
+            tail: NONE,
+            head_off: 0,
+            len: 0,
+            cursor: Cell::new(NONE),
+            cursor_ord: Cell::new(0),
+        }
+    }
+
+    /// Bytes held (written and not yet consumed).
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    /// True when nothing is held (and so no chunk).
+    #[cfg(test)]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Pool memory this buffer holds: its chunks * [`CHUNK`] (Linux `sk_wmem_queued` in spirit).
+    pub fn mem_bytes(&self) -> usize {
+        (self.head_off as usize + self.len as usize).div_ceil(CHUNK)
+            * CHUNK
+            * usize::from(self.len > 0)
+    }
+
+    /// Append up to `limit - len` bytes of `data` (limit = the socket's sndbuf); returns bytes
+    /// taken (0 when full or the pool is exhausted: the caller reports EAGAIN / counts).
+    /// When the pool runs out part way, what fit is kept and its length returned.
+    pub fn write(&mut self, pool: &mut BufferPool, data: &[u8], limit: usize) -> usize {
+        let room = limit.min(MAX_SEND).saturating_sub(self.len as usize);
+        let take = data.len().min(room);
+        let mut done = 0;
+        while done < take {
+            let end = self.head_off as usize + self.len as usize;
+            let off = end % CHUNK;
+            let c = if self.len > 0 && off != 0 {
+                self.tail
+            } else {
+                let Some(c) = pool.alloc() else { break };
+                if self.len == 0 {
+                    self.head = c;
+                    self.head_off = 0;
+                } else {
+                    pool.set_next(self.tail, c);
+                }
+                self.tail = c;
+                c
+            };
+            let k = (CHUNK - off).min(take - done);
+            pool.chunk_mut(c)[off..off + k].copy_from_slice(&data[done..done + k]);
+            done += k;
+            self.len += k as u32;
+        }
+        done
+    }
+
+    /// Copy `out.len()` bytes starting `offset` bytes after the head (offset = seq - snd_una)
+    /// into `out`. Returns the bytes copied: fewer than `out.len()` (the rest of `out`
+    /// untouched) when the range runs past the end of the buffer, 0 if `offset >= len`.
+    ///
+    /// O(1) per call when successive peeks move forward (the cursor remembers the last
+    /// chunk); otherwise a walk from the head.
+    pub fn peek(&self, pool: &BufferPool, offset: usize, out: &mut [u8]) -> usize {
+        let len = self.len as usize;
+        if offset >= len || out.is_empty() {
+            return 0;
+        }
+        let n = out.len().min(len - offset);
+        let abs = self.head_off as usize + offset;
+        let want = (abs / CHUNK) as u32;
+        let (mut c, mut ord) = match self.cursor.get() {
+            cur if cur != NONE && self.cursor_ord.get() <= want => (cur, self.cursor_ord.get()),
+            _ => (self.head, 0),
+        };
+        while ord < want {
+            c = pool.next(c);
+            ord += 1;
+        }
+        let mut off = abs % CHUNK;
+        let mut done = 0;
+        loop {
+            let k = (CHUNK - off).min(n - done);
+            out[done..done + k].copy_from_slice(&pool.chunk(c)[off..off + k]);
+            done += k;
+            if done == n {
+                break;
+            }
+            c = pool.next(c);
+            ord += 1;
+            off = 0;
+        }
+        self.cursor.set(c);
+        self.cursor_ord.set(ord);
+        n
+    }
+
+    /// Drop `n` acknowledged bytes from the head (all of them if `n >= len`), returning
+    /// freed chunks to the pool. A drained buffer holds no chunk.
+    pub fn consume(&mut self, pool: &mut BufferPool, n: usize) {
+        if n >= self.len as usize {
+            self.clear(pool);
+            return;
+        }
+        let abs = self.head_off as usize + n;
+        let freed = (abs / CHUNK) as u32;
+        for _ in 0..freed {
+            let c = self.head;
+            self.head = pool.next(c);
+            pool.free(c);
+        }
+        self.head_off = (abs % CHUNK) as u32;
+        self.len -= n as u32;
+        let cur = self.cursor_ord.get();
+        if cur >= freed {
+            self.cursor_ord.set(cur - freed);
+        } else {
+            self.cursor.set(NONE);
+        }
+    }
+
+    /// Drop everything, returning every chunk to the pool.
+    pub fn clear(&mut self, pool: &mut BufferPool) {
+        let mut c = self.head;
+        while c != NONE {
+            let next = pool.next(c);
+            pool.free(c);
+            c = next;
+        }
+        *self = SendBuffer::new();
+    }
+}

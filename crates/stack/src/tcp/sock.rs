@@ -1,0 +1,169 @@
+//! One connection borrowed together with the stack state its processing touches, as Linux
+//! passes `struct sock *sk` to every step of `tcp_input.c`: [`Sock`].
+//!
+//! A [`Stack`] owns every connection, so a step written as a method of `Stack` taking a
+//! [`TcpHandle`] must look the connection up again after each call that borrowed the
+//! stack, with a silent return in case it vanished. A `Sock` is looked up once and holds
+//! `&mut Tcb` beside mutable borrows of the other fields of the stack that TCP's
+//! per-connection steps need (buffer pool, timer queue, counters, ready list, the
+//! challenge-ACK allowance) and the sysctls, so each step takes the connection in hand and
+//! cannot lose it. What reaches past these (sending a segment, which needs the device
+//! queue and the neighbour table; entering TIME-WAIT or forgetting the connection, which
+//! change the tables) stays a method of `Stack`, called once a step is done.
+
+use core::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use ustack_obs::{Counter, Instant, Mib};
+
+use super::buffer::BufferPool;
+use super::scoreboard::SpareBoard;
+use super::tcb::Tcb;
+use super::{ChallengeAckLimit, State, Tcp, TcpHandle, TimerKey};
+use crate::secret::siphash32;
+use crate::socket::{Readiness, ReadyList, SocketKey};
+use crate::{Stack, Sysctl};
+
+/// The stack's timer queue: the earliest deadline per connection or request, cancelled
+/// lazily (see [`Sock::arm`]).
+pub(crate) type TimerQueue = BinaryHeap<Reverse<(Instant, TimerKey)>>;
+
+/// A connection and what its processing may touch (see the module docs).
+pub(crate) struct Sock<'a> {
+    /// The connection's handle: its key in the timer queue and the ready list.
+    pub(crate) h: TcpHandle,
+    pub(crate) tcb: &'a mut Tcb,
+    /// The chunks its send and receive buffers are made of.
+    pub(crate) pool: &'a mut BufferPool,
+    /// The retransmission-queue board kept for reuse.
+    pub(crate) spare_board: &'a mut SpareBoard,
+    pub(crate) timers: &'a mut TimerQueue,
+    pub(crate) challenge: &'a mut ChallengeAckLimit,
+    pub(crate) mib: &'a mut Mib,
+    pub(crate) sysctl: &'a Sysctl,
+    /// Where readiness changes go (Linux `sk_data_ready`, `sk_write_space`,
+    /// `sk_state_change`).
+    pub(crate) ready: &'a mut ReadyList,
+}
+
+impl Stack {
+    /// Connection `h` with what its processing touches, if the handle is live.
+    #[inline]
+    pub(crate) fn tcp_sock(&mut self, h: TcpHandle) -> Option<Sock<'_>> {
+        let Stack {
+            tcp,
+            mib,
+            sysctl,
+            ready,
+            ..
+        } = self;
+        let Tcp {
+            conns,
+            pool,
+            spare_board,
+            timers,
+            challenge,
+            ..
+        } = tcp;
+        Some(Sock {
+            h,
+            tcb: conns.get_mut(h.index, h.generation)?,
+            pool,
+            spare_board,
+            timers,
+            challenge,
+            mib,
+            sysctl,
+            ready,
+        })
+    }
+
+    /// Move a connection to `new` (see [`Sock::set_state`]).
+    pub(crate) fn tcp_set_state(&mut self, h: TcpHandle, new: State) {
+        if let Some(mut sk) = self.tcp_sock(h) {
+            sk.set_state(new);
+        }
+    }
+
+    /// Make sure the timer queue wakes connection `h` at its earliest deadline (see
+    /// [`Sock::arm`]).
+    pub(crate) fn tcp_arm(&mut self, h: TcpHandle) {
+        if let Some(mut sk) = self.tcp_sock(h) {
+            sk.arm();
+        }
+    }
+}
+
+impl Sock<'_> {
+    /// Make sure the stack's timer queue will wake this connection at its earliest
+    /// deadline (lazy cancel: a later deadline leaves the earlier entry, which finds
+    /// nothing due and re-arms).
+    pub(crate) fn arm(&mut self) {
+        let earliest = self.tcb.timers.earliest();
+        if earliest < self.tcb.timers.queued {
+            self.tcb.timers.queued = earliest;
+            self.timers
+                .push(Reverse((earliest, TimerKey::Conn(self.h))));
+        }
+    }
+
+    /// Move the connection to `new` (Linux `tcp_set_state`), keeping CurrEstab right
+    /// (RFC 4022: ESTABLISHED and CLOSE-WAIT count).
+    pub(crate) fn set_state(&mut self, new: State) {
+        let old = self.tcb.state;
+        self.tcb.state = new;
+        match (old.counts_as_established(), new.counts_as_established()) {
+            (false, true) => self.mib.inc(Counter::TcpCurrEstab),
+            (true, false) => self.mib.dec(Counter::TcpCurrEstab),
+            _ => {}
+        }
+        // Linux tcp_set_state: "case TCP_CLOSE: if (oldstate == TCP_CLOSE_WAIT ||
+        // oldstate == TCP_ESTABLISHED) TCP_INC_STATS(net, TCP_MIB_ESTABRESETS)" (RFC 1213
+        // tcpEstabResets: direct transitions to CLOSED from ESTABLISHED or CLOSE-WAIT).
+        if new == State::Closed && old.counts_as_established() {
+            self.mib.inc(Counter::TcpEstabResets);
+        }
+        // Readiness: a state change may change anything (Linux sk_state_change).
+        self.ready.mark(SocketKey::Tcp(self.h), Readiness::ALL);
+    }
+
+    /// Whether a challenge ACK (RFC 5961 §3.2, §4.2) may be sent now, counting it
+    /// (TCPChallengeACK) or its suppression; limited as Linux 6.x
+    /// `tcp_send_challenge_ack` does (RFC 5961 §7 asks for a limit). CVE-2016-5696: one
+    /// stack-wide count of fixed size per second is a side channel (an off-path attacker
+    /// who exhausts it and counts the challenge ACKs it gets itself learns whether its
+    /// guessed 4-tuple and sequence numbers drew one). So:
+    /// 1. per connection, at most one per `tcp_invalid_ratelimit` (Linux
+    ///    `__tcp_oow_rate_limited` on `last_oow_ack_time`; TCPACKSkippedChallenge);
+    /// 2. stack-wide, only if `tcp_challenge_ack_limit` is below INT_MAX (Linux 6.0+'s
+    ///    default, commit "tcp: make global challenge ack rate limitation per net-ns and
+    ///    default disabled"):
+    ///    each second the allowance is drawn at random from [limit/2, limit/2 + limit)
+    ///    (Linux `get_random_u32_inclusive(half, ack_limit + half - 1)`), from a secret
+    ///    key. A limit of 0 allows none (Linux would draw from the whole u32 range).
+    pub(crate) fn challenge_ack_allowed(&mut self, now: Instant) -> bool {
+        let ratelimit = self.sysctl.tcp_invalid_ratelimit;
+        if super::timer::oow_rate_limited(&mut self.tcb.last_oow_ack, now, ratelimit) {
+            self.mib.inc(Counter::TcpExtTCPACKSkippedChallenge);
+            return false;
+        }
+        let limit = self.sysctl.tcp_challenge_ack_limit;
+        if limit < i32::MAX as u64 {
+            let c = &mut *self.challenge;
+            let second = now.as_millis() / 1000;
+            if c.second != second {
+                let half = (limit + 1) >> 1;
+                let r = u64::from(siphash32(c.key, &second.to_le_bytes()));
+                let count = if limit == 0 { 0 } else { half + r % limit };
+                c.second = second;
+                c.left = count as u32;
+            }
+            if c.left == 0 {
+                return false;
+            }
+            c.left -= 1;
+        }
+        self.mib.inc(Counter::TcpExtTCPChallengeACK);
+        true
+    }
+}
