@@ -63,7 +63,8 @@ pub struct MemoryKind {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemoryUsage {
     /// `tcb` (the connection slab), `rtx_queue` (the retransmission queues' boards, held
-    /// while data is outstanding), `buffers` (pool bytes held by socket buffers),
+    /// while data is outstanding), `rtx_spare` (the one board the stack keeps for the next
+    /// queue that fills, so that a round trip does not allocate), `buffers` (pool bytes held by socket buffers),
     /// `pool_free` (pool bytes allocated and free), `time_wait`, `requests` (SYN queue),
     /// `tables` (the established and listener tables, the TCP timer heap), `udp` (sockets
     /// and queued datagrams), in that order. The runtime and the application add their
@@ -186,6 +187,7 @@ impl Stack {
         let tcp = &self.tcp;
         let pool_in_use = tcp.pool.in_use_bytes();
         let timer_entry = size_of::<core::cmp::Reverse<(Instant, crate::tcp::TimerKey)>>();
+        let spare = tcp.spare_board.heap_bytes();
         let (mut rtx_boards, mut rtx_bytes) = (0, 0);
         for (_, tcb) in tcp.conns.iter() {
             let bytes = tcb.rtx.heap_bytes();
@@ -202,6 +204,11 @@ impl Stack {
                 name: "rtx_queue",
                 count: rtx_boards,
                 bytes: rtx_bytes,
+            },
+            MemoryKind {
+                name: "rtx_spare",
+                count: usize::from(spare > 0),
+                bytes: spare,
             },
             MemoryKind {
                 name: "buffers",

@@ -138,4 +138,8 @@ fn memory_counts_the_retransmission_queue_while_data_is_outstanding() {
         (0, 0),
         "acknowledged"
     );
+    // The freed board is kept as the stack's one spare, and counted as such.
+    let spare = *p.a.memory().get("rtx_spare").unwrap();
+    assert_eq!(spare.count, 1, "{spare:?}");
+    assert!(spare.bytes >= held.bytes, "{spare:?} {held:?}");
 }

@@ -704,6 +704,7 @@ fn bench_c1m_holds_every_connection_and_measures_each_server_alone() {
         "time_wait",
         "buffers",
         "rtx_queue",
+        "rtx_spare",
     ]
     .iter()
     .map(|k| kind(k).1)

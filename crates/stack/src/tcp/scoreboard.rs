@@ -240,12 +240,26 @@ pub struct RtxQueue {
     board: Option<Box<Board>>,
 }
 
+impl RtxQueue {
+    /// Heap bytes held (0 when empty), for memory accounting.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.board.as_deref().map_or(0, Board::heap_bytes)
+    }
+}
+
 /// A board kept by the stack for the next queue that fills, so that a connection that
 /// has one segment outstanding per round trip does not allocate and free a board (and its
 /// deque) each time. One per stack, and only a small one: what a stack holds beyond its
 /// connections stays bounded, and an idle connection still holds no heap.
 #[derive(Debug, Default)]
 pub(crate) struct SpareBoard(Option<Box<Board>>);
+
+impl SpareBoard {
+    /// Heap bytes held by the kept board (0 when there is none), for memory accounting.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.0.as_deref().map_or(0, Board::heap_bytes)
+    }
+}
 
 /// The largest deque (in segments) a spare board may keep: 64 * 24 bytes.
 const SPARE_MAX_SEGS: usize = 64;
@@ -279,6 +293,11 @@ struct Board {
 }
 
 impl Board {
+    /// The board's heap bytes: the box and the deque's capacity.
+    fn heap_bytes(&self) -> usize {
+        size_of::<Board>() + self.segs.capacity() * size_of::<TxSegment>()
+    }
+
     fn new() -> Board {
         Board {
             segs: VecDeque::new(),
@@ -1000,14 +1019,6 @@ impl RtxQueue {
     /// The outstanding segments, lowest first.
     pub fn iter(&self) -> impl Iterator<Item = &TxSegment> + '_ {
         self.board.iter().flat_map(|b| b.segs.iter())
-    }
-
-    /// Heap bytes held (0 when empty), for memory accounting.
-    #[cfg(test)]
-    pub fn heap_bytes(&self) -> usize {
-        self.board.as_ref().map_or(0, |b| {
-            size_of::<Board>() + b.segs.capacity() * size_of::<TxSegment>()
-        })
     }
 }
 
