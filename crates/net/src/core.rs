@@ -984,7 +984,10 @@ impl Net {
     {
         loop {
             let seen = s.shared.generation();
-            if s.shared.readiness().intersects(Readiness::READABLE | ALWAYS) {
+            if s.shared
+                .readiness()
+                .intersects(Readiness::READABLE | ALWAYS)
+            {
                 break;
             }
             if !s.shared.wait_change(seen, wait) {
@@ -1157,7 +1160,11 @@ impl Net {
         }
         loop {
             let seen = l.shared.generation();
-            if !l.shared.readiness().intersects(Readiness::READABLE | ALWAYS) {
+            if !l
+                .shared
+                .readiness()
+                .intersects(Readiness::READABLE | ALWAYS)
+            {
                 if !l.shared.wait_change(seen, wait) {
                     return Err(errno(EAGAIN));
                 }
@@ -1314,6 +1321,21 @@ impl Net {
     /// `TCP_NODELAY` as last set.
     pub fn nodelay(&self, fd: Fd) -> io::Result<bool> {
         Ok(self.stream_sock(fd)?.shared.nodelay.load(Ordering::Relaxed))
+    }
+
+    /// Run `f` on the loop thread with `fd`'s stream and its runtime, and return its
+    /// result (no wait): the socket options the C API sets and reads (`SO_KEEPALIVE`,
+    /// `SO_LINGER`, `SO_RCVBUF`, `SO_SNDBUF`, `SO_ERROR`, ...). `ENOTSOCK` if not a
+    /// stream.
+    pub fn with_stream<T, F>(&self, fd: Fd, f: F) -> io::Result<T>
+    where
+        T: Send + 'static,
+        F: Fn(&api::TcpStream, &mut LoopRuntime) -> io::Result<T> + Clone + Send + 'static,
+    {
+        let s = self.stream_sock(fd)?;
+        self.op(&s, 0, Wait::Never, move |ctx, id| {
+            ctx.with_stream(id, f.clone())
+        })
     }
 
     /// What `ss -tmi` shows for the connection (addresses, state, queues, cwnd, RTT).
