@@ -777,9 +777,17 @@ pub fn close(fd: i32) -> Result<()> {
             _ => {}
         }
         match st {
-            State2::Listener { fd: n, .. }
-            | State2::Stream { fd: n, .. }
-            | State2::Udp { fd: n } => {
+            State2::Listener { fd: n, .. } => {
+                let _ = e.stack.net.close(n);
+                // The loop closes a listener in the round after its close job: wait for
+                // that round (two empty jobs: the second runs after the first's round),
+                // so that the port is free when close returns, as on Linux (a server
+                // restarting binds it at once).
+                for _ in 0..2 {
+                    let _ = e.stack.net.on_each_shard(|_| ());
+                }
+            }
+            State2::Stream { fd: n, .. } | State2::Udp { fd: n } => {
                 let _ = e.stack.net.close(n);
             }
             State2::Fresh { .. } => {}
@@ -1313,6 +1321,24 @@ mod tests {
         let p = st.hold(0, false).unwrap();
         assert!(p >= EPHEMERAL);
         assert_ne!(st.hold(0, false).unwrap(), p);
+        close_stacks(&[&st, &peer.unwrap()]);
+    }
+}
+
+#[cfg(test)]
+mod relisten {
+    use super::*;
+
+    #[test]
+    fn a_closed_listeners_port_is_free_at_once() {
+        let (st, peer) = open("link=sim addr=10.8.0.1/24 peer=10.8.0.2/24 seed=1").unwrap();
+        let a = SocketAddrV4::new(Ipv4Addr::new(10, 8, 0, 1), 8080);
+        for _ in 0..3 {
+            let s = socket(Some(&st), libc::AF_INET, libc::SOCK_STREAM, 0).unwrap();
+            bind(s, a).unwrap();
+            listen(s, 4).unwrap();
+            close(s).unwrap();
+        }
         close_stacks(&[&st, &peer.unwrap()]);
     }
 }
