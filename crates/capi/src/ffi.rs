@@ -1,6 +1,6 @@
 //! The C functions (`include/ustack.h`, generated from this file by cbindgen). The only
 //! module with `unsafe`: it turns the caller's pointers into slices, calls the safe
-//! [`sock`](crate::sock) layer, and reports failures as `-1` with `errno` set (and a
+//! [`sock`] layer, and reports failures as `-1` with `errno` set (and a
 //! message for [`ustack_errmsg`]).
 #![allow(unsafe_code)]
 #![allow(non_camel_case_types)]

@@ -186,8 +186,6 @@ struct Opts {
     nodelay: bool,
     rcvtimeo: Option<Duration>,
     sndtimeo: Option<Duration>,
-    /// `SO_ERROR` of a failed blocking connect (the stream is gone).
-    error: i32,
 }
 
 #[derive(Debug)]
@@ -518,10 +516,7 @@ pub fn accept(fd: i32, flags: i32) -> Result<(i32, SocketAddrV4)> {
         return Err(Error::new(libc::EINVAL, "accept on a socket not listening"));
     };
     let (c, peer) = s.net().accept(l, s.read_wait(0)).map_err(io)?;
-    let o = Opts {
-        error: 0,
-        ..s.opts()
-    };
+    let o = s.opts();
     if let Err(e) = apply(s.net(), c, o) {
         let _ = s.net().close(c);
         return Err(e);
@@ -568,17 +563,8 @@ pub fn connect(fd: i32, addr: SocketAddrV4) -> Result<()> {
                 ));
             }
             let wait = s.write_wait(0);
-            let c = match s.net().tcp_connect(addr, wait) {
-                Ok(c) => c,
-                Err(e) => {
-                    let e = io(e);
-                    if wait == Wait::Never {
-                        return Err(e);
-                    }
-                    lock(&s.sock().opts).error = 0;
-                    return Err(e);
-                }
-            };
+            // A blocking connect that fails reports its error here: SO_ERROR stays 0.
+            let c = s.net().tcp_connect(addr, wait).map_err(io)?;
             let o = s.opts();
             apply(s.net(), c, o)?;
             *st = State2::Stream {
@@ -937,7 +923,8 @@ fn take_error(s: &S) -> Result<i32> {
                     .map_or(0, |e| e.errno()))
             })
             .or(Ok(0)),
-        _ => Ok(core::mem::take(&mut lock(&s.sock().opts).error)),
+        // No connection: nothing pending (a failed blocking connect reported its error).
+        _ => Ok(0),
     }
 }
 
@@ -1323,11 +1310,6 @@ mod tests {
         assert_ne!(st.hold(0, false).unwrap(), p);
         close_stacks(&[&st, &peer.unwrap()]);
     }
-}
-
-#[cfg(test)]
-mod relisten {
-    use super::*;
 
     #[test]
     fn a_closed_listeners_port_is_free_at_once() {
