@@ -106,3 +106,9 @@ fn errors_carry_linux_errno_values() {
     let out = run_c("errors");
     assert!(out.contains("every errno checked"), "{out}");
 }
+
+#[test]
+fn udp_datagrams_and_addresses() {
+    let out = run_c("udp");
+    assert!(out.contains("datagrams and addresses checked"), "{out}");
+}
