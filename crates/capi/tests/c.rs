@@ -24,6 +24,11 @@ fn lib_dir() -> PathBuf {
 
 /// Compile `tests/c/NAME.c` and run it (bounded in time): its output.
 fn run_c(name: &str) -> String {
+    run_c_with(name, &[])
+}
+
+/// [`run_c`] with arguments for the program.
+fn run_c_with(name: &str, args: &[&std::ffi::OsStr]) -> String {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     let src = dir.join("tests/c").join(format!("{name}.c"));
     let out_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
@@ -57,6 +62,7 @@ fn run_c(name: &str) -> String {
     // This build's library, whatever LD_LIBRARY_PATH the test runner set (cargo puts
     // target/<profile> on it, where `cargo build` leaves its own, maybe older, copy).
     let mut child = Command::new(&exe)
+        .args(args)
         .env("LD_LIBRARY_PATH", &lib)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -111,4 +117,42 @@ fn errors_carry_linux_errno_values() {
 fn udp_datagrams_and_addresses() {
     let out = run_c("udp");
     assert!(out.contains("datagrams and addresses checked"), "{out}");
+}
+
+/// The kernel as the peer: a TUN interface in a namespace of the test's own, made
+/// beforehand (`ip tuntap add tun0 mode tun multi_queue`: the C program's
+/// `link=tun tun=tun0 netns=...` attaches to it), and socat echoing on the kernel's side.
+/// Root: skips without, unless `USTACK_REQUIRE_ROOT` is set.
+#[test]
+fn tun_echo_against_the_kernel() {
+    use ustack_testkit::netns::{NetNs, root_or_skip, tool_or_skip};
+    let test = "tun_echo_against_the_kernel";
+    if root_or_skip(test).is_none() || !tool_or_skip(test, "socat") {
+        return;
+    }
+    let ns = NetNs::new().expect("a network namespace");
+    let limit = Duration::from_secs(5);
+    ns.run(
+        limit,
+        &["ip", "tuntap", "add", "tun0", "mode", "tun", "multi_queue"],
+    )
+    .expect("creating tun0");
+    ns.configure_tun("tun0").expect("configuring tun0");
+    let mut socat = ns
+        .command(
+            Duration::from_secs(90),
+            &["socat", "TCP-LISTEN:7,bind=192.0.2.1,reuseaddr", "PIPE"],
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting socat");
+    let out = std::panic::catch_unwind(|| run_c_with("tun", &[ns.path().as_os_str()]));
+    let _ = socat.kill();
+    let _ = socat.wait();
+    let out = out.unwrap_or_else(|e| std::panic::resume_unwind(e));
+    assert!(
+        out.contains("262144 bytes echoed by the kernel and checked"),
+        "{out}"
+    );
 }
