@@ -563,18 +563,22 @@ pub fn connect(fd: i32, addr: SocketAddrV4) -> Result<()> {
                 ));
             }
             let wait = s.write_wait(0);
-            // A blocking connect that fails reports its error here: SO_ERROR stays 0.
-            let c = s.net().tcp_connect(addr, wait).map_err(io)?;
-            let o = s.opts();
-            apply(s.net(), c, o)?;
+            // The SYN goes out at once; a blocking connect then waits below, without
+            // holding the descriptor's lock (another thread may poll or close it).
+            let c = s.net().tcp_connect(addr, Wait::Never).map_err(io)?;
+            if let Err(e) = apply(s.net(), c, s.opts()) {
+                let _ = s.net().close(c);
+                return Err(e);
+            }
             *st = State2::Stream {
                 fd: c,
-                connecting: wait == Wait::Never,
+                connecting: true,
             };
+            drop(st);
             if wait == Wait::Never {
                 return Err(Error::new(libc::EINPROGRESS, "connecting"));
             }
-            Ok(())
+            wait_connected(&s, c, bound, wait)
         }
         State2::Stream {
             fd: c,
@@ -599,6 +603,69 @@ pub fn connect(fd: i32, addr: SocketAddrV4) -> Result<()> {
         State2::Stream { .. } => Err(Error::new(libc::EISCONN, "already connected")),
         State2::Listener { .. } => Err(Error::new(libc::EISCONN, "a listener")),
         State2::Udp { .. } => Err(Error::new(libc::EINVAL, "not TCP")),
+    }
+}
+
+/// A blocking connect's wait for the end of the handshake (Linux `inet_wait_for_connect`):
+/// woken by the stream becoming writable or failing. A failure is returned (`SO_ERROR`
+/// then stays 0) and the descriptor is fresh again, as Linux's socket goes back to
+/// `CLOSE` and may connect again; a wait that runs out (`SO_SNDTIMEO`) is `EINPROGRESS`,
+/// the handshake going on.
+fn wait_connected(s: &S, c: Fd, bound: Option<SocketAddrV4>, wait: Wait) -> Result<()> {
+    let ep = Epoll::new(s.net());
+    ep.add(c, 0, Readiness::WRITABLE, Mode::Level, false)
+        .map_err(io)?;
+    let mut events = Vec::with_capacity(1);
+    loop {
+        let done = s.net().connect_done(c);
+        let mut st = lock(&s.sock().state);
+        if *st
+            != (State2::Stream {
+                fd: c,
+                connecting: true,
+            })
+        {
+            // Another thread took it over meanwhile (SO_ERROR, connect, close).
+            return match *st {
+                State2::Stream { fd, .. } if fd == c => Ok(()),
+                _ => Err(Error::new(
+                    libc::ECONNABORTED,
+                    "the socket changed while connecting",
+                )),
+            };
+        }
+        match done {
+            Ok(true) => {
+                *st = State2::Stream {
+                    fd: c,
+                    connecting: false,
+                };
+                return Ok(());
+            }
+            Ok(false) => {}
+            Err(e) => {
+                *st = State2::Fresh { bound };
+                drop(st);
+                let _ = s.net().close(c);
+                return Err(io(e));
+            }
+        }
+        drop(st);
+        let left = match wait {
+            Wait::Until(t) => {
+                let now = std::time::Instant::now();
+                if now >= t {
+                    return Err(Error::new(
+                        libc::EINPROGRESS,
+                        "SO_SNDTIMEO ran out while connecting",
+                    ));
+                }
+                Some(t - now)
+            }
+            _ => None,
+        };
+        events.clear();
+        ep.wait(&mut events, 1, left).map_err(io)?;
     }
 }
 

@@ -1,5 +1,5 @@
-/* Errors with Linux's errno values: ECONNREFUSED (blocking, and non-blocking through
- * SO_ERROR, reported once), EBADF, ENOTCONN, EAGAIN, EADDRINUSE, EINVAL, ENOPROTOOPT,
+/* Errors with Linux's errno values: ECONNREFUSED (blocking, after which the socket may
+ * connect again, and non-blocking through SO_ERROR, reported once), EISCONN, EBADF, ENOTCONN, EAGAIN, EADDRINUSE, EINVAL, ENOPROTOOPT,
  * EAFNOSUPPORT, and a bad configuration string. */
 #include <fcntl.h>
 #include <netinet/tcp.h>
@@ -22,14 +22,23 @@ int main(void) {
     int c = ustack_socket_on(client, AF_INET, SOCK_STREAM, 0);
     CHECK(c >= 0);
     CHECK_ERR(ustack_connect(c, SA(nobody), sizeof nobody), ECONNREFUSED);
+    /* The error was reported by connect: SO_ERROR is 0, and the socket may connect again
+     * (Linux's goes back to CLOSE). */
+    int err = -1;
+    socklen_t len = sizeof err;
+    CHECK(ustack_getsockopt(c, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0);
+    int l10 = listen_on(server, 10);
+    struct sockaddr_in ten = sin4("10.0.0.1", 10);
+    CHECK(ustack_connect(c, SA(ten), sizeof ten) == 0);
+    CHECK_ERR(ustack_connect(c, SA(ten), sizeof ten), EISCONN);
     CHECK(ustack_close(c) == 0);
+    CHECK(ustack_close(l10) == 0);
     c = ustack_socket_on(client, AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
     CHECK_ERR(ustack_connect(c, SA(nobody), sizeof nobody), EINPROGRESS);
     struct pollfd p = {.fd = c, .events = POLLOUT};
     CHECK(ustack_poll(&p, 1, 5000) == 1);
     CHECK(p.revents & (POLLERR | POLLHUP));
-    int err = 0;
-    socklen_t len = sizeof err;
+    len = sizeof err;
     CHECK(ustack_getsockopt(c, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == ECONNREFUSED);
     len = sizeof err;
     CHECK(ustack_getsockopt(c, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0);
