@@ -933,7 +933,11 @@ pub fn getsockopt(fd: i32, level: i32, name: i32) -> Result<Vec<u8>> {
         Opt::Linger => opts::linger_bytes(o.linger),
         Opt::RcvTimeo => opts::timeval_bytes(o.rcvtimeo),
         Opt::SndTimeo => opts::timeval_bytes(o.sndtimeo),
-        Opt::NoDelay => int_bytes(i32::from(o.nodelay)),
+        Opt::NoDelay => match stream {
+            // What the stream was given (an option set before connect is applied then).
+            Some(c) => int_bytes(i32::from(net.nodelay(c).map_err(io)?)),
+            None => int_bytes(i32::from(o.nodelay)),
+        },
         Opt::MaxSeg => match stream {
             Some(c) => int_bytes(i32::from(net.tcp_info(c).map_err(io)?.mss)),
             // Linux: TCP_MSS_DEFAULT before a connection.

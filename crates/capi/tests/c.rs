@@ -156,3 +156,9 @@ fn tun_echo_against_the_kernel() {
         "{out}"
     );
 }
+
+#[test]
+fn options_change_what_the_stack_does() {
+    let out = run_c("options");
+    assert!(out.contains("every option checked"), "{out}");
+}
