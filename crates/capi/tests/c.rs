@@ -162,3 +162,12 @@ fn options_change_what_the_stack_does() {
     let out = run_c("options");
     assert!(out.contains("every option checked"), "{out}");
 }
+
+#[test]
+fn many_threads_one_edge_triggered_server() {
+    let out = run_c("threads");
+    assert!(
+        out.contains("160 connections echoed from 8 threads"),
+        "{out}"
+    );
+}
