@@ -8,10 +8,10 @@
 
 #include "check.h"
 
-/* One epoll_wait of up to 1 s: the events of the one descriptor reported (0 if none). */
-static unsigned wait_one(int ep, unsigned long long want_data) {
+/* One epoll_wait of up to `ms`: the events of the one descriptor reported (0 if none). */
+static unsigned wait_ms(int ep, unsigned long long want_data, int ms) {
     struct epoll_event ev[4];
-    int n = ustack_epoll_wait(ep, ev, 4, 1000);
+    int n = ustack_epoll_wait(ep, ev, 4, ms);
     CHECK(n >= 0);
     for (int i = 0; i < n; i++)
         if (ev[i].data.u64 == want_data) return ev[i].events;
@@ -21,7 +21,7 @@ static unsigned wait_one(int ep, unsigned long long want_data) {
 /* epoll_wait until `bits` are all reported for `data` (10 s at most). */
 static unsigned wait_for(int ep, unsigned long long data, unsigned bits) {
     for (int i = 0; i < 10; i++) {
-        unsigned e = wait_one(ep, data);
+        unsigned e = wait_ms(ep, data, 1000);
         if ((e & bits) == bits) return e;
     }
     fprintf(stderr, "epoll: %#x never reported for %llu\n", bits, data);
@@ -41,7 +41,7 @@ int main(void) {
     struct epoll_event ev = {.events = EPOLLIN, .data.u64 = 100};
     CHECK(ustack_epoll_ctl(sep, EPOLL_CTL_ADD, l, &ev) == 0);
     CHECK_ERR(ustack_epoll_ctl(sep, EPOLL_CTL_ADD, l, &ev), EEXIST);
-    CHECK(wait_one(sep, 100) == 0); /* nothing to accept yet */
+    CHECK(wait_ms(sep, 100, 100) == 0); /* nothing to accept yet */
 
     /* The non-blocking connect. */
     int c = ustack_socket_on(client, AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
@@ -82,7 +82,7 @@ int main(void) {
     CHECK(ustack_epoll_ctl(sep, EPOLL_CTL_ADD, s, &ev) == 0);
     char buf[64];
     CHECK_ERR(ustack_read(s, buf, sizeof buf), EAGAIN);
-    CHECK(wait_one(sep, 300) == 0);
+    CHECK(wait_ms(sep, 300, 100) == 0);
 
     /* Data: EPOLLIN, FIONREAD, then EAGAIN once drained. */
     CHECK(ustack_write(c, "hello", 5) == 5);
@@ -112,6 +112,20 @@ int main(void) {
     CHECK(ustack_shutdown(c, SHUT_WR) == 0);
     e = wait_for(sep, 300, EPOLLIN | EPOLLRDHUP);
     CHECK(ustack_read(s, buf, sizeof buf) == 0);
+    /* tcpi_state follows: the server in CLOSE_WAIT, the client (FIN acknowledged) in
+     * FIN_WAIT2. */
+    len = sizeof ti;
+    CHECK(ustack_getsockopt(s, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0);
+    CHECK(ti.tcpi_state == TCP_CLOSE_WAIT);
+    for (int i = 0; i < 100; i++) {
+        len = sizeof ti;
+        CHECK(ustack_getsockopt(c, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0);
+        if (ti.tcpi_state == TCP_FIN_WAIT2) break;
+        CHECK(ti.tcpi_state == TCP_FIN_WAIT1);
+        struct pollfd none = {.fd = -1};
+        ustack_poll(&none, 1, 10);
+    }
+    CHECK(ti.tcpi_state == TCP_FIN_WAIT2);
     /* The client still writable; EPOLL_CTL_DEL stops the reports. */
     CHECK(ustack_epoll_ctl(cep, EPOLL_CTL_DEL, c, NULL) == 0);
     CHECK_ERR(ustack_epoll_ctl(cep, EPOLL_CTL_DEL, c, NULL), ENOENT);
