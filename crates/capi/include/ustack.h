@@ -42,11 +42,12 @@ struct ustack_t *ustack_stack_peer(struct ustack_t *s);
 int ustack_stack_default(struct ustack_t *s);
 
 // Stop `s` (and its sim peer): every descriptor on it is closed, the loop threads stop.
-// Close sockets and join the threads using them first.
+// Close sockets and join the threads using them first. 0; -1 with `EINVAL` for a pointer
+// that is not an open stack from [`ustack_stack_open`] (a peer, NULL, one closed already).
 //
 // # Safety
-// `s` is NULL or from [`ustack_stack_open`] (not a peer), not used again.
-void ustack_stack_close(struct ustack_t *s);
+// `s` is not used again after it is closed.
+int ustack_stack_close(struct ustack_t *s);
 
 // This thread's last error message (valid until its next failing call; "" if none).
 const char *ustack_errmsg(void);

@@ -24,6 +24,14 @@ pub struct ustack_t {
     peer: Option<Box<ustack_t>>,
 }
 
+/// The stacks [`ustack_stack_open`] handed out and not yet closed (by address), so that
+/// closing a peer, a stale or a foreign pointer is an error, not a double free.
+static OPEN: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new());
+
+fn open_list() -> std::sync::MutexGuard<'static, Vec<usize>> {
+    OPEN.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn set_errno(e: c_int) {
     // SAFETY: __errno_location returns this thread's errno, valid for the thread's life.
     unsafe { *libc::__errno_location() = e };
@@ -182,10 +190,14 @@ pub unsafe extern "C" fn ustack_stack_open(config: *const c_char) -> *mut ustack
         return core::ptr::null_mut();
     };
     match sock::open(c) {
-        Ok((stack, peer)) => Box::into_raw(Box::new(ustack_t {
-            stack,
-            peer: peer.map(|stack| Box::new(ustack_t { stack, peer: None })),
-        })),
+        Ok((stack, peer)) => {
+            let p = Box::into_raw(Box::new(ustack_t {
+                stack,
+                peer: peer.map(|stack| Box::new(ustack_t { stack, peer: None })),
+            }));
+            open_list().push(p as usize);
+            p
+        }
         Err(e) => {
             fail(&e);
             core::ptr::null_mut()
@@ -227,21 +239,31 @@ pub unsafe extern "C" fn ustack_stack_default(s: *mut ustack_t) -> c_int {
 }
 
 /// Stop `s` (and its sim peer): every descriptor on it is closed, the loop threads stop.
-/// Close sockets and join the threads using them first.
+/// Close sockets and join the threads using them first. 0; -1 with `EINVAL` for a pointer
+/// that is not an open stack from [`ustack_stack_open`] (a peer, NULL, one closed already).
 ///
 /// # Safety
-/// `s` is NULL or from [`ustack_stack_open`] (not a peer), not used again.
+/// `s` is not used again after it is closed.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn ustack_stack_close(s: *mut ustack_t) {
-    if s.is_null() {
-        return;
+pub unsafe extern "C" fn ustack_stack_close(s: *mut ustack_t) -> c_int {
+    {
+        let mut open = open_list();
+        let Some(i) = open.iter().position(|&p| p == s as usize) else {
+            return fail(&Error::new(
+                libc::EINVAL,
+                "ustack_stack_close: not an open stack from ustack_stack_open",
+            ));
+        };
+        open.swap_remove(i);
     }
-    // SAFETY: made by Box::into_raw in ustack_stack_open, given back once.
+    // SAFETY: made by Box::into_raw in ustack_stack_open and still in the open list (so
+    // not freed yet); taken out of the list above, so freed once.
     let b = unsafe { Box::from_raw(s) };
     match &b.peer {
         Some(p) => sock::close_stacks(&[&b.stack, &p.stack]),
         None => sock::close_stacks(&[&b.stack]),
     }
+    0
 }
 
 /// This thread's last error message (valid until its next failing call; "" if none).

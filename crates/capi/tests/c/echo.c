@@ -113,7 +113,7 @@ int main(void) {
     CHECK(accepted_peer.sin_addr.s_addr == me.sin_addr.s_addr && accepted_peer.sin_port == me.sin_port);
     CHECK(ustack_close(c) == 0);
     CHECK(ustack_close(listener) == 0);
-    ustack_stack_close(server);
+    CHECK(ustack_stack_close(server) == 0);
     printf("echo: %d bytes echoed and checked\n", TOTAL);
     return 0;
 }

@@ -134,7 +134,7 @@ int main(void) {
     CHECK(ustack_close(c) == 0);
     CHECK(ustack_close(l) == 0);
     CHECK(ustack_close(sep) == 0 && ustack_close(cep) == 0);
-    ustack_stack_close(server);
+    CHECK(ustack_stack_close(server) == 0);
     printf("epoll: non-blocking connect, readiness and FIN checked\n");
     return 0;
 }

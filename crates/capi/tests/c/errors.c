@@ -108,7 +108,11 @@ int main(void) {
     CHECK_ERR(ustack_epoll_wait(ep, out, 0, 0), EINVAL);
 
     CHECK(ustack_close(ep) == 0 && ustack_close(s2) == 0);
-    ustack_stack_close(server);
+    /* Closing a peer, NULL, or a stack twice is EINVAL, not a double free. */
+    CHECK_ERR(ustack_stack_close(client), EINVAL);
+    CHECK_ERR(ustack_stack_close(NULL), EINVAL);
+    CHECK(ustack_stack_close(server) == 0);
+    CHECK_ERR(ustack_stack_close(server), EINVAL);
     printf("errors: every errno checked\n");
     return 0;
 }

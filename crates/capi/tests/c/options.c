@@ -74,7 +74,7 @@ int main(void) {
     CHECK_ERR(ustack_read(s, buf, sizeof buf), ECONNRESET);
 
     CHECK(ustack_close(s) == 0 && ustack_close(l) == 0);
-    ustack_stack_close(server);
+    CHECK(ustack_stack_close(server) == 0);
     printf("options: every option checked\n");
     return 0;
 }

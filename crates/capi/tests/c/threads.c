@@ -99,7 +99,7 @@ int main(void) {
     for (int i = 0; i < THREADS; i++) CHECK(pthread_join(ct[i], NULL) == 0);
     stop = 1;
     CHECK(pthread_join(st, NULL) == 0);
-    ustack_stack_close(server);
+    CHECK(ustack_stack_close(server) == 0);
     printf("threads: %d connections echoed from %d threads\n", THREADS * CONNS, THREADS);
     return 0;
 }

@@ -56,7 +56,7 @@ int main(int argc, char **argv) {
     }
     for (size_t i = 0; i < TOTAL; i++) CHECK(in[i] == pattern(i));
     CHECK(ustack_close(c) == 0);
-    ustack_stack_close(st);
+    CHECK(ustack_stack_close(st) == 0);
     printf("tun: %d bytes echoed by the kernel and checked\n", TOTAL);
     return 0;
 }

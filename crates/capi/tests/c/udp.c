@@ -54,7 +54,7 @@ int main(void) {
     CHECK(ustack_recv(s, buf, sizeof buf, 0) == 5 && memcmp(buf, "again", 5) == 0);
 
     CHECK(ustack_close(c) == 0 && ustack_close(s) == 0 && ustack_close(ep) == 0);
-    ustack_stack_close(server);
+    CHECK(ustack_stack_close(server) == 0);
     printf("udp: datagrams and addresses checked\n");
     return 0;
 }
