@@ -154,9 +154,8 @@ fn main() -> io::Result<()> {
     };
     let num = |name: &str, default: u64| -> io::Result<u64> {
         value(name).map_or(Ok(default), |v| {
-            v.parse().map_err(|_| {
-                io::Error::new(ErrorKind::InvalidInput, format!("{name} takes a number"))
-            })
+            v.parse()
+                .map_err(|_| io::Error::new(ErrorKind::InvalidInput, format!("{name} takes a number")))
         })
     };
     let link = value("--link").unwrap_or("sim");

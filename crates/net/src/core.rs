@@ -984,10 +984,7 @@ impl Net {
     {
         loop {
             let seen = s.shared.generation();
-            if s.shared
-                .readiness()
-                .intersects(Readiness::READABLE | ALWAYS)
-            {
+            if s.shared.readiness().intersects(Readiness::READABLE | ALWAYS) {
                 break;
             }
             if !s.shared.wait_change(seen, wait) {
@@ -1160,11 +1157,7 @@ impl Net {
         }
         loop {
             let seen = l.shared.generation();
-            if !l
-                .shared
-                .readiness()
-                .intersects(Readiness::READABLE | ALWAYS)
-            {
+            if !l.shared.readiness().intersects(Readiness::READABLE | ALWAYS) {
                 if !l.shared.wait_change(seen, wait) {
                     return Err(errno(EAGAIN));
                 }
@@ -1333,9 +1326,7 @@ impl Net {
         F: Fn(&api::TcpStream, &mut LoopRuntime) -> io::Result<T> + Clone + Send + 'static,
     {
         let s = self.stream_sock(fd)?;
-        self.op(&s, 0, Wait::Never, move |ctx, id| {
-            ctx.with_stream(id, f.clone())
-        })
+        self.op(&s, 0, Wait::Never, move |ctx, id| ctx.with_stream(id, f.clone()))
     }
 
     /// What `ss -tmi` shows for the connection (addresses, state, queues, cwnd, RTT).
