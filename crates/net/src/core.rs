@@ -1326,7 +1326,9 @@ impl Net {
         F: Fn(&api::TcpStream, &mut LoopRuntime) -> io::Result<T> + Clone + Send + 'static,
     {
         let s = self.stream_sock(fd)?;
-        self.op(&s, 0, Wait::Never, move |ctx, id| ctx.with_stream(id, f.clone()))
+        self.op(&s, 0, Wait::Never, move |ctx, id| {
+            ctx.with_stream(id, f.clone())
+        })
     }
 
     /// What `ss -tmi` shows for the connection (addresses, state, queues, cwnd, RTT).
