@@ -1724,6 +1724,21 @@ impl Net {
         Ok(self.stream_sock(fd)?.shared.nodelay.load(Ordering::Relaxed))
     }
 
+    /// Run `f` on the loop thread with `fd`'s stream and its runtime, and return its
+    /// result (no wait): the socket options the C API sets and reads (`SO_KEEPALIVE`,
+    /// `SO_LINGER`, `SO_RCVBUF`, `SO_SNDBUF`, `SO_ERROR`, ...). `ENOTSOCK` if not a
+    /// stream.
+    pub fn with_stream<T, F>(&self, fd: Fd, f: F) -> io::Result<T>
+    where
+        T: Send + 'static,
+        F: Fn(&api::TcpStream, &mut LoopRuntime) -> io::Result<T> + Clone + Send + 'static,
+    {
+        let s = self.stream_sock(fd)?;
+        self.op(&s, 0, Wait::Never, move |ctx, id| {
+            ctx.with_stream(id, f.clone())
+        })
+    }
+
     /// What `ss -tmi` shows for the connection (addresses, state, queues, cwnd, RTT).
     pub fn tcp_info(&self, fd: Fd) -> io::Result<TcpInfo> {
         self.stream_op(fd, move |x, rt| x.info(rt))

@@ -1,0 +1,240 @@
+//! The configuration string of `ustack_stack_open`: space-separated `key=value` words.
+//!
+//! | key | meaning |
+//! |---|---|
+//! | `link=sim` | an in-process sim link to a second stack (tests): `ustack_peer` gives it |
+//! | `link=tun` | a TUN interface; the kernel (or a namespace of it) is the peer (root) |
+//! | `addr=IP/LEN` | this stack's address and prefix (required) |
+//! | `peer=IP/LEN` | `sim`: the other stack's address (required for `sim`) |
+//! | `gateway=IP` | the default gateway (on `addr`'s subnet) |
+//! | `tun=NAME` | `tun`: the interface name (`ustack%d` by default) |
+//! | `netns=NAME` | `tun`: create it in this namespace (`/run/netns/NAME`, or a path) |
+//! | `queues=N` | `tun`: queues, one shard (loop thread) each (1 by default) |
+//! | `mtu=N` | `tun`: the interface MTU |
+//! | `seed=N` | the stack's secrets from this seed instead of the OS (tests) |
+//! | `sysctl.NAME=VALUE` | a tunable by its Linux name, e.g. `sysctl.net.ipv4.tcp_sack=0` |
+
+use core::net::Ipv4Addr;
+use std::path::PathBuf;
+
+use crate::error::{Error, Result};
+
+/// Which link the stack runs over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LinkConfig {
+    /// A sim pair: the second stack's address.
+    Sim {
+        /// `peer=`.
+        peer: (Ipv4Addr, u8),
+    },
+    /// A TUN interface.
+    Tun {
+        /// `tun=`.
+        name: String,
+        /// `netns=`, as a path.
+        netns: Option<PathBuf>,
+        /// `queues=`.
+        queues: usize,
+        /// `mtu=`.
+        mtu: Option<u32>,
+    },
+}
+
+/// A parsed configuration string.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// `link=` and its keys.
+    pub link: LinkConfig,
+    /// `addr=`.
+    pub addr: (Ipv4Addr, u8),
+    /// `gateway=`.
+    pub gateway: Option<Ipv4Addr>,
+    /// `seed=`.
+    pub seed: Option<u64>,
+    /// `sysctl.NAME=VALUE`, in order.
+    pub sysctls: Vec<(String, u64)>,
+}
+
+fn invalid(msg: String) -> Error {
+    Error::new(libc::EINVAL, format!("ustack_stack_open: {msg}"))
+}
+
+fn num<T: core::str::FromStr>(key: &str, v: &str) -> Result<T> {
+    v.parse()
+        .map_err(|_| invalid(format!("{key}={v}: not a number")))
+}
+
+fn ip(key: &str, v: &str) -> Result<Ipv4Addr> {
+    v.parse()
+        .map_err(|_| invalid(format!("{key}={v}: not an IPv4 address")))
+}
+
+fn cidr(key: &str, v: &str) -> Result<(Ipv4Addr, u8)> {
+    let (a, len) = v
+        .split_once('/')
+        .ok_or_else(|| invalid(format!("{key}={v}: want IP/PREFIX, e.g. 10.0.0.1/24")))?;
+    let len: u8 = num(key, len)?;
+    if len > 32 {
+        return Err(invalid(format!("{key}={v}: prefix over 32")));
+    }
+    Ok((ip(key, a)?, len))
+}
+
+impl Config {
+    /// Parse `s`. `EINVAL` with the offending word for a bad key or value, a missing
+    /// `link=` or `addr=`, or a key that does not belong to the link.
+    pub fn parse(s: &str) -> Result<Config> {
+        let mut link = None;
+        let mut addr = None;
+        let mut peer = None;
+        let mut gateway = None;
+        let mut seed = None;
+        let mut sysctls = Vec::new();
+        let mut tun_name = None;
+        let mut netns = None;
+        let mut queues = None;
+        let mut mtu = None;
+        for word in s.split_whitespace() {
+            let (k, v) = word
+                .split_once('=')
+                .ok_or_else(|| invalid(format!("{word}: want key=value")))?;
+            match k {
+                "link" => match v {
+                    "sim" | "tun" => link = Some(v.to_owned()),
+                    _ => return Err(invalid(format!("link={v}: sim or tun"))),
+                },
+                "addr" => addr = Some(cidr(k, v)?),
+                "peer" => peer = Some(cidr(k, v)?),
+                "gateway" => gateway = Some(ip(k, v)?),
+                "seed" => seed = Some(num(k, v)?),
+                "tun" => tun_name = Some(v.to_owned()),
+                "netns" => {
+                    netns = Some(if v.contains('/') {
+                        PathBuf::from(v)
+                    } else {
+                        PathBuf::from("/run/netns").join(v)
+                    })
+                }
+                "queues" => {
+                    let n: usize = num(k, v)?;
+                    if n == 0 {
+                        return Err(invalid("queues=0: at least 1".into()));
+                    }
+                    queues = Some(n);
+                }
+                "mtu" => mtu = Some(num(k, v)?),
+                _ => match k.strip_prefix("sysctl.") {
+                    Some(name) if !name.is_empty() => sysctls.push((name.to_owned(), num(k, v)?)),
+                    _ => return Err(invalid(format!("{k}: unknown key"))),
+                },
+            }
+        }
+        let link = match link.as_deref() {
+            Some("sim") => {
+                if tun_name.is_some() || netns.is_some() || queues.is_some() || mtu.is_some() {
+                    return Err(invalid(
+                        "tun=, netns=, queues=, mtu= are for link=tun".into(),
+                    ));
+                }
+                LinkConfig::Sim {
+                    peer: peer.ok_or_else(|| invalid("link=sim needs peer=IP/PREFIX".into()))?,
+                }
+            }
+            Some(_) => {
+                if peer.is_some() {
+                    return Err(invalid("peer= is for link=sim".into()));
+                }
+                LinkConfig::Tun {
+                    name: tun_name.unwrap_or_else(|| "ustack%d".into()),
+                    netns,
+                    queues: queues.unwrap_or(1),
+                    mtu,
+                }
+            }
+            None => return Err(invalid("link=sim|tun is required".into())),
+        };
+        let addr = addr.ok_or_else(|| invalid("addr=IP/PREFIX is required".into()))?;
+        Ok(Config {
+            link,
+            addr,
+            gateway,
+            seed,
+            sysctls,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sim_pair() {
+        let c = Config::parse(
+            "link=sim addr=10.0.0.1/24  peer=10.0.0.2/24 seed=7 sysctl.net.ipv4.tcp_sack=0",
+        )
+        .unwrap();
+        assert_eq!(c.addr, (Ipv4Addr::new(10, 0, 0, 1), 24));
+        assert_eq!(
+            c.link,
+            LinkConfig::Sim {
+                peer: (Ipv4Addr::new(10, 0, 0, 2), 24)
+            }
+        );
+        assert_eq!(c.seed, Some(7));
+        assert_eq!(c.sysctls, vec![("net.ipv4.tcp_sack".to_owned(), 0)]);
+    }
+
+    #[test]
+    fn a_tun_in_a_namespace() {
+        let c =
+            Config::parse("link=tun tun=u0 netns=ns1 addr=192.0.2.2/24 gateway=192.0.2.1 queues=2")
+                .unwrap();
+        assert_eq!(
+            c.link,
+            LinkConfig::Tun {
+                name: "u0".into(),
+                netns: Some(PathBuf::from("/run/netns/ns1")),
+                queues: 2,
+                mtu: None
+            }
+        );
+        assert_eq!(c.gateway, Some(Ipv4Addr::new(192, 0, 2, 1)));
+    }
+
+    #[test]
+    fn errors_name_the_word() {
+        for (s, want) in [
+            ("", "link=sim|tun is required"),
+            ("link=tun", "addr=IP/PREFIX is required"),
+            ("link=sim addr=10.0.0.1/24", "needs peer="),
+            ("link=xdp addr=10.0.0.1/24", "link=xdp"),
+            (
+                "link=sim addr=10.0.0.1 peer=10.0.0.2/24",
+                "addr=10.0.0.1: want IP/PREFIX",
+            ),
+            (
+                "link=sim addr=10.0.0.1/33 peer=10.0.0.2/24",
+                "prefix over 32",
+            ),
+            (
+                "link=tun addr=10.0.0.1/24 colour=red",
+                "colour: unknown key",
+            ),
+            ("link=tun addr=10.0.0.1/24 queues=0", "queues=0"),
+            (
+                "link=tun addr=10.0.0.1/24 peer=10.0.0.2/24",
+                "peer= is for link=sim",
+            ),
+            (
+                "link=sim addr=1.2.3.4/8 peer=1.2.3.5/8 tun=x",
+                "are for link=tun",
+            ),
+            ("addr", "addr: want key=value"),
+        ] {
+            let e = Config::parse(s).unwrap_err();
+            assert_eq!(e.errno, libc::EINVAL, "{s}");
+            assert!(e.msg.contains(want), "{s}: {}", e.msg);
+        }
+    }
+}
