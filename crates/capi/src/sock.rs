@@ -612,7 +612,7 @@ pub fn connect(fd: i32, addr: SocketAddrV4) -> Result<()> {
 /// `CLOSE` and may connect again; a wait that runs out (`SO_SNDTIMEO`) is `EINPROGRESS`,
 /// the handshake going on.
 fn wait_connected(s: &S, c: Fd, bound: Option<SocketAddrV4>, wait: Wait) -> Result<()> {
-    let ep = Epoll::new(s.net());
+    let ep = Epoll::new(s.net()).map_err(io)?;
     ep.add(c, 0, Readiness::WRITABLE, Mode::Level, false)
         .map_err(io)?;
     let mut events = Vec::with_capacity(1);
@@ -1120,10 +1120,7 @@ pub fn set_nonblocking(fd: i32, on: bool) -> Result<()> {
 pub fn bytes_readable(fd: i32) -> Result<i32> {
     let s = S::get(fd)?;
     match s.state() {
-        State2::Stream { fd: c, .. } => Ok(match s.net().tcp_info(c) {
-            Ok(i) => sat(i.recv_q),
-            Err(_) => 0,
-        }),
+        State2::Stream { fd: c, .. } => Ok(s.net().bytes_readable(c).map_or(0, sat)),
         State2::Listener { .. } => Err(Error::new(libc::EINVAL, "FIONREAD on a listener")),
         State2::Udp { .. } => Err(Error::new(libc::EOPNOTSUPP, "FIONREAD on UDP: not yet")),
         State2::Fresh { .. } => Ok(0),
@@ -1213,7 +1210,7 @@ pub fn epoll_ctl(epfd: i32, op: i32, fd: i32, events: u32, data: u64) -> Result<
             ));
         }
         None => {
-            let ep = Arc::new(Epoll::new(&s.e.stack.net));
+            let ep = Arc::new(Epoll::new(&s.e.stack.net).map_err(io)?);
             *on = Some((s.e.stack.clone(), ep.clone()));
             ep
         }
@@ -1331,7 +1328,7 @@ pub fn poll(fds: &mut [PollFd], timeout_ms: i32) -> Result<usize> {
         return Ok(0);
     };
     // Wait on a set of our own over the descriptors that have a ustack socket.
-    let ep = Epoll::new(&stack.net);
+    let ep = Epoll::new(&stack.net).map_err(io)?;
     for (p, s) in fds.iter().zip(&socks) {
         if let Some((_, Some(n))) = s {
             let interest = Readiness::from_epoll(u32::from(p.events as u16));

@@ -1744,6 +1744,15 @@ impl Net {
         self.stream_op(fd, move |x, rt| x.info(rt))
     }
 
+    /// Bytes a read would find (`ioctl(FIONREAD)`, `SIOCINQ`): those already moved to the
+    /// callers' side ([`RX_CAP`] at most) and those still in the stack's receive queue.
+    pub fn bytes_readable(&self, fd: Fd) -> io::Result<usize> {
+        let s = self.stream_sock(fd)?;
+        let here = lock(&s.shared.rx).data.len();
+        let queued = self.tcp_info(fd).map_or(0, |i| i.recv_q);
+        Ok(here + queued)
+    }
+
     /// The connection's state.
     pub fn tcp_state(&self, fd: Fd) -> io::Result<State> {
         self.stream_op(fd, move |x, rt| x.state(rt))
