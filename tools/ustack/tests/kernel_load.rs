@@ -7,7 +7,10 @@
 //!   queue overflowed. The shard transmits in quotas, receives again before it runs the
 //!   stack's timers, and defers them while its receive budget is out
 //!   (`ustack_runtime::shard`, *Timers after receive*): the kernel's duplicate-SACK
-//!   reports of the probes (ustack's `TCPDSACKRecv`) stay well below the probes.
+//!   reports of the probes (ustack's `TCPDSACKRecv`) stay well below the probes;
+//! - a SYN flood sent by the kernel (spoofed sources from a raw socket): the SYN queue
+//!   stays at its limit, SYN cookies answer the rest, a legitimate client is served during
+//!   and after the flood, memory stays bounded.
 //!
 //! Root only (skipped otherwise unless `USTACK_REQUIRE_ROOT`); without python3 skipped
 //! unless `USTACK_REQUIRE_TOOLS`.
@@ -16,10 +19,13 @@ use core::time::Duration;
 use std::path::Path;
 use std::process::Stdio;
 
+use common::{memory_count, rss, tool_json};
 use serde_json::Value;
 use ustack_testkit::netns::{
     NetNs, ServeOverTun, TUN_NAME, USTACK_IP, python_argv, root_or_skip, tool_or_skip,
 };
+
+mod common;
 
 /// The kernel's queue of packets to ustack in the load tests (`tun0`'s txqueuelen).
 const QUEUE: u32 = 150;
@@ -40,20 +46,16 @@ fn setup(test: &str) -> Option<NetNs> {
     Some(NetNs::new().expect("a namespace"))
 }
 
-/// `ustack stat --json --control <server's socket>`, which must succeed.
+/// `ustack serve http --addr 192.0.2.2:80 <args>` over TUN in `ns`, for at most 50 s.
+fn serve_http(ns: &NetNs, args: &[&str]) -> ServeOverTun {
+    let mut argv = vec!["http", "--addr", "192.0.2.2:80", "--duration", "50s"];
+    argv.extend_from_slice(args);
+    ServeOverTun::start(ustack(), ns, &argv).expect("ustack serve http over tun")
+}
+
+/// `ustack stat --json` of the server.
 fn stat(server: &ServeOverTun) -> Value {
-    let out = std::process::Command::new(ustack())
-        .args(["stat", "--json", "--control"])
-        .arg(server.control())
-        .stdin(Stdio::null())
-        .output()
-        .expect("run ustack stat");
-    assert!(
-        out.status.success(),
-        "ustack stat: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("JSON")
+    tool_json(server, &["stat", "--json"])
 }
 
 /// One counter of `ustack stat --json`: `table` (`Tcp`, `TcpExt`, ...) and `name`.
@@ -156,20 +158,7 @@ fn tail_loss_probes_under_http_load_are_not_spurious() {
     std::fs::create_dir_all(&root).expect("the web root");
     let size = 100_000;
     std::fs::write(root.join("f"), ustack_testkit::pattern(size, 5)).expect("the file");
-    let server = ServeOverTun::start(
-        ustack(),
-        &ns,
-        &[
-            "http",
-            "--addr",
-            "192.0.2.2:80",
-            "--root",
-            root.to_str().expect("utf-8 path"),
-            "--duration",
-            "50s",
-        ],
-    )
-    .expect("ustack serve http over tun");
+    let server = serve_http(&ns, &["--root", root.to_str().expect("utf-8 path")]);
     // A shallow queue to ustack, as a NIC ring: a loop that sends more than it reads
     // overflows it however loaded the machine is (with the default 500 it takes a busy
     // machine to show).
@@ -219,4 +208,145 @@ fn tail_loss_probes_under_http_load_are_not_spurious() {
         dsacks * 2 < probes || dsacks * 20 <= want as u64,
         "spurious loss probes: {dsacks} DSACKs for {probes} probes"
     );
+}
+
+/// A kernel-side SYN flood, arguments `dst port secs`: for `secs` seconds, SYNs to
+/// `dst:port` through a raw socket (`IPPROTO_RAW`, so the kernel takes the IP header as
+/// written and only fills its checksum and length) from random sources in 198.18.0.0/15
+/// (RFC 2544's benchmark range, routed nowhere), random ports and sequence numbers, each
+/// with an MSS option; prints how many it sent.
+const SYN_FLOOD: &str = r#"
+import struct
+dst, port, secs = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+raw = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
+daddr = socket.inet_aton(dst)
+rnd = random.Random(1)
+def csum(b):
+    s = sum(struct.unpack(f"!{len(b) // 2}H", b))
+    s = (s >> 16) + (s & 0xffff)
+    s += s >> 16
+    return ~s & 0xffff
+sent, end = 0, time.monotonic() + secs
+while time.monotonic() < end:
+    for _ in range(256):
+        saddr = bytes([198, 18 + rnd.getrandbits(1), rnd.getrandbits(8), rnd.getrandbits(8)])
+        tcp = struct.pack("!HHIIBBHHH", rnd.getrandbits(16) | 1024, port, rnd.getrandbits(32),
+                          0, 6 << 4, 0x02, 64240, 0, 0) + b"\x02\x04\x05\xb4"
+        c = csum(saddr + daddr + struct.pack("!BBH", 0, 6, len(tcp)) + tcp)
+        tcp = tcp[:16] + struct.pack("!H", c) + tcp[18:]
+        ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(tcp), 0, 0, 64, 6, 0, saddr, daddr)
+        raw.sendto(ip + tcp, (dst, 0))
+        sent += 1
+print(sent, flush=True)
+"#;
+
+/// A kernel HTTP client, arguments `host port n`: `n` times, a new connection, `GET /`,
+/// the response read to the server's close (`Connection: close`); prints how many
+/// answered `200` with the server's greeting.
+const HELLO_CLIENT: &str = r#"
+host, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+ok = 0
+for _ in range(n):
+    s = socket.create_connection((host, port), timeout=10)
+    s.sendall(b"GET / HTTP/1.1\r\nHost: ustack\r\nConnection: close\r\n\r\n")
+    got = b""
+    while True:
+        b = s.recv(65536)
+        if not b:
+            break
+        got += b
+    s.close()
+    if got.startswith(b"HTTP/1.1 200") and got.endswith(b"Hello, World!"):
+        ok += 1
+print(ok, flush=True)
+"#;
+
+/// The SYN backlog of the flood test (`net.core.somaxconn`, the HTTP server's backlog).
+const BACKLOG: u64 = 128;
+
+/// A SYN flood from the kernel's side (issue #10's hostile suite, "over TUN against a
+/// kernel-sent flood"): for 4 s a raw socket in the kernel's namespace sends spoofed SYNs
+/// (random sources and ports) to `ustack serve http`, whose backlog is [`BACKLOG`]. The
+/// SYN queue stays at its limit ([`BACKLOG`] + 1 requests: Linux's
+/// `inet_csk_reqsk_queue_is_full` is `qlen > backlog`), the rest are answered with SYN
+/// cookies (`TCPReqQFullDoCookies`, `SyncookiesSent`), and a legitimate kernel client still
+/// connects (by cookie, the queue being full) and gets its page during the flood and after
+/// it. ustack's memory stays bounded: its tables grow by less than 1 MiB, its resident set
+/// by less than 16 MiB.
+#[test]
+fn a_kernel_sent_syn_flood_keeps_the_syn_queue_bounded_and_serves() {
+    let test = "a_kernel_sent_syn_flood_keeps_the_syn_queue_bounded_and_serves";
+    let Some(ns) = setup(test) else {
+        return;
+    };
+    let somaxconn = format!("net.core.somaxconn={BACKLOG}");
+    let server = serve_http(&ns, &["--gateway", "192.0.2.1", "--sysctl", &somaxconn]);
+    let host = [USTACK_IP.to_string(), "80".to_owned()];
+    let hello = |n: u32| {
+        let args = [host[0].clone(), host[1].clone(), n.to_string()];
+        python(&ns, HELLO_CLIENT, &args).trim().to_owned()
+    };
+    assert_eq!(hello(1), "1", "served before the flood");
+    let memory = |server: &ServeOverTun| tool_json(server, &["stat", "--memory", "--json"]);
+    let (mem0, rss0) = (memory(&server), rss(server.pid()));
+    let secs = 4;
+    let flood = ns
+        .command(
+            LIMIT,
+            &python_argv(
+                SYN_FLOOD,
+                &[host[0].clone(), host[1].clone(), secs.to_string()],
+            ),
+        )
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("the flood");
+    std::thread::sleep(Duration::from_secs(1));
+    let during = hello(3);
+    let mem1 = memory(&server);
+    let out = flood.wait_with_output().expect("the flood's end");
+    assert!(out.status.success(), "the flood failed");
+    let sent: u64 = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("the flood's count");
+    let after = hello(3);
+    let (mem2, rss2) = (memory(&server), rss(server.pid()));
+    let tun_drops = tun_tx_dropped(&ns);
+    let s = stat(&server);
+    let get = |table: &str, name: &str| counter(&s, table, name);
+    let (cookies, qfull) = (
+        get("TcpExt", "SyncookiesSent"),
+        get("TcpExt", "TCPReqQFullDoCookies"),
+    );
+    let requests = [&mem1, &mem2].map(|m| memory_count(m, "requests"));
+    let table_growth =
+        mem2["total_bytes"].as_u64().unwrap() as i64 - mem0["total_bytes"].as_u64().unwrap() as i64;
+    eprintln!(
+        "{test}: {sent} SYNs sent; ustack: {cookies} cookies sent, {qfull} \
+         TCPReqQFullDoCookies, SYN queue {requests:?}, ListenDrops {}, ListenOverflows {}, \
+         SyncookiesRecv {}, PassiveOpens {}; tables +{table_growth} bytes, resident set \
+         {rss0} -> {rss2}; clients served during the flood {during}/3, after {after}/3; the \
+         kernel's tun0 dropped {tun_drops} packets to ustack",
+        get("TcpExt", "ListenDrops"),
+        get("TcpExt", "ListenOverflows"),
+        get("TcpExt", "SyncookiesRecv"),
+        get("Tcp", "PassiveOpens"),
+    );
+    assert!(sent >= 10_000, "a flood: {sent} SYNs");
+    assert_eq!(during, "3", "a legitimate client served during the flood");
+    assert_eq!(after, "3", "and after it");
+    assert!(
+        qfull > 0 && cookies > 0,
+        "the full SYN queue answered with cookies"
+    );
+    assert!(
+        requests.iter().all(|&r| r <= BACKLOG + 1) && requests[0] >= BACKLOG,
+        "the SYN queue at its limit and no further: {requests:?}"
+    );
+    assert!(
+        table_growth < 1 << 20,
+        "tables grew by {table_growth} bytes"
+    );
+    assert!(rss2 < rss0 + (16 << 20), "resident set {rss0} -> {rss2}");
 }
