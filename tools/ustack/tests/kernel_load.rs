@@ -10,10 +10,12 @@
 //!   reports of the probes (ustack's `TCPDSACKRecv`) stay well below the probes;
 //! - a SYN flood sent by the kernel (spoofed sources from a raw socket): the SYN queue
 //!   stays at its limit, SYN cookies answer the rest, a legitimate client is served during
-//!   and after the flood, memory stays bounded.
+//!   and after the flood, memory stays bounded;
+//! - a 50 MiB download by a kernel client with 4096-byte buffers, against the same
+//!   download from a kernel server across a veth pair in the same run.
 //!
-//! Root only (skipped otherwise unless `USTACK_REQUIRE_ROOT`); without python3 skipped
-//! unless `USTACK_REQUIRE_TOOLS`.
+//! Root only (skipped otherwise unless `USTACK_REQUIRE_ROOT`); without python3 (or curl,
+//! for the download) skipped unless `USTACK_REQUIRE_TOOLS`.
 
 use core::time::Duration;
 use std::path::Path;
@@ -349,4 +351,226 @@ fn a_kernel_sent_syn_flood_keeps_the_syn_queue_bounded_and_serves() {
         "tables grew by {table_growth} bytes"
     );
     assert!(rss2 < rss0 + (16 << 20), "resident set {rss0} -> {rss2}");
+}
+
+/// A kernel HTTP server, arguments `host port path n`: answers the request on each of `n`
+/// connections with the whole file (`sendfile(2)`) and closes it, then exits; prints
+/// `ready` once listening.
+const LINUX_FILE_SERVER: &str = r#"
+host, port, path, n = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+l = socket.socket()
+l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind((host, port))
+l.listen(8)
+size = os.path.getsize(path)
+print("ready", flush=True)
+for _ in range(n):
+    c, _ = l.accept()
+    req = b""
+    while b"\r\n\r\n" not in req:
+        b = c.recv(4096)
+        if not b:
+            break
+        req += b
+    c.sendall(f"HTTP/1.1 200 OK\r\nContent-Length: {size}\r\nConnection: close\r\n\r\n".encode())
+    with open(path, "rb") as f:
+        c.sendfile(f)
+    c.close()
+"#;
+
+/// The release build of `ustack` beside this test's debug one (`target/release/ustack`),
+/// built first if it is missing or stale (`cargo build --release --locked -p ustack`, a
+/// no-op in CI, whose test script builds it before the tests; bounded by `timeout`).
+fn release_ustack() -> std::path::PathBuf {
+    let debug = ustack();
+    let target = debug
+        .parent()
+        .and_then(Path::parent)
+        .expect("the target directory");
+    let out = std::process::Command::new("timeout")
+        .arg("1200")
+        .arg(env!("CARGO"))
+        .args([
+            "build",
+            "--release",
+            "--locked",
+            "-p",
+            "ustack",
+            "--target-dir",
+        ])
+        .arg(target)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdin(Stdio::null())
+        .output()
+        .expect("running cargo build --release");
+    assert!(
+        out.status.success(),
+        "cargo build --release -p ustack: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    target.join("release").join("ustack")
+}
+
+/// curl in `ns` fetching `url` to nowhere: its download speed in bytes per second;
+/// asserts a `200` of `size` bytes.
+fn curl_speed(ns: &NetNs, url: &str, size: u64) -> f64 {
+    let out = ns
+        .run(
+            LIMIT,
+            &[
+                "curl",
+                "-sS",
+                "--max-time",
+                "50",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code} %{size_download} %{speed_download}",
+                url,
+            ],
+        )
+        .expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let fields: Vec<&str> = text.split_whitespace().collect();
+    let [code, got, speed] = fields[..] else {
+        panic!("curl printed `{text}`");
+    };
+    assert_eq!((code, got), ("200", size.to_string().as_str()), "{url}");
+    speed.parse().expect("curl's speed")
+}
+
+/// The median of three or more.
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Downloads from each server in the small-buffer test.
+const RUNS: usize = 3;
+
+/// Issue #10: "a 50 MiB download against a peer with 4096-byte buffers within 20 % of
+/// Linux-to-Linux in the same run". A kernel client whose namespace has
+/// `net.ipv4.tcp_rmem` and `tcp_wmem` of 4096 (a window of about one segment) fetches a
+/// 50 MiB file with curl from `ustack serve http` over TUN (the release build: a debug
+/// build's loop costs more than the window's round trip) and from a kernel server (Python,
+/// `sendfile(2)`) in a namespace of its own across a veth pair, alternately, three times
+/// each: ustack's median speed must be at least 80 % of the kernel's. The median of three
+/// because the machine is shared (2 cores in CI): single runs of either vary by up to 2x.
+/// Measured on a loaded 2-core machine: ustack 24-49 MB/s (medians 43.6, 44.3), Linux
+/// 22-55 MB/s (medians 34.9, 48.1): 125 % and 92 %. A debug build of ustack gets 9-12 MB/s
+/// here (its loop is CPU-bound), a loop that sleeps 100 µs more per wake-up 7.5 (35 %).
+#[test]
+fn small_buffer_download_keeps_up_with_linux() {
+    let test = "small_buffer_download_keeps_up_with_linux";
+    let Some(client) = setup(test) else {
+        return;
+    };
+    if !tool_or_skip(test, "curl") {
+        return;
+    }
+    let bin = release_ustack();
+    let root = std::env::temp_dir().join(format!("ustack-{test}-{}", std::process::id()));
+    std::fs::create_dir_all(&root).expect("the web root");
+    let size: u64 = 50 << 20;
+    let file = root.join("big.bin");
+    std::fs::write(&file, ustack_testkit::pattern(size as usize, 9)).expect("the file");
+    let tiny = "4096 4096 4096";
+    for key in ["net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem"] {
+        client
+            .run(LIMIT, &["sysctl", "-qw", &format!("{key}={tiny}")])
+            .expect("the client's buffers");
+    }
+    let server = ServeOverTun::start(
+        &bin,
+        &client,
+        &[
+            "http",
+            "--addr",
+            "192.0.2.2:80",
+            "--root",
+            root.to_str().expect("utf-8 path"),
+            "--duration",
+            "120s",
+        ],
+    )
+    .expect("ustack serve http over tun");
+    // The kernel's server, across a veth pair.
+    let linux = NetNs::new().expect("the kernel server's namespace");
+    let peer = linux.holder_pid().to_string();
+    client
+        .run(
+            LIMIT,
+            &[
+                "ip", "link", "add", "vc0", "type", "veth", "peer", "name", "vs0", "netns", &peer,
+            ],
+        )
+        .expect("the veth pair");
+    for (ns, dev, cidr) in [
+        (&client, "vc0", "198.51.100.1/24"),
+        (&linux, "vs0", "198.51.100.2/24"),
+    ] {
+        for argv in [
+            &["ip", "addr", "add", cidr, "dev", dev][..],
+            &["ip", "link", "set", dev, "up"],
+            &["ip", "link", "set", "lo", "up"],
+        ] {
+            ns.run(LIMIT, argv).expect("configuring the veth pair");
+        }
+    }
+    let mut kernel_server = linux
+        .command(
+            Duration::from_secs(110),
+            &python_argv(
+                LINUX_FILE_SERVER,
+                &[
+                    "198.51.100.2".to_owned(),
+                    "80".to_owned(),
+                    file.to_str().expect("utf-8 path").to_owned(),
+                    RUNS.to_string(),
+                ],
+            ),
+        )
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("the kernel server");
+    let mut ready = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(kernel_server.stdout.as_mut().expect("piped")),
+        &mut ready,
+    )
+    .expect("the kernel server's first line");
+    assert_eq!(ready.trim(), "ready", "the kernel server did not start");
+    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    for _ in 0..RUNS {
+        ours.push(curl_speed(&client, "http://192.0.2.2/big.bin", size));
+        theirs.push(curl_speed(&client, "http://198.51.100.2/big.bin", size));
+    }
+    // It exits after its RUNS downloads (its `timeout` would end it otherwise).
+    let _ = kernel_server.wait();
+    let s = stat(&server);
+    drop(server);
+    let _ = std::fs::remove_dir_all(&root);
+    let mb = |v: &[f64]| {
+        v.iter()
+            .map(|s| format!("{:.1}", s / 1e6))
+            .collect::<Vec<_>>()
+    };
+    let (u, l) = (median(ours.clone()), median(theirs.clone()));
+    eprintln!(
+        "{test}: MB/s ustack {:?} (median {:.1}), Linux {:?} (median {:.1}): {:.0} %; ustack \
+         retransmitted {} segments, {} RTOs",
+        mb(&ours),
+        u / 1e6,
+        mb(&theirs),
+        l / 1e6,
+        100.0 * u / l,
+        counter(&s, "Tcp", "RetransSegs"),
+        counter(&s, "TcpExt", "TCPTimeouts"),
+    );
+    assert!(
+        u >= 0.8 * l,
+        "ustack's median {:.1} MB/s is below 80 % of Linux's {:.1} MB/s",
+        u / 1e6,
+        l / 1e6
+    );
 }
