@@ -182,8 +182,9 @@ pub struct PollResult {
     pub tx: usize,
     /// Whether the stack's timers were due and ran.
     pub timers: bool,
-    /// The budget ran out: frames may be waiting, poll again before sleeping. Counted as
-    /// a time squeeze.
+    /// The receive budget ran out (frames may be waiting; counted as a time squeeze), or
+    /// a transmit step used its [`TX_QUOTA`] (frames wait in the stack's queue): poll
+    /// again before sleeping.
     pub work_left: bool,
 }
 
