@@ -934,3 +934,74 @@ fn due_timers_wait_for_the_device_to_drain_within_a_bound() {
     assert_eq!(arp, 1, "the ARP retransmission");
     assert_all_received(&mut s, sock, 195);
 }
+
+/// Side A of a sim link whose frames show up one receive call late: the first call after
+/// a frame lands finds the device empty, as when a frame arrives just after the round
+/// looked (the ACK to what the round just sent, say).
+struct Late {
+    port: SimPort,
+    held: Option<Vec<u8>>,
+}
+
+impl Device for Late {
+    fn caps(&self) -> DeviceCaps {
+        self.port.caps()
+    }
+    fn recv(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
+        if let Some(frame) = self.held.take() {
+            buf[..frame.len()].copy_from_slice(&frame);
+            return Some(frame.len());
+        }
+        let n = self.port.recv(now, buf)?;
+        self.held = Some(buf[..n].to_vec());
+        None
+    }
+    fn send(&mut self, now: Instant, frame: &[u8]) -> bool {
+        self.port.send(now, frame)
+    }
+    fn poll_at(&self) -> Option<Instant> {
+        self.port.poll_at()
+    }
+}
+
+/// Due timers run only after one more receive: a frame that came in while the round was
+/// busy is read first. The shard's datagram to the peer waits for ARP; the peer's reply
+/// arrives just as the retransmission timer (1 s) is due and after the round's first
+/// receive found nothing. Read first, it resolves the neighbour: the datagram goes out
+/// and no second ARP request does.
+#[test]
+fn due_timers_run_after_one_more_receive() {
+    let (port, b) = sim_pair(SimLinkConfig::default());
+    let link = b.link().clone();
+    let mut shard = Shard::new(0, eth_stack(1, 1), Late { port, held: None });
+    let mut peer = eth_stack(2, 2);
+    let stack = shard.stack_mut();
+    let h = stack.udp_bind(SocketAddrV4::new(A_IP, 0)).unwrap();
+    stack
+        .udp_send_to(Instant::ZERO, h, b"x", SocketAddrV4::new(B_IP, 9))
+        .unwrap();
+    let budget = shard.budget();
+    assert_eq!(
+        shard.poll_once(Instant::ZERO, budget).tx,
+        1,
+        "the ARP request"
+    );
+    // The peer answers at 1 s, when the shard's retransmission is due.
+    let now = Instant::from_secs(1);
+    assert_eq!(shard.stack().poll_timeout(), Some(now));
+    let mut buf = [0u8; 1514];
+    while let Some(n) = link.borrow_mut().recv(now, Side::B, &mut buf) {
+        peer.receive(now, &buf[..n]);
+    }
+    while let Some(f) = peer.poll_transmit(now) {
+        link.borrow_mut().send(now, Side::B, &f);
+    }
+    let budget = shard.budget();
+    let r = shard.poll_once(now, budget);
+    assert_eq!((r.rx, r.tx, r.timers), (1, 1, false));
+    let mut sent = Vec::new();
+    while link.borrow_mut().recv(now, Side::B, &mut buf).is_some() {
+        sent.push([buf[12], buf[13]]);
+    }
+    assert_eq!(sent, [[0x08, 0x00]], "the datagram, no second ARP request");
+}
