@@ -491,15 +491,11 @@ impl Server {
                 }
                 continue;
             }
-            let want = usize::try_from(body.left).map_or(FILE_CHUNK, |l| l.min(FILE_CHUNK));
-            conn.out.resize(want, 0);
-            let n = loop {
-                match body.file.read(&mut conn.out) {
-                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                    other => break other?,
-                }
-            };
-            conn.out.truncate(n);
+            let want = body.left.min(FILE_CHUNK as u64);
+            // Into the buffer's spare room (`read_to_end` reads a `File` without zeroing
+            // it first; a 64 KiB fill per piece cost a debug build 8 % of its time).
+            conn.out.clear();
+            let n = (&mut body.file).take(want).read_to_end(&mut conn.out)?;
             if n == 0 {
                 // The file shrank after its length was sent: the response cannot be
                 // completed, so the connection is reset (nginx closes it too).

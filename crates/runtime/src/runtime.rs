@@ -9,7 +9,9 @@
 //!
 //! 1. **round**: [`Shard::poll_once`] with the budget of `net.core.netdev_budget` frames
 //!    and `net.core.netdev_budget_usecs` measured on the runtime's clock: transmit what the
-//!    application queued, receive within the budget, transmit, run due timers;
+//!    application queued, receive within the budget, transmit, run due timers after the
+//!    device is drained (each transmit step at most [`TX_QUOTA`](crate::shard::TX_QUOTA)
+//!    frames; what is left makes the round report work left);
 //! 2. **idle?** if the round did nothing (no frame in or out, no timer, budget not
 //!    exhausted) and, in [`Runtime::poll`], the poller has nothing to report or pending
 //!    ([`Poller::has_pending`]), the loop is idle until the earlier of the shard's next

@@ -16,7 +16,7 @@ use ustack_dev::{Device, DeviceCaps, Medium};
 use ustack_obs::{Counter, DropReason};
 use ustack_runtime::rss::{Rss, RssKey};
 use ustack_runtime::runtime::{SimPort, sim_pair};
-use ustack_runtime::shard::{Budget, Shard, TX_BATCH};
+use ustack_runtime::shard::{Budget, MAX_TIMER_DEFER, Shard, TX_BATCH, TX_QUOTA};
 use ustack_stack::tcp::State;
 use ustack_stack::{Config, EthernetAddress, Instant, Ipv4Cidr, Stack};
 
@@ -69,6 +69,16 @@ impl Setup {
         while let Some(f) = self.peer.poll_transmit(now) {
             self.link.borrow_mut().send(now, Side::B, &f);
         }
+    }
+
+    /// Queue a datagram from the shard to [`NOBODY`], an address no one answers: the
+    /// neighbour entry's ARP requests go out one second apart, then it fails.
+    fn datagram_to_nobody(&mut self) {
+        let stack = self.shard.stack_mut();
+        let h = stack.udp_bind(SocketAddrV4::new(A_IP, 0)).unwrap();
+        stack
+            .udp_send_to(self.now, h, b"hello?", SocketAddrV4::new(NOBODY, 9))
+            .unwrap();
     }
 
     /// Resolve ARP both ways with a ping from the peer, answered through the shard's loop.
@@ -265,15 +275,7 @@ fn timers_fire_through_the_loop() {
     // ARP: a datagram to a silent neighbour. Linux (and the stack) send mcast_solicit = 3
     // requests retrans_time_ms = 1000 apart, then fail the entry and drop the queue.
     let mut s = Setup::new();
-    let h = s
-        .shard
-        .stack_mut()
-        .udp_bind(SocketAddrV4::new(A_IP, 0))
-        .unwrap();
-    s.shard
-        .stack_mut()
-        .udp_send_to(s.now, h, b"hello?", SocketAddrV4::new(NOBODY, 9))
-        .unwrap();
+    s.datagram_to_nobody();
     let mut seen = Vec::new();
     let mut timer_rounds = Vec::new();
     let budget = s.shard.budget();
@@ -363,15 +365,7 @@ fn next_wakeup_is_the_earlier_of_timer_and_arrival() {
     s.pump_peer();
     assert_eq!(s.shard.next_wakeup(), Some(Instant::from_millis(5)));
     // A neighbour timer at 1 s does not hide the earlier arrival.
-    let h = s
-        .shard
-        .stack_mut()
-        .udp_bind(SocketAddrV4::new(A_IP, 0))
-        .unwrap();
-    s.shard
-        .stack_mut()
-        .udp_send_to(s.now, h, b"?", SocketAddrV4::new(NOBODY, 9))
-        .unwrap();
+    s.datagram_to_nobody();
     let budget = s.shard.budget();
     s.shard.poll_once(s.now, budget);
     assert_eq!(s.shard.next_wakeup(), Some(Instant::from_millis(5)));
@@ -839,4 +833,175 @@ fn held_frames_are_bounded_by_the_queue_length() {
         "every one queued, in order"
     );
     assert_eq!(shard.stats().tx_dropped, 0);
+}
+
+/// A transmit step hands the device at most [`TX_QUOTA`] frames (Linux's `dev_tx_weight`
+/// per `__qdisc_run`): 300 datagrams queued at once leave over several rounds, each
+/// reporting work left until the queue is empty, all of them in order and none dropped.
+#[test]
+fn transmit_steps_hand_over_at_most_tx_quota_frames() {
+    let mut s = Setup::new();
+    s.warm_up();
+    let n = 300u32;
+    let rx = s.peer.udp_bind(SocketAddrV4::new(B_IP, 9000)).unwrap();
+    s.peer
+        .set_sysctl("net.core.rmem_default", 64 << 20)
+        .unwrap();
+    let tx = s
+        .shard
+        .stack_mut()
+        .udp_bind(SocketAddrV4::new(A_IP, 0))
+        .unwrap();
+    for i in 0..n {
+        s.shard
+            .stack_mut()
+            .udp_send_to(s.now, tx, &i.to_be_bytes(), SocketAddrV4::new(B_IP, 9000))
+            .unwrap();
+    }
+    let mut rounds = Vec::new();
+    loop {
+        let budget = s.shard.budget();
+        let r = s.shard.poll_once(s.now, budget);
+        rounds.push((r.tx, r.work_left));
+        if !r.work_left {
+            break;
+        }
+    }
+    // Two transmit steps a round (before and after receiving; no timer is due).
+    assert_eq!(
+        rounds,
+        [
+            (2 * TX_QUOTA, true),
+            (2 * TX_QUOTA, true),
+            (300 - 4 * TX_QUOTA, false)
+        ]
+    );
+    assert_eq!(s.shard.stats().tx_dropped, 0);
+    s.pump_peer();
+    let mut buf = [0u8; 16];
+    for i in 0..n {
+        let (len, _) = s.peer.udp_recv_from(rx, &mut buf).unwrap();
+        assert_eq!(&buf[..len], &i.to_be_bytes(), "datagram {i} in order");
+    }
+}
+
+/// Due timers wait while the receive budget runs out (frames may be waiting that answer
+/// them), for at most [`MAX_TIMER_DEFER`] rounds in a row: with a budget of 10 frames and
+/// 195 waiting, the ARP retransmission due at 1 s is deferred by 10 rounds and sent by the
+/// 11th, though frames are still waiting.
+#[test]
+fn due_timers_wait_for_the_device_to_drain_within_a_bound() {
+    let mut s = Setup::new();
+    s.warm_up();
+    // A datagram to an address nobody answers: an ARP request now, again at 1 s.
+    s.datagram_to_nobody();
+    let budget = s.shard.budget();
+    s.shard.poll_once(s.now, budget);
+    let mut seen = Vec::new();
+    drain_side_b(&s, &mut seen);
+    assert_eq!(seen.len(), 1, "the first ARP request");
+    s.shard
+        .stack_mut()
+        .set_sysctl("net.core.netdev_budget", 10)
+        .unwrap();
+    let sock = flood(&mut s, 195);
+    s.now = Instant::from_secs(1);
+    let before = *s.shard.stats();
+    let mut rounds = Vec::new();
+    loop {
+        let budget = s.shard.budget();
+        let r = s.shard.poll_once(s.now, budget);
+        rounds.push((r.rx, r.timers, r.work_left));
+        if !r.work_left {
+            break;
+        }
+    }
+    let deferred = MAX_TIMER_DEFER as usize;
+    assert_eq!(rounds[..deferred], vec![(10, false, true); deferred][..]);
+    assert_eq!(rounds[deferred], (10, true, true), "the bound: timers run");
+    assert!(rounds[deferred + 1..].iter().all(|&(_, timers, _)| !timers));
+    assert_eq!(rounds.len(), 20);
+    assert_eq!(
+        s.shard.stats().timer_defers - before.timer_defers,
+        MAX_TIMER_DEFER as u64
+    );
+    let mut seen = Vec::new();
+    drain_side_b(&s, &mut seen);
+    let arp = seen
+        .iter()
+        .filter(|(_, f)| f[12..14] == [0x08, 0x06])
+        .count();
+    assert_eq!(arp, 1, "the ARP retransmission");
+    assert_all_received(&mut s, sock, 195);
+}
+
+/// Side A of a sim link whose frames show up one receive call late: the first call after
+/// a frame lands finds the device empty, as when a frame arrives just after the round
+/// looked (the ACK to what the round just sent, say).
+struct Late {
+    port: SimPort,
+    held: Option<Vec<u8>>,
+}
+
+impl Device for Late {
+    fn caps(&self) -> DeviceCaps {
+        self.port.caps()
+    }
+    fn recv(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
+        if let Some(frame) = self.held.take() {
+            buf[..frame.len()].copy_from_slice(&frame);
+            return Some(frame.len());
+        }
+        let n = self.port.recv(now, buf)?;
+        self.held = Some(buf[..n].to_vec());
+        None
+    }
+    fn send(&mut self, now: Instant, frame: &[u8]) -> bool {
+        self.port.send(now, frame)
+    }
+    fn poll_at(&self) -> Option<Instant> {
+        self.port.poll_at()
+    }
+}
+
+/// Due timers run only after one more receive: a frame that came in while the round was
+/// busy is read first. The shard's datagram to the peer waits for ARP; the peer's reply
+/// arrives just as the retransmission timer (1 s) is due and after the round's first
+/// receive found nothing. Read first, it resolves the neighbour: the datagram goes out
+/// and no second ARP request does.
+#[test]
+fn due_timers_run_after_one_more_receive() {
+    let (port, b) = sim_pair(SimLinkConfig::default());
+    let link = b.link().clone();
+    let mut shard = Shard::new(0, eth_stack(1, 1), Late { port, held: None });
+    let mut peer = eth_stack(2, 2);
+    let stack = shard.stack_mut();
+    let h = stack.udp_bind(SocketAddrV4::new(A_IP, 0)).unwrap();
+    stack
+        .udp_send_to(Instant::ZERO, h, b"x", SocketAddrV4::new(B_IP, 9))
+        .unwrap();
+    let budget = shard.budget();
+    assert_eq!(
+        shard.poll_once(Instant::ZERO, budget).tx,
+        1,
+        "the ARP request"
+    );
+    // The peer answers at 1 s, when the shard's retransmission is due.
+    let now = Instant::from_secs(1);
+    assert_eq!(shard.stack().poll_timeout(), Some(now));
+    let mut buf = [0u8; 1514];
+    while let Some(n) = link.borrow_mut().recv(now, Side::B, &mut buf) {
+        peer.receive(now, &buf[..n]);
+    }
+    while let Some(f) = peer.poll_transmit(now) {
+        link.borrow_mut().send(now, Side::B, &f);
+    }
+    let budget = shard.budget();
+    let r = shard.poll_once(now, budget);
+    assert_eq!((r.rx, r.tx, r.timers), (1, 1, false));
+    let mut sent = Vec::new();
+    while link.borrow_mut().recv(now, Side::B, &mut buf).is_some() {
+        sent.push([buf[12], buf[13]]);
+    }
+    assert_eq!(sent, [[0x08, 0x00]], "the datagram, no second ARP request");
 }

@@ -97,6 +97,14 @@ pub struct LinkArgs {
     /// tun: set the interface MTU (68 to 65535).
     #[arg(long)]
     pub mtu: Option<u32>,
+    /// tun: without offloads (no virtio-net header: the kernel checksums what it sends
+    /// and ustack sends every segment as a packet of its own). By default the kernel hands
+    /// ustack partial checksums and ustack hands the kernel runs of a flow's segments as
+    /// one GSO packet, as a veth pair between two kernel namespaces does; a kernel
+    /// receiver with small buffers then sees what it sees from a kernel sender and
+    /// advertises the same window.
+    #[arg(long)]
+    pub no_offload: bool,
     /// The next hop (default route) for destinations off --addr's subnet; it must be on
     /// the subnet. Without one, those destinations are unreachable (ENETUNREACH).
     #[arg(long)]
@@ -137,7 +145,7 @@ impl LinkArgs {
             queues,
             mtu: self.mtu,
             netns,
-            offload: false,
+            offload: !self.no_offload,
         };
         let tun = Tun::open(&config).context("creating the TUN interface")?;
         let name = tun.name().to_owned();

@@ -196,8 +196,10 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     if args.shards > 1 && args.link == "sim" {
         bail!("--shards is for --link shm or tun (the sim clients run against one shard)");
     }
-    if args.link != "tun" && (args.iface.netns.is_some() || args.iface.mtu.is_some()) {
-        bail!("--netns and --mtu are for --link tun only");
+    if args.link != "tun"
+        && (args.iface.netns.is_some() || args.iface.mtu.is_some() || args.iface.no_offload)
+    {
+        bail!("--netns, --mtu and --no-offload are for --link tun only");
     }
     if args.link == "sim" {
         if args.control.is_some() {

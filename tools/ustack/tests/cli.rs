@@ -188,7 +188,11 @@ fn serve_refuses_bad_arguments_clearly() {
             ),
             (
                 &["serve", "echo", "--netns", "x"],
-                "--netns and --mtu are for --link tun only",
+                "--netns, --mtu and --no-offload are for --link tun only",
+            ),
+            (
+                &["serve", "echo", "--no-offload"],
+                "--netns, --mtu and --no-offload are for --link tun only",
             ),
             (
                 &["serve", "echo", "--link", "sim", "--gateway", "10.0.0.1"],

@@ -22,11 +22,14 @@ use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Stdio};
 use std::time::Instant;
 
+use common::{memory_count, rss, tool_json};
 use serde_json::Value;
 use ustack_testkit::netns::{
     KERNEL_IP, NetNs, ServeOverTun, TUN_NAME, USTACK_IP, python_argv, root_or_skip, tool_or_skip,
 };
 use ustack_testkit::tshark::{CLEAN_RETRANSMISSIONS, check_capture};
+
+mod common;
 
 /// Every command and client process is bounded by this.
 const LIMIT: Duration = Duration::from_secs(30);
@@ -203,34 +206,6 @@ impl Drop for Client {
     }
 }
 
-/// `ustack <args> --control <server's socket>`, which must succeed; its stdout as JSON.
-fn tool_json(server: &ServeOverTun, args: &[&str]) -> Value {
-    let out = std::process::Command::new(ustack())
-        .args(args)
-        .arg("--control")
-        .arg(server.control())
-        .stdin(Stdio::null())
-        .output()
-        .expect("run ustack");
-    assert!(
-        out.status.success(),
-        "ustack {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("JSON")
-}
-
-/// The count of one kind in `ustack stat --memory --json`.
-fn memory_count(memory: &Value, kind: &str) -> u64 {
-    memory["kinds"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|k| k["kind"] == kind)
-        .and_then(|k| k["count"].as_u64())
-        .unwrap_or_else(|| panic!("no {kind} in {memory}"))
-}
-
 /// Runs `ustack <args>` until `done` holds for what it prints (or panics after `LIMIT`).
 fn wait_for(
     server: &ServeOverTun,
@@ -250,18 +225,6 @@ fn wait_for(
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-/// The resident set of a process, in bytes.
-fn rss(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("its status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().strip_suffix("kB"))
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .expect("VmRSS")
-        * 1024
 }
 
 #[test]

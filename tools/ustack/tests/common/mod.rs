@@ -102,3 +102,43 @@ impl Served {
             .expect("run ustack")
     }
 }
+
+/// `ustack <args> --control <server's socket>`, which must succeed; its stdout as JSON.
+pub fn tool_json(server: &ustack_testkit::netns::ServeOverTun, args: &[&str]) -> serde_json::Value {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ustack"))
+        .args(args)
+        .arg("--control")
+        .arg(server.control())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run ustack");
+    assert!(
+        out.status.success(),
+        "ustack {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
+/// The count of one kind in `ustack stat --memory --json`.
+pub fn memory_count(memory: &serde_json::Value, kind: &str) -> u64 {
+    memory["kinds"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|k| k["kind"] == kind)
+        .and_then(|k| k["count"].as_u64())
+        .unwrap_or_else(|| panic!("no {kind} in {memory}"))
+}
+
+/// The resident set of a process, in bytes.
+pub fn rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("its status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().strip_suffix("kB"))
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .expect("VmRSS")
+        * 1024
+}
