@@ -119,6 +119,9 @@ fn over_link<C: Client>(client: C, target: SocketAddrV4) -> anyhow::Result<ExitC
     if link.link != "tun" && link.iface.mtu.is_some() {
         bail!("--mtu is for --link tun (packet and xdp take the interface's own)");
     }
+    if link.link != "tun" && link.iface.no_offload {
+        bail!("--no-offload is for --link tun (packet and xdp links carry whole frames)");
+    }
     let builder = link.iface.builder(&link.addr)?;
     let netns = link.iface.netns_path();
     if link.link == "tun" {

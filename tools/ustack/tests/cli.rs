@@ -124,6 +124,18 @@ fn connect_and_get_refuse_bad_link_arguments_clearly() {
                     "connect",
                     "192.0.2.1:7",
                     "--link",
+                    "xdp",
+                    "--interface",
+                    "veth1",
+                    "--no-offload",
+                ],
+                "--no-offload is for --link tun",
+            ),
+            (
+                &[
+                    "connect",
+                    "192.0.2.1:7",
+                    "--link",
                     "packet",
                     "--interface",
                     "nonexistent0",
