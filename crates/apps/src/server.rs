@@ -212,8 +212,8 @@ pub struct Server {
     busy_free: Vec<u32>,
     /// An idle connection's state while an event is handled: kept from one to the next,
     /// with its output buffer's capacity (at most [`SPARE_KEEP`]), so that echoing a
-    /// message allocates nothing.
-    spare: Conn,
+    /// message allocates nothing. Boxed, to keep `Server` small (it is moved by value).
+    spare: Box<Conn>,
     /// Closes the connections still held when the server is dropped.
     closer: HandleCloser,
     events: Events,
@@ -293,7 +293,7 @@ impl Server {
             live: 0,
             busy: Vec::new(),
             busy_free: Vec::new(),
-            spare: Conn::default(),
+            spare: Box::default(),
             closer: HandleCloser::new(rt),
             events: Events::with_capacity(256),
             buf: vec![0; 64 * 1024],
@@ -336,6 +336,7 @@ impl Server {
                 + self.busy.capacity() * size_of::<Option<Conn>>()
                 + self.busy_free.capacity() * size_of::<u32>()
                 + busy
+                + size_of::<Conn>()
                 + buffers(&self.spare),
         }
     }
@@ -441,7 +442,7 @@ impl Server {
         let busy = self.slots[index].busy;
         match self.release(busy) {
             Some(conn) => conn,
-            None => core::mem::take(&mut self.spare),
+            None => core::mem::take(&mut *self.spare),
         }
     }
 
@@ -468,7 +469,7 @@ impl Server {
                 conn.fin_sent = false;
                 conn.linger = None;
                 conn.file = None;
-                self.spare = conn;
+                *self.spare = conn;
             }
             if open { IDLE } else { VACANT }
         };
