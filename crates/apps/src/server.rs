@@ -20,25 +20,27 @@
 
 use core::net::SocketAddrV4;
 use core::time::Duration;
-use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, ErrorKind, Read};
 use std::net::Shutdown;
 use std::path::{Path, PathBuf};
 
 use ustack_dev::Device;
-use ustack_runtime::api::{TcpListener, TcpStream};
+use ustack_runtime::api::{HandleCloser, TcpListener, TcpStream};
+use ustack_runtime::dense;
 use ustack_runtime::poller::Mode;
 use ustack_runtime::runtime::{Clock, Events, Interest, Runtime, Sleep};
 use ustack_runtime::timer::TimerId;
-use ustack_stack::Instant;
-use ustack_stack::inspect::{MemoryKind, hash_table_bytes};
+use ustack_stack::inspect::MemoryKind;
+use ustack_stack::{Instant, TcpHandle};
 
 use crate::{FILE_CHUNK, FIXED_BODY, Protocol, http, would_block};
 
 /// Output buffered per connection above which it is not read again until some is sent.
 const OUT_HIGH: usize = 64 * 1024;
 const LISTENER: u64 = u64::MAX;
+/// The largest output buffer kept (as the spare's) from one event to the next.
+const SPARE_KEEP: usize = OUT_HIGH / 16;
 /// How long a lingering close waits for more data from the client before it closes
 /// (nginx's `lingering_timeout`, 5 s).
 pub const LINGERING_TIMEOUT: Duration = Duration::from_secs(5);
@@ -107,8 +109,45 @@ impl ServerStats {
     }
 }
 
+/// What the server holds for a connection, in the slot of its stream's TCB
+/// ([`TcpHandle::index`]): 8 bytes, all an idle connection has.
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    /// The stream's generation ([`TcpHandle::generation`]): with the slot, its handle.
+    generation: u32,
+    /// [`VACANT`] (no connection), [`IDLE`] (nothing buffered, no close in progress: the
+    /// connection's whole state is its handle), or the index of its [`Conn`] in
+    /// `Server::busy`.
+    busy: u32,
+}
+
+/// `Slot::busy`: the slot holds no connection.
+const VACANT: u32 = u32::MAX;
+/// `Slot::busy`: the connection has no [`Conn`] (its state would be the default one).
+const IDLE: u32 = u32::MAX - 1;
+
+impl Slot {
+    const EMPTY: Slot = Slot {
+        generation: 0,
+        busy: VACANT,
+    };
+}
+
+/// The poller token of a connection: its handle, slot in the low half, generation in the
+/// high half (so a token outlives neither its connection nor a reuse of the slot).
+fn token_of(handle: TcpHandle) -> u64 {
+    u64::from(handle.index()) | (u64::from(handle.generation()) << 32)
+}
+
+fn handle_of(token: u64) -> TcpHandle {
+    TcpHandle::from_parts(token as u32, (token >> 32) as u32)
+}
+
+/// A connection's state beyond its handle, only while it has some: output or input
+/// buffered, a close in progress, a file being sent. Taken from `Server::busy` (or the
+/// spare) when an event comes, given back when the connection is idle again.
+#[derive(Default)]
 struct Conn {
-    stream: TcpStream,
     /// Queued output: at most one file piece (`FILE_CHUNK`) or the answers to the requests
     /// read so far, so dropping its sent front after each flush moves little memory.
     out: Vec<u8>,
@@ -126,6 +165,20 @@ struct Conn {
     linger: Option<(TimerId, Instant)>,
     /// HTTP: the static file whose body is being sent, after what is in `out`.
     file: Option<FileBody>,
+}
+
+impl Conn {
+    /// Nothing buffered nor in progress: the connection needs no more than its [`Slot`].
+    fn is_idle(&self) -> bool {
+        self.out.is_empty()
+            && self.inbuf.is_empty()
+            && self.skip == 0
+            && !self.close_after
+            && !self.peer_done
+            && !self.fin_sent
+            && self.linger.is_none()
+            && self.file.is_none()
+    }
 }
 
 /// A static file's body still to send: read in pieces of [`FILE_CHUNK`] bytes as the
@@ -149,8 +202,20 @@ pub struct Server {
     /// Listener `i` is registered with token `LISTENER - i`.
     listeners: Vec<TcpListener>,
     root: Option<PathBuf>,
-    conns: HashMap<u64, Conn>,
-    next: u64,
+    /// The connections, indexed by their TCB slot ([`TcpHandle::index`]); grown as the
+    /// runtime's [`dense`] tables are (by an eighth).
+    slots: Vec<Slot>,
+    /// Connections held.
+    live: usize,
+    /// The state of the connections that have some (see [`Conn`]), and its free entries.
+    busy: Vec<Option<Conn>>,
+    busy_free: Vec<u32>,
+    /// An idle connection's state while an event is handled: kept from one to the next,
+    /// with its output buffer's capacity (at most [`SPARE_KEEP`]), so that echoing a
+    /// message allocates nothing. Boxed, to keep `Server` small (it is moved by value).
+    spare: Box<Conn>,
+    /// Closes the connections still held when the server is dropped.
+    closer: HandleCloser,
     events: Events,
     buf: Vec<u8>,
     stats: ServerStats,
@@ -162,9 +227,21 @@ impl core::fmt::Debug for Server {
             .field("proto", &self.proto)
             .field("listeners", &self.listeners)
             .field("root", &self.root)
-            .field("connections", &self.conns.len())
+            .field("connections", &self.live)
             .field("stats", &self.stats)
             .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Server {
+    /// Close the connections still held, as dropping their streams would.
+    fn drop(&mut self) {
+        for (index, slot) in self.slots.iter().enumerate() {
+            if slot.busy != VACANT {
+                self.closer
+                    .close_later(TcpHandle::from_parts(index as u32, slot.generation));
+            }
+        }
     }
 }
 
@@ -212,8 +289,12 @@ impl Server {
             proto,
             listeners,
             root,
-            conns: HashMap::new(),
-            next: 0,
+            slots: Vec::new(),
+            live: 0,
+            busy: Vec::new(),
+            busy_free: Vec::new(),
+            spare: Box::default(),
+            closer: HandleCloser::new(rt),
             events: Events::with_capacity(256),
             buf: vec![0; 64 * 1024],
             stats: ServerStats::default(),
@@ -232,22 +313,31 @@ impl Server {
 
     /// Open connections.
     pub fn connections(&self) -> usize {
-        self.conns.len()
+        self.live
+    }
+
+    /// Make room for connections in TCB slots below `connections` at once (a server that
+    /// knows how many to expect; otherwise its table grows by an eighth at a time).
+    pub fn reserve(&mut self, connections: usize) {
+        self.slots
+            .reserve_exact(connections.saturating_sub(self.slots.len()));
     }
 
     /// The server's own heap memory for its connections, as a kind of the process's
-    /// accounting (`app_conns`): the connection map (allocated capacity) and each
-    /// connection's queued output and unparsed input.
+    /// accounting (`app_conns`): the slot table (8 bytes a slot, allocated capacity), the
+    /// busy connections' state and their queued output and unparsed input, the spare.
     pub fn memory(&self) -> MemoryKind {
-        let buffers: usize = self
-            .conns
-            .values()
-            .map(|c| c.out.capacity() + c.inbuf.capacity())
-            .sum();
+        let buffers = |c: &Conn| c.out.capacity() + c.inbuf.capacity();
+        let busy: usize = self.busy.iter().flatten().map(buffers).sum();
         MemoryKind {
             name: "app_conns",
-            count: self.conns.len(),
-            bytes: hash_table_bytes(self.conns.capacity(), size_of::<(u64, Conn)>()) + buffers,
+            count: self.live,
+            bytes: self.slots.capacity() * size_of::<Slot>()
+                + self.busy.capacity() * size_of::<Option<Conn>>()
+                + self.busy_free.capacity() * size_of::<u32>()
+                + busy
+                + size_of::<Conn>()
+                + buffers(&self.spare),
         }
     }
 
@@ -292,29 +382,38 @@ impl Server {
             match self.listeners[listener].accept(rt) {
                 Ok((stream, _peer)) => {
                     stream.set_nodelay(rt, true)?;
-                    let token = self.next;
-                    self.next += 1;
+                    let handle = stream.handle();
                     rt.register(
                         &stream,
-                        token,
+                        token_of(handle),
                         Interest::READABLE | Interest::WRITABLE | Interest::RDHUP,
                         Mode::Edge,
                     )?;
                     self.stats.accepted += 1;
-                    self.conns.insert(
-                        token,
-                        Conn {
-                            stream,
-                            out: Vec::new(),
-                            inbuf: Vec::new(),
-                            skip: 0,
-                            close_after: false,
-                            peer_done: false,
-                            fin_sent: false,
-                            linger: None,
-                            file: None,
+                    let index = handle.index() as usize;
+                    dense::ensure(&mut self.slots, index, Slot::EMPTY);
+                    let old = core::mem::replace(
+                        &mut self.slots[index],
+                        Slot {
+                            generation: handle.generation(),
+                            busy: IDLE,
                         },
                     );
+                    if old.busy == VACANT {
+                        self.live += 1;
+                    } else {
+                        // The stack gave the slot of a connection we still held to a new
+                        // one: the old one is gone (never the case while we hold its
+                        // handle, but its state must not pass to the new one).
+                        self.stats.closed += 1;
+                        self.stats.errors += 1;
+                        if let Some(conn) = self.release(old.busy)
+                            && let Some((timer, _)) = conn.linger
+                        {
+                            rt.cancel_timer(timer);
+                        }
+                    }
+                    stream.into_handle();
                 }
                 Err(e) if would_block(&e) => return Ok(()),
                 // ECONNABORTED and the like: that connection is gone, the listener is not.
@@ -323,40 +422,103 @@ impl Server {
         }
     }
 
+    /// The slot of the connection `token` names, if the server holds it.
+    fn slot_of(&self, token: u64) -> Option<usize> {
+        let handle = handle_of(token);
+        let index = handle.index() as usize;
+        let slot = self.slots.get(index)?;
+        (slot.busy != VACANT && slot.generation == handle.generation()).then_some(index)
+    }
+
+    /// Take the busy state `busy` (a `Slot::busy`) out of the table, if it is an index.
+    fn release(&mut self, busy: u32) -> Option<Conn> {
+        let conn = self.busy.get_mut(busy as usize)?.take()?;
+        self.busy_free.push(busy);
+        Some(conn)
+    }
+
+    /// The connection's state for the handling of an event: its busy state, or the spare.
+    fn take_conn(&mut self, index: usize) -> Conn {
+        let busy = self.slots[index].busy;
+        match self.release(busy) {
+            Some(conn) => conn,
+            None => core::mem::take(&mut *self.spare),
+        }
+    }
+
+    /// Give a connection's state back after an event (`open`: it stays open): nothing for
+    /// an idle one (its buffers become the spare's), else a busy entry.
+    fn put_conn(&mut self, index: usize, mut conn: Conn, open: bool) {
+        let busy = if open && !conn.is_idle() {
+            let b = match self.busy_free.pop() {
+                Some(b) => b,
+                None => {
+                    self.busy.push(None);
+                    (self.busy.len() - 1) as u32
+                }
+            };
+            self.busy[b as usize] = Some(conn);
+            b
+        } else {
+            if self.spare.out.capacity() == 0 && conn.out.capacity() <= SPARE_KEEP {
+                conn.out.clear();
+                conn.inbuf = Vec::new();
+                conn.skip = 0;
+                conn.close_after = false;
+                conn.peer_done = false;
+                conn.fin_sent = false;
+                conn.linger = None;
+                conn.file = None;
+                *self.spare = conn;
+            }
+            if open { IDLE } else { VACANT }
+        };
+        self.slots[index].busy = busy;
+        if !open {
+            self.live -= 1;
+        }
+    }
+
     /// Flush, read while the output is small, answer, flush; close when done.
     fn service<D: Device + Sleep, C: Clock>(&mut self, rt: &mut Runtime<D, C>, token: u64) {
-        let Some(mut conn) = self.conns.remove(&token) else {
+        let Some(index) = self.slot_of(token) else {
             return;
         };
-        let keep = self.drive(rt, token, &mut conn);
+        let mut conn = self.take_conn(index);
+        let stream = TcpStream::from_handle(rt, handle_of(token));
+        let keep = self.drive(rt, token, &stream, &mut conn);
         if !matches!(keep, Ok(true))
-            && let Some((timer, _)) = conn.linger
+            && let Some((timer, _)) = conn.linger.take()
         {
             rt.cancel_timer(timer);
         }
         match keep {
             Ok(true) => {
-                self.conns.insert(token, conn);
+                stream.into_handle();
             }
             Ok(false) => {
                 self.stats.closed += 1;
-                let _ = conn.stream.close(rt);
+                let _ = stream.close(rt);
             }
             Err(_) => {
                 self.stats.closed += 1;
                 self.stats.errors += 1;
-                let _ = conn.stream.abort(rt);
+                let _ = stream.abort(rt);
             }
         }
+        self.put_conn(index, conn, matches!(keep, Ok(true)));
     }
 
     /// A lingering close's timer fired: the client neither closed nor sent within the
     /// limits, so close now (a reset if it left data unread, as Linux's `close(2)`).
     fn linger_expired<D: Device + Sleep, C: Clock>(&mut self, rt: &mut Runtime<D, C>, token: u64) {
-        if let Some(conn) = self.conns.remove(&token) {
+        if let Some(index) = self.slot_of(token) {
+            let mut conn = self.take_conn(index);
+            conn.linger = None;
             self.stats.closed += 1;
             self.stats.linger_timeouts += 1;
-            let _ = conn.stream.close(rt);
+            let _ = TcpStream::from_handle(rt, handle_of(token)).close(rt);
+            self.put_conn(index, conn, false);
         }
     }
 
@@ -385,11 +547,12 @@ impl Server {
         &mut self,
         rt: &mut Runtime<D, C>,
         token: u64,
+        stream: &TcpStream,
         conn: &mut Conn,
     ) -> io::Result<bool> {
         // A pending error (ERROR readiness) comes out of the next read or write.
         loop {
-            self.flush(rt, conn)?;
+            self.flush(rt, stream, conn)?;
             if conn.close_after {
                 if !conn.out.is_empty() || conn.file.is_some() {
                     return Ok(true); // the next WRITABLE edge brings us back
@@ -405,11 +568,11 @@ impl Server {
                 // could destroy the response in flight. (nginx's `lingering_close`, with
                 // its `lingering_timeout` and `lingering_time`.)
                 if !conn.fin_sent {
-                    conn.stream.shutdown(rt, Shutdown::Write)?;
+                    stream.shutdown(rt, Shutdown::Write)?;
                     conn.fin_sent = true;
                     Self::linger_rearm(rt, token, conn);
                 }
-                match conn.stream.read(rt, &mut self.buf) {
+                match stream.read(rt, &mut self.buf) {
                     Ok(0) => return Ok(false),
                     Ok(n) => {
                         self.stats.bytes_in += n as u64;
@@ -423,7 +586,7 @@ impl Server {
             if conn.out.len() >= OUT_HIGH || conn.file.is_some() {
                 return Ok(true); // the next WRITABLE edge brings us back
             }
-            let n = match conn.stream.read(rt, &mut self.buf) {
+            let n = match stream.read(rt, &mut self.buf) {
                 Ok(n) => n,
                 Err(e) if would_block(&e) => return Ok(true),
                 Err(e) => return Err(e),
@@ -460,12 +623,13 @@ impl Server {
     fn flush<D: Device + Sleep, C: Clock>(
         &mut self,
         rt: &mut Runtime<D, C>,
+        stream: &TcpStream,
         conn: &mut Conn,
     ) -> io::Result<()> {
         loop {
             let mut sent = 0;
             while sent < conn.out.len() {
-                match conn.stream.write(rt, &conn.out[sent..]) {
+                match stream.write(rt, &conn.out[sent..]) {
                     Ok(0) => break,
                     Ok(n) => sent += n,
                     Err(e) if would_block(&e) => break,

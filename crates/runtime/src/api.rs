@@ -470,6 +470,47 @@ impl TcpStream {
     pub fn handle(&self) -> TcpHandle {
         self.handle
     }
+
+    /// Give up the stream but not the connection (`IntoRawFd`): its handle, which the
+    /// caller must close later through [`TcpStream::from_handle`] (or a [`HandleCloser`]);
+    /// dropping a handle closes nothing. For an application that keeps many connections as
+    /// compact state of its own (a handle is 8 bytes, a stream 32).
+    pub fn into_handle(mut self) -> TcpHandle {
+        self.on_drop.disarm();
+        self.handle
+    }
+
+    /// Take a connection's handle back as a stream (`FromRawFd`), closed on drop again.
+    /// The handle should come from [`TcpStream::into_handle`]; one naming no live
+    /// connection gives a stream whose every call fails with `EBADF`.
+    pub fn from_handle<D: Device + Sleep, C: Clock>(
+        rt: &Runtime<D, C>,
+        handle: TcpHandle,
+    ) -> TcpStream {
+        TcpStream::new(rt, handle)
+    }
+}
+
+/// Closes connections an application keeps as bare handles ([`TcpStream::into_handle`])
+/// when the application goes away without closing them, as a [`TcpStream`]'s `Drop`
+/// would: queued on the runtime, closed by its next round.
+#[derive(Debug)]
+pub struct HandleCloser {
+    queue: Arc<DropQueue>,
+}
+
+impl HandleCloser {
+    /// A closer for the connections of `rt`.
+    pub fn new<D: Device + Sleep, C: Clock>(rt: &Runtime<D, C>) -> HandleCloser {
+        HandleCloser {
+            queue: rt.drop_queue(),
+        }
+    }
+
+    /// Queue `handle`'s connection for closing by the runtime's next round.
+    pub fn close_later(&self, handle: TcpHandle) {
+        self.queue.push(SocketKey::Tcp(handle));
+    }
 }
 
 impl Source for TcpStream {

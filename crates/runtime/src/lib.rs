@@ -44,6 +44,7 @@
 //! ```
 
 pub mod api;
+pub mod dense;
 pub mod multi;
 pub mod poller;
 pub mod rss;

@@ -59,11 +59,11 @@
 //! `tcp_poll`): e.g. after a reset, `EPOLLIN | EPOLLOUT | EPOLLERR | EPOLLHUP |
 //! EPOLLRDHUP` until the error is read, as on Linux.
 
-use std::collections::{HashMap, VecDeque};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::VecDeque;
 
 use ustack_stack::{Readiness, SocketKey, Stack};
 
+use crate::dense;
 /// How a registration reports readiness.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -119,33 +119,77 @@ impl std::error::Error for PollerError {}
 /// Reported whatever the interest (epoll adds `EPOLLERR | EPOLLHUP` to every item).
 const ALWAYS: Readiness = Readiness::ERROR.union(Readiness::HUP);
 
-/// One registered socket (Linux `struct epitem`).
-#[derive(Debug, Clone, Copy)]
+/// `Registration::flags`: the slot holds a registration.
+const PRESENT: u8 = 1 << 0;
+/// Edge-triggered ([`Mode::Edge`]); level-triggered without it.
+const EDGE: u8 = 1 << 1;
+/// One-shot (`EPOLLONESHOT`).
+const ONESHOT: u8 = 1 << 2;
+/// Armed: cleared once a one-shot registration has fired, until `modify`.
+const ARMED: u8 = 1 << 3;
+/// The slot is on the poller's ready list (Linux: `rdllink` linked). It may stay set after
+/// the registration is removed (its entry is still on the list); a registration made in
+/// the slot before that entry is reached uses it instead of queuing a second one.
+const QUEUED: u8 = 1 << 4;
+
+/// One registered socket (Linux `struct epitem`), in the slot of its socket: 16 bytes
+/// (the token as two halves, so that the entry aligns on 4).
+#[derive(Debug, Clone, Copy, Default)]
 struct Registration {
-    token: u64,
+    /// The caller's token (`epoll_event.data`), low and high halves.
+    token: [u32; 2],
+    /// The socket's generation: a wake-up or call for another socket of the slot is not
+    /// this registration's.
+    generation: u32,
     interest: Readiness,
-    mode: Mode,
-    oneshot: bool,
-    /// False once a one-shot registration has fired, until `modify`.
-    armed: bool,
-    /// On the poller's ready list (Linux: `rdllink` linked).
-    queued: bool,
-    /// Tells this registration's ready-list entries from those of an earlier registration
-    /// of the same key that was removed.
-    serial: u64,
+    /// [`PRESENT`], [`EDGE`], [`ONESHOT`], [`ARMED`], [`QUEUED`].
+    flags: u8,
+}
+
+impl Registration {
+    #[inline]
+    fn token(&self) -> u64 {
+        u64::from(self.token[0]) | (u64::from(self.token[1]) << 32)
+    }
+
+    #[inline]
+    fn set(&mut self, token: u64, interest: Readiness, mode: Mode, oneshot: bool) {
+        self.token = [token as u32, (token >> 32) as u32];
+        self.interest = interest;
+        let mut flags = PRESENT | ARMED | (self.flags & QUEUED);
+        if mode == Mode::Edge {
+            flags |= EDGE;
+        }
+        if oneshot {
+            flags |= ONESHOT;
+        }
+        self.flags = flags;
+    }
+
+    /// Whether it is the registration of `key` (whose slot it sits in).
+    #[inline]
+    fn is(&self, key: SocketKey) -> bool {
+        self.flags & PRESENT != 0 && self.generation == key.generation()
+    }
 }
 
 /// An epoll-like poller over one [`Stack`]'s sockets. See the module docs for the
 /// semantics and how they compare with epoll(7).
+///
+/// Registrations live in one vector per socket table, indexed by the socket's slot
+/// ([`SocketKey::index`]): 16 bytes a slot, no hashing, grown as the [`dense`] tables are
+/// (by an eighth, not by doubling).
 #[derive(Debug, Default)]
 pub struct Poller {
-    registrations: HashMap<SocketKey, Registration, BuildHasherDefault<KeyHasher>>,
-    /// Registrations to look at in the next `wait` (Linux `eventpoll.rdllist`), each at most
-    /// once (plus entries of removed registrations, skipped).
-    ready: VecDeque<(SocketKey, u64)>,
+    registrations: [Vec<Registration>; SocketKey::TABLES],
+    /// Registrations held.
+    len: usize,
+    /// Slots to look at in the next `wait` (Linux `eventpoll.rdllist`), each at most once
+    /// (the ones with [`QUEUED`]); the key's generation may be that of a registration
+    /// since removed (the slot's current one is looked at).
+    ready: VecDeque<SocketKey>,
     /// Scratch for the stack's ready list.
     harvest: Vec<(SocketKey, Readiness)>,
-    next_serial: u64,
 }
 
 impl Poller {
@@ -156,22 +200,48 @@ impl Poller {
 
     /// Registrations held.
     pub fn len(&self) -> usize {
-        self.registrations.len()
+        self.len
     }
 
     /// No registrations.
     pub fn is_empty(&self) -> bool {
-        self.registrations.is_empty()
+        self.len == 0
     }
 
-    /// Heap bytes held: the registration table (allocated capacity), the ready list and
+    /// Make room for registrations of TCP connections in slots below `connections`, at
+    /// once (a server that knows how many to expect; otherwise the table grows by an
+    /// eighth at a time).
+    pub fn reserve(&mut self, connections: usize) {
+        // Table 0: TCP connections (see `SocketKey::table`).
+        let table = &mut self.registrations[0];
+        table.reserve_exact(connections.saturating_sub(table.len()));
+    }
+
+    /// Heap bytes held: the registration tables (allocated capacity), the ready list and
     /// the harvest scratch (Linux: an `epitem` per registration, in its own slab).
     pub fn heap_bytes(&self) -> usize {
-        ustack_stack::inspect::hash_table_bytes(
-            self.registrations.capacity(),
-            size_of::<(SocketKey, Registration)>(),
-        ) + self.ready.capacity() * size_of::<(SocketKey, u64)>()
+        self.registrations
+            .iter()
+            .map(|t| t.capacity() * size_of::<Registration>())
+            .sum::<usize>()
+            + self.ready.capacity() * size_of::<SocketKey>()
             + self.harvest.capacity() * size_of::<(SocketKey, Readiness)>()
+    }
+
+    #[inline]
+    fn slot(&self, key: SocketKey) -> Option<&Registration> {
+        self.registrations[key.table()].get(key.index() as usize)
+    }
+
+    #[inline]
+    fn slot_mut(&mut self, key: SocketKey) -> Option<&mut Registration> {
+        self.registrations[key.table()].get_mut(key.index() as usize)
+    }
+
+    /// The registration of `key`, if it has one.
+    #[inline]
+    fn get_mut(&mut self, key: SocketKey) -> Option<&mut Registration> {
+        self.slot_mut(key).filter(|r| r.is(key))
     }
 
     /// Watch `key` for `interest` (`EPOLL_CTL_ADD`). ERROR and HUP are always reported.
@@ -185,24 +255,23 @@ impl Poller {
         mode: Mode,
         oneshot: bool,
     ) -> Result<(), PollerError> {
-        if self.registrations.contains_key(&key) {
+        if self.slot(key).is_some_and(|r| r.is(key)) {
             return Err(PollerError::AlreadyRegistered);
         }
-        self.next_serial += 1;
-        let serial = self.next_serial;
-        self.registrations.insert(
-            key,
-            Registration {
-                token,
-                interest,
-                mode,
-                oneshot,
-                armed: true,
-                queued: true,
-                serial,
-            },
-        );
-        self.ready.push_back((key, serial));
+        let table = &mut self.registrations[key.table()];
+        dense::ensure(table, key.index() as usize, Registration::default());
+        let reg = &mut table[key.index() as usize];
+        if reg.flags & PRESENT == 0 {
+            self.len += 1;
+        }
+        // Else the registration of a socket that was closed and whose slot the stack gave
+        // to `key`: it is gone with its socket (the next `wait` would have dropped it).
+        reg.generation = key.generation();
+        reg.set(token, interest, mode, oneshot);
+        if reg.flags & QUEUED == 0 {
+            reg.flags |= QUEUED;
+            self.ready.push_back(key);
+        }
         Ok(())
     }
 
@@ -217,18 +286,11 @@ impl Poller {
         mode: Mode,
         oneshot: bool,
     ) -> Result<(), PollerError> {
-        let reg = self
-            .registrations
-            .get_mut(&key)
-            .ok_or(PollerError::NotRegistered)?;
-        reg.token = token;
-        reg.interest = interest;
-        reg.mode = mode;
-        reg.oneshot = oneshot;
-        reg.armed = true;
-        if !reg.queued {
-            reg.queued = true;
-            self.ready.push_back((key, reg.serial));
+        let reg = self.get_mut(key).ok_or(PollerError::NotRegistered)?;
+        reg.set(token, interest, mode, oneshot);
+        if reg.flags & QUEUED == 0 {
+            reg.flags |= QUEUED;
+            self.ready.push_back(key);
         }
         Ok(())
     }
@@ -236,10 +298,10 @@ impl Poller {
     /// Stop watching `key` (`EPOLL_CTL_DEL`). Closing a socket without it is fine: the
     /// next [`wait`](Poller::wait) drops the registration.
     pub fn deregister(&mut self, key: SocketKey) -> Result<(), PollerError> {
-        self.registrations
-            .remove(&key)
-            .map(|_| ())
-            .ok_or(PollerError::NotRegistered)
+        let reg = self.get_mut(key).ok_or(PollerError::NotRegistered)?;
+        reg.flags &= QUEUED;
+        self.len -= 1;
+        Ok(())
     }
 
     /// Whether a [`wait`](Poller::wait) now may report something: the stack has
@@ -263,14 +325,17 @@ impl Poller {
         // ep_poll_callback, for the wake-ups the stack gathered since the last call.
         stack.take_ready(&mut self.harvest);
         for (key, wake) in self.harvest.drain(..) {
-            let Some(reg) = self.registrations.get_mut(&key) else {
+            let Some(reg) = self.registrations[key.table()]
+                .get_mut(key.index() as usize)
+                .filter(|r| r.is(key))
+            else {
                 continue;
             };
-            if reg.queued || !reg.armed || !wake.intersects(reg.interest | ALWAYS) {
+            if reg.flags & (QUEUED | ARMED) != ARMED || !wake.intersects(reg.interest | ALWAYS) {
                 continue;
             }
-            reg.queued = true;
-            self.ready.push_back((key, reg.serial));
+            reg.flags |= QUEUED;
+            self.ready.push_back(key);
         }
         // ep_send_events: look only at what was queued before this pass, so that level
         // items put back are not reported twice in one call.
@@ -278,24 +343,25 @@ impl Poller {
         let mut to_look_at = self.ready.len();
         while reported < max && to_look_at > 0 {
             to_look_at -= 1;
-            let Some((key, serial)) = self.ready.pop_front() else {
+            let Some(queued) = self.ready.pop_front() else {
                 break;
             };
-            let Some(reg) = self.registrations.get_mut(&key) else {
+            let Some(reg) = self.registrations[queued.table()].get_mut(queued.index() as usize)
+            else {
                 continue;
             };
-            if reg.serial != serial || !reg.queued {
+            reg.flags &= !QUEUED;
+            if reg.flags & (PRESENT | ARMED) != PRESENT | ARMED {
                 continue;
             }
-            reg.queued = false;
-            if !reg.armed {
-                continue;
-            }
+            // The slot's registration now (made after the one that queued it, perhaps).
+            let key = queued.with_generation(reg.generation);
             let readiness = match stack.socket_readiness(key) {
                 Ok(r) => r & (reg.interest | ALWAYS),
                 Err(_) => {
                     // Closed behind the poller's back: drop it, as a close drops an epitem.
-                    self.registrations.remove(&key);
+                    reg.flags = 0;
+                    self.len -= 1;
                     continue;
                 }
             };
@@ -303,52 +369,28 @@ impl Poller {
                 continue;
             }
             events.push(Event {
-                token: reg.token,
+                token: reg.token(),
                 key,
                 readiness,
             });
             reported += 1;
-            if reg.oneshot {
-                reg.armed = false;
-            } else if reg.mode == Mode::Level {
-                reg.queued = true;
-                self.ready.push_back((key, serial));
+            if reg.flags & ONESHOT != 0 {
+                reg.flags &= !ARMED;
+            } else if reg.flags & EDGE == 0 {
+                reg.flags |= QUEUED;
+                self.ready.push_back(key);
             }
         }
         reported
     }
 }
 
-/// A cheap hasher for [`SocketKey`]s (a kind and two `u32`s, all chosen by the stack, not
-/// by peers): FxHash's multiply-rotate.
-#[derive(Debug, Default, Clone, Copy)]
-struct KeyHasher(u64);
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-impl Hasher for KeyHasher {
-    #[inline]
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    #[inline]
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(u64::from(b));
-        }
-    }
-
-    #[inline]
-    fn write_u32(&mut self, n: u32) {
-        self.write_u64(u64::from(n));
-    }
-
-    #[inline]
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-
-    #[inline]
-    fn write_isize(&mut self, n: isize) {
-        self.write_u64(n as u64);
+    #[test]
+    fn a_registration_takes_16_bytes() {
+        assert_eq!(size_of::<Registration>(), 16);
     }
 }

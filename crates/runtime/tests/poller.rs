@@ -627,3 +627,40 @@ fn idle_registrations_cost_nothing_per_wait() {
     assert!(p.b.has_ready(), "one wake-up, on the stack's ready list");
     assert_eq!(summary(&wait(&mut poller, &mut p.b)), [(234, R)]);
 }
+
+#[test]
+fn a_socket_registered_in_the_slot_of_a_closed_one_is_reported_once_under_its_own_key() {
+    let mut p = Pair::new(SimLinkConfig::default());
+    let ua = p.a.udp_bind(SocketAddrV4::new(A_IP, 0)).unwrap();
+    let old = p.b.udp_bind(SocketAddrV4::new(B_IP, 53)).unwrap();
+    let mut poller = Poller::new();
+    // Registered (so queued for a look) and closed before any wait, not deregistered.
+    poller
+        .register(old.into(), 1, R, Mode::Level, false)
+        .unwrap();
+    p.b.udp_close(old).unwrap();
+    let new = p.b.udp_bind(SocketAddrV4::new(B_IP, 54)).unwrap();
+    let (old_key, new_key) = (SocketKey::from(old), SocketKey::from(new));
+    assert_eq!(
+        old_key.index(),
+        new_key.index(),
+        "the stack reused the slot"
+    );
+    assert_ne!(old_key.generation(), new_key.generation());
+    let token = (7 << 40) | 5; // both halves of the 64-bit token survive
+    poller
+        .register(new.into(), token, R, Mode::Level, false)
+        .unwrap();
+    assert_eq!(poller.len(), 1, "the closed socket's registration is gone");
+    p.a.udp_send_to(p.now, ua, b"x", SocketAddrV4::new(B_IP, 54))
+        .unwrap();
+    p.run_for(Duration::from_millis(10));
+    for _ in 0..2 {
+        let events = wait(&mut poller, &mut p.b);
+        assert_eq!(summary(&events), [(token, R)], "once a wait: {events:?}");
+        assert_eq!(events[0].key, new_key);
+    }
+    poller.deregister(new.into()).unwrap();
+    assert!(wait(&mut poller, &mut p.b).is_empty());
+    assert!(poller.is_empty());
+}

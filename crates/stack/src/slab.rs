@@ -11,6 +11,11 @@ struct Slot<T> {
     value: Option<T>,
 }
 
+/// A full slab grows by `1 / GROWTH_DIVISOR` of its slots.
+const GROWTH_DIVISOR: usize = 8;
+/// The fewest slots a slab grows by.
+const MIN_GROWTH: usize = 16;
+
 /// Values addressed by `(index, generation)`.
 #[derive(Debug)]
 pub(crate) struct Slab<T> {
@@ -60,6 +65,16 @@ impl<T> Slab<T> {
         let index = match self.free.pop() {
             Some(i) => i,
             None => {
+                if self.slots.len() == self.slots.capacity() {
+                    // Grow by an eighth (at least MIN_GROWTH slots), not by doubling, so
+                    // that the slab is never more than about 11% empty: doubled just past
+                    // a power of two, a TCB slab holding 131,073 connections would reserve
+                    // 262,144 slots (512 bytes each). A large slab is its own mapping, and
+                    // glibc moves it with `mremap`, not by copying.
+                    let cap = self.slots.capacity();
+                    self.slots
+                        .reserve_exact((cap / GROWTH_DIVISOR).max(MIN_GROWTH));
+                }
                 self.slots.push(Slot {
                     generation: 0,
                     value: None,
@@ -118,6 +133,20 @@ impl<T> Slab<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_full_slab_grows_by_an_eighth_not_by_doubling() {
+        let mut s = Slab::new();
+        for i in 0..200_000u32 {
+            s.insert(i);
+            let used = s.len();
+            assert!(
+                s.slots.capacity() <= used + used / GROWTH_DIVISOR + MIN_GROWTH,
+                "{} slots for {used} values",
+                s.slots.capacity()
+            );
+        }
+    }
 
     #[test]
     fn stale_handles_never_reach_a_reused_slot() {

@@ -75,6 +75,75 @@ impl SocketKey {
             SocketKey::Udp(h) => (2, h.index, h.generation),
         }
     }
+
+    /// Which of the stack's socket tables holds it: 0 TCP connections, 1 listeners, 2 UDP
+    /// sockets (fewer than [`SocketKey::TABLES`]).
+    #[inline]
+    pub fn table(self) -> usize {
+        self.parts().0
+    }
+
+    /// The number of socket tables ([`SocketKey::table`]).
+    pub const TABLES: usize = 3;
+
+    /// Its slot in its table: a small dense integer (a slab index; freed slots are reused
+    /// first), so a caller can keep per-socket state in a vector indexed by it, as a
+    /// process indexes its state by file descriptor. The generation tells the sockets
+    /// that used the slot apart.
+    #[inline]
+    pub fn index(self) -> u32 {
+        self.parts().1
+    }
+
+    /// The slot's generation when the socket was made: a later socket in the same slot has
+    /// another.
+    #[inline]
+    pub fn generation(self) -> u32 {
+        self.parts().2
+    }
+
+    /// The key of the same table and slot with another generation.
+    #[inline]
+    pub fn with_generation(self, generation: u32) -> SocketKey {
+        match self {
+            SocketKey::Tcp(h) => SocketKey::Tcp(TcpHandle {
+                index: h.index,
+                generation,
+            }),
+            SocketKey::Listener(h) => SocketKey::Listener(ListenerHandle {
+                index: h.index,
+                generation,
+            }),
+            SocketKey::Udp(h) => SocketKey::Udp(UdpHandle {
+                index: h.index,
+                generation,
+            }),
+        }
+    }
+}
+
+impl TcpHandle {
+    /// The connection's slot in the stack's TCB slab: a small dense integer (see
+    /// [`SocketKey::index`]).
+    #[inline]
+    pub fn index(self) -> u32 {
+        self.index
+    }
+
+    /// The slot's generation (see [`SocketKey::generation`]).
+    #[inline]
+    pub fn generation(self) -> u32 {
+        self.generation
+    }
+
+    /// The handle of slot `index` at `generation`, as [`TcpHandle::index`] and
+    /// [`TcpHandle::generation`] gave them: for an application that keeps the two apart
+    /// (e.g. the slot as a vector index, the generation in the entry). A handle that
+    /// names no live connection fails every call with `EBADF`, never reaches another.
+    #[inline]
+    pub fn from_parts(index: u32, generation: u32) -> TcpHandle {
+        TcpHandle { index, generation }
+    }
 }
 
 /// What a socket is ready for: a small bit set whose members are Linux's `EPOLL*` events.
