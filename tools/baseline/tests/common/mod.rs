@@ -16,11 +16,9 @@ pub const TIMEOUT: Duration = Duration::from_secs(20);
 /// Starts a server on 127.0.0.1 with an ephemeral port.
 pub fn start(proto: Proto, workers: usize, root_dir: Option<PathBuf>) -> Server {
     Server::start(ServerConfig {
-        proto,
-        addr: "127.0.0.1:0".parse().unwrap(),
         workers,
-        backlog: None,
         root_dir,
+        ..ServerConfig::new(proto, "127.0.0.1:0".parse().unwrap())
     })
     .expect("server starts")
 }
