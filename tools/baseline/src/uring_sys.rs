@@ -114,6 +114,7 @@ pub struct UringServer {
     local_addr: SocketAddr,
     wake: Arc<OwnedFd>,
     accepted: Arc<AtomicU64>,
+    completions: Arc<AtomicU64>,
     thread: Option<JoinHandle<io::Result<()>>>,
 }
 
@@ -129,19 +130,25 @@ impl UringServer {
         let local_addr = crate::local_addr_of(&socket)?;
         let wake = Arc::new(eventfd(0, EventfdFlags::CLOEXEC)?);
         let accepted = Arc::new(AtomicU64::new(0));
-        let (w, a) = (Arc::clone(&wake), Arc::clone(&accepted));
+        let completions = Arc::new(AtomicU64::new(0));
+        let (w, a, c) = (
+            Arc::clone(&wake),
+            Arc::clone(&accepted),
+            Arc::clone(&completions),
+        );
         let thread = std::thread::Builder::new()
             .name("baseline-uring".into())
             .spawn(move || {
                 if let Some(cpu) = cpu {
                     crate::pin_current_thread(cpu)?;
                 }
-                Ring::new(proto, socket, w, a)?.run()
+                Ring::new(proto, socket, w, a, c)?.run()
             })?;
         Ok(UringServer {
             local_addr,
             wake,
             accepted,
+            completions,
             thread: Some(thread),
         })
     }
@@ -154,6 +161,11 @@ impl UringServer {
     /// Connections accepted so far.
     pub fn accepted(&self) -> u64 {
         self.accepted.load(Ordering::Relaxed)
+    }
+
+    /// Completions the ring has reaped so far (every accept, receive, send, close).
+    pub fn completions(&self) -> u64 {
+        self.completions.load(Ordering::Relaxed)
     }
 
     /// Stop the thread and close everything; the error it stopped with, if any.
@@ -209,6 +221,7 @@ struct Ring {
     socket: OwnedFd,
     wake: Arc<OwnedFd>,
     accepted: Arc<AtomicU64>,
+    completions: Arc<AtomicU64>,
     bufs: Vec<u8>,
     wake_buf: Box<[u8; 8]>,
     conns: Vec<Option<Conn>>,
@@ -225,6 +238,7 @@ impl Ring {
         socket: OwnedFd,
         wake: Arc<OwnedFd>,
         accepted: Arc<AtomicU64>,
+        completions: Arc<AtomicU64>,
     ) -> io::Result<Ring> {
         // SAFETY: an all-zero msghdr is a valid value (null pointers, zero lengths).
         let mut msghdr: Box<libc::msghdr> = Box::new(unsafe { std::mem::zeroed() });
@@ -235,6 +249,7 @@ impl Ring {
             socket,
             wake,
             accepted,
+            completions,
             bufs: vec![0; usize::from(BUFS) * BUF],
             wake_buf: Box::new([0; 8]),
             conns: Vec::new(),
@@ -341,6 +356,8 @@ impl Ring {
                 Err(e) => return Err(e),
             }
             let cqes: Vec<cqueue::Entry> = self.ring.completion().collect();
+            self.completions
+                .fetch_add(cqes.len() as u64, Ordering::Relaxed);
             for cqe in cqes {
                 let (tag, index) = tag_of(cqe.user_data());
                 match tag {

@@ -299,7 +299,11 @@ impl Worker {
             if self.accept_starved && self.shared.stats.connections_closed != closed_before {
                 self.accept_loop();
             }
-            if !events.is_empty() || !self.busy_poll {
+            if events.is_empty() && self.busy_poll {
+                self.shared.stats.empty_polls += 1;
+            }
+            // Spinning, the counters go out once in a while rather than on every poll.
+            if !events.is_empty() || !self.busy_poll || self.shared.stats.empty_polls % 1024 == 0 {
                 published.publish(&self.shared.stats);
             }
         }

@@ -203,6 +203,21 @@ impl Peer {
             .with_context(|| format!("{}: a bad stats line", self.what))
     }
 
+    /// `stats`: the server's counters after `accepted` (name-value pairs, as JSON).
+    pub fn waits(&mut self) -> anyhow::Result<serde_json::Value> {
+        self.send("stats")?;
+        let words = self.expect("accepted", ANSWER)?;
+        let mut map = serde_json::Map::new();
+        for pair in words[1.min(words.len())..].chunks(2) {
+            if let [name, value] = pair
+                && let Ok(v) = value.parse::<u64>()
+            {
+                map.insert(name.clone(), v.into());
+            }
+        }
+        Ok(map.into())
+    }
+
     /// The process's CPU time so far, user and system, every thread (/proc/PID/stat).
     pub fn cpu(&self) -> Option<Duration> {
         let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).ok()?;
@@ -345,8 +360,9 @@ pub fn peer(args: &PeerArgs) -> anyhow::Result<ExitCode> {
     result.map(|()| ExitCode::SUCCESS)
 }
 
-/// Answer `stats` on stdin until it closes.
-fn commands(accepted: impl Fn() -> u64) -> anyhow::Result<()> {
+/// Answer `stats` on stdin until it closes: `accepted N`, then the server's own counters
+/// as name-value pairs (how it waited: `empty_polls`, `uring_completions`).
+fn commands<T: std::fmt::Display>(accepted: impl Fn() -> T) -> anyhow::Result<()> {
     for line in std::io::stdin().lock().lines() {
         match line?.trim() {
             "stats" => println!("accepted {}", accepted()),
@@ -377,7 +393,10 @@ fn baseline(proto: Proto, args: &PeerArgs) -> anyhow::Result<()> {
     })
     .context("starting the baseline server")?;
     println!("ready {}", server.local_addr().port());
-    commands(|| server.stats().connections_accepted)?;
+    commands(|| {
+        let s = server.stats();
+        format!("{} empty_polls {}", s.connections_accepted, s.empty_polls)
+    })?;
     server.stop().context("the baseline server")?;
     Ok(())
 }
@@ -392,7 +411,13 @@ fn uring(proto: UringProto, args: &PeerArgs) -> anyhow::Result<()> {
     let server = UringServer::start(proto, SocketAddr::from((addr, args.port)), args.cpu)
         .context("starting the io_uring server")?;
     println!("ready {}", server.local_addr().port());
-    commands(|| server.accepted())?;
+    commands(|| {
+        format!(
+            "{} uring_completions {}",
+            server.accepted(),
+            server.completions()
+        )
+    })?;
     server.stop().context("the io_uring server")?;
     Ok(())
 }
@@ -443,15 +468,22 @@ fn reply_close(args: &PeerArgs) -> anyhow::Result<()> {
     let listener = listen(args.addr)?;
     listener.set_nonblocking(true)?;
     let accepted = Arc::new(AtomicU64::new(0));
-    let count = accepted.clone();
+    let empty = Arc::new(AtomicU64::new(0));
+    let (count, polls) = (accepted.clone(), empty.clone());
     let (size, spin, cpu) = (args.size, args.mode == "busy", args.cpu);
     std::thread::spawn(move || -> anyhow::Result<()> {
         if let Some(cpu) = cpu {
             ustack_baseline::pin_current_thread(cpu)?;
         }
-        reply_close_loop(&OwnedFd::from(listener), size, spin, &count)
+        reply_close_loop(&OwnedFd::from(listener), size, spin, (&count, &polls))
     });
-    commands(|| accepted.load(Ordering::Relaxed))
+    commands(|| {
+        format!(
+            "{} empty_polls {}",
+            accepted.load(Ordering::Relaxed),
+            empty.load(Ordering::Relaxed)
+        )
+    })
 }
 
 /// The loop of [`reply_close`]'s thread.
@@ -459,7 +491,7 @@ fn reply_close_loop(
     listener: &OwnedFd,
     size: usize,
     spin: bool,
-    accepted: &AtomicU64,
+    (accepted, empty): (&AtomicU64, &AtomicU64),
 ) -> anyhow::Result<()> {
     const LISTENER: u64 = u64::MAX;
     let epoll = epoll::create(epoll::CreateFlags::CLOEXEC)?;
@@ -481,6 +513,9 @@ fn reply_close_loop(
     loop {
         events.clear();
         match epoll::wait(&epoll, spare_capacity(&mut events), spin.then_some(&zero)) {
+            Ok(_) if events.is_empty() => {
+                empty.fetch_add(1, Ordering::Relaxed);
+            }
             Ok(_) => {}
             Err(Errno::INTR) => continue,
             Err(e) => return Err(e.into()),

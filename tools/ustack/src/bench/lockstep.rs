@@ -249,7 +249,7 @@ pub fn linux(run: &Run, cps: bool) -> anyhow::Result<Outcome> {
     let mode = run.linux_mode;
     let (conns, size) = (run.conns, run.size);
     let mut args = linux::mode_args(mode);
-    let (server, port) = if cps {
+    let (mut server, port) = if cps {
         args.extend(["--size".into(), size.to_string()]);
         linux::Peer::spawn("reply-close", &args)?
     } else {
@@ -281,6 +281,7 @@ pub fn linux(run: &Run, cps: bool) -> anyhow::Result<Outcome> {
     }
     let elapsed = m.elapsed();
     let cpu = cpu_between(cpu0, server.cpu());
+    let waits = server.waits()?;
     drop(kept);
     server.stop()?;
     let count = rounds * u64::from(conns);
@@ -297,6 +298,7 @@ pub fn linux(run: &Run, cps: bool) -> anyhow::Result<Outcome> {
     );
     o.server_cpu = cpu;
     o.mode = mode.name();
+    o.server_waits = waits;
     if cps {
         // The reply-and-close server has one thread: --shards does not apply.
         return Ok(o.with_linux_time_wait());

@@ -46,6 +46,9 @@ pub struct Outcome {
     pub mode: &'static str,
     /// The whole machine's busy CPU time over the measured phase (/proc/stat, every core).
     pub machine_cpu: Option<Duration>,
+    /// Linux: how its server waited, by its own counters (`empty_polls`: polls that found
+    /// nothing, when spinning; `uring_completions`: completions its ring reaped).
+    pub server_waits: Value,
 }
 
 impl Outcome {
@@ -86,6 +89,7 @@ impl Outcome {
             c1m: None,
             mode: "",
             machine_cpu: None,
+            server_waits: Value::Null,
         }
     }
 

@@ -160,6 +160,7 @@ impl Outcome {
             "server_cpu_s": self.server_cpu.map(|d| d.as_secs_f64()),
             "machine_cpu_s": self.machine_cpu.map(|d| d.as_secs_f64()),
             "cpu_per_msg_ns": self.cpu_per_msg_ns(),
+            "server_waits": self.server_waits,
         })
     }
 }

@@ -80,7 +80,7 @@ pub fn linux(run: &Run) -> anyhow::Result<Outcome> {
     let (size, mode) = (run.size, run.linux_mode);
     let mut args = linux::mode_args(mode);
     args.extend(workers(run));
-    let (server, port) = linux::Peer::spawn("udp-echo", &args)?;
+    let (mut server, port) = linux::Peer::spawn("udp-echo", &args)?;
     let _pin = ClientPin::new(mode.cpus().map(|(_, client)| client))?;
     let client = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))
         .context("bind the Linux client socket on loopback")?;
@@ -111,12 +111,14 @@ pub fn linux(run: &Run) -> anyhow::Result<Outcome> {
     }
     let elapsed = m.elapsed();
     let cpu = cpu_between(cpu0, server.cpu());
+    let waits = server.waits()?;
     server.stop()?;
     let mut o = Outcome::echo(
         "udp-rr", "linux", "loopback", 1, size, seq, elapsed, verified, rtt_ns,
     );
     o.server_cpu = cpu;
     o.mode = mode.name();
+    o.server_waits = waits;
     o.shards = if mode == LinuxMode::IoUring {
         1
     } else {
