@@ -303,7 +303,10 @@ impl Worker {
                 self.shared.stats.empty_polls += 1;
             }
             // Spinning, the counters go out once in a while rather than on every poll.
-            if !events.is_empty() || !self.busy_poll || self.shared.stats.empty_polls % 1024 == 0 {
+            if !events.is_empty()
+                || !self.busy_poll
+                || self.shared.stats.empty_polls.is_multiple_of(1024)
+            {
                 published.publish(&self.shared.stats);
             }
         }
