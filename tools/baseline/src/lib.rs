@@ -50,7 +50,9 @@ use rustix::fd::OwnedFd;
 use rustix::net::{AddressFamily, SocketFlags, SocketType, bind, getsockname, listen, sockopt};
 
 pub use stats::Stats;
-pub use uring_sys::{UringProto, UringServer, available as uring_available};
+pub use uring_sys::{
+    BUF as URING_BUF, BUFS as URING_BUFS, UringProto, UringServer, available as uring_available,
+};
 pub use ustack_http::{FIXED_BODY, MAX_REQUEST_HEAD};
 
 use stats::SharedStats;

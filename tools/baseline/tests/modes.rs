@@ -148,7 +148,10 @@ fn io_uring_echo_returns_every_byte_and_closes_on_end_of_stream() {
     }
     let server =
         UringServer::start(UringProto::Echo, "127.0.0.1:0".parse().unwrap(), None).unwrap();
-    echo_rounds(server.local_addr(), 50, 3);
+    // More bytes than the provided buffers hold at once: they must come back to the kernel.
+    let total = echo_rounds(server.local_addr(), 50, 8);
+    let pool = u64::from(ustack_baseline::URING_BUFS) * ustack_baseline::URING_BUF as u64;
+    assert!(total > pool, "{total} bytes moved, the pool holds {pool}");
     assert_eq!(server.accepted(), 50);
     server.stop().unwrap();
 }
