@@ -23,6 +23,12 @@
 //! - `TCP_NODELAY` on every accepted connection (nginx's default for keep-alive connections);
 //! - a read budget per connection per turn, so one fast sender cannot starve the others.
 //!
+//! Two other ways to wait, for the bench's Linux modes: [`ServerConfig::busy_poll`] makes each
+//! worker spin on `epoll_wait` with a zero timeout instead of sleeping (with
+//! [`ServerConfig::cpus`] pinning it to a core), and [`UringServer`] serves echo, UDP echo or
+//! reply-and-close on one io_uring (multishot accept and receive into provided buffers), where
+//! [`uring_available`] says the kernel offers it.
+//!
 //! ```no_run
 //! use ustack_baseline::{Proto, Server, ServerConfig};
 //! let server = Server::start(ServerConfig::new(Proto::Echo, "127.0.0.1:0".parse().unwrap()))?;
