@@ -227,7 +227,7 @@ struct Ring {
     conns: Vec<Option<Conn>>,
     free: Vec<usize>,
     udp_slots: Vec<Option<Box<UdpSlot>>>,
-    udp_free: Vec<usize>,
+    free_udp: Vec<usize>,
     msghdr: Box<libc::msghdr>,
     backlog: VecDeque<squeue::Entry>,
 }
@@ -255,7 +255,7 @@ impl Ring {
             conns: Vec::new(),
             free: Vec::new(),
             udp_slots: Vec::new(),
-            udp_free: Vec::new(),
+            free_udp: Vec::new(),
             msghdr,
             backlog: VecDeque::new(),
         };
@@ -368,7 +368,7 @@ impl Ring {
                     TAG_SEND => self.on_sent(index, cqe.result()),
                     TAG_UDP_SEND => {
                         self.udp_slots[index] = None;
-                        self.udp_free.push(index);
+                        self.free_udp.push(index);
                     }
                     TAG_PROVIDE if cqe.result() < 0 => {
                         return Err(io::Error::from_raw_os_error(-cqe.result()));
@@ -397,16 +397,7 @@ impl Ring {
             fd,
             ..Conn::default()
         };
-        let index = match self.free.pop() {
-            Some(i) => {
-                self.conns[i] = Some(conn);
-                i
-            }
-            None => {
-                self.conns.push(Some(conn));
-                self.conns.len() - 1
-            }
-        };
+        let index = insert(&mut self.conns, &mut self.free, conn);
         self.arm_recv(index);
     }
 
@@ -536,17 +527,22 @@ impl Ring {
         )
         .dest_addr((&raw const slot.addr).cast())
         .dest_addr_len(slot.addr_len);
-        let index = match self.udp_free.pop() {
-            Some(i) => {
-                self.udp_slots[i] = Some(slot);
-                i
-            }
-            None => {
-                self.udp_slots.push(Some(slot));
-                self.udp_slots.len() - 1
-            }
-        };
+        let index = insert(&mut self.udp_slots, &mut self.free_udp, slot);
         self.push(e.build().user_data(ud(TAG_UDP_SEND, index)));
+    }
+}
+
+/// Put `v` in a free slot of `slots` (one listed in `free`, else a new one); its index.
+fn insert<T>(slots: &mut Vec<Option<T>>, free: &mut Vec<usize>, v: T) -> usize {
+    match free.pop() {
+        Some(i) => {
+            slots[i] = Some(v);
+            i
+        }
+        None => {
+            slots.push(Some(v));
+            slots.len() - 1
+        }
     }
 }
 
