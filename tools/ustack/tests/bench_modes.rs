@@ -211,6 +211,7 @@ fn all_modes_run_by_default_and_the_ratio_is_against_the_best() {
         .lines()
         .find(|l| l.starts_with("pingpong: ustack/linux "))
         .unwrap_or_else(|| panic!("{out}"));
+    assert!(ratio.contains("x p50 round latency"), "{ratio}");
     assert!(ratio.contains("the best of"), "{ratio}");
     assert!(ratio.contains("against each: epoll "), "{ratio}");
 }

@@ -358,12 +358,12 @@ fn print_table(outcomes: &[Outcome], skipped: &[Skipped], args: &Args) {
                 (Some(um), Some(lm)) => println!(
                     "{scenario}: ustack/linux {:.2}x msgs/s, {:.2}x p50 {} latency{how}",
                     um / lm,
+                    u.percentile_us(0.5).unwrap_or(0.0) / l.percentile_us(0.5).unwrap_or(1.0),
                     if scenario == "udp-rr" {
                         "round-trip"
                     } else {
                         "round"
                     },
-                    u.percentile_us(0.5).unwrap_or(0.0) / l.percentile_us(0.5).unwrap_or(1.0)
                 ),
                 _ => println!(
                     "{scenario}: ustack/linux {:.2}x Gbit/s{how}",
