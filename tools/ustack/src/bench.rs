@@ -244,7 +244,17 @@ fn run_one(
         bar.set_position(bar.length().unwrap_or(0));
         bar.finish();
     }
-    outcome.machine_cpu = run.machine.busy();
+    if let Some((machine, own)) = run.machine.busy() {
+        outcome.machine_cpu = Some(machine);
+        // The bench process, plus the server when it is a process of its own (Linux's
+        // peers; ustack's c1m server): their CPU, whatever else the machine runs.
+        let apart = server == "linux" || c1m;
+        outcome.process_cpu = match outcome.server_cpu {
+            Some(s) if apart => Some(own + s),
+            _ if apart => None,
+            _ => Some(own),
+        };
+    }
     if outcome.mode.is_empty() {
         outcome.mode = match (server, link) {
             ("ustack", "sim") => "inline",

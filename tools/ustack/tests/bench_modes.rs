@@ -87,6 +87,15 @@ fn check(scenario: &str, mode: &str) -> Option<Value> {
     .as_f64()
     .unwrap();
     assert!((per - cpu * 1e9 / units).abs() <= per * 1e-6, "{r}");
+    // The run's own processes: the client (the bench) and the server.
+    let own = r["process_cpu_per_msg_ns"]
+        .as_f64()
+        .expect("process_cpu_per_msg_ns");
+    assert!(own > 0.0, "{r}");
+    assert_eq!(
+        m["process_cpu_per_msg_ns"], r["process_cpu_per_msg_ns"],
+        "{r}"
+    );
     let waits = &m["server_waits"];
     match mode {
         "epoll" => {
@@ -180,6 +189,12 @@ fn all_modes_run_by_default_and_the_ratio_is_against_the_best() {
     assert_eq!(u["mode"], "busy-poll", "{u}");
     assert!(u["linux_modes"].is_null(), "{u}");
     assert!(u["cpu_per_msg_ns"].as_f64().is_some_and(|x| x > 0.0), "{u}");
+    assert!(
+        u["process_cpu_per_msg_ns"]
+            .as_f64()
+            .is_some_and(|x| x > 0.0),
+        "{u}"
+    );
     let modes = l["linux_modes"].as_array().unwrap();
     let names: Vec<&str> = modes.iter().map(|m| m["mode"].as_str().unwrap()).collect();
     assert_eq!(names, ["epoll", "busy", "io_uring"], "{l}");

@@ -104,32 +104,49 @@ impl LinuxMode {
 /// The machine's busy CPU time (every core: user, nice, system, irq, softirq, steal of
 /// /proc/stat's `cpu` line) between the start of a measured phase and its end, in clock
 /// ticks of 1/`CLK_TCK` s (10 ms at the usual 100 Hz).
+/// Beside it, the bench process's own CPU time (`CLOCK_PROCESS_CPUTIME_ID`, every thread:
+/// the client, and ustack's server threads over shm) over the same phase, exact.
 #[derive(Debug, Clone, Default)]
-pub struct MachineCpu(Arc<Mutex<(Option<u64>, Option<u64>)>>);
+pub struct MachineCpu(Arc<Mutex<[Option<CpuReading>; 2]>>);
+
+/// The machine's busy ticks and this process's CPU time at one moment.
+type CpuReading = (u64, Duration);
+
+/// The machine's busy ticks and this process's CPU time, now.
+fn cpu_now() -> Option<CpuReading> {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    let own = Duration::new(t.tv_sec as u64, t.tv_nsec as u32);
+    Some((machine_busy_ticks()?, own))
+}
 
 impl MachineCpu {
     fn start(&self) {
         if let Ok(mut g) = self.0.lock() {
-            *g = (machine_busy_ticks(), None);
+            *g = [cpu_now(), None];
         }
     }
 
     /// The measured phase ends now (a second call keeps the first end).
     pub fn stop(&self) {
         if let Ok(mut g) = self.0.lock()
-            && g.1.is_none()
+            && g[1].is_none()
         {
-            g.1 = machine_busy_ticks();
+            g[1] = cpu_now();
         }
     }
 
-    /// The busy CPU time over the measured phase, every core summed.
-    pub fn busy(&self) -> Option<Duration> {
+    /// The machine's busy CPU time over the measured phase, every core summed, and the
+    /// bench process's own.
+    pub fn busy(&self) -> Option<(Duration, Duration)> {
         self.stop();
-        let (a, b) = *self.0.lock().ok()?;
-        let ticks = b?.checked_sub(a?)?;
+        let [a, b] = *self.0.lock().ok()?;
+        let ((t0, own0), (t1, own1)) = (a?, b?);
+        let ticks = t1.checked_sub(t0)?;
         let per_s = rustix::param::clock_ticks_per_second().max(1);
-        Some(Duration::from_secs_f64(ticks as f64 / per_s as f64))
+        Some((
+            Duration::from_secs_f64(ticks as f64 / per_s as f64),
+            own1.saturating_sub(own0),
+        ))
     }
 }
 

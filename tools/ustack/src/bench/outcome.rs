@@ -46,6 +46,9 @@ pub struct Outcome {
     pub mode: &'static str,
     /// The whole machine's busy CPU time over the measured phase (/proc/stat, every core).
     pub machine_cpu: Option<Duration>,
+    /// The CPU time of the run's own processes over the measured phase: the bench process
+    /// (client; ustack's server threads over shm) and a server process of its own.
+    pub process_cpu: Option<Duration>,
     /// Linux: how its server waited, by its own counters (`empty_polls`: polls that found
     /// nothing, when spinning; `uring_completions`: completions its ring reaped).
     pub server_waits: Value,
@@ -89,6 +92,7 @@ impl Outcome {
             c1m: None,
             mode: "",
             machine_cpu: None,
+            process_cpu: None,
             server_waits: Value::Null,
         }
     }
@@ -173,6 +177,12 @@ impl Outcome {
     /// both ends and the kernel's work on every core, whoever it was charged to.
     pub fn cpu_per_msg_ns(&self) -> Option<f64> {
         Some(self.machine_cpu?.as_secs_f64() * 1e9 / self.units()? as f64)
+    }
+
+    /// The run's own processes' CPU time per message (per connection for cps), in
+    /// nanoseconds: both ends, and the kernel's work charged to them.
+    pub fn process_cpu_per_msg_ns(&self) -> Option<f64> {
+        Some(self.process_cpu?.as_secs_f64() * 1e9 / self.units()? as f64)
     }
 
     /// The figure that ranks Linux's modes: messages/s, connections/s, or Gbit/s.

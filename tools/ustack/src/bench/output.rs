@@ -111,6 +111,8 @@ impl Outcome {
             "mode": self.mode,
             "machine_cpu_s": self.machine_cpu.map(|d| d.as_secs_f64()),
             "cpu_per_msg_ns": self.cpu_per_msg_ns(),
+            "process_cpu_s": self.process_cpu.map(|d| d.as_secs_f64()),
+            "process_cpu_per_msg_ns": self.process_cpu_per_msg_ns(),
             "latency_of": latency_of(self.scenario),
             "linux_modes": Value::Null,
             "linux_best_mode": Value::Null,
@@ -160,6 +162,8 @@ impl Outcome {
             "server_cpu_s": self.server_cpu.map(|d| d.as_secs_f64()),
             "machine_cpu_s": self.machine_cpu.map(|d| d.as_secs_f64()),
             "cpu_per_msg_ns": self.cpu_per_msg_ns(),
+            "process_cpu_s": self.process_cpu.map(|d| d.as_secs_f64()),
+            "process_cpu_per_msg_ns": self.process_cpu_per_msg_ns(),
             "server_waits": self.server_waits,
         })
     }
@@ -254,7 +258,7 @@ fn print_table(outcomes: &[Outcome], skipped: &[Skipped], args: &Args) {
         );
     }
     println!(
-        "{:<9} {:<7} {:<9} {:<9} {:>5} {:>12} {:>10} {:>9} {:>9} {:>9} {:>9} {:>10} {:>8}",
+        "{:<9} {:<7} {:<9} {:<9} {:>5} {:>12} {:>10} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10} {:>8}",
         "scenario",
         "server",
         "link",
@@ -267,12 +271,13 @@ fn print_table(outcomes: &[Outcome], skipped: &[Skipped], args: &Args) {
         "p99 us",
         "p99.9 us",
         "CPU ns/msg",
+        "own ns/msg",
         "verified"
     );
     let opt = |v: Option<f64>, prec: usize| v.map_or("-".to_owned(), |v| format!("{v:.prec$}"));
     for o in outcomes {
         println!(
-            "{:<9} {:<7} {:<9} {:<9} {:>5} {:>12} {:>10} {:>9.2} {:>9} {:>9} {:>9} {:>10} {:>8}",
+            "{:<9} {:<7} {:<9} {:<9} {:>5} {:>12} {:>10} {:>9.2} {:>9} {:>9} {:>9} {:>10} {:>10} {:>8}",
             o.scenario,
             o.server,
             o.link,
@@ -285,6 +290,7 @@ fn print_table(outcomes: &[Outcome], skipped: &[Skipped], args: &Args) {
             opt(o.percentile_us(0.99), 2),
             opt(o.percentile_us(0.999), 2),
             opt(o.cpu_per_msg_ns(), 0),
+            opt(o.process_cpu_per_msg_ns(), 0),
             if o.verified { "yes" } else { "NO" }
         );
     }
@@ -317,7 +323,8 @@ fn print_table(outcomes: &[Outcome], skipped: &[Skipped], args: &Args) {
     if outcomes.iter().any(|o| o.machine_cpu.is_some()) {
         println!(
             "CPU ns/msg: the whole machine's busy CPU time over the run (/proc/stat, every core) \
-             per message (cps: per connection)"
+             per message (cps: per connection); own ns/msg: the bench's and the server's \
+             processes' only (what other work on the machine does not inflate)"
         );
     }
     print_c1m(outcomes);
