@@ -23,6 +23,12 @@
 //! - `TCP_NODELAY` on every accepted connection (nginx's default for keep-alive connections);
 //! - a read budget per connection per turn, so one fast sender cannot starve the others.
 //!
+//! Two other ways to wait, for the bench's Linux modes: [`ServerConfig::busy_poll`] makes each
+//! worker spin on `epoll_wait` with a zero timeout instead of sleeping (with
+//! [`ServerConfig::cpus`] pinning it to a core), and [`UringServer`] serves echo, UDP echo or
+//! reply-and-close on one io_uring (multishot accept and receive into provided buffers), where
+//! [`uring_available`] says the kernel offers it.
+//!
 //! ```no_run
 //! use ustack_baseline::{Proto, Server, ServerConfig};
 //! let server = Server::start(ServerConfig::new(Proto::Echo, "127.0.0.1:0".parse().unwrap()))?;
@@ -34,6 +40,7 @@
 //! ```
 
 mod stats;
+mod uring_sys;
 mod worker;
 
 use std::fmt;
@@ -49,6 +56,9 @@ use rustix::fd::OwnedFd;
 use rustix::net::{AddressFamily, SocketFlags, SocketType, bind, getsockname, listen, sockopt};
 
 pub use stats::Stats;
+pub use uring_sys::{
+    BUF as URING_BUF, BUFS as URING_BUFS, UringProto, UringServer, available as uring_available,
+};
 pub use ustack_http::{FIXED_BODY, MAX_REQUEST_HEAD};
 
 use stats::SharedStats;
@@ -140,6 +150,11 @@ pub struct ServerConfig {
     /// HTTP only: the directory static files are served from (`GET /a/b` reads `root_dir/a/b`).
     /// `None`: every path but `/` is 404.
     pub root_dir: Option<PathBuf>,
+    /// Busy polling: each worker spins in `epoll_wait` with a zero timeout instead of
+    /// sleeping in it (a core per worker, as a busy-polling server is deployed).
+    pub busy_poll: bool,
+    /// Pin worker `i` to CPU `cpus[i % cpus.len()]` (`sched_setaffinity`); empty: not pinned.
+    pub cpus: Vec<usize>,
 }
 
 impl ServerConfig {
@@ -152,6 +167,8 @@ impl ServerConfig {
             workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
             backlog: None,
             root_dir: None,
+            busy_poll: false,
+            cpus: Vec::new(),
         }
     }
 }
@@ -236,6 +253,8 @@ impl Server {
                 wake: Arc::clone(&wake),
                 stats: Arc::clone(&stats),
                 root_dir: config.root_dir.clone(),
+                busy_poll: config.busy_poll,
+                cpu: (!config.cpus.is_empty()).then(|| config.cpus[index % config.cpus.len()]),
             };
             // On error `server` is dropped here, which stops the workers already started.
             let thread = std::thread::Builder::new()
@@ -317,6 +336,25 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.shutdown();
     }
+}
+
+/// Pin the calling thread to CPU `cpu` (`sched_setaffinity`).
+pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
+    let mut set = rustix::thread::CpuSet::new();
+    set.set(cpu);
+    rustix::thread::sched_setaffinity(None, &set)?;
+    Ok(())
+}
+
+/// The calling thread's CPU affinity now, to put back with [`restore_affinity`].
+pub fn current_affinity() -> io::Result<rustix::thread::CpuSet> {
+    Ok(rustix::thread::sched_getaffinity(None)?)
+}
+
+/// Put back an affinity read by [`current_affinity`].
+pub fn restore_affinity(set: &rustix::thread::CpuSet) -> io::Result<()> {
+    rustix::thread::sched_setaffinity(None, set)?;
+    Ok(())
 }
 
 /// One worker's socket: non-blocking, close-on-exec, `SO_REUSEADDR` and `SO_REUSEPORT` set before

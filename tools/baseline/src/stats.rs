@@ -23,6 +23,8 @@ pub struct Stats {
     pub writes_blocked: u64,
     /// `accept4` failures other than `EAGAIN` (for example `EMFILE` at the open-file limit).
     pub accept_errors: u64,
+    /// Busy polling: `epoll_wait` calls that found nothing (0 for a sleeping worker).
+    pub empty_polls: u64,
 }
 
 impl Stats {
@@ -36,6 +38,7 @@ impl Stats {
             requests: self.requests + other.requests,
             writes_blocked: self.writes_blocked + other.writes_blocked,
             accept_errors: self.accept_errors + other.accept_errors,
+            empty_polls: self.empty_polls + other.empty_polls,
         }
     }
 }
@@ -51,6 +54,7 @@ pub(crate) struct SharedStats {
     requests: AtomicU64,
     writes_blocked: AtomicU64,
     accept_errors: AtomicU64,
+    empty_polls: AtomicU64,
 }
 
 impl SharedStats {
@@ -63,6 +67,7 @@ impl SharedStats {
         self.bytes_out.store(s.bytes_out, r);
         self.requests.store(s.requests, r);
         self.writes_blocked.store(s.writes_blocked, r);
+        self.empty_polls.store(s.empty_polls, r);
         // Release on the last store: a reader that sees it sees the others.
         self.accept_errors.store(s.accept_errors, Ordering::Release);
     }
@@ -79,6 +84,7 @@ impl SharedStats {
             requests: self.requests.load(r),
             writes_blocked: self.writes_blocked.load(r),
             accept_errors,
+            empty_polls: self.empty_polls.load(r),
         }
     }
 }

@@ -58,10 +58,17 @@ pub(crate) struct WorkerCtx {
     pub wake: Arc<OwnedFd>,
     pub stats: Arc<SharedStats>,
     pub root_dir: Option<PathBuf>,
+    /// Spin in `epoll_wait` with a zero timeout instead of sleeping.
+    pub busy_poll: bool,
+    /// The CPU this worker is pinned to.
+    pub cpu: Option<usize>,
 }
 
 /// The worker thread's body.
 pub(crate) fn run(ctx: WorkerCtx) -> io::Result<()> {
+    if let Some(cpu) = ctx.cpu {
+        crate::pin_current_thread(cpu)?;
+    }
     let epoll = epoll::create(epoll::CreateFlags::CLOEXEC)?;
     epoll::add(
         &epoll,
@@ -83,6 +90,7 @@ pub(crate) fn run(ctx: WorkerCtx) -> io::Result<()> {
         ready: Vec::new(),
         socket_ready: false,
         accept_starved: false,
+        busy_poll: ctx.busy_poll,
         shared: Shared {
             scratch: vec![0; SCRATCH],
             pool: Vec::new(),
@@ -238,6 +246,8 @@ struct Worker {
     socket_ready: bool,
     /// `accept4` failed for lack of file descriptors or memory: retry when a connection closes.
     accept_starved: bool,
+    /// Never sleep in `epoll_wait`.
+    busy_poll: bool,
     shared: Shared,
 }
 
@@ -251,7 +261,7 @@ impl Worker {
         let mut pending = Vec::new();
         loop {
             events.clear();
-            let busy = !self.ready.is_empty() || self.socket_ready;
+            let busy = self.busy_poll || !self.ready.is_empty() || self.socket_ready;
             match epoll::wait(
                 &self.epoll,
                 spare_capacity(&mut events),
@@ -289,7 +299,16 @@ impl Worker {
             if self.accept_starved && self.shared.stats.connections_closed != closed_before {
                 self.accept_loop();
             }
-            published.publish(&self.shared.stats);
+            if events.is_empty() && self.busy_poll {
+                self.shared.stats.empty_polls += 1;
+            }
+            // Spinning, the counters go out once in a while rather than on every poll.
+            if !events.is_empty()
+                || !self.busy_poll
+                || self.shared.stats.empty_polls.is_multiple_of(1024)
+            {
+                published.publish(&self.shared.stats);
+            }
         }
     }
 

@@ -7,7 +7,7 @@ use std::net::Shutdown;
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
-use common::{Rng, assert_eof, connect, start, wait_stats};
+use common::{Rng, assert_eof, connect, echo_round, start, wait_stats};
 use ustack_baseline::Proto;
 
 #[test]
@@ -29,21 +29,7 @@ fn two_hundred_concurrent_connections_get_every_byte_back() {
                 let mut total = 0u64;
                 for _ in 0..ROUNDS {
                     // Random-sized writes on every connection, then read each one back.
-                    let sent: Vec<Vec<u8>> = conns
-                        .iter_mut()
-                        .map(|c| {
-                            let n = rng.range(1, 16 * 1024);
-                            let data = rng.bytes(n);
-                            c.write_all(&data).unwrap();
-                            data
-                        })
-                        .collect();
-                    for (c, data) in conns.iter_mut().zip(&sent) {
-                        let mut back = vec![0; data.len()];
-                        c.read_exact(&mut back).unwrap();
-                        assert!(back == *data, "echoed bytes differ");
-                        total += data.len() as u64;
-                    }
+                    total += echo_round(&mut conns, &mut rng);
                 }
                 total
             })

@@ -87,11 +87,9 @@ fn every_worker_accepts_connections() {
 #[test]
 fn an_explicit_backlog_is_used() {
     let server = Server::start(ServerConfig {
-        proto: Proto::Http,
-        addr: "127.0.0.1:0".parse().unwrap(),
         workers: 2,
         backlog: Some(17),
-        root_dir: None,
+        ..ServerConfig::new(Proto::Http, "127.0.0.1:0".parse().unwrap())
     })
     .unwrap();
     assert_eq!(server.backlog(), 17);

@@ -56,9 +56,10 @@ use std::time::Duration;
 use anyhow::Context;
 
 pub use args::Args;
-use args::{C1M_CONNS, SCENARIOS};
-use measure::{Run, Until, progress_bar};
+use args::{C1M_CONNS, MODED_SCENARIOS, SCENARIOS};
+use measure::{LinuxMode, Run, Until, progress_bar};
 use outcome::Outcome;
+use output::Skipped;
 use pattern::{fill_message, stream_chunk, stream_matches, stream_next};
 use stream::{kernel_stream_client, linux_stream_with};
 
@@ -76,8 +77,13 @@ impl std::fmt::Display for UsageError {
 impl std::error::Error for UsageError {}
 
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
-    let scenarios: Vec<&str> = match &args.scenario {
-        Some(s) => vec![s.as_str()],
+    let scenarios: Vec<&'static str> = match &args.scenario {
+        Some(s) => vec![
+            args::ALL_SCENARIOS
+                .into_iter()
+                .find(|n| n == s)
+                .context("an unknown scenario")?,
+        ],
         None => SCENARIOS.to_vec(),
     };
     args.check(&scenarios).map_err(UsageError)?;
@@ -94,71 +100,70 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     // Progress bars only where someone watches: stderr a terminal, and not under --json.
     let bars = !args.json && std::io::stderr().is_terminal();
     let mut outcomes = Vec::new();
+    let mut skipped = Vec::new();
+    let modes = args.linux_modes();
+    // io_uring is looked for once: a kernel may not offer it, and then it is said, not run.
+    let uring = ustack_baseline::uring_available();
     for scenario in scenarios {
         for server in &args.server {
+            let linux = server == "linux";
+            let moded = linux
+                && MODED_SCENARIOS.contains(&scenario)
+                && !kernel_link::LINKS.contains(&args.link.as_str());
+            let runs: Vec<LinuxMode> = if moded {
+                modes.clone()
+            } else {
+                vec![LinuxMode::Epoll]
+            };
+            // Without --duration the modes share the default time, so that the suite
+            // takes about as long with all of them.
             let until = match args.bytes {
                 Some(n) if scenario == "stream" => Until::Bytes(n),
+                _ if args.duration.is_none() && runs.len() > 1 => {
+                    Until::Time(duration / runs.len() as u32)
+                }
                 _ => Until::Time(duration),
             };
-            let what = match until {
-                Until::Time(d) => format!("{d:?}"),
-                Until::Bytes(n) => format!("{n} bytes"),
-            };
-            let c1m = scenario == "c1m";
-            if !args.json && c1m {
-                eprintln!(
-                    "ustack bench: c1m on {server}: {} connections, held idle {what} ...",
-                    args.conns.unwrap_or(C1M_CONNS)
-                );
-            } else if !args.json && !bars {
-                eprintln!("ustack bench: {scenario} on {server} for {what} ...");
+            for mode in runs {
+                if moded
+                    && mode == LinuxMode::IoUring
+                    && let Err(reason) = &uring
+                {
+                    if !args.json {
+                        eprintln!(
+                            "ustack bench: {scenario} on linux in io_uring mode: not run: {reason}"
+                        );
+                    }
+                    skipped.push(Skipped {
+                        scenario,
+                        mode: mode.name(),
+                        reason: reason.clone(),
+                    });
+                    continue;
+                }
+                let label = if moded {
+                    format!("{scenario} on linux ({})", mode.name())
+                } else {
+                    format!("{scenario} on {server}")
+                };
+                let outcome = run_one(
+                    args,
+                    scenario,
+                    server,
+                    mode,
+                    until,
+                    &label,
+                    (duration, sim.clone(), patience, bars),
+                )?;
+                outcomes.push(outcome);
             }
-            let run = Run {
-                until,
-                shards: usize::from(args.shards),
-                conns: args.conns.unwrap_or(if c1m { C1M_CONNS } else { 10 }),
-                size: usize::from(args.msg_size),
-                seed: args.seed,
-                checksums: args.checksums,
-                sim: sim.clone(),
-                patience,
-                // c1m runs in phases, not against the clock: its line says what it does.
-                bar: (bars && !c1m).then(|| progress_bar(format!("{scenario} on {server}"), until)),
-            };
-            let shm = args.link == "shm";
-            let link = args.link.as_str();
-            let over_kernel_link = kernel_link::LINKS.contains(&link);
-            let outcome = match (scenario, server.as_str()) {
-                ("stream", "ustack") if over_kernel_link => {
-                    kernel_link::ustack_stream(&run, link, args.no_offload)?
-                }
-                ("stream", _) if over_kernel_link => {
-                    kernel_link::linux_stream(&run, link, args.no_offload)?
-                }
-                (_, "ustack") if shm && !c1m => {
-                    shm::scenario(scenario, &run, usize::from(args.shards))?
-                }
-                ("udp-rr", "ustack") => udp_rr::ustack(&run)?,
-                ("pingpong", "ustack") => lockstep::ustack(&run, false)?,
-                ("cps", "ustack") => lockstep::ustack(&run, true)?,
-                ("stream", "ustack") => stream::ustack(&run)?,
-                ("c1m", "ustack") => c1m::ustack(&run, duration)?,
-                ("c1m", _) => c1m::linux(&run, duration)?,
-                ("udp-rr", _) => udp_rr::linux(&run)?,
-                ("pingpong", _) => lockstep::linux(&run, false)?,
-                ("cps", _) => lockstep::linux(&run, true)?,
-                _ => stream::linux(&run)?,
-            };
-            if let Some(bar) = &run.bar {
-                bar.set_position(bar.length().unwrap_or(0));
-                bar.finish();
-            }
-            outcomes.push(outcome);
         }
     }
-    output::print(&outcomes, args)?;
+    output::print(&outcomes, &skipped, args)?;
     if let Some(path) = &args.plot {
-        plot::draw(path, &outcomes).with_context(|| format!("--plot {}", path.display()))?;
+        // One run per server and scenario: Linux's best mode.
+        let best: Vec<&Outcome> = output::representatives(&outcomes);
+        plot::draw(path, &best).with_context(|| format!("--plot {}", path.display()))?;
         if !args.json {
             println!("plot: {}", path.display());
         }
@@ -169,4 +174,95 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         eprintln!("ustack bench: a run did not verify what it moved (\"verified\": false)");
         Ok(ExitCode::FAILURE)
     }
+}
+
+/// The run's settings shared by every server: the base duration, the sim link, the
+/// patience over it, and whether progress bars are drawn.
+type Common = (Duration, ustack_dev::sim::SimLinkConfig, Duration, bool);
+
+/// One server's run of one scenario (Linux's in `mode`), its outcome with the machine's
+/// CPU time over the measured phase and the mode it ran in.
+fn run_one(
+    args: &Args,
+    scenario: &'static str,
+    server: &str,
+    mode: LinuxMode,
+    until: Until,
+    label: &str,
+    (duration, sim, patience, bars): Common,
+) -> anyhow::Result<Outcome> {
+    let what = match until {
+        Until::Time(d) => format!("{d:?}"),
+        Until::Bytes(n) => format!("{n} bytes"),
+    };
+    let c1m = scenario == "c1m";
+    if !args.json && c1m {
+        eprintln!(
+            "ustack bench: c1m on {server}: {} connections, held idle {what} ...",
+            args.conns.unwrap_or(C1M_CONNS)
+        );
+    } else if !args.json && !bars {
+        eprintln!("ustack bench: {label} for {what} ...");
+    }
+    let run = Run {
+        until,
+        shards: usize::from(args.shards),
+        conns: args.conns.unwrap_or(if c1m { C1M_CONNS } else { 10 }),
+        size: usize::from(args.msg_size),
+        seed: args.seed,
+        checksums: args.checksums,
+        sim,
+        patience,
+        // c1m runs in phases, not against the clock: its line says what it does.
+        bar: (bars && !c1m).then(|| progress_bar(label.to_owned(), until)),
+        linux_mode: mode,
+        machine: Default::default(),
+    };
+    let shm = args.link == "shm";
+    let link = args.link.as_str();
+    let over_kernel_link = kernel_link::LINKS.contains(&link);
+    let mut outcome = match (scenario, server) {
+        ("stream", "ustack") if over_kernel_link => {
+            kernel_link::ustack_stream(&run, link, args.no_offload)?
+        }
+        ("stream", _) if over_kernel_link => {
+            kernel_link::linux_stream(&run, link, args.no_offload)?
+        }
+        (_, "ustack") if shm && !c1m => shm::scenario(scenario, &run, usize::from(args.shards))?,
+        ("udp-rr", "ustack") => udp_rr::ustack(&run)?,
+        ("pingpong", "ustack") => lockstep::ustack(&run, false)?,
+        ("cps", "ustack") => lockstep::ustack(&run, true)?,
+        ("stream", "ustack") => stream::ustack(&run)?,
+        ("c1m", "ustack") => c1m::ustack(&run, duration)?,
+        ("c1m", _) => c1m::linux(&run, duration)?,
+        ("udp-rr", _) => udp_rr::linux(&run)?,
+        ("pingpong", _) => lockstep::linux(&run, false)?,
+        ("cps", _) => lockstep::linux(&run, true)?,
+        _ => stream::linux(&run)?,
+    };
+    if let Some(bar) = &run.bar {
+        bar.set_position(bar.length().unwrap_or(0));
+        bar.finish();
+    }
+    if let Some((machine, own)) = run.machine.busy() {
+        outcome.machine_cpu = Some(machine);
+        // The bench process, plus the server when it is a process of its own (Linux's
+        // peers; ustack's c1m server): their CPU, whatever else the machine runs.
+        let apart = server == "linux" || c1m;
+        outcome.process_cpu = match outcome.server_cpu {
+            Some(s) if apart => Some(own + s),
+            _ if apart => None,
+            _ => Some(own),
+        };
+    }
+    if outcome.mode.is_empty() {
+        outcome.mode = match (server, link) {
+            ("ustack", "sim") => "inline",
+            ("ustack", _) => "busy-poll",
+            // c1m's Linux clients and servers sleep in epoll; stream's sink blocks in read.
+            (_, _) if c1m => "epoll",
+            _ => "blocking",
+        };
+    }
+    Ok(outcome)
 }

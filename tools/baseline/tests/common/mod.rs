@@ -2,7 +2,7 @@
 //! a small HTTP/1.1 response reader, temporary directories.
 #![allow(dead_code)]
 
-use std::io::{self, BufRead, Read};
+use std::io::{self, BufRead, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -16,11 +16,9 @@ pub const TIMEOUT: Duration = Duration::from_secs(20);
 /// Starts a server on 127.0.0.1 with an ephemeral port.
 pub fn start(proto: Proto, workers: usize, root_dir: Option<PathBuf>) -> Server {
     Server::start(ServerConfig {
-        proto,
-        addr: "127.0.0.1:0".parse().unwrap(),
         workers,
-        backlog: None,
         root_dir,
+        ..ServerConfig::new(proto, "127.0.0.1:0".parse().unwrap())
     })
     .expect("server starts")
 }
@@ -31,6 +29,28 @@ pub fn connect(addr: SocketAddr) -> TcpStream {
     s.set_read_timeout(Some(TIMEOUT)).unwrap();
     s.set_write_timeout(Some(TIMEOUT)).unwrap();
     s
+}
+
+/// One echo round: a random-sized write (1 byte to 16 KiB) on every connection, then each
+/// one read back and compared; the bytes echoed.
+pub fn echo_round(conns: &mut [TcpStream], rng: &mut Rng) -> u64 {
+    let sent: Vec<Vec<u8>> = conns
+        .iter_mut()
+        .map(|c| {
+            let n = rng.range(1, 16 * 1024);
+            let data = rng.bytes(n);
+            c.write_all(&data).unwrap();
+            data
+        })
+        .collect();
+    let mut total = 0;
+    for (c, data) in conns.iter_mut().zip(&sent) {
+        let mut back = vec![0; data.len()];
+        c.read_exact(&mut back).unwrap();
+        assert!(back == *data, "echoed bytes differ");
+        total += data.len() as u64;
+    }
+    total
 }
 
 /// Polls the server's counters until `pred` holds; panics with `what` and the last counters

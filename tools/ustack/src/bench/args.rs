@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use ustack_dev::sim::{SimConfig, SimLinkConfig};
 
+use super::measure::LinuxMode;
 use super::{kernel_link, plot};
 
 /// The default suite: every scenario but `c1m`, which takes minutes at its full size.
@@ -16,6 +17,8 @@ pub const ALL_SCENARIOS: [&str; 5] = ["udp-rr", "pingpong", "cps", "stream", "c1
 pub const MAX_CONNS: u32 = 10_000;
 /// c1m's `--conns` unless told.
 pub const C1M_CONNS: u32 = 100_000;
+/// The scenarios Linux runs in each `--linux-mode` (stream and c1m run one way only).
+pub const MODED_SCENARIOS: [&str; 3] = ["udp-rr", "pingpong", "cps"];
 /// What `--link` accepts: the links ustack runs over, and Linux's loopback.
 pub const LINKS: [&str; 6] = ["shm", "sim", "loopback", "tun", "packet", "xdp"];
 
@@ -87,6 +90,13 @@ pub struct Args {
     /// none is ever computed).
     #[arg(long)]
     pub checksums: bool,
+    /// How Linux runs udp-rr, pingpong and cps, comma-separated: epoll (server and client
+    /// sleeping in epoll_wait, as deployed), busy (both spinning on non-blocking sockets,
+    /// pinned to a core each), io_uring (an io_uring server: multishot accept and receive,
+    /// provided buffers), or all (each in turn; the ratio is against the best). Without
+    /// --duration each mode gets a share of the default time.
+    #[arg(long, default_value = "all", value_delimiter = ',', value_parser = ["epoll", "busy", "io_uring", "all"])]
+    pub linux_mode: Vec<String>,
     /// Print one JSON array (one object per server and scenario) instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -228,6 +238,20 @@ impl Args {
         }
     }
 
+    /// The Linux modes asked for, in the order run.
+    pub fn linux_modes(&self) -> Vec<LinuxMode> {
+        if self.linux_mode.iter().any(|m| m == "all") {
+            return LinuxMode::ALL.to_vec();
+        }
+        let mut modes: Vec<LinuxMode> = Vec::new();
+        for m in self.linux_mode.iter().filter_map(|m| LinuxMode::parse(m)) {
+            if !modes.contains(&m) {
+                modes.push(m);
+            }
+        }
+        modes
+    }
+
     /// What the options ask that cannot be done, as a usage error (exit status 2).
     pub fn check(&self, scenarios: &[&str]) -> Result<(), String> {
         let link = self.link.as_str();
@@ -324,6 +348,17 @@ impl Args {
                     path.display()
                 ));
             }
+        }
+        let explicit_uring = !self.linux_mode.iter().any(|m| m == "all")
+            && self.linux_modes().contains(&LinuxMode::IoUring);
+        if linux
+            && explicit_uring
+            && scenarios.iter().any(|s| MODED_SCENARIOS.contains(s))
+            && let Err(why) = ustack_baseline::uring_available()
+        {
+            return Err(format!(
+                "--linux-mode io_uring: this kernel does not offer it ({why}); use epoll or busy"
+            ));
         }
         // Last: the other mistakes are found without root.
         if kernel_link && let Some(why) = kernel_link::unavailable(link, self.no_offload) {

@@ -25,7 +25,7 @@ use rustix::buffer::spare_capacity;
 use rustix::event::{Timespec, epoll};
 use rustix::io::Errno;
 use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType, sockopt};
-use ustack_baseline::{Proto, Server, ServerConfig};
+use ustack_baseline::{Proto, Server, ServerConfig, UringProto, UringServer};
 
 use super::{fill_message, stream_chunk, stream_matches};
 
@@ -74,6 +74,13 @@ pub struct PeerArgs {
     /// sink, reply-close: the address to listen on.
     #[arg(long, default_value_t = Ipv4Addr::LOCALHOST)]
     addr: Ipv4Addr,
+    /// echo, udp-echo, reply-close: how the server waits for work: epoll (sleeping in
+    /// epoll_wait), busy (spinning on epoll_wait with a zero timeout) or io_uring.
+    #[arg(long, default_value = "epoll", value_parser = ["epoll", "busy", "io_uring"])]
+    mode: String,
+    /// echo, udp-echo, reply-close: pin the server's threads to this CPU.
+    #[arg(long)]
+    cpu: Option<usize>,
     /// Run in this network namespace (a /proc/PID/ns/net file), entered before anything
     /// else (`--link tun`: the Linux server behind a veth pair).
     #[arg(long)]
@@ -194,6 +201,21 @@ impl Peer {
             .first()
             .and_then(|n| n.parse().ok())
             .with_context(|| format!("{}: a bad stats line", self.what))
+    }
+
+    /// `stats`: the server's counters after `accepted` (name-value pairs, as JSON).
+    pub fn waits(&mut self) -> anyhow::Result<serde_json::Value> {
+        self.send("stats")?;
+        let words = self.expect("accepted", ANSWER)?;
+        let mut map = serde_json::Map::new();
+        for pair in words[1.min(words.len())..].chunks(2) {
+            if let [name, value] = pair
+                && let Ok(v) = value.parse::<u64>()
+            {
+                map.insert(name.clone(), v.into());
+            }
+        }
+        Ok(map.into())
     }
 
     /// The process's CPU time so far, user and system, every thread (/proc/PID/stat).
@@ -321,10 +343,13 @@ pub fn peer(args: &PeerArgs) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("entering network namespace {}", path.display()))?;
     }
     let result = match args.role.as_str() {
-        "echo" => baseline(Proto::Echo, args.port, args.workers),
-        "udp-echo" => baseline(Proto::UdpEcho, args.port, args.workers),
+        "echo" => baseline(Proto::Echo, args),
+        "udp-echo" => baseline(Proto::UdpEcho, args),
         "sink" => sink(args.addr),
-        "reply-close" => reply_close(args.addr, args.size),
+        "reply-close" if args.mode == "io_uring" => {
+            uring(UringProto::ReplyClose { size: args.size }, args)
+        }
+        "reply-close" => reply_close(args),
         "ustack-c1m" => super::c1m_server::serve(args.conns, args.seed, args.checksums),
         _ => c1m_client(args),
     };
@@ -335,8 +360,9 @@ pub fn peer(args: &PeerArgs) -> anyhow::Result<ExitCode> {
     result.map(|()| ExitCode::SUCCESS)
 }
 
-/// Answer `stats` on stdin until it closes.
-fn commands(accepted: impl Fn() -> u64) -> anyhow::Result<()> {
+/// Answer `stats` on stdin until it closes: `accepted N`, then the server's own counters
+/// as name-value pairs (how it waited: `empty_polls`, `uring_completions`).
+fn commands<T: std::fmt::Display>(accepted: impl Fn() -> T) -> anyhow::Result<()> {
     for line in std::io::stdin().lock().lines() {
         match line?.trim() {
             "stats" => println!("accepted {}", accepted()),
@@ -346,17 +372,53 @@ fn commands(accepted: impl Fn() -> u64) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A baseline server with `workers` worker threads on 127.0.0.1:`port` (one
-/// `SO_REUSEPORT` group with each other and with the other processes on that port).
-fn baseline(proto: Proto, port: u16, workers: u16) -> anyhow::Result<()> {
+/// A baseline server with `--workers` worker threads on 127.0.0.1:`--port` (one
+/// `SO_REUSEPORT` group with each other and with the other processes on that port),
+/// sleeping in epoll or spinning (`--mode busy`); `--mode io_uring`: the io_uring server,
+/// one thread.
+fn baseline(proto: Proto, args: &PeerArgs) -> anyhow::Result<()> {
+    if args.mode == "io_uring" {
+        let p = if proto == Proto::Echo {
+            UringProto::Echo
+        } else {
+            UringProto::UdpEcho
+        };
+        return uring(p, args);
+    }
     let server = Server::start(ServerConfig {
-        workers: usize::from(workers),
-        ..ServerConfig::new(proto, SocketAddr::from((Ipv4Addr::LOCALHOST, port)))
+        workers: usize::from(args.workers),
+        busy_poll: args.mode == "busy",
+        cpus: args.cpu.into_iter().collect(),
+        ..ServerConfig::new(proto, SocketAddr::from((Ipv4Addr::LOCALHOST, args.port)))
     })
     .context("starting the baseline server")?;
     println!("ready {}", server.local_addr().port());
-    commands(|| server.stats().connections_accepted)?;
+    commands(|| {
+        let s = server.stats();
+        format!("{} empty_polls {}", s.connections_accepted, s.empty_polls)
+    })?;
     server.stop().context("the baseline server")?;
+    Ok(())
+}
+
+/// The io_uring baseline server on 127.0.0.1:`--port` (or `--addr` for reply-close).
+fn uring(proto: UringProto, args: &PeerArgs) -> anyhow::Result<()> {
+    let addr = if matches!(proto, UringProto::ReplyClose { .. }) {
+        args.addr
+    } else {
+        Ipv4Addr::LOCALHOST
+    };
+    let server = UringServer::start(proto, SocketAddr::from((addr, args.port)), args.cpu)
+        .context("starting the io_uring server")?;
+    println!("ready {}", server.local_addr().port());
+    commands(|| {
+        format!(
+            "{} uring_completions {}",
+            server.accepted(),
+            server.completions()
+        )
+    })?;
+    server.stop().context("the io_uring server")?;
     Ok(())
 }
 
@@ -398,26 +460,224 @@ fn sink(addr: Ipv4Addr) -> anyhow::Result<()> {
     commands(|| accepted.load(Ordering::Relaxed))
 }
 
-/// cps's server: accept, read one `size`-byte request, send it back, close (first, as an
-/// HTTP/1.0 server does), one connection after another.
-fn reply_close(addr: Ipv4Addr, size: usize) -> anyhow::Result<()> {
-    let listener = listen(addr)?;
+/// cps's server: one thread, non-blocking: accept every connection waiting, read one
+/// `--size`-byte request on each, send it back, close (first, as an HTTP/1.0 server
+/// does); no other system call per connection. It sleeps in `epoll_wait`, or spins on it
+/// with a zero timeout with `--mode busy` (pinned to `--cpu`).
+fn reply_close(args: &PeerArgs) -> anyhow::Result<()> {
+    let listener = listen(args.addr)?;
+    listener.set_nonblocking(true)?;
     let accepted = Arc::new(AtomicU64::new(0));
-    let count = accepted.clone();
+    let empty = Arc::new(AtomicU64::new(0));
+    let (count, polls) = (accepted.clone(), empty.clone());
+    let (size, spin, cpu) = (args.size, args.mode == "busy", args.cpu);
     std::thread::spawn(move || -> anyhow::Result<()> {
-        let mut buf = vec![0u8; size];
-        loop {
-            let (mut s, _) = listener.accept()?;
-            count.fetch_add(1, Ordering::Relaxed);
-            s.set_nodelay(true)?;
-            s.set_read_timeout(Some(Duration::from_secs(1)))?;
-            // A client that went away costs its connection, not the server.
-            if s.read_exact(&mut buf).is_ok() {
-                let _ = s.write_all(&buf);
+        if let Some(cpu) = cpu {
+            ustack_baseline::pin_current_thread(cpu)?;
+        }
+        reply_close_loop(&OwnedFd::from(listener), size, spin, (&count, &polls))
+    });
+    commands(|| {
+        format!(
+            "{} empty_polls {}",
+            accepted.load(Ordering::Relaxed),
+            empty.load(Ordering::Relaxed)
+        )
+    })
+}
+
+/// The loop of [`reply_close`]'s thread.
+fn reply_close_loop(
+    listener: &OwnedFd,
+    size: usize,
+    spin: bool,
+    (accepted, empty): (&AtomicU64, &AtomicU64),
+) -> anyhow::Result<()> {
+    const LISTENER: u64 = u64::MAX;
+    let epoll = epoll::create(epoll::CreateFlags::CLOEXEC)?;
+    epoll::add(
+        &epoll,
+        listener,
+        epoll::EventData::new_u64(LISTENER),
+        epoll::EventFlags::IN,
+    )?;
+    // Connections by slot: the socket and the request's bytes so far.
+    let mut conns: Vec<Option<(OwnedFd, Vec<u8>)>> = Vec::new();
+    let mut free: Vec<usize> = Vec::new();
+    let mut events = Vec::with_capacity(256);
+    let mut buf = vec![0u8; size.max(1)];
+    let zero = Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    loop {
+        events.clear();
+        match epoll::wait(&epoll, spare_capacity(&mut events), spin.then_some(&zero)) {
+            Ok(_) if events.is_empty() => {
+                empty.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(_) => {}
+            Err(Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+        for e in &events {
+            let key = e.data.u64();
+            if key == LISTENER {
+                loop {
+                    match rustix::net::accept_with(
+                        listener,
+                        SocketFlags::NONBLOCK | SocketFlags::CLOEXEC,
+                    ) {
+                        Ok(fd) => {
+                            accepted.fetch_add(1, Ordering::Relaxed);
+                            let slot = free.pop().unwrap_or_else(|| {
+                                conns.push(None);
+                                conns.len() - 1
+                            });
+                            epoll::add(
+                                &epoll,
+                                &fd,
+                                epoll::EventData::new_u64(slot as u64),
+                                epoll::EventFlags::IN,
+                            )?;
+                            conns[slot] = Some((fd, Vec::with_capacity(size)));
+                        }
+                        Err(Errno::AGAIN | Errno::INTR) => break,
+                        // Out of descriptors or memory: the next event tries again.
+                        Err(_) => break,
+                    }
+                }
+                continue;
+            }
+            let slot = key as usize;
+            let Some((fd, got)) = conns.get_mut(slot).and_then(Option::as_mut) else {
+                continue;
+            };
+            let want = size - got.len();
+            let close = match rustix::net::recv(&*fd, &mut buf[..want], RecvFlags::DONTWAIT) {
+                Ok((0, _)) => true,
+                Ok((n, _)) => {
+                    got.extend_from_slice(&buf[..n]);
+                    let whole = got.len() == size;
+                    if whole {
+                        // A client that went away costs its connection, not the server.
+                        let _ = rustix::net::send(&*fd, got, SendFlags::NOSIGNAL);
+                    }
+                    whole
+                }
+                Err(Errno::AGAIN | Errno::INTR) => false,
+                Err(_) => true,
+            };
+            if close {
+                // Closing the socket takes it out of the epoll set too.
+                conns[slot] = None;
+                free.push(slot);
             }
         }
-    });
-    commands(|| accepted.load(Ordering::Relaxed))
+    }
+}
+
+/// The bench's side of a Linux run: an epoll set of the client's non-blocking sockets,
+/// waited on by sleeping in `epoll_wait` or, in busy mode, by spinning on it with a zero
+/// timeout (the client then runs pinned to its core, [`ClientPin`]).
+pub struct Waiter {
+    pub epoll: OwnedFd,
+    spin: bool,
+    events: Vec<epoll::Event>,
+}
+
+impl std::fmt::Debug for Waiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Waiter").field("spin", &self.spin).finish()
+    }
+}
+
+impl Waiter {
+    pub fn new(spin: bool) -> anyhow::Result<Waiter> {
+        Ok(Waiter {
+            epoll: epoll::create(epoll::CreateFlags::CLOEXEC)?,
+            spin,
+            events: Vec::with_capacity(1024),
+        })
+    }
+
+    /// Add `fd` for `flags`, known by `key`.
+    pub fn add(&self, fd: &OwnedFd, key: u64, flags: epoll::EventFlags) -> anyhow::Result<()> {
+        epoll::add(&self.epoll, fd, epoll::EventData::new_u64(key), flags)?;
+        Ok(())
+    }
+
+    /// Wait for events, at most `patience`: each one's key and flags (an error if none came).
+    pub fn wait(
+        &mut self,
+        patience: Duration,
+        what: &str,
+    ) -> anyhow::Result<Vec<(u64, epoll::EventFlags)>> {
+        let zero = Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        let sleep = Timespec {
+            tv_sec: patience.as_secs() as i64,
+            tv_nsec: i64::from(patience.subsec_nanos()),
+        };
+        let deadline = WallClock::now() + patience;
+        loop {
+            self.events.clear();
+            let timeout = if self.spin { &zero } else { &sleep };
+            match epoll::wait(&self.epoll, spare_capacity(&mut self.events), Some(timeout)) {
+                Ok(_) if !self.events.is_empty() => {
+                    // `Event` is packed on x86-64: copy the fields out.
+                    return Ok(self
+                        .events
+                        .iter()
+                        .map(|e| {
+                            let (data, flags) = (e.data, e.flags);
+                            (data.u64(), flags)
+                        })
+                        .collect());
+                }
+                Ok(_) | Err(Errno::INTR) => {}
+                Err(e) => return Err(e.into()),
+            }
+            if WallClock::now() > deadline {
+                bail!("Linux: {what}: nothing within {patience:?}");
+            }
+        }
+    }
+}
+
+/// The bench thread pinned to the client's core for a busy run; the affinity it had comes
+/// back when this is dropped.
+#[derive(Debug)]
+pub struct ClientPin(Option<rustix::thread::CpuSet>);
+
+impl ClientPin {
+    pub fn new(cpu: Option<usize>) -> anyhow::Result<ClientPin> {
+        let Some(cpu) = cpu else {
+            return Ok(ClientPin(None));
+        };
+        let before = ustack_baseline::current_affinity()?;
+        ustack_baseline::pin_current_thread(cpu).context("pinning the client")?;
+        Ok(ClientPin(Some(before)))
+    }
+}
+
+impl Drop for ClientPin {
+    fn drop(&mut self) {
+        if let Some(set) = &self.0 {
+            let _ = ustack_baseline::restore_affinity(set);
+        }
+    }
+}
+
+/// The `bench-peer` arguments of a server in `mode` (its CPU when busy).
+pub fn mode_args(mode: super::measure::LinuxMode) -> Vec<String> {
+    let mut args = vec!["--mode".to_owned(), mode.name().to_owned()];
+    if let Some((server, _)) = mode.cpus() {
+        args.extend(["--cpu".to_owned(), server.to_string()]);
+    }
+    args
 }
 
 /// How long a c1m client waits for any progress before it gives up.

@@ -40,6 +40,18 @@ pub struct Outcome {
     pub link_stats: Value,
     /// c1m: its phases and the server's memory growth.
     pub c1m: Option<c1m::C1m>,
+    /// How the server (and its client) waited for work: a Linux mode (`epoll`, `busy`,
+    /// `io_uring`; `blocking` for stream's sink), or ustack's (`busy-poll`; `inline` over
+    /// sim, where client and server share a thread).
+    pub mode: &'static str,
+    /// The whole machine's busy CPU time over the measured phase (/proc/stat, every core).
+    pub machine_cpu: Option<Duration>,
+    /// The CPU time of the run's own processes over the measured phase: the bench process
+    /// (client; ustack's server threads over shm) and a server process of its own.
+    pub process_cpu: Option<Duration>,
+    /// Linux: how its server waited, by its own counters (`empty_polls`: polls that found
+    /// nothing, when spinning; `uring_completions`: completions its ring reaped).
+    pub server_waits: Value,
 }
 
 impl Outcome {
@@ -78,6 +90,10 @@ impl Outcome {
             faults: Value::Null,
             link_stats: Value::Null,
             c1m: None,
+            mode: "",
+            machine_cpu: None,
+            process_cpu: None,
+            server_waits: Value::Null,
         }
     }
 
@@ -151,6 +167,31 @@ impl Outcome {
         let c = self.c1m.as_ref()?;
         Some(c.mem_bytes as f64 / f64::from(self.conns))
     }
+    /// The unit its CPU cost is counted in: messages echoed, or connections for cps
+    /// (none for stream).
+    pub fn units(&self) -> Option<u64> {
+        (self.scenario != "stream" && self.count > 0).then_some(self.count)
+    }
+
+    /// The machine's busy CPU time per message (per connection for cps), in nanoseconds:
+    /// both ends and the kernel's work on every core, whoever it was charged to.
+    pub fn cpu_per_msg_ns(&self) -> Option<f64> {
+        Some(self.machine_cpu?.as_secs_f64() * 1e9 / self.units()? as f64)
+    }
+
+    /// The run's own processes' CPU time per message (per connection for cps), in
+    /// nanoseconds: both ends, and the kernel's work charged to them.
+    pub fn process_cpu_per_msg_ns(&self) -> Option<f64> {
+        Some(self.process_cpu?.as_secs_f64() * 1e9 / self.units()? as f64)
+    }
+
+    /// The figure that ranks Linux's modes: messages/s, connections/s, or Gbit/s.
+    pub fn rate(&self) -> f64 {
+        self.msgs_per_s()
+            .or_else(|| self.conns_per_s())
+            .unwrap_or_else(|| self.gbps())
+    }
+
     pub fn gbps(&self) -> f64 {
         self.bytes as f64 * 8.0 / self.elapsed.as_secs_f64() / 1e9
     }

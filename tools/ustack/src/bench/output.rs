@@ -3,19 +3,81 @@
 
 use serde_json::{Value, json};
 
-use super::args::{ALL_SCENARIOS, Args};
+use super::args::{ALL_SCENARIOS, Args, MODED_SCENARIOS};
 use super::outcome::Outcome;
 use super::{c1m, shm};
 
+/// A Linux mode asked for that this machine could not run (io_uring on a kernel without
+/// it), and why.
+#[derive(Debug)]
+pub struct Skipped {
+    pub scenario: &'static str,
+    pub mode: &'static str,
+    pub reason: String,
+}
+
 /// Print the outcomes: one JSON array with `--json`, the table otherwise.
-pub fn print(outcomes: &[Outcome], args: &Args) -> anyhow::Result<()> {
+pub fn print(outcomes: &[Outcome], skipped: &[Skipped], args: &Args) -> anyhow::Result<()> {
     if args.json {
-        let all: Vec<Value> = outcomes.iter().map(Outcome::to_json).collect();
+        let all: Vec<Value> = representatives(outcomes)
+            .into_iter()
+            .map(|o| {
+                let mut v = o.to_json();
+                if o.server == "linux" {
+                    let modes: Vec<&Outcome> = linux_runs(outcomes, o.scenario).collect();
+                    let mut list: Vec<Value> = modes.iter().map(|m| m.mode_json()).collect();
+                    list.extend(skipped.iter().filter(|s| s.scenario == o.scenario).map(
+                        |s| json!({ "mode": s.mode, "available": false, "reason": s.reason }),
+                    ));
+                    v["linux_modes"] = json!(list);
+                    v["linux_best_mode"] = json!(o.mode);
+                }
+                v
+            })
+            .collect();
         println!("{}", serde_json::to_string_pretty(&all)?);
     } else {
-        print_table(outcomes, args);
+        print_table(outcomes, skipped, args);
     }
     Ok(())
+}
+
+/// Linux's runs of `scenario`, one a mode.
+fn linux_runs<'a>(outcomes: &'a [Outcome], scenario: &'a str) -> impl Iterator<Item = &'a Outcome> {
+    outcomes
+        .iter()
+        .filter(move |o| o.server == "linux" && o.scenario == scenario)
+}
+
+/// Linux's best run of `scenario`: the verified one with the highest rate (messages/s,
+/// connections/s or Gbit/s); an unverified one only if none verified.
+pub fn best_linux<'a>(outcomes: &'a [Outcome], scenario: &'a str) -> Option<&'a Outcome> {
+    let key = |o: &&Outcome| (o.verified, o.rate());
+    linux_runs(outcomes, scenario).max_by(|a, b| {
+        key(a)
+            .partial_cmp(&key(b))
+            .unwrap_or(std::cmp::Ordering::Equal)
+    })
+}
+
+/// One outcome per server and scenario, in the order run: Linux's best mode stands for
+/// its scenario.
+pub fn representatives(outcomes: &[Outcome]) -> Vec<&Outcome> {
+    let mut out: Vec<&Outcome> = Vec::new();
+    for o in outcomes {
+        if out
+            .iter()
+            .any(|r| r.server == o.server && r.scenario == o.scenario)
+        {
+            continue;
+        }
+        out.push(if o.server == "linux" {
+            best_linux(outcomes, o.scenario).unwrap_or(o)
+        } else {
+            o
+        });
+    }
+    out
 }
 
 impl Outcome {
@@ -46,6 +108,14 @@ impl Outcome {
             "conns_per_s": self.conns_per_s(),
             "latency_us": latency,
             "server_cpu_s": self.server_cpu.map(|d| d.as_secs_f64()),
+            "mode": self.mode,
+            "machine_cpu_s": self.machine_cpu.map(|d| d.as_secs_f64()),
+            "cpu_per_msg_ns": self.cpu_per_msg_ns(),
+            "process_cpu_s": self.process_cpu.map(|d| d.as_secs_f64()),
+            "process_cpu_per_msg_ns": self.process_cpu_per_msg_ns(),
+            "latency_of": latency_of(self.scenario),
+            "linux_modes": Value::Null,
+            "linux_best_mode": Value::Null,
             "server_time_wait": self.time_wait,
             "server_mem_bytes": self.c1m.as_ref().map(|c| c.mem_bytes),
             "server_mem_per_conn_bytes": self.mem_per_conn(),
@@ -64,7 +134,54 @@ impl Outcome {
     }
 }
 
-fn print_table(outcomes: &[Outcome], args: &Args) {
+/// What one latency sample of `scenario` times.
+fn latency_of(scenario: &str) -> Value {
+    match scenario {
+        "udp-rr" => json!("round trip"),
+        "pingpong" => json!("round: one message on every connection, all echoes back"),
+        "cps" => json!("round: every connection of the round opened, answered and closed"),
+        "c1m" => json!("exchange: one connection's message and its echo"),
+        _ => Value::Null,
+    }
+}
+
+impl Outcome {
+    /// One entry of `linux_modes`: what this mode's run measured.
+    fn mode_json(&self) -> Value {
+        json!({
+            "mode": self.mode,
+            "available": true,
+            "verified": self.verified,
+            "duration_s": self.elapsed.as_secs_f64(),
+            "msgs_per_s": self.msgs_per_s(),
+            "conns_per_s": self.conns_per_s(),
+            "throughput_gbps": self.gbps(),
+            "p50": self.percentile_us(0.5),
+            "p99": self.percentile_us(0.99),
+            "p999": self.percentile_us(0.999),
+            "server_cpu_s": self.server_cpu.map(|d| d.as_secs_f64()),
+            "machine_cpu_s": self.machine_cpu.map(|d| d.as_secs_f64()),
+            "cpu_per_msg_ns": self.cpu_per_msg_ns(),
+            "process_cpu_s": self.process_cpu.map(|d| d.as_secs_f64()),
+            "process_cpu_per_msg_ns": self.process_cpu_per_msg_ns(),
+            "server_waits": self.server_waits,
+        })
+    }
+}
+
+/// How ustack's side waited for work, in words.
+fn ustack_how(o: &Outcome) -> String {
+    match o.mode {
+        "inline" => format!("{}, client and server in one thread", o.link),
+        _ => format!(
+            "{}, busy-polling {} µs then sleeping",
+            o.link,
+            shm::BUSY_POLL.as_micros()
+        ),
+    }
+}
+
+fn print_table(outcomes: &[Outcome], skipped: &[Skipped], args: &Args) {
     println!();
     let linux = "Linux over loopback (the server in processes of its own)";
     if args.link == "tun" {
@@ -109,6 +226,22 @@ fn print_table(outcomes: &[Outcome], args: &Args) {
     } else {
         println!("ustack over sim (client and server in one thread on one core); {linux}");
     }
+    if outcomes
+        .iter()
+        .any(|o| o.server == "linux" && MODED_SCENARIOS.contains(&o.scenario))
+    {
+        let said: Vec<String> = args
+            .linux_modes()
+            .iter()
+            .map(|m| {
+                let cpus = m.cpus().map_or(String::new(), |(s, c)| {
+                    format!(" (server on CPU {s}, client on CPU {c})")
+                });
+                format!("{}: {}{cpus}", m.name(), m.describe())
+            })
+            .collect();
+        println!("Linux modes: {}", said.join("; "));
+    }
     let faults = args.faults();
     if !faults.is_empty() {
         let said: Vec<String> = faults
@@ -125,10 +258,11 @@ fn print_table(outcomes: &[Outcome], args: &Args) {
         );
     }
     println!(
-        "{:<9} {:<7} {:<9} {:>5} {:>12} {:>10} {:>9} {:>9} {:>9} {:>9} {:>8}",
+        "{:<9} {:<7} {:<9} {:<9} {:>5} {:>12} {:>10} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10} {:>8}",
         "scenario",
         "server",
         "link",
+        "mode",
         "conns",
         "msgs/s",
         "conns/s",
@@ -136,15 +270,18 @@ fn print_table(outcomes: &[Outcome], args: &Args) {
         "p50 us",
         "p99 us",
         "p99.9 us",
+        "CPU ns/msg",
+        "own ns/msg",
         "verified"
     );
     let opt = |v: Option<f64>, prec: usize| v.map_or("-".to_owned(), |v| format!("{v:.prec$}"));
     for o in outcomes {
         println!(
-            "{:<9} {:<7} {:<9} {:>5} {:>12} {:>10} {:>9.2} {:>9} {:>9} {:>9} {:>8}",
+            "{:<9} {:<7} {:<9} {:<9} {:>5} {:>12} {:>10} {:>9.2} {:>9} {:>9} {:>9} {:>10} {:>10} {:>8}",
             o.scenario,
             o.server,
             o.link,
+            o.mode,
             o.conns,
             opt(o.msgs_per_s(), 0),
             opt(o.conns_per_s(), 0),
@@ -152,20 +289,64 @@ fn print_table(outcomes: &[Outcome], args: &Args) {
             opt(o.percentile_us(0.50), 2),
             opt(o.percentile_us(0.99), 2),
             opt(o.percentile_us(0.999), 2),
+            opt(o.cpu_per_msg_ns(), 0),
+            opt(o.process_cpu_per_msg_ns(), 0),
             if o.verified { "yes" } else { "NO" }
+        );
+    }
+    for s in skipped {
+        println!(
+            "{:<9} linux   {:<9} {:<9} not run: {}",
+            s.scenario, "loopback", s.mode, s.reason
+        );
+    }
+    let scenarios: Vec<&str> = outcomes.iter().map(|o| o.scenario).collect();
+    let mut said = Vec::new();
+    for (scenario, what) in [
+        ("udp-rr", "udp-rr's per round trip"),
+        (
+            "pingpong",
+            "pingpong's per round (one message on every connection)",
+        ),
+        (
+            "cps",
+            "cps's per round (every connection of the round opened and closed)",
+        ),
+    ] {
+        if scenarios.contains(&scenario) {
+            said.push(what);
+        }
+    }
+    if !said.is_empty() {
+        println!("latency: {}", said.join("; "));
+    }
+    if outcomes.iter().any(|o| o.machine_cpu.is_some()) {
+        println!(
+            "CPU ns/msg: the whole machine's busy CPU time over the run (/proc/stat, every core) \
+             per message (cps: per connection); own ns/msg: the bench's and the server's \
+             processes' only (what other work on the machine does not inflate)"
         );
     }
     print_c1m(outcomes);
     for scenario in ALL_SCENARIOS {
-        let find = |s: &str| {
-            outcomes
-                .iter()
-                .find(|o| o.scenario == scenario && o.server == s)
-        };
-        if let (Some(u), Some(l)) = (find("ustack"), find("linux")) {
+        let u = outcomes
+            .iter()
+            .find(|o| o.scenario == scenario && o.server == "ustack");
+        if let (Some(u), Some(l)) = (u, best_linux(outcomes, scenario)) {
+            let modes: Vec<&Outcome> = linux_runs(outcomes, scenario).collect();
+            let mut how = format!("ustack over {}; Linux {}", ustack_how(u), l.mode);
+            if modes.len() > 1 {
+                how = format!("{how}, the best of {}", modes.len());
+                let each: Vec<String> = modes
+                    .iter()
+                    .map(|m| format!("{} {:.2}x", m.mode, u.rate() / m.rate()))
+                    .collect();
+                how += &format!("; against each: {}", each.join(", "));
+            }
+            let how = format!(" ({how})");
             if let (Some(um), Some(lm)) = (u.mem_per_conn(), l.mem_per_conn()) {
                 println!(
-                    "{scenario}: ustack/linux {:.2}x conns/s, {:.2}x p50 latency, {:.2}x memory per connection",
+                    "{scenario}: ustack/linux {:.2}x conns/s, {:.2}x p50 latency, {:.2}x memory per connection{how}",
                     u.conns_per_s().unwrap_or(0.0) / l.conns_per_s().unwrap_or(1.0),
                     u.percentile_us(0.5).unwrap_or(0.0) / l.percentile_us(0.5).unwrap_or(1.0),
                     um / lm.max(1.0),
@@ -174,7 +355,7 @@ fn print_table(outcomes: &[Outcome], args: &Args) {
             }
             if let (Some(uc), Some(lc)) = (u.conns_per_s(), l.conns_per_s()) {
                 println!(
-                    "{scenario}: ustack/linux {:.2}x conns/s, {:.2}x p50 latency",
+                    "{scenario}: ustack/linux {:.2}x conns/s, {:.2}x p50 round latency{how}",
                     uc / lc,
                     u.percentile_us(0.5).unwrap_or(0.0) / l.percentile_us(0.5).unwrap_or(1.0)
                 );
@@ -182,12 +363,17 @@ fn print_table(outcomes: &[Outcome], args: &Args) {
             }
             match (u.msgs_per_s(), l.msgs_per_s()) {
                 (Some(um), Some(lm)) => println!(
-                    "{scenario}: ustack/linux {:.2}x msgs/s, {:.2}x p50 latency",
+                    "{scenario}: ustack/linux {:.2}x msgs/s, {:.2}x p50 {} latency{how}",
                     um / lm,
-                    u.percentile_us(0.5).unwrap_or(0.0) / l.percentile_us(0.5).unwrap_or(1.0)
+                    u.percentile_us(0.5).unwrap_or(0.0) / l.percentile_us(0.5).unwrap_or(1.0),
+                    if scenario == "udp-rr" {
+                        "round-trip"
+                    } else {
+                        "round"
+                    },
                 ),
                 _ => println!(
-                    "{scenario}: ustack/linux {:.2}x Gbit/s",
+                    "{scenario}: ustack/linux {:.2}x Gbit/s{how}",
                     u.gbps() / l.gbps()
                 ),
             }

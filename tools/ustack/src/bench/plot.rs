@@ -53,7 +53,7 @@ fn color(server: &str) -> RGBColor {
 }
 
 /// Draw `outcomes` to `path`, one panel per scenario in the order run.
-pub fn draw(path: &Path, outcomes: &[Outcome]) -> anyhow::Result<()> {
+pub fn draw(path: &Path, outcomes: &[&Outcome]) -> anyhow::Result<()> {
     static FONT_ONCE: Once = Once::new();
     let mut font = Ok(());
     FONT_ONCE.call_once(|| {
@@ -93,13 +93,14 @@ pub fn draw(path: &Path, outcomes: &[Outcome]) -> anyhow::Result<()> {
 fn panels<DB: DrawingBackend>(
     root: DrawingArea<DB, Shift>,
     scenarios: &[&str],
-    outcomes: &[Outcome],
+    outcomes: &[&Outcome],
 ) -> Result<(), String> {
     root.fill(&WHITE).map_err(|e| e.to_string())?;
     let areas = root.split_evenly((scenarios.len(), 1));
     for (area, scenario) in areas.iter().zip(scenarios) {
         let runs: Vec<&Outcome> = outcomes
             .iter()
+            .copied()
             .filter(|o| o.scenario == *scenario)
             .collect();
         match *scenario {

@@ -1,14 +1,18 @@
 //! udp-rr: one flow of UDP request/response in lock-step, every echo checked.
 
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
+use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant as WallClock};
 
 use anyhow::Context;
+use rustix::event::epoll;
+use rustix::io::Errno;
+use rustix::net::{RecvFlags, SendFlags};
 use ustack_testkit::{A_IP, B_IP};
 
 use super::args::REORDER_HOLD;
-use super::linux;
-use super::measure::{Run, cpu_between, workers};
+use super::linux::{self, ClientPin, Waiter};
+use super::measure::{LinuxMode, Run, cpu_between, workers};
 use super::outcome::Outcome;
 use super::pattern::{fill_message, message_seq};
 use super::sim::Sim;
@@ -69,15 +73,22 @@ pub fn ustack(run: &Run) -> anyhow::Result<Outcome> {
     .with_pair(&sim.p))
 }
 
-/// udp-rr against the baseline UDP echo server in a process of its own, the client on a
-/// kernel socket in the bench process.
+/// udp-rr against the baseline UDP echo server in a process of its own, in
+/// `run.linux_mode`; the client a non-blocking kernel socket of the bench thread, waiting
+/// in epoll (spinning in busy mode, pinned to its own core).
 pub fn linux(run: &Run) -> anyhow::Result<Outcome> {
-    let size = run.size;
-    let (server, port) = linux::Peer::spawn("udp-echo", &workers(run))?;
+    let (size, mode) = (run.size, run.linux_mode);
+    let mut args = linux::mode_args(mode);
+    args.extend(workers(run));
+    let (mut server, port) = linux::Peer::spawn("udp-echo", &args)?;
+    let _pin = ClientPin::new(mode.cpus().map(|(_, client)| client))?;
     let client = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))
         .context("bind the Linux client socket on loopback")?;
     client.connect((Ipv4Addr::LOCALHOST, port))?;
-    client.set_read_timeout(Some(Duration::from_secs(1)))?;
+    client.set_nonblocking(true)?;
+    let client = OwnedFd::from(client);
+    let mut w = Waiter::new(mode == LinuxMode::Busy)?;
+    w.add(&client, 0, epoll::EventFlags::IN)?;
     let (mut req, mut resp) = (vec![0u8; size], vec![0u8; 2048]);
     let (mut rtt_ns, mut verified, mut seq) = (Vec::new(), true, 0u64);
     let cpu0 = server.cpu();
@@ -85,21 +96,33 @@ pub fn linux(run: &Run) -> anyhow::Result<Outcome> {
     while m.going(0) {
         let t0 = WallClock::now();
         fill_message(&mut req, seq);
-        client.send(&req)?;
-        let n = client
-            .recv(&mut resp)
-            .context("Linux udp-rr: the client got no echo")?;
+        rustix::net::send(&client, &req, SendFlags::empty())?;
+        let n = loop {
+            w.wait(Duration::from_secs(1), "udp-rr: the client got no echo")?;
+            match rustix::net::recv(&client, &mut resp, RecvFlags::DONTWAIT) {
+                Ok((n, _)) => break n,
+                Err(Errno::AGAIN | Errno::INTR) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        };
         verified &= resp[..n] == req[..];
         rtt_ns.push(t0.elapsed().as_nanos() as u64);
         seq += 1;
     }
     let elapsed = m.elapsed();
     let cpu = cpu_between(cpu0, server.cpu());
+    let waits = server.waits()?;
     server.stop()?;
     let mut o = Outcome::echo(
         "udp-rr", "linux", "loopback", 1, size, seq, elapsed, verified, rtt_ns,
     );
     o.server_cpu = cpu;
-    o.shards = run.shards;
+    o.mode = mode.name();
+    o.server_waits = waits;
+    o.shards = if mode == LinuxMode::IoUring {
+        1
+    } else {
+        run.shards
+    };
     Ok(o)
 }
