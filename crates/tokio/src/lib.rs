@@ -78,8 +78,8 @@ use std::task::Wake;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-pub use ustack_net::{Fd, Net, Readiness};
 use ustack_net::Wait;
+pub use ustack_net::{Fd, Net, Readiness};
 
 #[cfg(feature = "axum")]
 mod axum_listener;
@@ -104,11 +104,7 @@ impl Wake for Arm {
     }
     fn wake_by_ref(self: &Arc<Self>) {
         self.armed.store(false, Ordering::Release);
-        let task = self
-            .task
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
+        let task = self.task.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(t) = task {
             t.wake();
         }
@@ -268,10 +264,12 @@ impl TcpStream {
         let fd = net.tcp_connect(v4(addr)?, Wait::Never)?;
         let sock = Sock::new(net, fd);
         poll_fn(|cx| {
-            sock.poll_io(cx, Readiness::WRITABLE, |net, fd| match net.connect_done(fd) {
-                Ok(true) => Ok(()),
-                Ok(false) => Err(io::ErrorKind::WouldBlock.into()),
-                Err(e) => Err(e),
+            sock.poll_io(cx, Readiness::WRITABLE, |net, fd| {
+                match net.connect_done(fd) {
+                    Ok(true) => Ok(()),
+                    Ok(false) => Err(io::ErrorKind::WouldBlock.into()),
+                    Err(e) => Err(e),
+                }
             })
         })
         .await?;

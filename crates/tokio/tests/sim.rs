@@ -1,0 +1,252 @@
+//! ustack-tokio over an in-process sim link (two stacks, one loop thread, the real
+//! clock): a tokio echo server and many concurrent tokio clients with every byte checked,
+//! `into_split` across tasks, UDP, and cancellation (a dropped `connect`, a task aborted
+//! in a read: the stack's socket table and the runtime's counters show the socket closed).
+
+use core::time::Duration;
+use std::net::SocketAddr;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use ustack_dev::sim::SimLinkConfig;
+use ustack_runtime::RuntimeBuilder;
+use ustack_tokio::{Net, TcpListener, TcpStream, UdpSocket};
+
+const LIMIT: Duration = Duration::from_secs(60);
+const SERVER: &str = "10.0.0.1";
+
+fn sim_nets() -> (Net, Net) {
+    let a = RuntimeBuilder::new()
+        .ipv4(SERVER.parse().unwrap(), 24)
+        .seed(1);
+    let b = RuntimeBuilder::new()
+        .ipv4("10.0.0.2".parse().unwrap(), 24)
+        .seed(2);
+    Net::sim_pair(a, b, SimLinkConfig::default()).expect("sim pair")
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn addr(port: u16) -> String {
+    format!("{SERVER}:{port}")
+}
+
+/// `n` bytes of connection `salt`'s own pattern.
+fn pattern(n: usize, salt: u64) -> Vec<u8> {
+    ustack_testkit::pattern(n, salt)
+}
+
+/// The stack's TCP sockets (state, remote) other than listeners.
+fn connections(net: &Net) -> Vec<(&'static str, Option<std::net::SocketAddrV4>)> {
+    net.on_each_shard(|rt| {
+        let now = rt.now();
+        rt.stack()
+            .sockets(now)
+            .into_iter()
+            .filter(|s| s.state != "LISTEN" && s.state != "UNCONN")
+            .map(|s| (s.state, s.remote))
+            .collect::<Vec<_>>()
+    })
+    .unwrap()
+    .concat()
+}
+
+/// An echo server: a task per connection, `tokio::io::copy` between the halves of
+/// `into_split`.
+fn spawn_echo(listener: TcpListener) {
+    tokio::spawn(async move {
+        loop {
+            let (s, _) = listener.accept().await.expect("accept");
+            tokio::spawn(async move {
+                let (mut r, mut w) = s.into_split();
+                tokio::io::copy(&mut r, &mut w).await.expect("copy");
+                w.shutdown().await.expect("shutdown");
+            });
+        }
+    });
+}
+
+/// One client: writes `len` bytes of its pattern while reading the echo; returns what
+/// came back.
+async fn client(net: Net, port: u16, salt: u64, len: usize) -> Vec<u8> {
+    let s = TcpStream::connect(&net, addr(port)).await.expect("connect");
+    let (mut r, mut w) = s.into_split();
+    let data = pattern(len, salt);
+    let writer = tokio::spawn(async move {
+        for chunk in data.chunks(1000 + salt as usize % 3000) {
+            w.write_all(chunk).await.expect("write");
+        }
+        w.shutdown().await.expect("shutdown");
+        w
+    });
+    let mut got = Vec::with_capacity(len);
+    r.read_to_end(&mut got).await.expect("read");
+    drop(writer.await.unwrap());
+    got
+}
+
+#[test]
+fn tokio_echo_many_concurrent_connections_every_byte_checked() {
+    let (server, client_net) = sim_nets();
+    const CONNS: u64 = 64;
+    const LEN: usize = 100_000;
+    runtime().block_on(async {
+        let listener = TcpListener::bind(&server, addr(7)).unwrap();
+        spawn_echo(listener);
+        let clients: Vec<_> = (0..CONNS)
+            .map(|i| tokio::spawn(client(client_net.clone(), 7, i, LEN)))
+            .collect();
+        let all = async {
+            for (i, c) in clients.into_iter().enumerate() {
+                let got = c.await.unwrap();
+                assert_eq!(got.len(), LEN, "connection {i}: length");
+                assert!(
+                    got == pattern(LEN, i as u64),
+                    "connection {i}: bytes differ"
+                );
+            }
+        };
+        tokio::time::timeout(LIMIT, all).await.expect("in time");
+    });
+}
+
+#[test]
+fn a_current_thread_runtime_serves_and_connects() {
+    let (server, client_net) = sim_nets();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let listener = TcpListener::bind(&server, addr(8)).unwrap();
+        assert_eq!(listener.local_addr().unwrap(), addr(8).parse().unwrap());
+        spawn_echo(listener);
+        let got = tokio::time::timeout(LIMIT, client(client_net, 8, 99, 300_000))
+            .await
+            .expect("in time");
+        assert!(got == pattern(300_000, 99), "bytes differ");
+    });
+}
+
+#[test]
+fn udp_send_to_and_recv_from() {
+    let (server, client_net) = sim_nets();
+    runtime().block_on(async {
+        let s = UdpSocket::bind(&server, addr(53)).unwrap();
+        let c = UdpSocket::bind(&client_net, "10.0.0.2:0").unwrap();
+        let echo = tokio::spawn(async move {
+            let mut buf = [0u8; 2048];
+            for _ in 0..10 {
+                let (n, from) = s.recv_from(&mut buf).await.unwrap();
+                s.send_to(&buf[..n], from).await.unwrap();
+            }
+        });
+        let mut buf = [0u8; 2048];
+        for i in 0..10u64 {
+            let msg = pattern(100 + i as usize * 100, i);
+            c.send_to(&msg, addr(53)).await.unwrap();
+            let (n, from) = tokio::time::timeout(LIMIT, c.recv_from(&mut buf))
+                .await
+                .expect("in time")
+                .unwrap();
+            assert_eq!(from, addr(53).parse::<SocketAddr>().unwrap());
+            assert_eq!(&buf[..n], &msg[..]);
+        }
+        echo.await.unwrap();
+    });
+}
+
+#[test]
+fn a_dropped_connect_leaves_no_socket() {
+    let (_server, client_net) = sim_nets();
+    runtime().block_on(async {
+        // Nobody has 10.0.0.9: the handshake cannot finish.
+        let r = tokio::time::timeout(
+            Duration::from_millis(300),
+            TcpStream::connect(&client_net, "10.0.0.9:80"),
+        )
+        .await;
+        assert!(r.is_err(), "the connect cannot have finished");
+    });
+    let left = connections(&client_net);
+    assert!(
+        left.is_empty(),
+        "sockets left after a dropped connect: {left:?}"
+    );
+}
+
+#[test]
+fn an_aborted_task_closes_its_stream() {
+    let (server, client_net) = sim_nets();
+    runtime().block_on(async {
+        let listener = TcpListener::bind(&server, addr(9)).unwrap();
+        let before = client_net.runtime_stats().unwrap().closed_on_drop;
+        let c = TcpStream::connect(&client_net, addr(9)).await.unwrap();
+        let (mut s, _) = listener.accept().await.unwrap();
+        // A task parked in a read that will never complete, then aborted.
+        let reader = tokio::spawn(async move {
+            let mut c = c;
+            let mut buf = [0u8; 16];
+            let _ = c.read(&mut buf).await;
+            c
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        reader.abort();
+        assert!(reader.await.unwrap_err().is_cancelled());
+        let mut buf = [0u8; 16];
+        let n = tokio::time::timeout(LIMIT, s.read(&mut buf))
+            .await
+            .expect("in time")
+            .unwrap();
+        assert_eq!(n, 0, "the peer sees the FIN of the aborted task's stream");
+        assert_eq!(
+            client_net.runtime_stats().unwrap().closed_on_drop,
+            before + 1
+        );
+    });
+    let left: Vec<_> = connections(&client_net)
+        .into_iter()
+        .filter(|(state, _)| *state == "ESTAB")
+        .collect();
+    assert!(
+        left.is_empty(),
+        "an established connection is left: {left:?}"
+    );
+}
+
+#[test]
+fn a_dropped_accept_takes_nothing_from_the_queue() {
+    let (server, client_net) = sim_nets();
+    runtime().block_on(async {
+        let listener = TcpListener::bind(&server, addr(10)).unwrap();
+        let r = tokio::time::timeout(Duration::from_millis(100), listener.accept()).await;
+        assert!(r.is_err(), "nobody connected yet");
+        let mut c = TcpStream::connect(&client_net, addr(10)).await.unwrap();
+        let (mut s, peer) = tokio::time::timeout(LIMIT, listener.accept())
+            .await
+            .expect("in time")
+            .unwrap();
+        assert_eq!(peer, c.local_addr().unwrap());
+        c.write_all(b"after a cancelled accept").await.unwrap();
+        let mut got = [0u8; 24];
+        s.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got, b"after a cancelled accept");
+    });
+}
+
+#[test]
+fn a_refused_connect_is_connection_refused() {
+    let (_server, client_net) = sim_nets();
+    runtime().block_on(async {
+        let e = tokio::time::timeout(LIMIT, TcpStream::connect(&client_net, addr(11)))
+            .await
+            .expect("in time")
+            .unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused, "{e}");
+    });
+}
