@@ -49,7 +49,7 @@ struct Args {
 }
 
 /// The application: what a user writes for the kernel's sockets, unchanged.
-fn app(root: PathBuf) -> Router {
+pub fn app(root: PathBuf) -> Router {
     Router::new()
         .route("/", get(|| async { "Hello, World!" }))
         .route("/files/{name}", get(file))

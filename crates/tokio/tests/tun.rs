@@ -1,8 +1,8 @@
 //! The ecosystem on ustack over a TUN interface, the Linux kernel as the peer, in a
 //! namespace of the test's own:
 //!
-//! - the `axum_hello` example (built by `cargo test` with the tests) serves curl in the
-//!   namespace: `GET /`, `POST /echo` with a JSON body, a 10 MiB file compared by
+//! - the `axum_hello` example's application (compiled in) on `axum::serve` with a ustack
+//!   listener serves curl in the namespace: `GET /`, `POST /echo` with a JSON body, a 10 MiB file compared by
 //!   SHA-256, and two requests on one keep-alive connection;
 //! - a hyper client on ustack fetches a file from `python3 -m http.server` in the
 //!   namespace, compared by SHA-256.
@@ -13,15 +13,12 @@
 //! the processes go when their guards drop, on failure too.
 
 use core::time::Duration;
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 
 use sha2::{Digest, Sha256};
 use ustack_runtime::RuntimeBuilder;
-use ustack_testkit::netns::{
-    KERNEL_IP, NetNs, TUN_NAME, TunRig, USTACK_IP, root_or_skip, tool_or_skip,
-};
+use ustack_testkit::netns::{KERNEL_IP, NetNs, TunRig, USTACK_IP, root_or_skip, tool_or_skip};
 use ustack_tokio::{Net, TcpStream};
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -69,19 +66,10 @@ fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-/// The `axum_hello` example, built beside this test (`target/<profile>/examples`).
-fn example_bin() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().and_then(Path::parent).unwrap();
-    let bin = dir.join("examples").join("axum_hello");
-    assert!(
-        bin.exists(),
-        "{} is missing: build it with `cargo build -p ustack-tokio --example axum_hello` \
-         (`cargo test` builds it)",
-        bin.display()
-    );
-    bin
-}
+/// The `axum_hello` example's application (its `app`), compiled into this test.
+#[path = "../examples/axum_hello.rs"]
+#[allow(dead_code)]
+mod axum_hello;
 
 /// Runs `argv` in the namespace, bounded; its stdout.
 fn run(ns: &NetNs, argv: &[&str]) -> String {
@@ -100,32 +88,23 @@ fn axum_hello_serves_curl_over_tun() {
     }
     let root = TempDir::new("axum");
     let want = big_file(&root.0.join("big.bin"), BIG, 5);
-    let ns = NetNs::new().expect("namespace");
-    let mut child = std::process::Command::new("timeout")
-        .arg("120")
-        .arg(example_bin())
-        .args(["--link", "tun", "--tun", TUN_NAME, "--netns"])
-        .arg(ns.path())
-        .args(["--addr", &format!("{USTACK_IP}:80"), "--root"])
-        .arg(&root.0)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawning axum_hello");
-    let stdout = child.stdout.take().unwrap();
-    let _server = Kill(child);
-    let mut line = String::new();
-    std::io::BufReader::new(stdout)
-        .read_line(&mut line)
+    let mut rig = TunRig::new(1, None).expect("TUN rig");
+    let queues = core::mem::take(&mut rig.queues);
+    let net = Net::tun(RuntimeBuilder::new().ipv4(USTACK_IP, 24).seed(8), queues).unwrap();
+    let listener = ustack_tokio::TcpListener::bind(&net, (USTACK_IP, 80)).unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
         .unwrap();
-    assert_eq!(line.trim(), format!("tun-ready {TUN_NAME}"));
-    ns.configure_tun(TUN_NAME)
-        .expect("configuring the kernel's end");
+    // The example's application, served as the example serves it.
+    rt.spawn(axum::serve(listener, axum_hello::app(root.0.clone())).into_future());
+    let ns = &rig.ns;
     let base = format!("http://{USTACK_IP}:80");
     let curl = |args: &[&str]| {
         let mut argv = vec!["curl", "-sS", "--fail", "--max-time", "30"];
         argv.extend_from_slice(args);
-        run(&ns, &argv)
+        run(ns, &argv)
     };
 
     assert_eq!(curl(&[&format!("{base}/")]), "Hello, World!");
@@ -145,7 +124,7 @@ fn axum_hello_serves_curl_over_tun() {
     );
 
     let got = run(
-        &ns,
+        ns,
         &[
             "sh",
             "-c",
@@ -160,7 +139,7 @@ fn axum_hello_serves_curl_over_tun() {
 
     assert!(
         run(
-            &ns,
+            ns,
             &[
                 "curl",
                 "-s",
