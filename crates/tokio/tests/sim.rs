@@ -7,6 +7,7 @@ use core::time::Duration;
 use std::net::SocketAddr;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use ustack_dev::shm::{ShmConfig, ShmLink};
 use ustack_dev::sim::SimLinkConfig;
 use ustack_runtime::RuntimeBuilder;
 use ustack_tokio::{Net, TcpListener, TcpStream, UdpSocket};
@@ -106,20 +107,57 @@ async fn client(net: Net, port: u16, salt: u64, len: usize) -> Vec<u8> {
 #[test]
 fn tokio_echo_many_concurrent_connections_every_byte_checked() {
     let (server, client_net) = sim_nets();
-    const CONNS: u64 = 64;
-    const LEN: usize = 100_000;
+    echo_many(server, client_net, 64, 100_000);
+}
+
+/// The same over a shm link of two queue pairs: two shards a side, each with its loop
+/// thread, the listener on both.
+#[test]
+fn tokio_echo_over_two_shm_shards_every_byte_checked() {
+    let (a, b) = ShmLink::pair(&ShmConfig {
+        queue_pairs: 2,
+        ..ShmConfig::default()
+    })
+    .expect("shm pair");
+    let server = Net::shm(RuntimeBuilder::new().ipv4(SERVER.parse().unwrap(), 24), a).unwrap();
+    let client = Net::shm(
+        RuntimeBuilder::new().ipv4("10.0.0.2".parse().unwrap(), 24),
+        b,
+    )
+    .unwrap();
+    assert_eq!(server.shards(), 2);
+    echo_many(server, client.clone(), 32, 100_000);
+    // The client closed first: its TIME-WAIT records show which shards carried connections.
+    let per_shard = client
+        .on_each_shard(|rt| {
+            let now = rt.now();
+            rt.stack()
+                .sockets(now)
+                .iter()
+                .filter(|s| s.state != "LISTEN" && s.state != "UNCONN")
+                .count()
+        })
+        .unwrap();
+    assert!(
+        per_shard.iter().all(|&n| n > 0),
+        "connections on each shard: {per_shard:?}"
+    );
+}
+
+/// `conns` concurrent clients of `len` bytes each against a tokio echo server on port 7.
+fn echo_many(server: Net, client_net: Net, conns: u64, len: usize) {
     runtime().block_on(async {
         let listener = TcpListener::bind(&server, addr(7)).unwrap();
         spawn_echo(listener);
-        let clients: Vec<_> = (0..CONNS)
-            .map(|i| tokio::spawn(client(client_net.clone(), 7, i, LEN)))
+        let clients: Vec<_> = (0..conns)
+            .map(|i| tokio::spawn(client(client_net.clone(), 7, i, len)))
             .collect();
         let all = async {
             for (i, c) in clients.into_iter().enumerate() {
                 let got = c.await.unwrap();
-                assert_eq!(got.len(), LEN, "connection {i}: length");
+                assert_eq!(got.len(), len, "connection {i}: length");
                 assert!(
-                    got == pattern(LEN, i as u64),
+                    got == pattern(len, i as u64),
                     "connection {i}: bytes differ"
                 );
             }
