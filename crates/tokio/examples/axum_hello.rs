@@ -15,7 +15,7 @@
 //! and exits.
 
 use core::net::Ipv4Addr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 use axum::Router;
@@ -102,23 +102,8 @@ fn main() -> anyhow::Result<()> {
         .build()?;
     match args.link.as_str() {
         "tun" => {
-            let netns = args.netns.as_ref().map(|n| {
-                if n.contains('/') {
-                    PathBuf::from(n)
-                } else {
-                    Path::new("/run/netns").join(n)
-                }
-            });
-            let tun = ustack_dev::tun::Tun::open(&ustack_dev::tun::TunConfig {
-                name: args.tun.clone(),
-                queues: 1,
-                mtu: None,
-                netns,
-                offload: false,
-            })
-            .context("creating the TUN interface")?;
-            let name = tun.name().to_owned();
-            let net = Net::tun(builder, tun.into_queues())?;
+            let (net, name) = ustack_tokio::net_over_tun(builder, &args.tun, args.netns.as_deref())
+                .context("creating the TUN interface")?;
             let listener = TcpListener::bind(&net, (ip, port))?;
             println!("tun-ready {name}");
             rt.block_on(axum::serve(listener, app(args.root)).into_future())?;

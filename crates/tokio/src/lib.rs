@@ -497,3 +497,32 @@ impl UdpSocket {
         self.sock.fd
     }
 }
+
+// ---- a stack over a new TUN interface --------------------------------------------------------
+
+/// A stack on a new TUN interface `name` (a `%d` is filled in by the kernel; one queue),
+/// created in the network namespace `netns` (a name from `ip netns add`, or a path such as
+/// `/proc/PID/ns/net`; `None`: this process's), with `builder`'s address: the [`Net`] and
+/// the interface's name. The kernel's end still needs its address and `ip link set up`.
+pub fn net_over_tun(
+    builder: ustack_runtime::RuntimeBuilder,
+    name: &str,
+    netns: Option<&str>,
+) -> io::Result<(Net, String)> {
+    let netns = netns.map(|n| {
+        if n.contains('/') {
+            std::path::PathBuf::from(n)
+        } else {
+            std::path::Path::new("/run/netns").join(n)
+        }
+    });
+    let tun = ustack_dev::tun::Tun::open(&ustack_dev::tun::TunConfig {
+        name: name.to_owned(),
+        queues: 1,
+        mtu: None,
+        netns,
+        offload: false,
+    })?;
+    let name = tun.name().to_owned();
+    Ok((Net::tun(builder, tun.into_queues())?, name))
+}
