@@ -155,6 +155,8 @@ async fn sim(
             .header("host", format!("{ip}:{port}"))
             .header("content-type", "application/json")
             .body(Full::new(bytes_of(body)))?;
+        // The connection takes one request at a time: wait until the last one is done.
+        send.ready().await?;
         let resp = send.send_request(req).await?;
         let status = resp.status();
         let got = resp.into_body().collect().await?.to_bytes();
