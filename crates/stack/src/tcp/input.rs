@@ -373,7 +373,12 @@ impl Sock<'_> {
             if f.contains(Flags::SYN) {
                 return Err(self.tcp_challenge_ack(now, DropReason::TcpInvalidSyn));
             }
-            return Err(Verdict::DropAndAck(DropReason::TcpPaws));
+            return Err(self.tcp_oow_dupack(
+                now,
+                len,
+                Counter::TcpExtTCPACKSkippedPAWS,
+                DropReason::TcpPaws,
+            ));
         }
         // Acceptability (RFC 9293 §3.10.7.4 table), in Linux's `tcp_sequence` form: the
         // segment must not end before RCV.WUP (what we last acknowledged) nor start after
@@ -400,7 +405,7 @@ impl Sock<'_> {
             if f.contains(Flags::RST) {
                 return Err(Verdict::Drop(reason));
             }
-            return Err(Verdict::DropAndAck(reason));
+            return Err(self.tcp_oow_dupack(now, len, Counter::TcpExtTCPACKSkippedSeq, reason));
         }
 
         // ---- second, check the RST bit (RFC 5961 §3.2) -----------------------------
@@ -427,6 +432,30 @@ impl Sock<'_> {
             return Err(self.tcp_challenge_ack(now, DropReason::TcpInvalidSyn));
         }
         Ok(())
+    }
+
+    /// Drop an unacceptable (out-of-window or PAWS-failing) segment of sequence length
+    /// `len` (no SYN) with `reason`, answering with a duplicate ACK unless one went out
+    /// less than `tcp_invalid_ratelimit` ago, which counts `skipped` instead (Linux
+    /// `tcp_oow_rate_limited` on `last_oow_ack_time`, shared with challenge ACKs). As
+    /// there, segments carrying data are always answered: "Data packets without SYNs are
+    /// not likely part of an ACK loop" (a lost ACK must not stall the peer's retransmission).
+    fn tcp_oow_dupack(
+        &mut self,
+        now: Instant,
+        len: usize,
+        skipped: Counter,
+        reason: DropReason,
+    ) -> Verdict {
+        if len != 0 {
+            return Verdict::DropAndAck(reason);
+        }
+        let ratelimit = self.sysctl.tcp_invalid_ratelimit;
+        if super::timer::oow_rate_limited(&mut self.tcb.last_oow_ack, now, ratelimit) {
+            self.mib.inc(skipped);
+            return Verdict::Drop(reason);
+        }
+        Verdict::DropAndAck(reason)
     }
 
     /// Drop the segment with `reason` and answer with a challenge ACK if the limits allow
