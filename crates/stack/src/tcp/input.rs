@@ -244,6 +244,8 @@ impl Sock<'_> {
                 tcb.snd.wnd = u32::from(seg.window_len) << tcb.snd_wscale;
                 tcb.snd.wl1 = seg.seq_number;
                 tcb.snd.wl2 = seg.ack_number;
+                // RFC 6298 §5.7, Linux tcp_init_transfer (see the SYN-SENT case).
+                tcb.rtt.use_fallback_rto();
                 self.set_state(State::Established);
             } else {
                 return Verdict::DropAndReset(tcb.tuple, DropReason::TcpAckUnsentData);
@@ -524,6 +526,9 @@ impl Sock<'_> {
         // ESTABLISHED, form an ACK segment ... and send it."
         let mut ev = AckEvent::default();
         self.tcp_clean_rtx_queue(now, seg, &mut ev);
+        // RFC 6298 §5.7 (Linux tcp_init_transfer -> tcp_init_metrics): no RTT sample
+        // from the handshake (the SYN was retransmitted: Karn) means RTO 3 s.
+        self.tcb.rtt.use_fallback_rto();
         self.tcp_set_xmit_timer(now);
         self.set_state(State::Established);
         self.tcb.flags.set(TcbFlags::ACK_NOW);
