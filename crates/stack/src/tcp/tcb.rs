@@ -176,7 +176,7 @@ pub(crate) struct Tcb {
     pub(crate) snd_wscale: u8,
     /// The MSS we send with (the peer's MSS option, capped by our MTU; Linux `mss_cache`).
     pub(crate) mss: u16,
-    /// The MSS we advertised.
+    /// The MSS we advertised; in SYN-SENT, lowered to a path MTU reported by ICMP (`pmtu.rs`).
     pub(crate) adv_mss: u16,
     /// RFC 7323 §4.3 TS.Recent and the time it was recorded (seconds on our clock,
     /// for the 24-day PAWS rule of §5.5).
