@@ -379,14 +379,7 @@ fn frag_needed_while_connecting_shrinks_the_first_segments() {
     t.stack.receive(now, &icmp);
     assert_eq!(t.stack.mib().get(Counter::TcpExtOutOfWindowIcmps), 1);
     assert_eq!(t.recv_all(), vec![], "nothing to resend for a SYN");
-    t.send(
-        Seg::syn(PEER_ISN)
-            .flags(Flags::SYN | Flags::ACK)
-            .with_ack(syn.seq.wrapping_add(1))
-            .mss(1460)
-            .win(65_535),
-    );
-    t.recv_all();
+    synack_mss_1460(&mut t, &syn);
     assert_eq!(t.stack.tcp_state(h), Ok(State::Established));
     assert_eq!(t.stack.tcp_info(h).unwrap().mss, 960);
     t.write(h, &vec![7u8; 3000]);
@@ -396,6 +389,12 @@ fn frag_needed_while_connecting_shrinks_the_first_segments() {
     // Without the ICMP, the same handshake sends 1460-byte segments.
     let mut t = SegTest::new(80);
     let (h, syn) = t.connect();
+    synack_mss_1460(&mut t, &syn);
+    assert_eq!(t.stack.tcp_info(h).unwrap().mss, 1460);
+}
+
+/// The peer's SYN-ACK to our `syn`, offering MSS 1460, and our ACK.
+fn synack_mss_1460(t: &mut SegTest, syn: &Seg) {
     t.send(
         Seg::syn(PEER_ISN)
             .flags(Flags::SYN | Flags::ACK)
@@ -404,7 +403,6 @@ fn frag_needed_while_connecting_shrinks_the_first_segments() {
             .win(65_535),
     );
     t.recv_all();
-    assert_eq!(t.stack.tcp_info(h).unwrap().mss, 1460);
 }
 
 /// An absurd MTU (68, the IPv4 minimum) is raised to `net.ipv4.route.min_pmtu` (552, Linux
