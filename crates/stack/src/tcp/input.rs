@@ -669,7 +669,7 @@ impl Sock<'_> {
             self.tcp_set_xmit_timer(now);
         }
         self.tcp_cong_control(now, &ev, prior_in_flight);
-        self.tcp_find_lost_retrans();
+        self.tcp_find_lost_retrans(now);
     }
 
     /// After an ACK that acknowledged data (Linux `tcp_set_xmit_timer`): a tail loss probe
