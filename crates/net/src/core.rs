@@ -1866,7 +1866,7 @@ fn connect_on_shard(ctx: &mut Ctx<'_>, addr: SocketAddrV4) -> io::Result<api::Tc
         let recent = &*ctx.recent;
         let Some(port) = ctx
             .rss
-            .pick_local_port(local_ip, addr, ctx.shard, lo..=hi, |p| {
+            .pick_local_port(local_ip, addr, ctx.shard, lo..=hi, &mut 0, |p| {
                 refused.contains(&p) || recent.contains(p)
             })
         else {

@@ -120,6 +120,8 @@ pub struct ShardContext<'a, D: Device + Sleep> {
     shard: usize,
     rss: &'a Rss,
     listeners: &'a [TcpListener],
+    /// The shard's port-search offset (see [`Rss::pick_local_port`]).
+    port_perturb: &'a mut u32,
 }
 
 impl<D: Device + Sleep> core::fmt::Debug for ShardContext<'_, D> {
@@ -159,7 +161,9 @@ impl<'a, D: Device + Sleep> ShardContext<'a, D> {
     }
 
     /// Open a connection to `remote` from a local port whose replies hash to this shard
-    /// ([`Rss::pick_local_port`] over `net.ipv4.ip_local_port_range`, then
+    /// ([`Rss::pick_local_port`] over `net.ipv4.ip_local_port_range`, from the shard's
+    /// moving offset so that a quick reconnect to the same peer does not reuse the tuple
+    /// just closed, then
     /// [`ustack_stack::Stack::tcp_connect_from`]). A port the stack refuses (its 4-tuple
     /// in use, or a listener on it) is skipped and the search goes on; `EADDRNOTAVAIL`
     /// when no port of the range hashes here and is free (Linux's error for an exhausted
@@ -174,9 +178,14 @@ impl<'a, D: Device + Sleep> ShardContext<'a, D> {
         loop {
             let port = self
                 .rss
-                .pick_local_port(local_ip, remote, self.shard, lo..=hi, |p| {
-                    refused.contains(&p)
-                })
+                .pick_local_port(
+                    local_ip,
+                    remote,
+                    self.shard,
+                    lo..=hi,
+                    self.port_perturb,
+                    |p| refused.contains(&p),
+                )
                 .ok_or_else(|| io::Error::from_raw_os_error(99 /* EADDRNOTAVAIL */))?;
             match stack.tcp_connect_from(now, port, remote) {
                 Ok(h) => return Ok(h),
@@ -390,6 +399,7 @@ where
     A: ShardApp<D>,
     F: Fn(usize) -> A,
 {
+    let mut port_perturb = 0u32;
     let setup = || -> io::Result<(Runtime<D, MonotonicClock>, Vec<TcpListener>, A)> {
         let mut rt = builder.build(device)?;
         let listeners = listen
@@ -402,6 +412,7 @@ where
             shard: k,
             rss,
             listeners: &listeners,
+            port_perturb: &mut port_perturb,
         })?;
         Ok((rt, listeners, app))
     };
@@ -431,6 +442,7 @@ where
             shard: k,
             rss,
             listeners: &listeners,
+            port_perturb: &mut port_perturb,
         };
         if let Err(e) = app.poll(&mut ctx) {
             break Err(e);

@@ -280,6 +280,7 @@ pub fn pick_local_port(
         local_ip,
         remote,
         port_range,
+        &mut 0,
         |h| shard_of(h, shards) == shard,
         in_use,
     )
@@ -290,6 +291,7 @@ fn pick_port(
     local_ip: Ipv4Addr,
     remote: SocketAddrV4,
     port_range: RangeInclusive<u16>,
+    perturb: &mut u32,
     home: impl Fn(u32) -> bool,
     in_use: impl Fn(u16) -> bool,
 ) -> Option<u16> {
@@ -307,10 +309,16 @@ fn pick_port(
             .fold(0, |acc, b| acc ^ terms[b])
     };
     let span = u32::from(hi - lo) + 1;
-    let start = base.rotate_right(16) % span;
+    let start = base.rotate_right(16).wrapping_add(*perturb) % span;
     (0..span)
-        .map(|i| lo + ((start + i) % span) as u16)
-        .find(|&port| home(base ^ term(port)) && !in_use(port))
+        .map(|i| (i, lo + ((start + i) % span) as u16))
+        .find(|&(_, port)| home(base ^ term(port)) && !in_use(port))
+        .map(|(i, port)| {
+            // Linux __inet_hash_connect: "table_perturb[index] += i + 2" once a port is
+            // found, so the next search for this peer starts past it.
+            *perturb = perturb.wrapping_add(i + 2);
+            port
+        })
 }
 
 /// A flow-to-shard map: a key and an indirection table.
@@ -369,13 +377,20 @@ impl Rss {
         hash_frame(&self.key, frame, medium).map(|(h, _)| self.shard_of_hash(h))
     }
 
-    /// [`pick_local_port`] through this map's key and table.
+    /// [`pick_local_port`] through this map's key and table, the walk starting `perturb`
+    /// ports further on; a port found moves `perturb` past it (Linux
+    /// `__inet_hash_connect`'s `table_perturb`, RFC 6056 §3.3.4 algorithm 4), so that
+    /// connecting to the same peer again does not pick the tuple just closed, which the
+    /// peer may still hold in TIME-WAIT with a newer sequence number and timestamp than
+    /// the new SYN's (the peer then answers the SYN with an ACK, the client resets it, and
+    /// the connection waits a second for its SYN's retransmission).
     pub fn pick_local_port(
         &self,
         local_ip: Ipv4Addr,
         remote: SocketAddrV4,
         shard: usize,
         port_range: RangeInclusive<u16>,
+        perturb: &mut u32,
         in_use: impl Fn(u16) -> bool,
     ) -> Option<u16> {
         pick_port(
@@ -383,6 +398,7 @@ impl Rss {
             local_ip,
             remote,
             port_range,
+            perturb,
             |h| self.shard_of_hash(h) == shard,
             in_use,
         )

@@ -349,11 +349,11 @@ fn custom_indirection_table_steers_and_picks() {
     let local = Ipv4Addr::new(10, 0, 0, 1);
     let remote = sa("10.0.0.2:80");
     assert_eq!(
-        rss.pick_local_port(local, remote, 0, 1024..=65535, |_| false),
+        rss.pick_local_port(local, remote, 0, 1024..=65535, &mut 0, |_| false),
         None
     );
     let p = rss
-        .pick_local_port(local, remote, 1, 1024..=65535, |_| false)
+        .pick_local_port(local, remote, 1, 1024..=65535, &mut 0, |_| false)
         .unwrap();
     assert_eq!(rss.shard_of_tuple(remote, SocketAddrV4::new(local, p)), 1);
     // One entry back to shard 0: exactly the hashes with those 7 low bits go there.
@@ -365,7 +365,7 @@ fn custom_indirection_table_steers_and_picks() {
     }
     assert_eq!(rss.shard_of_hash(6), 1);
     let p = rss
-        .pick_local_port(local, remote, 0, 1024..=65535, |_| false)
+        .pick_local_port(local, remote, 0, 1024..=65535, &mut 0, |_| false)
         .unwrap();
     assert_eq!(key.hash_v4(remote, SocketAddrV4::new(local, p)) & 127, 5);
 }
@@ -402,4 +402,30 @@ fn flows_spread_evenly_over_shards() {
     // Key bytes past the end count as zero.
     assert_eq!(toeplitz(&[], &[0xff; 12]), 0);
     assert_eq!(rss::KEY_LEN, 40);
+}
+
+/// The reported reconnect bug: the sharded runtime's port search returned the same port
+/// for the same peer every time, so a quick reconnect reused the 4-tuple just closed, which
+/// the peer may still hold in TIME-WAIT. As Linux's `__inet_hash_connect`
+/// (`table_perturb`), each port found moves the search's start past it: ten connections
+/// in a row to one peer get ten different ports, all hashing home. Catches: the offset
+/// unused, or not moved past the port found.
+#[test]
+fn successive_searches_for_one_peer_move_on() {
+    let rss = Rss::new(RssKey::MICROSOFT, 4);
+    let local = Ipv4Addr::new(10, 0, 0, 1);
+    let remote = sa("10.0.0.2:80");
+    let mut perturb = 0u32;
+    let mut ports = Vec::new();
+    for _ in 0..10 {
+        let p = rss
+            .pick_local_port(local, remote, 2, 32768..=60999, &mut perturb, |_| false)
+            .unwrap();
+        assert_eq!(rss.shard_of_tuple(remote, SocketAddrV4::new(local, p)), 2);
+        ports.push(p);
+    }
+    let mut distinct = ports.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(distinct.len(), 10, "{ports:?}");
 }

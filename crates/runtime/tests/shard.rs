@@ -630,7 +630,7 @@ fn outbound_connection_gets_replies_on_its_own_shard() {
         for k in 0..2 {
             let other = 1 - k;
             let port = rss
-                .pick_local_port(A_IP, remote, k, 32768..=60999, |_| false)
+                .pick_local_port(A_IP, remote, k, 32768..=60999, &mut 0, |_| false)
                 .unwrap();
             assert_eq!(rss.shard_of_tuple(remote, SocketAddrV4::new(A_IP, port)), k);
             // Pin the stack's ephemeral range to the picked port (the stack has no
@@ -681,7 +681,7 @@ fn a_port_that_hashes_elsewhere_sends_the_replies_to_the_wrong_shard() {
     let remote = SocketAddrV4::new(B_IP, 8080);
     w.peer.tcp_listen(remote, 16).unwrap();
     let port = rss
-        .pick_local_port(A_IP, remote, 1, 32768..=60999, |_| false)
+        .pick_local_port(A_IP, remote, 1, 32768..=60999, &mut 0, |_| false)
         .unwrap();
     let stack = w.shards[0].stack_mut();
     stack

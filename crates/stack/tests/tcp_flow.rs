@@ -7,6 +7,7 @@ use core::time::Duration;
 
 use ustack_obs::Counter;
 use ustack_stack::TcpHandle;
+use ustack_stack::tcp::State;
 use ustack_testkit::tcp::{Seg, SegTest};
 use ustack_wire::tcp::Flags;
 
@@ -59,7 +60,8 @@ fn the_handshake_gives_the_first_rtt_sample() {
     let (at, _) = t
         .next_seg(Duration::from_secs(5))
         .expect("a retransmission");
-    assert_eq!(at - sent_at, Duration::from_secs(1), "the initial RTO");
+    // RFC 6298 §5.7 / Linux tcp_init_metrics: no sample from the handshake, so 3 s.
+    assert_eq!(at - sent_at, Duration::from_secs(3), "the fallback RTO");
 }
 
 // ---- tail loss probe --------------------------------------------------------------------
@@ -357,6 +359,50 @@ fn a_forged_frag_needed_is_ignored_and_counted() {
     let now = t.now;
     t.stack.receive(now, &icmp);
     assert_eq!(t.stack.tcp_info(h).unwrap().mss, 536);
+}
+
+/// Linux `tcp_v4_err` -> `tcp_v4_mtu_reduced` in SYN-SENT: a fragmentation-needed for
+/// our SYN (RFC 5927 §4.1: the quoted sequence number must be the ISS, the only one in
+/// flight) caps the MSS the SYN-ACK then settles, so the first data segments already fit
+/// the hop; one quoting another sequence number is ignored and counted. Catches: SYN-SENT
+/// ignoring the ICMP (1460-byte segments), or accepting a forged one.
+#[test]
+fn frag_needed_while_connecting_shrinks_the_first_segments() {
+    let mut t = SegTest::new(80);
+    let (h, syn) = t.connect();
+    // A forged one first: ISS + 1 is not in flight.
+    let now = t.now;
+    let forged = frag_needed(&t, 576, syn.seq.wrapping_add(1));
+    t.stack.receive(now, &forged);
+    assert_eq!(t.stack.mib().get(Counter::TcpExtOutOfWindowIcmps), 1);
+    let icmp = frag_needed(&t, 1000, syn.seq);
+    t.stack.receive(now, &icmp);
+    assert_eq!(t.stack.mib().get(Counter::TcpExtOutOfWindowIcmps), 1);
+    assert_eq!(t.recv_all(), vec![], "nothing to resend for a SYN");
+    synack_mss_1460(&mut t, &syn);
+    assert_eq!(t.stack.tcp_state(h), Ok(State::Established));
+    assert_eq!(t.stack.tcp_info(h).unwrap().mss, 960);
+    t.write(h, &vec![7u8; 3000]);
+    let sent = ranges_within(&t.recv_all(), 960);
+    assert_eq!(sent.len(), 4, "960 * 3 + 120: {sent:?}");
+
+    // Without the ICMP, the same handshake sends 1460-byte segments.
+    let mut t = SegTest::new(80);
+    let (h, syn) = t.connect();
+    synack_mss_1460(&mut t, &syn);
+    assert_eq!(t.stack.tcp_info(h).unwrap().mss, 1460);
+}
+
+/// The peer's SYN-ACK to our `syn`, offering MSS 1460, and our ACK.
+fn synack_mss_1460(t: &mut SegTest, syn: &Seg) {
+    t.send(
+        Seg::syn(PEER_ISN)
+            .flags(Flags::SYN | Flags::ACK)
+            .with_ack(syn.seq.wrapping_add(1))
+            .mss(1460)
+            .win(65_535),
+    );
+    t.recv_all();
 }
 
 /// An absurd MTU (68, the IPv4 minimum) is raised to `net.ipv4.route.min_pmtu` (552, Linux

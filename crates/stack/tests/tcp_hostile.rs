@@ -298,6 +298,49 @@ fn syn_out_of_window_or_failing_paws_is_a_syn_challenge() {
     assert_eq!(t.stack.tcp_state(h), Ok(State::Established));
 }
 
+/// Linux tcp_validate_incoming: the duplicate ACK answering an out-of-window or
+/// PAWS-failing bare segment is rate-limited per socket by `tcp_oow_rate_limited` (one per
+/// `tcp_invalid_ratelimit`, the rest counted TCPACKSkippedSeq / TCPACKSkippedPAWS), so a
+/// flood cannot turn the stack into an ACK reflector or start an ACK loop; segments with
+/// data are always answered. Catches: no limit (20 answers), a limit that never expires,
+/// the wrong counter, data left unanswered.
+#[test]
+fn out_of_window_and_paws_dup_acks_are_rate_limited_per_socket() {
+    let mut t = SegTest::listening(80);
+    let (h, synack) = t.accept_with(Seg::syn(1000).ts(1_000, 0), 65_535);
+    let (ours, _) = synack.ts.expect("timestamps");
+    let far = 1001u32.wrapping_add(0x4000_0000);
+    for i in 0..10 {
+        t.send(Seg::ack(far + i, synack.seq + 1).ts(2_000, ours));
+    }
+    let acks = t.recv_all();
+    assert_eq!(acks.len(), 1, "{acks:?}");
+    assert!(acks[0].has(Flags::ACK) && acks[0].ack == 1001, "{acks:?}");
+    let m = t.stack.mib();
+    assert_eq!(m.get(Counter::TcpExtTCPACKSkippedSeq), 9);
+    assert_eq!(m.drops(DropReason::TcpInvalidSequence), 10);
+
+    // Out-of-window data is answered all the same (Linux: "Data packets without SYNs are
+    // not likely part of an ACK loop").
+    t.send(Seg::ack(far, synack.seq + 1).ts(2_000, ours).data(b"x"));
+    assert_eq!(t.recv_all().len(), 1);
+    assert_eq!(t.stack.mib().get(Counter::TcpExtTCPACKSkippedSeq), 9);
+
+    // 500 ms on: PAWS-failing bare ACKs (TSval older than TS.Recent 2000... TS.Recent
+    // stays 1000, the out-of-window ones did not update it) get one answer, PAWS counted.
+    t.advance(Duration::from_millis(500));
+    t.recv_all();
+    for _ in 0..10 {
+        t.send(Seg::ack(1001, synack.seq + 1).ts(500, ours));
+    }
+    assert_eq!(t.recv_all().len(), 1);
+    let m = t.stack.mib();
+    assert_eq!(m.get(Counter::TcpExtTCPACKSkippedPAWS), 9);
+    assert_eq!(m.get(Counter::TcpExtPAWSEstab), 10);
+    assert_eq!(m.get(Counter::TcpExtTCPACKSkippedSeq), 9);
+    assert_eq!(t.stack.tcp_state(h), Ok(State::Established));
+}
+
 /// Linux tcp_check_req: a RST that removes a SYN-RECV request counts the failed attempt
 /// (AttemptFails) and EmbryonicRsts. Catches: the request dropped uncounted.
 #[test]

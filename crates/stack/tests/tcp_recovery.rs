@@ -35,6 +35,13 @@ struct Conn {
 
 impl Conn {
     fn open(cc: u64, ts: bool) -> Conn {
+        // The handshake takes one round trip of this path (its RTT sample sets the
+        // minimum RTT that RACK's reordering window is a quarter of).
+        Conn::open_after(cc, ts, Duration::from_millis(20))
+    }
+
+    /// [`Conn::open`] on a path of round trip `rtt`.
+    fn open_after(cc: u64, ts: bool, rtt: Duration) -> Conn {
         let mut t = SegTest::listening(80);
         t.stack
             .set_sysctl("net.ipv4.tcp_congestion_control", cc)
@@ -46,9 +53,7 @@ impl Conn {
         if ts {
             syn = syn.ts(100, 0);
         }
-        // The handshake takes one round trip of this path (its RTT sample sets the
-        // minimum RTT that RACK's reordering window is a quarter of).
-        let (h, synack) = t.accept_after(syn, PEER_WIN, Duration::from_millis(20));
+        let (h, synack) = t.accept_after(syn, PEER_WIN, rtt);
         Conn {
             t,
             h,
@@ -282,6 +287,9 @@ fn a_lost_retransmission_is_sent_again_without_a_timeout() {
     );
     let new = *later.first().expect("PRR sent new data");
     assert_eq!(new, 32);
+    // Its SACK comes back one round trip after it left (RFC 8985 §6.2: no sooner than
+    // the path's RTT after the retransmission can it be declared lost).
+    c.rtt();
     c.ack(10, &[(11, 29), (new, new)]);
     let out = c.sent();
     assert!(
@@ -626,4 +634,50 @@ fn the_send_buffer_grows_with_cwnd_up_to_wmem_max() {
     let (capped, _, _) = bulk(path(0.0), 1, bytes / 8, (16_384, 16_384), rmem);
     let rate = mbps(bytes / 8, capped);
     assert!(rate < 16_384.0 * 8.0 / 0.020 / 1e6, "{rate:.1} Mbit/s");
+}
+
+/// The RACK loop (RFC 8985 §6.2): a retransmission is lost only once its own
+/// (re)transmission time plus the RTT (and reordering window) has passed (Linux
+/// `tcp_rack_detect_loss` against the retransmission's send time): a SACK that arrives
+/// sooner cannot reflect it. A peer on a path of near-zero RTT (50 µs) crafts ACKs 10 µs
+/// apart that keep the first segment a hole and SACK each new segment as it leaves, some
+/// at the very instant a retransmission went out. Each such SACK is for data sent at or
+/// after the retransmission, so without the time rule every ACK resends segment 0 at
+/// once. Catches: the time rule dropped (retransmissions of segment 0 on every ACK, some
+/// at the same instant), or measured from the first transmission.
+#[test]
+fn a_retransmission_is_declared_lost_at_most_once_per_rtt() {
+    let srtt = Duration::from_micros(50);
+    let mut c = Conn::open_after(0, false, srtt);
+    c.write_segments(200);
+    assert_eq!(c.sent(), (0..10).collect::<Vec<_>>());
+    let mut rtx0: Vec<Instant> = Vec::new();
+    let mut newest = 9;
+    for step in 0..60 {
+        // Every third ACK at the same instant as the previous one.
+        if step % 3 != 0 {
+            c.t.now += Duration::from_micros(10);
+        }
+        let blocks = [(c.seg(1), c.seg(newest + 1))];
+        c.t.send(Seg::ack(PEER_ISN + 1, c.seg(0)).win(PEER_WIN).sack(&blocks));
+        for s in c.sent() {
+            if s == 0 {
+                rtx0.push(c.t.now);
+            }
+            newest = newest.max(s);
+        }
+    }
+    assert!(
+        rtx0.len() >= 2,
+        "segment 0 is resent when lost again: {rtx0:?}"
+    );
+    for w in rtx0.windows(2) {
+        assert!(
+            w[1] - w[0] >= srtt,
+            "segment 0 resent {:?} after its last retransmission, sooner than one RTT: {rtx0:?}",
+            w[1] - w[0]
+        );
+    }
+    let rtx = c.counter(Counter::TcpRetransSegs);
+    assert!(rtx <= 60 * 10 / 50 + 2, "{rtx} retransmissions in 600 µs");
 }

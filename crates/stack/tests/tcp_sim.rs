@@ -17,15 +17,26 @@ fn connect(p: &mut Pair) -> (TcpHandle, TcpHandle) {
     let a =
         p.a.tcp_connect(p.now, SocketAddrV4::new(B_IP, PORT))
             .unwrap();
+    let b = accept_established(p, l, a, Duration::from_secs(30));
+    (a, b.expect("handshake completes"))
+}
+
+/// Run until B has accepted a connection and A's `a` is established (within `limit`):
+/// B's handle.
+fn accept_established(
+    p: &mut Pair,
+    l: ustack_stack::ListenerHandle,
+    a: TcpHandle,
+    limit: Duration,
+) -> Option<TcpHandle> {
     let mut accepted = None;
-    let ok = p.run_until_cond(Duration::from_secs(30), |p| {
+    let ok = p.run_until_cond(limit, |p| {
         if accepted.is_none() {
             accepted = p.b.tcp_accept(l).ok();
         }
         accepted.is_some() && p.a.tcp_state(a) == Ok(State::Established)
     });
-    assert!(ok, "handshake completes: A {:?}", p.a.tcp_state(a));
-    (a, accepted.unwrap().0)
+    accepted.filter(|_| ok).map(|(b, _)| b)
 }
 
 /// Move `data` from `from` to `to` over the pair, reading as it arrives. Returns what was read.
@@ -173,5 +184,103 @@ fn bulk_transfer_survives_loss_both_ways() {
         assert_eq!(got.len(), data.len(), "seed {seed}: all bytes arrived");
         assert!(got == data, "seed {seed}: intact");
         assert!(p.a.mib().get(Counter::TcpRetransSegs) > 0);
+    }
+}
+
+/// Connect A to B from local port `port`, move `data` A->B, then close with `first`
+/// closing first and the other side closing as soon as it reads the EOF; then reconnect
+/// from the same port at the first instant the client's stack lets the tuple go (what
+/// `ShardContext::connect`'s deterministic port search does). The new connection.
+fn close_and_reconnect_at_once(
+    p: &mut Pair,
+    l: ustack_stack::ListenerHandle,
+    port: u16,
+    first: Side,
+) -> Option<TcpHandle> {
+    let remote = SocketAddrV4::new(B_IP, PORT);
+    let now = p.now;
+    let a = p.a.tcp_connect_from(now, port, remote).unwrap();
+    let b = accept_established(p, l, a, Duration::from_secs(30)).expect("handshake");
+    let data = pattern(20_000);
+    let got = transfer(p, Side::A, a, b, &data, Duration::from_secs(10));
+    assert_eq!(got.len(), data.len());
+    let (fh, sh) = match first {
+        Side::A => (a, b),
+        Side::B => (b, a),
+    };
+    let now = p.now;
+    p.stack(first).tcp_close(now, fh).unwrap();
+    let mut buf = [0u8; 64];
+    let mut closed = false;
+    let mut again = None;
+    p.run_until_cond(Duration::from_secs(5), |p| {
+        let now = p.now;
+        if !closed && p.stack(first.peer()).tcp_recv(now, sh, &mut buf) == Ok(0) {
+            p.stack(first.peer()).tcp_close(now, sh).unwrap();
+            closed = true;
+        }
+        if closed && again.is_none() {
+            again = p.a.tcp_connect_from(now, port, remote).ok();
+        }
+        again.is_some()
+    });
+    again
+}
+
+/// The reported reconnect bug: a client that reconnects at once from the same local port
+/// must get a connection whichever side closed first. Client first: its own TIME-WAIT
+/// holds the tuple, so `tcp_connect_from` refuses the port (Linux
+/// `__inet_check_established` without `tcp_tw_reuse`) and a port search moves on. Server
+/// first: the server's TIME-WAIT must take the new SYN (RFC 9293 §3.10.7.4, RFC 6191,
+/// Linux `tcp_timewait_state_process` TCP_TW_SYN): the client's new ISN or TSval is above
+/// the old incarnation's. With no delay at all (the sim's time stands still while 20 KB
+/// go by), neither is newer: the TIME-WAIT answers with an ACK, the client resets it
+/// (assassinating the record, Linux `tcp_rfc1337` = 0) and the SYN's retransmission 1 s
+/// later establishes, as between two Linux hosts; `ShardContext::connect` avoids this by
+/// moving its port search on (`Rss::pick_local_port`'s `perturb`). Catches: a TIME-WAIT
+/// that refuses a newer SYN, or a stale tuple that never recovers.
+#[test]
+fn reconnecting_at_once_from_the_same_port_establishes() {
+    for delay in [Duration::ZERO, Duration::from_millis(5)] {
+        for first in [Side::B, Side::A] {
+            let mut p = Pair::new(SimLinkConfig::default());
+            let cfg = SimConfig {
+                delay,
+                ..SimConfig::default()
+            };
+            p.link.set_config(Side::A, cfg.clone());
+            p.link.set_config(Side::B, cfg);
+            let l = p.b.tcp_listen(SocketAddrV4::new(B_IP, PORT), 128).unwrap();
+            let again = close_and_reconnect_at_once(&mut p, l, 40_000, first);
+            let Some(a) = again else {
+                assert_eq!(
+                    first,
+                    Side::A,
+                    "only the client's own TIME-WAIT holds the port"
+                );
+                assert_eq!(p.a.tcp_resources().timewait, 1);
+                continue;
+            };
+            let b = accept_established(&mut p, l, a, Duration::from_secs(3));
+            assert!(
+                b.is_some(),
+                "{first:?} closed first, delay {delay:?}: A {:?}, A retrans {}, A RSTs {}, B attempt fails {}",
+                p.a.tcp_state(a),
+                p.a.mib().get(Counter::TcpRetransSegs),
+                p.a.mib().get(Counter::TcpOutRsts),
+                p.b.mib().get(Counter::TcpAttemptFails)
+            );
+            assert_eq!(p.b.mib().get(Counter::TcpAttemptFails), 0);
+            if delay > Duration::ZERO {
+                // The new SYN's TSval is newer than the old incarnation's: the server's
+                // TIME-WAIT hands it to the listener, no ACK-RST exchange, no retransmission.
+                let m = p.a.mib();
+                assert_eq!(
+                    (m.get(Counter::TcpOutRsts), m.get(Counter::TcpRetransSegs)),
+                    (0, 0),
+                    "{first:?} closed first, delay {delay:?}"
+                );
+            }
+        }
     }
 }

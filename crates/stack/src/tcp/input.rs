@@ -244,6 +244,8 @@ impl Sock<'_> {
                 tcb.snd.wnd = u32::from(seg.window_len) << tcb.snd_wscale;
                 tcb.snd.wl1 = seg.seq_number;
                 tcb.snd.wl2 = seg.ack_number;
+                // RFC 6298 §5.7, Linux tcp_init_transfer (see the SYN-SENT case).
+                tcb.rtt.use_fallback_rto();
                 self.set_state(State::Established);
             } else {
                 return Verdict::DropAndReset(tcb.tuple, DropReason::TcpAckUnsentData);
@@ -373,7 +375,12 @@ impl Sock<'_> {
             if f.contains(Flags::SYN) {
                 return Err(self.tcp_challenge_ack(now, DropReason::TcpInvalidSyn));
             }
-            return Err(Verdict::DropAndAck(DropReason::TcpPaws));
+            return Err(self.tcp_oow_dupack(
+                now,
+                len,
+                Counter::TcpExtTCPACKSkippedPAWS,
+                DropReason::TcpPaws,
+            ));
         }
         // Acceptability (RFC 9293 §3.10.7.4 table), in Linux's `tcp_sequence` form: the
         // segment must not end before RCV.WUP (what we last acknowledged) nor start after
@@ -400,7 +407,7 @@ impl Sock<'_> {
             if f.contains(Flags::RST) {
                 return Err(Verdict::Drop(reason));
             }
-            return Err(Verdict::DropAndAck(reason));
+            return Err(self.tcp_oow_dupack(now, len, Counter::TcpExtTCPACKSkippedSeq, reason));
         }
 
         // ---- second, check the RST bit (RFC 5961 §3.2) -----------------------------
@@ -427,6 +434,30 @@ impl Sock<'_> {
             return Err(self.tcp_challenge_ack(now, DropReason::TcpInvalidSyn));
         }
         Ok(())
+    }
+
+    /// Drop an unacceptable (out-of-window or PAWS-failing) segment of sequence length
+    /// `len` (no SYN) with `reason`, answering with a duplicate ACK unless one went out
+    /// less than `tcp_invalid_ratelimit` ago, which counts `skipped` instead (Linux
+    /// `tcp_oow_rate_limited` on `last_oow_ack_time`, shared with challenge ACKs). As
+    /// there, segments carrying data are always answered: "Data packets without SYNs are
+    /// not likely part of an ACK loop" (a lost ACK must not stall the peer's retransmission).
+    fn tcp_oow_dupack(
+        &mut self,
+        now: Instant,
+        len: usize,
+        skipped: Counter,
+        reason: DropReason,
+    ) -> Verdict {
+        if len != 0 {
+            return Verdict::DropAndAck(reason);
+        }
+        let ratelimit = self.sysctl.tcp_invalid_ratelimit;
+        if super::timer::oow_rate_limited(&mut self.tcb.last_oow_ack, now, ratelimit) {
+            self.mib.inc(skipped);
+            return Verdict::Drop(reason);
+        }
+        Verdict::DropAndAck(reason)
     }
 
     /// Drop the segment with `reason` and answer with a challenge ACK if the limits allow
@@ -495,6 +526,9 @@ impl Sock<'_> {
         // ESTABLISHED, form an ACK segment ... and send it."
         let mut ev = AckEvent::default();
         self.tcp_clean_rtx_queue(now, seg, &mut ev);
+        // RFC 6298 §5.7 (Linux tcp_init_transfer -> tcp_init_metrics): no RTT sample
+        // from the handshake (the SYN was retransmitted: Karn) means RTO 3 s.
+        self.tcb.rtt.use_fallback_rto();
         self.tcp_set_xmit_timer(now);
         self.set_state(State::Established);
         self.tcb.flags.set(TcbFlags::ACK_NOW);
@@ -635,7 +669,7 @@ impl Sock<'_> {
             self.tcp_set_xmit_timer(now);
         }
         self.tcp_cong_control(now, &ev, prior_in_flight);
-        self.tcp_find_lost_retrans();
+        self.tcp_find_lost_retrans(now);
     }
 
     /// After an ACK that acknowledged data (Linux `tcp_set_xmit_timer`): a tail loss probe

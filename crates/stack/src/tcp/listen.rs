@@ -578,6 +578,10 @@ impl Stack {
                 tcb.rtt.sample(Duration::from_millis(u64::from(ms)));
             }
         }
+        // RFC 6298 §5.7: no sample (the SYN-ACK was retransmitted, no timestamps; or a
+        // cookie) means RTO 3 s (Linux tcp_init_transfer -> tcp_init_metrics: "We've
+        // failed to get a valid RTT sample from 3WHS ... Reset the RTO back to 3secs").
+        tcb.rtt.use_fallback_rto();
         let h = self.tcp.insert(tcb);
         self.tcp_set_state(h, State::Established);
         self.mib.inc(Counter::TcpPassiveOpens);

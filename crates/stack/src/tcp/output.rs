@@ -884,7 +884,7 @@ impl Stack {
             for s in tcb.rtx.iter() {
                 if s.flags.contains(SegFlags::RETRANS)
                     && !s.flags.contains(SegFlags::SACKED)
-                    && tcb.retrans_is_lost(s.sent_at, s.end)
+                    && tcb.retrans_is_lost(now, s.sent_at, s.end)
                 {
                     found += 1;
                     if n < BATCH {

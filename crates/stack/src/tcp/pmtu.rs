@@ -49,14 +49,29 @@ impl Stack {
         if seq.before(tcb.snd.una) || seq.after(tcb.snd.nxt) {
             return sk.mib.inc(Counter::TcpExtOutOfWindowIcmps);
         }
-        if matches!(tcb.state, State::Listen | State::Closed | State::SynSent) {
-            // Our SYN is small; the MSS is settled by the SYN-ACK (Linux keeps the MTU in
-            // the route for it; ustack has no route cache).
+        if matches!(tcb.state, State::Listen | State::Closed) {
             return;
         }
         // Linux __ip_rt_update_pmtu: "if (mtu < ip_rt_min_pmtu) mtu = ip_rt_min_pmtu", so
         // that a forged tiny MTU cannot make the connection send 8-byte segments.
         let mtu = (mtu as usize).max(sk.sysctl.ip_min_pmtu as usize);
+        if tcb.state == State::SynSent {
+            // A connecting socket (Linux tcp_v4_err -> tcp_v4_mtu_reduced, which runs in
+            // SYN-SENT: the MTU goes to the route and tcp_finish_connect's tcp_sync_mss
+            // applies it). The only sequence number in flight is the ISS (RFC 5927 §4.1:
+            // the SYN occupies SND.UNA = ISS, SND.NXT = ISS + 1 exclusive).
+            if seq != tcb.snd.iss {
+                return sk.mib.inc(Counter::TcpExtOutOfWindowIcmps);
+            }
+            // ustack has no route cache: the path's MSS (without options) caps the MSS
+            // the SYN-ACK settles (`apply_syn_options` takes the smaller of the peer's and
+            // this), so the first data segment already fits the hop.
+            let mss = mtu
+                .saturating_sub(ip_header + tcp::HEADER_LEN)
+                .max(MIN_SND_MSS);
+            tcb.adv_mss = tcb.adv_mss.min(mss.min(usize::from(u16::MAX)) as u16);
+            return;
+        }
         let mss = tcp_mtu_to_mss(tcb, mtu, ip_header);
         if mss >= usize::from(tcb.mss) {
             // Not smaller than what we send: "let the usual retransmit timer handle it".

@@ -370,7 +370,7 @@ impl Sock<'_> {
     /// applied to retransmissions in flight; Linux counts TCPLostRetransmit). Without
     /// this, a lost retransmission holds up SND.UNA until the retransmission timer.
     /// They are sent again by `tcp_output`; until then they do not count in the pipe.
-    pub(crate) fn tcp_find_lost_retrans(&mut self) {
+    pub(crate) fn tcp_find_lost_retrans(&mut self, now: Instant) {
         let tcb = &mut *self.tcb;
         if tcb.rtx.retrans_out() == 0 {
             tcb.recovery.retrans_low = Instant::FAR_FUTURE;
@@ -387,7 +387,7 @@ impl Sock<'_> {
         let (mut lost, mut low) = (0u32, Instant::FAR_FUTURE);
         for s in tcb.rtx.iter() {
             if s.flags.contains(SegFlags::RETRANS) && !s.flags.contains(SegFlags::SACKED) {
-                if tcb.retrans_is_lost(s.sent_at, s.end) {
+                if tcb.retrans_is_lost(now, s.sent_at, s.end) {
                     lost += 1;
                 } else {
                     low = low.min(s.sent_at);

@@ -229,7 +229,6 @@ impl RttEstimator {
     /// 3 seconds when data transmission begins (i.e., after the three-way handshake
     /// completes)." As Linux's `tcp_init_metrics`, this applies only while no RTT sample
     /// exists (a retransmitted SYN gives none, by Karn); it does nothing otherwise.
-    #[cfg(test)]
     pub fn use_fallback_rto(&mut self) {
         if self.srtt8_us == 0 {
             self.fallback = true;

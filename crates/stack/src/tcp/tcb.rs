@@ -176,7 +176,7 @@ pub(crate) struct Tcb {
     pub(crate) snd_wscale: u8,
     /// The MSS we send with (the peer's MSS option, capped by our MTU; Linux `mss_cache`).
     pub(crate) mss: u16,
-    /// The MSS we advertised.
+    /// The MSS we advertised; in SYN-SENT, lowered to a path MTU reported by ICMP (`pmtu.rs`).
     pub(crate) adv_mss: u16,
     /// RFC 7323 §4.3 TS.Recent and the time it was recorded (seconds on our clock,
     /// for the 24-day PAWS rule of §5.5).
@@ -430,9 +430,19 @@ impl Tcb {
     /// ending at `end`): lost if a segment sent after it was delivered, by more than the
     /// reordering window; segments sent at the same instant are ordered by sequence
     /// ("RACK.xmit_ts >= Segment.xmit_ts AND (RACK.xmit_ts, RACK.end_seq) >
-    /// (Segment.xmit_ts, Segment.end_seq)").
-    pub(crate) fn retrans_is_lost(&self, sent_at: Instant, end: SeqNumber) -> bool {
-        self.rack_sent_before(sent_at, end, self.lost_retrans_horizon())
+    /// (Segment.xmit_ts, Segment.end_seq)"), and only once "RACK.rtt + RACK.reo_wnd -
+    /// (Now - Segment.xmit_ts) <= 0" from the retransmission's own send time (Linux
+    /// `tcp_rack_skb_timeout`). RACK.rtt (the newest delivered segment's RTT, now -
+    /// RACK.xmit_ts) is floored at the path's minimum RTT: a SACK sooner than that after
+    /// a segment left is not physically possible (Linux `tcp_rack_advance` applies the
+    /// same min_rtt test to retransmitted segments), so crafted SACKs of data sent just
+    /// after the retransmission cannot have it resent more than once per RTT, and never
+    /// at the instant it left.
+    pub(crate) fn retrans_is_lost(&self, now: Instant, sent_at: Instant, end: SeqNumber) -> bool {
+        let wait = self.rtt.min_rtt().unwrap_or_default() + self.rack_reo_wnd();
+        now > sent_at
+            && now - sent_at >= wait
+            && self.rack_sent_before(sent_at, end, self.lost_retrans_horizon())
     }
 
     /// Whether a segment sent at `sent_at`, ending at `end`, went out before the newest
@@ -479,11 +489,7 @@ impl Tcb {
     /// delivered: `RACK.xmit_ts` less the reordering window (RFC 8985 §6.2: `reo_wnd` is
     /// 0 while no reordering was seen, else min_rtt / 4).
     pub(crate) fn lost_retrans_horizon(&self) -> Instant {
-        let reo_wnd = if self.recovery.reord_seen {
-            self.rtt.min_rtt().unwrap_or_default() / 4
-        } else {
-            core::time::Duration::ZERO
-        };
+        let reo_wnd = self.rack_reo_wnd();
         if self.recovery.rack_xmit_ts == Instant::ZERO {
             return Instant::ZERO;
         }
@@ -493,6 +499,16 @@ impl Tcb {
                 .as_nanos()
                 .saturating_sub(reo_wnd.as_nanos() as u64),
         )
+    }
+
+    /// The reordering window for retransmissions (RFC 8985 §6.2): 0 while no reordering
+    /// was seen, else min_rtt / 4.
+    fn rack_reo_wnd(&self) -> core::time::Duration {
+        if self.recovery.reord_seen {
+            self.rtt.min_rtt().unwrap_or_default() / 4
+        } else {
+            core::time::Duration::ZERO
+        }
     }
 }
 
