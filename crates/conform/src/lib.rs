@@ -18,6 +18,7 @@ pub mod linux;
 pub mod packet;
 pub mod parse;
 pub mod script;
+pub mod so;
 pub mod symbols;
 mod sys;
 pub mod ustack;
@@ -52,6 +53,17 @@ pub fn run_ustack(path: &Path, config: &exec::Config) -> Result<exec::Report, St
         .map_err(|e| format!("{}: setting up the ustack backend: {e}", path.display()))?;
     exec::run(&script, Arc::new(backend), &cfg)
         .map_err(|f| format!("{}:{}: {}", path.display(), f.line, f.message))
+}
+
+/// Runs the script at `path` through the packetdrill shared library `lib` (started with
+/// `flags`), as google packetdrill's `--so_filename` mode would.
+pub fn run_so(
+    lib: &Path,
+    flags: &str,
+    path: &Path,
+    config: &exec::Config,
+) -> Result<exec::Report, String> {
+    so::run(lib, flags, path, config)
 }
 
 /// Reads, parses and checks the script at `path`; the configuration with its options.

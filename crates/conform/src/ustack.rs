@@ -1241,6 +1241,19 @@ impl Backend for Ustack {
 }
 
 impl Ustack {
+    /// `getpeername(fd)`: the remote address of a connection (accept fills it in).
+    pub fn peer_addr(&self, fd: i32) -> Result<SocketAddrV4, i32> {
+        let g = self.lock();
+        match g.fds.get(&fd).ok_or(libc::EBADF)? {
+            Obj::Tcp {
+                stage: Tcp::Conn { h, .. },
+                ..
+            } => g.stack.tcp_info(*h).map(|i| i.remote).map_err(errno),
+            Obj::Udp { peer: Some(p), .. } => Ok(*p),
+            _ => Err(libc::ENOTCONN),
+        }
+    }
+
     fn deadline(&self, timeout_ms: i32) -> Option<Instant> {
         (timeout_ms > 0).then(|| {
             self.lock().now + Duration::from_millis(u64::try_from(timeout_ms).unwrap_or(0))

@@ -77,7 +77,7 @@ fn main() -> ExitCode {
         let result = match &backend {
             Which::Linux => ustack_conform::run_linux(s, &cfg),
             Which::Ustack => ustack_conform::run_ustack(s, &cfg),
-            Which::So(lib) => Err(format!("{}: TODO", lib.display())),
+            Which::So(lib) => ustack_conform::run_so(lib, "", s, &cfg),
         };
         match result {
             Ok(r) => {
