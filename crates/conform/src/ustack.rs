@@ -43,6 +43,10 @@ use ustack_stack::{
 use crate::backend::{Backend, EpollEvent, PollFd, SysResult};
 use crate::exec::Config;
 
+/// Where the virtual clock starts: not at zero, which the stack reads as "never" in
+/// places (a request's `synack_at`), as a real clock never reads zero either.
+const EPOCH: Instant = Instant::from_micros(1_000_000);
+
 /// The first descriptor number the backend hands out (as a process after stdio).
 const FIRST_FD: i32 = 3;
 
@@ -192,7 +196,7 @@ impl Ustack {
         Ok(Ustack {
             inner: Mutex::new(Inner {
                 stack,
-                now: Instant::ZERO,
+                now: EPOCH,
                 out: VecDeque::new(),
                 fds: BTreeMap::new(),
                 blocked: Vec::new(),
@@ -456,6 +460,17 @@ impl Inner {
                 Err(e) => Err(e),
                 Ok((h, _)) => match self.stack.tcp_recv(now, h, &mut buf) {
                     Ok(n) => Ok(n),
+                    // Linux tcp_recvmsg: nothing to read once receive is shut down
+                    // (shutdown(SHUT_RD) too, which tcp_recv does not look at) is the
+                    // end of the stream.
+                    Err(Error::WouldBlock)
+                        if self
+                            .stack
+                            .readiness(SocketKey::Tcp(h))
+                            .contains(Readiness::RDHUP) =>
+                    {
+                        Ok(0)
+                    }
                     Err(e) => Err(errno(e)),
                 },
             },
@@ -493,6 +508,9 @@ impl Inner {
         }
         let h = match self.conn(fd) {
             Ok((h, _)) => h,
+            // Linux sk_stream_wait_connect: writing on a socket that is not connecting
+            // or connected is EPIPE.
+            Err(libc::ENOTCONN) => return Try::Done((Err(libc::EPIPE), Out::None)),
             Err(e) => return Try::Done((Err(e), Out::None)),
         };
         loop {
@@ -985,22 +1003,23 @@ impl Backend for Ustack {
                 }) => (*bound, *stage, *opts, *nonblock),
                 Ok(Obj::Udp { peer, h, .. }) => {
                     *peer = Some(remote);
-                    let h = *h;
-                    if h.is_none() {
-                        let port = i.ephemeral();
-                        match i
-                            .stack
-                            .udp_bind(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port))
-                        {
-                            Ok(u) => {
-                                if let Ok(Obj::Udp { h, .. }) = i.obj(fd) {
-                                    *h = Some(u);
+                    let h = match *h {
+                        Some(h) => h,
+                        None => {
+                            let any = SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, i.ephemeral());
+                            match i.stack.udp_bind(any) {
+                                Ok(u) => {
+                                    if let Ok(Obj::Udp { h, .. }) = i.obj(fd) {
+                                        *h = Some(u);
+                                    }
+                                    u
                                 }
+                                Err(e) => return done(Err(errno(e))),
                             }
-                            Err(e) => return done(Err(errno(e))),
                         }
-                    }
-                    return done(Ok(0));
+                    };
+                    let r = i.stack.udp_connect(h, Some(remote));
+                    return done(r.map(|()| 0).map_err(errno));
                 }
                 Ok(Obj::Epoll(_)) => return done(Err(libc::ENOTSOCK)),
                 Err(e) => return done(Err(e)),
