@@ -112,9 +112,12 @@ enum Obj {
     Epoll(BTreeMap<i32, (u32, u64)>),
 }
 
+/// A blocked call's next try: its result once it can complete.
+type Retry = Box<dyn FnMut(&mut Inner) -> Option<Done> + Send>;
+
 /// A blocked call: retried on every state change until it completes.
 struct Blocked {
-    retry: Box<dyn FnMut(&mut Inner) -> Option<Done> + Send>,
+    retry: Retry,
     /// When it gives up by itself (poll and epoll_wait timeouts).
     deadline: Option<Instant>,
     slot: Arc<Mutex<Option<(Done, u64)>>>,
@@ -374,7 +377,7 @@ impl Inner {
                 Tcp::Fresh | Tcp::Dead => {
                     let mut r = Readiness::HUP | Readiness::WRITABLE;
                     if *error != 0 {
-                        r = r | Readiness::ERROR;
+                        r |= Readiness::ERROR;
                     }
                     r
                 }
