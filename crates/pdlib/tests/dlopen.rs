@@ -8,14 +8,13 @@ use ustack_conform::backend::Backend;
 use ustack_conform::exec::Config;
 use ustack_conform::so::SoBackend;
 
-/// The cdylib cargo built beside this test (target/<profile>/).
+/// The cdylib cargo built for this test run: beside the test binary in
+/// target/<profile>/deps/ (`cargo test` puts the fresh one there; target/<profile>/ holds
+/// the one the last `cargo build` made, which may be stale).
 fn library() -> PathBuf {
     let exe = std::env::current_exe().expect("the test's path");
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps/..");
-    let lib = dir.join("libustack_packetdrill.so");
+    let deps = exe.parent().expect("target/<profile>/deps");
+    let lib = deps.join("libustack_packetdrill.so");
     assert!(lib.exists(), "{} was not built", lib.display());
     lib
 }
