@@ -8,7 +8,7 @@
 use core::ffi::{c_char, c_int, c_long, c_longlong, c_uint, c_ulong, c_void};
 use core::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use core::time::Duration;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use ustack_conform::backend::{Backend, EpollEvent, PollFd, SysResult};
 use ustack_conform::so::PacketdrillInterface;
@@ -23,6 +23,25 @@ struct Handle {
     default_timeout_us: u64,
     /// The deadline of the next `netdev_receive` (`u64::MAX`: the default).
     next_timeout_us: AtomicU64,
+    /// Callbacks running now: `free` waits for them (a call blocked on another thread
+    /// returns once the backend is freed) before it releases the handle.
+    in_flight: AtomicUsize,
+}
+
+/// A callback's hold on the handle (see [`Handle::in_flight`]).
+struct Held<'a>(&'a Handle);
+
+impl core::ops::Deref for Held<'_> {
+    type Target = Handle;
+    fn deref(&self) -> &Handle {
+        self.0
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 unsafe extern "C" {
@@ -56,10 +75,12 @@ fn sret(r: SysResult) -> isize {
     }
 }
 
-fn handle<'a>(ud: *mut c_void) -> &'a Handle {
+fn handle<'a>(ud: *mut c_void) -> Held<'a> {
     // SAFETY: packetdrill passes back the userdata packetdrill_interface_init set: a
-    // live Box<Handle> until `free`.
-    unsafe { &*ud.cast::<Handle>() }
+    // live Box<Handle> until `free`, which waits for the callbacks holding it.
+    let h = unsafe { &*ud.cast::<Handle>() };
+    h.in_flight.fetch_add(1, Ordering::SeqCst);
+    Held(h)
 }
 
 fn addr_in(addr: *const libc::sockaddr, len: libc::socklen_t) -> Result<SocketAddr, i32> {
@@ -173,6 +194,7 @@ pub unsafe extern "C" fn packetdrill_interface_init(
         backend,
         default_timeout_us: timeout,
         next_timeout_us: AtomicU64::new(u64::MAX),
+        in_flight: AtomicUsize::new(0),
     });
     let table = PacketdrillInterface {
         userdata: Box::into_raw(h).cast(),
@@ -232,9 +254,23 @@ unsafe extern "C" fn pd_free(ud: *mut c_void) {
     if ud.is_null() {
         return;
     }
-    // SAFETY: the Box packetdrill_interface_init leaked; packetdrill frees it once.
-    let h = unsafe { Box::from_raw(ud.cast::<Handle>()) };
-    h.backend.free();
+    {
+        let h = handle(ud);
+        // Wakes every blocked call: each returns EBADF.
+        h.backend.free();
+    }
+    // SAFETY: the live handle (packetdrill frees it once, after its last call started).
+    let h = unsafe { &*ud.cast::<Handle>() };
+    let limit = std::time::Instant::now() + Duration::from_secs(5);
+    while h.in_flight.load(Ordering::SeqCst) > 0 {
+        if std::time::Instant::now() > limit {
+            // A callback still runs: leak the handle rather than free it under it.
+            return;
+        }
+        std::thread::yield_now();
+    }
+    // SAFETY: the Box packetdrill_interface_init leaked; no callback holds it now.
+    drop(unsafe { Box::from_raw(ud.cast::<Handle>()) });
 }
 
 unsafe extern "C" fn pd_socket(ud: *mut c_void, d: c_int, t: c_int, p: c_int) -> c_int {
