@@ -9,7 +9,10 @@
 //! returning a count of 0); a library may export `ustack_packetdrill_set_receive_timeout
 //! (userdata, usecs)`, which sets that deadline for the next call: the runner's waits are
 //! bounded by its events' times (ustack's library, `crates/pdlib`, has it; without it the
-//! library's own deadline applies).
+//! library's own deadline applies). Two more optional exports make a virtual-clock
+//! library deterministic under the runner's threads ([`Backend::blocked_calls`],
+//! [`Backend::returned_at_us`]): `long long ustack_packetdrill_blocked_calls(userdata)`
+//! and `long long ustack_packetdrill_returned_at(userdata)`.
 //!
 //! The only module of the crate besides `sys` with `unsafe`: the calls through the C
 //! table, each with the pointers and lengths of buffers this module owns for the call.
@@ -142,12 +145,17 @@ impl PacketdrillInterface {
 pub type InitFn = unsafe extern "C" fn(*const c_char, *mut PacketdrillInterface);
 /// The optional extension (see the module docs).
 pub type SetTimeoutFn = unsafe extern "C" fn(Ud, c_longlong);
+/// The optional extensions `ustack_packetdrill_blocked_calls` and
+/// `ustack_packetdrill_returned_at` (see the module docs).
+pub type QueryFn = unsafe extern "C" fn(Ud) -> c_longlong;
 
 /// A packetdrill shared library as a [`Backend`] (see the module docs).
 #[derive(Debug)]
 pub struct SoBackend {
     ifc: PacketdrillInterface,
     set_timeout: Option<SetTimeoutFn>,
+    blocked_calls: Option<QueryFn>,
+    returned_at: Option<QueryFn>,
     /// The `dlopen` handle (never closed: the library's threads and statics may live on).
     _lib: usize,
     freed: std::sync::atomic::AtomicBool,
@@ -229,12 +237,23 @@ impl SoBackend {
             // SAFETY: the extension's documented type (module docs).
             unsafe { core::mem::transmute::<*mut c_void, SetTimeoutFn>(set) }
         });
+        let query = |name: &core::ffi::CStr| {
+            let p = sym(name);
+            (!p.is_null()).then(|| {
+                // SAFETY: the extensions' documented type (module docs).
+                unsafe { core::mem::transmute::<*mut c_void, QueryFn>(p) }
+            })
+        };
+        let blocked_calls = query(c"ustack_packetdrill_blocked_calls");
+        let returned_at = query(c"ustack_packetdrill_returned_at");
         let mut ifc = PacketdrillInterface::EMPTY;
         // SAFETY: a NUL-terminated string and a table the library fills in.
         unsafe { init(cflags.as_ptr(), &mut ifc) };
         Ok(SoBackend {
             ifc,
             set_timeout,
+            blocked_calls,
+            returned_at,
             _lib: lib as usize,
             freed: std::sync::atomic::AtomicBool::new(false),
         })
@@ -306,6 +325,20 @@ impl Backend for SoBackend {
 
     fn now_us(&self) -> u64 {
         self.now()
+    }
+
+    fn returned_at_us(&self) -> u64 {
+        match self.returned_at {
+            // SAFETY: the extension's signature; the library's userdata.
+            Some(f) => u64::try_from(unsafe { f(self.ifc.userdata) }).unwrap_or(0),
+            None => self.now(),
+        }
+    }
+
+    fn blocked_calls(&self) -> Option<usize> {
+        let f = self.blocked_calls?;
+        // SAFETY: the extension's signature; the library's userdata.
+        usize::try_from(unsafe { f(self.ifc.userdata) }).ok()
     }
 
     fn socket(&self, domain: i32, ty: i32, protocol: i32) -> SysResult {

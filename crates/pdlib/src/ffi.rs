@@ -250,6 +250,31 @@ pub unsafe extern "C" fn ustack_packetdrill_set_receive_timeout(
         .store(us, Ordering::Relaxed);
 }
 
+/// The extension for a deterministic runner: how many calls are blocked in the stack
+/// now (a runner waits for a call it started on another thread to have returned or
+/// blocked before it moves the clock on).
+///
+/// # Safety
+/// `userdata` is the table's.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ustack_packetdrill_blocked_calls(userdata: *mut c_void) -> c_longlong {
+    let n = handle(userdata).backend.blocked_calls().unwrap_or(0);
+    c_longlong::try_from(n).unwrap_or(c_longlong::MAX)
+}
+
+/// The extension for a deterministic runner: the virtual time (microseconds) at which
+/// the last call this thread made through the table returned. A blocked call completes
+/// when the packet or timer that unblocks it is processed, on another thread; the clock
+/// may have moved on by the time this thread runs.
+///
+/// # Safety
+/// `userdata` is the table's.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ustack_packetdrill_returned_at(userdata: *mut c_void) -> c_longlong {
+    let at = handle(userdata).backend.returned_at_us();
+    c_longlong::try_from(at).unwrap_or(c_longlong::MAX)
+}
+
 unsafe extern "C" fn pd_free(ud: *mut c_void) {
     if ud.is_null() {
         return;

@@ -106,6 +106,28 @@ fn calls_through_the_table_keep_linux_values() {
         .expect("netdev_receive");
     assert!(got.is_none());
     assert_eq!(b.now_us(), t0 + 280_000);
+    // TCP_INFO in Linux's layout: a listener's tcpi_state (the first byte) is
+    // TCP_LISTEN (10), and the whole struct is written.
+    let l = b
+        .socket(libc::AF_INET, libc::SOCK_STREAM, libc::IPPROTO_TCP)
+        .expect("socket") as i32;
+    let addr: std::net::SocketAddr = "192.168.0.1:8080".parse().unwrap();
+    assert_eq!(b.bind(l, addr), Ok(0));
+    assert_eq!(b.listen(l, 4), Ok(0));
+    let mut info = [0xffu8; 512];
+    let n = b
+        .getsockopt(l, libc::IPPROTO_TCP, libc::TCP_INFO, &mut info)
+        .expect("TCP_INFO");
+    assert_eq!(info[0], 10, "tcpi_state");
+    assert!(n >= 104, "struct tcp_info is {n} bytes");
+    // SO_ERROR on a socket with nothing pending is 0.
+    let mut e = [0xffu8; 4];
+    assert_eq!(
+        b.getsockopt(l, libc::SOL_SOCKET, libc::SO_ERROR, &mut e),
+        Ok(4)
+    );
+    assert_eq!(i32::from_ne_bytes(e), 0);
+    assert_eq!(b.close(l), Ok(0));
     assert_eq!(b.close(fd), Ok(0));
 }
 
@@ -116,6 +138,7 @@ fn calls_through_the_table_keep_linux_values() {
 fn scenarios_run_end_to_end_through_the_table() {
     for rel in [
         "handshake/blocking-accept.pkt",
+        "handshake/blocking-connect.pkt",
         "handshake/syn-ack-retransmitted-after-1s.pkt",
         "data/fast-retransmit-3-dupacks.pkt",
     ] {
