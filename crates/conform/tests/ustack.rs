@@ -112,3 +112,35 @@ fn a_wrong_expectation_fails_with_a_diff() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A blocking read written as an ordinary call fails at once with a clear message (on a
+/// virtual clock nothing would move time on to unblock it), while the same read written
+/// `start...end` returns when the data arrives, at that data's time.
+#[test]
+fn a_call_that_blocks_must_be_written_as_blocking() {
+    let head = "    0 socket(..., SOCK_STREAM, IPPROTO_TCP) = 3
+   +0 bind(3, ..., ...) = 0
+   +0 listen(3, 1) = 0
+   +0 < S 0:0(0) win 32792 <mss 1000>
+   +0 > S. 0:0(0) ack 1 <mss 1460>
+  +.1 < . 1:1(0) ack 1 win 257
+   +0 accept(3, ..., ...) = 4
+";
+    let dir = std::env::temp_dir().join(format!("ustack-conform-blk-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("blocking-read.pkt");
+    std::fs::write(&path, format!("{head}  +.1 read(4, ..., 100) = 10\n")).expect("writing");
+    let err = ustack_conform::run_ustack(&path, &Config::default()).expect_err("passed");
+    assert!(
+        err.contains("read() blocked (a call that blocks is written `start...end`)"),
+        "{err}"
+    );
+    std::fs::write(
+        &path,
+        format!("{head}  +.1...0.3 read(4, ..., 100) = 10\n  +.1 < P. 1:11(10) ack 1 win 257\n"),
+    )
+    .expect("writing");
+    let r = ustack_conform::run_ustack(&path, &Config::default());
+    let _ = std::fs::remove_dir_all(&dir);
+    r.unwrap_or_else(|e| panic!("{e}"));
+}
