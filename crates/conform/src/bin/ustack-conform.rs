@@ -1,6 +1,6 @@
-//! `ustack-conform SCRIPT... [--backend linux|ustack] [--tolerance-usecs N]`: runs packetdrill-format
-//! scripts (files, or directories of `*.pkt`) and prints one line per script; exits 1 if
-//! any failed (a failure prints the script line and a packetdrill-style diff).
+//! `ustack-conform SCRIPT... [--backend linux|ustack|so:PATH] [--tolerance-usecs N]`: runs
+//! packetdrill-format scripts (files, or directories of `*.pkt`) and prints one line per script;
+//! exits 1 if any failed (a failure prints the script line and a packetdrill-style diff).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
