@@ -298,8 +298,9 @@ impl Backend for SoBackend {
 
     fn netdev_receive(&self, timeout: Duration) -> io::Result<Option<(Vec<u8>, u64)>> {
         if let Some(set) = self.set_timeout {
+            let us = c_longlong::try_from(timeout.as_micros()).unwrap_or(c_longlong::MAX);
             // SAFETY: the extension's signature; the library's userdata.
-            unsafe { set(self.ifc.userdata, timeout.as_micros() as c_longlong) };
+            unsafe { set(self.ifc.userdata, us) };
         }
         let mut buf = vec![0u8; 65_536];
         let mut count = buf.len();

@@ -47,6 +47,10 @@ use crate::exec::Config;
 /// places (a request's `synack_at`), as a real clock never reads zero either.
 const EPOCH: Instant = Instant::from_micros(1_000_000);
 
+/// The longest one wait may move the clock (a day: far past any script, and no
+/// overflow of the clock for a caller's huge timeout).
+const MAX_WAIT: Duration = Duration::from_secs(86_400);
+
 /// The first descriptor number the backend hands out (as a process after stdio).
 const FIRST_FD: i32 = 3;
 
@@ -858,12 +862,12 @@ impl Backend for Ustack {
     }
 
     fn netdev_receive(&self, timeout: Duration) -> io::Result<Option<(Vec<u8>, u64)>> {
-        let until = self.lock().now + timeout;
+        let until = self.lock().now + timeout.min(MAX_WAIT);
         Ok(self.advance(until, true))
     }
 
     fn usleep(&self, us: u64) {
-        let until = self.lock().now + Duration::from_micros(us);
+        let until = self.lock().now + Duration::from_micros(us).min(MAX_WAIT);
         // Packets sent meanwhile stay queued for netdev_receive.
         self.advance(until, false);
     }

@@ -166,3 +166,18 @@ fn a_wrong_expectation_fails_through_the_table() {
     let e = r.expect_err("the mutant passed");
     assert!(e.contains("timing error"), "{e}");
 }
+
+/// Huge waits are bounded, never a panic (which would abort the caller across the FFI).
+#[test]
+fn huge_timeouts_are_clamped() {
+    let b =
+        SoBackend::open(&library(), &format!("receive_timeout_us={}", u64::MAX)).expect("loading");
+    let t0 = b.now_us();
+    let got = b
+        .netdev_receive(std::time::Duration::MAX)
+        .expect("netdev_receive");
+    assert!(got.is_none());
+    assert_eq!(b.now_us(), t0 + 86_400_000_000);
+    b.usleep(u64::MAX);
+    assert!(b.now_us() > t0);
+}
