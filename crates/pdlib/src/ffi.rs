@@ -154,8 +154,8 @@ fn iovecs<'a>(iov: *const libc::iovec, n: c_int) -> Result<&'a [libc::iovec], i3
 }
 
 /// Fills packetdrill's table with ustack's callbacks on a fresh stack started as
-/// `flags` says ([`Flags`]). On bad flags the table is left empty (every callback
-/// missing), and the reason printed to stderr.
+/// `flags` says ([`Flags`]). On bad flags the reason is printed to stderr and the table
+/// filled over a stack that is already freed: every call fails with `EBADF`.
 ///
 /// # Safety
 /// `flags` is null or a NUL-terminated string; `ifc` points to a writable
@@ -176,18 +176,28 @@ pub unsafe extern "C" fn packetdrill_interface_init(
             .to_string_lossy()
             .into_owned()
     };
-    let made = Flags::parse(&text).and_then(|f| {
+    let (backend, timeout) = match Flags::parse(&text).and_then(|f| {
         Ustack::new(&f.config(), &f.sysctls)
             .map(|b| (b, f.receive_timeout_us))
             .map_err(|e| e.to_string())
-    });
-    let (backend, timeout) = match made {
+    }) {
         Ok(x) => x,
         Err(e) => {
+            // packetdrill calls the table without looking (free at the end, too): fill it
+            // with a stack that is freed already, so that every call fails (EBADF) and
+            // netdev_receive returns nothing.
             eprintln!("ustack packetdrill_interface_init: {e}");
-            // SAFETY: a writable table (the caller's contract).
-            unsafe { *ifc = PacketdrillInterface::EMPTY };
-            return;
+            match Ustack::new(&ustack_conform::exec::Config::default(), &[]) {
+                Ok(b) => {
+                    b.free();
+                    (b, 0)
+                }
+                Err(_) => {
+                    // SAFETY: a writable table (the caller's contract).
+                    unsafe { *ifc = PacketdrillInterface::EMPTY };
+                    return;
+                }
+            }
         }
     };
     let h = Box::new(Handle {
