@@ -23,10 +23,12 @@
 //! their own: a virtual-clock backend wakes them when a packet or a timer changes the
 //! stack's state.
 //!
-//! Two backends are planned: [`crate::linux::Linux`] (the kernel, real time, a TUN in a
-//! network namespace), here now; and a ustack one over the C API (the same callbacks
-//! through the packetdrill shared library, on a virtual clock: `netdev_receive` advances
-//! the clock to the stack's next timer until a packet comes out), later.
+//! Two backends: [`crate::linux::Linux`] (the kernel, real time, a TUN in a network
+//! namespace) and [`crate::ustack::Ustack`] (ustack's stack on a virtual clock:
+//! `netdev_receive` advances the clock to the stack's next timer until a packet comes
+//! out). The packetdrill shared library (`crates/pdlib`) exports the latter through
+//! packetdrill's C table, and [`crate::so::SoBackend`] loads any such library back as a
+//! backend.
 
 use core::net::SocketAddr;
 use core::time::Duration;
@@ -67,6 +69,21 @@ pub trait Backend: Send + Sync {
     fn usleep(&self, us: u64);
     /// The backend's clock, in microseconds (from any origin).
     fn now_us(&self) -> u64;
+
+    /// When the call this thread made last returned, on the backend's clock: what the
+    /// executor stamps a call's return with. A backend on a virtual clock whose blocked
+    /// calls complete in the thread that moves the clock says when that was (the clock
+    /// may have moved on before the caller's thread ran); the default reads the clock.
+    fn returned_at_us(&self) -> u64 {
+        self.now_us()
+    }
+    /// How many calls are blocked in the backend now, if it can tell (`None`, the
+    /// default: a real-time backend, whose blocked calls wait in the kernel). The
+    /// executor waits, after starting a call that may block, until the call has returned
+    /// or is counted here before it moves a virtual clock on.
+    fn blocked_calls(&self) -> Option<usize> {
+        None
+    }
 
     /// `socket(domain, type, protocol)`.
     fn socket(&self, domain: i32, ty: i32, protocol: i32) -> SysResult;

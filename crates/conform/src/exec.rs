@@ -845,14 +845,46 @@ impl<B: Backend + 'static> Runner<B> {
         let (tx, rx) = mpsc::channel();
         let backend = self.backend.clone();
         let start = self.start;
+        let blocked_before = self.backend.blocked_calls();
         std::thread::Builder::new()
             .name(format!("conform-{}", s.name))
             .spawn(move || {
                 let out = call.run(&*backend);
-                let at = backend.now_us() as i64 - start;
+                let at = backend.returned_at_us() as i64 - start;
                 let _ = tx.send((out, at));
             })
             .or_else(|err| fail(e.line, format!("spawning the call's thread: {err}")))?;
+        // A virtual clock must not move on before the call has run: wait until it has
+        // returned or is blocked in the backend (bounded in real time).
+        let mut early = None;
+        if let Some(before) = blocked_before {
+            let limit = std::time::Instant::now()
+                + Duration::from_micros(self.cfg.call_wait_us.max(0) as u64);
+            loop {
+                match rx.recv_timeout(Duration::from_micros(200)) {
+                    Ok(done) => {
+                        early = Some(done);
+                        break;
+                    }
+                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                    Err(mpsc::RecvTimeoutError::Timeout) => {}
+                }
+                if self.backend.blocked_calls().is_some_and(|n| n > before)
+                    || std::time::Instant::now() > limit
+                {
+                    break;
+                }
+            }
+        }
+        let rx = match early {
+            Some(done) => {
+                // Put it back for the checks below.
+                let (tx, rx) = mpsc::channel();
+                let _ = tx.send(done);
+                rx
+            }
+            None => rx,
+        };
         let pending = Pending {
             line: e.line,
             name: s.name.clone(),
@@ -867,6 +899,22 @@ impl<B: Backend + 'static> Runner<B> {
         if s.end.is_some() {
             self.pending = Some(pending);
             return Ok(());
+        }
+        // On a virtual clock a call that blocked cannot return before the clock moves,
+        // which it does not while the runner waits for the call: say so at once.
+        if let Some(before) = blocked_before
+            && self.backend.blocked_calls().is_some_and(|n| n > before)
+        {
+            return match pending.rx.try_recv() {
+                Ok(done) => self.check(&pending, done),
+                Err(_) => fail(
+                    e.line,
+                    format!(
+                        "{}() blocked (a call that blocks is written `start...end`)",
+                        s.name
+                    ),
+                ),
+            };
         }
         self.complete(pending, true)
     }
@@ -897,6 +945,27 @@ impl<B: Backend + 'static> Runner<B> {
     /// Waits (bounded) for a call's result and checks it.
     fn complete(&mut self, p: Pending, immediate: bool) -> Result<(), Failure> {
         let limit = p.end + self.cfg.tolerance_us + self.cfg.call_wait_us;
+        if !immediate && self.backend.blocked_calls().is_some() {
+            // A virtual clock stands still unless moved: move it to the call's end (plus
+            // the tolerance), taking the packets sent meanwhile, until the call returns.
+            let end = p.end + self.cfg.tolerance_us;
+            loop {
+                if let Ok(done) = p.rx.try_recv() {
+                    return self.check(&p, done);
+                }
+                if self.backend.blocked_calls() == Some(0) || self.now() >= end {
+                    break;
+                }
+                let left = (end - self.now()).max(0);
+                let got = self
+                    .backend
+                    .netdev_receive(Duration::from_micros(left as u64))
+                    .or_else(|err| fail(p.line, format!("netdev_receive: {err}")))?;
+                if let Some((pkt, at)) = got {
+                    self.queue.push_back((pkt, at as i64 - self.start));
+                }
+            }
+        }
         let wait = (limit - self.now()).max(0);
         match p.rx.recv_timeout(Duration::from_micros(wait as u64)) {
             Ok(done) => self.check(&p, done),

@@ -239,7 +239,8 @@ pub fn parse(text: &str) -> Result<Script, ParseError> {
     let mut script = Script {
         options: Vec::new(),
         events: Vec::new(),
-        linux_expected_fail: linux_expected_fail(text),
+        linux_expected_fail: header(text, "linux:", "expected-fail"),
+        ustack_differs: header(text, "ustack:", "differs"),
     };
     let mut prev = 0i64;
     while let Some(t) = p.peek().cloned() {
@@ -268,14 +269,12 @@ pub fn parse(text: &str) -> Result<Script, ParseError> {
     Ok(script)
 }
 
-/// The reason of a `// linux: expected-fail <reason>` header line, if there is one.
-fn linux_expected_fail(text: &str) -> Option<String> {
+/// The reason of a `// <who> <what> <reason>` header line (`// linux: expected-fail
+/// ...`, `// ustack: differs ...`), if there is one.
+fn header(text: &str, who: &str, what: &str) -> Option<String> {
     text.lines().find_map(|l| {
         let l = l.trim().strip_prefix("//")?.trim();
-        let r = l
-            .strip_prefix("linux:")?
-            .trim()
-            .strip_prefix("expected-fail")?;
+        let r = l.strip_prefix(who)?.trim().strip_prefix(what)?;
         Some(r.trim().to_owned())
     })
 }

@@ -16,6 +16,9 @@ pub struct Script {
     /// `// linux: expected-fail <reason>`: the Linux backend is expected to fail this
     /// script, for the reason given.
     pub linux_expected_fail: Option<String>,
+    /// `// ustack: differs <reason>`: ustack is known to behave differently from Linux
+    /// here (so the ustack backend fails the script), for the reason given.
+    pub ustack_differs: Option<String>,
 }
 
 /// When an event is due.

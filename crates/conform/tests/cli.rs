@@ -52,3 +52,25 @@ fn a_bad_script_fails_with_its_line_and_the_tally() {
     assert!(text.contains("0 passed, 2 failed"), "{text}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--backend ustack` runs scripts against ustack in the process (no root): a passing
+/// scenario prints `ok`, a known difference fails with its diff, and the tally counts both.
+#[test]
+fn the_ustack_backend_runs_scripts_without_root() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/conformance/");
+    let good = format!("{root}close/passive-close.pkt");
+    let differs = format!("{root}window/receive-window-advertised.pkt");
+    let (code, text) = conform(&["--backend", "ustack", &good]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("ok    ") && text.contains("1 passed, 0 failed"),
+        "{text}"
+    );
+    let (code, text) = conform(&["--backend", "ustack", &good, &differs]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("tcp_window: expected 64240, actual 65535"),
+        "{text}"
+    );
+    assert!(text.contains("1 passed, 1 failed"), "{text}");
+}

@@ -1,20 +1,29 @@
-//! `ustack-conform SCRIPT... [--backend linux] [--tolerance-usecs N]`: runs packetdrill-format
-//! scripts (files, or directories of `*.pkt`) and prints one line per script; exits 1 if
-//! any failed (a failure prints the script line and a packetdrill-style diff).
+//! `ustack-conform SCRIPT... [--backend linux|ustack|so:PATH] [--tolerance-usecs N]`: runs
+//! packetdrill-format scripts (files, or directories of `*.pkt`) and prints one line per script;
+//! exits 1 if any failed (a failure prints the script line and a packetdrill-style diff).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 const USAGE: &str =
-    "usage: ustack-conform SCRIPT|DIR... [--backend linux] [--tolerance-usecs N] [-v]
-  Runs packetdrill-format scripts. Backends: linux (kernel sockets in a network namespace of
-  its own, the remote end on a TUN; needs root). The ustack backend comes with the C API.
+    "usage: ustack-conform SCRIPT|DIR... [--backend linux|ustack|so:PATH] [--tolerance-usecs N] [-v]
+  Runs packetdrill-format scripts. Backends: linux (the default: kernel sockets in a network
+  namespace of its own, the remote end on a TUN; needs root); ustack (ustack's stack on a
+  virtual clock, in this process); so:PATH (a packetdrill shared library, such as
+  libustack_packetdrill.so, through its packetdrill_interface table).
   -v prints every packet and call as it happens.";
+
+enum Which {
+    Linux,
+    Ustack,
+    So(PathBuf),
+}
 
 fn main() -> ExitCode {
     let mut paths = Vec::new();
     let mut cfg = ustack_conform::exec::Config::default();
     let mut args = std::env::args().skip(1);
+    let mut backend = Which::Linux;
     while let Some(a) = args.next() {
         match a.as_str() {
             "-h" | "--help" => {
@@ -23,9 +32,11 @@ fn main() -> ExitCode {
             }
             "-v" | "--verbose" => cfg.trace = true,
             "--backend" => match args.next().as_deref() {
-                Some("linux") => {}
+                Some("linux") => backend = Which::Linux,
+                Some("ustack") => backend = Which::Ustack,
+                Some(so) if so.starts_with("so:") => backend = Which::So(PathBuf::from(&so[3..])),
                 other => {
-                    eprintln!("unknown backend {other:?} (only `linux` exists yet)\n{USAGE}");
+                    eprintln!("unknown backend {other:?}\n{USAGE}");
                     return ExitCode::from(2);
                 }
             },
@@ -63,7 +74,12 @@ fn main() -> ExitCode {
     }
     let (mut passed, mut failed) = (0, 0);
     for s in &scripts {
-        match ustack_conform::run_linux(s, &cfg) {
+        let result = match &backend {
+            Which::Linux => ustack_conform::run_linux(s, &cfg),
+            Which::Ustack => ustack_conform::run_ustack(s, &cfg),
+            Which::So(lib) => ustack_conform::run_so(lib, "", s, &cfg),
+        };
+        match result {
             Ok(r) => {
                 passed += 1;
                 println!(
