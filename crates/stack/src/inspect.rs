@@ -62,7 +62,8 @@ pub struct MemoryKind {
 /// A stack's heap memory by kind, everything its tables and pools have allocated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemoryUsage {
-    /// `tcb` (the connection slab), `rtx_queue` (the retransmission queues' boards, held
+    /// `tcb` (the connection slab), `tcb_active` (the boxed state of connections moving
+    /// data, see issue #12 item 2), `tcb_active_free` (this thread's free boxes), `rtx_queue` (the retransmission queues' boards, held
     /// while data is outstanding), `rtx_spare` (the one board the stack keeps for the next
     /// queue that fills, so that a round trip does not allocate), `buffers` (pool bytes held by socket buffers),
     /// `pool_free` (pool bytes allocated and free), `time_wait`, `requests` (SYN queue),
@@ -163,7 +164,7 @@ impl Stack {
                 send_q: 0,
                 info: None,
                 mem: None,
-                timewait_left: Some(tw.expires.saturating_duration_since(now)),
+                timewait_left: Some(tw.expires.instant(now).saturating_duration_since(now)),
             });
         }
         for (local, queued, rcvbuf) in self.udp.views() {
@@ -189,16 +190,31 @@ impl Stack {
         let timer_entry = size_of::<core::cmp::Reverse<(Instant, crate::tcp::TimerKey)>>();
         let spare = tcp.spare_board.heap_bytes();
         let (mut rtx_boards, mut rtx_bytes) = (0, 0);
+        let (mut active, mut active_bytes) = (0, 0);
         for (_, tcb) in tcp.conns.iter() {
             let bytes = tcb.rtx.heap_bytes();
             rtx_boards += usize::from(bytes > 0);
             rtx_bytes += bytes;
+            active += usize::from(tcb.active.is_held());
+            active_bytes += tcb.active.heap_bytes();
         }
+        let active_free = crate::tcp::tcb::Active::free_bytes();
+        active_bytes += tcp.idle_active.capacity() * size_of::<(Instant, crate::tcp::TcpHandle)>();
         let kinds = vec![
             MemoryKind {
                 name: "tcb",
                 count: tcp.conns.len(),
                 bytes: tcp.conns.heap_bytes(),
+            },
+            MemoryKind {
+                name: "tcb_active",
+                count: active,
+                bytes: active_bytes,
+            },
+            MemoryKind {
+                name: "tcb_active_free",
+                count: active_free / crate::tcp::tcb::Active::BOX_BYTES,
+                bytes: active_free,
             },
             MemoryKind {
                 name: "rtx_queue",

@@ -143,3 +143,48 @@ fn memory_counts_the_retransmission_queue_while_data_is_outstanding() {
     assert_eq!(spare.count, 1, "{spare:?}");
     assert!(spare.bytes >= held.bytes, "{spare:?} {held:?}");
 }
+
+/// Issue #12 item 2: the state only a connection moving data needs (`tcb_active`) is not
+/// taken by the handshake, is held while data is outstanding, and goes back once the
+/// connection has been idle for a second; the TCB an idle connection keeps is at most
+/// 320 bytes (`TCB_BYTES`).
+#[test]
+fn memory_counts_the_active_state_only_while_data_moves() {
+    use ustack_dev::sim::{Side, SimConfig};
+    const { assert!(ustack_stack::tcp::TCB_BYTES <= 320) };
+    let mut p = Pair::new(SimLinkConfig::default());
+    let listener = p.b.tcp_listen(SocketAddrV4::new(B_IP, 80), 4).unwrap();
+    let c = p.a.tcp_connect(p.now, SocketAddrV4::new(B_IP, 80)).unwrap();
+    p.settle();
+    let (s, _) = p.b.tcp_accept(listener).unwrap();
+    let active = |st: &ustack_stack::Stack| *st.memory().get("tcb_active").unwrap();
+    assert_eq!(active(&p.a).count, 0, "after the handshake");
+    assert_eq!(active(&p.b).count, 0, "after the handshake");
+    // B's ACKs are lost: A's segments stay outstanding, its retransmission timer fires
+    // and loss recovery begins: A holds its active state.
+    p.link.set_config(
+        Side::B,
+        SimConfig {
+            loss: 1.0,
+            ..SimConfig::default()
+        },
+    );
+    p.a.tcp_send(p.now, c, &[7u8; 3000]).unwrap();
+    p.run_for(Duration::from_millis(1500));
+    assert!(p.a.tcp_info(c).unwrap().retransmits > 0);
+    let held = active(&p.a);
+    assert_eq!(held.count, 1, "{held:?}");
+    assert!(
+        held.bytes >= ustack_stack::tcp::TCB_ACTIVE_BYTES,
+        "{held:?}"
+    );
+    // The ACKs get through again: everything is acknowledged, and a second later the
+    // state is given back, on both sides.
+    p.link.set_config(Side::B, SimConfig::default());
+    p.run_for(Duration::from_secs(5));
+    let mut buf = [0u8; 4096];
+    assert_eq!(p.b.tcp_recv(p.now, s, &mut buf).unwrap(), 3000);
+    p.run_for(Duration::from_secs(3));
+    assert_eq!(active(&p.a).count, 0, "idle: {:?}", active(&p.a));
+    assert_eq!(active(&p.b).count, 0, "idle: {:?}", active(&p.b));
+}

@@ -186,6 +186,7 @@ impl Stack {
             }
             Verdict::SynAck => self.tcp_send_syn_ack_tcb(now, h),
         }
+        self.tcp_note_idle(now, h);
     }
 
     /// The connection is over (Linux `tcp_done`): an orphan is forgotten; otherwise the
@@ -615,35 +616,36 @@ impl Sock<'_> {
             ev.sacked = r.newly_sacked;
             ev.dsack = r.dsack_range.filter(|_| r.dsack);
             if let Some(sent) = r.first_sacked_sent_at
-                && sent >= tcb.recovery.rack_xmit_ts
+                && sent >= tcb.active.recovery.rack_xmit_ts
             {
                 // RFC 8985 §6.2 step 2 (RACK.xmit_ts, RACK.end_seq), from a newly SACKed
                 // segment never retransmitted; its end is taken as the highest SACKed
                 // (they coincide for data sent in order).
-                tcb.recovery.rack_xmit_ts = sent;
-                tcb.recovery.rack_end_seq = tcb.rtx.highest_sacked().unwrap_or(una);
+                tcb.active.recovery.rack_xmit_ts = sent;
+                tcb.active.recovery.rack_end_seq = tcb.rtx.highest_sacked().unwrap_or(una);
             }
             // A retransmitted loss probe of the last segment is SACKed, not reported as a
             // duplicate: the probe got through, and it went out after everything below
             // it (RACK.xmit_ts is the probe's; Linux's scoreboard holds the probe's send
             // time, ours the first transmission's).
-            if let Some(high) = tcb.recovery.tlp_high_seq
-                && tcb.recovery.tlp_retrans
+            if let Some(high) = tcb.active.recovery.tlp_high_seq
+                && tcb.active.recovery.tlp_retrans
                 && r.newly_sacked > 0
                 && !r.dsack
                 && tcb.rtx.highest_sacked() == Some(high)
-                && tcb.recovery.tlp_sent_at > tcb.recovery.rack_xmit_ts
+                && tcb.active.recovery.tlp_sent_at > tcb.active.recovery.rack_xmit_ts
             {
-                tcb.recovery.rack_xmit_ts = tcb.recovery.tlp_sent_at;
-                tcb.recovery.rack_end_seq = high;
+                tcb.active.recovery.rack_xmit_ts = tcb.active.recovery.tlp_sent_at;
+                tcb.active.recovery.rack_end_seq = high;
             }
             if r.dsack {
                 self.mib.inc(Counter::TcpExtTCPDSACKRecv);
                 // Linux tcp_sacktag_one: "D-SACK ... undo_retrans" -- each retransmission
                 // the receiver reports as a duplicate was not needed.
-                if tcb.recovery.undo_marker.is_some() && tcb.recovery.undo_retrans > 0 {
-                    tcb.recovery.undo_retrans =
-                        (tcb.recovery.undo_retrans - r.dsack_retrans as i32).max(0);
+                if tcb.active.recovery.undo_marker.is_some() && tcb.active.recovery.undo_retrans > 0
+                {
+                    tcb.active.recovery.undo_retrans =
+                        (tcb.active.recovery.undo_retrans - r.dsack_retrans as i32).max(0);
                 }
             }
         }
@@ -659,7 +661,8 @@ impl Sock<'_> {
             // each one stands for a segment that left the network (Linux
             // tcp_add_reno_sack: sacked_out, and one segment delivered).
             if !sack {
-                tcb.dupacks = (tcb.dupacks + 1).min(tcb.rtx.packets_out().saturating_sub(1));
+                tcb.active.dupacks =
+                    (tcb.active.dupacks + 1).min(tcb.rtx.packets_out().saturating_sub(1));
                 ev.delivered += 1;
             }
         }
@@ -725,9 +728,9 @@ impl Sock<'_> {
             // RFC 8985 §6.2 step 2: RACK.xmit_ts from the newest delivered segment; this
             // one was never retransmitted, so its send time is unambiguous.
             let sent = Instant::from_nanos(now.as_nanos().saturating_sub(sample.as_nanos() as u64));
-            if sent >= tcb.recovery.rack_xmit_ts {
-                tcb.recovery.rack_xmit_ts = sent;
-                tcb.recovery.rack_end_seq = ack;
+            if sent >= tcb.active.recovery.rack_xmit_ts {
+                tcb.active.recovery.rack_xmit_ts = sent;
+                tcb.active.recovery.rack_end_seq = ack;
             }
         }
         if tcb.flags.has(TcbFlags::SACK_OK) {
@@ -743,10 +746,10 @@ impl Sock<'_> {
             {
                 let mss = usize::from(tcb.mss).max(1);
                 let metric = (fack - prior_una).div_ceil(mss) as u32;
-                if metric > tcb.recovery.reordering {
-                    tcb.recovery.reordering = metric.min(MAX_REORDERING);
+                if metric > tcb.active.recovery.reordering {
+                    tcb.active.recovery.reordering = metric.min(MAX_REORDERING);
                 }
-                tcb.recovery.reord_seen = true;
+                tcb.active.recovery.reord_seen = true;
                 self.mib.inc(Counter::TcpExtTCPSACKReorder);
             }
         } else {
@@ -754,8 +757,8 @@ impl Sock<'_> {
             // ACKs."
             let acked = result.acked_segments;
             if acked > 0 {
-                ev.delivered += acked.saturating_sub(tcb.dupacks).max(1);
-                tcb.dupacks = tcb.dupacks.saturating_sub(acked - 1);
+                ev.delivered += acked.saturating_sub(tcb.active.dupacks).max(1);
+                tcb.active.dupacks = tcb.active.dupacks.saturating_sub(acked - 1);
             }
         }
         // Linux tcp_clean_rtx_queue calls the congestion control's pkts_acked in every
@@ -763,7 +766,7 @@ impl Sock<'_> {
         if result.acked_segments > 0 {
             tcb.congestion.in_flight = prior_in_flight;
             let hystart_before = tcb.hystart_exit();
-            tcb.cc.pkts_acked(
+            tcb.active.cc.pkts_acked(
                 &mut tcb.congestion,
                 now,
                 result.acked_segments,
@@ -805,14 +808,16 @@ impl Sock<'_> {
         if matches!(tcb.ca_state, CaState::Recovery | CaState::Cwr) {
             return self.tcp_cwnd_reduction(ev.delivered);
         }
-        let may_raise = if tcb.recovery.reordering > DUP_THRESH {
+        let may_raise = if tcb.active.recovery.reordering > DUP_THRESH {
             ev.delivered > 0
         } else {
             ev.acked > 0
         };
         if may_raise {
             tcb.congestion.in_flight = prior_in_flight;
-            tcb.cc.cong_avoid(&mut tcb.congestion, now, ev.delivered);
+            tcb.active
+                .cc
+                .cong_avoid(&mut tcb.congestion, now, ev.delivered);
         }
     }
 
@@ -830,7 +835,7 @@ impl Sock<'_> {
             // report the duplicate bytes in a D-SACK block, so that the sender can tell a
             // needless retransmission.
             if sack {
-                tcb.rx_sack.set_dsack(seq, seq + dup);
+                tcb.active.rx_sack.set_dsack(seq, seq + dup);
                 self.mib.inc(Counter::TcpExtTCPDSACKOldSent);
             }
             data = &data[dup..];
@@ -890,17 +895,17 @@ impl Sock<'_> {
             if offset > 0 && r.duplicate == data.len() {
                 // Everything was already queued: a D-SACK of it (RFC 2883 §4; Linux
                 // tcp_data_queue_ofo counts TCPDSACKOfoSent).
-                tcb.rx_sack.set_dsack(seq, end);
+                tcb.active.rx_sack.set_dsack(seq, end);
                 self.mib.inc(Counter::TcpExtTCPDSACKOfoSent);
             } else if offset > 0 && r.dropped == 0 {
-                tcb.rx_sack.on_ofo(seq, end);
+                tcb.active.rx_sack.on_ofo(seq, end);
             }
             if tcb.rcvbuf.ooo_bytes() == 0 {
-                tcb.rx_sack.clear_blocks();
+                tcb.active.rx_sack.clear_blocks();
             } else {
                 if r.advanced > 0 {
                     let rcv_nxt = tcb.rcv.nxt;
-                    tcb.rx_sack.on_rcv_nxt(rcv_nxt);
+                    tcb.active.rx_sack.on_rcv_nxt(rcv_nxt);
                 }
                 if r.dropped > 0 || r.pruned > 0 {
                     self.tcp_sack_retain_held();
@@ -951,7 +956,7 @@ impl Sock<'_> {
         for (o, r) in held.iter_mut().zip(&ranges[..n]) {
             *o = (tcb.rcv.nxt + r.0, tcb.rcv.nxt + r.1);
         }
-        tcb.rx_sack.retain_held(&held[..n]);
+        tcb.active.rx_sack.retain_held(&held[..n]);
     }
 }
 
@@ -972,7 +977,7 @@ fn tcp_sndbuf_expand(tcb: &mut Tcb, wmem_max: u64) {
         tcb.congestion
             .cwnd
             .max(TCP_INIT_CWND)
-            .max(tcb.recovery.reordering + 1),
+            .max(tcb.active.recovery.reordering + 1),
     );
     let sndmem = (2 * nr_segs * u64::from(tcb.mss)).min(wmem_max);
     if sndmem > u64::from(tcb.sndbuf_limit) {

@@ -29,7 +29,12 @@ use ustack_wire::{SeqNumber, tcp};
 use super::syncookie::{CookieRequest, SynCookies};
 use super::tcb::{FourTuple, TcbFlags};
 use super::tuple_hash::{TupleHash, TupleHasher, TupleTable};
-use super::{AcceptQueue, ListenerHandle, State, TimerKey};
+use core::cmp::Reverse;
+use core::mem::size_of;
+use std::collections::BinaryHeap;
+
+use super::clock32::Ms32;
+use super::{AcceptQueue, ListenerHandle, State};
 use crate::Stack;
 use crate::slab::Slab;
 use crate::socket::{Readiness, SocketKey};
@@ -133,7 +138,8 @@ impl Listeners {
 }
 
 /// A connection request in SYN-RECEIVED: what the final ACK needs, nothing more (Linux
-/// `tcp_request_sock`). About 48 bytes, plus its table entry.
+/// `tcp_request_sock`): 36 bytes, its 12-byte key and a 16-byte expiry entry
+/// ([`REQUEST_BYTES`](super::REQUEST_BYTES) in all).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct RequestSock {
     pub listener: u32,
@@ -148,30 +154,49 @@ pub(crate) struct RequestSock {
     pub ts_recent: u32,
     pub ts_offset: u32,
     pub retransmits: u8,
-    pub expires: Instant,
-    /// When the first SYN-ACK went out, for an RTT sample from the handshake (Linux
-    /// `snt_synack`); [`Instant::ZERO`] once a SYN-ACK was sent again (Karn: which copy
-    /// the ACK answers is unknown) and for cookie requests.
-    pub synack_at: Instant,
+    /// When the SYN-ACK is sent again (or, for a cookie request, nothing: never filed).
+    pub expires: Ms32,
+    /// When the first SYN-ACK went out, in µs of the stack clock modulo 2^32, for an RTT
+    /// sample from the handshake (Linux `snt_synack`, also µs); 0 once a SYN-ACK was sent
+    /// again (Karn: which copy the ACK answers is unknown) and for cookie requests.
+    pub synack_us: u32,
 }
+
+impl RequestSock {
+    /// The first SYN-ACK's send time, as [`RequestSock::synack_us`] keeps it.
+    pub(crate) fn synack_stamp(now: Instant) -> u32 {
+        (now.as_micros() as u32).max(1)
+    }
+}
+
+/// An entry of the SYN-queue expiry heap: a deadline and the request's tuple.
+pub(crate) type RequestEntry = (Ms32, FourTuple);
 
 /// All SYN-RECEIVED requests of a stack, by 4-tuple (looked up by the segment's
 /// [`TupleHash`], shared with the other 4-tuple tables).
 #[derive(Debug)]
 pub(crate) struct Requests {
     map: TupleTable<RequestSock>,
+    /// SYN-ACK retransmission deadlines, earliest first (one entry per request and
+    /// retransmission; an entry whose request is gone or was re-filed later is dropped
+    /// when it comes up): the requests' own, so that an entry is 16 bytes.
+    queue: BinaryHeap<Reverse<RequestEntry>>,
+    /// The latest instant the queue was touched at, to read its deadlines back.
+    seen: Instant,
 }
 
 impl Requests {
     /// Heap bytes of the request table.
     pub fn heap_bytes(&self) -> usize {
-        self.map.allocation_size()
+        self.map.allocation_size() + self.queue.capacity() * size_of::<RequestEntry>()
     }
 
     /// `hasher` keyed with a secret: the 4-tuples are the peers' choice.
     pub fn new(hasher: TupleHasher) -> Self {
         Requests {
             map: TupleTable::new(hasher),
+            queue: BinaryHeap::new(),
+            seen: Instant::ZERO,
         }
     }
     /// The hash of `t` (the same in every 4-tuple table).
@@ -195,6 +220,26 @@ impl Requests {
     }
     pub fn get_mut(&mut self, hash: TupleHash, t: &FourTuple) -> Option<&mut RequestSock> {
         self.map.get_mut(hash, t)
+    }
+    /// Wake `t` at its request's `expires` (filed at `now`).
+    pub fn file(&mut self, now: Instant, t: FourTuple, expires: Ms32) {
+        self.seen = self.seen.max(now);
+        self.queue.push(Reverse((expires, t)));
+    }
+    /// When the earliest entry comes up.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.queue
+            .peek()
+            .map(|Reverse((d, _))| d.instant(self.seen))
+    }
+    /// The tuple of an entry due at `now`, taken off the queue.
+    pub fn pop_due(&mut self, now: Instant) -> Option<FourTuple> {
+        self.seen = self.seen.max(now);
+        let &Reverse((d, t)) = self.queue.peek()?;
+        d.due(now).then(|| {
+            self.queue.pop();
+            t
+        })
     }
     /// Drop every request of a listener that is going away.
     pub fn remove_listener(&mut self, listener: u32) {
@@ -325,8 +370,8 @@ impl Stack {
                 .isn
                 .ts_offset(*tuple.local.ip(), *tuple.remote.ip()),
             retransmits: 0,
-            expires: now + TIMEOUT_INIT,
-            synack_at: now,
+            expires: Ms32::ceil(now + TIMEOUT_INIT),
+            synack_us: RequestSock::synack_stamp(now),
         };
         let hash = self.tcp.requests.hash(&tuple);
         self.tcp.requests.insert(hash, tuple, req);
@@ -334,9 +379,7 @@ impl Stack {
             l.syn_qlen += 1;
         }
         self.tcp_send_synack(now, tuple, &req, None);
-        self.tcp
-            .timers
-            .push(core::cmp::Reverse((req.expires, TimerKey::Request(tuple))));
+        self.tcp.requests.file(now, tuple, req.expires);
     }
 
     /// Answer a SYN with a cookie SYN-ACK: no state kept (Linux `cookie_v4_init_sequence`,
@@ -375,8 +418,8 @@ impl Stack {
             ts_recent: ts.map_or(0, |t| t.tsval),
             ts_offset,
             retransmits: 0,
-            expires: now,
-            synack_at: Instant::ZERO,
+            expires: Ms32::ceil(now),
+            synack_us: 0,
         };
         // The options go in the low bits of our clock; the per-peer offset is added after
         // and taken off again before decoding.
@@ -437,8 +480,8 @@ impl Stack {
                 .isn
                 .ts_offset(*tuple.local.ip(), *tuple.remote.ip()),
             retransmits: 0,
-            expires: now,
-            synack_at: Instant::ZERO,
+            expires: Ms32::ceil(now),
+            synack_us: 0,
         };
         self.request_complete(now, tuple, req, seg, true);
         true
@@ -463,7 +506,7 @@ impl Stack {
             self.mib.inc(Counter::TcpRetransSegs);
             self.mib.inc(Counter::TcpExtTCPSynRetrans);
             if let Some(r) = self.tcp.requests.get_mut(hash, &tuple) {
-                r.synack_at = Instant::ZERO;
+                r.synack_us = 0;
             }
             self.tcp_send_synack(now, tuple, &req, None);
             return;
@@ -566,8 +609,9 @@ impl Stack {
         // retransmission, by the echoed TSval of our SYN-ACK as Linux falls back to
         // (`tcp_ack_update_rtt`, RFC 7323 §4.1). A cookie's TSval encodes options, not a
         // time.
-        if req.synack_at != Instant::ZERO && req.retransmits == 0 {
-            tcb.rtt.sample(now - req.synack_at);
+        if req.synack_us != 0 && req.retransmits == 0 {
+            let us = RequestSock::synack_stamp(now).wrapping_sub(req.synack_us);
+            tcb.rtt.sample(Duration::from_micros(u64::from(us)));
         } else if !cookie
             && req.ts_ok
             && let Some(ts) = seg.timestamp
@@ -610,7 +654,7 @@ impl Stack {
         let Some(req) = self.tcp.requests.get_mut(hash, &tuple) else {
             return;
         };
-        if req.expires > now {
+        if !req.expires.due(now) {
             return;
         }
         // Linux reqsk_timer_handler calls tcp_syn_ack_timeout on every expiry, the last
@@ -621,14 +665,12 @@ impl Stack {
             return;
         }
         req.retransmits += 1;
-        req.synack_at = Instant::ZERO;
-        req.expires = now + TIMEOUT_INIT * (1 << req.retransmits.min(10));
+        req.synack_us = 0;
+        req.expires = Ms32::ceil(now + TIMEOUT_INIT * (1 << req.retransmits.min(10)));
         let req = *req;
         self.mib.inc(Counter::TcpRetransSegs);
         self.mib.inc(Counter::TcpExtTCPSynRetrans);
         self.tcp_send_synack(now, tuple, &req, None);
-        self.tcp
-            .timers
-            .push(core::cmp::Reverse((req.expires, TimerKey::Request(tuple))));
+        self.tcp.requests.file(now, tuple, req.expires);
     }
 }

@@ -35,6 +35,7 @@
 
 pub(crate) mod buffer;
 pub(crate) mod cc;
+pub(crate) mod clock32;
 pub(crate) mod input;
 pub(crate) mod isn;
 pub(crate) mod listen;
@@ -76,6 +77,26 @@ pub const BUFFER_CHUNK: usize = buffer::CHUNK;
 /// `inspect::MemoryUsage`'s `tcb` kind counts per connection (plus a slot's generation).
 pub const TCB_BYTES: usize = core::mem::size_of::<Tcb>();
 
+/// How long a connection stays idle before its [`tcb::ActiveState`] goes back to the pool.
+pub(crate) const ACTIVE_IDLE_GRACE: core::time::Duration = core::time::Duration::from_secs(1);
+
+/// Bytes of the state a connection holds only while it moves data (congestion control's
+/// detail, loss recovery, SACK blocks), boxed beside its TCB and given back when it is
+/// idle (the `tcb_active` kind of `inspect::MemoryUsage`).
+pub const TCB_ACTIVE_BYTES: usize = core::mem::size_of::<tcb::ActiveState>();
+
+/// Bytes of one TIME-WAIT record: its table entry (4-tuple and record) and its entry in
+/// the expiry queue. The table's free slots come on top (see `docs/c1m.md`).
+pub const TIME_WAIT_BYTES: usize = core::mem::size_of::<FourTuple>()
+    + core::mem::size_of::<timer::TimeWait>()
+    + core::mem::size_of::<timer::TimeWaitEntry>();
+
+/// Bytes of one SYN-queue request: its table entry (4-tuple and record) and its entry in
+/// the SYN-ACK retransmission heap. The table's free slots come on top.
+pub const REQUEST_BYTES: usize = core::mem::size_of::<FourTuple>()
+    + core::mem::size_of::<listen::RequestSock>()
+    + core::mem::size_of::<listen::RequestEntry>();
+
 /// A TCP connection's handle: slot index and generation, so a stale handle never reaches
 /// a connection that reused the slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -103,7 +124,6 @@ pub enum Shutdown {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum TimerKey {
     Conn(TcpHandle),
-    Request(FourTuple),
 }
 
 /// All of one stack's TCP state.
@@ -116,6 +136,10 @@ pub(crate) struct Tcp {
     pub(crate) listeners: listen::Listeners,
     pub(crate) requests: listen::Requests,
     pub(crate) timewait: timer::TimeWaits,
+    /// Connections found idle while holding their [`tcb::ActiveState`], in the order found,
+    /// with when to give it back (see [`tcb::Active`]): one entry per connection at most
+    /// ([`tcb::TcbFlags::IDLE_QUEUED`]).
+    pub(crate) idle_active: VecDeque<(Instant, TcpHandle)>,
     /// Earliest deadline per connection or request, cancelled lazily.
     pub(crate) timers: BinaryHeap<core::cmp::Reverse<(Instant, TimerKey)>>,
     pub(crate) pool: buffer::BufferPool,
@@ -166,6 +190,7 @@ impl Tcp {
             listeners: listen::Listeners::default(),
             requests: listen::Requests::new(tuples.clone()),
             timewait: timer::TimeWaits::new(tuples),
+            idle_active: VecDeque::new(),
             timers: BinaryHeap::new(),
             pool: buffer::BufferPool::new(POOL_LIMIT),
             spare_board: scoreboard::SpareBoard::default(),
@@ -319,7 +344,9 @@ impl Tcp {
 pub(crate) fn tw_reusable(sysctl: &Sysctl, tw: &timer::TimeWait, now: Instant) -> bool {
     const TW_REUSE_DELAY: core::time::Duration = core::time::Duration::from_secs(1);
     // now > entered + delay, with entered = expires - 2*MSL.
-    sysctl.tcp_tw_reuse == 1 && tw.ts_ok && now + timer::TIMEWAIT_LEN > tw.expires + TW_REUSE_DELAY
+    sysctl.tcp_tw_reuse == 1
+        && tw.ts_ok
+        && now + timer::TIMEWAIT_LEN > tw.expires.instant(now) + TW_REUSE_DELAY
 }
 
 /// The ISS of a connection that reuses a TIME-WAIT tuple: ahead of everything the old
@@ -517,7 +544,7 @@ impl Stack {
             // For PAWS on the SYN-ACK (Linux tcp_rcv_synsent_state_process); recorded, at
             // the latest, when the record was made.
             tcb.ts_recent = tw.ts_recent;
-            tcb.ts_recent_stamp = ((tw.expires.as_millis() / 1000) as u32)
+            tcb.ts_recent_stamp = ((tw.expires.instant(now).as_millis() / 1000) as u32)
                 .saturating_sub(timer::TIMEWAIT_LEN.as_secs() as u32);
         }
         let h = self.tcp.insert(tcb);
@@ -873,8 +900,7 @@ mod tests {
             ts_offset: 0,
             rcv_wnd: 100,
             ts_ok,
-            expires: entered + timer::TIMEWAIT_LEN,
-            queued: entered + timer::TIMEWAIT_LEN,
+            expires: clock32::Ms32::ceil(entered + timer::TIMEWAIT_LEN),
             last_oow_ack: 0,
         }
     }
@@ -937,24 +963,31 @@ mod memory {
     #[test]
     fn per_connection_memory_stays_within_bounds() {
         let hash_entry = |kv: usize| (kv as f64 + 1.0) / 0.875;
-        let tcb = size_of::<super::tcb::Tcb>();
+        let tcb = super::TCB_BYTES;
         let slot = crate::slab::Slab::<super::tcb::Tcb>::SLOT_BYTES;
         let ehash = hash_entry(size_of::<super::tcb::FourTuple>() + size_of::<u32>());
         let idle = slot as f64 + ehash;
         let tw =
             hash_entry(size_of::<super::tcb::FourTuple>() + size_of::<super::timer::TimeWait>())
-                + size_of::<(ustack_obs::Instant, super::tcb::FourTuple)>() as f64;
+                + size_of::<super::timer::TimeWaitEntry>() as f64;
         let req = hash_entry(
             size_of::<super::tcb::FourTuple>() + size_of::<super::listen::RequestSock>(),
-        ) + size_of::<core::cmp::Reverse<(ustack_obs::Instant, super::TimerKey)>>()
-            as f64;
+        ) + size_of::<super::listen::RequestEntry>() as f64;
         eprintln!(
-            "TCB {tcb} B; idle established connection {idle:.0} B (slot {slot} + table {ehash:.0}); \
-             TIME-WAIT record {tw:.0} B; SYN-queue request {req:.0} B"
+            "TCB {tcb} B (active part {} B, boxed while data moves); idle established \
+             connection {idle:.0} B (slot {slot} + table {ehash:.0}); TIME-WAIT record {} B \
+             ({tw:.0} B at 7/8 load); SYN-queue request {} B ({req:.0} B at 7/8 load)",
+            super::TCB_ACTIVE_BYTES,
+            super::TIME_WAIT_BYTES,
+            super::REQUEST_BYTES,
         );
-        assert!(tcb <= 512, "TCB grew to {tcb} bytes");
-        assert!(idle <= 560.0, "an idle connection costs {idle:.0} bytes");
-        assert!(tw <= 96.0, "a TIME-WAIT record costs {tw:.0} bytes");
-        assert!(req <= 112.0, "a SYN-queue request costs {req:.0} bytes");
+        assert!(tcb <= 320, "TCB grew to {tcb} bytes");
+        assert!(idle <= 360.0, "an idle connection costs {idle:.0} bytes");
+        // Issue #12 item 3: at most 64 bytes a record, table entry and expiry entry.
+        let (tw_bytes, req_bytes) = (super::TIME_WAIT_BYTES, super::REQUEST_BYTES);
+        assert!(tw_bytes <= 64, "a TIME-WAIT record is {tw_bytes} bytes");
+        assert!(req_bytes <= 64, "a SYN-queue request is {req_bytes} bytes");
+        assert!(tw <= 64.0, "a TIME-WAIT record costs {tw:.0} bytes");
+        assert!(req <= 72.0, "a SYN-queue request costs {req:.0} bytes");
     }
 }

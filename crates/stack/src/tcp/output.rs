@@ -119,12 +119,9 @@ impl Stack {
                 .isn
                 .ts_offset(*tuple.local.ip(), *tuple.remote.ip()),
             rtt: RttEstimator::new(RTO_MIN, RTO_MAX),
-            cc,
+            active: super::tcb::Active::new(&cc),
             congestion,
             ca_state: CaState::Open,
-            high_seq: iss,
-            dupacks: 0,
-            recovery: super::tcb::LossRecovery::new(),
             probes: 0,
             quick_acks: QUICK_ACKS,
             rtx: RtxQueue::new(),
@@ -136,7 +133,6 @@ impl Stack {
             last_activity: now,
             last_oow_ack: 0,
             error: None,
-            rx_sack: super::sack_blocks::RxSack::default(),
             snd_sml: iss,
             rcv_space: super::tcb::RcvSpace::new(),
         }
@@ -461,13 +457,13 @@ impl Stack {
         }
         let max = if repr.timestamp.is_some() { 3 } else { 4 };
         let mut n = 0;
-        if let Some(d) = tcb.rx_sack.dsack() {
+        if let Some(d) = tcb.active.rx_sack.dsack() {
             repr.sack_ranges[n] = Some(d);
             n += 1;
-            tcb.rx_sack.clear_dsack();
+            tcb.active.rx_sack.clear_dsack();
         }
         if tcb.rcvbuf.ooo_bytes() > 0 {
-            for &b in tcb.rx_sack.blocks() {
+            for &b in tcb.active.rx_sack.blocks() {
                 if n == max {
                     break;
                 }
@@ -578,7 +574,11 @@ impl Stack {
     /// cwnd is PRR's (RFC 6937).
     pub(crate) fn tcp_output(&mut self, now: Instant, h: TcpHandle) {
         // Retransmissions found lost again go first (see `tcp_find_lost_retrans`).
-        if self.tcp.get(h).is_some_and(|t| t.recovery.lost_retrans > 0) {
+        if self
+            .tcp
+            .get(h)
+            .is_some_and(|t| t.active.recovery.lost_retrans > 0)
+        {
             self.tcp_resend_lost_retrans(now, h);
         }
         // Then lost segments (RFC 6675 §5 NextSeg rule 1; also after an RTO).
@@ -714,7 +714,7 @@ impl Stack {
             }
             if matches!(tcb.ca_state, CaState::Recovery | CaState::Cwr) {
                 // RFC 6937: "On any data transmission or retransmission: prr_out += ...".
-                tcb.recovery.prr_out += 1;
+                tcb.active.recovery.prr_out += 1;
             }
             if fin {
                 tcb.flags.set(TcbFlags::FIN_SENT);
@@ -747,7 +747,7 @@ impl Stack {
     /// per tail (TCPLossProbes). The RTO is armed from now.
     pub(crate) fn tcp_send_loss_probe(&mut self, now: Instant, h: TcpHandle) {
         let Some(tcb) = self.tcp.get(h) else { return };
-        if tcb.recovery.tlp_high_seq.is_none() {
+        if tcb.active.recovery.tlp_high_seq.is_none() {
             let mut probed = self.tcp_write_xmit(now, h, true) > 0;
             let mut retrans = false;
             if !probed {
@@ -767,9 +767,9 @@ impl Stack {
             if probed {
                 self.mib.inc(Counter::TcpExtTCPLossProbes);
                 if let Some(tcb) = self.tcp.get_mut(h) {
-                    tcb.recovery.tlp_high_seq = Some(tcb.snd.nxt);
-                    tcb.recovery.tlp_retrans = retrans;
-                    tcb.recovery.tlp_sent_at = now;
+                    tcb.active.recovery.tlp_high_seq = Some(tcb.snd.nxt);
+                    tcb.active.recovery.tlp_retrans = retrans;
+                    tcb.active.recovery.tlp_sent_at = now;
                 }
             }
         }
@@ -847,7 +847,7 @@ impl Stack {
             });
         }
         tcb.rtx.mark_retransmitted(start, now);
-        let rec = &mut tcb.recovery;
+        let rec = &mut tcb.active.recovery;
         if matches!(tcb.ca_state, CaState::Recovery | CaState::Cwr) {
             rec.prr_out += 1;
         }
@@ -898,7 +898,7 @@ impl Stack {
                 let Some(tcb) = self.tcp.get_mut(h) else {
                     return;
                 };
-                tcb.recovery.lost_retrans = found - sent;
+                tcb.active.recovery.lost_retrans = found - sent;
                 if tcb.in_flight() >= tcb.congestion.cwnd
                     || !self.tcp_retransmit(now, h, start, end)
                 {
@@ -909,7 +909,7 @@ impl Stack {
             let Some(tcb) = self.tcp.get_mut(h) else {
                 return;
             };
-            tcb.recovery.lost_retrans = found - sent;
+            tcb.active.recovery.lost_retrans = found - sent;
             if n < BATCH {
                 return;
             }

@@ -156,10 +156,10 @@ fn tcp_simple_retransmit(tcb: &mut Tcb) -> bool {
         return false;
     }
     if tcb.ca_state != CaState::Loss {
-        tcb.high_seq = tcb.snd.nxt;
+        tcb.active.high_seq = tcb.snd.nxt;
         tcb.congestion.ssthresh = tcb.current_ssthresh();
-        tcb.recovery.prior_ssthresh = 0;
-        tcb.recovery.undo_marker = None;
+        tcb.active.recovery.prior_ssthresh = 0;
+        tcb.active.recovery.undo_marker = None;
         tcb.set_ca_state(CaState::Loss);
     }
     true

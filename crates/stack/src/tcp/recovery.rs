@@ -33,28 +33,29 @@ impl Sock<'_> {
     /// (TCPLossProbeRecovery).
     pub(crate) fn tcp_process_tlp_ack(&mut self, now: Instant, ack: SeqNumber, ev: &AckEvent) {
         let tcb = &mut *self.tcb;
-        let Some(high) = tcb.recovery.tlp_high_seq else {
+        let Some(high) = tcb.active.recovery.tlp_high_seq else {
             return;
         };
         if ack.before(high) {
             return;
         }
-        if !tcb.recovery.tlp_retrans || ev.dsack.is_some_and(|(_, e)| !e.after(high)) {
-            tcb.recovery.tlp_high_seq = None;
+        if !tcb.active.recovery.tlp_retrans || ev.dsack.is_some_and(|(_, e)| !e.after(high)) {
+            tcb.active.recovery.tlp_high_seq = None;
         } else if ack.after(high) {
             // Linux: tcp_init_cwnd_reduction, CWR, tcp_end_cwnd_reduction.
-            tcb.recovery.tlp_high_seq = None;
-            tcb.recovery.prior_cwnd = tcb.congestion.cwnd;
+            tcb.active.recovery.tlp_high_seq = None;
+            tcb.active.recovery.prior_cwnd = tcb.congestion.cwnd;
             tcb.congestion.in_flight = tcb.in_flight();
-            tcb.congestion.ssthresh = tcb.cc.ssthresh(&tcb.congestion);
+            tcb.congestion.ssthresh = tcb.active.cc.ssthresh(&tcb.congestion);
             tcb.congestion.cwnd = tcb.congestion.ssthresh.max(2);
             tcb.congestion.cwnd_cnt = 0;
-            tcb.cc
+            tcb.active
+                .cc
                 .cwnd_event(&mut tcb.congestion, now, CaEvent::CompleteCwr);
             self.mib.inc(Counter::TcpExtTCPLossProbeRecovery);
         } else if !ev.una_advanced && ev.sacked == 0 {
             // A pure duplicate ACK: the original and the probe both arrived.
-            tcb.recovery.tlp_high_seq = None;
+            tcb.active.recovery.tlp_high_seq = None;
         }
     }
 
@@ -65,9 +66,9 @@ impl Sock<'_> {
     pub(crate) fn tcp_fastretrans_alert(&mut self, now: Instant, ev: &AckEvent) {
         let tcb = &mut *self.tcb;
         let sack = tcb.flags.has(TcbFlags::SACK_OK);
-        if tcb.ca_state == CaState::Open && tcb.rtx.sacked_out() == 0 && tcb.dupacks == 0 {
+        if tcb.ca_state == CaState::Open && tcb.rtx.sacked_out() == 0 && tcb.active.dupacks == 0 {
             // Nothing suspicious: Linux takes tcp_fastretrans_alert only for "dubious" ACKs.
-            tcb.recovery.retrans_stamp = 0;
+            tcb.active.recovery.retrans_stamp = 0;
             return;
         }
         if sack {
@@ -76,19 +77,19 @@ impl Sock<'_> {
             // RACK with its reordering window at zero during recovery (§6.2 step 4, Linux
             // tcp_rack_reo_wnd "be aggressive during the recovery").
             let thresh = if matches!(tcb.ca_state, CaState::Recovery | CaState::Loss)
-                && !tcb.recovery.reord_seen
+                && !tcb.active.recovery.reord_seen
             {
                 1
             } else {
-                tcb.recovery.reordering
+                tcb.active.recovery.reordering
             };
             tcb.rtx.mark_lost(thresh);
         }
         // D. Exit conditions: the recovery point (RFC 6582 "recover", Linux high_seq) is
         // acknowledged.
-        if tcb.ca_state == CaState::Recovery && !tcb.snd.una.before(tcb.high_seq) {
+        if tcb.ca_state == CaState::Recovery && !tcb.snd.una.before(tcb.active.high_seq) {
             if !sack {
-                tcb.dupacks = 0;
+                tcb.active.dupacks = 0;
             }
             if self.tcp_try_undo_recovery(ev) {
                 return;
@@ -112,13 +113,13 @@ impl Sock<'_> {
                 if ev.una_advanced && self.tcp_try_undo_loss(ev) {
                     return;
                 }
-                if !self.tcb.snd.una.before(self.tcb.high_seq) {
+                if !self.tcb.snd.una.before(self.tcb.active.high_seq) {
                     self.tcp_try_undo_recovery(ev);
                 }
             }
             _ => {
                 if !sack && ev.una_advanced {
-                    self.tcb.dupacks = 0;
+                    self.tcb.active.dupacks = 0;
                 }
                 if matches!(self.tcb.ca_state, CaState::Open | CaState::Disorder) {
                     self.tcp_try_undo_dsack();
@@ -137,15 +138,15 @@ impl Sock<'_> {
                 let left = if sack {
                     tcb.rtx.sacked_out()
                 } else {
-                    tcb.dupacks
+                    tcb.active.dupacks
                 };
-                if tcb.rtx.lost_out() == 0 && left < tcb.recovery.reordering {
+                if tcb.rtx.lost_out() == 0 && left < tcb.active.recovery.reordering {
                     self.tcp_try_to_open();
                     return;
                 }
                 self.tcp_enter_recovery();
                 let tcb = &mut *self.tcb;
-                if sack && !tcb.recovery.reord_seen {
+                if sack && !tcb.active.recovery.reord_seen {
                     tcb.rtx.mark_lost(1);
                 }
                 // RFC 6675 §5 (4.3) / RFC 5681 §3.2 step 2: "retransmit the first data
@@ -169,22 +170,22 @@ impl Sock<'_> {
             Counter::TcpExtTCPRenoRecovery
         });
         // Linux tcp_init_undo.
-        tcb.recovery.prior_ssthresh = 0;
-        tcb.recovery.undo_marker = Some(tcb.snd.una);
-        tcb.recovery.undo_retrans = match tcb.rtx.retrans_out() {
+        tcb.active.recovery.prior_ssthresh = 0;
+        tcb.active.recovery.undo_marker = Some(tcb.snd.una);
+        tcb.active.recovery.undo_retrans = match tcb.rtx.retrans_out() {
             0 => -1,
             n => n as i32,
         };
         if !matches!(tcb.ca_state, CaState::Cwr | CaState::Recovery) {
-            tcb.recovery.prior_ssthresh = tcb.current_ssthresh();
-            tcb.high_seq = tcb.snd.nxt;
-            tcb.recovery.tlp_high_seq = None;
+            tcb.active.recovery.prior_ssthresh = tcb.current_ssthresh();
+            tcb.active.high_seq = tcb.snd.nxt;
+            tcb.active.recovery.tlp_high_seq = None;
             tcb.congestion.cwnd_cnt = 0;
-            tcb.recovery.prior_cwnd = tcb.congestion.cwnd;
-            tcb.recovery.prr_delivered = 0;
-            tcb.recovery.prr_out = 0;
+            tcb.active.recovery.prior_cwnd = tcb.congestion.cwnd;
+            tcb.active.recovery.prr_delivered = 0;
+            tcb.active.recovery.prr_out = 0;
             tcb.congestion.in_flight = tcb.in_flight();
-            tcb.congestion.ssthresh = tcb.cc.ssthresh(&tcb.congestion);
+            tcb.congestion.ssthresh = tcb.active.cc.ssthresh(&tcb.congestion);
         }
         tcb.set_ca_state(CaState::Recovery);
     }
@@ -194,12 +195,12 @@ impl Sock<'_> {
     /// catch up to ssthresh no faster than slow start. cwnd is set to pipe + sndcnt.
     pub(crate) fn tcp_cwnd_reduction(&mut self, delivered: u32) {
         let tcb = &mut *self.tcb;
-        if delivered == 0 || tcb.recovery.prior_cwnd == 0 {
+        if delivered == 0 || tcb.active.recovery.prior_cwnd == 0 {
             return;
         }
-        tcb.recovery.prr_delivered += delivered;
+        tcb.active.recovery.prr_delivered += delivered;
         let pipe = tcb.in_flight();
-        let rec = &tcb.recovery;
+        let rec = &tcb.active.recovery;
         let ssthresh = tcb.congestion.ssthresh;
         let mut sndcnt: i64 = if pipe > ssthresh {
             // "sndcnt = CEIL(prr_delivered * ssthresh / RecoverFS) - prr_out"
@@ -226,11 +227,12 @@ impl Sock<'_> {
     fn tcp_end_cwnd_reduction(&mut self, now: Instant) {
         let tcb = &mut *self.tcb;
         if tcb.congestion.ssthresh < TCP_INFINITE_SSTHRESH
-            && (tcb.ca_state == CaState::Cwr || tcb.recovery.undo_marker.is_some())
+            && (tcb.ca_state == CaState::Cwr || tcb.active.recovery.undo_marker.is_some())
         {
             tcb.congestion.cwnd = tcb.congestion.ssthresh.max(2);
         }
-        tcb.cc
+        tcb.active
+            .cc
             .cwnd_event(&mut tcb.congestion, now, CaEvent::CompleteCwr);
         self.tcp_try_to_open();
     }
@@ -245,9 +247,9 @@ impl Sock<'_> {
                 .front()
                 .is_none_or(|s| !s.flags.contains(SegFlags::EVER_RETRANS))
         {
-            tcb.recovery.retrans_stamp = 0;
+            tcb.active.recovery.retrans_stamp = 0;
         }
-        let left_out = tcb.rtx.sacked_out() + tcb.rtx.lost_out() + tcb.dupacks;
+        let left_out = tcb.rtx.sacked_out() + tcb.rtx.lost_out() + tcb.active.dupacks;
         let state = if left_out > 0 || tcb.rtx.retrans_out() > 0 {
             CaState::Disorder
         } else {
@@ -255,7 +257,7 @@ impl Sock<'_> {
         };
         if tcb.ca_state != state {
             tcb.set_ca_state(state);
-            tcb.high_seq = tcb.snd.nxt;
+            tcb.active.high_seq = tcb.snd.nxt;
         }
     }
 
@@ -274,9 +276,9 @@ impl Sock<'_> {
             tcp_undo_cwnd_reduction(tcb, false);
             self.mib.inc(counter);
         }
-        if tcb.snd.una == tcb.high_seq && !tcb.flags.has(TcbFlags::SACK_OK) {
+        if tcb.snd.una == tcb.active.high_seq && !tcb.flags.has(TcbFlags::SACK_OK) {
             if tcb.rtx.retrans_out() == 0 {
-                tcb.recovery.retrans_stamp = 0;
+                tcb.active.recovery.retrans_stamp = 0;
             }
             return true;
         }
@@ -288,7 +290,7 @@ impl Sock<'_> {
     /// `tcp_try_undo_dsack`, TCPDSACKUndo; RFC 2883 §5).
     fn tcp_try_undo_dsack(&mut self) -> bool {
         let tcb = &mut *self.tcb;
-        if tcb.recovery.undo_marker.is_some() && tcb.recovery.undo_retrans == 0 {
+        if tcb.active.recovery.undo_marker.is_some() && tcb.active.recovery.undo_retrans == 0 {
             tcp_undo_cwnd_reduction(tcb, false);
             self.mib.inc(Counter::TcpExtTCPDSACKUndo);
             return true;
@@ -332,20 +334,22 @@ impl Sock<'_> {
         if tcb.rtx.mark_all_lost() {
             self.mib.inc(Counter::TcpExtTCPSACKReneging);
         }
-        tcb.recovery.lost_retrans = 0;
-        tcb.recovery.retrans_low = Instant::FAR_FUTURE;
+        tcb.active.recovery.lost_retrans = 0;
+        tcb.active.recovery.retrans_low = Instant::FAR_FUTURE;
         if matches!(prior_state, CaState::Open | CaState::Disorder)
-            || !tcb.high_seq.after(tcb.snd.una)
+            || !tcb.active.high_seq.after(tcb.snd.una)
             || (prior_state == CaState::Loss && tcb.rtt.backoffs() == 0)
         {
-            tcb.recovery.prior_ssthresh = tcb.current_ssthresh();
-            tcb.recovery.prior_cwnd = tcb.congestion.cwnd;
+            tcb.active.recovery.prior_ssthresh = tcb.current_ssthresh();
+            tcb.active.recovery.prior_cwnd = tcb.congestion.cwnd;
             tcb.congestion.in_flight = prior_in_flight;
-            tcb.congestion.ssthresh = tcb.cc.ssthresh(&tcb.congestion);
-            tcb.cc.cwnd_event(&mut tcb.congestion, now, CaEvent::Loss);
+            tcb.congestion.ssthresh = tcb.active.cc.ssthresh(&tcb.congestion);
+            tcb.active
+                .cc
+                .cwnd_event(&mut tcb.congestion, now, CaEvent::Loss);
             // Linux tcp_init_undo.
-            tcb.recovery.undo_marker = Some(tcb.snd.una);
-            tcb.recovery.undo_retrans = match tcb.rtx.retrans_out() {
+            tcb.active.recovery.undo_marker = Some(tcb.snd.una);
+            tcb.active.recovery.undo_retrans = match tcb.rtx.retrans_out() {
                 0 => -1,
                 n => n as i32,
             };
@@ -357,12 +361,12 @@ impl Sock<'_> {
         if matches!(prior_state, CaState::Open | CaState::Disorder)
             && tcb.rtx.sacked_out() >= DUP_THRESH
         {
-            tcb.recovery.reordering = tcb.recovery.reordering.min(DUP_THRESH);
+            tcb.active.recovery.reordering = tcb.active.recovery.reordering.min(DUP_THRESH);
         }
         tcb.set_ca_state(CaState::Loss);
-        tcb.high_seq = tcb.snd.nxt;
-        tcb.dupacks = 0;
-        tcb.recovery.tlp_high_seq = None;
+        tcb.active.high_seq = tcb.snd.nxt;
+        tcb.active.dupacks = 0;
+        tcb.active.recovery.tlp_high_seq = None;
     }
 
     /// Find retransmissions that were lost again: a retransmission sent before a segment
@@ -373,15 +377,15 @@ impl Sock<'_> {
     pub(crate) fn tcp_find_lost_retrans(&mut self, now: Instant) {
         let tcb = &mut *self.tcb;
         if tcb.rtx.retrans_out() == 0 {
-            tcb.recovery.retrans_low = Instant::FAR_FUTURE;
-            tcb.recovery.lost_retrans = 0;
+            tcb.active.recovery.retrans_low = Instant::FAR_FUTURE;
+            tcb.active.recovery.lost_retrans = 0;
             return;
         }
         if !tcb.flags.has(TcbFlags::SACK_OK) {
             return;
         }
         let horizon = tcb.lost_retrans_horizon();
-        if tcb.recovery.lost_retrans == 0 && tcb.recovery.retrans_low > horizon {
+        if tcb.active.recovery.lost_retrans == 0 && tcb.active.recovery.retrans_low > horizon {
             return;
         }
         let (mut lost, mut low) = (0u32, Instant::FAR_FUTURE);
@@ -394,14 +398,14 @@ impl Sock<'_> {
                 }
             }
         }
-        if lost > tcb.recovery.lost_retrans {
+        if lost > tcb.active.recovery.lost_retrans {
             self.mib.add(
                 Counter::TcpExtTCPLostRetransmit,
-                u64::from(lost - tcb.recovery.lost_retrans),
+                u64::from(lost - tcb.active.recovery.lost_retrans),
             );
         }
-        tcb.recovery.lost_retrans = lost;
-        tcb.recovery.retrans_low = low;
+        tcb.active.recovery.lost_retrans = lost;
+        tcb.active.recovery.retrans_low = low;
     }
 }
 
@@ -410,7 +414,7 @@ impl Sock<'_> {
 /// than the first retransmission, so the original got through (RFC 3522 §3.2 Eifel
 /// detection; Linux `tcp_packet_delayed`).
 fn tcp_may_undo(tcb: &Tcb, ev: &AckEvent) -> bool {
-    let rec = &tcb.recovery;
+    let rec = &tcb.active.recovery;
     rec.undo_marker.is_some()
         && (rec.undo_retrans == 0
             || rec.retrans_stamp == 0
@@ -425,11 +429,14 @@ fn tcp_may_undo(tcb: &Tcb, ev: &AckEvent) -> bool {
 fn tcp_undo_cwnd_reduction(tcb: &mut Tcb, unmark_loss: bool) {
     if unmark_loss {
         tcb.rtx.unmark_lost();
-        tcb.recovery.lost_retrans = 0;
+        tcb.active.recovery.lost_retrans = 0;
     }
-    if tcb.recovery.prior_ssthresh > 0 {
-        tcb.congestion.cwnd = tcb.cc.undo_cwnd(&tcb.congestion);
-        tcb.congestion.ssthresh = tcb.congestion.ssthresh.max(tcb.recovery.prior_ssthresh);
+    if tcb.active.recovery.prior_ssthresh > 0 {
+        tcb.congestion.cwnd = tcb.active.cc.undo_cwnd(&tcb.congestion);
+        tcb.congestion.ssthresh = tcb
+            .congestion
+            .ssthresh
+            .max(tcb.active.recovery.prior_ssthresh);
     }
-    tcb.recovery.undo_marker = None;
+    tcb.active.recovery.undo_marker = None;
 }

@@ -46,6 +46,14 @@ fn sack_extend(block: &mut (SeqNumber, SeqNumber), start: SeqNumber, end: SeqNum
 }
 
 impl RxSack {
+    /// No block, no D-SACK (the [`Default`]).
+    pub const EMPTY: RxSack = RxSack {
+        blocks: [(SeqNumber(0), SeqNumber(0)); NUM_SACKS],
+        len: 0,
+        has_dsack: false,
+        dsack: (SeqNumber(0), SeqNumber(0)),
+    };
+
     /// The blocks, most recently changed first.
     pub fn blocks(&self) -> &[(SeqNumber, SeqNumber)] {
         &self.blocks[..usize::from(self.len)]

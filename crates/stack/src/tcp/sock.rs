@@ -18,7 +18,7 @@ use ustack_obs::{Counter, Instant, Mib};
 
 use super::buffer::BufferPool;
 use super::scoreboard::SpareBoard;
-use super::tcb::Tcb;
+use super::tcb::{Tcb, TcbFlags};
 use super::{ChallengeAckLimit, State, Tcp, TcpHandle, TimerKey};
 use crate::secret::siphash32;
 use crate::socket::{Readiness, ReadyList, SocketKey};
@@ -83,6 +83,56 @@ impl Stack {
         if let Some(mut sk) = self.tcp_sock(h) {
             sk.set_state(new);
         }
+    }
+
+    /// File connection `h` to give its [`super::tcb::ActiveState`] back if it is idle
+    /// (see [`super::tcb::Active`]): once, at `now` + [`super::ACTIVE_IDLE_GRACE`]; at
+    /// once if it has moved no data yet.
+    #[inline]
+    pub(crate) fn tcp_note_idle(&mut self, now: Instant, h: TcpHandle) {
+        let Some(tcb) = self.tcp.get_mut(h) else {
+            return;
+        };
+        if !tcb.active.is_held() || tcb.flags.has(TcbFlags::IDLE_QUEUED) || !tcb.active_idle() {
+            return;
+        }
+        // A connection that has moved no data yet (only the SYNs are acknowledged: the
+        // handshake's ACK took the box to record RACK's and the algorithm's first sample)
+        // gives it back at once, so that an idle established connection never holds one.
+        let syn_only = tcb.snd.una.0.wrapping_sub(tcb.snd.iss.0) <= 1
+            && tcb.rcv.nxt.0.wrapping_sub(tcb.rcv.irs.0) <= 1;
+        if syn_only {
+            tcb.release_active();
+            return;
+        }
+        tcb.flags.set(TcbFlags::IDLE_QUEUED);
+        self.tcp
+            .idle_active
+            .push_back((now + super::ACTIVE_IDLE_GRACE, h));
+    }
+
+    /// Give back the [`super::tcb::ActiveState`] of the connections filed by
+    /// [`Stack::tcp_note_idle`] whose grace is up, if they are still idle (a connection
+    /// that moved data meanwhile is filed again when next found idle).
+    pub(crate) fn tcp_release_idle(&mut self, now: Instant) {
+        while let Some(&(at, h)) = self.tcp.idle_active.front() {
+            if at > now {
+                break;
+            }
+            self.tcp.idle_active.pop_front();
+            let Some(tcb) = self.tcp.get_mut(h) else {
+                continue;
+            };
+            tcb.flags.clear(TcbFlags::IDLE_QUEUED);
+            if tcb.active_idle() {
+                tcb.release_active();
+            }
+        }
+    }
+
+    /// When [`Stack::tcp_release_idle`] next has work.
+    pub(crate) fn tcp_idle_deadline(&self) -> Option<Instant> {
+        self.tcp.idle_active.front().map(|&(at, _)| at)
     }
 
     /// Make sure the timer queue wakes connection `h` at its earliest deadline (see

@@ -2,6 +2,7 @@
 //! objects of its own: buffers are chains in the stack's pool, the retransmission queue
 //! holds no heap when empty). Vocabulary of RFC 9293 §3.3.1 and Linux's `tcp_sock`.
 
+use core::mem::size_of;
 use core::net::SocketAddrV4;
 
 use ustack_obs::Instant;
@@ -113,6 +114,8 @@ impl TcbFlags {
     /// (`net.core.txqueuelen`): the connection waits in `Tcp::tx_waiters` and sends when
     /// the queue drains (Linux's `TSQ_THROTTLED`, woken by `tcp_tsq_handler`).
     pub(crate) const TX_THROTTLED: u32 = 1 << 16;
+    /// The connection is in `Tcp::idle_active`, waiting to give its [`ActiveState`] back.
+    pub(crate) const IDLE_QUEUED: u32 = 1 << 17;
 
     #[inline]
     pub(crate) const fn has(self, bit: u32) -> bool {
@@ -185,20 +188,13 @@ pub(crate) struct Tcb {
     /// Added to our timestamp clock in every TSval (Linux `tsoffset`, RFC 7323 §5.4).
     pub(crate) ts_offset: u32,
     pub(crate) rtt: RttEstimator,
-    /// The congestion control algorithm (Linux `icsk_ca_ops` and its private state).
-    pub(crate) cc: Cc,
     /// The congestion window and what the algorithm reads beside it: cwnd, ssthresh, the
     /// segments in flight (Linux `snd_cwnd`, `snd_ssthresh`, `snd_cwnd_cnt`).
     pub(crate) congestion: CcState,
     pub(crate) ca_state: CaState,
-    /// Recovery point: snd_nxt when loss recovery began (RFC 6582 "recover", Linux `high_seq`).
-    pub(crate) high_seq: SeqNumber,
-    /// Duplicate ACKs counted while SACK is off (RFC 5681 §3.2): Linux's `sacked_out` for
-    /// a Reno connection, each standing for one segment that left the network.
-    pub(crate) dupacks: u32,
-    /// Loss-recovery bookkeeping: PRR, undo, reordering, RACK, tail loss probes, lost
-    /// retransmissions (see [`super::recovery`]).
-    pub(crate) recovery: LossRecovery,
+    /// What only a connection moving data needs, boxed while data flows and given back
+    /// when the connection is idle (see [`Active`]).
+    pub(crate) active: Active,
     /// Zero-window probes sent without a reply (Linux `icsk_probes_out`), and keepalive
     /// probes likewise.
     pub(crate) probes: u8,
@@ -220,15 +216,222 @@ pub(crate) struct Tcb {
     pub(crate) last_oow_ack: u32,
     /// An error to report to the user once (ECONNRESET, ETIMEDOUT, ECONNREFUSED).
     pub(crate) error: Option<crate::Error>,
-    /// Receive-buffer autotuning state.
-    pub(crate) rcv_space: RcvSpace,
     /// End of the last sub-MSS segment sent (Linux `snd_sml`), for Nagle's test.
     pub(crate) snd_sml: SeqNumber,
-    /// The SACK blocks we report as a receiver, most recent first, and a pending D-SACK.
-    pub(crate) rx_sack: RxSack,
+    /// Receive-buffer autotuning state (in the TCB, not in [`ActiveState`]: a receiver
+    /// whose reader keeps up is idle between segments, and the measurement spans them).
+    pub(crate) rcv_space: RcvSpace,
 }
 
-/// What loss recovery keeps beyond [`Tcb::ca_state`] and [`Tcb::high_seq`]: Linux
+/// The state only a connection moving data needs (issue #12 item 2): congestion control's
+/// detail, loss recovery, receive-buffer autotuning and the receiver's SACK blocks. An
+/// idle connection holds none of it: see [`Active`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ActiveState {
+    /// The congestion control algorithm's private state (Linux `icsk_ca_priv`).
+    pub(crate) cc: Cc,
+    /// Loss-recovery bookkeeping: PRR, undo, reordering, RACK, tail loss probes, lost
+    /// retransmissions (see [`super::recovery`]).
+    pub(crate) recovery: LossRecovery,
+    /// The SACK blocks we report as a receiver, most recent first, and a pending D-SACK.
+    pub(crate) rx_sack: RxSack,
+    /// Recovery point: snd_nxt when loss recovery began (RFC 6582 "recover", Linux
+    /// `high_seq`).
+    pub(crate) high_seq: SeqNumber,
+    /// Duplicate ACKs counted while SACK is off (RFC 5681 §3.2): Linux's `sacked_out` for
+    /// a Reno connection, each standing for one segment that left the network.
+    pub(crate) dupacks: u32,
+}
+
+impl ActiveState {
+    /// What an idle connection reads: a fresh algorithm, no recovery, nothing measured.
+    const fn idle(reno: bool) -> Self {
+        ActiveState {
+            cc: if reno {
+                Cc::Reno(super::cc::reno::Reno::new())
+            } else {
+                Cc::Cubic(super::cc::cubic::Cubic::new())
+            },
+            recovery: LossRecovery::new(),
+            rx_sack: RxSack::EMPTY,
+            high_seq: SeqNumber(0),
+            dupacks: 0,
+        }
+    }
+
+    /// The idle state after the algorithm's `init` (Linux `tcp_init_congestion_control`;
+    /// CUBIC's starts HyStart's first round).
+    const fn fresh(reno: bool) -> Self {
+        let mut a = ActiveState::idle(reno);
+        if !reno {
+            a.cc = Cc::Cubic(super::cc::cubic::Cubic::initialized());
+        }
+        a
+    }
+
+    /// Nothing here the connection would miss if it were reset to [`ActiveState::idle`],
+    /// once it has been idle for [`ACTIVE_IDLE_GRACE`](super::ACTIVE_IDLE_GRACE) with
+    /// everything acknowledged: no tail loss probe, no duplicate ACK counted, no lost
+    /// retransmission, no SACK block to report, and no reordering learned (a connection
+    /// that raised its DupThresh keeps its state). The last episode's undo information
+    /// (`undo_marker`, `retrans_stamp`) goes: a D-SACK that arrives a second after
+    /// everything was acknowledged no longer undoes the reduction.
+    fn forgettable(&self) -> bool {
+        let r = &self.recovery;
+        self.dupacks == 0
+            && r.tlp_high_seq.is_none()
+            && r.lost_retrans == 0
+            && !r.reord_seen
+            && r.reordering == LossRecovery::new().reordering
+            && self.rx_sack.blocks().is_empty()
+            && self.rx_sack.dsack().is_none()
+    }
+}
+
+/// What an idle connection reads.
+static IDLE_CUBIC: ActiveState = ActiveState::idle(false);
+/// What a box is filled with when taken: the idle state after the algorithm's `init`.
+const FRESH_CUBIC: ActiveState = ActiveState::fresh(false);
+const FRESH_RENO: ActiveState = ActiveState::fresh(true);
+
+/// The most free [`ActiveState`] boxes a thread keeps for reuse (14 KiB at 224 bytes).
+const ACTIVE_FREE_MAX: usize = 64;
+
+std::thread_local! {
+    /// Boxes given back by idle connections, for the next connection that moves data: an
+    /// echo round trip takes one and gives it back without calling the allocator.
+    #[allow(clippy::vec_box, reason = "the boxes themselves are what is reused")]
+    static ACTIVE_FREE: core::cell::RefCell<Vec<Box<ActiveState>>> =
+        const { core::cell::RefCell::new(Vec::new()) };
+}
+
+/// A connection's [`ActiveState`]: boxed while the connection moves data, absent while it
+/// is idle (an 8-byte pointer in the TCB instead of the state).
+///
+/// Reading it while absent sees [`ActiveState::idle`]; the first write takes a box from
+/// the thread's free list (or the allocator) filled with the idle state (Linux `init` of
+/// the algorithm). It goes back once the connection has been idle for
+/// [`ACTIVE_IDLE_GRACE`](super::ACTIVE_IDLE_GRACE) ([`Tcb::active_idle`]): nothing
+/// outstanding (empty retransmission queue), nothing queued to send, no out-of-order data,
+/// congestion state Open, and nothing in it worth keeping ([`ActiveState::forgettable`]).
+/// The stack checks after each segment a connection processes and after its timers run;
+/// a connection found idle is filed once in a FIFO and released when its entry comes up
+/// and it is still idle, so a connection exchanging a message every few milliseconds
+/// keeps its box instead of taking and giving it back each round trip. What an idle connection forgets: CUBIC's W_max and
+/// HyStart verdict (cwnd and ssthresh stay in the TCB), RACK's newest delivery time and
+/// the receive-autotuning measurement in progress (the grown buffer limit stays).
+#[derive(Debug)]
+pub(crate) struct Active {
+    state: Option<Box<ActiveState>>,
+}
+
+impl Active {
+    /// No state yet, for algorithm `cc`. A Reno connection (`tcp_congestion_control` = 0)
+    /// takes its box at once and keeps it: the idle state read while absent is CUBIC's,
+    /// the default, so that the TCB needs no byte for the algorithm's kind.
+    pub(crate) fn new(cc: &Cc) -> Self {
+        Active {
+            state: matches!(cc, Cc::Reno(_)).then(|| Box::new(FRESH_RENO)),
+        }
+    }
+
+    /// The bytes of one box.
+    pub(crate) const BOX_BYTES: usize = size_of::<ActiveState>();
+
+    /// Whether a box is held.
+    pub(crate) fn is_held(&self) -> bool {
+        self.state.is_some()
+    }
+
+    /// Heap bytes held (0 when idle), for memory accounting.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        if self.state.is_some() {
+            size_of::<ActiveState>()
+        } else {
+            0
+        }
+    }
+
+    /// Bytes in this thread's free list, for memory accounting.
+    pub(crate) fn free_bytes() -> usize {
+        ACTIVE_FREE.with(|f| f.borrow().len()) * size_of::<ActiveState>()
+    }
+
+    /// Whether the box may go back: the connection's algorithm is CUBIC (see
+    /// [`Active::new`]) and nothing in it is worth keeping.
+    fn releasable(&self) -> bool {
+        self.state
+            .as_deref()
+            .is_some_and(|a| matches!(a.cc, Cc::Cubic(_)) && a.forgettable())
+    }
+}
+
+impl core::ops::Deref for Active {
+    type Target = ActiveState;
+    #[inline]
+    fn deref(&self) -> &ActiveState {
+        match &self.state {
+            Some(b) => b,
+            None => &IDLE_CUBIC,
+        }
+    }
+}
+
+impl core::ops::DerefMut for Active {
+    #[inline(always)]
+    fn deref_mut(&mut self) -> &mut ActiveState {
+        if self.state.is_none() {
+            self.fill();
+        }
+        match &mut self.state {
+            Some(b) => b,
+            None => unreachable!("filled above"),
+        }
+    }
+}
+
+impl Active {
+    /// Take a box for a connection that starts moving data: from the thread's free list
+    /// if it has one, filled with the idle state (a copy).
+    #[cold]
+    #[inline(never)]
+    fn fill(&mut self) {
+        let b = match ACTIVE_FREE.with(|f| f.borrow_mut().pop()) {
+            Some(mut b) => {
+                *b = FRESH_CUBIC;
+                b
+            }
+            None => Box::new(FRESH_CUBIC),
+        };
+        self.state = Some(b);
+    }
+}
+
+impl Tcb {
+    /// Whether the connection is idle (see [`Active`]): its [`ActiveState`] may go back.
+    #[inline]
+    pub(crate) fn active_idle(&self) -> bool {
+        self.rtx.is_empty()
+            && self.sndbuf.is_empty()
+            && self.rcvbuf.ooo_bytes() == 0
+            && self.ca_state == CaState::Open
+            && self.active.releasable()
+    }
+
+    /// Give the [`ActiveState`] back to the thread's free list.
+    pub(crate) fn release_active(&mut self) {
+        if let Some(b) = self.active.state.take() {
+            ACTIVE_FREE.with(|f| {
+                let mut f = f.borrow_mut();
+                if f.len() < ACTIVE_FREE_MAX {
+                    f.push(b);
+                }
+            });
+        }
+    }
+}
+
+/// What loss recovery keeps beyond [`Tcb::ca_state`] and [`ActiveState::high_seq`]: Linux
 /// `tcp_sock`'s PRR, undo and reordering fields, and what ustack needs to find lost
 /// retransmissions.
 #[derive(Debug, Clone, Copy)]
@@ -316,16 +519,18 @@ impl Tcb {
         let reno_sacked = if self.flags.has(TcbFlags::SACK_OK) {
             0
         } else {
-            self.dupacks.min(self.rtx.packets_out().saturating_sub(1))
+            self.active
+                .dupacks
+                .min(self.rtx.packets_out().saturating_sub(1))
         };
         self.rtx
             .in_flight()
-            .saturating_sub(reno_sacked + self.recovery.lost_retrans)
+            .saturating_sub(reno_sacked + self.active.recovery.lost_retrans)
     }
 
     /// How CUBIC's HyStart ended slow start, if it did (None for Reno).
     pub(crate) fn hystart_exit(&self) -> Option<super::cc::cubic::HystartExit> {
-        match &self.cc {
+        match &self.active.cc {
             Cc::Cubic(c) => c.hystart_exit(),
             Cc::Reno(_) => None,
         }
@@ -395,11 +600,11 @@ impl Tcb {
             4
         };
         let ooo = if self.rcvbuf.ooo_bytes() > 0 {
-            self.rx_sack.blocks().len()
+            self.active.rx_sack.blocks().len()
         } else {
             0
         };
-        let n = (usize::from(self.rx_sack.dsack().is_some()) + ooo).min(max);
+        let n = (usize::from(self.active.rx_sack.dsack().is_some()) + ooo).min(max);
         if n == 0 {
             mss
         } else {
@@ -410,7 +615,7 @@ impl Tcb {
     /// Change the loss-recovery state, telling the congestion control (Linux
     /// `tcp_set_ca_state`).
     pub(crate) fn set_ca_state(&mut self, new: CaState) {
-        self.cc.set_state(&mut self.congestion, new);
+        self.active.cc.set_state(&mut self.congestion, new);
         self.ca_state = new;
     }
 
@@ -451,8 +656,8 @@ impl Tcb {
     fn rack_sent_before(&self, sent_at: Instant, end: SeqNumber, horizon: Instant) -> bool {
         sent_at < horizon
             || (sent_at == horizon
-                && horizon == self.recovery.rack_xmit_ts
-                && end.before(self.recovery.rack_end_seq))
+                && horizon == self.active.recovery.rack_xmit_ts
+                && end.before(self.active.recovery.rack_end_seq))
     }
 
     /// RFC 8985 §6.2 outside recovery: the first unacknowledged segment (never
@@ -466,18 +671,19 @@ impl Tcb {
         if head
             .flags
             .intersects(SegFlags::SACKED | SegFlags::LOST | SegFlags::EVER_RETRANS)
-            || self.recovery.rack_xmit_ts == Instant::ZERO
+            || self.active.recovery.rack_xmit_ts == Instant::ZERO
         {
             return false;
         }
-        let reo_wnd = if self.recovery.reord_seen {
+        let reo_wnd = if self.active.recovery.reord_seen {
             self.rtt.srtt()
         } else {
             self.rtt.min_rtt().map(|r| r / 4)
         }
         .unwrap_or_default();
         let horizon = Instant::from_nanos(
-            self.recovery
+            self.active
+                .recovery
                 .rack_xmit_ts
                 .as_nanos()
                 .saturating_sub(reo_wnd.as_nanos() as u64),
@@ -490,11 +696,12 @@ impl Tcb {
     /// 0 while no reordering was seen, else min_rtt / 4).
     pub(crate) fn lost_retrans_horizon(&self) -> Instant {
         let reo_wnd = self.rack_reo_wnd();
-        if self.recovery.rack_xmit_ts == Instant::ZERO {
+        if self.active.recovery.rack_xmit_ts == Instant::ZERO {
             return Instant::ZERO;
         }
         Instant::from_nanos(
-            self.recovery
+            self.active
+                .recovery
                 .rack_xmit_ts
                 .as_nanos()
                 .saturating_sub(reo_wnd.as_nanos() as u64),
@@ -504,7 +711,7 @@ impl Tcb {
     /// The reordering window for retransmissions (RFC 8985 §6.2): 0 while no reordering
     /// was seen, else min_rtt / 4.
     fn rack_reo_wnd(&self) -> core::time::Duration {
-        if self.recovery.reord_seen {
+        if self.active.recovery.reord_seen {
             self.rtt.min_rtt().unwrap_or_default() / 4
         } else {
             core::time::Duration::ZERO

@@ -9,13 +9,14 @@
 
 use core::net::SocketAddrV4;
 use core::time::Duration;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 
 use ustack_obs::{Counter, DropReason, Instant};
 use ustack_wire::tcp::{Flags, TcpTimestamp};
 use ustack_wire::{SeqNumber, tcp};
 
 use super::cc::CaState;
+use super::clock32::Ms32;
 use super::isn::ts_clock;
 use super::tcb::{FourTuple, TcbFlags};
 use super::tuple_hash::{TupleHash, TupleHasher, TupleTable};
@@ -26,40 +27,51 @@ use crate::{Error, Stack};
 pub(crate) const TIMEWAIT_LEN: Duration = Duration::from_secs(60);
 
 /// A connection in TIME-WAIT, reduced to what answering its peer needs (Linux
-/// `tcp_timewait_sock`): about 32 bytes plus its table entry.
+/// `tcp_timewait_sock`): 28 bytes, its 12-byte key and a 16-byte expiry entry
+/// ([`TIME_WAIT_BYTES`](super::TIME_WAIT_BYTES) in all).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct TimeWait {
     pub snd_nxt: SeqNumber,
     pub rcv_nxt: SeqNumber,
     pub ts_recent: u32,
     pub ts_offset: u32,
-    pub rcv_wnd: u16,
-    pub ts_ok: bool,
     /// When the record ends: 2*MSL after it was made or last restarted.
-    pub expires: Instant,
-    /// The deadline of the record's one entry in the expiry heap (at most `expires`: a
-    /// restart only moves `expires`, and the entry is re-filed when it comes up).
-    pub queued: Instant,
+    pub expires: Ms32,
     /// When the last out-of-window segment was answered, in ms of the stack clock (0:
     /// never); Linux `tw_last_oow_ack_time`, for `tcp_oow_rate_limited`.
     pub last_oow_ack: u32,
+    pub rcv_wnd: u16,
+    pub ts_ok: bool,
 }
+
+/// An entry of the TIME-WAIT expiry queue: a deadline and the record's tuple.
+pub(crate) type TimeWaitEntry = (Ms32, FourTuple);
 
 /// All TIME-WAIT records of a stack.
 ///
+/// Every record waits the same 2*MSL, so records come due in the order they were filed:
+/// the expiry queue is a FIFO (a ring of 16-byte entries), and expiring takes the due
+/// entries off its front, O(1) each, never scanning the records (Linux files each record
+/// on its timer wheel, `inet_twsk_schedule`, to the same effect).
+///
 /// A peer can make a record restart its 2*MSL wait with every segment it sends (RFC 9293
 /// §3.10.7.4 and Linux `tcp_timewait_state_process` restart it on a retransmitted FIN and
-/// any ACK); that only moves the record's `expires`. The expiry heap holds one entry per
-/// record, filed when the record is made; when an entry comes up and its record was
-/// restarted meanwhile, it is filed again at the new deadline (Linux re-arms the record's
-/// one timer instead, `inet_twsk_reschedule`). So a flood costs no memory. Records are
-/// bounded by `tcp_max_tw_buckets`.
+/// any ACK); that only moves the record's `expires`. When an entry comes up and its
+/// record was restarted meanwhile, it is filed again, at the new deadline, in a heap of
+/// such entries (the FIFO would lose its order; Linux re-arms the record's one timer
+/// instead, `inet_twsk_reschedule`): one entry per record still, so a flood costs no
+/// memory, and only restarted records pay a heap's O(log n). Records are bounded by
+/// `tcp_max_tw_buckets`.
 #[derive(Debug)]
 pub(crate) struct TimeWaits {
     map: TupleTable<TimeWait>,
-    /// (deadline, tuple), earliest first; an entry whose record was removed (or replaced
-    /// by a new incarnation, whose `queued` differs) is dropped when it comes up.
-    queue: BinaryHeap<core::cmp::Reverse<(Instant, FourTuple)>>,
+    /// (deadline, tuple), in deadline order; an entry whose record was removed is dropped
+    /// when it comes up.
+    queue: VecDeque<TimeWaitEntry>,
+    /// Entries of restarted records, filed again when their first entry came up.
+    refiled: BinaryHeap<core::cmp::Reverse<TimeWaitEntry>>,
+    /// The latest instant the queue was touched at, to read its deadlines back.
+    seen: Instant,
 }
 
 impl TimeWaits {
@@ -71,20 +83,23 @@ impl TimeWaits {
     /// Heap bytes: the table and the expiry queue.
     pub fn heap_bytes(&self) -> usize {
         self.map.allocation_size()
-            + self.queue.capacity() * size_of::<core::cmp::Reverse<(Instant, FourTuple)>>()
+            + (self.queue.capacity() + self.refiled.capacity()) * size_of::<TimeWaitEntry>()
     }
 
-    /// Entries in the expiry heap: one per record, plus at most one per record removed
-    /// early (a RST, a new SYN, a reused tuple) in the last 2*MSL.
+    /// Entries in the expiry queue: one per record, plus at most one per record removed
+    /// early (a RST, a new SYN, a reused tuple) whose entry has not come up yet, and one
+    /// more per record of a tuple so reused.
     pub fn queue_len(&self) -> usize {
-        self.queue.len()
+        self.queue.len() + self.refiled.len()
     }
 
     /// `hasher` keyed with a secret: the 4-tuples are the peers' choice.
     pub fn new(hasher: TupleHasher) -> Self {
         TimeWaits {
             map: TupleTable::new(hasher),
-            queue: BinaryHeap::new(),
+            queue: VecDeque::new(),
+            refiled: BinaryHeap::new(),
+            seen: Instant::ZERO,
         }
     }
     /// The hash of `t` (the same in every 4-tuple table).
@@ -97,44 +112,58 @@ impl TimeWaits {
     pub fn len(&self) -> usize {
         self.map.len()
     }
-    fn insert(&mut self, t: FourTuple, mut tw: TimeWait) {
-        tw.queued = tw.expires;
-        self.queue.push(core::cmp::Reverse((tw.expires, t)));
+    /// File a record made at `now` (its `expires` is `now` + 2*MSL).
+    pub(crate) fn insert(&mut self, now: Instant, t: FourTuple, tw: TimeWait) {
+        self.seen = self.seen.max(now);
+        self.queue.push_back((tw.expires, t));
         self.map.insert(self.map.hash(&t), t, tw);
     }
 
     /// Restart the 2*MSL wait of `t` (no allocation: see [`TimeWaits`]).
     fn restart(&mut self, hash: TupleHash, t: &FourTuple, now: Instant) {
         if let Some(r) = self.map.get_mut(hash, t) {
-            r.expires = now + TIMEWAIT_LEN;
+            r.expires = Ms32::ceil(now + TIMEWAIT_LEN);
         }
     }
 
     /// Expire the records due at `now`; returns how many ended.
-    fn expire(&mut self, now: Instant) -> u64 {
+    pub(crate) fn expire(&mut self, now: Instant) -> u64 {
+        self.seen = self.seen.max(now);
         let mut ended = 0;
-        while let Some(&core::cmp::Reverse((deadline, tuple))) = self.queue.peek() {
-            if deadline > now {
+        while let Some((deadline, tuple)) = self.front() {
+            if !deadline.due(now) {
                 break;
             }
-            self.queue.pop();
+            if self.queue.front().is_some_and(|e| e.0 == deadline) {
+                self.queue.pop_front();
+            } else {
+                self.refiled.pop();
+            }
             let hash = self.map.hash(&tuple);
             let Some(r) = self.map.get_mut(hash, &tuple) else {
                 continue; // removed early
             };
-            if r.queued != deadline {
-                continue; // an earlier incarnation's entry
-            }
-            if r.expires > now {
-                // Restarted meanwhile: filed again, still one entry.
-                r.queued = r.expires;
-                self.queue.push(core::cmp::Reverse((r.expires, tuple)));
+            if !r.expires.due(now) {
+                // Restarted meanwhile (or a newer incarnation): filed again.
+                self.refiled.push(core::cmp::Reverse((r.expires, tuple)));
             } else {
                 self.map.remove(hash, &tuple);
                 ended += 1;
             }
         }
         ended
+    }
+
+    /// The earliest entry of the FIFO and the heap.
+    fn front(&self) -> Option<TimeWaitEntry> {
+        match (self.queue.front(), self.refiled.peek()) {
+            (Some(a), Some(core::cmp::Reverse(b))) => Some(if a.0 <= b.0 { *a } else { *b }),
+            (a, b) => a.copied().or(b.map(|r| r.0)),
+        }
+    }
+    /// The instant a record's deadline stands for.
+    pub fn expires_at(&self, tw: &TimeWait) -> Instant {
+        tw.expires.instant(self.seen)
     }
     /// The record of `t`, if any (for `tcp_tw_reuse`, Linux `tcp_twsk_unique`).
     pub fn get(&self, hash: TupleHash, t: &FourTuple) -> Option<&TimeWait> {
@@ -146,7 +175,7 @@ impl TimeWaits {
         self.map.remove(hash, t)
     }
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.queue.peek().map(|core::cmp::Reverse((d, _))| *d)
+        self.front().map(|(d, _)| d.instant(self.seen))
     }
 }
 
@@ -168,13 +197,12 @@ impl Stack {
             ts_offset: tcb.ts_offset,
             rcv_wnd: (tcb.rcv.wnd >> tcb.rcv_wscale).min(65_535) as u16,
             ts_ok: tcb.flags.has(TcbFlags::TS_OK),
-            expires: now + TIMEWAIT_LEN,
-            queued: now + TIMEWAIT_LEN,
+            expires: Ms32::ceil(now + TIMEWAIT_LEN),
             last_oow_ack: 0,
         };
         let tuple = tcb.tuple;
         self.tcp_done(h, None);
-        self.tcp.timewait.insert(tuple, tw);
+        self.tcp.timewait.insert(now, tuple, tw);
     }
 
     /// A segment for a TIME-WAIT record (RFC 9293 §3.10.7.4 in TIME-WAIT; Linux
@@ -283,6 +311,8 @@ impl Stack {
     /// When TCP next needs [`Stack::tcp_handle_timeout`].
     pub(crate) fn tcp_poll_timeout(&self) -> Option<Instant> {
         let conn = self.tcp.timers.peek().map(|core::cmp::Reverse((t, _))| *t);
+        let conn = crate::stack::earliest(conn, self.tcp.requests.next_deadline());
+        let conn = crate::stack::earliest(conn, self.tcp_idle_deadline());
         crate::stack::earliest(conn, self.tcp.timewait.next_deadline())
     }
 
@@ -291,13 +321,16 @@ impl Stack {
         // Linux counts TW when a record's timer ends it (tw_timer_handler).
         let ended = self.tcp.timewait.expire(now);
         self.mib.add(Counter::TcpExtTW, ended);
+        self.tcp_release_idle(now);
+        while let Some(tuple) = self.tcp.requests.pop_due(now) {
+            self.request_timer(now, tuple);
+        }
         while let Some(core::cmp::Reverse((deadline, key))) = self.tcp.timers.peek().copied() {
             if deadline > now {
                 break;
             }
             self.tcp.timers.pop();
             match key {
-                TimerKey::Request(tuple) => self.request_timer(now, tuple),
                 TimerKey::Conn(h) => {
                     let Some(tcb) = self.tcp.get_mut(h) else {
                         continue;
@@ -308,6 +341,7 @@ impl Stack {
                     tcb.timers.queued = Instant::FAR_FUTURE;
                     self.tcp_timer(now, h);
                     self.tcp_arm(h);
+                    self.tcp_note_idle(now, h);
                 }
             }
         }
@@ -556,7 +590,7 @@ impl Stack {
             .timewait
             .map
             .iter()
-            .map(|(t, tw)| (t.local, t.remote, tw.expires))
+            .map(|(t, tw)| (t.local, t.remote, self.tcp.timewait.expires_at(tw)))
             .collect()
     }
 }
@@ -584,4 +618,97 @@ pub(crate) fn oow_rate_limited(last: &mut u32, now: Instant, ratelimit_ms: u64) 
     // 0 means "never": a clock reading of 0 ms is stored as 1.
     *last = ms.max(1);
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::net::Ipv4Addr;
+
+    fn tuple(i: u32) -> FourTuple {
+        FourTuple {
+            local: SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 80),
+            remote: SocketAddrV4::new(Ipv4Addr::from_bits(0x0b00_0000 | (i >> 16)), i as u16),
+        }
+    }
+
+    fn record(expires: Ms32) -> TimeWait {
+        TimeWait {
+            snd_nxt: SeqNumber(1),
+            rcv_nxt: SeqNumber(2),
+            ts_recent: 0,
+            ts_offset: 0,
+            expires,
+            last_oow_ack: 0,
+            rcv_wnd: 100,
+            ts_ok: false,
+        }
+    }
+
+    /// Issue #12 item 3: a million TIME-WAIT records, made 1,000 a millisecond over one
+    /// second of the sim clock, 1% of them restarted by a segment 30 s in, and 1,000 more
+    /// made 30.5 s in (which a restarted record's re-filed entry must not wait behind),
+    /// end exactly when their 2*MSL is up: at each millisecond from 59 s to 92 s the
+    /// records ended so far are exactly those whose deadline has passed (none early, none
+    /// late), the next deadline the stack would sleep until is the earliest record's, and
+    /// the expiry queues hold one entry per live record (none is scanned again).
+    #[test]
+    fn a_million_time_wait_records_expire_on_time() {
+        const PER_MS: u32 = 1_000;
+        const MS: u32 = 1_000;
+        let restarted = |i: u32| i % 100 == 7;
+        let mut tw = TimeWaits::new(TupleHasher::new((3, 5)));
+        let at = |ms: u64| Instant::from_micros(ms * 1_000 + 500);
+        for k in 0..MS {
+            let now = at(u64::from(k));
+            for j in 0..PER_MS {
+                tw.insert(
+                    now,
+                    tuple(k * PER_MS + j),
+                    record(Ms32::ceil(now + TIMEWAIT_LEN)),
+                );
+            }
+        }
+        assert_eq!(tw.len(), 1_000_000);
+        for k in 0..MS {
+            let now = at(u64::from(k) + 30_000);
+            for j in (0..PER_MS).filter(|&j| restarted(k * PER_MS + j)) {
+                let t = tuple(k * PER_MS + j);
+                tw.restart(tw.hash(&t), &t, now);
+            }
+        }
+        let late = at(30_500);
+        for j in 0..PER_MS {
+            let t = tuple(MS * PER_MS + j);
+            tw.insert(late, t, record(Ms32::ceil(late + TIMEWAIT_LEN)));
+        }
+        let restarted_per_ms = (0..PER_MS).filter(|&j| restarted(j)).count() as u64;
+        // Made at k ms + 0.5: due at k + 60,001 ms, or k + 90,001 if restarted; the late
+        // ones at 90,501.
+        let due_by = |m: u64| {
+            let upto = |first: u64| (m + 1).saturating_sub(first).min(u64::from(MS));
+            let late = if m >= 90_501 { u64::from(PER_MS) } else { 0 };
+            upto(60_001) * (u64::from(PER_MS) - restarted_per_ms)
+                + upto(90_001) * restarted_per_ms
+                + late
+        };
+        let mut ended = 0;
+        for m in 59_000..92_100u64 {
+            let now = Instant::from_millis(m);
+            ended += tw.expire(now);
+            assert_eq!(ended, due_by(m), "at {m} ms");
+            assert_eq!(tw.len() as u64, 1_001_000 - ended, "at {m} ms");
+            assert_eq!(tw.queue_len(), tw.len(), "one entry per record at {m} ms");
+            if let Some(next) = tw.next_deadline() {
+                let next = next.as_millis();
+                assert!(next > m, "a due record left at {m} ms");
+                assert!(
+                    due_by(next) > due_by(next - 1),
+                    "woken for nothing at {next}"
+                );
+            }
+        }
+        assert_eq!(ended, 1_001_000);
+        assert_eq!(tw.next_deadline(), None);
+    }
 }

@@ -58,7 +58,6 @@ impl SendBuffer {
     }
 
     /// True when nothing is held (and so no chunk).
-    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }

@@ -304,6 +304,18 @@ impl Cubic {
 
     /// `bictcp_hystart_reset` where no clock is at hand (`init`, entering Loss): the next RTT
     /// sample starts the round.
+    /// The state [`CongestionControl::init`] leaves (a constant, for connections that take
+    /// their state from a pool).
+    pub const fn initialized() -> Self {
+        let mut c = Cubic::new();
+        if HYSTART {
+            c.round_left = 0;
+            c.curr_rtt = u32::MAX;
+            c.sample_cnt = 0;
+        }
+        c
+    }
+
     fn hystart_restart(&mut self) {
         self.round_left = 0;
         self.curr_rtt = u32::MAX;
@@ -671,6 +683,7 @@ mod tests {
         assert_eq!(cubic.last_max_cwnd(), 500);
         cubic.init(&mut st);
         assert_eq!(cubic, Cubic::new());
+        assert_eq!(cubic, Cubic::initialized());
         assert_eq!(
             (st.cwnd, st.ssthresh),
             (TCP_INIT_CWND, TCP_INFINITE_SSTHRESH)
