@@ -315,19 +315,20 @@ impl<D: Device> Shard<D> {
         tx_left |= self.transmit(now, &mut result);
         // Timers due: first read what arrived while transmitting (ACKs for what was just
         // sent), within what is left of the budget (module docs, *Timers after receive*).
-        let due = self.stack.poll_timeout().is_some_and(|at| at <= now);
+        let mut due = self.stack.poll_timeout().is_some_and(|at| at <= now);
         if due && !result.work_left {
             let before = result.rx;
             self.receive(now, &mut budget, start, &mut result);
             if result.rx > before {
                 tx_left |= self.transmit(now, &mut result);
+                // What arrived may have settled what the timers were waiting for.
+                due = self.stack.poll_timeout().is_some_and(|at| at <= now);
             }
         }
         self.stats.processed += result.rx as u64;
         if result.work_left {
             self.stats.time_squeeze += 1;
         }
-        let due = self.stack.poll_timeout().is_some_and(|at| at <= now);
         // The budget ran out with frames maybe left that answer what the timers would
         // retransmit: the timers wait for the round that drains them, within a bound.
         if due && result.work_left && self.deferred < MAX_TIMER_DEFER {
