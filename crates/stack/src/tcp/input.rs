@@ -501,7 +501,7 @@ impl Sock<'_> {
         tcb.rcv.nxt = seg.seq_number + 1;
         tcb.rcv.wup = tcb.rcv.nxt;
         // RCV.WND: what our SYN offered (unscaled there, RFC 7323 §2.2).
-        tcb.rcv.wnd = super::output::initial_rcv_window(self.sysctl);
+        tcb.rcv.wnd = super::output::initial_rcv_window(self.sysctl, tcb.adv_mss);
         Stack::apply_syn_options(
             self.sysctl,
             tcb,

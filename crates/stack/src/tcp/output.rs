@@ -21,9 +21,17 @@ use super::{State, TcpHandle};
 use crate::{Stack, Sysctl};
 
 /// The window a SYN or SYN-ACK offers: unscaled there, so at most 65,535
-/// (RFC 7323 §2.2).
-pub(crate) fn initial_rcv_window(sysctl: &Sysctl) -> u32 {
-    (sysctl.tcp_rmem_default as u32).min(65_535)
+/// (RFC 7323 §2.2), rounded down to a multiple of the MSS we advertise, `adv_mss` (Linux
+/// `tcp_select_initial_window`: "Quantize space offering to a multiple of mss if
+/// possible", `space = rounddown(space, mss)`; 64,240 for an MSS of 1460).
+pub(crate) fn initial_rcv_window(sysctl: &Sysctl, adv_mss: u16) -> u32 {
+    let space = (sysctl.tcp_rmem_default.min(u64::from(u32::MAX)) as u32).min(65_535);
+    let mss = u32::from(adv_mss);
+    if mss > 0 && space > mss {
+        space - space % mss
+    } else {
+        space
+    }
 }
 
 /// Our window-scale shift: enough for the largest receive buffer (Linux
@@ -78,7 +86,7 @@ impl Stack {
         state: State,
         iss: SeqNumber,
     ) -> Tcb {
-        let adv_mss = (self.mtu - 40).min(u16::MAX as usize) as u16;
+        let adv_mss = self.tcp_adv_mss();
         let mut congestion = CcState {
             cwnd: 10,
             ssthresh: u32::MAX,
@@ -149,7 +157,12 @@ impl Stack {
 
     /// The window a SYN or SYN-ACK offers (see [`initial_rcv_window`]).
     pub(crate) fn tcp_initial_rcv_window(&self) -> u32 {
-        initial_rcv_window(&self.sysctl)
+        initial_rcv_window(&self.sysctl, self.tcp_adv_mss())
+    }
+
+    /// The MSS our SYN and SYN-ACK advertise: the MTU less the IP and TCP headers.
+    fn tcp_adv_mss(&self) -> u16 {
+        (self.mtu - 40).min(u16::MAX as usize) as u16
     }
 
     /// Apply what the SYN exchange negotiated (RFC 7323 §2.2, RFC 2018 §2, RFC 9293 §3.7.1).
@@ -203,7 +216,7 @@ impl Stack {
         tsecr: u32,
         peer: Option<(Option<u8>, bool, bool)>,
     ) {
-        repr.max_seg_size = Some((self.mtu - 40).min(u16::MAX as usize) as u16);
+        repr.max_seg_size = Some(self.tcp_adv_mss());
         let (ws, sack, ts) = peer.unwrap_or((Some(0), true, true));
         if self.sysctl.tcp_window_scaling != 0 && ws.is_some() {
             repr.window_scale = Some(self.tcp_rcv_wscale());
@@ -218,13 +231,10 @@ impl Stack {
     pub(crate) fn tcp_send_syn(&mut self, now: Instant, h: TcpHandle) {
         let Some(tcb) = self.tcp.get(h) else { return };
         let (tuple, iss, ts_offset) = (tcb.tuple, tcb.snd.iss, tcb.ts_offset);
-        let mut repr = self.bare_repr(
-            tuple,
-            iss,
-            SeqNumber(0),
-            Flags::SYN,
-            self.tcp_initial_rcv_window() as u16,
-        );
+        // The window as SYN-SENT records it on the SYN-ACK (RCV.WND, see
+        // tcp_rcv_synsent_state_process).
+        let window = initial_rcv_window(&self.sysctl, tcb.adv_mss);
+        let mut repr = self.bare_repr(tuple, iss, SeqNumber(0), Flags::SYN, window as u16);
         self.syn_options(&mut repr, ts_clock(now).wrapping_add(ts_offset), 0, None);
         let retransmit = tcb.snd.nxt != iss;
         if !self.tcp_tx_throttle(h, false) {
@@ -827,7 +837,10 @@ impl Stack {
             let fin =
                 tcb.flags.has(TcbFlags::FIN_SENT) && end == tcb.snd.nxt && tcb.fin_seq() + 1 == end;
             let len = (end - start) - usize::from(fin);
-            self.tcp_send_segment(now, h, start, len, fin, true)
+            // Linux tcp_fragment: a piece cut from a longer segment for a smaller MSS
+            // leaves PSH to the last piece.
+            let push = tcb.rtx.push_on_retransmit(start);
+            self.tcp_send_segment(now, h, start, len, fin, push)
         };
         if !ok {
             return false;
