@@ -155,9 +155,14 @@ impl Stack {
         rcv_wscale(&self.sysctl)
     }
 
-    /// The window a SYN or SYN-ACK offers (see [`initial_rcv_window`]).
-    pub(crate) fn tcp_initial_rcv_window(&self) -> u32 {
-        initial_rcv_window(&self.sysctl, self.tcp_adv_mss())
+    /// The window a SYN-ACK offers (see [`initial_rcv_window`]); `ts_ok`: the request
+    /// negotiated timestamps, whose option takes its room from the MSS the window is a
+    /// multiple of (Linux `tcp_openreq_init_rwin`: "mss -= TCPOLEN_TSTAMP_ALIGNED";
+    /// 65,160 = 45 x 1448).
+    pub(crate) fn tcp_initial_rcv_window(&self, ts_ok: bool) -> u32 {
+        let ts = ts_ok && self.sysctl.tcp_timestamps != 0;
+        let mss = self.tcp_adv_mss().saturating_sub(if ts { 12 } else { 0 });
+        initial_rcv_window(&self.sysctl, mss)
     }
 
     /// The MSS our SYN and SYN-ACK advertise: the MTU less the IP and TCP headers.
@@ -266,7 +271,7 @@ impl Stack {
             req.iss,
             req.irs + 1,
             Flags::SYN | Flags::ACK,
-            self.tcp_initial_rcv_window() as u16,
+            self.tcp_initial_rcv_window(req.ts_ok) as u16,
         );
         let tsval = tsval.unwrap_or_else(|| ts_clock(now).wrapping_add(req.ts_offset));
         self.syn_options(
@@ -303,7 +308,9 @@ impl Stack {
             iss,
             ack,
             Flags::SYN | Flags::ACK,
-            self.tcp_initial_rcv_window() as u16,
+            // The window of our SYN again (Linux tcp_send_synack on a simultaneous open
+            // keeps the rcv_wnd tcp_connect_init chose).
+            initial_rcv_window(&self.sysctl, tcb.adv_mss) as u16,
         );
         self.syn_options(&mut repr, tsval, tsecr, Some(peer));
         self.tcp_emit(now, tuple, &repr, Payload::None);
