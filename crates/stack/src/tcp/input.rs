@@ -924,6 +924,8 @@ impl Sock<'_> {
         // RFC 9293 §3.8.6.3: "an ACK SHOULD be generated for at least every second
         // full-sized segment"; Linux also ACKs at once in quick-ACK mode (start of a
         // connection) and otherwise delays up to the ATO.
+        // Linux tcp_event_data_recv (icsk_ack.lrcvtime): data that a reply may follow.
+        tcb.flags.set(TcbFlags::DATA_RCVD);
         let unacked = tcb.rcv.nxt - tcb.rcv.wup;
         if tcb.quick_acks > 0
             || unacked >= 2 * usize::from(tcb.mss)

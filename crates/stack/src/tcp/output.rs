@@ -34,6 +34,24 @@ pub(crate) fn initial_rcv_window(sysctl: &Sysctl, adv_mss: u16) -> u32 {
     }
 }
 
+/// Data leaves (Linux `tcp_event_data_sent`): "If it is a reply for ato after last
+/// received packet, enter pingpong mode" (`inet_csk_enter_pingpong_mode`, with
+/// `tcp_pingpong_thresh` 1): the connection is interactive, and the ACK of the peer's
+/// next data is delayed (Linux `tcp_in_quickack_mode` is false in pingpong mode), since
+/// our reply is likely to carry it. ustack keeps no `lrcvtime`: the reply counts when
+/// in-order data arrived since our last data and the connection's last activity (that
+/// arrival, or the ACK answering it) lies within the ATO. Pingpong mode is quick-ACK
+/// mode ended: quick-ACK credit is never given back in ustack, so Linux's leaving
+/// pingpong when a delayed ACK times out (`tcp_delack_timer_handler`) changes nothing.
+fn tcp_event_data_sent(tcb: &mut Tcb, now: Instant) {
+    if tcb.flags.has(TcbFlags::DATA_RCVD)
+        && now.saturating_duration_since(tcb.last_activity) < DELACK
+    {
+        tcb.quick_acks = 0;
+    }
+    tcb.flags.clear(TcbFlags::DATA_RCVD);
+}
+
 /// Our window-scale shift: enough for the largest receive buffer (Linux
 /// `tcp_select_initial_window`), at most 14 (RFC 7323 §2.3).
 pub(crate) fn rcv_wscale(sysctl: &Sysctl) -> u8 {
@@ -538,6 +556,9 @@ impl Stack {
         tcb.flags.clear(TcbFlags::ACK_NOW | TcbFlags::ACK_PENDING);
         tcb.timers.delack = Instant::FAR_FUTURE;
         tcb.quick_acks = tcb.quick_acks.saturating_sub(1);
+        if len > 0 {
+            tcp_event_data_sent(tcb, now);
+        }
         tcb.last_activity = now;
         Self::data_options(tcb, &mut repr, now);
         // A segment sized before SACK blocks were due (a retransmission) carries fewer

@@ -113,6 +113,9 @@ impl TcbFlags {
     /// (`net.core.txqueuelen`): the connection waits in `Tcp::tx_waiters` and sends when
     /// the queue drains (Linux's `TSQ_THROTTLED`, woken by `tcp_tsq_handler`).
     pub(crate) const TX_THROTTLED: u32 = 1 << 16;
+    /// In-order data arrived since we last sent data (for Linux's pingpong mode, see
+    /// `Stack::tcp_event_data_sent`).
+    pub(crate) const DATA_RCVD: u32 = 1 << 17;
 
     #[inline]
     pub(crate) const fn has(self, bit: u32) -> bool {
