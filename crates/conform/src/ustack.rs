@@ -465,21 +465,7 @@ impl Inner {
                 .map_err(errno),
             None => match self.conn(fd) {
                 Err(e) => Err(e),
-                Ok((h, _)) => match self.stack.tcp_recv(now, h, &mut buf) {
-                    Ok(n) => Ok(n),
-                    // Linux tcp_recvmsg: nothing to read once receive is shut down
-                    // (shutdown(SHUT_RD) too, which tcp_recv does not look at) is the
-                    // end of the stream.
-                    Err(Error::WouldBlock)
-                        if self
-                            .stack
-                            .readiness(SocketKey::Tcp(h))
-                            .contains(Readiness::RDHUP) =>
-                    {
-                        Ok(0)
-                    }
-                    Err(e) => Err(errno(e)),
-                },
+                Ok((h, _)) => self.stack.tcp_recv(now, h, &mut buf).map_err(errno),
             },
         };
         match r {

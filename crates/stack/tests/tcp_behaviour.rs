@@ -372,7 +372,9 @@ fn reading_sends_no_useless_window_update() {
     let (h, iss) = open(&mut t);
     t.send(Seg::ack(1001, iss.wrapping_add(1)).data(&[9u8; 500]));
     let a = t.recv().expect("ACK");
-    assert_eq!((a.ack, a.window), (1501, 65_535));
+    // 65535 rounded down to the peer's 1000-byte MSS (Linux __tcp_select_window without
+    // scaling: "window = rounddown(free_space, mss)").
+    assert_eq!((a.ack, a.window), (1501, 65_000));
     assert_eq!(t.read(h).map(|d| d.len()), Some(500));
     assert_eq!(
         t.recv_all(),
@@ -917,7 +919,11 @@ fn window_scale_applies_after_the_handshake_both_ways() {
     t.send(Seg::syn(1000).mss(1000).wscale(7).win(4000));
     let synack = t.recv().expect("SYN-ACK");
     assert_eq!(synack.wscale, Some(OUR_WSCALE));
-    assert_eq!(synack.window, 65_535, "min(rcvbuf, 65535), unscaled");
+    // Linux tcp_select_initial_window: rounddown(min(rcvbuf, 65535), MSS) = 44 x 1460.
+    assert_eq!(
+        synack.window, 64_240,
+        "min(rcvbuf, 65535), unscaled, whole MSSs"
+    );
     let iss = synack.seq;
     // The ACK completing the handshake is the first scaled window: 40 << 7 = 5120.
     t.send(Seg::ack(1001, iss.wrapping_add(1)).win(40));
@@ -955,7 +961,7 @@ fn syn_windows_are_never_scaled() {
     let mut t = SegTest::new(40000);
     let (h, syn) = t.connect();
     assert_eq!(syn.wscale, Some(OUR_WSCALE));
-    assert_eq!(syn.window, 65_535, "unscaled in a SYN");
+    assert_eq!(syn.window, 64_240, "unscaled in a SYN, 44 x 1460");
     t.send(
         Seg::syn(5000)
             .with_ack(syn.seq.wrapping_add(1))
@@ -1004,8 +1010,8 @@ fn no_window_scaling_unless_both_syns_carry_the_option() {
         "2000 bytes, not 2000 << n"
     );
     assert!(
-        sent.iter().all(|s| s.window == 65_535),
-        "our window unscaled, clamped: {sent:?}"
+        sent.iter().all(|s| s.window == 65_000),
+        "our window unscaled, clamped to 65535 and rounded down to the MSS: {sent:?}"
     );
     t.send(Seg::ack(1001, synack.seq.wrapping_add(2001)).win(10_000));
     assert_eq!(
@@ -1034,7 +1040,7 @@ fn no_window_scaling_unless_both_syns_carry_the_option() {
     );
     t.write(h, &[4u8; 1]);
     let s = t.recv().unwrap();
-    assert_eq!(s.window, 65_535);
+    assert_eq!(s.window, 65_000, "unscaled, rounded down to the MSS");
     t.send(Seg::ack(1001, synack.seq.wrapping_add(2)).win(3000));
     close_cleanly(&mut t, h, 1001);
     t.assert_released();
@@ -1049,7 +1055,10 @@ fn no_window_scaling_unless_both_syns_carry_the_option() {
             .win(2000),
     );
     let ack = t.recv().expect("ACK");
-    assert_eq!(ack.window, 65_535, "our window no longer scaled");
+    assert_eq!(
+        ack.window, 65_000,
+        "our window no longer scaled, whole MSSs"
+    );
     let info = t.stack.tcp_info(h).unwrap();
     assert_eq!((info.wscale, info.snd_wnd), (None, 2000));
     t.send(Seg::ack(5001, syn.seq.wrapping_add(1)).win(2000));

@@ -502,7 +502,7 @@ impl Sock<'_> {
         tcb.rcv.nxt = seg.seq_number + 1;
         tcb.rcv.wup = tcb.rcv.nxt;
         // RCV.WND: what our SYN offered (unscaled there, RFC 7323 §2.2).
-        tcb.rcv.wnd = super::output::initial_rcv_window(self.sysctl);
+        tcb.rcv.wnd = super::output::initial_rcv_window(self.sysctl, tcb.adv_mss);
         Stack::apply_syn_options(
             self.sysctl,
             tcb,
@@ -929,6 +929,8 @@ impl Sock<'_> {
         // RFC 9293 §3.8.6.3: "an ACK SHOULD be generated for at least every second
         // full-sized segment"; Linux also ACKs at once in quick-ACK mode (start of a
         // connection) and otherwise delays up to the ATO.
+        // Linux tcp_event_data_recv (icsk_ack.lrcvtime): data that a reply may follow.
+        tcb.flags.set(TcbFlags::DATA_RCVD);
         let unacked = tcb.rcv.nxt - tcb.rcv.wup;
         if tcb.quick_acks > 0
             || unacked >= 2 * usize::from(tcb.mss)

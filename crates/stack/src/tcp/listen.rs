@@ -513,7 +513,7 @@ impl Stack {
         }
         let rcv_nxt = req.irs + 1;
         // "first, check sequence number": the window we offered on the SYN-ACK.
-        let wnd = self.tcp_initial_rcv_window() as usize;
+        let wnd = self.tcp_initial_rcv_window(req.ts_ok) as usize;
         let acceptable =
             seg.seq_number.in_range(rcv_nxt, rcv_nxt + wnd.max(1)) || seg.seq_number == rcv_nxt;
         if !acceptable {
@@ -582,7 +582,7 @@ impl Stack {
         tcb.rcv.nxt = req.irs + 1;
         tcb.rcv.wup = tcb.rcv.nxt;
         // RCV.WND: what our SYN-ACK offered (unscaled there, RFC 7323 §2.2).
-        tcb.rcv.wnd = self.tcp_initial_rcv_window();
+        tcb.rcv.wnd = self.tcp_initial_rcv_window(req.ts_ok);
         tcb.snd.una = req.iss + 1;
         tcb.snd.nxt = req.iss + 1;
         // RFC 9293 §3.10.7.4 SYN-RECEIVED -> ESTABLISHED: "set SND.WND <- SEG.WND, set

@@ -602,7 +602,12 @@ impl Stack {
         if let Some(e) = tcb.error.take() {
             return Err(e);
         }
-        if tcb.state.fin_received() || tcb.state == State::Closed {
+        // End of stream: the peer's FIN, or receive shut down here (Linux tcp_recvmsg:
+        // "if (sk->sk_shutdown & RCV_SHUTDOWN) break;", after the pending error).
+        if tcb.state.fin_received()
+            || tcb.state == State::Closed
+            || tcb.flags.has(tcb::TcbFlags::RCV_SHUTDOWN)
+        {
             return Ok(0);
         }
         Err(Error::WouldBlock)
@@ -677,9 +682,13 @@ impl Stack {
     /// (RFC 9293 §3.10.5 ABORT; `SO_LINGER` with zero time).
     pub fn tcp_abort(&mut self, now: Instant, h: TcpHandle) -> Result<(), Error> {
         let tcb = self.tcp.get(h).ok_or(Error::BadHandle)?;
-        let (state, tuple, seq) = (tcb.state, tcb.tuple, tcb.snd.nxt);
+        let (state, tuple, seq, ack) = (tcb.state, tcb.tuple, tcb.snd.nxt, tcb.rcv.nxt);
         if state.is_synchronized() || state == State::SynReceived {
-            self.tcp_send_reset(now, tuple, seq, None);
+            // RST|ACK with RCV.NXT, as Linux sends it (tcp_send_active_reset:
+            // "TCPHDR_ACK | TCPHDR_RST"), so that ustack and Linux look alike on the
+            // wire. RFC 9293 §3.10.5 shows `<SEQ=SND.NXT><CTL=RST>`; the ACK bit is
+            // allowed: the peer checks a RST by its sequence number (§3.10.7.4).
+            self.tcp_send_reset(now, tuple, seq, Some(ack));
         }
         self.tcp_set_state(h, State::Closed);
         self.tcp_destroy(h);

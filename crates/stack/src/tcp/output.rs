@@ -21,9 +21,35 @@ use super::{State, TcpHandle};
 use crate::{Stack, Sysctl};
 
 /// The window a SYN or SYN-ACK offers: unscaled there, so at most 65,535
-/// (RFC 7323 §2.2).
-pub(crate) fn initial_rcv_window(sysctl: &Sysctl) -> u32 {
-    (sysctl.tcp_rmem_default as u32).min(65_535)
+/// (RFC 7323 §2.2), rounded down to a multiple of the MSS we advertise, `adv_mss` (Linux
+/// `tcp_select_initial_window`: "Quantize space offering to a multiple of mss if
+/// possible", `space = rounddown(space, mss)`; 64,240 for an MSS of 1460).
+pub(crate) fn initial_rcv_window(sysctl: &Sysctl, adv_mss: u16) -> u32 {
+    let space = (sysctl.tcp_rmem_default.min(u64::from(u32::MAX)) as u32).min(65_535);
+    let mss = u32::from(adv_mss);
+    if mss > 0 && space > mss {
+        space - space % mss
+    } else {
+        space
+    }
+}
+
+/// Data leaves (Linux `tcp_event_data_sent`): "If it is a reply for ato after last
+/// received packet, enter pingpong mode" (`inet_csk_enter_pingpong_mode`, with
+/// `tcp_pingpong_thresh` 1): the connection is interactive, and the ACK of the peer's
+/// next data is delayed (Linux `tcp_in_quickack_mode` is false in pingpong mode), since
+/// our reply is likely to carry it. ustack keeps no `lrcvtime`: the reply counts when
+/// in-order data arrived since our last data and the connection's last activity (that
+/// arrival, or the ACK answering it) lies within the ATO. Pingpong mode is quick-ACK
+/// mode ended: quick-ACK credit is never given back in ustack, so Linux's leaving
+/// pingpong when a delayed ACK times out (`tcp_delack_timer_handler`) changes nothing.
+fn tcp_event_data_sent(tcb: &mut Tcb, now: Instant) {
+    if tcb.flags.has(TcbFlags::DATA_RCVD)
+        && now.saturating_duration_since(tcb.last_activity) < DELACK
+    {
+        tcb.quick_acks = 0;
+    }
+    tcb.flags.clear(TcbFlags::DATA_RCVD);
 }
 
 /// Our window-scale shift: enough for the largest receive buffer (Linux
@@ -78,7 +104,7 @@ impl Stack {
         state: State,
         iss: SeqNumber,
     ) -> Tcb {
-        let adv_mss = (self.mtu - 40).min(u16::MAX as usize) as u16;
+        let adv_mss = self.tcp_adv_mss();
         let mut congestion = CcState {
             cwnd: 10,
             ssthresh: u32::MAX,
@@ -143,9 +169,19 @@ impl Stack {
         rcv_wscale(&self.sysctl)
     }
 
-    /// The window a SYN or SYN-ACK offers (see [`initial_rcv_window`]).
-    pub(crate) fn tcp_initial_rcv_window(&self) -> u32 {
-        initial_rcv_window(&self.sysctl)
+    /// The window a SYN-ACK offers (see [`initial_rcv_window`]); `ts_ok`: the request
+    /// negotiated timestamps, whose option takes its room from the MSS the window is a
+    /// multiple of (Linux `tcp_openreq_init_rwin`: "mss -= TCPOLEN_TSTAMP_ALIGNED";
+    /// 65,160 = 45 x 1448).
+    pub(crate) fn tcp_initial_rcv_window(&self, ts_ok: bool) -> u32 {
+        let ts = ts_ok && self.sysctl.tcp_timestamps != 0;
+        let mss = self.tcp_adv_mss().saturating_sub(if ts { 12 } else { 0 });
+        initial_rcv_window(&self.sysctl, mss)
+    }
+
+    /// The MSS our SYN and SYN-ACK advertise: the MTU less the IP and TCP headers.
+    fn tcp_adv_mss(&self) -> u16 {
+        (self.mtu - 40).min(u16::MAX as usize) as u16
     }
 
     /// Apply what the SYN exchange negotiated (RFC 7323 §2.2, RFC 2018 §2, RFC 9293 §3.7.1).
@@ -199,7 +235,7 @@ impl Stack {
         tsecr: u32,
         peer: Option<(Option<u8>, bool, bool)>,
     ) {
-        repr.max_seg_size = Some((self.mtu - 40).min(u16::MAX as usize) as u16);
+        repr.max_seg_size = Some(self.tcp_adv_mss());
         let (ws, sack, ts) = peer.unwrap_or((Some(0), true, true));
         if self.sysctl.tcp_window_scaling != 0 && ws.is_some() {
             repr.window_scale = Some(self.tcp_rcv_wscale());
@@ -214,13 +250,10 @@ impl Stack {
     pub(crate) fn tcp_send_syn(&mut self, now: Instant, h: TcpHandle) {
         let Some(tcb) = self.tcp.get(h) else { return };
         let (tuple, iss, ts_offset) = (tcb.tuple, tcb.snd.iss, tcb.ts_offset);
-        let mut repr = self.bare_repr(
-            tuple,
-            iss,
-            SeqNumber(0),
-            Flags::SYN,
-            self.tcp_initial_rcv_window() as u16,
-        );
+        // The window as SYN-SENT records it on the SYN-ACK (RCV.WND, see
+        // tcp_rcv_synsent_state_process).
+        let window = initial_rcv_window(&self.sysctl, tcb.adv_mss);
+        let mut repr = self.bare_repr(tuple, iss, SeqNumber(0), Flags::SYN, window as u16);
         self.syn_options(&mut repr, ts_clock(now).wrapping_add(ts_offset), 0, None);
         let retransmit = tcb.snd.nxt != iss;
         if !self.tcp_tx_throttle(h, false) {
@@ -252,7 +285,7 @@ impl Stack {
             req.iss,
             req.irs + 1,
             Flags::SYN | Flags::ACK,
-            self.tcp_initial_rcv_window() as u16,
+            self.tcp_initial_rcv_window(req.ts_ok) as u16,
         );
         let tsval = tsval.unwrap_or_else(|| ts_clock(now).wrapping_add(req.ts_offset));
         self.syn_options(
@@ -289,7 +322,9 @@ impl Stack {
             iss,
             ack,
             Flags::SYN | Flags::ACK,
-            self.tcp_initial_rcv_window() as u16,
+            // The window of our SYN again (Linux tcp_send_synack on a simultaneous open
+            // keeps the rcv_wnd tcp_connect_init chose).
+            initial_rcv_window(&self.sysctl, tcb.adv_mss) as u16,
         );
         self.syn_options(&mut repr, tsval, tsecr, Some(peer));
         self.tcp_emit(now, tuple, &repr, Payload::None);
@@ -517,6 +552,9 @@ impl Stack {
         tcb.flags.clear(TcbFlags::ACK_NOW | TcbFlags::ACK_PENDING);
         tcb.timers.delack = Instant::FAR_FUTURE;
         tcb.quick_acks = tcb.quick_acks.saturating_sub(1);
+        if len > 0 {
+            tcp_event_data_sent(tcb, now);
+        }
         tcb.last_activity = now;
         Self::data_options(tcb, &mut repr, now);
         // A segment sized before SACK blocks were due (a retransmission) carries fewer
@@ -827,7 +865,10 @@ impl Stack {
             let fin =
                 tcb.flags.has(TcbFlags::FIN_SENT) && end == tcb.snd.nxt && tcb.fin_seq() + 1 == end;
             let len = (end - start) - usize::from(fin);
-            self.tcp_send_segment(now, h, start, len, fin, true)
+            // Linux tcp_fragment: a piece cut from a longer segment for a smaller MSS
+            // leaves PSH to the last piece.
+            let push = tcb.rtx.push_on_retransmit(start);
+            self.tcp_send_segment(now, h, start, len, fin, push)
         };
         if !ok {
             return false;

@@ -109,6 +109,10 @@ impl SegFlags {
     pub const RETRANS: SegFlags = SegFlags(0x02);
     /// Presumed lost (Linux `TCPCB_LOST`). Never together with SACKED.
     pub const LOST: SegFlags = SegFlags(0x04);
+    /// A piece cut from the front of a longer segment ([`RtxQueue::resegment`]): sent
+    /// again without PSH, which only the last piece keeps (Linux `tcp_fragment` moves the
+    /// PSH and FIN flags to the new tail skb).
+    pub const NO_PSH: SegFlags = SegFlags(0x08);
     /// Retransmitted at least once (Linux `TCPCB_EVER_RETRANS`): no RTT sample (Karn).
     pub const EVER_RETRANS: SegFlags = SegFlags(0x80);
 
@@ -142,11 +146,12 @@ impl BitOr for SegFlags {
 
 impl fmt::Debug for SegFlags {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const NAMES: [(SegFlags, &str); 4] = [
+        const NAMES: [(SegFlags, &str); 5] = [
             (SegFlags::SACKED, "SACKED"),
             (SegFlags::LOST, "LOST"),
             (SegFlags::RETRANS, "RETRANS"),
             (SegFlags::EVER_RETRANS, "EVER_RETRANS"),
+            (SegFlags::NO_PSH, "NO_PSH"),
         ];
         let mut first = true;
         for (flag, name) in NAMES {
@@ -876,6 +881,17 @@ impl RtxQueue {
         b.segs.get(b.rtx_hint).map(|s| (s.start, s.end))
     }
 
+    /// Whether a retransmission of the segment starting at `start` carries PSH: not for
+    /// a piece cut from the front of a longer one ([`SegFlags::NO_PSH`]).
+    pub fn push_on_retransmit(&self, start: SeqNumber) -> bool {
+        let Some(b) = self.board.as_deref() else {
+            return true;
+        };
+        b.segs
+            .get(b.first_ending_after(start))
+            .is_none_or(|s| start.before(s.start) || !s.flags.contains(SegFlags::NO_PSH))
+    }
+
     /// The segment holding `start` was retransmitted at `now`: RETRANS and EVER_RETRANS
     /// set, send time updated. Ignored for a SACKED segment (never retransmitted, RFC 2018
     /// §5: "the data sender will skip that segment during any later retransmission") or
@@ -938,6 +954,10 @@ impl RtxQueue {
                     seg.end
                 };
                 let mut piece = TxSegment { start, end, ..seg };
+                if end != seg.end {
+                    // Linux tcp_fragment: PSH (and FIN) stay with the tail only.
+                    piece.flags.insert(SegFlags::NO_PSH);
+                }
                 if mark_lost {
                     piece.flags.remove(SegFlags::RETRANS);
                     piece.flags.insert(SegFlags::LOST);

@@ -116,6 +116,9 @@ impl TcbFlags {
     pub(crate) const TX_THROTTLED: u32 = 1 << 16;
     /// The connection is in `Tcp::idle_active`, waiting to give its [`ActiveState`] back.
     pub(crate) const IDLE_QUEUED: u32 = 1 << 17;
+    /// In-order data arrived since we last sent data (for Linux's pingpong mode, see
+    /// `Stack::tcp_event_data_sent`).
+    pub(crate) const DATA_RCVD: u32 = 1 << 18;
 
     #[inline]
     pub(crate) const fn has(self, bit: u32) -> bool {
