@@ -21,7 +21,7 @@ use core::time::Duration;
 use std::path::Path;
 use std::process::Stdio;
 
-use common::{memory_count, rss, tool_json};
+use common::{memory_count, release_ustack, rss, tool_json};
 use serde_json::Value;
 use ustack_testkit::netns::{
     NetNs, ServeOverTun, TUN_NAME, USTACK_IP, python_argv, root_or_skip, tool_or_skip,
@@ -383,39 +383,6 @@ for _ in range(n):
         c.sendfile(f)
     c.close()
 "#;
-
-/// The release build of `ustack` beside this test's debug one (`target/release/ustack`),
-/// built first if it is missing or stale (`cargo build --release --locked -p ustack`, a
-/// no-op in CI, whose test script builds it before the tests; bounded by `timeout`).
-fn release_ustack() -> std::path::PathBuf {
-    let debug = ustack();
-    let target = debug
-        .parent()
-        .and_then(Path::parent)
-        .expect("the target directory");
-    let out = std::process::Command::new("timeout")
-        .arg("1200")
-        .arg(env!("CARGO"))
-        .args([
-            "build",
-            "--release",
-            "--locked",
-            "-p",
-            "ustack",
-            "--target-dir",
-        ])
-        .arg(target)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .stdin(Stdio::null())
-        .output()
-        .expect("running cargo build --release");
-    assert!(
-        out.status.success(),
-        "cargo build --release -p ustack: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    target.join("release").join("ustack")
-}
 
 /// curl in `ns` fetching `url` to nowhere: its download speed in bytes per second;
 /// asserts a `200` of `size` bytes.

@@ -142,3 +142,36 @@ pub fn rss(pid: u32) -> u64 {
         .expect("VmRSS")
         * 1024
 }
+
+/// The release build of `ustack` beside this test's debug one (`target/release/ustack`),
+/// built first if it is missing or stale (`cargo build --release --locked -p ustack`, a
+/// no-op in CI, whose test script builds it before the tests; bounded by `timeout`).
+pub fn release_ustack() -> std::path::PathBuf {
+    let debug = std::path::Path::new(env!("CARGO_BIN_EXE_ustack"));
+    let target = debug
+        .parent()
+        .and_then(std::path::Path::parent)
+        .expect("the target directory");
+    let out = std::process::Command::new("timeout")
+        .arg("1200")
+        .arg(env!("CARGO"))
+        .args([
+            "build",
+            "--release",
+            "--locked",
+            "-p",
+            "ustack",
+            "--target-dir",
+        ])
+        .arg(target)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdin(Stdio::null())
+        .output()
+        .expect("running cargo build --release");
+    assert!(
+        out.status.success(),
+        "cargo build --release -p ustack: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    target.join("release").join("ustack")
+}
