@@ -80,7 +80,7 @@ pub fn server_addrs(conns: u32) -> Vec<SocketAddrV4> {
 }
 
 /// The ustack server process's memory at one moment: what the kernel says (VmRSS, its
-/// anonymous and shared parts, and PSS) and what its own accounting says.
+/// anonymous and shared parts, and the PSS of its own memory: [`linux::owned_pss`]) and what its own accounting says.
 struct ServerMem {
     rss: u64,
     rss_anon: u64,
@@ -110,7 +110,8 @@ impl ServerMem {
             rss: field(&status, "VmRSS:")?,
             rss_anon: field(&status, "RssAnon:")?,
             rss_shmem: field(&status, "RssShmem:")?,
-            pss: field(&rollup, "Pss:")?,
+            pss: linux::owned_pss(&rollup)
+                .context("no Pss in the ustack server's /proc/PID/smaps_rollup")?,
             accounted,
         })
     }
