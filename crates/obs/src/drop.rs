@@ -147,6 +147,65 @@ drop_reasons! {
     /// its receive buffer full and no MIB counter. ustack-specific name.
     IcmpReplyQueueFull = "ICMP_REPLY_QUEUEFULL" => [],
 
+    // ---- IPv6 input (Linux ip6_rcv_core, ip6_protocol_deliver_rcu, exthdrs.c) ----
+    /// An IPv6 packet with a bad header: version not 6, shorter than 40 bytes, a
+    /// jumbogram, a malformed or misplaced extension header, a hop-by-hop or destination
+    /// option that says "discard" (RFC 8200 §4.2). Linux `SKB_DROP_REASON_IP_INHDR` in
+    /// `ip6_rcv_core` and `ipv6_parse_hopopts`; prefixed so that names stay unique.
+    Ip6Inhdr = "IP6_INHDR" => [Ip6InHdrErrors],
+    /// An IPv6 packet shorter than its Payload Length (Linux `ip6_rcv_core`, `PKT_TOO_SMALL`).
+    Ip6Truncated = "IP6_PKT_TOO_SMALL" => [Ip6InTruncatedPkts],
+    /// An IPv6 packet whose destination is not one of our addresses nor a group we listen
+    /// to, or whose source is multicast (RFC 4291 §2.7). ustack does not forward.
+    Ip6InaddrErrors = "IP6_INADDRERRORS" => [Ip6InAddrErrors],
+    /// An IPv6 packet from a loopback or v4-mapped source on the wire (Linux `ip6_rcv_core`
+    /// drops both, `SKB_DROP_REASON_IP_INADDRERRORS`-like). ustack-specific name.
+    Ip6InvalidSource = "IP6_INVALID_SOURCE" => [Ip6InAddrErrors],
+    /// An IPv6 packet whose next header we do not handle (ICMPv6 parameter problem code 1
+    /// is sent, RFC 8200 §4). Linux `ip6_protocol_deliver_rcu`, `IP_NOPROTO`.
+    Ip6Noproto = "IP6_NOPROTO" => [Ip6InUnknownProtos],
+    /// A TCP or UDP packet over IPv6: stage 2 of IPv6 support hooks them here; until it
+    /// lands they are counted and dropped, without an ICMPv6 error (unlike an unknown
+    /// protocol: these protocols are known, their IPv6 sockets are not there yet).
+    /// ustack-specific name.
+    Ip6L4Pending = "IP6_L4_STAGE2" => [Ip6InDiscards],
+    /// An IPv6 packet that must not be sent: no source address of the destination's scope
+    /// (no route). Linux `ip6_route_output` failing, `IPSTATS_MIB_OUTNOROUTES`.
+    Ip6NoRoute = "IP6_OUTNOROUTES" => [Ip6OutNoRoutes],
+    /// An outgoing IPv6 packet waiting for neighbour discovery when discovery gave up.
+    Ip6NeighFailed = "IP6_NEIGH_FAILED" => [Ip6OutDiscards],
+    /// An outgoing IPv6 packet larger than the path MTU that may not be fragmented (it is
+    /// not ours to fragment, or the path is below the minimum). Linux `ip6_fragment`.
+    Ip6PktTooBig = "IP6_PKT_TOO_BIG" => [Ip6FragFails],
+
+    // ---- IPv6 reassembly (Linux net/ipv6/reassembly.c) ----
+    /// A fragment freed because its packet's reassembly timed out (`ip6frag_time`).
+    Ip6FragTimeout = "IP6_FRAG_REASM_TIMEOUT" => [Ip6ReasmFails],
+    /// A fragment overlapping another of its packet: the whole packet is discarded (RFC
+    /// 5722 §4, "all the fragments ... MUST be silently discarded"). Linux counts ReasmFails
+    /// per packet; ustack per fragment dropped.
+    Ip6FragOverlap = "IP6_FRAG_OVERLAP" => [Ip6ReasmFails],
+    /// A fragment refused because IPv6 reassembly memory is over `ip6frag_high_thresh`.
+    Ip6FragMemLimit = "IP6_FRAG_MEM" => [Ip6ReasmFails],
+    /// A fragment that cannot be part of a valid packet: it ends past 65,535, its length
+    /// contradicts the known end, or its packet would need more fragments than a
+    /// 65,535-byte one over a 1280-byte MTU. (A non-last fragment whose length is not a
+    /// multiple of 8 is an `IP6_INHDR`, answered with a parameter problem.)
+    Ip6FragInvalid = "IP6_FRAG_INVALID" => [Ip6ReasmFails],
+
+    // ---- ICMPv6 and Neighbour Discovery (Linux icmpv6_rcv, ndisc.c) ----
+    /// An ICMPv6 message whose checksum does not verify.
+    Icmp6Csum = "ICMP6_CSUM" => [Icmp6InCsumErrors, Icmp6InErrors],
+    /// An ICMPv6 message too short for its type. ustack-specific name.
+    Icmp6Malformed = "ICMP6_MALFORMED" => [Icmp6InErrors],
+    /// A Neighbor Discovery message failing RFC 4861's validity checks (hop limit not 255,
+    /// code not 0, a multicast target, a source link-layer option from the unspecified
+    /// address, a bad option length). Linux `ndisc_rcv` drops them as
+    /// `SKB_DROP_REASON_IPV6_NDISC_*`; ustack-specific name.
+    NdiscInvalid = "IPV6_NDISC_INVALID" => [Icmp6InErrors],
+    /// An ICMPv6 message we generated that could not be queued or routed.
+    Icmp6OutFailed = "ICMP6_OUT_FAILED" => [Icmp6OutErrors],
+
     // ---- UDP (Linux __udp4_lib_rcv, __udp_queue_rcv_skb, udp_send_skb) ----
     /// A UDP datagram whose checksum does not verify.
     UdpCsum = "UDP_CSUM" => [UdpInCsumErrors, UdpInErrors],
