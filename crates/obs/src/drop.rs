@@ -158,9 +158,11 @@ drop_reasons! {
     /// An IPv6 packet whose destination is not one of our addresses nor a group we listen
     /// to, or whose source is multicast (RFC 4291 §2.7). ustack does not forward.
     Ip6InaddrErrors = "IP6_INADDRERRORS" => [Ip6InAddrErrors],
-    /// An IPv6 packet from a loopback or v4-mapped source on the wire (Linux `ip6_rcv_core`
-    /// drops both, `SKB_DROP_REASON_IP_INADDRERRORS`-like). ustack-specific name.
-    Ip6InvalidSource = "IP6_INVALID_SOURCE" => [Ip6InAddrErrors],
+    /// An IPv6 packet with addresses that must not appear on a link: a loopback source or
+    /// destination, a multicast or v4-mapped source, a multicast destination of scope 0 or
+    /// 1 (RFC 4291 §2.5.3, §2.7). Linux `ip6_rcv_core` counts all of them InHdrErrors.
+    /// ustack-specific name.
+    Ip6InvalidSource = "IP6_INVALID_ADDR" => [Ip6InHdrErrors],
     /// An IPv6 packet whose next header we do not handle (ICMPv6 parameter problem code 1
     /// is sent, RFC 8200 §4). Linux `ip6_protocol_deliver_rcu`, `IP_NOPROTO`.
     Ip6Noproto = "IP6_NOPROTO" => [Ip6InUnknownProtos],
@@ -172,26 +174,37 @@ drop_reasons! {
     /// An IPv6 packet that must not be sent: no source address of the destination's scope
     /// (no route). Linux `ip6_route_output` failing, `IPSTATS_MIB_OUTNOROUTES`.
     Ip6NoRoute = "IP6_OUTNOROUTES" => [Ip6OutNoRoutes],
-    /// An outgoing IPv6 packet waiting for neighbour discovery when discovery gave up.
+    /// An outgoing IPv6 packet waiting for neighbour discovery when discovery gave up (no
+    /// advertisement after `mcast_solicit` solicitations), or refused by a full table.
+    /// The IPv6 twin of `NEIGH_FAILED`.
     Ip6NeighFailed = "IP6_NEIGH_FAILED" => [Ip6OutDiscards],
+    /// An outgoing IPv6 packet pushed out of the queue of one unresolved neighbour
+    /// (`unres_qlen`). The IPv6 twin of `NEIGH_QUEUEFULL`.
+    Ip6NeighQueueFull = "IP6_NEIGH_QUEUEFULL" => [Ip6OutDiscards],
     /// An outgoing IPv6 packet larger than the path MTU that may not be fragmented (it is
     /// not ours to fragment, or the path is below the minimum). Linux `ip6_fragment`.
     Ip6PktTooBig = "IP6_PKT_TOO_BIG" => [Ip6FragFails],
 
     // ---- IPv6 reassembly (Linux net/ipv6/reassembly.c) ----
-    /// A fragment freed because its packet's reassembly timed out (`ip6frag_time`).
-    Ip6FragTimeout = "IP6_FRAG_REASM_TIMEOUT" => [Ip6ReasmFails],
-    /// A fragment overlapping another of its packet: the whole packet is discarded (RFC
-    /// 5722 §4, "all the fragments ... MUST be silently discarded"). Linux counts ReasmFails
-    /// per packet; ustack per fragment dropped.
-    Ip6FragOverlap = "IP6_FRAG_OVERLAP" => [Ip6ReasmFails],
+    /// A fragment freed because its packet's reassembly timed out (`ip6frag_time`). Counted
+    /// per fragment; Ip6 ReasmTimeout and ReasmFails count once per packet, as Linux's
+    /// `ip6_frag_expire`.
+    Ip6FragTimeout = "IP6_FRAG_REASM_TIMEOUT" => [],
+    /// A fragment overlapping another of its packet, and each fragment held for that packet:
+    /// the whole packet is discarded (RFC 5722 §4). Ip6 ReasmFails counts once per packet,
+    /// as Linux's `ip6_frag_queue` (whose ReasmOverlaps is not in `/proc/net/snmp6`).
+    Ip6FragOverlap = "IP6_FRAG_OVERLAP" => [],
+    /// A fragment with the same offset and length as one already held: dropped alone, the
+    /// packet kept (RFC 5722 §4 allows it). Linux `DUP_FRAG`, without a MIB count.
+    Ip6FragDup = "IP6_DUP_FRAG" => [],
     /// A fragment refused because IPv6 reassembly memory is over `ip6frag_high_thresh`.
     Ip6FragMemLimit = "IP6_FRAG_MEM" => [Ip6ReasmFails],
-    /// A fragment that cannot be part of a valid packet: it ends past 65,535, its length
-    /// contradicts the known end, or its packet would need more fragments than a
-    /// 65,535-byte one over a 1280-byte MTU. (A non-last fragment whose length is not a
-    /// multiple of 8 is an `IP6_INHDR`, answered with a parameter problem.)
-    Ip6FragInvalid = "IP6_FRAG_INVALID" => [Ip6ReasmFails],
+    /// A fragment that cannot be part of a valid packet, and each fragment held for it: it
+    /// contradicts the known end, or its packet would need more than 1,024 fragments
+    /// (FragmentSmack; ustack's bound). Ip6 ReasmFails counts once per packet. (A non-last
+    /// fragment whose length is not a multiple of 8, or one ending past 65,535, is an
+    /// `IP6_INHDR`, answered with a Parameter Problem as RFC 8200 §4.5 says.)
+    Ip6FragInvalid = "IP6_FRAG_INVALID" => [],
 
     // ---- ICMPv6 and Neighbour Discovery (Linux icmpv6_rcv, ndisc.c) ----
     /// An ICMPv6 message whose checksum does not verify.
