@@ -4,7 +4,8 @@
 //! name, order and [`Kind`]; the [`Counter`] enum, [`Table`], the text renderings and the JSON
 //! all come from it, so a name cannot be spelled two ways. Tables, field names and field
 //! order are exactly those of Linux 6.18's `/proc/net/snmp` (Ip, Icmp, IcmpMsg, Tcp, Udp,
-//! UdpLite) and `/proc/net/netstat` (TcpExt, IpExt), printed by `net/ipv4/proc.c`; the
+//! UdpLite) and `/proc/net/netstat` (TcpExt, IpExt), printed by `net/ipv4/proc.c`, and of
+//! `/proc/net/snmp6` (Ip6, Icmp6), printed by `net/ipv6/proc.c`; the
 //! counters are those of `include/uapi/linux/snmp.h`. A test compares our output with the
 //! running kernel's, so a drift is caught.
 //!

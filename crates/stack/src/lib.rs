@@ -1,7 +1,8 @@
 //! The ustack protocol stack, sans-I/O.
 //!
-//! A [`Stack`] is one interface's worth of protocol state: neighbour table, IPv4 with
-//! reassembly and fragmentation, ICMP, UDP and TCP sockets, its
+//! A [`Stack`] is one interface's worth of protocol state: neighbour table (ARP and IPv6
+//! neighbour discovery), IPv4 and IPv6 with reassembly and fragmentation, ICMP and
+//! ICMPv6, UDP and TCP sockets (over IPv4; over IPv6 in stage 2 of issue 15), its
 //! counters ([`Mib`]) and tunables ([`Sysctl`]). It never touches a device or a clock:
 //!
 //! ```text
@@ -30,8 +31,10 @@
 //!
 //! Module map, after Linux's files: `stack` (the interface: Ethernet in/out, ARP —
 //! `net/ethernet/eth.c`, `net/ipv4/arp.c`), `neigh` (`net/core/neighbour.c`), `ip`
-//! (`net/ipv4/ip_input.c`, `ip_output.c`; `ip::reassembly` is `ip_fragment.c`), `icmp`
-//! (`net/ipv4/icmp.c`), `udp` (`net/ipv4/udp.c`), `tcp` (`net/ipv4/tcp*.c`; its own map
+//! (`net/ipv4/ip_input.c`, `ip_output.c`; `ip::reassembly` is `ip_fragment.c`; `ip::ipv6`
+//! is `net/ipv6/ip6_input.c`, `ip6_output.c`, `exthdrs.c`, and `ip::reasm6` is
+//! `net/ipv6/reassembly.c`), `icmp` (`net/ipv4/icmp.c`), `icmpv6` (`net/ipv6/icmp.c`,
+//! `ndisc.c`), `udp` (`net/ipv4/udp.c`), `tcp` (`net/ipv4/tcp*.c`; its own map
 //! is in [`tcp`]), `sysctl` (`sysctl_net_ipv4.c`). Most users want the sockets of
 //! `ustack-runtime`, which runs this loop for them. Two stacks pinging over the simulated
 //! link on a virtual clock (the test kit's `Pair` runs the loop above):
