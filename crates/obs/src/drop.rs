@@ -155,9 +155,14 @@ drop_reasons! {
     Ip6Inhdr = "IP6_INHDR" => [Ip6InHdrErrors],
     /// An IPv6 packet shorter than its Payload Length (Linux `ip6_rcv_core`, `PKT_TOO_SMALL`).
     Ip6Truncated = "IP6_PKT_TOO_SMALL" => [Ip6InTruncatedPkts],
-    /// An IPv6 packet whose destination is not one of our addresses nor a group we listen
-    /// to, or whose source is multicast (RFC 4291 §2.7). ustack does not forward.
+    /// An IPv6 packet whose destination is not one of our addresses (nor one still being
+    /// checked by duplicate address detection): ustack does not forward, so Linux's
+    /// `ip6_forward` error path with forwarding off.
     Ip6InaddrErrors = "IP6_INADDRERRORS" => [Ip6InAddrErrors],
+    /// An IPv6 packet to a multicast group we are not in (we are in all-nodes and our
+    /// solicited-node groups). Linux `ip6_mc_input` frees it without a MIB count (after
+    /// counting InMcastPkts, as ustack does). ustack-specific name.
+    Ip6McastNotJoined = "IP6_MCAST_NOT_JOINED" => [],
     /// An IPv6 packet with addresses that must not appear on a link: a loopback source or
     /// destination, a multicast or v4-mapped source, a multicast destination of scope 0 or
     /// 1 (RFC 4291 §2.5.3, §2.7). Linux `ip6_rcv_core` counts all of them InHdrErrors.
@@ -214,8 +219,8 @@ drop_reasons! {
     /// A Neighbor Discovery message failing RFC 4861's validity checks (hop limit not 255,
     /// code not 0, a multicast target, a source link-layer option from the unspecified
     /// address, a bad option length). Linux `ndisc_rcv` drops them as
-    /// `SKB_DROP_REASON_IPV6_NDISC_*`; ustack-specific name.
-    NdiscInvalid = "IPV6_NDISC_INVALID" => [Icmp6InErrors],
+    /// `SKB_DROP_REASON_IPV6_NDISC_*`, without a MIB count; ustack-specific name.
+    NdiscInvalid = "IPV6_NDISC_INVALID" => [],
     /// An ICMPv6 message we generated that could not be queued or routed.
     Icmp6OutFailed = "ICMP6_OUT_FAILED" => [Icmp6OutErrors],
 

@@ -255,6 +255,12 @@ fn bad_headers_are_counted_and_answered() {
     p.b.receive(p.now, &frame(A6, NOBODY, 58, &echo(b"x")));
     assert_eq!(d(&p, DropReason::Ip6InaddrErrors), 1);
     assert_eq!(c(&p, Counter::Ip6InAddrErrors), 1);
+    // A group B is not in (another host's solicited-node group): no MIB count but
+    // InMcastPkts, as Linux's ip6_mc_input.
+    p.b.receive(p.now, &frame(A6, ndisc::solicited_node(NOBODY), 58, &echo(b"x")));
+    assert_eq!(d(&p, DropReason::Ip6McastNotJoined), 1);
+    assert_eq!(c(&p, Counter::Ip6InMcastPkts), 1);
+    assert_eq!(c(&p, Counter::Ip6InAddrErrors), 1);
 
     // TCP over IPv6: stage 2; counted, no answer.
     p.b.receive(p.now, &frame(A6, B6, 6, &[0u8; 20]));

@@ -14,7 +14,8 @@
 //! 3. Payload Length against what arrived: `IP6_PKT_TOO_SMALL`; a jumbogram (RFC 2675) is
 //!    a header error (not supported).
 //! 4. A Hop-by-Hop header first is processed (RFC 8200 §4.3).
-//! 5. Not ours (no forwarding): `IP6_INADDRERRORS`.
+//! 5. Not ours (no forwarding): `IP6_INADDRERRORS`; a group we are not in:
+//!    `IP6_MCAST_NOT_JOINED`.
 //! 6. The header chain (RFC 8200 §4.1's order is not enforced, as in Linux): Destination
 //!    Options (§4.6) and Hop-by-Hop options (§4.2, the action bits of unknown options),
 //!    Routing (§4.4: Segments Left 0 is skipped, anything else is a Parameter Problem: a
@@ -384,12 +385,11 @@ impl Stack {
                 None => return,
             }
         }
-        let for_us = if multicast {
-            self.ip6.listens(dst)
-        } else {
-            self.ip6.is_ours(dst)
-        };
-        if !for_us {
+        if multicast && !self.ip6.listens(dst) {
+            // Linux ip6_mc_input: not a group of ours.
+            return self.mib.drop(DropReason::Ip6McastNotJoined);
+        }
+        if !multicast && !self.ip6.is_ours(dst) {
             // We do not forward (RFC 8200 §1 hosts; Linux ip6_forward with forwarding=0).
             return self.mib.drop(DropReason::Ip6InaddrErrors);
         }
