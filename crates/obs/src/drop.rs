@@ -64,7 +64,8 @@ drop_reasons! {
     Otherhost = "OTHERHOST" => [],
     /// An Ethernet frame shorter than its 14-byte header.
     MacHdr = "DEV_HDR" => [],
-    /// A frame whose EtherType we do not handle (neither IPv4 nor ARP). Linux: no
+    /// A frame whose EtherType we do not handle (neither IPv4 nor ARP, nor IPv6 when the
+    /// stack has an IPv6 address), or an IPv6 packet on an IP link without one. Linux: no
     /// `packet_type` matched in `__netif_receive_skb_core`.
     UnhandledProto = "UNHANDLED_PROTO" => [],
     /// An ARP packet that is truncated, not Ethernet/IPv4 (htype, ptype, hlen, plen), or has an

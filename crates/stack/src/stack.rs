@@ -148,7 +148,11 @@ impl Stack {
         match self.medium {
             // A TUN device's packets say their family in the version nibble.
             Medium::Ip if frame.first().is_some_and(|b| b >> 4 == 6) => {
-                self.ipv6_input(now, frame, false)
+                if self.ip6.enabled() {
+                    self.ipv6_input(now, frame, false)
+                } else {
+                    self.mib.drop(DropReason::UnhandledProto)
+                }
             }
             Medium::Ip => self.ipv4_input(now, frame, false),
             Medium::Ethernet => self.eth_input(now, frame),

@@ -257,7 +257,10 @@ fn bad_headers_are_counted_and_answered() {
     assert_eq!(c(&p, Counter::Ip6InAddrErrors), 1);
     // A group B is not in (another host's solicited-node group): no MIB count but
     // InMcastPkts, as Linux's ip6_mc_input.
-    p.b.receive(p.now, &frame(A6, ndisc::solicited_node(NOBODY), 58, &echo(b"x")));
+    p.b.receive(
+        p.now,
+        &frame(A6, ndisc::solicited_node(NOBODY), 58, &echo(b"x")),
+    );
     assert_eq!(d(&p, DropReason::Ip6McastNotJoined), 1);
     assert_eq!(c(&p, Counter::Ip6InMcastPkts), 1);
     assert_eq!(c(&p, Counter::Ip6InAddrErrors), 1);
