@@ -389,3 +389,62 @@ fn ip_link_needs_no_neighbour_discovery() {
         "only the echo: no NDP"
     );
 }
+
+/// Hop-by-Hop options as Linux takes them, an atomic fragment processed as a whole packet
+/// (RFC 6946), and the echo sysctl.
+#[test]
+fn hop_by_hop_atomic_fragments_and_echo_ignore() {
+    let mut p = pair(SimLinkConfig::default());
+    p.a.ping6(p.now, B6, 1, 1, b"warm").unwrap();
+    p.run_for(Duration::from_millis(5));
+    let replies = |p: &Pair| p.b.mib().get(Counter::Icmp6OutEchoReplies);
+    assert_eq!(replies(&p), 1);
+    // Hop-by-Hop with Router Alert (RFC 2711) and PadN: fine, the echo is answered.
+    let mut hbh = vec![58u8, 0, 5, 2, 0, 0, 1, 0];
+    hbh.extend_from_slice(&echo(b"ra"));
+    p.b.receive(p.now, &frame(A6, B6, 0, &hbh));
+    p.run_for(Duration::from_millis(5));
+    assert_eq!(replies(&p), 2);
+    // Eight bytes of padding in a row: Linux refuses more than seven.
+    let mut pad = vec![58u8, 1, 1, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+    pad.extend_from_slice(&echo(b"pad"));
+    p.b.receive(p.now, &frame(A6, B6, 0, &pad));
+    p.run_for(Duration::from_millis(5));
+    assert_eq!(replies(&p), 2);
+    assert_eq!(p.b.mib().drops(DropReason::Ip6Inhdr), 1);
+    // Hop-by-Hop anywhere but first: an unknown next header (RFC 8200 §4.3), pointer at
+    // the Destination Options header's Next Header field (offset 40).
+    let mut late = vec![0u8, 0, 1, 4, 0, 0, 0, 0];
+    late.extend_from_slice(&hbh);
+    p.b.receive(p.now, &frame(A6, B6, 60, &late));
+    p.run_for(Duration::from_millis(5));
+    assert_eq!(p.b.mib().drops(DropReason::Ip6Noproto), 1);
+    assert_eq!(p.a.mib().get(Counter::Icmp6InParmProblems), 1);
+    // An atomic fragment (offset 0, M clear): processed in place, never mixed with a
+    // held fragment of the same Identification (RFC 6946 §4), which stays queued.
+    p.b.receive(
+        p.now,
+        &frame(A6, B6, 44, &frag(9, 0, true, &echo(b"held it!"))),
+    );
+    assert!(p.b.reassembly6_mem() > 0);
+    let before = p.b.mib().get(Counter::Ip6ReasmOKs);
+    p.b.receive(
+        p.now,
+        &frame(A6, B6, 44, &frag(9, 0, false, &echo(b"atomic"))),
+    );
+    p.run_for(Duration::from_millis(5));
+    assert_eq!(replies(&p), 3);
+    assert_eq!(p.b.mib().get(Counter::Ip6ReasmOKs), before + 1);
+    assert!(p.b.reassembly6_mem() > 0, "the held fragment is still held");
+    assert_eq!(p.b.mib().get(Counter::Ip6ReasmFails), 0);
+    // net.ipv6.icmp.echo_ignore_all: requests counted, not answered.
+    p.b.set_sysctl("net.ipv6.icmp.echo_ignore_all", 1).unwrap();
+    p.a.ping6(p.now, B6, 1, 2, b"ignored").unwrap();
+    p.run_for(Duration::from_millis(5));
+    assert_eq!(replies(&p), 3);
+    assert_eq!(
+        p.b.mib().get(Counter::Icmp6InEchos),
+        4,
+        "warm, ra, atomic, ignored"
+    );
+}
