@@ -5,8 +5,10 @@
 //!
 //! - echo: requests answered (`net.ipv6.icmp.echo_ignore_all`,
 //!   `echo_ignore_multicast`), replies queued for [`Stack::recv_echo_reply6`];
-//! - errors generated: Destination Unreachable, Time Exceeded (reassembly), Parameter
-//!   Problem, each only where RFC 4443 §2.4 (e) allows (never about an ICMPv6 error, a
+//! - errors generated: Parameter Problem (header errors, unknown next headers and
+//!   options) and Time Exceeded (reassembly); Destination Unreachable (port unreachable)
+//!   comes with UDP over IPv6 in stage 2, through the same `icmp6_error`. Each is sent only
+//!   where RFC 4443 §2.4 (e) allows (never about an ICMPv6 error, a
 //!   packet from a non-unicast source, or one sent to a multicast address, Packet Too Big
 //!   and Parameter Problem code 2 excepted), quoting as much of the packet as keeps the
 //!   error within the minimum MTU (§2.4 (c)), and limited by the global bucket shared with
