@@ -64,7 +64,8 @@ drop_reasons! {
     Otherhost = "OTHERHOST" => [],
     /// An Ethernet frame shorter than its 14-byte header.
     MacHdr = "DEV_HDR" => [],
-    /// A frame whose EtherType we do not handle (neither IPv4 nor ARP). Linux: no
+    /// A frame whose EtherType we do not handle (neither IPv4 nor ARP, nor IPv6 when the
+    /// stack has an IPv6 address), or an IPv6 packet on an IP link without one. Linux: no
     /// `packet_type` matched in `__netif_receive_skb_core`.
     UnhandledProto = "UNHANDLED_PROTO" => [],
     /// An ARP packet that is truncated, not Ethernet/IPv4 (htype, ptype, hlen, plen), or has an
@@ -146,6 +147,83 @@ drop_reasons! {
     /// (`recv_echo_reply`) is full: the oldest is dropped. Linux's ping socket drops it with
     /// its receive buffer full and no MIB counter. ustack-specific name.
     IcmpReplyQueueFull = "ICMP_REPLY_QUEUEFULL" => [],
+
+    // ---- IPv6 input (Linux ip6_rcv_core, ip6_protocol_deliver_rcu, exthdrs.c) ----
+    /// An IPv6 packet with a bad header: version not 6, shorter than 40 bytes, a
+    /// jumbogram, a malformed or misplaced extension header, a hop-by-hop or destination
+    /// option that says "discard" (RFC 8200 §4.2). Linux `SKB_DROP_REASON_IP_INHDR` in
+    /// `ip6_rcv_core` and `ipv6_parse_hopopts`; prefixed so that names stay unique.
+    Ip6Inhdr = "IP6_INHDR" => [Ip6InHdrErrors],
+    /// An IPv6 packet shorter than its Payload Length (Linux `ip6_rcv_core`, `PKT_TOO_SMALL`).
+    Ip6Truncated = "IP6_PKT_TOO_SMALL" => [Ip6InTruncatedPkts],
+    /// An IPv6 packet whose destination is not one of our addresses (nor one still being
+    /// checked by duplicate address detection): ustack does not forward, so Linux's
+    /// `ip6_forward` error path with forwarding off.
+    Ip6InaddrErrors = "IP6_INADDRERRORS" => [Ip6InAddrErrors],
+    /// An IPv6 packet to a multicast group we are not in (we are in all-nodes and our
+    /// solicited-node groups). Linux `ip6_mc_input` frees it without a MIB count (after
+    /// counting InMcastPkts, as ustack does). ustack-specific name.
+    Ip6McastNotJoined = "IP6_MCAST_NOT_JOINED" => [],
+    /// An IPv6 packet with addresses that must not appear on a link: a loopback source or
+    /// destination, a multicast or v4-mapped source, a multicast destination of scope 0 or
+    /// 1 (RFC 4291 §2.5.3, §2.7). Linux `ip6_rcv_core` counts all of them InHdrErrors.
+    /// ustack-specific name.
+    Ip6InvalidSource = "IP6_INVALID_ADDR" => [Ip6InHdrErrors],
+    /// An IPv6 packet whose next header we do not handle (ICMPv6 parameter problem code 1
+    /// is sent, RFC 8200 §4). Linux `ip6_protocol_deliver_rcu`, `IP_NOPROTO`.
+    Ip6Noproto = "IP6_NOPROTO" => [Ip6InUnknownProtos],
+    /// A TCP or UDP packet over IPv6: stage 2 of IPv6 support hooks them here; until it
+    /// lands they are counted and dropped, without an ICMPv6 error (unlike an unknown
+    /// protocol: these protocols are known, their IPv6 sockets are not there yet).
+    /// ustack-specific name.
+    Ip6L4Pending = "IP6_L4_STAGE2" => [Ip6InDiscards],
+    /// An IPv6 packet that must not be sent: no source address of the destination's scope
+    /// (no route). Linux `ip6_route_output` failing, `IPSTATS_MIB_OUTNOROUTES`.
+    Ip6NoRoute = "IP6_OUTNOROUTES" => [Ip6OutNoRoutes],
+    /// An outgoing IPv6 packet waiting for neighbour discovery when discovery gave up (no
+    /// advertisement after `mcast_solicit` solicitations), or refused by a full table.
+    /// The IPv6 twin of `NEIGH_FAILED`.
+    Ip6NeighFailed = "IP6_NEIGH_FAILED" => [Ip6OutDiscards],
+    /// An outgoing IPv6 packet pushed out of the queue of one unresolved neighbour
+    /// (`unres_qlen`). The IPv6 twin of `NEIGH_QUEUEFULL`.
+    Ip6NeighQueueFull = "IP6_NEIGH_QUEUEFULL" => [Ip6OutDiscards],
+    /// An outgoing IPv6 packet larger than the path MTU that may not be fragmented (it is
+    /// not ours to fragment, or the path is below the minimum). Linux `ip6_fragment`.
+    Ip6PktTooBig = "IP6_PKT_TOO_BIG" => [Ip6FragFails],
+
+    // ---- IPv6 reassembly (Linux net/ipv6/reassembly.c) ----
+    /// A fragment freed because its packet's reassembly timed out (`ip6frag_time`). Counted
+    /// per fragment; Ip6 ReasmTimeout and ReasmFails count once per packet, as Linux's
+    /// `ip6_frag_expire`.
+    Ip6FragTimeout = "IP6_FRAG_REASM_TIMEOUT" => [],
+    /// A fragment overlapping another of its packet, and each fragment held for that packet:
+    /// the whole packet is discarded (RFC 5722 §4). Ip6 ReasmFails counts once per packet,
+    /// as Linux's `ip6_frag_queue` (whose ReasmOverlaps is not in `/proc/net/snmp6`).
+    Ip6FragOverlap = "IP6_FRAG_OVERLAP" => [],
+    /// A fragment with the same offset and length as one already held: dropped alone, the
+    /// packet kept (RFC 5722 §4 allows it). Linux `DUP_FRAG`, without a MIB count.
+    Ip6FragDup = "IP6_DUP_FRAG" => [],
+    /// A fragment refused because IPv6 reassembly memory is over `ip6frag_high_thresh`.
+    Ip6FragMemLimit = "IP6_FRAG_MEM" => [Ip6ReasmFails],
+    /// A fragment that cannot be part of a valid packet, and each fragment held for it: it
+    /// contradicts the known end, or its packet would need more than 1,024 fragments
+    /// (FragmentSmack; ustack's bound). Ip6 ReasmFails counts once per packet. (A non-last
+    /// fragment whose length is not a multiple of 8, or one ending past 65,535, is an
+    /// `IP6_INHDR`, answered with a Parameter Problem as RFC 8200 §4.5 says.)
+    Ip6FragInvalid = "IP6_FRAG_INVALID" => [],
+
+    // ---- ICMPv6 and Neighbour Discovery (Linux icmpv6_rcv, ndisc.c) ----
+    /// An ICMPv6 message whose checksum does not verify.
+    Icmp6Csum = "ICMP6_CSUM" => [Icmp6InCsumErrors, Icmp6InErrors],
+    /// An ICMPv6 message too short for its type. ustack-specific name.
+    Icmp6Malformed = "ICMP6_MALFORMED" => [Icmp6InErrors],
+    /// A Neighbor Discovery message failing RFC 4861's validity checks (hop limit not 255,
+    /// code not 0, a multicast target, a source link-layer option from the unspecified
+    /// address, a bad option length). Linux `ndisc_rcv` drops them as
+    /// `SKB_DROP_REASON_IPV6_NDISC_*`, without a MIB count; ustack-specific name.
+    NdiscInvalid = "IPV6_NDISC_INVALID" => [],
+    /// An ICMPv6 message we generated that could not be queued or routed.
+    Icmp6OutFailed = "ICMP6_OUT_FAILED" => [Icmp6OutErrors],
 
     // ---- UDP (Linux __udp4_lib_rcv, __udp_queue_rcv_skb, udp_send_skb) ----
     /// A UDP datagram whose checksum does not verify.

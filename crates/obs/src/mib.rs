@@ -4,7 +4,8 @@
 //! name, order and [`Kind`]; the [`Counter`] enum, [`Table`], the text renderings and the JSON
 //! all come from it, so a name cannot be spelled two ways. Tables, field names and field
 //! order are exactly those of Linux 6.18's `/proc/net/snmp` (Ip, Icmp, IcmpMsg, Tcp, Udp,
-//! UdpLite) and `/proc/net/netstat` (TcpExt, IpExt), printed by `net/ipv4/proc.c`; the
+//! UdpLite) and `/proc/net/netstat` (TcpExt, IpExt), printed by `net/ipv4/proc.c`, and of
+//! `/proc/net/snmp6` (Ip6, Icmp6), printed by `net/ipv6/proc.c`; the
 //! counters are those of `include/uapi/linux/snmp.h`. A test compares our output with the
 //! running kernel's, so a drift is caught.
 //!
@@ -31,6 +32,9 @@ pub enum ProcFile {
     Snmp,
     /// `/proc/net/netstat`: TcpExt, IpExt ([`Mib::render_netstat`]).
     Netstat,
+    /// `/proc/net/snmp6`: Ip6, Icmp6 ([`Mib::render_snmp6`]), one `Ip6InReceives  n` line
+    /// per counter.
+    Snmp6,
 }
 
 /// How a counter behaves: what [`Mib::new`] sets it to, and what [`Mib::merge`] does with it.
@@ -53,6 +57,12 @@ pub enum Kind {
     IcmpMsgIn(u8),
     /// An `Icmp Out<Type>` column: a view of the IcmpMsg `OutType<N>` count, as [`Kind::IcmpMsgIn`].
     IcmpMsgOut(u8),
+    /// An `Icmp6 In<Type>` line of `/proc/net/snmp6`: a view of the `Icmp6InType<N>` count,
+    /// as Linux's `snmp6_seq_show_icmpv6msg` reads `icmpv6msg_statistics`. `inc` on it is
+    /// [`Mib::icmp6_in_type`].
+    Icmp6MsgIn(u8),
+    /// An `Icmp6 Out<Type>` line: a view of the `Icmp6OutType<N>` count.
+    Icmp6MsgOut(u8),
 }
 
 /// What the table says about one counter.
@@ -475,6 +485,113 @@ mib_tables! {
         /// Reassemblies abandoned because fragments overlapped.
         IpExtReasmOverlaps = "ReasmOverlaps",
     }
+    /// IPv6, RFC 4293 `ipSystemStats` for IPv6 (Linux `snmp6_ipstats_list`), first in
+    /// `/proc/net/snmp6`.
+    Ip6 in Snmp6 {
+        /// IPv6 packets received from the link, counted before any check (Linux `ip6_rcv_core`).
+        Ip6InReceives = "InReceives",
+        /// Packets discarded for a bad header: version, hop-by-hop, extension headers.
+        Ip6InHdrErrors = "InHdrErrors",
+        Ip6InTooBigErrors = "InTooBigErrors",
+        Ip6InNoRoutes = "InNoRoutes",
+        /// Packets discarded because the destination is not ours (we do not forward), or its
+        /// source is multicast.
+        Ip6InAddrErrors = "InAddrErrors",
+        /// Packets for us whose next header we do not handle (ICMPv6 parameter problem sent).
+        Ip6InUnknownProtos = "InUnknownProtos",
+        /// Packets shorter than their Payload Length.
+        Ip6InTruncatedPkts = "InTruncatedPkts",
+        /// Packets received without error but discarded.
+        Ip6InDiscards = "InDiscards",
+        /// Packets handed to an upper layer (ICMPv6, the stage-2 TCP/UDP hook), after reassembly.
+        Ip6InDelivers = "InDelivers",
+        Ip6OutForwDatagrams = "OutForwDatagrams",
+        /// Packets our upper layers handed to IPv6 for sending (NDP included).
+        Ip6OutRequests = "OutRequests",
+        /// Outgoing packets discarded without a problem in them (neighbour failure, full queue).
+        Ip6OutDiscards = "OutDiscards",
+        /// Outgoing packets with no route (no source address of the destination's scope).
+        Ip6OutNoRoutes = "OutNoRoutes",
+        /// Reassemblies abandoned because `ip6frag_time` passed.
+        Ip6ReasmTimeout = "ReasmTimeout",
+        /// Fragments received that needed reassembly.
+        Ip6ReasmReqds = "ReasmReqds",
+        /// Packets successfully reassembled.
+        Ip6ReasmOKs = "ReasmOKs",
+        /// Failures of reassembly (timeouts, overlaps, memory limit, bad fragments).
+        Ip6ReasmFails = "ReasmFails",
+        /// Packets successfully fragmented.
+        Ip6FragOKs = "FragOKs",
+        /// Packets that needed fragmenting but could not be.
+        Ip6FragFails = "FragFails",
+        /// Fragments created.
+        Ip6FragCreates = "FragCreates",
+        /// Multicast packets received (NDP to solicited-node and all-nodes groups).
+        Ip6InMcastPkts = "InMcastPkts",
+        /// Multicast packets sent (neighbour solicitations).
+        Ip6OutMcastPkts = "OutMcastPkts",
+        /// Octets received in IPv6 packets (headers included).
+        Ip6InOctets = "InOctets",
+        /// Octets sent in IPv6 packets (headers included).
+        Ip6OutOctets = "OutOctets",
+        Ip6InMcastOctets = "InMcastOctets",
+        Ip6OutMcastOctets = "OutMcastOctets",
+        Ip6InBcastOctets = "InBcastOctets",
+        Ip6OutBcastOctets = "OutBcastOctets",
+        /// Received packets with ECN field 00 (Not-ECT).
+        Ip6InNoECTPkts = "InNoECTPkts",
+        Ip6InECT1Pkts = "InECT1Pkts",
+        Ip6InECT0Pkts = "InECT0Pkts",
+        Ip6InCEPkts = "InCEPkts",
+        /// Packets handed to the link layer (after fragmentation).
+        Ip6OutTransmits = "OutTransmits",
+    }
+    /// ICMPv6, RFC 4293 `icmpStatsTable` for IPv6 (Linux `snmp6_icmp6_list`, then the named
+    /// per-type lines of `icmp6type2name`, views of `Icmp6InType<N>`/`Icmp6OutType<N>`).
+    Icmp6 in Snmp6 {
+        /// ICMPv6 messages received, counted before the checksum check (Linux `icmpv6_rcv`).
+        Icmp6InMsgs = "InMsgs",
+        /// ICMPv6 messages received but found bad (checksum, length, NDP validity).
+        Icmp6InErrors = "InErrors",
+        /// ICMPv6 messages sent.
+        Icmp6OutMsgs = "OutMsgs",
+        /// ICMPv6 messages not sent (no route, full queue).
+        Icmp6OutErrors = "OutErrors",
+        /// ICMPv6 messages received with a bad checksum.
+        Icmp6InCsumErrors = "InCsumErrors",
+        /// ICMPv6 errors not sent because of the per-host limit (`net.ipv6.icmp.ratelimit`).
+        Icmp6OutRateLimitHost = "OutRateLimitHost",
+        Icmp6InDestUnreachs = "InDestUnreachs" => Kind::Icmp6MsgIn(1),
+        Icmp6InPktTooBigs = "InPktTooBigs" => Kind::Icmp6MsgIn(2),
+        Icmp6InTimeExcds = "InTimeExcds" => Kind::Icmp6MsgIn(3),
+        Icmp6InParmProblems = "InParmProblems" => Kind::Icmp6MsgIn(4),
+        Icmp6InEchos = "InEchos" => Kind::Icmp6MsgIn(128),
+        Icmp6InEchoReplies = "InEchoReplies" => Kind::Icmp6MsgIn(129),
+        Icmp6InGroupMembQueries = "InGroupMembQueries" => Kind::Icmp6MsgIn(130),
+        Icmp6InGroupMembResponses = "InGroupMembResponses" => Kind::Icmp6MsgIn(131),
+        Icmp6InGroupMembReductions = "InGroupMembReductions" => Kind::Icmp6MsgIn(132),
+        Icmp6InRouterSolicits = "InRouterSolicits" => Kind::Icmp6MsgIn(133),
+        Icmp6InRouterAdvertisements = "InRouterAdvertisements" => Kind::Icmp6MsgIn(134),
+        Icmp6InNeighborSolicits = "InNeighborSolicits" => Kind::Icmp6MsgIn(135),
+        Icmp6InNeighborAdvertisements = "InNeighborAdvertisements" => Kind::Icmp6MsgIn(136),
+        Icmp6InRedirects = "InRedirects" => Kind::Icmp6MsgIn(137),
+        Icmp6InMLDv2Reports = "InMLDv2Reports" => Kind::Icmp6MsgIn(143),
+        Icmp6OutDestUnreachs = "OutDestUnreachs" => Kind::Icmp6MsgOut(1),
+        Icmp6OutPktTooBigs = "OutPktTooBigs" => Kind::Icmp6MsgOut(2),
+        Icmp6OutTimeExcds = "OutTimeExcds" => Kind::Icmp6MsgOut(3),
+        Icmp6OutParmProblems = "OutParmProblems" => Kind::Icmp6MsgOut(4),
+        Icmp6OutEchos = "OutEchos" => Kind::Icmp6MsgOut(128),
+        Icmp6OutEchoReplies = "OutEchoReplies" => Kind::Icmp6MsgOut(129),
+        Icmp6OutGroupMembQueries = "OutGroupMembQueries" => Kind::Icmp6MsgOut(130),
+        Icmp6OutGroupMembResponses = "OutGroupMembResponses" => Kind::Icmp6MsgOut(131),
+        Icmp6OutGroupMembReductions = "OutGroupMembReductions" => Kind::Icmp6MsgOut(132),
+        Icmp6OutRouterSolicits = "OutRouterSolicits" => Kind::Icmp6MsgOut(133),
+        Icmp6OutRouterAdvertisements = "OutRouterAdvertisements" => Kind::Icmp6MsgOut(134),
+        Icmp6OutNeighborSolicits = "OutNeighborSolicits" => Kind::Icmp6MsgOut(135),
+        Icmp6OutNeighborAdvertisements = "OutNeighborAdvertisements" => Kind::Icmp6MsgOut(136),
+        Icmp6OutRedirects = "OutRedirects" => Kind::Icmp6MsgOut(137),
+        Icmp6OutMLDv2Reports = "OutMLDv2Reports" => Kind::Icmp6MsgOut(143),
+    }
 }
 
 impl Counter {
@@ -527,6 +644,10 @@ pub struct Mib {
     icmp_in: [u64; 256],
     /// IcmpMsg `OutType<N>` (Linux `mibs[0x100 | N]`).
     icmp_out: [u64; 256],
+    /// `Icmp6InType<N>`, indexed by ICMPv6 type (Linux `icmpv6msg_statistics->mibs[N]`).
+    icmp6_in: [u64; 256],
+    /// `Icmp6OutType<N>` (Linux `mibs[0x100 | N]`).
+    icmp6_out: [u64; 256],
     /// Indexed by `DropReason as usize`.
     drops: [u64; DropReason::COUNT],
 }
@@ -547,6 +668,8 @@ impl Mib {
             counters: [0; Counter::COUNT],
             icmp_in: [0; 256],
             icmp_out: [0; 256],
+            icmp6_in: [0; 256],
+            icmp6_out: [0; 256],
             drops: [0; DropReason::COUNT],
         };
         for &c in Counter::ALL {
@@ -562,6 +685,8 @@ impl Mib {
         match c.kind() {
             Kind::IcmpMsgIn(ty) => &self.icmp_in[usize::from(ty)],
             Kind::IcmpMsgOut(ty) => &self.icmp_out[usize::from(ty)],
+            Kind::Icmp6MsgIn(ty) => &self.icmp6_in[usize::from(ty)],
+            Kind::Icmp6MsgOut(ty) => &self.icmp6_out[usize::from(ty)],
             Kind::Counter | Kind::Gauge | Kind::Constant(_) => &self.counters[c as usize],
         }
     }
@@ -571,6 +696,8 @@ impl Mib {
         match c.kind() {
             Kind::IcmpMsgIn(ty) => &mut self.icmp_in[usize::from(ty)],
             Kind::IcmpMsgOut(ty) => &mut self.icmp_out[usize::from(ty)],
+            Kind::Icmp6MsgIn(ty) => &mut self.icmp6_in[usize::from(ty)],
+            Kind::Icmp6MsgOut(ty) => &mut self.icmp6_out[usize::from(ty)],
             Kind::Counter | Kind::Gauge | Kind::Constant(_) => &mut self.counters[c as usize],
         }
     }
@@ -621,21 +748,37 @@ impl Mib {
         i64::from_ne_bytes(self.get(c).to_ne_bytes())
     }
 
+    /// The per-type count of ICMP (`v6` false) or ICMPv6 messages, received or sent.
+    #[inline]
+    fn msg_slot(&mut self, v6: bool, out: bool, ty: u8) -> &mut u64 {
+        let table = match (v6, out) {
+            (false, false) => &mut self.icmp_in,
+            (false, true) => &mut self.icmp_out,
+            (true, false) => &mut self.icmp6_in,
+            (true, true) => &mut self.icmp6_out,
+        };
+        &mut table[usize::from(ty)]
+    }
+
+    #[inline]
+    fn bump_msg(&mut self, v6: bool, out: bool, ty: u8) {
+        let slot = self.msg_slot(v6, out, ty);
+        *slot = slot.wrapping_add(1);
+    }
+
     /// Count one ICMP message of type `ty` received (IcmpMsg `InType<ty>`; for the types with an
     /// `Icmp In<Type>` column, that column too, since it is the same count). Linux
     /// `ICMPMSGIN_INC_STATS`. `IcmpInMsgs` is separate: bump it too.
     #[inline]
     pub fn icmp_in_type(&mut self, ty: u8) {
-        let slot = &mut self.icmp_in[usize::from(ty)];
-        *slot = slot.wrapping_add(1);
+        self.bump_msg(false, false, ty);
     }
 
     /// Count one ICMP message of type `ty` sent (IcmpMsg `OutType<ty>`). Linux
     /// `ICMPMSGOUT_INC_STATS`. `IcmpOutMsgs` is separate: bump it too.
     #[inline]
     pub fn icmp_out_type(&mut self, ty: u8) {
-        let slot = &mut self.icmp_out[usize::from(ty)];
-        *slot = slot.wrapping_add(1);
+        self.bump_msg(false, true, ty);
     }
 
     /// IcmpMsg `InType<ty>`.
@@ -653,12 +796,38 @@ impl Mib {
     /// Set IcmpMsg `InType<ty>` to `n` (restoring a snapshot; counting is
     /// [`icmp_in_type`](Mib::icmp_in_type)).
     pub fn set_icmp_in_count(&mut self, ty: u8, n: u64) {
-        self.icmp_in[usize::from(ty)] = n;
+        *self.msg_slot(false, false, ty) = n;
     }
 
     /// Set IcmpMsg `OutType<ty>` to `n`.
     pub fn set_icmp_out_count(&mut self, ty: u8, n: u64) {
-        self.icmp_out[usize::from(ty)] = n;
+        *self.msg_slot(false, true, ty) = n;
+    }
+
+    /// Count one ICMPv6 message of type `ty` received (`Icmp6InType<ty>`, and its named
+    /// line if it has one). Linux `ICMP6MSGIN_INC_STATS`. `Icmp6InMsgs` is separate.
+    #[inline]
+    pub fn icmp6_in_type(&mut self, ty: u8) {
+        self.bump_msg(true, false, ty);
+    }
+
+    /// Count one ICMPv6 message of type `ty` sent (`Icmp6OutType<ty>`). Linux
+    /// `ICMP6MSGOUT_INC_STATS`. `Icmp6OutMsgs` is separate.
+    #[inline]
+    pub fn icmp6_out_type(&mut self, ty: u8) {
+        self.bump_msg(true, true, ty);
+    }
+
+    /// `Icmp6InType<ty>`.
+    #[inline]
+    pub fn icmp6_in_count(&self, ty: u8) -> u64 {
+        self.icmp6_in[usize::from(ty)]
+    }
+
+    /// `Icmp6OutType<ty>`.
+    #[inline]
+    pub fn icmp6_out_count(&self, ty: u8) -> u64 {
+        self.icmp6_out[usize::from(ty)]
     }
 
     /// Count one dropped packet: bumps the reason's own drop count and every MIB counter the
@@ -696,13 +865,22 @@ impl Mib {
                 }
                 Kind::Constant(_) => self.counters[i] = other.counters[i],
                 // Summed with the IcmpMsg arrays below.
-                Kind::IcmpMsgIn(_) | Kind::IcmpMsgOut(_) => {}
+                Kind::IcmpMsgIn(_)
+                | Kind::IcmpMsgOut(_)
+                | Kind::Icmp6MsgIn(_)
+                | Kind::Icmp6MsgOut(_) => {}
             }
         }
         for (mine, theirs) in self.icmp_in.iter_mut().zip(&other.icmp_in) {
             *mine = mine.wrapping_add(*theirs);
         }
         for (mine, theirs) in self.icmp_out.iter_mut().zip(&other.icmp_out) {
+            *mine = mine.wrapping_add(*theirs);
+        }
+        for (mine, theirs) in self.icmp6_in.iter_mut().zip(&other.icmp6_in) {
+            *mine = mine.wrapping_add(*theirs);
+        }
+        for (mine, theirs) in self.icmp6_out.iter_mut().zip(&other.icmp6_out) {
             *mine = mine.wrapping_add(*theirs);
         }
         for (mine, theirs) in self.drops.iter_mut().zip(&other.drops) {
@@ -781,6 +959,30 @@ impl Mib {
         let mut out = String::with_capacity(4096);
         for &table in Table::ALL.iter().filter(|t| t.file() == ProcFile::Netstat) {
             self.write_table(&mut out, table);
+        }
+        out
+    }
+
+    /// The IPv6 counters in the format of Linux's `/proc/net/snmp6` (`snmp6_seq_show`):
+    /// one `%-32s\t%lu` line per counter, the Ip6 table, then Icmp6's counters and named
+    /// per-type lines, then an `Icmp6InType<N>`/`Icmp6OutType<N>` line per non-zero type.
+    /// Linux goes on with Udp6 and UdpLite6; ustack's UDP over IPv6 is not there yet (stage
+    /// 2 of IPv6), so neither are those tables.
+    pub fn render_snmp6(&self) -> String {
+        let mut out = String::with_capacity(4096);
+        for &table in Table::ALL.iter().filter(|t| t.file() == ProcFile::Snmp6) {
+            for &c in table.counters() {
+                let name = format!("{}{}", table.name(), c.name());
+                let _ = writeln!(out, "{name:<32}\t{}", self.printed(c));
+            }
+            if table == Table::Icmp6 {
+                for (dir, counts) in [("In", &self.icmp6_in), ("Out", &self.icmp6_out)] {
+                    for (ty, &n) in counts.iter().enumerate().filter(|(_, n)| **n != 0) {
+                        let name = format!("Icmp6{dir}Type{ty}");
+                        let _ = writeln!(out, "{name:<32}\t{n}");
+                    }
+                }
+            }
         }
         out
     }

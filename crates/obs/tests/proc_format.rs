@@ -338,3 +338,58 @@ fn icmpmsg_prints_sixteen_columns_per_line_pair() {
         ]
     );
 }
+
+/// `/proc/net/snmp6`'s Ip6 and Icmp6 lines (the named ones: `Icmp6InType<N>` lines come
+/// and go with the counts) are ours, in Linux's order and spelling; the values of a `Mib`
+/// loaded with the kernel's counts print exactly as the kernel prints them.
+#[test]
+fn snmp6_matches_linux() {
+    let Some(text) = read_proc("/proc/net/snmp6") else {
+        return;
+    };
+    let named = |line: &&str| {
+        (line.starts_with("Ip6") || line.starts_with("Icmp6"))
+            && !line.starts_with("Icmp6InType")
+            && !line.starts_with("Icmp6OutType")
+    };
+    let name_of = |line: &str| line.split_whitespace().next().unwrap_or("").to_owned();
+    let linux: Vec<String> = text.lines().filter(named).map(name_of).collect();
+    let ours = Mib::new().render_snmp6();
+    let our_names: Vec<String> = ours.lines().filter(named).map(name_of).collect();
+    assert_eq!(our_names, linux, "Ip6 and Icmp6 lines, in Linux's order");
+    // Load the kernel's values (the per-type lines through their Icmp6InType<N> counts).
+    let mut mib = Mib::new();
+    let mut wanted = String::new();
+    for line in text.lines() {
+        let mut it = line.split_whitespace();
+        let (Some(name), Some(value)) = (it.next(), it.next()) else {
+            continue;
+        };
+        let n: u64 = value.parse().unwrap();
+        if let Some(ty) = name.strip_prefix("Icmp6InType") {
+            for _ in 0..n.min(10_000) {
+                mib.icmp6_in_type(ty.parse().unwrap());
+            }
+        } else if let Some(ty) = name.strip_prefix("Icmp6OutType") {
+            for _ in 0..n.min(10_000) {
+                mib.icmp6_out_type(ty.parse().unwrap());
+            }
+        } else if let Some(field) = name.strip_prefix("Ip6") {
+            mib.set(Counter::from_names("Ip6", field).unwrap(), n);
+        } else if let Some(field) = name.strip_prefix("Icmp6") {
+            let c = Counter::from_names("Icmp6", field).unwrap();
+            if !matches!(c.kind(), Kind::Icmp6MsgIn(_) | Kind::Icmp6MsgOut(_)) {
+                mib.set(c, n);
+            }
+        } else {
+            continue; // Udp6, UdpLite6: stage 2.
+        }
+        if n > 10_000 {
+            return skip("the kernel's ICMPv6 counts are too large to load by increments");
+        }
+        wanted.push_str(line);
+        wanted.push('\n');
+    }
+    assert_eq!(mib.render_snmp6(), wanted, "byte for byte");
+    assert_eq!(ProcFile::Snmp6, Table::Ip6.file());
+}

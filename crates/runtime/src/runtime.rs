@@ -65,7 +65,7 @@
 //! [`RuntimeBuilder::shard`] numbers the shard.
 
 use core::fmt;
-use core::net::Ipv4Addr;
+use core::net::{Ipv4Addr, Ipv6Addr};
 use core::time::Duration;
 use std::collections::VecDeque;
 use std::io;
@@ -80,7 +80,9 @@ use ustack_dev::sleep::min_opt;
 pub use ustack_dev::sleep::{Clock, Idle, Sleep};
 use ustack_dev::{Device, DeviceCaps, Medium};
 use ustack_stack::inspect::{MemoryKind, MemoryUsage};
-use ustack_stack::{Config, EthernetAddress, Instant, Ipv4Cidr, Readiness, SocketKey, Stack};
+use ustack_stack::{
+    Config, EthernetAddress, Instant, Ipv4Cidr, Ipv6Cidr, Readiness, SocketKey, Stack,
+};
 
 use crate::poller::{Event, Mode, Poller};
 use crate::shard::{PollResult, Shard, ShardStats};
@@ -265,6 +267,7 @@ pub fn random_mac() -> EthernetAddress {
 pub struct RuntimeBuilder {
     ipv4: Option<Ipv4Cidr>,
     gateway: Option<Ipv4Addr>,
+    ipv6: Vec<Ipv6Cidr>,
     mac: EthernetAddress,
     medium: Option<Medium>,
     mtu: Option<usize>,
@@ -291,6 +294,7 @@ impl RuntimeBuilder {
         RuntimeBuilder {
             ipv4: None,
             gateway: None,
+            ipv6: Vec::new(),
             mac: random_mac(),
             medium: None,
             mtu: None,
@@ -307,6 +311,14 @@ impl RuntimeBuilder {
     /// `prefix_len > 32`.
     pub fn ipv4(mut self, addr: Ipv4Addr, prefix_len: u8) -> Self {
         self.ipv4 = Some(Ipv4Cidr::new(addr, prefix_len));
+        self
+    }
+
+    /// An IPv6 address and prefix length (repeatable; [`Config::with_ipv6`]): IPv6 is on
+    /// with at least one, and an Ethernet interface adds its link-local address. Panics if
+    /// `prefix_len > 128`.
+    pub fn ipv6(mut self, addr: Ipv6Addr, prefix_len: u8) -> Self {
+        self.ipv6.push(Ipv6Cidr::new(addr, prefix_len));
         self
     }
 
@@ -412,6 +424,7 @@ impl RuntimeBuilder {
             Medium::Ip => Config::ip(ipv4),
         };
         config.gateway = self.gateway;
+        config.ipv6.clone_from(&self.ipv6);
         config.mtu = mtu;
         config.seed = self.seed;
         config.checksum_offload = self.checksum_offload;

@@ -5,7 +5,7 @@
 //! `icmp_msgs_burst`, and one per destination host, `icmp_ratelimit`, for the types in
 //! `icmp_ratemask`).
 
-use core::net::Ipv4Addr;
+use core::net::{IpAddr, Ipv4Addr};
 use std::collections::VecDeque;
 
 use hashbrown::HashMap;
@@ -48,7 +48,7 @@ pub struct IcmpState {
     global_credit: u64,
     global_stamp: Instant,
     /// Per-host buckets, in nanoseconds of credit (Linux `inet_peer_xrlim_allow`).
-    peers: HashMap<Ipv4Addr, (u64, Instant), KeyedState>,
+    peers: HashMap<IpAddr, (u64, Instant), KeyedState>,
     replies: VecDeque<EchoReply>,
 }
 
@@ -287,6 +287,25 @@ impl Stack {
         if self.sysctl.icmp_ratemask & (1 << msg_type) == 0 {
             return true;
         }
+        let interval_ms = self.sysctl.icmp_ratelimit;
+        self.icmp_limits(
+            now,
+            IpAddr::V4(dst),
+            interval_ms,
+            Counter::IcmpOutRateLimitHost,
+        )
+    }
+
+    /// The global bucket then the per-host one (`interval_ms` a message), shared by ICMP
+    /// and ICMPv6 as in Linux (`icmp_global_allow` serves both; the host buckets are
+    /// per destination, `inet_peer_xrlim_allow`). `host_counter` counts a host refusal.
+    pub(crate) fn icmp_limits(
+        &mut self,
+        now: Instant,
+        dst: IpAddr,
+        interval_ms: u64,
+        host_counter: Counter,
+    ) -> bool {
         // Global bucket (`icmp_global_allow`): icmp_msgs_per_sec tokens a second, at most
         // icmp_msgs_burst; kept in millionths of a token.
         const TOKEN: u64 = 1_000_000;
@@ -307,9 +326,9 @@ impl Stack {
         }
         // Per-host bucket (`inet_peer_xrlim_allow`): one message per icmp_ratelimit, in
         // bursts of up to XRLIM_BURST_FACTOR.
-        let interval = self.sysctl.icmp_ratelimit.saturating_mul(1_000_000);
+        let interval = interval_ms.saturating_mul(1_000_000);
         if interval > 0 && !self.icmp.peer_allow(now, dst, interval) {
-            self.mib.inc(Counter::IcmpOutRateLimitHost);
+            self.mib.inc(host_counter);
             return false;
         }
         self.icmp.global_credit -= TOKEN;
@@ -319,7 +338,7 @@ impl Stack {
 
 impl IcmpState {
     /// Take one token from `dst`'s bucket (`interval` nanoseconds of credit per message).
-    fn peer_allow(&mut self, now: Instant, dst: Ipv4Addr, interval: u64) -> bool {
+    fn peer_allow(&mut self, now: Instant, dst: IpAddr, interval: u64) -> bool {
         let cap = interval.saturating_mul(XRLIM_BURST_FACTOR);
         if self.peers.len() >= PEER_LIMIT && !self.peers.contains_key(&dst) {
             // Forget hosts whose buckets have refilled: they behave as new ones anyway.

@@ -1,7 +1,8 @@
 //! The ustack protocol stack, sans-I/O.
 //!
-//! A [`Stack`] is one interface's worth of protocol state: neighbour table, IPv4 with
-//! reassembly and fragmentation, ICMP, UDP and TCP sockets, its
+//! A [`Stack`] is one interface's worth of protocol state: neighbour table (ARP and IPv6
+//! neighbour discovery), IPv4 and IPv6 with reassembly and fragmentation, ICMP and
+//! ICMPv6, UDP and TCP sockets (over IPv4; over IPv6 in stage 2 of issue 15), its
 //! counters ([`Mib`]) and tunables ([`Sysctl`]). It never touches a device or a clock:
 //!
 //! ```text
@@ -30,8 +31,10 @@
 //!
 //! Module map, after Linux's files: `stack` (the interface: Ethernet in/out, ARP —
 //! `net/ethernet/eth.c`, `net/ipv4/arp.c`), `neigh` (`net/core/neighbour.c`), `ip`
-//! (`net/ipv4/ip_input.c`, `ip_output.c`; `ip::reassembly` is `ip_fragment.c`), `icmp`
-//! (`net/ipv4/icmp.c`), `udp` (`net/ipv4/udp.c`), `tcp` (`net/ipv4/tcp*.c`; its own map
+//! (`net/ipv4/ip_input.c`, `ip_output.c`; `ip::reassembly` is `ip_fragment.c`; `ip::ipv6`
+//! is `net/ipv6/ip6_input.c`, `ip6_output.c`, `exthdrs.c`, and `ip::reasm6` is
+//! `net/ipv6/reassembly.c`), `icmp` (`net/ipv4/icmp.c`), `icmpv6` (`net/ipv6/icmp.c`,
+//! `ndisc.c`), `udp` (`net/ipv4/udp.c`), `tcp` (`net/ipv4/tcp*.c`; its own map
 //! is in [`tcp`]), `sysctl` (`sysctl_net_ipv4.c`). Most users want the sockets of
 //! `ustack-runtime`, which runs this loop for them. Two stacks pinging over the simulated
 //! link on a virtual clock (the test kit's `Pair` runs the loop above):
@@ -53,10 +56,11 @@
 //! ```
 
 use core::fmt;
-use core::net::Ipv4Addr;
+use core::net::{Ipv4Addr, Ipv6Addr};
 
 pub(crate) mod counted;
 pub mod icmp;
+pub mod icmpv6;
 pub mod inspect;
 pub mod ip;
 pub mod neigh;
@@ -69,6 +73,8 @@ pub mod tcp;
 pub mod udp;
 
 pub use icmp::EchoReply;
+pub use icmpv6::EchoReply6;
+pub use ip::ipv6::AddrState;
 pub use socket::{Readiness, SocketKey};
 pub use stack::Stack;
 pub use sysctl::{Sysctl, SysctlError, SysctlInfo};
@@ -116,6 +122,37 @@ impl fmt::Display for Ipv4Cidr {
     }
 }
 
+/// An IPv6 address with its prefix length, e.g. `2001:db8::1/64`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ipv6Cidr {
+    pub addr: Ipv6Addr,
+    pub prefix_len: u8,
+}
+
+impl Ipv6Cidr {
+    /// Panics if `prefix_len > 128` (a programming error in configuration, not input).
+    pub const fn new(addr: Ipv6Addr, prefix_len: u8) -> Ipv6Cidr {
+        assert!(prefix_len <= 128, "IPv6 prefix length above 128");
+        Ipv6Cidr { addr, prefix_len }
+    }
+
+    /// Whether `ip` is on this prefix.
+    pub fn contains(&self, ip: Ipv6Addr) -> bool {
+        let mask = if self.prefix_len == 0 {
+            0
+        } else {
+            u128::MAX << (128 - u32::from(self.prefix_len))
+        };
+        (u128::from(ip) ^ u128::from(self.addr)) & mask == 0
+    }
+}
+
+impl fmt::Display for Ipv6Cidr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix_len)
+    }
+}
+
 /// How to build a [`Stack`].
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -125,6 +162,13 @@ pub struct Config {
     pub ipv4: Ipv4Cidr,
     /// Next hop for destinations off the subnet; without one they are unreachable.
     pub gateway: Option<Ipv4Addr>,
+    /// IPv6 addresses (static; [`Config::with_ipv6`]). Empty: IPv6 is off and IPv6 frames
+    /// are dropped as `UNHANDLED_PROTO`. With any, an Ethernet interface also gets its
+    /// link-local address from the MAC (RFC 4291 Appendix A), first in the list.
+    pub ipv6: Vec<Ipv6Cidr>,
+    /// IPv6 next hop for destinations off the configured prefixes (usually a router's
+    /// link-local address); without one they are unreachable.
+    pub gateway6: Option<Ipv6Addr>,
     /// IP MTU of the link (the L2 header is not included).
     pub mtu: usize,
     pub sysctl: Sysctl,
@@ -150,6 +194,8 @@ impl Config {
             mac,
             ipv4,
             gateway: None,
+            ipv6: Vec::new(),
+            gateway6: None,
             mtu: 1500,
             sysctl: Sysctl::default(),
             seed: None,
@@ -164,11 +210,21 @@ impl Config {
             mac: EthernetAddress::default(),
             ipv4,
             gateway: None,
+            ipv6: Vec::new(),
+            gateway6: None,
             mtu: 1500,
             sysctl: Sysctl::default(),
             seed: None,
             checksum_offload: false,
         }
+    }
+}
+
+impl Config {
+    /// Add a static IPv6 address (turning IPv6 on; see [`Config::ipv6`]).
+    pub fn with_ipv6(mut self, cidr: Ipv6Cidr) -> Config {
+        self.ipv6.push(cidr);
+        self
     }
 }
 

@@ -1,7 +1,10 @@
-//! The neighbour table: IPv4 to Ethernet address resolution ([RFC 826]), with the states,
-//! timers and bounded queue of Linux's `net/core/neighbour.c`, simplified:
+//! The neighbour table: IP to Ethernet address resolution for both families, ARP for IPv4
+//! ([RFC 826]) and Neighbor Discovery for IPv6 ([RFC 4861] §7), in one table keyed by the
+//! IP address (as Linux's `neighbour.c` serves `arp_tbl` and `nd_tbl` with one engine),
+//! with the states, timers and bounded queue of Linux's `net/core/neighbour.c`, simplified:
 //!
-//! - `Incomplete`: an ARP request is out; IP packets for the neighbour wait in a queue of
+//! - `Incomplete`: a request (ARP request, or neighbour solicitation to the solicited-node
+//!   multicast address) is out; IP packets for the neighbour wait in a queue of
 //!   at most `unres_qlen` packets (overflow drops the *oldest*, as Linux's
 //!   `__neigh_event_send` does, counted `NEIGH_QUEUEFULL`). A request goes out every
 //!   `retrans_time_ms`; after `mcast_solicit` of them the entry fails and its queue is
@@ -15,9 +18,17 @@
 //! entries have timers, and they are kept on their own list, so no timer work scans the
 //! whole table.
 //!
+//! Linux's NUD states map onto these as [`NudState`] says: `NUD_INCOMPLETE`, then
+//! `NUD_REACHABLE` within `base_reachable_time_ms` of a confirmation, `NUD_STALE` after it
+//! (or when the address was learnt without confirmation of reachability: an unsolicited
+//! advertisement, a solicitation's source link-layer address, RFC 4861 §7.2.3 and §7.2.5),
+//! and `NUD_PROBE` while the unicast re-confirmation is out. `NUD_FAILED` entries are
+//! removed at once.
+//!
 //! [RFC 826]: https://www.rfc-editor.org/rfc/rfc826
+//! [RFC 4861]: https://www.rfc-editor.org/rfc/rfc4861
 
-use core::net::Ipv4Addr;
+use core::net::IpAddr;
 use core::time::Duration;
 use std::collections::VecDeque;
 
@@ -35,11 +46,15 @@ enum State {
         next_probe: Instant,
         queue: VecDeque<Vec<u8>>,
     },
-    /// `confirmed`: when the neighbour last proved it holds the address.
+    /// `confirmed`: when the neighbour last proved it holds the address (`None`: learnt
+    /// without proof, so stale from the start).
     Known {
         mac: EthernetAddress,
-        confirmed: Instant,
-        probed: Option<Instant>,
+        confirmed: Option<Instant>,
+        /// When a stale entry may next be probed (`None`: on its next use).
+        next_probe: Option<Instant>,
+        /// `next_probe` is the end of a DELAY, not of a probe's wait.
+        delay: bool,
     },
 }
 
@@ -47,6 +62,24 @@ enum State {
 struct Entry {
     state: State,
     used: Instant,
+}
+
+/// RFC 4861 §10 DELAY_FIRST_PROBE_TIME (Linux `delay_first_probe_time`, 5 s).
+const DELAY_FIRST_PROBE: Duration = Duration::from_secs(5);
+
+/// An entry's state in Linux's terms (`include/net/neighbour.h`, `NUD_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NudState {
+    /// Resolution in progress; packets wait.
+    Incomplete,
+    /// Confirmed within `base_reachable_time_ms`.
+    Reachable,
+    /// Known but not confirmed lately: used, and re-probed on use.
+    Stale,
+    /// Never confirmed, used: the first probe waits `DELAY_FIRST_PROBE_TIME`.
+    Delay,
+    /// A unicast probe of a stale entry is out (within `retrans_time_ms` of it).
+    Probe,
 }
 
 /// What the caller must do with an IP packet it wanted to send to a neighbour.
@@ -64,16 +97,17 @@ pub enum Resolution {
 /// A timer action for the caller.
 #[derive(Debug, PartialEq, Eq)]
 pub enum NeighEvent {
-    /// Send (another) broadcast ARP request for this address.
-    Request(Ipv4Addr),
+    /// Send (another) broadcast ARP request, or multicast neighbour solicitation, for this
+    /// address.
+    Request(IpAddr),
 }
 
 /// The ARP cache of one interface.
 #[derive(Debug)]
 pub struct NeighTable {
-    entries: HashMap<Ipv4Addr, Entry, KeyedState>,
+    entries: HashMap<IpAddr, Entry, KeyedState>,
     /// Addresses of the `Incomplete` entries: the only ones with retransmit timers.
-    resolving: Vec<Ipv4Addr>,
+    resolving: Vec<IpAddr>,
     next_gc: Instant,
 }
 
@@ -109,11 +143,37 @@ impl NeighTable {
     }
 
     /// The address of `ip`, if known (no side effects: for `ss`-like views and tests).
-    pub fn peek(&self, ip: Ipv4Addr) -> Option<EthernetAddress> {
-        match self.entries.get(&ip)?.state {
+    pub fn peek(&self, ip: impl Into<IpAddr>) -> Option<EthernetAddress> {
+        match self.entries.get(&ip.into())?.state {
             State::Known { mac, .. } => Some(mac),
             State::Incomplete { .. } => None,
         }
+    }
+
+    /// The NUD state of `ip`'s entry at `now`, if there is one.
+    pub fn state(&self, now: Instant, ip: impl Into<IpAddr>, sysctl: &Sysctl) -> Option<NudState> {
+        let reachable = Duration::from_millis(sysctl.neigh_base_reachable_time_ms);
+        Some(match self.entries.get(&ip.into())?.state {
+            State::Incomplete { .. } => NudState::Incomplete,
+            State::Known {
+                confirmed,
+                next_probe,
+                delay,
+                ..
+            } => {
+                if confirmed.is_some_and(|c| now - c < reachable) {
+                    NudState::Reachable
+                } else if next_probe.is_some_and(|p| now < p) {
+                    if delay {
+                        NudState::Delay
+                    } else {
+                        NudState::Probe
+                    }
+                } else {
+                    NudState::Stale
+                }
+            }
+        })
     }
 
     /// Resolve `ip` for the IP packet `packet` (the whole IP datagram, without L2 header).
@@ -122,31 +182,41 @@ impl NeighTable {
     pub fn resolve(
         &mut self,
         now: Instant,
-        ip: Ipv4Addr,
+        ip: impl Into<IpAddr>,
         packet: &mut Option<Vec<u8>>,
         sysctl: &Sysctl,
         mib: &mut Mib,
     ) -> Resolution {
         let reachable = Duration::from_millis(sysctl.neigh_base_reachable_time_ms);
         let retrans = Duration::from_millis(sysctl.neigh_retrans_time_ms);
+        let ip = ip.into();
         if let Some(entry) = self.entries.get_mut(&ip) {
             entry.used = now;
             return match &mut entry.state {
                 State::Known {
                     mac,
                     confirmed,
-                    probed,
+                    next_probe,
+                    delay,
                 } => {
                     // Stale: use it, but ask once per retrans interval whether it still holds.
-                    let stale = now - *confirmed >= reachable;
-                    let probe = stale && probed.is_none_or(|p| now - p >= retrans);
+                    let stale = confirmed.is_none_or(|c| now - c >= reachable);
+                    if stale && confirmed.is_none() && next_probe.is_none() {
+                        // Never confirmed (learnt from a solicitation, RFC 4861 §7.2.3):
+                        // Linux's NUD_DELAY, the first probe `delay_first_probe_time`
+                        // after the first use (RFC 4861 §7.3.3, DELAY_FIRST_PROBE_TIME).
+                        *next_probe = Some(now + DELAY_FIRST_PROBE);
+                        *delay = true;
+                    }
+                    let probe = stale && next_probe.is_none_or(|p| now >= p);
                     if probe {
-                        *probed = Some(now);
+                        *next_probe = Some(now + retrans);
+                        *delay = false;
                     }
                     Resolution::Send { mac: *mac, probe }
                 }
                 State::Incomplete { queue, .. } => {
-                    enqueue(queue, packet, sysctl, mib);
+                    enqueue(ip, queue, packet, sysctl, mib);
                     Resolution::Queued { request: false }
                 }
             };
@@ -155,12 +225,12 @@ impl NeighTable {
             self.collect(now, sysctl);
             if self.entries.len() as u64 >= sysctl.neigh_gc_thresh3 {
                 packet.take();
-                mib.drop(DropReason::NeighFailed);
+                mib.drop(failed(ip));
                 return Resolution::Refused;
             }
         }
         let mut queue = VecDeque::new();
-        enqueue(&mut queue, packet, sysctl, mib);
+        enqueue(ip, &mut queue, packet, sysctl, mib);
         self.entries.insert(
             ip,
             Entry {
@@ -182,37 +252,82 @@ impl NeighTable {
     pub fn confirm(
         &mut self,
         now: Instant,
-        ip: Ipv4Addr,
+        ip: impl Into<IpAddr>,
         mac: EthernetAddress,
         create: bool,
     ) -> Vec<Vec<u8>> {
+        self.update(
+            now,
+            ip.into(),
+            mac,
+            Update {
+                create,
+                reachable: true,
+                override_: true,
+            },
+        )
+    }
+
+    /// What neighbour discovery learnt about `ip` (RFC 4861 §7.2.3 and §7.2.5): `mac` is
+    /// its link-layer address, proven reachable or not (`how`). An incomplete entry takes
+    /// the address and releases its queue; a known one takes a different address only
+    /// with `override_` (becoming stale if not reachable); no entry is created unless
+    /// `create`. Returns the packets that were waiting, to be sent to `mac` now.
+    pub fn update(
+        &mut self,
+        now: Instant,
+        ip: IpAddr,
+        mac: EthernetAddress,
+        how: Update,
+    ) -> Vec<Vec<u8>> {
+        let confirmed = how.reachable.then_some(now);
         match self.entries.get_mut(&ip) {
             Some(entry) => {
+                if let State::Known {
+                    mac: old,
+                    confirmed: c,
+                    ..
+                } = &mut entry.state
+                {
+                    // RFC 4861 §7.2.5: without the override flag a different address does
+                    // not replace the cached one (the entry only goes stale), and the same
+                    // address is confirmed only by a solicited advertisement.
+                    if *old == mac || how.override_ {
+                        if *old != mac {
+                            *c = None;
+                        }
+                        *old = mac;
+                        if confirmed.is_some() {
+                            *c = confirmed;
+                        }
+                    }
+                    return Vec::new();
+                }
                 let old = core::mem::replace(
                     &mut entry.state,
                     State::Known {
                         mac,
-                        confirmed: now,
-                        probed: None,
+                        confirmed,
+                        next_probe: None,
+                        delay: false,
                     },
                 );
+                self.resolving.retain(|a| *a != ip);
                 match old {
-                    State::Incomplete { queue, .. } => {
-                        self.resolving.retain(|a| *a != ip);
-                        queue.into()
-                    }
+                    State::Incomplete { queue, .. } => queue.into(),
                     State::Known { .. } => Vec::new(),
                 }
             }
             None => {
-                if create {
+                if how.create {
                     self.entries.insert(
                         ip,
                         Entry {
                             state: State::Known {
                                 mac,
-                                confirmed: now,
-                                probed: None,
+                                confirmed,
+                                next_probe: None,
+                                delay: false,
                             },
                             used: now,
                         },
@@ -271,7 +386,7 @@ impl NeighTable {
             if *probes >= sysctl.neigh_mcast_solicit {
                 // Resolution failed: everything queued is dropped (Linux neigh_invalidate).
                 for _ in queue.drain(..) {
-                    mib.drop(DropReason::NeighFailed);
+                    mib.drop(failed(ip));
                 }
                 self.entries.remove(&ip);
                 self.resolving.swap_remove(i);
@@ -296,21 +411,45 @@ impl NeighTable {
     }
 }
 
+/// How [`NeighTable::update`] treats what it learnt.
+#[derive(Debug, Clone, Copy)]
+pub struct Update {
+    /// Add an entry if there is none.
+    pub create: bool,
+    /// The neighbour proved it is reachable (a reply, a solicited advertisement).
+    pub reachable: bool,
+    /// A known entry takes a different link-layer address.
+    pub override_: bool,
+}
+
+/// The reason a packet for `ip` is dropped when its neighbour cannot be resolved.
+fn failed(ip: IpAddr) -> DropReason {
+    match ip {
+        IpAddr::V4(_) => DropReason::NeighFailed,
+        IpAddr::V6(_) => DropReason::Ip6NeighFailed,
+    }
+}
+
 /// Queue a packet on an incomplete entry; at `unres_qlen` the oldest is dropped.
 fn enqueue(
+    ip: IpAddr,
     queue: &mut VecDeque<Vec<u8>>,
     packet: &mut Option<Vec<u8>>,
     sysctl: &Sysctl,
     mib: &mut Mib,
 ) {
     let Some(p) = packet.take() else { return };
+    let full = match ip {
+        IpAddr::V4(_) => DropReason::NeighQueueFull,
+        IpAddr::V6(_) => DropReason::Ip6NeighQueueFull,
+    };
     if sysctl.neigh_unres_qlen == 0 {
-        mib.drop(DropReason::NeighQueueFull);
+        mib.drop(full);
         return;
     }
     while queue.len() as u64 >= sysctl.neigh_unres_qlen {
         queue.pop_front();
-        mib.drop(DropReason::NeighQueueFull);
+        mib.drop(full);
     }
     queue.push_back(p);
 }
@@ -318,6 +457,8 @@ fn enqueue(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use core::net::{Ipv4Addr, Ipv6Addr};
 
     const IP: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 2);
     const MAC: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 2]);
@@ -362,7 +503,13 @@ mod tests {
             n.handle_timeout(now, &s, &mut mib, &mut ev);
         }
         // One request at resolve time plus two retransmits: mcast_solicit = 3 in all.
-        assert_eq!(ev, vec![NeighEvent::Request(IP), NeighEvent::Request(IP)]);
+        assert_eq!(
+            ev,
+            vec![
+                NeighEvent::Request(IP.into()),
+                NeighEvent::Request(IP.into())
+            ]
+        );
         assert_eq!(now, t(3000));
         assert_eq!(mib.drops(DropReason::NeighFailed), 2);
         assert_eq!(n.len(), 0);
@@ -436,5 +583,44 @@ mod tests {
         let mut ev = Vec::new();
         n.handle_timeout(t(s.neigh_gc_stale_time * 1000 + 1), &s, &mut mib, &mut ev);
         assert!(n.is_empty());
+    }
+
+    #[test]
+    fn one_table_for_both_families_with_nud_states() {
+        let (s, mut mib) = (Sysctl::default(), Mib::new());
+        let mut n = NeighTable::new(KeyedState::from_seed(1));
+        let v6: Ipv6Addr = "2001:db8::2".parse().unwrap();
+        n.resolve(t(0), v6, &mut Some(vec![6]), &s, &mut mib);
+        n.resolve(t(0), IP, &mut Some(vec![4]), &s, &mut mib);
+        assert_eq!(n.state(t(0), v6, &s), Some(NudState::Incomplete));
+        // An incomplete entry takes the address of any advertisement, even unsolicited and
+        // without override (RFC 4861 §7.2.5), but stale then, not reachable.
+        let how = Update {
+            create: false,
+            reachable: false,
+            override_: false,
+        };
+        assert_eq!(n.update(t(1), v6.into(), MAC, how), vec![vec![6]]);
+        assert_eq!(n.state(t(1), v6, &s), Some(NudState::Stale));
+        assert_eq!(n.state(t(1), IP, &s), Some(NudState::Incomplete));
+        // Without override, another address is not taken.
+        let other = EthernetAddress([2, 0, 0, 0, 0, 9]);
+        n.update(t(2), v6.into(), other, how);
+        assert_eq!(n.peek(v6), Some(MAC));
+        // A solicited advertisement makes it reachable; the stale probe state follows.
+        let solicited = Update {
+            reachable: true,
+            ..how
+        };
+        n.update(t(3), v6.into(), MAC, solicited);
+        assert_eq!(n.state(t(3), v6, &s), Some(NudState::Reachable));
+        let later = t(3 + s.neigh_base_reachable_time_ms);
+        assert_eq!(n.state(later, v6, &s), Some(NudState::Stale));
+        assert!(matches!(
+            n.resolve(later, v6, &mut Some(vec![]), &s, &mut mib),
+            Resolution::Send { probe: true, .. }
+        ));
+        assert_eq!(n.state(later, v6, &s), Some(NudState::Probe));
+        assert_eq!(n.len(), 2);
     }
 }

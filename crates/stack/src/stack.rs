@@ -1,7 +1,7 @@
 //! The interface: Ethernet input and output, ARP (`net/ethernet/eth.c`, `net/ipv4/arp.c`),
 //! the transmit queue, and the timers of the layers below the sockets.
 
-use core::net::Ipv4Addr;
+use core::net::{IpAddr, Ipv4Addr};
 use core::time::Duration;
 use std::collections::VecDeque;
 
@@ -34,6 +34,8 @@ pub struct Stack {
     pub(crate) neigh: NeighTable,
     pub(crate) reasm: Reassembler,
     pub(crate) ident: IdentGen,
+    /// IPv6: addresses, reassembly, path MTUs, echo replies (`ip::ipv6`).
+    pub(crate) ip6: crate::ip::ipv6::Ip6State,
     pub(crate) icmp: IcmpState,
     pub(crate) udp: UdpTable,
     pub(crate) tcp: crate::tcp::Tcp,
@@ -56,6 +58,8 @@ impl Stack {
             mac,
             ipv4,
             gateway,
+            ipv6,
+            gateway6,
             mtu,
             sysctl,
             seed,
@@ -67,7 +71,9 @@ impl Stack {
             secrets.hasher(b"ip reasm queues"),
             secrets.hasher(b"ip reasm peers"),
         );
+        let ip6 = crate::ip::ipv6::Ip6State::new(medium, mac, ipv6, gateway6, &sysctl, &secrets);
         Stack {
+            ip6,
             medium,
             mac,
             ipv4,
@@ -103,6 +109,7 @@ impl Stack {
     pub fn set_sysctl(&mut self, name: &str, value: u64) -> Result<(), crate::SysctlError> {
         self.sysctl.set(name, value)?;
         self.reasm.set_config(reasm_config(&self.sysctl));
+        self.ip6.set_sysctl(&self.sysctl);
         Ok(())
     }
 
@@ -139,6 +146,14 @@ impl Stack {
     /// One frame from the device: an Ethernet frame or a bare IP packet, per the medium.
     pub fn receive(&mut self, now: Instant, frame: &[u8]) {
         match self.medium {
+            // A TUN device's packets say their family in the version nibble.
+            Medium::Ip if frame.first().is_some_and(|b| b >> 4 == 6) => {
+                if self.ip6.enabled() {
+                    self.ipv6_input(now, frame, false)
+                } else {
+                    self.mib.drop(DropReason::UnhandledProto)
+                }
+            }
             Medium::Ip => self.ipv4_input(now, frame, false),
             Medium::Ethernet => self.eth_input(now, frame),
         }
@@ -151,14 +166,18 @@ impl Stack {
             return;
         };
         let dst = eth.dst_addr();
-        // We listen to our address and to broadcast; there are no multicast groups.
-        if dst != self.mac && !dst.is_broadcast() {
+        // We listen to our address, to broadcast, and to the IPv6 groups we are in
+        // (all-nodes, our solicited-node groups: RFC 4861 §7.2.1, RFC 4291 §2.8).
+        if dst != self.mac && !dst.is_broadcast() && !self.ip6.listens_mac(dst) {
             self.mib.drop(DropReason::Otherhost);
             return;
         }
         match eth.ethertype() {
             ethernet::EtherType::Arp => self.arp_input(now, eth.payload()),
             ethernet::EtherType::Ipv4 => self.ipv4_input(now, eth.payload(), dst.is_broadcast()),
+            ethernet::EtherType::Ipv6 if self.ip6.enabled() => {
+                self.ipv6_input(now, eth.payload(), dst.is_multicast())
+            }
             _ => self.mib.drop(DropReason::UnhandledProto),
         }
     }
@@ -223,7 +242,12 @@ impl Stack {
         self.arp_send(&req, known.unwrap_or(EthernetAddress::BROADCAST));
     }
 
-    fn eth_fill(&self, frame: &mut [u8], dst: EthernetAddress, ethertype: ethernet::EtherType) {
+    pub(crate) fn eth_fill(
+        &self,
+        frame: &mut [u8],
+        dst: EthernetAddress,
+        ethertype: ethernet::EtherType,
+    ) {
         let repr = ethernet::Repr {
             src_addr: self.mac,
             dst_addr: dst,
@@ -232,10 +256,9 @@ impl Stack {
         repr.emit(&mut ethernet::Frame::new_unchecked(frame));
     }
 
-    /// Fill in the Ethernet header of an IPv4 frame built with L2 headroom, and queue it.
-    fn eth_send(&mut self, mut frame: Vec<u8>, dst: EthernetAddress) {
-        self.eth_fill(&mut frame, dst, ethernet::EtherType::Ipv4);
-        self.tx_push(frame, DropReason::DevQueueFull);
+    /// Fill in the Ethernet header of an IP frame built with L2 headroom, and queue it.
+    fn eth_send(&mut self, frame: Vec<u8>, dst: EthernetAddress) {
+        self.eth_fill_and_push(frame, dst, DropReason::DevQueueFull);
     }
 
     /// Hand an IPv4 frame (built with `l2_len()` bytes of headroom) to the link: resolve
@@ -278,18 +301,24 @@ impl Stack {
         }
     }
 
-    fn eth_fill_and_push(
+    /// Fill in the Ethernet header of an IP frame (the EtherType from the IP version) and
+    /// queue it.
+    pub(crate) fn eth_fill_and_push(
         &mut self,
         mut frame: Vec<u8>,
         mac: EthernetAddress,
         full_reason: DropReason,
     ) -> bool {
-        self.eth_fill(&mut frame, mac, ethernet::EtherType::Ipv4);
+        let ethertype = match frame.get(ethernet::HEADER_LEN).map(|b| b >> 4) {
+            Some(6) => ethernet::EtherType::Ipv6,
+            _ => ethernet::EtherType::Ipv4,
+        };
+        self.eth_fill(&mut frame, mac, ethertype);
         self.tx_push(frame, full_reason)
     }
 
     /// The transmit queue, bounded by `txqueuelen` like a device queue.
-    fn tx_push(&mut self, frame: Vec<u8>, full_reason: DropReason) -> bool {
+    pub(crate) fn tx_push(&mut self, frame: Vec<u8>, full_reason: DropReason) -> bool {
         if self.tx.len() as u64 >= self.sysctl.txqueuelen {
             self.mib.drop(full_reason);
             return false;
@@ -368,7 +397,10 @@ impl Stack {
     /// When [`Stack::handle_timeout`] next has work, if ever.
     pub fn poll_timeout(&self) -> Option<Instant> {
         earliest(
-            earliest(self.neigh.poll_at(), self.reasm.poll_at()),
+            earliest(
+                earliest(self.neigh.poll_at(), self.reasm.poll_at()),
+                self.ip6.poll_at(),
+            ),
             self.tcp_poll_timeout(),
         )
     }
@@ -382,13 +414,15 @@ impl Stack {
             .handle_timeout(now, &self.sysctl, &mut self.mib, &mut events);
         for ev in events.drain(..) {
             match ev {
-                NeighEvent::Request(ip) => self.arp_request(ip, None),
+                NeighEvent::Request(IpAddr::V4(ip)) => self.arp_request(ip, None),
+                NeighEvent::Request(IpAddr::V6(ip)) => self.ndisc_solicit(now, ip, None),
             }
         }
         self.neigh_events = events;
         for expired in self.reasm.expire(now, &mut self.mib) {
             self.icmp_frag_expired(now, &expired);
         }
+        self.ipv6_handle_timeout(now);
         self.tcp_handle_timeout(now);
     }
 }

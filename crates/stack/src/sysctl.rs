@@ -1,7 +1,10 @@
 //! Tunables named after Linux sysctls, one table with default, range and unit per entry,
 //! validated when set. Names, defaults and meanings follow
 //! [Documentation/networking/ip-sysctl.rst](https://docs.kernel.org/networking/ip-sysctl.html)
-//! and `net/ipv4/sysctl_net_ipv4.c`; docs/sysctl.md lists them for users.
+//! and `net/ipv4/sysctl_net_ipv4.c` (`net/ipv6/sysctl_net_ipv6.c` for `net.ipv6.*`);
+//! docs/sysctl.md lists them for users. The `net.ipv4.neigh.default.*` tunables apply to
+//! the one neighbour table, so to IPv6 neighbours too (Linux's `net.ipv6.neigh.default.*`
+//! have the same defaults).
 //!
 //! Values are integers (booleans are 0/1), as `sysctl -w` takes them. A field is read by
 //! the stack directly (`stack.sysctl().ip_default_ttl`); [`Sysctl::set`] is the one way
@@ -215,6 +218,30 @@ sysctls! {
     tcp_mtu_probe_floor: "net.ipv4.tcp_mtu_probe_floor" = 48, [48, 65_535], "bytes";
     /// Lowest path MTU an ICMP fragmentation-needed may set; smaller values are raised to it.
     ip_min_pmtu: "net.ipv4.route.min_pmtu" = 552, [68, 65_535], "bytes";
+    /// Hop limit of outgoing IPv6 packets (NDP messages always carry 255, RFC 4861 §4).
+    ip6_hop_limit: "net.ipv6.conf.default.hop_limit" = 64, [1, 255], "hops";
+    /// Memory that IPv6 reassembly may hold; fragments beyond it are refused.
+    ip6frag_high_thresh: "net.ipv6.ip6frag_high_thresh" = 4 * 1024 * 1024, [0, (1 << 31)], "bytes";
+    /// Kept for Linux compatibility: Linux >= 4.17 no longer evicts down to it.
+    ip6frag_low_thresh: "net.ipv6.ip6frag_low_thresh" = 3 * 1024 * 1024, [0, (1 << 31)], "bytes";
+    /// How long an incomplete IPv6 packet's fragments are kept (RFC 8200 §4.5: 60 seconds).
+    ip6frag_time: "net.ipv6.ip6frag_time" = 60, [1, 3600], "s";
+    /// Minimum interval between ICMPv6 errors to one destination (token bucket per host; Packet Too Big is exempt, as Linux's ratemask 0-1,3-127).
+    icmp6_ratelimit: "net.ipv6.icmp.ratelimit" = 1000, [0, 60_000], "ms";
+    /// Ignore every ICMPv6 echo request.
+    icmp6_echo_ignore_all: "net.ipv6.icmp.echo_ignore_all" = 0, [0, 1], "bool";
+    /// Ignore ICMPv6 echo requests sent to a multicast address.
+    icmp6_echo_ignore_multicast: "net.ipv6.icmp.echo_ignore_multicast" = 0, [0, 1], "bool";
+    /// How long a path MTU learnt from an ICMPv6 Packet Too Big is kept.
+    ip6_mtu_expires: "net.ipv6.route.mtu_expires" = 600, [1, 86_400], "s";
+    /// Most options (padding not counted) a Destination Options header may carry; more is a header error.
+    ip6_max_dst_opts_number: "net.ipv6.max_dst_opts_number" = 8, [0, 255], "options";
+    /// Most options (padding not counted) a Hop-by-Hop Options header may carry; more is a header error.
+    ip6_max_hbh_opts_number: "net.ipv6.max_hbh_opts_number" = 8, [0, 255], "options";
+    /// Duplicate address detection (RFC 4862 §5.4) for the stack's IPv6 addresses on Ethernet links.
+    ip6_accept_dad: "net.ipv6.conf.default.accept_dad" = 1, [0, 1], "bool";
+    /// Neighbour solicitations sent per address by duplicate address detection (0: none, the address is usable at once).
+    ip6_dad_transmits: "net.ipv6.conf.default.dad_transmits" = 1, [0, 255], "probes";
 }
 
 impl Sysctl {

@@ -1,7 +1,8 @@
 //! ICMPv6 messages ([RFC 4443](https://www.rfc-editor.org/rfc/rfc4443)): the error messages
 //! (Destination Unreachable, Packet Too Big, Time Exceeded, Parameter Problem) and Echo.
 //! Neighbor Discovery (RFC 4861) is not parsed here: its types are named in
-//! [`Message`] but [`Repr::parse`] returns [`Error::Unsupported`] for them.
+//! [`Message`] but [`Repr::parse`] returns [`Error::Unsupported`] for them; solicitations
+//! and advertisements are [`crate::ndisc`]'s.
 //!
 //! Reading list: RFC 4443 §2.1 (message format; error types 0..=127, informational
 //! 128..=255), §2.3 (checksum over the IPv6 pseudo-header), §2.4 (processing rules),

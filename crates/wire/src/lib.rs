@@ -14,7 +14,7 @@
 //!
 //! Reading list: RFC 791 (IPv4), RFC 826 (ARP), RFC 792 (ICMPv4), RFC 768 (UDP),
 //! RFC 9293 (TCP), RFC 7323 (window scale, timestamps), RFC 2018 (SACK), RFC 8200 (IPv6),
-//! RFC 4443 (ICMPv6), RFC 1071 and RFC 1624 (checksums).
+//! RFC 4443 (ICMPv6), RFC 4861 (Neighbor Discovery), RFC 1071 and RFC 1624 (checksums).
 //! Where to start: each protocol's module ([`tcp`], [`udp`], [`ipv4`], [`ethernet`], ...)
 //! has its `Packet` view and `Repr`; [`checksum`] and [`SeqNumber`] are shared by all.
 //! Reading a TCP SYN from bytes, as the stack does:
@@ -49,6 +49,8 @@ pub mod icmpv4;
 pub mod icmpv6;
 pub mod ipv4;
 pub mod ipv6;
+pub mod ipv6ext;
+pub mod ndisc;
 pub mod seq;
 pub mod tcp;
 pub mod udp;

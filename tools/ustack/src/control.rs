@@ -216,6 +216,7 @@ fn answer<A: Send>(req: &Value, rt: &ShardedRuntime<A>) -> anyhow::Result<Value>
                 "shards": rt.shards(),
                 "snmp": mib.render_snmp(),
                 "netstat": mib.render_netstat(),
+                "snmp6": mib.render_snmp6(),
                 "counters": mib.to_json(),
             }))
         }

@@ -36,6 +36,9 @@ pub struct StatArgs {
     /// in the table; the process's resident size, printed below it, includes everything.
     #[arg(long)]
     memory: bool,
+    /// The IPv6 counters (Ip6, Icmp6) in the format of `/proc/net/snmp6` instead.
+    #[arg(long, conflicts_with_all = ["memory", "delta", "json"])]
+    snmp6: bool,
     /// The instance's control socket (see `ustack serve --help`).
     #[arg(long)]
     control: Option<PathBuf>,
@@ -56,6 +59,8 @@ pub fn stat(args: &StatArgs) -> anyhow::Result<ExitCode> {
     let v = control::request(&path, &json!({ "cmd": "stat" }))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&v["counters"])?);
+    } else if args.snmp6 {
+        print!("{}", v["snmp6"].as_str().unwrap_or_default());
     } else if args.delta {
         let history = PathBuf::from(format!("{}.nstat", path.display()));
         print_delta(&v["counters"], &history, args.zeros)?;

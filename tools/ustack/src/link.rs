@@ -2,7 +2,7 @@
 //! its prefix, `--gateway`, `--sysctl`, `--netns`, and the TUN's `--tun`, `--mtu`), the
 //! runtime builder they make, the TUN they open, and the stop signals.
 
-use core::net::Ipv4Addr;
+use core::net::{Ipv4Addr, Ipv6Addr};
 use core::str::FromStr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -11,7 +11,7 @@ use std::sync::atomic::AtomicBool;
 use anyhow::{Context, bail};
 use ustack_dev::tun::{Tun, TunConfig, TunQueue};
 use ustack_runtime::runtime::RuntimeBuilder;
-use ustack_stack::{Ipv4Cidr, Sysctl};
+use ustack_stack::{Ipv4Cidr, Ipv6Cidr, Sysctl};
 
 /// An interface address: `IP[/PREFIX][:PORT]` (or `IP:PORT/PREFIX`); the prefix length
 /// defaults to 24.
@@ -81,6 +81,20 @@ pub fn parse_sysctl(s: &str) -> Result<(String, u64), String> {
     Ok((info.name.to_owned(), value))
 }
 
+/// `ADDR/LEN` as an IPv6 address and prefix length (0 to 128).
+fn parse_cidr6(s: &str) -> Result<Ipv6Cidr, String> {
+    let (addr, len) = s
+        .split_once('/')
+        .ok_or_else(|| format!("{s:?}: expected ADDR/LEN, e.g. 2001:db8::2/64"))?;
+    let addr: Ipv6Addr = addr.parse().map_err(|e| format!("{addr:?}: {e}"))?;
+    let len: u8 = len
+        .parse()
+        .ok()
+        .filter(|l| *l <= 128)
+        .ok_or_else(|| format!("{len:?}: a prefix length is 0 to 128"))?;
+    Ok(Ipv6Cidr::new(addr, len))
+}
+
 /// The interface flags every command that runs a stack takes (beside `--addr` and
 /// `--link`, whose defaults differ).
 #[derive(Debug, Clone, clap::Args)]
@@ -109,6 +123,12 @@ pub struct LinkArgs {
     /// the subnet. Without one, those destinations are unreachable (ENETUNREACH).
     #[arg(long)]
     pub gateway: Option<Ipv4Addr>,
+    /// An IPv6 address of the interface, ADDR/LEN (repeatable), e.g. `--addr6
+    /// 2001:db8::2/64`: IPv6 is on (ICMPv6 echo, neighbour discovery on Ethernet links,
+    /// where the link-local address from the MAC is added). TCP and UDP over IPv6 are not
+    /// there yet (they are counted and dropped).
+    #[arg(long = "addr6", value_name = "ADDR/LEN", value_parser = parse_cidr6)]
+    pub addr6: Vec<Ipv6Cidr>,
     /// Set a tunable at start by its Linux name, e.g. `--sysctl net.ipv4.tcp_sack=0`
     /// (repeatable; see `ustack sysctl --defaults` for names and ranges).
     #[arg(long = "sysctl", value_name = "NAME=VALUE", value_parser = parse_sysctl)]
@@ -129,6 +149,9 @@ impl LinkArgs {
                 );
             }
             b = b.gateway(gw);
+        }
+        for cidr in &self.addr6 {
+            b = b.ipv6(cidr.addr, cidr.prefix_len);
         }
         for (name, value) in &self.sysctls {
             b = b.sysctl(name, *value);

@@ -62,6 +62,12 @@ LINKS:
         ip netns exec NS ip addr add 192.0.2.1/24 dev <interface>
         ip netns exec NS ip link set <interface> up
 
+    With --addr6 2001:db8::2/64, also (the kernel's TUN end may have IPv6 off):
+
+        ip netns exec NS sysctl -w net.ipv6.conf.<interface>.disable_ipv6=0
+        ip netns exec NS ip -6 addr add 2001:db8::1/64 dev <interface> nodad
+        ip netns exec NS ping -6 2001:db8::2
+
     Off-subnet peers are reached through --gateway (e.g. a router namespace).
     Needs CAP_NET_ADMIN (root).
   sim: the server and --clients verifying clients (every echo byte, every HTTP response
