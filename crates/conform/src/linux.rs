@@ -237,6 +237,20 @@ impl Backend for Linux {
         self.epoch.elapsed().as_micros() as u64
     }
 
+    fn sysctl(&self, name: &str, value: &str) -> io::Result<()> {
+        let ns = self.ns.lock().unwrap_or_else(|e| e.into_inner());
+        let ns = ns
+            .as_ref()
+            .ok_or_else(|| io::Error::other("backend freed"))?;
+        // The runner has checked both: `net.` and a dotted name; digits.
+        let path = format!("/proc/sys/{}", name.replace('.', "/"));
+        ns.run(
+            Duration::from_secs(5),
+            &["sh", "-c", &format!("echo {value} > {path}")],
+        )?;
+        Ok(())
+    }
+
     fn socket(&self, domain: i32, ty: i32, protocol: i32) -> SysResult {
         let (tx, rx) = mpsc::channel();
         let sent = self

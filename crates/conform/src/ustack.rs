@@ -872,6 +872,16 @@ impl Backend for Ustack {
         Some(self.lock().blocked.len())
     }
 
+    fn sysctl(&self, name: &str, value: &str) -> io::Result<()> {
+        let v: u64 = value
+            .parse()
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "not a number"))?;
+        self.lock()
+            .stack
+            .set_sysctl(name, v)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))
+    }
+
     fn socket(&self, domain: i32, ty: i32, protocol: i32) -> SysResult {
         self.simple(|i| {
             if domain != libc::AF_INET {
