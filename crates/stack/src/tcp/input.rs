@@ -247,6 +247,13 @@ impl Sock<'_> {
                 tcb.snd.wl2 = seg.ack_number;
                 // RFC 6298 §5.7, Linux tcp_init_transfer (see the SYN-SENT case).
                 tcb.rtt.use_fallback_rto();
+                if f.contains(Flags::SYN) {
+                    // The simultaneous open's SYN-ACK (let through above) repeats a
+                    // sequence number already received: Linux tcp_data_queue acknowledges
+                    // such a retransmission at once ("A retransmit ... Force an immediate
+                    // ack").
+                    tcb.flags.set(TcbFlags::ACK_NOW);
+                }
                 self.set_state(State::Established);
             } else {
                 return Verdict::DropAndReset(tcb.tuple, DropReason::TcpAckUnsentData);
@@ -420,6 +427,8 @@ impl Sock<'_> {
                 return Err(Verdict::Done(match tcb.state {
                     State::SynReceived => Some(Error::ConnectionRefused),
                     State::Closing | State::LastAck => None,
+                    // Linux tcp_reset: "case TCP_CLOSE_WAIT: sk_err = EPIPE".
+                    State::CloseWait => Some(Error::BrokenPipe),
                     _ => Some(Error::ConnectionReset),
                 }));
             }
@@ -430,8 +439,18 @@ impl Sock<'_> {
 
         // ---- fourth, check the SYN bit (RFC 5961 §4) -------------------------------
         // "If the SYN bit is set, irrespective of the sequence number, TCP endpoints MUST
-        // send a 'challenge ACK' to the remote peer".
-        if f.contains(Flags::SYN) {
+        // send a 'challenge ACK' to the remote peer". Except, in a simultaneous open, the
+        // peer's SYN-ACK that repeats its SYN and acknowledges ours (Linux
+        // tcp_validate_incoming: "if (sk->sk_state == TCP_SYN_RECV && sk->sk_socket &&
+        // th->ack && seq + 1 == end_seq && seq + 1 == tp->rcv_nxt && ack_seq ==
+        // tp->snd_nxt) goto pass;"): it completes the handshake.
+        let tcb = &*self.tcb;
+        let simultaneous_synack = tcb.state == State::SynReceived
+            && f.contains(Flags::ACK)
+            && len == 1
+            && seg.seq_number + 1 == tcb.rcv.nxt
+            && seg.ack_number == tcb.snd.nxt;
+        if f.contains(Flags::SYN) && !simultaneous_synack {
             return Err(self.tcp_challenge_ack(now, DropReason::TcpInvalidSyn));
         }
         Ok(())

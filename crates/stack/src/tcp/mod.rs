@@ -599,6 +599,13 @@ impl Stack {
             return Ok(n);
         }
         let tcb = self.tcp.get_mut(h).ok_or(Error::BadHandle)?;
+        // A RST after the peer's FIN (in CLOSE-WAIT: EPIPE, see the RST check in
+        // tcp_validate_incoming): the stream had ended, and Linux tcp_recvmsg says so
+        // ("if (sock_flag(sk, SOCK_DONE)) break;", before the pending error), leaving the
+        // error for the next write.
+        if tcb.error == Some(Error::BrokenPipe) {
+            return Ok(0);
+        }
         if let Some(e) = tcb.error.take() {
             return Err(e);
         }

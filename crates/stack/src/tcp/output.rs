@@ -304,12 +304,6 @@ impl Stack {
     /// The SYN-ACK of a simultaneous open (RFC 9293 §3.10.7.3: `<SEQ=ISS><ACK=RCV.NXT><CTL=SYN,ACK>`).
     pub(crate) fn tcp_send_syn_ack_tcb(&mut self, now: Instant, h: TcpHandle) {
         let Some(tcb) = self.tcp.get(h) else { return };
-        let ws = tcb.flags.has(TcbFlags::WSCALE_OK).then_some(tcb.snd_wscale);
-        let peer = (
-            ws,
-            tcb.flags.has(TcbFlags::SACK_OK),
-            tcb.flags.has(TcbFlags::TS_OK),
-        );
         let (tuple, iss, ack, tsval, tsecr) = (
             tcb.tuple,
             tcb.snd.iss,
@@ -326,7 +320,12 @@ impl Stack {
             // keeps the rcv_wnd tcp_connect_init chose).
             initial_rcv_window(&self.sysctl, tcb.adv_mss) as u16,
         );
-        self.syn_options(&mut repr, tsval, tsecr, Some(peer));
+        // The options of our SYN again, whatever the peer's SYN offered (Linux
+        // tcp_send_synack retransmits the SYN with ACK set, and tcp_syn_options looks only
+        // at the sysctls): RFC 7323 sections 2.2 and 3.2 allow WS and TS on a SYN-ACK only
+        // in answer to a SYN that carried them, but in a simultaneous open our own SYN has
+        // offered them already. What is in effect is what both SYNs carried.
+        self.syn_options(&mut repr, tsval, tsecr, None);
         self.tcp_emit(now, tuple, &repr, Payload::None);
     }
 
