@@ -562,10 +562,17 @@ impl Sock<'_> {
         // RFC 9293 §3.10.7.4: "If SND.UNA =< SEG.ACK =< SND.NXT, the send window should be
         // updated. If (SND.WL1 < SEG.SEQ or (SND.WL1 = SEG.SEQ and SND.WL2 =< SEG.ACK)),
         // set SND.WND <- SEG.WND, set SND.WL1 <- SEG.SEQ, and set SND.WL2 <- SEG.ACK."
+        // Linux narrows the last case (tcp_may_update_window: "after(ack, tp->snd_una) ||
+        // after(ack_seq, tp->snd_wl1) || (ack_seq == tp->snd_wl1 && (nwin > tp->snd_wnd ||
+        // !nwin))"): a segment that acknowledges nothing new may grow or close the window,
+        // not shrink it (a reordered older ACK would shrink it wrongly).
         let window = u32::from(seg.window_len) << tcb.snd_wscale;
         let window_changed = window != tcb.snd.wnd;
-        if tcb.snd.wl1.before(seg.seq_number)
-            || (tcb.snd.wl1 == seg.seq_number && !seg.ack_number.before(tcb.snd.wl2))
+        if seg.ack_number.after(tcb.snd.una)
+            || tcb.snd.wl1.before(seg.seq_number)
+            || (tcb.snd.wl1 == seg.seq_number
+                && !seg.ack_number.before(tcb.snd.wl2)
+                && (window > tcb.snd.wnd || window == 0))
         {
             tcb.snd.wnd = window;
             tcb.snd.wl1 = seg.seq_number;
