@@ -419,9 +419,15 @@ impl Backend for SlowClose {
 #[test]
 fn what_cannot_run_is_refused_before_anything_is_sent() {
     for (script, want) in [
+        ("0 `ip link set lo down`\n", "shell commands are refused"),
         (
-            "0 `sysctl -w net.ipv4.tcp_sack=0`\n",
-            "shell commands are refused",
+            "0 `sysctl -w net.ipv4.tcp_rmem=4096,131072`\n",
+            "a sysctl is `net.NAME=NUMBER`",
+        ),
+        // A sysctl line is taken, and handed to the backend, which may refuse it.
+        (
+            "`sysctl -q net.ipv4.tcp_sack=0`\n0 close(3) = 0\n",
+            "sysctl net.ipv4.tcp_sack=0: this backend cannot set net.ipv4.tcp_sack",
         ),
         ("0 %{ assert tcpi_rto == 1 }%\n", "not supported"),
         (
