@@ -828,8 +828,8 @@ impl<B: Backend + 'static> Runner<B> {
     /// connection it belongs to (the expected line's when it is none of the script's),
     /// with its ports when the script has several connections or the line writes ports.
     fn describe(&mut self, spec: &PacketSpec, live: &LivePacket) -> String {
-        let several = self.flows.len() > 1
-            || matches!(spec, PacketSpec::Tcp(TcpSpec { ports: Some(_), .. }));
+        let several =
+            self.flows.len() > 1 || matches!(spec, PacketSpec::Tcp(TcpSpec { ports: Some(_), .. }));
         let dst = match &live.body {
             LiveBody::Tcp(t) => Some((t.src_port, t.dst_port)),
             _ => None,
