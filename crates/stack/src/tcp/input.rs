@@ -747,9 +747,12 @@ impl Sock<'_> {
             .or(result.rtt_sample);
         if let Some(rtt) = rtt {
             tcb.rtt.sample(rtt);
+            // Linux tcp_ack_update_rtt: "RFC6298: only reset backoff on valid RTT
+            // measurement" (Karn: an ACK of a retransmitted segment keeps it).
+            tcb.rtt.reset_backoff();
         }
         // Linux tcp_ack: "icsk->icsk_retransmits = 0" once SND.UNA advances.
-        tcb.rtt.reset_backoff();
+        tcb.rtt.clear_retransmits();
         if let Some(sample) = result.rtt_sample {
             // RFC 8985 §6.2 step 2: RACK.xmit_ts from the newest delivered segment; this
             // one was never retransmitted, so its send time is unambiguous.

@@ -830,7 +830,7 @@ impl Stack {
             rto: t.rtt.rto(),
             snd_wnd: t.snd.wnd,
             rcv_wnd: t.rcv.wnd,
-            retransmits: t.rtt.backoffs(),
+            retransmits: t.rtt.retransmits(),
             unacked: t.rtx.len() as u32,
             sack: t.flags.has(tcb::TcbFlags::SACK_OK),
             timestamps: t.flags.has(tcb::TcbFlags::TS_OK),

@@ -784,6 +784,7 @@ impl Stack {
     /// per tail (TCPLossProbes). The RTO is armed from now.
     pub(crate) fn tcp_send_loss_probe(&mut self, now: Instant, h: TcpHandle) {
         let Some(tcb) = self.tcp.get(h) else { return };
+        let mut sent_probe = false;
         if tcb.active.recovery.tlp_high_seq.is_none() {
             let mut probed = self.tcp_write_xmit(now, h, true) > 0;
             let mut retrans = false;
@@ -801,6 +802,7 @@ impl Stack {
                     }
                 }
             }
+            sent_probe = probed;
             if probed {
                 self.mib.inc(Counter::TcpExtTCPLossProbes);
                 if let Some(tcb) = self.tcp.get_mut(h) {
@@ -814,7 +816,15 @@ impl Stack {
             return;
         };
         if !tcb.rtx.is_empty() {
-            tcb.timers.retransmit = now + tcb.rtt.rto();
+            // Linux tcp_send_loss_probe: after a probe the RTO restarts from now
+            // ("icsk_pending = 0" before tcp_rearm_rto); without one (a probe still
+            // outstanding, "goto rearm_timer") tcp_rearm_rto keeps the RTO of the earliest
+            // segment in flight, tcp_rto_delta_us.
+            let from = match tcb.rtx.front() {
+                Some(s) if !sent_probe => s.sent_at,
+                _ => now,
+            };
+            tcb.timers.retransmit = (from + tcb.rtt.rto()).max(now);
             tcb.timers.loss_probe = false;
             self.tcp_arm(h);
         }
