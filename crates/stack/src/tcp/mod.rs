@@ -425,6 +425,20 @@ impl Stack {
         Ok(ListenerHandle { index, generation })
     }
 
+    /// `listen()` again on a listener: only the backlog changes, clamped to `somaxconn`
+    /// as at first (Linux `inet_listen`: "WRITE_ONCE(sk->sk_max_ack_backlog, backlog)"
+    /// when the socket is already listening).
+    pub fn tcp_listen_backlog(&mut self, l: ListenerHandle, backlog: u32) -> Result<(), Error> {
+        let somaxconn = self.sysctl.somaxconn as u32;
+        let listener = self
+            .tcp
+            .listeners
+            .get_mut(l.index, l.generation)
+            .ok_or(Error::BadHandle)?;
+        listener.backlog = backlog.min(somaxconn);
+        Ok(())
+    }
+
     /// Take an established connection from a listener's accept queue.
     pub fn tcp_accept(&mut self, l: ListenerHandle) -> Result<(TcpHandle, SocketAddrV4), Error> {
         loop {
