@@ -500,6 +500,15 @@ impl Sock<'_> {
             && seg.ack_number.after(tcb.snd.iss)
             && !seg.ack_number.after(tcb.snd.nxt);
         if f.contains(Flags::ACK) && !ack_ok {
+            // Linux tcp_rcv_synsent_state_process: "Previous FIN/ACK or RST/ACK might be
+            // ignored": the peer may hold an old connection on these ports, so before any
+            // retransmission the SYN's timer is cut to TCP_TIMEOUT_MIN (2 ms) and the SYN
+            // goes again at once (after the RST below clears the old one).
+            if tcb.rtt.retransmits() == 0 {
+                tcb.timers.retransmit = now + Duration::from_millis(2);
+                self.arm();
+            }
+            let tcb = &*self.tcb;
             if !f.contains(Flags::RST) {
                 return Verdict::DropAndReset(tcb.tuple, DropReason::TcpAckUnsentData);
             }
