@@ -85,6 +85,16 @@ pub trait Backend: Send + Sync {
         None
     }
 
+    /// Sets a tunable by its Linux name (`net.ipv4.tcp_syncookies`) to `value` (a script's
+    /// `` `sysctl -q NAME=VALUE` `` line); the default refuses (`Unsupported`).
+    fn sysctl(&self, name: &str, value: &str) -> io::Result<()> {
+        let _ = value;
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            format!("this backend cannot set {name}"),
+        ))
+    }
+
     /// `socket(domain, type, protocol)`.
     fn socket(&self, domain: i32, ty: i32, protocol: i32) -> SysResult;
     /// `bind(fd, addr)`.

@@ -152,12 +152,7 @@ pub fn check_supported(script: &Script) -> Result<(), Failure> {
     for e in &script.events {
         match &e.kind {
             EventKind::Shell(cmd) => {
-                return fail(
-                    e.line,
-                    format!(
-                        "shell commands are refused (`{cmd}`): they would configure the Linux host, not the stack under test"
-                    ),
-                );
+                sysctl_command(cmd).or_else(|m| fail(e.line, m))?;
             }
             EventKind::Code(_) => {
                 return fail(e.line, "inline %{ python }% checks are not supported");
@@ -176,6 +171,43 @@ pub fn check_supported(script: &Script) -> Result<(), Failure> {
         }
     }
     Ok(())
+}
+
+/// The settings of a `` `sysctl -q NAME=VALUE ...` `` line (the one shell command the
+/// runner takes: it sets the stack's tunables by Linux name, in the Linux backend's
+/// namespace or in ustack's configuration); any other command is refused, since it would
+/// configure the Linux host, not the stack under test.
+pub fn sysctl_command(cmd: &str) -> Result<Vec<(String, String)>, String> {
+    let refuse = || {
+        format!(
+            "shell commands are refused (`{cmd}`): they would configure the Linux host, not the stack under test; only `sysctl -q NAME=VALUE` is taken"
+        )
+    };
+    let mut words = cmd.split_whitespace();
+    if words.next() != Some("sysctl") {
+        return Err(refuse());
+    }
+    let mut out = Vec::new();
+    for w in words {
+        if w == "-q" || w == "-w" {
+            continue;
+        }
+        let (name, value) = w.split_once('=').ok_or_else(refuse)?;
+        let ok_name = name.starts_with("net.")
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '_');
+        if !ok_name || value.is_empty() || !value.chars().all(|c| c.is_ascii_digit()) {
+            return Err(format!(
+                "`{w}`: a sysctl is `net.NAME=NUMBER` (one number; names under net.)"
+            ));
+        }
+        out.push((name.to_owned(), value.to_owned()));
+    }
+    if out.is_empty() {
+        return Err(refuse());
+    }
+    Ok(out)
 }
 
 /// Checks that no event of `script` is due after `max_us` (a bound on the run's time).
@@ -238,14 +270,27 @@ pub fn run<B: Backend + 'static>(
     let mut r = Runner {
         start: backend.now_us() as i64,
         backend: backend.clone(),
-        flow: Flow::new(&cfg),
+        flows: HashMap::new(),
         cfg,
         fds: HashMap::new(),
         pending: None,
         queue: VecDeque::new(),
         report: Report::default(),
     };
-    let result = script.events.iter().try_for_each(|e| r.event(e));
+    // The sysctl lines before the first event set the stack up: the script's clock
+    // starts after them (setting one in a namespace takes milliseconds).
+    let setup = script
+        .events
+        .iter()
+        .take_while(|e| matches!(e.kind, EventKind::Shell(_)))
+        .count();
+    let result = script.events[..setup]
+        .iter()
+        .try_for_each(|e| r.event(e))
+        .and_then(|()| {
+            r.start = r.backend.now_us() as i64;
+            script.events[setup..].iter().try_for_each(|e| r.event(e))
+        });
     let result = result.and_then(|()| r.finish_pending(None));
     backend.free();
     result.map(|()| r.report)
@@ -537,6 +582,7 @@ impl Flow {
     pub fn describe(&self, live: &LivePacket) -> String {
         match &live.body {
             LiveBody::Tcp(t) => TcpSpec {
+                ports: None,
                 flags: t.flags,
                 seq: t.seq.wrapping_sub(self.local_off()),
                 len: t.len,
@@ -705,7 +751,9 @@ struct Runner<B: Backend> {
     backend: Arc<B>,
     cfg: Config,
     start: i64,
-    flow: Flow,
+    /// The script's connections by the remote end's port (the default one, and those
+    /// that lines name with `SRC>DST` ports), each with what has been learned about it.
+    flows: HashMap<u16, Flow>,
     /// Script descriptor -> live descriptor.
     fds: HashMap<i64, i32>,
     pending: Option<Pending>,
@@ -717,6 +765,32 @@ struct Runner<B: Backend> {
 impl<B: Backend + 'static> Runner<B> {
     fn now(&self) -> i64 {
         self.backend.now_us() as i64 - self.start
+    }
+
+    /// The connection a packet line belongs to: the one of the remote port its `SRC>DST`
+    /// ports name (the remote end's is the source of an inbound line, the destination of
+    /// an outbound one), or the script's default; made on first use, with the local port
+    /// as written.
+    fn flow(&mut self, spec: &PacketSpec, inbound: bool) -> &mut Flow {
+        let ports = match spec {
+            PacketSpec::Tcp(t) => t.ports,
+            _ => None,
+        };
+        let (remote, local) = match ports {
+            Some((src, dst)) if inbound => (src, Some(dst)),
+            Some((src, dst)) => (dst, Some(src)),
+            None => (self.cfg.remote_port, None),
+        };
+        let cfg = &self.cfg;
+        let flow = self.flows.entry(remote).or_insert_with(|| {
+            let mut f = Flow::new(cfg);
+            f.remote_port = remote;
+            f
+        });
+        if let Some(l) = local {
+            flow.local_port = l;
+        }
+        flow
     }
 
     /// Waits until script time `t`, taking the packets the stack sends meanwhile (each
@@ -750,14 +824,35 @@ impl<B: Backend + 'static> Runner<B> {
         Ok(got.map(|(p, at)| (p, at as i64 - self.start)))
     }
 
+    /// A packet the stack sent, in script notation: relative to the ISNs of the
+    /// connection it belongs to (the expected line's when it is none of the script's),
+    /// with its ports when the script has several connections or the line writes ports.
+    fn describe(&mut self, spec: &PacketSpec, live: &LivePacket) -> String {
+        let several =
+            self.flows.len() > 1 || matches!(spec, PacketSpec::Tcp(TcpSpec { ports: Some(_), .. }));
+        let dst = match &live.body {
+            LiveBody::Tcp(t) => Some((t.src_port, t.dst_port)),
+            _ => None,
+        };
+        let text = match dst.and_then(|(_, d)| self.flows.get(&d)) {
+            Some(f) => f.describe(live),
+            None => self.flow(spec, false).describe(live),
+        };
+        match dst {
+            Some((s, d)) if several => format!("{s}>{d} {text}"),
+            _ => text,
+        }
+    }
+
     fn event(&mut self, e: &Event) -> Result<(), Failure> {
         self.report.events += 1;
         self.finish_pending(Some(e.when.start()))?;
         match &e.kind {
             EventKind::Inbound(spec) => {
+                let win = self.cfg.default_win;
                 let pkt = self
-                    .flow
-                    .inbound(spec, self.cfg.default_win)
+                    .flow(spec, true)
+                    .inbound(spec, win)
                     .or_else(|m| fail(e.line, m))?;
                 self.sleep_until(e.when.start())
                     .or_else(|m| fail(e.line, m))?;
@@ -770,7 +865,17 @@ impl<B: Backend + 'static> Runner<B> {
             }
             EventKind::Outbound(spec) => self.outbound(e, spec),
             EventKind::Syscall(s) => self.syscall(e, s),
-            EventKind::Shell(_) | EventKind::Code(_) => fail(e.line, "not supported"),
+            EventKind::Shell(cmd) => {
+                self.sleep_until(e.when.start())
+                    .or_else(|m| fail(e.line, m))?;
+                for (name, value) in sysctl_command(cmd).or_else(|m| fail(e.line, m))? {
+                    self.backend
+                        .sysctl(&name, &value)
+                        .or_else(|err| fail(e.line, format!("sysctl {name}={value}: {err}")))?;
+                }
+                Ok(())
+            }
+            EventKind::Code(_) => fail(e.line, "not supported"),
         }
     }
 
@@ -803,12 +908,12 @@ impl<B: Backend + 'static> Runner<B> {
                     );
                 }
             };
-            if !self.flow.ours(&live) {
+            if !self.flow(spec, false).ours(&live) {
                 self.report.packets_ignored += 1;
                 continue;
             }
-            let diffs = self.flow.compare(spec, &live);
-            let actual = format!("{} > {}", fmt_time(at), self.flow.describe(&live));
+            let diffs = self.flow(spec, false).compare(spec, &live);
+            let actual = format!("{} > {}", fmt_time(at), self.describe(spec, &live));
             if self.cfg.trace {
                 eprintln!("line {}: sent {actual}", e.line);
             }
@@ -1147,8 +1252,8 @@ impl<B: Backend + 'static> Runner<B> {
                 .filter(|&n| n <= 16 << 20)
                 .ok_or_else(|| format!("length {v}: 0 to 16 MiB"))
         };
-        let local = SocketAddrV4::new(self.flow.local_ip, self.cfg.local_port);
-        let remote = SocketAddrV4::new(self.flow.remote_ip, self.flow.remote_port);
+        let local = SocketAddrV4::new(self.cfg.local_ip, self.cfg.local_port);
+        let remote = SocketAddrV4::new(self.cfg.remote_ip, self.cfg.remote_port);
         let call = match s.name.as_str() {
             "socket" => {
                 want(3)?;

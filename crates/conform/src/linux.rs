@@ -11,6 +11,11 @@
 //! interface has no offloads, so the kernel segments to the MSS before the TUN: outbound
 //! lines are MSS-sized segments. The namespace's [`SYSCTLS`] are set. The clock is real time (`CLOCK_MONOTONIC`).
 //!
+//! Every descriptor it opens for a script is close-on-exec: several backends may run in one
+//! process (the tests run scripts side by side), and a process another one spawns (the
+//! `unshare` holding a namespace lives for the whole run) would otherwise inherit a socket
+//! and keep it open after the script's `close()`, holding back its FIN.
+//!
 //! Needs root (namespaces, TUN) and `unshare`, `nsenter`, `ip`, `timeout`; every command is
 //! bounded in time.
 
@@ -237,6 +242,20 @@ impl Backend for Linux {
         self.epoch.elapsed().as_micros() as u64
     }
 
+    fn sysctl(&self, name: &str, value: &str) -> io::Result<()> {
+        let ns = self.ns.lock().unwrap_or_else(|e| e.into_inner());
+        let ns = ns
+            .as_ref()
+            .ok_or_else(|| io::Error::other("backend freed"))?;
+        // The runner has checked both: `net.` and a dotted name; digits.
+        let path = format!("/proc/sys/{}", name.replace('.', "/"));
+        ns.run(
+            Duration::from_secs(5),
+            &["sh", "-c", &format!("echo {value} > {path}")],
+        )?;
+        Ok(())
+    }
+
     fn socket(&self, domain: i32, ty: i32, protocol: i32) -> SysResult {
         let (tx, rx) = mpsc::channel();
         let sent = self
@@ -244,7 +263,10 @@ impl Backend for Linux {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()
-            .is_some_and(|m| m.send(((domain, ty, protocol), tx)).is_ok());
+            .is_some_and(|m| {
+                m.send(((domain, ty | libc::SOCK_CLOEXEC, protocol), tx))
+                    .is_ok()
+            });
         let r = if sent {
             rx.recv().unwrap_or(Err(libc::EIO))
         } else {
@@ -262,7 +284,7 @@ impl Backend for Linux {
     }
 
     fn accept(&self, fd: i32, flags: i32) -> SysResult {
-        self.opened(sys::accept(fd, flags))
+        self.opened(sys::accept(fd, flags | libc::SOCK_CLOEXEC))
     }
 
     fn connect(&self, fd: i32, addr: SocketAddr) -> SysResult {

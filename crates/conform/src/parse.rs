@@ -451,6 +451,8 @@ impl Parser {
             self.pos += 1;
             return self.icmp().map(PacketSpec::Icmp);
         }
+        // `SRC>DST` ports before the flags (packetdrill's `opt_port_info`).
+        let ports = self.ports()?;
         // Flags: every token up to the next whitespace.
         let mut letters = String::new();
         loop {
@@ -480,6 +482,7 @@ impl Parser {
             );
         }
         let mut spec = TcpSpec {
+            ports,
             flags,
             seq,
             len,
@@ -512,6 +515,29 @@ impl Parser {
             );
         }
         Ok(spec.into())
+    }
+
+    /// `SRC>DST` (two port numbers around `>`), if the next tokens are that.
+    fn ports(&mut self) -> Result<Option<(u16, u16)>, ParseError> {
+        let is_ports = matches!(
+            (
+                self.toks.get(self.pos).map(|t| &t.tok),
+                self.toks.get(self.pos + 1).map(|t| &t.tok),
+                self.toks.get(self.pos + 2).map(|t| &t.tok),
+            ),
+            (Some(Tok::Int(_)), Some(Tok::Punct('>')), Some(Tok::Int(_)))
+        );
+        if !is_ports {
+            return Ok(None);
+        }
+        let line = self.line();
+        let src = self.uint("a source port")?;
+        self.expect_punct('>', "between ports")?;
+        let dst = self.uint("a destination port")?;
+        match (u16::try_from(src), u16::try_from(dst)) {
+            (Ok(s), Ok(d)) => Ok(Some((s, d))),
+            _ => err(line, format!("ports {src}>{dst}: each 0 to 65535")),
+        }
     }
 
     fn icmp(&mut self) -> Result<IcmpSpec, ParseError> {

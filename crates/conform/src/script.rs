@@ -139,6 +139,10 @@ pub enum PacketSpec {
 /// A TCP segment: flags, sequence numbers relative to the ISNs, window, options.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TcpSpec {
+    /// `SRC>DST` ports written before the flags (packetdrill's `opt_port_info`): the
+    /// remote end's port picks the connection a line belongs to when a script has several
+    /// (`None`: the script's default connection).
+    pub ports: Option<(u16, u16)>,
     /// The flags as written (`S`, `S.`, `P.`, `F.`, `R`, `R.`, ...).
     pub flags: Flags,
     /// The first sequence number (relative to the sender's ISN).
@@ -296,6 +300,9 @@ pub enum Quoted {
 
 impl fmt::Display for TcpSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some((a, b)) = self.ports {
+            write!(f, "{a}>{b} ")?;
+        }
         write!(
             f,
             "{} {}:{}({})",

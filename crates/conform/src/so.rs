@@ -159,6 +159,9 @@ pub struct SoBackend {
     /// The `dlopen` handle (never closed: the library's threads and statics may live on).
     _lib: usize,
     freed: std::sync::atomic::AtomicBool,
+    /// Sysctls the library was started with (its flags): a script's sysctl lines that
+    /// set these are done already (see [`run`]).
+    preset: Vec<(String, String)>,
 }
 
 // SAFETY: packetdrill's contract makes the table callable from any thread (system calls
@@ -256,6 +259,7 @@ impl SoBackend {
             returned_at,
             _lib: lib as usize,
             freed: std::sync::atomic::AtomicBool::new(false),
+            preset: Vec::new(),
         })
     }
 
@@ -290,6 +294,18 @@ macro_rules! call {
 }
 
 impl Backend for SoBackend {
+    fn sysctl(&self, name: &str, value: &str) -> io::Result<()> {
+        if self.preset.iter().any(|(n, v)| n == name && v == value) {
+            return Ok(());
+        }
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            format!(
+                "a packetdrill library takes sysctls when it starts (its flags): {name} can be set by a sysctl line before the script's first event only"
+            ),
+        ))
+    }
+
     fn netdev_send(&self, packet: &[u8]) -> io::Result<()> {
         call!(self, netdev_send, packet.as_ptr().cast(), packet.len())
             .map(|_| ())
@@ -484,7 +500,24 @@ pub fn run(
     config: &crate::exec::Config,
 ) -> Result<crate::exec::Report, String> {
     let (script, cfg) = crate::load(path, config)?;
-    let backend = SoBackend::open(lib, flags).map_err(|e| format!("{}: {e}", path.display()))?;
+    // The sysctl lines before the first event go to the library as flags (as packetdrill's
+    // `--so_flags` would carry them): it has no call to set one later.
+    let mut preset = Vec::new();
+    for e in &script.events {
+        let crate::script::EventKind::Shell(cmd) = &e.kind else {
+            break;
+        };
+        preset.extend(
+            crate::exec::sysctl_command(cmd)
+                .map_err(|m| format!("{}:{}: {m}", path.display(), e.line))?,
+        );
+    }
+    let flags = preset
+        .iter()
+        .fold(flags.to_owned(), |f, (n, v)| format!("{f} {n}={v}"));
+    let mut backend =
+        SoBackend::open(lib, &flags).map_err(|e| format!("{}: {e}", path.display()))?;
+    backend.preset = preset;
     crate::exec::run(&script, std::sync::Arc::new(backend), &cfg)
         .map_err(|f| format!("{}:{}: {}", path.display(), f.line, f.message))
 }

@@ -142,8 +142,13 @@ pub(crate) fn poll(fds: &mut [PollFd], timeout_ms: i32) -> SysResult {
 }
 
 pub(crate) fn epoll_create(size: i32) -> SysResult {
-    // SAFETY: epoll_create(2) takes no pointers.
-    ret(unsafe { libc::epoll_create(size) }.into())
+    // epoll_create(2)'s only check on its size; the descriptor is close-on-exec (see
+    // `crate::linux`: a process spawned meanwhile must not hold it).
+    if size <= 0 {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: epoll_create1(2) takes no pointers.
+    ret(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) }.into())
 }
 
 pub(crate) fn epoll_ctl(epfd: i32, op: i32, fd: i32, ev: EpollEvent) -> SysResult {

@@ -872,6 +872,16 @@ impl Backend for Ustack {
         Some(self.lock().blocked.len())
     }
 
+    fn sysctl(&self, name: &str, value: &str) -> io::Result<()> {
+        let v: u64 = value
+            .parse()
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "not a number"))?;
+        self.lock()
+            .stack
+            .set_sysctl(name, v)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))
+    }
+
     fn socket(&self, domain: i32, ty: i32, protocol: i32) -> SysResult {
         self.simple(|i| {
             if domain != libc::AF_INET {
@@ -952,7 +962,14 @@ impl Backend for Ustack {
             match stage {
                 Tcp::Fresh => {}
                 // Linux: listen() again on a listener only changes the backlog.
-                Tcp::Listener(_) => return Ok(0),
+                Tcp::Listener(l) => {
+                    let backlog = u32::try_from(backlog.max(0)).unwrap_or(0);
+                    return i
+                        .stack
+                        .tcp_listen_backlog(l, backlog)
+                        .map(|()| 0)
+                        .map_err(errno);
+                }
                 _ => return Err(libc::EINVAL),
             }
             let local = match bound {
@@ -1023,8 +1040,10 @@ impl Backend for Ustack {
                     h,
                     connecting: true,
                 } => return i.connect_progress(fd, h, true),
-                Tcp::Conn { .. } => return done(Err(libc::EISCONN)),
-                Tcp::Listener(_) | Tcp::Dead => return done(Err(libc::EINVAL)),
+                // Linux __inet_stream_connect: a listener is SS_UNCONNECTED but not in
+                // TCP_CLOSE: "err = -EISCONN; if (sk->sk_state != TCP_CLOSE) goto out;".
+                Tcp::Conn { .. } | Tcp::Listener(_) => return done(Err(libc::EISCONN)),
+                Tcp::Dead => return done(Err(libc::EINVAL)),
             }
             let r = match bound {
                 Some(b) => i.stack.tcp_connect_from(now, b.port(), remote),

@@ -41,7 +41,14 @@ fn a_bad_script_fails_with_its_line_and_the_tally() {
     )
     .unwrap();
     let shell = dir.join("shell.pkt");
-    std::fs::write(&shell, "`sysctl -q net.ipv4.tcp_sack=0`\n0 close(3) = 0\n").unwrap();
+    // A sysctl line is taken; any other shell command is refused.
+    std::fs::write(&shell, "`ip link set lo down`\n0 close(3) = 0\n").unwrap();
+    let sysctl = dir.join("sysctl.pkt");
+    std::fs::write(
+        &sysctl,
+        "`sysctl -q net.ipv4.tcp_sack=0 net.ipv4.tcp_rmem=\"1 2 3\"`\n0 close(3) = 0\n",
+    )
+    .unwrap();
     let (code, text) = conform(&[dir.to_str().unwrap()]);
     assert_eq!(code, Some(1), "{text}");
     assert!(text.contains("bad.pkt:3: unknown TCP flag 'Q'"), "{text}");
@@ -49,7 +56,11 @@ fn a_bad_script_fails_with_its_line_and_the_tally() {
         text.contains("shell.pkt:1: shell commands are refused"),
         "{text}"
     );
-    assert!(text.contains("0 passed, 2 failed"), "{text}");
+    assert!(
+        text.contains("sysctl.pkt:1: `net.ipv4.tcp_rmem=\"1`: a sysctl is `net.NAME=NUMBER`"),
+        "{text}"
+    );
+    assert!(text.contains("0 passed, 3 failed"), "{text}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

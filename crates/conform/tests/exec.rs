@@ -419,9 +419,15 @@ impl Backend for SlowClose {
 #[test]
 fn what_cannot_run_is_refused_before_anything_is_sent() {
     for (script, want) in [
+        ("0 `ip link set lo down`\n", "shell commands are refused"),
         (
-            "0 `sysctl -w net.ipv4.tcp_sack=0`\n",
-            "shell commands are refused",
+            "0 `sysctl -w net.ipv4.tcp_rmem=4096,131072`\n",
+            "a sysctl is `net.NAME=NUMBER`",
+        ),
+        // A sysctl line is taken, and handed to the backend, which may refuse it.
+        (
+            "`sysctl -q net.ipv4.tcp_sack=0`\n0 close(3) = 0\n",
+            "sysctl net.ipv4.tcp_sack=0: this backend cannot set net.ipv4.tcp_sack",
         ),
         ("0 %{ assert tcpi_rto == 1 }%\n", "not supported"),
         (
@@ -505,4 +511,93 @@ proptest! {
         let script = parse(&text).map_err(|e| TestCaseError::fail(format!("{e}\n{text}")))?;
         let _ = run(&script, Arc::new(Fake::default()), &cfg);
     }
+}
+
+/// A segment from the stand-in stack to remote port `port`, with its own ISN.
+fn seg_to(port: u16, isn: u32, flags: u8, seq: u32, ack: u32, len: u32) -> Vec<u8> {
+    let cfg = Config::default();
+    packet::ipv4(
+        cfg.local_ip,
+        cfg.remote_ip,
+        6,
+        packet::tcp(&LiveTcp {
+            src_port: cfg.local_port,
+            dst_port: port,
+            seq: isn + seq,
+            ack: cfg.remote_isn.wrapping_add(ack),
+            flags: Flags(flags),
+            win: 1000,
+            options: vec![],
+            len,
+        }),
+    )
+}
+
+const TWO_FLOWS: &str = "// two connections
+    0 socket(..., SOCK_STREAM, IPPROTO_TCP) = 3
+   +0 bind(3, ..., ...) = 0
+   +0 listen(3, 2) = 0
+  +.1 < 40001>8080 S 0:0(0) win 32792
+   +0 > 8080>40001 S. 0:0(0) ack 1
+   +0 < 40002>8080 S 0:0(0) win 32792
+   +0 > 8080>40002 S. 0:0(0) ack 1
+  +.1 < 40002>8080 . 1:1(0) ack 1 win 257
+  +.1 < 40001>8080 . 1:1(0) ack 1 win 257
+";
+
+/// Lines with `SRC>DST` ports are connections of their own: inbound packets leave from
+/// the port written, each connection's ISN is learned from its own SYN-ACK (two
+/// different ISNs here), and a packet to the wrong port is a diff naming the ports.
+#[test]
+fn ports_on_packet_lines_keep_connections_apart() {
+    let (isn1, isn2) = (5_000u32, 9_000_000u32);
+    let out = vec![
+        (
+            100_000,
+            seg_to(40001, isn1, Flags::SYN | Flags::ACK, 0, 1, 0),
+        ),
+        (
+            100_000,
+            seg_to(40002, isn2, Flags::SYN | Flags::ACK, 0, 1, 0),
+        ),
+    ];
+    let (r, fake) = go(TWO_FLOWS, out.clone(), vec![]);
+    assert_eq!(r.unwrap().packets_matched, 2);
+    let inbox = fake.inbox.lock().unwrap();
+    let tcp = |p: &[u8]| match packet::decode(p).unwrap().body {
+        LiveBody::Tcp(t) => t,
+        other => panic!("{other:?}"),
+    };
+    let got: Vec<(u16, u16, u32)> = inbox
+        .iter()
+        .map(|p| {
+            let t = tcp(p);
+            (t.src_port, t.dst_port, t.ack)
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (40001, 8080, 0),
+            (40002, 8080, 0),
+            (40002, 8080, isn2 + 1),
+            (40001, 8080, isn1 + 1),
+        ]
+    );
+    drop(inbox);
+    // The SYN-ACKs the other way round: the first line's packet goes to 40002.
+    let swapped = vec![out[1].clone(), out[0].clone()];
+    let (r, _) = go(TWO_FLOWS, swapped, vec![]);
+    let e = r.unwrap_err();
+    assert_eq!(e.line, 6, "{e}");
+    assert!(
+        e.message
+            .contains("ports: expected 8080>40001, actual 8080>40002"),
+        "{e}"
+    );
+    assert!(
+        e.message
+            .contains("actual packet: 0.100000 > 8080>40002 S."),
+        "{e}"
+    );
 }

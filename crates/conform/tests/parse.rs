@@ -220,3 +220,22 @@ proptest! {
         }
     }
 }
+
+/// packetdrill's `SRC>DST` ports before the flags (`opt_port_info`), and a sysctl line.
+#[test]
+fn ports_and_sysctl_lines_parse() {
+    let s = parse("`sysctl -q net.ipv4.tcp_syncookies=2`\n0 < 40001>8080 S 0:0(0) win 1\n+0 > 8080>40001 S. 0:0(0) ack 1 <...>\n+0 > . 1:1(0) ack 1\n").unwrap();
+    assert_eq!(s.events.len(), 4);
+    assert!(
+        matches!(&s.events[0].kind, EventKind::Shell(c) if c == "sysctl -q net.ipv4.tcp_syncookies=2")
+    );
+    let ports = |i: usize| match &s.events[i].kind {
+        EventKind::Inbound(PacketSpec::Tcp(t)) | EventKind::Outbound(PacketSpec::Tcp(t)) => t.ports,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(ports(1), Some((40001, 8080)));
+    assert_eq!(ports(2), Some((8080, 40001)));
+    assert_eq!(ports(3), None);
+    let e = parse("0 < 70000>8080 S 0:0(0) win 1\n").unwrap_err();
+    assert!(e.message.contains("ports 70000>8080"), "{}", e.message);
+}

@@ -18,7 +18,7 @@ fn scenarios_dir() -> PathBuf {
 fn every_scenario_passes_against_ustack_or_is_a_known_difference() {
     let scripts = ustack_conform::scripts_under(&scenarios_dir()).expect("listing the scenarios");
     assert!(
-        scripts.len() >= 30,
+        scripts.len() >= 150,
         "only {} scenarios found",
         scripts.len()
     );

@@ -137,9 +137,10 @@ fn calls_through_the_table_keep_linux_values() {
     assert_eq!(b.close(fd), Ok(0));
 }
 
-/// One scenario end to end through the table: a blocking accept (a call on its own
-/// thread, completed by a packet) and the SYN-ACK's retransmission timer (the clock moved
-/// to the stack's next timer by netdev_receive).
+/// Scenarios end to end through the table: a blocking accept (a call on its own
+/// thread, completed by a packet), the SYN-ACK's retransmission timer (the clock moved
+/// to the stack's next timer by netdev_receive), and scripts that set sysctls (handed to
+/// the library as its flags) and open several connections.
 #[test]
 fn scenarios_run_end_to_end_through_the_table() {
     for rel in [
@@ -147,6 +148,9 @@ fn scenarios_run_end_to_end_through_the_table() {
         "handshake/blocking-connect.pkt",
         "handshake/syn-ack-retransmitted-after-1s.pkt",
         "data/fast-retransmit-3-dupacks.pkt",
+        // Sysctl lines (passed as the library's flags) and several connections.
+        "listen/syn-queue-full-drops-syn.pkt",
+        "listen/syncookie-without-timestamps.pkt",
     ] {
         let path = scenario(rel);
         let report = ustack_conform::run_so(&library(), "", &path, &Config::default())

@@ -128,6 +128,13 @@ impl Stack {
                 next_hop_mtu,
                 data,
             } => self.icmp_frag_needed(now, next_hop_mtu, data),
+            // RFC 1122 §4.2.3.9: port unreachable is a hard error; Linux tcp_v4_err aborts a
+            // connection still opening (SYN-SENT, SYN-RECEIVED) with ECONNREFUSED.
+            icmpv4::Repr::DstUnreachable {
+                reason: DstUnreachable::PortUnreachable,
+                data,
+                ..
+            } => self.icmp_port_unreachable(data),
             // Other errors about our own datagrams are counted by type above.
             _ => {}
         }
@@ -139,17 +146,31 @@ impl Stack {
     /// to name a connection, or of a datagram not from us, counts as InErrors (Linux:
     /// `icmp_unreach`'s `out_err`, or no socket found).
     fn icmp_frag_needed(&mut self, now: Instant, mtu: u16, data: &[u8]) {
+        // UDP and ICMP have no path MTU state here.
+        if let Some((tuple, seq)) = self.icmp_quoted_tcp(data) {
+            self.tcp_pmtu_event(now, tuple, seq, u32::from(mtu), ipv4::HEADER_LEN);
+        }
+    }
+
+    /// The 4-tuple and sequence number of the TCP segment of ours an ICMP error quotes in
+    /// `data`, if it quotes one; a quote too short to name a connection, or of a datagram
+    /// not from us, counts as InErrors (Linux: `icmp_unreach`'s `out_err`).
+    fn icmp_quoted_tcp(
+        &mut self,
+        data: &[u8],
+    ) -> Option<(crate::tcp::tcb::FourTuple, ustack_wire::SeqNumber)> {
         let ihl = usize::from(data.first().map_or(0, |b| b & 0x0f)) * 4;
         if data.len() < ihl + 8 || ihl < ipv4::HEADER_LEN || data[0] >> 4 != 4 {
-            return self.mib.inc(Counter::IcmpInErrors);
+            self.mib.inc(Counter::IcmpInErrors);
+            return None;
         }
         let quoted = ipv4::Packet::new_unchecked(&data[..ihl]);
         if quoted.src_addr() != self.ipv4.addr {
-            return self.mib.inc(Counter::IcmpInErrors);
+            self.mib.inc(Counter::IcmpInErrors);
+            return None;
         }
         if quoted.next_header() != IpProtocol::Tcp {
-            // UDP and ICMP have no path MTU state here.
-            return;
+            return None;
         }
         let l4 = &data[ihl..];
         let port = |i: usize| u16::from_be_bytes([l4[i], l4[i + 1]]);
@@ -158,7 +179,32 @@ impl Stack {
             remote: core::net::SocketAddrV4::new(quoted.dst_addr(), port(2)),
         };
         let seq = ustack_wire::SeqNumber(u32::from_be_bytes([l4[4], l4[5], l4[6], l4[7]]));
-        self.tcp_pmtu_event(now, tuple, seq, u32::from(mtu), ipv4::HEADER_LEN);
+        Some((tuple, seq))
+    }
+
+    /// "Port unreachable" for a TCP segment of ours: a connection still opening whose
+    /// SND.UNA the quote names fails with ECONNREFUSED (Linux tcp_v4_err: "case
+    /// TCP_SYN_SENT: case TCP_SYN_RECV: ... sk->sk_err = err; tcp_done(sk)"); an
+    /// established one takes it as a soft error, which ustack does not keep.
+    fn icmp_port_unreachable(&mut self, data: &[u8]) {
+        let Some((tuple, seq)) = self.icmp_quoted_tcp(data) else {
+            return;
+        };
+        let Some(&index) = self.tcp.ehash.get(self.tcp.ehash.hash(&tuple), &tuple) else {
+            return self.mib.inc(Counter::IcmpInErrors);
+        };
+        let h = self.tcp.handle_of(index);
+        let Some(tcb) = self.tcp.get(h) else { return };
+        // RFC 5927 §4.1 (Linux: "!between(seq, tp->snd_una, tp->snd_nxt)").
+        if seq.before(tcb.snd.una) || seq.after(tcb.snd.nxt) {
+            return self.mib.inc(Counter::TcpExtOutOfWindowIcmps);
+        }
+        if matches!(
+            tcb.state,
+            crate::tcp::State::SynSent | crate::tcp::State::SynReceived
+        ) {
+            self.tcp_done(h, Some(Error::ConnectionRefused));
+        }
     }
 
     /// Send an echo request ("ping") to `dst`. Replies appear in [`Stack::recv_echo_reply`].

@@ -247,6 +247,13 @@ impl Sock<'_> {
                 tcb.snd.wl2 = seg.ack_number;
                 // RFC 6298 §5.7, Linux tcp_init_transfer (see the SYN-SENT case).
                 tcb.rtt.use_fallback_rto();
+                if f.contains(Flags::SYN) {
+                    // The simultaneous open's SYN-ACK (let through above) repeats a
+                    // sequence number already received: Linux tcp_data_queue acknowledges
+                    // such a retransmission at once ("A retransmit ... Force an immediate
+                    // ack").
+                    tcb.flags.set(TcbFlags::ACK_NOW);
+                }
                 self.set_state(State::Established);
             } else {
                 return Verdict::DropAndReset(tcb.tuple, DropReason::TcpAckUnsentData);
@@ -420,6 +427,8 @@ impl Sock<'_> {
                 return Err(Verdict::Done(match tcb.state {
                     State::SynReceived => Some(Error::ConnectionRefused),
                     State::Closing | State::LastAck => None,
+                    // Linux tcp_reset: "case TCP_CLOSE_WAIT: sk_err = EPIPE".
+                    State::CloseWait => Some(Error::BrokenPipe),
                     _ => Some(Error::ConnectionReset),
                 }));
             }
@@ -430,8 +439,18 @@ impl Sock<'_> {
 
         // ---- fourth, check the SYN bit (RFC 5961 §4) -------------------------------
         // "If the SYN bit is set, irrespective of the sequence number, TCP endpoints MUST
-        // send a 'challenge ACK' to the remote peer".
-        if f.contains(Flags::SYN) {
+        // send a 'challenge ACK' to the remote peer". Except, in a simultaneous open, the
+        // peer's SYN-ACK that repeats its SYN and acknowledges ours (Linux
+        // tcp_validate_incoming: "if (sk->sk_state == TCP_SYN_RECV && sk->sk_socket &&
+        // th->ack && seq + 1 == end_seq && seq + 1 == tp->rcv_nxt && ack_seq ==
+        // tp->snd_nxt) goto pass;"): it completes the handshake.
+        let tcb = &*self.tcb;
+        let simultaneous_synack = tcb.state == State::SynReceived
+            && f.contains(Flags::ACK)
+            && len == 1
+            && seg.seq_number + 1 == tcb.rcv.nxt
+            && seg.ack_number == tcb.snd.nxt;
+        if f.contains(Flags::SYN) && !simultaneous_synack {
             return Err(self.tcp_challenge_ack(now, DropReason::TcpInvalidSyn));
         }
         Ok(())
@@ -481,6 +500,15 @@ impl Sock<'_> {
             && seg.ack_number.after(tcb.snd.iss)
             && !seg.ack_number.after(tcb.snd.nxt);
         if f.contains(Flags::ACK) && !ack_ok {
+            // Linux tcp_rcv_synsent_state_process: "Previous FIN/ACK or RST/ACK might be
+            // ignored": the peer may hold an old connection on these ports, so before any
+            // retransmission the SYN's timer is cut to TCP_TIMEOUT_MIN (2 ms) and the SYN
+            // goes again at once (after the RST below clears the old one).
+            if tcb.rtt.retransmits() == 0 {
+                tcb.timers.retransmit = now + Duration::from_millis(2);
+                self.arm();
+            }
+            let tcb = &*self.tcb;
             if !f.contains(Flags::RST) {
                 return Verdict::DropAndReset(tcb.tuple, DropReason::TcpAckUnsentData);
             }
@@ -543,10 +571,17 @@ impl Sock<'_> {
         // RFC 9293 §3.10.7.4: "If SND.UNA =< SEG.ACK =< SND.NXT, the send window should be
         // updated. If (SND.WL1 < SEG.SEQ or (SND.WL1 = SEG.SEQ and SND.WL2 =< SEG.ACK)),
         // set SND.WND <- SEG.WND, set SND.WL1 <- SEG.SEQ, and set SND.WL2 <- SEG.ACK."
+        // Linux narrows the last case (tcp_may_update_window: "after(ack, tp->snd_una) ||
+        // after(ack_seq, tp->snd_wl1) || (ack_seq == tp->snd_wl1 && (nwin > tp->snd_wnd ||
+        // !nwin))"): a segment that acknowledges nothing new may grow or close the window,
+        // not shrink it (a reordered older ACK would shrink it wrongly).
         let window = u32::from(seg.window_len) << tcb.snd_wscale;
         let window_changed = window != tcb.snd.wnd;
-        if tcb.snd.wl1.before(seg.seq_number)
-            || (tcb.snd.wl1 == seg.seq_number && !seg.ack_number.before(tcb.snd.wl2))
+        if seg.ack_number.after(tcb.snd.una)
+            || tcb.snd.wl1.before(seg.seq_number)
+            || (tcb.snd.wl1 == seg.seq_number
+                && !seg.ack_number.before(tcb.snd.wl2)
+                && (window > tcb.snd.wnd || window == 0))
         {
             tcb.snd.wnd = window;
             tcb.snd.wl1 = seg.seq_number;
@@ -721,9 +756,12 @@ impl Sock<'_> {
             .or(result.rtt_sample);
         if let Some(rtt) = rtt {
             tcb.rtt.sample(rtt);
+            // Linux tcp_ack_update_rtt: "RFC6298: only reset backoff on valid RTT
+            // measurement" (Karn: an ACK of a retransmitted segment keeps it).
+            tcb.rtt.reset_backoff();
         }
         // Linux tcp_ack: "icsk->icsk_retransmits = 0" once SND.UNA advances.
-        tcb.rtt.reset_backoff();
+        tcb.rtt.clear_retransmits();
         if let Some(sample) = result.rtt_sample {
             // RFC 8985 §6.2 step 2: RACK.xmit_ts from the newest delivered segment; this
             // one was never retransmitted, so its send time is unambiguous.

@@ -527,6 +527,14 @@ impl Stack {
         // tcp_check_req counts the failed attempt ("if (flg & (TCP_FLAG_RST|TCP_FLAG_SYN))
         // { TCP_INC_STATS(.., TCP_MIB_ATTEMPTFAILS); goto embryonic_reset; }") and, the
         // request unlinked, EmbryonicRsts.
+        // RFC 5961 section 3.2 here too: only a RST exactly at RCV.NXT resets; one elsewhere
+        // in the window draws a challenge ACK and the request stays (Linux 6.18
+        // tcp_check_req, as the conformance scenario
+        // handshake/rst-to-request-in-window-challenged shows).
+        if f.contains(tcp::Flags::RST) && seg.seq_number != rcv_nxt {
+            self.tcp_send_ack_raw(now, tuple, req.iss + 1, rcv_nxt, wnd as u32, None);
+            return self.mib.drop(DropReason::TcpReset);
+        }
         if f.contains(tcp::Flags::RST) {
             self.request_drop(hash, &tuple);
             self.mib.inc(Counter::TcpAttemptFails);

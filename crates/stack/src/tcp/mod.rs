@@ -425,6 +425,20 @@ impl Stack {
         Ok(ListenerHandle { index, generation })
     }
 
+    /// `listen()` again on a listener: only the backlog changes, clamped to `somaxconn`
+    /// as at first (Linux `inet_listen`: "WRITE_ONCE(sk->sk_max_ack_backlog, backlog)"
+    /// when the socket is already listening).
+    pub fn tcp_listen_backlog(&mut self, l: ListenerHandle, backlog: u32) -> Result<(), Error> {
+        let somaxconn = self.sysctl.somaxconn as u32;
+        let listener = self
+            .tcp
+            .listeners
+            .get_mut(l.index, l.generation)
+            .ok_or(Error::BadHandle)?;
+        listener.backlog = backlog.min(somaxconn);
+        Ok(())
+    }
+
     /// Take an established connection from a listener's accept queue.
     pub fn tcp_accept(&mut self, l: ListenerHandle) -> Result<(TcpHandle, SocketAddrV4), Error> {
         loop {
@@ -599,6 +613,13 @@ impl Stack {
             return Ok(n);
         }
         let tcb = self.tcp.get_mut(h).ok_or(Error::BadHandle)?;
+        // A RST after the peer's FIN (in CLOSE-WAIT: EPIPE, see the RST check in
+        // tcp_validate_incoming): the stream had ended, and Linux tcp_recvmsg says so
+        // ("if (sock_flag(sk, SOCK_DONE)) break;", before the pending error), leaving the
+        // error for the next write.
+        if tcb.error == Some(Error::BrokenPipe) {
+            return Ok(0);
+        }
         if let Some(e) = tcb.error.take() {
             return Err(e);
         }
@@ -823,7 +844,7 @@ impl Stack {
             rto: t.rtt.rto(),
             snd_wnd: t.snd.wnd,
             rcv_wnd: t.rcv.wnd,
-            retransmits: t.rtt.backoffs(),
+            retransmits: t.rtt.retransmits(),
             unacked: t.rtx.len() as u32,
             sack: t.flags.has(tcb::TcbFlags::SACK_OK),
             timestamps: t.flags.has(tcb::TcbFlags::TS_OK),

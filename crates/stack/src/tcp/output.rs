@@ -304,12 +304,6 @@ impl Stack {
     /// The SYN-ACK of a simultaneous open (RFC 9293 §3.10.7.3: `<SEQ=ISS><ACK=RCV.NXT><CTL=SYN,ACK>`).
     pub(crate) fn tcp_send_syn_ack_tcb(&mut self, now: Instant, h: TcpHandle) {
         let Some(tcb) = self.tcp.get(h) else { return };
-        let ws = tcb.flags.has(TcbFlags::WSCALE_OK).then_some(tcb.snd_wscale);
-        let peer = (
-            ws,
-            tcb.flags.has(TcbFlags::SACK_OK),
-            tcb.flags.has(TcbFlags::TS_OK),
-        );
         let (tuple, iss, ack, tsval, tsecr) = (
             tcb.tuple,
             tcb.snd.iss,
@@ -326,7 +320,12 @@ impl Stack {
             // keeps the rcv_wnd tcp_connect_init chose).
             initial_rcv_window(&self.sysctl, tcb.adv_mss) as u16,
         );
-        self.syn_options(&mut repr, tsval, tsecr, Some(peer));
+        // The options of our SYN again, whatever the peer's SYN offered (Linux
+        // tcp_send_synack retransmits the SYN with ACK set, and tcp_syn_options looks only
+        // at the sysctls): RFC 7323 sections 2.2 and 3.2 allow WS and TS on a SYN-ACK only
+        // in answer to a SYN that carried them, but in a simultaneous open our own SYN has
+        // offered them already. What is in effect is what both SYNs carried.
+        self.syn_options(&mut repr, tsval, tsecr, None);
         self.tcp_emit(now, tuple, &repr, Payload::None);
     }
 
@@ -785,6 +784,7 @@ impl Stack {
     /// per tail (TCPLossProbes). The RTO is armed from now.
     pub(crate) fn tcp_send_loss_probe(&mut self, now: Instant, h: TcpHandle) {
         let Some(tcb) = self.tcp.get(h) else { return };
+        let mut sent_probe = false;
         if tcb.active.recovery.tlp_high_seq.is_none() {
             let mut probed = self.tcp_write_xmit(now, h, true) > 0;
             let mut retrans = false;
@@ -802,6 +802,7 @@ impl Stack {
                     }
                 }
             }
+            sent_probe = probed;
             if probed {
                 self.mib.inc(Counter::TcpExtTCPLossProbes);
                 if let Some(tcb) = self.tcp.get_mut(h) {
@@ -815,7 +816,15 @@ impl Stack {
             return;
         };
         if !tcb.rtx.is_empty() {
-            tcb.timers.retransmit = now + tcb.rtt.rto();
+            // Linux tcp_send_loss_probe: after a probe the RTO restarts from now
+            // ("icsk_pending = 0" before tcp_rearm_rto); without one (a probe still
+            // outstanding, "goto rearm_timer") tcp_rearm_rto keeps the RTO of the earliest
+            // segment in flight, tcp_rto_delta_us.
+            let from = match tcb.rtx.front() {
+                Some(s) if !sent_probe => s.sent_at,
+                _ => now,
+            };
+            tcb.timers.retransmit = (from + tcb.rtt.rto()).max(now);
             tcb.timers.loss_probe = false;
             self.tcp_arm(h);
         }

@@ -307,7 +307,8 @@ impl Sock<'_> {
             return false;
         }
         tcp_undo_cwnd_reduction(tcb, true);
-        tcb.rtt.reset_backoff();
+        // Linux tcp_try_undo_loss: "inet_csk(sk)->icsk_retransmits = 0".
+        tcb.rtt.clear_retransmits();
         if tcb.flags.has(TcbFlags::SACK_OK) {
             tcb.set_ca_state(CaState::Open);
         }
@@ -338,7 +339,7 @@ impl Sock<'_> {
         tcb.active.recovery.retrans_low = Instant::FAR_FUTURE;
         if matches!(prior_state, CaState::Open | CaState::Disorder)
             || !tcb.active.high_seq.after(tcb.snd.una)
-            || (prior_state == CaState::Loss && tcb.rtt.backoffs() == 0)
+            || (prior_state == CaState::Loss && tcb.rtt.retransmits() == 0)
         {
             tcb.active.recovery.prior_ssthresh = tcb.current_ssthresh();
             tcb.active.recovery.prior_cwnd = tcb.congestion.cwnd;

@@ -116,6 +116,9 @@ pub struct RttEstimator {
     rto_max_us: u32,
     /// Consecutive timeouts (Linux `icsk_backoff`), saturating.
     backoffs: u8,
+    /// Retransmission timeouts since SND.UNA last advanced (Linux `icsk_retransmits`),
+    /// saturating: what gives up on a connection, where `backoffs` times the RTO.
+    retransmits: u8,
     /// No sample from the handshake and it was retransmitted: RTO 3 s until the first sample.
     fallback: bool,
 }
@@ -133,6 +136,7 @@ impl RttEstimator {
             rto_min_us: micros_u32(rto_min),
             rto_max_us: micros_u32(rto_max),
             backoffs: 0,
+            retransmits: 0,
             fallback: false,
         }
     }
@@ -211,15 +215,34 @@ impl RttEstimator {
     }
 
     /// Forget the backoff: call when an ACK brings a valid RTT sample (Linux
-    /// `tcp_ack_update_rtt`) or otherwise shows the path alive (new data acknowledged).
-    /// RFC 6298 §5: a new measurement "may result in "collapsing" RTO back down after it
-    /// has been subject to exponential back off (rule 5.5)".
+    /// `tcp_ack_update_rtt`: "RFC6298: only reset backoff on valid RTT measurement"), not
+    /// for an ACK without one: Karn's algorithm keeps the backed-off RTO until then (RFC
+    /// 6298 §5: a new measurement "may result in "collapsing" RTO back down after it has
+    /// been subject to exponential back off (rule 5.5)").
     pub fn reset_backoff(&mut self) {
         self.backoffs = 0;
     }
 
-    /// Consecutive backoffs since the last reset (Linux `icsk_backoff`); the caller compares
-    /// it with `tcp_retries1`/`tcp_retries2`.
+    /// The retransmission timer expired and the earliest segment went again: one more
+    /// retransmission (Linux `icsk_retransmits++` in `tcp_retransmit_timer`; the backoff
+    /// is [`backoff`](Self::backoff)).
+    pub fn count_retransmit(&mut self) {
+        self.retransmits = self.retransmits.saturating_add(1);
+    }
+
+    /// SND.UNA advanced (Linux `tcp_ack`: "icsk->icsk_retransmits = 0"), or a timeout
+    /// proved spurious (`tcp_try_undo_loss`).
+    pub fn clear_retransmits(&mut self) {
+        self.retransmits = 0;
+    }
+
+    /// Retransmission timeouts since SND.UNA last advanced (Linux `icsk_retransmits`); the
+    /// caller compares it with `tcp_retries1`/`tcp_retries2`.
+    pub fn retransmits(&self) -> u8 {
+        self.retransmits
+    }
+
+    /// Consecutive backoffs since the last reset (Linux `icsk_backoff`).
     pub fn backoffs(&self) -> u8 {
         self.backoffs
     }
@@ -228,10 +251,13 @@ impl RttEstimator {
     /// implementation is using an RTO less than 3 seconds, the RTO MUST be re-initialized to
     /// 3 seconds when data transmission begins (i.e., after the three-way handshake
     /// completes)." As Linux's `tcp_init_metrics`, this applies only while no RTT sample
-    /// exists (a retransmitted SYN gives none, by Karn); it does nothing otherwise.
+    /// exists (a retransmitted SYN gives none, by Karn); it does nothing otherwise. The
+    /// fallback is the RTO itself, not backed off further (Linux sets `icsk_rto` to
+    /// `TCP_TIMEOUT_FALLBACK`).
     pub fn use_fallback_rto(&mut self) {
         if self.srtt8_us == 0 {
             self.fallback = true;
+            self.backoffs = 0;
         }
     }
 

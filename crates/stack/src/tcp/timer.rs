@@ -406,7 +406,7 @@ impl Stack {
         // "__NET_INC_STATS(sock_net(sk), LINUX_MIB_TCPTIMEOUTS); if (tcp_write_timeout(sk))
         // goto out;".
         self.mib.inc(Counter::TcpExtTCPTimeouts);
-        if u64::from(tcb.rtt.backoffs()) >= limit {
+        if u64::from(tcb.rtt.retransmits()) >= limit {
             // Linux tcp_write_err: ETIMEDOUT, TCPAbortOnTimeout.
             self.mib.inc(Counter::TcpExtTCPAbortOnTimeout);
             return self.tcp_done(h, Some(Error::TimedOut));
@@ -414,7 +414,7 @@ impl Stack {
         // The first timeout of an episode is also counted by what it interrupted
         // ("if (icsk->icsk_retransmits == 0)"); an expiry in the Open state counts only
         // TCPTimeouts.
-        if tcb.rtt.backoffs() == 0 {
+        if tcb.rtt.retransmits() == 0 {
             let sack = tcb.flags.has(TcbFlags::SACK_OK);
             let failure = match tcb.ca_state {
                 CaState::Recovery if sack => Counter::TcpExtTCPSackRecoveryFail,
@@ -429,7 +429,7 @@ impl Stack {
                 self.mib.inc(failure);
             }
         }
-        let timeouts = tcb.rtt.backoffs();
+        let timeouts = tcb.rtt.retransmits();
         let Some(mut sk) = self.tcp_sock(h) else {
             return;
         };
@@ -438,6 +438,7 @@ impl Stack {
         let tcb = sk.tcb;
         // RFC 6298 §5.5 "back off the timer", §5.6 restart it.
         tcb.rtt.backoff();
+        tcb.rtt.count_retransmit();
         let rto = tcb.rtt.rto();
         tcb.timers.retransmit = now + rto;
         tcb.timers.loss_probe = false;
