@@ -12,7 +12,9 @@
 //! exec NS ip link set <interface> up`); `--link shm` creates a shm link, prints
 //! `shm-offer <name>` and serves once a client attaches; `--link sim` runs the server and
 //! a hyper client in this process over the in-process sim link, checks the three routes
-//! and exits.
+//! and exits; `--link kernel` serves the same application on tokio's own (kernel)
+//! sockets at `--addr`, in the namespace it is started in (the comparison docs/api.md
+//! measures with wrk). `--workers N` sets tokio's worker threads (default: one per core).
 
 use core::net::Ipv4Addr;
 use std::path::PathBuf;
@@ -30,10 +32,13 @@ use ustack_tokio::{Net, TcpListener};
 
 #[derive(Debug, Parser)]
 struct Args {
-    /// tun (the kernel is the peer), shm (another process attaches) or sim (a built-in
-    /// client in this process).
-    #[arg(long, default_value = "tun", value_parser = ["tun", "shm", "sim"])]
+    /// tun (the kernel is the peer), shm (another process attaches), sim (a built-in
+    /// client in this process) or kernel (tokio's own sockets, for comparison).
+    #[arg(long, default_value = "tun", value_parser = ["tun", "shm", "sim", "kernel"])]
     link: String,
+    /// tokio worker threads (default: one per core).
+    #[arg(long)]
+    workers: Option<usize>,
     /// The network namespace to create the TUN interface in (a name or a path).
     #[arg(long)]
     netns: Option<String>,
@@ -97,9 +102,11 @@ fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let (ip, prefix, port) = parse_addr(&args.addr)?;
     let builder = RuntimeBuilder::new().ipv4(ip, prefix);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let mut rt = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = args.workers {
+        rt.worker_threads(n);
+    }
+    let rt = rt.enable_all().build()?;
     match args.link.as_str() {
         "tun" => {
             let (net, name) = ustack_tokio::net_over_tun(builder, &args.tun, args.netns.as_deref())
@@ -120,6 +127,11 @@ fn main() -> anyhow::Result<()> {
             let listener = TcpListener::bind(&net, (ip, port))?;
             rt.block_on(axum::serve(listener, app(args.root)).into_future())?;
         }
+        "kernel" => rt.block_on(async {
+            let listener = tokio::net::TcpListener::bind((ip, port)).await?;
+            println!("kernel-ready {}", listener.local_addr()?);
+            axum::serve(listener, app(args.root)).await
+        })?,
         _ => rt.block_on(sim(builder, ip, port, args.root))?,
     }
     Ok(())

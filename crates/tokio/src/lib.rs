@@ -328,17 +328,14 @@ fn poll_read(sock: &Sock, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<i
     if buf.remaining() == 0 {
         return Poll::Ready(Ok(()));
     }
-    let dst = buf.initialize_unfilled();
-    match sock.poll_io(cx, Readiness::READABLE, |net, fd| {
-        net.read(fd, dst, Wait::Never)
-    }) {
-        Poll::Ready(Ok(n)) => {
-            buf.advance(n);
-            Poll::Ready(Ok(()))
-        }
-        Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-        Poll::Pending => Poll::Pending,
-    }
+    // Copied into the unfilled part as it is: zeroing it first (`initialize_unfilled`)
+    // would touch every page of a reader's buffer (hyper's 8 KiB per connection) however
+    // little arrives, as tokio's own sockets do not.
+    let max = buf.remaining();
+    sock.poll_io(cx, Readiness::READABLE, |net, fd| {
+        net.read_with(fd, max, Wait::Never, |piece| buf.put_slice(piece))
+    })
+    .map_ok(|_| ())
 }
 
 fn poll_write(sock: &Sock, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
