@@ -83,6 +83,7 @@ pub use ustack_net::{Fd, Net, Readiness};
 
 #[cfg(feature = "axum")]
 mod axum_listener;
+pub mod local;
 
 /// The backlog [`TcpListener::bind`] asks for (Linux's `SOMAXCONN`).
 pub const BACKLOG: u32 = 4096;
