@@ -56,7 +56,11 @@ pub fn ustack(run: &Run) -> anyhow::Result<Outcome> {
 pub fn linux(run: &Run) -> anyhow::Result<Outcome> {
     let (tx, rx) = mpsc::channel();
     let server = serve(move || async move {
-        let l = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
+        // A backlog as deep as the kernel allows (somaxconn), not tokio's 1,024: the
+        // client opens up to 10,000 connections back to back.
+        let sock = tokio::net::TcpSocket::new_v4()?;
+        sock.bind(SocketAddr::from(([127, 0, 0, 1], 0)))?;
+        let l = sock.listen(65_535)?;
         let _ = tx.send(l.local_addr()?);
         Ok(l)
     })?;
