@@ -59,12 +59,11 @@
 //! system call is for tokio's own sockets. docs/api.md compares the three ways to program
 //! ustack and gives their cost per message.
 //!
-//! Why not drive the stack inside the tokio runtime (the device's fd registered with
-//! tokio's reactor, timers on tokio's clock, a current-thread runtime per shard): see
-//! docs/api.md; in short, ustack-net's loop already is the one owner of each shard's
-//! stack, and moving it into a tokio task would need the runtime's loop split into
-//! non-blocking steps and every socket call routed to that task; it is the next step where
-//! it pays (one thread per shard instead of two).
+//! The other model, the stack's loop driven inside tokio (the link's file on tokio's
+//! reactor, a task running the rounds, socket calls on the stack directly, no thread
+//! hand-off) is [`local::LocalStack`]: one stack per current-thread runtime, `!Send`
+//! sockets, about a sixth of this model's CPU per message on one connection.
+//! docs/api.md compares them.
 
 use core::future::poll_fn;
 use core::net::{SocketAddr, SocketAddrV4};
