@@ -6,6 +6,11 @@
 //!   SHA-256, and two requests on one keep-alive connection;
 //! - wrk in the namespace loads the same application (50 connections, 2 s): no socket
 //!   error, no non-2xx answer;
+//! - 2,000 idle keep-alive connections to the same application, each served one request:
+//!   the server's RSS growth per connection is bounded (the test's own process: nextest
+//!   runs each test in one);
+//! - model (b), a `LocalStack` on the test's current-thread runtime, echoes 1 MiB for a
+//!   kernel client;
 //! - a hyper client on ustack fetches a file from `python3 -m http.server` in the
 //!   namespace, compared by SHA-256.
 //!
@@ -335,6 +340,74 @@ fn wait_until(f: impl Fn() -> bool) {
         assert!(std::time::Instant::now() < end, "timed out waiting");
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// A kernel client: sends 1 MiB of random bytes to HOST:PORT from one thread while
+/// reading the echo on another, compares, prints `echoed N`.
+const PY_ECHO_1M: &str = r#"
+import os, socket, sys, threading
+data = os.urandom(1 << 20)
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=30)
+threading.Thread(target=lambda: (s.sendall(data), s.shutdown(socket.SHUT_WR))).start()
+got = bytearray()
+while True:
+    d = s.recv(65536)
+    if not d:
+        break
+    got += d
+print("echoed", len(got) if bytes(got) == data else -1)
+"#;
+
+/// Model (b) over a TUN interface: a `LocalStack` on the test's current-thread runtime
+/// (the TUN queue's file on tokio's reactor) echoes 1 MiB for a kernel client in the
+/// namespace, compared byte for byte by the client.
+#[test]
+fn local_stack_echoes_a_kernel_client_over_tun() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use ustack_tokio::local::{LocalStack, LocalTcpListener};
+    if !root_and("local_stack_echoes_a_kernel_client_over_tun", "python3") {
+        return;
+    }
+    let mut rig = TunRig::new(1, None).expect("TUN rig");
+    let queue = rig.queues.pop().expect("one queue");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let out = tokio::task::LocalSet::new().block_on(&rt, async {
+        let builder = RuntimeBuilder::new().ipv4(USTACK_IP, 24).seed(12);
+        let stack = LocalStack::new(builder, queue).unwrap();
+        let listener = LocalTcpListener::bind(&stack, (USTACK_IP, 7).into()).unwrap();
+        tokio::task::spawn_local(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut buf = vec![0u8; 16 * 1024];
+            loop {
+                match s.read(&mut buf).await.unwrap() {
+                    0 => break,
+                    n => s.write_all(&buf[..n]).await.unwrap(),
+                }
+            }
+        });
+        let ns = rig.ns.path().to_owned();
+        let client = std::thread::spawn(move || {
+            let argv = ["python3", "-c", PY_ECHO_1M, &USTACK_IP.to_string(), "7"];
+            std::process::Command::new("timeout")
+                .args(["60", "nsenter", &format!("--net={}", ns.display())])
+                .args(argv)
+                .output()
+                .expect("python3 client")
+        });
+        while !client.is_finished() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        client.join().unwrap()
+    });
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "echoed 1048576",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// A hyper client on ustack fetching from a kernel HTTP server in the namespace.
