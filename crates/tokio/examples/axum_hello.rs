@@ -15,6 +15,9 @@
 //! and exits; `--link kernel` serves the same application on tokio's own (kernel)
 //! sockets at `--addr`, in the namespace it is started in (the comparison docs/api.md
 //! measures with wrk). `--workers N` sets tokio's worker threads (default: one per core).
+//! `--local` (with `--link tun`) runs model (b): the stack driven inside a current-thread
+//! runtime (`ustack_tokio::local::LocalStack`), each connection served by hyper on the
+//! `LocalSet` (`axum::serve` spawns `Send` tasks, and these sockets are not `Send`).
 
 use core::net::Ipv4Addr;
 use std::path::PathBuf;
@@ -39,6 +42,9 @@ struct Args {
     /// tokio worker threads (default: one per core).
     #[arg(long)]
     workers: Option<usize>,
+    /// With --link tun: the stack driven inside one current-thread runtime (model (b)).
+    #[arg(long)]
+    local: bool,
     /// The network namespace to create the TUN interface in (a name or a path).
     #[arg(long)]
     netns: Option<String>,
@@ -108,6 +114,21 @@ fn main() -> anyhow::Result<()> {
     }
     let rt = rt.enable_all().build()?;
     match args.link.as_str() {
+        "tun" if args.local => {
+            let (queue, name) = ustack_tokio::tun_queue(&args.tun, args.netns.as_deref())
+                .context("creating the TUN interface")?;
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            tokio::task::LocalSet::new().block_on(&rt, async {
+                let stack = ustack_tokio::local::LocalStack::new(builder, queue)?;
+                let addr = core::net::SocketAddr::from((ip, port));
+                let listener = ustack_tokio::local::LocalTcpListener::bind(&stack, addr)?;
+                println!("tun-ready {name}");
+                serve_local(listener, app(args.root)).await;
+                Ok::<(), anyhow::Error>(())
+            })?;
+        }
         "tun" => {
             let (net, name) = ustack_tokio::net_over_tun(builder, &args.tun, args.netns.as_deref())
                 .context("creating the TUN interface")?;
@@ -135,6 +156,28 @@ fn main() -> anyhow::Result<()> {
         _ => rt.block_on(sim(builder, ip, port, args.root))?,
     }
     Ok(())
+}
+
+/// `app` on a model (b) listener: each connection served by hyper's HTTP/1 server in a
+/// task on the `LocalSet` (keep-alive as `axum::serve`).
+pub async fn serve_local(listener: ustack_tokio::local::LocalTcpListener, app: Router) {
+    loop {
+        let stream = match listener.accept().await {
+            Ok((s, _)) => s,
+            Err(e) => {
+                eprintln!("accept: {e}");
+                tokio::time::sleep(core::time::Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        tokio::task::spawn_local(async move {
+            let io = hyper_util::rt::TokioIo::new(stream);
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(io, service)
+                .await;
+        });
+    }
 }
 
 /// The server and a hyper client over the in-process sim link: check the three routes.

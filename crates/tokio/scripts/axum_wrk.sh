@@ -7,6 +7,7 @@
 #
 #   cargo build --release -p ustack-tokio --example axum_hello
 #   bash crates/tokio/scripts/axum_wrk.sh target/release/examples/axum_hello SECS CONNS WORKERS
+#   LOCAL=--local bash crates/tokio/scripts/axum_wrk.sh ...   # ustack in model (b) (LocalStack)
 #
 # Note: over veth the kernel server's receive processing runs in softirq context, mostly
 # charged to wrk's process, and over TUN the kernel's half of the work is charged to wrk
@@ -36,14 +37,18 @@ trap cleanup EXIT
 cleanup
 # ustack over TUN
 ip netns add axw
-"$BIN" --link tun --netns axw --tun axw0 --addr 192.0.2.2:80 --workers "$W" > /tmp/axum_wrk_u.out 2>&1 &
+"$BIN" --link tun --netns axw --tun axw0 --addr 192.0.2.2:80 --workers "$W" ${LOCAL:-} > /tmp/axum_wrk_u.out 2>&1 &
 UP=$!
 for _ in $(seq 100); do grep -q tun-ready /tmp/axum_wrk_u.out && break; sleep 0.1; done
 ip netns exec axw ip addr add 192.0.2.1/24 dev axw0
 ip netns exec axw ip link set axw0 txqueuelen 4096 up
 ip netns exec axw ip link set lo up
 sleep 0.5
-run_wrk axw $UP "ustack over TUN, $W tokio worker(s)"
+if [ -n "${LOCAL:-}" ]; then
+  run_wrk axw $UP "ustack over TUN, model (b): one current-thread runtime"
+else
+  run_wrk axw $UP "ustack over TUN, model (a): $W tokio worker(s) and the loop thread"
+fi
 kill $UP; wait $UP 2>/dev/null; UP=
 # the kernel across veth
 ip netns add axk1; ip netns add axk2

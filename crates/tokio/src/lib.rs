@@ -506,6 +506,16 @@ pub fn net_over_tun(
     name: &str,
     netns: Option<&str>,
 ) -> io::Result<(Net, String)> {
+    let (queue, name) = tun_queue(name, netns)?;
+    Ok((Net::tun(builder, vec![queue])?, name))
+}
+
+/// A new TUN interface `name` in `netns`, as [`net_over_tun`] makes it: its one queue (for
+/// [`local::LocalStack::new`]) and the interface's name.
+pub fn tun_queue(
+    name: &str,
+    netns: Option<&str>,
+) -> io::Result<(ustack_dev::tun::TunQueue, String)> {
     let netns = netns.map(|n| {
         if n.contains('/') {
             std::path::PathBuf::from(n)
@@ -521,5 +531,9 @@ pub fn net_over_tun(
         offload: false,
     })?;
     let name = tun.name().to_owned();
-    Ok((Net::tun(builder, tun.into_queues())?, name))
+    let queue = tun
+        .into_queues()
+        .pop()
+        .ok_or_else(|| io::Error::other("the TUN interface has no queue"))?;
+    Ok((queue, name))
 }

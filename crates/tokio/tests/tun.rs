@@ -10,7 +10,7 @@
 //!   the server's RSS growth per connection is bounded (the test's own process: nextest
 //!   runs each test in one);
 //! - model (b), a `LocalStack` on the test's current-thread runtime, echoes 1 MiB for a
-//!   kernel client;
+//!   kernel client, and serves the application to curl as the example's `--local` does;
 //! - a hyper client on ustack fetches a file from `python3 -m http.server` in the
 //!   namespace, compared by SHA-256.
 //!
@@ -358,25 +358,54 @@ while True:
 print("echoed", len(got) if bytes(got) == data else -1)
 "#;
 
-/// Model (b) over a TUN interface: a `LocalStack` on the test's current-thread runtime
-/// (the TUN queue's file on tokio's reactor) echoes 1 MiB for a kernel client in the
-/// namespace, compared byte for byte by the client.
-#[test]
-fn local_stack_echoes_a_kernel_client_over_tun() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    use ustack_tokio::local::{LocalStack, LocalTcpListener};
-    if !root_and("local_stack_echoes_a_kernel_client_over_tun", "python3") {
-        return;
+/// Runs `argv` in the namespace at `ns` (bounded: 60 s) on a thread of its own, awaited
+/// without blocking the test's current-thread runtime, which serves it meanwhile.
+async fn run_beside(ns: &Path, argv: Vec<String>) -> std::process::Output {
+    let ns = ns.to_owned();
+    let t = std::thread::spawn(move || {
+        std::process::Command::new("timeout")
+            .args(["60", "nsenter", &format!("--net={}", ns.display())])
+            .args(argv)
+            .output()
+            .expect("a command in the namespace")
+    });
+    while !t.is_finished() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    t.join().unwrap()
+}
+
+/// `f` on a `LocalStack` (seeded `seed`) over a new TUN rig, inside a current-thread
+/// runtime's `LocalSet`; `f` gets the namespace's path for [`run_beside`].
+fn on_local_stack<T, F: core::future::Future<Output = T>>(
+    seed: u64,
+    f: impl FnOnce(ustack_tokio::local::LocalStack, PathBuf) -> F,
+) -> T {
     let mut rig = TunRig::new(1, None).expect("TUN rig");
     let queue = rig.queues.pop().expect("one queue");
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let out = tokio::task::LocalSet::new().block_on(&rt, async {
-        let builder = RuntimeBuilder::new().ipv4(USTACK_IP, 24).seed(12);
-        let stack = LocalStack::new(builder, queue).unwrap();
+    let ns = rig.ns.path().to_owned();
+    tokio::task::LocalSet::new().block_on(&rt, async {
+        let builder = RuntimeBuilder::new().ipv4(USTACK_IP, 24).seed(seed);
+        let stack = ustack_tokio::local::LocalStack::new(builder, queue).unwrap();
+        f(stack, ns).await
+    })
+}
+
+/// Model (b) over a TUN interface: a `LocalStack` on the test's current-thread runtime
+/// (the TUN queue's file on tokio's reactor) echoes 1 MiB for a kernel client in the
+/// namespace, compared byte for byte by the client.
+#[test]
+fn local_stack_echoes_a_kernel_client_over_tun() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use ustack_tokio::local::LocalTcpListener;
+    if !root_and("local_stack_echoes_a_kernel_client_over_tun", "python3") {
+        return;
+    }
+    let out = on_local_stack(12, |stack, ns| async move {
         let listener = LocalTcpListener::bind(&stack, (USTACK_IP, 7).into()).unwrap();
         tokio::task::spawn_local(async move {
             let (mut s, _) = listener.accept().await.unwrap();
@@ -388,19 +417,8 @@ fn local_stack_echoes_a_kernel_client_over_tun() {
                 }
             }
         });
-        let ns = rig.ns.path().to_owned();
-        let client = std::thread::spawn(move || {
-            let argv = ["python3", "-c", PY_ECHO_1M, &USTACK_IP.to_string(), "7"];
-            std::process::Command::new("timeout")
-                .args(["60", "nsenter", &format!("--net={}", ns.display())])
-                .args(argv)
-                .output()
-                .expect("python3 client")
-        });
-        while !client.is_finished() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        client.join().unwrap()
+        let argv = ["python3", "-c", PY_ECHO_1M, &USTACK_IP.to_string(), "7"];
+        run_beside(&ns, argv.map(String::from).to_vec()).await
     });
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
@@ -408,6 +426,63 @@ fn local_stack_echoes_a_kernel_client_over_tun() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// The `axum_hello` application on model (b) as the example's `--local` serves it (hyper's
+/// HTTP/1 server per connection on the `LocalSet`): curl's `GET /`, `POST /echo` with JSON,
+/// and two requests on one keep-alive connection.
+#[test]
+fn axum_on_a_local_stack_serves_curl_over_tun() {
+    use ustack_tokio::local::LocalTcpListener;
+    if !root_and("axum_on_a_local_stack_serves_curl_over_tun", "curl") {
+        return;
+    }
+    let root = TempDir::new("axum-local");
+    let base = format!("http://{USTACK_IP}:80");
+    let json = r#"{"model":"b","n":[1,2]}"#;
+    let got = on_local_stack(13, |stack, ns| async move {
+        let listener = LocalTcpListener::bind(&stack, (USTACK_IP, 80).into()).unwrap();
+        tokio::task::spawn_local(axum_hello::serve_local(
+            listener,
+            axum_hello::app(root.0.clone()),
+        ));
+        let mut got = Vec::new();
+        let requests = [
+            vec![format!("{base}/")],
+            vec![
+                "-H".into(),
+                "content-type: application/json".into(),
+                "--data-binary".into(),
+                json.into(),
+                format!("{base}/echo"),
+            ],
+            vec![
+                "-o".into(),
+                "/dev/null".into(),
+                "-o".into(),
+                "/dev/null".into(),
+                "-w".into(),
+                "%{http_code}:%{num_connects} ".into(),
+                format!("{base}/"),
+                format!("{base}/"),
+            ],
+        ];
+        for args in requests {
+            let mut argv: Vec<String> = ["curl", "-sS", "--fail", "--max-time", "20"]
+                .map(String::from)
+                .to_vec();
+            argv.extend(args);
+            let out = run_beside(&ns, argv).await;
+            got.push(String::from_utf8_lossy(&out.stdout).into_owned());
+        }
+        got
+    });
+    assert_eq!(got[0], "Hello, World!");
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&got[1]).expect("JSON back"),
+        serde_json::from_str::<serde_json::Value>(json).unwrap()
+    );
+    assert_eq!(got[2].trim(), "200:1 200:0", "keep-alive reuse");
 }
 
 /// A hyper client on ustack fetching from a kernel HTTP server in the namespace.
