@@ -7,6 +7,7 @@
 #
 #   cargo build --release -p ustack-tokio --example axum_hello
 #   bash crates/tokio/scripts/axum_idle.sh target/release/examples/axum_hello 10000
+#   LOCAL=--local bash crates/tokio/scripts/axum_idle.sh ...   # ustack in model (b)
 set -eu
 BIN=$1; N=${2:-10000}
 HOLDER=$(dirname "$0")/../tests/support/idle_holder.py
@@ -27,14 +28,14 @@ trap cleanup EXIT
 cleanup
 # ustack over TUN
 ip netns add axi
-"$BIN" --link tun --netns axi --tun axi0 --addr 192.0.2.2:80 --workers 1 > /tmp/axum_idle_u.out 2>&1 &
+"$BIN" --link tun --netns axi --tun axi0 --addr 192.0.2.2:80 --workers 1 ${LOCAL:-} > /tmp/axum_idle_u.out 2>&1 &
 UP=$!
 for _ in $(seq 100); do grep -q tun-ready /tmp/axum_idle_u.out && break; sleep 0.1; done
 ip netns exec axi ip addr add 192.0.2.1/24 dev axi0
 ip netns exec axi ip link set axi0 txqueuelen 4096 up
 ip netns exec axi ip link set lo up
 sleep 0.5; warm axi; sleep 1
-hold axi "ustack (TUN)" $UP
+hold axi "ustack (TUN${LOCAL:+, model (b)})" $UP
 kill $UP; wait $UP 2>/dev/null || true; UP=
 # the kernel across veth
 ip netns add axk1; ip netns add axk2
