@@ -1574,8 +1574,26 @@ impl Net {
     /// nothing is there (`WouldBlock` when it runs out). A pending error (`ECONNRESET`)
     /// once.
     pub fn read(&self, fd: Fd, buf: &mut [u8], wait: Wait) -> io::Result<usize> {
+        let mut at = 0;
+        self.read_with(fd, buf.len(), wait, |piece| {
+            buf[at..at + piece.len()].copy_from_slice(piece);
+            at += piece.len();
+        })
+    }
+
+    /// [`read`](Net::read) of up to `max` bytes handed to `put` in one or two pieces
+    /// (in order) instead of copied into a slice: for a caller whose buffer is not
+    /// initialized yet (tokio's `ReadBuf`), which would otherwise have to zero all of it
+    /// first and so touch pages a short read never needs.
+    pub fn read_with(
+        &self,
+        fd: Fd,
+        max: usize,
+        wait: Wait,
+        mut put: impl FnMut(&[u8]),
+    ) -> io::Result<usize> {
         let s = self.stream_sock(fd)?;
-        if buf.is_empty() {
+        if max == 0 {
             return Ok(0);
         }
         loop {
@@ -1584,10 +1602,14 @@ impl Net {
                 let mut rx = lock(&s.shared.rx);
                 if !rx.data.is_empty() {
                     let was_full = rx.data.len() >= RX_CAP;
-                    let n = buf.len().min(rx.data.len());
-                    for (dst, src) in buf.iter_mut().zip(rx.data.drain(..n)) {
-                        *dst = src;
+                    let n = max.min(rx.data.len());
+                    let (a, b) = rx.data.as_slices();
+                    let first = n.min(a.len());
+                    put(&a[..first]);
+                    if n > first {
+                        put(&b[..n - first]);
                     }
+                    rx.data.drain(..n);
                     if !rx.readable() {
                         let bits = (Readiness::READABLE | Readiness::ERROR).to_epoll();
                         s.shared.ready[0].fetch_and(!bits, Ordering::AcqRel);

@@ -95,11 +95,14 @@ impl DynLink {
         DynLink(Box::new(link))
     }
 
-    pub(crate) fn link_mut(&mut self) -> &mut dyn Link {
+    /// The link, to arm its wake-up and wait on its files (a loop driven from elsewhere,
+    /// e.g. ustack-tokio's `LocalStack`).
+    pub fn link_mut(&mut self) -> &mut dyn Link {
         &mut *self.0
     }
 
-    pub(crate) fn link(&self) -> &dyn Link {
+    /// The link.
+    pub fn link(&self) -> &dyn Link {
         &*self.0
     }
 }

@@ -12,7 +12,12 @@
 //! exec NS ip link set <interface> up`); `--link shm` creates a shm link, prints
 //! `shm-offer <name>` and serves once a client attaches; `--link sim` runs the server and
 //! a hyper client in this process over the in-process sim link, checks the three routes
-//! and exits.
+//! and exits; `--link kernel` serves the same application on tokio's own (kernel)
+//! sockets at `--addr`, in the namespace it is started in (the comparison docs/api.md
+//! measures with wrk). `--workers N` sets tokio's worker threads (default: one per core).
+//! `--local` (with `--link tun`) runs model (b): the stack driven inside a current-thread
+//! runtime (`ustack_tokio::local::LocalStack`), each connection served by hyper on the
+//! `LocalSet` (`axum::serve` spawns `Send` tasks, and these sockets are not `Send`).
 
 use core::net::Ipv4Addr;
 use std::path::PathBuf;
@@ -30,10 +35,16 @@ use ustack_tokio::{Net, TcpListener};
 
 #[derive(Debug, Parser)]
 struct Args {
-    /// tun (the kernel is the peer), shm (another process attaches) or sim (a built-in
-    /// client in this process).
-    #[arg(long, default_value = "tun", value_parser = ["tun", "shm", "sim"])]
+    /// tun (the kernel is the peer), shm (another process attaches), sim (a built-in
+    /// client in this process) or kernel (tokio's own sockets, for comparison).
+    #[arg(long, default_value = "tun", value_parser = ["tun", "shm", "sim", "kernel"])]
     link: String,
+    /// tokio worker threads (default: one per core).
+    #[arg(long)]
+    workers: Option<usize>,
+    /// With --link tun: the stack driven inside one current-thread runtime (model (b)).
+    #[arg(long)]
+    local: bool,
     /// The network namespace to create the TUN interface in (a name or a path).
     #[arg(long)]
     netns: Option<String>,
@@ -97,10 +108,27 @@ fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let (ip, prefix, port) = parse_addr(&args.addr)?;
     let builder = RuntimeBuilder::new().ipv4(ip, prefix);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let mut rt = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = args.workers {
+        rt.worker_threads(n);
+    }
+    let rt = rt.enable_all().build()?;
     match args.link.as_str() {
+        "tun" if args.local => {
+            let (queue, name) = ustack_tokio::tun_queue(&args.tun, args.netns.as_deref())
+                .context("creating the TUN interface")?;
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            tokio::task::LocalSet::new().block_on(&rt, async {
+                let stack = ustack_tokio::local::LocalStack::new(builder, queue)?;
+                let addr = core::net::SocketAddr::from((ip, port));
+                let listener = ustack_tokio::local::LocalTcpListener::bind(&stack, addr)?;
+                println!("tun-ready {name}");
+                serve_local(listener, app(args.root)).await;
+                Ok::<(), anyhow::Error>(())
+            })?;
+        }
         "tun" => {
             let (net, name) = ustack_tokio::net_over_tun(builder, &args.tun, args.netns.as_deref())
                 .context("creating the TUN interface")?;
@@ -120,9 +148,36 @@ fn main() -> anyhow::Result<()> {
             let listener = TcpListener::bind(&net, (ip, port))?;
             rt.block_on(axum::serve(listener, app(args.root)).into_future())?;
         }
+        "kernel" => rt.block_on(async {
+            let listener = tokio::net::TcpListener::bind((ip, port)).await?;
+            println!("kernel-ready {}", listener.local_addr()?);
+            axum::serve(listener, app(args.root)).await
+        })?,
         _ => rt.block_on(sim(builder, ip, port, args.root))?,
     }
     Ok(())
+}
+
+/// `app` on a model (b) listener: each connection served by hyper's HTTP/1 server in a
+/// task on the `LocalSet` (keep-alive as `axum::serve`).
+pub async fn serve_local(listener: ustack_tokio::local::LocalTcpListener, app: Router) {
+    loop {
+        let stream = match listener.accept().await {
+            Ok((s, _)) => s,
+            Err(e) => {
+                eprintln!("accept: {e}");
+                tokio::time::sleep(core::time::Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        tokio::task::spawn_local(async move {
+            let io = hyper_util::rt::TokioIo::new(stream);
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(io, service)
+                .await;
+        });
+    }
 }
 
 /// The server and a hyper client over the in-process sim link: check the three routes.

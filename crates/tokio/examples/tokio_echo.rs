@@ -9,7 +9,10 @@
 //! `--link sim`: both stacks on one loop thread over the in-process sim link; `shm`: a
 //! shm link, a loop thread per side; `kernel`: the same tokio code on tokio's own
 //! sockets over the kernel's loopback. One multi-thread tokio runtime (`--workers`,
-//! default 2) runs the server and the clients.
+//! default 2) runs the server and the clients. `--link local-shm`: model (b), both
+//! stacks over a shm link driven inside one current-thread tokio runtime
+//! ([`ustack_tokio::local::LocalStack`]), with the server and the clients on it (no loop
+//! thread; `--workers` does not apply).
 
 use core::time::Duration;
 use std::io;
@@ -25,7 +28,7 @@ use ustack_tokio::Net;
 
 #[derive(Debug, Parser)]
 struct Args {
-    /// sim, shm or kernel.
+    /// sim, shm, kernel or local-shm.
     #[arg(long, default_value = "shm")]
     link: String,
     /// Concurrent connections.
@@ -78,6 +81,9 @@ async fn pingpong(
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if args.link == "local-shm" {
+        return local(&args);
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(args.workers)
         .enable_all()
@@ -132,7 +138,11 @@ fn main() -> anyhow::Result<()> {
         }
         Ok::<_, anyhow::Error>(start.elapsed())
     })?;
-    let n = total.load(Ordering::Relaxed);
+    report(&args, total.load(Ordering::Relaxed), t);
+    Ok(())
+}
+
+fn report(args: &Args, n: u64, t: Duration) {
     println!(
         "tokio echo, --link {}, {} connection(s): {n} messages in {:.2} s, {:.0} messages/s",
         args.link,
@@ -140,6 +150,50 @@ fn main() -> anyhow::Result<()> {
         t.as_secs_f64(),
         n as f64 / t.as_secs_f64()
     );
+}
+
+/// `--link local-shm`: both stacks and every task on one current-thread runtime.
+fn local(args: &Args) -> anyhow::Result<()> {
+    use ustack_tokio::local::{LocalStack, LocalTcpListener, LocalTcpStream};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let total = std::rc::Rc::new(core::cell::Cell::new(0u64));
+    let secs = Duration::from_secs_f64(args.secs);
+    let t = tokio::task::LocalSet::new().block_on(&rt, async {
+        let (a, b) = ShmLink::pair(&ShmConfig::default())?;
+        let server = RuntimeBuilder::new().ipv4("10.0.0.1".parse().unwrap(), 24);
+        let client = RuntimeBuilder::new().ipv4("10.0.0.2".parse().unwrap(), 24);
+        let one = |v: Vec<_>| v.into_iter().next().expect("one queue pair");
+        let snet = LocalStack::new(server, one(a))?;
+        let cnet = LocalStack::new(client, one(b))?;
+        let addr = "10.0.0.1:7".parse()?;
+        let l = LocalTcpListener::bind(&snet, addr)?;
+        tokio::task::spawn_local(async move {
+            while let Ok((s, _)) = l.accept().await {
+                let _ = s.set_nodelay(true);
+                tokio::task::spawn_local(echo(s));
+            }
+        });
+        let stop = tokio::time::Instant::now() + secs;
+        let start = std::time::Instant::now();
+        let mut clients = Vec::new();
+        for i in 0..args.conns {
+            let s = LocalTcpStream::connect(&cnet, addr).await?;
+            s.set_nodelay(true)?;
+            let total = total.clone();
+            clients.push(tokio::task::spawn_local(async move {
+                let n = pingpong(s, i as u8, stop).await?;
+                total.set(total.get() + n);
+                Ok::<_, io::Error>(())
+            }));
+        }
+        for c in clients {
+            c.await??;
+        }
+        Ok::<_, anyhow::Error>(start.elapsed())
+    })?;
+    report(args, total.get(), t);
     Ok(())
 }
 
@@ -155,7 +209,7 @@ fn nets(link: &str) -> io::Result<(Net, Net)> {
         }
         other => Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("--link {other}: sim, shm or kernel"),
+            format!("--link {other}: sim, shm, kernel or local-shm"),
         )),
     }
 }

@@ -59,12 +59,11 @@
 //! system call is for tokio's own sockets. docs/api.md compares the three ways to program
 //! ustack and gives their cost per message.
 //!
-//! Why not drive the stack inside the tokio runtime (the device's fd registered with
-//! tokio's reactor, timers on tokio's clock, a current-thread runtime per shard): see
-//! docs/api.md; in short, ustack-net's loop already is the one owner of each shard's
-//! stack, and moving it into a tokio task would need the runtime's loop split into
-//! non-blocking steps and every socket call routed to that task; it is the next step where
-//! it pays (one thread per shard instead of two).
+//! The other model, the stack's loop driven inside tokio (the link's file on tokio's
+//! reactor, a task running the rounds, socket calls on the stack directly, no thread
+//! hand-off) is [`local::LocalStack`]: one stack per current-thread runtime, `!Send`
+//! sockets, about a sixth of this model's CPU per message on one connection.
+//! docs/api.md compares them.
 
 use core::future::poll_fn;
 use core::net::{SocketAddr, SocketAddrV4};
@@ -83,6 +82,7 @@ pub use ustack_net::{Fd, Net, Readiness};
 
 #[cfg(feature = "axum")]
 mod axum_listener;
+pub mod local;
 
 /// The backlog [`TcpListener::bind`] asks for (Linux's `SOMAXCONN`).
 pub const BACKLOG: u32 = 4096;
@@ -328,17 +328,14 @@ fn poll_read(sock: &Sock, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<i
     if buf.remaining() == 0 {
         return Poll::Ready(Ok(()));
     }
-    let dst = buf.initialize_unfilled();
-    match sock.poll_io(cx, Readiness::READABLE, |net, fd| {
-        net.read(fd, dst, Wait::Never)
-    }) {
-        Poll::Ready(Ok(n)) => {
-            buf.advance(n);
-            Poll::Ready(Ok(()))
-        }
-        Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-        Poll::Pending => Poll::Pending,
-    }
+    // Copied into the unfilled part as it is: zeroing it first (`initialize_unfilled`)
+    // would touch every page of a reader's buffer (hyper's 8 KiB per connection) however
+    // little arrives, as tokio's own sockets do not.
+    let max = buf.remaining();
+    sock.poll_io(cx, Readiness::READABLE, |net, fd| {
+        net.read_with(fd, max, Wait::Never, |piece| buf.put_slice(piece))
+    })
+    .map_ok(|_| ())
 }
 
 fn poll_write(sock: &Sock, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
@@ -509,6 +506,16 @@ pub fn net_over_tun(
     name: &str,
     netns: Option<&str>,
 ) -> io::Result<(Net, String)> {
+    let (queue, name) = tun_queue(name, netns)?;
+    Ok((Net::tun(builder, vec![queue])?, name))
+}
+
+/// A new TUN interface `name` in `netns`, as [`net_over_tun`] makes it: its one queue (for
+/// [`local::LocalStack::new`]) and the interface's name.
+pub fn tun_queue(
+    name: &str,
+    netns: Option<&str>,
+) -> io::Result<(ustack_dev::tun::TunQueue, String)> {
     let netns = netns.map(|n| {
         if n.contains('/') {
             std::path::PathBuf::from(n)
@@ -524,5 +531,9 @@ pub fn net_over_tun(
         offload: false,
     })?;
     let name = tun.name().to_owned();
-    Ok((Net::tun(builder, tun.into_queues())?, name))
+    let queue = tun
+        .into_queues()
+        .pop()
+        .ok_or_else(|| io::Error::other("the TUN interface has no queue"))?;
+    Ok((queue, name))
 }

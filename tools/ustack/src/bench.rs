@@ -47,6 +47,7 @@ mod plot;
 mod shm;
 mod sim;
 mod stream;
+mod tokio_api;
 mod udp_rr;
 
 use std::io::IsTerminal;
@@ -108,6 +109,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         for server in &args.server {
             let linux = server == "linux";
             let moded = linux
+                && args.api == "native"
                 && MODED_SCENARIOS.contains(&scenario)
                 && !kernel_link::LINKS.contains(&args.link.as_str());
             let runs: Vec<LinuxMode> = if moded {
@@ -222,6 +224,8 @@ fn run_one(
     let link = args.link.as_str();
     let over_kernel_link = kernel_link::LINKS.contains(&link);
     let mut outcome = match (scenario, server) {
+        ("pingpong", "ustack") if args.api == "tokio" => tokio_api::ustack(&run)?,
+        ("pingpong", _) if args.api == "tokio" => tokio_api::linux(&run)?,
         ("stream", "ustack") if over_kernel_link => {
             kernel_link::ustack_stream(&run, link, args.no_offload)?
         }
@@ -248,7 +252,7 @@ fn run_one(
         outcome.machine_cpu = Some(machine);
         // The bench process, plus the server when it is a process of its own (Linux's
         // peers; ustack's c1m server): their CPU, whatever else the machine runs.
-        let apart = server == "linux" || c1m;
+        let apart = (server == "linux" && args.api == "native") || c1m;
         outcome.process_cpu = match outcome.server_cpu {
             Some(s) if apart => Some(own + s),
             _ if apart => None,

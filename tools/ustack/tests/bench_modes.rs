@@ -230,3 +230,46 @@ fn all_modes_run_by_default_and_the_ratio_is_against_the_best() {
     assert!(ratio.contains("the best of"), "{ratio}");
     assert!(ratio.contains("against each: epoll "), "{ratio}");
 }
+
+/// `--api tokio`: pingpong on tokio on both servers (ustack through ustack-tokio's
+/// LocalStack over shm, Linux through tokio::net over loopback), 10 connections for
+/// 200 ms: both verified, named `"api": "tokio"` and `"mode": "tokio"`, with round trips,
+/// latency and the bench process's CPU per message. Other scenarios are refused as usage.
+#[test]
+fn pingpong_runs_on_tokio_on_both_servers() {
+    let o = ustack(&[
+        "bench",
+        "pingpong",
+        "--api",
+        "tokio",
+        "--duration",
+        "200ms",
+        "--json",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let v: Value = serde_json::from_slice(&o.stdout).expect("stdout is one JSON document");
+    let runs = v.as_array().expect("a JSON array");
+    assert_eq!(runs.len(), 2, "ustack and linux: {v}");
+    for (r, server, link) in [(&runs[0], "ustack", "shm"), (&runs[1], "linux", "loopback")] {
+        assert_eq!(r["server"], server, "{r}");
+        assert_eq!(r["link"], link, "{r}");
+        assert_eq!(r["api"], "tokio", "{r}");
+        assert_eq!(r["mode"], "tokio", "{r}");
+        assert_eq!(r["verified"], true, "{r}");
+        assert_eq!(r["conns"], 10, "{r}");
+        assert!(r["round_trips"].as_u64().is_some_and(|n| n >= 10), "{r}");
+        assert!(
+            r["latency_us"]["p50"].as_f64().is_some_and(|x| x > 0.0),
+            "{r}"
+        );
+        assert!(r["process_cpu_per_msg_ns"].as_f64().is_some(), "{r}");
+    }
+    let o = ustack(&["bench", "udp-rr", "--api", "tokio", "--duration", "100ms"]);
+    assert_eq!(o.status.code(), Some(2), "a usage error");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("only pingpong runs on tokio"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

@@ -97,6 +97,13 @@ pub struct Args {
     /// --duration each mode gets a share of the default time.
     #[arg(long, default_value = "all", value_delimiter = ',', value_parser = ["epoll", "busy", "io_uring", "all"])]
     pub linux_mode: Vec<String>,
+    /// What pingpong's server and client are written against: native (ustack's event
+    /// loop; Linux's sockets in each --linux-mode) or tokio (the same tokio code on both:
+    /// on ustack through ustack-tokio's LocalStack over shm, the stack driven inside
+    /// tokio; on Linux through tokio::net over loopback; server and client each a
+    /// current-thread runtime on a thread of its own).
+    #[arg(long, default_value = "native", value_parser = ["native", "tokio"])]
+    pub api: String,
     /// Print one JSON array (one object per server and scenario) instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -255,6 +262,21 @@ impl Args {
     /// What the options ask that cannot be done, as a usage error (exit status 2).
     pub fn check(&self, scenarios: &[&str]) -> Result<(), String> {
         let link = self.link.as_str();
+        if self.api == "tokio" {
+            if let Some(other) = scenarios.iter().find(|s| **s != "pingpong") {
+                return Err(format!(
+                    "--api tokio: {other}: not yet: only pingpong runs on tokio so far; \
+                     run `ustack bench pingpong --api tokio`"
+                ));
+            }
+            if !matches!(link, "shm" | "loopback") || self.shards != 1 {
+                return Err(
+                    "--api tokio runs ustack over shm with one shard (Linux over loopback): \
+                     use --link shm and --shards 1"
+                        .into(),
+                );
+            }
+        }
         if self.no_offload && link != "tun" {
             return Err(format!("--no-offload is for --link tun, not {link}"));
         }

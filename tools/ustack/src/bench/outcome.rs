@@ -44,6 +44,9 @@ pub struct Outcome {
     /// `io_uring`; `blocking` for stream's sink), or ustack's (`busy-poll`; `inline` over
     /// sim, where client and server share a thread).
     pub mode: &'static str,
+    /// `--api`: what the server and client are written against, `native` (ustack's event
+    /// loop; Linux's sockets in the `mode`) or `tokio` (the same tokio code on both).
+    pub api: &'static str,
     /// The whole machine's busy CPU time over the measured phase (/proc/stat, every core).
     pub machine_cpu: Option<Duration>,
     /// The CPU time of the run's own processes over the measured phase: the bench process
@@ -91,6 +94,7 @@ impl Outcome {
             link_stats: Value::Null,
             c1m: None,
             mode: "",
+            api: "native",
             machine_cpu: None,
             process_cpu: None,
             server_waits: Value::Null,

@@ -109,6 +109,7 @@ impl Outcome {
             "latency_us": latency,
             "server_cpu_s": self.server_cpu.map(|d| d.as_secs_f64()),
             "mode": self.mode,
+            "api": self.api,
             "machine_cpu_s": self.machine_cpu.map(|d| d.as_secs_f64()),
             "cpu_per_msg_ns": self.cpu_per_msg_ns(),
             "process_cpu_s": self.process_cpu.map(|d| d.as_secs_f64()),
@@ -173,6 +174,7 @@ impl Outcome {
 fn ustack_how(o: &Outcome) -> String {
     match o.mode {
         "inline" => format!("{}, client and server in one thread", o.link),
+        "tokio" => format!("{}, the stack driven inside tokio", o.link),
         _ => format!(
             "{}, busy-polling {} µs then sleeping",
             o.link,
@@ -184,7 +186,14 @@ fn ustack_how(o: &Outcome) -> String {
 fn print_table(outcomes: &[Outcome], skipped: &[Skipped], args: &Args) {
     println!();
     let linux = "Linux over loopback (the server in processes of its own)";
-    if args.link == "tun" {
+    if args.api == "tokio" {
+        println!(
+            "tokio (--api tokio): server and client each a current-thread runtime on a thread \
+             of its own, in the bench process; ustack through ustack-tokio's LocalStack over \
+             shm (the stack driven inside tokio, waiting in its reactor), Linux through \
+             tokio::net over loopback"
+        );
+    } else if args.link == "tun" {
         let offloads = if args.no_offload {
             "without offloads"
         } else {
@@ -228,7 +237,7 @@ fn print_table(outcomes: &[Outcome], skipped: &[Skipped], args: &Args) {
     }
     if outcomes
         .iter()
-        .any(|o| o.server == "linux" && MODED_SCENARIOS.contains(&o.scenario))
+        .any(|o| o.server == "linux" && o.api == "native" && MODED_SCENARIOS.contains(&o.scenario))
     {
         let said: Vec<String> = args
             .linux_modes()

@@ -56,7 +56,7 @@ pub(super) type Rt = Runtime<ShmPort, MonotonicClock>;
 /// gives the port no more than its free slots (`Device::tx_space`), the rest waits in the
 /// stack's transmit queue, and connections wait for room in that (docs/bench.md, "A
 /// clean link drops nothing").
-fn link(queue_pairs: usize) -> io::Result<(Vec<ShmPort>, Vec<ShmPort>)> {
+pub(super) fn link(queue_pairs: usize) -> io::Result<(Vec<ShmPort>, Vec<ShmPort>)> {
     ShmLink::pair(&ShmConfig {
         queue_pairs,
         ring_size: 64,

@@ -1,0 +1,491 @@
+//! Model (b): the stack's loop driven inside tokio, on the thread of the tasks that use it.
+//!
+//! A [`LocalStack`] owns one stack (a runtime over one link) on a tokio current-thread
+//! runtime, inside a [`tokio::task::LocalSet`]. A *driver* task runs the stack's rounds
+//! (receive, transmit, timers, the poller) without blocking; between rounds it waits on
+//! tokio's reactor: the link's file (the shm doorbell, the TUN queue) registered with
+//! [`AsyncFd`], the stack's next deadline on tokio's clock, or a *kick* from a socket call
+//! that queued something for the next round. Socket calls ([`LocalTcpStream`]'s
+//! `AsyncRead`/`AsyncWrite`, [`LocalTcpListener::accept`]) call the stack directly (a
+//! `RefCell` borrow, no lock, no thread crossed); a call that would block registers the
+//! task's waker under the socket's poller token, and the driver wakes it when the
+//! poller reports the socket. So a message costs function calls and, when the driver
+//! sleeps, one `epoll_wait` in tokio's reactor: no hand-off to a loop thread.
+//!
+//! The cost of this shape: the stack runs only while the tokio thread runs it (a task
+//! that blocks its thread stalls ACKs and timers, as it stalls every other task), the
+//! sockets are `!Send` (one stack per thread: a shard per current-thread runtime), and a
+//! link needs a file to wait on (shm, TUN; not the in-process sim link).
+//!
+//! ```no_run
+//! use ustack_dev::shm::{ShmConfig, ShmLink};
+//! use ustack_runtime::RuntimeBuilder;
+//! use ustack_tokio::local::{LocalStack, LocalTcpListener};
+//!
+//! let (a, _peer) = ShmLink::pair(&ShmConfig::default())?;
+//! let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+//! tokio::task::LocalSet::new().block_on(&rt, async {
+//!     let builder = RuntimeBuilder::new().ipv4("10.0.0.1".parse().unwrap(), 24);
+//!     let stack = LocalStack::new(builder, a.into_iter().next().unwrap())?;
+//!     let listener = LocalTcpListener::bind(&stack, "10.0.0.1:7".parse().unwrap())?;
+//!     let (_stream, _peer) = listener.accept().await?;
+//!     Ok::<(), std::io::Error>(())
+//! })?;
+//! # Ok::<(), std::io::Error>(())
+//! ```
+
+use core::cell::{Cell, RefCell};
+use core::future::poll_fn;
+use core::net::{SocketAddr, SocketAddrV4};
+use core::pin::Pin;
+use core::task::{Context, Poll, Waker};
+use core::time::Duration;
+use std::collections::HashMap;
+use std::io;
+use std::net::Shutdown;
+use std::os::fd::OwnedFd;
+use std::rc::{Rc, Weak};
+
+use tokio::io::unix::AsyncFd;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use ustack_net::{DynLink, Link, LoopRuntime};
+use ustack_runtime::runtime::{Events, Interest, RuntimeBuilder};
+use ustack_runtime::{Mode, api};
+use ustack_stack::Readiness;
+
+use crate::BACKLOG;
+
+/// The wakers of the tasks waiting on one socket (by its poller token).
+#[derive(Debug, Default)]
+struct Waiting {
+    read: Option<Waker>,
+    write: Option<Waker>,
+}
+
+/// The stack and what its driver and sockets share, on one thread.
+struct Inner {
+    rt: RefCell<LoopRuntime>,
+    waiting: RefCell<HashMap<u64, Waiting>>,
+    next_token: Cell<u64>,
+    /// A socket call queued work for the next round (a segment, a close).
+    kicked: Cell<bool>,
+    /// The driver's waker while it waits.
+    driver: RefCell<Option<Waker>>,
+    /// Rounds run and waits on the reactor (for tests and the docs' figures).
+    rounds: Cell<u64>,
+    waits: Cell<u64>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // The driver holds a weak reference: let it see that the stack is gone.
+        if let Some(w) = self.driver.get_mut().take() {
+            w.wake();
+        }
+    }
+}
+
+impl Inner {
+    fn kick(&self) {
+        self.kicked.set(true);
+        if let Some(w) = self.driver.borrow_mut().take() {
+            w.wake();
+        }
+    }
+
+    fn token(&self) -> u64 {
+        let t = self.next_token.get();
+        self.next_token.set(t + 1);
+        t
+    }
+
+    /// Wake `cx`'s task when socket `token` is next reported (for reading if `read`).
+    fn park(&self, token: u64, read: bool, cx: &Context<'_>) {
+        let mut waiting = self.waiting.borrow_mut();
+        let w = waiting.entry(token).or_default();
+        let slot = if read { &mut w.read } else { &mut w.write };
+        match slot {
+            Some(t) if t.will_wake(cx.waker()) => {}
+            t => *t = Some(cx.waker().clone()),
+        }
+    }
+
+    /// The poller reported socket `token`: wake its tasks (they retry their call).
+    fn wake(&self, token: u64) {
+        let w = self
+            .waiting
+            .borrow_mut()
+            .get_mut(&token)
+            .map(core::mem::take);
+        if let Some(w) = w {
+            for t in [w.read, w.write].into_iter().flatten() {
+                t.wake();
+            }
+        }
+    }
+
+    fn forget(&self, token: u64) {
+        self.waiting.borrow_mut().remove(&token);
+        self.kick();
+    }
+}
+
+/// A stack driven by a task on the current thread's tokio runtime (model (b), see the
+/// [module docs](self)). Clones share the stack.
+#[derive(Clone)]
+pub struct LocalStack {
+    inner: Rc<Inner>,
+}
+
+impl core::fmt::Debug for LocalStack {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("LocalStack")
+            .field("rounds", &self.inner.rounds.get())
+            .field("waits", &self.inner.waits.get())
+            .finish_non_exhaustive()
+    }
+}
+
+impl LocalStack {
+    /// A stack built by `builder` over `link`, its driver spawned on the current
+    /// [`tokio::task::LocalSet`] (panics outside one, as `spawn_local` does).
+    /// `InvalidInput` for a link without a file to wait on (the sim link).
+    pub fn new(builder: RuntimeBuilder, link: impl Link + 'static) -> io::Result<LocalStack> {
+        let mut files = Vec::new();
+        link.sleep_fds(&mut files);
+        if files.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "ustack-tokio: LocalStack needs a link with a file to wait on (shm, TUN)",
+            ));
+        }
+        let fds = files
+            .into_iter()
+            .map(|f| readable_fd(f.try_clone_to_owned()?))
+            .collect::<io::Result<Vec<_>>>()?;
+        let rt = builder.build(DynLink::new(link))?;
+        let inner = Rc::new(Inner {
+            rt: RefCell::new(rt),
+            waiting: RefCell::default(),
+            next_token: Cell::new(0),
+            kicked: Cell::new(false),
+            driver: RefCell::default(),
+            rounds: Cell::new(0),
+            waits: Cell::new(0),
+        });
+        tokio::task::spawn_local(drive(Rc::downgrade(&inner), fds));
+        Ok(LocalStack { inner })
+    }
+
+    /// Rounds the driver ran and the times it waited on the reactor.
+    pub fn driver_counters(&self) -> (u64, u64) {
+        (self.inner.rounds.get(), self.inner.waits.get())
+    }
+
+    /// The stack's runtime, for what the socket types do not wrap (statistics, sockets,
+    /// memory). Do not hold the borrow across an `.await`.
+    pub fn runtime(&self) -> core::cell::RefMut<'_, LoopRuntime> {
+        self.inner.rt.borrow_mut()
+    }
+}
+
+/// `fd` registered with tokio's reactor for reading. tokio 1.54 deprecates the safe
+/// constructors for types whose `as_raw_fd` might change or close; an [`OwnedFd`] moved
+/// into the `AsyncFd` is open and the same file for the `AsyncFd`'s whole life, the case
+/// the unsafe `register` asks its caller to promise (and this workspace forbids `unsafe`).
+#[allow(deprecated)]
+fn readable_fd(fd: OwnedFd) -> io::Result<AsyncFd<OwnedFd>> {
+    AsyncFd::with_interest(fd, tokio::io::Interest::READABLE)
+}
+
+/// The driver: a round, wake the reported sockets' tasks, then (when the round found
+/// nothing to do) wait on the link's files, the next deadline or a kick.
+async fn drive(inner: Weak<Inner>, fds: Vec<AsyncFd<OwnedFd>>) {
+    let mut events = Events::with_capacity(1024);
+    let noop = Waker::noop();
+    loop {
+        let Some(s) = inner.upgrade() else {
+            return;
+        };
+        // Take the files' readiness before the round: a frame that arrives after this
+        // sets it again, so the wait below cannot miss it.
+        let mut ncx = Context::from_waker(noop);
+        for fd in &fds {
+            if let Poll::Ready(Ok(mut g)) = fd.poll_read_ready(&mut ncx) {
+                g.clear_ready();
+            }
+        }
+        s.kicked.set(false);
+        let (busy, timeout) = {
+            let mut rt = s.rt.borrow_mut();
+            let empty_before = rt.stats().empty_rounds;
+            if rt.poll(&mut events, Some(Duration::ZERO)).is_err() {
+                return;
+            }
+            let busy = rt.stats().empty_rounds == empty_before
+                || !events.is_empty()
+                || rt.poller().has_pending(rt.stack());
+            let now = rt.now();
+            let timeout = rt
+                .shard()
+                .next_wakeup()
+                .map(|t| if t <= now { Duration::ZERO } else { t - now });
+            (busy, timeout)
+        };
+        s.rounds.set(s.rounds.get() + 1);
+        for e in &events {
+            s.wake(e.token);
+        }
+        if busy || s.kicked.get() || timeout == Some(Duration::ZERO) {
+            // Let the woken tasks run, then turn again.
+            drop(s);
+            tokio::task::yield_now().await;
+            continue;
+        }
+        if !s.rt.borrow_mut().device_mut().link_mut().prepare_sleep() {
+            s.rt.borrow_mut().device_mut().link_mut().finish_sleep();
+            drop(s);
+            tokio::task::yield_now().await;
+            continue;
+        }
+        s.waits.set(s.waits.get() + 1);
+        let mut sleep = timeout.map(|t| Box::pin(tokio::time::sleep(t)));
+        let weak = Rc::downgrade(&s);
+        drop(s);
+        poll_fn(|cx| {
+            let Some(s) = weak.upgrade() else {
+                return Poll::Ready(());
+            };
+            if s.kicked.get() {
+                return Poll::Ready(());
+            }
+            *s.driver.borrow_mut() = Some(cx.waker().clone());
+            if fds.iter().any(|fd| fd.poll_read_ready(cx).is_ready()) {
+                return Poll::Ready(());
+            }
+            match &mut sleep {
+                Some(t) => t.as_mut().poll(cx),
+                None => Poll::Pending,
+            }
+        })
+        .await;
+        if let Some(s) = weak.upgrade() {
+            s.driver.borrow_mut().take();
+            s.rt.borrow_mut().device_mut().link_mut().finish_sleep();
+        }
+    }
+}
+
+/// The one IPv4 address of `addr`.
+fn v4(addr: SocketAddr) -> io::Result<SocketAddrV4> {
+    match addr {
+        SocketAddr::V4(a) => Ok(a),
+        SocketAddr::V6(_) => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "ustack-tokio: IPv4 only",
+        )),
+    }
+}
+
+fn would_block(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::WouldBlock
+}
+
+/// A TCP listener on a [`LocalStack`].
+#[derive(Debug)]
+pub struct LocalTcpListener {
+    stack: LocalStack,
+    listener: api::TcpListener,
+    token: u64,
+}
+
+impl LocalTcpListener {
+    /// Listen on `addr`.
+    pub fn bind(stack: &LocalStack, addr: SocketAddr) -> io::Result<LocalTcpListener> {
+        let s = &stack.inner;
+        let mut rt = s.rt.borrow_mut();
+        let listener = api::TcpListener::bind(&mut rt, v4(addr)?, BACKLOG)?;
+        let token = s.token();
+        rt.register(&listener, token, Interest::READABLE, Mode::Edge)?;
+        Ok(LocalTcpListener {
+            stack: stack.clone(),
+            listener,
+            token,
+        })
+    }
+
+    /// The next connection and its peer's address. Cancel-safe.
+    pub async fn accept(&self) -> io::Result<(LocalTcpStream, SocketAddr)> {
+        poll_fn(|cx| self.poll_accept(cx)).await
+    }
+
+    /// [`accept`](Self::accept) as a poll.
+    pub fn poll_accept(
+        &self,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<(LocalTcpStream, SocketAddr)>> {
+        let s = &self.stack.inner;
+        let mut rt = s.rt.borrow_mut();
+        match self.listener.accept(&mut rt) {
+            Ok((stream, peer)) => {
+                let token = s.token();
+                let interest = Interest::new(Readiness::READABLE | Readiness::WRITABLE);
+                rt.register(&stream, token, interest, Mode::Edge)?;
+                Poll::Ready(Ok((
+                    LocalTcpStream {
+                        stack: self.stack.clone(),
+                        stream,
+                        token,
+                    },
+                    SocketAddr::V4(peer),
+                )))
+            }
+            Err(e) if would_block(&e) => {
+                s.park(self.token, true, cx);
+                Poll::Pending
+            }
+            Err(e) => Poll::Ready(Err(e)),
+        }
+    }
+
+    /// The address it listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        SocketAddr::V4(self.listener.local_addr())
+    }
+}
+
+impl Drop for LocalTcpListener {
+    fn drop(&mut self) {
+        self.stack.inner.forget(self.token);
+    }
+}
+
+/// A TCP connection on a [`LocalStack`]: [`AsyncRead`] + [`AsyncWrite`]. Dropping it
+/// closes it (a FIN, or a RST with unread bytes), at the driver's next round.
+#[derive(Debug)]
+pub struct LocalTcpStream {
+    stack: LocalStack,
+    stream: api::TcpStream,
+    token: u64,
+}
+
+impl LocalTcpStream {
+    /// Open a connection to `addr`; waits for the handshake. A dropped `connect` closes
+    /// the attempt.
+    pub async fn connect(stack: &LocalStack, addr: SocketAddr) -> io::Result<LocalTcpStream> {
+        let s = &stack.inner;
+        let conn = {
+            let mut rt = s.rt.borrow_mut();
+            let stream = api::TcpStream::connect(&mut rt, v4(addr)?)?;
+            let token = s.token();
+            let interest = Interest::new(Readiness::READABLE | Readiness::WRITABLE);
+            rt.register(&stream, token, interest, Mode::Edge)?;
+            LocalTcpStream {
+                stack: stack.clone(),
+                stream,
+                token,
+            }
+        };
+        s.kick();
+        poll_fn(|cx| {
+            let mut rt = s.rt.borrow_mut();
+            match conn.stream.poll_connect(&mut rt) {
+                Ok(true) => Poll::Ready(Ok(())),
+                Ok(false) => {
+                    s.park(conn.token, false, cx);
+                    Poll::Pending
+                }
+                Err(e) => Poll::Ready(Err(e)),
+            }
+        })
+        .await?;
+        Ok(conn)
+    }
+
+    /// `TCP_NODELAY`.
+    pub fn set_nodelay(&self, on: bool) -> io::Result<()> {
+        self.stream
+            .set_nodelay(&mut self.stack.inner.rt.borrow_mut(), on)
+    }
+
+    /// The peer's address.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        Ok(SocketAddr::V4(
+            self.stream.peer_addr(&self.stack.inner.rt.borrow())?,
+        ))
+    }
+}
+
+impl Drop for LocalTcpStream {
+    fn drop(&mut self) {
+        self.stack.inner.forget(self.token);
+    }
+}
+
+impl AsyncRead for LocalTcpStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        if buf.remaining() == 0 {
+            return Poll::Ready(Ok(()));
+        }
+        let s = &self.stack.inner;
+        let r = self
+            .stream
+            .read(&mut s.rt.borrow_mut(), buf.initialize_unfilled());
+        match r {
+            Ok(n) => {
+                buf.advance(n);
+                // The window may have opened: the next round sends the update.
+                s.kick();
+                Poll::Ready(Ok(()))
+            }
+            Err(e) if would_block(&e) => {
+                s.park(self.token, true, cx);
+                Poll::Pending
+            }
+            Err(e) => Poll::Ready(Err(e)),
+        }
+    }
+}
+
+impl AsyncWrite for LocalTcpStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let s = &self.stack.inner;
+        let r = self.stream.write(&mut s.rt.borrow_mut(), buf);
+        match r {
+            Ok(n) => {
+                // Queued: the driver's next round sends it.
+                s.kick();
+                Poll::Ready(Ok(n))
+            }
+            Err(e) if would_block(&e) => {
+                s.park(self.token, false, cx);
+                Poll::Pending
+            }
+            Err(e) => Poll::Ready(Err(e)),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let s = &self.stack.inner;
+        let r = self
+            .stream
+            .shutdown(&mut s.rt.borrow_mut(), Shutdown::Write);
+        s.kick();
+        match r {
+            Err(e) if e.kind() == io::ErrorKind::NotConnected => Poll::Ready(Ok(())),
+            r => Poll::Ready(r),
+        }
+    }
+}
