@@ -74,6 +74,9 @@ struct Inner {
     /// Rounds run and waits on the reactor (for tests and the docs' figures).
     rounds: Cell<u64>,
     waits: Cell<u64>,
+    /// Why the driver stopped, if its round failed: every call parked or made after that
+    /// gets this error instead of waiting for a round that will not come.
+    stopped: RefCell<Option<String>>,
 }
 
 impl Drop for Inner {
@@ -99,14 +102,31 @@ impl Inner {
         t
     }
 
-    /// Wake `cx`'s task when socket `token` is next reported (for reading if `read`).
-    fn park(&self, token: u64, read: bool, cx: &Context<'_>) {
+    /// Wake `cx`'s task when socket `token` is next reported (for reading if `read`):
+    /// `Pending`, or the driver's error if it has stopped.
+    fn park<T>(&self, token: u64, read: bool, cx: &Context<'_>) -> Poll<io::Result<T>> {
+        if let Some(why) = &*self.stopped.borrow() {
+            return Poll::Ready(Err(io::Error::other(format!(
+                "ustack-tokio: the stack's driver stopped: {why}"
+            ))));
+        }
         let mut waiting = self.waiting.borrow_mut();
         let w = waiting.entry(token).or_default();
         let slot = if read { &mut w.read } else { &mut w.write };
         match slot {
             Some(t) if t.will_wake(cx.waker()) => {}
             t => *t = Some(cx.waker().clone()),
+        }
+        Poll::Pending
+    }
+
+    /// The driver's round failed: record why and wake every parked task (each retries
+    /// its call and gets the error from [`park`](Self::park)).
+    fn stop(&self, why: String) {
+        *self.stopped.borrow_mut() = Some(why);
+        let parked: Vec<Waiting> = self.waiting.borrow_mut().drain().map(|(_, w)| w).collect();
+        for t in parked.into_iter().flat_map(|w| [w.read, w.write]).flatten() {
+            t.wake();
         }
     }
 
@@ -172,6 +192,7 @@ impl LocalStack {
             driver: RefCell::default(),
             rounds: Cell::new(0),
             waits: Cell::new(0),
+            stopped: RefCell::default(),
         });
         tokio::task::spawn_local(drive(Rc::downgrade(&inner), fds));
         Ok(LocalStack { inner })
@@ -219,7 +240,9 @@ async fn drive(inner: Weak<Inner>, fds: Vec<AsyncFd<OwnedFd>>) {
         let (busy, timeout) = {
             let mut rt = s.rt.borrow_mut();
             let empty_before = rt.stats().empty_rounds;
-            if rt.poll(&mut events, Some(Duration::ZERO)).is_err() {
+            if let Err(e) = rt.poll(&mut events, Some(Duration::ZERO)) {
+                drop(rt);
+                s.stop(e.to_string());
                 return;
             }
             let busy = rt.stats().empty_rounds == empty_before
@@ -340,10 +363,7 @@ impl LocalTcpListener {
                     SocketAddr::V4(peer),
                 )))
             }
-            Err(e) if would_block(&e) => {
-                s.park(self.token, true, cx);
-                Poll::Pending
-            }
+            Err(e) if would_block(&e) => s.park(self.token, true, cx),
             Err(e) => Poll::Ready(Err(e)),
         }
     }
@@ -391,10 +411,7 @@ impl LocalTcpStream {
             let mut rt = s.rt.borrow_mut();
             match conn.stream.poll_connect(&mut rt) {
                 Ok(true) => Poll::Ready(Ok(())),
-                Ok(false) => {
-                    s.park(conn.token, false, cx);
-                    Poll::Pending
-                }
+                Ok(false) => s.park(conn.token, false, cx),
                 Err(e) => Poll::Ready(Err(e)),
             }
         })
@@ -442,10 +459,7 @@ impl AsyncRead for LocalTcpStream {
                 s.kick();
                 Poll::Ready(Ok(()))
             }
-            Err(e) if would_block(&e) => {
-                s.park(self.token, true, cx);
-                Poll::Pending
-            }
+            Err(e) if would_block(&e) => s.park(self.token, true, cx),
             Err(e) => Poll::Ready(Err(e)),
         }
     }
@@ -465,10 +479,7 @@ impl AsyncWrite for LocalTcpStream {
                 s.kick();
                 Poll::Ready(Ok(n))
             }
-            Err(e) if would_block(&e) => {
-                s.park(self.token, false, cx);
-                Poll::Pending
-            }
+            Err(e) if would_block(&e) => s.park(self.token, false, cx),
             Err(e) => Poll::Ready(Err(e)),
         }
     }
@@ -487,5 +498,42 @@ impl AsyncWrite for LocalTcpStream {
             Err(e) if e.kind() == io::ErrorKind::NotConnected => Poll::Ready(Ok(())),
             r => Poll::Ready(r),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ustack_dev::shm::{ShmConfig, ShmLink};
+
+    /// A driver whose round failed stops the stack: an accept parked before that and
+    /// one made after both get the error instead of waiting forever.
+    #[test]
+    fn a_stopped_driver_fails_parked_and_later_calls() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        tokio::task::LocalSet::new().block_on(&rt, async {
+            let (a, _b) = ShmLink::pair(&ShmConfig::default()).unwrap();
+            let builder = RuntimeBuilder::new()
+                .ipv4("10.0.0.1".parse().unwrap(), 24)
+                .seed(1);
+            let stack = LocalStack::new(builder, a.into_iter().next().unwrap()).unwrap();
+            let listener = LocalTcpListener::bind(&stack, "10.0.0.1:7".parse().unwrap()).unwrap();
+            let listener = Rc::new(listener);
+            let parked = tokio::task::spawn_local({
+                let l = listener.clone();
+                async move { l.accept().await.map(|_| ()) }
+            });
+            tokio::task::yield_now().await;
+            stack.inner.stop("the link failed".into());
+            let limit = Duration::from_secs(10);
+            let first = tokio::time::timeout(limit, parked).await.expect("woken");
+            let err = first.unwrap().expect_err("the parked accept fails");
+            assert!(err.to_string().contains("the link failed"), "{err}");
+            let later = tokio::time::timeout(limit, listener.accept()).await;
+            assert!(later.expect("not parked").is_err());
+        });
     }
 }
