@@ -450,10 +450,45 @@ pub fn epoll_ctl(
 /// The kernel's `epoll_wait`/`epoll_pwait` on the program's set, as the FFI hands it in.
 pub type KernelWait<'a> = &'a mut dyn FnMut(&mut [libc::epoll_event], i32) -> Result<usize, i32>;
 
+/// The kernel's wait into `out[from..]`, the wake-up event taken out: the events left.
+/// When the wake-up took a slot of a full answer, a second look (not waiting) fills it.
+fn kernel_part(
+    out: &mut [libc::epoll_event],
+    from: usize,
+    timeout: i32,
+    kernel: KernelWait<'_>,
+) -> Result<usize, i32> {
+    let mut at = from;
+    let mut t = timeout;
+    for _ in 0..2 {
+        let room = out.len() - at;
+        let k = kernel(&mut out[at..], t)?;
+        let mut j = at;
+        for i in at..at + k {
+            let ev = out[i];
+            if ev.u64 != WAKE_TOKEN {
+                out[j] = ev;
+                j += 1;
+            }
+        }
+        let woke = j < at + k;
+        at = j;
+        if !(woke && k == room) {
+            break;
+        }
+        t = 0;
+    }
+    Ok(at - from)
+}
+
+/// Turns of a one-slot `epoll_wait`: every other one looks at the kernel's files first.
+static TURN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 /// `epoll_wait(2)` on the program's kernel set `epfd` (`None`: it holds no ustack socket;
-/// the caller makes the kernel's call). ustack's events come first, up to all but one
-/// slot (the kernel's files are not starved); the kernel's wait sleeps on both (the
-/// shadow set's eventfd is in it), and its wake-up event is never reported.
+/// the caller makes the kernel's call). ustack's events come first, in all but one slot,
+/// so that ready ustack sockets never starve the kernel's files (a one-slot wait takes
+/// turns); the kernel's wait sleeps on both (the shadow set's eventfd is in it), and its
+/// wake-up event is never reported.
 pub fn epoll_wait(
     epfd: i32,
     out: &mut [libc::epoll_event],
@@ -465,7 +500,13 @@ pub fn epoll_wait(
         return Some(Err(libc::EINVAL));
     }
     let until = deadline(timeout);
-    let ucap = if out.len() > 1 { out.len() - 1 } else { 1 };
+    let ucap = out.len().saturating_sub(1).max(1);
+    if out.len() == 1 && TURN.fetch_add(1, Ordering::Relaxed) % 2 == 1 {
+        match kernel_part(out, 0, 0, kernel) {
+            Ok(0) => {}
+            r => return Some(r),
+        }
+    }
     Some(loop {
         let evs = match sock::epoll_wait(s, i32::try_from(ucap).unwrap_or(i32::MAX), 0) {
             Ok(v) => v,
@@ -477,21 +518,11 @@ pub fn epoll_wait(
         let mut n = evs.len();
         if n < out.len() {
             let t = if n > 0 { 0 } else { left_ms(until) };
-            let k = match kernel(&mut out[n..], t) {
-                Ok(k) => k,
+            match kernel_part(out, n, t, kernel) {
+                Ok(k) => n += k,
                 Err(e) if n == 0 => break Err(e),
-                Err(_) => 0,
-            };
-            // Take out the wake-up event.
-            let mut j = n;
-            for i in n..n + k {
-                let ev = out[i];
-                if ev.u64 != WAKE_TOKEN {
-                    out[j] = ev;
-                    j += 1;
-                }
+                Err(_) => {}
             }
-            n = j;
         }
         if n > 0 || left_ms(until) == 0 {
             break Ok(n);

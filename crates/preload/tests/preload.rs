@@ -1,0 +1,244 @@
+//! libustack_preload.so under real programs, with the kernel as the peer: a TUN interface
+//! in a namespace of the test's own (made beforehand, `multi_queue`; the preload attaches
+//! to it with `USTACK_TUN=tun0 USTACK_NETNS=<path>`), ustack at 192.0.2.2, the kernel at
+//! 192.0.2.1. The programs run in the test's namespace; only their TUN is in the other.
+//! Root and the tools: skips without, unless `USTACK_REQUIRE_ROOT` / `USTACK_REQUIRE_TOOLS`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use ustack_testkit::netns::{NetNs, root_or_skip, tool_or_skip};
+
+/// The libustack_preload.so of this build (target/<profile>, or its deps directory).
+fn preload_lib() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let deps = exe.parent().expect("deps directory");
+    for dir in [deps, deps.parent().expect("profile directory")] {
+        let p = dir.join("libustack_preload.so");
+        if p.exists() {
+            return p;
+        }
+    }
+    panic!("libustack_preload.so not found beside {}", exe.display());
+}
+
+/// A namespace with tun0 in it, the kernel's end configured.
+fn rig() -> NetNs {
+    let ns = NetNs::new().expect("a network namespace");
+    ns.run(
+        Duration::from_secs(5),
+        &["ip", "tuntap", "add", "tun0", "mode", "tun", "multi_queue"],
+    )
+    .expect("creating tun0");
+    ns.configure_tun("tun0").expect("configuring tun0");
+    ns
+}
+
+/// `cmd` with the preload and the rig's configuration.
+fn preloaded(cmd: &mut Command, ns: &NetNs) {
+    cmd.env("LD_PRELOAD", preload_lib())
+        .env("USTACK_TUN", "tun0")
+        .env("USTACK_NETNS", ns.path())
+        .env("USTACK_ADDR", "192.0.2.2/24")
+        .env_remove("USTACK_FALLBACK");
+}
+
+/// Wait for `child` up to `limit`, killing it then: its output (stdout, stderr).
+fn finish(mut child: Child, limit: Duration, what: &str) -> (Output, bool) {
+    let deadline = Instant::now() + limit;
+    let mut timed_out = false;
+    loop {
+        if child.try_wait().expect("waiting").is_some() {
+            break;
+        }
+        if Instant::now() > deadline {
+            // `timeout` (every command here runs under one) passes a TERM on to its
+            // process group, the grandchildren holding our pipes included.
+            let _ = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status();
+            std::thread::sleep(Duration::from_millis(500));
+            let _ = child.kill();
+            timed_out = true;
+            eprintln!("{what}: killed after {limit:?}");
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (child.wait_with_output().expect("output"), timed_out)
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Compile tests/c/NAME.c into the test's temporary directory.
+fn compile(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let src = dir.join("tests/c").join(format!("{name}.c"));
+    let exe = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("preload-{name}"));
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let status = Command::new(&cc)
+        .args([
+            "-std=c11",
+            "-D_GNU_SOURCE",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-O1",
+            "-g",
+        ])
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .status()
+        .unwrap_or_else(|e| panic!("running {cc} (gcc is needed for these tests): {e}"));
+    assert!(status.success(), "{cc} failed on {}", src.display());
+    exe
+}
+
+/// tests/c/calls.c under the preload: every interposed call on ustack sockets beside
+/// kernel files (a pipe, a Unix socket pair, an IPv6 socket), against the kernel's TCP
+/// echo (socat) and a kernel client (socat) of its server.
+#[test]
+fn a_c_program_on_ustack_by_ld_preload() {
+    let test = "a_c_program_on_ustack_by_ld_preload";
+    if root_or_skip(test).is_none() || !tool_or_skip(test, "socat") {
+        return;
+    }
+    let exe = compile("calls");
+    let ns = rig();
+    let echo = ns
+        .command(
+            Duration::from_secs(90),
+            &[
+                "socat",
+                "TCP-LISTEN:7,bind=192.0.2.1,reuseaddr,fork",
+                "PIPE",
+            ],
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starting the kernel's echo");
+    // The kernel's client of the program's server: retried until the program listens.
+    let client = ns
+        .command(
+            Duration::from_secs(60),
+            &[
+                "sh",
+                "-c",
+                "for i in $(seq 300); do \
+                   printf 'hello from the kernel\\n' | socat -t 5 - TCP:192.0.2.2:8000 2>/dev/null \
+                   && exit 0; sleep 0.1; done; exit 1",
+            ],
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting the kernel's client");
+    let mut cmd = Command::new(&exe);
+    preloaded(&mut cmd, &ns);
+    let prog = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("running the C program");
+    let (out, timed_out) = finish(prog, Duration::from_secs(60), "calls");
+    let (cout, _) = finish(client, Duration::from_secs(30), "the kernel's client");
+    let mut echo = echo;
+    let _ = echo.kill();
+    let _ = echo.wait();
+    let stdout = text(&out.stdout);
+    assert!(
+        out.status.success() && !timed_out,
+        "calls failed ({}):\n{stdout}{}",
+        out.status,
+        text(&out.stderr)
+    );
+    assert!(stdout.contains("every call checked"), "{stdout}");
+    assert_eq!(
+        text(&cout.stdout),
+        "ack:hello from the kernel\n",
+        "the kernel's client: {}",
+        text(&cout.stderr)
+    );
+}
+
+/// socat, unmodified, as a TCP echo server on ustack (`TCP-LISTEN:7000 PIPE` under the
+/// preload); a kernel client sends 1 MiB of a known pattern and gets every byte back.
+#[test]
+fn socat_serves_an_echo_over_ustack() {
+    let test = "socat_serves_an_echo_over_ustack";
+    if root_or_skip(test).is_none() || !tool_or_skip(test, "socat") {
+        return;
+    }
+    let ns = rig();
+    let data: Vec<u8> = (0..1usize << 20)
+        .map(|i| ((i * 13 + i / 509) & 0xff) as u8)
+        .collect();
+    let input = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("preload-socat-in");
+    std::fs::write(&input, &data).expect("writing the input");
+    let mut cmd = Command::new("timeout");
+    cmd.args([
+        "-k",
+        "1",
+        "60",
+        "socat",
+        "-d",
+        "-d",
+        "TCP-LISTEN:7000,reuseaddr",
+        "PIPE",
+    ]);
+    preloaded(&mut cmd, &ns);
+    let server = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting socat under the preload");
+    // Retry until the server listens: a refused connect exits socat at once.
+    // The echo goes to a file: a pipe nobody reads while the client runs would fill and
+    // stall the transfer.
+    let output = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("preload-socat-out");
+    let mut got = Vec::new();
+    let mut last_err = String::new();
+    for _ in 0..100 {
+        let client = ns
+            .command(
+                Duration::from_secs(30),
+                &["socat", "-t", "10", "-", "TCP:192.0.2.2:7000"],
+            )
+            .stdin(std::fs::File::open(&input).expect("the input"))
+            .stdout(std::fs::File::create(&output).expect("the output"))
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting the kernel's client");
+        let (out, _) = finish(client, Duration::from_secs(35), "the kernel's client");
+        if out.status.success() {
+            got = std::fs::read(&output).expect("reading the output");
+            break;
+        }
+        last_err = text(&out.stderr);
+        if !last_err.contains("Connection refused") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (sout, _) = finish(server, Duration::from_secs(30), "socat on ustack");
+    let mut serr = text(&sout.stderr);
+    if serr.len() > 4000 {
+        serr = serr[serr.len() - 4000..].to_owned();
+    }
+    assert_eq!(
+        got.len(),
+        data.len(),
+        "bytes echoed; client: {last_err}\nserver: {serr}"
+    );
+    assert!(got == data, "the echo differs from what was sent");
+    assert!(
+        serr.contains("accepting connection from AF=2 192.0.2.1:"),
+        "socat's log: {serr}"
+    );
+}
