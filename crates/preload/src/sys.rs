@@ -255,8 +255,11 @@ pub unsafe extern "C" fn __read_chk(fd: c_int, b: *mut c_void, n: size_t, bl: si
 /// As `write(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn write(fd: c_int, b: *const c_void, n: size_t) -> ssize_t {
-    // SAFETY (both arms): the caller's buffer of `n` bytes.
-    on_fd!(fd, ustack => unsafe { u::ustack_write(fd, b, n) }, kernel => unsafe { real::write(fd, b, n) })
+    // SAFETY (kernel arm): the caller's buffer of `n` bytes.
+    on_fd!(fd, ustack => route::send_all(fd, n, 0, &mut |off| {
+        // SAFETY: `off <= n`: the rest of the caller's buffer of `n` bytes.
+        unsafe { u::ustack_write(fd, b.cast::<u8>().add(off).cast(), n - off) }
+    }), kernel => unsafe { real::write(fd, b, n) })
 }
 
 /// `readv(2)`.
@@ -356,8 +359,11 @@ pub unsafe extern "C" fn __recvfrom_chk(
 /// As `send(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn send(fd: c_int, b: *const c_void, n: size_t, f: c_int) -> ssize_t {
-    // SAFETY (both arms): the caller's buffer of `n` bytes.
-    on_fd!(fd, ustack => unsafe { u::ustack_send(fd, b, n, f) }, kernel => unsafe { real::send(fd, b, n, f) })
+    // SAFETY (kernel arm): the caller's buffer of `n` bytes.
+    on_fd!(fd, ustack => route::send_all(fd, n, f, &mut |off| {
+        // SAFETY: `off <= n`: the rest of the caller's buffer of `n` bytes.
+        unsafe { u::ustack_send(fd, b.cast::<u8>().add(off).cast(), n - off, f) }
+    }), kernel => unsafe { real::send(fd, b, n, f) })
 }
 
 /// `sendto(2)`.
@@ -373,8 +379,11 @@ pub unsafe extern "C" fn sendto(
     a: *const sockaddr,
     l: socklen_t,
 ) -> ssize_t {
-    // SAFETY (both arms): the caller's buffer and address.
-    on_fd!(fd, ustack => unsafe { u::ustack_sendto(fd, b, n, f, a, l) }, kernel => unsafe { real::sendto(fd, b, n, f, a, l) })
+    // SAFETY (kernel arm): the caller's buffer and address.
+    on_fd!(fd, ustack => route::send_all(fd, n, f, &mut |off| {
+        // SAFETY: `off <= n`: the rest of the caller's buffer; the caller's address.
+        unsafe { u::ustack_sendto(fd, b.cast::<u8>().add(off).cast(), n - off, f, a, l) }
+    }), kernel => unsafe { real::sendto(fd, b, n, f, a, l) })
 }
 
 /// `recvmsg(2)` (ustack: no control messages).

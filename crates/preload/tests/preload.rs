@@ -241,4 +241,59 @@ fn socat_serves_an_echo_over_ustack() {
         serr.contains("accepting connection from AF=2 192.0.2.1:"),
         "socat's log: {serr}"
     );
+    // A blocking write takes every byte, as Linux's does (socat warns of a short one).
+    assert!(!serr.contains("only wrote"), "socat's log: {serr}");
+}
+
+/// Without a configuration, an `AF_INET` socket fails with a message on stderr that says
+/// what is missing; with `USTACK_FALLBACK=kernel` the program runs on the kernel (socat
+/// sends a line to a kernel listener of the test's own, on loopback). No root needed.
+#[test]
+fn a_bad_configuration_fails_clearly_or_falls_back_to_the_kernel() {
+    let test = "a_bad_configuration_fails_clearly_or_falls_back_to_the_kernel";
+    if !tool_or_skip(test, "socat") {
+        return;
+    }
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a kernel listener");
+    let port = listener.local_addr().expect("its port").port();
+    let target = format!("TCP:127.0.0.1:{port}");
+    let run = |env: &[(&str, &str)]| {
+        let mut cmd = Command::new("timeout");
+        cmd.args(["-k", "1", "20", "socat", "-u", "OPEN:/dev/null", &target])
+            .env("LD_PRELOAD", preload_lib())
+            .env_remove("USTACK_FALLBACK")
+            .env_remove("USTACK_ADDR")
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let child = cmd.spawn().expect("socat");
+        finish(child, Duration::from_secs(25), "socat").0
+    };
+    let out = run(&[]);
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("ustack preload: USTACK_ADDR is not set")
+            && err.contains("USTACK_FALLBACK=kernel runs them on the kernel"),
+        "{err}"
+    );
+    let out = run(&[("USTACK_ADDR", "192.0.2.2/24"), ("USTACK_LINK", "xdp")]);
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("USTACK_LINK=xdp: not yet supported"), "{err}");
+
+    let out = run(&[("USTACK_FALLBACK", "kernel")]);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("USTACK_FALLBACK=kernel: AF_INET sockets go to the kernel"),
+        "{err}"
+    );
+    // The connection the fallback made, on the kernel (the refused ones never came).
+    listener.set_nonblocking(true).expect("non-blocking");
+    assert!(
+        listener.accept().is_ok(),
+        "no connection reached the kernel"
+    );
 }
