@@ -44,13 +44,25 @@ fn preloaded(cmd: &mut Command, ns: &NetNs) {
         .env_remove("USTACK_FALLBACK");
 }
 
-/// Wait for `child` up to `limit`, killing it then: its output (stdout, stderr).
+/// Wait for `child` up to `limit`, killing it then: its output (stdout, stderr, read
+/// while it runs: a full pipe would stall it) and whether it was killed.
 fn finish(mut child: Child, limit: Duration, what: &str) -> (Output, bool) {
+    fn drain<R: std::io::Read + Send + 'static>(r: Option<R>) -> std::thread::JoinHandle<Vec<u8>> {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut v);
+            }
+            v
+        })
+    }
+    let out = drain(child.stdout.take());
+    let err = drain(child.stderr.take());
     let deadline = Instant::now() + limit;
     let mut timed_out = false;
-    loop {
-        if child.try_wait().expect("waiting").is_some() {
-            break;
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("waiting") {
+            break st;
         }
         if Instant::now() > deadline {
             // `timeout` (every command here runs under one) passes a TERM on to its
@@ -62,11 +74,16 @@ fn finish(mut child: Child, limit: Duration, what: &str) -> (Output, bool) {
             let _ = child.kill();
             timed_out = true;
             eprintln!("{what}: killed after {limit:?}");
-            break;
+            break child.wait().expect("waiting");
         }
         std::thread::sleep(Duration::from_millis(20));
-    }
-    (child.wait_with_output().expect("output"), timed_out)
+    };
+    let output = Output {
+        status,
+        stdout: out.join().expect("stdout reader"),
+        stderr: err.join().expect("stderr reader"),
+    };
+    (output, timed_out)
 }
 
 fn text(b: &[u8]) -> String {
@@ -296,4 +313,155 @@ fn a_bad_configuration_fails_clearly_or_falls_back_to_the_kernel() {
         listener.accept().is_ok(),
         "no connection reached the kernel"
     );
+}
+
+/// Run `argv` in the namespace, bounded; its output, checked for success.
+fn in_ns(ns: &NetNs, limit: Duration, argv: &[&str]) -> Output {
+    let child = ns
+        .command(limit, argv)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("a command in the namespace");
+    let (out, _) = finish(child, limit + Duration::from_secs(5), argv[0]);
+    assert!(
+        out.status.success(),
+        "`{}` failed ({}): {:.2000}{:.2000}",
+        argv.join(" ").chars().take(200).collect::<String>(),
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    out
+}
+
+/// redis-server, unmodified, on ustack: redis-cli from the kernel's side stores a 100 KB
+/// value and reads it back whole, and redis-benchmark drives 50 clients through SET and
+/// GET, unpipelined and 16 deep; redis's own count of commands proves they all reached it.
+#[test]
+fn redis_serves_redis_benchmark_over_ustack() {
+    let test = "redis_serves_redis_benchmark_over_ustack";
+    if root_or_skip(test).is_none()
+        || !["redis-server", "redis-cli", "redis-benchmark"]
+            .iter()
+            .all(|t| tool_or_skip(test, t))
+    {
+        return;
+    }
+    let ns = rig();
+    let mut cmd = Command::new("timeout");
+    cmd.args([
+        "-k",
+        "1",
+        "120",
+        "redis-server",
+        "--port",
+        "6379",
+        "--bind",
+        "0.0.0.0",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--protected-mode",
+        "no",
+        "--daemonize",
+        "no",
+        "--dir",
+        env!("CARGO_TARGET_TMPDIR"),
+    ]);
+    preloaded(&mut cmd, &ns);
+    let server = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting redis-server under the preload");
+    let limit = Duration::from_secs(60);
+    let result = std::panic::catch_unwind(|| {
+        // Until it listens.
+        let mut up = false;
+        for _ in 0..100 {
+            let out = ns
+                .command(limit, &["redis-cli", "-h", "192.0.2.2", "ping"])
+                .output()
+                .expect("redis-cli");
+            if text(&out.stdout).trim() == "PONG" {
+                up = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert!(up, "redis-server on ustack never answered PING");
+        let value: String = (0..100_000usize)
+            .map(|i| char::from(b'a' + (i * 7 % 26) as u8))
+            .collect();
+        let set = in_ns(
+            &ns,
+            limit,
+            &["redis-cli", "-h", "192.0.2.2", "set", "big", &value],
+        );
+        assert_eq!(text(&set.stdout).trim(), "OK");
+        let got = in_ns(
+            &ns,
+            limit,
+            &["redis-cli", "-h", "192.0.2.2", "--raw", "get", "big"],
+        );
+        assert!(text(&got.stdout).trim_end() == value, "GET big differs");
+        let n = 20_000;
+        for pipeline in ["1", "16"] {
+            let out = in_ns(
+                &ns,
+                limit,
+                &[
+                    "redis-benchmark",
+                    "-h",
+                    "192.0.2.2",
+                    "-t",
+                    "set,get",
+                    "-n",
+                    &n.to_string(),
+                    "-c",
+                    "50",
+                    "-P",
+                    pipeline,
+                    "-q",
+                ],
+            );
+            let o = text(&out.stdout);
+            assert!(
+                o.contains("SET: ") && o.contains("GET: ") && o.contains("requests per second"),
+                "redis-benchmark -P {pipeline}: {o}{}",
+                text(&out.stderr)
+            );
+        }
+        let info = in_ns(
+            &ns,
+            limit,
+            &["redis-cli", "-h", "192.0.2.2", "info", "stats"],
+        );
+        let info = text(&info.stdout);
+        let done: u64 = info
+            .lines()
+            .find_map(|l| l.strip_prefix("total_commands_processed:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no total_commands_processed in {info}"));
+        assert!(
+            done >= 4 * n,
+            "redis processed {done} commands, want >= {}",
+            4 * n
+        );
+    });
+    let _ = Command::new("kill")
+        .args(["-TERM", &server.id().to_string()])
+        .status();
+    let (sout, _) = finish(server, Duration::from_secs(10), "redis-server");
+    if let Err(e) = result {
+        eprintln!(
+            "redis-server's log:\n{}{}",
+            text(&sout.stdout),
+            text(&sout.stderr)
+        );
+        std::panic::resume_unwind(e);
+    }
 }
