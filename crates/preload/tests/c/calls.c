@@ -18,6 +18,7 @@
 #include <sys/select.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -354,11 +355,43 @@ static void server(void) {
     CHECK(close(l) == 0);
 }
 
+/* fork: the child has no ustack stack. Its calls on the inherited socket fail with
+ * EBADFD, a new AF_INET socket with ENETDOWN, close only releases the number; the
+ * parent's connection goes on. */
+static void fork_refused(int c) {
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        char b[4];
+        errno = 0;
+        if (read(c, b, 1) != -1 || errno != EBADFD) _exit(2);
+        errno = 0;
+        if (write(c, "x", 1) != -1 || errno != EBADFD) _exit(3);
+        errno = 0;
+        if (socket(AF_INET, SOCK_STREAM, 0) != -1 || errno != ENETDOWN) _exit(4);
+        int u = socket(AF_UNIX, SOCK_STREAM, 0); /* the kernel's still work */
+        if (u < 0 || close(u) != 0) _exit(5);
+        if (close(c) != 0) _exit(6);
+        _exit(0);
+    }
+    int st = 0;
+    CHECK(waitpid(pid, &st, 0) == pid);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        fprintf(stderr, "the forked child failed check %d\n", WEXITSTATUS(st));
+        CHECK(0);
+    }
+    char b[8];
+    CHECK(write(c, "fork;", 5) == 5);
+    read_all(c, b, 5);
+    CHECK(memcmp(b, "fork;", 5) == 0);
+}
+
 int main(void) {
     errors_side_by_side();
     int c = client();
     epoll_mixed(c);
     poll_mixed(c);
+    fork_refused(c);
     CHECK(close(c) == 0);
     server();
     printf("every call checked\n");
