@@ -95,23 +95,7 @@ fn compile(name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     let src = dir.join("tests/c").join(format!("{name}.c"));
     let exe = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("preload-{name}"));
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let status = Command::new(&cc)
-        .args([
-            "-std=c11",
-            "-D_GNU_SOURCE",
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-            "-O1",
-            "-g",
-        ])
-        .arg(&src)
-        .arg("-o")
-        .arg(&exe)
-        .status()
-        .unwrap_or_else(|e| panic!("running {cc} (gcc is needed for these tests): {e}"));
-    assert!(status.success(), "{cc} failed on {}", src.display());
+    ustack_testkit::cc::compile_c::<&str>(&src, &exe, &[]);
     exe
 }
 
