@@ -190,6 +190,20 @@ static int client(void) {
     struct iovec rv = {buf, 8};
     m.msg_iov = &rv;
     CHECK(recvmsg(c, &m, MSG_WAITALL) == 8 && memcmp(buf, "sendmsg;", 8) == 0);
+    /* A blocking writev or sendmsg larger than the send buffer (16 KiB) takes every
+     * byte before it returns, as Linux's does. */
+    static char big[96 * 1024], back[96 * 1024];
+    for (size_t i = 0; i < sizeof big; i++) big[i] = (char)(i * 7 + i / 251);
+    struct iovec bv[2] = {{big, 40000}, {big + 40000, sizeof big - 40000}};
+    CHECK(writev(c, bv, 2) == (ssize_t)sizeof big);
+    read_all(c, back, sizeof big);
+    CHECK(memcmp(big, back, sizeof big) == 0);
+    memset(&m, 0, sizeof m);
+    m.msg_iov = bv;
+    m.msg_iovlen = 2;
+    CHECK(sendmsg(c, &m, 0) == (ssize_t)sizeof big);
+    read_all(c, back, sizeof big);
+    CHECK(memcmp(big, back, sizeof big) == 0);
     /* Non-blocking: nothing to read is EAGAIN. */
     CHECK(fcntl(c, F_SETFL, fcntl(c, F_GETFL) | O_NONBLOCK) == 0);
     FAILS(read(c, buf, sizeof buf), EAGAIN);
