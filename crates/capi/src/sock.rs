@@ -1232,6 +1232,27 @@ pub fn epoll_ctl(epfd: i32, op: i32, fd: i32, events: u32, data: u64) -> Result<
     .map_err(io)
 }
 
+/// The file a kernel `poll(2)` or `epoll_wait(2)` can wait on for the epoll set `epfd`:
+/// its eventfd ([`Epoll`]'s `AsFd`), readable while sockets are queued for a look. An
+/// empty set is made on its descriptor's stack first. The number stays valid while `epfd`
+/// is open. The hook the LD_PRELOAD library (crates/preload) puts in a program's kernel
+/// epoll set beside its files, so that one wait covers both.
+pub fn epoll_wake_fd(epfd: i32) -> Result<i32> {
+    let e = epoll_set(epfd)?;
+    let Obj::Epoll(set) = &e.obj else {
+        unreachable!("epoll_set checked the kind")
+    };
+    let mut on = lock(&set.on);
+    if on.is_none() {
+        let ep = Arc::new(Epoll::new(&e.stack.net).map_err(io)?);
+        *on = Some((e.stack.clone(), ep));
+    }
+    let Some((_, ep)) = &*on else {
+        unreachable!("made above")
+    };
+    Ok(std::os::fd::AsFd::as_fd(&**ep).as_raw_fd())
+}
+
 /// `epoll_wait(2)`: up to `max` events as `(events, data)`, waiting up to `timeout_ms`
 /// (-1: no limit).
 pub fn epoll_wait(epfd: i32, max: i32, timeout_ms: i32) -> Result<Vec<(u32, u64)>> {

@@ -2,6 +2,7 @@
 //! include/ustack.h, linked with the libustack.so this build made, and run; it checks what
 //! it does and exits non-zero on the first failed check.
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -28,37 +29,30 @@ fn run_c(name: &str) -> String {
 }
 
 /// [`run_c`] with arguments for the program.
-fn run_c_with(name: &str, args: &[&std::ffi::OsStr]) -> String {
+fn run_c_with(name: &str, args: &[&OsStr]) -> String {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     let src = dir.join("tests/c").join(format!("{name}.c"));
     let out_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     let exe = out_dir.join(format!("capi-{name}"));
     let lib = lib_dir();
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let status = Command::new(&cc)
-        .args([
-            "-std=c11",
-            "-D_GNU_SOURCE",
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-            "-O1",
-            "-g",
-        ])
-        .arg("-I")
-        .arg(dir.join("include"))
-        .arg("-I")
-        .arg(dir.join("tests/c"))
-        .arg(&src)
-        .arg("-o")
-        .arg(&exe)
-        .arg("-L")
-        .arg(&lib)
-        .arg(format!("-Wl,-rpath,{}", lib.display()))
-        .args(["-lustack", "-lpthread"])
-        .status()
-        .unwrap_or_else(|e| panic!("running {cc} (gcc is needed for these tests): {e}"));
-    assert!(status.success(), "{cc} failed on {}", src.display());
+    let include = dir.join("include");
+    let tests_c = dir.join("tests/c");
+    let rpath = format!("-Wl,-rpath,{}", lib.display());
+    ustack_testkit::cc::compile_c(
+        &src,
+        &exe,
+        &[
+            OsStr::new("-I"),
+            include.as_os_str(),
+            OsStr::new("-I"),
+            tests_c.as_os_str(),
+            OsStr::new("-L"),
+            lib.as_os_str(),
+            OsStr::new(&rpath),
+            OsStr::new("-lustack"),
+            OsStr::new("-lpthread"),
+        ],
+    );
     // This build's library, whatever LD_LIBRARY_PATH the test runner set (cargo puts
     // target/<profile> on it, where `cargo build` leaves its own, maybe older, copy).
     let mut child = Command::new(&exe)

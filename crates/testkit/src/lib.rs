@@ -6,9 +6,11 @@
 //! A pair can record everything on the wire, as each side saw it, to pcap files.
 //!
 //! [`netns`]: network namespaces and TUN rigs for tests whose peer is the Linux kernel;
+//! [`cc`]: C test programs compiled with the usual flags;
 //! [`tshark`]: captures of those runs checked by tshark; [`peak_rss_kb`]: the test
 //! process's peak resident set, for tests that bound a server's memory.
 
+pub mod cc;
 pub mod netns;
 pub mod tcp;
 pub mod tshark;

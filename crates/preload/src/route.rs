@@ -1,0 +1,610 @@
+//! Which calls go to ustack, and the calls that mix ustack sockets and kernel files
+//! (`poll`, `select`, a kernel epoll set holding ustack sockets), in safe Rust. The
+//! [`sys`](crate::sys) module hands in the kernel's calls as closures.
+//!
+//! - A descriptor is ustack's if the C API's table holds it ([`ustack::sock::is_ours`]):
+//!   its numbers are reserved kernel descriptors, so they never collide with the
+//!   program's files. Before the stack starts (the first `AF_INET` socket), every call
+//!   goes to the kernel without a look at the table.
+//! - `socket(AF_INET, SOCK_STREAM | SOCK_DGRAM, 0 | TCP | UDP)` goes to ustack; every
+//!   other family, type or protocol (Unix, IPv6, netlink, raw, ICMP) to the kernel.
+//! - The stack starts lazily, on the first such `socket`, from the environment
+//!   ([`crate::config`]), on the calling thread with a thread-local flag set: a socket the
+//!   start itself makes (the TUN's set-up) goes to the kernel.
+//! - After `fork`, the child has no ustack loop threads: its ustack descriptors are
+//!   orphans ([`Where::Orphan`]): `close` releases the number, every other call fails
+//!   with `EBADFD`, and a new `AF_INET` socket fails with `ENETDOWN`.
+
+use core::time::Duration;
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::Instant;
+
+use ustack::error::Error;
+use ustack::sock::{self, PollFd, Stack};
+
+use crate::config;
+
+/// Where a descriptor's calls go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Where {
+    /// The kernel (libc's own call).
+    Kernel,
+    /// ustack (the C API).
+    Ustack,
+    /// A ustack descriptor inherited across `fork`: no stack serves it here.
+    Orphan,
+}
+
+/// Where a new socket goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// The kernel.
+    Kernel,
+    /// ustack.
+    Ustack,
+    /// Neither: fail with this errno (the stack could not start, and no fallback).
+    Fail(i32),
+}
+
+const UNINIT: u8 = 0;
+const USTACK: u8 = 1;
+const KERNEL: u8 = 2;
+const FAILED: u8 = 3;
+
+static STATE: AtomicU8 = AtomicU8::new(UNINIT);
+static FORKED: AtomicBool = AtomicBool::new(false);
+
+/// How the start went: the stack, the kernel (fallback), or an errno.
+#[derive(Debug)]
+enum Outcome {
+    Ustack(#[allow(dead_code)] Arc<Stack>),
+    Kernel,
+    Failed(i32),
+}
+
+static STARTED: OnceLock<Outcome> = OnceLock::new();
+
+thread_local! {
+    /// Set while this thread starts the stack: its own sockets go to the kernel.
+    static INSIDE: Cell<bool> = const { Cell::new(false) };
+}
+
+fn inside() -> bool {
+    INSIDE.try_with(Cell::get).unwrap_or(true)
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A line on stderr, once per `key` (errors that every call would repeat).
+pub fn warn_once(key: &'static str, msg: &str) {
+    static SAID: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+    let mut said = lock(&SAID);
+    if !said.contains(&key) {
+        said.push(key);
+        drop(said);
+        eprintln!("ustack preload: {msg}");
+    }
+}
+
+/// The `fork` child's hook (`pthread_atfork`): ustack's loop threads did not come along.
+pub extern "C" fn forked() {
+    FORKED.store(true, Ordering::Relaxed);
+}
+
+/// Whether this process is a `fork` child of one that started ustack.
+pub fn is_forked() -> bool {
+    FORKED.load(Ordering::Relaxed)
+}
+
+/// Where `fd`'s calls go.
+pub fn classify(fd: i32) -> Where {
+    if STATE.load(Ordering::Acquire) != USTACK || fd < 0 || !sock::is_ours(fd) {
+        return Where::Kernel;
+    }
+    if is_forked() {
+        Where::Orphan
+    } else {
+        Where::Ustack
+    }
+}
+
+/// The errno of a call on an orphan (see the module docs), with a line on stderr once.
+pub fn orphan(fd: i32) -> i32 {
+    warn_once(
+        "orphan",
+        &format!(
+            "descriptor {fd} is a ustack socket of the parent process: after fork the child \
+             has no ustack stack (docs/preload.md, fork)"
+        ),
+    );
+    libc::EBADFD
+}
+
+/// Start the stack from the environment (once).
+fn start(atfork: fn()) -> Outcome {
+    let vars: Vec<(String, String)> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .filter(|(k, _)| k.starts_with("USTACK_"))
+        .collect();
+    let fallback = match config::fallback(&vars) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("ustack preload: {e}");
+            return Outcome::Failed(libc::EINVAL);
+        }
+    };
+    let give_up = |errno: i32, msg: String| {
+        if fallback {
+            eprintln!(
+                "ustack preload: {msg}; USTACK_FALLBACK=kernel: AF_INET sockets go to the kernel"
+            );
+            Outcome::Kernel
+        } else {
+            eprintln!(
+                "ustack preload: {msg}; AF_INET sockets fail ({}) (USTACK_FALLBACK=kernel runs them on the kernel)",
+                std::io::Error::from_raw_os_error(errno)
+            );
+            Outcome::Failed(errno)
+        }
+    };
+    let env = match config::parse(&vars) {
+        Ok(e) => e,
+        Err(msg) => return give_up(libc::EINVAL, msg),
+    };
+    match sock::open(&env.capi) {
+        Ok((stack, _)) => {
+            atfork();
+            Outcome::Ustack(stack)
+        }
+        Err(e) => give_up(
+            e.errno,
+            format!("starting ustack ({}): {}", env.capi, e.msg),
+        ),
+    }
+}
+
+/// Where `socket(domain, ty, protocol)` goes, starting the stack if this is the first
+/// ustack socket. `atfork` registers [`forked`] (the FFI's job).
+pub fn socket(domain: i32, ty: i32, protocol: i32, atfork: fn()) -> Route {
+    let base = ty & !(libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC);
+    let ours = domain == libc::AF_INET
+        && matches!(
+            (base, protocol),
+            (libc::SOCK_STREAM, 0 | libc::IPPROTO_TCP) | (libc::SOCK_DGRAM, 0 | libc::IPPROTO_UDP)
+        );
+    if !ours || inside() {
+        return Route::Kernel;
+    }
+    if is_forked() {
+        warn_once(
+            "forked-socket",
+            "a forked child cannot open ustack sockets (docs/preload.md, fork)",
+        );
+        return Route::Fail(libc::ENETDOWN);
+    }
+    let outcome = STARTED.get_or_init(|| {
+        let _ = INSIDE.try_with(|i| i.set(true));
+        let o = start(atfork);
+        let _ = INSIDE.try_with(|i| i.set(false));
+        STATE.store(
+            match o {
+                Outcome::Ustack(_) => USTACK,
+                Outcome::Kernel => KERNEL,
+                Outcome::Failed(_) => FAILED,
+            },
+            Ordering::Release,
+        );
+        o
+    });
+    match outcome {
+        Outcome::Ustack(_) => Route::Ustack,
+        Outcome::Kernel => Route::Kernel,
+        Outcome::Failed(e) => Route::Fail(*e),
+    }
+}
+
+// ---- blocking writes -------------------------------------------------------------------------
+
+/// A send on ustack socket `fd` of `total` bytes as Linux's blocking `tcp_sendmsg` does
+/// it: on a blocking socket (and without `MSG_DONTWAIT`), until every byte is taken or an
+/// error comes (then the count taken so far, if any), where the C API returns what fitted
+/// the send buffer. `send(offset)` sends the bytes from `offset` on and returns the C
+/// call's result (`-1` with `errno` set on failure).
+pub fn send_all(fd: i32, total: usize, flags: i32, send: &mut dyn FnMut(usize) -> isize) -> isize {
+    let nonblocking = flags & libc::MSG_DONTWAIT != 0
+        || sock::fcntl(fd, libc::F_GETFL, 0).map_or(true, |f| f & libc::O_NONBLOCK != 0);
+    if nonblocking {
+        return send(0);
+    }
+    let mut done = 0usize;
+    loop {
+        let r = send(done);
+        let Ok(n) = usize::try_from(r) else {
+            return if done > 0 {
+                isize::try_from(done).unwrap_or(isize::MAX)
+            } else {
+                r
+            };
+        };
+        done += n;
+        if done >= total || n == 0 {
+            return isize::try_from(done).unwrap_or(isize::MAX);
+        }
+    }
+}
+
+// ---- poll and select over ustack sockets and kernel files ----------------------------------
+
+/// A deadline from a timeout in milliseconds (negative: none).
+fn deadline(ms: i32) -> Option<Instant> {
+    u64::try_from(ms)
+        .ok()
+        .and_then(|m| Instant::now().checked_add(Duration::from_millis(m)))
+}
+
+/// Milliseconds left until `d` (rounded up; -1: no deadline).
+fn left_ms(d: Option<Instant>) -> i32 {
+    match d {
+        None => -1,
+        Some(d) => {
+            let left = d.saturating_duration_since(Instant::now());
+            let ms = left.as_micros().div_ceil(1000);
+            i32::try_from(ms).unwrap_or(i32::MAX)
+        }
+    }
+}
+
+/// A throw-away ustack epoll set over some sockets, for one blocking `poll`: its eventfd
+/// joins the kernel's `poll` (the set is closed on drop).
+struct TempSet(i32);
+
+impl Drop for TempSet {
+    fn drop(&mut self) {
+        let _ = sock::close(self.0);
+    }
+}
+
+/// The kernel's `poll(2)`, as the FFI hands it in: `Err(errno)` on failure.
+pub type KernelPoll<'a> = &'a mut dyn FnMut(&mut [libc::pollfd], i32) -> Result<usize, i32>;
+
+/// `poll(2)` over `fds`, which may mix ustack sockets and kernel files (`None`: none of
+/// them is ustack's; the caller makes the kernel's call). Nothing spins: a blocking wait
+/// sleeps in one kernel `poll` on the kernel files and a ustack epoll set's eventfd.
+pub fn poll(
+    fds: &mut [libc::pollfd],
+    timeout: i32,
+    kernel: KernelPoll<'_>,
+) -> Option<Result<usize, i32>> {
+    if STATE.load(Ordering::Acquire) != USTACK {
+        return None;
+    }
+    let kinds: Vec<Where> = fds.iter().map(|p| classify(p.fd)).collect();
+    if !kinds.iter().any(|k| *k != Where::Kernel) {
+        return None;
+    }
+    Some(poll_mixed(fds, &kinds, timeout, kernel))
+}
+
+fn poll_mixed(
+    fds: &mut [libc::pollfd],
+    kinds: &[Where],
+    timeout: i32,
+    kernel: KernelPoll<'_>,
+) -> Result<usize, i32> {
+    let until = deadline(timeout);
+    let mut ours: Vec<(usize, PollFd)> = Vec::new();
+    let mut theirs: Vec<(usize, libc::pollfd)> = Vec::new();
+    for (i, (p, k)) in fds.iter_mut().zip(kinds).enumerate() {
+        p.revents = 0;
+        match k {
+            Where::Ustack => ours.push((
+                i,
+                PollFd {
+                    fd: p.fd,
+                    events: p.events,
+                    revents: 0,
+                },
+            )),
+            Where::Kernel => theirs.push((i, *p)),
+            Where::Orphan => p.revents = libc::POLLNVAL,
+        }
+    }
+    let orphans = kinds.iter().filter(|k| **k == Where::Orphan).count();
+    // The kernel's files, and a slot at the end for the ustack set's eventfd.
+    let mut kfds: Vec<libc::pollfd> = theirs.iter().map(|(_, p)| *p).collect();
+    let mut set: Option<TempSet> = None;
+    loop {
+        // Drain the set's eventfd first: a wake-up after this look makes it readable again.
+        if let Some(s) = &set {
+            let _ = sock::epoll_wait(s.0, 64, 0);
+        }
+        let mut u: Vec<PollFd> = ours.iter().map(|(_, p)| *p).collect();
+        let ready_u = sock::poll(&mut u, 0).map_err(|e| e.errno)?;
+        let nk = theirs.len();
+        let ready_k = if nk > 0 {
+            kernel(&mut kfds[..nk], 0)?
+        } else {
+            0
+        };
+        let left = left_ms(until);
+        if ready_u + ready_k + orphans > 0 || left == 0 {
+            for ((i, _), p) in ours.iter().zip(&u) {
+                fds[*i].revents = p.revents;
+            }
+            for ((i, _), p) in theirs.iter().zip(&kfds) {
+                fds[*i].revents = p.revents;
+            }
+            return Ok(ready_u + ready_k + orphans);
+        }
+        if set.is_none() {
+            let s = TempSet(sock::epoll_create(libc::EPOLL_CLOEXEC).map_err(|e| e.errno)?);
+            for (_, p) in &ours {
+                let ev = u32::from(p.events as u16);
+                // A socket without a connection or listener yet cannot join a set: it is
+                // ready at once (POLLOUT | POLLHUP), so the look above returned already.
+                let _ = sock::epoll_ctl(s.0, libc::EPOLL_CTL_ADD, p.fd, ev, 0);
+            }
+            let wake = sock::epoll_wake_fd(s.0).map_err(|e| e.errno)?;
+            kfds.push(libc::pollfd {
+                fd: wake,
+                events: libc::POLLIN,
+                revents: 0,
+            });
+            set = Some(s);
+            continue;
+        }
+        kernel(&mut kfds, left)?;
+    }
+}
+
+/// `select(2)`'s sets as `poll(2)`'s array: `(fd, events)` for every descriptor below
+/// `nfds` in a set (read: `POLLIN`, write: `POLLOUT`, except: `POLLPRI`).
+pub fn select_to_poll(nfds: usize, r: &[bool], w: &[bool], x: &[bool]) -> Vec<libc::pollfd> {
+    let mut v = Vec::new();
+    for fd in 0..nfds {
+        let mut ev = 0;
+        if r.get(fd).copied().unwrap_or(false) {
+            ev |= libc::POLLIN;
+        }
+        if w.get(fd).copied().unwrap_or(false) {
+            ev |= libc::POLLOUT;
+        }
+        if x.get(fd).copied().unwrap_or(false) {
+            ev |= libc::POLLPRI;
+        }
+        if ev != 0 {
+            v.push(libc::pollfd {
+                fd: i32::try_from(fd).unwrap_or(i32::MAX),
+                events: ev,
+                revents: 0,
+            });
+        }
+    }
+    v
+}
+
+/// Whether a `poll` result counts as ready for `select`'s read, write and except sets
+/// (Linux `select` treats an error or hang-up as readable and writable).
+pub fn poll_to_select(p: &libc::pollfd) -> (bool, bool, bool) {
+    let err = p.revents & (libc::POLLERR | libc::POLLHUP) != 0;
+    (
+        p.events & libc::POLLIN != 0 && (p.revents & libc::POLLIN != 0 || err),
+        p.events & libc::POLLOUT != 0
+            && (p.revents & libc::POLLOUT != 0 || p.revents & libc::POLLERR != 0),
+        p.events & libc::POLLPRI != 0 && p.revents & libc::POLLPRI != 0,
+    )
+}
+
+// ---- kernel epoll sets holding ustack sockets ---------------------------------------------
+
+/// The token under which a shadow set's eventfd sits in the program's kernel epoll set:
+/// a kernel-half address, which no user pointer or descriptor number is.
+pub const WAKE_TOKEN: u64 = 0xffff_ffff_7573_7461;
+
+/// Program's kernel epoll set -> the ustack set (a C API epoll descriptor) holding its
+/// ustack sockets.
+static SHADOWS: Mutex<Option<HashMap<i32, i32>>> = Mutex::new(None);
+static ANY_SHADOW: AtomicBool = AtomicBool::new(false);
+
+fn shadow(epfd: i32) -> Option<i32> {
+    if !ANY_SHADOW.load(Ordering::Acquire) {
+        return None;
+    }
+    lock(&SHADOWS).as_ref().and_then(|m| m.get(&epfd).copied())
+}
+
+/// The kernel descriptor `fd` is closed or replaced: drop the shadow set of the epoll set
+/// it was, if any.
+pub fn forget(fd: i32) {
+    if !ANY_SHADOW.load(Ordering::Acquire) {
+        return;
+    }
+    let s = lock(&SHADOWS).as_mut().and_then(|m| m.remove(&fd));
+    if let Some(s) = s {
+        let _ = sock::close(s);
+    }
+}
+
+/// The kernel's `epoll_ctl(2)` as the FFI hands it in: `(epfd, op, fd, events, data)`.
+pub type KernelCtl<'a> = &'a mut dyn FnMut(i32, i32, i32, u32, u64) -> Result<(), i32>;
+
+/// `epoll_ctl(2)` of ustack socket `fd` in the program's kernel set `epfd`: it goes into
+/// the ustack set shadowing `epfd` (made on the first `EPOLL_CTL_ADD`, its eventfd put in
+/// `epfd` under [`WAKE_TOKEN`]).
+pub fn epoll_ctl(
+    epfd: i32,
+    op: i32,
+    fd: i32,
+    events: u32,
+    data: u64,
+    kernel: KernelCtl<'_>,
+) -> Result<(), Error> {
+    let s = match (shadow(epfd), op) {
+        (Some(s), _) => s,
+        (None, libc::EPOLL_CTL_ADD) => {
+            let s = sock::epoll_create(libc::EPOLL_CLOEXEC)?;
+            let wake = sock::epoll_wake_fd(s);
+            let added = wake.and_then(|w| {
+                kernel(
+                    epfd,
+                    libc::EPOLL_CTL_ADD,
+                    w,
+                    libc::EPOLLIN as u32,
+                    WAKE_TOKEN,
+                )
+                .map_err(|e| Error::new(e, format!("{epfd}: not a kernel epoll set")))
+            });
+            if let Err(e) = added {
+                let _ = sock::close(s);
+                return Err(e);
+            }
+            lock(&SHADOWS)
+                .get_or_insert_with(HashMap::new)
+                .insert(epfd, s);
+            ANY_SHADOW.store(true, Ordering::Release);
+            s
+        }
+        (None, libc::EPOLL_CTL_MOD | libc::EPOLL_CTL_DEL) => {
+            return Err(Error::new(libc::ENOENT, format!("{fd} is not in the set")));
+        }
+        (None, _) => return Err(Error::new(libc::EINVAL, format!("epoll_ctl op {op}"))),
+    };
+    sock::epoll_ctl(s, op, fd, events, data)
+}
+
+/// The kernel's `epoll_wait`/`epoll_pwait` on the program's set, as the FFI hands it in.
+pub type KernelWait<'a> = &'a mut dyn FnMut(&mut [libc::epoll_event], i32) -> Result<usize, i32>;
+
+/// The kernel's wait into `out[from..]`, the wake-up event taken out: the events left.
+/// When the wake-up took a slot of a full answer, a second look (not waiting) fills it.
+fn kernel_part(
+    out: &mut [libc::epoll_event],
+    from: usize,
+    timeout: i32,
+    kernel: KernelWait<'_>,
+) -> Result<usize, i32> {
+    let mut at = from;
+    let mut t = timeout;
+    for _ in 0..2 {
+        let room = out.len() - at;
+        let k = kernel(&mut out[at..], t)?;
+        let mut j = at;
+        for i in at..at + k {
+            let ev = out[i];
+            if ev.u64 != WAKE_TOKEN {
+                out[j] = ev;
+                j += 1;
+            }
+        }
+        let woke = j < at + k;
+        at = j;
+        if !(woke && k == room) {
+            break;
+        }
+        t = 0;
+    }
+    Ok(at - from)
+}
+
+/// Turns of a one-slot `epoll_wait`: every other one looks at the kernel's files first.
+static TURN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// `epoll_wait(2)` on the program's kernel set `epfd` (`None`: it holds no ustack socket;
+/// the caller makes the kernel's call). ustack's events come first, in all but one slot,
+/// so that ready ustack sockets never starve the kernel's files (a one-slot wait takes
+/// turns); the kernel's wait sleeps on both (the shadow set's eventfd is in it), and its
+/// wake-up event is never reported.
+pub fn epoll_wait(
+    epfd: i32,
+    out: &mut [libc::epoll_event],
+    timeout: i32,
+    kernel: KernelWait<'_>,
+) -> Option<Result<usize, i32>> {
+    let s = shadow(epfd)?;
+    if out.is_empty() {
+        return Some(Err(libc::EINVAL));
+    }
+    let until = deadline(timeout);
+    let ucap = out.len().saturating_sub(1).max(1);
+    if out.len() == 1 && TURN.fetch_add(1, Ordering::Relaxed) % 2 == 1 {
+        match kernel_part(out, 0, 0, kernel) {
+            Ok(0) => {}
+            r => return Some(r),
+        }
+    }
+    Some(loop {
+        let evs = match sock::epoll_wait(s, i32::try_from(ucap).unwrap_or(i32::MAX), 0) {
+            Ok(v) => v,
+            Err(e) => break Err(e.errno),
+        };
+        for (slot, &(events, data)) in out.iter_mut().zip(&evs) {
+            *slot = libc::epoll_event { events, u64: data };
+        }
+        let mut n = evs.len();
+        if n < out.len() {
+            let t = if n > 0 { 0 } else { left_ms(until) };
+            match kernel_part(out, n, t, kernel) {
+                Ok(k) => n += k,
+                Err(e) if n == 0 => break Err(e),
+                Err(_) => {}
+            }
+        }
+        if n > 0 || left_ms(until) == 0 {
+            break Ok(n);
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn select_sets_round_trip_through_poll() {
+        let r = [false, true, false, true];
+        let w = [false, false, true, true];
+        let v = select_to_poll(4, &r, &w, &[]);
+        assert_eq!(
+            v.iter().map(|p| (p.fd, p.events)).collect::<Vec<_>>(),
+            vec![
+                (1, libc::POLLIN),
+                (2, libc::POLLOUT),
+                (3, libc::POLLIN | libc::POLLOUT)
+            ]
+        );
+        let mut p = v[2];
+        p.revents = libc::POLLHUP;
+        assert_eq!(poll_to_select(&p), (true, false, false));
+        p.revents = libc::POLLOUT;
+        assert_eq!(poll_to_select(&p), (false, true, false));
+    }
+
+    #[test]
+    fn timeouts_round_up_and_none_is_forever() {
+        assert_eq!(left_ms(None), -1);
+        assert_eq!(left_ms(deadline(-1)), -1);
+        let d = deadline(50);
+        let l = left_ms(d);
+        assert!((1..=50).contains(&l), "{l}");
+        assert_eq!(left_ms(deadline(0)), 0);
+    }
+
+    #[test]
+    fn sockets_other_than_inet_stream_and_datagram_go_to_the_kernel() {
+        for (d, t, p) in [
+            (libc::AF_UNIX, libc::SOCK_STREAM, 0),
+            (libc::AF_INET6, libc::SOCK_STREAM, 0),
+            (libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_ICMP),
+            (libc::AF_INET, libc::SOCK_DGRAM, libc::IPPROTO_ICMP),
+            (libc::AF_NETLINK, libc::SOCK_DGRAM, 0),
+        ] {
+            assert_eq!(socket(d, t, p, || {}), Route::Kernel);
+        }
+        assert_eq!(STATE.load(Ordering::Relaxed), UNINIT);
+    }
+}

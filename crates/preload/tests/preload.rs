@@ -1,0 +1,450 @@
+//! libustack_preload.so under real programs, with the kernel as the peer: a TUN interface
+//! in a namespace of the test's own (made beforehand, `multi_queue`; the preload attaches
+//! to it with `USTACK_TUN=tun0 USTACK_NETNS=<path>`), ustack at 192.0.2.2, the kernel at
+//! 192.0.2.1. The programs run in the test's namespace; only their TUN is in the other.
+//! Root and the tools: skips without, unless `USTACK_REQUIRE_ROOT` / `USTACK_REQUIRE_TOOLS`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use ustack_testkit::netns::{NetNs, root_or_skip, tool_or_skip};
+
+/// The libustack_preload.so of this build (target/<profile>, or its deps directory).
+fn preload_lib() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let deps = exe.parent().expect("deps directory");
+    for dir in [deps, deps.parent().expect("profile directory")] {
+        let p = dir.join("libustack_preload.so");
+        if p.exists() {
+            return p;
+        }
+    }
+    panic!("libustack_preload.so not found beside {}", exe.display());
+}
+
+/// A namespace with tun0 in it, the kernel's end configured.
+fn rig() -> NetNs {
+    let ns = NetNs::new().expect("a network namespace");
+    ns.run(
+        Duration::from_secs(5),
+        &["ip", "tuntap", "add", "tun0", "mode", "tun", "multi_queue"],
+    )
+    .expect("creating tun0");
+    ns.configure_tun("tun0").expect("configuring tun0");
+    ns
+}
+
+/// `cmd` with the preload and the rig's configuration.
+fn preloaded(cmd: &mut Command, ns: &NetNs) {
+    cmd.env("LD_PRELOAD", preload_lib())
+        .env("USTACK_TUN", "tun0")
+        .env("USTACK_NETNS", ns.path())
+        .env("USTACK_ADDR", "192.0.2.2/24")
+        .env_remove("USTACK_FALLBACK");
+}
+
+/// Wait for `child` up to `limit`, killing it then: its output (stdout, stderr, read
+/// while it runs: a full pipe would stall it) and whether it was killed.
+fn finish(mut child: Child, limit: Duration, what: &str) -> (Output, bool) {
+    fn drain<R: std::io::Read + Send + 'static>(r: Option<R>) -> std::thread::JoinHandle<Vec<u8>> {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut v);
+            }
+            v
+        })
+    }
+    let out = drain(child.stdout.take());
+    let err = drain(child.stderr.take());
+    let deadline = Instant::now() + limit;
+    let mut timed_out = false;
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("waiting") {
+            break st;
+        }
+        if Instant::now() > deadline {
+            // `timeout` (every command here runs under one) passes a TERM on to its
+            // process group, the grandchildren holding our pipes included.
+            let _ = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status();
+            std::thread::sleep(Duration::from_millis(500));
+            let _ = child.kill();
+            timed_out = true;
+            eprintln!("{what}: killed after {limit:?}");
+            break child.wait().expect("waiting");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let output = Output {
+        status,
+        stdout: out.join().expect("stdout reader"),
+        stderr: err.join().expect("stderr reader"),
+    };
+    (output, timed_out)
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Compile tests/c/NAME.c into the test's temporary directory.
+fn compile(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let src = dir.join("tests/c").join(format!("{name}.c"));
+    let exe = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("preload-{name}"));
+    ustack_testkit::cc::compile_c::<&str>(&src, &exe, &[]);
+    exe
+}
+
+/// tests/c/calls.c under the preload: every interposed call on ustack sockets beside
+/// kernel files (a pipe, a Unix socket pair, an IPv6 socket), against the kernel's TCP
+/// echo (socat) and a kernel client (socat) of its server.
+#[test]
+fn a_c_program_on_ustack_by_ld_preload() {
+    let test = "a_c_program_on_ustack_by_ld_preload";
+    if root_or_skip(test).is_none() || !tool_or_skip(test, "socat") {
+        return;
+    }
+    let exe = compile("calls");
+    let ns = rig();
+    let echo = ns
+        .command(
+            Duration::from_secs(90),
+            &[
+                "socat",
+                "TCP-LISTEN:7,bind=192.0.2.1,reuseaddr,fork",
+                "PIPE",
+            ],
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starting the kernel's echo");
+    // The kernel's client of the program's server: retried until the program listens.
+    let client = ns
+        .command(
+            Duration::from_secs(60),
+            &[
+                "sh",
+                "-c",
+                "for i in $(seq 300); do \
+                   printf 'hello from the kernel\\n' | socat -t 5 - TCP:192.0.2.2:8000 2>/dev/null \
+                   && exit 0; sleep 0.1; done; exit 1",
+            ],
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting the kernel's client");
+    let mut cmd = Command::new(&exe);
+    preloaded(&mut cmd, &ns);
+    let prog = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("running the C program");
+    let (out, timed_out) = finish(prog, Duration::from_secs(60), "calls");
+    let (cout, _) = finish(client, Duration::from_secs(30), "the kernel's client");
+    // TERM to its `timeout`, which passes it to socat and the children it forked.
+    let _ = finish(echo, Duration::ZERO, "the kernel's echo");
+    let stdout = text(&out.stdout);
+    assert!(
+        out.status.success() && !timed_out,
+        "calls failed ({}):\n{stdout}{}",
+        out.status,
+        text(&out.stderr)
+    );
+    assert!(stdout.contains("every call checked"), "{stdout}");
+    assert_eq!(
+        text(&cout.stdout),
+        "ack:hello from the kernel\n",
+        "the kernel's client: {}",
+        text(&cout.stderr)
+    );
+}
+
+/// socat, unmodified, as a TCP echo server on ustack (`TCP-LISTEN:7000 PIPE` under the
+/// preload); a kernel client sends 1 MiB of a known pattern and gets every byte back.
+#[test]
+fn socat_serves_an_echo_over_ustack() {
+    let test = "socat_serves_an_echo_over_ustack";
+    if root_or_skip(test).is_none() || !tool_or_skip(test, "socat") {
+        return;
+    }
+    let ns = rig();
+    let data: Vec<u8> = (0..1usize << 20)
+        .map(|i| ((i * 13 + i / 509) & 0xff) as u8)
+        .collect();
+    let input = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("preload-socat-in");
+    std::fs::write(&input, &data).expect("writing the input");
+    let mut cmd = Command::new("timeout");
+    cmd.args([
+        "-k",
+        "1",
+        "60",
+        "socat",
+        "-d",
+        "-d",
+        "TCP-LISTEN:7000,reuseaddr",
+        "PIPE",
+    ]);
+    preloaded(&mut cmd, &ns);
+    let server = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting socat under the preload");
+    // Retry until the server listens: a refused connect exits socat at once.
+    // The echo goes to a file: a pipe nobody reads while the client runs would fill and
+    // stall the transfer.
+    let output = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("preload-socat-out");
+    let mut got = Vec::new();
+    let mut last_err = String::new();
+    for _ in 0..100 {
+        let client = ns
+            .command(
+                Duration::from_secs(30),
+                &["socat", "-t", "10", "-", "TCP:192.0.2.2:7000"],
+            )
+            .stdin(std::fs::File::open(&input).expect("the input"))
+            .stdout(std::fs::File::create(&output).expect("the output"))
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting the kernel's client");
+        let (out, _) = finish(client, Duration::from_secs(35), "the kernel's client");
+        if out.status.success() {
+            got = std::fs::read(&output).expect("reading the output");
+            break;
+        }
+        last_err = text(&out.stderr);
+        if !last_err.contains("Connection refused") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (sout, _) = finish(server, Duration::from_secs(30), "socat on ustack");
+    let mut serr = text(&sout.stderr);
+    if serr.len() > 4000 {
+        serr = serr[serr.len() - 4000..].to_owned();
+    }
+    assert_eq!(
+        got.len(),
+        data.len(),
+        "bytes echoed; client: {last_err}\nserver: {serr}"
+    );
+    assert!(got == data, "the echo differs from what was sent");
+    assert!(
+        serr.contains("accepting connection from AF=2 192.0.2.1:"),
+        "socat's log: {serr}"
+    );
+    // A blocking write takes every byte, as Linux's does (socat warns of a short one).
+    assert!(!serr.contains("only wrote"), "socat's log: {serr}");
+}
+
+/// Without a configuration, an `AF_INET` socket fails with a message on stderr that says
+/// what is missing; with `USTACK_FALLBACK=kernel` the program runs on the kernel (socat
+/// sends a line to a kernel listener of the test's own, on loopback). No root needed.
+#[test]
+fn a_bad_configuration_fails_clearly_or_falls_back_to_the_kernel() {
+    let test = "a_bad_configuration_fails_clearly_or_falls_back_to_the_kernel";
+    if !tool_or_skip(test, "socat") {
+        return;
+    }
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a kernel listener");
+    let port = listener.local_addr().expect("its port").port();
+    let target = format!("TCP:127.0.0.1:{port}");
+    let run = |env: &[(&str, &str)]| {
+        let mut cmd = Command::new("timeout");
+        cmd.args(["-k", "1", "20", "socat", "-u", "OPEN:/dev/null", &target])
+            .env("LD_PRELOAD", preload_lib())
+            .env_remove("USTACK_FALLBACK")
+            .env_remove("USTACK_ADDR")
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let child = cmd.spawn().expect("socat");
+        finish(child, Duration::from_secs(25), "socat").0
+    };
+    let out = run(&[]);
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("ustack preload: USTACK_ADDR is not set")
+            && err.contains("USTACK_FALLBACK=kernel runs them on the kernel"),
+        "{err}"
+    );
+    let out = run(&[("USTACK_ADDR", "192.0.2.2/24"), ("USTACK_LINK", "xdp")]);
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("USTACK_LINK=xdp: not yet supported"), "{err}");
+
+    let out = run(&[("USTACK_FALLBACK", "kernel")]);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("USTACK_FALLBACK=kernel: AF_INET sockets go to the kernel"),
+        "{err}"
+    );
+    // The connection the fallback made, on the kernel (the refused ones never came).
+    listener.set_nonblocking(true).expect("non-blocking");
+    assert!(
+        listener.accept().is_ok(),
+        "no connection reached the kernel"
+    );
+}
+
+/// Run `argv` in the namespace, bounded; its output, checked for success.
+fn in_ns(ns: &NetNs, limit: Duration, argv: &[&str]) -> Output {
+    let child = ns
+        .command(limit, argv)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("a command in the namespace");
+    let (out, _) = finish(child, limit + Duration::from_secs(5), argv[0]);
+    assert!(
+        out.status.success(),
+        "`{}` failed ({}): {:.2000}{:.2000}",
+        argv.join(" ").chars().take(200).collect::<String>(),
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    out
+}
+
+/// redis-server, unmodified, on ustack: redis-cli from the kernel's side stores a 100 KB
+/// value and reads it back whole, and redis-benchmark drives 50 clients through SET and
+/// GET, unpipelined and 16 deep; redis's own count of commands proves they all reached it.
+#[test]
+fn redis_serves_redis_benchmark_over_ustack() {
+    let test = "redis_serves_redis_benchmark_over_ustack";
+    if root_or_skip(test).is_none()
+        || !["redis-server", "redis-cli", "redis-benchmark"]
+            .iter()
+            .all(|t| tool_or_skip(test, t))
+    {
+        return;
+    }
+    let ns = rig();
+    let mut cmd = Command::new("timeout");
+    cmd.args([
+        "-k",
+        "1",
+        "120",
+        "redis-server",
+        "--port",
+        "6379",
+        "--bind",
+        "0.0.0.0",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--protected-mode",
+        "no",
+        "--daemonize",
+        "no",
+        "--dir",
+        env!("CARGO_TARGET_TMPDIR"),
+    ]);
+    preloaded(&mut cmd, &ns);
+    let server = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting redis-server under the preload");
+    let limit = Duration::from_secs(60);
+    let result = std::panic::catch_unwind(|| {
+        // Until it listens.
+        let mut up = false;
+        for _ in 0..100 {
+            let out = ns
+                .command(limit, &["redis-cli", "-h", "192.0.2.2", "ping"])
+                .output()
+                .expect("redis-cli");
+            if text(&out.stdout).trim() == "PONG" {
+                up = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert!(up, "redis-server on ustack never answered PING");
+        let value: String = (0..100_000usize)
+            .map(|i| char::from(b'a' + (i * 7 % 26) as u8))
+            .collect();
+        let set = in_ns(
+            &ns,
+            limit,
+            &["redis-cli", "-h", "192.0.2.2", "set", "big", &value],
+        );
+        assert_eq!(text(&set.stdout).trim(), "OK");
+        let got = in_ns(
+            &ns,
+            limit,
+            &["redis-cli", "-h", "192.0.2.2", "--raw", "get", "big"],
+        );
+        assert!(text(&got.stdout).trim_end() == value, "GET big differs");
+        let n = 20_000;
+        for pipeline in ["1", "16"] {
+            let out = in_ns(
+                &ns,
+                limit,
+                &[
+                    "redis-benchmark",
+                    "-h",
+                    "192.0.2.2",
+                    "-t",
+                    "set,get",
+                    "-n",
+                    &n.to_string(),
+                    "-c",
+                    "50",
+                    "-P",
+                    pipeline,
+                    "-q",
+                ],
+            );
+            let o = text(&out.stdout);
+            assert!(
+                o.contains("SET: ") && o.contains("GET: ") && o.contains("requests per second"),
+                "redis-benchmark -P {pipeline}: {o}{}",
+                text(&out.stderr)
+            );
+        }
+        let info = in_ns(
+            &ns,
+            limit,
+            &["redis-cli", "-h", "192.0.2.2", "info", "stats"],
+        );
+        let info = text(&info.stdout);
+        let done: u64 = info
+            .lines()
+            .find_map(|l| l.strip_prefix("total_commands_processed:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no total_commands_processed in {info}"));
+        assert!(
+            done >= 4 * n,
+            "redis processed {done} commands, want >= {}",
+            4 * n
+        );
+    });
+    let _ = Command::new("kill")
+        .args(["-TERM", &server.id().to_string()])
+        .status();
+    let (sout, _) = finish(server, Duration::from_secs(10), "redis-server");
+    if let Err(e) = result {
+        eprintln!(
+            "redis-server's log:\n{}{}",
+            text(&sout.stdout),
+            text(&sout.stderr)
+        );
+        std::panic::resume_unwind(e);
+    }
+}
