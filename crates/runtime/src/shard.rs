@@ -123,6 +123,7 @@
 //!   that moment: whether work is left is not known without taking another frame.
 //!   `work_left` is the NAPI contract ("returning the whole budget means call me again").
 
+use core::cell::Cell;
 use core::fmt;
 use core::time::Duration;
 
@@ -266,6 +267,13 @@ pub struct Shard<D: Device> {
     stats: ShardStats,
     /// Rounds in a row that deferred due timers (reset when the timers run).
     deferred: u32,
+    /// The stack's next deadline ([`Stack::poll_timeout`]) as of the last time it was
+    /// asked, or `None` once the stack may have changed since: every `&mut` access
+    /// ([`stack_mut`](Self::stack_mut), a round's receive, transmit and timers) clears it.
+    /// A loop iteration asks for the deadline several times (the round's due check, the
+    /// wake-up target, the published wake-up), and the stack folds several queues to
+    /// answer: one answer serves them all.
+    deadline: Cell<Option<Option<Instant>>>,
 }
 
 impl<D: Device> Shard<D> {
@@ -280,6 +288,7 @@ impl<D: Device> Shard<D> {
             tx_batch: Vec::with_capacity(TX_BATCH),
             stats: ShardStats::default(),
             deferred: 0,
+            deadline: Cell::new(None),
         }
     }
 
@@ -295,7 +304,25 @@ impl<D: Device> Shard<D> {
 
     /// The stack, for socket calls between rounds.
     pub fn stack_mut(&mut self) -> &mut Stack {
+        self.deadline.set(None);
         &mut self.stack
+    }
+
+    /// The stack, for a caller that only takes its ready list ([`Stack::take_ready`]) and
+    /// reads socket state: that changes no timer, so the cached next deadline stays.
+    pub(crate) fn stack_for_ready_list(&mut self) -> &mut Stack {
+        &mut self.stack
+    }
+
+    /// The stack's next deadline ([`Stack::poll_timeout`]), asked once per change of the
+    /// stack.
+    fn stack_deadline(&self) -> Option<Instant> {
+        if let Some(at) = self.deadline.get() {
+            return at;
+        }
+        let at = self.stack.poll_timeout();
+        self.deadline.set(Some(at));
+        at
     }
 
     /// The device.
@@ -325,6 +352,7 @@ impl<D: Device> Shard<D> {
     pub fn poll_once(&mut self, now: Instant, mut budget: Budget<'_>) -> PollResult {
         let mut result = PollResult::default();
         self.stats.polls += 1;
+        self.deadline.set(None);
         let start = budget.clock.as_mut().map(|clock| clock());
         let mut tx_left = self.transmit(now, &mut budget, start, &mut result);
 
@@ -332,14 +360,15 @@ impl<D: Device> Shard<D> {
         tx_left |= self.transmit(now, &mut budget, start, &mut result);
         // Timers due: first read what arrived while transmitting (ACKs for what was just
         // sent), within what is left of the budget (module docs, *Timers after receive*).
-        let mut due = self.stack.poll_timeout().is_some_and(|at| at <= now);
+        let mut due = self.stack_deadline().is_some_and(|at| at <= now);
         if due && !result.work_left {
             let before = result.rx;
             self.receive(now, &mut budget, start, &mut result);
             if result.rx > before {
                 tx_left |= self.transmit(now, &mut budget, start, &mut result);
                 // What arrived may have settled what the timers were waiting for.
-                due = self.stack.poll_timeout().is_some_and(|at| at <= now);
+                self.deadline.set(None);
+                due = self.stack_deadline().is_some_and(|at| at <= now);
             }
         }
         self.stats.processed += result.rx as u64;
@@ -356,6 +385,7 @@ impl<D: Device> Shard<D> {
         }
         self.deferred = 0;
         if due {
+            self.deadline.set(None);
             self.stack.handle_timeout(now);
             result.timers = true;
             self.stats.timer_runs += 1;
@@ -451,6 +481,9 @@ impl<D: Device> Shard<D> {
     /// batches of up to [`TX_BATCH`]; the device copies them, so the buffers go back to
     /// the stack for its next frames (completion reclaim).
     fn transmit_quota(&mut self, now: Instant, result: &mut PollResult) -> Quota {
+        if !self.stack.tx_pending() {
+            return Quota::Drained;
+        }
         let mut sent = 0;
         loop {
             if sent >= TX_QUOTA {
@@ -473,11 +506,17 @@ impl<D: Device> Shard<D> {
                 return Quota::Drained;
             }
             sent += n;
-            let mut frames: [&[u8]; TX_BATCH] = [&[]; TX_BATCH];
-            for (slot, frame) in frames.iter_mut().zip(&self.tx_batch) {
-                *slot = frame;
-            }
-            let dropped = self.device.send_batch(now, &frames[..n]);
+            let dropped = match &self.tx_batch[..] {
+                // One frame (a request-response's usual round): no batch array to fill.
+                [frame] => self.device.send_batch(now, &[frame]),
+                batch => {
+                    let mut frames: [&[u8]; TX_BATCH] = [&[]; TX_BATCH];
+                    for (slot, frame) in frames.iter_mut().zip(batch) {
+                        *slot = frame;
+                    }
+                    self.device.send_batch(now, &frames[..n])
+                }
+            };
             result.tx += n;
             self.stats.transmitted += n as u64;
             self.stats.tx_dropped += dropped as u64;
@@ -496,7 +535,7 @@ impl<D: Device> Shard<D> {
     /// neither has anything scheduled. After a round that returned
     /// [`work_left`](PollResult::work_left), poll again at once instead.
     pub fn next_wakeup(&self) -> Option<Instant> {
-        match (self.stack.poll_timeout(), self.device.poll_at()) {
+        match (self.stack_deadline(), self.device.poll_at()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
