@@ -20,10 +20,10 @@
 //!    reschedules the rest (`__netif_schedule`), so that `net_rx_action` runs between
 //!    them. Here the loop reads the device after each quota (within the receive budget)
 //!    and goes on transmitting: the quota interleaves receive and transmit, it does not
-//!    throttle a burst. A transmit step stops when the stack's queue is empty, the device
-//!    has no room, the round's time is out, or its receive budget is (frames wait unread:
-//!    no quota starts); what is left waits in the stack's transmit queue, and the round
-//!    reports [`PollResult::work_left`];
+//!    throttle a burst. A transmit step hands over at least one quota, and stops when the
+//!    stack's queue is empty, the device has no room, the round's time is out, or its
+//!    receive budget is (frames wait unread); what is left waits in the stack's transmit
+//!    queue, and the round reports [`PollResult::work_left`];
 //! 4. **timers**: if the stack's next deadline ([`Stack::poll_timeout`]) has come, first
 //!    receive again within what is left of the budget (ACKs that came in while step 3
 //!    transmitted), then run [`Stack::handle_timeout`] and transmit what it produced;
@@ -443,10 +443,12 @@ impl<D: Device> Shard<D> {
     /// One transmit step: hand the frames the stack has queued to the device in quotas of
     /// [`TX_QUOTA`], reading the device between quotas (within what is left of `budget`)
     /// so that the ACKs a burst draws are taken as they come instead of piling up in the
-    /// device's receive queue. The step goes on until the stack's queue is empty or the
-    /// device has no room (then it returns false), or the round's budget is out: its time
-    /// on `budget.clock`, or its frames (then no quota starts: frames wait unread, and
-    /// what they answer would pile up behind them). It returns true when frames are left.
+    /// device's receive queue. Every step hands over at least one quota (so transmit is
+    /// never starved by a receive backlog, as each `net_tx_action` runs its qdisc's
+    /// quota), and goes on until the stack's queue is empty or the device has no room
+    /// (then it returns false), or the round's budget is out: its time on
+    /// `budget.clock`, or its frames (frames wait unread, and what they answer would pile
+    /// up behind them). It returns true when frames are left.
     /// (Linux: `__qdisc_run` hands over `dev_tx_weight` packets, then reschedules itself
     /// with `__netif_schedule` and `net_tx_action` runs again beside `net_rx_action`;
     /// the quota interleaves receive and transmit, it does not throttle a queue the
@@ -459,14 +461,14 @@ impl<D: Device> Shard<D> {
         result: &mut PollResult,
     ) -> bool {
         loop {
-            // Frames are waiting unread (the budget ran out): no more quotas this round,
-            // or what they answer would pile up behind them.
-            if result.work_left {
-                return self.stack.tx_queue_len() > 0;
-            }
             match self.transmit_quota(now, result) {
                 Quota::Drained => return false,
                 Quota::Spent => {}
+            }
+            // Frames are waiting unread (the receive budget ran out): no more quotas in
+            // this step, or what they answer would pile up behind them.
+            if result.work_left {
+                return true;
             }
             if let (Some(clock), Some(start)) = (budget.clock.as_mut(), start)
                 && clock() - start >= budget.time
