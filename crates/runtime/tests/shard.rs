@@ -379,6 +379,26 @@ fn next_wakeup_is_the_earlier_of_timer_and_arrival() {
     assert_eq!(s.shard.next_wakeup(), Some(Instant::from_secs(1)));
 }
 
+/// The shard answers [`Shard::next_wakeup`] from the stack's deadline as of its last
+/// change: a socket call between rounds that schedules a timer shows at once. A datagram
+/// to an address nobody answers, sent after the loop went idle with nothing scheduled,
+/// starts neighbour resolution: its timer must wake the loop without a round first.
+#[test]
+fn a_timer_armed_between_rounds_moves_the_next_wakeup() {
+    let mut s = Setup::new();
+    s.warm_up();
+    let idle = s.shard.next_wakeup();
+    assert_eq!(idle, s.shard.stack().poll_timeout(), "the cached deadline");
+    let stack = s.shard.stack_mut();
+    let h = stack.udp_bind(SocketAddrV4::new(A_IP, 0)).unwrap();
+    stack
+        .udp_send_to(s.now, h, b"hello?", SocketAddrV4::new(NOBODY, 9))
+        .unwrap();
+    let armed = s.shard.stack().poll_timeout();
+    assert_ne!(armed, idle, "the datagram started a neighbour timer");
+    assert_eq!(s.shard.next_wakeup(), armed);
+}
+
 // ---- two shards behind RSS --------------------------------------------------------------
 
 /// A NIC with RSS on side A of an IP-medium sim link (a multi-queue TUN, say): frames from
