@@ -837,7 +837,8 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
     /// keep the loop awake.
     fn harvest(&mut self) -> bool {
         let mut none = Vec::new();
-        self.poller.wait(self.shard.stack_mut(), &mut none, 0);
+        self.poller
+            .wait(self.shard.stack_for_ready_list(), &mut none, 0);
         self.poller.has_pending(self.shard.stack())
     }
 
@@ -950,9 +951,11 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
         let deadline = timeout.map(|t| self.clock.now() + t);
         loop {
             let r = self.round();
-            let mut n =
-                self.poller
-                    .wait(self.shard.stack_mut(), &mut events.inner, events.capacity);
+            let mut n = self.poller.wait(
+                self.shard.stack_for_ready_list(),
+                &mut events.inner,
+                events.capacity,
+            );
             let take = self.fired.len().min(events.capacity);
             events.timers.extend(self.fired.drain(..take));
             n += take;

@@ -5,19 +5,25 @@
 //! round of the loop:
 //!
 //! 1. **transmit** what the application queued since the last round (the stack's transmit
-//!    queue, handed to the device in batches, at most [`TX_QUOTA`] frames, see below);
+//!    queue, handed to the device in batches, in quotas of [`TX_QUOTA`] frames with a
+//!    receive between quotas, see below);
 //! 2. **receive** at most [`Budget::frames`] frames (`net.core.netdev_budget`, 300), and stop
 //!    early once [`Budget::time`] (`net.core.netdev_budget_usecs`, 2000 µs) has passed on
 //!    [`Budget::clock`], when one is given. Running out of either with frames possibly
 //!    left is a *time squeeze*, counted in [`ShardStats::time_squeeze`] as in the third
 //!    column of `/proc/net/softnet_stat`, and reported as [`PollResult::work_left`]: the
 //!    caller polls again before sleeping;
-//! 3. **transmit** what the received frames produced, again at most [`TX_QUOTA`] frames.
+//! 3. **transmit** what the received frames produced, again in quotas.
 //!    Transmission does not count against the receive budget (`napi.rst`: "the budget ...
-//!    should not be consumed by Tx completion") but has a quota of its own, as Linux's
-//!    qdisc hands a device at most `dev_tx_weight` (64) packets per `__qdisc_run` and
-//!    reschedules the rest (`__netif_schedule`): frames beyond it wait in the stack's
-//!    transmit queue, and the round reports [`PollResult::work_left`];
+//!    should not be consumed by Tx completion") but goes in quotas, as Linux's qdisc
+//!    hands a device at most `dev_tx_weight` (64) packets per `__qdisc_run` and
+//!    reschedules the rest (`__netif_schedule`), so that `net_rx_action` runs between
+//!    them. Here the loop reads the device after each quota (within the receive budget)
+//!    and goes on transmitting: the quota interleaves receive and transmit, it does not
+//!    throttle a burst. A transmit step hands over at least one quota, and stops when the
+//!    stack's queue is empty, the device has no room, the round's time is out, or its
+//!    receive budget is (frames wait unread); what is left waits in the stack's transmit
+//!    queue, and the round reports [`PollResult::work_left`];
 //! 4. **timers**: if the stack's next deadline ([`Stack::poll_timeout`]) has come, first
 //!    receive again within what is left of the budget (ACKs that came in while step 3
 //!    transmitted), then run [`Stack::handle_timeout`] and transmit what it produced;
@@ -72,12 +78,16 @@
 //! thread, so ACKs wait on the device while the loop does anything else, and the loop must
 //! keep that wait short and bounded:
 //!
-//! - **Transmit in quotas** ([`TX_QUOTA`]). A round that handed every queued frame to the
-//!   device at once (against a Linux client over TUN, up to 1,050 frames and 21 ms in a
-//!   debug build) drew more ACKs than the device's queue holds (a TUN queue holds
-//!   `txqueuelen`, 500, packets; the kernel drops the rest and counts them as the
-//!   interface's TX drops): ACKs lost at the door, tail loss probes (RFC 8985 §7) and RTOs
-//!   for data that had arrived, reported back as duplicate SACKs (`TCPDSACKRecv`).
+//! - **Transmit in quotas** ([`TX_QUOTA`]), reading the device between them. A round that
+//!   handed every queued frame to the device before reading (against a Linux client over
+//!   TUN, up to 1,050 frames and 21 ms in a debug build) drew more ACKs than the device's
+//!   queue holds (a TUN queue holds `txqueuelen`, 500, packets; the kernel drops the rest
+//!   and counts them as the interface's TX drops): ACKs lost at the door, tail loss
+//!   probes (RFC 8985 §7) and RTOs for data that had arrived, reported back as duplicate
+//!   SACKs (`TCPDSACKRecv`). A loop that stopped at the quota instead (as this one did
+//!   before) throttled bursts the application queued to 128 frames a round though
+//!   nothing arrived, while TCP's retransmission timers ran from the moment each segment
+//!   was queued.
 //! - **Receive before timers.** Due timers run only after one more receive, for the ACKs
 //!   that came in while the round transmitted.
 //! - **Defer timers while the budget is out.** A round cut short by its receive budget
@@ -113,6 +123,7 @@
 //!   that moment: whether work is left is not known without taking another frame.
 //!   `work_left` is the NAPI contract ("returning the whole budget means call me again").
 
+use core::cell::Cell;
 use core::fmt;
 use core::time::Duration;
 
@@ -183,8 +194,8 @@ pub struct PollResult {
     /// Whether the stack's timers were due and ran.
     pub timers: bool,
     /// The receive budget ran out (frames may be waiting; counted as a time squeeze), or
-    /// a transmit step used its [`TX_QUOTA`] (frames wait in the stack's queue): poll
-    /// again before sleeping.
+    /// a transmit step stopped at the budget with frames in the stack's queue: poll again
+    /// before sleeping.
     pub work_left: bool,
 }
 
@@ -229,13 +240,20 @@ pub const MAX_TIMER_DEFER: u32 = 10;
 /// weight, `dev_weight`, is the same 64).
 pub const TX_BATCH: usize = 64;
 
-/// Most frames one transmit step hands to the device (Linux's `dev_tx_weight`, the quota
-/// of one `__qdisc_run`: `dev_weight` 64 times `dev_weight_tx_bias` 1). A round has up to
-/// four transmit steps; what is left waits in the stack's transmit queue for the next
-/// round, which the caller runs at once ([`PollResult::work_left`]). See the module docs,
-/// *Timers after receive*, for why: a loop that hands thousands of frames to the device
-/// before it reads again lets the ACKs they draw overflow the device's receive queue.
+/// Frames handed to the device between two reads of it (Linux's `dev_tx_weight`, the
+/// quota of one `__qdisc_run`: `dev_weight` 64 times `dev_weight_tx_bias` 1). See the
+/// module docs, *Timers after receive*, for why: a loop that hands thousands of frames to
+/// the device before it reads again lets the ACKs they draw overflow the device's receive
+/// queue.
 pub const TX_QUOTA: usize = 64;
+
+/// How a transmit quota ended.
+enum Quota {
+    /// The stack's queue is empty, or the device has no room for more.
+    Drained,
+    /// [`TX_QUOTA`] frames went out and more may wait.
+    Spent,
+}
 
 /// One shard: a stack, its device, and the loop between them.
 #[derive(Debug)]
@@ -249,6 +267,13 @@ pub struct Shard<D: Device> {
     stats: ShardStats,
     /// Rounds in a row that deferred due timers (reset when the timers run).
     deferred: u32,
+    /// The stack's next deadline ([`Stack::poll_timeout`]) as of the last time it was
+    /// asked, or `None` once the stack may have changed since: every `&mut` access
+    /// ([`stack_mut`](Self::stack_mut), a round's receive, transmit and timers) clears it.
+    /// A loop iteration asks for the deadline several times (the round's due check, the
+    /// wake-up target, the published wake-up), and the stack folds several queues to
+    /// answer: one answer serves them all.
+    deadline: Cell<Option<Option<Instant>>>,
 }
 
 impl<D: Device> Shard<D> {
@@ -263,6 +288,7 @@ impl<D: Device> Shard<D> {
             tx_batch: Vec::with_capacity(TX_BATCH),
             stats: ShardStats::default(),
             deferred: 0,
+            deadline: Cell::new(None),
         }
     }
 
@@ -278,7 +304,25 @@ impl<D: Device> Shard<D> {
 
     /// The stack, for socket calls between rounds.
     pub fn stack_mut(&mut self) -> &mut Stack {
+        self.deadline.set(None);
         &mut self.stack
+    }
+
+    /// The stack, for a caller that only takes its ready list ([`Stack::take_ready`]) and
+    /// reads socket state: that changes no timer, so the cached next deadline stays.
+    pub(crate) fn stack_for_ready_list(&mut self) -> &mut Stack {
+        &mut self.stack
+    }
+
+    /// The stack's next deadline ([`Stack::poll_timeout`]), asked once per change of the
+    /// stack.
+    fn stack_deadline(&self) -> Option<Instant> {
+        if let Some(at) = self.deadline.get() {
+            return at;
+        }
+        let at = self.stack.poll_timeout();
+        self.deadline.set(Some(at));
+        at
     }
 
     /// The device.
@@ -308,21 +352,23 @@ impl<D: Device> Shard<D> {
     pub fn poll_once(&mut self, now: Instant, mut budget: Budget<'_>) -> PollResult {
         let mut result = PollResult::default();
         self.stats.polls += 1;
-        let mut tx_left = self.transmit(now, &mut result);
-
+        self.deadline.set(None);
         let start = budget.clock.as_mut().map(|clock| clock());
+        let mut tx_left = self.transmit(now, &mut budget, start, &mut result);
+
         self.receive(now, &mut budget, start, &mut result);
-        tx_left |= self.transmit(now, &mut result);
+        tx_left |= self.transmit(now, &mut budget, start, &mut result);
         // Timers due: first read what arrived while transmitting (ACKs for what was just
         // sent), within what is left of the budget (module docs, *Timers after receive*).
-        let mut due = self.stack.poll_timeout().is_some_and(|at| at <= now);
+        let mut due = self.stack_deadline().is_some_and(|at| at <= now);
         if due && !result.work_left {
             let before = result.rx;
             self.receive(now, &mut budget, start, &mut result);
             if result.rx > before {
-                tx_left |= self.transmit(now, &mut result);
+                tx_left |= self.transmit(now, &mut budget, start, &mut result);
                 // What arrived may have settled what the timers were waiting for.
-                due = self.stack.poll_timeout().is_some_and(|at| at <= now);
+                self.deadline.set(None);
+                due = self.stack_deadline().is_some_and(|at| at <= now);
             }
         }
         self.stats.processed += result.rx as u64;
@@ -339,10 +385,11 @@ impl<D: Device> Shard<D> {
         }
         self.deferred = 0;
         if due {
+            self.deadline.set(None);
             self.stack.handle_timeout(now);
             result.timers = true;
             self.stats.timer_runs += 1;
-            tx_left |= self.transmit(now, &mut result);
+            tx_left |= self.transmit(now, &mut budget, start, &mut result);
         }
         result.work_left |= tx_left;
         self.finish(result)
@@ -393,14 +440,56 @@ impl<D: Device> Shard<D> {
         result
     }
 
-    /// Hand every frame the stack has queued to the device, in batches of up to
-    /// [`TX_BATCH`]; the device copies them, so the buffers go back to the stack for its
-    /// next frames (completion reclaim).
-    fn transmit(&mut self, now: Instant, result: &mut PollResult) -> bool {
+    /// One transmit step: hand the frames the stack has queued to the device in quotas of
+    /// [`TX_QUOTA`], reading the device between quotas (within what is left of `budget`)
+    /// so that the ACKs a burst draws are taken as they come instead of piling up in the
+    /// device's receive queue. Every step hands over at least one quota (so transmit is
+    /// never starved by a receive backlog, as each `net_tx_action` runs its qdisc's
+    /// quota), and goes on until the stack's queue is empty or the device has no room
+    /// (then it returns false), or the round's budget is out: its time on
+    /// `budget.clock`, or its frames (frames wait unread, and what they answer would pile
+    /// up behind them). It returns true when frames are left.
+    /// (Linux: `__qdisc_run` hands over `dev_tx_weight` packets, then reschedules itself
+    /// with `__netif_schedule` and `net_tx_action` runs again beside `net_rx_action`;
+    /// the quota interleaves receive and transmit, it does not throttle a queue the
+    /// receive side leaves alone.)
+    fn transmit(
+        &mut self,
+        now: Instant,
+        budget: &mut Budget<'_>,
+        start: Option<Instant>,
+        result: &mut PollResult,
+    ) -> bool {
+        loop {
+            match self.transmit_quota(now, result) {
+                Quota::Drained => return false,
+                Quota::Spent => {}
+            }
+            // Frames are waiting unread (the receive budget ran out): no more quotas in
+            // this step, or what they answer would pile up behind them.
+            if result.work_left {
+                return true;
+            }
+            if let (Some(clock), Some(start)) = (budget.clock.as_mut(), start)
+                && clock() - start >= budget.time
+            {
+                return true;
+            }
+            self.receive(now, budget, start, result);
+        }
+    }
+
+    /// Hand at most [`TX_QUOTA`] of the frames the stack has queued to the device, in
+    /// batches of up to [`TX_BATCH`]; the device copies them, so the buffers go back to
+    /// the stack for its next frames (completion reclaim).
+    fn transmit_quota(&mut self, now: Instant, result: &mut PollResult) -> Quota {
+        if !self.stack.tx_pending() {
+            return Quota::Drained;
+        }
         let mut sent = 0;
         loop {
             if sent >= TX_QUOTA {
-                return true;
+                return Quota::Spent;
             }
             // A device that knows its room gets no more than fits; the rest waits in the
             // stack's queue (Linux: the qdisc, while the driver's queue is stopped).
@@ -416,14 +505,20 @@ impl<D: Device> Shard<D> {
             }
             let n = self.tx_batch.len();
             if n == 0 {
-                return false;
+                return Quota::Drained;
             }
             sent += n;
-            let mut frames: [&[u8]; TX_BATCH] = [&[]; TX_BATCH];
-            for (slot, frame) in frames.iter_mut().zip(&self.tx_batch) {
-                *slot = frame;
-            }
-            let dropped = self.device.send_batch(now, &frames[..n]);
+            let dropped = match &self.tx_batch[..] {
+                // One frame (a request-response's usual round): no batch array to fill.
+                [frame] => self.device.send_batch(now, &[frame]),
+                batch => {
+                    let mut frames: [&[u8]; TX_BATCH] = [&[]; TX_BATCH];
+                    for (slot, frame) in frames.iter_mut().zip(batch) {
+                        *slot = frame;
+                    }
+                    self.device.send_batch(now, &frames[..n])
+                }
+            };
             result.tx += n;
             self.stats.transmitted += n as u64;
             self.stats.tx_dropped += dropped as u64;
@@ -432,7 +527,7 @@ impl<D: Device> Shard<D> {
                 self.stack.recycle(frame);
             }
             if n < want {
-                return false;
+                return Quota::Drained;
             }
         }
     }
@@ -442,7 +537,7 @@ impl<D: Device> Shard<D> {
     /// neither has anything scheduled. After a round that returned
     /// [`work_left`](PollResult::work_left), poll again at once instead.
     pub fn next_wakeup(&self) -> Option<Instant> {
-        match (self.stack.poll_timeout(), self.device.poll_at()) {
+        match (self.stack_deadline(), self.device.poll_at()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }

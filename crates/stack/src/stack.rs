@@ -392,6 +392,14 @@ impl Stack {
         self.tx.len()
     }
 
+    /// Whether [`poll_transmit`](Self::poll_transmit) may have a frame to give: frames
+    /// are queued, or connections wait for room in the queue. A driver with nothing to
+    /// send skips its transmit path on this one test.
+    #[inline]
+    pub fn tx_pending(&self) -> bool {
+        !self.tx.is_empty() || !self.tcp.tx_waiters.is_empty()
+    }
+
     // ---- timers -----------------------------------------------------------------------
 
     /// When [`Stack::handle_timeout`] next has work, if ever.

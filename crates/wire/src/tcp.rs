@@ -786,7 +786,33 @@ impl<'a> Repr<'a> {
             timestamp: None,
             payload: packet.payload(),
         };
-        for option in packet.options_iter() {
+        // Linux tcp_fast_parse_options / tcp_parse_aligned_timestamp: the usual options
+        // of an established connection's segment are exactly NOP NOP TS, read in one
+        // comparison; anything else goes through the full parse below (which gives the
+        // same result for this layout).
+        let options = packet.options();
+        if let [
+            option_kind::NO_OPERATION,
+            option_kind::NO_OPERATION,
+            option_kind::TIMESTAMP,
+            10,
+            v0,
+            v1,
+            v2,
+            v3,
+            e0,
+            e1,
+            e2,
+            e3,
+        ] = *options
+        {
+            repr.timestamp = Some(TcpTimestamp {
+                tsval: u32::from_be_bytes([v0, v1, v2, v3]),
+                tsecr: u32::from_be_bytes([e0, e1, e2, e3]),
+            });
+            return Ok(repr);
+        }
+        for option in TcpOptionsIter::new(options) {
             // Linux tcp_parse_options: "silly options" and "don't parse partial options"
             // return, keeping what was parsed; so does the end of the iteration here.
             let Ok(option) = option else { break };
