@@ -69,6 +69,17 @@ impl SendBuffer {
             * usize::from(self.len > 0)
     }
 
+    /// Chunks that appending `n` bytes would take from the pool (the tail chunk's free
+    /// room first).
+    pub fn chunks_for(&self, n: usize) -> usize {
+        let room = if self.len == 0 {
+            0
+        } else {
+            (CHUNK - (self.head_off as usize + self.len as usize) % CHUNK) % CHUNK
+        };
+        n.saturating_sub(room).div_ceil(CHUNK)
+    }
+
     /// Append up to `limit - len` bytes of `data` (limit = the socket's sndbuf); returns bytes
     /// taken (0 when full or the pool is exhausted: the caller reports EAGAIN / counts).
     /// When the pool runs out part way, what fit is kept and its length returned.
