@@ -47,6 +47,7 @@ mod plot;
 mod shm;
 mod sim;
 mod stream;
+mod syn_flood;
 mod udp_rr;
 
 use std::io::IsTerminal;
@@ -217,6 +218,7 @@ fn run_one(
         bar: (bars && !c1m).then(|| progress_bar(label.to_owned(), until)),
         linux_mode: mode,
         machine: Default::default(),
+        syn_flood: args.syn_flood,
     };
     let shm = args.link == "shm";
     let link = args.link.as_str();

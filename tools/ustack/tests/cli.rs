@@ -894,12 +894,75 @@ fn bench_c1m_refuses_what_it_cannot_do() {
             &["c1m", "--bytes", "1M"],
             "--bytes is for the stream scenario",
         ),
+        (
+            &["c1m", "--syn-flood", "1000"],
+            "--syn-flood 1000: for c1m with --server ustack only",
+        ),
+        (
+            &["pingpong", "--server", "ustack", "--syn-flood", "1000"],
+            "--syn-flood 1000: for c1m with --server ustack only",
+        ),
     ] {
         let o = ustack(&[&["bench"][..], args].concat());
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
         assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
         assert!(o.stdout.is_empty(), "{args:?}: nothing ran");
     }
+}
+
+/// `ustack bench c1m --syn-flood RATE` (issue #12 item 5) at CI scale: 3,000 connections
+/// held for 1 s while the client side sends 20,000 spoofed SYNs a second. What a user
+/// checks: the flood was sent at its rate; the server's SYN queue never held more than its
+/// bound (backlog + 1) and SYN cookies answered the rest (its own TcpExtSyncookiesSent,
+/// the same figure the report gives); every held connection still exchanged its message
+/// afterwards; the server's RSS grew by at most 5% over the flood.
+#[test]
+fn bench_c1m_syn_flood_keeps_the_syn_queue_bounded_and_every_connection_served() {
+    const N: u64 = 3000;
+    let runs = bench_json("c1m --server ustack --conns 3000 --duration 1s --syn-flood 20000");
+    let r = &runs[0];
+    // Every held connection was made, and exchanged its message after the flood.
+    assert_eq!(r["connections"], N, "{r}");
+    assert_eq!(r["round_trips"], N, "{r}");
+    let f = &r["syn_flood"];
+    let num = |k: &str| {
+        f[k].as_f64()
+            .unwrap_or_else(|| panic!("syn_flood.{k}: {f}"))
+    };
+    let sent = num("syns_sent");
+    assert!(num("flood_s") >= 1.0, "{f}");
+    assert!(
+        sent >= 0.9 * 20_000.0 * num("flood_s").min(1.5),
+        "the flood was sent at its rate: {f}"
+    );
+    // Half-open state stays bounded: the SYN queue at most backlog + 1, cookies beyond.
+    let (peak, bound) = (num("server_syn_queue_peak"), num("server_syn_queue_bound"));
+    assert_eq!(bound, 4097.0, "{f}");
+    assert!(
+        0.0 < peak && peak <= bound,
+        "SYN queue peak {peak} of {bound}: {f}"
+    );
+    let cookies = num("server_syncookies_sent");
+    assert!(cookies + peak <= sent, "{f}");
+    assert!(
+        cookies >= sent - bound - 0.1 * sent,
+        "cookies answered the rest: {f}"
+    );
+    assert_eq!(
+        r["counters"]["TcpExt"]["SyncookiesSent"].as_f64(),
+        Some(cookies),
+        "the report's figure is the server's counter: {f}"
+    );
+    for k in ["server_listen_overflows", "server_listen_drops"] {
+        assert!(num(k) >= 0.0, "{k}: {f}");
+    }
+    // The server's RSS over the flood.
+    let pct = num("server_rss_growth_pct");
+    assert!(
+        pct <= 5.0,
+        "server RSS grew {pct:.2}% during the flood: {f}"
+    );
+    assert!(num("server_rss_before_bytes") > 0.0, "{f}");
 }
 
 /// Run `ustack bench ARGS --json` (`args` split at spaces) and return its array of

@@ -97,6 +97,11 @@ pub struct Args {
     /// --duration each mode gets a share of the default time.
     #[arg(long, default_value = "all", value_delimiter = ',', value_parser = ["epoll", "busy", "io_uring", "all"])]
     pub linux_mode: Vec<String>,
+    /// c1m with --server ustack: spoofed SYNs (random sources in 198.18.0.0/15) at RATE per
+    /// second from the client side while the connections are held; the report says what
+    /// the server's SYN queue, SYN cookies and RSS did (docs/c1m.md).
+    #[arg(long, value_name = "RATE", value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
+    pub syn_flood: Option<u32>,
     /// Print one JSON array (one object per server and scenario) instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -330,6 +335,14 @@ impl Args {
         if scenarios.contains(&"c1m") && ustack && link != "shm" {
             return Err(format!(
                 "c1m runs ustack over shm, not {link}: use --link shm, or --server linux"
+            ));
+        }
+        if let Some(rate) = self.syn_flood
+            && (scenarios != ["c1m"] || linux)
+        {
+            return Err(format!(
+                "--syn-flood {rate}: for c1m with --server ustack only (the flood is written \
+                 onto ustack's shm link)"
             ));
         }
         if self.bytes.is_some() && !scenarios.contains(&"stream") {

@@ -31,6 +31,7 @@ use ustack_stack::tcp::State;
 use super::linux::{self, Exchanges, Peer};
 use super::measure::cpu_between;
 use super::shm::{self, CLIENT_IP, Rt, SERVER_IP};
+use super::syn_flood::SynFlood;
 use super::{Outcome, Run};
 
 /// Handshakes (then exchanges) outstanding at once, in all: enough to keep both sides
@@ -57,6 +58,8 @@ pub struct C1m {
     pub mem_bytes: u64,
     /// The parts it was made of.
     pub mem_detail: serde_json::Value,
+    /// `--syn-flood`: what the flood sent and what the server did (see [`Flooded`]).
+    pub syn_flood: serde_json::Value,
 }
 
 /// c1m's shm link: small frames (MTU 1500) in rings deep enough for a window of
@@ -287,11 +290,25 @@ fn ustack_client(
     })?;
     let mem = ServerMem::read(server, rt)?;
 
-    // Hold them idle.
-    let t = WallClock::now();
-    while t.elapsed() < hold {
-        rt.run_once(Some(Duration::from_millis(10)))?;
-    }
+    // Hold them idle (under a SYN flood if asked).
+    let flooded = match run.syn_flood {
+        Some(rate) => Some(hold_flooded(
+            run,
+            rate,
+            hold,
+            rt,
+            server,
+            &mem,
+            addrs[0].port(),
+        )?),
+        None => {
+            let t = WallClock::now();
+            while t.elapsed() < hold {
+                rt.run_once(Some(Duration::from_millis(10)))?;
+            }
+            None
+        }
+    };
 
     // One message each, WINDOW at a time.
     for (i, s) in streams.iter().enumerate() {
@@ -368,8 +385,118 @@ fn ustack_client(
         close,
         mem_bytes: 0,
         mem_detail: serde_json::Value::Null,
+        syn_flood: flooded.map_or(serde_json::Value::Null, |f| f.json()),
     });
     Ok((o, mem))
+}
+
+/// What `--syn-flood` sent during the hold and what the server did meanwhile.
+#[derive(Debug)]
+struct Flooded {
+    rate: u32,
+    sent: u64,
+    deferred: u64,
+    seconds: f64,
+    /// The most SYN-queue requests the server held at a sample (every [`FLOOD_SAMPLE`]).
+    requests_peak: i64,
+    samples: u32,
+    /// The server's TcpExt counters' growth over the flood.
+    cookies: i64,
+    overflows: i64,
+    drops: i64,
+    /// The server's RSS when the flood started (every connection held) and when it ended.
+    rss_before: u64,
+    rss_after: u64,
+}
+
+/// How often the server's memory is sampled during a flood.
+const FLOOD_SAMPLE: Duration = Duration::from_millis(100);
+/// A listener's SYN queue holds at most its backlog + 1 requests (`net.core.somaxconn`,
+/// 4096, as `Server::bind_all` listens; Linux `inet_csk_reqsk_queue_is_full`: `qlen >
+/// sk_max_ack_backlog`), then SYN cookies answer.
+const SYN_QUEUE_BOUND: i64 = 4097;
+
+impl Flooded {
+    fn json(&self) -> serde_json::Value {
+        let growth = self.rss_after as i64 - self.rss_before as i64;
+        json!({
+            "rate_per_s": self.rate,
+            "syns_sent": self.sent,
+            "syns_deferred": self.deferred,
+            "flood_s": self.seconds,
+            "sent_per_s": self.sent as f64 / self.seconds.max(1e-9),
+            "server_syn_queue_peak": self.requests_peak,
+            "server_syn_queue_bound": SYN_QUEUE_BOUND,
+            "server_syn_queue_samples": self.samples,
+            "server_syncookies_sent": self.cookies,
+            "server_listen_overflows": self.overflows,
+            "server_listen_drops": self.drops,
+            "server_rss_before_bytes": self.rss_before,
+            "server_rss_after_bytes": self.rss_after,
+            "server_rss_growth_bytes": growth,
+            "server_rss_growth_pct": 100.0 * growth as f64 / (self.rss_before.max(1) as f64),
+        })
+    }
+}
+
+/// Hold the connections for `hold` while [`SynFlood`] sends `rate` spoofed SYNs a second
+/// at the server's first port, sampling the server's SYN queue; its RSS and counters are
+/// read before (`before`: every connection held) and after.
+fn hold_flooded(
+    run: &Run,
+    rate: u32,
+    hold: Duration,
+    rt: &mut Rt,
+    server: &mut Peer,
+    before: &ServerMem,
+    port: u16,
+) -> anyhow::Result<Flooded> {
+    let counters = |server: &mut Peer, rt: &mut Rt| -> anyhow::Result<serde_json::Value> {
+        let r: serde_json::Value = serde_json::from_str(&ask(server, rt, "report")?.join(" "))
+            .context("the ustack server's report line")?;
+        Ok(r["counters"]["TcpExt"].clone())
+    };
+    let c0 = counters(server, rt)?;
+    let mut flood = SynFlood::new(rate, port, run.seed ^ 0x5f1f_100d);
+    let (mut peak, mut samples) = (0i64, 0u32);
+    let t = WallClock::now();
+    let mut next_sample = FLOOD_SAMPLE;
+    while t.elapsed() < hold {
+        flood.send_due(rt, t.elapsed());
+        rt.run_once(Some(Duration::from_millis(1)))?;
+        if t.elapsed() >= next_sample {
+            next_sample += FLOOD_SAMPLE;
+            let m = ServerMem::read(server, rt)?;
+            peak = peak.max(
+                m.accounted["kinds"]["requests"]["count"]
+                    .as_i64()
+                    .unwrap_or(0),
+            );
+            samples += 1;
+        }
+    }
+    let seconds = t.elapsed().as_secs_f64();
+    let after = ServerMem::read(server, rt)?;
+    peak = peak.max(
+        after.accounted["kinds"]["requests"]["count"]
+            .as_i64()
+            .unwrap_or(0),
+    );
+    let c1 = counters(server, rt)?;
+    let grew = |name: &str| c1[name].as_i64().unwrap_or(0) - c0[name].as_i64().unwrap_or(0);
+    Ok(Flooded {
+        rate,
+        sent: flood.sent,
+        deferred: flood.deferred,
+        seconds,
+        requests_peak: peak,
+        samples: samples + 1,
+        cookies: grew("SyncookiesSent"),
+        overflows: grew("ListenOverflows"),
+        drops: grew("ListenDrops"),
+        rss_before: before.rss,
+        rss_after: after.rss,
+    })
 }
 
 /// The sum of a figure over peers (None if any could not be read).
@@ -496,6 +623,7 @@ pub fn linux(run: &Run, hold: Duration) -> anyhow::Result<Outcome> {
         establish,
         exchange,
         close,
+        syn_flood: serde_json::Value::Null,
         mem_bytes: mem,
         mem_detail: json!({
             "server_rss_bytes": rss,

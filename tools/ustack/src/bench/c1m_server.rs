@@ -25,7 +25,7 @@ use ustack_apps::{Protocol, Server};
 use ustack_dev::shm::ShmLink;
 
 use super::c1m::{link_config, server_addrs};
-use super::shm::{self, Rt, SERVER_IP};
+use super::shm::{self, CLIENT_IP, Rt, SERVER_IP};
 
 /// How long the server waits for the bench to attach to its link.
 const ATTACH: Duration = Duration::from_secs(10);
@@ -42,7 +42,10 @@ pub fn serve(conns: u32, seed: u64, checksums: bool) -> anyhow::Result<()> {
         .hand_over(ATTACH)
         .context("waiting for the bench to attach")?;
     let port = ports.pop().context("the link's queue")?;
+    // Its gateway is the client: replies to addresses off the link (the spoofed sources of
+    // `--syn-flood`) leave over it, as a server's go to its router.
     let mut rt = shm::builder(SERVER_IP, 1, seed)
+        .gateway(CLIENT_IP)
         .checksum_offload(!checksums)
         .build(port)
         .context("building the server runtime")?;

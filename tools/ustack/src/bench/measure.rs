@@ -38,6 +38,8 @@ pub struct Run {
     pub linux_mode: LinuxMode,
     /// The machine's busy CPU time over the measured phase ([`Meter`] reads it).
     pub machine: MachineCpu,
+    /// c1m: spoofed SYNs per second during the hold (`--syn-flood`).
+    pub syn_flood: Option<u32>,
 }
 
 impl Run {
