@@ -219,6 +219,8 @@ fn run_one(
         linux_mode: mode,
         machine: Default::default(),
         syn_flood: args.syn_flood,
+        send: args.send.map(|n| n as usize),
+        server_sysctl: args.server_sysctl.clone(),
     };
     let shm = args.link == "shm";
     let link = args.link.as_str();

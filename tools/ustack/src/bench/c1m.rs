@@ -60,6 +60,8 @@ pub struct C1m {
     pub mem_detail: serde_json::Value,
     /// `--syn-flood`: what the flood sent and what the server did (see [`Flooded`]).
     pub syn_flood: serde_json::Value,
+    /// `--send`: the surge into a server that stopped reading (see [`surge`]).
+    pub surge: serde_json::Value,
 }
 
 /// c1m's shm link: small frames (MTU 1500) in rings deep enough for a window of
@@ -136,6 +138,9 @@ pub fn ustack(run: &Run, hold: Duration) -> anyhow::Result<Outcome> {
     if run.checksums {
         args.push("--checksums".to_owned());
     }
+    for s in &run.server_sysctl {
+        args.extend(["--sysctl".to_owned(), s.clone()]);
+    }
     let (mut server, words) = Peer::start("ustack-c1m", &args)?;
     let name = words
         .get(1)
@@ -146,11 +151,16 @@ pub fn ustack(run: &Run, hold: Duration) -> anyhow::Result<Outcome> {
         .pop()
         .context("the shm link's queue")?;
     server.expect("listening", linux::ANSWER)?;
-    let mut rt = shm::shm_builder(CLIENT_IP, 2, run.seed.wrapping_add(2), run)
+    let mut client = shm::shm_builder(CLIENT_IP, 2, run.seed.wrapping_add(2), run)
         .sysctl("net.ipv4.ip_local_port_range.min", 1024)
-        .sysctl("net.ipv4.ip_local_port_range.max", 65535)
-        .build(port)
-        .context("building the client runtime")?;
+        .sysctl("net.ipv4.ip_local_port_range.max", 65535);
+    if run.send.is_some() {
+        // The load generator is not the stack under test: its tcp_mem never refuses.
+        for name in ["low", "pressure", "high", "budget"] {
+            client = client.sysctl(&format!("net.ipv4.tcp_mem.{name}"), 1 << 31);
+        }
+    }
+    let mut rt = client.build(port).context("building the client runtime")?;
     let before = ServerMem::read(&mut server, &mut rt)?;
     let cpu0 = server.cpu();
     let (mut o, held) = ustack_client(run, hold, &mut rt, &mut server)?;
@@ -310,6 +320,12 @@ fn ustack_client(
         }
     };
 
+    // Every connection sends `--send` bytes at once to a server that stopped reading.
+    let surged = match run.send {
+        Some(bytes) => Some(surge(bytes, rt, server, &streams, &mem)?),
+        None => None,
+    };
+
     // One message each, WINDOW at a time.
     for (i, s) in streams.iter().enumerate() {
         rt.reregister(s, i as u64, Interest::READABLE, Mode::Edge)?;
@@ -386,6 +402,7 @@ fn ustack_client(
         mem_bytes: 0,
         mem_detail: serde_json::Value::Null,
         syn_flood: flooded.map_or(serde_json::Value::Null, |f| f.json()),
+        surge: surged.unwrap_or(serde_json::Value::Null),
     });
     Ok((o, mem))
 }
@@ -497,6 +514,155 @@ fn hold_flooded(
         rss_before: before.rss,
         rss_after: after.rss,
     })
+}
+
+/// How long the server holds the surge unread once every connection has written it.
+const SURGE_HOLD: Duration = Duration::from_secs(2);
+/// How long the drain may go without a connection completing before the run fails: the
+/// senders retransmit what the server refused with their RTO, backed off meanwhile.
+const SURGE_STALL: Duration = Duration::from_secs(120);
+
+/// Byte `k` of connection `conn`'s surge: every byte differs by connection and position.
+fn surge_byte(conn: usize, k: usize) -> u8 {
+    (conn.wrapping_mul(2_654_435_761) ^ k.wrapping_mul(40_503) ^ (k >> 7)) as u8
+}
+
+/// `--send BYTES` (issue #12 item 8): the server stops reading (`pause`); every connection
+/// writes `bytes` at once; for [`SURGE_HOLD`] the server's memory is sampled every
+/// [`FLOOD_SAMPLE`] (its `buffers` kind and RSS) and how long its control line takes to
+/// answer; then its counters, and it reads again (`resume`): every connection's bytes must
+/// come back (echoed) intact. What happened, as JSON.
+fn surge(
+    bytes: usize,
+    rt: &mut Rt,
+    server: &mut Peer,
+    streams: &[TcpStream],
+    held: &ServerMem,
+) -> anyhow::Result<serde_json::Value> {
+    let n = streams.len();
+    ask(server, rt, "pause")?;
+    for (i, s) in streams.iter().enumerate() {
+        rt.reregister(s, i as u64, Interest::READABLE, Mode::Edge)?;
+    }
+    let data: Vec<Vec<u8>> = (0..n)
+        .map(|i| (0..bytes).map(|k| surge_byte(i, k)).collect())
+        .collect();
+    let t = WallClock::now();
+    let mut sent = vec![0usize; n];
+    let mut left = n;
+    while left > 0 {
+        for (i, s) in streams.iter().enumerate() {
+            if sent[i] == bytes {
+                continue;
+            }
+            match s.write(rt, &data[i][sent[i]..]) {
+                Ok(k) => sent[i] += k,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e.into()),
+            }
+            left -= usize::from(sent[i] == bytes);
+        }
+        rt.run_once(Some(Duration::from_millis(1)))?;
+        if t.elapsed() > STALL {
+            bail!("ustack c1m --send: {left} connections could not write within {STALL:?}");
+        }
+    }
+    let written = t.elapsed();
+    let (mut buffers_peak, mut rss_peak, mut answer_max, mut samples) = (0i64, 0u64, 0f64, 0);
+    let t = WallClock::now();
+    while t.elapsed() < SURGE_HOLD {
+        let asked = WallClock::now();
+        let m = ServerMem::read(server, rt)?;
+        answer_max = f64::max(answer_max, asked.elapsed().as_secs_f64() * 1e3);
+        buffers_peak = buffers_peak.max(
+            m.accounted["kinds"]["buffers"]["bytes"]
+                .as_i64()
+                .unwrap_or(0),
+        );
+        rss_peak = rss_peak.max(m.rss);
+        samples += 1;
+        let next = asked + FLOOD_SAMPLE;
+        while WallClock::now() < next {
+            rt.run_once(Some(Duration::from_millis(1)))?;
+        }
+    }
+    let report: serde_json::Value = serde_json::from_str(&ask(server, rt, "report")?.join(" "))
+        .context("the ustack server's report line")?;
+    let ext = &report["counters"]["TcpExt"];
+    let c = |name: &str| ext[name].as_u64().unwrap_or(0);
+    let pressured = json!({
+        "TCPMemoryPressures": c("TCPMemoryPressures"),
+        "PruneCalled": c("PruneCalled"),
+        "OfoPruned": c("OfoPruned"),
+        "RcvPruned": c("RcvPruned"),
+        "TCPRcvQDrop": c("TCPRcvQDrop"),
+        "TCPOFODrop": c("TCPOFODrop"),
+        "TCPAbortOnMemory": c("TCPAbortOnMemory"),
+        "PROTO_MEM": report["counters"]["Drops"]["PROTO_MEM"].as_u64().unwrap_or(0),
+    });
+
+    // The server reads again: every connection's bytes come back, echoed.
+    ask(server, rt, "resume")?;
+    let t = WallClock::now();
+    let mut got = vec![0usize; n];
+    let (mut complete, mut intact, mut aborted) = (0usize, 0usize, 0usize);
+    let mut ok = vec![true; n];
+    let mut events = Events::with_capacity(1024);
+    let mut buf = vec![0u8; 65536];
+    let mut progress = WallClock::now();
+    while complete + aborted < n {
+        rt.poll(&mut events, Some(Duration::from_millis(10)))?;
+        for e in &events {
+            let i = e.token as usize;
+            while got[i] < bytes {
+                match streams[i].read(rt, &mut buf[..bytes - got[i]]) {
+                    Ok(0) => {
+                        aborted += 1;
+                        got[i] = usize::MAX;
+                        break;
+                    }
+                    Ok(k) => {
+                        ok[i] &= buf[..k] == data[i][got[i]..got[i] + k];
+                        got[i] += k;
+                        if got[i] == bytes {
+                            complete += 1;
+                            intact += usize::from(ok[i]);
+                            progress = WallClock::now();
+                        }
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                    Err(_) => {
+                        aborted += 1;
+                        got[i] = usize::MAX;
+                        break;
+                    }
+                }
+            }
+        }
+        if progress.elapsed() > SURGE_STALL {
+            bail!(
+                "ustack c1m --send: {complete} of {n} connections drained, then none for \
+                 {SURGE_STALL:?}"
+            );
+        }
+    }
+    let drained = t.elapsed();
+    Ok(json!({
+        "bytes_per_conn": bytes,
+        "demand_bytes": bytes as u64 * n as u64,
+        "write_s": written.as_secs_f64(),
+        "unread_hold_s": SURGE_HOLD.as_secs_f64(),
+        "server_buffers_peak_bytes": buffers_peak,
+        "server_rss_held_bytes": held.rss,
+        "server_rss_peak_bytes": rss_peak,
+        "server_counters": pressured,
+        "control_samples": samples,
+        "control_answer_max_ms": answer_max,
+        "drain_s": drained.as_secs_f64(),
+        "completed": complete,
+        "intact": intact,
+        "aborted": aborted,
+    }))
 }
 
 /// The sum of a figure over peers (None if any could not be read).
@@ -624,6 +790,7 @@ pub fn linux(run: &Run, hold: Duration) -> anyhow::Result<Outcome> {
         exchange,
         close,
         syn_flood: serde_json::Value::Null,
+        surge: serde_json::Value::Null,
         mem_bytes: mem,
         mem_detail: json!({
             "server_rss_bytes": rss,
