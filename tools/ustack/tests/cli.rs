@@ -1001,6 +1001,10 @@ fn bench_c1m_send_into_a_server_that_does_not_read_stays_in_budget_and_completes
     assert_eq!(r["round_trips"], N, "{r}");
     let s = &r["surge"];
     assert_eq!(s["demand_bytes"], 4096 * N, "{s}");
+    assert_eq!(
+        s["echoed_while_unread_bytes"], 0,
+        "the server did not read: {s}"
+    );
     let c = &s["server_counters"];
     assert!(c["TCPMemoryPressures"].as_u64() >= Some(1), "{s}");
     let refused = c["PROTO_MEM"].as_u64().unwrap();

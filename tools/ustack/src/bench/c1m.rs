@@ -586,6 +586,11 @@ fn surge(
             rt.run_once(Some(Duration::from_millis(1)))?;
         }
     }
+    // Echoed back before the server reads again: nothing, if it did not read.
+    let echoed: usize = streams
+        .iter()
+        .map(|s| rt.stack().tcp_info(s.handle()).map_or(0, |i| i.recv_q))
+        .sum();
     let report: serde_json::Value = serde_json::from_str(&ask(server, rt, "report")?.join(" "))
         .context("the ustack server's report line")?;
     let ext = &report["counters"]["TcpExt"];
@@ -658,6 +663,7 @@ fn surge(
         "server_counters": pressured,
         "control_samples": samples,
         "control_answer_max_ms": answer_max,
+        "echoed_while_unread_bytes": echoed,
         "drain_s": drained.as_secs_f64(),
         "completed": complete,
         "intact": intact,
