@@ -516,8 +516,12 @@ fn hold_flooded(
     })
 }
 
-/// How long the server holds the surge unread once every connection has written it.
+/// How long the server holds the surge unread once every connection has written it: at
+/// least [`SURGE_HOLD`], then until its buffers have not grown for [`SURGE_SETTLE`] (the
+/// surge has arrived, or been refused), at most [`SURGE_HOLD_MAX`].
 const SURGE_HOLD: Duration = Duration::from_secs(2);
+const SURGE_SETTLE: Duration = Duration::from_secs(1);
+const SURGE_HOLD_MAX: Duration = Duration::from_secs(120);
 /// How long the drain may go without a connection completing before the run fails: the
 /// senders retransmit what the server refused with their RTO, backed off meanwhile.
 const SURGE_STALL: Duration = Duration::from_secs(120);
@@ -528,10 +532,10 @@ fn surge_byte(conn: usize, k: usize) -> u8 {
 }
 
 /// `--send BYTES` (issue #12 item 8): the server stops reading (`pause`); every connection
-/// writes `bytes` at once; for [`SURGE_HOLD`] the server's memory is sampled every
-/// [`FLOOD_SAMPLE`] (its `buffers` kind and RSS) and how long its control line takes to
-/// answer; then its counters, and it reads again (`resume`): every connection's bytes must
-/// come back (echoed) intact. What happened, as JSON.
+/// writes `bytes` at once; while it holds them unread (see [`SURGE_HOLD`]) the server's
+/// memory is sampled every [`FLOOD_SAMPLE`] (its `buffers` kind and RSS), and how long its
+/// control line takes to answer; then its counters, and it reads again (`resume`): every
+/// connection's bytes must come back (echoed) intact. What happened, as JSON.
 fn surge(
     bytes: usize,
     rt: &mut Rt,
@@ -563,22 +567,27 @@ fn surge(
             left -= usize::from(sent[i] == bytes);
         }
         rt.run_once(Some(Duration::from_millis(1)))?;
-        if t.elapsed() > STALL {
-            bail!("ustack c1m --send: {left} connections could not write within {STALL:?}");
+        if left > 0 && t.elapsed() > SURGE_STALL {
+            bail!("ustack c1m --send: {left} connections could not write within {SURGE_STALL:?}");
         }
     }
     let written = t.elapsed();
     let (mut buffers_peak, mut rss_peak, mut answer_max, mut samples) = (0i64, 0u64, 0f64, 0);
     let t = WallClock::now();
-    while t.elapsed() < SURGE_HOLD {
+    let mut grew = WallClock::now();
+    while t.elapsed() < SURGE_HOLD
+        || (grew.elapsed() < SURGE_SETTLE && t.elapsed() < SURGE_HOLD_MAX)
+    {
         let asked = WallClock::now();
         let m = ServerMem::read(server, rt)?;
         answer_max = f64::max(answer_max, asked.elapsed().as_secs_f64() * 1e3);
-        buffers_peak = buffers_peak.max(
-            m.accounted["kinds"]["buffers"]["bytes"]
-                .as_i64()
-                .unwrap_or(0),
-        );
+        let buffers = m.accounted["kinds"]["buffers"]["bytes"]
+            .as_i64()
+            .unwrap_or(0);
+        if buffers > buffers_peak {
+            grew = WallClock::now();
+        }
+        buffers_peak = buffers_peak.max(buffers);
         rss_peak = rss_peak.max(m.rss);
         samples += 1;
         let next = asked + FLOOD_SAMPLE;
@@ -586,6 +595,7 @@ fn surge(
             rt.run_once(Some(Duration::from_millis(1)))?;
         }
     }
+    let unread = t.elapsed();
     // Echoed back before the server reads again: nothing, if it did not read.
     let echoed: usize = streams
         .iter()
@@ -656,7 +666,7 @@ fn surge(
         "bytes_per_conn": bytes,
         "demand_bytes": bytes as u64 * n as u64,
         "write_s": written.as_secs_f64(),
-        "unread_hold_s": SURGE_HOLD.as_secs_f64(),
+        "unread_hold_s": unread.as_secs_f64(),
         "server_buffers_peak_bytes": buffers_peak,
         "server_rss_held_bytes": held.rss,
         "server_rss_peak_bytes": rss_peak,
