@@ -265,3 +265,138 @@ fn out_of_order_queues_are_pruned_under_pressure() {
     );
     assert_eq!(t.stack.tcp_resources().buffer_bytes, held);
 }
+
+/// The sending side (Linux `sk_wmem_schedule`): a writer whose stack is over `tcp_mem.high`
+/// gets `WouldBlock` (EAGAIN) instead of more buffer, its send buffer shrinks to half of
+/// what it holds (`sk_stream_moderate_sndbuf`), the pool stays within `high`; once the peer
+/// has read and acknowledged everything, the stack leaves pressure, marks the writer
+/// writable, and every byte written arrives intact.
+#[test]
+fn a_writer_over_tcp_mem_gets_eagain_and_is_woken_when_memory_frees() {
+    let mut p = Pair::new(SimLinkConfig::default());
+    // A: pressure above 4 KiB, refused above 8 KiB (4 chunks).
+    set_tcp_mem(&mut p.a, 1, 1, 2, 2);
+    let l = p.b.tcp_listen(SocketAddrV4::new(B_IP, 80), 16).unwrap();
+    let now = p.now;
+    let a = p.a.tcp_connect(now, SocketAddrV4::new(B_IP, 80)).unwrap();
+    let mut b = None;
+    assert!(p.run_until_cond(Duration::from_secs(5), |p| {
+        b = b.or_else(|| p.b.tcp_accept(l).ok().map(|(h, _)| h));
+        b.is_some() && p.a.tcp_state(a) == Ok(State::Established)
+    }));
+    let b = b.unwrap();
+    let data = pattern(64 * 1024, 7);
+    let mut sent = 0;
+    let mut refused = 0;
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 65536];
+    let mut ready = Vec::new();
+    let mut woken = 0;
+    let ok = p.run_until_cond(Duration::from_secs(60), |p| {
+        let now = p.now;
+        // Write whenever woken (or at first); B reads only every other instant.
+        p.a.take_ready(&mut ready);
+        woken += ready.len();
+        let wake = !ready.is_empty() || sent == 0;
+        ready.clear();
+        if wake && sent < data.len() {
+            loop {
+                match p.a.tcp_send(now, a, &data[sent..]) {
+                    Ok(n) => sent += n,
+                    Err(ustack_stack::Error::WouldBlock) => {
+                        refused += 1;
+                        break;
+                    }
+                    Err(e) => panic!("{e:?}"),
+                }
+                if sent == data.len() {
+                    break;
+                }
+            }
+        }
+        assert!(
+            p.a.tcp_resources().buffer_bytes <= 4 * BUFFER_CHUNK,
+            "A's pool within high"
+        );
+        if let Ok(n) = p.b.tcp_recv(now, b, &mut buf) {
+            got.extend_from_slice(&buf[..n]);
+        }
+        got.len() == data.len()
+    });
+    assert!(
+        ok,
+        "{} of {} bytes arrived, {sent} written",
+        got.len(),
+        data.len()
+    );
+    assert!(got == data, "the bytes arrived intact");
+    assert!(refused > 0, "writes were refused for memory");
+    assert!(p.a.mib().get(Counter::TcpExtTCPMemoryPressures) >= 1);
+    assert!(woken > 0);
+}
+
+/// A writer refused for memory that other connections hold, with nothing of its own
+/// queued (so no acknowledgment will ever wake it), is marked writable when the stack
+/// leaves memory pressure: here when the application reads the data another connection
+/// received. Without that wake-up an edge-triggered writer would wait forever.
+#[test]
+fn a_writer_refused_for_others_memory_is_woken_when_pressure_ends() {
+    use ustack_stack::{Readiness, SocketKey};
+    let mut p = Pair::new(SimLinkConfig::default());
+    set_tcp_mem(&mut p.a, 1, 1, 2, 2);
+    // Every receive buffer is below its guaranteed minimum: a1 may take A's pool up to
+    // high (and no further).
+    p.a.set_sysctl("net.ipv4.tcp_rmem.min", 65536).unwrap();
+    let l = p.b.tcp_listen(SocketAddrV4::new(B_IP, 80), 16).unwrap();
+    let now = p.now;
+    let (a1, a2) = (
+        p.a.tcp_connect(now, SocketAddrV4::new(B_IP, 80)).unwrap(),
+        p.a.tcp_connect(now, SocketAddrV4::new(B_IP, 80)).unwrap(),
+    );
+    let mut bs = Vec::new();
+    assert!(p.run_until_cond(Duration::from_secs(5), |p| {
+        while let Ok((h, peer)) = p.b.tcp_accept(l) {
+            bs.push((h, peer.port()));
+        }
+        bs.len() == 2 && p.a.tcp_state(a2) == Ok(State::Established)
+    }));
+    let a1_port = p.a.tcp_info(a1).unwrap().local.port();
+    let b1 = bs.iter().find(|(_, port)| *port == a1_port).unwrap().0;
+    // B sends 8 KiB on a1, which A does not read: A's pool reaches high (the rest of it
+    // is refused until A reads).
+    let now = p.now;
+    assert_eq!(p.b.tcp_send(now, b1, &pattern(8192, 1)), Ok(8192));
+    p.run_for(Duration::from_millis(100));
+    assert_eq!(p.a.tcp_resources().buffer_bytes, 4 * BUFFER_CHUNK);
+    assert!(p.a.tcp_memory_pressure());
+    let now = p.now;
+    assert_eq!(
+        p.a.tcp_send(now, a2, &pattern(100, 2)),
+        Err(ustack_stack::Error::WouldBlock),
+        "refused: the stack is at tcp_mem.high"
+    );
+    let mut ready = Vec::new();
+    let a2_writable = |ready: &[(SocketKey, Readiness)]| {
+        ready
+            .iter()
+            .any(|(k, r)| *k == SocketKey::Tcp(a2) && r.contains(Readiness::WRITABLE))
+    };
+    p.a.take_ready(&mut ready);
+    ready.clear();
+    p.run_for(Duration::from_millis(500));
+    p.a.take_ready(&mut ready);
+    assert!(
+        !a2_writable(&ready),
+        "nothing wakes a2 while memory is short"
+    );
+    // The application reads a1: the pool empties, pressure ends, a2 is woken.
+    let mut buf = vec![0u8; 16384];
+    let now = p.now;
+    assert!(matches!(p.a.tcp_recv(now, a1, &mut buf), Ok(n) if n > 0));
+    p.run_for(Duration::from_millis(10));
+    p.a.take_ready(&mut ready);
+    assert!(!p.a.tcp_memory_pressure());
+    assert!(a2_writable(&ready), "a2 woken: {ready:?}");
+    let now = p.now;
+    assert_eq!(p.a.tcp_send(now, a2, &pattern(100, 2)), Ok(100));
+}

@@ -591,14 +591,20 @@ impl Stack {
         let limit = tcb.sndbuf_limit as usize;
         // Linux tcp_sendmsg -> sk_wmem_schedule -> __sk_mem_raise_allocated (SK_MEM_SEND):
         // the chunks this write would take, asked of the stack's tcp_mem.
-        let take = data.len().min(limit.saturating_sub(tcb.sndbuf.len()));
-        let ask = buffer::MemAsk {
+        let mut take = data.len().min(limit.saturating_sub(tcb.sndbuf.len()));
+        let mut ask = buffer::MemAsk {
             chunks: tcb.sndbuf.chunks_for(take),
             held_kind: tcb.sndbuf.mem_bytes(),
             held_total: tcb.sndbuf.mem_bytes() + tcb.rcvbuf.mem_bytes(),
             min: self.sysctl.tcp_wmem_min as usize,
             sockets,
         };
+        if ask.chunks > 1 && !pool.mem_schedule(now, &mut self.mib, ask) {
+            // Linux charges a write skb by skb: a write larger than what is left may still
+            // queue one piece (the tail chunk's room and one chunk more).
+            take = take.min(tcb.sndbuf.tail_room() + buffer::CHUNK);
+            ask.chunks = 1;
+        }
         if ask.chunks > 0 && !pool.mem_schedule(now, &mut self.mib, ask) {
             // Linux sk_stream_moderate_sndbuf: the send buffer shrinks to half of what it
             // holds (at least SOCK_MIN_SNDBUF) unless the user set it; the writer is told
@@ -610,7 +616,7 @@ impl Stack {
             self.tcp.mem_waiters.insert(h);
             return Err(Error::WouldBlock);
         }
-        let n = tcb.sndbuf.write(pool, data, limit);
+        let n = tcb.sndbuf.write(pool, &data[..take], limit);
         if n == 0 {
             return Err(Error::WouldBlock);
         }
