@@ -876,7 +876,8 @@ impl Sock<'_> {
         // the edge, rounded to the window scale, lies a little past the buffer (RFC 7323
         // Appendix F; Linux lets sk_rcvbuf grow for it), so that a sender that respects
         // the window never has data dropped (TCPRcvQDrop).
-        if !self.tcp_rmem_schedule(now, offset, data.len()) {
+        let chunks = tcb.rcvbuf.chunks_for(offset, data.len());
+        if !self.pool.fast_schedule(chunks) && !self.tcp_rmem_schedule(now, offset, data.len()) {
             return;
         }
         let tcb = &mut *self.tcb;
@@ -969,6 +970,9 @@ impl Sock<'_> {
     /// reader waiting on this socket always gets data); otherwise the segment is dropped
     /// (`PROTO_MEM`, RcvPruned, and TCPRcvQDrop or TCPOFODrop) and acknowledged at once,
     /// so that the sender learns where the receiver stands. Returns whether to queue it.
+    /// (The caller tries the pool's inline fast path first.)
+    #[cold]
+    #[inline(never)]
     fn tcp_rmem_schedule(&mut self, now: Instant, offset: usize, len: usize) -> bool {
         let tcb = &mut *self.tcb;
         let chunks = tcb.rcvbuf.chunks_for(offset, len);

@@ -592,29 +592,32 @@ impl Stack {
         // Linux tcp_sendmsg -> sk_wmem_schedule -> __sk_mem_raise_allocated (SK_MEM_SEND):
         // the chunks this write would take, asked of the stack's tcp_mem.
         let mut take = data.len().min(limit.saturating_sub(tcb.sndbuf.len()));
-        let mut ask = buffer::MemAsk {
-            chunks: tcb.sndbuf.chunks_for(take),
-            held_kind: tcb.sndbuf.mem_bytes(),
-            held_total: tcb.sndbuf.mem_bytes() + tcb.rcvbuf.mem_bytes(),
-            min: self.sysctl.tcp_wmem_min as usize,
-            sockets,
-        };
-        if ask.chunks > 1 && !pool.mem_schedule(now, &mut self.mib, ask) {
-            // Linux charges a write skb by skb: a write larger than what is left may still
-            // queue one piece (the tail chunk's room and one chunk more).
-            take = take.min(tcb.sndbuf.tail_room() + buffer::CHUNK);
-            ask.chunks = 1;
-        }
-        if ask.chunks > 0 && !pool.mem_schedule(now, &mut self.mib, ask) {
-            // Linux sk_stream_moderate_sndbuf: the send buffer shrinks to half of what it
-            // holds (at least SOCK_MIN_SNDBUF) unless the user set it; the writer is told
-            // EAGAIN and woken when the stack leaves memory pressure.
-            if !tcb.flags.has(tcb::TcbFlags::SNDBUF_LOCK) {
-                let moderated = (tcb.sndbuf.len() / 2).max(SOCK_MIN_SNDBUF);
-                tcb.sndbuf_limit = tcb.sndbuf_limit.min(moderated as u32);
+        let chunks = tcb.sndbuf.chunks_for(take);
+        if !pool.fast_schedule(chunks) {
+            let mut ask = buffer::MemAsk {
+                chunks,
+                held_kind: tcb.sndbuf.mem_bytes(),
+                held_total: tcb.sndbuf.mem_bytes() + tcb.rcvbuf.mem_bytes(),
+                min: self.sysctl.tcp_wmem_min as usize,
+                sockets,
+            };
+            if ask.chunks > 1 && !pool.mem_schedule(now, &mut self.mib, ask) {
+                // Linux charges a write skb by skb: a write larger than what is left may
+                // still queue one piece (the tail chunk's room and one chunk more).
+                take = take.min(tcb.sndbuf.tail_room() + buffer::CHUNK);
+                ask.chunks = 1;
             }
-            self.tcp.mem_waiters.insert(h);
-            return Err(Error::WouldBlock);
+            if ask.chunks > 0 && !pool.mem_schedule(now, &mut self.mib, ask) {
+                // Linux sk_stream_moderate_sndbuf: the send buffer shrinks to half of what it
+                // holds (at least SOCK_MIN_SNDBUF) unless the user set it; the writer is told
+                // EAGAIN and woken when the stack leaves memory pressure.
+                if !tcb.flags.has(tcb::TcbFlags::SNDBUF_LOCK) {
+                    let moderated = (tcb.sndbuf.len() / 2).max(SOCK_MIN_SNDBUF);
+                    tcb.sndbuf_limit = tcb.sndbuf_limit.min(moderated as u32);
+                }
+                self.tcp.mem_waiters.insert(h);
+                return Err(Error::WouldBlock);
+            }
         }
         let n = tcb.sndbuf.write(pool, &data[..take], limit);
         if n == 0 {

@@ -56,6 +56,9 @@ pub struct BufferPool {
     alloc_failures: u64,
     /// `tcp_mem` low / pressure / high, in chunks.
     tcp_mem: [usize; 3],
+    /// `min(low, budget)` in chunks: below it, and not under pressure, any ask is granted
+    /// at once (see [`BufferPool::fast_schedule`]).
+    fast_limit: usize,
     /// When the stack entered memory pressure, while it is under it (Linux
     /// `tcp_memory_pressure`, which holds the jiffies it was entered at).
     pressure_since: Option<Instant>,
@@ -108,6 +111,7 @@ impl BufferPool {
             limit_bytes,
             alloc_failures: 0,
             tcp_mem: [usize::MAX; 3],
+            fast_limit: 0,
             pressure_since: None,
         }
     }
@@ -124,6 +128,16 @@ impl BufferPool {
         self.tcp_mem = [chunks(low), chunks(pressure), chunks(high)];
         self.limit_bytes = chunks(budget).saturating_mul(CHUNK);
         self.limit_chunks = chunks(budget).min(MAX_POOL_CHUNKS);
+        self.fast_limit = self.tcp_mem[0].min(self.limit_chunks);
+    }
+
+    /// The common case of [`mem_schedule`](Self::mem_schedule), inline: not under
+    /// pressure, and `chunks` more stay at or under `tcp_mem.low` and the budget (Linux's
+    /// first test in `__sk_mem_raise_allocated`, "Under limit."). False means: ask
+    /// `mem_schedule`.
+    #[inline]
+    pub fn fast_schedule(&self, chunks: usize) -> bool {
+        self.pressure_since.is_none() && self.in_use + chunks <= self.fast_limit
     }
 
     /// Whether the stack is under memory pressure (Linux `tcp_under_memory_pressure`).
@@ -174,7 +188,9 @@ impl BufferPool {
     /// socket holding less than its fair share (`high / sockets`) may ("Try to be fair
     /// among all the sockets under global pressure by allowing the ones that below average
     /// usage to raise"). Nothing is taken here: the buffers allocate afterwards, and the
-    /// budget is enforced by [`alloc`](Self::alloc).
+    /// budget is enforced by [`alloc`](Self::alloc). Callers try
+    /// [`fast_schedule`](Self::fast_schedule) first.
+    #[inline(never)]
     pub fn mem_schedule(&mut self, now: Instant, mib: &mut Mib, ask: MemAsk) -> bool {
         let after = self.in_use.saturating_add(ask.chunks);
         let [low, pressure, high] = self.tcp_mem;
