@@ -1020,7 +1020,7 @@ fn bench_c1m_send_into_a_server_that_does_not_read_stays_in_budget_and_completes
         "buffers {peak} B within the budget: {s}"
     );
     assert!(
-        s["control_samples"].as_u64() >= Some(10),
+        s["control_samples"].as_u64() >= Some(3),
         "the control line answered: {s}"
     );
     assert_eq!(s["completed"], N, "{s}");

@@ -29,7 +29,7 @@ const CLIENT_MAC: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 2]);
 const SPOOF_BASE: u32 = u32::from_be_bytes([198, 18, 0, 0]);
 const SPOOF_SPAN: u32 = 1 << 17;
 /// SYNs written per call at most, so that the client's own traffic keeps its turn.
-const BURST: u64 = 256;
+const BURST: u64 = 2048;
 
 /// The flood's state: what it has sent and its random numbers.
 #[derive(Debug)]
