@@ -291,6 +291,12 @@ drop_reasons! {
     /// An out-of-order segment whose bytes were all queued already ("All the bits are
     /// present", Linux `tcp_data_queue_ofo`).
     TcpOfoMerge = "TCP_OFOMERGE" => [TcpExtTCPOFOMerge],
+    /// A TCP segment whose data found no buffer memory: the stack's `tcp_mem` refused it
+    /// (over `tcp_mem.high`, or under memory pressure over the socket's fair share) and
+    /// pruning the socket's out-of-order queue did not make room (Linux `tcp_data_queue` /
+    /// `tcp_data_queue_ofo` after `tcp_try_rmem_schedule` fails; the stack also counts
+    /// TcpExt TCPRcvQDrop for in-order data, TCPOFODrop for out-of-order data).
+    ProtoMem = "PROTO_MEM" => [],
 }
 
 impl DropReason {

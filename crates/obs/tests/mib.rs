@@ -314,6 +314,7 @@ fn drop_reason_names() {
         (DropReason::FragInvalid, "FRAG_INVALID", &[IpReasmFails]),
         (DropReason::FragTooMany, "FRAG_TOO_MANY", &[IpReasmFails]),
         (DropReason::TcpOfoQueuePrune, "TCP_OFO_QUEUE_PRUNE", &[]),
+        (DropReason::ProtoMem, "PROTO_MEM", &[]),
         (
             DropReason::TcpOfoMerge,
             "TCP_OFOMERGE",

@@ -110,6 +110,7 @@ impl Stack {
         self.sysctl.set(name, value)?;
         self.reasm.set_config(reasm_config(&self.sysctl));
         self.ip6.set_sysctl(&self.sysctl);
+        crate::tcp::Tcp::apply_tcp_mem(&mut self.tcp.pool, &self.sysctl);
         Ok(())
     }
 
@@ -333,6 +334,9 @@ impl Stack {
     pub fn poll_transmit(&mut self, now: Instant) -> Option<Vec<u8>> {
         if !self.tcp.tx_waiters.is_empty() && (self.tx.len() as u64) <= self.tx_tcp_limit() / 2 {
             self.tcp_tx_wake(now);
+        }
+        if self.tcp.pool.under_pressure() || !self.tcp.mem_waiters.is_empty() {
+            self.tcp_mem_wake(now);
         }
         self.tx.pop_front()
     }

@@ -198,6 +198,14 @@ sysctls! {
     tcp_wmem_default: "net.ipv4.tcp_wmem.default" = 16_384, [1, 1 << 30], "bytes";
     /// Largest send buffer (third of tcp_wmem).
     tcp_wmem_max: "net.ipv4.tcp_wmem.max" = 4_194_304, [1, 1 << 30], "bytes";
+    /// Stack-wide TCP buffer memory (pages of 4096 B) below which a stack under memory pressure leaves it (first of tcp_mem; Linux: 3/4 of tcp_mem.pressure, its tcp_init_mem with 16 GiB).
+    tcp_mem_low: "net.ipv4.tcp_mem.low" = 196_608, [1, 1 << 31], "pages";
+    /// TCP buffer memory (pages) above which a stack enters memory pressure (TCPMemoryPressures): windows stop growing, each socket gets only a fair share, out-of-order queues are pruned (second of tcp_mem).
+    tcp_mem_pressure: "net.ipv4.tcp_mem.pressure" = 262_144, [1, 1 << 31], "pages";
+    /// TCP buffer memory (pages) above which allocations fail: data in is dropped (PROTO_MEM), sends get EAGAIN, orphans are aborted (TCPAbortOnMemory); a socket with an empty receive queue may still take one segment (third of tcp_mem).
+    tcp_mem_high: "net.ipv4.tcp_mem.high" = 393_216, [1, 1 << 31], "pages";
+    /// Hard budget (pages) of a stack's TCP buffer pool, never exceeded, not even by the one segment an empty receive queue may take past tcp_mem.high (ustack only; default twice tcp_mem.high).
+    tcp_mem_budget: "net.ipv4.tcp_mem.budget" = 786_432, [1, 1 << 31], "pages";
     /// Idle time before the first keepalive probe.
     tcp_keepalive_time: "net.ipv4.tcp_keepalive_time" = 7200, [1, 32_767], "s";
     /// Interval between keepalive probes.

@@ -348,18 +348,7 @@ pub fn build(seg: &Seg, src: Ipv4Addr, dst: Ipv4Addr) -> Vec<u8> {
         payload: &seg.payload,
         ..tcp::Repr::default()
     };
-    let ip = ipv4::Repr {
-        src_addr: src,
-        dst_addr: dst,
-        next_header: IpProtocol::Tcp,
-        payload_len: repr.buffer_len(),
-        ttl: 64,
-        tos: 0,
-        ident: 0,
-        dont_frag: true,
-        more_frags: false,
-        frag_offset: 0,
-    };
+    let ip = ipv4::Repr::atomic(src, dst, IpProtocol::Tcp, repr.buffer_len());
     let mut out = vec![0u8; 20 + repr.buffer_len()];
     ip.emit(&mut ipv4::Packet::new_unchecked(&mut out[..]), true);
     repr.emit(

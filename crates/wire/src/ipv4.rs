@@ -424,6 +424,28 @@ pub struct Repr {
 }
 
 impl Repr {
+    /// The header of an atomic datagram (RFC 6864 §4: DF set, not a fragment,
+    /// identification 0) with TTL 64 and TOS 0: what a test or a traffic generator sends.
+    pub const fn atomic(
+        src_addr: Ipv4Addr,
+        dst_addr: Ipv4Addr,
+        next_header: IpProtocol,
+        payload_len: usize,
+    ) -> Repr {
+        Repr {
+            src_addr,
+            dst_addr,
+            next_header,
+            payload_len,
+            ttl: 64,
+            tos: 0,
+            ident: 0,
+            dont_frag: true,
+            more_frags: false,
+            frag_offset: 0,
+        }
+    }
+
     /// Parse a header, after the same length checks as [`Packet::new_checked`].
     ///
     /// - Version not 4: `Malformed`. RFC 1122 §3.2.1.1: "A datagram whose version number

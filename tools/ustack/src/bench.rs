@@ -47,6 +47,7 @@ mod plot;
 mod shm;
 mod sim;
 mod stream;
+mod syn_flood;
 mod tokio_api;
 mod udp_rr;
 
@@ -219,6 +220,9 @@ fn run_one(
         bar: (bars && !c1m).then(|| progress_bar(label.to_owned(), until)),
         linux_mode: mode,
         machine: Default::default(),
+        syn_flood: args.syn_flood,
+        send: args.send.map(|n| n as usize),
+        server_sysctl: args.server_sysctl.clone(),
     };
     let shm = args.link == "shm";
     let link = args.link.as_str();

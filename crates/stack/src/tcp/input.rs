@@ -21,6 +21,7 @@ use ustack_obs::{Counter, DropReason, Instant, Mib};
 use ustack_wire::tcp::Flags;
 use ustack_wire::{SeqNumber, tcp};
 
+use super::buffer::{InsertResult, MemAsk};
 use super::cc::cubic::HystartExit;
 use super::cc::{CaState, CongestionControl, TCP_INIT_CWND};
 use super::isn::ts_clock;
@@ -832,7 +833,12 @@ impl Sock<'_> {
         // RFC 6298 §5.2-5.3: the timer is set again once the ACK is processed
         // (`tcp_set_xmit_timer`).
         ev.set_xmit_timer = true;
-        tcp_sndbuf_expand(tcb, self.sysctl.tcp_wmem_max);
+        // Linux tcp_should_expand_sndbuf: "If we are under global TCP memory pressure,
+        // do not expand" ... "If we are under soft global TCP memory pressure, do not
+        // expand" (tcp_mem.low).
+        if !self.pool.above_low() {
+            tcp_sndbuf_expand(tcb, self.sysctl.tcp_wmem_max);
+        }
         if !was_writeable && sk_stream_is_writeable(tcb) {
             self.ready.mark(SocketKey::Tcp(self.h), Readiness::WRITABLE); // sk_write_space
         }
@@ -891,7 +897,11 @@ impl Sock<'_> {
             // when the application reads, tcp_recvmsg) size the receive buffer to what
             // the application has been reading.
             tcp_rcv_rtt_measure(tcb, now, seg);
-            tcp_rcv_space_adjust(tcb, now, self.sysctl.tcp_rmem_max);
+            // Under memory pressure the receive window stops growing (Linux
+            // tcp_event_data_recv: tcp_grow_window only "!tcp_under_memory_pressure(sk)").
+            if !self.pool.under_pressure() {
+                tcp_rcv_space_adjust(tcb, now, self.sysctl.tcp_rmem_max);
+            }
         }
         let promised = tcb.receive_window() as usize;
         if offset == 0 && promised == 0 {
@@ -904,6 +914,11 @@ impl Sock<'_> {
         // the edge, rounded to the window scale, lies a little past the buffer (RFC 7323
         // Appendix F; Linux lets sk_rcvbuf grow for it), so that a sender that respects
         // the window never has data dropped (TCPRcvQDrop).
+        let chunks = tcb.rcvbuf.chunks_for(offset, data.len());
+        if !self.pool.fast_schedule(chunks) && !self.tcp_rmem_schedule(now, offset, data.len()) {
+            return;
+        }
+        let tcb = &mut *self.tcb;
         let held = tcb.rcvbuf.readable() + tcb.rcvbuf.ooo_bytes();
         let limit = (tcb.rcvbuf_limit as usize).max(held + promised);
         let r = tcb.rcvbuf.insert(self.pool, offset, data, limit);
@@ -982,6 +997,63 @@ impl Sock<'_> {
                 self.arm();
             }
         }
+    }
+
+    /// Ask the stack's `tcp_mem` for the memory of `len` bytes at `offset` past RCV.NXT
+    /// before queueing them (Linux `tcp_try_rmem_schedule` -> `sk_rmem_schedule`). When
+    /// refused: PruneCalled, the socket's out-of-order extents at or above the segment are
+    /// discarded (Linux `tcp_prune_ofo_queue`: OfoPruned, a `TCP_OFO_QUEUE_PRUNE` drop per
+    /// extent) and the memory asked again; an in-order segment for an empty receive queue
+    /// is then taken anyway within the stack's budget (Linux `sk_forced_mem_schedule`: a
+    /// reader waiting on this socket always gets data); otherwise the segment is dropped
+    /// (`PROTO_MEM`, RcvPruned, and TCPRcvQDrop or TCPOFODrop) and acknowledged at once,
+    /// so that the sender learns where the receiver stands. Returns whether to queue it.
+    /// (The caller tries the pool's inline fast path first.)
+    #[cold]
+    #[inline(never)]
+    fn tcp_rmem_schedule(&mut self, now: Instant, offset: usize, len: usize) -> bool {
+        let tcb = &mut *self.tcb;
+        let chunks = tcb.rcvbuf.chunks_for(offset, len);
+        let ask = |tcb: &Tcb| MemAsk {
+            chunks,
+            held_kind: tcb.rcvbuf.mem_bytes(),
+            held_total: tcb.rcvbuf.mem_bytes() + tcb.sndbuf.mem_bytes(),
+            min: self.sysctl.tcp_rmem_min as usize,
+            sockets: self.sockets,
+        };
+        if chunks == 0 || self.pool.mem_schedule(now, self.mib, ask(tcb)) {
+            return true;
+        }
+        let mut res = InsertResult {
+            prune_called: true,
+            ..InsertResult::default()
+        };
+        tcb.rcvbuf.prune_ofo_from(self.pool, offset, &mut res);
+        let ok = (res.pruned > 0 && self.pool.mem_schedule(now, self.mib, ask(tcb)))
+            || (offset == 0 && tcb.rcvbuf.readable() == 0 && self.pool.forced_schedule(chunks));
+        if !ok {
+            res.dropped = len;
+            self.mib.drop(DropReason::ProtoMem);
+            self.mib.inc(if offset == 0 {
+                Counter::TcpExtTCPRcvQDrop
+            } else {
+                Counter::TcpExtTCPOFODrop
+            });
+            tcb.flags.set(TcbFlags::ACK_NOW);
+            if tcb.rcvbuf.readable() > 0 {
+                // Linux: sk->sk_data_ready(sk) before the drop, to get the reader going.
+                self.ready.mark(SocketKey::Tcp(self.h), Readiness::READABLE);
+            }
+        }
+        tcp_count_prune(self.mib, &res);
+        if res.pruned > 0 && tcb.flags.has(TcbFlags::SACK_OK) {
+            if tcb.rcvbuf.ooo_bytes() == 0 {
+                tcb.active.rx_sack.clear_blocks();
+            } else {
+                self.tcp_sack_retain_held();
+            }
+        }
+        ok
     }
 
     /// Cut the receiver's SACK blocks to what the out-of-order queue holds, after the
@@ -1103,7 +1175,7 @@ fn tcp_rcv_space_adjust(tcb: &mut Tcb, now: Instant, rmem_max: u64) {
 /// Count what the receive buffer did to make room (Linux `tcp_prune_queue`:
 /// PruneCalled; `tcp_prune_ofo_queue`: OfoPruned once and a `TCP_OFO_QUEUE_PRUNE` drop
 /// per extent discarded; RcvPruned when it could not make enough room).
-fn tcp_count_prune(mib: &mut Mib, r: &super::buffer::InsertResult) {
+fn tcp_count_prune(mib: &mut Mib, r: &InsertResult) {
     if !r.prune_called {
         return;
     }

@@ -157,6 +157,9 @@ pub(crate) struct Tcp {
     pub(crate) tx_waiters: std::collections::VecDeque<TcpHandle>,
     /// When the waiters were last woken: at most once per instant (see `tcp_tx_wake`).
     pub(crate) tx_woken: Option<Instant>,
+    /// Connections whose send found no buffer memory (`tcp_mem`): marked writable when
+    /// the stack leaves memory pressure (see `Stack::tcp_mem_wake`).
+    pub(crate) mem_waiters: std::collections::BTreeSet<TcpHandle>,
 }
 
 /// The challenge ACKs a stack may still send this second (RFC 5961 §7, when
@@ -173,10 +176,6 @@ pub(crate) struct ChallengeAckLimit {
     pub(crate) key: crate::secret::SipKey,
 }
 
-/// Bytes of buffer memory all TCP connections of a stack may hold (Linux `tcp_mem` is in
-/// pages and much larger by default; this is the pool's bound).
-const POOL_LIMIT: usize = 1 << 30;
-
 impl Tcp {
     /// Every key from the stack's `secrets`. The tables a peer fills by 4-tuple
     /// (connections, SYN queue, TIME-WAIT) share one SipHash key, so that a segment's
@@ -192,7 +191,7 @@ impl Tcp {
             timewait: timer::TimeWaits::new(tuples),
             idle_active: VecDeque::new(),
             timers: BinaryHeap::new(),
-            pool: buffer::BufferPool::new(POOL_LIMIT),
+            pool: Self::pool(sysctl),
             spare_board: scoreboard::SpareBoard::default(),
             isn: isn::IsnGenerator::from_secrets(secrets),
             cookies: syncookie::SynCookies::from_secrets(secrets),
@@ -205,7 +204,25 @@ impl Tcp {
             port_hint: PortRange::first_hint(sysctl, secrets.u64(b"tcp port hint")),
             tx_waiters: std::collections::VecDeque::new(),
             tx_woken: None,
+            mem_waiters: std::collections::BTreeSet::new(),
         }
+    }
+
+    /// A buffer pool bounded by the stack's `tcp_mem` sysctls.
+    fn pool(sysctl: &Sysctl) -> buffer::BufferPool {
+        let mut pool = buffer::BufferPool::new(0);
+        Self::apply_tcp_mem(&mut pool, sysctl);
+        pool
+    }
+
+    /// Give the pool the `tcp_mem` thresholds and budget in force.
+    pub(crate) fn apply_tcp_mem(pool: &mut buffer::BufferPool, sysctl: &Sysctl) {
+        pool.set_limits(
+            sysctl.tcp_mem_low,
+            sysctl.tcp_mem_pressure,
+            sysctl.tcp_mem_high,
+            sysctl.tcp_mem_budget,
+        );
     }
 
     /// Connections in the table (not counting TIME-WAIT records or requests).
@@ -570,6 +587,7 @@ impl Stack {
     /// Queue bytes for sending; returns how many were taken (at most the free send
     /// buffer). `WouldBlock` when none fit; `NotConnected`-like errors map to EPIPE.
     pub fn tcp_send(&mut self, now: Instant, h: TcpHandle, data: &[u8]) -> Result<usize, Error> {
+        let sockets = self.tcp.conns.len();
         let (tcb, pool) = self.tcp.split(h).ok_or(Error::BadHandle)?;
         if let Some(e) = tcb.error.take() {
             return Err(e);
@@ -585,7 +603,37 @@ impl Stack {
             return Ok(0);
         }
         let limit = tcb.sndbuf_limit as usize;
-        let n = tcb.sndbuf.write(pool, data, limit);
+        // Linux tcp_sendmsg -> sk_wmem_schedule -> __sk_mem_raise_allocated (SK_MEM_SEND):
+        // the chunks this write would take, asked of the stack's tcp_mem.
+        let mut take = data.len().min(limit.saturating_sub(tcb.sndbuf.len()));
+        let chunks = tcb.sndbuf.chunks_for(take);
+        if !pool.fast_schedule(chunks) {
+            let mut ask = buffer::MemAsk {
+                chunks,
+                held_kind: tcb.sndbuf.mem_bytes(),
+                held_total: tcb.sndbuf.mem_bytes() + tcb.rcvbuf.mem_bytes(),
+                min: self.sysctl.tcp_wmem_min as usize,
+                sockets,
+            };
+            if ask.chunks > 1 && !pool.mem_schedule(now, &mut self.mib, ask) {
+                // Linux charges a write skb by skb: a write larger than what is left may
+                // still queue one piece (the tail chunk's room and one chunk more).
+                take = take.min(tcb.sndbuf.tail_room() + buffer::CHUNK);
+                ask.chunks = 1;
+            }
+            if ask.chunks > 0 && !pool.mem_schedule(now, &mut self.mib, ask) {
+                // Linux sk_stream_moderate_sndbuf: the send buffer shrinks to half of what it
+                // holds (at least SOCK_MIN_SNDBUF) unless the user set it; the writer is told
+                // EAGAIN and woken when the stack leaves memory pressure.
+                if !tcb.flags.has(tcb::TcbFlags::SNDBUF_LOCK) {
+                    let moderated = (tcb.sndbuf.len() / 2).max(SOCK_MIN_SNDBUF);
+                    tcb.sndbuf_limit = tcb.sndbuf_limit.min(moderated as u32);
+                }
+                self.tcp.mem_waiters.insert(h);
+                return Err(Error::WouldBlock);
+            }
+        }
+        let n = tcb.sndbuf.write(pool, &data[..take], limit);
         if n == 0 {
             return Err(Error::WouldBlock);
         }
@@ -600,6 +648,11 @@ impl Stack {
     pub fn tcp_recv(&mut self, now: Instant, h: TcpHandle, buf: &mut [u8]) -> Result<usize, Error> {
         let (tcb, pool) = self.tcp.split(h).ok_or(Error::BadHandle)?;
         let n = tcb.rcvbuf.read(pool, buf);
+        if n > 0 && pool.under_pressure() {
+            // Linux sk_mem_reclaim -> __sk_mem_reduce_allocated: below tcp_mem.low the
+            // stack leaves memory pressure.
+            pool.reclaim(now, &mut self.mib);
+        }
         if n > 0 {
             // Reading may open the window enough to be worth announcing (Linux
             // tcp_cleanup_rbuf: when the window would grow by at least 2*MSS... here by a
@@ -866,6 +919,28 @@ impl Stack {
             timers: self.tcp.timers.len(),
             timewait_queue: self.tcp.timewait.queue_len(),
             orphans: self.tcp.orphans,
+        }
+    }
+
+    /// Whether the stack is under TCP memory pressure (above `tcp_mem.pressure` and not
+    /// yet back under `tcp_mem.low`; Linux `tcp_under_memory_pressure`).
+    pub fn tcp_memory_pressure(&self) -> bool {
+        self.tcp.pool.under_pressure()
+    }
+
+    /// Once per round while under memory pressure or with writers waiting for memory:
+    /// leave pressure when the pool is below `tcp_mem.low`, and then mark the writers
+    /// that were refused memory writable again (Linux wakes them through
+    /// `sk_stream_write_space` as memory frees; here when pressure ends).
+    pub(crate) fn tcp_mem_wake(&mut self, now: Instant) {
+        self.tcp.pool.reclaim(now, &mut self.mib);
+        if self.tcp.pool.under_pressure() {
+            return;
+        }
+        for h in core::mem::take(&mut self.tcp.mem_waiters) {
+            if self.tcp.get(h).is_some() {
+                self.ready.mark(SocketKey::Tcp(h), Readiness::WRITABLE);
+            }
         }
     }
 

@@ -432,10 +432,17 @@ impl Stack {
     /// never moves left (RFC 9293 §3.8.6.2.2 "the receiver MUST NOT shrink the window";
     /// Linux keeps `ALIGN(cur_win, 1 << rcv_wscale)` and counts TCPWantZeroWindowAdv when
     /// it wanted to close it). Counts TCPToZeroWindowAdv / TCPFromZeroWindowAdv as Linux.
-    fn select_window(tcb: &mut Tcb, mib: &mut ustack_obs::Mib) -> u16 {
+    /// Under memory pressure the offer is at most four segments beyond what is already
+    /// promised (Linux `__tcp_select_window` -> `tcp_adjust_rcv_ssthresh`: "rcv_ssthresh =
+    /// min(rcv_ssthresh, 4U * tp->advmss)", and the window never exceeds rcv_ssthresh).
+    fn select_window(tcb: &mut Tcb, mib: &mut ustack_obs::Mib, pressure: bool) -> u16 {
         let old_win = tcb.rcv.wnd;
         let cur_win = tcb.receive_window();
         let mut new_win = tcb.free_window();
+        if pressure && new_win > 0 {
+            let clamp = (4 * u32::from(tcb.adv_mss)).next_multiple_of(1 << tcb.rcv_wscale);
+            new_win = new_win.min(clamp);
+        }
         if new_win < cur_win {
             if new_win == 0 {
                 mib.inc(Counter::TcpExtTCPWantZeroWindowAdv);
@@ -526,10 +533,11 @@ impl Stack {
             }
             return false;
         }
+        let pressure = self.tcp.pool.under_pressure();
         let Some(tcb) = self.tcp.get_mut(h) else {
             return false;
         };
-        let window = Self::select_window(tcb, &mut self.mib);
+        let window = Self::select_window(tcb, &mut self.mib, pressure);
         let mut flags = Flags::ACK;
         if fin {
             flags |= Flags::FIN;

@@ -44,6 +44,9 @@ pub(crate) struct Sock<'a> {
     /// Where readiness changes go (Linux `sk_data_ready`, `sk_write_space`,
     /// `sk_state_change`).
     pub(crate) ready: &'a mut ReadyList,
+    /// Connections of the stack (Linux `sk_sockets_allocated`, for the fair share of
+    /// buffer memory under pressure).
+    pub(crate) sockets: usize,
 }
 
 impl Stack {
@@ -65,8 +68,10 @@ impl Stack {
             challenge,
             ..
         } = tcp;
+        let sockets = conns.len();
         Some(Sock {
             h,
+            sockets,
             tcb: conns.get_mut(h.index, h.generation)?,
             pool,
             spare_board,

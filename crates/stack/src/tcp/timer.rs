@@ -506,17 +506,21 @@ impl Stack {
         self.tcp_send_probe(now, h, seq);
     }
 
-    /// Too many orphans (Linux `tcp_check_oom` -> `tcp_too_many_orphans`: `orphans <<
-    /// shift > tcp_max_orphans`): the orphan `h` is reset and forgotten, counted
-    /// TCPAbortOnMemory (Linux `tcp_out_of_resources`, and `__tcp_close` with shift 0).
-    /// Returns whether it was.
+    /// Too many orphans, or out of buffer memory (Linux `tcp_check_oom` ->
+    /// `tcp_too_many_orphans`: `orphans << shift > tcp_max_orphans`; `tcp_out_of_memory`:
+    /// the orphan holds more than `SOCK_MIN_SNDBUF` of send buffer while the stack is over
+    /// `tcp_mem.high`): the orphan `h` is reset and forgotten, counted TCPAbortOnMemory
+    /// (Linux `tcp_out_of_resources`, and `__tcp_close` with shift 0). Returns whether it
+    /// was.
     pub(crate) fn tcp_orphan_check_oom(&mut self, now: Instant, h: TcpHandle, shift: u32) -> bool {
         let Some(tcb) = self.tcp.get(h) else {
             return false;
         };
+        let out_of_memory =
+            tcb.sndbuf.mem_bytes() > super::SOCK_MIN_SNDBUF && self.tcp.pool.above_high();
         if !tcb.flags.has(TcbFlags::ORPHAN)
             || tcb.state == State::Closed
-            || (self.tcp.orphans as u64) << shift <= self.sysctl.tcp_max_orphans
+            || ((self.tcp.orphans as u64) << shift <= self.sysctl.tcp_max_orphans && !out_of_memory)
         {
             return false;
         }

@@ -104,6 +104,20 @@ pub struct Args {
     /// current-thread runtime on a thread of its own).
     #[arg(long, default_value = "native", value_parser = ["native", "tokio"])]
     pub api: String,
+    /// c1m with --server ustack: spoofed SYNs (random sources in 198.18.0.0/15) at RATE per
+    /// second from the client side while the connections are held; the report says what
+    /// the server's SYN queue, SYN cookies and RSS did (docs/c1m.md).
+    #[arg(long, value_name = "RATE", value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
+    pub syn_flood: Option<u32>,
+    /// c1m with --server ustack: after the hold, the server stops reading and every
+    /// connection sends BYTES (a size, at most 1M) at once; then the server reads again and
+    /// every connection's bytes must come back intact (docs/c1m.md, "Memory pressure").
+    #[arg(long, value_name = "BYTES", value_parser = parse_stream_bytes)]
+    pub send: Option<u64>,
+    /// c1m with --server ustack: set a tunable of the server's stack, NAME=VALUE
+    /// (repeatable), e.g. net.ipv4.tcp_mem.high=65536.
+    #[arg(long, value_name = "NAME=VALUE")]
+    pub server_sysctl: Vec<String>,
     /// Print one JSON array (one object per server and scenario) instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -353,6 +367,37 @@ impl Args {
             return Err(format!(
                 "c1m runs ustack over shm, not {link}: use --link shm, or --server linux"
             ));
+        }
+        if let Some(rate) = self.syn_flood
+            && (scenarios != ["c1m"] || linux)
+        {
+            return Err(format!(
+                "--syn-flood {rate}: for c1m with --server ustack only (the flood is written \
+                 onto ustack's shm link)"
+            ));
+        }
+        if (self.send.is_some() || !self.server_sysctl.is_empty())
+            && (scenarios != ["c1m"] || linux)
+        {
+            return Err(
+                "--send and --server-sysctl: for c1m with --server ustack only (its server \
+                 process takes them)"
+                    .into(),
+            );
+        }
+        if let Some(n) = self.send
+            && n > 1 << 20
+        {
+            return Err(format!("--send {n}: at most 1M bytes per connection"));
+        }
+        for s in &self.server_sysctl {
+            let (name, value) = s
+                .split_once('=')
+                .and_then(|(n, v)| Some((n, v.parse::<u64>().ok()?)))
+                .ok_or_else(|| format!("--server-sysctl {s:?}: expected NAME=VALUE"))?;
+            ustack_stack::Sysctl::default()
+                .set(name, value)
+                .map_err(|e| format!("--server-sysctl {s}: {e}"))?;
         }
         if self.bytes.is_some() && !scenarios.contains(&"stream") {
             return Err(format!(

@@ -31,6 +31,7 @@ use ustack_stack::tcp::State;
 use super::linux::{self, Exchanges, Peer};
 use super::measure::cpu_between;
 use super::shm::{self, CLIENT_IP, Rt, SERVER_IP};
+use super::syn_flood::SynFlood;
 use super::{Outcome, Run};
 
 /// Handshakes (then exchanges) outstanding at once, in all: enough to keep both sides
@@ -57,6 +58,10 @@ pub struct C1m {
     pub mem_bytes: u64,
     /// The parts it was made of.
     pub mem_detail: serde_json::Value,
+    /// `--syn-flood`: what the flood sent and what the server did (see [`Flooded`]).
+    pub syn_flood: serde_json::Value,
+    /// `--send`: the surge into a server that stopped reading (see [`surge`]).
+    pub surge: serde_json::Value,
 }
 
 /// c1m's shm link: small frames (MTU 1500) in rings deep enough for a window of
@@ -133,6 +138,9 @@ pub fn ustack(run: &Run, hold: Duration) -> anyhow::Result<Outcome> {
     if run.checksums {
         args.push("--checksums".to_owned());
     }
+    for s in &run.server_sysctl {
+        args.extend(["--sysctl".to_owned(), s.clone()]);
+    }
     let (mut server, words) = Peer::start("ustack-c1m", &args)?;
     let name = words
         .get(1)
@@ -143,11 +151,16 @@ pub fn ustack(run: &Run, hold: Duration) -> anyhow::Result<Outcome> {
         .pop()
         .context("the shm link's queue")?;
     server.expect("listening", linux::ANSWER)?;
-    let mut rt = shm::shm_builder(CLIENT_IP, 2, run.seed.wrapping_add(2), run)
+    let mut client = shm::shm_builder(CLIENT_IP, 2, run.seed.wrapping_add(2), run)
         .sysctl("net.ipv4.ip_local_port_range.min", 1024)
-        .sysctl("net.ipv4.ip_local_port_range.max", 65535)
-        .build(port)
-        .context("building the client runtime")?;
+        .sysctl("net.ipv4.ip_local_port_range.max", 65535);
+    if run.send.is_some() {
+        // The load generator is not the stack under test: its tcp_mem never refuses.
+        for name in ["low", "pressure", "high", "budget"] {
+            client = client.sysctl(&format!("net.ipv4.tcp_mem.{name}"), 1 << 31);
+        }
+    }
+    let mut rt = client.build(port).context("building the client runtime")?;
     let before = ServerMem::read(&mut server, &mut rt)?;
     let cpu0 = server.cpu();
     let (mut o, held) = ustack_client(run, hold, &mut rt, &mut server)?;
@@ -287,11 +300,31 @@ fn ustack_client(
     })?;
     let mem = ServerMem::read(server, rt)?;
 
-    // Hold them idle.
-    let t = WallClock::now();
-    while t.elapsed() < hold {
-        rt.run_once(Some(Duration::from_millis(10)))?;
-    }
+    // Hold them idle (under a SYN flood if asked).
+    let flooded = match run.syn_flood {
+        Some(rate) => Some(hold_flooded(
+            run,
+            rate,
+            hold,
+            rt,
+            server,
+            &mem,
+            addrs[0].port(),
+        )?),
+        None => {
+            let t = WallClock::now();
+            while t.elapsed() < hold {
+                rt.run_once(Some(Duration::from_millis(10)))?;
+            }
+            None
+        }
+    };
+
+    // Every connection sends `--send` bytes at once to a server that stopped reading.
+    let surged = match run.send {
+        Some(bytes) => Some(surge(bytes, rt, server, &streams, &mem)?),
+        None => None,
+    };
 
     // One message each, WINDOW at a time.
     for (i, s) in streams.iter().enumerate() {
@@ -368,8 +401,284 @@ fn ustack_client(
         close,
         mem_bytes: 0,
         mem_detail: serde_json::Value::Null,
+        syn_flood: flooded.map_or(serde_json::Value::Null, |f| f.json()),
+        surge: surged.unwrap_or(serde_json::Value::Null),
     });
     Ok((o, mem))
+}
+
+/// What `--syn-flood` sent during the hold and what the server did meanwhile.
+#[derive(Debug)]
+struct Flooded {
+    rate: u32,
+    sent: u64,
+    deferred: u64,
+    seconds: f64,
+    /// The most SYN-queue requests the server held at a sample (every [`FLOOD_SAMPLE`]).
+    requests_peak: i64,
+    samples: u32,
+    /// The server's TcpExt counters' growth over the flood.
+    cookies: i64,
+    overflows: i64,
+    drops: i64,
+    /// The server's RSS when the flood started (every connection held) and when it ended.
+    rss_before: u64,
+    rss_after: u64,
+}
+
+/// How often the server's memory is sampled during a flood.
+const FLOOD_SAMPLE: Duration = Duration::from_millis(100);
+/// A listener's SYN queue holds at most its backlog + 1 requests (`net.core.somaxconn`,
+/// 4096, as `Server::bind_all` listens; Linux `inet_csk_reqsk_queue_is_full`: `qlen >
+/// sk_max_ack_backlog`), then SYN cookies answer.
+const SYN_QUEUE_BOUND: i64 = 4097;
+
+impl Flooded {
+    fn json(&self) -> serde_json::Value {
+        let growth = self.rss_after as i64 - self.rss_before as i64;
+        json!({
+            "rate_per_s": self.rate,
+            "syns_sent": self.sent,
+            "syns_deferred": self.deferred,
+            "flood_s": self.seconds,
+            "sent_per_s": self.sent as f64 / self.seconds.max(1e-9),
+            "server_syn_queue_peak": self.requests_peak,
+            "server_syn_queue_bound": SYN_QUEUE_BOUND,
+            "server_syn_queue_samples": self.samples,
+            "server_syncookies_sent": self.cookies,
+            "server_listen_overflows": self.overflows,
+            "server_listen_drops": self.drops,
+            "server_rss_before_bytes": self.rss_before,
+            "server_rss_after_bytes": self.rss_after,
+            "server_rss_growth_bytes": growth,
+            "server_rss_growth_pct": 100.0 * growth as f64 / (self.rss_before.max(1) as f64),
+        })
+    }
+}
+
+/// Hold the connections for `hold` while [`SynFlood`] sends `rate` spoofed SYNs a second
+/// at the server's first port, sampling the server's SYN queue; its RSS and counters are
+/// read before (`before`: every connection held) and after.
+fn hold_flooded(
+    run: &Run,
+    rate: u32,
+    hold: Duration,
+    rt: &mut Rt,
+    server: &mut Peer,
+    before: &ServerMem,
+    port: u16,
+) -> anyhow::Result<Flooded> {
+    let counters = |server: &mut Peer, rt: &mut Rt| -> anyhow::Result<serde_json::Value> {
+        let r: serde_json::Value = serde_json::from_str(&ask(server, rt, "report")?.join(" "))
+            .context("the ustack server's report line")?;
+        Ok(r["counters"]["TcpExt"].clone())
+    };
+    let c0 = counters(server, rt)?;
+    let mut flood = SynFlood::new(rate, port, run.seed ^ 0x5f1f_100d);
+    let (mut peak, mut samples) = (0i64, 0u32);
+    let t = WallClock::now();
+    let mut next_sample = FLOOD_SAMPLE;
+    while t.elapsed() < hold {
+        flood.send_due(rt, t.elapsed());
+        rt.run_once(Some(Duration::from_millis(1)))?;
+        if t.elapsed() >= next_sample {
+            next_sample += FLOOD_SAMPLE;
+            let m = ServerMem::read(server, rt)?;
+            peak = peak.max(
+                m.accounted["kinds"]["requests"]["count"]
+                    .as_i64()
+                    .unwrap_or(0),
+            );
+            samples += 1;
+        }
+    }
+    let seconds = t.elapsed().as_secs_f64();
+    let after = ServerMem::read(server, rt)?;
+    peak = peak.max(
+        after.accounted["kinds"]["requests"]["count"]
+            .as_i64()
+            .unwrap_or(0),
+    );
+    let c1 = counters(server, rt)?;
+    let grew = |name: &str| c1[name].as_i64().unwrap_or(0) - c0[name].as_i64().unwrap_or(0);
+    Ok(Flooded {
+        rate,
+        sent: flood.sent,
+        deferred: flood.deferred,
+        seconds,
+        requests_peak: peak,
+        samples: samples + 1,
+        cookies: grew("SyncookiesSent"),
+        overflows: grew("ListenOverflows"),
+        drops: grew("ListenDrops"),
+        rss_before: before.rss,
+        rss_after: after.rss,
+    })
+}
+
+/// How long the server holds the surge unread once every connection has written it: at
+/// least [`SURGE_HOLD`], then until its buffers have not grown for [`SURGE_SETTLE`] (the
+/// surge has arrived, or been refused), at most [`SURGE_HOLD_MAX`].
+const SURGE_HOLD: Duration = Duration::from_secs(2);
+const SURGE_SETTLE: Duration = Duration::from_secs(1);
+const SURGE_HOLD_MAX: Duration = Duration::from_secs(120);
+/// How long the drain may go without a connection completing before the run fails: the
+/// senders retransmit what the server refused with their RTO, backed off meanwhile.
+const SURGE_STALL: Duration = Duration::from_secs(120);
+
+/// Byte `k` of connection `conn`'s surge: every byte differs by connection and position.
+fn surge_byte(conn: usize, k: usize) -> u8 {
+    (conn.wrapping_mul(2_654_435_761) ^ k.wrapping_mul(40_503) ^ (k >> 7)) as u8
+}
+
+/// `--send BYTES` (issue #12 item 8): the server stops reading (`pause`); every connection
+/// writes `bytes` at once; while it holds them unread (see [`SURGE_HOLD`]) the server's
+/// memory is sampled every [`FLOOD_SAMPLE`] (its `buffers` kind and RSS), and how long its
+/// control line takes to answer; then its counters, and it reads again (`resume`): every
+/// connection's bytes must come back (echoed) intact. What happened, as JSON.
+fn surge(
+    bytes: usize,
+    rt: &mut Rt,
+    server: &mut Peer,
+    streams: &[TcpStream],
+    held: &ServerMem,
+) -> anyhow::Result<serde_json::Value> {
+    let n = streams.len();
+    ask(server, rt, "pause")?;
+    for (i, s) in streams.iter().enumerate() {
+        rt.reregister(s, i as u64, Interest::READABLE, Mode::Edge)?;
+    }
+    let data: Vec<Vec<u8>> = (0..n)
+        .map(|i| (0..bytes).map(|k| surge_byte(i, k)).collect())
+        .collect();
+    let t = WallClock::now();
+    let mut sent = vec![0usize; n];
+    let mut left = n;
+    while left > 0 {
+        for (i, s) in streams.iter().enumerate() {
+            if sent[i] == bytes {
+                continue;
+            }
+            match s.write(rt, &data[i][sent[i]..]) {
+                Ok(k) => sent[i] += k,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e.into()),
+            }
+            left -= usize::from(sent[i] == bytes);
+        }
+        rt.run_once(Some(Duration::from_millis(1)))?;
+        if left > 0 && t.elapsed() > SURGE_STALL {
+            bail!("ustack c1m --send: {left} connections could not write within {SURGE_STALL:?}");
+        }
+    }
+    let written = t.elapsed();
+    let (mut buffers_peak, mut rss_peak, mut answer_max, mut samples) = (0i64, 0u64, 0f64, 0);
+    let t = WallClock::now();
+    let mut grew = WallClock::now();
+    while t.elapsed() < SURGE_HOLD
+        || (grew.elapsed() < SURGE_SETTLE && t.elapsed() < SURGE_HOLD_MAX)
+    {
+        let asked = WallClock::now();
+        let m = ServerMem::read(server, rt)?;
+        answer_max = f64::max(answer_max, asked.elapsed().as_secs_f64() * 1e3);
+        let buffers = m.accounted["kinds"]["buffers"]["bytes"]
+            .as_i64()
+            .unwrap_or(0);
+        if buffers > buffers_peak {
+            grew = WallClock::now();
+        }
+        buffers_peak = buffers_peak.max(buffers);
+        rss_peak = rss_peak.max(m.rss);
+        samples += 1;
+        let next = asked + FLOOD_SAMPLE;
+        while WallClock::now() < next {
+            rt.run_once(Some(Duration::from_millis(1)))?;
+        }
+    }
+    let unread = t.elapsed();
+    // Echoed back before the server reads again: nothing, if it did not read.
+    let echoed: usize = streams
+        .iter()
+        .map(|s| rt.stack().tcp_info(s.handle()).map_or(0, |i| i.recv_q))
+        .sum();
+    let report: serde_json::Value = serde_json::from_str(&ask(server, rt, "report")?.join(" "))
+        .context("the ustack server's report line")?;
+    let ext = &report["counters"]["TcpExt"];
+    let c = |name: &str| ext[name].as_u64().unwrap_or(0);
+    let pressured = json!({
+        "TCPMemoryPressures": c("TCPMemoryPressures"),
+        "PruneCalled": c("PruneCalled"),
+        "OfoPruned": c("OfoPruned"),
+        "RcvPruned": c("RcvPruned"),
+        "TCPRcvQDrop": c("TCPRcvQDrop"),
+        "TCPOFODrop": c("TCPOFODrop"),
+        "TCPAbortOnMemory": c("TCPAbortOnMemory"),
+        "PROTO_MEM": report["counters"]["Drops"]["PROTO_MEM"].as_u64().unwrap_or(0),
+    });
+
+    // The server reads again: every connection's bytes come back, echoed.
+    ask(server, rt, "resume")?;
+    let t = WallClock::now();
+    let mut got = vec![0usize; n];
+    let (mut complete, mut intact, mut aborted) = (0usize, 0usize, 0usize);
+    let mut ok = vec![true; n];
+    let mut events = Events::with_capacity(1024);
+    let mut buf = vec![0u8; 65536];
+    let mut progress = WallClock::now();
+    while complete + aborted < n {
+        rt.poll(&mut events, Some(Duration::from_millis(10)))?;
+        for e in &events {
+            let i = e.token as usize;
+            while got[i] < bytes {
+                match streams[i].read(rt, &mut buf[..bytes - got[i]]) {
+                    Ok(0) => {
+                        aborted += 1;
+                        got[i] = usize::MAX;
+                        break;
+                    }
+                    Ok(k) => {
+                        ok[i] &= buf[..k] == data[i][got[i]..got[i] + k];
+                        got[i] += k;
+                        if got[i] == bytes {
+                            complete += 1;
+                            intact += usize::from(ok[i]);
+                            progress = WallClock::now();
+                        }
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                    Err(_) => {
+                        aborted += 1;
+                        got[i] = usize::MAX;
+                        break;
+                    }
+                }
+            }
+        }
+        if progress.elapsed() > SURGE_STALL {
+            bail!(
+                "ustack c1m --send: {complete} of {n} connections drained, then none for \
+                 {SURGE_STALL:?}"
+            );
+        }
+    }
+    let drained = t.elapsed();
+    Ok(json!({
+        "bytes_per_conn": bytes,
+        "demand_bytes": bytes as u64 * n as u64,
+        "write_s": written.as_secs_f64(),
+        "unread_hold_s": unread.as_secs_f64(),
+        "server_buffers_peak_bytes": buffers_peak,
+        "server_rss_held_bytes": held.rss,
+        "server_rss_peak_bytes": rss_peak,
+        "server_counters": pressured,
+        "control_samples": samples,
+        "control_answer_max_ms": answer_max,
+        "echoed_while_unread_bytes": echoed,
+        "drain_s": drained.as_secs_f64(),
+        "completed": complete,
+        "intact": intact,
+        "aborted": aborted,
+    }))
 }
 
 /// The sum of a figure over peers (None if any could not be read).
@@ -496,6 +805,8 @@ pub fn linux(run: &Run, hold: Duration) -> anyhow::Result<Outcome> {
         establish,
         exchange,
         close,
+        syn_flood: serde_json::Value::Null,
+        surge: serde_json::Value::Null,
         mem_bytes: mem,
         mem_detail: json!({
             "server_rss_bytes": rss,

@@ -11,7 +11,11 @@
 //!   "bytes"}}}`: the stack's kinds ([`ustack_stack::Stack::memory`]), the runtime's
 //!   (`poller`, `app_timers`) and the echo server's (`app_conns`);
 //! - `report` -> `report JSON`: `{"counters": the stack's MIB, "link": the shm port's
-//!   counters}`.
+//!   counters}`;
+//! - `pause` -> `pause`: the echo server stops reading (and accepting) until `resume` ->
+//!   `resume`; the stack goes on receiving into its buffers meanwhile (`--send`'s surge
+//!   into a server that does not read). Readiness gathered meanwhile is reported when it
+//!   resumes.
 //!
 //! It stops when its stdin closes.
 
@@ -25,7 +29,7 @@ use ustack_apps::{Protocol, Server};
 use ustack_dev::shm::ShmLink;
 
 use super::c1m::{link_config, server_addrs};
-use super::shm::{self, Rt, SERVER_IP};
+use super::shm::{self, CLIENT_IP, Rt, SERVER_IP};
 
 /// How long the server waits for the bench to attach to its link.
 const ATTACH: Duration = Duration::from_secs(10);
@@ -33,8 +37,9 @@ const ATTACH: Duration = Duration::from_secs(10);
 /// this plus a round.
 const COMMAND_CHECK: Option<Duration> = Some(Duration::from_millis(1));
 
-/// Serve c1m's `conns` connections until stdin closes (see the module's doc).
-pub fn serve(conns: u32, seed: u64, checksums: bool) -> anyhow::Result<()> {
+/// Serve c1m's `conns` connections until stdin closes (see the module's doc), with the
+/// stack's tunables `sysctls` (`NAME=VALUE` each) set.
+pub fn serve(conns: u32, seed: u64, checksums: bool, sysctls: &[String]) -> anyhow::Result<()> {
     let (mut ports, peer) = ShmLink::create(&link_config()).context("creating the shm link")?;
     let offer = peer.offer().context("offering the shm link")?;
     println!("ready 0 {}", offer.name());
@@ -42,17 +47,35 @@ pub fn serve(conns: u32, seed: u64, checksums: bool) -> anyhow::Result<()> {
         .hand_over(ATTACH)
         .context("waiting for the bench to attach")?;
     let port = ports.pop().context("the link's queue")?;
-    let mut rt = shm::builder(SERVER_IP, 1, seed)
-        .checksum_offload(!checksums)
-        .build(port)
-        .context("building the server runtime")?;
+    // Its gateway is the client: replies to addresses off the link (the spoofed sources of
+    // `--syn-flood`) leave over it, as a server's go to its router.
+    let mut builder = shm::builder(SERVER_IP, 1, seed)
+        .gateway(CLIENT_IP)
+        .checksum_offload(!checksums);
+    for s in sysctls {
+        let (name, value) = s
+            .split_once('=')
+            .and_then(|(n, v)| Some((n, v.parse::<u64>().ok()?)))
+            .with_context(|| format!("--sysctl {s:?}: expected NAME=VALUE"))?;
+        builder = builder.sysctl(name, value);
+    }
+    let mut rt = builder.build(port).context("building the server runtime")?;
     let mut server = Server::bind_all(&mut rt, Protocol::Echo, &server_addrs(conns), None)?;
     let commands = stdin_lines()?;
     println!("listening");
+    let mut paused = false;
     loop {
-        server.step(&mut rt, COMMAND_CHECK)?;
+        if paused {
+            rt.run_once(COMMAND_CHECK)?;
+        } else {
+            server.step(&mut rt, COMMAND_CHECK)?;
+        }
         loop {
             match commands.try_recv() {
+                Ok(cmd) if matches!(cmd.trim(), "pause" | "resume") => {
+                    paused = cmd.trim() == "pause";
+                    println!("{}", cmd.trim());
+                }
                 Ok(cmd) => println!("{}", answer(cmd.trim(), &rt, &server)?),
                 Err(mpsc::TryRecvError::Empty) => break,
                 Err(mpsc::TryRecvError::Disconnected) => return Ok(()),
@@ -90,7 +113,7 @@ fn answer(cmd: &str, rt: &Rt, server: &Server) -> anyhow::Result<String> {
                 "link": shm::shm_stats(rt.device()),
             })
         ),
-        other => bail!("unknown command {other:?} (held, memory, report)"),
+        other => bail!("unknown command {other:?} (held, memory, report, pause, resume)"),
     })
 }
 

@@ -62,6 +62,9 @@ pub struct PeerArgs {
     /// ustack-c1m: compute and verify checksums (`ustack bench --checksums`).
     #[arg(long)]
     checksums: bool,
+    /// ustack-c1m: a tunable of its stack, NAME=VALUE (`ustack bench --server-sysctl`).
+    #[arg(long)]
+    sysctl: Vec<String>,
     /// c1m-client: handshakes (then exchanges) outstanding at once.
     #[arg(long, default_value_t = 100)]
     window: u32,
@@ -367,7 +370,9 @@ pub fn peer(args: &PeerArgs) -> anyhow::Result<ExitCode> {
             uring(UringProto::ReplyClose { size: args.size }, args)
         }
         "reply-close" => reply_close(args),
-        "ustack-c1m" => super::c1m_server::serve(args.conns, args.seed, args.checksums),
+        "ustack-c1m" => {
+            super::c1m_server::serve(args.conns, args.seed, args.checksums, &args.sysctl)
+        }
         _ => c1m_client(args),
     };
     if let Err(e) = &result {

@@ -38,6 +38,12 @@ pub struct Run {
     pub linux_mode: LinuxMode,
     /// The machine's busy CPU time over the measured phase ([`Meter`] reads it).
     pub machine: MachineCpu,
+    /// c1m: spoofed SYNs per second during the hold (`--syn-flood`).
+    pub syn_flood: Option<u32>,
+    /// c1m: bytes every connection sends at once to a server that stopped reading (`--send`).
+    pub send: Option<usize>,
+    /// c1m: the ustack server's tunables, `NAME=VALUE` each (`--server-sysctl`).
+    pub server_sysctl: Vec<String>,
 }
 
 impl Run {

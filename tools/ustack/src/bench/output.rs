@@ -126,6 +126,8 @@ impl Outcome {
                 "exchange": c.exchange.as_secs_f64(),
                 "close": c.close.as_secs_f64(),
             })),
+            "syn_flood": self.c1m.as_ref().map_or(Value::Null, |c| c.syn_flood.clone()),
+            "surge": self.c1m.as_ref().map_or(Value::Null, |c| c.surge.clone()),
             "counters": self.counters.clone().unwrap_or(Value::Null),
             "per_shard": self.per_shard.clone(),
             "client_counters": self.client_counters.clone().unwrap_or(Value::Null),

@@ -18,7 +18,7 @@ mod pool;
 mod recv;
 mod send;
 
-pub use pool::{BufferPool, CHUNK};
+pub use pool::{BufferPool, CHUNK, MemAsk};
 #[cfg(test)]
 pub use recv::{EXTENT_TRUESIZE, ooo_mem_bound};
 pub use recv::{InsertResult, RecvBuffer};

@@ -9,8 +9,10 @@
 //! Free chunks form a LIFO list threaded through those links (the most recently freed
 //! chunk, still warm in cache, is reused first). Allocation and free are O(1).
 //!
-//! The pool is bounded by a byte limit, like Linux's `tcp_mem` (but a hard limit: an
-//! allocation over it fails and the caller sees a short write or a drop). Memory is never
+//! The pool is bounded by a byte limit, the stack's hard budget (`net.ipv4.tcp_mem.budget`):
+//! an allocation over it fails and the caller sees a short write or a drop. Below it,
+//! Linux's `tcp_mem` thresholds (low / pressure / high, in pages) decide who may allocate
+//! (see [`BufferPool::mem_schedule`], Linux `__sk_mem_raise_allocated`). Memory is never
 //! returned to the operating system on the hot path: capacity only grows, up to the limit.
 //! How capacity could shrink later, off the hot path: a `trim` run from a timer when usage
 //! has stayed low would walk the free list once, count free chunks per slab, and release the
@@ -20,6 +22,8 @@
 //! address-ordered free list) so that high slabs drain naturally.
 
 use core::fmt;
+
+use ustack_obs::{Counter, Instant, Mib};
 
 /// Bytes per chunk, the pool's unit of allocation.
 pub const CHUNK: usize = 2048;
@@ -50,6 +54,33 @@ pub struct BufferPool {
     limit_chunks: usize,
     limit_bytes: usize,
     alloc_failures: u64,
+    /// `tcp_mem` low / pressure / high, in chunks.
+    tcp_mem: [usize; 3],
+    /// `min(low, budget)` in chunks: below it, and not under pressure, any ask is granted
+    /// at once (see [`BufferPool::fast_schedule`]).
+    fast_limit: usize,
+    /// When the stack entered memory pressure, while it is under it (Linux
+    /// `tcp_memory_pressure`, which holds the jiffies it was entered at).
+    pressure_since: Option<Instant>,
+}
+
+/// Bytes per `tcp_mem` page (Linux counts `tcp_mem` in pages of `PAGE_SIZE`).
+pub const TCP_MEM_PAGE: usize = 4096;
+
+/// A socket's standing when it asks for buffer memory (see [`BufferPool::mem_schedule`]).
+#[derive(Debug, Clone, Copy)]
+/// (Linux `SK_MEM_RECV` or `SK_MEM_SEND`: the caller fills in the fields of its kind.)
+pub struct MemAsk {
+    /// Chunks wanted.
+    pub chunks: usize,
+    /// Bytes of that kind the socket holds now (`sk_rmem_alloc` / `sk_wmem_queued`).
+    pub held_kind: usize,
+    /// Bytes the socket holds in both buffers (for the fair share).
+    pub held_total: usize,
+    /// The guaranteed minimum of that kind (`tcp_rmem.min` / `tcp_wmem.min`).
+    pub min: usize,
+    /// Sockets of the stack (Linux `sk_sockets_allocated_read_positive`).
+    pub sockets: usize,
 }
 
 impl fmt::Debug for BufferPool {
@@ -60,6 +91,8 @@ impl fmt::Debug for BufferPool {
             .field("limit_bytes", &self.limit_bytes)
             .field("slabs", &self.slabs.len())
             .field("alloc_failures", &self.alloc_failures)
+            .field("tcp_mem", &self.tcp_mem)
+            .field("pressure_since", &self.pressure_since)
             .finish()
     }
 }
@@ -77,7 +110,114 @@ impl BufferPool {
             limit_chunks: (limit_bytes / CHUNK).min(MAX_POOL_CHUNKS),
             limit_bytes,
             alloc_failures: 0,
+            tcp_mem: [usize::MAX; 3],
+            fast_limit: 0,
+            pressure_since: None,
         }
+    }
+
+    /// Set the hard budget and the `tcp_mem` thresholds, all in pages of
+    /// [`TCP_MEM_PAGE`] bytes (from the stack's sysctls). A budget lowered below what is
+    /// in use refuses every allocation until enough is freed; nothing is taken back.
+    pub fn set_limits(&mut self, low: u64, pressure: u64, high: u64, budget: u64) {
+        let chunks = |pages: u64| {
+            usize::try_from(pages)
+                .unwrap_or(usize::MAX)
+                .saturating_mul(TCP_MEM_PAGE / CHUNK)
+        };
+        self.tcp_mem = [chunks(low), chunks(pressure), chunks(high)];
+        self.limit_bytes = chunks(budget).saturating_mul(CHUNK);
+        self.limit_chunks = chunks(budget).min(MAX_POOL_CHUNKS);
+        self.fast_limit = self.tcp_mem[0].min(self.limit_chunks);
+    }
+
+    /// The common case of [`mem_schedule`](Self::mem_schedule), inline: not under
+    /// pressure, and `chunks` more stay at or under `tcp_mem.low` and the budget (Linux's
+    /// first test in `__sk_mem_raise_allocated`, "Under limit."). False means: ask
+    /// `mem_schedule`.
+    #[inline]
+    pub fn fast_schedule(&self, chunks: usize) -> bool {
+        self.pressure_since.is_none() && self.in_use + chunks <= self.fast_limit
+    }
+
+    /// Whether the stack is under memory pressure (Linux `tcp_under_memory_pressure`).
+    #[inline]
+    pub fn under_pressure(&self) -> bool {
+        self.pressure_since.is_some()
+    }
+
+    /// Whether the pool holds at least `tcp_mem.low` (Linux `tcp_should_expand_sndbuf`:
+    /// "If we are under soft global TCP memory pressure, do not expand").
+    #[inline]
+    pub fn above_low(&self) -> bool {
+        self.in_use >= self.tcp_mem[0]
+    }
+
+    /// Whether the pool holds more than `tcp_mem.high` (Linux `tcp_out_of_memory`).
+    pub fn above_high(&self) -> bool {
+        self.in_use > self.tcp_mem[2]
+    }
+
+    fn enter_pressure(&mut self, now: Instant, mib: &mut Mib) {
+        if self.pressure_since.is_none() {
+            // Linux tcp_enter_memory_pressure.
+            self.pressure_since = Some(now);
+            mib.inc(Counter::TcpExtTCPMemoryPressures);
+        }
+    }
+
+    /// Leave memory pressure once the pool is below `tcp_mem.low` (Linux
+    /// `sk_leave_memory_pressure` -> `tcp_leave_memory_pressure`, which adds the time spent
+    /// under it to TCPMemoryPressuresChrono, in ms). Returns whether it left.
+    pub fn reclaim(&mut self, now: Instant, mib: &mut Mib) -> bool {
+        match self.pressure_since {
+            Some(since) if self.in_use < self.tcp_mem[0] => {
+                self.pressure_since = None;
+                let ms = (now - since).as_millis().min(u128::from(u64::MAX)) as u64;
+                mib.add(Counter::TcpExtTCPMemoryPressuresChrono, ms);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// May a socket take `ask.chunks` more chunks? Linux `__sk_mem_raise_allocated`:
+    /// at or under `tcp_mem.low` always (and memory pressure ends); above `pressure` the
+    /// stack enters memory pressure; above `high` never; in between, a socket below its
+    /// guaranteed minimum (`tcp_rmem.min` / `tcp_wmem.min`) may, and under pressure a
+    /// socket holding less than its fair share (`high / sockets`) may ("Try to be fair
+    /// among all the sockets under global pressure by allowing the ones that below average
+    /// usage to raise"). Nothing is taken here: the buffers allocate afterwards, and the
+    /// budget is enforced by [`alloc`](Self::alloc). Callers try
+    /// [`fast_schedule`](Self::fast_schedule) first.
+    #[inline(never)]
+    pub fn mem_schedule(&mut self, now: Instant, mib: &mut Mib, ask: MemAsk) -> bool {
+        let after = self.in_use.saturating_add(ask.chunks);
+        let [low, pressure, high] = self.tcp_mem;
+        if after <= low {
+            self.reclaim(now, mib);
+            return after <= self.limit_chunks;
+        }
+        if after > pressure {
+            self.enter_pressure(now, mib);
+        }
+        if after > high || after > self.limit_chunks {
+            return false;
+        }
+        if ask.held_kind < ask.min {
+            return true;
+        }
+        if !self.under_pressure() {
+            return true;
+        }
+        let pages = ask.held_total.div_ceil(TCP_MEM_PAGE);
+        (high / (TCP_MEM_PAGE / CHUNK)) > ask.sockets.max(1).saturating_mul(pages)
+    }
+
+    /// Take memory without asking (Linux `sk_forced_mem_schedule`): whether the budget
+    /// has `chunks` left. Used for the one segment an empty receive queue always takes.
+    pub fn forced_schedule(&self, chunks: usize) -> bool {
+        self.in_use.saturating_add(chunks) <= self.limit_chunks
     }
 
     /// Bytes in chunks handed out to buffers (chunks in use * [`CHUNK`]).

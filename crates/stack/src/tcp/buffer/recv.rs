@@ -332,6 +332,49 @@ impl RecvBuffer {
         self.chunks as usize * CHUNK
     }
 
+    /// The most chunks storing `len` bytes at `offset` after rcv_nxt can take: one per
+    /// aligned block the bytes span (what Linux charges up front, the skb's truesize,
+    /// before `tcp_data_queue` queues it).
+    pub fn chunks_for(&self, offset: usize, len: usize) -> usize {
+        if len == 0 {
+            return 0;
+        }
+        let start = self.inorder.end().wrapping_add(offset as u32) as usize % CHUNK;
+        (start + len).div_ceil(CHUNK)
+    }
+
+    /// Discard every out-of-order extent that starts at or after `offset` bytes past
+    /// rcv_nxt, highest first (Linux `tcp_prune_ofo_queue` under memory pressure, which
+    /// does not stop at `sk_rcvbuf >> 3` while `tcp_under_memory_pressure`; "If incoming
+    /// skb would land last in ofo queue, stop pruning"). Counts into `res`; returns the
+    /// chunks freed.
+    pub fn prune_ofo_from(
+        &mut self,
+        pool: &mut BufferPool,
+        offset: usize,
+        res: &mut InsertResult,
+    ) -> usize {
+        let rcv = self.inorder.end();
+        let mut mem = ChargedPool {
+            held: self.chunks,
+            recs: self.ooo_extents() as u32,
+            cap: usize::MAX,
+            pool,
+        };
+        let before = mem.held;
+        while let Some((k, x)) = self
+            .ofo
+            .as_deref()
+            .and_then(|o| o.last_from(rcv, offset.min(MAX_WINDOW) as u32))
+        {
+            self.prune_one(&mut mem, k, x, res);
+        }
+        let freed = (before - mem.held) as usize;
+        self.chunks = mem.held;
+        self.release_ofo();
+        freed
+    }
+
     /// The memory this buffer is charged for (Linux `sk_rmem_alloc`): its chunks plus
     /// [`EXTENT_TRUESIZE`] per out-of-order extent. Out-of-order data is stored only while
     /// this stays within [`ooo_mem_bound`] of the limit.

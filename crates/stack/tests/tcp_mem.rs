@@ -1,0 +1,402 @@
+//! TCP memory pressure (issue #12 item 8): Linux's `tcp_mem` (low / pressure / high, in
+//! pages) over a stack's buffer pool, and its hard budget. A surge that asks for far more
+//! buffer memory than the stack may hold puts it under pressure, is refused past the
+//! limits with counted reasons, never takes the pool past its budget, and completes intact
+//! once the reader drains. Virtual time, counts and bytes; no wall-clock assertions.
+
+use core::net::SocketAddrV4;
+use core::time::Duration;
+
+use ustack_dev::sim::SimLinkConfig;
+use ustack_obs::{Counter, DropReason};
+use ustack_stack::tcp::BUFFER_CHUNK;
+use ustack_stack::tcp::State;
+use ustack_stack::{Stack, TcpHandle};
+use ustack_testkit::tcp::{Seg, SegTest};
+use ustack_testkit::{B_IP, Pair, pattern};
+use ustack_wire::tcp::Flags;
+
+/// `tcp_mem` pages (Linux `PAGE_SIZE`).
+const PAGE: usize = 4096;
+
+/// Set the receiving stack's `tcp_mem` (pages).
+fn set_tcp_mem(s: &mut Stack, low: u64, pressure: u64, high: u64, budget: u64) {
+    for (name, v) in [
+        ("net.ipv4.tcp_mem.low", low),
+        ("net.ipv4.tcp_mem.pressure", pressure),
+        ("net.ipv4.tcp_mem.high", high),
+        ("net.ipv4.tcp_mem.budget", budget),
+    ] {
+        s.set_sysctl(name, v).unwrap();
+    }
+}
+
+/// 2,000 connections each send 4 KiB at once to a server that does not read, whose
+/// `tcp_mem` allows 1 MiB (high), pressure above 768 KiB, and a hard budget of 2 MiB: a
+/// demand of 8 MiB (4,000 chunks). The server enters memory pressure, refuses data past
+/// the limits (PROTO_MEM, TCPRcvQDrop), and its pool never holds more than the budget,
+/// nor more than `high` plus the one segment each connection with an empty receive queue
+/// may take past it (Linux `sk_forced_mem_schedule`). A new connection is accepted and
+/// served meanwhile. Then the server reads: every connection's 4 KiB arrive intact, none
+/// is aborted, and the stack leaves pressure (TCPMemoryPressuresChrono counts the time).
+#[test]
+fn a_surge_past_tcp_mem_is_refused_bounded_and_completes_when_read() {
+    const CONNS: usize = 2000;
+    const EACH: usize = 4096;
+    let (low, pressure, high, budget) = (128u64, 192, 256, 512);
+    let mut p = Pair::new(SimLinkConfig::default());
+    set_tcp_mem(&mut p.b, low, pressure, high, budget);
+    let l = p.b.tcp_listen(SocketAddrV4::new(B_IP, 80), 4096).unwrap();
+    let now = p.now;
+    let clients: Vec<TcpHandle> = (0..CONNS)
+        .map(|_| p.a.tcp_connect(now, SocketAddrV4::new(B_IP, 80)).unwrap())
+        .collect();
+    let mut servers: Vec<(TcpHandle, u16)> = Vec::with_capacity(CONNS);
+    let ok = p.run_until_cond(Duration::from_secs(30), |p| {
+        while let Ok((h, peer)) = p.b.tcp_accept(l) {
+            servers.push((h, peer.port()));
+        }
+        servers.len() == CONNS
+    });
+    assert!(ok, "{} of {CONNS} accepted", servers.len());
+    assert_eq!(p.b.tcp_resources().buffer_bytes, 0);
+
+    // The surge: every client writes its 4 KiB at once.
+    let now = p.now;
+    let mut port_of = std::collections::HashMap::new();
+    for (i, &c) in clients.iter().enumerate() {
+        assert_eq!(p.a.tcp_send(now, c, &pattern(EACH, i as u64)), Ok(EACH));
+        port_of.insert(p.a.tcp_info(c).unwrap().local.port(), i);
+    }
+    let mut peak = 0;
+    p.run_until_cond(Duration::from_secs(3), |p| {
+        peak = peak.max(p.b.tcp_resources().buffer_bytes);
+        false
+    });
+    let m = p.b.mib();
+    assert!(
+        m.get(Counter::TcpExtTCPMemoryPressures) >= 1,
+        "pressure entered"
+    );
+    assert!(
+        p.b.tcp_memory_pressure(),
+        "still under pressure, nobody read"
+    );
+    let refused = m.drops(DropReason::ProtoMem);
+    assert!(refused > 0, "data refused for memory");
+    assert_eq!(
+        m.get(Counter::TcpExtTCPRcvQDrop) + m.get(Counter::TcpExtTCPOFODrop),
+        refused,
+        "each refused segment counted in order or out of order"
+    );
+    let (high_b, budget_b) = (high as usize * PAGE, budget as usize * PAGE);
+    assert!(
+        peak <= budget_b,
+        "peak {peak} B over the budget {budget_b} B"
+    );
+    assert!(
+        peak <= high_b + CONNS * BUFFER_CHUNK,
+        "peak {peak} B over high {high_b} B + one chunk per connection"
+    );
+    assert!(
+        peak > high_b,
+        "the forced segments took the pool past high: {peak}"
+    );
+    eprintln!(
+        "peak {peak} B (high {high_b}, budget {budget_b}), {refused} segments refused, \
+         pressures {}",
+        m.get(Counter::TcpExtTCPMemoryPressures)
+    );
+
+    // The control path: a new connection is accepted and echoes a byte while under pressure.
+    let now = p.now;
+    let extra = p.a.tcp_connect(now, SocketAddrV4::new(B_IP, 80)).unwrap();
+    let mut accepted = None;
+    let ok = p.run_until_cond(Duration::from_secs(5), |p| {
+        if accepted.is_none() {
+            accepted = p.b.tcp_accept(l).ok().map(|(h, _)| h);
+        }
+        accepted.is_some() && p.a.tcp_state(extra) == Ok(State::Established)
+    });
+    assert!(ok, "a new connection is accepted under memory pressure");
+
+    // The reader drains: every connection completes with its bytes intact.
+    let mut got: Vec<Vec<u8>> = vec![Vec::new(); CONNS];
+    let mut buf = vec![0u8; 65536];
+    let ok = p.run_until_cond(Duration::from_secs(600), |p| {
+        let now = p.now;
+        for &(h, port) in &servers {
+            let i = port_of[&port];
+            while got[i].len() < EACH {
+                match p.b.tcp_recv(now, h, &mut buf) {
+                    Ok(n) if n > 0 => got[i].extend_from_slice(&buf[..n]),
+                    _ => break,
+                }
+            }
+        }
+        got.iter().all(|g| g.len() >= EACH)
+    });
+    let done = got.iter().filter(|g| g.len() >= EACH).count();
+    assert!(
+        ok,
+        "{done} of {CONNS} connections completed after the drain"
+    );
+    for (i, g) in got.iter().enumerate() {
+        assert!(
+            *g == pattern(EACH, i as u64),
+            "connection {i}'s bytes differ"
+        );
+    }
+    for &c in &clients {
+        assert_eq!(p.a.tcp_state(c), Ok(State::Established), "not aborted");
+    }
+    let m = p.b.mib();
+    assert_eq!(m.get(Counter::TcpExtTCPAbortOnMemory), 0);
+    p.run_for(Duration::from_millis(10));
+    assert!(!p.b.tcp_memory_pressure(), "pressure left once drained");
+    assert!(p.b.mib().get(Counter::TcpExtTCPMemoryPressuresChrono) > 0);
+}
+
+/// Out-of-order data held under memory pressure is pruned to make room for in-order data
+/// (Linux `tcp_try_rmem_schedule` -> `tcp_prune_ofo_queue`): eight connections each hold
+/// out-of-order segments until the stack is under pressure and each holds its fair share;
+/// an in-order segment for one of them is then refused by `tcp_mem`, its connection's out-of-order queue is discarded
+/// (PruneCalled, OfoPruned, one TCP_OFO_QUEUE_PRUNE drop per extent) and the segment is
+/// queued and readable. With nothing left to prune, the next one is dropped (PROTO_MEM,
+/// RcvPruned, TCPRcvQDrop) and the pool does not grow.
+#[test]
+fn out_of_order_queues_are_pruned_under_pressure() {
+    let mut t = SegTest::listening(80);
+    // high = 64 chunks, pressure 32, low 24; a budget far above (no forced charge here:
+    // every receive queue holds in-order data before the test asks for more).
+    set_tcp_mem(&mut t.stack, 12, 16, 32, 1024);
+    t.stack.set_sysctl("net.ipv4.tcp_rmem.min", 1).unwrap();
+    let mss = 1000u32;
+    let mut conns = Vec::new();
+    for k in 0..8u16 {
+        let port = 1000 + k;
+        let mut syn = Seg::syn(1000).mss(mss as u16);
+        syn.src_port = port;
+        t.send(syn);
+        let synack = t.recv().expect("SYN-ACK");
+        assert!(synack.has(Flags::SYN | Flags::ACK));
+        let mut ack = Seg::ack(1001, synack.seq.wrapping_add(1));
+        ack.src_port = port;
+        t.send(ack);
+        let (h, _) = t.stack.tcp_accept(t.listener.unwrap()).unwrap();
+        conns.push((port, h, synack.seq.wrapping_add(1)));
+    }
+    let seg = |port: u16, ack: u32, off: u32, len: usize| {
+        let mut s = Seg::ack(1001 + off, ack).data(&pattern(len, u64::from(off)));
+        s.src_port = port;
+        s
+    };
+    // Each connection: 100 bytes in order (so its receive queue is not empty); then
+    // connections 0..7 take out-of-order segments with gaps until the pool is at high.
+    for &(port, _, ack) in &conns[..7] {
+        t.send(seg(port, ack, 0, 100));
+    }
+    // Connection 7 holds four pages in order (16,000 bytes in 8 chunks).
+    let (port7, _, ack7) = conns[7];
+    for i in 0..16 {
+        t.send(seg(port7, ack7, 1000 * i, 1000));
+    }
+    // Under pressure (above 32 chunks) a socket gets memory only below its fair share
+    // (high / sockets = four pages), so the pool settles between pressure and high.
+    let mut k = 0;
+    let mut fill = |t: &mut SegTest, from: usize| {
+        for _ in 0..100 {
+            let (port, _, ack) = conns[from + k % (7 - from)];
+            // 500 bytes every 1,024: one chunk and one extent each, within the window.
+            t.send(seg(port, ack, 1024 * (1 + (k / (7 - from)) as u32), 500));
+            k += 1;
+        }
+        t.recv_all();
+        let held = t.stack.tcp_resources().buffer_bytes;
+        assert!(
+            (32 * BUFFER_CHUNK..=64 * BUFFER_CHUNK).contains(&held),
+            "{held} B between pressure and high"
+        );
+        held
+    };
+    fill(&mut t, 0);
+    let before = t.stack.mib().clone();
+    assert!(t.stack.tcp_memory_pressure());
+    assert!(
+        before.drops(DropReason::ProtoMem) > 0,
+        "out-of-order data refused"
+    );
+    // In order on connection 0: refused by tcp_mem, its out-of-order queue goes.
+    let (port, h, ack) = conns[0];
+    t.send(seg(port, ack, 100, 900));
+    let m = t.stack.mib();
+    let d = |c: Counter| m.get(c) - before.get(c);
+    assert_eq!(d(Counter::TcpExtPruneCalled), 1);
+    assert_eq!(d(Counter::TcpExtOfoPruned), 1);
+    assert!(m.drops(DropReason::TcpOfoQueuePrune) > before.drops(DropReason::TcpOfoQueuePrune));
+    assert_eq!(
+        m.drops(DropReason::ProtoMem),
+        before.drops(DropReason::ProtoMem)
+    );
+    let mut buf = [0u8; 4096];
+    let now = t.now;
+    assert_eq!(
+        t.stack.tcp_recv(now, h, &mut buf),
+        Ok(1000),
+        "in-order data queued"
+    );
+    // Connection 7 holds only in-order data, its fair share: with the stack under
+    // pressure there is nothing of its own to prune, and its segment is dropped.
+    let held = fill(&mut t, 1);
+    let before = t.stack.mib().clone();
+    t.send(seg(port7, ack7, 16_000, 900));
+    let m = t.stack.mib();
+    assert_eq!(
+        m.drops(DropReason::ProtoMem) - before.drops(DropReason::ProtoMem),
+        1
+    );
+    assert_eq!(
+        m.get(Counter::TcpExtRcvPruned) - before.get(Counter::TcpExtRcvPruned),
+        1
+    );
+    assert_eq!(
+        m.get(Counter::TcpExtTCPRcvQDrop) - before.get(Counter::TcpExtTCPRcvQDrop),
+        1
+    );
+    assert_eq!(t.stack.tcp_resources().buffer_bytes, held);
+}
+
+/// The sending side (Linux `sk_wmem_schedule`): a writer whose stack is over `tcp_mem.high`
+/// gets `WouldBlock` (EAGAIN) instead of more buffer, its send buffer shrinks to half of
+/// what it holds (`sk_stream_moderate_sndbuf`), the pool stays within `high`; once the peer
+/// has read and acknowledged everything, the stack leaves pressure, marks the writer
+/// writable, and every byte written arrives intact.
+#[test]
+fn a_writer_over_tcp_mem_gets_eagain_and_is_woken_when_memory_frees() {
+    let mut p = Pair::new(SimLinkConfig::default());
+    // A: pressure above 4 KiB, refused above 8 KiB (4 chunks).
+    set_tcp_mem(&mut p.a, 1, 1, 2, 2);
+    let l = p.b.tcp_listen(SocketAddrV4::new(B_IP, 80), 16).unwrap();
+    let now = p.now;
+    let a = p.a.tcp_connect(now, SocketAddrV4::new(B_IP, 80)).unwrap();
+    let mut b = None;
+    assert!(p.run_until_cond(Duration::from_secs(5), |p| {
+        b = b.or_else(|| p.b.tcp_accept(l).ok().map(|(h, _)| h));
+        b.is_some() && p.a.tcp_state(a) == Ok(State::Established)
+    }));
+    let b = b.unwrap();
+    let data = pattern(64 * 1024, 7);
+    let mut sent = 0;
+    let mut refused = 0;
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 65536];
+    let mut ready = Vec::new();
+    let mut woken = 0;
+    let ok = p.run_until_cond(Duration::from_secs(60), |p| {
+        let now = p.now;
+        // Write whenever woken (or at first); B reads only every other instant.
+        p.a.take_ready(&mut ready);
+        woken += ready.len();
+        let wake = !ready.is_empty() || sent == 0;
+        ready.clear();
+        if wake && sent < data.len() {
+            loop {
+                match p.a.tcp_send(now, a, &data[sent..]) {
+                    Ok(n) => sent += n,
+                    Err(ustack_stack::Error::WouldBlock) => {
+                        refused += 1;
+                        break;
+                    }
+                    Err(e) => panic!("{e:?}"),
+                }
+                if sent == data.len() {
+                    break;
+                }
+            }
+        }
+        assert!(
+            p.a.tcp_resources().buffer_bytes <= 4 * BUFFER_CHUNK,
+            "A's pool within high"
+        );
+        if let Ok(n) = p.b.tcp_recv(now, b, &mut buf) {
+            got.extend_from_slice(&buf[..n]);
+        }
+        got.len() == data.len()
+    });
+    assert!(
+        ok,
+        "{} of {} bytes arrived, {sent} written",
+        got.len(),
+        data.len()
+    );
+    assert!(got == data, "the bytes arrived intact");
+    assert!(refused > 0, "writes were refused for memory");
+    assert!(p.a.mib().get(Counter::TcpExtTCPMemoryPressures) >= 1);
+    assert!(woken > 0);
+}
+
+/// A writer refused for memory that other connections hold, with nothing of its own
+/// queued (so no acknowledgment will ever wake it), is marked writable when the stack
+/// leaves memory pressure: here when the application reads the data another connection
+/// received. Without that wake-up an edge-triggered writer would wait forever.
+#[test]
+fn a_writer_refused_for_others_memory_is_woken_when_pressure_ends() {
+    use ustack_stack::{Readiness, SocketKey};
+    let mut p = Pair::new(SimLinkConfig::default());
+    set_tcp_mem(&mut p.a, 1, 1, 2, 2);
+    // Every receive buffer is below its guaranteed minimum: a1 may take A's pool up to
+    // high (and no further).
+    p.a.set_sysctl("net.ipv4.tcp_rmem.min", 65536).unwrap();
+    let l = p.b.tcp_listen(SocketAddrV4::new(B_IP, 80), 16).unwrap();
+    let now = p.now;
+    let (a1, a2) = (
+        p.a.tcp_connect(now, SocketAddrV4::new(B_IP, 80)).unwrap(),
+        p.a.tcp_connect(now, SocketAddrV4::new(B_IP, 80)).unwrap(),
+    );
+    let mut bs = Vec::new();
+    assert!(p.run_until_cond(Duration::from_secs(5), |p| {
+        while let Ok((h, peer)) = p.b.tcp_accept(l) {
+            bs.push((h, peer.port()));
+        }
+        bs.len() == 2 && p.a.tcp_state(a2) == Ok(State::Established)
+    }));
+    let a1_port = p.a.tcp_info(a1).unwrap().local.port();
+    let b1 = bs.iter().find(|(_, port)| *port == a1_port).unwrap().0;
+    // B sends 8 KiB on a1, which A does not read: A's pool reaches high (the rest of it
+    // is refused until A reads).
+    let now = p.now;
+    assert_eq!(p.b.tcp_send(now, b1, &pattern(8192, 1)), Ok(8192));
+    p.run_for(Duration::from_millis(100));
+    assert_eq!(p.a.tcp_resources().buffer_bytes, 4 * BUFFER_CHUNK);
+    assert!(p.a.tcp_memory_pressure());
+    let now = p.now;
+    assert_eq!(
+        p.a.tcp_send(now, a2, &pattern(100, 2)),
+        Err(ustack_stack::Error::WouldBlock),
+        "refused: the stack is at tcp_mem.high"
+    );
+    let mut ready = Vec::new();
+    let a2_writable = |ready: &[(SocketKey, Readiness)]| {
+        ready
+            .iter()
+            .any(|(k, r)| *k == SocketKey::Tcp(a2) && r.contains(Readiness::WRITABLE))
+    };
+    p.a.take_ready(&mut ready);
+    ready.clear();
+    p.run_for(Duration::from_millis(500));
+    p.a.take_ready(&mut ready);
+    assert!(
+        !a2_writable(&ready),
+        "nothing wakes a2 while memory is short"
+    );
+    // The application reads a1: the pool empties, pressure ends, a2 is woken.
+    let mut buf = vec![0u8; 16384];
+    let now = p.now;
+    assert!(matches!(p.a.tcp_recv(now, a1, &mut buf), Ok(n) if n > 0));
+    p.run_for(Duration::from_millis(10));
+    p.a.take_ready(&mut ready);
+    assert!(!p.a.tcp_memory_pressure());
+    assert!(a2_writable(&ready), "a2 woken: {ready:?}");
+    let now = p.now;
+    assert_eq!(p.a.tcp_send(now, a2, &pattern(100, 2)), Ok(100));
+}
