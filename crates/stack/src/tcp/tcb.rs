@@ -10,6 +10,7 @@ use ustack_wire::SeqNumber;
 
 use super::buffer::{RecvBuffer, SendBuffer};
 use super::cc::{CaState, Cc, CcState, CongestionControl};
+use super::clock32::{Deadline, Ms32};
 use super::rtt::RttEstimator;
 use super::sack_blocks::RxSack;
 use super::scoreboard::{RtxQueue, SegFlags};
@@ -119,6 +120,9 @@ impl TcbFlags {
     /// In-order data arrived since we last sent data (for Linux's pingpong mode, see
     /// `Stack::tcp_event_data_sent`).
     pub(crate) const DATA_RCVD: u32 = 1 << 18;
+    /// The retransmission timer is a tail loss probe, not the RTO (Linux
+    /// `ICSK_TIME_LOSS_PROBE` on the same timer).
+    pub(crate) const LOSS_PROBE: u32 = 1 << 19;
 
     #[inline]
     pub(crate) const fn has(self, bit: u32) -> bool {
@@ -134,36 +138,35 @@ impl TcbFlags {
     }
 }
 
-/// The connection's timers, one deadline per kind (Linux `tcp_timer.c`).
-/// `Instant::FAR_FUTURE` means disarmed. The stack's timer queue holds one entry per
-/// connection, for the earliest of these, and cancels lazily.
+/// The connection's timers, one deadline per kind (Linux `tcp_timer.c`), each a 32-bit
+/// millisecond [`Deadline`] rounded up (Linux keeps them in 32-bit jiffies): 16 bytes for
+/// four. The stack's timer queue holds one entry per connection, for the earliest of
+/// these, and cancels lazily. Whether `retransmit` is a tail loss probe is
+/// [`TcbFlags::LOSS_PROBE`].
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Timers {
-    /// Retransmission (RTO), SYN/SYN-ACK retransmission, or zero-window probe
-    /// (Linux `icsk_retransmit_timer`, which also serves ICSK_TIME_PROBE0).
-    pub(crate) retransmit: Instant,
+    /// Retransmission (RTO), SYN/SYN-ACK retransmission, zero-window probe or tail loss
+    /// probe (Linux `icsk_retransmit_timer`, which also serves ICSK_TIME_PROBE0 and
+    /// ICSK_TIME_LOSS_PROBE).
+    pub(crate) retransmit: Deadline,
     /// Delayed ACK (Linux `icsk_delack_timer`).
-    pub(crate) delack: Instant,
+    pub(crate) delack: Deadline,
     /// Keepalive, or the FIN-WAIT-2 timeout of an orphan (Linux `sk_timer`).
-    pub(crate) keepalive: Instant,
+    pub(crate) keepalive: Deadline,
     /// What the timer queue was armed for (its entry for this connection fires then).
-    pub(crate) queued: Instant,
-    /// `retransmit` is a tail loss probe, not the RTO (Linux `ICSK_TIME_LOSS_PROBE` on
-    /// the same timer).
-    pub(crate) loss_probe: bool,
+    pub(crate) queued: Deadline,
 }
 
 impl Timers {
     pub(crate) const NONE: Timers = Timers {
-        retransmit: Instant::FAR_FUTURE,
-        delack: Instant::FAR_FUTURE,
-        keepalive: Instant::FAR_FUTURE,
-        queued: Instant::FAR_FUTURE,
-        loss_probe: false,
+        retransmit: Deadline::OFF,
+        delack: Deadline::OFF,
+        keepalive: Deadline::OFF,
+        queued: Deadline::OFF,
     };
 
     /// The earliest armed deadline.
-    pub(crate) fn earliest(&self) -> Instant {
+    pub(crate) fn earliest(&self) -> Deadline {
         self.retransmit.min(self.delack).min(self.keepalive)
     }
 }
@@ -211,8 +214,9 @@ pub(crate) struct Tcb {
     pub(crate) sndbuf_limit: u32,
     pub(crate) rcvbuf_limit: u32,
     pub(crate) timers: Timers,
-    /// When the connection last sent or received anything (keepalive idle time).
-    pub(crate) last_activity: Instant,
+    /// When the connection last sent or received anything (keepalive idle time), in
+    /// milliseconds of the stack clock (Linux: `lsndtime`, `rcv_tstamp`, 32-bit jiffies).
+    pub(crate) last_activity: Ms32,
     /// When the last challenge ACK was allowed, on the millisecond clock, wrapping; 0 for
     /// never (Linux `last_oow_ack_time`, in jiffies, 0 likewise), for the per-socket
     /// `tcp_invalid_ratelimit`. 32 bits as Linux's, to keep the TCB small.
@@ -221,9 +225,6 @@ pub(crate) struct Tcb {
     pub(crate) error: Option<crate::Error>,
     /// End of the last sub-MSS segment sent (Linux `snd_sml`), for Nagle's test.
     pub(crate) snd_sml: SeqNumber,
-    /// Receive-buffer autotuning state (in the TCB, not in [`ActiveState`]: a receiver
-    /// whose reader keeps up is idle between segments, and the measurement spans them).
-    pub(crate) rcv_space: RcvSpace,
 }
 
 /// The state only a connection moving data needs (issue #12 item 2): congestion control's
@@ -244,6 +245,11 @@ pub(crate) struct ActiveState {
     /// Duplicate ACKs counted while SACK is off (RFC 5681 §3.2): Linux's `sacked_out` for
     /// a Reno connection, each standing for one segment that left the network.
     pub(crate) dupacks: u32,
+    /// Receive-buffer autotuning's measurement (a receiver's RTT and what the reader took
+    /// in it). A receiver keeps its box while data arrives: it goes back only after
+    /// [`ACTIVE_IDLE_GRACE`](super::ACTIVE_IDLE_GRACE) without in-order data
+    /// ([`RcvSpace::last_rcv`]); the grown buffer limit stays in the TCB.
+    pub(crate) rcv_space: RcvSpace,
 }
 
 impl ActiveState {
@@ -259,6 +265,7 @@ impl ActiveState {
             rx_sack: RxSack::EMPTY,
             high_seq: SeqNumber(0),
             dupacks: 0,
+            rcv_space: RcvSpace::new(),
         }
     }
 
@@ -366,6 +373,16 @@ impl Active {
         self.state
             .as_deref()
             .is_some_and(|a| matches!(a.cc, Cc::Cubic(_)) && a.forgettable())
+    }
+
+    /// Whether in-order data arrived within the grace before `now` (the receive side's
+    /// rule: a receiver whose reader keeps up is idle between segments, and autotuning's
+    /// measurement spans them).
+    pub(crate) fn receiving(&self, now: Instant) -> bool {
+        self.state.as_deref().is_some_and(|a| {
+            a.rcv_space.last_rcv != Instant::ZERO
+                && now.saturating_duration_since(a.rcv_space.last_rcv) < super::ACTIVE_IDLE_GRACE
+        })
     }
 }
 
@@ -743,6 +760,9 @@ pub(crate) struct RcvSpace {
     pub(crate) rtt_time: Instant,
     /// The last TSecr sampled (`rcv_rtt_last_tsecr`).
     pub(crate) last_tsecr: u32,
+    /// When in-order data last arrived (`Instant::ZERO`: never), for the box's receive-side
+    /// idle rule ([`Active::receiving`]).
+    pub(crate) last_rcv: Instant,
 }
 
 impl RcvSpace {
@@ -756,6 +776,7 @@ impl RcvSpace {
             rtt_seq: SeqNumber(0),
             rtt_time: Instant::ZERO,
             last_tsecr: 0,
+            last_rcv: Instant::ZERO,
         }
     }
 

@@ -293,7 +293,10 @@ pub fn kb_field(text: &str, name: &str) -> Option<u64> {
 /// across it can come out negative (CI saw -185 KB over 2,000 connections while other
 /// tests started `ustack` processes). Kernels before 5.6 have no `Pss_Anon`: `Pss` then.
 pub fn owned_pss(rollup: &str) -> Option<u64> {
-    match (kb_field(rollup, "Pss_Anon:"), kb_field(rollup, "Pss_Shmem:")) {
+    match (
+        kb_field(rollup, "Pss_Anon:"),
+        kb_field(rollup, "Pss_Shmem:"),
+    ) {
         (Some(anon), shmem) => Some(anon + shmem.unwrap_or(0)),
         (None, _) => kb_field(rollup, "Pss:"),
     }
