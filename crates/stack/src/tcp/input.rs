@@ -765,14 +765,11 @@ impl Sock<'_> {
         // Linux tcp_clean_rtx_queue calls the congestion control's pkts_acked in every
         // state (CUBIC keeps its delay minimum and HyStart there).
         if result.acked_segments > 0 {
-            tcb.congestion.in_flight = prior_in_flight;
             let hystart_before = tcb.hystart_exit();
-            tcb.active.cc.pkts_acked(
-                &mut tcb.congestion,
-                now,
-                result.acked_segments,
-                result.rtt_sample,
-            );
+            tcb.with_cc(|cc, st| {
+                st.in_flight = prior_in_flight;
+                cc.pkts_acked(st, now, result.acked_segments, result.rtt_sample);
+            });
             // CUBIC's HyStart ended slow start (Linux hystart_update counts these).
             if hystart_before.is_none()
                 && let Some(exit) = tcb.hystart_exit()
@@ -815,10 +812,10 @@ impl Sock<'_> {
             ev.acked > 0
         };
         if may_raise {
-            tcb.congestion.in_flight = prior_in_flight;
-            tcb.active
-                .cc
-                .cong_avoid(&mut tcb.congestion, now, ev.delivered);
+            tcb.with_cc(|cc, st| {
+                st.in_flight = prior_in_flight;
+                cc.cong_avoid(st, now, ev.delivered);
+            });
         }
     }
 

@@ -141,7 +141,10 @@ impl Stack {
                 .ts_offset(*tuple.local.ip(), *tuple.remote.ip()),
             rtt: RttEstimator::new(),
             active: super::tcb::Active::new(&cc),
-            congestion,
+            congestion: super::tcb::Cwnd {
+                cwnd: congestion.cwnd,
+                ssthresh: congestion.ssthresh,
+            },
             ca_state: CaState::Open,
             probes: 0,
             quick_acks: QUICK_ACKS,

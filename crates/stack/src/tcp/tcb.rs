@@ -194,9 +194,10 @@ pub(crate) struct Tcb {
     /// Added to our timestamp clock in every TSval (Linux `tsoffset`, RFC 7323 §5.4).
     pub(crate) ts_offset: u32,
     pub(crate) rtt: RttEstimator,
-    /// The congestion window and what the algorithm reads beside it: cwnd, ssthresh, the
-    /// segments in flight (Linux `snd_cwnd`, `snd_ssthresh`, `snd_cwnd_cnt`).
-    pub(crate) congestion: CcState,
+    /// The congestion window and the slow-start threshold (Linux `snd_cwnd`,
+    /// `snd_ssthresh`); what else the algorithm reads is in the [`ActiveState`] (see
+    /// [`Tcb::with_cc`]).
+    pub(crate) congestion: Cwnd,
     pub(crate) ca_state: CaState,
     /// What only a connection moving data needs, boxed while data flows and given back
     /// when the connection is idle (see [`Active`]).
@@ -227,6 +228,13 @@ pub(crate) struct Tcb {
     pub(crate) snd_sml: SeqNumber,
 }
 
+/// What every connection keeps of congestion control: cwnd and ssthresh, in segments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Cwnd {
+    pub(crate) cwnd: u32,
+    pub(crate) ssthresh: u32,
+}
+
 /// The state only a connection moving data needs (issue #12 item 2): congestion control's
 /// detail, loss recovery, receive-buffer autotuning and the receiver's SACK blocks. An
 /// idle connection holds none of it: see [`Active`].
@@ -245,6 +253,11 @@ pub(crate) struct ActiveState {
     /// Duplicate ACKs counted while SACK is off (RFC 5681 §3.2): Linux's `sacked_out` for
     /// a Reno connection, each standing for one segment that left the network.
     pub(crate) dupacks: u32,
+    /// ACKed segments towards the next additive increase (Linux `snd_cwnd_cnt`): a
+    /// connection given back its box starts counting again.
+    pub(crate) cwnd_cnt: u32,
+    /// The segments in flight the core last told the algorithm ([`CcState::in_flight`]).
+    pub(crate) cc_in_flight: u32,
     /// Receive-buffer autotuning's measurement (a receiver's RTT and what the reader took
     /// in it). A receiver keeps its box while data arrives: it goes back only after
     /// [`ACTIVE_IDLE_GRACE`](super::ACTIVE_IDLE_GRACE) without in-order data
@@ -265,6 +278,8 @@ impl ActiveState {
             rx_sack: RxSack::EMPTY,
             high_seq: SeqNumber(0),
             dupacks: 0,
+            cwnd_cnt: 0,
+            cc_in_flight: 0,
             rcv_space: RcvSpace::new(),
         }
     }
@@ -635,8 +650,32 @@ impl Tcb {
     /// Change the loss-recovery state, telling the congestion control (Linux
     /// `tcp_set_ca_state`).
     pub(crate) fn set_ca_state(&mut self, new: CaState) {
-        self.active.cc.set_state(&mut self.congestion, new);
+        self.with_cc(|cc, st| cc.set_state(st, new));
         self.ca_state = new;
+    }
+
+    /// Run a hook of the connection's congestion control (taking its [`ActiveState`]) on
+    /// the state Linux's hooks read in `tcp_sock`: cwnd and ssthresh from the TCB, the
+    /// additive-increase count and the segments in flight from the box, no clamp (Linux
+    /// `snd_cwnd_clamp` is ~0 unless a route locks it, which ustack has no way to do).
+    #[inline]
+    pub(crate) fn with_cc<R>(&mut self, f: impl FnOnce(&mut Cc, &mut CcState) -> R) -> R {
+        let a = &mut *self.active;
+        let mut st = CcState {
+            cwnd: self.congestion.cwnd,
+            ssthresh: self.congestion.ssthresh,
+            cwnd_cnt: a.cwnd_cnt,
+            in_flight: a.cc_in_flight,
+            cwnd_clamp: u32::MAX,
+        };
+        let r = f(&mut a.cc, &mut st);
+        self.congestion = Cwnd {
+            cwnd: st.cwnd,
+            ssthresh: st.ssthresh,
+        };
+        a.cwnd_cnt = st.cwnd_cnt;
+        a.cc_in_flight = st.in_flight;
+        r
     }
 
     /// Linux `tcp_current_ssthresh`: the ssthresh an undo may restore; outside a
