@@ -29,6 +29,7 @@ impl<T> Default for Slab<T> {
 
 impl<T> Slab<T> {
     /// Bytes one slot takes: the value inline plus its generation.
+    #[cfg(test)]
     pub const SLOT_BYTES: usize = size_of::<Option<T>>() + size_of::<u32>();
 
     pub const fn new() -> Self {
