@@ -345,32 +345,55 @@ mod tests {
     #[test]
     fn entries_removed_and_refiled_while_the_old_table_empties_are_found_once() {
         let mut m = Model::new();
-        // Fill to just below a growth, then cross it and work while the old table empties.
+        // Fill past 10,000 entries, up to the insertion that starts a growth.
         let mut i = 0u32;
-        while m.table.old.is_none() || i < 100 {
+        while i < 10_000
+            || m.table
+                .old
+                .as_ref()
+                .is_none_or(|(_, done)| *done > MIGRATE_STEP)
+        {
             m.insert(i, tuple(i));
             i += 1;
         }
-        let (old, done) = m.table.old.as_ref().map(|(t, d)| (t.cap(), *d)).unwrap();
-        assert!(done < old, "the old table is still being emptied");
-        // Remove entries still in the old table and file their tuples again under new
-        // indexes (a connection closed and its tuple reused).
-        for j in 0..i / 2 {
+        let old_cap = m.table.old.as_ref().map(|(t, _)| t.cap()).unwrap();
+        // Remove entries (some still in the old table, some moved) and file their tuples
+        // again under new indexes (a connection closed and its tuple reused); remove
+        // others for good.
+        for j in 0..100 {
             assert!(m.remove(j), "entry {j} removed while growing");
             m.insert(i + j, tuple(j));
         }
-        for j in 0..i / 2 {
-            assert_eq!(m.get(&tuple(j)), Some(i + j), "tuple {j} refiled");
+        for j in (100..600).step_by(2) {
+            assert!(m.remove(j), "entry {j} removed while growing");
         }
-        for j in i / 2..i {
-            assert_eq!(m.get(&tuple(j)), Some(j), "tuple {j} kept");
+        let (_, done) = m.table.old.as_ref().expect("still growing");
+        assert!(
+            *done > MIGRATE_STEP && *done < old_cap,
+            "the old table is half emptied"
+        );
+        for j in 0..i {
+            let want = match j {
+                0..100 => Some(i + j),
+                100..600 if j % 2 == 0 => None,
+                _ => Some(j),
+            };
+            assert_eq!(m.get(&tuple(j)), want, "tuple {j}");
         }
         // Run the growth to its end: the old table goes, nothing is lost or doubled.
         while m.table.old.is_some() {
             m.table.migrate(MIGRATE_STEP);
         }
-        assert_eq!(m.table.len(), i as usize);
+        let len = i as usize - 250;
+        assert_eq!(m.table.len(), len);
         let live = m.table.cur.slots.iter().filter(|s| s.live()).count();
-        assert_eq!(live, i as usize, "each entry in one slot");
+        assert_eq!(live, len, "each entry in one slot");
+        for j in 100..600 {
+            assert_eq!(
+                m.get(&tuple(j)),
+                (j % 2 == 1).then_some(j),
+                "tuple {j} at the end"
+            );
+        }
     }
 }
