@@ -3,8 +3,13 @@
 //! Values live inline in one vector (no per-value allocation: a TCP connection's TCB sits
 //! in its slot), freed slots are reused, and each slot's generation goes up when its value
 //! is removed, so a handle that outlived its socket never reaches the one that reused the
-//! slot. The generations are a vector of their own: beside an 8-aligned value a 4-byte
-//! generation would cost 8 bytes a slot.
+//! slot.
+
+#[derive(Debug)]
+struct Slot<T> {
+    generation: u32,
+    value: Option<T>,
+}
 
 /// A full slab grows by `1 / GROWTH_DIVISOR` of its slots.
 const GROWTH_DIVISOR: usize = 8;
@@ -14,9 +19,7 @@ const MIN_GROWTH: usize = 16;
 /// Values addressed by `(index, generation)`.
 #[derive(Debug)]
 pub(crate) struct Slab<T> {
-    slots: Vec<Option<T>>,
-    /// The generation of each slot, same index.
-    generations: Vec<u32>,
+    slots: Vec<Slot<T>>,
     free: Vec<u32>,
     len: usize,
 }
@@ -29,13 +32,11 @@ impl<T> Default for Slab<T> {
 
 impl<T> Slab<T> {
     /// Bytes one slot takes: the value inline plus its generation.
-    #[cfg(test)]
-    pub const SLOT_BYTES: usize = size_of::<Option<T>>() + size_of::<u32>();
+    pub const SLOT_BYTES: usize = core::mem::size_of::<Slot<T>>();
 
     pub const fn new() -> Self {
         Slab {
             slots: Vec::new(),
-            generations: Vec::new(),
             free: Vec::new(),
             len: 0,
         }
@@ -51,13 +52,12 @@ impl<T> Slab<T> {
         self.slots
             .iter()
             .enumerate()
-            .filter_map(|(i, s)| Some((i as u32, s.as_ref()?)))
+            .filter_map(|(i, s)| Some((i as u32, s.value.as_ref()?)))
     }
 
     /// Heap bytes the slab occupies: every slot allocated (held or free) and the free list.
     pub fn heap_bytes(&self) -> usize {
-        self.slots.capacity() * size_of::<Option<T>>()
-            + (self.generations.capacity() + self.free.capacity()) * size_of::<u32>()
+        self.slots.capacity() * Self::SLOT_BYTES + self.free.capacity() * size_of::<u32>()
     }
 
     /// Store `value` in a free slot; returns its (index, generation).
@@ -71,57 +71,59 @@ impl<T> Slab<T> {
                     // a power of two, a TCB slab holding 131,073 connections would reserve
                     // 262,144 slots (512 bytes each). A large slab is its own mapping, and
                     // glibc moves it with `mremap`, not by copying.
-                    let more = (self.slots.capacity() / GROWTH_DIVISOR).max(MIN_GROWTH);
-                    self.slots.reserve_exact(more);
-                    self.generations.reserve_exact(more);
+                    let cap = self.slots.capacity();
+                    self.slots
+                        .reserve_exact((cap / GROWTH_DIVISOR).max(MIN_GROWTH));
                 }
-                self.slots.push(None);
-                self.generations.push(0);
+                self.slots.push(Slot {
+                    generation: 0,
+                    value: None,
+                });
                 (self.slots.len() - 1) as u32
             }
         };
-        self.slots[index as usize] = Some(value);
+        let slot = &mut self.slots[index as usize];
+        slot.value = Some(value);
         self.len += 1;
-        (index, self.generations[index as usize])
+        (index, slot.generation)
     }
 
     pub fn get(&self, index: u32, generation: u32) -> Option<&T> {
-        if *self.generations.get(index as usize)? != generation {
-            return None;
-        }
-        self.slots[index as usize].as_ref()
+        let slot = self.slots.get(index as usize)?;
+        (slot.generation == generation).then_some(slot.value.as_ref()?)
     }
 
     pub fn get_mut(&mut self, index: u32, generation: u32) -> Option<&mut T> {
-        if *self.generations.get(index as usize)? != generation {
+        let slot = self.slots.get_mut(index as usize)?;
+        if slot.generation != generation {
             return None;
         }
-        self.slots[index as usize].as_mut()
+        slot.value.as_mut()
     }
 
     /// The value in slot `index`, whatever its generation (for tables that index slots
     /// themselves, like the port maps).
     pub fn by_index(&self, index: u32) -> Option<&T> {
-        self.slots.get(index as usize)?.as_ref()
+        self.slots.get(index as usize)?.value.as_ref()
     }
 
     pub fn by_index_mut(&mut self, index: u32) -> Option<&mut T> {
-        self.slots.get_mut(index as usize)?.as_mut()
+        self.slots.get_mut(index as usize)?.value.as_mut()
     }
 
     /// The current generation of slot `index` (the one a live handle to it carries).
     pub fn generation(&self, index: u32) -> Option<u32> {
-        self.generations.get(index as usize).copied()
+        Some(self.slots.get(index as usize)?.generation)
     }
 
     /// Take the value out; the slot's generation moves on and the slot is reused later.
     pub fn remove(&mut self, index: u32, generation: u32) -> Option<T> {
-        if *self.generations.get(index as usize)? != generation {
-            return None;
-        }
-        let value = self.slots[index as usize].take()?;
-        let g = &mut self.generations[index as usize];
-        *g = g.wrapping_add(1);
+        let slot = self
+            .slots
+            .get_mut(index as usize)
+            .filter(|s| s.generation == generation)?;
+        let value = slot.value.take()?;
+        slot.generation = slot.generation.wrapping_add(1);
         self.free.push(index);
         self.len -= 1;
         Some(value)

@@ -147,7 +147,7 @@ fn memory_counts_the_retransmission_queue_while_data_is_outstanding() {
 /// Issue #12 item 2: the state only a connection moving data needs (`tcb_active`) is not
 /// taken by the handshake, is held while data is outstanding, and goes back once the
 /// connection has been idle for a second; the TCB an idle connection keeps is at most
-/// 224 bytes (`TCB_BYTES`; 228 with its slab generation).
+/// 224 bytes (`TCB_BYTES`; 232 with its slab generation).
 #[test]
 fn memory_counts_the_active_state_only_while_data_moves() {
     use ustack_dev::sim::{Side, SimConfig};

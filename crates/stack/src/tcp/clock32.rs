@@ -82,14 +82,15 @@ impl Deadline {
         self.is_armed().then(|| Ms32(self.0).instant(near))
     }
 
-    /// Whether this deadline comes before `other` (a disarmed one never comes).
-    #[inline]
+    /// Whether this deadline comes before `other` (a disarmed one never comes): wrap-aware,
+    /// as [`Ms32`]'s order.
+    #[inline(always)]
     pub(crate) fn before(self, other: Deadline) -> bool {
-        self.is_armed() && (!other.is_armed() || Ms32(self.0) < Ms32(other.0))
+        self.0 != 0 && (other.0 == 0 || (self.0.wrapping_sub(other.0) as i32) < 0)
     }
 
     /// The earlier of two deadlines.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn min(self, other: Deadline) -> Deadline {
         if other.before(self) { other } else { self }
     }

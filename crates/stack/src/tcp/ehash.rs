@@ -42,6 +42,7 @@ struct Slot {
 const GONE: u32 = u32::MAX;
 
 impl Slot {
+    #[inline(always)]
     fn live(self) -> bool {
         self.index1 != 0 && self.index1 != GONE
     }
@@ -77,19 +78,19 @@ impl Table {
     }
 
     /// The position of the first live slot with `tag` for which `is` holds.
-    #[inline]
+    #[inline(always)]
     fn find(&self, tag: u32, mut is: impl FnMut(u32) -> bool) -> Option<usize> {
-        if self.cap() == 0 {
+        if self.slots.is_empty() {
             return None;
         }
         let mut pos = self.home(tag);
         loop {
-            let s = self.slots[pos];
+            let s = *self.slots.get(pos)?;
+            if s.tag == tag && s.live() && is(s.index1 - 1) {
+                return Some(pos);
+            }
             if s.index1 == 0 {
                 return None;
-            }
-            if s.tag == tag && s.index1 != GONE && is(s.index1 - 1) {
-                return Some(pos);
             }
             pos = self.next(pos);
         }
@@ -156,7 +157,7 @@ impl EHash {
 
     /// The slab index of the entry of `hash` for which `is` holds (the caller compares the
     /// tuple of the TCB at that index).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn get(&self, hash: TupleHash, mut is: impl FnMut(u32) -> bool) -> Option<u32> {
         let tag = hash.tag();
         if let Some(pos) = self.cur.find(tag, &mut is) {
