@@ -319,7 +319,7 @@ static IDLE_CUBIC: ActiveState = ActiveState::idle(false);
 const FRESH_CUBIC: ActiveState = ActiveState::fresh(false);
 const FRESH_RENO: ActiveState = ActiveState::fresh(true);
 
-/// The most free [`ActiveState`] boxes a thread keeps for reuse (14 KiB at 224 bytes).
+/// The most free [`ActiveState`] boxes a thread keeps for reuse (16 KiB at 256 bytes).
 const ACTIVE_FREE_MAX: usize = 64;
 
 std::thread_local! {
@@ -342,9 +342,11 @@ std::thread_local! {
 /// The stack checks after each segment a connection processes and after its timers run;
 /// a connection found idle is filed once in a FIFO and released when its entry comes up
 /// and it is still idle, so a connection exchanging a message every few milliseconds
-/// keeps its box instead of taking and giving it back each round trip. What an idle connection forgets: CUBIC's W_max and
-/// HyStart verdict (cwnd and ssthresh stay in the TCB), RACK's newest delivery time and
-/// the receive-autotuning measurement in progress (the grown buffer limit stays).
+/// keeps its box instead of taking and giving it back each round trip. What an idle
+/// connection forgets: CUBIC's W_max and HyStart verdict and the additive-increase count
+/// (cwnd and ssthresh stay in the TCB), RACK's newest delivery time and the
+/// receive-autotuning measurement with the receiver's RTT estimate (the grown buffer limit
+/// stays).
 #[derive(Debug)]
 pub(crate) struct Active {
     state: Option<Box<ActiveState>>,
