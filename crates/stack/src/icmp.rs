@@ -190,7 +190,7 @@ impl Stack {
         let Some((tuple, seq)) = self.icmp_quoted_tcp(data) else {
             return;
         };
-        let Some(&index) = self.tcp.ehash.get(self.tcp.ehash.hash(&tuple), &tuple) else {
+        let Some(index) = self.tcp.lookup(self.tcp.ehash.hash(&tuple), &tuple) else {
             return self.mib.inc(Counter::IcmpInErrors);
         };
         let h = self.tcp.handle_of(index);

@@ -24,6 +24,7 @@ use ustack_wire::{SeqNumber, tcp};
 use super::buffer::{InsertResult, MemAsk};
 use super::cc::cubic::HystartExit;
 use super::cc::{CaState, CongestionControl, TCP_INIT_CWND};
+use super::clock32::{Deadline, Ms32};
 use super::isn::ts_clock;
 use super::output::DELACK;
 use super::recovery::{DUP_THRESH, MAX_REORDERING};
@@ -120,7 +121,7 @@ impl Stack {
         };
         // One hash of the tuple serves every 4-tuple table (see `tuple_hash`).
         let hash = self.tcp.ehash.hash(&tuple);
-        if let Some(&index) = self.tcp.ehash.get(hash, &tuple) {
+        if let Some(index) = self.tcp.lookup(hash, &tuple) {
             let h = self.tcp.handle_of(index);
             return self.conn_input(now, h, &seg);
         }
@@ -209,8 +210,8 @@ impl Stack {
         tcb.sndbuf.clear(sk.pool);
         tcb.rtx = super::scoreboard::RtxQueue::new();
         tcb.timers = super::tcb::Timers::NONE;
-        let tuple = tcb.tuple;
-        self.tcp.ehash.remove(self.tcp.ehash.hash(&tuple), &tuple);
+        tcb.flags.clear(TcbFlags::LOSS_PROBE);
+        self.tcp.unhash(h);
     }
 }
 
@@ -226,7 +227,7 @@ impl Sock<'_> {
             }
             _ => {}
         }
-        self.tcb.last_activity = now;
+        self.tcb.last_activity = Ms32::floor(now);
         let f = seg.flags;
         // First to fourth: sequence number, RST, security, SYN.
         if let Err(verdict) = self.tcp_validate_incoming(now, seg) {
@@ -284,8 +285,8 @@ impl Sock<'_> {
                 if orphan {
                     // An orphan does not wait forever for the peer's FIN (tcp_fin_timeout).
                     let timeout = Duration::from_secs(self.sysctl.tcp_fin_timeout);
-                    self.tcb.timers.keepalive = now + timeout;
-                    self.arm();
+                    self.tcb.timers.keepalive = Deadline::at(now + timeout);
+                    self.arm(now);
                 }
             }
             // "if the ACK acknowledges our FIN, then enter the TIME-WAIT state".
@@ -506,8 +507,8 @@ impl Sock<'_> {
             // retransmission the SYN's timer is cut to TCP_TIMEOUT_MIN (2 ms) and the SYN
             // goes again at once (after the RST below clears the old one).
             if tcb.rtt.retransmits() == 0 {
-                tcb.timers.retransmit = now + Duration::from_millis(2);
-                self.arm();
+                tcb.timers.retransmit = Deadline::at(now + Duration::from_millis(2));
+                self.arm(now);
             }
             let tcb = &*self.tcb;
             if !f.contains(Flags::RST) {
@@ -596,7 +597,7 @@ impl Sock<'_> {
         // Linux tcp_ack_probe: "If this ack opens up a zero window, clear backoff. It was
         // being used to time the probes, and is probably far higher than it needs to be
         // for normal retransmission." The data goes out with a fresh RTO.
-        if tcb.rtx.is_empty() && tcb.timers.retransmit != Instant::FAR_FUTURE {
+        if tcb.rtx.is_empty() && tcb.timers.retransmit.is_armed() {
             let unsent = tcb
                 .sndbuf
                 .len()
@@ -606,8 +607,8 @@ impl Sock<'_> {
                 .max(0) as usize;
             if unsent > 0 && wnd_avail >= unsent.min(usize::from(tcb.mss)) {
                 tcb.rtt.reset_backoff();
-                tcb.timers.retransmit = Instant::FAR_FUTURE;
-                tcb.timers.loss_probe = false;
+                tcb.timers.retransmit = Deadline::OFF;
+                tcb.flags.clear(TcbFlags::LOSS_PROBE);
             }
         }
         // RFC 7323 §4.3: remember the peer's timestamp when the segment covers the last
@@ -721,12 +722,12 @@ impl Sock<'_> {
         }
         let tcb = &mut *self.tcb;
         tcb.timers.retransmit = if tcb.rtx.is_empty() {
-            Instant::FAR_FUTURE
+            Deadline::OFF
         } else {
-            now + tcb.rtt.rto()
+            Deadline::at(now + tcb.rtt.rto())
         };
-        tcb.timers.loss_probe = false;
-        self.arm();
+        tcb.flags.clear(TcbFlags::LOSS_PROBE);
+        self.arm(now);
     }
 
     /// The ACK moved SND.UNA (Linux `tcp_clean_rtx_queue` and the SND.UNA part of
@@ -803,14 +804,11 @@ impl Sock<'_> {
         // Linux tcp_clean_rtx_queue calls the congestion control's pkts_acked in every
         // state (CUBIC keeps its delay minimum and HyStart there).
         if result.acked_segments > 0 {
-            tcb.congestion.in_flight = prior_in_flight;
             let hystart_before = tcb.hystart_exit();
-            tcb.active.cc.pkts_acked(
-                &mut tcb.congestion,
-                now,
-                result.acked_segments,
-                result.rtt_sample,
-            );
+            tcb.with_cc(|cc, st| {
+                st.in_flight = prior_in_flight;
+                cc.pkts_acked(st, now, result.acked_segments, result.rtt_sample);
+            });
             // CUBIC's HyStart ended slow start (Linux hystart_update counts these).
             if hystart_before.is_none()
                 && let Some(exit) = tcb.hystart_exit()
@@ -858,10 +856,10 @@ impl Sock<'_> {
             ev.acked > 0
         };
         if may_raise {
-            tcb.congestion.in_flight = prior_in_flight;
-            tcb.active
-                .cc
-                .cong_avoid(&mut tcb.congestion, now, ev.delivered);
+            tcb.with_cc(|cc, st| {
+                st.in_flight = prior_in_flight;
+                cc.cong_avoid(st, now, ev.delivered);
+            });
         }
     }
 
@@ -992,9 +990,9 @@ impl Sock<'_> {
             tcb.flags.set(TcbFlags::ACK_NOW);
         } else {
             tcb.flags.set(TcbFlags::ACK_PENDING);
-            if tcb.timers.delack == Instant::FAR_FUTURE {
-                tcb.timers.delack = now + DELACK;
-                self.arm();
+            if !tcb.timers.delack.is_armed() {
+                tcb.timers.delack = Deadline::at(now + DELACK);
+                self.arm(now);
             }
         }
     }
@@ -1101,7 +1099,7 @@ fn tcp_sndbuf_expand(tcb: &mut Tcb, wmem_max: u64) {
 /// full-sized segment echoes; without timestamps `tcp_rcv_rtt_measure`, the time
 /// until a window's worth of data arrived).
 fn tcp_rcv_rtt_measure(tcb: &mut Tcb, now: Instant, seg: &tcp::Repr) {
-    let rcv_space = &mut tcb.rcv_space;
+    let rcv_space = &mut tcb.active.rcv_space;
     if tcb.flags.has(TcbFlags::TS_OK) {
         let Some(ts) = seg.timestamp.filter(|t| t.tsecr != 0) else {
             return;
@@ -1140,7 +1138,8 @@ fn tcp_rcv_rtt_measure(tcb: &mut Tcb, now: Instant, seg: &tcp::Repr) {
 fn tcp_rcv_space_adjust(tcb: &mut Tcb, now: Instant, rmem_max: u64) {
     let copied_seq = tcb.rcv.nxt - tcb.rcvbuf.readable();
     let advmss = u64::from(tcb.adv_mss);
-    let rcv_space = &mut tcb.rcv_space;
+    let rcv_space = &mut tcb.active.rcv_space;
+    rcv_space.last_rcv = now;
     if rcv_space.time == Instant::ZERO {
         // Linux tcp_init_buffer_space: "rcvq_space.space = min3(rcv_ssthresh, rcv_wnd,
         // TCP_INIT_CWND * advmss)".

@@ -172,6 +172,10 @@ impl RequestSock {
 /// An entry of the SYN-queue expiry heap: a deadline and the request's tuple.
 pub(crate) type RequestEntry = (Ms32, FourTuple);
 
+/// Entries of the expiry heap beyond twice the live requests that start a compaction
+/// ([`Requests::compact`]).
+const COMPACT_MIN: usize = 1024;
+
 /// All SYN-RECEIVED requests of a stack, by 4-tuple (looked up by the segment's
 /// [`TupleHash`], shared with the other 4-tuple tables).
 #[derive(Debug)]
@@ -224,7 +228,25 @@ impl Requests {
     /// Wake `t` at its request's `expires` (filed at `now`).
     pub fn file(&mut self, now: Instant, t: FourTuple, expires: Ms32) {
         self.seen = self.seen.max(now);
+        if self.queue.len() >= 2 * self.map.len() + COMPACT_MIN {
+            self.compact();
+        }
         self.queue.push(Reverse((expires, t)));
+    }
+
+    /// Keep only the entries of live requests, and give the room back. A request that
+    /// completes leaves its entry in the heap (which cannot take one out) until it comes
+    /// up a second later: at a high connection rate that is an entry for every handshake
+    /// of the last second (16 bytes each, 4 MiB of heap for 200,000 connections
+    /// established in a second, and kept as capacity after). Done when the stale entries
+    /// outnumber the live ones, so each costs O(1) amortised; Linux takes a completed
+    /// request's timer off its wheel (`inet_csk_reqsk_queue_drop`).
+    #[cold]
+    fn compact(&mut self) {
+        let map = &self.map;
+        self.queue
+            .retain(|Reverse((d, t))| map.get(map.hash(t), t).is_some_and(|r| r.expires == *d));
+        self.queue.shrink_to(2 * self.queue.len() + COMPACT_MIN);
     }
     /// When the earliest entry comes up.
     pub fn next_deadline(&self) -> Option<Instant> {
@@ -680,5 +702,69 @@ impl Stack {
         self.mib.inc(Counter::TcpExtTCPSynRetrans);
         self.tcp_send_synack(now, tuple, &req, None);
         self.tcp.requests.file(now, tuple, req.expires);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use core::net::Ipv4Addr;
+
+    use super::*;
+
+    /// Handshakes that complete within their first second leave no heap behind them: the
+    /// expiry heap stays within twice the live requests (plus [`COMPACT_MIN`]) at any
+    /// count, where it held an entry for every handshake of the last second.
+    #[test]
+    fn completed_requests_do_not_pile_up_in_the_expiry_heap() {
+        let mut r = Requests::new(TupleHasher::new((5, 6)));
+        let tuple = |i: u32| FourTuple {
+            local: SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 80),
+            remote: SocketAddrV4::new(Ipv4Addr::from_bits(0x0a01_0000 | (i >> 16)), i as u16),
+        };
+        let now = Instant::from_secs(1);
+        let expires = Ms32::ceil(now + TIMEOUT_INIT);
+        let req = RequestSock {
+            listener: 0,
+            iss: SeqNumber(1),
+            irs: SeqNumber(2),
+            peer_mss: 1460,
+            snd_wscale: None,
+            sack_ok: true,
+            ts_ok: true,
+            ts_recent: 0,
+            ts_offset: 0,
+            retransmits: 0,
+            expires,
+            synack_us: 1,
+        };
+        // 200,000 handshakes in the same millisecond, 100 in flight at a time.
+        for i in 0..200_000u32 {
+            let t = tuple(i);
+            r.insert(r.hash(&t), t, req);
+            r.file(now, t, expires);
+            if i >= 100 {
+                let done = tuple(i - 100);
+                assert!(r.remove(r.hash(&done), &done).is_some());
+            }
+            assert!(
+                r.queue.len() <= 2 * 101 + COMPACT_MIN + 1,
+                "{} entries",
+                r.queue.len()
+            );
+        }
+        assert!(
+            r.queue.capacity() <= 4 * (2 * 101 + COMPACT_MIN),
+            "{} entries of heap for 100 requests",
+            r.queue.capacity()
+        );
+        // The live requests still come up, each once.
+        let mut due = 0;
+        while r.pop_due(now + TIMEOUT_INIT).is_some() {
+            due += 1;
+        }
+        assert!(
+            (100..=2 * 100 + COMPACT_MIN).contains(&due),
+            "{due} entries due"
+        );
     }
 }

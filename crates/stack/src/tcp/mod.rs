@@ -36,6 +36,7 @@
 pub(crate) mod buffer;
 pub(crate) mod cc;
 pub(crate) mod clock32;
+pub(crate) mod ehash;
 pub(crate) mod input;
 pub(crate) mod isn;
 pub(crate) mod listen;
@@ -66,7 +67,7 @@ use crate::{Error, Stack, Sysctl};
 pub use state::State;
 pub(crate) use tcb::FourTuple;
 use tcb::Tcb;
-use tuple_hash::{TupleHasher, TupleTable};
+use tuple_hash::TupleHasher;
 
 /// Bytes per chunk of a stack's socket-buffer pool: send and receive buffers take memory
 /// in these units, so a buffer holding `n` bytes costs up to `n` rounded up to a chunk,
@@ -131,8 +132,9 @@ pub(crate) enum TimerKey {
 pub(crate) struct Tcp {
     /// The connections: TCBs inline in a slab (no per-connection box).
     pub(crate) conns: Slab<Tcb>,
-    /// Every connection not in LISTEN or TIME-WAIT, by 4-tuple (Linux `inet_ehash`).
-    pub(crate) ehash: TupleTable<u32>,
+    /// Every connection not in LISTEN or TIME-WAIT, by 4-tuple (Linux `inet_ehash`): slab
+    /// indexes, 8 bytes a slot (see [`ehash`]).
+    pub(crate) ehash: ehash::EHash,
     pub(crate) listeners: listen::Listeners,
     pub(crate) requests: listen::Requests,
     pub(crate) timewait: timer::TimeWaits,
@@ -185,7 +187,7 @@ impl Tcp {
         let tuples = TupleHasher::new(secrets.key(b"tcp ehash"));
         Tcp {
             conns: Slab::new(),
-            ehash: TupleTable::new(tuples.clone()),
+            ehash: ehash::EHash::new(tuples.clone()),
             listeners: listen::Listeners::default(),
             requests: listen::Requests::new(tuples.clone()),
             timewait: timer::TimeWaits::new(tuples),
@@ -262,18 +264,41 @@ impl Tcp {
         }
     }
 
+    /// The slab index of the connection of `tuple` (hashed to `hash`) in the established
+    /// table.
+    #[inline]
+    pub(crate) fn lookup(&self, hash: tuple_hash::TupleHash, tuple: &FourTuple) -> Option<u32> {
+        let conns = &self.conns;
+        self.ehash.get(hash, |i| {
+            conns.by_index(i).is_some_and(|t| t.tuple == *tuple)
+        })
+    }
+
     /// Put a new connection in the slab and the established table.
     pub(crate) fn insert(&mut self, tcb: Tcb) -> TcpHandle {
-        let tuple = tcb.tuple;
+        let hash = self.ehash.hash(&tcb.tuple);
+        debug_assert!(
+            self.lookup(hash, &tcb.tuple).is_none(),
+            "tuple already held"
+        );
         let (index, generation) = self.conns.insert(tcb);
-        self.ehash.insert(self.ehash.hash(&tuple), tuple, index);
+        self.ehash.insert(hash, index);
         TcpHandle { index, generation }
+    }
+
+    /// Take connection `h` out of the established table (it stays in the slab until its
+    /// handle is closed); whether it was there.
+    pub(crate) fn unhash(&mut self, h: TcpHandle) -> bool {
+        let Some(tcb) = self.conns.get(h.index, h.generation) else {
+            return false;
+        };
+        self.ehash.remove(self.ehash.hash(&tcb.tuple), h.index)
     }
 
     /// Remove a connection: its buffers go back to the pool, its slot to the free list.
     pub(crate) fn remove(&mut self, h: TcpHandle) -> Option<Tcb> {
+        self.unhash(h);
         let mut tcb = self.conns.remove(h.index, h.generation)?;
-        self.ehash.remove(self.ehash.hash(&tcb.tuple), &tcb.tuple);
         if tcb.flags.has(tcb::TcbFlags::ORPHAN) {
             debug_assert!(self.orphans > 0, "orphan count out of step");
             self.orphans = self.orphans.saturating_sub(1);
@@ -297,7 +322,7 @@ impl Tcp {
     /// Whether `tuple` names a connection, a request or a TIME-WAIT record.
     fn tuple_in_use(&self, tuple: &FourTuple) -> bool {
         let hash = self.ehash.hash(tuple);
-        self.ehash.contains(hash, tuple)
+        self.lookup(hash, tuple).is_some()
             || self.requests.contains(hash, tuple)
             || self.timewait.contains(hash, tuple)
     }
@@ -322,7 +347,7 @@ impl Tcp {
             };
             let hash = self.ehash.hash(&tuple);
             if self.listeners.bound(port)
-                || self.ehash.contains(hash, &tuple)
+                || self.lookup(hash, &tuple).is_some()
                 || self.requests.contains(hash, &tuple)
             {
                 continue;
@@ -738,9 +763,10 @@ impl Stack {
             // ... inet_csk_reset_keepalive_timer(sk, tmo - TCP_TIMEWAIT_LEN)"; or
             // tcp_time_wait(sk, TCP_FIN_WAIT2, tmo)). Without it nothing ever frees it.
             State::FinWait2 => {
-                tcb.timers.keepalive =
-                    now + core::time::Duration::from_secs(self.sysctl.tcp_fin_timeout);
-                self.tcp_arm(h);
+                tcb.timers.keepalive = clock32::Deadline::at(
+                    now + core::time::Duration::from_secs(self.sysctl.tcp_fin_timeout),
+                );
+                self.tcp_arm(now, h);
             }
             _ => {
                 self.tcp_queue_fin(now, h);
@@ -799,12 +825,12 @@ impl Stack {
         let tcb = self.tcp.get_mut(h).ok_or(Error::BadHandle)?;
         if on {
             tcb.flags.set(tcb::TcbFlags::KEEPALIVE);
-            tcb.timers.keepalive = now + idle;
+            tcb.timers.keepalive = clock32::Deadline::at(now + idle);
         } else {
             tcb.flags.clear(tcb::TcbFlags::KEEPALIVE);
-            tcb.timers.keepalive = Instant::FAR_FUTURE;
+            tcb.timers.keepalive = clock32::Deadline::OFF;
         }
-        self.tcp_arm(h);
+        self.tcp_arm(now, h);
         Ok(())
     }
 
@@ -1070,7 +1096,8 @@ mod memory {
         let hash_entry = |kv: usize| (kv as f64 + 1.0) / 0.875;
         let tcb = super::TCB_BYTES;
         let slot = crate::slab::Slab::<super::tcb::Tcb>::SLOT_BYTES;
-        let ehash = hash_entry(size_of::<super::tcb::FourTuple>() + size_of::<u32>());
+        // The established table: an 8-byte slot, at worst 70% full (just after a growth).
+        let ehash = 8.0 / 0.7;
         let idle = slot as f64 + ehash;
         let tw =
             hash_entry(size_of::<super::tcb::FourTuple>() + size_of::<super::timer::TimeWait>())
@@ -1086,8 +1113,9 @@ mod memory {
             super::TIME_WAIT_BYTES,
             super::REQUEST_BYTES,
         );
-        assert!(tcb <= 320, "TCB grew to {tcb} bytes");
-        assert!(idle <= 360.0, "an idle connection costs {idle:.0} bytes");
+        assert!(tcb <= 224, "TCB grew to {tcb} bytes");
+        assert!(slot <= 232, "a slab slot is {slot} bytes");
+        assert!(idle <= 244.0, "an idle connection costs {idle:.0} bytes");
         // Issue #12 item 3: at most 64 bytes a record, table entry and expiry entry.
         let (tw_bytes, req_bytes) = (super::TIME_WAIT_BYTES, super::REQUEST_BYTES);
         assert!(tw_bytes <= 64, "a TIME-WAIT record is {tw_bytes} bytes");

@@ -11,6 +11,7 @@ use ustack_wire::{IpProtocol, SeqNumber};
 
 use super::buffer::{RecvBuffer, SendBuffer};
 use super::cc::{CaState, Cc, CcState, CongestionControl};
+use super::clock32::Deadline;
 use super::isn::ts_clock;
 use super::listen::{RequestSock, TIMEOUT_INIT};
 use super::rtt::RttEstimator;
@@ -44,9 +45,7 @@ pub(crate) fn initial_rcv_window(sysctl: &Sysctl, adv_mss: u16) -> u32 {
 /// mode ended: quick-ACK credit is never given back in ustack, so Linux's leaving
 /// pingpong when a delayed ACK times out (`tcp_delack_timer_handler`) changes nothing.
 fn tcp_event_data_sent(tcb: &mut Tcb, now: Instant) {
-    if tcb.flags.has(TcbFlags::DATA_RCVD)
-        && now.saturating_duration_since(tcb.last_activity) < DELACK
-    {
+    if tcb.flags.has(TcbFlags::DATA_RCVD) && tcb.last_activity.elapsed(now) < DELACK {
         tcb.quick_acks = 0;
     }
     tcb.flags.clear(TcbFlags::DATA_RCVD);
@@ -66,9 +65,6 @@ pub(crate) fn rcv_wscale(sysctl: &Sysctl) -> u8 {
     shift
 }
 
-/// Linux `TCP_RTO_MIN` and `TCP_RTO_MAX`.
-pub(crate) const RTO_MIN: Duration = Duration::from_millis(200);
-pub(crate) const RTO_MAX: Duration = Duration::from_secs(120);
 /// Linux `TCP_DELACK_MIN`: the delayed-ACK timeout (ATO) ustack uses.
 pub(crate) const DELACK: Duration = Duration::from_millis(40);
 /// Linux `TCP_DELACK_MAX`: the longest a peer may delay an ACK, RFC 8985 §7.2's
@@ -109,7 +105,6 @@ impl Stack {
             cwnd: 10,
             ssthresh: u32::MAX,
             cwnd_cnt: 0,
-            mss: u32::from(DEFAULT_MSS),
             in_flight: 0,
             cwnd_clamp: u32::MAX,
         };
@@ -144,9 +139,12 @@ impl Stack {
                 .tcp
                 .isn
                 .ts_offset(*tuple.local.ip(), *tuple.remote.ip()),
-            rtt: RttEstimator::new(RTO_MIN, RTO_MAX),
+            rtt: RttEstimator::new(),
             active: super::tcb::Active::new(&cc),
-            congestion,
+            congestion: super::tcb::Cwnd {
+                cwnd: congestion.cwnd,
+                ssthresh: congestion.ssthresh,
+            },
             ca_state: CaState::Open,
             probes: 0,
             quick_acks: QUICK_ACKS,
@@ -156,11 +154,10 @@ impl Stack {
             sndbuf_limit: self.sysctl.tcp_wmem_default as u32,
             rcvbuf_limit: self.sysctl.tcp_rmem_default as u32,
             timers: Timers::NONE,
-            last_activity: now,
+            last_activity: super::clock32::Ms32::floor(now),
             last_oow_ack: 0,
             error: None,
             snd_sml: iss,
-            rcv_space: super::tcb::RcvSpace::new(),
         }
     }
 
@@ -224,7 +221,6 @@ impl Stack {
             mss = mss.saturating_sub(12).max(floor);
         }
         tcb.mss = mss;
-        tcb.congestion.mss = u32::from(mss);
     }
 
     /// The options our SYN or SYN-ACK carries.
@@ -266,9 +262,9 @@ impl Stack {
             tcb.snd.nxt = iss + 1;
             tcb.rtx.push(iss, iss + 1, now);
         }
-        tcb.timers.retransmit = now + tcb.rtt.rto().max(TIMEOUT_INIT);
-        tcb.timers.loss_probe = false;
-        self.tcp_arm(h);
+        tcb.timers.retransmit = Deadline::at(now + tcb.rtt.rto().max(TIMEOUT_INIT));
+        tcb.flags.clear(TcbFlags::LOSS_PROBE);
+        self.tcp_arm(now, h);
     }
 
     /// Send a SYN-ACK for a request (RFC 9293 §3.10.7.2). `tsval` overrides our timestamp
@@ -557,12 +553,12 @@ impl Stack {
         };
         let offset = seq.diff(tcb.data_start()).max(0) as usize;
         tcb.flags.clear(TcbFlags::ACK_NOW | TcbFlags::ACK_PENDING);
-        tcb.timers.delack = Instant::FAR_FUTURE;
+        tcb.timers.delack = Deadline::OFF;
         tcb.quick_acks = tcb.quick_acks.saturating_sub(1);
         if len > 0 {
             tcp_event_data_sent(tcb, now);
         }
-        tcb.last_activity = now;
+        tcb.last_activity = super::clock32::Ms32::floor(now);
         Self::data_options(tcb, &mut repr, now);
         // A segment sized before SACK blocks were due (a retransmission) carries fewer
         // blocks rather than exceed the MSS (RFC 9293 §3.7.1; Linux splits the segment
@@ -643,21 +639,21 @@ impl Stack {
             // Linux tcp_write_xmit: "Send one loss probe per tail loss episode."
             if !self.tcp_schedule_loss_probe(now, h, false)
                 && let Some(tcb) = self.tcp.get_mut(h)
-                && tcb.timers.retransmit == Instant::FAR_FUTURE
+                && !tcb.timers.retransmit.is_armed()
             {
-                tcb.timers.retransmit = now + tcb.rtt.rto();
-                tcb.timers.loss_probe = false;
-                self.tcp_arm(h);
+                tcb.timers.retransmit = Deadline::at(now + tcb.rtt.rto());
+                tcb.flags.clear(TcbFlags::LOSS_PROBE);
+                self.tcp_arm(now, h);
             }
         }
         let Some(tcb) = self.tcp.get(h) else { return };
         if tcb.flags.has(TcbFlags::ACK_NOW) {
             self.tcp_send_ack(now, h);
-        } else if tcb.flags.has(TcbFlags::ACK_PENDING) && tcb.timers.delack == Instant::FAR_FUTURE {
+        } else if tcb.flags.has(TcbFlags::ACK_PENDING) && !tcb.timers.delack.is_armed() {
             if let Some(t) = self.tcp.get_mut(h) {
-                t.timers.delack = now + DELACK;
+                t.timers.delack = Deadline::at(now + DELACK);
             }
-            self.tcp_arm(h);
+            self.tcp_arm(now, h);
         }
     }
 
@@ -708,13 +704,13 @@ impl Stack {
             if len == 0 && !(fin && unsent == 0) {
                 // Zero window with data waiting: the probe timer takes over
                 // (RFC 9293 §3.8.6.1).
-                if tcb.rtx.is_empty() && tcb.timers.retransmit == Instant::FAR_FUTURE {
+                if tcb.rtx.is_empty() && !tcb.timers.retransmit.is_armed() {
                     let rto = tcb.rtt.rto();
                     if let Some(t) = self.tcp.get_mut(h) {
-                        t.timers.retransmit = now + rto;
-                        t.timers.loss_probe = false;
+                        t.timers.retransmit = Deadline::at(now + rto);
+                        t.flags.clear(TcbFlags::LOSS_PROBE);
                     }
-                    self.tcp_arm(h);
+                    self.tcp_arm(now, h);
                 }
                 break;
             }
@@ -832,9 +828,9 @@ impl Stack {
                 Some(s) if !sent_probe => s.sent_at,
                 _ => now,
             };
-            tcb.timers.retransmit = (from + tcb.rtt.rto()).max(now);
-            tcb.timers.loss_probe = false;
-            self.tcp_arm(h);
+            tcb.timers.retransmit = Deadline::at((from + tcb.rtt.rto()).max(now));
+            tcb.flags.clear(TcbFlags::LOSS_PROBE);
+            self.tcp_arm(now, h);
         }
     }
 
@@ -919,9 +915,9 @@ impl Stack {
         // Linux tcp_xmit_retransmit_queue restarts the retransmission timer when it
         // resends the head, so that a timeout waits a full RTO for this copy.
         if start == tcb.snd.una && !matches!(tcb.state, State::SynSent | State::SynReceived) {
-            tcb.timers.retransmit = now + tcb.rtt.rto();
-            tcb.timers.loss_probe = false;
-            self.tcp_arm(h);
+            tcb.timers.retransmit = Deadline::at(now + tcb.rtt.rto());
+            tcb.flags.clear(TcbFlags::LOSS_PROBE);
+            self.tcp_arm(now, h);
         }
         true
     }
@@ -1110,9 +1106,9 @@ impl Sock<'_> {
         } else {
             tcb.rtx.front().map_or(now, |s| s.sent_at) + tcb.rtt.rto()
         };
-        tcb.timers.retransmit = (now + pto).min(rto_at).max(now);
-        tcb.timers.loss_probe = true;
-        self.arm();
+        tcb.timers.retransmit = Deadline::at((now + pto).min(rto_at).max(now));
+        tcb.flags.set(TcbFlags::LOSS_PROBE);
+        self.arm(now);
         true
     }
 }

@@ -34,7 +34,7 @@ impl Stack {
         mtu: u32,
         ip_header: usize,
     ) {
-        let Some(&index) = self.tcp.ehash.get(self.tcp.ehash.hash(&tuple), &tuple) else {
+        let Some(index) = self.tcp.lookup(self.tcp.ehash.hash(&tuple), &tuple) else {
             // Linux: no socket for the quoted datagram, ICMP_MIB_INERRORS.
             return self.mib.inc(Counter::IcmpInErrors);
         };
@@ -141,7 +141,6 @@ fn tcp_mtu_to_mss(tcb: &Tcb, mtu: usize, ip_header: usize) -> usize {
 fn tcp_sync_mss(tcb: &mut Tcb, mss: usize) {
     let mss = mss.min(usize::from(tcb.mss)) as u16;
     tcb.mss = mss;
-    tcb.congestion.mss = u32::from(mss);
 }
 
 /// Linux `tcp_simple_retransmit`: the segments too large for the new MSS were dropped by

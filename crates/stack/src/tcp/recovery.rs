@@ -45,13 +45,14 @@ impl Sock<'_> {
             // Linux: tcp_init_cwnd_reduction, CWR, tcp_end_cwnd_reduction.
             tcb.active.recovery.tlp_high_seq = None;
             tcb.active.recovery.prior_cwnd = tcb.congestion.cwnd;
-            tcb.congestion.in_flight = tcb.in_flight();
-            tcb.congestion.ssthresh = tcb.active.cc.ssthresh(&tcb.congestion);
-            tcb.congestion.cwnd = tcb.congestion.ssthresh.max(2);
-            tcb.congestion.cwnd_cnt = 0;
-            tcb.active
-                .cc
-                .cwnd_event(&mut tcb.congestion, now, CaEvent::CompleteCwr);
+            let in_flight = tcb.in_flight();
+            tcb.with_cc(|cc, st| {
+                st.in_flight = in_flight;
+                st.ssthresh = cc.ssthresh(st);
+                st.cwnd = st.ssthresh.max(2);
+                st.cwnd_cnt = 0;
+                cc.cwnd_event(st, now, CaEvent::CompleteCwr);
+            });
             self.mib.inc(Counter::TcpExtTCPLossProbeRecovery);
         } else if !ev.una_advanced && ev.sacked == 0 {
             // A pure duplicate ACK: the original and the probe both arrived.
@@ -180,12 +181,15 @@ impl Sock<'_> {
             tcb.active.recovery.prior_ssthresh = tcb.current_ssthresh();
             tcb.active.high_seq = tcb.snd.nxt;
             tcb.active.recovery.tlp_high_seq = None;
-            tcb.congestion.cwnd_cnt = 0;
+            tcb.active.cwnd_cnt = 0;
             tcb.active.recovery.prior_cwnd = tcb.congestion.cwnd;
             tcb.active.recovery.prr_delivered = 0;
             tcb.active.recovery.prr_out = 0;
-            tcb.congestion.in_flight = tcb.in_flight();
-            tcb.congestion.ssthresh = tcb.active.cc.ssthresh(&tcb.congestion);
+            let in_flight = tcb.in_flight();
+            tcb.with_cc(|cc, st| {
+                st.in_flight = in_flight;
+                st.ssthresh = cc.ssthresh(st);
+            });
         }
         tcb.set_ca_state(CaState::Recovery);
     }
@@ -231,9 +235,7 @@ impl Sock<'_> {
         {
             tcb.congestion.cwnd = tcb.congestion.ssthresh.max(2);
         }
-        tcb.active
-            .cc
-            .cwnd_event(&mut tcb.congestion, now, CaEvent::CompleteCwr);
+        tcb.with_cc(|cc, st| cc.cwnd_event(st, now, CaEvent::CompleteCwr));
         self.tcp_try_to_open();
     }
 
@@ -343,11 +345,11 @@ impl Sock<'_> {
         {
             tcb.active.recovery.prior_ssthresh = tcb.current_ssthresh();
             tcb.active.recovery.prior_cwnd = tcb.congestion.cwnd;
-            tcb.congestion.in_flight = prior_in_flight;
-            tcb.congestion.ssthresh = tcb.active.cc.ssthresh(&tcb.congestion);
-            tcb.active
-                .cc
-                .cwnd_event(&mut tcb.congestion, now, CaEvent::Loss);
+            tcb.with_cc(|cc, st| {
+                st.in_flight = prior_in_flight;
+                st.ssthresh = cc.ssthresh(st);
+                cc.cwnd_event(st, now, CaEvent::Loss);
+            });
             // Linux tcp_init_undo.
             tcb.active.recovery.undo_marker = Some(tcb.snd.una);
             tcb.active.recovery.undo_retrans = match tcb.rtx.retrans_out() {
@@ -356,7 +358,7 @@ impl Sock<'_> {
             };
         }
         tcb.congestion.cwnd = tcb.in_flight() + 1;
-        tcb.congestion.cwnd_cnt = 0;
+        tcb.active.cwnd_cnt = 0;
         // Linux: "Timeout in disordered state after receiving substantial DUPACKs suggests
         // that the degree of reordering is over-estimated."
         if matches!(prior_state, CaState::Open | CaState::Disorder)
@@ -433,7 +435,7 @@ fn tcp_undo_cwnd_reduction(tcb: &mut Tcb, unmark_loss: bool) {
         tcb.active.recovery.lost_retrans = 0;
     }
     if tcb.active.recovery.prior_ssthresh > 0 {
-        tcb.congestion.cwnd = tcb.active.cc.undo_cwnd(&tcb.congestion);
+        tcb.congestion.cwnd = tcb.with_cc(|cc, st| cc.undo_cwnd(st));
         tcb.congestion.ssthresh = tcb
             .congestion
             .ssthresh

@@ -93,8 +93,34 @@ const fn micros_u32(d: Duration) -> u32 {
     }
 }
 
+/// The bounds of the RTO: where they come from is the caller's (Linux reads `rto_min`
+/// from the route, `tcp_rto_min_us()`, and `rto_max` from `tcp_rto_max()`), so that the
+/// per-connection [`RttEstimator`] does not carry them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RtoBounds {
+    /// Floor on the variance term, microseconds.
+    min_us: u32,
+    /// Cap on the RTO, backoff included, microseconds.
+    max_us: u32,
+}
+
+impl RtoBounds {
+    /// Linux's defaults: [`TCP_RTO_MIN`] and [`TCP_RTO_MAX`].
+    pub const LINUX: RtoBounds = RtoBounds::new(TCP_RTO_MIN, TCP_RTO_MAX);
+
+    /// `rto_min` floors the variance term (a route's `rto_min`), `rto_max` caps every RTO;
+    /// both kept in microseconds, saturating at about 71 minutes.
+    pub const fn new(rto_min: Duration, rto_max: Duration) -> Self {
+        RtoBounds {
+            min_us: micros_u32(rto_min),
+            max_us: micros_u32(rto_max),
+        }
+    }
+}
+
 /// One connection's RTT estimator and retransmission timeout (RFC 6298 with Linux's
-/// constants; see the [module docs](self) for the differences). `Copy`, 24 bytes, no heap.
+/// constants; see the [module docs](self) for the differences). `Copy`, 16 bytes, no heap;
+/// the RTO's bounds are the caller's ([`RtoBounds`]).
 ///
 /// ```text
 /// first sample R:        SRTT = R,  RTTVAR = R/2                          (RFC 6298 2.2)
@@ -110,10 +136,6 @@ pub struct RttEstimator {
     mdev4_us: u32,
     /// Smallest sample seen, microseconds; `NO_MIN_RTT` before any.
     min_rtt_us: u32,
-    /// Floor on the variance term, microseconds (Linux `tcp_rto_min_us()`).
-    rto_min_us: u32,
-    /// Cap on the RTO, microseconds (Linux `tcp_rto_max()`).
-    rto_max_us: u32,
     /// Consecutive timeouts (Linux `icsk_backoff`), saturating.
     backoffs: u8,
     /// Retransmission timeouts since SND.UNA last advanced (Linux `icsk_retransmits`),
@@ -125,16 +147,12 @@ pub struct RttEstimator {
 
 impl RttEstimator {
     /// A new estimator: RTO 1 s until the first sample (RFC 6298 (2.1), Linux
-    /// `TCP_TIMEOUT_INIT`). `rto_min` floors the variance term ([`TCP_RTO_MIN`] by default,
-    /// or a route's `rto_min`); `rto_max` caps every RTO, backoff included ([`TCP_RTO_MAX`]).
-    /// Both are kept in microseconds, saturating at about 71 minutes.
-    pub const fn new(rto_min: Duration, rto_max: Duration) -> Self {
+    /// `TCP_TIMEOUT_INIT`).
+    pub const fn new() -> Self {
         RttEstimator {
             srtt8_us: 0,
             mdev4_us: 0,
             min_rtt_us: NO_MIN_RTT,
-            rto_min_us: micros_u32(rto_min),
-            rto_max_us: micros_u32(rto_max),
             backoffs: 0,
             retransmits: 0,
             fallback: false,
@@ -169,16 +187,22 @@ impl RttEstimator {
         self.srtt8_us = self.srtt8_us.max(1);
     }
 
+    /// The retransmission timeout to arm now within Linux's default bounds
+    /// ([`RtoBounds::LINUX`]; see [`rto_within`](Self::rto_within)).
+    pub fn rto(&self) -> Duration {
+        self.rto_within(RtoBounds::LINUX)
+    }
+
     /// The retransmission timeout to arm now: the base (`base_rto`) doubled once per
     /// [backoff](Self::backoff), capped at `rto_max` (Linux `inet_csk_rto_backoff`).
-    pub fn rto(&self) -> Duration {
-        let base = self.base_rto_us();
+    pub fn rto_within(&self, bounds: RtoBounds) -> Duration {
+        let base = self.base_rto_us(bounds);
         let rto = if self.backoffs >= 64 {
             u64::MAX
         } else {
             base.saturating_mul(1u64 << self.backoffs)
         };
-        Duration::from_micros(rto.min(u64::from(self.rto_max_us)))
+        Duration::from_micros(rto.min(u64::from(bounds.max_us)))
     }
 
     /// The RTO without backoff (Linux `icsk_rto` as `tcp_set_rto` leaves it):
@@ -186,10 +210,10 @@ impl RttEstimator {
     /// after [`use_fallback_rto`](Self::use_fallback_rto).
     #[cfg(test)]
     pub fn base_rto(&self) -> Duration {
-        Duration::from_micros(self.base_rto_us())
+        Duration::from_micros(self.base_rto_us(RtoBounds::LINUX))
     }
 
-    fn base_rto_us(&self) -> u64 {
+    fn base_rto_us(&self, bounds: RtoBounds) -> u64 {
         let rto = if self.srtt8_us == 0 {
             let init = if self.fallback {
                 TCP_TIMEOUT_FALLBACK
@@ -200,10 +224,10 @@ impl RttEstimator {
         } else {
             // Linux __tcp_set_rto: (srtt_us >> 3) + rttvar_us, where rttvar_us is at least
             // tcp_rto_min_us(sk). RFC 6298 (2.3): "RTO <- SRTT + max (G, K*RTTVAR)", K = 4.
-            u64::from(self.srtt8_us >> 3) + u64::from(self.mdev4_us.max(self.rto_min_us))
+            u64::from(self.srtt8_us >> 3) + u64::from(self.mdev4_us.max(bounds.min_us))
         };
         // Linux tcp_bound_rto.
-        rto.min(u64::from(self.rto_max_us))
+        rto.min(u64::from(bounds.max_us))
     }
 
     /// The retransmission timer expired: RFC 6298 (5.5) "The host MUST set RTO <- RTO * 2
@@ -282,9 +306,8 @@ impl RttEstimator {
 }
 
 impl Default for RttEstimator {
-    /// Linux's defaults: `rto_min` 200 ms, `rto_max` 120 s.
     fn default() -> Self {
-        RttEstimator::new(TCP_RTO_MIN, TCP_RTO_MAX)
+        RttEstimator::new()
     }
 }
 
@@ -313,7 +336,7 @@ mod tests {
 
     #[test]
     fn per_connection_state_is_small() {
-        assert!(core::mem::size_of::<RttEstimator>() <= 24);
+        assert!(core::mem::size_of::<RttEstimator>() <= 16);
     }
 
     #[test]
@@ -382,11 +405,12 @@ mod tests {
     #[test]
     fn a_route_rto_min_is_honoured() {
         // `ip route ... rto_min 5ms`: a 1 ms path gets RTO 6 ms.
-        let mut e = RttEstimator::new(ms(5), TCP_RTO_MAX);
+        let mut e = RttEstimator::new();
         for _ in 0..200 {
             e.sample(ms(1));
         }
-        assert_eq!(e.rto(), ms(6));
+        assert_eq!(e.rto_within(RtoBounds::new(ms(5), TCP_RTO_MAX)), ms(6));
+        assert_eq!(e.rto(), ms(201));
     }
 
     #[test]
@@ -456,8 +480,8 @@ mod tests {
         e.sample(Duration::ZERO);
         assert_eq!(e.rto(), TCP_RTO_MAX);
         // A configured maximum above u32 microseconds saturates rather than wrapping.
-        let big = RttEstimator::new(TCP_RTO_MIN, Duration::from_secs(1 << 40));
-        assert_eq!(big.rto(), Duration::from_secs(1));
+        let big = RtoBounds::new(TCP_RTO_MIN, Duration::from_secs(1 << 40));
+        assert_eq!(RttEstimator::new().rto_within(big), Duration::from_secs(1));
     }
 
     #[test]
@@ -489,8 +513,8 @@ mod tests {
 
     #[test]
     fn rto_max_below_initial_rto_caps_everything() {
-        let e = RttEstimator::new(TCP_RTO_MIN, ms(500));
-        assert_eq!(e.rto(), ms(500));
+        let e = RttEstimator::new();
+        assert_eq!(e.rto_within(RtoBounds::new(TCP_RTO_MIN, ms(500))), ms(500));
     }
 
     /// RFC 6298 §2 in floating point, the reference the fixed-point code must track.

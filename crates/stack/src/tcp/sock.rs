@@ -118,7 +118,9 @@ impl Stack {
 
     /// Give back the [`super::tcb::ActiveState`] of the connections filed by
     /// [`Stack::tcp_note_idle`] whose grace is up, if they are still idle (a connection
-    /// that moved data meanwhile is filed again when next found idle).
+    /// that moved data meanwhile is filed again when next found idle). An idle receiver
+    /// that took in-order data within the grace is filed again at once: no later segment
+    /// might come to file it.
     pub(crate) fn tcp_release_idle(&mut self, now: Instant) {
         while let Some(&(at, h)) = self.tcp.idle_active.front() {
             if at > now {
@@ -128,8 +130,14 @@ impl Stack {
             let Some(tcb) = self.tcp.get_mut(h) else {
                 continue;
             };
-            tcb.flags.clear(TcbFlags::IDLE_QUEUED);
-            if tcb.active_idle() {
+            if !tcb.active_idle() {
+                tcb.flags.clear(TcbFlags::IDLE_QUEUED);
+            } else if tcb.active.receiving(now) {
+                self.tcp
+                    .idle_active
+                    .push_back((now + super::ACTIVE_IDLE_GRACE, h));
+            } else {
+                tcb.flags.clear(TcbFlags::IDLE_QUEUED);
                 tcb.release_active();
             }
         }
@@ -142,9 +150,9 @@ impl Stack {
 
     /// Make sure the timer queue wakes connection `h` at its earliest deadline (see
     /// [`Sock::arm`]).
-    pub(crate) fn tcp_arm(&mut self, h: TcpHandle) {
+    pub(crate) fn tcp_arm(&mut self, now: Instant, h: TcpHandle) {
         if let Some(mut sk) = self.tcp_sock(h) {
-            sk.arm();
+            sk.arm(now);
         }
     }
 }
@@ -152,13 +160,14 @@ impl Stack {
 impl Sock<'_> {
     /// Make sure the stack's timer queue will wake this connection at its earliest
     /// deadline (lazy cancel: a later deadline leaves the earlier entry, which finds
-    /// nothing due and re-arms).
-    pub(crate) fn arm(&mut self) {
+    /// nothing due and re-arms). `now` reads the 32-bit deadlines back as instants.
+    pub(crate) fn arm(&mut self, now: Instant) {
         let earliest = self.tcb.timers.earliest();
-        if earliest < self.tcb.timers.queued {
+        if earliest.before(self.tcb.timers.queued)
+            && let Some(at) = earliest.instant(now)
+        {
             self.tcb.timers.queued = earliest;
-            self.timers
-                .push(Reverse((earliest, TimerKey::Conn(self.h))));
+            self.timers.push(Reverse((at, TimerKey::Conn(self.h))));
         }
     }
 

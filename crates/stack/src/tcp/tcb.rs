@@ -10,6 +10,7 @@ use ustack_wire::SeqNumber;
 
 use super::buffer::{RecvBuffer, SendBuffer};
 use super::cc::{CaState, Cc, CcState, CongestionControl};
+use super::clock32::{Deadline, Ms32};
 use super::rtt::RttEstimator;
 use super::sack_blocks::RxSack;
 use super::scoreboard::{RtxQueue, SegFlags};
@@ -119,6 +120,9 @@ impl TcbFlags {
     /// In-order data arrived since we last sent data (for Linux's pingpong mode, see
     /// `Stack::tcp_event_data_sent`).
     pub(crate) const DATA_RCVD: u32 = 1 << 18;
+    /// The retransmission timer is a tail loss probe, not the RTO (Linux
+    /// `ICSK_TIME_LOSS_PROBE` on the same timer).
+    pub(crate) const LOSS_PROBE: u32 = 1 << 19;
 
     #[inline]
     pub(crate) const fn has(self, bit: u32) -> bool {
@@ -134,36 +138,35 @@ impl TcbFlags {
     }
 }
 
-/// The connection's timers, one deadline per kind (Linux `tcp_timer.c`).
-/// `Instant::FAR_FUTURE` means disarmed. The stack's timer queue holds one entry per
-/// connection, for the earliest of these, and cancels lazily.
+/// The connection's timers, one deadline per kind (Linux `tcp_timer.c`), each a 32-bit
+/// millisecond [`Deadline`] rounded up (Linux keeps them in 32-bit jiffies): 16 bytes for
+/// four. The stack's timer queue holds one entry per connection, for the earliest of
+/// these, and cancels lazily. Whether `retransmit` is a tail loss probe is
+/// [`TcbFlags::LOSS_PROBE`].
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Timers {
-    /// Retransmission (RTO), SYN/SYN-ACK retransmission, or zero-window probe
-    /// (Linux `icsk_retransmit_timer`, which also serves ICSK_TIME_PROBE0).
-    pub(crate) retransmit: Instant,
+    /// Retransmission (RTO), SYN/SYN-ACK retransmission, zero-window probe or tail loss
+    /// probe (Linux `icsk_retransmit_timer`, which also serves ICSK_TIME_PROBE0 and
+    /// ICSK_TIME_LOSS_PROBE).
+    pub(crate) retransmit: Deadline,
     /// Delayed ACK (Linux `icsk_delack_timer`).
-    pub(crate) delack: Instant,
+    pub(crate) delack: Deadline,
     /// Keepalive, or the FIN-WAIT-2 timeout of an orphan (Linux `sk_timer`).
-    pub(crate) keepalive: Instant,
+    pub(crate) keepalive: Deadline,
     /// What the timer queue was armed for (its entry for this connection fires then).
-    pub(crate) queued: Instant,
-    /// `retransmit` is a tail loss probe, not the RTO (Linux `ICSK_TIME_LOSS_PROBE` on
-    /// the same timer).
-    pub(crate) loss_probe: bool,
+    pub(crate) queued: Deadline,
 }
 
 impl Timers {
     pub(crate) const NONE: Timers = Timers {
-        retransmit: Instant::FAR_FUTURE,
-        delack: Instant::FAR_FUTURE,
-        keepalive: Instant::FAR_FUTURE,
-        queued: Instant::FAR_FUTURE,
-        loss_probe: false,
+        retransmit: Deadline::OFF,
+        delack: Deadline::OFF,
+        keepalive: Deadline::OFF,
+        queued: Deadline::OFF,
     };
 
     /// The earliest armed deadline.
-    pub(crate) fn earliest(&self) -> Instant {
+    pub(crate) fn earliest(&self) -> Deadline {
         self.retransmit.min(self.delack).min(self.keepalive)
     }
 }
@@ -191,9 +194,10 @@ pub(crate) struct Tcb {
     /// Added to our timestamp clock in every TSval (Linux `tsoffset`, RFC 7323 §5.4).
     pub(crate) ts_offset: u32,
     pub(crate) rtt: RttEstimator,
-    /// The congestion window and what the algorithm reads beside it: cwnd, ssthresh, the
-    /// segments in flight (Linux `snd_cwnd`, `snd_ssthresh`, `snd_cwnd_cnt`).
-    pub(crate) congestion: CcState,
+    /// The congestion window and the slow-start threshold (Linux `snd_cwnd`,
+    /// `snd_ssthresh`); what else the algorithm reads is in the [`ActiveState`] (see
+    /// [`Tcb::with_cc`]).
+    pub(crate) congestion: Cwnd,
     pub(crate) ca_state: CaState,
     /// What only a connection moving data needs, boxed while data flows and given back
     /// when the connection is idle (see [`Active`]).
@@ -211,8 +215,9 @@ pub(crate) struct Tcb {
     pub(crate) sndbuf_limit: u32,
     pub(crate) rcvbuf_limit: u32,
     pub(crate) timers: Timers,
-    /// When the connection last sent or received anything (keepalive idle time).
-    pub(crate) last_activity: Instant,
+    /// When the connection last sent or received anything (keepalive idle time), in
+    /// milliseconds of the stack clock (Linux: `lsndtime`, `rcv_tstamp`, 32-bit jiffies).
+    pub(crate) last_activity: Ms32,
     /// When the last challenge ACK was allowed, on the millisecond clock, wrapping; 0 for
     /// never (Linux `last_oow_ack_time`, in jiffies, 0 likewise), for the per-socket
     /// `tcp_invalid_ratelimit`. 32 bits as Linux's, to keep the TCB small.
@@ -221,9 +226,13 @@ pub(crate) struct Tcb {
     pub(crate) error: Option<crate::Error>,
     /// End of the last sub-MSS segment sent (Linux `snd_sml`), for Nagle's test.
     pub(crate) snd_sml: SeqNumber,
-    /// Receive-buffer autotuning state (in the TCB, not in [`ActiveState`]: a receiver
-    /// whose reader keeps up is idle between segments, and the measurement spans them).
-    pub(crate) rcv_space: RcvSpace,
+}
+
+/// What every connection keeps of congestion control: cwnd and ssthresh, in segments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Cwnd {
+    pub(crate) cwnd: u32,
+    pub(crate) ssthresh: u32,
 }
 
 /// The state only a connection moving data needs (issue #12 item 2): congestion control's
@@ -244,6 +253,16 @@ pub(crate) struct ActiveState {
     /// Duplicate ACKs counted while SACK is off (RFC 5681 §3.2): Linux's `sacked_out` for
     /// a Reno connection, each standing for one segment that left the network.
     pub(crate) dupacks: u32,
+    /// ACKed segments towards the next additive increase (Linux `snd_cwnd_cnt`): a
+    /// connection given back its box starts counting again.
+    pub(crate) cwnd_cnt: u32,
+    /// The segments in flight the core last told the algorithm ([`CcState::in_flight`]).
+    pub(crate) cc_in_flight: u32,
+    /// Receive-buffer autotuning's measurement (a receiver's RTT and what the reader took
+    /// in it). A receiver keeps its box while data arrives: it goes back only after
+    /// [`ACTIVE_IDLE_GRACE`](super::ACTIVE_IDLE_GRACE) without in-order data
+    /// ([`RcvSpace::last_rcv`]); the grown buffer limit stays in the TCB.
+    pub(crate) rcv_space: RcvSpace,
 }
 
 impl ActiveState {
@@ -259,6 +278,9 @@ impl ActiveState {
             rx_sack: RxSack::EMPTY,
             high_seq: SeqNumber(0),
             dupacks: 0,
+            cwnd_cnt: 0,
+            cc_in_flight: 0,
+            rcv_space: RcvSpace::new(),
         }
     }
 
@@ -297,7 +319,7 @@ static IDLE_CUBIC: ActiveState = ActiveState::idle(false);
 const FRESH_CUBIC: ActiveState = ActiveState::fresh(false);
 const FRESH_RENO: ActiveState = ActiveState::fresh(true);
 
-/// The most free [`ActiveState`] boxes a thread keeps for reuse (14 KiB at 224 bytes).
+/// The most free [`ActiveState`] boxes a thread keeps for reuse (16 KiB at 256 bytes).
 const ACTIVE_FREE_MAX: usize = 64;
 
 std::thread_local! {
@@ -320,9 +342,11 @@ std::thread_local! {
 /// The stack checks after each segment a connection processes and after its timers run;
 /// a connection found idle is filed once in a FIFO and released when its entry comes up
 /// and it is still idle, so a connection exchanging a message every few milliseconds
-/// keeps its box instead of taking and giving it back each round trip. What an idle connection forgets: CUBIC's W_max and
-/// HyStart verdict (cwnd and ssthresh stay in the TCB), RACK's newest delivery time and
-/// the receive-autotuning measurement in progress (the grown buffer limit stays).
+/// keeps its box instead of taking and giving it back each round trip. What an idle
+/// connection forgets: CUBIC's W_max and HyStart verdict and the additive-increase count
+/// (cwnd and ssthresh stay in the TCB), RACK's newest delivery time and the
+/// receive-autotuning measurement with the receiver's RTT estimate (the grown buffer limit
+/// stays).
 #[derive(Debug)]
 pub(crate) struct Active {
     state: Option<Box<ActiveState>>,
@@ -366,6 +390,16 @@ impl Active {
         self.state
             .as_deref()
             .is_some_and(|a| matches!(a.cc, Cc::Cubic(_)) && a.forgettable())
+    }
+
+    /// Whether in-order data arrived within the grace before `now` (the receive side's
+    /// rule: a receiver whose reader keeps up is idle between segments, and autotuning's
+    /// measurement spans them).
+    pub(crate) fn receiving(&self, now: Instant) -> bool {
+        self.state.as_deref().is_some_and(|a| {
+            a.rcv_space.last_rcv != Instant::ZERO
+                && now.saturating_duration_since(a.rcv_space.last_rcv) < super::ACTIVE_IDLE_GRACE
+        })
     }
 }
 
@@ -618,8 +652,32 @@ impl Tcb {
     /// Change the loss-recovery state, telling the congestion control (Linux
     /// `tcp_set_ca_state`).
     pub(crate) fn set_ca_state(&mut self, new: CaState) {
-        self.active.cc.set_state(&mut self.congestion, new);
+        self.with_cc(|cc, st| cc.set_state(st, new));
         self.ca_state = new;
+    }
+
+    /// Run a hook of the connection's congestion control (taking its [`ActiveState`]) on
+    /// the state Linux's hooks read in `tcp_sock`: cwnd and ssthresh from the TCB, the
+    /// additive-increase count and the segments in flight from the box, no clamp (Linux
+    /// `snd_cwnd_clamp` is ~0 unless a route locks it, which ustack has no way to do).
+    #[inline]
+    pub(crate) fn with_cc<R>(&mut self, f: impl FnOnce(&mut Cc, &mut CcState) -> R) -> R {
+        let a = &mut *self.active;
+        let mut st = CcState {
+            cwnd: self.congestion.cwnd,
+            ssthresh: self.congestion.ssthresh,
+            cwnd_cnt: a.cwnd_cnt,
+            in_flight: a.cc_in_flight,
+            cwnd_clamp: u32::MAX,
+        };
+        let r = f(&mut a.cc, &mut st);
+        self.congestion = Cwnd {
+            cwnd: st.cwnd,
+            ssthresh: st.ssthresh,
+        };
+        a.cwnd_cnt = st.cwnd_cnt;
+        a.cc_in_flight = st.in_flight;
+        r
     }
 
     /// Linux `tcp_current_ssthresh`: the ssthresh an undo may restore; outside a
@@ -743,6 +801,9 @@ pub(crate) struct RcvSpace {
     pub(crate) rtt_time: Instant,
     /// The last TSecr sampled (`rcv_rtt_last_tsecr`).
     pub(crate) last_tsecr: u32,
+    /// When in-order data last arrived (`Instant::ZERO`: never), for the box's receive-side
+    /// idle rule ([`Active::receiving`]).
+    pub(crate) last_rcv: Instant,
 }
 
 impl RcvSpace {
@@ -756,6 +817,7 @@ impl RcvSpace {
             rtt_seq: SeqNumber(0),
             rtt_time: Instant::ZERO,
             last_tsecr: 0,
+            last_rcv: Instant::ZERO,
         }
     }
 

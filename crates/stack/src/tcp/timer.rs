@@ -16,7 +16,7 @@ use ustack_wire::tcp::{Flags, TcpTimestamp};
 use ustack_wire::{SeqNumber, tcp};
 
 use super::cc::CaState;
-use super::clock32::Ms32;
+use super::clock32::{Deadline, Ms32};
 use super::isn::ts_clock;
 use super::tcb::{FourTuple, TcbFlags};
 use super::tuple_hash::{TupleHash, TupleHasher, TupleTable};
@@ -335,12 +335,12 @@ impl Stack {
                     let Some(tcb) = self.tcp.get_mut(h) else {
                         continue;
                     };
-                    if tcb.timers.queued != deadline {
+                    if tcb.timers.queued != Deadline::at(deadline) {
                         continue; // superseded by an earlier entry
                     }
-                    tcb.timers.queued = Instant::FAR_FUTURE;
+                    tcb.timers.queued = Deadline::OFF;
                     self.tcp_timer(now, h);
-                    self.tcp_arm(h);
+                    self.tcp_arm(now, h);
                     self.tcp_note_idle(now, h);
                 }
             }
@@ -352,8 +352,8 @@ impl Stack {
         let Some(tcb) = self.tcp.get_mut(h) else {
             return;
         };
-        if tcb.timers.delack <= now {
-            tcb.timers.delack = Instant::FAR_FUTURE;
+        if tcb.timers.delack.due(now) {
+            tcb.timers.delack = Deadline::OFF;
             if tcb.flags.has(TcbFlags::ACK_PENDING) {
                 self.mib.inc(Counter::TcpExtDelayedACKs);
                 self.tcp_send_ack(now, h);
@@ -362,11 +362,13 @@ impl Stack {
         let Some(tcb) = self.tcp.get_mut(h) else {
             return;
         };
-        if tcb.timers.retransmit <= now {
-            tcb.timers.retransmit = Instant::FAR_FUTURE;
+        if tcb.timers.retransmit.due(now) {
+            tcb.timers.retransmit = Deadline::OFF;
+            let loss_probe = tcb.flags.has(TcbFlags::LOSS_PROBE);
+            tcb.flags.clear(TcbFlags::LOSS_PROBE);
             if tcb.rtx.is_empty() {
                 self.tcp_probe_timer(now, h);
-            } else if core::mem::take(&mut tcb.timers.loss_probe) {
+            } else if loss_probe {
                 self.tcp_send_loss_probe(now, h);
             } else {
                 self.tcp_retransmit_timer(now, h);
@@ -375,8 +377,8 @@ impl Stack {
         let Some(tcb) = self.tcp.get_mut(h) else {
             return;
         };
-        if tcb.timers.keepalive <= now {
-            tcb.timers.keepalive = Instant::FAR_FUTURE;
+        if tcb.timers.keepalive.due(now) {
+            tcb.timers.keepalive = Deadline::OFF;
             self.tcp_keepalive_timer(now, h);
         }
     }
@@ -440,12 +442,12 @@ impl Stack {
         tcb.rtt.backoff();
         tcb.rtt.count_retransmit();
         let rto = tcb.rtt.rto();
-        tcb.timers.retransmit = now + rto;
-        tcb.timers.loss_probe = false;
+        tcb.timers.retransmit = Deadline::at(now + rto);
+        tcb.flags.clear(TcbFlags::LOSS_PROBE);
         if tcb.state == State::SynSent {
             // RFC 6298 §5.7: the SYN's retransmission keeps RTO >= 1 s (TIMEOUT_INIT
             // doubled by the backoff already applied).
-            tcb.timers.retransmit = now + rto.max(super::listen::TIMEOUT_INIT);
+            tcb.timers.retransmit = Deadline::at(now + rto.max(super::listen::TIMEOUT_INIT));
         }
         // RFC 6298 §5.4 "Retransmit the earliest segment that has not been acknowledged";
         // more follow as ACKs open cwnd (RFC 5681 §3.1 slow start after a timeout).
@@ -497,8 +499,8 @@ impl Stack {
         tcb.probes += 1;
         tcb.rtt.backoff();
         let rto = tcb.rtt.rto();
-        tcb.timers.retransmit = now + rto;
-        tcb.timers.loss_probe = false;
+        tcb.timers.retransmit = Deadline::at(now + rto);
+        tcb.flags.clear(TcbFlags::LOSS_PROBE);
         let seq = tcb.snd.una - 1;
         self.mib.inc(Counter::TcpExtTCPWinProbe);
         // Linux tcp_xmit_probe_skb: an old sequence number, so the peer answers with an
@@ -546,12 +548,12 @@ impl Stack {
         if !tcb.flags.has(TcbFlags::KEEPALIVE) || !tcb.state.counts_as_established() {
             return;
         }
-        let idle = now - tcb.last_activity;
+        let idle = tcb.last_activity.elapsed(now);
         let time = Duration::from_secs(self.sysctl.tcp_keepalive_time);
         let intvl = Duration::from_secs(self.sysctl.tcp_keepalive_intvl);
         if idle < time {
             tcb.probes = 0;
-            tcb.timers.keepalive = tcb.last_activity + time;
+            tcb.timers.keepalive = Deadline::at(now + (time - idle));
             return;
         }
         // RFC 9293 §3.8.4 keep-alives, Linux's counts: tcp_keepalive_probes unanswered probes.
@@ -565,7 +567,7 @@ impl Stack {
             return self.tcp_done(h, Some(Error::TimedOut));
         }
         tcb.probes += 1;
-        tcb.timers.keepalive = now + intvl;
+        tcb.timers.keepalive = Deadline::at(now + intvl);
         let seq = tcb.snd.una - 1;
         self.mib.inc(Counter::TcpExtTCPKeepAlive);
         self.tcp_send_probe(now, h, seq);

@@ -20,6 +20,14 @@ use crate::secret::SipKey;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct TupleHash(u64);
 
+impl TupleHash {
+    /// The hash's high 32 bits: what the established table keeps of it ([`super::ehash`]).
+    #[inline]
+    pub(crate) fn tag(self) -> u32 {
+        (self.0 >> 32) as u32
+    }
+}
+
 /// The secret key of the 4-tuple tables. `Debug` does not print it.
 #[derive(Clone)]
 pub(crate) struct TupleHasher {

@@ -596,7 +596,7 @@ mod tests {
 
     fn fresh() -> (Cubic, CcState, Instant) {
         let mut cubic = Cubic::new();
-        let mut st = CcState::new(1460);
+        let mut st = CcState::new();
         cubic.init(&mut st);
         (cubic, st, Instant::from_secs(100))
     }
@@ -697,7 +697,7 @@ mod tests {
             let mut cubic = Cubic::new();
             let st = CcState {
                 cwnd,
-                ..CcState::new(1460)
+                ..CcState::new()
             };
             let ssthresh = cubic.ssthresh(&st);
             assert_eq!(
@@ -720,7 +720,7 @@ mod tests {
         let mut cubic = Cubic::new();
         let mut st = CcState {
             cwnd: 1000,
-            ..CcState::new(1460)
+            ..CcState::new()
         };
         cubic.ssthresh(&st);
         assert_eq!(cubic.last_max_cwnd(), 1000);
@@ -943,7 +943,7 @@ mod tests {
 
         // The same path with HyStart's verdicts ignored (Reno's slow start) keeps doubling.
         let mut reno = super::super::Reno::new();
-        let (mut st, mut now) = (CcState::new(1460), Instant::from_secs(100));
+        let (mut st, mut now) = (CcState::new(), Instant::from_secs(100));
         reno.init(&mut st);
         let mut flight: VecDeque<(Instant, Instant)> = VecDeque::new();
         let mut link_free = now;
@@ -1091,7 +1091,7 @@ mod tests {
         fn any_event_sequence_is_sane(events in proptest::collection::vec(ev(), 1..300),
                                       clamp in 1u32..5_000) {
             let mut cubic = Cubic::new();
-            let mut st = CcState { cwnd_clamp: clamp, ..CcState::new(1460) };
+            let mut st = CcState { cwnd_clamp: clamp, ..CcState::new() };
             cubic.init(&mut st);
             let mut now = Instant::from_secs(1);
             for e in events {

@@ -70,9 +70,6 @@ pub struct CcState {
     pub ssthresh: u32,
     /// Segments ACKed towards the next additive increase (`snd_cwnd_cnt`).
     pub cwnd_cnt: u32,
-    /// Sender maximum segment size in bytes (`mss_cache`); informational for the algorithms
-    /// here, which count segments.
-    pub mss: u32,
     /// Segments in flight (Linux `tcp_packets_in_flight`) when the ACK being processed arrived,
     /// before it removed what it acknowledges (Linux's `prior_in_flight`). The core keeps it
     /// current before calling `pkts_acked` / `cong_avoid`.
@@ -85,12 +82,11 @@ impl CcState {
     /// The state of a new connection, as Linux's `tcp_init_sock`: `cwnd` = [`TCP_INIT_CWND`],
     /// `ssthresh` = [`TCP_INFINITE_SSTHRESH`], no clamp, nothing in flight.
     #[cfg(test)]
-    pub const fn new(mss: u32) -> Self {
+    pub const fn new() -> Self {
         CcState {
             cwnd: TCP_INIT_CWND,
             ssthresh: TCP_INFINITE_SSTHRESH,
             cwnd_cnt: 0,
-            mss,
             in_flight: 0,
             cwnd_clamp: u32::MAX,
         }
@@ -403,13 +399,13 @@ mod tests {
             cwnd,
             ssthresh,
             in_flight: cwnd,
-            ..CcState::new(1460)
+            ..CcState::new()
         }
     }
 
     #[test]
     fn new_state_is_linux_defaults() {
-        let s = CcState::new(1460);
+        let s = CcState::new();
         assert_eq!(s.cwnd, 10);
         assert_eq!(s.ssthresh, 0x7fff_ffff);
         assert_eq!(s.cwnd_clamp, u32::MAX);
@@ -498,7 +494,7 @@ mod tests {
     fn cc_delegates_to_the_algorithm() {
         let mut reno = Cc::by_name("reno").unwrap();
         let mut cubic = Cc::by_name("cubic").unwrap();
-        let mut s = CcState::new(1460);
+        let mut s = CcState::new();
         reno.init(&mut s);
         assert_eq!(s.cwnd, TCP_INIT_CWND);
         s.cwnd = 100;
@@ -513,7 +509,7 @@ mod tests {
     #[test]
     fn per_connection_state_is_small_and_inline() {
         use core::mem::size_of;
-        assert_eq!(size_of::<CcState>(), 24);
+        assert_eq!(size_of::<CcState>(), 20);
         assert!(
             size_of::<Reno>() <= 8,
             "Reno is {} bytes",

@@ -101,7 +101,7 @@ mod tests {
 
     fn fresh() -> (Reno, CcState, Instant) {
         let mut reno = Reno::new();
-        let mut st = CcState::new(1460);
+        let mut st = CcState::new();
         st.cwnd = 77; // init must overwrite this
         reno.init(&mut st);
         (reno, st, Instant::from_secs(1))
@@ -210,7 +210,7 @@ mod tests {
                              acks in proptest::collection::vec(0u32..64, 1..200)) {
             let mut reno = Reno::new();
             let mut st = CcState { cwnd: cwnd.min(clamp), ssthresh, cwnd_clamp: clamp,
-                                   ..CcState::new(1460) };
+                                   ..CcState::new() };
             for acked in acks {
                 let before = st.cwnd;
                 st.in_flight = st.cwnd;
