@@ -173,7 +173,8 @@ fn json_shape() {
         .map(String::as_str)
         .collect();
     let expected: HashSet<&str> = [
-        "Ip", "Icmp", "IcmpMsg", "Tcp", "Udp", "UdpLite", "TcpExt", "IpExt", "Drops",
+        "Ip", "Icmp", "IcmpMsg", "Tcp", "Udp", "UdpLite", "TcpExt", "IpExt", "Ip6", "Icmp6",
+        "Drops",
     ]
     .into();
     assert_eq!(keys, expected);
