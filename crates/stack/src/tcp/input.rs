@@ -716,6 +716,7 @@ impl Sock<'_> {
     /// if one may be sent, else the RTO restarted (RFC 6298 §5.3 "When an ACK is
     /// received that acknowledges new data, restart the retransmission timer"), or off
     /// when nothing is outstanding (§5.2).
+    #[inline]
     fn tcp_set_xmit_timer(&mut self, now: Instant) {
         if self.tcp_schedule_loss_probe(now, true) {
             return;
