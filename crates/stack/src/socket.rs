@@ -413,6 +413,9 @@ impl Stack {
     /// for a state change). Keys of sockets since closed may appear; a poller checks each
     /// key's [`Stack::socket_readiness`] before reporting it. O(keys moved).
     pub fn take_ready(&mut self, out: &mut Vec<(SocketKey, Readiness)>) {
+        if self.ready.is_empty() {
+            return;
+        }
         self.ready.drain_into(out);
     }
 
