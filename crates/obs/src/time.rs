@@ -22,41 +22,51 @@ impl Instant {
     /// Later than any real reading: "never" for deadlines.
     pub const FAR_FUTURE: Instant = Instant { nanos: u64::MAX };
 
+    #[inline]
     pub const fn from_nanos(nanos: u64) -> Instant {
         Instant { nanos }
     }
+    #[inline]
     pub const fn from_micros(micros: u64) -> Instant {
         Instant {
             nanos: micros.saturating_mul(1_000),
         }
     }
+    #[inline]
     pub const fn from_millis(millis: u64) -> Instant {
         Instant {
             nanos: millis.saturating_mul(1_000_000),
         }
     }
+    #[inline]
     pub const fn from_secs(secs: u64) -> Instant {
         Instant {
             nanos: secs.saturating_mul(1_000_000_000),
         }
     }
+    #[inline]
     pub const fn as_nanos(self) -> u64 {
         self.nanos
     }
+    #[inline]
     pub const fn as_micros(self) -> u64 {
         self.nanos / 1_000
     }
+    #[inline]
     pub const fn as_millis(self) -> u64 {
         self.nanos / 1_000_000
     }
     /// Time since the epoch, as a `Duration` (for pcap timestamps and display).
+    #[inline]
     pub const fn since_epoch(self) -> Duration {
         Duration::from_nanos(self.nanos)
     }
     /// `self - earlier`, or zero if `earlier` is later.
+    #[inline]
     pub fn saturating_duration_since(self, earlier: Instant) -> Duration {
         Duration::from_nanos(self.nanos.saturating_sub(earlier.nanos))
     }
+    #[inline]
     pub fn checked_add(self, d: Duration) -> Option<Instant> {
         let d = u64::try_from(d.as_nanos()).ok()?;
         self.nanos.checked_add(d).map(Instant::from_nanos)
@@ -66,12 +76,14 @@ impl Instant {
 impl Add<Duration> for Instant {
     type Output = Instant;
     /// Saturates at [`Instant::FAR_FUTURE`] rather than overflowing.
+    #[inline]
     fn add(self, d: Duration) -> Instant {
         self.checked_add(d).unwrap_or(Instant::FAR_FUTURE)
     }
 }
 
 impl AddAssign<Duration> for Instant {
+    #[inline]
     fn add_assign(&mut self, d: Duration) {
         *self = *self + d;
     }
@@ -80,6 +92,7 @@ impl AddAssign<Duration> for Instant {
 impl Sub<Instant> for Instant {
     type Output = Duration;
     /// Saturating: an earlier minus a later instant is zero.
+    #[inline]
     fn sub(self, rhs: Instant) -> Duration {
         self.saturating_duration_since(rhs)
     }

@@ -340,7 +340,12 @@ impl NeighTable {
 
     /// When `handle_timeout` next has work: the earliest retransmit of a resolving entry,
     /// or the next garbage collection while the table is not empty.
+    #[inline]
     pub fn poll_at(&self) -> Option<Instant> {
+        let gc = (!self.entries.is_empty()).then_some(self.next_gc);
+        if self.resolving.is_empty() {
+            return gc; // nothing being resolved: no retransmit (the usual case)
+        }
         let retrans = self
             .resolving
             .iter()
@@ -349,7 +354,6 @@ impl NeighTable {
                 State::Known { .. } => None,
             })
             .min();
-        let gc = (!self.entries.is_empty()).then_some(self.next_gc);
         crate::stack::earliest(retrans, gc)
     }
 

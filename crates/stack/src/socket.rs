@@ -412,11 +412,16 @@ impl Stack {
     /// READABLE for data or a connection to accept, WRITABLE for send space, [`Readiness::ALL`]
     /// for a state change). Keys of sockets since closed may appear; a poller checks each
     /// key's [`Stack::socket_readiness`] before reporting it. O(keys moved).
+    #[inline]
     pub fn take_ready(&mut self, out: &mut Vec<(SocketKey, Readiness)>) {
+        if self.ready.is_empty() {
+            return;
+        }
         self.ready.drain_into(out);
     }
 
     /// Whether the ready list holds anything for [`Stack::take_ready`].
+    #[inline]
     pub fn has_ready(&self) -> bool {
         !self.ready.is_empty()
     }

@@ -331,6 +331,7 @@ impl Stack {
     /// The next frame for the device, if any. Once the queue has drained to half of
     /// `txqueuelen`, connections that found it full send what they held back first
     /// (`tcp_tx_wake`), so a burst larger than the queue leaves in order, without a drop.
+    #[inline]
     pub fn poll_transmit(&mut self, now: Instant) -> Option<Vec<u8>> {
         if !self.tcp.tx_waiters.is_empty() && (self.tx.len() as u64) <= self.tx_tcp_limit() / 2 {
             self.tcp_tx_wake(now);
@@ -359,6 +360,7 @@ impl Stack {
     /// more frames than this in a round (each may need a reply that cannot wait), so
     /// replies are not dropped while the device is backed up: the frames wait in the
     /// device's ring instead, and the peer waits for slots.
+    #[inline]
     pub fn tx_room(&self) -> usize {
         usize::try_from(self.sysctl.txqueuelen.saturating_sub(self.tx.len() as u64))
             .unwrap_or(usize::MAX)
@@ -366,6 +368,7 @@ impl Stack {
 
     /// Give a transmitted frame's buffer back for reuse (optional: a driver that drops
     /// frames instead only costs allocations). At most [`FRAME_POOL`] are kept.
+    #[inline]
     pub fn recycle(&mut self, frame: Vec<u8>) {
         if self.frames.len() < FRAME_POOL {
             self.frames.push(frame);

@@ -487,6 +487,7 @@ impl Repr {
     }
 
     /// Header bytes `emit` writes: always 20 (no options).
+    #[inline]
     pub const fn buffer_len(&self) -> usize {
         HEADER_LEN
     }

@@ -199,6 +199,7 @@ impl fmt::Display for Flags {
 /// The sum of the TCP pseudo-header for a segment of `len` bytes between `src` and `dst`
 /// (RFC 9293 §3.1 for IPv4, RFC 8200 §8.1 for IPv6). Mixed families cannot occur on the
 /// wire; they are summed as IPv4-mapped IPv6 addresses so that nothing panics.
+#[inline]
 fn pseudo_header(src: &IpAddr, dst: &IpAddr, len: usize) -> u16 {
     fn v6(a: &IpAddr) -> Ipv6Addr {
         match a {
@@ -845,6 +846,7 @@ impl<'a> Repr<'a> {
     /// none if `remaining < 4 + 8`, else `min(blocks, (remaining - 4) / 8)`, keeping the
     /// first ones (the most recent, RFC 2018 §4: "The first SACK block ... MUST specify the
     /// contiguous block of data containing the segment which triggered this ACK").
+    #[inline]
     pub const fn sack_blocks_emitted(&self) -> usize {
         let mut present = 0;
         let mut i = 0;
@@ -866,6 +868,7 @@ impl<'a> Repr<'a> {
     }
 
     /// Option bytes of everything but SACK blocks (at most 24).
+    #[inline]
     const fn options_len_without_sack(&self) -> usize {
         let mut len = 0;
         if self.max_seg_size.is_some() {
@@ -885,6 +888,7 @@ impl<'a> Repr<'a> {
 
     /// Header bytes [`Repr::emit`] writes: 20 plus the options in Linux's layout, always a
     /// multiple of 4 and at most 60 (SACK blocks that would not fit are dropped).
+    #[inline]
     pub const fn header_len(&self) -> usize {
         let sacks = self.sack_blocks_emitted();
         let sack_len = if sacks > 0 {
@@ -896,6 +900,7 @@ impl<'a> Repr<'a> {
     }
 
     /// Bytes of the whole segment: [`Repr::header_len`] plus the payload.
+    #[inline]
     pub const fn buffer_len(&self) -> usize {
         self.header_len() + self.payload.len()
     }

@@ -265,6 +265,7 @@ impl Ip6State {
     }
 
     /// The earliest IPv6 deadline: reassembly, duplicate address detection.
+    #[inline]
     pub(crate) fn poll_at(&self) -> Option<Instant> {
         let dad = self
             .addrs

@@ -155,6 +155,7 @@ impl Reassembler6 {
     }
 
     /// The earliest deadline.
+    #[inline]
     pub fn poll_at(&self) -> Option<Instant> {
         self.timers.keys().next().map(|(at, _)| *at)
     }

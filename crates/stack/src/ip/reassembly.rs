@@ -485,6 +485,7 @@ impl Reassembler {
 
     /// The earliest deadline, or `None` with nothing held. If it is not later than `now`, call
     /// [`expire`](Reassembler::expire).
+    #[inline]
     pub fn poll_at(&self) -> Option<Instant> {
         let queued = self.timers.first_key_value().map(|(&(t, _), _)| t);
         let pending = self.expired.first().map(|e| e.deadline);

@@ -446,13 +446,17 @@ impl Sock<'_> {
         // tcp_validate_incoming: "if (sk->sk_state == TCP_SYN_RECV && sk->sk_socket &&
         // th->ack && seq + 1 == end_seq && seq + 1 == tp->rcv_nxt && ack_seq ==
         // tp->snd_nxt) goto pass;"): it completes the handshake.
+        // (Tested only for a SYN: the common segment pays one flag test.)
+        if !f.contains(Flags::SYN) {
+            return Ok(());
+        }
         let tcb = &*self.tcb;
         let simultaneous_synack = tcb.state == State::SynReceived
             && f.contains(Flags::ACK)
             && len == 1
             && seg.seq_number + 1 == tcb.rcv.nxt
             && seg.ack_number == tcb.snd.nxt;
-        if f.contains(Flags::SYN) && !simultaneous_synack {
+        if !simultaneous_synack {
             return Err(self.tcp_challenge_ack(now, DropReason::TcpInvalidSyn));
         }
         Ok(())
@@ -716,6 +720,7 @@ impl Sock<'_> {
     /// if one may be sent, else the RTO restarted (RFC 6298 §5.3 "When an ACK is
     /// received that acknowledges new data, restart the retransmission timer"), or off
     /// when nothing is outstanding (§5.2).
+    #[inline]
     fn tcp_set_xmit_timer(&mut self, now: Instant) {
         if self.tcp_schedule_loss_probe(now, true) {
             return;

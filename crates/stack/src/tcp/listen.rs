@@ -249,6 +249,7 @@ impl Requests {
         self.queue.shrink_to(2 * self.queue.len() + COMPACT_MIN);
     }
     /// When the earliest entry comes up.
+    #[inline]
     pub fn next_deadline(&self) -> Option<Instant> {
         self.queue
             .peek()

@@ -144,6 +144,7 @@ impl Stack {
     }
 
     /// When [`Stack::tcp_release_idle`] next has work.
+    #[inline]
     pub(crate) fn tcp_idle_deadline(&self) -> Option<Instant> {
         self.tcp.idle_active.front().map(|&(at, _)| at)
     }

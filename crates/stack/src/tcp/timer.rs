@@ -174,6 +174,7 @@ impl TimeWaits {
     pub fn remove(&mut self, hash: TupleHash, t: &FourTuple) -> Option<TimeWait> {
         self.map.remove(hash, t)
     }
+    #[inline]
     pub fn next_deadline(&self) -> Option<Instant> {
         self.front().map(|(d, _)| d.instant(self.seen))
     }
@@ -309,6 +310,7 @@ impl Stack {
     }
 
     /// When TCP next needs [`Stack::tcp_handle_timeout`].
+    #[inline]
     pub(crate) fn tcp_poll_timeout(&self) -> Option<Instant> {
         let conn = self.tcp.timers.peek().map(|core::cmp::Reverse((t, _))| *t);
         let conn = crate::stack::earliest(conn, self.tcp.requests.next_deadline());

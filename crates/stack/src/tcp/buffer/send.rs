@@ -87,6 +87,7 @@ impl SendBuffer {
     /// Append up to `limit - len` bytes of `data` (limit = the socket's sndbuf); returns bytes
     /// taken (0 when full or the pool is exhausted: the caller reports EAGAIN / counts).
     /// When the pool runs out part way, what fit is kept and its length returned.
+    #[inline]
     pub fn write(&mut self, pool: &mut BufferPool, data: &[u8], limit: usize) -> usize {
         let room = limit.min(MAX_SEND).saturating_sub(self.len as usize);
         let take = data.len().min(room);
@@ -121,6 +122,7 @@ impl SendBuffer {
     ///
     /// O(1) per call when successive peeks move forward (the cursor remembers the last
     /// chunk); otherwise a walk from the head.
+    #[inline]
     pub fn peek(&self, pool: &BufferPool, offset: usize, out: &mut [u8]) -> usize {
         let len = self.len as usize;
         if offset >= len || out.is_empty() {
@@ -157,6 +159,7 @@ impl SendBuffer {
 
     /// Drop `n` acknowledged bytes from the head (all of them if `n >= len`), returning
     /// freed chunks to the pool. A drained buffer holds no chunk.
+    #[inline]
     pub fn consume(&mut self, pool: &mut BufferPool, n: usize) {
         if n >= self.len as usize {
             self.clear(pool);
