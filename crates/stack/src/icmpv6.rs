@@ -207,6 +207,15 @@ impl Stack {
         });
     }
 
+    /// Destination Unreachable about `packet` (RFC 4443 §3.1) with `code` (port
+    /// unreachable for UDP to a closed port).
+    pub(crate) fn icmp6_error_dst_unreach(&mut self, now: Instant, packet: &[u8], code: u8) {
+        self.icmp6_error(now, packet, false, |data| icmpv6::Repr::DstUnreachable {
+            code,
+            data,
+        });
+    }
+
     /// Time Exceeded, fragment reassembly (RFC 8200 §4.5), quoting the first fragment.
     pub(crate) fn icmp6_time_exceeded_reasm(&mut self, now: Instant, first: &[u8]) {
         self.icmp6_error(now, first, false, |data| icmpv6::Repr::TimeExceeded {

@@ -260,6 +260,9 @@ pub enum Error {
     NotConnected,
     /// EDESTADDRREQ: sending without a destination on an unconnected socket.
     DestAddrRequired,
+    /// EAFNOSUPPORT: an address of the other family than the socket's (an IPv6
+    /// destination for an IPv4 socket), or an IPv4-only call on an IPv6 socket.
+    AddrFamily,
 }
 
 impl Error {
@@ -280,6 +283,7 @@ impl Error {
             Error::TimedOut => 110,
             Error::NotConnected => 107,
             Error::DestAddrRequired => 89,
+            Error::AddrFamily => 97,
         }
     }
 }
@@ -301,6 +305,7 @@ impl fmt::Display for Error {
             Error::TimedOut => "connection timed out (ETIMEDOUT)",
             Error::NotConnected => "not connected (ENOTCONN)",
             Error::DestAddrRequired => "destination address required (EDESTADDRREQ)",
+            Error::AddrFamily => "address family not supported (EAFNOSUPPORT)",
         })
     }
 }
