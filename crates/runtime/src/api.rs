@@ -528,8 +528,9 @@ pub struct UdpSocket {
 
 impl UdpSocket {
     /// Bind to `addr` (port 0: an ephemeral port). `EADDRINUSE`, `EADDRNOTAVAIL`. An IPv6
-    /// address makes an IPv6 socket (on `::`: IPv6 only, as with `IPV6_V6ONLY`), which
-    /// is read with [`recv_from_addr`](Self::recv_from_addr).
+    /// address makes an IPv6 socket (on `::`: dual-stack unless
+    /// [`set_only_v6`](Self::set_only_v6)), which is read with
+    /// [`recv_from_addr`](Self::recv_from_addr).
     pub fn bind<D: Device + Sleep, C: Clock>(
         rt: &mut Runtime<D, C>,
         addr: impl Into<SocketAddr>,
@@ -599,6 +600,19 @@ impl UdpSocket {
         rt: &Runtime<D, C>,
     ) -> io::Result<SocketAddrV4> {
         rt.stack().udp_local_addr(self.handle).map_err(err)
+    }
+
+    /// `IPV6_V6ONLY` on an IPv6 socket (see `Stack::udp_set_v6only`): off by default, so
+    /// a socket on `::` also takes IPv4 datagrams (their sender as `::ffff:a.b.c.d`).
+    /// `EAFNOSUPPORT` on an IPv4 socket.
+    pub fn set_only_v6<D: Device + Sleep, C: Clock>(
+        &self,
+        rt: &mut Runtime<D, C>,
+        only_v6: bool,
+    ) -> io::Result<()> {
+        rt.stack_mut()
+            .udp_set_v6only(self.handle, only_v6)
+            .map_err(err)
     }
 
     /// The bound address of a socket of either family.

@@ -106,10 +106,10 @@ fn ustack_pings_the_kernel_over_ipv6_with_fragments() {
 
 /// The kernel's UDP client: lock-step, every echo checked; then a connected socket to a
 /// closed port, which the kernel reports as ECONNREFUSED once ICMPv6 port unreachable
-/// arrives. Prints the number of echoes and "refused".
+/// arrives; between them one IPv4 datagram to the same (dual-stack) port. Prints the number of echoes and "refused".
 const UDP6_CLIENT: &str = r#"
 import socket, sys
-host, port, closed, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+host, port, closed, n, host4 = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
 s.settimeout(3)
 ok = 0
@@ -121,6 +121,11 @@ for i in range(n):
     assert r == d, f"echo {i} differs"
     assert (a[0], a[1]) == (host, port), a
     ok += 1
+s4 = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s4.settimeout(3)
+s4.sendto(b"over v4", (host4, port))
+r, a = s4.recvfrom(100)
+assert (r, a) == (b"over v4", (host4, port)), (r, a)
 c = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
 c.settimeout(3)
 c.connect((host, closed))
@@ -135,8 +140,9 @@ print(ok, refused, flush=True)
 
 /// A kernel UDP client over IPv6 and ustack's UDP echo on `[::]:7007` (the runtime's API):
 /// every datagram (1 to 4000 bytes: the large ones fragmented both ways) comes back, and
-/// both sides count exactly what was exchanged in `Udp6`; a datagram to a closed port gets
-/// an ICMPv6 port unreachable the kernel turns into ECONNREFUSED.
+/// both sides count exactly what was exchanged in `Udp6`; an IPv4 datagram to the same
+/// socket (dual-stack) is echoed over IPv4 and counted in `Udp`; a datagram to a closed
+/// port gets an ICMPv6 port unreachable the kernel turns into ECONNREFUSED.
 #[test]
 fn kernel_udp6_client_gets_every_datagram_echoed() {
     const TEST: &str = "kernel_udp6_client_gets_every_datagram_echoed";
@@ -169,6 +175,7 @@ fn kernel_udp6_client_gets_every_datagram_echoed() {
         "7007".into(),
         "7008".into(),
         N.to_string(),
+        USTACK_IP.to_string(),
     ];
     let mut client = rig
         .ns
@@ -206,6 +213,12 @@ fn kernel_udp6_client_gets_every_datagram_echoed() {
     assert_eq!(m.get(Counter::Udp6InDatagrams), N);
     assert_eq!(m.get(Counter::Udp6OutDatagrams), N);
     assert_eq!(m.get(Counter::Udp6NoPorts), 1);
+    assert_eq!(
+        m.get(Counter::UdpInDatagrams),
+        1,
+        "the IPv4 one, as v4-mapped"
+    );
+    assert_eq!(m.get(Counter::UdpOutDatagrams), 1);
     assert_eq!(m.get(Counter::Udp6InCsumErrors), 0);
     assert_eq!(m.get(Counter::Icmp6OutDestUnreachs), 1);
     // A quarter of them were 4000 bytes: fragmented by the kernel and by ustack.

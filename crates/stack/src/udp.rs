@@ -14,17 +14,20 @@
 //! bound to an IPv6 address of ours or `::`, its datagrams carry the IPv6 pseudo-header
 //! checksum, which is mandatory (RFC 8200 §8.1: a zero checksum is dropped and counted
 //! `Udp6InCsumErrors`), a closed port is answered with an ICMPv6 port unreachable (RFC
-//! 4443 §3.1, code 4), and the counts go to the `Udp6` table. Sockets are of one family:
-//! a socket on `::` receives IPv6 only, as with `IPV6_V6ONLY` set (no IPv4-mapped
-//! dual-stack yet); the port table is shared by both families, so a port is held by one
-//! socket of either family.
+//! 4443 §3.1, code 4), and the counts go to the `Udp6` table. Dual-stack as Linux's
+//! default (`bindv6only = 0`): a socket on `::` also takes IPv4 datagrams, their sender
+//! seen as `::ffff:a.b.c.d`, and sends to such addresses over IPv4, unless
+//! `IPV6_V6ONLY` ([`Stack::udp_set_v6only`]); such datagrams count in `Udp`, by the
+//! family on the wire. The port table is shared by both families, so a port is held by
+//! one socket of either family (as Linux's bind conflict between `0.0.0.0` and a
+//! dual-stack `::`).
 //!
 //! A socket's receive queue is bounded by `rmem_default` bytes, each datagram charged its
 //! payload plus [`DATAGRAM_OVERHEAD`]; like Linux, the check is made before adding, so the
 //! queue may pass the bound by one datagram.
 
 use core::hash::BuildHasher;
-use core::net::{IpAddr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use core::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::collections::VecDeque;
 
 use hashbrown::HashMap;
@@ -66,6 +69,9 @@ struct UdpSocket {
     rx: VecDeque<(SocketAddr, Vec<u8>)>,
     rx_charged: usize,
     rcvbuf: usize,
+    /// `IPV6_V6ONLY`: an IPv6 socket on `::` without it also takes IPv4 datagrams, seen
+    /// as IPv4-mapped addresses (RFC 3493 §3.7), and sends to such addresses over IPv4.
+    v6only: bool,
 }
 
 /// The UDP socket table: a slab of sockets and a port index (one socket per port; there is
@@ -150,8 +156,8 @@ impl UdpTable {
 impl Stack {
     /// Open a UDP socket bound to `local` (address unspecified or ours; port 0 picks an
     /// ephemeral port from `ip_local_port_range`). An IPv6 address makes an IPv6 socket
-    /// (on `::`: IPv6 only, as with `IPV6_V6ONLY`); a `SocketAddrV6`'s flow info and
-    /// scope are ignored.
+    /// (on `::`: dual-stack unless [`udp_set_v6only`](Self::udp_set_v6only)); a
+    /// `SocketAddrV6`'s flow info and scope are ignored.
     pub fn udp_bind(&mut self, local: impl Into<SocketAddr>) -> Result<UdpHandle, Error> {
         let local = local.into();
         let ours = match local.ip() {
@@ -175,6 +181,8 @@ impl Stack {
             rx: VecDeque::new(),
             rx_charged: 0,
             rcvbuf: self.sysctl.rmem_default as usize,
+            // Linux's default, `net.ipv6.bindv6only = 0`: dual-stack.
+            v6only: false,
         };
         Ok(self.udp.insert(socket))
     }
@@ -183,6 +191,20 @@ impl Stack {
     /// [`udp_local_sockaddr`](Self::udp_local_sockaddr)).
     pub fn udp_local_addr(&self, h: UdpHandle) -> Result<SocketAddrV4, Error> {
         v4(self.udp_local_sockaddr(h)?)
+    }
+
+    /// `setsockopt(IPV6_V6ONLY)`: `true` makes an IPv6 socket take and send IPv6 only;
+    /// `false` (the default, as Linux's `bindv6only = 0`) lets a socket on `::` take IPv4
+    /// datagrams as `::ffff:a.b.c.d` and send to such addresses over IPv4. `EAFNOSUPPORT`
+    /// on an IPv4 socket. (Linux refuses the change once bound; here sockets are created
+    /// bound, so it may be changed at any time and applies to later datagrams.)
+    pub fn udp_set_v6only(&mut self, h: UdpHandle, on: bool) -> Result<(), Error> {
+        let socket = self.udp.get_mut(h).ok_or(Error::BadHandle)?;
+        if socket.local.is_ipv4() {
+            return Err(Error::AddrFamily);
+        }
+        socket.v6only = on;
+        Ok(())
     }
 
     /// The address a socket of either family is bound to.
@@ -245,8 +267,20 @@ impl Stack {
         payload: &[u8],
         dst: impl Into<SocketAddr>,
     ) -> Result<(), Error> {
-        let local = self.udp.get(h).ok_or(Error::BadHandle)?.local;
-        let dst = dst.into();
+        let socket = self.udp.get(h).ok_or(Error::BadHandle)?;
+        let (mut local, mut dst) = (socket.local, dst.into());
+        // Linux `udpv6_sendmsg`: an IPv4-mapped destination goes over IPv4
+        // (`udp_sendmsg`), refused with ENETUNREACH on a V6ONLY socket. Only a socket on
+        // `::` has an IPv4 source to send from.
+        if let (SocketAddr::V6(l), SocketAddr::V6(d)) = (local, dst)
+            && let Some(v4) = d.ip().to_ipv4_mapped()
+        {
+            if socket.v6only || !l.ip().is_unspecified() {
+                return Err(Error::NetUnreachable);
+            }
+            local = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), l.port());
+            dst = SocketAddr::new(IpAddr::V4(v4), d.port());
+        }
         if dst.port() == 0 || dst.ip().is_unspecified() {
             return Err(Error::InvalidArgument);
         }
@@ -341,9 +375,10 @@ impl Stack {
         socket.rx_charged -= data.len() + DATAGRAM_OVERHEAD;
         let n = data.len().min(buf.len());
         buf[..n].copy_from_slice(&data[..n]);
+        // Counted by the family on the wire, as Linux's `udpv6_recvmsg` (`is_udp4`).
         self.mib.inc(match from {
-            SocketAddr::V4(_) => Counter::UdpInDatagrams,
-            SocketAddr::V6(_) => Counter::Udp6InDatagrams,
+            SocketAddr::V6(a) if a.ip().to_ipv4_mapped().is_none() => Counter::Udp6InDatagrams,
+            _ => Counter::UdpInDatagrams,
         });
         Ok((n, from))
     }
@@ -411,12 +446,24 @@ impl Stack {
         // finds no socket).
         let socket = target
             .and_then(|i| self.udp.sockets.by_index_mut(i))
-            .filter(|s| s.local.is_ipv4() == from.is_ipv4())
-            .filter(|s| s.local.ip().is_unspecified() || s.local.ip() == to || group)
-            .filter(|s| s.peer.is_none_or(|p| p == from));
-        let Some(socket) = socket else {
+            .filter(|s| s.local.ip().is_unspecified() || s.local.ip() == to || group);
+        // The sender as the socket sees it: an IPv4 sender of a dual-stack IPv6 socket as
+        // `::ffff:a.b.c.d` (Linux `udp6_lib_lookup` falls back to v4-mapped sockets).
+        let seen = socket.as_ref().and_then(|s| match (s.local, from) {
+            (SocketAddr::V4(_), SocketAddr::V4(_)) | (SocketAddr::V6(_), SocketAddr::V6(_)) => {
+                Some(from)
+            }
+            (SocketAddr::V6(l), SocketAddr::V4(f)) if l.ip().is_unspecified() && !s.v6only => Some(
+                SocketAddr::V6(SocketAddrV6::new(f.ip().to_ipv6_mapped(), f.port(), 0, 0)),
+            ),
+            _ => None,
+        });
+        let (Some(socket), Some(from_seen)) = (socket, seen) else {
             return false;
         };
+        if socket.peer.is_some_and(|p| p != from_seen) {
+            return false;
+        }
         let data = packet.payload();
         if socket.rx_charged > socket.rcvbuf {
             self.mib.drop(match from {
@@ -426,7 +473,7 @@ impl Stack {
             return true;
         }
         socket.rx_charged += data.len() + DATAGRAM_OVERHEAD;
-        socket.rx.push_back((from, data.to_vec()));
+        socket.rx.push_back((from_seen, data.to_vec()));
         if let Some(index) = target {
             let generation = self.udp.sockets.generation(index).unwrap_or(0);
             let key = SocketKey::Udp(UdpHandle { index, generation });

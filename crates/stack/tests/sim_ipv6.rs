@@ -751,3 +751,53 @@ fn datagram_of_4000_bytes_fragments_and_reassembles() {
         assert_eq!(s.mib().get(Counter::Udp6OutDatagrams), 5);
     }
 }
+
+/// Dual-stack as Linux's default (`bindv6only = 0`): a socket on `[::]` takes an IPv4
+/// datagram, its sender seen as `::ffff:a.b.c.d`, answers it over IPv4, and both count in
+/// `Udp`; with `IPV6_V6ONLY` set the IPv4 datagram finds no socket (`NO_SOCKET`, an ICMP
+/// port unreachable) and a v4-mapped destination is refused with ENETUNREACH.
+#[test]
+fn dual_stack_socket_takes_ipv4_as_v4_mapped_unless_v6only() {
+    let mut p = pair(SimLinkConfig::default());
+    warm_up6(&mut p);
+    let a = p.a.udp_bind(SocketAddrV4::new(A_IP, 5300)).unwrap();
+    let b =
+        p.b.udp_bind(SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, 53, 0, 0))
+            .unwrap();
+    p.a.udp_send_to(p.now, a, b"over v4", SocketAddrV4::new(B_IP, 53))
+        .unwrap();
+    p.run_for(Duration::from_millis(5));
+    let mut buf = [0u8; 64];
+    let (n, from) = p.b.udp_recv_from_addr(b, &mut buf).unwrap();
+    let mapped = SocketAddrV6::new(A_IP.to_ipv6_mapped(), 5300, 0, 0);
+    assert_eq!((&buf[..n], from), (&b"over v4"[..], mapped.into()));
+    p.b.udp_send_to(p.now, b, b"back", from).unwrap();
+    p.run_for(Duration::from_millis(5));
+    let (n, from) = p.a.udp_recv_from(a, &mut buf).unwrap();
+    assert_eq!(
+        (&buf[..n], from),
+        (&b"back"[..], SocketAddrV4::new(B_IP, 53))
+    );
+    let mb = p.b.mib();
+    assert_eq!(mb.get(Counter::UdpInDatagrams), 1);
+    assert_eq!(mb.get(Counter::UdpOutDatagrams), 1);
+    assert_eq!(
+        mb.get(Counter::Udp6InDatagrams) + mb.get(Counter::Udp6OutDatagrams),
+        0
+    );
+    // IPV6_V6ONLY: IPv6 only.
+    p.b.udp_set_v6only(b, true).unwrap();
+    p.a.udp_send_to(p.now, a, b"again", SocketAddrV4::new(B_IP, 53))
+        .unwrap();
+    p.run_for(Duration::from_millis(5));
+    assert!(p.b.udp_recv_from_addr(b, &mut buf).is_err());
+    assert_eq!(p.b.mib().get(Counter::UdpNoPorts), 1);
+    assert_eq!(p.b.mib().drops(DropReason::UdpNoSocket), 1);
+    assert_eq!(p.a.mib().get(Counter::IcmpInDestUnreachs), 1);
+    assert_eq!(
+        p.b.udp_send_to(p.now, b, b"x", mapped).unwrap_err().errno(),
+        101
+    );
+    // An IPv4 socket has no such option.
+    assert_eq!(p.a.udp_set_v6only(a, true).unwrap_err().errno(), 97);
+}
