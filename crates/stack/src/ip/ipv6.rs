@@ -20,9 +20,9 @@
 //!    Options (§4.6) and Hop-by-Hop options (§4.2, the action bits of unknown options),
 //!    Routing (§4.4: Segments Left 0 is skipped, anything else is a Parameter Problem: a
 //!    host does not route), Fragment (§4.5: atomic fragments processed in place, RFC
-//!    6946; others reassembled, [`super::reasm6`]), then ICMPv6, UDP (`udp6_input`), the TCP
-//!    hook (stage 2), No Next Header, or an unknown one: `IP6_NOPROTO` and a Parameter Problem code 1
-//!    pointing at the Next Header field (§4).
+//!    6946; others reassembled, [`super::reasm6`]), then ICMPv6, UDP (`udp6_input`),
+//!    the TCP hook (stage 2), No Next Header, or an unknown one: `IP6_NOPROTO` and a
+//!    Parameter Problem code 1 pointing at the Next Header field (§4).
 //!
 //! Output: the source is picked from our addresses (RFC 6724's rules 1, 2 and 8 for a host
 //! with a link-local and a few static addresses: the destination itself, same scope,
