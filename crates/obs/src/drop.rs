@@ -172,9 +172,9 @@ drop_reasons! {
     /// An IPv6 packet whose next header we do not handle (ICMPv6 parameter problem code 1
     /// is sent, RFC 8200 §4). Linux `ip6_protocol_deliver_rcu`, `IP_NOPROTO`.
     Ip6Noproto = "IP6_NOPROTO" => [Ip6InUnknownProtos],
-    /// A TCP or UDP packet over IPv6: stage 2 of IPv6 support hooks them here; until it
-    /// lands they are counted and dropped, without an ICMPv6 error (unlike an unknown
-    /// protocol: these protocols are known, their IPv6 sockets are not there yet).
+    /// A TCP segment over IPv6: the rest of stage 2 of IPv6 support (UDP has landed) hooks
+    /// them here; until it lands they are counted and dropped, without an ICMPv6 error
+    /// (unlike an unknown protocol: TCP is known, its IPv6 sockets are not there yet).
     /// ustack-specific name.
     Ip6L4Pending = "IP6_L4_STAGE2" => [Ip6InDiscards],
     /// An IPv6 packet that must not be sent: no source address of the destination's scope
@@ -238,6 +238,19 @@ drop_reasons! {
     /// A UDP datagram not sent for lack of send buffer (Linux counts SndbufErrors on ENOBUFS
     /// in `udp_send_skb`). Name mirrors `SOCKET_RCVBUFF`.
     UdpSndbuf = "SOCKET_SNDBUFF" => [UdpSndbufErrors],
+    /// A UDP datagram over IPv6 whose checksum does not verify or is zero (RFC 8200 §8.1:
+    /// the checksum is mandatory over IPv6; Linux `udp6_csum_init`). Prefixed so that names
+    /// stay unique.
+    Udp6Csum = "UDP6_CSUM" => [Udp6InCsumErrors, Udp6InErrors],
+    /// A UDP header over IPv6 that is truncated or whose length is out of range.
+    Udp6Malformed = "UDP6_MALFORMED" => [Udp6InErrors],
+    /// A UDP datagram over IPv6 for a port with no socket (an ICMPv6 port unreachable is
+    /// sent). Linux `NO_SOCKET` in `__udp6_lib_rcv`; prefixed so that names stay unique.
+    Udp6NoSocket = "UDP6_NO_SOCKET" => [Udp6NoPorts],
+    /// A UDP datagram over IPv6 dropped because the socket's receive buffer is full.
+    Udp6Rcvbuf = "UDP6_SOCKET_RCVBUFF" => [Udp6RcvbufErrors, Udp6InErrors],
+    /// A UDP datagram over IPv6 not sent for lack of device queue space.
+    Udp6Sndbuf = "UDP6_SOCKET_SNDBUFF" => [Udp6SndbufErrors],
 
     // ---- TCP (Linux tcp_v4_rcv, tcp_validate_incoming, tcp_data_queue, tcp_conn_request) ----
     /// A TCP segment whose checksum does not verify (Linux `csum_error` then `bad_packet`).

@@ -503,7 +503,7 @@ mib_tables! {
         Ip6InTruncatedPkts = "InTruncatedPkts",
         /// Packets received without error but discarded.
         Ip6InDiscards = "InDiscards",
-        /// Packets handed to an upper layer (ICMPv6, the stage-2 TCP/UDP hook), after reassembly.
+        /// Packets handed to an upper layer (ICMPv6, UDP), after reassembly.
         Ip6InDelivers = "InDelivers",
         Ip6OutForwDatagrams = "OutForwDatagrams",
         /// Packets our upper layers handed to IPv6 for sending (NDP included).
@@ -591,6 +591,28 @@ mib_tables! {
         Icmp6OutNeighborAdvertisements = "OutNeighborAdvertisements" => Kind::Icmp6MsgOut(136),
         Icmp6OutRedirects = "OutRedirects" => Kind::Icmp6MsgOut(137),
         Icmp6OutMLDv2Reports = "OutMLDv2Reports" => Kind::Icmp6MsgOut(143),
+    }
+    /// UDP over IPv6 (Linux `snmp6_udp6_list`, printed after Icmp6): the same fields and
+    /// meanings as [`Table::Udp`], counted by the same code for datagrams over IPv6.
+    Udp6 in Snmp6 {
+        /// Datagrams over IPv6 read by the application.
+        Udp6InDatagrams = "InDatagrams",
+        /// Datagrams over IPv6 for a port with no socket (an ICMPv6 port unreachable is sent).
+        Udp6NoPorts = "NoPorts",
+        /// Datagrams over IPv6 received but not delivered for a reason other than no socket.
+        Udp6InErrors = "InErrors",
+        /// Datagrams over IPv6 handed to IPv6.
+        Udp6OutDatagrams = "OutDatagrams",
+        /// Datagrams over IPv6 dropped because the socket's receive buffer was full.
+        Udp6RcvbufErrors = "RcvbufErrors",
+        /// Datagrams over IPv6 not sent for lack of device queue space.
+        Udp6SndbufErrors = "SndbufErrors",
+        /// Datagrams over IPv6 with a bad or zero checksum (RFC 8200 §8.1).
+        Udp6InCsumErrors = "InCsumErrors",
+        /// Multicast datagrams no socket wanted (ustack joins no UDP groups: always 0).
+        Udp6IgnoredMulti = "IgnoredMulti",
+        /// Datagrams dropped because protocol memory was exhausted (no `udp_mem`: always 0).
+        Udp6MemErrors = "MemErrors",
     }
 }
 
@@ -966,8 +988,8 @@ impl Mib {
     /// The IPv6 counters in the format of Linux's `/proc/net/snmp6` (`snmp6_seq_show`):
     /// one `%-32s\t%lu` line per counter, the Ip6 table, then Icmp6's counters and named
     /// per-type lines, then an `Icmp6InType<N>`/`Icmp6OutType<N>` line per non-zero type.
-    /// Linux goes on with Udp6 and UdpLite6; ustack's UDP over IPv6 is not there yet (stage
-    /// 2 of IPv6), so neither are those tables.
+    /// then Udp6. Linux goes on with UdpLite6; ustack has no UDP-Lite, so that table is
+    /// left out.
     pub fn render_snmp6(&self) -> String {
         let mut out = String::with_capacity(4096);
         for &table in Table::ALL.iter().filter(|t| t.file() == ProcFile::Snmp6) {

@@ -174,7 +174,7 @@ fn json_shape() {
         .collect();
     let expected: HashSet<&str> = [
         "Ip", "Icmp", "IcmpMsg", "Tcp", "Udp", "UdpLite", "TcpExt", "IpExt", "Ip6", "Icmp6",
-        "Drops",
+        "Udp6", "Drops",
     ]
     .into();
     assert_eq!(keys, expected);

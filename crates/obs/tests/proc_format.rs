@@ -339,8 +339,8 @@ fn icmpmsg_prints_sixteen_columns_per_line_pair() {
     );
 }
 
-/// `/proc/net/snmp6`'s Ip6 and Icmp6 lines (the named ones: `Icmp6InType<N>` lines come
-/// and go with the counts) are ours, in Linux's order and spelling; the values of a `Mib`
+/// `/proc/net/snmp6`'s Ip6, Icmp6 and Udp6 lines (the named ones: `Icmp6InType<N>` lines
+/// come and go with the counts) are ours, in Linux's order and spelling; the values of a `Mib`
 /// loaded with the kernel's counts print exactly as the kernel prints them.
 #[test]
 fn snmp6_matches_linux() {
@@ -348,7 +348,7 @@ fn snmp6_matches_linux() {
         return;
     };
     let named = |line: &&str| {
-        (line.starts_with("Ip6") || line.starts_with("Icmp6"))
+        (line.starts_with("Ip6") || line.starts_with("Icmp6") || line.starts_with("Udp6"))
             && !line.starts_with("Icmp6InType")
             && !line.starts_with("Icmp6OutType")
     };
@@ -356,7 +356,10 @@ fn snmp6_matches_linux() {
     let linux: Vec<String> = text.lines().filter(named).map(name_of).collect();
     let ours = Mib::new().render_snmp6();
     let our_names: Vec<String> = ours.lines().filter(named).map(name_of).collect();
-    assert_eq!(our_names, linux, "Ip6 and Icmp6 lines, in Linux's order");
+    assert_eq!(
+        our_names, linux,
+        "Ip6, Icmp6 and Udp6 lines, in Linux's order"
+    );
     // Load the kernel's values (the per-type lines through their Icmp6InType<N> counts).
     let mut mib = Mib::new();
     let mut wanted = String::new();
@@ -381,8 +384,10 @@ fn snmp6_matches_linux() {
             if !matches!(c.kind(), Kind::Icmp6MsgIn(_) | Kind::Icmp6MsgOut(_)) {
                 mib.set(c, n);
             }
+        } else if let Some(field) = name.strip_prefix("Udp6") {
+            mib.set(Counter::from_names("Udp6", field).unwrap(), n);
         } else {
-            continue; // Udp6, UdpLite6: stage 2.
+            continue; // UdpLite6: ustack has no UDP-Lite.
         }
         if n > 10_000 {
             return skip("the kernel's ICMPv6 counts are too large to load by increments");

@@ -75,7 +75,7 @@
 //! # Ok::<(), std::io::Error>(())
 //! ```
 
-use core::net::SocketAddrV4;
+use core::net::{SocketAddr, SocketAddrV4};
 use core::time::Duration;
 use std::io;
 use std::net::Shutdown;
@@ -527,10 +527,13 @@ pub struct UdpSocket {
 }
 
 impl UdpSocket {
-    /// Bind to `addr` (port 0: an ephemeral port). `EADDRINUSE`, `EADDRNOTAVAIL`.
+    /// Bind to `addr` (port 0: an ephemeral port). `EADDRINUSE`, `EADDRNOTAVAIL`. An IPv6
+    /// address makes an IPv6 socket (on `::`: dual-stack unless
+    /// [`set_only_v6`](Self::set_only_v6)), which is read with
+    /// [`recv_from_addr`](Self::recv_from_addr).
     pub fn bind<D: Device + Sleep, C: Clock>(
         rt: &mut Runtime<D, C>,
-        addr: SocketAddrV4,
+        addr: impl Into<SocketAddr>,
     ) -> io::Result<UdpSocket> {
         let (stack, _) = rt.stack_now();
         let handle = stack.udp_bind(addr).map_err(err)?;
@@ -590,7 +593,8 @@ impl UdpSocket {
         self.recv_from(rt, buf).map(|(n, _)| n)
     }
 
-    /// The bound address (with the ephemeral port picked).
+    /// The bound address (with the ephemeral port picked) of an IPv4 socket
+    /// (`EAFNOSUPPORT` for an IPv6 one: see [`local_sockaddr`](Self::local_sockaddr)).
     pub fn local_addr<D: Device + Sleep, C: Clock>(
         &self,
         rt: &Runtime<D, C>,
@@ -598,20 +602,42 @@ impl UdpSocket {
         rt.stack().udp_local_addr(self.handle).map_err(err)
     }
 
+    /// `IPV6_V6ONLY` on an IPv6 socket (see `Stack::udp_set_v6only`): off by default, so
+    /// a socket on `::` also takes IPv4 datagrams (their sender as `::ffff:a.b.c.d`).
+    /// `EAFNOSUPPORT` on an IPv4 socket.
+    pub fn set_only_v6<D: Device + Sleep, C: Clock>(
+        &self,
+        rt: &mut Runtime<D, C>,
+        only_v6: bool,
+    ) -> io::Result<()> {
+        rt.stack_mut()
+            .udp_set_v6only(self.handle, only_v6)
+            .map_err(err)
+    }
+
+    /// The bound address of a socket of either family.
+    pub fn local_sockaddr<D: Device + Sleep, C: Clock>(
+        &self,
+        rt: &Runtime<D, C>,
+    ) -> io::Result<SocketAddr> {
+        rt.stack().udp_local_sockaddr(self.handle).map_err(err)
+    }
+
     /// Send one datagram to `dst`: its length. `EMSGSIZE`, `ENETUNREACH`, `EACCES`
-    /// (broadcast).
+    /// (broadcast), `EAFNOSUPPORT` (`dst` not of the socket's family).
     pub fn send_to<D: Device + Sleep, C: Clock>(
         &self,
         rt: &mut Runtime<D, C>,
         buf: &[u8],
-        dst: SocketAddrV4,
+        dst: impl Into<SocketAddr>,
     ) -> io::Result<usize> {
         let (stack, now) = rt.stack_now();
         stack.udp_send_to(now, self.handle, buf, dst).map_err(err)?;
         Ok(buf.len())
     }
 
-    /// Take one datagram: its length (cut to `buf`) and sender. `EAGAIN` when none.
+    /// Take one datagram: its length (cut to `buf`) and sender. `EAGAIN` when none;
+    /// `EAFNOSUPPORT` on an IPv6 socket (use [`recv_from_addr`](Self::recv_from_addr)).
     pub fn recv_from<D: Device + Sleep, C: Clock>(
         &self,
         rt: &mut Runtime<D, C>,
@@ -619,6 +645,17 @@ impl UdpSocket {
     ) -> io::Result<(usize, SocketAddrV4)> {
         let (stack, _) = rt.stack_now();
         stack.udp_recv_from(self.handle, buf).map_err(err)
+    }
+
+    /// Take one datagram from a socket of either family: its length (cut to `buf`) and
+    /// sender. `EAGAIN` when none.
+    pub fn recv_from_addr<D: Device + Sleep, C: Clock>(
+        &self,
+        rt: &mut Runtime<D, C>,
+        buf: &mut [u8],
+    ) -> io::Result<(usize, SocketAddr)> {
+        let (stack, _) = rt.stack_now();
+        stack.udp_recv_from_addr(self.handle, buf).map_err(err)
     }
 
     /// Close it; queued datagrams are freed.

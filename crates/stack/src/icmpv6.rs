@@ -6,8 +6,8 @@
 //! - echo: requests answered (`net.ipv6.icmp.echo_ignore_all`,
 //!   `echo_ignore_multicast`), replies queued for [`Stack::recv_echo_reply6`];
 //! - errors generated: Parameter Problem (header errors, unknown next headers and
-//!   options) and Time Exceeded (reassembly); Destination Unreachable (port unreachable)
-//!   comes with UDP over IPv6 in stage 2, through the same `icmp6_error`. Each is sent only
+//!   options), Time Exceeded (reassembly) and Destination Unreachable (port unreachable,
+//!   for UDP to a closed port), all through `icmp6_error`. Each is sent only
 //!   where RFC 4443 §2.4 (e) allows (never about an ICMPv6 error, a
 //!   packet from a non-unicast source, or one sent to a multicast address, Packet Too Big
 //!   and Parameter Problem code 2 excepted), quoting as much of the packet as keeps the
@@ -124,7 +124,9 @@ impl Stack {
             }
             icmpv6::Repr::PacketTooBig { mtu, data } => self.icmp6_pkt_too_big(now, mtu, data),
             // Destination Unreachable, Time Exceeded, Parameter Problem about our packets:
-            // counted by type; stage 2 hands them to TCP and UDP (Linux `icmpv6_notify`).
+            // counted by type. Not handed to UDP sockets (Linux reports them only to
+            // connected sockets or with IPV6_RECVERR, neither of which ustack has for
+            // IPv6); TCP will take them (Linux `icmpv6_notify`).
             _ => {}
         }
     }
@@ -203,6 +205,15 @@ impl Stack {
         self.icmp6_error(now, packet, mcast_ok, |data| icmpv6::Repr::ParamProblem {
             code,
             pointer: pointer as u32,
+            data,
+        });
+    }
+
+    /// Destination Unreachable about `packet` (RFC 4443 §3.1) with `code` (port
+    /// unreachable for UDP to a closed port).
+    pub(crate) fn icmp6_error_dst_unreach(&mut self, now: Instant, packet: &[u8], code: u8) {
+        self.icmp6_error(now, packet, false, |data| icmpv6::Repr::DstUnreachable {
+            code,
             data,
         });
     }

@@ -2,7 +2,8 @@
 //!
 //! A [`Stack`] is one interface's worth of protocol state: neighbour table (ARP and IPv6
 //! neighbour discovery), IPv4 and IPv6 with reassembly and fragmentation, ICMP and
-//! ICMPv6, UDP and TCP sockets (over IPv4; over IPv6 in stage 2 of issue 15), its
+//! ICMPv6, UDP sockets (over IPv4 and IPv6) and TCP sockets (over IPv4; over IPv6 in the
+//! rest of stage 2 of issue 15), its
 //! counters ([`Mib`]) and tunables ([`Sysctl`]). It never touches a device or a clock:
 //!
 //! ```text
@@ -260,6 +261,9 @@ pub enum Error {
     NotConnected,
     /// EDESTADDRREQ: sending without a destination on an unconnected socket.
     DestAddrRequired,
+    /// EAFNOSUPPORT: an address of the other family than the socket's (an IPv6
+    /// destination for an IPv4 socket), or an IPv4-only call on an IPv6 socket.
+    AddrFamily,
 }
 
 impl Error {
@@ -280,6 +284,7 @@ impl Error {
             Error::TimedOut => 110,
             Error::NotConnected => 107,
             Error::DestAddrRequired => 89,
+            Error::AddrFamily => 97,
         }
     }
 }
@@ -301,6 +306,7 @@ impl fmt::Display for Error {
             Error::TimedOut => "connection timed out (ETIMEDOUT)",
             Error::NotConnected => "not connected (ENOTCONN)",
             Error::DestAddrRequired => "destination address required (EDESTADDRREQ)",
+            Error::AddrFamily => "address family not supported (EAFNOSUPPORT)",
         })
     }
 }

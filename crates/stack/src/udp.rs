@@ -10,19 +10,33 @@
 //!   send an ICMP Port Unreachable message");
 //! - `OutDatagrams` counts datagrams handed to IP.
 //!
+//! Over IPv6 the same code runs (Linux `__udp6_lib_rcv`, `udpv6_sendmsg`): a socket is
+//! bound to an IPv6 address of ours or `::`, its datagrams carry the IPv6 pseudo-header
+//! checksum, which is mandatory (RFC 8200 §8.1: a zero checksum is dropped and counted
+//! `Udp6InCsumErrors`), a closed port is answered with an ICMPv6 port unreachable (RFC
+//! 4443 §3.1, code 4), and the counts go to the `Udp6` table. Dual-stack as Linux's
+//! default (`bindv6only = 0`): a socket on `::` also takes IPv4 datagrams, their sender
+//! seen as `::ffff:a.b.c.d`, and sends to such addresses over IPv4, unless
+//! `IPV6_V6ONLY` ([`Stack::udp_set_v6only`]); such datagrams count in `Udp`, by the
+//! family on the wire. The port table is shared by both families, so a port is held by
+//! one socket of either family (as Linux's bind conflict between `0.0.0.0` and a
+//! dual-stack `::`).
+//!
 //! A socket's receive queue is bounded by `rmem_default` bytes, each datagram charged its
 //! payload plus [`DATAGRAM_OVERHEAD`]; like Linux, the check is made before adding, so the
 //! queue may pass the bound by one datagram.
 
 use core::hash::BuildHasher;
-use core::net::SocketAddrV4;
+use core::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::collections::VecDeque;
 
 use hashbrown::HashMap;
 use ustack_obs::{Counter, DropReason, Instant};
 use ustack_wire::icmpv4::DstUnreachable;
+use ustack_wire::icmpv6::dst_unreachable;
 use ustack_wire::{IpProtocol, udp};
 
+use crate::ip::ipv6::{Inbound6, Outbound6};
 use crate::ip::{Inbound, Outbound};
 use crate::slab::Slab;
 use crate::socket::{Readiness, SocketKey};
@@ -34,6 +48,9 @@ use crate::{Error, Stack, Sysctl};
 pub const DATAGRAM_OVERHEAD: usize = 64;
 /// Largest UDP payload over IPv4: 65535 - 20 (IP header) - 8 (UDP header).
 pub const MAX_PAYLOAD: usize = 65_507;
+/// Largest UDP payload over IPv6: 65535 (Payload Length, no jumbograms) - 8 (UDP header)
+/// - 8 (the Fragment header it will need).
+pub const MAX_PAYLOAD6: usize = 65_519;
 
 /// A UDP socket's handle: an index and a generation, so a stale handle never reaches a
 /// socket that reused its slot.
@@ -45,12 +62,16 @@ pub struct UdpHandle {
 
 #[derive(Debug)]
 struct UdpSocket {
-    local: SocketAddrV4,
+    /// Its family is the socket's: IPv4 or IPv6 datagrams only.
+    local: SocketAddr,
     /// The peer of `connect(2)`: the default destination, and the only source received.
-    peer: Option<SocketAddrV4>,
-    rx: VecDeque<(SocketAddrV4, Vec<u8>)>,
+    peer: Option<SocketAddr>,
+    rx: VecDeque<(SocketAddr, Vec<u8>)>,
     rx_charged: usize,
     rcvbuf: usize,
+    /// `IPV6_V6ONLY`: an IPv6 socket on `::` without it also takes IPv4 datagrams, seen
+    /// as IPv4-mapped addresses (RFC 3493 §3.7), and sends to such addresses over IPv4.
+    v6only: bool,
 }
 
 /// The UDP socket table: a slab of sockets and a port index (one socket per port; there is
@@ -78,11 +99,13 @@ impl UdpTable {
         self.sockets.len()
     }
 
-    /// Every socket: (local address, bytes queued for reading (charged), receive buffer).
+    /// Every IPv4 socket: (local address, bytes queued for reading (charged), receive
+    /// buffer). IPv6 sockets are not listed (the socket views are IPv4 only for now).
     pub(crate) fn views(&self) -> impl Iterator<Item = (SocketAddrV4, usize, usize)> + '_ {
-        self.sockets
-            .iter()
-            .map(|(_, s)| (s.local, s.rx_charged, s.rcvbuf))
+        self.sockets.iter().filter_map(|(_, s)| match s.local {
+            SocketAddr::V4(local) => Some((local, s.rx_charged, s.rcvbuf)),
+            SocketAddr::V6(_) => None,
+        })
     }
 
     /// Heap bytes: the socket slab, the port map, each receive queue and its datagrams.
@@ -93,7 +116,7 @@ impl UdpTable {
                 .sockets
                 .iter()
                 .map(|(_, s)| {
-                    s.rx.capacity() * size_of::<(SocketAddrV4, Vec<u8>)>()
+                    s.rx.capacity() * size_of::<(SocketAddr, Vec<u8>)>()
                         + s.rx.iter().map(|(_, d)| d.capacity()).sum::<usize>()
                 })
                 .sum::<usize>()
@@ -132,9 +155,16 @@ impl UdpTable {
 
 impl Stack {
     /// Open a UDP socket bound to `local` (address unspecified or ours; port 0 picks an
-    /// ephemeral port from `ip_local_port_range`).
-    pub fn udp_bind(&mut self, local: SocketAddrV4) -> Result<UdpHandle, Error> {
-        if !local.ip().is_unspecified() && *local.ip() != self.ipv4.addr {
+    /// ephemeral port from `ip_local_port_range`). An IPv6 address makes an IPv6 socket
+    /// (on `::`: dual-stack unless [`udp_set_v6only`](Self::udp_set_v6only)); a
+    /// `SocketAddrV6`'s flow info and scope are ignored.
+    pub fn udp_bind(&mut self, local: impl Into<SocketAddr>) -> Result<UdpHandle, Error> {
+        let local = local.into();
+        let ours = match local.ip() {
+            IpAddr::V4(ip) => ip == self.ipv4.addr,
+            IpAddr::V6(ip) => self.ip6.is_ours(ip),
+        };
+        if !local.ip().is_unspecified() && !ours {
             return Err(Error::AddrNotAvailable);
         }
         let port = match local.port() {
@@ -146,17 +176,39 @@ impl Stack {
             p => p,
         };
         let socket = UdpSocket {
-            local: SocketAddrV4::new(*local.ip(), port),
+            local: SocketAddr::new(local.ip(), port),
             peer: None,
             rx: VecDeque::new(),
             rx_charged: 0,
             rcvbuf: self.sysctl.rmem_default as usize,
+            // Linux's default, `net.ipv6.bindv6only = 0`: dual-stack.
+            v6only: false,
         };
         Ok(self.udp.insert(socket))
     }
 
-    /// The address a socket is bound to.
+    /// The address an IPv4 socket is bound to (`EAFNOSUPPORT` for an IPv6 socket: see
+    /// [`udp_local_sockaddr`](Self::udp_local_sockaddr)).
     pub fn udp_local_addr(&self, h: UdpHandle) -> Result<SocketAddrV4, Error> {
+        v4(self.udp_local_sockaddr(h)?)
+    }
+
+    /// `setsockopt(IPV6_V6ONLY)`: `true` makes an IPv6 socket take and send IPv6 only;
+    /// `false` (the default, as Linux's `bindv6only = 0`) lets a socket on `::` take IPv4
+    /// datagrams as `::ffff:a.b.c.d` and send to such addresses over IPv4. `EAFNOSUPPORT`
+    /// on an IPv4 socket. (Linux refuses the change once bound; here sockets are created
+    /// bound, so it may be changed at any time and applies to later datagrams.)
+    pub fn udp_set_v6only(&mut self, h: UdpHandle, on: bool) -> Result<(), Error> {
+        let socket = self.udp.get_mut(h).ok_or(Error::BadHandle)?;
+        if socket.local.is_ipv4() {
+            return Err(Error::AddrFamily);
+        }
+        socket.v6only = on;
+        Ok(())
+    }
+
+    /// The address a socket of either family is bound to.
+    pub fn udp_local_sockaddr(&self, h: UdpHandle) -> Result<SocketAddr, Error> {
         self.udp.get(h).map(|s| s.local).ok_or(Error::BadHandle)
     }
 
@@ -164,7 +216,10 @@ impl Stack {
     /// destination and the only source it receives from; `None` dissolves the association
     /// (`AF_UNSPEC`). Datagrams already queued stay. `EINVAL` for 0.0.0.0 or port 0 (Linux
     /// accepts a port 0 there; ustack has no use for it), `ENETUNREACH` without a route.
+    /// IPv4 sockets only (`EAFNOSUPPORT` for an IPv6 socket; connected IPv6 sockets are
+    /// not done yet).
     pub fn udp_connect(&mut self, h: UdpHandle, peer: Option<SocketAddrV4>) -> Result<(), Error> {
+        v4(self.udp_local_sockaddr(h)?)?;
         if let Some(p) = peer {
             if p.port() == 0 || p.ip().is_unspecified() {
                 return Err(Error::InvalidArgument);
@@ -173,13 +228,14 @@ impl Stack {
                 return Err(Error::NetUnreachable);
             }
         }
-        self.udp.get_mut(h).ok_or(Error::BadHandle)?.peer = peer;
+        self.udp.get_mut(h).ok_or(Error::BadHandle)?.peer = peer.map(SocketAddr::V4);
         Ok(())
     }
 
     /// The connected peer, if any (`getpeername(2)`).
     pub fn udp_peer_addr(&self, h: UdpHandle) -> Result<Option<SocketAddrV4>, Error> {
-        self.udp.get(h).map(|s| s.peer).ok_or(Error::BadHandle)
+        let peer = self.udp.get(h).ok_or(Error::BadHandle)?.peer;
+        peer.map(v4).transpose()
     }
 
     /// Datagrams waiting in a socket's receive queue.
@@ -201,72 +257,133 @@ impl Stack {
     }
 
     /// Send one datagram. Linux semantics: a datagram dropped later for lack of device
-    /// queue space is counted (`SndbufErrors`) but not reported to the caller.
+    /// queue space is counted (`SndbufErrors`) but not reported to the caller. `dst` is of
+    /// the socket's family (`EAFNOSUPPORT` otherwise); over IPv6 a datagram larger than
+    /// the path MTU is fragmented by IPv6 (RFC 8200 §4.5).
     pub fn udp_send_to(
         &mut self,
         now: Instant,
         h: UdpHandle,
         payload: &[u8],
-        dst: SocketAddrV4,
+        dst: impl Into<SocketAddr>,
     ) -> Result<(), Error> {
-        let local = self.udp.get(h).ok_or(Error::BadHandle)?.local;
-        if payload.len() > MAX_PAYLOAD {
-            return Err(Error::MessageTooLong);
+        let socket = self.udp.get(h).ok_or(Error::BadHandle)?;
+        let (mut local, mut dst) = (socket.local, dst.into());
+        // Linux `udpv6_sendmsg`: an IPv4-mapped destination goes over IPv4
+        // (`udp_sendmsg`), refused with ENETUNREACH on a V6ONLY socket. Only a socket on
+        // `::` has an IPv4 source to send from.
+        if let (SocketAddr::V6(l), SocketAddr::V6(d)) = (local, dst)
+            && let Some(v4) = d.ip().to_ipv4_mapped()
+        {
+            if socket.v6only || !l.ip().is_unspecified() {
+                return Err(Error::NetUnreachable);
+            }
+            local = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), l.port());
+            dst = SocketAddr::new(IpAddr::V4(v4), d.port());
         }
         if dst.port() == 0 || dst.ip().is_unspecified() {
             return Err(Error::InvalidArgument);
         }
-        if dst.ip().is_broadcast() || Some(*dst.ip()) == self.ipv4.broadcast() {
-            return Err(Error::BroadcastDenied);
-        }
-        let len = udp::HEADER_LEN + payload.len();
-        let header_len = ustack_wire::ipv4::HEADER_LEN;
-        let out = Outbound {
-            dst: *dst.ip(),
-            protocol: IpProtocol::Udp,
-            payload_len: len,
-            // Linux's default IP_PMTUDISC_WANT: DF when the datagram fits the path MTU,
-            // fragmented locally otherwise.
-            dont_frag: header_len + len <= self.mtu,
-            full_reason: DropReason::UdpSndbuf,
-        };
         let repr = udp::Repr {
             src_port: local.port(),
             dst_port: dst.port(),
         };
-        let checksum_offload = self.checksum_offload;
-        self.ipv4_output(now, out, |buf, src, dst| {
+        let len = udp::HEADER_LEN + payload.len();
+        let emit = |buf: &mut [u8], src: IpAddr, dst: IpAddr, checksum: bool| {
             let mut packet = udp::Packet::new_unchecked(buf);
             repr.emit(
                 &mut packet,
-                &src.into(),
-                &dst.into(),
+                &src,
+                &dst,
                 payload.len(),
                 |p| p.copy_from_slice(payload),
-                !checksum_offload,
+                checksum,
             );
-        })?;
-        self.mib.inc(Counter::UdpOutDatagrams);
+        };
+        let checksum_offload = self.checksum_offload;
+        match (local, dst) {
+            (SocketAddr::V4(_), SocketAddr::V4(dst)) => {
+                if payload.len() > MAX_PAYLOAD {
+                    return Err(Error::MessageTooLong);
+                }
+                if dst.ip().is_broadcast() || Some(*dst.ip()) == self.ipv4.broadcast() {
+                    return Err(Error::BroadcastDenied);
+                }
+                let header_len = ustack_wire::ipv4::HEADER_LEN;
+                let out = Outbound {
+                    dst: *dst.ip(),
+                    protocol: IpProtocol::Udp,
+                    payload_len: len,
+                    // Linux's default IP_PMTUDISC_WANT: DF when the datagram fits the path
+                    // MTU, fragmented locally otherwise.
+                    dont_frag: header_len + len <= self.mtu,
+                    full_reason: DropReason::UdpSndbuf,
+                };
+                self.ipv4_output(now, out, |buf, src, dst| {
+                    emit(buf, src.into(), dst.into(), !checksum_offload)
+                })?;
+                self.mib.inc(Counter::UdpOutDatagrams);
+            }
+            (SocketAddr::V6(local), SocketAddr::V6(dst)) => {
+                if payload.len() > MAX_PAYLOAD6 {
+                    return Err(Error::MessageTooLong);
+                }
+                let out = Outbound6 {
+                    src: (!local.ip().is_unspecified()).then_some(*local.ip()),
+                    dst: *dst.ip(),
+                    next_header: IpProtocol::Udp,
+                    payload_len: len,
+                    hop_limit: None,
+                    full_reason: DropReason::Udp6Sndbuf,
+                };
+                // The checksum is always computed over IPv6: the fragments of a datagram
+                // larger than the MTU cannot have it filled by a device, and the IPv6
+                // output path does not offload.
+                self.ipv6_output(now, out, |buf, src, dst| {
+                    emit(buf, src.into(), dst.into(), true)
+                })?;
+                self.mib.inc(Counter::Udp6OutDatagrams);
+            }
+            _ => return Err(Error::AddrFamily),
+        }
         Ok(())
     }
 
-    /// Take the oldest datagram: copies at most `buf.len()` bytes (the rest of a longer
-    /// datagram is discarded, as without MSG_TRUNC) and returns (bytes copied, sender).
+    /// Take the oldest datagram of an IPv4 socket: copies at most `buf.len()` bytes (the
+    /// rest of a longer datagram is discarded, as without MSG_TRUNC) and returns (bytes
+    /// copied, sender). `EAFNOSUPPORT` for an IPv6 socket (nothing is taken): see
+    /// [`udp_recv_from_addr`](Self::udp_recv_from_addr).
     pub fn udp_recv_from(
         &mut self,
         h: UdpHandle,
         buf: &mut [u8],
     ) -> Result<(usize, SocketAddrV4), Error> {
+        v4(self.udp_local_sockaddr(h)?)?;
+        let (n, from) = self.udp_recv_from_addr(h, buf)?;
+        Ok((n, v4(from)?))
+    }
+
+    /// Take the oldest datagram of a socket of either family, as
+    /// [`udp_recv_from`](Self::udp_recv_from).
+    pub fn udp_recv_from_addr(
+        &mut self,
+        h: UdpHandle,
+        buf: &mut [u8],
+    ) -> Result<(usize, SocketAddr), Error> {
         let socket = self.udp.get_mut(h).ok_or(Error::BadHandle)?;
         let (from, data) = socket.rx.pop_front().ok_or(Error::WouldBlock)?;
         socket.rx_charged -= data.len() + DATAGRAM_OVERHEAD;
         let n = data.len().min(buf.len());
         buf[..n].copy_from_slice(&data[..n]);
-        self.mib.inc(Counter::UdpInDatagrams);
+        // Counted by the family on the wire, as Linux's `udpv6_recvmsg` (`is_udp4`).
+        self.mib.inc(match from {
+            SocketAddr::V6(a) if a.ip().to_ipv4_mapped().is_none() => Counter::Udp6InDatagrams,
+            _ => Counter::UdpInDatagrams,
+        });
         Ok((n, from))
     }
 
-    /// UDP input (Linux `__udp4_lib_rcv`).
+    /// UDP input over IPv4 (Linux `__udp4_lib_rcv`).
     pub(crate) fn udp_input(&mut self, now: Instant, inbound: &Inbound) {
         let src = inbound.repr.src_addr.into();
         let dst = inbound.repr.dst_addr.into();
@@ -277,35 +394,99 @@ impl Stack {
             Err(ustack_wire::Error::Checksum) => return self.mib.drop(DropReason::UdpCsum),
             Err(_) => return self.mib.drop(DropReason::UdpMalformed),
         };
-        let packet = udp::Packet::new_unchecked(inbound.payload);
-        let target = self.udp.by_port.get(&repr.dst_port).copied();
-        let from = SocketAddrV4::new(inbound.repr.src_addr, repr.src_port);
-        // A connected socket takes only its peer's datagrams (Linux `compute_score`: a
+        let from = SocketAddr::V4(SocketAddrV4::new(inbound.repr.src_addr, repr.src_port));
+        let to = inbound.repr.dst_addr.into();
+        if !self.udp_deliver(inbound.payload, repr.dst_port, from, to, inbound.broadcast) {
+            self.mib.drop(DropReason::UdpNoSocket);
+            self.icmp_send_unreach(now, inbound, DstUnreachable::PortUnreachable);
+        }
+    }
+
+    /// UDP input over IPv6 (Linux `__udp6_lib_rcv`): the same socket lookup and queueing
+    /// as over IPv4. The checksum is verified even with receive offload when it is zero,
+    /// since RFC 8200 §8.1 forbids a zero checksum ("IPv6 receivers must discard UDP
+    /// packets containing a zero checksum").
+    pub(crate) fn udp6_input(&mut self, now: Instant, inbound: &Inbound6) {
+        let (src, dst) = (IpAddr::V6(inbound.src), IpAddr::V6(inbound.dst));
+        let zero = inbound.payload.get(6..8) == Some(&[0, 0]);
+        let repr = match udp::Packet::new_checked(inbound.payload)
+            .and_then(|p| udp::Repr::parse(&p, &src, &dst, zero || !self.checksum_offload))
+        {
+            Ok(r) => r,
+            Err(ustack_wire::Error::Checksum) => return self.mib.drop(DropReason::Udp6Csum),
+            Err(_) => return self.mib.drop(DropReason::Udp6Malformed),
+        };
+        let from = SocketAddr::V6(SocketAddrV6::new(inbound.src, repr.src_port, 0, 0));
+        if !self.udp_deliver(inbound.payload, repr.dst_port, from, dst, inbound.multicast) {
+            self.mib.drop(DropReason::Udp6NoSocket);
+            // RFC 4443 §3.1: "the destination node SHOULD send a Destination Unreachable
+            // message with Code 4" (Linux `__udp6_lib_rcv` -> `icmpv6_send`); not to a
+            // multicast destination (§2.4 (e.3)), rate-limited by `icmp6_error`.
+            self.icmp6_error_dst_unreach(now, inbound.packet, dst_unreachable::PORT_UNREACHABLE);
+        }
+    }
+
+    /// Queue a checked datagram (`datagram`: header and payload) on the socket bound to
+    /// `port` for address `to`, if one takes it (Linux `__udp4_lib_lookup`/
+    /// `__udp6_lib_lookup` and `__udp_queue_rcv_skb`). `false`: no socket (the caller
+    /// counts NoPorts and answers). A full queue is counted here.
+    fn udp_deliver(
+        &mut self,
+        datagram: &[u8],
+        port: u16,
+        from: SocketAddr,
+        to: IpAddr,
+        group: bool,
+    ) -> bool {
+        let packet = udp::Packet::new_unchecked(datagram);
+        let target = self.udp.by_port.get(&port).copied();
+        // A socket of the datagram's family, bound to its destination (or the wildcard);
+        // a connected socket takes only its peer's datagrams (Linux `compute_score`: a
         // socket whose daddr or dport does not match the source scores -1, so the datagram
         // finds no socket).
         let socket = target
             .and_then(|i| self.udp.sockets.by_index_mut(i))
-            .filter(|s| {
-                s.local.ip().is_unspecified()
-                    || *s.local.ip() == inbound.repr.dst_addr
-                    || inbound.broadcast
-            })
-            .filter(|s| s.peer.is_none_or(|p| p == from));
-        let Some(socket) = socket else {
-            self.mib.drop(DropReason::UdpNoSocket);
-            self.icmp_send_unreach(now, inbound, DstUnreachable::PortUnreachable);
-            return;
+            .filter(|s| s.local.ip().is_unspecified() || s.local.ip() == to || group);
+        // The sender as the socket sees it: an IPv4 sender of a dual-stack IPv6 socket as
+        // `::ffff:a.b.c.d` (Linux `udp6_lib_lookup` falls back to v4-mapped sockets).
+        let seen = socket.as_ref().and_then(|s| match (s.local, from) {
+            (SocketAddr::V4(_), SocketAddr::V4(_)) | (SocketAddr::V6(_), SocketAddr::V6(_)) => {
+                Some(from)
+            }
+            (SocketAddr::V6(l), SocketAddr::V4(f)) if l.ip().is_unspecified() && !s.v6only => Some(
+                SocketAddr::V6(SocketAddrV6::new(f.ip().to_ipv6_mapped(), f.port(), 0, 0)),
+            ),
+            _ => None,
+        });
+        let (Some(socket), Some(from_seen)) = (socket, seen) else {
+            return false;
         };
+        if socket.peer.is_some_and(|p| p != from_seen) {
+            return false;
+        }
         let data = packet.payload();
         if socket.rx_charged > socket.rcvbuf {
-            return self.mib.drop(DropReason::SocketRcvbuff);
+            self.mib.drop(match from {
+                SocketAddr::V4(_) => DropReason::SocketRcvbuff,
+                SocketAddr::V6(_) => DropReason::Udp6Rcvbuf,
+            });
+            return true;
         }
         socket.rx_charged += data.len() + DATAGRAM_OVERHEAD;
-        socket.rx.push_back((from, data.to_vec()));
+        socket.rx.push_back((from_seen, data.to_vec()));
         if let Some(index) = target {
             let generation = self.udp.sockets.generation(index).unwrap_or(0);
             let key = SocketKey::Udp(UdpHandle { index, generation });
             self.ready.mark(key, Readiness::READABLE); // sk_data_ready
         }
+        true
+    }
+}
+
+/// An IPv4 address of a V4-only call, or `EAFNOSUPPORT`.
+fn v4(addr: SocketAddr) -> Result<SocketAddrV4, Error> {
+    match addr {
+        SocketAddr::V4(a) => Ok(a),
+        SocketAddr::V6(_) => Err(Error::AddrFamily),
     }
 }

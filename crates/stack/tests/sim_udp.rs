@@ -7,18 +7,7 @@ use std::collections::HashSet;
 use ustack_dev::sim::{Side, SimConfig, SimLinkConfig};
 use ustack_obs::{Counter, DropReason};
 use ustack_stack::{Instant, Mib, Stack};
-use ustack_testkit::{A_IP, B_IP, Pair};
-
-fn faulty(loss: f64, reorder: f64, corrupt: f64) -> SimConfig {
-    SimConfig {
-        loss,
-        reorder,
-        corrupt,
-        delay: Duration::from_micros(50),
-        reorder_delay: Duration::from_micros(300),
-        ..SimConfig::default()
-    }
-}
+use ustack_testkit::{A_IP, B_IP, Pair, faulty};
 
 /// Resolve ARP both ways on a clean link (a ping each way), so later traffic is only
 /// what the test sends.

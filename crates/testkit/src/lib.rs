@@ -21,7 +21,7 @@ use std::io::Write;
 
 use ustack_dev::Device;
 use ustack_dev::capture::Capture;
-use ustack_dev::sim::{Side, SimLink, SimLinkConfig};
+use ustack_dev::sim::{Side, SimConfig, SimLink, SimLinkConfig};
 use ustack_obs::pcap::{LinkType, PcapWriter};
 use ustack_stack::{Config, EthernetAddress, Instant, Ipv4Cidr, Stack};
 
@@ -238,6 +238,19 @@ fn pump(stack: &mut Stack, dev: &mut impl Device, now: Instant, buf: &mut [u8]) 
         moved += 1;
     }
     (moved, delivered)
+}
+
+/// A link direction with the given loss, reordering and corruption probabilities, 50 µs of
+/// delay and 300 µs of reordering hold (the sim UDP tests' faults).
+pub fn faulty(loss: f64, reorder: f64, corrupt: f64) -> SimConfig {
+    SimConfig {
+        loss,
+        reorder,
+        corrupt,
+        delay: Duration::from_micros(50),
+        reorder_delay: Duration::from_micros(300),
+        ..SimConfig::default()
+    }
 }
 
 /// `n` bytes of a pattern that differs per `salt` and is not periodic in any small power

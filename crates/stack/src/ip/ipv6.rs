@@ -20,9 +20,9 @@
 //!    Options (§4.6) and Hop-by-Hop options (§4.2, the action bits of unknown options),
 //!    Routing (§4.4: Segments Left 0 is skipped, anything else is a Parameter Problem: a
 //!    host does not route), Fragment (§4.5: atomic fragments processed in place, RFC
-//!    6946; others reassembled, [`super::reasm6`]), then ICMPv6, the TCP/UDP hook (stage
-//!    2), No Next Header, or an unknown one: `IP6_NOPROTO` and a Parameter Problem code 1
-//!    pointing at the Next Header field (§4).
+//!    6946; others reassembled, [`super::reasm6`]), then ICMPv6, UDP (`udp6_input`),
+//!    the TCP hook (stage 2), No Next Header, or an unknown one: `IP6_NOPROTO` and a
+//!    Parameter Problem code 1 pointing at the Next Header field (§4).
 //!
 //! Output: the source is picked from our addresses (RFC 6724's rules 1, 2 and 8 for a host
 //! with a link-local and a few static addresses: the destination itself, same scope,
@@ -517,7 +517,12 @@ impl Stack {
                     let inbound = self.inbound6(packet, walk.off, multicast);
                     return self.icmpv6_input(now, &inbound);
                 }
-                IpProtocol::Tcp | IpProtocol::Udp => {
+                IpProtocol::Udp => {
+                    self.mib.inc(Counter::Ip6InDelivers);
+                    let inbound = self.inbound6(packet, walk.off, multicast);
+                    return self.udp6_input(now, &inbound);
+                }
+                IpProtocol::Tcp => {
                     let inbound = self.inbound6(packet, walk.off, multicast);
                     return self.ip6_l4_stage2(now, &inbound);
                 }
@@ -560,10 +565,10 @@ impl Stack {
         }
     }
 
-    /// TCP and UDP over IPv6 are stage 2 of IPv6 support: this is where they will be
-    /// handed to `tcp_input`/`udp_input`. Until then the packet is counted and dropped
-    /// (`IP6_L4_STAGE2`, Ip6 InDiscards), without an ICMPv6 error: the protocols are known,
-    /// only their IPv6 sockets are missing.
+    /// TCP over IPv6 is the rest of stage 2 of IPv6 support (UDP is done): this is where
+    /// segments will be handed to `tcp_input`. Until then the packet is counted and dropped
+    /// (`IP6_L4_STAGE2`, Ip6 InDiscards), without an ICMPv6 error: the protocol is known,
+    /// only its IPv6 sockets are missing.
     fn ip6_l4_stage2(&mut self, _now: Instant, _inbound: &Inbound6) {
         self.mib.drop(DropReason::Ip6L4Pending);
     }
