@@ -915,10 +915,14 @@ impl Backend for Ustack {
             if !a.ip().is_unspecified() && *a.ip() != ours {
                 return Err(libc::EADDRNOTAVAIL);
             }
+            // Linux inet_csk_bind_conflict: the process's bound sockets not yet in the
+            // stack (a listener's or a connection's port is also the stack's), and what
+            // the stack holds: listeners, connections and TIME-WAIT records.
+            let reuse = matches!(i.obj(fd)?, Obj::Tcp { opts, .. } if opts.reuseaddr);
             let taken = |i: &Inner, port: u16| {
                 i.fds.iter().any(|(&f, o)| {
                     f != fd && matches!(o, Obj::Tcp { bound: Some(b), .. } if b.port() == port)
-                })
+                }) || i.stack.tcp_bind_conflict(port, reuse)
             };
             let port = a.port();
             let busy = port != 0 && taken(i, port);

@@ -938,10 +938,15 @@ fn window_scale_applies_after_the_handshake_both_ways() {
         [1000; 5],
         "5120 bytes of window: five MSS-sized segments, the rest waits"
     );
-    // Our window field is our receive window shifted right by our scale.
-    let rcvbuf = t.stack.sysctl().tcp_rmem_default as u32;
+    // Our window field is our receive window shifted right by our scale: no data has
+    // arrived, so the window is still the SYN-ACK's (Linux `rcv_ssthresh`), rounded up to
+    // the scale's unit (64,256 = 502 << 7).
     for s in &sent {
-        assert_eq!(u32::from(s.window) << OUR_WSCALE, rcvbuf, "{s:?}");
+        assert_eq!(
+            u32::from(s.window) << OUR_WSCALE,
+            64_240u32.div_ceil(1 << OUR_WSCALE) << OUR_WSCALE,
+            "{s:?}"
+        );
     }
     // A window update of 80 << 7 = 10240 bytes releases the rest.
     t.send(Seg::ack(1001, iss.wrapping_add(5001)).win(80));
@@ -1009,9 +1014,12 @@ fn no_window_scaling_unless_both_syns_carry_the_option() {
         2000,
         "2000 bytes, not 2000 << n"
     );
+    // No data received yet: the window is the SYN-ACK's (64,240 = 44 x 1460, Linux
+    // `rcv_ssthresh = rcv_wnd`), kept as it is while within one MSS of what may be offered
+    // (`__tcp_select_window` without scaling); it would be 65,000 once data had arrived.
     assert!(
-        sent.iter().all(|s| s.window == 65_000),
-        "our window unscaled, clamped to 65535 and rounded down to the MSS: {sent:?}"
+        sent.iter().all(|s| s.window == 64_240),
+        "our window unscaled, the SYN-ACK's until data arrives: {sent:?}"
     );
     t.send(Seg::ack(1001, synack.seq.wrapping_add(2001)).win(10_000));
     assert_eq!(
@@ -1040,7 +1048,7 @@ fn no_window_scaling_unless_both_syns_carry_the_option() {
     );
     t.write(h, &[4u8; 1]);
     let s = t.recv().unwrap();
-    assert_eq!(s.window, 65_000, "unscaled, rounded down to the MSS");
+    assert_eq!(s.window, 64_240, "unscaled, the SYN-ACK's (rcv_ssthresh)");
     t.send(Seg::ack(1001, synack.seq.wrapping_add(2)).win(3000));
     close_cleanly(&mut t, h, 1001);
     t.assert_released();
@@ -1056,8 +1064,8 @@ fn no_window_scaling_unless_both_syns_carry_the_option() {
     );
     let ack = t.recv().expect("ACK");
     assert_eq!(
-        ack.window, 65_000,
-        "our window no longer scaled, whole MSSs"
+        ack.window, 64_240,
+        "our window no longer scaled: our SYN's (rcv_ssthresh)"
     );
     let info = t.stack.tcp_info(h).unwrap();
     assert_eq!((info.wscale, info.snd_wnd), (None, 2000));
@@ -1320,6 +1328,35 @@ fn syn_without_a_route_back_counts_in_listen_drops() {
     assert_eq!(m.get(Counter::IpOutNoRoutes), 1);
     assert_eq!(t.stack.tcp_resources().requests, 0);
     t.assert_released();
+}
+
+// ---- bind conflicts ------------------------------------------------------------------------
+
+/// Linux `inet_csk_bind_conflict`, as `Stack::tcp_bind_conflict` answers a `bind(2)`: a
+/// listener holds its port against everyone, SO_REUSEADDR or not; an open connection and a
+/// TIME-WAIT record hold theirs unless the new socket sets SO_REUSEADDR; a port nothing
+/// uses is free.
+#[test]
+fn bind_conflicts_with_listeners_connections_and_time_wait() {
+    let mut t = SegTest::listening(80);
+    for reuse in [false, true] {
+        assert!(t.stack.tcp_bind_conflict(80, reuse), "a listener, reuse {reuse}");
+        assert!(!t.stack.tcp_bind_conflict(81, reuse), "a free port");
+    }
+    let (h, _) = open(&mut t);
+    let now = t.now;
+    t.stack
+        .tcp_close_listener(now, t.listener.take().unwrap())
+        .unwrap();
+    assert!(t.stack.tcp_bind_conflict(80, false), "an open connection");
+    assert!(!t.stack.tcp_bind_conflict(80, true), "SO_REUSEADDR");
+    close_cleanly(&mut t, h, 1001);
+    assert_eq!(t.stack.tcp_resources().timewait, 1);
+    assert!(t.stack.tcp_bind_conflict(80, false), "a TIME-WAIT record");
+    assert!(!t.stack.tcp_bind_conflict(80, true), "SO_REUSEADDR");
+    t.advance(Duration::from_secs(61));
+    assert_eq!(t.stack.tcp_resources().timewait, 0);
+    assert!(!t.stack.tcp_bind_conflict(80, false), "TIME-WAIT over");
 }
 
 // ---- TIME-WAIT reuse for outgoing connections ---------------------------------------------

@@ -137,9 +137,12 @@ fn a_set_send_buffer_bounds_writes_and_is_not_autotuned() {
     }
 }
 
-/// SO_RCVBUF sets the window we offer: with tcp_rmem.default at 16 KiB the connection
-/// offers 16 KiB; after SO_RCVBUF of 50000 (a 100000-byte buffer) the next ACK offers
-/// the free 100000 less what is queued (rounded up to the window scale's unit).
+/// SO_RCVBUF sets how far the window we offer may open: with tcp_rmem.default at 16 KiB
+/// the connection offers the 16 KiB less what is queued. After SO_RCVBUF of 50000 (a
+/// 100000-byte buffer) the window starts from the SYN-ACK's (16,060 = 11 x 1460) and grows
+/// by two segments with each segment that arrives (Linux `rcv_ssthresh`,
+/// `tcp_grow_window`), until it offers the free 100000 less what is queued (rounded up to
+/// the window scale's unit).
 #[test]
 fn the_advertised_window_follows_so_rcvbuf() {
     for set in [false, true] {
@@ -154,24 +157,40 @@ fn the_advertised_window_follows_so_rcvbuf() {
         }
         let buffer = t.stack.tcp_recv_buffer(h).unwrap() as u32;
         assert_eq!(buffer, if set { 100_000 } else { 16_384 });
-        // Data from the peer, not read: the ACK (quick ACK at the start) offers the rest.
-        t.send(
-            Seg::ack(PEER_ISN + 1, iss.wrapping_add(1))
-                .win(65_535)
-                .data(&[1u8; 1000]),
-        );
-        let got = t.recv_all();
-        let ack = got
-            .iter()
-            .find(|s| s.ack == PEER_ISN + 1001)
-            .expect("an ACK");
         let unit = 1u32 << OUR_WSCALE;
-        assert_eq!(
-            u32::from(ack.window) << OUR_WSCALE,
-            (buffer - 1000).div_ceil(unit) * unit,
-            "set {set}"
+        let full = (buffer - 1000).div_ceil(unit) * unit;
+        // Data from the peer, read after each ACK (quick ACKs at the start).
+        let mut windows = Vec::new();
+        for k in 0..40u32 {
+            t.send(
+                Seg::ack(PEER_ISN + 1 + 1000 * k, iss.wrapping_add(1))
+                    .win(65_535)
+                    .data(&[1u8; 1000]),
+            );
+            // Past the delayed-ACK timer once the quick ACKs are spent.
+            let got = t.advance(Duration::from_millis(300));
+            let ack = got
+                .iter()
+                .map(|(_, s)| s)
+                .find(|s| s.ack == PEER_ISN + 1 + 1000 * (k + 1))
+                .expect("an ACK");
+            windows.push(u32::from(ack.window) << OUR_WSCALE);
+            assert_eq!(t.read(h), Some(vec![1u8; 1000]));
+            if windows.last() == Some(&full) {
+                break;
+            }
+        }
+        let first = if set {
+            (16_060 + 2 * 1460u32).div_ceil(unit) * unit
+        } else {
+            full
+        };
+        assert_eq!(windows[0], first, "set {set}: {windows:?}");
+        assert!(
+            windows.windows(2).all(|w| w[0] <= w[1]),
+            "set {set}: {windows:?}"
         );
-        assert_eq!(t.read(h), Some(vec![1u8; 1000]));
+        assert_eq!(windows.last(), Some(&full), "set {set}: {windows:?}");
         let now = t.now;
         t.stack.tcp_abort(now, h).unwrap();
         t.assert_released();

@@ -930,6 +930,15 @@ impl Sock<'_> {
             self.ready.mark(SocketKey::Tcp(self.h), Readiness::READABLE); // sk_data_ready
         }
         tcp_count_prune(self.mib, &r);
+        // Linux tcp_event_data_recv (in-order data of 128 bytes or more) and
+        // tcp_data_queue_ofo (out-of-order data queued, only with SACK: "For non sack
+        // flows, do not grow window to force DUPACK"): the window may grow.
+        if r.dropped == 0
+            && r.duplicate < data.len()
+            && (if offset == 0 { data.len() >= 128 } else { sack })
+        {
+            tcb.grow_window(data.len(), self.pool.under_pressure());
+        }
         if r.dropped > 0 {
             // Linux counts TCPRcvQDrop for in-order data it has no room for
             // (tcp_data_queue) and TCPOFODrop for out-of-order data (tcp_data_queue_ofo).

@@ -467,6 +467,34 @@ impl Stack {
         Ok(ListenerHandle { index, generation })
     }
 
+    /// Whether `bind(2)` of TCP port `port` conflicts with what the stack holds (Linux
+    /// `inet_csk_get_port` -> `inet_csk_bind_conflict`): a listener on the port always
+    /// does; a connection on it in any state, orphans included, and a TIME-WAIT record do
+    /// unless the new socket sets SO_REUSEADDR (`reuseaddr`). Linux asks that the old
+    /// socket had it too (`sk2->sk_reuse`, which an accepted connection inherits from its
+    /// listener and a TIME-WAIT record from its connection); ustack keeps no such bit per
+    /// connection and takes the new socket's word. The stack's own bookkeeping of bound
+    /// but not yet listening or connected sockets is the caller's (a C API's descriptors).
+    /// Linux finds the port's sockets in its bind hash; this walks the connections and
+    /// the TIME-WAIT records, which is fine for `bind` (not for every connect).
+    pub fn tcp_bind_conflict(&self, port: u16, reuseaddr: bool) -> bool {
+        if self.tcp.listeners.bound(port) {
+            return true;
+        }
+        if reuseaddr {
+            return false;
+        }
+        self.tcp
+            .conns
+            .iter()
+            .any(|(_, t)| t.tuple.local.port() == port)
+            || self
+                .tcp
+                .timewait
+                .iter()
+                .any(|(t, _)| t.local.port() == port)
+    }
+
     /// `listen()` again on a listener: only the backlog changes, clamped to `somaxconn`
     /// as at first (Linux `inet_listen`: "WRITE_ONCE(sk->sk_max_ack_backlog, backlog)"
     /// when the socket is already listening).

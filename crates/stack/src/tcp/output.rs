@@ -428,17 +428,16 @@ impl Stack {
     /// never moves left (RFC 9293 §3.8.6.2.2 "the receiver MUST NOT shrink the window";
     /// Linux keeps `ALIGN(cur_win, 1 << rcv_wscale)` and counts TCPWantZeroWindowAdv when
     /// it wanted to close it). Counts TCPToZeroWindowAdv / TCPFromZeroWindowAdv as Linux.
-    /// Under memory pressure the offer is at most four segments beyond what is already
-    /// promised (Linux `__tcp_select_window` -> `tcp_adjust_rcv_ssthresh`: "rcv_ssthresh =
-    /// min(rcv_ssthresh, 4U * tp->advmss)", and the window never exceeds rcv_ssthresh).
+    /// Under memory pressure, once less than half the buffer is free, `rcv_ssthresh` falls
+    /// to four segments (Linux `__tcp_select_window` -> `tcp_adjust_rcv_ssthresh`), and
+    /// the window never exceeds it.
     fn select_window(tcb: &mut Tcb, mib: &mut ustack_obs::Mib, pressure: bool) -> u16 {
         let old_win = tcb.rcv.wnd;
         let cur_win = tcb.receive_window();
-        let mut new_win = tcb.free_window();
-        if pressure && new_win > 0 {
-            let clamp = (4 * u32::from(tcb.adv_mss)).next_multiple_of(1 << tcb.rcv_wscale);
-            new_win = new_win.min(clamp);
+        if pressure {
+            tcb.adjust_rcv_ssthresh();
         }
+        let mut new_win = tcb.free_window(pressure);
         if new_win < cur_win {
             if new_win == 0 {
                 mib.inc(Counter::TcpExtTCPWantZeroWindowAdv);
@@ -474,7 +473,7 @@ impl Stack {
         if 2 * u64::from(now_win) > u64::from(tcb.full_window()) {
             return false;
         }
-        let new_win = tcb.free_window();
+        let new_win = tcb.free_window(self.tcp.pool.under_pressure());
         new_win != 0 && u64::from(new_win) >= 2 * u64::from(now_win)
     }
 

@@ -263,6 +263,9 @@ pub(crate) struct ActiveState {
     /// [`ACTIVE_IDLE_GRACE`](super::ACTIVE_IDLE_GRACE) without in-order data
     /// ([`RcvSpace::last_rcv`]); the grown buffer limit stays in the TCB.
     pub(crate) rcv_space: RcvSpace,
+    /// The most the window we offer may grow to now (Linux `rcv_ssthresh`), bytes; 0:
+    /// not set, read as [`Tcb::rcv_ssthresh`] derives it (a box is filled with 0).
+    pub(crate) rcv_ssthresh: u32,
 }
 
 impl ActiveState {
@@ -281,6 +284,7 @@ impl ActiveState {
             cwnd_cnt: 0,
             cc_in_flight: 0,
             rcv_space: RcvSpace::new(),
+            rcv_ssthresh: 0,
         }
     }
 
@@ -587,28 +591,108 @@ impl Tcb {
         self.rcvbuf_limit.min(65_535u32 << self.rcv_wscale)
     }
 
+    /// The free space of the receive buffer, at most [`Tcb::full_window`] (Linux
+    /// `tcp_space`).
+    pub(crate) fn free_space(&self) -> u32 {
+        let used = self.rcvbuf.readable() + self.rcvbuf.ooo_bytes();
+        (self.rcvbuf_limit as usize)
+            .saturating_sub(used)
+            .min(self.full_window() as usize) as u32
+    }
+
+    /// How far the window we offer may open now (Linux `rcv_ssthresh`): it starts at the
+    /// window of the SYN exchange (Linux `tcp_connect_init`, `tcp_create_openreq_child`:
+    /// `rcv_ssthresh = rcv_wnd`, at most `window_clamp`, `tcp_init_buffer_space`) and
+    /// grows as data arrives ([`Tcb::grow_window`]). It is kept in the [`ActiveState`],
+    /// which a connection holds while data flows. Without it (a connection that has not
+    /// received data yet, or has been idle long enough to give its box back) the value is
+    /// the window last advertised, RCV.WND (at first the SYN exchange's, exactly Linux's
+    /// start), and at least four segments (the floor Linux keeps under memory pressure,
+    /// `tcp_adjust_rcv_ssthresh`, so that a connection that went idle behind a zero window
+    /// opens again), so an idle connection offers what it last offered. Unlike Linux, a
+    /// connection that goes idle with a window advertised below its grown `rcv_ssthresh`
+    /// (a reader that had not caught up) starts growing again from there when data comes
+    /// back.
+    pub(crate) fn rcv_ssthresh(&self) -> u32 {
+        let s = self.active.rcv_ssthresh;
+        let s = if s != 0 {
+            s
+        } else {
+            self.rcv.wnd.max(4 * u32::from(self.adv_mss))
+        };
+        s.min(self.full_window())
+    }
+
+    /// The `rcv_ssthresh` [`Tcb::free_window`] applies: under memory pressure, once less
+    /// than half the buffer is free, at most four segments (Linux
+    /// `tcp_adjust_rcv_ssthresh`: `min(rcv_ssthresh, 4U * tp->advmss)`).
+    fn rcv_ssthresh_now(&self, pressure: bool, free: u32, full: u32) -> u32 {
+        let s = self.rcv_ssthresh();
+        if pressure && free < full / 2 {
+            s.min(4 * u32::from(self.adv_mss))
+        } else {
+            s
+        }
+    }
+
+    /// Lower `rcv_ssthresh` under memory pressure (Linux `tcp_adjust_rcv_ssthresh`), as
+    /// [`Tcb::free_window`] reads it then. Only a connection holding its box keeps the
+    /// lowered value (one without keeps no `rcv_ssthresh`, and taking a box under memory
+    /// pressure would cost more than it saves): it grows again from there.
+    pub(crate) fn adjust_rcv_ssthresh(&mut self) {
+        let (free, full) = (self.free_space(), self.full_window());
+        if self.active.is_held() {
+            let s = self.rcv_ssthresh_now(true, free, full);
+            if s < self.rcv_ssthresh() {
+                self.active.rcv_ssthresh = s;
+            }
+        }
+    }
+
+    /// Data of `len` bytes was queued: let the window grow (Linux `tcp_grow_window`). The
+    /// room is what the buffer has free, at most the largest window, above
+    /// `rcv_ssthresh`; each segment adds twice the larger of its length and our MSS
+    /// ("incr = max_t(int, incr, 2 * skb->len)"). Linux first asks whether the segment's
+    /// memory (`truesize`, with the skb's overhead) would fit the window it stands for;
+    /// ustack's buffer costs a segment its length, so the test always passes. Under memory
+    /// pressure it is lowered instead ([`Tcb::adjust_rcv_ssthresh`]).
+    pub(crate) fn grow_window(&mut self, len: usize, pressure: bool) {
+        let s = self.rcv_ssthresh();
+        let room = self.free_space().min(self.full_window()).saturating_sub(s);
+        if room == 0 {
+            return;
+        }
+        if pressure {
+            // Linux: under pressure tcp_adjust_rcv_ssthresh, whatever the free space.
+            self.active.rcv_ssthresh = s.min(4 * u32::from(self.adv_mss));
+            return;
+        }
+        let incr = (2 * u32::from(self.adv_mss)).max(2 * len.min(1 << 20) as u32);
+        self.active.rcv_ssthresh = s + incr.min(room);
+    }
+
     /// The window the free space of the receive buffer allows now, before the rule that
     /// the right edge never moves left (Linux `__tcp_select_window`). Receiver silly
     /// window avoidance (RFC 9293 §3.8.6.2.2) as Linux does it: once less than half the
     /// buffer is free, the space is rounded down to the scale's unit and offered only if
-    /// it is at least one MSS and 1/16 of the buffer, else the window is zero; without
-    /// window scaling the offer is a multiple of the MSS, kept as it is while within one
-    /// MSS of the free space.
-    pub(crate) fn free_window(&self) -> u32 {
+    /// it is at least one MSS and 1/16 of the buffer, else the window is zero; then it is
+    /// at most `rcv_ssthresh` ([`Tcb::rcv_ssthresh`]; `pressure`: `tcp_mem` is under
+    /// pressure, see [`Tcb::adjust_rcv_ssthresh`]); without window scaling the offer is a
+    /// multiple of the MSS, kept as it is while within one MSS of the free space.
+    pub(crate) fn free_window(&self, pressure: bool) -> u32 {
         let full = self.full_window();
-        let used = self.rcvbuf.readable() + self.rcvbuf.ooo_bytes();
-        let mut free = (self.rcvbuf_limit as usize)
-            .saturating_sub(used)
-            .min(full as usize) as u32;
+        let mut free = self.free_space();
         // Linux uses rcv_mss, its estimate of the peer's segment size.
         let mss = u32::from(self.mss.min(self.adv_mss)).min(full).max(1);
         let unit = 1u32 << self.rcv_wscale;
+        let ssthresh = self.rcv_ssthresh_now(pressure, free, full);
         if free < full / 2 {
             free -= free % unit;
             if free < full / 16 || free < mss {
                 return 0;
             }
         }
+        free = free.min(ssthresh);
         if self.rcv_wscale > 0 {
             // "Advertise enough space so that it won't get scaled away."
             return free.next_multiple_of(unit);
