@@ -1340,7 +1340,10 @@ fn syn_without_a_route_back_counts_in_listen_drops() {
 fn bind_conflicts_with_listeners_connections_and_time_wait() {
     let mut t = SegTest::listening(80);
     for reuse in [false, true] {
-        assert!(t.stack.tcp_bind_conflict(80, reuse), "a listener, reuse {reuse}");
+        assert!(
+            t.stack.tcp_bind_conflict(80, reuse),
+            "a listener, reuse {reuse}"
+        );
         assert!(!t.stack.tcp_bind_conflict(81, reuse), "a free port");
     }
     let (h, _) = open(&mut t);
