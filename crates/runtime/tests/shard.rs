@@ -1090,13 +1090,15 @@ fn due_timers_wait_for_the_device_to_drain() {
 }
 
 /// Side A of a sim link with a receive ring in front: frames the test puts in `ring` are
-/// read first (a backlog the peer's frames wait behind), and with `endless` the ring
-/// never runs dry (a flood of frames the stack drops). `poll_at` says "now" while
+/// read first (a backlog the peer's frames wait behind), with `endless` the ring never
+/// runs dry (a flood of frames the stack drops), and `tx_space` says how much room it has. `poll_at` says "now" while
 /// anything is in it, as the shm port does.
 struct Backlog {
     port: SimPort,
     ring: VecDeque<Vec<u8>>,
     endless: bool,
+    /// What [`Device::tx_space`] says.
+    tx_space: Option<usize>,
 }
 
 impl Backlog {
@@ -1105,6 +1107,7 @@ impl Backlog {
             port,
             ring: VecDeque::new(),
             endless: false,
+            tx_space: None,
         }
     }
 }
@@ -1126,6 +1129,9 @@ impl Device for Backlog {
     }
     fn send(&mut self, now: Instant, frame: &[u8]) -> bool {
         self.port.send(now, frame)
+    }
+    fn tx_space(&mut self) -> Option<usize> {
+        self.tx_space
     }
     fn poll_at(&self) -> Option<Instant> {
         if self.endless || !self.ring.is_empty() {
@@ -1165,14 +1171,10 @@ fn rounds_until_idle<D: Device>(s: &mut Setup<D>, step: Duration, max: usize) ->
     panic!("still busy after {max} rounds");
 }
 
-/// The close of `ustack bench c1m`: the ACK that settles the shard's segment (here a
-/// reply carrying it) sits in the device's ring behind 300 frames when the segment's
-/// retransmission timer falls due. With a budget of 10 frames a round and 0.1 ms a round,
-/// reading up to it takes 31 rounds (3 ms, within [`MAX_TIMER_DEFER`]): the timer waits
-/// for them and never fires, so nothing is retransmitted (a bound of 10 rounds fired it,
-/// and the retransmission was spurious).
-#[test]
-fn a_retransmission_timer_waits_for_the_ack_in_the_ring() {
+/// A connection from the shard to the peer that has sent "ping" and whose reply ("pong",
+/// carrying the ACK) sits in the device's ring behind `backlog` frames; the clock at the
+/// moment the segment's retransmission timer falls due.
+fn ack_behind_backlog(backlog: usize) -> (Setup<Backlog>, ustack_stack::TcpHandle) {
     let mut s = backlog_setup();
     let listener = s.peer.tcp_listen(SocketAddrV4::new(B_IP, 80), 16).unwrap();
     let c = s
@@ -1193,7 +1195,7 @@ fn a_retransmission_timer_waits_for_the_ack_in_the_ring() {
     s.shard.stack_mut().tcp_send(s.now, c, b"ping").unwrap();
     let budget = s.shard.budget();
     assert_eq!(s.shard.poll_once(s.now, budget).tx, 1, "the segment");
-    // The peer reads it and replies; the reply (with the ACK) lands behind 300 frames.
+    // The peer reads it and replies; the reply (with the ACK) lands behind the backlog.
     let mut buf = [0u8; 1514];
     while let Some(n) = s.link.borrow_mut().recv(s.now, Side::B, &mut buf) {
         s.peer.receive(s.now, &buf[..n]);
@@ -1201,31 +1203,83 @@ fn a_retransmission_timer_waits_for_the_ack_in_the_ring() {
     assert_eq!(s.peer.tcp_recv(s.now, pc, &mut buf), Ok(4));
     s.peer.tcp_send(s.now, pc, b"pong").unwrap();
     let ring = &mut s.shard.device_mut().ring;
-    ring.extend(std::iter::repeat_n(ANSWER.to_vec(), 300));
+    ring.extend(std::iter::repeat_n(ANSWER.to_vec(), backlog));
     while let Some(f) = s.peer.poll_transmit(s.now) {
         s.shard.device_mut().ring.push_back(f);
     }
-    s.shard
-        .stack_mut()
-        .set_sysctl("net.core.netdev_budget", 10)
-        .unwrap();
     let due = s.shard.stack().poll_timeout().expect("the timer is armed");
     assert!(due > s.now);
     s.now = due;
-    let before = *s.shard.stats();
-    rounds_until_idle(&mut s, Duration::from_micros(100), 100);
+    (s, c)
+}
+
+/// The ACK was read before the timer fired: nothing retransmitted, "pong" received, no
+/// timer left due.
+fn assert_no_timeout(s: &mut Setup<Backlog>, c: ustack_stack::TcpHandle) {
     assert!(s.shard.device().ring.is_empty(), "the ring drained");
+    let mib = s.shard.stack().mib();
     assert_eq!(
-        s.shard.stack().mib().get(Counter::TcpRetransSegs),
-        0,
+        (
+            mib.get(Counter::TcpExtTCPTimeouts),
+            mib.get(Counter::TcpRetransSegs)
+        ),
+        (0, 0),
         "the timer did not fire: the ACK was read first"
     );
-    assert_eq!(s.shard.stats().timer_defers - before.timer_defers, 30);
+    let mut buf = [0u8; 8];
     assert_eq!(s.shard.stack_mut().tcp_recv(s.now, c, &mut buf), Ok(4));
     assert!(
         s.shard.stack().poll_timeout().is_none_or(|t| t > s.now),
         "no retransmission timer left due"
     );
+}
+
+/// The close of `ustack bench c1m`: the ACK that settles the shard's segment (here a
+/// reply carrying it) sits in the device's ring behind 300 frames when the segment's
+/// retransmission timer falls due. With a budget of 10 frames a round and 0.1 ms a round,
+/// reading up to it takes 31 rounds (3 ms, within [`MAX_TIMER_DEFER`]): the timer waits
+/// for them and never fires, so nothing is retransmitted (a bound of 10 rounds fired it,
+/// and the retransmission was spurious).
+#[test]
+fn a_retransmission_timer_waits_for_the_ack_in_the_ring() {
+    let (mut s, c) = ack_behind_backlog(300);
+    s.shard
+        .stack_mut()
+        .set_sysctl("net.core.netdev_budget", 10)
+        .unwrap();
+    let before = *s.shard.stats();
+    rounds_until_idle(&mut s, Duration::from_micros(100), 100);
+    assert_no_timeout(&mut s, c);
+    assert_eq!(s.shard.stats().timer_defers - before.timer_defers, 30);
+}
+
+/// A receive that stops because the transmit queue has no room for replies (the device's
+/// transmit ring is full: the peer has not returned its slots) leaves the ACK unread as
+/// surely as a spent budget: the due timer waits for it too (the device says frames are
+/// ready, `poll_at`), and when the peer frees the ring 5 ms later the ACK is read first.
+#[test]
+fn a_retransmission_timer_waits_while_receive_waits_for_transmit_room() {
+    let (mut s, c) = ack_behind_backlog(0);
+    // Four datagrams fill a transmit queue of 4 while the device takes nothing.
+    s.shard.device_mut().tx_space = Some(0);
+    let stack = s.shard.stack_mut();
+    stack.set_sysctl("net.core.txqueuelen", 4).unwrap();
+    let u = stack.udp_bind(SocketAddrV4::new(A_IP, 0)).unwrap();
+    for _ in 0..4 {
+        stack
+            .udp_send_to(s.now, u, b"d", SocketAddrV4::new(B_IP, 9))
+            .unwrap();
+    }
+    assert_eq!(s.shard.stack().tx_room(), 0);
+    for _ in 0..5 {
+        let budget = s.shard.budget();
+        let r = s.shard.poll_once(s.now, budget);
+        assert_eq!((r.rx, r.tx, r.timers, r.work_left), (0, 0, false, true));
+        s.now += Duration::from_millis(1);
+    }
+    s.shard.device_mut().tx_space = None;
+    rounds_until_idle(&mut s, Duration::from_micros(100), 100);
+    assert_no_timeout(&mut s, c);
 }
 
 /// The bound: a device that never runs dry does not hold due timers longer than
