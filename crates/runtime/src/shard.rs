@@ -28,8 +28,8 @@
 //!    receive again within what is left of the budget (ACKs that came in while step 3
 //!    transmitted), then run [`Stack::handle_timeout`] and transmit what it produced;
 //!    unless frames are still waiting on the device (the receive ran out of budget, or
-//!    stopped for want of transmit room, or the device reports more ready,
-//!    [`Device::poll_at`]): then the timers wait for a round that drains the device, for
+//!    the device reports more ready, [`Device::poll_at`], and the transmit queue has room
+//!    to receive them): then the timers wait for a round that drains the device, for
 //!    at most [`MAX_TIMER_DEFER`] (20 ms) from the first round that deferred them (see
 //!    *Timers after receive* below).
 //!
@@ -94,9 +94,9 @@
 //!   that came in while the round transmitted.
 //! - **Defer timers while frames wait.** A retransmission timer must not fire while the
 //!   ACK that cancels it sits unread in the device's receive ring. A round that still
-//!   leaves frames on the device (its receive budget ran out, its receive stopped because
-//!   the transmit queue had no room for replies, or the device reports frames ready at
-//!   `now`, [`Device::poll_at`]: one index load on the shm port) leaves its due timers to
+//!   leaves frames on the device (its receive budget ran out, or the device reports
+//!   frames ready at `now`, [`Device::poll_at`]: one index load on the shm port) leaves
+//!   its due timers to
 //!   a round that drains the device, and counts [`ShardStats::timer_defers`]; the caller
 //!   polls again at once (`work_left`). Linux gets the same by processing every ACK in
 //!   softirq as it arrives, and NAPI keeps polling while packets are pending. The
@@ -108,6 +108,13 @@
 //!   its CPU for longer than an RTO and comes back to a full ring: it reads the ring
 //!   before its timers fire). A clock that stands still is caught by a bound in rounds,
 //!   [`MAX_TIMER_DEFER_ROUNDS`].
+//!
+//!   Not while the receive stopped because the transmit queue has no room for replies
+//!   (the device's transmit ring is full): no round could read them until the peer frees
+//!   slots, so deferring would only spin the loop (`work_left`) and take the CPU the peer
+//!   needs to free them. Tried: in `ustack bench c1m --conns 30000 --server ustack`
+//!   (release, load 6.5-8) the server's spurious RTOs went from 40-752 (mean 399, 6 runs)
+//!   to 551-1,575 (mean 1,037, runs alternated).
 //!
 //!   What this does not cover: an ACK that has not reached the ring. In
 //!   `ustack bench c1m --conns 30000 --server ustack` (debug build) the server's spurious
@@ -404,11 +411,14 @@ impl<D: Device> Shard<D> {
         if result.work_left {
             self.stats.time_squeeze += 1;
         }
-        // Frames wait on the device (the budget ran out, or the receive stopped for want
-        // of transmit room, or they came in since): they may be the ACKs that settle what
-        // the timers would retransmit. The timers wait for a round that drains them,
-        // within a bound in time (module docs, *Timers after receive*).
-        if due && (result.work_left || self.device.poll_at().is_some_and(|at| at <= now)) {
+        // Frames wait on the device (the budget ran out, or they came in since and there
+        // is room to receive them): they may be the ACKs that settle what the timers
+        // would retransmit. The timers wait for a round that drains them, within a bound
+        // in time (module docs, *Timers after receive*).
+        if due
+            && (result.work_left
+                || (self.stack.tx_room() > 0 && self.device.poll_at().is_some_and(|at| at <= now)))
+        {
             let since = *self.defer_since.get_or_insert(now);
             if now - since < MAX_TIMER_DEFER && self.deferred < MAX_TIMER_DEFER_ROUNDS {
                 self.deferred += 1;
