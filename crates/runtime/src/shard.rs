@@ -27,9 +27,11 @@
 //! 4. **timers**: if the stack's next deadline ([`Stack::poll_timeout`]) has come, first
 //!    receive again within what is left of the budget (ACKs that came in while step 3
 //!    transmitted), then run [`Stack::handle_timeout`] and transmit what it produced;
-//!    unless the receive ran out of budget with frames possibly left on the device: then
-//!    the timers wait for a round that drains the device, for at most [`MAX_TIMER_DEFER`]
-//!    rounds in a row (see *Timers after receive* below).
+//!    unless frames are still waiting on the device (the receive ran out of budget, or
+//!    the device reports more ready, [`Device::poll_at`], and the transmit queue has room
+//!    to receive them): then the timers wait for a round that drains the device, for
+//!    at most [`MAX_TIMER_DEFER`] (20 ms) from the first round that deferred them (see
+//!    *Timers after receive* below).
 //!
 //! Between rounds the caller sleeps until [`Shard::next_wakeup`] (or, for a real device,
 //! until it is readable), or jumps a virtual clock there.
@@ -90,14 +92,36 @@
 //!   was queued.
 //! - **Receive before timers.** Due timers run only after one more receive, for the ACKs
 //!   that came in while the round transmitted.
-//! - **Defer timers while the budget is out.** A round cut short by its receive budget
-//!   leaves its due timers to a round that drains the device, and counts
-//!   [`ShardStats::timer_defers`]; the caller polls again at once (`work_left`). The
-//!   deferral is bounded: after [`MAX_TIMER_DEFER`] deferring rounds in a row the timers
-//!   run anyway, so a flood that never lets the device drain delays them by at most that
-//!   many rounds (`MAX_TIMER_DEFER` × `netdev_budget_usecs`, 20 ms at the defaults), as
-//!   Linux's `__do_softirq` restarts pending softirqs at most `MAX_SOFTIRQ_RESTART` (10)
-//!   times before leaving them to ksoftirqd.
+//! - **Defer timers while frames wait.** A retransmission timer must not fire while the
+//!   ACK that cancels it sits unread in the device's receive ring. A round that still
+//!   leaves frames on the device (its receive budget ran out, or the device reports
+//!   frames ready at `now`, [`Device::poll_at`]: one index load on the shm port) leaves
+//!   its due timers to
+//!   a round that drains the device, and counts [`ShardStats::timer_defers`]; the caller
+//!   polls again at once (`work_left`). Linux gets the same by processing every ACK in
+//!   softirq as it arrives, and NAPI keeps polling while packets are pending. The
+//!   deferral is bounded in time, not in rounds: from the first round that deferred them,
+//!   the timers wait at most [`MAX_TIMER_DEFER`] (20 ms, the ten 2 ms rounds Linux's
+//!   `__do_softirq` runs before leaving the rest to ksoftirqd, `MAX_SOFTIRQ_RESTART`),
+//!   measured on the rounds' `now`, so a flood that never lets the device drain delays
+//!   them by that much however slow the rounds are (a debug build, a process that lost
+//!   its CPU for longer than an RTO and comes back to a full ring: it reads the ring
+//!   before its timers fire). A clock that stands still is caught by a bound in rounds,
+//!   [`MAX_TIMER_DEFER_ROUNDS`].
+//!
+//!   Not while the receive stopped because the transmit queue has no room for replies
+//!   (the device's transmit ring is full): no round could read them until the peer frees
+//!   slots, so deferring would only spin the loop (`work_left`) and take the CPU the peer
+//!   needs to free them. Tried: in `ustack bench c1m --conns 30000 --server ustack`
+//!   (release, load 6.5-8) the server's spurious RTOs went from 40-752 (mean 399, 6 runs)
+//!   to 551-1,575 (mean 1,037, runs alternated).
+//!
+//!   What this does not cover: an ACK that has not reached the ring. In
+//!   `ustack bench c1m --conns 30000 --server ustack` (debug build) the server's spurious
+//!   RTOs (all undone, `TCPLossUndo`) are its FINs in LAST-ACK, first expiry, RTO 250-300
+//!   ms over an SRTT of 50-95 ms; logged at every one of them, the server's ring was
+//!   empty and neither loop had stalled for 50 ms: the ACKs were late at the client, which
+//!   works through the burst of 1,000 FINs a close window draws.
 //!
 //! Measured against `ustack serve http` over TUN, 50 kernel clients fetching a 100 KB file
 //! 20 times each (debug build, 2 cores shared with other work; the kernel's default queue
@@ -232,9 +256,18 @@ pub struct ShardStats {
     pub timer_defers: u64,
 }
 
-/// The most rounds in a row that may defer due stack timers because their receive budget
-/// ran out (Linux's `MAX_SOFTIRQ_RESTART`, 10): the round after runs them regardless.
-pub const MAX_TIMER_DEFER: u32 = 10;
+/// How long due stack timers may wait for the device to drain, from the first round that
+/// deferred them: the round after runs them regardless, frames waiting or not. It is
+/// measured on the `now` the rounds are given, so it holds however many rounds that time
+/// takes (a debug build, a process that lost its CPU). 20 ms: the ten rounds of
+/// `netdev_budget_usecs` (2 ms) that Linux's `__do_softirq` runs before it leaves the rest
+/// to ksoftirqd (`MAX_SOFTIRQ_RESTART`, 10), and a tenth of the smallest RTO (200 ms).
+pub const MAX_TIMER_DEFER: Duration = Duration::from_millis(20);
+
+/// The most rounds in a row that may defer due stack timers, whatever the time: a loop
+/// whose `now` stands still (a virtual clock) against a device that never runs dry still
+/// runs its timers.
+pub const MAX_TIMER_DEFER_ROUNDS: u32 = 1000;
 
 /// Most frames handed to the device in one [`Device::send_batch`] call (Linux's NAPI
 /// weight, `dev_weight`, is the same 64).
@@ -267,6 +300,8 @@ pub struct Shard<D: Device> {
     stats: ShardStats,
     /// Rounds in a row that deferred due timers (reset when the timers run).
     deferred: u32,
+    /// When the rounds deferring due timers began (`None` when the timers last ran).
+    defer_since: Option<Instant>,
     /// The stack's next deadline ([`Stack::poll_timeout`]) as of the last time it was
     /// asked, or `None` once the stack may have changed since: every `&mut` access
     /// ([`stack_mut`](Self::stack_mut), a round's receive, transmit and timers) clears it.
@@ -288,6 +323,7 @@ impl<D: Device> Shard<D> {
             tx_batch: Vec::with_capacity(TX_BATCH),
             stats: ShardStats::default(),
             deferred: 0,
+            defer_since: None,
             deadline: Cell::new(None),
         }
     }
@@ -375,14 +411,23 @@ impl<D: Device> Shard<D> {
         if result.work_left {
             self.stats.time_squeeze += 1;
         }
-        // The budget ran out with frames maybe left that answer what the timers would
-        // retransmit: the timers wait for the round that drains them, within a bound.
-        if due && result.work_left && self.deferred < MAX_TIMER_DEFER {
-            self.deferred += 1;
-            self.stats.timer_defers += 1;
-            result.work_left |= tx_left;
-            return self.finish(result);
+        // Frames wait on the device (the budget ran out, or they came in since and there
+        // is room to receive them): they may be the ACKs that settle what the timers
+        // would retransmit. The timers wait for a round that drains them, within a bound
+        // in time (module docs, *Timers after receive*).
+        if due
+            && (result.work_left
+                || (self.stack.tx_room() > 0 && self.device.poll_at().is_some_and(|at| at <= now)))
+        {
+            let since = *self.defer_since.get_or_insert(now);
+            if now - since < MAX_TIMER_DEFER && self.deferred < MAX_TIMER_DEFER_ROUNDS {
+                self.deferred += 1;
+                self.stats.timer_defers += 1;
+                result.work_left = true;
+                return self.finish(result);
+            }
         }
+        self.defer_since = None;
         self.deferred = 0;
         if due {
             self.deadline.set(None);

@@ -16,7 +16,9 @@ use ustack_dev::{Device, DeviceCaps, Medium};
 use ustack_obs::{Counter, DropReason};
 use ustack_runtime::rss::{Rss, RssKey};
 use ustack_runtime::runtime::{SimPort, sim_pair};
-use ustack_runtime::shard::{Budget, MAX_TIMER_DEFER, Shard, TX_BATCH, TX_QUOTA};
+use ustack_runtime::shard::{
+    Budget, MAX_TIMER_DEFER, MAX_TIMER_DEFER_ROUNDS, Shard, TX_BATCH, TX_QUOTA,
+};
 use ustack_stack::tcp::State;
 use ustack_stack::{Config, EthernetAddress, Instant, Ipv4Cidr, Stack};
 
@@ -265,7 +267,7 @@ fn zero_budget_usecs_means_one_frame_per_round() {
 }
 
 /// Frames that reached side B (the peer is not listening), with the time they arrived.
-fn drain_side_b(s: &Setup, seen: &mut Vec<(Instant, Vec<u8>)>) {
+fn drain_side_b<D: Device>(s: &Setup<D>, seen: &mut Vec<(Instant, Vec<u8>)>) {
     let mut buf = [0u8; 1514];
     while let Some(n) = s.link.borrow_mut().recv(s.now, Side::B, &mut buf) {
         seen.push((s.now, buf[..n].to_vec()));
@@ -1042,12 +1044,13 @@ fn the_device_is_read_between_transmit_quotas() {
     assert_peer_received_in_order(&mut s, rx, n);
 }
 
-/// Due timers wait while the receive budget runs out (frames may be waiting that answer
-/// them), for at most [`MAX_TIMER_DEFER`] rounds in a row: with a budget of 10 frames and
-/// 195 waiting, the ARP retransmission due at 1 s is deferred by 10 rounds and sent by the
-/// 11th, though frames are still waiting.
+/// Due timers wait while frames wait on the device (they may answer what the timers
+/// would retransmit), until a round drains it: with a budget of 10 frames and 195
+/// waiting, on a clock that stands still, the ARP retransmission due at 1 s waits 19
+/// rounds (no time passes, so the bound in time is not reached) and goes out in the 20th,
+/// which reads the last 5 frames.
 #[test]
-fn due_timers_wait_for_the_device_to_drain_within_a_bound() {
+fn due_timers_wait_for_the_device_to_drain() {
     let mut s = Setup::new();
     s.warm_up();
     // A datagram to an address nobody answers: an ARP request now, again at 1 s.
@@ -1073,15 +1076,9 @@ fn due_timers_wait_for_the_device_to_drain_within_a_bound() {
             break;
         }
     }
-    let deferred = MAX_TIMER_DEFER as usize;
-    assert_eq!(rounds[..deferred], vec![(10, false, true); deferred][..]);
-    assert_eq!(rounds[deferred], (10, true, true), "the bound: timers run");
-    assert!(rounds[deferred + 1..].iter().all(|&(_, timers, _)| !timers));
-    assert_eq!(rounds.len(), 20);
-    assert_eq!(
-        s.shard.stats().timer_defers - before.timer_defers,
-        MAX_TIMER_DEFER as u64
-    );
+    assert_eq!(rounds[..19], vec![(10, false, true); 19][..]);
+    assert_eq!(rounds[19..], [(5, true, false)], "drained: the timers run");
+    assert_eq!(s.shard.stats().timer_defers - before.timer_defers, 19);
     let mut seen = Vec::new();
     drain_side_b(&s, &mut seen);
     let arp = seen
@@ -1090,6 +1087,232 @@ fn due_timers_wait_for_the_device_to_drain_within_a_bound() {
         .count();
     assert_eq!(arp, 1, "the ARP retransmission");
     assert_all_received(&mut s, sock, 195);
+}
+
+/// Side A of a sim link with a receive ring in front: frames the test puts in `ring` are
+/// read first (a backlog the peer's frames wait behind), with `endless` the ring never
+/// runs dry (a flood of frames the stack drops), and with `stutter` every second read
+/// finds nothing. `poll_at` says "now" while
+/// anything is in it, as the shm port does.
+struct Backlog {
+    port: SimPort,
+    ring: VecDeque<Vec<u8>>,
+    endless: bool,
+    /// `Some`: every second read of the ring finds nothing (flips each read).
+    stutter: Option<bool>,
+}
+
+impl Backlog {
+    fn new(port: SimPort) -> Backlog {
+        Backlog {
+            port,
+            ring: VecDeque::new(),
+            endless: false,
+            stutter: None,
+        }
+    }
+}
+
+impl Device for Backlog {
+    fn caps(&self) -> DeviceCaps {
+        self.port.caps()
+    }
+    fn recv(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
+        if let Some(skip) = self.stutter.as_mut() {
+            *skip = !*skip;
+            if *skip && !self.ring.is_empty() {
+                return None;
+            }
+        }
+        if let Some(f) = self.ring.pop_front() {
+            buf[..f.len()].copy_from_slice(&f);
+            return Some(f.len());
+        }
+        if self.endless {
+            buf[..ANSWER.len()].copy_from_slice(&ANSWER);
+            return Some(ANSWER.len());
+        }
+        self.port.recv(now, buf)
+    }
+    fn send(&mut self, now: Instant, frame: &[u8]) -> bool {
+        self.port.send(now, frame)
+    }
+    fn poll_at(&self) -> Option<Instant> {
+        if self.endless || !self.ring.is_empty() {
+            return Some(Instant::ZERO);
+        }
+        self.port.poll_at()
+    }
+}
+
+fn backlog_setup() -> Setup<Backlog> {
+    let (port, b) = sim_pair(SimLinkConfig::default());
+    let mut s = Setup {
+        shard: Shard::new(0, eth_stack(1, 1), Backlog::new(port)),
+        peer: eth_stack(2, 2),
+        link: b.link().clone(),
+        now: Instant::ZERO,
+    };
+    s.warm_up();
+    s
+}
+
+/// Rounds at `now`, `now + step`, ... until one leaves no work (at most `max`): the
+/// rounds whose timers ran, by number.
+fn rounds_until_idle<D: Device>(s: &mut Setup<D>, step: Duration, max: usize) -> Vec<usize> {
+    let mut timers = Vec::new();
+    for i in 0..max {
+        let budget = s.shard.budget();
+        let r = s.shard.poll_once(s.now, budget);
+        if r.timers {
+            timers.push(i);
+        }
+        if !r.work_left {
+            return timers;
+        }
+        s.now += step;
+    }
+    panic!("still busy after {max} rounds");
+}
+
+/// A connection from the shard to the peer that has sent "ping" and whose reply ("pong",
+/// carrying the ACK) sits in the device's ring behind `backlog` frames; the clock at the
+/// moment the segment's retransmission timer falls due.
+fn ack_behind_backlog(backlog: usize) -> (Setup<Backlog>, ustack_stack::TcpHandle) {
+    let mut s = backlog_setup();
+    let listener = s.peer.tcp_listen(SocketAddrV4::new(B_IP, 80), 16).unwrap();
+    let c = s
+        .shard
+        .stack_mut()
+        .tcp_connect(s.now, SocketAddrV4::new(B_IP, 80))
+        .unwrap();
+    for _ in 0..20 {
+        let budget = s.shard.budget();
+        s.shard.poll_once(s.now, budget);
+        s.pump_peer();
+        s.now += Duration::from_millis(1);
+    }
+    let budget = s.shard.budget();
+    s.shard.poll_once(s.now, budget);
+    assert_eq!(s.shard.stack().tcp_state(c), Ok(State::Established));
+    let (pc, _) = s.peer.tcp_accept(listener).unwrap();
+    s.shard.stack_mut().tcp_send(s.now, c, b"ping").unwrap();
+    let budget = s.shard.budget();
+    assert_eq!(s.shard.poll_once(s.now, budget).tx, 1, "the segment");
+    // The peer reads it and replies; the reply (with the ACK) lands behind the backlog.
+    let mut buf = [0u8; 1514];
+    while let Some(n) = s.link.borrow_mut().recv(s.now, Side::B, &mut buf) {
+        s.peer.receive(s.now, &buf[..n]);
+    }
+    assert_eq!(s.peer.tcp_recv(s.now, pc, &mut buf), Ok(4));
+    s.peer.tcp_send(s.now, pc, b"pong").unwrap();
+    let ring = &mut s.shard.device_mut().ring;
+    ring.extend(std::iter::repeat_n(ANSWER.to_vec(), backlog));
+    while let Some(f) = s.peer.poll_transmit(s.now) {
+        s.shard.device_mut().ring.push_back(f);
+    }
+    let due = s.shard.stack().poll_timeout().expect("the timer is armed");
+    assert!(due > s.now);
+    s.now = due;
+    (s, c)
+}
+
+/// The ACK was read before the timer fired: nothing retransmitted, "pong" received, no
+/// timer left due.
+fn assert_no_timeout(s: &mut Setup<Backlog>, c: ustack_stack::TcpHandle) {
+    assert!(s.shard.device().ring.is_empty(), "the ring drained");
+    let mib = s.shard.stack().mib();
+    assert_eq!(
+        (
+            mib.get(Counter::TcpExtTCPTimeouts),
+            mib.get(Counter::TcpRetransSegs)
+        ),
+        (0, 0),
+        "the timer did not fire: the ACK was read first"
+    );
+    let mut buf = [0u8; 8];
+    assert_eq!(s.shard.stack_mut().tcp_recv(s.now, c, &mut buf), Ok(4));
+    assert!(
+        s.shard.stack().poll_timeout().is_none_or(|t| t > s.now),
+        "no retransmission timer left due"
+    );
+}
+
+/// The close of `ustack bench c1m`: the ACK that settles the shard's segment (here a
+/// reply carrying it) sits in the device's ring behind 300 frames when the segment's
+/// retransmission timer falls due. With a budget of 10 frames a round and 0.1 ms a round,
+/// reading up to it takes 31 rounds (3 ms, within [`MAX_TIMER_DEFER`]): the timer waits
+/// for them and never fires, so nothing is retransmitted (a bound of 10 rounds fired it,
+/// and the retransmission was spurious).
+#[test]
+fn a_retransmission_timer_waits_for_the_ack_in_the_ring() {
+    let (mut s, c) = ack_behind_backlog(300);
+    s.shard
+        .stack_mut()
+        .set_sysctl("net.core.netdev_budget", 10)
+        .unwrap();
+    let before = *s.shard.stats();
+    rounds_until_idle(&mut s, Duration::from_micros(100), 100);
+    assert_no_timeout(&mut s, c);
+    assert_eq!(s.shard.stats().timer_defers - before.timer_defers, 30);
+}
+
+/// Frames that land while the round runs: the device finds none on every second call
+/// (as a ring read just before the peer published more), so every receive stops early,
+/// inside its budget, with frames left. The due timer waits on what the device reports
+/// (`poll_at`: frames ready) and the ACK behind 20 frames is read first.
+#[test]
+fn a_retransmission_timer_waits_for_frames_the_device_reports_ready() {
+    let (mut s, c) = ack_behind_backlog(20);
+    s.shard.device_mut().stutter = Some(false);
+    let before = *s.shard.stats();
+    rounds_until_idle(&mut s, Duration::from_micros(100), 100);
+    assert_no_timeout(&mut s, c);
+    assert!(s.shard.stats().timer_defers > before.timer_defers);
+}
+
+/// The bound: a device that never runs dry does not hold due timers longer than
+/// [`MAX_TIMER_DEFER`] from the first round that deferred them, on the rounds' clock
+/// (1 ms a round here: the ARP retransmission due at 1 s goes out in the round at
+/// 1.020 s), nor, on a clock that stands still, for more than [`MAX_TIMER_DEFER_ROUNDS`]
+/// rounds.
+#[test]
+fn a_device_that_never_runs_dry_holds_timers_at_most_the_bound() {
+    for (step, deferred) in [
+        (Duration::from_millis(1), 20),
+        (Duration::ZERO, MAX_TIMER_DEFER_ROUNDS as usize),
+    ] {
+        let mut s = backlog_setup();
+        s.datagram_to_nobody();
+        let budget = s.shard.budget();
+        s.shard.poll_once(s.now, budget);
+        let mut seen = Vec::new();
+        drain_side_b(&s, &mut seen);
+        s.shard
+            .stack_mut()
+            .set_sysctl("net.core.netdev_budget", 10)
+            .unwrap();
+        s.shard.device_mut().endless = true;
+        s.now = Instant::from_secs(1);
+        assert_eq!(s.shard.stack().poll_timeout(), Some(s.now));
+        let mut timers = Vec::new();
+        for i in 0..=deferred {
+            let budget = s.shard.budget();
+            let r = s.shard.poll_once(s.now, budget);
+            assert!(r.work_left, "the device never runs dry");
+            if r.timers {
+                timers.push(i);
+                break;
+            }
+            s.now += step;
+        }
+        assert_eq!(timers, [deferred], "the timers run at the bound");
+        assert!(s.now - Instant::from_secs(1) <= MAX_TIMER_DEFER);
+        let mut seen = Vec::new();
+        drain_side_b(&s, &mut seen);
+        let arp = seen.iter().filter(|(_, f)| f[12..14] == [0x08, 0x06]);
+        assert_eq!(arp.count(), 1, "the ARP retransmission");
+    }
 }
 
 /// Side A of a sim link whose frames show up one receive call late: the first call after
