@@ -15,19 +15,10 @@ use ustack_runtime::api::UdpSocket;
 use ustack_runtime::runtime::RuntimeBuilder;
 use ustack_stack::AddrState;
 use ustack_testkit::netns::{TUN_NAME, TunRig, USTACK_IP, python_argv, root_or_skip, tool_or_skip};
+use ustack_testkit::snmp6;
 
 const KERNEL6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 5, 0, 0, 0, 0, 1);
 const USTACK6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 5, 0, 0, 0, 0, 2);
-
-/// A `/proc/net/snmp6` counter.
-fn snmp6(text: &str, name: &str) -> u64 {
-    text.lines()
-        .find_map(|l| {
-            let mut it = l.split_whitespace();
-            (it.next() == Some(name)).then(|| it.next()?.parse().ok())?
-        })
-        .unwrap_or_else(|| panic!("no {name} in {text}"))
-}
 
 /// A TUN rig whose kernel end has IPv6 on and `KERNEL6`.
 fn rig6() -> TunRig {

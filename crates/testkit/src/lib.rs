@@ -266,3 +266,14 @@ pub fn pattern(n: usize, salt: u64) -> Vec<u8> {
         })
         .collect()
 }
+
+/// The value of counter `name` in `name value` lines (`/proc/net/snmp6`, `ustack stat
+/// --snmp6`); panics, showing the text, when it is not there.
+pub fn snmp6(text: &str, name: &str) -> u64 {
+    text.lines()
+        .find_map(|l| {
+            let mut it = l.split_whitespace();
+            (it.next() == Some(name)).then(|| it.next()?.parse().ok())?
+        })
+        .unwrap_or_else(|| panic!("no {name} in {text}"))
+}

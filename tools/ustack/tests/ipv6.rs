@@ -8,19 +8,10 @@
 use core::time::Duration;
 
 use ustack_testkit::netns::{NetNs, ServeOverTun, TUN_NAME, root_or_skip};
+use ustack_testkit::snmp6;
 
 const KERNEL6: &str = "2001:db8:5::1";
 const USTACK6: &str = "2001:db8:5::2";
-
-/// `name value` lines (`/proc/net/snmp6`, `ustack stat --snmp6`) as a lookup.
-fn snmp6(text: &str, name: &str) -> u64 {
-    text.lines()
-        .find_map(|l| {
-            let mut it = l.split_whitespace();
-            (it.next() == Some(name)).then(|| it.next()?.parse().ok())?
-        })
-        .unwrap_or_else(|| panic!("no {name} in {text}"))
-}
 
 /// Three echoes of `size` bytes from the kernel; on a loss, the failure shows ustack's
 /// counters too.
