@@ -316,14 +316,16 @@ fn fifteen_thousand_kernel_connections_held_then_each_used_once() {
         "the server's RSS grew {rss_per_conn} bytes per connection (the record is {record})"
     );
     // RSS against the accounting: at least 3/4 of it (the slab's and tables' tails are
-    // counted but not yet touched), and at most 3 MiB beyond it in all. That fixed part
-    // is what no connection owns: the capture's queue, tables' earlier generations that
-    // malloc keeps resident, the shards' arenas (2.2 to 2.4 MB measured: 579 against 431
-    // and 454 against 293 bytes per connection). It does not grow with the connections:
-    // an unaccounted 40 bytes per connection (600 KB here) breaks it; at a million the
-    // two agree within 8% (docs/c1m.md).
+    // counted but not yet touched), and at most 4 MiB beyond it in all. That fixed part
+    // is what no connection owns: the capture's queue of copied frames (up to
+    // `TAP_QUEUE` between two 10 ms drains, so larger when the capture client is slow),
+    // tables' earlier generations that malloc keeps resident, the shards' arenas: 2.2 to
+    // 2.4 MB on a quiet machine (579 against 431 and 454 against 293 bytes per
+    // connection), 3.2 MB in a CI run with other tests beside it (508 against 294). It
+    // does not grow with the connections: an unaccounted 128 bytes per connection
+    // (1.9 MB here) breaks it; at a million the two agree within 8% (docs/c1m.md).
     assert!(
-        rss_growth * 4 >= total_bytes * 3 && rss_growth <= total_bytes + (3 << 20),
+        rss_growth * 4 >= total_bytes * 3 && rss_growth <= total_bytes + (4 << 20),
         "RSS grew {rss_growth} bytes against the accounting's {total_bytes} ({rss_per_conn} \
          against {per_conn} per connection)"
     );
