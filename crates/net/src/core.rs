@@ -341,6 +341,30 @@ enum ApiSock {
     Udp(api::UdpSocket),
 }
 
+impl ApiSock {
+    fn listener(&self) -> Option<&api::TcpListener> {
+        if let ApiSock::Listener(s) = self {
+            Some(s)
+        } else {
+            None
+        }
+    }
+    fn stream(&self) -> Option<&api::TcpStream> {
+        if let ApiSock::Stream(s) = self {
+            Some(s)
+        } else {
+            None
+        }
+    }
+    fn udp(&self) -> Option<&api::UdpSocket> {
+        if let ApiSock::Udp(s) = self {
+            Some(s)
+        } else {
+            None
+        }
+    }
+}
+
 impl Source for ApiSock {
     fn key(&self) -> SocketKey {
         match self {
@@ -443,15 +467,24 @@ impl Ctx<'_> {
         self.socks.get(&id).ok_or_else(|| errno(EBADF))
     }
 
+    /// Run `f` on socket `id` as the kind `pick` takes (`EBADF` if there is no such
+    /// socket, `ENOTSOCK` if it is another kind), with the loop's runtime.
+    fn with_sock<S, T>(
+        &mut self,
+        id: u64,
+        pick: impl FnOnce(&ApiSock) -> Option<&S>,
+        f: impl FnOnce(&S, &mut LoopRuntime) -> io::Result<T>,
+    ) -> io::Result<T> {
+        let local = self.socks.get(&id).ok_or_else(|| errno(EBADF))?;
+        f(pick(&local.sock).ok_or_else(|| errno(ENOTSOCK))?, self.rt)
+    }
+
     fn with_stream<T>(
         &mut self,
         id: u64,
         f: impl FnOnce(&api::TcpStream, &mut LoopRuntime) -> io::Result<T>,
     ) -> io::Result<T> {
-        match &self.socks.get(&id).ok_or_else(|| errno(EBADF))?.sock {
-            ApiSock::Stream(s) => f(s, self.rt),
-            _ => Err(errno(ENOTSOCK)),
-        }
+        self.with_sock(id, ApiSock::stream, f)
     }
 
     fn with_listener<T>(
@@ -459,10 +492,7 @@ impl Ctx<'_> {
         id: u64,
         f: impl FnOnce(&api::TcpListener, &mut LoopRuntime) -> io::Result<T>,
     ) -> io::Result<T> {
-        match &self.socks.get(&id).ok_or_else(|| errno(EBADF))?.sock {
-            ApiSock::Listener(s) => f(s, self.rt),
-            _ => Err(errno(ENOTSOCK)),
-        }
+        self.with_sock(id, ApiSock::listener, f)
     }
 
     fn with_udp<T>(
@@ -470,10 +500,7 @@ impl Ctx<'_> {
         id: u64,
         f: impl FnOnce(&api::UdpSocket, &mut LoopRuntime) -> io::Result<T>,
     ) -> io::Result<T> {
-        match &self.socks.get(&id).ok_or_else(|| errno(EBADF))?.sock {
-            ApiSock::Udp(s) => f(s, self.rt),
-            _ => Err(errno(ENOTSOCK)),
-        }
+        self.with_sock(id, ApiSock::udp, f)
     }
 
     /// Publish socket `id`'s readiness after a call on it (no wake-up: a call makes a
