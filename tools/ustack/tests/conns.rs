@@ -322,8 +322,10 @@ fn fifteen_thousand_kernel_connections_held_then_each_used_once() {
     // tables' earlier generations that malloc keeps resident, the shards' arenas: 2.2 to
     // 2.4 MB on a quiet machine (579 against 431 and 454 against 293 bytes per
     // connection), 3.2 MB in a CI run with other tests beside it (508 against 294). It
-    // does not grow with the connections: an unaccounted 128 bytes per connection
-    // (1.9 MB here) breaks it; at a million the two agree within 8% (docs/c1m.md).
+    // does not grow with the connections: an unaccounted 192 bytes per connection
+    // (2.9 MB here) breaks it (seen twice with `tcb` counted 192 bytes short; 128 bytes
+    // short passed once: the fixed part varies by 1 MB); at a million the two agree
+    // within 8% (docs/c1m.md).
     assert!(
         rss_growth * 4 >= total_bytes * 3 && rss_growth <= total_bytes + (4 << 20),
         "RSS grew {rss_growth} bytes against the accounting's {total_bytes} ({rss_per_conn} \
