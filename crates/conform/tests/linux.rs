@@ -12,14 +12,14 @@
 //! mismatch of any other kind fails at once. Three scripts run at a time ([`WORKERS`]),
 //! each in its own namespace.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+mod common;
 
 use ustack_conform::exec::Config;
 use ustack_testkit::netns::root_or_skip;
 
-fn scenarios_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/conformance")
-}
+use common::scenarios_dir;
 
 /// The two tests take turns, also when a runner puts them in processes of their own
 /// (nextest): real-time scenarios side by side would disturb each other's timing on a
@@ -127,50 +127,5 @@ fn a_wrong_expectation_fails_with_a_diff() {
         return;
     }
     let _turn = turn();
-    let good = scenarios_dir().join("close/passive-close.pkt");
-    let text = std::fs::read_to_string(&good).expect("reading the scenario");
-    let cases = [
-        // The ACK of the peer's FIN acknowledges 2, not 3.
-        (
-            "   +0 > . 1:1(0) ack 2\n",
-            "   +0 > . 1:1(0) ack 3\n",
-            "tcp_ack: expected 3, actual 2",
-        ),
-        // Our FIN is a FIN: the flags are compared.
-        (
-            "   +0 > F. 1:1(0) ack 2\n",
-            "   +0 > . 1:1(0) ack 2\n",
-            "tcp_flags: expected ., actual F.",
-        ),
-        // read() at the end of the stream returns 0.
-        (
-            "read(4, ..., 100) = 0",
-            "read(4, ..., 100) = 1",
-            "read() returned 0, expected 1",
-        ),
-    ];
-    let dir = std::env::temp_dir().join(format!("ustack-conform-mut-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    for (from, to, want) in cases {
-        assert!(text.contains(from), "the scenario no longer has `{from}`");
-        let bad = dir.join("mutated.pkt");
-        std::fs::write(&bad, text.replacen(from, to, 1)).expect("writing the mutant");
-        let line = text[..text.find(from).expect("checked")]
-            .matches('\n')
-            .count()
-            + 1;
-        let err = match run(&bad) {
-            Ok(()) => panic!("the mutant `{}` passed", to.trim()),
-            Err(e) => e,
-        };
-        assert!(
-            err.contains(want),
-            "the failure does not say `{want}`:\n{err}"
-        );
-        assert!(
-            err.contains(&format!("mutated.pkt:{line}:")),
-            "the failure does not name line {line}:\n{err}"
-        );
-    }
-    let _ = std::fs::remove_dir_all(&dir);
+    common::wrong_expectations_fail_with_a_diff("mut", run);
 }

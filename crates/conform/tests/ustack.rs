@@ -6,13 +6,11 @@
 //! Packetdrill's default tolerance (4 ms) applies: on a virtual clock ustack's packets
 //! leave exactly when its timers say.
 
-use std::path::{Path, PathBuf};
+mod common;
 
 use ustack_conform::exec::Config;
 
-fn scenarios_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/conformance")
-}
+use common::scenarios_dir;
 
 #[test]
 fn every_scenario_passes_against_ustack_or_is_a_known_difference() {
@@ -76,41 +74,9 @@ fn runs_replay_exactly() {
 /// number changed fails with a diff naming the field and the line.
 #[test]
 fn a_wrong_expectation_fails_with_a_diff() {
-    let good = scenarios_dir().join("close/passive-close.pkt");
-    let text = std::fs::read_to_string(&good).expect("reading the scenario");
-    let cases = [
-        (
-            "   +0 > . 1:1(0) ack 2\n",
-            "   +0 > . 1:1(0) ack 3\n",
-            "tcp_ack: expected 3, actual 2",
-        ),
-        (
-            "   +0 > F. 1:1(0) ack 2\n",
-            "   +0 > . 1:1(0) ack 2\n",
-            "tcp_flags: expected ., actual F.",
-        ),
-        (
-            "read(4, ..., 100) = 0",
-            "read(4, ..., 100) = 1",
-            "read() returned 0, expected 1",
-        ),
-    ];
-    let dir = std::env::temp_dir().join(format!("ustack-conform-umut-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    for (from, to, want) in cases {
-        assert!(text.contains(from), "the scenario no longer has `{from}`");
-        let bad = dir.join("mutated.pkt");
-        std::fs::write(&bad, text.replacen(from, to, 1)).expect("writing the mutant");
-        let err = match ustack_conform::run_ustack(&bad, &Config::default()) {
-            Ok(_) => panic!("the mutant `{}` passed", to.trim()),
-            Err(e) => e,
-        };
-        assert!(
-            err.contains(want),
-            "the failure does not say `{want}`:\n{err}"
-        );
-    }
-    let _ = std::fs::remove_dir_all(&dir);
+    common::wrong_expectations_fail_with_a_diff("umut", |p| {
+        ustack_conform::run_ustack(p, &Config::default()).map(|_| ())
+    });
 }
 
 /// A blocking read written as an ordinary call fails at once with a clear message (on a
