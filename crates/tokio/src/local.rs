@@ -431,6 +431,49 @@ impl LocalTcpStream {
             self.stream.peer_addr(&self.stack.inner.rt.borrow())?,
         ))
     }
+
+    /// Wait until a read would not block: bytes are waiting, the peer has closed its
+    /// side, or the connection failed (as tokio's `TcpStream::readable`). With
+    /// [`try_read`](Self::try_read) a task can wait for a connection holding no buffer,
+    /// allocating one only once there is something to read: an idle connection then
+    /// costs its task's future and no buffer. Cancel-safe.
+    pub async fn readable(&self) -> io::Result<()> {
+        poll_fn(|cx| self.poll_read_ready(cx)).await
+    }
+
+    /// [`readable`](Self::readable) as a poll.
+    pub fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let s = &self.stack.inner;
+        let ready = match self.stream.info(&s.rt.borrow()) {
+            // Bytes waiting, or nothing more can come (the peer's FIN is in: its states
+            // after CLOSE-WAIT; or the connection is gone): a read returns at once.
+            Ok(info) => {
+                use ustack_stack::tcp::State::*;
+                info.recv_q > 0
+                    || !matches!(
+                        info.state,
+                        SynSent | SynReceived | Established | FinWait1 | FinWait2
+                    )
+            }
+            // No connection any more: the read gives the error.
+            Err(_) => true,
+        };
+        if ready {
+            Poll::Ready(Ok(()))
+        } else {
+            s.park(self.token, true, cx)
+        }
+    }
+
+    /// Read what is waiting without waiting: bytes read, `Ok(0)` at the end of the
+    /// stream, `WouldBlock` when nothing is there (as tokio's `TcpStream::try_read`).
+    pub fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        let s = &self.stack.inner;
+        let n = self.stream.read(&mut s.rt.borrow_mut(), buf)?;
+        // The window may have opened: the next round sends the update.
+        s.kick();
+        Ok(n)
+    }
 }
 
 impl Drop for LocalTcpStream {

@@ -277,11 +277,17 @@ impl Args {
     pub fn check(&self, scenarios: &[&str]) -> Result<(), String> {
         let link = self.link.as_str();
         if self.api == "tokio" {
-            if let Some(other) = scenarios.iter().find(|s| **s != "pingpong") {
+            if let Some(other) = scenarios
+                .iter()
+                .find(|s| !matches!(**s, "pingpong" | "c1m"))
+            {
                 return Err(format!(
-                    "--api tokio: {other}: not yet: only pingpong runs on tokio so far; \
+                    "--api tokio: {other}: not yet: only pingpong and c1m run on tokio so far; \
                      run `ustack bench pingpong --api tokio`"
                 ));
+            }
+            if self.send.is_some() {
+                return Err("--send: not with --api tokio (its tokio server has no pause)".into());
             }
             if !matches!(link, "shm" | "loopback") || self.shards != 1 {
                 return Err(
