@@ -482,12 +482,8 @@ impl Drop for LocalTcpStream {
     }
 }
 
-impl AsyncRead for LocalTcpStream {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
+impl LocalTcpStream {
+    fn poll_read_priv(&self, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         if buf.remaining() == 0 {
             return Poll::Ready(Ok(()));
         }
@@ -506,14 +502,8 @@ impl AsyncRead for LocalTcpStream {
             Err(e) => Poll::Ready(Err(e)),
         }
     }
-}
 
-impl AsyncWrite for LocalTcpStream {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
+    fn poll_write_priv(&self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         let s = &self.stack.inner;
         let r = self.stream.write(&mut s.rt.borrow_mut(), buf);
         match r {
@@ -527,20 +517,207 @@ impl AsyncWrite for LocalTcpStream {
         }
     }
 
-    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+    fn shutdown_write(&self) -> io::Result<()> {
         let s = &self.stack.inner;
         let r = self
             .stream
             .shutdown(&mut s.rt.borrow_mut(), Shutdown::Write);
         s.kick();
         match r {
-            Err(e) if e.kind() == io::ErrorKind::NotConnected => Poll::Ready(Ok(())),
-            r => Poll::Ready(r),
+            // Shut already, or never connected: nothing left to do, as tokio's.
+            Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(()),
+            r => r,
         }
+    }
+
+    /// Split into a read half and a write half that can go to different tasks (on this
+    /// thread), as tokio's `TcpStream::into_split`: a task reading and one writing wait
+    /// each for their own readiness. Dropping the write half sends the FIN; the
+    /// connection closes when both are dropped.
+    pub fn into_split(self) -> (OwnedReadHalf, OwnedWriteHalf) {
+        let s = Rc::new(self);
+        (
+            OwnedReadHalf { s: s.clone() },
+            OwnedWriteHalf {
+                s,
+                shutdown_on_drop: true,
+            },
+        )
+    }
+}
+
+impl AsyncRead for LocalTcpStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        self.poll_read_priv(cx, buf)
+    }
+}
+
+impl AsyncWrite for LocalTcpStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.poll_write_priv(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(self.shutdown_write())
+    }
+}
+
+/// The read half of [`LocalTcpStream::into_split`].
+#[derive(Debug)]
+pub struct OwnedReadHalf {
+    s: Rc<LocalTcpStream>,
+}
+
+/// The write half of [`LocalTcpStream::into_split`]: dropping it sends the FIN.
+#[derive(Debug)]
+pub struct OwnedWriteHalf {
+    s: Rc<LocalTcpStream>,
+    shutdown_on_drop: bool,
+}
+
+impl OwnedReadHalf {
+    /// Put the halves back together (`InvalidInput` if they are not of one stream).
+    pub fn reunite(self, mut write: OwnedWriteHalf) -> io::Result<LocalTcpStream> {
+        if !Rc::ptr_eq(&self.s, &write.s) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the halves are of different streams",
+            ));
+        }
+        write.shutdown_on_drop = false;
+        drop(write);
+        Rc::try_unwrap(self.s)
+            .map_err(|_| io::Error::other("ustack-tokio: the stream is still shared"))
+    }
+
+    /// The peer's address.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.s.peer_addr()
+    }
+}
+
+impl OwnedWriteHalf {
+    /// The peer's address.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.s.peer_addr()
+    }
+}
+
+impl Drop for OwnedWriteHalf {
+    fn drop(&mut self) {
+        if self.shutdown_on_drop {
+            let _ = self.s.shutdown_write();
+        }
+    }
+}
+
+impl AsyncRead for OwnedReadHalf {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        self.s.poll_read_priv(cx, buf)
+    }
+}
+
+impl AsyncWrite for OwnedWriteHalf {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.s.poll_write_priv(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(self.s.shutdown_write())
+    }
+}
+
+/// A UDP socket on a [`LocalStack`], as tokio's `UdpSocket` (`send_to`, `recv_from`).
+#[derive(Debug)]
+pub struct LocalUdpSocket {
+    stack: LocalStack,
+    sock: api::UdpSocket,
+    token: u64,
+}
+
+impl LocalUdpSocket {
+    /// A socket bound to `addr` (port 0: an ephemeral port).
+    pub fn bind(stack: &LocalStack, addr: SocketAddr) -> io::Result<LocalUdpSocket> {
+        let s = &stack.inner;
+        let mut rt = s.rt.borrow_mut();
+        let sock = api::UdpSocket::bind(&mut rt, v4(addr)?)?;
+        let token = s.token();
+        let interest = Interest::new(Readiness::READABLE | Readiness::WRITABLE);
+        rt.register(&sock, token, interest, Mode::Edge)?;
+        Ok(LocalUdpSocket {
+            stack: stack.clone(),
+            sock,
+            token,
+        })
+    }
+
+    /// Send one datagram to `addr`: its length. It leaves with the driver's next round.
+    pub async fn send_to(&self, buf: &[u8], addr: SocketAddr) -> io::Result<usize> {
+        let dst = v4(addr)?;
+        let s = &self.stack.inner;
+        poll_fn(|cx| {
+            let r = self.sock.send_to(&mut s.rt.borrow_mut(), buf, dst);
+            match r {
+                Ok(n) => {
+                    s.kick();
+                    Poll::Ready(Ok(n))
+                }
+                Err(e) if would_block(&e) => s.park(self.token, false, cx),
+                Err(e) => Poll::Ready(Err(e)),
+            }
+        })
+        .await
+    }
+
+    /// The next datagram: its length (cut to `buf`) and sender. Cancel-safe.
+    pub async fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
+        let s = &self.stack.inner;
+        poll_fn(|cx| {
+            let r = self.sock.recv_from(&mut s.rt.borrow_mut(), buf);
+            match r {
+                Ok((n, from)) => Poll::Ready(Ok((n, SocketAddr::V4(from)))),
+                Err(e) if would_block(&e) => s.park(self.token, true, cx),
+                Err(e) => Poll::Ready(Err(e)),
+            }
+        })
+        .await
+    }
+
+    /// The address it is bound to.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        Ok(SocketAddr::V4(
+            self.sock.local_addr(&self.stack.inner.rt.borrow())?,
+        ))
+    }
+}
+
+impl Drop for LocalUdpSocket {
+    fn drop(&mut self) {
+        self.stack.inner.forget(self.token);
     }
 }
 
