@@ -49,11 +49,15 @@ use std::rc::{Rc, Weak};
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use ustack_net::{DynLink, Link, LoopRuntime};
-use ustack_runtime::runtime::{Events, Interest, RuntimeBuilder};
+use ustack_runtime::runtime::{Events, Interest, RuntimeBuilder, Source};
 use ustack_runtime::{Mode, api};
 use ustack_stack::Readiness;
 
 use crate::BACKLOG;
+use crate::halves::owned_halves;
+
+/// A connection's (and a UDP socket's) interest: both ways.
+const BOTH: Interest = Interest::new(Readiness::READABLE.union(Readiness::WRITABLE));
 
 /// The wakers of the tasks waiting on one socket (by its poller token).
 #[derive(Debug, Default)]
@@ -96,6 +100,20 @@ impl Inner {
         }
     }
 
+    /// A socket `make` opens on the stack, registered with the poller (edge-triggered, for
+    /// `interest`) under a new token.
+    fn open<S: Source>(
+        &self,
+        interest: Interest,
+        make: impl FnOnce(&mut LoopRuntime) -> io::Result<S>,
+    ) -> io::Result<(S, u64)> {
+        let mut rt = self.rt.borrow_mut();
+        let sock = make(&mut rt)?;
+        let token = self.token();
+        rt.register(&sock, token, interest, Mode::Edge)?;
+        Ok((sock, token))
+    }
+
     fn token(&self) -> u64 {
         let t = self.next_token.get();
         self.next_token.set(t + 1);
@@ -118,6 +136,19 @@ impl Inner {
             t => *t = Some(cx.waker().clone()),
         }
         Poll::Pending
+    }
+
+    /// What a write or send call `r` on socket `token` gives its task: queued (the
+    /// driver's next round sends it), parked until writable, or the error.
+    fn queued<T>(&self, r: io::Result<T>, token: u64, cx: &Context<'_>) -> Poll<io::Result<T>> {
+        match r {
+            Ok(n) => {
+                self.kick();
+                Poll::Ready(Ok(n))
+            }
+            Err(e) if would_block(&e) => self.park(token, false, cx),
+            Err(e) => Poll::Ready(Err(e)),
+        }
     }
 
     /// The driver's round failed: record why and wake every parked task (each retries
@@ -325,11 +356,9 @@ pub struct LocalTcpListener {
 impl LocalTcpListener {
     /// Listen on `addr`.
     pub fn bind(stack: &LocalStack, addr: SocketAddr) -> io::Result<LocalTcpListener> {
-        let s = &stack.inner;
-        let mut rt = s.rt.borrow_mut();
-        let listener = api::TcpListener::bind(&mut rt, v4(addr)?, BACKLOG)?;
-        let token = s.token();
-        rt.register(&listener, token, Interest::READABLE, Mode::Edge)?;
+        let (listener, token) = stack.inner.open(Interest::READABLE, |rt| {
+            api::TcpListener::bind(rt, v4(addr)?, BACKLOG)
+        })?;
         Ok(LocalTcpListener {
             stack: stack.clone(),
             listener,
@@ -352,8 +381,7 @@ impl LocalTcpListener {
         match self.listener.accept(&mut rt) {
             Ok((stream, peer)) => {
                 let token = s.token();
-                let interest = Interest::new(Readiness::READABLE | Readiness::WRITABLE);
-                rt.register(&stream, token, interest, Mode::Edge)?;
+                rt.register(&stream, token, BOTH, Mode::Edge)?;
                 Poll::Ready(Ok((
                     LocalTcpStream {
                         stack: self.stack.clone(),
@@ -394,17 +422,11 @@ impl LocalTcpStream {
     /// the attempt.
     pub async fn connect(stack: &LocalStack, addr: SocketAddr) -> io::Result<LocalTcpStream> {
         let s = &stack.inner;
-        let conn = {
-            let mut rt = s.rt.borrow_mut();
-            let stream = api::TcpStream::connect(&mut rt, v4(addr)?)?;
-            let token = s.token();
-            let interest = Interest::new(Readiness::READABLE | Readiness::WRITABLE);
-            rt.register(&stream, token, interest, Mode::Edge)?;
-            LocalTcpStream {
-                stack: stack.clone(),
-                stream,
-                token,
-            }
+        let (stream, token) = s.open(BOTH, |rt| api::TcpStream::connect(rt, v4(addr)?))?;
+        let conn = LocalTcpStream {
+            stack: stack.clone(),
+            stream,
+            token,
         };
         s.kick();
         poll_fn(|cx| {
@@ -483,7 +505,11 @@ impl Drop for LocalTcpStream {
 }
 
 impl LocalTcpStream {
-    fn poll_read_priv(&self, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+    fn poll_read_shared(
+        &self,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
         if buf.remaining() == 0 {
             return Poll::Ready(Ok(()));
         }
@@ -503,21 +529,13 @@ impl LocalTcpStream {
         }
     }
 
-    fn poll_write_priv(&self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+    fn poll_write_shared(&self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         let s = &self.stack.inner;
         let r = self.stream.write(&mut s.rt.borrow_mut(), buf);
-        match r {
-            Ok(n) => {
-                // Queued: the driver's next round sends it.
-                s.kick();
-                Poll::Ready(Ok(n))
-            }
-            Err(e) if would_block(&e) => s.park(self.token, false, cx),
-            Err(e) => Poll::Ready(Err(e)),
-        }
+        s.queued(r, self.token, cx)
     }
 
-    fn shutdown_write(&self) -> io::Result<()> {
+    fn shutdown_shared(&self) -> io::Result<()> {
         let s = &self.stack.inner;
         let r = self
             .stream
@@ -535,14 +553,7 @@ impl LocalTcpStream {
     /// each for their own readiness. Dropping the write half sends the FIN; the
     /// connection closes when both are dropped.
     pub fn into_split(self) -> (OwnedReadHalf, OwnedWriteHalf) {
-        let s = Rc::new(self);
-        (
-            OwnedReadHalf { s: s.clone() },
-            OwnedWriteHalf {
-                s,
-                shutdown_on_drop: true,
-            },
-        )
+        halves(Rc::new(self))
     }
 }
 
@@ -552,7 +563,7 @@ impl AsyncRead for LocalTcpStream {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        self.poll_read_priv(cx, buf)
+        self.poll_read_shared(cx, buf)
     }
 }
 
@@ -562,7 +573,7 @@ impl AsyncWrite for LocalTcpStream {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        self.poll_write_priv(cx, buf)
+        self.poll_write_shared(cx, buf)
     }
 
     fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -570,84 +581,30 @@ impl AsyncWrite for LocalTcpStream {
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(self.shutdown_write())
+        Poll::Ready(self.shutdown_shared())
     }
 }
 
-/// The read half of [`LocalTcpStream::into_split`].
-#[derive(Debug)]
-pub struct OwnedReadHalf {
-    s: Rc<LocalTcpStream>,
-}
-
-/// The write half of [`LocalTcpStream::into_split`]: dropping it sends the FIN.
-#[derive(Debug)]
-pub struct OwnedWriteHalf {
-    s: Rc<LocalTcpStream>,
-    shutdown_on_drop: bool,
-}
+owned_halves!(
+    Rc,
+    LocalTcpStream,
+    LocalTcpStream,
+    |s: Rc<LocalTcpStream>| Rc::try_unwrap(s)
+        .map_err(|_| io::Error::other("ustack-tokio: the stream is still shared")),
+    "[`LocalTcpStream::into_split`]"
+);
 
 impl OwnedReadHalf {
-    /// Put the halves back together (`InvalidInput` if they are not of one stream).
-    pub fn reunite(self, mut write: OwnedWriteHalf) -> io::Result<LocalTcpStream> {
-        if !Rc::ptr_eq(&self.s, &write.s) {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "the halves are of different streams",
-            ));
-        }
-        write.shutdown_on_drop = false;
-        drop(write);
-        Rc::try_unwrap(self.s)
-            .map_err(|_| io::Error::other("ustack-tokio: the stream is still shared"))
-    }
-
     /// The peer's address.
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {
-        self.s.peer_addr()
+        self.shared.peer_addr()
     }
 }
 
 impl OwnedWriteHalf {
     /// The peer's address.
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {
-        self.s.peer_addr()
-    }
-}
-
-impl Drop for OwnedWriteHalf {
-    fn drop(&mut self) {
-        if self.shutdown_on_drop {
-            let _ = self.s.shutdown_write();
-        }
-    }
-}
-
-impl AsyncRead for OwnedReadHalf {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        self.s.poll_read_priv(cx, buf)
-    }
-}
-
-impl AsyncWrite for OwnedWriteHalf {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        self.s.poll_write_priv(cx, buf)
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(self.s.shutdown_write())
+        self.shared.peer_addr()
     }
 }
 
@@ -662,12 +619,9 @@ pub struct LocalUdpSocket {
 impl LocalUdpSocket {
     /// A socket bound to `addr` (port 0: an ephemeral port).
     pub fn bind(stack: &LocalStack, addr: SocketAddr) -> io::Result<LocalUdpSocket> {
-        let s = &stack.inner;
-        let mut rt = s.rt.borrow_mut();
-        let sock = api::UdpSocket::bind(&mut rt, v4(addr)?)?;
-        let token = s.token();
-        let interest = Interest::new(Readiness::READABLE | Readiness::WRITABLE);
-        rt.register(&sock, token, interest, Mode::Edge)?;
+        let (sock, token) = stack
+            .inner
+            .open(BOTH, |rt| api::UdpSocket::bind(rt, v4(addr)?))?;
         Ok(LocalUdpSocket {
             stack: stack.clone(),
             sock,
@@ -681,14 +635,7 @@ impl LocalUdpSocket {
         let s = &self.stack.inner;
         poll_fn(|cx| {
             let r = self.sock.send_to(&mut s.rt.borrow_mut(), buf, dst);
-            match r {
-                Ok(n) => {
-                    s.kick();
-                    Poll::Ready(Ok(n))
-                }
-                Err(e) if would_block(&e) => s.park(self.token, false, cx),
-                Err(e) => Poll::Ready(Err(e)),
-            }
+            s.queued(r, self.token, cx)
         })
         .await
     }

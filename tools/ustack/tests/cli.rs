@@ -758,13 +758,7 @@ fn bench_c1m_holds_every_connection_and_measures_each_server_alone() {
     );
     // Alone: the ustack server is the bench's `bench-peer ustack-c1m` child.
     let pid = detail["pid"].as_u64().expect("the ustack server's pid") as u32;
-    assert!(
-        children
-            .iter()
-            .any(|(p, cmd)| *p == pid && cmd.contains("bench-peer ustack-c1m")),
-        "the ustack server {pid} is the bench's `bench-peer ustack-c1m` child \
-         (all children: {children:?})"
-    );
+    assert_child(&children, pid, "bench-peer ustack-c1m");
 
     let linux = &runs[1];
     assert_eq!(linux["link"], "loopback");
@@ -856,13 +850,8 @@ fn bench_c1m_api_tokio_holds_a_task_per_connection_in_bounded_memory() {
         "{detail}"
     );
     let pid = detail["pid"].as_u64().expect("the ustack server's pid") as u32;
-    assert!(
-        children.iter().any(|(p, cmd)| *p == pid
-            && cmd.contains("bench-peer ustack-c1m")
-            && cmd.contains("--api tokio")),
-        "the ustack server {pid} is the bench's `bench-peer ustack-c1m --api tokio` child \
-         (all children: {children:?})"
-    );
+    assert_child(&children, pid, "bench-peer ustack-c1m");
+    assert_child(&children, pid, "--api tokio");
 
     let linux = &runs[1];
     let per_conn = linux["server_mem_per_conn_bytes"].as_f64().unwrap();
@@ -870,13 +859,18 @@ fn bench_c1m_api_tokio_holds_a_task_per_connection_in_bounded_memory() {
     assert!(linux["server_mem"]["kernel_slab_bytes"].is_i64(), "{linux}");
     let pids = linux["server_mem"]["pids"].as_array().expect("pids");
     assert_eq!(pids.len(), 1, "{linux}");
-    let pid = pids[0].as_u64().unwrap() as u32;
+    assert_child(
+        &children,
+        pids[0].as_u64().unwrap() as u32,
+        "bench-peer tokio-echo",
+    );
+}
+
+/// `pid` is one of the bench's `children`, its command line holding `cmd`.
+fn assert_child(children: &[(u32, String)], pid: u32, cmd: &str) {
     assert!(
-        children
-            .iter()
-            .any(|(p, cmd)| *p == pid && cmd.contains("bench-peer tokio-echo")),
-        "the Linux server {pid} is the bench's `bench-peer tokio-echo` child \
-         (all children: {children:?})"
+        children.iter().any(|(p, c)| *p == pid && c.contains(cmd)),
+        "the server {pid} is the bench's `{cmd}` child (all children: {children:?})"
     );
 }
 
