@@ -983,6 +983,10 @@ fn bench_c1m_refuses_what_it_cannot_do() {
             "--syn-flood 1000: for c1m with --server ustack only",
         ),
         (
+            &["c1m", "--api", "tokio", "--send", "4096"],
+            "--send: not with --api tokio",
+        ),
+        (
             &["c1m", "--send", "4096"],
             "--send and --server-sysctl: for c1m with --server ustack only",
         ),
