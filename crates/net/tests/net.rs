@@ -661,3 +661,41 @@ fn udp_on_every_shard_receives_what_rss_steers_to_each() {
         "RSS gave a shard nothing: {got:?}"
     );
 }
+
+/// `TcpListener::incoming`, as std's: each connection made comes out of the iterator as
+/// `Ok(stream)`, in order, and answers on it.
+#[test]
+fn incoming_yields_each_connection() {
+    let (server, client) = sim_nets();
+    let listener = TcpListener::bind(&server, addr(7)).unwrap();
+    let served = std::thread::spawn(move || {
+        let mut peers = Vec::new();
+        for s in listener.incoming().take(3) {
+            let mut s = s.expect("an accepted connection");
+            s.set_read_timeout(Some(LIMIT)).unwrap();
+            let mut b = [0u8; 1];
+            s.read_exact(&mut b).unwrap();
+            s.write_all(&[b[0] + 1]).unwrap();
+            peers.push(s.peer_addr().unwrap());
+        }
+        peers
+    });
+    let mut mine = Vec::new();
+    for i in 0..3u8 {
+        let mut c = connect(&client, 7);
+        c.write_all(&[i]).unwrap();
+        let mut b = [0u8; 1];
+        c.read_exact(&mut b).unwrap();
+        assert_eq!(
+            b[0],
+            i + 1,
+            "connection {i} answered by its own accepted stream"
+        );
+        mine.push(c.local_addr().unwrap());
+    }
+    assert_eq!(
+        served.join().unwrap(),
+        mine,
+        "accepted in the order connected"
+    );
+}

@@ -78,10 +78,13 @@ use std::task::Wake;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use ustack_net::Wait;
+
+use crate::halves::owned_halves;
 pub use ustack_net::{Fd, Net, Readiness};
 
 #[cfg(feature = "axum")]
 mod axum_listener;
+mod halves;
 pub mod local;
 
 /// The backlog [`TcpListener::bind`] asks for (Linux's `SOMAXCONN`).
@@ -312,15 +315,7 @@ impl TcpStream {
     /// connection closes when both are dropped; dropping the write half sends the FIN
     /// (as tokio's `OwnedWriteHalf`).
     pub fn into_split(self) -> (OwnedReadHalf, OwnedWriteHalf) {
-        (
-            OwnedReadHalf {
-                sock: self.sock.clone(),
-            },
-            OwnedWriteHalf {
-                sock: self.sock,
-                shutdown_on_drop: true,
-            },
-        )
+        halves(self.sock)
     }
 }
 
@@ -342,6 +337,28 @@ fn poll_write(sock: &Sock, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<
     sock.poll_io(cx, Readiness::WRITABLE, |net, fd| {
         net.write(fd, buf, Wait::Never)
     })
+}
+
+/// What the halves of [`TcpStream::into_split`] call ([`halves::owned_halves`]).
+impl Sock {
+    fn poll_read_shared(
+        &self,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        poll_read(self, cx, buf)
+    }
+
+    fn poll_write_shared(&self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        poll_write(self, cx, buf)
+    }
+
+    fn shutdown_shared(&self) -> io::Result<()> {
+        match poll_shutdown(self) {
+            Poll::Ready(r) => r,
+            Poll::Pending => Ok(()),
+        }
+    }
 }
 
 fn poll_shutdown(sock: &Sock) -> Poll<io::Result<()>> {
@@ -381,68 +398,13 @@ impl AsyncWrite for TcpStream {
     }
 }
 
-/// The read half of [`TcpStream::into_split`].
-#[derive(Debug)]
-pub struct OwnedReadHalf {
-    sock: Arc<Sock>,
-}
-
-/// The write half of [`TcpStream::into_split`]: dropping it sends the FIN.
-#[derive(Debug)]
-pub struct OwnedWriteHalf {
-    sock: Arc<Sock>,
-    shutdown_on_drop: bool,
-}
-
-impl OwnedReadHalf {
-    /// Put the halves back together (`InvalidInput` if they are not of one stream).
-    pub fn reunite(self, mut write: OwnedWriteHalf) -> io::Result<TcpStream> {
-        if !Arc::ptr_eq(&self.sock, &write.sock) {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "the halves are of different streams",
-            ));
-        }
-        write.shutdown_on_drop = false;
-        Ok(TcpStream { sock: self.sock })
-    }
-}
-
-impl Drop for OwnedWriteHalf {
-    fn drop(&mut self) {
-        if self.shutdown_on_drop {
-            let _ = self.sock.net.shutdown(self.sock.fd, Shutdown::Write);
-        }
-    }
-}
-
-impl AsyncRead for OwnedReadHalf {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        poll_read(&self.sock, cx, buf)
-    }
-}
-
-impl AsyncWrite for OwnedWriteHalf {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        poll_write(&self.sock, cx, buf)
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        poll_shutdown(&self.sock)
-    }
-}
+owned_halves!(
+    Arc,
+    Sock,
+    TcpStream,
+    |sock| Ok(TcpStream { sock }),
+    "[`TcpStream::into_split`]"
+);
 
 // ---- UDP ----------------------------------------------------------------------------------
 

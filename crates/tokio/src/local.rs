@@ -49,11 +49,15 @@ use std::rc::{Rc, Weak};
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use ustack_net::{DynLink, Link, LoopRuntime};
-use ustack_runtime::runtime::{Events, Interest, RuntimeBuilder};
+use ustack_runtime::runtime::{Events, Interest, RuntimeBuilder, Source};
 use ustack_runtime::{Mode, api};
 use ustack_stack::Readiness;
 
 use crate::BACKLOG;
+use crate::halves::owned_halves;
+
+/// A connection's (and a UDP socket's) interest: both ways.
+const BOTH: Interest = Interest::new(Readiness::READABLE.union(Readiness::WRITABLE));
 
 /// The wakers of the tasks waiting on one socket (by its poller token).
 #[derive(Debug, Default)]
@@ -96,6 +100,20 @@ impl Inner {
         }
     }
 
+    /// A socket `make` opens on the stack, registered with the poller (edge-triggered, for
+    /// `interest`) under a new token.
+    fn open<S: Source>(
+        &self,
+        interest: Interest,
+        make: impl FnOnce(&mut LoopRuntime) -> io::Result<S>,
+    ) -> io::Result<(S, u64)> {
+        let mut rt = self.rt.borrow_mut();
+        let sock = make(&mut rt)?;
+        let token = self.token();
+        rt.register(&sock, token, interest, Mode::Edge)?;
+        Ok((sock, token))
+    }
+
     fn token(&self) -> u64 {
         let t = self.next_token.get();
         self.next_token.set(t + 1);
@@ -118,6 +136,19 @@ impl Inner {
             t => *t = Some(cx.waker().clone()),
         }
         Poll::Pending
+    }
+
+    /// What a write or send call `r` on socket `token` gives its task: queued (the
+    /// driver's next round sends it), parked until writable, or the error.
+    fn queued<T>(&self, r: io::Result<T>, token: u64, cx: &Context<'_>) -> Poll<io::Result<T>> {
+        match r {
+            Ok(n) => {
+                self.kick();
+                Poll::Ready(Ok(n))
+            }
+            Err(e) if would_block(&e) => self.park(token, false, cx),
+            Err(e) => Poll::Ready(Err(e)),
+        }
     }
 
     /// The driver's round failed: record why and wake every parked task (each retries
@@ -325,11 +356,9 @@ pub struct LocalTcpListener {
 impl LocalTcpListener {
     /// Listen on `addr`.
     pub fn bind(stack: &LocalStack, addr: SocketAddr) -> io::Result<LocalTcpListener> {
-        let s = &stack.inner;
-        let mut rt = s.rt.borrow_mut();
-        let listener = api::TcpListener::bind(&mut rt, v4(addr)?, BACKLOG)?;
-        let token = s.token();
-        rt.register(&listener, token, Interest::READABLE, Mode::Edge)?;
+        let (listener, token) = stack.inner.open(Interest::READABLE, |rt| {
+            api::TcpListener::bind(rt, v4(addr)?, BACKLOG)
+        })?;
         Ok(LocalTcpListener {
             stack: stack.clone(),
             listener,
@@ -352,8 +381,7 @@ impl LocalTcpListener {
         match self.listener.accept(&mut rt) {
             Ok((stream, peer)) => {
                 let token = s.token();
-                let interest = Interest::new(Readiness::READABLE | Readiness::WRITABLE);
-                rt.register(&stream, token, interest, Mode::Edge)?;
+                rt.register(&stream, token, BOTH, Mode::Edge)?;
                 Poll::Ready(Ok((
                     LocalTcpStream {
                         stack: self.stack.clone(),
@@ -394,17 +422,11 @@ impl LocalTcpStream {
     /// the attempt.
     pub async fn connect(stack: &LocalStack, addr: SocketAddr) -> io::Result<LocalTcpStream> {
         let s = &stack.inner;
-        let conn = {
-            let mut rt = s.rt.borrow_mut();
-            let stream = api::TcpStream::connect(&mut rt, v4(addr)?)?;
-            let token = s.token();
-            let interest = Interest::new(Readiness::READABLE | Readiness::WRITABLE);
-            rt.register(&stream, token, interest, Mode::Edge)?;
-            LocalTcpStream {
-                stack: stack.clone(),
-                stream,
-                token,
-            }
+        let (stream, token) = s.open(BOTH, |rt| api::TcpStream::connect(rt, v4(addr)?))?;
+        let conn = LocalTcpStream {
+            stack: stack.clone(),
+            stream,
+            token,
         };
         s.kick();
         poll_fn(|cx| {
@@ -431,6 +453,49 @@ impl LocalTcpStream {
             self.stream.peer_addr(&self.stack.inner.rt.borrow())?,
         ))
     }
+
+    /// Wait until a read would not block: bytes are waiting, the peer has closed its
+    /// side, or the connection failed (as tokio's `TcpStream::readable`). With
+    /// [`try_read`](Self::try_read) a task can wait for a connection holding no buffer,
+    /// allocating one only once there is something to read: an idle connection then
+    /// costs its task's future and no buffer. Cancel-safe.
+    pub async fn readable(&self) -> io::Result<()> {
+        poll_fn(|cx| self.poll_read_ready(cx)).await
+    }
+
+    /// [`readable`](Self::readable) as a poll.
+    pub fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let s = &self.stack.inner;
+        let ready = match self.stream.info(&s.rt.borrow()) {
+            // Bytes waiting, or nothing more can come (the peer's FIN is in: its states
+            // after CLOSE-WAIT; or the connection is gone): a read returns at once.
+            Ok(info) => {
+                use ustack_stack::tcp::State::*;
+                info.recv_q > 0
+                    || !matches!(
+                        info.state,
+                        SynSent | SynReceived | Established | FinWait1 | FinWait2
+                    )
+            }
+            // No connection any more: the read gives the error.
+            Err(_) => true,
+        };
+        if ready {
+            Poll::Ready(Ok(()))
+        } else {
+            s.park(self.token, true, cx)
+        }
+    }
+
+    /// Read what is waiting without waiting: bytes read, `Ok(0)` at the end of the
+    /// stream, `WouldBlock` when nothing is there (as tokio's `TcpStream::try_read`).
+    pub fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        let s = &self.stack.inner;
+        let n = self.stream.read(&mut s.rt.borrow_mut(), buf)?;
+        // The window may have opened: the next round sends the update.
+        s.kick();
+        Ok(n)
+    }
 }
 
 impl Drop for LocalTcpStream {
@@ -439,9 +504,9 @@ impl Drop for LocalTcpStream {
     }
 }
 
-impl AsyncRead for LocalTcpStream {
-    fn poll_read(
-        self: Pin<&mut Self>,
+impl LocalTcpStream {
+    fn poll_read_shared(
+        &self,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
@@ -463,6 +528,43 @@ impl AsyncRead for LocalTcpStream {
             Err(e) => Poll::Ready(Err(e)),
         }
     }
+
+    fn poll_write_shared(&self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let s = &self.stack.inner;
+        let r = self.stream.write(&mut s.rt.borrow_mut(), buf);
+        s.queued(r, self.token, cx)
+    }
+
+    fn shutdown_shared(&self) -> io::Result<()> {
+        let s = &self.stack.inner;
+        let r = self
+            .stream
+            .shutdown(&mut s.rt.borrow_mut(), Shutdown::Write);
+        s.kick();
+        match r {
+            // Shut already, or never connected: nothing left to do, as tokio's.
+            Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(()),
+            r => r,
+        }
+    }
+
+    /// Split into a read half and a write half that can go to different tasks (on this
+    /// thread), as tokio's `TcpStream::into_split`: a task reading and one writing wait
+    /// each for their own readiness. Dropping the write half sends the FIN; the
+    /// connection closes when both are dropped.
+    pub fn into_split(self) -> (OwnedReadHalf, OwnedWriteHalf) {
+        halves(Rc::new(self))
+    }
+}
+
+impl AsyncRead for LocalTcpStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        self.poll_read_shared(cx, buf)
+    }
 }
 
 impl AsyncWrite for LocalTcpStream {
@@ -471,17 +573,7 @@ impl AsyncWrite for LocalTcpStream {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let s = &self.stack.inner;
-        let r = self.stream.write(&mut s.rt.borrow_mut(), buf);
-        match r {
-            Ok(n) => {
-                // Queued: the driver's next round sends it.
-                s.kick();
-                Poll::Ready(Ok(n))
-            }
-            Err(e) if would_block(&e) => s.park(self.token, false, cx),
-            Err(e) => Poll::Ready(Err(e)),
-        }
+        self.poll_write_shared(cx, buf)
     }
 
     fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -489,15 +581,90 @@ impl AsyncWrite for LocalTcpStream {
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(self.shutdown_shared())
+    }
+}
+
+owned_halves!(
+    Rc,
+    LocalTcpStream,
+    LocalTcpStream,
+    |s: Rc<LocalTcpStream>| Rc::try_unwrap(s)
+        .map_err(|_| io::Error::other("ustack-tokio: the stream is still shared")),
+    "[`LocalTcpStream::into_split`]"
+);
+
+impl OwnedReadHalf {
+    /// The peer's address.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.shared.peer_addr()
+    }
+}
+
+impl OwnedWriteHalf {
+    /// The peer's address.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.shared.peer_addr()
+    }
+}
+
+/// A UDP socket on a [`LocalStack`], as tokio's `UdpSocket` (`send_to`, `recv_from`).
+#[derive(Debug)]
+pub struct LocalUdpSocket {
+    stack: LocalStack,
+    sock: api::UdpSocket,
+    token: u64,
+}
+
+impl LocalUdpSocket {
+    /// A socket bound to `addr` (port 0: an ephemeral port).
+    pub fn bind(stack: &LocalStack, addr: SocketAddr) -> io::Result<LocalUdpSocket> {
+        let (sock, token) = stack
+            .inner
+            .open(BOTH, |rt| api::UdpSocket::bind(rt, v4(addr)?))?;
+        Ok(LocalUdpSocket {
+            stack: stack.clone(),
+            sock,
+            token,
+        })
+    }
+
+    /// Send one datagram to `addr`: its length. It leaves with the driver's next round.
+    pub async fn send_to(&self, buf: &[u8], addr: SocketAddr) -> io::Result<usize> {
+        let dst = v4(addr)?;
         let s = &self.stack.inner;
-        let r = self
-            .stream
-            .shutdown(&mut s.rt.borrow_mut(), Shutdown::Write);
-        s.kick();
-        match r {
-            Err(e) if e.kind() == io::ErrorKind::NotConnected => Poll::Ready(Ok(())),
-            r => Poll::Ready(r),
-        }
+        poll_fn(|cx| {
+            let r = self.sock.send_to(&mut s.rt.borrow_mut(), buf, dst);
+            s.queued(r, self.token, cx)
+        })
+        .await
+    }
+
+    /// The next datagram: its length (cut to `buf`) and sender. Cancel-safe.
+    pub async fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
+        let s = &self.stack.inner;
+        poll_fn(|cx| {
+            let r = self.sock.recv_from(&mut s.rt.borrow_mut(), buf);
+            match r {
+                Ok((n, from)) => Poll::Ready(Ok((n, SocketAddr::V4(from)))),
+                Err(e) if would_block(&e) => s.park(self.token, true, cx),
+                Err(e) => Poll::Ready(Err(e)),
+            }
+        })
+        .await
+    }
+
+    /// The address it is bound to.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        Ok(SocketAddr::V4(
+            self.sock.local_addr(&self.stack.inner.rt.borrow())?,
+        ))
+    }
+}
+
+impl Drop for LocalUdpSocket {
+    fn drop(&mut self) {
+        self.stack.inner.forget(self.token);
     }
 }
 

@@ -352,3 +352,37 @@ fn a_socket_that_is_not_ready_is_not_polled() {
         assert_eq!(got, b"wake");
     });
 }
+
+/// Model (a)'s `reunite`: halves of two streams are refused (`InvalidInput`); a stream's
+/// own halves give the stream back, which still echoes; dropping a write half alone sends
+/// the FIN (the echo server's copy ends and it closes: the read half reads 0).
+#[test]
+fn reunite_gives_back_its_own_stream_and_a_dropped_write_half_sends_the_fin() {
+    let (server, client_net) = sim_nets();
+    runtime().block_on(async move {
+        tokio::time::timeout(LIMIT, async move {
+            spawn_echo(TcpListener::bind(&server, addr(7)).unwrap());
+            let a = TcpStream::connect(&client_net, addr(7)).await.unwrap();
+            let b = TcpStream::connect(&client_net, addr(7)).await.unwrap();
+            let ((ar, aw), (br, bw)) = (a.into_split(), b.into_split());
+            let e = ar.reunite(bw).unwrap_err();
+            assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
+            let e = br.reunite(aw).unwrap_err();
+            assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
+            let c = TcpStream::connect(&client_net, addr(7)).await.unwrap();
+            let (cr, cw) = c.into_split();
+            let mut c = cr.reunite(cw).unwrap();
+            c.write_all(b"again").await.unwrap();
+            let mut back = [0u8; 5];
+            c.read_exact(&mut back).await.unwrap();
+            assert_eq!(&back, b"again");
+            let (mut r, w) = c.into_split();
+            drop(w);
+            let mut rest = Vec::new();
+            r.read_to_end(&mut rest).await.unwrap();
+            assert!(rest.is_empty(), "nothing more after the FIN: {rest:?}");
+        })
+        .await
+        .expect("in time");
+    });
+}

@@ -36,6 +36,7 @@
 mod args;
 mod c1m;
 mod c1m_server;
+mod c1m_tokio;
 mod kernel_link;
 pub mod linux;
 mod lockstep;
@@ -241,8 +242,8 @@ fn run_one(
         ("pingpong", "ustack") => lockstep::ustack(&run, false)?,
         ("cps", "ustack") => lockstep::ustack(&run, true)?,
         ("stream", "ustack") => stream::ustack(&run)?,
-        ("c1m", "ustack") => c1m::ustack(&run, duration)?,
-        ("c1m", _) => c1m::linux(&run, duration)?,
+        ("c1m", "ustack") => c1m::ustack(&run, duration, args.api == "tokio")?,
+        ("c1m", _) => c1m::linux(&run, duration, args.api == "tokio")?,
         ("udp-rr", _) => udp_rr::linux(&run)?,
         ("pingpong", _) => lockstep::linux(&run, false)?,
         ("cps", _) => lockstep::linux(&run, true)?,

@@ -268,7 +268,7 @@ fn pingpong_runs_on_tokio_on_both_servers() {
     let o = ustack(&["bench", "udp-rr", "--api", "tokio", "--duration", "100ms"]);
     assert_eq!(o.status.code(), Some(2), "a usage error");
     assert!(
-        String::from_utf8_lossy(&o.stderr).contains("only pingpong runs on tokio"),
+        String::from_utf8_lossy(&o.stderr).contains("only pingpong and c1m run on tokio"),
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );

@@ -758,13 +758,7 @@ fn bench_c1m_holds_every_connection_and_measures_each_server_alone() {
     );
     // Alone: the ustack server is the bench's `bench-peer ustack-c1m` child.
     let pid = detail["pid"].as_u64().expect("the ustack server's pid") as u32;
-    assert!(
-        children
-            .iter()
-            .any(|(p, cmd)| *p == pid && cmd.contains("bench-peer ustack-c1m")),
-        "the ustack server {pid} is the bench's `bench-peer ustack-c1m` child \
-         (all children: {children:?})"
-    );
+    assert_child(&children, pid, "bench-peer ustack-c1m");
 
     let linux = &runs[1];
     assert_eq!(linux["link"], "loopback");
@@ -791,6 +785,92 @@ fn bench_c1m_holds_every_connection_and_measures_each_server_alone() {
         pids.iter().all(|p| echo_children.contains(p)),
         "the Linux server {pids:?} is one of the bench's `bench-peer echo` children \
          {echo_children:?} (all children: {children:?})"
+    );
+}
+
+/// `ustack bench c1m --api tokio` (issue #16's memory per idle connection with a tokio
+/// task per connection): on both servers a tokio server spawns a task for every
+/// connection; all 4,000 are made, held and exchanged. ustack's figure is its server
+/// process's RSS growth (the `bench-peer ustack-c1m --api tokio` child), read with every
+/// task alive (its `tasks` kind counts them, beside a TCB each); the kernel's is its
+/// tokio servers' RSS plus half the slab growth (`bench-peer tokio-echo` children).
+///
+/// The bound: an idle connection (its task's future, tokio's task header, the
+/// `LocalStack`'s waker entry, the stack's record) in at most 1,500 bytes of the server's
+/// RSS (945 at 5,000 and 898 at 100,000 in release builds when this was written). A task
+/// that held a buffer while idle (a 4 KiB read buffer in its future, or one allocated
+/// per task) breaks it.
+#[test]
+fn bench_c1m_api_tokio_holds_a_task_per_connection_in_bounded_memory() {
+    const N: u64 = 4000;
+    let (runs, children) =
+        bench_json_watching_children("c1m --api tokio --conns 4000 --duration 50ms");
+    let servers: Vec<&str> = runs.iter().map(|r| r["server"].as_str().unwrap()).collect();
+    assert_eq!(servers, ["ustack", "linux"]);
+    for r in &runs {
+        assert_eq!(r["scenario"], "c1m", "{r}");
+        assert_eq!(r["api"], "tokio", "{r}");
+        assert_eq!(r["mode"], "tokio", "{r}");
+        assert_eq!(r["connections"], N, "{r}");
+        assert_eq!(r["round_trips"], N, "{r}");
+        assert!(r["server_cpu_s"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    let ustack = &runs[0];
+    let detail = &ustack["server_mem"];
+    let kind = |name: &str| {
+        let k = &detail["stack_kinds"][name];
+        (k["count"].as_i64().unwrap(), k["bytes"].as_i64().unwrap())
+    };
+    // Read with every connection held by a live task.
+    assert_eq!(kind("tasks").0, N as i64, "{detail}");
+    assert_eq!(kind("tcb").0, N as i64, "{detail}");
+    assert_eq!(
+        kind("buffers").1,
+        0,
+        "idle connections hold no buffer: {detail}"
+    );
+    let future = kind("tasks").1 as f64 / N as f64;
+    assert!(
+        (16.0..=1024.0).contains(&future),
+        "a task's future is {future} bytes: {detail}"
+    );
+    let per_conn = ustack["server_mem_per_conn_bytes"].as_f64().unwrap();
+    assert_eq!(
+        detail["server_rss_bytes"].as_u64(),
+        ustack["server_mem_bytes"].as_u64(),
+        "{detail}"
+    );
+    assert!(
+        per_conn <= 1500.0,
+        "{per_conn} bytes of the tokio server's RSS per idle connection: {detail}"
+    );
+    // At least what it accounted for (the record and the future are resident).
+    assert!(
+        per_conn * N as f64 >= detail["stack_bytes"].as_f64().unwrap() / 2.0,
+        "{detail}"
+    );
+    let pid = detail["pid"].as_u64().expect("the ustack server's pid") as u32;
+    assert_child(&children, pid, "bench-peer ustack-c1m");
+    assert_child(&children, pid, "--api tokio");
+
+    let linux = &runs[1];
+    let per_conn = linux["server_mem_per_conn_bytes"].as_f64().unwrap();
+    assert!((100.0..100_000.0).contains(&per_conn), "{linux}");
+    assert!(linux["server_mem"]["kernel_slab_bytes"].is_i64(), "{linux}");
+    let pids = linux["server_mem"]["pids"].as_array().expect("pids");
+    assert_eq!(pids.len(), 1, "{linux}");
+    assert_child(
+        &children,
+        pids[0].as_u64().unwrap() as u32,
+        "bench-peer tokio-echo",
+    );
+}
+
+/// `pid` is one of the bench's `children`, its command line holding `cmd`.
+fn assert_child(children: &[(u32, String)], pid: u32, cmd: &str) {
+    assert!(
+        children.iter().any(|(p, c)| *p == pid && c.contains(cmd)),
+        "the server {pid} is the bench's `{cmd}` child (all children: {children:?})"
     );
 }
 
@@ -901,6 +981,10 @@ fn bench_c1m_refuses_what_it_cannot_do() {
         (
             &["pingpong", "--server", "ustack", "--syn-flood", "1000"],
             "--syn-flood 1000: for c1m with --server ustack only",
+        ),
+        (
+            &["c1m", "--api", "tokio", "--send", "4096"],
+            "--send: not with --api tokio",
         ),
         (
             &["c1m", "--send", "4096"],

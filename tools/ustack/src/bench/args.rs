@@ -101,7 +101,9 @@ pub struct Args {
     /// loop; Linux's sockets in each --linux-mode) or tokio (the same tokio code on both:
     /// on ustack through ustack-tokio's LocalStack over shm, the stack driven inside
     /// tokio; on Linux through tokio::net over loopback; server and client each a
-    /// current-thread runtime on a thread of its own).
+    /// current-thread runtime on a thread of its own). c1m: the servers are tokio, a task
+    /// per connection (ustack: a LocalStack in the server process over shm; Linux:
+    /// tokio::net in SO_REUSEPORT processes).
     #[arg(long, default_value = "native", value_parser = ["native", "tokio"])]
     pub api: String,
     /// c1m with --server ustack: spoofed SYNs (random sources in 198.18.0.0/15) at RATE per
@@ -277,11 +279,17 @@ impl Args {
     pub fn check(&self, scenarios: &[&str]) -> Result<(), String> {
         let link = self.link.as_str();
         if self.api == "tokio" {
-            if let Some(other) = scenarios.iter().find(|s| **s != "pingpong") {
+            if let Some(other) = scenarios
+                .iter()
+                .find(|s| !matches!(**s, "pingpong" | "c1m"))
+            {
                 return Err(format!(
-                    "--api tokio: {other}: not yet: only pingpong runs on tokio so far; \
+                    "--api tokio: {other}: not yet: only pingpong and c1m run on tokio so far; \
                      run `ustack bench pingpong --api tokio`"
                 ));
+            }
+            if self.send.is_some() {
+                return Err("--send: not with --api tokio (its tokio server has no pause)".into());
             }
             if !matches!(link, "shm" | "loopback") || self.shards != 1 {
                 return Err(

@@ -128,7 +128,10 @@ impl ServerMem {
 
 /// c1m on ustack over shm: the server in a process of its own ([`super::c1m_server`]),
 /// the client on the bench thread.
-pub fn ustack(run: &Run, hold: Duration) -> anyhow::Result<Outcome> {
+///
+/// `tokio` (`--api tokio`): the server is c1m's tokio server ([`super::c1m_tokio`]), a
+/// task per connection on ustack-tokio's `LocalStack`; the client is the same.
+pub fn ustack(run: &Run, hold: Duration, tokio: bool) -> anyhow::Result<Outcome> {
     let mut args = vec![
         "--conns".to_owned(),
         run.conns.to_string(),
@@ -140,6 +143,9 @@ pub fn ustack(run: &Run, hold: Duration) -> anyhow::Result<Outcome> {
     }
     for s in &run.server_sysctl {
         args.extend(["--sysctl".to_owned(), s.clone()]);
+    }
+    if tokio {
+        args.extend(["--api".to_owned(), "tokio".to_owned()]);
     }
     let (mut server, words) = Peer::start("ustack-c1m", &args)?;
     let name = words
@@ -187,6 +193,9 @@ pub fn ustack(run: &Run, hold: Duration) -> anyhow::Result<Outcome> {
     o = o.with_counters(report["counters"].clone(), rt.stack().mib().to_json());
     o.link_stats = json!({ "server": report["link"], "client": shm::shm_stats(rt.device()) });
     o.server_cpu = cpu;
+    if tokio {
+        (o.api, o.mode) = ("tokio", "tokio");
+    }
     Ok(o)
 }
 
@@ -689,14 +698,17 @@ fn sum(peers: &[Peer], f: impl Fn(&Peer) -> Option<u64>) -> Option<u64> {
 /// How long a Linux c1m phase may take in all (the peers fail sooner if stalled).
 const PHASE: Duration = Duration::from_secs(600);
 
-/// c1m on Linux over loopback, servers and clients in processes of their own.
-pub fn linux(run: &Run, hold: Duration) -> anyhow::Result<Outcome> {
+/// c1m on Linux over loopback, servers and clients in processes of their own. `tokio`
+/// (`--api tokio`): the servers are c1m's tokio server on tokio's sockets
+/// ([`super::c1m_tokio::serve_linux`]), a task per connection.
+pub fn linux(run: &Run, hold: Duration, tokio: bool) -> anyhow::Result<Outcome> {
     let (n, size) = (run.conns as usize, run.size);
     let procs = n.div_ceil(PER_PROCESS);
-    let (first, port) = Peer::spawn("echo", &[])?;
+    let role = if tokio { "tokio-echo" } else { "echo" };
+    let (first, port) = Peer::spawn(role, &[])?;
     let mut servers = vec![first];
     for _ in 1..procs {
-        servers.push(Peer::spawn("echo", &["--port".into(), port.to_string()])?.0);
+        servers.push(Peer::spawn(role, &["--port".into(), port.to_string()])?.0);
     }
     // Each client process from its own source address, distinct per bench run.
     let pid = std::process::id();
@@ -801,6 +813,9 @@ pub fn linux(run: &Run, hold: Duration) -> anyhow::Result<Outcome> {
         "c1m", "linux", "loopback", run.conns, size, n as u64, elapsed, verified, lat,
     );
     o.server_cpu = cpu;
+    if tokio {
+        (o.api, o.mode) = ("tokio", "tokio");
+    }
     o.c1m = Some(C1m {
         establish,
         exchange,

@@ -27,6 +27,7 @@ use anyhow::{Context, bail};
 use serde_json::{Value, json};
 use ustack_apps::{Protocol, Server};
 use ustack_dev::shm::ShmLink;
+use ustack_stack::inspect::MemoryUsage;
 
 use super::c1m::{link_config, server_addrs};
 use super::shm::{self, CLIENT_IP, Rt, SERVER_IP};
@@ -39,7 +40,15 @@ const COMMAND_CHECK: Option<Duration> = Some(Duration::from_millis(1));
 
 /// Serve c1m's `conns` connections until stdin closes (see the module's doc), with the
 /// stack's tunables `sysctls` (`NAME=VALUE` each) set.
-pub fn serve(conns: u32, seed: u64, checksums: bool, sysctls: &[String]) -> anyhow::Result<()> {
+/// `tokio`: the server is c1m's tokio server instead ([`super::c1m_tokio::serve_ustack`]),
+/// on the same link and stack.
+pub fn serve(
+    conns: u32,
+    seed: u64,
+    checksums: bool,
+    sysctls: &[String],
+    tokio: bool,
+) -> anyhow::Result<()> {
     let (mut ports, peer) = ShmLink::create(&link_config()).context("creating the shm link")?;
     let offer = peer.offer().context("offering the shm link")?;
     println!("ready 0 {}", offer.name());
@@ -58,6 +67,9 @@ pub fn serve(conns: u32, seed: u64, checksums: bool, sysctls: &[String]) -> anyh
             .and_then(|(n, v)| Some((n, v.parse::<u64>().ok()?)))
             .with_context(|| format!("--sysctl {s:?}: expected NAME=VALUE"))?;
         builder = builder.sysctl(name, value);
+    }
+    if tokio {
+        return super::c1m_tokio::serve_ustack(builder, port, &server_addrs(conns));
     }
     let mut rt = builder.build(port).context("building the server runtime")?;
     let mut server = Server::bind_all(&mut rt, Protocol::Echo, &server_addrs(conns), None)?;
@@ -87,18 +99,27 @@ pub fn serve(conns: u32, seed: u64, checksums: bool, sysctls: &[String]) -> anyh
 /// The lines of stdin, read on a thread of their own; the channel closes with stdin.
 fn stdin_lines() -> anyhow::Result<mpsc::Receiver<String>> {
     let (tx, rx) = mpsc::channel();
+    read_stdin(move |line| tx.send(line).is_ok())?;
+    Ok(rx)
+}
+
+/// Give each line of stdin to `send`, on a thread of its own, until stdin closes or
+/// `send` says no (returns false).
+pub(super) fn read_stdin(
+    mut send: impl FnMut(String) -> bool + Send + 'static,
+) -> anyhow::Result<()> {
     std::thread::Builder::new()
         .name("commands".into())
         .spawn(move || {
             for line in std::io::stdin().lock().lines() {
                 let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
+                if !send(line) {
                     break;
                 }
             }
         })
         .context("starting the command reader")?;
-    Ok(rx)
+    Ok(())
 }
 
 /// The answer line to one command.
@@ -122,6 +143,12 @@ fn answer(cmd: &str, rt: &Rt, server: &Server) -> anyhow::Result<String> {
 fn memory(rt: &Rt, server: &Server) -> Value {
     let mut m = rt.memory();
     m.kinds.push(server.memory());
+    memory_json(&m)
+}
+
+/// Accounting as the `memory` line gives it: `{"total": bytes, "kinds": {kind: {"count",
+/// "bytes"}}}`.
+pub(super) fn memory_json(m: &MemoryUsage) -> Value {
     let kinds: serde_json::Map<String, Value> = m
         .kinds
         .iter()

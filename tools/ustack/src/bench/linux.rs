@@ -30,8 +30,9 @@ use ustack_baseline::{Proto, Server, ServerConfig, UringProto, UringServer};
 use super::{fill_message, stream_chunk, stream_matches};
 
 /// What a peer process does.
-const ROLES: [&str; 6] = [
+const ROLES: [&str; 7] = [
     "echo",
+    "tokio-echo",
     "udp-echo",
     "sink",
     "reply-close",
@@ -42,8 +43,9 @@ const ROLES: [&str; 6] = [
 /// `ustack bench-peer`: one Linux peer of a bench run (internal; the bench starts it).
 #[derive(Debug, clap::Args)]
 pub struct PeerArgs {
-    /// echo, udp-echo (the baselines), sink, reply-close, c1m-client, or ustack-c1m (c1m's
-    /// ustack server over shm, [`super::c1m_server`]).
+    /// echo, udp-echo (the baselines), tokio-echo (c1m's tokio server,
+    /// [`super::c1m_tokio`]), sink, reply-close, c1m-client, or ustack-c1m (c1m's ustack
+    /// server over shm, [`super::c1m_server`]).
     #[arg(value_parser = ROLES)]
     role: String,
     /// Servers: the port on 127.0.0.1 (0: an ephemeral one; the others of a
@@ -65,6 +67,10 @@ pub struct PeerArgs {
     /// ustack-c1m: a tunable of its stack, NAME=VALUE (`ustack bench --server-sysctl`).
     #[arg(long)]
     sysctl: Vec<String>,
+    /// ustack-c1m: what the server is written against (`ustack bench --api`): native
+    /// (ustack's echo server) or tokio (a task per connection on ustack-tokio's LocalStack).
+    #[arg(long, default_value = "native", value_parser = ["native", "tokio"])]
+    api: String,
     /// c1m-client: handshakes (then exchanges) outstanding at once.
     #[arg(long, default_value_t = 100)]
     window: u32,
@@ -370,9 +376,14 @@ pub fn peer(args: &PeerArgs) -> anyhow::Result<ExitCode> {
             uring(UringProto::ReplyClose { size: args.size }, args)
         }
         "reply-close" => reply_close(args),
-        "ustack-c1m" => {
-            super::c1m_server::serve(args.conns, args.seed, args.checksums, &args.sysctl)
-        }
+        "ustack-c1m" => super::c1m_server::serve(
+            args.conns,
+            args.seed,
+            args.checksums,
+            &args.sysctl,
+            args.api == "tokio",
+        ),
+        "tokio-echo" => super::c1m_tokio::serve_linux(args.port),
         _ => c1m_client(args),
     };
     if let Err(e) = &result {

@@ -188,7 +188,13 @@ fn ustack_how(o: &Outcome) -> String {
 fn print_table(outcomes: &[Outcome], skipped: &[Skipped], args: &Args) {
     println!();
     let linux = "Linux over loopback (the server in processes of its own)";
-    if args.api == "tokio" {
+    if args.api == "tokio" && outcomes.iter().any(|o| o.scenario == "c1m") {
+        println!(
+            "tokio (--api tokio): c1m's servers are tokio, a task per connection, in processes \
+             of their own: ustack through ustack-tokio's LocalStack over shm, Linux through \
+             tokio::net over loopback; the clients are c1m's"
+        );
+    } else if args.api == "tokio" {
         println!(
             "tokio (--api tokio): server and client each a current-thread runtime on a thread \
              of its own, in the bench process; ustack through ustack-tokio's LocalStack over \
