@@ -336,9 +336,6 @@ impl Stack {
         if !self.tcp.tx_waiters.is_empty() && (self.tx.len() as u64) <= self.tx_tcp_limit() / 2 {
             self.tcp_tx_wake(now);
         }
-        if self.tcp.pool.under_pressure() || !self.tcp.mem_waiters.is_empty() {
-            self.tcp_mem_wake(now);
-        }
         self.tx.pop_front()
     }
 

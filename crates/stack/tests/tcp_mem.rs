@@ -341,32 +341,9 @@ fn a_writer_over_tcp_mem_gets_eagain_and_is_woken_when_memory_frees() {
 /// received. Without that wake-up an edge-triggered writer would wait forever.
 #[test]
 fn a_writer_refused_for_others_memory_is_woken_when_pressure_ends() {
-    use ustack_stack::{Readiness, SocketKey};
-    let mut p = Pair::new(SimLinkConfig::default());
-    set_tcp_mem(&mut p.a, 1, 1, 2, 2);
-    // Every receive buffer is below its guaranteed minimum: a1 may take A's pool up to
-    // high (and no further).
-    p.a.set_sysctl("net.ipv4.tcp_rmem.min", 65536).unwrap();
-    let l = p.b.tcp_listen(SocketAddrV4::new(B_IP, 80), 16).unwrap();
-    let now = p.now;
-    let (a1, a2) = (
-        p.a.tcp_connect(now, SocketAddrV4::new(B_IP, 80)).unwrap(),
-        p.a.tcp_connect(now, SocketAddrV4::new(B_IP, 80)).unwrap(),
-    );
-    let mut bs = Vec::new();
-    assert!(p.run_until_cond(Duration::from_secs(5), |p| {
-        while let Ok((h, peer)) = p.b.tcp_accept(l) {
-            bs.push((h, peer.port()));
-        }
-        bs.len() == 2 && p.a.tcp_state(a2) == Ok(State::Established)
-    }));
-    let a1_port = p.a.tcp_info(a1).unwrap().local.port();
-    let b1 = bs.iter().find(|(_, port)| *port == a1_port).unwrap().0;
     // B sends 8 KiB on a1, which A does not read: A's pool reaches high (the rest of it
     // is refused until A reads).
-    let now = p.now;
-    assert_eq!(p.b.tcp_send(now, b1, &pattern(8192, 1)), Ok(8192));
-    p.run_for(Duration::from_millis(100));
+    let (mut p, [a1, a2]) = a1_holds_unread(8192);
     assert_eq!(p.a.tcp_resources().buffer_bytes, 4 * BUFFER_CHUNK);
     assert!(p.a.tcp_memory_pressure());
     let now = p.now;
@@ -376,27 +353,172 @@ fn a_writer_refused_for_others_memory_is_woken_when_pressure_ends() {
         "refused: the stack is at tcp_mem.high"
     );
     let mut ready = Vec::new();
-    let a2_writable = |ready: &[(SocketKey, Readiness)]| {
-        ready
-            .iter()
-            .any(|(k, r)| *k == SocketKey::Tcp(a2) && r.contains(Readiness::WRITABLE))
-    };
     p.a.take_ready(&mut ready);
     ready.clear();
     p.run_for(Duration::from_millis(500));
     p.a.take_ready(&mut ready);
     assert!(
-        !a2_writable(&ready),
+        !writable(&ready, a2),
         "nothing wakes a2 while memory is short"
     );
-    // The application reads a1: the pool empties, pressure ends, a2 is woken.
+    // The application reads a1: the pool empties, pressure ends, a2 is woken by the read
+    // itself (before the stack sends or receives anything).
     let mut buf = vec![0u8; 16384];
     let now = p.now;
     assert!(matches!(p.a.tcp_recv(now, a1, &mut buf), Ok(n) if n > 0));
-    p.run_for(Duration::from_millis(10));
     p.a.take_ready(&mut ready);
     assert!(!p.a.tcp_memory_pressure());
-    assert!(a2_writable(&ready), "a2 woken: {ready:?}");
+    assert!(writable(&ready, a2), "a2 woken: {ready:?}");
     let now = p.now;
     assert_eq!(p.a.tcp_send(now, a2, &pattern(100, 2)), Ok(100));
+}
+
+/// Two connections a1, a2 from A to B, A's `tcp_mem` low = pressure = 2 chunks, high =
+/// budget = 4 chunks, and every receive buffer below its guaranteed minimum (so a1 may take
+/// A's pool up to high, and no further); B has sent `bytes` on a1, which A does not read.
+fn a1_holds_unread(bytes: usize) -> (Pair, [TcpHandle; 2]) {
+    let mut p = Pair::new(SimLinkConfig::default());
+    set_tcp_mem(&mut p.a, 1, 1, 2, 2);
+    p.a.set_sysctl("net.ipv4.tcp_rmem.min", 65536).unwrap();
+    let (a, [b1, _]) = two_conns(&mut p);
+    let now = p.now;
+    assert_eq!(p.b.tcp_send(now, b1, &pattern(bytes, 1)), Ok(bytes));
+    p.run_for(Duration::from_millis(100));
+    (p, a)
+}
+
+/// Hand every frame `from` has queued straight to `to` (no link, no timers): the frames
+/// one stack sends, delivered without the receiving stack transmitting anything.
+fn deliver(from: &mut Stack, to: &mut Stack, now: ustack_stack::Instant) -> usize {
+    let mut n = 0;
+    while let Some(frame) = from.poll_transmit(now) {
+        to.receive(now, &frame);
+        from.recycle(frame);
+        n += 1;
+    }
+    n
+}
+
+/// `write` on A's connection `h` is refused memory; then, with A's ready list emptied,
+/// A's queued frames go to B, B acknowledges them (quick ACKs, and its delayed ACK if one
+/// is left) and the ACKs reach A, which transmits nothing meanwhile. Returns A's ready list
+/// after the ACKs and the instant they arrived at.
+fn refused_then_acked(
+    p: &mut Pair,
+    h: TcpHandle,
+    write: &[u8],
+) -> (
+    Vec<(ustack_stack::SocketKey, ustack_stack::Readiness)>,
+    ustack_stack::Instant,
+) {
+    let now = p.now;
+    assert_eq!(
+        p.a.tcp_send(now, h, write),
+        Err(ustack_stack::Error::WouldBlock),
+        "refused: A's pool is at tcp_mem.high"
+    );
+    assert!(p.a.tcp_memory_pressure());
+    let mut ready = Vec::new();
+    p.a.take_ready(&mut ready);
+    ready.clear();
+    assert!(deliver(&mut p.a, &mut p.b, now) > 0);
+    let later = now + Duration::from_millis(500);
+    p.b.handle_timeout(later);
+    assert!(deliver(&mut p.b, &mut p.a, later) > 0);
+    p.a.take_ready(&mut ready);
+    (ready, later)
+}
+
+/// Whether `ready` holds a WRITABLE wake-up for `h`.
+fn writable(ready: &[(ustack_stack::SocketKey, ustack_stack::Readiness)], h: TcpHandle) -> bool {
+    use ustack_stack::{Readiness, SocketKey};
+    ready
+        .iter()
+        .any(|(k, r)| *k == SocketKey::Tcp(h) && r.contains(Readiness::WRITABLE))
+}
+
+/// Two connections of stack A to B, established, and B's ends in A's order.
+fn two_conns(p: &mut Pair) -> ([TcpHandle; 2], [TcpHandle; 2]) {
+    let l = p.b.tcp_listen(SocketAddrV4::new(B_IP, 80), 16).unwrap();
+    let now = p.now;
+    let a = [
+        p.a.tcp_connect(now, SocketAddrV4::new(B_IP, 80)).unwrap(),
+        p.a.tcp_connect(now, SocketAddrV4::new(B_IP, 80)).unwrap(),
+    ];
+    let mut bs = Vec::new();
+    assert!(p.run_until_cond(Duration::from_secs(5), |p| {
+        while let Ok((h, peer)) = p.b.tcp_accept(l) {
+            bs.push((h, peer.port()));
+        }
+        bs.len() == 2
+            && a.iter()
+                .all(|&h| p.a.tcp_state(h) == Ok(State::Established))
+    }));
+    let b_of = |h: TcpHandle| {
+        let port = p.a.tcp_info(h).unwrap().local.port();
+        bs.iter().find(|(_, q)| *q == port).unwrap().0
+    };
+    (a, [b_of(a[0]), b_of(a[1])])
+}
+
+/// The stall after c1m's surge (issue #12 item 8): an echo server's write was refused
+/// memory while the pool was full of data its peers had not yet acknowledged; their ACKs
+/// then freed the memory, and nothing was left to transmit. The writer must be woken by
+/// the segment that freed the memory, not by the stack's next transmission: a driver
+/// skips its transmit path when nothing is queued (`Stack::tx_pending`), so a wake-up
+/// hung on that path never came, and the connection's echo waited forever. Here A's pool
+/// is full of a1's unacknowledged data; a2, with nothing of its own queued, is refused;
+/// B's ACK arrives, and a2 is on A's ready list before A transmits anything.
+#[test]
+fn a_writer_refused_memory_is_woken_by_the_ack_that_frees_it_with_nothing_to_send() {
+    let mut p = Pair::new(SimLinkConfig::default());
+    // Pressure above 4 KiB, refused above 8 KiB (4 chunks).
+    set_tcp_mem(&mut p.a, 1, 1, 2, 2);
+    let ([a1, a2], _) = two_conns(&mut p);
+    let now = p.now;
+    assert_eq!(p.a.tcp_send(now, a1, &pattern(8192, 1)), Ok(8192));
+    assert_eq!(p.a.tcp_resources().buffer_bytes, 4 * BUFFER_CHUNK);
+    let (ready, later) = refused_then_acked(&mut p, a2, &pattern(64, 2));
+    assert_eq!(
+        p.a.tcp_resources().buffer_bytes,
+        0,
+        "a1's data acknowledged"
+    );
+    assert!(
+        !p.a.tcp_memory_pressure(),
+        "the pool is empty: pressure ends"
+    );
+    assert!(!p.a.tx_pending(), "A has nothing to send");
+    assert!(
+        writable(&ready, a2),
+        "a2 woken by the ACK that freed the memory: {ready:?}"
+    );
+    assert_eq!(p.a.tcp_send(later, a2, &pattern(64, 2)), Ok(64));
+}
+
+/// A writer refused memory while it has data in flight is woken by its own ACK (Linux
+/// `SOCK_NOSPACE`, `tcp_check_space`), even when its send buffer was not full by size and
+/// the stack stays under pressure (another connection holds unread data above
+/// `tcp_mem.low`): it may write again, within its guaranteed minimum (`tcp_wmem.min`).
+/// Waiting for the pressure to end would freeze it for as long as the other reader sleeps.
+#[test]
+fn a_writer_refused_memory_with_data_in_flight_is_woken_by_its_own_ack() {
+    // B sends 6 KiB on a1, which A does not read: 3 chunks held.
+    let (mut p, [_, a2]) = a1_holds_unread(6144);
+    assert_eq!(p.a.tcp_resources().buffer_bytes, 3 * BUFFER_CHUNK);
+    // a2 writes 1,000 bytes (the pool's last chunk), then is refused the next chunk.
+    let now = p.now;
+    assert_eq!(p.a.tcp_send(now, a2, &pattern(1000, 2)), Ok(1000));
+    let (ready, later) = refused_then_acked(&mut p, a2, &pattern(2000, 3));
+    assert_eq!(
+        p.a.tcp_info(a2).unwrap().send_q,
+        0,
+        "a2's data acknowledged"
+    );
+    assert!(
+        p.a.tcp_memory_pressure(),
+        "a1's unread data keeps A under pressure"
+    );
+    assert!(writable(&ready, a2), "a2 woken by its ACK: {ready:?}");
+    assert_eq!(p.a.tcp_send(later, a2, &pattern(2000, 3)), Ok(2000));
 }

@@ -1073,15 +1073,10 @@ fn bench_c1m_syn_flood_keeps_the_syn_queue_bounded_and_every_connection_served()
 /// under memory pressure and refused data with counted reasons; its buffers never held
 /// more than the budget; its control line kept answering while it did; once it read again,
 /// every connection's 4 KiB came back intact and none was aborted.
-/// KNOWN BUG, found at the end of the 2026-11-26 second session and not fixed: after the
-/// surge drains, some connections' one-message exchange stalls for more than 10 s (7 of 10
-/// runs on a loaded machine: "1,601 to 1,975 of 2,000 exchanges done, then none for 10s";
-/// it passed in the helper's runs and in one CI run). Not caused by the `rcv_ssthresh` or
-/// the shard's timer-deferral merges (each reverted alone: still fails). Likely the
-/// sender's backed-off retransmissions or persist probes after memory drops. Run with
-/// `cargo nextest run -p ustack --test cli --run-ignored all -E 'test(bench_c1m_send_into)'`.
+/// After the drain every connection's one-message exchange completes: an echo write refused
+/// memory while the surge's echoes were unacknowledged is woken when their ACKs free it
+/// (a lost wake-up used to stall 1,601 to 1,975 of 2,000 exchanges for more than 10 s).
 #[test]
-#[ignore = "known bug: exchanges stall after a memory-pressure surge (see the doc comment)"]
 fn bench_c1m_send_into_a_server_that_does_not_read_stays_in_budget_and_completes() {
     const N: u64 = 2000;
     let runs = bench_json(

@@ -189,6 +189,8 @@ impl Stack {
             Verdict::SynAck => self.tcp_send_syn_ack_tcb(now, h),
         }
         self.tcp_note_idle(now, h);
+        // An ACK, a prune or a reset may have freed buffer memory.
+        self.tcp_mem_freed(now);
     }
 
     /// The connection is over (Linux `tcp_done`): an orphan is forgotten; otherwise the
@@ -842,7 +844,11 @@ impl Sock<'_> {
         if !self.pool.above_low() {
             tcp_sndbuf_expand(tcb, self.sysctl.tcp_wmem_max);
         }
-        if !was_writeable && sk_stream_is_writeable(tcb) {
+        // Linux tcp_check_space: the queue shrank; a writer that found it full, or was
+        // refused memory (SOCK_NOSPACE), is woken if it may write now (tcp_new_space ->
+        // sk_stream_write_space).
+        if (!was_writeable || tcb.flags.has(TcbFlags::NOSPACE)) && sk_stream_is_writeable(tcb) {
+            tcb.flags.clear(TcbFlags::NOSPACE);
             self.ready.mark(SocketKey::Tcp(self.h), Readiness::WRITABLE); // sk_write_space
         }
     }

@@ -682,6 +682,10 @@ impl Stack {
                     let moderated = (tcb.sndbuf.len() / 2).max(SOCK_MIN_SNDBUF);
                     tcb.sndbuf_limit = tcb.sndbuf_limit.min(moderated as u32);
                 }
+                // Woken by its own ACK if it has data in flight (see `NOSPACE`), else,
+                // with nothing in flight to bring one, when memory frees
+                // (`Stack::tcp_mem_freed`).
+                tcb.flags.set(tcb::TcbFlags::NOSPACE);
                 self.tcp.mem_waiters.insert(h);
                 return Err(Error::WouldBlock);
             }
@@ -701,12 +705,11 @@ impl Stack {
     pub fn tcp_recv(&mut self, now: Instant, h: TcpHandle, buf: &mut [u8]) -> Result<usize, Error> {
         let (tcb, pool) = self.tcp.split(h).ok_or(Error::BadHandle)?;
         let n = tcb.rcvbuf.read(pool, buf);
-        if n > 0 && pool.under_pressure() {
-            // Linux sk_mem_reclaim -> __sk_mem_reduce_allocated: below tcp_mem.low the
-            // stack leaves memory pressure.
-            pool.reclaim(now, &mut self.mib);
-        }
         if n > 0 {
+            // Reading freed chunks (Linux tcp_recvmsg -> sk_mem_reclaim ->
+            // __sk_mem_reduce_allocated: below tcp_mem.low the stack leaves memory
+            // pressure), and writers refused memory may go on.
+            self.tcp_mem_freed(now);
             // Reading may open the window enough to be worth announcing (Linux
             // tcp_cleanup_rbuf: when the window would grow by at least 2*MSS... here by a
             // quarter of the buffer or 2 MSS, whichever is smaller).
@@ -820,6 +823,7 @@ impl Stack {
         }
         self.tcp_set_state(h, State::Closed);
         self.tcp_destroy(h);
+        self.tcp_mem_freed(now);
         Ok(())
     }
 
@@ -982,13 +986,27 @@ impl Stack {
         self.tcp.pool.under_pressure()
     }
 
-    /// Once per round while under memory pressure or with writers waiting for memory:
-    /// leave pressure when the pool is below `tcp_mem.low`, and then mark the writers
-    /// that were refused memory writable again (Linux wakes them through
-    /// `sk_stream_write_space` as memory frees; here when pressure ends).
-    pub(crate) fn tcp_mem_wake(&mut self, now: Instant) {
+    /// Buffer memory may have been freed (data acknowledged or read, a connection gone):
+    /// while under memory pressure or with writers waiting for memory, see
+    /// [`Stack::tcp_mem_wake`]. Called where memory is freed (segment input, timers,
+    /// reads, aborts), not from the transmit path, which a driver skips when it has
+    /// nothing to send: a writer refused memory must be woken on an idle link too.
+    #[inline]
+    pub(crate) fn tcp_mem_freed(&mut self, now: Instant) {
+        if self.tcp.pool.under_pressure() || !self.tcp.mem_waiters.is_empty() {
+            self.tcp_mem_wake(now);
+        }
+    }
+
+    /// Leave pressure when the pool is below `tcp_mem.low` (Linux `sk_mem_uncharge` ->
+    /// `__sk_mem_reduce_allocated` -> `sk_leave_memory_pressure`), and then, if the pool
+    /// has room, mark the writers that were refused memory writable again (Linux wakes
+    /// them through `sk_stream_write_space` as memory frees; here when pressure ends).
+    #[cold]
+    #[inline(never)]
+    fn tcp_mem_wake(&mut self, now: Instant) {
         self.tcp.pool.reclaim(now, &mut self.mib);
-        if self.tcp.pool.under_pressure() {
+        if self.tcp.pool.under_pressure() || !self.tcp.pool.has_room() {
             return;
         }
         for h in core::mem::take(&mut self.tcp.mem_waiters) {

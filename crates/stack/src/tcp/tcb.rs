@@ -123,6 +123,11 @@ impl TcbFlags {
     /// The retransmission timer is a tail loss probe, not the RTO (Linux
     /// `ICSK_TIME_LOSS_PROBE` on the same timer).
     pub(crate) const LOSS_PROBE: u32 = 1 << 19;
+    /// A write was refused buffer memory (`tcp_mem`) and returned `WouldBlock` (Linux
+    /// `SOCK_NOSPACE`): an ACK that frees part of the send buffer wakes the writer
+    /// (Linux `tcp_check_space` -> `tcp_new_space` -> `sk_stream_write_space`), even when
+    /// the send buffer was not full by its size.
+    pub(crate) const NOSPACE: u32 = 1 << 20;
 
     #[inline]
     pub(crate) const fn has(self, bit: u32) -> bool {

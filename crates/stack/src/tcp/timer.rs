@@ -347,6 +347,8 @@ impl Stack {
                 }
             }
         }
+        // A connection aborted by its timer (retries out, an orphan's end) freed its buffers.
+        self.tcp_mem_freed(now);
     }
 
     /// Run the due timers of one connection.

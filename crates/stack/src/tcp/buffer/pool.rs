@@ -251,6 +251,12 @@ impl BufferPool {
         self.alloc_failures
     }
 
+    /// Whether a chunk can still be handed out before the budget is reached.
+    #[inline]
+    pub fn has_room(&self) -> bool {
+        self.in_use < self.limit_chunks
+    }
+
     /// Chunks that can still be handed out before the limit is reached.
     pub(super) fn available_chunks(&self) -> usize {
         self.limit_chunks.saturating_sub(self.in_use)
