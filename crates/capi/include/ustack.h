@@ -129,7 +129,10 @@ ssize_t ustack_readv(int fd, const struct iovec *iov, int n);
 ssize_t ustack_recvmsg(int fd, struct msghdr *msg, int flags);
 
 // `sendto(2)`: `MSG_DONTWAIT`, `MSG_NOSIGNAL` (no signal is ever raised), `MSG_MORE`
-// (ignored).
+// (ignored). On a blocking stream socket every byte is taken before it returns (the
+// call waits for send-buffer room, as Linux's `tcp_sendmsg`), unless an error or
+// `SO_SNDTIMEO` ends it (then the count taken, if any); so are `send`, `write`, `writev`
+// and `sendmsg`. A non-blocking one takes what fits.
 //
 // # Safety
 // `buf` has `len` readable bytes; `addr` NULL or `addrlen` readable bytes.

@@ -757,14 +757,35 @@ pub fn recv_vec(
     Ok((n, from))
 }
 
-/// `sendto(2)`: bytes taken (a short count when the send buffer is nearly full). TCP
-/// ignores `to`, as Linux does for a connected stream; UDP sends to `to` or the
-/// connected peer.
+/// A send on stream `c` as Linux's `tcp_sendmsg` makes it: a blocking one (`wait` not
+/// [`Wait::Never`]) waits for send-buffer room until every byte is taken, or an error or
+/// `SO_SNDTIMEO` ends it (then the count taken so far, if any: Linux
+/// `sk_stream_wait_memory`, and `tcp_sendmsg_locked`'s `copied ? copied : err`); a
+/// non-blocking one takes what fits. ustack-net's write takes at most what fits the send
+/// buffer, and at most [`ustack_net::MAX_IO`], per call.
+fn stream_send(s: &S, c: Fd, buf: &[u8], wait: Wait) -> Result<usize> {
+    let mut done = 0;
+    loop {
+        let n = match s.net().write(c, &buf[done..], wait) {
+            Ok(n) => n,
+            Err(_) if done > 0 => return Ok(done),
+            Err(e) => return Err(io(e)),
+        };
+        done += n;
+        if done == buf.len() || wait == Wait::Never || n == 0 {
+            return Ok(done);
+        }
+    }
+}
+
+/// `sendto(2)`: bytes taken. TCP: a blocking send takes every byte before it returns (see
+/// [`stream_send`]), a non-blocking one what fits the send buffer; `to` is ignored, as
+/// Linux does for a connected stream. UDP sends to `to` or the connected peer.
 pub fn send_to(fd: i32, buf: &[u8], flags: i32, to: Option<SocketAddrV4>) -> Result<usize> {
     check_flags(flags, SEND_FLAGS)?;
     let s = S::get(fd)?;
     match s.state() {
-        State2::Stream { fd: c, .. } => s.net().write(c, buf, s.write_wait(flags)).map_err(io),
+        State2::Stream { fd: c, .. } => stream_send(&s, c, buf, s.write_wait(flags)),
         State2::Fresh { .. } | State2::Listener { .. } if s.sock().proto == Proto::Tcp => {
             // Linux `sk_stream_wait_connect`: not connecting is EPIPE.
             Err(Error::new(libc::EPIPE, "not connected"))
@@ -780,22 +801,48 @@ pub fn send_to(fd: i32, buf: &[u8], flags: i32, to: Option<SocketAddrV4>) -> Res
     }
 }
 
-/// `writev(2)`/`sendmsg(2)`: the buffers gathered into one send.
+/// `writev(2)`/`sendmsg(2)`: the buffers gathered into sends of up to
+/// [`ustack_net::MAX_IO`] bytes. On a blocking stream every byte is taken, as by
+/// [`send_to`]; a non-blocking send, or a datagram, is one send (a datagram of more than
+/// `MAX_IO` bytes is cut, and fails as too long).
 pub fn send_vec(fd: i32, bufs: &[&[u8]], flags: i32, to: Option<SocketAddrV4>) -> Result<usize> {
     if bufs.len() == 1 {
         return send_to(fd, bufs[0], flags, to);
     }
-    let mut all = Vec::with_capacity(
-        bufs.iter()
-            .map(|b| b.len())
-            .sum::<usize>()
-            .min(ustack_net::MAX_IO),
-    );
-    for b in bufs {
-        let room = ustack_net::MAX_IO - all.len();
-        all.extend_from_slice(&b[..b.len().min(room)]);
+    let stream = matches!(S::get(fd)?.state(), State2::Stream { .. });
+    let mut at = (0, 0); // (buffer, offset in it)
+    let mut done = 0;
+    loop {
+        let mut all = Vec::with_capacity(
+            bufs.iter()
+                .map(|b| b.len())
+                .sum::<usize>()
+                .saturating_sub(done)
+                .min(ustack_net::MAX_IO),
+        );
+        while at.0 < bufs.len() && all.len() < ustack_net::MAX_IO {
+            let b = &bufs[at.0][at.1..];
+            let k = b.len().min(ustack_net::MAX_IO - all.len());
+            all.extend_from_slice(&b[..k]);
+            if k == b.len() {
+                at = (at.0 + 1, 0);
+            } else {
+                at.1 += k;
+            }
+        }
+        let more = at.0 < bufs.len();
+        let n = match send_to(fd, &all, flags, to) {
+            Ok(n) => n,
+            Err(_) if done > 0 => return Ok(done),
+            Err(e) => return Err(e),
+        };
+        done += n;
+        // A short send (non-blocking, or ended by an error or timeout) ends it; so does a
+        // datagram (one send) or the last part.
+        if n < all.len() || !more || !stream {
+            return Ok(done);
+        }
     }
-    send_to(fd, &all, flags, to)
 }
 
 /// `shutdown(2)`: `SHUT_RD`, `SHUT_WR`, `SHUT_RDWR`.

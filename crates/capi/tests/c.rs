@@ -165,3 +165,12 @@ fn many_threads_one_edge_triggered_server() {
         "{out}"
     );
 }
+
+#[test]
+fn a_blocking_write_takes_every_byte() {
+    let out = run_c("write");
+    assert!(
+        out.contains("8388608 bytes, every blocking write whole, checked"),
+        "{out}"
+    );
+}

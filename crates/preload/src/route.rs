@@ -208,36 +208,6 @@ pub fn socket(domain: i32, ty: i32, protocol: i32, atfork: fn()) -> Route {
     }
 }
 
-// ---- blocking writes -------------------------------------------------------------------------
-
-/// A send on ustack socket `fd` of `total` bytes as Linux's blocking `tcp_sendmsg` does
-/// it: on a blocking socket (and without `MSG_DONTWAIT`), until every byte is taken or an
-/// error comes (then the count taken so far, if any), where the C API returns what fitted
-/// the send buffer. `send(offset)` sends the bytes from `offset` on and returns the C
-/// call's result (`-1` with `errno` set on failure).
-pub fn send_all(fd: i32, total: usize, flags: i32, send: &mut dyn FnMut(usize) -> isize) -> isize {
-    let nonblocking = flags & libc::MSG_DONTWAIT != 0
-        || sock::fcntl(fd, libc::F_GETFL, 0).map_or(true, |f| f & libc::O_NONBLOCK != 0);
-    if nonblocking {
-        return send(0);
-    }
-    let mut done = 0usize;
-    loop {
-        let r = send(done);
-        let Ok(n) = usize::try_from(r) else {
-            return if done > 0 {
-                isize::try_from(done).unwrap_or(isize::MAX)
-            } else {
-                r
-            };
-        };
-        done += n;
-        if done >= total || n == 0 {
-            return isize::try_from(done).unwrap_or(isize::MAX);
-        }
-    }
-}
-
 // ---- poll and select over ustack sockets and kernel files ----------------------------------
 
 /// A deadline from a timeout in milliseconds (negative: none).

@@ -255,11 +255,8 @@ pub unsafe extern "C" fn __read_chk(fd: c_int, b: *mut c_void, n: size_t, bl: si
 /// As `write(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn write(fd: c_int, b: *const c_void, n: size_t) -> ssize_t {
-    // SAFETY (kernel arm): the caller's buffer of `n` bytes.
-    on_fd!(fd, ustack => route::send_all(fd, n, 0, &mut |off| {
-        // SAFETY: `off <= n`: the rest of the caller's buffer of `n` bytes.
-        unsafe { u::ustack_write(fd, b.cast::<u8>().add(off).cast(), n - off) }
-    }), kernel => unsafe { real::write(fd, b, n) })
+    // SAFETY (both arms): the caller's buffer of `n` bytes.
+    on_fd!(fd, ustack => unsafe { u::ustack_write(fd, b, n) }, kernel => unsafe { real::write(fd, b, n) })
 }
 
 /// `readv(2)`.
@@ -272,62 +269,14 @@ pub unsafe extern "C" fn readv(fd: c_int, v: *const iovec, n: c_int) -> ssize_t 
     on_fd!(fd, ustack => unsafe { u::ustack_readv(fd, v, n) }, kernel => unsafe { real::readv(fd, v, n) })
 }
 
-/// The caller's `n` iovecs, if they are well formed (non-NULL, 1..=1024 of them): else
-/// `None`, and the C API's call reports the error.
-///
-/// # Safety
-/// `v` is NULL or `n` valid iovecs.
-unsafe fn iovs<'a>(v: *const iovec, n: c_int) -> Option<&'a [iovec]> {
-    let n = usize::try_from(n).ok().filter(|n| (1..=1024).contains(n))?;
-    if v.is_null() {
-        return None;
-    }
-    // SAFETY: per the contract.
-    Some(unsafe { core::slice::from_raw_parts(v, n) })
-}
-
-/// `iov`'s bytes from `off` on, as iovecs (the first one cut).
-fn iov_from(iov: &[iovec], off: usize) -> Vec<iovec> {
-    let mut skip = off;
-    let mut out = Vec::with_capacity(iov.len());
-    for x in iov {
-        if skip >= x.iov_len {
-            skip -= x.iov_len;
-            continue;
-        }
-        out.push(iovec {
-            iov_base: x.iov_base.wrapping_byte_add(skip),
-            iov_len: x.iov_len - skip,
-        });
-        skip = 0;
-    }
-    out
-}
-
-fn iov_len(iov: &[iovec]) -> usize {
-    iov.iter().fold(0usize, |a, x| a.saturating_add(x.iov_len))
-}
-
-/// `writev(2)`: on a blocking ustack socket, every byte before it returns (as `write`).
+/// `writev(2)`.
 ///
 /// # Safety
 /// As `writev(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn writev(fd: c_int, v: *const iovec, n: c_int) -> ssize_t {
-    on_fd!(fd, ustack => {
-        // SAFETY: the caller's iovecs.
-        match unsafe { iovs(v, n) } {
-            // SAFETY: the caller's iovecs; the C API reports what is wrong with them.
-            None => unsafe { u::ustack_writev(fd, v, n) },
-            Some(iov) => route::send_all(fd, iov_len(iov), 0, &mut |off| {
-                let rest = iov_from(iov, off);
-                let k = c_int::try_from(rest.len()).unwrap_or(c_int::MAX);
-                // SAFETY: parts of the caller's buffers, `k` iovecs.
-                unsafe { u::ustack_writev(fd, rest.as_ptr(), k) }
-            }),
-        }
-    // SAFETY: the caller's iovecs.
-    }, kernel => unsafe { real::writev(fd, v, n) })
+    // SAFETY (both arms): the caller's iovecs.
+    on_fd!(fd, ustack => unsafe { u::ustack_writev(fd, v, n) }, kernel => unsafe { real::writev(fd, v, n) })
 }
 
 /// `recv(2)`.
@@ -407,11 +356,8 @@ pub unsafe extern "C" fn __recvfrom_chk(
 /// As `send(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn send(fd: c_int, b: *const c_void, n: size_t, f: c_int) -> ssize_t {
-    // SAFETY (kernel arm): the caller's buffer of `n` bytes.
-    on_fd!(fd, ustack => route::send_all(fd, n, f, &mut |off| {
-        // SAFETY: `off <= n`: the rest of the caller's buffer of `n` bytes.
-        unsafe { u::ustack_send(fd, b.cast::<u8>().add(off).cast(), n - off, f) }
-    }), kernel => unsafe { real::send(fd, b, n, f) })
+    // SAFETY (both arms): the caller's buffer of `n` bytes.
+    on_fd!(fd, ustack => unsafe { u::ustack_send(fd, b, n, f) }, kernel => unsafe { real::send(fd, b, n, f) })
 }
 
 /// `sendto(2)`.
@@ -427,11 +373,8 @@ pub unsafe extern "C" fn sendto(
     a: *const sockaddr,
     l: socklen_t,
 ) -> ssize_t {
-    // SAFETY (kernel arm): the caller's buffer and address.
-    on_fd!(fd, ustack => route::send_all(fd, n, f, &mut |off| {
-        // SAFETY: `off <= n`: the rest of the caller's buffer; the caller's address.
-        unsafe { u::ustack_sendto(fd, b.cast::<u8>().add(off).cast(), n - off, f, a, l) }
-    }), kernel => unsafe { real::sendto(fd, b, n, f, a, l) })
+    // SAFETY (both arms): the caller's buffer and address.
+    on_fd!(fd, ustack => unsafe { u::ustack_sendto(fd, b, n, f, a, l) }, kernel => unsafe { real::sendto(fd, b, n, f, a, l) })
 }
 
 /// `recvmsg(2)` (ustack: no control messages).
@@ -450,27 +393,8 @@ pub unsafe extern "C" fn recvmsg(fd: c_int, m: *mut msghdr, f: c_int) -> ssize_t
 /// As `sendmsg(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn sendmsg(fd: c_int, m: *const msghdr, f: c_int) -> ssize_t {
-    on_fd!(fd, ustack => {
-        // SAFETY: the caller's msghdr, if not NULL, and its iovecs.
-        let iov = unsafe { m.as_ref() }.and_then(|h| {
-            let n = c_int::try_from(h.msg_iovlen).ok()?;
-            // SAFETY: the msghdr's iovecs.
-            unsafe { iovs(h.msg_iov, n) }.map(|iov| (*h, iov))
-        });
-        match iov {
-            // SAFETY: the caller's msghdr; the C API reports what is wrong with it.
-            None => unsafe { u::ustack_sendmsg(fd, m, f) },
-            Some((h, iov)) => route::send_all(fd, iov_len(iov), f, &mut |off| {
-                let mut rest = iov_from(iov, off);
-                let mut h2 = h;
-                h2.msg_iov = rest.as_mut_ptr();
-                h2.msg_iovlen = rest.len() as _;
-                // SAFETY: the caller's msghdr with parts of its buffers.
-                unsafe { u::ustack_sendmsg(fd, &h2, f) }
-            }),
-        }
-    // SAFETY: the caller's msghdr.
-    }, kernel => unsafe { real::sendmsg(fd, m, f) })
+    // SAFETY (both arms): the caller's msghdr.
+    on_fd!(fd, ustack => unsafe { u::ustack_sendmsg(fd, m, f) }, kernel => unsafe { real::sendmsg(fd, m, f) })
 }
 
 // ---- close, shutdown, dup ----------------------------------------------------------------
