@@ -14,7 +14,7 @@ use core::time::Duration;
 use std::collections::HashMap;
 use std::net::Shutdown;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, RwLock};
 
 use rustix::event::{EventfdFlags, eventfd};
@@ -208,13 +208,31 @@ enum Obj {
     Epoll(EpollSet),
 }
 
+/// What descriptors refer to (Linux's open file): a socket or an epoll set, shared by the
+/// descriptors `dup` makes.
 #[derive(Debug)]
-struct Entry {
+struct File {
     stack: Arc<Stack>,
     obj: Obj,
+    /// The descriptors referring to it: the socket closes when the last one does.
+    descs: AtomicUsize,
+}
+
+/// A descriptor: its file, and what is the descriptor's own.
+#[derive(Debug)]
+struct Entry {
+    file: Arc<File>,
     cloexec: AtomicBool,
-    /// The reserved kernel descriptor whose number this is.
-    _reserved: OwnedFd,
+    /// The reserved kernel descriptor whose number this is (taken out, not closed, when
+    /// `dup2` puts another file at the number: the kernel's `dup3` replaced it).
+    reserved: Mutex<Option<OwnedFd>>,
+}
+
+impl core::ops::Deref for Entry {
+    type Target = File;
+    fn deref(&self) -> &File {
+        &self.file
+    }
 }
 
 type Table = RwLock<HashMap<i32, Arc<Entry>>>;
@@ -225,16 +243,20 @@ fn table() -> &'static Table {
 }
 
 /// The file every descriptor number is reserved from.
-fn reserve() -> Result<OwnedFd> {
+fn base() -> Result<&'static OwnedFd> {
     static BASE: LazyLock<std::io::Result<OwnedFd>> =
         LazyLock::new(|| eventfd(0, EventfdFlags::CLOEXEC).map_err(Into::into));
-    let base = BASE.as_ref().map_err(|e| {
+    BASE.as_ref().map_err(|e| {
         Error::new(
             crate::error::errno_of(e),
             format!("reserving descriptors: {e}"),
         )
-    })?;
-    rustix::io::fcntl_dupfd_cloexec(base, 0).map_err(|e| {
+    })
+}
+
+/// A reserved number: the lowest free one from `min` on.
+fn reserve_from(min: i32) -> Result<OwnedFd> {
+    rustix::io::fcntl_dupfd_cloexec(base()?, min).map_err(|e| {
         let e = std::io::Error::from(e);
         Error::new(
             crate::error::errno_of(&e),
@@ -243,20 +265,107 @@ fn reserve() -> Result<OwnedFd> {
     })
 }
 
+fn reserve() -> Result<OwnedFd> {
+    reserve_from(0)
+}
+
+fn entry_of(file: Arc<File>, cloexec: bool, reserved: OwnedFd) -> Arc<Entry> {
+    Arc::new(Entry {
+        file,
+        cloexec: AtomicBool::new(cloexec),
+        reserved: Mutex::new(Some(reserved)),
+    })
+}
+
 fn insert(stack: Arc<Stack>, obj: Obj, cloexec: bool) -> Result<i32> {
     let reserved = reserve()?;
     let fd = reserved.as_raw_fd();
-    let e = Arc::new(Entry {
+    let file = Arc::new(File {
         stack,
         obj,
-        cloexec: AtomicBool::new(cloexec),
-        _reserved: reserved,
+        descs: AtomicUsize::new(1),
     });
+    let e = entry_of(file, cloexec, reserved);
     table()
         .write()
         .unwrap_or_else(|e| e.into_inner())
         .insert(fd, e);
     Ok(fd)
+}
+
+fn write_table() -> std::sync::RwLockWriteGuard<'static, HashMap<i32, Arc<Entry>>> {
+    table().write().unwrap_or_else(|e| e.into_inner())
+}
+
+/// `dup(2)` (`min` 0) and `fcntl(F_DUPFD, min)`: a new descriptor, the lowest free number
+/// from `min` on, for the same socket (or epoll set): the socket closes when both are
+/// closed; `O_NONBLOCK` is shared, `FD_CLOEXEC` is the new descriptor's own (`cloexec`).
+pub fn dup(fd: i32, min: i32, cloexec: bool) -> Result<i32> {
+    if min < 0 {
+        return Err(Error::new(libc::EINVAL, format!("F_DUPFD from {min}")));
+    }
+    entry(fd)?;
+    let reserved = reserve_from(min)?;
+    let to = reserved.as_raw_fd();
+    let mut t = write_table();
+    // Looked up again under the lock: a close meanwhile makes this EBADF.
+    let file = t.get(&fd).ok_or_else(|| Error::badf(fd))?.file.clone();
+    file.descs.fetch_add(1, Ordering::AcqRel);
+    t.insert(to, entry_of(file, cloexec, reserved));
+    Ok(to)
+}
+
+/// `dup3(2)` (`dup2` when `fd != to`): descriptor `to` refers to `fd`'s socket, whatever
+/// was at that number closed first, as the kernel does (atomically: the number is never
+/// free in between; a kernel file there is closed by the kernel's `dup3`; a ustack
+/// descriptor there is closed as by [`close`]). `EINVAL` if `fd == to`.
+pub fn dup3(fd: i32, to: i32, cloexec: bool) -> Result<i32> {
+    if fd == to {
+        return Err(Error::new(libc::EINVAL, "dup3 onto the same descriptor"));
+    }
+    if to < 0 {
+        return Err(Error::badf(to));
+    }
+    let base = base()?;
+    let mut t = write_table();
+    let file = t.get(&fd).ok_or_else(|| Error::badf(fd))?.file.clone();
+    let old = t.remove(&to);
+    if let Some(o) = &old {
+        // The kernel's dup3 below replaces the number: its old reservation must not be
+        // closed later (it would close the new one).
+        if let Some(r) = lock(&o.reserved).take() {
+            let _ = std::os::fd::IntoRawFd::into_raw_fd(r);
+        }
+    }
+    let reserved = match crate::ffi::dup_onto(base, to) {
+        Ok(r) => r,
+        Err(e) => {
+            drop(t);
+            if let Some(o) = old {
+                release(&o);
+            }
+            return Err(Error::from(e));
+        }
+    };
+    file.descs.fetch_add(1, Ordering::AcqRel);
+    t.insert(to, entry_of(file, cloexec, reserved));
+    drop(t);
+    if let Some(o) = old {
+        release(&o);
+    }
+    Ok(to)
+}
+
+/// The program is about to put a kernel file at ustack descriptor `fd`'s number (its own
+/// `dup2`/`dup3` onto it, which replaces the number atomically): `fd` is closed, as by
+/// [`close`], but its number is left open for the kernel's call to replace.
+pub fn close_replaced(fd: i32) -> Result<()> {
+    let e = write_table().remove(&fd).ok_or_else(|| Error::badf(fd))?;
+    if let Some(r) = lock(&e.reserved).take() {
+        let _ = std::os::fd::IntoRawFd::into_raw_fd(r);
+    }
+    release(&e);
+    Ok(())
 }
 
 fn entry(fd: i32) -> Result<Arc<Entry>> {
@@ -860,14 +969,20 @@ pub fn shutdown(fd: i32, how: i32) -> Result<()> {
     }
 }
 
-/// `close(2)`: the descriptor goes; the socket closes (a stream sends its FIN, or a RST
-/// with unread data or `SO_LINGER` zero).
+/// `close(2)`: the descriptor goes; with the last descriptor of the socket (see [`dup`])
+/// the socket closes (a stream sends its FIN, or a RST with unread data or `SO_LINGER`
+/// zero).
 pub fn close(fd: i32) -> Result<()> {
-    let e = table()
-        .write()
-        .unwrap_or_else(|e| e.into_inner())
-        .remove(&fd)
-        .ok_or_else(|| Error::badf(fd))?;
+    let e = write_table().remove(&fd).ok_or_else(|| Error::badf(fd))?;
+    release(&e);
+    Ok(())
+}
+
+/// A descriptor of `e`'s file is gone: the file closes with the last one.
+fn release(e: &Entry) {
+    if e.descs.fetch_sub(1, Ordering::AcqRel) != 1 {
+        return;
+    }
     if let Obj::Sock(s) = &e.obj {
         let st = *lock(&s.state);
         match st {
@@ -893,7 +1008,6 @@ pub fn close(fd: i32) -> Result<()> {
             State2::Fresh { .. } => {}
         }
     }
-    Ok(())
 }
 
 // ---- names ------------------------------------------------------------------------------------
@@ -1122,7 +1236,7 @@ pub fn setsockopt(fd: i32, level: i32, name: i32, v: &[u8]) -> Result<()> {
 
 /// `fcntl(2)`: `F_GETFL` (`O_RDWR`, plus `O_NONBLOCK` when set), `F_SETFL` (`O_NONBLOCK`;
 /// other bits ignored, as Linux ignores those it cannot change), `F_GETFD`/`F_SETFD`
-/// (`FD_CLOEXEC`). `EINVAL` for other commands.
+/// (`FD_CLOEXEC`), `F_DUPFD`/`F_DUPFD_CLOEXEC` ([`dup`]). `EINVAL` for other commands.
 pub fn fcntl(fd: i32, cmd: i32, arg: i64) -> Result<i32> {
     let e = entry(fd)?;
     let nonblock = match &e.obj {
@@ -1152,6 +1266,11 @@ pub fn fcntl(fd: i32, cmd: i32, arg: i64) -> Result<i32> {
                 .store(arg & i64::from(libc::FD_CLOEXEC) != 0, Ordering::Relaxed);
             Ok(0)
         }
+        libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => dup(
+            fd,
+            i32::try_from(arg).unwrap_or(i32::MAX),
+            cmd == libc::F_DUPFD_CLOEXEC,
+        ),
         _ => Err(Error::new(libc::EINVAL, format!("fcntl command {cmd}"))),
     }
 }

@@ -174,3 +174,12 @@ fn a_blocking_write_takes_every_byte() {
         "{out}"
     );
 }
+
+#[test]
+fn dup_shares_one_socket_until_the_last_close() {
+    let out = run_c("dup");
+    assert!(
+        out.contains("dup: one socket, many descriptors, checked"),
+        "{out}"
+    );
+}

@@ -422,49 +422,54 @@ pub extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
     on_fd!(fd, ustack => u::ustack_shutdown(fd, how), kernel => unsafe { real::shutdown(fd, how) })
 }
 
-fn no_dup(fd: c_int) -> c_int {
-    route::warn_once(
-        "dup",
-        &format!("dup of ustack socket {fd}: not supported yet (EOPNOTSUPP; docs/preload.md)"),
-    );
-    fail(libc::EOPNOTSUPP)
-}
-
-/// `dup(2)`: refused on a ustack socket (`EOPNOTSUPP`).
+/// `dup(2)`: on a ustack socket, another descriptor for it (the C API's `dup`: the socket
+/// closes with its last descriptor).
 #[unsafe(no_mangle)]
 pub extern "C" fn dup(fd: c_int) -> c_int {
     // SAFETY: an integer to libc.
-    on_fd!(fd, ustack => no_dup(fd), kernel => unsafe { real::dup(fd) })
+    on_fd!(fd, ustack => u::ustack_dup(fd), kernel => unsafe { real::dup(fd) })
 }
 
-/// Before `dup2`/`dup3` onto `to`: a ustack socket there is closed first, as the kernel
-/// closes a file it replaces.
+/// Before a kernel file is put at `to` by the kernel's `dup2`/`dup3`: a ustack socket
+/// there is closed (its number left for the kernel's call to replace atomically), a
+/// kernel epoll set's shadow dropped.
 fn replace(to: c_int) {
     match route::classify(to) {
         Where::Ustack => {
-            let _ = u::ustack_close(to);
+            let _ = ustack::sock::close_replaced(to);
         }
         Where::Kernel => route::forget(to),
         Where::Orphan => {}
     }
 }
 
-/// `dup2(2)`: refused from a ustack socket (`EOPNOTSUPP`); onto one, it is closed first.
+/// `dup2(2)`: from a ustack socket, `to` becomes another descriptor of it (whatever was
+/// at `to` closed); from a kernel file, libc's (a ustack socket at `to` closed first).
 #[unsafe(no_mangle)]
 pub extern "C" fn dup2(fd: c_int, to: c_int) -> c_int {
-    on_fd!(fd, ustack => no_dup(fd), kernel => {
-        if fd != to {
-            replace(to);
-        }
+    if fd == to {
+        // SAFETY: integers to libc.
+        return on_fd!(fd, ustack => to, kernel => unsafe { real::dup2(fd, to) });
+    }
+    on_fd!(fd, ustack => {
+        route::forget(to);
+        u::ustack_dup2(fd, to)
+    }, kernel => {
+        replace(to);
         // SAFETY: integers to libc.
         unsafe { real::dup2(fd, to) }
     })
 }
 
-/// `dup3(2)`: as [`dup2`].
+/// `dup3(2)`: as [`dup2`] (`EINVAL` if `fd == to`).
 #[unsafe(no_mangle)]
 pub extern "C" fn dup3(fd: c_int, to: c_int, flags: c_int) -> c_int {
-    on_fd!(fd, ustack => no_dup(fd), kernel => {
+    on_fd!(fd, ustack => {
+        if fd != to {
+            route::forget(to);
+        }
+        u::ustack_dup3(fd, to, flags)
+    }, kernel => {
         if fd != to {
             replace(to);
         }
@@ -485,15 +490,12 @@ pub extern "C" fn dup3(fd: c_int, to: c_int, flags: c_int) -> c_int {
 // own are called through their variadic type.
 
 fn fcntl_any(fd: c_int, cmd: c_int, arg: c_long, is64: bool) -> c_int {
-    on_fd!(fd, ustack => match cmd {
-        libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => no_dup(fd),
-        _ => u::ustack_fcntl(fd, cmd, arg),
     // SAFETY: the caller's arguments to libc's fcntl, which reads `arg` as the command says.
-    }, kernel => unsafe { real_variadic::fcntl(fd, cmd, arg, is64) })
+    on_fd!(fd, ustack => u::ustack_fcntl(fd, cmd, arg), kernel => unsafe { real_variadic::fcntl(fd, cmd, arg, is64) })
 }
 
-/// `fcntl(2)`: on a ustack socket `F_GETFL`/`F_SETFL` (`O_NONBLOCK`), `F_GETFD`/`F_SETFD`;
-/// `F_DUPFD*` refused (`EOPNOTSUPP`).
+/// `fcntl(2)`: on a ustack socket `F_GETFL`/`F_SETFL` (`O_NONBLOCK`), `F_GETFD`/`F_SETFD`,
+/// `F_DUPFD`/`F_DUPFD_CLOEXEC` (the C API's).
 ///
 /// # Safety
 /// As `fcntl(2)`: `arg` is what the command takes (a pointer for the lock commands).
