@@ -208,6 +208,43 @@ pub fn socket(domain: i32, ty: i32, protocol: i32, atfork: fn()) -> Route {
     }
 }
 
+// ---- sendfile -----------------------------------------------------------------------------------
+
+/// `sendfile(2)` onto ustack socket `out`: up to `count` bytes of a kernel file from
+/// offset `at`, read by `pread(buf, offset)` (`Ok(0)` at the end of the file) and written
+/// to the socket, 64 KiB at a time (Linux sends from the page cache; this copies). A
+/// blocking socket takes every byte read, a non-blocking one what fits (then the count so
+/// far, or `EAGAIN`). The bytes sent; the caller moves the file offset by as many.
+pub fn sendfile(
+    out: i32,
+    at: i64,
+    count: usize,
+    pread: &mut dyn FnMut(&mut [u8], i64) -> Result<usize, i32>,
+) -> Result<usize, i32> {
+    let mut buf = vec![0u8; count.min(64 * 1024)];
+    let mut done = 0usize;
+    while done < count {
+        let want = (count - done).min(buf.len());
+        let off = at.saturating_add(i64::try_from(done).unwrap_or(i64::MAX));
+        let n = match pread(&mut buf[..want], off) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if done == 0 => return Err(e),
+            Err(_) => break,
+        };
+        let w = match sock::send_to(out, &buf[..n], 0, None) {
+            Ok(w) => w,
+            Err(e) if done == 0 => return Err(e.errno),
+            Err(_) => break,
+        };
+        done += w;
+        if w < n {
+            break;
+        }
+    }
+    Ok(done)
+}
+
 // ---- poll and select over ustack sockets and kernel files ----------------------------------
 
 /// A deadline from a timeout in milliseconds (negative: none).

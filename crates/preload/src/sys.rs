@@ -109,6 +109,7 @@ real! {
     fn dup(fd: c_int) -> c_int;
     fn dup2(fd: c_int, to: c_int) -> c_int;
     fn dup3(fd: c_int, to: c_int, f: c_int) -> c_int;
+    fn sendfile(out: c_int, in_fd: c_int, off: *mut libc::off_t, n: size_t) -> ssize_t;
 }
 
 /// libc's C-variadic `fcntl`, `fcntl64` and `ioctl`, called with the one argument.
@@ -395,6 +396,71 @@ pub unsafe extern "C" fn recvmsg(fd: c_int, m: *mut msghdr, f: c_int) -> ssize_t
 pub unsafe extern "C" fn sendmsg(fd: c_int, m: *const msghdr, f: c_int) -> ssize_t {
     // SAFETY (both arms): the caller's msghdr.
     on_fd!(fd, ustack => unsafe { u::ustack_sendmsg(fd, m, f) }, kernel => unsafe { real::sendmsg(fd, m, f) })
+}
+
+// ---- sendfile ----------------------------------------------------------------------------------
+
+/// `sendfile(2)` (and `sendfile64`, the same on 64-bit Linux): onto a ustack socket, the
+/// file's bytes read and written ([`route::sendfile`]); `offset` NULL: from the file's
+/// position, which moves by the count sent; else from `*offset`, which does.
+///
+/// # Safety
+/// As `sendfile(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sendfile(
+    out: c_int,
+    in_fd: c_int,
+    offset: *mut libc::off_t,
+    count: size_t,
+) -> ssize_t {
+    match route::classify(in_fd) {
+        Where::Ustack | Where::Orphan => return fail(libc::EINVAL) as ssize_t,
+        Where::Kernel => {}
+    }
+    on_fd!(out, ustack => {
+        // SAFETY: the caller's offset, if not NULL.
+        let at = match unsafe { offset.as_ref() } {
+            Some(o) => *o,
+            // SAFETY: integers to libc.
+            None => unsafe { libc::lseek(in_fd, 0, libc::SEEK_CUR) },
+        };
+        if at < 0 {
+            return fail(if offset.is_null() { errno() } else { libc::EINVAL }) as ssize_t;
+        }
+        let mut pread = |b: &mut [u8], off: i64| -> Result<usize, c_int> {
+            // SAFETY: `b` is a valid, exclusive buffer of `b.len()` bytes.
+            let n = unsafe { libc::pread(in_fd, b.as_mut_ptr().cast(), b.len(), off) };
+            usize::try_from(n).map_err(|_| errno())
+        };
+        match route::sendfile(out, at, count, &mut pread) {
+            Ok(n) => {
+                let end = at + n as i64;
+                // SAFETY: the caller's offset, if not NULL; else integers to libc.
+                match unsafe { offset.as_mut() } {
+                    Some(o) => *o = end,
+                    None => unsafe { libc::lseek(in_fd, end, libc::SEEK_SET); },
+                }
+                n as ssize_t
+            }
+            Err(e) => fail(e) as ssize_t,
+        }
+    // SAFETY: the caller's arguments.
+    }, kernel => unsafe { real::sendfile(out, in_fd, offset, count) })
+}
+
+/// `sendfile64`: [`sendfile`] (`off_t` is 64 bits on the targets this builds for).
+///
+/// # Safety
+/// As `sendfile(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sendfile64(
+    out: c_int,
+    in_fd: c_int,
+    offset: *mut libc::off_t,
+    count: size_t,
+) -> ssize_t {
+    // SAFETY: forwarded.
+    unsafe { sendfile(out, in_fd, offset, count) }
 }
 
 // ---- close, shutdown, dup ----------------------------------------------------------------

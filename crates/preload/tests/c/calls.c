@@ -15,6 +15,7 @@
 #include <string.h>
 #include <pthread.h>
 #include <sys/epoll.h>
+#include <sys/sendfile.h>
 #include <sys/eventfd.h>
 #include <sys/timerfd.h>
 #include <sys/ioctl.h>
@@ -645,6 +646,42 @@ static long dups(int fd) {
     return 0;
 }
 
+/* sendfile of 100,000 bytes of a file, from an offset and from the file's position, each
+ * echoed back whole: 0 if every step went as on Linux, else the step. */
+static long sendfiles(int fd) {
+    static char data[100000], back[100000];
+    for (size_t i = 0; i < sizeof data; i++) data[i] = (char)(i * 31 + i / 97);
+    char path[] = "/tmp/ustack-sendfile-XXXXXX";
+    int f = mkstemp(path);
+    if (f < 0) return 1;
+    unlink(path);
+    if (write(f, data, sizeof data) != (ssize_t)sizeof data) return 2;
+    off_t off = 1000;
+    if (sendfile(fd, f, &off, 50000) != 50000 || off != 51000) return 3;
+    size_t got = 0;
+    while (got < 50000) {
+        ssize_t r = read(fd, back + got, 50000 - got);
+        if (r <= 0) return 4;
+        got += (size_t)r;
+    }
+    if (memcmp(back, data + 1000, 50000) != 0) return 5;
+    /* From the file's position (the end after the write): nothing; then from 0, to the
+     * end (more asked than there is). */
+    if (sendfile(fd, f, NULL, 10) != 0) return 6;
+    if (lseek(f, 0, SEEK_SET) != 0) return 7;
+    if (sendfile(fd, f, NULL, 200000) != (ssize_t)sizeof data) return 8;
+    if (lseek(f, 0, SEEK_CUR) != (off_t)sizeof data) return 9;
+    got = 0;
+    while (got < sizeof data) {
+        ssize_t r = read(fd, back + got, sizeof data - got);
+        if (r <= 0) return 10;
+        got += (size_t)r;
+    }
+    if (memcmp(back, data, sizeof data) != 0) return 11;
+    close(f);
+    return 0;
+}
+
 /* One epoll set with every kind of file: a pipe, an eventfd, a timerfd, a Unix socket, a
  * kernel TCP connection and a ustack one (a regular file is refused, EPERM, as by the
  * kernel). Each wakes the set alone with its own token; all at once, one wait has all
@@ -814,6 +851,7 @@ static void side_by_side(void) {
     BOTH(echoed(X, "ready;", 0));
     BOTH(epoll_modes(X));
     BOTH(dups(X));
+    BOTH(sendfiles(X));
     epoll_everything(u, k);
     /* The end: our FIN, the echo's, then writes fail. */
     BOTH(shutdown(X, SHUT_WR));
