@@ -210,17 +210,15 @@ pub fn socket(domain: i32, ty: i32, protocol: i32, atfork: fn()) -> Route {
 
 // ---- sendfile -----------------------------------------------------------------------------------
 
+/// The kernel's `pread(2)` of the file, as the FFI hands it in: `Err(errno)` on failure.
+pub type KernelPread<'a> = &'a mut dyn FnMut(&mut [u8], i64) -> Result<usize, i32>;
+
 /// `sendfile(2)` onto ustack socket `out`: up to `count` bytes of a kernel file from
 /// offset `at`, read by `pread(buf, offset)` (`Ok(0)` at the end of the file) and written
 /// to the socket, 64 KiB at a time (Linux sends from the page cache; this copies). A
 /// blocking socket takes every byte read, a non-blocking one what fits (then the count so
 /// far, or `EAGAIN`). The bytes sent; the caller moves the file offset by as many.
-pub fn sendfile(
-    out: i32,
-    at: i64,
-    count: usize,
-    pread: &mut dyn FnMut(&mut [u8], i64) -> Result<usize, i32>,
-) -> Result<usize, i32> {
+pub fn sendfile(out: i32, at: i64, count: usize, pread: KernelPread<'_>) -> Result<usize, i32> {
     let mut buf = vec![0u8; count.min(64 * 1024)];
     let mut done = 0usize;
     while done < count {
