@@ -105,7 +105,7 @@ fn compile(name: &str) -> PathBuf {
 #[test]
 fn a_c_program_on_ustack_by_ld_preload() {
     let test = "a_c_program_on_ustack_by_ld_preload";
-    if root_or_skip(test).is_none() || !tool_or_skip(test, "socat") {
+    if !root_and_tools(test, &["socat"]) {
         return;
     }
     let exe = compile("calls");
@@ -171,7 +171,7 @@ fn a_c_program_on_ustack_by_ld_preload() {
 #[test]
 fn socat_serves_an_echo_over_ustack() {
     let test = "socat_serves_an_echo_over_ustack";
-    if root_or_skip(test).is_none() || !tool_or_skip(test, "socat") {
+    if !root_and_tools(test, &["socat"]) {
         return;
     }
     let ns = rig();
@@ -298,6 +298,52 @@ fn a_bad_configuration_fails_clearly_or_falls_back_to_the_kernel() {
     );
 }
 
+/// Root and every one of `tools`, or skip (a failure under `USTACK_REQUIRE_*`).
+fn root_and_tools(test: &str, tools: &[&str]) -> bool {
+    root_or_skip(test).is_some() && tools.iter().all(|t| tool_or_skip(test, t))
+}
+
+/// Stop a server the test started (TERM, then its output): its stderr. If the test's
+/// checks (`result`) failed, its log is printed and the failure goes on.
+fn stop_server(server: Child, what: &str, result: std::thread::Result<()>) -> String {
+    let _ = Command::new("kill")
+        .args(["-TERM", &server.id().to_string()])
+        .status();
+    let (out, _) = finish(server, Duration::from_secs(10), what);
+    let log = text(&out.stderr);
+    if let Err(e) = result {
+        eprintln!("{what}'s log:\n{}{log}", text(&out.stdout));
+        std::panic::resume_unwind(e);
+    }
+    log
+}
+
+/// `cmd` (a `timeout ... PROGRAM ...` command) under the preload on the rig: started,
+/// its output piped.
+fn start_preloaded(mut cmd: Command, ns: &NetNs, what: &str) -> Child {
+    preloaded(&mut cmd, ns);
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {what} under the preload: {e}"))
+}
+
+/// Run `argv` in the namespace every 100 ms (up to 10 s) until its stdout is `want`.
+fn until_answers(ns: &NetNs, argv: &[&str], want: &str) {
+    for _ in 0..100 {
+        let out = ns
+            .command(Duration::from_secs(5), argv)
+            .output()
+            .expect("a command in the namespace");
+        if text(&out.stdout) == want {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("`{}` never answered {want:?}", argv.join(" "));
+}
+
 /// Run `argv` in the namespace, bounded; its output, checked for success.
 fn in_ns(ns: &NetNs, limit: Duration, argv: &[&str]) -> Output {
     let child = ns
@@ -324,11 +370,7 @@ fn in_ns(ns: &NetNs, limit: Duration, argv: &[&str]) -> Output {
 #[test]
 fn redis_serves_redis_benchmark_over_ustack() {
     let test = "redis_serves_redis_benchmark_over_ustack";
-    if root_or_skip(test).is_none()
-        || !["redis-server", "redis-cli", "redis-benchmark"]
-            .iter()
-            .all(|t| tool_or_skip(test, t))
-    {
+    if !root_and_tools(test, &["redis-server", "redis-cli", "redis-benchmark"]) {
         return;
     }
     let ns = rig();
@@ -353,29 +395,10 @@ fn redis_serves_redis_benchmark_over_ustack() {
         "--dir",
         env!("CARGO_TARGET_TMPDIR"),
     ]);
-    preloaded(&mut cmd, &ns);
-    let server = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting redis-server under the preload");
+    let server = start_preloaded(cmd, &ns, "redis-server");
     let limit = Duration::from_secs(60);
     let result = std::panic::catch_unwind(|| {
-        // Until it listens.
-        let mut up = false;
-        for _ in 0..100 {
-            let out = ns
-                .command(limit, &["redis-cli", "-h", "192.0.2.2", "ping"])
-                .output()
-                .expect("redis-cli");
-            if text(&out.stdout).trim() == "PONG" {
-                up = true;
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        assert!(up, "redis-server on ustack never answered PING");
+        until_answers(&ns, &["redis-cli", "-h", "192.0.2.2", "ping"], "PONG\n");
         let value: String = (0..100_000usize)
             .map(|i| char::from(b'a' + (i * 7 % 26) as u8))
             .collect();
@@ -435,16 +458,125 @@ fn redis_serves_redis_benchmark_over_ustack() {
             4 * n
         );
     });
-    let _ = Command::new("kill")
-        .args(["-TERM", &server.id().to_string()])
-        .status();
-    let (sout, _) = finish(server, Duration::from_secs(10), "redis-server");
-    if let Err(e) = result {
-        eprintln!(
-            "redis-server's log:\n{}{}",
-            text(&sout.stdout),
-            text(&sout.stderr)
+    stop_server(server, "redis-server", result);
+}
+
+/// nginx, unmodified (one process: `master_process off`, as a forked worker could not use
+/// the parent's ustack sockets, docs/preload.md), serving static files on ustack with
+/// `sendfile on` (the preload's sendfile), epoll and accept4: curl from the kernel's side
+/// fetches a 10 MiB file whole (compared byte for byte) and several pages over one
+/// keep-alive connection; wrk drives 50 connections for 3 s with every answer a 200.
+#[test]
+fn nginx_serves_curl_and_wrk_over_ustack() {
+    let test = "nginx_serves_curl_and_wrk_over_ustack";
+    if !root_and_tools(test, &["nginx", "curl", "wrk"]) {
+        return;
+    }
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("preload-nginx");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("html")).expect("nginx's directory");
+    let big: Vec<u8> = (0..10usize << 20)
+        .map(|i| ((i * 131 + i / 4093) & 0xff) as u8)
+        .collect();
+    std::fs::write(dir.join("html/big.bin"), &big).expect("the 10 MiB file");
+    std::fs::write(dir.join("html/index.html"), "hello from nginx on ustack\n").expect("index");
+    let conf = dir.join("nginx.conf");
+    let d = dir.display();
+    std::fs::write(
+        &conf,
+        format!(
+            "daemon off;\nmaster_process off;\nworker_processes 1;\nerror_log stderr info;\n\
+             pid {d}/nginx.pid;\nevents {{ worker_connections 1024; use epoll; }}\n\
+             http {{\n  access_log off;\n  sendfile on;\n  keepalive_requests 100000;\n\
+             client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n\
+             fastcgi_temp_path {d}/fcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
+             server {{ listen 8080; root {d}/html; }}\n}}\n"
+        ),
+    )
+    .expect("nginx.conf");
+    let ns = rig();
+    let mut cmd = Command::new("timeout");
+    cmd.args(["-k", "1", "120", "nginx", "-c"])
+        .arg(&conf)
+        .arg("-p")
+        .arg(&dir);
+    let server = start_preloaded(cmd, &ns, "nginx");
+    let limit = Duration::from_secs(30);
+    let url = "http://192.0.2.2:8080";
+    let result = std::panic::catch_unwind(|| {
+        let index = format!("{url}/");
+        until_answers(
+            &ns,
+            &["curl", "-sS", "--max-time", "2", &index],
+            "hello from nginx on ustack\n",
         );
-        std::panic::resume_unwind(e);
+        // The 10 MiB file, whole.
+        let got = dir.join("got.bin");
+        let file_url = format!("{url}/big.bin");
+        in_ns(
+            &ns,
+            limit,
+            &[
+                "curl",
+                "-sS",
+                "--max-time",
+                "25",
+                "-o",
+                got.to_str().expect("a UTF-8 path"),
+                &file_url,
+            ],
+        );
+        let back = std::fs::read(&got).expect("curl's copy");
+        assert_eq!(back.len(), big.len(), "bytes of big.bin");
+        assert!(back == big, "big.bin differs from what nginx served");
+        // Five requests over one keep-alive connection.
+        let out = in_ns(
+            &ns,
+            limit,
+            &[
+                "curl",
+                "-sS",
+                "-v",
+                "--max-time",
+                "10",
+                &index,
+                &index,
+                &index,
+                &index,
+                &index,
+            ],
+        );
+        assert_eq!(
+            text(&out.stdout),
+            "hello from nginx on ustack\n".repeat(5),
+            "five pages"
+        );
+        let verbose = text(&out.stderr);
+        assert_eq!(
+            verbose.matches("Re-using existing connection").count(),
+            4,
+            "keep-alive: {verbose}"
+        );
+        // wrk: 50 connections, 3 s, every answer a 200.
+        let out = in_ns(
+            &ns,
+            limit,
+            &["wrk", "-t1", "-c50", "-d3s", "--latency", &index],
+        );
+        let o = text(&out.stdout);
+        let done: u64 = o
+            .lines()
+            .find_map(|l| l.trim().split_once(" requests in "))
+            .and_then(|(n, _)| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no request count from wrk: {o}"));
+        assert!(done >= 100, "wrk made {done} requests: {o}");
+        assert!(
+            !o.contains("Non-2xx") && !o.contains("Socket errors"),
+            "wrk saw errors: {o}"
+        );
+    });
+    let log = stop_server(server, "nginx", result);
+    for bad in ["[alert]", "[crit]", "[emerg]", "ustack preload:"] {
+        assert!(!log.contains(bad), "nginx's log has {bad}:\n{log}");
     }
 }
