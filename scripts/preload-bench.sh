@@ -33,6 +33,8 @@ ip netns exec "$K" ip link set lo up
 ustack() { env LD_PRELOAD="$LIB" USTACK_TUN=tun0 USTACK_NETNS="$C" USTACK_ADDR=192.0.2.2/24 "$@"; }
 kernel() { ip netns exec "$K" "$@"; }
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; } # utime + stime
+# The server under a background job: the job's shell -> timeout -> the server.
+server_of() { pgrep -P "$(pgrep -P "$1" | head -n 1)" | head -n 1; }
 hz=$(getconf CLK_TCK)
 
 mkdir -p "$DIR/html"
@@ -52,7 +54,7 @@ for side in ustack kernel; do
     $side timeout 300 redis-server --port 6379 --bind 0.0.0.0 --save "" --appendonly no \
         --protected-mode no --daemonize no --dir "$DIR" > "$DIR/redis-$side.log" 2>&1 &
     pid=$!; pids+=("$pid"); sleep 1.5
-    srv=$(pgrep -P "$pid") # timeout's child
+    srv=$(server_of "$pid")
     for p in 1 16; do
         t0=$(ticks "$srv")
         out=$(ip netns exec "$C" timeout 120 redis-benchmark -h "$host" -t set,get -n 200000 -c 50 -P "$p" --csv)
@@ -63,7 +65,7 @@ for side in ustack kernel; do
     kill "$srv" "$pid" 2>/dev/null || true; sleep 1
     $side timeout 120 nginx -c "$DIR/nginx.conf" -p "$DIR" > "$DIR/nginx-$side.log" 2>&1 &
     pid=$!; pids+=("$pid"); sleep 1.5
-    srv=$(pgrep -P "$pid")
+    srv=$(server_of "$pid")
     t0=$(ticks "$srv")
     ip netns exec "$C" timeout 60 wrk -t1 -c50 -d10s --latency "http://$host:8080/"
     t1=$(ticks "$srv")

@@ -128,6 +128,14 @@ pub fn open(config: &str) -> Result<(Arc<Stack>, Option<Arc<Stack>>)> {
     Ok((stack, peer))
 }
 
+impl Stack {
+    /// The stack's [`Net`] (its shards' loop threads), for the LD_PRELOAD library's
+    /// control socket.
+    pub fn net(&self) -> &Net {
+        &self.net
+    }
+}
+
 /// Make `stack` the one `ustack_socket` uses.
 pub fn set_default(stack: &Arc<Stack>) {
     *lock(&DEFAULT) = Some(stack.clone());

@@ -24,6 +24,8 @@ use std::time::Instant;
 
 use ustack::error::Error;
 use ustack::sock::{self, PollFd, Stack};
+use ustack_obs::pcap::LinkType;
+use ustack_runtime::control::ControlServer;
 
 use crate::config;
 
@@ -156,15 +158,40 @@ fn start(atfork: fn()) -> Outcome {
         Ok(e) => e,
         Err(msg) => return give_up(libc::EINVAL, msg),
     };
+    // The control socket first: a path that cannot be bound is a configuration error.
+    let control = match env.control.as_deref().map(ControlServer::bind).transpose() {
+        Ok(c) => c,
+        Err(e) => return give_up(libc::EINVAL, format!("USTACK_CONTROL: {e:#}")),
+    };
     match sock::open(&env.capi) {
         Ok((stack, _)) => {
             atfork();
+            if let Some(c) = control {
+                serve_control(c, &stack);
+            }
             Outcome::Ustack(stack)
         }
         Err(e) => give_up(
             e.errno,
             format!("starting ustack ({}): {}", env.capi, e.msg),
         ),
+    }
+}
+
+/// Answer `ustack stat`, `ss` and `sysctl` on `control` for `stack`, on a thread of its
+/// own, for the life of the process (`capture` is refused: the TUN queues are not tapped).
+fn serve_control(control: ControlServer, stack: &Arc<Stack>) {
+    static NEVER: AtomicBool = AtomicBool::new(false);
+    let stack = stack.clone();
+    let path = control.path().display().to_string();
+    let spawned = std::thread::Builder::new()
+        .name("ustack-control".into())
+        .spawn(move || {
+            control.serve_until(stack.net(), None, LinkType::Raw, None, &NEVER);
+        });
+    match spawned {
+        Ok(_) => eprintln!("ustack preload: control socket {path}"),
+        Err(e) => eprintln!("ustack preload: control socket {path}: no thread for it: {e}"),
     }
 }
 

@@ -344,6 +344,33 @@ fn until_answers(ns: &NetNs, argv: &[&str], want: &str) {
     panic!("`{}` never answered {want:?}", argv.join(" "));
 }
 
+/// One request to a control socket (`ustack stat`'s protocol: a line of JSON each way).
+fn control(path: &Path, cmd: &str) -> serde_json::Value {
+    use std::io::{BufRead, Write};
+    let mut s = std::os::unix::net::UnixStream::connect(path)
+        .unwrap_or_else(|e| panic!("the control socket {}: {e}", path.display()));
+    s.set_read_timeout(Some(Duration::from_secs(15)))
+        .expect("a read timeout");
+    writeln!(s, "{{\"cmd\":\"{cmd}\"}}").expect("the request");
+    let mut line = String::new();
+    std::io::BufReader::new(s)
+        .read_line(&mut line)
+        .expect("the answer");
+    serde_json::from_str(&line).unwrap_or_else(|e| panic!("{cmd}: {e}: {line}"))
+}
+
+/// A counter of `/proc/net/snmp`'s text (`table`: `Tcp`, `Udp` ...).
+fn snmp_counter(snmp: &str, table: &str, name: &str) -> Option<u64> {
+    let prefix = format!("{table}:");
+    let mut rows = snmp.lines().filter(|l| l.starts_with(&prefix));
+    let names = rows.next()?.split_whitespace();
+    let values = rows.next()?.split_whitespace();
+    names
+        .zip(values)
+        .find(|(n, _)| *n == name)
+        .and_then(|(_, v)| v.parse().ok())
+}
+
 /// Run `argv` in the namespace, bounded; its output, checked for success.
 fn in_ns(ns: &NetNs, limit: Duration, argv: &[&str]) -> Output {
     let child = ns
@@ -367,6 +394,8 @@ fn in_ns(ns: &NetNs, limit: Duration, argv: &[&str]) -> Output {
 /// redis-server, unmodified, on ustack: redis-cli from the kernel's side stores a 100 KB
 /// value and reads it back whole, and redis-benchmark drives 50 clients through SET and
 /// GET, unpipelined and 16 deep; redis's own count of commands proves they all reached it.
+/// Its control socket (`USTACK_CONTROL`) answers `ss` (the listener) and `stat` (the
+/// connections it accepted), as `ustack ss` and `ustack stat` ask.
 #[test]
 fn redis_serves_redis_benchmark_over_ustack() {
     let test = "redis_serves_redis_benchmark_over_ustack";
@@ -395,6 +424,8 @@ fn redis_serves_redis_benchmark_over_ustack() {
         "--dir",
         env!("CARGO_TARGET_TMPDIR"),
     ]);
+    let ctl = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("preload-redis-control.sock");
+    cmd.env("USTACK_CONTROL", &ctl);
     let server = start_preloaded(cmd, &ns, "redis-server");
     let limit = Duration::from_secs(60);
     let result = std::panic::catch_unwind(|| {
@@ -456,6 +487,27 @@ fn redis_serves_redis_benchmark_over_ustack() {
             done >= 4 * n,
             "redis processed {done} commands, want >= {}",
             4 * n
+        );
+        // The control socket: redis's listener in `ss`, its accepted connections in
+        // `stat` (4 runs of 50 clients, and redis-cli's).
+        let ss = control(&ctl, "ss");
+        let socks = ss["sockets"].as_array().expect("ss: sockets");
+        assert!(
+            socks
+                .iter()
+                .any(|s| s["local"] == "0.0.0.0:6379" && s["state"] == "LISTEN"),
+            "ss: {ss}"
+        );
+        let stat = control(&ctl, "stat");
+        let snmp = stat["snmp"].as_str().expect("stat: snmp");
+        let opens = snmp_counter(snmp, "Tcp", "PassiveOpens").expect("Tcp PassiveOpens");
+        assert!(opens >= 200, "PassiveOpens {opens}:\n{snmp}");
+        let cap = control(&ctl, "capture");
+        assert!(
+            cap["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("capture is not available")),
+            "capture: {cap}"
         );
     });
     stop_server(server, "redis-server", result);

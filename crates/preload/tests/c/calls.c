@@ -69,6 +69,8 @@ static double cpu_ms(void) {
            (double)(r.ru_utime.tv_usec + r.ru_stime.tv_usec) / 1e3;
 }
 
+static int ustack_conn(void);
+
 /* Read exactly n bytes (blocking socket). */
 static void read_all(int fd, char *buf, size_t n) {
     size_t got = 0;
@@ -142,17 +144,7 @@ static void errors_side_by_side(void) {
 /* A client of the kernel's echo: every data call, names and options. */
 static int client(void) {
     struct sockaddr_in to = sin4("192.0.2.1", 7);
-    int c = -1;
-    for (int i = 0; i < 100; i++) { /* the echo may not listen yet */
-        c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, IPPROTO_TCP);
-        CHECK(c > 2);
-        if (connect(c, SA(to), sizeof to) == 0) break;
-        CHECK(errno == ECONNREFUSED);
-        CHECK(close(c) == 0);
-        c = -1;
-        usleep(100000);
-    }
-    CHECK(c > 2);
+    int c = ustack_conn();
     struct sockaddr_in me, peer;
     socklen_t len = sizeof me;
     CHECK(getsockname(c, SA(me), &len) == 0 && len == sizeof me);
@@ -472,10 +464,16 @@ static int kernel_conn(void) {
 
 static int ustack_conn(void) {
     struct sockaddr_in to = sin4("192.0.2.1", 7);
-    int u = socket(AF_INET, SOCK_STREAM, 0);
-    CHECK(u > 2);
-    CHECK(connect(u, SA(to), sizeof to) == 0);
-    return u;
+    for (int i = 0; i < 100; i++) { /* the echo may not listen yet */
+        int u = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, IPPROTO_TCP);
+        CHECK(u > 2);
+        if (connect(u, SA(to), sizeof to) == 0) return u;
+        CHECK(errno == ECONNREFUSED);
+        CHECK(close(u) == 0);
+        usleep(100000);
+    }
+    CHECK(!"the kernel's echo never listened");
+    return -1;
 }
 
 /* Wait (up to 5 s) until `n` bytes are readable (FIONREAD): n, or the count seen. */
