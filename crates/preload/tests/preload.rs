@@ -78,6 +78,12 @@ fn finish(mut child: Child, limit: Duration, what: &str) -> (Output, bool) {
         }
         std::thread::sleep(Duration::from_millis(20));
     };
+    // What it left behind in its process group (`timeout` makes one: forked children, a
+    // child stuck in its exit) still holds the pipes: killed, so the readers end.
+    let _ = Command::new("kill")
+        .args(["-KILL", "--", &format!("-{}", child.id())])
+        .stderr(Stdio::null())
+        .status();
     let output = Output {
         status,
         stdout: out.join().expect("stdout reader"),
@@ -180,17 +186,8 @@ fn socat_serves_an_echo_over_ustack() {
         .collect();
     let input = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("preload-socat-in");
     std::fs::write(&input, &data).expect("writing the input");
-    let mut cmd = Command::new("timeout");
-    cmd.args([
-        "-k",
-        "1",
-        "60",
-        "socat",
-        "-d",
-        "-d",
-        "TCP-LISTEN:7000,reuseaddr",
-        "PIPE",
-    ]);
+    let mut cmd = bounded(60);
+    cmd.args(["socat", "-d", "-d", "TCP-LISTEN:7000,reuseaddr", "PIPE"]);
     preloaded(&mut cmd, &ns);
     let server = cmd
         .stdin(Stdio::null())
@@ -344,6 +341,14 @@ fn until_answers(ns: &NetNs, argv: &[&str], want: &str) {
     panic!("`{}` never answered {want:?}", argv.join(" "));
 }
 
+/// A command bounded in time: `timeout -k 1 SECS ...` (its process group is the
+/// program's, which `finish` kills at the end).
+fn bounded(secs: u32) -> Command {
+    let mut cmd = Command::new("timeout");
+    cmd.args(["-k", "1", &secs.to_string()]);
+    cmd
+}
+
 /// One request to a control socket (`ustack stat`'s protocol: a line of JSON each way).
 fn control(path: &Path, cmd: &str) -> serde_json::Value {
     use std::io::{BufRead, Write};
@@ -403,11 +408,8 @@ fn redis_serves_redis_benchmark_over_ustack() {
         return;
     }
     let ns = rig();
-    let mut cmd = Command::new("timeout");
+    let mut cmd = bounded(120);
     cmd.args([
-        "-k",
-        "1",
-        "120",
         "redis-server",
         "--port",
         "6379",
@@ -547,11 +549,8 @@ fn nginx_serves_curl_and_wrk_over_ustack() {
     )
     .expect("nginx.conf");
     let ns = rig();
-    let mut cmd = Command::new("timeout");
-    cmd.args(["-k", "1", "120", "nginx", "-c"])
-        .arg(&conf)
-        .arg("-p")
-        .arg(&dir);
+    let mut cmd = bounded(120);
+    cmd.args(["nginx", "-c"]).arg(&conf).arg("-p").arg(&dir);
     let server = start_preloaded(cmd, &ns, "nginx");
     let limit = Duration::from_secs(30);
     let url = "http://192.0.2.2:8080";
@@ -631,4 +630,55 @@ fn nginx_serves_curl_and_wrk_over_ustack() {
     for bad in ["[alert]", "[crit]", "[emerg]", "ustack preload:"] {
         assert!(!log.contains(bad), "nginx's log has {bad}:\n{log}");
     }
+}
+
+/// A server that forks per connection (`socat TCP-LISTEN:...,fork`) is refused clearly, as
+/// docs/preload.md says: the child's calls on the connection it inherited fail with
+/// `EBADFD` (its `poll`: `POLLNVAL`) and a line on stderr naming the cause, the client gets
+/// no echo but a closed connection (the parent's close), and the server goes on accepting.
+#[test]
+fn a_server_forking_per_connection_is_refused_clearly() {
+    let test = "a_server_forking_per_connection_is_refused_clearly";
+    if !root_and_tools(test, &["socat"]) {
+        return;
+    }
+    let ns = rig();
+    let mut cmd = bounded(60);
+    cmd.args(["socat", "TCP-LISTEN:7001,reuseaddr,fork", "PIPE"]);
+    let server = start_preloaded(cmd, &ns, "socat");
+    let result = std::panic::catch_unwind(|| {
+        for round in 0..2 {
+            // Retried until the server listens (a refused connect fails socat at once).
+            let mut out = None;
+            for _ in 0..100 {
+                let o = ns
+                    .command(
+                        Duration::from_secs(10),
+                        &["sh", "-c", "echo hello | socat -t 3 - TCP:192.0.2.2:7001"],
+                    )
+                    .output()
+                    .expect("the kernel's client");
+                if !text(&o.stderr).contains("Connection refused") {
+                    out = Some(o);
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let out = out.expect("the server never listened");
+            assert_eq!(
+                text(&out.stdout),
+                "",
+                "round {round}: an echo came back from a forked child: {}",
+                text(&out.stderr)
+            );
+        }
+    });
+    let log = stop_server(server, "socat", result);
+    // One line from each forked child (its poll of the inherited socket fails).
+    let refusals = log
+        .matches(
+            "is a ustack socket of the parent process: after fork the child has no ustack stack",
+        )
+        .count();
+    assert!(refusals >= 2, "socat's log: {log}");
 }
