@@ -496,10 +496,15 @@ pub extern "C" fn dup(fd: c_int) -> c_int {
     on_fd!(fd, ustack => u::ustack_dup(fd), kernel => unsafe { real::dup(fd) })
 }
 
-/// Before a kernel file is put at `to` by the kernel's `dup2`/`dup3`: a ustack socket
+/// Before kernel file `fd` is put at `to` by the kernel's `dup2`/`dup3`: a ustack socket
 /// there is closed (its number left for the kernel's call to replace atomically), a
-/// kernel epoll set's shadow dropped.
-fn replace(to: c_int) {
+/// kernel epoll set's shadow dropped. Nothing is touched if `fd` is not open (the
+/// kernel's call then fails with `EBADF`, leaving `to` alone).
+fn replace(fd: c_int, to: c_int) {
+    // SAFETY: F_GETFD takes no argument; integers to libc.
+    if unsafe { real_variadic::fcntl(fd, libc::F_GETFD, 0, false) } < 0 {
+        return;
+    }
     match route::classify(to) {
         Where::Ustack => {
             let _ = ustack::sock::close_replaced(to);
@@ -521,7 +526,7 @@ pub extern "C" fn dup2(fd: c_int, to: c_int) -> c_int {
         route::forget(to);
         u::ustack_dup2(fd, to)
     }, kernel => {
-        replace(to);
+        replace(fd, to);
         // SAFETY: integers to libc.
         unsafe { real::dup2(fd, to) }
     })
@@ -537,7 +542,7 @@ pub extern "C" fn dup3(fd: c_int, to: c_int, flags: c_int) -> c_int {
         u::ustack_dup3(fd, to, flags)
     }, kernel => {
         if fd != to {
-            replace(to);
+            replace(fd, to);
         }
         // SAFETY: integers to libc.
         unsafe { real::dup3(fd, to, flags) }

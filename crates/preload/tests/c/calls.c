@@ -641,6 +641,10 @@ static long dups(int fd) {
     if (write(p[0], "dup3;", 5) != 5 || echoed(fd, "dup3;", 2) != 1) return 16;
     if (close(p[1]) || close(p[0]) || close(d) || close(h) || close(hc)) return 17;
     if (write(fd, "last;", 5) != 5 || echoed(fd, "last;", 0) != 1) return 18;
+    /* dup2 from a descriptor not open fails and leaves the target alone. */
+    errno = 0;
+    if (dup2(987, fd) != -1 || errno != EBADF) return 19;
+    if (write(fd, "kept2;", 6) != 6 || echoed(fd, "kept2;", 0) != 1) return 20;
     return 0;
 }
 
