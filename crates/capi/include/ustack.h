@@ -129,7 +129,10 @@ ssize_t ustack_readv(int fd, const struct iovec *iov, int n);
 ssize_t ustack_recvmsg(int fd, struct msghdr *msg, int flags);
 
 // `sendto(2)`: `MSG_DONTWAIT`, `MSG_NOSIGNAL` (no signal is ever raised), `MSG_MORE`
-// (ignored).
+// (ignored). On a blocking stream socket every byte is taken before it returns (the
+// call waits for send-buffer room, as Linux's `tcp_sendmsg`), unless an error or
+// `SO_SNDTIMEO` ends it (then the count taken, if any); so are `send`, `write`, `writev`
+// and `sendmsg`. A non-blocking one takes what fits.
 //
 // # Safety
 // `buf` has `len` readable bytes; `addr` NULL or `addrlen` readable bytes.
@@ -168,8 +171,22 @@ ssize_t ustack_sendmsg(int fd, const struct msghdr *msg, int flags);
 // `shutdown(2)`.
 int ustack_shutdown(int fd, int how);
 
-// `close(2)` of a ustack descriptor (a socket or an epoll set).
+// `close(2)` of a ustack descriptor (a socket or an epoll set). The socket closes with
+// its last descriptor (see [`ustack_dup`]).
 int ustack_close(int fd);
+
+// `dup(2)`: a new descriptor for the same socket (the lowest free number): the socket
+// closes when every descriptor of it is closed; `O_NONBLOCK` is shared, `FD_CLOEXEC`
+// is each descriptor's own (clear on the new one).
+int ustack_dup(int fd);
+
+// `dup2(2)`: descriptor `to` refers to `fd`'s socket; whatever file was at `to` (the
+// kernel's or ustack's) is closed first, atomically. `to` if `fd == to` and `fd` is
+// valid.
+int ustack_dup2(int fd, int to);
+
+// `dup3(2)`: as [`ustack_dup2`], `flags` 0 or `O_CLOEXEC`; `EINVAL` if `fd == to`.
+int ustack_dup3(int fd, int to, int flags);
 
 // `getsockopt(2)`: see docs/api.md for the options; `ENOPROTOOPT` for others.
 //
@@ -196,7 +213,8 @@ int ustack_getsockname(int fd, struct sockaddr *addr, socklen_t *len);
 int ustack_getpeername(int fd, struct sockaddr *addr, socklen_t *len);
 
 // `fcntl(2)`, not variadic: `F_GETFL` (`O_RDWR`, plus `O_NONBLOCK`), `F_SETFL`
-// (`O_NONBLOCK`), `F_GETFD`/`F_SETFD` (`FD_CLOEXEC`).
+// (`O_NONBLOCK`), `F_GETFD`/`F_SETFD` (`FD_CLOEXEC`), `F_DUPFD`/`F_DUPFD_CLOEXEC` (as
+// [`ustack_dup`], the lowest free number from `arg` on).
 int ustack_fcntl(int fd, int cmd, long arg);
 
 // `ioctl(2)`, not variadic: `FIONBIO` (`arg`: `int *`), `FIONREAD` (`arg`: `int *`);

@@ -472,7 +472,10 @@ pub unsafe extern "C" fn ustack_recvmsg(fd: c_int, msg: *mut msghdr, flags: c_in
 }
 
 /// `sendto(2)`: `MSG_DONTWAIT`, `MSG_NOSIGNAL` (no signal is ever raised), `MSG_MORE`
-/// (ignored).
+/// (ignored). On a blocking stream socket every byte is taken before it returns (the
+/// call waits for send-buffer room, as Linux's `tcp_sendmsg`), unless an error or
+/// `SO_SNDTIMEO` ends it (then the count taken, if any); so are `send`, `write`, `writev`
+/// and `sendmsg`. A non-blocking one takes what fits.
 ///
 /// # Safety
 /// `buf` has `len` readable bytes; `addr` NULL or `addrlen` readable bytes.
@@ -564,10 +567,61 @@ pub extern "C" fn ustack_shutdown(fd: c_int, how: c_int) -> c_int {
     ret(sock::shutdown(fd, how))
 }
 
-/// `close(2)` of a ustack descriptor (a socket or an epoll set).
+/// `close(2)` of a ustack descriptor (a socket or an epoll set). The socket closes with
+/// its last descriptor (see [`ustack_dup`]).
 #[unsafe(no_mangle)]
 pub extern "C" fn ustack_close(fd: c_int) -> c_int {
     ret(sock::close(fd))
+}
+
+/// `dup(2)`: a new descriptor for the same socket (the lowest free number): the socket
+/// closes when every descriptor of it is closed; `O_NONBLOCK` is shared, `FD_CLOEXEC`
+/// is each descriptor's own (clear on the new one).
+#[unsafe(no_mangle)]
+pub extern "C" fn ustack_dup(fd: c_int) -> c_int {
+    ret_int(sock::dup(fd, 0, false))
+}
+
+/// `dup2(2)`: descriptor `to` refers to `fd`'s socket; whatever file was at `to` (the
+/// kernel's or ustack's) is closed first, atomically. `to` if `fd == to` and `fd` is
+/// valid.
+#[unsafe(no_mangle)]
+pub extern "C" fn ustack_dup2(fd: c_int, to: c_int) -> c_int {
+    if fd == to {
+        return ret_int(sock::fcntl(fd, libc::F_GETFD, 0).map(|_| to));
+    }
+    ret_int(sock::dup3(fd, to, false))
+}
+
+/// `dup3(2)`: as [`ustack_dup2`], `flags` 0 or `O_CLOEXEC`; `EINVAL` if `fd == to`.
+#[unsafe(no_mangle)]
+pub extern "C" fn ustack_dup3(fd: c_int, to: c_int, flags: c_int) -> c_int {
+    if flags & !libc::O_CLOEXEC != 0 {
+        return ret_int(Err(Error::new(
+            libc::EINVAL,
+            format!("dup3 flags {flags:#x}"),
+        )));
+    }
+    ret_int(sock::dup3(fd, to, flags & libc::O_CLOEXEC != 0))
+}
+
+/// The kernel's `dup3(base, to, O_CLOEXEC)`, by raw system call (libc's `dup3` may be the
+/// LD_PRELOAD library's): `to` then holds a reservation of `base`'s, whatever was there
+/// closed by the kernel.
+pub(crate) fn dup_onto(
+    base: &std::os::fd::OwnedFd,
+    to: c_int,
+) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    // SAFETY: dup3(2) on integers; no memory is passed.
+    let r = unsafe { libc::syscall(libc::SYS_dup3, base.as_raw_fd(), to, libc::O_CLOEXEC) };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: dup3 succeeded: `to` is now an open descriptor of this process, which
+    // nothing else owns (the caller holds the table's lock and took any old reservation
+    // of the number out).
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(to) })
 }
 
 /// `getsockopt(2)`: see docs/api.md for the options; `ENOPROTOOPT` for others.
@@ -645,7 +699,8 @@ pub unsafe extern "C" fn ustack_getpeername(
 }
 
 /// `fcntl(2)`, not variadic: `F_GETFL` (`O_RDWR`, plus `O_NONBLOCK`), `F_SETFL`
-/// (`O_NONBLOCK`), `F_GETFD`/`F_SETFD` (`FD_CLOEXEC`).
+/// (`O_NONBLOCK`), `F_GETFD`/`F_SETFD` (`FD_CLOEXEC`), `F_DUPFD`/`F_DUPFD_CLOEXEC` (as
+/// [`ustack_dup`], the lowest free number from `arg` on).
 #[unsafe(no_mangle)]
 pub extern "C" fn ustack_fcntl(fd: c_int, cmd: c_int, arg: c_long) -> c_int {
     // `long` is 32 bits on some targets.

@@ -14,7 +14,7 @@ use core::time::Duration;
 use std::collections::HashMap;
 use std::net::Shutdown;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, RwLock};
 
 use rustix::event::{EventfdFlags, eventfd};
@@ -128,6 +128,14 @@ pub fn open(config: &str) -> Result<(Arc<Stack>, Option<Arc<Stack>>)> {
     Ok((stack, peer))
 }
 
+impl Stack {
+    /// The stack's [`Net`] (its shards' loop threads), for the LD_PRELOAD library's
+    /// control socket.
+    pub fn net(&self) -> &Net {
+        &self.net
+    }
+}
+
 /// Make `stack` the one `ustack_socket` uses.
 pub fn set_default(stack: &Arc<Stack>) {
     *lock(&DEFAULT) = Some(stack.clone());
@@ -208,13 +216,31 @@ enum Obj {
     Epoll(EpollSet),
 }
 
+/// What descriptors refer to (Linux's open file): a socket or an epoll set, shared by the
+/// descriptors `dup` makes.
 #[derive(Debug)]
-struct Entry {
+struct File {
     stack: Arc<Stack>,
     obj: Obj,
+    /// The descriptors referring to it: the socket closes when the last one does.
+    descs: AtomicUsize,
+}
+
+/// A descriptor: its file, and what is the descriptor's own.
+#[derive(Debug)]
+struct Entry {
+    file: Arc<File>,
     cloexec: AtomicBool,
-    /// The reserved kernel descriptor whose number this is.
-    _reserved: OwnedFd,
+    /// The reserved kernel descriptor whose number this is (taken out, not closed, when
+    /// `dup2` puts another file at the number: the kernel's `dup3` replaced it).
+    reserved: Mutex<Option<OwnedFd>>,
+}
+
+impl core::ops::Deref for Entry {
+    type Target = File;
+    fn deref(&self) -> &File {
+        &self.file
+    }
 }
 
 type Table = RwLock<HashMap<i32, Arc<Entry>>>;
@@ -225,16 +251,20 @@ fn table() -> &'static Table {
 }
 
 /// The file every descriptor number is reserved from.
-fn reserve() -> Result<OwnedFd> {
+fn base() -> Result<&'static OwnedFd> {
     static BASE: LazyLock<std::io::Result<OwnedFd>> =
         LazyLock::new(|| eventfd(0, EventfdFlags::CLOEXEC).map_err(Into::into));
-    let base = BASE.as_ref().map_err(|e| {
+    BASE.as_ref().map_err(|e| {
         Error::new(
             crate::error::errno_of(e),
             format!("reserving descriptors: {e}"),
         )
-    })?;
-    rustix::io::fcntl_dupfd_cloexec(base, 0).map_err(|e| {
+    })
+}
+
+/// A reserved number: the lowest free one from `min` on.
+fn reserve_from(min: i32) -> Result<OwnedFd> {
+    rustix::io::fcntl_dupfd_cloexec(base()?, min).map_err(|e| {
         let e = std::io::Error::from(e);
         Error::new(
             crate::error::errno_of(&e),
@@ -243,20 +273,107 @@ fn reserve() -> Result<OwnedFd> {
     })
 }
 
+fn reserve() -> Result<OwnedFd> {
+    reserve_from(0)
+}
+
+fn entry_of(file: Arc<File>, cloexec: bool, reserved: OwnedFd) -> Arc<Entry> {
+    Arc::new(Entry {
+        file,
+        cloexec: AtomicBool::new(cloexec),
+        reserved: Mutex::new(Some(reserved)),
+    })
+}
+
 fn insert(stack: Arc<Stack>, obj: Obj, cloexec: bool) -> Result<i32> {
     let reserved = reserve()?;
     let fd = reserved.as_raw_fd();
-    let e = Arc::new(Entry {
+    let file = Arc::new(File {
         stack,
         obj,
-        cloexec: AtomicBool::new(cloexec),
-        _reserved: reserved,
+        descs: AtomicUsize::new(1),
     });
+    let e = entry_of(file, cloexec, reserved);
     table()
         .write()
         .unwrap_or_else(|e| e.into_inner())
         .insert(fd, e);
     Ok(fd)
+}
+
+fn write_table() -> std::sync::RwLockWriteGuard<'static, HashMap<i32, Arc<Entry>>> {
+    table().write().unwrap_or_else(|e| e.into_inner())
+}
+
+/// `dup(2)` (`min` 0) and `fcntl(F_DUPFD, min)`: a new descriptor, the lowest free number
+/// from `min` on, for the same socket (or epoll set): the socket closes when both are
+/// closed; `O_NONBLOCK` is shared, `FD_CLOEXEC` is the new descriptor's own (`cloexec`).
+pub fn dup(fd: i32, min: i32, cloexec: bool) -> Result<i32> {
+    if min < 0 {
+        return Err(Error::new(libc::EINVAL, format!("F_DUPFD from {min}")));
+    }
+    entry(fd)?;
+    let reserved = reserve_from(min)?;
+    let to = reserved.as_raw_fd();
+    let mut t = write_table();
+    // Looked up again under the lock: a close meanwhile makes this EBADF.
+    let file = t.get(&fd).ok_or_else(|| Error::badf(fd))?.file.clone();
+    file.descs.fetch_add(1, Ordering::AcqRel);
+    t.insert(to, entry_of(file, cloexec, reserved));
+    Ok(to)
+}
+
+/// `dup3(2)` (`dup2` when `fd != to`): descriptor `to` refers to `fd`'s socket, whatever
+/// was at that number closed first, as the kernel does (atomically: the number is never
+/// free in between; a kernel file there is closed by the kernel's `dup3`; a ustack
+/// descriptor there is closed as by [`close`]). `EINVAL` if `fd == to`.
+pub fn dup3(fd: i32, to: i32, cloexec: bool) -> Result<i32> {
+    if fd == to {
+        return Err(Error::new(libc::EINVAL, "dup3 onto the same descriptor"));
+    }
+    if to < 0 {
+        return Err(Error::badf(to));
+    }
+    let base = base()?;
+    let mut t = write_table();
+    let file = t.get(&fd).ok_or_else(|| Error::badf(fd))?.file.clone();
+    let old = t.remove(&to);
+    if let Some(o) = &old {
+        // The kernel's dup3 below replaces the number: its old reservation must not be
+        // closed later (it would close the new one).
+        if let Some(r) = lock(&o.reserved).take() {
+            let _ = std::os::fd::IntoRawFd::into_raw_fd(r);
+        }
+    }
+    let reserved = match crate::ffi::dup_onto(base, to) {
+        Ok(r) => r,
+        Err(e) => {
+            drop(t);
+            if let Some(o) = old {
+                release(&o);
+            }
+            return Err(Error::from(e));
+        }
+    };
+    file.descs.fetch_add(1, Ordering::AcqRel);
+    t.insert(to, entry_of(file, cloexec, reserved));
+    drop(t);
+    if let Some(o) = old {
+        release(&o);
+    }
+    Ok(to)
+}
+
+/// The program is about to put a kernel file at ustack descriptor `fd`'s number (its own
+/// `dup2`/`dup3` onto it, which replaces the number atomically): `fd` is closed, as by
+/// [`close`], but its number is left open for the kernel's call to replace.
+pub fn close_replaced(fd: i32) -> Result<()> {
+    let e = write_table().remove(&fd).ok_or_else(|| Error::badf(fd))?;
+    if let Some(r) = lock(&e.reserved).take() {
+        let _ = std::os::fd::IntoRawFd::into_raw_fd(r);
+    }
+    release(&e);
+    Ok(())
 }
 
 fn entry(fd: i32) -> Result<Arc<Entry>> {
@@ -757,14 +874,35 @@ pub fn recv_vec(
     Ok((n, from))
 }
 
-/// `sendto(2)`: bytes taken (a short count when the send buffer is nearly full). TCP
-/// ignores `to`, as Linux does for a connected stream; UDP sends to `to` or the
-/// connected peer.
+/// A send on stream `c` as Linux's `tcp_sendmsg` makes it: a blocking one (`wait` not
+/// [`Wait::Never`]) waits for send-buffer room until every byte is taken, or an error or
+/// `SO_SNDTIMEO` ends it (then the count taken so far, if any: Linux
+/// `sk_stream_wait_memory`, and `tcp_sendmsg_locked`'s `copied ? copied : err`); a
+/// non-blocking one takes what fits. ustack-net's write takes at most what fits the send
+/// buffer, and at most [`ustack_net::MAX_IO`], per call.
+fn stream_send(s: &S, c: Fd, buf: &[u8], wait: Wait) -> Result<usize> {
+    let mut done = 0;
+    loop {
+        let n = match s.net().write(c, &buf[done..], wait) {
+            Ok(n) => n,
+            Err(_) if done > 0 => return Ok(done),
+            Err(e) => return Err(io(e)),
+        };
+        done += n;
+        if done == buf.len() || wait == Wait::Never || n == 0 {
+            return Ok(done);
+        }
+    }
+}
+
+/// `sendto(2)`: bytes taken. TCP: a blocking send takes every byte before it returns (see
+/// [`stream_send`]), a non-blocking one what fits the send buffer; `to` is ignored, as
+/// Linux does for a connected stream. UDP sends to `to` or the connected peer.
 pub fn send_to(fd: i32, buf: &[u8], flags: i32, to: Option<SocketAddrV4>) -> Result<usize> {
     check_flags(flags, SEND_FLAGS)?;
     let s = S::get(fd)?;
     match s.state() {
-        State2::Stream { fd: c, .. } => s.net().write(c, buf, s.write_wait(flags)).map_err(io),
+        State2::Stream { fd: c, .. } => stream_send(&s, c, buf, s.write_wait(flags)),
         State2::Fresh { .. } | State2::Listener { .. } if s.sock().proto == Proto::Tcp => {
             // Linux `sk_stream_wait_connect`: not connecting is EPIPE.
             Err(Error::new(libc::EPIPE, "not connected"))
@@ -780,22 +918,48 @@ pub fn send_to(fd: i32, buf: &[u8], flags: i32, to: Option<SocketAddrV4>) -> Res
     }
 }
 
-/// `writev(2)`/`sendmsg(2)`: the buffers gathered into one send.
+/// `writev(2)`/`sendmsg(2)`: the buffers gathered into sends of up to
+/// [`ustack_net::MAX_IO`] bytes. On a blocking stream every byte is taken, as by
+/// [`send_to`]; a non-blocking send, or a datagram, is one send (a datagram of more than
+/// `MAX_IO` bytes is cut, and fails as too long).
 pub fn send_vec(fd: i32, bufs: &[&[u8]], flags: i32, to: Option<SocketAddrV4>) -> Result<usize> {
     if bufs.len() == 1 {
         return send_to(fd, bufs[0], flags, to);
     }
-    let mut all = Vec::with_capacity(
-        bufs.iter()
-            .map(|b| b.len())
-            .sum::<usize>()
-            .min(ustack_net::MAX_IO),
-    );
-    for b in bufs {
-        let room = ustack_net::MAX_IO - all.len();
-        all.extend_from_slice(&b[..b.len().min(room)]);
+    let stream = matches!(S::get(fd)?.state(), State2::Stream { .. });
+    let mut at = (0, 0); // (buffer, offset in it)
+    let mut done = 0;
+    loop {
+        let mut all = Vec::with_capacity(
+            bufs.iter()
+                .map(|b| b.len())
+                .sum::<usize>()
+                .saturating_sub(done)
+                .min(ustack_net::MAX_IO),
+        );
+        while at.0 < bufs.len() && all.len() < ustack_net::MAX_IO {
+            let b = &bufs[at.0][at.1..];
+            let k = b.len().min(ustack_net::MAX_IO - all.len());
+            all.extend_from_slice(&b[..k]);
+            if k == b.len() {
+                at = (at.0 + 1, 0);
+            } else {
+                at.1 += k;
+            }
+        }
+        let more = at.0 < bufs.len();
+        let n = match send_to(fd, &all, flags, to) {
+            Ok(n) => n,
+            Err(_) if done > 0 => return Ok(done),
+            Err(e) => return Err(e),
+        };
+        done += n;
+        // A short send (non-blocking, or ended by an error or timeout) ends it; so does a
+        // datagram (one send) or the last part.
+        if n < all.len() || !more || !stream {
+            return Ok(done);
+        }
     }
-    send_to(fd, &all, flags, to)
 }
 
 /// `shutdown(2)`: `SHUT_RD`, `SHUT_WR`, `SHUT_RDWR`.
@@ -813,14 +977,20 @@ pub fn shutdown(fd: i32, how: i32) -> Result<()> {
     }
 }
 
-/// `close(2)`: the descriptor goes; the socket closes (a stream sends its FIN, or a RST
-/// with unread data or `SO_LINGER` zero).
+/// `close(2)`: the descriptor goes; with the last descriptor of the socket (see [`dup`])
+/// the socket closes (a stream sends its FIN, or a RST with unread data or `SO_LINGER`
+/// zero).
 pub fn close(fd: i32) -> Result<()> {
-    let e = table()
-        .write()
-        .unwrap_or_else(|e| e.into_inner())
-        .remove(&fd)
-        .ok_or_else(|| Error::badf(fd))?;
+    let e = write_table().remove(&fd).ok_or_else(|| Error::badf(fd))?;
+    release(&e);
+    Ok(())
+}
+
+/// A descriptor of `e`'s file is gone: the file closes with the last one.
+fn release(e: &Entry) {
+    if e.descs.fetch_sub(1, Ordering::AcqRel) != 1 {
+        return;
+    }
     if let Obj::Sock(s) = &e.obj {
         let st = *lock(&s.state);
         match st {
@@ -846,7 +1016,6 @@ pub fn close(fd: i32) -> Result<()> {
             State2::Fresh { .. } => {}
         }
     }
-    Ok(())
 }
 
 // ---- names ------------------------------------------------------------------------------------
@@ -1075,7 +1244,7 @@ pub fn setsockopt(fd: i32, level: i32, name: i32, v: &[u8]) -> Result<()> {
 
 /// `fcntl(2)`: `F_GETFL` (`O_RDWR`, plus `O_NONBLOCK` when set), `F_SETFL` (`O_NONBLOCK`;
 /// other bits ignored, as Linux ignores those it cannot change), `F_GETFD`/`F_SETFD`
-/// (`FD_CLOEXEC`). `EINVAL` for other commands.
+/// (`FD_CLOEXEC`), `F_DUPFD`/`F_DUPFD_CLOEXEC` ([`dup`]). `EINVAL` for other commands.
 pub fn fcntl(fd: i32, cmd: i32, arg: i64) -> Result<i32> {
     let e = entry(fd)?;
     let nonblock = match &e.obj {
@@ -1105,6 +1274,11 @@ pub fn fcntl(fd: i32, cmd: i32, arg: i64) -> Result<i32> {
                 .store(arg & i64::from(libc::FD_CLOEXEC) != 0, Ordering::Relaxed);
             Ok(0)
         }
+        libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => dup(
+            fd,
+            i32::try_from(arg).unwrap_or(i32::MAX),
+            cmd == libc::F_DUPFD_CLOEXEC,
+        ),
         _ => Err(Error::new(libc::EINVAL, format!("fcntl command {cmd}"))),
     }
 }

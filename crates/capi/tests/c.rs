@@ -165,3 +165,21 @@ fn many_threads_one_edge_triggered_server() {
         "{out}"
     );
 }
+
+#[test]
+fn a_blocking_write_takes_every_byte() {
+    let out = run_c("write");
+    assert!(
+        out.contains("8388608 bytes, every blocking write whole, checked"),
+        "{out}"
+    );
+}
+
+#[test]
+fn dup_shares_one_socket_until_the_last_close() {
+    let out = run_c("dup");
+    assert!(
+        out.contains("dup: one socket, many descriptors, checked"),
+        "{out}"
+    );
+}

@@ -95,6 +95,8 @@
 
 mod core;
 mod epoll;
+#[cfg(feature = "control")]
+mod inspect;
 mod link;
 mod start;
 mod std_net;

@@ -10,6 +10,7 @@
 //! | `USTACK_SHARDS=N` | TUN queues, one loop thread each (1 by default) |
 //! | `USTACK_MTU=N` | the interface MTU |
 //! | `USTACK_SYSCTL_<name>=VALUE` | a tunable: `<name>` is its Linux name (`net.ipv4.tcp_sack`), that name with `_` for `.` (`net_ipv4_tcp_sack`), or its last part (`tcp_sack`) |
+//! | `USTACK_CONTROL=PATH` | the control socket, for `ustack stat`, `ss`, `sysctl` |
 //! | `USTACK_FALLBACK=kernel` | when ustack cannot start, run the program's sockets on the kernel instead of failing them |
 //!
 //! The result is the C API's configuration string (`ustack_stack_open`, crates/capi
@@ -24,6 +25,8 @@ pub struct Env {
     pub capi: String,
     /// `USTACK_FALLBACK=kernel`.
     pub fallback_kernel: bool,
+    /// `USTACK_CONTROL=PATH`: the control socket `ustack stat`, `ss`, `sysctl` talk to.
+    pub control: Option<std::path::PathBuf>,
 }
 
 /// Whether `USTACK_FALLBACK=kernel` is set (read on its own: a program falls back even
@@ -131,9 +134,14 @@ pub fn parse(vars: &[(String, String)]) -> Result<Env, String> {
         let msg = e.msg.trim_start_matches("ustack_stack_open: ");
         format!("{msg} (from the USTACK_* variables: {s})")
     })?;
+    let control = match get(vars, "USTACK_CONTROL") {
+        Some("") => return Err("USTACK_CONTROL is empty: give the control socket's path".into()),
+        v => v.map(std::path::PathBuf::from),
+    };
     Ok(Env {
         capi: s,
         fallback_kernel,
+        control,
     })
 }
 

@@ -24,6 +24,8 @@ use std::time::Instant;
 
 use ustack::error::Error;
 use ustack::sock::{self, PollFd, Stack};
+use ustack_obs::pcap::LinkType;
+use ustack_runtime::control::ControlServer;
 
 use crate::config;
 
@@ -156,15 +158,40 @@ fn start(atfork: fn()) -> Outcome {
         Ok(e) => e,
         Err(msg) => return give_up(libc::EINVAL, msg),
     };
+    // The control socket first: a path that cannot be bound is a configuration error.
+    let control = match env.control.as_deref().map(ControlServer::bind).transpose() {
+        Ok(c) => c,
+        Err(e) => return give_up(libc::EINVAL, format!("USTACK_CONTROL: {e:#}")),
+    };
     match sock::open(&env.capi) {
         Ok((stack, _)) => {
             atfork();
+            if let Some(c) = control {
+                serve_control(c, &stack);
+            }
             Outcome::Ustack(stack)
         }
         Err(e) => give_up(
             e.errno,
             format!("starting ustack ({}): {}", env.capi, e.msg),
         ),
+    }
+}
+
+/// Answer `ustack stat`, `ss` and `sysctl` on `control` for `stack`, on a thread of its
+/// own, for the life of the process (`capture` is refused: the TUN queues are not tapped).
+fn serve_control(control: ControlServer, stack: &Arc<Stack>) {
+    static NEVER: AtomicBool = AtomicBool::new(false);
+    let stack = stack.clone();
+    let path = control.path().display().to_string();
+    let spawned = std::thread::Builder::new()
+        .name("ustack-control".into())
+        .spawn(move || {
+            control.serve_until(stack.net(), None, LinkType::Raw, None, &NEVER);
+        });
+    match spawned {
+        Ok(_) => eprintln!("ustack preload: control socket {path}"),
+        Err(e) => eprintln!("ustack preload: control socket {path}: no thread for it: {e}"),
     }
 }
 
@@ -208,34 +235,39 @@ pub fn socket(domain: i32, ty: i32, protocol: i32, atfork: fn()) -> Route {
     }
 }
 
-// ---- blocking writes -------------------------------------------------------------------------
+// ---- sendfile -----------------------------------------------------------------------------------
 
-/// A send on ustack socket `fd` of `total` bytes as Linux's blocking `tcp_sendmsg` does
-/// it: on a blocking socket (and without `MSG_DONTWAIT`), until every byte is taken or an
-/// error comes (then the count taken so far, if any), where the C API returns what fitted
-/// the send buffer. `send(offset)` sends the bytes from `offset` on and returns the C
-/// call's result (`-1` with `errno` set on failure).
-pub fn send_all(fd: i32, total: usize, flags: i32, send: &mut dyn FnMut(usize) -> isize) -> isize {
-    let nonblocking = flags & libc::MSG_DONTWAIT != 0
-        || sock::fcntl(fd, libc::F_GETFL, 0).map_or(true, |f| f & libc::O_NONBLOCK != 0);
-    if nonblocking {
-        return send(0);
-    }
+/// The kernel's `pread(2)` of the file, as the FFI hands it in: `Err(errno)` on failure.
+pub type KernelPread<'a> = &'a mut dyn FnMut(&mut [u8], i64) -> Result<usize, i32>;
+
+/// `sendfile(2)` onto ustack socket `out`: up to `count` bytes of a kernel file from
+/// offset `at`, read by `pread(buf, offset)` (`Ok(0)` at the end of the file) and written
+/// to the socket, 64 KiB at a time (Linux sends from the page cache; this copies). A
+/// blocking socket takes every byte read, a non-blocking one what fits (then the count so
+/// far, or `EAGAIN`). The bytes sent; the caller moves the file offset by as many.
+pub fn sendfile(out: i32, at: i64, count: usize, pread: KernelPread<'_>) -> Result<usize, i32> {
+    let mut buf = vec![0u8; count.min(64 * 1024)];
     let mut done = 0usize;
-    loop {
-        let r = send(done);
-        let Ok(n) = usize::try_from(r) else {
-            return if done > 0 {
-                isize::try_from(done).unwrap_or(isize::MAX)
-            } else {
-                r
-            };
+    while done < count {
+        let want = (count - done).min(buf.len());
+        let off = at.saturating_add(i64::try_from(done).unwrap_or(i64::MAX));
+        let n = match pread(&mut buf[..want], off) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if done == 0 => return Err(e),
+            Err(_) => break,
         };
-        done += n;
-        if done >= total || n == 0 {
-            return isize::try_from(done).unwrap_or(isize::MAX);
+        let w = match sock::send_to(out, &buf[..n], 0, None) {
+            Ok(w) => w,
+            Err(e) if done == 0 => return Err(e.errno),
+            Err(_) => break,
+        };
+        done += w;
+        if w < n {
+            break;
         }
     }
+    Ok(done)
 }
 
 // ---- poll and select over ustack sockets and kernel files ----------------------------------

@@ -109,6 +109,7 @@ real! {
     fn dup(fd: c_int) -> c_int;
     fn dup2(fd: c_int, to: c_int) -> c_int;
     fn dup3(fd: c_int, to: c_int, f: c_int) -> c_int;
+    fn sendfile(out: c_int, in_fd: c_int, off: *mut libc::off_t, n: size_t) -> ssize_t;
 }
 
 /// libc's C-variadic `fcntl`, `fcntl64` and `ioctl`, called with the one argument.
@@ -255,11 +256,8 @@ pub unsafe extern "C" fn __read_chk(fd: c_int, b: *mut c_void, n: size_t, bl: si
 /// As `write(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn write(fd: c_int, b: *const c_void, n: size_t) -> ssize_t {
-    // SAFETY (kernel arm): the caller's buffer of `n` bytes.
-    on_fd!(fd, ustack => route::send_all(fd, n, 0, &mut |off| {
-        // SAFETY: `off <= n`: the rest of the caller's buffer of `n` bytes.
-        unsafe { u::ustack_write(fd, b.cast::<u8>().add(off).cast(), n - off) }
-    }), kernel => unsafe { real::write(fd, b, n) })
+    // SAFETY (both arms): the caller's buffer of `n` bytes.
+    on_fd!(fd, ustack => unsafe { u::ustack_write(fd, b, n) }, kernel => unsafe { real::write(fd, b, n) })
 }
 
 /// `readv(2)`.
@@ -272,62 +270,14 @@ pub unsafe extern "C" fn readv(fd: c_int, v: *const iovec, n: c_int) -> ssize_t 
     on_fd!(fd, ustack => unsafe { u::ustack_readv(fd, v, n) }, kernel => unsafe { real::readv(fd, v, n) })
 }
 
-/// The caller's `n` iovecs, if they are well formed (non-NULL, 1..=1024 of them): else
-/// `None`, and the C API's call reports the error.
-///
-/// # Safety
-/// `v` is NULL or `n` valid iovecs.
-unsafe fn iovs<'a>(v: *const iovec, n: c_int) -> Option<&'a [iovec]> {
-    let n = usize::try_from(n).ok().filter(|n| (1..=1024).contains(n))?;
-    if v.is_null() {
-        return None;
-    }
-    // SAFETY: per the contract.
-    Some(unsafe { core::slice::from_raw_parts(v, n) })
-}
-
-/// `iov`'s bytes from `off` on, as iovecs (the first one cut).
-fn iov_from(iov: &[iovec], off: usize) -> Vec<iovec> {
-    let mut skip = off;
-    let mut out = Vec::with_capacity(iov.len());
-    for x in iov {
-        if skip >= x.iov_len {
-            skip -= x.iov_len;
-            continue;
-        }
-        out.push(iovec {
-            iov_base: x.iov_base.wrapping_byte_add(skip),
-            iov_len: x.iov_len - skip,
-        });
-        skip = 0;
-    }
-    out
-}
-
-fn iov_len(iov: &[iovec]) -> usize {
-    iov.iter().fold(0usize, |a, x| a.saturating_add(x.iov_len))
-}
-
-/// `writev(2)`: on a blocking ustack socket, every byte before it returns (as `write`).
+/// `writev(2)`.
 ///
 /// # Safety
 /// As `writev(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn writev(fd: c_int, v: *const iovec, n: c_int) -> ssize_t {
-    on_fd!(fd, ustack => {
-        // SAFETY: the caller's iovecs.
-        match unsafe { iovs(v, n) } {
-            // SAFETY: the caller's iovecs; the C API reports what is wrong with them.
-            None => unsafe { u::ustack_writev(fd, v, n) },
-            Some(iov) => route::send_all(fd, iov_len(iov), 0, &mut |off| {
-                let rest = iov_from(iov, off);
-                let k = c_int::try_from(rest.len()).unwrap_or(c_int::MAX);
-                // SAFETY: parts of the caller's buffers, `k` iovecs.
-                unsafe { u::ustack_writev(fd, rest.as_ptr(), k) }
-            }),
-        }
-    // SAFETY: the caller's iovecs.
-    }, kernel => unsafe { real::writev(fd, v, n) })
+    // SAFETY (both arms): the caller's iovecs.
+    on_fd!(fd, ustack => unsafe { u::ustack_writev(fd, v, n) }, kernel => unsafe { real::writev(fd, v, n) })
 }
 
 /// `recv(2)`.
@@ -407,11 +357,8 @@ pub unsafe extern "C" fn __recvfrom_chk(
 /// As `send(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn send(fd: c_int, b: *const c_void, n: size_t, f: c_int) -> ssize_t {
-    // SAFETY (kernel arm): the caller's buffer of `n` bytes.
-    on_fd!(fd, ustack => route::send_all(fd, n, f, &mut |off| {
-        // SAFETY: `off <= n`: the rest of the caller's buffer of `n` bytes.
-        unsafe { u::ustack_send(fd, b.cast::<u8>().add(off).cast(), n - off, f) }
-    }), kernel => unsafe { real::send(fd, b, n, f) })
+    // SAFETY (both arms): the caller's buffer of `n` bytes.
+    on_fd!(fd, ustack => unsafe { u::ustack_send(fd, b, n, f) }, kernel => unsafe { real::send(fd, b, n, f) })
 }
 
 /// `sendto(2)`.
@@ -427,11 +374,8 @@ pub unsafe extern "C" fn sendto(
     a: *const sockaddr,
     l: socklen_t,
 ) -> ssize_t {
-    // SAFETY (kernel arm): the caller's buffer and address.
-    on_fd!(fd, ustack => route::send_all(fd, n, f, &mut |off| {
-        // SAFETY: `off <= n`: the rest of the caller's buffer; the caller's address.
-        unsafe { u::ustack_sendto(fd, b.cast::<u8>().add(off).cast(), n - off, f, a, l) }
-    }), kernel => unsafe { real::sendto(fd, b, n, f, a, l) })
+    // SAFETY (both arms): the caller's buffer and address.
+    on_fd!(fd, ustack => unsafe { u::ustack_sendto(fd, b, n, f, a, l) }, kernel => unsafe { real::sendto(fd, b, n, f, a, l) })
 }
 
 /// `recvmsg(2)` (ustack: no control messages).
@@ -450,27 +394,73 @@ pub unsafe extern "C" fn recvmsg(fd: c_int, m: *mut msghdr, f: c_int) -> ssize_t
 /// As `sendmsg(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn sendmsg(fd: c_int, m: *const msghdr, f: c_int) -> ssize_t {
-    on_fd!(fd, ustack => {
-        // SAFETY: the caller's msghdr, if not NULL, and its iovecs.
-        let iov = unsafe { m.as_ref() }.and_then(|h| {
-            let n = c_int::try_from(h.msg_iovlen).ok()?;
-            // SAFETY: the msghdr's iovecs.
-            unsafe { iovs(h.msg_iov, n) }.map(|iov| (*h, iov))
-        });
-        match iov {
-            // SAFETY: the caller's msghdr; the C API reports what is wrong with it.
-            None => unsafe { u::ustack_sendmsg(fd, m, f) },
-            Some((h, iov)) => route::send_all(fd, iov_len(iov), f, &mut |off| {
-                let mut rest = iov_from(iov, off);
-                let mut h2 = h;
-                h2.msg_iov = rest.as_mut_ptr();
-                h2.msg_iovlen = rest.len() as _;
-                // SAFETY: the caller's msghdr with parts of its buffers.
-                unsafe { u::ustack_sendmsg(fd, &h2, f) }
-            }),
+    // SAFETY (both arms): the caller's msghdr.
+    on_fd!(fd, ustack => unsafe { u::ustack_sendmsg(fd, m, f) }, kernel => unsafe { real::sendmsg(fd, m, f) })
+}
+
+// ---- sendfile ----------------------------------------------------------------------------------
+
+/// `sendfile(2)` (and `sendfile64`, the same on 64-bit Linux): onto a ustack socket, the
+/// file's bytes read and written ([`route::sendfile`]); `offset` NULL: from the file's
+/// position, which moves by the count sent; else from `*offset`, which does.
+///
+/// # Safety
+/// As `sendfile(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sendfile(
+    out: c_int,
+    in_fd: c_int,
+    offset: *mut libc::off_t,
+    count: size_t,
+) -> ssize_t {
+    match route::classify(in_fd) {
+        Where::Ustack | Where::Orphan => return fail(libc::EINVAL) as ssize_t,
+        Where::Kernel => {}
+    }
+    on_fd!(out, ustack => {
+        // SAFETY: the caller's offset, if not NULL.
+        let at = match unsafe { offset.as_ref() } {
+            Some(o) => *o,
+            // SAFETY: integers to libc.
+            None => unsafe { libc::lseek(in_fd, 0, libc::SEEK_CUR) },
+        };
+        if at < 0 {
+            return fail(if offset.is_null() { errno() } else { libc::EINVAL }) as ssize_t;
         }
-    // SAFETY: the caller's msghdr.
-    }, kernel => unsafe { real::sendmsg(fd, m, f) })
+        let mut pread = |b: &mut [u8], off: i64| -> Result<usize, c_int> {
+            // SAFETY: `b` is a valid, exclusive buffer of `b.len()` bytes.
+            let n = unsafe { libc::pread(in_fd, b.as_mut_ptr().cast(), b.len(), off) };
+            usize::try_from(n).map_err(|_| errno())
+        };
+        match route::sendfile(out, at, count, &mut pread) {
+            Ok(n) => {
+                let end = at + n as i64;
+                // SAFETY: the caller's offset, if not NULL; else integers to libc.
+                match unsafe { offset.as_mut() } {
+                    Some(o) => *o = end,
+                    None => unsafe { libc::lseek(in_fd, end, libc::SEEK_SET); },
+                }
+                n as ssize_t
+            }
+            Err(e) => fail(e) as ssize_t,
+        }
+    // SAFETY: the caller's arguments.
+    }, kernel => unsafe { real::sendfile(out, in_fd, offset, count) })
+}
+
+/// `sendfile64`: [`sendfile`] (`off_t` is 64 bits on the targets this builds for).
+///
+/// # Safety
+/// As `sendfile(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sendfile64(
+    out: c_int,
+    in_fd: c_int,
+    offset: *mut libc::off_t,
+    count: size_t,
+) -> ssize_t {
+    // SAFETY: forwarded.
+    unsafe { sendfile(out, in_fd, offset, count) }
 }
 
 // ---- close, shutdown, dup ----------------------------------------------------------------
@@ -498,51 +488,61 @@ pub extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
     on_fd!(fd, ustack => u::ustack_shutdown(fd, how), kernel => unsafe { real::shutdown(fd, how) })
 }
 
-fn no_dup(fd: c_int) -> c_int {
-    route::warn_once(
-        "dup",
-        &format!("dup of ustack socket {fd}: not supported yet (EOPNOTSUPP; docs/preload.md)"),
-    );
-    fail(libc::EOPNOTSUPP)
-}
-
-/// `dup(2)`: refused on a ustack socket (`EOPNOTSUPP`).
+/// `dup(2)`: on a ustack socket, another descriptor for it (the C API's `dup`: the socket
+/// closes with its last descriptor).
 #[unsafe(no_mangle)]
 pub extern "C" fn dup(fd: c_int) -> c_int {
     // SAFETY: an integer to libc.
-    on_fd!(fd, ustack => no_dup(fd), kernel => unsafe { real::dup(fd) })
+    on_fd!(fd, ustack => u::ustack_dup(fd), kernel => unsafe { real::dup(fd) })
 }
 
-/// Before `dup2`/`dup3` onto `to`: a ustack socket there is closed first, as the kernel
-/// closes a file it replaces.
-fn replace(to: c_int) {
+/// Before kernel file `fd` is put at `to` by the kernel's `dup2`/`dup3`: a ustack socket
+/// there is closed (its number left for the kernel's call to replace atomically), a
+/// kernel epoll set's shadow dropped. Nothing is touched if `fd` is not open (the
+/// kernel's call then fails with `EBADF`, leaving `to` alone).
+fn replace(fd: c_int, to: c_int) {
+    // SAFETY: F_GETFD takes no argument; integers to libc.
+    if unsafe { real_variadic::fcntl(fd, libc::F_GETFD, 0, false) } < 0 {
+        return;
+    }
     match route::classify(to) {
         Where::Ustack => {
-            let _ = u::ustack_close(to);
+            let _ = ustack::sock::close_replaced(to);
         }
         Where::Kernel => route::forget(to),
         Where::Orphan => {}
     }
 }
 
-/// `dup2(2)`: refused from a ustack socket (`EOPNOTSUPP`); onto one, it is closed first.
+/// `dup2(2)`: from a ustack socket, `to` becomes another descriptor of it (whatever was
+/// at `to` closed); from a kernel file, libc's (a ustack socket at `to` closed first).
 #[unsafe(no_mangle)]
 pub extern "C" fn dup2(fd: c_int, to: c_int) -> c_int {
-    on_fd!(fd, ustack => no_dup(fd), kernel => {
-        if fd != to {
-            replace(to);
-        }
+    if fd == to {
+        // SAFETY: integers to libc.
+        return on_fd!(fd, ustack => to, kernel => unsafe { real::dup2(fd, to) });
+    }
+    on_fd!(fd, ustack => {
+        route::forget(to);
+        u::ustack_dup2(fd, to)
+    }, kernel => {
+        replace(fd, to);
         // SAFETY: integers to libc.
         unsafe { real::dup2(fd, to) }
     })
 }
 
-/// `dup3(2)`: as [`dup2`].
+/// `dup3(2)`: as [`dup2`] (`EINVAL` if `fd == to`).
 #[unsafe(no_mangle)]
 pub extern "C" fn dup3(fd: c_int, to: c_int, flags: c_int) -> c_int {
-    on_fd!(fd, ustack => no_dup(fd), kernel => {
+    on_fd!(fd, ustack => {
         if fd != to {
-            replace(to);
+            route::forget(to);
+        }
+        u::ustack_dup3(fd, to, flags)
+    }, kernel => {
+        if fd != to {
+            replace(fd, to);
         }
         // SAFETY: integers to libc.
         unsafe { real::dup3(fd, to, flags) }
@@ -561,15 +561,12 @@ pub extern "C" fn dup3(fd: c_int, to: c_int, flags: c_int) -> c_int {
 // own are called through their variadic type.
 
 fn fcntl_any(fd: c_int, cmd: c_int, arg: c_long, is64: bool) -> c_int {
-    on_fd!(fd, ustack => match cmd {
-        libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => no_dup(fd),
-        _ => u::ustack_fcntl(fd, cmd, arg),
     // SAFETY: the caller's arguments to libc's fcntl, which reads `arg` as the command says.
-    }, kernel => unsafe { real_variadic::fcntl(fd, cmd, arg, is64) })
+    on_fd!(fd, ustack => u::ustack_fcntl(fd, cmd, arg), kernel => unsafe { real_variadic::fcntl(fd, cmd, arg, is64) })
 }
 
-/// `fcntl(2)`: on a ustack socket `F_GETFL`/`F_SETFL` (`O_NONBLOCK`), `F_GETFD`/`F_SETFD`;
-/// `F_DUPFD*` refused (`EOPNOTSUPP`).
+/// `fcntl(2)`: on a ustack socket `F_GETFL`/`F_SETFL` (`O_NONBLOCK`), `F_GETFD`/`F_SETFD`,
+/// `F_DUPFD`/`F_DUPFD_CLOEXEC` (the C API's).
 ///
 /// # Safety
 /// As `fcntl(2)`: `arg` is what the command takes (a pointer for the lock commands).

@@ -78,6 +78,12 @@ fn finish(mut child: Child, limit: Duration, what: &str) -> (Output, bool) {
         }
         std::thread::sleep(Duration::from_millis(20));
     };
+    // What it left behind in its process group (`timeout` makes one: forked children, a
+    // child stuck in its exit) still holds the pipes: killed, so the readers end.
+    let _ = Command::new("kill")
+        .args(["-KILL", "--", &format!("-{}", child.id())])
+        .stderr(Stdio::null())
+        .status();
     let output = Output {
         status,
         stdout: out.join().expect("stdout reader"),
@@ -105,7 +111,7 @@ fn compile(name: &str) -> PathBuf {
 #[test]
 fn a_c_program_on_ustack_by_ld_preload() {
     let test = "a_c_program_on_ustack_by_ld_preload";
-    if root_or_skip(test).is_none() || !tool_or_skip(test, "socat") {
+    if !root_and_tools(test, &["socat"]) {
         return;
     }
     let exe = compile("calls");
@@ -171,7 +177,7 @@ fn a_c_program_on_ustack_by_ld_preload() {
 #[test]
 fn socat_serves_an_echo_over_ustack() {
     let test = "socat_serves_an_echo_over_ustack";
-    if root_or_skip(test).is_none() || !tool_or_skip(test, "socat") {
+    if !root_and_tools(test, &["socat"]) {
         return;
     }
     let ns = rig();
@@ -180,17 +186,8 @@ fn socat_serves_an_echo_over_ustack() {
         .collect();
     let input = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("preload-socat-in");
     std::fs::write(&input, &data).expect("writing the input");
-    let mut cmd = Command::new("timeout");
-    cmd.args([
-        "-k",
-        "1",
-        "60",
-        "socat",
-        "-d",
-        "-d",
-        "TCP-LISTEN:7000,reuseaddr",
-        "PIPE",
-    ]);
+    let mut cmd = bounded(60);
+    cmd.args(["socat", "-d", "-d", "TCP-LISTEN:7000,reuseaddr", "PIPE"]);
     preloaded(&mut cmd, &ns);
     let server = cmd
         .stdin(Stdio::null())
@@ -298,6 +295,87 @@ fn a_bad_configuration_fails_clearly_or_falls_back_to_the_kernel() {
     );
 }
 
+/// Root and every one of `tools`, or skip (a failure under `USTACK_REQUIRE_*`).
+fn root_and_tools(test: &str, tools: &[&str]) -> bool {
+    root_or_skip(test).is_some() && tools.iter().all(|t| tool_or_skip(test, t))
+}
+
+/// Stop a server the test started (TERM, then its output): its stderr. If the test's
+/// checks (`result`) failed, its log is printed and the failure goes on.
+fn stop_server(server: Child, what: &str, result: std::thread::Result<()>) -> String {
+    let _ = Command::new("kill")
+        .args(["-TERM", &server.id().to_string()])
+        .status();
+    let (out, _) = finish(server, Duration::from_secs(10), what);
+    let log = text(&out.stderr);
+    if let Err(e) = result {
+        eprintln!("{what}'s log:\n{}{log}", text(&out.stdout));
+        std::panic::resume_unwind(e);
+    }
+    log
+}
+
+/// `cmd` (a `timeout ... PROGRAM ...` command) under the preload on the rig: started,
+/// its output piped.
+fn start_preloaded(mut cmd: Command, ns: &NetNs, what: &str) -> Child {
+    preloaded(&mut cmd, ns);
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {what} under the preload: {e}"))
+}
+
+/// Run `argv` in the namespace every 100 ms (up to 10 s) until its stdout is `want`.
+fn until_answers(ns: &NetNs, argv: &[&str], want: &str) {
+    for _ in 0..100 {
+        let out = ns
+            .command(Duration::from_secs(5), argv)
+            .output()
+            .expect("a command in the namespace");
+        if text(&out.stdout) == want {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("`{}` never answered {want:?}", argv.join(" "));
+}
+
+/// A command bounded in time: `timeout -k 1 SECS ...` (its process group is the
+/// program's, which `finish` kills at the end).
+fn bounded(secs: u32) -> Command {
+    let mut cmd = Command::new("timeout");
+    cmd.args(["-k", "1", &secs.to_string()]);
+    cmd
+}
+
+/// One request to a control socket (`ustack stat`'s protocol: a line of JSON each way).
+fn control(path: &Path, cmd: &str) -> serde_json::Value {
+    use std::io::{BufRead, Write};
+    let mut s = std::os::unix::net::UnixStream::connect(path)
+        .unwrap_or_else(|e| panic!("the control socket {}: {e}", path.display()));
+    s.set_read_timeout(Some(Duration::from_secs(15)))
+        .expect("a read timeout");
+    writeln!(s, "{{\"cmd\":\"{cmd}\"}}").expect("the request");
+    let mut line = String::new();
+    std::io::BufReader::new(s)
+        .read_line(&mut line)
+        .expect("the answer");
+    serde_json::from_str(&line).unwrap_or_else(|e| panic!("{cmd}: {e}: {line}"))
+}
+
+/// A counter of `/proc/net/snmp`'s text (`table`: `Tcp`, `Udp` ...).
+fn snmp_counter(snmp: &str, table: &str, name: &str) -> Option<u64> {
+    let prefix = format!("{table}:");
+    let mut rows = snmp.lines().filter(|l| l.starts_with(&prefix));
+    let names = rows.next()?.split_whitespace();
+    let values = rows.next()?.split_whitespace();
+    names
+        .zip(values)
+        .find(|(n, _)| *n == name)
+        .and_then(|(_, v)| v.parse().ok())
+}
+
 /// Run `argv` in the namespace, bounded; its output, checked for success.
 fn in_ns(ns: &NetNs, limit: Duration, argv: &[&str]) -> Output {
     let child = ns
@@ -321,22 +399,17 @@ fn in_ns(ns: &NetNs, limit: Duration, argv: &[&str]) -> Output {
 /// redis-server, unmodified, on ustack: redis-cli from the kernel's side stores a 100 KB
 /// value and reads it back whole, and redis-benchmark drives 50 clients through SET and
 /// GET, unpipelined and 16 deep; redis's own count of commands proves they all reached it.
+/// Its control socket (`USTACK_CONTROL`) answers `ss` (the listener) and `stat` (the
+/// connections it accepted), as `ustack ss` and `ustack stat` ask.
 #[test]
 fn redis_serves_redis_benchmark_over_ustack() {
     let test = "redis_serves_redis_benchmark_over_ustack";
-    if root_or_skip(test).is_none()
-        || !["redis-server", "redis-cli", "redis-benchmark"]
-            .iter()
-            .all(|t| tool_or_skip(test, t))
-    {
+    if !root_and_tools(test, &["redis-server", "redis-cli", "redis-benchmark"]) {
         return;
     }
     let ns = rig();
-    let mut cmd = Command::new("timeout");
+    let mut cmd = bounded(120);
     cmd.args([
-        "-k",
-        "1",
-        "120",
         "redis-server",
         "--port",
         "6379",
@@ -353,29 +426,12 @@ fn redis_serves_redis_benchmark_over_ustack() {
         "--dir",
         env!("CARGO_TARGET_TMPDIR"),
     ]);
-    preloaded(&mut cmd, &ns);
-    let server = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting redis-server under the preload");
+    let ctl = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("preload-redis-control.sock");
+    cmd.env("USTACK_CONTROL", &ctl);
+    let server = start_preloaded(cmd, &ns, "redis-server");
     let limit = Duration::from_secs(60);
     let result = std::panic::catch_unwind(|| {
-        // Until it listens.
-        let mut up = false;
-        for _ in 0..100 {
-            let out = ns
-                .command(limit, &["redis-cli", "-h", "192.0.2.2", "ping"])
-                .output()
-                .expect("redis-cli");
-            if text(&out.stdout).trim() == "PONG" {
-                up = true;
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        assert!(up, "redis-server on ustack never answered PING");
+        until_answers(&ns, &["redis-cli", "-h", "192.0.2.2", "ping"], "PONG\n");
         let value: String = (0..100_000usize)
             .map(|i| char::from(b'a' + (i * 7 % 26) as u8))
             .collect();
@@ -434,17 +490,195 @@ fn redis_serves_redis_benchmark_over_ustack() {
             "redis processed {done} commands, want >= {}",
             4 * n
         );
-    });
-    let _ = Command::new("kill")
-        .args(["-TERM", &server.id().to_string()])
-        .status();
-    let (sout, _) = finish(server, Duration::from_secs(10), "redis-server");
-    if let Err(e) = result {
-        eprintln!(
-            "redis-server's log:\n{}{}",
-            text(&sout.stdout),
-            text(&sout.stderr)
+        // The control socket: redis's listener in `ss`, its accepted connections in
+        // `stat` (4 runs of 50 clients, and redis-cli's).
+        let ss = control(&ctl, "ss");
+        let socks = ss["sockets"].as_array().expect("ss: sockets");
+        assert!(
+            socks
+                .iter()
+                .any(|s| s["local"] == "0.0.0.0:6379" && s["state"] == "LISTEN"),
+            "ss: {ss}"
         );
-        std::panic::resume_unwind(e);
+        let stat = control(&ctl, "stat");
+        let snmp = stat["snmp"].as_str().expect("stat: snmp");
+        let opens = snmp_counter(snmp, "Tcp", "PassiveOpens").expect("Tcp PassiveOpens");
+        assert!(opens >= 200, "PassiveOpens {opens}:\n{snmp}");
+        let cap = control(&ctl, "capture");
+        assert!(
+            cap["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("capture is not available")),
+            "capture: {cap}"
+        );
+    });
+    stop_server(server, "redis-server", result);
+}
+
+/// nginx, unmodified (one process: `master_process off`, as a forked worker could not use
+/// the parent's ustack sockets, docs/preload.md), serving static files on ustack with
+/// `sendfile on` (the preload's sendfile), epoll and accept4: curl from the kernel's side
+/// fetches a 10 MiB file whole (compared byte for byte) and several pages over one
+/// keep-alive connection; wrk drives 50 connections for 3 s with every answer a 200.
+#[test]
+fn nginx_serves_curl_and_wrk_over_ustack() {
+    let test = "nginx_serves_curl_and_wrk_over_ustack";
+    if !root_and_tools(test, &["nginx", "curl", "wrk"]) {
+        return;
     }
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("preload-nginx");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("html")).expect("nginx's directory");
+    let big: Vec<u8> = (0..10usize << 20)
+        .map(|i| ((i * 131 + i / 4093) & 0xff) as u8)
+        .collect();
+    std::fs::write(dir.join("html/big.bin"), &big).expect("the 10 MiB file");
+    std::fs::write(dir.join("html/index.html"), "hello from nginx on ustack\n").expect("index");
+    let conf = dir.join("nginx.conf");
+    let d = dir.display();
+    std::fs::write(
+        &conf,
+        format!(
+            "daemon off;\nmaster_process off;\nworker_processes 1;\nerror_log stderr info;\n\
+             pid {d}/nginx.pid;\nevents {{ worker_connections 1024; use epoll; }}\n\
+             http {{\n  access_log off;\n  sendfile on;\n  keepalive_requests 100000;\n\
+             client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n\
+             fastcgi_temp_path {d}/fcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
+             server {{ listen 8080; root {d}/html; }}\n}}\n"
+        ),
+    )
+    .expect("nginx.conf");
+    let ns = rig();
+    let mut cmd = bounded(120);
+    cmd.args(["nginx", "-c"]).arg(&conf).arg("-p").arg(&dir);
+    let server = start_preloaded(cmd, &ns, "nginx");
+    let limit = Duration::from_secs(30);
+    let url = "http://192.0.2.2:8080";
+    let result = std::panic::catch_unwind(|| {
+        let index = format!("{url}/");
+        until_answers(
+            &ns,
+            &["curl", "-sS", "--max-time", "2", &index],
+            "hello from nginx on ustack\n",
+        );
+        // The 10 MiB file, whole.
+        let got = dir.join("got.bin");
+        let file_url = format!("{url}/big.bin");
+        in_ns(
+            &ns,
+            limit,
+            &[
+                "curl",
+                "-sS",
+                "--max-time",
+                "25",
+                "-o",
+                got.to_str().expect("a UTF-8 path"),
+                &file_url,
+            ],
+        );
+        let back = std::fs::read(&got).expect("curl's copy");
+        assert_eq!(back.len(), big.len(), "bytes of big.bin");
+        assert!(back == big, "big.bin differs from what nginx served");
+        // Five requests over one keep-alive connection.
+        let out = in_ns(
+            &ns,
+            limit,
+            &[
+                "curl",
+                "-sS",
+                "-v",
+                "--max-time",
+                "10",
+                &index,
+                &index,
+                &index,
+                &index,
+                &index,
+            ],
+        );
+        assert_eq!(
+            text(&out.stdout),
+            "hello from nginx on ustack\n".repeat(5),
+            "five pages"
+        );
+        let verbose = text(&out.stderr);
+        assert_eq!(
+            verbose.matches("Re-using existing connection").count(),
+            4,
+            "keep-alive: {verbose}"
+        );
+        // wrk: 50 connections, 3 s, every answer a 200.
+        let out = in_ns(
+            &ns,
+            limit,
+            &["wrk", "-t1", "-c50", "-d3s", "--latency", &index],
+        );
+        let o = text(&out.stdout);
+        let done: u64 = o
+            .lines()
+            .find_map(|l| l.trim().split_once(" requests in "))
+            .and_then(|(n, _)| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no request count from wrk: {o}"));
+        assert!(done >= 100, "wrk made {done} requests: {o}");
+        assert!(
+            !o.contains("Non-2xx") && !o.contains("Socket errors"),
+            "wrk saw errors: {o}"
+        );
+    });
+    let log = stop_server(server, "nginx", result);
+    for bad in ["[alert]", "[crit]", "[emerg]", "ustack preload:"] {
+        assert!(!log.contains(bad), "nginx's log has {bad}:\n{log}");
+    }
+}
+
+/// A server that forks per connection (`socat TCP-LISTEN:...,fork`) is refused clearly, as
+/// docs/preload.md says: the child's calls on the connection it inherited fail with
+/// `EBADFD` (its `poll`: `POLLNVAL`) and a line on stderr naming the cause, the client gets
+/// no echo but a closed connection (the parent's close), and the server goes on accepting.
+#[test]
+fn a_server_forking_per_connection_is_refused_clearly() {
+    let test = "a_server_forking_per_connection_is_refused_clearly";
+    if !root_and_tools(test, &["socat"]) {
+        return;
+    }
+    let ns = rig();
+    let mut cmd = bounded(60);
+    cmd.args(["socat", "TCP-LISTEN:7001,reuseaddr,fork", "PIPE"]);
+    let server = start_preloaded(cmd, &ns, "socat");
+    let result = std::panic::catch_unwind(|| {
+        for round in 0..2 {
+            // Retried until the server listens (a refused connect fails socat at once).
+            let mut out = None;
+            for _ in 0..100 {
+                let o = ns
+                    .command(
+                        Duration::from_secs(10),
+                        &["sh", "-c", "echo hello | socat -t 3 - TCP:192.0.2.2:7001"],
+                    )
+                    .output()
+                    .expect("the kernel's client");
+                if !text(&o.stderr).contains("Connection refused") {
+                    out = Some(o);
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let out = out.expect("the server never listened");
+            assert_eq!(
+                text(&out.stdout),
+                "",
+                "round {round}: an echo came back from a forked child: {}",
+                text(&out.stderr)
+            );
+        }
+    });
+    let log = stop_server(server, "socat", result);
+    // One line from each forked child (its poll of the inherited socket fails).
+    let refusals = log
+        .matches(
+            "is a ustack socket of the parent process: after fork the child has no ustack stack",
+        )
+        .count();
+    assert!(refusals >= 2, "socat's log: {log}");
 }

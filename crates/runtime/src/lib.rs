@@ -44,6 +44,8 @@
 //! ```
 
 pub mod api;
+#[cfg(feature = "control")]
+pub mod control;
 pub mod dense;
 pub mod multi;
 pub mod poller;

@@ -318,7 +318,7 @@ fn serve<D: Device + Sleep + Send + 'static>(
     let stop = link::stop_on_signals()?;
     on_ready()?;
     let until = args.duration.map(|d| std::time::Instant::now() + d);
-    control.serve_until(&rt, &tap, link, until, &stop);
+    control.serve_until(&rt, Some(&tap), link, until, &stop);
     if stop.load(std::sync::atomic::Ordering::Relaxed) {
         eprintln!("ustack serve: stopping on a signal");
     }

@@ -62,4 +62,13 @@ static inline int listen_on(ustack_t *s, int port) {
     CHECK(ustack_listen(l, 16) == 0);
     return l;
 }
+
+/* A TCP connection from stack `s` to `ip`:`port` (blocking connect). */
+static inline int connect_to(ustack_t *s, const char *ip, int port) {
+    int c = ustack_socket_on(s, AF_INET, SOCK_STREAM, 0);
+    CHECK(c >= 0);
+    struct sockaddr_in to = sin4(ip, port);
+    CHECK(ustack_connect(c, SA(to), sizeof to) == 0);
+    return c;
+}
 #endif

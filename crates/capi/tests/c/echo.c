@@ -66,10 +66,8 @@ int main(void) {
     pthread_t st, rt;
     CHECK(pthread_create(&st, NULL, serve, NULL) == 0);
 
-    int c = ustack_socket_on(client, AF_INET, SOCK_STREAM, 0);
-    CHECK(c >= 0);
+    int c = connect_to(client, "10.0.0.1", 7);
     struct sockaddr_in to = sin4("10.0.0.1", 7);
-    CHECK(ustack_connect(c, SA(to), sizeof to) == 0);
     int one = 1;
     CHECK(ustack_setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) == 0);
 

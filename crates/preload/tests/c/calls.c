@@ -9,10 +9,15 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <sys/epoll.h>
+#include <sys/sendfile.h>
+#include <sys/eventfd.h>
+#include <sys/timerfd.h>
 #include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/select.h>
@@ -63,6 +68,8 @@ static double cpu_ms(void) {
     return (double)(r.ru_utime.tv_sec + r.ru_stime.tv_sec) * 1e3 +
            (double)(r.ru_utime.tv_usec + r.ru_stime.tv_usec) / 1e3;
 }
+
+static int ustack_conn(void);
 
 /* Read exactly n bytes (blocking socket). */
 static void read_all(int fd, char *buf, size_t n) {
@@ -115,13 +122,13 @@ static void errors_side_by_side(void) {
         CHECK(fcntl(sk[i], F_SETFD, FD_CLOEXEC) == 0);
         CHECK(fcntl(sk[i], F_GETFD) == FD_CLOEXEC);
     }
-    /* dup is refused on a ustack socket, with a clear errno; a kernel file dups. */
-    FAILS(dup(s), EOPNOTSUPP);
-    FAILS(dup2(s, 200), EOPNOTSUPP);
-    FAILS(fcntl(s, F_DUPFD_CLOEXEC, 0), EOPNOTSUPP);
-    int d = dup(k);
-    CHECK(d > 2);
-    CHECK(close(d) == 0);
+    /* dup: another descriptor of the same socket, on both. */
+    for (int i = 0; i < 2; i++) {
+        int d = dup(sk[i]);
+        CHECK(d > 2 && d != sk[i]);
+        CHECK(getsockopt(d, SOL_SOCKET, SO_TYPE, &v, &len) == 0 && v == SOCK_STREAM);
+        CHECK(close(d) == 0);
+    }
     CHECK(close(s) == 0);
     CHECK(close(k) == 0);
     FAILS(read(s, b, 1), EBADF);
@@ -137,17 +144,7 @@ static void errors_side_by_side(void) {
 /* A client of the kernel's echo: every data call, names and options. */
 static int client(void) {
     struct sockaddr_in to = sin4("192.0.2.1", 7);
-    int c = -1;
-    for (int i = 0; i < 100; i++) { /* the echo may not listen yet */
-        c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, IPPROTO_TCP);
-        CHECK(c > 2);
-        if (connect(c, SA(to), sizeof to) == 0) break;
-        CHECK(errno == ECONNREFUSED);
-        CHECK(close(c) == 0);
-        c = -1;
-        usleep(100000);
-    }
-    CHECK(c > 2);
+    int c = ustack_conn();
     struct sockaddr_in me, peer;
     socklen_t len = sizeof me;
     CHECK(getsockname(c, SA(me), &len) == 0 && len == sizeof me);
@@ -400,8 +397,479 @@ static void fork_refused(int c) {
     CHECK(memcmp(b, "fork;", 5) == 0);
 }
 
+/* ---- The same calls on a ustack socket and on a kernel one, side by side ------------------
+ * A ustack connection to the kernel's echo (192.0.2.1:7, over TUN) and a kernel connection
+ * to an echo thread of this program's own (IPv6 loopback: the preload leaves AF_INET6 to
+ * the kernel). Each BOTH(call) runs `call` with X the ustack socket, then with X the
+ * kernel's, and fails unless both return the same value and, on failure, the same errno. */
+
+#define BOTH(call)                                                                            \
+    do {                                                                                      \
+        int X = u;                                                                            \
+        errno = 0;                                                                            \
+        long ru_ = (long)(call);                                                              \
+        int eu_ = errno;                                                                      \
+        X = k;                                                                                \
+        errno = 0;                                                                            \
+        long rk_ = (long)(call);                                                              \
+        int ek_ = errno;                                                                      \
+        (void)X;                                                                              \
+        if (ru_ != rk_ || (ru_ == -1 && eu_ != ek_)) {                                        \
+            fprintf(stderr, "%s:%d: %s: ustack %ld (errno %d %s), kernel %ld (errno %d %s)\n", \
+                    __FILE__, __LINE__, #call, ru_, eu_, strerror(eu_), rk_, ek_,            \
+                    strerror(ek_));                                                           \
+            exit(1);                                                                          \
+        }                                                                                     \
+    } while (0)
+
+/* The kernel's echo: an IPv6 loopback listener, one connection at a time. */
+static void *kernel_echo(void *arg) {
+    int l = *(int *)arg;
+    for (;;) {
+        int c = accept(l, NULL, NULL);
+        if (c < 0) return NULL;
+        char b[4096];
+        ssize_t n;
+        while ((n = read(c, b, sizeof b)) > 0) {
+            if (write(c, b, (size_t)n) != n) break;
+        }
+        close(c);
+    }
+}
+
+static struct sockaddr_in6 kernel_echo_addr;
+
+static void start_kernel_echo(void) {
+    static int l;
+    l = socket(AF_INET6, SOCK_STREAM, 0);
+    CHECK(l > 2);
+    memset(&kernel_echo_addr, 0, sizeof kernel_echo_addr);
+    kernel_echo_addr.sin6_family = AF_INET6;
+    kernel_echo_addr.sin6_addr = in6addr_loopback;
+    CHECK(bind(l, SA(kernel_echo_addr), sizeof kernel_echo_addr) == 0);
+    socklen_t len = sizeof kernel_echo_addr;
+    CHECK(getsockname(l, SA(kernel_echo_addr), &len) == 0);
+    CHECK(listen(l, 8) == 0);
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, kernel_echo, &l) == 0);
+    CHECK(pthread_detach(t) == 0);
+}
+
+static int kernel_conn(void) {
+    int k = socket(AF_INET6, SOCK_STREAM, 0);
+    CHECK(k > 2);
+    CHECK(connect(k, SA(kernel_echo_addr), sizeof kernel_echo_addr) == 0);
+    return k;
+}
+
+static int ustack_conn(void) {
+    struct sockaddr_in to = sin4("192.0.2.1", 7);
+    for (int i = 0; i < 100; i++) { /* the echo may not listen yet */
+        int u = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, IPPROTO_TCP);
+        CHECK(u > 2);
+        if (connect(u, SA(to), sizeof to) == 0) return u;
+        CHECK(errno == ECONNREFUSED);
+        CHECK(close(u) == 0);
+        usleep(100000);
+    }
+    CHECK(!"the kernel's echo never listened");
+    return -1;
+}
+
+/* Wait (up to 5 s) until `n` bytes are readable (FIONREAD): n, or the count seen. */
+static long readable(int fd, int n) {
+    int ready = 0;
+    for (int i = 0; i < 500; i++) {
+        if (ioctl(fd, FIONREAD, &ready) != 0) return -1;
+        if (ready >= n) break;
+        usleep(10000);
+    }
+    return ready;
+}
+
+/* The echo of `s` read back with `how` (0 read, 1 recv MSG_WAITALL, 2 recvfrom, 3 readv,
+ * 4 recvmsg): 1 if it is `s`. */
+static long echoed(int fd, const char *s, int how) {
+    size_t n = strlen(s);
+    char b[64] = {0};
+    if (readable(fd, (int)n) != (long)n) return -2;
+    ssize_t r;
+    struct iovec iv[2] = {{b, 1}, {b + 1, n - 1}};
+    struct msghdr m;
+    memset(&m, 0, sizeof m);
+    m.msg_iov = iv;
+    m.msg_iovlen = 2;
+    switch (how) {
+    case 0: r = read(fd, b, n); break;
+    case 1: r = recv(fd, b, n, MSG_WAITALL); break;
+    case 2: r = recvfrom(fd, b, n, 0, NULL, NULL); break;
+    case 3: r = readv(fd, iv, 2); break;
+    default: r = recvmsg(fd, &m, 0); break;
+    }
+    return r == (ssize_t)n && memcmp(b, s, n) == 0;
+}
+
+static long sendv(int fd, const char *s, int msg) {
+    size_t n = strlen(s);
+    struct iovec iv[2] = {{(void *)s, 2}, {(void *)(s + 2), n - 2}};
+    if (!msg) return writev(fd, iv, 2);
+    struct msghdr m;
+    memset(&m, 0, sizeof m);
+    m.msg_iov = iv;
+    m.msg_iovlen = 2;
+    return sendmsg(fd, &m, MSG_NOSIGNAL);
+}
+
+static long opt_int(int fd, int level, int name) {
+    int v = -1;
+    socklen_t len = sizeof v;
+    if (getsockopt(fd, level, name, &v, &len) != 0) return -1;
+    return len == sizeof v ? v : -3;
+}
+
+static long set_int(int fd, int level, int name, int v) {
+    return setsockopt(fd, level, name, &v, sizeof v);
+}
+
+/* getsockname/getpeername fill an address of the socket's family and its length. */
+static long name_ok(int fd, int peer) {
+    struct sockaddr_storage a;
+    socklen_t len = sizeof a;
+    memset(&a, 0, sizeof a);
+    int r = peer ? getpeername(fd, SA(a), &len) : getsockname(fd, SA(a), &len);
+    if (r != 0) return -1;
+    if (a.ss_family == AF_INET) return len == sizeof(struct sockaddr_in) ? 0 : -3;
+    if (a.ss_family == AF_INET6) return len == sizeof(struct sockaddr_in6) ? 0 : -3;
+    return -4;
+}
+
+static long poll1(int fd, short events, int timeout) {
+    struct pollfd p = {.fd = fd, .events = events};
+    int n = poll(&p, 1, timeout);
+    return n < 0 ? -1 : n * 0x10000 + p.revents;
+}
+
+/* select on one descriptor: its count, and which sets it is in. */
+static long select1(int fd, int rd, int wr, int timeout_ms) {
+    fd_set r, w;
+    FD_ZERO(&r);
+    FD_ZERO(&w);
+    if (rd) FD_SET(fd, &r);
+    if (wr) FD_SET(fd, &w);
+    struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+    int n = select(fd + 1, rd ? &r : NULL, wr ? &w : NULL, NULL, &tv);
+    if (n < 0) return -1;
+    return n * 100 + (rd && FD_ISSET(fd, &r)) * 10 + (wr && FD_ISSET(fd, &w));
+}
+
+/* A fresh epoll set over fd with `events`: what one wait reports (events, or -1). */
+static long epoll1(int fd, unsigned events, int timeout) {
+    int ep = epoll_create1(0);
+    if (ep < 0) return -10;
+    struct epoll_event ev = {.events = events, .data.u64 = 77};
+    if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
+        int e = errno;
+        close(ep);
+        errno = e;
+        return -1;
+    }
+    struct epoll_event out[2];
+    int n = epoll_wait(ep, out, 2, timeout);
+    long r = n < 0 ? -1 : n == 0 ? 0 : (out[0].data.u64 == 77 ? (long)out[0].events : -5);
+    close(ep);
+    return r;
+}
+
+/* Edge and one-shot: a byte echoed is reported once; again only after new data (edge) or
+ * a re-arm (one-shot). Each step's result in a number. */
+static long epoll_modes(int fd) {
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLET, .data.u64 = 5};
+    struct epoll_event out[2];
+    long r = 0;
+    if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) != 0) return -1;
+    if (write(fd, "e", 1) != 1) return -2;
+    r = r * 10 + epoll_wait(ep, out, 2, 5000);       /* 1 */
+    r = r * 10 + epoll_wait(ep, out, 2, 100);        /* 0: no new edge */
+    if (write(fd, "f", 1) != 1) return -3;
+    if (readable(fd, 2) != 2) return -4;
+    r = r * 10 + epoll_wait(ep, out, 2, 5000);       /* 1: new data */
+    char b[2];
+    if (read(fd, b, 2) != 2) return -5;
+    ev.events = EPOLLIN | EPOLLONESHOT;
+    if (epoll_ctl(ep, EPOLL_CTL_MOD, fd, &ev) != 0) return -6;
+    if (write(fd, "g", 1) != 1) return -7;
+    r = r * 10 + epoll_wait(ep, out, 2, 5000);       /* 1 */
+    r = r * 10 + epoll_wait(ep, out, 2, 100);        /* 0: disarmed */
+    if (epoll_ctl(ep, EPOLL_CTL_MOD, fd, &ev) != 0) return -8;
+    r = r * 10 + epoll_wait(ep, out, 2, 5000);       /* 1: re-armed, still readable */
+    if (read(fd, b, 1) != 1) return -9;
+    if (epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL) != 0) return -10;
+    errno = 0;
+    if (epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL) != -1 || errno != ENOENT) return -11;
+    close(ep);
+    return r;
+}
+
+/* dup, dup2, dup3 and F_DUPFD: the same socket under each number; closing the original
+ * keeps it open; dup2 puts it back under its number. 0 if every step went as on Linux,
+ * else the step. */
+static long dups(int fd) {
+    int d = dup(fd);
+    if (d < 0 || d == fd) return 1;
+    if (fcntl(d, F_GETFD) != 0) return 2;
+    if (write(d, "dup;", 4) != 4 || echoed(fd, "dup;", 0) != 1) return 3;
+    /* O_NONBLOCK is the open file's: shared. */
+    if (fcntl(fd, F_SETFL, O_NONBLOCK) != 0 || !(fcntl(d, F_GETFL) & O_NONBLOCK)) return 4;
+    if (fcntl(fd, F_SETFL, 0) != 0) return 5;
+    if (close(fd) != 0) return 6;
+    if (write(d, "kept;", 5) != 5 || echoed(d, "kept;", 1) != 1) return 7;
+    if (dup2(d, fd) != fd) return 8;
+    if (dup2(fd, fd) != fd) return 9;
+    errno = 0;
+    if (dup3(fd, fd, 0) != -1 || errno != EINVAL) return 10;
+    int h = fcntl(fd, F_DUPFD, 300);
+    if (h < 300) return 11;
+    int hc = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (hc < 0 || fcntl(hc, F_GETFD) != FD_CLOEXEC) return 12;
+    /* dup3 onto a pipe's read end: the pipe closes (its writer gets EPIPE). */
+    int p[2];
+    if (pipe(p) != 0) return 13;
+    if (dup3(d, p[0], O_CLOEXEC) != p[0] || fcntl(p[0], F_GETFD) != FD_CLOEXEC) return 14;
+    errno = 0;
+    if (write(p[1], "x", 1) != -1 || errno != EPIPE) return 15;
+    if (write(p[0], "dup3;", 5) != 5 || echoed(fd, "dup3;", 2) != 1) return 16;
+    if (close(p[1]) || close(p[0]) || close(d) || close(h) || close(hc)) return 17;
+    if (write(fd, "last;", 5) != 5 || echoed(fd, "last;", 0) != 1) return 18;
+    /* dup2 from a descriptor not open fails and leaves the target alone. */
+    errno = 0;
+    if (dup2(987, fd) != -1 || errno != EBADF) return 19;
+    if (write(fd, "kept2;", 6) != 6 || echoed(fd, "kept2;", 0) != 1) return 20;
+    return 0;
+}
+
+/* sendfile of 100,000 bytes of a file, from an offset and from the file's position, each
+ * echoed back whole: 0 if every step went as on Linux, else the step. */
+static long sendfiles(int fd) {
+    static char data[100000], back[100000];
+    for (size_t i = 0; i < sizeof data; i++) data[i] = (char)(i * 31 + i / 97);
+    char path[] = "/tmp/ustack-sendfile-XXXXXX";
+    int f = mkstemp(path);
+    if (f < 0) return 1;
+    unlink(path);
+    if (write(f, data, sizeof data) != (ssize_t)sizeof data) return 2;
+    off_t off = 1000;
+    if (sendfile(fd, f, &off, 50000) != 50000 || off != 51000) return 3;
+    size_t got = 0;
+    while (got < 50000) {
+        ssize_t r = read(fd, back + got, 50000 - got);
+        if (r <= 0) return 4;
+        got += (size_t)r;
+    }
+    if (memcmp(back, data + 1000, 50000) != 0) return 5;
+    /* From the file's position (the end after the write): nothing; then from 0, to the
+     * end (more asked than there is). */
+    if (sendfile(fd, f, NULL, 10) != 0) return 6;
+    if (lseek(f, 0, SEEK_SET) != 0) return 7;
+    if (sendfile(fd, f, NULL, 200000) != (ssize_t)sizeof data) return 8;
+    if (lseek(f, 0, SEEK_CUR) != (off_t)sizeof data) return 9;
+    got = 0;
+    while (got < sizeof data) {
+        ssize_t r = read(fd, back + got, sizeof data - got);
+        if (r <= 0) return 10;
+        got += (size_t)r;
+    }
+    if (memcmp(back, data, sizeof data) != 0) return 11;
+    close(f);
+    return 0;
+}
+
+/* One epoll set with every kind of file: a pipe, an eventfd, a timerfd, a Unix socket, a
+ * kernel TCP connection and a ustack one (a regular file is refused, EPERM, as by the
+ * kernel). Each wakes the set alone with its own token; all at once, one wait has all
+ * six; a small wait takes turns until each was seen; drained, the set is idle and sleeps. */
+static void epoll_everything(int u, int k) {
+    int p[2], sp[2];
+    CHECK(pipe(p) == 0);
+    CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sp) == 0);
+    int efd = eventfd(0, EFD_NONBLOCK);
+    int tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK);
+    CHECK(efd > 2 && tfd > 2);
+    int ep = epoll_create1(0);
+    CHECK(ep > 2);
+    int fds[6] = {p[0], efd, tfd, sp[0], k, u};
+    for (int i = 0; i < 6; i++) {
+        struct epoll_event ev = {.events = EPOLLIN, .data.u64 = (uint64_t)(1 << i)};
+        CHECK(epoll_ctl(ep, EPOLL_CTL_ADD, fds[i], &ev) == 0);
+    }
+    int file = open("/proc/self/exe", O_RDONLY);
+    CHECK(file > 2);
+    struct epoll_event fev = {.events = EPOLLIN};
+    FAILS(epoll_ctl(ep, EPOLL_CTL_ADD, file, &fev), EPERM);
+    CHECK(close(file) == 0);
+    struct epoll_event out[8];
+    double c0 = cpu_ms();
+    CHECK(epoll_wait(ep, out, 8, 200) == 0);
+    if (cpu_ms() - c0 > 40) {
+        fprintf(stderr, "an idle 200 ms wait over six kinds used %.0f ms of CPU\n", cpu_ms() - c0);
+        CHECK(0);
+    }
+    uint64_t one = 1;
+    struct itimerspec soon = {.it_value = {0, 1000000}};
+    char b[16];
+    /* Wake one at a time. */
+    for (int i = 0; i < 6; i++) {
+        switch (i) {
+        case 0: CHECK(write(p[1], "p", 1) == 1); break;
+        case 1: CHECK(write(efd, &one, 8) == 8); break;
+        case 2: CHECK(timerfd_settime(tfd, 0, &soon, NULL) == 0); break;
+        case 3: CHECK(write(sp[1], "s", 1) == 1); break;
+        case 4: CHECK(write(k, "k", 1) == 1); break;
+        case 5: CHECK(write(u, "u", 1) == 1); break;
+        }
+        int n = epoll_wait(ep, out, 8, 5000);
+        CHECK(n == 1 && out[0].data.u64 == (uint64_t)(1 << i) && (out[0].events & EPOLLIN));
+        CHECK(read(fds[i], b, i == 1 || i == 2 ? 8 : 1) >= 1);
+        CHECK(epoll_wait(ep, out, 8, 0) == 0);
+    }
+    /* All at once. */
+    CHECK(write(p[1], "p", 1) == 1 && write(efd, &one, 8) == 8);
+    CHECK(timerfd_settime(tfd, 0, &soon, NULL) == 0);
+    CHECK(write(sp[1], "s", 1) == 1 && write(k, "k", 1) == 1 && write(u, "u", 1) == 1);
+    CHECK(readable(k, 1) == 1 && readable(u, 1) == 1);
+    usleep(5000); /* the timer */
+    int n = epoll_wait(ep, out, 8, 5000);
+    uint64_t seen = 0;
+    for (int i = 0; i < n; i++) seen |= out[i].data.u64;
+    CHECK(n == 6 && seen == 63);
+    /* Two slots a wait: every one comes up within a few waits. */
+    seen = 0;
+    for (int w = 0; w < 6 && seen != 63; w++) {
+        n = epoll_wait(ep, out, 2, 1000);
+        CHECK(n >= 1 && n <= 2);
+        for (int i = 0; i < n; i++) seen |= out[i].data.u64;
+    }
+    CHECK(seen == 63);
+    for (int i = 0; i < 6; i++) CHECK(read(fds[i], b, i == 1 || i == 2 ? 8 : 1) >= 1);
+    CHECK(epoll_wait(ep, out, 8, 100) == 0);
+    CHECK(close(ep) == 0);
+    CHECK(close(p[0]) == 0 && close(p[1]) == 0 && close(sp[0]) == 0 && close(sp[1]) == 0);
+    CHECK(close(efd) == 0 && close(tfd) == 0);
+}
+
+/* Listeners side by side: a ustack one on 0.0.0.0:8001, a kernel one on [::1]. */
+static void listeners_side_by_side(void) {
+    int u = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    int k = socket(AF_INET6, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    CHECK(u > 2 && k > 2);
+    BOTH(set_int(X, SOL_SOCKET, SO_REUSEADDR, 1));
+    BOTH(opt_int(X, SOL_SOCKET, SO_REUSEADDR) != 0);
+    struct sockaddr_in ua = sin4("0.0.0.0", 8001);
+    struct sockaddr_in6 ka;
+    memset(&ka, 0, sizeof ka);
+    ka.sin6_family = AF_INET6;
+    ka.sin6_addr = in6addr_loopback;
+    CHECK(bind(u, SA(ua), sizeof ua) == 0);
+    CHECK(bind(k, SA(ka), sizeof ka) == 0);
+    BOTH(opt_int(X, SOL_SOCKET, SO_ACCEPTCONN));
+    BOTH(listen(X, 4));
+    BOTH(listen(X, 8)); /* again: a new backlog */
+    BOTH(opt_int(X, SOL_SOCKET, SO_ACCEPTCONN));
+    BOTH(name_ok(X, 0));
+    BOTH(name_ok(X, 1));
+    BOTH(accept(X, NULL, NULL));
+    BOTH(accept4(X, NULL, NULL, SOCK_CLOEXEC));
+    BOTH(accept4(X, NULL, NULL, 0x4000000));
+    char b[4];
+    BOTH(read(X, b, 1));
+    BOTH(recv(X, b, 1, 0));
+    BOTH(send(X, "x", 1, MSG_NOSIGNAL));
+    int n = 0;
+    BOTH(ioctl(X, FIONREAD, &n));
+    BOTH(poll1(X, POLLIN, 0));
+    BOTH(select1(X, 1, 0, 0));
+    BOTH(epoll1(X, EPOLLIN, 0));
+    BOTH(fcntl(X, F_GETFL) & (O_NONBLOCK | O_ACCMODE));
+    BOTH(close(X));
+    BOTH(close(X));
+}
+
+static void side_by_side(void) {
+    signal(SIGPIPE, SIG_IGN); /* the kernel's pipes raise it; errno says EPIPE */
+    start_kernel_echo();
+    int u = ustack_conn(), k = kernel_conn();
+    char b[16];
+    /* Data through each call. */
+    BOTH(write(X, "write;", 6));
+    BOTH(echoed(X, "write;", 0));
+    BOTH(send(X, "send;", 5, 0));
+    BOTH(echoed(X, "send;", 1));
+    BOTH(sendto(X, "sendto;", 7, 0, NULL, 0));
+    BOTH(echoed(X, "sendto;", 2));
+    BOTH(sendv(X, "writev;", 0));
+    BOTH(echoed(X, "writev;", 3));
+    BOTH(sendv(X, "sendmsg;", 1));
+    BOTH(echoed(X, "sendmsg;", 4));
+    /* Nothing to read. */
+    BOTH(recv(X, b, 1, MSG_DONTWAIT));
+    BOTH(recvfrom(X, b, 1, MSG_DONTWAIT, NULL, NULL));
+    BOTH(readable(X, 0));
+    BOTH(fcntl(X, F_GETFL) & (O_NONBLOCK | O_ACCMODE));
+    BOTH(fcntl(X, F_SETFL, O_NONBLOCK));
+    BOTH(fcntl(X, F_GETFL) & O_NONBLOCK);
+    BOTH(read(X, b, 1));
+    BOTH(readv(X, &(struct iovec){b, 1}, 1));
+    int off = 0;
+    BOTH(ioctl(X, FIONBIO, &off));
+    BOTH(fcntl(X, F_GETFL) & O_NONBLOCK);
+    BOTH(fcntl(X, F_SETFD, FD_CLOEXEC));
+    BOTH(fcntl(X, F_GETFD));
+    /* Options and names. */
+    BOTH(opt_int(X, SOL_SOCKET, SO_TYPE));
+    BOTH(opt_int(X, SOL_SOCKET, SO_ERROR));
+    BOTH(opt_int(X, SOL_SOCKET, SO_ACCEPTCONN));
+    BOTH(opt_int(X, SOL_SOCKET, SO_KEEPALIVE));
+    BOTH(set_int(X, SOL_SOCKET, SO_KEEPALIVE, 1));
+    BOTH(opt_int(X, SOL_SOCKET, SO_KEEPALIVE));
+    BOTH(opt_int(X, IPPROTO_TCP, TCP_NODELAY));
+    BOTH(set_int(X, IPPROTO_TCP, TCP_NODELAY, 1));
+    BOTH(opt_int(X, IPPROTO_TCP, TCP_NODELAY));
+    BOTH(opt_int(X, SOL_SOCKET, 0x7fff));
+    BOTH(setsockopt(X, SOL_SOCKET, SO_KEEPALIVE, b, 1));
+    BOTH(name_ok(X, 0));
+    BOTH(name_ok(X, 1));
+    /* Readiness: writable, not readable; then readable. */
+    BOTH(poll1(X, POLLIN, 0));
+    BOTH(poll1(X, POLLIN | POLLOUT, 0));
+    BOTH(select1(X, 1, 1, 0));
+    BOTH(select1(X, 1, 0, 100));
+    BOTH(epoll1(X, EPOLLIN, 50));
+    BOTH(epoll1(X, EPOLLIN | EPOLLOUT, 0));
+    BOTH(write(X, "ready;", 6));
+    BOTH(readable(X, 6));
+    BOTH(poll1(X, POLLIN, 1000));
+    BOTH(select1(X, 1, 0, 1000));
+    BOTH(epoll1(X, EPOLLIN, 1000));
+    BOTH(echoed(X, "ready;", 0));
+    BOTH(epoll_modes(X));
+    BOTH(dups(X));
+    BOTH(sendfiles(X));
+    epoll_everything(u, k);
+    /* The end: our FIN, the echo's, then writes fail. */
+    BOTH(shutdown(X, SHUT_WR));
+    BOTH(read(X, b, sizeof b));
+    BOTH(poll1(X, POLLIN, 0) & 0x10000);
+    BOTH(send(X, "x", 1, MSG_NOSIGNAL));
+    BOTH(shutdown(X, 12));
+    BOTH(close(X));
+    BOTH(close(X));
+    BOTH(write(X, "x", 1));
+    listeners_side_by_side();
+}
+
 int main(void) {
     errors_side_by_side();
+    side_by_side();
     int c = client();
     epoll_mixed(c);
     poll_mixed(c);
