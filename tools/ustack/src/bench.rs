@@ -35,6 +35,7 @@
 
 mod args;
 mod c1m;
+mod c1m_active;
 mod c1m_server;
 mod kernel_link;
 pub mod linux;
@@ -223,6 +224,7 @@ fn run_one(
         syn_flood: args.syn_flood,
         send: args.send.map(|n| n as usize),
         server_sysctl: args.server_sysctl.clone(),
+        active: args.active,
     };
     let shm = args.link == "shm";
     let link = args.link.as_str();
