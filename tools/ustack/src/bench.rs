@@ -35,6 +35,7 @@
 
 mod args;
 mod c1m;
+mod c1m_active;
 mod c1m_server;
 mod c1m_tokio;
 mod kernel_link;
@@ -224,6 +225,7 @@ fn run_one(
         syn_flood: args.syn_flood,
         send: args.send.map(|n| n as usize),
         server_sysctl: args.server_sysctl.clone(),
+        active: args.active,
     };
     let shm = args.link == "shm";
     let link = args.link.as_str();

@@ -74,7 +74,9 @@ pub fn stat(args: &StatArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_memory(v: &Value) {
+/// `ustack stat --memory`'s table, from the control socket's `memory` answer (`ustack
+/// bench c1m` prints its server's the same way).
+pub fn print_memory(v: &Value) {
     println!("{:<10} {:>12} {:>14}", "kind", "count", "bytes");
     let mut tcbs = 0;
     for k in v["kinds"].as_array().into_iter().flatten() {

@@ -41,8 +41,8 @@ pub struct Args {
     #[arg(long, value_parser = parse_stream_bytes)]
     pub bytes: Option<u64>,
     /// Connections for pingpong (default 10, at most 10000); connections opened per round
-    /// for cps (ditto); connections held for c1m (default 100000, at most 1000000).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    /// for cps (ditto); connections held for c1m (default 100000, at most 10000000).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
     pub conns: Option<u32>,
     /// Message size in bytes for udp-rr, pingpong and cps (8 to 1472: one unfragmented
     /// datagram; 1K is 1024).
@@ -116,6 +116,11 @@ pub struct Args {
     /// every connection's bytes must come back intact (docs/c1m.md, "Memory pressure").
     #[arg(long, value_name = "BYTES", value_parser = parse_stream_bytes)]
     pub send: Option<u64>,
+    /// c1m with --server ustack: N more connections run pingpong rounds for --duration
+    /// alone, then again for --duration beside the --conns idle ones (flat scaling: the
+    /// report gives both phases' messages/s and p99 round latency, and their ratio).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub active: Option<u32>,
     /// c1m with --server ustack: set a tunable of the server's stack, NAME=VALUE
     /// (repeatable), e.g. net.ipv4.tcp_mem.high=65536.
     #[arg(long, value_name = "NAME=VALUE")]
@@ -392,6 +397,14 @@ impl Args {
                  process takes them)"
                     .into(),
             );
+        }
+        if let Some(n) = self.active
+            && (scenarios != ["c1m"] || linux || self.syn_flood.is_some() || self.send.is_some())
+        {
+            return Err(format!(
+                "--active {n}: for c1m with --server ustack only, without --syn-flood or --send \
+                 (the active connections run during the hold)"
+            ));
         }
         if let Some(n) = self.send
             && n > 1 << 20

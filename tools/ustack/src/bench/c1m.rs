@@ -28,6 +28,7 @@ use ustack_runtime::api::TcpStream;
 use ustack_runtime::runtime::{Events, Interest};
 use ustack_stack::tcp::State;
 
+use super::c1m_active::Active;
 use super::linux::{self, Exchanges, Peer};
 use super::measure::cpu_between;
 use super::shm::{self, CLIENT_IP, Rt, SERVER_IP};
@@ -45,6 +46,9 @@ pub const PER_PROCESS: usize = 15_000;
 /// longer as the range fills: at 60,000 a port, 200,000 connections established at a
 /// third of the rate they do at 30,000, the client's cost and not the server's.
 const PER_PORT: usize = 30_000;
+/// Every this many connections established, a line on stderr says how far it got (runs
+/// of several millions take minutes).
+const PROGRESS: usize = 1_000_000;
 /// How long a phase may go without progress before the run fails.
 const STALL: Duration = Duration::from_secs(10);
 
@@ -62,6 +66,9 @@ pub struct C1m {
     pub syn_flood: serde_json::Value,
     /// `--send`: the surge into a server that stopped reading (see [`surge`]).
     pub surge: serde_json::Value,
+    /// `--active N`: pingpong on N connections alone and beside the idle ones
+    /// ([`super::c1m_active`]).
+    pub active: serde_json::Value,
 }
 
 /// c1m's shm link: small frames (MTU 1500) in rings deep enough for a window of
@@ -167,9 +174,20 @@ pub fn ustack(run: &Run, hold: Duration, tokio: bool) -> anyhow::Result<Outcome>
         }
     }
     let mut rt = client.build(port).context("building the client runtime")?;
+    // `--active N`: the N connections' pingpong alone, before any idle one is opened (and
+    // before the first memory reading, so that the growth is the idle connections').
+    let mut active = match run.active {
+        Some(k) => Some(Active::alone(
+            &mut rt,
+            (k, u64::from(run.conns), run.size),
+            hold,
+            &|| server.cpu(),
+        )?),
+        None => None,
+    };
     let before = ServerMem::read(&mut server, &mut rt)?;
     let cpu0 = server.cpu();
-    let (mut o, held) = ustack_client(run, hold, &mut rt, &mut server)?;
+    let (mut o, held) = ustack_client(run, hold, &mut rt, &mut server, &mut active)?;
     let cpu = cpu_between(cpu0, server.cpu());
     let report: serde_json::Value =
         serde_json::from_str(&ask(&mut server, &mut rt, "report")?.join(" "))
@@ -188,6 +206,7 @@ pub fn ustack(run: &Run, hold: Duration, tokio: bool) -> anyhow::Result<Outcome>
         "server_pss_bytes": grew(|m| m.pss),
         "stack_bytes": stack,
         "stack_kinds": kinds_growth(&before.accounted, &held.accounted),
+        "held_accounting": stat_memory(&held),
         "pid": pid,
     });
     o = o.with_counters(report["counters"].clone(), rt.stack().mib().to_json());
@@ -197,6 +216,23 @@ pub fn ustack(run: &Run, hold: Duration, tokio: bool) -> anyhow::Result<Outcome>
         (o.api, o.mode) = ("tokio", "tokio");
     }
     Ok(o)
+}
+
+/// The server's accounting once it held every connection, whole (not its growth), in the
+/// shape of the control socket's `memory` answer, which `ustack stat --memory` prints.
+fn stat_memory(m: &ServerMem) -> serde_json::Value {
+    let kinds: Vec<serde_json::Value> = m.accounted["kinds"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(name, k)| json!({ "kind": name, "count": k["count"], "bytes": k["bytes"] }))
+        .collect();
+    json!({
+        "shards": 1,
+        "kinds": kinds,
+        "total_bytes": m.accounted["total"],
+        "process_rss_bytes": m.rss,
+    })
 }
 
 /// What each kind of the server's accounting grew by from `a` to `b` (each
@@ -261,8 +297,11 @@ fn ustack_client(
     hold: Duration,
     rt: &mut Rt,
     server: &mut Peer,
+    active: &mut Option<Active>,
 ) -> anyhow::Result<(Outcome, ServerMem)> {
     let (n, size) = (run.conns as usize, run.size);
+    // The server holds the active connections too, beside the idle ones.
+    let extra = active.as_ref().map_or(0, Active::len);
     let addrs = server_addrs(run.conns);
     let mut events = Events::with_capacity(1024);
     let meter = run.meter();
@@ -293,6 +332,12 @@ fn ustack_client(
                     pending -= 1;
                     done += 1;
                     progress = WallClock::now();
+                    if done % PROGRESS == 0 && n > PROGRESS {
+                        eprintln!(
+                            "ustack c1m: {done} of {n} established in {:.1} s",
+                            t.elapsed().as_secs_f64()
+                        );
+                    }
                 }
                 State::Closed => bail!("ustack c1m: connection {i} failed to connect"),
                 _ => {}
@@ -305,12 +350,29 @@ fn ustack_client(
     let establish = t.elapsed();
     // The server's memory, once it has accepted every connection.
     until_held(server, rt, "the server accepted every connection", |held| {
-        held >= n
+        held >= n + extra
     })?;
     let mem = ServerMem::read(server, rt)?;
 
-    // Hold them idle (under a SYN flood if asked).
+    // Hold them idle (under a SYN flood if asked; `--active`: while the active connections
+    // run their pingpong beside them, then close).
+    let busy = match active.take() {
+        Some(mut a) => {
+            a.beside_idle(rt, hold, &|| server.cpu())?;
+            let report = a.json(run.conns);
+            a.close(rt)?;
+            until_held(
+                server,
+                rt,
+                "the server closed the active connections",
+                |held| held <= n,
+            )?;
+            Some(report)
+        }
+        None => None,
+    };
     let flooded = match run.syn_flood {
+        _ if busy.is_some() => None,
         Some(rate) => Some(hold_flooded(
             run,
             rate,
@@ -401,7 +463,8 @@ fn ustack_client(
         size,
         n as u64,
         meter.elapsed(),
-        x.ok,
+        // Every echo right, the active connections' too.
+        x.ok && busy.as_ref().is_none_or(|b| b["verified"] == true),
         x.lat,
     );
     o.c1m = Some(C1m {
@@ -412,6 +475,7 @@ fn ustack_client(
         mem_detail: serde_json::Value::Null,
         syn_flood: flooded.map_or(serde_json::Value::Null, |f| f.json()),
         surge: surged.unwrap_or(serde_json::Value::Null),
+        active: busy.unwrap_or(serde_json::Value::Null),
     });
     Ok((o, mem))
 }
@@ -740,6 +804,7 @@ pub fn linux(run: &Run, hold: Duration, tokio: bool) -> anyhow::Result<Outcome> 
         };
     let (rss0, pss0) = (sum(&servers, Peer::rss), sum(&servers, Peer::pss));
     let slab0 = linux::kernel_slab();
+    let caches0 = linux::kernel_slab_caches();
     let cpu0 = sum(&servers, |p| p.cpu().map(|d| d.as_nanos() as u64));
     let meter = run.meter();
 
@@ -763,6 +828,7 @@ pub fn linux(run: &Run, hold: Duration, tokio: bool) -> anyhow::Result<Outcome> 
     }
     let (rss1, pss1) = (sum(&servers, Peer::rss), sum(&servers, Peer::pss));
     let slab1 = linux::kernel_slab();
+    let caches1 = linux::kernel_slab_caches();
 
     std::thread::sleep(hold);
 
@@ -802,6 +868,14 @@ pub fn linux(run: &Run, hold: Duration, tokio: bool) -> anyhow::Result<Outcome> 
         (Some((a, src)), Some((b, _))) => (b as i64 - a as i64, src),
         _ => (0, "none"),
     };
+    // The slab's growth by cache (what grew by at least a byte a connection), both ends'.
+    let by_cache: serde_json::Map<String, serde_json::Value> = match (&caches0, &caches1) {
+        (Some(a), Some(b)) => linux::slab_growth(a, b, n as i64)
+            .into_iter()
+            .map(|(name, d)| (name, json!(d)))
+            .collect(),
+        _ => serde_json::Map::new(),
+    };
     let pss = match (pss0, pss1) {
         (Some(a), Some(b)) => Some(b as i64 - a as i64),
         _ => None,
@@ -822,6 +896,7 @@ pub fn linux(run: &Run, hold: Duration, tokio: bool) -> anyhow::Result<Outcome> 
         close,
         syn_flood: serde_json::Value::Null,
         surge: serde_json::Value::Null,
+        active: serde_json::Value::Null,
         mem_bytes: mem,
         mem_detail: json!({
             "server_rss_bytes": rss,
@@ -829,6 +904,7 @@ pub fn linux(run: &Run, hold: Duration, tokio: bool) -> anyhow::Result<Outcome> 
             "stack_bytes": slab / 2,
             "kernel_slab_bytes": slab,
             "kernel_slab_source": source,
+            "kernel_slab_by_cache": by_cache,
             "processes": procs,
             "pids": pids,
         }),

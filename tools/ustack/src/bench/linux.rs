@@ -322,10 +322,15 @@ pub fn kernel_slab() -> Option<(u64, &'static str)> {
     Some((kb_field(&m, "Slab:")?, "meminfo"))
 }
 
-/// The sum of `num_objs * objsize` over the caches of /proc/slabinfo's text (version 2.1:
-/// `name active_objs num_objs objsize ...` after two header lines).
+/// The sum of `num_objs * objsize` over the caches of /proc/slabinfo's text.
 fn slabinfo_bytes(s: &str) -> Option<u64> {
-    let mut total = 0u64;
+    Some(slabinfo_caches(s)?.iter().map(|(_, b)| b).sum())
+}
+
+/// Each cache of /proc/slabinfo's text (version 2.1: `name active_objs num_objs objsize
+/// ...` after two header lines) with its `num_objs * objsize` bytes.
+fn slabinfo_caches(s: &str) -> Option<Vec<(String, u64)>> {
+    let mut caches = Vec::new();
     for line in s
         .lines()
         .filter(|l| !l.starts_with('#') && !l.starts_with("slabinfo"))
@@ -335,9 +340,36 @@ fn slabinfo_bytes(s: &str) -> Option<u64> {
             return None;
         }
         let (objs, size): (u64, u64) = (f[2].parse().ok()?, f[3].parse().ok()?);
-        total += objs * size;
+        caches.push((f[0].to_owned(), objs * size));
     }
-    Some(total)
+    Some(caches)
+}
+
+/// The kernel's slab caches now, by name, in bytes (/proc/slabinfo; root only).
+pub fn kernel_slab_caches() -> Option<std::collections::BTreeMap<String, u64>> {
+    let s = std::fs::read_to_string("/proc/slabinfo").ok()?;
+    Some(slabinfo_caches(&s)?.into_iter().collect())
+}
+
+/// The caches that grew by at least `min` bytes from `a` to `b`, largest first:
+/// `[name, bytes]` pairs.
+pub fn slab_growth(
+    a: &std::collections::BTreeMap<String, u64>,
+    b: &std::collections::BTreeMap<String, u64>,
+    min: i64,
+) -> Vec<(String, i64)> {
+    let mut grew: Vec<(String, i64)> = b
+        .iter()
+        .map(|(name, &v)| {
+            (
+                name.clone(),
+                v as i64 - a.get(name).copied().unwrap_or(0) as i64,
+            )
+        })
+        .filter(|(_, d)| *d >= min)
+        .collect();
+    grew.sort_by_key(|(_, d)| -d);
+    grew
 }
 
 /// The CLOCK_MONOTONIC reading, in nanoseconds: the same clock in every process, so a
@@ -995,5 +1027,22 @@ mod tests {
         let slab = "slabinfo - version: 2.1\n# name <active_objs> <num_objs> <objsize> ...\n\
                     TCP 10 12 2304 14 8 : tunables 0 0 0\nfilp 5 8 256 16 1 : x\n";
         assert_eq!(slabinfo_bytes(slab), Some(12 * 2304 + 8 * 256));
+        // By cache: what grew, largest first, down to the floor given.
+        let a: std::collections::BTreeMap<String, u64> =
+            slabinfo_caches(slab).unwrap().into_iter().collect();
+        let later = "slabinfo - version: 2.1\n# name ...\n\
+                     TCP 20 24 2304 14 8 : x\nfilp 5 8 256 16 1 : x\nsock_inode 4 4 1000 1 1 : x\n";
+        let b = slabinfo_caches(later).unwrap().into_iter().collect();
+        assert_eq!(
+            slab_growth(&a, &b, 1),
+            vec![
+                ("TCP".to_owned(), 12 * 2304),
+                ("sock_inode".to_owned(), 4000)
+            ]
+        );
+        assert_eq!(
+            slab_growth(&a, &b, 5000),
+            vec![("TCP".to_owned(), 12 * 2304)]
+        );
     }
 }

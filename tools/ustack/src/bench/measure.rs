@@ -44,6 +44,8 @@ pub struct Run {
     pub send: Option<usize>,
     /// c1m: the ustack server's tunables, `NAME=VALUE` each (`--server-sysctl`).
     pub server_sysctl: Vec<String>,
+    /// c1m: connections running pingpong alone, then beside the idle ones (`--active`).
+    pub active: Option<u32>,
 }
 
 impl Run {

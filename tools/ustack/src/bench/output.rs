@@ -128,6 +128,7 @@ impl Outcome {
             })),
             "syn_flood": self.c1m.as_ref().map_or(Value::Null, |c| c.syn_flood.clone()),
             "surge": self.c1m.as_ref().map_or(Value::Null, |c| c.surge.clone()),
+            "active": self.c1m.as_ref().map_or(Value::Null, |c| c.active.clone()),
             "counters": self.counters.clone().unwrap_or(Value::Null),
             "per_shard": self.per_shard.clone(),
             "client_counters": self.client_counters.clone().unwrap_or(Value::Null),
@@ -436,7 +437,42 @@ fn print_c1m(outcomes: &[Outcome]) {
     }
     for (o, c) in outcomes.iter().filter_map(|o| Some((o, o.c1m.as_ref()?))) {
         println!("{}", c1m_memory_line(o.server, o.conns, &c.mem_detail));
+        if !c.active.is_null() {
+            println!("{}", c1m_active_line(&c.active));
+        }
+        if c.mem_detail["held_accounting"].is_object() {
+            println!(
+                "the server's accounting holding every connection, as `ustack stat --memory`:"
+            );
+            crate::inspect::print_memory(&c.mem_detail["held_accounting"]);
+        }
     }
+}
+
+/// c1m `--active`: the active connections' pingpong alone and beside the idle ones.
+fn c1m_active_line(a: &Value) -> String {
+    let phase = |p: &Value| {
+        format!(
+            "{:.0} msgs/s, p99 round {:.0} µs",
+            p["msgs_per_s"].as_f64().unwrap_or(0.0),
+            p["round_latency_us"]["p99"].as_f64().unwrap_or(0.0)
+        )
+    };
+    format!(
+        "{} active connections: alone {}; beside {} idle {}: {:.1}% of the messages/s, \
+         {:.1}% of the p99 (target: at least 90%, at most 110%: {})",
+        a["conns"],
+        phase(&a["alone"]),
+        a["idle_conns"],
+        phase(&a["beside_idle"]),
+        100.0 * a["msgs_per_s_ratio"].as_f64().unwrap_or(0.0),
+        100.0 * a["p99_ratio"].as_f64().unwrap_or(0.0),
+        if a["target_met"] == true {
+            "met"
+        } else {
+            "not met"
+        },
+    )
 }
 
 /// c1m: the server's memory per connection as the kernel sees it (RSS, PSS; for Linux,

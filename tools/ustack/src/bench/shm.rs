@@ -591,12 +591,14 @@ fn udp_rr<D: Device + Sleep + 'static>(
 }
 
 /// Open `n` connections to the server and wait until all are established (writable);
-/// then each is registered for `interest`, with its index as the token.
-fn connect<D: Device + Sleep>(
+/// then each is registered for `interest`, with `base` plus its index as the token
+/// (events of other tokens are not theirs, and are passed over).
+pub(super) fn connect<D: Device + Sleep>(
     rt: &mut Runtime<D>,
     events: &mut Events,
     n: u32,
     interest: Interest,
+    base: u64,
 ) -> anyhow::Result<Vec<TcpStream>> {
     let mut streams = Vec::new();
     let mut established = vec![false; n as usize];
@@ -604,7 +606,7 @@ fn connect<D: Device + Sleep>(
     for i in 0..n {
         let s = TcpStream::connect(rt, SERVER)?;
         s.set_nodelay(rt, true)?;
-        rt.register(&s, u64::from(i), Interest::WRITABLE, Mode::Edge)?;
+        rt.register(&s, base + u64::from(i), Interest::WRITABLE, Mode::Edge)?;
         streams.push(s);
         if i == 0 {
             // One connection alone first: its SYN resolves the server's address (ARP),
@@ -622,7 +624,9 @@ fn connect<D: Device + Sleep>(
     // by asking every stream after every poll, which costs O(n^2) at 10,000 connections.
     until(rt, events, "every connection established", |rt, events| {
         for e in events {
-            let i = e.token as usize;
+            let Some(i) = ours(e.token, base, &streams) else {
+                continue;
+            };
             match streams[i].state(rt)? {
                 State::Established if !established[i] => {
                     established[i] = true;
@@ -635,9 +639,16 @@ fn connect<D: Device + Sleep>(
         Ok(left == 0)
     })?;
     for (i, s) in streams.iter().enumerate() {
-        rt.reregister(s, i as u64, interest, Mode::Edge)?;
+        rt.reregister(s, base + i as u64, interest, Mode::Edge)?;
     }
     Ok(streams)
+}
+
+/// The index in `streams` of the event token `token`, if it is one of theirs (tokens
+/// `base..base + len`).
+fn ours(token: u64, base: u64, streams: &[TcpStream]) -> Option<usize> {
+    let i = usize::try_from(token.checked_sub(base)?).ok()?;
+    (i < streams.len()).then_some(i)
 }
 
 fn close_all<D: Device + Sleep>(
@@ -656,12 +667,12 @@ fn close_all<D: Device + Sleep>(
 }
 
 /// One lock-step round: every stream sends one `size`-byte message (message `seq0 + i` on
-/// stream `i`) and reads its echo; with `to_fin`, also the server's FIN after it. Whether
-/// every echo was right.
-fn round<D: Device + Sleep>(
+/// stream `i`, registered with token `base + i`) and reads its echo; with `to_fin`, also
+/// the server's FIN after it. Whether every echo was right.
+pub(super) fn round<D: Device + Sleep>(
     rt: &mut Runtime<D>,
     events: &mut Events,
-    streams: &[TcpStream],
+    (streams, base): (&[TcpStream], u64),
     seq0: u64,
     size: usize,
     to_fin: bool,
@@ -683,7 +694,9 @@ fn round<D: Device + Sleep>(
         "every echo of a round came back",
         |rt, events| {
             for e in events {
-                let i = e.token as usize;
+                let Some(i) = ours(e.token, base, streams) else {
+                    continue;
+                };
                 while !ended[i] {
                     match streams[i].read(rt, &mut buf) {
                         Ok(0) if to_fin => ended[i] = true,
@@ -725,7 +738,7 @@ fn lockstep<D: Device + Sleep + 'static>(
     let kept = if cps {
         Vec::new()
     } else {
-        connect(&mut rt, &mut events, conns, Interest::READABLE)?
+        connect(&mut rt, &mut events, conns, Interest::READABLE, 0)?
     };
     let (mut rtt_ns, mut verified, mut rounds) = (Vec::new(), true, 0u64);
     let mut m = run.meter();
@@ -733,13 +746,13 @@ fn lockstep<D: Device + Sleep + 'static>(
         let t0 = WallClock::now();
         let seq0 = rounds * u64::from(conns);
         if cps {
-            let fresh = connect(&mut rt, &mut events, conns, Interest::READABLE)?;
-            verified &= round(&mut rt, &mut events, &fresh, seq0, size, true)?;
+            let fresh = connect(&mut rt, &mut events, conns, Interest::READABLE, 0)?;
+            verified &= round(&mut rt, &mut events, (&fresh, 0), seq0, size, true)?;
             for s in fresh {
                 s.close(&mut rt)?;
             }
         } else {
-            verified &= round(&mut rt, &mut events, &kept, seq0, size, false)?;
+            verified &= round(&mut rt, &mut events, (&kept, 0), seq0, size, false)?;
         }
         rtt_ns.push(t0.elapsed().as_nanos() as u64);
         rounds += 1;
@@ -765,7 +778,7 @@ fn stream<D: Device + Sleep + 'static>(
     server: Servers,
 ) -> anyhow::Result<Outcome> {
     let mut events = Events::with_capacity(4);
-    let s = connect(&mut rt, &mut events, 1, Interest::WRITABLE)?.remove(0);
+    let s = connect(&mut rt, &mut events, 1, Interest::WRITABLE, 0)?.remove(0);
     let chunk = stream_chunk();
     let mut sent = 0u64;
     let mut m = run.meter();
