@@ -303,6 +303,11 @@ impl<T> TimerWheel<T> {
     ) -> usize {
         self.clock = self.clock.max(now.as_nanos() / self.granularity);
         let target = self.clock;
+        if self.len == 0 {
+            // Nothing armed (the due list is empty too): what the walk below ends with.
+            self.tick = target;
+            return 0;
+        }
         let mut fired = 0;
         let due = self.due_list();
         if !self.fire_list(due, budget, &mut fired, &mut f) {
@@ -837,6 +842,20 @@ mod tests {
     #[should_panic(expected = "non-zero")]
     fn zero_granularity_is_refused() {
         let _ = TimerWheel::<()>::new(Instant::ZERO, Duration::ZERO);
+    }
+
+    #[test]
+    fn a_timer_armed_after_a_long_empty_spell_fires_on_time() {
+        let mut w = TimerWheel::new(Instant::ZERO, Duration::from_millis(1));
+        let mut fired = Vec::new();
+        w.advance(Instant::from_secs(10), |_, p: u32| fired.push(p));
+        w.arm(Instant::from_millis(10_005), 7);
+        w.check_invariants();
+        assert_eq!(w.next_deadline(), Some(Instant::from_millis(10_005)));
+        w.advance(Instant::from_millis(10_004), |_, p| fired.push(p));
+        assert!(fired.is_empty(), "not yet");
+        w.advance(Instant::from_millis(10_006), |_, p| fired.push(p));
+        assert_eq!(fired, [7]);
     }
 
     #[test]
