@@ -295,19 +295,25 @@ impl<T> TimerWheel<T> {
     /// pattern) and return how many fired. A return of `budget` means "call me again": the timers
     /// left over stay due and fire first in the next call, whatever its `now`, and the wheel
     /// carries on from where it stopped up to the latest `now` it was given.
+    #[inline]
     pub fn advance_budget(
         &mut self,
         now: Instant,
         budget: usize,
-        mut f: impl FnMut(TimerId, T),
+        f: impl FnMut(TimerId, T),
     ) -> usize {
         self.clock = self.clock.max(now.as_nanos() / self.granularity);
-        let target = self.clock;
         if self.len == 0 {
-            // Nothing armed (the due list is empty too): what the walk below ends with.
-            self.tick = target;
+            // Nothing armed (the due list is empty too): what the walk ends with, inline.
+            self.tick = self.clock;
             return 0;
         }
+        self.advance_walk(budget, f)
+    }
+
+    /// [`advance_budget`](Self::advance_budget)'s walk up to the wheel's clock.
+    fn advance_walk(&mut self, budget: usize, mut f: impl FnMut(TimerId, T)) -> usize {
+        let target = self.clock;
         let mut fired = 0;
         let due = self.due_list();
         if !self.fire_list(due, budget, &mut fired, &mut f) {
