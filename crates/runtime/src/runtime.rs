@@ -836,9 +836,12 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
     /// pending. Wake-ups of sockets nobody registered are dropped here, so they do not
     /// keep the loop awake.
     fn harvest(&mut self) -> bool {
-        let mut none = Vec::new();
-        self.poller
-            .wait(self.shard.stack_for_ready_list(), &mut none, 0);
+        // With the stack's ready list empty, a `wait` that reports nothing does nothing.
+        if self.shard.stack().has_ready() {
+            let mut none = Vec::new();
+            self.poller
+                .wait(self.shard.stack_for_ready_list(), &mut none, 0);
+        }
         self.poller.has_pending(self.shard.stack())
     }
 

@@ -498,7 +498,24 @@ impl<D: Device> Shard<D> {
     /// with `__netif_schedule` and `net_tx_action` runs again beside `net_rx_action`;
     /// the quota interleaves receive and transmit, it does not throttle a queue the
     /// receive side leaves alone.)
+    #[inline]
     fn transmit(
+        &mut self,
+        now: Instant,
+        budget: &mut Budget<'_>,
+        start: Option<Instant>,
+        result: &mut PollResult,
+    ) -> bool {
+        // Nothing queued (most calls of a request-response round): one test, no call.
+        if !self.stack.tx_pending() {
+            return false;
+        }
+        self.transmit_steps(now, budget, start, result)
+    }
+
+    /// [`transmit`](Self::transmit)'s quotas, with receive steps between them.
+    #[inline(never)]
+    fn transmit_steps(
         &mut self,
         now: Instant,
         budget: &mut Budget<'_>,

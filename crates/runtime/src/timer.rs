@@ -295,13 +295,24 @@ impl<T> TimerWheel<T> {
     /// pattern) and return how many fired. A return of `budget` means "call me again": the timers
     /// left over stay due and fire first in the next call, whatever its `now`, and the wheel
     /// carries on from where it stopped up to the latest `now` it was given.
+    #[inline]
     pub fn advance_budget(
         &mut self,
         now: Instant,
         budget: usize,
-        mut f: impl FnMut(TimerId, T),
+        f: impl FnMut(TimerId, T),
     ) -> usize {
         self.clock = self.clock.max(now.as_nanos() / self.granularity);
+        if self.len == 0 {
+            // Nothing armed (the due list is empty too): what the walk ends with, inline.
+            self.tick = self.clock;
+            return 0;
+        }
+        self.advance_walk(budget, f)
+    }
+
+    /// [`advance_budget`](Self::advance_budget)'s walk up to the wheel's clock.
+    fn advance_walk(&mut self, budget: usize, mut f: impl FnMut(TimerId, T)) -> usize {
         let target = self.clock;
         let mut fired = 0;
         let due = self.due_list();
@@ -837,6 +848,20 @@ mod tests {
     #[should_panic(expected = "non-zero")]
     fn zero_granularity_is_refused() {
         let _ = TimerWheel::<()>::new(Instant::ZERO, Duration::ZERO);
+    }
+
+    #[test]
+    fn a_timer_armed_after_a_long_empty_spell_fires_on_time() {
+        let mut w = TimerWheel::new(Instant::ZERO, Duration::from_millis(1));
+        let mut fired = Vec::new();
+        w.advance(Instant::from_secs(10), |_, p: u32| fired.push(p));
+        w.arm(Instant::from_millis(10_005), 7);
+        w.check_invariants();
+        assert_eq!(w.next_deadline(), Some(Instant::from_millis(10_005)));
+        w.advance(Instant::from_millis(10_004), |_, p| fired.push(p));
+        assert!(fired.is_empty(), "not yet");
+        w.advance(Instant::from_millis(10_006), |_, p| fired.push(p));
+        assert_eq!(fired, [7]);
     }
 
     #[test]

@@ -109,6 +109,24 @@ pub struct NeighTable {
     /// Addresses of the `Incomplete` entries: the only ones with retransmit timers.
     resolving: Vec<IpAddr>,
     next_gc: Instant,
+    /// The last neighbour `resolve` found reachable, so that a run of frames to it skips
+    /// the keyed hash (Linux keeps the neighbour in the route, `dst->neighbour`, and
+    /// `neigh_output` takes its fast path while it is `NUD_CONNECTED`).
+    hot: Option<Hot>,
+}
+
+/// A reachable entry's copy, valid until its confirmation ages (while the entry is
+/// unchanged: [`NeighTable::update`] and [`NeighTable::collect`] drop it first).
+#[derive(Debug, Clone, Copy)]
+struct Hot {
+    ip: IpAddr,
+    mac: EthernetAddress,
+    /// When the entry goes stale: its confirmation plus `reachable_ms`.
+    until: Instant,
+    reachable_ms: u64,
+    /// The last use through this copy (`None`: none since it was taken; the entry's
+    /// `used` is current).
+    used: Option<Instant>,
 }
 
 impl NeighTable {
@@ -119,6 +137,7 @@ impl NeighTable {
             entries: HashMap::with_hasher(hasher),
             resolving: Vec::new(),
             next_gc: Instant::ZERO,
+            hot: None,
         }
     }
 
@@ -187,9 +206,22 @@ impl NeighTable {
         sysctl: &Sysctl,
         mib: &mut Mib,
     ) -> Resolution {
+        let ip = ip.into();
+        if let Some(h) = &mut self.hot
+            && h.ip == ip
+            && now < h.until
+            && h.reachable_ms == sysctl.neigh_base_reachable_time_ms
+        {
+            // Reachable: what the walk below would answer, without the hash.
+            h.used = Some(now);
+            return Resolution::Send {
+                mac: h.mac,
+                probe: false,
+            };
+        }
+        self.cool();
         let reachable = Duration::from_millis(sysctl.neigh_base_reachable_time_ms);
         let retrans = Duration::from_millis(sysctl.neigh_retrans_time_ms);
-        let ip = ip.into();
         if let Some(entry) = self.entries.get_mut(&ip) {
             entry.used = now;
             return match &mut entry.state {
@@ -212,6 +244,15 @@ impl NeighTable {
                     if probe {
                         *next_probe = Some(now + retrans);
                         *delay = false;
+                    }
+                    if let (false, Some(c)) = (stale, confirmed) {
+                        self.hot = Some(Hot {
+                            ip,
+                            mac: *mac,
+                            until: *c + reachable,
+                            reachable_ms: sysctl.neigh_base_reachable_time_ms,
+                            used: None,
+                        });
                     }
                     Resolution::Send { mac: *mac, probe }
                 }
@@ -280,6 +321,7 @@ impl NeighTable {
         mac: EthernetAddress,
         how: Update,
     ) -> Vec<Vec<u8>> {
+        self.cool();
         let confirmed = how.reachable.then_some(now);
         match self.entries.get_mut(&ip) {
             Some(entry) => {
@@ -406,8 +448,22 @@ impl NeighTable {
         }
     }
 
+    /// Drop the hot copy, writing its last use back to the entry (a lookup only when the
+    /// copy was used: once per run of frames to one neighbour).
+    #[inline]
+    fn cool(&mut self) {
+        if let Some(Hot {
+            ip, used: Some(t), ..
+        }) = self.hot.take()
+            && let Some(e) = self.entries.get_mut(&ip)
+        {
+            e.used = e.used.max(t);
+        }
+    }
+
     /// Remove known entries unused for `gc_stale_time` (Linux `neigh_periodic_work`).
     fn collect(&mut self, now: Instant, sysctl: &Sysctl) {
+        self.cool();
         let stale = Duration::from_secs(sysctl.neigh_gc_stale_time);
         self.entries
             .retain(|_, e| matches!(e.state, State::Incomplete { .. }) || now - e.used < stale);
@@ -545,6 +601,52 @@ mod tests {
             n.resolve(later, IP, &mut Some(vec![]), &s, &mut mib),
             Resolution::Send { probe: false, .. }
         ));
+    }
+
+    #[test]
+    fn repeated_sends_follow_address_changes_and_go_stale_on_time() {
+        let (s, mut mib) = (Sysctl::default(), Mib::new());
+        let mut n = NeighTable::new(KeyedState::from_seed(1));
+        let send = |n: &mut NeighTable, ms: u64, mib: &mut Mib| match n.resolve(
+            t(ms),
+            IP,
+            &mut Some(vec![]),
+            &s,
+            mib,
+        ) {
+            Resolution::Send { mac, probe } => (mac, probe),
+            r => panic!("{r:?}"),
+        };
+        n.confirm(t(0), IP, MAC, true);
+        assert_eq!(send(&mut n, 1, &mut mib), (MAC, false));
+        assert_eq!(send(&mut n, 2, &mut mib), (MAC, false));
+        let moved = EthernetAddress([2, 0, 0, 0, 0, 9]);
+        n.confirm(t(3), IP, moved, true);
+        assert_eq!(send(&mut n, 4, &mut mib), (moved, false), "the new address");
+        assert_eq!(send(&mut n, 5, &mut mib), (moved, false));
+        let stale = 3 + s.neigh_base_reachable_time_ms;
+        assert_eq!(
+            send(&mut n, stale, &mut mib),
+            (moved, true),
+            "stale: probed"
+        );
+    }
+
+    #[test]
+    fn entries_used_by_a_run_of_sends_are_not_collected() {
+        let (mut s, mut mib) = (Sysctl::default(), Mib::new());
+        s.neigh_base_reachable_time_ms = 2 * 1000 * s.neigh_gc_stale_time;
+        let mut n = NeighTable::new(KeyedState::from_seed(1));
+        n.confirm(t(0), IP, MAC, true);
+        let gc = 1000 * s.neigh_gc_stale_time;
+        for ms in [1, gc - 1000] {
+            n.resolve(t(ms), IP, &mut Some(vec![]), &s, &mut mib);
+        }
+        let mut ev = Vec::new();
+        n.handle_timeout(t(gc + 1), &s, &mut mib, &mut ev);
+        assert_eq!(n.peek(IP), Some(MAC), "used a second ago");
+        n.handle_timeout(t(3 * gc), &s, &mut mib, &mut ev);
+        assert!(n.is_empty(), "unused since");
     }
 
     #[test]

@@ -38,6 +38,9 @@ pub struct Inbound<'a> {
 pub struct IdentGen {
     buckets: Box<[u16; 2048]>,
     hasher: KeyedState,
+    /// The last (destination, protocol) and its hash: a run of datagrams to one peer
+    /// hashes once (the hash is a function of the key, so this changes no identifier).
+    last: Option<((u32, u8), u64)>,
 }
 
 impl IdentGen {
@@ -46,12 +49,21 @@ impl IdentGen {
         IdentGen {
             buckets: Box::new([0; 2048]),
             hasher,
+            last: None,
         }
     }
 
     /// Reserve `n` consecutive identifiers for `dst`/`protocol`; returns the first.
     pub fn next(&mut self, dst: Ipv4Addr, protocol: IpProtocol, n: u16) -> u16 {
-        let h = self.hasher.hash_one((u32::from(dst), u8::from(protocol)));
+        let key = (u32::from(dst), u8::from(protocol));
+        let h = match self.last {
+            Some((k, h)) if k == key => h,
+            _ => {
+                let h = self.hasher.hash_one(key);
+                self.last = Some((key, h));
+                h
+            }
+        };
         let slot = &mut self.buckets[(h as usize) & 2047];
         let id = slot.wrapping_add((h >> 32) as u16);
         *slot = slot.wrapping_add(n);
@@ -325,5 +337,37 @@ impl Stack {
         }
         self.mib.inc(Counter::IpFragOKs);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identifiers_per_destination_do_not_depend_on_other_traffic() {
+        let (a, b) = (Ipv4Addr::new(192, 0, 2, 1), Ipv4Addr::new(192, 0, 2, 2));
+        let fresh = |dst, proto| IdentGen::new(KeyedState::from_seed(3)).next(dst, proto, 1);
+        let bucket =
+            |dst: Ipv4Addr| KeyedState::from_seed(3).hash_one((u32::from(dst), 6u8)) & 2047;
+        assert_ne!(bucket(a), bucket(b), "the test wants two buckets");
+        let mut g = IdentGen::new(KeyedState::from_seed(3));
+        let first_a = g.next(a, IpProtocol::Tcp, 1);
+        assert_eq!(first_a, fresh(a, IpProtocol::Tcp));
+        assert_eq!(
+            g.next(b, IpProtocol::Tcp, 1),
+            fresh(b, IpProtocol::Tcp),
+            "b's own"
+        );
+        assert_eq!(
+            g.next(a, IpProtocol::Tcp, 1),
+            first_a.wrapping_add(1),
+            "a's next"
+        );
+        assert_eq!(
+            g.next(a, IpProtocol::Udp, 1),
+            fresh(a, IpProtocol::Udp),
+            "per protocol"
+        );
     }
 }

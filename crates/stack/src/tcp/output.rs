@@ -1094,18 +1094,27 @@ impl Sock<'_> {
         {
             return false;
         }
-        let pto = match tcb.rtt.srtt() {
-            Some(srtt) if packets_out == 1 => 2 * srtt + DELACK_MAX,
-            Some(srtt) => 2 * srtt + Duration::from_millis(2),
-            None => TIMEOUT_INIT,
+        // In nanoseconds (`Duration`'s arithmetic costs a hundred instructions a segment);
+        // saturating as `Instant + Duration` does.
+        const DELACK_MAX_NS: u64 = DELACK_MAX.as_nanos() as u64;
+        const TIMEOUT_INIT_NS: u64 = TIMEOUT_INIT.as_nanos() as u64;
+        const TLP_MIN_NS: u64 = TLP_MIN_TIMEOUT.as_nanos() as u64;
+        let pto = match tcb.rtt.srtt_ns() {
+            Some(srtt) if packets_out == 1 => 2 * srtt + DELACK_MAX_NS,
+            Some(srtt) => 2 * srtt + 2_000_000,
+            None => TIMEOUT_INIT_NS,
         }
-        .max(TLP_MIN_TIMEOUT);
-        let rto_at = if advancing {
-            now + tcb.rtt.rto()
+        .max(TLP_MIN_NS);
+        let from = if advancing {
+            now
         } else {
-            tcb.rtx.front().map_or(now, |s| s.sent_at) + tcb.rtt.rto()
+            tcb.rtx.front().map_or(now, |s| s.sent_at)
         };
-        tcb.timers.retransmit = Deadline::at((now + pto).min(rto_at).max(now));
+        let rto_at = from
+            .as_nanos()
+            .saturating_add(tcb.rtt.rto_us().saturating_mul(1000));
+        let at = now.as_nanos().saturating_add(pto).min(rto_at);
+        tcb.timers.retransmit = Deadline::at(Instant::from_nanos(at).max(now));
         tcb.flags.set(TcbFlags::LOSS_PROBE);
         self.arm(now);
         true

@@ -196,13 +196,24 @@ impl RttEstimator {
     /// The retransmission timeout to arm now: the base (`base_rto`) doubled once per
     /// [backoff](Self::backoff), capped at `rto_max` (Linux `inet_csk_rto_backoff`).
     pub fn rto_within(&self, bounds: RtoBounds) -> Duration {
+        Duration::from_micros(self.rto_within_us(bounds))
+    }
+
+    /// [`rto`](Self::rto) in microseconds (for arithmetic on the per-segment path).
+    #[inline]
+    pub fn rto_us(&self) -> u64 {
+        self.rto_within_us(RtoBounds::LINUX)
+    }
+
+    #[inline]
+    fn rto_within_us(&self, bounds: RtoBounds) -> u64 {
         let base = self.base_rto_us(bounds);
         let rto = if self.backoffs >= 64 {
             u64::MAX
         } else {
             base.saturating_mul(1u64 << self.backoffs)
         };
-        Duration::from_micros(rto.min(u64::from(bounds.max_us)))
+        rto.min(u64::from(bounds.max_us))
     }
 
     /// The RTO without backoff (Linux `icsk_rto` as `tcp_set_rto` leaves it):
@@ -287,8 +298,14 @@ impl RttEstimator {
 
     /// The smoothed RTT, SRTT (`None` before the first sample).
     pub fn srtt(&self) -> Option<Duration> {
+        self.srtt_ns().map(Duration::from_nanos)
+    }
+
+    /// [`srtt`](Self::srtt) in nanoseconds.
+    #[inline]
+    pub fn srtt_ns(&self) -> Option<u64> {
         // srtt8_us is in units of 1/8 µs = 125 ns.
-        (self.srtt8_us != 0).then(|| Duration::from_nanos(u64::from(self.srtt8_us) * 125))
+        (self.srtt8_us != 0).then(|| u64::from(self.srtt8_us) * 125)
     }
 
     /// The RTT variation, RTTVAR (zero before the first sample). The RTO uses
