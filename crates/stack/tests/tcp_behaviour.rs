@@ -1334,32 +1334,45 @@ fn syn_without_a_route_back_counts_in_listen_drops() {
 
 /// Linux `inet_csk_bind_conflict`, as `Stack::tcp_bind_conflict` answers a `bind(2)`: a
 /// listener holds its port against everyone, SO_REUSEADDR or not; an open connection and a
-/// TIME-WAIT record hold theirs unless the new socket sets SO_REUSEADDR; a port nothing
-/// uses is free.
+/// TIME-WAIT record hold theirs unless both the new socket and the old one set
+/// SO_REUSEADDR (an accepted connection has its listener's, a TIME-WAIT record its
+/// connection's); a port nothing uses is free.
 #[test]
 fn bind_conflicts_with_listeners_connections_and_time_wait() {
-    let mut t = SegTest::listening(80);
-    for reuse in [false, true] {
-        assert!(
-            t.stack.tcp_bind_conflict(80, reuse),
-            "a listener, reuse {reuse}"
+    for old_reuse in [false, true] {
+        let mut t = SegTest::listening(80);
+        let l = t.listener.unwrap();
+        t.stack.tcp_listener_set_reuseaddr(l, old_reuse).unwrap();
+        for reuse in [false, true] {
+            assert!(
+                t.stack.tcp_bind_conflict(80, reuse),
+                "a listener, reuse {reuse}"
+            );
+            assert!(!t.stack.tcp_bind_conflict(81, reuse), "a free port");
+        }
+        let (h, _) = open(&mut t);
+        let now = t.now;
+        t.stack
+            .tcp_close_listener(now, t.listener.take().unwrap())
+            .unwrap();
+        assert!(t.stack.tcp_bind_conflict(80, false), "an open connection");
+        assert_eq!(
+            t.stack.tcp_bind_conflict(80, true),
+            !old_reuse,
+            "SO_REUSEADDR on the new socket, {old_reuse} on the connection"
         );
-        assert!(!t.stack.tcp_bind_conflict(81, reuse), "a free port");
+        close_cleanly(&mut t, h, 1001);
+        assert_eq!(t.stack.tcp_resources().timewait, 1);
+        assert!(t.stack.tcp_bind_conflict(80, false), "a TIME-WAIT record");
+        assert_eq!(
+            t.stack.tcp_bind_conflict(80, true),
+            !old_reuse,
+            "SO_REUSEADDR on the new socket, {old_reuse} on the TIME-WAIT record"
+        );
+        t.advance(Duration::from_secs(61));
+        assert_eq!(t.stack.tcp_resources().timewait, 0);
+        assert!(!t.stack.tcp_bind_conflict(80, false), "TIME-WAIT over");
     }
-    let (h, _) = open(&mut t);
-    let now = t.now;
-    t.stack
-        .tcp_close_listener(now, t.listener.take().unwrap())
-        .unwrap();
-    assert!(t.stack.tcp_bind_conflict(80, false), "an open connection");
-    assert!(!t.stack.tcp_bind_conflict(80, true), "SO_REUSEADDR");
-    close_cleanly(&mut t, h, 1001);
-    assert_eq!(t.stack.tcp_resources().timewait, 1);
-    assert!(t.stack.tcp_bind_conflict(80, false), "a TIME-WAIT record");
-    assert!(!t.stack.tcp_bind_conflict(80, true), "SO_REUSEADDR");
-    t.advance(Duration::from_secs(61));
-    assert_eq!(t.stack.tcp_resources().timewait, 0);
-    assert!(!t.stack.tcp_bind_conflict(80, false), "TIME-WAIT over");
 }
 
 // ---- TIME-WAIT reuse for outgoing connections ---------------------------------------------

@@ -170,15 +170,29 @@ impl Stack {
     /// negotiated timestamps, whose option takes its room from the MSS the window is a
     /// multiple of (Linux `tcp_openreq_init_rwin`: "mss -= TCPOLEN_TSTAMP_ALIGNED";
     /// 65,160 = 45 x 1448).
-    pub(crate) fn tcp_initial_rcv_window(&self, ts_ok: bool) -> u32 {
+    /// `listener`: the slab index of the request's listener, whose `TCP_MAXSEG` lowers
+    /// the MSS (Linux `tcp_openreq_init_rwin`: `tcp_mss_clamp(tp, dst_metric_advmss)`).
+    pub(crate) fn tcp_initial_rcv_window(&self, ts_ok: bool, listener: u32) -> u32 {
         let ts = ts_ok && self.sysctl.tcp_timestamps != 0;
-        let mss = self.tcp_adv_mss().saturating_sub(if ts { 12 } else { 0 });
+        let mss = self
+            .tcp_listener_adv_mss(listener)
+            .saturating_sub(if ts { 12 } else { 0 });
         initial_rcv_window(&self.sysctl, mss)
     }
 
     /// The MSS our SYN and SYN-ACK advertise: the MTU less the IP and TCP headers.
     fn tcp_adv_mss(&self) -> u16 {
         (self.mtu - 40).min(u16::MAX as usize) as u16
+    }
+
+    /// The MSS the connections of listener `index` advertise: [`Stack::tcp_adv_mss`]
+    /// clamped by the listener's `TCP_MAXSEG` (Linux `tcp_mss_clamp`).
+    pub(crate) fn tcp_listener_adv_mss(&self, index: u32) -> u16 {
+        let adv = self.tcp_adv_mss();
+        match self.tcp.listeners.opts(index).user_mss {
+            0 => adv,
+            user => adv.min(user),
+        }
     }
 
     /// Apply what the SYN exchange negotiated (RFC 7323 §2.2, RFC 2018 §2, RFC 9293 §3.7.1).
@@ -281,7 +295,7 @@ impl Stack {
             req.iss,
             req.irs + 1,
             Flags::SYN | Flags::ACK,
-            self.tcp_initial_rcv_window(req.ts_ok) as u16,
+            self.tcp_initial_rcv_window(req.ts_ok, req.listener) as u16,
         );
         let tsval = tsval.unwrap_or_else(|| ts_clock(now).wrapping_add(req.ts_offset));
         self.syn_options(
@@ -290,6 +304,7 @@ impl Stack {
             req.ts_recent,
             Some((req.snd_wscale, req.sack_ok, req.ts_ok)),
         );
+        repr.max_seg_size = Some(self.tcp_listener_adv_mss(req.listener));
         if req.peer_mss < repr.max_seg_size.unwrap_or(u16::MAX) && req.listener == u32::MAX {
             // A cookie SYN-ACK advertises the MSS the cookie encodes.
             repr.max_seg_size = Some(repr.max_seg_size.unwrap_or(DEFAULT_MSS).min(1460));
@@ -660,7 +675,7 @@ impl Stack {
     /// peer's window and Nagle allow; with `probe`, one segment regardless of cwnd and
     /// Nagle (Linux `tcp_write_xmit(.., TCP_NAGLE_OFF, push_one = 2)` for a loss probe).
     /// Returns the segments sent.
-    fn tcp_write_xmit(&mut self, now: Instant, h: TcpHandle, probe: bool) -> u32 {
+    pub(crate) fn tcp_write_xmit(&mut self, now: Instant, h: TcpHandle, probe: bool) -> u32 {
         let mut sent_segs = 0;
         loop {
             let Some(tcb) = self.tcp.get(h) else {
@@ -723,6 +738,22 @@ impl Stack {
             let small_outstanding =
                 tcb.snd_sml.after(tcb.snd.una) && !tcb.snd_sml.after(tcb.snd.nxt);
             if partial && len == unsent && !nodelay && small_outstanding {
+                break;
+            }
+            // TCP_CORK (Linux tcp_nagle_check: "partial && ((nonagle & TCP_NAGLE_CORK) ||
+            // ..."): the partial tail waits for more data or the uncork. With nothing in
+            // flight the probe timer is armed (Linux tcp_push_pending_frames ->
+            // tcp_check_probe_timer, at tcp_probe0_base: the RTO, at least TCP_RTO_MIN),
+            // whose expiry sends it anyway (tcp_write_wakeup; see tcp_probe_timer).
+            if partial && len == unsent && !fin && !probe && tcb.flags.has(TcbFlags::CORK) {
+                if tcb.rtx.is_empty() && !tcb.timers.retransmit.is_armed() {
+                    let base = tcb.rtt.rto().max(super::rtt::TCP_RTO_MIN);
+                    if let Some(t) = self.tcp.get_mut(h) {
+                        t.timers.retransmit = Deadline::at(now + base);
+                        t.flags.clear(TcbFlags::LOSS_PROBE);
+                    }
+                    self.tcp_arm(now, h);
+                }
                 break;
             }
             // A segment cut short by the peer's window: sender silly window avoidance
