@@ -507,7 +507,8 @@ impl Inner {
     /// on a non-blocking one.
     fn send(&mut self, fd: i32, data: &[u8], sent: &mut usize, flags: i32) -> Try {
         let now = self.now;
-        if flags & !(libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) != 0 {
+        let oob = flags & libc::MSG_OOB != 0;
+        if flags & !(libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL | libc::MSG_OOB) != 0 {
             return Try::Done((Err(libc::EOPNOTSUPP), Out::None));
         }
         let nb_flag = flags & libc::MSG_DONTWAIT != 0;
@@ -518,6 +519,10 @@ impl Inner {
             Some(Obj::Epoll(_)) => return Try::Done((Err(libc::EINVAL), Out::None)),
         };
         if let Some((h, peer)) = udp {
+            // Linux udp_sendmsg: "if (msg->msg_flags & MSG_OOB) return -EOPNOTSUPP;".
+            if oob {
+                return Try::Done((Err(libc::EOPNOTSUPP), Out::None));
+            }
             let (Some(h), Some(peer)) = (h, peer) else {
                 return Try::Done((Err(libc::EDESTADDRREQ), Out::None));
             };
@@ -535,7 +540,12 @@ impl Inner {
             if *sent == data.len() {
                 return Try::Done((Ok(*sent as i64), Out::None));
             }
-            match self.stack.tcp_send(now, h, &data[*sent..]) {
+            let r = if oob {
+                self.stack.tcp_send_urgent(now, h, &data[*sent..])
+            } else {
+                self.stack.tcp_send(now, h, &data[*sent..])
+            };
+            match r {
                 Ok(0) | Err(Error::WouldBlock) => {
                     if nonblock {
                         return Try::Done(if *sent > 0 {

@@ -828,6 +828,42 @@ impl Stack {
         Ok(n)
     }
 
+    /// `send(MSG_OOB)` (Linux `tcp_sendmsg` with `MSG_OOB`, `tcp_mark_urg`): queue `data`
+    /// as [`Stack::tcp_send`] does and set the send urgent pointer after its last byte
+    /// taken, so that the segments before it carry URG (RFC 9293 §3.8.5; the pointer is
+    /// "one past the urgent byte", as BSD and Linux set it, RFC 6093 §3). ustack's
+    /// receive side has no out-of-band byte: an inbound urgent byte is read in line (as
+    /// Linux's `SO_OOBINLINE`), and there is no `recv(MSG_OOB)`.
+    pub fn tcp_send_urgent(
+        &mut self,
+        now: Instant,
+        h: TcpHandle,
+        data: &[u8],
+    ) -> Result<usize, Error> {
+        // Marked before the data goes out, as tcp_push marks it before pushing, and moved
+        // to where the write ended after.
+        let end = |t: &Tcb| t.data_start() + t.sndbuf.len();
+        let tcb = self.tcp.get(h).ok_or(Error::BadHandle)?;
+        let planned = end(tcb) + data.len();
+        self.tcp_set_snd_up(h, planned);
+        let r = self.tcp_send(now, h, data);
+        let tcb = self.tcp.get(h).ok_or(Error::BadHandle)?;
+        let written = end(tcb);
+        if written != planned {
+            self.tcp_set_snd_up(h, written);
+        }
+        r
+    }
+
+    /// Urgent mode up to `up` (see [`Stack::tcp_send_urgent`]).
+    fn tcp_set_snd_up(&mut self, h: TcpHandle, up: SeqNumber) {
+        if self.tcp.xopts_update(h, |o| o.snd_up = Some(up)).is_some()
+            && let Some(t) = self.tcp.get_mut(h)
+        {
+            t.flags.set(tcb::TcbFlags::URG);
+        }
+    }
+
     /// Read received bytes. `Ok(0)` is end of stream (the peer sent FIN and everything
     /// before it was read); `WouldBlock` when nothing is there yet.
     pub fn tcp_recv(&mut self, now: Instant, h: TcpHandle, buf: &mut [u8]) -> Result<usize, Error> {

@@ -544,6 +544,10 @@ impl Stack {
             return false;
         }
         let pressure = self.tcp.pool.under_pressure();
+        let snd_up = match self.tcp.get(h) {
+            Some(t) if t.flags.has(TcbFlags::URG) => self.tcp.xopts(h).snd_up,
+            _ => None,
+        };
         let Some(tcb) = self.tcp.get_mut(h) else {
             return false;
         };
@@ -555,6 +559,25 @@ impl Stack {
         if push && len > 0 {
             flags |= Flags::PSH;
         }
+        // Urgent data (RFC 9293 §3.8.5; Linux tcp_transmit_skb): a segment starting before
+        // snd_up carries URG and the offset of snd_up from its sequence number, or 0xFFFF
+        // when that is too far and the segment is the last one sent; urgent mode ends
+        // once the peer has acknowledged snd_up (Linux tcp_urg_mode: snd_una != snd_up).
+        let mut urgent_pointer = 0;
+        if let Some(up) = snd_up {
+            if !tcb.snd.una.before(up) {
+                tcb.flags.clear(TcbFlags::URG);
+            } else if seq.before(up) {
+                let off = up.diff(seq);
+                if off < 0x10000 {
+                    flags |= Flags::URG;
+                    urgent_pointer = off as u16;
+                } else if (seq + 0xFFFF).after(tcb.snd.nxt) {
+                    flags |= Flags::URG;
+                    urgent_pointer = 0xFFFF;
+                }
+            }
+        }
         let tuple = tcb.tuple;
         let mut repr = tcp::Repr {
             src_port: tuple.local.port(),
@@ -563,6 +586,7 @@ impl Stack {
             ack_number: tcb.rcv.nxt,
             flags,
             window_len: window,
+            urgent_pointer,
             ..tcp::Repr::default()
         };
         let offset = seq.diff(tcb.data_start()).max(0) as usize;

@@ -140,6 +140,9 @@ impl TcbFlags {
     /// (Linux `tcp_ack`: "We passed data and got it acked, remove any soft error log"),
     /// needs no table lookup.
     pub(crate) const ERR_SOFT: u32 = 1 << 23;
+    /// Urgent mode (Linux `tcp_urg_mode`: `snd_up` ahead of `snd_una`): the urgent
+    /// pointer is in [`SockOpts::snd_up`]; segments before it carry URG.
+    pub(crate) const URG: u32 = 1 << 24;
 
     #[inline]
     pub(crate) const fn has(self, bit: u32) -> bool {
@@ -267,6 +270,9 @@ pub(crate) struct SockOpts {
     /// A soft error from ICMP (Linux `sk_err_soft`): reported once by `SO_ERROR` when no
     /// hard error is pending, and as the error of a connection that times out.
     pub(crate) err_soft: Option<crate::Error>,
+    /// The send urgent pointer (Linux `snd_up`): the sequence number after the last byte
+    /// written with `MSG_OOB`, while [`TcbFlags::URG`].
+    pub(crate) snd_up: Option<SeqNumber>,
 }
 
 impl SockOpts {
