@@ -1133,10 +1133,10 @@ impl Backend for Ustack {
                 Tcp::Conn { .. } | Tcp::Listener(_) => return done(Err(libc::EISCONN)),
                 Tcp::Dead => return done(Err(libc::EINVAL)),
             }
-            let r = match bound {
-                Some(b) => i.stack.tcp_connect_from(now, b.port(), remote),
-                None => i.stack.tcp_connect(now, remote),
-            };
+            // The options set before connect hold from the SYN on (TCP_MAXSEG: its MSS).
+            let r = i
+                .stack
+                .tcp_connect_with(now, remote, bound.map(|b| b.port()), &opts.tcp);
             let h = match r {
                 Ok(h) => h,
                 Err(e) => return done(Err(errno(e))),

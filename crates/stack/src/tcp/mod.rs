@@ -687,7 +687,7 @@ impl Stack {
 
     /// Open a connection to `remote` (active open, RFC 9293 §3.10.1): a SYN goes out now.
     pub fn tcp_connect(&mut self, now: Instant, remote: SocketAddrV4) -> Result<TcpHandle, Error> {
-        self.tcp_connect_inner(now, remote, None)
+        self.tcp_connect_with(now, remote, None, &TcpOptValues::default())
     }
 
     /// Open a connection to `remote` from a chosen local port (`bind(2)` then
@@ -700,19 +700,26 @@ impl Stack {
         local_port: u16,
         remote: SocketAddrV4,
     ) -> Result<TcpHandle, Error> {
-        if local_port == 0 {
-            return Err(Error::InvalidArgument);
-        }
-        self.tcp_connect_inner(now, remote, Some(local_port))
+        self.tcp_connect_with(now, remote, Some(local_port), &TcpOptValues::default())
     }
 
-    fn tcp_connect_inner(
+    /// [`Stack::tcp_connect`] (`local_port` `None`) or [`Stack::tcp_connect_from`] for a
+    /// socket that set [`TcpOpt`]s before `connect(2)`: they hold from the SYN on, so a
+    /// `TCP_MAXSEG` lowers the MSS the SYN announces and the window it offers (Linux
+    /// `tcp_connect_init`: "tp->advmss = tcp_mss_clamp(tp, dst_metric_advmss(dst))").
+    /// A value out of Linux's bounds is `EINVAL` and nothing is sent.
+    pub fn tcp_connect_with(
         &mut self,
         now: Instant,
         remote: SocketAddrV4,
         local_port: Option<u16>,
+        opts: &TcpOptValues,
     ) -> Result<TcpHandle, Error> {
-        if remote.port() == 0
+        for (o, v) in opts.iter() {
+            o.check(v)?;
+        }
+        if local_port == Some(0)
+            || remote.port() == 0
             || remote.ip().is_unspecified()
             || remote.ip().is_broadcast()
             || remote.ip().is_multicast()
@@ -763,7 +770,14 @@ impl Stack {
             tcb.ts_recent_stamp = ((tw.expires.instant(now).as_millis() / 1000) as u32)
                 .saturating_sub(timer::TIMEWAIT_LEN.as_secs() as u32);
         }
+        if let Some(user) = opts.get(TcpOpt::MaxSeg).filter(|&m| m > 0) {
+            tcb.adv_mss = tcb.adv_mss.min(user as u16);
+        }
         let h = self.tcp.insert(tcb);
+        for (o, v) in opts.iter() {
+            let v = o.check(v)?;
+            self.tcp.xopts_update(h, |x| o.store(x, v));
+        }
         self.mib.inc(Counter::TcpActiveOpens);
         self.tcp_send_syn(now, h);
         Ok(h)

@@ -263,8 +263,12 @@ impl Stack {
         // The window as SYN-SENT records it on the SYN-ACK (RCV.WND, see
         // tcp_rcv_synsent_state_process).
         let window = initial_rcv_window(&self.sysctl, tcb.adv_mss);
+        let adv_mss = tcb.adv_mss;
         let mut repr = self.bare_repr(tuple, iss, SeqNumber(0), Flags::SYN, window as u16);
         self.syn_options(&mut repr, ts_clock(now).wrapping_add(ts_offset), 0, None);
+        // The MSS this connection announces: the interface's, or less (TCP_MAXSEG set
+        // before connect, Linux tcp_advertise_mss; a path MTU from ICMP in SYN-SENT).
+        repr.max_seg_size = Some(adv_mss);
         let retransmit = tcb.snd.nxt != iss;
         if !self.tcp_tx_throttle(h, false) {
             self.tcp_emit(now, tuple, &repr, Payload::None);
