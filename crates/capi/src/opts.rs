@@ -40,14 +40,16 @@ pub enum Opt {
     SndTimeo,
     /// `TCP_NODELAY`.
     NoDelay,
-    /// `TCP_MAXSEG` (read only here).
+    /// `TCP_MAXSEG`.
     MaxSeg,
-    /// `TCP_KEEPIDLE` (read only: `net.ipv4.tcp_keepalive_time`).
+    /// `TCP_KEEPIDLE` (default `net.ipv4.tcp_keepalive_time`).
     KeepIdle,
-    /// `TCP_KEEPINTVL` (read only: `net.ipv4.tcp_keepalive_intvl`).
+    /// `TCP_KEEPINTVL` (default `net.ipv4.tcp_keepalive_intvl`).
     KeepIntvl,
-    /// `TCP_KEEPCNT` (read only: `net.ipv4.tcp_keepalive_probes`).
+    /// `TCP_KEEPCNT` (default `net.ipv4.tcp_keepalive_probes`).
     KeepCnt,
+    /// `TCP_CORK`.
+    Cork,
     /// `TCP_INFO` (`struct tcp_info`, read only).
     Info,
 }
@@ -74,6 +76,7 @@ impl Opt {
             (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE) => Opt::KeepIdle,
             (libc::IPPROTO_TCP, libc::TCP_KEEPINTVL) => Opt::KeepIntvl,
             (libc::IPPROTO_TCP, libc::TCP_KEEPCNT) => Opt::KeepCnt,
+            (libc::IPPROTO_TCP, libc::TCP_CORK) => Opt::Cork,
             (libc::IPPROTO_TCP, libc::TCP_INFO) => Opt::Info,
             _ => {
                 return Err(Error::new(
@@ -85,11 +88,30 @@ impl Opt {
         Ok(o)
     }
 
+    /// The stack's per-socket option this is, if it is one kept beside the TCB
+    /// ([`ustack_stack::TcpOpt`]).
+    pub fn tcp_opt(self) -> Option<ustack_stack::TcpOpt> {
+        use ustack_stack::TcpOpt;
+        Some(match self {
+            Opt::MaxSeg => TcpOpt::MaxSeg,
+            Opt::KeepIdle => TcpOpt::KeepIdle,
+            Opt::KeepIntvl => TcpOpt::KeepIntvl,
+            Opt::KeepCnt => TcpOpt::KeepCnt,
+            _ => return None,
+        })
+    }
+
     /// Whether the option is TCP's (`IPPROTO_TCP`): `EOPNOTSUPP` on a UDP socket.
     pub fn is_tcp(self) -> bool {
         matches!(
             self,
-            Opt::NoDelay | Opt::MaxSeg | Opt::KeepIdle | Opt::KeepIntvl | Opt::KeepCnt | Opt::Info
+            Opt::NoDelay
+                | Opt::MaxSeg
+                | Opt::KeepIdle
+                | Opt::KeepIntvl
+                | Opt::KeepCnt
+                | Opt::Cork
+                | Opt::Info
         )
     }
 }

@@ -23,6 +23,7 @@ use ustack_dev::tun::{Tun, TunConfig};
 use ustack_net::{Epoll, EpollEvent, Fd, Mode, Net, Readiness, Wait};
 use ustack_runtime::RuntimeBuilder;
 use ustack_stack::tcp::State;
+use ustack_stack::{TcpOpt, TcpOptValues};
 
 use crate::config::{Config, LinkConfig};
 use crate::error::{Error, Result};
@@ -192,8 +193,12 @@ struct Opts {
     keepalive: bool,
     linger: Option<Duration>,
     nodelay: bool,
+    cork: bool,
     rcvtimeo: Option<Duration>,
     sndtimeo: Option<Duration>,
+    /// `TCP_MAXSEG`, `TCP_KEEPIDLE`, `TCP_KEEPINTVL`, `TCP_KEEPCNT` as set, applied to a
+    /// stream when it exists.
+    tcp: TcpOptValues,
 }
 
 #[derive(Debug)]
@@ -436,6 +441,11 @@ impl S {
     }
 }
 
+/// The stack's error as the `io::Error` the runtime's calls return (its errno).
+fn stack_io(e: ustack_stack::Error) -> std::io::Error {
+    std::io::Error::from_raw_os_error(e.errno())
+}
+
 fn io(e: std::io::Error) -> Error {
     Error::from(e)
 }
@@ -535,7 +545,9 @@ impl Stack {
 }
 
 /// `bind(2)`. The address must be the stack's or `0.0.0.0` (`EADDRNOTAVAIL`); `EINVAL`
-/// if already bound; port 0 picks a free port.
+/// if already bound; port 0 picks a free port. `EADDRINUSE` when another descriptor holds
+/// the port or the stack does ([`ustack_stack::Stack::tcp_bind_conflict`]), unless both
+/// sides set `SO_REUSEADDR`.
 pub fn bind(fd: i32, addr: SocketAddrV4) -> Result<()> {
     let s = S::get(fd)?;
     if !addr.ip().is_unspecified() && *addr.ip() != s.e.stack.addr {
@@ -555,6 +567,23 @@ pub fn bind(fd: i32, addr: SocketAddrV4) -> Result<()> {
     match s.sock().proto {
         Proto::Tcp => {
             let shared = s.opts().reuseaddr;
+            // Linux inet_csk_bind_conflict: besides the descriptors bound here, what the
+            // stack holds on the port (listeners, connections, orphans included, and
+            // TIME-WAIT records) conflicts unless both sockets set SO_REUSEADDR.
+            let port = addr.port();
+            if port != 0
+                && s.net()
+                    .on_each_shard(move |rt| rt.stack().tcp_bind_conflict(port, shared))
+                    .map_err(io)?
+                    .contains(&true)
+            {
+                return Err(Error::new(
+                    libc::EADDRINUSE,
+                    format!(
+                        "port {port} is held by a connection, a listener or a TIME-WAIT record"
+                    ),
+                ));
+            }
             let port = s.e.stack.hold(addr.port(), shared)?;
             *st = State2::Fresh {
                 bound: Some(SocketAddrV4::new(*addr.ip(), port)),
@@ -597,8 +626,29 @@ fn apply(net: &Net, fd: Fd, o: Opts) -> Result<()> {
     if o.nodelay {
         net.set_nodelay(fd, true).map_err(io)?;
     }
-    if o.keepalive || o.rcvbuf.is_some() || o.sndbuf.is_some() || o.linger.is_some() {
+    let tcp_set = o.tcp.iter().next().is_some();
+    if o.keepalive
+        || o.rcvbuf.is_some()
+        || o.sndbuf.is_some()
+        || o.linger.is_some()
+        || o.cork
+        || o.reuseaddr
+        || tcp_set
+    {
         net.with_stream(fd, move |x, rt| {
+            let now = rt.now();
+            let st = rt.stack_mut();
+            // The listener's (or the fresh socket's) TCP_KEEP*, TCP_MAXSEG, TCP_CORK and
+            // SO_REUSEADDR (Linux sk_clone_lock copies them to an accepted socket).
+            for (t, v) in o.tcp.iter() {
+                st.tcp_set_opt(now, x.handle(), t, v).map_err(stack_io)?;
+            }
+            if o.cork {
+                st.tcp_set_cork(now, x.handle(), true).map_err(stack_io)?;
+            }
+            if o.reuseaddr {
+                st.tcp_set_reuseaddr(x.handle(), true).map_err(stack_io)?;
+            }
             if o.keepalive {
                 x.set_keepalive(rt, true)?;
             }
@@ -1107,14 +1157,26 @@ pub fn getsockopt(fd: i32, level: i32, name: i32) -> Result<Vec<u8>> {
             Some(c) => int_bytes(i32::from(net.nodelay(c).map_err(io)?)),
             None => int_bytes(i32::from(o.nodelay)),
         },
-        Opt::MaxSeg => match stream {
-            Some(c) => int_bytes(i32::from(net.tcp_info(c).map_err(io)?.mss)),
-            // Linux: TCP_MSS_DEFAULT before a connection.
-            None => int_bytes(536),
-        },
-        Opt::KeepIdle => int_bytes(sysctl(net, |c| c.tcp_keepalive_time)?),
-        Opt::KeepIntvl => int_bytes(sysctl(net, |c| c.tcp_keepalive_intvl)?),
-        Opt::KeepCnt => int_bytes(sysctl(net, |c| c.tcp_keepalive_probes)?),
+        Opt::Cork => int_bytes(i32::from(o.cork)),
+        Opt::MaxSeg | Opt::KeepIdle | Opt::KeepIntvl | Opt::KeepCnt => {
+            let t = opt
+                .tcp_opt()
+                .ok_or_else(|| Error::new(libc::ENOPROTOOPT, "not a per-socket TCP option"))?;
+            int_bytes(match (stream, o.tcp.get(t), t) {
+                (Some(c), _, _) => net
+                    .with_stream(c, move |x, rt| {
+                        rt.stack().tcp_opt(x.handle(), t).map_err(stack_io)
+                    })
+                    .map_err(io)?,
+                // A listener or a fresh socket: the value set, else Linux's default
+                // (TCP_MSS_DEFAULT, the sysctl).
+                (None, Some(v), _) => v,
+                (None, None, TcpOpt::MaxSeg) => 536,
+                (None, None, TcpOpt::KeepIdle) => sysctl(net, |c| c.tcp_keepalive_time)?,
+                (None, None, TcpOpt::KeepIntvl) => sysctl(net, |c| c.tcp_keepalive_intvl)?,
+                (None, None, TcpOpt::KeepCnt) => sysctl(net, |c| c.tcp_keepalive_probes)?,
+            })
+        }
         Opt::Info => match st {
             State2::Stream { fd: c, .. } => match net.tcp_info(c) {
                 Ok(i) => opts::tcp_info_bytes(&i).to_vec(),
@@ -1230,11 +1292,40 @@ pub fn setsockopt(fd: i32, level: i32, name: i32, v: &[u8]) -> Result<()> {
         Opt::Error | Opt::Type | Opt::Domain | Opt::Protocol | Opt::AcceptConn | Opt::Info => {
             return Err(Error::new(libc::ENOPROTOOPT, "a read-only option"));
         }
+        Opt::Cork => {
+            let b = on()?;
+            if let Some(c) = stream {
+                net.with_stream(c, move |x, rt| {
+                    let now = rt.now();
+                    rt.stack_mut()
+                        .tcp_set_cork(now, x.handle(), b)
+                        .map_err(stack_io)
+                })
+                .map_err(io)?;
+            }
+            o.cork = b;
+        }
+        // Kept per socket beside the TCB (Stack::tcp_set_opt). On a listener they are held
+        // here and given to each accepted connection; a listener's TCP_MAXSEG does not
+        // lower the MSS its SYN-ACKs announce through this API (the listener is the
+        // runtime's, on every shard), only what its connections send with.
         Opt::MaxSeg | Opt::KeepIdle | Opt::KeepIntvl | Opt::KeepCnt => {
-            return Err(Error::new(
-                libc::ENOPROTOOPT,
-                "ustack has no per-socket MSS or keepalive times (set net.ipv4.tcp_keepalive_* by sysctl)",
-            ));
+            let t = opt
+                .tcp_opt()
+                .ok_or_else(|| Error::new(libc::ENOPROTOOPT, "not a per-socket TCP option"))?;
+            let n = opts::int(v)?;
+            t.check(n)
+                .map_err(|_| Error::new(libc::EINVAL, format!("{t:?} {n}: out of range")))?;
+            if let Some(c) = stream {
+                net.with_stream(c, move |x, rt| {
+                    let now = rt.now();
+                    rt.stack_mut()
+                        .tcp_set_opt(now, x.handle(), t, n)
+                        .map_err(stack_io)
+                })
+                .map_err(io)?;
+            }
+            o.tcp.set(t, n);
         }
     }
     Ok(())

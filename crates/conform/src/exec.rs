@@ -742,6 +742,8 @@ struct Pending {
     makes_fd: bool,
     /// Written `start...end`.
     blocking: bool,
+    /// The earliest a blocking call may return (its end, or `min` of `start...min~max`).
+    end_min: i64,
     /// When the call was made (script time).
     started: i64,
     rx: mpsc::Receiver<((SysResult, Out), i64)>,
@@ -998,6 +1000,7 @@ impl<B: Backend + 'static> Runner<B> {
             check,
             makes_fd,
             blocking: s.end.is_some(),
+            end_min: s.end_min.or(s.end).unwrap_or(e.when.start()),
             started,
             rx,
         };
@@ -1154,6 +1157,21 @@ impl<B: Backend + 'static> Runner<B> {
                     "timing error: {}() expected to return by {} (tolerance {tol} us), returned at {}",
                     p.name,
                     fmt_time(if p.blocking { p.end } else { p.started }),
+                    fmt_time(at)
+                ),
+            );
+        }
+        // A blocking call returns at its end time, not before: packetdrill checks the
+        // return of a `start...end` call against `end` both ways (run_system_call.c:
+        // "Check end time for the blocking system call", verify_time with the end time
+        // and the tolerance).
+        if p.blocking && at < p.end_min - tol {
+            return fail(
+                p.line,
+                format!(
+                    "timing error: {}() expected to return at {} (tolerance {tol} us), returned early at {}",
+                    p.name,
+                    fmt_time(p.end_min),
                     fmt_time(at)
                 ),
             );

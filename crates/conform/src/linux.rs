@@ -108,6 +108,23 @@ impl Linux {
         })
     }
 
+    /// `EBADF` unless `fd` is a descriptor this run opened and has not closed: the
+    /// kernel's answer for a closed descriptor, given here because the runs in one
+    /// process share the descriptor table, so the number may meanwhile name another
+    /// run's socket or file (a call on it would get `ENOTSOCK`, or act on that one).
+    fn own(&self, fd: i32) -> Result<(), i32> {
+        if self
+            .open
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&fd)
+        {
+            Ok(())
+        } else {
+            Err(libc::EBADF)
+        }
+    }
+
     fn opened(&self, r: SysResult) -> SysResult {
         if let Ok(fd) = r {
             self.open
@@ -276,40 +293,49 @@ impl Backend for Linux {
     }
 
     fn bind(&self, fd: i32, addr: SocketAddr) -> SysResult {
+        self.own(fd)?;
         sys::bind(fd, addr)
     }
 
     fn listen(&self, fd: i32, backlog: i32) -> SysResult {
+        self.own(fd)?;
         sys::listen(fd, backlog)
     }
 
     fn accept(&self, fd: i32, flags: i32) -> SysResult {
+        self.own(fd)?;
         self.opened(sys::accept(fd, flags | libc::SOCK_CLOEXEC))
     }
 
     fn connect(&self, fd: i32, addr: SocketAddr) -> SysResult {
+        self.own(fd)?;
         sys::connect(fd, addr)
     }
 
     fn read(&self, fd: i32, buf: &mut [u8]) -> SysResult {
+        self.own(fd)?;
         sys::read(fd, buf)
     }
 
     fn recv(&self, fd: i32, buf: &mut [u8], flags: i32) -> SysResult {
+        self.own(fd)?;
         sys::recv(fd, buf, flags)
     }
 
     fn write(&self, fd: i32, buf: &[u8]) -> SysResult {
+        self.own(fd)?;
         // send(2) with MSG_NOSIGNAL: a write on a reset connection is EPIPE, not a SIGPIPE
         // that would end the runner.
         sys::send(fd, buf, libc::MSG_NOSIGNAL)
     }
 
     fn send(&self, fd: i32, buf: &[u8], flags: i32) -> SysResult {
+        self.own(fd)?;
         sys::send(fd, buf, flags | libc::MSG_NOSIGNAL)
     }
 
     fn shutdown(&self, fd: i32, how: i32) -> SysResult {
+        self.own(fd)?;
         sys::shutdown(fd, how)
     }
 
@@ -324,14 +350,17 @@ impl Backend for Linux {
     }
 
     fn getsockopt(&self, fd: i32, level: i32, name: i32, buf: &mut [u8]) -> Result<usize, i32> {
+        self.own(fd)?;
         sys::getsockopt(fd, level, name, buf)
     }
 
     fn setsockopt(&self, fd: i32, level: i32, name: i32, val: &[u8]) -> SysResult {
+        self.own(fd)?;
         sys::setsockopt(fd, level, name, val)
     }
 
     fn fcntl(&self, fd: i32, cmd: i32, arg: i64) -> SysResult {
+        self.own(fd)?;
         sys::fcntl(fd, cmd, arg)
     }
 
@@ -344,10 +373,13 @@ impl Backend for Linux {
     }
 
     fn epoll_ctl(&self, epfd: i32, op: i32, fd: i32, event: EpollEvent) -> SysResult {
+        self.own(epfd)?;
+        self.own(fd)?;
         sys::epoll_ctl(epfd, op, fd, event)
     }
 
     fn epoll_wait(&self, epfd: i32, events: &mut [EpollEvent], timeout_ms: i32) -> SysResult {
+        self.own(epfd)?;
         sys::epoll_wait(epfd, events, timeout_ms)
     }
 

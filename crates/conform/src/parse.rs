@@ -414,7 +414,18 @@ impl Parser {
             if e < when.start() {
                 return err(line, "a system call's end time is before its start");
             }
-            end = Some(e);
+            // `start...min~max`: the call returns anywhere in [min, max] (ours: a kernel
+            // timer that fires late ends a call late).
+            let latest = if self.eat_punct('~') {
+                let m = self.time(when.start())?;
+                if m < e {
+                    return err(line, "a system call's end range ends before it starts");
+                }
+                m
+            } else {
+                e
+            };
+            end = Some((e, latest));
         }
         let t = self.next()?;
         let kind = match t.tok {
@@ -659,7 +670,7 @@ impl Parser {
         }
     }
 
-    fn syscall(&mut self, name: String, end: Option<i64>) -> Result<Syscall, ParseError> {
+    fn syscall(&mut self, name: String, end: Option<(i64, i64)>) -> Result<Syscall, ParseError> {
         self.expect_punct('(', &format!("after `{name}`"))?;
         let mut args = Vec::new();
         if !self.eat_punct(')') {
@@ -677,7 +688,8 @@ impl Parser {
             name,
             args,
             expect,
-            end,
+            end: end.map(|(_, latest)| latest),
+            end_min: end.map(|(earliest, _)| earliest),
         })
     }
 

@@ -90,6 +90,9 @@ pub struct Syscall {
     /// For a blocking call (`start...end`): the script time it must return at. The
     /// executor runs it beside the events that follow until then.
     pub end: Option<i64>,
+    /// The earliest it may return at: `end`, or `min` when written `start...min~max`
+    /// (then `end` is `max`).
+    pub end_min: Option<i64>,
 }
 
 /// An expected result: a value, and for `-1` maybe an errno name.

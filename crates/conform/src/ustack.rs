@@ -37,7 +37,7 @@ use ::ustack::opts;
 use ustack_stack::tcp::State;
 use ustack_stack::{
     Error, Instant, Ipv4Cidr, ListenerHandle, Readiness, Shutdown, SocketKey, Stack, TcpHandle,
-    UdpHandle,
+    TcpOpt, TcpOptValues, UdpHandle,
 };
 
 use crate::backend::{Backend, EpollEvent, PollFd, SysResult};
@@ -92,9 +92,12 @@ struct Opts {
     reuseaddr: bool,
     nodelay: bool,
     keepalive: bool,
+    cork: bool,
     linger: Option<Duration>,
     rcvbuf: Option<usize>,
     sndbuf: Option<usize>,
+    /// `TCP_MAXSEG`, `TCP_KEEPIDLE`, `TCP_KEEPINTVL`, `TCP_KEEPCNT` as set.
+    tcp: TcpOptValues,
 }
 
 #[derive(Debug)]
@@ -423,6 +426,24 @@ impl Inner {
         if let Some(n) = o.sndbuf {
             s.tcp_set_send_buffer(h, n).ok();
         }
+        if o.reuseaddr {
+            s.tcp_set_reuseaddr(h, true).ok();
+        }
+        if o.cork {
+            s.tcp_set_cork(now, h, true).ok();
+        }
+        for (opt, v) in o.tcp.iter() {
+            s.tcp_set_opt(now, h, opt, v).ok();
+        }
+    }
+
+    /// Gives a new listener the options its connections inherit (Linux `sk_clone_lock`).
+    fn apply_listener(&mut self, l: ListenerHandle, o: Opts) {
+        let s = &mut self.stack;
+        s.tcp_listener_set_reuseaddr(l, o.reuseaddr).ok();
+        for (opt, v) in o.tcp.iter() {
+            s.tcp_listener_set_opt(l, opt, v).ok();
+        }
     }
 
     /// The connection of a TCP descriptor; a connect in progress that has finished is
@@ -445,8 +466,9 @@ impl Inner {
     fn recv(&mut self, fd: i32, len: usize, flags: i32) -> Try {
         let now = self.now;
         let nb_flag = flags & libc::MSG_DONTWAIT != 0;
-        if flags & !(libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) != 0 {
-            // MSG_PEEK, MSG_OOB, MSG_WAITALL ...: ustack has none of these.
+        let peek = flags & libc::MSG_PEEK != 0;
+        if flags & !(libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL | libc::MSG_PEEK) != 0 {
+            // MSG_OOB (ustack has no urgent data), MSG_WAITALL ...: not here.
             return Try::Done((Err(libc::EOPNOTSUPP), Out::None));
         }
         let (nonblock, udp) = match self.fds.get(&fd) {
@@ -457,6 +479,8 @@ impl Inner {
         };
         let mut buf = vec![0u8; len];
         let r = match udp {
+            // MSG_PEEK on a datagram socket: not here.
+            Some(_) if peek => Err(libc::EOPNOTSUPP),
             Some(None) => Err(libc::EAGAIN),
             Some(Some(h)) => self
                 .stack
@@ -465,6 +489,7 @@ impl Inner {
                 .map_err(errno),
             None => match self.conn(fd) {
                 Err(e) => Err(e),
+                Ok((h, _)) if peek => self.stack.tcp_peek(now, h, &mut buf).map_err(errno),
                 Ok((h, _)) => self.stack.tcp_recv(now, h, &mut buf).map_err(errno),
             },
         };
@@ -482,7 +507,8 @@ impl Inner {
     /// on a non-blocking one.
     fn send(&mut self, fd: i32, data: &[u8], sent: &mut usize, flags: i32) -> Try {
         let now = self.now;
-        if flags & !(libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) != 0 {
+        let oob = flags & libc::MSG_OOB != 0;
+        if flags & !(libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL | libc::MSG_OOB) != 0 {
             return Try::Done((Err(libc::EOPNOTSUPP), Out::None));
         }
         let nb_flag = flags & libc::MSG_DONTWAIT != 0;
@@ -493,6 +519,10 @@ impl Inner {
             Some(Obj::Epoll(_)) => return Try::Done((Err(libc::EINVAL), Out::None)),
         };
         if let Some((h, peer)) = udp {
+            // Linux udp_sendmsg: "if (msg->msg_flags & MSG_OOB) return -EOPNOTSUPP;".
+            if oob {
+                return Try::Done((Err(libc::EOPNOTSUPP), Out::None));
+            }
             let (Some(h), Some(peer)) = (h, peer) else {
                 return Try::Done((Err(libc::EDESTADDRREQ), Out::None));
             };
@@ -510,7 +540,12 @@ impl Inner {
             if *sent == data.len() {
                 return Try::Done((Ok(*sent as i64), Out::None));
             }
-            match self.stack.tcp_send(now, h, &data[*sent..]) {
+            let r = if oob {
+                self.stack.tcp_send_urgent(now, h, &data[*sent..])
+            } else {
+                self.stack.tcp_send(now, h, &data[*sent..])
+            };
+            match r {
                 Ok(0) | Err(Error::WouldBlock) => {
                     if nonblock {
                         return Try::Done(if *sent > 0 {
@@ -650,14 +685,22 @@ impl Inner {
             Opt::Linger => opts::linger_bytes(o.linger),
             Opt::RcvTimeo | Opt::SndTimeo => opts::timeval_bytes(None),
             Opt::NoDelay => int_bytes(i32::from(o.nodelay)),
-            Opt::MaxSeg => match conn.and_then(|h| s.tcp_info(h).ok()) {
-                Some(i) => int_bytes(i32::from(i.mss)),
-                // Linux: TCP_MSS_DEFAULT before a connection.
-                None => int_bytes(536),
-            },
-            Opt::KeepIdle => int_bytes(sat(s.sysctl().tcp_keepalive_time as usize)),
-            Opt::KeepIntvl => int_bytes(sat(s.sysctl().tcp_keepalive_intvl as usize)),
-            Opt::KeepCnt => int_bytes(sat(s.sysctl().tcp_keepalive_probes as usize)),
+            Opt::Cork => int_bytes(i32::from(o.cork)),
+            Opt::MaxSeg | Opt::KeepIdle | Opt::KeepIntvl | Opt::KeepCnt => {
+                let t = opt.tcp_opt().ok_or(libc::ENOPROTOOPT)?;
+                int_bytes(match stage {
+                    Some(Tcp::Conn { h, .. }) => s.tcp_opt(h, t).map_err(errno)?,
+                    Some(Tcp::Listener(l)) => s.tcp_listener_opt(l, t).map_err(errno)?,
+                    // Linux: the value set, else TCP_MSS_DEFAULT (536) or the sysctl.
+                    _ => match (o.tcp.get(t), t) {
+                        (Some(v), _) => v,
+                        (None, TcpOpt::MaxSeg) => 536,
+                        (None, TcpOpt::KeepIdle) => sat(s.sysctl().tcp_keepalive_time as usize),
+                        (None, TcpOpt::KeepIntvl) => sat(s.sysctl().tcp_keepalive_intvl as usize),
+                        (None, TcpOpt::KeepCnt) => sat(s.sysctl().tcp_keepalive_probes as usize),
+                    },
+                })
+            }
             Opt::Info => match stage {
                 Some(Tcp::Conn { h, .. }) => match s.tcp_info(h) {
                     Ok(i) => opts::tcp_info_bytes(&i).to_vec(),
@@ -673,6 +716,10 @@ impl Inner {
     fn take_error(&mut self, fd: i32) -> i32 {
         let (stage, err) = match self.fds.get_mut(&fd) {
             Some(Obj::Tcp { stage, error, .. }) => (*stage, core::mem::take(error)),
+            Some(Obj::Udp { h: Some(h), .. }) => {
+                let h = *h;
+                return self.stack.udp_take_error(h).ok().flatten().map_or(0, errno);
+            }
             _ => return 0,
         };
         if err != 0 {
@@ -715,9 +762,22 @@ impl Inner {
             Tcp::Conn { h, .. } => Some(h),
             _ => None,
         };
+        let listener = match *stage {
+            Tcp::Listener(l) => Some(l),
+            _ => None,
+        };
         let s = &mut self.stack;
         match opt {
-            Opt::ReuseAddr => o.reuseaddr = on()?,
+            Opt::ReuseAddr => {
+                let b = on()?;
+                if let Some(h) = conn {
+                    s.tcp_set_reuseaddr(h, b).map_err(errno)?;
+                }
+                if let Some(l) = listener {
+                    s.tcp_listener_set_reuseaddr(l, b).map_err(errno)?;
+                }
+                o.reuseaddr = b;
+            }
             Opt::ReusePort => {
                 on()?;
             }
@@ -760,9 +820,24 @@ impl Inner {
             Opt::Error | Opt::Type | Opt::Domain | Opt::Protocol | Opt::AcceptConn | Opt::Info => {
                 return Err(libc::ENOPROTOOPT);
             }
-            // ustack has no per-socket MSS or keepalive times.
+            Opt::Cork => {
+                let b = on()?;
+                if let Some(h) = conn {
+                    s.tcp_set_cork(now, h, b).map_err(errno)?;
+                }
+                o.cork = b;
+            }
             Opt::MaxSeg | Opt::KeepIdle | Opt::KeepIntvl | Opt::KeepCnt => {
-                return Err(libc::ENOPROTOOPT);
+                let t = opt.tcp_opt().ok_or(libc::ENOPROTOOPT)?;
+                let v = opts::int(v).map_err(|e| e.errno)?;
+                t.check(v).map_err(errno)?;
+                if let Some(h) = conn {
+                    s.tcp_set_opt(now, h, t, v).map_err(errno)?;
+                }
+                if let Some(l) = listener {
+                    s.tcp_listener_set_opt(l, t, v).map_err(errno)?;
+                }
+                o.tcp.set(t, v);
             }
         }
         Ok(0)
@@ -984,10 +1059,19 @@ impl Backend for Ustack {
                 .stack
                 .tcp_listen(local, u32::try_from(backlog.max(0)).unwrap_or(0))
                 .map_err(errno)?;
-            if let Ok(Obj::Tcp { stage, bound, .. }) = i.obj(fd) {
+            let mut opts = Opts::default();
+            if let Ok(Obj::Tcp {
+                stage,
+                bound,
+                opts: o,
+                ..
+            }) = i.obj(fd)
+            {
                 *stage = Tcp::Listener(l);
                 *bound = Some(local);
+                opts = *o;
             }
+            i.apply_listener(l, opts);
             Ok(0)
         })
     }
@@ -1049,10 +1133,10 @@ impl Backend for Ustack {
                 Tcp::Conn { .. } | Tcp::Listener(_) => return done(Err(libc::EISCONN)),
                 Tcp::Dead => return done(Err(libc::EINVAL)),
             }
-            let r = match bound {
-                Some(b) => i.stack.tcp_connect_from(now, b.port(), remote),
-                None => i.stack.tcp_connect(now, remote),
-            };
+            // The options set before connect hold from the SYN on (TCP_MAXSEG: its MSS).
+            let r = i
+                .stack
+                .tcp_connect_with(now, remote, bound.map(|b| b.port()), &opts.tcp);
             let h = match r {
                 Ok(h) => h,
                 Err(e) => return done(Err(errno(e))),

@@ -601,3 +601,23 @@ fn ports_on_packet_lines_keep_connections_apart() {
         "{e}"
     );
 }
+
+/// A blocking call must return at its end time, within the tolerance, not before (as
+/// packetdrill's `verify_time` of a blocking call's return): the stand-in's calls return
+/// at once, so `+0...0.5` fails as early, and `+0...0~0.5` (an end range) passes.
+#[test]
+fn a_blocking_call_that_returns_early_fails() {
+    let script = "0 socket(..., SOCK_STREAM, IPPROTO_TCP) = 3\n+0...0.5 close(3) = 0\n";
+    let e = go(script, vec![], vec![]).0.unwrap_err();
+    assert_eq!(e.line, 2);
+    assert!(
+        e.message.contains("close() expected to return at 0.500000")
+            && e.message.contains("returned early at 0.000000"),
+        "{e}"
+    );
+    let script = "0 socket(..., SOCK_STREAM, IPPROTO_TCP) = 3\n+0...0~0.5 close(3) = 0\n";
+    go(script, vec![], vec![]).0.unwrap();
+    // Within the tolerance (4 ms) of the end: in time.
+    let script = "0 socket(..., SOCK_STREAM, IPPROTO_TCP) = 3\n+0...0.003 close(3) = 0\n";
+    go(script, vec![], vec![]).0.unwrap();
+}

@@ -11,11 +11,12 @@ use std::collections::VecDeque;
 use hashbrown::HashMap;
 use ustack_obs::{Counter, DropReason, Instant};
 use ustack_wire::icmpv4::{self, DstUnreachable, TimeExceeded};
-use ustack_wire::{IpProtocol, ipv4};
+use ustack_wire::{IpProtocol, SeqNumber, ipv4};
 
 use crate::ip::reassembly::Expired;
 use crate::ip::{Inbound, Outbound};
 use crate::secret::KeyedState;
+use crate::socket::{Readiness, SocketKey};
 use crate::{Error, Stack};
 
 /// Largest ICMP error datagram: RFC 1812 §4.3.2.3 "the ICMP datagram SHOULD contain as
@@ -128,13 +129,12 @@ impl Stack {
                 next_hop_mtu,
                 data,
             } => self.icmp_frag_needed(now, next_hop_mtu, data),
-            // RFC 1122 §4.2.3.9: port unreachable is a hard error; Linux tcp_v4_err aborts a
-            // connection still opening (SYN-SENT, SYN-RECEIVED) with ECONNREFUSED.
-            icmpv4::Repr::DstUnreachable {
-                reason: DstUnreachable::PortUnreachable,
-                data,
-                ..
-            } => self.icmp_port_unreachable(data),
+            // RFC 1122 §4.2.3.9 and §4.1.3.3: the other unreachable codes go to the
+            // transport that sent the quoted datagram (Linux icmp_unreach -> tcp_v4_err,
+            // __udp4_lib_err).
+            icmpv4::Repr::DstUnreachable { reason, data, .. } => {
+                self.icmp_unreachable(reason, data);
+            }
             // Other errors about our own datagrams are counted by type above.
             _ => {}
         }
@@ -152,13 +152,14 @@ impl Stack {
         }
     }
 
-    /// The 4-tuple and sequence number of the TCP segment of ours an ICMP error quotes in
-    /// `data`, if it quotes one; a quote too short to name a connection, or of a datagram
-    /// not from us, counts as InErrors (Linux: `icmp_unreach`'s `out_err`).
-    fn icmp_quoted_tcp(
+    /// The protocol, our address and port, the peer's, and the second word of the
+    /// transport header (TCP's sequence number) of the datagram of ours an ICMP error
+    /// quotes in `data`, if it quotes one; a quote too short to name a socket, or of a
+    /// datagram not from us, counts as InErrors (Linux: `icmp_unreach`'s `out_err`).
+    fn icmp_quoted(
         &mut self,
         data: &[u8],
-    ) -> Option<(crate::tcp::tcb::FourTuple, ustack_wire::SeqNumber)> {
+    ) -> Option<(IpProtocol, crate::tcp::tcb::FourTuple, u32)> {
         let ihl = usize::from(data.first().map_or(0, |b| b & 0x0f)) * 4;
         if data.len() < ihl + 8 || ihl < ipv4::HEADER_LEN || data[0] >> 4 != 4 {
             self.mib.inc(Counter::IcmpInErrors);
@@ -169,27 +170,64 @@ impl Stack {
             self.mib.inc(Counter::IcmpInErrors);
             return None;
         }
-        if quoted.next_header() != IpProtocol::Tcp {
-            return None;
-        }
         let l4 = &data[ihl..];
         let port = |i: usize| u16::from_be_bytes([l4[i], l4[i + 1]]);
         let tuple = crate::tcp::tcb::FourTuple {
             local: core::net::SocketAddrV4::new(quoted.src_addr(), port(0)),
             remote: core::net::SocketAddrV4::new(quoted.dst_addr(), port(2)),
         };
-        let seq = ustack_wire::SeqNumber(u32::from_be_bytes([l4[4], l4[5], l4[6], l4[7]]));
-        Some((tuple, seq))
+        let word = u32::from_be_bytes([l4[4], l4[5], l4[6], l4[7]]);
+        Some((quoted.next_header(), tuple, word))
     }
 
-    /// "Port unreachable" for a TCP segment of ours: a connection still opening whose
-    /// SND.UNA the quote names fails with ECONNREFUSED (Linux tcp_v4_err: "case
-    /// TCP_SYN_SENT: case TCP_SYN_RECV: ... sk->sk_err = err; tcp_done(sk)"); an
-    /// established one takes it as a soft error, which ustack does not keep.
-    fn icmp_port_unreachable(&mut self, data: &[u8]) {
-        let Some((tuple, seq)) = self.icmp_quoted_tcp(data) else {
+    /// The 4-tuple and sequence number of the TCP segment of ours an ICMP error quotes
+    /// in `data`, if it quotes one (see [`Stack::icmp_quoted`]).
+    fn icmp_quoted_tcp(
+        &mut self,
+        data: &[u8],
+    ) -> Option<(crate::tcp::tcb::FourTuple, ustack_wire::SeqNumber)> {
+        match self.icmp_quoted(data)? {
+            (IpProtocol::Tcp, tuple, seq) => Some((tuple, ustack_wire::SeqNumber(seq))),
+            _ => None,
+        }
+    }
+
+    /// A Destination Unreachable (other than fragmentation needed) about a datagram of
+    /// ours, quoted in `data`, to the socket that sent it (Linux `icmp_unreach`, which
+    /// converts the code with `icmp_err_convert`, see [`unreach_error`]).
+    ///
+    /// TCP (Linux `tcp_v4_err`; RFC 1122 §4.2.3.9, RFC 5927 §4.1 for the sequence check):
+    /// a connection still opening (SYN-SENT, SYN-RECEIVED) whose unacknowledged data the
+    /// quote names fails with the error ("sk->sk_err = err; tcp_done(sk)"), whatever the
+    /// code; a synchronized one keeps it as a soft error (`sk_err_soft`, "Only an error
+    /// on timeout"): `SO_ERROR` reports it once, a timeout reports it instead of
+    /// ETIMEDOUT (`tcp_write_err`), and an acceptable ACK forgets it. Linux also reverts
+    /// the RTO backoff on a net or host unreachable for the head segment after a timeout
+    /// (RFC 6069, `tcp_ld_RTO_revert`), which ustack does not.
+    ///
+    /// UDP (Linux `__udp4_lib_err`): a hard error to a connected socket, see
+    /// [`Stack::udp_icmp_error`].
+    fn icmp_unreachable(&mut self, reason: DstUnreachable, data: &[u8]) {
+        let Some((proto, tuple, word)) = self.icmp_quoted(data) else {
             return;
         };
+        let Some((err, hard)) = unreach_error(reason) else {
+            return;
+        };
+        match proto {
+            IpProtocol::Tcp => self.tcp_icmp_unreachable(tuple, SeqNumber(word), err),
+            IpProtocol::Udp if hard => self.udp_icmp_error(tuple.local.port(), tuple.remote, err),
+            _ => {}
+        }
+    }
+
+    /// TCP's part of [`Stack::icmp_unreachable`] (Linux `tcp_v4_err`).
+    fn tcp_icmp_unreachable(
+        &mut self,
+        tuple: crate::tcp::tcb::FourTuple,
+        seq: SeqNumber,
+        err: Error,
+    ) {
         let Some(index) = self.tcp.lookup(self.tcp.ehash.hash(&tuple), &tuple) else {
             return self.mib.inc(Counter::IcmpInErrors);
         };
@@ -199,11 +237,14 @@ impl Stack {
         if seq.before(tcb.snd.una) || seq.after(tcb.snd.nxt) {
             return self.mib.inc(Counter::TcpExtOutOfWindowIcmps);
         }
-        if matches!(
-            tcb.state,
-            crate::tcp::State::SynSent | crate::tcp::State::SynReceived
-        ) {
-            self.tcp_done(h, Some(Error::ConnectionRefused));
+        match tcb.state {
+            crate::tcp::State::SynSent | crate::tcp::State::SynReceived => {
+                self.tcp_done(h, Some(err));
+                // sk_error_report: the connecting caller wakes to find the error.
+                self.ready.mark(SocketKey::Tcp(h), Readiness::ALL);
+            }
+            crate::tcp::State::Closed => {}
+            _ => self.tcp_set_err_soft(h, err),
         }
     }
 
@@ -425,4 +466,23 @@ fn icmp_type(repr: &icmpv4::Repr) -> u8 {
         icmpv4::Repr::EchoRequest { .. } => 8,
         icmpv4::Repr::TimeExceeded { .. } => 11,
     }
+}
+
+/// The error a Destination Unreachable code stands for, and whether it is hard (Linux
+/// `icmp_err_convert`, net/ipv4/icmp.c: `{errno, fatal}` per code). `None` for
+/// fragmentation needed (path MTU, handled apart) and for the codes whose errno ustack's
+/// [`Error`] has no variant for (protocol unreachable ENOPROTOOPT, source route failed
+/// EOPNOTSUPP, host unknown EHOSTDOWN, host isolated ENONET): those are dropped.
+fn unreach_error(reason: DstUnreachable) -> Option<(Error, bool)> {
+    use DstUnreachable as D;
+    Some(match reason {
+        D::NetUnreachable | D::NetUnreachToS => (Error::NetUnreachable, false),
+        D::HostUnreachable | D::HostUnreachToS => (Error::HostUnreachable, false),
+        D::PortUnreachable => (Error::ConnectionRefused, true),
+        D::DstNetUnknown | D::NetProhibited => (Error::NetUnreachable, true),
+        D::HostProhibited | D::CommProhibited | D::HostPrecedViol | D::PrecedCutoff => {
+            (Error::HostUnreachable, true)
+        }
+        _ => return None,
+    })
 }

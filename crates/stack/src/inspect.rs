@@ -251,7 +251,10 @@ impl Stack {
                 count: 0,
                 bytes: tcp.ehash.allocation_size()
                     + tcp.listeners.heap_bytes()
-                    + tcp.timers.capacity() * timer_entry,
+                    + tcp.timers.capacity() * timer_entry
+                    // The rarely set per-socket options (none for an idle connection
+                    // that set none).
+                    + tcp.xopts.allocation_size(),
             },
             MemoryKind {
                 name: "udp",

@@ -79,7 +79,7 @@ pub use ip::ipv6::AddrState;
 pub use socket::{Readiness, SocketKey};
 pub use stack::Stack;
 pub use sysctl::{Sysctl, SysctlError, SysctlInfo};
-pub use tcp::{ListenerHandle, Shutdown, TcpHandle, TcpInfo, TcpResources};
+pub use tcp::{ListenerHandle, Shutdown, TcpHandle, TcpInfo, TcpOpt, TcpOptValues, TcpResources};
 pub use udp::UdpHandle;
 pub use ustack_obs::{DropReason, Instant, Mib};
 pub use ustack_wire::{EthernetAddress, Medium};
@@ -240,6 +240,9 @@ pub enum Error {
     MessageTooLong,
     /// ENETUNREACH: no route to the destination.
     NetUnreachable,
+    /// EHOSTUNREACH: an ICMP host unreachable (or administratively prohibited) for what
+    /// we sent.
+    HostUnreachable,
     /// EACCES: sending to a broadcast address (Linux needs SO_BROADCAST, which ustack does
     /// not have).
     BroadcastDenied,
@@ -274,6 +277,7 @@ impl Error {
             Error::AddrNotAvailable => 99,
             Error::MessageTooLong => 90,
             Error::NetUnreachable => 101,
+            Error::HostUnreachable => 113,
             Error::BroadcastDenied => 13,
             Error::InvalidArgument => 22,
             Error::BadHandle => 9,
@@ -296,6 +300,7 @@ impl fmt::Display for Error {
             Error::AddrNotAvailable => "address not available (EADDRNOTAVAIL)",
             Error::MessageTooLong => "message too long (EMSGSIZE)",
             Error::NetUnreachable => "network unreachable (ENETUNREACH)",
+            Error::HostUnreachable => "no route to host (EHOSTUNREACH)",
             Error::BroadcastDenied => "broadcast not permitted (EACCES)",
             Error::InvalidArgument => "invalid argument (EINVAL)",
             Error::BadHandle => "bad socket handle (EBADF)",

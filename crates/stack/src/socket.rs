@@ -399,11 +399,17 @@ impl Stack {
             } else {
                 Readiness::EMPTY
             }),
-            SocketKey::Udp(u) => Ok(if self.udp_rx_queued(u)? > 0 {
-                Readiness::READABLE | Readiness::WRITABLE
-            } else {
-                Readiness::WRITABLE
-            }),
+            SocketKey::Udp(u) => {
+                let mut r = Readiness::WRITABLE;
+                if self.udp_rx_queued(u)? > 0 {
+                    r |= Readiness::READABLE;
+                }
+                // Linux datagram_poll: EPOLLERR while sk_err is set.
+                if self.udp_error_pending(u)? {
+                    r |= Readiness::ERROR;
+                }
+                Ok(r)
+            }
         }
     }
 

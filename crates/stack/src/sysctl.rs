@@ -162,6 +162,9 @@ sysctls! {
     tcp_abort_on_overflow: "net.ipv4.tcp_abort_on_overflow" = 0, [0, 1], "bool";
     /// SYN retransmissions of an active open before giving up.
     tcp_syn_retries: "net.ipv4.tcp_syn_retries" = 6, [1, 127], "retries";
+    /// SYN retransmissions of an active open whose timeout stays the initial one, not
+    /// backed off (Linux 6.18 `tcp_retransmit_timer`); the give-up time is unchanged.
+    tcp_syn_linear_timeouts: "net.ipv4.tcp_syn_linear_timeouts" = 4, [0, 127], "retries";
     /// SYN-ACK retransmissions of a passive open before the request is dropped.
     tcp_synack_retries: "net.ipv4.tcp_synack_retries" = 5, [0, 255], "retries";
     /// Retransmissions after which the route is doubted (reported only; no routing cache).

@@ -72,6 +72,8 @@ struct UdpSocket {
     /// `IPV6_V6ONLY`: an IPv6 socket on `::` without it also takes IPv4 datagrams, seen
     /// as IPv4-mapped addresses (RFC 3493 §3.7), and sends to such addresses over IPv4.
     v6only: bool,
+    /// An error from ICMP to report once (Linux `sk_err`, set by `__udp4_lib_err`).
+    error: Option<Error>,
 }
 
 /// The UDP socket table: a slab of sockets and a port index (one socket per port; there is
@@ -183,6 +185,7 @@ impl Stack {
             rcvbuf: self.sysctl.rmem_default as usize,
             // Linux's default, `net.ipv6.bindv6only = 0`: dual-stack.
             v6only: false,
+            error: None,
         };
         Ok(self.udp.insert(socket))
     }
@@ -238,6 +241,47 @@ impl Stack {
         peer.map(v4).transpose()
     }
 
+    /// `getsockopt(SO_ERROR)`: the socket's pending error, taken once (Linux
+    /// `sock_error`).
+    pub fn udp_take_error(&mut self, h: UdpHandle) -> Result<Option<Error>, Error> {
+        Ok(self.udp.get_mut(h).ok_or(Error::BadHandle)?.error.take())
+    }
+
+    /// Whether an error waits to be reported (Linux `datagram_poll`: EPOLLERR).
+    pub(crate) fn udp_error_pending(&self, h: UdpHandle) -> Result<bool, Error> {
+        Ok(self.udp.get(h).ok_or(Error::BadHandle)?.error.is_some())
+    }
+
+    /// An ICMP error about a datagram sent from `local_port` to `remote` (Linux
+    /// `__udp4_lib_err`): without `IP_RECVERR`, which ustack does not have, only a hard
+    /// error (`icmp_err_convert[code].fatal`) reaches a socket, and only a connected one
+    /// ("if (!harderr || sk->sk_state != TCP_ESTABLISHED) goto out;"), as `sk_err`: its
+    /// next receive or send fails with it. Other errors are dropped.
+    pub(crate) fn udp_icmp_error(&mut self, local_port: u16, remote: SocketAddrV4, err: Error) {
+        let Some(&index) = self.udp.by_port.get(&local_port) else {
+            return;
+        };
+        let Some(socket) = self.udp.sockets.by_index_mut(index) else {
+            return;
+        };
+        let mapped = SocketAddr::V6(SocketAddrV6::new(
+            remote.ip().to_ipv6_mapped(),
+            remote.port(),
+            0,
+            0,
+        ));
+        if socket.peer != Some(SocketAddr::V4(remote)) && socket.peer != Some(mapped) {
+            return;
+        }
+        socket.error = Some(err);
+        let generation = self.udp.sockets.generation(index).unwrap_or(0);
+        // sk_error_report: readers and writers wake to find the error.
+        self.ready.mark(
+            SocketKey::Udp(UdpHandle { index, generation }),
+            Readiness::ALL,
+        );
+    }
+
     /// Datagrams waiting in a socket's receive queue.
     pub fn udp_rx_queued(&self, h: UdpHandle) -> Result<usize, Error> {
         self.udp.get(h).map(|s| s.rx.len()).ok_or(Error::BadHandle)
@@ -267,6 +311,11 @@ impl Stack {
         payload: &[u8],
         dst: impl Into<SocketAddr>,
     ) -> Result<(), Error> {
+        // A pending ICMP error is this call's (Linux `sock_alloc_send_pskb` reports
+        // `sock_error` first).
+        if let Some(e) = self.udp.get_mut(h).ok_or(Error::BadHandle)?.error.take() {
+            return Err(e);
+        }
         let socket = self.udp.get(h).ok_or(Error::BadHandle)?;
         let (mut local, mut dst) = (socket.local, dst.into());
         // Linux `udpv6_sendmsg`: an IPv4-mapped destination goes over IPv4
@@ -371,6 +420,11 @@ impl Stack {
         buf: &mut [u8],
     ) -> Result<(usize, SocketAddr), Error> {
         let socket = self.udp.get_mut(h).ok_or(Error::BadHandle)?;
+        // Linux `__skb_recv_udp`: "error = sock_error(sk); if (error) break;", before the
+        // queue is looked at.
+        if let Some(e) = socket.error.take() {
+            return Err(e);
+        }
         let (from, data) = socket.rx.pop_front().ok_or(Error::WouldBlock)?;
         socket.rx_charged -= data.len() + DATAGRAM_OVERHEAD;
         let n = data.len().min(buf.len());

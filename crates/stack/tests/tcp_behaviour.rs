@@ -776,14 +776,18 @@ fn orphaned_fin_wait_2_expires_silently() {
 
 // ---- SYN-SENT -------------------------------------------------------------------------------
 
-/// RFC 6298 §5 and Linux `tcp_retransmit_timer`/`tcp_write_timeout` in SYN-SENT: the SYN
-/// is retransmitted after 1 s (`TCP_TIMEOUT_INIT`), the interval doubling, `tcp_syn_retries`
-/// times (6: at 1, 3, 7, 15, 31, 63 s); at 127 s the connect fails with ETIMEDOUT
-/// (AttemptFails, TCPAbortOnTimeout; each retransmission in RetransSegs).
+/// RFC 6298 §5 and Linux `tcp_retransmit_timer`/`tcp_write_timeout` in SYN-SENT, with
+/// `tcp_syn_linear_timeouts` = 0 (Linux before 6.18): the SYN is retransmitted after 1 s
+/// (`TCP_TIMEOUT_INIT`), the interval doubling, `tcp_syn_retries` times (6: at 1, 3, 7,
+/// 15, 31, 63 s); at 127 s the connect fails with ETIMEDOUT (AttemptFails,
+/// TCPAbortOnTimeout; each retransmission in RetransSegs).
 #[test]
 fn syn_is_retransmitted_with_backoff_then_times_out() {
     let mut t = SegTest::new(40000);
     assert_eq!(t.stack.sysctl().tcp_syn_retries, 6);
+    t.stack
+        .set_sysctl("net.ipv4.tcp_syn_linear_timeouts", 0)
+        .unwrap();
     let (h, syn) = t.connect();
     let start = t.now;
     let sent = t.advance(Duration::from_secs(300));
@@ -818,6 +822,9 @@ fn syn_is_retransmitted_with_backoff_then_times_out() {
     // tcp_syn_retries = 2: retransmissions at 1 and 3 s, failure at 7 s.
     let mut t = SegTest::new(40000);
     t.stack.set_sysctl("net.ipv4.tcp_syn_retries", 2).unwrap();
+    t.stack
+        .set_sysctl("net.ipv4.tcp_syn_linear_timeouts", 0)
+        .unwrap();
     let (h, _) = t.connect();
     let start = t.now;
     let sent = t.advance(Duration::from_secs(60));
@@ -831,6 +838,44 @@ fn syn_is_retransmitted_with_backoff_then_times_out() {
     assert_eq!(t.stack.tcp_state(h), Ok(State::Closed));
 }
 
+/// Linux 6.18's default `tcp_syn_linear_timeouts` = 4 (`tcp_retransmit_timer`: no backoff
+/// while `total_rto` is at most it; ip-sysctl.rst: "SYN RTOs to be: 1, 1, 1, 1, 1, 2, 4,
+/// ..."): SYNs at 1, 2, 3, 4, 5, 7, 11, 19, 35 and 67 s. The give-up time is unchanged
+/// (`retransmits_timed_out` with `tcp_model_timeout`: 127 s after the first SYN for 6
+/// retries), so it comes at the first expiry past it, 131 s; with `tcp_syn_retries` = 2,
+/// at 7 s after five retransmissions.
+#[test]
+fn syn_timeouts_stay_linear_then_back_off() {
+    let mut t = SegTest::new(40000);
+    assert_eq!(t.stack.sysctl().tcp_syn_linear_timeouts, 4);
+    let (h, _) = t.connect();
+    let start = t.now;
+    let secs = |sent: &[(ustack_stack::Instant, Seg)]| {
+        sent.iter()
+            .map(|(at, _)| (*at - start).as_secs())
+            .collect::<Vec<_>>()
+    };
+    let sent = t.advance(Duration::from_secs(130));
+    assert_eq!(secs(&sent), [1, 2, 3, 4, 5, 7, 11, 19, 35, 67]);
+    assert_eq!(
+        t.stack.tcp_state(h),
+        Ok(State::SynSent),
+        "still trying at 130 s"
+    );
+    t.advance(Duration::from_secs(1));
+    assert_eq!(t.stack.tcp_state(h), Ok(State::Closed), "given up at 131 s");
+    assert_eq!(t.stack.mib().get(Counter::TcpRetransSegs), 10);
+
+    let mut t = SegTest::new(40000);
+    t.stack.set_sysctl("net.ipv4.tcp_syn_retries", 2).unwrap();
+    let (h, _) = t.connect();
+    let sent = t.advance(Duration::from_secs(6));
+    assert_eq!(secs(&sent), [1, 2, 3, 4, 5]);
+    assert_eq!(t.stack.tcp_state(h), Ok(State::SynSent));
+    t.advance(Duration::from_secs(1));
+    assert_eq!(t.stack.tcp_state(h), Ok(State::Closed), "given up at 7 s");
+}
+
 /// Linux counts every SYN retransmission in TCPSynRetrans (`tcp_retransmit_skb`: "if
 /// (TCP_SKB_CB(skb)->tcp_flags & TCPHDR_SYN) __NET_INC_STATS(.., LINUX_MIB_TCPSYNRETRANS)")
 /// and every RTO expiry, the last one included, in TCPTimeouts (`tcp_retransmit_timer`
@@ -841,11 +886,12 @@ fn syn_retransmissions_are_counted_like_linux() {
     let (_, _) = t.connect();
     t.advance(Duration::from_secs(300));
     let m = t.stack.mib();
-    assert_eq!(m.get(Counter::TcpExtTCPSynRetrans), 6);
+    // Ten with tcp_syn_linear_timeouts = 4 (see syn_timeouts_stay_linear_then_back_off).
+    assert_eq!(m.get(Counter::TcpExtTCPSynRetrans), 10);
     assert_eq!(
         m.get(Counter::TcpExtTCPTimeouts),
-        7,
-        "six retransmissions and the abort"
+        11,
+        "ten retransmissions and the abort"
     );
 }
 
@@ -1334,32 +1380,45 @@ fn syn_without_a_route_back_counts_in_listen_drops() {
 
 /// Linux `inet_csk_bind_conflict`, as `Stack::tcp_bind_conflict` answers a `bind(2)`: a
 /// listener holds its port against everyone, SO_REUSEADDR or not; an open connection and a
-/// TIME-WAIT record hold theirs unless the new socket sets SO_REUSEADDR; a port nothing
-/// uses is free.
+/// TIME-WAIT record hold theirs unless both the new socket and the old one set
+/// SO_REUSEADDR (an accepted connection has its listener's, a TIME-WAIT record its
+/// connection's); a port nothing uses is free.
 #[test]
 fn bind_conflicts_with_listeners_connections_and_time_wait() {
-    let mut t = SegTest::listening(80);
-    for reuse in [false, true] {
-        assert!(
-            t.stack.tcp_bind_conflict(80, reuse),
-            "a listener, reuse {reuse}"
+    for old_reuse in [false, true] {
+        let mut t = SegTest::listening(80);
+        let l = t.listener.unwrap();
+        t.stack.tcp_listener_set_reuseaddr(l, old_reuse).unwrap();
+        for reuse in [false, true] {
+            assert!(
+                t.stack.tcp_bind_conflict(80, reuse),
+                "a listener, reuse {reuse}"
+            );
+            assert!(!t.stack.tcp_bind_conflict(81, reuse), "a free port");
+        }
+        let (h, _) = open(&mut t);
+        let now = t.now;
+        t.stack
+            .tcp_close_listener(now, t.listener.take().unwrap())
+            .unwrap();
+        assert!(t.stack.tcp_bind_conflict(80, false), "an open connection");
+        assert_eq!(
+            t.stack.tcp_bind_conflict(80, true),
+            !old_reuse,
+            "SO_REUSEADDR on the new socket, {old_reuse} on the connection"
         );
-        assert!(!t.stack.tcp_bind_conflict(81, reuse), "a free port");
+        close_cleanly(&mut t, h, 1001);
+        assert_eq!(t.stack.tcp_resources().timewait, 1);
+        assert!(t.stack.tcp_bind_conflict(80, false), "a TIME-WAIT record");
+        assert_eq!(
+            t.stack.tcp_bind_conflict(80, true),
+            !old_reuse,
+            "SO_REUSEADDR on the new socket, {old_reuse} on the TIME-WAIT record"
+        );
+        t.advance(Duration::from_secs(61));
+        assert_eq!(t.stack.tcp_resources().timewait, 0);
+        assert!(!t.stack.tcp_bind_conflict(80, false), "TIME-WAIT over");
     }
-    let (h, _) = open(&mut t);
-    let now = t.now;
-    t.stack
-        .tcp_close_listener(now, t.listener.take().unwrap())
-        .unwrap();
-    assert!(t.stack.tcp_bind_conflict(80, false), "an open connection");
-    assert!(!t.stack.tcp_bind_conflict(80, true), "SO_REUSEADDR");
-    close_cleanly(&mut t, h, 1001);
-    assert_eq!(t.stack.tcp_resources().timewait, 1);
-    assert!(t.stack.tcp_bind_conflict(80, false), "a TIME-WAIT record");
-    assert!(!t.stack.tcp_bind_conflict(80, true), "SO_REUSEADDR");
-    t.advance(Duration::from_secs(61));
-    assert_eq!(t.stack.tcp_resources().timewait, 0);
-    assert!(!t.stack.tcp_bind_conflict(80, false), "TIME-WAIT over");
 }
 
 // ---- TIME-WAIT reuse for outgoing connections ---------------------------------------------

@@ -371,3 +371,36 @@ fn linger_with_time_closes_with_a_fin() {
         t.assert_released();
     }
 }
+
+/// `TCP_MAXSEG` on a listener (Linux `user_mss`, copied to its connections by
+/// `sk_clone_lock`; `tcp_openreq_init_rwin` and `tcp_mss_clamp`): the SYN-ACK announces
+/// 536 and the accepted connection sends 536-byte segments to a peer that announced 1460,
+/// without the option being set again on it; `TCP_KEEPIDLE` likewise carries over. Out of
+/// Linux's bounds is `EINVAL`.
+#[test]
+fn a_listeners_tcp_maxseg_and_keepidle_carry_over_to_its_connections() {
+    use ustack_stack::TcpOpt;
+    let mut t = SegTest::listening(80);
+    let l = t.listener.unwrap();
+    assert_eq!(
+        t.stack.tcp_listener_set_opt(l, TcpOpt::MaxSeg, 87),
+        Err(Error::InvalidArgument)
+    );
+    t.stack
+        .tcp_listener_set_opt(l, TcpOpt::MaxSeg, 536)
+        .unwrap();
+    t.stack
+        .tcp_listener_set_opt(l, TcpOpt::KeepIdle, 42)
+        .unwrap();
+    assert_eq!(t.stack.tcp_listener_opt(l, TcpOpt::MaxSeg), Ok(536));
+    let (h, synack) = t.accept_with(Seg::syn(1000).mss(1460), 65_535);
+    assert_eq!(synack.mss, Some(536), "{synack:?}");
+    assert_eq!(t.stack.tcp_opt(h, TcpOpt::MaxSeg), Ok(536));
+    assert_eq!(t.stack.tcp_opt(h, TcpOpt::KeepIdle), Ok(42));
+    let now = t.now;
+    assert_eq!(t.stack.tcp_send(now, h, &[7u8; 1000]), Ok(1000));
+    let first = t.recv().expect("the first segment");
+    assert_eq!(first.payload.len(), 536, "{first:?}");
+    let second = t.recv().expect("the rest");
+    assert_eq!(second.payload.len(), 464, "{second:?}");
+}

@@ -1,6 +1,8 @@
 /* Socket options that change what the stack does, over a sim pair whose configuration
  * sets a sysctl: SO_RCVBUF/SO_SNDBUF (Linux's doubling), SO_KEEPALIVE, TCP_NODELAY,
- * TCP_MAXSEG, TCP_KEEPIDLE (the sysctl), SO_RCVTIMEO (EAGAIN when it runs out),
+ * TCP_MAXSEG (set: the MSS sent with), TCP_KEEPIDLE/TCP_KEEPINTVL/TCP_KEEPCNT (the
+ * sysctl, then the socket's own; EINVAL out of Linux's bounds), TCP_CORK, SO_RCVTIMEO
+ * (EAGAIN when it runs out),
  * SO_LINGER 0 (close resets: the peer reads ECONNRESET), SO_TYPE. */
 #include <netinet/tcp.h>
 #include <sys/time.h>
@@ -37,8 +39,22 @@ int main(void) {
     int mss = get_int(c, IPPROTO_TCP, TCP_MAXSEG);
     CHECK(mss >= 536 && mss <= 1460);
     CHECK(get_int(c, IPPROTO_TCP, TCP_KEEPIDLE) == 600);
-    int v = 30;
-    CHECK_ERR(ustack_setsockopt(c, IPPROTO_TCP, TCP_KEEPIDLE, &v, sizeof v), ENOPROTOOPT);
+    set_int(c, IPPROTO_TCP, TCP_KEEPIDLE, 30);
+    CHECK(get_int(c, IPPROTO_TCP, TCP_KEEPIDLE) == 30);
+    set_int(c, IPPROTO_TCP, TCP_KEEPINTVL, 5);
+    CHECK(get_int(c, IPPROTO_TCP, TCP_KEEPINTVL) == 5);
+    set_int(c, IPPROTO_TCP, TCP_KEEPCNT, 3);
+    CHECK(get_int(c, IPPROTO_TCP, TCP_KEEPCNT) == 3);
+    int v = 0; /* Linux: 1 to 32767 seconds */
+    CHECK_ERR(ustack_setsockopt(c, IPPROTO_TCP, TCP_KEEPIDLE, &v, sizeof v), EINVAL);
+    v = 128; /* Linux: at most 127 probes */
+    CHECK_ERR(ustack_setsockopt(c, IPPROTO_TCP, TCP_KEEPCNT, &v, sizeof v), EINVAL);
+    CHECK(get_int(c, IPPROTO_TCP, TCP_KEEPIDLE) == 30);
+    set_int(c, IPPROTO_TCP, TCP_MAXSEG, 536);
+    CHECK(get_int(c, IPPROTO_TCP, TCP_MAXSEG) <= 536);
+    set_int(c, IPPROTO_TCP, TCP_CORK, 1);
+    CHECK(get_int(c, IPPROTO_TCP, TCP_CORK) == 1);
+    set_int(c, IPPROTO_TCP, TCP_CORK, 0);
     set_int(c, SOL_SOCKET, SO_KEEPALIVE, 1);
     CHECK(get_int(c, SOL_SOCKET, SO_KEEPALIVE) == 1);
     set_int(s, SOL_SOCKET, SO_RCVBUF, 10000);

@@ -196,6 +196,14 @@ impl Stack {
     /// The connection is over (Linux `tcp_done`): an orphan is forgotten; otherwise the
     /// user keeps a CLOSED socket with the error to report and any unread data.
     pub(crate) fn tcp_done(&mut self, h: TcpHandle, error: Option<Error>) {
+        // Linux tcp_write_err: "sk->sk_err = READ_ONCE(sk->sk_err_soft) ? : ETIMEDOUT;":
+        // a connection that times out after a soft ICMP error reports that error.
+        let soft = match self.tcp.get(h) {
+            Some(t) if error == Some(Error::TimedOut) && t.flags.has(TcbFlags::ERR_SOFT) => {
+                self.tcp.xopts(h).err_soft
+            }
+            _ => None,
+        };
         let Some(mut sk) = self.tcp_sock(h) else {
             return;
         };
@@ -208,7 +216,7 @@ impl Stack {
             return;
         }
         let tcb = &mut *sk.tcb;
-        tcb.error = error;
+        tcb.error = soft.or(error);
         tcb.sndbuf.clear(sk.pool);
         tcb.rtx = super::scoreboard::RtxQueue::new();
         tcb.timers = super::tcb::Timers::NONE;
@@ -600,6 +608,9 @@ impl Sock<'_> {
         // that are answered never time out (RFC 9293 §3.8.6.1: "MUST NOT close the
         // connection as long as the receiving TCP continues to send acknowledgments").
         tcb.probes = 0;
+        // Linux tcp_ack: "We passed data and got it acked, remove any soft error log.
+        // Something worked..." (sk_err_soft = 0).
+        tcb.flags.clear(TcbFlags::ERR_SOFT);
         // Linux tcp_ack_probe: "If this ack opens up a zero window, clear backoff. It was
         // being used to time the probes, and is probably far higher than it needs to be
         // for normal retransmission." The data goes out with a fresh RTO.

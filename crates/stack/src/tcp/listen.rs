@@ -48,6 +48,12 @@ pub(crate) struct Listener {
     pub accept_queue: AcceptQueue,
     /// Requests (SYN-RECEIVED records) of this listener.
     pub syn_qlen: u32,
+    /// Options its connections inherit (`TCP_KEEP*`, `TCP_MAXSEG`; see
+    /// [`super::tcb::SockOpts`]).
+    pub opts: super::tcb::SockOpts,
+    /// SO_REUSEADDR (Linux `sk_reuse`), inherited by its connections
+    /// ([`TcbFlags::REUSEADDR`]).
+    pub reuseaddr: bool,
     /// When the SYN queue last overflowed into a cookie (Linux `tcp_synq_overflow`, kept
     /// in the listener's `rx_opt.ts_recent_stamp`): cookie ACKs are checked only within
     /// [`SYNCOOKIE_VALID`] of it.
@@ -94,6 +100,8 @@ impl Listeners {
             backlog,
             accept_queue: AcceptQueue::new(),
             syn_qlen: 0,
+            opts: super::tcb::SockOpts::default(),
+            reuseaddr: false,
             last_overflow: None,
         };
         let (index, generation) = self.slab.insert(listener);
@@ -107,6 +115,15 @@ impl Listeners {
 
     pub fn get_mut(&mut self, index: u32, generation: u32) -> Option<&mut Listener> {
         self.slab.get_mut(index, generation)
+    }
+
+    /// The options of the listener in slot `index` (all unset for none, as for a cookie's
+    /// `u32::MAX`).
+    pub(crate) fn opts(&self, index: u32) -> super::tcb::SockOpts {
+        self.slab
+            .by_index(index)
+            .map(|l| l.opts)
+            .unwrap_or_default()
     }
 
     /// The listener in slot `index` (requests and lookups hold bare indexes; a closed
@@ -536,7 +553,7 @@ impl Stack {
         }
         let rcv_nxt = req.irs + 1;
         // "first, check sequence number": the window we offered on the SYN-ACK.
-        let wnd = self.tcp_initial_rcv_window(req.ts_ok) as usize;
+        let wnd = self.tcp_initial_rcv_window(req.ts_ok, req.listener) as usize;
         let acceptable =
             seg.seq_number.in_range(rcv_nxt, rcv_nxt + wnd.max(1)) || seg.seq_number == rcv_nxt;
         if !acceptable {
@@ -605,15 +622,23 @@ impl Stack {
             }
             return;
         }
+        let (inherited, reuseaddr) = (l.opts, l.reuseaddr);
         if !cookie {
             self.request_drop(hash, &tuple);
         }
         let mut tcb = self.new_tcb(now, tuple, State::SynReceived, req.iss);
+        // TCP_MAXSEG of the listener (Linux `tcp_openreq_init_rwin`, and the child's
+        // `mss_clamp` from the request's): what the SYN-ACK announced, and the most it
+        // sends with.
+        tcb.adv_mss = self.tcp_listener_adv_mss(req.listener);
+        if reuseaddr {
+            tcb.flags.set(TcbFlags::REUSEADDR);
+        }
         tcb.rcv.irs = req.irs;
         tcb.rcv.nxt = req.irs + 1;
         tcb.rcv.wup = tcb.rcv.nxt;
         // RCV.WND: what our SYN-ACK offered (unscaled there, RFC 7323 §2.2).
-        tcb.rcv.wnd = self.tcp_initial_rcv_window(req.ts_ok);
+        tcb.rcv.wnd = self.tcp_initial_rcv_window(req.ts_ok, req.listener);
         tcb.snd.una = req.iss + 1;
         tcb.snd.nxt = req.iss + 1;
         // RFC 9293 §3.10.7.4 SYN-RECEIVED -> ESTABLISHED: "set SND.WND <- SEG.WND, set
@@ -658,6 +683,10 @@ impl Stack {
         // failed to get a valid RTT sample from 3WHS ... Reset the RTO back to 3secs").
         tcb.rtt.use_fallback_rto();
         let h = self.tcp.insert(tcb);
+        // The listener's TCP_KEEP* and TCP_MAXSEG (Linux `sk_clone_lock`).
+        if !inherited.is_empty() {
+            self.tcp.xopts_update(h, |o| *o = inherited);
+        }
         self.tcp_set_state(h, State::Established);
         self.mib.inc(Counter::TcpPassiveOpens);
         if let Some(l) = self.tcp.listeners.by_index(req.listener) {

@@ -113,6 +113,80 @@ pub struct ListenerHandle {
     pub(crate) generation: u32,
 }
 
+/// A TCP socket option kept per socket beside the TCB ([`Stack::tcp_set_opt`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TcpOpt {
+    /// `TCP_KEEPIDLE`: seconds idle before the first keepalive probe.
+    KeepIdle,
+    /// `TCP_KEEPINTVL`: seconds between keepalive probes.
+    KeepIntvl,
+    /// `TCP_KEEPCNT`: unanswered probes before the connection is dropped.
+    KeepCnt,
+    /// `TCP_MAXSEG`: a bound on the MSS announced and sent with (Linux `user_mss`).
+    MaxSeg,
+}
+
+impl TcpOpt {
+    /// Every one, in declaration order (the index of [`TcpOptValues`]).
+    pub const ALL: [TcpOpt; 4] = [
+        TcpOpt::KeepIdle,
+        TcpOpt::KeepIntvl,
+        TcpOpt::KeepCnt,
+        TcpOpt::MaxSeg,
+    ];
+
+    /// The value if Linux's `do_tcp_setsockopt` takes it, else `EINVAL`
+    /// (`MAX_TCP_KEEPIDLE`, `MAX_TCP_KEEPINTVL` 32767, `MAX_TCP_KEEPCNT` 127;
+    /// `TCP_MAXSEG` 0 or `TCP_MIN_MSS` 88 to `MAX_TCP_WINDOW` 32767).
+    pub fn check(self, val: i32) -> Result<u16, Error> {
+        let ok = match self {
+            TcpOpt::KeepIdle | TcpOpt::KeepIntvl => (1..=32767).contains(&val),
+            TcpOpt::KeepCnt => (1..=127).contains(&val),
+            TcpOpt::MaxSeg => val == 0 || (88..=32767).contains(&val),
+        };
+        if ok {
+            Ok(val as u16)
+        } else {
+            Err(Error::InvalidArgument)
+        }
+    }
+
+    fn store(self, o: &mut tcb::SockOpts, v: u16) {
+        match self {
+            TcpOpt::KeepIdle => o.keepidle = v,
+            TcpOpt::KeepIntvl => o.keepintvl = v,
+            TcpOpt::KeepCnt => o.keepcnt = v as u8,
+            TcpOpt::MaxSeg => o.user_mss = v,
+        }
+    }
+}
+
+/// [`TcpOpt`] values set on a socket that has no connection yet (a C API's descriptor, a
+/// listener's for its connections to come), to give it with [`Stack::tcp_set_opt`] when
+/// it has one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TcpOptValues([Option<i32>; 4]);
+
+impl TcpOptValues {
+    /// Record `v` for `o`.
+    pub fn set(&mut self, o: TcpOpt, v: i32) {
+        self.0[o as usize] = Some(v);
+    }
+
+    /// The value recorded for `o`, if any.
+    pub fn get(&self, o: TcpOpt) -> Option<i32> {
+        self.0[o as usize]
+    }
+
+    /// The options recorded, with their values.
+    pub fn iter(&self) -> impl Iterator<Item = (TcpOpt, i32)> + '_ {
+        TcpOpt::ALL
+            .iter()
+            .zip(self.0)
+            .filter_map(|(&o, v)| Some((o, v?)))
+    }
+}
+
 /// How to shut a connection down (`shutdown(2)`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Shutdown {
@@ -162,6 +236,9 @@ pub(crate) struct Tcp {
     /// Connections whose send found no buffer memory (`tcp_mem`): marked writable when
     /// the stack leaves memory pressure (see `Stack::tcp_mem_wake`).
     pub(crate) mem_waiters: std::collections::BTreeSet<TcpHandle>,
+    /// The rarely set per-socket options of the connections that have any, by slab index
+    /// ([`tcb::TcbFlags::XOPTS`]; see [`tcb::SockOpts`]).
+    pub(crate) xopts: hashbrown::HashMap<u32, tcb::SockOpts>,
 }
 
 /// The challenge ACKs a stack may still send this second (RFC 5961 §7, when
@@ -207,7 +284,40 @@ impl Tcp {
             tx_waiters: std::collections::VecDeque::new(),
             tx_woken: None,
             mem_waiters: std::collections::BTreeSet::new(),
+            xopts: hashbrown::HashMap::new(),
         }
+    }
+
+    /// The rarely set options of connection `h` (all unset if it has none).
+    pub(crate) fn xopts(&self, h: TcpHandle) -> tcb::SockOpts {
+        match self.get(h) {
+            Some(t) if t.flags.has(tcb::TcbFlags::XOPTS) => {
+                self.xopts.get(&h.index).copied().unwrap_or_default()
+            }
+            _ => tcb::SockOpts::default(),
+        }
+    }
+
+    /// Change the rarely set options of connection `h` with `f`; the entry is made, or
+    /// dropped when nothing is left set. `None` if there is no such connection.
+    pub(crate) fn xopts_update<T>(
+        &mut self,
+        h: TcpHandle,
+        f: impl FnOnce(&mut tcb::SockOpts) -> T,
+    ) -> Option<T> {
+        let mut o = self.xopts(h);
+        let r = f(&mut o);
+        let tcb = self.conns.get_mut(h.index, h.generation)?;
+        if o.is_empty() {
+            if tcb.flags.has(tcb::TcbFlags::XOPTS) {
+                self.xopts.remove(&h.index);
+            }
+            tcb.flags.clear(tcb::TcbFlags::XOPTS);
+        } else {
+            tcb.flags.set(tcb::TcbFlags::XOPTS);
+            self.xopts.insert(h.index, o);
+        }
+        Some(r)
     }
 
     /// A buffer pool bounded by the stack's `tcp_mem` sysctls.
@@ -299,6 +409,9 @@ impl Tcp {
     pub(crate) fn remove(&mut self, h: TcpHandle) -> Option<Tcb> {
         self.unhash(h);
         let mut tcb = self.conns.remove(h.index, h.generation)?;
+        if tcb.flags.has(tcb::TcbFlags::XOPTS) {
+            self.xopts.remove(&h.index);
+        }
         if tcb.flags.has(tcb::TcbFlags::ORPHAN) {
             debug_assert!(self.orphans > 0, "orphan count out of step");
             self.orphans = self.orphans.saturating_sub(1);
@@ -467,32 +580,51 @@ impl Stack {
         Ok(ListenerHandle { index, generation })
     }
 
+    /// `SO_REUSEADDR` on a listener (Linux `sk_reuse`): its connections inherit it, and
+    /// [`Stack::tcp_bind_conflict`] asks it of them.
+    pub fn tcp_listener_set_reuseaddr(&mut self, l: ListenerHandle, on: bool) -> Result<(), Error> {
+        self.tcp
+            .listeners
+            .get_mut(l.index, l.generation)
+            .ok_or(Error::BadHandle)?
+            .reuseaddr = on;
+        Ok(())
+    }
+
+    /// `SO_REUSEADDR` on a connection (Linux `sk_reuse`): its TIME-WAIT record keeps it,
+    /// and [`Stack::tcp_bind_conflict`] asks it of both.
+    pub fn tcp_set_reuseaddr(&mut self, h: TcpHandle, on: bool) -> Result<(), Error> {
+        let tcb = self.tcp.get_mut(h).ok_or(Error::BadHandle)?;
+        if on {
+            tcb.flags.set(tcb::TcbFlags::REUSEADDR);
+        } else {
+            tcb.flags.clear(tcb::TcbFlags::REUSEADDR);
+        }
+        Ok(())
+    }
+
     /// Whether `bind(2)` of TCP port `port` conflicts with what the stack holds (Linux
     /// `inet_csk_get_port` -> `inet_csk_bind_conflict`): a listener on the port always
     /// does; a connection on it in any state, orphans included, and a TIME-WAIT record do
-    /// unless the new socket sets SO_REUSEADDR (`reuseaddr`). Linux asks that the old
-    /// socket had it too (`sk2->sk_reuse`, which an accepted connection inherits from its
-    /// listener and a TIME-WAIT record from its connection); ustack keeps no such bit per
-    /// connection and takes the new socket's word. The stack's own bookkeeping of bound
-    /// but not yet listening or connected sockets is the caller's (a C API's descriptors).
-    /// Linux finds the port's sockets in its bind hash; this walks the connections and
-    /// the TIME-WAIT records, which is fine for `bind` (not for every connect).
+    /// unless both the new socket (`reuseaddr`) and the old one set SO_REUSEADDR (Linux:
+    /// "if (reuse && sk2->sk_reuse && sk2->sk_state != TCP_LISTEN)"; an accepted
+    /// connection inherits `sk_reuse` from its listener, a TIME-WAIT record from its
+    /// connection: `TcbFlags::REUSEADDR`, `TimeWait::reuseaddr`). The
+    /// stack's own bookkeeping of bound but not yet listening or connected sockets is the
+    /// caller's (a C API's descriptors). Linux finds the port's sockets in its bind hash;
+    /// this walks the connections and the TIME-WAIT records, which is fine for `bind`
+    /// (not for every connect).
     pub fn tcp_bind_conflict(&self, port: u16, reuseaddr: bool) -> bool {
         if self.tcp.listeners.bound(port) {
             return true;
         }
-        if reuseaddr {
-            return false;
-        }
-        self.tcp
-            .conns
+        self.tcp.conns.iter().any(|(_, t)| {
+            t.tuple.local.port() == port && !(reuseaddr && t.flags.has(tcb::TcbFlags::REUSEADDR))
+        }) || self
+            .tcp
+            .timewait
             .iter()
-            .any(|(_, t)| t.tuple.local.port() == port)
-            || self
-                .tcp
-                .timewait
-                .iter()
-                .any(|(t, _)| t.local.port() == port)
+            .any(|(t, tw)| t.local.port() == port && !(reuseaddr && tw.reuseaddr))
     }
 
     /// `listen()` again on a listener: only the backlog changes, clamped to `somaxconn`
@@ -555,7 +687,7 @@ impl Stack {
 
     /// Open a connection to `remote` (active open, RFC 9293 §3.10.1): a SYN goes out now.
     pub fn tcp_connect(&mut self, now: Instant, remote: SocketAddrV4) -> Result<TcpHandle, Error> {
-        self.tcp_connect_inner(now, remote, None)
+        self.tcp_connect_with(now, remote, None, &TcpOptValues::default())
     }
 
     /// Open a connection to `remote` from a chosen local port (`bind(2)` then
@@ -568,19 +700,26 @@ impl Stack {
         local_port: u16,
         remote: SocketAddrV4,
     ) -> Result<TcpHandle, Error> {
-        if local_port == 0 {
-            return Err(Error::InvalidArgument);
-        }
-        self.tcp_connect_inner(now, remote, Some(local_port))
+        self.tcp_connect_with(now, remote, Some(local_port), &TcpOptValues::default())
     }
 
-    fn tcp_connect_inner(
+    /// [`Stack::tcp_connect`] (`local_port` `None`) or [`Stack::tcp_connect_from`] for a
+    /// socket that set [`TcpOpt`]s before `connect(2)`: they hold from the SYN on, so a
+    /// `TCP_MAXSEG` lowers the MSS the SYN announces and the window it offers (Linux
+    /// `tcp_connect_init`: "tp->advmss = tcp_mss_clamp(tp, dst_metric_advmss(dst))").
+    /// A value out of Linux's bounds is `EINVAL` and nothing is sent.
+    pub fn tcp_connect_with(
         &mut self,
         now: Instant,
         remote: SocketAddrV4,
         local_port: Option<u16>,
+        opts: &TcpOptValues,
     ) -> Result<TcpHandle, Error> {
-        if remote.port() == 0
+        for (o, v) in opts.iter() {
+            o.check(v)?;
+        }
+        if local_port == Some(0)
+            || remote.port() == 0
             || remote.ip().is_unspecified()
             || remote.ip().is_broadcast()
             || remote.ip().is_multicast()
@@ -631,7 +770,14 @@ impl Stack {
             tcb.ts_recent_stamp = ((tw.expires.instant(now).as_millis() / 1000) as u32)
                 .saturating_sub(timer::TIMEWAIT_LEN.as_secs() as u32);
         }
+        if let Some(user) = opts.get(TcpOpt::MaxSeg).filter(|&m| m > 0) {
+            tcb.adv_mss = tcb.adv_mss.min(user as u16);
+        }
         let h = self.tcp.insert(tcb);
+        for (o, v) in opts.iter() {
+            let v = o.check(v)?;
+            self.tcp.xopts_update(h, |x| o.store(x, v));
+        }
         self.mib.inc(Counter::TcpActiveOpens);
         self.tcp_send_syn(now, h);
         Ok(h)
@@ -700,6 +846,42 @@ impl Stack {
         Ok(n)
     }
 
+    /// `send(MSG_OOB)` (Linux `tcp_sendmsg` with `MSG_OOB`, `tcp_mark_urg`): queue `data`
+    /// as [`Stack::tcp_send`] does and set the send urgent pointer after its last byte
+    /// taken, so that the segments before it carry URG (RFC 9293 §3.8.5; the pointer is
+    /// "one past the urgent byte", as BSD and Linux set it, RFC 6093 §3). ustack's
+    /// receive side has no out-of-band byte: an inbound urgent byte is read in line (as
+    /// Linux's `SO_OOBINLINE`), and there is no `recv(MSG_OOB)`.
+    pub fn tcp_send_urgent(
+        &mut self,
+        now: Instant,
+        h: TcpHandle,
+        data: &[u8],
+    ) -> Result<usize, Error> {
+        // Marked before the data goes out, as tcp_push marks it before pushing, and moved
+        // to where the write ended after.
+        let end = |t: &Tcb| t.data_start() + t.sndbuf.len();
+        let tcb = self.tcp.get(h).ok_or(Error::BadHandle)?;
+        let planned = end(tcb) + data.len();
+        self.tcp_set_snd_up(h, planned);
+        let r = self.tcp_send(now, h, data);
+        let tcb = self.tcp.get(h).ok_or(Error::BadHandle)?;
+        let written = end(tcb);
+        if written != planned {
+            self.tcp_set_snd_up(h, written);
+        }
+        r
+    }
+
+    /// Urgent mode up to `up` (see [`Stack::tcp_send_urgent`]).
+    fn tcp_set_snd_up(&mut self, h: TcpHandle, up: SeqNumber) {
+        if self.tcp.xopts_update(h, |o| o.snd_up = Some(up)).is_some()
+            && let Some(t) = self.tcp.get_mut(h)
+        {
+            t.flags.set(tcb::TcbFlags::URG);
+        }
+    }
+
     /// Read received bytes. `Ok(0)` is end of stream (the peer sent FIN and everything
     /// before it was read); `WouldBlock` when nothing is there yet.
     pub fn tcp_recv(&mut self, now: Instant, h: TcpHandle, buf: &mut [u8]) -> Result<usize, Error> {
@@ -741,6 +923,18 @@ impl Stack {
             return Ok(0);
         }
         Err(Error::WouldBlock)
+    }
+
+    /// `recv(MSG_PEEK)`: copy received bytes without taking them (Linux `tcp_recvmsg`
+    /// with `MSG_PEEK`): the next read returns them again. With nothing to read, what
+    /// [`Stack::tcp_recv`] says (end of stream, the pending error, `WouldBlock`).
+    pub fn tcp_peek(&mut self, now: Instant, h: TcpHandle, buf: &mut [u8]) -> Result<usize, Error> {
+        let Tcp { conns, pool, .. } = &self.tcp;
+        let tcb = conns.get(h.index, h.generation).ok_or(Error::BadHandle)?;
+        if tcb.rcvbuf.readable() > 0 || buf.is_empty() {
+            return Ok(tcb.rcvbuf.peek(pool, buf));
+        }
+        self.tcp_recv(now, h, buf)
     }
 
     /// `shutdown(2)`: stop reading, writing (a FIN follows the queued data), or both.
@@ -834,9 +1028,33 @@ impl Stack {
     }
 
     /// `getsockopt(SO_ERROR)`: the connection's pending error (`ECONNREFUSED`,
-    /// `ETIMEDOUT`, `ECONNRESET`), taken once, as Linux's `sock_error` clears `sk_err`.
+    /// `ETIMEDOUT`, `ECONNRESET`), taken once, as Linux's `sock_error` clears `sk_err`;
+    /// with none, the soft error an ICMP message left (`EHOSTUNREACH`, `ENETUNREACH`,
+    /// `ECONNREFUSED` on a synchronized connection), taken once too (Linux
+    /// `sk_getsockopt`: "if (v.val == 0) v.val = xchg(&sk->sk_err_soft, 0);").
     pub fn tcp_take_error(&mut self, h: TcpHandle) -> Result<Option<Error>, Error> {
-        Ok(self.tcp.get_mut(h).ok_or(Error::BadHandle)?.error.take())
+        let tcb = self.tcp.get_mut(h).ok_or(Error::BadHandle)?;
+        if let Some(e) = tcb.error.take() {
+            return Ok(Some(e));
+        }
+        if !tcb.flags.has(tcb::TcbFlags::ERR_SOFT) {
+            return Ok(None);
+        }
+        tcb.flags.clear(tcb::TcbFlags::ERR_SOFT);
+        Ok(self.tcp.xopts_update(h, |o| o.err_soft.take()).flatten())
+    }
+
+    /// Record a soft error on connection `h` (Linux `tcp_v4_err` on a synchronized
+    /// connection without `IP_RECVERR`: "WRITE_ONCE(sk->sk_err_soft, err)").
+    pub(crate) fn tcp_set_err_soft(&mut self, h: TcpHandle, err: Error) {
+        if self
+            .tcp
+            .xopts_update(h, |o| o.err_soft = Some(err))
+            .is_some()
+            && let Some(tcb) = self.tcp.get_mut(h)
+        {
+            tcb.flags.set(tcb::TcbFlags::ERR_SOFT);
+        }
     }
 
     /// `TCP_NODELAY`: turn Nagle's algorithm off (true) or on.
@@ -851,9 +1069,10 @@ impl Stack {
         Ok(())
     }
 
-    /// `SO_KEEPALIVE`.
+    /// `SO_KEEPALIVE`: the first probe after the idle time (`TCP_KEEPIDLE`, or
+    /// `net.ipv4.tcp_keepalive_time`; Linux `keepalive_time_when`).
     pub fn tcp_set_keepalive(&mut self, now: Instant, h: TcpHandle, on: bool) -> Result<(), Error> {
-        let idle = core::time::Duration::from_secs(self.sysctl.tcp_keepalive_time);
+        let (idle, _, _) = self.tcp_keepalive_params(h);
         let tcb = self.tcp.get_mut(h).ok_or(Error::BadHandle)?;
         if on {
             tcb.flags.set(tcb::TcbFlags::KEEPALIVE);
@@ -937,6 +1156,148 @@ impl Stack {
             _ => tcb.flags.clear(tcb::TcbFlags::LINGER_ABORT),
         }
         Ok(())
+    }
+
+    /// The keepalive idle time, probe interval and probe count of connection `h`: its
+    /// own (`TCP_KEEPIDLE`, `TCP_KEEPINTVL`, `TCP_KEEPCNT`) or the sysctls' (Linux
+    /// `keepalive_time_when`, `keepalive_intvl_when`, `keepalive_probes`).
+    pub(crate) fn tcp_keepalive_params(
+        &self,
+        h: TcpHandle,
+    ) -> (core::time::Duration, core::time::Duration, u64) {
+        let o = self.tcp.xopts(h);
+        let secs = |own: u16, sysctl: u64| {
+            core::time::Duration::from_secs(if own != 0 { u64::from(own) } else { sysctl })
+        };
+        (
+            secs(o.keepidle, self.sysctl.tcp_keepalive_time),
+            secs(o.keepintvl, self.sysctl.tcp_keepalive_intvl),
+            if o.keepcnt != 0 {
+                u64::from(o.keepcnt)
+            } else {
+                self.sysctl.tcp_keepalive_probes
+            },
+        )
+    }
+
+    /// `setsockopt(IPPROTO_TCP, opt)` for one of the options kept beside the TCB (Linux
+    /// `do_tcp_setsockopt`), with Linux's bounds (`EINVAL` outside them): `TCP_KEEPIDLE`
+    /// and `TCP_KEEPINTVL` 1 to 32767 seconds, `TCP_KEEPCNT` 1 to 127, `TCP_MAXSEG` 0 (off)
+    /// or 88 to 32767. A new idle time re-arms a running keepalive timer for what is left
+    /// of it (Linux `tcp_sock_set_keepidle_locked`). `TCP_MAXSEG` on a connection clamps
+    /// the MSS it sends with from then on (Linux `tcp_sync_mss` bounds `mss_cache` by
+    /// `user_mss`); on a connection still in SYN-SENT the SYN has already announced the
+    /// interface's MSS (ustack opens the connection at `connect`, Linux takes the option
+    /// set before it), so only what it sends is clamped.
+    pub fn tcp_set_opt(
+        &mut self,
+        now: Instant,
+        h: TcpHandle,
+        opt: TcpOpt,
+        val: i32,
+    ) -> Result<(), Error> {
+        let v = opt.check(val)?;
+        self.tcp
+            .xopts_update(h, |o| opt.store(o, v))
+            .ok_or(Error::BadHandle)?;
+        let tcb = self.tcp.get_mut(h).ok_or(Error::BadHandle)?;
+        match opt {
+            TcpOpt::KeepIdle
+                if tcb.flags.has(tcb::TcbFlags::KEEPALIVE) && tcb.state != State::Closed =>
+            {
+                let elapsed = tcb.last_activity.elapsed(now);
+                let idle = core::time::Duration::from_secs(u64::from(v));
+                tcb.timers.keepalive = clock32::Deadline::at(now + idle.saturating_sub(elapsed));
+                self.tcp_arm(now, h);
+            }
+            TcpOpt::MaxSeg if v != 0 && tcb.state != State::SynSent => {
+                tcb.mss = tcb.mss.min(v);
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// `getsockopt(IPPROTO_TCP, opt)` (Linux `do_tcp_getsockopt`): the keepalive values in
+    /// force (the socket's or the sysctls'); `TCP_MAXSEG` the MSS the connection sends
+    /// with (`mss_cache`).
+    pub fn tcp_opt(&self, h: TcpHandle, opt: TcpOpt) -> Result<i32, Error> {
+        let tcb = self.tcp.get(h).ok_or(Error::BadHandle)?;
+        let (idle, intvl, cnt) = self.tcp_keepalive_params(h);
+        let sat = |n: u64| i32::try_from(n).unwrap_or(i32::MAX);
+        Ok(match opt {
+            TcpOpt::KeepIdle => sat(idle.as_secs()),
+            TcpOpt::KeepIntvl => sat(intvl.as_secs()),
+            TcpOpt::KeepCnt => sat(cnt),
+            TcpOpt::MaxSeg => i32::from(tcb.mss),
+        })
+    }
+
+    /// [`Stack::tcp_set_opt`] on a listener: its connections inherit the value (Linux
+    /// `sk_clone_lock` copies the listener's `tcp_sock`); `TCP_MAXSEG` also lowers the
+    /// MSS its SYN-ACKs announce (Linux `tcp_openreq_init_rwin`, `tcp_mss_clamp`).
+    pub fn tcp_listener_set_opt(
+        &mut self,
+        l: ListenerHandle,
+        opt: TcpOpt,
+        val: i32,
+    ) -> Result<(), Error> {
+        let v = opt.check(val)?;
+        let listener = self
+            .tcp
+            .listeners
+            .get_mut(l.index, l.generation)
+            .ok_or(Error::BadHandle)?;
+        opt.store(&mut listener.opts, v);
+        Ok(())
+    }
+
+    /// [`Stack::tcp_opt`] of a listener: `TCP_MAXSEG` is the value set, or the default
+    /// MSS (Linux: `user_mss` in LISTEN, else `mss_cache`, `TCP_MSS_DEFAULT`).
+    pub fn tcp_listener_opt(&self, l: ListenerHandle, opt: TcpOpt) -> Result<i32, Error> {
+        let o = self
+            .tcp
+            .listeners
+            .get(l.index, l.generation)
+            .ok_or(Error::BadHandle)?
+            .opts;
+        let or = |own: u64, sysctl: u64| {
+            i32::try_from(if own != 0 { own } else { sysctl }).unwrap_or(i32::MAX)
+        };
+        Ok(match opt {
+            TcpOpt::KeepIdle => or(o.keepidle.into(), self.sysctl.tcp_keepalive_time),
+            TcpOpt::KeepIntvl => or(o.keepintvl.into(), self.sysctl.tcp_keepalive_intvl),
+            TcpOpt::KeepCnt => or(o.keepcnt.into(), self.sysctl.tcp_keepalive_probes),
+            TcpOpt::MaxSeg => or(o.user_mss.into(), u64::from(output::DEFAULT_MSS)),
+        })
+    }
+
+    /// `TCP_CORK` (Linux `__tcp_sock_set_cork`): while on, segments shorter than the MSS
+    /// wait for more data (`tcp_nagle_check` with `TCP_NAGLE_CORK`); full segments and a
+    /// FIN still go. Turning it off sends what waits, under Nagle's rule unless
+    /// `TCP_NODELAY` (`tcp_push_pending_frames`). What waits corked with nothing in flight
+    /// leaves by itself after a retransmission timeout (Linux arms the probe timer,
+    /// `tcp_check_probe_timer`, and `tcp_write_wakeup` sends it: the man page's "200 ms
+    /// ceiling").
+    pub fn tcp_set_cork(&mut self, now: Instant, h: TcpHandle, on: bool) -> Result<(), Error> {
+        let tcb = self.tcp.get_mut(h).ok_or(Error::BadHandle)?;
+        if on {
+            tcb.flags.set(tcb::TcbFlags::CORK);
+        } else {
+            tcb.flags.clear(tcb::TcbFlags::CORK);
+            self.tcp_output(now, h);
+        }
+        Ok(())
+    }
+
+    /// Whether `TCP_CORK` is on.
+    pub fn tcp_cork(&self, h: TcpHandle) -> Result<bool, Error> {
+        Ok(self
+            .tcp
+            .get(h)
+            .ok_or(Error::BadHandle)?
+            .flags
+            .has(tcb::TcbFlags::CORK))
     }
 
     /// What `ss -tmi` would show for this connection.
@@ -1077,6 +1438,7 @@ mod tests {
             ts_offset: 0,
             rcv_wnd: 100,
             ts_ok,
+            reuseaddr: false,
             expires: clock32::Ms32::ceil(entered + timer::TIMEWAIT_LEN),
             last_oow_ack: 0,
         }

@@ -170,15 +170,29 @@ impl Stack {
     /// negotiated timestamps, whose option takes its room from the MSS the window is a
     /// multiple of (Linux `tcp_openreq_init_rwin`: "mss -= TCPOLEN_TSTAMP_ALIGNED";
     /// 65,160 = 45 x 1448).
-    pub(crate) fn tcp_initial_rcv_window(&self, ts_ok: bool) -> u32 {
+    /// `listener`: the slab index of the request's listener, whose `TCP_MAXSEG` lowers
+    /// the MSS (Linux `tcp_openreq_init_rwin`: `tcp_mss_clamp(tp, dst_metric_advmss)`).
+    pub(crate) fn tcp_initial_rcv_window(&self, ts_ok: bool, listener: u32) -> u32 {
         let ts = ts_ok && self.sysctl.tcp_timestamps != 0;
-        let mss = self.tcp_adv_mss().saturating_sub(if ts { 12 } else { 0 });
+        let mss = self
+            .tcp_listener_adv_mss(listener)
+            .saturating_sub(if ts { 12 } else { 0 });
         initial_rcv_window(&self.sysctl, mss)
     }
 
     /// The MSS our SYN and SYN-ACK advertise: the MTU less the IP and TCP headers.
     fn tcp_adv_mss(&self) -> u16 {
         (self.mtu - 40).min(u16::MAX as usize) as u16
+    }
+
+    /// The MSS the connections of listener `index` advertise: [`Stack::tcp_adv_mss`]
+    /// clamped by the listener's `TCP_MAXSEG` (Linux `tcp_mss_clamp`).
+    pub(crate) fn tcp_listener_adv_mss(&self, index: u32) -> u16 {
+        let adv = self.tcp_adv_mss();
+        match self.tcp.listeners.opts(index).user_mss {
+            0 => adv,
+            user => adv.min(user),
+        }
     }
 
     /// Apply what the SYN exchange negotiated (RFC 7323 §2.2, RFC 2018 §2, RFC 9293 §3.7.1).
@@ -249,8 +263,12 @@ impl Stack {
         // The window as SYN-SENT records it on the SYN-ACK (RCV.WND, see
         // tcp_rcv_synsent_state_process).
         let window = initial_rcv_window(&self.sysctl, tcb.adv_mss);
+        let adv_mss = tcb.adv_mss;
         let mut repr = self.bare_repr(tuple, iss, SeqNumber(0), Flags::SYN, window as u16);
         self.syn_options(&mut repr, ts_clock(now).wrapping_add(ts_offset), 0, None);
+        // The MSS this connection announces: the interface's, or less (TCP_MAXSEG set
+        // before connect, Linux tcp_advertise_mss; a path MTU from ICMP in SYN-SENT).
+        repr.max_seg_size = Some(adv_mss);
         let retransmit = tcb.snd.nxt != iss;
         if !self.tcp_tx_throttle(h, false) {
             self.tcp_emit(now, tuple, &repr, Payload::None);
@@ -281,7 +299,7 @@ impl Stack {
             req.iss,
             req.irs + 1,
             Flags::SYN | Flags::ACK,
-            self.tcp_initial_rcv_window(req.ts_ok) as u16,
+            self.tcp_initial_rcv_window(req.ts_ok, req.listener) as u16,
         );
         let tsval = tsval.unwrap_or_else(|| ts_clock(now).wrapping_add(req.ts_offset));
         self.syn_options(
@@ -290,6 +308,7 @@ impl Stack {
             req.ts_recent,
             Some((req.snd_wscale, req.sack_ok, req.ts_ok)),
         );
+        repr.max_seg_size = Some(self.tcp_listener_adv_mss(req.listener));
         if req.peer_mss < repr.max_seg_size.unwrap_or(u16::MAX) && req.listener == u32::MAX {
             // A cookie SYN-ACK advertises the MSS the cookie encodes.
             repr.max_seg_size = Some(repr.max_seg_size.unwrap_or(DEFAULT_MSS).min(1460));
@@ -529,6 +548,10 @@ impl Stack {
             return false;
         }
         let pressure = self.tcp.pool.under_pressure();
+        let snd_up = match self.tcp.get(h) {
+            Some(t) if t.flags.has(TcbFlags::URG) => self.tcp.xopts(h).snd_up,
+            _ => None,
+        };
         let Some(tcb) = self.tcp.get_mut(h) else {
             return false;
         };
@@ -540,6 +563,25 @@ impl Stack {
         if push && len > 0 {
             flags |= Flags::PSH;
         }
+        // Urgent data (RFC 9293 §3.8.5; Linux tcp_transmit_skb): a segment starting before
+        // snd_up carries URG and the offset of snd_up from its sequence number, or 0xFFFF
+        // when that is too far and the segment is the last one sent; urgent mode ends
+        // once the peer has acknowledged snd_up (Linux tcp_urg_mode: snd_una != snd_up).
+        let mut urgent_pointer = 0;
+        if let Some(up) = snd_up {
+            if !tcb.snd.una.before(up) {
+                tcb.flags.clear(TcbFlags::URG);
+            } else if seq.before(up) {
+                let off = up.diff(seq);
+                if off < 0x10000 {
+                    flags |= Flags::URG;
+                    urgent_pointer = off as u16;
+                } else if (seq + 0xFFFF).after(tcb.snd.nxt) {
+                    flags |= Flags::URG;
+                    urgent_pointer = 0xFFFF;
+                }
+            }
+        }
         let tuple = tcb.tuple;
         let mut repr = tcp::Repr {
             src_port: tuple.local.port(),
@@ -548,6 +590,7 @@ impl Stack {
             ack_number: tcb.rcv.nxt,
             flags,
             window_len: window,
+            urgent_pointer,
             ..tcp::Repr::default()
         };
         let offset = seq.diff(tcb.data_start()).max(0) as usize;
@@ -660,7 +703,7 @@ impl Stack {
     /// peer's window and Nagle allow; with `probe`, one segment regardless of cwnd and
     /// Nagle (Linux `tcp_write_xmit(.., TCP_NAGLE_OFF, push_one = 2)` for a loss probe).
     /// Returns the segments sent.
-    fn tcp_write_xmit(&mut self, now: Instant, h: TcpHandle, probe: bool) -> u32 {
+    pub(crate) fn tcp_write_xmit(&mut self, now: Instant, h: TcpHandle, probe: bool) -> u32 {
         let mut sent_segs = 0;
         loop {
             let Some(tcb) = self.tcp.get(h) else {
@@ -723,6 +766,22 @@ impl Stack {
             let small_outstanding =
                 tcb.snd_sml.after(tcb.snd.una) && !tcb.snd_sml.after(tcb.snd.nxt);
             if partial && len == unsent && !nodelay && small_outstanding {
+                break;
+            }
+            // TCP_CORK (Linux tcp_nagle_check: "partial && ((nonagle & TCP_NAGLE_CORK) ||
+            // ..."): the partial tail waits for more data or the uncork. With nothing in
+            // flight the probe timer is armed (Linux tcp_push_pending_frames ->
+            // tcp_check_probe_timer, at tcp_probe0_base: the RTO, at least TCP_RTO_MIN),
+            // whose expiry sends it anyway (tcp_write_wakeup; see tcp_probe_timer).
+            if partial && len == unsent && !fin && !probe && tcb.flags.has(TcbFlags::CORK) {
+                if tcb.rtx.is_empty() && !tcb.timers.retransmit.is_armed() {
+                    let base = tcb.rtt.rto().max(super::rtt::TCP_RTO_MIN);
+                    if let Some(t) = self.tcp.get_mut(h) {
+                        t.timers.retransmit = Deadline::at(now + base);
+                        t.flags.clear(TcbFlags::LOSS_PROBE);
+                    }
+                    self.tcp_arm(now, h);
+                }
                 break;
             }
             // A segment cut short by the peer's window: sender silly window avoidance

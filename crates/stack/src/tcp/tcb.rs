@@ -128,6 +128,26 @@ impl TcbFlags {
     /// (Linux `tcp_check_space` -> `tcp_new_space` -> `sk_stream_write_space`), even when
     /// the send buffer was not full by its size.
     pub(crate) const NOSPACE: u32 = 1 << 20;
+    /// The connection has an entry in `Tcp::xopts` (its [`SockOpts`]): rarely set
+    /// options live there, keyed by slab index, so the TCB does not grow for them and a
+    /// connection without any costs no lookup.
+    pub(crate) const XOPTS: u32 = 1 << 21;
+    /// TCP_CORK: partial segments wait until uncorked (Linux `TCP_NAGLE_CORK` in
+    /// `tp->nonagle`). A bit here, not in [`SockOpts`]: the output path tests it on every
+    /// segment.
+    pub(crate) const CORK: u32 = 1 << 22;
+    /// SO_REUSEADDR was set on the socket (Linux `sk->sk_reuse`, which an accepted
+    /// connection inherits from its listener and a TIME-WAIT record from its connection):
+    /// asked by `Stack::tcp_bind_conflict` of the old socket.
+    pub(crate) const REUSEADDR: u32 = 1 << 23;
+    /// A soft ICMP error waits in the connection's [`SockOpts::err_soft`] (Linux
+    /// `sk_err_soft` non-zero). A bit here so that an acceptable ACK, which clears it
+    /// (Linux `tcp_ack`: "We passed data and got it acked, remove any soft error log"),
+    /// needs no table lookup.
+    pub(crate) const ERR_SOFT: u32 = 1 << 24;
+    /// Urgent mode (Linux `tcp_urg_mode`: `snd_up` ahead of `snd_una`): the urgent
+    /// pointer is in [`SockOpts::snd_up`]; segments before it carry URG.
+    pub(crate) const URG: u32 = 1 << 25;
 
     #[inline]
     pub(crate) const fn has(self, bit: u32) -> bool {
@@ -231,6 +251,40 @@ pub(crate) struct Tcb {
     pub(crate) error: Option<crate::Error>,
     /// End of the last sub-MSS segment sent (Linux `snd_sml`), for Nagle's test.
     pub(crate) snd_sml: SeqNumber,
+}
+
+/// Per-socket options that are rarely set, and the soft error: what Linux keeps in
+/// `tcp_sock` (`keepalive_time`, `keepalive_intvl`, `keepalive_probes`,
+/// `rx_opt.user_mss`) and `sock` (`sk_err_soft`). A connection that has any of them has
+/// an entry in `Tcp::xopts` keyed by its slab index ([`TcbFlags::XOPTS`]), removed with
+/// the connection; a listener keeps its own for its connections to inherit (Linux
+/// `sk_clone_lock` copies the listener's `tcp_sock`). Kept out of the TCB (224 bytes,
+/// see `tcb_stays_small`): the idle connection of a million-connection server pays
+/// nothing for them, and the lookups happen only on paths that are not per segment (the
+/// keepalive timer, a timeout, ICMP errors, `getsockopt`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct SockOpts {
+    /// TCP_KEEPIDLE in seconds; 0: `net.ipv4.tcp_keepalive_time`.
+    pub(crate) keepidle: u16,
+    /// TCP_KEEPINTVL in seconds; 0: `net.ipv4.tcp_keepalive_intvl`.
+    pub(crate) keepintvl: u16,
+    /// TCP_KEEPCNT; 0: `net.ipv4.tcp_keepalive_probes`.
+    pub(crate) keepcnt: u8,
+    /// TCP_MAXSEG (Linux `rx_opt.user_mss`); 0: not set.
+    pub(crate) user_mss: u16,
+    /// A soft error from ICMP (Linux `sk_err_soft`): reported once by `SO_ERROR` when no
+    /// hard error is pending, and as the error of a connection that times out.
+    pub(crate) err_soft: Option<crate::Error>,
+    /// The send urgent pointer (Linux `snd_up`): the sequence number after the last byte
+    /// written with `MSG_OOB`, while [`TcbFlags::URG`].
+    pub(crate) snd_up: Option<SeqNumber>,
+}
+
+impl SockOpts {
+    /// Whether nothing is set (the entry can go).
+    pub(crate) fn is_empty(&self) -> bool {
+        *self == SockOpts::default()
+    }
 }
 
 /// What every connection keeps of congestion control: cwnd and ssthresh, in segments.

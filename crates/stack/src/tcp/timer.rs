@@ -42,6 +42,9 @@ pub(crate) struct TimeWait {
     pub last_oow_ack: u32,
     pub rcv_wnd: u16,
     pub ts_ok: bool,
+    /// The connection's SO_REUSEADDR (Linux `tw_reuse`, copied from `sk_reuse` by
+    /// `inet_twsk_alloc`), for `Stack::tcp_bind_conflict`: in the record's padding byte.
+    pub reuseaddr: bool,
 }
 
 /// An entry of the TIME-WAIT expiry queue: a deadline and the record's tuple.
@@ -198,6 +201,7 @@ impl Stack {
             ts_offset: tcb.ts_offset,
             rcv_wnd: (tcb.rcv.wnd >> tcb.rcv_wscale).min(65_535) as u16,
             ts_ok: tcb.flags.has(TcbFlags::TS_OK),
+            reuseaddr: tcb.flags.has(TcbFlags::REUSEADDR),
             expires: Ms32::ceil(now + TIMEWAIT_LEN),
             last_oow_ack: 0,
         };
@@ -400,6 +404,7 @@ impl Stack {
         let Some(tcb) = self.tcp.get_mut(h) else {
             return;
         };
+        let linear = self.sysctl.tcp_syn_linear_timeouts;
         let limit = match tcb.state {
             State::SynSent | State::SynReceived => self.sysctl.tcp_syn_retries,
             _ if tcb.flags.has(TcbFlags::ORPHAN) => match self.sysctl.tcp_orphan_retries {
@@ -412,7 +417,19 @@ impl Stack {
         // "__NET_INC_STATS(sock_net(sk), LINUX_MIB_TCPTIMEOUTS); if (tcp_write_timeout(sk))
         // goto out;".
         self.mib.inc(Counter::TcpExtTCPTimeouts);
-        if u64::from(tcb.rtt.retransmits()) >= limit {
+        let expired = if tcb.state == State::SynSent {
+            // Linux tcp_write_timeout -> retransmits_timed_out(sk, tcp_syn_retries, 0): a
+            // connect gives up once the time since its first SYN (`retrans_stamp`; here
+            // `last_activity`, which nothing moves in SYN-SENT) reaches what that many
+            // retries backed off from the initial timeout would take (tcp_model_timeout),
+            // whatever the SYNs' actual spacing (tcp_syn_linear_timeouts).
+            tcb.rtt.retransmits() > 0
+                && tcb.last_activity.elapsed(now)
+                    >= model_timeout(limit, super::listen::TIMEOUT_INIT)
+        } else {
+            u64::from(tcb.rtt.retransmits()) >= limit
+        };
+        if expired {
             // Linux tcp_write_err: ETIMEDOUT, TCPAbortOnTimeout.
             self.mib.inc(Counter::TcpExtTCPAbortOnTimeout);
             return self.tcp_done(h, Some(Error::TimedOut));
@@ -442,8 +459,14 @@ impl Stack {
         sk.tcp_mtu_probing(timeouts);
         sk.tcp_enter_loss(now);
         let tcb = sk.tcb;
-        // RFC 6298 §5.5 "back off the timer", §5.6 restart it.
-        tcb.rtt.backoff();
+        // RFC 6298 §5.5 "back off the timer", §5.6 restart it; but not for the first
+        // tcp_syn_linear_timeouts expiries of a SYN (Linux 6.18 tcp_retransmit_timer:
+        // backoff only "if (sk->sk_state != TCP_SYN_SENT || tp->total_rto >
+        // sysctl_tcp_syn_linear_timeouts)", total_rto counting this expiry).
+        let expiry = u64::from(tcb.rtt.retransmits()) + 1;
+        if tcb.state != State::SynSent || expiry > linear {
+            tcb.rtt.backoff();
+        }
         tcb.rtt.count_retransmit();
         let rto = tcb.rtt.rto();
         tcb.timers.retransmit = Deadline::at(now + rto);
@@ -469,6 +492,13 @@ impl Stack {
             return;
         };
         let sent = tcb.snd.nxt.diff(tcb.data_start()).max(0) as usize;
+        if tcb.sndbuf.len() > sent && tcb.snd.wnd > 0 && tcb.flags.has(TcbFlags::CORK) {
+            // Corked data waited a probe timeout with nothing in flight: Linux
+            // tcp_probe_timer -> tcp_send_probe0 -> tcp_write_wakeup sends one segment of
+            // it, whatever the cork.
+            self.tcp_write_xmit(now, h, true);
+            return self.tcp_output(now, h);
+        }
         if tcb.sndbuf.len() <= sent || tcb.snd.wnd > 0 {
             // Nothing waits on the window any more.
             return self.tcp_output(now, h);
@@ -539,6 +569,9 @@ impl Stack {
 
     /// Keepalive, or the end of an orphan's FIN-WAIT-2 (Linux `tcp_keepalive_timer`).
     fn tcp_keepalive_timer(&mut self, now: Instant, h: TcpHandle) {
+        // The socket's TCP_KEEPIDLE, TCP_KEEPINTVL, TCP_KEEPCNT or the sysctls (Linux
+        // keepalive_time_when, keepalive_intvl_when, keepalive_probes).
+        let (time, intvl, max_probes) = self.tcp_keepalive_params(h);
         let Some(tcb) = self.tcp.get_mut(h) else {
             return;
         };
@@ -553,15 +586,13 @@ impl Stack {
             return;
         }
         let idle = tcb.last_activity.elapsed(now);
-        let time = Duration::from_secs(self.sysctl.tcp_keepalive_time);
-        let intvl = Duration::from_secs(self.sysctl.tcp_keepalive_intvl);
         if idle < time {
             tcb.probes = 0;
             tcb.timers.keepalive = Deadline::at(now + (time - idle));
             return;
         }
         // RFC 9293 §3.8.4 keep-alives, Linux's counts: tcp_keepalive_probes unanswered probes.
-        if u64::from(tcb.probes) >= self.sysctl.tcp_keepalive_probes {
+        if u64::from(tcb.probes) >= max_probes {
             // Linux tcp_keepalive_timer: tcp_send_active_reset, then tcp_write_err
             // (ETIMEDOUT, TCPAbortOnTimeout): a peer that is only silent learns that the
             // connection is over.
@@ -631,6 +662,21 @@ pub(crate) fn oow_rate_limited(last: &mut u32, now: Instant, ratelimit_ms: u64) 
     false
 }
 
+/// How long `boundary` retransmissions take when each timeout doubles from `rto_base`
+/// up to `TCP_RTO_MAX` (Linux `tcp_model_timeout`): `(2^(boundary+1) - 1) * rto_base`
+/// while the doubling stays under the cap, then `TCP_RTO_MAX` a retry.
+fn model_timeout(boundary: u64, rto_base: Duration) -> Duration {
+    let max = super::rtt::TCP_RTO_MAX;
+    // ilog2(TCP_RTO_MAX / rto_base)
+    let ratio = (max.as_millis() / rto_base.as_millis().max(1)).max(1) as u64;
+    let thresh = u64::from(ratio.ilog2());
+    if boundary <= thresh {
+        rto_base * ((2u32 << boundary) - 1)
+    } else {
+        rto_base * ((2u32 << thresh) - 1) + max * (boundary - thresh) as u32
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -653,6 +699,7 @@ mod tests {
             last_oow_ack: 0,
             rcv_wnd: 100,
             ts_ok: false,
+            reuseaddr: false,
         }
     }
 

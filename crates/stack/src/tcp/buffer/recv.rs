@@ -590,6 +590,24 @@ impl RecvBuffer {
         n
     }
 
+    /// Copy up to `out.len()` in-order bytes without taking them (`recv(MSG_PEEK)`;
+    /// Linux `tcp_recvmsg_locked` with `MSG_PEEK` walks the queue without eating it).
+    pub fn peek(&self, pool: &BufferPool, out: &mut [u8]) -> usize {
+        let n = out.len().min(self.inorder.len as usize);
+        let (mut c, mut start, mut done) = (self.inorder.head, self.inorder.start, 0);
+        while done < n {
+            let off = start as usize % CHUNK;
+            let k = (CHUNK - off).min(n - done);
+            out[done..done + k].copy_from_slice(&pool.chunk(c)[off..off + k]);
+            done += k;
+            start = start.wrapping_add(k as u32);
+            if (start as usize).is_multiple_of(CHUNK) {
+                c = pool.next(c);
+            }
+        }
+        n
+    }
+
     /// Free the out-of-order queue's map once the buffer holds nothing. While in-order
     /// data awaits the reader an empty map is kept (with its root node), so that a
     /// reordering per few segments does not cost an allocation each; a drained buffer
