@@ -11,8 +11,8 @@
 //!   link as the client, with a stack of its own (`Net::shm`) and hyper's client over a
 //!   ustack `TcpStream`, and checks the same three routes. No root needed.
 //!
-//! The binary is `target/<profile>/examples/axum_hello`, which `cargo test` and
-//! `cargo nextest run` build with the tests. Every process runs under `timeout` and is
+//! The binary is `target/<profile>/examples/axum_hello`, built by the test first (cargo
+//! build, up to 10 minutes: a no-op when it is up to date). Every process runs under `timeout` and is
 //! stopped on drop (on failure too); the namespace goes with its guard.
 
 use core::time::Duration;
@@ -33,21 +33,45 @@ const FILE_LEN: usize = 3 * 1024 * 1024 + 1234;
 /// The JSON `POST /echo` sends.
 const JSON: &str = r#"{"issue":16,"list":[1,2,3],"nested":{"ok":true,"s":"ustack"}}"#;
 
-/// The example binary beside this test (`target/<profile>/examples/axum_hello`).
+/// The example binary beside this test (`target/<profile>/examples/axum_hello`), built
+/// first (once per process) by the cargo that builds the tests: `cargo nextest run` builds
+/// the test targets only, and a binary left by an earlier build would be stale.
 fn axum_hello_bin() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test's path");
-    let profile = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>");
-    let bin = profile.join("examples").join("axum_hello");
-    assert!(
-        bin.exists(),
-        "{} is missing: `cargo test -p ustack-tokio` builds it (or `cargo build -p \
-         ustack-tokio --example axum_hello`)",
-        bin.display()
-    );
-    bin
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let exe = std::env::current_exe().expect("the test's path");
+            let profile = exe
+                .parent()
+                .and_then(Path::parent)
+                .expect("target/<profile>");
+            let target = profile.parent().expect("the target directory");
+            let mut build = Command::new("timeout");
+            build
+                .args([
+                    "600",
+                    env!("CARGO"),
+                    "build",
+                    "--quiet",
+                    "-p",
+                    "ustack-tokio",
+                ])
+                .args(["--example", "axum_hello"])
+                .env("CARGO_TARGET_DIR", target)
+                .current_dir(env!("CARGO_MANIFEST_DIR"));
+            if profile.file_name().is_some_and(|n| n == "release") {
+                build.arg("--release");
+            }
+            let status = build.status().expect("running cargo");
+            assert!(
+                status.success(),
+                "building the axum_hello example: {status}"
+            );
+            let bin = profile.join("examples").join("axum_hello");
+            assert!(bin.exists(), "{} is missing after the build", bin.display());
+            bin
+        })
+        .clone()
 }
 
 #[path = "support/common.rs"]
