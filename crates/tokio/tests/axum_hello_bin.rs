@@ -33,10 +33,11 @@ const FILE_LEN: usize = 3 * 1024 * 1024 + 1234;
 /// The JSON `POST /echo` sends.
 const JSON: &str = r#"{"issue":16,"list":[1,2,3],"nested":{"ok":true,"s":"ustack"}}"#;
 
-/// The example binary beside this test (`target/<profile>/examples/axum_hello`), built
-/// first (once per process) by the cargo that builds the tests: `cargo nextest run` builds
+/// The example binary `name` beside this test (`target/<profile>/examples/<name>`), the
+/// examples `axum_hello` and `http_load` built first (once per process) by the cargo that
+/// builds the tests: `cargo nextest run` builds
 /// the test targets only, and a binary left by an earlier build would be stale.
-fn axum_hello_bin() -> PathBuf {
+fn example(name: &str) -> PathBuf {
     static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     BUILT
         .get_or_init(|| {
@@ -56,22 +57,17 @@ fn axum_hello_bin() -> PathBuf {
                     "-p",
                     "ustack-tokio",
                 ])
-                .args(["--example", "axum_hello"])
+                .args(["--example", "axum_hello", "--example", "http_load"])
                 .env("CARGO_TARGET_DIR", target)
                 .current_dir(env!("CARGO_MANIFEST_DIR"));
             if profile.file_name().is_some_and(|n| n == "release") {
                 build.arg("--release");
             }
             let status = build.status().expect("running cargo");
-            assert!(
-                status.success(),
-                "building the axum_hello example: {status}"
-            );
-            let bin = profile.join("examples").join("axum_hello");
-            assert!(bin.exists(), "{} is missing after the build", bin.display());
-            bin
+            assert!(status.success(), "building the examples: {status}");
+            profile.join("examples")
         })
-        .clone()
+        .join(name)
 }
 
 #[path = "support/common.rs"]
@@ -91,7 +87,7 @@ impl Server {
     fn start(args: &[&str]) -> Server {
         let mut child = Command::new("timeout")
             .args(["-k", "1", &LIMIT.as_secs().to_string()])
-            .arg(axum_hello_bin())
+            .arg(example("axum_hello"))
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -278,4 +274,42 @@ fn shm_client(tag: &str, extra: &[&str]) {
     drop(rt);
     drop(net);
     drop(server);
+}
+
+/// The `http_load` example (the docs' load figure over shm) against `axum_hello --link shm`
+/// for 1 s with 4 connections: it answers its line with requests made, all of them 200s,
+/// no error, and exits 0.
+#[test]
+fn http_load_loads_axum_hello_over_shm() {
+    let server = Server::start(&["--link", "shm", "--addr", "192.0.2.2:80", "--workers", "1"]);
+    let name = server
+        .ready
+        .strip_prefix("shm-offer ")
+        .unwrap_or_else(|| panic!("`{}` instead of `shm-offer <name>`", server.ready));
+    let out = Command::new("timeout")
+        .args(["-k", "1", "30"])
+        .arg(example("http_load"))
+        .args(["--link", "shm", "--offer", name, "--addr", "192.0.2.2:80"])
+        .args(["--conns", "4", "--secs", "1"])
+        .output()
+        .expect("running http_load");
+    let line = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "http_load: {}: {line}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let field = |k: &str| -> u64 {
+        let mut words = line.split_whitespace();
+        words.find(|w| *w == k);
+        words
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no `{k} N` in `{line}`"))
+    };
+    assert!(field("requests") > 0, "{line}");
+    assert_eq!(field("ok"), field("requests"), "{line}");
+    assert_eq!(field("other"), 0, "{line}");
+    assert_eq!(field("errors"), 0, "{line}");
 }
