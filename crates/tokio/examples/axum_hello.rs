@@ -15,7 +15,7 @@
 //! and exits; `--link kernel` serves the same application on tokio's own (kernel)
 //! sockets at `--addr`, in the namespace it is started in (the comparison docs/api.md
 //! measures with wrk). `--workers N` sets tokio's worker threads (default: one per core).
-//! `--local` (with `--link tun`) runs model (b): the stack driven inside a current-thread
+//! `--local` (with `--link tun` or `shm`) runs model (b): the stack driven inside a current-thread
 //! runtime (`ustack_tokio::local::LocalStack`), each connection served by hyper on the
 //! `LocalSet` (`axum::serve` spawns `Send` tasks, and these sockets are not `Send`).
 
@@ -42,7 +42,7 @@ struct Args {
     /// tokio worker threads (default: one per core).
     #[arg(long)]
     workers: Option<usize>,
-    /// With --link tun: the stack driven inside one current-thread runtime (model (b)).
+    /// With --link tun or shm: the stack driven inside one current-thread runtime (model (b)).
     #[arg(long)]
     local: bool,
     /// The network namespace to create the TUN interface in (a name or a path).
@@ -117,17 +117,8 @@ fn main() -> anyhow::Result<()> {
         "tun" if args.local => {
             let (queue, name) = ustack_tokio::tun_queue(&args.tun, args.netns.as_deref())
                 .context("creating the TUN interface")?;
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
-            tokio::task::LocalSet::new().block_on(&rt, async {
-                let stack = ustack_tokio::local::LocalStack::new(builder, queue)?;
-                let addr = core::net::SocketAddr::from((ip, port));
-                let listener = ustack_tokio::local::LocalTcpListener::bind(&stack, addr)?;
-                println!("tun-ready {name}");
-                serve_local(listener, app(args.root)).await;
-                Ok::<(), anyhow::Error>(())
-            })?;
+            let ready = format!("tun-ready {name}");
+            serve_on_local_stack(builder, queue, ip, port, args.root, Some(ready))?;
         }
         "tun" => {
             let (net, name) = ustack_tokio::net_over_tun(builder, &args.tun, args.netns.as_deref())
@@ -144,9 +135,14 @@ fn main() -> anyhow::Result<()> {
             offer
                 .hand_over(core::time::Duration::from_secs(60))
                 .context("waiting for a client to attach")?;
-            let net = Net::shm(builder, ports)?;
-            let listener = TcpListener::bind(&net, (ip, port))?;
-            rt.block_on(axum::serve(listener, app(args.root)).into_future())?;
+            if args.local {
+                let port_ = ports.into_iter().next().context("no queue pair")?;
+                serve_on_local_stack(builder, port_, ip, port, args.root, None)?;
+            } else {
+                let net = Net::shm(builder, ports)?;
+                let listener = TcpListener::bind(&net, (ip, port))?;
+                rt.block_on(axum::serve(listener, app(args.root)).into_future())?;
+            }
         }
         "kernel" => rt.block_on(async {
             let listener = tokio::net::TcpListener::bind((ip, port)).await?;
@@ -156,6 +152,31 @@ fn main() -> anyhow::Result<()> {
         _ => rt.block_on(sim(builder, ip, port, args.root))?,
     }
     Ok(())
+}
+
+/// Model (b): a `LocalStack` over `link` on a current-thread runtime, `app` served on
+/// its listener at `ip:port`; `ready` printed once the listener is bound.
+fn serve_on_local_stack(
+    builder: RuntimeBuilder,
+    link: impl ustack_net::Link + 'static,
+    ip: Ipv4Addr,
+    port: u16,
+    root: PathBuf,
+    ready: Option<String>,
+) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    tokio::task::LocalSet::new().block_on(&rt, async {
+        let stack = ustack_tokio::local::LocalStack::new(builder, link)?;
+        let addr = core::net::SocketAddr::from((ip, port));
+        let listener = ustack_tokio::local::LocalTcpListener::bind(&stack, addr)?;
+        if let Some(ready) = ready {
+            println!("{ready}");
+        }
+        serve_local(listener, app(root)).await;
+        Ok(())
+    })
 }
 
 /// `app` on a model (b) listener: each connection served by hyper's HTTP/1 server in a

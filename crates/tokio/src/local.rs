@@ -229,6 +229,46 @@ impl LocalStack {
         Ok(LocalStack { inner })
     }
 
+    /// Model (b) sharded: one thread per link, each a current-thread runtime with a
+    /// [`tokio::task::LocalSet`] and a [`LocalStack`] over its link (built by
+    /// `builder.shard(k)` for link `k`), running `f(stack, k)` to its end; its output, or
+    /// the error building the runtime or the stack, comes back through the thread's
+    /// handle. A shard binds a listener of its own on the shared address, as each thread
+    /// of a server does with `SO_REUSEPORT`, and serves the connections its link brings
+    /// (over shm, queue pair `k`'s; a `Net` client over the same link spreads its
+    /// connections over the queue pairs one after another).
+    pub fn spawn_shards<L, F, Fut>(
+        builder: RuntimeBuilder,
+        links: Vec<L>,
+        f: F,
+    ) -> io::Result<Vec<std::thread::JoinHandle<io::Result<Fut::Output>>>>
+    where
+        L: Link + Send + 'static,
+        F: Fn(LocalStack, usize) -> Fut + Send + Sync + 'static,
+        Fut: core::future::Future + 'static,
+        Fut::Output: Send + 'static,
+    {
+        let f = std::sync::Arc::new(f);
+        links
+            .into_iter()
+            .enumerate()
+            .map(|(k, link)| {
+                let (f, b) = (f.clone(), builder.clone().shard(k));
+                std::thread::Builder::new()
+                    .name(format!("local-shard-{k}"))
+                    .spawn(move || {
+                        let rt = tokio::runtime::Builder::new_current_thread()
+                            .enable_all()
+                            .build()?;
+                        tokio::task::LocalSet::new().block_on(&rt, async move {
+                            let stack = LocalStack::new(b, link)?;
+                            Ok(f(stack, k).await)
+                        })
+                    })
+            })
+            .collect()
+    }
+
     /// Rounds the driver ran and the times it waited on the reactor.
     pub fn driver_counters(&self) -> (u64, u64) {
         (self.inner.rounds.get(), self.inner.waits.get())

@@ -21,46 +21,19 @@
 
 use core::time::Duration;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 
 use sha2::{Digest, Sha256};
 use ustack_runtime::RuntimeBuilder;
 use ustack_testkit::netns::{KERNEL_IP, NetNs, TunRig, USTACK_IP, root_or_skip, tool_or_skip};
-use ustack_tokio::{Net, TcpStream};
+use ustack_tokio::Net;
 
 const LIMIT: Duration = Duration::from_secs(60);
 const BIG: usize = 10 * 1024 * 1024;
 
-/// A `timeout ...` child, stopped and reaped on drop: SIGTERM, which `timeout` passes on
-/// to the command it runs (a SIGKILL would leave that command behind, orphaned).
-struct Kill(Child);
-
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("kill")
-            .args(["-TERM", &self.0.id().to_string()])
-            .status();
-        let _ = self.0.wait();
-    }
-}
-
-/// A directory of the test's own under the temp dir, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let p = std::env::temp_dir().join(format!("ustack-tokio-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+#[path = "support/common.rs"]
+mod common;
+use common::{Kill, TempDir};
 
 /// Writes `n` bytes of a pattern to `path`; their SHA-256 in hex.
 fn big_file(path: &Path, n: usize, salt: u64) -> String {
@@ -538,20 +511,7 @@ fn hyper_client_fetches_from_a_kernel_http_server_over_tun() {
 /// connect while the server starts): status, length and SHA-256 of the body.
 async fn fetch(net: &Net, path: &str) -> (u16, usize, String) {
     use http_body_util::{BodyExt, Empty};
-    let stream = loop {
-        match TcpStream::connect(net, (KERNEL_IP, 8000)).await {
-            Ok(s) => break s,
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(e) => panic!("connect: {e}"),
-        }
-    };
-    let (mut send, conn) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-            .await
-            .expect("handshake");
-    tokio::spawn(conn);
+    let mut send = common::hyper_client(net, (KERNEL_IP, 8000).into()).await;
     let req = hyper::Request::get(path)
         .header("host", format!("{KERNEL_IP}:8000"))
         .body(Empty::<hyper::body::Bytes>::new())
