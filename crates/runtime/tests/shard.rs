@@ -322,8 +322,9 @@ fn timers_fire_through_the_loop() {
     assert_eq!(s.shard.stack().mib().drops(DropReason::NeighFailed), 1);
     assert_eq!(s.shard.stats().timer_runs, 1 + 3);
 
-    // TCP: a SYN to the peer, which has gone silent after ARP. The retransmission timer
-    // backs off from the 1 s initial RTO (RFC 6298 §5.5): SYNs at 0, 1, 3, 7 s.
+    // TCP: a SYN to the peer, which has gone silent after ARP. The first
+    // `tcp_syn_linear_timeouts` (4) retransmissions keep the 1 s initial RTO, then it backs
+    // off (RFC 6298 §5.5; Linux `tcp_retransmit_timer`): SYNs at 0, 1, 2, 3, 4, 5, 7 s.
     let mut s = Setup::new();
     s.warm_up();
     s.shard
@@ -349,8 +350,8 @@ fn timers_fire_through_the_loop() {
         .map(|&(t, _)| t)
         .collect();
     let secs: Vec<u64> = syns.iter().map(|t| t.since_epoch().as_secs()).collect();
-    assert_eq!(secs, [0, 1, 3, 7]);
-    assert_eq!(s.shard.stack().mib().get(Counter::TcpRetransSegs), 3);
+    assert_eq!(secs, [0, 1, 2, 3, 4, 5, 7]);
+    assert_eq!(s.shard.stack().mib().get(Counter::TcpRetransSegs), 6);
 }
 
 #[test]
