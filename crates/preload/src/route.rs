@@ -11,6 +11,9 @@
 //! - The stack starts lazily, on the first such `socket`, from the environment
 //!   ([`crate::config`]), on the calling thread with a thread-local flag set: a socket the
 //!   start itself makes (the TUN's set-up) goes to the kernel.
+//! - At `exit` the process waits, at most [`EXIT_LINGER`], until every TCP connection has
+//!   its data and FIN acknowledged ([`at_exit`]): the kernel keeps a closed socket's data
+//!   going after the program is gone, ustack's stack dies with the process.
 //! - After `fork`, the child has no ustack loop threads: its ustack descriptors are
 //!   orphans ([`Where::Orphan`]): `close` releases the number, every other call fails
 //!   with `EBADFD`, and a new `AF_INET` socket fails with `ENETDOWN`.
@@ -101,6 +104,51 @@ pub extern "C" fn forked() {
 /// Whether this process is a `fork` child of one that started ustack.
 pub fn is_forked() -> bool {
     FORKED.load(Ordering::Relaxed)
+}
+
+/// How long [`at_exit`] waits for the connections' data to be acknowledged.
+pub const EXIT_LINGER: Duration = Duration::from_secs(10);
+
+/// The process's `atexit` hook. A program that writes its last bytes, closes and exits
+/// (socat, a CGI-style server) expects them delivered: Linux's sockets outlive the
+/// process (an orphan, `tcp_close`), ustack's loop threads do not. So the exit waits
+/// until no TCP connection has bytes unacknowledged (`ESTAB`, `CLOSE-WAIT`) or a FIN
+/// unanswered (`FIN-WAIT-1`, `CLOSING`, `LAST-ACK`), at most [`EXIT_LINGER`] (a peer
+/// that stopped reading cannot hold the exit longer). Nothing to do in a `fork` child.
+pub extern "C" fn at_exit() {
+    let Some(Outcome::Ustack(stack)) = STARTED.get() else {
+        return;
+    };
+    if is_forked() {
+        return;
+    }
+    let deadline = Instant::now() + EXIT_LINGER;
+    loop {
+        let busy = stack.net().on_each_shard(|rt| {
+            let now = rt.now();
+            rt.stack()
+                .sockets(now)
+                .iter()
+                .filter(|v| match v.state {
+                    "ESTAB" | "CLOSE-WAIT" => v.send_q > 0,
+                    "FIN-WAIT-1" | "CLOSING" | "LAST-ACK" => true,
+                    _ => false,
+                })
+                .count()
+        });
+        let busy: usize = busy.map_or(0, |b| b.iter().sum());
+        if busy == 0 {
+            return;
+        }
+        if Instant::now() >= deadline {
+            eprintln!(
+                "ustack preload: exiting with {busy} connection(s) still sending after {}s",
+                EXIT_LINGER.as_secs()
+            );
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
 }
 
 /// Where `fd`'s calls go.
@@ -196,7 +244,7 @@ fn serve_control(control: ControlServer, stack: &Arc<Stack>) {
 }
 
 /// Where `socket(domain, ty, protocol)` goes, starting the stack if this is the first
-/// ustack socket. `atfork` registers [`forked`] (the FFI's job).
+/// ustack socket. `atfork` registers [`forked`] and [`at_exit`] (the FFI's job).
 pub fn socket(domain: i32, ty: i32, protocol: i32, atfork: fn()) -> Route {
     let base = ty & !(libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC);
     let ours = domain == libc::AF_INET

@@ -153,9 +153,12 @@ macro_rules! on_fd {
     };
 }
 
-fn register_atfork() {
+fn register_hooks() {
     // SAFETY: `route::forked` is an `extern "C" fn()` that only stores an atomic.
     unsafe { libc::pthread_atfork(None, None, Some(route::forked)) };
+    // SAFETY: `route::at_exit` is an `extern "C" fn()` that does not unwind (it only
+    // waits on the loop threads, bounded) and may run after `main` returns.
+    unsafe { libc::atexit(route::at_exit) };
 }
 
 // ---- sockets ---------------------------------------------------------------------------
@@ -163,7 +166,7 @@ fn register_atfork() {
 /// `socket(2)`: `AF_INET` stream and datagram sockets to ustack, the rest to the kernel.
 #[unsafe(no_mangle)]
 pub extern "C" fn socket(domain: c_int, ty: c_int, protocol: c_int) -> c_int {
-    match route::socket(domain, ty, protocol, register_atfork) {
+    match route::socket(domain, ty, protocol, register_hooks) {
         // SAFETY: plain integers to libc.
         Route::Kernel => unsafe { real::socket(domain, ty, protocol) },
         Route::Ustack => u::ustack_socket(domain, ty, protocol),

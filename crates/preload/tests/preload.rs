@@ -648,7 +648,8 @@ fn a_server_forking_per_connection_is_refused_clearly() {
     let server = start_preloaded(cmd, &ns, "socat");
     let result = std::panic::catch_unwind(|| {
         for round in 0..2 {
-            // Retried until the server listens (a refused connect fails socat at once).
+            // Retried until the server listens (a refused connect fails socat at once) on
+            // an interface that is up.
             let mut out = None;
             for _ in 0..100 {
                 let o = ns
@@ -658,7 +659,12 @@ fn a_server_forking_per_connection_is_refused_clearly() {
                     )
                     .output()
                     .expect("the kernel's client");
-                if !text(&o.stderr).contains("Connection refused") {
+                // Refused: not listening yet; unreachable: the TUN is not up yet.
+                let err = text(&o.stderr);
+                if !["Connection refused", "unreachable", "No route to host"]
+                    .iter()
+                    .any(|e| err.contains(e))
+                {
                     out = Some(o);
                     break;
                 }
