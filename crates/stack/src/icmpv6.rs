@@ -20,7 +20,7 @@
 //!   uses, solicitations answered for our addresses, duplicate address detection (RFC
 //!   4862 §5.4). Router advertisements are counted and ignored (addresses are static).
 
-use core::net::{IpAddr, Ipv6Addr};
+use core::net::{IpAddr, Ipv6Addr, SocketAddrV6};
 
 use ustack_obs::{Counter, DropReason, Instant};
 use ustack_wire::icmpv6::{self, Message, time_exceeded};
@@ -132,8 +132,9 @@ impl Stack {
     }
 
     /// Packet Too Big (RFC 8201 §4): lower the path MTU of the quoted packet's destination,
-    /// if the quoted packet is one of ours. (Stage 2: TCP then shrinks its segments, as it
-    /// does for ICMPv4's fragmentation-needed, through `tcp_pmtu_event`.)
+    /// if the quoted packet is one of ours; a TCP connection it quotes then shrinks its
+    /// segments, as for ICMPv4's fragmentation-needed (Linux `tcp_v6_err` ->
+    /// `tcp_v6_mtu_reduced`, through `tcp_pmtu_event` with its sequence check).
     fn icmp6_pkt_too_big(&mut self, now: Instant, mtu: u32, quoted: &[u8]) {
         if quoted.len() < ipv6::HEADER_LEN {
             return self.mib.inc(Counter::Icmp6InErrors);
@@ -143,6 +144,27 @@ impl Stack {
             return self.mib.inc(Counter::Icmp6InErrors);
         }
         self.ip6_pmtu_update(now, q.dst_addr(), mtu);
+        // ustack sends TCP with no extension header: the TCP header follows at once.
+        let l4 = &quoted[ipv6::HEADER_LEN..];
+        if q.next_header() != IpProtocol::Tcp || l4.len() < 8 {
+            return;
+        }
+        let port = |i: usize| u16::from_be_bytes([l4[i], l4[i + 1]]);
+        let local = SocketAddrV6::new(q.src_addr(), port(0), 0, 0);
+        let remote = SocketAddrV6::new(q.dst_addr(), port(2), 0, 0);
+        let Some(tuple) = self.tcp.intern6.find(local, remote) else {
+            return self.mib.inc(Counter::Icmp6InErrors);
+        };
+        if self
+            .tcp
+            .lookup(self.tcp.ehash.hash(&tuple), &tuple)
+            .is_none()
+        {
+            return self.mib.inc(Counter::Icmp6InErrors);
+        }
+        let seq = ustack_wire::SeqNumber(u32::from_be_bytes([l4[4], l4[5], l4[6], l4[7]]));
+        let mtu = mtu.max(ipv6::MIN_MTU as u32);
+        self.tcp_pmtu_event(now, tuple, seq, mtu, ipv6::HEADER_LEN);
     }
 
     /// Send an ICMPv6 echo request to `dst`. Replies appear in [`Stack::recv_echo_reply6`].

@@ -5,7 +5,7 @@
 //! Both are snapshots taken by walking the tables, so they cost O(sockets): tools call
 //! them, the packet path never does.
 
-use core::net::SocketAddrV4;
+use core::net::SocketAddr;
 use core::time::Duration;
 
 use ustack_obs::Instant;
@@ -31,9 +31,9 @@ pub struct SocketView {
     /// `ESTAB`, `LISTEN`, `TIME-WAIT`, `SYN-SENT`, ..., `UNCONN` for a UDP socket.
     pub state: &'static str,
     /// The local address.
-    pub local: SocketAddrV4,
+    pub local: SocketAddr,
     /// The peer (`None`: any, as `*:*` for a listener or an unconnected UDP socket).
-    pub remote: Option<SocketAddrV4>,
+    pub remote: Option<SocketAddr>,
     /// Bytes received and not read; for a listener, connections waiting in its accept
     /// queue (as `ss` shows).
     pub recv_q: usize,
@@ -140,8 +140,8 @@ impl Stack {
             out.push(SocketView {
                 protocol: Protocol::Tcp,
                 state: tcb.state.ss_name(),
-                local: tcb.tuple.local,
-                remote: Some(tcb.tuple.remote),
+                local: info.local,
+                remote: Some(info.remote),
                 recv_q: info.recv_q,
                 send_q: info.send_q,
                 mem: Some((
@@ -155,11 +155,12 @@ impl Stack {
             });
         }
         for (tuple, tw) in self.tcp.timewait.iter() {
+            let (local, remote) = self.tcp.addrs(tuple);
             out.push(SocketView {
                 protocol: Protocol::Tcp,
                 state: "TIME-WAIT",
-                local: tuple.local,
-                remote: Some(tuple.remote),
+                local,
+                remote: Some(remote),
                 recv_q: 0,
                 send_q: 0,
                 info: None,
@@ -252,6 +253,11 @@ impl Stack {
                 bytes: tcp.ehash.allocation_size()
                     + tcp.listeners.heap_bytes()
                     + tcp.timers.capacity() * timer_entry,
+            },
+            MemoryKind {
+                name: "tcp_addr6",
+                count: tcp.intern6.len(),
+                bytes: tcp.intern6.heap_bytes(),
             },
             MemoryKind {
                 name: "udp",

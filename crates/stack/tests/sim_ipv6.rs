@@ -275,10 +275,10 @@ fn bad_headers_are_counted_and_answered() {
     assert_eq!(c(&p, Counter::Ip6InMcastPkts), 1);
     assert_eq!(c(&p, Counter::Ip6InAddrErrors), 1);
 
-    // TCP over IPv6: stage 2; counted, no answer.
+    // A malformed TCP header over IPv6: TCP's drop (delivered to TCP), no answer.
     p.b.receive(p.now, &frame(A6, B6, 6, &[0u8; 20]));
-    assert_eq!(d(&p, DropReason::Ip6L4Pending), 1);
-    assert_eq!(c(&p, Counter::Ip6InDiscards), 1);
+    assert_eq!(c(&p, Counter::TcpInSegs), 1);
+    assert_eq!(d(&p, DropReason::TcpHdr) + d(&p, DropReason::TcpCsum), 1);
     p.run_for(Duration::from_millis(5));
     assert_eq!(c(&p, Counter::Icmp6OutMsgs), 0, "no error for any of these");
 

@@ -523,8 +523,9 @@ impl Stack {
                     return self.udp6_input(now, &inbound);
                 }
                 IpProtocol::Tcp => {
+                    self.mib.inc(Counter::Ip6InDelivers);
                     let inbound = self.inbound6(packet, walk.off, multicast);
-                    return self.ip6_l4_stage2(now, &inbound);
+                    return self.tcp6_input(now, &inbound);
                 }
                 IpProtocol::Ipv6NoNxt => {
                     // RFC 8200 §4.7: nothing follows; Linux delivers it to a handler that
@@ -563,14 +564,6 @@ impl Stack {
             payload: &packet[off..],
             multicast,
         }
-    }
-
-    /// TCP over IPv6 is the rest of stage 2 of IPv6 support (UDP is done): this is where
-    /// segments will be handed to `tcp_input`. Until then the packet is counted and dropped
-    /// (`IP6_L4_STAGE2`, Ip6 InDiscards), without an ICMPv6 error: the protocol is known,
-    /// only its IPv6 sockets are missing.
-    fn ip6_l4_stage2(&mut self, _now: Instant, _inbound: &Inbound6) {
-        self.mib.drop(DropReason::Ip6L4Pending);
     }
 
     /// The Fragment header at `walk.off` (Linux `ipv6_frag_rcv`): atomic fragments go on

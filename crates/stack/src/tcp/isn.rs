@@ -53,6 +53,8 @@
 //!   reuse). Linux's `tcp_timestamps = 2` (no offset) is the caller's choice: use 0.
 
 use core::fmt;
+use core::net::{IpAddr, SocketAddr};
+#[cfg(test)]
 use core::net::{Ipv4Addr, SocketAddrV4};
 
 use ustack_obs::Instant;
@@ -125,24 +127,62 @@ impl IsnGenerator {
     /// handshake: for a passive open `local` is the SYN's destination). RFC 6528 §3 with
     /// Linux's `secure_tcp_seq`: `F` = SipHash-2-4 of the 4-tuple under the secret key,
     /// `M` = `now` in 64 ns ticks (see the [module docs](self) for why not 4 µs).
-    pub fn isn(&self, now: Instant, local: SocketAddrV4, remote: SocketAddrV4) -> SeqNumber {
-        let mut tuple = [0u8; 12];
-        tuple[0..4].copy_from_slice(&local.ip().octets());
-        tuple[4..8].copy_from_slice(&remote.ip().octets());
-        tuple[8..10].copy_from_slice(&local.port().to_be_bytes());
-        tuple[10..12].copy_from_slice(&remote.port().to_be_bytes());
-        let f = siphash32(self.seq_key, &tuple);
+    pub fn isn(
+        &self,
+        now: Instant,
+        local: impl Into<SocketAddr>,
+        remote: impl Into<SocketAddr>,
+    ) -> SeqNumber {
+        let (local, remote) = (local.into(), remote.into());
+        let f = match (local, remote) {
+            (SocketAddr::V4(l), SocketAddr::V4(r)) => {
+                let mut tuple = [0u8; 12];
+                tuple[0..4].copy_from_slice(&l.ip().octets());
+                tuple[4..8].copy_from_slice(&r.ip().octets());
+                tuple[8..10].copy_from_slice(&l.port().to_be_bytes());
+                tuple[10..12].copy_from_slice(&r.port().to_be_bytes());
+                siphash32(self.seq_key, &tuple)
+            }
+            // Linux secure_tcpv6_seq: the same over both 128-bit addresses and the ports.
+            _ => {
+                let mut tuple = [0u8; 36];
+                tuple[0..16].copy_from_slice(&v6_octets(local.ip()));
+                tuple[16..32].copy_from_slice(&v6_octets(remote.ip()));
+                tuple[32..34].copy_from_slice(&local.port().to_be_bytes());
+                tuple[34..36].copy_from_slice(&remote.port().to_be_bytes());
+                siphash32(self.seq_key, &tuple)
+            }
+        };
         SeqNumber(f.wrapping_add(isn_clock(now)))
     }
 
     /// The random offset added to [`ts_clock`] for every TSval sent from `local` to
-    /// `remote` (Linux `secure_tcp_ts_off`: SipHash of the address pair under its own key;
-    /// the same for all connections between the two addresses, see the module docs).
-    pub fn ts_offset(&self, local: Ipv4Addr, remote: Ipv4Addr) -> u32 {
-        let mut pair = [0u8; 8];
-        pair[0..4].copy_from_slice(&local.octets());
-        pair[4..8].copy_from_slice(&remote.octets());
-        siphash32(self.ts_key, &pair)
+    /// `remote` (Linux `secure_tcp_ts_off`, and `secure_tcpv6_ts_off` over the 128-bit
+    /// addresses: SipHash of the address pair under its own key; the same for all
+    /// connections between the two addresses, see the module docs).
+    pub fn ts_offset(&self, local: impl Into<IpAddr>, remote: impl Into<IpAddr>) -> u32 {
+        match (local.into(), remote.into()) {
+            (IpAddr::V4(l), IpAddr::V4(r)) => {
+                let mut pair = [0u8; 8];
+                pair[0..4].copy_from_slice(&l.octets());
+                pair[4..8].copy_from_slice(&r.octets());
+                siphash32(self.ts_key, &pair)
+            }
+            (l, r) => {
+                let mut pair = [0u8; 32];
+                pair[0..16].copy_from_slice(&v6_octets(l));
+                pair[16..32].copy_from_slice(&v6_octets(r));
+                siphash32(self.ts_key, &pair)
+            }
+        }
+    }
+}
+
+/// The 16 bytes of an address as IPv6 (an IPv4 one v4-mapped).
+pub(crate) fn v6_octets(ip: IpAddr) -> [u8; 16] {
+    match ip {
+        IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
+        IpAddr::V6(a) => a.octets(),
     }
 }
 

@@ -123,6 +123,9 @@ impl TcbFlags {
     /// The retransmission timer is a tail loss probe, not the RTO (Linux
     /// `ICSK_TIME_LOSS_PROBE` on the same timer).
     pub(crate) const LOSS_PROBE: u32 = 1 << 19;
+    /// An IPv4 connection its user sees as IPv6, `::ffff:a.b.c.d` (accepted by a
+    /// dual-stack listener, or connected to such an address).
+    pub(crate) const V4_MAPPED: u32 = 1 << 27;
 
     #[inline]
     pub(crate) const fn has(self, bit: u32) -> bool {
