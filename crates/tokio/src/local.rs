@@ -360,7 +360,7 @@ impl LocalTcpListener {
                         stream,
                         token,
                     },
-                    SocketAddr::V4(peer),
+                    peer,
                 )))
             }
             Err(e) if would_block(&e) => s.park(self.token, true, cx),
@@ -370,7 +370,7 @@ impl LocalTcpListener {
 
     /// The address it listens on.
     pub fn local_addr(&self) -> SocketAddr {
-        SocketAddr::V4(self.listener.local_addr())
+        self.listener.local_addr()
     }
 }
 
@@ -427,9 +427,7 @@ impl LocalTcpStream {
 
     /// The peer's address.
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {
-        Ok(SocketAddr::V4(
-            self.stream.peer_addr(&self.stack.inner.rt.borrow())?,
-        ))
+        self.stream.peer_addr(&self.stack.inner.rt.borrow())
     }
 }
 
