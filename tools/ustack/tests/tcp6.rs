@@ -181,6 +181,22 @@ fn run_client(ns: &NetNs, args: &[&str], stdin: &[u8]) -> Output {
     out
 }
 
+/// A kernel-side process (under `timeout`) that gets SIGTERM when the test ends, passed
+/// on by `timeout` (a SIGKILL would leave the process holding the namespace).
+struct Bg(std::process::Child);
+
+impl Drop for Bg {
+    fn drop(&mut self) {
+        if let Some(pid) = i32::try_from(self.0.id())
+            .ok()
+            .and_then(rustix::process::Pid::from_raw)
+        {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        }
+        let _ = self.0.wait();
+    }
+}
+
 /// Wait (bounded) until something in `ns` listens on TCP `port`.
 fn wait_listening(ns: &NetNs, port: u16) {
     let want = format!(":{port} ");
@@ -222,10 +238,10 @@ fn ustack_connect_and_get_reach_kernel_servers_over_ipv6() {
 
     // A kernel echo server on IPv6 only.
     let listen = format!("TCP6-LISTEN:7,bind=[{KERNEL6}],reuseaddr");
-    let mut echo = ns
+    let echo = Bg(ns
         .command(LIMIT, &["socat", &listen, "EXEC:cat"])
         .spawn()
-        .expect("socat");
+        .expect("socat"));
     wait_listening(&ns, 7);
     let sent: Vec<u8> = (0..1u32 << 20).map(|i| (i * 13 + i / 511) as u8).collect();
     let out = run_client(&ns, &["connect", &format!("[{KERNEL6}]:7")], &sent);
@@ -240,12 +256,12 @@ fn ustack_connect_and_get_reach_kernel_servers_over_ipv6() {
         hex(&Sha256::digest(&out.stdout)),
         hex(&Sha256::digest(&sent))
     );
-    let _ = echo.wait();
+    drop(echo);
 
     // A kernel HTTP server on IPv6.
     let site = Site::new("get6");
     let dir = site.dir.to_str().expect("utf-8");
-    let mut http = ns
+    let http = Bg(ns
         .command(
             LIMIT,
             &[
@@ -262,19 +278,12 @@ fn ustack_connect_and_get_reach_kernel_servers_over_ipv6() {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .expect("python3");
+        .expect("python3"));
     wait_listening(&ns, 8000);
     let url = format!("http://[{KERNEL6}]:8000/f.bin");
     let out = run_client(&ns, &["get", &url], b"");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    // SIGTERM to `timeout`, which passes it on to python3.
-    if let Some(pid) = i32::try_from(http.id())
-        .ok()
-        .and_then(rustix::process::Pid::from_raw)
-    {
-        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
-    }
-    let _ = http.wait();
+    drop(http);
     assert!(out.status.success(), "ustack get: {}: {stderr}", out.status);
     assert_eq!(hex(&Sha256::digest(&out.stdout)), site.digest, "{stderr}");
     assert!(
