@@ -21,7 +21,7 @@
 //!    Routing (§4.4: Segments Left 0 is skipped, anything else is a Parameter Problem: a
 //!    host does not route), Fragment (§4.5: atomic fragments processed in place, RFC
 //!    6946; others reassembled, [`super::reasm6`]), then ICMPv6, UDP (`udp6_input`),
-//!    the TCP hook (stage 2), No Next Header, or an unknown one: `IP6_NOPROTO` and a
+//!    TCP (`tcp6_input`), No Next Header, or an unknown one: `IP6_NOPROTO` and a
 //!    Parameter Problem code 1 pointing at the Next Header field (§4).
 //!
 //! Output: the source is picked from our addresses (RFC 6724's rules 1, 2 and 8 for a host
@@ -680,7 +680,7 @@ impl Stack {
     }
 
     /// The path MTU towards `dst`: the link's MTU, lowered by a Packet Too Big that has
-    /// not expired. Stage 2's TCP reads it for its MSS (Linux `ip6_mtu` on the route).
+    /// not expired. TCP reads it for its MSS (Linux `ip6_mtu` on the route).
     pub fn path_mtu6(&self, now: Instant, dst: Ipv6Addr) -> usize {
         let learnt = self
             .ip6
