@@ -202,6 +202,33 @@ mod tests {
         Instant::from_secs(1_000)
     }
 
+    /// Over IPv6 (Linux `secure_tcpv6_seq`, `secure_tcpv6_ts_off`) every bit of both
+    /// 128-bit addresses counts: addresses that differ only in their low 64 bits, or only
+    /// in their high 64 bits, give other ISNs and offsets.
+    #[test]
+    fn ipv6_isns_and_offsets_cover_the_whole_addresses() {
+        use core::net::{Ipv6Addr, SocketAddrV6};
+        let g = IsnGenerator::new(7);
+        let now = Instant::from_secs(1);
+        let a = |hi: u16, lo: u16, port: u16| {
+            SocketAddrV6::new(Ipv6Addr::new(0x2001, 0xdb8, hi, 0, 0, 0, 0, lo), port, 0, 0)
+        };
+        let base = g.isn(now, a(0, 1, 80), a(0, 2, 40_000));
+        assert_eq!(base, g.isn(now, a(0, 1, 80), a(0, 2, 40_000)));
+        for (l, r) in [
+            (a(0, 1, 80), a(0, 3, 40_000)),
+            (a(0, 1, 80), a(9, 2, 40_000)),
+            (a(0, 5, 80), a(0, 2, 40_000)),
+            (a(9, 1, 80), a(0, 2, 40_000)),
+            (a(0, 1, 81), a(0, 2, 40_000)),
+        ] {
+            assert_ne!(g.isn(now, l, r), base, "{l} {r}");
+        }
+        let off = g.ts_offset(*a(0, 1, 0).ip(), *a(0, 2, 0).ip());
+        assert_ne!(g.ts_offset(*a(0, 1, 0).ip(), *a(9, 2, 0).ip()), off);
+        assert_ne!(g.ts_offset(*a(0, 1, 0).ip(), *a(0, 3, 0).ip()), off);
+    }
+
     #[test]
     fn same_inputs_give_the_same_isn() {
         let a = IsnGenerator::new(1);

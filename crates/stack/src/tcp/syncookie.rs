@@ -355,6 +355,55 @@ mod tests {
         }
     }
 
+    /// Over IPv6 the cookie carries an index into Linux's IPv6 table (1220, 1420, 1440,
+    /// 8940), the hash covers the 128-bit addresses (a change in the low 64 bits of either
+    /// fails the check), and a cookie made for IPv4 does not pass for the v4-mapped pair.
+    #[test]
+    fn ipv6_cookies_use_the_ipv6_table_and_the_whole_addresses() {
+        use core::net::{Ipv6Addr, SocketAddr, SocketAddrV6};
+        let c = cookies();
+        let v6 = |last: u16, port: u16| {
+            SocketAddr::V6(SocketAddrV6::new(
+                Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, last),
+                port,
+                0,
+                0,
+            ))
+        };
+        let (local, remote) = (v6(1, 443), v6(2, 51_000));
+        let isn = SeqNumber(0x1234_5678);
+        for (peer_mss, used) in [
+            (536, 1220),
+            (1220, 1220),
+            (1419, 1220),
+            (1420, 1420),
+            (1440, 1440),
+            (8939, 1440),
+            (8940, 8940),
+            (u16::MAX, 8940),
+        ] {
+            let (cookie, mss) = c.generate(t0(), local, remote, isn, peer_mss);
+            assert_eq!(mss, used, "peer MSS {peer_mss}");
+            assert_eq!(
+                c.check(t0(), local, remote, isn + 1, cookie + 1),
+                Some(used)
+            );
+            assert_eq!(
+                c.check(t0(), local, v6(3, 51_000), isn + 1, cookie + 1),
+                None
+            );
+            assert_eq!(c.check(t0(), v6(4, 443), remote, isn + 1, cookie + 1), None);
+        }
+        let (cookie, _) = c.generate(t0(), LOCAL, REMOTE, isn, 1460);
+        let mapped = |a: SocketAddrV4| {
+            SocketAddr::V6(SocketAddrV6::new(a.ip().to_ipv6_mapped(), a.port(), 0, 0))
+        };
+        assert_eq!(
+            c.check(t0(), mapped(LOCAL), mapped(REMOTE), isn + 1, cookie + 1),
+            None
+        );
+    }
+
     #[test]
     fn every_option_combination_round_trips_through_the_timestamp() {
         for ts_now in [0u32, 1, 63, 64, 65, 1_000_000, 0xffff_ffc0, u32::MAX] {
