@@ -67,7 +67,8 @@ pub struct MemoryUsage {
     /// while data is outstanding), `rtx_spare` (the one board the stack keeps for the next
     /// queue that fills, so that a round trip does not allocate), `buffers` (pool bytes held by socket buffers),
     /// `pool_free` (pool bytes allocated and free), `time_wait`, `requests` (SYN queue),
-    /// `tables` (the established and listener tables, the TCP timer heap), `udp` (sockets
+    /// `tables` (the established and listener tables, the TCP timer heap), `tcp_addr6`
+    /// (the IPv6 addresses TCP tuples name by id), `udp` (sockets
     /// and queued datagrams), in that order. The runtime and the application add their
     /// own kinds after these (e.g. `ustack_runtime::Runtime::memory`).
     pub kinds: Vec<MemoryKind>,

@@ -2,8 +2,9 @@
 //! same TCP code as over IPv4, the tuple's IPv6 addresses interned beside it. A
 //! connection both ways with its addresses, MSS and `ss` view; a dual-stack listener on
 //! `::` taking both families (and `IPV6_V6ONLY` refusing IPv4); a closed port answered by
-//! a RST; SYN cookies with Linux's IPv6 MSS table; Packet Too Big shrinking the segments
-//! of an established connection. (The fault property over IPv6 is in `tcp_prop.rs`.)
+//! a RST; SYN cookies with Linux's IPv6 MSS table; a SYN flood from random IPv6 sources
+//! interning a bounded set of addresses; Packet Too Big shrinking the segments of an
+//! established connection. (The fault property over IPv6 is in `tcp_prop.rs`.)
 
 use core::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use core::time::Duration;
@@ -13,7 +14,7 @@ use ustack_obs::Counter;
 use ustack_stack::tcp::{State, TcpHandle};
 use ustack_stack::{Config, Error, Ipv4Cidr, Ipv6Cidr, ListenerHandle};
 use ustack_testkit::{A_IP, A_IP6, A_MAC, B_IP, B_IP6, B_MAC, Pair};
-use ustack_wire::{IpProtocol, ethernet, icmpv6, ipv6};
+use ustack_wire::{ethernet, icmpv6};
 
 fn v6(ip: Ipv6Addr, port: u16) -> SocketAddr {
     SocketAddr::V6(SocketAddrV6::new(ip, port, 0, 0))
@@ -327,6 +328,49 @@ fn packet_too_big_shrinks_the_segments_of_an_established_connection() {
     assert_eq!(p.a.mib().get(Counter::TcpExtOutOfWindowIcmps), 0);
 }
 
+/// A SYN flood from 5,000 distinct IPv6 sources against a listener answering with SYN
+/// cookies (`tcp_syncookies` = 2): every SYN is answered, and the table of interned IPv6
+/// addresses stays bounded by its sweep (at most 1,024 entries with nothing else held),
+/// not one entry per source (docs/stack.md, "how the tuple holds IPv6").
+#[test]
+fn a_syn_flood_from_random_ipv6_sources_interns_a_bounded_set() {
+    let mut p = Pair::dual_stack(SimLinkConfig::default());
+    p.b.set_sysctl("net.ipv4.tcp_syncookies", 2).unwrap();
+    let _l = p.b.tcp_listen(v6(B_IP6, 80), 8).unwrap();
+    for i in 0..5_000u32 {
+        let src = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 1, (i >> 16) as u16, i as u16);
+        let now = p.now;
+        p.b.receive(now, &syn6(src, 1024 + (i % 60_000) as u16));
+    }
+    let m = p.b.mib();
+    assert_eq!(m.get(Counter::TcpExtSyncookiesSent), 5_000);
+    let mem = p.b.memory();
+    let interned = mem.get("tcp_addr6").expect("the kind").count;
+    assert!(interned <= 1024, "{interned} addresses interned");
+    assert_eq!(p.b.tcp_resources().requests, 0, "cookies keep no state");
+}
+
+/// A TCP SYN from `src`:`port` to B's port 80, in an Ethernet frame to B.
+fn syn6(src: Ipv6Addr, port: u16) -> Vec<u8> {
+    let repr = ustack_wire::tcp::Repr {
+        src_port: port,
+        dst_port: 80,
+        seq_number: ustack_wire::SeqNumber(7),
+        flags: ustack_wire::tcp::Flags::SYN,
+        window_len: 65_535,
+        max_seg_size: Some(1440),
+        ..ustack_wire::tcp::Repr::default()
+    };
+    let mut seg = vec![0u8; repr.buffer_len()];
+    repr.emit(
+        &mut ustack_wire::tcp::Packet::new_unchecked(&mut seg[..]),
+        &src.into(),
+        &B_IP6.into(),
+        true,
+    );
+    ustack_testkit::ipv6_frame((A_MAC, B_MAC), src, B_IP6, 6, &seg)
+}
+
 /// An ICMPv6 Packet Too Big from a router (2001:db8::fe) to A quoting `packet`, in an
 /// Ethernet frame to A.
 fn packet_too_big(mtu: u32, packet: &[u8]) -> Vec<u8> {
@@ -340,25 +384,5 @@ fn packet_too_big(mtu: u32, packet: &[u8]) -> Vec<u8> {
         &A_IP6,
         true,
     );
-    let mut f = vec![0u8; ethernet::HEADER_LEN + ipv6::HEADER_LEN + icmp.len()];
-    ethernet::Repr {
-        src_addr: B_MAC,
-        dst_addr: A_MAC,
-        ethertype: ethernet::EtherType::Ipv6,
-    }
-    .emit(&mut ethernet::Frame::new_unchecked(&mut f[..]));
-    ipv6::Repr {
-        src_addr: router,
-        dst_addr: A_IP6,
-        next_header: IpProtocol::Icmpv6,
-        payload_len: icmp.len(),
-        hop_limit: 64,
-        traffic_class: 0,
-        flow_label: 0,
-    }
-    .emit(&mut ipv6::Packet::new_unchecked(
-        &mut f[ethernet::HEADER_LEN..],
-    ));
-    f[ethernet::HEADER_LEN + ipv6::HEADER_LEN..].copy_from_slice(&icmp);
-    f
+    ustack_testkit::ipv6_frame((B_MAC, A_MAC), router, A_IP6, 58, &icmp)
 }

@@ -47,6 +47,39 @@ pub const B_IP6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 2);
 pub const A_MAC: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 1]);
 pub const B_MAC: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 2]);
 
+/// An Ethernet frame from `src_mac` to `dst_mac` carrying an IPv6 packet `src` -> `dst`
+/// with next header `nh` and `payload` (hop limit 64), for tests that inject IPv6.
+pub fn ipv6_frame(
+    (src_mac, dst_mac): (EthernetAddress, EthernetAddress),
+    src: Ipv6Addr,
+    dst: Ipv6Addr,
+    nh: u8,
+    payload: &[u8],
+) -> Vec<u8> {
+    use ustack_wire::{IpProtocol, ethernet, ipv6};
+    let mut f = vec![0u8; ethernet::HEADER_LEN + ipv6::HEADER_LEN + payload.len()];
+    ethernet::Repr {
+        src_addr: src_mac,
+        dst_addr: dst_mac,
+        ethertype: ethernet::EtherType::Ipv6,
+    }
+    .emit(&mut ethernet::Frame::new_unchecked(&mut f[..]));
+    ipv6::Repr {
+        src_addr: src,
+        dst_addr: dst,
+        next_header: IpProtocol::from(nh),
+        payload_len: payload.len(),
+        hop_limit: 64,
+        traffic_class: 0,
+        flow_label: 0,
+    }
+    .emit(&mut ipv6::Packet::new_unchecked(
+        &mut f[ethernet::HEADER_LEN..],
+    ));
+    f[ethernet::HEADER_LEN + ipv6::HEADER_LEN..].copy_from_slice(payload);
+    f
+}
+
 /// Largest frame the harness moves (a 64 KiB IP packet plus an Ethernet header).
 const FRAME_MAX: usize = 65_536 + 14;
 
