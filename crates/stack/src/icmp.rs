@@ -190,8 +190,20 @@ impl Stack {
         let Some((tuple, seq)) = self.icmp_quoted_tcp(data) else {
             return;
         };
+        self.tcp_port_unreachable(tuple, seq, Counter::IcmpInErrors);
+    }
+
+    /// A port unreachable (ICMP, or ICMPv6's Destination Unreachable code 4, Linux
+    /// `icmpv6_err_convert`: ECONNREFUSED) for the segment of `tuple` that quoted `seq`;
+    /// `no_socket` counts a quote of no connection.
+    pub(crate) fn tcp_port_unreachable(
+        &mut self,
+        tuple: crate::tcp::tcb::FourTuple,
+        seq: ustack_wire::SeqNumber,
+        no_socket: Counter,
+    ) {
         let Some(index) = self.tcp.lookup(self.tcp.ehash.hash(&tuple), &tuple) else {
-            return self.mib.inc(Counter::IcmpInErrors);
+            return self.mib.inc(no_socket);
         };
         let h = self.tcp.handle_of(index);
         let Some(tcb) = self.tcp.get(h) else { return };

@@ -123,10 +123,20 @@ impl Stack {
                 });
             }
             icmpv6::Repr::PacketTooBig { mtu, data } => self.icmp6_pkt_too_big(now, mtu, data),
-            // Destination Unreachable, Time Exceeded, Parameter Problem about our packets:
-            // counted by type. Not handed to UDP sockets (Linux reports them only to
-            // connected sockets or with IPV6_RECVERR, neither of which ustack has for
-            // IPv6); TCP will take them (Linux `icmpv6_notify`).
+            // Linux tcp_v6_err: a port unreachable fails a connection still opening
+            // with ECONNREFUSED (icmpv6_err_convert).
+            icmpv6::Repr::DstUnreachable {
+                code: icmpv6::dst_unreachable::PORT_UNREACHABLE,
+                data,
+            } => {
+                if let Some((tuple, seq)) = self.icmp6_quoted_tcp(data) {
+                    self.tcp_port_unreachable(tuple, seq, Counter::Icmp6InErrors);
+                }
+            }
+            // Other Destination Unreachables, Time Exceeded, Parameter Problem about our
+            // packets: counted by type. Not handed to UDP sockets (Linux reports them only
+            // to connected sockets or with IPV6_RECVERR, neither of which ustack has for
+            // IPv6); for TCP they are soft errors, which ustack does not keep.
             _ => {}
         }
     }
@@ -144,16 +154,8 @@ impl Stack {
             return self.mib.inc(Counter::Icmp6InErrors);
         }
         self.ip6_pmtu_update(now, q.dst_addr(), mtu);
-        // ustack sends TCP with no extension header: the TCP header follows at once.
-        let l4 = &quoted[ipv6::HEADER_LEN..];
-        if q.next_header() != IpProtocol::Tcp || l4.len() < 8 {
+        let Some((tuple, seq)) = self.icmp6_quoted_tcp(quoted) else {
             return;
-        }
-        let port = |i: usize| u16::from_be_bytes([l4[i], l4[i + 1]]);
-        let local = SocketAddrV6::new(q.src_addr(), port(0), 0, 0);
-        let remote = SocketAddrV6::new(q.dst_addr(), port(2), 0, 0);
-        let Some(tuple) = self.tcp.intern6.find(local, remote) else {
-            return self.mib.inc(Counter::Icmp6InErrors);
         };
         if self
             .tcp
@@ -162,9 +164,32 @@ impl Stack {
         {
             return self.mib.inc(Counter::Icmp6InErrors);
         }
-        let seq = ustack_wire::SeqNumber(u32::from_be_bytes([l4[4], l4[5], l4[6], l4[7]]));
         let mtu = mtu.max(ipv6::MIN_MTU as u32);
         self.tcp_pmtu_event(now, tuple, seq, mtu, ipv6::HEADER_LEN);
+    }
+
+    /// The tuple and sequence number of a TCP segment of ours an ICMPv6 error quotes
+    /// (ustack sends TCP with no extension header: the TCP header follows at once); a
+    /// quote of a pair no connection has counts as InErrors (Linux: no socket,
+    /// `ICMP6_MIB_INERRORS`).
+    fn icmp6_quoted_tcp(
+        &mut self,
+        quoted: &[u8],
+    ) -> Option<(crate::tcp::tcb::FourTuple, ustack_wire::SeqNumber)> {
+        let l4 = quoted.get(ipv6::HEADER_LEN..)?;
+        let q = ipv6::Packet::new_unchecked(quoted);
+        if q.version() != 6 || q.next_header() != IpProtocol::Tcp || l4.len() < 8 {
+            return None;
+        }
+        let port = |i: usize| u16::from_be_bytes([l4[i], l4[i + 1]]);
+        let local = SocketAddrV6::new(q.src_addr(), port(0), 0, 0);
+        let remote = SocketAddrV6::new(q.dst_addr(), port(2), 0, 0);
+        let Some(tuple) = self.tcp.intern6.find(local, remote) else {
+            self.mib.inc(Counter::Icmp6InErrors);
+            return None;
+        };
+        let seq = ustack_wire::SeqNumber(u32::from_be_bytes([l4[4], l4[5], l4[6], l4[7]]));
+        Some((tuple, seq))
     }
 
     /// Send an ICMPv6 echo request to `dst`. Replies appear in [`Stack::recv_echo_reply6`].

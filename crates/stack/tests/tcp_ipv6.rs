@@ -4,7 +4,7 @@
 //! `::` taking both families (and `IPV6_V6ONLY` refusing IPv4); a closed port answered by
 //! a RST; SYN cookies with Linux's IPv6 MSS table; a SYN flood from random IPv6 sources
 //! interning a bounded set of addresses; Packet Too Big shrinking the segments of an
-//! established connection. (The fault property over IPv6 is in `tcp_prop.rs`.)
+//! established connection; port unreachable refusing a connection being opened. (The fault property over IPv6 is in `tcp_prop.rs`.)
 
 use core::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use core::time::Duration;
@@ -374,9 +374,13 @@ fn syn6(src: Ipv6Addr, port: u16) -> Vec<u8> {
 /// An ICMPv6 Packet Too Big from a router (2001:db8::fe) to A quoting `packet`, in an
 /// Ethernet frame to A.
 fn packet_too_big(mtu: u32, packet: &[u8]) -> Vec<u8> {
-    let router = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0xfe);
     let quote = &packet[..packet.len().min(1280 - 48)];
-    let repr = icmpv6::Repr::PacketTooBig { mtu, data: quote };
+    router_to_a(icmpv6::Repr::PacketTooBig { mtu, data: quote })
+}
+
+/// An ICMPv6 message from a router (2001:db8::fe) to A, in an Ethernet frame to A.
+fn router_to_a(repr: icmpv6::Repr) -> Vec<u8> {
+    let router = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0xfe);
     let mut icmp = vec![0u8; repr.buffer_len()];
     repr.emit(
         &mut icmpv6::Packet::new_unchecked(&mut icmp[..]),
@@ -385,4 +389,33 @@ fn packet_too_big(mtu: u32, packet: &[u8]) -> Vec<u8> {
         true,
     );
     ustack_testkit::ipv6_frame((B_MAC, A_MAC), router, A_IP6, 58, &icmp)
+}
+
+/// A Destination Unreachable, port unreachable (RFC 4443 §3.1 code 4), quoting A's SYN
+/// fails the connection with ECONNREFUSED (Linux `tcp_v6_err`, `icmpv6_err_convert`);
+/// one quoting a sequence number not in flight is ignored (RFC 5927 §4.1).
+#[test]
+fn port_unreachable_refuses_a_connection_being_opened() {
+    let mut p = Pair::dual_stack(SimLinkConfig::default());
+    // B's link address known first, so that the SYN goes out at once.
+    p.a.ping6(p.now, B_IP6, 1, 1, b"hello").unwrap();
+    p.run_for(Duration::from_millis(5));
+    let a = p.a.tcp_connect(p.now, v6(B_IP6, 80)).unwrap();
+    let syn = p.a.poll_transmit(p.now).expect("the SYN");
+    let ip = &syn[ethernet::HEADER_LEN..];
+    assert_eq!(ip[6], 6, "a TCP segment");
+    let unreach = |data: &[u8]| {
+        router_to_a(icmpv6::Repr::DstUnreachable {
+            code: icmpv6::dst_unreachable::PORT_UNREACHABLE,
+            data,
+        })
+    };
+    let mut forged = ip.to_vec();
+    forged[44] ^= 0x80; // the quoted sequence number, far from the ISS
+    p.a.receive(p.now, &unreach(&forged));
+    assert_eq!(p.a.tcp_state(a), Ok(State::SynSent));
+    assert_eq!(p.a.mib().get(Counter::TcpExtOutOfWindowIcmps), 1);
+    p.a.receive(p.now, &unreach(ip));
+    assert_eq!(p.a.tcp_state(a), Ok(State::Closed));
+    assert_eq!(p.a.tcp_take_error(a), Ok(Some(Error::ConnectionRefused)));
 }
