@@ -18,7 +18,7 @@
 //! [`LINGERING_TIME`] in all, after which it closes (a reset if data is still unread, as
 //! `close(2)` on Linux).
 
-use core::net::SocketAddrV4;
+use core::net::SocketAddr;
 use core::time::Duration;
 use std::fs::File;
 use std::io::{self, ErrorKind, Read};
@@ -247,24 +247,25 @@ impl Drop for Server {
 
 impl Server {
     /// Listen on `addr` (backlog `net.core.somaxconn`) and serve `proto`; HTTP serves
-    /// files under `root` (without one, only `GET /`).
+    /// files under `root` (without one, only `GET /`). An IPv6 `addr` of `::` serves
+    /// IPv4 clients too (a dual-stack listener).
     pub fn bind<D: Device + Sleep, C: Clock>(
         rt: &mut Runtime<D, C>,
         proto: Protocol,
-        addr: SocketAddrV4,
+        addr: impl Into<SocketAddr>,
         root: Option<PathBuf>,
     ) -> io::Result<Server> {
-        Server::bind_all(rt, proto, &[addr], root)
+        Server::bind_all(rt, proto, &[addr.into()], root)
     }
 
     /// [`Server::bind`] on several addresses at once (one listener each, the same
     /// service behind all): a client with one address gets a full range of ephemeral
     /// ports per server port, so many ports serve more connections from it.
     /// `InvalidInput` without an address.
-    pub fn bind_all<D: Device + Sleep, C: Clock>(
+    pub fn bind_all<D: Device + Sleep, C: Clock, A: Into<SocketAddr> + Copy>(
         rt: &mut Runtime<D, C>,
         proto: Protocol,
-        addrs: &[SocketAddrV4],
+        addrs: &[A],
         root: Option<PathBuf>,
     ) -> io::Result<Server> {
         if addrs.is_empty() {

@@ -84,7 +84,7 @@ fn one_server_on_two_ports_echoes_clients_of_both() {
     }
     assert_eq!(server.stats().accepted, 20);
     assert_eq!(server.connections(), 0);
-    let err = Server::bind_all(&mut srt, Protocol::Echo, &[], None).unwrap_err();
+    let err = Server::bind_all(&mut srt, Protocol::Echo, &[] as &[SocketAddrV4], None).unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
 }
 

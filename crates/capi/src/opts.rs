@@ -286,8 +286,8 @@ mod tests {
         let a = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 1);
         let i = TcpInfo {
             state: State::Established,
-            local: a,
-            remote: a,
+            local: a.into(),
+            remote: a.into(),
             recv_q: 0,
             send_q: 5,
             mss: 1460,

@@ -584,7 +584,7 @@ impl Inner {
                 // Linux: the accepted socket inherits the listener's options
                 // (sk_clone_lock), not O_NONBLOCK (unless accept4 asks for it).
                 self.apply(h, opts);
-                let local = self.stack.tcp_info(h).ok().map(|i| i.local);
+                let local = self.stack.tcp_info(h).ok().and_then(|i| v4(i.local).ok());
                 let new = self.add(Obj::Tcp {
                     bound: local,
                     stage: Tcp::Conn {
@@ -1367,7 +1367,11 @@ impl Ustack {
             Obj::Tcp {
                 stage: Tcp::Conn { h, .. },
                 ..
-            } => g.stack.tcp_info(*h).map(|i| i.remote).map_err(errno),
+            } => g
+                .stack
+                .tcp_info(*h)
+                .map_err(errno)
+                .and_then(|i| v4(i.remote)),
             Obj::Udp { peer: Some(p), .. } => Ok(*p),
             _ => Err(libc::ENOTCONN),
         }

@@ -35,6 +35,19 @@ const EBADF: i32 = 9;
 const ENOTSOCK: i32 = 88;
 const EINVAL: i32 = 22;
 
+/// An address of this IPv4 API: an IPv4 one, or `::ffff:a.b.c.d` as its IPv4 address;
+/// `EAFNOSUPPORT` for IPv6 (the runtime's TCP does IPv6; this layer does not yet).
+fn ipv4_only(a: core::net::SocketAddr) -> io::Result<SocketAddrV4> {
+    match a {
+        core::net::SocketAddr::V4(a) => Ok(a),
+        core::net::SocketAddr::V6(a) => a
+            .ip()
+            .to_ipv4_mapped()
+            .map(|ip| SocketAddrV4::new(ip, a.port()))
+            .ok_or_else(|| errno(97 /* EAFNOSUPPORT */)),
+    }
+}
+
 fn errno(e: i32) -> io::Error {
     io::Error::from_raw_os_error(e)
 }
@@ -1497,7 +1510,7 @@ impl Net {
             let peer = self.op(&l, part, Wait::Never, move |ctx, id| {
                 let (s, peer) = ctx.with_listener(id, |x, rt| x.accept(rt))?;
                 ctx.adopt(adopted.clone(), 0, ApiSock::Stream(s))?;
-                Ok(peer)
+                ipv4_only(peer)
             })?;
             let stream = self.sock_from(Kind::Stream, shared, vec![l.shards[part]]);
             Ok((self.insert(Arc::new(stream)), peer))
@@ -1811,8 +1824,8 @@ impl Net {
     pub fn local_addr(&self, fd: Fd) -> io::Result<SocketAddrV4> {
         let s = self.sock(fd)?;
         self.op(&s, 0, Wait::Never, |ctx, id| match &ctx.local(id)?.sock {
-            ApiSock::Listener(l) => Ok(l.local_addr()),
-            ApiSock::Stream(t) => t.local_addr(ctx.rt),
+            ApiSock::Listener(l) => ipv4_only(l.local_addr()),
+            ApiSock::Stream(t) => t.local_addr(ctx.rt).and_then(ipv4_only),
             ApiSock::Udp(u) => u.local_addr(ctx.rt),
         })
     }
@@ -1822,7 +1835,7 @@ impl Net {
         let s = self.sock(fd)?;
         self.op(&s, 0, Wait::Never, |ctx, id| match &ctx.local(id)?.sock {
             ApiSock::Listener(_) => Err(errno(107 /* ENOTCONN */)),
-            ApiSock::Stream(t) => t.peer_addr(ctx.rt),
+            ApiSock::Stream(t) => t.peer_addr(ctx.rt).and_then(ipv4_only),
             ApiSock::Udp(u) => u.peer_addr(ctx.rt),
         })
     }

@@ -172,11 +172,6 @@ drop_reasons! {
     /// An IPv6 packet whose next header we do not handle (ICMPv6 parameter problem code 1
     /// is sent, RFC 8200 §4). Linux `ip6_protocol_deliver_rcu`, `IP_NOPROTO`.
     Ip6Noproto = "IP6_NOPROTO" => [Ip6InUnknownProtos],
-    /// A TCP segment over IPv6: the rest of stage 2 of IPv6 support (UDP has landed) hooks
-    /// them here; until it lands they are counted and dropped, without an ICMPv6 error
-    /// (unlike an unknown protocol: TCP is known, its IPv6 sockets are not there yet).
-    /// ustack-specific name.
-    Ip6L4Pending = "IP6_L4_STAGE2" => [Ip6InDiscards],
     /// An IPv6 packet that must not be sent: no source address of the destination's scope
     /// (no route). Linux `ip6_route_output` failing, `IPSTATS_MIB_OUTNOROUTES`.
     Ip6NoRoute = "IP6_OUTNOROUTES" => [Ip6OutNoRoutes],

@@ -135,18 +135,21 @@ impl Eq for OnDrop {}
 #[derive(Debug, PartialEq, Eq)]
 pub struct TcpListener {
     handle: ListenerHandle,
-    local: SocketAddrV4,
+    local: SocketAddr,
     on_drop: OnDrop,
 }
 
 impl TcpListener {
-    /// Listen on `addr` (our address or 0.0.0.0; a port other than 0) with `backlog`,
-    /// clamped to `net.core.somaxconn`. `EADDRINUSE`, `EADDRNOTAVAIL`, `EINVAL`.
+    /// Listen on `addr` (our address, 0.0.0.0 or `::`; a port other than 0) with
+    /// `backlog`, clamped to `net.core.somaxconn`. `EADDRINUSE`, `EADDRNOTAVAIL`, `EINVAL`.
+    /// A listener on `::` takes IPv4 connections too, their peers v4-mapped, unless
+    /// [`set_only_v6`](Self::set_only_v6).
     pub fn bind<D: Device + Sleep, C: Clock>(
         rt: &mut Runtime<D, C>,
-        addr: SocketAddrV4,
+        addr: impl Into<SocketAddr>,
         backlog: u32,
     ) -> io::Result<TcpListener> {
+        let addr = addr.into();
         let (stack, _) = rt.stack_now();
         let handle = stack.tcp_listen(addr, backlog).map_err(err)?;
         Ok(TcpListener {
@@ -157,18 +160,29 @@ impl TcpListener {
     }
 
     /// Take an established connection from the accept queue (`accept4` with
-    /// `SOCK_NONBLOCK`): the stream and the peer's address. `EAGAIN` when none is waiting.
+    /// `SOCK_NONBLOCK`): the stream and the peer's address (an IPv4 peer of an IPv6
+    /// listener as `::ffff:a.b.c.d`). `EAGAIN` when none is waiting.
     pub fn accept<D: Device + Sleep, C: Clock>(
         &self,
         rt: &mut Runtime<D, C>,
-    ) -> io::Result<(TcpStream, SocketAddrV4)> {
+    ) -> io::Result<(TcpStream, SocketAddr)> {
         let (stack, _) = rt.stack_now();
-        let (handle, peer) = stack.tcp_accept(self.handle).map_err(err)?;
+        let (handle, peer) = stack.tcp_accept_addr(self.handle).map_err(err)?;
         Ok((TcpStream::new(rt, handle), peer))
     }
 
+    /// `IPV6_V6ONLY` on an IPv6 listener (`EAFNOSUPPORT` on an IPv4 one).
+    pub fn set_only_v6<D: Device + Sleep, C: Clock>(
+        &self,
+        rt: &mut Runtime<D, C>,
+        on: bool,
+    ) -> io::Result<()> {
+        let (stack, _) = rt.stack_now();
+        stack.tcp_listener_set_v6only(self.handle, on).map_err(err)
+    }
+
     /// The address it was bound to.
-    pub fn local_addr(&self) -> SocketAddrV4 {
+    pub fn local_addr(&self) -> SocketAddr {
         self.local
     }
 
@@ -214,8 +228,9 @@ impl TcpStream {
     /// `EADDRNOTAVAIL` (no ephemeral port).
     pub fn connect<D: Device + Sleep, C: Clock>(
         rt: &mut Runtime<D, C>,
-        addr: SocketAddrV4,
+        addr: impl Into<SocketAddr>,
     ) -> io::Result<TcpStream> {
+        let addr = addr.into();
         let (stack, now) = rt.stack_now();
         let handle = stack.tcp_connect(now, addr).map_err(err)?;
         Ok(TcpStream::new(rt, handle))
@@ -231,7 +246,7 @@ impl TcpStream {
     /// runs: for a peer on the same thread, use [`poll_connect`](Self::poll_connect).
     pub fn connect_timeout<D: Device + Sleep, C: Clock>(
         rt: &mut Runtime<D, C>,
-        addr: SocketAddrV4,
+        addr: impl Into<SocketAddr>,
         timeout: Duration,
     ) -> io::Result<TcpStream> {
         let stream = TcpStream::connect(rt, addr)?;
@@ -336,7 +351,7 @@ impl TcpStream {
     pub fn peer_addr<D: Device + Sleep, C: Clock>(
         &self,
         rt: &Runtime<D, C>,
-    ) -> io::Result<SocketAddrV4> {
+    ) -> io::Result<SocketAddr> {
         Ok(self.info(rt)?.remote)
     }
 
@@ -344,7 +359,7 @@ impl TcpStream {
     pub fn local_addr<D: Device + Sleep, C: Clock>(
         &self,
         rt: &Runtime<D, C>,
-    ) -> io::Result<SocketAddrV4> {
+    ) -> io::Result<SocketAddr> {
         Ok(self.info(rt)?.local)
     }
 

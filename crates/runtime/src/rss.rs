@@ -1,6 +1,6 @@
 //! Receive-side scaling: which shard owns a flow.
 //!
-//! A flow belongs to the shard picked by the Toeplitz hash of its IPv4 4-tuple, looked up in
+//! A flow belongs to the shard picked by the Toeplitz hash of its 4-tuple (IPv4 or IPv6), looked up in
 //! an indirection table, exactly as a NIC with RSS picks a receive queue; the same function
 //! run in software covers devices that have one queue. Outbound connections choose their
 //! local port so that the replies hash back to the shard that opened them (Seastar's
@@ -43,7 +43,7 @@
 //! `ethtool -X` are the same). [`Reta::new`] fills it round-robin as Linux's
 //! `ethtool_rxfh_indir_default()` does (`index % n_rx_rings`).
 
-use core::net::{Ipv4Addr, SocketAddrV4};
+use core::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};
 use core::ops::RangeInclusive;
 
 use ustack_dev::Medium;
@@ -103,6 +103,26 @@ impl RssKey {
         self.hash(&input)
     }
 
+    /// The hash of an IPv6 4-tuple as a receiver sees it (the spec's "IPv6 with TCP":
+    /// "Concatenate SourceAddress, DestinationAddress, SourcePort, DestinationPort",
+    /// `Input[36]`).
+    pub fn hash_v6(&self, src: SocketAddrV6, dst: SocketAddrV6) -> u32 {
+        let mut input = [0u8; 36];
+        input[..16].copy_from_slice(&src.ip().octets());
+        input[16..32].copy_from_slice(&dst.ip().octets());
+        input[32..34].copy_from_slice(&src.port().to_be_bytes());
+        input[34..].copy_from_slice(&dst.port().to_be_bytes());
+        self.hash(&input)
+    }
+
+    /// The hash of the IPv6 address pair alone (the spec's "IPv6 only", `Input[32]`).
+    pub fn hash_v6_addrs(&self, src: Ipv6Addr, dst: Ipv6Addr) -> u32 {
+        let mut input = [0u8; 32];
+        input[..16].copy_from_slice(&src.octets());
+        input[16..].copy_from_slice(&dst.octets());
+        self.hash(&input)
+    }
+
     /// What the destination port (input bits 80..96 of the 4-tuple) adds to the hash.
     fn dst_port_term(&self, port: u16) -> u32 {
         let mut input = [0u8; 12];
@@ -154,6 +174,12 @@ pub enum HashType {
     TcpIpv4,
     /// `NDIS_HASH_UDP_IPV4`: addresses and UDP ports.
     UdpIpv4,
+    /// `NDIS_HASH_IPV6`: the two addresses.
+    Ipv6,
+    /// `NDIS_HASH_TCP_IPV6`: addresses and TCP ports.
+    TcpIpv6,
+    /// `NDIS_HASH_UDP_IPV6`: addresses and UDP ports.
+    UdpIpv6,
 }
 
 /// The RSS hash of a received IPv4 packet (starting at its IP header) and the fields it
@@ -189,18 +215,45 @@ pub fn hash_ipv4_packet(key: &RssKey, packet: &[u8]) -> Option<(u32, HashType)> 
     }
 }
 
-/// The RSS hash of a received frame: an Ethernet II frame carrying IPv4 (EtherType 0x0800,
-/// no VLAN tag) or a bare IP packet, per `medium`. See [`hash_ipv4_packet`].
+/// The RSS hash of a received IPv6 packet (starting at its header) and the fields it
+/// covered; `None` if it is not IPv6 or shorter than its header. TCP and UDP right after
+/// the fixed header use the 4-tuple; any extension header first (a Fragment header among
+/// them) and other protocols use the address pair ("RSS Hashing Types": the `_EX` types
+/// that look past extension headers are not implemented, as a NIC may leave them out).
+pub fn hash_ipv6_packet(key: &RssKey, packet: &[u8]) -> Option<(u32, HashType)> {
+    if packet.len() < 40 || packet[0] >> 4 != 6 {
+        return None;
+    }
+    let kind = match packet[6] {
+        6 => HashType::TcpIpv6,
+        17 => HashType::UdpIpv6,
+        _ => HashType::Ipv6,
+    };
+    match (kind, packet.get(40..44)) {
+        (HashType::TcpIpv6 | HashType::UdpIpv6, Some(ports)) => {
+            let mut input = [0u8; 36];
+            input[..32].copy_from_slice(&packet[8..40]);
+            input[32..].copy_from_slice(ports);
+            Some((key.hash(&input), kind))
+        }
+        _ => Some((key.hash(&packet[8..40]), HashType::Ipv6)),
+    }
+}
+
+/// The RSS hash of a received frame: an Ethernet II frame carrying IPv4 or IPv6
+/// (EtherType 0x0800 or 0x86dd, no VLAN tag) or a bare IP packet, per `medium`. See
+/// [`hash_ipv4_packet`] and [`hash_ipv6_packet`].
 pub fn hash_frame(key: &RssKey, frame: &[u8], medium: Medium) -> Option<(u32, HashType)> {
     match medium {
-        Medium::Ip => hash_ipv4_packet(key, frame),
-        Medium::Ethernet => {
-            let ethertype = frame.get(12..14)?;
-            if ethertype != [0x08, 0x00] {
-                return None;
-            }
-            hash_ipv4_packet(key, &frame[14..])
-        }
+        Medium::Ip => match frame.first()? >> 4 {
+            6 => hash_ipv6_packet(key, frame),
+            _ => hash_ipv4_packet(key, frame),
+        },
+        Medium::Ethernet => match frame.get(12..14)? {
+            [0x08, 0x00] => hash_ipv4_packet(key, &frame[14..]),
+            [0x86, 0xdd] => hash_ipv6_packet(key, &frame[14..]),
+            _ => None,
+        },
     }
 }
 

@@ -132,11 +132,11 @@ fn a_dropped_listener_stops_listening_and_a_dropped_udp_socket_frees_its_port() 
 fn addresses_and_write_all() {
     let (mut srt, mut crt, clock) = pair();
     let (_listener, server, client) = connected(&mut srt, &mut crt, &clock);
-    assert_eq!(client.peer_addr(&crt).unwrap(), ADDR);
+    assert_eq!(client.peer_addr(&crt).unwrap(), ADDR.into());
     let local = client.local_addr(&crt).unwrap();
-    assert_eq!(*local.ip(), CLIENT_IP);
+    assert_eq!(local.ip(), CLIENT_IP);
     assert_eq!(server.peer_addr(&srt).unwrap(), local);
-    assert_eq!(server.local_addr(&srt).unwrap(), ADDR);
+    assert_eq!(server.local_addr(&srt).unwrap(), ADDR.into());
 
     // (Within the send buffer: write_all's wait for room runs only this runtime's loop,
     // which in one thread with the peer's would never see an ACK; the TUN tests of

@@ -115,6 +115,14 @@ impl Peer {
 
 // ---- a server on every shard ------------------------------------------------------------
 
+/// The IPv4 address of these IPv4 connections.
+fn ipv4(a: std::net::SocketAddr) -> SocketAddrV4 {
+    match a {
+        std::net::SocketAddr::V4(a) => a,
+        a => panic!("{a}: an IPv6 address on an IPv4 test"),
+    }
+}
+
 /// Accepts on the shard's listener and echoes; remembers whom it accepted.
 #[derive(Default)]
 struct Echo {
@@ -126,7 +134,7 @@ impl ShardApp<ShmPort> for Echo {
     fn poll(&mut self, ctx: &mut ShardContext<'_, ShmPort>) -> io::Result<()> {
         let listener = &ctx.listeners()[0];
         while let Ok((stream, remote)) = listener.accept(ctx.rt) {
-            self.accepted.push(remote);
+            self.accepted.push(ipv4(remote));
             self.conns.push(stream);
         }
         let mut buf = [0u8; 256];
@@ -293,7 +301,7 @@ impl ShardApp<ShmPort> for Client {
         let shard = ctx.shard();
         let stack = ctx.rt.stack_mut();
         if !self.sent && stack.tcp_state(h) == Ok(State::Established) {
-            self.local = Some(stack.tcp_info(h).unwrap().local);
+            self.local = Some(ipv4(stack.tcp_info(h).unwrap().local));
             stack
                 .tcp_send(now, h, format!("shard {shard}").as_bytes())
                 .unwrap();

@@ -1,14 +1,14 @@
 //! RSS: the Toeplitz hash against the published verification vectors, the symmetric key,
 //! the indirection table, and the local-port search that sends replies home.
 
-use core::net::{Ipv4Addr, SocketAddrV4};
+use core::net::{Ipv4Addr, SocketAddrV4, SocketAddrV6};
 use std::cell::Cell;
 
 use proptest::prelude::*;
 use ustack_dev::Medium;
 use ustack_runtime::rss::{
-    self, HashType, RETA_SIZE, Reta, Rss, RssKey, hash_frame, hash_ipv4_packet, pick_local_port,
-    shard_of, toeplitz,
+    self, HashType, RETA_SIZE, Reta, Rss, RssKey, hash_frame, hash_ipv4_packet, hash_ipv6_packet,
+    pick_local_port, shard_of, toeplitz,
 };
 
 /// Microsoft's RSS verification suite for IPv4: "Verifying the RSS Hash Calculation",
@@ -54,6 +54,87 @@ const SUITE: [(&str, &str, u32, u32); 5] = [
         0x10e828a2,
     ),
 ];
+
+/// Microsoft's RSS verification suite for IPv6 (the same page, and DPDK's
+/// `test_thash.c`), with [`RssKey::MICROSOFT`]. Columns: destination, source, "IPv6 only",
+/// "IPv6 with TCP".
+const SUITE6: [(&str, &str, u32, u32); 3] = [
+    (
+        "[3ffe:2501:200:3::1]:1766",
+        "[3ffe:2501:200:1fff::7]:2794",
+        0x2cc18cd5,
+        0x40207d3d,
+    ),
+    (
+        "[ff02::1]:4739",
+        "[3ffe:501:8::260:97ff:fe40:efab]:14230",
+        0x0f0c461c,
+        0xdde51bbf,
+    ),
+    (
+        "[fe80::200:f8ff:fe21:67cf]:38024",
+        "[3ffe:1900:4545:3:200:f8ff:fe21:67cf]:44251",
+        0x4b61e985,
+        0x02d1feef,
+    ),
+];
+
+/// The IPv6 suite, by the address and tuple functions and through received packets (TCP
+/// and UDP after the fixed header: the 4-tuple; a Fragment header first: the addresses),
+/// bare and in Ethernet frames.
+#[test]
+fn microsoft_verification_suite_ipv6() {
+    let key = RssKey::MICROSOFT;
+    for (dst, src, ipv6_only, ipv6_tcp) in SUITE6 {
+        let (dst, src): (SocketAddrV6, SocketAddrV6) = (dst.parse().unwrap(), src.parse().unwrap());
+        assert_eq!(
+            key.hash_v6_addrs(*src.ip(), *dst.ip()),
+            ipv6_only,
+            "{src} -> {dst}"
+        );
+        assert_eq!(key.hash_v6(src, dst), ipv6_tcp, "{src} -> {dst}");
+        let packet6 = |nh: u8| {
+            let mut p = vec![0u8; 60];
+            p[0] = 0x60;
+            p[4..6].copy_from_slice(&20u16.to_be_bytes());
+            p[6] = nh;
+            p[7] = 64;
+            p[8..24].copy_from_slice(&src.ip().octets());
+            p[24..40].copy_from_slice(&dst.ip().octets());
+            p[40..42].copy_from_slice(&src.port().to_be_bytes());
+            p[42..44].copy_from_slice(&dst.port().to_be_bytes());
+            p
+        };
+        assert_eq!(
+            hash_ipv6_packet(&key, &packet6(6)),
+            Some((ipv6_tcp, HashType::TcpIpv6))
+        );
+        assert_eq!(
+            hash_ipv6_packet(&key, &packet6(17)),
+            Some((ipv6_tcp, HashType::UdpIpv6))
+        );
+        assert_eq!(
+            hash_ipv6_packet(&key, &packet6(44)),
+            Some((ipv6_only, HashType::Ipv6))
+        );
+        let mut frame = vec![0u8; 12];
+        frame.extend_from_slice(&[0x86, 0xdd]);
+        frame.extend_from_slice(&packet6(6));
+        assert_eq!(
+            hash_frame(&key, &frame, Medium::Ethernet),
+            Some((ipv6_tcp, HashType::TcpIpv6))
+        );
+        assert_eq!(
+            hash_frame(&key, &packet6(6), Medium::Ip),
+            Some((ipv6_tcp, HashType::TcpIpv6))
+        );
+    }
+    assert_eq!(
+        hash_ipv6_packet(&key, &[0x60; 39]),
+        None,
+        "shorter than a header"
+    );
+}
 
 fn sa(s: &str) -> SocketAddrV4 {
     s.parse().unwrap()
@@ -171,7 +252,7 @@ fn frames_that_are_not_sound_ipv4_get_no_hash() {
     assert_eq!(
         hash_frame(&key, &ethernet(0x86dd, &good), Medium::Ethernet),
         None,
-        "IPv6 type"
+        "an IPv4 packet under the IPv6 type"
     );
     assert_eq!(
         hash_frame(&key, &good[..10], Medium::Ethernet),

@@ -118,7 +118,7 @@ impl EchoServer {
         loop {
             match self.listener.accept(rt) {
                 Ok((stream, peer)) => {
-                    assert_eq!(*peer.ip(), CLIENT_IP);
+                    assert_eq!(peer.ip(), CLIENT_IP);
                     stream.set_nodelay(rt, true).unwrap();
                     let token = self.next_token;
                     self.next_token += 1;

@@ -215,21 +215,27 @@ impl Stack {
             return;
         };
         match proto {
-            IpProtocol::Tcp => self.tcp_icmp_unreachable(tuple, SeqNumber(word), err),
+            IpProtocol::Tcp => {
+                self.tcp_icmp_unreachable(tuple, SeqNumber(word), err, Counter::IcmpInErrors)
+            }
             IpProtocol::Udp if hard => self.udp_icmp_error(tuple.local.port(), tuple.remote, err),
             _ => {}
         }
     }
 
-    /// TCP's part of [`Stack::icmp_unreachable`] (Linux `tcp_v4_err`).
-    fn tcp_icmp_unreachable(
+    /// TCP's part of [`Stack::icmp_unreachable`] (Linux `tcp_v4_err`), and of ICMPv6's
+    /// port unreachable (Linux `tcp_v6_err`, `icmpv6_err_convert`: ECONNREFUSED): `err`
+    /// for the segment of `tuple` that quoted `seq`; `no_socket` counts a quote of no
+    /// connection.
+    pub(crate) fn tcp_icmp_unreachable(
         &mut self,
         tuple: crate::tcp::tcb::FourTuple,
         seq: SeqNumber,
         err: Error,
+        no_socket: Counter,
     ) {
         let Some(index) = self.tcp.lookup(self.tcp.ehash.hash(&tuple), &tuple) else {
-            return self.mib.inc(Counter::IcmpInErrors);
+            return self.mib.inc(no_socket);
         };
         let h = self.tcp.handle_of(index);
         let Some(tcb) = self.tcp.get(h) else { return };

@@ -20,7 +20,7 @@
 //!   uses, solicitations answered for our addresses, duplicate address detection (RFC
 //!   4862 §5.4). Router advertisements are counted and ignored (addresses are static).
 
-use core::net::{IpAddr, Ipv6Addr};
+use core::net::{IpAddr, Ipv6Addr, SocketAddrV6};
 
 use ustack_obs::{Counter, DropReason, Instant};
 use ustack_wire::icmpv6::{self, Message, time_exceeded};
@@ -123,17 +123,33 @@ impl Stack {
                 });
             }
             icmpv6::Repr::PacketTooBig { mtu, data } => self.icmp6_pkt_too_big(now, mtu, data),
-            // Destination Unreachable, Time Exceeded, Parameter Problem about our packets:
-            // counted by type. Not handed to UDP sockets (Linux reports them only to
-            // connected sockets or with IPV6_RECVERR, neither of which ustack has for
-            // IPv6); TCP will take them (Linux `icmpv6_notify`).
+            // Linux tcp_v6_err: a port unreachable fails a connection still opening
+            // with ECONNREFUSED (icmpv6_err_convert).
+            icmpv6::Repr::DstUnreachable {
+                code: icmpv6::dst_unreachable::PORT_UNREACHABLE,
+                data,
+            } => {
+                if let Some((tuple, seq)) = self.icmp6_quoted_tcp(data) {
+                    self.tcp_icmp_unreachable(
+                        tuple,
+                        seq,
+                        Error::ConnectionRefused,
+                        Counter::Icmp6InErrors,
+                    );
+                }
+            }
+            // Other Destination Unreachables, Time Exceeded, Parameter Problem about our
+            // packets: counted by type. Not handed to UDP sockets (Linux reports them only
+            // to connected sockets or with IPV6_RECVERR, neither of which ustack has for
+            // IPv6); for TCP they are soft errors, which ustack does not keep.
             _ => {}
         }
     }
 
     /// Packet Too Big (RFC 8201 §4): lower the path MTU of the quoted packet's destination,
-    /// if the quoted packet is one of ours. (Stage 2: TCP then shrinks its segments, as it
-    /// does for ICMPv4's fragmentation-needed, through `tcp_pmtu_event`.)
+    /// if the quoted packet is one of ours; a TCP connection it quotes then shrinks its
+    /// segments, as for ICMPv4's fragmentation-needed (Linux `tcp_v6_err` ->
+    /// `tcp_v6_mtu_reduced`, through `tcp_pmtu_event` with its sequence check).
     fn icmp6_pkt_too_big(&mut self, now: Instant, mtu: u32, quoted: &[u8]) {
         if quoted.len() < ipv6::HEADER_LEN {
             return self.mib.inc(Counter::Icmp6InErrors);
@@ -143,6 +159,42 @@ impl Stack {
             return self.mib.inc(Counter::Icmp6InErrors);
         }
         self.ip6_pmtu_update(now, q.dst_addr(), mtu);
+        let Some((tuple, seq)) = self.icmp6_quoted_tcp(quoted) else {
+            return;
+        };
+        if self
+            .tcp
+            .lookup(self.tcp.ehash.hash(&tuple), &tuple)
+            .is_none()
+        {
+            return self.mib.inc(Counter::Icmp6InErrors);
+        }
+        let mtu = mtu.max(ipv6::MIN_MTU as u32);
+        self.tcp_pmtu_event(now, tuple, seq, mtu, ipv6::HEADER_LEN);
+    }
+
+    /// The tuple and sequence number of a TCP segment of ours an ICMPv6 error quotes
+    /// (ustack sends TCP with no extension header: the TCP header follows at once); a
+    /// quote of a pair no connection has counts as InErrors (Linux: no socket,
+    /// `ICMP6_MIB_INERRORS`).
+    fn icmp6_quoted_tcp(
+        &mut self,
+        quoted: &[u8],
+    ) -> Option<(crate::tcp::tcb::FourTuple, ustack_wire::SeqNumber)> {
+        let l4 = quoted.get(ipv6::HEADER_LEN..)?;
+        let q = ipv6::Packet::new_unchecked(quoted);
+        if q.version() != 6 || q.next_header() != IpProtocol::Tcp || l4.len() < 8 {
+            return None;
+        }
+        let port = |i: usize| u16::from_be_bytes([l4[i], l4[i + 1]]);
+        let local = SocketAddrV6::new(q.src_addr(), port(0), 0, 0);
+        let remote = SocketAddrV6::new(q.dst_addr(), port(2), 0, 0);
+        let Some(tuple) = self.tcp.intern6.find(local, remote) else {
+            self.mib.inc(Counter::Icmp6InErrors);
+            return None;
+        };
+        let seq = ustack_wire::SeqNumber(u32::from_be_bytes([l4[4], l4[5], l4[6], l4[7]]));
+        Some((tuple, seq))
     }
 
     /// Send an ICMPv6 echo request to `dst`. Replies appear in [`Stack::recv_echo_reply6`].

@@ -5,7 +5,7 @@
 //! Both are snapshots taken by walking the tables, so they cost O(sockets): tools call
 //! them, the packet path never does.
 
-use core::net::SocketAddrV4;
+use core::net::SocketAddr;
 use core::time::Duration;
 
 use ustack_obs::Instant;
@@ -31,9 +31,9 @@ pub struct SocketView {
     /// `ESTAB`, `LISTEN`, `TIME-WAIT`, `SYN-SENT`, ..., `UNCONN` for a UDP socket.
     pub state: &'static str,
     /// The local address.
-    pub local: SocketAddrV4,
+    pub local: SocketAddr,
     /// The peer (`None`: any, as `*:*` for a listener or an unconnected UDP socket).
-    pub remote: Option<SocketAddrV4>,
+    pub remote: Option<SocketAddr>,
     /// Bytes received and not read; for a listener, connections waiting in its accept
     /// queue (as `ss` shows).
     pub recv_q: usize,
@@ -67,7 +67,8 @@ pub struct MemoryUsage {
     /// while data is outstanding), `rtx_spare` (the one board the stack keeps for the next
     /// queue that fills, so that a round trip does not allocate), `buffers` (pool bytes held by socket buffers),
     /// `pool_free` (pool bytes allocated and free), `time_wait`, `requests` (SYN queue),
-    /// `tables` (the established and listener tables, the TCP timer heap), `udp` (sockets
+    /// `tables` (the established and listener tables, the TCP timer heap), `tcp_addr6`
+    /// (the IPv6 addresses TCP tuples name by id), `udp` (sockets
     /// and queued datagrams), in that order. The runtime and the application add their
     /// own kinds after these (e.g. `ustack_runtime::Runtime::memory`).
     pub kinds: Vec<MemoryKind>,
@@ -140,8 +141,8 @@ impl Stack {
             out.push(SocketView {
                 protocol: Protocol::Tcp,
                 state: tcb.state.ss_name(),
-                local: tcb.tuple.local,
-                remote: Some(tcb.tuple.remote),
+                local: info.local,
+                remote: Some(info.remote),
                 recv_q: info.recv_q,
                 send_q: info.send_q,
                 mem: Some((
@@ -155,11 +156,12 @@ impl Stack {
             });
         }
         for (tuple, tw) in self.tcp.timewait.iter() {
+            let (local, remote) = self.tcp.addrs(tuple);
             out.push(SocketView {
                 protocol: Protocol::Tcp,
                 state: "TIME-WAIT",
-                local: tuple.local,
-                remote: Some(tuple.remote),
+                local,
+                remote: Some(remote),
                 recv_q: 0,
                 send_q: 0,
                 info: None,
@@ -255,6 +257,11 @@ impl Stack {
                     // The rarely set per-socket options (none for an idle connection
                     // that set none).
                     + tcp.xopts.allocation_size(),
+            },
+            MemoryKind {
+                name: "tcp_addr6",
+                count: tcp.intern6.len(),
+                bytes: tcp.intern6.heap_bytes(),
             },
             MemoryKind {
                 name: "udp",

@@ -2,8 +2,7 @@
 //!
 //! A [`Stack`] is one interface's worth of protocol state: neighbour table (ARP and IPv6
 //! neighbour discovery), IPv4 and IPv6 with reassembly and fragmentation, ICMP and
-//! ICMPv6, UDP sockets (over IPv4 and IPv6) and TCP sockets (over IPv4; over IPv6 in the
-//! rest of stage 2 of issue 15), its
+//! ICMPv6, UDP sockets (over IPv4 and IPv6) and TCP sockets (both over IPv4 and IPv6), its
 //! counters ([`Mib`]) and tunables ([`Sysctl`]). It never touches a device or a clock:
 //!
 //! ```text

@@ -103,11 +103,10 @@ impl UdpTable {
 
     /// Every IPv4 socket: (local address, bytes queued for reading (charged), receive
     /// buffer). IPv6 sockets are not listed (the socket views are IPv4 only for now).
-    pub(crate) fn views(&self) -> impl Iterator<Item = (SocketAddrV4, usize, usize)> + '_ {
-        self.sockets.iter().filter_map(|(_, s)| match s.local {
-            SocketAddr::V4(local) => Some((local, s.rx_charged, s.rcvbuf)),
-            SocketAddr::V6(_) => None,
-        })
+    pub(crate) fn views(&self) -> impl Iterator<Item = (SocketAddr, usize, usize)> + '_ {
+        self.sockets
+            .iter()
+            .map(|(_, s)| (s.local, s.rx_charged, s.rcvbuf))
     }
 
     /// Heap bytes: the socket slab, the port map, each receive queue and its datagrams.

@@ -30,7 +30,7 @@ fn sockets_and_memory_as_ss_and_stat_show_them() {
 
     let socks = p.b.sockets(p.now);
     let listen = socks.iter().find(|s| s.state == "LISTEN").unwrap();
-    assert_eq!(listen.local, SocketAddrV4::new(B_IP, 80));
+    assert_eq!(listen.local, SocketAddrV4::new(B_IP, 80).into());
     assert_eq!(listen.remote, None);
     assert_eq!(
         (listen.recv_q, listen.send_q),
@@ -39,7 +39,10 @@ fn sockets_and_memory_as_ss_and_stat_show_them() {
     );
     let estab: Vec<_> = socks.iter().filter(|s| s.state == "ESTAB").collect();
     assert_eq!(estab.len(), 2, "{socks:?}");
-    let s1_view = estab.iter().find(|s| s.remote == Some(peer1)).unwrap();
+    let s1_view = estab
+        .iter()
+        .find(|s| s.remote == Some(peer1.into()))
+        .unwrap();
     assert_eq!(s1_view.recv_q, 3000, "unread bytes");
     let (rmem, rcvbuf, wmem, sndbuf) = s1_view.mem.unwrap();
     assert!(rmem >= 3000 && rcvbuf > rmem, "{:?}", s1_view.mem);
@@ -49,10 +52,13 @@ fn sockets_and_memory_as_ss_and_stat_show_them() {
     assert!(info.cwnd > 0 && info.mss > 0, "{info:?}");
     // The client's view has the RTT its SYN measured.
     let a_view = p.a.sockets(p.now);
-    let c1_view = a_view.iter().find(|s| s.local == peer1).unwrap();
+    let c1_view = a_view.iter().find(|s| s.local == peer1.into()).unwrap();
     assert!(c1_view.info.as_ref().unwrap().srtt.is_some(), "{c1_view:?}");
     let u = socks.iter().find(|s| s.protocol == Protocol::Udp).unwrap();
-    assert_eq!((u.state, u.local), ("UNCONN", SocketAddrV4::new(B_IP, 53)));
+    assert_eq!(
+        (u.state, u.local),
+        ("UNCONN", SocketAddrV4::new(B_IP, 53).into())
+    );
     assert!(u.recv_q >= 5, "the datagram waits: {u:?}");
 
     let mem = p.b.memory();
@@ -75,7 +81,7 @@ fn sockets_and_memory_as_ss_and_stat_show_them() {
     p.settle();
     let socks = p.b.sockets(p.now);
     let tw = socks.iter().find(|s| s.state == "TIME-WAIT").unwrap();
-    assert_eq!(tw.remote, Some(peer1));
+    assert_eq!(tw.remote, Some(peer1.into()));
     let left = tw.timewait_left.unwrap();
     assert!(left > Duration::from_secs(50) && left <= Duration::from_secs(60));
     assert_eq!(p.b.memory().get("time_wait").unwrap().count, 1);

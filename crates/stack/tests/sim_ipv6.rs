@@ -13,7 +13,7 @@ use ustack_stack::neigh::NudState;
 use ustack_stack::{AddrState, Config, Ipv4Cidr, Ipv6Cidr, Mib, Stack, UdpHandle};
 use ustack_testkit::{A_IP, A_MAC, B_IP, B_MAC, Pair, faulty};
 use ustack_wire::ipv6ext::FragRepr;
-use ustack_wire::{IpProtocol, ethernet, icmpv6, ipv6, ndisc, udp};
+use ustack_wire::{IpProtocol, ethernet, icmpv6, ndisc, udp};
 
 const A6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1);
 const B6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 2);
@@ -183,27 +183,7 @@ fn assert_fragmented_each_way(p: &Pair, n: u64) {
 /// An Ethernet frame from A to B carrying an IPv6 packet of `src` -> `dst` with the given
 /// next header and payload (hop limit 64).
 fn frame(src: Ipv6Addr, dst: Ipv6Addr, nh: u8, payload: &[u8]) -> Vec<u8> {
-    let mut f = vec![0u8; ethernet::HEADER_LEN + ipv6::HEADER_LEN + payload.len()];
-    ethernet::Repr {
-        src_addr: A_MAC,
-        dst_addr: B_MAC,
-        ethertype: ethernet::EtherType::Ipv6,
-    }
-    .emit(&mut ethernet::Frame::new_unchecked(&mut f[..]));
-    ipv6::Repr {
-        src_addr: src,
-        dst_addr: dst,
-        next_header: IpProtocol::from(nh),
-        payload_len: payload.len(),
-        hop_limit: 64,
-        traffic_class: 0,
-        flow_label: 0,
-    }
-    .emit(&mut ipv6::Packet::new_unchecked(
-        &mut f[ethernet::HEADER_LEN..],
-    ));
-    f[ethernet::HEADER_LEN + ipv6::HEADER_LEN..].copy_from_slice(payload);
-    f
+    ustack_testkit::ipv6_frame((A_MAC, B_MAC), src, dst, nh, payload)
 }
 
 /// An echo request from A6 to B6, as an ICMPv6 message with its checksum.
@@ -275,10 +255,10 @@ fn bad_headers_are_counted_and_answered() {
     assert_eq!(c(&p, Counter::Ip6InMcastPkts), 1);
     assert_eq!(c(&p, Counter::Ip6InAddrErrors), 1);
 
-    // TCP over IPv6: stage 2; counted, no answer.
+    // A malformed TCP header over IPv6: TCP's drop (delivered to TCP), no answer.
     p.b.receive(p.now, &frame(A6, B6, 6, &[0u8; 20]));
-    assert_eq!(d(&p, DropReason::Ip6L4Pending), 1);
-    assert_eq!(c(&p, Counter::Ip6InDiscards), 1);
+    assert_eq!(c(&p, Counter::TcpInSegs), 1);
+    assert_eq!(d(&p, DropReason::TcpHdr) + d(&p, DropReason::TcpCsum), 1);
     p.run_for(Duration::from_millis(5));
     assert_eq!(c(&p, Counter::Icmp6OutMsgs), 0, "no error for any of these");
 

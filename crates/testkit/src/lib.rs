@@ -15,7 +15,7 @@ pub mod netns;
 pub mod tcp;
 pub mod tshark;
 
-use core::net::Ipv4Addr;
+use core::net::{Ipv4Addr, Ipv6Addr};
 use core::time::Duration;
 use std::io::Write;
 
@@ -23,7 +23,7 @@ use ustack_dev::Device;
 use ustack_dev::capture::Capture;
 use ustack_dev::sim::{Side, SimConfig, SimLink, SimLinkConfig};
 use ustack_obs::pcap::{LinkType, PcapWriter};
-use ustack_stack::{Config, EthernetAddress, Instant, Ipv4Cidr, Stack};
+use ustack_stack::{Config, EthernetAddress, Instant, Ipv4Cidr, Ipv6Cidr, Stack};
 
 /// The peak resident set (`VmHWM` of `/proc/self/status`) of this process, in kB.
 pub fn peak_rss_kb() -> u64 {
@@ -40,8 +40,45 @@ pub fn peak_rss_kb() -> u64 {
 pub const A_IP: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
 /// Address of side B: 192.0.2.2/24, MAC 02:00:00:00:00:02.
 pub const B_IP: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 2);
+/// IPv6 address of side A in a [`Pair::dual_stack`]: 2001:db8::1/64 (RFC 3849).
+pub const A_IP6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1);
+/// IPv6 address of side B in a [`Pair::dual_stack`]: 2001:db8::2/64.
+pub const B_IP6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 2);
 pub const A_MAC: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 1]);
 pub const B_MAC: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 2]);
+
+/// An Ethernet frame from `src_mac` to `dst_mac` carrying an IPv6 packet `src` -> `dst`
+/// with next header `nh` and `payload` (hop limit 64), for tests that inject IPv6.
+pub fn ipv6_frame(
+    (src_mac, dst_mac): (EthernetAddress, EthernetAddress),
+    src: Ipv6Addr,
+    dst: Ipv6Addr,
+    nh: u8,
+    payload: &[u8],
+) -> Vec<u8> {
+    use ustack_wire::{IpProtocol, ethernet, ipv6};
+    let mut f = vec![0u8; ethernet::HEADER_LEN + ipv6::HEADER_LEN + payload.len()];
+    ethernet::Repr {
+        src_addr: src_mac,
+        dst_addr: dst_mac,
+        ethertype: ethernet::EtherType::Ipv6,
+    }
+    .emit(&mut ethernet::Frame::new_unchecked(&mut f[..]));
+    ipv6::Repr {
+        src_addr: src,
+        dst_addr: dst,
+        next_header: IpProtocol::from(nh),
+        payload_len: payload.len(),
+        hop_limit: 64,
+        traffic_class: 0,
+        flow_label: 0,
+    }
+    .emit(&mut ipv6::Packet::new_unchecked(
+        &mut f[ethernet::HEADER_LEN..],
+    ));
+    f[ethernet::HEADER_LEN + ipv6::HEADER_LEN..].copy_from_slice(payload);
+    f
+}
 
 /// Largest frame the harness moves (a 64 KiB IP packet plus an Ethernet header).
 const FRAME_MAX: usize = 65_536 + 14;
@@ -76,6 +113,23 @@ impl Pair {
         a.seed = Some(link.seed ^ 0xa);
         b.seed = Some(link.seed ^ 0xb);
         Pair::with_configs(link, a, b)
+    }
+
+    /// [`Pair::new`]'s stacks with [`A_IP6`] and [`B_IP6`] as well, run past duplicate
+    /// address detection (1.1 s of virtual time: one solicitation and RFC 4862's one
+    /// second), so both addresses are usable.
+    pub fn dual_stack(link: SimLinkConfig) -> Pair {
+        let mut a =
+            Config::ethernet(A_MAC, Ipv4Cidr::new(A_IP, 24)).with_ipv6(Ipv6Cidr::new(A_IP6, 64));
+        let mut b =
+            Config::ethernet(B_MAC, Ipv4Cidr::new(B_IP, 24)).with_ipv6(Ipv6Cidr::new(B_IP6, 64));
+        a.mtu = link.mtu;
+        b.mtu = link.mtu;
+        a.seed = Some(link.seed ^ 0xa);
+        b.seed = Some(link.seed ^ 0xb);
+        let mut p = Pair::with_configs(link, a, b);
+        p.run_for(Duration::from_millis(1100));
+        p
     }
 
     /// Two stacks with the given configurations over `link`.

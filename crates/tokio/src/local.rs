@@ -428,7 +428,7 @@ impl LocalTcpListener {
                         stream,
                         token,
                     },
-                    SocketAddr::V4(peer),
+                    peer,
                 )))
             }
             Err(e) if would_block(&e) => s.park(self.token, true, cx),
@@ -438,7 +438,7 @@ impl LocalTcpListener {
 
     /// The address it listens on.
     pub fn local_addr(&self) -> SocketAddr {
-        SocketAddr::V4(self.listener.local_addr())
+        self.listener.local_addr()
     }
 }
 
@@ -489,9 +489,7 @@ impl LocalTcpStream {
 
     /// The peer's address.
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {
-        Ok(SocketAddr::V4(
-            self.stream.peer_addr(&self.stack.inner.rt.borrow())?,
-        ))
+        self.stream.peer_addr(&self.stack.inner.rt.borrow())
     }
 
     /// Wait until a read would not block: bytes are waiting, the peer has closed its

@@ -43,7 +43,7 @@ fn pattern(n: usize, salt: u64) -> Vec<u8> {
 }
 
 /// The stack's TCP sockets (state, remote) other than listeners.
-fn connections(net: &Net) -> Vec<(&'static str, Option<std::net::SocketAddrV4>)> {
+fn connections(net: &Net) -> Vec<(&'static str, Option<std::net::SocketAddr>)> {
     net.on_each_shard(|rt| {
         let now = rt.now();
         rt.stack()

@@ -6,7 +6,7 @@
 //! serve`'s link flags), or an `AF_PACKET` or `AF_XDP` socket on an Ethernet interface
 //! (`--interface`, a veth end say) whose MAC address ustack takes.
 
-use core::net::SocketAddrV4;
+use core::net::SocketAddr;
 use core::time::Duration;
 use std::io::{ErrorKind, Read, Write};
 use std::path::PathBuf;
@@ -38,7 +38,9 @@ pub struct ClientLink {
     /// answers for --addr on it with the interface's MAC address.
     #[arg(long, value_name = "NAME")]
     interface: Option<String>,
-    /// ustack's address on the interface and its prefix length: IP[/LEN] (default /24).
+    /// ustack's address on the interface and its prefix length: IP[/LEN] (default /24),
+    /// or [IP6[/LEN]] (default /64; the interface keeps 192.0.2.2/24 beside it). For an
+    /// IPv6 server, give ustack an IPv6 address here or with --addr6.
     #[arg(long, default_value = "192.0.2.2/24")]
     addr: IfAddr,
     #[command(flatten)]
@@ -69,8 +71,8 @@ EXAMPLES:
   echo hello | ustack connect 192.0.2.1:7 --tun tun0 --netns NS --addr 192.0.2.2/24
   echo hello | ustack connect 192.0.2.1:7 --link packet --interface veth1 --netns NS")]
 pub struct ConnectArgs {
-    /// The server: IP:PORT (an IPv4 address; no name lookup).
-    target: SocketAddrV4,
+    /// The server: IP:PORT, or [IP6]:PORT (no name lookup).
+    target: SocketAddr,
     #[command(flatten)]
     link: ClientLink,
 }
@@ -108,7 +110,7 @@ trait Client {
 
 /// Opens `--link`'s device, builds the runtime on it, connects to `target` and hands the
 /// connection to `client`.
-fn over_link<C: Client>(client: C, target: SocketAddrV4) -> anyhow::Result<ExitCode> {
+fn over_link<C: Client>(client: C, target: SocketAddr) -> anyhow::Result<ExitCode> {
     let link = client.link();
     if link.addr.port.is_some() {
         bail!("--addr is ustack's own address, IP[/LEN], without a port");
@@ -169,7 +171,7 @@ fn over_link<C: Client>(client: C, target: SocketAddrV4) -> anyhow::Result<ExitC
 fn connected<C: Client, D: Device + Sleep>(
     client: C,
     builder: RuntimeBuilder,
-    target: SocketAddrV4,
+    target: SocketAddr,
     device: D,
     how: &str,
 ) -> anyhow::Result<ExitCode> {
@@ -297,8 +299,9 @@ impl Client for &ConnectArgs {
     }
 }
 
-/// `http://IP[:PORT][/PATH]`: the server and the path (with its query).
-fn parse_url(url: &str) -> anyhow::Result<(SocketAddrV4, String, String)> {
+/// `http://IP[:PORT][/PATH]` (an IPv6 host in brackets, RFC 3986 §3.2.2): the server
+/// and the path (with its query).
+fn parse_url(url: &str) -> anyhow::Result<(SocketAddr, String, String)> {
     let rest = url
         .strip_prefix("http://")
         .with_context(|| format!("{url}: only http:// URLs"))?;
@@ -306,13 +309,21 @@ fn parse_url(url: &str) -> anyhow::Result<(SocketAddrV4, String, String)> {
         Some(i) => (&rest[..i], &rest[i..]),
         None => (rest, "/"),
     };
-    let addr = match host.parse::<SocketAddrV4>() {
+    let addr = match host.parse::<SocketAddr>() {
         Ok(a) => a,
-        Err(_) => SocketAddrV4::new(
-            host.parse()
-                .with_context(|| format!("{url}: the host must be an IPv4 address"))?,
-            80,
-        ),
+        Err(_) => {
+            let ip = host.strip_prefix('[').and_then(|h| h.strip_suffix(']'));
+            let ip = match ip {
+                Some(ip) => ip.parse::<core::net::Ipv6Addr>().map(core::net::IpAddr::V6),
+                None => host
+                    .parse::<core::net::Ipv4Addr>()
+                    .map(core::net::IpAddr::V4),
+            };
+            SocketAddr::new(
+                ip.with_context(|| format!("{url}: the host must be an IP address"))?,
+                80,
+            )
+        }
     };
     Ok((addr, host.to_owned(), path.to_owned()))
 }
@@ -571,6 +582,12 @@ mod tests {
         assert_eq!((a.port(), path.as_str()), (80, "/"));
         assert!(parse_url("https://192.0.2.1/").is_err());
         assert!(parse_url("http://example.com/").is_err());
+        let (a, host, path) = parse_url("http://[2001:db8::1]:8000/f").unwrap();
+        assert_eq!(a, "[2001:db8::1]:8000".parse().unwrap());
+        assert_eq!((host.as_str(), path.as_str()), ("[2001:db8::1]:8000", "/f"));
+        let (a, _, _) = parse_url("http://[2001:db8::1]/").unwrap();
+        assert_eq!(a, "[2001:db8::1]:80".parse().unwrap());
+        assert!(parse_url("http://[2001:db8::1/").is_err());
     }
 
     #[test]

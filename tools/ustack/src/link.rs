@@ -2,7 +2,7 @@
 //! its prefix, `--gateway`, `--sysctl`, `--netns`, and the TUN's `--tun`, `--mtu`), the
 //! runtime builder they make, the TUN they open, and the stop signals.
 
-use core::net::{Ipv4Addr, Ipv6Addr};
+use core::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use core::str::FromStr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -14,18 +14,77 @@ use ustack_runtime::runtime::RuntimeBuilder;
 use ustack_stack::{Ipv4Cidr, Ipv6Cidr, Sysctl};
 
 /// An interface address: `IP[/PREFIX][:PORT]` (or `IP:PORT/PREFIX`); the prefix length
-/// defaults to 24.
+/// defaults to 24. Or an IPv6 one in brackets, `[IP6[/PREFIX]][:PORT]` (prefix 64 by
+/// default; `[::]:PORT` for a server listening on every address of both families): the
+/// interface then keeps the IPv4 address 192.0.2.2/24, which the stack needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IfAddr {
     pub ip: Ipv4Addr,
     pub prefix: u8,
     pub port: Option<u16>,
+    /// The IPv6 address given in brackets, if that was the form.
+    pub ip6: Option<Ipv6Cidr>,
+}
+
+impl IfAddr {
+    /// The IPv4 address the interface keeps when `--addr` is an IPv6 one.
+    pub const IPV4_BESIDE_IPV6: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 2);
+
+    /// The socket address `IP:PORT` (port 0 without one): IPv6 if given so.
+    pub fn socket_addr(&self) -> SocketAddr {
+        let port = self.port.unwrap_or(0);
+        match self.ip6 {
+            Some(c) => SocketAddr::V6(SocketAddrV6::new(c.addr, port, 0, 0)),
+            None => SocketAddr::V4(SocketAddrV4::new(self.ip, port)),
+        }
+    }
+
+    /// `[IP6[/LEN]][:PORT]`.
+    fn parse6(s: &str) -> Result<IfAddr, String> {
+        let bad = |what: &str| format!("`{s}`: {what} (e.g. [2001:db8::2]:80)");
+        let (inner, rest) = s[1..]
+            .split_once(']')
+            .ok_or_else(|| bad("no closing bracket"))?;
+        let (ip, len) = match inner.split_once('/') {
+            Some((ip, len)) => (ip, Some(len)),
+            None => (inner, None),
+        };
+        let ip: Ipv6Addr = ip.parse().map_err(|_| bad("not an IPv6 address"))?;
+        let prefix = match len {
+            None => 64,
+            Some(l) => l
+                .parse::<u8>()
+                .ok()
+                .filter(|l| (1..=128).contains(l))
+                .ok_or_else(|| bad("the prefix length must be 1 to 128"))?,
+        };
+        let port = match rest {
+            "" => None,
+            p => Some(
+                p.strip_prefix(':')
+                    .and_then(|p| p.parse::<u16>().ok())
+                    .ok_or_else(|| bad("not a port number"))?,
+            ),
+        };
+        if ip.is_multicast() || ip.is_loopback() {
+            return Err(bad("not a unicast address"));
+        }
+        Ok(IfAddr {
+            ip: Self::IPV4_BESIDE_IPV6,
+            prefix: 24,
+            port,
+            ip6: Some(Ipv6Cidr::new(ip, prefix)),
+        })
+    }
 }
 
 impl FromStr for IfAddr {
     type Err = String;
 
     fn from_str(s: &str) -> Result<IfAddr, String> {
+        if s.starts_with('[') {
+            return IfAddr::parse6(s);
+        }
         let bad = |what: &str| format!("`{s}`: {what} (e.g. 192.0.2.2/24:80 or 192.0.2.2:80)");
         let (head, port) = match s.split_once(':') {
             Some((h, p)) => (h, Some(p)),
@@ -52,13 +111,21 @@ impl FromStr for IfAddr {
         if ip.is_unspecified() || ip.is_broadcast() || ip.is_multicast() {
             return Err(bad("not a unicast address"));
         }
-        Ok(IfAddr { ip, prefix, port })
+        Ok(IfAddr {
+            ip,
+            prefix,
+            port,
+            ip6: None,
+        })
     }
 }
 
 impl core::fmt::Display for IfAddr {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        write!(f, "{}/{}", self.ip, self.prefix)?;
+        match self.ip6 {
+            Some(c) => write!(f, "[{}/{}]", c.addr, c.prefix_len)?,
+            None => write!(f, "{}/{}", self.ip, self.prefix)?,
+        }
         match self.port {
             Some(p) => write!(f, ":{p}"),
             None => Ok(()),
@@ -125,8 +192,8 @@ pub struct LinkArgs {
     pub gateway: Option<Ipv4Addr>,
     /// An IPv6 address of the interface, ADDR/LEN (repeatable), e.g. `--addr6
     /// 2001:db8::2/64`: IPv6 is on (ICMPv6 echo, neighbour discovery on Ethernet links,
-    /// where the link-local address from the MAC is added). TCP and UDP over IPv6 are not
-    /// there yet (they are counted and dropped).
+    /// where the link-local address from the MAC is added; TCP and UDP over IPv6). An
+    /// IPv6 `--addr` in brackets is added too.
     #[arg(long = "addr6", value_name = "ADDR/LEN", value_parser = parse_cidr6)]
     pub addr6: Vec<Ipv6Cidr>,
     /// Set a tunable at start by its Linux name, e.g. `--sysctl net.ipv4.tcp_sack=0`
@@ -150,8 +217,10 @@ impl LinkArgs {
             }
             b = b.gateway(gw);
         }
-        for cidr in &self.addr6 {
-            b = b.ipv6(cidr.addr, cidr.prefix_len);
+        for cidr in self.addr6.iter().chain(&addr.ip6) {
+            if !cidr.addr.is_unspecified() {
+                b = b.ipv6(cidr.addr, cidr.prefix_len);
+            }
         }
         for (name, value) in &self.sysctls {
             b = b.sysctl(name, *value);
@@ -219,7 +288,8 @@ mod tests {
             Ok(IfAddr {
                 ip,
                 prefix: 16,
-                port: Some(80)
+                port: Some(80),
+                ip6: None,
             })
         );
         assert_eq!(a("192.0.2.2:80/16"), a("192.0.2.2/16:80"));
@@ -228,7 +298,8 @@ mod tests {
             Ok(IfAddr {
                 ip,
                 prefix: 24,
-                port: Some(7)
+                port: Some(7),
+                ip6: None,
             })
         );
         assert_eq!(
@@ -236,7 +307,8 @@ mod tests {
             Ok(IfAddr {
                 ip,
                 prefix: 30,
-                port: None
+                port: None,
+                ip6: None,
             })
         );
         for bad in [
@@ -245,9 +317,26 @@ mod tests {
             "x/24",
             "192.0.2.2:99999",
             "0.0.0.0/8",
+            "[2001:db8::2",
+            "[2001:db8::2]80",
+            "[2001:db8::2/129]:80",
+            "[ff02::1]:80",
+            "[x]:80",
         ] {
             assert!(a(bad).is_err(), "{bad}");
         }
+        let six = a("[2001:db8::2]:80").unwrap();
+        assert_eq!(
+            six.socket_addr(),
+            "[2001:db8::2]:80".parse::<SocketAddr>().unwrap()
+        );
+        assert_eq!(six.ip6.unwrap().prefix_len, 64);
+        assert_eq!(a("[2001:db8::2/96]").unwrap().ip6.unwrap().prefix_len, 96);
+        assert_eq!(
+            a("[::]:80").unwrap().socket_addr(),
+            "[::]:80".parse::<SocketAddr>().unwrap()
+        );
+        assert_eq!(six.to_string(), "[2001:db8::2/64]:80");
     }
 
     #[test]

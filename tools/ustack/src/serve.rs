@@ -2,7 +2,7 @@
 //! ustack runtime, over a shm link another process attaches to, over a TUN interface whose
 //! other end is the Linux kernel, or over an in-process `sim` link with verifying clients.
 
-use core::net::SocketAddrV4;
+use core::net::SocketAddr;
 use core::time::Duration;
 use std::io::Write;
 use std::path::PathBuf;
@@ -167,9 +167,10 @@ fn with_seed(builder: RuntimeBuilder, seed: Option<u64>) -> RuntimeBuilder {
 }
 
 impl Args {
-    /// The address the servers listen on.
-    fn listen(&self) -> SocketAddrV4 {
-        SocketAddrV4::new(self.addr.ip, self.addr.port.unwrap_or(0))
+    /// The address the servers listen on (an IPv6 one if `--addr` was: `[::]` takes
+    /// both families).
+    fn listen(&self) -> SocketAddr {
+        self.addr.socket_addr()
     }
 }
 
@@ -206,6 +207,9 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     if args.addr.port.is_none_or(|p| p == 0) {
         bail!("--addr needs a port other than 0 (IP[/LEN]:PORT)");
     }
+    if args.addr.ip6.is_some() && args.link != "tun" {
+        bail!("an IPv6 --addr is for --link tun (the shm and sim clients speak IPv4)");
+    }
     if args.shards > 1 && args.link == "sim" {
         bail!("--shards is for --link shm or tun (the sim clients run against one shard)");
     }
@@ -230,7 +234,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
 /// stack when the shard starts.
 struct ShardServer {
     proto: Protocol,
-    addr: SocketAddrV4,
+    addr: SocketAddr,
     root: Option<PathBuf>,
     server: Option<Server>,
 }
@@ -403,7 +407,9 @@ fn sim(args: &Args, proto: Protocol) -> anyhow::Result<ExitCode> {
         .seed(seed.wrapping_add(1))
         .build_with_clock(b, clock.participant())?;
     let mut server = Server::bind(&mut srt, proto, args.listen(), args.root.clone())?;
-    let mut load = Load::start(&mut crt, proto, args.listen(), args.clients, args.requests)?;
+    // --link sim is IPv4 only (checked in `run`).
+    let target = core::net::SocketAddrV4::new(args.addr.ip, args.addr.port.unwrap_or(0));
+    let mut load = Load::start(&mut crt, proto, target, args.clients, args.requests)?;
     let limit = Instant::ZERO + args.duration.unwrap_or(Duration::from_secs(60));
     let wall = std::time::Instant::now();
     while !load.done() {

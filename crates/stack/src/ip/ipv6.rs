@@ -21,7 +21,7 @@
 //!    Routing (§4.4: Segments Left 0 is skipped, anything else is a Parameter Problem: a
 //!    host does not route), Fragment (§4.5: atomic fragments processed in place, RFC
 //!    6946; others reassembled, [`super::reasm6`]), then ICMPv6, UDP (`udp6_input`),
-//!    the TCP hook (stage 2), No Next Header, or an unknown one: `IP6_NOPROTO` and a
+//!    TCP (`tcp6_input`), No Next Header, or an unknown one: `IP6_NOPROTO` and a
 //!    Parameter Problem code 1 pointing at the Next Header field (§4).
 //!
 //! Output: the source is picked from our addresses (RFC 6724's rules 1, 2 and 8 for a host
@@ -523,8 +523,9 @@ impl Stack {
                     return self.udp6_input(now, &inbound);
                 }
                 IpProtocol::Tcp => {
+                    self.mib.inc(Counter::Ip6InDelivers);
                     let inbound = self.inbound6(packet, walk.off, multicast);
-                    return self.ip6_l4_stage2(now, &inbound);
+                    return self.tcp6_input(now, &inbound);
                 }
                 IpProtocol::Ipv6NoNxt => {
                     // RFC 8200 §4.7: nothing follows; Linux delivers it to a handler that
@@ -563,14 +564,6 @@ impl Stack {
             payload: &packet[off..],
             multicast,
         }
-    }
-
-    /// TCP over IPv6 is the rest of stage 2 of IPv6 support (UDP is done): this is where
-    /// segments will be handed to `tcp_input`. Until then the packet is counted and dropped
-    /// (`IP6_L4_STAGE2`, Ip6 InDiscards), without an ICMPv6 error: the protocol is known,
-    /// only its IPv6 sockets are missing.
-    fn ip6_l4_stage2(&mut self, _now: Instant, _inbound: &Inbound6) {
-        self.mib.drop(DropReason::Ip6L4Pending);
     }
 
     /// The Fragment header at `walk.off` (Linux `ipv6_frag_rcv`): atomic fragments go on
@@ -687,7 +680,7 @@ impl Stack {
     }
 
     /// The path MTU towards `dst`: the link's MTU, lowered by a Packet Too Big that has
-    /// not expired. Stage 2's TCP reads it for its MSS (Linux `ip6_mtu` on the route).
+    /// not expired. TCP reads it for its MSS (Linux `ip6_mtu` on the route).
     pub fn path_mtu6(&self, now: Instant, dst: Ipv6Addr) -> usize {
         let learnt = self
             .ip6

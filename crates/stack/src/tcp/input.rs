@@ -14,7 +14,7 @@
 //!
 //! There is no header-prediction fast path: every segment takes the full path below.
 
-use core::net::SocketAddrV4;
+use core::net::{IpAddr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use core::time::Duration;
 
 use ustack_obs::{Counter, DropReason, Instant, Mib};
@@ -32,6 +32,7 @@ use super::sock::Sock;
 use super::tcb::{FourTuple, Tcb, TcbFlags};
 use super::{State, TcpHandle};
 use crate::ip::Inbound;
+use crate::ip::ipv6::Inbound6;
 use crate::socket::{Readiness, SocketKey, sk_stream_is_writeable};
 use crate::{Error, Stack};
 
@@ -119,26 +120,68 @@ impl Stack {
             local: SocketAddrV4::new(inbound.repr.dst_addr, seg.dst_port),
             remote: SocketAddrV4::new(inbound.repr.src_addr, seg.src_port),
         };
+        self.tcp_dispatch(now, tuple, &seg);
+    }
+
+    /// Linux `tcp_v6_rcv`: the same as [`Stack::tcp_input`] over IPv6. The checksum over
+    /// the IPv6 pseudo-header is always checked (RFC 8200 §8.1; the device's word is not
+    /// taken for IPv6). The tuple holds the addresses' ids (see [`super::intern6`]): a
+    /// remote address not interned has no connection, request or TIME-WAIT record, and
+    /// is interned only if a listener or a RST needs the tuple.
+    pub(crate) fn tcp6_input(&mut self, now: Instant, inbound: &Inbound6) {
+        self.mib.inc(Counter::TcpInSegs);
+        if inbound.multicast || inbound.dst.is_multicast() {
+            return self.mib.drop(DropReason::TcpNoSocket);
+        }
+        let (src, dst) = (IpAddr::V6(inbound.src), IpAddr::V6(inbound.dst));
+        let Ok(packet) = tcp::Packet::new_checked(inbound.payload) else {
+            return self.mib.drop(DropReason::TcpHdr);
+        };
+        if !packet.verify_checksum(&src, &dst) {
+            return self.mib.drop(DropReason::TcpCsum);
+        }
+        let seg = match tcp::Repr::parse(&packet, &src, &dst, false) {
+            Ok(seg) => seg,
+            Err(_) => return self.mib.drop(DropReason::TcpHdr),
+        };
+        let local = SocketAddrV6::new(inbound.dst, seg.dst_port, 0, 0);
+        let remote = SocketAddrV6::new(inbound.src, seg.src_port, 0, 0);
+        let tuple = match self.tcp.intern6.find(local, remote) {
+            Some(t) => t,
+            // Nothing holds this pair: a listener's, or a RST's (RFC 9293 §3.10.7.1).
+            None if self.tcp.listeners.lookup(SocketAddr::V6(local)).is_some()
+                || !seg.flags.contains(Flags::RST) =>
+            {
+                self.tcp.tuple6(local, remote)
+            }
+            None => return self.mib.drop(DropReason::TcpNoSocket),
+        };
+        self.tcp_dispatch(now, tuple, &seg);
+    }
+
+    /// Find the owner of a checked segment of `tuple` and hand it over.
+    #[inline]
+    fn tcp_dispatch(&mut self, now: Instant, tuple: FourTuple, seg: &tcp::Repr) {
         // One hash of the tuple serves every 4-tuple table (see `tuple_hash`).
         let hash = self.tcp.ehash.hash(&tuple);
         if let Some(index) = self.tcp.lookup(hash, &tuple) {
             let h = self.tcp.handle_of(index);
-            return self.conn_input(now, h, &seg);
+            return self.conn_input(now, h, seg);
         }
         if self.tcp.timewait.contains(hash, &tuple) {
-            return self.timewait_input(now, tuple, hash, &seg);
+            return self.timewait_input(now, tuple, hash, seg);
         }
         if self.tcp.requests.contains(hash, &tuple) {
-            return self.request_input(now, tuple, hash, &seg);
+            return self.request_input(now, tuple, hash, seg);
         }
-        if let Some(listener) = self.tcp.listeners.lookup(tuple.local) {
-            return self.listen_input(now, listener, tuple, &seg);
+        if let Some(listener) = self.tcp_listener_for(&tuple) {
+            return self.listen_input(now, listener, tuple, seg);
         }
         // RFC 9293 §3.10.7.1 CLOSED: "An incoming segment containing a RST is discarded. An
         // incoming segment not containing a RST causes a RST to be sent in response."
         self.mib.drop(DropReason::TcpNoSocket);
         if !seg.flags.contains(Flags::RST) {
-            self.reset_for(now, tuple, &seg);
+            self.reset_for(now, tuple, seg);
         }
     }
 

@@ -53,6 +53,8 @@
 //!   reuse). Linux's `tcp_timestamps = 2` (no offset) is the caller's choice: use 0.
 
 use core::fmt;
+use core::net::{IpAddr, SocketAddr};
+#[cfg(test)]
 use core::net::{Ipv4Addr, SocketAddrV4};
 
 use ustack_obs::Instant;
@@ -125,24 +127,62 @@ impl IsnGenerator {
     /// handshake: for a passive open `local` is the SYN's destination). RFC 6528 §3 with
     /// Linux's `secure_tcp_seq`: `F` = SipHash-2-4 of the 4-tuple under the secret key,
     /// `M` = `now` in 64 ns ticks (see the [module docs](self) for why not 4 µs).
-    pub fn isn(&self, now: Instant, local: SocketAddrV4, remote: SocketAddrV4) -> SeqNumber {
-        let mut tuple = [0u8; 12];
-        tuple[0..4].copy_from_slice(&local.ip().octets());
-        tuple[4..8].copy_from_slice(&remote.ip().octets());
-        tuple[8..10].copy_from_slice(&local.port().to_be_bytes());
-        tuple[10..12].copy_from_slice(&remote.port().to_be_bytes());
-        let f = siphash32(self.seq_key, &tuple);
+    pub fn isn(
+        &self,
+        now: Instant,
+        local: impl Into<SocketAddr>,
+        remote: impl Into<SocketAddr>,
+    ) -> SeqNumber {
+        let (local, remote) = (local.into(), remote.into());
+        let f = match (local, remote) {
+            (SocketAddr::V4(l), SocketAddr::V4(r)) => {
+                let mut tuple = [0u8; 12];
+                tuple[0..4].copy_from_slice(&l.ip().octets());
+                tuple[4..8].copy_from_slice(&r.ip().octets());
+                tuple[8..10].copy_from_slice(&l.port().to_be_bytes());
+                tuple[10..12].copy_from_slice(&r.port().to_be_bytes());
+                siphash32(self.seq_key, &tuple)
+            }
+            // Linux secure_tcpv6_seq: the same over both 128-bit addresses and the ports.
+            _ => {
+                let mut tuple = [0u8; 36];
+                tuple[0..16].copy_from_slice(&v6_octets(local.ip()));
+                tuple[16..32].copy_from_slice(&v6_octets(remote.ip()));
+                tuple[32..34].copy_from_slice(&local.port().to_be_bytes());
+                tuple[34..36].copy_from_slice(&remote.port().to_be_bytes());
+                siphash32(self.seq_key, &tuple)
+            }
+        };
         SeqNumber(f.wrapping_add(isn_clock(now)))
     }
 
     /// The random offset added to [`ts_clock`] for every TSval sent from `local` to
-    /// `remote` (Linux `secure_tcp_ts_off`: SipHash of the address pair under its own key;
-    /// the same for all connections between the two addresses, see the module docs).
-    pub fn ts_offset(&self, local: Ipv4Addr, remote: Ipv4Addr) -> u32 {
-        let mut pair = [0u8; 8];
-        pair[0..4].copy_from_slice(&local.octets());
-        pair[4..8].copy_from_slice(&remote.octets());
-        siphash32(self.ts_key, &pair)
+    /// `remote` (Linux `secure_tcp_ts_off`, and `secure_tcpv6_ts_off` over the 128-bit
+    /// addresses: SipHash of the address pair under its own key; the same for all
+    /// connections between the two addresses, see the module docs).
+    pub fn ts_offset(&self, local: impl Into<IpAddr>, remote: impl Into<IpAddr>) -> u32 {
+        match (local.into(), remote.into()) {
+            (IpAddr::V4(l), IpAddr::V4(r)) => {
+                let mut pair = [0u8; 8];
+                pair[0..4].copy_from_slice(&l.octets());
+                pair[4..8].copy_from_slice(&r.octets());
+                siphash32(self.ts_key, &pair)
+            }
+            (l, r) => {
+                let mut pair = [0u8; 32];
+                pair[0..16].copy_from_slice(&v6_octets(l));
+                pair[16..32].copy_from_slice(&v6_octets(r));
+                siphash32(self.ts_key, &pair)
+            }
+        }
+    }
+}
+
+/// The 16 bytes of an address as IPv6 (an IPv4 one v4-mapped).
+pub(crate) fn v6_octets(ip: IpAddr) -> [u8; 16] {
+    match ip {
+        IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
+        IpAddr::V6(a) => a.octets(),
     }
 }
 
@@ -160,6 +200,33 @@ mod tests {
 
     fn t0() -> Instant {
         Instant::from_secs(1_000)
+    }
+
+    /// Over IPv6 (Linux `secure_tcpv6_seq`, `secure_tcpv6_ts_off`) every bit of both
+    /// 128-bit addresses counts: addresses that differ only in their low 64 bits, or only
+    /// in their high 64 bits, give other ISNs and offsets.
+    #[test]
+    fn ipv6_isns_and_offsets_cover_the_whole_addresses() {
+        use core::net::{Ipv6Addr, SocketAddrV6};
+        let g = IsnGenerator::new(7);
+        let now = Instant::from_secs(1);
+        let a = |hi: u16, lo: u16, port: u16| {
+            SocketAddrV6::new(Ipv6Addr::new(0x2001, 0xdb8, hi, 0, 0, 0, 0, lo), port, 0, 0)
+        };
+        let base = g.isn(now, a(0, 1, 80), a(0, 2, 40_000));
+        assert_eq!(base, g.isn(now, a(0, 1, 80), a(0, 2, 40_000)));
+        for (l, r) in [
+            (a(0, 1, 80), a(0, 3, 40_000)),
+            (a(0, 1, 80), a(9, 2, 40_000)),
+            (a(0, 5, 80), a(0, 2, 40_000)),
+            (a(9, 1, 80), a(0, 2, 40_000)),
+            (a(0, 1, 81), a(0, 2, 40_000)),
+        ] {
+            assert_ne!(g.isn(now, l, r), base, "{l} {r}");
+        }
+        let off = g.ts_offset(*a(0, 1, 0).ip(), *a(0, 2, 0).ip());
+        assert_ne!(g.ts_offset(*a(0, 1, 0).ip(), *a(9, 2, 0).ip()), off);
+        assert_ne!(g.ts_offset(*a(0, 1, 0).ip(), *a(0, 3, 0).ip()), off);
     }
 
     #[test]

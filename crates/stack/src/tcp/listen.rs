@@ -19,7 +19,7 @@
 //! (ListenOverflows, ListenDrops) and the request kept, or the request is reset if
 //! `tcp_abort_on_overflow` is set.
 
-use core::net::SocketAddrV4;
+use core::net::SocketAddr;
 use core::time::Duration;
 
 use hashbrown::HashMap;
@@ -42,7 +42,10 @@ use crate::socket::{Readiness, SocketKey};
 /// A listening socket.
 #[derive(Debug)]
 pub(crate) struct Listener {
-    pub local: SocketAddrV4,
+    pub local: SocketAddr,
+    /// `IPV6_V6ONLY` on an IPv6 listener: no IPv4 connections (else a listener on `::`
+    /// takes them, seen as `::ffff:a.b.c.d`; RFC 3493 §5.3, Linux `ipv6_only_sock`).
+    pub v6only: bool,
     /// min(backlog, somaxconn): bounds both the accept queue and the SYN queue.
     pub backlog: u32,
     pub accept_queue: AcceptQueue,
@@ -94,9 +97,10 @@ impl Listeners {
         self.by_port.contains_key(&port)
     }
 
-    pub fn add(&mut self, local: SocketAddrV4, backlog: u32) -> (u32, u32) {
+    pub fn add(&mut self, local: SocketAddr, backlog: u32) -> (u32, u32) {
         let listener = Listener {
             local,
+            v6only: false,
             backlog,
             accept_queue: AcceptQueue::new(),
             syn_qlen: 0,
@@ -146,11 +150,23 @@ impl Listeners {
         Some(listener)
     }
 
-    /// The listener for a segment to `local`, if any.
-    pub fn lookup(&self, local: SocketAddrV4) -> Option<u32> {
+    /// The listener for a segment to `local`, if any: one of the segment's family bound
+    /// to its address or the wildcard, or for IPv4 an IPv6 listener on `::` (or on
+    /// `::ffff:a.b.c.d`) without `IPV6_V6ONLY` (Linux `inet_lookup_listener` finds the
+    /// dual-stack socket through `ipv6_only_sock`/`ipv6_addr_v4mapped` in
+    /// `inet_rcv_saddr_equal`'s rules).
+    pub fn lookup(&self, local: SocketAddr) -> Option<u32> {
         let index = *self.by_port.get(&local.port())?;
         let l = self.slab.by_index(index)?;
-        (l.local.ip().is_unspecified() || l.local.ip() == local.ip()).then_some(index)
+        let takes = match (l.local, local) {
+            (SocketAddr::V4(a), SocketAddr::V4(b)) => a.ip().is_unspecified() || a.ip() == b.ip(),
+            (SocketAddr::V6(a), SocketAddr::V6(b)) => a.ip().is_unspecified() || a.ip() == b.ip(),
+            (SocketAddr::V6(a), SocketAddr::V4(b)) => {
+                !l.v6only && (a.ip().is_unspecified() || a.ip().to_ipv4_mapped() == Some(*b.ip()))
+            }
+            (SocketAddr::V4(_), SocketAddr::V6(_)) => false,
+        };
+        takes.then_some(index)
     }
 }
 
@@ -281,6 +297,13 @@ impl Requests {
             t
         })
     }
+    /// The tuples of every request and expiry entry (for the IPv6 id sweep).
+    pub fn tuples(&self) -> impl Iterator<Item = FourTuple> + '_ {
+        self.map
+            .iter()
+            .map(|(t, _)| *t)
+            .chain(self.queue.iter().map(|Reverse((_, t))| *t))
+    }
     /// Drop every request of a listener that is going away.
     pub fn remove_listener(&mut self, listener: u32) {
         self.map.retain(|_, r| r.listener != listener);
@@ -371,7 +394,7 @@ impl Stack {
         }
         // 3. A route for the SYN-ACK: "dst = af_ops->route_req(..); if (!dst) goto
         //    drop_and_free;" (inet_csk_route_req counts OutNoRoutes).
-        if self.route(*tuple.remote.ip()).is_none() {
+        if !self.tcp_route_ok(&tuple) {
             self.mib.drop(DropReason::IpNoRoute);
             self.mib.inc(Counter::TcpExtListenDrops);
             return;
@@ -396,7 +419,7 @@ impl Stack {
         let ts = seg.timestamp.filter(|_| self.sysctl.tcp_timestamps != 0);
         let req = RequestSock {
             listener,
-            iss: self.tcp.isn.isn(now, tuple.local, tuple.remote),
+            iss: self.tcp.isn_of(now, &tuple),
             irs: seg.seq_number,
             peer_mss: seg.max_seg_size.unwrap_or(536),
             snd_wscale: seg
@@ -405,10 +428,7 @@ impl Stack {
             sack_ok: seg.sack_permitted && self.sysctl.tcp_sack != 0,
             ts_ok: ts.is_some(),
             ts_recent: ts.map_or(0, |t| t.tsval),
-            ts_offset: self
-                .tcp
-                .isn
-                .ts_offset(*tuple.local.ip(), *tuple.remote.ip()),
+            ts_offset: self.tcp.ts_offset(&tuple),
             retransmits: 0,
             expires: Ms32::ceil(now + TIMEOUT_INIT),
             synack_us: RequestSock::synack_stamp(now),
@@ -425,10 +445,11 @@ impl Stack {
     /// Answer a SYN with a cookie SYN-ACK: no state kept (Linux `cookie_v4_init_sequence`,
     /// `cookie_init_timestamp`).
     fn send_cookie_synack(&mut self, now: Instant, tuple: FourTuple, seg: &tcp::Repr) {
+        let (local, remote) = self.tcp.addrs(&tuple);
         let (iss, mss) = self.tcp.cookies.generate(
             now,
-            tuple.local,
-            tuple.remote,
+            local,
+            remote,
             seg.seq_number,
             seg.max_seg_size.unwrap_or(536),
         );
@@ -441,10 +462,7 @@ impl Stack {
             sack_ok: seg.sack_permitted && self.sysctl.tcp_sack != 0,
             ecn_ok: false,
         };
-        let ts_offset = self
-            .tcp
-            .isn
-            .ts_offset(*tuple.local.ip(), *tuple.remote.ip());
+        let ts_offset = self.tcp.ts_offset(&tuple);
         let req = RequestSock {
             listener: u32::MAX,
             iss,
@@ -479,30 +497,26 @@ impl Stack {
         tuple: FourTuple,
         seg: &tcp::Repr,
     ) -> bool {
-        let Some(mss) = self.tcp.cookies.check(
-            now,
-            tuple.local,
-            tuple.remote,
-            seg.seq_number - 1,
-            seg.ack_number - 1,
-        ) else {
+        let (local, remote) = self.tcp.addrs(&tuple);
+        let Some(mss) =
+            self.tcp
+                .cookies
+                .check(now, local, remote, seg.seq_number - 1, seg.ack_number - 1)
+        else {
             self.mib.inc(Counter::TcpExtSyncookiesFailed);
             return false;
         };
         let (snd_wscale, sack_ok, ts_ok, ts_recent) = match seg.timestamp {
-            Some(t) => match SynCookies::decode_timestamp(
-                t.tsecr.wrapping_sub(
-                    self.tcp
-                        .isn
-                        .ts_offset(*tuple.local.ip(), *tuple.remote.ip()),
-                ),
-            ) {
-                Some((ws, sack, _ecn)) => (ws, sack, true, t.tsval),
-                None => {
-                    self.mib.inc(Counter::TcpExtSyncookiesFailed);
-                    return false;
+            Some(t) => {
+                match SynCookies::decode_timestamp(t.tsecr.wrapping_sub(self.tcp.ts_offset(&tuple)))
+                {
+                    Some((ws, sack, _ecn)) => (ws, sack, true, t.tsval),
+                    None => {
+                        self.mib.inc(Counter::TcpExtSyncookiesFailed);
+                        return false;
+                    }
                 }
-            },
+            }
             None => (None, false, false, 0),
         };
         self.mib.inc(Counter::TcpExtSyncookiesRecv);
@@ -515,10 +529,7 @@ impl Stack {
             sack_ok,
             ts_ok,
             ts_recent,
-            ts_offset: self
-                .tcp
-                .isn
-                .ts_offset(*tuple.local.ip(), *tuple.remote.ip()),
+            ts_offset: self.tcp.ts_offset(&tuple),
             retransmits: 0,
             expires: Ms32::ceil(now),
             synack_us: 0,
@@ -553,7 +564,7 @@ impl Stack {
         }
         let rcv_nxt = req.irs + 1;
         // "first, check sequence number": the window we offered on the SYN-ACK.
-        let wnd = self.tcp_initial_rcv_window(req.ts_ok, req.listener) as usize;
+        let wnd = self.tcp_initial_rcv_window(now, &tuple, req.ts_ok, req.listener) as usize;
         let acceptable =
             seg.seq_number.in_range(rcv_nxt, rcv_nxt + wnd.max(1)) || seg.seq_number == rcv_nxt;
         if !acceptable {
@@ -630,7 +641,7 @@ impl Stack {
         // TCP_MAXSEG of the listener (Linux `tcp_openreq_init_rwin`, and the child's
         // `mss_clamp` from the request's): what the SYN-ACK announced, and the most it
         // sends with.
-        tcb.adv_mss = self.tcp_listener_adv_mss(req.listener);
+        tcb.adv_mss = self.tcp_listener_adv_mss(now, &tuple, req.listener);
         if reuseaddr {
             tcb.flags.set(TcbFlags::REUSEADDR);
         }
@@ -638,7 +649,7 @@ impl Stack {
         tcb.rcv.nxt = req.irs + 1;
         tcb.rcv.wup = tcb.rcv.nxt;
         // RCV.WND: what our SYN-ACK offered (unscaled there, RFC 7323 §2.2).
-        tcb.rcv.wnd = self.tcp_initial_rcv_window(req.ts_ok, req.listener);
+        tcb.rcv.wnd = self.tcp_initial_rcv_window(now, &tuple, req.ts_ok, req.listener);
         tcb.snd.una = req.iss + 1;
         tcb.snd.nxt = req.iss + 1;
         // RFC 9293 §3.10.7.4 SYN-RECEIVED -> ESTABLISHED: "set SND.WND <- SEG.WND, set
@@ -737,7 +748,7 @@ impl Stack {
 
 #[cfg(test)]
 mod tests {
-    use core::net::Ipv4Addr;
+    use core::net::{Ipv4Addr, SocketAddrV4};
 
     use super::*;
 

@@ -38,6 +38,7 @@ pub(crate) mod cc;
 pub(crate) mod clock32;
 pub(crate) mod ehash;
 pub(crate) mod input;
+pub(crate) mod intern6;
 pub(crate) mod isn;
 pub(crate) mod listen;
 pub(crate) mod output;
@@ -53,7 +54,7 @@ pub(crate) mod tcb;
 pub(crate) mod timer;
 pub(crate) mod tuple_hash;
 
-use core::net::SocketAddrV4;
+use core::net::{SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::collections::{BinaryHeap, VecDeque};
 
 use ustack_obs::{Counter, Instant};
@@ -239,6 +240,8 @@ pub(crate) struct Tcp {
     /// The rarely set per-socket options of the connections that have any, by slab index
     /// ([`tcb::TcbFlags::XOPTS`]; see [`tcb::SockOpts`]).
     pub(crate) xopts: hashbrown::HashMap<u32, tcb::SockOpts>,
+    /// The IPv6 addresses of IPv6 tuples (see [`intern6`]).
+    pub(crate) intern6: intern6::Intern6,
 }
 
 /// The challenge ACKs a stack may still send this second (RFC 5961 §7, when
@@ -285,6 +288,7 @@ impl Tcp {
             tx_woken: None,
             mem_waiters: std::collections::BTreeSet::new(),
             xopts: hashbrown::HashMap::new(),
+            intern6: intern6::Intern6::new(secrets.hasher(b"tcp intern6")),
         }
     }
 
@@ -318,6 +322,48 @@ impl Tcp {
             self.xopts.insert(h.index, o);
         }
         Some(r)
+    }
+
+    /// The tuple of an IPv6 connection from `local` to `remote`, its addresses interned
+    /// (see [`intern6`]); a sweep of unused ids first when one is due.
+    pub(crate) fn tuple6(&mut self, local: SocketAddrV6, remote: SocketAddrV6) -> FourTuple {
+        let tuples = self.conns.len() + self.requests.len() + self.timewait.len();
+        if self.intern6.needs_sweep(tuples) {
+            self.intern6_sweep(tuples);
+        }
+        self.intern6.tuple(local, remote)
+    }
+
+    /// Free the remote ids no connection, request, TIME-WAIT record or queue entry names.
+    #[cold]
+    fn intern6_sweep(&mut self, tuples: usize) {
+        let live = self
+            .conns
+            .iter()
+            .map(|(_, t)| t.tuple)
+            .chain(self.requests.tuples())
+            .chain(self.timewait.tuples())
+            .filter(FourTuple::is_v6)
+            .map(|t| t.remote_id());
+        self.intern6.sweep(live, tuples);
+    }
+
+    /// The ISN of a new connection of `t` (see [`isn::IsnGenerator::isn`]).
+    pub(crate) fn isn_of(&self, now: Instant, t: &FourTuple) -> SeqNumber {
+        let (l, r) = self.addrs(t);
+        self.isn.isn(now, l, r)
+    }
+
+    /// The timestamp offset of `t`'s address pair (see [`isn::IsnGenerator::ts_offset`]).
+    pub(crate) fn ts_offset(&self, t: &FourTuple) -> u32 {
+        let (l, r) = self.addrs(t);
+        self.isn.ts_offset(l.ip(), r.ip())
+    }
+
+    /// The addresses of a tuple (see [`intern6::Intern6::addrs`]).
+    #[inline]
+    pub(crate) fn addrs(&self, t: &FourTuple) -> (SocketAddr, SocketAddr) {
+        self.intern6.addrs(t)
     }
 
     /// A buffer pool bounded by the stack's `tcp_mem` sysctls.
@@ -445,17 +491,18 @@ impl Tcp {
     /// free, `__inet_check_established`). A tuple held by a TIME-WAIT record counts as
     /// free if `tcp_tw_reuse` allows taking it over ([`tw_reusable`]); the record comes
     /// back with the port, for the caller to retire.
+    /// `local`'s port is not read (for IPv6, `local` and `remote` hold ids).
     fn connect_port(
         &mut self,
         now: Instant,
-        local_ip: core::net::Ipv4Addr,
+        local: SocketAddrV4,
         remote: SocketAddrV4,
         sysctl: &Sysctl,
     ) -> Option<(u16, Option<timer::TimeWait>)> {
         let range = PortRange::of(sysctl)?;
         for port in range.from(self.port_hint) {
             let tuple = FourTuple {
-                local: SocketAddrV4::new(local_ip, port),
+                local: SocketAddrV4::new(*local.ip(), port),
                 remote,
             };
             let hash = self.ehash.hash(&tuple);
@@ -520,10 +567,10 @@ pub(crate) fn tw_reuse_iss(tw: &timer::TimeWait) -> SeqNumber {
 pub struct TcpInfo {
     /// The RFC 9293 state.
     pub state: State,
-    /// Our address and port.
-    pub local: SocketAddrV4,
-    /// The peer's address and port.
-    pub remote: SocketAddrV4,
+    /// Our address and port (as [`Stack::tcp_local_addr`]).
+    pub local: SocketAddr,
+    /// The peer's address and port (as [`Stack::tcp_peer_addr`]).
+    pub remote: SocketAddr,
     /// Bytes received and not yet read (ss Recv-Q).
     pub recv_q: usize,
     /// Bytes written and not yet acknowledged (ss Send-Q).
@@ -559,14 +606,27 @@ pub struct TcpInfo {
 }
 
 impl Stack {
-    /// Listen on `local` (address unspecified or ours) with a backlog, clamped to
-    /// `somaxconn` (Linux `__sys_listen`).
+    /// Listen on `local` (address unspecified or ours, of either family) with a backlog,
+    /// clamped to `somaxconn` (Linux `__sys_listen`). An IPv6 listener on `::` also takes
+    /// IPv4 connections, their peers seen as `::ffff:a.b.c.d`, unless
+    /// [`Stack::tcp_listener_set_v6only`] (Linux's default `net.ipv6.bindv6only = 0`).
+    /// One listener a port, whatever its family (a dual-stack `::` and `0.0.0.0` conflict
+    /// as in Linux; unlike Linux, so do a V6ONLY `::` and an IPv4 listener).
     pub fn tcp_listen(
         &mut self,
-        local: SocketAddrV4,
+        local: impl Into<SocketAddr>,
         backlog: u32,
     ) -> Result<ListenerHandle, Error> {
-        if !local.ip().is_unspecified() && *local.ip() != self.ipv4.addr {
+        let local = local.into();
+        let ours = match local {
+            SocketAddr::V4(a) => a.ip().is_unspecified() || *a.ip() == self.ipv4.addr,
+            SocketAddr::V6(a) => {
+                a.ip().is_unspecified()
+                    || self.ip6.is_ours(*a.ip())
+                    || a.ip().to_ipv4_mapped() == Some(self.ipv4.addr)
+            }
+        };
+        if !ours {
             return Err(Error::AddrNotAvailable);
         }
         if local.port() == 0 {
@@ -601,6 +661,75 @@ impl Stack {
             tcb.flags.clear(tcb::TcbFlags::REUSEADDR);
         }
         Ok(())
+    }
+
+    /// `IPV6_V6ONLY` on an IPv6 listener: IPv4 connections no longer reach it (they find
+    /// no socket and are reset). `EAFNOSUPPORT` for an IPv4 listener.
+    pub fn tcp_listener_set_v6only(&mut self, l: ListenerHandle, on: bool) -> Result<(), Error> {
+        let listener = self
+            .tcp
+            .listeners
+            .get_mut(l.index, l.generation)
+            .ok_or(Error::BadHandle)?;
+        if listener.local.is_ipv4() {
+            return Err(Error::AddrFamily);
+        }
+        listener.v6only = on;
+        Ok(())
+    }
+
+    /// The address a listener is bound to.
+    pub fn tcp_listener_addr(&self, l: ListenerHandle) -> Result<SocketAddr, Error> {
+        self.tcp
+            .listeners
+            .get(l.index, l.generation)
+            .map(|l| l.local)
+            .ok_or(Error::BadHandle)
+    }
+
+    /// Whether there is a route for the segments of `t`.
+    pub(crate) fn tcp_route_ok(&self, t: &FourTuple) -> bool {
+        match self.tcp.addrs(t).1 {
+            SocketAddr::V4(r) => self.route(*r.ip()).is_some(),
+            SocketAddr::V6(r) => self.ip6.route(*r.ip()).is_some(),
+        }
+    }
+
+    /// The listener for a segment of `t`, if any.
+    #[inline]
+    pub(crate) fn tcp_listener_for(&self, t: &FourTuple) -> Option<u32> {
+        if t.is_v6() {
+            return self.tcp.listeners.lookup(self.tcp.addrs(t).0);
+        }
+        self.tcp.listeners.lookup(SocketAddr::V4(t.local))
+    }
+
+    /// A connection's addresses as its user sees them (`getsockname`, `getpeername`):
+    /// an IPv4 connection of a dual-stack IPv6 socket as `::ffff:a.b.c.d`.
+    fn tcp_user_addrs(&self, tcb: &Tcb) -> (SocketAddr, SocketAddr) {
+        let (l, r) = self.tcp.addrs(&tcb.tuple);
+        if !tcb.flags.has(tcb::TcbFlags::V4_MAPPED) {
+            return (l, r);
+        }
+        let mapped = |a: SocketAddr| match a {
+            SocketAddr::V4(a) => {
+                SocketAddr::V6(SocketAddrV6::new(a.ip().to_ipv6_mapped(), a.port(), 0, 0))
+            }
+            a => a,
+        };
+        (mapped(l), mapped(r))
+    }
+
+    /// The local address of a connection (`getsockname`), as [`Stack::tcp_info`] has it.
+    pub fn tcp_local_addr(&self, h: TcpHandle) -> Result<SocketAddr, Error> {
+        let tcb = self.tcp.get(h).ok_or(Error::BadHandle)?;
+        Ok(self.tcp_user_addrs(tcb).0)
+    }
+
+    /// The peer's address of a connection (`getpeername`).
+    pub fn tcp_peer_addr(&self, h: TcpHandle) -> Result<SocketAddr, Error> {
+        let tcb = self.tcp.get(h).ok_or(Error::BadHandle)?;
+        Ok(self.tcp_user_addrs(tcb).1)
     }
 
     /// Whether `bind(2)` of TCP port `port` conflicts with what the stack holds (Linux
@@ -641,20 +770,51 @@ impl Stack {
         Ok(())
     }
 
-    /// Take an established connection from a listener's accept queue.
+    /// Take an established connection from a listener's accept queue, with its peer's
+    /// IPv4 address. `EAFNOSUPPORT` (the connection stays queued) when the next one is
+    /// an IPv6 connection or was accepted by a dual-stack listener: take those with
+    /// [`Stack::tcp_accept_addr`].
     pub fn tcp_accept(&mut self, l: ListenerHandle) -> Result<(TcpHandle, SocketAddrV4), Error> {
+        loop {
+            let listener = self
+                .tcp
+                .listeners
+                .get(l.index, l.generation)
+                .ok_or(Error::BadHandle)?;
+            let &h = listener.accept_queue.front().ok_or(Error::WouldBlock)?;
+            match self.tcp.get(h) {
+                Some(tcb) if tcb.tuple.is_v6() || listener.local.is_ipv6() => {
+                    return Err(Error::AddrFamily);
+                }
+                _ => {}
+            }
+            let (h, peer) = self.tcp_accept_addr(l)?;
+            if let SocketAddr::V4(peer) = peer {
+                return Ok((h, peer));
+            }
+        }
+    }
+
+    /// Take an established connection from a listener's accept queue, with its peer's
+    /// address as the listener's family has it (an IPv4 peer of an IPv6 listener as
+    /// `::ffff:a.b.c.d`).
+    pub fn tcp_accept_addr(&mut self, l: ListenerHandle) -> Result<(TcpHandle, SocketAddr), Error> {
         loop {
             let listener = self
                 .tcp
                 .listeners
                 .get_mut(l.index, l.generation)
                 .ok_or(Error::BadHandle)?;
+            let mapped = listener.local.is_ipv6();
             let h = listener.accept_queue.pop_front().ok_or(Error::WouldBlock)?;
             // A connection reset while queued is skipped, as Linux's inet_csk_accept would
             // hand it over and fail its first call; we drop it here.
             if let Some(tcb) = self.tcp.get_mut(h) {
                 tcb.flags.clear(tcb::TcbFlags::PASSIVE);
-                return Ok((h, tcb.tuple.remote));
+                if mapped && !tcb.tuple.is_v6() {
+                    tcb.flags.set(tcb::TcbFlags::V4_MAPPED);
+                }
+                return self.tcp_peer_addr(h).map(|peer| (h, peer));
             }
         }
     }
@@ -686,7 +846,14 @@ impl Stack {
     }
 
     /// Open a connection to `remote` (active open, RFC 9293 §3.10.1): a SYN goes out now.
-    pub fn tcp_connect(&mut self, now: Instant, remote: SocketAddrV4) -> Result<TcpHandle, Error> {
+    /// An IPv6 `remote` of the form `::ffff:a.b.c.d` connects over IPv4, the connection's
+    /// addresses then seen v4-mapped (Linux `tcp_v6_connect` handing it to
+    /// `tcp_v4_connect`).
+    pub fn tcp_connect(
+        &mut self,
+        now: Instant,
+        remote: impl Into<SocketAddr>,
+    ) -> Result<TcpHandle, Error> {
         self.tcp_connect_with(now, remote, None, &TcpOptValues::default())
     }
 
@@ -698,7 +865,7 @@ impl Stack {
         &mut self,
         now: Instant,
         local_port: u16,
-        remote: SocketAddrV4,
+        remote: impl Into<SocketAddr>,
     ) -> Result<TcpHandle, Error> {
         self.tcp_connect_with(now, remote, Some(local_port), &TcpOptValues::default())
     }
@@ -711,15 +878,41 @@ impl Stack {
     pub fn tcp_connect_with(
         &mut self,
         now: Instant,
-        remote: SocketAddrV4,
+        remote: impl Into<SocketAddr>,
         local_port: Option<u16>,
         opts: &TcpOptValues,
     ) -> Result<TcpHandle, Error> {
         for (o, v) in opts.iter() {
             o.check(v)?;
         }
-        if local_port == Some(0)
-            || remote.port() == 0
+        if local_port == Some(0) {
+            return Err(Error::InvalidArgument);
+        }
+        match remote.into() {
+            SocketAddr::V4(r) => self.tcp_connect4(now, r, local_port, opts),
+            SocketAddr::V6(r) => match r.ip().to_ipv4_mapped() {
+                Some(ip) => {
+                    let r = SocketAddrV4::new(ip, r.port());
+                    let h = self.tcp_connect4(now, r, local_port, opts)?;
+                    if let Some(tcb) = self.tcp.get_mut(h) {
+                        tcb.flags.set(tcb::TcbFlags::V4_MAPPED);
+                    }
+                    Ok(h)
+                }
+                None => self.tcp_connect6(now, r, local_port, opts),
+            },
+        }
+    }
+
+    /// An active open over IPv4 (Linux `tcp_v4_connect`).
+    fn tcp_connect4(
+        &mut self,
+        now: Instant,
+        remote: SocketAddrV4,
+        local_port: Option<u16>,
+        opts: &TcpOptValues,
+    ) -> Result<TcpHandle, Error> {
+        if remote.port() == 0
             || remote.ip().is_unspecified()
             || remote.ip().is_broadcast()
             || remote.ip().is_multicast()
@@ -744,13 +937,65 @@ impl Stack {
             }
             None => self
                 .tcp
-                .connect_port(now, local_ip, remote, &self.sysctl)
+                .connect_port(now, SocketAddrV4::new(local_ip, 0), remote, &self.sysctl)
                 .ok_or(Error::AddrNotAvailable)?,
         };
         let tuple = FourTuple {
             local: SocketAddrV4::new(local_ip, port),
             remote,
         };
+        self.tcp_connect_tuple(now, tuple, reused, opts)
+    }
+
+    /// An active open over IPv6 (Linux `tcp_v6_connect`): the source by RFC 6724's rules,
+    /// an ephemeral port whose tuple is free as for IPv4.
+    fn tcp_connect6(
+        &mut self,
+        now: Instant,
+        remote: SocketAddrV6,
+        local_port: Option<u16>,
+        opts: &TcpOptValues,
+    ) -> Result<TcpHandle, Error> {
+        let ip = *remote.ip();
+        if remote.port() == 0 || ip.is_unspecified() || ip.is_multicast() {
+            return Err(Error::InvalidArgument);
+        }
+        let (Some(src), Some(_)) = (self.ip6.select_source(ip), self.ip6.route(ip)) else {
+            self.mib.drop(ustack_obs::DropReason::Ip6NoRoute);
+            return Err(Error::NetUnreachable);
+        };
+        let remote = SocketAddrV6::new(ip, remote.port(), 0, 0);
+        // The ids of the two addresses, once: the port goes in below.
+        let ids = self.tcp.tuple6(SocketAddrV6::new(src, 0, 0, 0), remote);
+        let tuple_at = |port: u16| FourTuple {
+            local: SocketAddrV4::new(*ids.local.ip(), port),
+            remote: ids.remote,
+        };
+        let (port, reused) = match local_port {
+            Some(port) => {
+                if self.tcp.listeners.bound(port) || self.tcp.tuple_in_use(&tuple_at(port)) {
+                    return Err(Error::AddrInUse);
+                }
+                (port, None)
+            }
+            None => self
+                .tcp
+                .connect_port(now, ids.local, ids.remote, &self.sysctl)
+                .ok_or(Error::AddrNotAvailable)?,
+        };
+        let tuple = tuple_at(port);
+        self.tcp_connect_tuple(now, tuple, reused, opts)
+    }
+
+    /// The active open of `tuple`, its port chosen (`reused`: the TIME-WAIT record
+    /// `tcp_tw_reuse` lets it take over).
+    fn tcp_connect_tuple(
+        &mut self,
+        now: Instant,
+        tuple: FourTuple,
+        reused: Option<timer::TimeWait>,
+        opts: &TcpOptValues,
+    ) -> Result<TcpHandle, Error> {
         let iss = match reused {
             // tcp_tw_reuse (Linux __inet_check_established): the record goes, counted
             // TWRecycled; the new incarnation starts past the old one's sequence space and
@@ -760,7 +1005,7 @@ impl Stack {
                 self.mib.inc(Counter::TcpExtTWRecycled);
                 tw_reuse_iss(&tw)
             }
-            None => self.tcp.isn.isn(now, tuple.local, tuple.remote),
+            None => self.tcp.isn_of(now, &tuple),
         };
         let mut tcb = self.new_tcb(now, tuple, State::SynSent, iss);
         if let Some(tw) = reused {
@@ -1303,10 +1548,11 @@ impl Stack {
     /// What `ss -tmi` would show for this connection.
     pub fn tcp_info(&self, h: TcpHandle) -> Result<TcpInfo, Error> {
         let t = self.tcp.get(h).ok_or(Error::BadHandle)?;
+        let (local, remote) = self.tcp_user_addrs(t);
         Ok(TcpInfo {
             state: t.state,
-            local: t.tuple.local,
-            remote: t.tuple.remote,
+            local,
+            remote,
             recv_q: t.rcvbuf.readable(),
             send_q: t.sndbuf.len(),
             mss: t.mss,

@@ -3,6 +3,7 @@
 //! segments first), the receive window we advertise (`tcp_select_window`), SYN, SYN-ACK,
 //! ACK and RST segments.
 
+use core::net::{IpAddr, SocketAddr};
 use core::time::Duration;
 
 use ustack_obs::{Counter, DropReason, Instant};
@@ -19,6 +20,7 @@ use super::scoreboard::{RtxQueue, SegFlags};
 use super::sock::Sock;
 use super::tcb::{FourTuple, RecvSeq, SendSeq, Tcb, TcbFlags, Timers};
 use super::{State, TcpHandle};
+use crate::ip::ipv6::Outbound6;
 use crate::{Stack, Sysctl};
 
 /// The window a SYN or SYN-ACK offers: unscaled there, so at most 65,535
@@ -100,7 +102,7 @@ impl Stack {
         state: State,
         iss: SeqNumber,
     ) -> Tcb {
-        let adv_mss = self.tcp_adv_mss();
+        let adv_mss = self.tcp_adv_mss(now, &tuple);
         let mut congestion = CcState {
             cwnd: 10,
             ssthresh: u32::MAX,
@@ -135,10 +137,7 @@ impl Stack {
             adv_mss,
             ts_recent: 0,
             ts_recent_stamp: 0,
-            ts_offset: self
-                .tcp
-                .isn
-                .ts_offset(*tuple.local.ip(), *tuple.remote.ip()),
+            ts_offset: self.tcp.ts_offset(&tuple),
             rtt: RttEstimator::new(),
             active: super::tcb::Active::new(&cc),
             congestion: super::tcb::Cwnd {
@@ -172,23 +171,42 @@ impl Stack {
     /// 65,160 = 45 x 1448).
     /// `listener`: the slab index of the request's listener, whose `TCP_MAXSEG` lowers
     /// the MSS (Linux `tcp_openreq_init_rwin`: `tcp_mss_clamp(tp, dst_metric_advmss)`).
-    pub(crate) fn tcp_initial_rcv_window(&self, ts_ok: bool, listener: u32) -> u32 {
+    pub(crate) fn tcp_initial_rcv_window(
+        &self,
+        now: Instant,
+        t: &FourTuple,
+        ts_ok: bool,
+        listener: u32,
+    ) -> u32 {
         let ts = ts_ok && self.sysctl.tcp_timestamps != 0;
         let mss = self
-            .tcp_listener_adv_mss(listener)
+            .tcp_listener_adv_mss(now, t, listener)
             .saturating_sub(if ts { 12 } else { 0 });
         initial_rcv_window(&self.sysctl, mss)
     }
 
-    /// The MSS our SYN and SYN-ACK advertise: the MTU less the IP and TCP headers.
-    fn tcp_adv_mss(&self) -> u16 {
-        (self.mtu - 40).min(u16::MAX as usize) as u16
+    /// The MSS our SYN and SYN-ACK advertise: the MTU less the IP and TCP headers; over
+    /// IPv6 the path MTU (lowered by Packet Too Big, `Stack::path_mtu6`) less 60 (Linux
+    /// `tcp_v6_connect`/`tcp_v6_syn_recv_sock`: `dst_metric_advmss`, the route's MTU
+    /// less the IPv6 and TCP headers).
+    #[inline]
+    fn tcp_adv_mss(&self, now: Instant, t: &FourTuple) -> u16 {
+        let mss = if t.is_v6() {
+            match self.tcp.addrs(t).1 {
+                SocketAddr::V6(r) => self.path_mtu6(now, *r.ip()) - 60,
+                SocketAddr::V4(_) => self.mtu - 60,
+            }
+        } else {
+            self.mtu - 40
+        };
+        mss.min(u16::MAX as usize) as u16
     }
 
-    /// The MSS the connections of listener `index` advertise: [`Stack::tcp_adv_mss`]
-    /// clamped by the listener's `TCP_MAXSEG` (Linux `tcp_mss_clamp`).
-    pub(crate) fn tcp_listener_adv_mss(&self, index: u32) -> u16 {
-        let adv = self.tcp_adv_mss();
+    /// The MSS the connections of listener `index` advertise on `t`:
+    /// [`Stack::tcp_adv_mss`] clamped by the listener's `TCP_MAXSEG` (Linux
+    /// `tcp_mss_clamp`).
+    pub(crate) fn tcp_listener_adv_mss(&self, now: Instant, t: &FourTuple, index: u32) -> u16 {
+        let adv = self.tcp_adv_mss(now, t);
         match self.tcp.listeners.opts(index).user_mss {
             0 => adv,
             user => adv.min(user),
@@ -240,12 +258,14 @@ impl Stack {
     /// The options our SYN or SYN-ACK carries.
     fn syn_options(
         &self,
+        now: Instant,
+        tuple: &FourTuple,
         repr: &mut tcp::Repr,
         tsval: u32,
         tsecr: u32,
         peer: Option<(Option<u8>, bool, bool)>,
     ) {
-        repr.max_seg_size = Some(self.tcp_adv_mss());
+        repr.max_seg_size = Some(self.tcp_adv_mss(now, tuple));
         let (ws, sack, ts) = peer.unwrap_or((Some(0), true, true));
         if self.sysctl.tcp_window_scaling != 0 && ws.is_some() {
             repr.window_scale = Some(self.tcp_rcv_wscale());
@@ -265,8 +285,15 @@ impl Stack {
         let window = initial_rcv_window(&self.sysctl, tcb.adv_mss);
         let adv_mss = tcb.adv_mss;
         let mut repr = self.bare_repr(tuple, iss, SeqNumber(0), Flags::SYN, window as u16);
-        self.syn_options(&mut repr, ts_clock(now).wrapping_add(ts_offset), 0, None);
-        // The MSS this connection announces: the interface's, or less (TCP_MAXSEG set
+        self.syn_options(
+            now,
+            &tuple,
+            &mut repr,
+            ts_clock(now).wrapping_add(ts_offset),
+            0,
+            None,
+        );
+        // The MSS this connection announces: the path's, or less (TCP_MAXSEG set
         // before connect, Linux tcp_advertise_mss; a path MTU from ICMP in SYN-SENT).
         repr.max_seg_size = Some(adv_mss);
         let retransmit = tcb.snd.nxt != iss;
@@ -299,16 +326,18 @@ impl Stack {
             req.iss,
             req.irs + 1,
             Flags::SYN | Flags::ACK,
-            self.tcp_initial_rcv_window(req.ts_ok, req.listener) as u16,
+            self.tcp_initial_rcv_window(now, &tuple, req.ts_ok, req.listener) as u16,
         );
         let tsval = tsval.unwrap_or_else(|| ts_clock(now).wrapping_add(req.ts_offset));
         self.syn_options(
+            now,
+            &tuple,
             &mut repr,
             tsval,
             req.ts_recent,
             Some((req.snd_wscale, req.sack_ok, req.ts_ok)),
         );
-        repr.max_seg_size = Some(self.tcp_listener_adv_mss(req.listener));
+        repr.max_seg_size = Some(self.tcp_listener_adv_mss(now, &tuple, req.listener));
         if req.peer_mss < repr.max_seg_size.unwrap_or(u16::MAX) && req.listener == u32::MAX {
             // A cookie SYN-ACK advertises the MSS the cookie encodes.
             repr.max_seg_size = Some(repr.max_seg_size.unwrap_or(DEFAULT_MSS).min(1460));
@@ -340,7 +369,7 @@ impl Stack {
         // at the sysctls): RFC 7323 sections 2.2 and 3.2 allow WS and TS on a SYN-ACK only
         // in answer to a SYN that carried them, but in a simultaneous open our own SYN has
         // offered them already. What is in effect is what both SYNs carried.
-        self.syn_options(&mut repr, tsval, tsecr, None);
+        self.syn_options(now, &tuple, &mut repr, tsval, tsecr, None);
         self.tcp_emit(now, tuple, &repr, Payload::None);
     }
 
@@ -405,6 +434,9 @@ impl Stack {
         repr: &tcp::Repr,
         payload: Payload,
     ) -> bool {
+        if tuple.is_v6() {
+            return self.tcp_emit6(now, tuple, repr, payload);
+        }
         let payload_len = match payload {
             Payload::None => 0,
             Payload::SendBuffer { len, .. } => len,
@@ -439,6 +471,51 @@ impl Stack {
         }
         self.mib.inc(Counter::TcpOutSegs);
         self.ipv4_send(now, f, DropReason::DevQueueFull)
+    }
+
+    /// [`Stack::tcp_emit`] over IPv6 (Linux `inet6_csk_xmit` -> `ip6_xmit`): the segment
+    /// is built with its checksum over the IPv6 pseudo-header (RFC 8200 §8.1, always
+    /// computed: a device's checksum offload is not asked for over IPv6), then handed to
+    /// [`Stack::ipv6_output`] from the connection's own address.
+    #[cold]
+    fn tcp_emit6(
+        &mut self,
+        now: Instant,
+        tuple: FourTuple,
+        repr: &tcp::Repr,
+        payload: Payload,
+    ) -> bool {
+        let (SocketAddr::V6(local), SocketAddr::V6(remote)) = self.tcp.addrs(&tuple) else {
+            return false;
+        };
+        let header_len = repr.header_len();
+        let payload_len = match payload {
+            Payload::None => 0,
+            Payload::SendBuffer { len, .. } => len,
+        };
+        let mut seg = vec![0u8; header_len + payload_len];
+        repr.emit_header(&mut tcp::Packet::new_unchecked(&mut seg[..]));
+        if let Payload::SendBuffer { h, offset, len } = payload {
+            let out = &mut seg[header_len..header_len + len];
+            let copied = self
+                .tcp
+                .get(h)
+                .map_or(0, |tcb| tcb.sndbuf.peek(&self.tcp.pool, offset, out));
+            out[copied..].fill(0);
+        }
+        tcp::Packet::new_unchecked(&mut seg[..])
+            .fill_checksum(&IpAddr::V6(*local.ip()), &IpAddr::V6(*remote.ip()));
+        self.mib.inc(Counter::TcpOutSegs);
+        let out = Outbound6 {
+            src: Some(*local.ip()),
+            dst: *remote.ip(),
+            next_header: IpProtocol::Tcp,
+            payload_len: seg.len(),
+            hop_limit: None,
+            full_reason: DropReason::DevQueueFull,
+        };
+        self.ipv6_output(now, out, |buf, _, _| buf.copy_from_slice(&seg))
+            .is_ok()
     }
 
     /// The window to advertise now, scaled for the header, updating RCV.WND and RCV.WUP

@@ -49,6 +49,8 @@
 //!   complete the handshake anyway.
 
 use core::fmt;
+use core::net::SocketAddr;
+#[cfg(test)]
 use core::net::SocketAddrV4;
 use core::time::Duration;
 
@@ -62,6 +64,19 @@ use super::isn::{derive_key, key_from_bytes};
 /// The MSS values a cookie can carry (Linux `msstab`, chosen from measured MSS
 /// distributions: 1460 is the commonest, 1440/1452 PPPoE, 1300-1349 tunnels). Sorted.
 pub const MSS_TABLE: [u16; 4] = [536, 1300, 1440, 1460];
+
+/// The MSS values an IPv6 cookie can carry (Linux `net/ipv6/syncookies.c` `msstab`:
+/// "1280 - 60, 1480 - 60, 1500 - 60, 9000 - 60").
+pub const MSS_TABLE6: [u16; 4] = [1220, 1420, 1440, 8940];
+
+/// The table of `local`'s family.
+fn mss_table(local: &SocketAddr) -> &'static [u16; 4] {
+    if local.is_ipv4() {
+        &MSS_TABLE
+    } else {
+        &MSS_TABLE6
+    }
+}
 
 /// A cookie is valid while the minute counter has advanced by less than this (Linux
 /// `MAX_SYNCOOKIE_AGE`): between one and two minutes, depending on when in its minute the
@@ -154,14 +169,28 @@ impl SynCookies {
 
     /// Linux `cookie_hash`: SipHash of (SYN source address, SYN destination address,
     /// ports, count) under secret `c`.
-    fn hash(&self, local: SocketAddrV4, remote: SocketAddrV4, count: u32, c: usize) -> u32 {
-        let mut b = [0u8; 16];
-        b[0..4].copy_from_slice(&remote.ip().octets());
-        b[4..8].copy_from_slice(&local.ip().octets());
-        b[8..10].copy_from_slice(&remote.port().to_be_bytes());
-        b[10..12].copy_from_slice(&local.port().to_be_bytes());
-        b[12..16].copy_from_slice(&count.to_le_bytes());
-        siphash32(self.keys[c], &b)
+    fn hash(&self, local: SocketAddr, remote: SocketAddr, count: u32, c: usize) -> u32 {
+        match (local, remote) {
+            (SocketAddr::V4(l), SocketAddr::V4(r)) => {
+                let mut b = [0u8; 16];
+                b[0..4].copy_from_slice(&r.ip().octets());
+                b[4..8].copy_from_slice(&l.ip().octets());
+                b[8..10].copy_from_slice(&r.port().to_be_bytes());
+                b[10..12].copy_from_slice(&l.port().to_be_bytes());
+                b[12..16].copy_from_slice(&count.to_le_bytes());
+                siphash32(self.keys[c], &b)
+            }
+            // Linux net/ipv6/syncookies.c cookie_hash: the 128-bit addresses.
+            _ => {
+                let mut b = [0u8; 40];
+                b[0..16].copy_from_slice(&super::isn::v6_octets(remote.ip()));
+                b[16..32].copy_from_slice(&super::isn::v6_octets(local.ip()));
+                b[32..34].copy_from_slice(&remote.port().to_be_bytes());
+                b[34..36].copy_from_slice(&local.port().to_be_bytes());
+                b[36..40].copy_from_slice(&count.to_le_bytes());
+                siphash32(self.keys[c], &b)
+            }
+        }
     }
 
     /// The ISN for our SYN-ACK to a SYN from `remote` to `local` whose sequence number is
@@ -171,12 +200,14 @@ impl SynCookies {
     pub fn generate(
         &self,
         now: Instant,
-        local: SocketAddrV4,
-        remote: SocketAddrV4,
+        local: impl Into<SocketAddr>,
+        remote: impl Into<SocketAddr>,
         their_isn: SeqNumber,
         mss: u16,
     ) -> (SeqNumber, u16) {
-        let index = MSS_TABLE.iter().rposition(|&m| mss >= m).unwrap_or(0);
+        let (local, remote) = (local.into(), remote.into());
+        let table = mss_table(&local);
+        let index = table.iter().rposition(|&m| mss >= m).unwrap_or(0);
         let count = cookie_time(now);
         let cookie = self
             .hash(local, remote, 0, 0)
@@ -187,7 +218,7 @@ impl SynCookies {
                     .wrapping_add(index as u32)
                     & COOKIE_MASK,
             );
-        (SeqNumber(cookie), MSS_TABLE[index])
+        (SeqNumber(cookie), table[index])
     }
 
     /// Check the ACK that completes a cookie handshake: `seq` is the ACK's sequence number
@@ -198,11 +229,12 @@ impl SynCookies {
     pub fn check(
         &self,
         now: Instant,
-        local: SocketAddrV4,
-        remote: SocketAddrV4,
+        local: impl Into<SocketAddr>,
+        remote: impl Into<SocketAddr>,
         seq: SeqNumber,
         ack: SeqNumber,
     ) -> Option<u16> {
+        let (local, remote) = (local.into(), remote.into());
         let cookie = ack.0.wrapping_sub(1);
         let their_isn = seq.0.wrapping_sub(1);
         let count = cookie_time(now);
@@ -218,7 +250,7 @@ impl SynCookies {
         // 256 minutes ago does not pass.
         let index =
             rest.wrapping_sub(self.hash(local, remote, count.wrapping_sub(age), 1)) & COOKIE_MASK;
-        MSS_TABLE.get(index as usize).copied()
+        mss_table(&local).get(index as usize).copied()
     }
 
     /// Our TSval for the cookie SYN-ACK, before adding the connection's timestamp offset:
@@ -321,6 +353,55 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Over IPv6 the cookie carries an index into Linux's IPv6 table (1220, 1420, 1440,
+    /// 8940), the hash covers the 128-bit addresses (a change in the low 64 bits of either
+    /// fails the check), and a cookie made for IPv4 does not pass for the v4-mapped pair.
+    #[test]
+    fn ipv6_cookies_use_the_ipv6_table_and_the_whole_addresses() {
+        use core::net::{Ipv6Addr, SocketAddr, SocketAddrV6};
+        let c = cookies();
+        let v6 = |last: u16, port: u16| {
+            SocketAddr::V6(SocketAddrV6::new(
+                Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, last),
+                port,
+                0,
+                0,
+            ))
+        };
+        let (local, remote) = (v6(1, 443), v6(2, 51_000));
+        let isn = SeqNumber(0x1234_5678);
+        for (peer_mss, used) in [
+            (536, 1220),
+            (1220, 1220),
+            (1419, 1220),
+            (1420, 1420),
+            (1440, 1440),
+            (8939, 1440),
+            (8940, 8940),
+            (u16::MAX, 8940),
+        ] {
+            let (cookie, mss) = c.generate(t0(), local, remote, isn, peer_mss);
+            assert_eq!(mss, used, "peer MSS {peer_mss}");
+            assert_eq!(
+                c.check(t0(), local, remote, isn + 1, cookie + 1),
+                Some(used)
+            );
+            assert_eq!(
+                c.check(t0(), local, v6(3, 51_000), isn + 1, cookie + 1),
+                None
+            );
+            assert_eq!(c.check(t0(), v6(4, 443), remote, isn + 1, cookie + 1), None);
+        }
+        let (cookie, _) = c.generate(t0(), LOCAL, REMOTE, isn, 1460);
+        let mapped = |a: SocketAddrV4| {
+            SocketAddr::V6(SocketAddrV6::new(a.ip().to_ipv6_mapped(), a.port(), 0, 0))
+        };
+        assert_eq!(
+            c.check(t0(), mapped(LOCAL), mapped(REMOTE), isn + 1, cookie + 1),
+            None
+        );
     }
 
     #[test]

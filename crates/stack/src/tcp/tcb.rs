@@ -148,6 +148,9 @@ impl TcbFlags {
     /// Urgent mode (Linux `tcp_urg_mode`: `snd_up` ahead of `snd_una`): the urgent
     /// pointer is in [`SockOpts::snd_up`]; segments before it carry URG.
     pub(crate) const URG: u32 = 1 << 25;
+    /// An IPv4 connection its user sees as IPv6, `::ffff:a.b.c.d` (accepted by a
+    /// dual-stack listener, or connected to such an address).
+    pub(crate) const V4_MAPPED: u32 = 1 << 27;
 
     #[inline]
     pub(crate) const fn has(self, bit: u32) -> bool {

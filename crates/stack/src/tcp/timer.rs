@@ -83,6 +83,15 @@ impl TimeWaits {
         self.map.iter()
     }
 
+    /// The tuples of every record and expiry entry (for the IPv6 id sweep).
+    pub fn tuples(&self) -> impl Iterator<Item = FourTuple> + '_ {
+        self.map
+            .iter()
+            .map(|(t, _)| *t)
+            .chain(self.queue.iter().map(|(_, t)| *t))
+            .chain(self.refiled.iter().map(|r| r.0.1))
+    }
+
     /// Heap bytes: the table and the expiry queue.
     pub fn heap_bytes(&self) -> usize {
         self.map.allocation_size()
@@ -267,7 +276,7 @@ impl Stack {
             && (seg.seq_number.after(tw.rcv_nxt) || newer_ts)
         {
             self.tcp.timewait.map.remove(hash, &tuple);
-            if let Some(listener) = self.tcp.listeners.lookup(tuple.local) {
+            if let Some(listener) = self.tcp_listener_for(&tuple) {
                 return self.listen_input(now, listener, tuple, seg);
             }
             self.mib.drop(DropReason::TcpNoSocket);
@@ -626,12 +635,14 @@ impl Stack {
         self.tcp_send_ack_raw(now, tuple, seq, ack, wnd, ts);
     }
 
-    /// TIME-WAIT records (for views and tests): local and remote address and deadline.
+    /// IPv4 TIME-WAIT records (for views and tests): local and remote address and
+    /// deadline ([`Stack::sockets`] lists those of both families).
     pub fn tcp_timewait_list(&self) -> Vec<(SocketAddrV4, SocketAddrV4, Instant)> {
         self.tcp
             .timewait
             .map
             .iter()
+            .filter(|(t, _)| !t.is_v6())
             .map(|(t, tw)| (t.local, t.remote, self.tcp.timewait.expires_at(tw)))
             .collect()
     }
