@@ -71,7 +71,7 @@ EXAMPLES:
   echo hello | ustack connect 192.0.2.1:7 --tun tun0 --netns NS --addr 192.0.2.2/24
   echo hello | ustack connect 192.0.2.1:7 --link packet --interface veth1 --netns NS")]
 pub struct ConnectArgs {
-    /// The server: IP:PORT, or [IP6]:PORT (no name lookup).
+    /// The server: IP:PORT, or `[IP6]:PORT` (no name lookup).
     target: SocketAddr,
     #[command(flatten)]
     link: ClientLink,
