@@ -132,3 +132,44 @@ fn c1m_at_200000_connections_costs_at_most_300_bytes_of_server_rss_each() {
         "the server's RSS grew {per_conn:.0} bytes per connection (at most 300): {mem}"
     );
 }
+
+/// Issue #12's SYN-flood scenario at CI scale: 100,000 connections held through 10 s of
+/// spoofed SYNs at 20,000 a second (see [`common::check_syn_flood`]).
+#[test]
+fn c1m_at_100000_connections_through_a_10s_syn_flood_keeps_state_bounded() {
+    let r = bench_ustack(&[
+        "c1m",
+        "--conns",
+        "100000",
+        "--duration",
+        "10s",
+        "--syn-flood",
+        "20000",
+    ]);
+    common::check_syn_flood(&r, 100_000, 10.0);
+}
+
+/// Issue #12's memory-pressure scenario at CI scale: 100,000 connections each send 4 KiB
+/// (400 MB asked) to a server that does not read, within a 64 MiB budget (`tcp_mem`
+/// 4,096 / 6,144 / 8,192 pages, budget 16,384; see [`common::check_surge`]).
+#[test]
+fn c1m_at_100000_connections_surging_into_a_server_that_does_not_read_stays_in_budget() {
+    let r = bench_ustack(&[
+        "c1m",
+        "--conns",
+        "100000",
+        "--duration",
+        "10ms",
+        "--send",
+        "4096",
+        "--server-sysctl",
+        "net.ipv4.tcp_mem.low=4096",
+        "--server-sysctl",
+        "net.ipv4.tcp_mem.pressure=6144",
+        "--server-sysctl",
+        "net.ipv4.tcp_mem.high=8192",
+        "--server-sysctl",
+        "net.ipv4.tcp_mem.budget=16384",
+    ]);
+    common::check_surge(&r, 100_000, 16_384);
+}

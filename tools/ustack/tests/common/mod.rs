@@ -175,3 +175,87 @@ pub fn release_ustack() -> std::path::PathBuf {
     );
     target.join("release").join("ustack")
 }
+
+/// What a user checks of `ustack bench c1m --syn-flood RATE` with `n` connections held
+/// for at least `hold_s` (issue #12 item 5): many times more SYNs went out than the SYN
+/// queue holds (the rate itself is the bench's input, not a check: a loaded machine sends
+/// fewer); the server's SYN queue never held more than its bound (backlog + 1) and SYN
+/// cookies answered the rest (its own TcpExtSyncookiesSent); every held connection still
+/// exchanged its message afterwards; the server's RSS grew by at most 5% over the flood.
+pub fn check_syn_flood(r: &serde_json::Value, n: u64, hold_s: f64) {
+    assert_eq!(r["connections"], n, "{r}");
+    assert_eq!(r["round_trips"], n, "{r}");
+    let f = &r["syn_flood"];
+    let num = |k: &str| {
+        f[k].as_f64()
+            .unwrap_or_else(|| panic!("syn_flood.{k}: {f}"))
+    };
+    let sent = num("syns_sent");
+    assert!(num("flood_s") >= hold_s, "{f}");
+    // Half-open state stays bounded: the SYN queue at most backlog + 1, cookies beyond.
+    let (peak, bound) = (num("server_syn_queue_peak"), num("server_syn_queue_bound"));
+    assert_eq!(bound, 4097.0, "{f}");
+    assert!(sent >= 3.0 * bound, "a flood, not a trickle: {f}");
+    assert!(
+        0.0 < peak && peak <= bound,
+        "SYN queue peak {peak} of {bound}: {f}"
+    );
+    let cookies = num("server_syncookies_sent");
+    assert!(cookies + peak <= sent, "{f}");
+    assert!(
+        cookies >= sent - bound - 0.1 * sent,
+        "cookies answered the rest: {f}"
+    );
+    // The server's own counter at the end of the run: the flood's cookies, and those for
+    // SYNs still on the link when the flood's figures were read; every SYN sent got a
+    // queue slot or a cookie.
+    let total = r["counters"]["TcpExt"]["SyncookiesSent"].as_f64().unwrap();
+    assert!(cookies <= total && total + peak <= sent, "{total}: {f}");
+    for k in ["server_listen_overflows", "server_listen_drops"] {
+        assert!(num(k) >= 0.0, "{k}: {f}");
+    }
+    let pct = num("server_rss_growth_pct");
+    assert!(
+        pct <= 5.0,
+        "server RSS grew {pct:.2}% during the flood: {f}"
+    );
+    assert!(num("server_rss_before_bytes") > 0.0, "{f}");
+}
+
+/// What a user checks of `ustack bench c1m --send 4096` with `n` connections against a
+/// server whose `tcp_mem` budget is `budget_pages` (issue #12 item 8): the server went
+/// under memory pressure and refused data with counted reasons; its buffers never held
+/// more than the budget; its control line kept answering while it did; once it read
+/// again, every connection's 4 KiB came back intact, none was aborted, and every
+/// connection's one-message exchange completed.
+pub fn check_surge(r: &serde_json::Value, n: u64, budget_pages: u64) {
+    assert_eq!(r["round_trips"], n, "{r}");
+    let s = &r["surge"];
+    assert_eq!(s["demand_bytes"], 4096 * n, "{s}");
+    assert_eq!(
+        s["echoed_while_unread_bytes"], 0,
+        "the server did not read: {s}"
+    );
+    let c = &s["server_counters"];
+    assert!(c["TCPMemoryPressures"].as_u64() >= Some(1), "{s}");
+    let refused = c["PROTO_MEM"].as_u64().unwrap();
+    assert!(refused > 0, "data refused for memory: {s}");
+    assert_eq!(
+        c["TCPRcvQDrop"].as_u64().unwrap() + c["TCPOFODrop"].as_u64().unwrap(),
+        refused,
+        "{s}"
+    );
+    let peak = s["server_buffers_peak_bytes"].as_u64().unwrap();
+    assert!(
+        0 < peak && peak <= budget_pages * 4096,
+        "buffers {peak} B within the budget: {s}"
+    );
+    assert!(
+        s["control_samples"].as_u64() >= Some(3),
+        "the control line answered: {s}"
+    );
+    assert_eq!(s["completed"], n, "{s}");
+    assert_eq!(s["intact"], n, "{s}");
+    assert_eq!(s["aborted"], 0, "{s}");
+    assert_eq!(c["TCPAbortOnMemory"], 0, "{s}");
+}
