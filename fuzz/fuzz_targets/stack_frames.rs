@@ -34,8 +34,12 @@ fuzz_target!(|data: &[u8]| {
     let mut state = Vec::new();
     for stack in [&mut eth, &mut tun] {
         let _ = stack.udp_bind(SocketAddrV4::new(IP, 7));
-        let l = stack.tcp_listen(SocketAddrV4::new(IP, 80), 4).expect("listen");
-        let c = stack.tcp_connect(now, SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 1), 5000)).expect("connect");
+        let l = stack
+            .tcp_listen(SocketAddrV4::new(IP, 80), 4)
+            .expect("listen");
+        let c = stack
+            .tcp_connect(now, SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 1), 5000))
+            .expect("connect");
         state.push((l, vec![c]));
     }
     let mut rest = data;
@@ -50,7 +54,16 @@ fuzz_target!(|data: &[u8]| {
         frame.clear();
         if flags & 1 != 0 {
             frame.extend_from_slice(&MAC.0);
-            frame.extend_from_slice(&[2, 0, 0, 0, 0, 1, 0x08, if flags & 4 != 0 { 0x06 } else { 0x00 }]);
+            frame.extend_from_slice(&[
+                2,
+                0,
+                0,
+                0,
+                0,
+                1,
+                0x08,
+                if flags & 4 != 0 { 0x06 } else { 0x00 },
+            ]);
         }
         frame.extend_from_slice(body);
         let l2 = if flags & 1 != 0 { 14 } else { 0 };
@@ -97,9 +110,17 @@ fuzz_target!(|data: &[u8]| {
                 None => break,
             }
         }
-        assert_eq!(stack.reassembly_mem(), 0, "reassembly memory left after every timer ran");
+        assert_eq!(
+            stack.reassembly_mem(),
+            0,
+            "reassembly memory left after every timer ran"
+        );
         let r = stack.tcp_resources();
-        assert_eq!((r.connections, r.requests, r.timewait, r.buffer_bytes), (0, 0, 0, 0), "TCP left {r:?}");
+        assert_eq!(
+            (r.connections, r.requests, r.timewait, r.buffer_bytes),
+            (0, 0, 0, 0),
+            "TCP left {r:?}"
+        );
     }
 });
 
@@ -131,7 +152,12 @@ fn repair_checksums(ip: &mut [u8], l4: bool) {
             let dst = Ipv4Addr::new(header[16], header[17], header[18], header[19]);
             payload[16..18].copy_from_slice(&[0, 0]);
             let sum = checksum::combine(&[
-                checksum::pseudo_header_v4(src, dst, ustack_wire::IpProtocol::Tcp, payload.len() as u16),
+                checksum::pseudo_header_v4(
+                    src,
+                    dst,
+                    ustack_wire::IpProtocol::Tcp,
+                    payload.len() as u16,
+                ),
                 checksum::data(payload),
             ]);
             payload[16..18].copy_from_slice(&checksum::finish(sum).to_be_bytes());

@@ -26,7 +26,8 @@ const PEER_LL: Ipv6Addr = Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0xff, 0xfe00, 1);
 const ALL_NODES: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1);
 
 fuzz_target!(|data: &[u8]| {
-    let mut eth_config = Config::ethernet(MAC, Ipv4Cidr::new(IP, 24)).with_ipv6(Ipv6Cidr::new(OURS, 64));
+    let mut eth_config =
+        Config::ethernet(MAC, Ipv4Cidr::new(IP, 24)).with_ipv6(Ipv6Cidr::new(OURS, 64));
     eth_config.seed = Some(1);
     let mut tun_config = Config::ip(Ipv4Cidr::new(IP, 24)).with_ipv6(Ipv6Cidr::new(OURS, 64));
     tun_config.seed = Some(2);
@@ -76,7 +77,11 @@ fuzz_target!(|data: &[u8]| {
             packet.extend_from_slice(body);
         }
         let mut frame = Vec::with_capacity(14 + packet.len());
-        frame.extend_from_slice(&if flags & 4 != 0 { [0x33, 0x33, 0, 0, 0, 1] } else { MAC.0 });
+        frame.extend_from_slice(&if flags & 4 != 0 {
+            [0x33, 0x33, 0, 0, 0, 1]
+        } else {
+            MAC.0
+        });
         frame.extend_from_slice(&PEER_MAC);
         frame.extend_from_slice(&[0x86, 0xdd]);
         frame.extend_from_slice(&packet);
@@ -102,6 +107,10 @@ fuzz_target!(|data: &[u8]| {
                 None => break,
             }
         }
-        assert_eq!(stack.reassembly6_mem(), 0, "IPv6 reassembly memory left after every timer ran");
+        assert_eq!(
+            stack.reassembly6_mem(),
+            0,
+            "IPv6 reassembly memory left after every timer ran"
+        );
     }
 });

@@ -312,7 +312,9 @@ impl Harness {
         let view = s
             .sockets(self.now)
             .into_iter()
-            .find(|v| v.remote == Some(PEER.into()) && v.local.port() == self.port && v.info.is_some())
+            .find(|v| {
+                v.remote == Some(PEER.into()) && v.local.port() == self.port && v.info.is_some()
+            })
             .expect("the connection is listed");
         let (rmem, rcvbuf, wmem, sndbuf) = view.mem.expect("a connection's memory");
         assert!(rcvbuf as u64 <= sys.tcp_rmem_max, "rcvbuf {rcvbuf}");
