@@ -93,6 +93,31 @@ enum Payload {
     },
 }
 
+impl Payload {
+    /// The payload's length in bytes.
+    fn len(&self) -> usize {
+        match *self {
+            Payload::None => 0,
+            Payload::SendBuffer { len, .. } => len,
+        }
+    }
+
+    /// Write `repr`'s header and then the payload into `seg` (header and payload long),
+    /// the payload's bytes from the connection's send buffer in `tcp`.
+    fn write_segment(&self, tcp: &super::Tcp, repr: &tcp::Repr, seg: &mut [u8]) {
+        let header_len = repr.header_len();
+        repr.emit_header(&mut tcp::Packet::new_unchecked(&mut seg[..]));
+        if let Payload::SendBuffer { h, offset, len } = *self {
+            let out = &mut seg[header_len..header_len + len];
+            let copied = tcp
+                .get(h)
+                .map_or(0, |tcb| tcb.sndbuf.peek(&tcp.pool, offset, out));
+            // A recycled frame holds an old frame's bytes: never let them through.
+            out[copied..].fill(0);
+        }
+    }
+}
+
 impl Stack {
     /// A fresh TCB for `tuple` with Linux's defaults; options come from the handshake.
     pub(crate) fn new_tcb(
@@ -437,32 +462,15 @@ impl Stack {
         if tuple.is_v6() {
             return self.tcp_emit6(now, tuple, repr, payload);
         }
-        let payload_len = match payload {
-            Payload::None => 0,
-            Payload::SendBuffer { len, .. } => len,
-        };
-        let header_len = repr.header_len();
         let Ok(mut f) = self.ipv4_alloc(
             *tuple.remote.ip(),
             IpProtocol::Tcp,
-            header_len + payload_len,
+            repr.header_len() + payload.len(),
         ) else {
             return false;
         };
         let seg = &mut f.frame[f.l4..];
-        repr.emit_header(&mut tcp::Packet::new_unchecked(&mut seg[..]));
-        match payload {
-            Payload::None => {}
-            Payload::SendBuffer { h, offset, len } => {
-                let out = &mut seg[header_len..header_len + len];
-                let copied = self
-                    .tcp
-                    .get(h)
-                    .map_or(0, |tcb| tcb.sndbuf.peek(&self.tcp.pool, offset, out));
-                // A recycled frame holds an old frame's bytes: never let them through.
-                out[copied..].fill(0);
-            }
-        }
+        payload.write_segment(&self.tcp, repr, seg);
         let mut packet = tcp::Packet::new_unchecked(&mut seg[..]);
         if self.checksum_offload {
             packet.set_checksum(0);
@@ -488,21 +496,8 @@ impl Stack {
         let (SocketAddr::V6(local), SocketAddr::V6(remote)) = self.tcp.addrs(&tuple) else {
             return false;
         };
-        let header_len = repr.header_len();
-        let payload_len = match payload {
-            Payload::None => 0,
-            Payload::SendBuffer { len, .. } => len,
-        };
-        let mut seg = vec![0u8; header_len + payload_len];
-        repr.emit_header(&mut tcp::Packet::new_unchecked(&mut seg[..]));
-        if let Payload::SendBuffer { h, offset, len } = payload {
-            let out = &mut seg[header_len..header_len + len];
-            let copied = self
-                .tcp
-                .get(h)
-                .map_or(0, |tcb| tcb.sndbuf.peek(&self.tcp.pool, offset, out));
-            out[copied..].fill(0);
-        }
+        let mut seg = vec![0u8; repr.header_len() + payload.len()];
+        payload.write_segment(&self.tcp, repr, &mut seg);
         tcp::Packet::new_unchecked(&mut seg[..])
             .fill_checksum(&IpAddr::V6(*local.ip()), &IpAddr::V6(*remote.ip()));
         self.mib.inc(Counter::TcpOutSegs);
