@@ -125,13 +125,7 @@ fn tun_echo_against_the_kernel() {
         return;
     }
     let ns = NetNs::new().expect("a network namespace");
-    let limit = Duration::from_secs(5);
-    ns.run(
-        limit,
-        &["ip", "tuntap", "add", "tun0", "mode", "tun", "multi_queue"],
-    )
-    .expect("creating tun0");
-    ns.configure_tun("tun0").expect("configuring tun0");
+    ns.add_tun("tun0").expect("creating and configuring tun0");
     let mut socat = ns
         .command(
             Duration::from_secs(90),

@@ -26,12 +26,7 @@ fn preload_lib() -> PathBuf {
 /// A namespace with tun0 in it, the kernel's end configured.
 fn rig() -> NetNs {
     let ns = NetNs::new().expect("a network namespace");
-    ns.run(
-        Duration::from_secs(5),
-        &["ip", "tuntap", "add", "tun0", "mode", "tun", "multi_queue"],
-    )
-    .expect("creating tun0");
-    ns.configure_tun("tun0").expect("configuring tun0");
+    ns.add_tun("tun0").expect("creating and configuring tun0");
     ns
 }
 

@@ -213,6 +213,24 @@ impl NetNs {
 }
 
 impl NetNs {
+    /// Makes the multi-queue TUN interface `name` in this namespace (`ip tuntap add dev
+    /// NAME mode tun multi_queue`: it stays until the namespace goes, for a process the
+    /// test starts to attach to) and configures its kernel end ([`NetNs::configure_tun`]).
+    pub fn add_tun(&self, name: &str) -> io::Result<()> {
+        let argv = [
+            "ip",
+            "tuntap",
+            "add",
+            "dev",
+            name,
+            "mode",
+            "tun",
+            "multi_queue",
+        ];
+        self.run(Duration::from_secs(5), &argv)?;
+        self.configure_tun(name)
+    }
+
     /// Configures the kernel's end of the interface `name` in this namespace:
     /// [`KERNEL_IP`]/24 on it, IPv6 off on it (no router solicitations or MLD reports: the
     /// rigs are for IPv4), `lo` and the link up.

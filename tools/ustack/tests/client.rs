@@ -50,22 +50,7 @@ fn setup(test: &str) -> Option<NetNs> {
         return None;
     }
     let ns = NetNs::new().expect("a namespace");
-    let limit = Duration::from_secs(5);
-    ns.run(
-        limit,
-        &[
-            "ip",
-            "tuntap",
-            "add",
-            "dev",
-            TUN_NAME,
-            "mode",
-            "tun",
-            "multi_queue",
-        ],
-    )
-    .expect("a TUN interface");
-    ns.configure_tun(TUN_NAME).expect("the kernel's end");
+    ns.add_tun(TUN_NAME).expect("a TUN interface, configured");
     Some(ns)
 }
 

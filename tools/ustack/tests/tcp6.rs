@@ -218,22 +218,7 @@ fn ustack_connect_and_get_reach_kernel_servers_over_ipv6() {
         return;
     }
     let ns = NetNs::new().expect("a namespace");
-    let limit = Duration::from_secs(5);
-    ns.run(
-        limit,
-        &[
-            "ip",
-            "tuntap",
-            "add",
-            "dev",
-            TUN_NAME,
-            "mode",
-            "tun",
-            "multi_queue",
-        ],
-    )
-    .expect("a TUN interface");
-    ns.configure_tun(TUN_NAME).expect("the kernel's end");
+    ns.add_tun(TUN_NAME).expect("a TUN interface, configured");
     kernel_ipv6(&ns);
 
     // A kernel echo server on IPv6 only.
