@@ -1262,6 +1262,26 @@ impl Net {
             .collect()
     }
 
+    /// How many TCP connections on all shards still have bytes unacknowledged
+    /// (`ESTAB`, `CLOSE-WAIT`) or their FIN unanswered (`FIN-WAIT-1`, `CLOSING`,
+    /// `LAST-ACK`), closed ones included: what a process must wait for before it exits,
+    /// since its stack dies with it (the kernel's orphaned sockets outlive their process).
+    pub fn connections_sending(&self) -> io::Result<usize> {
+        let per_shard = self.on_each_shard(|rt| {
+            let now = rt.now();
+            rt.stack()
+                .sockets(now)
+                .iter()
+                .filter(|v| match v.state {
+                    "ESTAB" | "CLOSE-WAIT" => v.send_q > 0,
+                    "FIN-WAIT-1" | "CLOSING" | "LAST-ACK" => true,
+                    _ => false,
+                })
+                .count()
+        })?;
+        Ok(per_shard.iter().sum())
+    }
+
     /// The loop counters of every shard's runtime ([`RuntimeStats`]), summed. The loop
     /// threads sleep on their own (in one `poll(2)` with the kick), so `sleeps`,
     /// `wakeups` and `timeouts` stay 0 here: [`Net::loop_counters`] counts those.

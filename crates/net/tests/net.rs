@@ -699,3 +699,41 @@ fn incoming_yields_each_connection() {
         "accepted in the order connected"
     );
 }
+
+/// `Net::connections_sending` (what the LD_PRELOAD library waits for at exit): bytes
+/// written and not yet acknowledged count; once read and acknowledged they do not; a FIN
+/// nobody answers (the server's stack is gone) counts.
+#[test]
+fn connections_sending_counts_data_and_fins_not_yet_acknowledged() {
+    fn wait_until(net: &Net, what: &str, f: impl Fn(usize) -> bool) {
+        let start = std::time::Instant::now();
+        while !f(net.connections_sending().unwrap()) {
+            assert!(start.elapsed() < LIMIT, "never {what}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    let (server, client) = sim_nets();
+    let listener = TcpListener::bind(&server, addr(7100)).unwrap();
+    let c = TcpStream::connect(&client, addr(7100)).unwrap();
+    c.set_write_timeout(Some(LIMIT)).unwrap();
+    let (mut s, _) = listener.accept().unwrap();
+    s.set_read_timeout(Some(LIMIT)).unwrap();
+    assert_eq!(
+        client.connections_sending().unwrap(),
+        0,
+        "nothing written yet"
+    );
+    const LEN: usize = 4 << 20;
+    std::thread::scope(|scope| {
+        scope.spawn(|| (&c).write_all(&vec![7u8; LEN]).unwrap());
+        // The server does not read: its window fills and the bytes wait, unacknowledged.
+        wait_until(&client, "seen sending data", |n| n == 1);
+        let mut got = vec![0u8; LEN];
+        s.read_exact(&mut got).unwrap();
+    });
+    wait_until(&client, "done once everything was read", |n| n == 0);
+    // The server's stack goes; the client's FIN is never answered.
+    drop((s, listener, server));
+    c.shutdown(Shutdown::Write).unwrap();
+    wait_until(&client, "seen sending its FIN", |n| n == 1);
+}

@@ -124,19 +124,7 @@ pub extern "C" fn at_exit() {
     }
     let deadline = Instant::now() + EXIT_LINGER;
     loop {
-        let busy = stack.net().on_each_shard(|rt| {
-            let now = rt.now();
-            rt.stack()
-                .sockets(now)
-                .iter()
-                .filter(|v| match v.state {
-                    "ESTAB" | "CLOSE-WAIT" => v.send_q > 0,
-                    "FIN-WAIT-1" | "CLOSING" | "LAST-ACK" => true,
-                    _ => false,
-                })
-                .count()
-        });
-        let busy: usize = busy.map_or(0, |b| b.iter().sum());
+        let busy = stack.net().connections_sending().unwrap_or(0);
         if busy == 0 {
             return;
         }
