@@ -683,3 +683,62 @@ fn a_server_forking_per_connection_is_refused_clearly() {
         .count();
     assert!(refusals >= 2, "socat's log: {log}");
 }
+
+/// A program that writes, closes and exits at once (python3, unmodified, as a client)
+/// has its bytes delivered, as on the kernel, whose sockets outlive their process: the
+/// preload's exit waits until they are acknowledged. The writer's 512 KiB fit its 1 MiB
+/// send buffer, so `sendall` returns at once; the kernel's receiver, with a 64 KiB
+/// receive buffer, starts reading only after a second: when the program exits, most of
+/// its bytes are still in ustack.
+#[test]
+fn a_program_that_exits_right_after_writing_has_every_byte_delivered() {
+    let test = "a_program_that_exits_right_after_writing_has_every_byte_delivered";
+    if !root_and_tools(test, &["python3"]) {
+        return;
+    }
+    const LEN: usize = 512 << 10;
+    let ns = rig();
+    let receiver = ns
+        .command(
+            Duration::from_secs(60),
+            &[
+                "python3",
+                "-c",
+                "import socket, time\n\
+                 l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
+                 l.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)\n\
+                 l.bind(('192.0.2.1', 7003)); l.listen(1); print('listening', flush=True)\n\
+                 c, _ = l.accept(); c.settimeout(5); time.sleep(1); n = 0\n\
+                 while True:\n    try: b = c.recv(65536)\n    except socket.timeout: break\n    if not b: break\n    n += len(b)\n\
+                 print(n)",
+            ],
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the kernel's receiver");
+    std::thread::sleep(Duration::from_millis(500));
+    let mut cmd = bounded(30);
+    cmd.args([
+        "python3",
+        "-c",
+        &format!(
+            "import socket\n\
+             s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)\n\
+             s.connect(('192.0.2.1', 7003))\n\
+             s.sendall(b'x' * {LEN}); s.close()"
+        ),
+    ]);
+    preloaded(&mut cmd, &ns);
+    let out = cmd.output().expect("the preloaded writer");
+    assert!(out.status.success(), "the writer: {}", text(&out.stderr));
+    let (rout, _) = finish(receiver, Duration::from_secs(40), "the kernel's receiver");
+    let printed = text(&rout.stdout);
+    assert_eq!(
+        printed.lines().last(),
+        Some(LEN.to_string().as_str()),
+        "bytes received; receiver: {printed} {}; writer: {}",
+        text(&rout.stderr),
+        text(&out.stderr)
+    );
+}
