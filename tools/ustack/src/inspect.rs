@@ -77,22 +77,29 @@ pub fn stat(args: &StatArgs) -> anyhow::Result<ExitCode> {
 /// `ustack stat --memory`'s table, from the control socket's `memory` answer (`ustack
 /// bench c1m` prints its server's the same way).
 pub fn print_memory(v: &Value) {
-    println!("{:<10} {:>12} {:>14}", "kind", "count", "bytes");
+    let kinds: Vec<&Value> = v["kinds"].as_array().into_iter().flatten().collect();
+    // The first column fits the longest kind's name (`tcb_active_free` is 15).
+    let w = kinds
+        .iter()
+        .filter_map(|k| k["kind"].as_str())
+        .map(str::len)
+        .fold("total".len(), usize::max);
+    println!("{:<w$} {:>12} {:>14}", "kind", "count", "bytes");
     let mut tcbs = 0;
-    for k in v["kinds"].as_array().into_iter().flatten() {
+    for k in kinds {
         let count = k["count"].as_u64().unwrap_or(0);
         if k["kind"] == "tcb" {
             tcbs = count;
         }
         println!(
-            "{:<10} {:>12} {:>14}",
+            "{:<w$} {:>12} {:>14}",
             k["kind"].as_str().unwrap_or("?"),
             count,
             k["bytes"].as_u64().unwrap_or(0)
         );
     }
     let total = v["total_bytes"].as_u64().unwrap_or(0);
-    println!("{:<10} {:>12} {:>14}", "total", "", total);
+    println!("{:<w$} {:>12} {:>14}", "total", "", total);
     if let Some(each) = total.checked_div(tcbs) {
         println!(
             "per connection: {each} bytes of the server's memory, all of it counted \

@@ -116,6 +116,12 @@ fn stat_ss_sysctl_and_capture_see_the_running_instance() {
         .collect();
     assert_eq!(tcb[1], CLIENTS.to_string(), "{mem}");
     assert!(mem.contains("per connection: "), "{mem}");
+    // A table: every row as wide as the header, whatever the longest kind's name.
+    let rows: Vec<&str> = mem.lines().take_while(|l| !l.starts_with("per ")).collect();
+    assert!(
+        rows.len() > 3 && rows.iter().all(|r| r.len() == rows[0].len()),
+        "{mem}"
+    );
     // It says what it counts: the stack's, the runtime's and the server's memory in the
     // table (a poller registration and a server entry per connection), and the process's
     // RSS (everything), at least the table's total.
