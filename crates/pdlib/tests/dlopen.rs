@@ -150,7 +150,7 @@ fn scenarios_run_end_to_end_through_the_table() {
         "data/fast-retransmit-3-dupacks.pkt",
         // Sysctl lines (passed as the library's flags) and several connections.
         "listen/syn-queue-full-drops-syn.pkt",
-        "listen/syncookie-without-timestamps.pkt",
+        "listen/syncookie-without-timestamps-v4.pkt",
     ] {
         let path = scenario(rel);
         let report = ustack_conform::run_so(&library(), "", &path, &Config::default())
