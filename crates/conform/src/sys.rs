@@ -19,7 +19,7 @@ fn ret(r: i64) -> SysResult {
 }
 
 /// `a` as a `sockaddr_in` or `sockaddr_in6` (in a `sockaddr_storage`) and its length.
-fn sockaddr(a: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+pub(crate) fn sockaddr(a: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
     // SAFETY: sockaddr_storage is plain data; all zeros is a valid value.
     let mut ss: libc::sockaddr_storage = unsafe { core::mem::zeroed() };
     let len = match a {
