@@ -1789,6 +1789,63 @@ fn flag_names(mut v: i64, names: &[&str]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_family_has_packetdrills_addresses_domains_and_icmp_names() {
+        use std::path::Path;
+        let family = |v| Config {
+            ip_version: v,
+            ..Config::default()
+        };
+        let v4 = family(IpVersion::Ipv4);
+        let mapped = family(IpVersion::Ipv4MappedIpv6);
+        let v6 = family(IpVersion::Ipv6);
+        assert_eq!(v4.bind_ip().to_string(), "192.168.0.1");
+        assert_eq!(mapped.bind_ip().to_string(), "::ffff:192.168.0.1");
+        assert_eq!(mapped.connect_ip().to_string(), "::ffff:192.0.2.1");
+        assert_eq!(mapped.local_wire().to_string(), "192.168.0.1");
+        assert_eq!(v6.bind_ip().to_string(), "fd3d:fa7b:d17d::1");
+        assert_eq!(v6.connect_ip().to_string(), "2001:db8::1");
+        assert_eq!(v6.script_ip(v6.remote_ip).to_string(), "2001:db8::1");
+        assert_eq!(
+            [v4.mtu(), mapped.mtu(), v6.mtu()],
+            [1500, 1500, 1520],
+            "MSS 1460 in every family"
+        );
+        assert_eq!(IpVersion::Ipv4.socket_domain(), libc::AF_INET);
+        assert_eq!(IpVersion::Ipv4MappedIpv6.socket_domain(), libc::AF_INET6);
+        for v in IpVersion::ALL {
+            assert_eq!(IpVersion::parse(v.name()), Some(v));
+        }
+        let (a4, a6, any) = (
+            Path::new("icmp/x-v4.pkt"),
+            Path::new("x-v6.pkt"),
+            Path::new("x.pkt"),
+        );
+        assert!(IpVersion::Ipv6.skips(a4).is_some() && IpVersion::Ipv6.skips(a6).is_none());
+        assert!(IpVersion::Ipv4MappedIpv6.skips(a6).is_some());
+        assert!(IpVersion::Ipv4MappedIpv6.skips(a4).is_none());
+        assert!(IpVersion::ALL.iter().all(|v| v.skips(any).is_none()));
+        let icmp = |kind: &str, code: Option<&str>| IcmpSpec {
+            kind: kind.to_owned(),
+            code: code.map(str::to_owned),
+            mtu: None,
+            quoted: None,
+        };
+        let port = icmp("unreachable", Some("port_unreachable"));
+        assert_eq!(icmp_numbers(&port, false), Ok((3, 3)));
+        assert_eq!(icmp_numbers(&port, true), Ok((1, 4)));
+        assert_eq!(
+            icmp_numbers(&icmp("packet_too_big", None), true),
+            Ok((2, 0))
+        );
+        assert!(icmp_numbers(&icmp("unreachable", Some("frag_needed")), true).is_err());
+        assert!(icmp_numbers(&icmp("packet_too_big", None), false).is_err());
+        assert_eq!(
+            icmp_numbers(&icmp("type_7", Some("code_9")), true),
+            Ok((7, 9))
+        );
+    }
     use crate::parse::parse;
 
     fn spec(line: &str) -> PacketSpec {
