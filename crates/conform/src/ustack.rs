@@ -1071,10 +1071,17 @@ impl Backend for Ustack {
                     if h.is_some() {
                         return Err(libc::EINVAL);
                     }
-                    let u = i
-                        .stack
-                        .udp_bind(SocketAddr::new(a.ip(), port))
-                        .map_err(errno)?;
+                    // Linux `inet6_bind`: an `AF_INET6` socket bound to `::ffff:a.b.c.d`
+                    // is an IPv4 socket in all but name; the stack's socket is IPv4 then
+                    // (its addresses mapped back for the script: `as_family`).
+                    let local = match a.ip() {
+                        IpAddr::V6(ip) => match ip.to_ipv4_mapped() {
+                            Some(v4) => SocketAddr::new(v4.into(), port),
+                            None => SocketAddr::new(a.ip(), port),
+                        },
+                        IpAddr::V4(_) => SocketAddr::new(a.ip(), port),
+                    };
+                    let u = i.stack.udp_bind(local).map_err(errno)?;
                     if let Ok(Obj::Udp { h, .. }) = i.obj(fd) {
                         *h = Some(u);
                     }
@@ -1159,8 +1166,7 @@ impl Backend for Ustack {
                     nonblock,
                     ..
                 }) => (*bound, *stage, *opts, *nonblock),
-                Ok(Obj::Udp { peer, h, .. }) => {
-                    *peer = Some(remote);
+                Ok(Obj::Udp { h, .. }) => {
                     let h = match *h {
                         Some(h) => h,
                         None => {
@@ -1176,7 +1182,22 @@ impl Backend for Ustack {
                             }
                         }
                     };
+                    // The peer in the stack socket's family (IPv4 for one bound to an
+                    // IPv4-mapped address).
+                    let remote = match (i.stack.udp_local_sockaddr(h), remote) {
+                        (Ok(SocketAddr::V4(_)), SocketAddr::V6(r)) => match r.ip().to_ipv4_mapped()
+                        {
+                            Some(v4) => SocketAddr::new(v4.into(), r.port()),
+                            None => return done(Err(libc::ENETUNREACH)),
+                        },
+                        _ => remote,
+                    };
                     let r = i.stack.udp_connect_addr(h, Some(remote));
+                    if r.is_ok()
+                        && let Ok(Obj::Udp { peer, .. }) = i.obj(fd)
+                    {
+                        *peer = Some(remote);
+                    }
                     return done(r.map(|()| 0).map_err(errno));
                 }
                 Ok(Obj::Epoll(_)) => return done(Err(libc::ENOTSOCK)),
@@ -1433,7 +1454,9 @@ impl Ustack {
                 .tcp_info(*h)
                 .map_err(errno)
                 .map(|i| as_family(i.remote, *v6)),
-            Obj::Udp { peer: Some(p), .. } => Ok(*p),
+            Obj::Udp {
+                peer: Some(p), v6, ..
+            } => Ok(as_family(*p, *v6)),
             _ => Err(libc::ENOTCONN),
         }
     }

@@ -154,14 +154,6 @@ impl UdpTable {
     }
 }
 
-/// The IPv4 address an IPv6 socket is bound to as `::ffff:a.b.c.d`, if it is.
-fn mapped(s: &UdpSocket) -> Option<IpAddr> {
-    match s.local {
-        SocketAddr::V6(l) => l.ip().to_ipv4_mapped().map(IpAddr::V4),
-        SocketAddr::V4(_) => None,
-    }
-}
-
 impl Stack {
     /// Open a UDP socket bound to `local` (address unspecified or ours; port 0 picks an
     /// ephemeral port from `ip_local_port_range`). An IPv6 address makes an IPv6 socket
@@ -171,8 +163,7 @@ impl Stack {
         let local = local.into();
         let ours = match local.ip() {
             IpAddr::V4(ip) => ip == self.ipv4.addr,
-            // Linux `inet6_bind`: an IPv4-mapped address of ours binds too.
-            IpAddr::V6(ip) => self.ip6.is_ours(ip) || ip.to_ipv4_mapped() == Some(self.ipv4.addr),
+            IpAddr::V6(ip) => self.ip6.is_ours(ip),
         };
         if !local.ip().is_unspecified() && !ours {
             return Err(Error::AddrNotAvailable);
@@ -223,68 +214,58 @@ impl Stack {
         self.udp.get(h).map(|s| s.local).ok_or(Error::BadHandle)
     }
 
-    /// `connect(2)` (Linux `ip4_datagram_connect`): `peer` becomes the socket's default
-    /// destination and the only source it receives from; `None` dissolves the association
-    /// (`AF_UNSPEC`). Datagrams already queued stay. `EINVAL` for 0.0.0.0 or port 0 (Linux
-    /// accepts a port 0 there; ustack has no use for it), `ENETUNREACH` without a route.
-    /// IPv4 sockets only (`EAFNOSUPPORT` for an IPv6 socket; connected IPv6 sockets are
-    /// not done yet).
+    /// `connect(2)` on an IPv4 socket (Linux `ip4_datagram_connect`), as
+    /// [`udp_connect_addr`](Self::udp_connect_addr); `EAFNOSUPPORT` for an IPv6 socket.
     pub fn udp_connect(&mut self, h: UdpHandle, peer: Option<SocketAddrV4>) -> Result<(), Error> {
         v4(self.udp_local_sockaddr(h)?)?;
-        if let Some(p) = peer {
-            if p.port() == 0 || p.ip().is_unspecified() {
-                return Err(Error::InvalidArgument);
-            }
-            if self.route(*p.ip()).is_none() {
-                return Err(Error::NetUnreachable);
-            }
-        }
-        self.udp.get_mut(h).ok_or(Error::BadHandle)?.peer = peer.map(SocketAddr::V4);
-        Ok(())
+        self.udp_connect_addr(h, peer.map(SocketAddr::V4))
     }
 
-    /// `connect(2)` for a socket of either family (Linux `ip4_datagram_connect`,
-    /// `ip6_datagram_connect`), as [`udp_connect`](Self::udp_connect): an IPv6 socket takes
-    /// an IPv6 peer, or an IPv4 one (as `::ffff:a.b.c.d`, then reached over IPv4 unless
-    /// the socket is V6ONLY: `EAFNOSUPPORT`, Linux `__ip6_datagram_connect`); an IPv4 socket
-    /// takes only IPv4 (`EAFNOSUPPORT`). `ENETUNREACH` without a route.
+    /// `connect(2)` on a socket of either family (Linux `ip4_datagram_connect`,
+    /// `ip6_datagram_connect`): `peer` becomes the socket's default destination and the
+    /// only source it receives from; `None` dissolves the association (`AF_UNSPEC`).
+    /// Datagrams already queued stay. An IPv6 socket takes a `::ffff:a.b.c.d` peer (over
+    /// IPv4, Linux `__ip6_datagram_connect` handing it to `__ip4_datagram_connect`;
+    /// `ENETUNREACH` on a V6ONLY socket or one bound to an IPv6 address). `EINVAL` for
+    /// an unspecified address or port 0 (Linux accepts a port 0 there; ustack has no use
+    /// for it), `ENETUNREACH` without a route, `EAFNOSUPPORT` for a peer of the other
+    /// family.
     pub fn udp_connect_addr(
         &mut self,
         h: UdpHandle,
         peer: Option<SocketAddr>,
     ) -> Result<(), Error> {
         let socket = self.udp.get(h).ok_or(Error::BadHandle)?;
-        let peer = match (socket.local, peer) {
-            (SocketAddr::V4(_), Some(SocketAddr::V4(p))) => return self.udp_connect(h, Some(p)),
-            (SocketAddr::V4(_), None) => return self.udp_connect(h, None),
-            (SocketAddr::V4(_), Some(SocketAddr::V6(_))) => return Err(Error::AddrFamily),
-            (SocketAddr::V6(_), Some(SocketAddr::V4(p))) => {
-                Some(SocketAddrV6::new(p.ip().to_ipv6_mapped(), p.port(), 0, 0))
-            }
-            (SocketAddr::V6(_), Some(SocketAddr::V6(p))) => Some(p),
-            (SocketAddr::V6(_), None) => None,
-        };
         if let Some(p) = peer {
             if p.port() == 0 || p.ip().is_unspecified() {
                 return Err(Error::InvalidArgument);
             }
-            let routed = match p.ip().to_ipv4_mapped() {
-                Some(_) if socket.v6only => return Err(Error::AddrFamily),
-                Some(v4) => self.route(v4).is_some(),
-                None => self.ip6.route(*p.ip()).is_some(),
+            let routed = match (socket.local, p) {
+                (SocketAddr::V4(_), SocketAddr::V4(p)) => self.route(*p.ip()).is_some(),
+                (SocketAddr::V6(l), SocketAddr::V6(p)) => match p.ip().to_ipv4_mapped() {
+                    Some(ip) => {
+                        !socket.v6only && l.ip().is_unspecified() && self.route(ip).is_some()
+                    }
+                    None => self.ip6.route(*p.ip()).is_some(),
+                },
+                _ => return Err(Error::AddrFamily),
             };
             if !routed {
                 return Err(Error::NetUnreachable);
             }
         }
-        self.udp.get_mut(h).ok_or(Error::BadHandle)?.peer = peer.map(SocketAddr::V6);
+        self.udp.get_mut(h).ok_or(Error::BadHandle)?.peer = peer;
         Ok(())
     }
 
-    /// The connected peer, if any (`getpeername(2)`).
+    /// The connected peer of an IPv4 socket, if any (`getpeername(2)`).
     pub fn udp_peer_addr(&self, h: UdpHandle) -> Result<Option<SocketAddrV4>, Error> {
-        let peer = self.udp.get(h).ok_or(Error::BadHandle)?.peer;
-        peer.map(v4).transpose()
+        self.udp_peer_sockaddr(h)?.map(v4).transpose()
+    }
+
+    /// The connected peer of a socket of either family, if any (`getpeername(2)`).
+    pub fn udp_peer_sockaddr(&self, h: UdpHandle) -> Result<Option<SocketAddr>, Error> {
+        Ok(self.udp.get(h).ok_or(Error::BadHandle)?.peer)
     }
 
     /// `getsockopt(SO_ERROR)`: the socket's pending error, taken once (Linux
@@ -370,17 +351,10 @@ impl Stack {
         if let (SocketAddr::V6(l), SocketAddr::V6(d)) = (local, dst)
             && let Some(v4) = d.ip().to_ipv4_mapped()
         {
-            // A socket bound to an IPv4-mapped address sends from that IPv4 address
-            // (Linux `inet6_bind` sets its `inet_saddr`).
-            let src = match l.ip().to_ipv4_mapped() {
-                Some(a) => a,
-                None if l.ip().is_unspecified() => Ipv4Addr::UNSPECIFIED,
-                None => return Err(Error::NetUnreachable),
-            };
-            if socket.v6only {
+            if socket.v6only || !l.ip().is_unspecified() {
                 return Err(Error::NetUnreachable);
             }
-            local = SocketAddr::new(IpAddr::V4(src), l.port());
+            local = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), l.port());
             dst = SocketAddr::new(IpAddr::V4(v4), d.port());
         }
         if dst.port() == 0 || dst.ip().is_unspecified() {
@@ -553,28 +527,16 @@ impl Stack {
         // finds no socket).
         let socket = target
             .and_then(|i| self.udp.sockets.by_index_mut(i))
-            .filter(|s| {
-                s.local.ip().is_unspecified()
-                    || s.local.ip() == to
-                    || group
-                    || mapped(s) == Some(to)
-            });
+            .filter(|s| s.local.ip().is_unspecified() || s.local.ip() == to || group);
         // The sender as the socket sees it: an IPv4 sender of a dual-stack IPv6 socket as
         // `::ffff:a.b.c.d` (Linux `udp6_lib_lookup` falls back to v4-mapped sockets).
         let seen = socket.as_ref().and_then(|s| match (s.local, from) {
             (SocketAddr::V4(_), SocketAddr::V4(_)) | (SocketAddr::V6(_), SocketAddr::V6(_)) => {
                 Some(from)
             }
-            (SocketAddr::V6(l), SocketAddr::V4(f))
-                if (l.ip().is_unspecified() || l.ip().to_ipv4_mapped().is_some()) && !s.v6only =>
-            {
-                Some(SocketAddr::V6(SocketAddrV6::new(
-                    f.ip().to_ipv6_mapped(),
-                    f.port(),
-                    0,
-                    0,
-                )))
-            }
+            (SocketAddr::V6(l), SocketAddr::V4(f)) if l.ip().is_unspecified() && !s.v6only => Some(
+                SocketAddr::V6(SocketAddrV6::new(f.ip().to_ipv6_mapped(), f.port(), 0, 0)),
+            ),
             _ => None,
         });
         let (Some(socket), Some(from_seen)) = (socket, seen) else {
