@@ -2,8 +2,9 @@
 //! packetdrill's `struct packetdrill_interface` (`packetdrill.h`, the contract of its
 //! `--so_filename` shared-library mode).
 //!
-//! Each callback has a counterpart there: `netdev_send` takes a raw IPv4 packet from the
-//! script's remote end into the stack, `netdev_receive` gives back the next IPv4 packet the
+//! Each callback has a counterpart there: `netdev_send` takes a raw IP packet (IPv4 or
+//! IPv6, by the run's family) from the script's remote end into the stack,
+//! `netdev_receive` gives back the next IP packet the
 //! stack sends (waiting at most a timeout: the executor bounds every wait) with the time it
 //! came out (packetdrill reads the clock after the call instead: a backend that stamps
 //! packets as they leave keeps a busy runner from seeing them late), `usleep` and
@@ -60,9 +61,9 @@ pub struct EpollEvent {
 
 /// A stack under test (see the module docs).
 pub trait Backend: Send + Sync {
-    /// Hands the stack one IPv4 packet from the remote end.
+    /// Hands the stack one IP packet (IPv4 or IPv6) from the remote end.
     fn netdev_send(&self, packet: &[u8]) -> io::Result<()>;
-    /// The next IPv4 packet the stack sends, waiting at most `timeout`, and the time it
+    /// The next IP packet the stack sends, waiting at most `timeout`, and the time it
     /// came out on the backend's clock ([`Backend::now_us`]); `None` if none came.
     fn netdev_receive(&self, timeout: Duration) -> io::Result<Option<(Vec<u8>, u64)>>;
     /// Sleeps `us` microseconds of the backend's clock.

@@ -21,7 +21,7 @@
 //! payload length, acknowledgment number, window (when the line writes `win`), options
 //! (all of them, in order, unless the line writes `<...>`; none when it writes none).
 
-use core::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use core::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use core::time::Duration;
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
@@ -36,13 +36,97 @@ use crate::script::{
 };
 use crate::symbols;
 
+/// The address family a script runs in: packetdrill's `--ip_version`. A script written for
+/// IPv4 runs unchanged in all three (packetdrill's `config.c`):
+///
+/// | version | sockets | bind/connect addresses | packets on the wire |
+/// |---|---|---|---|
+/// | `ipv4` | `AF_INET` | IPv4 | IPv4 |
+/// | `ipv4-mapped-ipv6` | `AF_INET6` | `::ffff:` + the IPv4 ones | IPv4 |
+/// | `ipv6` | `AF_INET6` | IPv6 | IPv6 (ICMP is ICMPv6) |
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub enum IpVersion {
+    /// `ipv4` (the default).
+    #[default]
+    Ipv4,
+    /// `ipv4-mapped-ipv6`.
+    Ipv4MappedIpv6,
+    /// `ipv6`.
+    Ipv6,
+}
+
+impl IpVersion {
+    /// The three, in packetdrill's order.
+    pub const ALL: [IpVersion; 3] = [IpVersion::Ipv4, IpVersion::Ipv4MappedIpv6, IpVersion::Ipv6];
+
+    /// From packetdrill's name (`ipv4`, `ipv4-mapped-ipv6`, `ipv6`).
+    pub fn parse(name: &str) -> Option<IpVersion> {
+        match name {
+            "ipv4" => Some(IpVersion::Ipv4),
+            "ipv4-mapped-ipv6" => Some(IpVersion::Ipv4MappedIpv6),
+            "ipv6" => Some(IpVersion::Ipv6),
+            _ => None,
+        }
+    }
+
+    /// packetdrill's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            IpVersion::Ipv4 => "ipv4",
+            IpVersion::Ipv4MappedIpv6 => "ipv4-mapped-ipv6",
+            IpVersion::Ipv6 => "ipv6",
+        }
+    }
+
+    /// The domain of the script's sockets (`socket(..., ...)` and `socket(AF_INET, ...)`).
+    pub fn socket_domain(self) -> i32 {
+        match self {
+            IpVersion::Ipv4 => libc::AF_INET,
+            _ => libc::AF_INET6,
+        }
+    }
+
+    /// Whether packets on the wire are IPv6.
+    pub fn wire_ipv6(self) -> bool {
+        self == IpVersion::Ipv6
+    }
+
+    /// Why the script at `path` does not run in this family, if it does not: packetdrill's
+    /// `run_all.py` rule, by file name: `*v4.pkt` runs over IPv4 only (`ipv4` and
+    /// `ipv4-mapped-ipv6`: its packets are IPv4, e.g. ICMPv4 codes IPv6 has not), `*v6.pkt`
+    /// over IPv6 only (`ipv6`).
+    pub fn skips(self, path: &std::path::Path) -> Option<&'static str> {
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        match self {
+            IpVersion::Ipv6 if name.ends_with("v4.pkt") => Some("an IPv4-only script (*v4.pkt)"),
+            IpVersion::Ipv4 | IpVersion::Ipv4MappedIpv6 if name.ends_with("v6.pkt") => {
+                Some("an IPv6-only script (*v6.pkt)")
+            }
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for IpVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// How a run is set up.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// The stack's address (packetdrill's default local address).
+    /// The address family ([`IpVersion`]).
+    pub ip_version: IpVersion,
+    /// The stack's IPv4 address (packetdrill's default local address).
     pub local_ip: Ipv4Addr,
-    /// The script's remote end.
+    /// The script's remote end over IPv4.
     pub remote_ip: Ipv4Addr,
+    /// The stack's IPv6 address (`ipv6`): in packetdrill's local prefix,
+    /// fd3d:fa7b:d17d::/48 (RFC 4193).
+    pub local_ip6: Ipv6Addr,
+    /// The script's remote end over IPv6 (`ipv6`): packetdrill's, 2001:db8::1 (RFC 3849).
+    pub remote_ip6: Ipv6Addr,
     /// The port `bind(fd, ..., ...)` binds (packetdrill's `--bind_port`).
     pub local_port: u16,
     /// The remote end's port, and the one `connect(fd, ..., ...)` connects to.
@@ -69,8 +153,11 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Config {
+            ip_version: IpVersion::Ipv4,
             local_ip: Ipv4Addr::new(192, 168, 0, 1),
             remote_ip: Ipv4Addr::new(192, 0, 2, 1),
+            local_ip6: Ipv6Addr::new(0xfd3d, 0xfa7b, 0xd17d, 0, 0, 0, 0, 1),
+            remote_ip6: Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1),
             local_port: 8080,
             remote_port: 48_879,
             remote_isn: 0x2f7a_3c41,
@@ -85,8 +172,68 @@ impl Default for Config {
 }
 
 impl Config {
+    /// The stack's address on the wire (IPv6 under `ipv6`, else IPv4).
+    pub fn local_wire(&self) -> IpAddr {
+        if self.ip_version.wire_ipv6() {
+            self.local_ip6.into()
+        } else {
+            self.local_ip.into()
+        }
+    }
+
+    /// The remote end's address on the wire.
+    pub fn remote_wire(&self) -> IpAddr {
+        if self.ip_version.wire_ipv6() {
+            self.remote_ip6.into()
+        } else {
+            self.remote_ip.into()
+        }
+    }
+
+    /// `a` as the script's sockets see it: IPv4-mapped under `ipv4-mapped-ipv6`.
+    fn socket_ip(&self, a: IpAddr) -> IpAddr {
+        match (self.ip_version, a) {
+            (IpVersion::Ipv4MappedIpv6, IpAddr::V4(v4)) => v4.to_ipv6_mapped().into(),
+            _ => a,
+        }
+    }
+
+    /// The address `bind(fd, ..., ...)` binds (packetdrill's `live_bind_ip`).
+    pub fn bind_ip(&self) -> IpAddr {
+        self.socket_ip(self.local_wire())
+    }
+
+    /// The address `connect(fd, ..., ...)` connects to (packetdrill's `live_connect_ip`).
+    pub fn connect_ip(&self) -> IpAddr {
+        self.socket_ip(self.remote_wire())
+    }
+
+    /// An IPv4 address a script writes (`inet_addr("A.B.C.D")`) in this family: as is
+    /// under `ipv4`, IPv4-mapped under `ipv4-mapped-ipv6`; under `ipv6` the local and
+    /// remote IPv4 addresses are the IPv6 ones, any other IPv4-mapped.
+    pub fn script_ip(&self, a: Ipv4Addr) -> IpAddr {
+        match self.ip_version {
+            IpVersion::Ipv4 => a.into(),
+            IpVersion::Ipv4MappedIpv6 => a.to_ipv6_mapped().into(),
+            IpVersion::Ipv6 if a == self.local_ip => self.local_ip6.into(),
+            IpVersion::Ipv6 if a == self.remote_ip => self.remote_ip6.into(),
+            IpVersion::Ipv6 => a.to_ipv6_mapped().into(),
+        }
+    }
+
+    /// The link's MTU: 1500, and 1520 under `ipv6` (as packetdrill's own runners pass
+    /// `--mtu=1520` there), so that the MSS a stack announces is 1460 in every family and
+    /// the scripts' `<mss 1460>` hold unchanged.
+    pub fn mtu(&self) -> usize {
+        if self.ip_version.wire_ipv6() {
+            1520
+        } else {
+            1500
+        }
+    }
+
     /// Applies a script's `--name=value` lines: `--tolerance_usecs=N` and
-    /// `--ip_version=ipv4` are understood; anything else is refused (a script that relies
+    /// `--ip_version=ipv4|ipv4-mapped-ipv6|ipv6` are understood; anything else is refused (a script that relies
     /// on an option the runner ignored would pass for the wrong reason).
     pub fn apply_options(&mut self, options: &[(String, Option<String>)]) -> Result<(), String> {
         for (k, v) in options {
@@ -98,10 +245,14 @@ impl Config {
                         .filter(|&n: &i64| n > 0)
                         .ok_or_else(|| format!("--tolerance_usecs={n}: a positive number"))?;
                 }
-                ("ip_version", Some("ipv4")) => {}
+                ("ip_version", Some(v)) => {
+                    self.ip_version = IpVersion::parse(v).ok_or_else(|| {
+                        format!("--ip_version={v}: ipv4, ipv4-mapped-ipv6 or ipv6")
+                    })?;
+                }
                 _ => {
                     return Err(format!(
-                        "option --{k}{} is not supported (--tolerance_usecs, --ip_version=ipv4)",
+                        "option --{k}{} is not supported (--tolerance_usecs, --ip_version)",
                         v.as_deref().map(|v| format!("={v}")).unwrap_or_default()
                     ));
                 }
@@ -299,10 +450,10 @@ pub fn run<B: Backend + 'static>(
 /// The script's flow and what has been learned about it.
 #[derive(Debug, Clone)]
 pub struct Flow {
-    /// Local address.
-    pub local_ip: Ipv4Addr,
-    /// Remote address.
-    pub remote_ip: Ipv4Addr,
+    /// Local address (on the wire).
+    pub local_ip: IpAddr,
+    /// Remote address (on the wire).
+    pub remote_ip: IpAddr,
     /// The stack's port (learned from its first SYN when it connects).
     pub local_port: u16,
     /// The remote end's port.
@@ -319,8 +470,8 @@ impl Flow {
     /// The flow before anything is learned.
     pub fn new(cfg: &Config) -> Flow {
         Flow {
-            local_ip: cfg.local_ip,
-            remote_ip: cfg.remote_ip,
+            local_ip: cfg.local_wire(),
+            remote_ip: cfg.remote_wire(),
             local_port: cfg.local_port,
             remote_port: cfg.remote_port,
             remote_isn: cfg.remote_isn,
@@ -336,7 +487,7 @@ impl Flow {
     /// Builds the packet an inbound line describes.
     pub fn inbound(&self, spec: &PacketSpec, default_win: u16) -> Result<Vec<u8>, String> {
         let (src, dst) = (self.remote_ip, self.local_ip);
-        // What fits an IPv4 packet behind the largest headers.
+        // What fits an IP packet behind the largest headers.
         const MAX_PAYLOAD: u32 = 65_535 - 60 - 60;
         let len = match spec {
             PacketSpec::Tcp(t) => t.len,
@@ -345,7 +496,7 @@ impl Flow {
         };
         if len > MAX_PAYLOAD {
             return Err(format!(
-                "a payload of {len} bytes does not fit an IPv4 packet (at most {MAX_PAYLOAD} here)"
+                "a payload of {len} bytes does not fit an IP packet (at most {MAX_PAYLOAD} here)"
             ));
         }
         Ok(match spec {
@@ -394,20 +545,21 @@ impl Flow {
                 if packet::encode_options(&live.options).len() > 40 {
                     return Err("TCP options over 40 bytes".to_owned());
                 }
-                packet::ipv4(src, dst, 6, packet::tcp(&live))
+                packet::ip(src, dst, 6, packet::tcp(&live))
             }
-            PacketSpec::Udp { len } => packet::ipv4(
+            PacketSpec::Udp { len } => packet::ip(
                 src,
                 dst,
                 17,
                 packet::udp(self.remote_port, self.local_port, *len),
             ),
             PacketSpec::Icmp(i) => {
-                let (kind, code) = icmp_numbers(i)?;
-                // The segment the stack sent, as quoted back by a router (RFC 792): its
-                // IP header and first 8 bytes of TCP (ports and sequence number).
+                let (kind, code) = icmp_numbers(i, self.ipv6())?;
+                // The segment the stack sent, as quoted back by a router (RFC 792, RFC
+                // 4443 section 3): its IP header and first 8 bytes of TCP (ports and
+                // sequence number).
                 let inner = match i.quoted {
-                    Some(Quoted::Udp(len)) => packet::ipv4(
+                    Some(Quoted::Udp(len)) => packet::ip(
                         self.local_ip,
                         self.remote_ip,
                         17,
@@ -424,14 +576,19 @@ impl Flow {
                             options: Vec::new(),
                             len: e.wrapping_sub(s).min(1460),
                         };
-                        packet::ipv4(self.local_ip, self.remote_ip, 6, packet::tcp(&quoted))
+                        packet::ip(self.local_ip, self.remote_ip, 6, packet::tcp(&quoted))
                     }
                     None => return Err("an inbound ICMP error needs the packet it quotes: [seq:end(len)] or [udp (len)]".to_owned()),
                 };
                 let rest = u32::from(i.mtu.unwrap_or(0));
-                packet::ipv4(src, dst, 1, packet::icmp_error(kind, code, rest, &inner))
+                packet::ip(src, dst, 1, packet::icmp_error(kind, code, rest, &inner))
             }
         })
+    }
+
+    /// Whether the flow's packets are IPv6.
+    fn ipv6(&self) -> bool {
+        self.local_ip.is_ipv6()
     }
 
     /// Whether a packet the stack sent belongs to the script (from the local address to
@@ -451,16 +608,18 @@ impl Flow {
                     diffs.push(format!("udp_payload_len: expected {len}, actual {l}"));
                 }
             }
-            (PacketSpec::Icmp(i), LiveBody::Icmp { kind, code }) => match icmp_numbers(i) {
-                Ok((k, c)) => {
-                    if (k, c) != (*kind, *code) {
-                        diffs.push(format!(
-                            "icmp type/code: expected {k}/{c}, actual {kind}/{code}"
-                        ));
+            (PacketSpec::Icmp(i), LiveBody::Icmp { kind, code }) => {
+                match icmp_numbers(i, self.ipv6()) {
+                    Ok((k, c)) => {
+                        if (k, c) != (*kind, *code) {
+                            diffs.push(format!(
+                                "icmp type/code: expected {k}/{c}, actual {kind}/{code}"
+                            ));
+                        }
                     }
+                    Err(e) => diffs.push(e),
                 }
-                Err(e) => diffs.push(e),
-            },
+            }
             (s, _) => diffs.push(format!(
                 "protocol: expected {}, actual {}",
                 match s {
@@ -617,23 +776,45 @@ fn join(o: &[TcpOpt]) -> String {
         .join(",")
 }
 
-/// ICMP type and code numbers from their names (RFC 792, RFC 1191).
-fn icmp_numbers(i: &IcmpSpec) -> Result<(u8, u8), String> {
-    let kind = match i.kind.as_str() {
-        "echo_reply" => 0,
-        "unreachable" => 3,
-        "echo_request" => 8,
-        "time_exceeded" => 11,
-        k => return Err(format!("ICMP type `{k}` is not supported")),
+/// ICMP type and code numbers from their names (RFC 792, RFC 1191), or over IPv6 (`v6`)
+/// ICMPv6's (RFC 4443), as packetdrill names them (`icmp_packet.c`): a name the family
+/// has not (IPv4's `frag_needed`, `host_unreachable`; IPv6's `packet_too_big`) is an
+/// error, as there. `type_N` and `code_N` give numbers.
+fn icmp_numbers(i: &IcmpSpec, v6: bool) -> Result<(u8, u8), String> {
+    let family = if v6 { "ICMPv6" } else { "ICMP" };
+    let number = |s: &str, prefix: &str| s.strip_prefix(prefix).and_then(|n| n.parse().ok());
+    let kind = match (v6, i.kind.as_str()) {
+        (_, k) if number(k, "type_").is_some() => number(k, "type_").unwrap_or(0),
+        (false, "echo_reply") => 0,
+        (false, "unreachable") => 3,
+        (false, "echo_request") => 8,
+        (false, "time_exceeded") => 11,
+        (true, "unreachable") => 1,
+        (true, "packet_too_big") => 2,
+        (true, "time_exceeded") => 3,
+        (true, "parameter_problem") => 4,
+        (true, "echo_request") => 128,
+        (true, "echo_reply") => 129,
+        (_, k) => return Err(format!("{family} type `{k}` is not supported")),
     };
-    let code = match i.code.as_deref() {
-        None => 0,
-        Some("net_unreachable" | "ttl_exceeded") => 0,
-        Some("host_unreachable") => 1,
-        Some("protocol_unreachable") => 2,
-        Some("port_unreachable") => 3,
-        Some("frag_needed") => 4,
-        Some(c) => return Err(format!("ICMP code `{c}` is not supported")),
+    let code = match (v6, i.code.as_deref()) {
+        (_, None) => 0,
+        (_, Some(c)) if number(c, "code_").is_some() => number(c, "code_").unwrap_or(0),
+        (false, Some("net_unreachable" | "ttl_exceeded")) => 0,
+        (false, Some("host_unreachable")) => 1,
+        (false, Some("protocol_unreachable")) => 2,
+        (false, Some("port_unreachable")) => 3,
+        (false, Some("frag_needed")) => 4,
+        // RFC 4443 section 3.1 (net_unreachable is packetdrill's name for code 0 too).
+        (true, Some("net_unreachable" | "no_route")) => 0,
+        (true, Some("admin_prohibited")) => 1,
+        (true, Some("not_neighbour")) => 2,
+        (true, Some("address_unreachable")) => 3,
+        (true, Some("port_unreachable")) => 4,
+        // Section 3.3.
+        (true, Some("exceeded_hop_limit")) => 0,
+        (true, Some("exceeded_frag_time")) => 1,
+        (_, Some(c)) => return Err(format!("{family} code `{c}` is not supported")),
     };
     Ok((kind, code))
 }
@@ -1270,20 +1451,25 @@ impl<B: Backend + 'static> Runner<B> {
                 .filter(|&n| n <= 16 << 20)
                 .ok_or_else(|| format!("length {v}: 0 to 16 MiB"))
         };
-        let local = SocketAddrV4::new(self.cfg.local_ip, self.cfg.local_port);
-        let remote = SocketAddrV4::new(self.cfg.remote_ip, self.cfg.remote_port);
+        let local = SocketAddr::new(self.cfg.bind_ip(), self.cfg.local_port);
+        let remote = SocketAddr::new(self.cfg.connect_ip(), self.cfg.remote_port);
         let call = match s.name.as_str() {
             "socket" => {
                 want(3)?;
+                // packetdrill: the family's domain for `...` and for AF_INET (a script
+                // written for IPv4 runs unchanged over IPv6).
                 let domain = match &a[0] {
-                    Expr::Ellipsis => libc::AF_INET,
-                    _ => i32a(0)?,
+                    Expr::Ellipsis => self.cfg.ip_version.socket_domain(),
+                    _ => match i32a(0)? {
+                        libc::AF_INET => self.cfg.ip_version.socket_domain(),
+                        d => d,
+                    },
                 };
                 Call::Socket(domain, i32a(1)?, i32a(2)?)
             }
             "bind" => {
                 want(3)?;
-                Call::Bind(self.fd(&a[0])?, addr(&a[1], local)?)
+                Call::Bind(self.fd(&a[0])?, addr(&a[1], local, &self.cfg)?)
             }
             "listen" => {
                 want(2)?;
@@ -1299,7 +1485,7 @@ impl<B: Backend + 'static> Runner<B> {
             }
             "connect" => {
                 want(3)?;
-                Call::Connect(self.fd(&a[0])?, addr(&a[1], remote)?)
+                Call::Connect(self.fd(&a[0])?, addr(&a[1], remote, &self.cfg)?)
             }
             "read" => {
                 want(3)?;
@@ -1453,10 +1639,11 @@ fn len_of(e: &Expr) -> Result<usize, String> {
         .ok_or_else(|| format!("option length {v}: 0 to 4096"))
 }
 
-/// `...` (the default), or `{sa_family=AF_INET, sin_port=htons(P), sin_addr=inet_addr("A")}`.
-fn addr(e: &Expr, default: SocketAddrV4) -> Result<SocketAddr, String> {
+/// `...` (the default), or `{sa_family=AF_INET, sin_port=htons(P), sin_addr=inet_addr("A")}`
+/// (its address in the run's family: [`Config::script_ip`]).
+fn addr(e: &Expr, default: SocketAddr, cfg: &Config) -> Result<SocketAddr, String> {
     match e {
-        Expr::Ellipsis => Ok(default.into()),
+        Expr::Ellipsis => Ok(default),
         Expr::Struct(_) => {
             let port = match field(e, "sin_port")? {
                 Some(Expr::Call(f, a)) if f == "htons" && a.len() == 1 => int(&a[0])?,
@@ -1465,18 +1652,19 @@ fn addr(e: &Expr, default: SocketAddrV4) -> Result<SocketAddr, String> {
             };
             let ip = match field(e, "sin_addr")? {
                 Some(Expr::Call(f, a)) if f == "inet_addr" && a.len() == 1 => match &a[0] {
-                    Expr::Str(s) => s
-                        .parse()
-                        .map_err(|_| format!("inet_addr(\"{s}\"): not an IPv4 address"))?,
+                    Expr::Str(s) => cfg.script_ip(
+                        s.parse()
+                            .map_err(|_| format!("inet_addr(\"{s}\"): not an IPv4 address"))?,
+                    ),
                     other => return Err(format!("inet_addr({other:?})")),
                 },
                 Some(other) => {
                     return Err(format!("sin_addr {other:?}: write inet_addr(\"A.B.C.D\")"));
                 }
-                None => *default.ip(),
+                None => default.ip(),
             };
             let port = u16::try_from(port).map_err(|_| format!("port {port} out of range"))?;
-            Ok(SocketAddrV4::new(ip, port).into())
+            Ok(SocketAddr::new(ip, port))
         }
         other => Err(format!(
             "address {other:?}: write ... or a sockaddr_in struct"
@@ -1601,6 +1789,63 @@ fn flag_names(mut v: i64, names: &[&str]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_family_has_packetdrills_addresses_domains_and_icmp_names() {
+        use std::path::Path;
+        let family = |v| Config {
+            ip_version: v,
+            ..Config::default()
+        };
+        let v4 = family(IpVersion::Ipv4);
+        let mapped = family(IpVersion::Ipv4MappedIpv6);
+        let v6 = family(IpVersion::Ipv6);
+        assert_eq!(v4.bind_ip().to_string(), "192.168.0.1");
+        assert_eq!(mapped.bind_ip().to_string(), "::ffff:192.168.0.1");
+        assert_eq!(mapped.connect_ip().to_string(), "::ffff:192.0.2.1");
+        assert_eq!(mapped.local_wire().to_string(), "192.168.0.1");
+        assert_eq!(v6.bind_ip().to_string(), "fd3d:fa7b:d17d::1");
+        assert_eq!(v6.connect_ip().to_string(), "2001:db8::1");
+        assert_eq!(v6.script_ip(v6.remote_ip).to_string(), "2001:db8::1");
+        assert_eq!(
+            [v4.mtu(), mapped.mtu(), v6.mtu()],
+            [1500, 1500, 1520],
+            "MSS 1460 in every family"
+        );
+        assert_eq!(IpVersion::Ipv4.socket_domain(), libc::AF_INET);
+        assert_eq!(IpVersion::Ipv4MappedIpv6.socket_domain(), libc::AF_INET6);
+        for v in IpVersion::ALL {
+            assert_eq!(IpVersion::parse(v.name()), Some(v));
+        }
+        let (a4, a6, any) = (
+            Path::new("icmp/x-v4.pkt"),
+            Path::new("x-v6.pkt"),
+            Path::new("x.pkt"),
+        );
+        assert!(IpVersion::Ipv6.skips(a4).is_some() && IpVersion::Ipv6.skips(a6).is_none());
+        assert!(IpVersion::Ipv4MappedIpv6.skips(a6).is_some());
+        assert!(IpVersion::Ipv4MappedIpv6.skips(a4).is_none());
+        assert!(IpVersion::ALL.iter().all(|v| v.skips(any).is_none()));
+        let icmp = |kind: &str, code: Option<&str>| IcmpSpec {
+            kind: kind.to_owned(),
+            code: code.map(str::to_owned),
+            mtu: None,
+            quoted: None,
+        };
+        let port = icmp("unreachable", Some("port_unreachable"));
+        assert_eq!(icmp_numbers(&port, false), Ok((3, 3)));
+        assert_eq!(icmp_numbers(&port, true), Ok((1, 4)));
+        assert_eq!(
+            icmp_numbers(&icmp("packet_too_big", None), true),
+            Ok((2, 0))
+        );
+        assert!(icmp_numbers(&icmp("unreachable", Some("frag_needed")), true).is_err());
+        assert!(icmp_numbers(&icmp("packet_too_big", None), false).is_err());
+        assert_eq!(
+            icmp_numbers(&icmp("type_7", Some("code_9")), true),
+            Ok((7, 9))
+        );
+    }
     use crate::parse::parse;
 
     fn spec(line: &str) -> PacketSpec {
@@ -1614,8 +1859,8 @@ mod tests {
     fn live(flags: u8, seq: u32, ack: u32, len: u32, options: Vec<TcpOpt>) -> LivePacket {
         let cfg = Config::default();
         LivePacket {
-            src: cfg.local_ip,
-            dst: cfg.remote_ip,
+            src: cfg.local_ip.into(),
+            dst: cfg.remote_ip.into(),
             body: LiveBody::Tcp(LiveTcp {
                 src_port: cfg.local_port,
                 dst_port: cfg.remote_port,

@@ -3,7 +3,12 @@
 //! [`Linux::new`] makes a network namespace of its own ([`NetNs`]: held by a background
 //! process, gone when the backend is freed or dropped, or after 300 s if this process
 //! dies) with a TUN interface `tun0` in it: the local address ([`Config::local_ip`],
-//! 192.168.0.1/24) on it, the remote network 192.0.2.0/24 routed to it, IPv6 off on it.
+//! 192.168.0.1/24) on it, the remote network 192.0.2.0/24 routed to it, IPv6 off on it;
+//! under `--ip_version=ipv6` IPv6 on, the local IPv6 address ([`Config::local_ip6`],
+//! fd3d:fa7b:d17d::1/48, `nodad`: usable at once) on it, the remote network 2001:db8::/32
+//! routed to it, and MTU 1520 ([`Config::mtu`]). The kernel's own IPv6 chatter (router
+//! solicitations, MLD reports, from link-local or unspecified sources) is not the
+//! script's and is ignored.
 //! The kernel's sockets are made inside the namespace (`socket(2)` on a short-lived thread
 //! that entered it); what the kernel sends towards the remote end comes out of the TUN
 //! queue, read by a thread of its own that stamps each packet as it arrives
@@ -66,13 +71,15 @@ impl Linux {
         let tun = Tun::open(&TunConfig {
             name: TUN_NAME.to_owned(),
             queues: 1,
-            mtu: None,
+            mtu: cfg.ip_version.wire_ipv6().then(|| cfg.mtu() as u32),
             netns: Some(ns.path().to_owned()),
             offload: false,
         })?;
         let limit = Duration::from_secs(5);
+        let v6 = cfg.ip_version.wire_ipv6();
         let ipv6 = format!(
-            "f=/proc/sys/net/ipv6/conf/{TUN_NAME}/disable_ipv6; if [ -e $f ]; then echo 1 > $f; fi"
+            "f=/proc/sys/net/ipv6/conf/{TUN_NAME}/disable_ipv6; if [ -e $f ]; then echo {} > $f; fi",
+            u8::from(!v6)
         );
         ns.run(limit, &["sh", "-c", &ipv6])?;
         for (key, value) in SYSCTLS {
@@ -88,6 +95,19 @@ impl Linux {
         ns.run(limit, &["ip", "addr", "add", &local, "dev", TUN_NAME])?;
         ns.run(limit, &["ip", "link", "set", TUN_NAME, "up"])?;
         ns.run(limit, &["ip", "route", "add", &remote_net, "dev", TUN_NAME])?;
+        if v6 {
+            let local6 = format!("{}/48", cfg.local_ip6);
+            let s = cfg.remote_ip6.segments();
+            let remote6 = format!("{:x}:{:x}::/32", s[0], s[1]);
+            ns.run(
+                limit,
+                &["ip", "-6", "addr", "add", &local6, "dev", TUN_NAME, "nodad"],
+            )?;
+            ns.run(
+                limit,
+                &["ip", "-6", "route", "add", &remote6, "dev", TUN_NAME],
+            )?;
+        }
         let mut queues = tun.into_queues();
         let queue = queues
             .pop()

@@ -1,10 +1,10 @@
-//! IPv4 packets on the wire: building the remote end's packets (checksums filled in) and
-//! reading the stack's.
+//! IPv4 and IPv6 packets on the wire: building the remote end's packets (checksums filled
+//! in) and reading the stack's.
 //!
 //! Kept independent of the stack under test: only the checksum arithmetic comes from
 //! `ustack-wire` (RFC 1071), so a packet-format bug in the stack cannot hide itself here.
 
-use core::net::Ipv4Addr;
+use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ustack_wire::IpProtocol;
 use ustack_wire::checksum;
@@ -32,13 +32,13 @@ pub struct LiveTcp {
     pub len: u32,
 }
 
-/// An IPv4 packet read from the stack (or built for it).
+/// An IPv4 or IPv6 packet read from the stack (or built for it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LivePacket {
     /// Source address.
-    pub src: Ipv4Addr,
+    pub src: IpAddr,
     /// Destination address.
-    pub dst: Ipv4Addr,
+    pub dst: IpAddr,
     /// The transport.
     pub body: LiveBody,
 }
@@ -57,7 +57,7 @@ pub enum LiveBody {
         /// Payload length.
         len: u32,
     },
-    /// ICMP: type and code.
+    /// ICMP (over IPv4) or ICMPv6 (over IPv6): type and code.
     Icmp {
         /// Type.
         kind: u8,
@@ -71,10 +71,19 @@ pub enum LiveBody {
 /// Why a packet could not be read.
 pub type DecodeError = String;
 
-/// Reads an IPv4 packet: header fields, the transport header, TCP options.
+/// Reads an IPv4 or IPv6 packet: header fields, the transport header, TCP options. An IPv6
+/// packet whose next header is none of TCP, UDP and ICMPv6 (an extension header: the
+/// kernel's MLD reports start with hop-by-hop options) is `Other`, not an error.
 pub fn decode(pkt: &[u8]) -> Result<LivePacket, DecodeError> {
+    match pkt.first().map(|b| b >> 4) {
+        Some(6) => decode6(pkt),
+        _ => decode4(pkt),
+    }
+}
+
+fn decode4(pkt: &[u8]) -> Result<LivePacket, DecodeError> {
     if pkt.len() < 20 || pkt[0] >> 4 != 4 {
-        return Err(format!("not an IPv4 packet ({} bytes)", pkt.len()));
+        return Err(format!("not an IP packet ({} bytes)", pkt.len()));
     }
     let ihl = usize::from(pkt[0] & 0x0f) * 4;
     let total = usize::from(u16::from_be_bytes([pkt[2], pkt[3]]));
@@ -86,8 +95,43 @@ pub fn decode(pkt: &[u8]) -> Result<LivePacket, DecodeError> {
     }
     let src = Ipv4Addr::new(pkt[12], pkt[13], pkt[14], pkt[15]);
     let dst = Ipv4Addr::new(pkt[16], pkt[17], pkt[18], pkt[19]);
-    let l4 = &pkt[ihl..total];
-    let body = match pkt[9] {
+    let body = decode_l4(pkt[9], 1, &pkt[ihl..total])?;
+    Ok(LivePacket {
+        src: src.into(),
+        dst: dst.into(),
+        body,
+    })
+}
+
+/// RFC 8200 section 3: a 40-byte header, the payload length after it.
+fn decode6(pkt: &[u8]) -> Result<LivePacket, DecodeError> {
+    if pkt.len() < 40 {
+        return Err(format!("truncated IPv6 header ({} bytes)", pkt.len()));
+    }
+    let total = 40 + usize::from(u16::from_be_bytes([pkt[4], pkt[5]]));
+    if total > pkt.len() {
+        return Err(format!(
+            "bad IPv6 header (payload length {}, {} bytes)",
+            total - 40,
+            pkt.len()
+        ));
+    }
+    let addr = |at: usize| {
+        let mut o = [0u8; 16];
+        o.copy_from_slice(&pkt[at..at + 16]);
+        Ipv6Addr::from(o)
+    };
+    let body = decode_l4(pkt[6], 58, &pkt[40..total])?;
+    Ok(LivePacket {
+        src: addr(8).into(),
+        dst: addr(24).into(),
+        body,
+    })
+}
+
+/// The transport `l4` of protocol `proto` (`icmp`: the family's ICMP protocol number).
+fn decode_l4(proto: u8, icmp: u8, l4: &[u8]) -> Result<LiveBody, DecodeError> {
+    Ok(match proto {
         6 => {
             if l4.len() < 20 {
                 return Err("truncated TCP header".to_owned());
@@ -117,7 +161,7 @@ pub fn decode(pkt: &[u8]) -> Result<LivePacket, DecodeError> {
                 len: (l4.len() - 8) as u32,
             }
         }
-        1 => {
+        p if p == icmp => {
             if l4.len() < 4 {
                 return Err("truncated ICMP header".to_owned());
             }
@@ -127,8 +171,7 @@ pub fn decode(pkt: &[u8]) -> Result<LivePacket, DecodeError> {
             }
         }
         p => LiveBody::Other(p),
-    };
-    Ok(LivePacket { src, dst, body })
+    })
 }
 
 /// Reads TCP options (RFC 9293 section 3.1; RFC 7323; RFC 2018).
@@ -248,6 +291,55 @@ pub fn ipv4(src: Ipv4Addr, dst: Ipv4Addr, proto: u8, mut l4: Vec<u8>) -> Vec<u8>
     p
 }
 
+/// An IPv6 packet around `l4` (next header `proto`: 6, 17 or 58, ICMPv6), the transport's
+/// checksum filled in over the IPv6 pseudo-header (RFC 8200 section 8.1; mandatory for
+/// UDP there, and for ICMPv6, RFC 4443 section 2.3). Hop limit 64, no flow label.
+pub fn ipv6(src: Ipv6Addr, dst: Ipv6Addr, proto: u8, mut l4: Vec<u8>) -> Vec<u8> {
+    let at = match proto {
+        6 => Some(16),
+        17 => Some(6),
+        58 => Some(2),
+        _ => None,
+    };
+    if let Some(at) = at {
+        let ph = checksum::pseudo_header_v6(src, dst, IpProtocol::from(proto), l4.len() as u32);
+        let sum = checksum::finish(checksum::combine(&[ph, checksum::data(&l4)]));
+        let sum = if proto == 17 && sum == 0 { 0xffff } else { sum };
+        l4[at..at + 2].copy_from_slice(&sum.to_be_bytes());
+    }
+    let mut p = Vec::with_capacity(40 + l4.len());
+    p.extend_from_slice(&[0x60, 0, 0, 0]);
+    p.extend_from_slice(&(l4.len() as u16).to_be_bytes());
+    p.extend_from_slice(&[proto, 64]);
+    p.extend_from_slice(&src.octets());
+    p.extend_from_slice(&dst.octets());
+    p.extend_from_slice(&l4);
+    p
+}
+
+/// A packet of `src`'s family around `l4`: [`ipv4`] or [`ipv6`]. `proto` 1 (ICMP) is
+/// ICMPv6 (58) over IPv6. `src` and `dst` are of one family (a mixed pair is built over
+/// IPv4 with `dst` as its IPv4-mapped address, if it is one, else unspecified).
+pub fn ip(src: IpAddr, dst: IpAddr, proto: u8, l4: Vec<u8>) -> Vec<u8> {
+    let v4 = |a: IpAddr| match a {
+        IpAddr::V4(a) => a,
+        IpAddr::V6(a) => a.to_ipv4_mapped().unwrap_or(Ipv4Addr::UNSPECIFIED),
+    };
+    match (src, dst) {
+        (IpAddr::V6(s), IpAddr::V6(d)) => ipv6(s, d, if proto == 1 { 58 } else { proto }, l4),
+        _ => ipv4(v4(src), v4(dst), proto, l4),
+    }
+}
+
+/// The length of the IP header at the start of `quoted` (IPv4's IHL, or IPv6's 40 bytes).
+fn ip_header_len(quoted: &[u8]) -> usize {
+    match quoted.first() {
+        Some(b) if b >> 4 == 6 => 40,
+        Some(b) => usize::from(b & 0x0f) * 4,
+        None => 20,
+    }
+}
+
 /// A TCP header with `options` and `len` zero bytes of payload.
 pub fn tcp(t: &LiveTcp) -> Vec<u8> {
     let opts = encode_options(&t.options);
@@ -278,13 +370,14 @@ pub fn udp(src_port: u16, dst_port: u16, len: u32) -> Vec<u8> {
     h
 }
 
-/// An ICMP error (`kind`, `code`, the 32 bits after them, e.g. the next-hop MTU in the
-/// low 16 for fragmentation needed, RFC 1191) quoting `quoted` (an IP packet: its header
-/// and first 8 bytes of transport, RFC 792).
+/// An ICMP or ICMPv6 error (`kind`, `code`, the 32 bits after them, e.g. the next-hop MTU
+/// in the low 16 for fragmentation needed, RFC 1191, or the MTU of a packet too big, RFC
+/// 4443 section 3.2) quoting `quoted` (an IP packet: its header and first 8 bytes of
+/// transport, RFC 792, as packetdrill quotes over both families).
 pub fn icmp_error(kind: u8, code: u8, rest: u32, quoted: &[u8]) -> Vec<u8> {
     let mut h = vec![kind, code, 0, 0];
     h.extend_from_slice(&rest.to_be_bytes());
-    let ihl = quoted.first().map_or(20, |b| usize::from(b & 0x0f) * 4);
+    let ihl = ip_header_len(quoted);
     h.extend_from_slice(&quoted[..quoted.len().min(ihl + 8)]);
     h
 }
@@ -321,6 +414,40 @@ mod tests {
             "TCP checksum"
         );
         let back = decode(&p).unwrap();
+        assert_eq!(back.body, LiveBody::Tcp(t.clone()));
+
+        let (a, b): (Ipv6Addr, Ipv6Addr) = (
+            "2001:db8::1".parse().unwrap(),
+            "fd3d:fa7b:d17d::1".parse().unwrap(),
+        );
+        let p = ip(a.into(), b.into(), 6, tcp(&t));
+        assert_eq!(p[0] >> 4, 6, "an IPv6 packet");
+        let ph = checksum::pseudo_header_v6(a, b, IpProtocol::Tcp, (p.len() - 40) as u32);
+        assert_eq!(
+            checksum::finish(checksum::combine(&[ph, checksum::data(&p[40..])])),
+            0,
+            "TCP checksum over the IPv6 pseudo-header"
+        );
+        let back = decode(&p).unwrap();
+        assert_eq!((back.src, back.dst), (IpAddr::V6(a), IpAddr::V6(b)));
         assert_eq!(back.body, LiveBody::Tcp(t));
+        // ICMP is ICMPv6 (58) over IPv6, its checksum over the pseudo-header too.
+        let p = ip(a.into(), b.into(), 1, icmp_error(1, 4, 0, &p));
+        assert_eq!(p[6], 58);
+        let ph = checksum::pseudo_header_v6(a, b, IpProtocol::from(58), (p.len() - 40) as u32);
+        assert_eq!(
+            checksum::finish(checksum::combine(&[ph, checksum::data(&p[40..])])),
+            0,
+            "ICMPv6 checksum"
+        );
+        assert_eq!(
+            p.len(),
+            40 + 8 + 40 + 8,
+            "the quote: IPv6 header and 8 bytes"
+        );
+        assert_eq!(
+            decode(&p).unwrap().body,
+            LiveBody::Icmp { kind: 1, code: 4 }
+        );
     }
 }

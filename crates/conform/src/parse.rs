@@ -241,6 +241,7 @@ pub fn parse(text: &str) -> Result<Script, ParseError> {
         events: Vec::new(),
         linux_expected_fail: header(text, "linux:", "expected-fail"),
         ustack_differs: header(text, "ustack:", "differs"),
+        ustack_differs_ipv6: header(text, "ustack ipv6:", "differs"),
     };
     let mut prev = 0i64;
     while let Some(t) = p.peek().cloned() {

@@ -19,6 +19,20 @@ pub struct Script {
     /// `// ustack: differs <reason>`: ustack is known to behave differently from Linux
     /// here (so the ustack backend fails the script), for the reason given.
     pub ustack_differs: Option<String>,
+    /// `// ustack ipv6: differs <reason>`: as `ustack_differs`, over `--ip_version=ipv6`
+    /// only (a difference in ustack's IPv6 code alone).
+    pub ustack_differs_ipv6: Option<String>,
+}
+
+impl Script {
+    /// Why ustack is known to fail this script in `family`, if it is (the `ustack:` mark,
+    /// or over `ipv6` the `ustack ipv6:` one).
+    pub fn ustack_differs_in(&self, family: crate::exec::IpVersion) -> Option<&str> {
+        self.ustack_differs.as_deref().or(match family {
+            crate::exec::IpVersion::Ipv6 => self.ustack_differs_ipv6.as_deref(),
+            _ => None,
+        })
+    }
 }
 
 /// When an event is due.

@@ -193,20 +193,6 @@ fn res(r: i64) -> SysResult {
     if r < 0 { Err(last_errno()) } else { Ok(r) }
 }
 
-fn sockaddr(a: SocketAddr) -> Result<libc::sockaddr_in, i32> {
-    let SocketAddr::V4(a) = a else {
-        return Err(libc::EAFNOSUPPORT);
-    };
-    // SAFETY: sockaddr_in is plain data; all zeroes is a valid value.
-    let mut sin: libc::sockaddr_in = unsafe { core::mem::zeroed() };
-    sin.sin_family = libc::AF_INET as libc::sa_family_t;
-    sin.sin_port = a.port().to_be();
-    sin.sin_addr.s_addr = u32::from(*a.ip()).to_be();
-    Ok(sin)
-}
-
-const SIN_LEN: libc::socklen_t = core::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-
 impl SoBackend {
     /// Loads the library at `path` and calls its `packetdrill_interface_init(flags, ..)`.
     pub fn open(path: &Path, flags: &str) -> io::Result<SoBackend> {
@@ -363,8 +349,8 @@ impl Backend for SoBackend {
     }
 
     fn bind(&self, fd: i32, addr: SocketAddr) -> SysResult {
-        let sin = sockaddr(addr)?;
-        call!(self, bind, fd, (&raw const sin).cast(), SIN_LEN)
+        let (sa, len) = crate::sys::sockaddr(addr);
+        call!(self, bind, fd, (&raw const sa).cast(), len)
     }
 
     fn listen(&self, fd: i32, backlog: i32) -> SysResult {
@@ -373,15 +359,15 @@ impl Backend for SoBackend {
 
     fn accept(&self, fd: i32, flags: i32) -> SysResult {
         let _ = flags;
-        // SAFETY: sockaddr_in is plain data; all zeroes is a valid value.
-        let mut sin: libc::sockaddr_in = unsafe { core::mem::zeroed() };
-        let mut len = SIN_LEN;
-        call!(self, accept, fd, (&raw mut sin).cast(), &mut len)
+        // SAFETY: sockaddr_storage is plain data; all zeroes is a valid value.
+        let mut ss: libc::sockaddr_storage = unsafe { core::mem::zeroed() };
+        let mut len = core::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        call!(self, accept, fd, (&raw mut ss).cast(), &mut len)
     }
 
     fn connect(&self, fd: i32, addr: SocketAddr) -> SysResult {
-        let sin = sockaddr(addr)?;
-        call!(self, connect, fd, (&raw const sin).cast(), SIN_LEN)
+        let (sa, len) = crate::sys::sockaddr(addr);
+        call!(self, connect, fd, (&raw const sa).cast(), len)
     }
 
     fn read(&self, fd: i32, buf: &mut [u8]) -> SysResult {
@@ -512,9 +498,14 @@ pub fn run(
                 .map_err(|m| format!("{}:{}: {m}", path.display(), e.line))?,
         );
     }
-    let flags = preset
+    let mut flags = preset
         .iter()
         .fold(flags.to_owned(), |f, (n, v)| format!("{f} {n}={v}"));
+    // The library learns the family from its flags only (packetdrill hands it nothing
+    // else): the run's, unless the caller's flags say.
+    if !flags.contains("ip_version=") {
+        flags = format!("{flags} ip_version={}", cfg.ip_version);
+    }
     let mut backend =
         SoBackend::open(lib, &flags).map_err(|e| format!("{}: {e}", path.display()))?;
     backend.preset = preset;

@@ -4,7 +4,7 @@
 
 #![allow(unsafe_code)]
 
-use core::net::{SocketAddr, SocketAddrV4};
+use core::net::SocketAddr;
 
 use crate::backend::{EpollEvent, PollFd, SysResult};
 
@@ -18,42 +18,57 @@ fn ret(r: i64) -> SysResult {
     if r < 0 { Err(errno()) } else { Ok(r) }
 }
 
-fn sockaddr(a: SocketAddrV4) -> libc::sockaddr_in {
-    libc::sockaddr_in {
-        sin_family: libc::AF_INET as libc::sa_family_t,
-        sin_port: a.port().to_be(),
-        sin_addr: libc::in_addr {
-            s_addr: u32::from_ne_bytes(a.ip().octets()),
-        },
-        sin_zero: [0; 8],
-    }
+/// `a` as a `sockaddr_in` or `sockaddr_in6` (in a `sockaddr_storage`) and its length.
+pub(crate) fn sockaddr(a: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: sockaddr_storage is plain data; all zeros is a valid value.
+    let mut ss: libc::sockaddr_storage = unsafe { core::mem::zeroed() };
+    let len = match a {
+        SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(a.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in.
+            unsafe { (&raw mut ss).cast::<libc::sockaddr_in>().write(sin) };
+            core::mem::size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: 0,
+                sin6_addr: libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                },
+                sin6_scope_id: 0,
+            };
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in6.
+            unsafe { (&raw mut ss).cast::<libc::sockaddr_in6>().write(sin6) };
+            core::mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (ss, len as libc::socklen_t)
 }
-
-const SOCKADDR_LEN: libc::socklen_t = core::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
 
 pub(crate) fn socket(domain: i32, ty: i32, protocol: i32) -> SysResult {
     // SAFETY: socket(2) takes no pointers.
     ret(unsafe { libc::socket(domain, ty, protocol) }.into())
 }
 
-/// The IPv4 address, or EAFNOSUPPORT (the runner speaks IPv4 only, for now).
-fn v4(a: SocketAddr) -> Result<SocketAddrV4, i32> {
-    match a {
-        SocketAddr::V4(a) => Ok(a),
-        SocketAddr::V6(_) => Err(libc::EAFNOSUPPORT),
-    }
-}
-
 pub(crate) fn bind(fd: i32, a: SocketAddr) -> SysResult {
-    let sa = sockaddr(v4(a)?);
-    // SAFETY: `sa` is a valid sockaddr_in of SOCKADDR_LEN bytes, alive during the call.
-    ret(unsafe { libc::bind(fd, (&raw const sa).cast(), SOCKADDR_LEN) }.into())
+    let (sa, len) = sockaddr(a);
+    // SAFETY: `sa` holds a valid sockaddr of `len` bytes, alive during the call.
+    ret(unsafe { libc::bind(fd, (&raw const sa).cast(), len) }.into())
 }
 
 pub(crate) fn connect(fd: i32, a: SocketAddr) -> SysResult {
-    let sa = sockaddr(v4(a)?);
-    // SAFETY: `sa` is a valid sockaddr_in of SOCKADDR_LEN bytes, alive during the call.
-    ret(unsafe { libc::connect(fd, (&raw const sa).cast(), SOCKADDR_LEN) }.into())
+    let (sa, len) = sockaddr(a);
+    // SAFETY: `sa` holds a valid sockaddr of `len` bytes, alive during the call.
+    ret(unsafe { libc::connect(fd, (&raw const sa).cast(), len) }.into())
 }
 
 pub(crate) fn listen(fd: i32, backlog: i32) -> SysResult {

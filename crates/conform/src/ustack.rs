@@ -1,8 +1,11 @@
 //! The ustack backend: ustack's [`Stack`] on a virtual clock, deterministic and fast.
 //!
-//! The stack has an IP-level interface (raw IPv4 packets in and out, as over a TUN) with
-//! the script's local address ([`Config::local_ip`], /24, a gateway for the remote
-//! network) and is driven in the caller's thread: [`Backend::netdev_send`] hands it a
+//! The stack has an IP-level interface (raw IPv4 or IPv6 packets in and out, as over a
+//! TUN) with the script's local address ([`Config::local_ip`], /24, a gateway for the
+//! remote network; under `--ip_version=ipv6` also [`Config::local_ip6`], /48, a gateway for
+//! the rest, and the MTU of [`Config::mtu`]); sockets are `AF_INET` or `AF_INET6`, an
+//! `AF_INET6` socket taking IPv4-mapped addresses (`ipv4-mapped-ipv6`) as Linux does. It is
+//! driven in the caller's thread: [`Backend::netdev_send`] hands it a
 //! packet at the current virtual time; [`Backend::netdev_receive`] returns the next packet
 //! it sends, moving the clock to the stack's next timer (retransmission, delayed ACK,
 //! probes, keepalive) or a blocked call's deadline until one comes out, and returns
@@ -25,7 +28,7 @@
 //! the event that unblocks it happens, whatever the threads do. The time it completed is
 //! what [`Backend::returned_at_us`] reports to the thread that made it.
 
-use core::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use core::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use core::time::Duration;
 use std::cell::Cell;
 use std::collections::{BTreeMap, VecDeque};
@@ -36,8 +39,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use ::ustack::opts;
 use ustack_stack::tcp::State;
 use ustack_stack::{
-    Error, Instant, Ipv4Cidr, ListenerHandle, Readiness, Shutdown, SocketKey, Stack, TcpHandle,
-    TcpOpt, TcpOptValues, UdpHandle,
+    Error, Instant, Ipv4Cidr, Ipv6Cidr, ListenerHandle, Readiness, Shutdown, SocketKey, Stack,
+    TcpHandle, TcpOpt, TcpOptValues, UdpHandle,
 };
 
 use crate::backend::{Backend, EpollEvent, PollFd, SysResult};
@@ -103,7 +106,9 @@ struct Opts {
 #[derive(Debug)]
 enum Obj {
     Tcp {
-        bound: Option<SocketAddrV4>,
+        /// An `AF_INET6` socket.
+        v6: bool,
+        bound: Option<SocketAddr>,
         stage: Tcp,
         opts: Opts,
         nonblock: bool,
@@ -111,8 +116,10 @@ enum Obj {
         error: i32,
     },
     Udp {
+        /// An `AF_INET6` socket.
+        v6: bool,
         h: Option<UdpHandle>,
-        peer: Option<SocketAddrV4>,
+        peer: Option<SocketAddr>,
         nonblock: bool,
     },
     /// An epoll set: descriptor -> (events, data); level-triggered.
@@ -171,6 +178,13 @@ pub fn stack_config(cfg: &Config, sysctls: &[(String, u64)]) -> io::Result<ustac
         o[2],
         if o[3] == 254 { 1 } else { 254 },
     ));
+    c.mtu = cfg.mtu();
+    if cfg.ip_version.wire_ipv6() {
+        // packetdrill's local prefix is a /48, its gateway in it (`config.c`).
+        c.ipv6.push(Ipv6Cidr::new(cfg.local_ip6, 48));
+        let s = cfg.local_ip6.segments();
+        c.gateway6 = Some(Ipv6Addr::new(s[0], s[1], s[2], 0x8888, 0, 0, 0, 1));
+    }
     c.seed = Some(1);
     for (name, value) in sysctls {
         c.sysctl
@@ -184,10 +198,32 @@ fn errno(e: Error) -> i32 {
     e.errno()
 }
 
-fn v4(addr: SocketAddr) -> Result<SocketAddrV4, i32> {
-    match addr {
-        SocketAddr::V4(a) => Ok(a),
-        SocketAddr::V6(_) => Err(libc::EAFNOSUPPORT),
+/// `addr` for a socket of the family `v6` says: an IPv6 address (IPv4-mapped ones
+/// included) for `AF_INET6`, IPv4 for `AF_INET` (Linux `inet_bind`, `inet6_bind`: the
+/// other family is `EAFNOSUPPORT` / `EINVAL`).
+fn of_family(addr: SocketAddr, v6: bool) -> Result<SocketAddr, i32> {
+    match (addr, v6) {
+        (SocketAddr::V4(_), false) | (SocketAddr::V6(_), true) => Ok(addr),
+        (SocketAddr::V6(_), false) => Err(libc::EAFNOSUPPORT),
+        (SocketAddr::V4(_), true) => Err(libc::EINVAL),
+    }
+}
+
+/// The unspecified address of the family (`0.0.0.0` or `::`).
+fn any(v6: bool, port: u16) -> SocketAddr {
+    if v6 {
+        SocketAddr::new(Ipv6Addr::UNSPECIFIED.into(), port)
+    } else {
+        SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), port)
+    }
+}
+
+/// An address as an `AF_INET6` socket sees it: IPv4 ones mapped (the stack reports an
+/// IPv4 connection's ends as IPv4).
+fn as_family(a: SocketAddr, v6: bool) -> SocketAddr {
+    match (a, v6) {
+        (SocketAddr::V4(a4), true) => SocketAddr::new(a4.ip().to_ipv6_mapped().into(), a.port()),
+        _ => a,
     }
 }
 
@@ -484,7 +520,7 @@ impl Inner {
             Some(None) => Err(libc::EAGAIN),
             Some(Some(h)) => self
                 .stack
-                .udp_recv_from(h, &mut buf)
+                .udp_recv_from_addr(h, &mut buf)
                 .map(|(n, _)| n)
                 .map_err(errno),
             None => match self.conn(fd) {
@@ -567,25 +603,27 @@ impl Inner {
     }
 
     fn accept(&mut self, fd: i32, flags: i32) -> Try {
-        let (l, nonblock, opts) = match self.fds.get(&fd) {
+        let (l, nonblock, opts, v6) = match self.fds.get(&fd) {
             Some(Obj::Tcp {
                 stage: Tcp::Listener(l),
                 nonblock,
                 opts,
+                v6,
                 ..
-            }) => (*l, *nonblock, *opts),
+            }) => (*l, *nonblock, *opts, *v6),
             Some(Obj::Tcp { .. }) | Some(Obj::Udp { .. }) | Some(Obj::Epoll(_)) => {
                 return Try::Done((Err(libc::EINVAL), Out::None));
             }
             None => return Try::Done((Err(libc::EBADF), Out::None)),
         };
-        match self.stack.tcp_accept(l) {
+        match self.stack.tcp_accept_addr(l) {
             Ok((h, _peer)) => {
                 // Linux: the accepted socket inherits the listener's options
                 // (sk_clone_lock), not O_NONBLOCK (unless accept4 asks for it).
                 self.apply(h, opts);
-                let local = self.stack.tcp_info(h).ok().and_then(|i| v4(i.local).ok());
+                let local = self.stack.tcp_info(h).ok().map(|i| as_family(i.local, v6));
                 let new = self.add(Obj::Tcp {
+                    v6,
                     bound: local,
                     stage: Tcp::Conn {
                         h,
@@ -643,9 +681,11 @@ impl Inner {
 
     fn getsockopt(&mut self, fd: i32, level: i32, name: i32) -> Result<Vec<u8>, i32> {
         let opt = opts::Opt::lookup(level, name).map_err(|e| e.errno)?;
-        let (stage, o, udp) = match self.fds.get(&fd).ok_or(libc::EBADF)? {
-            Obj::Tcp { stage, opts, .. } => (Some(*stage), *opts, false),
-            Obj::Udp { .. } => (None, Opts::default(), true),
+        let (stage, o, udp, v6) = match self.fds.get(&fd).ok_or(libc::EBADF)? {
+            Obj::Tcp {
+                stage, opts, v6, ..
+            } => (Some(*stage), *opts, false, *v6),
+            Obj::Udp { v6, .. } => (None, Opts::default(), true, *v6),
             Obj::Epoll(_) => return Err(libc::ENOTSOCK),
         };
         if udp && opt.is_tcp() {
@@ -665,7 +705,7 @@ impl Inner {
             } else {
                 libc::SOCK_STREAM
             }),
-            Opt::Domain => int_bytes(libc::AF_INET),
+            Opt::Domain => int_bytes(if v6 { libc::AF_INET6 } else { libc::AF_INET }),
             Opt::Protocol => int_bytes(if udp {
                 libc::IPPROTO_UDP
             } else {
@@ -959,12 +999,15 @@ impl Backend for Ustack {
 
     fn socket(&self, domain: i32, ty: i32, protocol: i32) -> SysResult {
         self.simple(|i| {
-            if domain != libc::AF_INET {
-                return Err(libc::EAFNOSUPPORT);
-            }
+            let v6 = match domain {
+                libc::AF_INET => false,
+                libc::AF_INET6 => true,
+                _ => return Err(libc::EAFNOSUPPORT),
+            };
             let nonblock = ty & libc::SOCK_NONBLOCK != 0;
             let obj = match (ty & !(libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC), protocol) {
                 (libc::SOCK_STREAM, 0 | libc::IPPROTO_TCP) => Obj::Tcp {
+                    v6,
                     bound: None,
                     stage: Tcp::Fresh,
                     opts: Opts::default(),
@@ -972,6 +1015,7 @@ impl Backend for Ustack {
                     error: 0,
                 },
                 (libc::SOCK_DGRAM, 0 | libc::IPPROTO_UDP) => Obj::Udp {
+                    v6,
                     h: None,
                     peer: None,
                     nonblock,
@@ -985,9 +1029,19 @@ impl Backend for Ustack {
 
     fn bind(&self, fd: i32, addr: SocketAddr) -> SysResult {
         self.simple(|i| {
-            let a = v4(addr)?;
-            let ours = i.stack.ipv4().addr;
-            if !a.ip().is_unspecified() && *a.ip() != ours {
+            let v6 = match i.obj(fd)? {
+                Obj::Tcp { v6, .. } | Obj::Udp { v6, .. } => *v6,
+                Obj::Epoll(_) => return Err(libc::ENOTSOCK),
+            };
+            let a = of_family(addr, v6)?;
+            let ours = match a.ip() {
+                IpAddr::V4(ip) => ip == i.stack.ipv4().addr,
+                IpAddr::V6(ip) => {
+                    ip.to_ipv4_mapped() == Some(i.stack.ipv4().addr)
+                        || i.stack.ipv6_addr_state(ip).is_some()
+                }
+            };
+            if !a.ip().is_unspecified() && !ours {
                 return Err(libc::EADDRNOTAVAIL);
             }
             // Linux inet_csk_bind_conflict: the process's bound sockets not yet in the
@@ -1010,17 +1064,24 @@ impl Backend for Ustack {
                     if busy {
                         return Err(libc::EADDRINUSE);
                     }
-                    *bound = Some(SocketAddrV4::new(*a.ip(), port));
+                    *bound = Some(SocketAddr::new(a.ip(), port));
                     Ok(0)
                 }
                 Obj::Udp { h, .. } => {
                     if h.is_some() {
                         return Err(libc::EINVAL);
                     }
-                    let u = i
-                        .stack
-                        .udp_bind(SocketAddrV4::new(*a.ip(), port))
-                        .map_err(errno)?;
+                    // Linux `inet6_bind`: an `AF_INET6` socket bound to `::ffff:a.b.c.d`
+                    // is an IPv4 socket in all but name; the stack's socket is IPv4 then
+                    // (its addresses mapped back for the script: `as_family`).
+                    let local = match a.ip() {
+                        IpAddr::V6(ip) => match ip.to_ipv4_mapped() {
+                            Some(v4) => SocketAddr::new(v4.into(), port),
+                            None => SocketAddr::new(a.ip(), port),
+                        },
+                        IpAddr::V4(_) => SocketAddr::new(a.ip(), port),
+                    };
+                    let u = i.stack.udp_bind(local).map_err(errno)?;
                     if let Ok(Obj::Udp { h, .. }) = i.obj(fd) {
                         *h = Some(u);
                     }
@@ -1033,8 +1094,10 @@ impl Backend for Ustack {
 
     fn listen(&self, fd: i32, backlog: i32) -> SysResult {
         self.simple(|i| {
-            let (bound, stage) = match i.obj(fd)? {
-                Obj::Tcp { bound, stage, .. } => (*bound, *stage),
+            let (bound, stage, v6) = match i.obj(fd)? {
+                Obj::Tcp {
+                    bound, stage, v6, ..
+                } => (*bound, *stage, *v6),
                 Obj::Udp { .. } => return Err(libc::EOPNOTSUPP),
                 Obj::Epoll(_) => return Err(libc::ENOTSOCK),
             };
@@ -1053,7 +1116,7 @@ impl Backend for Ustack {
             }
             let local = match bound {
                 Some(b) => b,
-                None => SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, i.ephemeral()),
+                None => any(v6, i.ephemeral()),
             };
             let l = i
                 .stack
@@ -1087,7 +1150,11 @@ impl Backend for Ustack {
                 return i.connect_progress(fd, h, nonblock);
             }
             let now = i.now;
-            let remote = match v4(addr) {
+            let v6 = match i.obj(fd) {
+                Ok(Obj::Tcp { v6, .. } | Obj::Udp { v6, .. }) => *v6,
+                _ => false,
+            };
+            let remote = match of_family(addr, v6) {
                 Ok(a) => a,
                 Err(e) => return done(Err(e)),
             };
@@ -1099,12 +1166,11 @@ impl Backend for Ustack {
                     nonblock,
                     ..
                 }) => (*bound, *stage, *opts, *nonblock),
-                Ok(Obj::Udp { peer, h, .. }) => {
-                    *peer = Some(remote);
+                Ok(Obj::Udp { h, .. }) => {
                     let h = match *h {
                         Some(h) => h,
                         None => {
-                            let any = SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, i.ephemeral());
+                            let any = any(v6, i.ephemeral());
                             match i.stack.udp_bind(any) {
                                 Ok(u) => {
                                     if let Ok(Obj::Udp { h, .. }) = i.obj(fd) {
@@ -1116,7 +1182,22 @@ impl Backend for Ustack {
                             }
                         }
                     };
-                    let r = i.stack.udp_connect(h, Some(remote));
+                    // The peer in the stack socket's family (IPv4 for one bound to an
+                    // IPv4-mapped address).
+                    let remote = match (i.stack.udp_local_sockaddr(h), remote) {
+                        (Ok(SocketAddr::V4(_)), SocketAddr::V6(r)) => match r.ip().to_ipv4_mapped()
+                        {
+                            Some(v4) => SocketAddr::new(v4.into(), r.port()),
+                            None => return done(Err(libc::ENETUNREACH)),
+                        },
+                        _ => remote,
+                    };
+                    let r = i.stack.udp_connect_addr(h, Some(remote));
+                    if r.is_ok()
+                        && let Ok(Obj::Udp { peer, .. }) = i.obj(fd)
+                    {
+                        *peer = Some(remote);
+                    }
                     return done(r.map(|()| 0).map_err(errno));
                 }
                 Ok(Obj::Epoll(_)) => return done(Err(libc::ENOTSOCK)),
@@ -1361,18 +1442,21 @@ impl Backend for Ustack {
 
 impl Ustack {
     /// `getpeername(fd)`: the remote address of a connection (accept fills it in).
-    pub fn peer_addr(&self, fd: i32) -> Result<SocketAddrV4, i32> {
+    pub fn peer_addr(&self, fd: i32) -> Result<SocketAddr, i32> {
         let g = self.lock();
         match g.fds.get(&fd).ok_or(libc::EBADF)? {
             Obj::Tcp {
                 stage: Tcp::Conn { h, .. },
+                v6,
                 ..
             } => g
                 .stack
                 .tcp_info(*h)
                 .map_err(errno)
-                .and_then(|i| v4(i.remote)),
-            Obj::Udp { peer: Some(p), .. } => Ok(*p),
+                .map(|i| as_family(i.remote, *v6)),
+            Obj::Udp {
+                peer: Some(p), v6, ..
+            } => Ok(as_family(*p, *v6)),
             _ => Err(libc::ENOTCONN),
         }
     }

@@ -22,6 +22,8 @@ fn usage_and_bad_arguments() {
         &[][..],
         &["--backend", "bsd", "x.pkt"],
         &["--tolerance-usecs", "0", "x.pkt"],
+        &["--ip_version", "ipv5", "x.pkt"],
+        &["--ip_version=", "x.pkt"],
         &["--frob"],
     ] {
         let (code, text) = conform(bad);
@@ -81,4 +83,37 @@ fn the_ustack_backend_runs_scripts_without_root() {
     assert_eq!(code, Some(1), "{text}");
     assert!(text.contains("tcp_flags: expected P., actual ."), "{text}");
     assert!(text.contains("1 passed, 1 failed"), "{text}");
+}
+
+/// `--ip_version` runs a script in another family, and skips a script of the other one
+/// (packetdrill's file-name rule) with a line saying so.
+#[test]
+fn ip_version_runs_a_family_and_skips_the_other_ones_scripts() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/conformance/");
+    let good = format!("{root}close/passive-close.pkt");
+    let v4 = format!("{root}icmp/frag-needed-lowers-mss-v4.pkt");
+    let v6 = format!("{root}icmp/packet-too-big-lowers-mss-v6.pkt");
+    let (code, text) = conform(&["--backend", "ustack", "--ip_version=ipv6", &good, &v4, &v6]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("skip  ") && text.contains("frag-needed-lowers-mss-v4"),
+        "{text}"
+    );
+    assert!(
+        text.contains("2 passed, 0 failed, 1 skipped (ipv6)"),
+        "{text}"
+    );
+    let (code, text) = conform(&[
+        "--backend",
+        "ustack",
+        "--ip_version",
+        "ipv4-mapped-ipv6",
+        &v4,
+        &v6,
+    ]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("1 passed, 0 failed, 1 skipped (ipv4-mapped-ipv6)"),
+        "{text}"
+    );
 }

@@ -442,7 +442,7 @@ fn what_cannot_run_is_refused_before_anything_is_sent() {
         ("0...200 close(3) = 0\n", "past the run's limit"),
         (
             "0 < P. 1:4000000001(4000000000) ack 1 win 1\n",
-            "does not fit an IPv4 packet",
+            "does not fit an IP packet",
         ),
     ] {
         let (r, fake) = go(script, vec![], vec![]);

@@ -16,7 +16,7 @@ use std::path::Path;
 
 mod common;
 
-use ustack_conform::exec::Config;
+use ustack_conform::exec::{Config, IpVersion};
 use ustack_testkit::netns::root_or_skip;
 
 use common::scenarios_dir;
@@ -32,19 +32,25 @@ fn turn() -> std::fs::File {
     f
 }
 
-fn config() -> Config {
+fn config(family: IpVersion) -> Config {
     Config {
         tolerance_us: 50_000,
+        ip_version: family,
         ..Config::default()
     }
 }
 
-/// Runs one script, again (up to three times) when it fails on timing alone.
+/// Runs one script over IPv4, again (up to three times) when it fails on timing alone.
 fn run(path: &Path) -> Result<(), String> {
+    run_in(path, IpVersion::Ipv4)
+}
+
+/// Runs one script in `family`, again (up to three times) when it fails on timing alone.
+fn run_in(path: &Path, family: IpVersion) -> Result<(), String> {
     let mut tries = 0;
     loop {
         tries += 1;
-        match ustack_conform::run_linux(path, &config()) {
+        match ustack_conform::run_linux(path, &config(family)) {
             Ok(_) => return Ok(()),
             Err(e) if tries < 4 && e.contains("timing error") => {
                 eprintln!("retrying after a timing error: {e}");
@@ -65,13 +71,49 @@ fn every_scenario_passes_against_linux() {
     if root_or_skip("every_scenario_passes_against_linux").is_none() {
         return;
     }
+    every_scenario_in(IpVersion::Ipv4);
+}
+
+/// The same scenarios over `AF_INET6` sockets and IPv6 on the TUN (packetdrill's
+/// `--ip_version=ipv6`; `*v4.pkt` skipped).
+#[test]
+fn every_scenario_passes_over_ipv6_against_linux() {
+    if root_or_skip("every_scenario_passes_over_ipv6_against_linux").is_none() {
+        return;
+    }
+    every_scenario_in(IpVersion::Ipv6);
+}
+
+/// The same scenarios over `AF_INET6` sockets on IPv4-mapped addresses, IPv4 on the TUN
+/// (`--ip_version=ipv4-mapped-ipv6`; `*v6.pkt` skipped).
+#[test]
+fn every_scenario_passes_over_ipv4_mapped_ipv6_against_linux() {
+    if root_or_skip("every_scenario_passes_over_ipv4_mapped_ipv6_against_linux").is_none() {
+        return;
+    }
+    every_scenario_in(IpVersion::Ipv4MappedIpv6);
+}
+
+fn every_scenario_in(family: IpVersion) {
     let _turn = turn();
-    let scripts = ustack_conform::scripts_under(&scenarios_dir()).expect("listing the scenarios");
+    let all = ustack_conform::scripts_under(&scenarios_dir()).expect("listing the scenarios");
+    let scripts: Vec<_> = all
+        .iter()
+        .filter(|p| match family.skips(p) {
+            Some(why) => {
+                eprintln!("skip  {} ({why})", p.display());
+                false
+            }
+            None => true,
+        })
+        .cloned()
+        .collect();
     assert!(
         scripts.len() >= 150,
-        "only {} scenarios found",
+        "only {} scenarios to run over {family}",
         scripts.len()
     );
+    let started = std::time::Instant::now();
     let next = std::sync::atomic::AtomicUsize::new(0);
     let results: std::sync::Mutex<Vec<(usize, Result<(), String>)>> = Default::default();
     std::thread::scope(|s| {
@@ -80,7 +122,7 @@ fn every_scenario_passes_against_linux() {
                 loop {
                     let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     let Some(path) = scripts.get(i) else { break };
-                    let r = run(path);
+                    let r = run_in(path, family);
                     results
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
@@ -110,9 +152,16 @@ fn every_scenario_passes_against_linux() {
             )),
         }
     }
+    eprintln!(
+        "{family}: {} scenarios run against Linux, {} failed, {} skipped, in {:.1} s",
+        scripts.len(),
+        failures.len(),
+        all.len() - scripts.len(),
+        started.elapsed().as_secs_f64()
+    );
     assert!(
         failures.is_empty(),
-        "{} of {} scenarios failed against Linux:\n{}",
+        "{} of {} scenarios failed against Linux over {family}:\n{}",
         failures.len(),
         scripts.len(),
         failures.join("\n")

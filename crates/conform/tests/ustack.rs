@@ -8,26 +8,55 @@
 
 mod common;
 
-use ustack_conform::exec::Config;
+use ustack_conform::exec::{Config, IpVersion};
 
 use common::scenarios_dir;
 
 #[test]
 fn every_scenario_passes_against_ustack_or_is_a_known_difference() {
+    every_scenario_in(IpVersion::Ipv4);
+}
+
+/// The same scenarios over `AF_INET6` sockets and IPv6 packets (ICMPv6 for ICMP), as
+/// packetdrill's `--ip_version=ipv6` runs them; `*v4.pkt` scripts are skipped (printed).
+#[test]
+fn every_scenario_passes_over_ipv6_against_ustack_or_is_a_known_difference() {
+    every_scenario_in(IpVersion::Ipv6);
+}
+
+/// The same scenarios over `AF_INET6` sockets bound and connected to IPv4-mapped
+/// addresses, IPv4 on the wire (`--ip_version=ipv4-mapped-ipv6`).
+#[test]
+fn every_scenario_passes_over_ipv4_mapped_ipv6_against_ustack_or_is_a_known_difference() {
+    every_scenario_in(IpVersion::Ipv4MappedIpv6);
+}
+
+/// Runs every scenario in `family`: a script marked as a known difference there must
+/// fail, any other must pass, and a script for another family is skipped.
+fn every_scenario_in(family: IpVersion) {
     let scripts = ustack_conform::scripts_under(&scenarios_dir()).expect("listing the scenarios");
     assert!(
         scripts.len() >= 150,
         "only {} scenarios found",
         scripts.len()
     );
+    let cfg = Config {
+        ip_version: family,
+        ..Config::default()
+    };
     let mut failures = Vec::new();
-    let mut differs = 0;
+    let (mut differs, mut skipped) = (0, 0);
     for path in &scripts {
+        if let Some(why) = family.skips(path) {
+            skipped += 1;
+            eprintln!("skip    {} ({why})", path.display());
+            continue;
+        }
         let text = std::fs::read_to_string(path).expect("reading a scenario");
         let script = ustack_conform::parse::parse(&text)
             .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        let result = ustack_conform::run_ustack(path, &Config::default());
-        match (&script.ustack_differs, result) {
+        let result = ustack_conform::run_ustack(path, &cfg);
+        match (script.ustack_differs_in(family), result) {
             (None, Ok(_)) => eprintln!("ok      {}", path.display()),
             (None, Err(e)) => failures.push(e),
             (Some(reason), Err(e)) => {
@@ -35,19 +64,25 @@ fn every_scenario_passes_against_ustack_or_is_a_known_difference() {
                 eprintln!("differs {} ({reason}):\n  {e}", path.display());
             }
             (Some(reason), Ok(_)) => failures.push(format!(
-                "{}: marked `ustack: differs {reason}` but passed (remove the mark)",
+                "{}: marked `ustack: differs {reason}` but passed over {family} (remove the mark)",
                 path.display()
             )),
         }
     }
+    // A family that ran nothing would pass vacuously.
+    assert!(
+        scripts.len() - skipped >= 150,
+        "only {} scenarios ran over {family}",
+        scripts.len() - skipped
+    );
     eprintln!(
-        "{} scenarios: {} pass, {differs} known differences",
+        "{family}: {} scenarios: {} pass, {differs} known differences, {skipped} skipped (other family)",
         scripts.len(),
-        scripts.len() - differs - failures.len()
+        scripts.len() - skipped - differs - failures.len()
     );
     assert!(
         failures.is_empty(),
-        "{} of {} scenarios failed against ustack:\n{}",
+        "{} of {} scenarios failed against ustack over {family}:\n{}",
         failures.len(),
         scripts.len(),
         failures.join("\n")

@@ -6,7 +6,7 @@
 #![allow(unsafe_code)]
 
 use core::ffi::{c_char, c_int, c_long, c_longlong, c_uint, c_ulong, c_void};
-use core::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use core::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use core::time::Duration;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
@@ -83,38 +83,75 @@ fn handle<'a>(ud: *mut c_void) -> Held<'a> {
     Held(h)
 }
 
+/// The caller's `sockaddr_in` or `sockaddr_in6` (by its family), `EINVAL` if shorter than
+/// that, `EAFNOSUPPORT` for another family.
 fn addr_in(addr: *const libc::sockaddr, len: libc::socklen_t) -> Result<SocketAddr, i32> {
-    if addr.is_null() || (len as usize) < core::mem::size_of::<libc::sockaddr_in>() {
+    let len = len as usize;
+    if addr.is_null() || len < core::mem::size_of::<libc::sa_family_t>() {
         return Err(libc::EINVAL);
     }
-    // SAFETY: not null and at least a sockaddr_in long (checked above); read unaligned.
-    let sin = unsafe { addr.cast::<libc::sockaddr_in>().read_unaligned() };
-    if i32::from(sin.sin_family) != libc::AF_INET {
-        return Err(libc::EAFNOSUPPORT);
+    // SAFETY: not null and at least a family long (checked above); read unaligned.
+    let family = unsafe { addr.cast::<libc::sa_family_t>().read_unaligned() };
+    match i32::from(family) {
+        libc::AF_INET if len >= core::mem::size_of::<libc::sockaddr_in>() => {
+            // SAFETY: at least a sockaddr_in long (checked); read unaligned.
+            let sin = unsafe { addr.cast::<libc::sockaddr_in>().read_unaligned() };
+            Ok(SocketAddr::V4(SocketAddrV4::new(
+                Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)),
+                u16::from_be(sin.sin_port),
+            )))
+        }
+        libc::AF_INET6 if len >= core::mem::size_of::<libc::sockaddr_in6>() => {
+            // SAFETY: at least a sockaddr_in6 long (checked); read unaligned.
+            let sin6 = unsafe { addr.cast::<libc::sockaddr_in6>().read_unaligned() };
+            Ok(SocketAddr::V6(SocketAddrV6::new(
+                Ipv6Addr::from(sin6.sin6_addr.s6_addr),
+                u16::from_be(sin6.sin6_port),
+                u32::from_be(sin6.sin6_flowinfo),
+                sin6.sin6_scope_id,
+            )))
+        }
+        libc::AF_INET | libc::AF_INET6 => Err(libc::EINVAL),
+        _ => Err(libc::EAFNOSUPPORT),
     }
-    Ok(SocketAddr::V4(SocketAddrV4::new(
-        Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)),
-        u16::from_be(sin.sin_port),
-    )))
 }
 
-/// Writes `a` to a caller's `(addr, addrlen)`, truncated to the room, as accept(2) does.
-fn addr_out(a: SocketAddrV4, addr: *mut libc::sockaddr, len: *mut libc::socklen_t) {
+/// Writes `a` (a `sockaddr_in` or `sockaddr_in6`) to a caller's `(addr, addrlen)`,
+/// truncated to the room, as accept(2) does.
+fn addr_out(a: SocketAddr, addr: *mut libc::sockaddr, len: *mut libc::socklen_t) {
     if addr.is_null() || len.is_null() {
         return;
     }
-    // SAFETY: sockaddr_in is plain data; all zeroes is a valid value.
-    let mut sin: libc::sockaddr_in = unsafe { core::mem::zeroed() };
-    sin.sin_family = libc::AF_INET as libc::sa_family_t;
-    sin.sin_port = a.port().to_be();
-    sin.sin_addr.s_addr = u32::from(*a.ip()).to_be();
-    let size = core::mem::size_of::<libc::sockaddr_in>();
+    // SAFETY: sockaddr_storage is plain data; all zeroes is a valid value.
+    let mut ss: libc::sockaddr_storage = unsafe { core::mem::zeroed() };
+    let size = match a {
+        SocketAddr::V4(a) => {
+            // SAFETY: sockaddr_in is plain data; all zeroes is a valid value.
+            let mut sin: libc::sockaddr_in = unsafe { core::mem::zeroed() };
+            sin.sin_family = libc::AF_INET as libc::sa_family_t;
+            sin.sin_port = a.port().to_be();
+            sin.sin_addr.s_addr = u32::from(*a.ip()).to_be();
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in.
+            unsafe { (&raw mut ss).cast::<libc::sockaddr_in>().write(sin) };
+            core::mem::size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(a) => {
+            // SAFETY: sockaddr_in6 is plain data; all zeroes is a valid value.
+            let mut sin6: libc::sockaddr_in6 = unsafe { core::mem::zeroed() };
+            sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+            sin6.sin6_port = a.port().to_be();
+            sin6.sin6_addr.s6_addr = a.ip().octets();
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in6.
+            unsafe { (&raw mut ss).cast::<libc::sockaddr_in6>().write(sin6) };
+            core::mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
     // SAFETY: len is not null; the caller's room is *len bytes at addr.
     let room = unsafe { *len } as usize;
     // SAFETY: copies at most `room` bytes into the caller's buffer, from a local.
     unsafe {
         core::ptr::copy_nonoverlapping(
-            (&raw const sin).cast::<u8>(),
+            (&raw const ss).cast::<u8>(),
             addr.cast::<u8>(),
             room.min(size),
         );

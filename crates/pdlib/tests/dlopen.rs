@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use ustack_conform::backend::Backend;
-use ustack_conform::exec::Config;
+use ustack_conform::exec::{Config, IpVersion};
 use ustack_conform::so::SoBackend;
 
 /// The cdylib cargo built for this test run: beside the test binary in
@@ -150,12 +150,53 @@ fn scenarios_run_end_to_end_through_the_table() {
         "data/fast-retransmit-3-dupacks.pkt",
         // Sysctl lines (passed as the library's flags) and several connections.
         "listen/syn-queue-full-drops-syn.pkt",
-        "listen/syncookie-without-timestamps.pkt",
+        "listen/syncookie-without-timestamps-v4.pkt",
     ] {
         let path = scenario(rel);
         let report = ustack_conform::run_so(&library(), "", &path, &Config::default())
             .unwrap_or_else(|e| panic!("{e}"));
         assert!(report.packets_matched >= 1, "{rel}: {report:?}");
+    }
+}
+
+/// Over IPv6 through the table (`ip_version=ipv6` in the flags, as `--so_flags` would
+/// carry it): `AF_INET6` sockets on the stack's IPv6 address, and scenarios whose packets
+/// are IPv6: a handshake, data and fast retransmission, and an ICMPv6 packet too big that
+/// makes the stack re-send in 1220-byte pieces (IPv6's minimum MTU less its headers).
+#[test]
+fn scenarios_run_over_ipv6_through_the_table() {
+    let b = SoBackend::open(&library(), "ip_version=ipv6").expect("loading the library");
+    let fd = b
+        .socket(libc::AF_INET6, libc::SOCK_STREAM, libc::IPPROTO_TCP)
+        .expect("an AF_INET6 socket") as i32;
+    let v4: std::net::SocketAddr = "192.168.0.1:8080".parse().unwrap();
+    assert_eq!(
+        b.bind(fd, v4),
+        Err(libc::EINVAL),
+        "an IPv4 address on AF_INET6"
+    );
+    let other: std::net::SocketAddr = "[2001:db8::9]:8080".parse().unwrap();
+    assert_eq!(
+        b.bind(fd, other),
+        Err(libc::EADDRNOTAVAIL),
+        "not the stack's"
+    );
+    let ours: std::net::SocketAddr = "[fd3d:fa7b:d17d::1]:8080".parse().unwrap();
+    assert_eq!(b.bind(fd, ours), Ok(0));
+    assert_eq!(b.close(fd), Ok(0));
+    b.free();
+
+    let cfg = Config {
+        ip_version: IpVersion::Ipv6,
+        ..Config::default()
+    };
+    for (rel, matched) in [
+        ("data/fast-retransmit-3-dupacks.pkt", 6),
+        ("icmp/packet-too-big-lowers-mss-v6.pkt", 4),
+    ] {
+        let report = ustack_conform::run_so(&library(), "ip_version=ipv6", &scenario(rel), &cfg)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(report.packets_matched, matched, "{rel}: {report:?}");
     }
 }
 

@@ -158,7 +158,15 @@ impl Stack {
         if q.version() != 6 || self.ip6.state_of(q.src_addr()).is_none() {
             return self.mib.inc(Counter::Icmp6InErrors);
         }
-        self.ip6_pmtu_update(now, q.dst_addr(), mtu);
+        // A TCP segment's report reaches the path MTU only through its connection, and
+        // only if it quotes a sequence number in flight (Linux `tcp_v6_err` checks it,
+        // RFC 5927 §4.1, before `tcp_v6_mtu_reduced` -> `inet6_csk_update_pmtu`;
+        // `icmpv6_rcv` updates no route itself): a forged one quoting anything else must
+        // not make later segments leave in fragments.
+        if q.next_header() != IpProtocol::Tcp {
+            self.ip6_pmtu_update(now, q.dst_addr(), mtu);
+            return;
+        }
         let Some((tuple, seq)) = self.icmp6_quoted_tcp(quoted) else {
             return;
         };
@@ -169,8 +177,10 @@ impl Stack {
         {
             return self.mib.inc(Counter::Icmp6InErrors);
         }
-        let mtu = mtu.max(ipv6::MIN_MTU as u32);
-        self.tcp_pmtu_event(now, tuple, seq, mtu, ipv6::HEADER_LEN);
+        let tcp_mtu = mtu.max(ipv6::MIN_MTU as u32);
+        if self.tcp_pmtu_event(now, tuple, seq, tcp_mtu, ipv6::HEADER_LEN) {
+            self.ip6_pmtu_update(now, q.dst_addr(), mtu);
+        }
     }
 
     /// The tuple and sequence number of a TCP segment of ours an ICMPv6 error quotes

@@ -593,7 +593,8 @@ impl Sock<'_> {
         Stack::apply_syn_options(
             self.sysctl,
             tcb,
-            seg.max_seg_size.unwrap_or(super::output::DEFAULT_MSS),
+            seg.max_seg_size
+                .unwrap_or(super::output::default_mss(tcb.tuple.is_v6())),
             seg.window_scale,
             seg.sack_permitted,
             seg.timestamp.map(|ts| ts.tsval),

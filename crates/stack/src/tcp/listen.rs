@@ -421,7 +421,9 @@ impl Stack {
             listener,
             iss: self.tcp.isn_of(now, &tuple),
             irs: seg.seq_number,
-            peer_mss: seg.max_seg_size.unwrap_or(536),
+            peer_mss: seg
+                .max_seg_size
+                .unwrap_or(super::output::default_mss(tuple.is_v6())),
             snd_wscale: seg
                 .window_scale
                 .filter(|_| self.sysctl.tcp_window_scaling != 0),
@@ -451,7 +453,8 @@ impl Stack {
             local,
             remote,
             seg.seq_number,
-            seg.max_seg_size.unwrap_or(536),
+            seg.max_seg_size
+                .unwrap_or(super::output::default_mss(tuple.is_v6())),
         );
         let ts = seg.timestamp.filter(|_| self.sysctl.tcp_timestamps != 0);
         let creq = CookieRequest {

@@ -82,6 +82,14 @@ const QUICK_ACKS: u8 = 16;
 /// implementations MUST assume a default send MSS of 536".
 pub(crate) const DEFAULT_MSS: u16 = 536;
 
+/// The send MSS assumed when the peer's SYN carries no MSS option: [`DEFAULT_MSS`] over
+/// IPv4, 1220 over IPv6 (RFC 9293 section 3.7.1: "the default MSS is 536 for IPv4 or
+/// 1220 for IPv6"; Linux `tcp_v6_conn_request`, `tcp_v6_connect`: `mss_clamp =
+/// IPV6_MIN_MTU - sizeof(struct tcphdr) - sizeof(struct ipv6hdr)`).
+pub(crate) fn default_mss(v6: bool) -> u16 {
+    if v6 { 1280 - 60 } else { DEFAULT_MSS }
+}
+
 /// Where a segment's payload comes from.
 enum Payload {
     None,

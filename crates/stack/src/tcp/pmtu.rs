@@ -25,7 +25,10 @@ impl Stack {
     /// A router reported that a datagram of the connection `tuple` whose TCP header
     /// quoted `seq` exceeded a hop's MTU, `mtu` bytes (0 when the router did not say, RFC
     /// 1191 §5), for IP headers of `ip_header` bytes. Linux `tcp_v4_err` for
-    /// `ICMP_FRAG_NEEDED`, then `tcp_v4_mtu_reduced`.
+    /// `ICMP_FRAG_NEEDED`, then `tcp_v4_mtu_reduced`. Whether the report was taken: false
+    /// for no connection, a sequence number not in flight, or a listener (the caller then
+    /// leaves the path's MTU alone, as Linux `tcp_v6_err` returns before
+    /// `tcp_v6_mtu_reduced` updates the route).
     pub(crate) fn tcp_pmtu_event(
         &mut self,
         now: Instant,
@@ -33,24 +36,28 @@ impl Stack {
         seq: SeqNumber,
         mtu: u32,
         ip_header: usize,
-    ) {
+    ) -> bool {
         let Some(index) = self.tcp.lookup(self.tcp.ehash.hash(&tuple), &tuple) else {
             // Linux: no socket for the quoted datagram, ICMP_MIB_INERRORS.
-            return self.mib.inc(Counter::IcmpInErrors);
+            self.mib.inc(Counter::IcmpInErrors);
+            return false;
         };
         let h = self.tcp.handle_of(index);
         // The index comes from the connection table, so the handle is live.
-        let Some(sk) = self.tcp_sock(h) else { return };
+        let Some(sk) = self.tcp_sock(h) else {
+            return false;
+        };
         let tcb = &mut *sk.tcb;
         // RFC 5927 §4.1: "TCP SHOULD check that the TCP sequence number contained in the
         // payload of the ICMP error message is within the range SND.UNA =< SEG.SEQ <
         // SND.NXT" (Linux: `between(seq, snd_una, snd_nxt)`, else OutOfWindowIcmps), so
         // that an off-path attacker must guess a sequence number in flight.
         if seq.before(tcb.snd.una) || seq.after(tcb.snd.nxt) {
-            return sk.mib.inc(Counter::TcpExtOutOfWindowIcmps);
+            sk.mib.inc(Counter::TcpExtOutOfWindowIcmps);
+            return false;
         }
         if matches!(tcb.state, State::Listen | State::Closed) {
-            return;
+            return false;
         }
         // Linux __ip_rt_update_pmtu: "if (mtu < ip_rt_min_pmtu) mtu = ip_rt_min_pmtu", so
         // that a forged tiny MTU cannot make the connection send 8-byte segments.
@@ -61,7 +68,8 @@ impl Stack {
             // applies it). The only sequence number in flight is the ISS (RFC 5927 §4.1:
             // the SYN occupies SND.UNA = ISS, SND.NXT = ISS + 1 exclusive).
             if seq != tcb.snd.iss {
-                return sk.mib.inc(Counter::TcpExtOutOfWindowIcmps);
+                sk.mib.inc(Counter::TcpExtOutOfWindowIcmps);
+                return false;
             }
             // ustack has no route cache: the path's MSS (without options) caps the MSS
             // the SYN-ACK settles (`apply_syn_options` takes the smaller of the peer's and
@@ -70,17 +78,18 @@ impl Stack {
                 .saturating_sub(ip_header + tcp::HEADER_LEN)
                 .max(MIN_SND_MSS);
             tcb.adv_mss = tcb.adv_mss.min(mss.min(usize::from(u16::MAX)) as u16);
-            return;
+            return true;
         }
         let mss = tcp_mtu_to_mss(tcb, mtu, ip_header);
         if mss >= usize::from(tcb.mss) {
             // Not smaller than what we send: "let the usual retransmit timer handle it".
-            return;
+            return true;
         }
         tcp_sync_mss(tcb, mss);
         if tcp_simple_retransmit(tcb) {
             self.tcp_output(now, h);
         }
+        true
     }
 }
 
