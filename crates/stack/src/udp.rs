@@ -214,30 +214,58 @@ impl Stack {
         self.udp.get(h).map(|s| s.local).ok_or(Error::BadHandle)
     }
 
-    /// `connect(2)` (Linux `ip4_datagram_connect`): `peer` becomes the socket's default
-    /// destination and the only source it receives from; `None` dissolves the association
-    /// (`AF_UNSPEC`). Datagrams already queued stay. `EINVAL` for 0.0.0.0 or port 0 (Linux
-    /// accepts a port 0 there; ustack has no use for it), `ENETUNREACH` without a route.
-    /// IPv4 sockets only (`EAFNOSUPPORT` for an IPv6 socket; connected IPv6 sockets are
-    /// not done yet).
+    /// `connect(2)` on an IPv4 socket (Linux `ip4_datagram_connect`), as
+    /// [`udp_connect_addr`](Self::udp_connect_addr); `EAFNOSUPPORT` for an IPv6 socket.
     pub fn udp_connect(&mut self, h: UdpHandle, peer: Option<SocketAddrV4>) -> Result<(), Error> {
         v4(self.udp_local_sockaddr(h)?)?;
+        self.udp_connect_addr(h, peer.map(SocketAddr::V4))
+    }
+
+    /// `connect(2)` on a socket of either family (Linux `ip4_datagram_connect`,
+    /// `ip6_datagram_connect`): `peer` becomes the socket's default destination and the
+    /// only source it receives from; `None` dissolves the association (`AF_UNSPEC`).
+    /// Datagrams already queued stay. An IPv6 socket takes a `::ffff:a.b.c.d` peer (over
+    /// IPv4, Linux `__ip6_datagram_connect` handing it to `__ip4_datagram_connect`;
+    /// `ENETUNREACH` on a V6ONLY socket or one bound to an IPv6 address). `EINVAL` for
+    /// an unspecified address or port 0 (Linux accepts a port 0 there; ustack has no use
+    /// for it), `ENETUNREACH` without a route, `EAFNOSUPPORT` for a peer of the other
+    /// family.
+    pub fn udp_connect_addr(
+        &mut self,
+        h: UdpHandle,
+        peer: Option<SocketAddr>,
+    ) -> Result<(), Error> {
+        let socket = self.udp.get(h).ok_or(Error::BadHandle)?;
         if let Some(p) = peer {
             if p.port() == 0 || p.ip().is_unspecified() {
                 return Err(Error::InvalidArgument);
             }
-            if self.route(*p.ip()).is_none() {
+            let routed = match (socket.local, p) {
+                (SocketAddr::V4(_), SocketAddr::V4(p)) => self.route(*p.ip()).is_some(),
+                (SocketAddr::V6(l), SocketAddr::V6(p)) => match p.ip().to_ipv4_mapped() {
+                    Some(ip) => {
+                        !socket.v6only && l.ip().is_unspecified() && self.route(ip).is_some()
+                    }
+                    None => self.ip6.route(*p.ip()).is_some(),
+                },
+                _ => return Err(Error::AddrFamily),
+            };
+            if !routed {
                 return Err(Error::NetUnreachable);
             }
         }
-        self.udp.get_mut(h).ok_or(Error::BadHandle)?.peer = peer.map(SocketAddr::V4);
+        self.udp.get_mut(h).ok_or(Error::BadHandle)?.peer = peer;
         Ok(())
     }
 
-    /// The connected peer, if any (`getpeername(2)`).
+    /// The connected peer of an IPv4 socket, if any (`getpeername(2)`).
     pub fn udp_peer_addr(&self, h: UdpHandle) -> Result<Option<SocketAddrV4>, Error> {
-        let peer = self.udp.get(h).ok_or(Error::BadHandle)?.peer;
-        peer.map(v4).transpose()
+        self.udp_peer_sockaddr(h)?.map(v4).transpose()
+    }
+
+    /// The connected peer of a socket of either family, if any (`getpeername(2)`).
+    pub fn udp_peer_sockaddr(&self, h: UdpHandle) -> Result<Option<SocketAddr>, Error> {
+        Ok(self.udp.get(h).ok_or(Error::BadHandle)?.peer)
     }
 
     /// `getsockopt(SO_ERROR)`: the socket's pending error, taken once (Linux
