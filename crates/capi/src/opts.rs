@@ -54,7 +54,7 @@ pub enum Opt {
     Info,
     /// `IPV6_V6ONLY` (an `AF_INET6` socket, before `bind`).
     V6Only,
-    /// `IPV6_UNICAST_HOPS` (read only here: the default hop limit).
+    /// `IPV6_UNICAST_HOPS` (read only here: `net.ipv6.conf.default.hop_limit`).
     UnicastHops,
 }
 

@@ -1241,8 +1241,8 @@ pub fn getsockopt(fd: i32, level: i32, name: i32) -> Result<Vec<u8>> {
         Opt::Domain => int_bytes(s.sock().domain),
         Opt::V6Only => int_bytes(i32::from(o.v6only)),
         // Linux `ipv6_getsockopt`: the socket's hop limit, else the route's, else
-        // `net.ipv6.conf.*.hop_limit` (64); ustack sends with the default.
-        Opt::UnicastHops => int_bytes(64),
+        // `net.ipv6.conf.*.hop_limit`; ustack sends with the sysctl's.
+        Opt::UnicastHops => int_bytes(sysctl(net, |c| c.ip6_hop_limit)?),
         Opt::Protocol => int_bytes(match s.sock().proto {
             Proto::Tcp => libc::IPPROTO_TCP,
             Proto::Udp => libc::IPPROTO_UDP,

@@ -49,6 +49,7 @@ int main(void) {
     socklen_t vl = sizeof v;
     CHECK(ustack_getsockopt(l, IPPROTO_IPV6, IPV6_V6ONLY, &v, &vl) == 0 && v == 0);
     CHECK(ustack_getsockopt(l, SOL_SOCKET, SO_DOMAIN, &v, &vl) == 0 && v == AF_INET6);
+    CHECK(ustack_getsockopt(l, IPPROTO_IPV6, IPV6_UNICAST_HOPS, &v, &vl) == 0 && v == 64);
     struct sockaddr_in6 any = sin6("::", 8080);
     CHECK(ustack_bind(l, SA(any), sizeof any) == 0);
     /* IPV6_V6ONLY is fixed once bound (Linux: EINVAL). */
