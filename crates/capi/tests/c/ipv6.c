@@ -173,6 +173,18 @@ int main(void) {
     len = sizeof from;
     CHECK(ustack_recvfrom(us, buf, sizeof buf, 0, SA(from), &len) == 5 &&
           same6(&from, "::ffff:10.0.0.2", -1));
+    /* recvmsg's msg_name is a sockaddr_in6; a buffer too small for it is filled as far as
+     * it goes and the length says 28, as getsockname(2). */
+    CHECK(ustack_sendto(uc, "msg6", 4, 0, SA(uto), sizeof uto) == 4);
+    struct iovec iov = {buf, sizeof buf};
+    struct sockaddr_in6 mname;
+    struct msghdr mh = {.msg_name = &mname, .msg_namelen = sizeof mname, .msg_iov = &iov, .msg_iovlen = 1};
+    CHECK(ustack_recvmsg(us, &mh, 0) == 4 && memcmp(buf, "msg6", 4) == 0);
+    CHECK(mh.msg_namelen == sizeof mname && same6(&mname, "2001:db8::2", -1));
+    struct sockaddr_in small;
+    len = sizeof small;
+    CHECK(ustack_getsockname(uc, SA(small), &len) == 0 && len == sizeof(struct sockaddr_in6));
+    CHECK(small.sin_family == AF_INET6);
     /* connect + getpeername with sockaddr_in6. */
     CHECK(ustack_connect(uc, SA(uto), sizeof uto) == 0);
     len = sizeof name;
