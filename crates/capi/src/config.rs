@@ -70,34 +70,40 @@ fn num<T: core::str::FromStr>(key: &str, v: &str) -> Result<T> {
         .map_err(|_| invalid(format!("{key}={v}: not a number")))
 }
 
-fn ip(key: &str, v: &str) -> Result<Ipv4Addr> {
-    v.parse()
-        .map_err(|_| invalid(format!("{key}={v}: not an IPv4 address")))
+/// An address family as the configuration writes it: its longest prefix, the `IP/PREFIX`
+/// form with an example, its name.
+trait Family: core::str::FromStr {
+    const BITS: u8;
+    const FORM: &'static str;
+    const NAME: &'static str;
 }
 
-fn cidr(key: &str, v: &str) -> Result<(Ipv4Addr, u8)> {
+impl Family for Ipv4Addr {
+    const BITS: u8 = 32;
+    const FORM: &'static str = "IP/PREFIX, e.g. 10.0.0.1/24";
+    const NAME: &'static str = "IPv4";
+}
+
+impl Family for Ipv6Addr {
+    const BITS: u8 = 128;
+    const FORM: &'static str = "IP6/PREFIX, e.g. 2001:db8::2/64";
+    const NAME: &'static str = "IPv6";
+}
+
+fn ip<A: Family>(key: &str, v: &str) -> Result<A> {
+    v.parse()
+        .map_err(|_| invalid(format!("{key}={v}: not an {} address", A::NAME)))
+}
+
+fn cidr<A: Family>(key: &str, v: &str) -> Result<(A, u8)> {
     let (a, len) = v
         .split_once('/')
-        .ok_or_else(|| invalid(format!("{key}={v}: want IP/PREFIX, e.g. 10.0.0.1/24")))?;
+        .ok_or_else(|| invalid(format!("{key}={v}: want {}", A::FORM)))?;
     let len: u8 = num(key, len)?;
-    if len > 32 {
-        return Err(invalid(format!("{key}={v}: prefix over 32")));
+    if len > A::BITS {
+        return Err(invalid(format!("{key}={v}: prefix over {}", A::BITS)));
     }
     Ok((ip(key, a)?, len))
-}
-
-fn cidr6(key: &str, v: &str) -> Result<(Ipv6Addr, u8)> {
-    let (a, len) = v
-        .split_once('/')
-        .ok_or_else(|| invalid(format!("{key}={v}: want IP6/PREFIX, e.g. 2001:db8::2/64")))?;
-    let len: u8 = num(key, len)?;
-    if len > 128 {
-        return Err(invalid(format!("{key}={v}: prefix over 128")));
-    }
-    let ip: Ipv6Addr = a
-        .parse()
-        .map_err(|_| invalid(format!("{key}={v}: not an IPv6 address")))?;
-    Ok((ip, len))
 }
 
 impl Config {
@@ -127,8 +133,8 @@ impl Config {
                 },
                 "addr" => addr = Some(cidr(k, v)?),
                 "peer" => peer = Some(cidr(k, v)?),
-                "addr6" => addr6 = Some(cidr6(k, v)?),
-                "peer6" => peer6 = Some(cidr6(k, v)?),
+                "addr6" => addr6 = Some(cidr(k, v)?),
+                "peer6" => peer6 = Some(cidr(k, v)?),
                 "gateway" => gateway = Some(ip(k, v)?),
                 "seed" => seed = Some(num(k, v)?),
                 "tun" => tun_name = Some(v.to_owned()),

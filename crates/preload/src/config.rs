@@ -224,7 +224,7 @@ mod tests {
             ),
             (
                 vec![("USTACK_ADDR", "1.2.3.4/8"), ("USTACK_ADDR6", "1.2.3.5/64")],
-                "addr6=1.2.3.5/64: not an IPv6 address",
+                "addr6=1.2.3.5: not an IPv6 address",
             ),
             (
                 vec![("USTACK_ADDR", "1.2.3.4/8"), ("USTACK_TUN", "a b")],
