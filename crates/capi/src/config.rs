@@ -5,7 +5,9 @@
 //! | `link=sim` | an in-process sim link to a second stack (tests): `ustack_peer` gives it |
 //! | `link=tun` | a TUN interface; the kernel (or a namespace of it) is the peer (root) |
 //! | `addr=IP/LEN` | this stack's address and prefix (required) |
+//! | `addr6=IP6/LEN` | this stack's IPv6 address and prefix (optional: `AF_INET6` sockets bind it) |
 //! | `peer=IP/LEN` | `sim`: the other stack's address (required for `sim`) |
+//! | `peer6=IP6/LEN` | `sim`: the other stack's IPv6 address |
 //! | `gateway=IP` | the default gateway (on `addr`'s subnet) |
 //! | `tun=NAME` | `tun`: the interface name (`ustack%d` by default) |
 //! | `netns=NAME` | `tun`: create it in this namespace (`/run/netns/NAME`, or a path) |
@@ -14,7 +16,7 @@
 //! | `seed=N` | the stack's secrets from this seed instead of the OS (tests) |
 //! | `sysctl.NAME=VALUE` | a tunable by its Linux name, e.g. `sysctl.net.ipv4.tcp_sack=0` |
 
-use core::net::Ipv4Addr;
+use core::net::{Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 
 use crate::error::{Error, Result};
@@ -26,6 +28,8 @@ pub enum LinkConfig {
     Sim {
         /// `peer=`.
         peer: (Ipv4Addr, u8),
+        /// `peer6=`.
+        peer6: Option<(Ipv6Addr, u8)>,
     },
     /// A TUN interface.
     Tun {
@@ -47,6 +51,8 @@ pub struct Config {
     pub link: LinkConfig,
     /// `addr=`.
     pub addr: (Ipv4Addr, u8),
+    /// `addr6=`.
+    pub addr6: Option<(Ipv6Addr, u8)>,
     /// `gateway=`.
     pub gateway: Option<Ipv4Addr>,
     /// `seed=`.
@@ -64,18 +70,38 @@ fn num<T: core::str::FromStr>(key: &str, v: &str) -> Result<T> {
         .map_err(|_| invalid(format!("{key}={v}: not a number")))
 }
 
-fn ip(key: &str, v: &str) -> Result<Ipv4Addr> {
-    v.parse()
-        .map_err(|_| invalid(format!("{key}={v}: not an IPv4 address")))
+/// An address family as the configuration writes it: its longest prefix, the `IP/PREFIX`
+/// form with an example, its name.
+trait Family: core::str::FromStr {
+    const BITS: u8;
+    const FORM: &'static str;
+    const NAME: &'static str;
 }
 
-fn cidr(key: &str, v: &str) -> Result<(Ipv4Addr, u8)> {
+impl Family for Ipv4Addr {
+    const BITS: u8 = 32;
+    const FORM: &'static str = "IP/PREFIX, e.g. 10.0.0.1/24";
+    const NAME: &'static str = "IPv4";
+}
+
+impl Family for Ipv6Addr {
+    const BITS: u8 = 128;
+    const FORM: &'static str = "IP6/PREFIX, e.g. 2001:db8::2/64";
+    const NAME: &'static str = "IPv6";
+}
+
+fn ip<A: Family>(key: &str, v: &str) -> Result<A> {
+    v.parse()
+        .map_err(|_| invalid(format!("{key}={v}: not an {} address", A::NAME)))
+}
+
+fn cidr<A: Family>(key: &str, v: &str) -> Result<(A, u8)> {
     let (a, len) = v
         .split_once('/')
-        .ok_or_else(|| invalid(format!("{key}={v}: want IP/PREFIX, e.g. 10.0.0.1/24")))?;
+        .ok_or_else(|| invalid(format!("{key}={v}: want {}", A::FORM)))?;
     let len: u8 = num(key, len)?;
-    if len > 32 {
-        return Err(invalid(format!("{key}={v}: prefix over 32")));
+    if len > A::BITS {
+        return Err(invalid(format!("{key}={v}: prefix over {}", A::BITS)));
     }
     Ok((ip(key, a)?, len))
 }
@@ -86,7 +112,9 @@ impl Config {
     pub fn parse(s: &str) -> Result<Config> {
         let mut link = None;
         let mut addr = None;
+        let mut addr6 = None;
         let mut peer = None;
+        let mut peer6 = None;
         let mut gateway = None;
         let mut seed = None;
         let mut sysctls = Vec::new();
@@ -105,6 +133,8 @@ impl Config {
                 },
                 "addr" => addr = Some(cidr(k, v)?),
                 "peer" => peer = Some(cidr(k, v)?),
+                "addr6" => addr6 = Some(cidr(k, v)?),
+                "peer6" => peer6 = Some(cidr(k, v)?),
                 "gateway" => gateway = Some(ip(k, v)?),
                 "seed" => seed = Some(num(k, v)?),
                 "tun" => tun_name = Some(v.to_owned()),
@@ -138,11 +168,12 @@ impl Config {
                 }
                 LinkConfig::Sim {
                     peer: peer.ok_or_else(|| invalid("link=sim needs peer=IP/PREFIX".into()))?,
+                    peer6,
                 }
             }
             Some(_) => {
-                if peer.is_some() {
-                    return Err(invalid("peer= is for link=sim".into()));
+                if peer.is_some() || peer6.is_some() {
+                    return Err(invalid("peer= and peer6= are for link=sim".into()));
                 }
                 LinkConfig::Tun {
                     name: tun_name.unwrap_or_else(|| "ustack%d".into()),
@@ -157,6 +188,7 @@ impl Config {
         Ok(Config {
             link,
             addr,
+            addr6,
             gateway,
             seed,
             sysctls,
@@ -178,9 +210,17 @@ mod tests {
         assert_eq!(
             c.link,
             LinkConfig::Sim {
-                peer: (Ipv4Addr::new(10, 0, 0, 2), 24)
+                peer: (Ipv4Addr::new(10, 0, 0, 2), 24),
+                peer6: None
             }
         );
+        let c6 = Config::parse(
+            "link=sim addr=10.0.0.1/24 peer=10.0.0.2/24 addr6=2001:db8::1/64 peer6=2001:db8::2/64",
+        )
+        .unwrap();
+        assert_eq!(c6.addr6, Some(("2001:db8::1".parse().unwrap(), 64)));
+        let peer6: Ipv6Addr = "2001:db8::2".parse().unwrap();
+        assert!(matches!(c6.link, LinkConfig::Sim { peer6: Some((a, 64)), .. } if a == peer6));
         assert_eq!(c.seed, Some(7));
         assert_eq!(c.sysctls, vec![("net.ipv4.tcp_sack".to_owned(), 0)]);
     }
@@ -224,7 +264,15 @@ mod tests {
             ("link=tun addr=10.0.0.1/24 queues=0", "queues=0"),
             (
                 "link=tun addr=10.0.0.1/24 peer=10.0.0.2/24",
-                "peer= is for link=sim",
+                "peer= and peer6= are for link=sim",
+            ),
+            (
+                "link=tun addr=10.0.0.1/24 addr6=2001:db8::1/129",
+                "prefix over 128",
+            ),
+            (
+                "link=tun addr=10.0.0.1/24 addr6=10.0.0.1/64",
+                "not an IPv6 address",
             ),
             (
                 "link=sim addr=1.2.3.4/8 peer=1.2.3.5/8 tun=x",

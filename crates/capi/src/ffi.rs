@@ -6,7 +6,7 @@
 #![allow(non_camel_case_types)]
 
 use core::ffi::{c_char, c_int, c_long, c_ulong, c_void};
-use core::net::SocketAddrV4;
+use core::net::SocketAddr;
 use std::ffi::CStr;
 use std::sync::Arc;
 
@@ -99,14 +99,20 @@ unsafe fn bytes_mut<'a>(p: *mut c_void, len: usize, what: &str) -> Result<&'a mu
     Ok(unsafe { core::slice::from_raw_parts_mut(p.cast::<u8>(), len) })
 }
 
-/// A `sockaddr` argument.
+/// A `sockaddr` argument of socket `fd` for `call`, as its domain takes it
+/// ([`sock::addr_arg`]).
 ///
 /// # Safety
 /// `addr` is NULL or points at `len` readable bytes.
-unsafe fn addr_in(addr: *const sockaddr, len: socklen_t) -> Result<SocketAddrV4> {
+unsafe fn addr_in(
+    fd: c_int,
+    addr: *const sockaddr,
+    len: socklen_t,
+    call: sock::AddrUse,
+) -> Result<SocketAddr> {
     // SAFETY: forwarded from the caller.
     let b = unsafe { bytes(addr.cast(), len as usize, "the address")? };
-    sa::parse(b)
+    sock::addr_arg(fd, b, call)
 }
 
 /// Write `a` to a `(sockaddr *, socklen_t *)` pair as `getsockname(2)` does (both NULL:
@@ -114,7 +120,7 @@ unsafe fn addr_in(addr: *const sockaddr, len: socklen_t) -> Result<SocketAddrV4>
 ///
 /// # Safety
 /// `len` is NULL or valid; `addr` is NULL or valid for `*len` bytes.
-unsafe fn addr_out(a: SocketAddrV4, addr: *mut sockaddr, len: *mut socklen_t) -> Result<()> {
+unsafe fn addr_out(a: SocketAddr, addr: *mut sockaddr, len: *mut socklen_t) -> Result<()> {
     if addr.is_null() || len.is_null() {
         return Ok(());
     }
@@ -310,7 +316,7 @@ pub unsafe extern "C" fn ustack_socket_on(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ustack_bind(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
     // SAFETY: forwarded.
-    ret(unsafe { addr_in(addr, len) }.and_then(|a| sock::bind(fd, a)))
+    ret(unsafe { addr_in(fd, addr, len, sock::AddrUse::Bind) }.and_then(|a| sock::bind(fd, a)))
 }
 
 /// `listen(2)`.
@@ -364,7 +370,8 @@ pub unsafe extern "C" fn ustack_accept(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ustack_connect(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
     // SAFETY: forwarded.
-    ret(unsafe { addr_in(addr, len) }.and_then(|a| sock::connect(fd, a)))
+    ret(unsafe { addr_in(fd, addr, len, sock::AddrUse::Connect) }
+        .and_then(|a| sock::connect(fd, a)))
 }
 
 /// `recvfrom(2)`: `MSG_DONTWAIT`, `MSG_WAITALL`.
@@ -492,7 +499,7 @@ pub unsafe extern "C" fn ustack_sendto(
         Ok(None)
     } else {
         // SAFETY: forwarded.
-        unsafe { addr_in(addr, addrlen) }.map(Some)
+        unsafe { addr_in(fd, addr, addrlen, sock::AddrUse::SendTo) }.map(Some)
     };
     // SAFETY: forwarded.
     let r = unsafe { bytes(buf, len, "buf") };
@@ -553,7 +560,15 @@ pub unsafe extern "C" fn ustack_sendmsg(fd: c_int, msg: *const msghdr, flags: c_
         Ok(None)
     } else {
         // SAFETY: msg_name has msg_namelen bytes.
-        unsafe { addr_in(m.msg_name.cast_const().cast(), m.msg_namelen) }.map(Some)
+        unsafe {
+            addr_in(
+                fd,
+                m.msg_name.cast_const().cast(),
+                m.msg_namelen,
+                sock::AddrUse::SendTo,
+            )
+        }
+        .map(Some)
     };
     let n = c_int::try_from(m.msg_iovlen).unwrap_or(c_int::MAX);
     // SAFETY: the msghdr's iovecs.

@@ -52,6 +52,10 @@ pub enum Opt {
     Cork,
     /// `TCP_INFO` (`struct tcp_info`, read only).
     Info,
+    /// `IPV6_V6ONLY` (an `AF_INET6` socket, before `bind`).
+    V6Only,
+    /// `IPV6_UNICAST_HOPS` (read only here: `net.ipv6.conf.default.hop_limit`).
+    UnicastHops,
 }
 
 impl Opt {
@@ -78,6 +82,8 @@ impl Opt {
             (libc::IPPROTO_TCP, libc::TCP_KEEPCNT) => Opt::KeepCnt,
             (libc::IPPROTO_TCP, libc::TCP_CORK) => Opt::Cork,
             (libc::IPPROTO_TCP, libc::TCP_INFO) => Opt::Info,
+            (libc::IPPROTO_IPV6, libc::IPV6_V6ONLY) => Opt::V6Only,
+            (libc::IPPROTO_IPV6, libc::IPV6_UNICAST_HOPS) => Opt::UnicastHops,
             _ => {
                 return Err(Error::new(
                     libc::ENOPROTOOPT,

@@ -9,7 +9,7 @@
 //! sockets are made by `listen` and `connect`: a descriptor holds a fresh socket's
 //! address and options until then, and applies the options to the stream it gets.
 
-use core::net::{Ipv4Addr, SocketAddrV4};
+use core::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use core::time::Duration;
 use std::collections::HashMap;
 use std::net::Shutdown;
@@ -41,6 +41,8 @@ pub struct Stack {
     id: u64,
     net: Net,
     addr: Ipv4Addr,
+    /// The IPv6 address (`addr6=`), if any.
+    addr6: Option<Ipv6Addr>,
     /// TCP ports bound by descriptors of this stack (`bind` before `listen`), and how many
     /// hold each.
     ports: Mutex<HashMap<u16, usize>>,
@@ -51,8 +53,11 @@ static NEXT_STACK: AtomicU64 = AtomicU64::new(1);
 /// The stack `ustack_socket` uses: the first opened, or as `ustack_set_default` says.
 static DEFAULT: Mutex<Option<Arc<Stack>>> = Mutex::new(None);
 
-fn builder(addr: (Ipv4Addr, u8), c: &Config) -> RuntimeBuilder {
+fn builder(addr: (Ipv4Addr, u8), addr6: Option<(Ipv6Addr, u8)>, c: &Config) -> RuntimeBuilder {
     let mut b = RuntimeBuilder::new().ipv4(addr.0, addr.1);
+    if let Some((a, len)) = addr6 {
+        b = b.ipv6(a, len);
+    }
     if let Some(gw) = c.gateway {
         b = b.gateway(gw);
     }
@@ -65,11 +70,12 @@ fn builder(addr: (Ipv4Addr, u8), c: &Config) -> RuntimeBuilder {
     b
 }
 
-fn new_stack(net: Net, addr: Ipv4Addr) -> Arc<Stack> {
+fn new_stack(net: Net, addr: Ipv4Addr, addr6: Option<(Ipv6Addr, u8)>) -> Arc<Stack> {
     Arc::new(Stack {
         id: NEXT_STACK.fetch_add(1, Ordering::Relaxed),
         net,
         addr,
+        addr6: addr6.map(|a| a.0),
         ports: Mutex::new(HashMap::new()),
         next_port: AtomicU16::new(0),
     })
@@ -80,10 +86,10 @@ fn new_stack(net: Net, addr: Ipv4Addr) -> Arc<Stack> {
 pub fn open(config: &str) -> Result<(Arc<Stack>, Option<Arc<Stack>>)> {
     let c = Config::parse(config)?;
     let (stack, peer) = match &c.link {
-        LinkConfig::Sim { peer } => {
+        LinkConfig::Sim { peer, peer6 } => {
             let (a, b) = Net::sim_pair(
-                builder(c.addr, &c),
-                builder(*peer, &c),
+                builder(c.addr, c.addr6, &c),
+                builder(*peer, *peer6, &c),
                 SimLinkConfig::default(),
             )
             .map_err(|e| {
@@ -92,7 +98,10 @@ pub fn open(config: &str) -> Result<(Arc<Stack>, Option<Arc<Stack>>)> {
                     format!("ustack_stack_open: sim link: {e}"),
                 )
             })?;
-            (new_stack(a, c.addr.0), Some(new_stack(b, peer.0)))
+            (
+                new_stack(a, c.addr.0, c.addr6),
+                Some(new_stack(b, peer.0, *peer6)),
+            )
         }
         LinkConfig::Tun {
             name,
@@ -113,13 +122,13 @@ pub fn open(config: &str) -> Result<(Arc<Stack>, Option<Arc<Stack>>)> {
                     format!("ustack_stack_open: tun {name}: {e}"),
                 )
             })?;
-            let net = Net::tun(builder(c.addr, &c), tun.into_queues()).map_err(|e| {
+            let net = Net::tun(builder(c.addr, c.addr6, &c), tun.into_queues()).map_err(|e| {
                 Error::new(
                     crate::error::errno_of(&e),
                     format!("ustack_stack_open: starting the stack: {e}"),
                 )
             })?;
-            (new_stack(net, c.addr.0), None)
+            (new_stack(net, c.addr.0, c.addr6), None)
         }
     };
     let mut d = lock(&DEFAULT);
@@ -168,9 +177,9 @@ pub fn close_stacks(these: &[&Arc<Stack>]) {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State2 {
     /// Made by `socket`, perhaps bound: no ustack socket yet.
-    Fresh { bound: Option<SocketAddrV4> },
+    Fresh { bound: Option<SocketAddr> },
     /// Listening.
-    Listener { fd: Fd, addr: SocketAddrV4 },
+    Listener { fd: Fd, addr: SocketAddr },
     /// A connection (connecting until the handshake is seen done).
     Stream { fd: Fd, connecting: bool },
     /// A bound UDP socket.
@@ -199,11 +208,15 @@ struct Opts {
     /// `TCP_MAXSEG`, `TCP_KEEPIDLE`, `TCP_KEEPINTVL`, `TCP_KEEPCNT` as set, applied to a
     /// stream when it exists.
     tcp: TcpOptValues,
+    /// `IPV6_V6ONLY` (an `AF_INET6` socket; Linux's default `net.ipv6.bindv6only` 0).
+    v6only: bool,
 }
 
 #[derive(Debug)]
 struct Sock {
     proto: Proto,
+    /// `AF_INET` or `AF_INET6`.
+    domain: i32,
     state: Mutex<State2>,
     opts: Mutex<Opts>,
     nonblock: AtomicBool,
@@ -452,9 +465,10 @@ fn io(e: std::io::Error) -> Error {
 
 // ---- socket, bind, listen, accept, connect ------------------------------------------------
 
-/// `socket(2)` on `stack` (`None`: the default stack). `AF_INET` only
-/// (`EAFNOSUPPORT`); `SOCK_STREAM` (TCP) or `SOCK_DGRAM` (UDP), with `SOCK_NONBLOCK`
-/// and `SOCK_CLOEXEC`.
+/// `socket(2)` on `stack` (`None`: the default stack). `AF_INET` or `AF_INET6`
+/// (`EAFNOSUPPORT` for others); `SOCK_STREAM` (TCP) or `SOCK_DGRAM` (UDP), with
+/// `SOCK_NONBLOCK` and `SOCK_CLOEXEC`. An `AF_INET6` socket is dual-stack unless
+/// `IPV6_V6ONLY`: its IPv4 peers are `::ffff:a.b.c.d`, as on Linux.
 pub fn socket(stack: Option<&Arc<Stack>>, domain: i32, ty: i32, protocol: i32) -> Result<i32> {
     let stack = match stack {
         Some(s) => s.clone(),
@@ -465,10 +479,10 @@ pub fn socket(stack: Option<&Arc<Stack>>, domain: i32, ty: i32, protocol: i32) -
             )
         })?,
     };
-    if domain != libc::AF_INET {
+    if domain != libc::AF_INET && domain != libc::AF_INET6 {
         return Err(Error::new(
             libc::EAFNOSUPPORT,
-            format!("address family {domain}: ustack speaks AF_INET"),
+            format!("address family {domain}: ustack speaks AF_INET and AF_INET6"),
         ));
     }
     let base = ty & !(libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC);
@@ -490,6 +504,7 @@ pub fn socket(stack: Option<&Arc<Stack>>, domain: i32, ty: i32, protocol: i32) -
     };
     let sock = Sock {
         proto,
+        domain,
         state: Mutex::new(State2::Fresh { bound: None }),
         opts: Mutex::new(Opts::default()),
         nonblock: AtomicBool::new(ty & libc::SOCK_NONBLOCK != 0),
@@ -544,19 +559,54 @@ impl Stack {
     }
 }
 
-/// `bind(2)`. The address must be the stack's or `0.0.0.0` (`EADDRNOTAVAIL`); `EINVAL`
-/// if already bound; port 0 picks a free port. `EADDRINUSE` when another descriptor holds
-/// the port or the stack does ([`ustack_stack::Stack::tcp_bind_conflict`]), unless both
-/// sides set `SO_REUSEADDR`.
-pub fn bind(fd: i32, addr: SocketAddrV4) -> Result<()> {
+/// How a call uses a `sockaddr` argument (see [`addr_arg`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AddrUse {
+    /// `bind(2)`.
+    Bind,
+    /// `connect(2)`.
+    Connect,
+    /// `sendto(2)`, `sendmsg(2)`.
+    SendTo,
+}
+
+/// The address in `bytes` (a `sockaddr` of `bytes.len()` bytes) as socket `fd` takes it
+/// for `call`: a `sockaddr_in` for an `AF_INET` socket, a `sockaddr_in6` for an
+/// `AF_INET6` one, and for a UDP `AF_INET6` socket's `connect`/`sendto` a `sockaddr_in`
+/// too (as its `::ffff:a.b.c.d`). Linux's errno otherwise (`EINVAL` for a short one,
+/// `EAFNOSUPPORT` for another family; see [`crate::sockaddr::parse`]).
+pub fn addr_arg(fd: i32, bytes: &[u8], call: AddrUse) -> Result<SocketAddr> {
     let s = S::get(fd)?;
-    if !addr.ip().is_unspecified() && *addr.ip() != s.e.stack.addr {
+    let v4_ok = s.sock().proto == Proto::Udp && call != AddrUse::Bind;
+    crate::sockaddr::parse(bytes, s.sock().domain, v4_ok)
+}
+
+/// Whether `ip` is an address this stack may bind: unspecified, its IPv4 address, its
+/// IPv6 address, or its IPv4 address v4-mapped.
+fn bindable(stack: &Stack, ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(a) => a.is_unspecified() || a == stack.addr,
+        IpAddr::V6(a) => {
+            a.is_unspecified() || Some(a) == stack.addr6 || a.to_ipv4_mapped() == Some(stack.addr)
+        }
+    }
+}
+
+/// `bind(2)`. The address must be the stack's (`addr=`, `addr6=`) or unspecified
+/// (`EADDRNOTAVAIL`); `EINVAL` if already bound; port 0 picks a free port. `EADDRINUSE`
+/// when another descriptor holds the port or the stack does
+/// ([`ustack_stack::Stack::tcp_bind_conflict`]), unless both sides set `SO_REUSEADDR`.
+/// The address's family is the socket's ([`addr_arg`]).
+pub fn bind(fd: i32, addr: SocketAddr) -> Result<()> {
+    let s = S::get(fd)?;
+    if !bindable(&s.e.stack, addr.ip()) {
         return Err(Error::new(
             libc::EADDRNOTAVAIL,
             format!(
-                "{} is not this stack's address ({})",
+                "{} is not this stack's address ({}{})",
                 addr.ip(),
-                s.e.stack.addr
+                s.e.stack.addr,
+                s.e.stack.addr6.map_or(String::new(), |a| format!(", {a}"))
             ),
         ));
     }
@@ -586,11 +636,11 @@ pub fn bind(fd: i32, addr: SocketAddrV4) -> Result<()> {
             }
             let port = s.e.stack.hold(addr.port(), shared)?;
             *st = State2::Fresh {
-                bound: Some(SocketAddrV4::new(*addr.ip(), port)),
+                bound: Some(SocketAddr::new(addr.ip(), port)),
             };
         }
         Proto::Udp => {
-            let u = s.net().udp_bind(addr).map_err(io)?;
+            let u = udp_bind(&s, addr)?;
             *st = State2::Udp { fd: u };
         }
     }
@@ -608,7 +658,11 @@ pub fn listen(fd: i32, backlog: i32) -> Result<()> {
         State2::Fresh { bound: Some(addr) } => {
             // Linux: a backlog of 0 or less still queues one connection.
             let backlog = u32::try_from(backlog).unwrap_or(0).max(1);
-            let l = s.net().tcp_listen(addr, backlog).map_err(io)?;
+            let only_v6 = addr.is_ipv6() && s.opts().v6only;
+            let l = s
+                .net()
+                .tcp_listen_only_v6(addr, backlog, only_v6)
+                .map_err(io)?;
             *st = State2::Listener { fd: l, addr };
             Ok(())
         }
@@ -671,7 +725,7 @@ fn apply(net: &Net, fd: Fd, o: Opts) -> Result<()> {
 /// `accept4(2)`: a connection from the listener's queue, its descriptor and the peer;
 /// `flags`: `SOCK_NONBLOCK`, `SOCK_CLOEXEC`. The listener's options carry over, as on
 /// Linux.
-pub fn accept(fd: i32, flags: i32) -> Result<(i32, SocketAddrV4)> {
+pub fn accept(fd: i32, flags: i32) -> Result<(i32, SocketAddr)> {
     if flags & !(libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC) != 0 {
         return Err(Error::new(
             libc::EINVAL,
@@ -683,6 +737,7 @@ pub fn accept(fd: i32, flags: i32) -> Result<(i32, SocketAddrV4)> {
         return Err(Error::new(libc::EINVAL, "accept on a socket not listening"));
     };
     let (c, peer) = s.net().accept(l, s.read_wait(0)).map_err(io)?;
+    let peer = crate::sockaddr::for_domain(peer, s.sock().domain);
     let o = s.opts();
     if let Err(e) = apply(s.net(), c, o) {
         let _ = s.net().close(c);
@@ -690,6 +745,7 @@ pub fn accept(fd: i32, flags: i32) -> Result<(i32, SocketAddrV4)> {
     }
     let sock = Sock {
         proto: Proto::Tcp,
+        domain: s.sock().domain,
         state: Mutex::new(State2::Stream {
             fd: c,
             connecting: false,
@@ -713,11 +769,21 @@ pub fn accept(fd: i32, flags: i32) -> Result<(i32, SocketAddrV4)> {
 /// `connect(2)`. TCP: blocking, waits for the handshake (up to `SO_SNDTIMEO`); non-blocking,
 /// `EINPROGRESS`, then `EALREADY` while in progress, 0 once done (or the failure), then
 /// `EISCONN`. UDP: sets the peer (binding an ephemeral port first).
-pub fn connect(fd: i32, addr: SocketAddrV4) -> Result<()> {
+pub fn connect(fd: i32, addr: SocketAddr) -> Result<()> {
     let s = S::get(fd)?;
     if s.sock().proto == Proto::Udp {
         let u = udp_fd(&s)?;
         return s.net().udp_connect(u, Some(addr)).map_err(io);
+    }
+    // Linux `tcp_v6_connect`: a v4-mapped peer of a V6ONLY socket is unreachable.
+    if let SocketAddr::V6(a) = addr
+        && a.ip().to_ipv4_mapped().is_some()
+        && s.opts().v6only
+    {
+        return Err(Error::new(
+            libc::ENETUNREACH,
+            "a v4-mapped address on an IPV6_V6ONLY socket",
+        ));
     }
     let mut st = lock(&s.sock().state);
     match *st {
@@ -778,7 +844,7 @@ pub fn connect(fd: i32, addr: SocketAddrV4) -> Result<()> {
 /// then stays 0) and the descriptor is fresh again, as Linux's socket goes back to
 /// `CLOSE` and may connect again; a wait that runs out (`SO_SNDTIMEO`) is `EINPROGRESS`,
 /// the handshake going on.
-fn wait_connected(s: &S, c: Fd, bound: Option<SocketAddrV4>, wait: Wait) -> Result<()> {
+fn wait_connected(s: &S, c: Fd, bound: Option<SocketAddr>, wait: Wait) -> Result<()> {
     let ep = Epoll::new(s.net()).map_err(io)?;
     ep.add(c, 0, Readiness::WRITABLE, Mode::Level, false)
         .map_err(io)?;
@@ -843,14 +909,28 @@ fn udp_fd(s: &S) -> Result<Fd> {
     match *st {
         State2::Udp { fd } => Ok(fd),
         _ => {
-            let u = s
-                .net()
-                .udp_bind(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0))
-                .map_err(io)?;
+            let any = match s.sock().domain {
+                libc::AF_INET6 => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+                _ => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            };
+            let u = udp_bind(s, SocketAddr::new(any, 0))?;
             *st = State2::Udp { fd: u };
             Ok(u)
         }
     }
+}
+
+/// A UDP socket of `s` bound to `addr`, with the `IPV6_V6ONLY` set before.
+fn udp_bind(s: &S, addr: SocketAddr) -> Result<Fd> {
+    let u = s.net().udp_bind(addr).map_err(io)?;
+    if addr.is_ipv6()
+        && s.opts().v6only
+        && let Err(e) = s.net().udp_set_only_v6(u, true)
+    {
+        let _ = s.net().close(u);
+        return Err(io(e));
+    }
+    Ok(u)
 }
 
 // ---- data -----------------------------------------------------------------------------------
@@ -873,7 +953,7 @@ fn check_flags(flags: i32, allowed: i32) -> Result<()> {
 
 /// `recvfrom(2)`: bytes read (0 at end of stream) and, for UDP, the sender. Flags:
 /// `MSG_DONTWAIT`, `MSG_WAITALL` (TCP: until `buf` is full, end of stream or an error).
-pub fn recv_from(fd: i32, buf: &mut [u8], flags: i32) -> Result<(usize, Option<SocketAddrV4>)> {
+pub fn recv_from(fd: i32, buf: &mut [u8], flags: i32) -> Result<(usize, Option<SocketAddr>)> {
     check_flags(flags, RECV_FLAGS)?;
     let s = S::get(fd)?;
     let wait = s.read_wait(flags);
@@ -901,7 +981,7 @@ pub fn recv_from(fd: i32, buf: &mut [u8], flags: i32) -> Result<(usize, Option<S
         _ => {
             let u = udp_fd(&s)?;
             let (n, from) = s.net().recv_from(u, buf, wait).map_err(io)?;
-            Ok((n, Some(from)))
+            Ok((n, Some(crate::sockaddr::for_domain(from, s.sock().domain))))
         }
     }
 }
@@ -911,7 +991,7 @@ pub fn recv_vec(
     fd: i32,
     bufs: &mut [&mut [u8]],
     flags: i32,
-) -> Result<(usize, Option<SocketAddrV4>)> {
+) -> Result<(usize, Option<SocketAddr>)> {
     let total: usize = bufs.iter().map(|b| b.len()).sum();
     let mut tmp = vec![0u8; total.min(ustack_net::MAX_IO)];
     let (n, from) = recv_from(fd, &mut tmp, flags)?;
@@ -948,7 +1028,7 @@ fn stream_send(s: &S, c: Fd, buf: &[u8], wait: Wait) -> Result<usize> {
 /// `sendto(2)`: bytes taken. TCP: a blocking send takes every byte before it returns (see
 /// [`stream_send`]), a non-blocking one what fits the send buffer; `to` is ignored, as
 /// Linux does for a connected stream. UDP sends to `to` or the connected peer.
-pub fn send_to(fd: i32, buf: &[u8], flags: i32, to: Option<SocketAddrV4>) -> Result<usize> {
+pub fn send_to(fd: i32, buf: &[u8], flags: i32, to: Option<SocketAddr>) -> Result<usize> {
     check_flags(flags, SEND_FLAGS)?;
     let s = S::get(fd)?;
     match s.state() {
@@ -972,7 +1052,7 @@ pub fn send_to(fd: i32, buf: &[u8], flags: i32, to: Option<SocketAddrV4>) -> Res
 /// [`ustack_net::MAX_IO`] bytes. On a blocking stream every byte is taken, as by
 /// [`send_to`]; a non-blocking send, or a datagram, is one send (a datagram of more than
 /// `MAX_IO` bytes is cut, and fails as too long).
-pub fn send_vec(fd: i32, bufs: &[&[u8]], flags: i32, to: Option<SocketAddrV4>) -> Result<usize> {
+pub fn send_vec(fd: i32, bufs: &[&[u8]], flags: i32, to: Option<SocketAddr>) -> Result<usize> {
     if bufs.len() == 1 {
         return send_to(fd, bufs[0], flags, to);
     }
@@ -1070,21 +1150,36 @@ fn release(e: &Entry) {
 
 // ---- names ------------------------------------------------------------------------------------
 
-/// `getsockname(2)`.
-pub fn sock_name(fd: i32) -> Result<SocketAddrV4> {
+/// `getsockname(2)`: a `sockaddr_in` for an `AF_INET` socket, a `sockaddr_in6` for an
+/// `AF_INET6` one (a connection over IPv4 as `::ffff:a.b.c.d`).
+pub fn sock_name(fd: i32) -> Result<SocketAddr> {
     let s = S::get(fd)?;
-    match s.state() {
-        State2::Fresh { bound } => Ok(bound.unwrap_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0))),
-        State2::Listener { addr, .. } => Ok(addr),
-        State2::Stream { fd: n, .. } | State2::Udp { fd: n } => s.net().local_addr(n).map_err(io),
-    }
+    let domain = s.sock().domain;
+    let a = match s.state() {
+        State2::Fresh { bound } => bound.unwrap_or(SocketAddr::new(
+            match domain {
+                libc::AF_INET6 => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+                _ => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            },
+            0,
+        )),
+        State2::Listener { addr, .. } => addr,
+        State2::Stream { fd: n, .. } | State2::Udp { fd: n } => {
+            s.net().local_addr(n).map_err(io)?
+        }
+    };
+    Ok(crate::sockaddr::for_domain(a, domain))
 }
 
-/// `getpeername(2)`: `ENOTCONN` if there is no peer.
-pub fn peer_name(fd: i32) -> Result<SocketAddrV4> {
+/// `getpeername(2)`: `ENOTCONN` if there is no peer; the family as [`sock_name`]'s.
+pub fn peer_name(fd: i32) -> Result<SocketAddr> {
     let s = S::get(fd)?;
     match s.state() {
-        State2::Stream { fd: n, .. } | State2::Udp { fd: n } => s.net().peer_addr(n).map_err(io),
+        State2::Stream { fd: n, .. } | State2::Udp { fd: n } => s
+            .net()
+            .peer_addr(n)
+            .map(|a| crate::sockaddr::for_domain(a, s.sock().domain))
+            .map_err(io),
         _ => Err(Error::new(libc::ENOTCONN, "not connected")),
     }
 }
@@ -1108,13 +1203,27 @@ fn sysctl(net: &Net, f: fn(&ustack_stack::Sysctl) -> u64) -> Result<i32> {
         .map_or(0, |&n| i32::try_from(n).unwrap_or(i32::MAX)))
 }
 
-/// `getsockopt(2)`: the value's bytes (the caller copies what fits).
-pub fn getsockopt(fd: i32, level: i32, name: i32) -> Result<Vec<u8>> {
-    let s = S::get(fd)?;
+/// The option at `(level, name)` for socket `s`: `EOPNOTSUPP` for a TCP option on a UDP
+/// socket; `ENOPROTOOPT` for an `IPPROTO_IPV6` one on an `AF_INET` socket (Linux's
+/// `ip_setsockopt`/`ip_getsockopt` know no such level).
+fn lookup(s: &S, level: i32, name: i32) -> Result<Opt> {
     let opt = Opt::lookup(level, name)?;
     if opt.is_tcp() && s.sock().proto != Proto::Tcp {
         return Err(Error::new(libc::EOPNOTSUPP, "a TCP option on a UDP socket"));
     }
+    if level == libc::IPPROTO_IPV6 && s.sock().domain != libc::AF_INET6 {
+        return Err(Error::new(
+            libc::ENOPROTOOPT,
+            "an IPPROTO_IPV6 option on an AF_INET socket",
+        ));
+    }
+    Ok(opt)
+}
+
+/// `getsockopt(2)`: the value's bytes (the caller copies what fits).
+pub fn getsockopt(fd: i32, level: i32, name: i32) -> Result<Vec<u8>> {
+    let s = S::get(fd)?;
+    let opt = lookup(&s, level, name)?;
     let st = s.state();
     let o = s.opts();
     let stream = match st {
@@ -1129,7 +1238,11 @@ pub fn getsockopt(fd: i32, level: i32, name: i32) -> Result<Vec<u8>> {
             Proto::Tcp => libc::SOCK_STREAM,
             Proto::Udp => libc::SOCK_DGRAM,
         }),
-        Opt::Domain => int_bytes(libc::AF_INET),
+        Opt::Domain => int_bytes(s.sock().domain),
+        Opt::V6Only => int_bytes(i32::from(o.v6only)),
+        // Linux `ipv6_getsockopt`: the socket's hop limit, else the route's, else
+        // `net.ipv6.conf.*.hop_limit`; ustack sends with the sysctl's.
+        Opt::UnicastHops => int_bytes(sysctl(net, |c| c.ip6_hop_limit)?),
         Opt::Protocol => int_bytes(match s.sock().proto {
             Proto::Tcp => libc::IPPROTO_TCP,
             Proto::Udp => libc::IPPROTO_UDP,
@@ -1233,10 +1346,7 @@ fn take_error(s: &S) -> Result<i32> {
 /// `setsockopt(2)`. Options set before a connection exists apply when it does.
 pub fn setsockopt(fd: i32, level: i32, name: i32, v: &[u8]) -> Result<()> {
     let s = S::get(fd)?;
-    let opt = Opt::lookup(level, name)?;
-    if opt.is_tcp() && s.sock().proto != Proto::Tcp {
-        return Err(Error::new(libc::EOPNOTSUPP, "a TCP option on a UDP socket"));
-    }
+    let opt = lookup(&s, level, name)?;
     let stream = match s.state() {
         State2::Stream { fd, .. } => Some(fd),
         _ => None,
@@ -1289,7 +1399,26 @@ pub fn setsockopt(fd: i32, level: i32, name: i32, v: &[u8]) -> Result<()> {
             }
             o.nodelay = b;
         }
-        Opt::Error | Opt::Type | Opt::Domain | Opt::Protocol | Opt::AcceptConn | Opt::Info => {
+        Opt::V6Only => {
+            let b = on()?;
+            // Linux `do_ipv6_setsockopt`: "if (sk->sk_protocol == IPPROTO_UDP ...) or
+            // inet_num: return -EINVAL": fixed once the socket has a port.
+            let bound = !matches!(s.state(), State2::Fresh { bound: None });
+            if bound {
+                return Err(Error::new(
+                    libc::EINVAL,
+                    "IPV6_V6ONLY on a bound socket: set it before bind",
+                ));
+            }
+            o.v6only = b;
+        }
+        Opt::Error
+        | Opt::Type
+        | Opt::Domain
+        | Opt::Protocol
+        | Opt::AcceptConn
+        | Opt::Info
+        | Opt::UnicastHops => {
             return Err(Error::new(libc::ENOPROTOOPT, "a read-only option"));
         }
         Opt::Cork => {
@@ -1668,7 +1797,7 @@ mod tests {
     #[test]
     fn a_closed_listeners_port_is_free_at_once() {
         let (st, peer) = open("link=sim addr=10.8.0.1/24 peer=10.8.0.2/24 seed=1").unwrap();
-        let a = SocketAddrV4::new(Ipv4Addr::new(10, 8, 0, 1), 8080);
+        let a = SocketAddr::from((Ipv4Addr::new(10, 8, 0, 1), 8080));
         for _ in 0..3 {
             let s = socket(Some(&st), libc::AF_INET, libc::SOCK_STREAM, 0).unwrap();
             bind(s, a).unwrap();

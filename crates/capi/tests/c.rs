@@ -177,3 +177,12 @@ fn dup_shares_one_socket_until_the_last_close() {
         "{out}"
     );
 }
+
+#[test]
+fn af_inet6_sockets_dual_stack_and_v6only() {
+    let out = run_c("ipv6");
+    assert!(
+        out.contains("ipv6: AF_INET6, sockaddr_in6, dual-stack and IPV6_V6ONLY checked"),
+        "{out}"
+    );
+}

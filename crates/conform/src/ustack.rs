@@ -741,6 +741,8 @@ impl Inner {
                     },
                 })
             }
+            // Its sockets are AF_INET: Linux's ip_getsockopt knows no IPPROTO_IPV6.
+            Opt::V6Only | Opt::UnicastHops => return Err(libc::ENOPROTOOPT),
             Opt::Info => match stage {
                 Some(Tcp::Conn { h, .. }) => match s.tcp_info(h) {
                     Ok(i) => opts::tcp_info_bytes(&i).to_vec(),
@@ -850,6 +852,8 @@ impl Inner {
                 o.linger = l;
             }
             Opt::RcvTimeo | Opt::SndTimeo => return Err(libc::ENOPROTOOPT),
+            // AF_INET sockets: Linux's ip_setsockopt knows no IPPROTO_IPV6.
+            Opt::V6Only | Opt::UnicastHops => return Err(libc::ENOPROTOOPT),
             Opt::NoDelay => {
                 let b = on()?;
                 if let Some(h) = conn {

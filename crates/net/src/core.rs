@@ -2,7 +2,7 @@
 //! every blocking call, [`Epoll`](crate::Epoll) set and waker waits on. See the
 //! [crate docs](crate) for the design and its cost.
 
-use core::net::SocketAddrV4;
+use core::net::{SocketAddr, SocketAddrV4};
 use core::task::Waker;
 use core::time::Duration;
 use std::collections::HashMap;
@@ -34,19 +34,8 @@ const EAGAIN: i32 = 11;
 const EBADF: i32 = 9;
 const ENOTSOCK: i32 = 88;
 const EINVAL: i32 = 22;
-
-/// An address of this IPv4 API: an IPv4 one, or `::ffff:a.b.c.d` as its IPv4 address;
-/// `EAFNOSUPPORT` for IPv6 (the runtime's TCP does IPv6; this layer does not yet).
-fn ipv4_only(a: core::net::SocketAddr) -> io::Result<SocketAddrV4> {
-    match a {
-        core::net::SocketAddr::V4(a) => Ok(a),
-        core::net::SocketAddr::V6(a) => a
-            .ip()
-            .to_ipv4_mapped()
-            .map(|ip| SocketAddrV4::new(ip, a.port()))
-            .ok_or_else(|| errno(97 /* EAFNOSUPPORT */)),
-    }
-}
+/// `EAFNOSUPPORT`: an address of a family the socket is not of.
+const EAFNOSUPPORT: i32 = 97;
 
 fn errno(e: i32) -> io::Error {
     io::Error::from_raw_os_error(e)
@@ -1505,12 +1494,33 @@ impl Net {
     /// Listen on `addr` (`socket`, `bind`, `listen`), on every shard (as `SO_REUSEPORT`
     /// gives each worker its listener: the device's RSS decides which shard accepts a
     /// connection). `EADDRINUSE`, `EADDRNOTAVAIL`, `EINVAL` (port 0).
-    pub fn tcp_listen(&self, addr: SocketAddrV4, backlog: u32) -> io::Result<Fd> {
+    /// An IPv6 address makes an IPv6 listener, which on `::` takes IPv4 connections too
+    /// (their peers `::ffff:a.b.c.d`), as Linux's default `net.ipv6.bindv6only = 0`.
+    pub fn tcp_listen(&self, addr: impl Into<SocketAddr>, backlog: u32) -> io::Result<Fd> {
+        self.tcp_listen_only_v6(addr, backlog, false)
+    }
+
+    /// [`tcp_listen`](Net::tcp_listen) with `IPV6_V6ONLY` set before it listens (as a
+    /// socket sets it before `bind(2)`): with `only_v6`, an IPv6 listener takes IPv6
+    /// connections only. `EAFNOSUPPORT` for `only_v6` on an IPv4 address.
+    pub fn tcp_listen_only_v6(
+        &self,
+        addr: impl Into<SocketAddr>,
+        backlog: u32,
+        only_v6: bool,
+    ) -> io::Result<Fd> {
+        let addr = addr.into();
+        if only_v6 && addr.is_ipv4() {
+            return Err(errno(EAFNOSUPPORT));
+        }
         let sock = Arc::new(self.new_sock(Kind::Listener, (0..self.shards()).collect()));
         for k in 0..self.shards() {
             let shared = sock.shared.clone();
             self.call(k, move |ctx| {
                 let l = api::TcpListener::bind(ctx.rt, addr, backlog)?;
+                if only_v6 {
+                    l.set_only_v6(ctx.rt, true)?;
+                }
                 ctx.adopt(shared, k, ApiSock::Listener(l))
             })??;
         }
@@ -1519,7 +1529,8 @@ impl Net {
 
     /// Take a connection from the listener's queue (of any shard): the new handle and the
     /// peer. Waits as `wait` says.
-    pub fn accept(&self, fd: Fd, wait: Wait) -> io::Result<(Fd, SocketAddrV4)> {
+    /// An IPv4 peer of an IPv6 listener is `::ffff:a.b.c.d`, as Linux gives it.
+    pub fn accept(&self, fd: Fd, wait: Wait) -> io::Result<(Fd, SocketAddr)> {
         let l = self.sock(fd)?;
         if l.kind != Kind::Listener {
             return Err(errno(EINVAL));
@@ -1530,7 +1541,7 @@ impl Net {
             let peer = self.op(&l, part, Wait::Never, move |ctx, id| {
                 let (s, peer) = ctx.with_listener(id, |x, rt| x.accept(rt))?;
                 ctx.adopt(adopted.clone(), 0, ApiSock::Stream(s))?;
-                ipv4_only(peer)
+                Ok(peer)
             })?;
             let stream = self.sock_from(Kind::Stream, shared, vec![l.shards[part]]);
             Ok((self.insert(Arc::new(stream)), peer))
@@ -1541,8 +1552,11 @@ impl Net {
     /// the handshake in progress (a non-blocking `connect`; [`Net::connect_done`] says
     /// when it completes); otherwise the caller waits for the handshake, and a wait that
     /// runs out resets the attempt and fails with `TimedOut`. Errors: `ECONNREFUSED`,
-    /// `ETIMEDOUT` (SYN retries), `ENETUNREACH`, `EADDRNOTAVAIL`.
-    pub fn tcp_connect(&self, addr: SocketAddrV4, wait: Wait) -> io::Result<Fd> {
+    /// `ETIMEDOUT` (SYN retries), `ENETUNREACH`, `EADDRNOTAVAIL`. An IPv6 `addr` of the
+    /// form `::ffff:a.b.c.d` connects over IPv4, the connection's addresses then seen
+    /// v4-mapped (Linux `tcp_v6_connect`).
+    pub fn tcp_connect(&self, addr: impl Into<SocketAddr>, wait: Wait) -> io::Result<Fd> {
+        let addr = addr.into();
         let shards = self.shards();
         let k = self.core().next_shard.fetch_add(1, Ordering::Relaxed) % shards;
         let shared = self.new_shared(1);
@@ -1840,24 +1854,39 @@ impl Net {
         self.stream_op(fd, move |x, rt| x.state(rt))
     }
 
-    /// Our address (`getsockname(2)`): a stream's, a listener's, a UDP socket's.
-    pub fn local_addr(&self, fd: Fd) -> io::Result<SocketAddrV4> {
+    /// Our address (`getsockname(2)`): a stream's, a listener's, a UDP socket's. A
+    /// connection over IPv4 that an IPv6 socket made or accepted has `::ffff:a.b.c.d`.
+    pub fn local_addr(&self, fd: Fd) -> io::Result<SocketAddr> {
         let s = self.sock(fd)?;
         self.op(&s, 0, Wait::Never, |ctx, id| match &ctx.local(id)?.sock {
-            ApiSock::Listener(l) => ipv4_only(l.local_addr()),
-            ApiSock::Stream(t) => t.local_addr(ctx.rt).and_then(ipv4_only),
-            ApiSock::Udp(u) => u.local_addr(ctx.rt),
+            ApiSock::Listener(l) => Ok(l.local_addr()),
+            ApiSock::Stream(t) => t.local_addr(ctx.rt),
+            ApiSock::Udp(u) => u.local_sockaddr(ctx.rt),
         })
     }
 
     /// The peer's address (`getpeername(2)`): `ENOTCONN` for a UDP socket not connected.
-    pub fn peer_addr(&self, fd: Fd) -> io::Result<SocketAddrV4> {
+    pub fn peer_addr(&self, fd: Fd) -> io::Result<SocketAddr> {
         let s = self.sock(fd)?;
         self.op(&s, 0, Wait::Never, |ctx, id| match &ctx.local(id)?.sock {
             ApiSock::Listener(_) => Err(errno(107 /* ENOTCONN */)),
-            ApiSock::Stream(t) => t.peer_addr(ctx.rt).and_then(ipv4_only),
-            ApiSock::Udp(u) => u.peer_addr(ctx.rt),
+            ApiSock::Stream(t) => t.peer_addr(ctx.rt),
+            ApiSock::Udp(u) => u.peer_sockaddr(ctx.rt),
         })
+    }
+
+    /// `IPV6_V6ONLY` on an IPv6 UDP socket (every shard's part): on, it takes and sends
+    /// IPv6 only; off (the default), a socket on `::` also takes IPv4 datagrams, their
+    /// senders `::ffff:a.b.c.d`. `EAFNOSUPPORT` on an IPv4 socket; `ENOTSOCK` on a TCP
+    /// one (a listener's is set as it listens: [`Net::tcp_listen_only_v6`]).
+    pub fn udp_set_only_v6(&self, fd: Fd, on: bool) -> io::Result<()> {
+        let s = self.udp_sock(fd)?;
+        for part in 0..s.shards.len() {
+            self.op(&s, part, Wait::Never, move |ctx, id| {
+                ctx.with_udp(id, |x, rt| x.set_only_v6(rt, on))
+            })?;
+        }
+        Ok(())
     }
 
     // ---- UDP -------------------------------------------------------------------------------
@@ -1865,25 +1894,30 @@ impl Net {
     /// A UDP socket bound to `addr` (port 0: an ephemeral port), on every shard (a
     /// sharded `Net` receives a datagram on the shard its 4-tuple hashes to; the port the
     /// first shard picks is bound on the others). It sends from shard 0.
-    pub fn udp_bind(&self, addr: SocketAddrV4) -> io::Result<Fd> {
+    /// An IPv6 address makes an IPv6 socket (on `::`: dual-stack, see
+    /// [`Net::udp_set_only_v6`]).
+    pub fn udp_bind(&self, addr: impl Into<SocketAddr>) -> io::Result<Fd> {
+        let addr = addr.into();
         let sock = Arc::new(self.new_sock(Kind::Udp, (0..self.shards()).collect()));
         let mut at = addr;
         for k in 0..self.shards() {
             let shared = sock.shared.clone();
             let local = self.call(k, move |ctx| {
                 let u = api::UdpSocket::bind(ctx.rt, at)?;
-                let local = u.local_addr(ctx.rt)?;
+                let local = u.local_sockaddr(ctx.rt)?;
                 ctx.adopt(shared, k, ApiSock::Udp(u))?;
                 Ok::<_, io::Error>(local)
             })??;
             // The other shards bind the port the first one picked.
-            at = SocketAddrV4::new(*addr.ip(), local.port());
+            at = SocketAddr::new(addr.ip(), local.port());
         }
         Ok(self.insert(sock))
     }
 
-    /// Send one datagram to `dst`: its length. `EMSGSIZE`, `ENETUNREACH`.
-    pub fn send_to(&self, fd: Fd, buf: &[u8], dst: SocketAddrV4) -> io::Result<usize> {
+    /// Send one datagram to `dst`: its length. `EMSGSIZE`, `ENETUNREACH`,
+    /// `EAFNOSUPPORT` (`dst` of the other family; an IPv6 socket takes `::ffff:a.b.c.d`).
+    pub fn send_to(&self, fd: Fd, buf: &[u8], dst: impl Into<SocketAddr>) -> io::Result<usize> {
+        let dst = dst.into();
         let s = self.udp_sock(fd)?;
         let data: Arc<[u8]> = Arc::from(buf);
         self.op(&s, 0, Wait::Never, move |ctx, id| {
@@ -1901,18 +1935,13 @@ impl Net {
     }
 
     /// Take one datagram (cut to `buf`) and its sender; waits as `wait` says.
-    pub fn recv_from(
-        &self,
-        fd: Fd,
-        buf: &mut [u8],
-        wait: Wait,
-    ) -> io::Result<(usize, SocketAddrV4)> {
+    pub fn recv_from(&self, fd: Fd, buf: &mut [u8], wait: Wait) -> io::Result<(usize, SocketAddr)> {
         let s = self.udp_sock(fd)?;
         let n = buf.len();
         let (data, from) = self.on_any_part(&s, wait, |part| {
             self.op(&s, part, Wait::Never, move |ctx, id| {
                 let mut v = vec![0u8; n];
-                let (got, from) = ctx.with_udp(id, |x, rt| x.recv_from(rt, &mut v))?;
+                let (got, from) = ctx.with_udp(id, |x, rt| x.recv_from_addr(rt, &mut v))?;
                 v.truncate(got);
                 Ok((v, from))
             })
@@ -1921,12 +1950,13 @@ impl Net {
         Ok((data.len(), from))
     }
 
-    /// `connect(2)` on a UDP socket (`None`: dissolve).
-    pub fn udp_connect(&self, fd: Fd, peer: Option<SocketAddrV4>) -> io::Result<()> {
+    /// `connect(2)` on a UDP socket (`None`: dissolve). `EAFNOSUPPORT` for a peer of the
+    /// other family (an IPv6 socket takes `::ffff:a.b.c.d`).
+    pub fn udp_connect(&self, fd: Fd, peer: Option<SocketAddr>) -> io::Result<()> {
         let s = self.udp_sock(fd)?;
         for part in 0..s.shards.len() {
             self.op(&s, part, Wait::Never, move |ctx, id| {
-                ctx.with_udp(id, |x, rt| x.connect(rt, peer))
+                ctx.with_udp(id, |x, rt| x.connect_addr(rt, peer))
             })?;
         }
         Ok(())
@@ -1937,8 +1967,18 @@ impl Net {
 /// short count, as a socket's buffer sizes give).
 pub const MAX_IO: usize = 256 * 1024;
 
-/// Connect from a port whose replies hash back to this shard (a sharded `Net`).
-fn connect_on_shard(ctx: &mut Ctx<'_>, addr: SocketAddrV4) -> io::Result<api::TcpStream> {
+/// Connect from a port whose replies hash back to this shard (a sharded `Net`). IPv4
+/// peers only (`::ffff:a.b.c.d` too): the RSS port choice for an IPv6 4-tuple is not
+/// done yet, so an IPv6 connect of a sharded `Net` is `EAFNOSUPPORT` rather than a
+/// connection whose replies reach another shard.
+fn connect_on_shard(ctx: &mut Ctx<'_>, addr: SocketAddr) -> io::Result<api::TcpStream> {
+    let v4 = match addr {
+        SocketAddr::V4(a) => a,
+        SocketAddr::V6(a) => match a.ip().to_ipv4_mapped() {
+            Some(ip) => SocketAddrV4::new(ip, a.port()),
+            None => return Err(errno(EAFNOSUPPORT)),
+        },
+    };
     let sysctl = ctx.rt.stack().sysctl();
     let lo = u16::try_from(sysctl.ip_local_port_min).unwrap_or(u16::MAX);
     let hi = u16::try_from(sysctl.ip_local_port_max).unwrap_or(u16::MAX);
@@ -1948,7 +1988,7 @@ fn connect_on_shard(ctx: &mut Ctx<'_>, addr: SocketAddrV4) -> io::Result<api::Tc
         let recent = &*ctx.recent;
         let Some(port) = ctx
             .rss
-            .pick_local_port(local_ip, addr, ctx.shard, lo..=hi, &mut 0, |p| {
+            .pick_local_port(local_ip, v4, ctx.shard, lo..=hi, &mut 0, |p| {
                 refused.contains(&p) || recent.contains(p)
             })
         else {
@@ -1958,6 +1998,7 @@ fn connect_on_shard(ctx: &mut Ctx<'_>, addr: SocketAddrV4) -> io::Result<api::Tc
             }
             return Err(errno(99 /* EADDRNOTAVAIL */));
         };
+        // As it came: the stack marks a `::ffff:` connect v4-mapped.
         match api::TcpStream::connect_from(ctx.rt, port, addr) {
             Ok(s) => {
                 ctx.recent.push(port);

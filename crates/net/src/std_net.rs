@@ -4,12 +4,12 @@
 //! `&TcpStream`, errors with std's [`io::ErrorKind`]s on Linux. Dropping a socket closes
 //! it (its last handle, after [`TcpStream::try_clone`]).
 //!
-//! ustack speaks IPv4: an IPv6 address is `InvalidInput`. A listener needs a port other
-//! than 0.
+//! IPv4 and IPv6 alike: a listener or UDP socket on `::` is dual-stack (IPv4 peers as
+//! `::ffff:a.b.c.d`), as std's on Linux. A listener needs a port other than 0.
 
 use core::time::Duration;
 use std::io::{self, Read, Write};
-use std::net::{Shutdown, SocketAddr, SocketAddrV4, ToSocketAddrs};
+use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
 
 use crate::core::{Fd, Net, Wait};
 
@@ -17,18 +17,13 @@ use crate::core::{Fd, Net, Wait};
 /// `net.core.somaxconn`).
 const BACKLOG: u32 = u32::MAX;
 
-fn v4_addrs(addr: impl ToSocketAddrs) -> io::Result<Vec<SocketAddrV4>> {
-    let all: Vec<SocketAddrV4> = addr
-        .to_socket_addrs()?
-        .filter_map(|a| match a {
-            SocketAddr::V4(v4) => Some(v4),
-            SocketAddr::V6(_) => None,
-        })
-        .collect();
+fn addrs(addr: impl ToSocketAddrs) -> io::Result<Vec<SocketAddr>> {
+    let all: Vec<SocketAddr> = addr.to_socket_addrs()?.collect();
     if all.is_empty() {
+        // std's message for a name that resolves to nothing.
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            "ustack-net: no IPv4 address to use (ustack speaks IPv4)",
+            "could not resolve to any addresses",
         ));
     }
     Ok(all)
@@ -37,10 +32,10 @@ fn v4_addrs(addr: impl ToSocketAddrs) -> io::Result<Vec<SocketAddrV4>> {
 /// Try `f` on each address, as std does: the first success, or the last error.
 fn each_addr<T>(
     addr: impl ToSocketAddrs,
-    mut f: impl FnMut(SocketAddrV4) -> io::Result<T>,
+    mut f: impl FnMut(SocketAddr) -> io::Result<T>,
 ) -> io::Result<T> {
     let mut last = None;
-    for a in v4_addrs(addr)? {
+    for a in addrs(addr)? {
         match f(a) {
             Ok(v) => return Ok(v),
             Err(e) => last = Some(e),
@@ -102,7 +97,7 @@ impl TcpListener {
                     fd,
                 },
             },
-            SocketAddr::V4(peer),
+            peer,
         ))
     }
 
@@ -113,7 +108,7 @@ impl TcpListener {
 
     /// The address it listens on.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.h.net.local_addr(self.h.fd).map(SocketAddr::V4)
+        self.h.net.local_addr(self.h.fd)
     }
 
     /// `accept` returns `WouldBlock` instead of waiting.
@@ -205,12 +200,12 @@ impl TcpStream {
 
     /// The peer's address.
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {
-        self.h.net.peer_addr(self.h.fd).map(SocketAddr::V4)
+        self.h.net.peer_addr(self.h.fd)
     }
 
     /// Our address.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.h.net.local_addr(self.h.fd).map(SocketAddr::V4)
+        self.h.net.local_addr(self.h.fd)
     }
 
     /// `SO_LINGER`, as std's (unstable) `set_linger`: `Some(Duration::ZERO)` makes the
@@ -325,7 +320,7 @@ impl UdpSocket {
 
     /// Send one datagram to `addr`.
     pub fn send_to(&self, buf: &[u8], addr: impl ToSocketAddrs) -> io::Result<usize> {
-        let dst = v4_addrs(addr)?[0];
+        let dst = addrs(addr)?[0];
         self.h.net.send_to(self.h.fd, buf, dst)
     }
 
@@ -334,7 +329,7 @@ impl UdpSocket {
     pub fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
         let wait = self.h.net.read_wait(self.h.fd)?;
         let (n, from) = self.h.net.recv_from(self.h.fd, buf, wait)?;
-        Ok((n, SocketAddr::V4(from)))
+        Ok((n, from))
     }
 
     /// Set the default peer: [`send`](Self::send) goes to it, only its datagrams arrive.
@@ -369,12 +364,12 @@ impl UdpSocket {
 
     /// Our address.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.h.net.local_addr(self.h.fd).map(SocketAddr::V4)
+        self.h.net.local_addr(self.h.fd)
     }
 
     /// The connected peer (`NotConnected` if none).
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {
-        self.h.net.peer_addr(self.h.fd).map(SocketAddr::V4)
+        self.h.net.peer_addr(self.h.fd)
     }
 
     /// `recv_from` returns `WouldBlock` instead of waiting.

@@ -7,6 +7,8 @@
 //! Every blocking call in these tests has a timeout, so a broken feature fails the test
 //! instead of hanging it.
 
+mod common;
+
 use core::net::Ipv4Addr;
 use core::time::Duration;
 use std::io::{ErrorKind, Read, Write};
@@ -117,20 +119,9 @@ fn echo_server(net: &Net, port: u16, conns: usize) -> std::thread::JoinHandle<us
     std::thread::spawn(move || {
         let mut workers = Vec::new();
         for _ in 0..conns {
-            let (mut s, _) = listener.accept().expect("accept");
+            let (s, _) = listener.accept().expect("accept");
             s.set_read_timeout(Some(LIMIT)).unwrap();
-            workers.push(std::thread::spawn(move || {
-                let mut buf = vec![0u8; 16 * 1024];
-                let mut total = 0;
-                loop {
-                    let n = s.read(&mut buf).expect("server read");
-                    if n == 0 {
-                        return total;
-                    }
-                    s.write_all(&buf[..n]).expect("server write");
-                    total += n;
-                }
-            }));
+            workers.push(std::thread::spawn(move || common::echo_to_eof(s)));
         }
         workers.into_iter().map(|w| w.join().unwrap()).sum()
     })

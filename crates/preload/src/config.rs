@@ -3,6 +3,7 @@
 //! | variable | meaning |
 //! |---|---|
 //! | `USTACK_ADDR=IP/LEN` | ustack's address and prefix (required) |
+//! | `USTACK_ADDR6=IP6/LEN` | ustack's IPv6 address and prefix: with it, `AF_INET6` sockets go to ustack too |
 //! | `USTACK_LINK=tun` | the link (`tun`, the default; `packet` and `xdp` not yet) |
 //! | `USTACK_TUN=NAME` | the TUN interface (`ustack%d` by default) |
 //! | `USTACK_NETNS=NAME` | make or attach the interface in this namespace (a name under `/run/netns`, or a path) |
@@ -103,6 +104,7 @@ pub fn parse(vars: &[(String, String)]) -> Result<Env, String> {
     )?;
     for (key, cap) in [
         ("USTACK_ADDR", "addr="),
+        ("USTACK_ADDR6", "addr6="),
         ("USTACK_TUN", "tun="),
         ("USTACK_NETNS", "netns="),
         ("USTACK_GATEWAY", "gateway="),
@@ -160,6 +162,7 @@ mod tests {
         let e = parse(&vars(&[
             ("PATH", "/bin"),
             ("USTACK_ADDR", "192.0.2.2/24"),
+            ("USTACK_ADDR6", "2001:db8::2/64"),
             ("USTACK_TUN", "tun0"),
             ("USTACK_NETNS", "ns1"),
             ("USTACK_GATEWAY", "192.0.2.1"),
@@ -171,7 +174,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             e.capi,
-            "link=tun addr=192.0.2.2/24 tun=tun0 netns=ns1 gateway=192.0.2.1 queues=2 \
+            "link=tun addr=192.0.2.2/24 addr6=2001:db8::2/64 tun=tun0 netns=ns1 gateway=192.0.2.1 queues=2 \
              sysctl.net.ipv4.tcp_sack=0 sysctl.net.ipv4.tcp_timestamps=0 \
              sysctl.net.core.somaxconn=128"
         );
@@ -218,6 +221,10 @@ mod tests {
             (
                 vec![("USTACK_ADDR", "1.2.3.4/8"), ("USTACK_GATEWAY", "router")],
                 "gateway=router: not an IPv4 address",
+            ),
+            (
+                vec![("USTACK_ADDR", "1.2.3.4/8"), ("USTACK_ADDR6", "1.2.3.5/64")],
+                "addr6=1.2.3.5: not an IPv6 address",
             ),
             (
                 vec![("USTACK_ADDR", "1.2.3.4/8"), ("USTACK_TUN", "a b")],

@@ -6,8 +6,10 @@
 //!   its numbers are reserved kernel descriptors, so they never collide with the
 //!   program's files. Before the stack starts (the first `AF_INET` socket), every call
 //!   goes to the kernel without a look at the table.
-//! - `socket(AF_INET, SOCK_STREAM | SOCK_DGRAM, 0 | TCP | UDP)` goes to ustack; every
-//!   other family, type or protocol (Unix, IPv6, netlink, raw, ICMP) to the kernel.
+//! - `socket(AF_INET, SOCK_STREAM | SOCK_DGRAM, 0 | TCP | UDP)` goes to ustack, and so
+//!   does `AF_INET6` when `USTACK_ADDR6` gives ustack an IPv6 address ([`ipv6_configured`]);
+//!   every other family, type or protocol (Unix, IPv6 without `USTACK_ADDR6`, netlink,
+//!   raw, ICMP) to the kernel.
 //! - The stack starts lazily, on the first such `socket`, from the environment
 //!   ([`crate::config`]), on the calling thread with a thread-local flag set: a socket the
 //!   start itself makes (the TUN's set-up) goes to the kernel.
@@ -231,11 +233,20 @@ fn serve_control(control: ControlServer, stack: &Arc<Stack>) {
     }
 }
 
+/// Whether `USTACK_ADDR6` is set (read once): `AF_INET6` sockets go to ustack only then.
+/// Without it ustack has no IPv6 address, and a program's IPv6 sockets stay the kernel's
+/// (a server on `[::]` then gets no IPv4 either: it is the kernel's socket).
+fn ipv6_configured() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("USTACK_ADDR6").is_some_and(|v| !v.is_empty()))
+}
+
 /// Where `socket(domain, ty, protocol)` goes, starting the stack if this is the first
 /// ustack socket. `atfork` registers [`forked`] and [`at_exit`] (the FFI's job).
 pub fn socket(domain: i32, ty: i32, protocol: i32, atfork: fn()) -> Route {
     let base = ty & !(libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC);
-    let ours = domain == libc::AF_INET
+    let inet = domain == libc::AF_INET || (domain == libc::AF_INET6 && ipv6_configured());
+    let ours = inet
         && matches!(
             (base, protocol),
             (libc::SOCK_STREAM, 0 | libc::IPPROTO_TCP) | (libc::SOCK_DGRAM, 0 | libc::IPPROTO_UDP)

@@ -237,6 +237,74 @@ fn socat_serves_an_echo_over_ustack() {
     assert!(!serr.contains("only wrote"), "socat's log: {serr}");
 }
 
+/// IPv6 through the preload: with `USTACK_ADDR6`, socat's `TCP6-LISTEN` (an `AF_INET6`
+/// socket on `[::]`) is ustack's. A kernel client over IPv6 gets 229 KB echoed (SHA-256
+/// checked) and socat logs its peer as an `AF=10` address; a kernel client over IPv4
+/// reaches the same kind of dual-stack listener, its address `[::ffff:192.0.2.1]` as
+/// Linux gives it. (socat serves one connection a run: a server per client.)
+#[test]
+fn an_ipv6_server_on_ustack_serves_kernel_clients_of_both_families() {
+    let test = "an_ipv6_server_on_ustack_serves_kernel_clients_of_both_families";
+    if !root_and_tools(test, &["socat", "sha256sum"]) {
+        return;
+    }
+    let ns = rig();
+    // The rig turns IPv6 off on the kernel's end of tun0: on again, 2001:db8::1/64.
+    for argv in [
+        &["sysctl", "-qw", "net.ipv6.conf.tun0.disable_ipv6=0"][..],
+        &[
+            "ip",
+            "-6",
+            "addr",
+            "add",
+            "2001:db8::1/64",
+            "dev",
+            "tun0",
+            "nodad",
+        ],
+    ] {
+        let out = ns.run(Duration::from_secs(5), argv).expect("ip -6");
+        assert!(out.status.success(), "{argv:?}: {out:?}");
+    }
+    let seq = "seq 1 40000";
+    let want = Command::new("sh")
+        .args(["-c", &format!("{seq} | sha256sum")])
+        .output()
+        .expect("sha256sum");
+    let want = text(&want.stdout);
+    let clients = [
+        (
+            format!("{seq} | socat -t 5 - TCP6:[2001:db8::2]:7006 | sha256sum"),
+            want.as_str(),
+            [
+                "accepting connection from AF=10 [2001:0db8:0000:0000:0000:0000:0000:0001]:",
+                " on AF=10 [2001:0db8:0000:0000:0000:0000:0000:0002]:7006",
+            ],
+        ),
+        (
+            "printf hello4 | socat -t 3 - TCP4:192.0.2.2:7006".to_owned(),
+            "hello4",
+            // ::ffff:192.0.2.1 and, getsockname's, ::ffff:192.0.2.2.
+            [
+                "accepting connection from AF=10 [0000:0000:0000:0000:0000:ffff:c000:0201]:",
+                " on AF=10 [0000:0000:0000:0000:0000:ffff:c000:0202]:7006",
+            ],
+        ),
+    ];
+    for (client, answer, logged) in clients {
+        let mut cmd = bounded(40);
+        cmd.args(["socat", "-d", "-d", "TCP6-LISTEN:7006,reuseaddr", "PIPE"]);
+        cmd.env("USTACK_ADDR6", "2001:db8::2/64");
+        let server = start_preloaded(cmd, &ns, "socat on [::]");
+        let result =
+            std::panic::catch_unwind(|| until_answers(&ns, &["sh", "-c", &client], answer));
+        let log = stop_server(server, "socat on [::]", result);
+        for l in logged {
+            assert!(log.contains(l), "{client}: socat's log: {log}");
+        }
+    }
+}
+
 /// Without a configuration, an `AF_INET` socket fails with a message on stderr that says
 /// what is missing; with `USTACK_FALLBACK=kernel` the program runs on the kernel (socat
 /// sends a line to a kernel listener of the test's own, on loopback). No root needed.

@@ -289,7 +289,7 @@ impl TcpStream {
     pub fn connect_from<D: Device + Sleep, C: Clock>(
         rt: &mut Runtime<D, C>,
         local_port: u16,
-        addr: SocketAddrV4,
+        addr: impl Into<SocketAddr>,
     ) -> io::Result<TcpStream> {
         let (stack, now) = rt.stack_now();
         let handle = stack.tcp_connect_from(now, local_port, addr).map_err(err)?;
@@ -572,6 +572,30 @@ impl UdpSocket {
         rt.stack_mut().udp_connect(self.handle, peer).map_err(err)
     }
 
+    /// `connect(2)` on a socket of either family (see `Stack::udp_connect_addr`): an IPv6
+    /// socket takes an IPv6 peer or a `::ffff:a.b.c.d` one; `EAFNOSUPPORT` for a peer of
+    /// the other family.
+    pub fn connect_addr<D: Device + Sleep, C: Clock>(
+        &self,
+        rt: &mut Runtime<D, C>,
+        peer: Option<SocketAddr>,
+    ) -> io::Result<()> {
+        rt.stack_mut()
+            .udp_connect_addr(self.handle, peer)
+            .map_err(err)
+    }
+
+    /// The connected peer of a socket of either family: `ENOTCONN` if not connected.
+    pub fn peer_sockaddr<D: Device + Sleep, C: Clock>(
+        &self,
+        rt: &Runtime<D, C>,
+    ) -> io::Result<SocketAddr> {
+        rt.stack()
+            .udp_peer_sockaddr(self.handle)
+            .map_err(err)?
+            .ok_or_else(|| err(Error::NotConnected))
+    }
+
     /// The connected peer (`getpeername(2)`): `ENOTCONN` if not connected.
     pub fn peer_addr<D: Device + Sleep, C: Clock>(
         &self,
@@ -592,7 +616,7 @@ impl UdpSocket {
     ) -> io::Result<usize> {
         let peer = rt
             .stack()
-            .udp_peer_addr(self.handle)
+            .udp_peer_sockaddr(self.handle)
             .map_err(err)?
             .ok_or_else(|| err(Error::DestAddrRequired))?;
         self.send_to(rt, buf, peer)
@@ -605,7 +629,7 @@ impl UdpSocket {
         rt: &mut Runtime<D, C>,
         buf: &mut [u8],
     ) -> io::Result<usize> {
-        self.recv_from(rt, buf).map(|(n, _)| n)
+        self.recv_from_addr(rt, buf).map(|(n, _)| n)
     }
 
     /// The bound address (with the ephemeral port picked) of an IPv4 socket

@@ -66,7 +66,7 @@
 //! docs/api.md compares them.
 
 use core::future::poll_fn;
-use core::net::{SocketAddr, SocketAddrV4};
+use core::net::SocketAddr;
 use core::pin::Pin;
 use core::task::{Context, Poll, Waker};
 use std::io;
@@ -180,19 +180,16 @@ impl Sock {
     }
 }
 
-/// The one IPv4 address `addr` names (ustack is IPv4 only): `InvalidInput` otherwise.
-fn v4(addr: impl ToSocketAddrs) -> io::Result<SocketAddrV4> {
-    addr.to_socket_addrs()?
-        .find_map(|a| match a {
-            SocketAddr::V4(a) => Some(a),
-            SocketAddr::V6(_) => None,
-        })
-        .ok_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "ustack-tokio: no IPv4 address to use",
-            )
-        })
+/// The first address `addr` names (IPv4 or IPv6; an IPv6 listener or UDP socket on `::`
+/// is dual-stack, IPv4 peers as `::ffff:a.b.c.d`, as tokio's on Linux): `InvalidInput`
+/// if it names none.
+fn first(addr: impl ToSocketAddrs) -> io::Result<SocketAddr> {
+    addr.to_socket_addrs()?.next().ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "could not resolve to any addresses",
+        )
+    })
 }
 
 // ---- TCP ----------------------------------------------------------------------------------
@@ -208,7 +205,7 @@ pub struct TcpListener {
 impl TcpListener {
     /// Listen on `addr` (a port other than 0). `AddrInUse`, `AddrNotAvailable`.
     pub fn bind(net: &Net, addr: impl ToSocketAddrs) -> io::Result<TcpListener> {
-        let fd = net.tcp_listen(v4(addr)?, BACKLOG)?;
+        let fd = net.tcp_listen(first(addr)?, BACKLOG)?;
         Ok(TcpListener {
             sock: Sock::new(net, fd),
         })
@@ -230,13 +227,13 @@ impl TcpListener {
                 let stream = TcpStream {
                     sock: Arc::new(Sock::new(&self.sock.net, fd)),
                 };
-                (stream, SocketAddr::V4(peer))
+                (stream, peer)
             })
     }
 
     /// The address it listens on.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        Ok(SocketAddr::V4(self.sock.net.local_addr(self.sock.fd)?))
+        self.sock.net.local_addr(self.sock.fd)
     }
 
     /// Its handle in the [`Net`].
@@ -264,7 +261,7 @@ impl TcpStream {
     /// `connect` resets and closes the attempt. `ConnectionRefused`, `TimedOut` (SYN
     /// retries), `NetworkUnreachable`.
     pub async fn connect(net: &Net, addr: impl ToSocketAddrs) -> io::Result<TcpStream> {
-        let fd = net.tcp_connect(v4(addr)?, Wait::Never)?;
+        let fd = net.tcp_connect(first(addr)?, Wait::Never)?;
         let sock = Sock::new(net, fd);
         poll_fn(|cx| {
             sock.poll_io(cx, Readiness::WRITABLE, |net, fd| {
@@ -283,12 +280,12 @@ impl TcpStream {
 
     /// The peer's address.
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {
-        Ok(SocketAddr::V4(self.sock.net.peer_addr(self.sock.fd)?))
+        self.sock.net.peer_addr(self.sock.fd)
     }
 
     /// Our address.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        Ok(SocketAddr::V4(self.sock.net.local_addr(self.sock.fd)?))
+        self.sock.net.local_addr(self.sock.fd)
     }
 
     /// `TCP_NODELAY`.
@@ -417,7 +414,7 @@ pub struct UdpSocket {
 impl UdpSocket {
     /// A socket bound to `addr` (port 0: an ephemeral port).
     pub fn bind(net: &Net, addr: impl ToSocketAddrs) -> io::Result<UdpSocket> {
-        let fd = net.udp_bind(v4(addr)?)?;
+        let fd = net.udp_bind(first(addr)?)?;
         Ok(UdpSocket {
             sock: Sock::new(net, fd),
         })
@@ -426,7 +423,7 @@ impl UdpSocket {
     /// Send one datagram to `addr`: its length. `MessageTooLong`-style errors as the
     /// core's (`EMSGSIZE`), `NetworkUnreachable`.
     pub async fn send_to(&self, buf: &[u8], addr: impl ToSocketAddrs) -> io::Result<usize> {
-        let dst = v4(addr)?;
+        let dst = first(addr)?;
         poll_fn(|cx| {
             self.sock
                 .poll_io(cx, Readiness::WRITABLE, |net, fd| net.send_to(fd, buf, dst))
@@ -440,7 +437,6 @@ impl UdpSocket {
         poll_fn(|cx| {
             self.sock.poll_io(cx, Readiness::READABLE, |net, fd| {
                 net.recv_from(fd, buf, Wait::Never)
-                    .map(|(n, from)| (n, SocketAddr::V4(from)))
             })
         })
         .await
@@ -448,7 +444,7 @@ impl UdpSocket {
 
     /// Our address.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        Ok(SocketAddr::V4(self.sock.net.local_addr(self.sock.fd)?))
+        self.sock.net.local_addr(self.sock.fd)
     }
 
     /// Its handle in the [`Net`].

@@ -36,7 +36,7 @@
 
 use core::cell::{Cell, RefCell};
 use core::future::poll_fn;
-use core::net::{SocketAddr, SocketAddrV4};
+use core::net::SocketAddr;
 use core::pin::Pin;
 use core::task::{Context, Poll, Waker};
 use core::time::Duration;
@@ -370,17 +370,6 @@ async fn drive(inner: Weak<Inner>, fds: Vec<AsyncFd<OwnedFd>>) {
     }
 }
 
-/// The one IPv4 address of `addr`.
-fn v4(addr: SocketAddr) -> io::Result<SocketAddrV4> {
-    match addr {
-        SocketAddr::V4(a) => Ok(a),
-        SocketAddr::V6(_) => Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "ustack-tokio: IPv4 only",
-        )),
-    }
-}
-
 fn would_block(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::WouldBlock
 }
@@ -397,7 +386,7 @@ impl LocalTcpListener {
     /// Listen on `addr`.
     pub fn bind(stack: &LocalStack, addr: SocketAddr) -> io::Result<LocalTcpListener> {
         let (listener, token) = stack.inner.open(Interest::READABLE, |rt| {
-            api::TcpListener::bind(rt, v4(addr)?, BACKLOG)
+            api::TcpListener::bind(rt, addr, BACKLOG)
         })?;
         Ok(LocalTcpListener {
             stack: stack.clone(),
@@ -462,7 +451,7 @@ impl LocalTcpStream {
     /// the attempt.
     pub async fn connect(stack: &LocalStack, addr: SocketAddr) -> io::Result<LocalTcpStream> {
         let s = &stack.inner;
-        let (stream, token) = s.open(BOTH, |rt| api::TcpStream::connect(rt, v4(addr)?))?;
+        let (stream, token) = s.open(BOTH, |rt| api::TcpStream::connect(rt, addr))?;
         let conn = LocalTcpStream {
             stack: stack.clone(),
             stream,
@@ -659,7 +648,7 @@ impl LocalUdpSocket {
     pub fn bind(stack: &LocalStack, addr: SocketAddr) -> io::Result<LocalUdpSocket> {
         let (sock, token) = stack
             .inner
-            .open(BOTH, |rt| api::UdpSocket::bind(rt, v4(addr)?))?;
+            .open(BOTH, |rt| api::UdpSocket::bind(rt, addr))?;
         Ok(LocalUdpSocket {
             stack: stack.clone(),
             sock,
@@ -669,10 +658,9 @@ impl LocalUdpSocket {
 
     /// Send one datagram to `addr`: its length. It leaves with the driver's next round.
     pub async fn send_to(&self, buf: &[u8], addr: SocketAddr) -> io::Result<usize> {
-        let dst = v4(addr)?;
         let s = &self.stack.inner;
         poll_fn(|cx| {
-            let r = self.sock.send_to(&mut s.rt.borrow_mut(), buf, dst);
+            let r = self.sock.send_to(&mut s.rt.borrow_mut(), buf, addr);
             s.queued(r, self.token, cx)
         })
         .await
@@ -682,9 +670,9 @@ impl LocalUdpSocket {
     pub async fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
         let s = &self.stack.inner;
         poll_fn(|cx| {
-            let r = self.sock.recv_from(&mut s.rt.borrow_mut(), buf);
+            let r = self.sock.recv_from_addr(&mut s.rt.borrow_mut(), buf);
             match r {
-                Ok((n, from)) => Poll::Ready(Ok((n, SocketAddr::V4(from)))),
+                Ok((n, from)) => Poll::Ready(Ok((n, from))),
                 Err(e) if would_block(&e) => s.park(self.token, true, cx),
                 Err(e) => Poll::Ready(Err(e)),
             }
@@ -694,9 +682,7 @@ impl LocalUdpSocket {
 
     /// The address it is bound to.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        Ok(SocketAddr::V4(
-            self.sock.local_addr(&self.stack.inner.rt.borrow())?,
-        ))
+        self.sock.local_sockaddr(&self.stack.inner.rt.borrow())
     }
 }
 

@@ -77,7 +77,7 @@ int main(void) {
     CHECK_ERR(ustack_accept(s2, NULL, NULL), EINVAL);
     CHECK_ERR(ustack_shutdown(s, 7), EINVAL);
     CHECK_ERR(ustack_fcntl(s, 0x7fff, 0), EINVAL); /* an unknown command */
-    CHECK_ERR(ustack_socket_on(server, AF_INET6, SOCK_STREAM, 0), EAFNOSUPPORT);
+    CHECK_ERR(ustack_socket_on(server, AF_UNIX, SOCK_STREAM, 0), EAFNOSUPPORT);
     /* The port is free again once the listener is closed. */
     CHECK(ustack_close(s) == 0);
     CHECK(ustack_bind(s2, SA(here), sizeof here) == 0);
