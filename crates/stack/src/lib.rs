@@ -266,6 +266,12 @@ pub enum Error {
     /// EAFNOSUPPORT: an address of the other family than the socket's (an IPv6
     /// destination for an IPv4 socket), or an IPv4-only call on an IPv6 socket.
     AddrFamily,
+    /// EACCES: an ICMPv6 administratively prohibited (or source-policy, reject-route)
+    /// Destination Unreachable for what we sent (Linux `icmpv6_err_convert`).
+    PermissionDenied,
+    /// EPROTO: an ICMPv6 Parameter Problem (or an unknown Destination Unreachable code)
+    /// for what we sent (Linux `icmpv6_err_convert`).
+    Protocol,
 }
 
 impl Error {
@@ -288,6 +294,8 @@ impl Error {
             Error::NotConnected => 107,
             Error::DestAddrRequired => 89,
             Error::AddrFamily => 97,
+            Error::PermissionDenied => 13,
+            Error::Protocol => 71,
         }
     }
 }
@@ -311,6 +319,8 @@ impl fmt::Display for Error {
             Error::NotConnected => "not connected (ENOTCONN)",
             Error::DestAddrRequired => "destination address required (EDESTADDRREQ)",
             Error::AddrFamily => "address family not supported (EAFNOSUPPORT)",
+            Error::PermissionDenied => "permission denied (EACCES)",
+            Error::Protocol => "protocol error (EPROTO)",
         })
     }
 }

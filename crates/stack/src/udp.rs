@@ -256,20 +256,24 @@ impl Stack {
     /// error (`icmp_err_convert[code].fatal`) reaches a socket, and only a connected one
     /// ("if (!harderr || sk->sk_state != TCP_ESTABLISHED) goto out;"), as `sk_err`: its
     /// next receive or send fails with it. Other errors are dropped.
-    pub(crate) fn udp_icmp_error(&mut self, local_port: u16, remote: SocketAddrV4, err: Error) {
+    pub(crate) fn udp_icmp_error(&mut self, local_port: u16, remote: SocketAddr, err: Error) {
         let Some(&index) = self.udp.by_port.get(&local_port) else {
             return;
         };
         let Some(socket) = self.udp.sockets.by_index_mut(index) else {
             return;
         };
-        let mapped = SocketAddr::V6(SocketAddrV6::new(
-            remote.ip().to_ipv6_mapped(),
-            remote.port(),
-            0,
-            0,
-        ));
-        if socket.peer != Some(SocketAddr::V4(remote)) && socket.peer != Some(mapped) {
+        // An IPv4 peer may be named v4-mapped by a dual-stack socket.
+        let mapped = match remote {
+            SocketAddr::V4(r) => Some(SocketAddr::V6(SocketAddrV6::new(
+                r.ip().to_ipv6_mapped(),
+                r.port(),
+                0,
+                0,
+            ))),
+            SocketAddr::V6(_) => None,
+        };
+        if socket.peer != Some(remote) && (mapped.is_none() || socket.peer != mapped) {
             return;
         }
         socket.error = Some(err);
