@@ -21,7 +21,9 @@
 //!   ([`Stack::path_mtu6`]; RFC 8201);
 //! - Neighbor Solicitation and Advertisement: address resolution in the neighbour table ARP
 //!   uses, solicitations answered for our addresses, duplicate address detection (RFC
-//!   4862 §5.4). Router advertisements are counted and ignored (addresses are static).
+//!   4862 §5.4);
+//! - Router Advertisements: router discovery and address autoconfiguration when
+//!   `accept_ra` is set (`ip::addrconf`); otherwise counted and ignored.
 
 use core::net::{IpAddr, Ipv6Addr, SocketAddrV6};
 
@@ -71,9 +73,11 @@ impl Stack {
             Message::NeighborSolicit | Message::NeighborAdvert => {
                 return self.ndisc_input(now, inb, &packet);
             }
-            // A host with static addresses has no use for router advertisements, router
-            // solicitations or redirects: counted by type above, then ignored.
-            Message::RouterSolicit | Message::RouterAdvert | Message::Redirect => return,
+            // Router discovery and autoconfiguration (`ip::addrconf`).
+            Message::RouterAdvert => return self.ndisc_router_discovery(now, inb),
+            // A host has no use for router solicitations, and ustack none for redirects:
+            // counted by type above, then ignored.
+            Message::RouterSolicit | Message::Redirect => return,
             _ => {}
         }
         let repr = match icmpv6::Repr::parse(&packet, &inb.src, &inb.dst, false) {
@@ -377,7 +381,7 @@ impl Stack {
                             self.dad_failed(target);
                         }
                     }
-                    Some(AddrState::Preferred) => {
+                    Some(AddrState::Preferred | AddrState::Deprecated) => {
                         let mac = self.mac;
                         if dad {
                             // §7.2.4: to all-nodes, Solicited flag clear.
@@ -499,20 +503,32 @@ impl Stack {
             ndisc::Repr::Solicit { .. } => Message::NeighborSolicit,
             ndisc::Repr::Advert { .. } => Message::NeighborAdvert,
         };
+        self.ndisc_send_msg(now, (src, dst), ty, repr.buffer_len(), |buf, s, d| {
+            repr.emit(buf, &s, &d)
+        });
+    }
+
+    /// Send a Neighbor Discovery message of type `ty` and `len` bytes, written by `emit`
+    /// given (source, destination), with hop limit 255, counted by type.
+    pub(crate) fn ndisc_send_msg(
+        &mut self,
+        now: Instant,
+        (src, dst): (Ipv6Addr, Ipv6Addr),
+        ty: Message,
+        len: usize,
+        emit: impl FnOnce(&mut [u8], Ipv6Addr, Ipv6Addr),
+    ) {
         let out = Outbound6 {
             src: Some(src),
             dst,
             next_header: IpProtocol::Icmpv6,
-            payload_len: repr.buffer_len(),
+            payload_len: len,
             hop_limit: Some(NDISC_HOP_LIMIT),
             full_reason: DropReason::Icmp6OutFailed,
         };
         self.mib.inc(Counter::Icmp6OutMsgs);
         self.mib.icmp6_out_type(ty.into());
-        if self
-            .ipv6_output(now, out, |buf, s, d| repr.emit(buf, &s, &d))
-            .is_err()
-        {
+        if self.ipv6_output(now, out, emit).is_err() {
             self.mib.inc(Counter::Icmp6OutErrors);
         }
     }
