@@ -263,6 +263,7 @@ impl Stack {
             payload_len: repr.buffer_len(),
             hop_limit: None,
             full_reason: DropReason::Icmp6OutFailed,
+            ports: None,
         };
         self.mib.inc(Counter::Icmp6OutMsgs);
         self.mib.icmp6_out_type(msg_type(repr));
@@ -525,6 +526,7 @@ impl Stack {
             payload_len: len,
             hop_limit: Some(NDISC_HOP_LIMIT),
             full_reason: DropReason::Icmp6OutFailed,
+            ports: None,
         };
         self.mib.inc(Counter::Icmp6OutMsgs);
         self.mib.icmp6_out_type(ty.into());

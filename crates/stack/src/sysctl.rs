@@ -267,6 +267,8 @@ sysctls! {
     ip6_router_solicitations: "net.ipv6.conf.default.router_solicitations" = 3, [0, 255], "probes";
     /// Interval between router solicitations (Linux backs it off, RFC 7559; ustack keeps it).
     ip6_router_solicitation_interval: "net.ipv6.conf.default.router_solicitation_interval" = 4, [1, 3600], "s";
+    /// Flow labels on the IPv6 packets of TCP connections and UDP sockets, hashed from the addresses, ports and a secret (Linux `ip6_make_flowlabel`): 0 off, 1 on (ustack's default), as Linux's auto_flowlabels 0 and 1 (Linux's default 1 means "on unless the socket opts out"; ustack has no opt-out).
+    ip6_auto_flowlabels: "net.ipv6.auto_flowlabels" = 1, [0, 1], "mode";
 }
 
 impl Sysctl {

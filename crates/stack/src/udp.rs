@@ -387,6 +387,7 @@ impl Stack {
                     payload_len: len,
                     hop_limit: None,
                     full_reason: DropReason::Udp6Sndbuf,
+                    ports: Some((local.port(), dst.port())),
                 };
                 // The checksum is always computed over IPv6: the fragments of a datagram
                 // larger than the MTU cannot have it filled by a device, and the IPv6

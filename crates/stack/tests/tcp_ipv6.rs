@@ -547,3 +547,102 @@ fn icmpv6_soft_errors_leave_an_established_connection_up() {
         assert_eq!(p.a.tcp_take_error(a), Ok(None), "reported once");
     }
 }
+
+/// (next header, flow label) of each IPv6 TCP or UDP packet a stack sent.
+type Labels = Vec<(u8, u32)>;
+
+/// The flow labels of the IPv6 TCP and UDP packets each stack sends while the two
+/// exchange frames until quiet: (from A, from B).
+fn shuttle_labels(p: &mut Pair) -> (Labels, Labels) {
+    let mut seen = (Vec::new(), Vec::new());
+    let label = |f: &[u8]| {
+        let ip = &f[ethernet::HEADER_LEN..];
+        let flow = u32::from_be_bytes([ip[0], ip[1], ip[2], ip[3]]) & 0xf_ffff;
+        (ip[6], flow)
+    };
+    for _ in 0..20 {
+        let mut moved = false;
+        while let Some(f) = p.a.poll_transmit(p.now) {
+            if f[12..14] == [0x86, 0xdd] && f[ethernet::HEADER_LEN + 6] != 58 {
+                seen.0.push(label(&f));
+            }
+            p.b.receive(p.now, &f);
+            moved = true;
+        }
+        while let Some(f) = p.b.poll_transmit(p.now) {
+            if f[12..14] == [0x86, 0xdd] && f[ethernet::HEADER_LEN + 6] != 58 {
+                seen.1.push(label(&f));
+            }
+            p.a.receive(p.now, &f);
+            moved = true;
+        }
+        if !moved {
+            break;
+        }
+    }
+    seen
+}
+
+/// The label every packet in `seen` carries, checking they all carry one.
+fn one_label(seen: &[(u8, u32)]) -> u32 {
+    assert!(!seen.is_empty());
+    assert!(seen.iter().all(|s| *s == seen[0]), "{seen:?}");
+    seen[0].1
+}
+
+/// A UDP datagram from A port 5000 to B port 53 on a fresh pair with link seed `seed` and
+/// `auto_flowlabels`: its flow label.
+fn udp_label(seed: u64, auto: u64) -> u32 {
+    let mut p = Pair::dual_stack(SimLinkConfig {
+        seed,
+        ..SimLinkConfig::default()
+    });
+    p.a.set_sysctl("net.ipv6.auto_flowlabels", auto).unwrap();
+    p.b.udp_bind(v6(Ipv6Addr::UNSPECIFIED, 53)).unwrap();
+    let u = p.a.udp_bind(v6(A_IP6, 5000)).unwrap();
+    for _ in 0..2 {
+        p.a.udp_send_to(p.now, u, b"q", v6(B_IP6, 53)).unwrap();
+    }
+    let (from_a, _) = shuttle_labels(&mut p);
+    assert_eq!(from_a.len(), 2);
+    one_label(&from_a)
+}
+
+/// Flow labels (RFC 6437, Linux `auto_flowlabels` / `ip6_make_flowlabel`): every packet
+/// of a TCP connection, SYN to FIN, carries one label per direction, not zero; another
+/// connection another label; two datagrams of one UDP flow one label; another stack
+/// (another secret) gives the same tuple another label; `net.ipv6.auto_flowlabels` = 0
+/// sends zero.
+#[test]
+fn flow_labels_are_per_flow_keyed_and_off_with_the_sysctl() {
+    let mut p = Pair::dual_stack(SimLinkConfig::default());
+    p.b.tcp_listen(v6(B_IP6, 80), 8).unwrap();
+    let conn = |p: &mut Pair| {
+        let a = p.a.tcp_connect(p.now, v6(B_IP6, 80)).unwrap();
+        let (mut from_a, mut from_b) = shuttle_labels(p);
+        p.a.tcp_send(p.now, a, b"data").unwrap();
+        p.a.tcp_close(p.now, a).unwrap();
+        let more = shuttle_labels(p);
+        from_a.extend(more.0);
+        from_b.extend(more.1);
+        assert!(
+            from_a.len() >= 3 && from_b.len() >= 2,
+            "{from_a:?} {from_b:?}"
+        );
+        (one_label(&from_a), one_label(&from_b))
+    };
+    let (a1, b1) = conn(&mut p);
+    let (a2, b2) = conn(&mut p);
+    assert!(a1 != 0 && b1 != 0);
+    assert!(a1 != a2 && b1 != b2, "another connection, another label");
+
+    let u = udp_label(1, 1);
+    assert_ne!(u, 0);
+    assert_eq!(udp_label(1, 1), u, "one secret, one label");
+    assert_ne!(udp_label(2, 1), u, "another secret, another label");
+    assert_eq!(udp_label(1, 0), 0, "auto_flowlabels = 0");
+
+    p.a.set_sysctl("net.ipv6.auto_flowlabels", 0).unwrap();
+    p.b.set_sysctl("net.ipv6.auto_flowlabels", 0).unwrap();
+    assert_eq!(conn(&mut p), (0, 0));
+}

@@ -134,6 +134,8 @@ pub struct Ip6State {
     pub(crate) reasm: Reassembler6,
     pub(crate) pmtu: PmtuCache,
     ident: Ident6,
+    /// Key of the flow-label hash (Linux: the flow dissector's `hashrnd`).
+    flowlabel: KeyedState,
     pub(crate) replies: VecDeque<crate::icmpv6::EchoReply6>,
     /// Neighbour discovery runs on this link (Ethernet); a TUN link has none.
     pub(crate) ndisc: bool,
@@ -200,6 +202,7 @@ impl Ip6State {
                 buckets: Box::new([0; 256]),
                 hasher: secrets.hasher(b"ip6 ident"),
             },
+            flowlabel: secrets.hasher(b"ip6 flowlabel"),
             replies: VecDeque::new(),
             ndisc,
         }
@@ -289,6 +292,25 @@ impl Ip6State {
         }
     }
 
+    /// The flow label of the packets `src` -> `dst` of a transport flow (RFC 6437 §3:
+    /// "a stateless ... hash function ... so that ... the Flow Label value ... [is]
+    /// uniformly distributed", with a secret so that it reveals nothing of the tuple;
+    /// Linux `ip6_make_flowlabel`: the keyed flow hash of addresses, protocol and ports,
+    /// rotated by 16 bits, its low 20 bits). Derived from the tuple each time, so that a
+    /// connection keeps no state for it and its SYN-ACK, data and RST carry one label.
+    pub(crate) fn flow_label(
+        &self,
+        src: Ipv6Addr,
+        dst: Ipv6Addr,
+        proto: IpProtocol,
+        (sport, dport): (u16, u16),
+    ) -> u32 {
+        let h = self
+            .flowlabel
+            .hash_one((src, dst, u8::from(proto), sport, dport)) as u32;
+        h.rotate_left(16) & 0x000f_ffff
+    }
+
     /// The earliest IPv6 deadline: reassembly, duplicate address detection, router
     /// solicitation and the lifetimes of routers and autoconfigured addresses.
     #[inline]
@@ -351,6 +373,9 @@ pub(crate) struct Outbound6 {
     /// `None`: `net.ipv6.conf.default.hop_limit`.
     pub hop_limit: Option<u8>,
     pub full_reason: DropReason,
+    /// The transport's (source, destination) ports: the packets of the flow get a flow
+    /// label ([`Ip6State::flow_label`]); `None`: label 0 (ICMPv6, Neighbor Discovery).
+    pub ports: Option<(u16, u16)>,
 }
 
 impl Stack {
@@ -758,7 +783,12 @@ impl Stack {
             payload_len: out.payload_len,
             hop_limit,
             traffic_class: 0,
-            flow_label: 0,
+            flow_label: match out.ports {
+                Some(ports) if self.sysctl.ip6_auto_flowlabels != 0 => {
+                    self.ip6.flow_label(src, out.dst, out.next_header, ports)
+                }
+                _ => 0,
+            },
         };
         if ipv6::HEADER_LEN + out.payload_len <= mtu {
             let mut frame = vec![0u8; l2 + ipv6::HEADER_LEN + out.payload_len];
