@@ -163,8 +163,10 @@ pub struct Config {
     /// Next hop for destinations off the subnet; without one they are unreachable.
     pub gateway: Option<Ipv4Addr>,
     /// IPv6 addresses (static; [`Config::with_ipv6`]). Empty: IPv6 is off and IPv6 frames
-    /// are dropped as `UNHANDLED_PROTO`. With any, an Ethernet interface also gets its
-    /// link-local address from the MAC (RFC 4291 Appendix A), first in the list.
+    /// are dropped as `UNHANDLED_PROTO`, unless `net.ipv6.conf.default.accept_ra` is set
+    /// on Ethernet (addresses then come from router advertisements). With any, or with
+    /// `accept_ra`, an Ethernet interface also gets its link-local address from the MAC
+    /// (RFC 4291 Appendix A), first in the list.
     pub ipv6: Vec<Ipv6Cidr>,
     /// IPv6 next hop for destinations off the configured prefixes (usually a router's
     /// link-local address); without one they are unreachable.

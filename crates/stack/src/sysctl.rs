@@ -253,7 +253,7 @@ sysctls! {
     ip6_accept_dad: "net.ipv6.conf.default.accept_dad" = 1, [0, 1], "bool";
     /// Neighbour solicitations sent per address by duplicate address detection (0: none, the address is usable at once).
     ip6_dad_transmits: "net.ipv6.conf.default.dad_transmits" = 1, [0, 255], "probes";
-    /// Router advertisements (RFC 4861 §6.3.4): 0 ignored (ustack's default; Linux's is 1), 1 or 2 processed (a host: Linux's 2 only matters with forwarding on): default routers, prefixes, autoconfigured addresses, router solicitations at start.
+    /// Router advertisements (RFC 4861 §6.3.4): 0 ignored (ustack's default; Linux's is 1), 1 or 2 processed (a host: Linux's 2 only matters with forwarding on): default routers, prefixes, autoconfigured addresses, router solicitations at start; IPv6 then runs on an Ethernet interface with no address configured, from its link-local one.
     ip6_accept_ra: "net.ipv6.conf.default.accept_ra" = 0, [0, 2], "mode";
     /// Take default routers from router advertisements (with accept_ra).
     ip6_accept_ra_defrtr: "net.ipv6.conf.default.accept_ra_defrtr" = 1, [0, 1], "bool";

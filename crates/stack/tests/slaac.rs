@@ -35,11 +35,16 @@ fn slaac_a() -> Ipv6Addr {
     Ipv6Addr::from(u128::from(PREFIX) | iid)
 }
 
-/// A with only its link-local address and `accept_ra` = `accept_ra`; B with B_FAR and
-/// A's link-local as its gateway. Not run yet.
+/// A with only its link-local address (none configured when `accept_ra` is on) and
+/// `accept_ra` = `accept_ra`; B with B_FAR and A's link-local as its gateway. Not run
+/// yet.
 fn pair(accept_ra: u64) -> Pair {
-    let mut a =
-        Config::ethernet(A_MAC, Ipv4Cidr::new(A_IP, 24)).with_ipv6(Ipv6Cidr::new(ll(A_MAC), 64));
+    let mut a = Config::ethernet(A_MAC, Ipv4Cidr::new(A_IP, 24));
+    // With accept_ra, IPv6 starts from the link-local address alone; without it, IPv6
+    // needs an address configured.
+    if accept_ra == 0 {
+        a = a.with_ipv6(Ipv6Cidr::new(ll(A_MAC), 64));
+    }
     a.sysctl
         .set("net.ipv6.conf.default.accept_ra", accept_ra)
         .unwrap();

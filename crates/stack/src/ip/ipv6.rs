@@ -175,7 +175,8 @@ impl Ip6State {
         secrets: &Secrets,
     ) -> Ip6State {
         let ndisc = medium == Medium::Ethernet;
-        if ndisc && !cidrs.is_empty() {
+        // With accept_ra, a link-local address alone is enough to start from (SLAAC).
+        if ndisc && (!cidrs.is_empty() || sysctl.ip6_accept_ra != 0) {
             // RFC 4862 §5.3: a link-local address for every interface, from the MAC.
             let ll = Ipv6Cidr::new(ndisc::link_local_from_mac(mac), 64);
             if !cidrs.iter().any(|c| c.addr == ll.addr) {
