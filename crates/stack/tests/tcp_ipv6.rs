@@ -248,9 +248,11 @@ fn listeners_conflict_across_families_as_linux() {
         p.b.tcp_listen(SocketAddrV4::new(B_IP, 81), 8).err(),
         Some(Error::AddrInUse)
     );
-    // A specific IPv6 address does not cover IPv4.
-    p.b.tcp_listen(v6(B_IP6, 82), 8).unwrap();
+    // A specific IPv6 address does not cover IPv4, V6ONLY or not.
+    let l82 = p.b.tcp_listen(v6(B_IP6, 82), 8).unwrap();
     p.b.tcp_listen(any4(82), 8).unwrap();
+    p.b.tcp_listener_set_v6only(l82, true).unwrap();
+    p.b.tcp_listener_set_v6only(l82, false).unwrap();
 }
 
 /// A client connecting to `::ffff:a.b.c.d` connects over IPv4 and sees its addresses

@@ -142,12 +142,15 @@ impl Listeners {
     }
 
     /// Whether the IPv6 listener in slot `index` may drop `IPV6_V6ONLY` (no IPv4 listener
-    /// on its port it would then conflict with).
+    /// on its port it would then conflict with, see [`Listeners::conflicts`]).
     pub fn may_be_dual(&self, index: u32) -> bool {
         let Some(l) = self.slab.by_index(index) else {
             return false;
         };
-        l.local.is_ipv4()
+        let SocketAddr::V6(a) = l.local else {
+            return true;
+        };
+        !(a.ip().is_unspecified() || a.ip().to_ipv4_mapped().is_some())
             || self
                 .by_port
                 .get(&l.local.port())
