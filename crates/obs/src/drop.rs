@@ -214,9 +214,17 @@ drop_reasons! {
     Icmp6Malformed = "ICMP6_MALFORMED" => [Icmp6InErrors],
     /// A Neighbor Discovery message failing RFC 4861's validity checks (hop limit not 255,
     /// code not 0, a multicast target, a source link-layer option from the unspecified
-    /// address, a bad option length). Linux `ndisc_rcv` drops them as
+    /// address, a bad option length, a router advertisement from a source that is not
+    /// link-local). Linux `ndisc_rcv` drops them as
     /// `SKB_DROP_REASON_IPV6_NDISC_*`, without a MIB count; ustack-specific name.
     NdiscInvalid = "IPV6_NDISC_INVALID" => [],
+    /// A router advertisement's prefix not turned into an address: the interface holds
+    /// `net.ipv6.conf.default.max_addresses` already (Linux `ipv6_add_addr`: ENOBUFS,
+    /// without a count). ustack-specific name.
+    Ip6RaAddrLimit = "IPV6_RA_ADDR_LIMIT" => [],
+    /// A router advertisement's router not made a default router: ustack keeps at most 8
+    /// (Linux has no bound of its own). ustack-specific name.
+    Ip6RaRouterLimit = "IPV6_RA_ROUTER_LIMIT" => [],
     /// An ICMPv6 message we generated that could not be queued or routed.
     Icmp6OutFailed = "ICMP6_OUT_FAILED" => [Icmp6OutErrors],
 

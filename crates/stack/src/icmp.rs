@@ -135,6 +135,13 @@ impl Stack {
             icmpv4::Repr::DstUnreachable { reason, data, .. } => {
                 self.icmp_unreachable(reason, data);
             }
+            // RFC 1122 §4.2.3.9: Time Exceeded is a soft error for TCP (Linux
+            // `icmp_unreach`, which ignores a reassembly timeout, then `tcp_v4_err`:
+            // EHOSTUNREACH; `__udp4_lib_err` keeps it from UDP sockets: not hard).
+            icmpv4::Repr::TimeExceeded {
+                reason: TimeExceeded::TtlExpired,
+                data,
+            } => self.icmp_notify(Error::HostUnreachable, false, data),
             // Other errors about our own datagrams are counted by type above.
             _ => {}
         }
@@ -208,17 +215,27 @@ impl Stack {
     /// UDP (Linux `__udp4_lib_err`): a hard error to a connected socket, see
     /// [`Stack::udp_icmp_error`].
     fn icmp_unreachable(&mut self, reason: DstUnreachable, data: &[u8]) {
+        if let Some((err, hard)) = unreach_error(reason) {
+            self.icmp_notify(err, hard, data);
+        } else {
+            // Still a quote to check (InErrors when it names nothing of ours).
+            let _ = self.icmp_quoted(data);
+        }
+    }
+
+    /// `err` (hard or soft) about the datagram quoted in `data`, to the socket that sent
+    /// it: see [`Stack::icmp_unreachable`].
+    fn icmp_notify(&mut self, err: Error, hard: bool, data: &[u8]) {
         let Some((proto, tuple, word)) = self.icmp_quoted(data) else {
-            return;
-        };
-        let Some((err, hard)) = unreach_error(reason) else {
             return;
         };
         match proto {
             IpProtocol::Tcp => {
                 self.tcp_icmp_unreachable(tuple, SeqNumber(word), err, Counter::IcmpInErrors)
             }
-            IpProtocol::Udp if hard => self.udp_icmp_error(tuple.local.port(), tuple.remote, err),
+            IpProtocol::Udp if hard => {
+                self.udp_icmp_error(tuple.local.port(), tuple.remote.into(), err)
+            }
             _ => {}
         }
     }

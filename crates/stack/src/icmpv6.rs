@@ -14,11 +14,16 @@
 //!   error within the minimum MTU (§2.4 (c)), and limited by the global bucket shared with
 //!   ICMPv4 and a per-host bucket of `net.ipv6.icmp.ratelimit` (Linux `icmpv6_xrlim_allow`;
 //!   Packet Too Big exempt, as Linux's default `ratemask` 0-1,3-127);
+//! - Destination Unreachable, Time Exceeded and Parameter Problem received: the error
+//!   (Linux `icmpv6_err_convert`) to the TCP connection or connected UDP socket that sent
+//!   the quoted packet, through the handler ICMPv4's errors use;
 //! - Packet Too Big received: the path MTU of the quoted destination lowered
 //!   ([`Stack::path_mtu6`]; RFC 8201);
 //! - Neighbor Solicitation and Advertisement: address resolution in the neighbour table ARP
 //!   uses, solicitations answered for our addresses, duplicate address detection (RFC
-//!   4862 §5.4). Router advertisements are counted and ignored (addresses are static).
+//!   4862 §5.4);
+//! - Router Advertisements: router discovery and address autoconfiguration when
+//!   `accept_ra` is set (`ip::addrconf`); otherwise counted and ignored.
 
 use core::net::{IpAddr, Ipv6Addr, SocketAddrV6};
 
@@ -68,9 +73,11 @@ impl Stack {
             Message::NeighborSolicit | Message::NeighborAdvert => {
                 return self.ndisc_input(now, inb, &packet);
             }
-            // A host with static addresses has no use for router advertisements, router
-            // solicitations or redirects: counted by type above, then ignored.
-            Message::RouterSolicit | Message::RouterAdvert | Message::Redirect => return,
+            // Router discovery and autoconfiguration (`ip::addrconf`).
+            Message::RouterAdvert => return self.ndisc_router_discovery(now, inb),
+            // A host has no use for router solicitations, and ustack none for redirects:
+            // counted by type above, then ignored.
+            Message::RouterSolicit | Message::Redirect => return,
             _ => {}
         }
         let repr = match icmpv6::Repr::parse(&packet, &inb.src, &inb.dst, false) {
@@ -123,25 +130,47 @@ impl Stack {
                 });
             }
             icmpv6::Repr::PacketTooBig { mtu, data } => self.icmp6_pkt_too_big(now, mtu, data),
-            // Linux tcp_v6_err: a port unreachable fails a connection still opening
-            // with ECONNREFUSED (icmpv6_err_convert).
-            icmpv6::Repr::DstUnreachable {
-                code: icmpv6::dst_unreachable::PORT_UNREACHABLE,
-                data,
-            } => {
-                if let Some((tuple, seq)) = self.icmp6_quoted_tcp(data) {
-                    self.tcp_icmp_unreachable(
-                        tuple,
-                        seq,
-                        Error::ConnectionRefused,
-                        Counter::Icmp6InErrors,
-                    );
+            // RFC 4443 §3.1, §3.3, §3.4 (and RFC 4443 §2.4 (a): errors go to the upper
+            // layer that sent the quoted packet): Linux `icmpv6_rcv` ->
+            // `icmpv6_notify` -> `tcp_v6_err` / `__udp6_lib_err`, the code converted by
+            // `icmpv6_err_convert` ([`icmpv6_err_convert`]).
+            icmpv6::Repr::DstUnreachable { code, data } => {
+                self.icmp6_notify(icmpv6_err_convert(Message::DstUnreachable, code), data)
+            }
+            icmpv6::Repr::TimeExceeded { code, data } => {
+                self.icmp6_notify(icmpv6_err_convert(Message::TimeExceeded, code), data)
+            }
+            icmpv6::Repr::ParamProblem { code, data, .. } => {
+                self.icmp6_notify(icmpv6_err_convert(Message::ParamProblem, code), data)
+            }
+        }
+    }
+
+    /// An ICMPv6 error about a packet of ours, quoted in `quoted`, to the socket that sent
+    /// it (Linux `icmpv6_notify`): TCP through the handler ICMPv4's unreachables use
+    /// ([`Stack::tcp_icmp_unreachable`], Linux `tcp_v6_err`: a connection still opening
+    /// fails with the error, a synchronized one keeps it as a soft error); UDP as Linux's
+    /// `__udp6_lib_err` without `IPV6_RECVERR`: a hard error to a connected socket.
+    fn icmp6_notify(&mut self, (err, hard): (Error, bool), quoted: &[u8]) {
+        if quoted.len() < ipv6::HEADER_LEN + 8 {
+            return self.mib.inc(Counter::Icmp6InErrors);
+        }
+        let q = ipv6::Packet::new_unchecked(quoted);
+        if q.version() != 6 || self.ip6.state_of(q.src_addr()).is_none() {
+            return self.mib.inc(Counter::Icmp6InErrors);
+        }
+        match q.next_header() {
+            IpProtocol::Tcp => {
+                if let Some((tuple, seq)) = self.icmp6_quoted_tcp(quoted) {
+                    self.tcp_icmp_unreachable(tuple, seq, err, Counter::Icmp6InErrors);
                 }
             }
-            // Other Destination Unreachables, Time Exceeded, Parameter Problem about our
-            // packets: counted by type. Not handed to UDP sockets (Linux reports them only
-            // to connected sockets or with IPV6_RECVERR, neither of which ustack has for
-            // IPv6); for TCP they are soft errors, which ustack does not keep.
+            IpProtocol::Udp if hard => {
+                let l4 = &quoted[ipv6::HEADER_LEN..];
+                let port = |i: usize| u16::from_be_bytes([l4[i], l4[i + 1]]);
+                let remote = SocketAddrV6::new(q.dst_addr(), port(2), 0, 0);
+                self.udp_icmp_error(port(0), remote.into(), err);
+            }
             _ => {}
         }
     }
@@ -244,6 +273,7 @@ impl Stack {
             payload_len: repr.buffer_len(),
             hop_limit: None,
             full_reason: DropReason::Icmp6OutFailed,
+            ports: None,
         };
         self.mib.inc(Counter::Icmp6OutMsgs);
         self.mib.icmp6_out_type(msg_type(repr));
@@ -362,7 +392,7 @@ impl Stack {
                             self.dad_failed(target);
                         }
                     }
-                    Some(AddrState::Preferred) => {
+                    Some(AddrState::Preferred | AddrState::Deprecated) => {
                         let mac = self.mac;
                         if dad {
                             // §7.2.4: to all-nodes, Solicited flag clear.
@@ -484,20 +514,33 @@ impl Stack {
             ndisc::Repr::Solicit { .. } => Message::NeighborSolicit,
             ndisc::Repr::Advert { .. } => Message::NeighborAdvert,
         };
+        self.ndisc_send_msg(now, (src, dst), ty, repr.buffer_len(), |buf, s, d| {
+            repr.emit(buf, &s, &d)
+        });
+    }
+
+    /// Send a Neighbor Discovery message of type `ty` and `len` bytes, written by `emit`
+    /// given (source, destination), with hop limit 255, counted by type.
+    pub(crate) fn ndisc_send_msg(
+        &mut self,
+        now: Instant,
+        (src, dst): (Ipv6Addr, Ipv6Addr),
+        ty: Message,
+        len: usize,
+        emit: impl FnOnce(&mut [u8], Ipv6Addr, Ipv6Addr),
+    ) {
         let out = Outbound6 {
             src: Some(src),
             dst,
             next_header: IpProtocol::Icmpv6,
-            payload_len: repr.buffer_len(),
+            payload_len: len,
             hop_limit: Some(NDISC_HOP_LIMIT),
             full_reason: DropReason::Icmp6OutFailed,
+            ports: None,
         };
         self.mib.inc(Counter::Icmp6OutMsgs);
         self.mib.icmp6_out_type(ty.into());
-        if self
-            .ipv6_output(now, out, |buf, s, d| repr.emit(buf, &s, &d))
-            .is_err()
-        {
+        if self.ipv6_output(now, out, emit).is_err() {
             self.mib.inc(Counter::Icmp6OutErrors);
         }
     }
@@ -538,6 +581,30 @@ fn about_icmp6_error(packet: &[u8]) -> bool {
             }
             _ => return false,
         }
+    }
+}
+
+/// The error an ICMPv6 error message stands for, and whether it is hard (Linux
+/// `icmpv6_err_convert`, net/ipv6/icmp.c, its `tab_unreach` per Destination Unreachable
+/// code): no route ENETUNREACH (soft), administratively prohibited, source address
+/// failed policy and reject route EACCES (hard), beyond scope (Linux's former
+/// "not a neighbour") and address unreachable EHOSTUNREACH (soft), port unreachable
+/// ECONNREFUSED (hard), other codes EPROTO (hard); Time Exceeded EHOSTUNREACH (soft);
+/// Parameter Problem EPROTO (hard).
+pub(crate) fn icmpv6_err_convert(ty: Message, code: u8) -> (Error, bool) {
+    use icmpv6::dst_unreachable as du;
+    match ty {
+        Message::DstUnreachable => match code {
+            du::NO_ROUTE => (Error::NetUnreachable, false),
+            du::ADMIN_PROHIBITED | du::FAILED_POLICY | 6 => (Error::PermissionDenied, true),
+            du::BEYOND_SCOPE | du::ADDR_UNREACHABLE => (Error::HostUnreachable, false),
+            du::PORT_UNREACHABLE => (Error::ConnectionRefused, true),
+            _ => (Error::Protocol, true),
+        },
+        Message::PktTooBig => (Error::MessageTooLong, false),
+        Message::TimeExceeded => (Error::HostUnreachable, false),
+        Message::ParamProblem => (Error::Protocol, true),
+        _ => (Error::Protocol, false),
     }
 }
 

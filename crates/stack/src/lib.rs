@@ -163,8 +163,10 @@ pub struct Config {
     /// Next hop for destinations off the subnet; without one they are unreachable.
     pub gateway: Option<Ipv4Addr>,
     /// IPv6 addresses (static; [`Config::with_ipv6`]). Empty: IPv6 is off and IPv6 frames
-    /// are dropped as `UNHANDLED_PROTO`. With any, an Ethernet interface also gets its
-    /// link-local address from the MAC (RFC 4291 Appendix A), first in the list.
+    /// are dropped as `UNHANDLED_PROTO`, unless `net.ipv6.conf.default.accept_ra` is set
+    /// on Ethernet (addresses then come from router advertisements). With any, or with
+    /// `accept_ra`, an Ethernet interface also gets its link-local address from the MAC
+    /// (RFC 4291 Appendix A), first in the list.
     pub ipv6: Vec<Ipv6Cidr>,
     /// IPv6 next hop for destinations off the configured prefixes (usually a router's
     /// link-local address); without one they are unreachable.
@@ -266,6 +268,12 @@ pub enum Error {
     /// EAFNOSUPPORT: an address of the other family than the socket's (an IPv6
     /// destination for an IPv4 socket), or an IPv4-only call on an IPv6 socket.
     AddrFamily,
+    /// EACCES: an ICMPv6 administratively prohibited (or source-policy, reject-route)
+    /// Destination Unreachable for what we sent (Linux `icmpv6_err_convert`).
+    PermissionDenied,
+    /// EPROTO: an ICMPv6 Parameter Problem (or an unknown Destination Unreachable code)
+    /// for what we sent (Linux `icmpv6_err_convert`).
+    Protocol,
 }
 
 impl Error {
@@ -288,6 +296,8 @@ impl Error {
             Error::NotConnected => 107,
             Error::DestAddrRequired => 89,
             Error::AddrFamily => 97,
+            Error::PermissionDenied => 13,
+            Error::Protocol => 71,
         }
     }
 }
@@ -311,6 +321,8 @@ impl fmt::Display for Error {
             Error::NotConnected => "not connected (ENOTCONN)",
             Error::DestAddrRequired => "destination address required (EDESTADDRREQ)",
             Error::AddrFamily => "address family not supported (EAFNOSUPPORT)",
+            Error::PermissionDenied => "permission denied (EACCES)",
+            Error::Protocol => "protocol error (EPROTO)",
         })
     }
 }

@@ -253,6 +253,22 @@ sysctls! {
     ip6_accept_dad: "net.ipv6.conf.default.accept_dad" = 1, [0, 1], "bool";
     /// Neighbour solicitations sent per address by duplicate address detection (0: none, the address is usable at once).
     ip6_dad_transmits: "net.ipv6.conf.default.dad_transmits" = 1, [0, 255], "probes";
+    /// Router advertisements (RFC 4861 §6.3.4): 0 ignored (ustack's default; Linux's is 1), 1 or 2 processed (a host: Linux's 2 only matters with forwarding on): default routers, prefixes, autoconfigured addresses, router solicitations at start; IPv6 then runs on an Ethernet interface with no address configured, from its link-local one.
+    ip6_accept_ra: "net.ipv6.conf.default.accept_ra" = 0, [0, 2], "mode";
+    /// Take default routers from router advertisements (with accept_ra).
+    ip6_accept_ra_defrtr: "net.ipv6.conf.default.accept_ra_defrtr" = 1, [0, 1], "bool";
+    /// Take the prefix information of router advertisements (with accept_ra).
+    ip6_accept_ra_pinfo: "net.ipv6.conf.default.accept_ra_pinfo" = 1, [0, 1], "bool";
+    /// Stateless address autoconfiguration (RFC 4862 §5.5.3) from prefixes with the A flag (with accept_ra and accept_ra_pinfo).
+    ip6_autoconf: "net.ipv6.conf.default.autoconf" = 1, [0, 1], "bool";
+    /// Most IPv6 addresses of the interface, link-local and static ones included; autoconfigured addresses beyond it are refused (Linux: 0 means no limit; ustack always bounds).
+    ip6_max_addresses: "net.ipv6.conf.default.max_addresses" = 16, [1, 1024], "addresses";
+    /// Router solicitations sent when the link-local address becomes usable, until an advertisement arrives (Linux: -1 is no limit; ustack always bounds).
+    ip6_router_solicitations: "net.ipv6.conf.default.router_solicitations" = 3, [0, 255], "probes";
+    /// Interval between router solicitations (Linux backs it off, RFC 7559; ustack keeps it).
+    ip6_router_solicitation_interval: "net.ipv6.conf.default.router_solicitation_interval" = 4, [1, 3600], "s";
+    /// Flow labels on the IPv6 packets of TCP connections and UDP sockets, hashed from the addresses, ports and a secret (Linux `ip6_make_flowlabel`): 0 off, 1 on (ustack's default), as Linux's auto_flowlabels 0 and 1 (Linux's default 1 means "on unless the socket opts out"; ustack has no opt-out).
+    ip6_auto_flowlabels: "net.ipv6.auto_flowlabels" = 1, [0, 1], "mode";
 }
 
 impl Sysctl {

@@ -284,20 +284,24 @@ impl Stack {
     /// error (`icmp_err_convert[code].fatal`) reaches a socket, and only a connected one
     /// ("if (!harderr || sk->sk_state != TCP_ESTABLISHED) goto out;"), as `sk_err`: its
     /// next receive or send fails with it. Other errors are dropped.
-    pub(crate) fn udp_icmp_error(&mut self, local_port: u16, remote: SocketAddrV4, err: Error) {
+    pub(crate) fn udp_icmp_error(&mut self, local_port: u16, remote: SocketAddr, err: Error) {
         let Some(&index) = self.udp.by_port.get(&local_port) else {
             return;
         };
         let Some(socket) = self.udp.sockets.by_index_mut(index) else {
             return;
         };
-        let mapped = SocketAddr::V6(SocketAddrV6::new(
-            remote.ip().to_ipv6_mapped(),
-            remote.port(),
-            0,
-            0,
-        ));
-        if socket.peer != Some(SocketAddr::V4(remote)) && socket.peer != Some(mapped) {
+        // An IPv4 peer may be named v4-mapped by a dual-stack socket.
+        let mapped = match remote {
+            SocketAddr::V4(r) => Some(SocketAddr::V6(SocketAddrV6::new(
+                r.ip().to_ipv6_mapped(),
+                r.port(),
+                0,
+                0,
+            ))),
+            SocketAddr::V6(_) => None,
+        };
+        if socket.peer != Some(remote) && (mapped.is_none() || socket.peer != mapped) {
             return;
         }
         socket.error = Some(err);
@@ -411,6 +415,7 @@ impl Stack {
                     payload_len: len,
                     hop_limit: None,
                     full_reason: DropReason::Udp6Sndbuf,
+                    ports: Some((local.port(), dst.port())),
                 };
                 // The checksum is always computed over IPv6: the fragments of a datagram
                 // larger than the MTU cannot have it filled by a device, and the IPv6
@@ -569,5 +574,75 @@ fn v4(addr: SocketAddr) -> Result<SocketAddrV4, Error> {
     match addr {
         SocketAddr::V4(a) => Ok(a),
         SocketAddr::V6(_) => Err(Error::AddrFamily),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use core::net::{Ipv4Addr, Ipv6Addr, SocketAddrV6};
+
+    use ustack_wire::{IpProtocol, icmpv6, ipv6};
+
+    use super::*;
+    use crate::{Config, Ipv4Cidr, Ipv6Cidr};
+
+    const A: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1);
+    const B: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 2);
+
+    /// An ICMPv6 error of `ty` (1 or 3) and `code` from B to A quoting `quoted`, as a
+    /// bare IPv6 packet (a TUN link).
+    fn icmp6_error(ty: u8, code: u8, quoted: &[u8]) -> Vec<u8> {
+        let repr = match ty {
+            1 => icmpv6::Repr::DstUnreachable { code, data: quoted },
+            _ => icmpv6::Repr::TimeExceeded { code, data: quoted },
+        };
+        let mut p = vec![0u8; ipv6::HEADER_LEN + repr.buffer_len()];
+        ipv6::Repr {
+            src_addr: B,
+            dst_addr: A,
+            next_header: IpProtocol::Icmpv6,
+            payload_len: repr.buffer_len(),
+            hop_limit: 64,
+            traffic_class: 0,
+            flow_label: 0,
+        }
+        .emit(&mut ipv6::Packet::new_unchecked(&mut p[..]));
+        repr.emit(
+            &mut icmpv6::Packet::new_unchecked(&mut p[ipv6::HEADER_LEN..]),
+            &B,
+            &A,
+            true,
+        );
+        p
+    }
+
+    /// Linux `__udp6_lib_err` without `IPV6_RECVERR`: a hard ICMPv6 error (port
+    /// unreachable: ECONNREFUSED; administratively prohibited: EACCES) about a datagram of
+    /// a connected IPv6 socket becomes its error; a soft one (address unreachable, Time
+    /// Exceeded) does not, nor does any error reach an unconnected socket. (Connecting
+    /// an IPv6 socket has no public call here yet: the peer is set directly.)
+    #[test]
+    fn icmpv6_hard_errors_reach_a_connected_udp6_socket() {
+        let mut s = Stack::new(
+            Config::ip(Ipv4Cidr::new(Ipv4Addr::new(192, 0, 2, 1), 24))
+                .with_ipv6(Ipv6Cidr::new(A, 64)),
+        );
+        let now = Instant::ZERO;
+        let h = s.udp_bind(SocketAddrV6::new(A, 5000, 0, 0)).unwrap();
+        let peer = SocketAddrV6::new(B, 53, 0, 0);
+        s.udp_send_to(now, h, b"query", peer).unwrap();
+        let sent = s.poll_transmit(now).expect("the datagram");
+        // Unconnected: nothing.
+        s.receive(now, &icmp6_error(1, 4, &sent));
+        assert_eq!(s.udp_take_error(h), Ok(None));
+        s.udp.get_mut(h).unwrap().peer = Some(SocketAddr::V6(peer));
+        for (ty, code) in [(1, 3), (3, 0)] {
+            s.receive(now, &icmp6_error(ty, code, &sent));
+            assert_eq!(s.udp_take_error(h), Ok(None), "soft: type {ty} code {code}");
+        }
+        for (code, err) in [(4, Error::ConnectionRefused), (1, Error::PermissionDenied)] {
+            s.receive(now, &icmp6_error(1, code, &sent));
+            assert_eq!(s.udp_take_error(h), Ok(Some(err)), "code {code}");
+        }
     }
 }

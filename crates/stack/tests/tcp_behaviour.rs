@@ -596,7 +596,10 @@ fn simultaneous_close_goes_through_closing_to_time_wait() {
     assert_eq!(t.recv(), None);
     let tw = t.stack.tcp_timewait_list();
     assert_eq!(tw.len(), 1);
-    assert_eq!((tw[0].1, tw[0].2), (PEER, t.now + Duration::from_secs(60)));
+    assert_eq!(
+        (tw[0].1, tw[0].2),
+        (PEER.into(), t.now + Duration::from_secs(60))
+    );
     assert_eq!(t.stack.tcp_resources().connections, 0);
     // Half-way through the wait the peer retransmits its FIN (its ACK of ours was lost,
     // as it sees it): RFC 9293 §3.10.7.4 "Acknowledge it, and restart the 2 MSL timeout".

@@ -6,8 +6,8 @@
 use core::time::Duration;
 
 use ustack_obs::Counter;
-use ustack_stack::TcpHandle;
 use ustack_stack::tcp::State;
+use ustack_stack::{Error, TcpHandle};
 use ustack_testkit::tcp::{Seg, SegTest};
 use ustack_wire::tcp::Flags;
 
@@ -262,14 +262,21 @@ fn ip_header(src: [u8; 4], dst: [u8; 4], proto: u8, total: usize, df: bool) -> V
 /// `mtu`, quoting a 1500-byte TCP datagram of ours on the test connection whose header
 /// carried sequence number `seq` (the IP header and the first 8 bytes of TCP, RFC 792).
 fn frag_needed(t: &SegTest, mtu: u16, seq: u32) -> Vec<u8> {
+    let mtu = mtu.to_be_bytes();
+    icmp_quoting(t, [3, 4], [0, 0, mtu[0], mtu[1]], seq)
+}
+
+/// An ICMP error of `[type, code]` with the second word `rest`, quoting a segment of
+/// ours with sequence number `seq`.
+fn icmp_quoting(t: &SegTest, ty_code: [u8; 2], rest: [u8; 4], seq: u32) -> Vec<u8> {
     let ours = ustack_testkit::tcp::LOCAL_IP.octets();
     let peer = ustack_testkit::tcp::PEER.ip().octets();
     let mut quote = ip_header(ours, peer, 6, 1500, true);
     quote.extend_from_slice(&t.port.to_be_bytes());
     quote.extend_from_slice(&ustack_testkit::tcp::PEER.port().to_be_bytes());
     quote.extend_from_slice(&seq.to_be_bytes());
-    let mut icmp = vec![3, 4, 0, 0, 0, 0];
-    icmp.extend_from_slice(&mtu.to_be_bytes());
+    let mut icmp = vec![ty_code[0], ty_code[1], 0, 0];
+    icmp.extend_from_slice(&rest);
     icmp.extend_from_slice(&quote);
     let c = csum(&icmp);
     icmp[2..4].copy_from_slice(&c.to_be_bytes());
@@ -391,6 +398,37 @@ fn frag_needed_while_connecting_shrinks_the_first_segments() {
     let (h, syn) = t.connect();
     synack_mss_1460(&mut t, &syn);
     assert_eq!(t.stack.tcp_info(h).unwrap().mss, 1460);
+}
+
+/// Linux `icmp_unreach` -> `tcp_v4_err`, the handler ICMPv6's errors share: a Time
+/// Exceeded in transit for our SYN fails the connection with EHOSTUNREACH; for a
+/// segment of an established connection it is a soft error (reported once by
+/// `SO_ERROR`, the connection stays); a reassembly timeout (code 1) is ignored.
+#[test]
+fn time_exceeded_fails_an_opening_connection_and_is_soft_once_established() {
+    let mut t = SegTest::new(80);
+    let (h, syn) = t.connect();
+    let now = t.now;
+    t.stack
+        .receive(now, &icmp_quoting(&t, [11, 1], [0; 4], syn.seq));
+    assert_eq!(
+        t.stack.tcp_state(h),
+        Ok(State::SynSent),
+        "reassembly: ignored"
+    );
+    t.stack
+        .receive(now, &icmp_quoting(&t, [11, 0], [0; 4], syn.seq));
+    assert_eq!(t.stack.tcp_state(h), Ok(State::Closed));
+    assert_eq!(t.stack.tcp_take_error(h), Ok(Some(Error::HostUnreachable)));
+
+    let mut t = SegTest::listening(80);
+    let (h, base) = four_in_flight(&mut t);
+    let now = t.now;
+    t.stack
+        .receive(now, &icmp_quoting(&t, [11, 0], [0; 4], base));
+    assert_eq!(t.stack.tcp_state(h), Ok(State::Established));
+    assert_eq!(t.stack.tcp_take_error(h), Ok(Some(Error::HostUnreachable)));
+    assert_eq!(t.stack.tcp_take_error(h), Ok(None));
 }
 
 /// The peer's SYN-ACK to our `syn`, offering MSS 1460, and our ACK.

@@ -120,6 +120,10 @@ fn a_connection_over_ipv6_moves_data_both_ways_and_closes_clean() {
         Some(v6(B_IP6, 80)),
         "the record resolves its addresses"
     );
+    let list = p.a.tcp_timewait_list();
+    assert_eq!(list.len(), 1, "tcp_timewait_list has the IPv6 record");
+    assert_eq!((list[0].0, list[0].1), (a_local, v6(B_IP6, 80)));
+    assert!(list[0].2 > p.now);
     p.run_for(Duration::from_secs(120));
     for s in [&p.a, &p.b] {
         let r = s.tcp_resources();
@@ -193,12 +197,62 @@ fn a_dual_stack_listener_takes_both_families_unless_v6only() {
         p.a.tcp_take_error(refused6),
         Ok(Some(Error::ConnectionRefused))
     );
-    // One listener per port, whatever the family.
+    // A dual-stack `::` listener and an IPv4 one conflict.
     assert_eq!(
         p.b.tcp_listen(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 80), 8)
             .err(),
         Some(Error::AddrInUse)
     );
+}
+
+/// One listener a port across both families as Linux's `inet_csk_bind_conflict`: an IPv4
+/// listener and a dual-stack `::` one conflict either way round (EADDRINUSE, also for a
+/// specific IPv4 address), a V6ONLY `::` and `0.0.0.0` coexist, each taking its own
+/// family, and the V6ONLY one cannot turn dual-stack while the IPv4 one is there; an
+/// IPv6 listener on a specific IPv6 address and `0.0.0.0` coexist.
+#[test]
+fn listeners_conflict_across_families_as_linux() {
+    let mut p = Pair::dual_stack(SimLinkConfig::default());
+    let any4 = |port| SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port);
+    let any6 = |port| SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, port, 0, 0);
+    let l4 = p.b.tcp_listen(any4(80), 8).unwrap();
+    assert_eq!(p.b.tcp_listen(any6(80), 8).err(), Some(Error::AddrInUse));
+    assert_eq!(
+        p.b.tcp_listen(v6(B_IP.to_ipv6_mapped(), 80), 8).err(),
+        Some(Error::AddrInUse),
+        "a v4-mapped address is IPv4"
+    );
+    let l6 = p.b.tcp_listen_v6only(any6(80), 8).unwrap();
+    assert_eq!(
+        p.b.tcp_listener_set_v6only(l6, false),
+        Err(Error::AddrInUse)
+    );
+    assert_eq!(
+        p.b.tcp_listen_v6only(any6(80), 8).err(),
+        Some(Error::AddrInUse)
+    );
+    let (_, _, peer4) = open(&mut p, l4, SocketAddr::V4(SocketAddrV4::new(B_IP, 80)));
+    assert_eq!(peer4.ip(), A_IP, "IPv4 reaches the IPv4 listener");
+    let (_, _, peer6) = open(&mut p, l6, v6(B_IP6, 80));
+    assert_eq!(peer6.ip(), A_IP6, "IPv6 reaches the IPv6 listener");
+    // With the IPv4 listener gone, the IPv6 one may take IPv4 too.
+    p.b.tcp_close_listener(p.now, l4).unwrap();
+    p.b.tcp_listener_set_v6only(l6, false).unwrap();
+    let (_, _, mapped) = open(&mut p, l6, SocketAddr::V4(SocketAddrV4::new(B_IP, 80)));
+    assert_eq!(mapped.ip(), A_IP.to_ipv6_mapped());
+
+    // The other way round: a dual-stack `::` first.
+    p.b.tcp_listen(any6(81), 8).unwrap();
+    assert_eq!(p.b.tcp_listen(any4(81), 8).err(), Some(Error::AddrInUse));
+    assert_eq!(
+        p.b.tcp_listen(SocketAddrV4::new(B_IP, 81), 8).err(),
+        Some(Error::AddrInUse)
+    );
+    // A specific IPv6 address does not cover IPv4, V6ONLY or not.
+    let l82 = p.b.tcp_listen(v6(B_IP6, 82), 8).unwrap();
+    p.b.tcp_listen(any4(82), 8).unwrap();
+    p.b.tcp_listener_set_v6only(l82, true).unwrap();
+    p.b.tcp_listener_set_v6only(l82, false).unwrap();
 }
 
 /// A client connecting to `::ffff:a.b.c.d` connects over IPv4 and sees its addresses
@@ -418,4 +472,179 @@ fn port_unreachable_refuses_a_connection_being_opened() {
     p.a.receive(p.now, &unreach(ip));
     assert_eq!(p.a.tcp_state(a), Ok(State::Closed));
     assert_eq!(p.a.tcp_take_error(a), Ok(Some(Error::ConnectionRefused)));
+}
+
+/// An ICMPv6 error of type `ty` (1, 3 or 4) and `code` quoting `data`, from the router
+/// to A.
+fn icmp6_error(ty: u8, code: u8, data: &[u8]) -> Vec<u8> {
+    router_to_a(match ty {
+        1 => icmpv6::Repr::DstUnreachable { code, data },
+        3 => icmpv6::Repr::TimeExceeded { code, data },
+        _ => icmpv6::Repr::ParamProblem {
+            code,
+            pointer: 0,
+            data,
+        },
+    })
+}
+
+/// A connected A with B's link address known, and A's SYN to B port 80 taken off the
+/// link (its IPv6 packet): what an ICMPv6 error about it quotes.
+fn syn_in_flight(p: &mut Pair) -> (TcpHandle, Vec<u8>) {
+    p.a.ping6(p.now, B_IP6, 1, 1, b"hello").unwrap();
+    p.run_for(Duration::from_millis(5));
+    let a = p.a.tcp_connect(p.now, v6(B_IP6, 80)).unwrap();
+    let syn = p.a.poll_transmit(p.now).expect("the SYN");
+    (a, syn[ethernet::HEADER_LEN..].to_vec())
+}
+
+/// Every ICMPv6 error about a SYN fails the connection with the errno Linux's
+/// `icmpv6_err_convert` gives (`tcp_v6_err`: "sk->sk_err = err; tcp_done(sk)" in
+/// SYN-SENT, whatever the code): no route ENETUNREACH, administratively prohibited
+/// EACCES, address unreachable EHOSTUNREACH, an unknown code EPROTO, Time Exceeded
+/// EHOSTUNREACH, Parameter Problem EPROTO.
+#[test]
+fn icmpv6_errors_fail_a_connection_being_opened_with_linux_errnos() {
+    let cases = [
+        (1, 0, Error::NetUnreachable, 101),
+        (1, 1, Error::PermissionDenied, 13),
+        (1, 3, Error::HostUnreachable, 113),
+        (1, 9, Error::Protocol, 71),
+        (3, 0, Error::HostUnreachable, 113),
+        (4, 0, Error::Protocol, 71),
+    ];
+    for (ty, code, want, errno) in cases {
+        let mut p = Pair::dual_stack(SimLinkConfig::default());
+        let (a, syn) = syn_in_flight(&mut p);
+        p.a.receive(p.now, &icmp6_error(ty, code, &syn));
+        assert_eq!(p.a.tcp_state(a), Ok(State::Closed), "type {ty} code {code}");
+        let got = p.a.tcp_take_error(a).unwrap();
+        assert_eq!(got, Some(want), "type {ty} code {code}");
+        assert_eq!(want.errno(), errno);
+    }
+}
+
+/// On an established connection the soft errors (address unreachable, Time Exceeded) are
+/// kept, not fatal: the connection stays, `SO_ERROR` reports the error once (Linux
+/// `tcp_v6_err` without `IPV6_RECVERR`: `sk_err_soft`); a quote of another connection's
+/// segment counts as Icmp6InErrors and changes nothing.
+#[test]
+fn icmpv6_soft_errors_leave_an_established_connection_up() {
+    let mut p = Pair::dual_stack(SimLinkConfig::default());
+    let l = p.b.tcp_listen(v6(B_IP6, 80), 8).unwrap();
+    let (a, _b, _) = open(&mut p, l, v6(B_IP6, 80));
+    p.a.tcp_send(p.now, a, b"in flight").unwrap();
+    let seg = p.a.poll_transmit(p.now).expect("the data segment");
+    let seg = seg[ethernet::HEADER_LEN..].to_vec();
+    let mut other = seg.clone();
+    other[40] ^= 0x01; // another local port: no connection
+    let errors = p.a.mib().get(Counter::Icmp6InErrors);
+    p.a.receive(p.now, &icmp6_error(1, 3, &other));
+    assert_eq!(p.a.mib().get(Counter::Icmp6InErrors), errors + 1);
+    assert_eq!(p.a.tcp_take_error(a), Ok(None));
+    for (ty, code) in [(1, 3), (3, 0)] {
+        p.a.receive(p.now, &icmp6_error(ty, code, &seg));
+        assert_eq!(p.a.tcp_state(a), Ok(State::Established));
+        assert_eq!(p.a.tcp_take_error(a), Ok(Some(Error::HostUnreachable)));
+        assert_eq!(p.a.tcp_take_error(a), Ok(None), "reported once");
+    }
+}
+
+/// (next header, flow label) of each IPv6 TCP or UDP packet a stack sent.
+type Labels = Vec<(u8, u32)>;
+
+/// The flow labels of the IPv6 TCP and UDP packets each stack sends while the two
+/// exchange frames until quiet: (from A, from B).
+fn shuttle_labels(p: &mut Pair) -> (Labels, Labels) {
+    let mut seen = (Vec::new(), Vec::new());
+    let label = |f: &[u8]| {
+        let ip = &f[ethernet::HEADER_LEN..];
+        let flow = u32::from_be_bytes([ip[0], ip[1], ip[2], ip[3]]) & 0xf_ffff;
+        (ip[6], flow)
+    };
+    for _ in 0..20 {
+        let mut moved = false;
+        while let Some(f) = p.a.poll_transmit(p.now) {
+            if f[12..14] == [0x86, 0xdd] && f[ethernet::HEADER_LEN + 6] != 58 {
+                seen.0.push(label(&f));
+            }
+            p.b.receive(p.now, &f);
+            moved = true;
+        }
+        while let Some(f) = p.b.poll_transmit(p.now) {
+            if f[12..14] == [0x86, 0xdd] && f[ethernet::HEADER_LEN + 6] != 58 {
+                seen.1.push(label(&f));
+            }
+            p.a.receive(p.now, &f);
+            moved = true;
+        }
+        if !moved {
+            break;
+        }
+    }
+    seen
+}
+
+/// The label every packet in `seen` carries, checking they all carry one.
+fn one_label(seen: &[(u8, u32)]) -> u32 {
+    assert!(!seen.is_empty());
+    assert!(seen.iter().all(|s| *s == seen[0]), "{seen:?}");
+    seen[0].1
+}
+
+/// A UDP datagram from A port 5000 to B port 53 on a fresh pair with link seed `seed` and
+/// `auto_flowlabels`: its flow label.
+fn udp_label(seed: u64, auto: u64) -> u32 {
+    let mut p = Pair::dual_stack(SimLinkConfig {
+        seed,
+        ..SimLinkConfig::default()
+    });
+    p.a.set_sysctl("net.ipv6.auto_flowlabels", auto).unwrap();
+    p.b.udp_bind(v6(Ipv6Addr::UNSPECIFIED, 53)).unwrap();
+    let u = p.a.udp_bind(v6(A_IP6, 5000)).unwrap();
+    for _ in 0..2 {
+        p.a.udp_send_to(p.now, u, b"q", v6(B_IP6, 53)).unwrap();
+    }
+    let (from_a, _) = shuttle_labels(&mut p);
+    assert_eq!(from_a.len(), 2);
+    one_label(&from_a)
+}
+
+/// Flow labels (RFC 6437, Linux `auto_flowlabels` / `ip6_make_flowlabel`): every packet
+/// of a TCP connection, SYN to FIN, carries one label per direction, not zero; another
+/// connection another label; two datagrams of one UDP flow one label; another stack
+/// (another secret) gives the same tuple another label; `net.ipv6.auto_flowlabels` = 0
+/// sends zero.
+#[test]
+fn flow_labels_are_per_flow_keyed_and_off_with_the_sysctl() {
+    let mut p = Pair::dual_stack(SimLinkConfig::default());
+    p.b.tcp_listen(v6(B_IP6, 80), 8).unwrap();
+    let conn = |p: &mut Pair| {
+        let a = p.a.tcp_connect(p.now, v6(B_IP6, 80)).unwrap();
+        let (mut from_a, mut from_b) = shuttle_labels(p);
+        p.a.tcp_send(p.now, a, b"data").unwrap();
+        p.a.tcp_close(p.now, a).unwrap();
+        let more = shuttle_labels(p);
+        from_a.extend(more.0);
+        from_b.extend(more.1);
+        assert!(
+            from_a.len() >= 3 && from_b.len() >= 2,
+            "{from_a:?} {from_b:?}"
+        );
+        (one_label(&from_a), one_label(&from_b))
+    };
+    let (a1, b1) = conn(&mut p);
+    let (a2, b2) = conn(&mut p);
+    assert!(a1 != 0 && b1 != 0);
+    assert!(a1 != a2 && b1 != b2, "another connection, another label");
+
+    let u = udp_label(1, 1);
+    assert_ne!(u, 0);
+    assert_eq!(udp_label(1, 1), u, "one secret, one label");
+    assert_ne!(udp_label(2, 1), u, "another secret, another label");
+    assert_eq!(udp_label(1, 0), 0, "auto_flowlabels = 0");
+
+    p.a.set_sysctl("net.ipv6.auto_flowlabels", 0).unwrap();
+    p.b.set_sysctl("net.ipv6.auto_flowlabels", 0).unwrap();
+    assert_eq!(conn(&mut p), (0, 0));
 }

@@ -189,3 +189,168 @@ fn fragment_header_golden() {
     assert_eq!(ep.identification, 0x1234_5678);
     assert_eq!(ep.next_header, IpNumber::IPV6_ICMP);
 }
+
+const LL_R: Ipv6Addr = Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 1);
+const ALL_ROUTERS: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 2);
+const ALL_NODES: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1);
+
+/// RS from fe80::ff:fe00:1 to ff02::2, SLLA 02:00:00:00:00:01 (RFC 4861 §4.1).
+const RS: [u8; 16] = [
+    0x85, 0x00, 0x7b, 0x2c, 0x00, 0x00, 0x00, 0x00, // type 133, code 0, checksum, reserved
+    0x01, 0x01, 0x02, 0x00, 0x00, 0x00, 0x00, 0x01, // source link-layer address option
+];
+
+/// RA from fe80::1 to ff02::1 (RFC 4861 §4.2): hop limit 64, O set, router lifetime 1800 s,
+/// SLLA 02:00:00:00:00:fe, MTU 1500, prefix 2001:db8:1::/64 with L and A, valid 86400 s,
+/// preferred 14400 s.
+const RA: [u8; 64] = [
+    0x86, 0x00, 0x2a, 0x9b, 0x40, 0x40, 0x07, 0x08, // type 134, hop limit, M|O, lifetime
+    0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // reachable time, retrans timer
+    0x01, 0x01, 0x02, 0x00, 0x00, 0x00, 0x00, 0xfe, // source link-layer address option
+    0x05, 0x01, 0x00, 0x00, 0x00, 0x00, 0x05, 0xdc, // MTU option
+    0x03, 0x04, 0x40, 0xc0, 0x00, 0x01, 0x51, 0x80, // prefix information: /64, L|A, valid
+    0x00, 0x00, 0x38, 0x40, 0x00, 0x00, 0x00, 0x00, // preferred, reserved
+    0x20, 0x01, 0x0d, 0xb8, 0x00, 0x01, 0x00, 0x00, // 2001:db8:1::
+    0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, //
+];
+
+/// `out` is the golden message `want`, whose checksum over `src`/`dst` is right.
+fn emitted_as(out: &[u8], want: &[u8], src: Ipv6Addr, dst: Ipv6Addr) {
+    assert_eq!(out, want);
+    assert!(
+        Packet::new_checked(want)
+            .unwrap()
+            .verify_checksum(&src, &dst)
+    );
+}
+
+#[test]
+fn router_solicitation_golden() {
+    let rs = ndisc::RouterSolicit {
+        source_lladdr: Some(MAC_A),
+    };
+    let mut out = vec![0u8; rs.buffer_len()];
+    rs.emit(&mut out, &LL_A, &ALL_ROUTERS);
+    emitted_as(&out, &RS, LL_A, ALL_ROUTERS);
+    let ep = Icmpv6Slice::from_slice(&RS).unwrap();
+    assert_eq!(ep.icmp_type(), Icmpv6Type::RouterSolicitation);
+    assert_eq!(
+        ep.icmp_type()
+            .calc_checksum(LL_A.octets(), ALL_ROUTERS.octets(), ep.payload())
+            .unwrap(),
+        u16::from_be_bytes([RS[2], RS[3]])
+    );
+    // Without the option (from the unspecified address, §4.1): 8 bytes.
+    let bare = ndisc::RouterSolicit {
+        source_lladdr: None,
+    };
+    assert_eq!(bare.buffer_len(), 8);
+}
+
+#[test]
+fn router_advertisement_golden_and_etherparse() {
+    let prefix = ndisc::PrefixInfo {
+        prefix_len: 64,
+        on_link: true,
+        autonomous: true,
+        valid_lifetime: 86_400,
+        preferred_lifetime: 14_400,
+        prefix: Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 0),
+    };
+    let list = [prefix];
+    let ra = ndisc::RouterAdvert {
+        cur_hop_limit: 64,
+        managed: false,
+        other: true,
+        router_lifetime: 1800,
+        reachable_time: 0,
+        retrans_timer: 0,
+        source_lladdr: Some(EthernetAddress([2, 0, 0, 0, 0, 0xfe])),
+        mtu: Some(1500),
+        prefixes: ndisc::Prefixes::List(&list),
+    };
+    let mut out = vec![0u8; ra.buffer_len()];
+    ra.emit(&mut out, &LL_R, &ALL_NODES);
+    emitted_as(&out, &RA, LL_R, ALL_NODES);
+    let parsed = ndisc::RouterAdvert::parse(&RA).unwrap();
+    assert_eq!(parsed.prefixes.iter().collect::<Vec<_>>(), list);
+    assert_eq!(
+        ndisc::RouterAdvert {
+            prefixes: ra.prefixes,
+            ..parsed
+        },
+        ra
+    );
+
+    // etherparse reads the same header, options and checksum.
+    let ep = Icmpv6Slice::from_slice(&RA).unwrap();
+    let Icmpv6Type::RouterAdvertisement(h) = ep.icmp_type() else {
+        panic!("etherparse reads {:?}", ep.icmp_type());
+    };
+    assert_eq!(
+        (
+            h.cur_hop_limit,
+            h.managed_address_config,
+            h.other_config,
+            h.router_lifetime
+        ),
+        (64, false, true, 1800)
+    );
+    assert_eq!(
+        ep.icmp_type()
+            .calc_checksum(LL_R.octets(), ALL_NODES.octets(), ep.payload())
+            .unwrap(),
+        u16::from_be_bytes([RA[2], RA[3]])
+    );
+    let payload =
+        etherparse::icmpv6::RouterAdvertisementPayloadSlice::from_slice(ep.payload()).unwrap();
+    let mut seen = (None, None, None);
+    for o in payload.options_iterator() {
+        match o.unwrap() {
+            etherparse::icmpv6::NdpOptionSlice::SourceLinkLayerAddress(s) => {
+                seen.0 = Some(s.link_layer_address().to_vec())
+            }
+            etherparse::icmpv6::NdpOptionSlice::Mtu(m) => seen.1 = Some(m.mtu()),
+            etherparse::icmpv6::NdpOptionSlice::PrefixInformation(p) => {
+                seen.2 = Some((
+                    p.prefix_length(),
+                    p.on_link(),
+                    p.autonomous_address_configuration(),
+                    p.valid_lifetime(),
+                    p.preferred_lifetime(),
+                    Ipv6Addr::from(p.prefix()),
+                ))
+            }
+            other => panic!("unexpected option {other:?}"),
+        }
+    }
+    assert_eq!(seen.0.as_deref(), Some(&[2u8, 0, 0, 0, 0, 0xfe][..]));
+    assert_eq!(seen.1, Some(1500));
+    assert_eq!(
+        seen.2,
+        Some((64, true, true, 86_400, 14_400, prefix.prefix))
+    );
+}
+
+#[test]
+fn router_advertisements_rfc_4861_rejects() {
+    let parse = |b: &[u8]| ndisc::RouterAdvert::parse(b).map(|_| ());
+    assert_eq!(parse(&RA[..15]), Err(Error::Truncated));
+    let mut bad = RA;
+    bad[1] = 1; // code
+    assert_eq!(parse(&bad), Err(Error::Malformed));
+    let mut bad = RA;
+    bad[25] = 0; // MTU option of length 0
+    assert_eq!(parse(&bad), Err(Error::Malformed));
+    let mut bad = RA;
+    bad[33] = 5; // prefix option running past the end
+    assert_eq!(parse(&bad), Err(Error::Malformed));
+    let mut bad = RA;
+    bad[33] = 3; // prefix option of 24 bytes, then 8 bytes of an "option" of length 0
+    assert_eq!(parse(&bad), Err(Error::Malformed));
+    assert_eq!(parse(&RS), Err(Error::Unsupported));
+    // An unknown option is skipped.
+    let mut odd = RA.to_vec();
+    odd.extend_from_slice(&[200, 1, 0, 0, 0, 0, 0, 0]);
+    assert!(parse(&odd).is_ok());
+}

@@ -60,6 +60,9 @@ pub enum AddrState {
     Tentative { sent: u64, next: Option<Instant> },
     /// Usable.
     Preferred,
+    /// An autoconfigured address past its preferred lifetime (RFC 4862 §5.5.4): still
+    /// ours, picked as a source only when no preferred address fits.
+    Deprecated,
     /// Another node holds it (`IFA_F_DADFAILED`): never used.
     Duplicate,
 }
@@ -69,6 +72,8 @@ pub enum AddrState {
 pub(crate) struct Addr6 {
     pub cidr: Ipv6Cidr,
     pub state: AddrState,
+    /// Autoconfigured (RFC 4862 §5.5.3): its lifetimes; `None` for a static address.
+    pub lft: Option<super::addrconf::Lifetimes>,
 }
 
 /// Path MTUs learnt from Packet Too Big (RFC 8201 §4), per destination, each for
@@ -129,9 +134,28 @@ pub struct Ip6State {
     pub(crate) reasm: Reassembler6,
     pub(crate) pmtu: PmtuCache,
     ident: Ident6,
+    /// Key of the flow-label hash (Linux: the flow dissector's `hashrnd`).
+    flowlabel: KeyedState,
     pub(crate) replies: VecDeque<crate::icmpv6::EchoReply6>,
     /// Neighbour discovery runs on this link (Ethernet); a TUN link has none.
-    ndisc: bool,
+    pub(crate) ndisc: bool,
+    /// Router solicitation, default routers, autoconfigured addresses (`ip::addrconf`).
+    pub(crate) addrconf: super::addrconf::Addrconf,
+}
+
+/// The state a new address starts in: tentative where duplicate address detection runs.
+pub(crate) fn initial_state(ndisc: bool, sysctl: &Sysctl) -> AddrState {
+    // RFC 4862 §5.4: "Duplicate Address Detection MUST be performed on all unicast
+    // addresses prior to assigning them to an interface" (not on links without
+    // neighbour discovery: Linux skips it for IFF_NOARP devices such as TUN).
+    if ndisc && sysctl.ip6_accept_dad != 0 && sysctl.ip6_dad_transmits > 0 {
+        AddrState::Tentative {
+            sent: 0,
+            next: None,
+        }
+    } else {
+        AddrState::Preferred
+    }
 }
 
 fn reasm6_config(sysctl: &Sysctl) -> Reasm6Config {
@@ -151,30 +175,25 @@ impl Ip6State {
         secrets: &Secrets,
     ) -> Ip6State {
         let ndisc = medium == Medium::Ethernet;
-        if ndisc && !cidrs.is_empty() {
+        // With accept_ra, a link-local address alone is enough to start from (SLAAC).
+        if ndisc && (!cidrs.is_empty() || sysctl.ip6_accept_ra != 0) {
             // RFC 4862 §5.3: a link-local address for every interface, from the MAC.
             let ll = Ipv6Cidr::new(ndisc::link_local_from_mac(mac), 64);
             if !cidrs.iter().any(|c| c.addr == ll.addr) {
                 cidrs.insert(0, ll);
             }
         }
-        // RFC 4862 §5.4: "Duplicate Address Detection MUST be performed on all unicast
-        // addresses prior to assigning them to an interface" (not on links without
-        // neighbour discovery: Linux skips it for IFF_NOARP devices such as TUN).
-        let dad = ndisc && sysctl.ip6_accept_dad != 0 && sysctl.ip6_dad_transmits > 0;
-        let state = if dad {
-            AddrState::Tentative {
-                sent: 0,
-                next: None,
-            }
-        } else {
-            AddrState::Preferred
-        };
+        let state = initial_state(ndisc, sysctl);
         Ip6State {
             addrs: cidrs
                 .into_iter()
-                .map(|cidr| Addr6 { cidr, state })
+                .map(|cidr| Addr6 {
+                    cidr,
+                    state,
+                    lft: None,
+                })
                 .collect(),
+            addrconf: super::addrconf::Addrconf::new(ndisc, sysctl, state),
             gateway,
             reasm: Reassembler6::new(reasm6_config(sysctl), secrets.hasher(b"ip6 reasm")),
             pmtu: PmtuCache {
@@ -184,6 +203,7 @@ impl Ip6State {
                 buckets: Box::new([0; 256]),
                 hasher: secrets.hasher(b"ip6 ident"),
             },
+            flowlabel: secrets.hasher(b"ip6 flowlabel"),
             replies: VecDeque::new(),
             ndisc,
         }
@@ -191,6 +211,11 @@ impl Ip6State {
 
     pub(crate) fn set_sysctl(&mut self, sysctl: &Sysctl) {
         self.reasm.set_config(reasm6_config(sysctl));
+        let ll_ready = self
+            .addrs
+            .iter()
+            .any(|a| is_link_local(a.cidr.addr) && a.state == AddrState::Preferred);
+        self.addrconf.sysctl_changed(self.ndisc, sysctl, ll_ready);
     }
 
     /// IPv6 is on (some address is configured).
@@ -200,9 +225,9 @@ impl Ip6State {
 
     /// Whether `ip` is one of our usable addresses.
     pub(crate) fn is_ours(&self, ip: Ipv6Addr) -> bool {
-        self.addrs
-            .iter()
-            .any(|a| a.cidr.addr == ip && a.state == AddrState::Preferred)
+        self.addrs.iter().any(|a| {
+            a.cidr.addr == ip && matches!(a.state, AddrState::Preferred | AddrState::Deprecated)
+        })
     }
 
     /// Whether `ip` is one of our addresses in any state (tentative ones included).
@@ -233,25 +258,29 @@ impl Ip6State {
     }
 
     /// Source address for `dst` (RFC 6724 §5, the rules that matter for a host with
-    /// static addresses: 1 prefer the destination itself, 2 prefer the same scope, 8
-    /// prefer the longest matching prefix); `None` if no usable address fits.
+    /// static and autoconfigured addresses: 1 prefer the destination itself, 2 prefer the
+    /// same scope, 3 avoid deprecated addresses, 8 prefer the longest matching prefix);
+    /// `None` if no usable address fits.
     pub(crate) fn select_source(&self, dst: Ipv6Addr) -> Option<Ipv6Addr> {
         let link_scope = is_link_local(dst) || (dst.is_multicast() && dst.octets()[1] & 0x0f <= 2);
         self.addrs
             .iter()
-            .filter(|a| a.state == AddrState::Preferred)
-            .map(|a| a.cidr.addr)
-            .filter(|a| !link_scope || is_link_local(*a) || !self.ndisc)
-            .max_by_key(|a| {
-                let same = *a == dst;
-                let scope_match = is_link_local(*a) == link_scope;
-                let common = (u128::from(*a) ^ u128::from(dst)).leading_zeros();
-                (same, scope_match, common)
+            .filter(|a| matches!(a.state, AddrState::Preferred | AddrState::Deprecated))
+            .map(|a| (a.cidr.addr, a.state == AddrState::Preferred))
+            .filter(|(a, _)| !link_scope || is_link_local(*a) || !self.ndisc)
+            .max_by_key(|&(a, preferred)| {
+                let same = a == dst;
+                let scope_match = is_link_local(a) == link_scope;
+                let common = (u128::from(a) ^ u128::from(dst)).leading_zeros();
+                (same, scope_match, preferred, common)
             })
+            .map(|(a, _)| a)
     }
 
     /// The next hop for `dst`: itself when on-link (a configured prefix, link-local,
-    /// multicast), else the gateway.
+    /// multicast, the prefix of an autoconfigured address whose advertisement had the L
+    /// flag), else the gateway, else a default router learnt from advertisements (the
+    /// first: RFC 4861 §6.3.6's preference for reachable routers is not followed).
     pub(crate) fn route(&self, dst: Ipv6Addr) -> Option<Ipv6Addr> {
         if dst.is_multicast()
             || is_link_local(dst)
@@ -260,11 +289,31 @@ impl Ip6State {
         {
             Some(dst)
         } else {
-            self.gateway
+            self.gateway.or_else(|| self.addrconf.default_router())
         }
     }
 
-    /// The earliest IPv6 deadline: reassembly, duplicate address detection.
+    /// The flow label of the packets `src` -> `dst` of a transport flow (RFC 6437 §3:
+    /// "a stateless ... hash function ... so that ... the Flow Label value ... [is]
+    /// uniformly distributed", with a secret so that it reveals nothing of the tuple;
+    /// Linux `ip6_make_flowlabel`: the keyed flow hash of addresses, protocol and ports,
+    /// rotated by 16 bits, its low 20 bits). Derived from the tuple each time, so that a
+    /// connection keeps no state for it and its SYN-ACK, data and RST carry one label.
+    pub(crate) fn flow_label(
+        &self,
+        src: Ipv6Addr,
+        dst: Ipv6Addr,
+        proto: IpProtocol,
+        (sport, dport): (u16, u16),
+    ) -> u32 {
+        let h = self
+            .flowlabel
+            .hash_one((src, dst, u8::from(proto), sport, dport)) as u32;
+        h.rotate_left(16) & 0x000f_ffff
+    }
+
+    /// The earliest IPv6 deadline: reassembly, duplicate address detection, router
+    /// solicitation and the lifetimes of routers and autoconfigured addresses.
     #[inline]
     pub(crate) fn poll_at(&self) -> Option<Instant> {
         let dad = self
@@ -275,7 +324,10 @@ impl Ip6State {
                 _ => None,
             })
             .min();
-        crate::stack::earliest(self.reasm.poll_at(), dad)
+        crate::stack::earliest(
+            crate::stack::earliest(self.reasm.poll_at(), dad),
+            self.addrconf.next,
+        )
     }
 }
 
@@ -322,6 +374,9 @@ pub(crate) struct Outbound6 {
     /// `None`: `net.ipv6.conf.default.hop_limit`.
     pub hop_limit: Option<u8>,
     pub full_reason: DropReason,
+    /// The transport's (source, destination) ports: the packets of the flow get a flow
+    /// label ([`Ip6State::flow_label`]); `None`: label 0 (ICMPv6, Neighbor Discovery).
+    pub ports: Option<(u16, u16)>,
 }
 
 impl Stack {
@@ -729,7 +784,12 @@ impl Stack {
             payload_len: out.payload_len,
             hop_limit,
             traffic_class: 0,
-            flow_label: 0,
+            flow_label: match out.ports {
+                Some(ports) if self.sysctl.ip6_auto_flowlabels != 0 => {
+                    self.ip6.flow_label(src, out.dst, out.next_header, ports)
+                }
+                _ => 0,
+            },
         };
         if ipv6::HEADER_LEN + out.payload_len <= mtu {
             let mut frame = vec![0u8; l2 + ipv6::HEADER_LEN + out.payload_len];
@@ -829,6 +889,9 @@ impl Stack {
             }
         }
         self.dad_timeout(now);
+        if self.ip6.addrconf.next.is_some_and(|t| t <= now) {
+            self.addrconf_timeout(now);
+        }
     }
 
     /// Duplicate address detection (RFC 4862 §5.4.2-§5.4.3): `dad_transmits` solicitations
@@ -848,6 +911,10 @@ impl Stack {
             let addr = self.ip6.addrs[i].cidr.addr;
             if sent >= self.sysctl.ip6_dad_transmits {
                 self.ip6.addrs[i].state = AddrState::Preferred;
+                if is_link_local(addr) {
+                    // Linux `addrconf_dad_completed`: router solicitation may start.
+                    self.ip6.addrconf.link_local_ready(now);
+                }
                 continue;
             }
             self.ip6.addrs[i].state = AddrState::Tentative {

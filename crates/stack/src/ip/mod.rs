@@ -4,6 +4,7 @@
 //! ustack is a host, never a router: datagrams not addressed to us are dropped
 //! (`IP_INADDRERRORS`), as Linux does with `ip_forward = 0`.
 
+pub mod addrconf;
 pub mod ipv6;
 pub mod reasm6;
 pub mod reassembly;

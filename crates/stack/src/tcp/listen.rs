@@ -70,11 +70,27 @@ pub(crate) const SYNCOOKIE_VALID: Duration = Duration::from_secs(
     super::syncookie::SYNCOOKIE_PERIOD.as_secs() * super::syncookie::MAX_SYNCOOKIE_AGE as u64,
 );
 
+/// No listener in a [`PortSlots`] slot.
+const NO_LISTENER: u32 = u32::MAX;
+
+/// The listeners on one port: at most one IPv4 and one IPv6 (which Linux's bind conflict
+/// rules leave possible only with `IPV6_V6ONLY`, or an IPv6 address that is not `::` or
+/// v4-mapped beside an IPv4 one; see [`Listeners::conflicts`]). Slab indexes,
+/// [`NO_LISTENER`] for none.
+#[derive(Debug, Clone, Copy)]
+struct PortSlots([u32; 2]);
+
+impl PortSlots {
+    fn family(local: SocketAddr) -> usize {
+        usize::from(local.is_ipv6())
+    }
+}
+
 /// The listeners of a stack, by port.
 #[derive(Debug, Default)]
 pub(crate) struct Listeners {
     slab: Slab<Listener>,
-    by_port: HashMap<u16, u32>,
+    by_port: HashMap<u16, PortSlots>,
 }
 
 impl Listeners {
@@ -97,10 +113,54 @@ impl Listeners {
         self.by_port.contains_key(&port)
     }
 
-    pub fn add(&mut self, local: SocketAddr, backlog: u32) -> (u32, u32) {
+    /// Whether a listener on `local` (with `v6only`, for IPv6) conflicts with one already
+    /// on its port (Linux `inet_csk_bind_conflict` through `inet_rcv_saddr_equal`, no
+    /// `SO_REUSEPORT`): any of the same family (one listener a port and family: two on
+    /// distinct addresses of one family are refused too, where Linux allows them), and an
+    /// IPv4 one beside an IPv6 one on `::` (or on a v4-mapped address) without
+    /// `IPV6_V6ONLY` (Linux `ipv6_rcv_saddr_equal`: the dual-stack wildcard covers every
+    /// IPv4 address). An IPv6 listener with `IPV6_V6ONLY`, or on an IPv6 address, and an
+    /// IPv4 one coexist.
+    pub fn conflicts(&self, local: SocketAddr, v6only: bool) -> bool {
+        let Some(slots) = self.by_port.get(&local.port()) else {
+            return false;
+        };
+        let fam = PortSlots::family(local);
+        if slots.0[fam] != NO_LISTENER {
+            return true;
+        }
+        let other = slots.0[1 - fam];
+        let Some(other) = self.slab.by_index(other) else {
+            return false;
+        };
+        let (v6, v6only) = match (local, other.local) {
+            (SocketAddr::V6(a), _) => (a, v6only),
+            (_, SocketAddr::V6(b)) => (b, other.v6only),
+            _ => return true,
+        };
+        !v6only && (v6.ip().is_unspecified() || v6.ip().to_ipv4_mapped().is_some())
+    }
+
+    /// Whether the IPv6 listener in slot `index` may drop `IPV6_V6ONLY` (no IPv4 listener
+    /// on its port it would then conflict with, see [`Listeners::conflicts`]).
+    pub fn may_be_dual(&self, index: u32) -> bool {
+        let Some(l) = self.slab.by_index(index) else {
+            return false;
+        };
+        let SocketAddr::V6(a) = l.local else {
+            return true;
+        };
+        !(a.ip().is_unspecified() || a.ip().to_ipv4_mapped().is_some())
+            || self
+                .by_port
+                .get(&l.local.port())
+                .is_none_or(|s| s.0[0] == NO_LISTENER)
+    }
+
+    pub fn add(&mut self, local: SocketAddr, backlog: u32, v6only: bool) -> (u32, u32) {
         let listener = Listener {
             local,
-            v6only: false,
+            v6only,
             backlog,
             accept_queue: AcceptQueue::new(),
             syn_qlen: 0,
@@ -109,7 +169,10 @@ impl Listeners {
             last_overflow: None,
         };
         let (index, generation) = self.slab.insert(listener);
-        self.by_port.insert(local.port(), index);
+        self.by_port
+            .entry(local.port())
+            .or_insert(PortSlots([NO_LISTENER; 2]))
+            .0[PortSlots::family(local)] = index;
         (index, generation)
     }
 
@@ -146,7 +209,13 @@ impl Listeners {
 
     pub fn remove(&mut self, index: u32, generation: u32) -> Option<Listener> {
         let listener = self.slab.remove(index, generation)?;
-        self.by_port.remove(&listener.local.port());
+        let port = listener.local.port();
+        if let Some(slots) = self.by_port.get_mut(&port) {
+            slots.0[PortSlots::family(listener.local)] = NO_LISTENER;
+            if slots.0 == [NO_LISTENER; 2] {
+                self.by_port.remove(&port);
+            }
+        }
         Some(listener)
     }
 
@@ -156,7 +225,12 @@ impl Listeners {
     /// dual-stack socket through `ipv6_only_sock`/`ipv6_addr_v4mapped` in
     /// `inet_rcv_saddr_equal`'s rules).
     pub fn lookup(&self, local: SocketAddr) -> Option<u32> {
-        let index = *self.by_port.get(&local.port())?;
+        let slots = self.by_port.get(&local.port())?;
+        // An IPv4 segment: the IPv4 listener, else the IPv6 one if dual-stack.
+        let index = match slots.0 {
+            [v4, _] if local.is_ipv4() && v4 != NO_LISTENER => v4,
+            [_, v6] => v6,
+        };
         let l = self.slab.by_index(index)?;
         let takes = match (l.local, local) {
             (SocketAddr::V4(a), SocketAddr::V4(b)) => a.ip().is_unspecified() || a.ip() == b.ip(),

@@ -610,14 +610,39 @@ impl Stack {
     /// clamped to `somaxconn` (Linux `__sys_listen`). An IPv6 listener on `::` also takes
     /// IPv4 connections, their peers seen as `::ffff:a.b.c.d`, unless
     /// [`Stack::tcp_listener_set_v6only`] (Linux's default `net.ipv6.bindv6only = 0`).
-    /// One listener a port, whatever its family (a dual-stack `::` and `0.0.0.0` conflict
-    /// as in Linux; unlike Linux, so do a V6ONLY `::` and an IPv4 listener).
+    /// One listener a port and family; across families as Linux's bind conflicts
+    /// (`inet_csk_bind_conflict`): a dual-stack `::` and an IPv4 listener conflict
+    /// (EADDRINUSE), a V6ONLY `::` ([`Stack::tcp_listen_v6only`]) and `0.0.0.0` coexist
+    /// (see `Listeners::conflicts`).
     pub fn tcp_listen(
         &mut self,
         local: impl Into<SocketAddr>,
         backlog: u32,
     ) -> Result<ListenerHandle, Error> {
-        let local = local.into();
+        self.tcp_listen_with(local.into(), backlog, false)
+    }
+
+    /// Listen on the IPv6 `local` with `IPV6_V6ONLY` set first (as a program sets it
+    /// before `bind`): no IPv4 connections, and an IPv4 listener on the same port may
+    /// exist beside it.
+    pub fn tcp_listen_v6only(
+        &mut self,
+        local: SocketAddrV6,
+        backlog: u32,
+    ) -> Result<ListenerHandle, Error> {
+        if local.ip().to_ipv4_mapped().is_some() {
+            // Linux `__inet6_bind`: a v4-mapped address on a V6ONLY socket is EINVAL.
+            return Err(Error::InvalidArgument);
+        }
+        self.tcp_listen_with(SocketAddr::V6(local), backlog, true)
+    }
+
+    fn tcp_listen_with(
+        &mut self,
+        local: SocketAddr,
+        backlog: u32,
+        v6only: bool,
+    ) -> Result<ListenerHandle, Error> {
         let ours = match local {
             SocketAddr::V4(a) => a.ip().is_unspecified() || *a.ip() == self.ipv4.addr,
             SocketAddr::V6(a) => {
@@ -632,11 +657,11 @@ impl Stack {
         if local.port() == 0 {
             return Err(Error::InvalidArgument);
         }
-        if self.tcp.listeners.bound(local.port()) {
+        if self.tcp.listeners.conflicts(local, v6only) {
             return Err(Error::AddrInUse);
         }
         let backlog = backlog.min(self.sysctl.somaxconn as u32);
-        let (index, generation) = self.tcp.listeners.add(local, backlog);
+        let (index, generation) = self.tcp.listeners.add(local, backlog, v6only);
         Ok(ListenerHandle { index, generation })
     }
 
@@ -664,8 +689,16 @@ impl Stack {
     }
 
     /// `IPV6_V6ONLY` on an IPv6 listener: IPv4 connections no longer reach it (they find
-    /// no socket and are reset). `EAFNOSUPPORT` for an IPv4 listener.
+    /// no socket and are reset). `EAFNOSUPPORT` for an IPv4 listener; `EADDRINUSE` to turn
+    /// it off while an IPv4 listener shares the port (Linux refuses the option on a bound
+    /// socket altogether, EINVAL).
     pub fn tcp_listener_set_v6only(&mut self, l: ListenerHandle, on: bool) -> Result<(), Error> {
+        if !on
+            && self.tcp.listeners.get(l.index, l.generation).is_some()
+            && !self.tcp.listeners.may_be_dual(l.index)
+        {
+            return Err(Error::AddrInUse);
+        }
         let listener = self
             .tcp
             .listeners

@@ -516,6 +516,7 @@ impl Stack {
             payload_len: seg.len(),
             hop_limit: None,
             full_reason: DropReason::DevQueueFull,
+            ports: Some((local.port(), remote.port())),
         };
         self.ipv6_output(now, out, |buf, _, _| buf.copy_from_slice(&seg))
             .is_ok()

@@ -7,7 +7,7 @@
 //! re-armed on nearly every ACK. TIME-WAIT records live 60 s from their last restart; each
 //! has exactly one entry in an expiry heap, whatever the peer sends (see `TimeWaits`).
 
-use core::net::SocketAddrV4;
+use core::net::SocketAddr;
 use core::time::Duration;
 use std::collections::{BinaryHeap, VecDeque};
 
@@ -635,15 +635,17 @@ impl Stack {
         self.tcp_send_ack_raw(now, tuple, seq, ack, wnd, ts);
     }
 
-    /// IPv4 TIME-WAIT records (for views and tests): local and remote address and
-    /// deadline ([`Stack::sockets`] lists those of both families).
-    pub fn tcp_timewait_list(&self) -> Vec<(SocketAddrV4, SocketAddrV4, Instant)> {
+    /// TIME-WAIT records of both families (for views and tests): local and remote
+    /// address (an IPv6 record's resolved from its interned ids) and deadline.
+    pub fn tcp_timewait_list(&self) -> Vec<(SocketAddr, SocketAddr, Instant)> {
         self.tcp
             .timewait
             .map
             .iter()
-            .filter(|(t, _)| !t.is_v6())
-            .map(|(t, tw)| (t.local, t.remote, self.tcp.timewait.expires_at(tw)))
+            .map(|(t, tw)| {
+                let (local, remote) = self.tcp.addrs(t);
+                (local, remote, self.tcp.timewait.expires_at(tw))
+            })
             .collect()
     }
 }
@@ -691,7 +693,7 @@ fn model_timeout(boundary: u64, rto_base: Duration) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use core::net::Ipv4Addr;
+    use core::net::{Ipv4Addr, SocketAddrV4};
 
     fn tuple(i: u32) -> FourTuple {
         FourTuple {
