@@ -1517,10 +1517,7 @@ impl Net {
         for k in 0..self.shards() {
             let shared = sock.shared.clone();
             self.call(k, move |ctx| {
-                let l = api::TcpListener::bind(ctx.rt, addr, backlog)?;
-                if only_v6 {
-                    l.set_only_v6(ctx.rt, true)?;
-                }
+                let l = api::TcpListener::bind_only_v6(ctx.rt, addr, backlog, only_v6)?;
                 ctx.adopt(shared, k, ApiSock::Listener(l))
             })??;
         }

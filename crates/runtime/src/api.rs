@@ -149,9 +149,27 @@ impl TcpListener {
         addr: impl Into<SocketAddr>,
         backlog: u32,
     ) -> io::Result<TcpListener> {
+        Self::bind_only_v6(rt, addr, backlog, false)
+    }
+
+    /// [`bind`](Self::bind) with `IPV6_V6ONLY` set before it listens, as a program sets
+    /// it before `bind(2)` (`Stack::tcp_listen_v6only`): with `only_v6` the IPv6
+    /// listener takes no IPv4 connections and may share its port with an IPv4 listener.
+    /// `EAFNOSUPPORT` for `only_v6` on an IPv4 address.
+    pub fn bind_only_v6<D: Device + Sleep, C: Clock>(
+        rt: &mut Runtime<D, C>,
+        addr: impl Into<SocketAddr>,
+        backlog: u32,
+        only_v6: bool,
+    ) -> io::Result<TcpListener> {
         let addr = addr.into();
         let (stack, _) = rt.stack_now();
-        let handle = stack.tcp_listen(addr, backlog).map_err(err)?;
+        let handle = match (addr, only_v6) {
+            (_, false) => stack.tcp_listen(addr, backlog),
+            (SocketAddr::V6(a), true) => stack.tcp_listen_v6only(a, backlog),
+            (SocketAddr::V4(_), true) => Err(Error::AddrFamily),
+        }
+        .map_err(err)?;
         Ok(TcpListener {
             handle,
             local: addr,
