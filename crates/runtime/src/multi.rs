@@ -668,6 +668,9 @@ impl<A> Drop for ShardedRuntime<A> {
 /// [`replicate_unhashed`](Self::replicate_unhashed), to every queue: then each shard of an
 /// Ethernet link sees the ARP requests and replies and resolves its neighbours itself
 /// (every shard answers a request, with the same address: duplicate replies, harmless).
+/// IPv6's neighbour discovery (ICMPv6 types 133 to 137, RFC 4861 §4) is IPv6's ARP and is
+/// treated alike when replicating: a NIC would hash it on the address pair to one queue,
+/// and the shards whose flows share those addresses would never resolve their neighbour.
 ///
 /// A [`Device::send_batch`] reaches each queue as a batch of its own frames: a frame goes
 /// with the `xmit_more` hint ([`Device::send_more`]) when a later frame of the batch goes
@@ -735,8 +738,12 @@ impl<D: Device> RssSplitter<D> {
         &mut self.queues
     }
 
-    /// The queue RSS picks for `frame`, `None` if it cannot be hashed.
+    /// The queue RSS picks for `frame`, `None` if it cannot be hashed (or, replicating,
+    /// if it is neighbour discovery).
     fn route(&self, frame: &[u8]) -> Option<usize> {
+        if self.replicate && is_ndisc(frame, self.medium) {
+            return None;
+        }
         let q = self.rss.shard_of_frame(frame, self.medium)?;
         Some(q.min(self.queues.len() - 1))
     }
@@ -772,6 +779,17 @@ impl<D: Device> RssSplitter<D> {
             }
         }
     }
+}
+
+/// Whether `frame` is an IPv6 neighbour discovery message: ICMPv6 (next header 58, right
+/// after the fixed header, as RFC 4861 §4 messages are sent) of type 133 to 137.
+fn is_ndisc(frame: &[u8], medium: Medium) -> bool {
+    let packet = match medium {
+        Medium::Ethernet if frame.get(12..14) == Some(&[0x86, 0xdd]) => &frame[14..],
+        Medium::Ip => frame,
+        Medium::Ethernet => return false,
+    };
+    packet.len() > 40 && packet[0] >> 4 == 6 && packet[6] == 58 && (133..=137).contains(&packet[40])
 }
 
 impl<D: Device> Device for RssSplitter<D> {

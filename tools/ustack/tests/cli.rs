@@ -261,6 +261,38 @@ fn serve_over_sim_runs_verifying_clients() {
     assert!(out.contains("http_200=60"), "{out}");
 }
 
+/// `--link sim` with an IPv6 `--addr`: the clients connect to it over IPv6 once both
+/// ends' addresses have passed duplicate address detection, and the server saw only IPv6
+/// packets.
+#[test]
+fn serve_over_sim_speaks_ipv6() {
+    let o = ustack(&[
+        "serve",
+        "echo",
+        "--link",
+        "sim",
+        "--addr",
+        "[2001:db8::1]:7",
+        "--clients",
+        "20",
+        "--requests",
+        "3",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("sim: 20 clients, 60 exchanges verified"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "sim: the clients connected to [2001:db8::1]:7; the server received 0 IPv4 and "
+        ),
+        "{out}"
+    );
+    assert!(!out.contains("and 0 IPv6 packets"), "{out}");
+}
+
 #[test]
 fn sysctl_lists_validates_and_refuses() {
     let o = ustack(&["sysctl", "--defaults"]);
