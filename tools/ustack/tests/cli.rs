@@ -240,24 +240,33 @@ fn serve_refuses_bad_arguments_clearly() {
     );
 }
 
-#[test]
-fn serve_over_sim_runs_verifying_clients() {
-    let o = ustack(&[
+/// `ustack serve PROTO --link sim` with 20 clients of 3 exchanges (and `extra` flags),
+/// which must all verify; its stdout.
+fn serve_over_sim(proto: &str, extra: &[&str]) -> String {
+    let mut args = vec![
         "serve",
-        "http",
+        proto,
         "--link",
         "sim",
         "--clients",
         "20",
         "--requests",
         "3",
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    let o = ustack(&args);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
     assert!(
         out.contains("sim: 20 clients, 60 exchanges verified"),
         "{out}"
     );
+    out
+}
+
+#[test]
+fn serve_over_sim_runs_verifying_clients() {
+    let out = serve_over_sim("http", &[]);
     assert!(out.contains("http_200=60"), "{out}");
 }
 
@@ -266,24 +275,7 @@ fn serve_over_sim_runs_verifying_clients() {
 /// packets.
 #[test]
 fn serve_over_sim_speaks_ipv6() {
-    let o = ustack(&[
-        "serve",
-        "echo",
-        "--link",
-        "sim",
-        "--addr",
-        "[2001:db8::1]:7",
-        "--clients",
-        "20",
-        "--requests",
-        "3",
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let out = stdout(&o);
-    assert!(
-        out.contains("sim: 20 clients, 60 exchanges verified"),
-        "{out}"
-    );
+    let out = serve_over_sim("echo", &["--addr", "[2001:db8::1]:7"]);
     assert!(
         out.contains(
             "sim: the clients connected to [2001:db8::1]:7; the server received 0 IPv4 and "
