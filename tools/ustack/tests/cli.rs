@@ -462,6 +462,80 @@ fn bench_default_suite_runs_every_scenario_on_both_servers_verified() {
     );
 }
 
+/// `--ipv6`: the default suite over IPv6 on both servers, verified: every run says
+/// `"family": "ipv6"`, and the addresses its client's connection (or UDP flow) really had
+/// are IPv6 ones: ustack's 2001:db8::2 to [2001:db8::1]:5001 over shm, Linux's ::1 to ::1
+/// (in every Linux mode); the ustack server's packets all came in over IPv6. The table
+/// says IPv6 with those addresses.
+#[test]
+fn bench_ipv6_runs_the_default_suite_over_ipv6_on_both_servers() {
+    let o = ustack(&[
+        "bench",
+        "--ipv6",
+        "--duration",
+        "100ms",
+        "--conns",
+        "3",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value =
+        serde_json::from_slice(&o.stdout).expect("stdout is one JSON document");
+    let all = v.as_array().unwrap();
+    assert_eq!(all.len(), 8, "four scenarios, two servers");
+    let ip = |r: &serde_json::Value, end: &str| -> std::net::SocketAddr {
+        let a = r["addresses"][end].as_str();
+        a.and_then(|a| a.parse().ok())
+            .unwrap_or_else(|| panic!("addresses.{end} is a socket address: {r}"))
+    };
+    for r in all {
+        assert_eq!(r["verified"], true, "{r}");
+        assert_eq!(r["family"], "ipv6", "{r}");
+        let (local, peer) = (ip(r, "local"), ip(r, "peer"));
+        if r["server"] == "ustack" {
+            assert_eq!(local.ip().to_string(), "2001:db8::2", "{r}");
+            assert_eq!(peer.to_string(), "[2001:db8::1]:5001", "{r}");
+            let ip4 = r["counters"]["Ip"]["InReceives"].as_u64();
+            let ip6 = r["counters"]["Ip6"]["InReceives"].as_u64();
+            assert_eq!(ip4, Some(0), "no IPv4 packet reached the server: {r}");
+            assert!(ip6 > Some(2), "{r}");
+        } else {
+            assert_eq!(local.ip().to_string(), "::1", "{r}");
+            assert_eq!(peer.ip().to_string(), "::1", "{r}");
+            let modes = r["linux_modes"].as_array().unwrap().len();
+            assert!(modes >= 2 || r["scenario"] == "stream", "{r}");
+        }
+    }
+    // The table says so.
+    let o = ustack(&[
+        "bench",
+        "udp-rr",
+        "--ipv6",
+        "--duration",
+        "50ms",
+        "--linux-mode",
+        "epoll",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let line = out.lines().find(|l| l.starts_with("IPv6: "));
+    let line = line.unwrap_or_else(|| panic!("no IPv6 line: {out}"));
+    assert!(line.contains("ustack [2001:db8::2]:"), "{line}");
+    assert!(
+        line.contains(" -> [2001:db8::1]:5001; linux [::1]:"),
+        "{line}"
+    );
+    // What does not run over IPv6 yet is refused, not run over IPv4.
+    for (args, says) in [
+        (&["c1m", "--ipv6"][..], "--ipv6: c1m: not yet"),
+        (&["--ipv6", "--link", "sim"][..], "--ipv6: not yet"),
+    ] {
+        let o = ustack(&[&["bench"][..], args].concat());
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
+    }
+}
+
 /// Over shm both ustack ends skip TCP/UDP checksums by default (as Linux's loopback);
 /// `--checksums` computes and verifies them, and the transfer still verifies.
 #[test]
