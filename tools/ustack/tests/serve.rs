@@ -160,6 +160,81 @@ fn sharded_echo_server_over_shm_speaks_ipv6() {
     assert_eq!(s0 + s1, CLIENTS as u64, "{}", report);
 }
 
+/// `ustack connect` and `ustack get` attach to a `ustack serve --link shm` offer over
+/// IPv6, each in a process of its own: the echo server (2 shards: the client steers by
+/// the IPv6 4-tuple's hash) sends back what `connect` wrote, the HTTP server answers
+/// `get` with 200; the server counts one connection each.
+#[test]
+fn connect_and_get_reach_a_served_ipv6_address_over_shm() {
+    for (proto, shards, url) in [
+        ("echo", "2", "[2001:db8::1]:7"),
+        ("http", "1", "http://[2001:db8::1]:80/"),
+    ] {
+        let addr = if proto == "echo" {
+            "[2001:db8::1]:7"
+        } else {
+            "[2001:db8::1]:80"
+        };
+        let mut guard = spawn_serve(&[
+            proto,
+            "--link",
+            "shm",
+            "--addr",
+            addr,
+            "--shards",
+            shards,
+            "--duration",
+            "4s",
+        ]);
+        let line = guard.first_line();
+        let name = line.strip_prefix("shm-offer ").expect("an offer line");
+        let command = if proto == "echo" { "connect" } else { "get" };
+        let mut client = std::process::Command::new(env!("CARGO_BIN_EXE_ustack"))
+            .args([command, url, "--link", "shm", "--shm", name])
+            .args(["--addr", "[2001:db8::2]", "--connect-timeout", "5s"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn the client");
+        {
+            use std::io::Write;
+            let mut stdin = client.stdin.take().expect("stdin");
+            stdin.write_all(b"hello over IPv6\n").expect("write stdin");
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while client.try_wait().expect("client status").is_none() {
+            if std::time::Instant::now() > deadline {
+                let _ = client.kill();
+                panic!("ustack {command} did not finish in 20 s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let out = client.wait_with_output().expect("client output");
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(out.status.success(), "{command}: {stderr}");
+        if proto == "echo" {
+            assert_eq!(stdout, "hello over IPv6\n", "{stderr}");
+        } else {
+            assert!(stderr.contains("ustack get: HTTP 200,"), "{stderr}");
+        }
+        let mut report = String::new();
+        let until = std::time::Instant::now() + Duration::from_secs(20);
+        while guard.child.try_wait().expect("server status").is_none() {
+            assert!(std::time::Instant::now() < until, "the server did not stop");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        guard
+            .stdout
+            .read_to_string(&mut report)
+            .expect("the report");
+        assert_eq!(accepted(&report, "served:"), 1, "{report}");
+    }
+}
+
 #[test]
 fn echo_server_over_tun_serves_a_kernel_client() {
     if root_or_skip("echo_server_over_tun_serves_a_kernel_client").is_none() {
