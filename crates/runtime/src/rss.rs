@@ -463,8 +463,8 @@ impl Rss {
         self.shard_of_hash(self.key.hash_tuple(src.into(), dst.into()))
     }
 
-    /// The shard of a received frame, or `None` if it is not IPv4 (ARP, say): the caller
-    /// decides, as a NIC sends such frames to queue 0.
+    /// The shard of a received frame, or `None` if it is neither IPv4 nor IPv6 (ARP, say): the
+    /// caller decides, as a NIC sends such frames to queue 0.
     pub fn shard_of_frame(&self, frame: &[u8], medium: Medium) -> Option<usize> {
         hash_frame(&self.key, frame, medium).map(|(h, _)| self.shard_of_hash(h))
     }
