@@ -271,7 +271,6 @@ impl Args {
         }
     }
 
-    /// The Linux modes asked for, in the order run.
     /// `--ipv6`: what does not run over IPv6 yet.
     fn check_family(&self, scenarios: &[&str]) -> Result<(), String> {
         if !self.ipv6 {
@@ -292,6 +291,7 @@ impl Args {
         Ok(())
     }
 
+    /// The Linux modes asked for, in the order run.
     pub fn linux_modes(&self) -> Vec<LinuxMode> {
         if self.linux_mode.iter().any(|m| m == "all") {
             return LinuxMode::ALL.to_vec();
