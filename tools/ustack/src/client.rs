@@ -25,7 +25,7 @@ use ustack_runtime::RssSplitter;
 use ustack_runtime::api::TcpStream;
 use ustack_runtime::rss::{Rss, RssKey};
 use ustack_runtime::runtime::{Events, Interest, Runtime, RuntimeBuilder, Sleep};
-use ustack_stack::{AddrState, EthernetAddress};
+use ustack_stack::EthernetAddress;
 
 use crate::link::{IfAddr, LinkArgs};
 use crate::serve::parse_duration;
@@ -247,18 +247,11 @@ fn usable_addresses<D: Device + Sleep>(
 ) -> anyhow::Result<()> {
     let deadline = std::time::Instant::now() + timeout;
     loop {
-        let stack = rt.stack();
-        let tentative = stack.ipv6_addrs().into_iter().find(|c| {
-            matches!(
-                stack.ipv6_addr_state(c.addr),
-                Some(AddrState::Tentative { .. })
-            )
-        });
-        let Some(c) = tentative else {
+        let Some(addr) = crate::serve::tentative(rt.stack()) else {
             return Ok(());
         };
         if std::time::Instant::now() > deadline {
-            bail!("{}: still tentative (duplicate address detection)", c.addr);
+            bail!("{addr}: still tentative (duplicate address detection)");
         }
         rt.run_once(Some(Duration::from_millis(10)))?;
     }

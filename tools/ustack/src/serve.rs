@@ -421,7 +421,7 @@ fn sim(args: &Args, proto: Protocol) -> anyhow::Result<ExitCode> {
     // IPv6: both ends' addresses are tentative until duplicate address detection ends
     // (RFC 4862 §5.4, a second of virtual time); the server binds and the clients
     // connect once they may.
-    while tentative(srt.stack()) || tentative(crt.stack()) {
+    while tentative(srt.stack()).or(tentative(crt.stack())).is_some() {
         if clock.now() >= Instant::ZERO + Duration::from_secs(10) {
             bail!("the IPv6 addresses are still tentative after 10 s of virtual time");
         }
@@ -471,13 +471,11 @@ fn sim(args: &Args, proto: Protocol) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Whether one of `stack`'s IPv6 addresses is not yet usable (duplicate address
-/// detection running).
-fn tentative(stack: &ustack_stack::Stack) -> bool {
-    stack
-        .ipv6_addrs()
-        .iter()
-        .any(|c| stack.ipv6_addr_state(c.addr) != Some(AddrState::Preferred))
+/// One of `stack`'s IPv6 addresses that is not yet usable (tentative: duplicate address
+/// detection running, RFC 4862 §5.4), if any.
+pub fn tentative(stack: &ustack_stack::Stack) -> Option<core::net::Ipv6Addr> {
+    let mut addrs = stack.ipv6_addrs().into_iter().map(|c| c.addr);
+    addrs.find(|&a| matches!(stack.ipv6_addr_state(a), Some(AddrState::Tentative { .. })))
 }
 
 /// The sim clients' IPv6 address beside the server's `server`: the last bit flipped
