@@ -1,7 +1,7 @@
 //! [`Load`]: verifying clients for a [`Server`](crate::Server)(crate::Server) (every echoed byte, every
 //! HTTP response), used by the tests and by `ustack serve --link sim`.
 
-use core::net::SocketAddrV4;
+use core::net::SocketAddr;
 use core::time::Duration;
 use std::io::{self, ErrorKind};
 use std::net::Shutdown;
@@ -86,14 +86,15 @@ fn invalid(what: String) -> io::Error {
 }
 
 impl Load {
-    /// Open `conns` connections to `target`.
+    /// Open `conns` connections to `target` (either family).
     pub fn start<D: Device + Sleep, C: Clock>(
         rt: &mut Runtime<D, C>,
         proto: Protocol,
-        target: SocketAddrV4,
+        target: impl Into<SocketAddr>,
         conns: usize,
         per_conn: u64,
     ) -> io::Result<Load> {
+        let target = target.into();
         let mut v = Vec::with_capacity(conns);
         for c in 0..conns {
             let stream = TcpStream::connect(rt, target)?;

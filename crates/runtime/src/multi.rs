@@ -72,7 +72,7 @@
 //! [`ShardApp::poll`], then the stop flag and snapshot requests; so a stop or a counter
 //! read is served within a tick even when the shard sleeps on an idle device.
 
-use core::net::SocketAddrV4;
+use core::net::{IpAddr, SocketAddr};
 use core::time::Duration;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -160,20 +160,29 @@ impl<'a, D: Device + Sleep> ShardContext<'a, D> {
         self.rt.now()
     }
 
-    /// Open a connection to `remote` from a local port whose replies hash to this shard
-    /// ([`Rss::pick_local_port`] over `net.ipv4.ip_local_port_range`, from the shard's
-    /// moving offset so that a quick reconnect to the same peer does not reuse the tuple
-    /// just closed, then
-    /// [`ustack_stack::Stack::tcp_connect_from`]). A port the stack refuses (its 4-tuple
-    /// in use, or a listener on it) is skipped and the search goes on; `EADDRNOTAVAIL`
-    /// when no port of the range hashes here and is free (Linux's error for an exhausted
-    /// range).
-    pub fn connect(&mut self, remote: SocketAddrV4) -> io::Result<TcpHandle> {
+    /// Open a connection to `remote` (IPv4 or IPv6) from a local port whose replies hash
+    /// to this shard ([`Rss::pick_local_port`] over `net.ipv4.ip_local_port_range`, which
+    /// Linux uses for both families, from the shard's moving offset so that a quick
+    /// reconnect to the same peer does not reuse the tuple just closed, then
+    /// [`ustack_stack::Stack::tcp_connect_from`]). The local address is the one the stack
+    /// will put on the SYN: the interface's IPv4 address, or for IPv6 the source it selects
+    /// for `remote` ([`Stack::ipv6_source_for`](ustack_stack::Stack::ipv6_source_for); `EADDRNOTAVAIL` without one, as Linux's
+    /// `ip6_route_output` failing). A port the stack refuses (its 4-tuple in use, or a
+    /// listener on it) is skipped and the search goes on; `EADDRNOTAVAIL` when no port of
+    /// the range hashes here and is free (Linux's error for an exhausted range).
+    pub fn connect(&mut self, remote: impl Into<SocketAddr>) -> io::Result<TcpHandle> {
+        let remote = remote.into();
         let (stack, now) = self.rt.stack_now();
         let sysctl = stack.sysctl();
         let lo = u16::try_from(sysctl.ip_local_port_min).unwrap_or(u16::MAX);
         let hi = u16::try_from(sysctl.ip_local_port_max).unwrap_or(u16::MAX);
-        let local_ip = stack.ipv4().addr;
+        let not_available = || io::Error::from_raw_os_error(99 /* EADDRNOTAVAIL */);
+        let local_ip = match remote {
+            SocketAddr::V6(r) if r.ip().to_ipv4_mapped().is_none() => {
+                IpAddr::V6(stack.ipv6_source_for(*r.ip()).ok_or_else(not_available)?)
+            }
+            _ => IpAddr::V4(stack.ipv4().addr),
+        };
         let mut refused: Vec<u16> = Vec::new();
         loop {
             let port = self
@@ -186,7 +195,7 @@ impl<'a, D: Device + Sleep> ShardContext<'a, D> {
                     self.port_perturb,
                     |p| refused.contains(&p),
                 )
-                .ok_or_else(|| io::Error::from_raw_os_error(99 /* EADDRNOTAVAIL */))?;
+                .ok_or_else(not_available)?;
             match stack.tcp_connect_from(now, port, remote) {
                 Ok(h) => return Ok(h),
                 Err(ustack_stack::Error::AddrInUse) => refused.push(port),
@@ -252,7 +261,7 @@ impl Control {
 pub struct ShardedBuilder {
     runtime: RuntimeBuilder,
     rss: Rss,
-    listen: Vec<(SocketAddrV4, u32)>,
+    listen: Vec<(SocketAddr, u32)>,
     tick: Duration,
     seed: Option<u64>,
 }
@@ -270,9 +279,9 @@ impl ShardedBuilder {
         }
     }
 
-    /// Listen on `addr` with `backlog` on every shard (`SO_REUSEPORT`).
-    pub fn listen(mut self, addr: SocketAddrV4, backlog: u32) -> Self {
-        self.listen.push((addr, backlog));
+    /// Listen on `addr` (either family) with `backlog` on every shard (`SO_REUSEPORT`).
+    pub fn listen(mut self, addr: impl Into<SocketAddr>, backlog: u32) -> Self {
+        self.listen.push((addr.into(), backlog));
         self
     }
 
@@ -388,7 +397,7 @@ fn shard_main<D, A, F>(
     builder: RuntimeBuilder,
     device: D,
     rss: &Rss,
-    listen: &[(SocketAddrV4, u32)],
+    listen: &[(SocketAddr, u32)],
     tick: Duration,
     ctl: &Control,
     make: &F,
@@ -659,6 +668,9 @@ impl<A> Drop for ShardedRuntime<A> {
 /// [`replicate_unhashed`](Self::replicate_unhashed), to every queue: then each shard of an
 /// Ethernet link sees the ARP requests and replies and resolves its neighbours itself
 /// (every shard answers a request, with the same address: duplicate replies, harmless).
+/// IPv6's neighbour discovery (ICMPv6 types 133 to 137, RFC 4861 §4) is IPv6's ARP and is
+/// treated alike when replicating: a NIC would hash it on the address pair to one queue,
+/// and the shards whose flows share those addresses would never resolve their neighbour.
 ///
 /// A [`Device::send_batch`] reaches each queue as a batch of its own frames: a frame goes
 /// with the `xmit_more` hint ([`Device::send_more`]) when a later frame of the batch goes
@@ -726,8 +738,12 @@ impl<D: Device> RssSplitter<D> {
         &mut self.queues
     }
 
-    /// The queue RSS picks for `frame`, `None` if it cannot be hashed.
+    /// The queue RSS picks for `frame`, `None` if it cannot be hashed (or, replicating,
+    /// if it is neighbour discovery).
     fn route(&self, frame: &[u8]) -> Option<usize> {
+        if self.replicate && is_ndisc(frame, self.medium) {
+            return None;
+        }
         let q = self.rss.shard_of_frame(frame, self.medium)?;
         Some(q.min(self.queues.len() - 1))
     }
@@ -763,6 +779,17 @@ impl<D: Device> RssSplitter<D> {
             }
         }
     }
+}
+
+/// Whether `frame` is an IPv6 neighbour discovery message: ICMPv6 (next header 58, right
+/// after the fixed header, as RFC 4861 §4 messages are sent) of type 133 to 137.
+fn is_ndisc(frame: &[u8], medium: Medium) -> bool {
+    let packet = match medium {
+        Medium::Ethernet if frame.get(12..14) == Some(&[0x86, 0xdd]) => &frame[14..],
+        Medium::Ip => frame,
+        Medium::Ethernet => return false,
+    };
+    packet.len() > 40 && packet[0] >> 4 == 6 && packet[6] == 58 && (133..=137).contains(&packet[40])
 }
 
 impl<D: Device> Device for RssSplitter<D> {

@@ -43,7 +43,7 @@
 //! `ethtool -X` are the same). [`Reta::new`] fills it round-robin as Linux's
 //! `ethtool_rxfh_indir_default()` does (`index % n_rx_rings`).
 
-use core::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};
+use core::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use core::ops::RangeInclusive;
 
 use ustack_dev::Medium;
@@ -123,11 +123,43 @@ impl RssKey {
         self.hash(&input)
     }
 
-    /// What the destination port (input bits 80..96 of the 4-tuple) adds to the hash.
-    fn dst_port_term(&self, port: u16) -> u32 {
-        let mut input = [0u8; 12];
-        input[10..].copy_from_slice(&port.to_be_bytes());
-        self.hash(&input)
+    /// The hash of a 4-tuple of either family as a receiver sees it: [`RssKey::hash_v4`]
+    /// when both ends are IPv4 (or IPv4-mapped IPv6, `::ffff:a.b.c.d`: such a connection
+    /// goes over IPv4, Linux `tcp_v6_connect`), [`RssKey::hash_v6`] otherwise (an IPv4 end
+    /// beside an IPv6 one is taken v4-mapped; no packet carries such a pair).
+    pub fn hash_tuple(&self, src: SocketAddr, dst: SocketAddr) -> u32 {
+        match (v4_of(src), v4_of(dst)) {
+            (Some(s), Some(d)) => self.hash_v4(s, d),
+            _ => self.hash_v6(v6_of(src), v6_of(dst)),
+        }
+    }
+
+    /// What the destination port adds to the hash: input bits 80..96 of the IPv4 4-tuple,
+    /// or 272..288 of the IPv6 one (`v6`).
+    fn dst_port_term(&self, port: u16, v6: bool) -> u32 {
+        let mut input = [0u8; 36];
+        let at = if v6 { 34 } else { 10 };
+        input[at..at + 2].copy_from_slice(&port.to_be_bytes());
+        self.hash(&input[..at + 2])
+    }
+}
+
+/// `a` as IPv4, if it is IPv4 or IPv4-mapped IPv6.
+fn v4_of(a: SocketAddr) -> Option<SocketAddrV4> {
+    match a {
+        SocketAddr::V4(a) => Some(a),
+        SocketAddr::V6(a) => a
+            .ip()
+            .to_ipv4_mapped()
+            .map(|ip| SocketAddrV4::new(ip, a.port())),
+    }
+}
+
+/// `a` as IPv6 (an IPv4 address v4-mapped).
+fn v6_of(a: SocketAddr) -> SocketAddrV6 {
+    match a {
+        SocketAddr::V4(a) => SocketAddrV6::new(a.ip().to_ipv6_mapped(), a.port(), 0, 0),
+        SocketAddr::V6(a) => a,
     }
 }
 
@@ -307,6 +339,11 @@ pub fn shard_of(hash: u32, shards: usize) -> usize {
 /// every port of `port_range` that would do is taken. `in_use(port)` says whether a port is
 /// unavailable (already bound, or its 4-tuple taken).
 ///
+/// Either family: the replies' tuple is hashed as the NIC will hash it
+/// ([`RssKey::hash_tuple`]: the 12-byte IPv4 input, or the 36-byte IPv6 one, whose
+/// destination port sits at another offset and so adds other key bits). An IPv4-mapped
+/// `remote` is hashed as IPv4, as its connection goes over IPv4.
+///
 /// The replies' tuple is (`remote`, `local_ip:port`): source and destination as the shard
 /// receives them. Seastar's `connect` draws random ports until one hashes home; this search
 /// is deterministic and bounded instead, in the manner of Linux's `__inet_hash_connect`: it
@@ -321,8 +358,8 @@ pub fn shard_of(hash: u32, shards: usize) -> usize {
 /// keys reach every shard (tested); a runtime with a key of its own should check.
 pub fn pick_local_port(
     key: &RssKey,
-    local_ip: Ipv4Addr,
-    remote: SocketAddrV4,
+    local_ip: impl Into<IpAddr>,
+    remote: impl Into<SocketAddr>,
     shard: usize,
     shards: usize,
     port_range: RangeInclusive<u16>,
@@ -330,8 +367,8 @@ pub fn pick_local_port(
 ) -> Option<u16> {
     pick_port(
         key,
-        local_ip,
-        remote,
+        SocketAddr::new(local_ip.into(), 0),
+        remote.into(),
         port_range,
         &mut 0,
         |h| shard_of(h, shards) == shard,
@@ -341,8 +378,8 @@ pub fn pick_local_port(
 
 fn pick_port(
     key: &RssKey,
-    local_ip: Ipv4Addr,
-    remote: SocketAddrV4,
+    local: SocketAddr,
+    remote: SocketAddr,
     port_range: RangeInclusive<u16>,
     perturb: &mut u32,
     home: impl Fn(u32) -> bool,
@@ -353,9 +390,10 @@ fn pick_port(
         return None;
     }
     // hash(remote -> local_ip:port) == base ^ term(port), by linearity.
-    let base = key.hash_v4(remote, SocketAddrV4::new(local_ip, 0));
+    let base = key.hash_tuple(remote, local);
+    let v6 = v4_of(remote).zip(v4_of(local)).is_none();
     // The contribution of each destination-port bit, most significant first.
-    let terms: [u32; 16] = core::array::from_fn(|b| key.dst_port_term(0x8000 >> b));
+    let terms: [u32; 16] = core::array::from_fn(|b| key.dst_port_term(0x8000 >> b, v6));
     let term = |port: u16| {
         (0..16)
             .filter(|b| port & (0x8000 >> b) != 0)
@@ -419,13 +457,14 @@ impl Rss {
         self.reta.lookup(hash) % self.shards
     }
 
-    /// The shard that receives packets from `src` to `dst` (4-tuple hash).
-    pub fn shard_of_tuple(&self, src: SocketAddrV4, dst: SocketAddrV4) -> usize {
-        self.shard_of_hash(self.key.hash_v4(src, dst))
+    /// The shard that receives packets from `src` to `dst` (4-tuple hash, either family:
+    /// [`RssKey::hash_tuple`]).
+    pub fn shard_of_tuple(&self, src: impl Into<SocketAddr>, dst: impl Into<SocketAddr>) -> usize {
+        self.shard_of_hash(self.key.hash_tuple(src.into(), dst.into()))
     }
 
-    /// The shard of a received frame, or `None` if it is not IPv4 (ARP, say): the caller
-    /// decides, as a NIC sends such frames to queue 0.
+    /// The shard of a received frame, or `None` if it is neither IPv4 nor IPv6 (ARP, say): the
+    /// caller decides, as a NIC sends such frames to queue 0.
     pub fn shard_of_frame(&self, frame: &[u8], medium: Medium) -> Option<usize> {
         hash_frame(&self.key, frame, medium).map(|(h, _)| self.shard_of_hash(h))
     }
@@ -439,8 +478,8 @@ impl Rss {
     /// the connection waits a second for its SYN's retransmission).
     pub fn pick_local_port(
         &self,
-        local_ip: Ipv4Addr,
-        remote: SocketAddrV4,
+        local_ip: impl Into<IpAddr>,
+        remote: impl Into<SocketAddr>,
         shard: usize,
         port_range: RangeInclusive<u16>,
         perturb: &mut u32,
@@ -448,8 +487,8 @@ impl Rss {
     ) -> Option<u16> {
         pick_port(
             &self.key,
-            local_ip,
-            remote,
+            SocketAddr::new(local_ip.into(), 0),
+            remote.into(),
             port_range,
             perturb,
             |h| self.shard_of_hash(h) == shard,
@@ -469,7 +508,7 @@ mod tests {
         let local = Ipv4Addr::new(161, 142, 100, 80);
         let base = key.hash_v4(remote, SocketAddrV4::new(local, 0));
         assert_eq!(
-            base ^ key.dst_port_term(1766),
+            base ^ key.dst_port_term(1766, false),
             0x51cc_c178,
             "linearity: the verification suite's first tuple"
         );

@@ -1,7 +1,7 @@
 //! RSS: the Toeplitz hash against the published verification vectors, the symmetric key,
 //! the indirection table, and the local-port search that sends replies home.
 
-use core::net::{Ipv4Addr, SocketAddrV4, SocketAddrV6};
+use core::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};
 use std::cell::Cell;
 
 use proptest::prelude::*;
@@ -387,6 +387,35 @@ proptest! {
             let p = pick_local_port(&key, local_ip, remote, shard, shards, 32768..=60999, |_| false);
             prop_assert!(p.is_some(), "shard {shard} of {shards} unreachable");
         }
+    }
+
+    /// IPv6: the port found makes the IPv6 4-tuple of the replies (36 bytes of hash input,
+    /// the port at bytes 34-35) hash to the shard, every shard reachable with the
+    /// standard keys; a v4-mapped peer is hashed as the IPv4 tuple its packets carry.
+    #[test]
+    fn picked_ipv6_port_hashes_home(
+        key in prop_oneof![Just(RssKey::MICROSOFT), Just(RssKey::SYMMETRIC)],
+        local_ip in any::<u128>().prop_map(Ipv6Addr::from),
+        remote_ip in any::<u128>().prop_map(Ipv6Addr::from),
+        remote_port in any::<u16>(),
+        shards in 1usize..=16,
+        v4 in addr(),
+    ) {
+        let remote = SocketAddrV6::new(remote_ip, remote_port, 0, 0);
+        for shard in 0..shards {
+            let p = pick_local_port(&key, local_ip, remote, shard, shards, 32768..=60999, |_| false);
+            let Some(p) = p else {
+                return Err(TestCaseError::fail(format!("shard {shard} of {shards} unreachable")));
+            };
+            let local = SocketAddrV6::new(local_ip, p, 0, 0);
+            prop_assert_eq!(shard_of(key.hash_v6(remote, local), shards), shard);
+            prop_assert_eq!(Rss::new(key, shards).shard_of_tuple(remote, local), shard);
+        }
+        let mapped = SocketAddrV6::new(v4.ip().to_ipv6_mapped(), v4.port(), 0, 0);
+        let local4 = Ipv4Addr::new(10, 0, 0, 1);
+        let p = pick_local_port(&key, local4.to_ipv6_mapped(), mapped, 0, shards, 32768..=60999, |_| false);
+        let p = p.expect("shard 0 reachable");
+        prop_assert_eq!(shard_of(key.hash_v4(v4, SocketAddrV4::new(local4, p)), shards), 0);
     }
 }
 

@@ -226,6 +226,7 @@ fn run_one(
         send: args.send.map(|n| n as usize),
         server_sysctl: args.server_sysctl.clone(),
         active: args.active,
+        ipv6: args.ipv6,
     };
     let shm = args.link == "shm";
     let link = args.link.as_str();
@@ -266,6 +267,7 @@ fn run_one(
             _ => Some(own),
         };
     }
+    outcome.family = run.family();
     if outcome.mode.is_empty() {
         outcome.mode = match (server, link) {
             ("ustack", "sim") => "inline",

@@ -4,7 +4,8 @@
 //! `get` fetches one URL with HTTP/1.1 and prints the body's size and SHA-256. Both run
 //! one ustack runtime over the link `--link` names: a TUN interface (set up with `ustack
 //! serve`'s link flags), or an `AF_PACKET` or `AF_XDP` socket on an Ethernet interface
-//! (`--interface`, a veth end say) whose MAC address ustack takes.
+//! (`--interface`, a veth end say) whose MAC address ustack takes, or the shm link a
+//! `ustack serve --link shm` offers (`--shm NAME`).
 
 use core::net::SocketAddr;
 use core::time::Duration;
@@ -17,9 +18,12 @@ use anyhow::{Context, bail};
 use sha2::{Digest, Sha256};
 use ustack_dev::Device;
 use ustack_dev::packet::{Packet, PacketConfig};
+use ustack_dev::shm::ShmPeer;
 use ustack_dev::xdp::{Xdp, XdpConfig};
 use ustack_runtime::Mode;
+use ustack_runtime::RssSplitter;
 use ustack_runtime::api::TcpStream;
+use ustack_runtime::rss::{Rss, RssKey};
 use ustack_runtime::runtime::{Events, Interest, Runtime, RuntimeBuilder, Sleep};
 use ustack_stack::EthernetAddress;
 
@@ -30,10 +34,15 @@ use crate::serve::parse_duration;
 #[derive(Debug, clap::Args)]
 pub struct ClientLink {
     /// The link: tun (a TUN interface; the Linux kernel routes between it and the
-    /// server), packet (an AF_PACKET socket with TPACKET_V3 rings on --interface) or xdp
-    /// (an AF_XDP socket in copy mode on --interface, fed by an XDP program ustack loads).
-    #[arg(long, default_value = "tun", value_parser = ["tun", "packet", "xdp"])]
+    /// server), packet (an AF_PACKET socket with TPACKET_V3 rings on --interface), xdp
+    /// (an AF_XDP socket in copy mode on --interface, fed by an XDP program ustack loads)
+    /// or shm (the shared-memory link a `ustack serve --link shm` offers: --shm NAME).
+    #[arg(long, default_value = "tun", value_parser = ["tun", "packet", "xdp", "shm"])]
     link: String,
+    /// shm: the name `ustack serve --link shm` printed (`shm-offer NAME`); ustack
+    /// attaches to that link as its other end (one process of the same user).
+    #[arg(long, value_name = "NAME")]
+    shm: Option<String>,
     /// packet, xdp: the Ethernet interface to take (a veth end, say), in --netns; ustack
     /// answers for --addr on it with the interface's MAC address.
     #[arg(long, value_name = "NAME")]
@@ -64,12 +73,19 @@ LINKS:
     with its MAC address. The peer (veth0, say) must send whole checksummed frames: turn
     its transmit offloads off (`ethtool -K veth0 tx off`). xdp loads an XDP program on the
     interface for the run (one queue, copy mode).
-  All need root (CAP_NET_ADMIN; packet and xdp CAP_NET_RAW, xdp CAP_BPF).
+  shm: ustack attaches to the shared-memory link that `ustack serve --link shm` offered
+    (it printed `shm-offer NAME`): --shm NAME (the same user; with a sharded server, each
+    flow is steered to its shard's queue by RSS). No root needed.
+  tun, packet and xdp need root (CAP_NET_ADMIN; packet and xdp CAP_NET_RAW, xdp CAP_BPF).
+  With an IPv6 --addr on an Ethernet link (packet, xdp, shm) the connection waits for
+  duplicate address detection to pass (a second).
 
 EXAMPLES:
   ip netns exec NS socat TCP-LISTEN:7,fork EXEC:cat &
   echo hello | ustack connect 192.0.2.1:7 --tun tun0 --netns NS --addr 192.0.2.2/24
-  echo hello | ustack connect 192.0.2.1:7 --link packet --interface veth1 --netns NS")]
+  echo hello | ustack connect 192.0.2.1:7 --link packet --interface veth1 --netns NS
+  ustack serve echo --link shm --addr '[2001:db8::1]:7' &   # prints shm-offer NAME
+  echo hello | ustack connect '[2001:db8::1]:7' --link shm --shm NAME --addr '[2001:db8::2]'")]
 pub struct ConnectArgs {
     /// The server: IP:PORT, or `[IP6]:PORT` (no name lookup).
     target: SocketAddr,
@@ -115,8 +131,8 @@ fn over_link<C: Client>(client: C, target: SocketAddr) -> anyhow::Result<ExitCod
     if link.addr.port.is_some() {
         bail!("--addr is ustack's own address, IP[/LEN], without a port");
     }
-    if link.link == "tun" && link.interface.is_some() {
-        bail!("--interface is for --link packet or xdp (tun takes --tun)");
+    if matches!(link.link.as_str(), "tun" | "shm") && link.interface.is_some() {
+        bail!("--interface is for --link packet or xdp (tun takes --tun, shm --shm)");
     }
     if link.link != "tun" && link.iface.mtu.is_some() {
         bail!("--mtu is for --link tun (packet and xdp take the interface's own)");
@@ -124,8 +140,14 @@ fn over_link<C: Client>(client: C, target: SocketAddr) -> anyhow::Result<ExitCod
     if link.link != "tun" && link.iface.no_offload {
         bail!("--no-offload is for --link tun (packet and xdp links carry whole frames)");
     }
+    if (link.link == "shm") != link.shm.is_some() {
+        bail!("--shm NAME goes with --link shm (and --link shm needs it)");
+    }
     let builder = link.iface.builder(&link.addr)?;
     let netns = link.iface.netns_path();
+    if let Some(name) = link.shm.clone() {
+        return over_shm(client, builder, target, &name);
+    }
     if link.link == "tun" {
         let (name, mut queues) = link.iface.open_tun(1)?;
         eprintln!("tun-ready {name}");
@@ -183,9 +205,56 @@ fn connected<C: Client, D: Device + Sleep>(
         link.addr,
         link.iface.netns_note()
     );
+    usable_addresses(&mut rt, link.connect_timeout)?;
     let stream = TcpStream::connect_timeout(&mut rt, target, link.connect_timeout)
         .with_context(|| format!("connecting to {target}"))?;
     client.run(rt, stream)
+}
+
+/// Attach to the shm link offered as `name` (side B; with several queue pairs, one per
+/// server shard, through an RSS splitter that steers each flow to its shard's queue as a
+/// NIC would, copying ARP and neighbour discovery to every queue) and run `client` on it.
+fn over_shm<C: Client>(
+    client: C,
+    builder: RuntimeBuilder,
+    target: SocketAddr,
+    name: &str,
+) -> anyhow::Result<ExitCode> {
+    let peer = ShmPeer::connect(name, Duration::from_secs(10))
+        .with_context(|| format!("connecting to the shm offer `{name}`"))?;
+    let mut ports = peer.attach().context("attaching to the shm link")?;
+    let how = format!("shm `{name}`");
+    if ports.len() == 1 {
+        return connected(client, builder, target, ports.remove(0), &how);
+    }
+    let shards = ports.len();
+    let splitter = RssSplitter::new(ports, Rss::new(RssKey::MICROSOFT, shards));
+    connected(
+        client,
+        builder,
+        target,
+        splitter.replicate_unhashed(true),
+        &how,
+    )
+}
+
+/// Run `rt` until none of its IPv6 addresses is tentative (duplicate address detection
+/// on an Ethernet link, RFC 4862 §5.4: a tentative address is no source), or fail after
+/// `timeout`. At once without IPv6, or on an IP link (no DAD).
+fn usable_addresses<D: Device + Sleep>(
+    rt: &mut Runtime<D>,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let Some(addr) = crate::serve::tentative(rt.stack()) else {
+            return Ok(());
+        };
+        if std::time::Instant::now() > deadline {
+            bail!("{addr}: still tentative (duplicate address detection)");
+        }
+        rt.run_once(Some(Duration::from_millis(10)))?;
+    }
 }
 
 /// Close `stream` and run the loop until the FIN is acknowledged (or a short while), so

@@ -46,11 +46,11 @@ enum Command {
     /// (`ustack sysctl`, `ustack sysctl NAME`, `ustack sysctl NAME=VALUE`); with
     /// --defaults, ustack's defaults, ranges and units without an instance.
     Sysctl(sysctl::Args),
-    /// Connect to IP:PORT through ustack over a TUN interface, like `nc`: stdin to the
-    /// connection, the connection to stdout.
+    /// Connect to IP:PORT through ustack over a TUN interface (or packet, xdp, or a served
+    /// shm link), like `nc`: stdin to the connection, the connection to stdout.
     Connect(client::ConnectArgs),
-    /// Fetch an http:// URL through ustack over a TUN interface: the body to stdout (or
-    /// -o FILE), its size and SHA-256 on stderr.
+    /// Fetch an http:// URL through ustack over a TUN interface (or packet, xdp, or a
+    /// served shm link): the body to stdout (or -o FILE), its size and SHA-256 on stderr.
     Get(client::GetArgs),
     /// Capture a running instance's traffic to a pcap file (`-w FILE`, `-c COUNT`,
     /// `--duration`), frames in and out of every shard.

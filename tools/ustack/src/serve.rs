@@ -13,11 +13,12 @@ use ustack_apps::{Load, Protocol, Server, ServerStats};
 use ustack_dev::Device;
 use ustack_dev::capture::{self, Tap, TapSwitch};
 use ustack_dev::shm::{ShmConfig, ShmLink};
+use ustack_obs::Counter;
 use ustack_runtime::multi::{ShardApp, ShardContext, ShardedBuilder};
 use ustack_runtime::rss::{Rss, RssKey};
-use ustack_runtime::runtime::{Clock, RuntimeBuilder, Sleep, VirtualClock, sim_pair};
+use ustack_runtime::runtime::{Clock, Runtime, RuntimeBuilder, Sleep, VirtualClock, sim_pair};
 use ustack_stack::inspect::MemoryKind;
-use ustack_stack::{EthernetAddress, Instant};
+use ustack_stack::{AddrState, EthernetAddress, Instant};
 
 use crate::control::{self, ControlServer};
 use crate::link::{self, IfAddr, LinkArgs};
@@ -49,7 +50,8 @@ LINKS:
     frame to the queue of the shard its flow hashes to, as a NIC with RSS does: a Toeplitz
     hash of the 4-tuple with the Microsoft key and a round-robin 128-entry table
     (ustack_runtime::RssSplitter with Rss::new(RssKey::MICROSOFT, N), copying ARP to every
-    queue with replicate_unhashed(true)).
+    queue, and IPv6 neighbour discovery too, with replicate_unhashed(true)). An IPv6
+    --addr ([2001:db8::2]:7) is bound once duplicate address detection has passed (a second).
   tun: the server creates the TUN interface --tun (bare IP packets, no link layer) in the
     network namespace --netns (a name from `ip netns add`, or a path such as
     /proc/<pid>/ns/net; default: this process's), prints one line to stdout,
@@ -207,9 +209,6 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     if args.addr.port.is_none_or(|p| p == 0) {
         bail!("--addr needs a port other than 0 (IP[/LEN]:PORT)");
     }
-    if args.addr.ip6.is_some() && args.link != "tun" {
-        bail!("an IPv6 --addr is for --link tun (the shm and sim clients speak IPv4)");
-    }
     if args.shards > 1 && args.link == "sim" {
         bail!("--shards is for --link shm or tun (the sim clients run against one shard)");
     }
@@ -239,21 +238,31 @@ struct ShardServer {
     server: Option<Server>,
 }
 
+impl ShardServer {
+    /// Bind the server, unless its IPv6 address is still tentative (duplicate address
+    /// detection on an Ethernet link, RFC 4862 §5.4: Linux refuses to bind one,
+    /// EADDRNOTAVAIL, so this waits for it to become usable and binds then).
+    fn bind<D: Device + Sleep>(&mut self, rt: &mut Runtime<D>) -> std::io::Result<()> {
+        if let SocketAddr::V6(a) = self.addr
+            && let Some(AddrState::Tentative { .. }) = rt.stack().ipv6_addr_state(*a.ip())
+        {
+            return Ok(());
+        }
+        let server = Server::bind(rt, self.proto, self.addr, self.root.clone())?;
+        self.server = Some(server);
+        Ok(())
+    }
+}
+
 impl<D: Device + Sleep> ShardApp<D> for ShardServer {
     fn start(&mut self, ctx: &mut ShardContext<'_, D>) -> std::io::Result<()> {
-        self.server = Some(Server::bind(
-            ctx.rt,
-            self.proto,
-            self.addr,
-            self.root.clone(),
-        )?);
-        Ok(())
+        self.bind(ctx.rt)
     }
 
     fn poll(&mut self, ctx: &mut ShardContext<'_, D>) -> std::io::Result<()> {
         match &mut self.server {
             Some(server) => server.step(ctx.rt, Some(Duration::ZERO)).map(drop),
-            None => Ok(()),
+            None => self.bind(ctx.rt),
         }
     }
 
@@ -401,14 +410,27 @@ fn sim(args: &Args, proto: Protocol) -> anyhow::Result<ExitCode> {
         .mac(SERVER_MAC)
         .seed(seed)
         .build_with_clock(a, clock.participant())?;
-    let mut crt = RuntimeBuilder::new()
+    let mut client = RuntimeBuilder::new()
         .ipv4(client_ip, args.addr.prefix)
         .mac(CLIENT_MAC)
-        .seed(seed.wrapping_add(1))
-        .build_with_clock(b, clock.participant())?;
+        .seed(seed.wrapping_add(1));
+    if let Some(c) = args.addr.ip6 {
+        client = client.ipv6(sim_client_ip6(c.addr), c.prefix_len);
+    }
+    let mut crt = client.build_with_clock(b, clock.participant())?;
+    // IPv6: both ends' addresses are tentative until duplicate address detection ends
+    // (RFC 4862 §5.4, a second of virtual time); the server binds and the clients
+    // connect once they may.
+    while tentative(srt.stack()).or(tentative(crt.stack())).is_some() {
+        if clock.now() >= Instant::ZERO + Duration::from_secs(10) {
+            bail!("the IPv6 addresses are still tentative after 10 s of virtual time");
+        }
+        srt.run_once(Some(Duration::from_millis(5)))?;
+        crt.run_once(Some(Duration::from_millis(5)))?;
+    }
     let mut server = Server::bind(&mut srt, proto, args.listen(), args.root.clone())?;
-    // --link sim is IPv4 only (checked in `run`).
-    let target = core::net::SocketAddrV4::new(args.addr.ip, args.addr.port.unwrap_or(0));
+    // The clients reach the server at --addr, of its family.
+    let target = args.listen();
     let mut load = Load::start(&mut crt, proto, target, args.clients, args.requests)?;
     let limit = Instant::ZERO + args.duration.unwrap_or(Duration::from_secs(60));
     let wall = std::time::Instant::now();
@@ -428,6 +450,13 @@ fn sim(args: &Args, proto: Protocol) -> anyhow::Result<ExitCode> {
         crt.run_once(Some(Duration::from_millis(5)))?;
     }
     let l = load.stats();
+    let mib = srt.stack().mib();
+    println!(
+        "sim: the clients connected to {target}; the server received {} IPv4 and {} IPv6 \
+         packets",
+        mib.get(Counter::IpInReceives),
+        mib.get(Counter::Ip6InReceives),
+    );
     println!(
         "sim: {} clients, {} exchanges verified ({} bytes sent, {} received and checked) in \
          {:.3} s virtual, {:.3} s real",
@@ -440,6 +469,25 @@ fn sim(args: &Args, proto: Protocol) -> anyhow::Result<ExitCode> {
     );
     print_stats("served", server.stats());
     Ok(ExitCode::SUCCESS)
+}
+
+/// One of `stack`'s IPv6 addresses that is not yet usable (tentative: duplicate address
+/// detection running, RFC 4862 §5.4), if any.
+pub fn tentative(stack: &ustack_stack::Stack) -> Option<core::net::Ipv6Addr> {
+    let mut addrs = stack.ipv6_addrs().into_iter().map(|c| c.addr);
+    addrs.find(|&a| matches!(stack.ipv6_addr_state(a), Some(AddrState::Tentative { .. })))
+}
+
+/// The sim clients' IPv6 address beside the server's `server`: the last bit flipped
+/// (2001:db8::3 for a server at 2001:db8::2), or 2001:db8::2 for 2001:db8::1 (whose flip
+/// would be the subnet-router anycast address).
+fn sim_client_ip6(server: core::net::Ipv6Addr) -> core::net::Ipv6Addr {
+    let bits = u128::from(server);
+    core::net::Ipv6Addr::from(if bits & 0xffff == 1 {
+        bits + 1
+    } else {
+        bits ^ 1
+    })
 }
 
 #[cfg(test)]

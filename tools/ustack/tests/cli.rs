@@ -240,25 +240,49 @@ fn serve_refuses_bad_arguments_clearly() {
     );
 }
 
-#[test]
-fn serve_over_sim_runs_verifying_clients() {
-    let o = ustack(&[
+/// `ustack serve PROTO --link sim` with 20 clients of 3 exchanges (and `extra` flags),
+/// which must all verify; its stdout.
+fn serve_over_sim(proto: &str, extra: &[&str]) -> String {
+    let mut args = vec![
         "serve",
-        "http",
+        proto,
         "--link",
         "sim",
         "--clients",
         "20",
         "--requests",
         "3",
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    let o = ustack(&args);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
     assert!(
         out.contains("sim: 20 clients, 60 exchanges verified"),
         "{out}"
     );
+    out
+}
+
+#[test]
+fn serve_over_sim_runs_verifying_clients() {
+    let out = serve_over_sim("http", &[]);
     assert!(out.contains("http_200=60"), "{out}");
+}
+
+/// `--link sim` with an IPv6 `--addr`: the clients connect to it over IPv6 once both
+/// ends' addresses have passed duplicate address detection, and the server saw only IPv6
+/// packets.
+#[test]
+fn serve_over_sim_speaks_ipv6() {
+    let out = serve_over_sim("echo", &["--addr", "[2001:db8::1]:7"]);
+    assert!(
+        out.contains(
+            "sim: the clients connected to [2001:db8::1]:7; the server received 0 IPv4 and "
+        ),
+        "{out}"
+    );
+    assert!(!out.contains("and 0 IPv6 packets"), "{out}");
 }
 
 #[test]
@@ -436,6 +460,80 @@ fn bench_default_suite_runs_every_scenario_on_both_servers_verified() {
         stream["counters"]["Tcp"]["InSegs"].as_u64().unwrap() > 10,
         "{stream}"
     );
+}
+
+/// `--ipv6`: the default suite over IPv6 on both servers, verified: every run says
+/// `"family": "ipv6"`, and the addresses its client's connection (or UDP flow) really had
+/// are IPv6 ones: ustack's 2001:db8::2 to [2001:db8::1]:5001 over shm, Linux's ::1 to ::1
+/// (in every Linux mode); the ustack server's packets all came in over IPv6. The table
+/// says IPv6 with those addresses.
+#[test]
+fn bench_ipv6_runs_the_default_suite_over_ipv6_on_both_servers() {
+    let o = ustack(&[
+        "bench",
+        "--ipv6",
+        "--duration",
+        "100ms",
+        "--conns",
+        "3",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value =
+        serde_json::from_slice(&o.stdout).expect("stdout is one JSON document");
+    let all = v.as_array().unwrap();
+    assert_eq!(all.len(), 8, "four scenarios, two servers");
+    let ip = |r: &serde_json::Value, end: &str| -> std::net::SocketAddr {
+        let a = r["addresses"][end].as_str();
+        a.and_then(|a| a.parse().ok())
+            .unwrap_or_else(|| panic!("addresses.{end} is a socket address: {r}"))
+    };
+    for r in all {
+        assert_eq!(r["verified"], true, "{r}");
+        assert_eq!(r["family"], "ipv6", "{r}");
+        let (local, peer) = (ip(r, "local"), ip(r, "peer"));
+        if r["server"] == "ustack" {
+            assert_eq!(local.ip().to_string(), "2001:db8::2", "{r}");
+            assert_eq!(peer.to_string(), "[2001:db8::1]:5001", "{r}");
+            let ip4 = r["counters"]["Ip"]["InReceives"].as_u64();
+            let ip6 = r["counters"]["Ip6"]["InReceives"].as_u64();
+            assert_eq!(ip4, Some(0), "no IPv4 packet reached the server: {r}");
+            assert!(ip6 > Some(2), "{r}");
+        } else {
+            assert_eq!(local.ip().to_string(), "::1", "{r}");
+            assert_eq!(peer.ip().to_string(), "::1", "{r}");
+            let modes = r["linux_modes"].as_array().unwrap().len();
+            assert!(modes >= 2 || r["scenario"] == "stream", "{r}");
+        }
+    }
+    // The table says so.
+    let o = ustack(&[
+        "bench",
+        "udp-rr",
+        "--ipv6",
+        "--duration",
+        "50ms",
+        "--linux-mode",
+        "epoll",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let line = out.lines().find(|l| l.starts_with("IPv6: "));
+    let line = line.unwrap_or_else(|| panic!("no IPv6 line: {out}"));
+    assert!(line.contains("ustack [2001:db8::2]:"), "{line}");
+    assert!(
+        line.contains(" -> [2001:db8::1]:5001; linux [::1]:"),
+        "{line}"
+    );
+    // What does not run over IPv6 yet is refused, not run over IPv4.
+    for (args, says) in [
+        (&["c1m", "--ipv6"][..], "--ipv6: c1m: not yet"),
+        (&["--ipv6", "--link", "sim"][..], "--ipv6: not yet"),
+    ] {
+        let o = ustack(&[&["bench"][..], args].concat());
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
+    }
 }
 
 /// Over shm both ustack ends skip TCP/UDP checksums by default (as Linux's loopback);

@@ -10,7 +10,7 @@
 //! server creates its TUN interface in a namespace of the test's own, the test configures
 //! the kernel's end, and a kernel client sends 1 MiB through the echo server.
 
-use core::net::{Ipv4Addr, SocketAddrV4};
+use core::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4};
 use core::time::Duration;
 use std::io::Read;
 
@@ -18,9 +18,12 @@ mod common;
 use common::spawn_serve;
 
 use ustack_apps::{Load, Protocol};
+use ustack_stack::AddrState;
 use ustack_testkit::netns::{NetNs, PY_ECHO_CLIENT, ServeOverTun, python_argv, root_or_skip};
 
 const CLIENTS: usize = 64;
+/// The clients' IPv6 address when the server's is an IPv6 one.
+const CLIENT6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1);
 
 /// Run `ustack serve <proto> --shards <shards>` and 64 clients of `per_conn` exchanges
 /// against it. With `duration`, the server stops on its own after it and the run reads its
@@ -35,6 +38,18 @@ fn serve_over_shm(
     duration: Option<&str>,
 ) -> String {
     let addr = SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 2), port);
+    serve_over_shm_at(proto, addr.into(), per_conn, shards, duration)
+}
+
+/// [`serve_over_shm`] with the server at `addr`, of either family (an IPv6 one: the
+/// clients' runtime gets 2001:db8::1/64 and connects once its address is usable).
+fn serve_over_shm_at(
+    proto: &str,
+    addr: SocketAddr,
+    per_conn: u64,
+    shards: usize,
+    duration: Option<&str>,
+) -> String {
     let (addr_s, shards_s) = (addr.to_string(), shards.to_string());
     let mut guard = spawn_serve(&[
         proto,
@@ -47,7 +62,20 @@ fn serve_over_shm(
         "--shards",
         &shards_s,
     ]);
-    let mut rt = guard.attach(shards);
+    let mut rt = guard.attach_with(shards, |b| match addr {
+        SocketAddr::V6(_) => b.ipv6(CLIENT6, 64),
+        SocketAddr::V4(_) => b,
+    });
+    // Duplicate address detection (a second on this Ethernet link) before connecting.
+    let dad = std::time::Instant::now() + Duration::from_secs(10);
+    while matches!(
+        rt.stack().ipv6_addr_state(CLIENT6),
+        Some(AddrState::Tentative { .. })
+    ) {
+        assert!(std::time::Instant::now() < dad, "DAD did not end");
+        rt.run_once(Some(Duration::from_millis(10)))
+            .expect("client loop");
+    }
     let stdout = &mut guard.stdout;
     let proto = Protocol::from_name(proto).expect("protocol");
     let mut load = Load::start(&mut rt, proto, addr, CLIENTS, per_conn).expect("clients");
@@ -117,6 +145,94 @@ fn sharded_echo_server_accepts_on_every_shard() {
     assert!(s0 > 0 && s1 > 0, "{}", report);
     assert_eq!(s0 + s1, CLIENTS as u64, "{}", report);
     assert_eq!(accepted(&report, "served:"), CLIENTS as u64);
+}
+
+/// IPv6 over shm, two shards: the server binds [2001:db8::2]:7 once duplicate address
+/// detection has passed, RSS (the IPv6 4-tuple's hash; neighbour discovery copied to both
+/// queues) spreads the 64 connections over both shards, every echo verified; the report
+/// names the IPv6 address.
+#[test]
+fn sharded_echo_server_over_shm_speaks_ipv6() {
+    let addr: SocketAddr = "[2001:db8::2]:7".parse().unwrap();
+    let report = serve_over_shm_at("echo", addr, 10, 2, Some("4s"));
+    let (s0, s1) = (accepted(&report, "shard 0:"), accepted(&report, "shard 1:"));
+    assert!(s0 > 0 && s1 > 0, "{}", report);
+    assert_eq!(s0 + s1, CLIENTS as u64, "{}", report);
+}
+
+/// `ustack connect` and `ustack get` attach to a `ustack serve --link shm` offer over
+/// IPv6, each in a process of its own: the echo server (2 shards: the client steers by
+/// the IPv6 4-tuple's hash) sends back what `connect` wrote, the HTTP server answers
+/// `get` with 200; the server counts one connection each.
+#[test]
+fn connect_and_get_reach_a_served_ipv6_address_over_shm() {
+    for (proto, shards, url) in [
+        ("echo", "2", "[2001:db8::1]:7"),
+        ("http", "1", "http://[2001:db8::1]:80/"),
+    ] {
+        let addr = if proto == "echo" {
+            "[2001:db8::1]:7"
+        } else {
+            "[2001:db8::1]:80"
+        };
+        let mut guard = spawn_serve(&[
+            proto,
+            "--link",
+            "shm",
+            "--addr",
+            addr,
+            "--shards",
+            shards,
+            "--duration",
+            "4s",
+        ]);
+        let line = guard.first_line();
+        let name = line.strip_prefix("shm-offer ").expect("an offer line");
+        let command = if proto == "echo" { "connect" } else { "get" };
+        let mut client = std::process::Command::new(env!("CARGO_BIN_EXE_ustack"))
+            .args([command, url, "--link", "shm", "--shm", name])
+            .args(["--addr", "[2001:db8::2]", "--connect-timeout", "5s"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn the client");
+        {
+            use std::io::Write;
+            let mut stdin = client.stdin.take().expect("stdin");
+            stdin.write_all(b"hello over IPv6\n").expect("write stdin");
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while client.try_wait().expect("client status").is_none() {
+            if std::time::Instant::now() > deadline {
+                let _ = client.kill();
+                panic!("ustack {command} did not finish in 20 s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let out = client.wait_with_output().expect("client output");
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(out.status.success(), "{command}: {stderr}");
+        if proto == "echo" {
+            assert_eq!(stdout, "hello over IPv6\n", "{stderr}");
+        } else {
+            assert!(stderr.contains("ustack get: HTTP 200,"), "{stderr}");
+        }
+        let mut report = String::new();
+        let until = std::time::Instant::now() + Duration::from_secs(20);
+        while guard.child.try_wait().expect("server status").is_none() {
+            assert!(std::time::Instant::now() < until, "the server did not stop");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        guard
+            .stdout
+            .read_to_string(&mut report)
+            .expect("the report");
+        assert_eq!(accepted(&report, "served:"), 1, "{report}");
+    }
 }
 
 #[test]

@@ -938,6 +938,13 @@ impl Stack {
         self.ip6.state_of(addr)
     }
 
+    /// The source address a packet to `dst` would carry (the RFC 6724 subset of
+    /// [`Stack::tcp_connect`]'s choice), if one of our addresses is usable: for a runtime
+    /// that must know a connection's local address before it opens it (RSS port choice).
+    pub fn ipv6_source_for(&self, dst: Ipv6Addr) -> Option<Ipv6Addr> {
+        self.ip6.select_source(dst)
+    }
+
     /// Our IPv6 addresses (link-local first on Ethernet), in every state.
     pub fn ipv6_addrs(&self) -> Vec<Ipv6Cidr> {
         self.ip6.addrs.iter().map(|a| a.cidr).collect()

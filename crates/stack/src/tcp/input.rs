@@ -124,8 +124,8 @@ impl Stack {
     }
 
     /// Linux `tcp_v6_rcv`: the same as [`Stack::tcp_input`] over IPv6. The checksum over
-    /// the IPv6 pseudo-header is always checked (RFC 8200 §8.1; the device's word is not
-    /// taken for IPv6). The tuple holds the addresses' ids (see [`super::intern6`]): a
+    /// the IPv6 pseudo-header is checked (RFC 8200 §8.1) unless
+    /// [`crate::Config::checksum_offload`] says the link's two ends skip it, as over IPv4. The tuple holds the addresses' ids (see [`super::intern6`]): a
     /// remote address not interned has no connection, request or TIME-WAIT record, and
     /// is interned only if a listener or a RST needs the tuple.
     pub(crate) fn tcp6_input(&mut self, now: Instant, inbound: &Inbound6) {
@@ -137,7 +137,7 @@ impl Stack {
         let Ok(packet) = tcp::Packet::new_checked(inbound.payload) else {
             return self.mib.drop(DropReason::TcpHdr);
         };
-        if !packet.verify_checksum(&src, &dst) {
+        if !self.checksum_offload && !packet.verify_checksum(&src, &dst) {
             return self.mib.drop(DropReason::TcpCsum);
         }
         let seg = match tcp::Repr::parse(&packet, &src, &dst, false) {

@@ -490,8 +490,9 @@ impl Stack {
     }
 
     /// [`Stack::tcp_emit`] over IPv6 (Linux `inet6_csk_xmit` -> `ip6_xmit`): the segment
-    /// is built with its checksum over the IPv6 pseudo-header (RFC 8200 §8.1, always
-    /// computed: a device's checksum offload is not asked for over IPv6), then handed to
+    /// is built with its checksum over the IPv6 pseudo-header (RFC 8200 §8.1; left zero
+    /// under [`crate::Config::checksum_offload`], as over IPv4: both ends of a trusted link
+    /// skip it, as Linux's loopback does for both families), then handed to
     /// [`Stack::ipv6_output`] from the connection's own address.
     #[cold]
     fn tcp_emit6(
@@ -506,8 +507,12 @@ impl Stack {
         };
         let mut seg = vec![0u8; repr.header_len() + payload.len()];
         payload.write_segment(&self.tcp, repr, &mut seg);
-        tcp::Packet::new_unchecked(&mut seg[..])
-            .fill_checksum(&IpAddr::V6(*local.ip()), &IpAddr::V6(*remote.ip()));
+        let mut packet = tcp::Packet::new_unchecked(&mut seg[..]);
+        if self.checksum_offload {
+            packet.set_checksum(0);
+        } else {
+            packet.fill_checksum(&IpAddr::V6(*local.ip()), &IpAddr::V6(*remote.ip()));
+        }
         self.mib.inc(Counter::TcpOutSegs);
         let out = Outbound6 {
             src: Some(*local.ip()),

@@ -125,6 +125,11 @@ pub struct Args {
     /// (repeatable), e.g. net.ipv4.tcp_mem.high=65536.
     #[arg(long, value_name = "NAME=VALUE")]
     pub server_sysctl: Vec<String>,
+    /// Run over IPv6: ustack's ends at 2001:db8::1 (server) and ::2 (client) on the shm
+    /// link, Linux's over ::1 on loopback (udp-rr, pingpong, cps, stream: the default
+    /// suite).
+    #[arg(long)]
+    pub ipv6: bool,
     /// Print one JSON array (one object per server and scenario) instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -266,6 +271,26 @@ impl Args {
         }
     }
 
+    /// `--ipv6`: what does not run over IPv6 yet.
+    fn check_family(&self, scenarios: &[&str]) -> Result<(), String> {
+        if !self.ipv6 {
+            return Ok(());
+        }
+        if let Some(other) = scenarios.iter().find(|s| !SCENARIOS.contains(s)) {
+            return Err(format!(
+                "--ipv6: {other}: not yet: the default suite ({}) runs over IPv6",
+                SCENARIOS.join(", ")
+            ));
+        }
+        if self.api != "native" || !matches!(self.link.as_str(), "shm" | "loopback") {
+            return Err(
+                "--ipv6: not yet: ustack over --link shm (Linux over loopback), --api native"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+
     /// The Linux modes asked for, in the order run.
     pub fn linux_modes(&self) -> Vec<LinuxMode> {
         if self.linux_mode.iter().any(|m| m == "all") {
@@ -282,6 +307,7 @@ impl Args {
 
     /// What the options ask that cannot be done, as a usage error (exit status 2).
     pub fn check(&self, scenarios: &[&str]) -> Result<(), String> {
+        self.check_family(scenarios)?;
         let link = self.link.as_str();
         if self.api == "tokio" {
             if let Some(other) = scenarios

@@ -151,7 +151,7 @@ fn stream_over<D: Device + Sleep + Send + 'static>(
         builder,
         run.seed.wrapping_add(1),
         vec![device],
-        addr,
+        addr.into(),
     )?;
     let mut c = connect_in(ns, addr)?;
     let (sent, m) = kernel_stream_client(run, &mut c)?;

@@ -12,7 +12,7 @@
 //! and `reply-close` (cps: reads one request, sends it back, closes first).
 
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener};
 use std::os::fd::OwnedFd;
 use std::process::{Child, ChildStdin, Command, ExitCode, Stdio};
 use std::sync::Arc;
@@ -48,7 +48,7 @@ pub struct PeerArgs {
     /// server over shm, [`super::c1m_server`]).
     #[arg(value_parser = ROLES)]
     role: String,
-    /// Servers: the port on 127.0.0.1 (0: an ephemeral one; the others of a
+    /// Servers: the port on `--addr` (0: an ephemeral one; the others of a
     /// SO_REUSEPORT group join it). c1m-client: the server's port.
     #[arg(long, default_value_t = 0)]
     port: u16,
@@ -80,9 +80,9 @@ pub struct PeerArgs {
     /// echo, udp-echo: worker threads, each with its own `SO_REUSEPORT` socket and epoll.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     workers: u16,
-    /// sink, reply-close: the address to listen on.
-    #[arg(long, default_value_t = Ipv4Addr::LOCALHOST)]
-    addr: Ipv4Addr,
+    /// Servers: the address to listen on (127.0.0.1, or ::1 for `ustack bench --ipv6`).
+    #[arg(long, default_value_t = IpAddr::V4(Ipv4Addr::LOCALHOST))]
+    addr: IpAddr,
     /// echo, udp-echo, reply-close: how the server waits for work: epoll (sleeping in
     /// epoll_wait), busy (spinning on epoll_wait with a zero timeout) or io_uring.
     #[arg(long, default_value = "epoll", value_parser = ["epoll", "busy", "io_uring"])]
@@ -437,7 +437,7 @@ fn commands<T: std::fmt::Display>(accepted: impl Fn() -> T) -> anyhow::Result<()
     Ok(())
 }
 
-/// A baseline server with `--workers` worker threads on 127.0.0.1:`--port` (one
+/// A baseline server with `--workers` worker threads on `--addr`:`--port` (one
 /// `SO_REUSEPORT` group with each other and with the other processes on that port),
 /// sleeping in epoll or spinning (`--mode busy`); `--mode io_uring`: the io_uring server,
 /// one thread.
@@ -454,7 +454,7 @@ fn baseline(proto: Proto, args: &PeerArgs) -> anyhow::Result<()> {
         workers: usize::from(args.workers),
         busy_poll: args.mode == "busy",
         cpus: args.cpu.into_iter().collect(),
-        ..ServerConfig::new(proto, SocketAddr::from((Ipv4Addr::LOCALHOST, args.port)))
+        ..ServerConfig::new(proto, SocketAddr::from((args.addr, args.port)))
     })
     .context("starting the baseline server")?;
     println!("ready {}", server.local_addr().port());
@@ -466,14 +466,9 @@ fn baseline(proto: Proto, args: &PeerArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The io_uring baseline server on 127.0.0.1:`--port` (or `--addr` for reply-close).
+/// The io_uring baseline server on `--addr`:`--port`.
 fn uring(proto: UringProto, args: &PeerArgs) -> anyhow::Result<()> {
-    let addr = if matches!(proto, UringProto::ReplyClose { .. }) {
-        args.addr
-    } else {
-        Ipv4Addr::LOCALHOST
-    };
-    let server = UringServer::start(proto, SocketAddr::from((addr, args.port)), args.cpu)
+    let server = UringServer::start(proto, SocketAddr::from((args.addr, args.port)), args.cpu)
         .context("starting the io_uring server")?;
     println!("ready {}", server.local_addr().port());
     commands(|| {
@@ -488,7 +483,7 @@ fn uring(proto: UringProto, args: &PeerArgs) -> anyhow::Result<()> {
 }
 
 /// A listener on `addr` with an ephemeral port, announced.
-fn listen(addr: Ipv4Addr) -> anyhow::Result<TcpListener> {
+fn listen(addr: IpAddr) -> anyhow::Result<TcpListener> {
     let listener = TcpListener::bind((addr, 0)).with_context(|| format!("bind on {addr}"))?;
     println!("ready {}", listener.local_addr()?.port());
     Ok(listener)
@@ -497,7 +492,7 @@ fn listen(addr: Ipv4Addr) -> anyhow::Result<TcpListener> {
 /// stream's server: accept one connection and read it to its end, checking every byte;
 /// then `sink BYTES OK LAST_NS` (OK is 1 when every byte matched the pattern, LAST_NS the
 /// monotonic time of the last byte).
-fn sink(addr: Ipv4Addr) -> anyhow::Result<()> {
+fn sink(addr: IpAddr) -> anyhow::Result<()> {
     let listener = listen(addr)?;
     let accepted = Arc::new(AtomicU64::new(0));
     let count = accepted.clone();
@@ -997,6 +992,20 @@ fn exchange_all(
         }
     }
     Ok((x.ok, x.lat))
+}
+
+/// The JSON's `addresses`: a run's client connection's two ends as its client sees them
+/// (`local`, `peer`), as socket addresses (`[::1]:5001`), null where unknown.
+pub fn addresses_json(local: Option<String>, peer: Option<String>) -> serde_json::Value {
+    serde_json::json!({ "local": local, "peer": peer })
+}
+
+/// [`addresses_json`] of a kernel TCP connection.
+pub fn stream_addresses(s: &std::net::TcpStream) -> serde_json::Value {
+    addresses_json(
+        s.local_addr().ok().map(|a| a.to_string()),
+        s.peer_addr().ok().map(|a| a.to_string()),
+    )
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! (rounds of N short connections, the server closing first): the same rounds, with
 //! connections kept or opened anew.
 
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::SocketAddr;
 use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant as WallClock};
 
@@ -64,14 +64,13 @@ pub fn ustack(run: &Run, cps: bool) -> anyhow::Result<Outcome> {
     Ok(o.with_pair(&sim.p))
 }
 
-/// `n` non-blocking kernel connections to 127.0.0.1:`port` (nodelay), opened at once and
+/// `n` non-blocking kernel connections to `dst` (loopback, nodelay), opened at once and
 /// registered with `w` for input, keyed by their index.
-fn linux_connections(w: &mut Waiter, port: u16, n: u32) -> anyhow::Result<Vec<OwnedFd>> {
-    let dst = SocketAddrV4::new(Ipv4Addr::LOCALHOST, port);
+fn linux_connections(w: &mut Waiter, dst: SocketAddr, n: u32) -> anyhow::Result<Vec<OwnedFd>> {
     let mut socks = Vec::with_capacity(n as usize);
     let connecting = Waiter::new(false)?;
     for i in 0..n {
-        let fd = nonblocking_socket()?;
+        let fd = nonblocking_socket(dst)?;
         sockopt::set_tcp_nodelay(&fd, true)?;
         match rustix::net::connect(&fd, &dst) {
             Ok(()) | Err(Errno::INPROGRESS) => {}
@@ -99,9 +98,14 @@ fn linux_connections(w: &mut Waiter, port: u16, n: u32) -> anyhow::Result<Vec<Ow
     Ok(socks)
 }
 
-fn nonblocking_socket() -> anyhow::Result<OwnedFd> {
+/// A non-blocking TCP socket of `dst`'s family.
+fn nonblocking_socket(dst: SocketAddr) -> anyhow::Result<OwnedFd> {
+    let family = match dst {
+        SocketAddr::V4(_) => AddressFamily::INET,
+        SocketAddr::V6(_) => AddressFamily::INET6,
+    };
     Ok(rustix::net::socket_with(
-        AddressFamily::INET,
+        family,
         SocketType::STREAM,
         SocketFlags::NONBLOCK | SocketFlags::CLOEXEC,
         None,
@@ -174,18 +178,17 @@ fn pingpong_round(
 /// right.
 fn cps_round(
     w: &mut Waiter,
-    port: u16,
+    (dst, addresses): (SocketAddr, &mut Option<serde_json::Value>),
     n: usize,
     e: &mut Echoes,
     seq0: u64,
     patience: Duration,
 ) -> anyhow::Result<bool> {
-    let dst = SocketAddrV4::new(Ipv4Addr::LOCALHOST, port);
     let size = e.msg.len();
     let mut socks: Vec<Option<OwnedFd>> = Vec::with_capacity(n);
     let mut sent = vec![false; n];
     for i in 0..n {
-        let fd = nonblocking_socket()?;
+        let fd = nonblocking_socket(dst)?;
         match rustix::net::connect(&fd, &dst) {
             Ok(()) | Err(Errno::INPROGRESS) => {}
             Err(err) => return Err(err).context("Linux: connect over loopback"),
@@ -208,6 +211,9 @@ fn cps_round(
             if !sent[i] {
                 if !flags.contains(epoll::EventFlags::OUT) {
                     continue;
+                }
+                if addresses.is_none() {
+                    *addresses = Some(fd_addresses(fd));
                 }
                 fill_message(&mut e.msg, seq0 + i as u64);
                 let n = rustix::net::send(fd, &e.msg, SendFlags::NOSIGNAL)
@@ -249,6 +255,7 @@ pub fn linux(run: &Run, cps: bool) -> anyhow::Result<Outcome> {
     let mode = run.linux_mode;
     let (conns, size) = (run.conns, run.size);
     let mut args = linux::mode_args(mode);
+    args.extend(run.peer_addr_args());
     let (mut server, port) = if cps {
         args.extend(["--size".into(), size.to_string()]);
         linux::Peer::spawn("reply-close", &args)?
@@ -258,11 +265,14 @@ pub fn linux(run: &Run, cps: bool) -> anyhow::Result<Outcome> {
     };
     let _pin = ClientPin::new(mode.cpus().map(|(_, client)| client))?;
     let mut w = Waiter::new(mode == LinuxMode::Busy)?;
+    let dst = SocketAddr::new(run.loopback(), port);
     let kept = if cps {
         Vec::new()
     } else {
-        linux_connections(&mut w, port, conns)?
+        linux_connections(&mut w, dst, conns)?
     };
+    // cps: the first round's first connection says its addresses.
+    let mut addresses = kept.first().map(fd_addresses);
     let mut echoes = Echoes::new(conns as usize, size);
     let patience = Duration::from_secs(1);
     let (mut rtt_ns, mut verified, mut rounds) = (Vec::new(), true, 0u64);
@@ -272,7 +282,8 @@ pub fn linux(run: &Run, cps: bool) -> anyhow::Result<Outcome> {
         let t0 = WallClock::now();
         let seq0 = rounds * u64::from(conns);
         verified &= if cps {
-            cps_round(&mut w, port, conns as usize, &mut echoes, seq0, patience)?
+            let c = (dst, &mut addresses);
+            cps_round(&mut w, c, conns as usize, &mut echoes, seq0, patience)?
         } else {
             pingpong_round(&mut w, &kept, &mut echoes, seq0, patience)?
         };
@@ -299,6 +310,7 @@ pub fn linux(run: &Run, cps: bool) -> anyhow::Result<Outcome> {
     o.server_cpu = cpu;
     o.mode = mode.name();
     o.server_waits = waits;
+    o.addresses = addresses.unwrap_or_default();
     if cps {
         // The reply-and-close server has one thread: --shards does not apply.
         return Ok(o.with_linux_time_wait());
@@ -310,4 +322,18 @@ pub fn linux(run: &Run, cps: bool) -> anyhow::Result<Outcome> {
         run.shards
     };
     Ok(o)
+}
+
+/// A kernel socket's two ends as the JSON's `addresses` (`getsockname`, `getpeername`).
+fn fd_addresses(fd: &OwnedFd) -> serde_json::Value {
+    let name = |a: rustix::io::Result<Option<rustix::net::SocketAddrAny>>| {
+        a.ok()
+            .flatten()
+            .and_then(|a| SocketAddr::try_from(a).ok())
+            .map(|a| a.to_string())
+    };
+    linux::addresses_json(
+        name(rustix::net::getsockname(fd).map(Some)),
+        name(rustix::net::getpeername(fd)),
+    )
 }

@@ -46,9 +46,30 @@ pub struct Run {
     pub server_sysctl: Vec<String>,
     /// c1m: connections running pingpong alone, then beside the idle ones (`--active`).
     pub active: Option<u32>,
+    /// `--ipv6`: the run's addresses are IPv6 ones.
+    pub ipv6: bool,
 }
 
 impl Run {
+    /// The address family's name, as the JSON's `family` says it.
+    pub fn family(&self) -> &'static str {
+        if self.ipv6 { "ipv6" } else { "ipv4" }
+    }
+
+    /// Linux's loopback address of the run's family: `::1` or 127.0.0.1.
+    pub fn loopback(&self) -> std::net::IpAddr {
+        if self.ipv6 {
+            std::net::Ipv6Addr::LOCALHOST.into()
+        } else {
+            std::net::Ipv4Addr::LOCALHOST.into()
+        }
+    }
+
+    /// The arguments that put a Linux peer on [`Run::loopback`].
+    pub fn peer_addr_args(&self) -> Vec<String> {
+        vec!["--addr".into(), self.loopback().to_string()]
+    }
+
     /// The measured phase starts now.
     pub fn meter(&self) -> Meter {
         self.machine.start();

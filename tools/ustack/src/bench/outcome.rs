@@ -55,6 +55,11 @@ pub struct Outcome {
     /// Linux: how its server waited, by its own counters (`empty_polls`: polls that found
     /// nothing, when spinning; `uring_completions`: completions its ring reaped).
     pub server_waits: Value,
+    /// `ipv4` or `ipv6` (`--ipv6`).
+    pub family: &'static str,
+    /// A client connection's (or flow's) two ends as the client saw them, `{"local",
+    /// "peer"}` ([`super::linux::addresses_json`]); null where the run does not say.
+    pub addresses: Value,
 }
 
 impl Outcome {
@@ -98,6 +103,8 @@ impl Outcome {
             machine_cpu: None,
             process_cpu: None,
             server_waits: Value::Null,
+            family: "ipv4",
+            addresses: Value::Null,
         }
     }
 

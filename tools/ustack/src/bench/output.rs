@@ -95,6 +95,8 @@ impl Outcome {
             "scenario": self.scenario,
             "server": self.server,
             "link": self.link,
+            "family": self.family,
+            "addresses": self.addresses,
             "shards": self.shards,
             "verified": self.verified,
             "conns": self.conns,
@@ -186,6 +188,30 @@ fn ustack_how(o: &Outcome) -> String {
     }
 }
 
+/// The address family the runs used, and a connection's addresses on each server (as
+/// its client saw them).
+fn print_family(outcomes: &[Outcome], args: &Args) {
+    let family = if args.ipv6 { "IPv6" } else { "IPv4" };
+    let mut said: Vec<String> = Vec::new();
+    for server in ["ustack", "linux"] {
+        let addrs = outcomes
+            .iter()
+            .filter(|o| o.server == server)
+            .find_map(|o| {
+                Some((
+                    o.addresses["local"].as_str()?,
+                    o.addresses["peer"].as_str()?,
+                ))
+            });
+        if let Some((local, peer)) = addrs {
+            said.push(format!("{server} {local} -> {peer}"));
+        }
+    }
+    if args.ipv6 || !said.is_empty() {
+        println!("{family}: {}", said.join("; "));
+    }
+}
+
 fn print_table(outcomes: &[Outcome], skipped: &[Skipped], args: &Args) {
     println!();
     let linux = "Linux over loopback (the server in processes of its own)";
@@ -260,6 +286,7 @@ fn print_table(outcomes: &[Outcome], skipped: &[Skipped], args: &Args) {
             .collect();
         println!("Linux modes: {}", said.join("; "));
     }
+    print_family(outcomes, args);
     let faults = args.faults();
     if !faults.is_empty() {
         let said: Vec<String> = faults

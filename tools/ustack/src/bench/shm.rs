@@ -11,7 +11,7 @@
 //! `ustack_apps` for pingpong); udp-rr has a UDP echo loop, cps a server that
 //! replies and closes, and stream a sink that checks every byte against the pattern.
 
-use core::net::{Ipv4Addr, SocketAddrV4};
+use core::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4};
 use std::any::Any;
 use std::collections::HashMap;
 use std::io::{self, ErrorKind};
@@ -38,6 +38,10 @@ use super::{Outcome, Run, fill_message, stream_chunk, stream_matches, stream_nex
 pub(super) const SERVER_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
 pub(super) const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
 const SERVER: SocketAddrV4 = SocketAddrV4::new(SERVER_IP, 5001);
+/// `--ipv6`: the server's and the client's IPv6 addresses (on 2001:db8::/64, RFC 3849's
+/// documentation prefix), beside their IPv4 ones.
+const SERVER_IP6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1);
+const CLIENT_IP6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 2);
 /// How long an idle loop polls before it sleeps on its doorbell: Linux's suggested
 /// `net.core.busy_poll` (Documentation/networking/napi.rst suggests 50 µs).
 pub const BUSY_POLL: Duration = Duration::from_micros(50);
@@ -81,6 +85,37 @@ pub(super) fn builder(ip: Ipv4Addr, mac: u8, seed: u64) -> RuntimeBuilder {
 /// `--checksums` (a shm link cannot corrupt a frame; Linux's loopback skips them too).
 pub(super) fn shm_builder(ip: Ipv4Addr, mac: u8, seed: u64, run: &Run) -> RuntimeBuilder {
     builder(ip, mac, seed).checksum_offload(!run.checksums)
+}
+
+/// `--ipv6`: `builder` with the IPv6 address `ip6`/64 too. Without duplicate address
+/// detection (`accept_dad` 0), as Linux's loopback, which the other side of the
+/// comparison runs over, has none (addrconf skips it for `IFF_LOOPBACK` devices): the
+/// link is two ends of one process's shared memory, and a run starts at once.
+fn with_family(builder: RuntimeBuilder, ip6: Ipv6Addr, run: &Run) -> RuntimeBuilder {
+    if run.ipv6 {
+        builder
+            .ipv6(ip6, 64)
+            .sysctl("net.ipv6.conf.default.accept_dad", 0)
+    } else {
+        builder
+    }
+}
+
+/// The server's address in the run's family.
+fn server_addr(run: &Run) -> SocketAddr {
+    if run.ipv6 {
+        SocketAddr::new(SERVER_IP6.into(), SERVER.port())
+    } else {
+        SERVER.into()
+    }
+}
+
+/// The JSON's `addresses` of a ustack connection, as its client sees them.
+fn stream_addresses<D: Device + Sleep>(rt: &Runtime<D>, s: &TcpStream) -> Value {
+    super::linux::addresses_json(
+        s.local_addr(rt).ok().map(|a| a.to_string()),
+        s.peer_addr(rt).ok().map(|a| a.to_string()),
+    )
 }
 
 /// An shm port's counters as JSON (what `link_stats` reports for each end); a device
@@ -176,7 +211,7 @@ impl Servers {
         builder: RuntimeBuilder,
         seed: u64,
         devices: Vec<D>,
-        addr: SocketAddrV4,
+        addr: SocketAddr,
     ) -> anyhow::Result<Servers> {
         let sink = Arc::new(Mutex::new(None));
         let slot = sink.clone();
@@ -246,7 +281,7 @@ impl Servers {
 /// stack, then [`ShardApp::poll`] serves what came without waiting.
 pub(super) struct ShardServe {
     serve: Serve,
-    addr: SocketAddrV4,
+    addr: SocketAddr,
     /// Where the sink puts its report (one connection: whichever shard it reaches).
     sink: Arc<Mutex<Option<SinkReport>>>,
     state: Option<Serving>,
@@ -279,7 +314,7 @@ impl<D: Device + Sleep + 'static> ShardApp<D> for ShardServe {
         self.link = shm_stats(rt.device());
         match &mut self.state {
             Some(Serving::Udp(sock, buf)) => loop {
-                match sock.recv_from(rt, buf) {
+                match sock.recv_from_addr(rt, buf) {
                     Ok((n, from)) => {
                         sock.send_to(rt, &buf[..n], from)?;
                     }
@@ -318,7 +353,7 @@ const LISTENER: u64 = u64::MAX;
 impl ReplyClose {
     fn bind<D: Device + Sleep>(
         rt: &mut Runtime<D>,
-        addr: SocketAddrV4,
+        addr: SocketAddr,
         size: usize,
     ) -> io::Result<ReplyClose> {
         let backlog = u32::try_from(rt.stack().sysctl().somaxconn).unwrap_or(u32::MAX);
@@ -392,7 +427,7 @@ struct Sink {
 }
 
 impl Sink {
-    fn bind<D: Device + Sleep>(rt: &mut Runtime<D>, addr: SocketAddrV4) -> io::Result<Sink> {
+    fn bind<D: Device + Sleep>(rt: &mut Runtime<D>, addr: SocketAddr) -> io::Result<Sink> {
         Ok(Sink {
             listener: TcpListener::bind(rt, addr, 16)?,
             stream: None,
@@ -456,12 +491,16 @@ pub fn scenario(name: &str, run: &Run, shards: usize) -> anyhow::Result<Outcome>
     let (a, mut b) = link(shards).context("creating the shm link")?;
     let server = Servers::start(
         serve,
-        shm_builder(SERVER_IP, 1, 0, run),
+        with_family(shm_builder(SERVER_IP, 1, 0, run), SERVER_IP6, run),
         run.seed.wrapping_add(1),
         a,
-        SERVER,
+        server_addr(run),
     )?;
-    let client = shm_builder(CLIENT_IP, 2, run.seed.wrapping_add(2), run);
+    let client = with_family(
+        shm_builder(CLIENT_IP, 2, run.seed.wrapping_add(2), run),
+        CLIENT_IP6,
+        run,
+    );
     let mut o = if shards == 1 {
         let rt = client.build(b.remove(0));
         drive(
@@ -554,7 +593,14 @@ fn udp_rr<D: Device + Sleep + 'static>(
     server: Servers,
 ) -> anyhow::Result<Outcome> {
     let size = run.size;
-    let sock = UdpSocket::bind(&mut rt, SocketAddrV4::new(CLIENT_IP, 0))?;
+    let server_at = server_addr(run);
+    let client_ip = if run.ipv6 {
+        CLIENT_IP6.into()
+    } else {
+        CLIENT_IP.into()
+    };
+    let sock = UdpSocket::bind(&mut rt, SocketAddr::new(client_ip, 0))?;
+    let mut peer = None;
     rt.register(&sock, 0, Interest::READABLE, Mode::Edge)?;
     let mut events = Events::with_capacity(4);
     let (mut req, mut resp) = (vec![0u8; size], vec![0u8; 65_536]);
@@ -563,15 +609,16 @@ fn udp_rr<D: Device + Sleep + 'static>(
     while m.going(0) {
         let t0 = WallClock::now();
         fill_message(&mut req, seq);
-        sock.send_to(&mut rt, &req, SERVER)?;
+        sock.send_to(&mut rt, &req, server_at)?;
         let mut n = 0;
         until(
             &mut rt,
             &mut events,
             "a UDP echo came back",
-            |rt, _| match sock.recv_from(rt, &mut resp) {
-                Ok((len, _)) => {
+            |rt, _| match sock.recv_from_addr(rt, &mut resp) {
+                Ok((len, from)) => {
                     n = len;
+                    peer = Some(from);
                     Ok(true)
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => Ok(false),
@@ -584,8 +631,12 @@ fn udp_rr<D: Device + Sleep + 'static>(
     }
     let elapsed = m.elapsed();
     let report = server.finish()?;
-    let o = Outcome::echo(
+    let mut o = Outcome::echo(
         "udp-rr", "ustack", "shm", 1, size, seq, elapsed, verified, rtt_ns,
+    );
+    o.addresses = super::linux::addresses_json(
+        sock.local_sockaddr(&rt).ok().map(|a| a.to_string()),
+        peer.map(|a| a.to_string()),
     );
     Ok(finish(&rt, report, o))
 }
@@ -600,11 +651,22 @@ pub(super) fn connect<D: Device + Sleep>(
     interest: Interest,
     base: u64,
 ) -> anyhow::Result<Vec<TcpStream>> {
+    connect_to(rt, events, SERVER.into(), n, (interest, base))
+}
+
+/// [`connect`] to `server`.
+fn connect_to<D: Device + Sleep>(
+    rt: &mut Runtime<D>,
+    events: &mut Events,
+    server: SocketAddr,
+    n: u32,
+    (interest, base): (Interest, u64),
+) -> anyhow::Result<Vec<TcpStream>> {
     let mut streams = Vec::new();
     let mut established = vec![false; n as usize];
     let mut left = n as usize;
     for i in 0..n {
-        let s = TcpStream::connect(rt, SERVER)?;
+        let s = TcpStream::connect(rt, server)?;
         s.set_nodelay(rt, true)?;
         rt.register(&s, base + u64::from(i), Interest::WRITABLE, Mode::Edge)?;
         streams.push(s);
@@ -735,18 +797,24 @@ fn lockstep<D: Device + Sleep + 'static>(
 ) -> anyhow::Result<Outcome> {
     let (conns, size) = (run.conns, run.size);
     let mut events = Events::with_capacity(1024);
+    let server_at = server_addr(run);
+    let reading = (Interest::READABLE, 0);
     let kept = if cps {
         Vec::new()
     } else {
-        connect(&mut rt, &mut events, conns, Interest::READABLE, 0)?
+        connect_to(&mut rt, &mut events, server_at, conns, reading)?
     };
+    let mut addresses = kept.first().map(|s| stream_addresses(&rt, s));
     let (mut rtt_ns, mut verified, mut rounds) = (Vec::new(), true, 0u64);
     let mut m = run.meter();
     while m.going(0) {
         let t0 = WallClock::now();
         let seq0 = rounds * u64::from(conns);
         if cps {
-            let fresh = connect(&mut rt, &mut events, conns, Interest::READABLE, 0)?;
+            let fresh = connect_to(&mut rt, &mut events, server_at, conns, reading)?;
+            if addresses.is_none() {
+                addresses = fresh.first().map(|s| stream_addresses(&rt, s));
+            }
             verified &= round(&mut rt, &mut events, (&fresh, 0), seq0, size, true)?;
             for s in fresh {
                 s.close(&mut rt)?;
@@ -763,9 +831,10 @@ fn lockstep<D: Device + Sleep + 'static>(
     let count = rounds * u64::from(conns);
     let time_wait = report.time_wait;
     let scenario = if cps { "cps" } else { "pingpong" };
-    let o = Outcome::echo(
+    let mut o = Outcome::echo(
         scenario, "ustack", "shm", conns, size, count, elapsed, verified, rtt_ns,
     );
+    o.addresses = addresses.unwrap_or_default();
     let o = finish(&rt, report, o);
     Ok(if cps { o.with_time_wait(time_wait) } else { o })
 }
@@ -778,7 +847,9 @@ fn stream<D: Device + Sleep + 'static>(
     server: Servers,
 ) -> anyhow::Result<Outcome> {
     let mut events = Events::with_capacity(4);
-    let s = connect(&mut rt, &mut events, 1, Interest::WRITABLE, 0)?.remove(0);
+    let writing = (Interest::WRITABLE, 0);
+    let s = connect_to(&mut rt, &mut events, server_addr(run), 1, writing)?.remove(0);
+    let addresses = stream_addresses(&rt, &s);
     let chunk = stream_chunk();
     let mut sent = 0u64;
     let mut m = run.meter();
@@ -811,12 +882,13 @@ fn stream<D: Device + Sleep + 'static>(
         bail!("ustack stream over shm: the server reported no transfer");
     };
     close_all(&mut rt, vec![s])?;
-    let o = Outcome::stream(
+    let mut o = Outcome::stream(
         "ustack",
         "shm",
         got,
         last_byte.saturating_duration_since(m.start()),
         matched && got == sent && limit.is_none_or(|l| got == l),
     );
+    o.addresses = addresses;
     Ok(finish(&rt, report, o))
 }

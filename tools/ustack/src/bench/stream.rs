@@ -2,7 +2,7 @@
 //! against the pattern sent.
 
 use std::io::Write;
-use std::net::{Ipv4Addr, TcpStream};
+use std::net::TcpStream;
 use std::time::{Duration, Instant as WallClock};
 
 use anyhow::{Context, bail};
@@ -69,8 +69,8 @@ pub fn ustack(run: &Run) -> anyhow::Result<Outcome> {
 /// sink in a process of its own reads and checks every byte and says when the last one
 /// came (on the monotonic clock both processes share).
 pub fn linux(run: &Run) -> anyhow::Result<Outcome> {
-    linux_stream_with(run, "loopback", &[], |port| {
-        TcpStream::connect((Ipv4Addr::LOCALHOST, port))
+    linux_stream_with(run, "loopback", &run.peer_addr_args(), |port| {
+        TcpStream::connect((run.loopback(), port))
     })
 }
 
@@ -102,6 +102,7 @@ pub fn linux_stream_with(
 ) -> anyhow::Result<Outcome> {
     let (mut server, port) = linux::Peer::spawn("sink", peer_args)?;
     let mut c = connect(port).with_context(|| format!("Linux: connect over {link}"))?;
+    let addresses = linux::stream_addresses(&c);
     let cpu0 = server.cpu();
     let start_ns = linux::monotonic_ns();
     let (sent, m) = kernel_stream_client(run, &mut c)?;
@@ -121,5 +122,6 @@ pub fn linux_stream_with(
         matched == 1 && got == sent && limit.is_none_or(|l| got == l),
     );
     o.server_cpu = cpu;
+    o.addresses = addresses;
     Ok(o)
 }

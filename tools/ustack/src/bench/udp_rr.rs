@@ -1,6 +1,6 @@
 //! udp-rr: one flow of UDP request/response in lock-step, every echo checked.
 
-use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
+use std::net::{SocketAddrV4, UdpSocket};
 use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant as WallClock};
 
@@ -80,11 +80,16 @@ pub fn linux(run: &Run) -> anyhow::Result<Outcome> {
     let (size, mode) = (run.size, run.linux_mode);
     let mut args = linux::mode_args(mode);
     args.extend(workers(run));
+    args.extend(run.peer_addr_args());
     let (mut server, port) = linux::Peer::spawn("udp-echo", &args)?;
     let _pin = ClientPin::new(mode.cpus().map(|(_, client)| client))?;
-    let client = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))
-        .context("bind the Linux client socket on loopback")?;
-    client.connect((Ipv4Addr::LOCALHOST, port))?;
+    let client =
+        UdpSocket::bind((run.loopback(), 0)).context("bind the Linux client socket on loopback")?;
+    client.connect((run.loopback(), port))?;
+    let addresses = linux::addresses_json(
+        client.local_addr().ok().map(|a| a.to_string()),
+        client.peer_addr().ok().map(|a| a.to_string()),
+    );
     client.set_nonblocking(true)?;
     let client = OwnedFd::from(client);
     let mut w = Waiter::new(mode == LinuxMode::Busy)?;
@@ -119,6 +124,7 @@ pub fn linux(run: &Run) -> anyhow::Result<Outcome> {
     o.server_cpu = cpu;
     o.mode = mode.name();
     o.server_waits = waits;
+    o.addresses = addresses;
     o.shards = if mode == LinuxMode::IoUring {
         1
     } else {

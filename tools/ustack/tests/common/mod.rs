@@ -75,6 +75,16 @@ impl Served {
     /// Read the `shm-offer <name>` line and attach to the link as side B: a client
     /// runtime at 192.0.2.1 steering frames to the server's shards by RSS.
     pub fn attach(&mut self, shards: usize) -> Runtime<RssSplitter<ShmPort>, MonotonicClock> {
+        self.attach_with(shards, |b| b)
+    }
+
+    /// [`Served::attach`] with the client's runtime builder changed by `with` (an IPv6
+    /// address added, say).
+    pub fn attach_with(
+        &mut self,
+        shards: usize,
+        with: impl FnOnce(RuntimeBuilder) -> RuntimeBuilder,
+    ) -> Runtime<RssSplitter<ShmPort>, MonotonicClock> {
         let line = self.first_line();
         let name = line
             .strip_prefix("shm-offer ")
@@ -84,12 +94,11 @@ impl Served {
         assert_eq!(ports.len(), shards, "one queue pair per shard");
         let device =
             RssSplitter::new(ports, Rss::new(RssKey::MICROSOFT, shards)).replicate_unhashed(true);
-        RuntimeBuilder::new()
+        let builder = RuntimeBuilder::new()
             .ipv4(Ipv4Addr::new(192, 0, 2, 1), 24)
             .mac(EthernetAddress([2, 0, 0, 0, 0, 1]))
-            .seed(7)
-            .build(device)
-            .expect("client runtime")
+            .seed(7);
+        with(builder).build(device).expect("client runtime")
     }
 
     /// Run `ustack ARGS --control <this server's socket>`.
