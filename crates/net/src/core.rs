@@ -2,7 +2,7 @@
 //! every blocking call, [`Epoll`](crate::Epoll) set and waker waits on. See the
 //! [crate docs](crate) for the design and its cost.
 
-use core::net::{SocketAddr, SocketAddrV4};
+use core::net::{IpAddr, SocketAddr};
 use core::task::Waker;
 use core::time::Duration;
 use std::collections::HashMap;
@@ -1964,28 +1964,30 @@ impl Net {
 /// short count, as a socket's buffer sizes give).
 pub const MAX_IO: usize = 256 * 1024;
 
-/// Connect from a port whose replies hash back to this shard (a sharded `Net`). IPv4
-/// peers only (`::ffff:a.b.c.d` too): the RSS port choice for an IPv6 4-tuple is not
-/// done yet, so an IPv6 connect of a sharded `Net` is `EAFNOSUPPORT` rather than a
-/// connection whose replies reach another shard.
+/// Connect from a port whose replies hash back to this shard (a sharded `Net`), over the
+/// IPv4 tuple or the IPv6 one (`::ffff:a.b.c.d` hashes as IPv4, as it goes over IPv4).
 fn connect_on_shard(ctx: &mut Ctx<'_>, addr: SocketAddr) -> io::Result<api::TcpStream> {
-    let v4 = match addr {
-        SocketAddr::V4(a) => a,
-        SocketAddr::V6(a) => match a.ip().to_ipv4_mapped() {
-            Some(ip) => SocketAddrV4::new(ip, a.port()),
-            None => return Err(errno(EAFNOSUPPORT)),
-        },
-    };
-    let sysctl = ctx.rt.stack().sysctl();
+    let stack = ctx.rt.stack();
+    let sysctl = stack.sysctl();
     let lo = u16::try_from(sysctl.ip_local_port_min).unwrap_or(u16::MAX);
     let hi = u16::try_from(sysctl.ip_local_port_max).unwrap_or(u16::MAX);
-    let local_ip = ctx.rt.stack().ipv4().addr;
+    // The source the SYN will carry, whose tuple the port must hash home with: the
+    // interface's IPv4 address, or for IPv6 the source the stack selects for `addr`
+    // (`EADDRNOTAVAIL` without one, as Linux's `ip6_route_output` failing).
+    let local_ip = match addr {
+        SocketAddr::V6(a) if a.ip().to_ipv4_mapped().is_none() => IpAddr::V6(
+            stack
+                .ipv6_source_for(*a.ip())
+                .ok_or_else(|| errno(99 /* EADDRNOTAVAIL */))?,
+        ),
+        _ => IpAddr::V4(stack.ipv4().addr),
+    };
     let mut refused: Vec<u16> = Vec::new();
     loop {
         let recent = &*ctx.recent;
         let Some(port) = ctx
             .rss
-            .pick_local_port(local_ip, v4, ctx.shard, lo..=hi, &mut 0, |p| {
+            .pick_local_port(local_ip, addr, ctx.shard, lo..=hi, &mut 0, |p| {
                 refused.contains(&p) || recent.contains(p)
             })
         else {

@@ -3,7 +3,8 @@
 //! listener on `::` taking an IPv4 and an IPv6 client (the IPv4 one seen as
 //! `::ffff:a.b.c.d` at both ends of the accepted socket, as Linux), `IPV6_V6ONLY`
 //! refusing the IPv4 client, a connect to `::ffff:a.b.c.d` going over IPv4, and the
-//! family mismatches Linux answers with `EAFNOSUPPORT`.
+//! family mismatches Linux answers with `EAFNOSUPPORT`; and a sharded client's IPv6
+//! connections, each from a port whose replies the device steers back to its own shard.
 //!
 //! Every blocking call has a timeout, so a broken feature fails the test instead of
 //! hanging it.
@@ -15,9 +16,10 @@ use core::time::Duration;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr};
 
+use ustack_dev::shm::{ShmConfig, ShmLink};
 use ustack_dev::sim::SimLinkConfig;
 use ustack_net::{Net, TcpListener, TcpStream, UdpSocket, Wait};
-use ustack_runtime::RuntimeBuilder;
+use ustack_runtime::{Rss, RssKey, RssSplitter, RuntimeBuilder};
 
 const SERVER_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
 const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
@@ -29,6 +31,13 @@ const EAFNOSUPPORT: i32 = 97;
 /// Two dual-stack stacks (an IPv4 and an IPv6 address each) on a sim pair; their IPv6
 /// addresses usable at once (`accept_dad` 0, as `ip addr add ... nodad`).
 fn sim_nets() -> (Net, Net) {
+    let (s, c) = builders();
+    Net::sim_pair(s, c, SimLinkConfig::default()).expect("sim pair")
+}
+
+/// The server's and the client's stacks: an IPv4 and an IPv6 address each, the IPv6 one
+/// usable at once.
+fn builders() -> (RuntimeBuilder, RuntimeBuilder) {
     let stack = |v4, v6, seed| {
         RuntimeBuilder::new()
             .ipv4(v4, 24)
@@ -36,8 +45,7 @@ fn sim_nets() -> (Net, Net) {
             .sysctl("net.ipv6.conf.default.accept_dad", 0)
             .seed(seed)
     };
-    let (s, c) = (stack(SERVER_IP, SERVER6, 1), stack(CLIENT_IP, CLIENT6, 2));
-    Net::sim_pair(s, c, SimLinkConfig::default()).expect("sim pair")
+    (stack(SERVER_IP, SERVER6, 1), stack(CLIENT_IP, CLIENT6, 2))
 }
 
 fn mapped(ip: Ipv4Addr) -> Ipv6Addr {
@@ -253,5 +261,54 @@ fn a_v4_mapped_connect_goes_over_ipv4_and_families_mismatch_as_linux() {
             .unwrap_err()
             .raw_os_error(),
         Some(EAFNOSUPPORT)
+    );
+}
+
+/// A client `Net` with two shards (a queue pair each of a shm link) connects over IPv6 to a
+/// one-shard server whose device steers every frame it sends to the queue RSS picks (as a
+/// NIC with RSS would for the client): each connection's SYN-ACK and echo reach the shard
+/// that opened it only if its local port was chosen to hash home over the IPv6 tuple.
+#[test]
+fn a_sharded_client_connects_over_ipv6_from_ports_that_hash_home() {
+    const SHARDS: usize = 2;
+    let config = ShmConfig {
+        queue_pairs: SHARDS,
+        medium: ustack_dev::Medium::Ip,
+        ..ShmConfig::default()
+    };
+    let (a, b) = ShmLink::pair(&config).expect("shm link");
+    let (s, c) = builders();
+    let splitter = RssSplitter::new(b, Rss::new(RssKey::MICROSOFT, SHARDS));
+    let server = Net::on_links(s, vec![splitter]).expect("server");
+    let client = Net::shm(c, a).expect("client");
+    assert_eq!(client.shards(), SHARDS);
+    let at = SocketAddr::from((SERVER6, 8010));
+    let listener = TcpListener::bind(&server, at).unwrap();
+    const CONNS: usize = 16;
+    let srv = std::thread::spawn(move || {
+        (0..CONNS)
+            .map(|_| serve_echo(listener.accept().expect("accept").0))
+            .sum::<usize>()
+    });
+    for i in 0..CONNS {
+        let c = connect(&client, at);
+        assert_eq!(c.local_addr().unwrap().ip(), CLIENT6, "connection {i}");
+        let data = pattern(1000 + i);
+        assert!(
+            echo_through(c, &data) == data,
+            "connection {i}: echo differs"
+        );
+    }
+    assert_eq!(
+        srv.join().unwrap(),
+        (0..CONNS).map(|i| 1000 + i).sum::<usize>()
+    );
+    // The connections were opened on both shards (the client spreads them).
+    let opened = client
+        .on_each_shard(|rt| rt.stack().mib().get(ustack_obs::Counter::TcpActiveOpens))
+        .unwrap();
+    assert!(
+        opened.iter().all(|&n| n > 0),
+        "a shard opened nothing: {opened:?}"
     );
 }
