@@ -2012,7 +2012,7 @@ fn connect_on_shard(ctx: &mut Ctx<'_>, addr: SocketAddr) -> io::Result<api::TcpS
 #[cfg(test)]
 mod tests {
     use super::*;
-    use core::net::Ipv4Addr;
+    use core::net::{Ipv4Addr, SocketAddrV4};
     use ustack_dev::sim::SimLinkConfig;
     use ustack_runtime::runtime::{RuntimeBuilder, sim_pair};
 
