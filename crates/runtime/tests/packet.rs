@@ -12,7 +12,12 @@
 //! - TCP, ustack as the client: 4 MiB and 256 MiB each way with a kernel server (256 MiB:
 //!   about 8 s with a debug build), streamed at both ends;
 //! - UDP echo, 1 to 8000 bytes;
-//! - two shards on two sockets of one fanout group serving 16 kernel connections.
+//! - two shards on two sockets of one fanout group serving 16 kernel connections;
+//! - over IPv6 (`*_ipv6`, ustack `2001:db8:7::2`, the kernel `2001:db8:7::1` on the veth
+//!   end): `ping -6` answered by ustack (4000 bytes too) with the kernel's neighbour entry
+//!   learned by neighbour discovery over the link, ustack's ping of the kernel (4000-byte
+//!   echoes fragmented both ways), 1 MiB from a kernel client and through the echo server,
+//!   ustack's client 4 MiB each way, UDP echo (one queue: a fanout group carries IPv4).
 //!
 //! Each run is captured on ustack's side and read by tshark (`kernel/scenarios.rs`); the
 //! 256 MiB transfer on its first 150,000 frames.
@@ -34,7 +39,7 @@ use ustack_testkit::netns::{
 
 mod kernel;
 
-use kernel::{LIMIT, arp_reply, arp_request, builder, scenarios};
+use kernel::{LIMIT, Peer, USTACK6, arp_reply, arp_request, builder, scenarios};
 
 /// A rig with `queues` sockets, or `None` (skipped).
 fn rig(test: &str, queues: usize) -> Option<PacketRig> {
@@ -151,6 +156,85 @@ fn two_shards_on_a_fanout_group_serve_kernel_clients() {
         .ipv4(USTACK_IP, 24)
         .mac(EthernetAddress(rig.mac));
     scenarios::two_shards_serve_kernel_clients(test, &rig.ns, b, rig.queues);
+}
+
+// ---- IPv6 ----------------------------------------------------------------------------------
+
+/// The kernel's neighbour entry for `ip` on its veth end, as `ip neigh` prints it.
+fn kernel_neighbour(rig: &PacketRig, ip: &str) -> String {
+    let argv = ["ip", "neigh", "show", ip, "dev", VETH_KERNEL];
+    let out = rig.ns.run(LIMIT, &argv).expect("ip neigh");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn kernel_pings_ustack_over_packet_ipv6() {
+    let test = "kernel_pings_ustack_over_packet_ipv6";
+    let Some(mut rig) = rig(test, 1) else {
+        return;
+    };
+    if !tool_or_skip(test, "ping") {
+        return;
+    }
+    let (b, q) = (builder_for(&rig), rig.queues.remove(0));
+    scenarios::kernel_pings_ustack(test, Peer::v6(&rig.ns, VETH_KERNEL), b, q);
+    // The kernel learned ustack's address by neighbour discovery, over the link.
+    let text = kernel_neighbour(&rig, &USTACK6.to_string());
+    assert!(text.contains(&mac_text(rig.mac)), "neighbour entry: {text}");
+}
+
+#[test]
+fn ustack_pings_kernel_over_packet_ipv6() {
+    let Some(mut rig) = rig("ustack_pings_kernel_over_packet_ipv6", 1) else {
+        return;
+    };
+    let (b, q) = (builder_for(&rig), rig.queues.remove(0));
+    let peer = Peer::v6(&rig.ns, VETH_KERNEL);
+    scenarios::ustack_pings_kernel6("ustack_pings_kernel_over_packet_ipv6", peer, b, q);
+}
+
+#[test]
+fn kernel_client_sends_1mib_to_ustack_over_packet_ipv6() {
+    let test = "kernel_client_sends_1mib_to_ustack_over_packet_ipv6";
+    let Some(mut rig) = rig(test, 1) else {
+        return;
+    };
+    let (b, q) = (builder_for(&rig), rig.queues.remove(0));
+    let peer = Peer::v6(&rig.ns, VETH_KERNEL);
+    scenarios::kernel_sends_to_ustack(test, peer, b, q, 1 << 20, |_| ());
+}
+
+#[test]
+fn kernel_client_through_ustack_echo_server_over_packet_ipv6() {
+    let test = "kernel_client_through_ustack_echo_server_over_packet_ipv6";
+    let Some(mut rig) = rig(test, 1) else {
+        return;
+    };
+    let (b, q) = (builder_for(&rig), rig.queues.remove(0));
+    let peer = Peer::v6(&rig.ns, VETH_KERNEL);
+    scenarios::kernel_client_through_echo(test, peer, b, q, 1 << 20);
+}
+
+#[test]
+fn ustack_client_bulk_both_ways_over_packet_ipv6() {
+    let test = "ustack_client_bulk_both_ways_over_packet_ipv6";
+    let Some(mut rig) = rig(test, 1) else {
+        return;
+    };
+    let (b, q) = (builder_for(&rig), rig.queues.remove(0));
+    let peer = Peer::v6(&rig.ns, VETH_KERNEL);
+    scenarios::ustack_client_bulk_both_ways(test, peer, b, q, 4 << 20, 4 << 20, |_| ());
+}
+
+#[test]
+fn kernel_udp_client_through_ustack_echo_over_packet_ipv6() {
+    let test = "kernel_udp_client_through_ustack_echo_over_packet_ipv6";
+    let Some(mut rig) = rig(test, 1) else {
+        return;
+    };
+    let (b, q) = (builder_for(&rig), rig.queues.remove(0));
+    let peer = Peer::v6(&rig.ns, VETH_KERNEL);
+    scenarios::kernel_udp_client_through_echo(test, peer, b, q);
 }
 
 #[test]

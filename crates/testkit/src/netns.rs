@@ -412,6 +412,19 @@ impl NetNs {
         Ok(())
     }
 
+    /// IPv6 back on for interface `name` (the rigs turn it off) with the address `cidr`
+    /// (`2001:db8::1/64`, say) taken at once (`nodad`), for the tests over IPv6.
+    pub fn add_ipv6(&self, name: &str, cidr: &str) -> io::Result<()> {
+        let limit = Duration::from_secs(5);
+        let on = format!("net.ipv6.conf.{name}.disable_ipv6=0");
+        self.run(limit, &["sysctl", "-qw", &on])?;
+        self.run(
+            limit,
+            &["ip", "-6", "addr", "add", cidr, "dev", name, "nodad"],
+        )
+        .map(|_| ())
+    }
+
     /// IPv6 off on interface `name` (if the kernel has IPv6): no router solicitations or
     /// MLD reports.
     fn disable_ipv6(&self, name: &str) -> io::Result<()> {
@@ -479,12 +492,13 @@ t.join()
 print(hashlib.sha256(data).hexdigest(), echoed, got)
 "#;
 
-/// A kernel bulk server, arguments `n host port`: accepts one connection, reads to its
-/// end, then sends `n` pseudo-random bytes and closes; prints `ready` once listening, then
-/// the bytes read, their SHA-256 and the SHA-256 of what it sent.
+/// A kernel bulk server, arguments `n host port` (`host` IPv4 or IPv6): accepts one
+/// connection, reads to its end, then sends `n` pseudo-random bytes and closes; prints
+/// `ready` once listening, then the bytes read, their SHA-256 and the SHA-256 of what it
+/// sent.
 pub const PY_BULK_SERVER: &str = r#"
 n, host, port = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
-l = socket.socket()
+l = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
 l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 l.bind((host, port))
 l.listen(1)

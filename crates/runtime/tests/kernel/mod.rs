@@ -9,6 +9,7 @@
 pub mod matrix;
 pub mod scenarios;
 
+use core::net::{IpAddr, Ipv6Addr, SocketAddr};
 use core::time::Duration;
 use std::fs::File;
 use std::io::{self, BufWriter, ErrorKind};
@@ -23,6 +24,7 @@ use ustack_dev::capture::Capture;
 use ustack_runtime::Mode;
 use ustack_runtime::api::{TcpListener, TcpStream};
 use ustack_runtime::runtime::{Events, Interest, Runtime, RuntimeBuilder, Sleep};
+use ustack_stack::AddrState;
 use ustack_testkit::netns::{KERNEL_IP, NetNs, PY_BULK_SERVER, PY_CC_ENV, USTACK_IP, python_argv};
 use ustack_testkit::tshark::{CLEAN_RETRANSMISSIONS, TsharkReport, check_capture};
 
@@ -34,6 +36,115 @@ pub const LIMIT: Duration = Duration::from_secs(60);
 /// The runtime builder the tests use: [`USTACK_IP`]/24, seed 7.
 pub fn builder() -> RuntimeBuilder {
     RuntimeBuilder::new().ipv4(USTACK_IP, 24).seed(7)
+}
+
+/// The kernel's IPv6 address on the rigs' link in the runs over IPv6 (documentation
+/// prefix, RFC 3849).
+pub const KERNEL6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 7, 0, 0, 0, 0, 1);
+/// ustack's IPv6 address on the rigs' link.
+pub const USTACK6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 7, 0, 0, 0, 0, 2);
+
+/// The address family of a run: the rigs' IPv4 addresses ([`USTACK_IP`], [`KERNEL_IP`])
+/// or IPv6 ([`USTACK6`], [`KERNEL6`]/64, with neighbour discovery on an Ethernet link).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    V4,
+    V6,
+}
+
+impl Family {
+    /// ustack's address.
+    pub fn ustack(self) -> IpAddr {
+        match self {
+            Family::V4 => USTACK_IP.into(),
+            Family::V6 => USTACK6.into(),
+        }
+    }
+
+    /// The kernel's address.
+    pub fn kernel(self) -> IpAddr {
+        match self {
+            Family::V4 => KERNEL_IP.into(),
+            Family::V6 => KERNEL6.into(),
+        }
+    }
+
+    /// `builder` with ustack's address of this family ([`USTACK6`]/64 added for IPv6; the
+    /// IPv4 one is always there).
+    pub fn builder(self, builder: RuntimeBuilder) -> RuntimeBuilder {
+        match self {
+            Family::V4 => builder,
+            Family::V6 => builder.ipv6(USTACK6, 64),
+        }
+    }
+
+    /// Sets up the kernel's end `dev` of the link in `ns` for this family: for IPv6, IPv6
+    /// on with [`KERNEL6`]/64 (the rigs turn IPv6 off).
+    pub fn configure(self, ns: &NetNs, dev: &str) -> io::Result<()> {
+        match self {
+            Family::V4 => Ok(()),
+            Family::V6 => ns.add_ipv6(dev, &format!("{KERNEL6}/64")),
+        }
+    }
+}
+
+/// The kernel's side of a run: the namespace it runs in and the family it speaks. A bare
+/// `&NetNs` is IPv4.
+#[derive(Debug, Clone, Copy)]
+pub struct Peer<'a> {
+    pub ns: &'a NetNs,
+    pub family: Family,
+}
+
+impl<'a> Peer<'a> {
+    /// IPv6 in `ns`, its kernel end `dev` configured ([`Family::configure`]).
+    pub fn v6(ns: &'a NetNs, dev: &str) -> Peer<'a> {
+        Family::V6
+            .configure(ns, dev)
+            .expect("IPv6 on the kernel's end");
+        Peer {
+            ns,
+            family: Family::V6,
+        }
+    }
+
+    /// ustack's address and `port`.
+    pub fn ustack_at(&self, port: u16) -> SocketAddr {
+        SocketAddr::new(self.family.ustack(), port)
+    }
+
+    /// The kernel's address and `port`.
+    pub fn kernel_at(&self, port: u16) -> SocketAddr {
+        SocketAddr::new(self.family.kernel(), port)
+    }
+}
+
+impl<'a> From<&'a NetNs> for Peer<'a> {
+    fn from(ns: &'a NetNs) -> Peer<'a> {
+        Peer {
+            ns,
+            family: Family::V4,
+        }
+    }
+}
+
+/// Runs `rt` until each of its IPv6 addresses has passed duplicate address detection
+/// (RFC 4862 §5.4: a tentative address neither answers nor sends), at most 5 s.
+pub fn settle<D: Device + Sleep>(rt: &mut Runtime<D>) -> io::Result<()> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while matches!(
+        rt.stack().ipv6_addr_state(USTACK6),
+        Some(AddrState::Tentative { .. })
+    ) {
+        if std::time::Instant::now() >= deadline {
+            return Err(io::Error::new(
+                ErrorKind::TimedOut,
+                "duplicate address detection did not end in 5 s",
+            ));
+        }
+        rt.run_once(Some(Duration::from_millis(10)))?;
+    }
+    Ok(())
 }
 
 /// ustack's device in a test: the link's queue, its traffic captured to a file.
@@ -52,6 +163,8 @@ pub const MAX_FRAMES: u64 = 150_000;
 pub struct Pcap {
     what: String,
     path: PathBuf,
+    /// ustack's address in the capture (whose retransmissions tshark counts as ustack's).
+    ustack: IpAddr,
 }
 
 impl Pcap {
@@ -65,7 +178,16 @@ impl Pcap {
             .expect("the capture's header")
             .limit(MAX_FRAMES);
         let what = what.to_owned();
-        (device, Pcap { what, path })
+        let ustack = USTACK_IP.into();
+        (device, Pcap { what, path, ustack })
+    }
+
+    /// The capture of a run over `family`.
+    pub fn of(self, family: Family) -> Pcap {
+        Pcap {
+            ustack: family.ustack(),
+            ..self
+        }
     }
 
     /// After the run, once the capture is dropped (which flushes the file; a runtime is
@@ -74,7 +196,7 @@ impl Pcap {
     /// when the check passes.
     pub fn check(self) -> Option<TsharkReport> {
         let bounds = (CLEAN_RETRANSMISSIONS, CLEAN_RETRANSMISSIONS);
-        let report = check_capture(&self.what, &self.path, USTACK_IP, bounds);
+        let report = check_capture(&self.what, &self.path, self.ustack, bounds);
         let _ = std::fs::remove_file(&self.path);
         report
     }
@@ -99,6 +221,7 @@ impl<T: Send + 'static> Ustack<T> {
         let flag = stop.clone();
         let handle = std::thread::spawn(move || {
             let mut rt = builder.build(device)?;
+            settle(&mut rt)?;
             app(&mut rt, &flag)
         });
         Ustack {
@@ -318,16 +441,26 @@ pub struct KernelServer {
 }
 
 impl KernelServer {
-    /// Starts the server on [`KERNEL_IP`]`:port`, to send `n` bytes to the connection
-    /// after reading it to its end, with congestion control `cc` on it if given; returns
-    /// once it prints `ready`.
-    pub fn start(ns: &NetNs, n: usize, port: u16, cc: Option<&str>) -> KernelServer {
+    /// Starts the server on the kernel's address of `peer` (IPv4: [`KERNEL_IP`]) and
+    /// `port`, to send `n` bytes to the connection after reading it to its end, with
+    /// congestion control `cc` on it if given; returns once it prints `ready`.
+    pub fn start<'a>(
+        peer: impl Into<Peer<'a>>,
+        n: usize,
+        port: u16,
+        cc: Option<&str>,
+    ) -> KernelServer {
         use std::io::BufRead;
-        let mut command = ns.command(
+        let peer = peer.into();
+        let mut command = peer.ns.command(
             LIMIT,
             &python_argv(
                 PY_BULK_SERVER,
-                &[n.to_string(), KERNEL_IP.to_string(), port.to_string()],
+                &[
+                    n.to_string(),
+                    peer.family.kernel().to_string(),
+                    port.to_string(),
+                ],
             ),
         );
         if let Some(cc) = cc {
