@@ -182,6 +182,11 @@ impl Pcap {
         (device, Pcap { what, path, ustack })
     }
 
+    /// The capture's file.
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
     /// The capture of a run over `family`.
     pub fn of(self, family: Family) -> Pcap {
         Pcap {
@@ -195,7 +200,12 @@ impl Pcap {
     /// ([`check_capture`], [`CLEAN_RETRANSMISSIONS`] each side). The file is removed
     /// when the check passes.
     pub fn check(self) -> Option<TsharkReport> {
-        let bounds = (CLEAN_RETRANSMISSIONS, CLEAN_RETRANSMISSIONS);
+        self.check_with((CLEAN_RETRANSMISSIONS, CLEAN_RETRANSMISSIONS))
+    }
+
+    /// [`check`](Self::check) with `bounds` on the retransmissions (ustack's, the
+    /// kernel's).
+    pub fn check_with(self, bounds: (u64, u64)) -> Option<TsharkReport> {
         let report = check_capture(&self.what, &self.path, self.ustack, bounds);
         let _ = std::fs::remove_file(&self.path);
         report
@@ -383,6 +393,11 @@ impl Source {
         Ok(true)
     }
 
+    /// Bytes written so far.
+    pub fn sent(&self) -> u64 {
+        self.sent
+    }
+
     /// The hex SHA-256 of everything written.
     pub fn digest(self) -> String {
         hex(&self.hasher.finalize())
@@ -450,17 +465,24 @@ impl KernelServer {
         port: u16,
         cc: Option<&str>,
     ) -> KernelServer {
-        use std::io::BufRead;
         let peer = peer.into();
-        let mut command = peer.ns.command(
+        KernelServer::start_on(peer.ns, peer.family.kernel(), n, port, cc)
+    }
+
+    /// [`start`](Self::start) on `host` in `ns`.
+    pub fn start_on(
+        ns: &NetNs,
+        host: IpAddr,
+        n: usize,
+        port: u16,
+        cc: Option<&str>,
+    ) -> KernelServer {
+        use std::io::BufRead;
+        let mut command = ns.command(
             LIMIT,
             &python_argv(
                 PY_BULK_SERVER,
-                &[
-                    n.to_string(),
-                    peer.family.kernel().to_string(),
-                    port.to_string(),
-                ],
+                &[n.to_string(), host.to_string(), port.to_string()],
             ),
         );
         if let Some(cc) = cc {
