@@ -115,8 +115,17 @@ pub fn ustack_pings_kernel6<D: Device + Sleep + Send + 'static>(
             rt.stack_mut()
                 .ping6(now, kernel, 0x77, seq, &data)
                 .map_err(|e| io::Error::other(format!("ping6 {seq}: {e:?}")))?;
-            let r = drive(rt, stop, |rt| Ok(rt.stack_mut().recv_echo_reply6()))?
-                .ok_or_else(|| io::Error::other("stopped"))?;
+            // Each echo within 5 s (neighbour discovery and reassembly included).
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            let r = loop {
+                rt.run_once(Some(Duration::from_millis(10)))?;
+                if let Some(r) = rt.stack_mut().recv_echo_reply6() {
+                    break r;
+                }
+                if std::time::Instant::now() >= deadline || stop.load(Ordering::Relaxed) {
+                    return Err(io::Error::other(format!("no answer to echo {seq} in 5 s")));
+                }
+            };
             // The kernel's default hop limit, 64.
             let ok = (r.src, r.ident, r.seq_no, r.hop_limit) == (kernel, 0x77, seq, 64)
                 && r.data == data;
