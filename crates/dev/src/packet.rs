@@ -59,6 +59,16 @@
 //! Frames that the interface transmits (ours, and the kernel's own on this interface) are
 //! not received back (`PACKET_IGNORE_OUTGOING`); a malformed frame in the transmit ring
 //! is skipped by the kernel rather than stalling the ring (`PACKET_LOSS`).
+//!
+//! # IPv6
+//!
+//! With one queue, IPv6 frames reach the ring like any other (`ETH_P_ALL`); the stack does
+//! neighbour discovery over them (RFC 4861) in the table ARP uses. Its addresses are
+//! solicited at their solicited-node groups (`33:33:ff:xx:xx:xx`), which a NIC's
+//! multicast filter drops unless told otherwise, and the kernel does not know the stack's
+//! addresses: so each queue's socket asks for every multicast frame
+//! (`PACKET_MR_ALLMULTI`, the interface shows `ALLMULTI` while a queue is open). With
+//! several queues the link carries IPv4 only (above).
 
 use core::time::Duration;
 use std::io;
@@ -382,6 +392,9 @@ impl PacketQueue {
         sys::set_v3(fd.as_fd())?;
         sys::set_int(fd.as_fd(), libc::PACKET_LOSS, 1)?;
         sys::set_int(fd.as_fd(), libc::PACKET_IGNORE_OUTGOING, 1)?;
+        // IPv6: the solicited-node groups of the stack's addresses through the interface's
+        // multicast filter (each queue's socket holds the interface's allmulti count).
+        sys::all_multicast(fd.as_fd(), ifindex)?;
         sys::set_ring(fd.as_fd(), false, layout.rx)?;
         sys::set_ring(fd.as_fd(), true, layout.tx)?;
         let map = Mapping::map_socket(fd.as_fd(), layout.rx_len() + layout.tx_len(), 0)?;

@@ -34,12 +34,12 @@ use ustack_dev::{Device, Medium};
 use ustack_runtime::runtime::RuntimeBuilder;
 use ustack_stack::{EthernetAddress, Instant};
 use ustack_testkit::netns::{
-    KERNEL_IP, PacketRig, USTACK_IP, VETH_KERNEL, tool_or_skip, veth_or_skip,
+    KERNEL_IP, PacketRig, USTACK_IP, VETH_KERNEL, VETH_USTACK, tool_or_skip, veth_or_skip,
 };
 
 mod kernel;
 
-use kernel::{LIMIT, Peer, USTACK6, arp_reply, arp_request, builder, scenarios};
+use kernel::{LIMIT, Peer, USTACK6, allmulti, arp_reply, arp_request, builder, scenarios};
 
 /// A rig with `queues` sockets, or `None` (skipped).
 fn rig(test: &str, queues: usize) -> Option<PacketRig> {
@@ -345,6 +345,22 @@ fn device_moves_frames_and_counts_what_it_refuses() {
         (0, 0, 0)
     );
     assert_eq!(q.kernel_stats().unwrap().drops, 0);
+}
+
+/// The interface passes every multicast frame while a queue is open (the stack's IPv6
+/// solicited-node groups, which the kernel never puts in its filter), and stops once the
+/// last queue closes.
+#[test]
+fn queues_ask_for_every_multicast_frame_while_open() {
+    let Some(mut rig) = rig("queues_ask_for_every_multicast_frame_while_open", 2) else {
+        return;
+    };
+    let allmulti = |rig: &PacketRig| allmulti(&rig.ns, VETH_USTACK);
+    assert_eq!(allmulti(&rig), 2, "two queues open");
+    drop(rig.queues.remove(0));
+    assert_eq!(allmulti(&rig), 1, "one queue open");
+    rig.queues.clear();
+    assert_eq!(allmulti(&rig), 0, "none open");
 }
 
 #[test]

@@ -25,7 +25,7 @@ use ustack_testkit::netns::{
 
 mod kernel;
 
-use kernel::{LIMIT, Peer, USTACK6, arp_reply, arp_request, builder, scenarios};
+use kernel::{LIMIT, Peer, USTACK6, allmulti, arp_reply, arp_request, builder, scenarios};
 
 fn rig(test: &str) -> Option<(XdpRig, RuntimeBuilder)> {
     veth_or_skip(test)?;
@@ -229,6 +229,12 @@ fn device_moves_frames_while_its_program_is_attached() {
     };
     let text = show(&ns);
     assert!(text.contains("xdpgeneric"), "program attached: {text}");
+    // IPv6's solicited-node groups pass the interface's multicast filter.
+    assert_eq!(
+        allmulti(&ns, VETH_USTACK),
+        1,
+        "every multicast frame asked for"
+    );
     let caps = queue.caps();
     assert_eq!(
         (caps.medium, caps.max_frame_len()),
@@ -253,4 +259,5 @@ fn device_moves_frames_while_its_program_is_attached() {
     drop(queue);
     let text = show(&ns);
     assert!(!text.contains("xdp"), "program detached: {text}");
+    assert_eq!(allmulti(&ns, VETH_USTACK), 0, "allmulti given back");
 }

@@ -116,6 +116,34 @@ pub(crate) fn bind(fd: BorrowedFd<'_>, ifindex: u32, protocol: u16) -> io::Resul
     check(rc)
 }
 
+/// `PACKET_ADD_MEMBERSHIP` with `PACKET_MR_ALLMULTI` on interface `ifindex`: the
+/// interface passes every multicast frame (its `IFF_ALLMULTI` count raised, Linux
+/// `packet_mc_add` -> `dev_set_allmulti`) for as long as `fd` is open. The stack's IPv6
+/// addresses need their solicited-node groups (RFC 4861 §7.2.1), which the kernel, not
+/// knowing the addresses, never puts in the interface's multicast filter.
+pub(crate) fn all_multicast(fd: BorrowedFd<'_>, ifindex: u32) -> io::Result<()> {
+    let ifindex = libc::c_int::try_from(ifindex)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "interface index"))?;
+    let mreq = libc::packet_mreq {
+        mr_ifindex: ifindex,
+        mr_type: libc::PACKET_MR_ALLMULTI as libc::c_ushort,
+        mr_alen: 0,
+        mr_address: [0; 8],
+    };
+    // SAFETY: `mreq` is a live, initialised `struct packet_mreq` (libc's layout) on our
+    // stack, and its exact size is passed; the kernel only reads it.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_PACKET,
+            libc::PACKET_ADD_MEMBERSHIP,
+            (&raw const mreq).cast(),
+            size_of::<libc::packet_mreq>() as libc::socklen_t,
+        )
+    };
+    check(rc)
+}
+
 /// `PACKET_STATISTICS` for a `TPACKET_V3` socket: (frames received, frames dropped,
 /// times the ring was frozen full) since the last call; the kernel resets them on read.
 pub(crate) fn take_stats(fd: BorrowedFd<'_>) -> io::Result<(u32, u32, u32)> {

@@ -418,6 +418,20 @@ pub fn python(ns: &NetNs, script: &str, args: &[String]) -> String {
     String::from_utf8(out.stdout).expect("utf-8 output")
 }
 
+/// How many times interface `dev` in `ns` has been asked to pass every multicast frame
+/// (its allmulti count, as `ip -d link show` prints it).
+pub fn allmulti(ns: &NetNs, dev: &str) -> u64 {
+    let out = ns
+        .run(LIMIT, &["ip", "-d", "link", "show", dev])
+        .expect("ip -d link show");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut words = text.split_whitespace();
+    words
+        .find(|w| *w == "allmulti")
+        .and_then(|_| words.next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no allmulti count in {text}"))
+}
+
 /// An ARP request from ustack's end for the kernel's address, as an Ethernet frame.
 pub fn arp_request(mac: [u8; 6]) -> Vec<u8> {
     let mut f = vec![0xff; 6];
