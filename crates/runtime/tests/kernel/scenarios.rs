@@ -123,7 +123,7 @@ pub fn ustack_pings_kernel6<D: Device + Sleep + Send + 'static>(
                     break r;
                 }
                 if std::time::Instant::now() >= deadline || stop.load(Ordering::Relaxed) {
-                    return Err(io::Error::other(format!("no answer to echo {seq} in 5 s")));
+                    return Ok(Err(format!("no answer to echo {seq} in 5 s")));
                 }
             };
             // The kernel's default hop limit, 64.
@@ -138,9 +138,16 @@ pub fn ustack_pings_kernel6<D: Device + Sleep + Send + 'static>(
             m.get(Counter::Ip6ReasmOKs),
             m.get(Counter::Icmp6InEchoReplies),
         ];
-        Ok((answered, counts))
+        Ok(Ok((answered, counts)))
     });
-    let (answered, counts) = app.join();
+    let kernel_counters = || {
+        let argv = ["cat", "/proc/net/snmp6", "/proc/net/snmp"];
+        let out = peer.ns.run(LIMIT, &argv).expect("the kernel's counters");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let (answered, counts) = app
+        .join()
+        .unwrap_or_else(|e| panic!("{test}: {e}; the kernel's counters: {}", kernel_counters()));
     let all: Vec<(u16, bool)> = (1..=5).map(|s| (s, true)).collect();
     assert_eq!(answered, all, "each echo came back whole, from the kernel");
     // Three large requests of three fragments each; three large replies reassembled.
@@ -149,11 +156,7 @@ pub fn ustack_pings_kernel6<D: Device + Sleep + Send + 'static>(
         [3, 9, 3, 5],
         "FragOKs, FragCreates, ReasmOKs, InEchoReplies"
     );
-    let kernel = peer
-        .ns
-        .run(LIMIT, &["cat", "/proc/net/snmp6"])
-        .expect("the kernel's snmp6");
-    let kernel = String::from_utf8_lossy(&kernel.stdout);
+    let kernel = kernel_counters();
     assert_eq!(snmp6(&kernel, "Ip6ReasmOKs"), 3, "{kernel}");
     assert_eq!(snmp6(&kernel, "Icmp6InEchos"), 5, "{kernel}");
     pcap.of(peer.family).check();
