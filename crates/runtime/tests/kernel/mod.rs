@@ -221,7 +221,8 @@ pub struct Ustack<T> {
 }
 
 impl<T: Send + 'static> Ustack<T> {
-    /// A runtime from `builder` over `device`, running `app`.
+    /// A runtime from `builder` over `device`, running `app` once its IPv6 addresses have
+    /// passed DAD ([`settle`]); returns then.
     pub fn start<D: Device + Sleep + Send + 'static>(
         builder: RuntimeBuilder,
         device: D,
@@ -229,11 +230,17 @@ impl<T: Send + 'static> Ustack<T> {
     ) -> Ustack<T> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
+        let (ready, settled) = std::sync::mpsc::channel();
         let handle = std::thread::spawn(move || {
             let mut rt = builder.build(device)?;
             settle(&mut rt)?;
+            let _ = ready.send(());
             app(&mut rt, &flag)
         });
+        // Returns once ustack's addresses are usable (a peer that starts at once would see
+        // its first packets dropped during DAD), or the thread ended (its error is for
+        // `join`).
+        let _ = settled.recv();
         Ustack {
             stop,
             handle: Some(handle),
