@@ -72,7 +72,7 @@
 //! [`ShardApp::poll`], then the stop flag and snapshot requests; so a stop or a counter
 //! read is served within a tick even when the shard sleeps on an idle device.
 
-use core::net::SocketAddrV4;
+use core::net::{SocketAddr, SocketAddrV4};
 use core::time::Duration;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -252,7 +252,7 @@ impl Control {
 pub struct ShardedBuilder {
     runtime: RuntimeBuilder,
     rss: Rss,
-    listen: Vec<(SocketAddrV4, u32)>,
+    listen: Vec<(SocketAddr, u32)>,
     tick: Duration,
     seed: Option<u64>,
 }
@@ -270,9 +270,9 @@ impl ShardedBuilder {
         }
     }
 
-    /// Listen on `addr` with `backlog` on every shard (`SO_REUSEPORT`).
-    pub fn listen(mut self, addr: SocketAddrV4, backlog: u32) -> Self {
-        self.listen.push((addr, backlog));
+    /// Listen on `addr` (IPv4 or IPv6) with `backlog` on every shard (`SO_REUSEPORT`).
+    pub fn listen(mut self, addr: impl Into<SocketAddr>, backlog: u32) -> Self {
+        self.listen.push((addr.into(), backlog));
         self
     }
 
@@ -388,7 +388,7 @@ fn shard_main<D, A, F>(
     builder: RuntimeBuilder,
     device: D,
     rss: &Rss,
-    listen: &[(SocketAddrV4, u32)],
+    listen: &[(SocketAddr, u32)],
     tick: Duration,
     ctl: &Control,
     make: &F,

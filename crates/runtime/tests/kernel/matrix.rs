@@ -25,7 +25,9 @@
 //! offers bbr (`tcp_available_congestion_control`, after `modprobe tcp_bbr`); otherwise
 //! they are skipped with a note, or fail under `USTACK_REQUIRE_ROOT`. A matrix test that
 //! ran none of its cells fails. On an Ethernet link (packet, xdp) the relay's faults hit
-//! ARP too: a lost request or reply costs a retry.
+//! ARP too (neighbour discovery over IPv6): a lost request or reply costs a retry. The
+//! IPv6 links ([`TUN6`], [`PACKET6`], [`XDP6`]) run the same cells between `2001:db8:7::2`
+//! and `2001:db8:7::1`.
 
 use core::net::SocketAddr;
 use core::time::Duration;

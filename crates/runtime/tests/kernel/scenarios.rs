@@ -1,7 +1,8 @@
 //! The transfers every kernel-facing link carries (`tun.rs`, `packet.rs`, `xdp.rs`), generic
-//! over the device: each takes the namespace the kernel side runs in, the runtime builder
-//! and the device, runs ustack on a thread over it, runs the kernel side with `nsenter`,
-//! and asserts what a user would check (answers, byte counts, SHA-256 at both ends).
+//! over the device: each takes the kernel's side ([`Peer`]: the namespace it runs in and
+//! the address family, IPv4 for a bare `&NetNs`), the runtime builder and the device, runs
+//! ustack on a thread over it, runs the kernel side with `nsenter`, and asserts what a user
+//! would check (answers, byte counts, SHA-256 at both ends).
 //!
 //! Each run is captured on ustack's side ([`Pcap`]: the device wrapped in a `Capture`;
 //! whole frames for ICMP and UDP, the headers of TCP's, the first [`MAX_FRAMES`](super::MAX_FRAMES)
@@ -508,10 +509,8 @@ pub fn two_shards_serve_kernel_clients<'a, D: Device + Sleep + Send + 'static>(
     queues: Vec<D>,
 ) {
     let peer = peer.into();
-    // The sharded builder's listeners are IPv4 (`ShardedBuilder::listen`).
-    let SocketAddr::V4(at) = peer.ustack_at(9) else {
-        panic!("{test}: the sharded listeners take IPv4 only");
-    };
+    let at = peer.ustack_at(9);
+    let builder = peer.family.builder(builder);
     let (conns, n) = (16u64, 256 * 1024u64);
     // A capture per queue: each flow keeps to one queue both ways, so each file holds
     // whole flows.
