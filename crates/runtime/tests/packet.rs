@@ -39,7 +39,7 @@ use ustack_testkit::netns::{
 
 mod kernel;
 
-use kernel::{LIMIT, Peer, USTACK6, allmulti, arp_reply, arp_request, builder, scenarios};
+use kernel::{KERNEL6, LIMIT, Peer, USTACK6, allmulti, arp_reply, arp_request, builder, scenarios};
 
 /// A rig with `queues` sockets, or `None` (skipped).
 fn rig(test: &str, queues: usize) -> Option<PacketRig> {
@@ -235,6 +235,75 @@ fn kernel_udp_client_through_ustack_echo_over_packet_ipv6() {
     let (b, q) = (builder_for(&rig), rig.queues.remove(0));
     let peer = Peer::v6(&rig.ns, VETH_KERNEL);
     scenarios::kernel_udp_client_through_echo(test, peer, b, q);
+}
+
+/// A neighbour advertisement reaches every queue of a fanout group, as ARP does: ustack's
+/// runtime on queue 0 pings the kernel over IPv6, its solicitation is answered by the
+/// kernel's advertisement to the interface's MAC, which resolves the kernel on queue 0
+/// and which queue 1 reads too.
+#[test]
+fn every_queue_of_a_fanout_group_sees_ndp() {
+    let Some(mut rig) = rig("every_queue_of_a_fanout_group_sees_ndp", 2) else {
+        return;
+    };
+    let _ = Peer::v6(&rig.ns, VETH_KERNEL);
+    let mut q1 = rig.queues.remove(1);
+    let q0 = rig.queues.remove(0);
+    let mut rt = builder_for(&rig)
+        .ipv6(USTACK6, 64)
+        .sysctl("net.ipv6.conf.default.accept_dad", 0)
+        .build(q0)
+        .expect("a runtime on queue 0");
+    let now = rt.now();
+    rt.stack_mut()
+        .ping6(now, KERNEL6, 1, 1, b"ndp")
+        .expect("ping6 sent");
+    // Queue 0's stack learns the kernel's MAC (the echo reply itself may go to either
+    // queue: fanout hashes it).
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while rt.stack().neighbours().peek(KERNEL6).is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "queue 0: not resolved in 5 s"
+        );
+        rt.run_once(Some(Duration::from_millis(10)))
+            .expect("the loop");
+    }
+    // ICMPv6 (next header 58) of type 136, Neighbor Advertisement.
+    let mut buf = vec![0; 1514];
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    'seen: loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "queue 1: no advertisement"
+        );
+        q1.wait(Some(Duration::from_millis(100))).unwrap();
+        while let Some(n) = q1.recv(Instant::ZERO, &mut buf) {
+            let f = &buf[..n];
+            if n > 54 && f[12..14] == [0x86, 0xdd] && f[20] == 58 && f[54] == 136 {
+                break 'seen;
+            }
+        }
+    }
+    assert!(q1.stats().rx_arp >= 1, "{:?}", q1.stats());
+}
+
+/// Two shards on a fanout group serve 16 kernel IPv6 connections: the fanout sockets
+/// carry IPv6, every shard sees neighbour discovery (the kernel's solicitation of ustack's
+/// address, which tells each shard the kernel's MAC). ustack takes its address without
+/// DAD here (the shards start serving at once; DAD is tested above).
+#[test]
+fn two_shards_on_a_fanout_group_serve_kernel_ipv6_clients() {
+    let test = "two_shards_on_a_fanout_group_serve_kernel_ipv6_clients";
+    let Some(rig) = rig(test, 2) else {
+        return;
+    };
+    let b = RuntimeBuilder::new()
+        .ipv4(USTACK_IP, 24)
+        .mac(EthernetAddress(rig.mac))
+        .sysctl("net.ipv6.conf.default.accept_dad", 0);
+    let peer = Peer::v6(&rig.ns, VETH_KERNEL);
+    scenarios::two_shards_serve_kernel_clients(test, peer, b, rig.queues);
 }
 
 #[test]
