@@ -13,8 +13,12 @@
 //! Big (MTU 1280). ustack lowers the path MTU, shrinks its segments and the transfer (2 MiB
 //! up, 64 KiB down) completes with SHA-256 checked at both ends. The capture on ustack's
 //! side shows 1500-byte packets before the first Packet Too Big and none above 1280 after
-//! it; ustack counts the Packet Too Big (`Icmp6InPktTooBigs`), the router counts what it
-//! sent (`Icmp6OutPktTooBigs`).
+//! it, and none fragmented; ustack counts the Packet Too Big (`Icmp6InPktTooBigs`), the
+//! router counts what it sent (`Icmp6OutPktTooBigs`).
+//!
+//! The same with ustack on the packet link instead of TUN (a veth pair to the router):
+//! there the router is ustack's IPv6 gateway (`RuntimeBuilder::gateway6`), resolved by
+//! neighbour discovery.
 //!
 //! Root only: skipped with a note otherwise, unless `USTACK_REQUIRE_ROOT` is set. Every
 //! command is bounded; both namespaces go away with the test, whatever happens.
@@ -24,11 +28,16 @@ use core::time::Duration;
 use std::io;
 
 use sha2::{Digest, Sha256};
+use ustack_dev::Device;
 use ustack_obs::Counter;
 use ustack_runtime::Mode;
 use ustack_runtime::api::TcpStream;
 use ustack_runtime::runtime::Interest;
-use ustack_testkit::netns::{NetNs, TUN_NAME, TunRig, root_or_skip};
+use ustack_runtime::runtime::{RuntimeBuilder, Sleep};
+use ustack_stack::EthernetAddress;
+use ustack_testkit::netns::{
+    NetNs, PacketRig, TUN_NAME, TunRig, VETH_KERNEL, root_or_skip, veth_or_skip,
+};
 use ustack_testkit::snmp6;
 
 mod kernel;
@@ -52,14 +61,13 @@ fn run(ns: &NetNs, argv: &[&str]) {
         .unwrap_or_else(|e| panic!("{e}"));
 }
 
-/// The router namespace (a TUN rig, IPv6 on tun0 with [`KERNEL6`]) and the peer's, joined
-/// by the veth pair `narrow0` (router) - `narrow1` (peer) with MTU [`NARROW`].
-fn topology() -> (TunRig, NetNs) {
-    let rig = TunRig::new(1, None).expect("the router namespace with tun0");
-    let router = &rig.ns;
+/// The peer's namespace, joined to the `router` namespace (whose interface `near`, toward
+/// ustack, gets [`KERNEL6`]) by the veth pair `narrow0` (router) - `narrow1` (peer) with
+/// MTU [`NARROW`]; the router forwards.
+fn narrow_link(router: &NetNs, near: &str) -> NetNs {
     Family::V6
-        .configure(router, TUN_NAME)
-        .expect("IPv6 on tun0");
+        .configure(router, near)
+        .expect("IPv6 on the router's near side");
     let peer = NetNs::new().expect("the peer's namespace");
     let pid = peer.holder_pid().to_string();
     let mtu = NARROW.to_string();
@@ -84,7 +92,7 @@ fn topology() -> (TunRig, NetNs) {
         &peer,
         &[&route[..], &["dev", "narrow1", "advmss", "1440"]].concat(),
     );
-    (rig, peer)
+    peer
 }
 
 /// One IPv6 packet of a capture.
@@ -100,8 +108,9 @@ struct Seen {
     fragment: bool,
 }
 
-/// The IPv6 packets of a capture of raw IP frames (TUN).
-fn packets(pcap: &[u8]) -> Vec<Seen> {
+/// The IPv6 packets of a capture whose frames have `l2` bytes of link header before the
+/// IPv6 header (0 for TUN, 14 for Ethernet).
+fn packets(pcap: &[u8], l2: usize) -> Vec<Seen> {
     let mut out = Vec::new();
     let mut at = 24;
     while at + 16 <= pcap.len() {
@@ -109,9 +118,10 @@ fn packets(pcap: &[u8]) -> Vec<Seen> {
         let (caplen, len) = (word(at + 8), word(at + 12));
         let frame = &pcap[at + 16..(at + 16 + caplen).min(pcap.len())];
         at += 16 + caplen;
-        if frame.len() < 41 || frame[0] >> 4 != 6 {
+        let Some(frame) = frame.get(l2..).filter(|f| f.len() > 40 && f[0] >> 4 == 6) else {
             continue;
-        }
+        };
+        let len = len - l2;
         out.push(Seen {
             from_us: frame[8..24] == USTACK6.octets(),
             len,
@@ -129,13 +139,46 @@ fn tcp_shrinks_its_segments_after_packet_too_big_from_a_kernel_router() {
     if root_or_skip(test).is_none() {
         return;
     }
-    let (mut rig, peer) = topology();
+    let mut rig = TunRig::new(1, None).expect("the router namespace with tun0");
+    let peer = narrow_link(&rig.ns, TUN_NAME);
+    let b = Family::V6.builder(builder());
+    shrinks_after_packet_too_big(test, &rig.ns, &peer, rig.queues.remove(0), b, 0);
+}
+
+/// The same with ustack on the packet link (a veth pair to the router): the router, an
+/// off-link next hop (`RuntimeBuilder::gateway6`), resolved by neighbour discovery.
+#[test]
+fn tcp_shrinks_its_segments_after_packet_too_big_over_packet() {
+    let test = "tcp_shrinks_its_segments_after_packet_too_big_over_packet";
+    if veth_or_skip(test).is_none() {
+        return;
+    }
+    let mut rig = PacketRig::new(1).expect("the router namespace with the veth pair");
+    let peer = narrow_link(&rig.ns, VETH_KERNEL);
+    let b = Family::V6
+        .builder(builder())
+        .mac(EthernetAddress(rig.mac))
+        .gateway6(KERNEL6);
+    shrinks_after_packet_too_big(test, &rig.ns, &peer, rig.queues.remove(0), b, 14);
+}
+
+/// ustack (on `device`, its frames `l2` bytes of link header before IPv6) sends 2 MiB to
+/// the kernel peer behind the router and reads 64 KiB back; see the module docs for what
+/// is checked.
+fn shrinks_after_packet_too_big<D: Device + Sleep + Send + 'static>(
+    test: &str,
+    router: &NetNs,
+    peer: &NetNs,
+    device: D,
+    builder: RuntimeBuilder,
+    l2: usize,
+) {
     let (up, down) = (2u64 << 20, 64u64 << 10);
-    let server = KernelServer::start_on(&peer, IpAddr::V6(PEER6), down as usize, 5001, None);
-    let (device, pcap) = Pcap::wrap(test, rig.queues.remove(0), HEADERS);
+    let server = KernelServer::start_on(peer, IpAddr::V6(PEER6), down as usize, 5001, None);
+    let (device, pcap) = Pcap::wrap(test, device, HEADERS);
     let pcap = pcap.of(Family::V6);
     let to = SocketAddr::new(PEER6.into(), 5001);
-    let app = Ustack::start(Family::V6.builder(builder()), device, move |rt, _stop| {
+    let app = Ustack::start(builder, device, move |rt, _stop| {
         settle(rt)?;
         let s = TcpStream::connect(rt, to)?;
         rt.register(&s, 1, Interest::READABLE | Interest::WRITABLE, Mode::Edge)?;
@@ -191,8 +234,7 @@ fn tcp_shrinks_its_segments_after_packet_too_big_from_a_kernel_router() {
         "what ustack read"
     );
 
-    let out = rig
-        .ns
+    let out = router
         .run(Duration::from_secs(5), &["cat", "/proc/net/snmp6"])
         .expect("the router's snmp6");
     let router = String::from_utf8_lossy(&out.stdout);
@@ -203,7 +245,7 @@ fn tcp_shrinks_its_segments_after_packet_too_big_from_a_kernel_router() {
         "ustack counted {too_big} Packet Too Big, the router sent {sent_too_big}"
     );
 
-    let frames = packets(&std::fs::read(pcap.path()).expect("the capture"));
+    let frames = packets(&std::fs::read(pcap.path()).expect("the capture"), l2);
     let first = frames
         .iter()
         .position(|f| f.too_big)
