@@ -10,17 +10,19 @@
 //! ([`PacketQueue`]). Frames are Ethernet II ([`Medium::Ethernet`](crate::Medium::Ethernet)): ARP works as on
 //! any Ethernet link; give the stack the interface's MAC ([`Packet::mac`]).
 //!
-//! # ARP with several queues
+//! # ARP and neighbour discovery with several queues
 //!
-//! Each shard has a neighbour table of its own, but fanout hands an ARP reply to one
-//! socket only, so a shard whose request was answered to another shard would never
-//! learn its neighbour. So with more than one queue, the fanout sockets carry IPv4 only
-//! (bound to `ETH_P_IP`), and each queue has a second, ringless socket bound to
-//! `ETH_P_ARP` outside the group: every shard sees every ARP frame (requests are
+//! Each shard has a neighbour table of its own, but fanout hands an ARP reply (or an IPv6
+//! neighbour advertisement) to one socket only, so a shard whose request was answered to
+//! another shard would never learn its neighbour. So with more than one queue, each queue
+//! has a second, ringless socket outside the group, and a classic BPF program on each
+//! socket sorts the frames: the fanout sockets take everything but neighbour resolution,
+//! the second sockets only that (ARP, and ICMPv6 types 133-137 right after the IPv6
+//! header: RFC 4861's messages), so every shard sees every ARP and NDP frame (requests are
 //! answered once per shard, with the same MAC). [`Device::recv`] reads it when the ring is
 //! empty, one `recv(2)` per poll round; [`PacketQueue::wait`] polls both sockets. With
 //! one queue, its ring socket takes every frame (`ETH_P_ALL`) and there is no second
-//! socket. Other EtherTypes (IPv6) do not reach a sharded link at all.
+//! socket.
 //!
 //! # Receive: a `TPACKET_V3` ring
 //!
@@ -59,6 +61,16 @@
 //! Frames that the interface transmits (ours, and the kernel's own on this interface) are
 //! not received back (`PACKET_IGNORE_OUTGOING`); a malformed frame in the transmit ring
 //! is skipped by the kernel rather than stalling the ring (`PACKET_LOSS`).
+//!
+//! # IPv6
+//!
+//! With one queue, IPv6 frames reach the ring like any other (`ETH_P_ALL`); the stack does
+//! neighbour discovery over them (RFC 4861) in the table ARP uses. Its addresses are
+//! solicited at their solicited-node groups (`33:33:ff:xx:xx:xx`), which a NIC's
+//! multicast filter drops unless told otherwise, and the kernel does not know the stack's
+//! addresses: so each queue's socket asks for every multicast frame
+//! (`PACKET_MR_ALLMULTI`, the interface's allmulti count held while a queue is open). With
+//! several queues, neighbour discovery reaches every queue (above).
 
 use core::time::Duration;
 use std::io;
@@ -307,7 +319,8 @@ pub struct PacketStats {
     /// Frames that came with their checksum not filled in (`TP_STATUS_CSUMNOTREADY`: the
     /// peer offloads transmit checksums).
     pub rx_csum_not_ready: u64,
-    /// Of those, frames from the ARP socket (several queues only).
+    /// Of those, frames from the neighbour socket: ARP and IPv6 neighbour discovery
+    /// (several queues only).
     pub rx_arp: u64,
     /// Blocks handed back to the kernel.
     pub rx_blocks: u64,
@@ -353,7 +366,8 @@ struct Cursor {
 pub struct PacketQueue {
     map: Mapping,
     fd: OwnedFd,
-    /// With several queues: the socket that sees every ARP frame (see the module docs).
+    /// With several queues: the socket that sees every ARP and NDP frame (see the module
+    /// docs).
     arp: Option<OwnedFd>,
     layout: Layout,
     index: usize,
@@ -382,6 +396,9 @@ impl PacketQueue {
         sys::set_v3(fd.as_fd())?;
         sys::set_int(fd.as_fd(), libc::PACKET_LOSS, 1)?;
         sys::set_int(fd.as_fd(), libc::PACKET_IGNORE_OUTGOING, 1)?;
+        // IPv6: the solicited-node groups of the stack's addresses through the interface's
+        // multicast filter (each queue's socket holds the interface's allmulti count).
+        sys::all_multicast(fd.as_fd(), ifindex)?;
         sys::set_ring(fd.as_fd(), false, layout.rx)?;
         sys::set_ring(fd.as_fd(), true, layout.tx)?;
         let map = Mapping::map_socket(fd.as_fd(), layout.rx_len() + layout.tx_len(), 0)?;
@@ -391,12 +408,14 @@ impl PacketQueue {
                 None
             }
             Some(group) => {
-                sys::bind(fd.as_fd(), ifindex, libc::ETH_P_IP as u16)?;
+                sys::filter_neighbour(fd.as_fd(), false)?;
+                sys::bind(fd.as_fd(), ifindex, libc::ETH_P_ALL as u16)?;
                 let arg = u32::from(group) | (libc::PACKET_FANOUT_HASH << 16);
                 sys::set_int(fd.as_fd(), libc::PACKET_FANOUT, arg as libc::c_int)?;
                 let arp = sys::socket()?;
                 sys::set_int(arp.as_fd(), libc::PACKET_IGNORE_OUTGOING, 1)?;
-                sys::bind(arp.as_fd(), ifindex, libc::ETH_P_ARP as u16)?;
+                sys::filter_neighbour(arp.as_fd(), true)?;
+                sys::bind(arp.as_fd(), ifindex, libc::ETH_P_ALL as u16)?;
                 Some(arp)
             }
         };

@@ -28,6 +28,12 @@
 //! One queue only (veth has one receive queue unless made with more); the interface's own
 //! kernel stack sees nothing while the program is attached, since every frame is
 //! redirected.
+//!
+//! IPv6 frames are redirected like any other; the stack does neighbour discovery over
+//! them. Its addresses' solicited-node groups must pass the interface's multicast filter,
+//! which the kernel fills only with its own groups: the queue holds an `AF_PACKET` socket
+//! that receives nothing but asks for every multicast frame (`PACKET_MR_ALLMULTI`; the
+//! interface shows `ALLMULTI` while the queue is open).
 
 use core::time::Duration;
 use std::io;
@@ -243,6 +249,9 @@ pub struct XdpQueue {
     _prog: OwnedFd,
     _map: OwnedFd,
     fd: OwnedFd,
+    /// An unbound `AF_PACKET` socket holding the interface's allmulti count (IPv6's
+    /// solicited-node groups through its multicast filter); receives nothing.
+    _allmulti: OwnedFd,
 }
 
 impl XdpQueue {
@@ -295,6 +304,8 @@ impl XdpQueue {
         sys::xskmap_insert(map.as_fd(), 0, fd.as_fd())?;
         let prog = sys::load_redirect(map.as_fd())?;
         let link = sys::attach_xdp(prog.as_fd(), ifindex)?;
+        let allmulti = crate::sys::packet::socket()?;
+        crate::sys::packet::all_multicast(allmulti.as_fd(), ifindex)?;
         Ok(XdpQueue {
             umem,
             rx,
@@ -310,6 +321,7 @@ impl XdpQueue {
             _prog: prog,
             _map: map,
             fd,
+            _allmulti: allmulti,
         })
     }
 

@@ -267,6 +267,7 @@ pub fn random_mac() -> EthernetAddress {
 pub struct RuntimeBuilder {
     ipv4: Option<Ipv4Cidr>,
     gateway: Option<Ipv4Addr>,
+    gateway6: Option<Ipv6Addr>,
     ipv6: Vec<Ipv6Cidr>,
     mac: EthernetAddress,
     medium: Option<Medium>,
@@ -294,6 +295,7 @@ impl RuntimeBuilder {
         RuntimeBuilder {
             ipv4: None,
             gateway: None,
+            gateway6: None,
             ipv6: Vec::new(),
             mac: random_mac(),
             medium: None,
@@ -325,6 +327,14 @@ impl RuntimeBuilder {
     /// The next hop for destinations off the subnet (the default route).
     pub fn gateway(mut self, gateway: Ipv4Addr) -> Self {
         self.gateway = Some(gateway);
+        self
+    }
+
+    /// The next hop for IPv6 destinations off every configured prefix (the IPv6 default
+    /// route, [`Config::gateway6`]; used on Ethernet, where the neighbour table resolves
+    /// it).
+    pub fn gateway6(mut self, gateway: Ipv6Addr) -> Self {
+        self.gateway6 = Some(gateway);
         self
     }
 
@@ -424,6 +434,7 @@ impl RuntimeBuilder {
             Medium::Ip => Config::ip(ipv4),
         };
         config.gateway = self.gateway;
+        config.gateway6 = self.gateway6;
         config.ipv6.clone_from(&self.ipv6);
         config.mtu = mtu;
         config.seed = self.seed;

@@ -8,13 +8,16 @@
 //!   reordering, each with four kernel settings (16 cells).
 //! - `xdp`, 5 cells: the kernel's defaults without faults and under each fault (the relay
 //!   around the xdp queue).
+//! - over IPv6 (`tun6`, `packet6`, `xdp6`), 5 cells each: the kernel's defaults without
+//!   faults and under each fault, ustack at `2001:db8:7::2`, the kernel at
+//!   `2001:db8:7::1` (neighbour discovery over the veth pair, under the faults too).
 //!
 //! Run one link's: `cargo nextest run -p ustack-runtime --test matrix -E 'test(/^packet::/)'`.
 
 mod kernel;
 
 use kernel::matrix::{
-    DEFAULTS, XDP, clean_cells, duplication, fault_cells, loss_1pct, loss_5pct, reordering,
+    Cell, DEFAULTS, clean_cells, duplication, fault_cells, loss_1pct, loss_5pct, reordering,
     run_matrix, run_spread,
 };
 
@@ -54,15 +57,30 @@ macro_rules! full_matrix {
 full_matrix!(tun, kernel::matrix::TUN);
 full_matrix!(packet, kernel::matrix::PACKET);
 
-mod xdp {
-    use super::*;
-
-    /// The kernel's defaults, without faults and under each fault condition.
-    #[test]
-    fn defaults_clean_and_under_each_fault() {
-        let mut cells = fault_cells(&[("no faults", Default::default())], &[DEFAULTS]);
-        let faults = [loss_1pct(), loss_5pct(), duplication(), reordering()];
-        cells.extend(fault_cells(&faults, &[DEFAULTS]));
-        run_matrix(&XDP, "matrix_defaults", &cells);
-    }
+/// The kernel's defaults, without faults and under each fault condition: 5 cells.
+fn defaults_and_faults() -> Vec<Cell> {
+    let mut cells = fault_cells(&[("no faults", Default::default())], &[DEFAULTS]);
+    let faults = [loss_1pct(), loss_5pct(), duplication(), reordering()];
+    cells.extend(fault_cells(&faults, &[DEFAULTS]));
+    cells
 }
+
+/// The kernel's defaults without faults and under each fault over `$link`, in a module
+/// `$module` (its test `defaults_clean_and_under_each_fault`).
+macro_rules! defaults_matrix {
+    ($module:ident, $link:expr) => {
+        mod $module {
+            use super::*;
+
+            tests! {
+                defaults_clean_and_under_each_fault:
+                    run_matrix(&$link, "matrix_defaults", &defaults_and_faults());
+            }
+        }
+    };
+}
+
+defaults_matrix!(xdp, kernel::matrix::XDP);
+defaults_matrix!(tun6, kernel::matrix::TUN6);
+defaults_matrix!(packet6, kernel::matrix::PACKET6);
+defaults_matrix!(xdp6, kernel::matrix::XDP6);

@@ -12,7 +12,12 @@
 //! - TCP, ustack as the client: 4 MiB and 256 MiB each way with a kernel server (256 MiB:
 //!   about 8 s with a debug build), streamed at both ends;
 //! - UDP echo, 1 to 8000 bytes;
-//! - two shards on two sockets of one fanout group serving 16 kernel connections.
+//! - two shards on two sockets of one fanout group serving 16 kernel connections;
+//! - over IPv6 (`*_ipv6`, ustack `2001:db8:7::2`, the kernel `2001:db8:7::1` on the veth
+//!   end): `ping -6` answered by ustack (4000 bytes too) with the kernel's neighbour entry
+//!   learned by neighbour discovery over the link, ustack's ping of the kernel (4000-byte
+//!   echoes fragmented both ways), 1 MiB from a kernel client and through the echo server,
+//!   ustack's client 4 MiB each way, UDP echo (one queue: a fanout group carries IPv4).
 //!
 //! Each run is captured on ustack's side and read by tshark (`kernel/scenarios.rs`); the
 //! 256 MiB transfer on its first 150,000 frames.
@@ -29,12 +34,12 @@ use ustack_dev::{Device, Medium};
 use ustack_runtime::runtime::RuntimeBuilder;
 use ustack_stack::{EthernetAddress, Instant};
 use ustack_testkit::netns::{
-    KERNEL_IP, PacketRig, USTACK_IP, VETH_KERNEL, tool_or_skip, veth_or_skip,
+    KERNEL_IP, PacketRig, USTACK_IP, VETH_KERNEL, VETH_USTACK, tool_or_skip, veth_or_skip,
 };
 
 mod kernel;
 
-use kernel::{LIMIT, arp_reply, arp_request, builder, scenarios};
+use kernel::{KERNEL6, LIMIT, Peer, USTACK6, allmulti, arp_reply, arp_request, builder, scenarios};
 
 /// A rig with `queues` sockets, or `None` (skipped).
 fn rig(test: &str, queues: usize) -> Option<PacketRig> {
@@ -153,6 +158,154 @@ fn two_shards_on_a_fanout_group_serve_kernel_clients() {
     scenarios::two_shards_serve_kernel_clients(test, &rig.ns, b, rig.queues);
 }
 
+// ---- IPv6 ----------------------------------------------------------------------------------
+
+/// The kernel's neighbour entry for `ip` on its veth end, as `ip neigh` prints it.
+fn kernel_neighbour(rig: &PacketRig, ip: &str) -> String {
+    let argv = ["ip", "neigh", "show", ip, "dev", VETH_KERNEL];
+    let out = rig.ns.run(LIMIT, &argv).expect("ip neigh");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn kernel_pings_ustack_over_packet_ipv6() {
+    let test = "kernel_pings_ustack_over_packet_ipv6";
+    let Some(mut rig) = rig(test, 1) else {
+        return;
+    };
+    if !tool_or_skip(test, "ping") {
+        return;
+    }
+    let (b, q) = (builder_for(&rig), rig.queues.remove(0));
+    scenarios::kernel_pings_ustack(test, Peer::v6(&rig.ns, VETH_KERNEL), b, q);
+    // The kernel learned ustack's address by neighbour discovery, over the link.
+    let text = kernel_neighbour(&rig, &USTACK6.to_string());
+    assert!(text.contains(&mac_text(rig.mac)), "neighbour entry: {text}");
+}
+
+#[test]
+fn ustack_pings_kernel_over_packet_ipv6() {
+    let Some(mut rig) = rig("ustack_pings_kernel_over_packet_ipv6", 1) else {
+        return;
+    };
+    let (b, q) = (builder_for(&rig), rig.queues.remove(0));
+    let peer = Peer::v6(&rig.ns, VETH_KERNEL);
+    scenarios::ustack_pings_kernel6("ustack_pings_kernel_over_packet_ipv6", peer, b, q);
+}
+
+#[test]
+fn kernel_client_sends_1mib_to_ustack_over_packet_ipv6() {
+    let test = "kernel_client_sends_1mib_to_ustack_over_packet_ipv6";
+    let Some(mut rig) = rig(test, 1) else {
+        return;
+    };
+    let (b, q) = (builder_for(&rig), rig.queues.remove(0));
+    let peer = Peer::v6(&rig.ns, VETH_KERNEL);
+    scenarios::kernel_sends_to_ustack(test, peer, b, q, 1 << 20, |_| ());
+}
+
+#[test]
+fn kernel_client_through_ustack_echo_server_over_packet_ipv6() {
+    let test = "kernel_client_through_ustack_echo_server_over_packet_ipv6";
+    let Some(mut rig) = rig(test, 1) else {
+        return;
+    };
+    let (b, q) = (builder_for(&rig), rig.queues.remove(0));
+    let peer = Peer::v6(&rig.ns, VETH_KERNEL);
+    scenarios::kernel_client_through_echo(test, peer, b, q, 1 << 20);
+}
+
+#[test]
+fn ustack_client_bulk_both_ways_over_packet_ipv6() {
+    let test = "ustack_client_bulk_both_ways_over_packet_ipv6";
+    let Some(mut rig) = rig(test, 1) else {
+        return;
+    };
+    let (b, q) = (builder_for(&rig), rig.queues.remove(0));
+    let peer = Peer::v6(&rig.ns, VETH_KERNEL);
+    scenarios::ustack_client_bulk_both_ways(test, peer, b, q, 4 << 20, 4 << 20, |_| ());
+}
+
+#[test]
+fn kernel_udp_client_through_ustack_echo_over_packet_ipv6() {
+    let test = "kernel_udp_client_through_ustack_echo_over_packet_ipv6";
+    let Some(mut rig) = rig(test, 1) else {
+        return;
+    };
+    let (b, q) = (builder_for(&rig), rig.queues.remove(0));
+    let peer = Peer::v6(&rig.ns, VETH_KERNEL);
+    scenarios::kernel_udp_client_through_echo(test, peer, b, q);
+}
+
+/// A neighbour advertisement reaches every queue of a fanout group, as ARP does: ustack's
+/// runtime on queue 0 pings the kernel over IPv6, its solicitation is answered by the
+/// kernel's advertisement to the interface's MAC, which resolves the kernel on queue 0
+/// and which queue 1 reads too.
+#[test]
+fn every_queue_of_a_fanout_group_sees_ndp() {
+    let Some(mut rig) = rig("every_queue_of_a_fanout_group_sees_ndp", 2) else {
+        return;
+    };
+    let _ = Peer::v6(&rig.ns, VETH_KERNEL);
+    let mut q1 = rig.queues.remove(1);
+    let q0 = rig.queues.remove(0);
+    let mut rt = builder_for(&rig)
+        .ipv6(USTACK6, 64)
+        .sysctl("net.ipv6.conf.default.accept_dad", 0)
+        .build(q0)
+        .expect("a runtime on queue 0");
+    let now = rt.now();
+    rt.stack_mut()
+        .ping6(now, KERNEL6, 1, 1, b"ndp")
+        .expect("ping6 sent");
+    // Queue 0's stack learns the kernel's MAC (the echo reply itself may go to either
+    // queue: fanout hashes it).
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while rt.stack().neighbours().peek(KERNEL6).is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "queue 0: not resolved in 5 s"
+        );
+        rt.run_once(Some(Duration::from_millis(10)))
+            .expect("the loop");
+    }
+    // ICMPv6 (next header 58) of type 136, Neighbor Advertisement.
+    let mut buf = vec![0; 1514];
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    'seen: loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "queue 1: no advertisement"
+        );
+        q1.wait(Some(Duration::from_millis(100))).unwrap();
+        while let Some(n) = q1.recv(Instant::ZERO, &mut buf) {
+            let f = &buf[..n];
+            if n > 54 && f[12..14] == [0x86, 0xdd] && f[20] == 58 && f[54] == 136 {
+                break 'seen;
+            }
+        }
+    }
+    assert!(q1.stats().rx_arp >= 1, "{:?}", q1.stats());
+}
+
+/// Two shards on a fanout group serve 16 kernel IPv6 connections: the fanout sockets
+/// carry IPv6, every shard sees neighbour discovery (the kernel's solicitation of ustack's
+/// address, which tells each shard the kernel's MAC). ustack takes its address without
+/// DAD here (the shards start serving at once; DAD is tested above).
+#[test]
+fn two_shards_on_a_fanout_group_serve_kernel_ipv6_clients() {
+    let test = "two_shards_on_a_fanout_group_serve_kernel_ipv6_clients";
+    let Some(rig) = rig(test, 2) else {
+        return;
+    };
+    let b = RuntimeBuilder::new()
+        .ipv4(USTACK_IP, 24)
+        .mac(EthernetAddress(rig.mac))
+        .sysctl("net.ipv6.conf.default.accept_dad", 0);
+    let peer = Peer::v6(&rig.ns, VETH_KERNEL);
+    scenarios::two_shards_serve_kernel_clients(test, peer, b, rig.queues);
+}
+
 #[test]
 fn bad_configs_are_refused_with_a_reason() {
     let bad = [
@@ -261,6 +414,22 @@ fn device_moves_frames_and_counts_what_it_refuses() {
         (0, 0, 0)
     );
     assert_eq!(q.kernel_stats().unwrap().drops, 0);
+}
+
+/// The interface passes every multicast frame while a queue is open (the stack's IPv6
+/// solicited-node groups, which the kernel never puts in its filter), and stops once the
+/// last queue closes.
+#[test]
+fn queues_ask_for_every_multicast_frame_while_open() {
+    let Some(mut rig) = rig("queues_ask_for_every_multicast_frame_while_open", 2) else {
+        return;
+    };
+    let allmulti = |rig: &PacketRig| allmulti(&rig.ns, VETH_USTACK);
+    assert_eq!(allmulti(&rig), 2, "two queues open");
+    drop(rig.queues.remove(0));
+    assert_eq!(allmulti(&rig), 1, "one queue open");
+    rig.queues.clear();
+    assert_eq!(allmulti(&rig), 0, "none open");
 }
 
 #[test]

@@ -27,12 +27,12 @@ use ustack_dev::Device;
 use ustack_dev::tun::{Tun, TunConfig, TunStats};
 use ustack_runtime::runtime::RuntimeBuilder;
 use ustack_stack::Instant;
-use ustack_testkit::netns::{KERNEL_IP, TunRig, USTACK_IP, root_or_skip, tool_or_skip};
+use ustack_testkit::netns::{KERNEL_IP, TUN_NAME, TunRig, USTACK_IP, root_or_skip, tool_or_skip};
 use ustack_wire::checksum::checksum;
 
 mod kernel;
 
-use kernel::{LIMIT, builder, scenarios};
+use kernel::{LIMIT, Peer, builder, scenarios};
 
 fn rig(test: &str) -> Option<TunRig> {
     root_or_skip(test)?;
@@ -179,6 +179,20 @@ fn two_shards_on_two_queues_serve_kernel_clients() {
     let rig = TunRig::new(2, None).expect("setting up the TUN rig");
     let builder = RuntimeBuilder::new().ipv4(USTACK_IP, 24);
     scenarios::two_shards_serve_kernel_clients(test, &rig.ns, builder, rig.queues);
+}
+
+/// The same over IPv6: the kernel picks the queue of each IPv6 flow, each shard's
+/// listener on `[2001:db8:7::2]:9` serves what reaches its queue.
+#[test]
+fn two_shards_on_two_queues_serve_kernel_clients_over_ipv6() {
+    let test = "two_shards_on_two_queues_serve_kernel_clients_over_ipv6";
+    let Some(()) = root_or_skip(test) else {
+        return;
+    };
+    let rig = TunRig::new(2, None).expect("setting up the TUN rig");
+    let builder = RuntimeBuilder::new().ipv4(USTACK_IP, 24);
+    let peer = Peer::v6(&rig.ns, TUN_NAME);
+    scenarios::two_shards_serve_kernel_clients(test, peer, builder, rig.queues);
 }
 
 // ---- the device ---------------------------------------------------------------------------

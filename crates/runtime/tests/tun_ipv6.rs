@@ -1,7 +1,7 @@
 //! ustack pings the Linux kernel over IPv6 through a TUN interface in a namespace of the
 //! test's own (`TunRig`): small echoes and 4000-byte ones, which ustack fragments on the
-//! way out and the kernel fragments on the way back, each reassembling the other's.
-//! (The other direction, the kernel's `ping -6` to `ustack serve --addr6`, is
+//! way out and the kernel fragments on the way back, each reassembling the other's (the
+//! scenario of `kernel/scenarios.rs` that packet and xdp run too). (The other direction, the kernel's `ping -6` to `ustack serve --addr6`, is
 //! tools/ustack/tests/ipv6.rs.) A kernel UDP client (python3, `AF_INET6`) sends
 //! datagrams of up to 4000 bytes to a UDP echo over the runtime's API and gets each back,
 //! and a datagram to a closed port is refused (ICMPv6 port unreachable). Without root each test skips with a note, unless
@@ -17,82 +17,33 @@ use ustack_stack::AddrState;
 use ustack_testkit::netns::{TUN_NAME, TunRig, USTACK_IP, python_argv, root_or_skip, tool_or_skip};
 use ustack_testkit::snmp6;
 
+mod kernel;
+
+use kernel::{Peer, builder, scenarios};
+
 const KERNEL6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 5, 0, 0, 0, 0, 1);
 const USTACK6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 5, 0, 0, 0, 0, 2);
 
 /// A TUN rig whose kernel end has IPv6 on and `KERNEL6`.
 fn rig6() -> TunRig {
     let rig = TunRig::new(1, None).expect("setting up the TUN rig");
-    // The rig turns IPv6 off on the kernel's end; this turns it back on.
-    let limit = Duration::from_secs(5);
-    let sysctl = format!("net.ipv6.conf.{TUN_NAME}.disable_ipv6=0");
-    let out = rig
-        .ns
-        .run(limit, &["sysctl", "-qw", &sysctl])
-        .expect("sysctl");
-    assert!(out.status.success(), "{out:?}");
-    let addr = format!("{KERNEL6}/64");
-    let out = rig
-        .ns
-        .run(
-            limit,
-            &["ip", "-6", "addr", "add", &addr, "dev", TUN_NAME, "nodad"],
-        )
-        .expect("ip -6 addr add");
-    assert!(out.status.success(), "{out:?}");
+    rig.ns
+        .add_ipv6(TUN_NAME, &format!("{KERNEL6}/64"))
+        .expect("IPv6 on the kernel's end");
     rig
 }
 
+/// Small echoes and 4000-byte ones from ustack to the kernel (`kernel/scenarios.rs`, as
+/// over packet and xdp).
 #[test]
 fn ustack_pings_the_kernel_over_ipv6_with_fragments() {
-    if root_or_skip("ustack_pings_the_kernel_over_ipv6_with_fragments").is_none() {
+    let test = "ustack_pings_the_kernel_over_ipv6_with_fragments";
+    if root_or_skip(test).is_none() {
         return;
     }
-    let mut rig = rig6();
-    let limit = Duration::from_secs(5);
-    let mut rt = RuntimeBuilder::new()
-        .ipv4(USTACK_IP, 24)
-        .ipv6(USTACK6, 64)
-        .seed(7)
-        .build(rig.queues.remove(0))
-        .expect("a runtime over the TUN queue");
-    let mut answered = Vec::new();
-    for (seq, size) in [(1u16, 56usize), (2, 56), (3, 4000), (4, 4000), (5, 4000)] {
-        let data = ustack_testkit::pattern(size, u64::from(seq));
-        let now = rt.now();
-        rt.stack_mut()
-            .ping6(now, KERNEL6, 0x77, seq, &data)
-            .expect("ping6 sent");
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        let reply = loop {
-            rt.run_once(Some(Duration::from_millis(10)))
-                .expect("the loop");
-            if let Some(r) = rt.stack_mut().recv_echo_reply6() {
-                break r;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "no reply to echo {seq} ({size} bytes) in 5 s: {:?}",
-                rt.stack().mib()
-            );
-        };
-        assert_eq!((reply.src, reply.ident, reply.seq_no), (KERNEL6, 0x77, seq));
-        assert_eq!(reply.data, data, "echo {seq} came back whole");
-        assert_eq!(reply.hop_limit, 64, "the kernel's default hop limit");
-        answered.push(seq);
-    }
-    assert_eq!(answered, [1, 2, 3, 4, 5]);
-    let m = rt.stack().mib();
-    // ustack fragmented its three large requests (three fragments each over 1500) and
-    // reassembled the kernel's three large replies.
-    assert_eq!(m.get(Counter::Ip6FragOKs), 3);
-    assert_eq!(m.get(Counter::Ip6FragCreates), 9);
-    assert_eq!(m.get(Counter::Ip6ReasmOKs), 3);
-    assert_eq!(m.get(Counter::Icmp6InEchoReplies), 5);
-    let kernel = rig.ns.run(limit, &["cat", "/proc/net/snmp6"]).expect("cat");
-    let kernel = String::from_utf8_lossy(&kernel.stdout);
-    assert_eq!(snmp6(&kernel, "Ip6ReasmOKs"), 3, "{kernel}");
-    assert_eq!(snmp6(&kernel, "Icmp6InEchos"), 5, "{kernel}");
+    let mut rig = TunRig::new(1, None).expect("setting up the TUN rig");
+    let peer = Peer::v6(&rig.ns, TUN_NAME);
+    scenarios::ustack_pings_kernel6(test, peer, builder(), rig.queues.remove(0));
 }
 
 /// The kernel's UDP client: lock-step, every echo checked; then a connected socket to a

@@ -5,7 +5,9 @@
 //! link), 1 MiB and 16 MiB from a kernel client, 1 MiB through the echo server, ustack's
 //! client 4 MiB and 64 MiB each way, UDP echo. The interop matrix runs over this link too
 //! (`matrix.rs`: the relay around the xdp queue). Each run is captured on ustack's side
-//! and read by tshark (`kernel/scenarios.rs`).
+//! and read by tshark (`kernel/scenarios.rs`). The same over IPv6 (`*_ipv6`: neighbour
+//! discovery over the link; `ping -6` both ways with 4000-byte echoes, TCP each way,
+//! UDP echo).
 //!
 //! Without root (or `ethtool`) each test skips with a note, unless `USTACK_REQUIRE_ROOT`
 //! is set (CI), which makes that a failure.
@@ -17,11 +19,13 @@ use ustack_dev::xdp::{Xdp, XdpConfig};
 use ustack_dev::{Device, Medium};
 use ustack_runtime::runtime::RuntimeBuilder;
 use ustack_stack::{EthernetAddress, Instant};
-use ustack_testkit::netns::{KERNEL_IP, NetNs, VETH_USTACK, XdpRig, tool_or_skip, veth_or_skip};
+use ustack_testkit::netns::{
+    KERNEL_IP, NetNs, VETH_KERNEL, VETH_USTACK, XdpRig, tool_or_skip, veth_or_skip,
+};
 
 mod kernel;
 
-use kernel::{LIMIT, arp_reply, arp_request, builder, scenarios};
+use kernel::{LIMIT, Peer, USTACK6, allmulti, arp_reply, arp_request, builder, scenarios};
 
 fn rig(test: &str) -> Option<(XdpRig, RuntimeBuilder)> {
     veth_or_skip(test)?;
@@ -103,6 +107,77 @@ fn kernel_udp_client_through_ustack_echo_over_xdp() {
     scenarios::kernel_udp_client_through_echo(test, &rig.ns, b, rig.queue);
 }
 
+// ---- IPv6 ----------------------------------------------------------------------------------
+
+#[test]
+fn kernel_pings_ustack_over_xdp_ipv6() {
+    let test = "kernel_pings_ustack_over_xdp_ipv6";
+    let Some((rig, b)) = rig(test) else {
+        return;
+    };
+    if !tool_or_skip(test, "ping") {
+        return;
+    }
+    let peer = Peer::v6(&rig.ns, VETH_KERNEL);
+    scenarios::kernel_pings_ustack(test, peer, b, rig.queue);
+    // The kernel learned ustack's address by neighbour discovery, over the link.
+    let ip = USTACK6.to_string();
+    let argv = ["ip", "neigh", "show", &ip, "dev", VETH_KERNEL];
+    let out = rig.ns.run(LIMIT, &argv).expect("ip neigh");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mac: Vec<String> = rig.mac.iter().map(|b| format!("{b:02x}")).collect();
+    assert!(text.contains(&mac.join(":")), "neighbour entry: {text}");
+}
+
+#[test]
+fn ustack_pings_kernel_over_xdp_ipv6() {
+    let Some((rig, b)) = rig("ustack_pings_kernel_over_xdp_ipv6") else {
+        return;
+    };
+    let peer = Peer::v6(&rig.ns, VETH_KERNEL);
+    scenarios::ustack_pings_kernel6("ustack_pings_kernel_over_xdp_ipv6", peer, b, rig.queue);
+}
+
+#[test]
+fn kernel_client_sends_1mib_to_ustack_over_xdp_ipv6() {
+    let test = "kernel_client_sends_1mib_to_ustack_over_xdp_ipv6";
+    let Some((rig, b)) = rig(test) else {
+        return;
+    };
+    let peer = Peer::v6(&rig.ns, VETH_KERNEL);
+    scenarios::kernel_sends_to_ustack(test, peer, b, rig.queue, 1 << 20, |_| ());
+}
+
+#[test]
+fn kernel_client_through_ustack_echo_server_over_xdp_ipv6() {
+    let test = "kernel_client_through_ustack_echo_server_over_xdp_ipv6";
+    let Some((rig, b)) = rig(test) else {
+        return;
+    };
+    let peer = Peer::v6(&rig.ns, VETH_KERNEL);
+    scenarios::kernel_client_through_echo(test, peer, b, rig.queue, 1 << 20);
+}
+
+#[test]
+fn ustack_client_bulk_both_ways_over_xdp_ipv6() {
+    let test = "ustack_client_bulk_both_ways_over_xdp_ipv6";
+    let Some((rig, b)) = rig(test) else {
+        return;
+    };
+    let peer = Peer::v6(&rig.ns, VETH_KERNEL);
+    scenarios::ustack_client_bulk_both_ways(test, peer, b, rig.queue, 4 << 20, 4 << 20, |_| ());
+}
+
+#[test]
+fn kernel_udp_client_through_ustack_echo_over_xdp_ipv6() {
+    let test = "kernel_udp_client_through_ustack_echo_over_xdp_ipv6";
+    let Some((rig, b)) = rig(test) else {
+        return;
+    };
+    let peer = Peer::v6(&rig.ns, VETH_KERNEL);
+    scenarios::kernel_udp_client_through_echo(test, peer, b, rig.queue);
+}
+
 #[test]
 fn bad_configs_are_refused_with_a_reason() {
     for (config, what) in [
@@ -154,6 +229,12 @@ fn device_moves_frames_while_its_program_is_attached() {
     };
     let text = show(&ns);
     assert!(text.contains("xdpgeneric"), "program attached: {text}");
+    // IPv6's solicited-node groups pass the interface's multicast filter.
+    assert_eq!(
+        allmulti(&ns, VETH_USTACK),
+        1,
+        "every multicast frame asked for"
+    );
     let caps = queue.caps();
     assert_eq!(
         (caps.medium, caps.max_frame_len()),
@@ -178,4 +259,5 @@ fn device_moves_frames_while_its_program_is_attached() {
     drop(queue);
     let text = show(&ns);
     assert!(!text.contains("xdp"), "program detached: {text}");
+    assert_eq!(allmulti(&ns, VETH_USTACK), 0, "allmulti given back");
 }

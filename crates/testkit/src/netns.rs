@@ -412,6 +412,37 @@ impl NetNs {
         Ok(())
     }
 
+    /// IPv6 back on for interface `name` (the rigs turn it off) with the address `cidr`
+    /// (`2001:db8::1/64`, say) without duplicate address detection (`nodad`), for the
+    /// tests over IPv6. Returns once the kernel has the address's local route (it is
+    /// added by the address's DAD work, after `ip addr add` returns even with `nodad`:
+    /// until then a packet to the address is dropped as `Ip6InAddrErrors`), at most 5 s.
+    pub fn add_ipv6(&self, name: &str, cidr: &str) -> io::Result<()> {
+        let limit = Duration::from_secs(5);
+        let on = format!("net.ipv6.conf.{name}.disable_ipv6=0");
+        self.run(limit, &["sysctl", "-qw", &on])?;
+        self.run(
+            limit,
+            &["ip", "-6", "addr", "add", cidr, "dev", name, "nodad"],
+        )?;
+        let addr = cidr.split('/').next().unwrap_or(cidr);
+        let argv = ["ip", "-6", "route", "show", "table", "local", addr];
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            let out = self.run(limit, &argv)?;
+            if String::from_utf8_lossy(&out.stdout).contains("local") {
+                return Ok(());
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("no local route for {addr} on {name} within 5 s"),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// IPv6 off on interface `name` (if the kernel has IPv6): no router solicitations or
     /// MLD reports.
     fn disable_ipv6(&self, name: &str) -> io::Result<()> {
@@ -479,12 +510,13 @@ t.join()
 print(hashlib.sha256(data).hexdigest(), echoed, got)
 "#;
 
-/// A kernel bulk server, arguments `n host port`: accepts one connection, reads to its
-/// end, then sends `n` pseudo-random bytes and closes; prints `ready` once listening, then
-/// the bytes read, their SHA-256 and the SHA-256 of what it sent.
+/// A kernel bulk server, arguments `n host port` (`host` IPv4 or IPv6): accepts one
+/// connection, reads to its end, then sends `n` pseudo-random bytes and closes; prints
+/// `ready` once listening, then the bytes read, their SHA-256 and the SHA-256 of what it
+/// sent.
 pub const PY_BULK_SERVER: &str = r#"
 n, host, port = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
-l = socket.socket()
+l = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
 l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 l.bind((host, port))
 l.listen(1)

@@ -5,7 +5,7 @@
 //! with a note, unless `USTACK_REQUIRE_TSHARK` is set (`.ci/run` sets it), which makes
 //! that a failure. [`check_capture`] is the check every interop run makes of its capture.
 
-use core::net::Ipv4Addr;
+use core::net::IpAddr;
 use std::collections::HashMap;
 use std::io;
 use std::path::Path;
@@ -38,19 +38,20 @@ pub struct TsharkReport {
     /// error (`_ws.expert.severity == error`); the frame numbers.
     pub problems: Vec<u64>,
     /// Segments tshark's TCP analysis flags as retransmissions
-    /// (`tcp.analysis.retransmission`, fast and spurious included), per source address.
-    pub retransmissions: HashMap<Ipv4Addr, u64>,
+    /// (`tcp.analysis.retransmission`, fast and spurious included), per source address
+    /// (IPv4 or IPv6).
+    pub retransmissions: HashMap<IpAddr, u64>,
 }
 
 impl TsharkReport {
     /// Retransmissions sent by `src`.
-    pub fn retransmitted_by(&self, src: Ipv4Addr) -> u64 {
-        self.retransmissions.get(&src).copied().unwrap_or(0)
+    pub fn retransmitted_by(&self, src: impl Into<IpAddr>) -> u64 {
+        self.retransmissions.get(&src.into()).copied().unwrap_or(0)
     }
 
     /// Retransmissions sent by every address but `src` (the kernel's, when `src` is
     /// ustack's: it may use several addresses).
-    pub fn retransmitted_by_others(&self, src: Ipv4Addr) -> u64 {
+    pub fn retransmitted_by_others(&self, src: impl Into<IpAddr>) -> u64 {
         let all: u64 = self.retransmissions.values().sum();
         all - self.retransmitted_by(src)
     }
@@ -76,9 +77,10 @@ pub const CLEAN_RETRANSMISSIONS: u64 = 8;
 pub fn check_capture(
     what: &str,
     pcap: &Path,
-    ustack: Ipv4Addr,
+    ustack: impl Into<IpAddr>,
     bounds: (u64, u64),
 ) -> Option<TsharkReport> {
+    let ustack = ustack.into();
     if !tshark_or_skip(what) {
         return None;
     }
@@ -173,6 +175,8 @@ pub fn analyse(pcap: &Path) -> io::Result<TsharkReport> {
             "-e",
             "ip.src",
             "-e",
+            "ipv6.src",
+            "-e",
             "tcp.srcport",
             "-e",
             "_ws.malformed",
@@ -200,7 +204,8 @@ pub fn analyse(pcap: &Path) -> io::Result<TsharkReport> {
         let f: Vec<&str> = line.split('|').collect();
         let [
             number,
-            src,
+            src4,
+            src6,
             tcp_port,
             malformed,
             severity,
@@ -224,9 +229,11 @@ pub fn analyse(pcap: &Path) -> io::Result<TsharkReport> {
             report.problems.push(number.parse().unwrap_or(0));
         }
         if !(retrans.is_empty() && fast.is_empty() && spurious.is_empty()) {
-            let src: Ipv4Addr = src.split(',').next().unwrap_or("").parse().map_err(|_| {
+            // The outer header's source (the first of a list: an ICMP error quotes one).
+            let src = if src4.is_empty() { src6 } else { src4 };
+            let src: IpAddr = src.split(',').next().unwrap_or("").parse().map_err(|_| {
                 io::Error::other(format!(
-                    "tshark: retransmission without an IPv4 source: `{line}`"
+                    "tshark: retransmission without an IP source: `{line}`"
                 ))
             })?;
             *report.retransmissions.entry(src).or_default() += 1;

@@ -116,6 +116,85 @@ pub(crate) fn bind(fd: BorrowedFd<'_>, ifindex: u32, protocol: u16) -> io::Resul
     check(rc)
 }
 
+/// `PACKET_ADD_MEMBERSHIP` with `PACKET_MR_ALLMULTI` on interface `ifindex`: the
+/// interface passes every multicast frame (its `IFF_ALLMULTI` count raised, Linux
+/// `packet_mc_add` -> `dev_set_allmulti`) for as long as `fd` is open. The stack's IPv6
+/// addresses need their solicited-node groups (RFC 4861 §7.2.1), which the kernel, not
+/// knowing the addresses, never puts in the interface's multicast filter.
+pub(crate) fn all_multicast(fd: BorrowedFd<'_>, ifindex: u32) -> io::Result<()> {
+    let ifindex = libc::c_int::try_from(ifindex)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "interface index"))?;
+    let mreq = libc::packet_mreq {
+        mr_ifindex: ifindex,
+        mr_type: libc::PACKET_MR_ALLMULTI as libc::c_ushort,
+        mr_alen: 0,
+        mr_address: [0; 8],
+    };
+    // SAFETY: `mreq` is a live, initialised `struct packet_mreq` (libc's layout) on our
+    // stack, and its exact size is passed; the kernel only reads it.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_PACKET,
+            libc::PACKET_ADD_MEMBERSHIP,
+            (&raw const mreq).cast(),
+            size_of::<libc::packet_mreq>() as libc::socklen_t,
+        )
+    };
+    check(rc)
+}
+
+/// Attaches (`SO_ATTACH_FILTER`) a classic BPF program that sorts a sharded link's frames:
+/// `neighbour == true` keeps only neighbour resolution (ARP, and IPv6 neighbour discovery:
+/// ICMPv6 types 133-137 right after the fixed header, RFC 4861 §4), `false` keeps everything
+/// else. Attach before `bind`, so no frame slips past it. A frame too short for a load is
+/// dropped by either (the kernel ends the program with 0).
+pub(crate) fn filter_neighbour(fd: BorrowedFd<'_>, neighbour: bool) -> io::Result<()> {
+    const LDH: u16 = (libc::BPF_LD | libc::BPF_H | libc::BPF_ABS) as u16;
+    const LDB: u16 = (libc::BPF_LD | libc::BPF_B | libc::BPF_ABS) as u16;
+    const JEQ: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
+    const JGE: u16 = (libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K) as u16;
+    const JGT: u16 = (libc::BPF_JMP | libc::BPF_JGT | libc::BPF_K) as u16;
+    const RET: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
+    let op = |code, jt, jf, k| libc::sock_filter { code, jt, jf, k };
+    let (keep, drop) = (u32::MAX, 0);
+    let (yes, no) = if neighbour {
+        (keep, drop)
+    } else {
+        (drop, keep)
+    };
+    // Jumps count from the next instruction: 8 is `yes`, 9 is `no`.
+    let program = [
+        op(LDH, 0, 0, 12),      // 0: EtherType
+        op(JEQ, 6, 0, 0x0806),  // 1: ARP -> yes
+        op(JEQ, 0, 6, 0x86dd),  // 2: not IPv6 -> no
+        op(LDB, 0, 0, 14 + 6),  // 3: IPv6 next header
+        op(JEQ, 0, 4, 58),      // 4: not ICMPv6 -> no
+        op(LDB, 0, 0, 14 + 40), // 5: ICMPv6 type
+        op(JGE, 0, 2, 133),     // 6: below Router Solicitation -> no
+        op(JGT, 1, 0, 137),     // 7: above Redirect -> no, else yes
+        op(RET, 0, 0, yes),     // 8
+        op(RET, 0, 0, no),      // 9
+    ];
+    let prog = libc::sock_fprog {
+        len: program.len() as libc::c_ushort,
+        filter: program.as_ptr().cast_mut(),
+    };
+    // SAFETY: `prog` is a live, initialised `struct sock_fprog` on our stack whose `filter`
+    // points at `program`'s `len` instructions, alive for the call; its exact size is
+    // passed. The kernel copies the program and only reads both.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_FILTER,
+            (&raw const prog).cast(),
+            size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    check(rc)
+}
+
 /// `PACKET_STATISTICS` for a `TPACKET_V3` socket: (frames received, frames dropped,
 /// times the ring was frozen full) since the last call; the kernel resets them on read.
 pub(crate) fn take_stats(fd: BorrowedFd<'_>) -> io::Result<(u32, u32, u32)> {

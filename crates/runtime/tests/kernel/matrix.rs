@@ -25,9 +25,11 @@
 //! offers bbr (`tcp_available_congestion_control`, after `modprobe tcp_bbr`); otherwise
 //! they are skipped with a note, or fail under `USTACK_REQUIRE_ROOT`. A matrix test that
 //! ran none of its cells fails. On an Ethernet link (packet, xdp) the relay's faults hit
-//! ARP too: a lost request or reply costs a retry.
+//! ARP too (neighbour discovery over IPv6): a lost request or reply costs a retry. The
+//! IPv6 links ([`TUN6`], [`PACKET6`], [`XDP6`]) run the same cells between `2001:db8:7::2`
+//! and `2001:db8:7::1`.
 
-use core::net::SocketAddrV4;
+use core::net::SocketAddr;
 use core::time::Duration;
 use std::fs::File;
 use std::io::{self, BufWriter};
@@ -49,13 +51,15 @@ use ustack_runtime::api::TcpStream;
 use ustack_runtime::runtime::{Interest, Runtime, RuntimeBuilder, Sleep};
 use ustack_stack::EthernetAddress;
 use ustack_testkit::netns::{
-    KERNEL_IP, NetNs, PY_CC_ENV, PY_ECHO_CLIENT, PacketRig, TunRig, USTACK_IP, XdpRig,
+    NetNs, PY_CC_ENV, PY_ECHO_CLIENT, PacketRig, TUN_NAME, TunRig, VETH_KERNEL, XdpRig,
     kernel_cc_or_skip, python_argv, root_or_skip, veth_or_skip,
 };
 use ustack_testkit::pattern;
 use ustack_testkit::tshark::{CLEAN_RETRANSMISSIONS, check_capture};
 
-use super::{KernelServer, LIMIT, Ustack, builder, hex, read_into, sha256_hex, write_from};
+use super::{
+    Family, KernelServer, LIMIT, Peer, Ustack, builder, hex, read_into, sha256_hex, write_from,
+};
 
 /// Bytes each transfer of a cell moves, each way.
 const CELL_BYTES: usize = 1 << 20;
@@ -70,16 +74,20 @@ type Dev<D> = Capture<Faulty<D>, BufWriter<File>>;
 pub struct Link<D> {
     /// Its name: the prefix of the test names in messages.
     pub name: &'static str,
+    /// The address family the cells speak over it.
+    pub family: Family,
     /// Whether the link can be used here (root, tools): `None` after printing why not.
     pub usable: fn(&str) -> Option<()>,
-    /// A fresh namespace with the link in it, the kernel's end configured ([`KERNEL_IP`]),
-    /// ustack's queue on it and the runtime builder for that queue.
+    /// A fresh namespace with the link in it, the kernel's end configured for
+    /// [`family`](Self::family), ustack's queue on it and the runtime builder for that
+    /// queue (with ustack's address of that family).
     pub open: fn() -> io::Result<(NetNs, D, RuntimeBuilder)>,
 }
 
 /// The TUN link: `tun0` in the namespace, one queue.
 pub const TUN: Link<TunQueue> = Link {
     name: "tun",
+    family: Family::V4,
     usable: root_or_skip,
     open: || {
         let TunRig { mut queues, ns, .. } = TunRig::new(1, None)?;
@@ -90,6 +98,7 @@ pub const TUN: Link<TunQueue> = Link {
 /// The packet link: a veth pair in the namespace, one `AF_PACKET` socket on ustack's end.
 pub const PACKET: Link<PacketQueue> = Link {
     name: "packet",
+    family: Family::V4,
     usable: veth_or_skip,
     open: || {
         let PacketRig {
@@ -105,10 +114,55 @@ pub const PACKET: Link<PacketQueue> = Link {
 /// The xdp link: the same veth pair, an `AF_XDP` socket on ustack's end.
 pub const XDP: Link<XdpQueue> = Link {
     name: "xdp",
+    family: Family::V4,
     usable: veth_or_skip,
     open: || {
         let XdpRig { queue, mac, ns } = XdpRig::new()?;
         Ok((ns, queue, builder().mac(EthernetAddress(mac))))
+    },
+};
+
+/// The runtime builder of a cell over IPv6: ustack's IPv6 address, which it takes without
+/// duplicate address detection (a second of each cell; the link tests run it).
+fn builder6(b: RuntimeBuilder) -> RuntimeBuilder {
+    Family::V6
+        .builder(b)
+        .sysctl("net.ipv6.conf.default.accept_dad", 0)
+}
+
+/// [`TUN`] over IPv6.
+pub const TUN6: Link<TunQueue> = Link {
+    name: "tun6",
+    family: Family::V6,
+    usable: root_or_skip,
+    open: || {
+        let (ns, q, b) = (TUN.open)()?;
+        Family::V6.configure(&ns, TUN_NAME)?;
+        Ok((ns, q, builder6(b)))
+    },
+};
+
+/// [`PACKET`] over IPv6 (neighbour discovery over the veth pair).
+pub const PACKET6: Link<PacketQueue> = Link {
+    name: "packet6",
+    family: Family::V6,
+    usable: veth_or_skip,
+    open: || {
+        let (ns, q, b) = (PACKET.open)()?;
+        Family::V6.configure(&ns, VETH_KERNEL)?;
+        Ok((ns, q, builder6(b)))
+    },
+};
+
+/// [`XDP`] over IPv6 (neighbour discovery over the veth pair).
+pub const XDP6: Link<XdpQueue> = Link {
+    name: "xdp6",
+    family: Family::V6,
+    usable: veth_or_skip,
+    open: || {
+        let (ns, q, b) = (XDP.open)()?;
+        Family::V6.configure(&ns, VETH_KERNEL)?;
+        Ok((ns, q, builder6(b)))
     },
 };
 
@@ -279,18 +333,18 @@ struct UstackOut {
     captured: u64,
 }
 
-/// ustack's side: the echo server on port 7 and, at once, a client of the kernel server
-/// on `port` that sends `data`, half-closes and reads to the end. Runs until told to stop
+/// ustack's side: the echo server on `echo` (port 7) and, at once, a client of the kernel
+/// server on `server_at` that sends `data`, half-closes and reads to the end. Runs until told to stop
 /// and the client is done.
 fn ustack_side<D: Device + Sleep>(
     rt: &mut Runtime<Dev<D>>,
     stop: &std::sync::atomic::AtomicBool,
-    port: u16,
+    (echo, server_at): (SocketAddr, SocketAddr),
     data: Vec<u8>,
 ) -> io::Result<UstackOut> {
     const CLIENT: u64 = u64::MAX - 1;
-    let mut server = Server::bind(rt, Protocol::Echo, SocketAddrV4::new(USTACK_IP, 7), None)?;
-    let s = TcpStream::connect(rt, SocketAddrV4::new(KERNEL_IP, port))?;
+    let mut server = Server::bind(rt, Protocol::Echo, echo, None)?;
+    let s = TcpStream::connect(rt, server_at)?;
     rt.register(
         &s,
         CLIENT,
@@ -365,9 +419,13 @@ fn run_cell<D: Device + Sleep + Send + 'static>(
         .apply(ns)
         .expect("setting the kernel's sysctls");
 
-    let port = 5001;
+    let peer = Peer {
+        ns,
+        family: link.family,
+    };
+    let addrs = (peer.ustack_at(7), peer.kernel_at(5001));
     let n = CELL_BYTES;
-    let server = KernelServer::start(ns, n, port, Some(cell.sysctls.cc));
+    let server = KernelServer::start(peer, n, 5001, Some(cell.sysctls.cc));
     let pcap = dir.join(format!("cell{index}.pcap"));
     let file = BufWriter::new(File::create(&pcap).expect("creating the capture"));
     let seed = 1000 + index as u64;
@@ -377,7 +435,7 @@ fn run_cell<D: Device + Sleep + Send + 'static>(
     let up_digest = sha256_hex(&up);
     let started = std::time::Instant::now();
     let app = Ustack::start(builder, device, move |rt, stop| {
-        ustack_side(rt, stop, port, up)
+        ustack_side(rt, stop, addrs, up)
     });
 
     // The kernel client through ustack's echo server, while ustack's client runs.
@@ -386,7 +444,7 @@ fn run_cell<D: Device + Sleep + Send + 'static>(
             LIMIT,
             &python_argv(
                 PY_ECHO_CLIENT,
-                &[n.to_string(), USTACK_IP.to_string(), "7".to_owned()],
+                &[n.to_string(), addrs.0.ip().to_string(), "7".to_owned()],
             ),
         )
         .env(PY_CC_ENV, cell.sysctls.cc)
@@ -489,7 +547,8 @@ fn run_cell<D: Device + Sleep + Send + 'static>(
     let reordered = e.reordered + i.reordered;
     let ustack_bound = 4 * lost + 2 * reordered + CLEAN_RETRANSMISSIONS;
     let kernel_bound = ustack_bound + 2 * i.duplicated + 4 * reordered;
-    if let Some(report) = check_capture(&what, &pcap, USTACK_IP, (ustack_bound, kernel_bound)) {
+    let ustack = link.family.ustack();
+    if let Some(report) = check_capture(&what, &pcap, ustack, (ustack_bound, kernel_bound)) {
         assert_eq!(
             report.packets, out.captured,
             "{what}: tshark read every packet"

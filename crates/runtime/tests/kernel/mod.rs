@@ -9,6 +9,7 @@
 pub mod matrix;
 pub mod scenarios;
 
+use core::net::{IpAddr, Ipv6Addr, SocketAddr};
 use core::time::Duration;
 use std::fs::File;
 use std::io::{self, BufWriter, ErrorKind};
@@ -23,6 +24,7 @@ use ustack_dev::capture::Capture;
 use ustack_runtime::Mode;
 use ustack_runtime::api::{TcpListener, TcpStream};
 use ustack_runtime::runtime::{Events, Interest, Runtime, RuntimeBuilder, Sleep};
+use ustack_stack::AddrState;
 use ustack_testkit::netns::{KERNEL_IP, NetNs, PY_BULK_SERVER, PY_CC_ENV, USTACK_IP, python_argv};
 use ustack_testkit::tshark::{CLEAN_RETRANSMISSIONS, TsharkReport, check_capture};
 
@@ -34,6 +36,115 @@ pub const LIMIT: Duration = Duration::from_secs(60);
 /// The runtime builder the tests use: [`USTACK_IP`]/24, seed 7.
 pub fn builder() -> RuntimeBuilder {
     RuntimeBuilder::new().ipv4(USTACK_IP, 24).seed(7)
+}
+
+/// The kernel's IPv6 address on the rigs' link in the runs over IPv6 (documentation
+/// prefix, RFC 3849).
+pub const KERNEL6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 7, 0, 0, 0, 0, 1);
+/// ustack's IPv6 address on the rigs' link.
+pub const USTACK6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 7, 0, 0, 0, 0, 2);
+
+/// The address family of a run: the rigs' IPv4 addresses ([`USTACK_IP`], [`KERNEL_IP`])
+/// or IPv6 ([`USTACK6`], [`KERNEL6`]/64, with neighbour discovery on an Ethernet link).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    V4,
+    V6,
+}
+
+impl Family {
+    /// ustack's address.
+    pub fn ustack(self) -> IpAddr {
+        match self {
+            Family::V4 => USTACK_IP.into(),
+            Family::V6 => USTACK6.into(),
+        }
+    }
+
+    /// The kernel's address.
+    pub fn kernel(self) -> IpAddr {
+        match self {
+            Family::V4 => KERNEL_IP.into(),
+            Family::V6 => KERNEL6.into(),
+        }
+    }
+
+    /// `builder` with ustack's address of this family ([`USTACK6`]/64 added for IPv6; the
+    /// IPv4 one is always there).
+    pub fn builder(self, builder: RuntimeBuilder) -> RuntimeBuilder {
+        match self {
+            Family::V4 => builder,
+            Family::V6 => builder.ipv6(USTACK6, 64),
+        }
+    }
+
+    /// Sets up the kernel's end `dev` of the link in `ns` for this family: for IPv6, IPv6
+    /// on with [`KERNEL6`]/64 (the rigs turn IPv6 off).
+    pub fn configure(self, ns: &NetNs, dev: &str) -> io::Result<()> {
+        match self {
+            Family::V4 => Ok(()),
+            Family::V6 => ns.add_ipv6(dev, &format!("{KERNEL6}/64")),
+        }
+    }
+}
+
+/// The kernel's side of a run: the namespace it runs in and the family it speaks. A bare
+/// `&NetNs` is IPv4.
+#[derive(Debug, Clone, Copy)]
+pub struct Peer<'a> {
+    pub ns: &'a NetNs,
+    pub family: Family,
+}
+
+impl<'a> Peer<'a> {
+    /// IPv6 in `ns`, its kernel end `dev` configured ([`Family::configure`]).
+    pub fn v6(ns: &'a NetNs, dev: &str) -> Peer<'a> {
+        Family::V6
+            .configure(ns, dev)
+            .expect("IPv6 on the kernel's end");
+        Peer {
+            ns,
+            family: Family::V6,
+        }
+    }
+
+    /// ustack's address and `port`.
+    pub fn ustack_at(&self, port: u16) -> SocketAddr {
+        SocketAddr::new(self.family.ustack(), port)
+    }
+
+    /// The kernel's address and `port`.
+    pub fn kernel_at(&self, port: u16) -> SocketAddr {
+        SocketAddr::new(self.family.kernel(), port)
+    }
+}
+
+impl<'a> From<&'a NetNs> for Peer<'a> {
+    fn from(ns: &'a NetNs) -> Peer<'a> {
+        Peer {
+            ns,
+            family: Family::V4,
+        }
+    }
+}
+
+/// Runs `rt` until each of its IPv6 addresses has passed duplicate address detection
+/// (RFC 4862 §5.4: a tentative address neither answers nor sends), at most 5 s.
+pub fn settle<D: Device + Sleep>(rt: &mut Runtime<D>) -> io::Result<()> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while matches!(
+        rt.stack().ipv6_addr_state(USTACK6),
+        Some(AddrState::Tentative { .. })
+    ) {
+        if std::time::Instant::now() >= deadline {
+            return Err(io::Error::new(
+                ErrorKind::TimedOut,
+                "duplicate address detection did not end in 5 s",
+            ));
+        }
+        rt.run_once(Some(Duration::from_millis(10)))?;
+    }
+    Ok(())
 }
 
 /// ustack's device in a test: the link's queue, its traffic captured to a file.
@@ -52,6 +163,8 @@ pub const MAX_FRAMES: u64 = 150_000;
 pub struct Pcap {
     what: String,
     path: PathBuf,
+    /// ustack's address in the capture (whose retransmissions tshark counts as ustack's).
+    ustack: IpAddr,
 }
 
 impl Pcap {
@@ -65,7 +178,21 @@ impl Pcap {
             .expect("the capture's header")
             .limit(MAX_FRAMES);
         let what = what.to_owned();
-        (device, Pcap { what, path })
+        let ustack = USTACK_IP.into();
+        (device, Pcap { what, path, ustack })
+    }
+
+    /// The capture's file.
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    /// The capture of a run over `family`.
+    pub fn of(self, family: Family) -> Pcap {
+        Pcap {
+            ustack: family.ustack(),
+            ..self
+        }
     }
 
     /// After the run, once the capture is dropped (which flushes the file; a runtime is
@@ -73,8 +200,13 @@ impl Pcap {
     /// ([`check_capture`], [`CLEAN_RETRANSMISSIONS`] each side). The file is removed
     /// when the check passes.
     pub fn check(self) -> Option<TsharkReport> {
-        let bounds = (CLEAN_RETRANSMISSIONS, CLEAN_RETRANSMISSIONS);
-        let report = check_capture(&self.what, &self.path, USTACK_IP, bounds);
+        self.check_with((CLEAN_RETRANSMISSIONS, CLEAN_RETRANSMISSIONS))
+    }
+
+    /// [`check`](Self::check) with `bounds` on the retransmissions (ustack's, the
+    /// kernel's).
+    pub fn check_with(self, bounds: (u64, u64)) -> Option<TsharkReport> {
+        let report = check_capture(&self.what, &self.path, self.ustack, bounds);
         let _ = std::fs::remove_file(&self.path);
         report
     }
@@ -89,7 +221,8 @@ pub struct Ustack<T> {
 }
 
 impl<T: Send + 'static> Ustack<T> {
-    /// A runtime from `builder` over `device`, running `app`.
+    /// A runtime from `builder` over `device`, running `app` once its IPv6 addresses have
+    /// passed DAD ([`settle`]); returns then.
     pub fn start<D: Device + Sleep + Send + 'static>(
         builder: RuntimeBuilder,
         device: D,
@@ -97,10 +230,17 @@ impl<T: Send + 'static> Ustack<T> {
     ) -> Ustack<T> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
+        let (ready, settled) = std::sync::mpsc::channel();
         let handle = std::thread::spawn(move || {
             let mut rt = builder.build(device)?;
+            settle(&mut rt)?;
+            let _ = ready.send(());
             app(&mut rt, &flag)
         });
+        // Returns once ustack's addresses are usable (a peer that starts at once would see
+        // its first packets dropped during DAD), or the thread ended (its error is for
+        // `join`).
+        let _ = settled.recv();
         Ustack {
             stop,
             handle: Some(handle),
@@ -260,6 +400,11 @@ impl Source {
         Ok(true)
     }
 
+    /// Bytes written so far.
+    pub fn sent(&self) -> u64 {
+        self.sent
+    }
+
     /// The hex SHA-256 of everything written.
     pub fn digest(self) -> String {
         hex(&self.hasher.finalize())
@@ -278,6 +423,20 @@ pub fn python(ns: &NetNs, script: &str, args: &[String]) -> String {
         .run(LIMIT, &python_argv(script, args))
         .expect("the kernel-side script");
     String::from_utf8(out.stdout).expect("utf-8 output")
+}
+
+/// How many times interface `dev` in `ns` has been asked to pass every multicast frame
+/// (its allmulti count, as `ip -d link show` prints it).
+pub fn allmulti(ns: &NetNs, dev: &str) -> u64 {
+    let out = ns
+        .run(LIMIT, &["ip", "-d", "link", "show", dev])
+        .expect("ip -d link show");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut words = text.split_whitespace();
+    words
+        .find(|w| *w == "allmulti")
+        .and_then(|_| words.next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no allmulti count in {text}"))
 }
 
 /// An ARP request from ustack's end for the kernel's address, as an Ethernet frame.
@@ -318,16 +477,33 @@ pub struct KernelServer {
 }
 
 impl KernelServer {
-    /// Starts the server on [`KERNEL_IP`]`:port`, to send `n` bytes to the connection
-    /// after reading it to its end, with congestion control `cc` on it if given; returns
-    /// once it prints `ready`.
-    pub fn start(ns: &NetNs, n: usize, port: u16, cc: Option<&str>) -> KernelServer {
+    /// Starts the server on the kernel's address of `peer` (IPv4: [`KERNEL_IP`]) and
+    /// `port`, to send `n` bytes to the connection after reading it to its end, with
+    /// congestion control `cc` on it if given; returns once it prints `ready`.
+    pub fn start<'a>(
+        peer: impl Into<Peer<'a>>,
+        n: usize,
+        port: u16,
+        cc: Option<&str>,
+    ) -> KernelServer {
+        let peer = peer.into();
+        KernelServer::start_on(peer.ns, peer.family.kernel(), n, port, cc)
+    }
+
+    /// [`start`](Self::start) on `host` in `ns`.
+    pub fn start_on(
+        ns: &NetNs,
+        host: IpAddr,
+        n: usize,
+        port: u16,
+        cc: Option<&str>,
+    ) -> KernelServer {
         use std::io::BufRead;
         let mut command = ns.command(
             LIMIT,
             &python_argv(
                 PY_BULK_SERVER,
-                &[n.to_string(), KERNEL_IP.to_string(), port.to_string()],
+                &[n.to_string(), host.to_string(), port.to_string()],
             ),
         );
         if let Some(cc) = cc {

@@ -1,7 +1,8 @@
 //! The transfers every kernel-facing link carries (`tun.rs`, `packet.rs`, `xdp.rs`), generic
-//! over the device: each takes the namespace the kernel side runs in, the runtime builder
-//! and the device, runs ustack on a thread over it, runs the kernel side with `nsenter`,
-//! and asserts what a user would check (answers, byte counts, SHA-256 at both ends).
+//! over the device: each takes the kernel's side ([`Peer`]: the namespace it runs in and
+//! the address family, IPv4 for a bare `&NetNs`), the runtime builder and the device, runs
+//! ustack on a thread over it, runs the kernel side with `nsenter`, and asserts what a user
+//! would check (answers, byte counts, SHA-256 at both ends).
 //!
 //! Each run is captured on ustack's side ([`Pcap`]: the device wrapped in a `Capture`;
 //! whole frames for ICMP and UDP, the headers of TCP's, the first [`MAX_FRAMES`](super::MAX_FRAMES)
@@ -11,7 +12,7 @@
 //! (1 GiB over tun, 256 MiB over packet) are checked on their first frames only: the
 //! start of the upload, its slow start included.
 
-use core::net::SocketAddrV4;
+use core::net::{IpAddr, SocketAddr};
 use core::time::Duration;
 use std::io;
 use std::net::Shutdown;
@@ -26,40 +27,54 @@ use ustack_runtime::api::{TcpListener, TcpStream, UdpSocket};
 use ustack_runtime::multi::{ShardApp, ShardContext, ShardedBuilder};
 use ustack_runtime::rss::{Rss, RssKey};
 use ustack_runtime::runtime::{Interest, Runtime, RuntimeBuilder, Sleep};
-use ustack_testkit::netns::{KERNEL_IP, NetNs, PY_ECHO_CLIENT, USTACK_IP, python_argv};
+use ustack_testkit::netns::{PY_ECHO_CLIENT, python_argv};
+use ustack_testkit::snmp6;
 
 use super::{
-    HEADERS, KernelServer, LIMIT, Pcap, Source, Ustack, accept_one, drive, hex, idle, python,
-    read_into, would_block, write_from,
+    Family, HEADERS, KernelServer, LIMIT, Pcap, Peer, Source, Ustack, accept_one, drive, hex, idle,
+    python, read_into, would_block, write_from,
 };
 
 // ---- ICMP -------------------------------------------------------------------------------
 
 /// The kernel pings ustack three times with 56 and three times with 4000 bytes (fragmented
 /// both ways over a 1500-byte MTU); every echo is answered.
-pub fn kernel_pings_ustack<D: Device + Sleep + Send + 'static>(
+pub fn kernel_pings_ustack<'a, D: Device + Sleep + Send + 'static>(
     test: &str,
-    ns: &NetNs,
+    peer: impl Into<Peer<'a>>,
     builder: RuntimeBuilder,
     device: D,
 ) {
+    let Peer { ns, family } = peer.into();
     let (device, pcap) = Pcap::wrap(test, device, 0);
-    let app = Ustack::start(builder, device, |rt, stop| {
+    let builder = family.builder(builder);
+    let app = Ustack::start(builder, device, move |rt, stop| {
         idle(rt, stop)?;
         let mib = rt.stack().mib();
-        Ok((
-            mib.get(Counter::IcmpInEchos),
-            mib.get(Counter::IcmpOutEchoReps),
-            mib.get(Counter::IpReasmOKs),
-            mib.get(Counter::IpFragCreates),
-        ))
+        Ok(match family {
+            Family::V4 => (
+                mib.get(Counter::IcmpInEchos),
+                mib.get(Counter::IcmpOutEchoReps),
+                mib.get(Counter::IpReasmOKs),
+                mib.get(Counter::IpFragCreates),
+            ),
+            Family::V6 => (
+                mib.get(Counter::Icmp6InEchos),
+                mib.get(Counter::Icmp6OutEchoReplies),
+                mib.get(Counter::Ip6ReasmOKs),
+                mib.get(Counter::Ip6FragCreates),
+            ),
+        })
     });
-    let ip = USTACK_IP.to_string();
+    let ip = family.ustack().to_string();
+    let v = if family == Family::V6 { "-6" } else { "-4" };
     for size in ["56", "4000"] {
         let out = ns
             .run(
                 LIMIT,
-                &["ping", "-c", "3", "-i", "0.2", "-W", "2", "-s", size, &ip],
+                &[
+                    "ping", v, "-c", "3", "-i", "0.2", "-W", "2", "-s", size, &ip,
+                ],
             )
             .expect("ping answered");
         let text = String::from_utf8_lossy(&out.stdout);
@@ -70,10 +85,82 @@ pub fn kernel_pings_ustack<D: Device + Sleep + Send + 'static>(
     }
     let (in_echos, out_reps, reasm, frags) = app.finish();
     assert_eq!((in_echos, out_reps), (6, 6));
-    // 4000 bytes of ICMP over a 1500-byte MTU: three fragments each way, per echo.
+    // 4000 bytes of ICMP over a 1500-byte MTU: three fragments each way, per echo (IPv6:
+    // 1448 bytes of the 4008 in each of the first two).
     assert_eq!(reasm, 3, "echo requests reassembled");
     assert_eq!(frags, 9, "fragments of the echo replies");
-    pcap.check();
+    pcap.of(family).check();
+}
+
+/// ustack pings the kernel over IPv6 (`Stack::ping6`: the kernel's address resolved by
+/// neighbour discovery on an Ethernet link) twice with 56 bytes and three times with 4000
+/// (ustack fragments the requests, the kernel the replies, each reassembling the other's);
+/// every echo comes back whole with the kernel's hop limit, and both sides count the
+/// fragments.
+pub fn ustack_pings_kernel6<D: Device + Sleep + Send + 'static>(
+    test: &str,
+    peer: Peer<'_>,
+    builder: RuntimeBuilder,
+    device: D,
+) {
+    let IpAddr::V6(kernel) = peer.family.kernel() else {
+        panic!("{test}: an IPv6 peer");
+    };
+    let (device, pcap) = Pcap::wrap(test, device, 0);
+    let builder = peer.family.builder(builder);
+    let app = Ustack::start(builder, device, move |rt, stop| {
+        let mut answered = Vec::new();
+        for (seq, size) in [(1u16, 56usize), (2, 56), (3, 4000), (4, 4000), (5, 4000)] {
+            let data = ustack_testkit::pattern(size, u64::from(seq));
+            let now = rt.now();
+            rt.stack_mut()
+                .ping6(now, kernel, 0x77, seq, &data)
+                .map_err(|e| io::Error::other(format!("ping6 {seq}: {e:?}")))?;
+            // Each echo within 5 s (neighbour discovery and reassembly included).
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            let r = loop {
+                rt.run_once(Some(Duration::from_millis(10)))?;
+                if let Some(r) = rt.stack_mut().recv_echo_reply6() {
+                    break r;
+                }
+                if std::time::Instant::now() >= deadline || stop.load(Ordering::Relaxed) {
+                    return Ok(Err(format!("no answer to echo {seq} in 5 s")));
+                }
+            };
+            // The kernel's default hop limit, 64.
+            let ok = (r.src, r.ident, r.seq_no, r.hop_limit) == (kernel, 0x77, seq, 64)
+                && r.data == data;
+            answered.push((seq, ok));
+        }
+        let m = rt.stack().mib();
+        let counts = [
+            m.get(Counter::Ip6FragOKs),
+            m.get(Counter::Ip6FragCreates),
+            m.get(Counter::Ip6ReasmOKs),
+            m.get(Counter::Icmp6InEchoReplies),
+        ];
+        Ok(Ok((answered, counts)))
+    });
+    let kernel_counters = || {
+        let argv = ["cat", "/proc/net/snmp6", "/proc/net/snmp"];
+        let out = peer.ns.run(LIMIT, &argv).expect("the kernel's counters");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let (answered, counts) = app
+        .join()
+        .unwrap_or_else(|e| panic!("{test}: {e}; the kernel's counters: {}", kernel_counters()));
+    let all: Vec<(u16, bool)> = (1..=5).map(|s| (s, true)).collect();
+    assert_eq!(answered, all, "each echo came back whole, from the kernel");
+    // Three large requests of three fragments each; three large replies reassembled.
+    assert_eq!(
+        counts,
+        [3, 9, 3, 5],
+        "FragOKs, FragCreates, ReasmOKs, InEchoReplies"
+    );
+    let kernel = kernel_counters();
+    assert_eq!(snmp6(&kernel, "Ip6ReasmOKs"), 3, "{kernel}");
+    assert_eq!(snmp6(&kernel, "Icmp6InEchos"), 5, "{kernel}");
+    pcap.of(peer.family).check();
 }
 
 // ---- TCP: ustack as the server ------------------------------------------------------------
@@ -101,9 +188,9 @@ print(sent, reply.decode(), f"{t:.6f}")
 fn ustack_sink<D: Device + Sleep>(
     rt: &mut Runtime<D>,
     stop: &AtomicBool,
-    port: u16,
+    at: SocketAddr,
 ) -> io::Result<(u64, String)> {
-    let listener = TcpListener::bind(rt, SocketAddrV4::new(USTACK_IP, port), 16)?;
+    let listener = TcpListener::bind(rt, at, 16)?;
     rt.register(&listener, 0, Interest::READABLE, Mode::Level)?;
     let mut conn: Option<TcpStream> = None;
     let mut hasher = Sha256::new();
@@ -143,24 +230,26 @@ fn ustack_sink<D: Device + Sleep>(
 /// A kernel client sends `n` bytes to ustack, which answers with the SHA-256 of what it
 /// read; both digests must be the sender's. Prints the rate; returns what `stats` reads
 /// off the device at the end (its counters, say).
-pub fn kernel_sends_to_ustack<D: Device + Sleep + Send + 'static, S: Send + 'static>(
+pub fn kernel_sends_to_ustack<'a, D: Device + Sleep + Send + 'static, S: Send + 'static>(
     test: &str,
-    ns: &NetNs,
+    peer: impl Into<Peer<'a>>,
     builder: RuntimeBuilder,
     device: D,
     n: usize,
     stats: fn(&D) -> S,
 ) -> S {
-    let port = 9;
+    let peer = peer.into();
+    let at = peer.ustack_at(9);
     let (device, pcap) = Pcap::wrap(test, device, HEADERS);
+    let builder = peer.family.builder(builder);
     let app = Ustack::start(builder, device, move |rt, stop| {
-        let done = ustack_sink(rt, stop, port)?;
+        let done = ustack_sink(rt, stop, at)?;
         Ok((done, stats(rt.device().device())))
     });
     let out = python(
-        ns,
+        peer.ns,
         SINK_CLIENT,
-        &[n.to_string(), USTACK_IP.to_string(), port.to_string()],
+        &[n.to_string(), at.ip().to_string(), at.port().to_string()],
     );
     let ((bytes, ustack_digest), device_stats) = app.finish();
     let fields: Vec<&str> = out.split_whitespace().collect();
@@ -178,30 +267,33 @@ pub fn kernel_sends_to_ustack<D: Device + Sleep + Send + 'static, S: Send + 'sta
         "{test}: {n} bytes kernel -> ustack in {secs:.3} s ({:.1} MB/s)",
         n as f64 / secs / 1e6
     );
-    pcap.check();
+    pcap.of(peer.family).check();
     device_stats
 }
 
 /// A kernel client sends `n` bytes through ustack's echo server and checks the echo.
-pub fn kernel_client_through_echo<D: Device + Sleep + Send + 'static>(
+pub fn kernel_client_through_echo<'a, D: Device + Sleep + Send + 'static>(
     test: &str,
-    ns: &NetNs,
+    peer: impl Into<Peer<'a>>,
     builder: RuntimeBuilder,
     device: D,
     n: usize,
 ) {
+    let peer = peer.into();
+    let at = peer.ustack_at(7);
     let (device, pcap) = Pcap::wrap(test, device, HEADERS);
-    let app = Ustack::start(builder, device, |rt, stop| {
-        let mut server = Server::bind(rt, Protocol::Echo, SocketAddrV4::new(USTACK_IP, 7), None)?;
+    let builder = peer.family.builder(builder);
+    let app = Ustack::start(builder, device, move |rt, stop| {
+        let mut server = Server::bind(rt, Protocol::Echo, at, None)?;
         while !stop.load(Ordering::Relaxed) {
             server.step(rt, Some(Duration::from_millis(10)))?;
         }
         Ok(*server.stats())
     });
     let out = python(
-        ns,
+        peer.ns,
         PY_ECHO_CLIENT,
-        &[n.to_string(), USTACK_IP.to_string(), "7".to_owned()],
+        &[n.to_string(), at.ip().to_string(), "7".to_owned()],
     );
     let stats = app.finish();
     let fields: Vec<&str> = out.split_whitespace().collect();
@@ -212,7 +304,7 @@ pub fn kernel_client_through_echo<D: Device + Sleep + Send + 'static>(
     assert_eq!(echoed, sent, "SHA-256 of the echo");
     assert_eq!((stats.accepted, stats.bytes_in), (1, n as u64));
     assert_eq!(stats.errors, 0);
-    pcap.check();
+    pcap.of(peer.family).check();
 }
 
 // ---- TCP: ustack as the client ------------------------------------------------------------
@@ -223,21 +315,23 @@ pub fn kernel_client_through_echo<D: Device + Sleep + Send + 'static>(
 /// rate of each direction (the kernel starts sending only once it has read everything, so
 /// ustack's first byte read ends the upload). Returns what `stats` reads off the device at
 /// the end (its counters, say).
-pub fn ustack_client_bulk_both_ways<D: Device + Sleep + Send + 'static, S: Send + 'static>(
+pub fn ustack_client_bulk_both_ways<'a, D: Device + Sleep + Send + 'static, S: Send + 'static>(
     test: &str,
-    ns: &NetNs,
+    peer: impl Into<Peer<'a>>,
     builder: RuntimeBuilder,
     device: D,
     up: u64,
     down: u64,
     stats: fn(&D) -> S,
 ) -> S {
-    let port = 5001;
-    let server = KernelServer::start(ns, down as usize, port, None);
+    let peer = peer.into();
+    let to = peer.kernel_at(5001);
+    let server = KernelServer::start(peer, down as usize, to.port(), None);
     let (device, pcap) = Pcap::wrap(test, device, HEADERS);
+    let builder = peer.family.builder(builder);
     let app = Ustack::start(builder, device, move |rt, stop| {
         let start = std::time::Instant::now();
-        let s = TcpStream::connect(rt, SocketAddrV4::new(KERNEL_IP, port))?;
+        let s = TcpStream::connect(rt, to)?;
         rt.register(&s, 1, Interest::READABLE | Interest::WRITABLE, Mode::Edge)?;
         let mut source = Source::new(up, 5);
         let mut shut = false;
@@ -286,7 +380,7 @@ pub fn ustack_client_bulk_both_ways<D: Device + Sleep + Send + 'static, S: Send 
         down_time.as_secs_f64(),
         rate(down, down_time)
     );
-    pcap.check();
+    pcap.of(peer.family).check();
     stats
 }
 
@@ -296,35 +390,38 @@ pub fn ustack_client_bulk_both_ways<D: Device + Sleep + Send + 'static, S: Send 
 /// echo compared byte for byte and by source; prints `ok <count>`.
 const UDP_CLIENT: &str = r#"
 host, port = sys.argv[1], int(sys.argv[2])
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_DGRAM)
 s.settimeout(2)
 sizes = [1, 2, 64, 100, 512, 1000, 1472, 1473, 3000, 8000] + list(range(1400, 1500, 7))
 for i, n in enumerate(sizes):
     d = bytes((i * 31 + j) % 251 for j in range(n))
     s.sendto(d, (host, port))
     r, a = s.recvfrom(65536)
-    if r != d or a != (host, port):
+    if r != d or a[:2] != (host, port):
         sys.exit(f"datagram {i} ({n} bytes): got {len(r)} bytes from {a}")
 print("ok", len(sizes))
 "#;
 
 /// A kernel UDP client sends 25 datagrams (1 to 8000 bytes) to ustack's echo socket and
 /// checks each echo.
-pub fn kernel_udp_client_through_echo<D: Device + Sleep + Send + 'static>(
+pub fn kernel_udp_client_through_echo<'a, D: Device + Sleep + Send + 'static>(
     test: &str,
-    ns: &NetNs,
+    peer: impl Into<Peer<'a>>,
     builder: RuntimeBuilder,
     device: D,
 ) {
+    let peer = peer.into();
+    let at = peer.ustack_at(7);
     let (device, pcap) = Pcap::wrap(test, device, 0);
-    let app = Ustack::start(builder, device, |rt, stop| {
-        let sock = UdpSocket::bind(rt, SocketAddrV4::new(USTACK_IP, 7))?;
+    let builder = peer.family.builder(builder);
+    let app = Ustack::start(builder, device, move |rt, stop| {
+        let sock = UdpSocket::bind(rt, at)?;
         rt.register(&sock, 1, Interest::READABLE, Mode::Level)?;
         let mut buf = vec![0; 65536];
         let mut echoed = 0u64;
         drive(rt, stop, |rt| {
             loop {
-                match sock.recv_from(rt, &mut buf) {
+                match sock.recv_from_addr(rt, &mut buf) {
                     Ok((n, from)) => {
                         sock.send_to(rt, &buf[..n], from)?;
                         echoed += 1;
@@ -336,11 +433,11 @@ pub fn kernel_udp_client_through_echo<D: Device + Sleep + Send + 'static>(
         })?;
         Ok(echoed)
     });
-    let out = python(ns, UDP_CLIENT, &[USTACK_IP.to_string(), "7".to_owned()]);
+    let out = python(peer.ns, UDP_CLIENT, &[at.ip().to_string(), "7".to_owned()]);
     let echoed = app.finish();
     assert_eq!(out.trim(), "ok 25");
     assert_eq!(echoed, 25);
-    pcap.check();
+    pcap.of(peer.family).check();
 }
 
 // ---- shards: one device queue each --------------------------------------------------------
@@ -405,12 +502,15 @@ impl<D: Device + Sleep> ShardApp<D> for ShardSink {
 
 /// Two shards, one device queue each (the kernel picks the queue of each flow), serve 16
 /// kernel connections of 256 KiB: every byte counted, both shards used.
-pub fn two_shards_serve_kernel_clients<D: Device + Sleep + Send + 'static>(
+pub fn two_shards_serve_kernel_clients<'a, D: Device + Sleep + Send + 'static>(
     test: &str,
-    ns: &NetNs,
+    peer: impl Into<Peer<'a>>,
     builder: RuntimeBuilder,
     queues: Vec<D>,
 ) {
+    let peer = peer.into();
+    let at = peer.ustack_at(9);
+    let builder = peer.family.builder(builder);
     let (conns, n) = (16u64, 256 * 1024u64);
     // A capture per queue: each flow keeps to one queue both ways, so each file holds
     // whole flows.
@@ -420,7 +520,7 @@ pub fn two_shards_serve_kernel_clients<D: Device + Sleep + Send + 'static>(
         .map(|(i, q)| Pcap::wrap(&format!("{test}-queue{i}"), q, HEADERS))
         .unzip();
     let rt = ShardedBuilder::new(builder, Rss::new(RssKey::MICROSOFT, 2))
-        .listen(SocketAddrV4::new(USTACK_IP, 9), 128)
+        .listen(at, 128)
         .start(queues, |_| ShardSink::default())
         .expect("two shards");
     let argv = python_argv(
@@ -428,11 +528,11 @@ pub fn two_shards_serve_kernel_clients<D: Device + Sleep + Send + 'static>(
         &[
             conns.to_string(),
             n.to_string(),
-            USTACK_IP.to_string(),
+            at.ip().to_string(),
             "9".to_owned(),
         ],
     );
-    let out = ns.run(LIMIT, &argv).expect("the kernel clients");
+    let out = peer.ns.run(LIMIT, &argv).expect("the kernel clients");
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ok 16");
     let shards: Vec<(u64, u64)> = rt
         .stop()
@@ -447,6 +547,6 @@ pub fn two_shards_serve_kernel_clients<D: Device + Sleep + Send + 'static>(
     // get some (all on one would be a 1 in 32,768 chance).
     assert!(shards.iter().all(|s| s.0 > 0), "{shards:?}");
     for pcap in pcaps {
-        pcap.check();
+        pcap.of(peer.family).check();
     }
 }
