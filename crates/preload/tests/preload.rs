@@ -124,6 +124,16 @@ fn a_c_program_on_ustack_by_ld_preload() {
         .stderr(Stdio::null())
         .spawn()
         .expect("starting the kernel's echo");
+    // The kernel's UDP echo (recvmmsg/sendmmsg on a ustack datagram socket).
+    let udp_echo = ns
+        .command(
+            Duration::from_secs(90),
+            &["socat", "UDP-RECVFROM:7,bind=192.0.2.1,fork", "PIPE"],
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starting the kernel's UDP echo");
     // The kernel's client of the program's server: retried until the program listens.
     let client = ns
         .command(
@@ -151,6 +161,7 @@ fn a_c_program_on_ustack_by_ld_preload() {
     let (cout, _) = finish(client, Duration::from_secs(30), "the kernel's client");
     // TERM to its `timeout`, which passes it to socat and the children it forked.
     let _ = finish(echo, Duration::ZERO, "the kernel's echo");
+    let _ = finish(udp_echo, Duration::ZERO, "the kernel's UDP echo");
     let stdout = text(&out.stdout);
     assert!(
         out.status.success() && !timed_out,
