@@ -502,8 +502,9 @@ struct Shadow {
     /// ustack epoll sets (C API epoll descriptors), each with its eventfd in the kernel
     /// set under [`WAKE_TOKEN`]. A ustack set holds a socket once, where Linux keys a
     /// registration on the file *and* the descriptor number: a second descriptor of a
-    /// socket (`dup`) goes into the next set ("layer") that does not hold it yet.
-    sets: Vec<i32>,
+    /// socket (`dup`) goes into the next set ("layer") that does not hold it yet. Shared
+    /// with the waits (an `Arc`: a wait takes it without an allocation).
+    sets: Arc<[i32]>,
     /// Program descriptor -> (its socket's [`sock::file_id`], the layer it is in).
     regs: HashMap<i32, (u64, usize)>,
 }
@@ -513,7 +514,7 @@ static SHADOWS: Mutex<Option<HashMap<i32, Shadow>>> = Mutex::new(None);
 static ANY_SHADOW: AtomicBool = AtomicBool::new(false);
 
 /// The ustack sets of kernel epoll set `epfd`, if it holds ustack sockets.
-fn shadow(epfd: i32) -> Option<Vec<i32>> {
+fn shadow(epfd: i32) -> Option<Arc<[i32]>> {
     if !ANY_SHADOW.load(Ordering::Acquire) {
         return None;
     }
@@ -529,8 +530,8 @@ pub fn forget(fd: i32) {
         return;
     }
     let s = lock(&SHADOWS).as_mut().and_then(|m| m.remove(&fd));
-    for set in s.map(|s| s.sets).unwrap_or_default() {
-        let _ = sock::close(set);
+    for set in s.iter().flat_map(|s| s.sets.iter()) {
+        let _ = sock::close(*set);
     }
 }
 
@@ -590,7 +591,8 @@ pub fn epoll_ctl(
                 let have = map.get(&epfd).map_or(0, |s| s.sets.len());
                 if layer == have {
                     let s = new_layer(epfd, kernel)?;
-                    map.entry(epfd).or_default().sets.push(s);
+                    let sh = map.entry(epfd).or_default();
+                    sh.sets = sh.sets.iter().copied().chain([s]).collect();
                     ANY_SHADOW.store(true, Ordering::Release);
                 }
                 let sh = map.entry(epfd).or_default();
@@ -684,7 +686,7 @@ pub fn epoll_wait(
     Some(loop {
         let mut n = 0;
         let mut failed = None;
-        for &set in &sets {
+        for &set in sets.iter() {
             let room = i32::try_from(ucap - n).unwrap_or(i32::MAX);
             if room == 0 {
                 break;
