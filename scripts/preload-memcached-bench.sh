@@ -14,7 +14,7 @@ source scripts/preload-rig.sh
 
 for side in ustack kernel; do
     host=192.0.2.2; [ "$side" = kernel ] && host=10.9.0.2
-    $side timeout 300 memcached -u root -l 0.0.0.0 -p 11211 -t 1 -U 0 &
+    $side timeout 300 memcached -u root -l 0.0.0.0 -p 11211 -t 1 -U 0 -m 256 &
     pid=$!; pids+=("$pid"); sleep 1.5
     srv=$(server_of "$pid")
     for t in set get; do
@@ -26,7 +26,7 @@ for side in ustack kernel; do
         cpu=$(( (t1 - t0) * 1000 / hz ))
         awk -v side="$side" -v t="$t" -v ops="$ops" -v cpu="$cpu" -v s0="$s0" -v s1="$s1" 'BEGIN {
             printf "memcached %s %s: %d requests in %.2f s (%.0f/s), server CPU %d ms (%.0f requests per CPU-second)\n",
-                side, t, ops, s1 - s0, ops / (s1 - s0), cpu, cpu > 0 ? ops * 1000 / cpu : 0 }'
+                side, t, ops, s1 - s0, ops / (s1 - s0), cpu, (cpu > 0 ? ops * 1000 / cpu : 0) }'
     done
     kill "$srv" "$pid" 2>/dev/null || true; sleep 1
 done
