@@ -772,15 +772,9 @@ pub unsafe extern "C" fn ppoll(
     m: *const sigset_t,
 ) -> c_int {
     // SAFETY: the caller's timespec, if any.
-    let timeout = match unsafe { t.as_ref() } {
-        None => -1,
-        Some(ts) => {
-            let ms = ts
-                .tv_sec
-                .saturating_mul(1000)
-                .saturating_add((ts.tv_nsec + 999_999) / 1_000_000);
-            c_int::try_from(ms.max(0)).unwrap_or(c_int::MAX)
-        }
+    let timeout = match unsafe { timespec_limit(t) } {
+        Ok(limit) => timeout_ms(limit),
+        Err(e) => return fail(e),
     };
     // SAFETY: the caller's array.
     let Some(slice) = (unsafe { pollfds(fds, n) }) else {
@@ -850,6 +844,23 @@ unsafe fn select_mixed(
     })
 }
 
+/// A timeout given as a `timespec` (`ppoll`, `pselect`, `recvmmsg`): `None` for NULL (no
+/// limit), `EINVAL` for a negative or unnormalized one (Linux `poll_select_set_timeout`).
+///
+/// # Safety
+/// `t` is NULL or a readable timespec.
+unsafe fn timespec_limit(t: *const timespec) -> Result<Option<core::time::Duration>, c_int> {
+    // SAFETY: per the contract.
+    match unsafe { t.as_ref() } {
+        None => Ok(None),
+        Some(ts) if ts.tv_sec < 0 || !(0..1_000_000_000).contains(&ts.tv_nsec) => Err(libc::EINVAL),
+        Some(ts) => Ok(Some(core::time::Duration::new(
+            u64::try_from(ts.tv_sec).unwrap_or(0),
+            u32::try_from(ts.tv_nsec).unwrap_or(0),
+        ))),
+    }
+}
+
 /// Milliseconds of a timeout, rounded up (`None`: -1, no limit).
 fn timeout_ms(t: Option<core::time::Duration>) -> c_int {
     t.map_or(-1, |d| {
@@ -910,15 +921,9 @@ pub unsafe extern "C" fn pselect(
     m: *const sigset_t,
 ) -> c_int {
     // SAFETY: the caller's timespec, if any.
-    let limit = match unsafe { t.as_ref() } {
-        None => None,
-        Some(ts) if ts.tv_sec < 0 || !(0..1_000_000_000).contains(&ts.tv_nsec) => {
-            return fail(libc::EINVAL);
-        }
-        Some(ts) => Some(core::time::Duration::new(
-            u64::try_from(ts.tv_sec).unwrap_or(0),
-            u32::try_from(ts.tv_nsec).unwrap_or(0),
-        )),
+    let limit = match unsafe { timespec_limit(t) } {
+        Ok(limit) => limit,
+        Err(e) => return fail(e),
     };
     // SAFETY: the caller's sets and mask.
     match unsafe { select_mixed(nfds, r, w, x, timeout_ms(limit), m) } {

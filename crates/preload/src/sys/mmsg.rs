@@ -39,19 +39,9 @@ unsafe fn iov_len(m: &msghdr) -> usize {
 
 fn ustack_recvmmsg(fd: c_int, v: &mut [mmsghdr], flags: c_int, t: *mut timespec) -> c_int {
     // SAFETY: the caller's timespec, if any.
-    let until = match unsafe { t.as_ref() } {
-        None => None,
-        // Linux `poll_select_set_timeout`: an invalid timespec is EINVAL.
-        Some(ts) if ts.tv_sec < 0 || !(0..1_000_000_000).contains(&ts.tv_nsec) => {
-            return fail(libc::EINVAL);
-        }
-        Some(ts) => {
-            let d = core::time::Duration::new(
-                u64::try_from(ts.tv_sec).unwrap_or(0),
-                u32::try_from(ts.tv_nsec).unwrap_or(0),
-            );
-            Some(Instant::now().checked_add(d).unwrap_or_else(Instant::now))
-        }
+    let until = match unsafe { timespec_limit(t) } {
+        Ok(limit) => limit.map(|d| Instant::now().checked_add(d).unwrap_or_else(Instant::now)),
+        Err(e) => return fail(e),
     };
     let len = v.len();
     let mut one = |i: usize, f: c_int| -> Result<usize, c_int> {

@@ -1084,6 +1084,12 @@ static long sigmasks(int fd) {
     FD_SET(fd, &r);
     tv = (struct timeval){0, 150000};
     res = res * 10 + (select(fd + 1, &r, NULL, NULL, &tv) == 0 && tv.tv_sec == 0 && tv.tv_usec == 0);
+    /* an invalid timespec */
+    struct timespec bad = {0, 1000000000};
+    errno = 0;
+    res = res * 10 + (ppoll(&p, 1, &bad, &open_) == -1 && errno == EINVAL);
+    errno = 0;
+    res = res * 10 + (pselect(fd + 1, &r, NULL, NULL, &bad, &open_) == -1 && errno == EINVAL);
     return res;
 }
 
