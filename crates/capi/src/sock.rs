@@ -886,7 +886,8 @@ fn check_flags(flags: i32, allowed: i32) -> Result<()> {
 
 /// `recvfrom(2)`: bytes read (0 at end of stream) and, for UDP, the sender. Flags:
 /// `MSG_DONTWAIT`, `MSG_WAITALL` (TCP: until `buf` is full, end of stream or an error),
-/// `MSG_PEEK` (TCP: the bytes stay for the next read, `Net::peek`; UDP: `EOPNOTSUPP`),
+/// `MSG_PEEK` (the bytes or the datagram stay for the next read: `Net::peek`,
+/// `Net::peek_from`),
 /// `MSG_OOB` (TCP: `EINVAL`, as Linux's `tcp_recv_urg` with `SO_OOBINLINE`: ustack reads
 /// an urgent byte in line; UDP: `EOPNOTSUPP`).
 pub fn recv_from(fd: i32, buf: &mut [u8], flags: i32) -> Result<(usize, Option<SocketAddrV4>)> {
@@ -904,10 +905,12 @@ pub fn recv_from(fd: i32, buf: &mut [u8], flags: i32) -> Result<(usize, Option<S
                 Ok((s.net().peek(c, buf, wait, all).map_err(io)?, None))
             }
             (Proto::Tcp, _) => Err(Error::new(libc::ENOTCONN, "not connected")),
-            (Proto::Udp, _) => Err(Error::new(
-                libc::EOPNOTSUPP,
-                "MSG_PEEK and MSG_OOB on a ustack datagram socket: not supported",
-            )),
+            (Proto::Udp, _) if flags & libc::MSG_OOB == 0 => {
+                let u = udp_fd(&s)?;
+                let (n, from) = s.net().peek_from(u, buf, wait).map_err(io)?;
+                Ok((n, Some(from)))
+            }
+            (Proto::Udp, _) => Err(Error::new(libc::EOPNOTSUPP, "MSG_OOB on a datagram socket")),
         };
     }
     match s.state() {

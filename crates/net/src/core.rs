@@ -1977,12 +1977,42 @@ impl Net {
         buf: &mut [u8],
         wait: Wait,
     ) -> io::Result<(usize, SocketAddrV4)> {
+        self.recv_from_any(fd, buf, wait, false)
+    }
+
+    /// `recv(MSG_PEEK)`: [`recv_from`](Net::recv_from) leaving the datagram queued (the
+    /// stack's `udp_peek_from`): the next receive returns it again.
+    pub fn peek_from(
+        &self,
+        fd: Fd,
+        buf: &mut [u8],
+        wait: Wait,
+    ) -> io::Result<(usize, SocketAddrV4)> {
+        self.recv_from_any(fd, buf, wait, true)
+    }
+
+    fn recv_from_any(
+        &self,
+        fd: Fd,
+        buf: &mut [u8],
+        wait: Wait,
+        peek: bool,
+    ) -> io::Result<(usize, SocketAddrV4)> {
         let s = self.udp_sock(fd)?;
         let n = buf.len();
         let (data, from) = self.on_any_part(&s, wait, |part| {
             self.op(&s, part, Wait::Never, move |ctx, id| {
                 let mut v = vec![0u8; n];
-                let (got, from) = ctx.with_udp(id, |x, rt| x.recv_from(rt, &mut v))?;
+                let (got, from) = ctx.with_udp(id, |x, rt| {
+                    if peek {
+                        let h = x.handle();
+                        rt.stack_mut()
+                            .udp_peek_from(h, &mut v)
+                            .map_err(|e| errno(e.errno()))
+                    } else {
+                        x.recv_from(rt, &mut v)
+                    }
+                })?;
                 v.truncate(got);
                 Ok((v, from))
             })
