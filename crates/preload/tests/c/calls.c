@@ -909,6 +909,34 @@ static long mmsg_stream(int fd) {
     return sent * 100 + got * 10 + ok;
 }
 
+/* A non-blocking sendmmsg of three 4 MiB messages: the first is taken in part (the send
+ * buffer fills), which counts and ends the call: 1, its msg_len short of 4 MiB; the echo
+ * of what went is read back whole. The result: count * 10 + (1 if the length was short
+ * and the echo matched). */
+static long mmsg_partial(int fd) {
+    static char big[3][4 << 20], back[4 << 20];
+    struct mmsghdr m[3];
+    struct iovec iv[3];
+    memset(m, 0, sizeof m);
+    for (int i = 0; i < 3; i++) {
+        for (size_t j = 0; j < sizeof big[i]; j++) big[i][j] = (char)(j * 13 + j / 257 + i);
+        iv[i] = (struct iovec){big[i], sizeof big[i]};
+        m[i].msg_hdr.msg_iov = &iv[i];
+        m[i].msg_hdr.msg_iovlen = 1;
+    }
+    if (fcntl(fd, F_SETFL, O_NONBLOCK) != 0) return -2;
+    int n = sendmmsg(fd, m, 3, MSG_NOSIGNAL);
+    if (fcntl(fd, F_SETFL, 0) != 0) return -3;
+    if (n < 0) return -1;
+    size_t len = m[0].msg_len, got = 0;
+    while (got < len) {
+        ssize_t r = read(fd, back + got, len - got);
+        if (r <= 0) return -4;
+        got += (size_t)r;
+    }
+    return n * 10 + (len > 0 && len < sizeof big[0] && memcmp(back, big[0], len) == 0);
+}
+
 /* recvmmsg's timeout: 12 bytes there, three 4-byte messages asked for. A zero timeout
  * ends the call after the first message (Linux looks at it after each one); a long one is
  * written back with the time left (0.5 to 5 s of 5 s). Then an invalid timespec (EINVAL)
@@ -1182,6 +1210,7 @@ static void more_side_by_side(void) {
     CHECK(sigaction(SIGUSR1, &sa, NULL) == 0);
     int u = ustack_conn(), k = kernel_conn();
     BOTH(mmsg_stream(X));
+    BOTH(mmsg_partial(X));
     BOTH(mmsg_timeout(X));
     BOTH(peeks(X));
     BOTH(oob(X));
