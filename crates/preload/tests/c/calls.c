@@ -1034,6 +1034,20 @@ static long epoll_dup(int fd) {
     return r;
 }
 
+/* poll over two descriptors of one socket asking different events: the echo of a byte
+ * wakes the wait for the one that asked POLLIN (not only at the timeout). */
+static long poll_dup(int fd) {
+    int d = dup(fd);
+    if (d < 0 || write(fd, "q", 1) != 1) return -2;
+    struct pollfd p[2] = {{.fd = fd, .events = POLLPRI}, {.fd = d, .events = POLLIN}};
+    double t0 = now_ms();
+    int n = poll(p, 2, 3000);
+    double waited = now_ms() - t0;
+    char b[1];
+    if (read(fd, b, 1) != 1 || close(d) != 0) return -3;
+    return n * 100 + (p[0].revents == 0) * 10 + (p[1].revents == POLLIN && waited < 1500);
+}
+
 static volatile sig_atomic_t usr1_seen;
 static void on_usr1(int sig) { (void)sig; usr1_seen++; }
 static pthread_t main_thread;
@@ -1215,6 +1229,7 @@ static void more_side_by_side(void) {
     BOTH(peeks(X));
     BOTH(oob(X));
     BOTH(epoll_dup(X));
+    BOTH(poll_dup(X));
     BOTH(sigmasks(X));
     BOTH(close(X));
     /* Datagrams: ustack's to the kernel's echo over TUN, the kernel's to an IPv6 one. */
