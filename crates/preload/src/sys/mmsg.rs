@@ -37,7 +37,12 @@ unsafe fn iov_len(m: &msghdr) -> usize {
     v.iter().map(|i| i.iov_len).sum()
 }
 
-fn ustack_recvmmsg(fd: c_int, v: &mut [mmsghdr], flags: c_int, t: *mut timespec) -> c_int {
+/// `recvmmsg` on ustack socket `fd` into `v`.
+///
+/// # Safety
+/// `t` is NULL or a valid timespec; `v`'s messages' buffers are valid, as recvmsg(2)
+/// takes them.
+unsafe fn ustack_recvmmsg(fd: c_int, v: &mut [mmsghdr], flags: c_int, t: *mut timespec) -> c_int {
     // SAFETY: the caller's timespec, if any.
     let until = match unsafe { timespec_limit(t) } {
         Ok(limit) => limit.map(|d| Instant::now().checked_add(d).unwrap_or_else(Instant::now)),
@@ -81,7 +86,8 @@ pub unsafe extern "C" fn recvmmsg(
     on_fd!(fd, ustack => {
         // SAFETY: the caller's array of `vlen` messages.
         match unsafe { entries(msgs, vlen) } {
-            Some(v) => ustack_recvmmsg(fd, v, flags, t),
+            // SAFETY: the caller's timespec and messages.
+            Some(v) => unsafe { ustack_recvmmsg(fd, v, flags, t) },
             None => fail(libc::EFAULT),
         }
     // SAFETY: the caller's arguments.
