@@ -807,7 +807,7 @@ fn client_until_served(
 /// curl and socat, unmodified, as clients on ustack of kernel servers over TUN: curl
 /// fetches a 4 MiB file from the kernel's HTTP server (socat answering with a prepared
 /// response) and gets it byte for byte; socat sends 1 MiB to the kernel's echo and gets
-/// every byte back.
+/// every byte back, and a datagram to the kernel's UDP echo and its answer.
 #[test]
 fn curl_and_socat_as_clients_over_ustack() {
     let test = "curl_and_socat_as_clients_over_ustack";
@@ -847,7 +847,25 @@ fn curl_and_socat_as_clients_over_ustack() {
             "PIPE",
         ],
     );
+    let udp_echo = kernel_server(
+        &ns,
+        &["socat", "UDP-RECVFROM:7,bind=192.0.2.1,fork", "PIPE"],
+    );
     let result = std::panic::catch_unwind(|| {
+        // A datagram to the kernel's UDP echo and its answer.
+        let line = dir.join("udp.in");
+        std::fs::write(&line, "a datagram\n").expect("the datagram");
+        let output = dir.join("udp.out");
+        let udp = ["socat", "-t", "1", "-", "UDP:192.0.2.1:7"];
+        let (out, err) = client_until_served(&ns, &udp, Some(&line), &output, 10);
+        assert!(
+            out.status.success(),
+            "socat (UDP) failed ({}): {err}",
+            out.status
+        );
+        let back = std::fs::read_to_string(&output).expect("socat's output");
+        assert_eq!(back, "a datagram\n", "the UDP echo: {err}");
+
         let got = dir.join("got.bin");
         let g = got.to_str().expect("a UTF-8 path");
         let url = "http://192.0.2.1:8081/big.bin";
@@ -881,6 +899,7 @@ fn curl_and_socat_as_clients_over_ustack() {
     });
     let _ = finish(http, Duration::ZERO, "the kernel's HTTP server");
     let _ = finish(echo, Duration::ZERO, "the kernel's echo");
+    let _ = finish(udp_echo, Duration::ZERO, "the kernel's UDP echo");
     if let Err(e) = result {
         std::panic::resume_unwind(e);
     }
