@@ -242,6 +242,8 @@ struct File {
     obj: Obj,
     /// The descriptors referring to it: the socket closes when the last one does.
     descs: AtomicUsize,
+    /// Its number, never reused ([`file_id`]).
+    id: u64,
 }
 
 /// A descriptor: its file, and what is the descriptor's own.
@@ -306,10 +308,12 @@ fn entry_of(file: Arc<File>, cloexec: bool, reserved: OwnedFd) -> Arc<Entry> {
 fn insert(stack: Arc<Stack>, obj: Obj, cloexec: bool) -> Result<i32> {
     let reserved = reserve()?;
     let fd = reserved.as_raw_fd();
+    static NEXT_FILE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     let file = Arc::new(File {
         stack,
         obj,
         descs: AtomicUsize::new(1),
+        id: NEXT_FILE.fetch_add(1, Ordering::Relaxed),
     });
     let e = entry_of(file, cloexec, reserved);
     table()
@@ -406,6 +410,14 @@ fn entry(fd: i32) -> Result<Arc<Entry>> {
 /// Whether `fd` is one of ustack's descriptors.
 pub fn is_ours(fd: i32) -> bool {
     entry(fd).is_ok()
+}
+
+/// An identity of the open file (socket or epoll set) descriptor `fd` refers to, the same
+/// for every descriptor `dup` made of it (Linux keys an epoll registration on the file
+/// and the number: the LD_PRELOAD library tells a second descriptor of a socket from the
+/// same one twice by it). Never reused in the process; `EBADF` if `fd` is not ours.
+pub fn file_id(fd: i32) -> Result<u64> {
+    Ok(entry(fd)?.file.id)
 }
 
 /// A socket descriptor: its entry (for the stack) and socket.
@@ -935,8 +947,9 @@ fn udp_bind(s: &S, addr: SocketAddr) -> Result<Fd> {
 
 // ---- data -----------------------------------------------------------------------------------
 
-const RECV_FLAGS: i32 = libc::MSG_DONTWAIT | libc::MSG_WAITALL | libc::MSG_NOSIGNAL;
-const SEND_FLAGS: i32 = libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL | libc::MSG_MORE;
+const RECV_FLAGS: i32 =
+    libc::MSG_DONTWAIT | libc::MSG_WAITALL | libc::MSG_NOSIGNAL | libc::MSG_PEEK | libc::MSG_OOB;
+const SEND_FLAGS: i32 = libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL | libc::MSG_MORE | libc::MSG_OOB;
 
 fn check_flags(flags: i32, allowed: i32) -> Result<()> {
     if flags & !allowed != 0 {
@@ -952,11 +965,34 @@ fn check_flags(flags: i32, allowed: i32) -> Result<()> {
 }
 
 /// `recvfrom(2)`: bytes read (0 at end of stream) and, for UDP, the sender. Flags:
-/// `MSG_DONTWAIT`, `MSG_WAITALL` (TCP: until `buf` is full, end of stream or an error).
+/// `MSG_DONTWAIT`, `MSG_WAITALL` (TCP: until `buf` is full, end of stream or an error),
+/// `MSG_PEEK` (the bytes or the datagram stay for the next read: `Net::peek`,
+/// `Net::peek_from`),
+/// `MSG_OOB` (TCP: `EINVAL`, as Linux's `tcp_recv_urg` with `SO_OOBINLINE`: ustack reads
+/// an urgent byte in line; UDP: `EOPNOTSUPP`).
 pub fn recv_from(fd: i32, buf: &mut [u8], flags: i32) -> Result<(usize, Option<SocketAddr>)> {
     check_flags(flags, RECV_FLAGS)?;
     let s = S::get(fd)?;
     let wait = s.read_wait(flags);
+    if flags & (libc::MSG_PEEK | libc::MSG_OOB) != 0 {
+        return match (s.sock().proto, s.state()) {
+            (Proto::Tcp, _) if flags & libc::MSG_OOB != 0 => Err(Error::new(
+                libc::EINVAL,
+                "no urgent data: ustack reads it in line",
+            )),
+            (Proto::Tcp, State2::Stream { fd: c, .. }) => {
+                let all = flags & libc::MSG_WAITALL != 0;
+                Ok((s.net().peek(c, buf, wait, all).map_err(io)?, None))
+            }
+            (Proto::Tcp, _) => Err(Error::new(libc::ENOTCONN, "not connected")),
+            (Proto::Udp, _) if flags & libc::MSG_OOB == 0 => {
+                let u = udp_fd(&s)?;
+                let (n, from) = s.net().peek_from(u, buf, wait).map_err(io)?;
+                Ok((n, Some(crate::sockaddr::for_domain(from, s.sock().domain))))
+            }
+            (Proto::Udp, _) => Err(Error::new(libc::EOPNOTSUPP, "MSG_OOB on a datagram socket")),
+        };
+    }
     match s.state() {
         State2::Stream { fd: c, .. } => {
             let mut got = 0;
@@ -1010,10 +1046,18 @@ pub fn recv_vec(
 /// `sk_stream_wait_memory`, and `tcp_sendmsg_locked`'s `copied ? copied : err`); a
 /// non-blocking one takes what fits. ustack-net's write takes at most what fits the send
 /// buffer, and at most [`ustack_net::MAX_IO`], per call.
-fn stream_send(s: &S, c: Fd, buf: &[u8], wait: Wait) -> Result<usize> {
+///
+/// With `urgent` (`MSG_OOB`) each part is written by `Net::write_urgent`: the urgent
+/// pointer ends after the last byte taken, as Linux's `tcp_push` marks it at each push.
+fn stream_send(s: &S, c: Fd, buf: &[u8], wait: Wait, urgent: bool) -> Result<usize> {
     let mut done = 0;
     loop {
-        let n = match s.net().write(c, &buf[done..], wait) {
+        let w = if urgent {
+            s.net().write_urgent(c, &buf[done..], wait)
+        } else {
+            s.net().write(c, &buf[done..], wait)
+        };
+        let n = match w {
             Ok(n) => n,
             Err(_) if done > 0 => return Ok(done),
             Err(e) => return Err(io(e)),
@@ -1032,10 +1076,17 @@ pub fn send_to(fd: i32, buf: &[u8], flags: i32, to: Option<SocketAddr>) -> Resul
     check_flags(flags, SEND_FLAGS)?;
     let s = S::get(fd)?;
     match s.state() {
-        State2::Stream { fd: c, .. } => stream_send(&s, c, buf, s.write_wait(flags)),
+        State2::Stream { fd: c, .. } => {
+            let urgent = flags & libc::MSG_OOB != 0;
+            stream_send(&s, c, buf, s.write_wait(flags), urgent)
+        }
         State2::Fresh { .. } | State2::Listener { .. } if s.sock().proto == Proto::Tcp => {
             // Linux `sk_stream_wait_connect`: not connecting is EPIPE.
             Err(Error::new(libc::EPIPE, "not connected"))
+        }
+        _ if flags & libc::MSG_OOB != 0 => {
+            // Linux `udp_sendmsg`: "if (msg->msg_flags & MSG_OOB) return -EOPNOTSUPP;".
+            Err(Error::new(libc::EOPNOTSUPP, "MSG_OOB on a datagram socket"))
         }
         _ => {
             let u = udp_fd(&s)?;

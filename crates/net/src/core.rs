@@ -167,6 +167,20 @@ impl RxBuf {
     fn readable(&self) -> bool {
         !self.data.is_empty() || self.eof || self.err.is_some()
     }
+
+    /// What a reader finding no bytes gets: the pending error (taken; `ready`, the
+    /// socket's published readiness, loses READABLE and ERROR unless something else is
+    /// there for a reader), or `Ok(0)` at the end of the stream; `None` if neither.
+    fn error_or_end(&mut self, ready: &AtomicU32) -> Option<io::Result<usize>> {
+        if let Some(e) = self.err.take() {
+            if !self.readable() {
+                let bits = (Readiness::READABLE | Readiness::ERROR).to_epoll();
+                ready.fetch_and(!bits, Ordering::AcqRel);
+            }
+            return Some(Err(errno(e)));
+        }
+        self.eof.then_some(Ok(0))
+    }
 }
 
 /// The most bytes a stream's caller-side receive buffer holds (the rest waits in the
@@ -1693,15 +1707,8 @@ impl Net {
                     }
                     return Ok(n);
                 }
-                if let Some(e) = rx.err.take() {
-                    let bits = (Readiness::READABLE | Readiness::ERROR).to_epoll();
-                    if !rx.readable() {
-                        s.shared.ready[0].fetch_and(!bits, Ordering::AcqRel);
-                    }
-                    return Err(errno(e));
-                }
-                if rx.eof {
-                    return Ok(0);
+                if let Some(r) = rx.error_or_end(&s.shared.ready[0]) {
+                    return r;
                 }
             }
             if !s.shared.wait_change(seen, wait) {
@@ -1714,6 +1721,18 @@ impl Net {
     /// send buffer is nearly full); waits as `wait` says while none fit. `EPIPE` after
     /// shutdown, the connection's error after a reset.
     pub fn write(&self, fd: Fd, buf: &[u8], wait: Wait) -> io::Result<usize> {
+        self.write_any(fd, buf, wait, false)
+    }
+
+    /// `send(MSG_OOB)`: queue bytes from `buf` as [`write`](Net::write) does, the last
+    /// byte taken urgent (the stack's `tcp_send_urgent`, Linux `tcp_sendmsg` with
+    /// `MSG_OOB`: the segments up to it carry URG). Always a job on the loop, behind the
+    /// bytes written before it (never through the write-behind credit).
+    pub fn write_urgent(&self, fd: Fd, buf: &[u8], wait: Wait) -> io::Result<usize> {
+        self.write_any(fd, buf, wait, true)
+    }
+
+    fn write_any(&self, fd: Fd, buf: &[u8], wait: Wait, urgent: bool) -> io::Result<usize> {
         let s = self.stream_sock(fd)?;
         if buf.is_empty() {
             return Ok(0);
@@ -1725,7 +1744,7 @@ impl Net {
         // With credit: hand the bytes over and return (one hand-off, no answer to wait
         // for); they fit in the stack's send buffer as the loop last saw it.
         let credit = s.shared.tx_credit.load(Ordering::Acquire);
-        if credit > 0 {
+        if credit > 0 && !urgent {
             let n = credit.min(buf.len()).min(MAX_IO);
             if s.shared
                 .tx_credit
@@ -1738,8 +1757,14 @@ impl Net {
                 return Ok(n);
             }
         }
+        self.write_on_loop(&s, buf, wait, urgent)
+    }
+
+    /// A write handed to the loop (behind the bytes written before it): the stack's
+    /// `tcp_send`, or its `tcp_send_urgent` if `urgent`.
+    fn write_on_loop(&self, s: &Sock, buf: &[u8], wait: Wait, urgent: bool) -> io::Result<usize> {
         let data: Arc<[u8]> = Arc::from(&buf[..buf.len().min(MAX_IO)]);
-        self.op(&s, 0, wait, move |ctx, id| {
+        self.op(s, 0, wait, move |ctx, id| {
             let l = ctx.local(id)?;
             if l.shut_pending.is_some() {
                 return Err(errno(32 /* EPIPE */));
@@ -1748,8 +1773,53 @@ impl Net {
                 // Behind the backlog: wait for it to drain.
                 return Err(errno(EAGAIN));
             }
-            ctx.with_stream(id, |x, rt| x.write(rt, &data))
+            if urgent {
+                ctx.with_stream(id, |x, rt| {
+                    let now = rt.now();
+                    rt.stack_mut()
+                        .tcp_send_urgent(now, x.handle(), &data)
+                        .map_err(|e| errno(e.errno()))
+                })
+            } else {
+                ctx.with_stream(id, |x, rt| x.write(rt, &data))
+            }
         })
+    }
+
+    /// `recv(MSG_PEEK)`: copy up to `buf.len()` received bytes without taking them (the
+    /// next read returns them again; Linux `tcp_recvmsg` with `MSG_PEEK`): those the loop
+    /// moved to the callers' side, at most [`RX_CAP`]. With nothing there, what a read
+    /// says: `Ok(0)` at end of stream, the pending error (taken, as Linux's peek takes
+    /// `sk_err`), or a wait as `wait` says. With `all` (`MSG_WAITALL`) it waits until
+    /// `buf.len()` bytes (at most [`RX_CAP`]) are there, or the end or an error.
+    pub fn peek(&self, fd: Fd, buf: &mut [u8], wait: Wait, all: bool) -> io::Result<usize> {
+        let s = self.stream_sock(fd)?;
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let want = if all { buf.len().min(RX_CAP) } else { 1 };
+        loop {
+            let seen = s.shared.generation();
+            {
+                let mut rx = lock(&s.shared.rx);
+                let n = buf.len().min(rx.data.len());
+                if n >= want || (n > 0 && (rx.eof || rx.err.is_some())) {
+                    let (a, b) = rx.data.as_slices();
+                    let first = n.min(a.len());
+                    buf[..first].copy_from_slice(&a[..first]);
+                    buf[first..n].copy_from_slice(&b[..n - first]);
+                    return Ok(n);
+                }
+                if n == 0
+                    && let Some(r) = rx.error_or_end(&s.shared.ready[0])
+                {
+                    return r;
+                }
+            }
+            if !s.shared.wait_change(seen, wait) {
+                return Err(errno(EAGAIN));
+            }
+        }
     }
 
     /// `shutdown(2)`.
@@ -1933,12 +2003,37 @@ impl Net {
 
     /// Take one datagram (cut to `buf`) and its sender; waits as `wait` says.
     pub fn recv_from(&self, fd: Fd, buf: &mut [u8], wait: Wait) -> io::Result<(usize, SocketAddr)> {
+        self.recv_from_any(fd, buf, wait, false)
+    }
+
+    /// `recv(MSG_PEEK)`: [`recv_from`](Net::recv_from) leaving the datagram queued (the
+    /// stack's `udp_peek_from`): the next receive returns it again.
+    pub fn peek_from(&self, fd: Fd, buf: &mut [u8], wait: Wait) -> io::Result<(usize, SocketAddr)> {
+        self.recv_from_any(fd, buf, wait, true)
+    }
+
+    fn recv_from_any(
+        &self,
+        fd: Fd,
+        buf: &mut [u8],
+        wait: Wait,
+        peek: bool,
+    ) -> io::Result<(usize, SocketAddr)> {
         let s = self.udp_sock(fd)?;
         let n = buf.len();
         let (data, from) = self.on_any_part(&s, wait, |part| {
             self.op(&s, part, Wait::Never, move |ctx, id| {
                 let mut v = vec![0u8; n];
-                let (got, from) = ctx.with_udp(id, |x, rt| x.recv_from_addr(rt, &mut v))?;
+                let (got, from) = ctx.with_udp(id, |x, rt| {
+                    if peek {
+                        let h = x.handle();
+                        rt.stack_mut()
+                            .udp_peek_from(h, &mut v)
+                            .map_err(|e| errno(e.errno()))
+                    } else {
+                        x.recv_from_addr(rt, &mut v)
+                    }
+                })?;
                 v.truncate(got);
                 Ok((v, from))
             })

@@ -14,5 +14,6 @@
 //! `dlsym(RTLD_NEXT)`). `fcntl` and `ioctl`, C-variadic in libc, are defined with a fixed third argument (see `sys`).
 
 pub mod config;
+pub mod mmsg;
 pub mod route;
 mod sys;

@@ -348,12 +348,26 @@ impl Drop for TempSet {
     }
 }
 
-/// The kernel's `poll(2)`, as the FFI hands it in: `Err(errno)` on failure.
-pub type KernelPoll<'a> = &'a mut dyn FnMut(&mut [libc::pollfd], i32) -> Result<usize, i32>;
+/// The kernel's `poll(2)`, as the FFI hands it in: `Err(errno)` on failure. With `true`
+/// it is `ppoll(2)` with the caller's signal mask, if the call has one (`ppoll`,
+/// `pselect`).
+pub type KernelPoll<'a> = &'a mut dyn FnMut(&mut [libc::pollfd], i32, bool) -> Result<usize, i32>;
+
+/// What is left of a `limit` after `spent` (zero once it ran out): what Linux's
+/// `select` writes back into its timeout (`poll_select_finish`).
+pub fn time_left(limit: Duration, spent: Duration) -> Duration {
+    limit.saturating_sub(spent)
+}
 
 /// `poll(2)` over `fds`, which may mix ustack sockets and kernel files (`None`: none of
 /// them is ustack's; the caller makes the kernel's call). Nothing spins: a blocking wait
 /// sleeps in one kernel `poll` on the kernel files and a ustack epoll set's eventfd.
+///
+/// The signal mask (`ppoll`, `pselect`): every kernel look made while no ustack socket
+/// is ready, the sleep included, is `kernel(.., true)` (the kernel's `ppoll` with the
+/// mask, atomic), even with no kernel file in the set; a look made with ustack sockets
+/// ready is not (so a pending signal does not hide them, as Linux returns the ready count
+/// before it looks at signals).
 pub fn poll(
     fds: &mut [libc::pollfd],
     timeout: i32,
@@ -405,8 +419,8 @@ fn poll_mixed(
         let mut u: Vec<PollFd> = ours.iter().map(|(_, p)| *p).collect();
         let ready_u = sock::poll(&mut u, 0).map_err(|e| e.errno)?;
         let nk = theirs.len();
-        let ready_k = if nk > 0 {
-            kernel(&mut kfds[..nk], 0)?
+        let ready_k = if nk > 0 || ready_u == 0 {
+            kernel(&mut kfds[..nk], 0, ready_u == 0)?
         } else {
             0
         };
@@ -422,11 +436,19 @@ fn poll_mixed(
         }
         if set.is_none() {
             let s = TempSet(sock::epoll_create(libc::EPOLL_CLOEXEC).map_err(|e| e.errno)?);
+            // A set holds a socket once: its descriptors (`dup`) share one registration,
+            // for what any of them asks.
+            let mut socks: HashMap<u64, (i32, u32)> = HashMap::new();
             for (_, p) in &ours {
                 let ev = u32::from(p.events as u16);
+                if let Ok(f) = sock::file_id(p.fd) {
+                    socks.entry(f).or_insert((p.fd, 0)).1 |= ev;
+                }
+            }
+            for (fd, ev) in socks.into_values() {
                 // A socket without a connection or listener yet cannot join a set: it is
                 // ready at once (POLLOUT | POLLHUP), so the look above returned already.
-                let _ = sock::epoll_ctl(s.0, libc::EPOLL_CTL_ADD, p.fd, ev, 0);
+                let _ = sock::epoll_ctl(s.0, libc::EPOLL_CTL_ADD, fd, ev, 0);
             }
             let wake = sock::epoll_wake_fd(s.0).map_err(|e| e.errno)?;
             kfds.push(libc::pollfd {
@@ -437,7 +459,7 @@ fn poll_mixed(
             set = Some(s);
             continue;
         }
-        kernel(&mut kfds, left)?;
+        kernel(&mut kfds, left, true)?;
     }
 }
 
@@ -485,36 +507,75 @@ pub fn poll_to_select(p: &libc::pollfd) -> (bool, bool, bool) {
 /// a kernel-half address, which no user pointer or descriptor number is.
 pub const WAKE_TOKEN: u64 = 0xffff_ffff_7573_7461;
 
-/// Program's kernel epoll set -> the ustack set (a C API epoll descriptor) holding its
-/// ustack sockets.
-static SHADOWS: Mutex<Option<HashMap<i32, i32>>> = Mutex::new(None);
+/// The ustack side of a program's kernel epoll set.
+#[derive(Debug, Default)]
+struct Shadow {
+    /// ustack epoll sets (C API epoll descriptors), each with its eventfd in the kernel
+    /// set under [`WAKE_TOKEN`]. A ustack set holds a socket once, where Linux keys a
+    /// registration on the file *and* the descriptor number: a second descriptor of a
+    /// socket (`dup`) goes into the next set ("layer") that does not hold it yet. Shared
+    /// with the waits (an `Arc`: a wait takes it without an allocation).
+    sets: Arc<[i32]>,
+    /// Program descriptor -> (its socket's [`sock::file_id`], the layer it is in).
+    regs: HashMap<i32, (u64, usize)>,
+}
+
+/// Program's kernel epoll set -> its [`Shadow`].
+static SHADOWS: Mutex<Option<HashMap<i32, Shadow>>> = Mutex::new(None);
 static ANY_SHADOW: AtomicBool = AtomicBool::new(false);
 
-fn shadow(epfd: i32) -> Option<i32> {
+/// The ustack sets of kernel epoll set `epfd`, if it holds ustack sockets.
+fn shadow(epfd: i32) -> Option<Arc<[i32]>> {
     if !ANY_SHADOW.load(Ordering::Acquire) {
         return None;
     }
-    lock(&SHADOWS).as_ref().and_then(|m| m.get(&epfd).copied())
+    lock(&SHADOWS)
+        .as_ref()
+        .and_then(|m| m.get(&epfd).map(|s| s.sets.clone()))
 }
 
-/// The kernel descriptor `fd` is closed or replaced: drop the shadow set of the epoll set
-/// it was, if any.
+/// The kernel descriptor `fd` is closed or replaced: drop the shadow sets of the epoll
+/// set it was, if any.
 pub fn forget(fd: i32) {
     if !ANY_SHADOW.load(Ordering::Acquire) {
         return;
     }
     let s = lock(&SHADOWS).as_mut().and_then(|m| m.remove(&fd));
-    if let Some(s) = s {
-        let _ = sock::close(s);
+    for set in s.iter().flat_map(|s| s.sets.iter()) {
+        let _ = sock::close(*set);
     }
 }
 
 /// The kernel's `epoll_ctl(2)` as the FFI hands it in: `(epfd, op, fd, events, data)`.
 pub type KernelCtl<'a> = &'a mut dyn FnMut(i32, i32, i32, u32, u64) -> Result<(), i32>;
 
+/// A new ustack set whose eventfd is in kernel set `epfd` under [`WAKE_TOKEN`].
+fn new_layer(epfd: i32, kernel: KernelCtl<'_>) -> Result<i32, Error> {
+    let s = sock::epoll_create(libc::EPOLL_CLOEXEC)?;
+    let added = sock::epoll_wake_fd(s).and_then(|w| {
+        kernel(
+            epfd,
+            libc::EPOLL_CTL_ADD,
+            w,
+            libc::EPOLLIN as u32,
+            WAKE_TOKEN,
+        )
+        .map_err(|e| Error::new(e, format!("{epfd}: not a kernel epoll set")))
+    });
+    match added {
+        Ok(()) => Ok(s),
+        Err(e) => {
+            let _ = sock::close(s);
+            Err(e)
+        }
+    }
+}
+
 /// `epoll_ctl(2)` of ustack socket `fd` in the program's kernel set `epfd`: it goes into
-/// the ustack set shadowing `epfd` (made on the first `EPOLL_CTL_ADD`, its eventfd put in
-/// `epfd` under [`WAKE_TOKEN`]).
+/// a ustack set shadowing `epfd` (made on the first `EPOLL_CTL_ADD`, its eventfd put in
+/// `epfd` under [`WAKE_TOKEN`]). As Linux (`ep_find` keys on file and number): the same
+/// descriptor twice is `EEXIST`, a second descriptor of the socket its own registration
+/// (in the next layer), `MOD`/`DEL` of a descriptor not added `ENOENT`.
 pub fn epoll_ctl(
     epfd: i32,
     op: i32,
@@ -523,37 +584,54 @@ pub fn epoll_ctl(
     data: u64,
     kernel: KernelCtl<'_>,
 ) -> Result<(), Error> {
-    let s = match (shadow(epfd), op) {
-        (Some(s), _) => s,
-        (None, libc::EPOLL_CTL_ADD) => {
-            let s = sock::epoll_create(libc::EPOLL_CLOEXEC)?;
-            let wake = sock::epoll_wake_fd(s);
-            let added = wake.and_then(|w| {
-                kernel(
-                    epfd,
-                    libc::EPOLL_CTL_ADD,
-                    w,
-                    libc::EPOLLIN as u32,
-                    WAKE_TOKEN,
-                )
-                .map_err(|e| Error::new(e, format!("{epfd}: not a kernel epoll set")))
-            });
-            if let Err(e) = added {
-                let _ = sock::close(s);
-                return Err(e);
+    let file = sock::file_id(fd)?;
+    let mut g = lock(&SHADOWS);
+    let map = g.get_or_insert_with(HashMap::new);
+    let reg = map
+        .get(&epfd)
+        .and_then(|s| s.regs.get(&fd))
+        .filter(|(f, _)| *f == file)
+        .map(|&(_, layer)| layer);
+    match (op, reg) {
+        (libc::EPOLL_CTL_ADD, Some(_)) => Err(Error::new(
+            libc::EEXIST,
+            format!("{fd} is in the set already"),
+        )),
+        (libc::EPOLL_CTL_ADD, None) => {
+            for layer in 0.. {
+                let have = map.get(&epfd).map_or(0, |s| s.sets.len());
+                if layer == have {
+                    let s = new_layer(epfd, kernel)?;
+                    let sh = map.entry(epfd).or_default();
+                    sh.sets = sh.sets.iter().copied().chain([s]).collect();
+                    ANY_SHADOW.store(true, Ordering::Release);
+                }
+                let sh = map.entry(epfd).or_default();
+                match sock::epoll_ctl(sh.sets[layer], op, fd, events, data) {
+                    Ok(()) => {
+                        sh.regs.insert(fd, (file, layer));
+                        return Ok(());
+                    }
+                    // Another descriptor of the socket is in this layer.
+                    Err(e) if e.errno == libc::EEXIST => continue,
+                    Err(e) => return Err(e),
+                }
             }
-            lock(&SHADOWS)
-                .get_or_insert_with(HashMap::new)
-                .insert(epfd, s);
-            ANY_SHADOW.store(true, Ordering::Release);
-            s
+            unreachable!("a new layer takes any socket")
         }
-        (None, libc::EPOLL_CTL_MOD | libc::EPOLL_CTL_DEL) => {
-            return Err(Error::new(libc::ENOENT, format!("{fd} is not in the set")));
+        (libc::EPOLL_CTL_MOD | libc::EPOLL_CTL_DEL, Some(layer)) => {
+            let sh = map.entry(epfd).or_default();
+            sock::epoll_ctl(sh.sets[layer], op, fd, events, data)?;
+            if op == libc::EPOLL_CTL_DEL {
+                sh.regs.remove(&fd);
+            }
+            Ok(())
         }
-        (None, _) => return Err(Error::new(libc::EINVAL, format!("epoll_ctl op {op}"))),
-    };
-    sock::epoll_ctl(s, op, fd, events, data)
+        (libc::EPOLL_CTL_MOD | libc::EPOLL_CTL_DEL, None) => {
+            Err(Error::new(libc::ENOENT, format!("{fd} is not in the set")))
+        }
+        _ => Err(Error::new(libc::EINVAL, format!("epoll_ctl op {op}"))),
+    }
 }
 
 /// The kernel's `epoll_wait`/`epoll_pwait` on the program's set, as the FFI hands it in.
@@ -604,7 +682,7 @@ pub fn epoll_wait(
     timeout: i32,
     kernel: KernelWait<'_>,
 ) -> Option<Result<usize, i32>> {
-    let s = shadow(epfd)?;
+    let sets = shadow(epfd)?;
     if out.is_empty() {
         return Some(Err(libc::EINVAL));
     }
@@ -617,14 +695,26 @@ pub fn epoll_wait(
         }
     }
     Some(loop {
-        let evs = match sock::epoll_wait(s, i32::try_from(ucap).unwrap_or(i32::MAX), 0) {
-            Ok(v) => v,
-            Err(e) => break Err(e.errno),
-        };
-        for (slot, &(events, data)) in out.iter_mut().zip(&evs) {
-            *slot = libc::epoll_event { events, u64: data };
+        let mut n = 0;
+        let mut failed = None;
+        for &set in sets.iter() {
+            let room = i32::try_from(ucap - n).unwrap_or(i32::MAX);
+            if room == 0 {
+                break;
+            }
+            match sock::epoll_wait(set, room, 0) {
+                Ok(evs) => {
+                    for (slot, &(events, data)) in out[n..].iter_mut().zip(&evs) {
+                        *slot = libc::epoll_event { events, u64: data };
+                    }
+                    n += evs.len();
+                }
+                Err(e) => failed = Some(e.errno),
+            }
         }
-        let mut n = evs.len();
+        if let (Some(e), 0) = (failed, n) {
+            break Err(e);
+        }
         if n < out.len() {
             let t = if n > 0 { 0 } else { left_ms(until) };
             match kernel_part(out, n, t, kernel) {

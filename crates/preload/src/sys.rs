@@ -110,6 +110,9 @@ real! {
     fn dup2(fd: c_int, to: c_int) -> c_int;
     fn dup3(fd: c_int, to: c_int, f: c_int) -> c_int;
     fn sendfile(out: c_int, in_fd: c_int, off: *mut libc::off_t, n: size_t) -> ssize_t;
+    fn recvmmsg(fd: c_int, v: *mut libc::mmsghdr, n: core::ffi::c_uint, f: c_int, t: *mut timespec) -> c_int;
+    fn sendmmsg(fd: c_int, v: *mut libc::mmsghdr, n: core::ffi::c_uint, f: c_int) -> c_int;
+    fn pselect(n: c_int, r: *mut fd_set, w: *mut fd_set, x: *mut fd_set, t: *const timespec, m: *const sigset_t) -> c_int;
 }
 
 /// libc's C-variadic `fcntl`, `fcntl64` and `ioctl`, called with the one argument.
@@ -152,6 +155,9 @@ macro_rules! on_fd {
         }
     };
 }
+
+// recvmmsg, sendmmsg.
+mod mmsg;
 
 fn register_hooks() {
     // SAFETY: `route::forked` is an `extern "C" fn()` that only stores an atomic.
@@ -655,11 +661,39 @@ pub unsafe extern "C" fn getpeername(fd: c_int, a: *mut sockaddr, l: *mut sockle
 
 // ---- poll, select ----------------------------------------------------------------------------
 
-/// The kernel's `poll` on a slice.
-fn kernel_poll(fds: &mut [pollfd], timeout: c_int) -> Result<usize, c_int> {
-    // SAFETY: `fds` is a valid, exclusive array of `len` pollfds.
-    let n = unsafe { real::poll(fds.as_mut_ptr(), fds.len() as nfds_t, timeout) };
+/// The kernel's `poll` on a slice, or its `ppoll` with signal mask `mask` when
+/// `masked` and `mask` is not NULL (the mask applied atomically for the wait, as
+/// `ppoll(2)` does).
+fn kernel_poll(
+    fds: &mut [pollfd],
+    timeout: c_int,
+    masked: bool,
+    mask: *const sigset_t,
+) -> Result<usize, c_int> {
+    if fds.is_empty() && (!masked || mask.is_null()) {
+        return Ok(0);
+    }
+    let n = if masked && !mask.is_null() {
+        let ts = (timeout >= 0).then(|| timespec {
+            tv_sec: libc::time_t::from(timeout / 1000),
+            tv_nsec: libc::c_long::from(timeout % 1000) * 1_000_000,
+        });
+        let tp = ts
+            .as_ref()
+            .map_or(core::ptr::null(), |t| t as *const timespec);
+        // SAFETY: `fds` is a valid, exclusive array; `tp` NULL or a timespec on the
+        // stack; `mask` the caller's sigset.
+        unsafe { real::ppoll(fds.as_mut_ptr(), fds.len() as nfds_t, tp, mask) }
+    } else {
+        // SAFETY: `fds` is a valid, exclusive array of `len` pollfds.
+        unsafe { real::poll(fds.as_mut_ptr(), fds.len() as nfds_t, timeout) }
+    };
     usize::try_from(n).map_err(|_| errno())
+}
+
+/// [`kernel_poll`] without a signal mask, for `poll` and `select`.
+fn kernel_poll_plain(fds: &mut [pollfd], timeout: c_int, _masked: bool) -> Result<usize, c_int> {
+    kernel_poll(fds, timeout, false, core::ptr::null())
 }
 
 /// The caller's `(fds, n)` as a slice (`None`: NULL with `n` > 0).
@@ -696,7 +730,7 @@ pub unsafe extern "C" fn poll(fds: *mut pollfd, n: nfds_t, timeout: c_int) -> c_
         // SAFETY: libc reports the fault.
         return unsafe { real::poll(fds, n, timeout) };
     };
-    match route::poll(slice, timeout, &mut kernel_poll) {
+    match route::poll(slice, timeout, &mut kernel_poll_plain) {
         Some(r) => ret_count(r),
         // SAFETY: the caller's arguments.
         None => unsafe { real::poll(fds, n, timeout) },
@@ -722,8 +756,11 @@ pub unsafe extern "C" fn __poll_chk(
     unsafe { poll(fds, n, timeout) }
 }
 
-/// `ppoll(2)`: with ustack sockets in the array, the signal mask is not applied during
-/// the wait (docs/preload.md); otherwise libc's.
+/// `ppoll(2)`: with ustack sockets in the array, every kernel look made while no ustack
+/// socket is ready (the sleep included) is the kernel's `ppoll` with the caller's mask,
+/// which applies it atomically: a signal it unblocks, pending before the call or arriving
+/// during it, ends the call with `EINTR` unless something is ready (docs/preload.md);
+/// otherwise libc's.
 ///
 /// # Safety
 /// As `ppoll(2)`.
@@ -735,41 +772,37 @@ pub unsafe extern "C" fn ppoll(
     m: *const sigset_t,
 ) -> c_int {
     // SAFETY: the caller's timespec, if any.
-    let timeout = match unsafe { t.as_ref() } {
-        None => -1,
-        Some(ts) => {
-            let ms = ts
-                .tv_sec
-                .saturating_mul(1000)
-                .saturating_add((ts.tv_nsec + 999_999) / 1_000_000);
-            c_int::try_from(ms.max(0)).unwrap_or(c_int::MAX)
-        }
+    let timeout = match unsafe { timespec_limit(t) } {
+        Ok(limit) => timeout_ms(limit),
+        Err(e) => return fail(e),
     };
     // SAFETY: the caller's array.
     let Some(slice) = (unsafe { pollfds(fds, n) }) else {
         // SAFETY: libc reports the fault.
         return unsafe { real::ppoll(fds, n, t, m) };
     };
-    match route::poll(slice, timeout, &mut kernel_poll) {
+    let mut kernel = |f: &mut [pollfd], t: c_int, masked: bool| kernel_poll(f, t, masked, m);
+    match route::poll(slice, timeout, &mut kernel) {
         Some(r) => ret_count(r),
         // SAFETY: the caller's arguments.
         None => unsafe { real::ppoll(fds, n, t, m) },
     }
 }
 
-/// `select(2)`: with ustack sockets in a set, done as a `poll` (the timeout is not
-/// updated); otherwise libc's.
+/// `select`/`pselect` with ustack sockets in a set, done as a `poll` of `timeout` ms
+/// (`mask`: `pselect`'s, applied as by [`ppoll`]). `None`: no ustack socket in the sets
+/// (the caller makes libc's call).
 ///
 /// # Safety
-/// As `select(2)`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn select(
+/// `r`, `w`, `x` NULL or the caller's fd_sets; `mask` NULL or a sigset.
+unsafe fn select_mixed(
     nfds: c_int,
     r: *mut fd_set,
     w: *mut fd_set,
     x: *mut fd_set,
-    t: *mut timeval,
-) -> c_int {
+    timeout: c_int,
+    mask: *const sigset_t,
+) -> Option<c_int> {
     let n = usize::try_from(nfds).unwrap_or(0).min(libc::FD_SETSIZE);
     let bits = |s: *mut fd_set| -> Vec<bool> {
         if s.is_null() {
@@ -782,22 +815,10 @@ pub unsafe extern "C" fn select(
     };
     let (rb, wb, xb) = (bits(r), bits(w), bits(x));
     let mut fds = route::select_to_poll(n, &rb, &wb, &xb);
-    // SAFETY: the caller's timeval, if any.
-    let timeout = match unsafe { t.as_ref() } {
-        None => -1,
-        Some(tv) => {
-            let ms = tv
-                .tv_sec
-                .saturating_mul(1000)
-                .saturating_add((tv.tv_usec + 999) / 1000);
-            c_int::try_from(ms.max(0)).unwrap_or(c_int::MAX)
-        }
-    };
-    match route::poll(&mut fds, timeout, &mut kernel_poll) {
-        // SAFETY: the caller's arguments.
-        None => unsafe { real::select(nfds, r, w, x, t) },
-        Some(Err(e)) => fail(e),
-        Some(Ok(_)) => {
+    let mut kernel = |f: &mut [pollfd], t: c_int, masked: bool| kernel_poll(f, t, masked, mask);
+    Some(match route::poll(&mut fds, timeout, &mut kernel)? {
+        Err(e) => fail(e),
+        Ok(_) => {
             let mut count = 0;
             for s in [r, w, x] {
                 if !s.is_null() {
@@ -807,7 +828,7 @@ pub unsafe extern "C" fn select(
             }
             for p in &fds {
                 if p.revents & libc::POLLNVAL != 0 {
-                    return fail(libc::EBADF);
+                    return Some(fail(libc::EBADF));
                 }
                 let (rr, ww, xx) = route::poll_to_select(p);
                 for (on, s) in [(rr, r), (ww, w), (xx, x)] {
@@ -820,6 +841,95 @@ pub unsafe extern "C" fn select(
             }
             count
         }
+    })
+}
+
+/// A timeout given as a `timespec` (`ppoll`, `pselect`, `recvmmsg`): `None` for NULL (no
+/// limit), `EINVAL` for a negative or unnormalized one (Linux `poll_select_set_timeout`).
+///
+/// # Safety
+/// `t` is NULL or a readable timespec.
+unsafe fn timespec_limit(t: *const timespec) -> Result<Option<core::time::Duration>, c_int> {
+    // SAFETY: per the contract.
+    match unsafe { t.as_ref() } {
+        None => Ok(None),
+        Some(ts) if ts.tv_sec < 0 || !(0..1_000_000_000).contains(&ts.tv_nsec) => Err(libc::EINVAL),
+        Some(ts) => Ok(Some(core::time::Duration::new(
+            u64::try_from(ts.tv_sec).unwrap_or(0),
+            u32::try_from(ts.tv_nsec).unwrap_or(0),
+        ))),
+    }
+}
+
+/// Milliseconds of a timeout, rounded up (`None`: -1, no limit).
+fn timeout_ms(t: Option<core::time::Duration>) -> c_int {
+    t.map_or(-1, |d| {
+        c_int::try_from(d.as_micros().div_ceil(1000)).unwrap_or(c_int::MAX)
+    })
+}
+
+/// `select(2)`: with ustack sockets in a set, done as a `poll`; the timeout is then
+/// updated with the time left, as Linux's `poll_select_finish` does (zero once it ran
+/// out); otherwise libc's.
+///
+/// # Safety
+/// As `select(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn select(
+    nfds: c_int,
+    r: *mut fd_set,
+    w: *mut fd_set,
+    x: *mut fd_set,
+    t: *mut timeval,
+) -> c_int {
+    // SAFETY: the caller's timeval, if any.
+    let limit = unsafe { t.as_ref() }.map(|tv| {
+        let us = i128::from(tv.tv_sec) * 1_000_000 + i128::from(tv.tv_usec);
+        core::time::Duration::from_micros(u64::try_from(us.max(0)).unwrap_or(u64::MAX))
+    });
+    let start = std::time::Instant::now();
+    // SAFETY: the caller's sets; no mask.
+    match unsafe { select_mixed(nfds, r, w, x, timeout_ms(limit), core::ptr::null()) } {
+        // SAFETY: the caller's arguments.
+        None => unsafe { real::select(nfds, r, w, x, t) },
+        Some(ret) => {
+            let e = errno();
+            // SAFETY: the caller's timeval, if any.
+            if let (Some(tv), Some(limit)) = (unsafe { t.as_mut() }, limit) {
+                let left = route::time_left(limit, start.elapsed());
+                tv.tv_sec = libc::time_t::try_from(left.as_secs()).unwrap_or(libc::time_t::MAX);
+                tv.tv_usec = libc::suseconds_t::from(left.subsec_micros());
+            }
+            set_errno(e);
+            ret
+        }
+    }
+}
+
+/// `pselect(2)`: with ustack sockets in a set, done as a [`ppoll`] with the caller's mask
+/// (the timeout is `const`: not updated); otherwise libc's.
+///
+/// # Safety
+/// As `pselect(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pselect(
+    nfds: c_int,
+    r: *mut fd_set,
+    w: *mut fd_set,
+    x: *mut fd_set,
+    t: *const timespec,
+    m: *const sigset_t,
+) -> c_int {
+    // SAFETY: the caller's timespec, if any.
+    let limit = match unsafe { timespec_limit(t) } {
+        Ok(limit) => limit,
+        Err(e) => return fail(e),
+    };
+    // SAFETY: the caller's sets and mask.
+    match unsafe { select_mixed(nfds, r, w, x, timeout_ms(limit), m) } {
+        // SAFETY: the caller's arguments.
+        None => unsafe { real::pselect(nfds, r, w, x, t, m) },
+        Some(ret) => ret,
     }
 }
 

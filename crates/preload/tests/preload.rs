@@ -124,6 +124,16 @@ fn a_c_program_on_ustack_by_ld_preload() {
         .stderr(Stdio::null())
         .spawn()
         .expect("starting the kernel's echo");
+    // The kernel's UDP echo (recvmmsg/sendmmsg on a ustack datagram socket).
+    let udp_echo = ns
+        .command(
+            Duration::from_secs(90),
+            &["socat", "UDP-RECVFROM:7,bind=192.0.2.1,fork", "PIPE"],
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starting the kernel's UDP echo");
     // The kernel's client of the program's server: retried until the program listens.
     let client = ns
         .command(
@@ -151,6 +161,7 @@ fn a_c_program_on_ustack_by_ld_preload() {
     let (cout, _) = finish(client, Duration::from_secs(30), "the kernel's client");
     // TERM to its `timeout`, which passes it to socat and the children it forked.
     let _ = finish(echo, Duration::ZERO, "the kernel's echo");
+    let _ = finish(udp_echo, Duration::ZERO, "the kernel's UDP echo");
     let stdout = text(&out.stdout);
     assert!(
         out.status.success() && !timed_out,
@@ -809,4 +820,259 @@ fn a_program_that_exits_right_after_writing_has_every_byte_delivered() {
         text(&rout.stderr),
         text(&out.stderr)
     );
+}
+
+// ---- clients under the preload against kernel servers; memcached (issue 17, pcalls) ------
+
+/// A kernel server in the rig's namespace, on 192.0.2.1 (`argv`, bounded): started.
+fn kernel_server(ns: &NetNs, argv: &[&str]) -> Child {
+    ns.command(Duration::from_secs(60), argv)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting the kernel's {}: {e}", argv[0]))
+}
+
+/// A program under the preload, bounded (`secs`), its stdin from `input` and its stdout
+/// to `output`: retried every 100 ms (up to 10 s) while the kernel's server does not
+/// listen yet (`Connection refused` on its stderr). Its output and stderr at the end.
+fn client_until_served(
+    ns: &NetNs,
+    argv: &[&str],
+    input: Option<&Path>,
+    output: &Path,
+    secs: u32,
+) -> (Output, String) {
+    let mut last = String::new();
+    for _ in 0..100 {
+        let mut cmd = bounded(secs);
+        cmd.args(argv);
+        preloaded(&mut cmd, ns);
+        let stdin = match input {
+            Some(p) => Stdio::from(std::fs::File::open(p).expect("the input")),
+            None => Stdio::null(),
+        };
+        let child = cmd
+            .stdin(stdin)
+            .stdout(std::fs::File::create(output).expect("the output"))
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {} under the preload: {e}", argv[0]));
+        let (out, _) = finish(child, Duration::from_secs(u64::from(secs) + 5), argv[0]);
+        last = text(&out.stderr);
+        if out.status.success() || !last.to_lowercase().contains("refused") {
+            return (out, last);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!(
+        "`{}` never got past `Connection refused`: {last}",
+        argv.join(" ")
+    );
+}
+
+/// curl and socat, unmodified, as clients on ustack of kernel servers over TUN: curl
+/// fetches a 4 MiB file from the kernel's HTTP server (socat answering with a prepared
+/// response) and gets it byte for byte; socat sends 1 MiB to the kernel's echo and gets
+/// every byte back, and a datagram to the kernel's UDP echo and its answer.
+#[test]
+fn curl_and_socat_as_clients_over_ustack() {
+    let test = "curl_and_socat_as_clients_over_ustack";
+    if !root_and_tools(test, &["curl", "socat"]) {
+        return;
+    }
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("preload-clients");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("the test's directory");
+    let body: Vec<u8> = (0..4usize << 20)
+        .map(|i| ((i * 89 + i / 1021) & 0xff) as u8)
+        .collect();
+    let mut response = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    response.extend_from_slice(&body);
+    let resp = dir.join("response");
+    std::fs::write(&resp, &response).expect("the HTTP response");
+    let ns = rig();
+    let serve = format!("SYSTEM:cat {}", resp.display());
+    let http = kernel_server(
+        &ns,
+        &[
+            "socat",
+            "TCP-LISTEN:8081,bind=192.0.2.1,reuseaddr,fork",
+            &serve,
+        ],
+    );
+    let echo = kernel_server(
+        &ns,
+        &[
+            "socat",
+            "TCP-LISTEN:7,bind=192.0.2.1,reuseaddr,fork",
+            "PIPE",
+        ],
+    );
+    let udp_echo = kernel_server(
+        &ns,
+        &["socat", "UDP-RECVFROM:7,bind=192.0.2.1,fork", "PIPE"],
+    );
+    let result = std::panic::catch_unwind(|| {
+        // A datagram to the kernel's UDP echo and its answer.
+        let line = dir.join("udp.in");
+        std::fs::write(&line, "a datagram\n").expect("the datagram");
+        let output = dir.join("udp.out");
+        let udp = ["socat", "-t", "1", "-", "UDP:192.0.2.1:7"];
+        let (out, err) = client_until_served(&ns, &udp, Some(&line), &output, 10);
+        assert!(
+            out.status.success(),
+            "socat (UDP) failed ({}): {err}",
+            out.status
+        );
+        let back = std::fs::read_to_string(&output).expect("socat's output");
+        assert_eq!(back, "a datagram\n", "the UDP echo: {err}");
+
+        let got = dir.join("got.bin");
+        let g = got.to_str().expect("a UTF-8 path");
+        let url = "http://192.0.2.1:8081/big.bin";
+        let curl = ["curl", "-sS", "-m", "25", "-o", g, url];
+        let (out, err) = client_until_served(&ns, &curl, None, &dir.join("curl.out"), 30);
+        assert!(out.status.success(), "curl failed ({}): {err}", out.status);
+        let back = std::fs::read(&got).expect("curl's copy");
+        assert_eq!(back.len(), body.len(), "bytes curl got");
+        assert!(
+            back == body,
+            "curl's copy differs from what the kernel served"
+        );
+
+        let data: Vec<u8> = (0..1usize << 20)
+            .map(|i| ((i * 7 + i / 331) & 0xff) as u8)
+            .collect();
+        let input = dir.join("echo.in");
+        std::fs::write(&input, &data).expect("the input");
+        let output = dir.join("echo.out");
+        let (out, err) = client_until_served(
+            &ns,
+            &["socat", "-t", "10", "-", "TCP:192.0.2.1:7"],
+            Some(&input),
+            &output,
+            30,
+        );
+        assert!(out.status.success(), "socat failed ({}): {err}", out.status);
+        let back = std::fs::read(&output).expect("socat's output");
+        assert_eq!(back.len(), data.len(), "bytes echoed: {err}");
+        assert!(back == data, "the echo differs from what socat sent");
+    });
+    let _ = finish(http, Duration::ZERO, "the kernel's HTTP server");
+    let _ = finish(echo, Duration::ZERO, "the kernel's echo");
+    let _ = finish(udp_echo, Duration::ZERO, "the kernel's UDP echo");
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+}
+
+/// A counter of memcached's `stats` (`STAT name value` lines).
+fn memcached_stat(stats: &str, name: &str) -> Option<u64> {
+    stats.lines().find_map(|l| {
+        let mut w = l.split_whitespace();
+        (w.next() == Some("STAT") && w.next() == Some(name))
+            .then(|| w.next()?.parse().ok())
+            .flatten()
+    })
+}
+
+/// memcached, unmodified, on ustack: from the kernel's side memccp stores a 100 KB value
+/// and memccat reads it back byte for byte, then memcslap sets and gets 4 x 2,000 keys
+/// from 4 threads; memcached's own counters show every set and get reached it (and
+/// every get hit).
+#[test]
+fn memcached_serves_memcslap_over_ustack() {
+    let test = "memcached_serves_memcslap_over_ustack";
+    if !root_and_tools(
+        test,
+        &["memcached", "memccp", "memccat", "memcslap", "socat"],
+    ) {
+        return;
+    }
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("preload-memcached");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("the test's directory");
+    let value: Vec<u8> = (0..100_000usize)
+        .map(|i| ((i * 37 + i / 253) & 0xff) as u8)
+        .collect();
+    let key = dir.join("value100k");
+    std::fs::write(&key, &value).expect("the value");
+    let ns = rig();
+    let mut cmd = bounded(90);
+    // One worker thread; `-u root`: memcached refuses root without -u (it stays root,
+    // which the TUN needs).
+    cmd.args("memcached -u root -l 0.0.0.0 -p 11211 -t 1 -U 0".split(' '));
+    let server = start_preloaded(cmd, &ns, "memcached");
+    let servers = "--servers=192.0.2.2:11211";
+    let stats = || -> String {
+        let out = in_ns(
+            &ns,
+            Duration::from_secs(10),
+            &[
+                "sh",
+                "-c",
+                "printf 'stats\\r\\nquit\\r\\n' | socat -t 5 - TCP:192.0.2.2:11211",
+            ],
+        );
+        text(&out.stdout)
+    };
+    let result = std::panic::catch_unwind(|| {
+        until_answers(
+            &ns,
+            &[
+                "sh",
+                "-c",
+                "printf 'version\\r\\nquit\\r\\n' | socat -t 2 - TCP:192.0.2.2:11211 | cut -c1-8",
+            ],
+            "VERSION \n",
+        );
+        in_ns(
+            &ns,
+            Duration::from_secs(20),
+            &["memccp", servers, key.to_str().expect("UTF-8")],
+        );
+        let back = dir.join("back");
+        let file = format!("--file={}", back.display());
+        in_ns(
+            &ns,
+            Duration::from_secs(20),
+            &["memccat", servers, &file, "value100k"],
+        );
+        let got = std::fs::read(&back).expect("memccat's copy");
+        assert_eq!(got.len(), value.len(), "bytes of the value read back");
+        assert!(got == value, "the value read back differs");
+        let before = stats();
+        for t in ["set", "get"] {
+            in_ns(
+                &ns,
+                Duration::from_secs(60),
+                &[
+                    "memcslap",
+                    servers,
+                    "--test",
+                    t,
+                    "--concurrency=4",
+                    "--execute-number=2000",
+                ],
+            );
+        }
+        let after = stats();
+        let diff = |name: &str| {
+            let a = memcached_stat(&after, name).unwrap_or_else(|| panic!("{name}: {after}"));
+            let b = memcached_stat(&before, name).unwrap_or_else(|| panic!("{name}: {before}"));
+            a - b
+        };
+        // The set run: 4 x 2,000 sets; the get run loads its 2,000 keys, then 4 x 2,000 gets.
+        assert!(diff("cmd_set") >= 10_000, "sets: {}", diff("cmd_set"));
+        assert!(diff("cmd_get") >= 8_000, "gets: {}", diff("cmd_get"));
+        assert_eq!(diff("get_hits"), diff("cmd_get"), "every get hits");
+    });
+    stop_server(server, "memcached", result);
 }

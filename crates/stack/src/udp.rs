@@ -444,6 +444,25 @@ impl Stack {
         Ok((n, v4(from)?))
     }
 
+    /// `recv(MSG_PEEK)` on a socket of either family: copy the oldest datagram (at most
+    /// `buf.len()` bytes) and its sender without taking it: the next receive returns it
+    /// again (Linux `udp_recvmsg` with `MSG_PEEK`, which leaves the skb queued and does not
+    /// count it in `InDatagrams`). A pending error first, taken, as a receive.
+    pub fn udp_peek_from(
+        &mut self,
+        h: UdpHandle,
+        buf: &mut [u8],
+    ) -> Result<(usize, SocketAddr), Error> {
+        let socket = self.udp.get_mut(h).ok_or(Error::BadHandle)?;
+        if let Some(e) = socket.error.take() {
+            return Err(e);
+        }
+        let (from, data) = socket.rx.front().ok_or(Error::WouldBlock)?;
+        let n = data.len().min(buf.len());
+        buf[..n].copy_from_slice(&data[..n]);
+        Ok((n, *from))
+    }
+
     /// Take the oldest datagram of a socket of either family, as
     /// [`udp_recv_from`](Self::udp_recv_from).
     pub fn udp_recv_from_addr(

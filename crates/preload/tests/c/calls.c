@@ -439,16 +439,22 @@ static void *kernel_echo(void *arg) {
 
 static struct sockaddr_in6 kernel_echo_addr;
 
+/* A kernel socket of `type` bound to IPv6 loopback, its address in `a`. */
+static int loopback6(int type, struct sockaddr_in6 *a) {
+    int s = socket(AF_INET6, type, 0);
+    CHECK(s > 2);
+    memset(a, 0, sizeof *a);
+    a->sin6_family = AF_INET6;
+    a->sin6_addr = in6addr_loopback;
+    CHECK(bind(s, (struct sockaddr *)a, sizeof *a) == 0);
+    socklen_t len = sizeof *a;
+    CHECK(getsockname(s, (struct sockaddr *)a, &len) == 0);
+    return s;
+}
+
 static void start_kernel_echo(void) {
     static int l;
-    l = socket(AF_INET6, SOCK_STREAM, 0);
-    CHECK(l > 2);
-    memset(&kernel_echo_addr, 0, sizeof kernel_echo_addr);
-    kernel_echo_addr.sin6_family = AF_INET6;
-    kernel_echo_addr.sin6_addr = in6addr_loopback;
-    CHECK(bind(l, SA(kernel_echo_addr), sizeof kernel_echo_addr) == 0);
-    socklen_t len = sizeof kernel_echo_addr;
-    CHECK(getsockname(l, SA(kernel_echo_addr), &len) == 0);
+    l = loopback6(SOCK_STREAM, &kernel_echo_addr);
     CHECK(listen(l, 8) == 0);
     pthread_t t;
     CHECK(pthread_create(&t, NULL, kernel_echo, &l) == 0);
@@ -867,9 +873,388 @@ static void side_by_side(void) {
     listeners_side_by_side();
 }
 
+
+/* ---- recvmmsg/sendmmsg, MSG_PEEK, MSG_OOB, epoll of dup'd descriptors, ppoll/pselect's
+ * signal mask, select's timeout: side by side as above (tests/preload.rs adds a UDP echo on
+ * 192.0.2.1:7; the kernel's UDP peer is an echo thread on IPv6 loopback). */
+
+/* sendmmsg of "mm1;" "mm2;" "mm3;" on a stream, echoed, read back by one recvmmsg with
+ * MSG_WAITFORONE into four 4-byte messages: 3 (the fourth finds nothing), each msg_len 4
+ * and in order. The result: sent * 100 + received * 10 + (1 if all matched). */
+static long mmsg_stream(int fd) {
+    struct mmsghdr m[4];
+    struct iovec iv[4];
+    char in[4][4];
+    const char *out[3] = {"mm1;", "mm2;", "mm3;"};
+    memset(m, 0, sizeof m);
+    for (int i = 0; i < 3; i++) {
+        iv[i] = (struct iovec){(void *)out[i], 4};
+        m[i].msg_hdr.msg_iov = &iv[i];
+        m[i].msg_hdr.msg_iovlen = 1;
+    }
+    int sent = sendmmsg(fd, m, 3, MSG_NOSIGNAL);
+    if (sent != 3 || m[0].msg_len != 4 || m[2].msg_len != 4) return -2;
+    if (readable(fd, 12) != 12) return -3;
+    memset(m, 0, sizeof m);
+    for (int i = 0; i < 4; i++) {
+        iv[i] = (struct iovec){in[i], 4};
+        m[i].msg_hdr.msg_iov = &iv[i];
+        m[i].msg_hdr.msg_iovlen = 1;
+    }
+    int got = recvmmsg(fd, m, 4, MSG_WAITFORONE, NULL);
+    if (got < 0) return -1;
+    int ok = got == 3;
+    for (int i = 0; i < got && i < 3; i++)
+        ok = ok && m[i].msg_len == 4 && memcmp(in[i], out[i], 4) == 0;
+    return sent * 100 + got * 10 + ok;
+}
+
+/* A non-blocking sendmmsg of three 4 MiB messages: the first is taken in part (the send
+ * buffer fills), which counts and ends the call: 1, its msg_len short of 4 MiB; the echo
+ * of what went is read back whole. The result: count * 10 + (1 if the length was short
+ * and the echo matched). */
+static long mmsg_partial(int fd) {
+    static char big[3][4 << 20], back[4 << 20];
+    struct mmsghdr m[3];
+    struct iovec iv[3];
+    memset(m, 0, sizeof m);
+    for (int i = 0; i < 3; i++) {
+        for (size_t j = 0; j < sizeof big[i]; j++) big[i][j] = (char)(j * 13 + j / 257 + i);
+        iv[i] = (struct iovec){big[i], sizeof big[i]};
+        m[i].msg_hdr.msg_iov = &iv[i];
+        m[i].msg_hdr.msg_iovlen = 1;
+    }
+    if (fcntl(fd, F_SETFL, O_NONBLOCK) != 0) return -2;
+    int n = sendmmsg(fd, m, 3, MSG_NOSIGNAL);
+    if (fcntl(fd, F_SETFL, 0) != 0) return -3;
+    if (n < 0) return -1;
+    size_t len = m[0].msg_len, got = 0;
+    while (got < len) {
+        ssize_t r = read(fd, back + got, len - got);
+        if (r <= 0) return -4;
+        got += (size_t)r;
+    }
+    return n * 10 + (len > 0 && len < sizeof big[0] && memcmp(back, big[0], len) == 0);
+}
+
+/* recvmmsg's timeout: 12 bytes there, three 4-byte messages asked for. A zero timeout
+ * ends the call after the first message (Linux looks at it after each one); a long one is
+ * written back with the time left (0.5 to 5 s of 5 s). Then an invalid timespec (EINVAL)
+ * and vlen 0. Each step a digit. */
+static long mmsg_timeout(int fd) {
+    struct mmsghdr m[3];
+    struct iovec iv[3];
+    char in[3][4];
+    memset(m, 0, sizeof m);
+    for (int i = 0; i < 3; i++) {
+        iv[i] = (struct iovec){in[i], 4};
+        m[i].msg_hdr.msg_iov = &iv[i];
+        m[i].msg_hdr.msg_iovlen = 1;
+    }
+    if (write(fd, "t1;t2;t3;t4;", 12) != 12 || readable(fd, 12) != 12) return -2;
+    struct timespec zero = {0, 0};
+    long r = recvmmsg(fd, m, 3, 0, &zero);
+    struct timespec t = {5, 0};
+    r = r * 10 + recvmmsg(fd, m, 3, MSG_DONTWAIT, &t); /* 2: the rest */
+    r = r * 10 + (t.tv_sec < 5 && (t.tv_sec >= 1 || t.tv_nsec >= 500000000));
+    struct timespec bad = {0, -1};
+    errno = 0;
+    r = r * 10 + (recvmmsg(fd, m, 3, 0, &bad) == -1 && errno == EINVAL);
+    r = r * 10 + (recvmmsg(fd, m, 0, 0, NULL) == 0);
+    errno = 0;
+    r = r * 10 + (recvmmsg(fd, m, 3, MSG_DONTWAIT, NULL) == -1 && errno == EAGAIN);
+    return r;
+}
+
+/* MSG_PEEK on a stream: the bytes stay for the next read. */
+static long peeks(int fd) {
+    char b[16];
+    if (write(fd, "peek;more", 9) != 9 || readable(fd, 9) != 9) return -2;
+    long r = recv(fd, b, 5, MSG_PEEK);
+    if (r != 5 || memcmp(b, "peek;", 5) != 0) return -3;
+    if (readable(fd, 9) != 9) return -4; /* still all there */
+    struct iovec iv = {b, 16};
+    struct msghdr m;
+    memset(&m, 0, sizeof m);
+    m.msg_iov = &iv;
+    m.msg_iovlen = 1;
+    r = r * 100 + recvmsg(fd, &m, MSG_PEEK | MSG_DONTWAIT);
+    if (memcmp(b, "peek;more", 9) != 0) return -5;
+    r = r * 100 + recv(fd, b, 9, MSG_PEEK | MSG_WAITALL);
+    r = r * 100 + read(fd, b, 9);
+    if (memcmp(b, "peek;more", 9) != 0) return -6;
+    errno = 0;
+    r = r * 10 + (recv(fd, b, 4, MSG_PEEK | MSG_DONTWAIT) == -1 && errno == EAGAIN);
+    return r;
+}
+
+/* MSG_OOB: "urg!" sent urgent: the peer (the kernel, not SO_OOBINLINE) takes "!" out of
+ * the stream, so only "urg" is echoed. recv(MSG_OOB) with no urgent byte: EINVAL. */
+static long oob(int fd) {
+    char b[8];
+    errno = 0;
+    long r = recv(fd, b, 1, MSG_OOB | MSG_DONTWAIT) == -1 && errno == EINVAL;
+    r = r * 10 + send(fd, "urg!", 4, MSG_OOB | MSG_NOSIGNAL);
+    if (readable(fd, 3) != 3) return -2;
+    usleep(200000); /* the "!" would have come back by now */
+    if (readable(fd, 3) != 3) return -3;
+    r = r * 10 + read(fd, b, 3);
+    return memcmp(b, "urg", 3) == 0 ? r : -4;
+}
+
+/* Two descriptors of one socket (dup) in one epoll set: each its own registration (Linux
+ * keys on file and number); the same descriptor twice is EEXIST. */
+static long epoll_dup(int fd) {
+    int ep = epoll_create1(EPOLL_CLOEXEC), d = dup(fd);
+    if (ep < 0 || d < 0) return -2;
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = 1}, out[4];
+    long r = epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) == 0;
+    errno = 0;
+    r = r * 10 + (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) == -1 && errno == EEXIST);
+    ev.data.u64 = 2;
+    r = r * 10 + (epoll_ctl(ep, EPOLL_CTL_ADD, d, &ev) == 0);
+    errno = 0;
+    r = r * 10 + (epoll_ctl(ep, EPOLL_CTL_ADD, d, &ev) == -1 && errno == EEXIST);
+    if (write(fd, "d", 1) != 1 || readable(fd, 1) != 1) return -3;
+    int n = epoll_wait(ep, out, 4, 5000);
+    r = r * 10 + n;
+    r = r * 10 + (n == 2 && out[0].data.u64 + out[1].data.u64 == 3);
+    ev.events = EPOLLOUT;
+    ev.data.u64 = 5;
+    r = r * 10 + (epoll_ctl(ep, EPOLL_CTL_MOD, d, &ev) == 0);
+    r = r * 10 + (epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL) == 0);
+    errno = 0;
+    r = r * 10 + (epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL) == -1 && errno == ENOENT);
+    n = epoll_wait(ep, out, 4, 5000);
+    r = r * 10 + (n == 1 && out[0].data.u64 == 5 && out[0].events == EPOLLOUT);
+    char b[1];
+    if (read(fd, b, 1) != 1) return -4;
+    close(d);
+    close(ep);
+    return r;
+}
+
+/* poll over two descriptors of one socket asking different events: the echo of a byte
+ * wakes the wait for the one that asked POLLIN (not only at the timeout). */
+static long poll_dup(int fd) {
+    int d = dup(fd);
+    if (d < 0 || write(fd, "q", 1) != 1) return -2;
+    struct pollfd p[2] = {{.fd = fd, .events = POLLPRI}, {.fd = d, .events = POLLIN}};
+    double t0 = now_ms();
+    int n = poll(p, 2, 3000);
+    double waited = now_ms() - t0;
+    char b[1];
+    if (read(fd, b, 1) != 1 || close(d) != 0) return -3;
+    return n * 100 + (p[0].revents == 0) * 10 + (p[1].revents == POLLIN && waited < 1500);
+}
+
+static volatile sig_atomic_t usr1_seen;
+static void on_usr1(int sig) { (void)sig; usr1_seen++; }
+static pthread_t main_thread;
+
+static void *usr1_later(void *arg) {
+    (void)arg;
+    usleep(150000);
+    pthread_kill(main_thread, SIGUSR1);
+    return NULL;
+}
+
+/* ppoll and pselect with SIGUSR1 blocked and unblocked by their mask, on a socket with
+ * nothing to read: a signal pending before the call ends it at once with EINTR (the
+ * handler run), one sent during the wait too; the caller's own mask (SIGUSR1 blocked)
+ * leaves it pending: a 100 ms timeout, then 0. With the socket readable, the ready count
+ * wins over a pending signal. select's timeout is written back: zero after a timeout,
+ * the time left after an early return. Each step a digit. */
+static long sigmasks(int fd) {
+    sigset_t block, shut, open_, old;
+    sigemptyset(&block);
+    sigaddset(&block, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &block, &old);
+    pthread_sigmask(SIG_BLOCK, NULL, &shut); /* SIGUSR1 blocked */
+    open_ = shut;
+    sigdelset(&open_, SIGUSR1);
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    struct timespec two = {2, 0}, tenth = {0, 100000000};
+    fd_set r;
+    long res = 0;
+    /* pending before */
+    usr1_seen = 0;
+    raise(SIGUSR1);
+    double t0 = now_ms();
+    errno = 0;
+    res = res * 10 + (ppoll(&p, 1, &two, &open_) == -1 && errno == EINTR && usr1_seen == 1);
+    raise(SIGUSR1);
+    FD_ZERO(&r);
+    FD_SET(fd, &r);
+    errno = 0;
+    res = res * 10 + (pselect(fd + 1, &r, NULL, NULL, &two, &open_) == -1 && errno == EINTR &&
+                      usr1_seen == 2);
+    res = res * 10 + (now_ms() - t0 < 1000);
+    /* sent during the wait */
+    pthread_t th;
+    main_thread = pthread_self();
+    pthread_create(&th, NULL, usr1_later, NULL);
+    t0 = now_ms();
+    errno = 0;
+    res = res * 10 + (ppoll(&p, 1, &two, &open_) == -1 && errno == EINTR && usr1_seen == 3);
+    res = res * 10 + (now_ms() - t0 < 1500);
+    pthread_join(th, NULL);
+    pthread_create(&th, NULL, usr1_later, NULL);
+    FD_ZERO(&r);
+    FD_SET(fd, &r);
+    errno = 0;
+    res = res * 10 + (pselect(fd + 1, &r, NULL, NULL, &two, &open_) == -1 && errno == EINTR &&
+                      usr1_seen == 4);
+    pthread_join(th, NULL);
+    /* the caller's mask: stays pending */
+    raise(SIGUSR1);
+    res = res * 10 + (ppoll(&p, 1, &tenth, &shut) == 0 && usr1_seen == 4);
+    /* ready wins over the pending signal */
+    if (write(fd, "s", 1) != 1 || readable(fd, 1) != 1) return -2;
+    res = res * 10 + (ppoll(&p, 1, &two, &open_) == 1 && usr1_seen == 4);
+    pthread_sigmask(SIG_SETMASK, &old, NULL); /* delivered now */
+    res = res * 10 + (usr1_seen == 5);
+    /* select's timeout: the time left */
+    FD_ZERO(&r);
+    FD_SET(fd, &r);
+    struct timeval tv = {5, 0};
+    res = res * 10 + select(fd + 1, &r, NULL, NULL, &tv);
+    res = res * 10 + (tv.tv_sec < 5 && tv.tv_sec >= 1);
+    char b[1];
+    if (read(fd, b, 1) != 1) return -3;
+    FD_ZERO(&r);
+    FD_SET(fd, &r);
+    tv = (struct timeval){0, 150000};
+    res = res * 10 + (select(fd + 1, &r, NULL, NULL, &tv) == 0 && tv.tv_sec == 0 && tv.tv_usec == 0);
+    /* an invalid timespec */
+    struct timespec bad = {0, 1000000000};
+    errno = 0;
+    res = res * 10 + (ppoll(&p, 1, &bad, &open_) == -1 && errno == EINVAL);
+    errno = 0;
+    res = res * 10 + (pselect(fd + 1, &r, NULL, NULL, &bad, &open_) == -1 && errno == EINVAL);
+    return res;
+}
+
+/* The kernel's UDP echo: an IPv6 loopback socket answering each datagram. */
+static void *kernel_udp_echo(void *arg) {
+    int s = *(int *)arg;
+    for (;;) {
+        char b[2048];
+        struct sockaddr_in6 from;
+        socklen_t len = sizeof from;
+        ssize_t n = recvfrom(s, b, sizeof b, 0, SA(from), &len);
+        if (n < 0) return NULL;
+        sendto(s, b, (size_t)n, 0, SA(from), len);
+    }
+}
+
+/* sendmmsg of three datagrams to the echo, recvmmsg of them back (MSG_WAITFORONE, five
+ * slots, until three came: the echo may answer in any order): each one, whole, with a
+ * sender's address of the socket's family. The result: sent * 100 + received * 10 + ok. */
+static long mmsg_dgram(int fd) {
+    const char *out[3] = {"one", "two!", "three"};
+    struct mmsghdr m[5];
+    struct iovec iv[5];
+    char in[5][16];
+    struct sockaddr_storage from[5];
+    memset(m, 0, sizeof m);
+    for (int i = 0; i < 3; i++) {
+        iv[i] = (struct iovec){(void *)out[i], strlen(out[i])};
+        m[i].msg_hdr.msg_iov = &iv[i];
+        m[i].msg_hdr.msg_iovlen = 1;
+    }
+    int sent = sendmmsg(fd, m, 3, 0);
+    if (sent != 3 || m[1].msg_len != 4 || m[2].msg_len != 5) return -2;
+    int got = 0, seen = 0, ok = 1;
+    while (got < 3) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 5000) != 1) return -3;
+        memset(m, 0, sizeof m);
+        for (int i = 0; i < 5; i++) {
+            iv[i] = (struct iovec){in[i], sizeof in[i]};
+            m[i].msg_hdr.msg_iov = &iv[i];
+            m[i].msg_hdr.msg_iovlen = 1;
+            m[i].msg_hdr.msg_name = &from[i];
+            m[i].msg_hdr.msg_namelen = sizeof from[i];
+        }
+        int n = recvmmsg(fd, m, 5, MSG_WAITFORONE, NULL);
+        if (n < 1) return -4;
+        for (int i = 0; i < n; i++) {
+            int which = -1;
+            for (int j = 0; j < 3; j++)
+                if (m[i].msg_len == strlen(out[j]) && memcmp(in[i], out[j], m[i].msg_len) == 0)
+                    which = j;
+            ok = ok && which >= 0 && !(seen & (1 << which));
+            if (which >= 0) seen |= 1 << which;
+            int fam = ((struct sockaddr *)&from[i])->sa_family;
+            ok = ok && m[i].msg_hdr.msg_namelen ==
+                           (fam == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6));
+        }
+        got += n;
+    }
+    errno = 0;
+    ok = ok && recvmmsg(fd, m, 5, MSG_DONTWAIT, NULL) == -1 && errno == EAGAIN;
+    return sent * 100 + got * 10 + ok;
+}
+
+/* MSG_PEEK on a datagram socket: the datagram stays (a shorter peek cuts it, the whole one
+ * comes next), with its sender; nothing queued: EAGAIN. Each step a digit. */
+static long udp_peek(int fd) {
+    char b[16];
+    struct sockaddr_storage from;
+    socklen_t len = sizeof from;
+    if (send(fd, "peek", 4, 0) != 4) return -2;
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    if (poll(&p, 1, 5000) != 1) return -3;
+    long r = recv(fd, b, 2, MSG_PEEK);
+    r = r * 10 + recvfrom(fd, b, sizeof b, MSG_PEEK, SA(from), &len);
+    int fam = ((struct sockaddr *)&from)->sa_family;
+    r = r * 10 + (len == (fam == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6)));
+    r = r * 10 + recv(fd, b, sizeof b, 0);
+    r = r * 10 + (memcmp(b, "peek", 4) == 0);
+    errno = 0;
+    r = r * 10 + (recv(fd, b, sizeof b, MSG_PEEK | MSG_DONTWAIT) == -1 && errno == EAGAIN);
+    return r;
+}
+
+static void more_side_by_side(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_usr1;
+    CHECK(sigaction(SIGUSR1, &sa, NULL) == 0);
+    int u = ustack_conn(), k = kernel_conn();
+    BOTH(mmsg_stream(X));
+    BOTH(mmsg_partial(X));
+    BOTH(mmsg_timeout(X));
+    BOTH(peeks(X));
+    BOTH(oob(X));
+    BOTH(epoll_dup(X));
+    BOTH(poll_dup(X));
+    BOTH(sigmasks(X));
+    BOTH(close(X));
+    /* Datagrams: ustack's to the kernel's echo over TUN, the kernel's to an IPv6 one. */
+    static int ks;
+    struct sockaddr_in6 a6;
+    ks = loopback6(SOCK_DGRAM, &a6);
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, kernel_udp_echo, &ks) == 0);
+    CHECK(pthread_detach(t) == 0);
+    u = socket(AF_INET, SOCK_DGRAM, 0);
+    k = socket(AF_INET6, SOCK_DGRAM, 0);
+    struct sockaddr_in to = sin4("192.0.2.1", 7);
+    CHECK(connect(u, SA(to), sizeof to) == 0 && connect(k, SA(a6), sizeof a6) == 0);
+    BOTH(mmsg_dgram(X));
+    BOTH(udp_peek(X));
+    /* ustack: MSG_OOB is EOPNOTSUPP as on Linux's IPv4 UDP (`udp_sendmsg`; its IPv6 UDP
+     * takes it). */
+    FAILS(send(u, "x", 1, MSG_OOB), EOPNOTSUPP);
+    BOTH(close(X));
+}
+
 int main(void) {
     errors_side_by_side();
     side_by_side();
+    more_side_by_side();
     int c = client();
     epoll_mixed(c);
     poll_mixed(c);
