@@ -379,6 +379,28 @@ pub(crate) struct Outbound6 {
     pub ports: Option<(u16, u16)>,
 }
 
+/// One IPv6 datagram routed, its header built ([`Stack::ipv6_alloc`]).
+pub(crate) enum Ip6Out {
+    /// Within the path MTU: the frame (L2 headroom, the IPv6 header written), the
+    /// upper-layer payload to write at `frame[l4..]`, then [`Stack::ip6_xmit`] to
+    /// `next_hop`.
+    Whole {
+        frame: Vec<u8>,
+        l4: usize,
+        src: Ipv6Addr,
+        next_hop: Ipv6Addr,
+    },
+    /// Larger than the path MTU: for [`Stack::ipv6_fragment`].
+    Fragments(Ip6Frags),
+}
+
+/// What fragmenting a datagram takes: its header (source chosen), next hop and path MTU.
+pub(crate) struct Ip6Frags {
+    pub repr: ipv6::Repr,
+    next_hop: Ipv6Addr,
+    mtu: usize,
+}
+
 impl Stack {
     /// IPv6 input (Linux `ipv6_rcv` -> `ip6_rcv_core`, `ip6_input_finish`). `l2_multicast`:
     /// the frame came to a link-layer group address.
@@ -768,6 +790,36 @@ impl Stack {
         out: Outbound6,
         fill: impl FnOnce(&mut [u8], Ipv6Addr, Ipv6Addr),
     ) -> Result<(), Error> {
+        match self.ipv6_alloc(now, &out, true)? {
+            Ip6Out::Whole {
+                mut frame,
+                l4,
+                src,
+                next_hop,
+            } => {
+                fill(&mut frame[l4..], src, out.dst);
+                self.ip6_xmit(now, next_hop, frame, out.full_reason);
+                Ok(())
+            }
+            Ip6Out::Fragments(f) => {
+                let mut payload = vec![0u8; out.payload_len];
+                fill(&mut payload, f.repr.src_addr, out.dst);
+                self.ipv6_fragment(now, f, &payload, out.full_reason)
+            }
+        }
+    }
+
+    /// Source, route and header of one IPv6 datagram (the first half of
+    /// [`Stack::ipv6_output`], for a caller that writes its payload in place, as TCP
+    /// does): within the path MTU, a frame from the pool with the header written, the
+    /// payload to go at `frame[l4..]` (its first bytes zeroed, all of them if `zero_all`),
+    /// then [`Stack::ip6_xmit`]; larger, what [`Stack::ipv6_fragment`] needs.
+    pub(crate) fn ipv6_alloc(
+        &mut self,
+        now: Instant,
+        out: &Outbound6,
+        zero_all: bool,
+    ) -> Result<Ip6Out, Error> {
         self.mib.inc(Counter::Ip6OutRequests);
         let src = out.src.or_else(|| self.ip6.select_source(out.dst));
         let (Some(src), Some(next_hop)) = (src, self.ip6.route(out.dst)) else {
@@ -777,7 +829,7 @@ impl Stack {
         let mtu = self.path_mtu6(now, out.dst);
         let l2 = self.l2_len();
         let hop_limit = out.hop_limit.unwrap_or(self.sysctl.ip6_hop_limit as u8);
-        let mut repr = ipv6::Repr {
+        let repr = ipv6::Repr {
             src_addr: src,
             dst_addr: out.dst,
             next_header: out.next_header,
@@ -791,24 +843,53 @@ impl Stack {
                 _ => 0,
             },
         };
-        if ipv6::HEADER_LEN + out.payload_len <= mtu {
-            let mut frame = vec![0u8; l2 + ipv6::HEADER_LEN + out.payload_len];
-            fill(&mut frame[l2 + ipv6::HEADER_LEN..], src, out.dst);
-            repr.emit(&mut ipv6::Packet::new_unchecked(&mut frame[l2..]));
-            self.ip6_xmit(now, next_hop, frame, out.full_reason);
-            return Ok(());
+        if ipv6::HEADER_LEN + out.payload_len > mtu {
+            return Ok(Ip6Out::Fragments(Ip6Frags {
+                repr,
+                next_hop,
+                mtu,
+            }));
         }
-        // RFC 8200 §4.5: fragments of at most the path MTU, each but the last carrying a
-        // multiple of 8 bytes of the fragmentable part (here: the upper-layer payload;
-        // ustack adds no extension headers of its own).
+        let l4 = l2 + ipv6::HEADER_LEN;
+        let len = l4 + out.payload_len;
+        let zeroed = if zero_all {
+            len
+        } else {
+            l4 + out.payload_len.min(60)
+        };
+        let mut frame = self.frame_for(len, zeroed);
+        repr.emit(&mut ipv6::Packet::new_unchecked(&mut frame[l2..]));
+        Ok(Ip6Out::Whole {
+            frame,
+            l4,
+            src,
+            next_hop,
+        })
+    }
+
+    /// RFC 8200 §4.5: `payload` in fragments of at most the path MTU, each but the last
+    /// carrying a multiple of 8 bytes of the fragmentable part (here: the upper-layer
+    /// payload; ustack adds no extension headers of its own).
+    pub(crate) fn ipv6_fragment(
+        &mut self,
+        now: Instant,
+        f: Ip6Frags,
+        payload: &[u8],
+        full_reason: DropReason,
+    ) -> Result<(), Error> {
+        let Ip6Frags {
+            mut repr,
+            next_hop,
+            mtu,
+        } = f;
         let per = (mtu - ipv6::HEADER_LEN - FRAG_HEADER_LEN) & !7;
-        if out.payload_len > 65_535 - FRAG_HEADER_LEN || per == 0 {
+        if payload.len() > 65_535 - FRAG_HEADER_LEN || per == 0 {
             self.mib.drop(DropReason::Ip6PktTooBig);
             return Err(Error::MessageTooLong);
         }
-        let mut payload = vec![0u8; out.payload_len];
-        fill(&mut payload, src, out.dst);
-        let ident = self.ip6.ident.next(src, out.dst);
+        let l2 = self.l2_len();
+        let next_header = repr.next_header;
+        let ident = self.ip6.ident.next(repr.src_addr, repr.dst_addr);
         let count = payload.len().div_ceil(per);
         repr.next_header = IpProtocol::Ipv6Frag;
         for (i, chunk) in payload.chunks(per).enumerate() {
@@ -817,7 +898,7 @@ impl Stack {
             repr.payload_len = FRAG_HEADER_LEN + chunk.len();
             repr.emit(&mut ipv6::Packet::new_unchecked(&mut frame[l2..]));
             FragRepr {
-                next_header: out.next_header,
+                next_header,
                 offset: (i * per) as u16,
                 more_frags: i + 1 < count,
                 ident,
@@ -825,7 +906,7 @@ impl Stack {
             .emit(&mut frame[hdr..]);
             frame[hdr + FRAG_HEADER_LEN..].copy_from_slice(chunk);
             self.mib.inc(Counter::Ip6FragCreates);
-            self.ip6_xmit(now, next_hop, frame, out.full_reason);
+            self.ip6_xmit(now, next_hop, frame, full_reason);
         }
         self.mib.inc(Counter::Ip6FragOKs);
         Ok(())

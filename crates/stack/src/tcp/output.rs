@@ -20,7 +20,7 @@ use super::scoreboard::{RtxQueue, SegFlags};
 use super::sock::Sock;
 use super::tcb::{FourTuple, RecvSeq, SendSeq, Tcb, TcbFlags, Timers};
 use super::{State, TcpHandle};
-use crate::ip::ipv6::Outbound6;
+use crate::ip::ipv6::{Ip6Out, Outbound6};
 use crate::{Stack, Sysctl};
 
 /// The window a SYN or SYN-ACK offers: unscaled there, so at most 65,535
@@ -490,10 +490,10 @@ impl Stack {
     }
 
     /// [`Stack::tcp_emit`] over IPv6 (Linux `inet6_csk_xmit` -> `ip6_xmit`): the segment
-    /// is built with its checksum over the IPv6 pseudo-header (RFC 8200 §8.1; left zero
-    /// under [`crate::Config::checksum_offload`], as over IPv4: both ends of a trusted link
-    /// skip it, as Linux's loopback does for both families), then handed to
-    /// [`Stack::ipv6_output`] from the connection's own address.
+    /// is written, from the connection's own address, into the frame
+    /// [`Stack::ipv6_alloc`] gives, with its checksum over the IPv6 pseudo-header (RFC 8200
+    /// §8.1; left zero under [`crate::Config::checksum_offload`], as over IPv4: both ends
+    /// of a trusted link skip it, as Linux's loopback does for both families).
     #[cold]
     fn tcp_emit6(
         &mut self,
@@ -505,26 +505,47 @@ impl Stack {
         let (SocketAddr::V6(local), SocketAddr::V6(remote)) = self.tcp.addrs(&tuple) else {
             return false;
         };
-        let mut seg = vec![0u8; repr.header_len() + payload.len()];
-        payload.write_segment(&self.tcp, repr, &mut seg);
-        let mut packet = tcp::Packet::new_unchecked(&mut seg[..]);
-        if self.checksum_offload {
-            packet.set_checksum(0);
-        } else {
-            packet.fill_checksum(&IpAddr::V6(*local.ip()), &IpAddr::V6(*remote.ip()));
-        }
-        self.mib.inc(Counter::TcpOutSegs);
         let out = Outbound6 {
             src: Some(*local.ip()),
             dst: *remote.ip(),
             next_header: IpProtocol::Tcp,
-            payload_len: seg.len(),
+            payload_len: repr.header_len() + payload.len(),
             hop_limit: None,
             full_reason: DropReason::DevQueueFull,
             ports: Some((local.port(), remote.port())),
         };
-        self.ipv6_output(now, out, |buf, _, _| buf.copy_from_slice(&seg))
-            .is_ok()
+        let (src, dst) = (IpAddr::V6(*local.ip()), IpAddr::V6(*remote.ip()));
+        let fill = |conns: &super::Tcp, seg: &mut [u8], offload: bool| {
+            payload.write_segment(conns, repr, seg);
+            let mut packet = tcp::Packet::new_unchecked(seg);
+            if offload {
+                packet.set_checksum(0);
+            } else {
+                packet.fill_checksum(&src, &dst);
+            }
+        };
+        // The segment is written into the frame from the pool, as over IPv4; only one
+        // larger than the path MTU (Packet Too Big lowered it under data in flight) goes
+        // through a buffer of its own to be fragmented.
+        match self.ipv6_alloc(now, &out, false) {
+            Ok(Ip6Out::Whole {
+                mut frame,
+                l4,
+                next_hop,
+                ..
+            }) => {
+                fill(&self.tcp, &mut frame[l4..], self.checksum_offload);
+                self.mib.inc(Counter::TcpOutSegs);
+                self.ip6_xmit(now, next_hop, frame, out.full_reason)
+            }
+            Ok(Ip6Out::Fragments(f)) => {
+                let mut seg = vec![0u8; out.payload_len];
+                fill(&self.tcp, &mut seg, self.checksum_offload);
+                self.mib.inc(Counter::TcpOutSegs);
+                self.ipv6_fragment(now, f, &seg, out.full_reason).is_ok()
+            }
+            Err(_) => false,
+        }
     }
 
     /// The window to advertise now, scaled for the header, updating RCV.WND and RCV.WUP
