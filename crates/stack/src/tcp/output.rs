@@ -763,6 +763,11 @@ impl Stack {
     /// §5 step (C): "the TCP MUST NOT send data when cwnd - pipe < 1 SMSS"); in recovery
     /// cwnd is PRR's (RFC 6937).
     pub(crate) fn tcp_output(&mut self, now: Instant, h: TcpHandle) {
+        // Nothing to do (the common case after a segment that brought data and an ACK but
+        // no room, and no reason, to send): one look at the TCB instead of the walk below.
+        if self.tcp.get(h).is_none_or(tcp_output_idle) {
+            return;
+        }
         // Retransmissions found lost again go first (see `tcp_find_lost_retrans`).
         if self
             .tcp
@@ -1285,4 +1290,22 @@ impl Sock<'_> {
         self.arm(now);
         true
     }
+}
+
+/// Whether [`Stack::tcp_output`] has nothing to do for `tcb`: no retransmission found lost
+/// again or waiting, nothing [`Stack::tcp_write_xmit`] could send (its first iteration
+/// stops at once: not synchronized, FIN sent, or nothing unsent and no FIN queued), and no
+/// ACK owed now nor a delayed ACK to arm. The same tests as the full path, in one place.
+#[inline]
+fn tcp_output_idle(tcb: &Tcb) -> bool {
+    if tcb.active.recovery.lost_retrans > 0 || tcb.rtx.next_to_retransmit().is_some() {
+        return false;
+    }
+    let cannot_write = !(tcb.state.is_synchronized() || tcb.state == State::SynReceived)
+        || tcb.flags.has(TcbFlags::FIN_SENT)
+        || (!tcb.flags.has(TcbFlags::FIN_QUEUED)
+            && tcb.sndbuf.len() <= tcb.snd.nxt.diff(tcb.data_start()).max(0) as usize);
+    cannot_write
+        && !tcb.flags.has(TcbFlags::ACK_NOW)
+        && (!tcb.flags.has(TcbFlags::ACK_PENDING) || tcb.timers.delack.is_armed())
 }
