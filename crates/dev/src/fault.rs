@@ -447,7 +447,23 @@ impl FaultLine {
     /// `buf.len()` if longer, counted in [`FaultStats::truncated`]) and returns the
     /// number of bytes copied. `observe` hears [`FaultEvent::Delivered`] with the whole
     /// frame.
+    #[inline]
     pub fn recv(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        observe: impl FnOnce(FaultEvent, &[u8]),
+    ) -> Option<usize> {
+        // Nothing due (most polls of a busy loop): one test at the call, not a call.
+        if self.wire.peek().is_none_or(|f| f.arrive_at > now) {
+            return None;
+        }
+        self.recv_due(now, buf, observe)
+    }
+
+    /// [`recv`](Self::recv) once a frame is due.
+    #[inline(never)]
+    fn recv_due(
         &mut self,
         now: Instant,
         buf: &mut [u8],

@@ -213,6 +213,7 @@ impl SimLink {
     /// Receive at port `to` the next frame that has arrived by `now`: copies it into `buf`
     /// (cut to `buf.len()` if longer, counted in [`SimStats::truncated`]) and returns the
     /// number of bytes copied.
+    #[inline]
     pub fn recv(&mut self, now: Instant, to: Side, buf: &mut [u8]) -> Option<usize> {
         let from = to.peer();
         let observer = &mut self.observer;
