@@ -282,72 +282,12 @@ impl Sock<'_> {
         }
         self.tcb.last_activity = Ms32::floor(now);
         let f = seg.flags;
-        // First to fourth: sequence number, RST, security, SYN.
-        if let Err(verdict) = self.tcp_validate_incoming(now, seg) {
+        if tcp_header_predicted(self.tcb, seg) {
+            // Linux tcp_rcv_established's fast path ("header prediction"): the segment
+            // passes every check of the first five steps, so go straight to the ACK.
+            self.tcp_ack(now, seg);
+        } else if let Some(verdict) = self.tcp_rcv_slow_checks(now, seg) {
             return verdict;
-        }
-
-        // ---- fifth, check the ACK field --------------------------------------------
-        // "if the ACK bit is off, drop the segment and return".
-        if !f.contains(Flags::ACK) {
-            return Verdict::Drop(DropReason::TcpFlags);
-        }
-        let tcb = &mut *self.tcb;
-        if tcb.state == State::SynReceived {
-            // "If SND.UNA < SEG.ACK =< SND.NXT, then enter ESTABLISHED state ... If the
-            // segment acknowledgment is not acceptable, form a reset segment".
-            if seg.ack_number.after(tcb.snd.una) && !seg.ack_number.after(tcb.snd.nxt) {
-                tcb.snd.wnd = u32::from(seg.window_len) << tcb.snd_wscale;
-                tcb.snd.wl1 = seg.seq_number;
-                tcb.snd.wl2 = seg.ack_number;
-                // RFC 6298 §5.7, Linux tcp_init_transfer (see the SYN-SENT case).
-                tcb.rtt.use_fallback_rto();
-                if f.contains(Flags::SYN) {
-                    // The simultaneous open's SYN-ACK (let through above) repeats a
-                    // sequence number already received: Linux tcp_data_queue acknowledges
-                    // such a retransmission at once ("A retransmit ... Force an immediate
-                    // ack").
-                    tcb.flags.set(TcbFlags::ACK_NOW);
-                }
-                self.set_state(State::Established);
-            } else {
-                return Verdict::DropAndReset(tcb.tuple, DropReason::TcpAckUnsentData);
-            }
-        }
-        let tcb = &mut *self.tcb;
-        // RFC 5961 §5.2: acceptable iff (SND.UNA - MAX.SND.WND) =< SEG.ACK =< SND.NXT;
-        // otherwise "the ACK value is considered ... invalid ... discard ... send an ACK".
-        if seg.ack_number.after(tcb.snd.nxt) {
-            return Verdict::DropAndAck(DropReason::TcpAckUnsentData);
-        }
-        if seg
-            .ack_number
-            .before(tcb.snd.una - (tcb.snd.max_wnd as usize).min(1 << 30))
-        {
-            return Verdict::DropAndAck(DropReason::TcpTooOldAck);
-        }
-        self.tcp_ack(now, seg);
-        let tcb = &mut *self.tcb;
-        let fin_acked = tcb.flags.has(TcbFlags::FIN_SENT) && tcb.snd.una == tcb.snd.nxt;
-        match tcb.state {
-            // "In addition to the processing for the ESTABLISHED state, if the FIN segment
-            // is now acknowledged, then enter FIN-WAIT-2".
-            State::FinWait1 if fin_acked => {
-                let orphan = tcb.flags.has(TcbFlags::ORPHAN);
-                self.set_state(State::FinWait2);
-                if orphan {
-                    // An orphan does not wait forever for the peer's FIN (tcp_fin_timeout).
-                    let timeout = Duration::from_secs(self.sysctl.tcp_fin_timeout);
-                    self.tcb.timers.keepalive = Deadline::at(now + timeout);
-                    self.arm(now);
-                }
-            }
-            // "if the ACK acknowledges our FIN, then enter the TIME-WAIT state".
-            State::Closing if fin_acked => return Verdict::TimeWait { ack_fin: false },
-            // "The only thing that can arrive in this state is an acknowledgment of our
-            // FIN. If our FIN is now acknowledged, delete the TCB, enter the CLOSED state".
-            State::LastAck if fin_acked => return Verdict::Done(None),
-            _ => {}
         }
 
         // ---- sixth, check the URG bit ------------------------------------------------
@@ -413,6 +353,85 @@ impl Sock<'_> {
             tcb.flags.set(TcbFlags::ACK_NOW);
         }
         Verdict::Output
+    }
+
+    /// The first five steps of RFC 9293 §3.10.7.4 for a segment that header prediction
+    /// did not pass ([`tcp_header_predicted`]): validation, the ACK field's tests, the ACK
+    /// and its state changes. `Some` holds what to do with a segment that goes no further.
+    fn tcp_rcv_slow_checks(&mut self, now: Instant, seg: &tcp::Repr) -> Option<Verdict> {
+        let f = seg.flags;
+        // First to fourth: sequence number, RST, security, SYN.
+        if let Err(verdict) = self.tcp_validate_incoming(now, seg) {
+            return Some(verdict);
+        }
+
+        // ---- fifth, check the ACK field --------------------------------------------
+        // "if the ACK bit is off, drop the segment and return".
+        if !f.contains(Flags::ACK) {
+            return Some(Verdict::Drop(DropReason::TcpFlags));
+        }
+        let tcb = &mut *self.tcb;
+        if tcb.state == State::SynReceived {
+            // "If SND.UNA < SEG.ACK =< SND.NXT, then enter ESTABLISHED state ... If the
+            // segment acknowledgment is not acceptable, form a reset segment".
+            if seg.ack_number.after(tcb.snd.una) && !seg.ack_number.after(tcb.snd.nxt) {
+                tcb.snd.wnd = u32::from(seg.window_len) << tcb.snd_wscale;
+                tcb.snd.wl1 = seg.seq_number;
+                tcb.snd.wl2 = seg.ack_number;
+                // RFC 6298 §5.7, Linux tcp_init_transfer (see the SYN-SENT case).
+                tcb.rtt.use_fallback_rto();
+                if f.contains(Flags::SYN) {
+                    // The simultaneous open's SYN-ACK (let through above) repeats a
+                    // sequence number already received: Linux tcp_data_queue acknowledges
+                    // such a retransmission at once ("A retransmit ... Force an immediate
+                    // ack").
+                    tcb.flags.set(TcbFlags::ACK_NOW);
+                }
+                self.set_state(State::Established);
+            } else {
+                return Some(Verdict::DropAndReset(
+                    tcb.tuple,
+                    DropReason::TcpAckUnsentData,
+                ));
+            }
+        }
+        let tcb = &mut *self.tcb;
+        // RFC 5961 §5.2: acceptable iff (SND.UNA - MAX.SND.WND) =< SEG.ACK =< SND.NXT;
+        // otherwise "the ACK value is considered ... invalid ... discard ... send an ACK".
+        if seg.ack_number.after(tcb.snd.nxt) {
+            return Some(Verdict::DropAndAck(DropReason::TcpAckUnsentData));
+        }
+        if seg
+            .ack_number
+            .before(tcb.snd.una - (tcb.snd.max_wnd as usize).min(1 << 30))
+        {
+            return Some(Verdict::DropAndAck(DropReason::TcpTooOldAck));
+        }
+        self.tcp_ack(now, seg);
+        let tcb = &mut *self.tcb;
+        let fin_acked = tcb.flags.has(TcbFlags::FIN_SENT) && tcb.snd.una == tcb.snd.nxt;
+        match tcb.state {
+            // "In addition to the processing for the ESTABLISHED state, if the FIN segment
+            // is now acknowledged, then enter FIN-WAIT-2".
+            State::FinWait1 if fin_acked => {
+                let orphan = tcb.flags.has(TcbFlags::ORPHAN);
+                self.set_state(State::FinWait2);
+                if orphan {
+                    // An orphan does not wait forever for the peer's FIN (tcp_fin_timeout).
+                    let timeout = Duration::from_secs(self.sysctl.tcp_fin_timeout);
+                    self.tcb.timers.keepalive = Deadline::at(now + timeout);
+                    self.arm(now);
+                }
+            }
+            // "if the ACK acknowledges our FIN, then enter the TIME-WAIT state".
+            State::Closing if fin_acked => return Some(Verdict::TimeWait { ack_fin: false }),
+            // "The only thing that can arrive in this state is an acknowledgment of our
+            // FIN. If our FIN is now acknowledged, delete the TCB, enter the CLOSED state".
+            State::LastAck if fin_acked => return Some(Verdict::Done(None)),
+            _ => {}
+        }
+
+        None
     }
 
     /// The first four steps of RFC 9293 §3.10.7.4 (Linux `tcp_validate_incoming`): PAWS
@@ -1263,4 +1282,24 @@ fn tcp_count_prune(mib: &mut Mib, r: &InsertResult) {
     if r.dropped > 0 {
         mib.inc(Counter::TcpExtRcvPruned);
     }
+}
+
+/// Linux `tcp_rcv_established`'s header prediction (its `pred_flags` test, RFC 9293's
+/// checks made once): an ESTABLISHED connection's segment with only ACK (and PSH) set,
+/// starting at RCV.NXT, acknowledging nothing beyond SND.NXT nor before SND.UNA, and
+/// passing PAWS (its timestamp not older than TS.Recent). Such a segment passes every test
+/// of [`Sock::tcp_validate_incoming`] (in window: it starts at RCV.NXT; no RST, no SYN)
+/// and of the ACK field (RFC 5961 §5.2), and changes no state there, so the caller goes
+/// straight to the ACK. Anything else takes the full walk.
+#[inline]
+fn tcp_header_predicted(tcb: &Tcb, seg: &tcp::Repr) -> bool {
+    tcb.state == State::Established
+        && seg.flags.0 & !Flags::PSH.0 == Flags::ACK.0
+        && seg.seq_number == tcb.rcv.nxt
+        && !seg.ack_number.after(tcb.snd.nxt)
+        && !seg.ack_number.before(tcb.snd.una)
+        && (!tcb.flags.has(TcbFlags::TS_OK)
+            || seg
+                .timestamp
+                .is_none_or(|ts| (ts.tsval.wrapping_sub(tcb.ts_recent) as i32) >= 0))
 }
