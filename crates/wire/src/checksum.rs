@@ -30,18 +30,22 @@ fn fold(mut acc: u64) -> u16 {
 /// padded with zero (RFC 1071 §1). Pieces summed separately must split at even offsets.
 #[inline]
 pub fn data(data: &[u8]) -> u16 {
-    // Each u32 added is < 2^32, so 2^32 additions cannot overflow the u64: any buffer
-    // shorter than 16 GiB is safe.
-    let mut a: u64 = 0;
-    let mut b: u64 = 0;
+    // Whole 64-bit words with end-around carry (ones' complement addition mod 2^64 - 1,
+    // which 2^16 - 1 divides, so the fold below gives the 16-bit sum): one add and one
+    // add-with-carry per 8 bytes. After an add that carried, the sum is at most
+    // 2^64 - 2, so adding the carry back cannot overflow.
+    let mut wide: u64 = 0;
     let mut chunks = data.chunks_exact(16);
     for c in &mut chunks {
         let x = u64::from_ne_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
         let y = u64::from_ne_bytes([c[8], c[9], c[10], c[11], c[12], c[13], c[14], c[15]]);
-        a += (x & 0xffff_ffff) + (x >> 32);
-        b += (y & 0xffff_ffff) + (y >> 32);
+        let (s, carry) = wide.overflowing_add(x);
+        wide = s + u64::from(carry);
+        let (s, carry) = wide.overflowing_add(y);
+        wide = s + u64::from(carry);
     }
-    let mut acc = a + b;
+    // Below 2^33 now: the few tail words below cannot overflow it.
+    let mut acc = (wide & 0xffff_ffff) + (wide >> 32);
     let mut rest = chunks.remainder();
     while rest.len() >= 4 {
         acc += u32::from_ne_bytes([rest[0], rest[1], rest[2], rest[3]]) as u64;
@@ -155,6 +159,19 @@ mod tests {
             acc = (acc & 0xffff) + (acc >> 16);
         }
         acc as u16
+    }
+
+    #[test]
+    fn every_word_carrying_still_sums_like_the_model() {
+        // All-ones words make each 64-bit add carry: the end-around carry must be kept.
+        for len in [16, 17, 84, 1500, 4096] {
+            let ones = vec![0xffu8; len];
+            assert_eq!(data(&ones), model(&ones), "{len} bytes of 0xff");
+            let mixed: Vec<u8> = (0..len)
+                .map(|i| if i % 8 == 7 { 0xfe } else { 0xff })
+                .collect();
+            assert_eq!(data(&mixed), model(&mixed), "{len} bytes of 0xff..fe");
+        }
     }
 
     #[test]
