@@ -109,6 +109,33 @@ fn data_both_ways_arrives_intact() {
 }
 
 #[test]
+fn in_order_data_takes_the_header_prediction_fast_path() {
+    // A request-response exchange, the common case Linux's header prediction serves: every
+    // data segment after the handshake arrives in order with an acceptable ACK, so each
+    // one is counted TCPHPHits; the stream is intact all the same.
+    let mut p = Pair::new(SimLinkConfig::default());
+    let (a, b) = connect(&mut p);
+    assert_eq!(p.b.mib().get(Counter::TcpExtTCPHPHits), 0);
+    for round in 0..10u8 {
+        let msg = [round; 64];
+        let got = transfer(&mut p, Side::A, a, b, &msg, Duration::from_secs(5));
+        assert_eq!(got, msg, "request {round}");
+        let got = transfer(&mut p, Side::B, b, a, &msg, Duration::from_secs(5));
+        assert_eq!(got, msg, "reply {round}");
+    }
+    assert_eq!(
+        p.b.mib().get(Counter::TcpExtTCPHPHits),
+        10,
+        "requests predicted"
+    );
+    assert_eq!(
+        p.a.mib().get(Counter::TcpExtTCPHPHits),
+        10,
+        "replies predicted"
+    );
+}
+
+#[test]
 fn connect_to_closed_port_is_refused() {
     let mut p = Pair::new(SimLinkConfig::default());
     let a = p.a.tcp_connect(p.now, SocketAddrV4::new(B_IP, 9)).unwrap();

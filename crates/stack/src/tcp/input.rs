@@ -285,6 +285,10 @@ impl Sock<'_> {
         if tcp_header_predicted(self.tcb, seg) {
             // Linux tcp_rcv_established's fast path ("header prediction"): the segment
             // passes every check of the first five steps, so go straight to the ACK.
+            // Linux counts the data segments taken this way (TCPHPHits).
+            if !seg.payload.is_empty() {
+                self.mib.inc(Counter::TcpExtTCPHPHits);
+            }
             self.tcp_ack(now, seg);
         } else if let Some(verdict) = self.tcp_rcv_slow_checks(now, seg) {
             return verdict;
