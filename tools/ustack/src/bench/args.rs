@@ -125,6 +125,16 @@ pub struct Args {
     /// (repeatable), e.g. net.ipv4.tcp_mem.high=65536.
     #[arg(long, value_name = "NAME=VALUE")]
     pub server_sysctl: Vec<String>,
+    /// Shared cores: start one CPU hog per core (a CPU-bound process at nice 10, pinned
+    /// to it) for the whole run, beside both stacks; killed at the end. The table and
+    /// `--json` (`contend`) say how many, their pids and the CPU share they got.
+    #[arg(long)]
+    pub contend: bool,
+    /// How ustack's loops busy-poll over shm: adaptive (spin only while work keeps
+    /// arriving within the 50 µs window, then sleep on the doorbell at once) or fixed
+    /// (spin the whole 50 µs after every burst of work, `net.core.busy_poll`).
+    #[arg(long, default_value = "adaptive", value_parser = ["adaptive", "fixed"])]
+    pub ustack_poll: String,
     /// Print one JSON array (one object per server and scenario) instead of the table.
     #[arg(long)]
     pub json: bool,

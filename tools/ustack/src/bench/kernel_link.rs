@@ -105,7 +105,7 @@ fn connect_in(ns: &NetNs, to: SocketAddrV4) -> anyhow::Result<TcpStream> {
 /// stream to the ustack server over `link` (tun, with the kernel's offloads unless
 /// `no_offload`; packet; xdp).
 pub fn ustack_stream(run: &Run, link: &str, no_offload: bool) -> anyhow::Result<Outcome> {
-    let b = builder(USTACK_IP, 1, 0);
+    let b = builder(USTACK_IP, 1, 0).busy_poll_adaptive(!run.fixed_poll);
     let veth = "setting up the veth pair in a namespace";
     match link {
         "packet" => {

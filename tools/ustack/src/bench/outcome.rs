@@ -55,6 +55,8 @@ pub struct Outcome {
     /// Linux: how its server waited, by its own counters (`empty_polls`: polls that found
     /// nothing, when spinning; `uring_completions`: completions its ring reaped).
     pub server_waits: Value,
+    /// `--contend`: the CPU hogs beside the run and the share they got (null without).
+    pub contend: Value,
 }
 
 impl Outcome {
@@ -98,6 +100,7 @@ impl Outcome {
             machine_cpu: None,
             process_cpu: None,
             server_waits: Value::Null,
+            contend: Value::Null,
         }
     }
 

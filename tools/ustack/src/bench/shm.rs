@@ -80,7 +80,9 @@ pub(super) fn builder(ip: Ipv4Addr, mac: u8, seed: u64) -> RuntimeBuilder {
 /// A runtime of one end of the bench's shm link: both ends skip TCP/UDP checksums unless
 /// `--checksums` (a shm link cannot corrupt a frame; Linux's loopback skips them too).
 pub(super) fn shm_builder(ip: Ipv4Addr, mac: u8, seed: u64, run: &Run) -> RuntimeBuilder {
-    builder(ip, mac, seed).checksum_offload(!run.checksums)
+    builder(ip, mac, seed)
+        .checksum_offload(!run.checksums)
+        .busy_poll_adaptive(!run.fixed_poll)
 }
 
 /// An shm port's counters as JSON (what `link_stats` reports for each end); a device
