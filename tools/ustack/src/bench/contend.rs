@@ -4,9 +4,10 @@
 //! its cores. The hogs are killed when the bench ends, on an error too ([`Hogs`] kills
 //! them when dropped; each also dies with the bench, `PR_SET_PDEATHSIG`).
 //!
-//! Every outcome then carries `contend` in `--json`: the hogs' pids, their nice value, and
-//! the share of the machine's CPU time they got over that run (their CPU time over the
-//! run's wall time times the cores), so a run that reports contention shows it had some.
+//! Every outcome then carries `contend` in `--json`: the hogs' pids, their nice value (as
+//! set, `nice`, and as the kernel reports it, `nice_seen`), and the share of the machine's
+//! CPU time they got over that run (their CPU time over the run's wall time times the
+//! cores), so a run that reports contention shows it had some.
 
 use std::time::{Duration, Instant as WallClock};
 
@@ -55,6 +56,8 @@ impl Hogs {
             "hogs": self.peers.len(),
             "nice": NICE,
             "pids": self.peers.iter().map(Peer::pid).collect::<Vec<_>>(),
+            // As the kernel has them: each hog's nice value (/proc/PID/stat, field 19).
+            "nice_seen": self.peers.iter().map(|p| nice_of(p.pid())).collect::<Vec<_>>(),
             "hog_cpu_share": share,
         })
     }
@@ -73,6 +76,17 @@ impl Hogs {
             report["hog_cpu_share"].as_f64().unwrap_or(0.0) * 100.0
         )
     }
+}
+
+/// A process's nice value from /proc/PID/stat (field 19, counted after the command name,
+/// which may hold spaces); `None` if it is gone.
+fn nice_of(pid: u32) -> Option<i64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..]
+        .split_whitespace()
+        .nth(16)?
+        .parse()
+        .ok()
 }
 
 /// `ustack bench-peer hog --cpu N`: pinned to CPU N at nice [`NICE`], dies with its parent,
