@@ -362,18 +362,9 @@ fn bench_json_has_one_verified_object_per_server() {
 /// the bench exits. `--ustack-poll fixed` is ustack's fixed window (mode busy-poll).
 #[test]
 fn bench_contend_runs_a_hog_per_core_and_kills_them() {
-    let o = ustack(&[
-        "bench",
-        "udp-rr",
-        "--duration",
-        "300ms",
-        "--linux-mode",
-        "epoll",
-        "--contend",
-        "--ustack-poll",
-        "fixed",
-        "--json",
-    ]);
+    let args =
+        "bench udp-rr --duration 300ms --linux-mode epoll --contend --ustack-poll fixed --json";
+    let o = ustack(&args.split(' ').collect::<Vec<_>>());
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let runs = v.as_array().unwrap();
@@ -405,15 +396,8 @@ fn bench_contend_runs_a_hog_per_core_and_kills_them() {
         );
     }
     // Without --contend: null.
-    let o = ustack(&[
-        "bench",
-        "udp-rr",
-        "--duration",
-        "100ms",
-        "--server",
-        "ustack",
-        "--json",
-    ]);
+    let args = "bench udp-rr --duration 100ms --server ustack --json";
+    let o = ustack(&args.split(' ').collect::<Vec<_>>());
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(v[0]["contend"].is_null(), "{}", v[0]);
