@@ -52,11 +52,24 @@
 //! - a spin that ends empty (the loop then sleeps) halves it; below a sixteenth of
 //!   `busy_poll` it is zero, and the loop sleeps at once ([`RuntimeStats::spins_skipped`]);
 //! - a sleep that a frame ends within `busy_poll` of the start of the idle phase (a spin
-//!   that long would have caught it) doubles the window again, from at least a sixteenth.
+//!   that long would have caught it) grows the window to twice that wait, or twice the
+//!   window, whichever is more (at least a sixteenth, at most `busy_poll`): one quick
+//!   wake-up outweighs the empty spin before it, else two loops waiting on each other
+//!   would settle on windows shorter than the round trip they have to span;
+//! - before each sleep the loop reads how long its thread waited for a CPU since the last
+//!   one (`run_delay` in `/proc/thread-self/schedstat`, [`RunDelay`]); more than an eighth
+//!   of the time means the core is shared with other runnable work: the window goes to
+//!   zero and that sleep's wake-up does not grow it ([`RuntimeStats::contended_sleeps`]).
+//!   Spinning there takes the CPU from the peer the loop waits for, and a thread that
+//!   has slept is the one the scheduler runs first when its doorbell rings;
+//! - while the window is zero, one idle phase in [`PROBE_EVERY`] (16) spins the whole
+//!   `busy_poll` anyway: the wake-up that ends a sleep may itself take longer than
+//!   `busy_poll` on a loaded machine, so a sleep's length alone would never say that
+//!   spinning pays again. A probe that finds work makes the window whole.
 //!
 //! So a steady exchange whose replies come within the window spins as before, and a loop
 //! whose waits outlast it (no traffic, a peer that lost its CPU) stops spinning within
-//! five idle phases. The sleep is the device's, armed before the last look at the device
+//! five idle phases, but for the probes (at most one `busy_poll` in sixteen idle phases). The sleep is the device's, armed before the last look at the device
 //! so that a frame posted meanwhile is not missed (the shm port's `prepare_sleep`: flag,
 //! fence, re-check; a file's readiness for TUN, packet and xdp), and it never passes the
 //! next stack or application timer. `RuntimeStats::spin_window_ns` reads the window.
@@ -105,6 +118,7 @@ use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use ustack_dev::sched::RunDelay;
 /// The sim port a runtime owns, and the pair of them on one link.
 pub use ustack_dev::sim::{SimPort, sim_pair};
 use ustack_dev::sleep::min_opt;
@@ -505,6 +519,8 @@ impl RuntimeBuilder {
             busy_poll: self.busy_poll,
             adaptive: self.busy_poll_adaptive,
             spin: self.busy_poll,
+            idle_phases: 0,
+            run_delay: None,
             stats: RuntimeStats {
                 spin_window_ns: self.busy_poll.as_nanos() as u64,
                 ..RuntimeStats::default()
@@ -538,6 +554,9 @@ pub struct RuntimeStats {
     pub spins_skipped: u64,
     /// The adaptive spin window now, in nanoseconds (`busy_poll` when not adaptive).
     pub spin_window_ns: u64,
+    /// Sleeps before which the loop's thread had waited for a CPU more than an eighth of
+    /// the time since the last one (adaptive only): the window went to zero.
+    pub contended_sleeps: u64,
     /// Events reported by [`Runtime::poll`] (socket events and timers).
     pub events: u64,
     /// Application timers fired by the wheel ([`Runtime::add_timer`]).
@@ -714,6 +733,11 @@ pub struct Runtime<D: Device, C: Clock = MonotonicClock> {
     adaptive: bool,
     /// The current spin window: `busy_poll`, or less while spins find nothing.
     spin: Duration,
+    /// Idle phases with a zero window, for the probes ([`PROBE_EVERY`]).
+    idle_phases: u32,
+    /// The loop thread's run-queue wait (opened by the first sleep, on the loop's thread)
+    /// and its reading at the last sleep, with the time then.
+    run_delay: Option<(RunDelay, Instant, Duration)>,
     stats: RuntimeStats,
     /// Sockets whose handles were dropped without `close`, closed by the next round.
     dropped: Arc<DropQueue>,
@@ -731,6 +755,11 @@ impl<D: Device + fmt::Debug, C: Clock + fmt::Debug> fmt::Debug for Runtime<D, C>
             .finish_non_exhaustive()
     }
 }
+
+/// With the adaptive spin window shrunk to zero, one idle phase in this many spins the
+/// whole `busy_poll` anyway (a probe): if work comes within it, the window is whole again
+/// (module docs, *Adaptive busy polling*).
+pub const PROBE_EVERY: u32 = 16;
 
 /// The budget's clock: the runtime's, as the shard wants it.
 fn round(shard: &mut Shard<impl Device>, clock: &impl Clock) -> PollResult {
@@ -927,10 +956,19 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
             return Ok(true);
         }
         let spinning = !self.busy_poll.is_zero() && !self.clock.is_virtual();
-        let window = if self.adaptive {
-            self.spin
-        } else {
-            self.busy_poll
+        let window = match self.adaptive {
+            false => self.busy_poll,
+            // Window shrunk to nothing: every PROBE_EVERY-th idle phase spins the whole
+            // `busy_poll` anyway, to find out whether work comes within it again.
+            true if self.spin.is_zero() => {
+                self.idle_phases = self.idle_phases.wrapping_add(1);
+                if self.idle_phases.is_multiple_of(PROBE_EVERY) {
+                    self.busy_poll
+                } else {
+                    Duration::ZERO
+                }
+            }
+            true => self.spin,
         };
         if spinning && !window.is_zero() {
             self.stats.busy_polls += 1;
@@ -953,8 +991,13 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
             if target.is_some_and(|d| self.clock.now() >= d) {
                 return Ok(true);
             }
-            // An empty spin: half the window next time, none below a sixteenth.
-            let half = window / 2;
+            // An empty spin: half the window next time, none below a sixteenth (an empty
+            // probe leaves it at none).
+            let half = if self.spin.is_zero() {
+                self.spin
+            } else {
+                window / 2
+            };
             self.set_spin(if half < self.busy_poll / 16 {
                 Duration::ZERO
             } else {
@@ -963,14 +1006,23 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
         } else if spinning {
             self.stats.spins_skipped += 1;
         }
+        // Waiting for a CPU: no spinning until a probe finds work again.
+        let contended = spinning && self.adaptive && self.contended(now);
+        if contended {
+            self.stats.contended_sleeps += 1;
+            self.set_spin(Duration::ZERO);
+        }
         let before = self.clock.now();
         self.stats.sleeps += 1;
         let woken = self.shard.device_mut().sleep_until(&self.clock, target)?;
         if woken {
             self.stats.wakeups += 1;
-            // A frame within `busy_poll` of going idle: a spin would have caught it.
-            if spinning && self.clock.now() - now < self.busy_poll {
-                let grown = (self.spin * 2).max(self.busy_poll / 16);
+            // A frame within `busy_poll` of going idle: a spin would have caught it. Twice
+            // the wait (at least twice the window): one quick wake-up outweighs the empty
+            // spin before it, or the window would stay below the gap it has to span.
+            let waited = self.clock.now() - now;
+            if spinning && !contended && waited < self.busy_poll {
+                let grown = (self.spin * 2).max(waited * 2).max(self.busy_poll / 16);
                 self.set_spin(grown.min(self.busy_poll));
             }
         } else {
@@ -982,6 +1034,24 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
             self.clock.publish_wakeup(Some(Instant::ZERO));
         }
         Ok(moved)
+    }
+
+    /// Whether the loop's thread waited for a CPU (run-queue wait, [`RunDelay`]) more than
+    /// an eighth of the time since the last sleep: its core is shared with other work.
+    fn contended(&mut self, now: Instant) -> bool {
+        let Some((file, at, delay)) = &mut self.run_delay else {
+            let file = RunDelay::open();
+            if let Some(d) = file.read() {
+                self.run_delay = Some((file, now, d));
+            }
+            return false;
+        };
+        let Some(d) = file.read() else {
+            return false;
+        };
+        let (waited, wall) = (d.saturating_sub(*delay), now - *at);
+        (*at, *delay) = (now, d);
+        waited * 8 > wall
     }
 
     /// Set the adaptive spin window (a fixed loop keeps `busy_poll`).
