@@ -58,12 +58,14 @@
 //!   would settle on windows shorter than the round trip they have to span;
 //! - before each sleep the loop reads how long its thread waited for a CPU since the last
 //!   one (`run_delay` in `/proc/thread-self/schedstat`, [`RunDelay`]); more than an eighth
-//!   of the time means the core is shared with other runnable work: the window goes to
-//!   zero and that sleep's wake-up does not grow it ([`RuntimeStats::contended_sleeps`]).
+//!   of the time (a moving average over sleeps, weight 1/8) means the core is shared with
+//!   other runnable work: the window goes to zero, that sleep's wake-up does not grow it,
+//!   and no probe runs until the average falls ([`RuntimeStats::contended_sleeps`]).
 //!   Spinning there takes the CPU from the peer the loop waits for, and a thread that
 //!   has slept is the one the scheduler runs first when its doorbell rings;
 //! - while the window is zero, one idle phase in [`PROBE_EVERY`] (16) spins the whole
-//!   `busy_poll` anyway: the wake-up that ends a sleep may itself take longer than
+//!   `busy_poll` anyway (unless the last sleep found the thread waiting for its CPU):
+//!   the wake-up that ends a sleep may itself take longer than
 //!   `busy_poll` on a loaded machine, so a sleep's length alone would never say that
 //!   spinning pays again. A probe that finds work makes the window whole.
 //!
@@ -520,6 +522,8 @@ impl RuntimeBuilder {
             adaptive: self.busy_poll_adaptive,
             spin: self.busy_poll,
             idle_phases: 0,
+            contended_last: false,
+            delay_share: 0.0,
             run_delay: None,
             stats: RuntimeStats {
                 spin_window_ns: self.busy_poll.as_nanos() as u64,
@@ -555,7 +559,7 @@ pub struct RuntimeStats {
     /// The adaptive spin window now, in nanoseconds (`busy_poll` when not adaptive).
     pub spin_window_ns: u64,
     /// Sleeps before which the loop's thread had waited for a CPU more than an eighth of
-    /// the time since the last one (adaptive only): the window went to zero.
+    /// the time, on average (adaptive only): the window went to zero.
     pub contended_sleeps: u64,
     /// Events reported by [`Runtime::poll`] (socket events and timers).
     pub events: u64,
@@ -735,6 +739,10 @@ pub struct Runtime<D: Device, C: Clock = MonotonicClock> {
     spin: Duration,
     /// Idle phases with a zero window, for the probes ([`PROBE_EVERY`]).
     idle_phases: u32,
+    /// The last sleep found the thread waiting for its CPU: no probes until one does not.
+    contended_last: bool,
+    /// Moving average of the share of time the thread waited for its CPU.
+    delay_share: f64,
     /// The loop thread's run-queue wait (opened by the first sleep, on the loop's thread)
     /// and its reading at the last sleep, with the time then.
     run_delay: Option<(RunDelay, Instant, Duration)>,
@@ -960,9 +968,10 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
             false => self.busy_poll,
             // Window shrunk to nothing: every PROBE_EVERY-th idle phase spins the whole
             // `busy_poll` anyway, to find out whether work comes within it again.
+            // No probe while the last sleep found the thread waiting for its CPU.
             true if self.spin.is_zero() => {
                 self.idle_phases = self.idle_phases.wrapping_add(1);
-                if self.idle_phases.is_multiple_of(PROBE_EVERY) {
+                if !self.contended_last && self.idle_phases.is_multiple_of(PROBE_EVERY) {
                     self.busy_poll
                 } else {
                     Duration::ZERO
@@ -1008,6 +1017,7 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
         }
         // Waiting for a CPU: no spinning until a probe finds work again.
         let contended = spinning && self.adaptive && self.contended(now);
+        self.contended_last = contended;
         if contended {
             self.stats.contended_sleeps += 1;
             self.set_spin(Duration::ZERO);
@@ -1036,8 +1046,9 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
         Ok(moved)
     }
 
-    /// Whether the loop's thread waited for a CPU (run-queue wait, [`RunDelay`]) more than
-    /// an eighth of the time since the last sleep: its core is shared with other work.
+    /// Whether the loop's thread waits for a CPU (run-queue wait, [`RunDelay`]) more than
+    /// an eighth of the time, on a moving average over sleeps (each the share since the
+    /// last one, weight 1/8): its core is shared with other work.
     fn contended(&mut self, now: Instant) -> bool {
         let Some((file, at, delay)) = &mut self.run_delay else {
             let file = RunDelay::open();
@@ -1051,7 +1062,9 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
         };
         let (waited, wall) = (d.saturating_sub(*delay), now - *at);
         (*at, *delay) = (now, d);
-        waited * 8 > wall
+        let sample = (waited.as_secs_f64() / wall.as_secs_f64().max(1e-9)).min(1.0);
+        self.delay_share += (sample - self.delay_share) / 8.0;
+        self.delay_share > 0.125
     }
 
     /// Set the adaptive spin window (a fixed loop keeps `busy_poll`).
