@@ -239,7 +239,7 @@ fn run_one(
         send: args.send.map(|n| n as usize),
         server_sysctl: args.server_sysctl.clone(),
         active: args.active,
-        fixed_poll: args.ustack_poll == "fixed",
+        ustack_poll: args.ustack_poll.clone(),
     };
     let shm = args.link == "shm";
     let link = args.link.as_str();
@@ -284,6 +284,7 @@ fn run_one(
         outcome.mode = match (server, link) {
             ("ustack", "sim") => "inline",
             ("ustack", _) if args.ustack_poll == "fixed" => "busy-poll",
+            ("ustack", _) if args.ustack_poll == "sleep" => "sleep",
             ("ustack", _) => "adaptive",
             // c1m's Linux clients and servers sleep in epoll; stream's sink blocks in read.
             (_, _) if c1m => "epoll",

@@ -130,10 +130,10 @@ pub struct Args {
     /// `--json` (`contend`) say how many, their pids and the CPU share they got.
     #[arg(long)]
     pub contend: bool,
-    /// How ustack's loops busy-poll over shm: adaptive (spin only while work keeps
-    /// arriving within the 50 µs window, then sleep on the doorbell at once) or fixed
-    /// (spin the whole 50 µs after every burst of work, `net.core.busy_poll`).
-    #[arg(long, default_value = "adaptive", value_parser = ["adaptive", "fixed"])]
+    /// How ustack's loops busy-poll: adaptive (spin only while work keeps arriving within
+    /// the 50 µs window, then sleep on the doorbell at once), fixed (spin the whole 50 µs
+    /// after every burst of work, `net.core.busy_poll`) or sleep (no busy polling).
+    #[arg(long, default_value = "adaptive", value_parser = ["adaptive", "fixed", "sleep"])]
     pub ustack_poll: String,
     /// Print one JSON array (one object per server and scenario) instead of the table.
     #[arg(long)]

@@ -46,8 +46,8 @@ pub struct Run {
     pub server_sysctl: Vec<String>,
     /// c1m: connections running pingpong alone, then beside the idle ones (`--active`).
     pub active: Option<u32>,
-    /// `--ustack-poll fixed`: ustack's busy-poll window does not adapt.
-    pub fixed_poll: bool,
+    /// `--ustack-poll`: how ustack's loops busy-poll (`adaptive`, `fixed` or `sleep`).
+    pub ustack_poll: String,
 }
 
 impl Run {

@@ -180,6 +180,7 @@ fn ustack_how(o: &Outcome) -> String {
     match o.mode {
         "inline" => format!("{}, client and server in one thread", o.link),
         "tokio" => format!("{}, the stack driven inside tokio", o.link),
+        "sleep" => format!("{}, sleeping on its doorbell or device at once", o.link),
         "adaptive" => format!(
             "{}, busy-polling adaptively (at most {} µs, only while work keeps arriving) \
              then sleeping",
