@@ -55,7 +55,6 @@ pub mod fault;
 pub mod gso;
 mod netns;
 pub mod packet;
-pub mod sched;
 pub mod shm;
 pub mod sim;
 pub mod sleep;

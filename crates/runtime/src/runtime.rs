@@ -120,7 +120,6 @@ use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use ustack_dev::sched::RunDelay;
 /// The sim port a runtime owns, and the pair of them on one link.
 pub use ustack_dev::sim::{SimPort, sim_pair};
 use ustack_dev::sleep::min_opt;
@@ -134,6 +133,7 @@ use ustack_stack::{
 };
 
 use crate::poller::{Event, Mode, Poller};
+use crate::sched::RunDelay;
 use crate::shard::{PollResult, Shard, ShardStats};
 use crate::timer::{TimerId, TimerWheel};
 
