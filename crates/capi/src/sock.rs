@@ -19,7 +19,7 @@ use std::sync::{Arc, LazyLock, Mutex, MutexGuard, RwLock};
 
 use rustix::event::{EventfdFlags, eventfd};
 use ustack_dev::sim::SimLinkConfig;
-use ustack_dev::tun::{Tun, TunConfig};
+use ustack_dev::capture::TapSwitch;
 use ustack_net::{Epoll, EpollEvent, Fd, Mode, Net, Readiness, Wait};
 use ustack_runtime::RuntimeBuilder;
 use ustack_stack::tcp::State;
@@ -45,6 +45,8 @@ pub struct Stack {
     /// hold each.
     ports: Mutex<HashMap<u16, usize>>,
     next_port: AtomicU16,
+    /// The capture switch of a kernel link's queues (`ustack capture`).
+    tap: Option<Arc<TapSwitch>>,
 }
 
 static NEXT_STACK: AtomicU64 = AtomicU64::new(1);
@@ -72,6 +74,7 @@ fn new_stack(net: Net, addr: Ipv4Addr) -> Arc<Stack> {
         addr,
         ports: Mutex::new(HashMap::new()),
         next_port: AtomicU16::new(0),
+        tap: None,
     })
 }
 
@@ -94,32 +97,14 @@ pub fn open(config: &str) -> Result<(Arc<Stack>, Option<Arc<Stack>>)> {
             })?;
             (new_stack(a, c.addr.0), Some(new_stack(b, peer.0)))
         }
-        LinkConfig::Tun {
-            name,
-            netns,
-            queues,
-            mtu,
-        } => {
-            let tun = Tun::open(&TunConfig {
-                name: name.clone(),
-                queues: *queues,
-                mtu: *mtu,
-                netns: netns.clone(),
-                offload: false,
-            })
-            .map_err(|e| {
-                Error::new(
-                    crate::error::errno_of(&e),
-                    format!("ustack_stack_open: tun {name}: {e}"),
-                )
-            })?;
-            let net = Net::tun(builder(c.addr, &c), tun.into_queues()).map_err(|e| {
-                Error::new(
-                    crate::error::errno_of(&e),
-                    format!("ustack_stack_open: starting the stack: {e}"),
-                )
-            })?;
-            (new_stack(net, c.addr.0), None)
+        link => {
+            let tap = TapSwitch::new(crate::links::TAP_LIMIT);
+            let net = crate::links::open_net(builder(c.addr, &c), link, &tap)?;
+            let mut stack = new_stack(net, c.addr.0);
+            if let Some(s) = Arc::get_mut(&mut stack) {
+                s.tap = Some(tap);
+            }
+            (stack, None)
         }
     };
     let mut d = lock(&DEFAULT);
@@ -134,6 +119,12 @@ impl Stack {
     /// control socket.
     pub fn net(&self) -> &Net {
         &self.net
+    }
+
+    /// The capture switch of its link's queues (a kernel link's; `None` for sim), for
+    /// the control socket's `capture`.
+    pub fn tap(&self) -> Option<&Arc<TapSwitch>> {
+        self.tap.as_ref()
     }
 }
 

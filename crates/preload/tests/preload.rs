@@ -273,7 +273,7 @@ fn a_bad_configuration_fails_clearly_or_falls_back_to_the_kernel() {
     let out = run(&[("USTACK_ADDR", "192.0.2.2/24"), ("USTACK_LINK", "xdp")]);
     let err = text(&out.stderr);
     assert!(!out.status.success(), "{err}");
-    assert!(err.contains("USTACK_LINK=xdp: not yet supported"), "{err}");
+    assert!(err.contains("USTACK_LINK=xdp needs USTACK_IFACE"), "{err}");
 
     let out = run(&[("USTACK_FALLBACK", "kernel")]);
     let err = text(&out.stderr);
