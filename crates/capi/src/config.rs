@@ -175,8 +175,7 @@ impl Config {
                 }
                 LinkConfig::Ethernet {
                     kind: kind.to_owned(),
-                    iface: iface
-                        .ok_or_else(|| invalid(format!("link={kind} needs iface=NAME")))?,
+                    iface: iface.ok_or_else(|| invalid(format!("link={kind} needs iface=NAME")))?,
                     netns,
                 }
             }
@@ -185,7 +184,9 @@ impl Config {
                     return Err(invalid("peer= is for link=sim".into()));
                 }
                 if iface.is_some() {
-                    return Err(invalid("iface= is for link=packet|xdp (tun takes tun=)".into()));
+                    return Err(invalid(
+                        "iface= is for link=packet|xdp (tun takes tun=)".into(),
+                    ));
                 }
                 LinkConfig::Tun {
                     name: tun_name.unwrap_or_else(|| "ustack%d".into()),
@@ -270,13 +271,19 @@ mod tests {
             ("link=tun", "addr=IP/PREFIX is required"),
             ("link=sim addr=10.0.0.1/24", "needs peer="),
             ("link=xdp addr=10.0.0.1/24", "link=xdp needs iface=NAME"),
-            ("link=ppp addr=10.0.0.1/24", "link=ppp: sim, tun, packet or xdp"),
+            (
+                "link=ppp addr=10.0.0.1/24",
+                "link=ppp: sim, tun, packet or xdp",
+            ),
             (
                 "link=packet addr=10.0.0.1/24 iface=veth1 queues=2",
                 "link=packet runs one queue",
             ),
             ("link=packet addr=10.0.0.1/24 iface=v tun=t", "takes iface="),
-            ("link=tun addr=10.0.0.1/24 iface=veth1", "iface= is for link=packet"),
+            (
+                "link=tun addr=10.0.0.1/24 iface=veth1",
+                "iface= is for link=packet",
+            ),
             (
                 "link=sim addr=10.0.0.1 peer=10.0.0.2/24",
                 "addr=10.0.0.1: want IP/PREFIX",

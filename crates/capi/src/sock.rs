@@ -18,8 +18,8 @@ use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, AtomicUsize, Ordering}
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, RwLock};
 
 use rustix::event::{EventfdFlags, eventfd};
-use ustack_dev::sim::SimLinkConfig;
 use ustack_dev::capture::TapSwitch;
+use ustack_dev::sim::SimLinkConfig;
 use ustack_net::{Epoll, EpollEvent, Fd, Mode, Net, Readiness, Wait};
 use ustack_runtime::RuntimeBuilder;
 use ustack_stack::tcp::State;

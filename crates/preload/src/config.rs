@@ -94,7 +94,10 @@ pub fn parse(vars: &[(String, String)]) -> Result<Env, String> {
         "packet" | "xdp" => "USTACK_IFACE",
         _ => return Err(format!("USTACK_LINK={link}: want tun, packet or xdp")),
     };
-    for (key, other) in [("USTACK_TUN", "USTACK_IFACE"), ("USTACK_IFACE", "USTACK_TUN")] {
+    for (key, other) in [
+        ("USTACK_TUN", "USTACK_IFACE"),
+        ("USTACK_IFACE", "USTACK_TUN"),
+    ] {
         if iface_key == key && get(vars, other).is_some() {
             return Err(format!(
                 "{other} is not for USTACK_LINK={link} (it takes {key})"

@@ -203,7 +203,12 @@ fn start(atfork: fn()) -> Outcome {
         Ok((stack, _)) => {
             atfork();
             if let Some(c) = control {
-                serve_control(c, &stack);
+                let link = if env.capi.starts_with("link=tun") {
+                    LinkType::Raw
+                } else {
+                    LinkType::Ethernet
+                };
+                serve_control(c, &stack, link);
             }
             Outcome::Ustack(stack)
         }
@@ -214,16 +219,17 @@ fn start(atfork: fn()) -> Outcome {
     }
 }
 
-/// Answer `ustack stat`, `ss` and `sysctl` on `control` for `stack`, on a thread of its
-/// own, for the life of the process (`capture` is refused: the TUN queues are not tapped).
-fn serve_control(control: ControlServer, stack: &Arc<Stack>) {
+/// Answer `ustack stat`, `ss`, `sysctl` and `capture` (the frames of the link's queues,
+/// of type `link`) on `control` for `stack`, on a thread of its own, for the life of the
+/// process.
+fn serve_control(control: ControlServer, stack: &Arc<Stack>, link: LinkType) {
     static NEVER: AtomicBool = AtomicBool::new(false);
     let stack = stack.clone();
     let path = control.path().display().to_string();
     let spawned = std::thread::Builder::new()
         .name("ustack-control".into())
         .spawn(move || {
-            control.serve_until(stack.net(), None, LinkType::Raw, None, &NEVER);
+            control.serve_until(stack.net(), stack.tap(), link, None, &NEVER);
         });
     match spawned {
         Ok(_) => eprintln!("ustack preload: control socket {path}"),
