@@ -29,6 +29,8 @@ use crate::config::{Config, LinkConfig};
 use crate::error::{Error, Result};
 use crate::opts::{self, Opt};
 
+pub mod fork;
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -81,7 +83,11 @@ fn new_stack(net: Net, addr: Ipv4Addr) -> Arc<Stack> {
 /// Start a stack as `config` says (see [`crate::config`]): the stack, and for a sim link
 /// the stack at the other end. The first one started becomes the default.
 pub fn open(config: &str) -> Result<(Arc<Stack>, Option<Arc<Stack>>)> {
-    let c = Config::parse(config)?;
+    open_config(Config::parse(config)?)
+}
+
+/// [`open`] of a parsed configuration.
+fn open_config(c: Config) -> Result<(Arc<Stack>, Option<Arc<Stack>>)> {
     let (stack, peer) = match &c.link {
         LinkConfig::Sim { peer } => {
             let (a, b) = Net::sim_pair(
@@ -99,7 +105,8 @@ pub fn open(config: &str) -> Result<(Arc<Stack>, Option<Arc<Stack>>)> {
         }
         link => {
             let tap = TapSwitch::new(crate::links::TAP_LIMIT);
-            let net = crate::links::open_net(builder(c.addr, &c), link, &tap)?;
+            let (net, name, queues) = crate::links::open_net(builder(c.addr, &c), link, &tap)?;
+            fork::opened(&c, &name, queues);
             let mut stack = new_stack(net, c.addr.0);
             if let Some(s) = Arc::get_mut(&mut stack) {
                 s.tap = Some(tap);
@@ -364,7 +371,12 @@ pub fn dup3(fd: i32, to: i32, cloexec: bool) -> Result<i32> {
 /// `dup2`/`dup3` onto it, which replaces the number atomically): `fd` is closed, as by
 /// [`close`], but its number is left open for the kernel's call to replace.
 pub fn close_replaced(fd: i32) -> Result<()> {
-    let e = write_table().remove(&fd).ok_or_else(|| Error::badf(fd))?;
+    let e = write_table().remove(&fd);
+    let Some(e) = e else {
+        return fork::close(fd, false)
+            .then_some(())
+            .ok_or_else(|| Error::badf(fd));
+    };
     if let Some(r) = lock(&e.reserved).take() {
         let _ = std::os::fd::IntoRawFd::into_raw_fd(r);
     }
@@ -373,17 +385,26 @@ pub fn close_replaced(fd: i32) -> Result<()> {
 }
 
 fn entry(fd: i32) -> Result<Arc<Entry>> {
-    table()
+    let found = table()
         .read()
         .unwrap_or_else(|e| e.into_inner())
         .get(&fd)
-        .cloned()
-        .ok_or_else(|| Error::badf(fd))
+        .cloned();
+    match found {
+        Some(e) => Ok(e),
+        // After fork: an inherited descriptor's first use ([`fork::remake`]).
+        None if fork::is_inherited(fd) => fork::remake(fd),
+        None => Err(Error::badf(fd)),
+    }
 }
 
-/// Whether `fd` is one of ustack's descriptors.
+/// Whether `fd` is one of ustack's descriptors (or a parent's, after `fork`).
 pub fn is_ours(fd: i32) -> bool {
-    entry(fd).is_ok()
+    table()
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .contains_key(&fd)
+        || fork::is_inherited(fd)
 }
 
 /// A socket descriptor: its entry (for the stack) and socket.
@@ -393,6 +414,7 @@ struct S {
 
 impl S {
     fn get(fd: i32) -> Result<S> {
+        fork::in_use();
         let e = entry(fd)?;
         match e.obj {
             Obj::Sock(_) => Ok(S { e }),
@@ -447,14 +469,10 @@ fn io(e: std::io::Error) -> Error {
 /// (`EAFNOSUPPORT`); `SOCK_STREAM` (TCP) or `SOCK_DGRAM` (UDP), with `SOCK_NONBLOCK`
 /// and `SOCK_CLOEXEC`.
 pub fn socket(stack: Option<&Arc<Stack>>, domain: i32, ty: i32, protocol: i32) -> Result<i32> {
+    fork::in_use();
     let stack = match stack {
         Some(s) => s.clone(),
-        None => lock(&DEFAULT).clone().ok_or_else(|| {
-            Error::new(
-                libc::ENETDOWN,
-                "no ustack stack: call ustack_stack_open first",
-            )
-        })?,
+        None => fork::default_stack()?,
     };
     if domain != libc::AF_INET {
         return Err(Error::new(
@@ -1022,7 +1040,12 @@ pub fn shutdown(fd: i32, how: i32) -> Result<()> {
 /// the socket closes (a stream sends its FIN, or a RST with unread data or `SO_LINGER`
 /// zero).
 pub fn close(fd: i32) -> Result<()> {
-    let e = write_table().remove(&fd).ok_or_else(|| Error::badf(fd))?;
+    let e = write_table().remove(&fd);
+    let Some(e) = e else {
+        return fork::close(fd, true)
+            .then_some(())
+            .ok_or_else(|| Error::badf(fd));
+    };
     release(&e);
     Ok(())
 }
@@ -1411,12 +1434,7 @@ pub fn epoll_create(flags: i32) -> Result<i32> {
             format!("epoll_create1 flags {flags:#x}"),
         ));
     }
-    let stack = lock(&DEFAULT).clone().ok_or_else(|| {
-        Error::new(
-            libc::ENETDOWN,
-            "no ustack stack: call ustack_stack_open first",
-        )
-    })?;
+    let stack = fork::default_stack()?;
     let set = EpollSet {
         on: Mutex::new(None),
     };

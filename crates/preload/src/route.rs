@@ -14,9 +14,10 @@
 //! - At `exit` the process waits, at most [`EXIT_LINGER`], until every TCP connection has
 //!   its data and FIN acknowledged ([`at_exit`]): the kernel keeps a closed socket's data
 //!   going after the program is gone, ustack's stack dies with the process.
-//! - After `fork`, the child has no ustack loop threads: its ustack descriptors are
-//!   orphans ([`Where::Orphan`]): `close` releases the number, every other call fails
-//!   with `EBADFD`, and a new `AF_INET` socket fails with `ENETDOWN`.
+//! - After `fork`, the child has no ustack loop threads: it starts a stack of its own on a
+//!   TUN queue of its own when it first needs one, and re-makes the listening sockets it
+//!   inherited there; connections stay the parent's (`EBADFD` in the child): crates/capi
+//!   `sock::fork`, docs/preload.md.
 
 use core::time::Duration;
 use std::cell::Cell;
@@ -96,9 +97,22 @@ pub fn warn_once(key: &'static str, msg: &str) {
     }
 }
 
-/// The `fork` child's hook (`pthread_atfork`): ustack's loop threads did not come along.
+/// The hook before `fork` (`pthread_atfork`): the C API's table held still.
+pub extern "C" fn fork_prepare() {
+    sock::fork::prepare();
+}
+
+/// The parent's hook after `fork`: the table released; a parent with listeners only
+/// stops taking new flows ([`sock::fork::parent`]).
+pub extern "C" fn fork_parent() {
+    sock::fork::parent();
+}
+
+/// The `fork` child's hook: ustack's loop threads did not come along; the parent's
+/// sockets are set aside ([`sock::fork::child`]).
 pub extern "C" fn forked() {
     FORKED.store(true, Ordering::Relaxed);
+    sock::fork::child();
 }
 
 /// Whether this process is a `fork` child of one that started ustack.
@@ -116,12 +130,18 @@ pub const EXIT_LINGER: Duration = Duration::from_secs(10);
 /// unanswered (`FIN-WAIT-1`, `CLOSING`, `LAST-ACK`), at most [`EXIT_LINGER`] (a peer
 /// that stopped reading cannot hold the exit longer). Nothing to do in a `fork` child.
 pub extern "C" fn at_exit() {
-    let Some(Outcome::Ustack(stack)) = STARTED.get() else {
+    let Some(Outcome::Ustack(started)) = STARTED.get() else {
         return;
     };
-    if is_forked() {
-        return;
-    }
+    // A forked child's own stack, if it started one (the parent's is not its to wait on).
+    let stack = if is_forked() {
+        match sock::fork::current() {
+            Some(s) => s,
+            None => return,
+        }
+    } else {
+        started.clone()
+    };
     let deadline = Instant::now() + EXIT_LINGER;
     loop {
         let busy = stack.net().connections_sending().unwrap_or(0);
@@ -144,11 +164,7 @@ pub fn classify(fd: i32) -> Where {
     if STATE.load(Ordering::Acquire) != USTACK || fd < 0 || !sock::is_ours(fd) {
         return Where::Kernel;
     }
-    if is_forked() {
-        Where::Orphan
-    } else {
-        Where::Ustack
-    }
+    Where::Ustack
 }
 
 /// The errno of a call on an orphan (see the module docs), with a line on stderr once.
@@ -248,13 +264,6 @@ pub fn socket(domain: i32, ty: i32, protocol: i32, atfork: fn()) -> Route {
         );
     if !ours || inside() {
         return Route::Kernel;
-    }
-    if is_forked() {
-        warn_once(
-            "forked-socket",
-            "a forked child cannot open ustack sockets (docs/preload.md, fork)",
-        );
-        return Route::Fail(libc::ENETDOWN);
     }
     let outcome = STARTED.get_or_init(|| {
         let _ = INSIDE.try_with(|i| i.set(true));
