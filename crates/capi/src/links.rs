@@ -49,6 +49,9 @@ pub fn spec(link: &LinkConfig) -> Option<LinkSpec> {
     })
 }
 
+/// A TUN link's queue files: a `dup` of each (to attach and detach it) and its number.
+pub type QueueFiles = Vec<(OwnedFd, i32)>;
+
 /// A stack over the kernel link `link`, its frames tapped through `tap`; the interface's
 /// name, and for a TUN link each queue's file (a `dup` to attach and detach it, and its
 /// number) for `fork` ([`crate::sock::fork`]).
@@ -56,7 +59,7 @@ pub fn open_net(
     builder: RuntimeBuilder,
     link: &LinkConfig,
     tap: &Arc<TapSwitch>,
-) -> Result<(Net, String, Vec<(OwnedFd, i32)>)> {
+) -> Result<(Net, String, QueueFiles)> {
     let spec = spec(link).ok_or_else(|| Error::new(libc::EINVAL, "not a kernel link"))?;
     let fail = |e: std::io::Error| {
         Error::new(

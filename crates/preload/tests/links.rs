@@ -159,6 +159,46 @@ fn socat_serves_over_packet_and_xdp_on_a_veth_pair() {
     }
 }
 
+/// nginx under the preload on `ns`'s tun0 (ustack 192.0.2.2), serving `dir`/html (an
+/// `index.html` of "nginx on ustack") on port 8080 with `sendfile on`: `main` and `http`
+/// are the configuration's lines of their own there, `env` the preload's variables beside
+/// the link's. `dir` is made anew, readable by everyone (nginx's workers run as `nobody`).
+fn start_nginx(dir: &Path, ns: &NetNs, main: &str, http: &str, env: &[(&str, &str)]) -> Preloaded {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir.join("html")).expect("nginx's directory");
+    std::fs::write(dir.join("html/index.html"), "nginx on ustack\n").expect("index");
+    let d = dir.display();
+    let temp: String = ["client_body", "proxy", "fastcgi", "uwsgi", "scgi"]
+        .iter()
+        .map(|t| format!("  {t}_temp_path {d}/{t};\n"))
+        .collect();
+    let conf = dir.join("nginx.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "daemon off;\n{main}\nerror_log stderr notice;\npid {d}/nginx.pid;\n\
+             events {{ worker_connections 1024; use epoll; }}\n\
+             http {{\n  {http}\n  sendfile on;\n{temp}\
+             server {{ listen 8080; root {d}/html; }}\n}}\n"
+        ),
+    )
+    .expect("nginx.conf");
+    let _ = Command::new("chmod").args(["-R", "a+rX"]).arg(dir).status();
+    let netns = ns.path().to_str().expect("a UTF-8 path").to_owned();
+    let mut all = vec![
+        ("USTACK_TUN", "tun0"),
+        ("USTACK_NETNS", netns.as_str()),
+        ("USTACK_ADDR", "192.0.2.2/24"),
+    ];
+    all.extend_from_slice(env);
+    let prefix = d.to_string();
+    Preloaded::start(
+        &["nginx", "-c", conf.to_str().expect("UTF-8"), "-p", &prefix],
+        &all,
+        90,
+    )
+}
+
 /// One request to a control socket (a line of JSON each way); for `capture`, the stream.
 fn control(path: &Path, req: &str) -> std::os::unix::net::UnixStream {
     let mut s = std::os::unix::net::UnixStream::connect(path)
@@ -220,43 +260,18 @@ fn nginx_on_two_shards_holds_idle_connections_and_shows_its_frames_to_capture() 
         return;
     }
     let dir = tmp("links-nginx");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(dir.join("html")).expect("nginx's directory");
-    std::fs::write(dir.join("html/index.html"), "sharded\n").expect("index");
-    let conf = dir.join("nginx.conf");
-    let d = dir.display();
-    std::fs::write(
-        &conf,
-        format!(
-            "daemon off;\nmaster_process off;\nworker_processes 1;\nerror_log stderr notice;\n\
-             pid {d}/nginx.pid;\nevents {{ worker_connections 1024; use epoll; }}\n\
-             http {{\n  access_log off;\n  keepalive_timeout 120s;\n\
-             client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n\
-             fastcgi_temp_path {d}/fcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
-             server {{ listen 8080; root {d}/html; }}\n}}\n"
-        ),
-    )
-    .expect("nginx.conf");
     let ns = NetNs::new().expect("a namespace");
     ns.add_tun("tun0").expect("tun0");
     let ctl = tmp("links-nginx-control.sock");
-    let netns = ns.path().to_str().expect("a UTF-8 path").to_owned();
-    let mut nginx = Preloaded::start(
+    let mut nginx = start_nginx(
+        &dir,
+        &ns,
+        "master_process off;\nworker_processes 1;",
+        "access_log off;\n  keepalive_timeout 120s;",
         &[
-            "nginx",
-            "-c",
-            conf.to_str().expect("UTF-8"),
-            "-p",
-            &d.to_string(),
-        ],
-        &[
-            ("USTACK_TUN", "tun0"),
-            ("USTACK_NETNS", &netns),
-            ("USTACK_ADDR", "192.0.2.2/24"),
             ("USTACK_SHARDS", "2"),
             ("USTACK_CONTROL", ctl.to_str().expect("UTF-8")),
         ],
-        90,
     );
     nginx.wait_for("control socket");
     let curl = |what: &str| {
@@ -269,7 +284,7 @@ fn nginx_on_two_shards_holds_idle_connections_and_shows_its_frames_to_capture() 
     };
     let mut ready = false;
     for _ in 0..100 {
-        if curl("until nginx answers").stdout == b"sharded\n" {
+        if curl("until nginx answers").stdout == b"nginx on ustack\n" {
             ready = true;
             break;
         }
@@ -287,7 +302,7 @@ fn nginx_on_two_shards_holds_idle_connections_and_shows_its_frames_to_capture() 
         "LINKTYPE_RAW (TUN)"
     );
     let out = curl("captured");
-    assert_eq!(out.stdout, b"sharded\n", "the captured curl");
+    assert_eq!(out.stdout, b"nginx on ustack\n", "the captured curl");
     cap.read_to_end(&mut pcap).expect("the capture");
     let tcp: Vec<_> = pcap_records(&pcap).into_iter().filter_map(tcp_of).collect();
     let (kernel, ustack) = ([192, 0, 2, 1], [192, 0, 2, 2]);
@@ -354,4 +369,122 @@ fn nginx_on_two_shards_holds_idle_connections_and_shows_its_frames_to_capture() 
         .map(|mut e| e.read_to_string(&mut err));
     assert_eq!(line.trim(), format!("answered {n}"), "clients: {err}");
     assert!(status.success(), "clients: {err}");
+}
+
+/// nginx with its master process and `worker_processes 2` (workers running as `nobody`)
+/// under the preload over TUN: each worker gets a stack of its own on a TUN queue of its
+/// own after `fork`, re-making the listener it inherited; the master, which only
+/// listens, stops taking flows. From the kernel's side curl fetches a 10 MiB file (byte
+/// for byte), wrk drives 20 connections for 3 s with only 200s, and nginx's access log
+/// shows both workers' process ids answering.
+#[test]
+fn nginx_with_two_worker_processes_serves_from_both() {
+    let test = "nginx_with_two_worker_processes_serves_from_both";
+    if !root_and_tools(test, &["nginx", "curl", "wrk"]) {
+        return;
+    }
+    // Under /tmp: the workers (`nobody`) must read it.
+    let dir = std::env::temp_dir().join(format!("ustack-preload-fork-{}", std::process::id()));
+    let big: Vec<u8> = (0..10usize << 20)
+        .map(|i| ((i * 131 + i / 4093) & 0xff) as u8)
+        .collect();
+    let ns = NetNs::new().expect("a namespace");
+    ns.add_tun("tun0").expect("tun0");
+    let mut nginx = start_nginx(
+        &dir,
+        &ns,
+        "worker_processes 2;",
+        &format!(
+            "log_format w '$pid $status';\n  access_log {}/access.log w;",
+            dir.display()
+        ),
+        &[],
+    );
+    std::fs::write(dir.join("html/big.bin"), &big).expect("the 10 MiB file");
+    nginx.wait_for("start worker process");
+    nginx.wait_for("start worker process");
+    let run = |argv: &[&str], secs: u64| {
+        let out = ns
+            .command(Duration::from_secs(secs), argv)
+            .output()
+            .unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+            out.status.success(),
+        )
+    };
+    let url = "http://192.0.2.2:8080";
+    let index = format!("{url}/");
+    let mut ready = false;
+    for _ in 0..100 {
+        if run(&["curl", "-sS", "--max-time", "2", &index], 5).0 == "nginx on ustack\n" {
+            ready = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(ready, "nginx never answered");
+    // Ten pages on ten connections: each lands on either worker, none on the master.
+    for i in 0..10 {
+        let (body, err, _) = run(&["curl", "-sS", "--max-time", "5", &index], 8);
+        assert_eq!(body, "nginx on ustack\n", "page {i}: {err}");
+    }
+    let got = dir.join("got.bin");
+    let file_url = format!("{url}/big.bin");
+    let (_, err, ok) = run(
+        &[
+            "curl",
+            "-sS",
+            "--max-time",
+            "25",
+            "-o",
+            got.to_str().expect("UTF-8"),
+            &file_url,
+        ],
+        30,
+    );
+    assert!(ok, "curl big.bin: {err}");
+    let back = std::fs::read(&got).expect("curl's copy");
+    assert!(
+        back == big,
+        "big.bin: {} bytes back of {}, {}",
+        back.len(),
+        big.len(),
+        if back.len() == big.len() {
+            "different"
+        } else {
+            "short"
+        }
+    );
+    let (wrk, err, ok) = run(&["wrk", "-t2", "-c20", "-d3s", &index], 20);
+    assert!(ok, "wrk: {err}");
+    assert!(
+        !wrk.contains("Non-2xx") && !wrk.contains("Socket errors"),
+        "{wrk}"
+    );
+    let requests: u64 = wrk
+        .lines()
+        .find_map(|l| l.trim().split_once(" requests in "))
+        .and_then(|(n, _)| n.parse().ok())
+        .unwrap_or(0);
+    assert!(requests > 100, "wrk: {wrk}");
+    // Both workers answered (the access log's `$pid $status`).
+    let log = std::fs::read_to_string(dir.join("access.log")).expect("the access log");
+    let mut pids: Vec<&str> = log.lines().filter_map(|l| l.strip_suffix(" 200")).collect();
+    pids.sort_unstable();
+    pids.dedup();
+    assert_eq!(pids.len(), 2, "worker pids that answered 200: {pids:?}");
+    nginx.log.extend(nginx.lines.try_iter());
+    let bad: Vec<&String> = nginx
+        .log
+        .iter()
+        .filter(|l| {
+            ["[alert]", "[crit]", "[emerg]"]
+                .iter()
+                .any(|w| l.contains(w))
+        })
+        .collect();
+    assert!(bad.is_empty(), "nginx: {bad:?}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

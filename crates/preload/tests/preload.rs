@@ -671,7 +671,8 @@ fn a_server_forking_per_connection_is_refused_clearly() {
     // One line from each forked child (its poll of the inherited socket fails).
     let refusals = log
         .matches(
-            "is a ustack socket of the parent process: after fork the child has no ustack stack",
+            "is a ustack connection of the parent process: after fork only listening (and \
+             unconnected) sockets are carried into the child",
         )
         .count();
     assert!(refusals >= 2, "socat's log: {log}");

@@ -31,7 +31,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLockWriteGuard};
 
@@ -45,6 +45,7 @@ use super::{
 };
 use crate::config::{Config, LinkConfig};
 use crate::error::{Error, Result};
+use crate::links::QueueFiles;
 
 /// Stacks numbered below this are a parent's (0 in a process that never forked).
 static LIVE_FROM: AtomicU64 = AtomicU64::new(0);
@@ -53,7 +54,7 @@ static LIVE_FROM: AtomicU64 = AtomicU64::new(0);
 static CHILD_CONFIG: Mutex<Option<Config>> = Mutex::new(None);
 /// `dup`s of this process's TUN queue files (to detach and attach them), and their
 /// original numbers (the files the stack reads, to close in a child).
-static QUEUES: Mutex<Vec<(OwnedFd, i32)>> = Mutex::new(Vec::new());
+static QUEUES: Mutex<QueueFiles> = Mutex::new(Vec::new());
 /// Whether [`parent`] detached the queues.
 static DETACHED: AtomicBool = AtomicBool::new(false);
 
@@ -73,7 +74,7 @@ thread_local! {
 /// Remember how a stack was opened: a TUN link is carried into forked children, one
 /// queue each on the interface `name` (as the kernel named it); `queues` are the stack's
 /// queue files.
-pub(crate) fn opened(c: &Config, name: &str, queues: Vec<(OwnedFd, i32)>) {
+pub(crate) fn opened(c: &Config, name: &str, queues: QueueFiles) {
     if let LinkConfig::Tun { netns, mtu, .. } = &c.link {
         let mut child = c.clone();
         child.link = LinkConfig::Tun {
@@ -127,10 +128,9 @@ pub fn parent() {
     let guard = HELD.try_with(|h| h.borrow_mut().take()).ok().flatten();
     let Some(t) = guard else { return };
     let connected = t.values().any(|e| match &e.obj {
-        Obj::Sock(s) => s
-            .state
-            .try_lock()
-            .map_or(true, |st| !matches!(*st, State2::Fresh { .. } | State2::Listener { .. })),
+        Obj::Sock(s) => s.state.try_lock().map_or(true, |st| {
+            !matches!(*st, State2::Fresh { .. } | State2::Listener { .. })
+        }),
         Obj::Epoll(_) => false,
     });
     drop(t);
@@ -194,7 +194,9 @@ pub fn current() -> Option<Arc<Stack>> {
 /// Whether `fd` is a descriptor inherited across `fork` and not used yet.
 pub(crate) fn is_inherited(fd: i32) -> bool {
     LIVE_FROM.load(Ordering::Relaxed) != 0
-        && lock(&INHERITED).as_ref().is_some_and(|m| m.contains_key(&fd))
+        && lock(&INHERITED)
+            .as_ref()
+            .is_some_and(|m| m.contains_key(&fd))
 }
 
 /// The stack new sockets go to: the default one, or in a forked child its own, started
@@ -244,14 +246,19 @@ pub(crate) fn default_stack() -> Result<Arc<Stack>> {
     Ok(d.get_or_insert(stack).clone())
 }
 
+/// `EBADFD` for inherited descriptor `fd`, said on stderr once per process (the
+/// program's own message would only say "File descriptor in bad state").
 fn orphan(fd: i32, what: &str) -> Error {
-    Error::new(
-        libc::EBADFD,
-        format!(
-            "descriptor {fd} is a ustack {what} of the parent process: after fork only \
-             listening (and unconnected) sockets are carried into the child"
-        ),
-    )
+    static SAID: AtomicU64 = AtomicU64::new(0);
+    let msg = format!(
+        "descriptor {fd} is a ustack {what} of the parent process: after fork only \
+         listening (and unconnected) sockets are carried into the child"
+    );
+    let live = LIVE_FROM.load(Ordering::Relaxed);
+    if SAID.swap(live, Ordering::Relaxed) != live {
+        eprintln!("ustack: {msg} (docs/preload.md, fork)");
+    }
+    Error::new(libc::EBADFD, msg)
 }
 
 /// Close inherited descriptor `fd` (not used in the child): its number released
