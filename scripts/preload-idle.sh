@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-10000}
-LIB=$PWD/target/release/libustack_preload.so
+LIB=${USTACK_PRELOAD_LIB:-$PWD/target/release/libustack_preload.so}
 PY=$PWD/crates/preload/tests/py/idle_clients.py
 [ -f "$LIB" ] || { echo "build it first: cargo build --release -p ustack-preload" >&2; exit 1; }
 C=uspi-c K=uspi-k

@@ -30,6 +30,7 @@ use crate::error::{Error, Result};
 use crate::opts::{self, Opt};
 
 pub mod fork;
+mod reuseport;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -575,12 +576,16 @@ pub fn bind(fd: i32, addr: SocketAddrV4) -> Result<()> {
     }
     match s.sock().proto {
         Proto::Tcp => {
-            let shared = s.opts().reuseaddr;
+            let o = s.opts();
+            let shared = o.reuseaddr;
             // Linux inet_csk_bind_conflict: besides the descriptors bound here, what the
             // stack holds on the port (listeners, connections, orphans included, and
-            // TIME-WAIT records) conflicts unless both sockets set SO_REUSEADDR.
+            // TIME-WAIT records) conflicts unless both sockets set SO_REUSEADDR; a port
+            // SO_REUSEPORT listeners share takes another (reuseport.rs).
             let port = addr.port();
+            let reuse = o.reuseport && reuseport::listener(s.e.stack.id, port).is_some();
             if port != 0
+                && !reuse
                 && s.net()
                     .on_each_shard(move |rt| rt.stack().tcp_bind_conflict(port, shared))
                     .map_err(io)?
@@ -593,7 +598,7 @@ pub fn bind(fd: i32, addr: SocketAddrV4) -> Result<()> {
                     ),
                 ));
             }
-            let port = s.e.stack.hold(addr.port(), shared)?;
+            let port = s.e.stack.hold(addr.port(), shared || reuse)?;
             *st = State2::Fresh {
                 bound: Some(SocketAddrV4::new(*addr.ip(), port)),
             };
@@ -617,7 +622,18 @@ pub fn listen(fd: i32, backlog: i32) -> Result<()> {
         State2::Fresh { bound: Some(addr) } => {
             // Linux: a backlog of 0 or less still queues one connection.
             let backlog = u32::try_from(backlog).unwrap_or(0).max(1);
-            let l = s.net().tcp_listen(addr, backlog).map_err(io)?;
+            let id = s.e.stack.id;
+            let reuse = s.opts().reuseport;
+            let l = match reuse
+                .then(|| reuseport::listener(id, addr.port()))
+                .flatten()
+            {
+                Some(l) => l,
+                None => s.net().tcp_listen(addr, backlog).map_err(io)?,
+            };
+            if reuse {
+                reuseport::join(id, addr.port(), l);
+            }
             *st = State2::Listener { fd: l, addr };
             Ok(())
         }
@@ -1064,6 +1080,7 @@ fn release(e: &Entry) {
             _ => {}
         }
         match st {
+            State2::Listener { fd: n, addr } if !reuseport::leave(e.stack.id, addr.port(), n) => {}
             State2::Listener { fd: n, .. } => {
                 let _ = e.stack.net.close(n);
                 // The loop closes a listener in the round after its close job: wait for

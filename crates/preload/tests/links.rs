@@ -162,8 +162,15 @@ fn socat_serves_over_packet_and_xdp_on_a_veth_pair() {
 /// nginx under the preload on `ns`'s tun0 (ustack 192.0.2.2), serving `dir`/html (an
 /// `index.html` of "nginx on ustack") on port 8080 with `sendfile on`: `main` and `http`
 /// are the configuration's lines of their own there, `env` the preload's variables beside
-/// the link's. `dir` is made anew, readable by everyone (nginx's workers run as `nobody`).
-fn start_nginx(dir: &Path, ns: &NetNs, main: &str, http: &str, env: &[(&str, &str)]) -> Preloaded {
+/// the link's, `listen` the port's `listen` directive. `dir` is made anew, readable by everyone (nginx's workers run as `nobody`).
+fn start_nginx(
+    dir: &Path,
+    ns: &NetNs,
+    main: &str,
+    http: &str,
+    listen: &str,
+    env: &[(&str, &str)],
+) -> Preloaded {
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir.join("html")).expect("nginx's directory");
     std::fs::write(dir.join("html/index.html"), "nginx on ustack\n").expect("index");
@@ -179,7 +186,7 @@ fn start_nginx(dir: &Path, ns: &NetNs, main: &str, http: &str, env: &[(&str, &st
             "daemon off;\n{main}\nerror_log stderr notice;\npid {d}/nginx.pid;\n\
              events {{ worker_connections 1024; use epoll; }}\n\
              http {{\n  {http}\n  sendfile on;\n{temp}\
-             server {{ listen 8080; root {d}/html; }}\n}}\n"
+             server {{ listen {listen}; root {d}/html; }}\n}}\n"
         ),
     )
     .expect("nginx.conf");
@@ -268,6 +275,7 @@ fn nginx_on_two_shards_holds_idle_connections_and_shows_its_frames_to_capture() 
         &ns,
         "master_process off;\nworker_processes 1;",
         "access_log off;\n  keepalive_timeout 120s;",
+        "8080",
         &[
             ("USTACK_SHARDS", "2"),
             ("USTACK_CONTROL", ctl.to_str().expect("UTF-8")),
@@ -372,17 +380,24 @@ fn nginx_on_two_shards_holds_idle_connections_and_shows_its_frames_to_capture() 
 }
 
 /// nginx with its master process and `worker_processes 2` (workers running as `nobody`)
-/// under the preload over TUN: each worker gets a stack of its own on a TUN queue of its
-/// own after `fork`, re-making the listener it inherited; the master, which only
-/// listens, stops taking flows. From the kernel's side curl fetches a 10 MiB file (byte
-/// for byte), wrk drives 20 connections for 3 s with only 200s, and nginx's access log
-/// shows both workers' process ids answering.
+/// under the preload over TUN, with one listener (both workers inherit it) and then with
+/// `reuseport` (one per worker, made by the master, each worker keeping its own): each
+/// worker gets a stack of its own on a TUN queue of its own after `fork`, re-making the
+/// listener it uses; the master, which only listens, stops taking flows. From the
+/// kernel's side curl fetches a 10 MiB file (byte for byte), wrk drives 20 connections
+/// for 3 s with only 200s, and nginx's access log shows both workers' process ids
+/// answering.
 #[test]
 fn nginx_with_two_worker_processes_serves_from_both() {
     let test = "nginx_with_two_worker_processes_serves_from_both";
     if !root_and_tools(test, &["nginx", "curl", "wrk"]) {
         return;
     }
+    two_workers("8080");
+    two_workers("8080 reuseport");
+}
+
+fn two_workers(listen: &str) {
     // Under /tmp: the workers (`nobody`) must read it.
     let dir = std::env::temp_dir().join(format!("ustack-preload-fork-{}", std::process::id()));
     let big: Vec<u8> = (0..10usize << 20)
@@ -398,6 +413,7 @@ fn nginx_with_two_worker_processes_serves_from_both() {
             "log_format w '$pid $status';\n  access_log {}/access.log w;",
             dir.display()
         ),
+        listen,
         &[],
     );
     std::fs::write(dir.join("html/big.bin"), &big).expect("the 10 MiB file");
@@ -474,7 +490,11 @@ fn nginx_with_two_worker_processes_serves_from_both() {
     let mut pids: Vec<&str> = log.lines().filter_map(|l| l.strip_suffix(" 200")).collect();
     pids.sort_unstable();
     pids.dedup();
-    assert_eq!(pids.len(), 2, "worker pids that answered 200: {pids:?}");
+    assert_eq!(
+        pids.len(),
+        2,
+        "listen {listen}: worker pids that answered 200: {pids:?}"
+    );
     nginx.log.extend(nginx.lines.try_iter());
     let bad: Vec<&String> = nginx
         .log
