@@ -25,7 +25,7 @@ cleanup() {
     rm -rf "$DIR"
 }
 trap cleanup EXIT
-ulimit -n $((N * 3 + 1024))
+ulimit -n "$(ulimit -Hn)"
 ip netns add "$C"
 ip netns add "$K"
 ip netns exec "$C" ip link set lo up
@@ -49,7 +49,7 @@ printf 'hello\n' > "$DIR/html/index.html"
 chmod -R a+rX "$DIR"
 cat > "$DIR/nginx.conf" <<CONF
 daemon off; master_process off; worker_processes 1; error_log stderr notice;
-worker_rlimit_nofile $((N * 3 + 1024));
+worker_rlimit_nofile $((N + 4096));
 pid $DIR/nginx.pid;
 events { worker_connections $((N + 1024)); use epoll; }
 http { access_log off; keepalive_timeout 600s; keepalive_requests 1000000;
