@@ -53,3 +53,48 @@ pub(super) fn leave(stack: u64, port: u16, fd: Fd) -> bool {
         _ => true,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use core::net::{Ipv4Addr, SocketAddrV4};
+
+    use super::super::{
+        accept, bind, close, close_stacks, connect, listen, open, setsockopt, socket,
+    };
+
+    fn reuseport_socket(st: &std::sync::Arc<super::super::Stack>) -> i32 {
+        let s = socket(Some(st), libc::AF_INET, libc::SOCK_STREAM, 0).unwrap();
+        setsockopt(s, libc::SOL_SOCKET, libc::SO_REUSEPORT, &1i32.to_ne_bytes()).unwrap();
+        s
+    }
+
+    /// Two `SO_REUSEPORT` descriptors listen on one port (a socket without it is refused
+    /// the port); closing the first leaves the port listening through the second, which
+    /// accepts; closing the second closes the listener (a connection is refused).
+    #[test]
+    fn reuseport_listeners_share_the_port_until_the_last_closes() {
+        let (st, peer) = open("link=sim addr=10.7.0.1/24 peer=10.7.0.2/24 seed=1").unwrap();
+        let peer = peer.unwrap();
+        let a = SocketAddrV4::new(Ipv4Addr::new(10, 7, 0, 1), 8080);
+        let (l1, l2) = (reuseport_socket(&st), reuseport_socket(&st));
+        bind(l1, a).unwrap();
+        listen(l1, 8).unwrap();
+        bind(l2, a).unwrap();
+        listen(l2, 8).unwrap();
+        let plain = socket(Some(&st), libc::AF_INET, libc::SOCK_STREAM, 0).unwrap();
+        assert_eq!(bind(plain, a).unwrap_err().errno, libc::EADDRINUSE);
+        close(l1).unwrap();
+        let c = socket(Some(&peer), libc::AF_INET, libc::SOCK_STREAM, 0).unwrap();
+        connect(c, a).unwrap();
+        let (s, _) = accept(l2, 0).unwrap();
+        close(s).unwrap();
+        close(c).unwrap();
+        close(l2).unwrap();
+        // The last one closed the ustack listener: a connection is refused.
+        let c = socket(Some(&peer), libc::AF_INET, libc::SOCK_STREAM, 0).unwrap();
+        assert_eq!(connect(c, a).unwrap_err().errno, libc::ECONNREFUSED);
+        close(c).unwrap();
+        close(plain).unwrap();
+        close_stacks(&[&st, &peer]);
+    }
+}
