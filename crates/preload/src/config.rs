@@ -8,10 +8,10 @@
 //! | `USTACK_IFACE=NAME` | `packet`, `xdp`: the Ethernet interface (required) |
 //! | `USTACK_NETNS=NAME` | make or attach the interface in this namespace (a name under `/run/netns`, or a path) |
 //! | `USTACK_GATEWAY=IP` | the default gateway |
-//! | `USTACK_SHARDS=N` | TUN queues, one loop thread each (1 by default) |
+//! | `USTACK_SHARDS=N` | `tun`: queues, one loop thread (shard) each (1 by default; `packet`, `xdp`: 1) |
 //! | `USTACK_MTU=N` | the interface MTU |
 //! | `USTACK_SYSCTL_<name>=VALUE` | a tunable: `<name>` is its Linux name (`net.ipv4.tcp_sack`), that name with `_` for `.` (`net_ipv4_tcp_sack`), or its last part (`tcp_sack`) |
-//! | `USTACK_CONTROL=PATH` | the control socket, for `ustack stat`, `ss`, `sysctl` |
+//! | `USTACK_CONTROL=PATH` | the control socket, for `ustack stat`, `ss`, `sysctl`, `capture` |
 //! | `USTACK_FALLBACK=kernel` | when ustack cannot start, run the program's sockets on the kernel instead of failing them |
 //!
 //! The result is the C API's configuration string (`ustack_stack_open`, crates/capi

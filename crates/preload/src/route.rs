@@ -40,7 +40,9 @@ pub enum Where {
     Kernel,
     /// ustack (the C API).
     Ustack,
-    /// A ustack descriptor inherited across `fork`: no stack serves it here.
+    /// A ustack descriptor no stack serves. Not produced since a `fork` child's inherited
+    /// descriptors are the C API's to re-make or refuse (`ustack::sock::fork`); the FFI
+    /// still handles it (`EBADFD`, `close` releasing the number).
     Orphan,
 }
 
