@@ -121,21 +121,31 @@ fn socat_serves_over_packet_and_xdp_on_a_veth_pair() {
         ns.veth_pair().expect("the veth pair");
         let netns = ns.path().to_str().expect("a UTF-8 path").to_owned();
         let mut server = Preloaded::start(
-            &["socat", "-d", "-d", "TCP-LISTEN:7000,reuseaddr", "PIPE"],
+            // `-t 30`: after the client's EOF the echo goes on until done (socat's 0.5 s
+            // by default could cut it short on a loaded machine).
+            &[
+                "socat",
+                "-d",
+                "-d",
+                "-t",
+                "30",
+                "TCP-LISTEN:7000,reuseaddr",
+                "PIPE",
+            ],
             &[
                 ("USTACK_LINK", link),
                 ("USTACK_IFACE", VETH_USTACK),
                 ("USTACK_NETNS", &netns),
                 ("USTACK_ADDR", "192.0.2.2/24"),
             ],
-            40,
+            60,
         );
         server.wait_for("listening on");
         let output = tmp(&format!("links-socat-out-{link}"));
         let out = ns
             .command(
-                Duration::from_secs(20),
-                &["socat", "-t", "5", "-", "TCP:192.0.2.2:7000"],
+                Duration::from_secs(40),
+                &["socat", "-t", "30", "-", "TCP:192.0.2.2:7000"],
             )
             .stdin(std::fs::File::open(&input).expect("the input"))
             .stdout(std::fs::File::create(&output).expect("the output"))
