@@ -230,6 +230,11 @@ pub(crate) fn default_stack() -> Result<Arc<Stack>> {
             format!("after fork: attaching the child's TUN queue: {e}"),
         )
     })?;
+    // The child's own queue, as the parent's were: to detach it, and to close it in the
+    // child's own children.
+    if let Ok(dup) = queue.fd().try_clone_to_owned() {
+        lock(&QUEUES).push((dup, queue.fd().as_raw_fd()));
+    }
     let tap = TapSwitch::new(crate::links::TAP_LIMIT);
     let link = Tap::new(KernelQueue::Tun(queue), tap.clone());
     let net = Net::on_links(builder(config.addr, &config), vec![link]).map_err(|e| {
