@@ -518,3 +518,55 @@ fn two_workers(listen: &str) {
     assert!(bad.is_empty(), "nginx: {bad:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A listener shared down a chain of forks (tests/py/fork_chain.py under the preload):
+/// the parent only listens and waits, its child accepts one connection, the grandchild
+/// six. Each process that only listens when it forks stops taking flows, so every
+/// connection reaches the process accepting (none hangs in a waiting parent's queue),
+/// and each answers from its own stack.
+#[test]
+fn a_listener_is_served_down_a_chain_of_forks() {
+    let test = "a_listener_is_served_down_a_chain_of_forks";
+    if !root_and_tools(test, &["python3", "socat"]) {
+        return;
+    }
+    let ns = NetNs::new().expect("a namespace");
+    ns.add_tun("tun0").expect("tun0");
+    let netns = ns.path().to_str().expect("a UTF-8 path").to_owned();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/fork_chain.py");
+    let mut chain = Preloaded::start(
+        &["python3", script.to_str().expect("UTF-8"), "7100", "6"],
+        &[
+            ("USTACK_TUN", "tun0"),
+            ("USTACK_NETNS", &netns),
+            ("USTACK_ADDR", "192.0.2.2/24"),
+        ],
+        60,
+    );
+    let ask = |what: &str| {
+        let line = format!("echo {what} | socat -t 3 - TCP:192.0.2.2:7100");
+        let out = ns
+            .command(Duration::from_secs(8), &["sh", "-c", &line])
+            .output()
+            .expect("the kernel's client");
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    // The first answer, retried until the stack is up and the child accepts.
+    let mut first = (String::new(), String::new());
+    for _ in 0..50 {
+        first = ask("hi0");
+        if !first.0.is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(first.0, "child:hi0\n", "the child's answer: {}", first.1);
+    for i in 1..=6 {
+        let (out, err) = ask(&format!("hi{i}"));
+        assert_eq!(out, format!("grandchild:hi{i}\n"), "connection {i}: {err}");
+    }
+    chain.wait_for("done");
+}

@@ -22,9 +22,11 @@
 //!   until the child starts its stack: opening takes `CAP_NET_ADMIN`, which a worker
 //!   often drops (nginx's run as `nobody`); attaching does not.
 //! - In the parent, if it has no connection and no UDP socket (a master that only
-//!   listened and forked its workers), its TUN queues are detached (`TUNSETQUEUE`): the
-//!   kernel stops handing it new flows, which its listeners would queue without anyone
-//!   accepting them. Its next call on a ustack socket (or new socket) attaches them again.
+//!   listened and forks its workers), its TUN queues are detached (`TUNSETQUEUE`) before
+//!   the fork: the kernel stops handing it new flows, which its listeners would queue
+//!   without anyone accepting them (until a child attaches its queue, new flows wait for
+//!   their SYN's retransmission). Its next call on a ustack socket (or new socket)
+//!   attaches them again.
 //! - `packet` and `xdp` links are not carried: a second `AF_PACKET` or `AF_XDP` socket on the
 //!   interface would see every frame the parent's sees, and both stacks would answer.
 //!   The child's calls fail with `ENETDOWN` there.
@@ -119,26 +121,27 @@ pub fn prepare() {
     let spare = spare_queue();
     *lock(&SPARE) = spare;
     let guard = write_table();
-    let _ = HELD.try_with(|h| *h.borrow_mut() = Some(guard));
-}
-
-/// After `fork`, in the parent: the lock released; the queues detached if this process
-/// has only listeners (see the module docs).
-pub fn parent() {
-    let guard = HELD.try_with(|h| h.borrow_mut().take()).ok().flatten();
-    let Some(t) = guard else { return };
-    let connected = t.values().any(|e| match &e.obj {
+    // A process with only listeners stops taking flows before the fork, not after: a
+    // handshake its listener completed in between would be lost to the child.
+    let connected = guard.values().any(|e| match &e.obj {
         Obj::Sock(s) => s.state.try_lock().map_or(true, |st| {
             !matches!(*st, State2::Fresh { .. } | State2::Listener { .. })
         }),
         Obj::Epoll(_) => false,
     });
-    drop(t);
-    // After the table's lock: closing a file goes through the program's `close`.
-    drop(lock(&SPARE).take());
     if !connected && set_attached(false) {
         DETACHED.store(true, Ordering::Release);
     }
+    let _ = HELD.try_with(|h| *h.borrow_mut() = Some(guard));
+}
+
+/// After `fork`, in the parent: the lock released (and the child's queue closed here).
+/// The queues stay detached if [`prepare`] detached them, until the next call.
+pub fn parent() {
+    let guard = HELD.try_with(|h| h.borrow_mut().take()).ok().flatten();
+    drop(guard);
+    // After the table's lock: closing a file goes through the program's `close`.
+    drop(lock(&SPARE).take());
 }
 
 /// Attach or detach this process's TUN queues: whether there were any and all went.
@@ -224,17 +227,16 @@ pub(crate) fn default_stack() -> Result<Arc<Stack>> {
             "after fork: the parent could not open a TUN queue for the child",
         )
     })?;
-    ustack_dev::tun::set_queue_attached(queue.fd(), true).map_err(|e| {
-        Error::new(
-            crate::error::errno_of(&e),
-            format!("after fork: attaching the child's TUN queue: {e}"),
-        )
-    })?;
     // The child's own queue, as the parent's were: to detach it, and to close it in the
     // child's own children.
-    if let Ok(dup) = queue.fd().try_clone_to_owned() {
-        lock(&QUEUES).push((dup, queue.fd().as_raw_fd()));
-    }
+    let fail = |e: std::io::Error| {
+        Error::new(
+            crate::error::errno_of(&e),
+            format!("after fork: the child's TUN queue: {e}"),
+        )
+    };
+    let attach = queue.fd().try_clone_to_owned().map_err(fail)?;
+    lock(&QUEUES).push((attach.try_clone().map_err(fail)?, queue.fd().as_raw_fd()));
     let tap = TapSwitch::new(crate::links::TAP_LIMIT);
     let link = Tap::new(KernelQueue::Tun(queue), tap.clone());
     let net = Net::on_links(builder(config.addr, &config), vec![link]).map_err(|e| {
@@ -247,8 +249,26 @@ pub(crate) fn default_stack() -> Result<Arc<Stack>> {
     if let Some(s) = Arc::get_mut(&mut stack) {
         s.tap = Some(tap);
     }
-    let mut d = lock(&DEFAULT);
-    Ok(d.get_or_insert(stack).clone())
+    let stack = lock(&DEFAULT).get_or_insert(stack).clone();
+    // Every listener inherited is re-made before the queue is attached: a SYN that came
+    // to the new stack before its listener would be answered with a reset.
+    let listeners: Vec<i32> = lock(&INHERITED).as_ref().map_or_else(Vec::new, |m| {
+        m.iter()
+            .filter(|(_, e)| match &e.obj {
+                Obj::Sock(s) => s
+                    .state
+                    .try_lock()
+                    .is_ok_and(|st| matches!(*st, State2::Listener { .. })),
+                Obj::Epoll(_) => false,
+            })
+            .map(|(fd, _)| *fd)
+            .collect()
+    });
+    for fd in listeners {
+        let _ = remake(fd);
+    }
+    ustack_dev::tun::set_queue_attached(attach.as_fd(), true).map_err(fail)?;
+    Ok(stack)
 }
 
 /// `EBADFD` for inherited descriptor `fd`, said on stderr once per process (the
@@ -305,6 +325,15 @@ pub(super) fn remake(fd: i32) -> Result<Arc<Entry>> {
         State2::Udp { .. } => return Err(orphan(fd, "UDP socket")),
     };
     let stack = default_stack()?;
+    // Starting the stack re-made every inherited listener, perhaps this one.
+    let done = table()
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&fd)
+        .cloned();
+    if let Some(e) = done {
+        return Ok(e);
+    }
     let key = Arc::as_ptr(&old.file) as usize;
     let known = lock(&REMADE).as_ref().and_then(|m| m.get(&key).cloned());
     let first = known.is_none();
