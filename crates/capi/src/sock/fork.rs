@@ -11,10 +11,11 @@
 //!   dropped) and the parent's stacks are forgotten. The child starts a stack of its own
 //!   on its first call that needs one, over the same TUN interface on a queue of its own
 //!   (a multi-queue TUN: each process one queue, the kernel spreading flows over them by
-//!   hash, as RSS spreads them over a NIC's). A listening socket (or one made by `socket`,
-//!   bound or not, not yet connected) is re-made on that stack, at the same number with
-//!   its options, on its first use in the child: so each worker of a pre-forking server
-//!   (nginx's `worker_processes N`) listens on its own stack. Connections, UDP sockets and
+//!   hash, as RSS spreads them over a NIC's). Every listening socket inherited is re-made
+//!   on that stack, at the same number with its options, before the queue is attached;
+//!   one made by `socket`, bound or not, not yet connected, on its first use in the
+//!   child: so each worker of a pre-forking server (nginx's `worker_processes N`) listens
+//!   on its own stack. Connections, UDP sockets and
 //!   epoll sets are not carried: a call on one fails with `EBADFD` (the connection stays
 //!   the parent's); `close` releases the number. The parent's TUN queue files the child
 //!   inherited are closed in the child, so that a queue dies with its process. The
