@@ -119,12 +119,9 @@ fn spare_queue() -> Option<TunQueue> {
 /// Before `fork`: a queue for the child opened, and the table's lock taken, so that the
 /// child's copy is whole.
 pub fn prepare() {
-    let spare = spare_queue();
-    *lock(&SPARE) = spare;
-    let guard = write_table();
-    // A process with only listeners stops taking flows before the fork, not after: a
-    // handshake its listener completed in between would be lost to the child.
-    let connected = guard.values().any(|e| match &e.obj {
+    // A process with only listeners stops taking flows first thing: a handshake its
+    // listener completed before the fork would be lost to the child.
+    let connected = read_table().values().any(|e| match &e.obj {
         Obj::Sock(s) => s.state.try_lock().map_or(true, |st| {
             !matches!(*st, State2::Fresh { .. } | State2::Listener { .. })
         }),
@@ -133,7 +130,16 @@ pub fn prepare() {
     if !connected && set_attached(false) {
         DETACHED.store(true, Ordering::Release);
     }
+    // Then the child's queue (opening it may close files: not under the table's lock,
+    // which the program's `close` takes), then the lock, held through the fork.
+    let spare = spare_queue();
+    *lock(&SPARE) = spare;
+    let guard = write_table();
     let _ = HELD.try_with(|h| *h.borrow_mut() = Some(guard));
+}
+
+fn read_table() -> std::sync::RwLockReadGuard<'static, HashMap<i32, Arc<Entry>>> {
+    table().read().unwrap_or_else(|e| e.into_inner())
 }
 
 /// After `fork`, in the parent: the lock released (and the child's queue closed here).

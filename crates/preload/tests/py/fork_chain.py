@@ -4,8 +4,8 @@
 
 The parent listens on PORT and forks a child; the child accepts one connection and
 answers `child:<what it read>`, then forks a grandchild and waits for it; the grandchild
-accepts N connections, answering `grandchild:<what it read>` on each. The parent only
-waits; it prints `done` on stderr when the chain has finished.
+accepts N connections, answering `grandchild:<what it read>` on each, the last one
+followed by 4 MiB of `x` just before it exits. The parent only waits; it prints `done` on stderr when the chain has finished.
 """
 
 import os
@@ -19,17 +19,17 @@ listener.bind(("0.0.0.0", PORT))
 listener.listen(16)
 
 
-def serve(tag):
+def serve(tag, tail=b""):
     c, _ = listener.accept()
-    c.sendall(tag + b":" + c.recv(100))
+    c.sendall(tag + b":" + c.recv(100) + tail)
     c.close()
 
 
 if os.fork() == 0:
     serve(b"child")
     if os.fork() == 0:
-        for _ in range(N):
-            serve(b"grandchild")
+        for i in range(N):
+            serve(b"grandchild", b"x" * (4 << 20) if i == N - 1 else b"")
         # exit, not _exit: the preload's exit hook sends what is still unsent.
         sys.exit(0)
     os.wait()
