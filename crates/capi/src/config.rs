@@ -4,13 +4,16 @@
 //! |---|---|
 //! | `link=sim` | an in-process sim link to a second stack (tests): `ustack_peer` gives it |
 //! | `link=tun` | a TUN interface; the kernel (or a namespace of it) is the peer (root) |
+//! | `link=packet` | `AF_PACKET` on an existing Ethernet interface `iface=` (a veth end) |
+//! | `link=xdp` | `AF_XDP` on an existing Ethernet interface `iface=` |
 //! | `addr=IP/LEN` | this stack's address and prefix (required) |
 //! | `addr6=IP6/LEN` | this stack's IPv6 address and prefix (optional: `AF_INET6` sockets bind it) |
 //! | `peer=IP/LEN` | `sim`: the other stack's address (required for `sim`) |
 //! | `peer6=IP6/LEN` | `sim`: the other stack's IPv6 address |
 //! | `gateway=IP` | the default gateway (on `addr`'s subnet) |
 //! | `tun=NAME` | `tun`: the interface name (`ustack%d` by default) |
-//! | `netns=NAME` | `tun`: create it in this namespace (`/run/netns/NAME`, or a path) |
+//! | `iface=NAME` | `packet`, `xdp`: the Ethernet interface (required) |
+//! | `netns=NAME` | `tun`: create it in this namespace (`/run/netns/NAME`, or a path); `packet`, `xdp`: find `iface=` there |
 //! | `queues=N` | `tun`: queues, one shard (loop thread) each (1 by default) |
 //! | `mtu=N` | `tun`: the interface MTU |
 //! | `seed=N` | the stack's secrets from this seed instead of the OS (tests) |
@@ -41,6 +44,16 @@ pub enum LinkConfig {
         queues: usize,
         /// `mtu=`.
         mtu: Option<u32>,
+    },
+    /// An Ethernet interface through `AF_PACKET` (`packet`) or `AF_XDP` (`xdp`): one
+    /// queue, the interface's MAC and MTU.
+    Ethernet {
+        /// `link=`: `packet` or `xdp`.
+        kind: String,
+        /// `iface=`.
+        iface: String,
+        /// `netns=`, as a path.
+        netns: Option<PathBuf>,
     },
 }
 
@@ -122,14 +135,15 @@ impl Config {
         let mut netns = None;
         let mut queues = None;
         let mut mtu = None;
+        let mut iface = None;
         for word in s.split_whitespace() {
             let (k, v) = word
                 .split_once('=')
                 .ok_or_else(|| invalid(format!("{word}: want key=value")))?;
             match k {
                 "link" => match v {
-                    "sim" | "tun" => link = Some(v.to_owned()),
-                    _ => return Err(invalid(format!("link={v}: sim or tun"))),
+                    "sim" | "tun" | "packet" | "xdp" => link = Some(v.to_owned()),
+                    _ => return Err(invalid(format!("link={v}: sim, tun, packet or xdp"))),
                 },
                 "addr" => addr = Some(cidr(k, v)?),
                 "peer" => peer = Some(cidr(k, v)?),
@@ -138,6 +152,7 @@ impl Config {
                 "gateway" => gateway = Some(ip(k, v)?),
                 "seed" => seed = Some(num(k, v)?),
                 "tun" => tun_name = Some(v.to_owned()),
+                "iface" => iface = Some(v.to_owned()),
                 "netns" => {
                     netns = Some(if v.contains('/') {
                         PathBuf::from(v)
@@ -161,9 +176,14 @@ impl Config {
         }
         let link = match link.as_deref() {
             Some("sim") => {
-                if tun_name.is_some() || netns.is_some() || queues.is_some() || mtu.is_some() {
+                if tun_name.is_some()
+                    || netns.is_some()
+                    || queues.is_some()
+                    || mtu.is_some()
+                    || iface.is_some()
+                {
                     return Err(invalid(
-                        "tun=, netns=, queues=, mtu= are for link=tun".into(),
+                        "tun=, netns=, queues=, mtu=, iface= are not for link=sim".into(),
                     ));
                 }
                 LinkConfig::Sim {
@@ -171,9 +191,33 @@ impl Config {
                     peer6,
                 }
             }
+            Some(kind @ ("packet" | "xdp")) => {
+                if peer.is_some() || tun_name.is_some() || mtu.is_some() {
+                    return Err(invalid(format!(
+                        "link={kind} takes iface= and netns= (not peer=, tun=, mtu=: the \
+                         interface's own MTU)"
+                    )));
+                }
+                if queues.is_some_and(|q| q > 1) {
+                    return Err(invalid(format!(
+                        "queues={}: link={kind} runs one queue (one shard)",
+                        queues.unwrap_or(1)
+                    )));
+                }
+                LinkConfig::Ethernet {
+                    kind: kind.to_owned(),
+                    iface: iface.ok_or_else(|| invalid(format!("link={kind} needs iface=NAME")))?,
+                    netns,
+                }
+            }
             Some(_) => {
                 if peer.is_some() || peer6.is_some() {
                     return Err(invalid("peer= and peer6= are for link=sim".into()));
+                }
+                if iface.is_some() {
+                    return Err(invalid(
+                        "iface= is for link=packet|xdp (tun takes tun=)".into(),
+                    ));
                 }
                 LinkConfig::Tun {
                     name: tun_name.unwrap_or_else(|| "ustack%d".into()),
@@ -182,7 +226,7 @@ impl Config {
                     mtu,
                 }
             }
-            None => return Err(invalid("link=sim|tun is required".into())),
+            None => return Err(invalid("link=sim|tun|packet|xdp is required".into())),
         };
         let addr = addr.ok_or_else(|| invalid("addr=IP/PREFIX is required".into()))?;
         Ok(Config {
@@ -243,12 +287,43 @@ mod tests {
     }
 
     #[test]
+    fn packet_and_xdp_on_an_interface() {
+        for kind in ["packet", "xdp"] {
+            let c = Config::parse(&format!(
+                "link={kind} iface=veth1 netns=ns1 addr=192.0.2.2/24 queues=1"
+            ))
+            .unwrap();
+            assert_eq!(
+                c.link,
+                LinkConfig::Ethernet {
+                    kind: kind.into(),
+                    iface: "veth1".into(),
+                    netns: Some(PathBuf::from("/run/netns/ns1")),
+                }
+            );
+        }
+    }
+
+    #[test]
     fn errors_name_the_word() {
         for (s, want) in [
-            ("", "link=sim|tun is required"),
+            ("", "link=sim|tun|packet|xdp is required"),
             ("link=tun", "addr=IP/PREFIX is required"),
             ("link=sim addr=10.0.0.1/24", "needs peer="),
-            ("link=xdp addr=10.0.0.1/24", "link=xdp"),
+            ("link=xdp addr=10.0.0.1/24", "link=xdp needs iface=NAME"),
+            (
+                "link=ppp addr=10.0.0.1/24",
+                "link=ppp: sim, tun, packet or xdp",
+            ),
+            (
+                "link=packet addr=10.0.0.1/24 iface=veth1 queues=2",
+                "link=packet runs one queue",
+            ),
+            ("link=packet addr=10.0.0.1/24 iface=v tun=t", "takes iface="),
+            (
+                "link=tun addr=10.0.0.1/24 iface=veth1",
+                "iface= is for link=packet",
+            ),
             (
                 "link=sim addr=10.0.0.1 peer=10.0.0.2/24",
                 "addr=10.0.0.1: want IP/PREFIX",
@@ -276,7 +351,7 @@ mod tests {
             ),
             (
                 "link=sim addr=1.2.3.4/8 peer=1.2.3.5/8 tun=x",
-                "are for link=tun",
+                "are not for link=sim",
             ),
             ("addr", "addr: want key=value"),
         ] {

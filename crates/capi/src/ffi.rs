@@ -865,3 +865,13 @@ pub unsafe extern "C" fn ustack_epoll_wait(
         Err(e) => fail(&e),
     }
 }
+
+/// Close descriptor `fd` by number, with the system call itself: in a `fork` child, a TUN
+/// queue file of the parent's stack, which the child's leaked copy of that stack owns and
+/// never closes (crates/capi `sock::fork`).
+pub(crate) fn close_inherited(fd: i32) {
+    // SAFETY: `fd` is the number of a queue file owned by a stack of the parent that the
+    // child never runs nor drops (`sock::fork::child` leaks it), so nothing else closes or
+    // uses this number; closing it only releases the child's reference to the queue.
+    unsafe { rustix::io::close(fd) };
+}

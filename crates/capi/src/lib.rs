@@ -7,7 +7,7 @@
 //! thread until the stack changes state. docs/api.md ("C API") tells how to build, link and
 //! configure it.
 //!
-//! The modules: [`config`] parses `ustack_stack_open`'s string, [`sock`] is the socket
+//! The modules: [`config`] parses `ustack_stack_open`'s string, [`links`] opens the kernel links (`tun`, `packet`, `xdp`), [`sock`] is the socket
 //! layer in safe Rust (descriptors, calls, options, poll and epoll), [`opts`] the option
 //! table and `struct tcp_info`, [`sockaddr`] the address conversions, [`error`] errno and
 //! messages; [`ffi`] alone holds `unsafe`: the `extern "C"` functions.
@@ -15,6 +15,7 @@
 pub mod config;
 pub mod error;
 pub mod ffi;
+pub mod links;
 pub mod opts;
 pub mod sock;
 pub mod sockaddr;

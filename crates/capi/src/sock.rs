@@ -18,8 +18,8 @@ use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, AtomicUsize, Ordering}
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, RwLock};
 
 use rustix::event::{EventfdFlags, eventfd};
+use ustack_dev::capture::TapSwitch;
 use ustack_dev::sim::SimLinkConfig;
-use ustack_dev::tun::{Tun, TunConfig};
 use ustack_net::{Epoll, EpollEvent, Fd, Mode, Net, Readiness, Wait};
 use ustack_runtime::RuntimeBuilder;
 use ustack_stack::tcp::State;
@@ -28,6 +28,9 @@ use ustack_stack::{TcpOpt, TcpOptValues};
 use crate::config::{Config, LinkConfig};
 use crate::error::{Error, Result};
 use crate::opts::{self, Opt};
+
+pub mod fork;
+mod reuseport;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -47,6 +50,8 @@ pub struct Stack {
     /// hold each.
     ports: Mutex<HashMap<u16, usize>>,
     next_port: AtomicU16,
+    /// The capture switch of a kernel link's queues (`ustack capture`).
+    tap: Option<Arc<TapSwitch>>,
 }
 
 static NEXT_STACK: AtomicU64 = AtomicU64::new(1);
@@ -78,13 +83,18 @@ fn new_stack(net: Net, addr: Ipv4Addr, addr6: Option<(Ipv6Addr, u8)>) -> Arc<Sta
         addr6: addr6.map(|a| a.0),
         ports: Mutex::new(HashMap::new()),
         next_port: AtomicU16::new(0),
+        tap: None,
     })
 }
 
 /// Start a stack as `config` says (see [`crate::config`]): the stack, and for a sim link
 /// the stack at the other end. The first one started becomes the default.
 pub fn open(config: &str) -> Result<(Arc<Stack>, Option<Arc<Stack>>)> {
-    let c = Config::parse(config)?;
+    open_config(Config::parse(config)?)
+}
+
+/// [`open`] of a parsed configuration.
+fn open_config(c: Config) -> Result<(Arc<Stack>, Option<Arc<Stack>>)> {
     let (stack, peer) = match &c.link {
         LinkConfig::Sim { peer, peer6 } => {
             let (a, b) = Net::sim_pair(
@@ -103,32 +113,16 @@ pub fn open(config: &str) -> Result<(Arc<Stack>, Option<Arc<Stack>>)> {
                 Some(new_stack(b, peer.0, *peer6)),
             )
         }
-        LinkConfig::Tun {
-            name,
-            netns,
-            queues,
-            mtu,
-        } => {
-            let tun = Tun::open(&TunConfig {
-                name: name.clone(),
-                queues: *queues,
-                mtu: *mtu,
-                netns: netns.clone(),
-                offload: false,
-            })
-            .map_err(|e| {
-                Error::new(
-                    crate::error::errno_of(&e),
-                    format!("ustack_stack_open: tun {name}: {e}"),
-                )
-            })?;
-            let net = Net::tun(builder(c.addr, c.addr6, &c), tun.into_queues()).map_err(|e| {
-                Error::new(
-                    crate::error::errno_of(&e),
-                    format!("ustack_stack_open: starting the stack: {e}"),
-                )
-            })?;
-            (new_stack(net, c.addr.0, c.addr6), None)
+        link => {
+            let tap = TapSwitch::new(crate::links::TAP_LIMIT);
+            let (net, name, queues) =
+                crate::links::open_net(builder(c.addr, c.addr6, &c), link, &tap)?;
+            fork::opened(&c, &name, queues);
+            let mut stack = new_stack(net, c.addr.0, c.addr6);
+            if let Some(s) = Arc::get_mut(&mut stack) {
+                s.tap = Some(tap);
+            }
+            (stack, None)
         }
     };
     let mut d = lock(&DEFAULT);
@@ -143,6 +137,12 @@ impl Stack {
     /// control socket.
     pub fn net(&self) -> &Net {
         &self.net
+    }
+
+    /// The capture switch of its link's queues (a kernel link's; `None` for sim), for
+    /// the control socket's `capture`.
+    pub fn tap(&self) -> Option<&Arc<TapSwitch>> {
+        self.tap.as_ref()
     }
 }
 
@@ -305,17 +305,21 @@ fn entry_of(file: Arc<File>, cloexec: bool, reserved: OwnedFd) -> Arc<Entry> {
     })
 }
 
+/// A new open file: `obj` on `stack`, `descs` descriptors referring to it, its own id.
+fn new_file(stack: Arc<Stack>, obj: Obj, descs: usize) -> Arc<File> {
+    static NEXT_FILE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    Arc::new(File {
+        stack,
+        obj,
+        descs: AtomicUsize::new(descs),
+        id: NEXT_FILE.fetch_add(1, Ordering::Relaxed),
+    })
+}
+
 fn insert(stack: Arc<Stack>, obj: Obj, cloexec: bool) -> Result<i32> {
     let reserved = reserve()?;
     let fd = reserved.as_raw_fd();
-    static NEXT_FILE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-    let file = Arc::new(File {
-        stack,
-        obj,
-        descs: AtomicUsize::new(1),
-        id: NEXT_FILE.fetch_add(1, Ordering::Relaxed),
-    });
-    let e = entry_of(file, cloexec, reserved);
+    let e = entry_of(new_file(stack, obj, 1), cloexec, reserved);
     table()
         .write()
         .unwrap_or_else(|e| e.into_inner())
@@ -390,7 +394,12 @@ pub fn dup3(fd: i32, to: i32, cloexec: bool) -> Result<i32> {
 /// `dup2`/`dup3` onto it, which replaces the number atomically): `fd` is closed, as by
 /// [`close`], but its number is left open for the kernel's call to replace.
 pub fn close_replaced(fd: i32) -> Result<()> {
-    let e = write_table().remove(&fd).ok_or_else(|| Error::badf(fd))?;
+    let e = write_table().remove(&fd);
+    let Some(e) = e else {
+        return fork::close(fd, false)
+            .then_some(())
+            .ok_or_else(|| Error::badf(fd));
+    };
     if let Some(r) = lock(&e.reserved).take() {
         let _ = std::os::fd::IntoRawFd::into_raw_fd(r);
     }
@@ -399,17 +408,26 @@ pub fn close_replaced(fd: i32) -> Result<()> {
 }
 
 fn entry(fd: i32) -> Result<Arc<Entry>> {
-    table()
+    let found = table()
         .read()
         .unwrap_or_else(|e| e.into_inner())
         .get(&fd)
-        .cloned()
-        .ok_or_else(|| Error::badf(fd))
+        .cloned();
+    match found {
+        Some(e) => Ok(e),
+        // After fork: an inherited descriptor's first use ([`fork::remake`]).
+        None if fork::is_inherited(fd) => fork::remake(fd),
+        None => Err(Error::badf(fd)),
+    }
 }
 
-/// Whether `fd` is one of ustack's descriptors.
+/// Whether `fd` is one of ustack's descriptors (or a parent's, after `fork`).
 pub fn is_ours(fd: i32) -> bool {
-    entry(fd).is_ok()
+    table()
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .contains_key(&fd)
+        || fork::is_inherited(fd)
 }
 
 /// An identity of the open file (socket or epoll set) descriptor `fd` refers to, the same
@@ -427,6 +445,7 @@ struct S {
 
 impl S {
     fn get(fd: i32) -> Result<S> {
+        fork::in_use();
         let e = entry(fd)?;
         match e.obj {
             Obj::Sock(_) => Ok(S { e }),
@@ -482,14 +501,10 @@ fn io(e: std::io::Error) -> Error {
 /// `SOCK_NONBLOCK` and `SOCK_CLOEXEC`. An `AF_INET6` socket is dual-stack unless
 /// `IPV6_V6ONLY`: its IPv4 peers are `::ffff:a.b.c.d`, as on Linux.
 pub fn socket(stack: Option<&Arc<Stack>>, domain: i32, ty: i32, protocol: i32) -> Result<i32> {
+    fork::in_use();
     let stack = match stack {
         Some(s) => s.clone(),
-        None => lock(&DEFAULT).clone().ok_or_else(|| {
-            Error::new(
-                libc::ENETDOWN,
-                "no ustack stack: call ustack_stack_open first",
-            )
-        })?,
+        None => fork::default_stack()?,
     };
     if domain != libc::AF_INET && domain != libc::AF_INET6 {
         return Err(Error::new(
@@ -628,12 +643,16 @@ pub fn bind(fd: i32, addr: SocketAddr) -> Result<()> {
     }
     match s.sock().proto {
         Proto::Tcp => {
-            let shared = s.opts().reuseaddr;
+            let o = s.opts();
+            let shared = o.reuseaddr;
             // Linux inet_csk_bind_conflict: besides the descriptors bound here, what the
             // stack holds on the port (listeners, connections, orphans included, and
-            // TIME-WAIT records) conflicts unless both sockets set SO_REUSEADDR.
+            // TIME-WAIT records) conflicts unless both sockets set SO_REUSEADDR; a port
+            // SO_REUSEPORT listeners share takes another (reuseport.rs).
             let port = addr.port();
+            let reuse = o.reuseport && reuseport::listener(s.e.stack.id, port).is_some();
             if port != 0
+                && !reuse
                 && s.net()
                     .on_each_shard(move |rt| rt.stack().tcp_bind_conflict(port, shared))
                     .map_err(io)?
@@ -646,7 +665,7 @@ pub fn bind(fd: i32, addr: SocketAddr) -> Result<()> {
                     ),
                 ));
             }
-            let port = s.e.stack.hold(addr.port(), shared)?;
+            let port = s.e.stack.hold(addr.port(), shared || reuse)?;
             *st = State2::Fresh {
                 bound: Some(SocketAddr::new(addr.ip(), port)),
             };
@@ -670,11 +689,21 @@ pub fn listen(fd: i32, backlog: i32) -> Result<()> {
         State2::Fresh { bound: Some(addr) } => {
             // Linux: a backlog of 0 or less still queues one connection.
             let backlog = u32::try_from(backlog).unwrap_or(0).max(1);
-            let only_v6 = addr.is_ipv6() && s.opts().v6only;
-            let l = s
-                .net()
-                .tcp_listen_only_v6(addr, backlog, only_v6)
-                .map_err(io)?;
+            let id = s.e.stack.id;
+            let reuse = s.opts().reuseport;
+            let l = match reuse
+                .then(|| reuseport::listener(id, addr.port()))
+                .flatten()
+            {
+                Some(l) => l,
+                None => s
+                    .net()
+                    .tcp_listen_only_v6(addr, backlog, addr.is_ipv6() && s.opts().v6only)
+                    .map_err(io)?,
+            };
+            if reuse {
+                reuseport::join(id, addr.port(), l);
+            }
             *st = State2::Listener { fd: l, addr };
             Ok(())
         }
@@ -1162,7 +1191,12 @@ pub fn shutdown(fd: i32, how: i32) -> Result<()> {
 /// the socket closes (a stream sends its FIN, or a RST with unread data or `SO_LINGER`
 /// zero).
 pub fn close(fd: i32) -> Result<()> {
-    let e = write_table().remove(&fd).ok_or_else(|| Error::badf(fd))?;
+    let e = write_table().remove(&fd);
+    let Some(e) = e else {
+        return fork::close(fd, true)
+            .then_some(())
+            .ok_or_else(|| Error::badf(fd));
+    };
     release(&e);
     Ok(())
 }
@@ -1181,6 +1215,7 @@ fn release(e: &Entry) {
             _ => {}
         }
         match st {
+            State2::Listener { fd: n, addr } if !reuseport::leave(e.stack.id, addr.port(), n) => {}
             State2::Listener { fd: n, .. } => {
                 let _ = e.stack.net.close(n);
                 // The loop closes a listener in the round after its close job: wait for
@@ -1600,12 +1635,7 @@ pub fn epoll_create(flags: i32) -> Result<i32> {
             format!("epoll_create1 flags {flags:#x}"),
         ));
     }
-    let stack = lock(&DEFAULT).clone().ok_or_else(|| {
-        Error::new(
-            libc::ENETDOWN,
-            "no ustack stack: call ustack_stack_open first",
-        )
-    })?;
+    let stack = fork::default_stack()?;
     let set = EpollSet {
         on: Mutex::new(None),
     };

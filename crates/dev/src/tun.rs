@@ -270,6 +270,14 @@ fn complete_csum(hdr: &[u8; VNET_HDR_LEN], packet: &mut [u8]) -> bool {
     true
 }
 
+/// Attach or detach the TUN queue whose file (or a `dup` of it) is `fd`, without closing
+/// it (`TUNSETQUEUE`): a detached queue gets no packets, the kernel spreads flows over the
+/// queues still attached; writing on it is refused (`EINVAL`) until it is attached again.
+/// The LD_PRELOAD library detaches a parent's queue after `fork` (docs/preload.md).
+pub fn set_queue_attached(fd: BorrowedFd<'_>, attached: bool) -> io::Result<()> {
+    sys::set_queue(fd, attached)
+}
+
 impl TunQueue {
     /// The queue's file, for an event loop (readable: a packet is waiting).
     pub fn fd(&self) -> BorrowedFd<'_> {

@@ -98,12 +98,14 @@ mod epoll;
 #[cfg(feature = "control")]
 mod inspect;
 mod link;
+mod open;
 mod start;
 mod std_net;
 
 pub use crate::core::{Fd, Kind, LoopRuntime, MAX_IO, Net, RX_CAP, Wait};
 pub use crate::epoll::{Epoll, EpollEvent};
 pub use crate::link::{DynLink, Link};
+pub use crate::open::{KernelQueue, LinkSpec, OpenedLink, open_link};
 pub use crate::std_net::{Incoming, TcpListener, TcpStream, UdpSocket};
 pub use ustack_runtime::Mode;
 pub use ustack_stack::Readiness;

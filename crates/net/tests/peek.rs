@@ -109,7 +109,7 @@ fn a_datagram_peek_leaves_the_datagram_queued() {
     let (n, a) = server
         .peek_from(srv.fd(), &mut buf[..4], bounded())
         .unwrap();
-    assert_eq!((&buf[..n], SocketAddr::from(a)), (&b"data"[..], from));
+    assert_eq!((&buf[..n], a), (&b"data"[..], from));
     let (n, _) = server.peek_from(srv.fd(), &mut buf, bounded()).unwrap();
     assert_eq!(&buf[..n], b"datagram");
     let (n, _) = server.recv_from(srv.fd(), &mut buf, bounded()).unwrap();

@@ -4,14 +4,15 @@
 //! |---|---|
 //! | `USTACK_ADDR=IP/LEN` | ustack's address and prefix (required) |
 //! | `USTACK_ADDR6=IP6/LEN` | ustack's IPv6 address and prefix: with it, `AF_INET6` sockets go to ustack too |
-//! | `USTACK_LINK=tun` | the link (`tun`, the default; `packet` and `xdp` not yet) |
+//! | `USTACK_LINK=tun\|packet\|xdp` | the link (`tun`, the default) |
 //! | `USTACK_TUN=NAME` | the TUN interface (`ustack%d` by default) |
+//! | `USTACK_IFACE=NAME` | `packet`, `xdp`: the Ethernet interface (required) |
 //! | `USTACK_NETNS=NAME` | make or attach the interface in this namespace (a name under `/run/netns`, or a path) |
 //! | `USTACK_GATEWAY=IP` | the default gateway |
-//! | `USTACK_SHARDS=N` | TUN queues, one loop thread each (1 by default) |
+//! | `USTACK_SHARDS=N` | `tun`: queues, one loop thread (shard) each (1 by default; `packet`, `xdp`: 1) |
 //! | `USTACK_MTU=N` | the interface MTU |
 //! | `USTACK_SYSCTL_<name>=VALUE` | a tunable: `<name>` is its Linux name (`net.ipv4.tcp_sack`), that name with `_` for `.` (`net_ipv4_tcp_sack`), or its last part (`tcp_sack`) |
-//! | `USTACK_CONTROL=PATH` | the control socket, for `ustack stat`, `ss`, `sysctl` |
+//! | `USTACK_CONTROL=PATH` | the control socket, for `ustack stat`, `ss`, `sysctl`, `capture` |
 //! | `USTACK_FALLBACK=kernel` | when ustack cannot start, run the program's sockets on the kernel instead of failing them |
 //!
 //! The result is the C API's configuration string (`ustack_stack_open`, crates/capi
@@ -89,16 +90,27 @@ fn word(out: &mut String, key: &str, v: &str) -> Result<(), String> {
 pub fn parse(vars: &[(String, String)]) -> Result<Env, String> {
     let fallback_kernel = fallback(vars)?;
     let link = get(vars, "USTACK_LINK").unwrap_or("tun");
-    match link {
-        "tun" => {}
-        "packet" | "xdp" => {
+    let iface_key = match link {
+        "tun" => "USTACK_TUN",
+        "packet" | "xdp" => "USTACK_IFACE",
+        _ => return Err(format!("USTACK_LINK={link}: want tun, packet or xdp")),
+    };
+    for (key, other) in [
+        ("USTACK_TUN", "USTACK_IFACE"),
+        ("USTACK_IFACE", "USTACK_TUN"),
+    ] {
+        if iface_key == key && get(vars, other).is_some() {
             return Err(format!(
-                "USTACK_LINK={link}: not yet supported by the preload (tun only; docs/preload.md)"
+                "{other} is not for USTACK_LINK={link} (it takes {key})"
             ));
         }
-        _ => return Err(format!("USTACK_LINK={link}: want tun")),
     }
-    let mut s = String::from("link=tun");
+    if link != "tun" && get(vars, "USTACK_IFACE").is_none() {
+        return Err(format!(
+            "USTACK_LINK={link} needs USTACK_IFACE: the Ethernet interface, e.g. USTACK_IFACE=veth1"
+        ));
+    }
+    let mut s = format!("link={link}");
     let addr = get(vars, "USTACK_ADDR").ok_or(
         "USTACK_ADDR is not set: give ustack's address, e.g. USTACK_ADDR=192.0.2.2/24".to_owned(),
     )?;
@@ -106,6 +118,7 @@ pub fn parse(vars: &[(String, String)]) -> Result<Env, String> {
         ("USTACK_ADDR", "addr="),
         ("USTACK_ADDR6", "addr6="),
         ("USTACK_TUN", "tun="),
+        ("USTACK_IFACE", "iface="),
         ("USTACK_NETNS", "netns="),
         ("USTACK_GATEWAY", "gateway="),
         ("USTACK_SHARDS", "queues="),
@@ -182,6 +195,23 @@ mod tests {
     }
 
     #[test]
+    fn packet_and_xdp_take_an_interface() {
+        for link in ["packet", "xdp"] {
+            let e = parse(&vars(&[
+                ("USTACK_LINK", link),
+                ("USTACK_IFACE", "veth1"),
+                ("USTACK_NETNS", "ns1"),
+                ("USTACK_ADDR", "10.9.0.2/24"),
+            ]))
+            .unwrap();
+            assert_eq!(
+                e.capi,
+                format!("link={link} addr=10.9.0.2/24 iface=veth1 netns=ns1")
+            );
+        }
+    }
+
+    #[test]
     fn bad_values_say_which_variable() {
         for (v, want) in [
             (vec![], "USTACK_ADDR is not set"),
@@ -191,14 +221,35 @@ mod tests {
             ),
             (
                 vec![("USTACK_ADDR", "1.2.3.4/8"), ("USTACK_LINK", "xdp")],
-                "USTACK_LINK=xdp: not yet",
+                "USTACK_LINK=xdp needs USTACK_IFACE",
+            ),
+            (
+                vec![
+                    ("USTACK_ADDR", "1.2.3.4/8"),
+                    ("USTACK_LINK", "packet"),
+                    ("USTACK_TUN", "tun0"),
+                ],
+                "USTACK_TUN is not for USTACK_LINK=packet",
+            ),
+            (
+                vec![("USTACK_ADDR", "1.2.3.4/8"), ("USTACK_IFACE", "veth1")],
+                "USTACK_IFACE is not for USTACK_LINK=tun",
+            ),
+            (
+                vec![
+                    ("USTACK_ADDR", "1.2.3.4/8"),
+                    ("USTACK_LINK", "packet"),
+                    ("USTACK_IFACE", "veth1"),
+                    ("USTACK_SHARDS", "2"),
+                ],
+                "queues=2: link=packet runs one queue",
             ),
             (
                 vec![
                     ("USTACK_ADDR", "1.2.3.4/8"),
                     ("USTACK_LINK", "carrier-pigeon"),
                 ],
-                "USTACK_LINK=carrier-pigeon: want tun",
+                "USTACK_LINK=carrier-pigeon: want tun, packet or xdp",
             ),
             (
                 vec![

@@ -6,7 +6,7 @@
 //! C API (crates/capi), everything else (files, pipes, Unix sockets, IPv6) to libc
 //! untouched. docs/preload.md says what works, what does not yet, and how to configure
 //! it (`USTACK_ADDR`, `USTACK_TUN`, `USTACK_NETNS` ...; `USTACK_CONTROL` serves
-//! `ustack stat` and `ss` with ustack-runtime's control server).
+//! `ustack stat`, `ss` and `capture` with ustack-runtime's control server).
 //!
 //! The modules: [`config`] reads the environment, [`route`] decides where each call goes
 //! and mixes ustack sockets with kernel files in `poll`, `select` and epoll sets, in safe

@@ -16,9 +16,10 @@
 //! - At `exit` the process waits, at most [`EXIT_LINGER`], until every TCP connection has
 //!   its data and FIN acknowledged ([`at_exit`]): the kernel keeps a closed socket's data
 //!   going after the program is gone, ustack's stack dies with the process.
-//! - After `fork`, the child has no ustack loop threads: its ustack descriptors are
-//!   orphans ([`Where::Orphan`]): `close` releases the number, every other call fails
-//!   with `EBADFD`, and a new `AF_INET` socket fails with `ENETDOWN`.
+//! - After `fork`, the child has no ustack loop threads: it starts a stack of its own on a
+//!   TUN queue of its own when it first needs one, and re-makes the listening sockets it
+//!   inherited there; connections stay the parent's (`EBADFD` in the child): crates/capi
+//!   `sock::fork`, docs/preload.md.
 
 use core::time::Duration;
 use std::cell::Cell;
@@ -41,7 +42,9 @@ pub enum Where {
     Kernel,
     /// ustack (the C API).
     Ustack,
-    /// A ustack descriptor inherited across `fork`: no stack serves it here.
+    /// A ustack descriptor no stack serves. Not produced since a `fork` child's inherited
+    /// descriptors are the C API's to re-make or refuse (`ustack::sock::fork`); the FFI
+    /// still handles it (`EBADFD`, `close` releasing the number).
     Orphan,
 }
 
@@ -98,9 +101,22 @@ pub fn warn_once(key: &'static str, msg: &str) {
     }
 }
 
-/// The `fork` child's hook (`pthread_atfork`): ustack's loop threads did not come along.
+/// The hook before `fork` (`pthread_atfork`): the C API's table held still.
+pub extern "C" fn fork_prepare() {
+    sock::fork::prepare();
+}
+
+/// The parent's hook after `fork`: the table released; a parent with listeners only
+/// stops taking new flows ([`sock::fork::parent`]).
+pub extern "C" fn fork_parent() {
+    sock::fork::parent();
+}
+
+/// The `fork` child's hook: ustack's loop threads did not come along; the parent's
+/// sockets are set aside ([`sock::fork::child`]).
 pub extern "C" fn forked() {
     FORKED.store(true, Ordering::Relaxed);
+    sock::fork::child();
 }
 
 /// Whether this process is a `fork` child of one that started ustack.
@@ -118,12 +134,18 @@ pub const EXIT_LINGER: Duration = Duration::from_secs(10);
 /// unanswered (`FIN-WAIT-1`, `CLOSING`, `LAST-ACK`), at most [`EXIT_LINGER`] (a peer
 /// that stopped reading cannot hold the exit longer). Nothing to do in a `fork` child.
 pub extern "C" fn at_exit() {
-    let Some(Outcome::Ustack(stack)) = STARTED.get() else {
+    let Some(Outcome::Ustack(started)) = STARTED.get() else {
         return;
     };
-    if is_forked() {
-        return;
-    }
+    // A forked child's own stack, if it started one (the parent's is not its to wait on).
+    let stack = if is_forked() {
+        match sock::fork::current() {
+            Some(s) => s,
+            None => return,
+        }
+    } else {
+        started.clone()
+    };
     let deadline = Instant::now() + EXIT_LINGER;
     loop {
         let busy = stack.net().connections_sending().unwrap_or(0);
@@ -146,11 +168,7 @@ pub fn classify(fd: i32) -> Where {
     if STATE.load(Ordering::Acquire) != USTACK || fd < 0 || !sock::is_ours(fd) {
         return Where::Kernel;
     }
-    if is_forked() {
-        Where::Orphan
-    } else {
-        Where::Ustack
-    }
+    Where::Ustack
 }
 
 /// The errno of a call on an orphan (see the module docs), with a line on stderr once.
@@ -205,7 +223,12 @@ fn start(atfork: fn()) -> Outcome {
         Ok((stack, _)) => {
             atfork();
             if let Some(c) = control {
-                serve_control(c, &stack);
+                let link = if env.capi.starts_with("link=tun") {
+                    LinkType::Raw
+                } else {
+                    LinkType::Ethernet
+                };
+                serve_control(c, &stack, link);
             }
             Outcome::Ustack(stack)
         }
@@ -216,16 +239,17 @@ fn start(atfork: fn()) -> Outcome {
     }
 }
 
-/// Answer `ustack stat`, `ss` and `sysctl` on `control` for `stack`, on a thread of its
-/// own, for the life of the process (`capture` is refused: the TUN queues are not tapped).
-fn serve_control(control: ControlServer, stack: &Arc<Stack>) {
+/// Answer `ustack stat`, `ss`, `sysctl` and `capture` (the frames of the link's queues,
+/// of type `link`) on `control` for `stack`, on a thread of its own, for the life of the
+/// process.
+fn serve_control(control: ControlServer, stack: &Arc<Stack>, link: LinkType) {
     static NEVER: AtomicBool = AtomicBool::new(false);
     let stack = stack.clone();
     let path = control.path().display().to_string();
     let spawned = std::thread::Builder::new()
         .name("ustack-control".into())
         .spawn(move || {
-            control.serve_until(stack.net(), None, LinkType::Raw, None, &NEVER);
+            control.serve_until(stack.net(), stack.tap(), link, None, &NEVER);
         });
     match spawned {
         Ok(_) => eprintln!("ustack preload: control socket {path}"),
@@ -253,13 +277,6 @@ pub fn socket(domain: i32, ty: i32, protocol: i32, atfork: fn()) -> Route {
         );
     if !ours || inside() {
         return Route::Kernel;
-    }
-    if is_forked() {
-        warn_once(
-            "forked-socket",
-            "a forked child cannot open ustack sockets (docs/preload.md, fork)",
-        );
-        return Route::Fail(libc::ENETDOWN);
     }
     let outcome = STARTED.get_or_init(|| {
         let _ = INSIDE.try_with(|i| i.set(true));

@@ -160,8 +160,16 @@ macro_rules! on_fd {
 mod mmsg;
 
 fn register_hooks() {
-    // SAFETY: `route::forked` is an `extern "C" fn()` that only stores an atomic.
-    unsafe { libc::pthread_atfork(None, None, Some(route::forked)) };
+    // SAFETY: `route::fork_prepare`, `fork_parent` and `forked` are `extern "C" fn()`s
+    // that do not unwind: they take and release the C API's table lock, detach or close
+    // TUN queues and store atomics (crates/capi `sock::fork`).
+    unsafe {
+        libc::pthread_atfork(
+            Some(route::fork_prepare),
+            Some(route::fork_parent),
+            Some(route::forked),
+        )
+    };
     // SAFETY: `route::at_exit` is an `extern "C" fn()` that does not unwind (it only
     // waits on the loop threads, bounded) and may run after `main` returns.
     unsafe { libc::atexit(route::at_exit) };

@@ -51,6 +51,7 @@ pub mod multi;
 pub mod poller;
 pub mod rss;
 pub mod runtime;
+pub mod sched;
 pub mod shard;
 pub mod timer;
 

@@ -19,7 +19,9 @@
 //!    already has) and the caller's timeout;
 //! 3. **busy poll** (`net.core.busy_poll`, [`RuntimeBuilder::busy_poll`]): on a real clock,
 //!    first poll the device for up to that long without sleeping, which trades a core for
-//!    the wake-up latency of a system call; a frame ends it;
+//!    the wake-up latency of a system call; a frame ends it. The spin is *adaptive* by
+//!    default ([`RuntimeBuilder::busy_poll_adaptive`], below): it spins only while work
+//!    keeps arriving within it;
 //! 4. **sleep** on the device ([`Sleep`]): the shm port arms its doorbell and sleeps in
 //!    `poll(2)` on its eventfd ([`ShmPort::wait`](ustack_dev::shm::ShmPort::wait)), a TUN queue sleeps in `poll(2)` on its
 //!    file ([`TunQueue::wait`](ustack_dev::tun::TunQueue::wait)); on a [`VirtualClock`] the clock jumps
@@ -27,6 +29,52 @@
 //!
 //! [`Runtime::poll`] is the epoll-style wait on top: rounds, then [`Poller::wait`], then
 //! idle, until an event or the timeout.
+//!
+//! # Adaptive busy polling
+//!
+//! A fixed busy-poll window spins after every burst of work whether or not the next one
+//! comes within it. On a core of its own that only costs power; on a core shared with
+//! other work (a CPU-bound process beside the server, as on any shared host) every empty
+//! spin is CPU taken from that work, and from the peer the loop is waiting for, and a
+//! loop that never sleeps is never the task the scheduler owes time to, so it is not
+//! run first when its frame comes. Linux faces the same choice between polling and
+//! interrupts: `napi_defer_hard_irqs` and `gro_flush_timeout` keep a NAPI instance
+//! polling (its IRQ masked) for a number of empty polls or a time after the last packet,
+//! and IRQ suspension (`irq_suspend_timeout`, Linux 6.13, `Documentation/networking/
+//! napi.rst`, "IRQ suspension") keeps IRQs off only while the application's busy polls
+//! keep finding events, falling back to interrupts as soon as one finds none.
+//!
+//! Here, with [`RuntimeBuilder::busy_poll_adaptive`] (on by default; it acts only when
+//! [`busy_poll`](RuntimeBuilder::busy_poll) is set), the loop keeps a *spin window* of at
+//! most `busy_poll`:
+//! - an idle phase spins for the window; a spin that finds work (a frame, a timer, a
+//!   socket event) resets the window to the whole `busy_poll`: work keeps arriving;
+//! - a spin that ends empty (the loop then sleeps) halves it; below a sixteenth of
+//!   `busy_poll` it is zero, and the loop sleeps at once ([`RuntimeStats::spins_skipped`]);
+//! - a sleep that a frame ends within `busy_poll` of the start of the idle phase (a spin
+//!   that long would have caught it) grows the window to twice that wait, or twice the
+//!   window, whichever is more (at least a sixteenth, at most `busy_poll`): one quick
+//!   wake-up outweighs the empty spin before it, else two loops waiting on each other
+//!   would settle on windows shorter than the round trip they have to span;
+//! - before each sleep the loop reads how long its thread waited for a CPU since the last
+//!   one (`run_delay` in `/proc/thread-self/schedstat`, [`RunDelay`]); more than an eighth
+//!   of the time (a moving average over sleeps, weight 1/8) means the core is shared with
+//!   other runnable work: the window goes to zero, that sleep's wake-up does not grow it,
+//!   and no probe runs until the average falls ([`RuntimeStats::contended_sleeps`]).
+//!   Spinning there takes the CPU from the peer the loop waits for, and a thread that
+//!   has slept is the one the scheduler runs first when its doorbell rings;
+//! - while the window is zero, one idle phase in [`PROBE_EVERY`] (16) spins the whole
+//!   `busy_poll` anyway (unless the last sleep found the thread waiting for its CPU):
+//!   the wake-up that ends a sleep may itself take longer than
+//!   `busy_poll` on a loaded machine, so a sleep's length alone would never say that
+//!   spinning pays again. A probe that finds work makes the window whole.
+//!
+//! So a steady exchange whose replies come within the window spins as before, and a loop
+//! whose waits outlast it (no traffic, a peer that lost its CPU) stops spinning within
+//! five idle phases, but for the probes (at most one `busy_poll` in sixteen idle phases). The sleep is the device's, armed before the last look at the device
+//! so that a frame posted meanwhile is not missed (the shm port's `prepare_sleep`: flag,
+//! fence, re-check; a file's readiness for TUN, packet and xdp), and it never passes the
+//! next stack or application timer. `RuntimeStats::spin_window_ns` reads the window.
 //!
 //! # Application timers
 //!
@@ -85,6 +133,7 @@ use ustack_stack::{
 };
 
 use crate::poller::{Event, Mode, Poller};
+use crate::sched::RunDelay;
 use crate::shard::{PollResult, Shard, ShardStats};
 use crate::timer::{TimerId, TimerWheel};
 
@@ -275,6 +324,7 @@ pub struct RuntimeBuilder {
     sysctls: Vec<(String, u64)>,
     seed: Option<u64>,
     busy_poll: Duration,
+    busy_poll_adaptive: bool,
     checksum_offload: bool,
     shard: usize,
     timer_granularity: Duration,
@@ -303,6 +353,7 @@ impl RuntimeBuilder {
             sysctls: Vec::new(),
             seed: None,
             busy_poll: Duration::ZERO,
+            busy_poll_adaptive: true,
             checksum_offload: false,
             shard: 0,
             timer_granularity: Duration::from_millis(1),
@@ -393,6 +444,16 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Whether the busy-poll window adapts (default: yes): spin only while work keeps
+    /// arriving within it, shrink it after empty spins down to sleeping at once, grow it
+    /// back when a sleep ends soon (see the [module docs](self), *Adaptive busy
+    /// polling*). `false`: spin the whole [`busy_poll`](Self::busy_poll) after every
+    /// burst of work, as Linux's `net.core.busy_poll` does.
+    pub fn busy_poll_adaptive(mut self, adaptive: bool) -> Self {
+        self.busy_poll_adaptive = adaptive;
+        self
+    }
+
     /// The shard's number (0 for a one-shard runtime).
     pub fn shard(mut self, shard: usize) -> Self {
         self.shard = shard;
@@ -469,7 +530,16 @@ impl RuntimeBuilder {
             fired: VecDeque::new(),
             clock,
             busy_poll: self.busy_poll,
-            stats: RuntimeStats::default(),
+            adaptive: self.busy_poll_adaptive,
+            spin: self.busy_poll,
+            idle_phases: 0,
+            contended_last: false,
+            delay_share: 0.0,
+            run_delay: None,
+            stats: RuntimeStats {
+                spin_window_ns: self.busy_poll.as_nanos() as u64,
+                ..RuntimeStats::default()
+            },
             dropped: Arc::new(DropQueue::default()),
         })
     }
@@ -494,6 +564,14 @@ pub struct RuntimeStats {
     pub busy_polls: u64,
     /// Busy-poll phases that found a frame (and so skipped the sleep).
     pub busy_poll_hits: u64,
+    /// Idle phases that slept at once because the adaptive spin window had shrunk to zero
+    /// (empty spins before them; see *Adaptive busy polling* in the module docs).
+    pub spins_skipped: u64,
+    /// The adaptive spin window now, in nanoseconds (`busy_poll` when not adaptive).
+    pub spin_window_ns: u64,
+    /// Sleeps before which the loop's thread had waited for a CPU more than an eighth of
+    /// the time, on average (adaptive only): the window went to zero.
+    pub contended_sleeps: u64,
     /// Events reported by [`Runtime::poll`] (socket events and timers).
     pub events: u64,
     /// Application timers fired by the wheel ([`Runtime::add_timer`]).
@@ -666,6 +744,19 @@ pub struct Runtime<D: Device, C: Clock = MonotonicClock> {
     fired: VecDeque<u64>,
     clock: C,
     busy_poll: Duration,
+    /// Whether the busy-poll window adapts (module docs, *Adaptive busy polling*).
+    adaptive: bool,
+    /// The current spin window: `busy_poll`, or less while spins find nothing.
+    spin: Duration,
+    /// Idle phases with a zero window, for the probes ([`PROBE_EVERY`]).
+    idle_phases: u32,
+    /// The last sleep found the thread waiting for its CPU: no probes until one does not.
+    contended_last: bool,
+    /// Moving average of the share of time the thread waited for its CPU.
+    delay_share: f64,
+    /// The loop thread's run-queue wait (opened by the first sleep, on the loop's thread)
+    /// and its reading at the last sleep, with the time then.
+    run_delay: Option<(RunDelay, Instant, Duration)>,
     stats: RuntimeStats,
     /// Sockets whose handles were dropped without `close`, closed by the next round.
     dropped: Arc<DropQueue>,
@@ -683,6 +774,11 @@ impl<D: Device + fmt::Debug, C: Clock + fmt::Debug> fmt::Debug for Runtime<D, C>
             .finish_non_exhaustive()
     }
 }
+
+/// With the adaptive spin window shrunk to zero, one idle phase in this many spins the
+/// whole `busy_poll` anyway (a probe): if work comes within it, the window is whole again
+/// (module docs, *Adaptive busy polling*).
+pub const PROBE_EVERY: u32 = 16;
 
 /// The budget's clock: the runtime's, as the shard wants it.
 fn round(shard: &mut Shard<impl Device>, clock: &impl Clock) -> PollResult {
@@ -878,13 +974,31 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
         if target.is_some_and(|t| t <= now) {
             return Ok(true);
         }
-        if !self.busy_poll.is_zero() && !self.clock.is_virtual() {
+        let spinning = !self.busy_poll.is_zero() && !self.clock.is_virtual();
+        let window = match self.adaptive {
+            false => self.busy_poll,
+            // Window shrunk to nothing: every PROBE_EVERY-th idle phase spins the whole
+            // `busy_poll` anyway, to find out whether work comes within it again.
+            // No probe while the last sleep found the thread waiting for its CPU.
+            true if self.spin.is_zero() => {
+                self.idle_phases = self.idle_phases.wrapping_add(1);
+                if !self.contended_last && self.idle_phases.is_multiple_of(PROBE_EVERY) {
+                    self.busy_poll
+                } else {
+                    Duration::ZERO
+                }
+            }
+            true => self.spin,
+        };
+        if spinning && !window.is_zero() {
             self.stats.busy_polls += 1;
-            let until = now + self.busy_poll;
+            let until = now + window;
             loop {
                 let r = self.round();
                 if did_work(&r) || self.harvest() {
                     self.stats.busy_poll_hits += 1;
+                    // Work keeps arriving: the whole window again.
+                    self.set_spin(self.busy_poll);
                     self.clock.publish_wakeup(Some(Instant::ZERO));
                     return Ok(true);
                 }
@@ -897,12 +1011,41 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
             if target.is_some_and(|d| self.clock.now() >= d) {
                 return Ok(true);
             }
+            // An empty spin: half the window next time, none below a sixteenth (an empty
+            // probe leaves it at none).
+            let half = if self.spin.is_zero() {
+                self.spin
+            } else {
+                window / 2
+            };
+            self.set_spin(if half < self.busy_poll / 16 {
+                Duration::ZERO
+            } else {
+                half
+            });
+        } else if spinning {
+            self.stats.spins_skipped += 1;
+        }
+        // Waiting for a CPU: no spinning until a probe finds work again.
+        let contended = spinning && self.adaptive && self.contended(now);
+        self.contended_last = contended;
+        if contended {
+            self.stats.contended_sleeps += 1;
+            self.set_spin(Duration::ZERO);
         }
         let before = self.clock.now();
         self.stats.sleeps += 1;
         let woken = self.shard.device_mut().sleep_until(&self.clock, target)?;
         if woken {
             self.stats.wakeups += 1;
+            // A frame within `busy_poll` of going idle: a spin would have caught it. Twice
+            // the wait (at least twice the window): one quick wake-up outweighs the empty
+            // spin before it, or the window would stay below the gap it has to span.
+            let waited = self.clock.now() - now;
+            if spinning && !contended && waited < self.busy_poll {
+                let grown = (self.spin * 2).max(waited * 2).max(self.busy_poll / 16);
+                self.set_spin(grown.min(self.busy_poll));
+            }
         } else {
             self.stats.timeouts += 1;
         }
@@ -912,6 +1055,35 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
             self.clock.publish_wakeup(Some(Instant::ZERO));
         }
         Ok(moved)
+    }
+
+    /// Whether the loop's thread waits for a CPU (run-queue wait, [`RunDelay`]) more than
+    /// an eighth of the time, on a moving average over sleeps (each the share since the
+    /// last one, weight 1/8): its core is shared with other work.
+    fn contended(&mut self, now: Instant) -> bool {
+        let Some((file, at, delay)) = &mut self.run_delay else {
+            let file = RunDelay::open();
+            if let Some(d) = file.read() {
+                self.run_delay = Some((file, now, d));
+            }
+            return false;
+        };
+        let Some(d) = file.read() else {
+            return false;
+        };
+        let (waited, wall) = (d.saturating_sub(*delay), now - *at);
+        (*at, *delay) = (now, d);
+        let sample = (waited.as_secs_f64() / wall.as_secs_f64().max(1e-9)).min(1.0);
+        self.delay_share += (sample - self.delay_share) / 8.0;
+        self.delay_share > 0.125
+    }
+
+    /// Set the adaptive spin window (a fixed loop keeps `busy_poll`).
+    fn set_spin(&mut self, window: Duration) {
+        if self.adaptive {
+            self.spin = window;
+            self.stats.spin_window_ns = window.as_nanos() as u64;
+        }
     }
 
     /// Publish when this loop next has work, on leaving it: now if the poller or the

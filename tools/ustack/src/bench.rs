@@ -38,6 +38,7 @@ mod c1m;
 mod c1m_active;
 mod c1m_server;
 mod c1m_tokio;
+mod contend;
 mod kernel_link;
 pub mod linux;
 mod lockstep;
@@ -108,6 +109,8 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let modes = args.linux_modes();
     // io_uring is looked for once: a kernel may not offer it, and then it is said, not run.
     let uring = ustack_baseline::uring_available();
+    // `--contend`: the hogs run for the whole bench and die with `hogs` (on errors too).
+    let hogs = args.contend.then(contend::Hogs::start).transpose()?;
     for scenario in scenarios {
         for server in &args.server {
             let linux = server == "linux";
@@ -151,7 +154,8 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
                 } else {
                     format!("{scenario} on {server}")
                 };
-                let outcome = run_one(
+                let mark = hogs.as_ref().map(contend::Hogs::mark);
+                let mut outcome = run_one(
                     args,
                     scenario,
                     server,
@@ -160,11 +164,20 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
                     &label,
                     (duration, sim.clone(), patience, bars),
                 )?;
+                if let (Some(h), Some(m)) = (&hogs, mark) {
+                    outcome.contend = h.report(m);
+                }
                 outcomes.push(outcome);
             }
         }
     }
+    drop(hogs);
     output::print(&outcomes, &skipped, args)?;
+    if !args.json
+        && let Some(o) = outcomes.iter().find(|o| !o.contend.is_null())
+    {
+        println!("{}", contend::Hogs::describe(&o.contend));
+    }
     if let Some(path) = &args.plot {
         // One run per server and scenario: Linux's best mode.
         let best: Vec<&Outcome> = output::representatives(&outcomes);
@@ -227,6 +240,7 @@ fn run_one(
         server_sysctl: args.server_sysctl.clone(),
         active: args.active,
         ipv6: args.ipv6,
+        ustack_poll: args.ustack_poll.clone(),
     };
     let shm = args.link == "shm";
     let link = args.link.as_str();
@@ -271,7 +285,9 @@ fn run_one(
     if outcome.mode.is_empty() {
         outcome.mode = match (server, link) {
             ("ustack", "sim") => "inline",
-            ("ustack", _) => "busy-poll",
+            ("ustack", _) if args.ustack_poll == "fixed" => "busy-poll",
+            ("ustack", _) if args.ustack_poll == "sleep" => "sleep",
+            ("ustack", _) => "adaptive",
             // c1m's Linux clients and servers sleep in epoll; stream's sink blocks in read.
             (_, _) if c1m => "epoll",
             _ => "blocking",

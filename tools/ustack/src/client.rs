@@ -17,15 +17,15 @@ use std::sync::mpsc;
 use anyhow::{Context, bail};
 use sha2::{Digest, Sha256};
 use ustack_dev::Device;
-use ustack_dev::packet::{Packet, PacketConfig};
+use ustack_dev::packet::PacketConfig;
 use ustack_dev::shm::ShmPeer;
-use ustack_dev::xdp::{Xdp, XdpConfig};
+use ustack_dev::xdp::XdpConfig;
+use ustack_net::{LinkSpec, open_link};
 use ustack_runtime::Mode;
 use ustack_runtime::RssSplitter;
 use ustack_runtime::api::TcpStream;
 use ustack_runtime::rss::{Rss, RssKey};
 use ustack_runtime::runtime::{Events, Interest, Runtime, RuntimeBuilder, Sleep};
-use ustack_stack::EthernetAddress;
 
 use crate::link::{IfAddr, LinkArgs};
 use crate::serve::parse_duration;
@@ -148,44 +148,39 @@ fn over_link<C: Client>(client: C, target: SocketAddr) -> anyhow::Result<ExitCod
     if let Some(name) = link.shm.clone() {
         return over_shm(client, builder, target, &name);
     }
-    if link.link == "tun" {
-        let (name, mut queues) = link.iface.open_tun(1)?;
-        eprintln!("tun-ready {name}");
-        let how = format!("tun `{name}`");
-        return connected(client, builder, target, queues.remove(0), &how);
-    }
-    let name = link
-        .interface
-        .clone()
-        .with_context(|| format!("--link {} needs --interface NAME", link.link))?;
-    let how = format!("{} on `{name}`", link.link);
-    if link.link == "packet" {
-        let config = PacketConfig {
-            interface: name.clone(),
-            netns,
-            ..PacketConfig::default()
-        };
-        let packet = Packet::open(&config)
-            .with_context(|| format!("opening an AF_PACKET socket on `{name}`"))?;
-        let builder = builder.mac(EthernetAddress(packet.mac()));
-        connected(
-            client,
-            builder,
-            target,
-            packet.into_queues().remove(0),
-            &how,
-        )
-    } else {
-        let config = XdpConfig {
-            interface: name.clone(),
-            netns,
-            ..XdpConfig::default()
-        };
-        let xdp =
-            Xdp::open(&config).with_context(|| format!("opening an AF_XDP socket on `{name}`"))?;
-        let builder = builder.mac(EthernetAddress(xdp.mac()));
-        connected(client, builder, target, xdp.into_queue(), &how)
-    }
+    let spec = match link.link.as_str() {
+        "tun" => LinkSpec::Tun(link.iface.tun_config(1)),
+        kind => {
+            let interface = link
+                .interface
+                .clone()
+                .with_context(|| format!("--link {kind} needs --interface NAME"))?;
+            if kind == "packet" {
+                LinkSpec::Packet(PacketConfig {
+                    interface,
+                    netns,
+                    ..PacketConfig::default()
+                })
+            } else {
+                LinkSpec::Xdp(XdpConfig {
+                    interface,
+                    netns,
+                    ..XdpConfig::default()
+                })
+            }
+        }
+    };
+    let mut opened = open_link(&spec, None)?;
+    let name = opened.name.clone();
+    let how = match spec {
+        LinkSpec::Tun(_) => {
+            eprintln!("tun-ready {name}");
+            format!("tun `{name}`")
+        }
+        _ => format!("{} on `{name}`", spec.kind()),
+    };
+    let builder = opened.builder(builder);
+    connected(client, builder, target, opened.queues.remove(0), &how)
 }
 
 /// The runtime from `builder` on `device`, a connection to `target` established, and

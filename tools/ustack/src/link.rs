@@ -231,17 +231,20 @@ impl LinkArgs {
     /// The TUN interface with `queues` queues, created (or attached to) in `--netns`:
     /// its name and queues.
     pub fn open_tun(&self, queues: usize) -> anyhow::Result<(String, Vec<TunQueue>)> {
-        let netns = self.netns_path();
-        let config = TunConfig {
+        let tun = Tun::open(&self.tun_config(queues)).context("creating the TUN interface")?;
+        let name = tun.name().to_owned();
+        Ok((name, tun.into_queues()))
+    }
+
+    /// The TUN interface these flags describe, with `queues` queues.
+    pub fn tun_config(&self, queues: usize) -> TunConfig {
+        TunConfig {
             name: self.tun.clone(),
             queues,
             mtu: self.mtu,
-            netns,
+            netns: self.netns_path(),
             offload: !self.no_offload,
-        };
-        let tun = Tun::open(&config).context("creating the TUN interface")?;
-        let name = tun.name().to_owned();
-        Ok((name, tun.into_queues()))
+        }
     }
 
     /// `--netns` as a path: a name is `/run/netns/<name>` (`ip netns add`).

@@ -186,7 +186,7 @@ fn all_modes_run_by_default_and_the_ratio_is_against_the_best() {
     let servers: Vec<&str> = runs.iter().map(|r| r["server"].as_str().unwrap()).collect();
     assert_eq!(servers, ["ustack", "linux"], "one object per server");
     let (u, l) = (&runs[0], &runs[1]);
-    assert_eq!(u["mode"], "busy-poll", "{u}");
+    assert_eq!(u["mode"], "adaptive", "{u}");
     assert!(u["linux_modes"].is_null(), "{u}");
     assert!(u["cpu_per_msg_ns"].as_f64().is_some_and(|x| x > 0.0), "{u}");
     assert!(

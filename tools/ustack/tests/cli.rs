@@ -381,6 +381,53 @@ fn bench_json_has_one_verified_object_per_server() {
     );
 }
 
+/// `--contend`: a CPU hog per core at nice 10 beside both servers, reported in the JSON
+/// with pids the kernel had at nice 10 and a share of the CPU they really got; gone once
+/// the bench exits. `--ustack-poll fixed` is ustack's fixed window (mode busy-poll).
+#[test]
+fn bench_contend_runs_a_hog_per_core_and_kills_them() {
+    let args =
+        "bench udp-rr --duration 300ms --linux-mode epoll --contend --ustack-poll fixed --json";
+    let o = ustack(&args.split(' ').collect::<Vec<_>>());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let runs = v.as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    assert_eq!(runs[0]["mode"], "busy-poll", "{}", runs[0]);
+    assert_eq!(runs[1]["mode"], "epoll", "{}", runs[1]);
+    let cores = rustix::thread::sched_getaffinity(None).unwrap().count() as usize;
+    let mut pids = Vec::new();
+    for r in runs {
+        assert_eq!(r["verified"], true, "{r}");
+        let c = &r["contend"];
+        assert_eq!(c["hogs"], cores, "one hog per core: {c}");
+        assert_eq!(c["nice"], 10, "{c}");
+        assert_eq!(c["nice_seen"], serde_json::json!(vec![10; cores]), "{c}");
+        // Spinning hogs get CPU even at nice 10 beside the bench (a few percent at
+        // least, on a machine busy with other work).
+        let share = c["hog_cpu_share"].as_f64().unwrap();
+        assert!(
+            share > 0.02 && share <= 1.05,
+            "hogs' CPU share {share}: {c}"
+        );
+        pids = c["pids"].as_array().unwrap().clone();
+    }
+    assert_eq!(pids.len(), cores);
+    for pid in pids {
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            "hog {pid} still running after the bench"
+        );
+    }
+    // Without --contend: null.
+    let args = "bench udp-rr --duration 100ms --server ustack --json";
+    let o = ustack(&args.split(' ').collect::<Vec<_>>());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v[0]["contend"].is_null(), "{}", v[0]);
+    assert_eq!(v[0]["mode"], "adaptive", "{}", v[0]);
+}
+
 #[test]
 fn bench_default_suite_runs_every_scenario_on_both_servers_verified() {
     let o = ustack(&["bench", "--duration", "100ms", "--conns", "3", "--json"]);

@@ -52,3 +52,34 @@ pub(crate) fn set_offload(fd: &OwnedFd, offloads: libc::c_uint) -> io::Result<()
     }
     Ok(())
 }
+
+/// `TUNSETQUEUE`: attach (`IFF_ATTACH_QUEUE`) or detach (`IFF_DETACH_QUEUE`) the queue
+/// `fd` of a multi-queue interface without closing it: a detached queue gets no packets
+/// (the kernel spreads flows over the attached ones).
+pub(crate) fn set_queue(fd: std::os::fd::BorrowedFd<'_>, attach: bool) -> io::Result<()> {
+    let mut req = IfReq::new("");
+    let flags = if attach {
+        libc::IFF_ATTACH_QUEUE
+    } else {
+        libc::IFF_DETACH_QUEUE
+    } as libc::c_short;
+    req.data[..2].copy_from_slice(&flags.to_ne_bytes());
+    // The system call itself, not libc's `ioctl`: the LD_PRELOAD library, which defines
+    // `ioctl`, calls this from its `fork` hook while holding its descriptor table's lock,
+    // which its own `ioctl` would take again.
+    // SAFETY: TUNSETQUEUE reads one `struct ifreq` at the pointer (its flags); `req` is a
+    // live, initialised `IfReq` of the kernel's layout and size that outlives the call, and
+    // `fd` is an open descriptor borrowed for the call.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_ioctl,
+            fd.as_raw_fd(),
+            libc::TUNSETQUEUE,
+            &raw mut req,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}

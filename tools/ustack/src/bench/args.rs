@@ -130,6 +130,16 @@ pub struct Args {
     /// suite).
     #[arg(long)]
     pub ipv6: bool,
+    /// Shared cores: start one CPU hog per core (a CPU-bound process at nice 10, pinned
+    /// to it) for the whole run, beside both stacks; killed at the end. The table and
+    /// `--json` (`contend`) say how many, their pids and the CPU share they got.
+    #[arg(long)]
+    pub contend: bool,
+    /// How ustack's loops busy-poll: adaptive (spin only while work keeps arriving within
+    /// the 50 µs window, then sleep on the doorbell at once), fixed (spin the whole 50 µs
+    /// after every burst of work, `net.core.busy_poll`) or sleep (no busy polling).
+    #[arg(long, default_value = "adaptive", value_parser = ["adaptive", "fixed", "sleep"])]
+    pub ustack_poll: String,
     /// Print one JSON array (one object per server and scenario) instead of the table.
     #[arg(long)]
     pub json: bool,

@@ -38,7 +38,7 @@ use ustack_runtime::runtime::{RuntimeBuilder, Sleep};
 use ustack_stack::EthernetAddress;
 use ustack_testkit::netns::{KERNEL_IP, NetNs, PacketRig, TunRig, USTACK_IP, XdpRig, on_path};
 
-use super::shm::{Serve, Servers, builder};
+use super::shm::{self, Serve, Servers, builder};
 use super::{Outcome, Run, kernel_stream_client, linux_stream_with};
 
 /// The server's port.
@@ -105,7 +105,7 @@ fn connect_in(ns: &NetNs, to: SocketAddrV4) -> anyhow::Result<TcpStream> {
 /// stream to the ustack server over `link` (tun, with the kernel's offloads unless
 /// `no_offload`; packet; xdp).
 pub fn ustack_stream(run: &Run, link: &str, no_offload: bool) -> anyhow::Result<Outcome> {
-    let b = builder(USTACK_IP, 1, 0);
+    let b = shm::ustack_poll(builder(USTACK_IP, 1, 0), run);
     let veth = "setting up the veth pair in a namespace";
     match link {
         "packet" => {

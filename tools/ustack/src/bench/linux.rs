@@ -30,7 +30,7 @@ use ustack_baseline::{Proto, Server, ServerConfig, UringProto, UringServer};
 use super::{fill_message, stream_chunk, stream_matches};
 
 /// What a peer process does.
-const ROLES: [&str; 7] = [
+const ROLES: [&str; 8] = [
     "echo",
     "tokio-echo",
     "udp-echo",
@@ -38,6 +38,7 @@ const ROLES: [&str; 7] = [
     "reply-close",
     "c1m-client",
     "ustack-c1m",
+    "hog",
 ];
 
 /// `ustack bench-peer`: one Linux peer of a bench run (internal; the bench starts it).
@@ -45,7 +46,8 @@ const ROLES: [&str; 7] = [
 pub struct PeerArgs {
     /// echo, udp-echo (the baselines), tokio-echo (c1m's tokio server,
     /// [`super::c1m_tokio`]), sink, reply-close, c1m-client, or ustack-c1m (c1m's ustack
-    /// server over shm, [`super::c1m_server`]).
+    /// server over shm, [`super::c1m_server`]), or hog (`--contend`'s CPU hog,
+    /// [`super::contend`]).
     #[arg(value_parser = ROLES)]
     role: String,
     /// Servers: the port on `--addr` (0: an ephemeral one; the others of a
@@ -87,7 +89,8 @@ pub struct PeerArgs {
     /// epoll_wait), busy (spinning on epoll_wait with a zero timeout) or io_uring.
     #[arg(long, default_value = "epoll", value_parser = ["epoll", "busy", "io_uring"])]
     mode: String,
-    /// echo, udp-echo, reply-close: pin the server's threads to this CPU.
+    /// echo, udp-echo, reply-close: pin the server's threads to this CPU; hog: the core
+    /// it spins on (`ustack bench --contend`).
     #[arg(long)]
     cpu: Option<usize>,
     /// Run in this network namespace (a /proc/PID/ns/net file), entered before anything
@@ -416,6 +419,7 @@ pub fn peer(args: &PeerArgs) -> anyhow::Result<ExitCode> {
             args.api == "tokio",
         ),
         "tokio-echo" => super::c1m_tokio::serve_linux(args.port),
+        "hog" => super::contend::hog(args.cpu),
         _ => c1m_client(args),
     };
     if let Err(e) = &result {

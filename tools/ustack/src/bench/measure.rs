@@ -48,6 +48,8 @@ pub struct Run {
     pub active: Option<u32>,
     /// `--ipv6`: the run's addresses are IPv6 ones.
     pub ipv6: bool,
+    /// `--ustack-poll`: how ustack's loops busy-poll (`adaptive`, `fixed` or `sleep`).
+    pub ustack_poll: String,
 }
 
 impl Run {

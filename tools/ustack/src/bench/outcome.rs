@@ -60,6 +60,8 @@ pub struct Outcome {
     /// A client connection's (or flow's) two ends as the client saw them, `{"local",
     /// "peer"}` ([`super::linux::addresses_json`]); null where the run does not say.
     pub addresses: Value,
+    /// `--contend`: the CPU hogs beside the run and the share they got (null without).
+    pub contend: Value,
 }
 
 impl Outcome {
@@ -105,6 +107,7 @@ impl Outcome {
             server_waits: Value::Null,
             family: "ipv4",
             addresses: Value::Null,
+            contend: Value::Null,
         }
     }
 

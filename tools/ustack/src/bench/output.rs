@@ -136,6 +136,7 @@ impl Outcome {
             "client_counters": self.client_counters.clone().unwrap_or(Value::Null),
             "faults": self.faults,
             "link_stats": self.link_stats,
+            "contend": self.contend,
         })
     }
 }
@@ -171,6 +172,7 @@ impl Outcome {
             "process_cpu_s": self.process_cpu.map(|d| d.as_secs_f64()),
             "process_cpu_per_msg_ns": self.process_cpu_per_msg_ns(),
             "server_waits": self.server_waits,
+            "contend": self.contend,
         })
     }
 }
@@ -180,6 +182,13 @@ fn ustack_how(o: &Outcome) -> String {
     match o.mode {
         "inline" => format!("{}, client and server in one thread", o.link),
         "tokio" => format!("{}, the stack driven inside tokio", o.link),
+        "sleep" => format!("{}, sleeping on its doorbell or device at once", o.link),
+        "adaptive" => format!(
+            "{}, busy-polling adaptively (at most {} µs, only while work keeps arriving) \
+             then sleeping",
+            o.link,
+            shm::BUSY_POLL.as_micros()
+        ),
         _ => format!(
             "{}, busy-polling {} µs then sleeping",
             o.link,

@@ -84,7 +84,17 @@ pub(super) fn builder(ip: Ipv4Addr, mac: u8, seed: u64) -> RuntimeBuilder {
 /// A runtime of one end of the bench's shm link: both ends skip TCP/UDP checksums unless
 /// `--checksums` (a shm link cannot corrupt a frame; Linux's loopback skips them too).
 pub(super) fn shm_builder(ip: Ipv4Addr, mac: u8, seed: u64, run: &Run) -> RuntimeBuilder {
-    builder(ip, mac, seed).checksum_offload(!run.checksums)
+    ustack_poll(builder(ip, mac, seed), run).checksum_offload(!run.checksums)
+}
+
+/// `--ustack-poll`: adaptive (the runtime's default), fixed (the whole [`BUSY_POLL`]
+/// after every burst) or sleep (no busy polling: sleep on the doorbell at once).
+pub(super) fn ustack_poll(b: RuntimeBuilder, run: &Run) -> RuntimeBuilder {
+    match run.ustack_poll.as_str() {
+        "fixed" => b.busy_poll_adaptive(false),
+        "sleep" => b.busy_poll(Duration::ZERO),
+        _ => b,
+    }
 }
 
 /// `--ipv6`: `builder` with the IPv6 address `ip6`/64 too. Without duplicate address
