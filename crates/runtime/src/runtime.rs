@@ -79,6 +79,7 @@ use ustack_dev::sleep::min_opt;
 /// runtime's clocks ([`MonotonicClock`], [`VirtualClock`]) implement [`Clock`].
 pub use ustack_dev::sleep::{Clock, Idle, Sleep};
 use ustack_dev::{Device, DeviceCaps, Medium};
+use ustack_obs::profile::{self, Stage};
 use ustack_stack::inspect::{MemoryKind, MemoryUsage};
 use ustack_stack::{
     Config, EthernetAddress, Instant, Ipv4Cidr, Ipv6Cidr, Readiness, SocketKey, Stack,
@@ -823,11 +824,13 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
         self.close_dropped();
         let mut r = round(&mut self.shard, &self.clock);
         let fired = &mut self.fired;
+        let timers = profile::enter(Stage::Timers);
         let n = self
             .timers
             .advance_budget(self.clock.now(), APP_TIMER_BUDGET, |_, token| {
                 fired.push_back(token)
             });
+        drop(timers);
         if n > 0 {
             self.stats.timers_fired += n as u64;
             r.timers = true;
@@ -881,6 +884,7 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
         if !self.busy_poll.is_zero() && !self.clock.is_virtual() {
             self.stats.busy_polls += 1;
             let until = now + self.busy_poll;
+            let _idle = profile::enter(Stage::IdlePoll);
             loop {
                 let r = self.round();
                 if did_work(&r) || self.harvest() {
@@ -900,7 +904,9 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
         }
         let before = self.clock.now();
         self.stats.sleeps += 1;
+        let asleep = profile::enter(Stage::Sleep);
         let woken = self.shard.device_mut().sleep_until(&self.clock, target)?;
+        drop(asleep);
         if woken {
             self.stats.wakeups += 1;
         } else {

@@ -152,6 +152,7 @@ use core::fmt;
 use core::time::Duration;
 
 use ustack_dev::Device;
+use ustack_obs::profile::{self, Stage};
 use ustack_stack::{Instant, Stack, Sysctl};
 
 /// How much one [`Shard::poll_once`] round may receive.
@@ -431,6 +432,7 @@ impl<D: Device> Shard<D> {
         self.deferred = 0;
         if due {
             self.deadline.set(None);
+            let _stage = profile::enter(Stage::Timers);
             self.stack.handle_timeout(now);
             result.timers = true;
             self.stats.timer_runs += 1;
@@ -460,9 +462,11 @@ impl<D: Device> Shard<D> {
             if self.stack.tx_room() == 0 {
                 return;
             }
+            let stage = profile::enter(Stage::DeviceRx);
             let Some(len) = self.device.recv(now, &mut self.rx_buf) else {
                 return;
             };
+            drop(stage);
             self.stack.receive(now, &self.rx_buf[..len]);
             result.rx += 1;
             if let (Some(clock), Some(start)) = (budget.clock.as_mut(), start)
@@ -548,6 +552,7 @@ impl<D: Device> Shard<D> {
         if !self.stack.tx_pending() {
             return Quota::Drained;
         }
+        let _stage = profile::enter(Stage::DeviceTx);
         let mut sent = 0;
         loop {
             if sent >= TX_QUOTA {

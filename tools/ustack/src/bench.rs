@@ -46,6 +46,7 @@ mod outcome;
 mod output;
 mod pattern;
 mod plot;
+mod profile;
 mod shm;
 mod sim;
 mod stream;
@@ -165,6 +166,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         }
     }
     output::print(&outcomes, &skipped, args)?;
+    profile::report(&outcomes, args)?;
     if let Some(path) = &args.plot {
         // One run per server and scenario: Linux's best mode.
         let best: Vec<&Outcome> = output::representatives(&outcomes);
@@ -240,7 +242,11 @@ fn run_one(
         ("stream", _) if over_kernel_link => {
             kernel_link::linux_stream(&run, link, args.no_offload)?
         }
-        (_, "ustack") if shm && !c1m => shm::scenario(scenario, &run, usize::from(args.shards))?,
+        (_, "ustack") if shm && !c1m => {
+            profile::around(args.profile.then_some(args.profile_every), || {
+                shm::scenario(scenario, &run, usize::from(args.shards))
+            })?
+        }
         ("udp-rr", "ustack") => udp_rr::ustack(&run)?,
         ("pingpong", "ustack") => lockstep::ustack(&run, false)?,
         ("cps", "ustack") => lockstep::ustack(&run, true)?,

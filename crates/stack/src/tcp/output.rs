@@ -729,6 +729,7 @@ impl Stack {
 
     /// A pure ACK now (RFC 9293 §3.10.7.4: `<SEQ=SND.NXT><ACK=RCV.NXT><CTL=ACK>`).
     pub(crate) fn tcp_send_ack(&mut self, now: Instant, h: TcpHandle) {
+        let _stage = ustack_obs::profile::enter(ustack_obs::profile::Stage::TcpOutput);
         let Some(tcb) = self.tcp.get(h) else { return };
         let seq = tcb.snd.nxt;
         self.tcp_send_segment(now, h, seq, 0, false, false);
@@ -763,6 +764,7 @@ impl Stack {
     /// §5 step (C): "the TCP MUST NOT send data when cwnd - pipe < 1 SMSS"); in recovery
     /// cwnd is PRR's (RFC 6937).
     pub(crate) fn tcp_output(&mut self, now: Instant, h: TcpHandle) {
+        let _stage = ustack_obs::profile::enter(ustack_obs::profile::Stage::TcpOutput);
         // Retransmissions found lost again go first (see `tcp_find_lost_retrans`).
         if self
             .tcp

@@ -60,6 +60,9 @@ pub struct Outcome {
     /// A client connection's (or flow's) two ends as the client saw them, `{"local",
     /// "peer"}` ([`super::linux::addresses_json`]); null where the run does not say.
     pub addresses: Value,
+    /// `--profile`: where the ustack server's loop spent its time per message
+    /// ([`super::profile`]); null without it.
+    pub profile: Value,
 }
 
 impl Outcome {
@@ -105,6 +108,7 @@ impl Outcome {
             server_waits: Value::Null,
             family: "ipv4",
             addresses: Value::Null,
+            profile: Value::Null,
         }
     }
 
