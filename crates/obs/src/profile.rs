@@ -2,7 +2,7 @@
 //!
 //! Switched by one process-wide flag ([`set_enabled`]). While it is off, a shard loop
 //! pays one relaxed load per iteration ([`Iteration::begin`]) and each stage boundary one
-//! thread-local test ([`enter`]). While it is on, every [`SAMPLE_EVERY`]th iteration of a
+//! relaxed load too ([`enter`]). While it is on, every [`SAMPLE_EVERY`]th iteration of a
 //! shard's loop is sampled: at each stage boundary the monotonic clock (the vDSO's
 //! `clock_gettime`, via `std::time::Instant`) is read and the time since the last
 //! boundary is charged to the stage that was running, so the stages of a sampled
@@ -208,18 +208,33 @@ impl Drop for Scope {
     #[inline]
     fn drop(&mut self) {
         if let Some(prev) = self.0 {
-            let _ = SAMPLER.try_with(|s| {
-                if s.active.get() {
-                    s.switch(prev);
-                }
-            });
+            leave(prev);
         }
     }
 }
 
-/// Enter `stage` until the guard drops. Outside a sampled iteration: one thread-local test.
+/// Give the time back to `prev` (a [`Scope`]'s end in a sampled iteration).
+#[inline(never)]
+fn leave(prev: Stage) {
+    let _ = SAMPLER.try_with(|s| {
+        if s.active.get() {
+            s.switch(prev);
+        }
+    });
+}
+
+/// Enter `stage` until the guard drops. Off: one relaxed load; on, outside a sampled
+/// iteration: a thread-local test too.
 #[inline]
 pub fn enter(stage: Stage) -> Scope {
+    if !ENABLED.load(Ordering::Relaxed) {
+        return Scope(None);
+    }
+    enter_enabled(stage)
+}
+
+#[inline(never)]
+fn enter_enabled(stage: Stage) -> Scope {
     Scope(
         SAMPLER
             .try_with(|s| s.active.get().then(|| s.switch(stage)))

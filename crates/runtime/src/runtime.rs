@@ -824,7 +824,8 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
         self.close_dropped();
         let mut r = round(&mut self.shard, &self.clock);
         let fired = &mut self.fired;
-        let timers = profile::enter(Stage::Timers);
+        // Timers armed (only then: no stage boundary a round for an empty wheel).
+        let timers = (self.timers.len() > 0).then(|| profile::enter(Stage::Timers));
         let n = self
             .timers
             .advance_budget(self.clock.now(), APP_TIMER_BUDGET, |_, token| {

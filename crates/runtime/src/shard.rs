@@ -452,6 +452,9 @@ impl<D: Device> Shard<D> {
         start: Option<Instant>,
         result: &mut PollResult,
     ) {
+        // The device's part of receiving: this loop less the stack's input (one stage
+        // boundary a call, not a frame).
+        let _stage = profile::enter(Stage::DeviceRx);
         loop {
             if result.rx >= budget.frames {
                 result.work_left = true;
@@ -462,11 +465,9 @@ impl<D: Device> Shard<D> {
             if self.stack.tx_room() == 0 {
                 return;
             }
-            let stage = profile::enter(Stage::DeviceRx);
             let Some(len) = self.device.recv(now, &mut self.rx_buf) else {
                 return;
             };
-            drop(stage);
             self.stack.receive(now, &self.rx_buf[..len]);
             result.rx += 1;
             if let (Some(clock), Some(start)) = (budget.clock.as_mut(), start)
