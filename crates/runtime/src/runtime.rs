@@ -825,7 +825,7 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
         let mut r = round(&mut self.shard, &self.clock);
         let fired = &mut self.fired;
         // Timers armed (only then: no stage boundary a round for an empty wheel).
-        let timers = (self.timers.len() > 0).then(|| profile::enter(Stage::Timers));
+        let timers = (!self.timers.is_empty()).then(|| profile::enter(Stage::Timers));
         let n = self
             .timers
             .advance_budget(self.clock.now(), APP_TIMER_BUDGET, |_, token| {
