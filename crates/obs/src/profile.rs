@@ -127,6 +127,26 @@ static PACKETS: AtomicU64 = AtomicU64::new(0);
 static WALL_NS: AtomicU64 = AtomicU64::new(0);
 static CPU_NS: AtomicU64 = AtomicU64::new(0);
 static CPU_SAMPLED: AtomicU64 = AtomicU64::new(0);
+/// The profiler's own time in the sampled iterations: one clock read a stage boundary.
+static PROBE_NS: AtomicU64 = AtomicU64::new(0);
+/// What one clock read costs, in picoseconds (measured once; 0: not yet).
+static CLOCK_PS: AtomicU64 = AtomicU64::new(0);
+
+/// The cost of one stage boundary's clock read, measured once: 256 reads in a row.
+fn clock_ps() -> u64 {
+    let known = CLOCK_PS.load(Ordering::Relaxed);
+    if known != 0 {
+        return known;
+    }
+    let t0 = Clock::now();
+    let mut last = t0;
+    for _ in 0..256 {
+        last = std::hint::black_box(Clock::now());
+    }
+    let ps = (last.duration_since(t0).as_nanos() as u64 * 1000 / 256).max(1);
+    CLOCK_PS.store(ps, Ordering::Relaxed);
+    ps
+}
 
 /// Switch sampling on or off for every shard of the process.
 pub fn set_enabled(on: bool) {
@@ -161,6 +181,7 @@ pub fn reset() {
         &WALL_NS,
         &CPU_NS,
         &CPU_SAMPLED,
+        &PROBE_NS,
     ] {
         a.store(0, Ordering::Relaxed);
     }
@@ -172,6 +193,10 @@ struct Sampler {
     stage: Cell<Stage>,
     last: Cell<Option<Clock>>,
     ns: [Cell<u64>; STAGES],
+    /// The profiler's own time (picoseconds): a clock read's cost an interval.
+    probe_ps: Cell<u64>,
+    /// What a clock read costs (picoseconds), for this sampled iteration.
+    clock_ps: Cell<u64>,
 }
 
 thread_local! {
@@ -181,17 +206,23 @@ thread_local! {
             stage: Cell::new(Stage::Other),
             last: Cell::new(None),
             ns: [const { Cell::new(0) }; STAGES],
+            probe_ps: Cell::new(0),
+            clock_ps: Cell::new(0),
         }
     };
 }
 
 impl Sampler {
-    /// Charge the time since the last boundary to the running stage; `next` runs now.
+    /// Charge the time since the last boundary to the running stage, less one clock
+    /// read (the profiler's own, kept apart); `next` runs now.
     fn switch(&self, next: Stage) -> Stage {
         let now = Clock::now();
         if let Some(last) = self.last.get() {
+            let ps = now.duration_since(last).as_nanos() as u64 * 1000;
+            let probe = ps.min(self.clock_ps.get());
+            self.probe_ps.set(self.probe_ps.get() + probe);
             let cell = &self.ns[self.stage.get() as usize];
-            cell.set(cell.get() + now.duration_since(last).as_nanos() as u64);
+            cell.set(cell.get() + (ps - probe) / 1000);
         }
         self.last.set(Some(now));
         self.stage.replace(next)
@@ -289,7 +320,9 @@ impl Iteration {
         ITERATIONS.fetch_add(self.since, Ordering::Relaxed);
         self.since = 0;
         self.start = Some((cpu_ns(), packets()));
+        let clock = clock_ps();
         SAMPLER.with(|s| {
+            s.clock_ps.set(clock);
             s.active.set(true);
             s.stage.set(Stage::Other);
             s.last.set(Some(Clock::now()));
@@ -313,6 +346,9 @@ impl Iteration {
                 wall += ns;
                 total.fetch_add(ns, Ordering::Relaxed);
             }
+            let probe = s.probe_ps.replace(0) / 1000;
+            wall += probe;
+            PROBE_NS.fetch_add(probe, Ordering::Relaxed);
         });
         SAMPLED.fetch_add(1, Ordering::Relaxed);
         WALL_NS.fetch_add(wall, Ordering::Relaxed);
@@ -339,6 +375,9 @@ pub struct Snapshot {
     pub cpu_ns: u64,
     /// The wall time of those same iterations.
     pub cpu_wall_ns: u64,
+    /// The profiler's own time in the sampled iterations (a clock read a stage boundary,
+    /// taken off the stages).
+    pub probe_ns: u64,
 }
 
 /// What was sampled so far.
@@ -354,6 +393,7 @@ pub fn snapshot() -> Snapshot {
         packets: PACKETS.load(Ordering::Relaxed),
         cpu_ns: CPU_NS.load(Ordering::Relaxed),
         cpu_wall_ns: CPU_SAMPLED.load(Ordering::Relaxed),
+        probe_ns: PROBE_NS.load(Ordering::Relaxed),
     }
 }
 
@@ -374,16 +414,17 @@ impl Snapshot {
         self.ns[stage as usize]
     }
 
-    /// The sampled wall time, in nanoseconds.
+    /// The sampled wall time, in nanoseconds (the profiler's own included).
     pub fn wall_ns(&self) -> u64 {
-        self.ns.iter().sum()
+        self.ns.iter().sum::<u64>() + self.probe_ns
     }
 
     /// Rows per unit of `units` (messages, or packets) over the whole loop: each stage's
-    /// sampled time scaled up by `iterations / sampled`, divided by `units`. When the CPU
-    /// clock was read, the wall time the thread was not running is a `descheduled` row
-    /// (negative: it is in the stages' wall figures but was not CPU). Empty if nothing
-    /// was sampled.
+    /// sampled time scaled up by `iterations / sampled`, divided by `units`; then
+    /// `profiler`, the profiler's own time (not scaled: it is spent in the sampled
+    /// iterations only). When the CPU clock was read, the wall time the thread was not
+    /// running is a `descheduled` row (negative: it is in the stages' wall figures but
+    /// was not CPU). Empty if nothing was sampled.
     pub fn rows(&self, units: f64) -> Vec<Row> {
         if self.sampled == 0 || units <= 0.0 {
             return Vec::new();
@@ -397,6 +438,11 @@ impl Snapshot {
                 cpu: s.is_cpu(),
             })
             .collect();
+        rows.push(Row {
+            name: "profiler",
+            ns: self.probe_ns as f64 / units,
+            cpu: true,
+        });
         if self.cpu_wall_ns > 0 {
             // The sampled iterations' wall time less sleep, against their CPU time.
             let awake = self.cpu_wall_ns as f64 * (1.0 - self.sleep_share());
