@@ -7,6 +7,7 @@
 //! - [`drop`](mod@drop): [`DropReason`], why a packet was dropped, and which counters that bumps.
 //! - [`pcap`]: [`PcapWriter`], classic pcap files for tcpdump and tshark.
 //! - [`time`]: [`Instant`], the caller's clock.
+//! - [`profile`]: where a shard's loop spends its time, sampled per stage.
 //!
 //! Counting and rendering, as `/proc/net/snmp` shows it (a header line of names, then a
 //! line of values, per group):
@@ -27,6 +28,7 @@
 pub mod drop;
 pub mod mib;
 pub mod pcap;
+pub mod profile;
 pub mod time;
 
 pub use drop::DropReason;

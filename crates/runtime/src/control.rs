@@ -21,8 +21,8 @@ use std::time::{Duration, Instant as WallClock};
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
 use ustack_dev::capture::TapSwitch;
-use ustack_obs::Mib;
 use ustack_obs::pcap::{DEFAULT_SNAPLEN, LinkType, PcapWriter};
+use ustack_obs::{Mib, profile};
 use ustack_stack::inspect::{MemoryUsage, Protocol, SocketView};
 use ustack_stack::{Instant, Stack, Sysctl};
 
@@ -308,7 +308,8 @@ fn answer<R: Inspect>(req: &Value, rt: &R) -> anyhow::Result<Value> {
             Ok(json!({ "sockets": sockets }))
         }
         "sysctl" => sysctl(req, rt),
-        other => bail!("unknown request {other:?} (stat, memory, ss, sysctl, capture)"),
+        "profile" => profile_request(req),
+        other => bail!("unknown request {other:?} (stat, memory, ss, sysctl, profile, capture)"),
     }
 }
 
@@ -431,4 +432,49 @@ fn capture(
         Err(e) if e.downcast_ref::<std::io::Error>().is_some() => Ok(()),
         other => other,
     }
+}
+
+/// `{"cmd":"profile","action":"on"|"off"|"show"}`: switch the sampled profiler of every
+/// shard on (forgetting what an earlier run sampled) or off, or show what it sampled, per
+/// packet received ([`profile_json`]). `on` and `off` answer with the state.
+fn profile_request(req: &Value) -> anyhow::Result<Value> {
+    match req["action"].as_str().unwrap_or("show") {
+        "on" => {
+            if !profile::enabled() {
+                profile::reset();
+            }
+            profile::set_enabled(true);
+        }
+        "off" => profile::set_enabled(false),
+        "show" => {
+            let snap = profile::snapshot();
+            let mut v = profile_json(&snap, snap.packets as f64, "packet");
+            v["enabled"] = json!(profile::enabled());
+            return Ok(v);
+        }
+        other => bail!("unknown profile action {other:?} (on, off, show)"),
+    }
+    Ok(json!({ "enabled": profile::enabled() }))
+}
+
+/// A profile as JSON: each stage's nanoseconds per `unit` (`units` of them: messages, or
+/// packets), the CPU total they add up to, the table, and folded stacks for a flame graph.
+/// Instructions are `null`: no hardware counters are read.
+pub fn profile_json(snap: &profile::Snapshot, units: f64, unit: &str) -> Value {
+    let stages: Vec<Value> = snap
+        .rows(units)
+        .iter()
+        .map(|r| json!({ "stage": r.name, "ns": r.ns, "cpu": r.cpu, "instructions": null }))
+        .collect();
+    json!({
+        "unit": unit,
+        "stages": stages,
+        "cpu_ns": snap.cpu_per(units),
+        "sample_every": profile::sample_every(),
+        "iterations": snap.iterations,
+        "sampled": snap.sampled,
+        "packets": snap.packets,
+        "table": snap.render(units, unit),
+        "folded": snap.folded(),
+    })
 }

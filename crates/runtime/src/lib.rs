@@ -49,6 +49,7 @@ pub mod control;
 pub mod dense;
 pub mod multi;
 pub mod poller;
+mod profiling;
 pub mod rss;
 pub mod runtime;
 pub mod sched;

@@ -81,10 +81,12 @@ use std::thread::JoinHandle;
 
 use ustack_dev::{Device, DeviceCaps, Medium};
 use ustack_obs::Mib;
+use ustack_obs::profile;
 use ustack_stack::inspect::{MemoryKind, MemoryUsage};
 use ustack_stack::{Instant, Stack, TcpHandle};
 
 use crate::api::TcpListener;
+use crate::profiling::thread_cpu_ns;
 use crate::rss::Rss;
 use crate::runtime::{Clock, MonotonicClock, Runtime, RuntimeBuilder, Sleep};
 use crate::shard::ShardStats;
@@ -439,10 +441,15 @@ where
     };
     drop(ready);
     let (mut served, mut jobs_seen) = (0, 0);
+    let mut sampling = profile::Iteration::new();
     let result = loop {
+        // The profiler's sample covers the whole iteration (docs/bench.md, "Where the
+        // time goes"); off, this is one relaxed load.
+        sampling.end(thread_cpu_ns, || rt.shard_stats().processed);
         if ctl.stop.load(Ordering::Acquire) {
             break Ok(());
         }
+        sampling.begin(thread_cpu_ns, || rt.shard_stats().processed);
         if let Err(e) = rt.run_once(Some(tick)) {
             break Err(e);
         }
@@ -453,9 +460,11 @@ where
             listeners: &listeners,
             port_perturb: &mut port_perturb,
         };
+        let app_stage = profile::enter(profile::Stage::App);
         if let Err(e) = app.poll(&mut ctx) {
             break Err(e);
         }
+        drop(app_stage);
         let posted = ctl.jobs_posted.load(Ordering::Acquire);
         if posted != jobs_seen {
             jobs_seen = posted;

@@ -127,6 +127,7 @@ use ustack_dev::sleep::min_opt;
 /// runtime's clocks ([`MonotonicClock`], [`VirtualClock`]) implement [`Clock`].
 pub use ustack_dev::sleep::{Clock, Idle, Sleep};
 use ustack_dev::{Device, DeviceCaps, Medium};
+use ustack_obs::profile::{self, Stage};
 use ustack_stack::inspect::{MemoryKind, MemoryUsage};
 use ustack_stack::{
     Config, EthernetAddress, Instant, Ipv4Cidr, Ipv6Cidr, Readiness, SocketKey, Stack,
@@ -919,11 +920,14 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
         self.close_dropped();
         let mut r = round(&mut self.shard, &self.clock);
         let fired = &mut self.fired;
+        // Timers armed (only then: no stage boundary a round for an empty wheel).
+        let timers = (!self.timers.is_empty()).then(|| profile::enter(Stage::Timers));
         let n = self
             .timers
             .advance_budget(self.clock.now(), APP_TIMER_BUDGET, |_, token| {
                 fired.push_back(token)
             });
+        drop(timers);
         if n > 0 {
             self.stats.timers_fired += n as u64;
             r.timers = true;
@@ -993,6 +997,7 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
         if spinning && !window.is_zero() {
             self.stats.busy_polls += 1;
             let until = now + window;
+            let _idle = profile::enter(Stage::IdlePoll);
             loop {
                 let r = self.round();
                 if did_work(&r) || self.harvest() {
@@ -1035,7 +1040,9 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
         }
         let before = self.clock.now();
         self.stats.sleeps += 1;
+        let asleep = profile::enter(Stage::Sleep);
         let woken = self.shard.device_mut().sleep_until(&self.clock, target)?;
+        drop(asleep);
         if woken {
             self.stats.wakeups += 1;
             // A frame within `busy_poll` of going idle: a spin would have caught it. Twice

@@ -152,6 +152,7 @@ use core::fmt;
 use core::time::Duration;
 
 use ustack_dev::Device;
+use ustack_obs::profile::{self, Stage};
 use ustack_stack::{Instant, Stack, Sysctl};
 
 /// How much one [`Shard::poll_once`] round may receive.
@@ -431,6 +432,7 @@ impl<D: Device> Shard<D> {
         self.deferred = 0;
         if due {
             self.deadline.set(None);
+            let _stage = profile::enter(Stage::Timers);
             self.stack.handle_timeout(now);
             result.timers = true;
             self.stats.timer_runs += 1;
@@ -450,6 +452,9 @@ impl<D: Device> Shard<D> {
         start: Option<Instant>,
         result: &mut PollResult,
     ) {
+        // The device's part of receiving: this loop less the stack's input (one stage
+        // boundary a call, not a frame).
+        let _stage = profile::enter(Stage::DeviceRx);
         loop {
             if result.rx >= budget.frames {
                 result.work_left = true;
@@ -548,6 +553,7 @@ impl<D: Device> Shard<D> {
         if !self.stack.tx_pending() {
             return Quota::Drained;
         }
+        let _stage = profile::enter(Stage::DeviceTx);
         let mut sent = 0;
         loop {
             if sent >= TX_QUOTA {

@@ -146,6 +146,7 @@ impl Stack {
 
     /// One frame from the device: an Ethernet frame or a bare IP packet, per the medium.
     pub fn receive(&mut self, now: Instant, frame: &[u8]) {
+        let _stage = ustack_obs::profile::enter(ustack_obs::profile::Stage::L2L3);
         match self.medium {
             // A TUN device's packets say their family in the version nibble.
             Medium::Ip if frame.first().is_some_and(|b| b >> 4 == 6) => {

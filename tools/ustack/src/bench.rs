@@ -47,6 +47,7 @@ mod outcome;
 mod output;
 mod pattern;
 mod plot;
+mod profile;
 mod shm;
 mod sim;
 mod stream;
@@ -178,6 +179,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     {
         println!("{}", contend::Hogs::describe(&o.contend));
     }
+    profile::report(&outcomes, args)?;
     if let Some(path) = &args.plot {
         // One run per server and scenario: Linux's best mode.
         let best: Vec<&Outcome> = output::representatives(&outcomes);
@@ -254,7 +256,11 @@ fn run_one(
         ("stream", _) if over_kernel_link => {
             kernel_link::linux_stream(&run, link, args.no_offload)?
         }
-        (_, "ustack") if shm && !c1m => shm::scenario(scenario, &run, usize::from(args.shards))?,
+        (_, "ustack") if shm && !c1m => {
+            profile::around(args.profile.then_some(args.profile_every), || {
+                shm::scenario(scenario, &run, usize::from(args.shards))
+            })?
+        }
         ("udp-rr", "ustack") => udp_rr::ustack(&run)?,
         ("pingpong", "ustack") => lockstep::ustack(&run, false)?,
         ("cps", "ustack") => lockstep::ustack(&run, true)?,

@@ -1,5 +1,8 @@
 //! `ustack`: the command-line tool of the ustack user-space TCP/IP stack.
 
+// The bench's JSON record (bench/output.rs) is one `json!` literal of some forty fields.
+#![recursion_limit = "256"]
+
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
@@ -9,6 +12,7 @@ mod client;
 mod control;
 mod inspect;
 mod link;
+mod profile;
 mod serve;
 mod sysctl;
 
@@ -55,6 +59,10 @@ enum Command {
     /// Capture a running instance's traffic to a pcap file (`-w FILE`, `-c COUNT`,
     /// `--duration`), frames in and out of every shard.
     Capture(inspect::CaptureArgs),
+    /// Switch a running instance's built-in profiler on or off, or show where its shard
+    /// loops spend their time per packet: device receive, L2/L3, demux, TCP input, socket
+    /// queue, application, TCP output, device transmit, timers, idle polling.
+    Profile(profile::Args),
     /// A peer of `ustack bench` (a Linux baseline server, a Linux c1m client, or c1m's
     /// ustack server) in a process of its own, driven by the bench over its stdin and
     /// stdout. Internal.
@@ -71,6 +79,7 @@ fn main() -> ExitCode {
         Command::Stat(args) => inspect::stat(&args),
         Command::Ss(args) => inspect::ss(&args),
         Command::Capture(args) => inspect::capture(&args),
+        Command::Profile(args) => profile::run(&args),
         Command::Connect(args) => client::connect(&args),
         Command::Get(args) => client::get(&args),
         Command::BenchPeer(args) => bench::linux::peer(&args),

@@ -98,6 +98,7 @@ pub(crate) enum Verdict {
 impl Stack {
     /// Linux `tcp_v4_rcv`: validate, find the owner, dispatch.
     pub(crate) fn tcp_input(&mut self, now: Instant, inbound: &Inbound) {
+        let _stage = ustack_obs::profile::enter(ustack_obs::profile::Stage::Demux);
         // Linux counts InSegs before the checksum, so bad segments are in it too.
         self.mib.inc(Counter::TcpInSegs);
         if inbound.broadcast {
@@ -129,6 +130,7 @@ impl Stack {
     /// remote address not interned has no connection, request or TIME-WAIT record, and
     /// is interned only if a listener or a RST needs the tuple.
     pub(crate) fn tcp6_input(&mut self, now: Instant, inbound: &Inbound6) {
+        let _stage = ustack_obs::profile::enter(ustack_obs::profile::Stage::Demux);
         self.mib.inc(Counter::TcpInSegs);
         if inbound.multicast || inbound.dst.is_multicast() {
             return self.mib.drop(DropReason::TcpNoSocket);
@@ -202,6 +204,7 @@ impl Stack {
     /// A segment for connection `h`: the connection processes it, then the stack carries
     /// out the verdict (see the module docs).
     pub(crate) fn conn_input(&mut self, now: Instant, h: TcpHandle, seg: &tcp::Repr) {
+        let _stage = ustack_obs::profile::enter(ustack_obs::profile::Stage::TcpInput);
         // The handle comes from the connection table, so it is live.
         let Some(mut sk) = self.tcp_sock(h) else {
             return;
@@ -955,6 +958,7 @@ impl Sock<'_> {
     /// Put the data of a segment into the receive buffer (Linux `tcp_data_queue`) and
     /// decide how to acknowledge it (delayed ACK, RFC 9293 §3.8.6.3; Linux quick-ACK mode).
     fn tcp_data_queue(&mut self, now: Instant, seg: &tcp::Repr) {
+        let _stage = ustack_obs::profile::enter(ustack_obs::profile::Stage::SocketQueue);
         let tcb = &mut *self.tcb;
         let mut data = seg.payload;
         let mut seq = seg.seq_number;

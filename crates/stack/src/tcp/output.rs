@@ -729,6 +729,7 @@ impl Stack {
 
     /// A pure ACK now (RFC 9293 §3.10.7.4: `<SEQ=SND.NXT><ACK=RCV.NXT><CTL=ACK>`).
     pub(crate) fn tcp_send_ack(&mut self, now: Instant, h: TcpHandle) {
+        let _stage = ustack_obs::profile::enter(ustack_obs::profile::Stage::TcpOutput);
         let Some(tcb) = self.tcp.get(h) else { return };
         let seq = tcb.snd.nxt;
         self.tcp_send_segment(now, h, seq, 0, false, false);
@@ -768,6 +769,7 @@ impl Stack {
         if self.tcp.get(h).is_none_or(tcp_output_idle) {
             return;
         }
+        let _stage = ustack_obs::profile::enter(ustack_obs::profile::Stage::TcpOutput);
         // Retransmissions found lost again go first (see `tcp_find_lost_retrans`).
         if self
             .tcp

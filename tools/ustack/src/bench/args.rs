@@ -147,6 +147,19 @@ pub struct Args {
     /// scenarios, Gbit/s for stream, connections/s for cps.
     #[arg(long, value_name = "FILE.png|FILE.svg")]
     pub plot: Option<PathBuf>,
+    /// Sample where the ustack server's loop spends its time (over shm): nanoseconds per
+    /// message for each stage (device receive, L2/L3, demux, TCP input, socket queue,
+    /// application, TCP output, device transmit, timers, idle polling, other), printed as
+    /// a table after the comparison (and under "profile" in --json).
+    #[arg(long)]
+    pub profile: bool,
+    /// With --profile: write the profile as folded stacks (`loop;group;stage ns` lines,
+    /// the input of flamegraph.pl or inferno-flamegraph) to FILE.
+    #[arg(long, value_name = "FILE", requires = "profile")]
+    pub profile_folded: Option<PathBuf>,
+    /// With --profile: sample one loop iteration in N (1: every one, exact but costlier).
+    #[arg(long, value_name = "N", default_value_t = ustack_obs::profile::SAMPLE_EVERY, requires = "profile")]
+    pub profile_every: u64,
 }
 
 /// Parse a time: `100us`, `250ms`, `2s`, `1.5s`, `1m` (a bare number is seconds).
@@ -319,6 +332,12 @@ impl Args {
     pub fn check(&self, scenarios: &[&str]) -> Result<(), String> {
         self.check_family(scenarios)?;
         let link = self.link.as_str();
+        if self.profile && (link != "shm" || self.api != "native") {
+            return Err(
+                "--profile samples the ustack server's shard loop: use --link shm (and --api native)"
+                    .into(),
+            );
+        }
         if self.api == "tokio" {
             if let Some(other) = scenarios
                 .iter()

@@ -62,6 +62,9 @@ pub struct Outcome {
     pub addresses: Value,
     /// `--contend`: the CPU hogs beside the run and the share they got (null without).
     pub contend: Value,
+    /// `--profile`: where the ustack server's loop spent its time per message
+    /// ([`super::profile`]); null without it.
+    pub profile: Value,
 }
 
 impl Outcome {
@@ -108,6 +111,7 @@ impl Outcome {
             family: "ipv4",
             addresses: Value::Null,
             contend: Value::Null,
+            profile: Value::Null,
         }
     }
 

@@ -97,6 +97,7 @@ impl Outcome {
             "link": self.link,
             "family": self.family,
             "addresses": self.addresses,
+            "profile": self.profile,
             "shards": self.shards,
             "verified": self.verified,
             "conns": self.conns,
