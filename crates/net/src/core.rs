@@ -2,7 +2,7 @@
 //! every blocking call, [`Epoll`](crate::Epoll) set and waker waits on. See the
 //! [crate docs](crate) for the design and its cost.
 
-use core::net::{IpAddr, SocketAddr};
+use core::net::SocketAddr;
 use core::task::Waker;
 use core::time::Duration;
 use std::collections::HashMap;
@@ -2069,14 +2069,9 @@ fn connect_on_shard(ctx: &mut Ctx<'_>, addr: SocketAddr) -> io::Result<api::TcpS
     // The source the SYN will carry, whose tuple the port must hash home with: the
     // interface's IPv4 address, or for IPv6 the source the stack selects for `addr`
     // (`EADDRNOTAVAIL` without one, as Linux's `ip6_route_output` failing).
-    let local_ip = match addr {
-        SocketAddr::V6(a) if a.ip().to_ipv4_mapped().is_none() => IpAddr::V6(
-            stack
-                .ipv6_source_for(*a.ip())
-                .ok_or_else(|| errno(99 /* EADDRNOTAVAIL */))?,
-        ),
-        _ => IpAddr::V4(stack.ipv4().addr),
-    };
+    let local_ip = stack
+        .source_for(addr)
+        .ok_or_else(|| errno(99 /* EADDRNOTAVAIL */))?;
     let mut refused: Vec<u16> = Vec::new();
     loop {
         let recent = &*ctx.recent;

@@ -72,7 +72,7 @@
 //! [`ShardApp::poll`], then the stop flag and snapshot requests; so a stop or a counter
 //! read is served within a tick even when the shard sleeps on an idle device.
 
-use core::net::{IpAddr, SocketAddr};
+use core::net::SocketAddr;
 use core::time::Duration;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -179,12 +179,7 @@ impl<'a, D: Device + Sleep> ShardContext<'a, D> {
         let lo = u16::try_from(sysctl.ip_local_port_min).unwrap_or(u16::MAX);
         let hi = u16::try_from(sysctl.ip_local_port_max).unwrap_or(u16::MAX);
         let not_available = || io::Error::from_raw_os_error(99 /* EADDRNOTAVAIL */);
-        let local_ip = match remote {
-            SocketAddr::V6(r) if r.ip().to_ipv4_mapped().is_none() => {
-                IpAddr::V6(stack.ipv6_source_for(*r.ip()).ok_or_else(not_available)?)
-            }
-            _ => IpAddr::V4(stack.ipv4().addr),
-        };
+        let local_ip = stack.source_for(remote).ok_or_else(not_available)?;
         let mut refused: Vec<u16> = Vec::new();
         loop {
             let port = self

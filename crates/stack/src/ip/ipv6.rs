@@ -1026,6 +1026,18 @@ impl Stack {
         self.ip6.select_source(dst)
     }
 
+    /// The local address a connection to `remote` would have: the interface's IPv4
+    /// address for an IPv4 (or `::ffff:a.b.c.d`) peer, [`Stack::ipv6_source_for`] for an
+    /// IPv6 one (`None` without a usable IPv6 address).
+    pub fn source_for(&self, remote: core::net::SocketAddr) -> Option<IpAddr> {
+        match remote {
+            core::net::SocketAddr::V6(r) if r.ip().to_ipv4_mapped().is_none() => {
+                self.ipv6_source_for(*r.ip()).map(IpAddr::V6)
+            }
+            _ => Some(IpAddr::V4(self.ipv4().addr)),
+        }
+    }
+
     /// Our IPv6 addresses (link-local first on Ethernet), in every state.
     pub fn ipv6_addrs(&self) -> Vec<Ipv6Cidr> {
         self.ip6.addrs.iter().map(|a| a.cidr).collect()
