@@ -91,7 +91,7 @@ pub(crate) fn default_mss(v6: bool) -> u16 {
 }
 
 /// Where a segment's payload comes from.
-enum Payload {
+pub(super) enum Payload {
     None,
     /// `len` bytes of the connection's send buffer, `offset` bytes after its head.
     SendBuffer {
@@ -103,7 +103,7 @@ enum Payload {
 
 impl Payload {
     /// The payload's length in bytes.
-    fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         match *self {
             Payload::None => 0,
             Payload::SendBuffer { len, .. } => len,
@@ -115,8 +115,15 @@ impl Payload {
     fn write_segment(&self, tcp: &super::Tcp, repr: &tcp::Repr, seg: &mut [u8]) {
         let header_len = repr.header_len();
         repr.emit_header(&mut tcp::Packet::new_unchecked(&mut seg[..]));
+        self.write_payload(tcp, &mut seg[header_len..]);
+    }
+
+    /// Copy the payload into `out` (at least [`Payload::len`] bytes), once, from the
+    /// connection's send buffer in `tcp`.
+    #[inline]
+    pub(super) fn write_payload(&self, tcp: &super::Tcp, out: &mut [u8]) {
         if let Payload::SendBuffer { h, offset, len } = *self {
-            let out = &mut seg[header_len..header_len + len];
+            let out = &mut out[..len];
             let copied = tcp
                 .get(h)
                 .map_or(0, |tcb| tcb.sndbuf.peek(&tcp.pool, offset, out));
@@ -460,7 +467,8 @@ impl Stack {
     }
 
     /// Build one segment into an IP datagram and queue it (Linux `__tcp_transmit_skb`).
-    fn tcp_emit(
+    /// A synchronized connection's IPv4 segments take [`Stack::tcp_transmit4`] instead.
+    pub(super) fn tcp_emit(
         &mut self,
         now: Instant,
         tuple: FourTuple,
@@ -690,6 +698,7 @@ impl Stack {
             }
         }
         let tuple = tcb.tuple;
+        let template = tcb.active.tx_template;
         let mut repr = tcp::Repr {
             src_port: tuple.local.port(),
             dst_port: tuple.remote.port(),
@@ -724,6 +733,12 @@ impl Stack {
         } else {
             Payload::None
         };
+        if !tuple.is_v6()
+            && self.tcp_template_on
+            && let Some(tpl) = self.tcp_template(h, *tuple.remote.ip(), &template)
+        {
+            return self.tcp_transmit4(now, &tpl, &repr, payload);
+        }
         self.tcp_emit(now, tuple, &repr, payload)
     }
 
