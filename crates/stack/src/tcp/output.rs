@@ -947,6 +947,11 @@ impl Stack {
             if fin {
                 tcb.flags.set(TcbFlags::FIN_SENT);
             }
+            if len == unsent && !fin_pending {
+                // Everything written has left and no FIN waits: the next round would
+                // find nothing to send.
+                break;
+            }
         }
         sent_segs
     }
