@@ -233,3 +233,78 @@ fn template_segments_are_the_general_paths_bytes_with_checksum_offload() {
     assert_covers(&template);
     assert_same(&template, &run(false, true));
 }
+
+/// Two stacks on an Ethernet link, the frames carried by hand: what A sends (ARP, the
+/// handshake, a request answered, FIN) with B answering, with A's templates on or off.
+fn ethernet_run(template: bool) -> Vec<Vec<u8>> {
+    use core::net::SocketAddrV4;
+    use ustack_testkit::{A_IP, A_MAC, B_IP, B_MAC};
+    let mut a = Config::ethernet(A_MAC, Ipv4Cidr::new(A_IP, 24));
+    let mut b = Config::ethernet(B_MAC, Ipv4Cidr::new(B_IP, 24));
+    (a.seed, b.seed) = (Some(1), Some(2));
+    let (mut a, mut b) = (Stack::new(a), Stack::new(b));
+    a.set_tcp_header_template(template);
+    let mut now = Instant::from_secs(1);
+    let mut sent = Vec::new();
+    let mut shuttle = |a: &mut Stack, b: &mut Stack, now: Instant| {
+        for _ in 0..16 {
+            let mut moved = false;
+            while let Some(f) = a.poll_transmit(now) {
+                b.receive(now, &f);
+                sent.push(f);
+                moved = true;
+            }
+            while let Some(f) = b.poll_transmit(now) {
+                a.receive(now, &f);
+                moved = true;
+            }
+            if !moved {
+                break;
+            }
+        }
+    };
+    let l = b.tcp_listen(SocketAddrV4::new(B_IP, 80), 4).unwrap();
+    let c = a.tcp_connect(now, SocketAddrV4::new(B_IP, 80)).unwrap();
+    shuttle(&mut a, &mut b, now);
+    let (s, _) = b.tcp_accept(l).expect("accepted");
+    let mut buf = [0u8; 256];
+    for round in 0..4u8 {
+        now += Duration::from_millis(1);
+        a.tcp_send(now, c, &[round; 64]).unwrap();
+        shuttle(&mut a, &mut b, now);
+        let n = b.tcp_recv(now, s, &mut buf).unwrap();
+        assert_eq!(&buf[..n], &[round; 64]);
+        b.tcp_send(now, s, &buf[..n]).unwrap();
+        shuttle(&mut a, &mut b, now);
+        assert_eq!(a.tcp_recv(now, c, &mut buf).unwrap(), 64);
+    }
+    now += Duration::from_millis(1);
+    a.tcp_close(now, c).unwrap();
+    shuttle(&mut a, &mut b, now);
+    sent
+}
+
+/// On Ethernet, every IPv4 frame A sends goes to B's address from A's (the neighbour's
+/// address written in place on the fast path), and the template path's frames are the
+/// general path's.
+#[test]
+fn ethernet_frames_from_the_template_are_the_general_paths() {
+    use ustack_testkit::{A_MAC, B_MAC};
+    let frames = ethernet_run(true);
+    let ipv4: Vec<&Vec<u8>> = frames.iter().filter(|f| f[12..14] == [8, 0]).collect();
+    assert!(
+        ipv4.len() >= 7,
+        "SYN, ACK, four requests, FIN: {}",
+        ipv4.len()
+    );
+    for f in &ipv4 {
+        assert_eq!(f[0..6], B_MAC.0, "to B");
+        assert_eq!(f[6..12], A_MAC.0, "from A");
+        check(&f[14..], false);
+    }
+    let general = ethernet_run(false);
+    assert_eq!(frames.len(), general.len());
+    for (i, (x, y)) in frames.iter().zip(&general).enumerate() {
+        assert_eq!(x, y, "frame {i}");
+    }
+}
