@@ -663,12 +663,15 @@ impl Stack {
             return false;
         }
         let pressure = self.tcp.pool.under_pressure();
-        let snd_up = match self.tcp.get(h) {
-            Some(t) if t.flags.has(TcbFlags::URG) => self.tcp.xopts(h).snd_up,
-            _ => None,
-        };
-        let Some(tcb) = self.tcp.get_mut(h) else {
+        let super::Tcp { conns, xopts, .. } = &mut self.tcp;
+        let Some(tcb) = conns.get_mut(h.index, h.generation) else {
             return false;
+        };
+        // The send urgent pointer lives with the rarely set options (`Tcp::xopts`).
+        let snd_up = if tcb.flags.has(TcbFlags::URG) && tcb.flags.has(TcbFlags::XOPTS) {
+            xopts.get(&h.index).and_then(|o| o.snd_up)
+        } else {
+            None
         };
         let window = Self::select_window(tcb, &mut self.mib, pressure);
         let mut flags = Flags::ACK;
@@ -781,16 +784,13 @@ impl Stack {
     pub(crate) fn tcp_output(&mut self, now: Instant, h: TcpHandle) {
         // Nothing to do (the common case after a segment that brought data and an ACK but
         // no room, and no reason, to send): one look at the TCB instead of the walk below.
-        if self.tcp.get(h).is_none_or(tcp_output_idle) {
-            return;
-        }
+        let lost_retrans = match self.tcp.get(h) {
+            Some(t) if !tcp_output_idle(t) => t.active.recovery.lost_retrans > 0,
+            _ => return,
+        };
         let _stage = ustack_obs::profile::enter(ustack_obs::profile::Stage::TcpOutput);
         // Retransmissions found lost again go first (see `tcp_find_lost_retrans`).
-        if self
-            .tcp
-            .get(h)
-            .is_some_and(|t| t.active.recovery.lost_retrans > 0)
-        {
+        if lost_retrans {
             self.tcp_resend_lost_retrans(now, h);
         }
         // Then lost segments (RFC 6675 §5 NextSeg rule 1; also after an RTO).
