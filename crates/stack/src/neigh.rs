@@ -195,6 +195,24 @@ impl NeighTable {
         })
     }
 
+    /// The link address of a reachable `ip` from the last resolution's copy, if it still
+    /// holds (what [`NeighTable::resolve`] would answer `Send` with, no probe): a transmit
+    /// path asks this first and resolves only when it says `None`.
+    #[inline]
+    pub fn hot(&mut self, now: Instant, ip: IpAddr, sysctl: &Sysctl) -> Option<EthernetAddress> {
+        match &mut self.hot {
+            Some(h)
+                if h.ip == ip
+                    && now < h.until
+                    && h.reachable_ms == sysctl.neigh_base_reachable_time_ms =>
+            {
+                h.used = Some(now);
+                Some(h.mac)
+            }
+            _ => None,
+        }
+    }
+
     /// Resolve `ip` for the IP packet `packet` (the whole IP datagram, without L2 header).
     /// When the result is `Send`, the packet is handed back in `packet` untouched; when
     /// `Queued`, the table keeps it.

@@ -48,6 +48,14 @@ pub struct Stack {
     frames: Vec<Vec<u8>>,
     /// Scratch for timer events, kept to avoid allocating on every timeout.
     neigh_events: Vec<NeighEvent>,
+    /// The generation of what TCP's header templates hold (`tcp::xmit4`): bumped whenever
+    /// any of it may change (a sysctl, `ip_default_ttl` among them), so that every
+    /// connection's template is rebuilt before its next segment. Starts at 1 (0 marks
+    /// "no template").
+    pub(crate) tx_gen: u32,
+    /// Whether connections write their IPv4 segments from header templates (the default);
+    /// off, every segment takes the general path (for tests comparing the two).
+    pub(crate) tcp_template_on: bool,
 }
 
 impl Stack {
@@ -92,7 +100,23 @@ impl Stack {
             tx: VecDeque::new(),
             neigh_events: Vec::new(),
             frames: Vec::new(),
+            tx_gen: 1,
+            tcp_template_on: true,
         }
+    }
+
+    /// Whether established connections write their IPv4 segments from per-connection
+    /// header templates (on by default) or through the general path that builds every
+    /// header from scratch. Both give the same bytes: tests compare them.
+    #[doc(hidden)]
+    pub fn set_tcp_header_template(&mut self, on: bool) {
+        self.tcp_template_on = on;
+    }
+
+    /// What TCP's header templates hold may have changed: each connection rebuilds its own
+    /// before its next segment.
+    pub(crate) fn invalidate_tx_templates(&mut self) {
+        self.tx_gen = self.tx_gen.wrapping_add(1).max(1);
     }
 
     /// The counters.
@@ -108,6 +132,8 @@ impl Stack {
     /// Set a tunable by its Linux name, validated.
     pub fn set_sysctl(&mut self, name: &str, value: u64) -> Result<(), crate::SysctlError> {
         self.sysctl.set(name, value)?;
+        // ip_default_ttl is in every connection's header template.
+        self.invalidate_tx_templates();
         self.reasm.set_config(reasm_config(&self.sysctl));
         self.ip6.set_sysctl(&self.sysctl);
         crate::tcp::Tcp::apply_tcp_mem(&mut self.tcp.pool, &self.sysctl);
@@ -277,6 +303,13 @@ impl Stack {
         if self.medium == Medium::Ip {
             return self.tx_push(frame, full_reason);
         }
+        // A reachable neighbour (the common case): its address from the table's last
+        // answer, the Ethernet header written in place.
+        if let Some(mac) = self.neigh.hot(now, IpAddr::V4(next_hop), &self.sysctl) {
+            let mut frame = frame;
+            self.eth_header_ipv4(&mut frame, mac);
+            return self.tx_push(frame, full_reason);
+        }
         if next_hop.is_broadcast() || Some(next_hop) == self.ipv4.broadcast() {
             self.eth_fill_and_push(frame, EthernetAddress::BROADCAST, full_reason);
             return true;
@@ -301,6 +334,14 @@ impl Stack {
             }
             Resolution::Refused => false,
         }
+    }
+
+    /// Write the Ethernet header of an IPv4 frame to `dst` (Linux `eth_header`).
+    #[inline]
+    fn eth_header_ipv4(&self, frame: &mut [u8], dst: EthernetAddress) {
+        frame[0..6].copy_from_slice(&dst.0);
+        frame[6..12].copy_from_slice(&self.mac.0);
+        frame[12..14].copy_from_slice(&u16::from(ethernet::EtherType::Ipv4).to_be_bytes());
     }
 
     /// Fill in the Ethernet header of an IP frame (the EtherType from the IP version) and
@@ -377,10 +418,31 @@ impl Stack {
     /// room): a recycled buffer when there is one, its old bytes past `zeroed` left for
     /// the caller to overwrite entirely, else a fresh zeroed one.
     pub(crate) fn frame_for(&mut self, len: usize, zeroed: usize) -> Vec<u8> {
+        if zeroed == 0 {
+            return self.frame_overwritten(len);
+        }
         match self.frames.pop() {
             Some(mut f) if f.len() >= len => {
                 f.truncate(len);
                 f[..zeroed].fill(0);
+                f
+            }
+            Some(mut f) => {
+                f.clear();
+                f.resize(len, 0);
+                f
+            }
+            None => vec![0; len],
+        }
+    }
+
+    /// A frame buffer of `len` bytes that the caller overwrites entirely (a recycled
+    /// buffer's old bytes are left in it).
+    #[inline]
+    pub(crate) fn frame_overwritten(&mut self, len: usize) -> Vec<u8> {
+        match self.frames.pop() {
+            Some(mut f) if f.len() >= len => {
+                f.truncate(len);
                 f
             }
             Some(mut f) => {

@@ -55,6 +55,7 @@ impl IdentGen {
     }
 
     /// Reserve `n` consecutive identifiers for `dst`/`protocol`; returns the first.
+    #[inline]
     pub fn next(&mut self, dst: Ipv4Addr, protocol: IpProtocol, n: u16) -> u16 {
         let key = (u32::from(dst), u8::from(protocol));
         let h = match self.last {

@@ -53,6 +53,7 @@ pub(crate) mod syncookie;
 pub(crate) mod tcb;
 pub(crate) mod timer;
 pub(crate) mod tuple_hash;
+pub(crate) mod xmit4;
 
 use core::net::{SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::collections::{BinaryHeap, VecDeque};

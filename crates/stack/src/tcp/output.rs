@@ -91,7 +91,7 @@ pub(crate) fn default_mss(v6: bool) -> u16 {
 }
 
 /// Where a segment's payload comes from.
-enum Payload {
+pub(super) enum Payload {
     None,
     /// `len` bytes of the connection's send buffer, `offset` bytes after its head.
     SendBuffer {
@@ -103,7 +103,7 @@ enum Payload {
 
 impl Payload {
     /// The payload's length in bytes.
-    fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         match *self {
             Payload::None => 0,
             Payload::SendBuffer { len, .. } => len,
@@ -115,8 +115,15 @@ impl Payload {
     fn write_segment(&self, tcp: &super::Tcp, repr: &tcp::Repr, seg: &mut [u8]) {
         let header_len = repr.header_len();
         repr.emit_header(&mut tcp::Packet::new_unchecked(&mut seg[..]));
+        self.write_payload(tcp, &mut seg[header_len..]);
+    }
+
+    /// Copy the payload into `out` (at least [`Payload::len`] bytes), once, from the
+    /// connection's send buffer in `tcp`.
+    #[inline]
+    pub(super) fn write_payload(&self, tcp: &super::Tcp, out: &mut [u8]) {
         if let Payload::SendBuffer { h, offset, len } = *self {
-            let out = &mut seg[header_len..header_len + len];
+            let out = &mut out[..len];
             let copied = tcp
                 .get(h)
                 .map_or(0, |tcb| tcb.sndbuf.peek(&tcp.pool, offset, out));
@@ -460,7 +467,8 @@ impl Stack {
     }
 
     /// Build one segment into an IP datagram and queue it (Linux `__tcp_transmit_skb`).
-    fn tcp_emit(
+    /// A synchronized connection's IPv4 segments take [`Stack::tcp_transmit4`] instead.
+    pub(super) fn tcp_emit(
         &mut self,
         now: Instant,
         tuple: FourTuple,
@@ -655,12 +663,15 @@ impl Stack {
             return false;
         }
         let pressure = self.tcp.pool.under_pressure();
-        let snd_up = match self.tcp.get(h) {
-            Some(t) if t.flags.has(TcbFlags::URG) => self.tcp.xopts(h).snd_up,
-            _ => None,
-        };
-        let Some(tcb) = self.tcp.get_mut(h) else {
+        let super::Tcp { conns, xopts, .. } = &mut self.tcp;
+        let Some(tcb) = conns.get_mut(h.index, h.generation) else {
             return false;
+        };
+        // The send urgent pointer lives with the rarely set options (`Tcp::xopts`).
+        let snd_up = if tcb.flags.has(TcbFlags::URG) && tcb.flags.has(TcbFlags::XOPTS) {
+            xopts.get(&h.index).and_then(|o| o.snd_up)
+        } else {
+            None
         };
         let window = Self::select_window(tcb, &mut self.mib, pressure);
         let mut flags = Flags::ACK;
@@ -690,6 +701,7 @@ impl Stack {
             }
         }
         let tuple = tcb.tuple;
+        let template = tcb.active.tx_template;
         let mut repr = tcp::Repr {
             src_port: tuple.local.port(),
             dst_port: tuple.remote.port(),
@@ -724,6 +736,12 @@ impl Stack {
         } else {
             Payload::None
         };
+        if !tuple.is_v6()
+            && self.tcp_template_on
+            && let Some(tpl) = self.tcp_template(h, *tuple.remote.ip(), &template)
+        {
+            return self.tcp_transmit4(now, &tpl, &repr, payload);
+        }
         self.tcp_emit(now, tuple, &repr, payload)
     }
 
@@ -766,16 +784,13 @@ impl Stack {
     pub(crate) fn tcp_output(&mut self, now: Instant, h: TcpHandle) {
         // Nothing to do (the common case after a segment that brought data and an ACK but
         // no room, and no reason, to send): one look at the TCB instead of the walk below.
-        if self.tcp.get(h).is_none_or(tcp_output_idle) {
-            return;
-        }
+        let lost_retrans = match self.tcp.get(h) {
+            Some(t) if !tcp_output_idle(t) => t.active.recovery.lost_retrans > 0,
+            _ => return,
+        };
         let _stage = ustack_obs::profile::enter(ustack_obs::profile::Stage::TcpOutput);
         // Retransmissions found lost again go first (see `tcp_find_lost_retrans`).
-        if self
-            .tcp
-            .get(h)
-            .is_some_and(|t| t.active.recovery.lost_retrans > 0)
-        {
+        if lost_retrans {
             self.tcp_resend_lost_retrans(now, h);
         }
         // Then lost segments (RFC 6675 §5 NextSeg rule 1; also after an RTO).
@@ -931,6 +946,11 @@ impl Stack {
             }
             if fin {
                 tcb.flags.set(TcbFlags::FIN_SENT);
+            }
+            if len == unsent && !fin_pending {
+                // Everything written has left and no FIN waits: the next round would
+                // find nothing to send.
+                break;
             }
         }
         sent_segs

@@ -1,0 +1,210 @@
+//! An established connection's IPv4 segments written in one pass from a header template.
+//!
+//! Linux keeps what every segment of a connection repeats in the socket (`inet_sk`: the
+//! addresses, ports, TTL, TOS; `sk_dst_cache`: the route) and `__tcp_transmit_skb` ->
+//! `ip_queue_xmit` only fills in what changes. ustack does the same: a
+//! [`HeaderTemplate`] holds the connection's IPv4 header with the per-segment fields
+//! (total length, identification, checksum) zero, its checksum sum, the TCP
+//! pseudo-header's constant part (source, destination, protocol) and the next hop. Each
+//! segment copies the template into the device's frame, patches length and ID, finishes
+//! the IP checksum from the stored sum (RFC 1071 §2(B): sums of pieces add), writes the
+//! TCP header and its options (`NOP NOP TS`, SACK blocks) straight into the frame, copies
+//! the payload from the send buffer once, and sums the TCP checksum from the stored
+//! pseudo-header part: no `Repr` is serialized, and no byte is written twice.
+//!
+//! The template is kept in the connection's [`ActiveState`](super::tcb::ActiveState)
+//! (held while data flows; an idle connection's pure ACK builds one on the stack and
+//! drops it). It records the [`Stack::tx_gen`] it was built under: everything it holds
+//! that can change bumps that generation (the stack's sysctls: `ip_default_ttl`; the
+//! address, gateway and MTU are fixed for a stack's life), so a stale template is never
+//! used. What varies per connection and per segment (MSS and so segment sizes, window
+//! scale, timestamps on or off, SACK blocks) is not in it. Segments that need more
+//! (SYN options, IPv6, no route) take the general path, [`Stack::tcp_emit`].
+
+use core::net::Ipv4Addr;
+
+use ustack_obs::{Counter, DropReason, Instant};
+use ustack_wire::tcp::{self, option_kind};
+use ustack_wire::{IpProtocol, checksum, ipv4};
+
+use super::TcpHandle;
+use super::output::Payload;
+use crate::Stack;
+
+/// What every IPv4 segment of one connection repeats (see the module docs).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HeaderTemplate {
+    /// [`Stack::tx_gen`] when built; 0: no template.
+    pub(crate) generation: u32,
+    /// Where the frames go on the link (the route's gateway, or the peer).
+    next_hop: Ipv4Addr,
+    /// The IPv4 header, total length, identification and checksum zero.
+    ip: [u8; ipv4::HEADER_LEN],
+    /// The ones'-complement sum of `ip`.
+    ip_sum: u16,
+    /// The sum of the TCP pseudo-header without its length: source, destination, protocol.
+    pseudo: u16,
+}
+
+impl HeaderTemplate {
+    /// No template: its generation never matches the stack's (which starts at 1).
+    pub(crate) const NONE: HeaderTemplate = HeaderTemplate {
+        generation: 0,
+        next_hop: Ipv4Addr::UNSPECIFIED,
+        ip: [0; ipv4::HEADER_LEN],
+        ip_sum: 0,
+        pseudo: 0,
+    };
+
+    /// The destination address (in the header).
+    fn dst(&self) -> Ipv4Addr {
+        let d = &self.ip[16..20];
+        Ipv4Addr::new(d[0], d[1], d[2], d[3])
+    }
+}
+
+impl Stack {
+    /// A template for TCP segments to `dst` (see the module docs), as
+    /// [`Stack::ipv4_alloc`] would write their IPv4 header: our address, the default TTL,
+    /// TOS 0, DF; `None` without a route.
+    pub(crate) fn tcp_header_template(&self, dst: Ipv4Addr) -> Option<HeaderTemplate> {
+        let next_hop = self.route(dst)?;
+        let src = self.ipv4.addr;
+        let mut ip = [0u8; ipv4::HEADER_LEN];
+        ip[0] = 0x45; // version 4, IHL 5 words
+        ip[6] = 0x40; // DF (RFC 791 §3.1 flags: bit 1)
+        ip[8] = self.sysctl.ip_default_ttl as u8;
+        ip[9] = u8::from(IpProtocol::Tcp);
+        ip[12..16].copy_from_slice(&src.octets());
+        ip[16..20].copy_from_slice(&dst.octets());
+        Some(HeaderTemplate {
+            generation: self.tx_gen,
+            next_hop,
+            ip,
+            ip_sum: checksum::data(&ip),
+            pseudo: checksum::pseudo_header_v4(src, dst, IpProtocol::Tcp, 0),
+        })
+    }
+
+    /// Connection `h`'s template: `cached` (what its active state holds) if still current,
+    /// else a new one, kept in the active state when the connection holds one.
+    #[inline]
+    pub(super) fn tcp_template(
+        &mut self,
+        h: TcpHandle,
+        dst: Ipv4Addr,
+        cached: &HeaderTemplate,
+    ) -> Option<HeaderTemplate> {
+        if cached.generation == self.tx_gen {
+            return Some(*cached);
+        }
+        self.tcp_template_refresh(h, dst)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn tcp_template_refresh(&mut self, h: TcpHandle, dst: Ipv4Addr) -> Option<HeaderTemplate> {
+        let tpl = self.tcp_header_template(dst)?;
+        if let Some(tcb) = self.tcp.get_mut(h)
+            && tcb.active.is_held()
+        {
+            tcb.active.tx_template = tpl;
+        }
+        Some(tpl)
+    }
+
+    /// Write one segment of a connection from its template into a frame and queue it
+    /// (Linux `__tcp_transmit_skb` -> `ip_queue_xmit` for a connected socket): `repr`'s
+    /// header with its timestamp and SACK options (the only ones a synchronized
+    /// connection sends), then `payload`. The IPv4 identification comes from the same
+    /// generator as [`Stack::ipv4_alloc`]'s, so the frame is the one the general path
+    /// writes, byte for byte.
+    pub(super) fn tcp_transmit4(
+        &mut self,
+        now: Instant,
+        tpl: &HeaderTemplate,
+        repr: &tcp::Repr,
+        payload: Payload,
+    ) -> bool {
+        debug_assert!(
+            repr.max_seg_size.is_none() && repr.window_scale.is_none() && !repr.sack_permitted,
+            "SYN options take the general path"
+        );
+        self.mib.inc(Counter::IpOutRequests);
+        let sacks = repr.sack_blocks_emitted();
+        let tcp_hlen = tcp::HEADER_LEN
+            + if repr.timestamp.is_some() { 12 } else { 0 }
+            + if sacks > 0 { 4 + 8 * sacks } else { 0 };
+        let tcp_len = tcp_hlen + payload.len();
+        let total = ipv4::HEADER_LEN + tcp_len;
+        // As ipv4_alloc: DF is set and TCP sizes segments to the MTU.
+        if total > self.mtu {
+            self.mib.drop(DropReason::PktTooBig);
+            return false;
+        }
+        let ident = self.ident.next(tpl.dst(), IpProtocol::Tcp, 1);
+        let l2 = self.l2_len();
+        // Every byte of the headers is written below and the payload's by `write_payload`.
+        let mut frame = self.frame_overwritten(l2 + total);
+        let (ip, seg) = frame[l2..].split_at_mut(ipv4::HEADER_LEN);
+        ip.copy_from_slice(&tpl.ip);
+        ip[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+        ip[4..6].copy_from_slice(&ident.to_be_bytes());
+        let ip_sum = checksum::combine(&[tpl.ip_sum, total as u16, ident]);
+        ip[10..12].copy_from_slice(&checksum::finish(ip_sum).to_be_bytes());
+
+        let (h, rest) = seg.split_at_mut(tcp::HEADER_LEN);
+        h[0..2].copy_from_slice(&repr.src_port.to_be_bytes());
+        h[2..4].copy_from_slice(&repr.dst_port.to_be_bytes());
+        h[4..8].copy_from_slice(&repr.seq_number.0.to_be_bytes());
+        h[8..12].copy_from_slice(&repr.ack_number.0.to_be_bytes());
+        h[12] = ((tcp_hlen / 4) as u8) << 4;
+        h[13] = repr.flags.0;
+        h[14..16].copy_from_slice(&repr.window_len.to_be_bytes());
+        h[16..18].fill(0);
+        h[18..20].copy_from_slice(&repr.urgent_pointer.to_be_bytes());
+        let (opts, data) = rest.split_at_mut(tcp_hlen - tcp::HEADER_LEN);
+        let mut at = 0;
+        if let Some(ts) = repr.timestamp {
+            // Linux tcp_options_write: NOP NOP TS without SACK-permitted.
+            opts[0..4].copy_from_slice(&[
+                option_kind::NO_OPERATION,
+                option_kind::NO_OPERATION,
+                option_kind::TIMESTAMP,
+                10,
+            ]);
+            opts[4..8].copy_from_slice(&ts.tsval.to_be_bytes());
+            opts[8..12].copy_from_slice(&ts.tsecr.to_be_bytes());
+            at = 12;
+        }
+        if sacks > 0 {
+            write_sack_blocks(repr, sacks, &mut opts[at..]);
+        }
+        payload.write_payload(&self.tcp, data);
+        let sum = if self.checksum_offload {
+            0
+        } else {
+            let sum = checksum::combine(&[tpl.pseudo, tcp_len as u16, checksum::data(seg)]);
+            checksum::finish(sum)
+        };
+        seg[16..18].copy_from_slice(&sum.to_be_bytes());
+        self.mib.inc(Counter::TcpOutSegs);
+        self.dev_queue_xmit(tpl.next_hop, frame, DropReason::DevQueueFull, now)
+    }
+}
+
+/// `NOP NOP SACK` and `sacks` blocks of `repr` (RFC 2018 §3), as `tcp::Repr::emit_header`
+/// lays them out.
+#[cold]
+fn write_sack_blocks(repr: &tcp::Repr, sacks: usize, out: &mut [u8]) {
+    out[0..4].copy_from_slice(&[
+        option_kind::NO_OPERATION,
+        option_kind::NO_OPERATION,
+        option_kind::SACK,
+        (2 + 8 * sacks) as u8,
+    ]);
+    for (i, (left, right)) in repr.sack_ranges.iter().flatten().take(sacks).enumerate() {
+        out[4 + 8 * i..8 + 8 * i].copy_from_slice(&left.0.to_be_bytes());
+        out[8 + 8 * i..12 + 8 * i].copy_from_slice(&right.0.to_be_bytes());
+    }
+}
