@@ -62,6 +62,25 @@ pub fn data(data: &[u8]) -> u16 {
     u16::from_be(fold(acc))
 }
 
+/// [`data`] of a 20-byte IPv4 header without options, in straight-line code: five 32-bit
+/// words added and folded (the receive fast path checks every header with it; `data`'s
+/// loop costs three times as much on 20 bytes).
+#[inline]
+pub fn data20(h: &[u8; 20]) -> u16 {
+    let w = |i: usize| u64::from(u32::from_ne_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]));
+    u16::from_be(fold(w(0) + w(4) + w(8) + w(12) + w(16)))
+}
+
+/// [`pseudo_header_v4`] of a TCP or UDP datagram, the addresses read from its 20-byte
+/// IPv4 header `h` (bytes 12..20) and the protocol given: for a receiver that checks
+/// the checksum straight from the packet's bytes.
+#[inline]
+pub fn pseudo_header_v4_from(h: &[u8; 20], protocol: IpProtocol, length: u16) -> u16 {
+    let w = |i: usize| u64::from(u32::from_ne_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]));
+    let addrs = u16::from_be(fold(w(12) + w(16)));
+    fold(u64::from(addrs) + u64::from(u8::from(protocol)) + u64::from(length))
+}
+
 /// Add ones'-complement sums.
 #[inline]
 pub fn combine(sums: &[u16]) -> u16 {
@@ -237,6 +256,17 @@ mod tests {
         #[test]
         fn fast_sum_matches_model(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..2000)) {
             proptest::prop_assert_eq!(data(&bytes), model(&bytes));
+        }
+
+        #[test]
+        fn header_sums_match_the_model(h: [u8; 20], len: u16) {
+            proptest::prop_assert_eq!(data20(&h), model(&h));
+            let src = Ipv4Addr::new(h[12], h[13], h[14], h[15]);
+            let dst = Ipv4Addr::new(h[16], h[17], h[18], h[19]);
+            proptest::prop_assert_eq!(
+                pseudo_header_v4_from(&h, IpProtocol::Tcp, len),
+                pseudo_header_v4(src, dst, IpProtocol::Tcp, len)
+            );
         }
 
         #[test]

@@ -242,6 +242,9 @@ pub(crate) struct Tcp {
     pub(crate) xopts: hashbrown::HashMap<u32, tcb::SockOpts>,
     /// The IPv6 addresses of IPv6 tuples (see [`intern6`]).
     pub(crate) intern6: intern6::Intern6,
+    /// Segments that IPv4 early demux handed straight to their connection
+    /// (`Stack::tcp_v4_early_demux`; see [`crate::Stack::tcp_early_demux_hits`]).
+    pub(crate) early_demux: u64,
 }
 
 /// The challenge ACKs a stack may still send this second (RFC 5961 §7, when
@@ -289,6 +292,7 @@ impl Tcp {
             mem_waiters: std::collections::BTreeSet::new(),
             xopts: hashbrown::HashMap::new(),
             intern6: intern6::Intern6::new(secrets.hasher(b"tcp intern6")),
+            early_demux: 0,
         }
     }
 
@@ -1618,6 +1622,15 @@ impl Stack {
             timewait_queue: self.tcp.timewait.queue_len(),
             orphans: self.tcp.orphans,
         }
+    }
+
+    /// IPv4 segments that early demux took from the IP header straight to their
+    /// connection, one pass over the bytes (Linux `tcp_v4_early_demux`; see
+    /// docs/tcp.md, "receive fast path"). A ustack figure: Linux counts no such thing.
+    /// Every other segment takes the general path (`ip_rcv_core`, `tcp_v4_rcv`) with
+    /// the same checks and counters.
+    pub fn tcp_early_demux_hits(&self) -> u64 {
+        self.tcp.early_demux
     }
 
     /// Whether the stack is under TCP memory pressure (above `tcp_mem.pressure` and not
