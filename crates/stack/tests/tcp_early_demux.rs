@@ -276,3 +276,73 @@ fn segments_the_fast_path_leaves_are_delivered_by_the_general_path() {
 
     assert_eq!(c.hits(), hits, "none of them took the fast path");
 }
+
+/// A segment from the peer's port `port` (the connection's other fields as `c`'s).
+fn from_port(c: &Conn, port: u16, seq: u32, ack: u32, data: &[u8]) -> Vec<u8> {
+    let mut seg = Seg::ack(seq, ack).data(data).ts(c.tsval, c.tsecr);
+    (seg.src_port, seg.dst_port) = (port, 80);
+    build(&seg, *PEER.ip(), LOCAL_IP)
+}
+
+/// Early demux remembers the last connection it found, so a run of segments skips the
+/// table; segments of two connections interleaved each reach their own, all by the fast
+/// path. Catches: a remembered connection used without comparing the tuple.
+#[test]
+fn interleaved_connections_each_get_their_own_data() {
+    let mut c = established();
+    // A second connection from port 40001, by hand (the fixture's peer is port 40000).
+    let mut syn = Seg::syn(7000).mss(1460).ts(100, 0);
+    (syn.src_port, syn.dst_port) = (40001, 80);
+    c.receive(&build(&syn, *PEER.ip(), LOCAL_IP));
+    let synack = c.t.recv().expect("SYN-ACK");
+    let ack2 = synack.seq.wrapping_add(1);
+    let p = from_port(&c, 40001, 7001, ack2, b"");
+    c.receive(&p);
+    let (h2, _) =
+        c.t.stack
+            .tcp_accept(c.t.listener.unwrap())
+            .expect("accepted");
+    let hits = c.hits();
+    let (mut seq2, ack1) = (7001u32, c.ack);
+    for i in 0..4u8 {
+        let p = from_port(&c, PEER.port(), c.seq, ack1, &[i; 8]);
+        c.receive(&p);
+        c.seq += 8;
+        let p = from_port(&c, 40001, seq2, ack2, &[100 + i; 8]);
+        c.receive(&p);
+        seq2 += 8;
+    }
+    let want = |base: u8| (0..4u8).flat_map(|i| [base + i; 8]).collect::<Vec<u8>>();
+    assert_eq!(c.read(), want(0), "the first connection's bytes");
+    assert_eq!(c.t.read(h2).unwrap(), want(100), "the second's");
+    assert_eq!(c.hits() - hits, 8, "all by the fast path");
+}
+
+/// A connection that has left the established table (reset, its handle still held) is
+/// not found by early demux however recently it was: a segment for its tuple goes the
+/// general way, to the listener, whose answer to an ACK is a RST (RFC 9293 §3.10.7.2
+/// "any acknowledgment is bad ... form a reset"). Catches: a remembered connection kept
+/// after it left the table (the segment would reach the closed connection, unanswered).
+#[test]
+fn a_connection_that_left_the_table_is_not_found_again() {
+    let mut c = established();
+    let p = c.data_packet(b"one");
+    c.receive(&p);
+    c.seq += 3;
+    assert_eq!(c.read(), b"one");
+    c.t.recv_all();
+    // An acceptable RST (at RCV.NXT) ends it: the user still holds the handle.
+    let mut rst = Seg::rst(c.seq);
+    (rst.src_port, rst.dst_port) = (PEER.port(), 80);
+    c.receive(&build(&rst, *PEER.ip(), LOCAL_IP));
+    assert!(
+        c.t.stack.tcp_recv(c.t.now, c.h, &mut [0; 8]).is_err(),
+        "reset"
+    );
+    let hits = c.hits();
+    let p = c.data_packet(b"two");
+    c.receive(&p);
+    assert_eq!(c.hits(), hits, "not the fast path's");
+    let reply = c.t.recv().expect("a RST answers it");
+    assert!(reply.has(Flags::RST) && reply.seq == c.ack, "{reply:?}");
+}

@@ -202,22 +202,30 @@ impl Stack {
         if dst_port == 0 {
             return false;
         }
-        if !self.checksum_offload {
+        if !self.checksum_offload
+            && checksum::segment_sum_v4(ip, ustack_wire::IpProtocol::Tcp, seg) != 0xffff
+        {
             // RFC 9293 §3.1: over the pseudo-header (the IP header's addresses, the
             // protocol, the TCP length) and the segment.
-            let pseudo =
-                checksum::pseudo_header_v4_from(ip, ustack_wire::IpProtocol::Tcp, seg.len() as u16);
-            if checksum::combine(&[pseudo, checksum::data(seg)]) != 0xffff {
-                return false;
-            }
+            return false;
         }
         let tuple = FourTuple {
             local: SocketAddrV4::new(dst, dst_port),
             remote: SocketAddrV4::new(src, src_port),
         };
-        let hash = self.tcp.ehash.hash(&tuple);
-        let Some(index) = self.tcp.lookup(hash, &tuple) else {
-            return false;
+        // The connection of the last segment, if this one is its (see `Tcp::demux_last`),
+        // else one lookup in the established table (Linux `__inet_lookup_established`).
+        let last = self.tcp.demux_last;
+        let index = match self.tcp.conns.by_index(last) {
+            Some(tcb) if tcb.tuple == tuple => last,
+            _ => {
+                let hash = self.tcp.ehash.hash(&tuple);
+                let Some(index) = self.tcp.lookup(hash, &tuple) else {
+                    return false;
+                };
+                self.tcp.demux_last = index;
+                index
+            }
         };
         // Committed: count what the general path counts for a delivered segment.
         let _stage = ustack_obs::profile::enter(ustack_obs::profile::Stage::Demux);
