@@ -682,6 +682,35 @@ pub struct TcpTimestamp {
     pub tsecr: u32,
 }
 
+/// The timestamps of an option block that is exactly `NOP NOP TS` (12 bytes), the usual
+/// options of an established connection's segment, read in one comparison (Linux
+/// `tcp_parse_aligned_timestamp`, which `tcp_fast_parse_options` tries first). `None` for
+/// any other block, which the full parse ([`Repr::parse`]) reads; for this one the full
+/// parse gives the same result.
+#[inline]
+pub fn aligned_timestamp(options: &[u8]) -> Option<TcpTimestamp> {
+    match *options {
+        [
+            option_kind::NO_OPERATION,
+            option_kind::NO_OPERATION,
+            option_kind::TIMESTAMP,
+            10,
+            v0,
+            v1,
+            v2,
+            v3,
+            e0,
+            e1,
+            e2,
+            e3,
+        ] => Some(TcpTimestamp {
+            tsval: u32::from_be_bytes([v0, v1, v2, v3]),
+            tsecr: u32::from_be_bytes([e0, e1, e2, e3]),
+        }),
+        _ => None,
+    }
+}
+
 /// A parsed, validated TCP segment.
 ///
 /// Option fields hold what the segment carried, whatever its flags. RFC 7323 §2.2 sends the
@@ -792,25 +821,8 @@ impl<'a> Repr<'a> {
         // comparison; anything else goes through the full parse below (which gives the
         // same result for this layout).
         let options = packet.options();
-        if let [
-            option_kind::NO_OPERATION,
-            option_kind::NO_OPERATION,
-            option_kind::TIMESTAMP,
-            10,
-            v0,
-            v1,
-            v2,
-            v3,
-            e0,
-            e1,
-            e2,
-            e3,
-        ] = *options
-        {
-            repr.timestamp = Some(TcpTimestamp {
-                tsval: u32::from_be_bytes([v0, v1, v2, v3]),
-                tsecr: u32::from_be_bytes([e0, e1, e2, e3]),
-            });
+        if let Some(ts) = aligned_timestamp(options) {
+            repr.timestamp = Some(ts);
             return Ok(repr);
         }
         for option in TcpOptionsIter::new(options) {

@@ -99,6 +99,12 @@ impl Stack {
     /// IPv4 input (Linux `ip_rcv_core`, then `ip_local_deliver`). `l2_broadcast`: the
     /// frame was sent to the link broadcast address.
     pub(crate) fn ipv4_input(&mut self, now: Instant, bytes: &[u8], l2_broadcast: bool) {
+        // An established connection's common segment goes straight to it (Linux
+        // `tcp_v4_early_demux`); the fast path makes the checks below itself, and leaves
+        // everything else, counted and changed nothing, to the general path.
+        if !l2_broadcast && self.tcp_v4_early_demux(now, bytes) {
+            return;
+        }
         self.mib.inc(Counter::IpInReceives);
         // RFC 1122 §3.2.1.1-3.2.1.2, in Linux's order: header present, version and IHL,
         // checksum, then total length against what arrived.

@@ -243,7 +243,20 @@ pub(crate) struct Tcp {
     pub(crate) xopts: hashbrown::HashMap<u32, tcb::SockOpts>,
     /// The IPv6 addresses of IPv6 tuples (see [`intern6`]).
     pub(crate) intern6: intern6::Intern6,
+    /// Segments that IPv4 early demux handed straight to their connection
+    /// (`Stack::tcp_v4_early_demux`; see [`crate::Stack::tcp_early_demux_hits`]).
+    pub(crate) early_demux: u64,
+    /// The slab index of the connection early demux last found in the established table
+    /// ([`DEMUX_NONE`] if none): a run of segments of one connection skips the keyed hash
+    /// and the probe (as `neigh`'s hot entry does for a run of frames to one next hop).
+    /// It is reset whenever a connection leaves the table ([`Tcp::unhash`]), so while
+    /// set it names a connection in the table, and a segment whose tuple is that
+    /// connection's finds the same connection the table would.
+    pub(crate) demux_last: u32,
 }
+
+/// No connection cached for early demux (see `Tcp::demux_last`).
+pub(crate) const DEMUX_NONE: u32 = u32::MAX;
 
 /// The challenge ACKs a stack may still send this second (RFC 5961 §7, when
 /// `tcp_challenge_ack_limit` is below INT_MAX; Linux `tcp_challenge_timestamp` and
@@ -290,6 +303,8 @@ impl Tcp {
             mem_waiters: std::collections::BTreeSet::new(),
             xopts: hashbrown::HashMap::new(),
             intern6: intern6::Intern6::new(secrets.hasher(b"tcp intern6")),
+            early_demux: 0,
+            demux_last: DEMUX_NONE,
         }
     }
 
@@ -446,6 +461,8 @@ impl Tcp {
     /// Take connection `h` out of the established table (it stays in the slab until its
     /// handle is closed); whether it was there.
     pub(crate) fn unhash(&mut self, h: TcpHandle) -> bool {
+        // Early demux's cached entry may be this one: forget it (rare; see `demux_last`).
+        self.demux_last = DEMUX_NONE;
         let Some(tcb) = self.conns.get(h.index, h.generation) else {
             return false;
         };
@@ -1619,6 +1636,15 @@ impl Stack {
             timewait_queue: self.tcp.timewait.queue_len(),
             orphans: self.tcp.orphans,
         }
+    }
+
+    /// IPv4 segments that early demux took from the IP header straight to their
+    /// connection, one pass over the bytes (Linux `tcp_v4_early_demux`; see
+    /// docs/tcp.md, "receive fast path"). A ustack figure: Linux counts no such thing.
+    /// Every other segment takes the general path (`ip_rcv_core`, `tcp_v4_rcv`) with
+    /// the same checks and counters.
+    pub fn tcp_early_demux_hits(&self) -> u64 {
+        self.tcp.early_demux
     }
 
     /// Whether the stack is under TCP memory pressure (above `tcp_mem.pressure` and not

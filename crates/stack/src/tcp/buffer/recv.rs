@@ -422,6 +422,9 @@ impl RecvBuffer {
         data: &[u8],
         limit: usize,
     ) -> InsertResult {
+        if offset == 0 && self.ofo.is_none() {
+            return self.append_in_order(pool, data, limit);
+        }
         let mut res = InsertResult::default();
         let lim = limit.min(MAX_WINDOW);
         if offset >= lim || data.is_empty() {
@@ -588,6 +591,42 @@ impl RecvBuffer {
         }
         self.release_ofo();
         n
+    }
+
+    /// [`RecvBuffer::insert`] of in-order data with no out-of-order queue (Linux
+    /// `tcp_rcv_established`'s `tcp_queue_rcv`: the segment joins the receive queue's
+    /// tail): the bytes under `limit` are copied once onto the in-order chain and the rest
+    /// dropped, exactly as `insert` does for them (nothing to prune, no extent to merge),
+    /// without its out-of-order walk.
+    #[inline]
+    fn append_in_order(
+        &mut self,
+        pool: &mut BufferPool,
+        data: &[u8],
+        limit: usize,
+    ) -> InsertResult {
+        debug_assert_eq!(
+            self.ooo_bytes, 0,
+            "no out-of-order queue, no out-of-order bytes"
+        );
+        let room = limit
+            .min(MAX_WINDOW)
+            .saturating_sub(self.inorder.len as usize);
+        let mut mem = ChargedPool {
+            held: self.chunks,
+            recs: 0,
+            cap: usize::MAX,
+            pool,
+        };
+        let n = mem.append(&mut self.inorder, &data[..data.len().min(room)]);
+        self.chunks = mem.held;
+        // A buffer left empty (nothing fitted) holds no map: there is none to release.
+        InsertResult {
+            advanced: n,
+            stored: n,
+            dropped: data.len() - n,
+            ..InsertResult::default()
+        }
     }
 
     /// Copy up to `out.len()` in-order bytes without taking them (`recv(MSG_PEEK)`;

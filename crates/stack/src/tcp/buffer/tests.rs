@@ -159,6 +159,39 @@ fn recv_pool_exhaustion_reports_dropped() {
     assert_eq!(pool.in_use_bytes(), 0);
 }
 
+/// In-order data into a buffer with no out-of-order queue (the fast append, Linux
+/// `tcp_queue_rcv`) keeps what `limit` and the pool allow and drops the rest, as the
+/// general path does: the bytes kept are the stream's, read back in order, and a buffer
+/// read empty holds no chunk. Catches: an append that ignores the limit or the pool.
+#[test]
+fn recv_in_order_append_keeps_to_the_limit_and_the_pool() {
+    let data = stream(6000, 9);
+    let mut pool = BufferPool::new(1 << 20);
+    let mut r = RecvBuffer::with_origin(u32::MAX - 100);
+    let res = r.insert(&mut pool, 0, &data[..1000], 1500);
+    assert_eq!((res.stored, res.dropped, res.advanced), (1000, 0, 1000));
+    // 1000 held: 500 more fit under the limit.
+    let res = r.insert(&mut pool, 0, &data[1000..2000], 1500);
+    assert_eq!((res.stored, res.dropped, res.advanced), (500, 500, 500));
+    let res = r.insert(&mut pool, 0, &data[1500..1600], 1500);
+    assert_eq!((res.stored, res.dropped, res.advanced), (0, 100, 0), "full");
+    let mut out = vec![0; 6000];
+    assert_eq!(r.read(&mut pool, &mut out), 1500);
+    assert_eq!(out[..1500], data[..1500]);
+    assert_eq!(pool.in_use_bytes(), 0, "read empty, no chunk held");
+
+    // A pool of two chunks: what they hold from the aligned position, the rest dropped.
+    let mut pool = BufferPool::new(2 * CHUNK);
+    let mut r = RecvBuffer::new();
+    let res = r.insert(&mut pool, 0, &data, 1 << 20);
+    assert_eq!(
+        (res.stored, res.dropped, res.advanced),
+        (2 * CHUNK, 6000 - 2 * CHUNK, 2 * CHUNK)
+    );
+    assert_eq!(r.read(&mut pool, &mut out), 2 * CHUNK);
+    assert_eq!(out[..2 * CHUNK], data[..2 * CHUNK]);
+}
+
 #[test]
 fn recv_limits_and_pruning() {
     let mut pool = BufferPool::new(1 << 20);
