@@ -255,6 +255,55 @@ fn fast_retransmit_then_proportional_rate_reduction() {
     assert_eq!(c.counter(Counter::TcpRetransSegs), 1);
 }
 
+/// An ACK that advances SND.UNA and also carries SACK blocks is no pure ACK (Linux
+/// tcp_ack's fast path is only for one without SACK information): the blocks reach the
+/// scoreboard, and three SACKed segments above the hole start a fast retransmit at once.
+#[test]
+fn a_cumulative_ack_that_also_sacks_updates_the_scoreboard() {
+    let mut c = Conn::open(0, false);
+    c.write_segments(20);
+    assert_eq!(c.sent(), (0..10).collect::<Vec<_>>());
+    c.rtt();
+    c.ack(1, &[]);
+    assert_eq!(c.sent(), vec![10, 11], "slow start after a pure ACK");
+    // Segment 2 is lost; 3..5 arrive. The ACK acknowledges 1 and SACKs 3..5.
+    c.ack(2, &[(3, 5)]);
+    let sent = c.sent();
+    assert_eq!(
+        sent.first(),
+        Some(&2),
+        "fast retransmit of the hole: {sent:?}"
+    );
+    assert_eq!(c.counter(Counter::TcpExtTCPFastRetrans), 1);
+    assert_eq!(c.counter(Counter::TcpRetransSegs), 1);
+}
+
+/// A pure cumulative ACK (nothing SACKed, lost or retransmitted: `tcp_ack_pure`) still
+/// takes its RTT sample (RFC 6298 §2.3, from the segment it acknowledges: no timestamps
+/// here) and grows cwnd in slow start.
+#[test]
+fn a_pure_ack_samples_the_rtt_and_grows_cwnd() {
+    let mut c = Conn::open(0, false);
+    let info = c.t.stack.tcp_info(c.h).unwrap();
+    assert_eq!(
+        info.srtt,
+        Some(Duration::from_millis(20)),
+        "the handshake's"
+    );
+    c.write_segments(10);
+    assert_eq!(c.sent(), (0..10).collect::<Vec<_>>(), "cwnd full");
+    c.t.now += Duration::from_millis(100);
+    c.ack(1, &[]); // 100.1 ms after segment 0 left
+    let info = c.t.stack.tcp_info(c.h).unwrap();
+    // SRTT <- 7/8 SRTT + 1/8 R' = 17.5 ms + 12.5125 ms.
+    assert_eq!(info.srtt, Some(Duration::from_nanos(30_012_500)));
+    assert_eq!(
+        info.cwnd, 11,
+        "slow start: one more segment per segment acked"
+    );
+    assert_eq!(info.unacked, 9);
+}
+
 /// A retransmission can be lost too. Once a segment sent after it is SACKed, it must have
 /// been (RFC 8985 §6.2's rule; Linux counts TCPLostRetransmit) and is sent again at once,
 /// instead of holding SND.UNA until the retransmission timer.

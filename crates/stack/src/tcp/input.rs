@@ -63,6 +63,21 @@ pub(crate) struct AckEvent {
     pub(crate) set_xmit_timer: bool,
 }
 
+/// Whether an ACK that advances SND.UNA may take [`Sock::tcp_ack_pure`]: it carries no
+/// SACK blocks, and the connection is in the Open state with nothing SACKed, marked lost
+/// or retransmitted, no duplicate ACKs counted, no tail loss probe outstanding and no
+/// retransmission found lost again. Any of these sends the ACK through the full path.
+#[inline]
+fn tcp_ack_is_pure(tcb: &Tcb, seg: &tcp::Repr) -> bool {
+    let rec = &tcb.active.recovery;
+    seg.sack_ranges[0].is_none()
+        && tcb.ca_state == CaState::Open
+        && tcb.active.dupacks == 0
+        && rec.tlp_high_seq.is_none()
+        && rec.lost_retrans == 0
+        && tcb.rtx.is_clean()
+}
+
 /// The sequence space a segment occupies: data plus one for SYN and one for FIN.
 pub(crate) fn seg_len(seg: &tcp::Repr) -> usize {
     seg.payload.len()
@@ -640,7 +655,7 @@ impl Sock<'_> {
         // "If SND.UNA > ISS (our SYN has been ACKed), change the connection state to
         // ESTABLISHED, form an ACK segment ... and send it."
         let mut ev = AckEvent::default();
-        self.tcp_clean_rtx_queue(now, seg, &mut ev);
+        self.tcp_clean_rtx_queue::<false>(now, seg, &mut ev);
         // RFC 6298 §5.7 (Linux tcp_init_transfer -> tcp_init_metrics): no RTT sample
         // from the handshake (the SYN was retransmitted: Karn) means RTO 3 s.
         self.tcb.rtt.use_fallback_rto();
@@ -721,6 +736,9 @@ impl Sock<'_> {
                 .map(|t| t.tsecr.wrapping_sub(tcb.ts_offset)),
             ..AckEvent::default()
         };
+        if seg.ack_number.after(tcb.snd.una) && tcp_ack_is_pure(tcb, seg) {
+            return self.tcp_ack_pure(now, seg, ev);
+        }
         // Congestion control judges by what was in flight before this ACK (Linux
         // `prior_in_flight` in tcp_ack).
         let prior_in_flight = tcb.in_flight();
@@ -774,7 +792,7 @@ impl Sock<'_> {
             }
         }
         if seg.ack_number.after(tcb.snd.una) {
-            self.tcp_clean_rtx_queue(now, seg, &mut ev);
+            self.tcp_clean_rtx_queue::<false>(now, seg, &mut ev);
         } else if seg.ack_number == tcb.snd.una
             && seg.payload.is_empty()
             && !seg.flags.intersects(Flags::SYN | Flags::FIN)
@@ -799,6 +817,25 @@ impl Sock<'_> {
         self.tcp_find_lost_retrans(now);
     }
 
+    /// A cumulative ACK that [`tcp_ack_is_pure`] passed: Linux's `tcp_ack` with only
+    /// `FLAG_SND_UNA_ADVANCED` (its fast path, "if (!(flag & FLAG_SLOWPATH) &&
+    /// after(ack, prior_snd_una))") and not `tcp_ack_is_dubious`: free what it acknowledged,
+    /// take the RTT sample, restart the timer, grow cwnd. Nothing is SACKed, lost or being
+    /// retransmitted and no probe is out, so the SACK scoreboard, the tail loss probe's
+    /// and the recovery state machine have nothing to do; what they would do for this ACK
+    /// (the tail of `tcp_fastretrans_alert`'s early return and of `tcp_find_lost_retrans`
+    /// with nothing retransmitted) is done here.
+    fn tcp_ack_pure(&mut self, now: Instant, seg: &tcp::Repr, mut ev: AckEvent) {
+        // Nothing SACKed, lost or retransmitted: every queued segment is in flight.
+        let prior_in_flight = self.tcb.rtx.len() as u32;
+        self.tcp_clean_rtx_queue::<true>(now, seg, &mut ev);
+        let rec = &mut self.tcb.active.recovery;
+        rec.retrans_stamp = 0;
+        rec.retrans_low = Instant::FAR_FUTURE;
+        self.tcp_set_xmit_timer(now);
+        self.tcp_cong_control(now, &ev, prior_in_flight);
+    }
+
     /// After an ACK that acknowledged data (Linux `tcp_set_xmit_timer`): a tail loss probe
     /// if one may be sent, else the RTO restarted (RFC 6298 §5.3 "When an ACK is
     /// received that acknowledges new data, restart the retransmission timer"), or off
@@ -820,18 +857,29 @@ impl Sock<'_> {
 
     /// The ACK moved SND.UNA (Linux `tcp_clean_rtx_queue` and the SND.UNA part of
     /// `tcp_ack`): free the acknowledged bytes, take an RTT sample, tell the congestion
-    /// control, restart the retransmission timer (RFC 6298 §5.2-5.3).
-    fn tcp_clean_rtx_queue(&mut self, now: Instant, seg: &tcp::Repr, ev: &mut AckEvent) {
+    /// control, restart the retransmission timer (RFC 6298 §5.2-5.3). `PURE`: for
+    /// [`tcp_ack_pure`](Self::tcp_ack_pure), the queue clean
+    /// and no SACK block in the ACK.
+    fn tcp_clean_rtx_queue<const PURE: bool>(
+        &mut self,
+        now: Instant,
+        seg: &tcp::Repr,
+        ev: &mut AckEvent,
+    ) {
         let tcb = &mut *self.tcb;
         let ack = seg.ack_number;
         let prior_una = tcb.snd.una;
         let prior_fack = ev.prior_fack;
-        let prior_in_flight = tcb.in_flight();
+        let prior_in_flight = if PURE {
+            tcb.rtx.len() as u32
+        } else {
+            tcb.in_flight()
+        };
         let data_start = tcb.data_start();
         let data_acked = (ack.diff(data_start).max(0) as usize).min(tcb.sndbuf.len());
         let was_writeable = sk_stream_is_writeable(tcb);
         tcb.sndbuf.consume(self.pool, data_acked);
-        let result = tcb.rtx.on_ack_reusing(ack, now, self.spare_board);
+        let result = tcb.rtx.on_ack_reusing::<PURE>(ack, now, self.spare_board);
         tcb.snd.una = ack;
         tcb.probes = 0;
         ev.una_advanced = true;
@@ -870,7 +918,11 @@ impl Sock<'_> {
                 tcb.active.recovery.rack_end_seq = ack;
             }
         }
-        if tcb.flags.has(TcbFlags::SACK_OK) {
+        if PURE {
+            // Nothing was SACKed and no duplicate ACK counted: each acked segment is
+            // delivered now, with or without SACK.
+            ev.delivered += result.delivered;
+        } else if tcb.flags.has(TcbFlags::SACK_OK) {
             ev.delivered += result.delivered;
             // Linux tcp_clean_rtx_queue -> tcp_check_sack_reordering: segments that were
             // never retransmitted, arriving after a segment above them was SACKed, were
