@@ -828,12 +828,47 @@ impl Sock<'_> {
     fn tcp_ack_pure(&mut self, now: Instant, seg: &tcp::Repr, mut ev: AckEvent) {
         // Nothing SACKed, lost or retransmitted: every queued segment is in flight.
         let prior_in_flight = self.tcb.rtx.len() as u32;
-        self.tcp_clean_rtx_queue::<true>(now, seg, &mut ev);
+        let rtt = self.tcp_clean_rtx_queue::<true>(now, seg, &mut ev);
         let rec = &mut self.tcb.active.recovery;
         rec.retrans_stamp = 0;
         rec.retrans_low = Instant::FAR_FUTURE;
         self.tcp_set_xmit_timer(now);
-        self.tcp_cong_control(now, &ev, prior_in_flight);
+        // The congestion control's pkts_acked (Linux tcp_clean_rtx_queue) and cong_avoid
+        // (tcp_cong_control: Open, and every acked segment delivered, so
+        // tcp_may_raise_cwnd holds whenever something was acked), in that order, in one
+        // pass over its state: the timer between them does not touch it.
+        if ev.acked > 0 {
+            let tcb = &mut *self.tcb;
+            let hystart_before = tcb.hystart_exit();
+            tcb.with_cc(|cc, st| {
+                st.in_flight = prior_in_flight;
+                cc.pkts_acked(st, now, ev.acked, rtt);
+                cc.cong_avoid(st, now, ev.delivered);
+            });
+            self.tcp_count_hystart_exit(hystart_before);
+        }
+    }
+
+    /// Count CUBIC's HyStart ending slow start on this ACK, if it did and had not before
+    /// (`before`; Linux hystart_update counts these).
+    fn tcp_count_hystart_exit(&mut self, before: Option<HystartExit>) {
+        if before.is_none()
+            && let Some(exit) = self.tcb.hystart_exit()
+        {
+            let (detect, cwnd) = match exit {
+                HystartExit::AckTrain => (
+                    Counter::TcpExtTCPHystartTrainDetect,
+                    Counter::TcpExtTCPHystartTrainCwnd,
+                ),
+                HystartExit::Delay => (
+                    Counter::TcpExtTCPHystartDelayDetect,
+                    Counter::TcpExtTCPHystartDelayCwnd,
+                ),
+            };
+            let w = u64::from(self.tcb.congestion.cwnd);
+            self.mib.inc(detect);
+            self.mib.add(cwnd, w);
+        }
     }
 
     /// After an ACK that acknowledged data (Linux `tcp_set_xmit_timer`): a tail loss probe
@@ -859,13 +894,14 @@ impl Sock<'_> {
     /// `tcp_ack`): free the acknowledged bytes, take an RTT sample, tell the congestion
     /// control, restart the retransmission timer (RFC 6298 §5.2-5.3). `PURE`: for
     /// [`tcp_ack_pure`](Self::tcp_ack_pure), the queue clean
-    /// and no SACK block in the ACK.
+    /// and no SACK block in the ACK: the congestion control's `pkts_acked` is left to the
+    /// caller. Returns the RTT sample of the segments acknowledged (Karn's rule).
     fn tcp_clean_rtx_queue<const PURE: bool>(
         &mut self,
         now: Instant,
         seg: &tcp::Repr,
         ev: &mut AckEvent,
-    ) {
+    ) -> Option<Duration> {
         let tcb = &mut *self.tcb;
         let ack = seg.ack_number;
         let prior_una = tcb.snd.una;
@@ -952,31 +988,16 @@ impl Sock<'_> {
         }
         // Linux tcp_clean_rtx_queue calls the congestion control's pkts_acked in every
         // state (CUBIC keeps its delay minimum and HyStart there).
-        if result.acked_segments > 0 {
+        // (The pure path calls it from tcp_ack_pure, with cong_avoid.)
+        if !PURE && result.acked_segments > 0 {
             let hystart_before = tcb.hystart_exit();
             tcb.with_cc(|cc, st| {
                 st.in_flight = prior_in_flight;
                 cc.pkts_acked(st, now, result.acked_segments, result.rtt_sample);
             });
-            // CUBIC's HyStart ended slow start (Linux hystart_update counts these).
-            if hystart_before.is_none()
-                && let Some(exit) = tcb.hystart_exit()
-            {
-                let (detect, cwnd) = match exit {
-                    HystartExit::AckTrain => (
-                        Counter::TcpExtTCPHystartTrainDetect,
-                        Counter::TcpExtTCPHystartTrainCwnd,
-                    ),
-                    HystartExit::Delay => (
-                        Counter::TcpExtTCPHystartDelayDetect,
-                        Counter::TcpExtTCPHystartDelayCwnd,
-                    ),
-                };
-                let w = u64::from(tcb.congestion.cwnd);
-                self.mib.inc(detect);
-                self.mib.add(cwnd, w);
-            }
+            self.tcp_count_hystart_exit(hystart_before);
         }
+        let tcb = &mut *self.tcb;
         // RFC 6298 §5.2-5.3: the timer is set again once the ACK is processed
         // (`tcp_set_xmit_timer`).
         ev.set_xmit_timer = true;
@@ -984,7 +1005,12 @@ impl Sock<'_> {
         // do not expand" ... "If we are under soft global TCP memory pressure, do not
         // expand" (tcp_mem.low).
         if !self.pool.above_low() {
-            tcp_sndbuf_expand(tcb, self.sysctl.tcp_wmem_max);
+            let in_flight = if PURE {
+                tcb.rtx.len() as u32
+            } else {
+                tcb.in_flight()
+            };
+            tcp_sndbuf_expand(tcb, self.sysctl.tcp_wmem_max, in_flight);
         }
         // Linux tcp_check_space: the queue shrank; a writer that found it full, or was
         // refused memory (SOCK_NOSPACE), is woken if it may write now (tcp_new_space ->
@@ -993,6 +1019,7 @@ impl Sock<'_> {
             tcb.flags.clear(TcbFlags::NOSPACE);
             self.ready.mark(SocketKey::Tcp(self.h), Readiness::WRITABLE); // sk_write_space
         }
+        result.rtt_sample
     }
 
     /// Congestion control for one ACK (Linux `tcp_cong_control`): PRR while reducing,
@@ -1239,10 +1266,11 @@ impl Sock<'_> {
 /// each frame consumes one skb ... sndmem = 2 * nr_segs * per_mss"), at least the
 /// initial window's worth and never more than `tcp_wmem.max`. Linux counts the skb
 /// overhead in `sk_sndbuf`; ustack's limit counts payload bytes.
-fn tcp_sndbuf_expand(tcb: &mut Tcb, wmem_max: u64) {
+/// `in_flight`: [`Tcb::in_flight`], which the caller may know more cheaply.
+fn tcp_sndbuf_expand(tcb: &mut Tcb, wmem_max: u64, in_flight: u32) {
     // Linux tcp_should_expand_sndbuf: "If the user specified a specific send buffer
     // setting, do not modify it." (SOCK_SNDBUF_LOCK)
-    if tcb.flags.has(TcbFlags::SNDBUF_LOCK) || tcb.in_flight() >= tcb.congestion.cwnd {
+    if tcb.flags.has(TcbFlags::SNDBUF_LOCK) || in_flight >= tcb.congestion.cwnd {
         // Linux: "If we filled the congestion window, do not expand."
         return;
     }
