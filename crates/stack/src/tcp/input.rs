@@ -877,7 +877,8 @@ impl Sock<'_> {
     /// when nothing is outstanding (§5.2).
     #[inline]
     fn tcp_set_xmit_timer(&mut self, now: Instant) {
-        if self.tcp_schedule_loss_probe(now, true) {
+        // (No probe without data outstanding: the common emptied queue skips the call.)
+        if !self.tcb.rtx.is_empty() && self.tcp_schedule_loss_probe(now, true) {
             return;
         }
         let tcb = &mut *self.tcb;
