@@ -14,7 +14,8 @@
 //! interned), between two dual-stack stacks, on the same fault mixes.
 //!
 //! Cases: `USTACK_TCP_PROP_CASES` (`.ci/run` sets thousands; the default here is 64, and
-//! 32 over IPv6).
+//! 32 over IPv6). Debugging: `TCP_PROP_DEBUG=1` prints how each case ended (virtual time,
+//! both sides' `tcp_info`); `TCP_PROP_PCAP=FILE` records side A of the IPv4 run as pcap.
 
 use core::net::{SocketAddr, SocketAddrV4, SocketAddrV6};
 use core::time::Duration;
@@ -122,6 +123,12 @@ fn run(c: &Case, v6: bool) -> Result<(), String> {
             s.set_sysctl("net.ipv4.tcp_syn_retries", RETRIES2).unwrap();
         }
     }
+    if let Some(f) = std::env::var_os("TCP_PROP_PCAP")
+        && !v6
+    {
+        p.record(Box::new(std::fs::File::create(f).unwrap()))
+            .unwrap();
+    }
     let data: Vec<u8> = (0..c.len)
         .map(|i| (i as u64).wrapping_mul(c.seed | 1).wrapping_shr(7) as u8)
         .collect();
@@ -202,8 +209,13 @@ fn run(c: &Case, v6: bool) -> Result<(), String> {
             if got.len() != data.len() {
                 return Err(format!("EOF after {} of {} bytes", got.len(), data.len()));
             }
+            p.finish_recording();
             if std::env::var_os("TCP_PROP_DEBUG").is_some() {
                 eprintln!("complete: {} bytes at {:?}", data.len(), p.now);
+                eprintln!("A: {:?}", p.a.tcp_info(a));
+                if let Some(bh) = b {
+                    eprintln!("B: {:?}", p.b.tcp_info(bh));
+                }
             }
             break;
         }

@@ -255,6 +255,133 @@ fn fast_retransmit_then_proportional_rate_reduction() {
     assert_eq!(c.counter(Counter::TcpRetransSegs), 1);
 }
 
+/// An ACK that advances SND.UNA and also carries SACK blocks is no pure ACK (Linux
+/// tcp_ack's fast path is only for one without SACK information): the blocks reach the
+/// scoreboard, and three SACKed segments above the hole start a fast retransmit at once.
+#[test]
+fn a_cumulative_ack_that_also_sacks_updates_the_scoreboard() {
+    let mut c = Conn::open(0, false);
+    c.write_segments(20);
+    assert_eq!(c.sent(), (0..10).collect::<Vec<_>>());
+    c.rtt();
+    c.ack(1, &[]);
+    assert_eq!(c.sent(), vec![10, 11], "slow start after a pure ACK");
+    // Segment 2 is lost; 3..5 arrive. The ACK acknowledges 1 and SACKs 3..5.
+    c.ack(2, &[(3, 5)]);
+    let sent = c.sent();
+    assert_eq!(
+        sent.first(),
+        Some(&2),
+        "fast retransmit of the hole: {sent:?}"
+    );
+    assert_eq!(c.counter(Counter::TcpExtTCPFastRetrans), 1);
+    assert_eq!(c.counter(Counter::TcpRetransSegs), 1);
+}
+
+/// In fast recovery the queue can be clean again (the retransmission and every SACKed
+/// segment acknowledged, what is left never SACKed or lost), yet the ACK of the recovery
+/// point must still take the full path: recovery ends there (RFC 6582 §3.2 step 3,
+/// RFC 6937) with cwnd = ssthresh, and the next ACKs grow cwnd again.
+#[test]
+fn recovery_ends_on_an_ack_that_finds_the_queue_clean() {
+    let mut c = Conn::open(0, false); // Reno: ssthresh = cwnd / 2
+    c.write_segments(100);
+    c.sent();
+    c.rtt();
+    for i in 1..=10 {
+        c.ack(i, &[]);
+    }
+    c.rtt();
+    assert_eq!(c.sent(), (10..30).collect::<Vec<_>>());
+    // Segment 10 lost, 11..13 SACKed: fast retransmit; recovery point 32 (SND.NXT then,
+    // after two limited transmits).
+    c.ack(10, &[(11, 11)]);
+    c.ack(10, &[(11, 12)]);
+    c.ack(10, &[(11, 13)]);
+    let mut out = c.sent();
+    assert!(out.contains(&10), "fast retransmit: {out:?}");
+    // The retransmission arrives: a partial ACK, 14..31 still out, none SACKed.
+    c.rtt();
+    c.ack(14, &[]);
+    out.extend(c.sent());
+    let info = c.t.stack.tcp_info(c.h).unwrap();
+    assert_eq!(info.ssthresh, 10);
+    // The recovery point is acknowledged on a queue with nothing SACKed, lost or
+    // retransmitted.
+    c.ack(32, &[]);
+    let info = c.t.stack.tcp_info(c.h).unwrap();
+    // Recovery ended at cwnd = ssthresh = 10, and congestion avoidance counted the
+    // 18 segments this ACK delivered (Linux tcp_cong_control after tcp_fastretrans_alert).
+    assert_eq!((info.cwnd, info.ssthresh), (11, 10), "recovery ended");
+    // Back in congestion avoidance: a window's worth of ACKs adds a segment.
+    c.sent();
+    c.rtt();
+    let next = 32 + out.iter().filter(|&&s| s >= 32).count() as u32;
+    for i in 33..=next {
+        c.ack(i, &[]);
+    }
+    assert!(
+        c.t.stack.tcp_info(c.h).unwrap().cwnd > 10,
+        "cwnd grows after recovery"
+    );
+}
+
+/// A loss probe of new data leaves the queue clean (nothing retransmitted), yet the ACK
+/// that covers it must still take the full path: the probe is over (RFC 8985 §7.4.2,
+/// Linux tcp_process_tlp_ack), so that the next tail gets a probe of its own instead of
+/// waiting for the RTO.
+#[test]
+fn each_tail_gets_a_loss_probe_after_a_probe_of_new_data() {
+    let mut c = Conn::open(0, false);
+    c.write_segments(11);
+    assert_eq!(c.sent(), (0..10).collect::<Vec<_>>(), "IW10");
+    // No ACK comes: the probe timer sends the next new segment.
+    let base = c.base;
+    let data = |out: Vec<(Instant, ustack_testkit::tcp::Seg)>| -> Vec<u32> {
+        out.into_iter()
+            .filter(|(_, s)| !s.payload.is_empty())
+            .map(|(_, s)| s.seq.wrapping_sub(base) / MSS)
+            .collect()
+    };
+    assert_eq!(data(c.t.advance(Duration::from_millis(100))), vec![10]);
+    assert_eq!(c.counter(Counter::TcpExtTCPLossProbes), 1);
+    // Everything arrived: one cumulative ACK, nothing lost.
+    c.ack(11, &[]);
+    assert_eq!(c.counter(Counter::TcpRetransSegs), 0);
+    // The next tail, unacknowledged: a second probe, no timeout.
+    c.write_segments(2);
+    assert_eq!(c.sent(), vec![11, 12]);
+    let out = data(c.t.advance(Duration::from_millis(100)));
+    assert_eq!(c.counter(Counter::TcpExtTCPLossProbes), 2, "sent {out:?}");
+    assert_eq!(c.counter(Counter::TcpExtTCPTimeouts), 0);
+}
+
+/// A pure cumulative ACK (nothing SACKed, lost or retransmitted: `tcp_ack_pure`) still
+/// takes its RTT sample (RFC 6298 §2.3, from the segment it acknowledges: no timestamps
+/// here) and grows cwnd in slow start.
+#[test]
+fn a_pure_ack_samples_the_rtt_and_grows_cwnd() {
+    let mut c = Conn::open(0, false);
+    let info = c.t.stack.tcp_info(c.h).unwrap();
+    assert_eq!(
+        info.srtt,
+        Some(Duration::from_millis(20)),
+        "the handshake's"
+    );
+    c.write_segments(10);
+    assert_eq!(c.sent(), (0..10).collect::<Vec<_>>(), "cwnd full");
+    c.t.now += Duration::from_millis(100);
+    c.ack(1, &[]); // 100.1 ms after segment 0 left
+    let info = c.t.stack.tcp_info(c.h).unwrap();
+    // SRTT <- 7/8 SRTT + 1/8 R' = 17.5 ms + 12.5125 ms.
+    assert_eq!(info.srtt, Some(Duration::from_nanos(30_012_500)));
+    assert_eq!(
+        info.cwnd, 11,
+        "slow start: one more segment per segment acked"
+    );
+    assert_eq!(info.unacked, 9);
+}
+
 /// A retransmission can be lost too. Once a segment sent after it is SACKed, it must have
 /// been (RFC 8985 §6.2's rule; Linux counts TCPLostRetransmit) and is sent again at once,
 /// instead of holding SND.UNA until the retransmission timer.

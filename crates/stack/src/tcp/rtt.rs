@@ -84,9 +84,13 @@ const MAX_SAMPLE_US: u32 = u32::MAX >> 3;
 const NO_MIN_RTT: u32 = u32::MAX;
 
 /// Microseconds in `d`, saturating at `u32::MAX` (about 71 minutes).
-const fn micros_u32(d: Duration) -> u32 {
-    let us = d.as_micros();
-    if us > u32::MAX as u128 {
+pub(crate) const fn micros_u32(d: Duration) -> u32 {
+    // In u64 (`Duration::as_micros` is a u128: a per-ACK cost).
+    let us = d
+        .as_secs()
+        .saturating_mul(1_000_000)
+        .saturating_add(d.subsec_micros() as u64);
+    if us > u32::MAX as u64 {
         u32::MAX
     } else {
         us as u32

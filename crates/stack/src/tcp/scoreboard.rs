@@ -329,6 +329,33 @@ impl Board {
         self.segs = segs;
     }
 
+    /// The head segment, popped, if `snd_una` acknowledges it whole (counted in `res`);
+    /// else `None`, after trimming a head it acknowledges in part.
+    #[inline]
+    fn pop_acked(&mut self, snd_una: SeqNumber, res: &mut AckResult) -> Option<TxSegment> {
+        let head = self.segs.front_mut()?;
+        if head.end.after(snd_una) {
+            if head.start.before(snd_una) {
+                res.acked_bytes += snd_una - head.start;
+                head.start = snd_una;
+            }
+            return None;
+        }
+        let seg = self.segs.pop_front()?;
+        res.acked_segments += 1;
+        res.acked_bytes += seg.seq_len();
+        Some(seg)
+    }
+
+    /// After segments were popped: give back most of a deque that is mostly empty.
+    #[inline]
+    fn shrink_after_pop(&mut self) {
+        let cap = self.segs.capacity();
+        if cap > 64 && self.segs.len() * 4 < cap {
+            self.segs.shrink_to((self.segs.len() * 2).max(16));
+        }
+    }
+
     #[inline]
     fn step(&mut self) {
         #[cfg(test)]
@@ -610,7 +637,7 @@ impl RtxQueue {
     /// freed when it empties.
     #[cfg(test)]
     pub fn on_ack(&mut self, snd_una: SeqNumber, now: Instant) -> AckResult {
-        self.on_ack_reusing(snd_una, now, &mut SpareBoard::default())
+        self.on_ack_reusing::<false>(snd_una, now, &mut SpareBoard::default())
     }
 
     /// A cumulative ACK moved the left edge to `snd_una`: drop fully acknowledged segments
@@ -619,7 +646,12 @@ impl RtxQueue {
     /// be dequeued and its buffer freed until the left window edge is advanced over it").
     /// When the queue empties it holds no heap: its board goes to the stack's `spare` if
     /// that is free and the board small, else is freed.
-    pub(crate) fn on_ack_reusing(
+    ///
+    /// `CLEAN`: the caller found the queue [clean](Self::is_clean) (the pure ACK of
+    /// `tcp_ack_pure`): no segment is SACKED, LOST or RETRANS, so there are no counts to
+    /// keep and no hint to move but the retransmission hint (at the end: nothing waits).
+    /// The result is the same.
+    pub(crate) fn on_ack_reusing<const CLEAN: bool>(
         &mut self,
         snd_una: SeqNumber,
         now: Instant,
@@ -629,21 +661,13 @@ impl RtxQueue {
         let Some(b) = self.board.as_deref_mut() else {
             return res;
         };
+        debug_assert!(!CLEAN || b.sacked_out | b.lost_out | b.retrans_out | b.rtx_pending == 0);
         let mut first_acked_sent_at = None;
         let mut popped = 0usize;
         let mut popped_sacked_below_hint = 0u32;
-        while let Some(head) = b.segs.front_mut() {
-            if head.end.after(snd_una) {
-                if head.start.before(snd_una) {
-                    res.acked_bytes += snd_una - head.start;
-                    head.start = snd_una;
-                }
-                break;
-            }
-            let seg = *head;
-            b.segs.pop_front();
+        while let Some(seg) = b.pop_acked(snd_una, &mut res) {
             let f = seg.flags;
-            if f.contains(SegFlags::SACKED) {
+            if !CLEAN && f.contains(SegFlags::SACKED) {
                 b.sacked_out -= 1;
                 if popped < b.lost_hint {
                     popped_sacked_below_hint += 1;
@@ -651,22 +675,22 @@ impl RtxQueue {
             } else {
                 res.delivered += 1;
             }
-            if f.contains(SegFlags::LOST) {
-                b.lost_out -= 1;
-            }
-            if f.contains(SegFlags::RETRANS) {
-                b.retrans_out -= 1;
-            }
-            if seg.wants_retransmit() {
-                b.rtx_pending -= 1;
+            if !CLEAN {
+                if f.contains(SegFlags::LOST) {
+                    b.lost_out -= 1;
+                }
+                if f.contains(SegFlags::RETRANS) {
+                    b.retrans_out -= 1;
+                }
+                if seg.wants_retransmit() {
+                    b.rtx_pending -= 1;
+                }
             }
             if f.contains(SegFlags::EVER_RETRANS) {
                 res.newly_acked_retrans = true;
             } else if !f.contains(SegFlags::SACKED) && first_acked_sent_at.is_none() {
                 first_acked_sent_at = Some(seg.sent_at);
             }
-            res.acked_segments += 1;
-            res.acked_bytes += seg.seq_len();
             popped += 1;
         }
         // Karn: no sample if any retransmitted segment is acked (Linux seq_rtt_us only
@@ -675,26 +699,43 @@ impl RtxQueue {
             res.rtt_sample = first_acked_sent_at.map(|t| now.saturating_duration_since(t));
         }
         if b.segs.is_empty() {
-            if let Some(mut board) = self.board.take()
-                && spare.0.is_none()
-                && board.segs.capacity() <= SPARE_MAX_SEGS
-            {
-                board.reset();
-                spare.0 = Some(board);
+            if CLEAN {
+                // The counts are zero and the loss hints at 0 already (nothing is SACKED
+                // or LOST below them); the rest as a new board has it.
+                self.release_board(spare, |board| {
+                    debug_assert!(board.lost_hint == 0 && board.lost_hint_sacked == 0);
+                    board.rtx_hint = 0;
+                    board.highest_sacked = SeqNumber(0);
+                    board.sack_cache_len = 0;
+                });
+            } else {
+                self.release_board(spare, Board::reset);
             }
             return res;
         }
-        if popped > 0 {
+        if CLEAN {
+            b.rtx_hint = b.segs.len();
+        } else if popped > 0 {
             b.lost_hint_sacked -= popped_sacked_below_hint;
             b.lost_hint = b.lost_hint.saturating_sub(popped);
             b.rtx_hint = b.rtx_hint.saturating_sub(popped);
             b.tighten_rtx_hint();
-            let cap = b.segs.capacity();
-            if cap > 64 && b.segs.len() * 4 < cap {
-                b.segs.shrink_to((b.segs.len() * 2).max(16));
-            }
         }
+        b.shrink_after_pop();
         res
+    }
+
+    /// The queue emptied: its board goes to `spare` (tidied by `tidy` to a new board's
+    /// state) if that is free and the board small, else is freed.
+    #[inline]
+    fn release_board(&mut self, spare: &mut SpareBoard, tidy: impl FnOnce(&mut Board)) {
+        if let Some(mut board) = self.board.take()
+            && spare.0.is_none()
+            && board.segs.capacity() <= SPARE_MAX_SEGS
+        {
+            tidy(&mut board);
+            spare.0 = Some(board);
+        }
     }
 
     /// Process the SACK blocks of one ACK, in the order they came
@@ -1014,6 +1055,16 @@ impl RtxQueue {
         })
     }
 
+    /// No segment SACKed, marked lost or with a retransmission in flight: the state in
+    /// which a cumulative ACK only pops segments (Linux: `sacked_out`, `lost_out` and
+    /// `retrans_out` all zero, so `tcp_ack_is_dubious` can only come from the ACK itself).
+    #[inline]
+    pub fn is_clean(&self) -> bool {
+        self.board
+            .as_ref()
+            .is_none_or(|b| b.sacked_out | b.lost_out | b.retrans_out | b.rtx_pending == 0)
+    }
+
     /// Nothing outstanding.
     pub fn is_empty(&self) -> bool {
         self.board.is_none()
@@ -1093,7 +1144,7 @@ mod tests {
         }
         q.on_sack(&[block(base, 3, 5)], SeqNumber(base), seg(base, 6).0);
         assert_eq!(q.sacked_out(), 2);
-        q.on_ack_reusing(seg(base, 6).0, t(10), &mut spare);
+        q.on_ack_reusing::<false>(seg(base, 6).0, t(10), &mut spare);
         assert!(
             q.is_empty() && q.heap_bytes() == 0,
             "an empty queue holds no heap"
@@ -1121,7 +1172,7 @@ mod tests {
             let (s, e) = seg(base, i);
             big.push_reusing(s, e, t(0), &mut spare);
         }
-        big.on_ack_reusing(seg(base, SPARE_MAX_SEGS as u32).1, t(1), &mut spare);
+        big.on_ack_reusing::<false>(seg(base, SPARE_MAX_SEGS as u32).1, t(1), &mut spare);
         assert!(
             big.is_empty() && spare.0.is_none(),
             "a large board is freed"
@@ -2012,6 +2063,11 @@ mod tests {
             prop_assert_eq!(self.q.next_to_retransmit(), self.m.next());
             prop_assert_eq!(self.q.highest_sacked(), self.m.highest_sacked());
             prop_assert_eq!(self.q.is_empty(), self.m.segs.is_empty());
+            let flagged = SegFlags::SACKED | SegFlags::LOST | SegFlags::RETRANS;
+            prop_assert_eq!(
+                self.q.is_clean(),
+                self.m.segs.iter().all(|s| !s.flags.intersects(flagged))
+            );
             if self.q.is_empty() {
                 prop_assert_eq!(self.q.heap_bytes(), 0);
             }
@@ -2035,7 +2091,14 @@ mod tests {
                 }
                 Op::Ack(pick) => {
                     let ack = self.point_in_window(pick);
-                    prop_assert_eq!(self.q.on_ack(ack, now), self.m.on_ack(ack, now));
+                    // A clean queue takes the pure ACK's pop (`tcp_ack_pure`): the same.
+                    let got = if self.q.is_clean() {
+                        self.q
+                            .on_ack_reusing::<true>(ack, now, &mut SpareBoard::default())
+                    } else {
+                        self.q.on_ack(ack, now)
+                    };
+                    prop_assert_eq!(got, self.m.on_ack(ack, now));
                     self.una = ack;
                 }
                 Op::Sack(picks, ack) => {

@@ -547,7 +547,8 @@ impl CongestionControl for Cubic {
 
     /// Linux `cubictcp_acked`: track the minimum RTT and run HyStart in slow start.
     fn pkts_acked(&mut self, st: &mut CcState, now: Instant, acked: u32, rtt: Option<Duration>) {
-        self.last_acked = clock_ms(now);
+        let now_ms = clock_ms(now);
+        self.last_acked = now_ms;
         self.round_left = self.round_left.saturating_sub(acked);
         // "Some calls are for duplicates without timetamps"
         let Some(rtt) = rtt else {
@@ -555,11 +556,11 @@ impl CongestionControl for Cubic {
         };
         // "Discard delay samples right after fast recovery" (the first second of an epoch).
         if let Some(epoch) = self.epoch_start
-            && (clock_ms(now).wrapping_sub(epoch.get()) as i32) < HZ as i32
+            && (now_ms.wrapping_sub(epoch.get()) as i32) < HZ as i32
         {
             return;
         }
-        let delay = u32::try_from(rtt.as_micros()).unwrap_or(u32::MAX).max(1);
+        let delay = super::super::rtt::micros_u32(rtt).max(1);
         // "first time call or link delay decreases"
         if self.delay_min == 0 || self.delay_min > delay {
             self.delay_min = delay;
