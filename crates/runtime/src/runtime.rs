@@ -60,9 +60,10 @@
 //!   window, whichever is more (at least a sixteenth, at most `busy_poll`): one quick
 //!   wake-up outweighs the empty spin before it, else two loops waiting on each other
 //!   would settle on windows shorter than the round trip they have to span;
-//! - before each sleep the loop reads how long its thread waited for a CPU since the last
-//!   one (`run_delay` in `/proc/thread-self/schedstat`, [`RunDelay`]); more than an eighth
-//!   of the time (a moving average over sleeps, weight 1/8) means the core is shared with
+//! - before a sleep the loop reads how long its thread waited for a CPU since the last
+//!   reading (`run_delay` in `/proc/thread-self/schedstat`, [`RunDelay`]; at most every
+//!   [`DELAY_SAMPLE_EVERY`], 250 µs, the average standing in between); more than an eighth
+//!   of the time (a moving average over readings, weight 1/2) means the core is shared with
 //!   other runnable work: the window goes to zero, that sleep's wake-up does not grow it,
 //!   and no probe runs until the average falls ([`RuntimeStats::contended_sleeps`]).
 //!   Spinning there takes the CPU from the peer the loop waits for, and a thread that
@@ -139,7 +140,7 @@ use ustack_stack::{
 };
 
 use crate::poller::{Event, Mode, Poller};
-use crate::sched::{RunDelay, SpinPolicy};
+use crate::sched::{DELAY_SAMPLE_EVERY, RunDelay, SpinPolicy};
 use crate::shard::{PollResult, Shard, ShardStats};
 use crate::timer::{TimerId, TimerWheel};
 
@@ -1031,8 +1032,9 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
         Ok(moved)
     }
 
-    /// The share of the time since the last sleep that the loop's thread waited for a
-    /// CPU (run-queue wait, [`RunDelay`]); `None` at the first sleep or without the file.
+    /// The share of the time since the last sample that the loop's thread waited for a
+    /// CPU (run-queue wait, [`RunDelay`]); `None` at the first sleep, without the file, or
+    /// within [`DELAY_SAMPLE_EVERY`] of the last sample (the read is a system call).
     fn delay_sample(&mut self, now: Instant) -> Option<f64> {
         let Some((file, at, delay)) = &mut self.run_delay else {
             let file = RunDelay::open();
@@ -1041,6 +1043,9 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
             }
             return None;
         };
+        if now - *at < DELAY_SAMPLE_EVERY {
+            return None;
+        }
         let d = file.read()?;
         let (waited, wall) = (d.saturating_sub(*delay), now - *at);
         (*at, *delay) = (now, d);

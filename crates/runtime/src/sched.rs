@@ -54,6 +54,16 @@ pub const PROBE_EVERY: u32 = 16;
 /// taken to be shared: the window goes to zero before each sleep.
 const CONTENDED: f64 = 1.0 / 8.0;
 
+/// How often the loop reads its run-queue wait at most (before a sleep): a read is a
+/// `pread(2)` of procfs, a microsecond or two, and a loop that sleeps every round trip
+/// would pay it on each; in between the average stands.
+pub const DELAY_SAMPLE_EVERY: Duration = Duration::from_micros(250);
+
+/// The weight of a new reading in the moving average: each covers at least
+/// [`DELAY_SAMPLE_EVERY`], a dozen round trips or more, so the average follows the last
+/// half millisecond or so, and a core taken by other work stops the spins within that.
+const SAMPLE_WEIGHT: f64 = 0.5;
+
 /// The share above which the core is shared *some* of the time: no spin (after a hit, a
 /// quick wake-up or as a probe) lasts longer than twice the longest recent wait a spin
 /// needed to find work ([`SpinPolicy::cap`]), so that a spin that misses ends soon rather
@@ -75,7 +85,8 @@ pub struct SpinPolicy {
     idle_phases: u32,
     /// The last sleep found the thread waiting for its CPU: no probes until one does not.
     contended_last: bool,
-    /// Moving average of the share of time the thread waited for its CPU (weight 1/8).
+    /// Moving average of the share of time the thread waited for its CPU (a reading's
+    /// weight: a half).
     delay_share: f64,
     /// The longest wait a spin needed to find work, recently (decays by an eighth a hit).
     hit_wait: Duration,
@@ -161,17 +172,15 @@ impl SpinPolicy {
         });
     }
 
-    /// Before a sleep: the share of the time since the last sleep that the thread waited
-    /// for its CPU (`None`: not known). Whether the core is contended (the average over
-    /// an eighth): then the window goes to zero and no probe runs until it is not.
+    /// Before a sleep: the share of the time since the last sample that the thread
+    /// waited for its CPU (`None`: no new sample, the average stands). Whether the core is
+    /// contended (the average over an eighth): then the window goes to zero and no probe
+    /// runs until it is not.
     pub fn before_sleep(&mut self, sample: Option<f64>) -> bool {
-        let contended = match sample {
-            Some(x) => {
-                self.delay_share += (x.clamp(0.0, 1.0) - self.delay_share) / 8.0;
-                self.delay_share > CONTENDED
-            }
-            None => false,
-        };
+        if let Some(x) = sample {
+            self.delay_share += (x.clamp(0.0, 1.0) - self.delay_share) * SAMPLE_WEIGHT;
+        }
+        let contended = self.delay_share > CONTENDED;
         self.contended_last = contended;
         if contended {
             self.set(Duration::ZERO);
@@ -293,11 +302,10 @@ mod tests {
     #[test]
     fn a_contended_core_sleeps_at_once_without_probes_until_the_wait_falls() {
         let mut p = SpinPolicy::new(POLL, true);
-        // The thread waited for its CPU half the time: the average passes an eighth
-        // at the third sleep.
-        assert!(!p.before_sleep(Some(0.5)));
-        assert!(!p.before_sleep(Some(0.5)));
-        assert!(p.before_sleep(Some(0.5)));
+        // The thread waited for its CPU a fifth of the time: the average (a reading's
+        // weight a half) passes an eighth at the second reading.
+        assert!(!p.before_sleep(Some(0.2)));
+        assert!(p.before_sleep(Some(0.2)));
         assert_eq!(p.window(), Duration::ZERO);
         // A quick wake-up does not grow it back, and no probe runs.
         p.woken(us(3));
@@ -331,6 +339,21 @@ mod tests {
         assert_eq!(q.window(), Duration::ZERO);
         q.woken(us(80));
         assert_eq!(q.window(), Duration::ZERO);
+    }
+
+    #[test]
+    fn without_a_new_sample_the_average_and_its_decision_stand() {
+        let mut p = SpinPolicy::new(POLL, true);
+        assert!(!p.before_sleep(None), "no sample ever: not contended");
+        for _ in 0..3 {
+            p.before_sleep(Some(0.5));
+        }
+        let share = p.delay_share();
+        for _ in 0..10 {
+            assert!(p.before_sleep(None), "still contended between samples");
+            assert_eq!(p.idle_window(), Duration::ZERO);
+        }
+        assert_eq!(p.delay_share(), share);
     }
 
     #[test]
