@@ -576,6 +576,10 @@ pub struct RuntimeStats {
     /// Sleeps before which the loop's thread had waited for a CPU more than an eighth of
     /// the time, on average (adaptive only): the window went to zero.
     pub contended_sleeps: u64,
+    /// Readings of the thread's run-queue wait ([`RunDelay`], adaptive only): at most one
+    /// per [`DELAY_SAMPLE_EVERY`], however often the loop
+    /// sleeps.
+    pub run_delay_reads: u64,
     /// Events reported by [`Runtime::poll`] (socket events and timers).
     pub events: u64,
     /// Application timers fired by the wheel ([`Runtime::add_timer`]).
@@ -1046,6 +1050,7 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
         if now - *at < DELAY_SAMPLE_EVERY {
             return None;
         }
+        self.stats.run_delay_reads += 1;
         let d = file.read()?;
         let (waited, wall) = (d.saturating_sub(*delay), now - *at);
         (*at, *delay) = (now, d);
