@@ -48,7 +48,11 @@
 //! [`busy_poll`](RuntimeBuilder::busy_poll) is set), the loop keeps a *spin window* of at
 //! most `busy_poll`:
 //! - an idle phase spins for the window; a spin that finds work (a frame, a timer, a
-//!   socket event) resets the window to the whole `busy_poll`: work keeps arriving;
+//!   socket event) resets the window to the whole `busy_poll`: work keeps arriving; but
+//!   while the thread waits for its CPU more than a thirty-second of the time (the
+//!   average below), to twice the longest recent wait such a spin needed (at least a
+//!   sixteenth of `busy_poll`): on a shared core a spin that misses costs the peer CPU
+//!   time, and one that lasts the whole window was the tail of a round trip;
 //! - a spin that ends empty (the loop then sleeps) halves it; below a sixteenth of
 //!   `busy_poll` it is zero, and the loop sleeps at once ([`RuntimeStats::spins_skipped`]);
 //! - a sleep that a frame ends within `busy_poll` of the start of the idle phase (a spin
@@ -56,9 +60,10 @@
 //!   window, whichever is more (at least a sixteenth, at most `busy_poll`): one quick
 //!   wake-up outweighs the empty spin before it, else two loops waiting on each other
 //!   would settle on windows shorter than the round trip they have to span;
-//! - before each sleep the loop reads how long its thread waited for a CPU since the last
-//!   one (`run_delay` in `/proc/thread-self/schedstat`, [`RunDelay`]); more than an eighth
-//!   of the time (a moving average over sleeps, weight 1/8) means the core is shared with
+//! - before a sleep the loop reads how long its thread waited for a CPU since the last
+//!   reading (`run_delay` in `/proc/thread-self/schedstat`, [`RunDelay`]; at most every
+//!   [`DELAY_SAMPLE_EVERY`], 250 µs, the average standing in between); more than an eighth
+//!   of the time (a moving average over readings, weight 1/2) means the core is shared with
 //!   other runnable work: the window goes to zero, that sleep's wake-up does not grow it,
 //!   and no probe runs until the average falls ([`RuntimeStats::contended_sleeps`]).
 //!   Spinning there takes the CPU from the peer the loop waits for, and a thread that
@@ -75,6 +80,7 @@
 //! so that a frame posted meanwhile is not missed (the shm port's `prepare_sleep`: flag,
 //! fence, re-check; a file's readiness for TUN, packet and xdp), and it never passes the
 //! next stack or application timer. `RuntimeStats::spin_window_ns` reads the window.
+//! The decisions are [`SpinPolicy`]'s, apart from the loop, tested on made-up sequences.
 //!
 //! # Application timers
 //!
@@ -134,7 +140,7 @@ use ustack_stack::{
 };
 
 use crate::poller::{Event, Mode, Poller};
-use crate::sched::RunDelay;
+use crate::sched::{DELAY_SAMPLE_EVERY, RunDelay, SpinPolicy};
 use crate::shard::{PollResult, Shard, ShardStats};
 use crate::timer::{TimerId, TimerWheel};
 
@@ -532,10 +538,7 @@ impl RuntimeBuilder {
             clock,
             busy_poll: self.busy_poll,
             adaptive: self.busy_poll_adaptive,
-            spin: self.busy_poll,
-            idle_phases: 0,
-            contended_last: false,
-            delay_share: 0.0,
+            policy: SpinPolicy::new(self.busy_poll, self.busy_poll_adaptive),
             run_delay: None,
             stats: RuntimeStats {
                 spin_window_ns: self.busy_poll.as_nanos() as u64,
@@ -573,6 +576,10 @@ pub struct RuntimeStats {
     /// Sleeps before which the loop's thread had waited for a CPU more than an eighth of
     /// the time, on average (adaptive only): the window went to zero.
     pub contended_sleeps: u64,
+    /// Readings of the thread's run-queue wait ([`RunDelay`], adaptive only): at most one
+    /// per [`DELAY_SAMPLE_EVERY`], however often the loop
+    /// sleeps.
+    pub run_delay_reads: u64,
     /// Events reported by [`Runtime::poll`] (socket events and timers).
     pub events: u64,
     /// Application timers fired by the wheel ([`Runtime::add_timer`]).
@@ -747,14 +754,8 @@ pub struct Runtime<D: Device, C: Clock = MonotonicClock> {
     busy_poll: Duration,
     /// Whether the busy-poll window adapts (module docs, *Adaptive busy polling*).
     adaptive: bool,
-    /// The current spin window: `busy_poll`, or less while spins find nothing.
-    spin: Duration,
-    /// Idle phases with a zero window, for the probes ([`PROBE_EVERY`]).
-    idle_phases: u32,
-    /// The last sleep found the thread waiting for its CPU: no probes until one does not.
-    contended_last: bool,
-    /// Moving average of the share of time the thread waited for its CPU.
-    delay_share: f64,
+    /// The spin window's decisions ([`SpinPolicy`]).
+    policy: SpinPolicy,
     /// The loop thread's run-queue wait (opened by the first sleep, on the loop's thread)
     /// and its reading at the last sleep, with the time then.
     run_delay: Option<(RunDelay, Instant, Duration)>,
@@ -776,10 +777,7 @@ impl<D: Device + fmt::Debug, C: Clock + fmt::Debug> fmt::Debug for Runtime<D, C>
     }
 }
 
-/// With the adaptive spin window shrunk to zero, one idle phase in this many spins the
-/// whole `busy_poll` anyway (a probe): if work comes within it, the window is whole again
-/// (module docs, *Adaptive busy polling*).
-pub const PROBE_EVERY: u32 = 16;
+pub use crate::sched::PROBE_EVERY;
 
 /// The budget's clock: the runtime's, as the shard wants it.
 fn round(shard: &mut Shard<impl Device>, clock: &impl Clock) -> PollResult {
@@ -979,21 +977,7 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
             return Ok(true);
         }
         let spinning = !self.busy_poll.is_zero() && !self.clock.is_virtual();
-        let window = match self.adaptive {
-            false => self.busy_poll,
-            // Window shrunk to nothing: every PROBE_EVERY-th idle phase spins the whole
-            // `busy_poll` anyway, to find out whether work comes within it again.
-            // No probe while the last sleep found the thread waiting for its CPU.
-            true if self.spin.is_zero() => {
-                self.idle_phases = self.idle_phases.wrapping_add(1);
-                if !self.contended_last && self.idle_phases.is_multiple_of(PROBE_EVERY) {
-                    self.busy_poll
-                } else {
-                    Duration::ZERO
-                }
-            }
-            true => self.spin,
-        };
+        let window = self.policy.idle_window();
         if spinning && !window.is_zero() {
             self.stats.busy_polls += 1;
             let until = now + window;
@@ -1002,8 +986,9 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
                 let r = self.round();
                 if did_work(&r) || self.harvest() {
                     self.stats.busy_poll_hits += 1;
-                    // Work keeps arriving: the whole window again.
-                    self.set_spin(self.busy_poll);
+                    // Work keeps arriving: spin again next time.
+                    self.policy.hit(self.clock.now() - now);
+                    self.sync_window();
                     self.clock.publish_wakeup(Some(Instant::ZERO));
                     return Ok(true);
                 }
@@ -1016,28 +1001,19 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
             if target.is_some_and(|d| self.clock.now() >= d) {
                 return Ok(true);
             }
-            // An empty spin: half the window next time, none below a sixteenth (an empty
-            // probe leaves it at none).
-            let half = if self.spin.is_zero() {
-                self.spin
-            } else {
-                window / 2
-            };
-            self.set_spin(if half < self.busy_poll / 16 {
-                Duration::ZERO
-            } else {
-                half
-            });
+            self.policy.empty(window);
         } else if spinning {
             self.stats.spins_skipped += 1;
         }
         // Waiting for a CPU: no spinning until a probe finds work again.
-        let contended = spinning && self.adaptive && self.contended(now);
-        self.contended_last = contended;
+        let contended = spinning && self.adaptive && {
+            let sample = self.delay_sample(now);
+            self.policy.before_sleep(sample)
+        };
         if contended {
             self.stats.contended_sleeps += 1;
-            self.set_spin(Duration::ZERO);
         }
+        self.sync_window();
         let before = self.clock.now();
         self.stats.sleeps += 1;
         let asleep = profile::enter(Stage::Sleep);
@@ -1045,13 +1021,9 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
         drop(asleep);
         if woken {
             self.stats.wakeups += 1;
-            // A frame within `busy_poll` of going idle: a spin would have caught it. Twice
-            // the wait (at least twice the window): one quick wake-up outweighs the empty
-            // spin before it, or the window would stay below the gap it has to span.
-            let waited = self.clock.now() - now;
-            if spinning && !contended && waited < self.busy_poll {
-                let grown = (self.spin * 2).max(waited * 2).max(self.busy_poll / 16);
-                self.set_spin(grown.min(self.busy_poll));
+            if spinning && !contended {
+                self.policy.woken(self.clock.now() - now);
+                self.sync_window();
             }
         } else {
             self.stats.timeouts += 1;
@@ -1064,33 +1036,30 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
         Ok(moved)
     }
 
-    /// Whether the loop's thread waits for a CPU (run-queue wait, [`RunDelay`]) more than
-    /// an eighth of the time, on a moving average over sleeps (each the share since the
-    /// last one, weight 1/8): its core is shared with other work.
-    fn contended(&mut self, now: Instant) -> bool {
+    /// The share of the time since the last sample that the loop's thread waited for a
+    /// CPU (run-queue wait, [`RunDelay`]); `None` at the first sleep, without the file, or
+    /// within [`DELAY_SAMPLE_EVERY`] of the last sample (the read is a system call).
+    fn delay_sample(&mut self, now: Instant) -> Option<f64> {
         let Some((file, at, delay)) = &mut self.run_delay else {
             let file = RunDelay::open();
             if let Some(d) = file.read() {
                 self.run_delay = Some((file, now, d));
             }
-            return false;
+            return None;
         };
-        let Some(d) = file.read() else {
-            return false;
-        };
+        if now - *at < DELAY_SAMPLE_EVERY {
+            return None;
+        }
+        self.stats.run_delay_reads += 1;
+        let d = file.read()?;
         let (waited, wall) = (d.saturating_sub(*delay), now - *at);
         (*at, *delay) = (now, d);
-        let sample = (waited.as_secs_f64() / wall.as_secs_f64().max(1e-9)).min(1.0);
-        self.delay_share += (sample - self.delay_share) / 8.0;
-        self.delay_share > 0.125
+        Some(waited.as_secs_f64() / wall.as_secs_f64().max(1e-9))
     }
 
-    /// Set the adaptive spin window (a fixed loop keeps `busy_poll`).
-    fn set_spin(&mut self, window: Duration) {
-        if self.adaptive {
-            self.spin = window;
-            self.stats.spin_window_ns = window.as_nanos() as u64;
-        }
+    /// `RuntimeStats::spin_window_ns` from the policy's window.
+    fn sync_window(&mut self) {
+        self.stats.spin_window_ns = self.policy.window().as_nanos() as u64;
     }
 
     /// Publish when this loop next has work, on leaving it: now if the poller or the

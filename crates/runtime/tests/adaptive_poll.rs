@@ -22,6 +22,7 @@ use ustack_runtime::api::UdpSocket;
 use ustack_runtime::runtime::{
     Events, Interest, MonotonicClock, PROBE_EVERY, Runtime, RuntimeBuilder,
 };
+use ustack_runtime::sched::DELAY_SAMPLE_EVERY;
 use ustack_stack::EthernetAddress;
 
 const SERVER_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
@@ -183,4 +184,32 @@ fn every_request_is_answered_across_sleeps_no_lost_wakeup() {
     // The server went through many sleep/wake cycles, woken by the doorbell.
     assert!(s.sleeps >= 300 && s.wakeups >= 300, "{s:?}");
     assert!(srt.device().stats().doorbells + crt.device().stats().doorbells >= 300);
+}
+
+/// A loop that sleeps every few microseconds (a timeout of 10 µs, nothing arriving, a
+/// 1 µs busy-poll window so that the sleeps come) reads
+/// its run-queue wait (a procfs `pread`) at most every `DELAY_SAMPLE_EVERY`, not before
+/// every sleep: the reads are bounded by the time run, whatever the number of sleeps.
+#[test]
+fn the_run_queue_wait_is_read_at_most_every_sample_interval() {
+    let (mut a, _b) = ShmLink::pair(&ShmConfig::default()).unwrap();
+    let mut rt = builder(SERVER_IP, 1, Duration::from_micros(1), true)
+        .build(a.remove(0))
+        .unwrap();
+    let run = Duration::from_millis(100);
+    let start = WallClock::now();
+    while start.elapsed() < run {
+        rt.run_once(Some(Duration::from_micros(10))).unwrap();
+    }
+    let elapsed = start.elapsed();
+    let s = *rt.stats();
+    let bound = (elapsed.as_nanos() / DELAY_SAMPLE_EVERY.as_nanos()) as u64 + 1;
+    assert!(
+        s.run_delay_reads <= bound,
+        "{} reads in {elapsed:?}, at most {bound}: {s:?}",
+        s.run_delay_reads
+    );
+    assert!(s.run_delay_reads >= 1, "it read the wait: {s:?}");
+    // More sleeps than reads could be: the gate, not a slow loop, kept the reads down.
+    assert!(s.sleeps > bound, "it slept often: {s:?}");
 }
