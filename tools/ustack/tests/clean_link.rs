@@ -173,3 +173,27 @@ fn c1m_at_100000_connections_surging_into_a_server_that_does_not_read_stays_in_b
     ]);
     common::check_surge(&r, 100_000, 16_384);
 }
+
+/// stream over shm moves its bytes in loopback-sized frames (the link's MTU is 65535, as
+/// Linux's `lo`): exactly the bytes asked, every one checked, nothing lost or refused on
+/// the link of 16 slots per direction, and in at most a tenth of the frames a 1500-byte
+/// MTU would need (an MSS of 1448 bytes: one frame per 1448 bytes sent).
+#[test]
+fn stream_over_shm_moves_its_bytes_in_64k_frames_and_drops_nothing() {
+    const N: u64 = 64 << 20;
+    let r = bench_ustack(&["stream", "--bytes", "64M"]);
+    assert_eq!(r["verified"], true, "{r}");
+    assert_eq!(r["bytes"], N, "{r}");
+    assert_nothing_lost(&r);
+    let frames = r["link_stats"]["client"]["tx_frames"].as_u64().unwrap();
+    let mss_sized = N / 1448;
+    assert!(
+        frames * 10 <= mss_sized,
+        "the client sent {frames} frames for {N} bytes; 1448-byte segments would be \
+         {mss_sized}: {r}"
+    );
+    // And most segments are the link's size: over 32 KiB on average (one run sent 1,079
+    // frames for 64 MiB, 1,025 of 64 KiB's worth; the rest are the handshake, the FIN
+    // and the pieces left at the ends of writes).
+    assert!(frames <= N / 32_768, "{frames} frames: {r}");
+}
