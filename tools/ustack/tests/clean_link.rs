@@ -57,6 +57,23 @@ fn assert_nothing_lost(r: &Value) {
     }
 }
 
+/// Neither end of the link refused a frame (no slot, too big, stopped), sent a bad
+/// descriptor, or cut one short.
+fn assert_link_refused_nothing(r: &Value) {
+    for end in ["server", "client"] {
+        let link = &r["link_stats"][end];
+        for refused in [
+            "tx_full",
+            "tx_too_big",
+            "tx_stopped",
+            "bad_desc",
+            "rx_truncated",
+        ] {
+            assert_eq!(link[refused], 0, "{end} {refused}: {link}");
+        }
+    }
+}
+
 #[test]
 fn pingpong_over_shm_at_10000_connections_drops_nothing_and_never_times_out() {
     let r = bench_ustack(&["pingpong", "--conns", "10000", "--duration", "200ms"]);
@@ -104,16 +121,8 @@ fn c1m_at_200000_connections_costs_at_most_300_bytes_of_server_rss_each() {
     for end in ["server", "client"] {
         let link = &r["link_stats"][end];
         assert!(link["tx_frames"].as_u64().unwrap() >= N, "{end}: {r}");
-        for refused in [
-            "tx_full",
-            "tx_too_big",
-            "tx_stopped",
-            "bad_desc",
-            "rx_truncated",
-        ] {
-            assert_eq!(link[refused], 0, "{end} {refused}: {link}");
-        }
     }
+    assert_link_refused_nothing(&r);
     // The reading is the server's own process, holding every connection's record.
     let mem = &r["server_mem"];
     assert_ne!(
@@ -187,18 +196,7 @@ fn stream_over_shm_moves_its_bytes_in_64k_frames_and_drops_nothing() {
     let r = bench_ustack(&["stream", "--bytes", "64M"]);
     assert_eq!(r["verified"], true, "{r}");
     assert_eq!(r["bytes"], N, "{r}");
-    for end in ["server", "client"] {
-        let link = &r["link_stats"][end];
-        for refused in [
-            "tx_full",
-            "tx_too_big",
-            "tx_stopped",
-            "bad_desc",
-            "rx_truncated",
-        ] {
-            assert_eq!(link[refused], 0, "{end} {refused}: {link}");
-        }
-    }
+    assert_link_refused_nothing(&r);
     let frames = r["link_stats"]["client"]["tx_frames"].as_u64().unwrap();
     let mss_sized = N / 1448;
     assert!(
