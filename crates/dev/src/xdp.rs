@@ -18,8 +18,14 @@
 //! [`Device::recv`] takes one descriptor from the receive ring, copies the frame out of
 //! its chunk and gives the chunk straight back to the fill ring. [`Device::send_more`]
 //! reclaims finished chunks from the completion ring, copies the frame into a free chunk
-//! and queues a descriptor; the ring's producer index is published, and the kernel kicked
-//! with one zero-length `send(2)`, once per batch. Frames are Ethernet II: ARP works as on
+//! and queues a descriptor; the ring's producer index is published once per batch, and the
+//! kernel kicked with a zero-length `send(2)` only when it asks: the socket is bound with
+//! `XDP_USE_NEED_WAKEUP`, and a batch is kicked only while the transmit ring's
+//! `XDP_RING_NEED_WAKEUP` flag is set ([`XdpStats::tx_kicks_saved`] counts the others).
+//! In copy mode the kernel transmits only inside that `send(2)` (`xsk_generic_xmit`), so
+//! it keeps the flag set and every batch is kicked; where the kernel takes
+//! `XDP_MAX_TX_SKB_BUDGET` (6.17+) one kick hands it the whole ring, not 32 descriptors
+//! ([`XdpQueue::tx_budget`]). Frames are Ethernet II: ARP works as on
 //! any link; give the stack the interface's MAC ([`Xdp::mac`]).
 //!
 //! As for the `packet` link, the peer's transmit checksum offload and TSO must be off
@@ -60,6 +66,9 @@ use crate::{Device, DeviceCaps};
 
 /// The size of a UMEM chunk: one frame each.
 const CHUNK: usize = 2048;
+/// Descriptors one copy-mode `sendto(2)` hands to the driver without
+/// `XDP_MAX_TX_SKB_BUDGET` (the kernel's `MAX_PER_SOCKET_BUDGET`).
+const DEFAULT_TX_BUDGET: u32 = 32;
 
 /// How to open the xdp link.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,6 +115,8 @@ struct Ring {
     map: Mapping,
     producer: usize,
     consumer: usize,
+    /// The ring's flags word (`XDP_RING_NEED_WAKEUP`), where the kernel has one (5.4+).
+    flags: Option<usize>,
     desc: usize,
     mask: u32,
     ours: u32,
@@ -125,6 +136,7 @@ impl Ring {
             map,
             producer: off.producer as usize,
             consumer: off.consumer as usize,
+            flags: off.flags.map(|f| f as usize),
             desc,
             mask: entries - 1,
             ours: 0,
@@ -155,7 +167,20 @@ impl Ring {
     fn slot(&self, index: u32, len: usize) -> usize {
         self.desc + (index & self.mask) as usize * len
     }
+
+    /// Whether the kernel asks to be woken for this ring (`XDP_RING_NEED_WAKEUP` in its
+    /// flags word); true for a ring without one (a kernel before 5.4 always needs it).
+    fn needs_wakeup(&self) -> bool {
+        self.flags.is_none_or(|off| {
+            self.map.u32_at(off).load(Ordering::Acquire) & XDP_RING_NEED_WAKEUP != 0
+        })
+    }
 }
+
+/// `XDP_RING_NEED_WAKEUP` (`linux/if_xdp.h`): the ring's flag that the kernel sets when it
+/// needs a system call (`sendto(2)` for transmit, `recvfrom(2)`/`poll(2)` for fill) to
+/// go on with the ring.
+const XDP_RING_NEED_WAKEUP: u32 = 1;
 
 /// What an [`XdpQueue`] has done, cumulative.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -177,6 +202,10 @@ pub struct XdpStats {
     pub tx_errors: u64,
     /// Kicks (`send(2)` calls).
     pub tx_kicks: u64,
+    /// Kicks not made: a batch was published while the kernel had `XDP_RING_NEED_WAKEUP`
+    /// clear on the transmit ring (it was already working on the ring; the socket is bound
+    /// with `XDP_USE_NEED_WAKEUP`).
+    pub tx_kicks_saved: u64,
     /// Times [`XdpQueue::wait`] slept in `poll(2)`.
     pub sleeps: u64,
 }
@@ -240,6 +269,10 @@ pub struct XdpQueue {
     free: Vec<u64>,
     /// Our transmit producer index as last published.
     tx_published: u32,
+    /// Bound with `XDP_USE_NEED_WAKEUP`: kick only when the transmit ring's flag asks.
+    need_wakeup: bool,
+    /// Descriptors one kick may hand to the driver (`XDP_MAX_TX_SKB_BUDGET`; 32 without).
+    tx_budget: u32,
     caps: DeviceCaps,
     name: String,
     stats: XdpStats,
@@ -296,10 +329,25 @@ impl XdpQueue {
         let free = (half..2 * half)
             .map(|i| u64::from(i) * CHUNK as u64)
             .collect();
-        rustix::net::bind(
+        // Kick only when the kernel asks (5.4+; a kernel without the flag refuses the bind
+        // with EINVAL, and then every batch is kicked).
+        let copy = SocketAddrXdpFlags::XDP_COPY;
+        let need_wakeup = match rustix::net::bind(
             &fd,
-            &SocketAddrXdp::new(SocketAddrXdpFlags::XDP_COPY, ifindex, 0),
-        )?;
+            &SocketAddrXdp::new(copy | SocketAddrXdpFlags::XDP_USE_NEED_WAKEUP, ifindex, 0),
+        ) {
+            Ok(()) => true,
+            Err(Errno::INVAL) => {
+                rustix::net::bind(&fd, &SocketAddrXdp::new(copy, ifindex, 0))?;
+                false
+            }
+            Err(e) => return Err(e.into()),
+        };
+        // One kick hands the driver a whole ring instead of 32 descriptors (6.17+).
+        let tx_budget = match sys::set_tx_budget(fd.as_fd(), half) {
+            Ok(()) => half,
+            Err(_) => DEFAULT_TX_BUDGET,
+        };
         let map = sys::create_xskmap(1)?;
         sys::xskmap_insert(map.as_fd(), 0, fd.as_fd())?;
         let prog = sys::load_redirect(map.as_fd())?;
@@ -314,6 +362,8 @@ impl XdpQueue {
             comp,
             free,
             tx_published: 0,
+            need_wakeup,
+            tx_budget,
             caps,
             name: name.to_owned(),
             stats: XdpStats::default(),
@@ -338,6 +388,18 @@ impl XdpQueue {
     /// The counters.
     pub fn stats(&self) -> &XdpStats {
         &self.stats
+    }
+
+    /// Whether the socket is bound with `XDP_USE_NEED_WAKEUP` (kicks only when the
+    /// transmit ring's flag asks; [`XdpStats::tx_kicks_saved`] counts those not made).
+    pub fn need_wakeup(&self) -> bool {
+        self.need_wakeup
+    }
+
+    /// Descriptors one kick hands to the driver: the transmit ring's size where the
+    /// kernel takes `XDP_MAX_TX_SKB_BUDGET` (6.17+), else its fixed 32.
+    pub fn tx_budget(&self) -> u32 {
+        self.tx_budget
     }
 
     /// Sleeps in `poll(2)` until a frame is in the receive ring or `timeout` passes
@@ -377,10 +439,18 @@ impl XdpQueue {
         self.tx.publish(true);
         self.tx_published = self.tx.ours;
         // In copy mode one kick sends at most a budget of descriptors (the kernel's
-        // `xsk_generic_xmit`, `MAX_PER_SOCKET_BUDGET`, 32): kick until the kernel has taken
-        // everything queued, or stops taking, so that a batch larger than the budget does
-        // not pile up in the ring until frames find no room and are dropped.
+        // `xsk_generic_xmit`, `max_tx_budget`: 32, or the ring with
+        // `XDP_MAX_TX_SKB_BUDGET`): kick until the kernel has taken everything queued, or
+        // stops taking, so that a batch larger than the budget does not pile up in the
+        // ring until frames find no room and are dropped. Bound with
+        // `XDP_USE_NEED_WAKEUP`, only while the ring's flag asks for it (libxdp's
+        // `xsk_ring_prod__needs_wakeup`): a kernel already working on the ring takes the
+        // new descriptors without a system call.
         loop {
+            if self.need_wakeup && !self.tx.needs_wakeup() {
+                self.stats.tx_kicks_saved += 1;
+                break;
+            }
             let before = self.tx.theirs(false);
             self.stats.tx_kicks += 1;
             let _ = kick(self.fd.as_fd());
@@ -468,5 +538,109 @@ impl XdpQueue {
         self.stats.tx_packets += 1;
         self.stats.tx_bytes += frame.len() as u64;
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Offsets of a ring in the fake queue's mappings, as the kernel lays them out.
+    const OFF: XdpRingOffset = XdpRingOffset {
+        producer: 0,
+        consumer: 64,
+        desc: 192,
+        flags: Some(128),
+    };
+
+    fn fake_ring(entries: u32, desc_len: usize) -> Ring {
+        let len = OFF.desc as usize + entries as usize * desc_len;
+        Ring {
+            map: Mapping::map_anonymous(len.next_multiple_of(4096)).expect("mapping"),
+            producer: OFF.producer as usize,
+            consumer: OFF.consumer as usize,
+            flags: OFF.flags.map(|f| f as usize),
+            desc: OFF.desc as usize,
+            mask: entries - 1,
+            ours: 0,
+        }
+    }
+
+    /// A queue whose rings are plain memory that the test writes as the kernel would, and
+    /// whose socket is not an `AF_XDP` one (a UDP socket: a kick is still a `send(2)`,
+    /// counted, that fails and is ignored).
+    fn fake_queue(need_wakeup: bool) -> XdpQueue {
+        let fd = || {
+            rustix::net::socket(
+                rustix::net::AddressFamily::INET,
+                rustix::net::SocketType::DGRAM,
+                None,
+            )
+            .expect("socket")
+        };
+        let entries = 32;
+        XdpQueue {
+            umem: Mapping::map_anonymous(2 * entries as usize * CHUNK).expect("umem"),
+            rx: fake_ring(entries, 16),
+            tx: fake_ring(entries, 16),
+            fill: fake_ring(entries, 8),
+            comp: fake_ring(entries, 8),
+            free: (0..u64::from(entries)).map(|i| i * CHUNK as u64).collect(),
+            tx_published: 0,
+            need_wakeup,
+            tx_budget: DEFAULT_TX_BUDGET,
+            caps: DeviceCaps {
+                medium: crate::Medium::Ethernet,
+                mtu: 1500,
+                gro_max_size: 0,
+            },
+            name: "fake".into(),
+            stats: XdpStats::default(),
+            _link: fd(),
+            _prog: fd(),
+            _map: fd(),
+            fd: fd(),
+            _allmulti: fd(),
+        }
+    }
+
+    fn set_tx_flag(q: &XdpQueue, on: bool) {
+        let off = q.tx.flags.expect("flags word");
+        q.tx.map
+            .u32_at(off)
+            .store(u32::from(on) * XDP_RING_NEED_WAKEUP, Ordering::Release);
+    }
+
+    /// Frames sent, kicks made, kicks saved.
+    fn kicks(q: &XdpQueue) -> (u64, u64, u64) {
+        let s = q.stats();
+        (s.tx_packets, s.tx_kicks, s.tx_kicks_saved)
+    }
+
+    #[test]
+    fn need_wakeup_kicks_only_when_the_kernel_asks() {
+        let mut q = fake_queue(true);
+        let frame = [0u8; 60];
+        // The kernel's flag clear: the batch is published, with no system call.
+        set_tx_flag(&q, false);
+        assert_eq!(q.send_batch(Instant::ZERO, &[&frame, &frame, &frame]), 0);
+        assert_eq!(kicks(&q), (3, 0, 1), "{:?}", q.stats());
+        assert_eq!(q.tx.theirs(true), 3, "the producer index is published");
+        // The flag set: one kick for the next batch (the fake kernel takes nothing, so the
+        // loop stops after it).
+        set_tx_flag(&q, true);
+        assert!(q.send(Instant::ZERO, &frame));
+        assert_eq!(kicks(&q), (4, 1, 1), "{:?}", q.stats());
+        assert_eq!(q.tx.theirs(true), 4);
+    }
+
+    #[test]
+    fn without_need_wakeup_every_batch_is_kicked() {
+        let mut q = fake_queue(false);
+        set_tx_flag(&q, false);
+        let frame = [0u8; 60];
+        assert_eq!(q.send_batch(Instant::ZERO, &[&frame, &frame]), 0);
+        assert!(q.send(Instant::ZERO, &frame));
+        assert_eq!(kicks(&q), (3, 2, 0), "{:?}", q.stats());
     }
 }

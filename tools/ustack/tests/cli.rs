@@ -1627,5 +1627,16 @@ fn stream_over_kernel_link(link: &str, bytes: u64, flags: &str) -> u64 {
         assert!(r["throughput_gbps"].as_f64().unwrap() > 0.0, "{r}");
     }
     assert!(ustack["server_cpu_s"].as_f64().unwrap() > 0.0, "{ustack}");
+    if link == "xdp" {
+        // The queue's counters in the JSON: bound with need_wakeup, at most one kick
+        // (sendto(2)) per packet it sent, and one kick's budget of at least the kernel's
+        // fixed 32 descriptors.
+        let x = &ustack["link_stats"]["server"];
+        let n = |k: &str| x[k].as_u64().unwrap_or_else(|| panic!("{k}: {x}"));
+        assert_eq!(x["need_wakeup"], true, "{x}");
+        assert!(n("tx_packets") > 0 && n("tx_kicks") > 0, "{x}");
+        assert!(n("tx_kicks") <= n("tx_packets"), "{x}");
+        assert!(n("tx_budget") >= 32, "{x}");
+    }
     ustack["counters"]["Tcp"]["InSegs"].as_u64().unwrap()
 }

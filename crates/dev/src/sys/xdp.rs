@@ -221,3 +221,31 @@ pub(crate) fn attach_xdp(prog: BorrowedFd<'_>, ifindex: u32) -> io::Result<Owned
     };
     owned(bpf(BPF_LINK_CREATE, &attr)?)
 }
+
+/// `SOL_XDP`.
+const SOL_XDP: libc::c_int = 283;
+/// `XDP_MAX_TX_SKB_BUDGET` (`linux/if_xdp.h`, Linux 6.17): how many transmit descriptors
+/// one `sendto(2)` of a copy-mode socket hands to the driver (32 before, or without it).
+const XDP_MAX_TX_SKB_BUDGET: libc::c_int = 9;
+
+/// Raises the copy-mode transmit budget of one `sendto(2)` to `budget` descriptors
+/// (32 to the transmit ring's size; the kernel's `xsk_setsockopt`). Errors: the OS's,
+/// `ENOPROTOOPT` on a kernel before 6.17.
+pub(crate) fn set_tx_budget(fd: BorrowedFd<'_>, budget: u32) -> io::Result<()> {
+    // SAFETY: `budget` is a live `u32` for the call and the length passed is its size;
+    // the kernel only reads it.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            SOL_XDP,
+            XDP_MAX_TX_SKB_BUDGET,
+            (&raw const budget).cast(),
+            size_of::<u32>() as libc::socklen_t,
+        )
+    };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}

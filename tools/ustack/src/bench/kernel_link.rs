@@ -31,9 +31,10 @@ use std::path::Path;
 use std::time::{Duration, Instant as WallClock};
 
 use anyhow::{Context, bail};
-use serde_json::Value;
+use serde_json::{Value, json};
 use ustack_dev::Device;
 use ustack_dev::in_netns;
+use ustack_dev::xdp::XdpQueue;
 use ustack_runtime::runtime::{RuntimeBuilder, Sleep};
 use ustack_stack::EthernetAddress;
 use ustack_testkit::netns::{KERNEL_IP, NetNs, PacketRig, TunRig, USTACK_IP, XdpRig, on_path};
@@ -176,7 +177,25 @@ fn stream_over<D: Device + Sleep + Send + 'static>(
     )
     .with_counters(report.counters, Value::Null);
     o.server_cpu = Some(report.cpu);
+    o.link_stats = json!({ "server": report.link });
     Ok(o)
+}
+
+/// An xdp queue's counters as JSON (the server's `link_stats` over `--link xdp`): frames
+/// each way, the kicks (`sendto(2)`) its transmit made and those `need_wakeup` saved,
+/// and how many descriptors one kick may hand to the driver.
+pub(super) fn xdp_stats(q: &XdpQueue) -> Value {
+    let s = q.stats();
+    json!({
+        "rx_packets": s.rx_packets,
+        "tx_packets": s.tx_packets,
+        "tx_kicks": s.tx_kicks,
+        "tx_kicks_saved": s.tx_kicks_saved,
+        "tx_ring_full": s.tx_ring_full,
+        "sleeps": s.sleeps,
+        "need_wakeup": q.need_wakeup(),
+        "tx_budget": q.tx_budget(),
+    })
 }
 
 /// The veth ends: the client's (in the first namespace) and the server's.

@@ -24,6 +24,7 @@ use serde_json::{Value, json};
 use ustack_apps::{Protocol, Server};
 use ustack_dev::Device;
 use ustack_dev::shm::{ShmConfig, ShmLink, ShmPort, ShmStats};
+use ustack_dev::xdp::XdpQueue;
 use ustack_obs::Mib;
 use ustack_runtime::Mode;
 use ustack_runtime::api::{TcpListener, TcpStream, UdpSocket};
@@ -61,9 +62,31 @@ pub(super) type Rt = Runtime<ShmPort, MonotonicClock>;
 /// stack's transmit queue, and connections wait for room in that (docs/bench.md, "A
 /// clean link drops nothing").
 pub(super) fn link(queue_pairs: usize) -> io::Result<(Vec<ShmPort>, Vec<ShmPort>)> {
+    link_with(queue_pairs, 64)
+}
+
+/// Slots per direction of stream's link: 16 of 64 KiB, 1 MiB in flight each way, the
+/// size of the development machine's L2 cache per core. A stream keeps every slot full,
+/// and the slots' bytes are written on one core and read on the other: with 64 (4 MiB)
+/// they went through memory; with 16 a slot is written again while its lines are still
+/// cached, and the run cost about a quarter less CPU per byte (docs/bench.md, "shm stream
+/// and xdp"). The rest of the window waits in the stack's transmit queue, as
+/// [`link`]'s bursts do (the runtime hands the port no more than its free slots).
+pub const STREAM_RING_SIZE: usize = 16;
+
+/// The link for scenario `name`: stream's with [`STREAM_RING_SIZE`] slots, the others'
+/// with [`link`]'s 64.
+fn link_for(name: &str, queue_pairs: usize) -> io::Result<(Vec<ShmPort>, Vec<ShmPort>)> {
+    match name {
+        "udp-rr" | "pingpong" | "cps" => link(queue_pairs),
+        _ => link_with(queue_pairs, STREAM_RING_SIZE),
+    }
+}
+
+fn link_with(queue_pairs: usize, ring_size: usize) -> io::Result<(Vec<ShmPort>, Vec<ShmPort>)> {
     ShmLink::pair(&ShmConfig {
         queue_pairs,
-        ring_size: 64,
+        ring_size,
         slot_size: 65_600,
         mtu: 65_535,
         ..ShmConfig::default()
@@ -129,8 +152,12 @@ fn stream_addresses<D: Device + Sleep>(rt: &Runtime<D>, s: &TcpStream) -> Value 
 }
 
 /// An shm port's counters as JSON (what `link_stats` reports for each end); a device
-/// that is not one (or a splitter over several) gives their sum, anything else null.
+/// that is not one (or a splitter over several) gives their sum, an xdp queue its own
+/// ([`super::kernel_link::xdp_stats`]), anything else null.
 pub(super) fn shm_stats(device: &dyn Any) -> Value {
+    if let Some(q) = device.downcast_ref::<XdpQueue>() {
+        return super::kernel_link::xdp_stats(q);
+    }
     let ports: &[ShmPort] = if let Some(p) = device.downcast_ref::<ShmPort>() {
         core::slice::from_ref(p)
     } else if let Some(s) = device.downcast_ref::<RssSplitter<ShmPort>>() {
@@ -498,7 +525,7 @@ pub fn scenario(name: &str, run: &Run, shards: usize) -> anyhow::Result<Outcome>
         "cps" => Serve::ReplyAndClose(run.size),
         _ => Serve::Sink,
     };
-    let (a, mut b) = link(shards).context("creating the shm link")?;
+    let (a, mut b) = link_for(name, shards).context("creating the shm link")?;
     let server = Servers::start(
         serve,
         with_family(shm_builder(SERVER_IP, 1, 0, run), SERVER_IP6, run),
