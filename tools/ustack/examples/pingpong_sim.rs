@@ -12,7 +12,8 @@
 //!
 //! The difference of two runs' instructions over the difference in messages is the cost of
 //! a message (both ends) at that many connections, set-up left out (docs/bench.md, "Flat
-//! with connections").
+//! with connections"). `--cps`: new connections every round (each closed by the client
+//! after its echo): the cost of a connection.
 
 use core::net::{Ipv4Addr, SocketAddrV4};
 use core::time::Duration;
@@ -57,6 +58,9 @@ fn main() -> io::Result<()> {
             .map_or(default, |v| v.parse().expect("a number"))
     };
     let (conns, rounds) = (value("--conns", 10) as usize, value("--rounds", 100));
+    // --cps: every round on new connections, each closed by the client after its echo
+    // (the server closes when it reads the end of stream), TIME-WAIT at the client.
+    let cps = args.iter().any(|a| a == "--cps");
     let (a, b) = sim_pair(SimLinkConfig::default());
     let clock = VirtualClock::new(Instant::ZERO);
     let mut srt = builder(*SERVER.ip(), 1, 1).build_with_clock(a, clock.participant())?;
@@ -95,12 +99,32 @@ fn main() -> io::Result<()> {
     let (mut msg, mut buf) = ([0u8; MSG], [0u8; 4096]);
     let mut got = vec![0usize; conns];
     let mut bad = 0u64;
+    let mut next_token = conns as u64;
     for r in 0..rounds {
         let seq0 = r * conns as u64;
+        if cps && r > 0 {
+            for s in streams.drain(..) {
+                s.close(&mut crt)?;
+            }
+            for _ in 0..conns {
+                let s = TcpStream::connect(&mut crt, SERVER)?;
+                s.set_nodelay(&mut crt, true)?;
+                crt.register(&s, next_token, Interest::READABLE, Mode::Edge)?;
+                next_token += 1;
+                streams.push(s);
+            }
+        }
+        let first = next_token - conns as u64;
         for (i, s) in streams.iter().enumerate() {
             fill(&mut msg, seq0 + i as u64);
-            assert_eq!(s.write(&mut crt, &msg)?, MSG);
             got[i] = 0;
+            // A new connection: written once established (a write before fails).
+            while s.write(&mut crt, &msg).unwrap_or(0) != MSG {
+                crt.run_once(Some(Duration::ZERO))?;
+                server.step(&mut srt, Some(Duration::ZERO))?;
+                srt.run_once(Some(Duration::ZERO))?;
+                idle(&srt, &crt);
+            }
         }
         let mut left = conns;
         while left > 0 {
@@ -110,7 +134,12 @@ fn main() -> io::Result<()> {
             crt.poll(&mut events, Some(Duration::ZERO))?;
             idle(&srt, &crt);
             for e in &events {
-                let i = e.token as usize;
+                let Some(i) = e.token.checked_sub(first).map(|i| i as usize) else {
+                    continue;
+                };
+                if i >= conns {
+                    continue;
+                }
                 loop {
                     match streams[i].read(&mut crt, &mut buf) {
                         Ok(0) => panic!("closed"),
