@@ -66,7 +66,7 @@ use args::{C1M_CONNS, MODED_SCENARIOS, SCENARIOS};
 use measure::{LinuxMode, Run, Until, progress_bar};
 use outcome::Outcome;
 use output::Skipped;
-use pattern::{fill_message, stream_chunk, stream_matches, stream_next};
+use pattern::{fill_message, message_matches, stream_chunk, stream_matches, stream_next};
 use stream::{kernel_stream_client, linux_stream_with};
 
 /// A usage error found after parsing (an option this build cannot honour, or options

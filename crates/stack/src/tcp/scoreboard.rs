@@ -252,22 +252,35 @@ impl RtxQueue {
     }
 }
 
-/// A board kept by the stack for the next queue that fills, so that a connection that
-/// has one segment outstanding per round trip does not allocate and free a board (and its
-/// deque) each time. One per stack, and only a small one: what a stack holds beyond its
-/// connections stays bounded, and an idle connection still holds no heap.
+/// Boards kept by the stack for the next queues that fill, so that a connection that has
+/// one segment outstanding per round trip does not allocate and free a board (and its
+/// deque) each time. Up to [`SPARE_BOARDS`], each a small one: a burst of connections
+/// sending at once (a pingpong round of N connections: N queues fill before any empties)
+/// takes boards freed by the previous burst instead of `malloc`, whose free lists at
+/// 10,000 connections cost cache misses too (docs/bench.md, "Flat with connections"),
+/// while what a stack holds beyond its connections stays bounded (at most
+/// `SPARE_BOARDS` * (`SPARE_MAX_SEGS` * 24 bytes + a board)), and an idle connection still
+/// holds no heap.
 #[derive(Debug, Default)]
-pub(crate) struct SpareBoard(Option<Box<Board>>);
+#[expect(
+    clippy::vec_box,
+    reason = "a board moves between a queue and the spares as its box, not copied"
+)]
+pub(crate) struct SpareBoard(Vec<Box<Board>>);
 
 impl SpareBoard {
-    /// Heap bytes held by the kept board (0 when there is none), for memory accounting.
+    /// Heap bytes held by the kept boards (0 when there is none), for memory accounting.
     pub(crate) fn heap_bytes(&self) -> usize {
-        self.0.as_deref().map_or(0, Board::heap_bytes)
+        self.0.capacity() * size_of::<Box<Board>>()
+            + self.0.iter().map(|b| Board::heap_bytes(b)).sum::<usize>()
     }
 }
 
 /// The largest deque (in segments) a spare board may keep: 64 * 24 bytes.
 const SPARE_MAX_SEGS: usize = 64;
+/// The most boards kept for reuse: a device batch's worth of connections (the shm ring's
+/// 64 slots; Linux's NAPI weight is 64).
+const SPARE_BOARDS: usize = 64;
 
 /// The queue's state while anything is outstanding.
 #[derive(Debug)]
@@ -624,7 +637,7 @@ impl RtxQueue {
         }
         let board = self
             .board
-            .get_or_insert_with(|| spare.0.take().unwrap_or_else(|| Box::new(Board::new())));
+            .get_or_insert_with(|| spare.0.pop().unwrap_or_else(|| Box::new(Board::new())));
         board.segs.push_back(TxSegment {
             start,
             end,
@@ -730,11 +743,11 @@ impl RtxQueue {
     #[inline]
     fn release_board(&mut self, spare: &mut SpareBoard, tidy: impl FnOnce(&mut Board)) {
         if let Some(mut board) = self.board.take()
-            && spare.0.is_none()
+            && spare.0.len() < SPARE_BOARDS
             && board.segs.capacity() <= SPARE_MAX_SEGS
         {
             tidy(&mut board);
-            spare.0 = Some(board);
+            spare.0.push(board);
         }
     }
 
@@ -1149,7 +1162,7 @@ mod tests {
             q.is_empty() && q.heap_bytes() == 0,
             "an empty queue holds no heap"
         );
-        let kept = spare.0.as_deref().expect("the board went to the spare");
+        let kept = spare.0.last().expect("the board went to the spare");
         assert_eq!(
             (kept.sack_cache_len, kept.highest_sacked, kept.segs.len()),
             (0, SeqNumber(0), 0),
@@ -1161,7 +1174,7 @@ mod tests {
             let (s, e) = seg(base, i);
             q.push_reusing(s, e, t(20 + u64::from(i)), &mut spare);
         }
-        assert!(spare.0.is_none(), "the new queue took the spare");
+        assert!(spare.0.is_empty(), "the new queue took the spare");
         assert_eq!((q.sacked_out(), q.highest_sacked()), (0, None));
         let r = q.on_sack(&[block(base, 3, 5)], SeqNumber(base), seg(base, 6).0);
         assert_eq!(r.newly_sacked, 2, "the same block, new to this queue");
@@ -1174,8 +1187,34 @@ mod tests {
         }
         big.on_ack_reusing::<false>(seg(base, SPARE_MAX_SEGS as u32).1, t(1), &mut spare);
         assert!(
-            big.is_empty() && spare.0.is_none(),
+            big.is_empty() && spare.0.is_empty(),
             "a large board is freed"
+        );
+    }
+
+    /// A burst of queues filling at once (a pingpong round over many connections) takes
+    /// the boards the previous burst emptied, up to [`SPARE_BOARDS`] (no more are kept).
+    #[test]
+    fn a_burst_of_queues_reuses_the_previous_bursts_boards_up_to_the_bound() {
+        let base = 1000;
+        let mut spare = SpareBoard::default();
+        let n = SPARE_BOARDS + 10;
+        let mut qs: Vec<RtxQueue> = (0..n).map(|_| RtxQueue::new()).collect();
+        let fill = |qs: &mut Vec<RtxQueue>, spare: &mut SpareBoard| {
+            for q in qs.iter_mut() {
+                let (s, e) = seg(base, 0);
+                q.push_reusing(s, e, t(0), spare);
+            }
+        };
+        fill(&mut qs, &mut spare);
+        for q in &mut qs {
+            q.on_ack_reusing::<true>(seg(base, 0).1, t(1), &mut spare);
+        }
+        assert_eq!(spare.0.len(), SPARE_BOARDS, "kept up to the bound");
+        fill(&mut qs, &mut spare);
+        assert!(
+            spare.0.is_empty(),
+            "the kept boards were taken again, not new ones allocated"
         );
     }
 

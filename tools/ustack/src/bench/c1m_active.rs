@@ -93,6 +93,8 @@ pub struct Active {
     size: usize,
     /// Messages sent so far (each message's sequence number is unique in the run).
     sent: u64,
+    /// What a round reads, kept from round to round.
+    echoes: shm::Echoes,
     pub alone: Phase,
     pub beside_idle: Phase,
 }
@@ -114,6 +116,7 @@ impl Active {
             base,
             size,
             sent: 0,
+            echoes: shm::Echoes::default(),
             alone: Phase::default(),
             beside_idle: Phase::default(),
         };
@@ -184,7 +187,7 @@ impl Active {
         self.sent += self.streams.len() as u64;
         shm::round(
             rt,
-            events,
+            (events, &mut self.echoes),
             (&self.streams, self.base),
             seq0,
             self.size,

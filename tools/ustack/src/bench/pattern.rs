@@ -9,6 +9,20 @@ pub fn fill_message(buf: &mut [u8], seq: u64) {
     }
 }
 
+/// Whether `got` is message `seq`'s bytes from offset `at` on (what [`fill_message`]
+/// writes there), computed byte by byte: an echo is checked as its pieces arrive, with no
+/// copy of it kept.
+pub fn message_matches(seq: u64, at: usize, got: &[u8]) -> bool {
+    let head = seq.to_be_bytes();
+    got.iter().enumerate().all(|(k, &b)| {
+        let i = at + k;
+        b == head
+            .get(i)
+            .copied()
+            .unwrap_or_else(|| (seq as usize).wrapping_add(i - 8) as u8)
+    })
+}
+
 /// One period block of the stream pattern: 256 periods of 251 bytes.
 pub fn stream_chunk() -> Vec<u8> {
     (0..251 * 256).map(|i| stream_byte(i as u64)).collect()
@@ -54,6 +68,26 @@ pub fn message_seq(msg: &[u8]) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_message_is_matched_piece_by_piece_and_a_wrong_byte_anywhere_fails() {
+        for size in [8, 9, 64, 300] {
+            let mut m = vec![0u8; size];
+            let seq = 0x0102_0304_0506_07f0 + size as u64;
+            fill_message(&mut m, seq);
+            for cut in 0..=size {
+                assert!(message_matches(seq, 0, &m[..cut]), "{size} {cut}");
+                assert!(message_matches(seq, cut, &m[cut..]), "{size} {cut}");
+            }
+            assert!(!message_matches(seq + 1, 0, &m));
+            for i in 0..size {
+                let mut bad = m.clone();
+                bad[i] ^= 0x10;
+                assert!(!message_matches(seq, 0, &bad), "{size} {i}");
+                assert!(!message_matches(seq, i, &bad[i..]), "{size} {i}");
+            }
+        }
+    }
 
     #[test]
     fn stream_writes_stop_at_the_byte_count_and_continue_the_pattern() {
