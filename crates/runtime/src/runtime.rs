@@ -602,6 +602,12 @@ impl DropQueue {
         self.pending.store(true, Ordering::Release);
     }
 
+    /// Whether a key may be queued: one relaxed load, for the round's check.
+    #[inline]
+    fn pending(&self) -> bool {
+        self.pending.load(Ordering::Relaxed)
+    }
+
     fn take(&self) -> Vec<SocketKey> {
         if !self.pending.load(Ordering::Relaxed) || !self.pending.swap(false, Ordering::Acquire) {
             return Vec::new();
@@ -894,7 +900,17 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
     /// Close the sockets whose handles were dropped: a stream as `close(2)` (a FIN, or a
     /// RST with unread data), a listener with its accept queue, a UDP socket. A key gone
     /// stale meanwhile is skipped.
+    #[inline]
     fn close_dropped(&mut self) {
+        // Nothing dropped (every round but a handful): one load, no call.
+        if self.dropped.pending() {
+            self.close_dropped_now();
+        }
+    }
+
+    /// [`close_dropped`](Self::close_dropped) once a handle was dropped.
+    #[inline(never)]
+    fn close_dropped_now(&mut self) {
         let keys = self.dropped.take();
         if keys.is_empty() {
             return;
