@@ -787,6 +787,10 @@ impl<D: Device + fmt::Debug, C: Clock + fmt::Debug> fmt::Debug for Runtime<D, C>
 /// (module docs, *Adaptive busy polling*).
 pub const PROBE_EVERY: u32 = 16;
 
+/// With no registration in the poller, the stack's wake-ups are dropped once in this
+/// many rounds instead of every round (see `Runtime::harvest`).
+const UNWATCHED_DRAIN_EVERY: u64 = 64;
+
 /// The budget's clock: the runtime's, as the shard wants it.
 fn round(shard: &mut Shard<impl Device>, clock: &impl Clock) -> PollResult {
     let now = clock.now();
@@ -964,7 +968,14 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
     /// keep the loop awake.
     fn harvest(&mut self) -> bool {
         // With the stack's ready list empty, a `wait` that reports nothing does nothing.
-        if self.shard.stack().has_ready() {
+        // With no registration, the wake-ups reach nobody (Linux calls no
+        // `ep_poll_callback` for a socket in no epoll set): they stay on the stack's list,
+        // where a socket already queued is marked again for one OR, and are dropped every
+        // `UNWATCHED_DRAIN_EVERY` rounds, so that sockets closed and replaced meanwhile do
+        // not grow the list.
+        if self.shard.stack().has_ready()
+            && (!self.poller.is_empty() || self.stats.rounds.is_multiple_of(UNWATCHED_DRAIN_EVERY))
+        {
             let mut none = Vec::new();
             self.poller
                 .wait(self.shard.stack_for_ready_list(), &mut none, 0);

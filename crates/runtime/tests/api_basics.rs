@@ -254,3 +254,46 @@ fn every_builder_draws_its_own_locally_administered_unicast_mac() {
     assert_eq!(config(b.clone()), config(b));
     assert_ne!(random_mac(), random_mac());
 }
+
+/// A runtime with no registration leaves the stack's wake-ups on its list (nobody would
+/// hear them), reports nothing pending for them (so it does not keep a shared virtual
+/// clock from moving), drops them every 64 rounds (the list stays bounded), and a socket
+/// registered afterwards is still reported as ready.
+#[test]
+fn wake_ups_with_no_registration_wait_unharvested_and_registering_still_reports() {
+    use ustack_runtime::Mode;
+    use ustack_runtime::runtime::{Events, Interest, Source};
+    use ustack_stack::Readiness;
+    let (mut srt, mut crt, clock) = pair();
+    let (_l, server, client) = connected(&mut srt, &mut crt, &clock);
+    assert!(crt.poller().is_empty());
+    server.write(&mut srt, b"ping").unwrap();
+    run_until(&mut srt, &mut crt, &clock, |_, crt| {
+        crt.stack()
+            .readiness(client.key())
+            .intersects(Readiness::READABLE)
+    });
+    assert!(
+        !crt.poller().has_pending(crt.stack()),
+        "wake-ups no registration hears are not work"
+    );
+    // Still on the list a round later (unless that round is a 64th).
+    let rounds = crt.stats().rounds;
+    crt.run_once(Some(Duration::ZERO)).unwrap();
+    if (rounds + 1) % 64 != 0 {
+        assert!(crt.stack().has_ready(), "left for a registration to take");
+    }
+    // Within 64 rounds the list is dropped.
+    for _ in 0..64 {
+        crt.run_once(Some(Duration::ZERO)).unwrap();
+    }
+    assert!(!crt.stack().has_ready(), "dropped within 64 rounds");
+    crt.register(&client, 5, Interest::READABLE, Mode::Edge)
+        .unwrap();
+    let mut events = Events::with_capacity(4);
+    assert_eq!(crt.poll(&mut events, Some(Duration::ZERO)).unwrap(), 1);
+    let e = events.iter().next().unwrap();
+    assert_eq!(e.token, 5);
+    let mut buf = [0u8; 8];
+    assert_eq!(client.read(&mut crt, &mut buf).unwrap(), 4);
+}
