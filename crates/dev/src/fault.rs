@@ -455,6 +455,7 @@ impl FaultLine {
 
     /// The next frame copy that has arrived by `now`, taken off the wire (counted as
     /// delivered). Give the buffer back with [`recycle`](Self::recycle) when done.
+    #[inline]
     pub fn pop_due(&mut self, now: Instant) -> Option<Vec<u8>> {
         // The earlier head of the FIFO and the heap (`InFlight`'s order is reversed).
         let fifo = match (self.at_once.front(), self.wire.peek()) {
@@ -481,6 +482,7 @@ impl FaultLine {
     }
 
     /// Keep a frame buffer for the next frames.
+    #[inline]
     pub fn recycle(&mut self, frame: Vec<u8>) {
         if self.pool.len() < POOL_MAX {
             self.pool.push(frame);
