@@ -796,7 +796,7 @@ fn round(shard: &mut Shard<impl Device>, clock: &impl Clock) -> PollResult {
     let now = clock.now();
     let mut read = || clock.now();
     let budget = shard.budget().with_clock(&mut read);
-    shard.poll_once(now, budget)
+    shard.poll_once_now(now, budget)
 }
 
 fn did_work(r: &PollResult) -> bool {

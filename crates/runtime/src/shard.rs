@@ -387,10 +387,29 @@ impl<D: Device> Shard<D> {
     /// timers, transmit (see the module docs). `now` is the time given to the stack and the
     /// device; `budget.clock`, if any, only measures the receive time limit.
     pub fn poll_once(&mut self, now: Instant, mut budget: Budget<'_>) -> PollResult {
+        let start = budget.clock.as_mut().map(|clock| clock());
+        self.poll_from(now, budget, start)
+    }
+
+    /// [`poll_once`](Self::poll_once) for a caller whose `now` was read on the budget's
+    /// clock just before: the round's receive time starts there, without reading the
+    /// clock again (the runtime's round).
+    #[inline]
+    pub(crate) fn poll_once_now(&mut self, now: Instant, budget: Budget<'_>) -> PollResult {
+        let start = budget.clock.is_some().then_some(now);
+        self.poll_from(now, budget, start)
+    }
+
+    /// A round whose receive time started at `start` (`None`: no clock, no time limit).
+    fn poll_from(
+        &mut self,
+        now: Instant,
+        mut budget: Budget<'_>,
+        start: Option<Instant>,
+    ) -> PollResult {
         let mut result = PollResult::default();
         self.stats.polls += 1;
         self.deadline.set(None);
-        let start = budget.clock.as_mut().map(|clock| clock());
         let mut tx_left = self.transmit(now, &mut budget, start, &mut result);
 
         self.receive(now, &mut budget, start, &mut result);

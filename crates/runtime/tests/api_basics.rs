@@ -297,3 +297,39 @@ fn wake_ups_with_no_registration_wait_unharvested_and_registering_still_reports(
     let mut buf = [0u8; 8];
     assert_eq!(client.read(&mut crt, &mut buf).unwrap(), 4);
 }
+
+/// The runtime's rounds keep the receive time limit: with `net.core.netdev_budget_usecs`
+/// 0 every round takes one frame (the round's start is the `now` it was given, on the
+/// same clock), counted as a time squeeze.
+#[test]
+fn a_zero_receive_time_budget_takes_one_frame_a_round() {
+    let (a, b) = sim_pair(SimLinkConfig::default());
+    let clock = VirtualClock::new(Instant::ZERO);
+    let mut srt = RuntimeBuilder::new()
+        .ipv4(SERVER_IP, 24)
+        .seed(1)
+        .sysctl("net.core.netdev_budget_usecs", 0)
+        .build_with_clock(a, clock.participant())
+        .unwrap();
+    let mut crt = RuntimeBuilder::new()
+        .ipv4(CLIENT_IP, 24)
+        .seed(2)
+        .build_with_clock(b, clock.participant())
+        .unwrap();
+    let server = UdpSocket::bind(&mut srt, ADDR).unwrap();
+    let client = UdpSocket::bind(&mut crt, SocketAddrV4::new(CLIENT_IP, 0)).unwrap();
+    let mut buf = [0u8; 64];
+    client.send_to(&mut crt, b"first", ADDR).unwrap();
+    run_until(&mut srt, &mut crt, &clock, |srt, _| {
+        server.recv_from(srt, &mut buf).is_ok()
+    });
+    for _ in 0..5 {
+        client.send_to(&mut crt, b"more", ADDR).unwrap();
+    }
+    crt.run_once(Some(Duration::ZERO)).unwrap();
+    let squeezed = srt.shard_stats().time_squeeze;
+    let r = srt.run_once(Some(Duration::ZERO)).unwrap();
+    assert_eq!(r.rx, 1, "one frame, then the time is out");
+    assert!(r.work_left);
+    assert_eq!(srt.shard_stats().time_squeeze, squeezed + 1);
+}
