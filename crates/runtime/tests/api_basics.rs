@@ -32,11 +32,16 @@ use sim::{Rt, run_until};
 /// A server and a client runtime on one sim link and one virtual clock (each with the
 /// builder's random MAC).
 fn pair() -> (Rt, Rt, VirtualClock) {
+    pair_with_server(|b| b)
+}
+
+/// [`pair`], the server's builder first given to `server`.
+fn pair_with_server(
+    server: impl FnOnce(RuntimeBuilder) -> RuntimeBuilder,
+) -> (Rt, Rt, VirtualClock) {
     let (a, b) = sim_pair(SimLinkConfig::default());
     let clock = VirtualClock::new(Instant::ZERO);
-    let srt = RuntimeBuilder::new()
-        .ipv4(SERVER_IP, 24)
-        .seed(1)
+    let srt = server(RuntimeBuilder::new().ipv4(SERVER_IP, 24).seed(1))
         .build_with_clock(a, clock.participant())
         .unwrap();
     let crt = RuntimeBuilder::new()
@@ -303,19 +308,8 @@ fn wake_ups_with_no_registration_wait_unharvested_and_registering_still_reports(
 /// same clock), counted as a time squeeze.
 #[test]
 fn a_zero_receive_time_budget_takes_one_frame_a_round() {
-    let (a, b) = sim_pair(SimLinkConfig::default());
-    let clock = VirtualClock::new(Instant::ZERO);
-    let mut srt = RuntimeBuilder::new()
-        .ipv4(SERVER_IP, 24)
-        .seed(1)
-        .sysctl("net.core.netdev_budget_usecs", 0)
-        .build_with_clock(a, clock.participant())
-        .unwrap();
-    let mut crt = RuntimeBuilder::new()
-        .ipv4(CLIENT_IP, 24)
-        .seed(2)
-        .build_with_clock(b, clock.participant())
-        .unwrap();
+    let (mut srt, mut crt, clock) =
+        pair_with_server(|b| b.sysctl("net.core.netdev_budget_usecs", 0));
     let server = UdpSocket::bind(&mut srt, ADDR).unwrap();
     let client = UdpSocket::bind(&mut crt, SocketAddrV4::new(CLIENT_IP, 0)).unwrap();
     let mut buf = [0u8; 64];
