@@ -964,8 +964,8 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
 
     /// Move the stack's wake-ups onto the poller's ready list (reporting nothing: they
     /// wait for the next [`poll`](Self::poll)); whether the poller then has anything
-    /// pending. Wake-ups of sockets nobody registered are dropped here, so they do not
-    /// keep the loop awake.
+    /// pending. Wake-ups of sockets nobody registered are dropped here (with no
+    /// registration at all, every 64th round), so they do not keep the loop awake.
     fn harvest(&mut self) -> bool {
         // With the stack's ready list empty, a `wait` that reports nothing does nothing.
         // With no registration, the wake-ups reach nobody (Linux calls no
