@@ -30,7 +30,12 @@
 //!    once is counted in [`FaultStats::delayed`].
 //!
 //! Arrivals are kept in a min-heap ordered by (arrival time, send sequence), so frames
-//! arriving at the same instant keep the order they were sent in.
+//! arriving at the same instant keep the order they were sent in. A *clean* line (no
+//! fault that draws, no delay, no rate limit: `FaultConfig::default()`, the sim link's
+//! usual case) delivers a frame the moment it is sent; such frames go on a FIFO beside the
+//! heap instead, with the same (arrival time, sequence) keys, and the receiver takes
+//! whichever of the two heads comes first: the same order, without the heap's sifting
+//! or the per-frame fault arithmetic.
 //!
 //! **Determinism.** All randomness comes from a ChaCha8 generator per line. Every frame
 //! that passes the MTU check draws the same number of random values whatever the
@@ -71,7 +76,7 @@
 
 use core::cmp::Ordering;
 use core::time::Duration;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
@@ -235,6 +240,12 @@ pub struct FaultLine {
     config: FaultConfig,
     rng: ChaCha8Rng,
     wire: BinaryHeap<InFlight>,
+    /// Frames a clean line delivered at once (arrival time = send time), in (arrival time,
+    /// sequence) order: the heap's fast lane (see the module docs).
+    at_once: VecDeque<InFlight>,
+    /// The configuration puts frames on the wire untouched and undelayed
+    /// ([`FaultLine::is_clean`]), computed when it is set.
+    clean: bool,
     /// When the rate limiter finishes serialising everything queued so far.
     busy_until: Instant,
     /// Sub-nanosecond remainder of serialisation times (in units of 1/rate ns), so that
@@ -252,10 +263,13 @@ pub struct FaultLine {
 impl FaultLine {
     /// An empty line with `config`, its randomness from `seed`.
     pub fn new(config: FaultConfig, seed: [u8; 32]) -> Self {
+        let config = normalise(config);
         FaultLine {
-            config: normalise(config),
+            clean: is_clean(&config),
+            config,
             rng: ChaCha8Rng::from_seed(seed),
             wire: BinaryHeap::new(),
+            at_once: VecDeque::new(),
             busy_until: Instant::ZERO,
             carry: 0,
             next_seq: 0,
@@ -270,21 +284,11 @@ impl FaultLine {
         &self.config
     }
 
-    /// Whether no configured fault uses the frame's draws (loss, duplication, corruption,
-    /// reordering and jitter all off): a clean line.
-    fn draws_nothing(&self) -> bool {
-        let c = &self.config;
-        c.loss <= 0.0
-            && c.duplicate <= 0.0
-            && c.corrupt <= 0.0
-            && c.reorder <= 0.0
-            && c.jitter.is_zero()
-    }
-
     /// Change the conditions from now on (frames already on the wire keep their arrival
     /// times).
     pub fn set_config(&mut self, config: FaultConfig) {
         self.config = normalise(config);
+        self.clean = is_clean(&self.config);
     }
 
     /// The counters.
@@ -293,8 +297,16 @@ impl FaultLine {
     }
 
     /// When the next frame copy arrives (`None`: nothing on the wire).
+    #[inline]
     pub fn next_arrival(&self) -> Option<Instant> {
-        self.wire.peek().map(|f| f.arrive_at)
+        // An empty line (most calls): one test.
+        if self.stats.in_flight == 0 {
+            return None;
+        }
+        match (self.wire.peek(), self.at_once.front()) {
+            (Some(a), Some(b)) => Some(a.arrive_at.min(b.arrive_at)),
+            (a, b) => a.or(b).map(|f| f.arrive_at),
+        }
     }
 
     /// Bytes waiting for or under serialisation at `now`.
@@ -335,9 +347,26 @@ impl FaultLine {
             observe(FaultEvent::TooBig, frame);
             return false;
         }
+        // A clean line: the frame arrives as it is sent. It joins the FIFO unless the
+        // caller's clock went back (the FIFO stays in arrival order).
+        if self.clean && self.at_once.back().is_none_or(|f| f.arrive_at <= now) {
+            self.skipped_frames += 1;
+            let mut buf = self.pool.pop().unwrap_or_default();
+            buf.clear();
+            buf.extend_from_slice(frame);
+            let seq = self.next_seq;
+            self.next_seq += 1;
+            self.stats.in_flight += 1;
+            self.at_once.push_back(InFlight {
+                arrive_at: now,
+                seq,
+                frame: buf,
+            });
+            return true;
+        }
 
         let mut draws = [0u64; DRAWS];
-        if self.draws_nothing() {
+        if draws_nothing(&self.config) {
             // Every decision below is "no" whatever the draws: skip them (a ChaCha block
             // costs more than the rest of the frame's way over a clean line).
             self.skipped_frames += 1;
@@ -426,17 +455,34 @@ impl FaultLine {
 
     /// The next frame copy that has arrived by `now`, taken off the wire (counted as
     /// delivered). Give the buffer back with [`recycle`](Self::recycle) when done.
+    #[inline]
     pub fn pop_due(&mut self, now: Instant) -> Option<Vec<u8>> {
-        if self.wire.peek()?.arrive_at > now {
+        // The earlier head of the FIFO and the heap (`InFlight`'s order is reversed).
+        let fifo = match (self.at_once.front(), self.wire.peek()) {
+            (Some(a), Some(w)) => a > w,
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        let head = if fifo {
+            self.at_once.front()
+        } else {
+            self.wire.peek()
+        };
+        if head?.arrive_at > now {
             return None;
         }
-        let InFlight { frame, .. } = self.wire.pop()?;
+        let InFlight { frame, .. } = if fifo {
+            self.at_once.pop_front()?
+        } else {
+            self.wire.pop()?
+        };
         self.stats.in_flight -= 1;
         self.stats.delivered += 1;
         Some(frame)
     }
 
     /// Keep a frame buffer for the next frames.
+    #[inline]
     pub fn recycle(&mut self, frame: Vec<u8>) {
         if self.pool.len() < POOL_MAX {
             self.pool.push(frame);
@@ -454,14 +500,14 @@ impl FaultLine {
         buf: &mut [u8],
         observe: impl FnOnce(FaultEvent, &[u8]),
     ) -> Option<usize> {
-        // Nothing due (most polls of a busy loop): one test at the call, not a call.
-        if self.wire.peek().is_none_or(|f| f.arrive_at > now) {
+        // Nothing on the line (most polls of a busy loop): one test at the call, not a call.
+        if self.stats.in_flight == 0 {
             return None;
         }
         self.recv_due(now, buf, observe)
     }
 
-    /// [`recv`](Self::recv) once a frame is due.
+    /// [`recv`](Self::recv) once a frame is on the line (due or not).
     #[inline(never)]
     fn recv_due(
         &mut self,
@@ -480,6 +526,23 @@ impl FaultLine {
         self.recycle(frame);
         Some(n)
     }
+}
+
+/// Whether `c` leaves every frame untouched and undelayed: no fault that draws (loss,
+/// duplication, corruption, reordering, jitter), no delay, no rate limit. (A narrower MTU
+/// still applies: it is checked before.)
+fn is_clean(c: &FaultConfig) -> bool {
+    draws_nothing(c) && c.delay.is_zero() && c.rate_bps.is_none()
+}
+
+/// Whether no fault in `c` uses a frame's draws (loss, duplication, corruption, reordering
+/// and jitter all off).
+fn draws_nothing(c: &FaultConfig) -> bool {
+    c.loss <= 0.0
+        && c.duplicate <= 0.0
+        && c.corrupt <= 0.0
+        && c.reorder <= 0.0
+        && c.jitter.is_zero()
 }
 
 fn clamp_probability(p: f64) -> f64 {

@@ -229,6 +229,7 @@ impl SimLink {
     }
 
     /// When the next frame arrives at port `to` (`None`: nothing on the way to it).
+    #[inline]
     pub fn poll_at(&self, to: Side) -> Option<Instant> {
         self.dir(to.peer()).next_arrival()
     }

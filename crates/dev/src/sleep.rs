@@ -64,6 +64,7 @@ pub trait Sleep {
 }
 
 /// The earlier of two optional instants (`None`: no limit).
+#[inline]
 pub fn min_opt(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),

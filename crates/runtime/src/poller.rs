@@ -309,7 +309,8 @@ impl Poller {
     /// ones that were still ready, new or modified ones). The shard's loop must not sleep
     /// while this holds.
     pub fn has_pending(&self, stack: &Stack) -> bool {
-        !self.ready.is_empty() || stack.has_ready()
+        // Wake-ups with no registration to reach report nothing.
+        !self.ready.is_empty() || (self.len > 0 && stack.has_ready())
     }
 
     /// Report up to `max` ready sockets, appended to `events`; returns how many.

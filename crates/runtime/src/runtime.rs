@@ -609,6 +609,12 @@ impl DropQueue {
         self.pending.store(true, Ordering::Release);
     }
 
+    /// Whether a key may be queued: one relaxed load, for the round's check.
+    #[inline]
+    fn pending(&self) -> bool {
+        self.pending.load(Ordering::Relaxed)
+    }
+
     fn take(&self) -> Vec<SocketKey> {
         if !self.pending.load(Ordering::Relaxed) || !self.pending.swap(false, Ordering::Acquire) {
             return Vec::new();
@@ -779,12 +785,16 @@ impl<D: Device + fmt::Debug, C: Clock + fmt::Debug> fmt::Debug for Runtime<D, C>
 
 pub use crate::sched::PROBE_EVERY;
 
+/// With no registration in the poller, the stack's wake-ups are dropped once in this
+/// many rounds instead of every round (see `Runtime::harvest`).
+const UNWATCHED_DRAIN_EVERY: u64 = 64;
+
 /// The budget's clock: the runtime's, as the shard wants it.
 fn round(shard: &mut Shard<impl Device>, clock: &impl Clock) -> PollResult {
     let now = clock.now();
     let mut read = || clock.now();
     let budget = shard.budget().with_clock(&mut read);
-    shard.poll_once(now, budget)
+    shard.poll_once_now(now, budget)
 }
 
 fn did_work(r: &PollResult) -> bool {
@@ -892,7 +902,17 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
     /// Close the sockets whose handles were dropped: a stream as `close(2)` (a FIN, or a
     /// RST with unread data), a listener with its accept queue, a UDP socket. A key gone
     /// stale meanwhile is skipped.
+    #[inline]
     fn close_dropped(&mut self) {
+        // Nothing dropped (every round but a handful): one load, no call.
+        if self.dropped.pending() {
+            self.close_dropped_now();
+        }
+    }
+
+    /// [`close_dropped`](Self::close_dropped) once a handle was dropped.
+    #[inline(never)]
+    fn close_dropped_now(&mut self) {
         let keys = self.dropped.take();
         if keys.is_empty() {
             return;
@@ -942,11 +962,18 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
 
     /// Move the stack's wake-ups onto the poller's ready list (reporting nothing: they
     /// wait for the next [`poll`](Self::poll)); whether the poller then has anything
-    /// pending. Wake-ups of sockets nobody registered are dropped here, so they do not
-    /// keep the loop awake.
+    /// pending. Wake-ups of sockets nobody registered are dropped here (with no
+    /// registration at all, every 64th round), so they do not keep the loop awake.
     fn harvest(&mut self) -> bool {
         // With the stack's ready list empty, a `wait` that reports nothing does nothing.
-        if self.shard.stack().has_ready() {
+        // With no registration, the wake-ups reach nobody (Linux calls no
+        // `ep_poll_callback` for a socket in no epoll set): they stay on the stack's list,
+        // where a socket already queued is marked again for one OR, and are dropped every
+        // `UNWATCHED_DRAIN_EVERY` rounds, so that sockets closed and replaced meanwhile do
+        // not grow the list.
+        if self.shard.stack().has_ready()
+            && (!self.poller.is_empty() || self.stats.rounds.is_multiple_of(UNWATCHED_DRAIN_EVERY))
+        {
             let mut none = Vec::new();
             self.poller
                 .wait(self.shard.stack_for_ready_list(), &mut none, 0);

@@ -387,10 +387,29 @@ impl<D: Device> Shard<D> {
     /// timers, transmit (see the module docs). `now` is the time given to the stack and the
     /// device; `budget.clock`, if any, only measures the receive time limit.
     pub fn poll_once(&mut self, now: Instant, mut budget: Budget<'_>) -> PollResult {
+        let start = budget.clock.as_mut().map(|clock| clock());
+        self.poll_from(now, budget, start)
+    }
+
+    /// [`poll_once`](Self::poll_once) for a caller whose `now` was read on the budget's
+    /// clock just before: the round's receive time starts there, without reading the
+    /// clock again (the runtime's round).
+    #[inline]
+    pub(crate) fn poll_once_now(&mut self, now: Instant, budget: Budget<'_>) -> PollResult {
+        let start = budget.clock.is_some().then_some(now);
+        self.poll_from(now, budget, start)
+    }
+
+    /// A round whose receive time started at `start` (`None`: no clock, no time limit).
+    fn poll_from(
+        &mut self,
+        now: Instant,
+        mut budget: Budget<'_>,
+        start: Option<Instant>,
+    ) -> PollResult {
         let mut result = PollResult::default();
         self.stats.polls += 1;
         self.deadline.set(None);
-        let start = budget.clock.as_mut().map(|clock| clock());
         let mut tx_left = self.transmit(now, &mut budget, start, &mut result);
 
         self.receive(now, &mut budget, start, &mut result);
@@ -554,6 +573,21 @@ impl<D: Device> Shard<D> {
             return Quota::Drained;
         }
         let _stage = profile::enter(Stage::DeviceTx);
+        // One frame queued (a request-response's usual round): straight to the device and
+        // back to the stack, without the batch vector.
+        if self.stack.tx_queue_len() == 1
+            && self.device.tx_space().is_none_or(|n| n > 0)
+            && let Some(frame) = self.stack.poll_transmit(now)
+        {
+            if !self.stack.tx_pending() {
+                let dropped = self.device.send_batch(now, &[&frame]);
+                self.count_batch(1, dropped, result);
+                self.stack.recycle(frame);
+                return Quota::Drained;
+            }
+            // Taking it let waiting connections queue more: batch them all.
+            self.tx_batch.push(frame);
+        }
         let mut sent = 0;
         loop {
             if sent >= TX_QUOTA {
@@ -587,10 +621,7 @@ impl<D: Device> Shard<D> {
                     self.device.send_batch(now, &frames[..n])
                 }
             };
-            result.tx += n;
-            self.stats.transmitted += n as u64;
-            self.stats.tx_dropped += dropped as u64;
-            self.stats.tx_batches += 1;
+            self.count_batch(n, dropped, result);
             for frame in self.tx_batch.drain(..) {
                 self.stack.recycle(frame);
             }
@@ -598,6 +629,15 @@ impl<D: Device> Shard<D> {
                 return Quota::Drained;
             }
         }
+    }
+
+    /// Count a batch of `n` frames handed to the device, `dropped` of them refused.
+    #[inline]
+    fn count_batch(&mut self, n: usize, dropped: usize, result: &mut PollResult) {
+        result.tx += n;
+        self.stats.transmitted += n as u64;
+        self.stats.tx_dropped += dropped as u64;
+        self.stats.tx_batches += 1;
     }
 
     /// When the next round has work without new input from outside: the earlier of the

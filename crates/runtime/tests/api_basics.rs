@@ -32,11 +32,16 @@ use sim::{Rt, run_until};
 /// A server and a client runtime on one sim link and one virtual clock (each with the
 /// builder's random MAC).
 fn pair() -> (Rt, Rt, VirtualClock) {
+    pair_with_server(|b| b)
+}
+
+/// [`pair`], the server's builder first given to `server`.
+fn pair_with_server(
+    server: impl FnOnce(RuntimeBuilder) -> RuntimeBuilder,
+) -> (Rt, Rt, VirtualClock) {
     let (a, b) = sim_pair(SimLinkConfig::default());
     let clock = VirtualClock::new(Instant::ZERO);
-    let srt = RuntimeBuilder::new()
-        .ipv4(SERVER_IP, 24)
-        .seed(1)
+    let srt = server(RuntimeBuilder::new().ipv4(SERVER_IP, 24).seed(1))
         .build_with_clock(a, clock.participant())
         .unwrap();
     let crt = RuntimeBuilder::new()
@@ -253,4 +258,72 @@ fn every_builder_draws_its_own_locally_administered_unicast_mac() {
     let b = RuntimeBuilder::new();
     assert_eq!(config(b.clone()), config(b));
     assert_ne!(random_mac(), random_mac());
+}
+
+/// A runtime with no registration leaves the stack's wake-ups on its list (nobody would
+/// hear them), reports nothing pending for them (so it does not keep a shared virtual
+/// clock from moving), drops them every 64 rounds (the list stays bounded), and a socket
+/// registered afterwards is still reported as ready.
+#[test]
+fn wake_ups_with_no_registration_wait_unharvested_and_registering_still_reports() {
+    use ustack_runtime::Mode;
+    use ustack_runtime::runtime::{Events, Interest, Source};
+    use ustack_stack::Readiness;
+    let (mut srt, mut crt, clock) = pair();
+    let (_l, server, client) = connected(&mut srt, &mut crt, &clock);
+    assert!(crt.poller().is_empty());
+    server.write(&mut srt, b"ping").unwrap();
+    run_until(&mut srt, &mut crt, &clock, |_, crt| {
+        crt.stack()
+            .readiness(client.key())
+            .intersects(Readiness::READABLE)
+    });
+    assert!(
+        !crt.poller().has_pending(crt.stack()),
+        "wake-ups no registration hears are not work"
+    );
+    // Still on the list a round later (unless that round is a 64th).
+    let rounds = crt.stats().rounds;
+    crt.run_once(Some(Duration::ZERO)).unwrap();
+    if (rounds + 1) % 64 != 0 {
+        assert!(crt.stack().has_ready(), "left for a registration to take");
+    }
+    // Within 64 rounds the list is dropped.
+    for _ in 0..64 {
+        crt.run_once(Some(Duration::ZERO)).unwrap();
+    }
+    assert!(!crt.stack().has_ready(), "dropped within 64 rounds");
+    crt.register(&client, 5, Interest::READABLE, Mode::Edge)
+        .unwrap();
+    let mut events = Events::with_capacity(4);
+    assert_eq!(crt.poll(&mut events, Some(Duration::ZERO)).unwrap(), 1);
+    let e = events.iter().next().unwrap();
+    assert_eq!(e.token, 5);
+    let mut buf = [0u8; 8];
+    assert_eq!(client.read(&mut crt, &mut buf).unwrap(), 4);
+}
+
+/// The runtime's rounds keep the receive time limit: with `net.core.netdev_budget_usecs`
+/// 0 every round takes one frame (the round's start is the `now` it was given, on the
+/// same clock), counted as a time squeeze.
+#[test]
+fn a_zero_receive_time_budget_takes_one_frame_a_round() {
+    let (mut srt, mut crt, clock) =
+        pair_with_server(|b| b.sysctl("net.core.netdev_budget_usecs", 0));
+    let server = UdpSocket::bind(&mut srt, ADDR).unwrap();
+    let client = UdpSocket::bind(&mut crt, SocketAddrV4::new(CLIENT_IP, 0)).unwrap();
+    let mut buf = [0u8; 64];
+    client.send_to(&mut crt, b"first", ADDR).unwrap();
+    run_until(&mut srt, &mut crt, &clock, |srt, _| {
+        server.recv_from(srt, &mut buf).is_ok()
+    });
+    for _ in 0..5 {
+        client.send_to(&mut crt, b"more", ADDR).unwrap();
+    }
+    crt.run_once(Some(Duration::ZERO)).unwrap();
+    let squeezed = srt.shard_stats().time_squeeze;
+    let r = srt.run_once(Some(Duration::ZERO)).unwrap();
+    assert_eq!(r.rx, 1, "one frame, then the time is out");
+    assert!(r.work_left);
+    assert_eq!(srt.shard_stats().time_squeeze, squeezed + 1);
 }
