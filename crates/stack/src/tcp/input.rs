@@ -110,7 +110,7 @@ impl Stack {
         let Ok(packet) = tcp::Packet::new_checked(inbound.payload) else {
             return self.mib.drop(DropReason::TcpHdr);
         };
-        if !self.checksum_offload && !packet.verify_checksum(&src, &dst) {
+        if !self.l4_csum_trusted() && !packet.verify_checksum(&src, &dst) {
             return self.mib.drop(DropReason::TcpCsum);
         }
         let seg = match tcp::Repr::parse(&packet, &src, &dst, false) {
@@ -139,7 +139,7 @@ impl Stack {
         let Ok(packet) = tcp::Packet::new_checked(inbound.payload) else {
             return self.mib.drop(DropReason::TcpHdr);
         };
-        if !self.checksum_offload && !packet.verify_checksum(&src, &dst) {
+        if !self.l4_csum_trusted() && !packet.verify_checksum(&src, &dst) {
             return self.mib.drop(DropReason::TcpCsum);
         }
         let seg = match tcp::Repr::parse(&packet, &src, &dst, false) {
