@@ -32,9 +32,14 @@
 //! TCP checksum and segmentation of what it sends us, and hands over super-segments of up
 //! to 64 KiB, one `read(2)` each, behind a 10-byte `struct virtio_net_hdr` (the kernel's
 //! default header size). [`Device::recv`] reads the header and the packet with one
-//! `readv(2)`, completes a partial checksum (`VIRTIO_NET_HDR_F_NEEDS_CSUM`: the field holds
-//! the pseudo-header sum; the sum from `csum_start` goes in at `csum_offset`, as Linux's
-//! `skb_checksum_help` does) and returns the IP packet, whose total length may exceed the
+//! `readv(2)` and returns the IP packet, with the kernel's word on its TCP or UDP checksum
+//! ([`Device::rx_csum_unnecessary`]: `VIRTIO_NET_HDR_F_NEEDS_CSUM`, a packet the kernel
+//! made and left the checksum of to the device, or `VIRTIO_NET_HDR_F_DATA_VALID`, one it
+//! verified), which the runtime passes to the stack so that it does not verify it again
+//! (Linux's `skb_csum_unnecessary`). A partial checksum (`NEEDS_CSUM`: the field holds the
+//! pseudo-header sum) is completed only for a caller that did not say it passes that word
+//! on ([`Device::trust_rx_csum`]; a capture does not): the sum from `csum_start` goes in at
+//! `csum_offset`, as Linux's `skb_checksum_help` does. The packet's total length may exceed the
 //! MTU ([`DeviceCaps::gro_max_size`] is 65,535, so the runtime's receive buffer is that
 //! large; IP input checks total length against the packet, not the MTU, as Linux does).
 //! A header that does not fit the packet is counted ([`TunStats::rx_bad_vnet`]) and the
