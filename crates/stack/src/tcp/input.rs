@@ -1085,10 +1085,25 @@ impl Sock<'_> {
         // Linux tcp_event_data_recv (icsk_ack.lrcvtime): data that a reply may follow.
         tcb.flags.set(TcbFlags::DATA_RCVD);
         let unacked = tcb.rcv.nxt - tcb.rcv.wup;
-        if tcb.quick_acks > 0
-            || unacked >= 2 * usize::from(tcb.mss)
-            || tcb.flags.has(TcbFlags::ACK_PENDING) && unacked > usize::from(tcb.mss)
-        {
+        // Linux __tcp_ack_snd_check: "... and right edge of window advances far enough.
+        // (tcp_recvmsg() will send ACK otherwise)": a segment the window cannot grow past
+        // waits for the read (`tcp_recv`), which acknowledges everything come since (a
+        // bulk receiver then ACKs per read, not per 64 KiB super-segment). Not Linux:
+        // only while the peer has half the window last offered left to send into, so
+        // that a reader that pauses still gets an ACK each time what is left halves (not
+        // only the delayed-ACK timer's), and the segment that closes the window is
+        // acknowledged at once.
+        let full_frames = unacked >= 2 * usize::from(tcb.mss)
+            || tcb.flags.has(TcbFlags::ACK_PENDING) && unacked > usize::from(tcb.mss);
+        let ack_now = if full_frames {
+            let left = tcb.receive_window();
+            let left_to_read = tcb.free_window(self.pool.under_pressure()) < tcb.rcv.wnd
+                && 2 * u64::from(left) >= u64::from(tcb.rcv.wnd);
+            !left_to_read
+        } else {
+            tcb.receive_window() == 0
+        };
+        if tcb.quick_acks > 0 || ack_now {
             tcb.flags.set(TcbFlags::ACK_NOW);
         } else {
             tcb.flags.set(TcbFlags::ACK_PENDING);
