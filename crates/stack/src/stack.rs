@@ -173,6 +173,7 @@ impl Stack {
         self.checksum_offload || self.rx_csum_ok
     }
 
+    #[inline]
     fn receive_frame(&mut self, now: Instant, frame: &[u8]) {
         let _stage = ustack_obs::profile::enter(ustack_obs::profile::Stage::L2L3);
         match self.medium {

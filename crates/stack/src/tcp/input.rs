@@ -1095,15 +1095,16 @@ impl Sock<'_> {
         // acknowledged at once.
         let full_frames = unacked >= 2 * usize::from(tcb.mss)
             || tcb.flags.has(TcbFlags::ACK_PENDING) && unacked > usize::from(tcb.mss);
-        let ack_now = if full_frames {
-            let left = tcb.receive_window();
-            let left_to_read = tcb.free_window(self.pool.under_pressure()) < tcb.rcv.wnd
-                && 2 * u64::from(left) >= u64::from(tcb.rcv.wnd);
-            !left_to_read
-        } else {
-            tcb.receive_window() == 0
-        };
-        if tcb.quick_acks > 0 || ack_now {
+        let ack_now = tcb.quick_acks > 0
+            || if full_frames {
+                let left = tcb.receive_window();
+                let left_to_read = tcb.free_window(self.pool.under_pressure()) < tcb.rcv.wnd
+                    && 2 * u64::from(left) >= u64::from(tcb.rcv.wnd);
+                !left_to_read
+            } else {
+                tcb.receive_window() == 0
+            };
+        if ack_now {
             tcb.flags.set(TcbFlags::ACK_NOW);
         } else {
             tcb.flags.set(TcbFlags::ACK_PENDING);
