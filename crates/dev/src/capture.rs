@@ -209,6 +209,12 @@ impl<D: Device, W: Write> Device for Capture<D, W> {
     fn poll_at(&self) -> Option<Instant> {
         self.device.poll_at()
     }
+
+    /// Passed on; `trust_rx_csum` is not, so that the frames captured carry whole
+    /// checksums.
+    fn rx_csum_unnecessary(&self) -> bool {
+        self.device.rx_csum_unnecessary()
+    }
 }
 
 /// The switch and queue of one or more [`Tap`]s: capture from a running server
@@ -346,5 +352,11 @@ impl<D: Device> Device for Tap<D> {
 
     fn poll_at(&self) -> Option<Instant> {
         self.device.poll_at()
+    }
+
+    /// Passed on; `trust_rx_csum` is not, so that the frames captured carry whole
+    /// checksums.
+    fn rx_csum_unnecessary(&self) -> bool {
+        self.device.rx_csum_unnecessary()
     }
 }

@@ -31,6 +31,8 @@ use ustack_wire::checksum;
 pub const VNET_HDR_LEN: usize = 10;
 /// `VIRTIO_NET_HDR_F_NEEDS_CSUM`.
 pub const VNET_F_NEEDS_CSUM: u8 = 1;
+/// `VIRTIO_NET_HDR_F_DATA_VALID`: the kernel verified the packet's checksum.
+pub const VNET_F_DATA_VALID: u8 = 2;
 /// `VIRTIO_NET_HDR_GSO_NONE`.
 pub const VNET_GSO_NONE: u8 = 0;
 /// `VIRTIO_NET_HDR_GSO_TCPV4`.

@@ -177,6 +177,28 @@ pub trait Device {
     /// The earliest time at which `recv` may next return a frame (`None`: nothing in
     /// flight). Lets a virtual clock jump. A time at or before `now` means "now".
     fn poll_at(&self) -> Option<Instant>;
+    /// Whether the link vouched for the transport (TCP, UDP) checksum of the frame
+    /// [`recv`](Device::recv) last returned, so that the stack need not verify it
+    /// (`ustack_stack::Stack::receive_with`): the kernel verified it (virtio-net
+    /// `DATA_VALID`, Linux's `CHECKSUM_UNNECESSARY`) or made the packet itself and left
+    /// the checksum to the device (`NEEDS_CSUM`, `CHECKSUM_PARTIAL`: it crossed no wire;
+    /// Linux's `skb_csum_unnecessary` trusts both). A wrapper that may change a frame's
+    /// bytes (a fault injector) must not forward it.
+    ///
+    /// Provided: false.
+    fn rx_csum_unnecessary(&self) -> bool {
+        false
+    }
+    /// The caller passes [`rx_csum_unnecessary`](Device::rx_csum_unnecessary) on to the
+    /// stack with every frame, so the device may leave a checksum it vouches for
+    /// unfinished (a TUN queue with offloads then skips completing the kernel's partial
+    /// checksums, a pass over each super-segment; the frame's checksum field keeps the
+    /// pseudo-header sum, as in a capture on Linux with offloads). A caller that does not
+    /// say so gets every frame with its checksum complete. A wrapper that forwards it must
+    /// forward `rx_csum_unnecessary` too.
+    ///
+    /// Provided: nothing (the device always completes its checksums).
+    fn trust_rx_csum(&mut self) {}
 }
 
 /// [`Device::send_batch`] frame by frame: [`Device::send_more`] on each, with the hint on
@@ -213,6 +235,12 @@ impl<D: Device + ?Sized> Device for &mut D {
     fn poll_at(&self) -> Option<Instant> {
         (**self).poll_at()
     }
+    fn rx_csum_unnecessary(&self) -> bool {
+        (**self).rx_csum_unnecessary()
+    }
+    fn trust_rx_csum(&mut self) {
+        (**self).trust_rx_csum()
+    }
 }
 
 impl<D: Device + ?Sized> Device for Box<D> {
@@ -236,5 +264,11 @@ impl<D: Device + ?Sized> Device for Box<D> {
     }
     fn poll_at(&self) -> Option<Instant> {
         (**self).poll_at()
+    }
+    fn rx_csum_unnecessary(&self) -> bool {
+        (**self).rx_csum_unnecessary()
+    }
+    fn trust_rx_csum(&mut self) {
+        (**self).trust_rx_csum()
     }
 }

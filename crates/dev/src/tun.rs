@@ -32,9 +32,14 @@
 //! TCP checksum and segmentation of what it sends us, and hands over super-segments of up
 //! to 64 KiB, one `read(2)` each, behind a 10-byte `struct virtio_net_hdr` (the kernel's
 //! default header size). [`Device::recv`] reads the header and the packet with one
-//! `readv(2)`, completes a partial checksum (`VIRTIO_NET_HDR_F_NEEDS_CSUM`: the field holds
-//! the pseudo-header sum; the sum from `csum_start` goes in at `csum_offset`, as Linux's
-//! `skb_checksum_help` does) and returns the IP packet, whose total length may exceed the
+//! `readv(2)` and returns the IP packet, with the kernel's word on its TCP or UDP checksum
+//! ([`Device::rx_csum_unnecessary`]: `VIRTIO_NET_HDR_F_NEEDS_CSUM`, a packet the kernel
+//! made and left the checksum of to the device, or `VIRTIO_NET_HDR_F_DATA_VALID`, one it
+//! verified), which the runtime passes to the stack so that it does not verify it again
+//! (Linux's `skb_csum_unnecessary`). A partial checksum (`NEEDS_CSUM`: the field holds the
+//! pseudo-header sum) is completed only for a caller that did not say it passes that word
+//! on ([`Device::trust_rx_csum`]; a capture does not): the sum from `csum_start` goes in at
+//! `csum_offset`, as Linux's `skb_checksum_help` does. The packet's total length may exceed the
 //! MTU ([`DeviceCaps::gro_max_size`] is 65,535, so the runtime's receive buffer is that
 //! large; IP input checks total length against the packet, not the MTU, as Linux does).
 //! A header that does not fit the packet is counted ([`TunStats::rx_bad_vnet`]) and the
@@ -58,7 +63,7 @@ use rustix::event::{PollFd, PollFlags};
 use rustix::io::Errno;
 use ustack_obs::time::Instant;
 
-use crate::gso::{self, VNET_F_NEEDS_CSUM, VNET_GSO_NONE};
+use crate::gso::{self, VNET_F_DATA_VALID, VNET_F_NEEDS_CSUM, VNET_GSO_NONE};
 use crate::netns::invalid;
 use crate::sleep::timespec;
 use crate::sys::netif;
@@ -176,6 +181,8 @@ impl Tun {
                 name: name.clone(),
                 caps,
                 vnet: config.offload,
+                rx_csum_ok: false,
+                trust_rx_csum: false,
                 stats: TunStats::default(),
             })
             .collect();
@@ -228,8 +235,13 @@ pub struct TunStats {
     pub sleeps: u64,
     /// With offloads: super-segments read (a `gso_type` other than none).
     pub rx_gso: u64,
-    /// With offloads: partial checksums completed (`VIRTIO_NET_HDR_F_NEEDS_CSUM`).
+    /// With offloads: partial checksums completed (`VIRTIO_NET_HDR_F_NEEDS_CSUM`), for a
+    /// caller that did not ask to leave them ([`Device::trust_rx_csum`]).
     pub rx_csum_completed: u64,
+    /// With offloads: packets whose TCP or UDP checksum the kernel vouched for
+    /// (`VIRTIO_NET_HDR_F_NEEDS_CSUM` or `VIRTIO_NET_HDR_F_DATA_VALID`), handed over with
+    /// [`Device::rx_csum_unnecessary`] true: the stack does not verify them.
+    pub rx_csum_trusted: u64,
     /// With offloads: packets dropped for a virtio-net header that does not fit them
     /// (shorter than the header, or a checksum position outside the packet).
     pub rx_bad_vnet: u64,
@@ -248,6 +260,11 @@ pub struct TunQueue {
     caps: DeviceCaps,
     /// Every read and write carries a [`VNET_HDR_LEN`]-byte virtio-net header first.
     vnet: bool,
+    /// The last packet read came with the kernel's word for its checksum.
+    rx_csum_ok: bool,
+    /// The caller honours `rx_csum_ok` ([`Device::trust_rx_csum`]): partial checksums
+    /// are left unfinished.
+    trust_rx_csum: bool,
     stats: TunStats,
 }
 
@@ -260,14 +277,20 @@ pub use crate::gso::VNET_HDR_LEN;
 /// the sum of everything from `csum_start` goes in its place. False if the positions do not
 /// fit the packet.
 fn complete_csum(hdr: &[u8; VNET_HDR_LEN], packet: &mut [u8]) -> bool {
-    let start = usize::from(u16::from_le_bytes([hdr[6], hdr[7]]));
-    let field = start + usize::from(u16::from_le_bytes([hdr[8], hdr[9]]));
-    if field + 2 > packet.len() {
+    let Some((start, field)) = csum_position(hdr, packet.len()) else {
         return false;
-    }
+    };
     let sum = ustack_wire::checksum::checksum(&packet[start..]);
     packet[field..field + 2].copy_from_slice(&sum.to_be_bytes());
     true
+}
+
+/// Where a partial checksum starts and where its field is (`csum_start`, `csum_start +
+/// csum_offset`), if they fit a packet of `len` bytes.
+fn csum_position(hdr: &[u8; VNET_HDR_LEN], len: usize) -> Option<(usize, usize)> {
+    let start = usize::from(u16::from_le_bytes([hdr[6], hdr[7]]));
+    let field = start + usize::from(u16::from_le_bytes([hdr[8], hdr[9]]));
+    (field + 2 <= len).then_some((start, field))
 }
 
 /// Attach or detach the TUN queue whose file (or a `dup` of it) is `fd`, without closing
@@ -343,15 +366,29 @@ impl TunQueue {
         true
     }
 
-    /// What the virtio-net header `hdr` says about `packet`: complete a partial checksum,
-    /// count a super-segment. False (counted) if the header does not fit the packet.
+    /// What the virtio-net header `hdr` says about `packet`: the kernel's word for its
+    /// checksum, a partial checksum to complete (unless the caller trusts the word),
+    /// a super-segment to count. False (counted) if the header does not fit the packet.
     fn take_vnet(&mut self, hdr: &[u8; VNET_HDR_LEN], packet: &mut [u8]) -> bool {
         if hdr[0] & VNET_F_NEEDS_CSUM != 0 {
-            if !complete_csum(hdr, packet) {
+            let fits = if self.trust_rx_csum {
+                csum_position(hdr, packet.len()).is_some()
+            } else {
+                complete_csum(hdr, packet)
+            };
+            if !fits {
                 self.stats.rx_bad_vnet += 1;
                 return false;
             }
-            self.stats.rx_csum_completed += 1;
+            if !self.trust_rx_csum {
+                self.stats.rx_csum_completed += 1;
+            }
+        }
+        // Linux `virtio_net_hdr_from_skb`: NEEDS_CSUM for a CHECKSUM_PARTIAL skb (made
+        // on this host), DATA_VALID for a CHECKSUM_UNNECESSARY one (verified already).
+        self.rx_csum_ok = hdr[0] & (VNET_F_NEEDS_CSUM | VNET_F_DATA_VALID) != 0;
+        if self.rx_csum_ok {
+            self.stats.rx_csum_trusted += 1;
         }
         if hdr[1] != VNET_GSO_NONE {
             self.stats.rx_gso += 1;
@@ -366,6 +403,7 @@ impl Device for TunQueue {
     }
 
     fn recv(&mut self, _now: Instant, buf: &mut [u8]) -> Option<usize> {
+        self.rx_csum_ok = false;
         let mut hdr = [0u8; VNET_HDR_LEN];
         let hdr_len = if self.vnet { VNET_HDR_LEN } else { 0 };
         loop {
@@ -456,5 +494,13 @@ impl Device for TunQueue {
 
     fn poll_at(&self) -> Option<Instant> {
         None
+    }
+
+    fn rx_csum_unnecessary(&self) -> bool {
+        self.rx_csum_ok
+    }
+
+    fn trust_rx_csum(&mut self) {
+        self.trust_rx_csum = true;
     }
 }

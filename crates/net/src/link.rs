@@ -137,6 +137,12 @@ impl Device for DynLink {
     fn poll_at(&self) -> Option<Instant> {
         self.0.poll_at()
     }
+    fn rx_csum_unnecessary(&self) -> bool {
+        self.0.rx_csum_unnecessary()
+    }
+    fn trust_rx_csum(&mut self) {
+        self.0.trust_rx_csum()
+    }
 }
 
 impl Sleep for DynLink {

@@ -176,6 +176,12 @@ impl Device for KernelQueue {
     fn poll_at(&self) -> Option<Instant> {
         each!(self, q => q.poll_at())
     }
+    fn rx_csum_unnecessary(&self) -> bool {
+        each!(self, q => q.rx_csum_unnecessary())
+    }
+    fn trust_rx_csum(&mut self) {
+        each!(self, q => q.trust_rx_csum())
+    }
 }
 
 impl Sleep for KernelQueue {

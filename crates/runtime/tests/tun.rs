@@ -24,6 +24,7 @@ use core::time::Duration;
 use std::io::ErrorKind;
 
 use ustack_dev::Device;
+use ustack_dev::fault::{FaultConfig, Faulty};
 use ustack_dev::tun::{Tun, TunConfig, TunStats};
 use ustack_runtime::runtime::RuntimeBuilder;
 use ustack_stack::Instant;
@@ -95,7 +96,9 @@ fn kernel_client_sends_64mib_to_ustack_in_super_segments() {
         return;
     };
     assert!(s.rx_gso > 0, "no super-segment came: {s:?}");
+    // Captured: the capture does not let the queue leave partial checksums unfinished.
     assert!(s.rx_csum_completed > 0, "no partial checksum came: {s:?}");
+    assert!(s.rx_csum_trusted > 0, "no checksum vouched for: {s:?}");
     assert_eq!(
         (s.rx_bad_vnet, s.rx_truncated, s.rx_errors),
         (0, 0, 0),
@@ -103,6 +106,101 @@ fn kernel_client_sends_64mib_to_ustack_in_super_segments() {
     );
     // Far fewer reads than 1500-byte packets would need.
     assert!(s.rx_packets < (64 << 20) / 1460 / 4, "{s:?}");
+}
+
+/// The kernel's counters for the rig's TUN interface in the namespace `ns` (a
+/// `/proc/<pid>/ns/net` path), read from `/proc/net/dev` inside it: packets it sent
+/// ustack and sent packets it dropped (`tun_net_xmit` found the queue's ring full).
+fn kernel_tx_counters(ns: &std::path::Path) -> (u64, u64) {
+    let out = std::process::Command::new("timeout")
+        .arg("5")
+        .arg("nsenter")
+        .arg(format!("--net={}", ns.display()))
+        .args(["cat", "/proc/net/dev"])
+        .output()
+        .expect("reading /proc/net/dev in the namespace");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find_map(|l| l.trim_start().strip_prefix(&format!("{TUN_NAME}:")))
+        .unwrap_or_else(|| panic!("no {TUN_NAME} in {text}"));
+    let n: Vec<u64> = line
+        .split_whitespace()
+        .map(|w| w.parse().unwrap())
+        .collect();
+    // Receive: 8 columns; transmit: bytes, packets, errs, drop, ...
+    (n[9], n[11])
+}
+
+/// With the offloads taken and nothing between the queue and the runtime, the kernel's
+/// partial checksums are left as they came (`NEEDS_CSUM`: the packet never crossed a
+/// wire) and the stack does not verify them: a stack that did would drop every segment
+/// (the field holds only the pseudo-header sum) and the digest would never come. And at
+/// the kernel's default `txqueuelen` of 500, the kernel never finds ustack's queue full:
+/// 64 MiB in super-segments are at most a window's worth (a few dozen) in the ring.
+#[test]
+fn kernel_sends_64mib_in_super_segments_unverified_and_none_dropped_at_txqueuelen_500() {
+    let test = "kernel_sends_64mib_in_super_segments_unverified_and_none_dropped_at_txqueuelen_500";
+    if root_or_skip(test).is_none() {
+        return;
+    }
+    let mut rig = TunRig::with_offload(1).expect("setting up the TUN rig");
+    rig.ns
+        .run(LIMIT, &["ip", "link", "set", TUN_NAME, "txqueuelen", "500"])
+        .expect("txqueuelen 500");
+    let ns = rig.ns.path().to_owned();
+    let q = rig.queues.remove(0);
+    let (s, (sent, dropped)) =
+        scenarios::kernel_sends_to_ustack_uncaptured(test, &rig.ns, builder(), q, 64 << 20, {
+            move |q| (*q.stats(), kernel_tx_counters(&ns))
+        });
+    eprintln!(
+        "{test}: {} packets read ({} super-segments, {} vouched for), kernel sent {sent} \
+         and dropped {dropped}",
+        s.rx_packets, s.rx_gso, s.rx_csum_trusted
+    );
+    assert!(s.rx_gso > 0, "no super-segment came: {s:?}");
+    assert!(s.rx_csum_trusted > 0, "no checksum vouched for: {s:?}");
+    assert_eq!(s.rx_csum_completed, 0, "partial checksums completed: {s:?}");
+    assert_eq!((s.rx_bad_vnet, s.rx_truncated), (0, 0), "{s:?}");
+    assert!(sent >= s.rx_packets, "the kernel sent what was read");
+    assert_eq!(
+        dropped, 0,
+        "the kernel dropped packets for ustack at txqueuelen 500"
+    );
+}
+
+/// A fault relay between a TUN queue without offloads and the stack flips bits in 1% of
+/// what the kernel sends (seeded): the queue vouches for no checksum, the stack verifies
+/// every segment, drops the corrupted ones (the kernel retransmits them) and reads
+/// exactly what was sent (SHA-256). (The relay refuses frames over the MTU, so it cannot
+/// sit on a queue with offloads; it does not pass on a queue's word on checksums either.)
+#[test]
+fn corrupted_segments_on_a_tun_without_offloads_are_dropped() {
+    let test = "corrupted_segments_on_a_tun_without_offloads_are_dropped";
+    let Some(mut rig) = rig(test) else {
+        return;
+    };
+    let q = rig.queues.remove(0);
+    let corrupt = FaultConfig {
+        corrupt: 0.01,
+        ..FaultConfig::default()
+    };
+    let faulty = Faulty::new(q, 7, FaultConfig::default(), corrupt);
+    let (corrupted, s) = scenarios::kernel_sends_to_ustack_uncaptured(
+        test,
+        &rig.ns,
+        builder(),
+        faulty,
+        4 << 20,
+        |f| (f.ingress().corrupted, *f.device().stats()),
+    );
+    eprintln!("{test}: {corrupted} frames corrupted, {s:?}");
+    assert!(corrupted > 0, "nothing corrupted");
+    assert_eq!(
+        s.rx_csum_trusted, 0,
+        "a queue without offloads vouched: {s:?}"
+    );
 }
 
 /// With the offloads taken, ustack's TUN queue merges runs of its TCP segments into

@@ -29,6 +29,9 @@ pub struct Stack {
     pub(crate) mtu: usize,
     /// [`Config::checksum_offload`].
     pub(crate) checksum_offload: bool,
+    /// The frame being received came with its transport checksum vouched for by the
+    /// link ([`Stack::receive_with`]); set for one call of `receive_with` only.
+    pub(crate) rx_csum_ok: bool,
     pub(crate) sysctl: Sysctl,
     pub(crate) mib: Mib,
     pub(crate) neigh: NeighTable,
@@ -88,6 +91,7 @@ impl Stack {
             gateway,
             mtu,
             checksum_offload,
+            rx_csum_ok: false,
             mib: Mib::new(),
             neigh: NeighTable::new(secrets.hasher(b"neigh")),
             reasm,
@@ -172,6 +176,31 @@ impl Stack {
 
     /// One frame from the device: an Ethernet frame or a bare IP packet, per the medium.
     pub fn receive(&mut self, now: Instant, frame: &[u8]) {
+        self.receive_with(now, frame, false)
+    }
+
+    /// [`receive`](Self::receive), saying whether the link vouched for the frame's TCP or
+    /// UDP checksum (`csum_ok`: the device's `rx_csum_unnecessary`, e.g. a TUN queue's
+    /// virtio-net header with `DATA_VALID` or `NEEDS_CSUM`): if so it is not verified, as
+    /// Linux's `skb_csum_unnecessary` skips `__skb_checksum_complete` for a
+    /// `CHECKSUM_UNNECESSARY` or `CHECKSUM_PARTIAL` skb. IP header checksums are still
+    /// checked. A datagram reassembled from fragments is always verified.
+    pub fn receive_with(&mut self, now: Instant, frame: &[u8], csum_ok: bool) {
+        self.rx_csum_ok = csum_ok;
+        self.receive_frame(now, frame);
+        self.rx_csum_ok = false;
+    }
+
+    /// TCP and UDP checksums need no verifying: both ends skip them
+    /// ([`Config::checksum_offload`]) or the link vouched for this frame's
+    /// ([`Stack::receive_with`]).
+    #[inline]
+    pub(crate) fn l4_csum_trusted(&self) -> bool {
+        self.checksum_offload || self.rx_csum_ok
+    }
+
+    #[inline]
+    fn receive_frame(&mut self, now: Instant, frame: &[u8]) {
         let _stage = ustack_obs::profile::enter(ustack_obs::profile::Stage::L2L3);
         match self.medium {
             // A TUN device's packets say their family in the version nibble.

@@ -493,7 +493,7 @@ impl Stack {
         let src = inbound.repr.src_addr.into();
         let dst = inbound.repr.dst_addr.into();
         let repr = match udp::Packet::new_checked(inbound.payload)
-            .and_then(|p| udp::Repr::parse(&p, &src, &dst, !self.checksum_offload))
+            .and_then(|p| udp::Repr::parse(&p, &src, &dst, !self.l4_csum_trusted()))
         {
             Ok(r) => r,
             Err(ustack_wire::Error::Checksum) => return self.mib.drop(DropReason::UdpCsum),
@@ -515,7 +515,7 @@ impl Stack {
         let (src, dst) = (IpAddr::V6(inbound.src), IpAddr::V6(inbound.dst));
         let zero = inbound.payload.get(6..8) == Some(&[0, 0]);
         let repr = match udp::Packet::new_checked(inbound.payload)
-            .and_then(|p| udp::Repr::parse(&p, &src, &dst, zero || !self.checksum_offload))
+            .and_then(|p| udp::Repr::parse(&p, &src, &dst, zero || !self.l4_csum_trusted()))
         {
             Ok(r) => r,
             Err(ustack_wire::Error::Checksum) => return self.mib.drop(DropReason::Udp6Csum),

@@ -123,3 +123,69 @@ fn ipv6_follows_the_same_setting() {
         "the SYN and a retransmission"
     );
 }
+
+/// An IPv4 packet from 192.0.2.1 to `B_IP` carrying `l4` (protocol `proto`), with a
+/// correct IP header checksum.
+fn ipv4_packet(proto: u8, l4: &[u8]) -> Vec<u8> {
+    let total = (20 + l4.len()) as u16;
+    let mut p = vec![0x45, 0, 0, 0, 0, 1, 0x40, 0, 64, proto, 0, 0, 192, 0, 2, 1];
+    p.extend_from_slice(&B_IP.octets());
+    p[2..4].copy_from_slice(&total.to_be_bytes());
+    let sum = ustack_wire::checksum::checksum(&p[..20]);
+    p[10..12].copy_from_slice(&sum.to_be_bytes());
+    p.extend_from_slice(l4);
+    p
+}
+
+/// `Stack::receive_with`: a datagram and a SYN whose checksums are wrong are dropped as
+/// corrupt when the link said nothing about them (a TUN without offloads), and taken when
+/// the link vouched for them (a TUN queue's `DATA_VALID` or `NEEDS_CSUM`: not verified
+/// again); the checking stack is the default, not offloaded.
+#[test]
+fn the_links_word_on_a_checksum_skips_verifying_it_and_only_then() {
+    let mut b = ustack_stack::Stack::new(Config::ip(Ipv4Cidr::new(B_IP, 24)));
+    let now = ustack_obs::Instant::ZERO;
+    let ub = b.udp_bind(SocketAddrV4::new(B_IP, 53)).unwrap();
+    // UDP: ports 4000 -> 53, length 13, checksum 0x1234 (wrong), "hello".
+    let mut udp = vec![0x0f, 0xa0, 0, 53, 0, 13, 0x12, 0x34];
+    udp.extend_from_slice(b"hello");
+    let packet = ipv4_packet(17, &udp);
+    let mut buf = [0u8; 64];
+    b.receive(now, &packet);
+    assert_eq!(
+        b.mib().drops(DropReason::UdpCsum),
+        1,
+        "verified and dropped"
+    );
+    assert!(b.udp_recv_from(ub, &mut buf).is_err(), "nothing delivered");
+    b.receive_with(now, &packet, true);
+    assert_eq!(b.mib().drops(DropReason::UdpCsum), 1, "not verified");
+    assert_eq!(b.udp_recv_from(ub, &mut buf).unwrap().0, 5);
+    // The word is for one frame only.
+    b.receive_with(now, &packet, false);
+    assert_eq!(b.mib().drops(DropReason::UdpCsum), 2);
+
+    // TCP: a SYN to a listener, checksum wrong.
+    b.tcp_listen(SocketAddrV4::new(B_IP, 80), 4).unwrap();
+    let mut syn = vec![
+        0x0f, 0xa1, 0, 80, 0, 0, 0, 7, 0, 0, 0, 0, 0x50, 0x02, 0xff, 0xff,
+    ];
+    syn.extend_from_slice(&[0xbe, 0xef, 0, 0]);
+    let packet = ipv4_packet(6, &syn);
+    b.receive(now, &packet);
+    assert_eq!(
+        b.mib().drops(DropReason::TcpCsum),
+        1,
+        "verified and dropped"
+    );
+    assert!(
+        b.poll_transmit(now).is_none(),
+        "no SYN-ACK for a corrupt SYN"
+    );
+    b.receive_with(now, &packet, true);
+    assert_eq!(b.mib().drops(DropReason::TcpCsum), 1, "not verified");
+    let synack = b
+        .poll_transmit(now)
+        .expect("a SYN-ACK for the vouched-for SYN");
+    assert_eq!(synack[20 + 13] & 0x12, 0x12, "SYN and ACK set");
+}

@@ -491,3 +491,49 @@ fn black_hole_fallback_with_tcp_mtu_probing() {
         }
     }
 }
+
+/// Linux `__tcp_ack_snd_check`: once the window offered is the whole free buffer, a
+/// segment the window cannot grow past is acknowledged by the read that takes it ("right
+/// edge of window advances far enough. (tcp_recvmsg() will send ACK otherwise)",
+/// `tcp_cleanup_rbuf`), not every other segment: one ACK for what came since the last,
+/// as long as the peer has half the window last offered left to send into; an unread
+/// stream gets an ACK each time that halves.
+#[test]
+fn a_reader_acknowledges_what_came_since_its_last_read_while_half_the_window_is_left() {
+    let mut t = SegTest::listening(80);
+    let syn = Seg::syn(PEER_ISN).mss(1000).wscale(7).sack_perm();
+    let (h, base) = accepted(&mut t, syn, 8192, 10 * MS);
+    // A fixed buffer (`SO_RCVBUF`: no autotuning), so that the window soon offers all of
+    // its free space.
+    t.stack.tcp_set_recv_buffer(h, 32 * 1024).unwrap();
+    let mut next = PEER_ISN + 1;
+    let send = |t: &mut SegTest, next: &mut u32, n: usize| {
+        for _ in 0..n {
+            t.now += Duration::from_micros(10);
+            t.send(Seg::ack(*next, base).data(&[7u8; 1000]));
+            *next = next.wrapping_add(1000);
+        }
+    };
+    // Past the quick-ACK start: segment pairs, each read at once.
+    for _ in 0..40 {
+        send(&mut t, &mut next, 2);
+        t.read(h).unwrap();
+        t.recv_all();
+    }
+    // Eight segments, half the window not reached: no ACK until the read, then one.
+    send(&mut t, &mut next, 8);
+    assert_eq!(t.recv_all(), vec![], "no ACK before the read");
+    assert_eq!(t.read(h).unwrap().len(), 8000);
+    let acks = t.recv_all();
+    assert_eq!(acks.len(), 1, "one ACK at the read: {acks:?}");
+    assert_eq!(acks[0].ack, next, "for everything read");
+    // Unread: an ACK while the window still grows (rcv_ssthresh), then one each time what
+    // is left of the window (about 64 KiB: the buffer Linux makes of SO_RCVBUF's 32)
+    // halves, instead of one every other segment (25).
+    send(&mut t, &mut next, 50);
+    let acks = t.recv_all();
+    assert!(
+        (2..=5).contains(&acks.len()),
+        "ACKs as the window is used: {acks:?}"
+    );
+}

@@ -1638,5 +1638,17 @@ fn stream_over_kernel_link(link: &str, bytes: u64, flags: &str) -> u64 {
         assert!(n("tx_kicks") <= n("tx_packets"), "{x}");
         assert!(n("tx_budget") >= 32, "{x}");
     }
-    ustack["counters"]["Tcp"]["InSegs"].as_u64().unwrap()
+    let in_segs = ustack["counters"]["Tcp"]["InSegs"].as_u64().unwrap();
+    if link == "tun" {
+        // The kernel end's counters: every segment ustack took, it sent; its queue's
+        // drops and length are there.
+        let k = &ustack["link_stats"]["kernel"];
+        assert!(k["tx_packets"].as_u64().unwrap() >= in_segs, "{k}");
+        assert!(
+            k["tx_dropped"].is_u64() && k["rx_packets"].as_u64() > Some(0),
+            "{k}"
+        );
+        assert_eq!(k["txqueuelen"].as_u64(), Some(4096), "{k}");
+    }
+    in_segs
 }

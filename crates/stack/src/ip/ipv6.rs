@@ -729,6 +729,8 @@ impl Stack {
             Outcome6::Pending | Outcome6::Dropped => None,
             Outcome6::Complete(done) => {
                 self.mib.inc(Counter::Ip6ReasmOKs);
+                // Earlier fragments came without the link's word on the checksum.
+                self.rx_csum_ok = false;
                 // The reassembled packet: the first fragment's headers, the Fragment
                 // header taken out (its Next Header moved to the field that named it),
                 // Payload Length fixed, then the whole fragmentable part.

@@ -171,6 +171,8 @@ impl Stack {
             ) {
                 Outcome::Pending | Outcome::Dropped(_) => {}
                 Outcome::Complete(done) => {
+                    // Earlier fragments came without the link's word on the checksum.
+                    self.rx_csum_ok = false;
                     let mut repr = repr;
                     repr.payload_len = done.payload.len();
                     repr.more_frags = false;

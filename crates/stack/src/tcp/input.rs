@@ -129,7 +129,7 @@ impl Stack {
         let Ok(packet) = tcp::Packet::new_checked(inbound.payload) else {
             return self.mib.drop(DropReason::TcpHdr);
         };
-        if !self.checksum_offload && !packet.verify_checksum(&src, &dst) {
+        if !self.l4_csum_trusted() && !packet.verify_checksum(&src, &dst) {
             return self.mib.drop(DropReason::TcpCsum);
         }
         let seg = match tcp::Repr::parse(&packet, &src, &dst, false) {
@@ -283,7 +283,7 @@ impl Stack {
         let Ok(packet) = tcp::Packet::new_checked(inbound.payload) else {
             return self.mib.drop(DropReason::TcpHdr);
         };
-        if !self.checksum_offload && !packet.verify_checksum(&src, &dst) {
+        if !self.l4_csum_trusted() && !packet.verify_checksum(&src, &dst) {
             return self.mib.drop(DropReason::TcpCsum);
         }
         let seg = match tcp::Repr::parse(&packet, &src, &dst, false) {
@@ -1303,10 +1303,26 @@ impl Sock<'_> {
         // Linux tcp_event_data_recv (icsk_ack.lrcvtime): data that a reply may follow.
         tcb.flags.set(TcbFlags::DATA_RCVD);
         let unacked = tcb.rcv.nxt - tcb.rcv.wup;
-        if tcb.quick_acks > 0
-            || unacked >= 2 * usize::from(tcb.mss)
-            || tcb.flags.has(TcbFlags::ACK_PENDING) && unacked > usize::from(tcb.mss)
-        {
+        // Linux __tcp_ack_snd_check: "... and right edge of window advances far enough.
+        // (tcp_recvmsg() will send ACK otherwise)": a segment the window cannot grow past
+        // waits for the read (`tcp_recv`), which acknowledges everything come since (a
+        // bulk receiver then ACKs per read, not per 64 KiB super-segment). Not Linux:
+        // only while the peer has half the window last offered left to send into, so
+        // that a reader that pauses still gets an ACK each time what is left halves (not
+        // only the delayed-ACK timer's), and the segment that closes the window is
+        // acknowledged at once.
+        let full_frames = unacked >= 2 * usize::from(tcb.mss)
+            || tcb.flags.has(TcbFlags::ACK_PENDING) && unacked > usize::from(tcb.mss);
+        let ack_now = tcb.quick_acks > 0
+            || if full_frames {
+                let left = tcb.receive_window();
+                let left_to_read = tcb.free_window(self.pool.under_pressure()) < tcb.rcv.wnd
+                    && 2 * u64::from(left) >= u64::from(tcb.rcv.wnd);
+                !left_to_read
+            } else {
+                tcb.receive_window() == 0
+            };
+        if ack_now {
             tcb.flags.set(TcbFlags::ACK_NOW);
         } else {
             tcb.flags.set(TcbFlags::ACK_PENDING);

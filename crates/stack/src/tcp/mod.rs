@@ -1190,7 +1190,9 @@ impl Stack {
             self.tcp_mem_freed(now);
             // Reading may open the window enough to be worth announcing (Linux
             // tcp_cleanup_rbuf: when the window would grow by at least 2*MSS... here by a
-            // quarter of the buffer or 2 MSS, whichever is smaller).
+            // quarter of the buffer or 2 MSS, whichever is smaller); and an ACK input left
+            // to the read goes now ("Once-per-two-segments ACK was not sent by
+            // tcp_input.c": more than one full frame unacknowledged).
             if self.tcp_window_update_due(h) {
                 if let Some(t) = self.tcp.get_mut(h) {
                     t.flags.set(tcb::TcbFlags::ACK_NOW);

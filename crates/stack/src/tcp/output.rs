@@ -592,16 +592,21 @@ impl Stack {
         field as u16
     }
 
-    /// Whether reading opened the window enough to tell the peer now (Linux
-    /// `tcp_cleanup_rbuf`: when the window still offered is at most half the largest one,
-    /// "Send ACK now, if this read freed lots of space in our buffer ... "Lots" means
-    /// "at least twice" here").
+    /// Whether a read should send an ACK now (Linux `tcp_cleanup_rbuf`): the one input
+    /// left to the read ("Once-per-two-segments ACK was not sent by tcp_input.c": an ACK
+    /// pending and more than one full frame unacknowledged), or a window update when the
+    /// window still offered is at most half the largest one ("Send ACK now, if this read
+    /// freed lots of space in our buffer ... "Lots" means "at least twice" here").
     pub(crate) fn tcp_window_update_due(&self, h: TcpHandle) -> bool {
         let Some(tcb) = self.tcp.get(h) else {
             return false;
         };
         if !tcb.state.can_receive() {
             return false;
+        }
+        if tcb.flags.has(TcbFlags::ACK_PENDING) && tcb.rcv.nxt - tcb.rcv.wup > usize::from(tcb.mss)
+        {
+            return true;
         }
         let now_win = tcb.receive_window();
         if 2 * u64::from(now_win) > u64::from(tcb.full_window()) {

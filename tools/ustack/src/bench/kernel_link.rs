@@ -37,7 +37,9 @@ use ustack_dev::in_netns;
 use ustack_dev::xdp::XdpQueue;
 use ustack_runtime::runtime::{RuntimeBuilder, Sleep};
 use ustack_stack::EthernetAddress;
-use ustack_testkit::netns::{KERNEL_IP, NetNs, PacketRig, TunRig, USTACK_IP, XdpRig, on_path};
+use ustack_testkit::netns::{
+    KERNEL_IP, NetNs, PacketRig, TUN_NAME, TunRig, USTACK_IP, XdpRig, on_path,
+};
 
 use super::shm::{self, Serve, Servers, builder};
 use super::{Outcome, Run, kernel_stream_client, linux_stream_with};
@@ -163,6 +165,12 @@ fn stream_over<D: Device + Sleep + Send + 'static>(
         }
         std::thread::sleep(Duration::from_millis(1));
     }
+    // The interface goes with the server's queue: read its kernel end's counters first.
+    let kernel = if link == "tun" {
+        Some(tun_kernel_stats(ns)?)
+    } else {
+        None
+    };
     let mut report = server.finish()?;
     let Some((got, matched, last_byte)) = report.sink.take() else {
         bail!("ustack stream over {link}: the server reported no transfer");
@@ -177,7 +185,11 @@ fn stream_over<D: Device + Sleep + Send + 'static>(
     )
     .with_counters(report.counters, Value::Null);
     o.server_cpu = Some(report.cpu);
-    o.link_stats = json!({ "server": report.link });
+    let mut stats = json!({ "server": report.link });
+    if let Some(kernel) = kernel {
+        stats["kernel"] = kernel;
+    }
+    o.link_stats = stats;
     Ok(o)
 }
 
@@ -197,6 +209,47 @@ pub(super) fn xdp_stats(q: &XdpQueue) -> Value {
         "tx_budget": q.tx_budget(),
     })
 }
+
+/// The kernel's counters for its end of the TUN interface in `ns` (`/proc/net/dev` and
+/// `ip link`, read inside the namespace; `/sys/class/net` shows the namespace that
+/// mounted it): what it sent ustack (`tx_packets`, one `read(2)` each), what it dropped
+/// because ustack's queue was full (`tx_dropped`: `tun_net_xmit` found the ring of
+/// `txqueuelen` packets full), what ustack wrote to it (`rx_packets`), and `txqueuelen`.
+fn tun_kernel_stats(ns: &NetNs) -> anyhow::Result<Value> {
+    let script = format!("cat /proc/net/dev; ip -o link show dev {TUN_NAME}");
+    let out = ns
+        .run(Duration::from_secs(5), &["sh", "-c", &script])
+        .context("reading the TUN interface's counters")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let parsed = parse_tun_stats(&text);
+    let Some([rx_packets, tx_packets, tx_dropped, txqueuelen]) = parsed else {
+        bail!("the TUN interface's counters: {text:?}");
+    };
+    Ok(json!({
+        "tx_packets": tx_packets,
+        "tx_dropped": tx_dropped,
+        "rx_packets": rx_packets,
+        "txqueuelen": txqueuelen,
+    }))
+}
+
+/// From `/proc/net/dev` and `ip -o link` output: [`TUN_NAME`]'s received and sent
+/// packets, sent packets dropped, and its `qlen`.
+fn parse_tun_stats(text: &str) -> Option<[u64; 4]> {
+    let dev = text
+        .lines()
+        .find_map(|l| l.trim_start().strip_prefix(&format!("{TUN_NAME}:")))?;
+    // Receive: bytes packets errs drop fifo frame compressed multicast; then transmit:
+    // bytes packets errs drop ...
+    let n: Vec<u64> = dev
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    let words: Vec<&str> = text.split_whitespace().collect();
+    // `ip -o` ends each line with a backslash where the line would break.
+    let qlen = words.windows(2).find(|w| w[0] == "qlen")?[1];
+    let qlen = qlen.trim_end_matches('\\').parse().ok()?;
+    Some([*n.get(1)?, *n.get(9)?, *n.get(11)?, qlen])}
 
 /// The veth ends: the client's (in the first namespace) and the server's.
 const VETH_CLIENT: &str = "veth0";
@@ -273,4 +326,21 @@ pub fn linux_stream(run: &Run, link: &str, no_offload: bool) -> anyhow::Result<O
     let o = linux_stream_with(run, "veth", &peer_args, connect)?;
     drop((client, server));
     Ok(o)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tun_counters_are_read_from_proc_net_dev_and_ip_link() {
+        let text = "Inter-|   Receive |  Transmit\n face |bytes packets errs drop fifo frame \
+                    compressed multicast|bytes packets errs drop fifo colls carrier compressed\n    \
+                    lo: 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n  tun0:  887752   17072    0    0    0     \
+                    0          0         0 1094335424   17110    0    926    0     0       0          \
+                    0\n2: tun0: <POINTOPOINT,UP> mtu 1500 qdisc mq state UNKNOWN mode DEFAULT group \
+                    default qlen 500\\    link/none \n";
+        assert_eq!(parse_tun_stats(text), Some([17072, 17110, 926, 500]));
+        assert_eq!(parse_tun_stats("  lo: 0 0 0\n"), None);
+    }
 }
