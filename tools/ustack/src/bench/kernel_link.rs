@@ -249,7 +249,8 @@ fn parse_tun_stats(text: &str) -> Option<[u64; 4]> {
     // `ip -o` ends each line with a backslash where the line would break.
     let qlen = words.windows(2).find(|w| w[0] == "qlen")?[1];
     let qlen = qlen.trim_end_matches('\\').parse().ok()?;
-    Some([*n.get(1)?, *n.get(9)?, *n.get(11)?, qlen])}
+    Some([*n.get(1)?, *n.get(9)?, *n.get(11)?, qlen])
+}
 
 /// The veth ends: the client's (in the first namespace) and the server's.
 const VETH_CLIENT: &str = "veth0";
