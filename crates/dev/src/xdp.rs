@@ -77,7 +77,7 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use rustix::event::{PollFd, PollFlags};
 use rustix::io::Errno;
@@ -260,12 +260,12 @@ pub struct XdpStats {
 /// taken from its receive ring.
 #[derive(Debug)]
 struct Shared {
+    /// The BPF link (the attachment: dropping it detaches the program) and the program,
+    /// set once every socket is in the map; dropped before the map.
+    attached: OnceLock<(OwnedFd, OwnedFd)>,
+    map: OwnedFd,
     mailboxes: Vec<Mailbox>,
     ring_frames: Arc<[AtomicU64]>,
-    /// Dropped in this order: the link (detaches the program), the program, the map.
-    _link: OwnedFd,
-    _prog: OwnedFd,
-    _map: OwnedFd,
 }
 
 /// One queue's ARP and NDP frames from the other queues, and the `eventfd` that wakes it.
@@ -375,9 +375,21 @@ impl Xdp {
             )));
         }
         let n = config.queues;
-        let mut sockets = Vec::with_capacity(n);
-        for id in 0..n as u32 {
-            let q = Socket::open(ifindex, id, config.frames).map_err(|e| {
+        let what = |e: io::Error| io::Error::new(e.kind(), format!("xdp: on `{name}`: {e}"));
+        let mailboxes = (0..n)
+            .map(|_| Mailbox::new())
+            .collect::<io::Result<Vec<_>>>()
+            .map_err(what)?;
+        let shared = Arc::new(Shared {
+            attached: OnceLock::new(),
+            map: sys::create_xskmap(n as u32).map_err(what)?,
+            mailboxes,
+            ring_frames: (0..n).map(|_| AtomicU64::new(0)).collect(),
+        });
+        let mut queues = Vec::with_capacity(n);
+        for id in 0..n {
+            let at = (name.as_str(), ifindex);
+            let q = XdpQueue::open(at, id, config.frames, shared.clone(), caps).map_err(|e| {
                 let more = if id > 0 && e.raw_os_error() == Some(libc::EINVAL) {
                     format!(
                         " (`{name}` has {id} receive queue(s), {n} asked: make a veth with \
@@ -391,34 +403,13 @@ impl Xdp {
                     format!("xdp: socket on queue {id} of `{name}`: {e}{more}"),
                 )
             })?;
-            sockets.push(q);
+            queues.push(q);
         }
-        let what = |e: io::Error| io::Error::new(e.kind(), format!("xdp: on `{name}`: {e}"));
-        let map = sys::create_xskmap(n as u32).map_err(what)?;
-        for (id, s) in sockets.iter().enumerate() {
-            sys::xskmap_insert(map.as_fd(), id as u32, s.fd.as_fd()).map_err(what)?;
-        }
-        let prog = sys::load_redirect(map.as_fd()).map_err(what)?;
+        let prog = sys::load_redirect(shared.map.as_fd()).map_err(what)?;
         // Several queues: the driver's mode (see the module docs on why not generic).
         let driver = n > 1;
         let link = sys::attach_xdp(prog.as_fd(), ifindex, driver).map_err(what)?;
-        let mailboxes = (0..n)
-            .map(|_| Mailbox::new())
-            .collect::<io::Result<Vec<_>>>()
-            .map_err(what)?;
-        let shared = Arc::new(Shared {
-            mailboxes,
-            ring_frames: (0..n).map(|_| AtomicU64::new(0)).collect(),
-            _link: link,
-            _prog: prog,
-            _map: map,
-        });
-        let queues = sockets
-            .into_iter()
-            .enumerate()
-            .map(|(id, s)| XdpQueue::new(s, id, shared.clone(), (name, ifindex), caps))
-            .collect::<io::Result<Vec<_>>>()
-            .map_err(what)?;
+        let _ = shared.attached.set((link, prog));
         Ok(Xdp { mac, queues })
     }
 
@@ -441,20 +432,6 @@ impl Xdp {
     pub fn into_queues(self) -> Vec<XdpQueue> {
         self.queues
     }
-}
-
-/// One `AF_XDP` socket with its UMEM and rings, bound to one receive queue id.
-#[derive(Debug)]
-struct Socket {
-    umem: Mapping,
-    rx: Ring,
-    tx: Ring,
-    fill: Ring,
-    comp: Ring,
-    free: Vec<u64>,
-    need_wakeup: bool,
-    tx_budget: u32,
-    fd: OwnedFd,
 }
 
 /// One queue of the link: its `AF_XDP` socket with its UMEM and rings; the program stays
@@ -487,8 +464,16 @@ pub struct XdpQueue {
     _allmulti: OwnedFd,
 }
 
-impl Socket {
-    fn open(ifindex: u32, id: u32, frames: usize) -> io::Result<Socket> {
+impl XdpQueue {
+    /// Opens the socket for receive queue `id` of the interface and puts it into the
+    /// link's map at `id`.
+    fn open(
+        (name, ifindex): (&str, u32),
+        id: usize,
+        frames: usize,
+        shared: Arc<Shared>,
+        caps: DeviceCaps,
+    ) -> io::Result<XdpQueue> {
         let half = (frames / 2) as u32;
         let fd = rustix::net::socket_with(
             rustix::net::AddressFamily::XDP,
@@ -534,11 +519,15 @@ impl Socket {
         let copy = SocketAddrXdpFlags::XDP_COPY;
         let need_wakeup = match rustix::net::bind(
             &fd,
-            &SocketAddrXdp::new(copy | SocketAddrXdpFlags::XDP_USE_NEED_WAKEUP, ifindex, id),
+            &SocketAddrXdp::new(
+                copy | SocketAddrXdpFlags::XDP_USE_NEED_WAKEUP,
+                ifindex,
+                id as u32,
+            ),
         ) {
             Ok(()) => true,
             Err(Errno::INVAL) => {
-                rustix::net::bind(&fd, &SocketAddrXdp::new(copy, ifindex, id))?;
+                rustix::net::bind(&fd, &SocketAddrXdp::new(copy, ifindex, id as u32))?;
                 false
             }
             Err(e) => return Err(e.into()),
@@ -548,46 +537,25 @@ impl Socket {
             Ok(()) => half,
             Err(_) => DEFAULT_TX_BUDGET,
         };
-        Ok(Socket {
+        sys::xskmap_insert(shared.map.as_fd(), id as u32, fd.as_fd())?;
+        let allmulti = crate::sys::packet::socket()?;
+        crate::sys::packet::all_multicast(allmulti.as_fd(), ifindex)?;
+        Ok(XdpQueue {
             umem,
             rx,
             tx,
             fill,
             comp,
             free,
+            tx_published: 0,
             need_wakeup,
             tx_budget,
-            fd,
-        })
-    }
-}
-
-impl XdpQueue {
-    fn new(
-        s: Socket,
-        id: usize,
-        shared: Arc<Shared>,
-        (name, ifindex): (&str, u32),
-        caps: DeviceCaps,
-    ) -> io::Result<XdpQueue> {
-        let allmulti = crate::sys::packet::socket()?;
-        crate::sys::packet::all_multicast(allmulti.as_fd(), ifindex)?;
-        Ok(XdpQueue {
-            umem: s.umem,
-            rx: s.rx,
-            tx: s.tx,
-            fill: s.fill,
-            comp: s.comp,
-            free: s.free,
-            tx_published: 0,
-            need_wakeup: s.need_wakeup,
-            tx_budget: s.tx_budget,
             caps,
             name: name.to_owned(),
             stats: XdpStats::default(),
             id,
             shared,
-            fd: s.fd,
+            fd,
             _allmulti: allmulti,
         })
     }
@@ -870,11 +838,10 @@ mod tests {
             stats: XdpStats::default(),
             id: 0,
             shared: Arc::new(Shared {
+                attached: OnceLock::new(),
+                map: fd(),
                 mailboxes: vec![Mailbox::new().expect("eventfd")],
                 ring_frames: Arc::new([AtomicU64::new(0)]),
-                _link: fd(),
-                _prog: fd(),
-                _map: fd(),
             }),
             fd: fd(),
             _allmulti: fd(),
