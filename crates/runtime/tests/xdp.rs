@@ -203,6 +203,28 @@ fn two_shards_on_two_xdp_queues_serve_kernel_clients() {
     assert!(per_queue.iter().all(|&n| n > 0), "{per_queue:?}");
 }
 
+/// The same over IPv6: every shard sees neighbour discovery (the kernel's solicitation
+/// arrives on one queue and is copied to the other). ustack takes its address without DAD
+/// (the shards serve at once).
+#[test]
+fn two_shards_on_two_xdp_queues_serve_kernel_ipv6_clients() {
+    let test = "two_shards_on_two_xdp_queues_serve_kernel_ipv6_clients";
+    if veth_or_skip(test).is_none() {
+        return;
+    }
+    let rig = XdpQueuesRig::new(2).expect("setting up the 2-queue veth rig with the xdp link");
+    let frames = rig.queues[0].queue_frames();
+    let b = RuntimeBuilder::new()
+        .ipv4(USTACK_IP, 24)
+        .mac(EthernetAddress(rig.mac))
+        .sysctl("net.ipv6.conf.default.accept_dad", 0);
+    let peer = Peer::v6(&rig.ns, VETH_KERNEL);
+    scenarios::two_shards_serve_kernel_clients(test, peer, b, rig.queues);
+    let per_queue = frames.get();
+    eprintln!("{test}: frames per receive queue {per_queue:?}");
+    assert!(per_queue.iter().all(|&n| n > 0), "{per_queue:?}");
+}
+
 /// Asking for more queues than the interface has is refused, naming the queue and how to
 /// make a veth with more.
 #[test]
