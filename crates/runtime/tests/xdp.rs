@@ -180,11 +180,10 @@ fn kernel_udp_client_through_ustack_echo_over_xdp_ipv6() {
 }
 
 /// Two shards, each on its own AF_XDP socket bound to one receive queue of a 2-queue veth,
-/// serve 16 kernel connections; the kernel spread them over both queues, and each shard
-/// resolved the kernel's address although ARP crossed one queue only.
-#[test]
-fn two_shards_on_two_xdp_queues_serve_kernel_clients() {
-    let test = "two_shards_on_two_xdp_queues_serve_kernel_clients";
+/// serve 16 kernel connections (over IPv6 with `ipv6`); the kernel spread them over both
+/// queues, and each shard resolved the kernel's address although ARP (or neighbour
+/// discovery) crossed one queue only.
+fn two_shards_on_two_queues(test: &str, ipv6: bool) {
     if veth_or_skip(test).is_none() {
         return;
     }
@@ -194,35 +193,32 @@ fn two_shards_on_two_xdp_queues_serve_kernel_clients() {
         [0, 1]
     );
     let frames = rig.queues[0].queue_frames();
-    let b = RuntimeBuilder::new()
-        .ipv4(USTACK_IP, 24)
-        .mac(EthernetAddress(rig.mac));
-    scenarios::two_shards_serve_kernel_clients(test, &rig.ns, b, rig.queues);
+    let mut b = RuntimeBuilder::new().ipv4(USTACK_IP, 24);
+    let peer = if ipv6 {
+        // Without DAD: the shards serve at once.
+        b = b.sysctl("net.ipv6.conf.default.accept_dad", 0);
+        Peer::v6(&rig.ns, VETH_KERNEL)
+    } else {
+        Peer::from(&rig.ns)
+    };
+    let b = b.mac(EthernetAddress(rig.mac));
+    scenarios::two_shards_serve_kernel_clients(test, peer, b, rig.queues);
     let per_queue = frames.get();
     eprintln!("{test}: frames per receive queue {per_queue:?}");
     assert!(per_queue.iter().all(|&n| n > 0), "{per_queue:?}");
 }
 
-/// The same over IPv6: every shard sees neighbour discovery (the kernel's solicitation
-/// arrives on one queue and is copied to the other). ustack takes its address without DAD
-/// (the shards serve at once).
+#[test]
+fn two_shards_on_two_xdp_queues_serve_kernel_clients() {
+    two_shards_on_two_queues("two_shards_on_two_xdp_queues_serve_kernel_clients", false);
+}
+
 #[test]
 fn two_shards_on_two_xdp_queues_serve_kernel_ipv6_clients() {
-    let test = "two_shards_on_two_xdp_queues_serve_kernel_ipv6_clients";
-    if veth_or_skip(test).is_none() {
-        return;
-    }
-    let rig = XdpQueuesRig::new(2).expect("setting up the 2-queue veth rig with the xdp link");
-    let frames = rig.queues[0].queue_frames();
-    let b = RuntimeBuilder::new()
-        .ipv4(USTACK_IP, 24)
-        .mac(EthernetAddress(rig.mac))
-        .sysctl("net.ipv6.conf.default.accept_dad", 0);
-    let peer = Peer::v6(&rig.ns, VETH_KERNEL);
-    scenarios::two_shards_serve_kernel_clients(test, peer, b, rig.queues);
-    let per_queue = frames.get();
-    eprintln!("{test}: frames per receive queue {per_queue:?}");
-    assert!(per_queue.iter().all(|&n| n > 0), "{per_queue:?}");
+    two_shards_on_two_queues(
+        "two_shards_on_two_xdp_queues_serve_kernel_ipv6_clients",
+        true,
+    );
 }
 
 /// Asking for more queues than the interface has is refused, naming the queue and how to
