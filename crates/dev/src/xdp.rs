@@ -50,7 +50,8 @@
 //! 6.18: every frame showed as queue 0, all 16 test flows on one shard), while veth's own
 //! XDP runs in the NAPI poll of the receive queue the frame was sent to, and its
 //! `rx_queue_index` is that queue. The sockets stay in copy mode. One queue keeps generic
-//! mode.
+//! mode, and so do several where the driver refuses its own mode (a NIC's driver records
+//! the receive queue, so generic XDP sees it).
 //!
 //! ARP and IPv6 neighbour discovery reach every queue: a reply arrives on one queue only,
 //! and the shard that asked may own another. So the queue that receives an ARP frame or
@@ -406,9 +407,13 @@ impl Xdp {
             queues.push(q);
         }
         let prog = sys::load_redirect(shared.map.as_fd()).map_err(what)?;
-        // Several queues: the driver's mode (see the module docs on why not generic).
-        let driver = n > 1;
-        let link = sys::attach_xdp(prog.as_fd(), ifindex, driver).map_err(what)?;
+        // Several queues: the driver's mode (see the module docs on why not generic), or
+        // generic where the driver has no XDP of its own (a NIC's driver records the
+        // receive queue in the `sk_buff`, which generic XDP reads).
+        let link = match (n > 1).then(|| sys::attach_xdp(prog.as_fd(), ifindex, true)) {
+            Some(Ok(link)) => link,
+            _ => sys::attach_xdp(prog.as_fd(), ifindex, false).map_err(what)?,
+        };
         let _ = shared.attached.set((link, prog));
         Ok(Xdp { mac, queues })
     }

@@ -192,6 +192,13 @@ fn two_shards_on_two_queues(test: &str, ipv6: bool) {
         rig.queues.iter().map(|q| q.queue_id()).collect::<Vec<_>>(),
         [0, 1]
     );
+    // Attached in veth's own (driver) mode: generic XDP sees every frame as queue 0.
+    let out = rig.ns.run(LIMIT, &["ip", "link", "show", VETH_USTACK]);
+    let text = String::from_utf8_lossy(&out.expect("ip link show").stdout).into_owned();
+    assert!(
+        text.contains("prog/xdp") && !text.contains("xdpgeneric"),
+        "{text}"
+    );
     let frames = rig.queues[0].queue_frames();
     let mut b = RuntimeBuilder::new().ipv4(USTACK_IP, 24);
     let peer = if ipv6 {
