@@ -6,14 +6,16 @@
 //! - an `XSKMAP` and the redirect program (six eBPF instructions written out in
 //!   `crate::sys::xdp`: `bpf_redirect_map(xskmap, rx_queue_index, XDP_PASS)`),
 //!   loaded with `bpf(BPF_PROG_LOAD)` and attached to the interface in generic (SKB) mode
-//!   through a BPF link, which detaches it when the queue closes;
+//!   (the driver's with several queues) through a BPF link, which detaches it when the
+//!   queue closes;
 //! - the UMEM: an anonymous mapping of [`XdpConfig::frames`] 2 KiB chunks registered with
 //!   the socket (`XDP_UMEM_REG`), half of them for receiving (lent to the kernel through
 //!   the fill ring), half for transmitting;
 //! - the four rings, each mapped at its offset: fill and completion (UMEM chunk
 //!   addresses), receive and transmit (descriptors: address and length);
-//! - the socket bound to queue 0 of the interface with `XDP_COPY` (veth has no zero-copy
-//!   mode) and put into the map at index 0.
+//! - the socket bound to a receive queue id of the interface with `XDP_COPY` (veth has no
+//!   zero-copy mode) and put into the map at that index: queue 0, or one socket per queue
+//!   (below).
 //!
 //! [`Device::recv`] takes one descriptor from the receive ring, copies the frame out of
 //! its chunk and gives the chunk straight back to the fill ring. [`Device::send_more`]
@@ -31,9 +33,38 @@
 //! As for the `packet` link, the peer's transmit checksum offload and TSO must be off
 //! (`ethtool -K <peer> tx off`): generic XDP sees the frames the peer built.
 //!
-//! One queue only (veth has one receive queue unless made with more); the interface's own
-//! kernel stack sees nothing while the program is attached, since every frame is
-//! redirected.
+//! # Several queues
+//!
+//! With [`XdpConfig::queues`] above one, [`Xdp::open`] opens one socket per receive queue
+//! id `0..queues` of the interface, each with its own UMEM and rings, all in the one
+//! `XSKMAP` at the index of their queue: the program redirects each frame to the socket
+//! of the queue it arrived on (`rx_queue_index`), so each socket is a shard's queue. An
+//! interface with fewer queues is refused (the bind of the first queue past its count
+//! fails; make a veth with `numrxqueues N numtxqueues N`). On a veth the receive queue
+//! of a frame is the transmit queue the sender's kernel picked for it (by flow hash, or
+//! XPS), so each flow keeps to one queue.
+//!
+//! With several queues the program is attached in the driver's mode
+//! (`XDP_FLAGS_DRV_MODE`), not generic: generic XDP takes the queue from the `sk_buff`'s
+//! recorded receive queue, which veth no longer records outside its NAPI path (Linux
+//! 6.18: every frame showed as queue 0, all 16 test flows on one shard), while veth's own
+//! XDP runs in the NAPI poll of the receive queue the frame was sent to, and its
+//! `rx_queue_index` is that queue. The sockets stay in copy mode. One queue keeps generic
+//! mode, and so do several where the driver refuses its own mode (a NIC's driver records
+//! the receive queue, so generic XDP sees it).
+//!
+//! ARP and IPv6 neighbour discovery reach every queue: a reply arrives on one queue only,
+//! and the shard that asked may own another. So the queue that receives an ARP frame or
+//! an ICMPv6 neighbour discovery message (types 133 to 137 right after the IPv6 header,
+//! RFC 4861 §4) hands a copy to each other queue of the link, through an in-process
+//! mailbox per queue (at most [`MAILBOX_FRAMES`] frames waiting; more are counted in
+//! [`XdpStats::neighbour_dropped`]) whose `eventfd` wakes its shard
+//! ([`XdpQueue::wake_fd`]). Each shard then learns its neighbours itself and answers the
+//! requests it sees (duplicate replies with the same MAC: harmless), as over the packet
+//! link's several queues.
+//!
+//! The interface's own kernel stack sees nothing while the program is attached, since
+//! every frame is redirected.
 //!
 //! IPv6 frames are redirected like any other; the stack does neighbour discovery over
 //! them. Its addresses' solicited-node groups must pass the interface's multicast filter,
@@ -42,10 +73,12 @@
 //! interface shows `ALLMULTI` while the queue is open).
 
 use core::time::Duration;
+use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use rustix::event::{PollFd, PollFlags};
 use rustix::io::Errno;
@@ -69,6 +102,10 @@ const CHUNK: usize = 2048;
 /// Descriptors one copy-mode `sendto(2)` hands to the driver without
 /// `XDP_MAX_TX_SKB_BUDGET` (the kernel's `MAX_PER_SOCKET_BUDGET`).
 const DEFAULT_TX_BUDGET: u32 = 32;
+/// The most queues one link opens.
+pub const MAX_QUEUES: usize = 64;
+/// The most neighbour frames (ARP, NDP) waiting in one queue's mailbox.
+pub const MAILBOX_FRAMES: usize = 64;
 
 /// How to open the xdp link.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,6 +115,9 @@ pub struct XdpConfig {
     /// UMEM chunks, half for each direction: a power of two from 64 to 65536. Each ring
     /// has half as many entries.
     pub frames: usize,
+    /// How many receive queues (sockets) to open, ids `0..queues`: 1 to [`MAX_QUEUES`],
+    /// and no more than the interface has.
+    pub queues: usize,
     /// Open in this network namespace (a `/proc/<pid>/ns/net` or `/run/netns/<name>`
     /// file) instead of the caller's.
     pub netns: Option<PathBuf>,
@@ -88,6 +128,7 @@ impl Default for XdpConfig {
         XdpConfig {
             interface: "veth0".to_owned(),
             frames: 4096,
+            queues: 1,
             netns: None,
         }
     }
@@ -96,7 +137,7 @@ impl Default for XdpConfig {
 impl XdpConfig {
     /// The configuration with its values checked: `InvalidInput` naming the bad field.
     pub fn validate(&self) -> io::Result<()> {
-        crate::netns::check_interface("xdp", &self.interface, 1, 1)?;
+        crate::netns::check_interface("xdp", &self.interface, self.queues, MAX_QUEUES)?;
         if !self.frames.is_power_of_two() || !(64..=65536).contains(&self.frames) {
             return Err(invalid(format!(
                 "xdp: {} frames: a power of two from 64 to 65536",
@@ -208,13 +249,111 @@ pub struct XdpStats {
     pub tx_kicks_saved: u64,
     /// Times [`XdpQueue::wait`] slept in `poll(2)`.
     pub sleeps: u64,
+    /// Of the frames received, those taken from the mailbox: ARP and NDP frames another
+    /// queue of the link received (several queues only).
+    pub neighbour_in: u64,
+    /// ARP and NDP frames not handed to another queue: its mailbox was full.
+    pub neighbour_dropped: u64,
 }
 
-/// An open xdp link: its one queue, the interface's MAC and MTU.
+/// What the queues of one link share: the program, its map and its attachment (dropped
+/// with the last queue), each queue's neighbour mailbox, and each queue's count of frames
+/// taken from its receive ring.
+#[derive(Debug)]
+struct Shared {
+    /// The BPF link (the attachment: dropping it detaches the program) and the program,
+    /// set once every socket is in the map; dropped before the map.
+    attached: OnceLock<(OwnedFd, OwnedFd)>,
+    map: OwnedFd,
+    mailboxes: Vec<Mailbox>,
+    ring_frames: Arc<[AtomicU64]>,
+}
+
+/// One queue's ARP and NDP frames from the other queues, and the `eventfd` that wakes it.
+#[derive(Debug)]
+struct Mailbox {
+    frames: Mutex<VecDeque<Vec<u8>>>,
+    pending: AtomicUsize,
+    wake: OwnedFd,
+}
+
+impl Mailbox {
+    fn new() -> io::Result<Mailbox> {
+        let wake = rustix::event::eventfd(
+            0,
+            rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK,
+        )?;
+        Ok(Mailbox {
+            frames: Mutex::new(VecDeque::new()),
+            pending: AtomicUsize::new(0),
+            wake,
+        })
+    }
+
+    /// Queues a copy of `frame`; false if the mailbox is full.
+    fn post(&self, frame: &[u8]) -> bool {
+        {
+            let mut frames = self.frames.lock().unwrap_or_else(|e| e.into_inner());
+            if frames.len() >= MAILBOX_FRAMES {
+                return false;
+            }
+            frames.push_back(frame.to_vec());
+        }
+        self.pending.fetch_add(1, Ordering::Release);
+        let _ = rustix::io::write(&self.wake, &1u64.to_ne_bytes());
+        true
+    }
+
+    /// Takes the oldest frame into `buf` (truncated to it): its length.
+    fn take(&self, buf: &mut [u8]) -> Option<usize> {
+        if self.pending.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        // Cleared before taking: a frame posted after this writes the eventfd again.
+        let mut count = [0u8; 8];
+        let _ = rustix::io::read(&self.wake, &mut count);
+        let frame = self
+            .frames
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop_front()?;
+        self.pending.fetch_sub(1, Ordering::AcqRel);
+        let n = frame.len().min(buf.len());
+        buf[..n].copy_from_slice(&frame[..n]);
+        Some(n)
+    }
+}
+
+/// Whether `frame` (Ethernet II) is ARP or an IPv6 neighbour discovery message: ICMPv6
+/// (next header 58 right after the fixed header) of type 133 to 137 (RFC 4861 §4).
+fn is_neighbour(frame: &[u8]) -> bool {
+    match frame.get(12..14) {
+        Some([0x08, 0x06]) => true,
+        Some([0x86, 0xdd]) => {
+            frame.get(14 + 6) == Some(&58)
+                && frame.get(14 + 40).is_some_and(|t| (133..=137).contains(t))
+        }
+        _ => false,
+    }
+}
+
+/// Each queue's count of frames taken from its receive ring (the kernel's choice of
+/// queue), readable while the queues run in their shards.
+#[derive(Debug, Clone)]
+pub struct QueueFrames(Arc<[AtomicU64]>);
+
+impl QueueFrames {
+    /// Frames received on each queue id, in order.
+    pub fn get(&self) -> Vec<u64> {
+        self.0.iter().map(|c| c.load(Ordering::Relaxed)).collect()
+    }
+}
+
+/// An open xdp link: its queues, the interface's MAC and MTU.
 #[derive(Debug)]
 pub struct Xdp {
     mac: [u8; 6],
-    queue: XdpQueue,
+    queues: Vec<XdpQueue>,
 }
 
 impl Xdp {
@@ -236,9 +375,47 @@ impl Xdp {
                 "xdp: `{name}`'s MTU {mtu} does not fit a {CHUNK}-byte frame"
             )));
         }
-        let queue = XdpQueue::open(ifindex, config.frames, name, caps)
-            .map_err(|e| io::Error::new(e.kind(), format!("xdp: socket on `{name}`: {e}")))?;
-        Ok(Xdp { mac, queue })
+        let n = config.queues;
+        let what = |e: io::Error| io::Error::new(e.kind(), format!("xdp: on `{name}`: {e}"));
+        let mailboxes = (0..n)
+            .map(|_| Mailbox::new())
+            .collect::<io::Result<Vec<_>>>()
+            .map_err(what)?;
+        let shared = Arc::new(Shared {
+            attached: OnceLock::new(),
+            map: sys::create_xskmap(n as u32).map_err(what)?,
+            mailboxes,
+            ring_frames: (0..n).map(|_| AtomicU64::new(0)).collect(),
+        });
+        let mut queues = Vec::with_capacity(n);
+        for id in 0..n {
+            let at = (name.as_str(), ifindex);
+            let q = XdpQueue::open(at, id, config.frames, shared.clone(), caps).map_err(|e| {
+                let more = if id > 0 && e.raw_os_error() == Some(libc::EINVAL) {
+                    format!(
+                        " (`{name}` has {id} receive queue(s), {n} asked: make a veth with \
+                         `numrxqueues {n} numtxqueues {n}`)"
+                    )
+                } else {
+                    String::new()
+                };
+                io::Error::new(
+                    e.kind(),
+                    format!("xdp: socket on queue {id} of `{name}`: {e}{more}"),
+                )
+            })?;
+            queues.push(q);
+        }
+        let prog = sys::load_redirect(shared.map.as_fd()).map_err(what)?;
+        // Several queues: the driver's mode (see the module docs on why not generic), or
+        // generic where the driver has no XDP of its own (a NIC's driver records the
+        // receive queue in the `sk_buff`, which generic XDP reads).
+        let link = match (n > 1).then(|| sys::attach_xdp(prog.as_fd(), ifindex, true)) {
+            Some(Ok(link)) => link,
+            _ => sys::attach_xdp(prog.as_fd(), ifindex, false).map_err(what)?,
+        };
+        let _ = shared.attached.set((link, prog));
+        Ok(Xdp { mac, queues })
     }
 
     /// The interface's MAC address: the stack's.
@@ -248,16 +425,22 @@ impl Xdp {
 
     /// The interface MTU read at open.
     pub fn mtu(&self) -> usize {
-        self.queue.caps.mtu
+        self.queues[0].caps.mtu
     }
 
-    /// The queue, to give to a runtime.
+    /// The first queue (id 0), to give to a runtime; the others close.
     pub fn into_queue(self) -> XdpQueue {
-        self.queue
+        self.queues.into_iter().next().expect("at least one queue")
+    }
+
+    /// The queues in order of their queue id, one per shard.
+    pub fn into_queues(self) -> Vec<XdpQueue> {
+        self.queues
     }
 }
 
-/// The `AF_XDP` socket with its UMEM and rings; the program stays attached while it lives.
+/// One queue of the link: its `AF_XDP` socket with its UMEM and rings; the program stays
+/// attached while a queue of the link lives.
 #[derive(Debug)]
 pub struct XdpQueue {
     umem: Mapping,
@@ -276,11 +459,10 @@ pub struct XdpQueue {
     caps: DeviceCaps,
     name: String,
     stats: XdpStats,
-    /// Dropped in this order: the link (detaches the program), the program, the map, then
-    /// the socket.
-    _link: OwnedFd,
-    _prog: OwnedFd,
-    _map: OwnedFd,
+    /// The receive queue id the socket is bound to.
+    id: usize,
+    /// The program and what the link's queues share; with several queues, the mailboxes.
+    shared: Arc<Shared>,
     fd: OwnedFd,
     /// An unbound `AF_PACKET` socket holding the interface's allmulti count (IPv6's
     /// solicited-node groups through its multicast filter); receives nothing.
@@ -288,7 +470,15 @@ pub struct XdpQueue {
 }
 
 impl XdpQueue {
-    fn open(ifindex: u32, frames: usize, name: &str, caps: DeviceCaps) -> io::Result<XdpQueue> {
+    /// Opens the socket for receive queue `id` of the interface and puts it into the
+    /// link's map at `id`.
+    fn open(
+        (name, ifindex): (&str, u32),
+        id: usize,
+        frames: usize,
+        shared: Arc<Shared>,
+        caps: DeviceCaps,
+    ) -> io::Result<XdpQueue> {
         let half = (frames / 2) as u32;
         let fd = rustix::net::socket_with(
             rustix::net::AddressFamily::XDP,
@@ -334,11 +524,15 @@ impl XdpQueue {
         let copy = SocketAddrXdpFlags::XDP_COPY;
         let need_wakeup = match rustix::net::bind(
             &fd,
-            &SocketAddrXdp::new(copy | SocketAddrXdpFlags::XDP_USE_NEED_WAKEUP, ifindex, 0),
+            &SocketAddrXdp::new(
+                copy | SocketAddrXdpFlags::XDP_USE_NEED_WAKEUP,
+                ifindex,
+                id as u32,
+            ),
         ) {
             Ok(()) => true,
             Err(Errno::INVAL) => {
-                rustix::net::bind(&fd, &SocketAddrXdp::new(copy, ifindex, 0))?;
+                rustix::net::bind(&fd, &SocketAddrXdp::new(copy, ifindex, id as u32))?;
                 false
             }
             Err(e) => return Err(e.into()),
@@ -348,10 +542,7 @@ impl XdpQueue {
             Ok(()) => half,
             Err(_) => DEFAULT_TX_BUDGET,
         };
-        let map = sys::create_xskmap(1)?;
-        sys::xskmap_insert(map.as_fd(), 0, fd.as_fd())?;
-        let prog = sys::load_redirect(map.as_fd())?;
-        let link = sys::attach_xdp(prog.as_fd(), ifindex)?;
+        sys::xskmap_insert(shared.map.as_fd(), id as u32, fd.as_fd())?;
         let allmulti = crate::sys::packet::socket()?;
         crate::sys::packet::all_multicast(allmulti.as_fd(), ifindex)?;
         Ok(XdpQueue {
@@ -367,12 +558,49 @@ impl XdpQueue {
             caps,
             name: name.to_owned(),
             stats: XdpStats::default(),
-            _link: link,
-            _prog: prog,
-            _map: map,
+            id,
+            shared,
             fd,
             _allmulti: allmulti,
         })
+    }
+
+    /// The receive queue id of the interface this queue's socket is bound to.
+    pub fn queue_id(&self) -> usize {
+        self.id
+    }
+
+    /// Each queue's count of frames from its receive ring, for the link's every queue.
+    pub fn queue_frames(&self) -> QueueFrames {
+        QueueFrames(self.shared.ring_frames.clone())
+    }
+
+    /// With several queues, the `eventfd` that becomes readable when another queue hands
+    /// this one an ARP or NDP frame: poll it with [`fd`](Self::fd).
+    pub fn wake_fd(&self) -> Option<BorrowedFd<'_>> {
+        (self.shared.mailboxes.len() > 1).then(|| self.shared.mailboxes[self.id].wake.as_fd())
+    }
+
+    /// Whether a frame waits: in the receive ring, or in the mailbox.
+    pub fn ready(&self) -> bool {
+        self.rx.theirs(true) != self.rx.ours || self.mailbox_pending()
+    }
+
+    fn mailbox_pending(&self) -> bool {
+        self.shared.mailboxes.len() > 1
+            && self.shared.mailboxes[self.id]
+                .pending
+                .load(Ordering::Acquire)
+                > 0
+    }
+
+    /// Hands a copy of a neighbour frame to every other queue of the link.
+    fn share_neighbour(&mut self, frame: &[u8]) {
+        for (i, mailbox) in self.shared.mailboxes.iter().enumerate() {
+            if i != self.id && !mailbox.post(frame) {
+                self.stats.neighbour_dropped += 1;
+            }
+        }
     }
 
     /// The socket, for an event loop (readable: a frame is in the receive ring).
@@ -405,14 +633,19 @@ impl XdpQueue {
     /// Sleeps in `poll(2)` until a frame is in the receive ring or `timeout` passes
     /// (`None`: no limit). Returns whether one is; at once if one is already.
     pub fn wait(&mut self, timeout: Option<Duration>) -> io::Result<bool> {
-        if self.rx.theirs(true) != self.rx.ours {
+        if self.ready() {
             return Ok(true);
         }
         let ts = timeout.map(timespec);
-        let mut fds = [PollFd::new(&self.fd, PollFlags::IN)];
+        let wake = &self.shared.mailboxes[self.id].wake;
+        let mut fds = [
+            PollFd::new(&self.fd, PollFlags::IN),
+            PollFd::new(wake, PollFlags::IN),
+        ];
+        // One queue: its mailbox never receives, and its eventfd is never readable.
         self.stats.sleeps += 1;
         match rustix::event::poll(&mut fds, ts.as_ref()) {
-            Ok(_) => Ok(self.rx.theirs(true) != self.rx.ours),
+            Ok(_) => Ok(self.ready()),
             Err(Errno::INTR) => Ok(false),
             Err(e) => Err(e.into()),
         }
@@ -468,6 +701,14 @@ impl Device for XdpQueue {
     }
 
     fn recv(&mut self, _now: Instant, buf: &mut [u8]) -> Option<usize> {
+        if self.mailbox_pending()
+            && let Some(n) = self.shared.mailboxes[self.id].take(buf)
+        {
+            self.stats.neighbour_in += 1;
+            self.stats.rx_packets += 1;
+            self.stats.rx_bytes += n as u64;
+            return Some(n);
+        }
         if self.rx.theirs(true) == self.rx.ours {
             return None;
         }
@@ -494,6 +735,10 @@ impl Device for XdpQueue {
         }
         self.stats.rx_packets += 1;
         self.stats.rx_bytes += n as u64;
+        self.shared.ring_frames[self.id].fetch_add(1, Ordering::Relaxed);
+        if self.shared.mailboxes.len() > 1 && is_neighbour(&buf[..n]) {
+            self.share_neighbour(&buf[..n]);
+        }
         Some(n)
     }
 
@@ -596,9 +841,13 @@ mod tests {
             },
             name: "fake".into(),
             stats: XdpStats::default(),
-            _link: fd(),
-            _prog: fd(),
-            _map: fd(),
+            id: 0,
+            shared: Arc::new(Shared {
+                attached: OnceLock::new(),
+                map: fd(),
+                mailboxes: vec![Mailbox::new().expect("eventfd")],
+                ring_frames: Arc::new([AtomicU64::new(0)]),
+            }),
             fd: fd(),
             _allmulti: fd(),
         }
@@ -632,6 +881,60 @@ mod tests {
         assert!(q.send(Instant::ZERO, &frame));
         assert_eq!(kicks(&q), (4, 1, 1), "{:?}", q.stats());
         assert_eq!(q.tx.theirs(true), 4);
+    }
+
+    /// An Ethernet II frame of `ethertype` with `payload` after the header.
+    fn frame(ethertype: [u8; 2], payload: &[u8]) -> Vec<u8> {
+        let mut f = vec![0u8; 12];
+        f.extend_from_slice(&ethertype);
+        f.extend_from_slice(payload);
+        f
+    }
+
+    /// An IPv6 frame whose next header is `next` and whose payload starts with `first`.
+    fn ipv6(next: u8, first: u8) -> Vec<u8> {
+        let mut ip = vec![0u8; 48];
+        ip[0] = 0x60;
+        ip[6] = next;
+        ip[40] = first;
+        frame([0x86, 0xdd], &ip)
+    }
+
+    #[test]
+    fn neighbour_frames_are_arp_and_ndp_only() {
+        assert!(is_neighbour(&frame([0x08, 0x06], &[0; 28])));
+        for t in 133..=137 {
+            assert!(is_neighbour(&ipv6(58, t)), "ICMPv6 type {t}");
+        }
+        assert!(!is_neighbour(&ipv6(58, 128)), "echo request");
+        assert!(!is_neighbour(&ipv6(58, 138)));
+        assert!(!is_neighbour(&ipv6(6, 135)), "TCP, not ICMPv6");
+        assert!(!is_neighbour(&frame([0x08, 0x00], &[0; 40])), "IPv4");
+        assert!(!is_neighbour(&frame(
+            [0x86, 0xdd],
+            &[0x60, 0, 0, 0, 0, 0, 58]
+        )));
+        assert!(!is_neighbour(&[0x08]), "runt");
+    }
+
+    #[test]
+    fn a_mailbox_hands_frames_over_in_order_and_wakes_its_queue() {
+        let m = Mailbox::new().expect("eventfd");
+        let mut buf = [0u8; 64];
+        assert_eq!(m.take(&mut buf), None);
+        assert!(m.post(&[1, 2, 3]));
+        assert!(m.post(&[4]));
+        let mut fds = [PollFd::new(&m.wake, PollFlags::IN)];
+        let ready = rustix::event::poll(&mut fds, Some(&timespec(Duration::ZERO)));
+        assert_eq!(ready.expect("poll"), 1, "the eventfd is readable");
+        assert_eq!(m.take(&mut buf), Some(3));
+        assert_eq!(buf[..3], [1, 2, 3]);
+        assert_eq!(m.take(&mut buf), Some(1));
+        assert_eq!(m.take(&mut buf), None);
+        for i in 0..MAILBOX_FRAMES {
+            assert!(m.post(&[i as u8]), "frame {i}");
+        }
+        assert!(!m.post(&[0]), "a full mailbox refuses");
     }
 
     #[test]

@@ -35,7 +35,8 @@ pub enum LinkSpec {
     /// `AF_PACKET` sockets on an existing Ethernet interface ([`PacketConfig::queues`]
     /// of them, one `PACKET_FANOUT` group).
     Packet(PacketConfig),
-    /// An `AF_XDP` socket on an existing Ethernet interface (one queue).
+    /// `AF_XDP` sockets on an existing Ethernet interface, one per receive queue id
+    /// ([`XdpConfig::queues`]).
     Xdp(XdpConfig),
 }
 
@@ -101,11 +102,8 @@ pub fn open_link(spec: &LinkSpec, tap: Option<&Arc<TapSwitch>>) -> io::Result<Op
         LinkSpec::Xdp(c) => {
             let x = Xdp::open(c).map_err(|e| what(&c.interface, e))?;
             let mac = EthernetAddress(x.mac());
-            (
-                c.interface.clone(),
-                Some(mac),
-                vec![KernelQueue::Xdp(x.into_queue())],
-            )
+            let q = x.into_queues().into_iter().map(KernelQueue::Xdp);
+            (c.interface.clone(), Some(mac), q.collect())
         }
     };
     let switch = tap.cloned().unwrap_or_else(|| TapSwitch::new(0));
@@ -193,8 +191,20 @@ impl Sleep for KernelQueue {
 /// Each queue's file is readable while a frame waits (a TUN packet, a packet socket's
 /// receive block, an XDP receive ring entry).
 impl Link for KernelQueue {
+    /// An xdp queue with a frame in its mailbox must not sleep: its eventfd was cleared
+    /// when the mailbox was last read.
+    fn prepare_sleep(&mut self) -> bool {
+        !matches!(self, KernelQueue::Xdp(q) if q.ready())
+    }
+
     fn sleep_fds<'a>(&'a self, out: &mut Vec<BorrowedFd<'a>>) {
         out.push(each!(self, q => q.fd()));
+        // An xdp queue's mailbox of neighbour frames from the link's other queues.
+        if let KernelQueue::Xdp(q) = self
+            && let Some(wake) = q.wake_fd()
+        {
+            out.push(wake);
+        }
     }
 }
 

@@ -20,7 +20,8 @@ use ustack_dev::{Device, Medium};
 use ustack_runtime::runtime::RuntimeBuilder;
 use ustack_stack::{EthernetAddress, Instant};
 use ustack_testkit::netns::{
-    KERNEL_IP, NetNs, VETH_KERNEL, VETH_USTACK, XdpRig, tool_or_skip, veth_or_skip,
+    KERNEL_IP, NetNs, USTACK_IP, VETH_KERNEL, VETH_USTACK, XdpQueuesRig, XdpRig, tool_or_skip,
+    veth_or_skip,
 };
 
 mod kernel;
@@ -178,6 +179,76 @@ fn kernel_udp_client_through_ustack_echo_over_xdp_ipv6() {
     scenarios::kernel_udp_client_through_echo(test, peer, b, rig.queue);
 }
 
+/// Two shards, each on its own AF_XDP socket bound to one receive queue of a 2-queue veth,
+/// serve 16 kernel connections (over IPv6 with `ipv6`); the kernel spread them over both
+/// queues, and each shard resolved the kernel's address although ARP (or neighbour
+/// discovery) crossed one queue only.
+fn two_shards_on_two_queues(test: &str, ipv6: bool) {
+    if veth_or_skip(test).is_none() {
+        return;
+    }
+    let rig = XdpQueuesRig::new(2).expect("setting up the 2-queue veth rig with the xdp link");
+    assert_eq!(
+        rig.queues.iter().map(|q| q.queue_id()).collect::<Vec<_>>(),
+        [0, 1]
+    );
+    // Attached in veth's own (driver) mode: generic XDP sees every frame as queue 0.
+    let out = rig.ns.run(LIMIT, &["ip", "link", "show", VETH_USTACK]);
+    let text = String::from_utf8_lossy(&out.expect("ip link show").stdout).into_owned();
+    assert!(
+        text.contains("prog/xdp") && !text.contains("xdpgeneric"),
+        "{text}"
+    );
+    let frames = rig.queues[0].queue_frames();
+    let mut b = RuntimeBuilder::new().ipv4(USTACK_IP, 24);
+    let peer = if ipv6 {
+        // Without DAD: the shards serve at once.
+        b = b.sysctl("net.ipv6.conf.default.accept_dad", 0);
+        Peer::v6(&rig.ns, VETH_KERNEL)
+    } else {
+        Peer::from(&rig.ns)
+    };
+    let b = b.mac(EthernetAddress(rig.mac));
+    scenarios::two_shards_serve_kernel_clients(test, peer, b, rig.queues);
+    let per_queue = frames.get();
+    eprintln!("{test}: frames per receive queue {per_queue:?}");
+    assert!(per_queue.iter().all(|&n| n > 0), "{per_queue:?}");
+}
+
+#[test]
+fn two_shards_on_two_xdp_queues_serve_kernel_clients() {
+    two_shards_on_two_queues("two_shards_on_two_xdp_queues_serve_kernel_clients", false);
+}
+
+#[test]
+fn two_shards_on_two_xdp_queues_serve_kernel_ipv6_clients() {
+    two_shards_on_two_queues(
+        "two_shards_on_two_xdp_queues_serve_kernel_ipv6_clients",
+        true,
+    );
+}
+
+/// Asking for more queues than the interface has is refused, naming the queue and how to
+/// make a veth with more.
+#[test]
+fn more_queues_than_the_interface_has_are_refused() {
+    if veth_or_skip("more_queues_than_the_interface_has_are_refused").is_none() {
+        return;
+    }
+    let ns = NetNs::new().expect("a namespace");
+    ns.veth_pair().expect("a 1-queue veth pair");
+    let e = Xdp::open(&XdpConfig {
+        interface: VETH_USTACK.to_owned(),
+        netns: Some(ns.path().to_owned()),
+        queues: 2,
+        ..XdpConfig::default()
+    })
+    .expect_err("a 1-queue veth has no queue 1");
+    let text = e.to_string();
+    assert!(text.contains("queue 1"), "{text}");
+    assert!(text.contains("numrxqueues 2"), "{text}");
+}
+
 #[test]
 fn bad_configs_are_refused_with_a_reason() {
     for (config, what) in [
@@ -201,6 +272,13 @@ fn bad_configs_are_refused_with_a_reason() {
                 ..XdpConfig::default()
             },
             "frames",
+        ),
+        (
+            XdpConfig {
+                queues: 0,
+                ..XdpConfig::default()
+            },
+            "queues",
         ),
     ] {
         let e = Xdp::open(&config).expect_err("refused");

@@ -373,6 +373,38 @@ impl XdpRig {
     }
 }
 
+/// The veth pair with `queues` receive and transmit queues on each end, and the `xdp`
+/// link on ustack's end with one socket per queue.
+#[derive(Debug)]
+pub struct XdpQueuesRig {
+    /// The queues on ustack's end, in order of queue id.
+    pub queues: Vec<XdpQueue>,
+    /// ustack's end's MAC address: give it to the stack.
+    pub mac: [u8; 6],
+    /// Dropped last: the queues close first.
+    pub ns: NetNs,
+}
+
+impl XdpQueuesRig {
+    /// A fresh namespace with a veth pair of `queues` queues a side
+    /// ([`NetNs::veth_pair_queues`]) and an xdp link of `queues` sockets on ustack's end.
+    pub fn new(queues: usize) -> io::Result<XdpQueuesRig> {
+        let ns = NetNs::new()?;
+        ns.veth_pair_queues(queues)?;
+        let xdp = Xdp::open(&XdpConfig {
+            interface: VETH_USTACK.to_owned(),
+            netns: Some(ns.path().to_owned()),
+            queues,
+            ..XdpConfig::default()
+        })?;
+        Ok(XdpQueuesRig {
+            mac: xdp.mac(),
+            queues: xdp.into_queues(),
+            ns,
+        })
+    }
+}
+
 impl NetNs {
     /// Adds the veth pair [`VETH_KERNEL`]–[`VETH_USTACK`] in this namespace: the kernel's
     /// end configured ([`configure_tun`](Self::configure_tun)) with transmit checksum
@@ -388,23 +420,23 @@ impl NetNs {
     /// (seen as several segments a few milliseconds late in a transfer without faults). One
     /// backlog keeps the pair in order, as a wire is.
     pub fn veth_pair(&self) -> io::Result<()> {
+        self.veth_pair_queues(1)
+    }
+
+    /// [`veth_pair`](Self::veth_pair) with `queues` receive and transmit queues on each end
+    /// (`numrxqueues`, `numtxqueues`): a frame the kernel sends on transmit queue `k` of
+    /// its end arrives on receive queue `k` of ustack's.
+    pub fn veth_pair_queues(&self, queues: usize) -> io::Result<()> {
         let limit = Duration::from_secs(5);
         let rps = "f=/proc/sys/net/core/rps_default_mask; if [ -e $f ]; then echo 1 > $f; fi";
         self.run(limit, &["sh", "-c", rps])?;
-        self.run(
-            limit,
-            &[
-                "ip",
-                "link",
-                "add",
-                VETH_KERNEL,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                VETH_USTACK,
-            ],
-        )?;
+        let n = queues.to_string();
+        let q = ["numrxqueues", &n, "numtxqueues", &n];
+        let mut argv = vec!["ip", "link", "add", VETH_KERNEL];
+        argv.extend(q);
+        argv.extend(["type", "veth", "peer", "name", VETH_USTACK]);
+        argv.extend(q);
+        self.run(limit, &argv)?;
         self.run(limit, &["ethtool", "-K", VETH_KERNEL, "tx", "off"])?;
         self.configure_tun(VETH_KERNEL)?;
         self.disable_ipv6(VETH_USTACK)?;

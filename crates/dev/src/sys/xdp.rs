@@ -27,6 +27,8 @@ const BPF_PROG_TYPE_XDP: u32 = 6;
 const BPF_XDP: u32 = 37;
 /// `XDP_FLAGS_SKB_MODE`: generic XDP, after the kernel built the `sk_buff`.
 const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
+/// `XDP_FLAGS_DRV_MODE`: the driver's own XDP (veth's: in its NAPI poll, per receive queue).
+const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
 /// `BPF_FUNC_redirect_map`.
 const BPF_FUNC_REDIRECT_MAP: i32 = 51;
 /// `XDP_PASS`: the program's answer when no socket is in the map at the queue's index.
@@ -202,9 +204,10 @@ pub(crate) fn load_redirect(map: BorrowedFd<'_>) -> io::Result<OwnedFd> {
     }
 }
 
-/// Attaches `prog` to interface `ifindex` in generic (SKB) mode through a BPF link; the
-/// program stays attached while the returned link is open.
-pub(crate) fn attach_xdp(prog: BorrowedFd<'_>, ifindex: u32) -> io::Result<OwnedFd> {
+/// Attaches `prog` to interface `ifindex` through a BPF link, in generic (SKB) mode or,
+/// with `driver`, in the driver's mode; the program stays attached while the returned link
+/// is open.
+pub(crate) fn attach_xdp(prog: BorrowedFd<'_>, ifindex: u32, driver: bool) -> io::Result<OwnedFd> {
     #[repr(C)]
     #[derive(Clone, Copy)]
     struct LinkCreate {
@@ -217,7 +220,11 @@ pub(crate) fn attach_xdp(prog: BorrowedFd<'_>, ifindex: u32) -> io::Result<Owned
         prog_fd: prog.as_raw_fd() as u32,
         target_ifindex: ifindex,
         attach_type: BPF_XDP,
-        flags: XDP_FLAGS_SKB_MODE,
+        flags: if driver {
+            XDP_FLAGS_DRV_MODE
+        } else {
+            XDP_FLAGS_SKB_MODE
+        },
     };
     owned(bpf(BPF_LINK_CREATE, &attr)?)
 }
