@@ -217,16 +217,8 @@ fn ustack_sends_64mib_to_kernel_in_super_segments() {
     let mut rig = TunRig::with_offload(1).expect("setting up the TUN rig");
     let q = rig.queues.remove(0);
     let up = 64 << 20;
-    let started = std::time::Instant::now();
     let s =
         scenarios::ustack_client_bulk_both_ways(test, &rig.ns, builder(), q, up, 1, |q| *q.stats());
-    // A figure to read, not a check (speed lives in benchmarks).
-    let secs = started.elapsed().as_secs_f64();
-    eprintln!(
-        "{test}: {:.1} s, {:.0} MB/s including setup and the capture",
-        secs,
-        up as f64 / secs / 1e6
-    );
     eprintln!(
         "{test}: {} packets in {} writes; TSO: {} super-segments of {} segments; \
          merged at the driver: {} of {} segments",
