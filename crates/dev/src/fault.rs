@@ -766,6 +766,7 @@ mod tests {
             medium: crate::Medium::Ip,
             mtu: 1500,
             gro_max_size: 0,
+            gso_max_size: 0,
         };
         for _ in 0..clean {
             assert!(line.send(Instant::ZERO, &[0; 60], caps, |_, _| {}));

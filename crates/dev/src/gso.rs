@@ -145,7 +145,8 @@ impl Segment {
 /// their payloads.
 #[derive(Debug, Clone)]
 pub struct Super {
-    /// Frames merged (at least 2).
+    /// Segments it stands for (at least 2): the frames merged, or for a [`tso_frame`]
+    /// the `gso_size` pieces the other end cuts it into.
     pub segs: usize,
     /// The virtio-net header.
     pub vnet: [u8; VNET_HDR_LEN],
@@ -211,54 +212,105 @@ pub fn coalesce(frames: &[&[u8]], mtu: usize) -> Option<Super> {
     if segs < 2 {
         return None;
     }
-    let hdr_len = first.hdr_len;
-    let mut headers = [0u8; MAX_HDR];
-    headers[..hdr_len].copy_from_slice(&first_frame[..hdr_len]);
-    let tcp_len = len - first.ip_len;
-    let (ip, tcp) = headers.split_at_mut(first.ip_len);
-    let pseudo = if first.v6 {
-        ip[4..6].copy_from_slice(&(tcp_len as u16).to_be_bytes());
-        let addr =
-            |b: &[u8]| core::net::Ipv6Addr::from(<[u8; 16]>::try_from(b).unwrap_or_default());
-        checksum::pseudo_header_v6(
-            addr(&ip[8..24]),
-            addr(&ip[24..40]),
-            IpProtocol::Tcp,
-            tcp_len as u32,
-        )
-    } else {
-        ip[2..4].copy_from_slice(&(len as u16).to_be_bytes());
-        ip[10..12].fill(0);
-        let sum = checksum::checksum(ip);
-        ip[10..12].copy_from_slice(&sum.to_be_bytes());
-        let addr = |b: &[u8]| core::net::Ipv4Addr::new(b[0], b[1], b[2], b[3]);
-        checksum::pseudo_header_v4(
-            addr(&ip[12..16]),
-            addr(&ip[16..20]),
-            IpProtocol::Tcp,
-            tcp_len as u16,
-        )
-    };
-    tcp[13] = last.flags;
-    tcp[16..18].copy_from_slice(&pseudo.to_be_bytes());
-    let mut vnet = [0u8; VNET_HDR_LEN];
-    vnet[0] = VNET_F_NEEDS_CSUM;
-    vnet[1] = if first.v6 {
-        VNET_GSO_TCPV6
-    } else {
-        VNET_GSO_TCPV4
-    };
-    vnet[2..4].copy_from_slice(&(hdr_len as u16).to_le_bytes());
-    vnet[4..6].copy_from_slice(&(mss as u16).to_le_bytes());
-    vnet[6..8].copy_from_slice(&(first.ip_len as u16).to_le_bytes());
-    vnet[8..10].copy_from_slice(&16u16.to_le_bytes());
-    Some(Super {
-        segs,
-        vnet,
-        headers,
-        hdr_len,
+    Some(Super::build(
+        first_frame,
+        &first,
         len,
-    })
+        last.flags,
+        mss,
+        segs,
+    ))
+}
+
+/// A super-segment TCP built itself (TSO inside TCP, Linux `tcp_tso_autosize` /
+/// `tcp_write_xmit`): one TCP/IPv4 or TCP/IPv6 `frame` longer than `mtu`, its headers
+/// those of the first of the MTU-sized segments it stands for, its lengths whole. The
+/// segment size (`gso_size`) is what fills the MTU under these headers, `mtu` less the
+/// headers, the contract with the stack's TSO (`Stack::set_gso_max_size`): TCP
+/// builds such a frame only from full segments of that size. `None` for anything else
+/// (not TCP, flags other than ACK/PSH/FIN, no more payload than one segment): the caller
+/// refuses it as too big.
+pub fn tso_frame(frame: &[u8], mtu: usize) -> Option<Super> {
+    if frame.len() <= mtu || frame.len() > MAX_LEN {
+        return None;
+    }
+    let seg = Segment::parse(frame)?;
+    let gso_size = mtu.checked_sub(seg.hdr_len).filter(|&s| s > 0)?;
+    if seg.payload <= gso_size {
+        return None;
+    }
+    Some(Super::build(
+        frame,
+        &seg,
+        frame.len(),
+        seg.flags,
+        gso_size,
+        seg.payload.div_ceil(gso_size),
+    ))
+}
+
+impl Super {
+    /// The super-segment of `segs` segments of `gso_size` bytes of payload whose first
+    /// frame is `first_frame` (parsed as `first`): `len` bytes of IP packet in all, the
+    /// last segment's `flags`. Its headers are the first frame's with the lengths made
+    /// whole, and the TCP checksum field the pseudo-header sum (`CHECKSUM_PARTIAL`).
+    fn build(
+        first_frame: &[u8],
+        first: &Segment,
+        len: usize,
+        flags: u8,
+        gso_size: usize,
+        segs: usize,
+    ) -> Super {
+        let hdr_len = first.hdr_len;
+        let mut headers = [0u8; MAX_HDR];
+        headers[..hdr_len].copy_from_slice(&first_frame[..hdr_len]);
+        let tcp_len = len - first.ip_len;
+        let (ip, tcp) = headers.split_at_mut(first.ip_len);
+        let pseudo = if first.v6 {
+            ip[4..6].copy_from_slice(&(tcp_len as u16).to_be_bytes());
+            let addr =
+                |b: &[u8]| core::net::Ipv6Addr::from(<[u8; 16]>::try_from(b).unwrap_or_default());
+            checksum::pseudo_header_v6(
+                addr(&ip[8..24]),
+                addr(&ip[24..40]),
+                IpProtocol::Tcp,
+                tcp_len as u32,
+            )
+        } else {
+            ip[2..4].copy_from_slice(&(len as u16).to_be_bytes());
+            ip[10..12].fill(0);
+            let sum = checksum::checksum(ip);
+            ip[10..12].copy_from_slice(&sum.to_be_bytes());
+            let addr = |b: &[u8]| core::net::Ipv4Addr::new(b[0], b[1], b[2], b[3]);
+            checksum::pseudo_header_v4(
+                addr(&ip[12..16]),
+                addr(&ip[16..20]),
+                IpProtocol::Tcp,
+                tcp_len as u16,
+            )
+        };
+        tcp[13] = flags;
+        tcp[16..18].copy_from_slice(&pseudo.to_be_bytes());
+        let mut vnet = [0u8; VNET_HDR_LEN];
+        vnet[0] = VNET_F_NEEDS_CSUM;
+        vnet[1] = if first.v6 {
+            VNET_GSO_TCPV6
+        } else {
+            VNET_GSO_TCPV4
+        };
+        vnet[2..4].copy_from_slice(&(hdr_len as u16).to_le_bytes());
+        vnet[4..6].copy_from_slice(&(gso_size as u16).to_le_bytes());
+        vnet[6..8].copy_from_slice(&(first.ip_len as u16).to_le_bytes());
+        vnet[8..10].copy_from_slice(&16u16.to_le_bytes());
+        Super {
+            segs,
+            vnet,
+            headers,
+            hdr_len,
+            len,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -369,6 +421,39 @@ mod tests {
         // The payload is every segment's, in order.
         let payload: Vec<u8> = frames.iter().flat_map(|f| f[52..].to_vec()).collect();
         assert_eq!(&p[52..], &payload[..]);
+    }
+
+    #[test]
+    fn a_super_segment_from_tcp_gets_the_header_a_merge_would() {
+        // Ten full segments, the last pushed: TCP's one frame (the first segment's
+        // headers, the whole length, the last one's flags) and the driver's merge of the
+        // ten frames ask the kernel for the same thing.
+        let frames = run(10, MSS, ACK | PSH);
+        let merged = coalesce(&refs(&frames), 1500).expect("merged");
+        let mut one = frames[0][..52].to_vec();
+        for f in &frames {
+            one.extend_from_slice(&f[52..]);
+        }
+        let len = one.len() as u16;
+        one[2..4].copy_from_slice(&len.to_be_bytes());
+        one[33] = ACK | PSH;
+        let tso = tso_frame(&one, 1500).expect("a super-segment");
+        assert_eq!(tso.segs, 10);
+        assert_eq!(
+            tso.vnet, merged.vnet,
+            "gso_size from the MTU less the headers"
+        );
+        assert_eq!(tso.headers(), merged.headers());
+        assert_eq!(tso.len, merged.len);
+        // Not larger than the MTU, not TCP, or one segment's worth: not a super-segment.
+        assert!(tso_frame(&frames[0], 1500).is_none());
+        let mut udp = one.clone();
+        udp[9] = 17;
+        assert!(tso_frame(&udp, 1500).is_none());
+        assert!(tso_frame(&one[..1600], 1600).is_none());
+        for n in 0..60 {
+            assert!(tso_frame(&one[..n], 10).is_none());
+        }
     }
 
     #[test]

@@ -80,6 +80,11 @@ pub struct DeviceCaps {
     /// a device that receives super-segments (a TUN with offloads, up to 65,535 bytes;
     /// Linux's `gro_max_size`). 0: none larger than `mtu`.
     pub gro_max_size: usize,
+    /// The largest IP packet [`Device::send`] takes when that is more than `mtu`: a
+    /// device that segments TCP super-segments itself (a TUN with offloads writes them
+    /// with a virtio-net GSO header, see [`gso::tso_frame`]; Linux's `gso_max_size`).
+    /// TCP then builds one frame for a run of full segments (TSO inside TCP). 0: none.
+    pub gso_max_size: usize,
 }
 
 impl DeviceCaps {

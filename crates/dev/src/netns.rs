@@ -93,6 +93,7 @@ pub(crate) fn ethernet_interface(kind: &str, name: &str) -> io::Result<EthernetI
         medium: crate::Medium::Ethernet,
         mtu,
         gro_max_size: 0,
+        gso_max_size: 0,
     };
     Ok(EthernetInterface { ifindex, mac, caps })
 }

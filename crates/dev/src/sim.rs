@@ -159,6 +159,7 @@ impl SimLink {
             medium: self.medium,
             mtu: self.mtu,
             gro_max_size: 0,
+            gso_max_size: 0,
         }
     }
 

@@ -838,6 +838,7 @@ mod tests {
                 medium: crate::Medium::Ethernet,
                 mtu: 1500,
                 gro_max_size: 0,
+                gso_max_size: 0,
             },
             name: "fake".into(),
             stats: XdpStats::default(),

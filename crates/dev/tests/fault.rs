@@ -23,6 +23,7 @@ impl Device for Recorder {
             medium: Medium::Ip,
             mtu: 1500,
             gro_max_size: 0,
+            gso_max_size: 0,
         }
     }
     fn recv(&mut self, _now: Instant, buf: &mut [u8]) -> Option<usize> {

@@ -527,8 +527,10 @@ impl RuntimeBuilder {
         device: D,
         clock: C,
     ) -> io::Result<Runtime<D, C>> {
-        let config = self.stack_config(device.caps())?;
-        let stack = Stack::new(config);
+        let caps = device.caps();
+        let config = self.stack_config(caps)?;
+        let mut stack = Stack::new(config);
+        stack.set_gso_max_size(caps.gso_max_size);
         let timers = TimerWheel::new(clock.now(), self.timer_granularity);
         Ok(Runtime {
             shard: Shard::new(self.shard, stack, device),

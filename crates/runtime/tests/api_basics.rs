@@ -244,6 +244,7 @@ fn every_builder_draws_its_own_locally_administered_unicast_mac() {
         medium: Medium::Ethernet,
         mtu: 1500,
         gro_max_size: 0,
+        gso_max_size: 0,
     };
     let config = |b: RuntimeBuilder| b.ipv4(SERVER_IP, 24).stack_config(caps).unwrap().mac;
     let macs: Vec<_> = (0..8).map(|_| config(RuntimeBuilder::new())).collect();

@@ -59,6 +59,9 @@ pub struct Stack {
     /// Whether connections write their IPv4 segments from header templates (the default);
     /// off, every segment takes the general path (for tests comparing the two).
     pub(crate) tcp_template_on: bool,
+    /// The largest IP packet the device segments itself ([`Stack::set_gso_max_size`]);
+    /// 0: none, every TCP segment fits the MTU.
+    pub(crate) gso_max_size: usize,
 }
 
 impl Stack {
@@ -106,7 +109,20 @@ impl Stack {
             frames: Vec::new(),
             tx_gen: 1,
             tcp_template_on: true,
+            gso_max_size: 0,
         }
+    }
+
+    /// The device takes TCP/IPv4 super-segments up to `size` bytes and cuts them into
+    /// MTU-sized segments itself (`ustack_dev::DeviceCaps::gso_max_size`; a TUN with
+    /// offloads). TCP then sends a run of full segments the windows allow as one frame
+    /// (TSO inside TCP, Linux `tcp_tso_autosize`): its headers are the first segment's,
+    /// its payload the run's, and every segment it carries fills the MTU, so the device
+    /// knows the segment size from the headers. The retransmission queue keeps one record
+    /// per segment (Linux `tcp_skb_pcount`), and retransmissions are single segments. 0
+    /// (the default) or anything not above the MTU: off.
+    pub fn set_gso_max_size(&mut self, size: usize) {
+        self.gso_max_size = size.min(65_535);
     }
 
     /// Whether established connections write their IPv4 segments from per-connection

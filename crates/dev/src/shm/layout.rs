@@ -179,6 +179,7 @@ pub(super) fn validate_caps(
         medium,
         mtu,
         gro_max_size: 0,
+        gso_max_size: 0,
     };
     if mtu == 0 || caps.max_frame_len() > slot_size {
         return Err(bad_input(

@@ -649,7 +649,10 @@ impl Stack {
     }
 
     /// Send one segment of the connection: `len` bytes of data at `seq`, plus FIN if
-    /// asked; an ACK of everything received goes with it. Clears pending ACKs.
+    /// asked; an ACK of everything received goes with it. Clears pending ACKs. `gso`
+    /// above 0: `len` is several segments of `gso` bytes, sent as one super-segment for
+    /// the device to cut (TSO, see [`Stack::tcp_tso_segs`]).
+    #[allow(clippy::too_many_arguments)]
     fn tcp_send_segment(
         &mut self,
         now: Instant,
@@ -658,6 +661,7 @@ impl Stack {
         len: usize,
         fin: bool,
         push: bool,
+        gso: usize,
     ) -> bool {
         let ack_only = len == 0 && !fin;
         if self.tcp_tx_throttle(h, ack_only) {
@@ -732,7 +736,8 @@ impl Stack {
         let room =
             usize::from(tcb.mss) + tcp::HEADER_LEN + if repr.timestamp.is_some() { 12 } else { 0 };
         let mut blocks = repr.sack_ranges.iter().flatten().count();
-        while blocks > 0 && repr.header_len() + len > room {
+        let seg_len = if gso > 0 { gso } else { len };
+        while blocks > 0 && repr.header_len() + seg_len > room {
             blocks -= 1;
             repr.sack_ranges[blocks] = None;
         }
@@ -745,7 +750,13 @@ impl Stack {
             && self.tcp_template_on
             && let Some(tpl) = self.tcp_template(h, *tuple.remote.ip(), &template)
         {
-            return self.tcp_transmit4(now, &tpl, &repr, payload);
+            let segs = if gso > 0 { len.div_ceil(gso) } else { 1 };
+            return self.tcp_transmit4(now, &tpl, &repr, payload, segs);
+        }
+        if gso > 0 {
+            // A super-segment goes only from the template (`tcp_tso_segs` checks it is
+            // on); the general path sizes frames to the MTU.
+            return false;
         }
         self.tcp_emit(now, tuple, &repr, payload)
     }
@@ -755,7 +766,7 @@ impl Stack {
         let _stage = ustack_obs::profile::enter(ustack_obs::profile::Stage::TcpOutput);
         let Some(tcb) = self.tcp.get(h) else { return };
         let seq = tcb.snd.nxt;
-        self.tcp_send_segment(now, h, seq, 0, false, false);
+        self.tcp_send_segment(now, h, seq, 0, false, false, 0);
     }
 
     /// Queue our FIN after the data (RFC 9293 §3.10.4 CLOSE): ESTABLISHED goes to
@@ -873,6 +884,35 @@ impl Stack {
             // IPoptionsize", TCPhdrsize counting the options actually sent: SACK blocks
             // take room from the payload (Linux tcp_current_mss).
             let mss_now = bound_to_half_wnd(tcb.mss_now(), tcb.snd.max_wnd, tcb.flags);
+            if !probe && self.gso_max_size > self.mtu {
+                let segs = self.tcp_tso_segs(tcb, mss_now, unsent, wnd_avail);
+                if segs >= 2 {
+                    let seq = tcb.snd.nxt;
+                    let len = segs * mss_now;
+                    let push = len == unsent;
+                    if !self.tcp_send_segment(now, h, seq, len, false, push, mss_now) {
+                        break;
+                    }
+                    sent_segs += segs as u32;
+                    let Some((tcb, spare)) = self.tcp.get_with_spare(h) else {
+                        return sent_segs;
+                    };
+                    // Linux tcp_skb_pcount: one record per segment, so that SACK, RACK,
+                    // cwnd and retransmission see what the wire carries.
+                    for i in 0..segs {
+                        let start = seq + i * mss_now;
+                        tcb.rtx.push_reusing(start, start + mss_now, now, spare);
+                    }
+                    tcb.snd.nxt = seq + len;
+                    if matches!(tcb.ca_state, CaState::Recovery | CaState::Cwr) {
+                        tcb.active.recovery.prr_out += segs as u32;
+                    }
+                    if push && !fin_pending {
+                        break;
+                    }
+                    continue;
+                }
+            }
             let len = unsent.min(mss_now).min(wnd_avail);
             let fin = fin_pending
                 && len == unsent
@@ -931,7 +971,7 @@ impl Stack {
                 break;
             }
             let seq = tcb.snd.nxt;
-            if !self.tcp_send_segment(now, h, seq, len, fin, len == unsent) {
+            if !self.tcp_send_segment(now, h, seq, len, fin, len == unsent, 0) {
                 break;
             }
             sent_segs += 1;
@@ -959,6 +999,64 @@ impl Stack {
             }
         }
         sent_segs
+    }
+
+    /// How many full segments of `mss_now` bytes to send now as one super-segment (TSO
+    /// inside TCP; Linux `tcp_write_xmit` with `tcp_tso_segs`, `tcp_cwnd_test`,
+    /// `tcp_snd_wnd_test`); below 2: none, segments go one by one. The device must take
+    /// it: an IPv4 connection on the header template, whose segments fill the MTU (the
+    /// device reads the segment size from the headers, see [`Stack::set_gso_max_size`]).
+    /// The count is Linux's `tcp_tso_autosize`: about 1 ms of data at the pacing rate
+    /// (`sk_pacing_shift` 10: rate / 1024), the rate being `tcp_update_pacing_rate`'s
+    /// cwnd x MSS / SRTT scaled by `tcp_pacing_ss_ratio` (200%) in slow start below half
+    /// ssthresh, else `tcp_pacing_ca_ratio` (120%); at least `tcp_min_tso_segs` (2); at
+    /// most the device's size; then bounded by the room cwnd leaves, the peer's window
+    /// and the data unsent (a FIN pending stays for the last segment, sent alone), and by
+    /// the retransmission queue's cap of records.
+    fn tcp_tso_segs(&self, tcb: &Tcb, mss_now: usize, unsent: usize, wnd_avail: usize) -> usize {
+        const MIN_TSO_SEGS: usize = 2;
+        let ts = if tcb.flags.has(TcbFlags::TS_OK) {
+            12
+        } else {
+            0
+        };
+        if tcb.tuple.is_v6()
+            || !self.tcp_template_on
+            || mss_now == 0
+            || mss_now != tcb.mss_now()
+            || usize::from(tcb.mss) + 40 + ts != self.mtu
+            || tcb.flags.has(TcbFlags::URG)
+        {
+            return 0;
+        }
+        let hdr = self.mtu - mss_now;
+        let dev_max = (self.gso_max_size.saturating_sub(hdr) / mss_now).min(64);
+        let cwnd = tcb.congestion.cwnd;
+        let autosize = match tcb.rtt.srtt_ns() {
+            Some(srtt) => {
+                let ratio: u128 = if cwnd < tcb.congestion.ssthresh / 2 {
+                    200
+                } else {
+                    120
+                };
+                // Segments per 1/1024 s: ratio% x cwnd / SRTT x (1 s / 1024).
+                let segs = ratio * u128::from(cwnd) * 1_000_000_000
+                    / (100 * 1024 * u128::from(srtt.max(1)));
+                (segs.min(dev_max as u128) as usize).max(MIN_TSO_SEGS)
+            }
+            None => dev_max,
+        };
+        let cwnd_room = cwnd.saturating_sub(tcb.in_flight()) as usize;
+        let mut segs = autosize
+            .min(dev_max)
+            .min(cwnd_room)
+            .min(wnd_avail / mss_now)
+            .min(unsent / mss_now)
+            .min(rtx_record_cap(tcb.sndbuf_limit).saturating_sub(tcb.rtx.len()));
+        if tcb.flags.has(TcbFlags::FIN_QUEUED) && segs * mss_now == unsent {
+            segs = segs.saturating_sub(1);
+        }
+        segs
     }
 
     /// Arm a tail loss probe instead of the RTO (RFC 8985 §7.2; Linux
@@ -996,7 +1094,7 @@ impl Stack {
                     let len = last.seq_len() - usize::from(fin);
                     // Linux __tcp_retransmit_skb: sent again without the scoreboard's
                     // RETRANS mark.
-                    if self.tcp_send_segment(now, h, last.start, len, fin, true) {
+                    if self.tcp_send_segment(now, h, last.start, len, fin, true, 0) {
                         self.mib.inc(Counter::TcpRetransSegs);
                         probed = true;
                         retrans = true;
@@ -1078,7 +1176,7 @@ impl Stack {
             // Linux tcp_fragment: a piece cut from a longer segment for a smaller MSS
             // leaves PSH to the last piece.
             let push = tcb.rtx.push_on_retransmit(start);
-            self.tcp_send_segment(now, h, start, len, fin, push)
+            self.tcp_send_segment(now, h, start, len, fin, push, 0)
         };
         if !ok {
             return false;

@@ -118,13 +118,16 @@ impl Stack {
     /// header with its timestamp and SACK options (the only ones a synchronized
     /// connection sends), then `payload`. The IPv4 identification comes from the same
     /// generator as [`Stack::ipv4_alloc`]'s, so the frame is the one the general path
-    /// writes, byte for byte.
+    /// writes, byte for byte. `segs` above 1: a super-segment of that many MTU-sized segments
+    /// ([`Stack::set_gso_max_size`]), up to the device's size, its TCP checksum left to
+    /// the device.
     pub(super) fn tcp_transmit4(
         &mut self,
         now: Instant,
         tpl: &HeaderTemplate,
         repr: &tcp::Repr,
         payload: Payload,
+        segs: usize,
     ) -> bool {
         debug_assert!(
             repr.max_seg_size.is_none() && repr.window_scale.is_none() && !repr.sack_permitted,
@@ -137,12 +140,16 @@ impl Stack {
             + if sacks > 0 { 4 + 8 * sacks } else { 0 };
         let tcp_len = tcp_hlen + payload.len();
         let total = ipv4::HEADER_LEN + tcp_len;
-        // As ipv4_alloc: DF is set and TCP sizes segments to the MTU.
-        if total > self.mtu {
+        // As ipv4_alloc: DF is set and TCP sizes segments to the MTU; a super-segment
+        // (`gso`) is cut to the MTU by the device.
+        let gso = segs > 1;
+        if total > if gso { self.gso_max_size } else { self.mtu } {
             self.mib.drop(DropReason::PktTooBig);
             return false;
         }
-        let ident = self.ident.next(tpl.dst(), IpProtocol::Tcp, 1);
+        // Linux ip_select_ident_segs: a super-segment takes one ID per segment the device
+        // cuts it into (tcp_gso_segment numbers them on from the first).
+        let ident = self.ident.next(tpl.dst(), IpProtocol::Tcp, segs as u16);
         let l2 = self.l2_len();
         // Every byte of the headers is written below and the payload's by `write_payload`.
         let mut frame = self.frame_overwritten(l2 + total);
@@ -181,14 +188,17 @@ impl Stack {
             write_sack_blocks(repr, sacks, &mut opts[at..]);
         }
         payload.write_payload(&self.tcp, data);
-        let sum = if self.checksum_offload {
+        // A super-segment's checksum is the device's (virtio-net NEEDS_CSUM: it writes
+        // the pseudo-header sum, the other end sums each piece).
+        let sum = if self.checksum_offload || gso {
             0
         } else {
             let sum = checksum::combine(&[tpl.pseudo, tcp_len as u16, checksum::data(seg)]);
             checksum::finish(sum)
         };
         seg[16..18].copy_from_slice(&sum.to_be_bytes());
-        self.mib.inc(Counter::TcpOutSegs);
+        // Linux __tcp_transmit_skb: OutSegs counts tcp_skb_pcount segments.
+        self.mib.add(Counter::TcpOutSegs, segs as u64);
         self.dev_queue_xmit(tpl.next_hop, frame, DropReason::DevQueueFull, now)
     }
 }
