@@ -703,7 +703,10 @@ fn connections_sending_counts_data_and_fins_not_yet_acknowledged() {
             std::thread::sleep(Duration::from_millis(1));
         }
     }
-    let (server, client) = sim_nets();
+    // Each stack on its own loop thread (shm), so that dropping the server's `Net` stops
+    // its stack: on a sim pair both stacks share one loop, the server's would go on and
+    // acknowledge the FIN within microseconds, and the test would depend on catching that.
+    let (server, client) = shm_nets(1);
     let listener = TcpListener::bind(&server, addr(7100)).unwrap();
     let c = TcpStream::connect(&client, addr(7100)).unwrap();
     c.set_write_timeout(Some(LIMIT)).unwrap();
