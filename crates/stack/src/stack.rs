@@ -46,6 +46,9 @@ pub struct Stack {
     pub(crate) ready: crate::socket::ReadyList,
     /// Frames ready for the device, L2 header filled in.
     tx: VecDeque<Vec<u8>>,
+    /// How many times the driver drained `tx` to empty ([`Stack::poll_transmit`] gave
+    /// `None`): the end of a round of its loop, for `tcp_tx_wake`.
+    pub(crate) tx_drains: u64,
     /// Frames the driver gave back ([`Stack::recycle`]), reused by TCP output so that a
     /// segment costs neither an allocation nor zeroing its payload.
     frames: Vec<Vec<u8>>,
@@ -105,6 +108,7 @@ impl Stack {
             sysctl,
             ready: Default::default(),
             tx: VecDeque::new(),
+            tx_drains: 0,
             neigh_events: Vec::new(),
             frames: Vec::new(),
             tx_gen: 1,
@@ -423,7 +427,11 @@ impl Stack {
         if !self.tcp.tx_waiters.is_empty() && (self.tx.len() as u64) <= self.tx_tcp_limit() / 2 {
             self.tcp_tx_wake(now);
         }
-        self.tx.pop_front()
+        let frame = self.tx.pop_front();
+        if frame.is_none() {
+            self.tx_drains = self.tx_drains.wrapping_add(1);
+        }
+        frame
     }
 
     /// The frames TCP connections may fill the transmit queue with: `txqueuelen` less a

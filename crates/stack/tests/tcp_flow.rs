@@ -143,6 +143,42 @@ fn a_small_peer_window_is_filled_with_half_window_segments() {
     assert!(*last <= 768, "{sizes:?}");
 }
 
+/// A write larger than the transmit queue (`net.core.txqueuelen`) leaves whole while the
+/// clock stands still: the connections the full queue held back send again in the driver's
+/// next round of draining, not when the clock next moves. (A driver on a virtual clock runs
+/// rounds at one instant; holding the rest back until the clock moved stalled such a write
+/// until the next timer, a delayed ACK or an RTO away.)
+#[test]
+fn a_write_larger_than_the_transmit_queue_leaves_in_rounds_at_one_instant() {
+    let mut t = SegTest::listening(80);
+    t.stack.set_sysctl("net.core.txqueuelen", 8).unwrap();
+    t.stack
+        .set_sysctl("net.ipv4.tcp_wmem.default", 1 << 20)
+        .unwrap();
+    let (h, base) = accepted(&mut t, Seg::syn(PEER_ISN).mss(1000), 65_535, 10 * MS);
+    // The initial congestion window: 10 segments may leave before any ACK.
+    let total = 10 * 1000;
+    assert_eq!(t.write(h, &vec![5u8; total]), total);
+    let mut sent = 0usize;
+    let mut rounds = 0;
+    while sent < total && rounds < 10 {
+        for s in t.recv_all() {
+            assert_eq!(s.seq, base.wrapping_add(sent as u32), "in order, no gap");
+            sent += s.payload.len();
+        }
+        rounds += 1;
+    }
+    assert_eq!(
+        sent, total,
+        "the initial window left within {rounds} rounds at one instant"
+    );
+    assert!(
+        rounds > 1,
+        "the queue of 8 held some back for a later round"
+    );
+    assert_eq!(t.stack.mib().drops_total(), 0, "nothing dropped");
+}
+
 // ---- the receive window -----------------------------------------------------------------
 
 /// The receive window as Linux's `tcp_select_window` computes it, against a reader that

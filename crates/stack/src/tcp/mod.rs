@@ -233,8 +233,9 @@ pub(crate) struct Tcp {
     /// Connections with output held back by a full transmit queue, in the order they
     /// found it full ([`tcb::TcbFlags::TX_THROTTLED`]; see `Stack::tcp_tx_wake`).
     pub(crate) tx_waiters: std::collections::VecDeque<TcpHandle>,
-    /// When the waiters were last woken: at most once per instant (see `tcp_tx_wake`).
-    pub(crate) tx_woken: Option<Instant>,
+    /// When the waiters were last woken, as the instant and the count of drains
+    /// (`Stack::tx_drains`) then: at most once per round (see `tcp_tx_wake`).
+    pub(crate) tx_woken: Option<(Instant, u64)>,
     /// Connections whose send found no buffer memory (`tcp_mem`): marked writable when
     /// the stack leaves memory pressure (see `Stack::tcp_mem_wake`).
     pub(crate) mem_waiters: std::collections::BTreeSet<TcpHandle>,

@@ -1300,14 +1300,18 @@ impl Stack {
     /// still opening sends its SYN; the others run [`tcp_output`](Self::tcp_output), which
     /// sends lost segments, new data and an owed ACK.
     ///
-    /// At most once per `now` (one round of the driver's loop, as Linux runs
-    /// `tcp_tsq_handler` once per completion): a connection that refills the queue as fast
-    /// as it drains is held to a queue's worth of frames per round instead of spinning.
+    /// At most once per round of the driver's loop (as Linux runs `tcp_tsq_handler` once
+    /// per completion): a connection that refills the queue as fast as it drains is held
+    /// to a queue's worth of frames per round instead of spinning. A round ends when the
+    /// clock moves or when the driver has drained the queue to empty
+    /// ([`Stack::poll_transmit`] gave `None`): a driver on a virtual clock runs several
+    /// rounds at one instant, and its held-back connections must not wait for the clock.
     pub(crate) fn tcp_tx_wake(&mut self, now: Instant) {
-        if self.tcp.tx_woken == Some(now) {
+        let round = (now, self.tx_drains);
+        if self.tcp.tx_woken == Some(round) {
             return;
         }
-        self.tcp.tx_woken = Some(now);
+        self.tcp.tx_woken = Some(round);
         while !self.tx_queue_full()
             && let Some(h) = self.tcp.tx_waiters.pop_front()
         {
