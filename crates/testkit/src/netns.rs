@@ -405,6 +405,18 @@ impl XdpQueuesRig {
     }
 }
 
+/// `ip link add A numrxqueues N numtxqueues N type veth peer name B numrxqueues N
+/// numtxqueues N`: a veth pair of `queues` receive and transmit queues a side.
+pub fn veth_add_argv(a: &str, b: &str, queues: usize) -> Vec<String> {
+    let n = queues.to_string();
+    let q = ["numrxqueues", &n, "numtxqueues", &n];
+    let mut argv = vec!["ip", "link", "add", a];
+    argv.extend(q);
+    argv.extend(["type", "veth", "peer", "name", b]);
+    argv.extend(q);
+    argv.into_iter().map(str::to_owned).collect()
+}
+
 impl NetNs {
     /// Adds the veth pair [`VETH_KERNEL`]–[`VETH_USTACK`] in this namespace: the kernel's
     /// end configured ([`configure_tun`](Self::configure_tun)) with transmit checksum
@@ -430,13 +442,7 @@ impl NetNs {
         let limit = Duration::from_secs(5);
         let rps = "f=/proc/sys/net/core/rps_default_mask; if [ -e $f ]; then echo 1 > $f; fi";
         self.run(limit, &["sh", "-c", rps])?;
-        let n = queues.to_string();
-        let q = ["numrxqueues", &n, "numtxqueues", &n];
-        let mut argv = vec!["ip", "link", "add", VETH_KERNEL];
-        argv.extend(q);
-        argv.extend(["type", "veth", "peer", "name", VETH_USTACK]);
-        argv.extend(q);
-        self.run(limit, &argv)?;
+        self.run(limit, &veth_add_argv(VETH_KERNEL, VETH_USTACK, queues))?;
         self.run(limit, &["ethtool", "-K", VETH_KERNEL, "tx", "off"])?;
         self.configure_tun(VETH_KERNEL)?;
         self.disable_ipv6(VETH_USTACK)?;
