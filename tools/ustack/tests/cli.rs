@@ -1607,6 +1607,67 @@ fn bench_stream_over_packet_and_xdp_compares_ustack_and_linux_verified() {
     }
 }
 
+/// `ustack bench stream --link packet|xdp --conns 2 --shards 2` (root): two kernel
+/// connections over a veth pair of two queues a side, one on each ustack server shard
+/// (the bench balances them), Linux over veth with as many; an odd byte count split
+/// over the two and moved exactly, verified on both; each shard received segments and
+/// spent CPU; the JSON's ratio is ustack's rate over Linux's, with what Linux ran as.
+#[test]
+fn bench_stream_over_packet_and_xdp_spreads_two_connections_over_two_queues() {
+    let test = "bench_stream_over_packet_and_xdp_spreads_two_connections_over_two_queues";
+    if ustack_testkit::netns::veth_or_skip(test).is_none() {
+        return;
+    }
+    let bytes = 8_000_001u64;
+    for link in ["packet", "xdp"] {
+        let runs = bench_json(&format!(
+            "stream --link {link} --bytes {bytes} --conns 2 --shards 2"
+        ));
+        assert_eq!(runs.len(), 2);
+        let (ustack, linux) = (&runs[0], &runs[1]);
+        for r in &runs {
+            assert_eq!(r["bytes"].as_u64(), Some(bytes), "{r}");
+            assert_eq!(
+                (r["conns"].as_u64(), r["shards"].as_u64()),
+                (Some(2), Some(2))
+            );
+        }
+        let stats = &ustack["link_stats"];
+        assert_eq!(
+            stats["flows_per_shard"],
+            serde_json::json!([1, 1]),
+            "{stats}"
+        );
+        let shards = ustack["per_shard"].as_array().expect("per_shard");
+        assert_eq!(shards.len(), 2, "{ustack}");
+        for s in shards {
+            let in_segs = s["counters"]["Tcp"]["InSegs"].as_u64().unwrap_or(0);
+            // Each shard took one connection's half, in MTU-sized segments.
+            assert!(in_segs >= bytes / 2 / 1448, "{s}");
+            assert!(s["server_cpu_s"].as_f64().unwrap() > 0.0, "{s}");
+        }
+        let vs = &ustack["vs_linux"];
+        let ratio = ustack["throughput_gbps"].as_f64().unwrap()
+            / linux["throughput_gbps"].as_f64().unwrap();
+        assert!((vs["ratio"].as_f64().unwrap() - ratio).abs() < 1e-9, "{vs}");
+        assert_eq!(
+            (
+                &vs["of"],
+                &vs["linux_link"],
+                &vs["linux_conns"],
+                &vs["linux_mode"]
+            ),
+            (
+                &"Gbit/s".into(),
+                &"veth".into(),
+                &2.into(),
+                &"blocking".into()
+            ),
+            "{vs}"
+        );
+    }
+}
+
 /// `ustack bench stream --link LINK --bytes BYTES FLAGS`: ustack over `link` and Linux
 /// over veth, each moving exactly `bytes`, verified, the ustack server's CPU time
 /// measured; the segments the ustack server received.
