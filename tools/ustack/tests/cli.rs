@@ -198,15 +198,49 @@ fn serve_refuses_bad_arguments_clearly() {
             ),
             (
                 &["serve", "echo", "--link", "sim", "--shards", "2"],
-                "--shards is for --link shm or tun",
+                "--shards is for --link shm, tun, packet or xdp",
             ),
             (
                 &["serve", "echo", "--netns", "x"],
-                "--netns, --mtu and --no-offload are for --link tun only",
+                "--netns is for --link tun, packet or xdp",
             ),
             (
                 &["serve", "echo", "--no-offload"],
-                "--netns, --mtu and --no-offload are for --link tun only",
+                "--mtu and --no-offload are for --link tun only",
+            ),
+            (
+                &["serve", "echo", "--link", "xdp"],
+                "--interface NAME goes with --link packet or xdp (and they need it",
+            ),
+            (
+                &["serve", "echo", "--link", "tun", "--interface", "veth1"],
+                "--interface NAME goes with --link packet or xdp",
+            ),
+            (
+                &[
+                    "serve",
+                    "echo",
+                    "--link",
+                    "packet",
+                    "--interface",
+                    "veth1",
+                    "--mtu",
+                    "1400",
+                ],
+                "--mtu and --no-offload are for --link tun only",
+            ),
+            (
+                &[
+                    "serve",
+                    "echo",
+                    "--link",
+                    "xdp",
+                    "--interface",
+                    "nonexistent0",
+                    "--control",
+                    "/tmp/ustack-cli-test-xdp-nonexistent.sock",
+                ],
+                "opening AF_XDP sockets on `nonexistent0`",
             ),
             (
                 &["serve", "echo", "--link", "sim", "--gateway", "10.0.0.1"],
@@ -235,6 +269,11 @@ fn serve_refuses_bad_arguments_clearly() {
     assert!(stdout(&o).contains("shm-offer <name>"), "{}", stdout(&o));
     assert!(
         stdout(&o).contains("tun-ready <interface>"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(
+        stdout(&o).contains("packet-ready <interface>    (or xdp-ready <interface>)"),
         "{}",
         stdout(&o)
     );
@@ -737,8 +776,12 @@ fn bench_refuses_what_it_cannot_do_with_what_is_allowed() {
             "--shards 2 is for --link shm",
         ),
         (
-            &["stream", "--shards", "3", "--link", "tun"],
-            "--shards 3: not yet over tun",
+            &["stream", "--conns", "2"],
+            "--conns 2: stream over shm is one connection",
+        ),
+        (
+            &["stream", "--conns", "65", "--link", "xdp"],
+            "--conns 65: at most 64 for stream",
         ),
         (&["c1m", "--shards", "2"], "--shards 2: not yet for c1m"),
         (
