@@ -11,17 +11,19 @@
 //!   192.0.2.1/24 and its transmit offloads off (the links take no partial checksums or
 //!   TSO segments), ustack on the other end through a `TPACKET_V3` socket or an `AF_XDP`
 //!   socket (copy mode, fed by the link's XDP program), with the veth end's MAC;
-//! - in each, the ustack server on a shard thread of the bench process at 192.0.2.2 over
-//!   the link's one queue (the same server as over shm, busy-polling 50 µs before it
-//!   sleeps in `poll(2)`);
+//! - in each, the ustack server at 192.0.2.2 on shard threads of the bench process, one
+//!   per queue of the link (`--shards`: the TUN, or the veth pair with that many receive
+//!   and transmit queues a side; the same server as over shm, busy-polling 50 µs before it
+//!   sleeps in `poll(2)`), the `--conns` connections spread over the shards
+//!   ([`balanced_conns`]);
 //! - **Linux**: two fresh namespaces joined by a veth pair (192.0.2.1 and 192.0.2.2; for
 //!   tun the veth's own offloads on unless `--no-offload`, for packet and xdp the client's
 //!   end with its transmit offloads off as in ustack's rig), the Linux server a `ustack
 //!   bench-peer` process that enters the server's namespace first.
 //!
-//! The client is the kernel in both: a socket the bench opens inside the client's
+//! The client is the kernel in both: `--conns` sockets the bench opens inside the client's
 //! namespace (`setns(2)` on a short-lived thread, `ustack_dev::in_netns`) and writes from
-//! its own thread. Each namespace is held by an `unshare --net sleep` process that is
+//! a thread each; the Linux veth pair has as many queues as ustack's link. Each namespace is held by an `unshare --net sleep` process that is
 //! killed when the run ends, failed or not (`ustack_testkit::netns::NetNs`); every
 //! command in them is bounded by `timeout`.
 
