@@ -1000,3 +1000,37 @@ fn stream<D: Device + Sleep + 'static>(
     o.addresses = addresses;
     Ok(finish(&rt, report, o))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two xdp queues' counters: the counts add up, `need_wakeup` holds only if every
+    /// queue has it, and `tx_budget` (a queue's own size) is not summed.
+    #[test]
+    fn queue_counters_add_up_but_settings_do_not() {
+        let q = |wakeup: bool, packets: u64| json!({ "need_wakeup": wakeup, "tx_budget": 2048, "tx_packets": packets });
+        let both = add_stats(add_stats(Value::Null, q(true, 3)), q(true, 4));
+        assert_eq!(
+            both,
+            json!({ "need_wakeup": true, "tx_budget": 2048, "tx_packets": 7 })
+        );
+        assert_eq!(add_stats(q(true, 1), q(false, 1))["need_wakeup"], false);
+    }
+
+    /// The sink's book finds a connection's shard and report by its peer's port, the
+    /// latest when the kernel used a port again.
+    #[test]
+    fn the_sink_book_answers_by_port_and_the_latest_wins() {
+        let t = WallClock::now();
+        let book = SinkBook {
+            accepted: vec![(40000, 0), (40001, 1), (40000, 1)],
+            done: vec![(40000, (0, true, t)), (40000, (5, true, t))],
+        };
+        assert_eq!(book.shard_of(40001), Some(1));
+        assert_eq!(book.shard_of(40000), Some(1));
+        assert_eq!(book.shard_of(40002), None);
+        assert_eq!(book.read(40000).map(|r| r.0), Some(5));
+        assert_eq!(book.read(40001), None);
+    }
+}
