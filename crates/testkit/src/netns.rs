@@ -405,6 +405,18 @@ impl XdpQueuesRig {
     }
 }
 
+/// `ip link add A numrxqueues N numtxqueues N type veth peer name B numrxqueues N
+/// numtxqueues N`: a veth pair of `queues` receive and transmit queues a side.
+pub fn veth_add_argv(a: &str, b: &str, queues: usize) -> Vec<String> {
+    let n = queues.to_string();
+    let q = ["numrxqueues", &n, "numtxqueues", &n];
+    let mut argv = vec!["ip", "link", "add", a];
+    argv.extend(q);
+    argv.extend(["type", "veth", "peer", "name", b]);
+    argv.extend(q);
+    argv.into_iter().map(str::to_owned).collect()
+}
+
 impl NetNs {
     /// Adds the veth pair [`VETH_KERNEL`]–[`VETH_USTACK`] in this namespace: the kernel's
     /// end configured ([`configure_tun`](Self::configure_tun)) with transmit checksum
@@ -430,13 +442,7 @@ impl NetNs {
         let limit = Duration::from_secs(5);
         let rps = "f=/proc/sys/net/core/rps_default_mask; if [ -e $f ]; then echo 1 > $f; fi";
         self.run(limit, &["sh", "-c", rps])?;
-        let n = queues.to_string();
-        let q = ["numrxqueues", &n, "numtxqueues", &n];
-        let mut argv = vec!["ip", "link", "add", VETH_KERNEL];
-        argv.extend(q);
-        argv.extend(["type", "veth", "peer", "name", VETH_USTACK]);
-        argv.extend(q);
-        self.run(limit, &argv)?;
+        self.run(limit, &veth_add_argv(VETH_KERNEL, VETH_USTACK, queues))?;
         self.run(limit, &["ethtool", "-K", VETH_KERNEL, "tx", "off"])?;
         self.configure_tun(VETH_KERNEL)?;
         self.disable_ipv6(VETH_USTACK)?;
@@ -575,7 +581,9 @@ pub fn python_argv(script: &str, args: &[String]) -> Vec<String> {
 
 /// `ustack serve ... --link tun` running in a namespace: spawned with its interface
 /// [`TUN_NAME`] created inside the namespace, its `tun-ready` line read and the kernel's
-/// end configured ([`NetNs::configure_tun`]). Killed and reaped on drop.
+/// end configured ([`NetNs::configure_tun`]). Or over another kernel link
+/// ([`ServeOverTun::start_on`]: packet or xdp on a veth end in the namespace). Killed and
+/// reaped on drop.
 #[derive(Debug)]
 pub struct ServeOverTun {
     child: Child,
@@ -588,6 +596,23 @@ impl ServeOverTun {
     /// Runs `bin serve <args> --link tun --tun tun0 --netns <ns>` (`args` should bound it
     /// with `--duration`) and waits for it to be ready.
     pub fn start(bin: &Path, ns: &NetNs, args: &[&str]) -> io::Result<ServeOverTun> {
+        let link = ["--link", "tun", "--tun", TUN_NAME];
+        let server =
+            ServeOverTun::start_on(bin, ns, args, &link, &format!("tun-ready {TUN_NAME}"))?;
+        ns.configure_tun(TUN_NAME)?;
+        Ok(server)
+    }
+
+    /// Runs `bin serve <args> <link> --netns <ns>` (`link`: `--link xdp --interface
+    /// veth1`, say; `args` should bound it with `--duration`) and waits for its first
+    /// line, which must be `ready` (`xdp-ready veth1`).
+    pub fn start_on(
+        bin: &Path,
+        ns: &NetNs,
+        args: &[&str],
+        link: &[&str],
+        ready: &str,
+    ) -> io::Result<ServeOverTun> {
         use std::io::BufRead;
         static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let control = std::env::temp_dir().join(format!(
@@ -598,7 +623,8 @@ impl ServeOverTun {
         let mut child = Command::new(bin)
             .arg("serve")
             .args(args)
-            .args(["--link", "tun", "--tun", TUN_NAME, "--netns"])
+            .args(link)
+            .arg("--netns")
             .arg(ns.path())
             .arg("--control")
             .arg(&control)
@@ -614,14 +640,22 @@ impl ServeOverTun {
         };
         let mut line = String::new();
         server.stdout.read_line(&mut line)?;
-        if line.trim() != format!("tun-ready {TUN_NAME}") {
+        if line.trim() != ready {
             return Err(io::Error::other(format!(
-                "ustack serve printed `{}` instead of `tun-ready {TUN_NAME}`",
+                "ustack serve printed `{}` instead of `{ready}`",
                 line.trim()
             )));
         }
-        ns.configure_tun(TUN_NAME)?;
         Ok(server)
+    }
+
+    /// Stops the server with SIGTERM (it reports and exits 0) and returns the rest of
+    /// what it printed, as [`finish`](Self::finish) does.
+    pub fn terminate(self) -> io::Result<String> {
+        let pid = rustix::process::Pid::from_raw(self.child.id() as i32)
+            .ok_or_else(|| io::Error::other("no process id"))?;
+        rustix::process::kill_process(pid, rustix::process::Signal::TERM)?;
+        self.finish()
     }
 
     /// Its control socket (for `ustack stat --control`, say).

@@ -67,7 +67,7 @@ use measure::{LinuxMode, Run, Until, progress_bar};
 use outcome::Outcome;
 use output::Skipped;
 use pattern::{fill_message, message_matches, stream_chunk, stream_matches, stream_next};
-use stream::{kernel_stream_client, linux_stream_with};
+use stream::{kernel_stream_clients, linux_stream_with};
 
 /// A usage error found after parsing (an option this build cannot honour, or options
 /// that do not go together): printed like clap's own, exit status 2.
@@ -227,7 +227,12 @@ fn run_one(
     let run = Run {
         until,
         shards: usize::from(args.shards),
-        conns: args.conns.unwrap_or(if c1m { C1M_CONNS } else { 10 }),
+        conns: match scenario {
+            "c1m" => args.conns.unwrap_or(C1M_CONNS),
+            "stream" if kernel_link::LINKS.contains(&args.link.as_str()) => args.conns.unwrap_or(1),
+            "stream" => 1,
+            _ => args.conns.unwrap_or(10),
+        },
         size: usize::from(args.msg_size),
         seed: args.seed,
         checksums: args.checksums,

@@ -170,9 +170,9 @@ pub struct LinkArgs {
     /// multi-queue TUN (`ip tuntap add NAME mode tun multi_queue`) is attached to as it is.
     #[arg(long, default_value = "ustack%d")]
     pub tun: String,
-    /// The network namespace of the interface: tun creates its interface there; `connect`
-    /// and `get` over packet or xdp find --interface there. A name (`ip netns add`) or a
-    /// path.
+    /// The network namespace of the interface: tun creates its interface there; `serve`,
+    /// `connect` and `get` over packet or xdp find --interface there. A name (`ip netns
+    /// add`) or a path.
     #[arg(long)]
     pub netns: Option<String>,
     /// tun: set the interface MTU (68 to 65535).

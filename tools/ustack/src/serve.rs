@@ -1,6 +1,7 @@
 //! `ustack serve`: the echo, discard and HTTP servers of `ustack_apps` on a
 //! ustack runtime, over a shm link another process attaches to, over a TUN interface whose
-//! other end is the Linux kernel, or over an in-process `sim` link with verifying clients.
+//! other end is the Linux kernel, over `AF_PACKET` or `AF_XDP` sockets on an Ethernet
+//! interface (a veth end, say), or over an in-process `sim` link with verifying clients.
 
 use core::net::SocketAddr;
 use core::time::Duration;
@@ -12,7 +13,9 @@ use anyhow::{Context, bail};
 use ustack_apps::{Load, Protocol, Server, ServerStats};
 use ustack_dev::Device;
 use ustack_dev::capture::{self, Tap, TapSwitch};
+use ustack_dev::packet::{Packet, PacketConfig};
 use ustack_dev::shm::{ShmConfig, ShmLink};
+use ustack_dev::xdp::{Xdp, XdpConfig};
 use ustack_obs::Counter;
 use ustack_runtime::multi::{ShardApp, ShardContext, ShardedBuilder};
 use ustack_runtime::rss::{Rss, RssKey};
@@ -72,6 +75,21 @@ LINKS:
 
     Off-subnet peers are reached through --gateway (e.g. a router namespace).
     Needs CAP_NET_ADMIN (root).
+  packet, xdp: the server takes the existing Ethernet interface --interface in --netns (a
+    veth end, say), answering for --addr with the interface's own MAC address (give the
+    interface no address of its own: the kernel would answer for it too), prints one line
+
+        packet-ready <interface>    (or xdp-ready <interface>)
+
+    once every shard listens, and serves until --duration passes (or forever, or
+    SIGTERM/SIGINT). packet: AF_PACKET sockets with TPACKET_V3 rings, one per shard in one
+    PACKET_FANOUT group (the kernel steers each flow to one of them by its hash). xdp: an
+    XDP program ustack loads for the run and AF_XDP sockets in copy mode, one per receive
+    queue 0..--shards (a veth end needs that many: `ip link add ... numrxqueues N
+    numtxqueues N`), with need_wakeup. The kernel's end of a veth pair should have its
+    transmit offloads off (`ethtool -K veth0 tx off`): these links carry whole frames, no
+    partial checksums or TSO segments. Needs root (CAP_NET_ADMIN and CAP_NET_RAW; xdp
+    CAP_BPF too).
   sim: the server and --clients verifying clients (every echo byte, every HTTP response
     checked) run in this process over the in-process sim link on a virtual clock, until
     every client is done; --duration bounds the virtual time. Prints the result and fails
@@ -83,6 +101,8 @@ EXAMPLES:
   ustack serve http --link sim --clients 100
   ustack serve echo --link tun --netns test --tun tun0 --addr 192.0.2.2/24:7 \
       --gateway 192.0.2.1 --sysctl net.ipv4.tcp_sack=0
+  ustack serve http --link xdp --interface veth1 --netns test --addr 192.0.2.2:80 \
+      --shards 2
 
 CONTROL SOCKET:
   Without --control (and $USTACK_CONTROL), the first server takes the default path; a
@@ -92,12 +112,17 @@ pub struct Args {
     /// "Hello, World!", other paths are files under --root).
     #[arg(value_parser = ["echo", "discard", "http"])]
     proto: String,
-    /// The link: shm (another process attaches), tun (the Linux kernel is the peer) or sim
-    /// (in-process verifying clients).
-    #[arg(long, default_value = "shm", value_parser = ["shm", "tun", "sim"])]
+    /// The link: shm (another process attaches), tun (the Linux kernel is the peer),
+    /// packet or xdp (an AF_PACKET or AF_XDP socket per shard on --interface, the kernel
+    /// on the other end of it), or sim (in-process verifying clients).
+    #[arg(long, default_value = "shm", value_parser = ["shm", "tun", "packet", "xdp", "sim"])]
     link: String,
     #[command(flatten)]
     iface: LinkArgs,
+    /// packet, xdp: the Ethernet interface to take (a veth end, say), in --netns; the
+    /// server answers for --addr on it with the interface's MAC address.
+    #[arg(long)]
+    interface: Option<String>,
     /// The directory the HTTP server serves files from (http only).
     #[arg(long)]
     root: Option<PathBuf>,
@@ -108,15 +133,16 @@ pub struct Args {
     /// forever, sim 60 s of virtual time.
     #[arg(long, value_parser = parse_duration)]
     duration: Option<Duration>,
-    /// shm, tun: the control socket `ustack stat`, `ss`, `sysctl` and `capture` talk to
+    /// shm, tun, packet, xdp: the control socket `ustack stat`, `ss`, `sysctl` and `capture` talk to
     /// (default: $USTACK_CONTROL, else $XDG_RUNTIME_DIR/ustack/serve.sock, else
     /// `/tmp/ustack-<uid>/serve.sock`; if a running server has it, `serve-<pid>.sock` there).
     #[arg(long)]
     control: Option<PathBuf>,
-    /// shm, tun: shards (threads, each with its own stack and queue), 1 to 64.
+    /// shm, tun, packet, xdp: shards (threads, each with its own stack and queue), 1 to
+    /// 64 (xdp: at most the interface's receive queues).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     shards: u16,
-    /// shm, tun: how long (µs) a shard that ran out of work keeps polling its device before
+    /// shm, tun, packet, xdp: how long (µs) a shard that ran out of work keeps polling its device before
     /// it sleeps (Linux's `net.core.busy_poll`; 0: sleep at once). A peer's ACK that comes
     /// back within it costs no wake-up: against a kernel client with 4 KB buffers over TUN
     /// a download ran at 27 MB/s sleeping at once and 59 MB/s with 50 µs (docs/tools.md).
@@ -210,12 +236,23 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         bail!("--addr needs a port other than 0 (IP[/LEN]:PORT)");
     }
     if args.shards > 1 && args.link == "sim" {
-        bail!("--shards is for --link shm or tun (the sim clients run against one shard)");
+        bail!(
+            "--shards is for --link shm, tun, packet or xdp (the sim clients run against one \
+             shard)"
+        );
     }
-    if args.link != "tun"
-        && (args.iface.netns.is_some() || args.iface.mtu.is_some() || args.iface.no_offload)
-    {
-        bail!("--netns, --mtu and --no-offload are for --link tun only");
+    let ethernet = matches!(args.link.as_str(), "packet" | "xdp");
+    if args.link != "tun" && (args.iface.mtu.is_some() || args.iface.no_offload) {
+        bail!("--mtu and --no-offload are for --link tun only");
+    }
+    if args.link != "tun" && !ethernet && args.iface.netns.is_some() {
+        bail!("--netns is for --link tun, packet or xdp");
+    }
+    if ethernet != args.interface.is_some() {
+        bail!(
+            "--interface NAME goes with --link packet or xdp (and they need it; tun takes \
+             --tun)"
+        );
     }
     if args.link == "sim" {
         if args.control.is_some() {
@@ -225,6 +262,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     }
     match args.link.as_str() {
         "tun" => tun(args, proto),
+        "packet" | "xdp" => ethernet_link(args, proto),
         _ => shm(args, proto),
     }
 }
@@ -300,6 +338,7 @@ fn bind_control(args: &Args) -> anyhow::Result<ControlServer> {
 /// Toeplitz RSS (the shm client's `RssSplitter`), or by the kernel's flow hash (TUN queues).
 fn serve<D: Device + Sleep + Send + 'static>(
     devices: Vec<D>,
+    mac: EthernetAddress,
     args: &Args,
     proto: Protocol,
     control: ControlServer,
@@ -317,7 +356,7 @@ fn serve<D: Device + Sleep + Send + 'static>(
         .collect();
     let (addr, root) = (args.listen(), args.root.clone());
     let rt = ShardedBuilder::new(
-        with_seed(args.iface.builder(&args.addr)?.mac(SERVER_MAC), args.seed)
+        with_seed(args.iface.builder(&args.addr)?.mac(mac), args.seed)
             .busy_poll(Duration::from_micros(args.busy_poll)),
         Rss::new(RssKey::MICROSOFT, shards),
     )
@@ -356,11 +395,62 @@ fn tun(args: &Args, proto: Protocol) -> anyhow::Result<ExitCode> {
         args.iface.netns_note()
     );
     // `tun-ready` once every shard listens: a kernel client may connect right after it.
-    serve(queues, args, proto, control, || {
-        let mut out = std::io::stdout().lock();
-        writeln!(out, "tun-ready {name}")?;
-        out.flush()
+    serve(queues, SERVER_MAC, args, proto, control, || {
+        ready("tun", &name)
     })
+}
+
+/// `KIND-ready NAME` on stdout: every shard listens.
+fn ready(kind: &str, name: &str) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{kind}-ready {name}")?;
+    out.flush()
+}
+
+/// `--link packet` or `xdp`: a socket per shard on `--interface` in `--netns`, the
+/// server with the interface's MAC address.
+fn ethernet_link(args: &Args, proto: Protocol) -> anyhow::Result<ExitCode> {
+    let interface = args.interface.clone().unwrap_or_default();
+    let (queues, netns) = (usize::from(args.shards), args.iface.netns_path());
+    let what = format!(
+        "opening {} on `{interface}`{}",
+        if args.link == "packet" {
+            "AF_PACKET sockets"
+        } else {
+            "AF_XDP sockets"
+        },
+        args.iface.netns_note()
+    );
+    let control = bind_control(args)?;
+    eprintln!(
+        "ustack serve: {} on {} over {} on `{interface}`{}, {queues} shard(s)",
+        args.proto,
+        args.addr,
+        args.link,
+        args.iface.netns_note()
+    );
+    let on_ready = || ready(&args.link, &interface);
+    if args.link == "packet" {
+        let config = PacketConfig {
+            interface: interface.clone(),
+            queues,
+            netns,
+            ..PacketConfig::default()
+        };
+        let link = Packet::open(&config).context(what)?;
+        let mac = EthernetAddress(link.mac());
+        serve(link.into_queues(), mac, args, proto, control, on_ready)
+    } else {
+        let config = XdpConfig {
+            interface: interface.clone(),
+            queues,
+            netns,
+            ..XdpConfig::default()
+        };
+        let link = Xdp::open(&config).context(what)?;
+        let mac = EthernetAddress(link.mac());
+        serve(link.into_queues(), mac, args, proto, control, on_ready)
+    }
 }
 
 fn shm(args: &Args, proto: Protocol) -> anyhow::Result<ExitCode> {
@@ -389,7 +479,7 @@ fn shm(args: &Args, proto: Protocol) -> anyhow::Result<ExitCode> {
     offer
         .hand_over(ATTACH_TIMEOUT)
         .context("waiting for the client to attach")?;
-    serve(ports, args, proto, control, || Ok(()))
+    serve(ports, SERVER_MAC, args, proto, control, || Ok(()))
 }
 
 fn sim(args: &Args, proto: Protocol) -> anyhow::Result<ExitCode> {

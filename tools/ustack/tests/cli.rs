@@ -198,15 +198,49 @@ fn serve_refuses_bad_arguments_clearly() {
             ),
             (
                 &["serve", "echo", "--link", "sim", "--shards", "2"],
-                "--shards is for --link shm or tun",
+                "--shards is for --link shm, tun, packet or xdp",
             ),
             (
                 &["serve", "echo", "--netns", "x"],
-                "--netns, --mtu and --no-offload are for --link tun only",
+                "--netns is for --link tun, packet or xdp",
             ),
             (
                 &["serve", "echo", "--no-offload"],
-                "--netns, --mtu and --no-offload are for --link tun only",
+                "--mtu and --no-offload are for --link tun only",
+            ),
+            (
+                &["serve", "echo", "--link", "xdp"],
+                "--interface NAME goes with --link packet or xdp (and they need it",
+            ),
+            (
+                &["serve", "echo", "--link", "tun", "--interface", "veth1"],
+                "--interface NAME goes with --link packet or xdp",
+            ),
+            (
+                &[
+                    "serve",
+                    "echo",
+                    "--link",
+                    "packet",
+                    "--interface",
+                    "veth1",
+                    "--mtu",
+                    "1400",
+                ],
+                "--mtu and --no-offload are for --link tun only",
+            ),
+            (
+                &[
+                    "serve",
+                    "echo",
+                    "--link",
+                    "xdp",
+                    "--interface",
+                    "nonexistent0",
+                    "--control",
+                    "/tmp/ustack-cli-test-xdp-nonexistent.sock",
+                ],
+                "opening AF_XDP sockets on `nonexistent0`",
             ),
             (
                 &["serve", "echo", "--link", "sim", "--gateway", "10.0.0.1"],
@@ -235,6 +269,11 @@ fn serve_refuses_bad_arguments_clearly() {
     assert!(stdout(&o).contains("shm-offer <name>"), "{}", stdout(&o));
     assert!(
         stdout(&o).contains("tun-ready <interface>"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(
+        stdout(&o).contains("packet-ready <interface>    (or xdp-ready <interface>)"),
         "{}",
         stdout(&o)
     );
@@ -737,8 +776,12 @@ fn bench_refuses_what_it_cannot_do_with_what_is_allowed() {
             "--shards 2 is for --link shm",
         ),
         (
-            &["stream", "--shards", "3", "--link", "tun"],
-            "--shards 3: not yet over tun",
+            &["stream", "--conns", "2"],
+            "--conns 2: stream over shm is one connection",
+        ),
+        (
+            &["stream", "--conns", "65", "--link", "xdp"],
+            "--conns 65: at most 64 for stream",
         ),
         (&["c1m", "--shards", "2"], "--shards 2: not yet for c1m"),
         (
@@ -1604,6 +1647,67 @@ fn bench_stream_over_packet_and_xdp_compares_ustack_and_linux_verified() {
     for link in ["packet", "xdp"] {
         let in_segs = stream_over_kernel_link(link, 8 << 20, "");
         assert!(in_segs >= (8u64 << 20) / 1448, "{in_segs} segments");
+    }
+}
+
+/// `ustack bench stream --link packet|xdp --conns 2 --shards 2` (root): two kernel
+/// connections over a veth pair of two queues a side, one on each ustack server shard
+/// (the bench balances them), Linux over veth with as many; an odd byte count split
+/// over the two and moved exactly, verified on both; each shard received segments and
+/// spent CPU; the JSON's ratio is ustack's rate over Linux's, with what Linux ran as.
+#[test]
+fn bench_stream_over_packet_and_xdp_spreads_two_connections_over_two_queues() {
+    let test = "bench_stream_over_packet_and_xdp_spreads_two_connections_over_two_queues";
+    if ustack_testkit::netns::veth_or_skip(test).is_none() {
+        return;
+    }
+    let bytes = 8_000_001u64;
+    for link in ["packet", "xdp"] {
+        let runs = bench_json(&format!(
+            "stream --link {link} --bytes {bytes} --conns 2 --shards 2"
+        ));
+        assert_eq!(runs.len(), 2);
+        let (ustack, linux) = (&runs[0], &runs[1]);
+        for r in &runs {
+            assert_eq!(r["bytes"].as_u64(), Some(bytes), "{r}");
+            assert_eq!(
+                (r["conns"].as_u64(), r["shards"].as_u64()),
+                (Some(2), Some(2))
+            );
+        }
+        let stats = &ustack["link_stats"];
+        assert_eq!(
+            stats["flows_per_shard"],
+            serde_json::json!([1, 1]),
+            "{stats}"
+        );
+        let shards = ustack["per_shard"].as_array().expect("per_shard");
+        assert_eq!(shards.len(), 2, "{ustack}");
+        for s in shards {
+            let in_segs = s["counters"]["Tcp"]["InSegs"].as_u64().unwrap_or(0);
+            // Each shard took one connection's half, in MTU-sized segments.
+            assert!(in_segs >= bytes / 2 / 1448, "{s}");
+            assert!(s["server_cpu_s"].as_f64().unwrap() > 0.0, "{s}");
+        }
+        let vs = &ustack["vs_linux"];
+        let ratio = ustack["throughput_gbps"].as_f64().unwrap()
+            / linux["throughput_gbps"].as_f64().unwrap();
+        assert!((vs["ratio"].as_f64().unwrap() - ratio).abs() < 1e-9, "{vs}");
+        assert_eq!(
+            (
+                &vs["of"],
+                &vs["linux_link"],
+                &vs["linux_conns"],
+                &vs["linux_mode"]
+            ),
+            (
+                &"Gbit/s".into(),
+                &"veth".into(),
+                &2.into(),
+                &"blocking".into()
+            ),
+            "{vs}"
+        );
     }
 }
 

@@ -19,7 +19,10 @@ use common::spawn_serve;
 
 use ustack_apps::{Load, Protocol};
 use ustack_stack::AddrState;
-use ustack_testkit::netns::{NetNs, PY_ECHO_CLIENT, ServeOverTun, python_argv, root_or_skip};
+use ustack_testkit::netns::{
+    NetNs, PY_ECHO_CLIENT, ServeOverTun, VETH_USTACK, python_argv, root_or_skip, tool_or_skip,
+    veth_or_skip,
+};
 
 const CLIENTS: usize = 64;
 /// The clients' IPv6 address when the server's is an IPv6 one.
@@ -271,4 +274,53 @@ fn echo_server_over_tun_serves_a_kernel_client() {
         )),
         "{rest}"
     );
+}
+
+/// `ustack serve http --link packet` and `--link xdp` on two shards (root): the server
+/// takes the ustack end of a veth pair with two queues a side in a namespace of the
+/// test's own (an AF_PACKET socket per shard in one fanout group; an AF_XDP socket per
+/// receive queue), says `<link>-ready veth1`, and answers 16 curl fetches from the
+/// kernel's end, each a connection of its own; stopped by SIGTERM, it reports 16
+/// accepted and answered, and both shards took some (the kernel spreads flows by their
+/// hash: all 16 on one is a 1 in 32,768 chance).
+#[test]
+fn http_server_over_packet_and_xdp_answers_kernel_clients_on_two_shards() {
+    let test = "http_server_over_packet_and_xdp_answers_kernel_clients_on_two_shards";
+    if veth_or_skip(test).is_none() || !tool_or_skip(test, "curl") {
+        return;
+    }
+    for link in ["packet", "xdp"] {
+        let ns = NetNs::new().expect("a namespace");
+        ns.veth_pair_queues(2)
+            .expect("a veth pair of two queues a side");
+        let server = ServeOverTun::start_on(
+            std::path::Path::new(env!("CARGO_BIN_EXE_ustack")),
+            &ns,
+            &[
+                "http",
+                "--addr",
+                "192.0.2.2:80",
+                "--shards",
+                "2",
+                "--duration",
+                "30s",
+            ],
+            &["--link", link, "--interface", VETH_USTACK],
+            &format!("{link}-ready {VETH_USTACK}"),
+        )
+        .unwrap_or_else(|e| panic!("ustack serve over {link}: {e}"));
+        let fetches = "for i in $(seq 16); do curl -s --max-time 5 http://192.0.2.2/ \
+                       || echo FAILED; echo; done";
+        let out = ns
+            .run(Duration::from_secs(40), &["sh", "-c", fetches])
+            .expect("the kernel's curl fetches");
+        let out = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.matches("Hello, World!").count(), 16, "{link}: {out}");
+        let report = server.terminate().expect("ustack serve's counters");
+        assert_eq!(accepted(&report, "served:"), 16, "{link}: {report}");
+        assert!(report.contains("http_200=16"), "{link}: {report}");
+        for shard in ["shard 0:", "shard 1:"] {
+            assert!(accepted(&report, shard) > 0, "{link}: {report}");
+        }
+    }
 }

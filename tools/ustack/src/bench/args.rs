@@ -15,6 +15,8 @@ pub const SCENARIOS: [&str; 4] = ["udp-rr", "pingpong", "cps", "stream"];
 pub const ALL_SCENARIOS: [&str; 5] = ["udp-rr", "pingpong", "cps", "stream", "c1m"];
 /// Most `--conns` for pingpong and cps (c1m holds more).
 pub const MAX_CONNS: u32 = 10_000;
+/// Most `--conns` for stream (over tun, packet or xdp: a writer thread each).
+pub const MAX_STREAM_CONNS: u32 = 64;
 /// c1m's `--conns` unless told.
 pub const C1M_CONNS: u32 = 100_000;
 /// The scenarios Linux runs in each `--linux-mode` (stream and c1m run one way only).
@@ -41,7 +43,9 @@ pub struct Args {
     #[arg(long, value_parser = parse_stream_bytes)]
     pub bytes: Option<u64>,
     /// Connections for pingpong (default 10, at most 10000); connections opened per round
-    /// for cps (ditto); connections held for c1m (default 100000, at most 10000000).
+    /// for cps (ditto); connections held for c1m (default 100000, at most 10000000);
+    /// stream over tun, packet or xdp: connections moving bytes at once, each from a
+    /// writer thread of its own (default 1, at most 64; over shm and sim stream is one).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
     pub conns: Option<u32>,
     /// Message size in bytes for udp-rr, pingpong and cps (8 to 1472: one unfragmented
@@ -62,6 +66,9 @@ pub struct Args {
     /// Server shards: over shm, ustack's server on N threads with a queue pair and a stack
     /// each, the client steering flows to them by RSS (udp-rr, pingpong, cps, stream);
     /// Linux's baseline echo servers (udp-rr, pingpong) with N SO_REUSEPORT workers.
+    /// Over tun, packet and xdp (stream): the interface with N queues (the veth pairs,
+    /// Linux's too, with N receive and transmit queues a side), a server shard on each;
+    /// the kernel spreads --conns over them by flow hash.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub shards: u16,
     /// sim: percent of frames lost, each direction (0 to 100, e.g. 1 or 0.5).
@@ -399,7 +406,7 @@ impl Args {
                      thread"
                 ));
             }
-            if ustack && link != "shm" {
+            if ustack && link != "shm" && !kernel_link {
                 return Err(format!(
                     "--shards {n}: not yet over {link}: the bench's ustack server runs one \
                      queue there; use --link shm"
@@ -421,6 +428,24 @@ impl Args {
                      which cannot inject them"
                 ));
             }
+        }
+        if let Some(n) = self.conns
+            && n > 1
+            && scenarios == ["stream"]
+            && !kernel_link
+        {
+            return Err(format!(
+                "--conns {n}: stream over {link} is one connection; several run over --link \
+                 tun, packet or xdp (`ustack bench stream --link xdp --conns {n} --shards {n}`)"
+            ));
+        }
+        if let Some(n) = self.conns
+            && n > MAX_STREAM_CONNS
+            && scenarios.contains(&"stream")
+        {
+            return Err(format!(
+                "--conns {n}: at most {MAX_STREAM_CONNS} for stream (a writer thread each)"
+            ));
         }
         if let Some(n) = self.conns
             && n > MAX_CONNS

@@ -11,17 +11,19 @@
 //!   192.0.2.1/24 and its transmit offloads off (the links take no partial checksums or
 //!   TSO segments), ustack on the other end through a `TPACKET_V3` socket or an `AF_XDP`
 //!   socket (copy mode, fed by the link's XDP program), with the veth end's MAC;
-//! - in each, the ustack server on a shard thread of the bench process at 192.0.2.2 over
-//!   the link's one queue (the same server as over shm, busy-polling 50 µs before it
-//!   sleeps in `poll(2)`);
+//! - in each, the ustack server at 192.0.2.2 on shard threads of the bench process, one
+//!   per queue of the link (`--shards`: the TUN, or the veth pair with that many receive
+//!   and transmit queues a side; the same server as over shm, busy-polling 50 µs before it
+//!   sleeps in `poll(2)`), the `--conns` connections spread over the shards
+//!   ([`balanced_conns`]);
 //! - **Linux**: two fresh namespaces joined by a veth pair (192.0.2.1 and 192.0.2.2; for
 //!   tun the veth's own offloads on unless `--no-offload`, for packet and xdp the client's
 //!   end with its transmit offloads off as in ustack's rig), the Linux server a `ustack
 //!   bench-peer` process that enters the server's namespace first.
 //!
-//! The client is the kernel in both: a socket the bench opens inside the client's
+//! The client is the kernel in both: `--conns` sockets the bench opens inside the client's
 //! namespace (`setns(2)` on a short-lived thread, `ustack_dev::in_netns`) and writes from
-//! its own thread. Each namespace is held by an `unshare --net sleep` process that is
+//! a thread each; the Linux veth pair has as many queues as ustack's link. Each namespace is held by an `unshare --net sleep` process that is
 //! killed when the run ends, failed or not (`ustack_testkit::netns::NetNs`); every
 //! command in them is bounded by `timeout`.
 
@@ -38,11 +40,11 @@ use ustack_dev::xdp::XdpQueue;
 use ustack_runtime::runtime::{RuntimeBuilder, Sleep};
 use ustack_stack::EthernetAddress;
 use ustack_testkit::netns::{
-    KERNEL_IP, NetNs, PacketRig, TUN_NAME, TunRig, USTACK_IP, XdpRig, on_path,
+    KERNEL_IP, NetNs, PacketRig, TUN_NAME, TunRig, USTACK_IP, XdpQueuesRig, on_path, veth_add_argv,
 };
 
 use super::shm::{self, Serve, Servers, builder};
-use super::{Outcome, Run, kernel_stream_client, linux_stream_with};
+use super::{Outcome, Run, kernel_stream_clients, linux_stream_with};
 
 /// The server's port.
 const PORT: u16 = 5001;
@@ -106,86 +108,141 @@ fn connect_in(ns: &NetNs, to: SocketAddrV4) -> anyhow::Result<TcpStream> {
 }
 
 /// stream to the ustack server over `link` (tun, with the kernel's offloads unless
-/// `no_offload`; packet; xdp).
+/// `no_offload`; packet; xdp), its interface with `run.shards` queues and the server a
+/// shard on each.
 pub fn ustack_stream(run: &Run, link: &str, no_offload: bool) -> anyhow::Result<Outcome> {
     let b = shm::ustack_poll(builder(USTACK_IP, 1, 0), run);
     let veth = "setting up the veth pair in a namespace";
+    let queues = run.shards;
     match link {
         "packet" => {
-            let mut rig = PacketRig::new(1).context(veth)?;
-            let queue = rig.queues.remove(0);
-            stream_over(
-                run,
-                "packet",
-                &rig.ns,
-                b.mac(EthernetAddress(rig.mac)),
-                queue,
-            )
+            let rig = PacketRig::new(queues).context(veth)?;
+            let b = b.mac(EthernetAddress(rig.mac));
+            stream_over(run, "packet", &rig.ns, b, rig.queues)
         }
         "xdp" => {
-            let XdpRig { queue, mac, ns } = XdpRig::new().context(veth)?;
-            stream_over(run, "xdp", &ns, b.mac(EthernetAddress(mac)), queue)
+            let XdpQueuesRig { queues, mac, ns } = XdpQueuesRig::new(queues).context(veth)?;
+            stream_over(run, "xdp", &ns, b.mac(EthernetAddress(mac)), queues)
         }
         _ => {
-            let mut rig = if no_offload {
-                TunRig::new(1, None)
+            let rig = if no_offload {
+                TunRig::new(queues, None)
             } else {
-                TunRig::with_offload(1)
+                TunRig::with_offload(queues)
             }
             .context("setting up the TUN interface in a namespace")?;
-            let queue = rig.queues.remove(0);
-            stream_over(run, "tun", &rig.ns, b, queue)
+            stream_over(run, "tun", &rig.ns, b, rig.queues)
         }
     }
 }
 
-/// stream from a kernel client in `ns` to the ustack server (a runtime from `builder`)
-/// over `device`, the link's queue in `ns`.
+/// How many connections [`balanced_conns`] may open and close again, per connection it
+/// keeps, looking for flows that land on the shards evenly.
+const SPARES_PER_CONN: u32 = 8;
+
+/// `run.conns` connections from `ns` to the ustack `server` at `addr`, spread over its
+/// shards as evenly as the kernel lets them: the kernel picks a flow's queue by its
+/// socket's random hash (`sk_txhash`; veth and TUN have no RSS to steer by), so a
+/// connection landing on a shard that already has its share is closed again at once
+/// (it carries no byte) and another opened, at most [`SPARES_PER_CONN`] per connection;
+/// then the rest are taken as they land. The connections, how many each shard took, and
+/// how many were closed again.
+fn balanced_conns(
+    run: &Run,
+    ns: &NetNs,
+    addr: SocketAddrV4,
+    server: &Servers,
+) -> anyhow::Result<(Vec<TcpStream>, Vec<u32>, u32)> {
+    let shards = run.shards.max(1);
+    let quota = run.conns.div_ceil(shards as u32);
+    let (mut kept, mut per_shard, mut spares) = (Vec::new(), vec![0u32; shards], 0u32);
+    while kept.len() < run.conns as usize {
+        let c = connect_in(ns, addr)?;
+        let port = c.local_addr()?.port();
+        let deadline = WallClock::now() + PATIENCE;
+        let shard = loop {
+            if let Some(k) = server.book().shard_of(port) {
+                break k;
+            }
+            if WallClock::now() > deadline {
+                bail!("the ustack server did not accept the connection from port {port}");
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        };
+        let slot = per_shard.get_mut(shard).context("a shard out of range")?;
+        if *slot < quota || spares >= SPARES_PER_CONN * run.conns {
+            *slot += 1;
+            kept.push(c);
+        } else {
+            spares += 1;
+        }
+    }
+    Ok((kept, per_shard, spares))
+}
+
+/// stream from `run.conns` kernel clients in `ns` to the ustack server (a runtime from
+/// `builder`, a shard on each of `devices`, the link's queues in `ns`).
 fn stream_over<D: Device + Sleep + Send + 'static>(
     run: &Run,
     link: &'static str,
     ns: &NetNs,
     builder: RuntimeBuilder,
-    device: D,
+    devices: Vec<D>,
 ) -> anyhow::Result<Outcome> {
     let addr = SocketAddrV4::new(USTACK_IP, PORT);
     let server = Servers::start(
         Serve::Sink,
         builder,
         run.seed.wrapping_add(1),
-        vec![device],
+        devices,
         addr.into(),
     )?;
-    let mut c = connect_in(ns, addr)?;
-    let (sent, m) = kernel_stream_client(run, &mut c)?;
+    let (conns, flows, spares) = balanced_conns(run, ns, addr, &server)?;
+    let ports = conns
+        .iter()
+        .map(|c| c.local_addr().map(|a| a.port()))
+        .collect::<io::Result<Vec<u16>>>()?;
+    let (sent, m) = kernel_stream_clients(run, conns)?;
     let deadline = WallClock::now() + PATIENCE;
-    while !server.sunk() {
+    while !ports.iter().all(|&p| server.book().read(p).is_some()) {
         if WallClock::now() > deadline {
-            bail!("ustack stream over {link}: the server did not read to the end");
+            bail!("ustack stream over {link}: the server did not read every stream to its end");
         }
         std::thread::sleep(Duration::from_millis(1));
     }
-    // The interface goes with the server's queue: read its kernel end's counters first.
+    // The interface goes with the server's queues: read its kernel end's counters first.
     let kernel = if link == "tun" {
         Some(tun_kernel_stats(ns)?)
     } else {
         None
     };
-    let mut report = server.finish()?;
-    let Some((got, matched, last_byte)) = report.sink.take() else {
-        bail!("ustack stream over {link}: the server reported no transfer");
-    };
+    let report = server.finish()?;
+    // Each connection read exactly what was written on it, every byte as the pattern.
+    let (mut got, mut verified, mut last_byte) = (0u64, true, m.start());
+    for (&port, &sent) in ports.iter().zip(&sent) {
+        let (g, matched, last) = report.sink.read(port).context("a stream's report")?;
+        got += g;
+        verified &= matched && g == sent;
+        last_byte = last_byte.max(last);
+    }
     let limit = m.bytes();
     let mut o = Outcome::stream(
         "ustack",
         link,
         got,
         last_byte.saturating_duration_since(m.start()),
-        matched && got == sent && limit.is_none_or(|l| got == l),
+        verified && limit.is_none_or(|l| got == l),
     )
     .with_counters(report.counters, Value::Null);
+    o.conns = run.conns;
+    o.shards = run.shards;
+    o.per_shard = report.per_shard;
     o.server_cpu = Some(report.cpu);
-    let mut stats = json!({ "server": report.link });
+    let mut stats = json!({
+        "server": report.link,
+        "flows_per_shard": flows,
+        "connections_closed_unused": spares,
+    });
     if let Some(kernel) = kernel {
         stats["kernel"] = kernel;
     }
@@ -256,31 +313,23 @@ fn parse_tun_stats(text: &str) -> Option<[u64; 4]> {
 const VETH_CLIENT: &str = "veth0";
 const VETH_SERVER: &str = "veth1";
 
-/// Two namespaces joined by a veth pair: the client's end [`KERNEL_IP`]/24, the server's
+/// Two namespaces joined by a veth pair of `queues` receive and transmit queues a side
+/// (as ustack's rigs have them): the client's end [`KERNEL_IP`]/24, the server's
 /// [`USTACK_IP`]/24 (the addresses of the rigs), IPv6 off, with the veth's offloads
 /// (TSO, GSO, GRO) unless `no_offload`; with `client_tx_off`, the client's end without
 /// its transmit offloads (checksum, and with it TSO), as the packet and xdp rigs have it.
-fn veth_namespaces(no_offload: bool, client_tx_off: bool) -> anyhow::Result<(NetNs, NetNs)> {
+fn veth_namespaces(
+    queues: usize,
+    no_offload: bool,
+    client_tx_off: bool,
+) -> anyhow::Result<(NetNs, NetNs)> {
     let client = NetNs::new().context("creating the client's namespace")?;
     let server = NetNs::new().context("creating the server's namespace")?;
     let limit = Duration::from_secs(5);
     let pid = server.holder_pid().to_string();
-    client.run(
-        limit,
-        &[
-            "ip",
-            "link",
-            "add",
-            VETH_CLIENT,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            VETH_SERVER,
-            "netns",
-            &pid,
-        ],
-    )?;
+    let mut argv = veth_add_argv(VETH_CLIENT, VETH_SERVER, queues);
+    argv.extend(["netns".to_owned(), pid]);
+    client.run(limit, &argv)?;
     for (ns, dev, ip) in [
         (&client, VETH_CLIENT, KERNEL_IP),
         (&server, VETH_SERVER, USTACK_IP),
@@ -308,11 +357,11 @@ fn veth_namespaces(no_offload: bool, client_tx_off: bool) -> anyhow::Result<(Net
     Ok((client, server))
 }
 
-/// stream to a Linux server over a veth pair between two namespaces, the same kernel
-/// client as for ustack over `link` (for packet and xdp, its veth end's transmit offloads
-/// off as in their rigs).
+/// stream to a Linux server over a veth pair between two namespaces (`run.shards` queues
+/// a side), the same kernel clients as for ustack over `link` (`run.conns` of them; for
+/// packet and xdp, their veth end's transmit offloads off as in the rigs).
 pub fn linux_stream(run: &Run, link: &str, no_offload: bool) -> anyhow::Result<Outcome> {
-    let (client, server) = veth_namespaces(no_offload, link != "tun")?;
+    let (client, server) = veth_namespaces(run.shards, no_offload, link != "tun")?;
     let peer_args = [
         "--netns".to_owned(),
         server.path().display().to_string(),
@@ -324,7 +373,8 @@ pub fn linux_stream(run: &Run, link: &str, no_offload: bool) -> anyhow::Result<O
             TcpStream::connect(SocketAddrV4::new(USTACK_IP, port))
         })
     };
-    let o = linux_stream_with(run, "veth", &peer_args, connect)?;
+    let mut o = linux_stream_with(run, "veth", &peer_args, connect)?;
+    o.shards = run.shards;
     drop((client, server));
     Ok(o)
 }

@@ -406,7 +406,7 @@ pub fn peer(args: &PeerArgs) -> anyhow::Result<ExitCode> {
     let result = match args.role.as_str() {
         "echo" => baseline(Proto::Echo, args),
         "udp-echo" => baseline(Proto::UdpEcho, args),
-        "sink" => sink(args.addr),
+        "sink" => sink(args.addr, args.conns),
         "reply-close" if args.mode == "io_uring" => {
             uring(UringProto::ReplyClose { size: args.size }, args)
         }
@@ -493,35 +493,54 @@ fn listen(addr: IpAddr) -> anyhow::Result<TcpListener> {
     Ok(listener)
 }
 
-/// stream's server: accept one connection and read it to its end, checking every byte;
-/// then `sink BYTES OK LAST_NS` (OK is 1 when every byte matched the pattern, LAST_NS the
-/// monotonic time of the last byte).
-fn sink(addr: IpAddr) -> anyhow::Result<()> {
+/// stream's server: accept `conns` connections and read each to its end on a thread of
+/// its own, checking every byte (each connection carries the pattern from its start);
+/// then `sink BYTES OK LAST_NS`: the bytes of all of them, OK 1 when every byte of every
+/// one matched the pattern, LAST_NS the monotonic time of the last byte of any.
+fn sink(addr: IpAddr, conns: u32) -> anyhow::Result<()> {
     let listener = listen(addr)?;
     let accepted = Arc::new(AtomicU64::new(0));
     let count = accepted.clone();
     std::thread::spawn(move || -> anyhow::Result<()> {
-        let (mut s, _) = listener.accept()?;
-        count.store(1, Ordering::Relaxed);
-        let chunk = stream_chunk();
-        let mut buf = vec![0u8; 1 << 16];
-        let (mut got, mut ok, mut last) = (0u64, true, monotonic_ns());
-        loop {
-            match s.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => {
-                    ok &= stream_matches(&chunk, got, &buf[..n]);
-                    got += n as u64;
-                    last = monotonic_ns();
-                }
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Err(e.into()),
-            }
+        let mut readers = Vec::new();
+        for _ in 0..conns {
+            let (s, _) = listener.accept()?;
+            count.fetch_add(1, Ordering::Relaxed);
+            readers.push(std::thread::spawn(move || sink_one(s)));
+        }
+        let (mut got, mut ok, mut last) = (0u64, true, 0u64);
+        for r in readers {
+            let (g, o, l) = r
+                .join()
+                .map_err(|_| anyhow::anyhow!("a sink thread panicked"))??;
+            got += g;
+            ok &= o;
+            last = last.max(l);
         }
         println!("sink {got} {} {last}", u8::from(ok));
         Ok(())
     });
     commands(|| accepted.load(Ordering::Relaxed))
+}
+
+/// One connection of [`sink`] read to its end: its bytes, whether all matched the
+/// pattern, and the monotonic time of the last.
+fn sink_one(mut s: std::net::TcpStream) -> std::io::Result<(u64, bool, u64)> {
+    let chunk = stream_chunk();
+    let mut buf = vec![0u8; 1 << 16];
+    let (mut got, mut ok, mut last) = (0u64, true, monotonic_ns());
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return Ok((got, ok, last)),
+            Ok(n) => {
+                ok &= stream_matches(&chunk, got, &buf[..n]);
+                got += n as u64;
+                last = monotonic_ns();
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// cps's server: one thread, non-blocking: accept every connection waiting, read one

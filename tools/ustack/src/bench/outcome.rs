@@ -210,6 +210,17 @@ impl Outcome {
             .unwrap_or_else(|| self.gbps())
     }
 
+    /// What [`rate`](Self::rate) counts: `msgs/s`, `conns/s` or `Gbit/s`.
+    pub fn rate_unit(&self) -> &'static str {
+        if self.msgs_per_s().is_some() {
+            "msgs/s"
+        } else if self.conns_per_s().is_some() {
+            "conns/s"
+        } else {
+            "Gbit/s"
+        }
+    }
+
     pub fn gbps(&self) -> f64 {
         self.bytes as f64 * 8.0 / self.elapsed.as_secs_f64() / 1e9
     }

@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 
 use super::args::{ALL_SCENARIOS, Args, MODED_SCENARIOS};
 use super::outcome::Outcome;
-use super::{c1m, shm};
+use super::{c1m, kernel_link, shm};
 
 /// A Linux mode asked for that this machine could not run (io_uring on a kernel without
 /// it), and why.
@@ -31,6 +31,8 @@ pub fn print(outcomes: &[Outcome], skipped: &[Skipped], args: &Args) -> anyhow::
                     ));
                     v["linux_modes"] = json!(list);
                     v["linux_best_mode"] = json!(o.mode);
+                } else if let Some(l) = best_linux(outcomes, o.scenario) {
+                    v["vs_linux"] = vs_linux(o, l);
                 }
                 v
             })
@@ -40,6 +42,20 @@ pub fn print(outcomes: &[Outcome], skipped: &[Skipped], args: &Args) -> anyhow::
         print_table(outcomes, skipped, args);
     }
     Ok(())
+}
+
+/// ustack's run `u` against Linux's best `l` of the same scenario: the ratio of their
+/// rates (messages/s, connections/s or Gbit/s), and what Linux ran as (mode, link,
+/// connections, shards).
+fn vs_linux(u: &Outcome, l: &Outcome) -> Value {
+    json!({
+        "ratio": u.rate() / l.rate(),
+        "of": u.rate_unit(),
+        "linux_mode": l.mode,
+        "linux_link": l.link,
+        "linux_conns": l.conns,
+        "linux_shards": l.shards,
+    })
 }
 
 /// Linux's runs of `scenario`, one a mode.
@@ -120,6 +136,7 @@ impl Outcome {
             "latency_of": latency_of(self.scenario),
             "linux_modes": Value::Null,
             "linux_best_mode": Value::Null,
+            "vs_linux": Value::Null,
             "server_time_wait": self.time_wait,
             "server_mem_bytes": self.c1m.as_ref().map(|c| c.mem_bytes),
             "server_mem_per_conn_bytes": self.mem_per_conn(),
@@ -250,9 +267,9 @@ fn print_table(outcomes: &[Outcome], skipped: &[Skipped], args: &Args) {
         );
     } else if matches!(args.link.as_str(), "packet" | "xdp") {
         let how = if args.link == "packet" {
-            "an AF_PACKET socket with TPACKET_V3 rings"
+            "AF_PACKET sockets with TPACKET_V3 rings"
         } else {
-            "an AF_XDP socket in copy mode"
+            "AF_XDP sockets in copy mode"
         };
         println!(
             "ustack over {} ({how} on a veth end), Linux over veth (the kernel client's end \
@@ -279,6 +296,15 @@ fn print_table(outcomes: &[Outcome], skipped: &[Skipped], args: &Args) {
         );
     } else {
         println!("ustack over sim (client and server in one thread on one core); {linux}");
+    }
+    if kernel_link::LINKS.contains(&args.link.as_str()) {
+        let conns = args.conns.unwrap_or(1);
+        println!(
+            "{conns} connection(s), each written from a thread of its own; {} queue(s) on \
+             each interface, a ustack server shard on each (the kernel picks a flow's \
+             queue by its hash; the run's flows_per_shard in --json)",
+            args.shards
+        );
     }
     if outcomes
         .iter()
@@ -390,6 +416,13 @@ fn print_table(outcomes: &[Outcome], skipped: &[Skipped], args: &Args) {
         if let (Some(u), Some(l)) = (u, best_linux(outcomes, scenario)) {
             let modes: Vec<&Outcome> = linux_runs(outcomes, scenario).collect();
             let mut how = format!("ustack over {}; Linux {}", ustack_how(u), l.mode);
+            if kernel_link::LINKS.contains(&u.link) {
+                // The kernel links: Linux over veth, as many connections and queues.
+                how += &format!(
+                    " over {}, {} connection(s), {} queue(s) a side",
+                    l.link, l.conns, l.shards
+                );
+            }
             if modes.len() > 1 {
                 how = format!("{how}, the best of {}", modes.len());
                 let each: Vec<String> = modes

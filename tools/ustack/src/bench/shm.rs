@@ -198,9 +198,37 @@ pub(super) fn thread_cpu() -> Duration {
     Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
 }
 
-/// What a sink read: the bytes received and checked, whether all matched the pattern, and
-/// when the last one arrived.
+/// What a sink read on one connection: the bytes received and checked, whether all
+/// matched the pattern, and when the last one arrived.
 pub(super) type SinkReport = (u64, bool, WallClock);
+
+/// stream's record, shared by the server's shards: each connection accepted (its peer's
+/// port and the shard that took it, in order) and each read to its end (its peer's port
+/// and what it read).
+#[derive(Debug, Default, Clone)]
+pub(super) struct SinkBook {
+    pub(super) accepted: Vec<(u16, usize)>,
+    pub(super) done: Vec<(u16, SinkReport)>,
+}
+
+impl SinkBook {
+    /// The shard that took the connection from peer port `port`, once it has.
+    pub(super) fn shard_of(&self, port: u16) -> Option<usize> {
+        // The latest: a port the kernel used again is its latest connection's.
+        self.accepted
+            .iter()
+            .rev()
+            .find_map(|&(p, k)| (p == port).then_some(k))
+    }
+
+    /// What the connection from peer port `port` read, once it reached its end.
+    pub(super) fn read(&self, port: u16) -> Option<SinkReport> {
+        self.done
+            .iter()
+            .rev()
+            .find_map(|&(p, r)| (p == port).then_some(r))
+    }
+}
 
 /// What the server's shards measured, from when they all listened to the end.
 pub(super) struct ServerReport {
@@ -210,8 +238,8 @@ pub(super) struct ServerReport {
     pub(super) counters: Value,
     /// TIME-WAIT records at the end, summed.
     time_wait: usize,
-    /// stream: what the sink read.
-    pub(super) sink: Option<SinkReport>,
+    /// stream: what the sinks accepted and read.
+    pub(super) sink: SinkBook,
     /// With more than one shard, per shard: its thread's CPU time and its counters
     /// (null with one).
     pub(super) per_shard: Value,
@@ -239,7 +267,7 @@ const ANSWER: Duration = Duration::from_secs(5);
 pub(super) struct Servers {
     rt: ShardedRuntime<ShardServe>,
     cpu0: Vec<Duration>,
-    sink: Arc<Mutex<Option<SinkReport>>>,
+    sink: Arc<Mutex<SinkBook>>,
 }
 
 impl Servers {
@@ -252,12 +280,13 @@ impl Servers {
         devices: Vec<D>,
         addr: SocketAddr,
     ) -> anyhow::Result<Servers> {
-        let sink = Arc::new(Mutex::new(None));
+        let sink = Arc::new(Mutex::new(SinkBook::default()));
         let slot = sink.clone();
         let rt = ShardedBuilder::new(builder, Rss::new(RssKey::MICROSOFT, devices.len()))
             .seed(seed)
-            .start(devices, move |_| ShardServe {
+            .start(devices, move |shard| ShardServe {
                 serve,
+                shard,
                 addr,
                 sink: slot.clone(),
                 state: None,
@@ -270,9 +299,14 @@ impl Servers {
         Ok(Servers { rt, cpu0, sink })
     }
 
-    /// Whether the sink has read to the end of its stream.
+    /// Whether the sink has read a stream to its end.
     pub(super) fn sunk(&self) -> bool {
-        self.sink.lock().is_ok_and(|s| s.is_some())
+        self.sink.lock().is_ok_and(|s| !s.done.is_empty())
+    }
+
+    /// What the sinks have accepted and read so far.
+    pub(super) fn book(&self) -> SinkBook {
+        self.sink.lock().map(|b| b.clone()).unwrap_or_default()
     }
 
     /// Stop the shards; what they measured.
@@ -285,6 +319,7 @@ impl Servers {
             ANSWER,
         );
         let shards = self.rt.shards();
+        let sink = self.book();
         let mut link = Value::Null;
         for (k, app) in self.rt.stop().into_iter().enumerate() {
             let app = app.with_context(|| format!("the ustack server (shard {k})"))?;
@@ -300,7 +335,6 @@ impl Servers {
             time_wait += tw;
             per_shard.push(json!({ "server_cpu_s": used.as_secs_f64(), "counters": m.to_json() }));
         }
-        let sink = self.sink.lock().ok().and_then(|s| *s);
         Ok(ServerReport {
             cpu,
             counters: mib.to_json(),
@@ -320,9 +354,11 @@ impl Servers {
 /// stack, then [`ShardApp::poll`] serves what came without waiting.
 pub(super) struct ShardServe {
     serve: Serve,
+    /// The shard's index.
+    shard: usize,
     addr: SocketAddr,
-    /// Where the sink puts its report (one connection: whichever shard it reaches).
-    sink: Arc<Mutex<Option<SinkReport>>>,
+    /// Where the sink notes what it accepted and read (every shard's).
+    sink: Arc<Mutex<SinkBook>>,
     state: Option<Serving>,
     /// The shard's link counters as of its last poll (read after the shard stops).
     link: Value,
@@ -363,13 +399,7 @@ impl<D: Device + Sleep + 'static> ShardApp<D> for ShardServe {
             },
             Some(Serving::Echo(server)) => server.step(rt, Some(Duration::ZERO)).map(drop),
             Some(Serving::ReplyClose(r)) => r.step(rt),
-            Some(Serving::Sink(sink)) => {
-                if let Some(report) = sink.step(rt)? {
-                    let mut slot = self.sink.lock().map_err(|_| io::Error::other("poisoned"))?;
-                    *slot = Some(report);
-                }
-                Ok(())
-            }
+            Some(Serving::Sink(sink)) => sink.step(rt, self.shard, &self.sink),
             None => Ok(()),
         }
     }
@@ -453,65 +483,74 @@ impl ReplyClose {
     }
 }
 
-/// stream's server: accept one connection and read it to its end, checking every byte.
+/// stream's server: accept connections and read each to its end, checking every byte
+/// (each carries the pattern from its start).
 struct Sink {
     listener: TcpListener,
-    stream: Option<TcpStream>,
+    /// The connections being read: the stream, its peer's port, and what it read so far.
+    conns: Vec<(TcpStream, u16, SinkReport)>,
     chunk: Vec<u8>,
     buf: Vec<u8>,
-    got: u64,
-    verified: bool,
-    last: WallClock,
-    done: bool,
 }
 
 impl Sink {
     fn bind<D: Device + Sleep>(rt: &mut Runtime<D>, addr: SocketAddr) -> io::Result<Sink> {
         Ok(Sink {
             listener: TcpListener::bind(rt, addr, 16)?,
-            stream: None,
+            conns: Vec::new(),
             chunk: stream_chunk(),
             buf: vec![0u8; 1 << 16],
-            got: 0,
-            verified: true,
-            last: WallClock::now(),
-            done: false,
         })
     }
 
-    /// Read what has come, without waiting; the report once the stream has ended (once).
-    fn step<D: Device + Sleep>(&mut self, rt: &mut Runtime<D>) -> io::Result<Option<SinkReport>> {
-        if self.done {
-            return Ok(None);
-        }
-        if self.stream.is_none() {
-            match self.listener.accept(rt) {
-                Ok((s, _)) => self.stream = Some(s),
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(None),
-                Err(e) => return Err(e),
-            }
-        }
-        let Some(stream) = &self.stream else {
-            return Ok(None);
-        };
+    /// Accept and read what has come, without waiting; each connection accepted, and each
+    /// that reached its end, noted in `book` (as shard `shard`'s).
+    fn step<D: Device + Sleep>(
+        &mut self,
+        rt: &mut Runtime<D>,
+        shard: usize,
+        book: &Mutex<SinkBook>,
+    ) -> io::Result<()> {
+        let poisoned = || io::Error::other("the sink's book is poisoned");
         loop {
-            match stream.read(rt, &mut self.buf) {
-                Ok(0) => {
-                    self.done = true;
-                    if let Some(s) = self.stream.take() {
-                        s.close(rt)?;
-                    }
-                    return Ok(Some((self.got, self.verified, self.last)));
+            match self.listener.accept(rt) {
+                Ok((s, peer)) => {
+                    let mut b = book.lock().map_err(|_| poisoned())?;
+                    b.accepted.push((peer.port(), shard));
+                    self.conns
+                        .push((s, peer.port(), (0, true, WallClock::now())));
                 }
-                Ok(n) => {
-                    self.verified &= stream_matches(&self.chunk, self.got, &self.buf[..n]);
-                    self.got += n as u64;
-                    self.last = WallClock::now();
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(None),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) => return Err(e),
             }
         }
+        let mut k = 0;
+        while k < self.conns.len() {
+            let (stream, _, (got, verified, last)) = &mut self.conns[k];
+            let ended = loop {
+                match stream.read(rt, &mut self.buf) {
+                    Ok(0) => break true,
+                    Ok(n) => {
+                        *verified &= stream_matches(&self.chunk, *got, &self.buf[..n]);
+                        *got += n as u64;
+                        *last = WallClock::now();
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break false,
+                    Err(e) => return Err(e),
+                }
+            };
+            if ended {
+                let (s, port, report) = self.conns.swap_remove(k);
+                s.close(rt)?;
+                book.lock()
+                    .map_err(|_| poisoned())?
+                    .done
+                    .push((port, report));
+            } else {
+                k += 1;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -616,8 +655,16 @@ fn add_stats(a: Value, b: Value) -> Value {
     match (a, b) {
         (Value::Object(mut a), Value::Object(b)) => {
             for (k, v) in b {
-                let sum = a.get(&k).and_then(Value::as_u64).unwrap_or(0) + v.as_u64().unwrap_or(0);
-                a.insert(k, json!(sum));
+                let merged = match (a.get(&k), &v) {
+                    // A setting every queue has (xdp's `need_wakeup`): true if all have it.
+                    (Some(Value::Bool(x)), Value::Bool(y)) => json!(*x && *y),
+                    // A queue's own size, not a count: the same on every queue.
+                    (Some(x), _) if k == "tx_budget" => x.clone(),
+                    (x, v) => {
+                        json!(x.and_then(Value::as_u64).unwrap_or(0) + v.as_u64().unwrap_or(0))
+                    }
+                };
+                a.insert(k, merged);
             }
             Value::Object(a)
         }
@@ -938,8 +985,8 @@ fn stream<D: Device + Sleep + 'static>(
         }
         rt.run_once(Some(Duration::from_millis(1)))?;
     }
-    let mut report = server.finish()?;
-    let Some((got, matched, last_byte)) = report.sink.take() else {
+    let report = server.finish()?;
+    let Some(&(_, (got, matched, last_byte))) = report.sink.done.first() else {
         bail!("ustack stream over shm: the server reported no transfer");
     };
     close_all(&mut rt, vec![s])?;
@@ -952,4 +999,38 @@ fn stream<D: Device + Sleep + 'static>(
     );
     o.addresses = addresses;
     Ok(finish(&rt, report, o))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two xdp queues' counters: the counts add up, `need_wakeup` holds only if every
+    /// queue has it, and `tx_budget` (a queue's own size) is not summed.
+    #[test]
+    fn queue_counters_add_up_but_settings_do_not() {
+        let q = |wakeup: bool, packets: u64| json!({ "need_wakeup": wakeup, "tx_budget": 2048, "tx_packets": packets });
+        let both = add_stats(add_stats(Value::Null, q(true, 3)), q(true, 4));
+        assert_eq!(
+            both,
+            json!({ "need_wakeup": true, "tx_budget": 2048, "tx_packets": 7 })
+        );
+        assert_eq!(add_stats(q(true, 1), q(false, 1))["need_wakeup"], false);
+    }
+
+    /// The sink's book finds a connection's shard and report by its peer's port, the
+    /// latest when the kernel used a port again.
+    #[test]
+    fn the_sink_book_answers_by_port_and_the_latest_wins() {
+        let t = WallClock::now();
+        let book = SinkBook {
+            accepted: vec![(40000, 0), (40001, 1), (40000, 1)],
+            done: vec![(40000, (0, true, t)), (40000, (5, true, t))],
+        };
+        assert_eq!(book.shard_of(40001), Some(1));
+        assert_eq!(book.shard_of(40000), Some(1));
+        assert_eq!(book.shard_of(40002), None);
+        assert_eq!(book.read(40000).map(|r| r.0), Some(5));
+        assert_eq!(book.read(40001), None);
+    }
 }

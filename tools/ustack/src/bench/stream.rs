@@ -8,7 +8,7 @@ use std::time::{Duration, Instant as WallClock};
 use anyhow::{Context, bail};
 
 use super::linux;
-use super::measure::{Meter, Run, cpu_between};
+use super::measure::{Meter, Run, Until, cpu_between};
 use super::outcome::Outcome;
 use super::pattern::{stream_chunk, stream_matches, stream_next};
 use super::sim::Sim;
@@ -74,14 +74,60 @@ pub fn linux(run: &Run) -> anyhow::Result<Outcome> {
     })
 }
 
-/// stream's kernel client: writes the pattern on `c` for the run (for `--duration`, or
-/// exactly `--bytes`), then half-closes; the bytes written and the run's meter.
-pub fn kernel_stream_client(run: &Run, c: &mut TcpStream) -> anyhow::Result<(u64, Meter)> {
+/// stream's kernel client over `conns` connections, each written from a thread of its
+/// own: the pattern (from its start on every connection) for the run (for `--duration`,
+/// or exactly `--bytes` split evenly over the connections, the first ones taking the
+/// remainder), then a half-close; the bytes written on each, and the run's meter.
+pub fn kernel_stream_clients(
+    run: &Run,
+    conns: Vec<TcpStream>,
+) -> anyhow::Result<(Vec<u64>, Meter)> {
+    let mut m = run.meter();
+    let n = conns.len() as u64;
+    let deadline = match run.until {
+        Until::Time(d) => Some(m.start() + d),
+        Until::Bytes(_) => None,
+    };
+    let share = |k: u64| m.bytes().map(|b| b / n + u64::from(k < b % n));
+    let sent = std::thread::scope(|scope| {
+        let writers: Vec<_> = conns
+            .into_iter()
+            .enumerate()
+            .map(|(k, c)| {
+                let limit = share(k as u64);
+                scope.spawn(move || write_pattern(c, limit, deadline))
+            })
+            .collect();
+        writers
+            .into_iter()
+            .map(|w| {
+                w.join()
+                    .map_err(|_| anyhow::anyhow!("a stream writer panicked"))?
+                    .map_err(anyhow::Error::from)
+            })
+            .collect::<anyhow::Result<Vec<u64>>>()
+    })?;
+    // The measured phase ends with the last writer (a run past its bytes or its time).
+    let total = sent.iter().sum();
+    while m.going(total) {
+        if deadline.is_none() {
+            bail!("the writers stopped at {total} bytes, short of --bytes");
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Ok((sent, m))
+}
+
+/// Writes the pattern on `c` until `limit` bytes (or, without one, until `deadline`),
+/// then half-closes; the bytes written.
+fn write_pattern(
+    mut c: TcpStream,
+    limit: Option<u64>,
+    deadline: Option<WallClock>,
+) -> std::io::Result<u64> {
     let chunk = stream_chunk();
     let mut sent = 0u64;
-    let mut m = run.meter();
-    let limit = m.bytes();
-    while m.going(sent) {
+    while deadline.is_none_or(|d| WallClock::now() < d) {
         let piece = stream_next(&chunk, sent, limit);
         if piece.is_empty() {
             break;
@@ -89,23 +135,30 @@ pub fn kernel_stream_client(run: &Run, c: &mut TcpStream) -> anyhow::Result<(u64
         sent += c.write(piece)? as u64;
     }
     c.shutdown(std::net::Shutdown::Write)?;
-    Ok((sent, m))
+    Ok(sent)
 }
 
 /// stream to the Linux sink (a `bench-peer` process started with `peer_args`), over
-/// `link`, from the kernel client `connect` opens to the sink's port.
+/// `link`, from `run.conns` kernel clients `connect` opens to the sink's port (the sink
+/// told how many: `--conns`).
 pub fn linux_stream_with(
     run: &Run,
     link: &'static str,
     peer_args: &[String],
-    connect: impl FnOnce(u16) -> std::io::Result<TcpStream>,
+    connect: impl Fn(u16) -> std::io::Result<TcpStream>,
 ) -> anyhow::Result<Outcome> {
-    let (mut server, port) = linux::Peer::spawn("sink", peer_args)?;
-    let mut c = connect(port).with_context(|| format!("Linux: connect over {link}"))?;
-    let addresses = linux::stream_addresses(&c);
+    let mut args = peer_args.to_vec();
+    args.extend(["--conns".to_owned(), run.conns.to_string()]);
+    let (mut server, port) = linux::Peer::spawn("sink", &args)?;
+    let conns = (0..run.conns)
+        .map(|_| connect(port))
+        .collect::<std::io::Result<Vec<_>>>()
+        .with_context(|| format!("Linux: connect over {link}"))?;
+    let addresses = linux::stream_addresses(&conns[0]);
     let cpu0 = server.cpu();
     let start_ns = linux::monotonic_ns();
-    let (sent, m) = kernel_stream_client(run, &mut c)?;
+    let (sent, m) = kernel_stream_clients(run, conns)?;
+    let sent: u64 = sent.iter().sum();
     let limit = m.bytes();
     let words = server.expect("sink", linux::ANSWER)?;
     let cpu = cpu_between(cpu0, server.cpu());
@@ -121,6 +174,7 @@ pub fn linux_stream_with(
         Duration::from_nanos(last_ns.saturating_sub(start_ns)),
         matched == 1 && got == sent && limit.is_none_or(|l| got == l),
     );
+    o.conns = run.conns;
     o.server_cpu = cpu;
     o.addresses = addresses;
     Ok(o)
