@@ -147,7 +147,6 @@
 //!   that moment: whether work is left is not known without taking another frame.
 //!   `work_left` is the NAPI contract ("returning the whole budget means call me again").
 
-use core::cell::Cell;
 use core::fmt;
 use core::time::Duration;
 
@@ -303,13 +302,6 @@ pub struct Shard<D: Device> {
     deferred: u32,
     /// When the rounds deferring due timers began (`None` when the timers last ran).
     defer_since: Option<Instant>,
-    /// The stack's next deadline ([`Stack::poll_timeout`]) as of the last time it was
-    /// asked, or `None` once the stack may have changed since: every `&mut` access
-    /// ([`stack_mut`](Self::stack_mut), a round's receive, transmit and timers) clears it.
-    /// A loop iteration asks for the deadline several times (the round's due check, the
-    /// wake-up target, the published wake-up), and the stack folds several queues to
-    /// answer: one answer serves them all.
-    deadline: Cell<Option<Option<Instant>>>,
 }
 
 impl<D: Device> Shard<D> {
@@ -327,7 +319,6 @@ impl<D: Device> Shard<D> {
             stats: ShardStats::default(),
             deferred: 0,
             defer_since: None,
-            deadline: Cell::new(None),
         }
     }
 
@@ -343,25 +334,14 @@ impl<D: Device> Shard<D> {
 
     /// The stack, for socket calls between rounds.
     pub fn stack_mut(&mut self) -> &mut Stack {
-        self.deadline.set(None);
         &mut self.stack
     }
 
-    /// The stack, for a caller that only takes its ready list ([`Stack::take_ready`]) and
-    /// reads socket state: that changes no timer, so the cached next deadline stays.
-    pub(crate) fn stack_for_ready_list(&mut self) -> &mut Stack {
-        &mut self.stack
-    }
-
-    /// The stack's next deadline ([`Stack::poll_timeout`]), asked once per change of the
-    /// stack.
+    /// The stack's next deadline ([`Stack::poll_timeout`]: the stack keeps it as timers
+    /// are armed, one load; the shard keeps no copy of its own).
+    #[inline]
     fn stack_deadline(&self) -> Option<Instant> {
-        if let Some(at) = self.deadline.get() {
-            return at;
-        }
-        let at = self.stack.poll_timeout();
-        self.deadline.set(Some(at));
-        at
+        self.stack.poll_timeout()
     }
 
     /// The device.
@@ -411,7 +391,6 @@ impl<D: Device> Shard<D> {
     ) -> PollResult {
         let mut result = PollResult::default();
         self.stats.polls += 1;
-        self.deadline.set(None);
         let mut tx_left = self.transmit(now, &mut budget, start, &mut result);
 
         self.receive(now, &mut budget, start, &mut result);
@@ -425,7 +404,6 @@ impl<D: Device> Shard<D> {
             if result.rx > before {
                 tx_left |= self.transmit(now, &mut budget, start, &mut result);
                 // What arrived may have settled what the timers were waiting for.
-                self.deadline.set(None);
                 due = self.stack_deadline().is_some_and(|at| at <= now);
             }
         }
@@ -452,7 +430,6 @@ impl<D: Device> Shard<D> {
         self.defer_since = None;
         self.deferred = 0;
         if due {
-            self.deadline.set(None);
             let _stage = profile::enter(Stage::Timers);
             self.stack.handle_timeout(now);
             result.timers = true;
