@@ -35,6 +35,14 @@ fn assert_reported(stack: &Stack, at: Instant, what: &str) {
     );
 }
 
+/// The stack reports a deadline no later than `armed`, and a loop that sleeps until the
+/// stack's deadlines sees a segment matching `want` leave exactly at `armed`.
+fn assert_fires(t: &mut SegTest, armed: Instant, limit: Duration, want: impl Fn(&Seg) -> bool) {
+    assert_reported(&t.stack, armed, "the timer");
+    let at = sleep_until_seg(t, limit, want);
+    assert_eq!(at, armed, "the timer fired late or early");
+}
+
 /// A loop that sleeps until the stack's next deadline (nothing arriving) until a segment
 /// matching `want` leaves or `limit` passes: when it left.
 fn sleep_until_seg(t: &mut SegTest, limit: Duration, want: impl Fn(&Seg) -> bool) -> Instant {
@@ -61,12 +69,8 @@ fn a_syn_is_retransmitted_after_one_second() {
     let mut t = SegTest::new(0);
     t.connect();
     let armed = t.now + Duration::from_secs(1);
-    assert_reported(&t.stack, armed, "SYN retransmission");
-    let at = sleep_until_seg(&mut t, Duration::from_secs(5), |s| s.has(Flags::SYN));
-    assert_eq!(
-        at, armed,
-        "the SYN is retransmitted after TIMEOUT_INIT (RFC 6298 §2.1)"
-    );
+    // The SYN is retransmitted after TIMEOUT_INIT (RFC 6298 §2.1).
+    assert_fires(&mut t, armed, Duration::from_secs(5), |s| s.has(Flags::SYN));
 }
 
 #[test]
@@ -76,14 +80,10 @@ fn a_listener_retransmits_its_syn_ack_after_one_second() {
     let synack = t.recv().expect("SYN-ACK");
     assert!(synack.has(Flags::SYN | Flags::ACK));
     let armed = t.now + Duration::from_secs(1);
-    assert_reported(&t.stack, armed, "SYN-ACK retransmission");
-    let at = sleep_until_seg(&mut t, Duration::from_secs(5), |s| {
+    // The SYN-ACK is retransmitted after 1 s (Linux reqsk_timer_handler).
+    assert_fires(&mut t, armed, Duration::from_secs(5), |s| {
         s.has(Flags::SYN | Flags::ACK)
     });
-    assert_eq!(
-        at, armed,
-        "the SYN-ACK is retransmitted after 1 s (Linux reqsk_timer_handler)"
-    );
     assert_eq!(t.stack.mib().get(Counter::TcpExtTCPSynRetrans), 1);
 }
 
@@ -97,11 +97,10 @@ fn unacknowledged_data_is_retransmitted_at_the_rto() {
     let first = t.recv().expect("the data");
     let rto = t.stack.tcp_info(h).unwrap().rto;
     let armed = ms_ceil(t.now + rto);
-    assert_reported(&t.stack, armed, "RTO");
-    let at = sleep_until_seg(&mut t, Duration::from_secs(10), |s| {
+    // Retransmitted at the RTO (RFC 6298 §5.4).
+    assert_fires(&mut t, armed, Duration::from_secs(10), |s| {
         s.payload == first.payload
     });
-    assert_eq!(at, armed, "retransmitted at the RTO (RFC 6298 §5.4)");
 }
 
 #[test]
@@ -120,11 +119,10 @@ fn a_tail_loss_probe_goes_out_at_its_timeout() {
     // segment in flight (Linux TCP_DELACK_MAX, 200 ms), never past the RTO.
     let pto = (2 * info.srtt.expect("a sample") + Duration::from_millis(200)).min(info.rto);
     let armed = ms_ceil(t.now + pto);
-    assert_reported(&t.stack, armed, "loss probe");
-    let at = sleep_until_seg(&mut t, Duration::from_secs(10), |s| {
+    // The probe leaves at the PTO.
+    assert_fires(&mut t, armed, Duration::from_secs(10), |s| {
         s.payload == first.payload
     });
-    assert_eq!(at, armed, "the probe leaves at the PTO");
     assert_eq!(t.stack.mib().get(Counter::TcpExtTCPLossProbes), 1);
 }
 
@@ -143,12 +141,10 @@ fn a_delayed_ack_leaves_after_the_delayed_ack_timeout() {
     t.send(Seg::ack(seq, iss.wrapping_add(1)).data(&[1; 100]));
     assert_eq!(t.recv(), None, "delayed");
     let armed = t.now + Duration::from_millis(40);
-    assert_reported(&t.stack, armed, "delayed ACK");
-    let at = sleep_until_seg(&mut t, Duration::from_secs(1), |s| s.ack == seq + 100);
-    assert_eq!(
-        at, armed,
-        "the ACK leaves after 40 ms (Linux TCP_DELACK_MIN)"
-    );
+    // The ACK leaves after 40 ms (Linux TCP_DELACK_MIN).
+    assert_fires(&mut t, armed, Duration::from_secs(1), |s| {
+        s.ack == seq + 100
+    });
     assert_eq!(t.stack.mib().get(Counter::TcpExtDelayedACKs), 1);
 }
 
@@ -160,10 +156,9 @@ fn a_keepalive_probe_goes_out_after_the_idle_time() {
     t.stack.tcp_set_opt(now, h, TcpOpt::KeepIdle, 10).unwrap();
     t.stack.tcp_set_keepalive(now, h, true).unwrap();
     let armed = t.now + Duration::from_secs(10);
-    assert_reported(&t.stack, armed, "keepalive");
-    // The probe: an old sequence number, no data (RFC 9293 §3.8.4).
-    let at = sleep_until_seg(&mut t, Duration::from_secs(60), |s| s.seq == iss);
-    assert_eq!(at, armed, "the first probe after TCP_KEEPIDLE");
+    // The first probe after TCP_KEEPIDLE: an old sequence number, no data (RFC 9293
+    // §3.8.4).
+    assert_fires(&mut t, armed, Duration::from_secs(60), |s| s.seq == iss);
     assert_eq!(t.stack.mib().get(Counter::TcpExtTCPKeepAlive), 1);
 }
 
@@ -178,9 +173,8 @@ fn a_zero_window_is_probed_at_the_rto() {
     assert_eq!(t.recv(), None, "nothing fits the window");
     let rto = t.stack.tcp_info(h).unwrap().rto;
     let armed = ms_ceil(t.now + rto);
-    assert_reported(&t.stack, armed, "zero-window probe");
-    let at = sleep_until_seg(&mut t, Duration::from_secs(10), |_| true);
-    assert_eq!(at, armed, "the first probe one RTO on (RFC 9293 §3.8.6.1)");
+    // The first probe one RTO on (RFC 9293 §3.8.6.1).
+    assert_fires(&mut t, armed, Duration::from_secs(10), |_| true);
     assert_eq!(t.stack.mib().get(Counter::TcpExtTCPWinProbe), 1);
 }
 
