@@ -337,13 +337,6 @@ impl<D: Device> Shard<D> {
         &mut self.stack
     }
 
-    /// The stack's next deadline ([`Stack::poll_timeout`]: the stack keeps it as timers
-    /// are armed, one load; the shard keeps no copy of its own).
-    #[inline]
-    fn stack_deadline(&self) -> Option<Instant> {
-        self.stack.poll_timeout()
-    }
-
     /// The device.
     pub fn device(&self) -> &D {
         &self.device
@@ -397,14 +390,16 @@ impl<D: Device> Shard<D> {
         tx_left |= self.transmit(now, &mut budget, start, &mut result);
         // Timers due: first read what arrived while transmitting (ACKs for what was just
         // sent), within what is left of the budget (module docs, *Timers after receive*).
-        let mut due = self.stack_deadline().is_some_and(|at| at <= now);
+        // (Exact when it has come: a kept deadline whose timer was cancelled is folded
+        // again, not run.)
+        let mut due = self.stack.poll_timeout_at(now).is_some_and(|at| at <= now);
         if due && !result.work_left {
             let before = result.rx;
             self.receive(now, &mut budget, start, &mut result);
             if result.rx > before {
                 tx_left |= self.transmit(now, &mut budget, start, &mut result);
                 // What arrived may have settled what the timers were waiting for.
-                due = self.stack_deadline().is_some_and(|at| at <= now);
+                due = self.stack.poll_timeout_at(now).is_some_and(|at| at <= now);
             }
         }
         self.stats.processed += result.rx as u64;
@@ -625,7 +620,8 @@ impl<D: Device> Shard<D> {
     /// neither has anything scheduled. After a round that returned
     /// [`work_left`](PollResult::work_left), poll again at once instead.
     pub fn next_wakeup(&self) -> Option<Instant> {
-        match (self.stack_deadline(), self.device.poll_at()) {
+        // The stack keeps its next deadline as timers are armed: one load.
+        match (self.stack.poll_timeout(), self.device.poll_at()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }

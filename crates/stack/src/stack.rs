@@ -546,6 +546,35 @@ impl Stack {
         self.wake.get()
     }
 
+    /// [`poll_timeout`](Self::poll_timeout), made exact when it has come by `now`: then
+    /// the deadline is folded again from every queue, so that a timer cancelled or moved
+    /// later (an ARP request answered, a retransmission acknowledged) costs this fold
+    /// rather than a [`handle_timeout`](Self::handle_timeout) with nothing to do (counted
+    /// in [`spurious_timer_wakeups`](Self::spurious_timer_wakeups)). A loop asks this
+    /// before deciding that timers are due; one load and a comparison otherwise.
+    #[inline]
+    pub fn poll_timeout_at(&mut self, now: Instant) -> Option<Instant> {
+        if self.wake.0 <= now {
+            self.refold_wake(now);
+        }
+        self.poll_timeout()
+    }
+
+    /// Fold the kept deadline again, counting a spurious wake-up if it had come by `now`
+    /// and nothing is due.
+    #[cold]
+    fn refold_wake(&mut self, now: Instant) {
+        let full = self.deadline_full();
+        debug_assert!(
+            full.is_none_or(|f| self.wake.0 <= f),
+            "a timer was armed without lowering the kept next deadline"
+        );
+        if self.wake.0 <= now && full.is_none_or(|f| f > now) {
+            self.timer_spurious += 1;
+        }
+        self.wake = Wake::from(full);
+    }
+
     /// The next deadline folded from every timer queue: neighbour retransmits and garbage
     /// collection, IPv4 and IPv6 reassembly, duplicate address detection and router
     /// discovery, TCP's connection timers, SYN-ACK retransmits, idle connections and
@@ -576,12 +605,13 @@ impl Stack {
         }
     }
 
-    /// How many [`handle_timeout`](Self::handle_timeout) calls found the kept deadline
-    /// come but nothing due: the cost of keeping the deadline instead of folding it
-    /// (a timer cancelled or moved later leaves it early until the next such call, which
-    /// folds it again: at most one spurious wake-up per call that ran timers or changed
-    /// them). Wake-ups for TCP entries cancelled lazily (a retransmission timer moved
-    /// later by an ACK) are not counted: the fold finds those entries too.
+    /// How many [`handle_timeout`](Self::handle_timeout) or
+    /// [`poll_timeout_at`](Self::poll_timeout_at) calls found the kept deadline come but
+    /// nothing due: the cost of keeping the deadline instead of folding it (a timer
+    /// cancelled or moved later leaves it early until the next such call, which folds it
+    /// again: at most one per fold). Wake-ups for TCP entries cancelled lazily (a
+    /// retransmission timer moved later by an ACK) are not counted: the fold finds those
+    /// entries too.
     pub fn spurious_timer_wakeups(&self) -> u64 {
         self.timer_spurious
     }
@@ -590,14 +620,7 @@ impl Stack {
     /// garbage collection, reassembly timeouts (with ICMP Time Exceeded, as Linux's
     /// `ip_expire`), IPv6's and TCP's timers; then fold the next deadline again.
     pub fn handle_timeout(&mut self, now: Instant) {
-        let full = self.deadline_full();
-        debug_assert!(
-            full.is_none_or(|f| self.wake.0 <= f),
-            "a timer was armed without lowering the kept next deadline"
-        );
-        if self.wake.0 <= now && full.is_none_or(|f| f > now) {
-            self.timer_spurious += 1;
-        }
+        self.refold_wake(now);
         let mut events = core::mem::take(&mut self.neigh_events);
         self.neigh
             .handle_timeout(now, &self.sysctl, &mut self.mib, &mut events);

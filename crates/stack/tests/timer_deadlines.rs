@@ -250,16 +250,20 @@ fn sleep_until(stack: &mut Stack, now: &mut Instant, end: Instant) -> Vec<(Insta
     out
 }
 
-#[test]
-fn an_arp_request_is_retried_every_second_then_the_packet_dropped() {
-    let ip = Ipv4Addr::new(192, 0, 2, 2);
-    let mut c = Config::ethernet(EthernetAddress([2, 0, 0, 0, 0, 2]), Ipv4Cidr::new(ip, 24));
+const ARP_LOCAL: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 2);
+const ARP_LOCAL_MAC: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 2]);
+const ARP_PEER: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 77);
+
+/// An Ethernet stack that has just sent a datagram to a neighbour it does not know yet:
+/// the datagram waits, an ARP request left. Returns the stack and the time.
+fn resolving_stack() -> (Stack, Instant) {
+    let mut c = Config::ethernet(ARP_LOCAL_MAC, Ipv4Cidr::new(ARP_LOCAL, 24));
     c.seed = Some(7);
     let mut s = Stack::new(c);
-    let mut now = Instant::from_secs(3);
-    let u = s.udp_bind(SocketAddrV4::new(ip, 5000)).unwrap();
-    let peer = SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 77), 9);
-    s.udp_send_to(now, u, b"ping", peer).unwrap();
+    let now = Instant::from_secs(3);
+    let u = s.udp_bind(SocketAddrV4::new(ARP_LOCAL, 5000)).unwrap();
+    s.udp_send_to(now, u, b"ping", SocketAddrV4::new(ARP_PEER, 9))
+        .unwrap();
     let first = s.poll_transmit(now).expect("an ARP request");
     assert_eq!(first[12..14], [0x08, 0x06], "ARP");
     assert_eq!(
@@ -267,6 +271,12 @@ fn an_arp_request_is_retried_every_second_then_the_packet_dropped() {
         None,
         "the datagram waits for the answer"
     );
+    (s, now)
+}
+
+#[test]
+fn an_arp_request_is_retried_every_second_then_the_packet_dropped() {
+    let (mut s, mut now) = resolving_stack();
     let retry = now + Duration::from_secs(1);
     assert_reported(&s, retry, "ARP retry");
     let start = now;
@@ -328,4 +338,57 @@ fn an_incomplete_datagram_times_out_with_icmp_time_exceeded() {
     assert_eq!(icmp[9], 1, "ICMP");
     assert_eq!((icmp[20], icmp[21]), (11, 1), "Time Exceeded, reassembly");
     assert_eq!(t.stack.reassembly_mem(), 0);
+}
+
+/// A timer cancelled after it lowered the kept deadline (an ARP request answered before
+/// its retry) leaves the deadline early: harmless and counted. The loop that asks
+/// `poll_timeout_at` when the deadline comes gets the deadline folded again, with
+/// nothing run and nothing sent.
+#[test]
+fn a_cancelled_timer_costs_one_counted_spurious_wake_up() {
+    let (mut s, now) = resolving_stack();
+    // The table's first garbage collection is due at once (its first entry): run it.
+    s.handle_timeout(now);
+    let retry = now + Duration::from_secs(1);
+    assert_eq!(s.poll_timeout(), Some(retry), "the retry is next");
+    // The neighbour answers.
+    let peer_mac = EthernetAddress([2, 0, 0, 0, 0, 0x77]);
+    let mut f = vec![0u8; 14 + 28];
+    ustack_wire::ethernet::Repr {
+        src_addr: peer_mac,
+        dst_addr: ARP_LOCAL_MAC,
+        ethertype: ustack_wire::ethernet::EtherType::Arp,
+    }
+    .emit(&mut ustack_wire::ethernet::Frame::new_unchecked(&mut f[..]));
+    ustack_wire::arp::Repr {
+        operation: ustack_wire::arp::Operation::Reply,
+        source_hardware_addr: peer_mac,
+        source_protocol_addr: ARP_PEER,
+        target_hardware_addr: ARP_LOCAL_MAC,
+        target_protocol_addr: ARP_LOCAL,
+    }
+    .emit(&mut ustack_wire::arp::Packet::new_unchecked(&mut f[14..]));
+    s.receive(now, &f);
+    let datagram = s.poll_transmit(now).expect("the datagram, released");
+    assert_eq!(datagram[12..14], [0x08, 0x00], "IPv4");
+    // The retry is cancelled; the kept deadline stays, early.
+    assert_eq!(
+        s.poll_timeout(),
+        Some(retry),
+        "kept: cancelling never raises it"
+    );
+    assert_eq!(s.spurious_timer_wakeups(), 0);
+    let next = s.poll_timeout_at(retry);
+    assert!(
+        next.is_some_and(|n| n > retry),
+        "folded again at the retry's time: {next:?} (the table's garbage collection)"
+    );
+    assert_eq!(
+        s.spurious_timer_wakeups(),
+        1,
+        "one wake-up for nothing, counted"
+    );
+    assert_eq!(s.poll_transmit(retry), None, "no second request");
+    assert_eq!(s.poll_timeout_at(retry), next, "and only one");
+    assert_eq!(s.spurious_timer_wakeups(), 1);
 }
