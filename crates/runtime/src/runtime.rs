@@ -977,8 +977,7 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
             && (!self.poller.is_empty() || self.stats.rounds.is_multiple_of(UNWATCHED_DRAIN_EVERY))
         {
             let mut none = Vec::new();
-            self.poller
-                .wait(self.shard.stack_for_ready_list(), &mut none, 0);
+            self.poller.wait(self.shard.stack_mut(), &mut none, 0);
         }
         self.poller.has_pending(self.shard.stack())
     }
@@ -1142,11 +1141,9 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
         let deadline = timeout.map(|t| self.clock.now() + t);
         loop {
             let r = self.round();
-            let mut n = self.poller.wait(
-                self.shard.stack_for_ready_list(),
-                &mut events.inner,
-                events.capacity,
-            );
+            let mut n =
+                self.poller
+                    .wait(self.shard.stack_mut(), &mut events.inner, events.capacity);
             let take = self.fired.len().min(events.capacity);
             events.timers.extend(self.fired.drain(..take));
             n += take;

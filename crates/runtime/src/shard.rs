@@ -147,7 +147,6 @@
 //!   that moment: whether work is left is not known without taking another frame.
 //!   `work_left` is the NAPI contract ("returning the whole budget means call me again").
 
-use core::cell::Cell;
 use core::fmt;
 use core::time::Duration;
 
@@ -303,13 +302,6 @@ pub struct Shard<D: Device> {
     deferred: u32,
     /// When the rounds deferring due timers began (`None` when the timers last ran).
     defer_since: Option<Instant>,
-    /// The stack's next deadline ([`Stack::poll_timeout`]) as of the last time it was
-    /// asked, or `None` once the stack may have changed since: every `&mut` access
-    /// ([`stack_mut`](Self::stack_mut), a round's receive, transmit and timers) clears it.
-    /// A loop iteration asks for the deadline several times (the round's due check, the
-    /// wake-up target, the published wake-up), and the stack folds several queues to
-    /// answer: one answer serves them all.
-    deadline: Cell<Option<Option<Instant>>>,
 }
 
 impl<D: Device> Shard<D> {
@@ -327,7 +319,6 @@ impl<D: Device> Shard<D> {
             stats: ShardStats::default(),
             deferred: 0,
             defer_since: None,
-            deadline: Cell::new(None),
         }
     }
 
@@ -343,25 +334,7 @@ impl<D: Device> Shard<D> {
 
     /// The stack, for socket calls between rounds.
     pub fn stack_mut(&mut self) -> &mut Stack {
-        self.deadline.set(None);
         &mut self.stack
-    }
-
-    /// The stack, for a caller that only takes its ready list ([`Stack::take_ready`]) and
-    /// reads socket state: that changes no timer, so the cached next deadline stays.
-    pub(crate) fn stack_for_ready_list(&mut self) -> &mut Stack {
-        &mut self.stack
-    }
-
-    /// The stack's next deadline ([`Stack::poll_timeout`]), asked once per change of the
-    /// stack.
-    fn stack_deadline(&self) -> Option<Instant> {
-        if let Some(at) = self.deadline.get() {
-            return at;
-        }
-        let at = self.stack.poll_timeout();
-        self.deadline.set(Some(at));
-        at
     }
 
     /// The device.
@@ -411,22 +384,22 @@ impl<D: Device> Shard<D> {
     ) -> PollResult {
         let mut result = PollResult::default();
         self.stats.polls += 1;
-        self.deadline.set(None);
         let mut tx_left = self.transmit(now, &mut budget, start, &mut result);
 
         self.receive(now, &mut budget, start, &mut result);
         tx_left |= self.transmit(now, &mut budget, start, &mut result);
         // Timers due: first read what arrived while transmitting (ACKs for what was just
         // sent), within what is left of the budget (module docs, *Timers after receive*).
-        let mut due = self.stack_deadline().is_some_and(|at| at <= now);
+        // (Exact when it has come: a kept deadline whose timer was cancelled is folded
+        // again, not run.)
+        let mut due = self.stack.poll_timeout_at(now).is_some_and(|at| at <= now);
         if due && !result.work_left {
             let before = result.rx;
             self.receive(now, &mut budget, start, &mut result);
             if result.rx > before {
                 tx_left |= self.transmit(now, &mut budget, start, &mut result);
                 // What arrived may have settled what the timers were waiting for.
-                self.deadline.set(None);
-                due = self.stack_deadline().is_some_and(|at| at <= now);
+                due = self.stack.poll_timeout_at(now).is_some_and(|at| at <= now);
             }
         }
         self.stats.processed += result.rx as u64;
@@ -452,7 +425,6 @@ impl<D: Device> Shard<D> {
         self.defer_since = None;
         self.deferred = 0;
         if due {
-            self.deadline.set(None);
             let _stage = profile::enter(Stage::Timers);
             self.stack.handle_timeout(now);
             result.timers = true;
@@ -648,7 +620,8 @@ impl<D: Device> Shard<D> {
     /// neither has anything scheduled. After a round that returned
     /// [`work_left`](PollResult::work_left), poll again at once instead.
     pub fn next_wakeup(&self) -> Option<Instant> {
-        match (self.stack_deadline(), self.device.poll_at()) {
+        // The stack keeps its next deadline as timers are armed: one load.
+        match (self.stack.poll_timeout(), self.device.poll_at()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }

@@ -71,10 +71,14 @@ impl Stack {
         self.mib.icmp6_in_type(ty.into());
         match ty {
             Message::NeighborSolicit | Message::NeighborAdvert => {
-                return self.ndisc_input(now, inb, &packet);
+                self.ndisc_input(now, inb, &packet);
+                return self.ndisc_rearmed();
             }
             // Router discovery and autoconfiguration (`ip::addrconf`).
-            Message::RouterAdvert => return self.ndisc_router_discovery(now, inb),
+            Message::RouterAdvert => {
+                self.ndisc_router_discovery(now, inb);
+                return self.ndisc_rearmed();
+            }
             // A host has no use for router solicitations, and ustack none for redirects:
             // counted by type above, then ignored.
             Message::RouterSolicit | Message::Redirect => return,
@@ -471,6 +475,14 @@ impl Stack {
 
     /// Duplicate address detection found `addr` in use elsewhere (RFC 4862 §5.4.5: "the
     /// address MUST NOT be assigned to the interface").
+    /// Neighbour discovery may have armed timers: a neighbour entry (garbage collection),
+    /// an autoconfigured address's duplicate address detection and lifetimes, a default
+    /// router's lifetime. Folded from those queues (rare messages).
+    fn ndisc_rearmed(&mut self) {
+        self.wake.lower_opt(self.neigh.poll_at());
+        self.wake.lower_opt(self.ip6.poll_at());
+    }
+
     fn dad_failed(&mut self, addr: Ipv6Addr) {
         if let Some(a) = self.ip6.addrs.iter_mut().find(|a| a.cidr.addr == addr) {
             a.state = AddrState::Duplicate;

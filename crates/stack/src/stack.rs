@@ -54,6 +54,12 @@ pub struct Stack {
     frames: Vec<Vec<u8>>,
     /// Scratch for timer events, kept to avoid allocating on every timeout.
     neigh_events: Vec<NeighEvent>,
+    /// The next deadline, kept as timers are armed rather than folded from every queue
+    /// on each [`Stack::poll_timeout`] (see [`Wake`]).
+    pub(crate) wake: Wake,
+    /// [`Stack::handle_timeout`] calls at which the kept deadline had come but no queue
+    /// had anything due (see [`Stack::spurious_timer_wakeups`]).
+    timer_spurious: u64,
     /// The generation of what TCP's header templates hold (`tcp::xmit4`): bumped whenever
     /// any of it may change (a sysctl, `ip_default_ttl` among them), so that every
     /// connection's template is rebuilt before its next segment. Starts at 1 (0 marks
@@ -89,7 +95,7 @@ impl Stack {
             secrets.hasher(b"ip reasm peers"),
         );
         let ip6 = crate::ip::ipv6::Ip6State::new(medium, mac, ipv6, gateway6, &sysctl, &secrets);
-        Stack {
+        let mut stack = Stack {
             ip6,
             medium,
             mac,
@@ -114,7 +120,12 @@ impl Stack {
             tx_gen: 1,
             tcp_template_on: true,
             gso_max_size: 0,
-        }
+            wake: Wake::NONE,
+            timer_spurious: 0,
+        };
+        // Duplicate address detection and router solicitation may be due at once.
+        stack.wake = Wake::from(stack.deadline_full());
+        stack
     }
 
     /// The device takes TCP/IPv4 super-segments up to `size` bytes and cuts them into
@@ -161,6 +172,8 @@ impl Stack {
         self.reasm.set_config(reasm_config(&self.sysctl));
         self.ip6.set_sysctl(&self.sysctl);
         crate::tcp::Tcp::apply_tcp_mem(&mut self.tcp.pool, &self.sysctl);
+        // A sysctl may start router solicitation: the deadline is folded again (rare).
+        self.wake = Wake::from(self.deadline_full());
         Ok(())
     }
 
@@ -209,6 +222,7 @@ impl Stack {
         self.rx_csum_ok = csum_ok;
         self.receive_frame(now, frame);
         self.rx_csum_ok = false;
+        self.debug_check_wake();
     }
 
     /// TCP and UDP checksums need no verifying: both ends skip them
@@ -282,6 +296,8 @@ impl Stack {
             for frame in self.neigh.confirm(now, spa, sha, for_us) {
                 self.eth_send(frame, sha);
             }
+            // A new entry starts the table's garbage collection.
+            self.wake.lower_opt(self.neigh.poll_at());
         }
         if for_us && repr.operation == arp::Operation::Request {
             let reply = arp::Repr {
@@ -364,10 +380,12 @@ impl Stack {
             return true;
         }
         let mut packet = Some(frame);
-        match self
-            .neigh
-            .resolve(now, next_hop, &mut packet, &self.sysctl, &mut self.mib)
-        {
+        let resolution =
+            self.neigh
+                .resolve(now, next_hop, &mut packet, &self.sysctl, &mut self.mib);
+        // A new entry arms its request's retransmission and the garbage collection.
+        self.wake.lower_opt(self.neigh.poll_at());
+        match resolution {
             Resolution::Send { mac, probe } => {
                 if probe {
                     self.arp_request(next_hop, Some(mac));
@@ -426,6 +444,7 @@ impl Stack {
     pub fn poll_transmit(&mut self, now: Instant) -> Option<Vec<u8>> {
         if !self.tcp.tx_waiters.is_empty() && (self.tx.len() as u64) <= self.tx_tcp_limit() / 2 {
             self.tcp_tx_wake(now);
+            self.debug_check_wake();
         }
         let frame = self.tx.pop_front();
         if frame.is_none() {
@@ -522,8 +541,53 @@ impl Stack {
 
     // ---- timers -----------------------------------------------------------------------
 
-    /// When [`Stack::handle_timeout`] next has work, if ever.
+    /// When [`Stack::handle_timeout`] next has work, if ever: never later than the
+    /// earliest armed timer, possibly earlier (see [`Stack::spurious_timer_wakeups`]).
+    ///
+    /// O(1): the stack keeps its next deadline as timers are armed, as Linux keeps its
+    /// timers armed rather than scanning for them (every queue a timer is filed in lowers
+    /// it; a timer cancelled or moved later leaves it, and it is folded again from every
+    /// queue when `handle_timeout` runs). Debug builds check it against that fold.
+    #[inline]
     pub fn poll_timeout(&self) -> Option<Instant> {
+        self.debug_check_wake();
+        self.wake.get()
+    }
+
+    /// [`poll_timeout`](Self::poll_timeout), made exact when it has come by `now`: then
+    /// the deadline is folded again from every queue, so that a timer cancelled or moved
+    /// later (an ARP request answered, a retransmission acknowledged) costs this fold
+    /// rather than a [`handle_timeout`](Self::handle_timeout) with nothing to do (counted
+    /// in [`spurious_timer_wakeups`](Self::spurious_timer_wakeups)). A loop asks this
+    /// before deciding that timers are due; one load and a comparison otherwise.
+    #[inline]
+    pub fn poll_timeout_at(&mut self, now: Instant) -> Option<Instant> {
+        if self.wake.0 <= now {
+            self.refold_wake(now);
+        }
+        self.poll_timeout()
+    }
+
+    /// Fold the kept deadline again, counting a spurious wake-up if it had come by `now`
+    /// and nothing is due.
+    #[cold]
+    fn refold_wake(&mut self, now: Instant) {
+        let full = self.deadline_full();
+        debug_assert!(
+            full.is_none_or(|f| self.wake.0 <= f),
+            "a timer was armed without lowering the kept next deadline"
+        );
+        if self.wake.0 <= now && full.is_none_or(|f| f > now) {
+            self.timer_spurious += 1;
+        }
+        self.wake = Wake::from(full);
+    }
+
+    /// The next deadline folded from every timer queue: neighbour retransmits and garbage
+    /// collection, IPv4 and IPv6 reassembly, duplicate address detection and router
+    /// discovery, TCP's connection timers, SYN-ACK retransmits, idle connections and
+    /// TIME-WAIT records.
+    pub(crate) fn deadline_full(&self) -> Option<Instant> {
         earliest(
             earliest(
                 earliest(self.neigh.poll_at(), self.reasm.poll_at()),
@@ -533,10 +597,38 @@ impl Stack {
         )
     }
 
+    /// Debug builds: the kept deadline is not later than the earliest armed timer (a later
+    /// one would be a lost timer: a runtime sleeping until it would wake too late).
+    #[inline]
+    pub(crate) fn debug_check_wake(&self) {
+        #[cfg(debug_assertions)]
+        {
+            let full = self.deadline_full();
+            assert!(
+                full.is_none_or(|f| self.wake.0 <= f),
+                "the kept next deadline {:?} is later than the earliest timer {full:?}: a \
+                 timer was armed without lowering it",
+                self.wake.get(),
+            );
+        }
+    }
+
+    /// How many [`handle_timeout`](Self::handle_timeout) or
+    /// [`poll_timeout_at`](Self::poll_timeout_at) calls found the kept deadline come but
+    /// nothing due: the cost of keeping the deadline instead of folding it (a timer
+    /// cancelled or moved later leaves it early until the next such call, which folds it
+    /// again: at most one per fold). Wake-ups for TCP entries cancelled lazily (a
+    /// retransmission timer moved later by an ACK) are not counted: the fold finds those
+    /// entries too.
+    pub fn spurious_timer_wakeups(&self) -> u64 {
+        self.timer_spurious
+    }
+
     /// Run the timers that are due at `now`: ARP retransmits and failures, neighbour
     /// garbage collection, reassembly timeouts (with ICMP Time Exceeded, as Linux's
-    /// `ip_expire`).
+    /// `ip_expire`), IPv6's and TCP's timers; then fold the next deadline again.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.refold_wake(now);
         let mut events = core::mem::take(&mut self.neigh_events);
         self.neigh
             .handle_timeout(now, &self.sysctl, &mut self.mib, &mut events);
@@ -552,6 +644,47 @@ impl Stack {
         }
         self.ipv6_handle_timeout(now);
         self.tcp_handle_timeout(now);
+        self.wake = Wake::from(self.deadline_full());
+    }
+}
+
+/// The stack's next deadline, kept as timers are armed: every place that files a timer in
+/// one of the stack's queues lowers it ([`Wake::lower`]); nothing raises it but
+/// [`Stack::handle_timeout`] (and a sysctl change), which fold it again from every queue.
+/// So it is never later than the earliest timer (a lost timer), at worst earlier (a
+/// spurious wake-up, counted). `FAR_FUTURE` stands for none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Wake(Instant);
+
+impl Wake {
+    /// No deadline.
+    pub(crate) const NONE: Wake = Wake(Instant::FAR_FUTURE);
+
+    /// A timer was armed for `at`.
+    #[inline(always)]
+    pub(crate) fn lower(&mut self, at: Instant) {
+        if at < self.0 {
+            self.0 = at;
+        }
+    }
+
+    /// A timer may have been armed for `at`.
+    #[inline(always)]
+    pub(crate) fn lower_opt(&mut self, at: Option<Instant>) {
+        if let Some(at) = at {
+            self.lower(at);
+        }
+    }
+
+    #[inline(always)]
+    fn get(self) -> Option<Instant> {
+        (self.0 != Instant::FAR_FUTURE).then_some(self.0)
+    }
+}
+
+impl From<Option<Instant>> for Wake {
+    fn from(at: Option<Instant>) -> Wake {
+        Wake(at.unwrap_or(Instant::FAR_FUTURE))
     }
 }
 

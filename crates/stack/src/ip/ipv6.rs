@@ -721,11 +721,13 @@ impl Stack {
             nh_field: walk.nh_field,
             packet,
         };
-        match self
+        let outcome = self
             .ip6
             .reasm
-            .add(now, key, frag, data, first, &mut self.mib)
-        {
+            .add(now, key, frag, data, first, &mut self.mib);
+        // A new packet's reassembly timer.
+        self.wake.lower_opt(self.ip6.reasm.poll_at());
+        match outcome {
             Outcome6::Pending | Outcome6::Dropped => None,
             Outcome6::Complete(done) => {
                 self.mib.inc(Counter::Ip6ReasmOKs);
@@ -939,13 +941,16 @@ impl Stack {
             return self.eth_fill_and_push(frame, ndisc::multicast_mac(next_hop), full_reason);
         }
         let mut packet = Some(frame);
-        match self.neigh.resolve(
+        let resolution = self.neigh.resolve(
             now,
             IpAddr::V6(next_hop),
             &mut packet,
             &self.sysctl,
             &mut self.mib,
-        ) {
+        );
+        // A new entry arms its solicitation's retransmission and the garbage collection.
+        self.wake.lower_opt(self.neigh.poll_at());
+        match resolution {
             Resolution::Send { mac, probe } => {
                 if probe {
                     self.ndisc_solicit(now, next_hop, Some(mac));

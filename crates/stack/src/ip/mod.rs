@@ -160,7 +160,7 @@ impl Stack {
                 ident: repr.ident,
                 protocol: u8::from(repr.next_header),
             };
-            match self.reasm.add(
+            let outcome = self.reasm.add(
                 now,
                 key,
                 repr.frag_offset,
@@ -168,7 +168,11 @@ impl Stack {
                 header,
                 packet.payload(),
                 &mut self.mib,
-            ) {
+            );
+            // A new datagram's timer, or datagrams expired to make room (their ICMP wait
+            // for `handle_timeout`).
+            self.wake.lower_opt(self.reasm.poll_at());
+            match outcome {
                 Outcome::Pending | Outcome::Dropped(_) => {}
                 Outcome::Complete(done) => {
                     // Earlier fragments came without the link's word on the checksum.

@@ -29,6 +29,7 @@ use ustack_wire::{SeqNumber, tcp};
 use super::syncookie::{CookieRequest, SynCookies};
 use super::tcb::{FourTuple, TcbFlags};
 use super::tuple_hash::{TupleHash, TupleHasher, TupleTable};
+use crate::stack::Wake;
 use core::cmp::Reverse;
 use core::mem::size_of;
 use std::collections::BinaryHeap;
@@ -332,13 +333,15 @@ impl Requests {
     pub fn get_mut(&mut self, hash: TupleHash, t: &FourTuple) -> Option<&mut RequestSock> {
         self.map.get_mut(hash, t)
     }
-    /// Wake `t` at its request's `expires` (filed at `now`).
-    pub fn file(&mut self, now: Instant, t: FourTuple, expires: Ms32) {
+    /// Wake `t` at its request's `expires` (filed at `now`), lowering the stack's next
+    /// deadline `wake` to it.
+    pub fn file(&mut self, now: Instant, t: FourTuple, expires: Ms32, wake: &mut Wake) {
         self.seen = self.seen.max(now);
         if self.queue.len() >= 2 * self.map.len() + COMPACT_MIN {
             self.compact();
         }
         self.queue.push(Reverse((expires, t)));
+        wake.lower(expires.instant(self.seen));
     }
 
     /// Keep only the entries of live requests, and give the room back. A request that
@@ -515,7 +518,9 @@ impl Stack {
             l.syn_qlen += 1;
         }
         self.tcp_send_synack(now, tuple, &req, None);
-        self.tcp.requests.file(now, tuple, req.expires);
+        self.tcp
+            .requests
+            .file(now, tuple, req.expires, &mut self.wake);
     }
 
     /// Answer a SYN with a cookie SYN-ACK: no state kept (Linux `cookie_v4_init_sequence`,
@@ -819,7 +824,9 @@ impl Stack {
         self.mib.inc(Counter::TcpRetransSegs);
         self.mib.inc(Counter::TcpExtTCPSynRetrans);
         self.tcp_send_synack(now, tuple, &req, None);
-        self.tcp.requests.file(now, tuple, req.expires);
+        self.tcp
+            .requests
+            .file(now, tuple, req.expires, &mut self.wake);
     }
 }
 
@@ -855,11 +862,12 @@ mod tests {
             expires,
             synack_us: 1,
         };
+        let mut wake = Wake::NONE;
         // 200,000 handshakes in the same millisecond, 100 in flight at a time.
         for i in 0..200_000u32 {
             let t = tuple(i);
             r.insert(r.hash(&t), t, req);
-            r.file(now, t, expires);
+            r.file(now, t, expires, &mut wake);
             if i >= 100 {
                 let done = tuple(i - 100);
                 assert!(r.remove(r.hash(&done), &done).is_some());

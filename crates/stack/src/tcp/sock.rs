@@ -22,6 +22,7 @@ use super::tcb::{Tcb, TcbFlags};
 use super::{ChallengeAckLimit, State, Tcp, TcpHandle, TimerKey};
 use crate::secret::siphash32;
 use crate::socket::{Readiness, ReadyList, SocketKey};
+use crate::stack::Wake;
 use crate::{Stack, Sysctl};
 
 /// The stack's timer queue: the earliest deadline per connection or request, cancelled
@@ -38,6 +39,8 @@ pub(crate) struct Sock<'a> {
     /// The retransmission-queue board kept for reuse.
     pub(crate) spare_board: &'a mut SpareBoard,
     pub(crate) timers: &'a mut TimerQueue,
+    /// The stack's next deadline, lowered with every entry filed in `timers`.
+    pub(crate) wake: &'a mut Wake,
     pub(crate) challenge: &'a mut ChallengeAckLimit,
     pub(crate) mib: &'a mut Mib,
     pub(crate) sysctl: &'a Sysctl,
@@ -58,6 +61,7 @@ impl Stack {
             mib,
             sysctl,
             ready,
+            wake,
             ..
         } = self;
         let Tcp {
@@ -76,6 +80,7 @@ impl Stack {
             pool,
             spare_board,
             timers,
+            wake,
             challenge,
             mib,
             sysctl,
@@ -111,9 +116,7 @@ impl Stack {
             return;
         }
         tcb.flags.set(TcbFlags::IDLE_QUEUED);
-        self.tcp
-            .idle_active
-            .push_back((now + super::ACTIVE_IDLE_GRACE, h));
+        self.tcp_file_idle(now, h);
     }
 
     /// Give back the [`super::tcb::ActiveState`] of the connections filed by
@@ -133,14 +136,20 @@ impl Stack {
             if !tcb.active_idle() {
                 tcb.flags.clear(TcbFlags::IDLE_QUEUED);
             } else if tcb.active.receiving(now) {
-                self.tcp
-                    .idle_active
-                    .push_back((now + super::ACTIVE_IDLE_GRACE, h));
+                self.tcp_file_idle(now, h);
             } else {
                 tcb.flags.clear(TcbFlags::IDLE_QUEUED);
                 tcb.release_active();
             }
         }
+    }
+
+    /// File connection `h` to be looked at by [`Stack::tcp_release_idle`] after the grace.
+    #[inline]
+    fn tcp_file_idle(&mut self, now: Instant, h: TcpHandle) {
+        let at = now + super::ACTIVE_IDLE_GRACE;
+        self.tcp.idle_active.push_back((at, h));
+        self.wake.lower(at);
     }
 
     /// When [`Stack::tcp_release_idle`] next has work.
@@ -169,6 +178,7 @@ impl Sock<'_> {
         {
             self.tcb.timers.queued = earliest;
             self.timers.push(Reverse((at, TimerKey::Conn(self.h))));
+            self.wake.lower(at);
         }
     }
 

@@ -21,6 +21,7 @@ use super::isn::ts_clock;
 use super::tcb::{FourTuple, TcbFlags};
 use super::tuple_hash::{TupleHash, TupleHasher, TupleTable};
 use super::{State, TcpHandle, TimerKey};
+use crate::stack::Wake;
 use crate::{Error, Stack};
 
 /// 2*MSL as Linux has it (`TCP_TIMEWAIT_LEN`, 60 s); RFC 9293 §3.4.2 suggests MSL = 2 min.
@@ -124,10 +125,12 @@ impl TimeWaits {
     pub fn len(&self) -> usize {
         self.map.len()
     }
-    /// File a record made at `now` (its `expires` is `now` + 2*MSL).
-    pub(crate) fn insert(&mut self, now: Instant, t: FourTuple, tw: TimeWait) {
+    /// File a record made at `now` (its `expires` is `now` + 2*MSL), lowering the stack's
+    /// next deadline `wake` to it.
+    pub(crate) fn insert(&mut self, now: Instant, t: FourTuple, tw: TimeWait, wake: &mut Wake) {
         self.seen = self.seen.max(now);
         self.queue.push_back((tw.expires, t));
+        wake.lower(tw.expires.instant(self.seen));
         self.map.insert(self.map.hash(&t), t, tw);
     }
 
@@ -216,7 +219,7 @@ impl Stack {
         };
         let tuple = tcb.tuple;
         self.tcp_done(h, None);
-        self.tcp.timewait.insert(now, tuple, tw);
+        self.tcp.timewait.insert(now, tuple, tw, &mut self.wake);
     }
 
     /// A segment for a TIME-WAIT record (RFC 9293 §3.10.7.4 in TIME-WAIT; Linux
@@ -730,6 +733,7 @@ mod tests {
         let restarted = |i: u32| i % 100 == 7;
         let mut tw = TimeWaits::new(TupleHasher::new((3, 5)));
         let at = |ms: u64| Instant::from_micros(ms * 1_000 + 500);
+        let mut wake = Wake::NONE;
         for k in 0..MS {
             let now = at(u64::from(k));
             for j in 0..PER_MS {
@@ -737,10 +741,13 @@ mod tests {
                     now,
                     tuple(k * PER_MS + j),
                     record(Ms32::ceil(now + TIMEWAIT_LEN)),
+                    &mut wake,
                 );
             }
         }
         assert_eq!(tw.len(), 1_000_000);
+        // The stack's next deadline was lowered to the first record's.
+        assert_eq!(Some(wake), tw.next_deadline().map(|d| Wake::from(Some(d))));
         for k in 0..MS {
             let now = at(u64::from(k) + 30_000);
             for j in (0..PER_MS).filter(|&j| restarted(k * PER_MS + j)) {
@@ -751,7 +758,7 @@ mod tests {
         let late = at(30_500);
         for j in 0..PER_MS {
             let t = tuple(MS * PER_MS + j);
-            tw.insert(late, t, record(Ms32::ceil(late + TIMEWAIT_LEN)));
+            tw.insert(late, t, record(Ms32::ceil(late + TIMEWAIT_LEN)), &mut wake);
         }
         let restarted_per_ms = (0..PER_MS).filter(|&j| restarted(j)).count() as u64;
         // Made at k ms + 0.5: due at k + 60,001 ms, or k + 90,001 if restarted; the late
