@@ -1,6 +1,7 @@
 //! The transmission control block: one connection's state, compact and inline (no heap
-//! objects of its own: buffers are chains in the stack's pool, the retransmission queue
-//! holds no heap when empty). Vocabulary of RFC 9293 §3.3.1 and Linux's `tcp_sock`.
+//! objects of its own: buffers are chains in the stack's pool; the retransmission queue
+//! is in the [`ActiveState`] box a connection holds while data moves, and keeps one
+//! segment there without heap). Vocabulary of RFC 9293 §3.3.1 and Linux's `tcp_sock`.
 
 use core::mem::size_of;
 use core::net::SocketAddrV4;
@@ -236,7 +237,6 @@ pub(crate) struct Tcb {
     /// Delayed-ACK state: ACKs still to send at once at the start (Linux quick-ACK mode,
     /// `icsk_ack.quick`).
     pub(crate) quick_acks: u8,
-    pub(crate) rtx: RtxQueue,
     pub(crate) sndbuf: SendBuffer,
     pub(crate) rcvbuf: RecvBuffer,
     /// Socket buffer limits (SO_SNDBUF/SO_RCVBUF or tcp_wmem/tcp_rmem defaults), bytes.
@@ -261,7 +261,7 @@ pub(crate) struct Tcb {
 /// `rx_opt.user_mss`) and `sock` (`sk_err_soft`). A connection that has any of them has
 /// an entry in `Tcp::xopts` keyed by its slab index ([`TcbFlags::XOPTS`]), removed with
 /// the connection; a listener keeps its own for its connections to inherit (Linux
-/// `sk_clone_lock` copies the listener's `tcp_sock`). Kept out of the TCB (224 bytes,
+/// `sk_clone_lock` copies the listener's `tcp_sock`). Kept out of the TCB (216 bytes,
 /// see `tcb_stays_small`): the idle connection of a million-connection server pays
 /// nothing for them, and the lookups happen only on paths that are not per segment (the
 /// keepalive timer, a timeout, ICMP errors, `getsockopt`).
@@ -300,8 +300,13 @@ pub(crate) struct Cwnd {
 /// The state only a connection moving data needs (issue #12 item 2): congestion control's
 /// detail, loss recovery, receive-buffer autotuning and the receiver's SACK blocks. An
 /// idle connection holds none of it: see [`Active`].
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 pub(crate) struct ActiveState {
+    /// The retransmission queue (Linux `tcp_rtx_queue`): here, not in the TCB, because
+    /// only a connection with data (or a SYN or FIN) outstanding has anything in it, and
+    /// one segment fits inline (see [`super::scoreboard`]). Empty while the box is absent:
+    /// a connection keeps its box while anything is outstanding ([`Tcb::active_idle`]).
+    pub(crate) rtx: RtxQueue,
     /// The congestion control algorithm's private state (Linux `icsk_ca_priv`).
     pub(crate) cc: Cc,
     /// Loss-recovery bookkeeping: PRR, undo, reordering, RACK, tail loss probes, lost
@@ -338,6 +343,7 @@ impl ActiveState {
     /// What an idle connection reads: a fresh algorithm, no recovery, nothing measured.
     const fn idle(reno: bool) -> Self {
         ActiveState {
+            rtx: RtxQueue::new(),
             cc: if reno {
                 Cc::Reno(super::cc::reno::Reno::new())
             } else {
@@ -390,7 +396,7 @@ static IDLE_CUBIC: ActiveState = ActiveState::idle(false);
 const FRESH_CUBIC: ActiveState = ActiveState::fresh(false);
 const FRESH_RENO: ActiveState = ActiveState::fresh(true);
 
-/// The most free [`ActiveState`] boxes a thread keeps for reuse (16 KiB at 256 bytes).
+/// The most free [`ActiveState`] boxes a thread keeps for reuse (20 KiB at 320 bytes).
 const ACTIVE_FREE_MAX: usize = 64;
 
 std::thread_local! {
@@ -455,6 +461,13 @@ impl Active {
         ACTIVE_FREE.with(|f| f.borrow().len()) * size_of::<ActiveState>()
     }
 
+    /// The state to change, if the box is held: without it there is nothing to change
+    /// that [`ActiveState::idle`] does not already say (an empty retransmission queue).
+    #[inline]
+    pub(crate) fn held_mut(&mut self) -> Option<&mut ActiveState> {
+        self.state.as_deref_mut()
+    }
+
     /// Whether the box may go back: the connection's algorithm is CUBIC (see
     /// [`Active::new`]) and nothing in it is worth keeping.
     fn releasable(&self) -> bool {
@@ -516,10 +529,30 @@ impl Active {
 }
 
 impl Tcb {
+    /// The retransmission queue ([`ActiveState::rtx`]; empty while the box is absent).
+    #[inline]
+    pub(crate) fn rtx(&self) -> &RtxQueue {
+        &self.active.rtx
+    }
+
+    /// The retransmission queue to change, if it may hold anything: `None` while the box
+    /// is absent (the queue is then empty; a change that only acts on segments has
+    /// nothing to do). [`Tcb::rtx_push`] takes the box to queue a segment.
+    #[inline]
+    pub(crate) fn rtx_mut(&mut self) -> Option<&mut RtxQueue> {
+        self.active.held_mut().map(|a| &mut a.rtx)
+    }
+
+    /// The retransmission queue to queue a segment on: takes the box if absent.
+    #[inline]
+    pub(crate) fn rtx_push(&mut self) -> &mut RtxQueue {
+        &mut self.active.rtx
+    }
+
     /// Whether the connection is idle (see [`Active`]): its [`ActiveState`] may go back.
     #[inline]
     pub(crate) fn active_idle(&self) -> bool {
-        self.rtx.is_empty()
+        self.rtx().is_empty()
             && self.sndbuf.is_empty()
             && self.rcvbuf.ooo_bytes() == 0
             && self.ca_state == CaState::Open
@@ -629,9 +662,9 @@ impl Tcb {
         } else {
             self.active
                 .dupacks
-                .min(self.rtx.packets_out().saturating_sub(1))
+                .min(self.rtx().packets_out().saturating_sub(1))
         };
-        self.rtx
+        self.rtx()
             .in_flight()
             .saturating_sub(reno_sacked + self.active.recovery.lost_retrans)
     }
@@ -877,7 +910,7 @@ impl Tcb {
     /// delivered; `reo_wnd` is min_rtt / 4 (RACK's default), the smoothed RTT once
     /// reordering was seen (Linux `tcp_rack_reo_wnd`, bounded by srtt).
     pub(crate) fn rack_head_lost(&self) -> bool {
-        let Some(head) = self.rtx.front() else {
+        let Some(head) = self.rtx().front() else {
             return false;
         };
         if head
