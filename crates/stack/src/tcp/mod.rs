@@ -1822,10 +1822,11 @@ mod memory {
             size_of::<super::tcb::FourTuple>() + size_of::<super::listen::RequestSock>(),
         ) + size_of::<super::listen::RequestEntry>() as f64;
         eprintln!(
-            "TCB {tcb} B (active part {} B, boxed while data moves); idle established \
-             connection {idle:.0} B (slot {slot} + table {ehash:.0}); TIME-WAIT record {} B \
+            "TCB {tcb} B (active part {} B, boxed while data moves, {} B of it touched per \
+             message); idle established connection {idle:.0} B (slot {slot} + table {ehash:.0}); TIME-WAIT record {} B \
              ({tw:.0} B at 7/8 load); SYN-queue request {} B ({req:.0} B at 7/8 load)",
             super::TCB_ACTIVE_BYTES,
+            super::tcb::ACTIVE_HOT_BYTES,
             super::TIME_WAIT_BYTES,
             super::REQUEST_BYTES,
         );
