@@ -194,7 +194,7 @@ impl Stack {
         let (mut rtx_boards, mut rtx_bytes) = (0, 0);
         let (mut active, mut active_bytes) = (0, 0);
         for (_, tcb) in tcp.conns.iter() {
-            let bytes = tcb.rtx.heap_bytes();
+            let bytes = tcb.rtx().heap_bytes();
             rtx_boards += usize::from(bytes > 0);
             rtx_bytes += bytes;
             active += usize::from(tcb.active.is_held());

@@ -808,3 +808,74 @@ fn a_retransmission_is_declared_lost_at_most_once_per_rtt() {
     let rtx = c.counter(Counter::TcpRetransSegs);
     assert!(rtx <= 60 * 10 / 50 + 2, "{rtx} retransmissions in 600 µs");
 }
+
+/// One segment in flight is kept inline in the retransmission queue (the `rtx_queue`
+/// memory kind counts no board), yet it is the whole queue's: when it is lost the
+/// timeout resends it (RFC 6298 §5.4), its ACK empties the queue, and the queue then
+/// grows to several segments and takes SACKs, three SACKed above a hole starting a fast
+/// retransmit of it (RFC 6675 §5).
+#[test]
+fn a_lone_segment_in_flight_is_resent_then_the_queue_grows_and_takes_sacks() {
+    let mut c = Conn::open(1, false);
+    let boards = |c: &Conn| c.t.stack.memory().get("rtx_queue").unwrap().count;
+    assert_eq!(c.t.write(c.h, &[1u8; 100]), 100);
+    let data: Vec<Seg> =
+        c.t.recv_all()
+            .into_iter()
+            .filter(|s| !s.payload.is_empty())
+            .collect();
+    assert_eq!(data.len(), 1, "{data:?}");
+    assert_eq!(c.t.stack.tcp_info(c.h).unwrap().unacked, 1);
+    assert_eq!(boards(&c), 0, "one segment in flight holds no board");
+    // It is lost: the retransmission timer resends the same 100 bytes.
+    let resent: Vec<Seg> =
+        c.t.advance(Duration::from_secs(2))
+            .into_iter()
+            .map(|(_, s)| s)
+            .filter(|s| !s.payload.is_empty())
+            .collect();
+    assert!(!resent.is_empty(), "no retransmission");
+    assert_eq!(
+        (resent[0].seq, resent[0].payload.len()),
+        (c.base, 100),
+        "the lost segment, whole"
+    );
+    assert!(c.counter(Counter::TcpRetransSegs) >= 1);
+    // Its ACK empties the queue.
+    c.t.now += Duration::from_millis(20);
+    c.t.send(Seg::ack(PEER_ISN + 1, c.base.wrapping_add(100)).win(PEER_WIN));
+    assert_eq!(c.t.stack.tcp_info(c.h).unwrap().unacked, 0);
+    assert_eq!(boards(&c), 0);
+    c.base = c.base.wrapping_add(100);
+    // Growth: acknowledged in full, each round sends more, until four are in flight.
+    c.write_segments(40);
+    let mut flight = c.sent();
+    for _ in 0..8 {
+        if flight.len() >= 4 {
+            break;
+        }
+        c.rtt();
+        let upto = flight.last().map_or(0, |&l| l + 1);
+        c.ack(upto, &[]);
+        flight = c.sent();
+    }
+    assert!(flight.len() >= 4, "the window never opened: {flight:?}");
+    assert_eq!(
+        c.t.stack.tcp_info(c.h).unwrap().unacked as usize,
+        flight.len()
+    );
+    assert_eq!(boards(&c), 1, "several segments in flight: a board");
+    // The first is lost, the next three SACKed: fast retransmit of the first.
+    let first = flight[0];
+    let before = c.counter(Counter::TcpRetransSegs);
+    c.ack(first, &[(first + 1, first + 1)]);
+    c.ack(first, &[(first + 1, first + 2)]);
+    c.ack(first, &[(first + 1, first + 3)]);
+    let sent = c.sent();
+    assert!(
+        sent.contains(&first),
+        "no fast retransmit of {first}: {sent:?}"
+    );
+    assert_eq!(c.counter(Counter::TcpRetransSegs), before + 1);
+    assert!(c.counter(Counter::TcpExtTCPSackRecovery) >= 1);
+}

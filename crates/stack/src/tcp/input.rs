@@ -79,7 +79,7 @@ fn tcp_ack_is_pure(tcb: &Tcb, seg: &tcp::Repr) -> bool {
         && tcb.active.dupacks == 0
         && rec.tlp_high_seq.is_none()
         && rec.lost_retrans == 0
-        && tcb.rtx.is_clean()
+        && tcb.rtx().is_clean()
 }
 
 /// The sequence space a segment occupies: data plus one for SYN and one for FIN.
@@ -408,7 +408,9 @@ impl Stack {
         let tcb = &mut *sk.tcb;
         tcb.error = soft.or(error);
         tcb.sndbuf.clear(sk.pool);
-        tcb.rtx = super::scoreboard::RtxQueue::new();
+        if let Some(q) = tcb.rtx_mut() {
+            *q = super::scoreboard::RtxQueue::new();
+        }
         tcb.timers = super::tcb::Timers::NONE;
         tcb.flags.clear(TcbFlags::LOSS_PROBE);
         self.tcp.unhash(h);
@@ -828,7 +830,7 @@ impl Sock<'_> {
         // Linux tcp_ack_probe: "If this ack opens up a zero window, clear backoff. It was
         // being used to time the probes, and is probably far higher than it needs to be
         // for normal retransmission." The data goes out with a fresh RTO.
-        if tcb.rtx.is_empty() && tcb.timers.retransmit.is_armed() {
+        if tcb.rtx().is_empty() && tcb.timers.retransmit.is_armed() {
             let unsent = tcb
                 .sndbuf
                 .len()
@@ -871,7 +873,7 @@ impl Sock<'_> {
         // Congestion control judges by what was in flight before this ACK (Linux
         // `prior_in_flight` in tcp_ack).
         let prior_in_flight = tcb.in_flight();
-        ev.prior_fack = tcb.rtx.highest_sacked();
+        ev.prior_fack = tcb.rtx().highest_sacked();
         // SACK information, on any ACK (RFC 6675 §5 "update the scoreboard"; Linux
         // tcp_sacktag_write_queue before tcp_clean_rtx_queue).
         if sack && seg.sack_ranges[0].is_some() {
@@ -882,7 +884,10 @@ impl Sock<'_> {
                 n += 1;
             }
             let (una, nxt) = (seg.ack_number, tcb.snd.nxt);
-            let r = tcb.rtx.on_sack(&blocks[..n], una, nxt);
+            let r = match tcb.rtx_mut() {
+                Some(q) => q.on_sack(&blocks[..n], una, nxt),
+                None => super::scoreboard::RtxQueue::new().on_sack(&blocks[..n], una, nxt),
+            };
             ev.delivered += r.newly_sacked;
             ev.sacked = r.newly_sacked;
             ev.dsack = r.dsack_range.filter(|_| r.dsack);
@@ -893,7 +898,7 @@ impl Sock<'_> {
                 // segment never retransmitted; its end is taken as the highest SACKed
                 // (they coincide for data sent in order).
                 tcb.active.recovery.rack_xmit_ts = sent;
-                tcb.active.recovery.rack_end_seq = tcb.rtx.highest_sacked().unwrap_or(una);
+                tcb.active.recovery.rack_end_seq = tcb.rtx().highest_sacked().unwrap_or(una);
             }
             // A retransmitted loss probe of the last segment is SACKed, not reported as a
             // duplicate: the probe got through, and it went out after everything below
@@ -903,7 +908,7 @@ impl Sock<'_> {
                 && tcb.active.recovery.tlp_retrans
                 && r.newly_sacked > 0
                 && !r.dsack
-                && tcb.rtx.highest_sacked() == Some(high)
+                && tcb.rtx().highest_sacked() == Some(high)
                 && tcb.active.recovery.tlp_sent_at > tcb.active.recovery.rack_xmit_ts
             {
                 tcb.active.recovery.rack_xmit_ts = tcb.active.recovery.tlp_sent_at;
@@ -926,14 +931,14 @@ impl Sock<'_> {
             && seg.payload.is_empty()
             && !seg.flags.intersects(Flags::SYN | Flags::FIN)
             && !window_changed
-            && !tcb.rtx.is_empty()
+            && !tcb.rtx().is_empty()
         {
             // RFC 5681 §2 "DUPLICATE ACKNOWLEDGMENT" (all five conditions). Without SACK
             // each one stands for a segment that left the network (Linux
             // tcp_add_reno_sack: sacked_out, and one segment delivered).
             if !sack {
                 tcb.active.dupacks =
-                    (tcb.active.dupacks + 1).min(tcb.rtx.packets_out().saturating_sub(1));
+                    (tcb.active.dupacks + 1).min(tcb.rtx().packets_out().saturating_sub(1));
                 ev.delivered += 1;
             }
         }
@@ -956,7 +961,7 @@ impl Sock<'_> {
     /// with nothing retransmitted) is done here.
     fn tcp_ack_pure(&mut self, now: Instant, seg: &tcp::Repr, mut ev: AckEvent) {
         // Nothing SACKed, lost or retransmitted: every queued segment is in flight.
-        let prior_in_flight = self.tcb.rtx.len() as u32;
+        let prior_in_flight = self.tcb.rtx().len() as u32;
         let rtt = self.tcp_clean_rtx_queue::<true>(now, seg, &mut ev);
         let rec = &mut self.tcb.active.recovery;
         rec.retrans_stamp = 0;
@@ -1007,11 +1012,11 @@ impl Sock<'_> {
     #[inline]
     fn tcp_set_xmit_timer(&mut self, now: Instant) {
         // (No probe without data outstanding: the common emptied queue skips the call.)
-        if !self.tcb.rtx.is_empty() && self.tcp_schedule_loss_probe(now, true) {
+        if !self.tcb.rtx().is_empty() && self.tcp_schedule_loss_probe(now, true) {
             return;
         }
         let tcb = &mut *self.tcb;
-        tcb.timers.retransmit = if tcb.rtx.is_empty() {
+        tcb.timers.retransmit = if tcb.rtx().is_empty() {
             Deadline::OFF
         } else {
             Deadline::at(now + tcb.rtt.rto())
@@ -1037,7 +1042,7 @@ impl Sock<'_> {
         let prior_una = tcb.snd.una;
         let prior_fack = ev.prior_fack;
         let prior_in_flight = if PURE {
-            tcb.rtx.len() as u32
+            tcb.rtx().len() as u32
         } else {
             tcb.in_flight()
         };
@@ -1045,7 +1050,10 @@ impl Sock<'_> {
         let data_acked = (ack.diff(data_start).max(0) as usize).min(tcb.sndbuf.len());
         let was_writeable = sk_stream_is_writeable(tcb);
         tcb.sndbuf.consume(self.pool, data_acked);
-        let result = tcb.rtx.on_ack_reusing::<PURE>(ack, now, self.spare_board);
+        let result = tcb
+            .rtx_mut()
+            .map(|q| q.on_ack_reusing::<PURE>(ack, now, self.spare_board))
+            .unwrap_or_default();
         tcb.snd.una = ack;
         tcb.probes = 0;
         ev.una_advanced = true;
@@ -1136,7 +1144,7 @@ impl Sock<'_> {
         // expand" (tcp_mem.low).
         if !self.pool.above_low() {
             let in_flight = if PURE {
-                tcb.rtx.len() as u32
+                tcb.rtx().len() as u32
             } else {
                 tcb.in_flight()
             };

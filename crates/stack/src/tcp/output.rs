@@ -16,7 +16,7 @@ use super::clock32::Deadline;
 use super::isn::ts_clock;
 use super::listen::{RequestSock, TIMEOUT_INIT};
 use super::rtt::RttEstimator;
-use super::scoreboard::{RtxQueue, SegFlags};
+use super::scoreboard::SegFlags;
 use super::sock::Sock;
 use super::tcb::{FourTuple, RecvSeq, SendSeq, Tcb, TcbFlags, Timers};
 use super::{State, TcpHandle};
@@ -187,7 +187,6 @@ impl Stack {
             ca_state: CaState::Open,
             probes: 0,
             quick_acks: QUICK_ACKS,
-            rtx: RtxQueue::new(),
             sndbuf: SendBuffer::new(),
             rcvbuf: RecvBuffer::new(),
             sndbuf_limit: self.sysctl.tcp_wmem_default as u32,
@@ -345,7 +344,7 @@ impl Stack {
         };
         if !retransmit {
             tcb.snd.nxt = iss + 1;
-            tcb.rtx.push(iss, iss + 1, now);
+            tcb.rtx_push().push(iss, iss + 1, now);
         }
         tcb.timers.retransmit = Deadline::at(now + tcb.rtt.rto().max(TIMEOUT_INIT));
         tcb.flags.clear(TcbFlags::LOSS_PROBE);
@@ -815,7 +814,7 @@ impl Stack {
             if tcb.in_flight() >= tcb.congestion.cwnd {
                 break;
             }
-            let Some((start, end)) = tcb.rtx.next_to_retransmit() else {
+            let Some((start, end)) = tcb.rtx().next_to_retransmit() else {
                 break;
             };
             if !self.tcp_retransmit(now, h, start, end) {
@@ -872,7 +871,7 @@ impl Stack {
             if tcb.in_flight() >= tcb.congestion.cwnd && !probe {
                 break;
             }
-            if tcb.rtx.len() >= rtx_record_cap(tcb.sndbuf_limit) {
+            if tcb.rtx().len() >= rtx_record_cap(tcb.sndbuf_limit) {
                 // The retransmission queue holds its limit of records (see
                 // rtx_record_cap); sending resumes as ACKs free some.
                 self.mib.inc(Counter::TcpExtTCPWqueueTooBig);
@@ -901,7 +900,8 @@ impl Stack {
                     // cwnd and retransmission see what the wire carries.
                     for i in 0..segs {
                         let start = seq + i * mss_now;
-                        tcb.rtx.push_reusing(start, start + mss_now, now, spare);
+                        tcb.rtx_push()
+                            .push_reusing(start, start + mss_now, now, spare);
                     }
                     tcb.snd.nxt = seq + len;
                     if matches!(tcb.ca_state, CaState::Recovery | CaState::Cwr) {
@@ -920,7 +920,7 @@ impl Stack {
             if len == 0 && !(fin && unsent == 0) {
                 // Zero window with data waiting: the probe timer takes over
                 // (RFC 9293 §3.8.6.1).
-                if tcb.rtx.is_empty() && !tcb.timers.retransmit.is_armed() {
+                if tcb.rtx().is_empty() && !tcb.timers.retransmit.is_armed() {
                     let rto = tcb.rtt.rto();
                     if let Some(t) = self.tcp.get_mut(h) {
                         t.timers.retransmit = Deadline::at(now + rto);
@@ -948,7 +948,7 @@ impl Stack {
             // tcp_check_probe_timer, at tcp_probe0_base: the RTO, at least TCP_RTO_MIN),
             // whose expiry sends it anyway (tcp_write_wakeup; see tcp_probe_timer).
             if partial && len == unsent && !fin && !probe && tcb.flags.has(TcbFlags::CORK) {
-                if tcb.rtx.is_empty() && !tcb.timers.retransmit.is_armed() {
+                if tcb.rtx().is_empty() && !tcb.timers.retransmit.is_armed() {
                     let base = tcb.rtt.rto().max(super::rtt::TCP_RTO_MIN);
                     if let Some(t) = self.tcp.get_mut(h) {
                         t.timers.retransmit = Deadline::at(now + base);
@@ -979,7 +979,7 @@ impl Stack {
                 return sent_segs;
             };
             let end = seq + len + usize::from(fin);
-            tcb.rtx.push_reusing(seq, end, now, spare);
+            tcb.rtx_push().push_reusing(seq, end, now, spare);
             tcb.snd.nxt = end;
             if partial {
                 // Linux tcp_minshall_update.
@@ -1052,7 +1052,7 @@ impl Stack {
             .min(cwnd_room)
             .min(wnd_avail / mss_now)
             .min(unsent / mss_now)
-            .min(rtx_record_cap(tcb.sndbuf_limit).saturating_sub(tcb.rtx.len()));
+            .min(rtx_record_cap(tcb.sndbuf_limit).saturating_sub(tcb.rtx().len()));
         if tcb.flags.has(TcbFlags::FIN_QUEUED) && segs * mss_now == unsent {
             segs = segs.saturating_sub(1);
         }
@@ -1089,7 +1089,7 @@ impl Stack {
             let mut retrans = false;
             if !probed {
                 let Some(tcb) = self.tcp.get(h) else { return };
-                if let Some(last) = tcb.rtx.iter().last().copied() {
+                if let Some(last) = tcb.rtx().iter().last().copied() {
                     let fin = tcb.flags.has(TcbFlags::FIN_SENT) && last.end == tcb.snd.nxt;
                     let len = last.seq_len() - usize::from(fin);
                     // Linux __tcp_retransmit_skb: sent again without the scoreboard's
@@ -1114,12 +1114,12 @@ impl Stack {
         let Some(tcb) = self.tcp.get_mut(h) else {
             return;
         };
-        if !tcb.rtx.is_empty() {
+        if !tcb.rtx().is_empty() {
             // Linux tcp_send_loss_probe: after a probe the RTO restarts from now
             // ("icsk_pending = 0" before tcp_rearm_rto); without one (a probe still
             // outstanding, "goto rearm_timer") tcp_rearm_rto keeps the RTO of the earliest
             // segment in flight, tcp_rto_delta_us.
-            let from = match tcb.rtx.front() {
+            let from = match tcb.rtx().front() {
                 Some(s) if !sent_probe => s.sent_at,
                 _ => now,
             };
@@ -1175,7 +1175,7 @@ impl Stack {
             let len = (end - start) - usize::from(fin);
             // Linux tcp_fragment: a piece cut from a longer segment for a smaller MSS
             // leaves PSH to the last piece.
-            let push = tcb.rtx.push_on_retransmit(start);
+            let push = tcb.rtx().push_on_retransmit(start);
             self.tcp_send_segment(now, h, start, len, fin, push, 0)
         };
         if !ok {
@@ -1195,7 +1195,9 @@ impl Stack {
                 Counter::TcpExtTCPFastRetrans
             });
         }
-        tcb.rtx.mark_retransmitted(start, now);
+        if let Some(q) = tcb.rtx_mut() {
+            q.mark_retransmitted(start, now);
+        }
         let rec = &mut tcb.active.recovery;
         if matches!(tcb.ca_state, CaState::Recovery | CaState::Cwr) {
             rec.prr_out += 1;
@@ -1230,7 +1232,7 @@ impl Stack {
             let mut batch = [(SeqNumber(0), SeqNumber(0)); BATCH];
             let mut n = 0;
             let mut found = 0u32;
-            for s in tcb.rtx.iter() {
+            for s in tcb.rtx().iter() {
                 if s.flags.contains(SegFlags::RETRANS)
                     && !s.flags.contains(SegFlags::SACKED)
                     && tcb.retrans_is_lost(now, s.sent_at, s.end)
@@ -1386,7 +1388,7 @@ impl Sock<'_> {
     /// [`Stack::tcp_schedule_loss_probe`]); returns whether it was armed.
     pub(crate) fn tcp_schedule_loss_probe(&mut self, now: Instant, advancing: bool) -> bool {
         let tcb = &mut *self.tcb;
-        let packets_out = tcb.rtx.packets_out();
+        let packets_out = tcb.rtx().packets_out();
         if packets_out == 0
             || !tcb.flags.has(TcbFlags::SACK_OK)
             || !matches!(tcb.ca_state, CaState::Open | CaState::Cwr)
@@ -1408,7 +1410,7 @@ impl Sock<'_> {
         let from = if advancing {
             now
         } else {
-            tcb.rtx.front().map_or(now, |s| s.sent_at)
+            tcb.rtx().front().map_or(now, |s| s.sent_at)
         };
         let rto_at = from
             .as_nanos()
@@ -1427,7 +1429,7 @@ impl Sock<'_> {
 /// ACK owed now nor a delayed ACK to arm. The same tests as the full path, in one place.
 #[inline]
 fn tcp_output_idle(tcb: &Tcb) -> bool {
-    if tcb.active.recovery.lost_retrans > 0 || tcb.rtx.next_to_retransmit().is_some() {
+    if tcb.active.recovery.lost_retrans > 0 || tcb.rtx().next_to_retransmit().is_some() {
         return false;
     }
     let cannot_write = !(tcb.state.is_synchronized() || tcb.state == State::SynReceived)

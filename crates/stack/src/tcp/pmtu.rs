@@ -133,7 +133,9 @@ impl Sock<'_> {
         let mss = mss.saturating_sub(ts).max(MIN_SND_MSS);
         tcp_sync_mss(tcb, mss);
         let mss = usize::from(tcb.mss);
-        tcb.rtx.resegment(mss, false);
+        if let Some(q) = tcb.rtx_mut() {
+            q.resegment(mss, false);
+        }
     }
 }
 
@@ -160,7 +162,7 @@ fn tcp_sync_mss(tcb: &mut Tcb, mss: usize) {
 /// really reduced now": Loss state, ssthresh unreduced.
 fn tcp_simple_retransmit(tcb: &mut Tcb) -> bool {
     let mss = usize::from(tcb.mss);
-    if tcb.rtx.resegment(mss, true) == 0 {
+    if tcb.rtx_mut().map_or(0, |q| q.resegment(mss, true)) == 0 {
         return false;
     }
     if tcb.ca_state != CaState::Loss {

@@ -67,7 +67,7 @@ impl Sock<'_> {
     pub(crate) fn tcp_fastretrans_alert(&mut self, now: Instant, ev: &AckEvent) {
         let tcb = &mut *self.tcb;
         let sack = tcb.flags.has(TcbFlags::SACK_OK);
-        if tcb.ca_state == CaState::Open && tcb.rtx.sacked_out() == 0 && tcb.active.dupacks == 0 {
+        if tcb.ca_state == CaState::Open && tcb.rtx().sacked_out() == 0 && tcb.active.dupacks == 0 {
             // Nothing suspicious: Linux takes tcp_fastretrans_alert only for "dubious" ACKs.
             tcb.active.recovery.retrans_stamp = 0;
             return;
@@ -84,7 +84,9 @@ impl Sock<'_> {
             } else {
                 tcb.active.recovery.reordering
             };
-            tcb.rtx.mark_lost(thresh);
+            if let Some(q) = tcb.rtx_mut() {
+                q.mark_lost(thresh);
+            }
         }
         // D. Exit conditions: the recovery point (RFC 6582 "recover", Linux high_seq) is
         // acknowledged.
@@ -103,7 +105,9 @@ impl Sock<'_> {
                 if ev.una_advanced && !sack {
                     // RFC 6582 §3.2 step 4, partial acknowledgment: "retransmit the first
                     // unacknowledged segment" (Linux tcp_update_scoreboard for Reno).
-                    self.tcb.rtx.mark_head_lost();
+                    if let Some(q) = self.tcb.rtx_mut() {
+                        q.mark_head_lost();
+                    }
                 }
                 if self.tcp_try_undo_dsack() {
                     self.tcp_try_to_open();
@@ -130,30 +134,39 @@ impl Sock<'_> {
                 // a segment sent sufficiently after it was delivered, whatever the number
                 // of SACKed segments; a tail loss probe's SACK shows this within about two
                 // round trips instead of a timeout.
-                if sack && tcb.rtx.sacked_out() > 0 && tcb.rack_head_lost() {
-                    tcb.rtx.mark_head_lost();
+                if sack
+                    && tcb.rtx().sacked_out() > 0
+                    && tcb.rack_head_lost()
+                    && let Some(q) = tcb.rtx_mut()
+                {
+                    q.mark_head_lost();
                 }
                 // Linux tcp_time_to_recover: a segment is lost, or DupThresh segments
                 // left the network above the first hole (RFC 5681 §3.2 three duplicate
                 // ACKs; RFC 6675 §5 "DupThresh ... SACKed").
                 let left = if sack {
-                    tcb.rtx.sacked_out()
+                    tcb.rtx().sacked_out()
                 } else {
                     tcb.active.dupacks
                 };
-                if tcb.rtx.lost_out() == 0 && left < tcb.active.recovery.reordering {
+                if tcb.rtx().lost_out() == 0 && left < tcb.active.recovery.reordering {
                     self.tcp_try_to_open();
                     return;
                 }
                 self.tcp_enter_recovery();
                 let tcb = &mut *self.tcb;
-                if sack && !tcb.active.recovery.reord_seen {
-                    tcb.rtx.mark_lost(1);
+                if sack
+                    && !tcb.active.recovery.reord_seen
+                    && let Some(q) = tcb.rtx_mut()
+                {
+                    q.mark_lost(1);
                 }
                 // RFC 6675 §5 (4.3) / RFC 5681 §3.2 step 2: "retransmit the first data
                 // segment presumed dropped" (Linux tcp_update_scoreboard with fast_rexmit).
-                if tcb.rtx.lost_out() == 0 {
-                    tcb.rtx.mark_head_lost();
+                if tcb.rtx().lost_out() == 0
+                    && let Some(q) = tcb.rtx_mut()
+                {
+                    q.mark_head_lost();
                 }
             }
         }
@@ -173,7 +186,7 @@ impl Sock<'_> {
         // Linux tcp_init_undo.
         tcb.active.recovery.prior_ssthresh = 0;
         tcb.active.recovery.undo_marker = Some(tcb.snd.una);
-        tcb.active.recovery.undo_retrans = match tcb.rtx.retrans_out() {
+        tcb.active.recovery.undo_retrans = match tcb.rtx().retrans_out() {
             0 => -1,
             n => n as i32,
         };
@@ -243,16 +256,16 @@ impl Sock<'_> {
     /// `tcp_try_to_open` / `tcp_try_keep_open`).
     fn tcp_try_to_open(&mut self) {
         let tcb = &mut *self.tcb;
-        if tcb.rtx.retrans_out() == 0
+        if tcb.rtx().retrans_out() == 0
             && tcb
-                .rtx
+                .rtx()
                 .front()
                 .is_none_or(|s| !s.flags.contains(SegFlags::EVER_RETRANS))
         {
             tcb.active.recovery.retrans_stamp = 0;
         }
-        let left_out = tcb.rtx.sacked_out() + tcb.rtx.lost_out() + tcb.active.dupacks;
-        let state = if left_out > 0 || tcb.rtx.retrans_out() > 0 {
+        let left_out = tcb.rtx().sacked_out() + tcb.rtx().lost_out() + tcb.active.dupacks;
+        let state = if left_out > 0 || tcb.rtx().retrans_out() > 0 {
             CaState::Disorder
         } else {
             CaState::Open
@@ -279,7 +292,7 @@ impl Sock<'_> {
             self.mib.inc(counter);
         }
         if tcb.snd.una == tcb.active.high_seq && !tcb.flags.has(TcbFlags::SACK_OK) {
-            if tcb.rtx.retrans_out() == 0 {
+            if tcb.rtx().retrans_out() == 0 {
                 tcb.active.recovery.retrans_stamp = 0;
             }
             return true;
@@ -329,12 +342,12 @@ impl Sock<'_> {
         let prior_in_flight = tcb.in_flight();
         // Linux tcp_timeout_mark_lost -> tcp_mark_skb_lost: "Account for retransmits that
         // are lost again".
-        let lost_again = tcb.rtx.retrans_out();
+        let lost_again = tcb.rtx().retrans_out();
         if lost_again > 0 {
             self.mib
                 .add(Counter::TcpExtTCPLostRetransmit, u64::from(lost_again));
         }
-        if tcb.rtx.mark_all_lost() {
+        if tcb.rtx_mut().is_some_and(|q| q.mark_all_lost()) {
             self.mib.inc(Counter::TcpExtTCPSACKReneging);
         }
         tcb.active.recovery.lost_retrans = 0;
@@ -352,7 +365,7 @@ impl Sock<'_> {
             });
             // Linux tcp_init_undo.
             tcb.active.recovery.undo_marker = Some(tcb.snd.una);
-            tcb.active.recovery.undo_retrans = match tcb.rtx.retrans_out() {
+            tcb.active.recovery.undo_retrans = match tcb.rtx().retrans_out() {
                 0 => -1,
                 n => n as i32,
             };
@@ -362,7 +375,7 @@ impl Sock<'_> {
         // Linux: "Timeout in disordered state after receiving substantial DUPACKs suggests
         // that the degree of reordering is over-estimated."
         if matches!(prior_state, CaState::Open | CaState::Disorder)
-            && tcb.rtx.sacked_out() >= DUP_THRESH
+            && tcb.rtx().sacked_out() >= DUP_THRESH
         {
             tcb.active.recovery.reordering = tcb.active.recovery.reordering.min(DUP_THRESH);
         }
@@ -379,7 +392,7 @@ impl Sock<'_> {
     /// They are sent again by `tcp_output`; until then they do not count in the pipe.
     pub(crate) fn tcp_find_lost_retrans(&mut self, now: Instant) {
         let tcb = &mut *self.tcb;
-        if tcb.rtx.retrans_out() == 0 {
+        if tcb.rtx().retrans_out() == 0 {
             tcb.active.recovery.retrans_low = Instant::FAR_FUTURE;
             tcb.active.recovery.lost_retrans = 0;
             return;
@@ -392,7 +405,7 @@ impl Sock<'_> {
             return;
         }
         let (mut lost, mut low) = (0u32, Instant::FAR_FUTURE);
-        for s in tcb.rtx.iter() {
+        for s in tcb.rtx().iter() {
             if s.flags.contains(SegFlags::RETRANS) && !s.flags.contains(SegFlags::SACKED) {
                 if tcb.retrans_is_lost(now, s.sent_at, s.end) {
                     lost += 1;
@@ -431,7 +444,9 @@ fn tcp_may_undo(tcb: &Tcb, ev: &AckEvent) -> bool {
 /// presumed lost (after a spurious timeout).
 fn tcp_undo_cwnd_reduction(tcb: &mut Tcb, unmark_loss: bool) {
     if unmark_loss {
-        tcb.rtx.unmark_lost();
+        if let Some(q) = tcb.rtx_mut() {
+            q.unmark_lost();
+        }
         tcb.active.recovery.lost_retrans = 0;
     }
     if tcb.active.recovery.prior_ssthresh > 0 {

@@ -22,13 +22,23 @@ pub const NUM_SACKS: usize = 4;
 /// O(1) whatever the number of holes. Every block covers only bytes the queue holds: a
 /// segment joins the blocks only when it was stored whole, and [`RxSack::retain_held`]
 /// re-checks them when the receive buffer dropped or pruned data.
+///
+/// In a fixed order (`repr(C)`): the blocks first, the flags the sender tests per segment
+/// (`Tcb::mss_now`) last, at [`RxSack::HOT_OFFSET`], next to the rest of what a message
+/// touches in the connection's active state.
 #[derive(Debug, Clone, Copy, Default)]
+#[repr(C)]
 pub struct RxSack {
     blocks: [(SeqNumber, SeqNumber); NUM_SACKS],
+    dsack: (SeqNumber, SeqNumber),
     len: u8,
     /// A D-SACK block is pending ([RFC 2883](https://www.rfc-editor.org/rfc/rfc2883)).
     has_dsack: bool,
-    dsack: (SeqNumber, SeqNumber),
+}
+
+impl RxSack {
+    /// Where the fields read per segment begin.
+    pub(crate) const HOT_OFFSET: usize = core::mem::offset_of!(RxSack, len);
 }
 
 /// Linux `tcp_sack_extend`: grow `block` to cover `[start, end)` if they overlap or touch.

@@ -39,12 +39,18 @@
 //!
 //! # Memory
 //!
-//! [`RtxQueue`] is one pointer, `Option<Box<..>>`: `None` while nothing is outstanding, so
-//! an idle connection pays 8 bytes and holds no heap. The first `push` allocates the board
-//! (112 bytes: counters, hints, SACK cache and the `VecDeque` header) and the deque's
-//! buffer; the ACK that empties the queue frees both. Keeping the board inline would save
-//! one allocation per busy period but cost 112 bytes on every idle connection (112 MB per
-//! million); two allocations per busy period are few next to Linux's one skb per segment.
+//! [`RtxQueue`] is 32 bytes: one [`TxSegment`] inline and a pointer,
+//! `Option<Box<..>>`. It lives in the connection's `ActiveState` (`tcb.rs`), which a
+//! connection holds only while it moves data, so an idle connection pays nothing for it.
+//! One segment outstanding with no flag set (a request, a response, a SYN or a FIN, the
+//! common case of a connection exchanging messages) is kept in the inline slot: no heap,
+//! and an ACK of it touches no line but the slot's. A second segment, or anything that
+//! sets a flag (a SACK, a loss, a retransmission), moves it to a board first (112 bytes:
+//! counters, hints, SACK cache and the `VecDeque` header, and the deque's buffer); the ACK
+//! that empties the board gives it to the stack's spares or frees it. Before the inline
+//! slot, a board per busy period cost at 10,000 connections about 11 cache misses per
+//! message in `malloc` and `free` and several more in the board's and the deque's lines
+//! (docs/bench.md, "One segment inline").
 //! [`TxSegment`] is 24 bytes. The deque shrinks when it is less than a quarter full.
 //!
 //! # Cost per operation
@@ -239,11 +245,31 @@ pub struct SackResult {
 }
 
 /// The retransmission queue: sent, unacknowledged segments with their SACK scoreboard.
-/// One pointer; holds no heap while empty (see the module docs).
-#[derive(Debug, Default)]
+/// One segment outstanding and nothing to remember of it (no flag set) is kept inline;
+/// anything more takes a board (see the module docs). Holds no heap while it has at most
+/// one segment.
+#[derive(Debug)]
 pub struct RtxQueue {
+    /// The only outstanding segment, while there is no board; `start == end`: none. Its
+    /// flags are always empty: whatever sets one (SACK, loss, retransmission) moves it to
+    /// a board first ([`RtxQueue::promote`]).
+    one: TxSegment,
     board: Option<Box<Board>>,
 }
+
+impl Default for RtxQueue {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The inline slot holding nothing.
+const NO_SEGMENT: TxSegment = TxSegment {
+    start: SeqNumber(0),
+    end: SeqNumber(0),
+    sent_at: Instant::ZERO,
+    flags: SegFlags::EMPTY,
+};
 
 impl RtxQueue {
     /// Heap bytes held (0 when empty), for memory accounting.
@@ -600,7 +626,34 @@ fn sort_out_blocks(
 impl RtxQueue {
     /// An empty queue (no heap).
     pub const fn new() -> RtxQueue {
-        RtxQueue { board: None }
+        RtxQueue {
+            one: NO_SEGMENT,
+            board: None,
+        }
+    }
+
+    /// The inline segment, if the queue holds one there.
+    #[inline]
+    fn one(&self) -> Option<&TxSegment> {
+        (self.one.start != self.one.end).then_some(&self.one)
+    }
+
+    /// Move the inline segment, if any, to a board (`spare`'s or a new one), so that the
+    /// board's code handles what follows: a second segment, a SACK, a loss, a
+    /// retransmission. Rare but for the second segment: a connection with one segment
+    /// in flight per round trip never gets here.
+    #[cold]
+    fn promote(&mut self, spare: Option<&mut SpareBoard>) {
+        let Some(&seg) = self.one() else {
+            return;
+        };
+        debug_assert!(self.board.is_none(), "an inline segment beside a board");
+        self.one = NO_SEGMENT;
+        let mut board = spare
+            .and_then(|s| s.0.pop())
+            .unwrap_or_else(|| Box::new(Board::new()));
+        board.segs.push_back(seg);
+        self.board = Some(board);
     }
 
     /// A new segment `[start, end)` was sent at `now` (`end` after `start`; a SYN or FIN
@@ -625,7 +678,11 @@ impl RtxQueue {
         if !start.before(end) {
             return;
         }
-        if let Some(last) = self.board.as_ref().and_then(|b| b.segs.back()) {
+        let last = match &self.board {
+            Some(b) => b.segs.back(),
+            None => self.one(),
+        };
+        if let Some(last) = last {
             debug_assert!(
                 last.end == start,
                 "segment {start} does not follow {}",
@@ -634,6 +691,18 @@ impl RtxQueue {
             if start.before(last.end) {
                 return;
             }
+        }
+        if self.board.is_none() {
+            if self.one().is_none() {
+                self.one = TxSegment {
+                    start,
+                    end,
+                    sent_at: now,
+                    flags: SegFlags::EMPTY,
+                };
+                return;
+            }
+            self.promote(Some(spare));
         }
         let board = self
             .board
@@ -672,6 +741,7 @@ impl RtxQueue {
     ) -> AckResult {
         let mut res = AckResult::default();
         let Some(b) = self.board.as_deref_mut() else {
+            self.on_ack_one(snd_una, now, &mut res);
             return res;
         };
         debug_assert!(!CLEAN || b.sacked_out | b.lost_out | b.retrans_out | b.rtx_pending == 0);
@@ -738,6 +808,30 @@ impl RtxQueue {
         res
     }
 
+    /// [`on_ack_reusing`](Self::on_ack_reusing) for the inline segment (no flag set: never
+    /// SACKed, lost or retransmitted, so its RTT is a sample and it counts as delivered).
+    #[inline]
+    fn on_ack_one(&mut self, snd_una: SeqNumber, now: Instant, res: &mut AckResult) {
+        let Some(&seg) = self.one() else {
+            return;
+        };
+        if seg.end.after(snd_una) {
+            if seg.start.before(snd_una) {
+                res.acked_bytes = snd_una - seg.start;
+                self.one.start = snd_una;
+            }
+            return;
+        }
+        self.one = NO_SEGMENT;
+        *res = AckResult {
+            acked_segments: 1,
+            acked_bytes: seg.seq_len(),
+            rtt_sample: Some(now.saturating_duration_since(seg.sent_at)),
+            newly_acked_retrans: false,
+            delivered: 1,
+        };
+    }
+
     /// The queue emptied: its board goes to `spare` (tidied by `tidy` to a new board's
     /// state) if that is free and the board small, else is freed.
     #[inline]
@@ -772,6 +866,9 @@ impl RtxQueue {
             invalid_blocks: sorted.invalid,
             ..SackResult::default()
         };
+        if sorted.dsack.is_some() || sorted.len > 0 {
+            self.promote(None);
+        }
         let Some(b) = self.board.as_deref_mut() else {
             return res;
         };
@@ -841,6 +938,7 @@ impl RtxQueue {
     /// "Retransmit the first data segment presumed dropped" (Linux
     /// `tcp_mark_head_lost(sk, 1, 1)`).
     pub fn mark_head_lost(&mut self) -> bool {
+        self.promote(None);
         let Some(b) = self.board.as_deref_mut() else {
             return false;
         };
@@ -872,6 +970,7 @@ impl RtxQueue {
     /// since the timeout might indicate that the data receiver has reneged"). Returns
     /// whether it reneged (Linux `TCPSACKReneging`).
     pub fn mark_all_lost(&mut self) -> bool {
+        self.promote(None);
         let Some(b) = self.board.as_deref_mut() else {
             return false;
         };
@@ -951,6 +1050,7 @@ impl RtxQueue {
     /// §5: "the data sender will skip that segment during any later retransmission") or
     /// when no segment holds `start`.
     pub fn mark_retransmitted(&mut self, start: SeqNumber, now: Instant) {
+        self.promote(None);
         let Some(b) = self.board.as_deref_mut() else {
             return;
         };
@@ -983,6 +1083,9 @@ impl RtxQueue {
     /// "it's clear that the old packet has been dropped"). Counters and hints are
     /// recomputed. Returns the pieces marked lost.
     pub fn resegment(&mut self, mss: usize, mark_lost: bool) -> u32 {
+        if self.one().is_some_and(|s| s.seq_len() > mss.max(1)) {
+            self.promote(None);
+        }
         let Some(b) = self.board.as_deref_mut() else {
             return 0;
         };
@@ -1063,7 +1166,7 @@ impl RtxQueue {
     /// segments: each un-SACKed segment counts once unless lost, and once more while a
     /// retransmission of it is in flight.
     pub fn in_flight(&self) -> u32 {
-        self.board.as_ref().map_or(0, |b| {
+        self.board.as_ref().map_or(self.len() as u32, |b| {
             (b.segs.len() as u32).saturating_sub(b.sacked_out + b.lost_out) + b.retrans_out
         })
     }
@@ -1079,13 +1182,17 @@ impl RtxQueue {
     }
 
     /// Nothing outstanding.
+    #[inline]
     pub fn is_empty(&self) -> bool {
-        self.board.is_none()
+        self.board.is_none() && self.one().is_none()
     }
 
     /// Segments in the queue.
+    #[inline]
     pub fn len(&self) -> usize {
-        self.board.as_ref().map_or(0, |b| b.segs.len())
+        self.board
+            .as_ref()
+            .map_or(usize::from(self.one().is_some()), |b| b.segs.len())
     }
 
     /// The end of the highest SACKed segment (RFC 6675's "highest octet covered by any
@@ -1097,12 +1204,18 @@ impl RtxQueue {
 
     /// The oldest outstanding segment (Linux `tcp_rtx_queue_head`).
     pub fn front(&self) -> Option<&TxSegment> {
-        self.board.as_ref().and_then(|b| b.segs.front())
+        match &self.board {
+            Some(b) => b.segs.front(),
+            None => self.one(),
+        }
     }
 
     /// The outstanding segments, lowest first.
     pub fn iter(&self) -> impl Iterator<Item = &TxSegment> + '_ {
-        self.board.iter().flat_map(|b| b.segs.iter())
+        self.board
+            .iter()
+            .flat_map(|b| b.segs.iter())
+            .chain(self.one())
     }
 }
 
@@ -1192,6 +1305,84 @@ mod tests {
         );
     }
 
+    /// One segment in flight (a message and its echo, a SYN, a FIN) stays inline: no
+    /// heap, no spare board taken, and its ACKs give what a board's would: a partial ACK
+    /// trims it, the full ACK pops it with an RTT sample, counted delivered.
+    #[test]
+    fn a_lone_segment_stays_inline_and_is_acked_as_on_a_board() {
+        let base = 1000;
+        let mut spare = SpareBoard::default();
+        spare.0.push(Box::new(Board::new()));
+        let (s, e) = seg(base, 0);
+        let mut q = RtxQueue::new();
+        q.push_reusing(s, e, t(5), &mut spare);
+        assert_eq!((q.len(), q.in_flight(), q.heap_bytes()), (1, 1, 0));
+        assert_eq!(spare.0.len(), 1, "no board taken");
+        assert!(q.is_clean() && q.next_to_retransmit().is_none());
+        let head = TxSegment {
+            start: s,
+            end: e,
+            sent_at: t(5),
+            flags: SegFlags::EMPTY,
+        };
+        assert_eq!(q.front(), Some(&head));
+        assert_eq!(q.iter().copied().collect::<Vec<_>>(), vec![head]);
+        // The same ACKs on a board holding the same segment (a second pushed and acked
+        // first would not do: push a pair and ack the first, then compare the second).
+        let mut b = RtxQueue::new();
+        b.push(SeqNumber(base - 50), s, t(0));
+        b.push(s, e, t(5));
+        b.on_ack(s, t(5));
+        assert!(b.heap_bytes() > 0, "the comparison queue has a board");
+        for (ack, at) in [(s + 40usize, 6), (e, 15)] {
+            let inline = q.on_ack_reusing::<true>(ack, t(at), &mut spare);
+            let board = b.on_ack_reusing::<false>(ack, t(at), &mut SpareBoard::default());
+            assert_eq!(inline, board, "ack {ack}");
+            assert_eq!(q.front(), b.front());
+            q.check_invariants();
+        }
+        assert!(q.is_empty() && q.heap_bytes() == 0 && spare.0.len() == 1);
+    }
+
+    /// Whatever would set a flag on the inline segment moves it to a board first, where
+    /// the counters see it: a timeout marks it lost and it is the one to resend, its
+    /// retransmission's ACK gives no RTT sample (Karn); a second segment joins it on a
+    /// board, which SACKs then tag.
+    #[test]
+    fn a_lone_segment_moves_to_a_board_when_lost_or_joined() {
+        let base = 7000;
+        let (s, e) = seg(base, 0);
+        let mut q = RtxQueue::new();
+        q.push(s, e, t(1));
+        assert!(!q.mark_all_lost(), "no reneging");
+        assert_eq!((q.lost_out(), q.in_flight()), (1, 0));
+        assert_eq!(q.next_to_retransmit(), Some((s, e)));
+        assert!(q.heap_bytes() > 0, "on a board now");
+        q.check_invariants();
+        q.mark_retransmitted(s, t(300));
+        assert_eq!((q.retrans_out(), q.in_flight()), (1, 1));
+        let r = q.on_ack(e, t(310));
+        assert_eq!((r.acked_segments, r.rtt_sample), (1, None), "Karn: {r:?}");
+        assert!(r.newly_acked_retrans && q.is_empty());
+
+        let mut q = RtxQueue::new();
+        for i in 0..4 {
+            let (s, e) = seg(base, i);
+            q.push(s, e, t(u64::from(i)));
+        }
+        assert_eq!(q.len(), 4);
+        assert_eq!(
+            q.iter().map(|x| x.start).collect::<Vec<_>>(),
+            (0..4).map(|i| seg(base, i).0).collect::<Vec<_>>(),
+            "the inline segment heads the board"
+        );
+        let r = q.on_sack(&[block(base, 1, 4)], s, seg(base, 4).0);
+        assert_eq!((r.newly_sacked, q.sacked_out()), (3, 3));
+        assert_eq!(q.mark_lost(3), 1, "the first segment, below three SACKed");
+        assert_eq!(q.next_to_retransmit(), Some((s, e)));
+        q.check_invariants();
+    }
+
     /// A burst of queues filling at once (a pingpong round over many connections) takes
     /// the boards the previous burst emptied, up to [`SPARE_BOARDS`] (no more are kept).
     #[test]
@@ -1201,14 +1392,17 @@ mod tests {
         let n = SPARE_BOARDS + 10;
         let mut qs: Vec<RtxQueue> = (0..n).map(|_| RtxQueue::new()).collect();
         let fill = |qs: &mut Vec<RtxQueue>, spare: &mut SpareBoard| {
+            // Two segments each: one alone stays inline and takes no board.
             for q in qs.iter_mut() {
-                let (s, e) = seg(base, 0);
-                q.push_reusing(s, e, t(0), spare);
+                for i in 0..2 {
+                    let (s, e) = seg(base, i);
+                    q.push_reusing(s, e, t(0), spare);
+                }
             }
         };
         fill(&mut qs, &mut spare);
         for q in &mut qs {
-            q.on_ack_reusing::<true>(seg(base, 0).1, t(1), &mut spare);
+            q.on_ack_reusing::<true>(seg(base, 1).1, t(1), &mut spare);
         }
         assert_eq!(spare.0.len(), SPARE_BOARDS, "kept up to the bound");
         fill(&mut qs, &mut spare);
@@ -1260,8 +1454,14 @@ mod tests {
         /// Recount every counter from the flags and check the hints' invariants.
         fn check_invariants(&self) {
             let Some(b) = self.board.as_deref() else {
+                assert_eq!(
+                    self.one.flags,
+                    SegFlags::EMPTY,
+                    "a flag on the inline segment"
+                );
                 return;
             };
+            assert!(self.one().is_none(), "an inline segment beside a board");
             assert!(!b.segs.is_empty(), "an empty queue must free its board");
             let count = |f: SegFlags| b.segs.iter().filter(|s| s.flags.contains(f)).count() as u32;
             assert_eq!(b.sacked_out, count(SegFlags::SACKED), "sacked_out");
@@ -1309,9 +1509,11 @@ mod tests {
         }
     }
 
+    /// The queue is one inline segment and a pointer (32 bytes, in the connection's
+    /// `ActiveState`), and an empty one holds no heap.
     #[test]
-    fn idle_queue_is_one_pointer_and_holds_no_heap() {
-        assert_eq!(size_of::<RtxQueue>(), size_of::<usize>());
+    fn idle_queue_is_a_segment_and_a_pointer_and_holds_no_heap() {
+        const { assert!(size_of::<RtxQueue>() == 32) };
         assert!(size_of::<TxSegment>() <= 24, "{}", size_of::<TxSegment>());
         let mut q = RtxQueue::new();
         assert_eq!(q.heap_bytes(), 0);

@@ -1,6 +1,7 @@
 //! The transmission control block: one connection's state, compact and inline (no heap
-//! objects of its own: buffers are chains in the stack's pool, the retransmission queue
-//! holds no heap when empty). Vocabulary of RFC 9293 §3.3.1 and Linux's `tcp_sock`.
+//! objects of its own: buffers are chains in the stack's pool; the retransmission queue
+//! is in the [`ActiveState`] box a connection holds while data moves, and keeps one
+//! segment there without heap). Vocabulary of RFC 9293 §3.3.1 and Linux's `tcp_sock`.
 
 use core::mem::size_of;
 use core::net::SocketAddrV4;
@@ -236,7 +237,6 @@ pub(crate) struct Tcb {
     /// Delayed-ACK state: ACKs still to send at once at the start (Linux quick-ACK mode,
     /// `icsk_ack.quick`).
     pub(crate) quick_acks: u8,
-    pub(crate) rtx: RtxQueue,
     pub(crate) sndbuf: SendBuffer,
     pub(crate) rcvbuf: RecvBuffer,
     /// Socket buffer limits (SO_SNDBUF/SO_RCVBUF or tcp_wmem/tcp_rmem defaults), bytes.
@@ -261,7 +261,7 @@ pub(crate) struct Tcb {
 /// `rx_opt.user_mss`) and `sock` (`sk_err_soft`). A connection that has any of them has
 /// an entry in `Tcp::xopts` keyed by its slab index ([`TcbFlags::XOPTS`]), removed with
 /// the connection; a listener keeps its own for its connections to inherit (Linux
-/// `sk_clone_lock` copies the listener's `tcp_sock`). Kept out of the TCB (224 bytes,
+/// `sk_clone_lock` copies the listener's `tcp_sock`). Kept out of the TCB (216 bytes,
 /// see `tcb_stays_small`): the idle connection of a million-connection server pays
 /// nothing for them, and the lookups happen only on paths that are not per segment (the
 /// keepalive timer, a timeout, ICMP errors, `getsockopt`).
@@ -300,18 +300,18 @@ pub(crate) struct Cwnd {
 /// The state only a connection moving data needs (issue #12 item 2): congestion control's
 /// detail, loss recovery, receive-buffer autotuning and the receiver's SACK blocks. An
 /// idle connection holds none of it: see [`Active`].
-#[derive(Debug, Clone, Copy)]
+///
+/// The fields are in a fixed order (`repr(C)`) so that what a message touches (the
+/// pure-ACK test's and RACK's recovery fields, the congestion control's state and counts,
+/// the retransmission queue, the header template, receive autotuning, the SACK flags
+/// `mss_now` reads) is one contiguous run of at most four cache lines
+/// ([`ACTIVE_HOT_BYTES`]), with the SACK blocks at the front and the undo and PRR fields at
+/// the back, both read only with loss or reordering.
+#[derive(Debug)]
+#[repr(C)]
 pub(crate) struct ActiveState {
-    /// The congestion control algorithm's private state (Linux `icsk_ca_priv`).
-    pub(crate) cc: Cc,
-    /// Loss-recovery bookkeeping: PRR, undo, reordering, RACK, tail loss probes, lost
-    /// retransmissions (see [`super::recovery`]).
-    pub(crate) recovery: LossRecovery,
     /// The SACK blocks we report as a receiver, most recent first, and a pending D-SACK.
     pub(crate) rx_sack: RxSack,
-    /// Recovery point: snd_nxt when loss recovery began (RFC 6582 "recover", Linux
-    /// `high_seq`).
-    pub(crate) high_seq: SeqNumber,
     /// Duplicate ACKs counted while SACK is off (RFC 5681 §3.2): Linux's `sacked_out` for
     /// a Reno connection, each standing for one segment that left the network.
     pub(crate) dupacks: u32,
@@ -320,24 +320,38 @@ pub(crate) struct ActiveState {
     pub(crate) cwnd_cnt: u32,
     /// The segments in flight the core last told the algorithm ([`CcState::in_flight`]).
     pub(crate) cc_in_flight: u32,
+    /// The most the window we offer may grow to now (Linux `rcv_ssthresh`), bytes; 0:
+    /// not set, read as [`Tcb::rcv_ssthresh`] derives it (a box is filled with 0).
+    pub(crate) rcv_ssthresh: u32,
+    /// Recovery point: snd_nxt when loss recovery began (RFC 6582 "recover", Linux
+    /// `high_seq`).
+    pub(crate) high_seq: SeqNumber,
+    /// The retransmission queue (Linux `tcp_rtx_queue`): here, not in the TCB, because
+    /// only a connection with data (or a SYN or FIN) outstanding has anything in it, and
+    /// one segment fits inline (see [`super::scoreboard`]). Empty while the box is absent:
+    /// a connection keeps its box while anything is outstanding ([`Tcb::active_idle`]).
+    pub(crate) rtx: RtxQueue,
+    /// The IPv4 and TCP header fields every segment repeats (Linux `inet_sk`,
+    /// `sk_dst_cache`; see [`super::xmit4`]): built by the first segment sent while the
+    /// box is held, rebuilt when [`Stack::tx_gen`](crate::Stack) moves.
+    pub(crate) tx_template: super::xmit4::HeaderTemplate,
+    /// The congestion control algorithm's private state (Linux `icsk_ca_priv`).
+    pub(crate) cc: Cc,
     /// Receive-buffer autotuning's measurement (a receiver's RTT and what the reader took
     /// in it). A receiver keeps its box while data arrives: it goes back only after
     /// [`ACTIVE_IDLE_GRACE`](super::ACTIVE_IDLE_GRACE) without in-order data
     /// ([`RcvSpace::last_rcv`]); the grown buffer limit stays in the TCB.
     pub(crate) rcv_space: RcvSpace,
-    /// The most the window we offer may grow to now (Linux `rcv_ssthresh`), bytes; 0:
-    /// not set, read as [`Tcb::rcv_ssthresh`] derives it (a box is filled with 0).
-    pub(crate) rcv_ssthresh: u32,
-    /// The IPv4 and TCP header fields every segment repeats (Linux `inet_sk`,
-    /// `sk_dst_cache`; see [`super::xmit4`]): built by the first segment sent while the
-    /// box is held, rebuilt when [`Stack::tx_gen`](crate::Stack) moves.
-    pub(crate) tx_template: super::xmit4::HeaderTemplate,
+    /// Loss-recovery bookkeeping: PRR, undo, reordering, RACK, tail loss probes, lost
+    /// retransmissions (see [`super::recovery`]).
+    pub(crate) recovery: LossRecovery,
 }
 
 impl ActiveState {
     /// What an idle connection reads: a fresh algorithm, no recovery, nothing measured.
     const fn idle(reno: bool) -> Self {
         ActiveState {
+            rtx: RtxQueue::new(),
             cc: if reno {
                 Cc::Reno(super::cc::reno::Reno::new())
             } else {
@@ -384,13 +398,60 @@ impl ActiveState {
     }
 }
 
+/// The parts of an [`ActiveState`] a message touches, as (offset, bytes): the SACK flags
+/// (not the blocks), the congestion counts, the retransmission queue, the header
+/// template, the algorithm's state, receive autotuning, and the loss-recovery fields
+/// before `tlp_sent_at` (RACK, the loss probe, lost retransmissions, DupThresh).
+const ACTIVE_HOT_FIELDS: [(usize, usize); 10] = {
+    use core::mem::offset_of;
+    let rec = offset_of!(ActiveState, recovery);
+    [
+        (offset_of!(ActiveState, rx_sack) + RxSack::HOT_OFFSET, 2),
+        (offset_of!(ActiveState, dupacks), 4),
+        (offset_of!(ActiveState, cwnd_cnt), 4),
+        (offset_of!(ActiveState, cc_in_flight), 4),
+        (offset_of!(ActiveState, rcv_ssthresh), 4),
+        (offset_of!(ActiveState, rtx), size_of::<RtxQueue>()),
+        (
+            offset_of!(ActiveState, tx_template),
+            size_of::<super::xmit4::HeaderTemplate>(),
+        ),
+        (offset_of!(ActiveState, cc), size_of::<Cc>()),
+        (offset_of!(ActiveState, rcv_space), size_of::<RcvSpace>()),
+        (rec, offset_of!(LossRecovery, tlp_sent_at)),
+    ]
+};
+
+/// The span from the first to the last byte of `fields`.
+const fn span(fields: &[(usize, usize)]) -> usize {
+    let (mut lo, mut hi, mut i) = (usize::MAX, 0, 0);
+    while i < fields.len() {
+        let (off, len) = fields[i];
+        if off < lo {
+            lo = off;
+        }
+        if off + len > hi {
+            hi = off + len;
+        }
+        i += 1;
+    }
+    hi - lo
+}
+
+/// Bytes from the first to the last byte a message touches in an [`ActiveState`]: at
+/// most four cache lines (checked at compile time), so that a message misses at most five
+/// of the box's lines wherever `malloc` put it, against six for fields spread over its
+/// 320 bytes.
+pub(crate) const ACTIVE_HOT_BYTES: usize = span(&ACTIVE_HOT_FIELDS);
+const _: () = assert!(ACTIVE_HOT_BYTES <= 4 * 64 && size_of::<ActiveState>() <= 320);
+
 /// What an idle connection reads.
 static IDLE_CUBIC: ActiveState = ActiveState::idle(false);
 /// What a box is filled with when taken: the idle state after the algorithm's `init`.
 const FRESH_CUBIC: ActiveState = ActiveState::fresh(false);
 const FRESH_RENO: ActiveState = ActiveState::fresh(true);
 
-/// The most free [`ActiveState`] boxes a thread keeps for reuse (16 KiB at 256 bytes).
+/// The most free [`ActiveState`] boxes a thread keeps for reuse (20 KiB at 320 bytes).
 const ACTIVE_FREE_MAX: usize = 64;
 
 std::thread_local! {
@@ -455,6 +516,13 @@ impl Active {
         ACTIVE_FREE.with(|f| f.borrow().len()) * size_of::<ActiveState>()
     }
 
+    /// The state to change, if the box is held: without it there is nothing to change
+    /// that [`ActiveState::idle`] does not already say (an empty retransmission queue).
+    #[inline]
+    pub(crate) fn held_mut(&mut self) -> Option<&mut ActiveState> {
+        self.state.as_deref_mut()
+    }
+
     /// Whether the box may go back: the connection's algorithm is CUBIC (see
     /// [`Active::new`]) and nothing in it is worth keeping.
     fn releasable(&self) -> bool {
@@ -516,10 +584,30 @@ impl Active {
 }
 
 impl Tcb {
+    /// The retransmission queue ([`ActiveState::rtx`]; empty while the box is absent).
+    #[inline]
+    pub(crate) fn rtx(&self) -> &RtxQueue {
+        &self.active.rtx
+    }
+
+    /// The retransmission queue to change, if it may hold anything: `None` while the box
+    /// is absent (the queue is then empty; a change that only acts on segments has
+    /// nothing to do). [`Tcb::rtx_push`] takes the box to queue a segment.
+    #[inline]
+    pub(crate) fn rtx_mut(&mut self) -> Option<&mut RtxQueue> {
+        self.active.held_mut().map(|a| &mut a.rtx)
+    }
+
+    /// The retransmission queue to queue a segment on: takes the box if absent.
+    #[inline]
+    pub(crate) fn rtx_push(&mut self) -> &mut RtxQueue {
+        &mut self.active.rtx
+    }
+
     /// Whether the connection is idle (see [`Active`]): its [`ActiveState`] may go back.
     #[inline]
     pub(crate) fn active_idle(&self) -> bool {
-        self.rtx.is_empty()
+        self.rtx().is_empty()
             && self.sndbuf.is_empty()
             && self.rcvbuf.ooo_bytes() == 0
             && self.ca_state == CaState::Open
@@ -542,8 +630,41 @@ impl Tcb {
 /// What loss recovery keeps beyond [`Tcb::ca_state`] and [`ActiveState::high_seq`]: Linux
 /// `tcp_sock`'s PRR, undo and reordering fields, and what ustack needs to find lost
 /// retransmissions.
+///
+/// In a fixed order (`repr(C)`): first what every ACK may read (RACK, the loss probe, lost
+/// retransmissions, DupThresh), then what only a recovery episode uses (see
+/// [`ACTIVE_HOT_BYTES`]).
 #[derive(Debug, Clone, Copy)]
+#[repr(C)]
 pub(crate) struct LossRecovery {
+    /// The latest send time of a segment known delivered (RFC 8985 `RACK.xmit_ts`,
+    /// from segments never retransmitted).
+    pub(crate) rack_xmit_ts: Instant,
+    /// A lower bound of the send times of retransmissions in flight: no lost retransmission
+    /// can be found before `rack_xmit_ts` passes it.
+    pub(crate) retrans_low: Instant,
+    /// SND.NXT when the outstanding tail loss probe was sent (RFC 8985 §7.3
+    /// `TLP.end_seq`, Linux `tlp_high_seq`); `None`: no probe outstanding.
+    pub(crate) tlp_high_seq: Option<SeqNumber>,
+    /// The end of the segment of `rack_xmit_ts` (RFC 8985 `RACK.end_seq`), to order
+    /// segments sent at the same instant.
+    pub(crate) rack_end_seq: SeqNumber,
+    /// Retransmissions found lost (a segment sent after them was delivered) and not yet
+    /// sent again (Linux `TCPLostRetransmit`).
+    pub(crate) lost_retrans: u32,
+    /// DupThresh ([RFC 6675 §2](https://www.rfc-editor.org/rfc/rfc6675#section-2)), raised
+    /// when reordering is seen (Linux `tp->reordering`, from `tcp_reordering`).
+    pub(crate) reordering: u32,
+    /// Reordering was seen on this connection (Linux `reord_seen`).
+    pub(crate) reord_seen: bool,
+    /// The outstanding tail loss probe was a retransmission (Linux `tlp_retrans`), not
+    /// new data.
+    pub(crate) tlp_retrans: bool,
+    /// When the probe was sent: the scoreboard keeps the probed segment's first send
+    /// time, so RACK takes the probe's from here once it is SACKed.
+    pub(crate) tlp_sent_at: Instant,
+    /// snd_una when the episode that may be undone began (Linux `undo_marker`).
+    pub(crate) undo_marker: Option<SeqNumber>,
     /// [RFC 6937](https://www.rfc-editor.org/rfc/rfc6937) `RecoverFS`: cwnd when the
     /// reduction began (Linux `prior_cwnd`).
     pub(crate) prior_cwnd: u32,
@@ -554,39 +675,12 @@ pub(crate) struct LossRecovery {
     /// ssthresh before the reduction, restored by an undo (Linux `prior_ssthresh`; 0: no
     /// undo of ssthresh).
     pub(crate) prior_ssthresh: u32,
-    /// snd_una when the episode that may be undone began (Linux `undo_marker`).
-    pub(crate) undo_marker: Option<SeqNumber>,
     /// Retransmissions of the episode not yet reported needless by a D-SACK (Linux
     /// `undo_retrans`; -1: none sent yet). At 0 every retransmission was needless.
     pub(crate) undo_retrans: i32,
     /// Our timestamp clock (ms) when the episode's first retransmission went out (Linux
     /// `retrans_stamp`; 0: none).
     pub(crate) retrans_stamp: u32,
-    /// DupThresh ([RFC 6675 §2](https://www.rfc-editor.org/rfc/rfc6675#section-2)), raised
-    /// when reordering is seen (Linux `tp->reordering`, from `tcp_reordering`).
-    pub(crate) reordering: u32,
-    /// Reordering was seen on this connection (Linux `reord_seen`).
-    pub(crate) reord_seen: bool,
-    /// The latest send time of a segment known delivered (RFC 8985 `RACK.xmit_ts`,
-    /// from segments never retransmitted).
-    pub(crate) rack_xmit_ts: Instant,
-    /// The end of that segment (RFC 8985 `RACK.end_seq`), to order segments sent at the
-    /// same instant.
-    pub(crate) rack_end_seq: SeqNumber,
-    /// A lower bound of the send times of retransmissions in flight: no lost retransmission
-    /// can be found before `rack_xmit_ts` passes it.
-    pub(crate) retrans_low: Instant,
-    /// Retransmissions found lost (a segment sent after them was delivered) and not yet
-    /// sent again (Linux `TCPLostRetransmit`).
-    pub(crate) lost_retrans: u32,
-    /// SND.NXT when the outstanding tail loss probe was sent (RFC 8985 §7.3
-    /// `TLP.end_seq`, Linux `tlp_high_seq`); `None`: no probe outstanding.
-    pub(crate) tlp_high_seq: Option<SeqNumber>,
-    /// That probe was a retransmission (Linux `tlp_retrans`), not new data.
-    pub(crate) tlp_retrans: bool,
-    /// When the probe was sent: the scoreboard keeps the probed segment's first send
-    /// time, so RACK takes the probe's from here once it is SACKed.
-    pub(crate) tlp_sent_at: Instant,
 }
 
 impl LossRecovery {
@@ -629,9 +723,9 @@ impl Tcb {
         } else {
             self.active
                 .dupacks
-                .min(self.rtx.packets_out().saturating_sub(1))
+                .min(self.rtx().packets_out().saturating_sub(1))
         };
-        self.rtx
+        self.rtx()
             .in_flight()
             .saturating_sub(reno_sacked + self.active.recovery.lost_retrans)
     }
@@ -877,7 +971,7 @@ impl Tcb {
     /// delivered; `reo_wnd` is min_rtt / 4 (RACK's default), the smoothed RTT once
     /// reordering was seen (Linux `tcp_rack_reo_wnd`, bounded by srtt).
     pub(crate) fn rack_head_lost(&self) -> bool {
-        let Some(head) = self.rtx.front() else {
+        let Some(head) = self.rtx().front() else {
             return false;
         };
         if head

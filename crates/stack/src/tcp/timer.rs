@@ -386,7 +386,7 @@ impl Stack {
             tcb.timers.retransmit = Deadline::OFF;
             let loss_probe = tcb.flags.has(TcbFlags::LOSS_PROBE);
             tcb.flags.clear(TcbFlags::LOSS_PROBE);
-            if tcb.rtx.is_empty() {
+            if tcb.rtx().is_empty() {
                 self.tcp_probe_timer(now, h);
             } else if loss_probe {
                 self.tcp_send_loss_probe(now, h);
@@ -457,7 +457,7 @@ impl Stack {
                 CaState::Loss => Counter::TcpExtTCPLossFailures,
                 CaState::Disorder if sack => Counter::TcpExtTCPSackFailures,
                 CaState::Disorder => Counter::TcpExtTCPRenoFailures,
-                _ if tcb.rtx.sacked_out() > 0 => Counter::TcpExtTCPSackFailures,
+                _ if tcb.rtx().sacked_out() > 0 => Counter::TcpExtTCPSackFailures,
                 _ => Counter::TcpExtTCPTimeouts,
             };
             if failure != Counter::TcpExtTCPTimeouts {
@@ -490,7 +490,7 @@ impl Stack {
         }
         // RFC 6298 §5.4 "Retransmit the earliest segment that has not been acknowledged";
         // more follow as ACKs open cwnd (RFC 5681 §3.1 slow start after a timeout).
-        if let Some((start, end)) = tcb.rtx.next_to_retransmit() {
+        if let Some((start, end)) = tcb.rtx().next_to_retransmit() {
             self.tcp_retransmit_skb(now, h, start, end, false);
         }
         self.tcp_output(now, h);
