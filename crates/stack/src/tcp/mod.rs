@@ -36,6 +36,7 @@
 pub(crate) mod buffer;
 pub(crate) mod cc;
 pub(crate) mod clock32;
+pub(crate) mod early_demux;
 pub(crate) mod ehash;
 pub(crate) mod input;
 pub(crate) mod intern6;
@@ -53,7 +54,9 @@ pub(crate) mod syncookie;
 pub(crate) mod tcb;
 pub(crate) mod timer;
 pub(crate) mod tuple_hash;
+pub(crate) mod xmit;
 pub(crate) mod xmit4;
+pub(crate) mod xmit6;
 
 use core::net::{SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::collections::{BinaryHeap, VecDeque};
@@ -243,8 +246,8 @@ pub(crate) struct Tcp {
     pub(crate) xopts: hashbrown::HashMap<u32, tcb::SockOpts>,
     /// The IPv6 addresses of IPv6 tuples (see [`intern6`]).
     pub(crate) intern6: intern6::Intern6,
-    /// Segments that IPv4 early demux handed straight to their connection
-    /// (`Stack::tcp_v4_early_demux`; see [`crate::Stack::tcp_early_demux_hits`]).
+    /// Segments that early demux handed straight to their connection, both families
+    /// (see [`early_demux`] and [`crate::Stack::tcp_early_demux_hits`]).
     pub(crate) early_demux: u64,
     /// The slab index of the connection early demux last found in the established table
     /// ([`DEMUX_NONE`] if none): a run of segments of one connection skips the keyed hash
@@ -1640,11 +1643,12 @@ impl Stack {
         }
     }
 
-    /// IPv4 segments that early demux took from the IP header straight to their
-    /// connection, one pass over the bytes (Linux `tcp_v4_early_demux`; see
-    /// docs/tcp.md, "receive fast path"). A ustack figure: Linux counts no such thing.
-    /// Every other segment takes the general path (`ip_rcv_core`, `tcp_v4_rcv`) with
-    /// the same checks and counters.
+    /// Segments, IPv4 and IPv6, that early demux took from the IP header straight to
+    /// their connection, one pass over the bytes (Linux `tcp_v4_early_demux`,
+    /// `tcp_v6_early_demux`; see docs/tcp.md, "receive fast path"). A ustack figure:
+    /// Linux counts no such thing. Every other segment takes the general path
+    /// (`ip_rcv_core`, `tcp_v4_rcv`; `ip6_rcv_core`, `tcp_v6_rcv`) with the same checks
+    /// and counters.
     pub fn tcp_early_demux_hits(&self) -> u64 {
         self.tcp.early_demux
     }

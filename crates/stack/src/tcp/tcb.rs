@@ -328,10 +328,10 @@ pub(crate) struct ActiveState {
     /// The most the window we offer may grow to now (Linux `rcv_ssthresh`), bytes; 0:
     /// not set, read as [`Tcb::rcv_ssthresh`] derives it (a box is filled with 0).
     pub(crate) rcv_ssthresh: u32,
-    /// The IPv4 and TCP header fields every segment repeats (Linux `inet_sk`,
-    /// `sk_dst_cache`; see [`super::xmit4`]): built by the first segment sent while the
+    /// The IP and TCP header fields every segment repeats (Linux `inet_sk`,
+    /// `sk_dst_cache`; see [`super::xmit`]): built by the first segment sent while the
     /// box is held, rebuilt when [`Stack::tx_gen`](crate::Stack) moves.
-    pub(crate) tx_template: super::xmit4::HeaderTemplate,
+    pub(crate) tx_template: super::xmit::TxTemplate,
 }
 
 impl ActiveState {
@@ -351,7 +351,7 @@ impl ActiveState {
             cc_in_flight: 0,
             rcv_space: RcvSpace::new(),
             rcv_ssthresh: 0,
-            tx_template: super::xmit4::HeaderTemplate::NONE,
+            tx_template: super::xmit::TxTemplate::NONE,
         }
     }
 
