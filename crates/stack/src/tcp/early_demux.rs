@@ -85,6 +85,9 @@ impl Stack {
         let Some(ip) = bytes.first_chunk::<{ ipv4::HEADER_LEN }>() else {
             return false;
         };
+        if self.tcp.early_demux_off {
+            return false;
+        }
         // Version 4 and IHL 5, protocol TCP (RFC 791 §3.1).
         if ip[0] != 0x45 || ip[9] != u8::from(IpProtocol::Tcp) {
             return false;
@@ -171,7 +174,11 @@ impl Stack {
         let Some(ip) = bytes.first_chunk::<{ ipv6::HEADER_LEN }>() else {
             return false;
         };
-        if l2_multicast || ip[0] >> 4 != 6 || ip[6] != u8::from(IpProtocol::Tcp) {
+        if l2_multicast
+            || self.tcp.early_demux_off
+            || ip[0] >> 4 != 6
+            || ip[6] != u8::from(IpProtocol::Tcp)
+        {
             return false;
         }
         // Ethernet padding past Payload Length is left out, as `ipv6_input` trims it.

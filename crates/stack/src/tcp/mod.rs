@@ -249,6 +249,9 @@ pub(crate) struct Tcp {
     /// Segments that early demux handed straight to their connection, both families
     /// (see [`early_demux`] and [`crate::Stack::tcp_early_demux_hits`]).
     pub(crate) early_demux: u64,
+    /// Early demux is off ([`crate::Stack::set_tcp_early_demux`]): every segment takes
+    /// the general path.
+    pub(crate) early_demux_off: bool,
     /// The slab index of the connection early demux last found in the established table
     /// ([`DEMUX_NONE`] if none): a run of segments of one connection skips the keyed hash
     /// and the probe (as `neigh`'s hot entry does for a run of frames to one next hop).
@@ -307,6 +310,7 @@ impl Tcp {
             xopts: hashbrown::HashMap::new(),
             intern6: intern6::Intern6::new(secrets.hasher(b"tcp intern6")),
             early_demux: 0,
+            early_demux_off: false,
             demux_last: DEMUX_NONE,
         }
     }
@@ -1651,6 +1655,14 @@ impl Stack {
     /// and counters.
     pub fn tcp_early_demux_hits(&self) -> u64 {
         self.tcp.early_demux
+    }
+
+    /// Whether early demux serves the segments it can (on by default) or every segment
+    /// takes the general path. Both give the same connections' state, answers and
+    /// counters (but [`Stack::tcp_early_demux_hits`]): tests compare them.
+    #[doc(hidden)]
+    pub fn set_tcp_early_demux(&mut self, on: bool) {
+        self.tcp.early_demux_off = !on;
     }
 
     /// Whether the stack is under TCP memory pressure (above `tcp_mem.pressure` and not
