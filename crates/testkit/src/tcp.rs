@@ -556,3 +556,46 @@ pub fn all_counters(mib: &ustack_obs::Mib) -> String {
     ]
     .concat()
 }
+
+/// The frames of two runs, compared one by one (the first difference named: which frame,
+/// at which byte), then their counts: for tests that run one exchange two ways (a fast
+/// path on and off) and want the same bytes.
+pub fn assert_same_frames(first: &[Vec<u8>], second: &[Vec<u8>]) {
+    for (i, (a, b)) in first.iter().zip(second).enumerate() {
+        if a != b {
+            let at = a.iter().zip(b).position(|(x, y)| x != y);
+            panic!(
+                "frame {i} differs (first at byte {at:?}; lengths {} and {}):\n first  {a:02x?}\n second {b:02x?}",
+                a.len(),
+                b.len()
+            );
+        }
+    }
+    assert_eq!(first.len(), second.len(), "frame counts");
+}
+
+/// The segments a header-template comparison must cover were sent: `data` has the data
+/// segment `payload` with timestamps, `pure_ack` an ACK of `ack` without data, `sack` an
+/// ACK with two SACK blocks.
+pub fn assert_template_covers(
+    data: &[Seg],
+    payload: &[u8],
+    pure_ack: &[Seg],
+    ack: u32,
+    sack: &[Seg],
+) {
+    assert!(
+        data.iter().any(|s| s.payload == payload && s.ts.is_some()),
+        "a data segment: {data:?}"
+    );
+    assert!(
+        pure_ack
+            .iter()
+            .any(|s| s.payload.is_empty() && s.ack == ack),
+        "a pure ACK: {pure_ack:?}"
+    );
+    assert!(
+        sack.iter().any(|s| s.sack.len() == 2),
+        "an ACK with two SACK blocks: {sack:?}"
+    );
+}
