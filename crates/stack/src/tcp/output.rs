@@ -712,7 +712,6 @@ impl Stack {
             }
         }
         let tuple = tcb.tuple;
-        let template = tcb.active.tx_template;
         let mut repr = tcp::Repr {
             src_port: tuple.local.port(),
             dst_port: tuple.remote.port(),
@@ -750,8 +749,7 @@ impl Stack {
         };
         let segs = if gso > 0 { len.div_ceil(gso) } else { 1 };
         if self.tcp_template_on
-            && let Some(sent) =
-                self.tcp_transmit_templated(now, h, &tuple, &template, &repr, payload, segs)
+            && let Some(sent) = self.tcp_transmit_templated(now, h, &tuple, &repr, payload, segs)
         {
             return sent;
         }

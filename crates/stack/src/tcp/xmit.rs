@@ -43,38 +43,44 @@ pub(crate) enum TxTemplate {
 impl TxTemplate {
     /// No template: its generation never matches the stack's (which starts at 1).
     pub(crate) const NONE: TxTemplate = TxTemplate::V4(HeaderTemplate::NONE);
+}
 
-    /// [`Stack::tx_gen`] when built; 0: no template.
+/// The shape of a segment's TCP header: its length with the options a synchronized
+/// connection sends (timestamps, SACK blocks: RFC 7323 §3, RFC 2018 §3, each after two
+/// NOPs as Linux `tcp_options_write` lays them out) and how many SACK blocks fit.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct TcpHeaderShape {
+    pub(super) len: usize,
+    sacks: usize,
+}
+
+impl TcpHeaderShape {
     #[inline]
-    fn generation(&self) -> u32 {
-        match self {
-            TxTemplate::V4(t) => t.generation,
-            TxTemplate::V6(t) => t.generation,
-        }
+    pub(super) fn of(repr: &tcp::Repr) -> Self {
+        let sacks = repr.sack_blocks_emitted();
+        let len = tcp::HEADER_LEN
+            + if repr.timestamp.is_some() { 12 } else { 0 }
+            + if sacks > 0 { 4 + 8 * sacks } else { 0 };
+        TcpHeaderShape { len, sacks }
     }
 }
 
-/// The length of `repr`'s TCP header with the options a synchronized connection sends
-/// (timestamps, SACK blocks: RFC 7323 §3, RFC 2018 §3, each after two NOPs as Linux
-/// `tcp_options_write` lays them out).
+/// Write `repr`'s header (of `shape`, the checksum field zero) and then `payload` into
+/// `seg` (exactly header and payload long), as `tcp::Repr::emit_header` and the general
+/// path write them.
 #[inline]
-pub(super) fn tcp_header_len(repr: &tcp::Repr) -> usize {
-    let sacks = repr.sack_blocks_emitted();
-    tcp::HEADER_LEN
-        + if repr.timestamp.is_some() { 12 } else { 0 }
-        + if sacks > 0 { 4 + 8 * sacks } else { 0 }
-}
-
-/// Write `repr`'s header ([`tcp_header_len`] bytes, the checksum field zero) and then
-/// `payload` into `seg` (exactly header and payload long), as `tcp::Repr::emit_header`
-/// and the general path write them.
-#[inline]
-pub(super) fn write_tcp_segment(tcp: &Tcp, repr: &tcp::Repr, payload: Payload, seg: &mut [u8]) {
+pub(super) fn write_tcp_segment(
+    tcp: &Tcp,
+    repr: &tcp::Repr,
+    shape: TcpHeaderShape,
+    payload: Payload,
+    seg: &mut [u8],
+) {
     debug_assert!(
         repr.max_seg_size.is_none() && repr.window_scale.is_none() && !repr.sack_permitted,
         "SYN options take the general path"
     );
-    let tcp_hlen = tcp_header_len(repr);
+    let tcp_hlen = shape.len;
     let (h, rest) = seg.split_at_mut(tcp::HEADER_LEN);
     h[0..2].copy_from_slice(&repr.src_port.to_be_bytes());
     h[2..4].copy_from_slice(&repr.dst_port.to_be_bytes());
@@ -99,9 +105,8 @@ pub(super) fn write_tcp_segment(tcp: &Tcp, repr: &tcp::Repr, payload: Payload, s
         opts[8..12].copy_from_slice(&ts.tsecr.to_be_bytes());
         at = 12;
     }
-    let sacks = repr.sack_blocks_emitted();
-    if sacks > 0 {
-        write_sack_blocks(repr, sacks, &mut opts[at..]);
+    if shape.sacks > 0 {
+        write_sack_blocks(repr, shape.sacks, &mut opts[at..]);
     }
     payload.write_payload(tcp, data);
 }
@@ -135,27 +140,28 @@ fn write_sack_blocks(repr: &tcp::Repr, sacks: usize, out: &mut [u8]) {
 }
 
 impl Stack {
-    /// Send one segment of connection `h` (of `tuple`) from its header template, `cached`
-    /// being what its active state holds: [`Stack::tcp_transmit4`] or
-    /// [`Stack::tcp_transmit6`]. `segs` above 1: an IPv4 super-segment. `None`: no
+    /// Send one segment of connection `h` (of `tuple`) from its header template (the one
+    /// its active state holds if still current, else a new one): [`Stack::tcp_transmit4`]
+    /// or [`Stack::tcp_transmit6`]. `segs` above 1: an IPv4 super-segment. `None`: no
     /// template fits (no route; an IPv6 segment larger than the template's path MTU),
     /// nothing sent or counted: the general path's to send.
     #[inline]
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn tcp_transmit_templated(
         &mut self,
         now: Instant,
         h: TcpHandle,
         tuple: &FourTuple,
-        cached: &TxTemplate,
         repr: &tcp::Repr,
         payload: Payload,
         segs: usize,
     ) -> Option<bool> {
-        let tpl = if cached.generation() == self.tx_gen {
-            *cached
-        } else {
-            self.tcp_template_refresh(now, h, tuple)?
+        // Only the family's template is copied out of the connection (the IPv4 one is
+        // half the size of the IPv6 one).
+        let gen_ok = |g: u32| g == self.tx_gen;
+        let tpl = match self.tcp.get(h).map(|tcb| &tcb.active.tx_template) {
+            Some(TxTemplate::V4(t)) if gen_ok(t.generation) => TxTemplate::V4(*t),
+            Some(TxTemplate::V6(t)) if gen_ok(t.generation) => TxTemplate::V6(*t),
+            _ => self.tcp_template_refresh(now, h, tuple)?,
         };
         match tpl {
             TxTemplate::V4(tpl) => Some(self.tcp_transmit4(now, &tpl, repr, payload, segs)),

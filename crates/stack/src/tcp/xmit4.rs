@@ -16,7 +16,7 @@ use ustack_wire::tcp;
 use ustack_wire::{IpProtocol, checksum, ipv4};
 
 use super::output::Payload;
-use super::xmit::{tcp_checksum, tcp_header_len, write_tcp_segment};
+use super::xmit::{TcpHeaderShape, tcp_checksum, write_tcp_segment};
 use crate::Stack;
 
 /// What every IPv4 segment of one connection repeats (see the module docs).
@@ -91,7 +91,8 @@ impl Stack {
         segs: usize,
     ) -> bool {
         self.mib.inc(Counter::IpOutRequests);
-        let tcp_len = tcp_header_len(repr) + payload.len();
+        let shape = TcpHeaderShape::of(repr);
+        let tcp_len = shape.len + payload.len();
         let total = ipv4::HEADER_LEN + tcp_len;
         // As ipv4_alloc: DF is set and TCP sizes segments to the MTU; a super-segment
         // (`gso`) is cut to the MTU by the device.
@@ -113,7 +114,7 @@ impl Stack {
         let ip_sum = checksum::combine(&[tpl.ip_sum, total as u16, ident]);
         ip[10..12].copy_from_slice(&checksum::finish(ip_sum).to_be_bytes());
 
-        write_tcp_segment(&self.tcp, repr, payload, seg);
+        write_tcp_segment(&self.tcp, repr, shape, payload, seg);
         // A super-segment's checksum is the device's (virtio-net NEEDS_CSUM: it writes
         // the pseudo-header sum, the other end sums each piece).
         let sum = if self.checksum_offload || gso {

@@ -24,7 +24,7 @@ use ustack_wire::{IpProtocol, checksum, ipv6, tcp};
 
 use super::output::Payload;
 use super::tcb::FourTuple;
-use super::xmit::{tcp_checksum, tcp_header_len, write_tcp_segment};
+use super::xmit::{TcpHeaderShape, tcp_checksum, write_tcp_segment};
 use crate::Stack;
 
 /// What every IPv6 segment of one connection repeats (see the module docs).
@@ -95,7 +95,8 @@ impl Stack {
         repr: &tcp::Repr,
         payload: Payload,
     ) -> Option<bool> {
-        let tcp_len = tcp_header_len(repr) + payload.len();
+        let shape = TcpHeaderShape::of(repr);
+        let tcp_len = shape.len + payload.len();
         let total = ipv6::HEADER_LEN + tcp_len;
         if total > tpl.mtu as usize {
             return None;
@@ -107,7 +108,7 @@ impl Stack {
         let (ip, seg) = frame[l2..].split_at_mut(ipv6::HEADER_LEN);
         ip.copy_from_slice(&tpl.ip);
         ip[4..6].copy_from_slice(&(tcp_len as u16).to_be_bytes());
-        write_tcp_segment(&self.tcp, repr, payload, seg);
+        write_tcp_segment(&self.tcp, repr, shape, payload, seg);
         let sum = if self.checksum_offload {
             0
         } else {
