@@ -68,7 +68,7 @@ impl TcpHeaderShape {
 /// Write `repr`'s header (of `shape`, the checksum field zero) and then `payload` into
 /// `seg` (exactly header and payload long), as `tcp::Repr::emit_header` and the general
 /// path write them.
-#[inline]
+#[inline(always)]
 pub(super) fn write_tcp_segment(
     tcp: &Tcp,
     repr: &tcp::Repr,
@@ -145,7 +145,7 @@ impl Stack {
     /// or [`Stack::tcp_transmit6`]. `segs` above 1: an IPv4 super-segment. `None`: no
     /// template fits (no route; an IPv6 segment larger than the template's path MTU),
     /// nothing sent or counted: the general path's to send.
-    #[inline]
+    #[inline(always)]
     pub(super) fn tcp_transmit_templated(
         &mut self,
         now: Instant,
