@@ -180,7 +180,7 @@ fn run(template: bool, offload: bool, foreign_ptb: bool) -> Run {
     snd = snd.wrapping_add(26);
     send(
         &mut t,
-        Seg::ack(PEER_ISN + 430, snd).ts(104, our_ts).win(1000),
+        Seg::ack(PEER_ISN + 431, snd).ts(104, our_ts).win(1000),
     );
     drain(&mut t, offload, &mut frames);
     // Flow labels turned off: label 0 from now on (RFC 6437 §3 "set to zero").
@@ -192,7 +192,7 @@ fn run(template: bool, offload: bool, foreign_ptb: bool) -> Run {
     snd = snd.wrapping_add(10);
     send(
         &mut t,
-        Seg::ack(PEER_ISN + 430, snd).ts(105, our_ts).win(1000),
+        Seg::ack(PEER_ISN + 431, snd).ts(105, our_ts).win(1000),
     );
     drain(&mut t, offload, &mut frames);
     // Four full segments, then a router's MTU of 1280: resent at once in pieces that fit,
@@ -236,7 +236,7 @@ fn run(template: bool, offload: bool, foreign_ptb: bool) -> Run {
     t.now += ms;
     send(
         &mut t,
-        Seg::ack(PEER_ISN + 430, snd).ts(106, our_ts).win(1000),
+        Seg::ack(PEER_ISN + 431, snd).ts(106, our_ts).win(1000),
     );
     t.write(h, &vec![6; 2000]);
     after_pmtu.extend(drain(&mut t, offload, &mut frames));
@@ -286,10 +286,13 @@ fn assert_covers(r: &Run) {
             .all(|f| flow_label(f) == label),
         "one label for the connection"
     );
+    let unlabelled = &r.frames[r.after_flowlabel..];
     assert!(
-        r.frames[r.after_flowlabel..]
-            .iter()
-            .all(|f| flow_label(f) == 0),
+        unlabelled.iter().any(|f| f.ends_with(b"unlabelled")),
+        "the data written after the change left at once"
+    );
+    assert!(
+        unlabelled.iter().all(|f| flow_label(f) == 0),
         "label 0 once off"
     );
     let sizes: Vec<usize> = r.after_pmtu.iter().map(|s| s.payload.len()).collect();
