@@ -4,7 +4,11 @@
 //! cargo run --release -p ustack-runtime --example echo                  # shm, 2 threads
 //! cargo run --release -p ustack-runtime --example echo -- --conns 64 --secs 5
 //! cargo run --release -p ustack-runtime --example echo -- --sim 100000  # per-message cost
+//! cargo run --release -p ustack-runtime --example echo -- --sim 100000 --ipv6  # over IPv6
 //! ```
+//!
+//! `--ipv6` (either mode): the connections go over IPv6 (`2001:db8::1` and `::2`, /64,
+//! without duplicate address detection, as `ustack bench --ipv6`) instead of IPv4.
 //!
 //! **shm** (default): the server runtime runs on its own thread over side A of a shm link
 //! (`ShmLink::pair`), the client runtime on the main thread over side B; `--conns`
@@ -42,7 +46,7 @@
 //! and 966,000. Runs vary by about a quarter on this shared machine. `--sim` did not
 //! change (1,270-1,280 ns per round trip): the sim link has no publication step to save.
 
-use core::net::{Ipv4Addr, SocketAddrV4};
+use core::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4};
 use core::time::Duration;
 use std::collections::HashMap;
 use std::io::{self, ErrorKind};
@@ -62,21 +66,54 @@ use ustack_stack::{EthernetAddress, Instant};
 const SERVER_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
 const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
 const ECHO: SocketAddrV4 = SocketAddrV4::new(SERVER_IP, 7);
+const SERVER_IP6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1);
+const CLIENT_IP6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 2);
 const MSG: usize = 64;
 const LISTENER: u64 = u64::MAX;
 
-fn server_builder() -> RuntimeBuilder {
-    RuntimeBuilder::new()
-        .ipv4(SERVER_IP, 24)
-        .mac(EthernetAddress([2, 0, 0, 0, 0, 1]))
-        .seed(1)
+/// The address family of the run: IPv4, or IPv6 with `--ipv6`.
+#[derive(Clone, Copy)]
+struct Family {
+    ipv6: bool,
 }
 
-fn client_builder() -> RuntimeBuilder {
-    RuntimeBuilder::new()
-        .ipv4(CLIENT_IP, 24)
-        .mac(EthernetAddress([2, 0, 0, 0, 0, 2]))
-        .seed(2)
+impl Family {
+    /// The echo server's address.
+    fn echo(self) -> SocketAddr {
+        if self.ipv6 {
+            SocketAddr::new(SERVER_IP6.into(), ECHO.port())
+        } else {
+            ECHO.into()
+        }
+    }
+
+    /// `builder` with the IPv6 address `ip6`/64 too for an IPv6 run, without duplicate
+    /// address detection so that a run starts at once.
+    fn with(self, builder: RuntimeBuilder, ip6: Ipv6Addr) -> RuntimeBuilder {
+        if self.ipv6 {
+            builder
+                .ipv6(ip6, 64)
+                .sysctl("net.ipv6.conf.default.accept_dad", 0)
+        } else {
+            builder
+        }
+    }
+
+    fn server_builder(self) -> RuntimeBuilder {
+        let b = RuntimeBuilder::new()
+            .ipv4(SERVER_IP, 24)
+            .mac(EthernetAddress([2, 0, 0, 0, 0, 1]))
+            .seed(1);
+        self.with(b, SERVER_IP6)
+    }
+
+    fn client_builder(self) -> RuntimeBuilder {
+        let b = RuntimeBuilder::new()
+            .ipv4(CLIENT_IP, 24)
+            .mac(EthernetAddress([2, 0, 0, 0, 0, 2]))
+            .seed(2);
+        self.with(b, CLIENT_IP6)
+    }
 }
 
 /// Message `seq` of connection `conn`.
@@ -102,8 +139,11 @@ struct Server {
 }
 
 impl Server {
-    fn start<D: Device + Sleep, C: Clock>(rt: &mut Runtime<D, C>) -> io::Result<Server> {
-        let listener = TcpListener::bind(rt, ECHO, 1024)?;
+    fn start<D: Device + Sleep, C: Clock>(
+        rt: &mut Runtime<D, C>,
+        family: Family,
+    ) -> io::Result<Server> {
+        let listener = TcpListener::bind(rt, family.echo(), 1024)?;
         rt.register(&listener, LISTENER, Interest::READABLE, Mode::Edge)?;
         Ok(Server {
             listener,
@@ -178,24 +218,24 @@ struct Conn {
     started: bool,
 }
 
-fn shm(conns: usize, secs: f64) -> io::Result<()> {
+fn shm(conns: usize, secs: f64, family: Family) -> io::Result<()> {
     let (mut a, mut b) = ShmLink::pair(&ShmConfig::default())?;
     let (a, b) = (a.remove(0), b.remove(0));
     let stop = Arc::new(AtomicBool::new(false));
     let server_stop = stop.clone();
     let server = std::thread::spawn(move || -> io::Result<_> {
-        let mut rt = server_builder().build(a)?;
-        let mut server = Server::start(&mut rt)?;
+        let mut rt = family.server_builder().build(a)?;
+        let mut server = Server::start(&mut rt, family)?;
         while !server_stop.load(Ordering::Relaxed) {
             server.step(&mut rt, Some(Duration::from_millis(10)))?;
         }
         Ok((*rt.stats(), *rt.shard_stats()))
     });
 
-    let mut rt = client_builder().build(b)?;
+    let mut rt = family.client_builder().build(b)?;
     let mut cs = Vec::with_capacity(conns);
     for i in 0..conns {
-        let stream = TcpStream::connect(&mut rt, ECHO)?;
+        let stream = TcpStream::connect(&mut rt, family.echo())?;
         stream.set_nodelay(&mut rt, true)?;
         rt.register(
             &stream,
@@ -269,15 +309,19 @@ fn shm(conns: usize, secs: f64) -> io::Result<()> {
 
 // ---- sim: one thread, virtual clock, per-message cost ------------------------------------
 
-fn sim(round_trips: u64) -> io::Result<()> {
+fn sim(round_trips: u64, family: Family) -> io::Result<()> {
     let (a, b) = sim_pair(SimLinkConfig::default());
     let clock = VirtualClock::new(Instant::ZERO);
-    let mut srt = server_builder().build_with_clock(a, clock.participant())?;
-    let mut crt = client_builder().build_with_clock(b, clock.participant())?;
-    let mut server = Server::start(&mut srt)?;
-    let stream = TcpStream::connect(&mut crt, ECHO)?;
+    let mut srt = family
+        .server_builder()
+        .build_with_clock(a, clock.participant())?;
+    let mut crt = family
+        .client_builder()
+        .build_with_clock(b, clock.participant())?;
+    let mut server = Server::start(&mut srt, family)?;
+    let stream = TcpStream::connect(&mut crt, family.echo())?;
     stream.set_nodelay(&mut crt, true)?;
-    // Handshake (ARP first).
+    // Handshake (ARP or neighbour discovery first).
     while server.conns.is_empty() {
         crt.run_once(Some(Duration::from_millis(1)))?;
         server.step(&mut srt, Some(Duration::from_millis(1)))?;
@@ -325,11 +369,14 @@ fn main() -> io::Result<()> {
             .map(String::as_str)
     };
     let bad = |what: &str| io::Error::new(ErrorKind::InvalidInput, what.to_owned());
+    let family = Family {
+        ipv6: args.iter().any(|a| a == "--ipv6"),
+    };
     if args.iter().any(|a| a == "--sim") {
         let n = value("--sim")
             .map_or(Ok(100_000), str::parse)
             .map_err(|_| bad("--sim takes a number of round trips"))?;
-        return sim(n);
+        return sim(n, family);
     }
     let conns = value("--conns")
         .map_or(Ok(16), str::parse)
@@ -337,5 +384,5 @@ fn main() -> io::Result<()> {
     let secs = value("--secs")
         .map_or(Ok(2.0), str::parse)
         .map_err(|_| bad("--secs takes seconds"))?;
-    shm(conns, secs)
+    shm(conns, secs, family)
 }

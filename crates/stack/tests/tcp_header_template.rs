@@ -173,39 +173,17 @@ fn run(template: bool, offload: bool) -> Run {
 
 /// The frames of the two paths, compared one by one (the first difference named).
 fn assert_same(template: &Run, general: &Run) {
-    for (i, (a, b)) in template.frames.iter().zip(&general.frames).enumerate() {
-        if a != b {
-            let at = a.iter().zip(b).position(|(x, y)| x != y);
-            panic!(
-                "frame {i} differs (first at byte {at:?}; lengths {} and {}):\n template {a:02x?}\n general  {b:02x?}",
-                a.len(),
-                b.len()
-            );
-        }
-    }
-    assert_eq!(template.frames.len(), general.frames.len(), "frame counts");
+    ustack_testkit::tcp::assert_same_frames(&template.frames, &general.frames);
 }
 
 /// Each kind of segment the comparison is meant to cover was sent.
 fn assert_covers(r: &Run) {
-    assert!(
-        r.data
-            .iter()
-            .any(|s| s.payload == b"written from the template" && s.ts.is_some()),
-        "a data segment: {:?}",
-        r.data
-    );
-    assert!(
-        r.pure_ack
-            .iter()
-            .any(|s| s.payload.is_empty() && s.ack == PEER_ISN + 101),
-        "a pure ACK: {:?}",
-        r.pure_ack
-    );
-    assert!(
-        r.sack.iter().any(|s| s.sack.len() == 2),
-        "an ACK with two SACK blocks: {:?}",
-        r.sack
+    ustack_testkit::tcp::assert_template_covers(
+        &r.data,
+        b"written from the template",
+        &r.pure_ack,
+        PEER_ISN + 101,
+        &r.sack,
     );
     let ttl: Vec<u8> = r.frames[r.after_ttl..].iter().map(|f| f[8]).collect();
     assert!(

@@ -9,12 +9,12 @@
 //! assert!(synack.has(Flags::SYN | Flags::ACK) && synack.ack == 1001);
 //! ```
 
-use core::net::{Ipv4Addr, SocketAddrV4};
+use core::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddrV4};
 use core::time::Duration;
 
 use ustack_stack::{Config, Instant, Ipv4Cidr, ListenerHandle, Stack, TcpHandle, TcpResources};
 use ustack_wire::tcp::{self, Flags, TcpTimestamp};
-use ustack_wire::{IpProtocol, SeqNumber, ipv4};
+use ustack_wire::{IpProtocol, SeqNumber, ipv4, ipv6};
 
 /// The stack under test: 192.0.2.2.
 pub const LOCAL_IP: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 2);
@@ -252,6 +252,22 @@ impl SegTest {
         (h, syn)
     }
 
+    /// Segments early demux took straight to their connection
+    /// ([`Stack::tcp_early_demux_hits`]).
+    pub fn hits(&self) -> u64 {
+        self.stack.tcp_early_demux_hits()
+    }
+
+    /// Drops counted with `reason`.
+    pub fn drops(&self, reason: ustack_obs::DropReason) -> u64 {
+        self.stack.mib().drops(reason)
+    }
+
+    /// Counter `c`.
+    pub fn counter(&self, c: ustack_obs::Counter) -> u64 {
+        self.stack.mib().get(c)
+    }
+
     /// Queue `data` on `h` at the current time; returns how much was taken.
     pub fn write(&mut self, h: TcpHandle, data: &[u8]) -> usize {
         let now = self.now;
@@ -327,13 +343,13 @@ impl SegTest {
     }
 }
 
-/// An IPv4 packet carrying `seg` from `src` to `dst`, checksums right.
-pub fn build(seg: &Seg, src: Ipv4Addr, dst: Ipv4Addr) -> Vec<u8> {
+/// The TCP header fields of `seg` (its payload borrowed).
+fn repr_of(seg: &Seg) -> tcp::Repr<'_> {
     let mut sack_ranges = [None; 4];
     for (slot, (a, b)) in sack_ranges.iter_mut().zip(&seg.sack) {
         *slot = Some((SeqNumber(*a), SeqNumber(*b)));
     }
-    let repr = tcp::Repr {
+    tcp::Repr {
         src_port: seg.src_port,
         dst_port: seg.dst_port,
         seq_number: SeqNumber(seg.seq),
@@ -347,7 +363,12 @@ pub fn build(seg: &Seg, src: Ipv4Addr, dst: Ipv4Addr) -> Vec<u8> {
         timestamp: seg.ts.map(|(tsval, tsecr)| TcpTimestamp { tsval, tsecr }),
         payload: &seg.payload,
         ..tcp::Repr::default()
-    };
+    }
+}
+
+/// An IPv4 packet carrying `seg` from `src` to `dst`, checksums right.
+pub fn build(seg: &Seg, src: Ipv4Addr, dst: Ipv4Addr) -> Vec<u8> {
+    let repr = repr_of(seg);
     let ip = ipv4::Repr::atomic(src, dst, IpProtocol::Tcp, repr.buffer_len());
     let mut out = vec![0u8; 20 + repr.buffer_len()];
     ip.emit(&mut ipv4::Packet::new_unchecked(&mut out[..]), true);
@@ -360,15 +381,33 @@ pub fn build(seg: &Seg, src: Ipv4Addr, dst: Ipv4Addr) -> Vec<u8> {
     out
 }
 
-/// Parse an IPv4 packet carrying TCP into a [`Seg`] (checksums verified).
-pub fn parse(packet: &[u8]) -> Option<Seg> {
-    let ip = ipv4::Packet::new_checked(packet).ok()?;
-    let ipr = ipv4::Repr::parse(&ip, true).ok()?;
-    if ipr.next_header != IpProtocol::Tcp {
-        return None;
+/// An IPv6 packet carrying `seg` from `src` to `dst` (hop limit 64, flow label 0, no
+/// extension headers), its checksum right.
+pub fn build6(seg: &Seg, src: Ipv6Addr, dst: Ipv6Addr) -> Vec<u8> {
+    let repr = repr_of(seg);
+    let mut out = vec![0u8; ipv6::HEADER_LEN + repr.buffer_len()];
+    ipv6::Repr {
+        src_addr: src,
+        dst_addr: dst,
+        next_header: IpProtocol::Tcp,
+        payload_len: repr.buffer_len(),
+        hop_limit: 64,
+        traffic_class: 0,
+        flow_label: 0,
     }
-    let (src, dst) = (ipr.src_addr.into(), ipr.dst_addr.into());
-    let p = tcp::Packet::new_checked(ip.payload()).ok()?;
+    .emit(&mut ipv6::Packet::new_unchecked(&mut out[..]));
+    repr.emit(
+        &mut tcp::Packet::new_unchecked(&mut out[ipv6::HEADER_LEN..]),
+        &src.into(),
+        &dst.into(),
+        true,
+    );
+    out
+}
+
+/// The [`Seg`] of a TCP header and payload (checksum verified against `src`, `dst`).
+fn seg_of(segment: &[u8], src: IpAddr, dst: IpAddr) -> Option<Seg> {
+    let p = tcp::Packet::new_checked(segment).ok()?;
     let r = tcp::Repr::parse(&p, &src, &dst, true).ok()?;
     Some(Seg {
         src_port: r.src_port,
@@ -391,6 +430,27 @@ pub fn parse(packet: &[u8]) -> Option<Seg> {
     })
 }
 
+/// Parse an IPv4 packet carrying TCP into a [`Seg`] (checksums verified).
+pub fn parse(packet: &[u8]) -> Option<Seg> {
+    let ip = ipv4::Packet::new_checked(packet).ok()?;
+    let ipr = ipv4::Repr::parse(&ip, true).ok()?;
+    if ipr.next_header != IpProtocol::Tcp {
+        return None;
+    }
+    seg_of(ip.payload(), ipr.src_addr.into(), ipr.dst_addr.into())
+}
+
+/// Parse an IPv6 packet whose Next Header is TCP into a [`Seg`] (checksum verified).
+pub fn parse6(packet: &[u8]) -> Option<Seg> {
+    let ip = ipv6::Packet::new_checked(packet).ok()?;
+    if ip.next_header() != IpProtocol::Tcp {
+        return None;
+    }
+    let end = ipv6::HEADER_LEN + usize::from(ip.payload_len());
+    let seg = packet.get(ipv6::HEADER_LEN..end)?;
+    seg_of(seg, ip.src_addr().into(), ip.dst_addr().into())
+}
+
 /// A small deterministic generator (Knuth's MMIX LCG) for crafted sequence numbers,
 /// windows and flags in hostile-peer tests: the same seed gives the same segments.
 #[derive(Debug, Clone)]
@@ -405,4 +465,137 @@ impl Lcg {
             .wrapping_add(1_442_695_040_888_963_407);
         (self.0 >> 32) as u32
     }
+}
+
+/// What [`ethernet6_exchange`] saw.
+#[derive(Debug)]
+pub struct Exchange6 {
+    /// Every frame either stack sent, in order (A's and B's interleaved as they left).
+    pub frames: Vec<Vec<u8>>,
+    /// Segments early demux took on A and on B.
+    pub hits: (u64, u64),
+    /// A's and B's counters ([`all_counters`]).
+    pub counters: (String, String),
+}
+
+/// Two dual-stack stacks on an Ethernet link ([`crate::A_IP6`], [`crate::B_IP6`], no
+/// duplicate address detection), the frames carried by hand: neighbour discovery, A's
+/// connection to B over IPv6, four 64-byte requests echoed, A's close; A's header
+/// templates `template` and both stacks' early demux `early_demux` on or off.
+pub fn ethernet6_exchange(template: bool, early_demux: bool) -> Exchange6 {
+    use crate::{A_IP, A_IP6, A_MAC, B_IP, B_IP6, B_MAC};
+    use core::net::{SocketAddr, SocketAddrV6};
+    use ustack_stack::Ipv6Cidr;
+    let config = |mac, ip, ip6, seed| {
+        let mut c = Config::ethernet(mac, Ipv4Cidr::new(ip, 24)).with_ipv6(Ipv6Cidr::new(ip6, 64));
+        c.seed = Some(seed);
+        c.sysctl
+            .set("net.ipv6.conf.default.accept_dad", 0)
+            .expect("a sysctl");
+        c
+    };
+    let mut a = Stack::new(config(A_MAC, A_IP, A_IP6, 1));
+    let mut b = Stack::new(config(B_MAC, B_IP, B_IP6, 2));
+    a.set_tcp_header_template(template);
+    a.set_tcp_early_demux(early_demux);
+    b.set_tcp_early_demux(early_demux);
+    let mut now = Instant::from_secs(1);
+    let mut frames = Vec::new();
+    let mut shuttle = |a: &mut Stack, b: &mut Stack, now: Instant| {
+        for _ in 0..16 {
+            let mut moved = false;
+            while let Some(f) = a.poll_transmit(now) {
+                b.receive(now, &f);
+                frames.push(f);
+                moved = true;
+            }
+            while let Some(f) = b.poll_transmit(now) {
+                a.receive(now, &f);
+                frames.push(f);
+                moved = true;
+            }
+            if !moved {
+                break;
+            }
+        }
+    };
+    let server = SocketAddr::V6(SocketAddrV6::new(B_IP6, 80, 0, 0));
+    let l = b.tcp_listen(server, 4).expect("listen");
+    let c = a.tcp_connect(now, server).expect("connect");
+    shuttle(&mut a, &mut b, now);
+    let (s, _) = b.tcp_accept_addr(l).expect("accepted");
+    let mut buf = [0u8; 256];
+    for round in 0..4u8 {
+        now += Duration::from_millis(1);
+        a.tcp_send(now, c, &[round; 64]).expect("send");
+        shuttle(&mut a, &mut b, now);
+        let n = b.tcp_recv(now, s, &mut buf).expect("recv");
+        assert_eq!(&buf[..n], &[round; 64]);
+        b.tcp_send(now, s, &buf[..n]).expect("send");
+        shuttle(&mut a, &mut b, now);
+        assert_eq!(a.tcp_recv(now, c, &mut buf).expect("recv"), 64);
+    }
+    now += Duration::from_millis(1);
+    a.tcp_close(now, c).expect("close");
+    shuttle(&mut a, &mut b, now);
+    Exchange6 {
+        frames,
+        hits: (a.tcp_early_demux_hits(), b.tcp_early_demux_hits()),
+        counters: (all_counters(a.mib()), all_counters(b.mib())),
+    }
+}
+
+/// Every counter of `mib` as `nstat` would show them (SNMP, SNMP6, netstat tables) and
+/// every drop by reason, for tests comparing two runs' counters.
+pub fn all_counters(mib: &ustack_obs::Mib) -> String {
+    [
+        mib.render_snmp(),
+        mib.render_snmp6(),
+        mib.render_netstat(),
+        mib.render_drops(),
+    ]
+    .concat()
+}
+
+/// The frames of two runs, compared one by one (the first difference named: which frame,
+/// at which byte), then their counts: for tests that run one exchange two ways (a fast
+/// path on and off) and want the same bytes.
+pub fn assert_same_frames(first: &[Vec<u8>], second: &[Vec<u8>]) {
+    for (i, (a, b)) in first.iter().zip(second).enumerate() {
+        if a != b {
+            let at = a.iter().zip(b).position(|(x, y)| x != y);
+            panic!(
+                "frame {i} differs (first at byte {at:?}; lengths {} and {}):\n first  {a:02x?}\n second {b:02x?}",
+                a.len(),
+                b.len()
+            );
+        }
+    }
+    assert_eq!(first.len(), second.len(), "frame counts");
+}
+
+/// The segments a header-template comparison must cover were sent: `data` has the data
+/// segment `payload` with timestamps, `pure_ack` an ACK of `ack` without data, `sack` an
+/// ACK with two SACK blocks.
+pub fn assert_template_covers(
+    data: &[Seg],
+    payload: &[u8],
+    pure_ack: &[Seg],
+    ack: u32,
+    sack: &[Seg],
+) {
+    assert!(
+        data.iter().any(|s| s.payload == payload && s.ts.is_some()),
+        "a data segment: {data:?}"
+    );
+    assert!(
+        pure_ack
+            .iter()
+            .any(|s| s.payload.is_empty() && s.ack == ack),
+        "a pure ACK: {pure_ack:?}"
+    );
+    assert!(
+        sack.iter().any(|s| s.sack.len() == 2),
+        "an ACK with two SACK blocks: {sack:?}"
+    );
 }

@@ -92,6 +92,22 @@ pub fn segment_sum_v4(h: &[u8; 20], protocol: IpProtocol, seg: &[u8]) -> u16 {
     u16::from_be(fold(sum_ne(seg) + w(12) + w(16) + proto + len))
 }
 
+/// [`segment_sum_v4`] over IPv6 (RFC 8200 §8.1): the sum over the pseudo-header (the
+/// addresses of the 40-byte IPv6 header `h`, the upper-layer length, `protocol`) and the
+/// whole segment `seg` of a datagram whose upper-layer header follows `h` directly. A
+/// segment whose checksum is right sums to `0xffff`.
+#[inline]
+pub fn segment_sum_v6(h: &[u8; 40], protocol: IpProtocol, seg: &[u8]) -> u16 {
+    // The addresses are bytes 8..40, contiguous and at an even offset: one sum. The
+    // length is 32 bits in the pseudo-header; a datagram without a jumbo payload has it
+    // below 2^16.
+    let proto = u64::from(u16::from_ne_bytes([0, u8::from(protocol)]));
+    let len = seg.len() as u32;
+    let len = u64::from(u16::from_ne_bytes((len as u16).to_be_bytes()))
+        + u64::from(u16::from_ne_bytes(((len >> 16) as u16).to_be_bytes()));
+    u16::from_be(fold(sum_ne(&h[8..40]) + sum_ne(seg) + proto + len))
+}
+
 /// Add ones'-complement sums.
 #[inline]
 pub fn combine(sums: &[u16]) -> u16 {
@@ -277,6 +293,20 @@ mod tests {
             let ph = pseudo_header_v4(src, dst, IpProtocol::Tcp, seg.len() as u16);
             proptest::prop_assert_eq!(
                 segment_sum_v4(&h, IpProtocol::Tcp, &seg),
+                combine(&[ph, model(&seg)])
+            );
+        }
+
+        #[test]
+        fn segment_sum_v6_matches_pseudo_header_and_data(src: [u8; 16], dst: [u8; 16],
+                seg in proptest::collection::vec(proptest::num::u8::ANY, 0..1600)) {
+            let mut h = [0u8; 40];
+            h[8..24].copy_from_slice(&src);
+            h[24..40].copy_from_slice(&dst);
+            let (src, dst) = (Ipv6Addr::from(src), Ipv6Addr::from(dst));
+            let ph = pseudo_header_v6(src, dst, IpProtocol::Tcp, seg.len() as u32);
+            proptest::prop_assert_eq!(
+                segment_sum_v6(&h, IpProtocol::Tcp, &seg),
                 combine(&[ph, model(&seg)])
             );
         }

@@ -183,6 +183,9 @@ impl Stack {
                 self.addrconf_prefix_rcv(now, &p);
             }
         }
+        // The hop limit, the default router and on-link prefixes may have changed: TCP's
+        // IPv6 header templates hold the first two and the route (`tcp::xmit6`).
+        self.invalidate_tx_templates();
         self.addrconf_rearm();
     }
 
@@ -283,11 +286,16 @@ impl Stack {
                 .then(|| now + Duration::from_secs(self.sysctl.ip6_router_solicitation_interval));
             self.ndisc_send_rs(now);
         }
+        let held = (self.ip6.addrconf.routers.len(), self.ip6.addrs.len());
         self.ip6.addrconf.routers.retain(|r| r.until > now);
         // RFC 4862 §5.5.4: deprecated at the preferred lifetime, gone at the valid one.
         self.ip6
             .addrs
             .retain(|a| a.lft.is_none_or(|l| l.valid.is_none_or(|v| v > now)));
+        if (self.ip6.addrconf.routers.len(), self.ip6.addrs.len()) != held {
+            // A route gone: TCP's IPv6 header templates hold their next hop.
+            self.invalidate_tx_templates();
+        }
         for a in &mut self.ip6.addrs {
             if let Some(l) = a.lft
                 && l.preferred.is_some_and(|p| p <= now)

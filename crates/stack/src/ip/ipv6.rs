@@ -405,6 +405,12 @@ impl Stack {
     /// IPv6 input (Linux `ipv6_rcv` -> `ip6_rcv_core`, `ip6_input_finish`). `l2_multicast`:
     /// the frame came to a link-layer group address.
     pub(crate) fn ipv6_input(&mut self, now: Instant, bytes: &[u8], l2_multicast: bool) {
+        // An established connection's common segment goes straight to it (Linux
+        // `tcp_v6_early_demux`); the fast path makes the checks below itself, and leaves
+        // everything else, counted and changed nothing, to the general path.
+        if self.tcp_v6_early_demux(now, bytes, l2_multicast) {
+            return;
+        }
         self.mib.inc(Counter::Ip6InReceives);
         self.mib.add(Counter::Ip6InOctets, bytes.len() as u64);
         if bytes.len() < ipv6::HEADER_LEN {
@@ -781,7 +787,30 @@ impl Stack {
             return false;
         }
         let until = now + Duration::from_secs(self.sysctl.ip6_mtu_expires);
-        self.ip6.pmtu.lower(now, dst, mtu, until)
+        let lowered = self.ip6.pmtu.lower(now, dst, mtu, until);
+        if lowered {
+            // The IPv6 header templates hold the path MTU (`tcp::xmit6`).
+            self.invalidate_tx_templates();
+        }
+        lowered
+    }
+
+    /// The flow label of a packet `src` -> `dst` of a transport flow with `ports`
+    /// ([`Ip6State::flow_label`]) under `auto_flowlabels`; 0 without ports (ICMPv6,
+    /// Neighbor Discovery) or with the sysctl off.
+    pub(crate) fn ip6_flow_label(
+        &self,
+        src: Ipv6Addr,
+        dst: Ipv6Addr,
+        next_header: IpProtocol,
+        ports: Option<(u16, u16)>,
+    ) -> u32 {
+        match ports {
+            Some(ports) if self.sysctl.ip6_auto_flowlabels != 0 => {
+                self.ip6.flow_label(src, dst, next_header, ports)
+            }
+            _ => 0,
+        }
     }
 
     /// IPv6 output (Linux `ip6_xmit`, `ip6_finish_output`, `ip6_fragment`): source, route,
@@ -840,12 +869,7 @@ impl Stack {
             payload_len: out.payload_len,
             hop_limit,
             traffic_class: 0,
-            flow_label: match out.ports {
-                Some(ports) if self.sysctl.ip6_auto_flowlabels != 0 => {
-                    self.ip6.flow_label(src, out.dst, out.next_header, ports)
-                }
-                _ => 0,
-            },
+            flow_label: self.ip6_flow_label(src, out.dst, out.next_header, out.ports),
         };
         if ipv6::HEADER_LEN + out.payload_len > mtu {
             return Ok(Ip6Out::Fragments(Ip6Frags {
@@ -939,6 +963,11 @@ impl Stack {
         }
         if next_hop.is_multicast() {
             return self.eth_fill_and_push(frame, ndisc::multicast_mac(next_hop), full_reason);
+        }
+        // A reachable neighbour (the common case): its address from the table's last
+        // answer, as `dev_queue_xmit` asks for IPv4.
+        if let Some(mac) = self.neigh.hot(now, IpAddr::V6(next_hop), &self.sysctl) {
+            return self.eth_fill_and_push(frame, mac, full_reason);
         }
         let mut packet = Some(frame);
         let resolution = self.neigh.resolve(

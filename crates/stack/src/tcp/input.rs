@@ -13,17 +13,17 @@
 //! (TIME-WAIT, the end of the connection).
 //!
 //! The common segment is served by two fast paths, each falling back to the general path
-//! for anything unusual: IPv4 early demux ([`Stack::tcp_v4_early_demux`], Linux
-//! `tcp_v4_early_demux`) checks the IP and TCP headers in one pass over the bytes and
+//! for anything unusual: early demux ([`super::early_demux`], Linux `tcp_v4_early_demux`
+//! and `tcp_v6_early_demux`) checks the IP and TCP headers in one pass over the bytes and
 //! finds the connection; header prediction ([`tcp_header_predicted`], Linux
 //! `tcp_rcv_established`) takes an in-sequence ACK/PSH segment straight to the ACK.
 
-use core::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use core::net::{IpAddr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use core::time::Duration;
 
 use ustack_obs::{Counter, DropReason, Instant, Mib};
 use ustack_wire::tcp::Flags;
-use ustack_wire::{SeqNumber, checksum, ipv4, tcp};
+use ustack_wire::{SeqNumber, tcp};
 
 use super::buffer::{InsertResult, MemAsk};
 use super::cc::cubic::HystartExit;
@@ -141,131 +141,6 @@ impl Stack {
             remote: SocketAddrV4::new(inbound.repr.src_addr, seg.src_port),
         };
         self.tcp_dispatch(now, tuple, &seg);
-    }
-
-    /// IPv4 early demux (Linux `ip_rcv_finish` -> `tcp_v4_early_demux`, which finds the
-    /// established socket by one ehash lookup before routing and sets `skb->sk`): one
-    /// pass over the datagram's bytes that makes every check of the general path
-    /// ([`Stack::ipv4_input`], [`Stack::tcp_input`]) for the common segment, finds its
-    /// connection, and hands it to [`Stack::conn_input`] with no `ipv4::Repr` or
-    /// [`Inbound`] built and the TCP header read once.
-    ///
-    /// Taken only by an unfragmented datagram without IP options (RFC 791 §3.1: IHL 5),
-    /// to our unicast address from a valid source, carrying a TCP segment with only ACK
-    /// and PSH set and either no options or exactly `NOP NOP TS` (Linux
-    /// `tcp_parse_aligned_timestamp`), whose checksums verify (RFC 1122 §3.2.1.2 for the
-    /// IP header; RFC 9293 §3.1 for TCP, unless offloaded), for a connection in the
-    /// established table. Anything else (a bad checksum or length included) returns
-    /// false having changed and counted nothing, and the caller takes the general path,
-    /// which counts and drops it or handles it as before: the fast path never decides a
-    /// drop. The connection then runs every RFC 9293 step as before
-    /// ([`Sock::tcp_rcv_state_process`]: header prediction, PAWS, window acceptability,
-    /// RFC 5961).
-    #[inline]
-    pub(crate) fn tcp_v4_early_demux(&mut self, now: Instant, bytes: &[u8]) -> bool {
-        let Some(ip) = bytes.first_chunk::<{ ipv4::HEADER_LEN }>() else {
-            return false;
-        };
-        // Version 4 and IHL 5, protocol TCP (RFC 791 §3.1).
-        if ip[0] != 0x45 || ip[9] != u8::from(ustack_wire::IpProtocol::Tcp) {
-            return false;
-        }
-        // Not a fragment: MF clear and offset 0 (Linux `ip_is_fragment`). A total length
-        // past what arrived is `ip_rcv_core`'s IpTruncated; one without a whole TCP header
-        // is the general path's to drop.
-        let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
-        if u16::from_be_bytes([ip[6], ip[7]]) & 0x3fff != 0
-            || total > bytes.len()
-            || total < ipv4::HEADER_LEN + tcp::HEADER_LEN
-        {
-            return false;
-        }
-        let src = Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]);
-        let dst = Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]);
-        // To our unicast address (not a broadcast: RFC 9293 §3.9.1.3), from a source that
-        // is not a martian (RFC 1812 §5.3.7), as `ipv4_input` checks.
-        if dst != self.ipv4.addr
-            || Some(dst) == self.ipv4.broadcast()
-            || src.is_broadcast()
-            || src.is_multicast()
-            || src == self.ipv4.addr
-        {
-            return false;
-        }
-        // RFC 1122 §3.2.1.2: the header checksum.
-        if checksum::data20(ip) != 0xffff {
-            return false;
-        }
-        let seg = &bytes[ipv4::HEADER_LEN..total];
-        // Only ACK and PSH: no SYN, FIN, RST, URG, ECE or CWR (Linux `tcp_rcv_established`'s
-        // `pred_flags` leave those to the slow path too).
-        let flags = Flags(seg[13]);
-        if flags.0 & !Flags::PSH.0 != Flags::ACK.0 {
-            return false;
-        }
-        let header_len = usize::from(seg[12] >> 4) * 4;
-        let timestamp = match header_len {
-            tcp::HEADER_LEN => None,
-            32 if seg.len() >= 32 => match tcp::aligned_timestamp(&seg[tcp::HEADER_LEN..32]) {
-                Some(ts) => Some(ts),
-                None => return false,
-            },
-            _ => return false,
-        };
-        let src_port = u16::from_be_bytes([seg[0], seg[1]]);
-        let dst_port = u16::from_be_bytes([seg[2], seg[3]]);
-        if dst_port == 0 {
-            return false;
-        }
-        if !self.checksum_offload
-            && checksum::segment_sum_v4(ip, ustack_wire::IpProtocol::Tcp, seg) != 0xffff
-        {
-            // RFC 9293 §3.1: over the pseudo-header (the IP header's addresses, the
-            // protocol, the TCP length) and the segment.
-            return false;
-        }
-        let tuple = FourTuple {
-            local: SocketAddrV4::new(dst, dst_port),
-            remote: SocketAddrV4::new(src, src_port),
-        };
-        // The connection of the last segment, if this one is its (see `Tcp::demux_last`),
-        // else one lookup in the established table (Linux `__inet_lookup_established`).
-        let last = self.tcp.demux_last;
-        let index = match self.tcp.conns.by_index(last) {
-            Some(tcb) if tcb.tuple == tuple => last,
-            _ => {
-                let hash = self.tcp.ehash.hash(&tuple);
-                let Some(index) = self.tcp.lookup(hash, &tuple) else {
-                    return false;
-                };
-                self.tcp.demux_last = index;
-                index
-            }
-        };
-        // Committed: count what the general path counts for a delivered segment.
-        let _stage = ustack_obs::profile::enter(ustack_obs::profile::Stage::Demux);
-        self.mib.inc(Counter::IpInReceives);
-        self.mib.inc(Counter::IpInDelivers);
-        self.mib.inc(Counter::TcpInSegs);
-        self.tcp.early_demux += 1;
-        let seg = tcp::Repr {
-            src_port,
-            dst_port,
-            seq_number: SeqNumber(u32::from_be_bytes([seg[4], seg[5], seg[6], seg[7]])),
-            ack_number: SeqNumber(u32::from_be_bytes([seg[8], seg[9], seg[10], seg[11]])),
-            flags,
-            window_len: u16::from_be_bytes([seg[14], seg[15]]),
-            urgent_pointer: u16::from_be_bytes([seg[18], seg[19]]),
-            max_seg_size: None,
-            window_scale: None,
-            sack_permitted: false,
-            sack_ranges: [None; tcp::MAX_SACK_BLOCKS],
-            timestamp,
-            payload: &seg[header_len..],
-        };
-        let h = self.tcp.handle_of(index);
-        self.conn_input(now, h, &seg);
-        true
     }
 
     /// Linux `tcp_v6_rcv`: the same as [`Stack::tcp_input`] over IPv6. The checksum over

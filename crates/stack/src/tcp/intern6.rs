@@ -132,6 +132,16 @@ impl Intern6 {
         )
     }
 
+    /// Whether `t` is an IPv6 tuple whose addresses are `local` and `remote` (its ports
+    /// are the caller's to compare): early demux's check of its remembered connection,
+    /// two indexed reads where [`Intern6::find`] hashes.
+    #[inline]
+    pub(crate) fn names(&self, t: &FourTuple, local: Ipv6Addr, remote: Ipv6Addr) -> bool {
+        t.is_v6()
+            && self.locals.get(t.local.ip().to_bits() as usize - 1) == Some(&local)
+            && self.remotes.get(t.remote.ip().to_bits() as usize) == Some(&Some(remote))
+    }
+
     /// Whether enough entries came since the last sweep; `tuples`: what the tuple tables
     /// hold (the sweep's cost).
     pub(crate) fn needs_sweep(&self, tuples: usize) -> bool {

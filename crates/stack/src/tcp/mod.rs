@@ -36,6 +36,7 @@
 pub(crate) mod buffer;
 pub(crate) mod cc;
 pub(crate) mod clock32;
+pub(crate) mod early_demux;
 pub(crate) mod ehash;
 pub(crate) mod input;
 pub(crate) mod intern6;
@@ -53,7 +54,9 @@ pub(crate) mod syncookie;
 pub(crate) mod tcb;
 pub(crate) mod timer;
 pub(crate) mod tuple_hash;
+pub(crate) mod xmit;
 pub(crate) mod xmit4;
+pub(crate) mod xmit6;
 
 use core::net::{SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::collections::{BinaryHeap, VecDeque};
@@ -244,9 +247,12 @@ pub(crate) struct Tcp {
     pub(crate) xopts: hashbrown::HashMap<u32, tcb::SockOpts>,
     /// The IPv6 addresses of IPv6 tuples (see [`intern6`]).
     pub(crate) intern6: intern6::Intern6,
-    /// Segments that IPv4 early demux handed straight to their connection
-    /// (`Stack::tcp_v4_early_demux`; see [`crate::Stack::tcp_early_demux_hits`]).
+    /// Segments that early demux handed straight to their connection, both families
+    /// (see [`early_demux`] and [`crate::Stack::tcp_early_demux_hits`]).
     pub(crate) early_demux: u64,
+    /// Early demux is off ([`crate::Stack::set_tcp_early_demux`]): every segment takes
+    /// the general path.
+    pub(crate) early_demux_off: bool,
     /// The slab index of the connection early demux last found in the established table
     /// ([`DEMUX_NONE`] if none): a run of segments of one connection skips the keyed hash
     /// and the probe (as `neigh`'s hot entry does for a run of frames to one next hop).
@@ -305,6 +311,7 @@ impl Tcp {
             xopts: hashbrown::HashMap::new(),
             intern6: intern6::Intern6::new(secrets.hasher(b"tcp intern6")),
             early_demux: 0,
+            early_demux_off: false,
             demux_last: DEMUX_NONE,
         }
     }
@@ -1641,13 +1648,22 @@ impl Stack {
         }
     }
 
-    /// IPv4 segments that early demux took from the IP header straight to their
-    /// connection, one pass over the bytes (Linux `tcp_v4_early_demux`; see
-    /// docs/tcp.md, "receive fast path"). A ustack figure: Linux counts no such thing.
-    /// Every other segment takes the general path (`ip_rcv_core`, `tcp_v4_rcv`) with
-    /// the same checks and counters.
+    /// Segments, IPv4 and IPv6, that early demux took from the IP header straight to
+    /// their connection, one pass over the bytes (Linux `tcp_v4_early_demux`,
+    /// `tcp_v6_early_demux`; see docs/tcp.md, "receive fast path"). A ustack figure:
+    /// Linux counts no such thing. Every other segment takes the general path
+    /// (`ip_rcv_core`, `tcp_v4_rcv`; `ip6_rcv_core`, `tcp_v6_rcv`) with the same checks
+    /// and counters.
     pub fn tcp_early_demux_hits(&self) -> u64 {
         self.tcp.early_demux
+    }
+
+    /// Whether early demux serves the segments it can (on by default) or every segment
+    /// takes the general path. Both give the same connections' state, answers and
+    /// counters (but [`Stack::tcp_early_demux_hits`]): tests compare them.
+    #[doc(hidden)]
+    pub fn set_tcp_early_demux(&mut self, on: bool) {
+        self.tcp.early_demux_off = !on;
     }
 
     /// Whether the stack is under TCP memory pressure (above `tcp_mem.pressure` and not

@@ -91,6 +91,7 @@ pub(crate) fn default_mss(v6: bool) -> u16 {
 }
 
 /// Where a segment's payload comes from.
+#[derive(Clone, Copy)]
 pub(super) enum Payload {
     None,
     /// `len` bytes of the connection's send buffer, `offset` bytes after its head.
@@ -466,7 +467,8 @@ impl Stack {
     }
 
     /// Build one segment into an IP datagram and queue it (Linux `__tcp_transmit_skb`).
-    /// A synchronized connection's IPv4 segments take [`Stack::tcp_transmit4`] instead.
+    /// A synchronized connection's segments take its header template instead
+    /// ([`super::xmit`]).
     pub(super) fn tcp_emit(
         &mut self,
         now: Instant,
@@ -709,7 +711,6 @@ impl Stack {
             }
         }
         let tuple = tcb.tuple;
-        let template = tcb.active.tx_template;
         let mut repr = tcp::Repr {
             src_port: tuple.local.port(),
             dst_port: tuple.remote.port(),
@@ -745,12 +746,11 @@ impl Stack {
         } else {
             Payload::None
         };
-        if !tuple.is_v6()
-            && self.tcp_template_on
-            && let Some(tpl) = self.tcp_template(h, *tuple.remote.ip(), &template)
+        let segs = if gso > 0 { len.div_ceil(gso) } else { 1 };
+        if self.tcp_template_on
+            && let Some(sent) = self.tcp_transmit_templated(now, h, &tuple, &repr, payload, segs)
         {
-            let segs = if gso > 0 { len.div_ceil(gso) } else { 1 };
-            return self.tcp_transmit4(now, &tpl, &repr, payload, segs);
+            return sent;
         }
         if gso > 0 {
             // A super-segment goes only from the template (`tcp_tso_segs` checks it is

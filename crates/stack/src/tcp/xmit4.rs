@@ -1,34 +1,22 @@
-//! An established connection's IPv4 segments written in one pass from a header template.
+//! An established connection's IPv4 segments written in one pass from a header template
+//! (see [`super::xmit`] for what both families share and when a template is rebuilt).
 //!
-//! Linux keeps what every segment of a connection repeats in the socket (`inet_sk`: the
-//! addresses, ports, TTL, TOS; `sk_dst_cache`: the route) and `__tcp_transmit_skb` ->
-//! `ip_queue_xmit` only fills in what changes. ustack does the same: a
-//! [`HeaderTemplate`] holds the connection's IPv4 header with the per-segment fields
+//! A [`HeaderTemplate`] holds the connection's IPv4 header with the per-segment fields
 //! (total length, identification, checksum) zero, its checksum sum, the TCP
 //! pseudo-header's constant part (source, destination, protocol) and the next hop. Each
 //! segment copies the template into the device's frame, patches length and ID, finishes
-//! the IP checksum from the stored sum (RFC 1071 §2(B): sums of pieces add), writes the
-//! TCP header and its options (`NOP NOP TS`, SACK blocks) straight into the frame, copies
-//! the payload from the send buffer once, and sums the TCP checksum from the stored
-//! pseudo-header part: no `Repr` is serialized, and no byte is written twice.
-//!
-//! The template is kept in the connection's [`ActiveState`](super::tcb::ActiveState)
-//! (held while data flows; an idle connection's pure ACK builds one on the stack and
-//! drops it). It records the [`Stack::tx_gen`] it was built under: everything it holds
-//! that can change bumps that generation (the stack's sysctls: `ip_default_ttl`; the
-//! address, gateway and MTU are fixed for a stack's life), so a stale template is never
-//! used. What varies per connection and per segment (MSS and so segment sizes, window
-//! scale, timestamps on or off, SACK blocks) is not in it. Segments that need more
-//! (SYN options, IPv6, no route) take the general path, [`Stack::tcp_emit`].
+//! the IP checksum from the stored sum (RFC 1071 §2(B): sums of pieces add), then the TCP
+//! segment is written as [`super::xmit`] does for both families. The template holds the
+//! TTL (`ip_default_ttl`); the address, gateway and MTU are fixed for a stack's life.
 
 use core::net::Ipv4Addr;
 
 use ustack_obs::{Counter, DropReason, Instant};
-use ustack_wire::tcp::{self, option_kind};
+use ustack_wire::tcp;
 use ustack_wire::{IpProtocol, checksum, ipv4};
 
-use super::TcpHandle;
 use super::output::Payload;
+use super::xmit::{TcpHeaderShape, tcp_checksum, write_tcp_segment};
 use crate::Stack;
 
 /// What every IPv4 segment of one connection repeats (see the module docs).
@@ -86,33 +74,6 @@ impl Stack {
         })
     }
 
-    /// Connection `h`'s template: `cached` (what its active state holds) if still current,
-    /// else a new one, kept in the active state when the connection holds one.
-    #[inline]
-    pub(super) fn tcp_template(
-        &mut self,
-        h: TcpHandle,
-        dst: Ipv4Addr,
-        cached: &HeaderTemplate,
-    ) -> Option<HeaderTemplate> {
-        if cached.generation == self.tx_gen {
-            return Some(*cached);
-        }
-        self.tcp_template_refresh(h, dst)
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn tcp_template_refresh(&mut self, h: TcpHandle, dst: Ipv4Addr) -> Option<HeaderTemplate> {
-        let tpl = self.tcp_header_template(dst)?;
-        if let Some(tcb) = self.tcp.get_mut(h)
-            && tcb.active.is_held()
-        {
-            tcb.active.tx_template = tpl;
-        }
-        Some(tpl)
-    }
-
     /// Write one segment of a connection from its template into a frame and queue it
     /// (Linux `__tcp_transmit_skb` -> `ip_queue_xmit` for a connected socket): `repr`'s
     /// header with its timestamp and SACK options (the only ones a synchronized
@@ -129,16 +90,9 @@ impl Stack {
         payload: Payload,
         segs: usize,
     ) -> bool {
-        debug_assert!(
-            repr.max_seg_size.is_none() && repr.window_scale.is_none() && !repr.sack_permitted,
-            "SYN options take the general path"
-        );
         self.mib.inc(Counter::IpOutRequests);
-        let sacks = repr.sack_blocks_emitted();
-        let tcp_hlen = tcp::HEADER_LEN
-            + if repr.timestamp.is_some() { 12 } else { 0 }
-            + if sacks > 0 { 4 + 8 * sacks } else { 0 };
-        let tcp_len = tcp_hlen + payload.len();
+        let shape = TcpHeaderShape::of(repr);
+        let tcp_len = shape.len + payload.len();
         let total = ipv4::HEADER_LEN + tcp_len;
         // As ipv4_alloc: DF is set and TCP sizes segments to the MTU; a super-segment
         // (`gso`) is cut to the MTU by the device.
@@ -160,61 +114,17 @@ impl Stack {
         let ip_sum = checksum::combine(&[tpl.ip_sum, total as u16, ident]);
         ip[10..12].copy_from_slice(&checksum::finish(ip_sum).to_be_bytes());
 
-        let (h, rest) = seg.split_at_mut(tcp::HEADER_LEN);
-        h[0..2].copy_from_slice(&repr.src_port.to_be_bytes());
-        h[2..4].copy_from_slice(&repr.dst_port.to_be_bytes());
-        h[4..8].copy_from_slice(&repr.seq_number.0.to_be_bytes());
-        h[8..12].copy_from_slice(&repr.ack_number.0.to_be_bytes());
-        h[12] = ((tcp_hlen / 4) as u8) << 4;
-        h[13] = repr.flags.0;
-        h[14..16].copy_from_slice(&repr.window_len.to_be_bytes());
-        h[16..18].fill(0);
-        h[18..20].copy_from_slice(&repr.urgent_pointer.to_be_bytes());
-        let (opts, data) = rest.split_at_mut(tcp_hlen - tcp::HEADER_LEN);
-        let mut at = 0;
-        if let Some(ts) = repr.timestamp {
-            // Linux tcp_options_write: NOP NOP TS without SACK-permitted.
-            opts[0..4].copy_from_slice(&[
-                option_kind::NO_OPERATION,
-                option_kind::NO_OPERATION,
-                option_kind::TIMESTAMP,
-                10,
-            ]);
-            opts[4..8].copy_from_slice(&ts.tsval.to_be_bytes());
-            opts[8..12].copy_from_slice(&ts.tsecr.to_be_bytes());
-            at = 12;
-        }
-        if sacks > 0 {
-            write_sack_blocks(repr, sacks, &mut opts[at..]);
-        }
-        payload.write_payload(&self.tcp, data);
+        write_tcp_segment(&self.tcp, repr, shape, payload, seg);
         // A super-segment's checksum is the device's (virtio-net NEEDS_CSUM: it writes
         // the pseudo-header sum, the other end sums each piece).
         let sum = if self.checksum_offload || gso {
             0
         } else {
-            let sum = checksum::combine(&[tpl.pseudo, tcp_len as u16, checksum::data(seg)]);
-            checksum::finish(sum)
+            tcp_checksum(tpl.pseudo, seg)
         };
         seg[16..18].copy_from_slice(&sum.to_be_bytes());
         // Linux __tcp_transmit_skb: OutSegs counts tcp_skb_pcount segments.
         self.mib.add(Counter::TcpOutSegs, segs as u64);
         self.dev_queue_xmit(tpl.next_hop, frame, DropReason::DevQueueFull, now)
-    }
-}
-
-/// `NOP NOP SACK` and `sacks` blocks of `repr` (RFC 2018 §3), as `tcp::Repr::emit_header`
-/// lays them out.
-#[cold]
-fn write_sack_blocks(repr: &tcp::Repr, sacks: usize, out: &mut [u8]) {
-    out[0..4].copy_from_slice(&[
-        option_kind::NO_OPERATION,
-        option_kind::NO_OPERATION,
-        option_kind::SACK,
-        (2 + 8 * sacks) as u8,
-    ]);
-    for (i, (left, right)) in repr.sack_ranges.iter().flatten().take(sacks).enumerate() {
-        out[4 + 8 * i..8 + 8 * i].copy_from_slice(&left.0.to_be_bytes());
-        out[8 + 8 * i..12 + 8 * i].copy_from_slice(&right.0.to_be_bytes());
     }
 }

@@ -1,0 +1,121 @@
+//! An established connection's IPv6 segments written in one pass from a header template
+//! (see [`super::xmit`] for what both families share and when a template is rebuilt).
+//!
+//! A [`HeaderTemplate6`] holds the connection's 40-byte IPv6 header as
+//! [`Stack::ipv6_alloc`] writes it for the connection (traffic class 0; the flow label
+//! the general path derives from the tuple, RFC 6437 §3, or 0 without
+//! `auto_flowlabels`; Next Header TCP; the hop limit of `net.ipv6.conf.*.hop_limit` or a
+//! Router Advertisement's; our address and the peer's) with Payload Length zero, the TCP
+//! pseudo-header's constant part (addresses and Next Header, RFC 8200 §8.1), the next hop
+//! and the path MTU (Linux `ip6_mtu` on the socket's cached route) it was built under.
+//! Each segment copies the header into the device's frame and patches Payload Length;
+//! the TCP segment is written as [`super::xmit`] does for both families. Against the
+//! general path ([`Stack::tcp_emit`] -> `ipv6_alloc`), a segment saves the source
+//! selection, the route, the path-MTU lookup, the keyed hash of the flow label and the
+//! header's serialization. A segment larger than the template's path MTU (a Packet Too
+//! Big lowered it after the segment was sized: the general path fragments it) is left to
+//! the general path; a Packet Too Big that lowers a path MTU moves [`Stack::tx_gen`], so
+//! the next segments see the new one.
+
+use core::net::{Ipv6Addr, SocketAddr};
+
+use ustack_obs::{Counter, DropReason, Instant};
+use ustack_wire::{IpProtocol, checksum, ipv6, tcp};
+
+use super::output::Payload;
+use super::tcb::FourTuple;
+use super::xmit::{TcpHeaderShape, tcp_checksum, write_tcp_segment};
+use crate::Stack;
+
+/// What every IPv6 segment of one connection repeats (see the module docs).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HeaderTemplate6 {
+    /// [`Stack::tx_gen`] when built.
+    pub(crate) generation: u32,
+    /// The path MTU when built: larger segments take the general path.
+    mtu: u32,
+    /// Where the frames go on the link (the peer, or the router).
+    next_hop: Ipv6Addr,
+    /// The IPv6 header, Payload Length zero.
+    ip: [u8; ipv6::HEADER_LEN],
+    /// The sum of the TCP pseudo-header without its length: addresses, Next Header.
+    pseudo: u16,
+}
+
+impl Stack {
+    /// A template for the TCP segments of the IPv6 connection `tuple` (see the module
+    /// docs) at `now` (the path MTU then); `None` without a route, as
+    /// [`Stack::ipv6_alloc`] would find.
+    pub(crate) fn tcp_header_template6(
+        &self,
+        now: Instant,
+        tuple: &FourTuple,
+    ) -> Option<HeaderTemplate6> {
+        let (SocketAddr::V6(local), SocketAddr::V6(remote)) = self.tcp.addrs(tuple) else {
+            return None;
+        };
+        let (src, dst) = (*local.ip(), *remote.ip());
+        let next_hop = self.ip6.route(dst)?;
+        let repr = ipv6::Repr {
+            src_addr: src,
+            dst_addr: dst,
+            next_header: IpProtocol::Tcp,
+            payload_len: 0,
+            hop_limit: self.sysctl.ip6_hop_limit as u8,
+            traffic_class: 0,
+            flow_label: self.ip6_flow_label(
+                src,
+                dst,
+                IpProtocol::Tcp,
+                Some((local.port(), remote.port())),
+            ),
+        };
+        let mut ip = [0u8; ipv6::HEADER_LEN];
+        repr.emit(&mut ipv6::Packet::new_unchecked(&mut ip[..]));
+        Some(HeaderTemplate6 {
+            generation: self.tx_gen,
+            mtu: self.path_mtu6(now, dst) as u32,
+            next_hop,
+            ip,
+            pseudo: checksum::pseudo_header_v6(src, dst, IpProtocol::Tcp, 0),
+        })
+    }
+
+    /// Write one segment of a connection from its IPv6 template into a frame and queue it
+    /// (Linux `__tcp_transmit_skb` -> `inet6_csk_xmit` -> `ip6_xmit` for a connected
+    /// socket): the header, then `repr`'s TCP header with its timestamp and SACK options,
+    /// then `payload`, the checksum over the IPv6 pseudo-header (left zero under
+    /// [`crate::Config::checksum_offload`], as the general path does). The frame is the
+    /// one the general path writes, byte for byte, and counted as it counts it. `None`:
+    /// larger than the template's path MTU, nothing written or counted.
+    pub(super) fn tcp_transmit6(
+        &mut self,
+        now: Instant,
+        tpl: &HeaderTemplate6,
+        repr: &tcp::Repr,
+        payload: Payload,
+    ) -> Option<bool> {
+        let shape = TcpHeaderShape::of(repr);
+        let tcp_len = shape.len + payload.len();
+        let total = ipv6::HEADER_LEN + tcp_len;
+        if total > tpl.mtu as usize {
+            return None;
+        }
+        self.mib.inc(Counter::Ip6OutRequests);
+        let l2 = self.l2_len();
+        // Every byte of the headers is written below and the payload's by `write_payload`.
+        let mut frame = self.frame_overwritten(l2 + total);
+        let (ip, seg) = frame[l2..].split_at_mut(ipv6::HEADER_LEN);
+        ip.copy_from_slice(&tpl.ip);
+        ip[4..6].copy_from_slice(&(tcp_len as u16).to_be_bytes());
+        write_tcp_segment(&self.tcp, repr, shape, payload, seg);
+        let sum = if self.checksum_offload {
+            0
+        } else {
+            tcp_checksum(tpl.pseudo, seg)
+        };
+        seg[16..18].copy_from_slice(&sum.to_be_bytes());
+        self.mib.inc(Counter::TcpOutSegs);
+        Some(self.ip6_xmit(now, tpl.next_hop, frame, DropReason::DevQueueFull))
+    }
+}
