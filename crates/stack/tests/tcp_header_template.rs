@@ -141,7 +141,7 @@ fn run(template: bool, offload: bool) -> Run {
     t.write(h, b"after the TTL change");
     drain(&mut t, offload, &mut frames);
     snd = snd.wrapping_add(20);
-    t.send(Seg::ack(PEER_ISN + 430, snd).ts(104, our_ts).win(1000));
+    t.send(Seg::ack(PEER_ISN + 431, snd).ts(104, our_ts).win(1000));
     drain(&mut t, offload, &mut frames);
     // Four full segments, then a router's MTU of 1000: resent at once in pieces that fit,
     // and new data at the new size (RFC 1191; Linux tcp_simple_retransmit).
@@ -154,7 +154,7 @@ fn run(template: bool, offload: bool) -> Run {
     let mut after_pmtu = drain(&mut t, offload, &mut frames);
     snd = snd.wrapping_add(4 * 1448);
     t.now += ms;
-    t.send(Seg::ack(PEER_ISN + 430, snd).ts(105, our_ts).win(1000));
+    t.send(Seg::ack(PEER_ISN + 431, snd).ts(105, our_ts).win(1000));
     t.write(h, &vec![6; 2000]);
     after_pmtu.extend(drain(&mut t, offload, &mut frames));
     // FIN.
