@@ -37,6 +37,16 @@
 //! whichever of the two heads comes first: the same order, without the heap's sifting
 //! or the per-frame fault arithmetic.
 //!
+//! **Buffers.** [`FaultLine::send`] copies the frame into a buffer of the line's pool
+//! (at most 64 spares), and [`FaultLine::recv`] copies it out and keeps the buffer. The
+//! swapping calls copy nothing on a clean line: [`FaultLine::send_swap`] takes the
+//! sender's buffer itself and leaves a spare from the pool in its place, and
+//! [`FaultLine::recv_swap`] hands that buffer to the receiver and keeps the receiver's
+//! old one as the next spare, as a NIC's rings hand buffers between driver and device.
+//! Ownership moves with each buffer, so a frame the receiver holds is never a spare the
+//! sender writes into. A line with faults copies in `send_swap` (a duplicate needs a copy
+//! of its own), with the same draws as `send`.
+//!
 //! **Determinism.** All randomness comes from a ChaCha8 generator per line. Every frame
 //! that passes the MTU check draws the same number of random values whatever the
 //! configuration, so for one seed the loss pattern does not change when, say, jitter is
@@ -338,7 +348,61 @@ impl FaultLine {
         now: Instant,
         frame: &[u8],
         caps: DeviceCaps,
+        observe: impl FnMut(FaultEvent, &[u8]),
+    ) -> bool {
+        self.send_by(now, &mut &*frame, caps, observe, |frame, mut buf| {
+            buf.clear();
+            buf.extend_from_slice(frame);
+            buf
+        })
+    }
+
+    /// [`send`](Self::send) of an owned buffer, which a clean line keeps instead of
+    /// copying (the receiver gets this very buffer, see [`recv_swap`](Self::recv_swap)),
+    /// leaving a spare one from its pool in `frame` (empty, without capacity, if the pool
+    /// has none). A line with faults copies the frame as `send` does (a duplicate needs a
+    /// copy of its own), and `frame` stays as it was.
+    pub fn send_swap(
+        &mut self,
+        now: Instant,
+        frame: &mut Vec<u8>,
+        caps: DeviceCaps,
+        observe: impl FnMut(FaultEvent, &[u8]),
+    ) -> bool {
+        self.send_by(now, frame, caps, observe, core::mem::replace)
+    }
+
+    /// `send` and `send_swap`: on a clean line, `put` turns a spare from the pool (or an
+    /// empty buffer) into the buffer that goes on the wire, from `frame`.
+    #[inline]
+    fn send_by<F: AsRef<[u8]> + ?Sized>(
+        &mut self,
+        now: Instant,
+        frame: &mut F,
+        caps: DeviceCaps,
         mut observe: impl FnMut(FaultEvent, &[u8]),
+        put: impl FnOnce(&mut F, Vec<u8>) -> Vec<u8>,
+    ) -> bool {
+        if !self.admit(frame.as_ref(), caps, &mut observe) {
+            return false;
+        }
+        if self.takes_at_once(now) {
+            let spare = self.pool.pop().unwrap_or_default();
+            let buf = put(frame, spare);
+            self.push_at_once(now, buf);
+            return true;
+        }
+        self.send_faulty(now, frame.as_ref(), observe)
+    }
+
+    /// Count a frame sent and check it against the MTU: false (counted, observed) if it is
+    /// too big.
+    #[inline]
+    fn admit(
+        &mut self,
+        frame: &[u8],
+        caps: DeviceCaps,
+        observe: &mut impl FnMut(FaultEvent, &[u8]),
     ) -> bool {
         self.stats.sent += 1;
         let mtu = self.config.mtu.map_or(caps.mtu, |m| m.min(caps.mtu));
@@ -347,24 +411,38 @@ impl FaultLine {
             observe(FaultEvent::TooBig, frame);
             return false;
         }
-        // A clean line: the frame arrives as it is sent. It joins the FIFO unless the
-        // caller's clock went back (the FIFO stays in arrival order).
-        if self.clean && self.at_once.back().is_none_or(|f| f.arrive_at <= now) {
-            self.skipped_frames += 1;
-            let mut buf = self.pool.pop().unwrap_or_default();
-            buf.clear();
-            buf.extend_from_slice(frame);
-            let seq = self.next_seq;
-            self.next_seq += 1;
-            self.stats.in_flight += 1;
-            self.at_once.push_back(InFlight {
-                arrive_at: now,
-                seq,
-                frame: buf,
-            });
-            return true;
-        }
+        true
+    }
 
+    /// Whether a frame sent at `now` arrives as it is sent: the line is clean, and the
+    /// caller's clock did not go back (the FIFO stays in arrival order).
+    #[inline]
+    fn takes_at_once(&self, now: Instant) -> bool {
+        self.clean && self.at_once.back().is_none_or(|f| f.arrive_at <= now)
+    }
+
+    /// Put a clean line's frame on the FIFO, arriving at `now`.
+    #[inline]
+    fn push_at_once(&mut self, now: Instant, frame: Vec<u8>) {
+        self.skipped_frames += 1;
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.stats.in_flight += 1;
+        self.at_once.push_back(InFlight {
+            arrive_at: now,
+            seq,
+            frame,
+        });
+    }
+
+    /// [`send`](Self::send) past the MTU check on a line with faults (or a clean line
+    /// whose caller's clock went back): the draws, then each copy through the faults.
+    fn send_faulty(
+        &mut self,
+        now: Instant,
+        frame: &[u8],
+        mut observe: impl FnMut(FaultEvent, &[u8]),
+    ) -> bool {
         let mut draws = [0u64; DRAWS];
         if draws_nothing(&self.config) {
             // Every decision below is "no" whatever the draws: skip them (a ChaCha block
@@ -481,12 +559,18 @@ impl FaultLine {
         Some(frame)
     }
 
-    /// Keep a frame buffer for the next frames.
+    /// Keep a frame buffer for the next frames (at most 64 are kept; a buffer without
+    /// capacity is not worth keeping).
     #[inline]
     pub fn recycle(&mut self, frame: Vec<u8>) {
-        if self.pool.len() < POOL_MAX {
+        if self.pool.len() < POOL_MAX && frame.capacity() > 0 {
             self.pool.push(frame);
         }
+    }
+
+    /// Spare frame buffers the line keeps for its next frames (at most 64).
+    pub fn spare_buffers(&self) -> usize {
+        self.pool.len()
     }
 
     /// Receive the next frame that has arrived by `now`: copies it into `buf` (cut to
@@ -505,6 +589,42 @@ impl FaultLine {
             return None;
         }
         self.recv_due(now, buf, observe)
+    }
+
+    /// [`recv`](Self::recv) by handing over the frame's buffer: on `Some(n)` `buf` holds
+    /// the whole frame (`buf.len() == n`, never truncated) and the line keeps the buffer
+    /// `buf` held before as a spare for later frames (a sender's
+    /// [`send_swap`](Self::send_swap) takes it). `observe` hears
+    /// [`FaultEvent::Delivered`] with the frame.
+    #[inline]
+    pub fn recv_swap(
+        &mut self,
+        now: Instant,
+        buf: &mut Vec<u8>,
+        observe: impl FnOnce(FaultEvent, &[u8]),
+    ) -> Option<usize> {
+        // Nothing on the line (most polls of a busy loop): one test at the call, not a call.
+        if self.stats.in_flight == 0 {
+            return None;
+        }
+        self.recv_swap_due(now, buf, observe)
+    }
+
+    /// [`recv_swap`](Self::recv_swap) once a frame is on the line (due or not).
+    #[inline(never)]
+    fn recv_swap_due(
+        &mut self,
+        now: Instant,
+        buf: &mut Vec<u8>,
+        observe: impl FnOnce(FaultEvent, &[u8]),
+    ) -> Option<usize> {
+        let frame = self.pop_due(now)?;
+        let n = frame.len();
+        self.stats.bytes_delivered += n as u64;
+        observe(FaultEvent::Delivered, &frame);
+        let old = core::mem::replace(buf, frame);
+        self.recycle(old);
+        Some(n)
     }
 
     /// [`recv`](Self::recv) once a frame is on the line (due or not).

@@ -168,6 +168,33 @@ pub trait Device {
     fn send_batch(&mut self, now: Instant, frames: &[&[u8]]) -> usize {
         send_each(self, now, frames)
     }
+    /// [`send_batch`](Device::send_batch) of owned frame buffers, which the device may
+    /// keep instead of copying, as a driver's transmit ring holds the buffers it was
+    /// handed: in the place of each buffer it keeps it leaves a spare one (from the
+    /// frames it delivered, or empty, without capacity), which the caller reuses or drops.
+    /// A buffer the device keeps is the device's alone from then on; one it copies stays
+    /// as it was. Drops and counts as `send_batch`, and returns how many frames were
+    /// dropped.
+    ///
+    /// Provided: [`send_batch`](Device::send_batch) on the frames' bytes (every buffer
+    /// left to the caller).
+    fn send_swap(&mut self, now: Instant, frames: &mut [Vec<u8>]) -> usize {
+        send_swap_by_copy(self, now, frames)
+    }
+    /// [`recv`](Device::recv) that may hand over the frame's own buffer instead of
+    /// copying it, as a NIC's receive ring hands the driver a filled buffer and takes an
+    /// empty one in its place. On `Some(n)` the frame is `buf[..n]`. A device that swaps
+    /// puts its buffer holding the frame in `buf` (then `buf.len() == n`) and keeps the
+    /// caller's for later frames; a device that copies writes into `buf` as `recv` does,
+    /// so the caller passes a buffer as long as `recv` wants
+    /// ([`DeviceCaps::max_rx_frame_len`]) and gets it back at that length. A device does
+    /// one or the other, always: a caller that keeps passing the buffer it got back from
+    /// the same device needs to size it once.
+    ///
+    /// Provided: [`recv`](Device::recv) into `buf`.
+    fn recv_swap(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<usize> {
+        self.recv(now, buf)
+    }
     /// How many frames the device would take now without dropping one for lack of room,
     /// if it knows (a driver's transmit queue being stopped, `netif_tx_queue_stopped`);
     /// `None`: it does not, and frames it cannot take are dropped and counted. A caller
@@ -218,6 +245,30 @@ pub fn send_each<D: Device + ?Sized>(device: &mut D, now: Instant, frames: &[&[u
         .count()
 }
 
+/// [`Device::send_swap`] by copying: [`Device::send_batch`] on the buffers' bytes, in
+/// chunks of up to 64 frames (one call for a batch the runtime hands over), every buffer
+/// left to the caller. The trait's provided method, for wrappers that override
+/// `send_swap` and sometimes need it.
+pub fn send_swap_by_copy<D: Device + ?Sized>(
+    device: &mut D,
+    now: Instant,
+    frames: &mut [Vec<u8>],
+) -> usize {
+    const CHUNK: usize = 64;
+    if let [frame] = frames {
+        return device.send_batch(now, &[frame]);
+    }
+    let mut dropped = 0;
+    for chunk in frames.chunks(CHUNK) {
+        let mut slices: [&[u8]; CHUNK] = [&[]; CHUNK];
+        for (slot, frame) in slices.iter_mut().zip(chunk) {
+            *slot = frame;
+        }
+        dropped += device.send_batch(now, &slices[..chunk.len()]);
+    }
+    dropped
+}
+
 impl<D: Device + ?Sized> Device for &mut D {
     fn caps(&self) -> DeviceCaps {
         (**self).caps()
@@ -233,6 +284,12 @@ impl<D: Device + ?Sized> Device for &mut D {
     }
     fn send_batch(&mut self, now: Instant, frames: &[&[u8]]) -> usize {
         (**self).send_batch(now, frames)
+    }
+    fn send_swap(&mut self, now: Instant, frames: &mut [Vec<u8>]) -> usize {
+        (**self).send_swap(now, frames)
+    }
+    fn recv_swap(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<usize> {
+        (**self).recv_swap(now, buf)
     }
     fn tx_space(&mut self) -> Option<usize> {
         (**self).tx_space()
@@ -263,6 +320,12 @@ impl<D: Device + ?Sized> Device for Box<D> {
     }
     fn send_batch(&mut self, now: Instant, frames: &[&[u8]]) -> usize {
         (**self).send_batch(now, frames)
+    }
+    fn send_swap(&mut self, now: Instant, frames: &mut [Vec<u8>]) -> usize {
+        (**self).send_swap(now, frames)
+    }
+    fn recv_swap(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<usize> {
+        (**self).recv_swap(now, buf)
     }
     fn tx_space(&mut self) -> Option<usize> {
         (**self).tx_space()

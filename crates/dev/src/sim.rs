@@ -146,6 +146,21 @@ impl SimLink {
         }
     }
 
+    /// The line of frames sent by `from`, and the observer's call for its events.
+    #[inline]
+    fn line(&mut self, from: Side) -> (&mut FaultLine, impl FnMut(SimEvent, &[u8]) + '_) {
+        let line = match from {
+            Side::A => &mut self.a_to_b,
+            Side::B => &mut self.b_to_a,
+        };
+        let observer = &mut self.observer;
+        (line, move |event, bytes: &[u8]| {
+            if let Some(obs) = observer.as_mut() {
+                obs(event, from, bytes);
+            }
+        })
+    }
+
     fn dir_mut(&mut self, from: Side) -> &mut FaultLine {
         match from {
             Side::A => &mut self.a_to_b,
@@ -199,16 +214,35 @@ impl SimLink {
     /// as sent (true). See the [module docs](self) for what happens to it.
     pub fn send(&mut self, now: Instant, from: Side, frame: &[u8]) -> bool {
         let caps = self.caps();
-        let observer = &mut self.observer;
-        let line = match from {
-            Side::A => &mut self.a_to_b,
-            Side::B => &mut self.b_to_a,
-        };
-        line.send(now, frame, caps, |event, bytes| {
-            if let Some(obs) = observer.as_mut() {
-                obs(event, from, bytes);
-            }
-        })
+        let (line, observe) = self.line(from);
+        line.send(now, frame, caps, observe)
+    }
+
+    /// [`send`](Self::send) of an owned buffer: a clean direction keeps the buffer
+    /// itself and hands it to the receiver ([`recv_swap`](Self::recv_swap)), leaving a
+    /// spare one in `frame` (one the receiver gave back, or empty), as a ring hands
+    /// descriptors; a direction with faults copies it, as `send` (see
+    /// [`FaultLine::send_swap`]).
+    pub fn send_swap(&mut self, now: Instant, from: Side, frame: &mut Vec<u8>) -> bool {
+        let caps = self.caps();
+        let (line, observe) = self.line(from);
+        line.send_swap(now, frame, caps, observe)
+    }
+
+    /// [`recv`](Self::recv) by handing over the frame's buffer: on `Some(n)` `buf` holds
+    /// the whole frame (`buf.len() == n`) and the link keeps the buffer `buf` held before
+    /// for the sender's later frames (see [`FaultLine::recv_swap`]).
+    #[inline]
+    pub fn recv_swap(&mut self, now: Instant, to: Side, buf: &mut Vec<u8>) -> Option<usize> {
+        let (line, observe) = self.line(to.peer());
+        line.recv_swap(now, buf, observe)
+    }
+
+    /// Spare frame buffers the direction sent by `from` keeps (at most 64): the
+    /// receiver's, given back by [`recv_swap`](Self::recv_swap) or
+    /// [`recv`](Self::recv), for the sender's next frames.
+    pub fn spare_buffers(&self, from: Side) -> usize {
+        self.dir(from).spare_buffers()
     }
 
     /// Receive at port `to` the next frame that has arrived by `now`: copies it into `buf`
@@ -216,17 +250,8 @@ impl SimLink {
     /// number of bytes copied.
     #[inline]
     pub fn recv(&mut self, now: Instant, to: Side, buf: &mut [u8]) -> Option<usize> {
-        let from = to.peer();
-        let observer = &mut self.observer;
-        let line = match from {
-            Side::A => &mut self.a_to_b,
-            Side::B => &mut self.b_to_a,
-        };
-        line.recv(now, buf, |event, bytes| {
-            if let Some(obs) = observer.as_mut() {
-                obs(event, from, bytes);
-            }
-        })
+        let (line, observe) = self.line(to.peer());
+        line.recv(now, buf, observe)
     }
 
     /// When the next frame arrives at port `to` (`None`: nothing on the way to it).
@@ -329,6 +354,23 @@ impl<L: SimLinkRef> Device for SimPort<L> {
     fn send(&mut self, now: Instant, frame: &[u8]) -> bool {
         let side = self.side;
         self.link.with_mut(|l| l.send(now, side, frame))
+    }
+    /// Keeps each buffer (a clean direction) and leaves a spare in its place, see
+    /// [`SimLink::send_swap`].
+    fn send_swap(&mut self, now: Instant, frames: &mut [Vec<u8>]) -> usize {
+        let side = self.side;
+        self.link.with_mut(|l| {
+            let mut dropped = 0;
+            for frame in frames {
+                dropped += usize::from(!l.send_swap(now, side, frame));
+            }
+            dropped
+        })
+    }
+    /// Always swaps, see [`SimLink::recv_swap`].
+    fn recv_swap(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<usize> {
+        let side = self.side;
+        self.link.with_mut(|l| l.recv_swap(now, side, buf))
     }
     fn poll_at(&self) -> Option<Instant> {
         self.link.with(|l| l.poll_at(self.side))

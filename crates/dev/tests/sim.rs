@@ -702,3 +702,149 @@ fn clean_and_delayed_frames_arrive_in_time_order() {
     assert!(balanced(s), "{s:?}");
     assert_eq!((s.delivered, s.in_flight, s.delayed), (9, 0, 3));
 }
+
+/// Send `frames` A->B with `send_swap`, taking every frame due with `recv_swap` between
+/// sends and after; the deliveries, and the buffers the sender got back in place of its
+/// frames.
+fn run_swapped(l: &mut SimLink, frames: &[Vec<u8>], gap: Duration) -> (Vec<Delivery>, usize) {
+    let mut out = Vec::new();
+    let mut rx = vec![0u8; 2048];
+    let mut spares_with_capacity = 0;
+    let mut now = Instant::ZERO;
+    let mut take = |l: &mut SimLink, now: Instant, out: &mut Vec<Delivery>| {
+        while let Some(n) = l.recv_swap(now, Side::B, &mut rx) {
+            assert_eq!(rx.len(), n, "recv_swap hands over exactly the frame");
+            out.push((now, Side::B, rx.clone()));
+        }
+    };
+    for f in frames {
+        take(l, now, &mut out);
+        let mut buf = f.clone();
+        l.send_swap(now, Side::A, &mut buf);
+        if buf.capacity() > 0 {
+            spares_with_capacity += 1;
+        }
+        // The sender writes its next frame over whatever it got back.
+        buf.iter_mut().for_each(|b| *b = 0xee);
+        now += gap;
+    }
+    while let Some(t) = l.next_event() {
+        now = now.max(t);
+        take(l, now, &mut out);
+    }
+    (out, spares_with_capacity)
+}
+
+/// On a clean line a frame's buffer moves from sender to receiver, and the receiver's
+/// old buffer becomes the sender's spare (as a ring hands descriptors): every frame still
+/// arrives once, in order, byte for byte, whatever the sender writes into the spares it
+/// gets, and after the first frame the sender gets buffers back instead of allocating.
+#[test]
+fn swapped_buffers_deliver_frames_in_order_byte_exact() {
+    let frames: Vec<Vec<u8>> = (0..500u32)
+        .map(|i| frame(i, 20 + (i as usize * 37) % 1400))
+        .collect();
+    let mut l = link(3, SimConfig::default());
+    let (out, spares) = run_swapped(&mut l, &frames, Duration::from_micros(10));
+    let got: Vec<&Vec<u8>> = out.iter().map(|(_, _, f)| f).collect();
+    assert_eq!(got, frames.iter().collect::<Vec<_>>());
+    // Frame i's send finds the buffer that receiving frame i-1 gave back.
+    assert_eq!(spares, frames.len() - 1);
+    let s = l.stats(Side::A);
+    assert!(balanced(s), "{s:?}");
+    assert_eq!((s.delivered, s.in_flight, s.truncated), (500, 0, 0));
+    let bytes: usize = frames.iter().map(Vec::len).sum();
+    assert_eq!(s.bytes_delivered, bytes as u64);
+}
+
+/// A buffer the receiver holds is its own: frames sent while it holds one never land in
+/// it, however many spares the sender gets and scribbles over, and no spare the sender
+/// gets is the buffer the receiver holds.
+#[test]
+fn a_frame_the_receiver_holds_is_never_reused_by_the_sender() {
+    let mut l = link(4, SimConfig::default());
+    // Prime the pool: the receiver's buffers come back to the sender.
+    let mut rx = vec![0u8; 2048];
+    for i in 0..8 {
+        let mut f = frame(i, 100);
+        l.send_swap(Instant::ZERO, Side::A, &mut f);
+        l.recv_swap(Instant::ZERO, Side::B, &mut rx)
+            .expect("clean line");
+    }
+    let want = frame(1000, 300);
+    let mut f = want.clone();
+    l.send_swap(Instant::ZERO, Side::A, &mut f);
+    let mut held = Vec::new();
+    assert_eq!(l.recv_swap(Instant::ZERO, Side::B, &mut held), Some(300));
+    let held_at = held.as_ptr();
+    for i in 0..200 {
+        let mut f = frame(i, 1400);
+        l.send_swap(Instant::ZERO, Side::A, &mut f);
+        assert!(
+            f.capacity() == 0 || f.as_ptr() != held_at,
+            "spare {i} is the held frame"
+        );
+        f.iter_mut().for_each(|b| *b = 0xee);
+        let mut other = vec![0u8; 64];
+        assert_eq!(l.recv_swap(Instant::ZERO, Side::B, &mut other), Some(1400));
+        assert_eq!(other, frame(i, 1400));
+        assert_ne!(other.as_ptr(), held_at);
+    }
+    assert_eq!(held, want, "the held frame is as it arrived");
+}
+
+/// The line keeps at most 64 spare buffers, however many receivers give back.
+#[test]
+fn spare_buffer_pool_is_bounded() {
+    let mut l = link(5, SimConfig::default());
+    for i in 0..300 {
+        let mut f = frame(i, 200);
+        assert!(l.send_swap(Instant::ZERO, Side::A, &mut f));
+        assert_eq!(f.capacity(), 0, "nothing to give back yet");
+    }
+    assert_eq!(l.spare_buffers(Side::A), 0);
+    for i in 0..300 {
+        let mut rx = Vec::with_capacity(2048);
+        assert_eq!(l.recv_swap(Instant::ZERO, Side::B, &mut rx), Some(200));
+        assert_eq!(rx, frame(i, 200));
+        assert!(l.spare_buffers(Side::A) <= 64);
+    }
+    assert_eq!(l.spare_buffers(Side::A), 64);
+    // Plain receives give buffers back too, within the same bound.
+    for i in 0..100 {
+        l.send(Instant::ZERO, Side::A, &frame(i, 200));
+    }
+    let mut buf = [0u8; 2048];
+    while l.recv(Instant::ZERO, Side::B, &mut buf).is_some() {}
+    assert_eq!(l.spare_buffers(Side::A), 64);
+}
+
+/// With faults the swapping calls copy, and the same seed gives exactly what the copying
+/// calls give: loss, duplication, reordering, corruption, delay, jitter, rate and queue
+/// limit all still apply, draw for draw.
+#[test]
+fn swapping_calls_keep_every_fault_and_the_seeded_replay() {
+    let frames: Vec<Vec<u8>> = (0..3000u32)
+        .map(|i| frame(i, 60 + (i as usize * 7) % 1400))
+        .collect();
+    let gap = Duration::from_micros(40);
+    let mut copying = link(9, all_faults());
+    let mut want = Vec::new();
+    let mut now = Instant::ZERO;
+    for f in &frames {
+        take_ready(&mut copying, now, &mut want);
+        copying.send(now, Side::A, f);
+        now += gap;
+    }
+    while let Some(t) = copying.next_event() {
+        now = now.max(t);
+        take_ready(&mut copying, now, &mut want);
+    }
+    let mut swapping = link(9, all_faults());
+    let (got, _) = run_swapped(&mut swapping, &frames, gap);
+    assert_eq!(got, want);
+    let s = swapping.stats(Side::A);
+    assert_eq!(s, copying.stats(Side::A));
+    assert!(s.lost > 0 && s.duplicated > 0 && s.corrupted > 0 && s.reordered > 0);
+    assert!(s.queue_dropped > 0 && s.delayed > 0);
+}

@@ -131,6 +131,12 @@ impl Device for DynLink {
     fn send_batch(&mut self, now: Instant, frames: &[&[u8]]) -> usize {
         self.0.send_batch(now, frames)
     }
+    fn send_swap(&mut self, now: Instant, frames: &mut [Vec<u8>]) -> usize {
+        self.0.send_swap(now, frames)
+    }
+    fn recv_swap(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<usize> {
+        self.0.recv_swap(now, buf)
+    }
     fn tx_space(&mut self) -> Option<usize> {
         self.0.tx_space()
     }

@@ -939,15 +939,27 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
     fn round(&mut self) -> PollResult {
         self.close_dropped();
         let mut r = round(&mut self.shard, &self.clock);
+        // Timers armed (only then: an empty wheel is not advanced).
+        if !self.timers.is_empty() {
+            self.app_timers(&mut r);
+        }
+        self.stats.rounds += 1;
+        if !did_work(&r) {
+            self.stats.empty_rounds += 1;
+        }
+        r
+    }
+
+    /// The round's application timers: those due fire, at most [`APP_TIMER_BUDGET`].
+    #[inline(never)]
+    fn app_timers(&mut self, r: &mut PollResult) {
         let fired = &mut self.fired;
-        // Timers armed (only then: no stage boundary a round for an empty wheel).
-        let timers = (!self.timers.is_empty()).then(|| profile::enter(Stage::Timers));
+        let _timers = profile::enter(Stage::Timers);
         let n = self
             .timers
             .advance_budget(self.clock.now(), APP_TIMER_BUDGET, |_, token| {
                 fired.push_back(token)
             });
-        drop(timers);
         if n > 0 {
             self.stats.timers_fired += n as u64;
             r.timers = true;
@@ -955,11 +967,6 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
         if n == APP_TIMER_BUDGET {
             r.work_left = true;
         }
-        self.stats.rounds += 1;
-        if !did_work(&r) {
-            self.stats.empty_rounds += 1;
-        }
-        r
     }
 
     /// Move the stack's wake-ups onto the poller's ready list (reporting nothing: they
@@ -1175,6 +1182,9 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
     /// the stack's own protocol timers are kept by the stack, not here.
     pub fn add_timer(&mut self, deadline: Instant, token: u64) -> TimerId {
         self.touch();
+        // Rounds do not advance an empty wheel, so its clock may be old: the wheel walks
+        // up to the next round's `now` then, and fires nothing early (the timer's slot is
+        // cascaded down on the way).
         self.timers.arm(deadline, token)
     }
 

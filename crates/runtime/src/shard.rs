@@ -40,12 +40,16 @@
 //!
 //! Each transmit step takes up to [`TX_BATCH`] frames from the stack
 //! ([`Stack::poll_transmit`]) into a vector the shard keeps, hands them to the device in
-//! one [`Device::send_batch`] call, and then gives every buffer back to the stack
+//! one [`Device::send_swap`] call, and then gives every buffer back to the stack
 //! ([`Stack::recycle`]); it repeats until the stack's queue is empty or the step has
-//! handed over [`TX_QUOTA`] frames. The device copies
-//! each frame into its ring, so the buffers are free as soon as the call returns: the
-//! completion reclaim is immediate and needs no budget (`napi.rst`: "the budget ... should
-//! not be consumed by Tx completion"). A device with a costly publication step (the shm
+//! handed over [`TX_QUOTA`] frames. The device copies each frame into its ring, or (the
+//! sim link) keeps the frame's buffer and leaves a spare one in its place, so the
+//! buffers in hand are free as soon as the call returns: the completion reclaim is
+//! immediate and needs no budget (`napi.rst`: "the budget ... should not be consumed by
+//! Tx completion"). Receive goes the same way: [`Device::recv_swap`] copies the frame
+//! into the shard's buffer, or hands over the sim link's buffer holding it and keeps the
+//! shard's for the sender's next frames, so a frame crosses the sim link without a copy.
+//! A device with a costly publication step (the shm
 //! port's index store, fence and doorbell) takes it once per batch, as a Linux driver
 //! defers its doorbell while `netdev_xmit_more()` says more frames follow
 //! (`dev_hard_start_xmit` / `xmit_one` in `net/core/dev.c`).
@@ -67,7 +71,7 @@
 //! ring. On the shm link nothing is dropped however large the burst (docs/bench.md).
 //!
 //! Receive is not batched at the device: frames are taken one by one with
-//! [`Device::recv`] straight into the shard's buffer and handed to the stack, which keeps
+//! [`Device::recv_swap`] straight into the shard's buffer (or as the sim link's own) and handed to the stack, which keeps
 //! the budget checks per frame (below) exact. The shm port already returns receive
 //! completions lazily (once per [`PUBLISH_EVERY`](ustack_dev::shm::PUBLISH_EVERY) frames
 //! or when it catches up), so a receive batch would only add a copy.
@@ -458,7 +462,9 @@ impl<D: Device> Shard<D> {
             if self.stack.tx_room() == 0 {
                 return;
             }
-            let Some(len) = self.device.recv(now, &mut self.rx_buf) else {
+            // A device that swaps buffers (the sim link) hands over its own, holding the
+            // frame, and keeps this one: no copy (`Device::recv_swap`).
+            let Some(len) = self.device.recv_swap(now, &mut self.rx_buf) else {
                 return;
             };
             let csum_ok = self.device.rx_csum_unnecessary();
@@ -541,8 +547,9 @@ impl<D: Device> Shard<D> {
     }
 
     /// Hand at most [`TX_QUOTA`] of the frames the stack has queued to the device, in
-    /// batches of up to [`TX_BATCH`]; the device copies them, so the buffers go back to
-    /// the stack for its next frames (completion reclaim).
+    /// batches of up to [`TX_BATCH`]; the device copies them (or keeps them and leaves
+    /// spares), so the buffers in hand go back to the stack for its next frames
+    /// (completion reclaim).
     fn transmit_quota(&mut self, now: Instant, result: &mut PollResult) -> Quota {
         if !self.stack.tx_pending() {
             return Quota::Drained;
@@ -555,9 +562,15 @@ impl<D: Device> Shard<D> {
             && let Some(frame) = self.stack.poll_transmit(now)
         {
             if !self.stack.tx_pending() {
-                let dropped = self.device.send_batch(now, &[&frame]);
+                let mut frame = [frame];
+                let dropped = self.device.send_swap(now, &mut frame);
                 self.count_batch(1, dropped, result);
-                self.stack.recycle(frame);
+                let [frame] = frame;
+                // The frame's buffer if the device copied it, else the spare it left
+                // (worth keeping only with capacity).
+                if frame.capacity() > 0 {
+                    self.stack.recycle(frame);
+                }
                 return Quota::Drained;
             }
             // Taking it let waiting connections queue more: batch them all.
@@ -585,20 +598,12 @@ impl<D: Device> Shard<D> {
                 return Quota::Drained;
             }
             sent += n;
-            let dropped = match &self.tx_batch[..] {
-                // One frame (a request-response's usual round): no batch array to fill.
-                [frame] => self.device.send_batch(now, &[frame]),
-                batch => {
-                    let mut frames: [&[u8]; TX_BATCH] = [&[]; TX_BATCH];
-                    for (slot, frame) in frames.iter_mut().zip(batch) {
-                        *slot = frame;
-                    }
-                    self.device.send_batch(now, &frames[..n])
-                }
-            };
+            let dropped = self.device.send_swap(now, &mut self.tx_batch);
             self.count_batch(n, dropped, result);
             for frame in self.tx_batch.drain(..) {
-                self.stack.recycle(frame);
+                if frame.capacity() > 0 {
+                    self.stack.recycle(frame);
+                }
             }
             if n < want {
                 return Quota::Drained;

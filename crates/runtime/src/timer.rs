@@ -167,6 +167,10 @@ pub struct TimerWheel<T> {
     tick: u64,
     /// The latest tick `advance` was asked to reach (`>= tick`; more only when a budget ran out).
     clock: u64,
+    /// The latest `now` (nanoseconds) `advance` was given while the wheel was empty, not yet
+    /// folded into `clock`: an empty wheel's advance (every round of a loop without
+    /// application timers) only keeps the maximum, and the next `arm` divides it into ticks.
+    idle_now: u64,
     /// Number of levels in use (enough for the largest tick an `Instant` can name).
     levels: usize,
     /// Head of each slot's list (`level * 64 + index`), then the due list; `NIL` when empty.
@@ -216,6 +220,7 @@ impl<T> TimerWheel<T> {
             granularity,
             tick: now.as_nanos() / granularity,
             clock: now.as_nanos() / granularity,
+            idle_now: 0,
             levels,
             heads: vec![NIL; levels * LVL_SIZE + 1].into_boxed_slice(),
             occupied: vec![0; levels].into_boxed_slice(),
@@ -239,6 +244,12 @@ impl<T> TimerWheel<T> {
     /// # Panics
     /// If `u32::MAX - 1` timers are already armed.
     pub fn arm(&mut self, deadline: Instant, payload: T) -> TimerId {
+        if self.len == 0 {
+            // What the empty wheel's advances left to do: move the clock to the latest
+            // `now`, with nothing left to walk.
+            self.clock = self.clock.max(self.idle_now / self.granularity);
+            self.tick = self.clock;
+        }
         let deadline = deadline.as_nanos();
         let list = self.list_for(self.expiry_tick(deadline));
         let id = self.alloc(deadline, payload, list);
@@ -302,12 +313,13 @@ impl<T> TimerWheel<T> {
         budget: usize,
         f: impl FnMut(TimerId, T),
     ) -> usize {
-        self.clock = self.clock.max(now.as_nanos() / self.granularity);
         if self.len == 0 {
-            // Nothing armed (the due list is empty too): what the walk ends with, inline.
-            self.tick = self.clock;
+            // Nothing armed (the due list is empty too): only the latest `now` is kept, for
+            // the next `arm` to move the clock to (no division a round).
+            self.idle_now = self.idle_now.max(now.as_nanos());
             return 0;
         }
+        self.clock = self.clock.max(now.as_nanos() / self.granularity);
         self.advance_walk(budget, f)
     }
 

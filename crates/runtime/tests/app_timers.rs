@@ -346,3 +346,46 @@ fn timers_and_socket_events_in_one_poll_loop() {
         assert!(at >= d && at < d + TICK, "server timer {t} at {at:?}");
     }
 }
+
+/// A runtime's rounds leave an empty wheel alone: timers armed after a long idle stretch
+/// still fire in order, never early and less than one tick late, a deadline already past
+/// at once, and the wheel walks from where it was left.
+#[test]
+fn timers_armed_after_a_long_idle_stretch_fire_on_time() {
+    let (mut rt, _peer) = sim_runtime(Instant::ZERO);
+    for _ in 0..10 {
+        rt.run_once(Some(Duration::ZERO)).unwrap();
+    }
+    rt.clock().set(Instant::from_millis(100_000));
+    rt.run_once(Some(Duration::ZERO)).unwrap();
+    let start = rt.now();
+    let deadlines: HashMap<u64, Instant> = [
+        (1, start + Duration::from_millis(5)),
+        (2, start + Duration::from_secs(3)),
+        (3, start + Duration::from_nanos(1)),
+        (5, start + Duration::from_secs(300)),
+    ]
+    .into_iter()
+    .collect();
+    for (&token, &d) in &deadlines {
+        rt.add_timer(d, token);
+    }
+    // Already past: fires on the first round.
+    rt.add_timer(Instant::from_millis(50_000), 4);
+    let mut events = Events::with_capacity(8);
+    assert_eq!(rt.poll(&mut events, Some(Duration::ZERO)).unwrap(), 1);
+    assert_eq!(events.timers(), [4]);
+    assert_eq!(rt.now(), start);
+    let mut got = Vec::new();
+    for _ in 0..50 {
+        if got.len() == deadlines.len() {
+            break;
+        }
+        rt.poll(&mut events, Some(Duration::from_secs(400)))
+            .unwrap();
+        let now = rt.now();
+        got.extend(events.timers().iter().map(|&t| (t, now)));
+    }
+    assert_eq!(got.len(), deadlines.len(), "{got:?}");
+    check_delivery(&got, &deadlines);
+}

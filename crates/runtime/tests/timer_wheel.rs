@@ -1091,3 +1091,30 @@ fn timing_report() {
     );
     println!("  advance, nothing due {idle:7.1} ns per call");
 }
+
+/// An empty wheel still keeps time while it is advanced (a loop's rounds with no
+/// application timer armed), though it defers the clock's arithmetic to the next arm: a
+/// timer armed after a long idle stretch fires by the latest `now` the wheel was given,
+/// even when the caller's `now` then goes back, and no earlier than its deadline.
+#[test]
+fn an_idle_wheel_keeps_time_for_the_next_arm() {
+    let mut w: TimerWheel<&str> = TimerWheel::new(Instant::ZERO, Duration::from_millis(1));
+    for ms in 1..=1000 {
+        assert_eq!(
+            w.advance_budget(Instant::from_nanos(ms * MS), 64, |_, _| {}),
+            0
+        );
+    }
+    // The caller's clock goes back to 500 ms: the wheel's stays at 1 s.
+    w.advance(Instant::from_nanos(500 * MS), |_, _| {});
+    w.arm(Instant::from_nanos(800 * MS), "past");
+    assert_eq!(w.next_deadline(), Some(Instant::from_nanos(1000 * MS)));
+    assert_eq!(fire_all(&mut w, Instant::from_nanos(600 * MS)), ["past"]);
+    for ms in 1001..=2000 {
+        w.advance(Instant::from_nanos(ms * MS), |_, _| {});
+    }
+    w.arm(Instant::from_nanos(2005 * MS), "ahead");
+    assert_eq!(w.next_deadline(), Some(Instant::from_nanos(2005 * MS)));
+    assert!(fire_all(&mut w, Instant::from_nanos(2004 * MS)).is_empty());
+    assert_eq!(fire_all(&mut w, Instant::from_nanos(2005 * MS)), ["ahead"]);
+}
