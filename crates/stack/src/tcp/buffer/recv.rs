@@ -581,27 +581,56 @@ impl RecvBuffer {
     }
 
     /// Copy up to `out.len()` in-order bytes into `out`, freeing chunks as they empty.
-    /// Returns the bytes copied.
+    /// Returns the bytes copied. A read that ends within the head chunk (every read of
+    /// data that arrived in small segments, see [`RecvBuffer::append_in_order`]) is one
+    /// copy, inline; a longer one walks the chain out of line.
+    #[inline]
     pub fn read(&mut self, pool: &mut BufferPool, out: &mut [u8]) -> usize {
         let n = out.len().min(self.inorder.len as usize);
+        if n == 0 {
+            return 0;
+        }
+        let off = self.inorder.start as usize % CHUNK;
+        if n > CHUNK - off {
+            return self.read_chunks(pool, &mut out[..n]);
+        }
+        out[..n].copy_from_slice(&pool.chunk(self.inorder.head)[off..off + n]);
+        self.consume_head(pool, n);
+        if self.inorder.len == 0 {
+            self.release_ofo();
+        }
+        n
+    }
+
+    /// Take `k` bytes (all within the head chunk) off the front of the in-order chain,
+    /// freeing the head chunk when they were its last.
+    #[inline]
+    fn consume_head(&mut self, pool: &mut BufferPool, k: usize) {
+        let ch = &mut self.inorder;
+        ch.start = ch.start.wrapping_add(k as u32);
+        ch.len -= k as u32;
+        if ch.len == 0 || (ch.start as usize).is_multiple_of(CHUNK) {
+            let c = ch.head;
+            ch.head = pool.next(c);
+            if ch.head == NONE {
+                ch.tail = NONE;
+            }
+            pool.free(c);
+            self.chunks -= 1;
+        }
+    }
+
+    /// [`RecvBuffer::read`] of `out.len()` (`<=` readable) bytes spanning chunks.
+    #[inline(never)]
+    fn read_chunks(&mut self, pool: &mut BufferPool, out: &mut [u8]) -> usize {
+        let n = out.len();
         let mut done = 0;
         while done < n {
-            let ch = &mut self.inorder;
-            let off = ch.start as usize % CHUNK;
+            let off = self.inorder.start as usize % CHUNK;
             let k = (CHUNK - off).min(n - done);
-            out[done..done + k].copy_from_slice(&pool.chunk(ch.head)[off..off + k]);
+            out[done..done + k].copy_from_slice(&pool.chunk(self.inorder.head)[off..off + k]);
             done += k;
-            ch.start = ch.start.wrapping_add(k as u32);
-            ch.len -= k as u32;
-            if ch.len == 0 || (ch.start as usize).is_multiple_of(CHUNK) {
-                let c = ch.head;
-                ch.head = pool.next(c);
-                if ch.head == NONE {
-                    ch.tail = NONE;
-                }
-                pool.free(c);
-                self.chunks -= 1;
-            }
+            self.consume_head(pool, k);
         }
         self.release_ofo();
         n
