@@ -176,8 +176,8 @@ fn out_of_order_segments_and_filled_holes_read_back_in_order() {
 /// zero; a read too small to be worth announcing sends nothing; a read that opens the
 /// window sends one update, offering the free space (buffer less unread bytes, at most
 /// the unscaled field's 65,535) rounded down to the MSS; a further small read that does
-/// not double the window sends nothing. The unread data stays counted in the buffer
-/// memory, chunk by chunk.
+/// not double the window sends nothing, and one that opens a nearly used window to the
+/// whole buffer does. The unread data stays counted in the buffer memory, chunk by chunk.
 #[test]
 fn window_after_partial_reads() {
     let (mut t, h, ack) = open();
@@ -235,6 +235,19 @@ fn window_after_partial_reads() {
     // A small read after that does not double the window: nothing.
     assert_eq!(read_n(&mut t, h, 100), stream(21_000, 100));
     assert_eq!(t.recv_all(), vec![]);
-    assert_eq!(t.read(h), Some(stream(21_100, sent - 21_100)));
+
+    // The peer sends into the window offered until 5000 of it is left; a read of
+    // everything opens it to the whole buffer's worth: one update.
+    let right = sent + usize::from(upd[0].window);
+    while sent + 1000 <= right - 5000 {
+        send(&mut t, ack, sent, 1000);
+        sent += 1000;
+    }
+    t.advance(std::time::Duration::from_millis(200));
+    let unread = sent - 21_100;
+    assert_eq!(read_n(&mut t, h, unread), stream(21_100, unread));
+    let upd = t.recv_all();
+    assert_eq!(upd.len(), 1, "one window update: {upd:?}");
+    assert_eq!(usize::from(upd[0].window), offer(0));
     assert_eq!(buffer_bytes(&t), 0);
 }
