@@ -613,7 +613,23 @@ impl Stack {
         if 2 * u64::from(now_win) > u64::from(tcb.full_window()) {
             return false;
         }
+        // The new window is at most rcv_ssthresh rounded up to the scale's unit, or
+        // unscaled the window last offered ([`Tcb::free_window`] keeps it): when that
+        // ceiling is under twice the window still offered there is nothing to announce,
+        // found without computing the window (Linux tcp_cleanup_rbuf: "Optimize,
+        // __tcp_select_window() is not cheap"). A reader of small messages, whose window
+        // never grows past rcv_ssthresh, takes this return on every read.
+        let ceiling = if tcb.rcv_wscale > 0 {
+            tcb.rcv_ssthresh().next_multiple_of(1 << tcb.rcv_wscale)
+        } else {
+            tcb.rcv_ssthresh().max(tcb.rcv.wnd)
+        };
+        if u64::from(ceiling) < 2 * u64::from(now_win) {
+            debug_assert!(tcb.free_window(self.tcp.pool.under_pressure()) <= ceiling);
+            return false;
+        }
         let new_win = tcb.free_window(self.tcp.pool.under_pressure());
+        debug_assert!(new_win <= ceiling, "{new_win} over the ceiling {ceiling}");
         new_win != 0 && u64::from(new_win) >= 2 * u64::from(now_win)
     }
 

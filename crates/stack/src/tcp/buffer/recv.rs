@@ -415,6 +415,7 @@ impl RecvBuffer {
     /// overlaps or touches (each is merged away, or is a byte the segment carries) or that
     /// is pruned (each was stored by an earlier segment), plus the copy of the segment's
     /// bytes and < 2 KiB per extent merged.
+    #[inline]
     pub fn insert(
         &mut self,
         pool: &mut BufferPool,
@@ -425,6 +426,19 @@ impl RecvBuffer {
         if offset == 0 && self.ofo.is_none() {
             return self.append_in_order(pool, data, limit);
         }
+        self.insert_walk(pool, (offset, data), limit)
+    }
+
+    /// [`RecvBuffer::insert`] of `(offset, data)` with an out-of-order queue or
+    /// out-of-order data: the walk over the extents, out of line.
+    #[inline(never)]
+    fn insert_walk(
+        &mut self,
+        pool: &mut BufferPool,
+        seg: (usize, &[u8]),
+        limit: usize,
+    ) -> InsertResult {
+        let (offset, data) = seg;
         let mut res = InsertResult::default();
         let lim = limit.min(MAX_WINDOW);
         if offset >= lim || data.is_empty() {
@@ -567,27 +581,56 @@ impl RecvBuffer {
     }
 
     /// Copy up to `out.len()` in-order bytes into `out`, freeing chunks as they empty.
-    /// Returns the bytes copied.
+    /// Returns the bytes copied. A read that ends within the head chunk (every read of
+    /// data that arrived in small segments, see [`RecvBuffer::append_in_order`]) is one
+    /// copy, inline; a longer one walks the chain out of line.
+    #[inline]
     pub fn read(&mut self, pool: &mut BufferPool, out: &mut [u8]) -> usize {
         let n = out.len().min(self.inorder.len as usize);
+        if n == 0 {
+            return 0;
+        }
+        let off = self.inorder.start as usize % CHUNK;
+        if n > CHUNK - off {
+            return self.read_chunks(pool, &mut out[..n]);
+        }
+        out[..n].copy_from_slice(&pool.chunk(self.inorder.head)[off..off + n]);
+        self.consume_head(pool, n);
+        if self.inorder.len == 0 {
+            self.release_ofo();
+        }
+        n
+    }
+
+    /// Take `k` bytes (all within the head chunk) off the front of the in-order chain,
+    /// freeing the head chunk when they were its last.
+    #[inline]
+    fn consume_head(&mut self, pool: &mut BufferPool, k: usize) {
+        let ch = &mut self.inorder;
+        ch.start = ch.start.wrapping_add(k as u32);
+        ch.len -= k as u32;
+        if ch.len == 0 || (ch.start as usize).is_multiple_of(CHUNK) {
+            let c = ch.head;
+            ch.head = pool.next(c);
+            if ch.head == NONE {
+                ch.tail = NONE;
+            }
+            pool.free(c);
+            self.chunks -= 1;
+        }
+    }
+
+    /// [`RecvBuffer::read`] of `out.len()` (`<=` readable) bytes spanning chunks.
+    #[inline(never)]
+    fn read_chunks(&mut self, pool: &mut BufferPool, out: &mut [u8]) -> usize {
+        let n = out.len();
         let mut done = 0;
         while done < n {
-            let ch = &mut self.inorder;
-            let off = ch.start as usize % CHUNK;
+            let off = self.inorder.start as usize % CHUNK;
             let k = (CHUNK - off).min(n - done);
-            out[done..done + k].copy_from_slice(&pool.chunk(ch.head)[off..off + k]);
+            out[done..done + k].copy_from_slice(&pool.chunk(self.inorder.head)[off..off + k]);
             done += k;
-            ch.start = ch.start.wrapping_add(k as u32);
-            ch.len -= k as u32;
-            if ch.len == 0 || (ch.start as usize).is_multiple_of(CHUNK) {
-                let c = ch.head;
-                ch.head = pool.next(c);
-                if ch.head == NONE {
-                    ch.tail = NONE;
-                }
-                pool.free(c);
-                self.chunks -= 1;
-            }
+            self.consume_head(pool, k);
         }
         self.release_ofo();
         n
@@ -597,7 +640,11 @@ impl RecvBuffer {
     /// `tcp_rcv_established`'s `tcp_queue_rcv`: the segment joins the receive queue's
     /// tail): the bytes under `limit` are copied once onto the in-order chain and the rest
     /// dropped, exactly as `insert` does for them (nothing to prune, no extent to merge),
-    /// without its out-of-order walk.
+    /// without its out-of-order walk. A segment that fits in the room left in the tail
+    /// chunk is copied into it (Linux `tcp_try_coalesce`: a small segment joins the tail
+    /// skb instead of being queued with its own buffer); one that fits in the rest of its
+    /// aligned block takes one new chunk; only a segment crossing a block boundary walks
+    /// the general append.
     #[inline]
     fn append_in_order(
         &mut self,
@@ -612,14 +659,15 @@ impl RecvBuffer {
         let room = limit
             .min(MAX_WINDOW)
             .saturating_sub(self.inorder.len as usize);
-        let mut mem = ChargedPool {
-            held: self.chunks,
-            recs: 0,
-            cap: usize::MAX,
-            pool,
+        let take = &data[..data.len().min(room)];
+        let off = self.inorder.end() as usize % CHUNK;
+        let n = if take.is_empty() {
+            0
+        } else if take.len() <= CHUNK - off {
+            self.append_in_block(pool, off, take)
+        } else {
+            self.append_blocks(pool, take)
         };
-        let n = mem.append(&mut self.inorder, &data[..data.len().min(room)]);
-        self.chunks = mem.held;
         // A buffer left empty (nothing fitted) holds no map: there is none to release.
         InsertResult {
             advanced: n,
@@ -627,6 +675,46 @@ impl RecvBuffer {
             dropped: data.len() - n,
             ..InsertResult::default()
         }
+    }
+
+    /// Store `data` (non-empty, within the aligned block of `rcv_nxt`, which is at offset
+    /// `off` of it) at the end of the in-order chain: into the tail chunk when the block's
+    /// chunk is already there (coalescing), else into one new chunk. Returns the bytes
+    /// stored (0 when the pool has no chunk).
+    #[inline]
+    fn append_in_block(&mut self, pool: &mut BufferPool, off: usize, data: &[u8]) -> usize {
+        let ch = &mut self.inorder;
+        let c = if ch.len > 0 && off != 0 {
+            ch.tail
+        } else {
+            let Some(c) = pool.alloc() else { return 0 };
+            if ch.head == NONE {
+                ch.head = c;
+            } else {
+                pool.set_next(ch.tail, c);
+            }
+            ch.tail = c;
+            self.chunks += 1;
+            c
+        };
+        pool.chunk_mut(c)[off..off + data.len()].copy_from_slice(data);
+        ch.len += data.len() as u32;
+        data.len()
+    }
+
+    /// Append `data` across aligned blocks (the general case of
+    /// [`RecvBuffer::append_in_order`]), out of line.
+    #[inline(never)]
+    fn append_blocks(&mut self, pool: &mut BufferPool, data: &[u8]) -> usize {
+        let mut mem = ChargedPool {
+            held: self.chunks,
+            recs: 0,
+            cap: usize::MAX,
+            pool,
+        };
+        let n = mem.append(&mut self.inorder, data);
+        self.chunks = mem.held;
+        n
     }
 
     /// Copy up to `out.len()` in-order bytes without taking them (`recv(MSG_PEEK)`;
