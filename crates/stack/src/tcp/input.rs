@@ -408,7 +408,7 @@ impl Stack {
         let tcb = &mut *sk.tcb;
         tcb.error = soft.or(error);
         tcb.sndbuf.clear(sk.pool);
-        tcb.rtx = super::scoreboard::RtxQueue::new();
+        tcb.rtx.clear_reusing(sk.spare_board);
         tcb.timers = super::tcb::Timers::NONE;
         tcb.flags.clear(TcbFlags::LOSS_PROBE);
         self.tcp.unhash(h);

@@ -340,12 +340,12 @@ impl Stack {
         if !self.tcp_tx_throttle(h, false) {
             self.tcp_emit(now, tuple, &repr, Payload::None);
         }
-        let Some(tcb) = self.tcp.get_mut(h) else {
+        let Some((tcb, spare)) = self.tcp.get_with_spare(h) else {
             return;
         };
         if !retransmit {
             tcb.snd.nxt = iss + 1;
-            tcb.rtx.push(iss, iss + 1, now);
+            tcb.rtx.push_reusing(iss, iss + 1, now, spare);
         }
         tcb.timers.retransmit = Deadline::at(now + tcb.rtt.rto().max(TIMEOUT_INIT));
         tcb.flags.clear(TcbFlags::LOSS_PROBE);
