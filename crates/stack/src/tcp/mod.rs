@@ -467,7 +467,16 @@ impl Tcp {
 
     /// Put a new connection in the slab and the established table.
     pub(crate) fn insert(&mut self, tcb: Tcb) -> TcpHandle {
-        let hash = self.ehash.hash(&tcb.tuple);
+        self.insert_hashed(self.ehash.hash(&tcb.tuple), tcb)
+    }
+
+    /// [`Tcp::insert`] of a connection whose tuple's hash the caller has already (the
+    /// segment's that completed the handshake, or the one the port search computed).
+    pub(crate) fn insert_hashed(&mut self, hash: tuple_hash::TupleHash, tcb: Tcb) -> TcpHandle {
+        debug_assert!(
+            hash == self.ehash.hash(&tcb.tuple),
+            "the hash of another tuple"
+        );
         debug_assert!(
             self.lookup(hash, &tcb.tuple).is_none(),
             "tuple already held"
