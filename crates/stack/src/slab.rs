@@ -116,6 +116,23 @@ impl<T> Slab<T> {
         Some(self.slots.get(index as usize)?.generation)
     }
 
+    /// Drop the value in its slot (not moved out first, as [`Slab::remove`] does);
+    /// whether there was one. The slot's generation moves on and the slot is reused later.
+    pub fn discard(&mut self, index: u32, generation: u32) -> bool {
+        let Some(slot) = self
+            .slots
+            .get_mut(index as usize)
+            .filter(|s| s.generation == generation && s.value.is_some())
+        else {
+            return false;
+        };
+        slot.value = None;
+        slot.generation = slot.generation.wrapping_add(1);
+        self.free.push(index);
+        self.len -= 1;
+        true
+    }
+
     /// Take the value out; the slot's generation moves on and the slot is reused later.
     pub fn remove(&mut self, index: u32, generation: u32) -> Option<T> {
         let slot = self

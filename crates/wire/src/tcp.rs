@@ -711,6 +711,34 @@ pub fn aligned_timestamp(options: &[u8]) -> Option<TcpTimestamp> {
     }
 }
 
+/// The options of a SYN or SYN-ACK whose block is exactly Linux's (and ustack's) usual
+/// one, `MSS SACKOK TS NOP WS` (20 bytes, `tcp_options_write`'s order with SACK and
+/// timestamps on): MSS (`None` for 0, as the full parse), TSval/TSecr and the window-scale
+/// shift (clamped to [`MAX_WINDOW_SHIFT`]), read in one comparison; SACK-permitted is
+/// implied. `None` for any other block, which the full parse ([`Repr::parse`]) reads; for
+/// this one the full parse gives the same result. Linux parses every SYN with the full
+/// loop (`tcp_parse_options`); a connection's two SYNs are where that loop's cost is.
+#[inline]
+pub fn aligned_syn_options(options: &[u8]) -> Option<(Option<u16>, TcpTimestamp, u8)> {
+    use option_kind::*;
+    let o: &[u8; 20] = options.try_into().ok()?;
+    if o[..2] != [MAX_SEG_SIZE, 4]
+        || o[4..8] != [SACK_PERMITTED, 2, TIMESTAMP, 10]
+        || o[16..19] != [NO_OPERATION, WINDOW_SCALE, 3]
+    {
+        return None;
+    }
+    let word = |i: usize| u32::from_be_bytes([o[i], o[i + 1], o[i + 2], o[i + 3]]);
+    Some((
+        Some(u16::from_be_bytes([o[2], o[3]])).filter(|&m| m != 0),
+        TcpTimestamp {
+            tsval: word(8),
+            tsecr: word(12),
+        },
+        o[19].min(MAX_WINDOW_SHIFT),
+    ))
+}
+
 /// A parsed, validated TCP segment.
 ///
 /// Option fields hold what the segment carried, whatever its flags. RFC 7323 §2.2 sends the
@@ -823,6 +851,16 @@ impl<'a> Repr<'a> {
         let options = packet.options();
         if let Some(ts) = aligned_timestamp(options) {
             repr.timestamp = Some(ts);
+            return Ok(repr);
+        }
+        // The usual SYN's and SYN-ACK's block, likewise (see `aligned_syn_options`).
+        if flags.contains(Flags::SYN)
+            && let Some((mss, ts, shift)) = aligned_syn_options(options)
+        {
+            repr.max_seg_size = mss;
+            repr.sack_permitted = true;
+            repr.timestamp = Some(ts);
+            repr.window_scale = Some(shift);
             return Ok(repr);
         }
         for option in TcpOptionsIter::new(options) {

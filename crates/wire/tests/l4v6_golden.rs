@@ -521,6 +521,44 @@ fn mss_zero_is_taken_as_absent() {
     );
 }
 
+/// The usual SYN block (`MSS SACKOK TS NOP WS`) is read in one comparison
+/// (`tcp::aligned_syn_options`): whatever its values (an MSS of 0, a shift above 14, any
+/// timestamps), the segment parses as the same options laid out otherwise (`NOP WS` first,
+/// `NOP NOP SACKOK`, `NOP NOP TS`: 24 bytes), which the full parse reads.
+#[test]
+fn the_usual_syn_options_parse_as_the_full_parse_reads_them() {
+    for (mss, shift, tsval, tsecr) in [
+        (1460u16, 10u8, 0x5007_4d0eu32, 0u32),
+        (0, 0, 0, 0),
+        (65_535, 14, u32::MAX, 1),
+        (536, 15, 1, u32::MAX),
+        (1, 255, 0x8000_0000, 0x7fff_ffff),
+    ] {
+        let [m0, m1] = mss.to_be_bytes();
+        let ([v0, v1, v2, v3], [e0, e1, e2, e3]) = (tsval.to_be_bytes(), tsecr.to_be_bytes());
+        let fast = edited_syn(|b| {
+            b[22..24].copy_from_slice(&[m0, m1]);
+            b[28..36].copy_from_slice(&[v0, v1, v2, v3, e0, e1, e2, e3]);
+            b[39] = shift;
+        });
+        let p = tcp::Packet::new_checked(&fast[..]).unwrap();
+        let opts: [u8; 20] = p.options().try_into().unwrap();
+        assert!(tcp::aligned_syn_options(&opts).is_some(), "the fast layout");
+        let fast_repr = tcp::Repr::parse(&p, &LINUX_V4, &PEER_V4, true).unwrap();
+        // The same options in another order, 4 bytes longer: doff 11.
+        let mut slow = LINUX_SYN[..20].to_vec();
+        slow[12] = 0xb0;
+        slow.extend_from_slice(&[1, 3, 3, shift, 2, 4, m0, m1, 1, 1, 4, 2]);
+        slow.extend_from_slice(&[1, 1, 8, 10, v0, v1, v2, v3, e0, e1, e2, e3]);
+        tcp::Packet::new_unchecked(&mut slow[..]).fill_checksum(&LINUX_V4, &PEER_V4);
+        let q = tcp::Packet::new_checked(&slow[..]).unwrap();
+        assert!(tcp::aligned_syn_options(q.options()).is_none());
+        let slow_repr = tcp::Repr::parse(&q, &LINUX_V4, &PEER_V4, true).unwrap();
+        assert_eq!(fast_repr, slow_repr, "mss {mss} shift {shift}");
+        assert!(fast_repr.sack_permitted && fast_repr.timestamp.is_some());
+    }
+}
+
 #[test]
 fn data_offset_checks() {
     // doff 4: below the fixed header.

@@ -196,7 +196,7 @@ impl Stack {
             return self.request_input(now, tuple, hash, seg);
         }
         if let Some(listener) = self.tcp_listener_for(&tuple) {
-            return self.listen_input(now, listener, tuple, seg);
+            return self.listen_input(now, listener, tuple, hash, seg);
         }
         // RFC 9293 §3.10.7.1 CLOSED: "An incoming segment containing a RST is discarded. An
         // incoming segment not containing a RST causes a RST to be sent in response."
@@ -284,7 +284,7 @@ impl Stack {
         tcb.error = soft.or(error);
         tcb.sndbuf.clear(sk.pool);
         if let Some(q) = tcb.rtx_mut() {
-            *q = super::scoreboard::RtxQueue::new();
+            q.clear_reusing(sk.spare_board);
         }
         tcb.timers = super::tcb::Timers::NONE;
         tcb.flags.clear(TcbFlags::LOSS_PROBE);

@@ -399,6 +399,7 @@ impl Stack {
         now: Instant,
         listener: u32,
         tuple: FourTuple,
+        hash: TupleHash,
         seg: &tcp::Repr,
     ) {
         let f = seg.flags;
@@ -424,7 +425,7 @@ impl Stack {
             if !f.contains(tcp::Flags::SYN)
                 && self.sysctl.tcp_syncookies != 0
                 && recent_overflow
-                && self.cookie_ack(now, listener, tuple, seg)
+                && self.cookie_ack(now, listener, tuple, hash, seg)
             {
                 return;
             }
@@ -512,7 +513,6 @@ impl Stack {
             expires: Ms32::ceil(now + TIMEOUT_INIT),
             synack_us: RequestSock::synack_stamp(now),
         };
-        let hash = self.tcp.requests.hash(&tuple);
         self.tcp.requests.insert(hash, tuple, req);
         if let Some(l) = self.tcp.listeners.by_index(listener) {
             l.syn_qlen += 1;
@@ -577,6 +577,7 @@ impl Stack {
         now: Instant,
         listener: u32,
         tuple: FourTuple,
+        hash: TupleHash,
         seg: &tcp::Repr,
     ) -> bool {
         let (local, remote) = self.tcp.addrs(&tuple);
@@ -616,7 +617,7 @@ impl Stack {
             expires: Ms32::ceil(now),
             synack_us: 0,
         };
-        self.request_complete(now, tuple, req, seg, true);
+        self.request_complete(now, tuple, hash, req, seg, true);
         true
     }
 
@@ -689,7 +690,7 @@ impl Stack {
             self.tcp_send_reset(now, tuple, seg.ack_number, None);
             return self.mib.drop(DropReason::TcpAckUnsentData);
         }
-        self.request_complete(now, tuple, req, seg, false);
+        self.request_complete(now, tuple, hash, req, seg, false);
     }
 
     /// The final ACK of a handshake: the request becomes a connection in the accept
@@ -698,11 +699,11 @@ impl Stack {
         &mut self,
         now: Instant,
         tuple: FourTuple,
+        hash: TupleHash,
         req: RequestSock,
         seg: &tcp::Repr,
         cookie: bool,
     ) {
-        let hash = self.tcp.requests.hash(&tuple);
         let Some(l) = self.tcp.listeners.by_index(req.listener) else {
             self.request_drop(hash, &tuple);
             return;
@@ -775,7 +776,7 @@ impl Stack {
         // cookie) means RTO 3 s (Linux tcp_init_transfer -> tcp_init_metrics: "We've
         // failed to get a valid RTT sample from 3WHS ... Reset the RTO back to 3secs").
         tcb.rtt.use_fallback_rto();
-        let h = self.tcp.insert(tcb);
+        let h = self.tcp.insert_hashed(hash, tcb);
         // The listener's TCP_KEEP* and TCP_MAXSEG (Linux `sk_clone_lock`).
         if !inherited.is_empty() {
             self.tcp.xopts_update(h, |o| *o = inherited);

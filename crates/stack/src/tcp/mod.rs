@@ -227,6 +227,9 @@ pub(crate) struct Tcp {
     /// A retransmission-queue board kept for reuse (see [`scoreboard::SpareBoard`]).
     pub(crate) spare_board: scoreboard::SpareBoard,
     pub(crate) isn: isn::IsnGenerator,
+    /// The last IPv4 address pair asked for and its timestamp offset (see
+    /// [`Tcp::ts_offset`]).
+    ts_offset_last: core::cell::Cell<Option<(u64, u32)>>,
     pub(crate) cookies: syncookie::SynCookies,
     /// The stack-wide allowance of challenge ACKs (see [`sock::Sock::challenge_ack_allowed`]).
     pub(crate) challenge: ChallengeAckLimit,
@@ -297,6 +300,7 @@ impl Tcp {
             pool: Self::pool(sysctl),
             spare_board: scoreboard::SpareBoard::default(),
             isn: isn::IsnGenerator::from_secrets(secrets),
+            ts_offset_last: core::cell::Cell::new(None),
             cookies: syncookie::SynCookies::from_secrets(secrets),
             challenge: ChallengeAckLimit {
                 second: u64::MAX,
@@ -379,9 +383,24 @@ impl Tcp {
     }
 
     /// The timestamp offset of `t`'s address pair (see [`isn::IsnGenerator::ts_offset`]).
+    /// The last IPv4 pair's offset is kept: both ends of a handshake ask for it (the SYN's
+    /// request and its connection, or `connect` and its SYN), and a server's connections
+    /// mostly come from few peers, so a keyed hash per connection is saved (the offset is
+    /// a function of the pair, so the cache changes no value).
     pub(crate) fn ts_offset(&self, t: &FourTuple) -> u32 {
-        let (l, r) = self.addrs(t);
-        self.isn.ts_offset(l.ip(), r.ip())
+        if t.is_v6() {
+            let (l, r) = self.addrs(t);
+            return self.isn.ts_offset(l.ip(), r.ip());
+        }
+        let pair = (u64::from(t.local.ip().to_bits()) << 32) | u64::from(t.remote.ip().to_bits());
+        match self.ts_offset_last.get() {
+            Some((p, off)) if p == pair => off,
+            _ => {
+                let off = self.isn.ts_offset(*t.local.ip(), *t.remote.ip());
+                self.ts_offset_last.set(Some((pair, off)));
+                off
+            }
+        }
     }
 
     /// The addresses of a tuple (see [`intern6::Intern6::addrs`]).
@@ -456,7 +475,16 @@ impl Tcp {
 
     /// Put a new connection in the slab and the established table.
     pub(crate) fn insert(&mut self, tcb: Tcb) -> TcpHandle {
-        let hash = self.ehash.hash(&tcb.tuple);
+        self.insert_hashed(self.ehash.hash(&tcb.tuple), tcb)
+    }
+
+    /// [`Tcp::insert`] of a connection whose tuple's hash the caller has already (the
+    /// segment's that completed the handshake, or the one the port search computed).
+    pub(crate) fn insert_hashed(&mut self, hash: tuple_hash::TupleHash, tcb: Tcb) -> TcpHandle {
+        debug_assert!(
+            hash == self.ehash.hash(&tcb.tuple),
+            "the hash of another tuple"
+        );
         debug_assert!(
             self.lookup(hash, &tcb.tuple).is_none(),
             "tuple already held"
@@ -477,20 +505,35 @@ impl Tcp {
         self.ehash.remove(self.ehash.hash(&tcb.tuple), h.index)
     }
 
-    /// Remove a connection: its buffers go back to the pool, its slot to the free list.
-    pub(crate) fn remove(&mut self, h: TcpHandle) -> Option<Tcb> {
+    /// Remove a connection: its buffers go back to the pool, its retransmission board
+    /// and [`tcb::ActiveState`] box to their bounded free lists (the spare boards, the
+    /// thread's boxes), its slot to the slab's free list; the TCB itself is dropped in
+    /// place, not moved out. Returns the state it was in.
+    pub(crate) fn remove(&mut self, h: TcpHandle) -> Option<State> {
         self.unhash(h);
-        let mut tcb = self.conns.remove(h.index, h.generation)?;
-        if tcb.flags.has(tcb::TcbFlags::XOPTS) {
+        let Tcp {
+            conns,
+            pool,
+            spare_board,
+            ..
+        } = self;
+        let tcb = conns.get_mut(h.index, h.generation)?;
+        let (state, flags) = (tcb.state, tcb.flags);
+        tcb.sndbuf.clear(pool);
+        tcb.rcvbuf.clear(pool);
+        if let Some(q) = tcb.rtx_mut() {
+            q.clear_reusing(spare_board);
+        }
+        tcb.release_active();
+        conns.discard(h.index, h.generation);
+        if flags.has(tcb::TcbFlags::XOPTS) {
             self.xopts.remove(&h.index);
         }
-        if tcb.flags.has(tcb::TcbFlags::ORPHAN) {
+        if flags.has(tcb::TcbFlags::ORPHAN) {
             debug_assert!(self.orphans > 0, "orphan count out of step");
             self.orphans = self.orphans.saturating_sub(1);
         }
-        tcb.sndbuf.clear(&mut self.pool);
-        tcb.rcvbuf.clear(&mut self.pool);
-        Some(tcb)
+        Some(state)
     }
 
     /// The TIME-WAIT record of `tuple`, if any.
@@ -1704,8 +1747,8 @@ impl Stack {
 
     /// Forget a connection entirely (after CLOSED, or on abort).
     pub(crate) fn tcp_destroy(&mut self, h: TcpHandle) {
-        if let Some(tcb) = self.tcp.remove(h)
-            && tcb.state.counts_as_established()
+        if let Some(state) = self.tcp.remove(h)
+            && state.counts_as_established()
         {
             self.mib.dec(Counter::TcpCurrEstab);
         }

@@ -60,11 +60,12 @@ pub(crate) fn rcv_wscale(sysctl: &Sysctl) -> u8 {
         return 0;
     }
     let space = sysctl.tcp_rmem_max.max(sysctl.tcp_rmem_default);
-    let mut shift = 0u8;
-    while (65_535u64 << shift) < space && shift < 14 {
-        shift += 1;
-    }
-    shift
+    // The least shift with 65,535 << shift >= space: ceil(log2(ceil(space / 65,535))),
+    // in closed form (a loop of up to 14 steps per SYN and SYN-ACK before).
+    let blocks = space.div_ceil(65_535).max(1);
+    blocks
+        .checked_next_power_of_two()
+        .map_or(14, |p| p.trailing_zeros().min(14)) as u8
 }
 
 /// Linux `TCP_DELACK_MIN`: the delayed-ACK timeout (ATO) ustack uses.
@@ -340,12 +341,12 @@ impl Stack {
         if !self.tcp_tx_throttle(h, false) {
             self.tcp_emit(now, tuple, &repr, Payload::None);
         }
-        let Some(tcb) = self.tcp.get_mut(h) else {
+        let Some((tcb, spare)) = self.tcp.get_with_spare(h) else {
             return;
         };
         if !retransmit {
             tcb.snd.nxt = iss + 1;
-            tcb.rtx_push().push(iss, iss + 1, now);
+            tcb.rtx_push().push_reusing(iss, iss + 1, now, spare);
         }
         tcb.timers.retransmit = Deadline::at(now + tcb.rtt.rto().max(TIMEOUT_INIT));
         tcb.flags.clear(TcbFlags::LOSS_PROBE);
@@ -1455,4 +1456,36 @@ fn tcp_output_idle(tcb: &Tcb) -> bool {
     cannot_write
         && !tcb.flags.has(TcbFlags::ACK_NOW)
         && (!tcb.flags.has(TcbFlags::ACK_PENDING) || tcb.timers.delack.is_armed())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The closed form gives the least shift that lets a window of the receive buffer's
+    /// size be announced (Linux `tcp_select_initial_window`'s loop), at most 14, for
+    /// every buffer size around each shift's boundary and at the extremes.
+    #[test]
+    fn window_scale_is_the_least_shift_covering_the_buffer() {
+        let mut sysctl = Sysctl::default();
+        let looped = |space: u64| {
+            let mut shift = 0u8;
+            while (65_535u64 << shift) < space && shift < 14 {
+                shift += 1;
+            }
+            shift
+        };
+        let mut sizes = vec![0, 1, u64::MAX / 2, u64::MAX];
+        for s in 0..20 {
+            let edge = 65_535u64 << s;
+            sizes.extend([edge - 1, edge, edge + 1]);
+        }
+        for space in sizes {
+            sysctl.tcp_rmem_max = space;
+            sysctl.tcp_rmem_default = 0;
+            assert_eq!(rcv_wscale(&sysctl), looped(space), "{space} bytes");
+        }
+        sysctl.tcp_window_scaling = 0;
+        assert_eq!(rcv_wscale(&sysctl), 0);
+    }
 }

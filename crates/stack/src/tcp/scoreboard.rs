@@ -659,6 +659,7 @@ impl RtxQueue {
     /// A new segment `[start, end)` was sent at `now` (`end` after `start`; a SYN or FIN
     /// counts as one). It must start where the previous one ended; anything else is a
     /// caller bug (asserted in debug builds, ignored in release if it would overlap).
+    #[cfg(test)]
     pub fn push(&mut self, start: SeqNumber, end: SeqNumber, now: Instant) {
         self.push_reusing(start, end, now, &mut SpareBoard::default());
     }
@@ -830,6 +831,15 @@ impl RtxQueue {
             newly_acked_retrans: false,
             delivered: 1,
         };
+    }
+
+    /// Empty the queue (its connection is closed or gone): the inline segment goes, and
+    /// the board goes to `spare` as [`on_ack_reusing`](Self::on_ack_reusing) gives back an
+    /// emptied one (reset to a new board's state, if there is room and it is small), else
+    /// is freed.
+    pub(crate) fn clear_reusing(&mut self, spare: &mut SpareBoard) {
+        self.one = NO_SEGMENT;
+        self.release_board(spare, Board::reset);
     }
 
     /// The queue emptied: its board goes to `spare` (tidied by `tidy` to a new board's

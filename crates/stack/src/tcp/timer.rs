@@ -280,7 +280,7 @@ impl Stack {
         {
             self.tcp.timewait.map.remove(hash, &tuple);
             if let Some(listener) = self.tcp_listener_for(&tuple) {
-                return self.listen_input(now, listener, tuple, seg);
+                return self.listen_input(now, listener, tuple, hash, seg);
             }
             self.mib.drop(DropReason::TcpNoSocket);
             return self.reset_for(now, tuple, seg);

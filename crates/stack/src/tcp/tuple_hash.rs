@@ -14,7 +14,7 @@ use hashbrown::HashTable;
 use hashbrown::hash_table::Entry;
 
 use super::tcb::FourTuple;
-use crate::secret::SipKey;
+use crate::secret::{SipKey, sip_round};
 
 /// The keyed hash of one 4-tuple, computed by [`TupleHasher::hash`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,21 +54,6 @@ impl TupleHasher {
         let ports = (u32::from(t.local.port()) << 16) | u32::from(t.remote.port());
         TupleHash(sip13_u64_u32(self.key, addrs, ports))
     }
-}
-
-/// One SipRound ([SipHash paper](https://www.aumasson.jp/siphash/siphash.pdf) §2).
-#[inline(always)]
-fn sip_round(v: &mut [u64; 4]) {
-    v[0] = v[0].wrapping_add(v[1]);
-    v[1] = v[1].rotate_left(13) ^ v[0];
-    v[0] = v[0].rotate_left(32);
-    v[2] = v[2].wrapping_add(v[3]);
-    v[3] = v[3].rotate_left(16) ^ v[2];
-    v[0] = v[0].wrapping_add(v[3]);
-    v[3] = v[3].rotate_left(21) ^ v[0];
-    v[2] = v[2].wrapping_add(v[1]);
-    v[1] = v[1].rotate_left(17) ^ v[2];
-    v[2] = v[2].rotate_left(32);
 }
 
 /// SipHash-1-3 (one compression round per 8-byte block, three finalisation rounds) of the
