@@ -77,8 +77,8 @@ fn timeout(clock: &dyn Clock, deadline: Option<Instant>) -> Option<Duration> {
     deadline.map(|d| d - clock.now())
 }
 
-/// The shm port sleeps on its doorbell eventfd ([`ShmPort::wait`]: `prepare_sleep`,
-/// `poll(2)`, `finish_sleep`, race-free against the peer's publish). A TUN queue sleeps in
+/// The shm port sleeps on its doorbell, a futex in the shared region ([`ShmPort::wait`]:
+/// arm the need-wakeup flag, `FUTEX_WAIT`, disarm, race-free against the peer's publish). A TUN queue sleeps in
 /// `poll(2)` on its file until a packet is waiting or the deadline ([`TunQueue::wait`]).
 /// Nothing arms or drains: readability is the kernel's queue itself, so a packet that lands
 /// before the sleep wakes it at once. A packet socket sleeps the same way on its socket

@@ -561,6 +561,47 @@ fn wait_any_sleeps_on_every_queue_and_wakes_for_the_one_that_gets_a_frame() {
     );
 }
 
+/// Two threads in lock-step, each sleeping in `wait` (on its futex) until the other's
+/// frame comes: every one of thousands of wake-ups arrives, so no race between arming the
+/// flag and `FUTEX_WAIT` on one side and publishing and ringing on the other loses one (a
+/// lost one leaves both asleep: the 10 s bound makes `wait` return false and the test
+/// fail, never hang). The doorbells rung are at most the sleeps: one ring per sleep.
+#[test]
+fn lock_step_over_futex_doorbells_never_loses_a_wake_up() {
+    const ROUNDS: u32 = 5_000;
+    const BOUND: Duration = Duration::from_secs(10);
+    let (mut a, mut b) = pair(&ShmConfig::default());
+    let echo = std::thread::spawn(move || {
+        for i in 0..ROUNDS {
+            let got = loop {
+                if let Some(f) = recv_vec(&mut b) {
+                    break f;
+                }
+                assert!(b.wait(Some(BOUND)).unwrap(), "echo: wake-up {i} lost");
+            };
+            assert!(b.send(NOW, &got));
+        }
+        b
+    });
+    for i in 0..ROUNDS {
+        assert!(a.send(NOW, &i.to_le_bytes()));
+        let got = loop {
+            if let Some(f) = recv_vec(&mut a) {
+                break f;
+            }
+            assert!(a.wait(Some(BOUND)).unwrap(), "client: wake-up {i} lost");
+        };
+        assert_eq!(got, i.to_le_bytes());
+    }
+    let b = echo.join().unwrap();
+    let (sa, sb) = (a.stats(), b.stats());
+    assert!(
+        sa.sleeps + sb.sleeps > 0,
+        "nobody slept: nothing was tested"
+    );
+    assert!(sa.doorbells <= sb.sleeps && sb.doorbells <= sa.sleeps);
+}
+
 #[test]
 fn a_sender_waiting_for_slots_is_woken_when_they_return() {
     let (mut a, mut b) = pair(&one_queue(4));

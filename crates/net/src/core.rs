@@ -17,6 +17,7 @@ use rustix::event::{EventfdFlags, PollFd, PollFlags, eventfd};
 use ustack_runtime::api;
 use ustack_runtime::rss::Rss;
 use ustack_runtime::runtime::{Events, Interest, MonotonicClock, Runtime, RuntimeStats, Source};
+use ustack_runtime::sched::{DelaySampler, SpinPolicy};
 use ustack_runtime::{Mode, RssKey};
 use ustack_stack::tcp::State;
 use ustack_stack::{Readiness, SocketKey, TcpInfo};
@@ -834,17 +835,27 @@ impl Member {
 pub(crate) struct LoopStats {
     pub(crate) sleeps: AtomicU64,
     pub(crate) turns: AtomicU64,
+    /// Sleeps taken at once because the thread waited for its CPU (adaptive busy
+    /// polling, [`SpinPolicy::before_sleep`]).
+    pub(crate) contended_sleeps: AtomicU64,
 }
 
 /// The body of a loop thread: turns until idle, then one `poll(2)` on the devices' files
-/// and the kick, up to the earliest wake-up.
+/// and the kick, up to the earliest wake-up. Idle, it busy-polls first as the runtime's
+/// own loop does (its module docs, *Adaptive busy polling*): the window's decisions are
+/// the same [`SpinPolicy`]'s, fed what this loop saw (a turn that found work and how
+/// soon, an empty spin, its run-queue wait before a sleep, a wake-up and how soon).
 fn run_loop(mut members: Vec<Member>, kick: &Kick, stop: &AtomicBool, stats: &LoopStats) {
     let busy_poll = members
         .iter()
         .map(|m| m.rt.busy_poll_time())
         .max()
         .unwrap_or_default();
-    let mut idle_since: Option<std::time::Instant> = None;
+    let adaptive = members.iter().all(|m| m.rt.busy_poll_adapts());
+    let mut policy = SpinPolicy::new(busy_poll, adaptive);
+    let mut delay = DelaySampler::default();
+    // The idle phase under way: when it began and how long it may spin.
+    let mut idle: Option<(std::time::Instant, Duration)> = None;
     loop {
         let stopping = stop.load(Ordering::Acquire);
         let mut busy = false;
@@ -859,19 +870,30 @@ fn run_loop(mut members: Vec<Member>, kick: &Kick, stop: &AtomicBool, stats: &Lo
             return;
         }
         if busy {
-            idle_since = None;
+            if let Some((since, _)) = idle.take() {
+                // A spin found work (a job or a frame) this soon.
+                policy.hit(since.elapsed());
+            }
             continue;
         }
-        // Busy poll (`net.core.busy_poll`): turn on for a while before sleeping, so that a
-        // job or a frame arriving soon costs no wake-up.
-        if !busy_poll.is_zero() {
-            let since = *idle_since.get_or_insert_with(std::time::Instant::now);
-            if since.elapsed() < busy_poll {
+        if busy_poll.is_zero() {
+            idle = None;
+        } else {
+            let (since, window) =
+                *idle.get_or_insert_with(|| (std::time::Instant::now(), policy.idle_window()));
+            if since.elapsed() < window {
                 core::hint::spin_loop();
                 continue;
             }
+            if !window.is_zero() {
+                policy.empty(window);
+            }
         }
-        idle_since = None;
+        let contended = !busy_poll.is_zero() && adaptive && policy.before_sleep(delay.sample());
+        if contended {
+            stats.contended_sleeps.fetch_add(1, Ordering::Relaxed);
+        }
+        let slept_from = idle.take().map(|(since, _)| since);
         let timeout = members.iter().filter_map(Member::next_wakeup).min();
         kick.sleeping.store(true, Ordering::SeqCst);
         if members
@@ -905,7 +927,10 @@ fn run_loop(mut members: Vec<Member>, kick: &Kick, stop: &AtomicBool, stats: &Lo
                 tv_nsec: i64::from(t.subsec_nanos()),
             });
             // EINTR and the like: the loop just turns again.
-            let _ = rustix::event::poll(&mut fds, ts.as_ref());
+            let woken = rustix::event::poll(&mut fds, ts.as_ref()).is_ok_and(|n| n > 0);
+            if let Some(since) = slept_from.filter(|_| woken && !contended) {
+                policy.woken(since.elapsed());
+            }
         }
         for m in members.iter_mut().take(armed) {
             m.rt.device_mut().link_mut().finish_sleep();

@@ -881,6 +881,12 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
         self.busy_poll
     }
 
+    /// Whether that busy polling adapts ([`RuntimeBuilder::busy_poll_adaptive`]): for a
+    /// loop of another crate that keeps its own [`SpinPolicy`].
+    pub fn busy_poll_adapts(&self) -> bool {
+        self.adaptive
+    }
+
     /// The application changed socket state: this loop has work now (other runtimes on a
     /// shared virtual clock must not jump past it).
     #[inline]

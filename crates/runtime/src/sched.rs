@@ -38,6 +38,39 @@ impl RunDelay {
     }
 }
 
+/// The share of time the calling thread waited for a CPU, sampled at most every
+/// [`DELAY_SAMPLE_EVERY`]: what [`SpinPolicy::before_sleep`] is fed by a loop of its own
+/// on the real clock (ustack-net's loop thread; the runtime keeps the same reckoning on
+/// its clock).
+#[derive(Debug, Default)]
+pub struct DelaySampler {
+    last: Option<(RunDelay, std::time::Instant, Duration)>,
+}
+
+impl DelaySampler {
+    /// The share of the time since the last sample that this thread waited for a CPU
+    /// (`None`: the first call, no schedstat file, or within [`DELAY_SAMPLE_EVERY`] of
+    /// the last sample).
+    pub fn sample(&mut self) -> Option<f64> {
+        let now = std::time::Instant::now();
+        let Some((file, at, delay)) = &mut self.last else {
+            let file = RunDelay::open();
+            if let Some(d) = file.read() {
+                self.last = Some((file, now, d));
+            }
+            return None;
+        };
+        let wall = now - *at;
+        if wall < DELAY_SAMPLE_EVERY {
+            return None;
+        }
+        let d = file.read()?;
+        let waited = d.saturating_sub(*delay);
+        (*at, *delay) = (now, d);
+        Some(waited.as_secs_f64() / wall.as_secs_f64().max(1e-9))
+    }
+}
+
 /// The second of the three numbers of a schedstat line.
 fn parse(text: &[u8]) -> Option<Duration> {
     let text = core::str::from_utf8(text).ok()?;
@@ -367,6 +400,21 @@ mod tests {
         p.woken(us(1));
         assert_eq!(p.idle_window(), POLL);
         assert_eq!(p.window(), POLL);
+    }
+
+    #[test]
+    fn the_sampler_reads_at_most_every_sample_period_and_gives_a_share() {
+        let mut d = DelaySampler::default();
+        assert_eq!(d.sample(), None, "the first call only starts the reckoning");
+        assert_eq!(
+            d.sample(),
+            None,
+            "within DELAY_SAMPLE_EVERY: no new reading"
+        );
+        std::thread::sleep(DELAY_SAMPLE_EVERY * 2);
+        let share = d.sample().expect("a reading after the period");
+        assert!((0.0..=1.0).contains(&share), "{share}");
+        assert_eq!(d.sample(), None);
     }
 
     #[test]

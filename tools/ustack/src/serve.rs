@@ -149,6 +149,12 @@ pub struct Args {
     /// The CPU it costs is bounded: at most this long after each burst of work.
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(0..=10_000))]
     busy_poll: u64,
+    /// shm, tun: how the shards busy-poll: `adaptive` (spin within `--busy-poll` only
+    /// while work keeps arriving, sleep at once on a core shared with other work; the
+    /// runtime's default), `fixed` (the whole `--busy-poll` after every burst of work) or
+    /// `sleep` (no busy polling, as `--busy-poll 0`).
+    #[arg(long, default_value = "adaptive", value_parser = ["adaptive", "fixed", "sleep"])]
+    poll: String,
     /// sim: how many concurrent clients.
     #[arg(long, default_value_t = 100)]
     clients: usize,
@@ -357,7 +363,11 @@ fn serve<D: Device + Sleep + Send + 'static>(
     let (addr, root) = (args.listen(), args.root.clone());
     let rt = ShardedBuilder::new(
         with_seed(args.iface.builder(&args.addr)?.mac(mac), args.seed)
-            .busy_poll(Duration::from_micros(args.busy_poll)),
+            .busy_poll(Duration::from_micros(match args.poll.as_str() {
+                "sleep" => 0,
+                _ => args.busy_poll,
+            }))
+            .busy_poll_adaptive(args.poll != "fixed"),
         Rss::new(RssKey::MICROSOFT, shards),
     )
     .start(devices, move |_shard| ShardServer {

@@ -1,7 +1,8 @@
 //! `shm`: a link over shared-memory rings between two processes, like DPDK's memif.
 //!
 //! No root and no kernel networking: the frames of both directions live in one memfd that
-//! both processes map, and eventfd doorbells wake a peer that went to sleep. It is the
+//! both processes map, and doorbells (a futex, or an eventfd) wake a peer that went to
+//! sleep. It is the
 //! default link of `ustack bench`, so it is built to cost little per frame: one copy in,
 //! one copy out, no system call while both sides are busy, and a few cache lines shared per
 //! batch. The crate's `examples/shm_pps.rs` measures it (packets/s per core).
@@ -84,6 +85,14 @@
 //! lost: `poll` returns at once. The waker clears the flag as it rings (one system call
 //! per sleep, not one per frame); the sleeper clears it and drains the eventfd on waking.
 //! A stale ring costs one spurious wakeup, after which [`ShmPort::wait`] checks again.
+//!
+//! The flag's value says how the sleeper is to be woken: 1, on its eventfd (a sleep in
+//! `poll(2)`, epoll or tokio on [`ShmPort::fd`], or [`wait_any`]); 2, by `FUTEX_WAKE` on
+//! its own `rx_need_wakeup` word ([`ShmPort::wait`], the runtime's sleep): the waker then
+//! zeroes that word and wakes it, one system call, and the sleeper has nothing to drain.
+//! `FUTEX_WAIT` sleeps only while the word still holds 2, so a ring between the check and
+//! the wait is not lost either. Any other nonzero value (a hostile peer's) is rung both
+//! ways.
 //!
 //! # Distrust of the peer
 //!
@@ -274,9 +283,10 @@ pub struct ShmStats {
     /// [`Device::send_batch`]: crate::Device::send_batch
     /// [`Device::send_more`]: crate::Device::send_more
     pub tx_publishes: u64,
-    /// Doorbells rung: eventfd writes to wake the sleeping peer.
+    /// Doorbells rung: eventfd writes or `FUTEX_WAKE`s to wake the sleeping peer.
     pub doorbells: u64,
-    /// Times [`ShmPort::wait`] went to sleep in `poll(2)`.
+    /// Times [`ShmPort::wait`] (in `FUTEX_WAIT`) or [`wait_any`] (in `poll(2)`) went to
+    /// sleep.
     pub sleeps: u64,
     /// Descriptors from the peer with a slot index or length out of range (frame dropped).
     pub bad_desc: u64,

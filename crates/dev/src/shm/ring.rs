@@ -26,8 +26,9 @@ pub(super) struct Tx {
     frames_off: usize,
     pub(super) comp_head_off: usize,
     comp_ring_off: usize,
-    /// The receiver's flag: ring its doorbell after posting if set.
-    peer_need_wakeup_off: usize,
+    /// The receiver's flag: ring its doorbell after posting if set (and the word it
+    /// sleeps on in `FUTEX_WAIT`).
+    pub(super) peer_need_wakeup_off: usize,
     /// Our flag: set while sleeping for free slots.
     pub(super) need_wakeup_off: usize,
     head: u32,

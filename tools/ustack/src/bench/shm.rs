@@ -160,12 +160,19 @@ pub(super) fn shm_stats(device: &dyn Any) -> Value {
     if let Some(q) = device.downcast_ref::<XdpQueue>() {
         return super::kernel_link::xdp_stats(q);
     }
+    shm_counters(device).map_or(Value::Null, |t| shm_json(&t))
+}
+
+/// The counters of an shm port, or the sum over a splitter's; `None` for any other
+/// device. Plain numbers, cheap enough to take after every round (the server's shards
+/// do, [`LinkCounters`]).
+fn shm_counters(device: &dyn Any) -> Option<ShmStats> {
     let ports: &[ShmPort] = if let Some(p) = device.downcast_ref::<ShmPort>() {
         core::slice::from_ref(p)
     } else if let Some(s) = device.downcast_ref::<RssSplitter<ShmPort>>() {
         s.queues()
     } else {
-        return Value::Null;
+        return None;
     };
     let mut t = ShmStats::default();
     for s in ports.iter().map(ShmPort::stats) {
@@ -178,7 +185,13 @@ pub(super) fn shm_stats(device: &dyn Any) -> Value {
         t.bad_desc += s.bad_desc;
         t.bad_comp += s.bad_comp;
         t.bad_index += s.bad_index;
+        t.doorbells += s.doorbells;
+        t.sleeps += s.sleeps;
     }
+    Some(t)
+}
+
+fn shm_json(t: &ShmStats) -> Value {
     json!({
         "tx_frames": t.tx_frames,
         "tx_full": t.tx_full,
@@ -189,7 +202,37 @@ pub(super) fn shm_stats(device: &dyn Any) -> Value {
         "bad_desc": t.bad_desc,
         "bad_comp": t.bad_comp,
         "bad_index": t.bad_index,
+        "doorbells": t.doorbells,
+        "sleeps": t.sleeps,
     })
+}
+
+/// A shard's link counters as of its last poll: an shm port's numbers as they are (made
+/// JSON only when the shard stops: building the JSON object after every round cost the
+/// udp-rr server about a tenth of its CPU), any other device's [`shm_stats`].
+#[derive(Default)]
+enum LinkCounters {
+    #[default]
+    None,
+    Shm(ShmStats),
+    Other(Value),
+}
+
+impl LinkCounters {
+    fn take(device: &dyn Any) -> LinkCounters {
+        match shm_counters(device) {
+            Some(t) => LinkCounters::Shm(t),
+            None => LinkCounters::Other(shm_stats(device)),
+        }
+    }
+
+    fn json(&self) -> Value {
+        match self {
+            LinkCounters::None => Value::Null,
+            LinkCounters::Shm(t) => shm_json(t),
+            LinkCounters::Other(v) => v.clone(),
+        }
+    }
 }
 
 /// The calling thread's CPU time.
@@ -290,7 +333,7 @@ impl Servers {
                 addr,
                 sink: slot.clone(),
                 state: None,
-                link: Value::Null,
+                link: LinkCounters::None,
             })
             .context("starting the ustack server")?;
         let cpu0 = rt
@@ -323,7 +366,7 @@ impl Servers {
         let mut link = Value::Null;
         for (k, app) in self.rt.stop().into_iter().enumerate() {
             let app = app.with_context(|| format!("the ustack server (shard {k})"))?;
-            link = add_stats(link, app.link);
+            link = add_stats(link, app.link.json());
         }
         let read = read.context("reading the server shards' counters")?;
         let (mut cpu, mut mib, mut time_wait) = (Duration::ZERO, Mib::new(), 0);
@@ -361,7 +404,7 @@ pub(super) struct ShardServe {
     sink: Arc<Mutex<SinkBook>>,
     state: Option<Serving>,
     /// The shard's link counters as of its last poll (read after the shard stops).
-    link: Value,
+    link: LinkCounters,
 }
 
 /// What a shard serves, once bound.
@@ -386,7 +429,7 @@ impl<D: Device + Sleep + 'static> ShardApp<D> for ShardServe {
 
     fn poll(&mut self, ctx: &mut ShardContext<'_, D>) -> io::Result<()> {
         let rt = &mut *ctx.rt;
-        self.link = shm_stats(rt.device());
+        self.link = LinkCounters::take(rt.device());
         match &mut self.state {
             Some(Serving::Udp(sock, buf)) => loop {
                 match sock.recv_from_addr(rt, buf) {
