@@ -261,6 +261,17 @@ impl Stack {
     /// The connection is over (Linux `tcp_done`): an orphan is forgotten; otherwise the
     /// user keeps a CLOSED socket with the error to report and any unread data.
     pub(crate) fn tcp_done(&mut self, h: TcpHandle, error: Option<Error>) {
+        self.tcp_done_with(h, error, None);
+    }
+
+    /// [`Stack::tcp_done`] with the tuple's hash when the caller has it already (`known`:
+    /// TIME-WAIT files its record under the same hash).
+    pub(crate) fn tcp_done_with(
+        &mut self,
+        h: TcpHandle,
+        error: Option<Error>,
+        known: Option<super::tuple_hash::TupleHash>,
+    ) {
         // Linux tcp_write_err: "sk->sk_err = READ_ONCE(sk->sk_err_soft) ? : ETIMEDOUT;":
         // a connection that times out after a soft ICMP error reports that error.
         let soft = match self.tcp.get(h) {
@@ -277,7 +288,7 @@ impl Stack {
         }
         sk.set_state(State::Closed);
         if sk.tcb.flags.has(TcbFlags::ORPHAN) {
-            self.tcp_destroy(h);
+            self.tcp_destroy_with(h, known);
             return;
         }
         let tcb = &mut *sk.tcb;
@@ -288,7 +299,7 @@ impl Stack {
         }
         tcb.timers = super::tcb::Timers::NONE;
         tcb.flags.clear(TcbFlags::LOSS_PROBE);
-        self.tcp.unhash(h);
+        self.tcp.unhash(h, known);
     }
 }
 

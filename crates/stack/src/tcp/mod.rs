@@ -495,22 +495,29 @@ impl Tcp {
     }
 
     /// Take connection `h` out of the established table (it stays in the slab until its
-    /// handle is closed); whether it was there.
-    pub(crate) fn unhash(&mut self, h: TcpHandle) -> bool {
+    /// handle is closed); whether it was there. `known` is the tuple's hash when the
+    /// caller has it already (TIME-WAIT files its record under the same one).
+    pub(crate) fn unhash(&mut self, h: TcpHandle, known: Option<tuple_hash::TupleHash>) -> bool {
         // Early demux's cached entry may be this one: forget it (rare; see `demux_last`).
         self.demux_last = DEMUX_NONE;
         let Some(tcb) = self.conns.get(h.index, h.generation) else {
             return false;
         };
-        self.ehash.remove(self.ehash.hash(&tcb.tuple), h.index)
+        debug_assert!(known.is_none_or(|k| k == self.ehash.hash(&tcb.tuple)));
+        let hash = known.unwrap_or_else(|| self.ehash.hash(&tcb.tuple));
+        self.ehash.remove(hash, h.index)
     }
 
     /// Remove a connection: its buffers go back to the pool, its retransmission board
     /// and [`tcb::ActiveState`] box to their bounded free lists (the spare boards, the
     /// thread's boxes), its slot to the slab's free list; the TCB itself is dropped in
-    /// place, not moved out. Returns the state it was in.
-    pub(crate) fn remove(&mut self, h: TcpHandle) -> Option<State> {
-        self.unhash(h);
+    /// place, not moved out. Returns the state it was in. `known`: as in [`Tcp::unhash`].
+    pub(crate) fn remove(
+        &mut self,
+        h: TcpHandle,
+        known: Option<tuple_hash::TupleHash>,
+    ) -> Option<State> {
+        self.unhash(h, known);
         let Tcp {
             conns,
             pool,
@@ -1747,7 +1754,12 @@ impl Stack {
 
     /// Forget a connection entirely (after CLOSED, or on abort).
     pub(crate) fn tcp_destroy(&mut self, h: TcpHandle) {
-        if let Some(state) = self.tcp.remove(h)
+        self.tcp_destroy_with(h, None);
+    }
+
+    /// [`Stack::tcp_destroy`] with the tuple's hash when the caller has it (`known`).
+    pub(crate) fn tcp_destroy_with(&mut self, h: TcpHandle, known: Option<tuple_hash::TupleHash>) {
+        if let Some(state) = self.tcp.remove(h, known)
             && state.counts_as_established()
         {
             self.mib.dec(Counter::TcpCurrEstab);

@@ -198,8 +198,12 @@ impl Sock<'_> {
         if new == State::Closed && old.counts_as_established() {
             self.mib.inc(Counter::TcpEstabResets);
         }
-        // Readiness: a state change may change anything (Linux sk_state_change).
-        self.ready.mark(SocketKey::Tcp(self.h), Readiness::ALL);
+        // Readiness: a state change may change anything (Linux sk_state_change). Not for
+        // an orphan: its handle is released and `tcp_close` queued its last wake-up (Linux:
+        // sock_orphan clears sk_wq, so sk_state_change wakes no one after close).
+        if !self.tcb.flags.has(TcbFlags::ORPHAN) {
+            self.ready.mark(SocketKey::Tcp(self.h), Readiness::ALL);
+        }
     }
 
     /// Whether a challenge ACK (RFC 5961 §3.2, §4.2) may be sent now, counting it

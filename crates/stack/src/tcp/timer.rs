@@ -127,11 +127,20 @@ impl TimeWaits {
     }
     /// File a record made at `now` (its `expires` is `now` + 2*MSL), lowering the stack's
     /// next deadline `wake` to it.
-    pub(crate) fn insert(&mut self, now: Instant, t: FourTuple, tw: TimeWait, wake: &mut Wake) {
+    /// `hash` is `t`'s under the tables' shared key (the connection's, see `tuple_hash`).
+    pub(crate) fn insert(
+        &mut self,
+        now: Instant,
+        hash: TupleHash,
+        t: FourTuple,
+        tw: TimeWait,
+        wake: &mut Wake,
+    ) {
+        debug_assert!(hash == self.map.hash(&t), "the hash of another tuple");
         self.seen = self.seen.max(now);
         self.queue.push_back((tw.expires, t));
         wake.lower(tw.expires.instant(self.seen));
-        self.map.insert(self.map.hash(&t), t, tw);
+        self.map.insert(hash, t, tw);
     }
 
     /// Restart the 2*MSL wait of `t` (no allocation: see [`TimeWaits`]).
@@ -218,8 +227,13 @@ impl Stack {
             last_oow_ack: 0,
         };
         let tuple = tcb.tuple;
-        self.tcp_done(h, None);
-        self.tcp.timewait.insert(now, tuple, tw, &mut self.wake);
+        // One hash of the tuple takes the connection out of the established table and
+        // files its record (the tables share a key, see `tuple_hash`).
+        let hash = self.tcp.ehash.hash(&tuple);
+        self.tcp_done_with(h, None, Some(hash));
+        self.tcp
+            .timewait
+            .insert(now, hash, tuple, tw, &mut self.wake);
     }
 
     /// A segment for a TIME-WAIT record (RFC 9293 §3.10.7.4 in TIME-WAIT; Linux
@@ -737,9 +751,11 @@ mod tests {
         for k in 0..MS {
             let now = at(u64::from(k));
             for j in 0..PER_MS {
+                let t = tuple(k * PER_MS + j);
                 tw.insert(
                     now,
-                    tuple(k * PER_MS + j),
+                    tw.hash(&t),
+                    t,
                     record(Ms32::ceil(now + TIMEWAIT_LEN)),
                     &mut wake,
                 );
@@ -758,7 +774,13 @@ mod tests {
         let late = at(30_500);
         for j in 0..PER_MS {
             let t = tuple(MS * PER_MS + j);
-            tw.insert(late, t, record(Ms32::ceil(late + TIMEWAIT_LEN)), &mut wake);
+            tw.insert(
+                late,
+                tw.hash(&t),
+                t,
+                record(Ms32::ceil(late + TIMEWAIT_LEN)),
+                &mut wake,
+            );
         }
         let restarted_per_ms = (0..PER_MS).filter(|&j| restarted(j)).count() as u64;
         // Made at k ms + 0.5: due at k + 60,001 ms, or k + 90,001 if restarted; the late
