@@ -57,7 +57,9 @@ impl HeaderTemplate {
     /// A sum kept in a field of the header each segment overwrites.
     #[inline(always)]
     fn sum_at(&self, at: core::ops::Range<usize>) -> u16 {
-        u16::from_ne_bytes([self.ip[at.start], self.ip[at.start + 1]])
+        let mut b = [0u8; 2];
+        b.copy_from_slice(&self.ip[at]);
+        u16::from_ne_bytes(b)
     }
 }
 

@@ -116,13 +116,11 @@ impl Stack {
         if total > usize::from(tpl.mtu) {
             return None;
         }
-        let (SocketAddr::V6(local), SocketAddr::V6(remote)) = self.tcp.addrs(tuple) else {
-            return None;
-        };
+        let (&src, &dst) = self.tcp.intern6.ips(tuple)?;
         let next_hop = if tpl.via_router {
             self.ip6.router()?
         } else {
-            *remote.ip()
+            dst
         };
         self.mib.inc(Counter::Ip6OutRequests);
         let l2 = self.l2_len();
@@ -130,8 +128,8 @@ impl Stack {
         let mut frame = self.frame_overwritten(l2 + total);
         let (ip, seg) = frame[l2..].split_at_mut(ipv6::HEADER_LEN);
         ip[..8].copy_from_slice(&tpl.head);
-        ip[8..24].copy_from_slice(&local.ip().octets());
-        ip[24..40].copy_from_slice(&remote.ip().octets());
+        ip[8..24].copy_from_slice(&src.octets());
+        ip[24..40].copy_from_slice(&dst.octets());
         ip[4..6].copy_from_slice(&(tcp_len as u16).to_be_bytes());
         write_tcp_segment(&self.tcp, repr, shape, payload, seg);
         let sum = if self.checksum_offload {
