@@ -289,8 +289,15 @@ impl Ip6State {
         {
             Some(dst)
         } else {
-            self.gateway.or_else(|| self.addrconf.default_router())
+            self.router()
         }
+    }
+
+    /// The next hop of a destination not on-link: the gateway, else the first default
+    /// router learnt (see [`Ip6State::route`]).
+    #[inline]
+    pub(crate) fn router(&self) -> Option<Ipv6Addr> {
+        self.gateway.or_else(|| self.addrconf.default_router())
     }
 
     /// The flow label of the packets `src` -> `dst` of a transport flow (RFC 6437 §3:

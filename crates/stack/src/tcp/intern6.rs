@@ -132,6 +132,20 @@ impl Intern6 {
         )
     }
 
+    /// The local and remote IPv6 addresses of the IPv6 tuple `t` (`None` for another
+    /// tuple): what a segment's header carries, two indexed reads.
+    #[inline]
+    pub(crate) fn ips(&self, t: &FourTuple) -> Option<(&Ipv6Addr, &Ipv6Addr)> {
+        let l = self
+            .locals
+            .get((t.local.ip().to_bits() as usize).wrapping_sub(1))?;
+        let r = self
+            .remotes
+            .get(t.remote.ip().to_bits() as usize)?
+            .as_ref()?;
+        Some((l, r))
+    }
+
     /// Whether `t` is an IPv6 tuple whose addresses are `local` and `remote` (its ports
     /// are the caller's to compare): early demux's check of its remembered connection,
     /// two indexed reads where [`Intern6::find`] hashes.

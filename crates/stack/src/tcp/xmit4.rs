@@ -1,9 +1,9 @@
 //! An established connection's IPv4 segments written in one pass from a header template
 //! (see [`super::xmit`] for what both families share and when a template is rebuilt).
 //!
-//! A [`HeaderTemplate`] holds the connection's IPv4 header with the per-segment fields
-//! (total length, identification, checksum) zero, its checksum sum, the TCP
-//! pseudo-header's constant part (source, destination, protocol) and the next hop. Each
+//! A [`HeaderTemplate`] holds the connection's IPv4 header, its checksum sum and the TCP
+//! pseudo-header's constant part (source, destination, protocol) in the header's
+//! per-segment fields (total length, identification, checksum), and the next hop. Each
 //! segment copies the template into the device's frame, patches length and ID, finishes
 //! the IP checksum from the stored sum (RFC 1071 §2(B): sums of pieces add), then the TCP
 //! segment is written as [`super::xmit`] does for both families. The template holds the
@@ -26,13 +26,19 @@ pub(crate) struct HeaderTemplate {
     pub(crate) generation: u32,
     /// Where the frames go on the link (the route's gateway, or the peer).
     next_hop: Ipv4Addr,
-    /// The IPv4 header, total length, identification and checksum zero.
+    /// The IPv4 header with the fields each segment writes (total length, identification,
+    /// checksum) holding two sums instead (28 bytes in all, so that the template of
+    /// either family and its tag take 32: see [`super::xmit::TxTemplate`]): in the
+    /// checksum field ([`IP_SUM`]), the ones'-complement sum of the header with those
+    /// fields zero; in the total length field ([`PSEUDO`]), the sum of the TCP
+    /// pseudo-header without its length (source, destination, protocol). Native-endian.
     ip: [u8; ipv4::HEADER_LEN],
-    /// The ones'-complement sum of `ip`.
-    ip_sum: u16,
-    /// The sum of the TCP pseudo-header without its length: source, destination, protocol.
-    pseudo: u16,
 }
+
+/// Where [`HeaderTemplate::ip`] keeps the header's sum: the checksum field.
+const IP_SUM: core::ops::Range<usize> = 10..12;
+/// Where [`HeaderTemplate::ip`] keeps the pseudo-header's sum: the total length field.
+const PSEUDO: core::ops::Range<usize> = 2..4;
 
 impl HeaderTemplate {
     /// No template: its generation never matches the stack's (which starts at 1).
@@ -40,14 +46,20 @@ impl HeaderTemplate {
         generation: 0,
         next_hop: Ipv4Addr::UNSPECIFIED,
         ip: [0; ipv4::HEADER_LEN],
-        ip_sum: 0,
-        pseudo: 0,
     };
 
     /// The destination address (in the header).
     fn dst(&self) -> Ipv4Addr {
         let d = &self.ip[16..20];
         Ipv4Addr::new(d[0], d[1], d[2], d[3])
+    }
+
+    /// A sum kept in a field of the header each segment overwrites.
+    #[inline(always)]
+    fn sum_at(&self, at: core::ops::Range<usize>) -> u16 {
+        let mut b = [0u8; 2];
+        b.copy_from_slice(&self.ip[at]);
+        u16::from_ne_bytes(b)
     }
 }
 
@@ -65,12 +77,14 @@ impl Stack {
         ip[9] = u8::from(IpProtocol::Tcp);
         ip[12..16].copy_from_slice(&src.octets());
         ip[16..20].copy_from_slice(&dst.octets());
+        let ip_sum = checksum::data(&ip);
+        let pseudo = checksum::pseudo_header_v4(src, dst, IpProtocol::Tcp, 0);
+        ip[IP_SUM].copy_from_slice(&ip_sum.to_ne_bytes());
+        ip[PSEUDO].copy_from_slice(&pseudo.to_ne_bytes());
         Some(HeaderTemplate {
             generation: self.tx_gen,
             next_hop,
             ip,
-            ip_sum: checksum::data(&ip),
-            pseudo: checksum::pseudo_header_v4(src, dst, IpProtocol::Tcp, 0),
         })
     }
 
@@ -111,7 +125,7 @@ impl Stack {
         ip.copy_from_slice(&tpl.ip);
         ip[2..4].copy_from_slice(&(total as u16).to_be_bytes());
         ip[4..6].copy_from_slice(&ident.to_be_bytes());
-        let ip_sum = checksum::combine(&[tpl.ip_sum, total as u16, ident]);
+        let ip_sum = checksum::combine(&[tpl.sum_at(IP_SUM), total as u16, ident]);
         ip[10..12].copy_from_slice(&checksum::finish(ip_sum).to_be_bytes());
 
         write_tcp_segment(&self.tcp, repr, shape, payload, seg);
@@ -120,7 +134,7 @@ impl Stack {
         let sum = if self.checksum_offload || gso {
             0
         } else {
-            tcp_checksum(tpl.pseudo, seg)
+            tcp_checksum(tpl.sum_at(PSEUDO), seg)
         };
         seg[16..18].copy_from_slice(&sum.to_be_bytes());
         // Linux __tcp_transmit_skb: OutSegs counts tcp_skb_pcount segments.

@@ -1,23 +1,29 @@
 //! An established connection's IPv6 segments written in one pass from a header template
 //! (see [`super::xmit`] for what both families share and when a template is rebuilt).
 //!
-//! A [`HeaderTemplate6`] holds the connection's 40-byte IPv6 header as
+//! A [`HeaderTemplate6`] holds the first 8 bytes of the connection's IPv6 header as
 //! [`Stack::ipv6_alloc`] writes it for the connection (traffic class 0; the flow label
 //! the general path derives from the tuple, RFC 6437 §3, or 0 without
 //! `auto_flowlabels`; Next Header TCP; the hop limit of `net.ipv6.conf.*.hop_limit` or a
-//! Router Advertisement's; our address and the peer's) with Payload Length zero, the TCP
-//! pseudo-header's constant part (addresses and Next Header, RFC 8200 §8.1), the next hop
-//! and the path MTU (Linux `ip6_mtu` on the socket's cached route) it was built under.
-//! Each segment copies the header into the device's frame and patches Payload Length;
-//! the TCP segment is written as [`super::xmit`] does for both families. Against the
-//! general path ([`Stack::tcp_emit`] -> `ipv6_alloc`), a segment saves the source
+//! Router Advertisement's) with Payload Length zero, the TCP pseudo-header's constant
+//! part (addresses and Next Header, RFC 8200 §8.1), whether the next hop is a router and
+//! the path MTU (Linux `ip6_mtu` on the socket's cached route) it was built under: 20
+//! bytes, less than the IPv4 template, so that the template an
+//! [`ActiveState`](super::tcb::ActiveState) holds does not grow its run of hot bytes. The
+//! two addresses (32 bytes) and the next hop (16) are not in it: each segment copies the
+//! addresses from the connection's interned ones (`Tcp::addrs`, two indexed reads of
+//! entries the receive path's early demux has just read) and sends to the peer or to the
+//! router ([`Stack::tx_gen`] moves when the router changes). Each segment
+//! copies the 8 bytes and the addresses into the device's frame and patches Payload
+//! Length; the TCP segment is written as [`super::xmit`] does for both families. Against
+//! the general path ([`Stack::tcp_emit`] -> `ipv6_alloc`), a segment saves the source
 //! selection, the route, the path-MTU lookup, the keyed hash of the flow label and the
 //! header's serialization. A segment larger than the template's path MTU (a Packet Too
 //! Big lowered it after the segment was sized: the general path fragments it) is left to
 //! the general path; a Packet Too Big that lowers a path MTU moves [`Stack::tx_gen`], so
 //! the next segments see the new one.
 
-use core::net::{Ipv6Addr, SocketAddr};
+use core::net::SocketAddr;
 
 use ustack_obs::{Counter, DropReason, Instant};
 use ustack_wire::{IpProtocol, checksum, ipv6, tcp};
@@ -32,14 +38,17 @@ use crate::Stack;
 pub(crate) struct HeaderTemplate6 {
     /// [`Stack::tx_gen`] when built.
     pub(crate) generation: u32,
-    /// The path MTU when built: larger segments take the general path.
-    mtu: u32,
-    /// Where the frames go on the link (the peer, or the router).
-    next_hop: Ipv6Addr,
-    /// The IPv6 header, Payload Length zero.
-    ip: [u8; ipv6::HEADER_LEN],
+    /// The path MTU when built (at most 65,535: a larger segment's Payload Length does
+    /// not fit its field), larger segments take the general path.
+    mtu: u16,
     /// The sum of the TCP pseudo-header without its length: addresses, Next Header.
     pseudo: u16,
+    /// The IPv6 header's first 8 bytes (version, traffic class, flow label, Payload
+    /// Length zero, Next Header, hop limit): the addresses follow from the tuple.
+    head: [u8; 8],
+    /// Where the frames go on the link: the router ([`Ip6State::router`](crate::ip::ipv6::Ip6State::router)) if set,
+    /// else the peer. A change of router moves [`Stack::tx_gen`].
+    via_router: bool,
 }
 
 impl Stack {
@@ -56,6 +65,7 @@ impl Stack {
         };
         let (src, dst) = (*local.ip(), *remote.ip());
         let next_hop = self.ip6.route(dst)?;
+        let via_router = next_hop != dst;
         let repr = ipv6::Repr {
             src_addr: src,
             dst_addr: dst,
@@ -72,41 +82,54 @@ impl Stack {
         };
         let mut ip = [0u8; ipv6::HEADER_LEN];
         repr.emit(&mut ipv6::Packet::new_unchecked(&mut ip[..]));
+        let mut head = [0u8; 8];
+        head.copy_from_slice(&ip[..8]);
         Some(HeaderTemplate6 {
             generation: self.tx_gen,
-            mtu: self.path_mtu6(now, dst) as u32,
-            next_hop,
-            ip,
+            mtu: self.path_mtu6(now, dst).min(usize::from(u16::MAX)) as u16,
             pseudo: checksum::pseudo_header_v6(src, dst, IpProtocol::Tcp, 0),
+            head,
+            via_router,
         })
     }
 
     /// Write one segment of a connection from its IPv6 template into a frame and queue it
     /// (Linux `__tcp_transmit_skb` -> `inet6_csk_xmit` -> `ip6_xmit` for a connected
-    /// socket): the header, then `repr`'s TCP header with its timestamp and SACK options,
-    /// then `payload`, the checksum over the IPv6 pseudo-header (left zero under
+    /// socket): the header (the template's first 8 bytes, then `tuple`'s addresses), then
+    /// `repr`'s TCP header with its timestamp and SACK options, then `payload`, the
+    /// checksum over the IPv6 pseudo-header (left zero under
     /// [`crate::Config::checksum_offload`], as the general path does). The frame is the
     /// one the general path writes, byte for byte, and counted as it counts it. `None`:
-    /// larger than the template's path MTU, nothing written or counted.
+    /// larger than the template's path MTU, or `tuple` not an IPv6 one; nothing written
+    /// or counted.
     pub(super) fn tcp_transmit6(
         &mut self,
         now: Instant,
         tpl: &HeaderTemplate6,
+        tuple: &FourTuple,
         repr: &tcp::Repr,
         payload: Payload,
     ) -> Option<bool> {
         let shape = TcpHeaderShape::of(repr);
         let tcp_len = shape.len + payload.len();
         let total = ipv6::HEADER_LEN + tcp_len;
-        if total > tpl.mtu as usize {
+        if total > usize::from(tpl.mtu) {
             return None;
         }
+        let (&src, &dst) = self.tcp.intern6.ips(tuple)?;
+        let next_hop = if tpl.via_router {
+            self.ip6.router()?
+        } else {
+            dst
+        };
         self.mib.inc(Counter::Ip6OutRequests);
         let l2 = self.l2_len();
         // Every byte of the headers is written below and the payload's by `write_payload`.
         let mut frame = self.frame_overwritten(l2 + total);
         let (ip, seg) = frame[l2..].split_at_mut(ipv6::HEADER_LEN);
-        ip.copy_from_slice(&tpl.ip);
+        ip[..8].copy_from_slice(&tpl.head);
+        ip[8..24].copy_from_slice(&src.octets());
+        ip[24..40].copy_from_slice(&dst.octets());
         ip[4..6].copy_from_slice(&(tcp_len as u16).to_be_bytes());
         write_tcp_segment(&self.tcp, repr, shape, payload, seg);
         let sum = if self.checksum_offload {
@@ -116,6 +139,6 @@ impl Stack {
         };
         seg[16..18].copy_from_slice(&sum.to_be_bytes());
         self.mib.inc(Counter::TcpOutSegs);
-        Some(self.ip6_xmit(now, tpl.next_hop, frame, DropReason::DevQueueFull))
+        Some(self.ip6_xmit(now, next_hop, frame, DropReason::DevQueueFull))
     }
 }
