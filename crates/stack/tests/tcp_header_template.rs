@@ -196,6 +196,14 @@ fn assert_covers(r: &Run) {
         !sizes.is_empty() && sizes.iter().all(|&n| n > 0 && n <= 1000 - 52),
         "segments that fit the new MTU with their options: {sizes:?}"
     );
+    // The write after the peer acknowledged everything left whole, its tail not held by
+    // Nagle (the peer's ACK was acceptable and acknowledged the outstanding data).
+    let sixes: usize = r
+        .after_pmtu
+        .iter()
+        .map(|s| s.payload.iter().filter(|&&b| b == 6).count())
+        .sum();
+    assert_eq!(sixes, 2000, "the 2,000 bytes written after the ACK");
 }
 
 #[test]
