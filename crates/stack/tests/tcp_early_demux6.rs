@@ -239,6 +239,36 @@ type Spoil = (&'static str, DropReason, fn(&mut Vec<u8>));
 /// delivered, never a panic; the fast path takes none of them. Catches: a fast path that
 /// skips the TCP checksum, the Payload Length checks, the header-length bound, the
 /// source checks or the Next Header check.
+/// [`Stack::receive_with`] over IPv6: a segment whose TCP checksum the link vouched for
+/// is taken by the fast path and delivered with a wrong checksum, not summed again; the
+/// next frame, not vouched for, is verified and dropped. Catches: an IPv6 fast path that
+/// verifies what the link vouched for (leaving it to the general path to sum twice).
+#[test]
+fn a_checksum_the_link_vouched_for_is_not_summed_on_the_fast_path() {
+    let mut c = established(true);
+    let hits = c.t.stack.tcp_early_demux_hits();
+    let csum = c.t.stack.mib().drops(DropReason::TcpCsum);
+    let mut p = c.data_packet(&[9; 100]);
+    p[56] ^= 0x55;
+    let now = c.t.now;
+    c.t.stack.receive_with(now, &p, true);
+    assert_eq!(
+        c.t.stack.tcp_early_demux_hits() - hits,
+        1,
+        "the fast path's"
+    );
+    assert_eq!(c.read(), [9; 100], "and delivered");
+    c.seq += 100;
+    c.tsval += 1;
+    let mut p = c.data_packet(&[8; 100]);
+    p[56] ^= 0x55;
+    c.t.stack.receive_with(now, &p, false);
+    let dropped = c.t.stack.mib().drops(DropReason::TcpCsum) - csum;
+    assert_eq!(dropped, 1, "unvouched: verified");
+    assert_eq!(c.t.stack.tcp_early_demux_hits() - hits, 1);
+    assert_eq!(c.read(), b"", "nothing delivered");
+}
+
 #[test]
 fn malformed_segments_are_dropped_with_the_general_paths_reasons() {
     let cases: [Spoil; 8] = [

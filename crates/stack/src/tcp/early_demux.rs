@@ -12,6 +12,9 @@
 //! and the hand-over to [`Stack::conn_input`] with no `Repr` of the IP header or
 //! [`crate::ip::Inbound`] built and the TCP header read once.
 //!
+//! The TCP checksum is verified unless the link vouched for it or both ends skip it
+//! ([`Stack::l4_csum_trusted`], as the general path decides: a TUN queue's
+//! `NEEDS_CSUM` or `DATA_VALID` super-segment is not summed on either path).
 //! Anything else (a bad checksum or length included) makes the fast path return false
 //! having changed and counted nothing, and the caller takes the general path, which
 //! counts and drops it or handles it as before: the fast path never decides a drop. The
@@ -122,7 +125,7 @@ impl Stack {
         let Some(hdr) = fast_tcp_header(seg) else {
             return false;
         };
-        if !self.checksum_offload && checksum::segment_sum_v4(ip, IpProtocol::Tcp, seg) != 0xffff {
+        if !self.l4_csum_trusted() && checksum::segment_sum_v4(ip, IpProtocol::Tcp, seg) != 0xffff {
             // RFC 9293 §3.1: over the pseudo-header (the IP header's addresses, the
             // protocol, the TCP length) and the segment.
             return false;
@@ -203,7 +206,7 @@ impl Stack {
         let Some(hdr) = fast_tcp_header(seg) else {
             return false;
         };
-        if !self.checksum_offload && checksum::segment_sum_v6(ip, IpProtocol::Tcp, seg) != 0xffff {
+        if !self.l4_csum_trusted() && checksum::segment_sum_v6(ip, IpProtocol::Tcp, seg) != 0xffff {
             return false;
         }
         // The connection of the last segment if this one is its (its addresses compared
