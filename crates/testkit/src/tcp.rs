@@ -476,6 +476,8 @@ pub struct Exchange6 {
     pub hits: (u64, u64),
     /// A's and B's counters ([`all_counters`]).
     pub counters: (String, String),
+    /// Segments A wrote from its header templates ([`Stack::tcp_header_template_hits`]).
+    pub template_hits: u64,
 }
 
 /// Two dual-stack stacks on an Ethernet link ([`crate::A_IP6`], [`crate::B_IP6`], no
@@ -542,6 +544,7 @@ pub fn ethernet6_exchange(template: bool, early_demux: bool) -> Exchange6 {
         frames,
         hits: (a.tcp_early_demux_hits(), b.tcp_early_demux_hits()),
         counters: (all_counters(a.mib()), all_counters(b.mib())),
+        template_hits: a.tcp_header_template_hits(),
     }
 }
 
