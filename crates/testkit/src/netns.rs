@@ -320,9 +320,14 @@ impl Drop for NetNs {
 /// Stop a command started from [`NetNs::command`] (or any `timeout ...` wrapper) with
 /// everything it started: SIGKILL to its process group (`timeout` makes itself the
 /// leader of one, and the tool it runs, with the tool's own children, stays in it), then
-/// to the child itself in case it had not made the group yet, and reap it.
+/// to the child itself in case it had not made the group yet, and reap it. A child
+/// already reaped is left alone.
 pub fn kill_group(child: &mut Child) {
-    if let Some(pgid) = rustix::process::Pid::from_raw(child.id() as i32) {
+    // Only while the child is not reaped: until then its pid, and so the group's id, is
+    // still its own (once reaped, the number may belong to another process).
+    if let Ok(None) = child.try_wait()
+        && let Some(pgid) = rustix::process::Pid::from_raw(child.id() as i32)
+    {
         let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
     }
     let _ = child.kill();
