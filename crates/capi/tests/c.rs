@@ -136,8 +136,9 @@ fn tun_echo_against_the_kernel() {
         .spawn()
         .expect("starting socat");
     let out = std::panic::catch_unwind(|| run_c_with("tun", &[ns.path().as_os_str()]));
-    let _ = socat.kill();
-    let _ = socat.wait();
+    // socat with everything in its process group (killing only its `timeout` wrapper
+    // would leave socat running in the namespace).
+    ustack_testkit::netns::kill_group(&mut socat);
     let out = out.unwrap_or_else(|e| std::panic::resume_unwind(e));
     assert!(
         out.contains("262144 bytes echoed by the kernel and checked"),

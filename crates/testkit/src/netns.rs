@@ -116,11 +116,15 @@ pub fn on_path(name: &str) -> bool {
     })
 }
 
-/// An anonymous network namespace, held by a background process; removed on drop.
+/// An anonymous network namespace, held by a background process; removed on drop, with
+/// every process still in it (see [`NetNs::kill_all_inside`]).
 #[derive(Debug)]
 pub struct NetNs {
     holder: Child,
     path: PathBuf,
+    /// The namespace's identity (`net:[INODE]`, the link `/proc/PID/ns/net` reads as),
+    /// known once the holder has unshared.
+    id: PathBuf,
 }
 
 impl NetNs {
@@ -137,6 +141,7 @@ impl NetNs {
         let mut ns = NetNs {
             path: PathBuf::from(format!("/proc/{}/ns/net", holder.id())),
             holder,
+            id: PathBuf::new(),
         };
         let ours = std::fs::read_link("/proc/self/ns/net")?;
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
@@ -152,7 +157,10 @@ impl NetNs {
                 )));
             }
             // Until unshare(2) has run, the holder is still in our namespace.
-            if std::fs::read_link(&ns.path).is_ok_and(|l| l != ours) {
+            if let Ok(id) = std::fs::read_link(&ns.path)
+                && id != ours
+            {
+                ns.id = id;
                 return Ok(ns);
             }
             if std::time::Instant::now() >= deadline {
@@ -175,8 +183,53 @@ impl NetNs {
         &self.path
     }
 
+    /// The namespace's identity: what `/proc/PID/ns/net` reads as (`net:[INODE]`) for
+    /// a process in it.
+    pub fn id(&self) -> &Path {
+        &self.id
+    }
+
+    /// The processes in the namespace but the holder and this test process (thread-group
+    /// leaders whose `/proc/PID/ns/net` is [`NetNs::id`]).
+    pub fn pids_inside(&self) -> Vec<u32> {
+        let (me, holder) = (std::process::id(), self.holder.id());
+        let Ok(dir) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|&pid| pid != me && pid != holder)
+            .filter(|pid| {
+                std::fs::read_link(format!("/proc/{pid}/ns/net")).is_ok_and(|l| l == self.id)
+            })
+            .collect()
+    }
+
+    /// SIGKILL every process in the namespace but the holder and this test process, until
+    /// none is left (each pass may find children forked meanwhile; at most 50 passes).
+    /// Tools run through [`NetNs::command`] are children of `timeout` outside the
+    /// namespace, so killing the `Child` a test holds (`timeout`, which cannot pass
+    /// SIGKILL on) leaves the tool running in the namespace, and holding it open: this is
+    /// what reaches them. [`NetNs`]'s drop calls it.
+    pub fn kill_all_inside(&self) {
+        for _ in 0..50 {
+            let pids = self.pids_inside();
+            if pids.is_empty() {
+                return;
+            }
+            for pid in pids {
+                if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
+                    let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
     /// A command that runs `argv` inside the namespace, killed after `limit`:
-    /// `timeout -k 1 <limit> nsenter --net=<path> argv...`.
+    /// `timeout -k 1 <limit> nsenter --net=<path> argv...`. `timeout` runs in a process
+    /// group of its own (GNU `timeout` without `--foreground`), with the tool in it: stop
+    /// it with [`kill_group`], not `Child::kill`, which kills only `timeout` and leaves
+    /// the tool running (until the namespace's drop).
     pub fn command<S: AsRef<OsStr>>(&self, limit: Duration, argv: &[S]) -> Command {
         let mut c = Command::new("timeout");
         c.arg("-k")
@@ -252,11 +305,33 @@ impl NetNs {
 
 impl Drop for NetNs {
     fn drop(&mut self) {
-        // Exactly our holder: once it is gone, nothing holds the namespace (files opened
-        // in it, like TUN queues, keep their interface only until they close).
+        // Whatever still runs in the namespace (a tool a failed test left behind would
+        // hold the namespace, and its interfaces, for as long as it lives), then our
+        // holder: once it is gone, nothing holds the namespace (files opened in it, like
+        // TUN queues, keep their interface only until they close).
+        if !self.id.as_os_str().is_empty() {
+            self.kill_all_inside();
+        }
         let _ = self.holder.kill();
         let _ = self.holder.wait();
     }
+}
+
+/// Stop a command started from [`NetNs::command`] (or any `timeout ...` wrapper) with
+/// everything it started: SIGKILL to its process group (`timeout` makes itself the
+/// leader of one, and the tool it runs, with the tool's own children, stays in it), then
+/// to the child itself in case it had not made the group yet, and reap it. A child
+/// already reaped is left alone.
+pub fn kill_group(child: &mut Child) {
+    // Only while the child is not reaped: until then its pid, and so the group's id, is
+    // still its own (once reaped, the number may belong to another process).
+    if let Ok(None) = child.try_wait()
+        && let Some(pgid) = rustix::process::Pid::from_raw(child.id() as i32)
+    {
+        let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 /// A namespace with a TUN interface in it, configured on the kernel's side.

@@ -476,6 +476,8 @@ pub struct Exchange6 {
     pub hits: (u64, u64),
     /// A's and B's counters ([`all_counters`]).
     pub counters: (String, String),
+    /// Segments A wrote from its header templates ([`Stack::tcp_header_template_hits`]).
+    pub template_hits: u64,
 }
 
 /// Two dual-stack stacks on an Ethernet link ([`crate::A_IP6`], [`crate::B_IP6`], no
@@ -542,6 +544,7 @@ pub fn ethernet6_exchange(template: bool, early_demux: bool) -> Exchange6 {
         frames,
         hits: (a.tcp_early_demux_hits(), b.tcp_early_demux_hits()),
         counters: (all_counters(a.mib()), all_counters(b.mib())),
+        template_hits: a.tcp_header_template_hits(),
     }
 }
 
@@ -598,4 +601,123 @@ pub fn assert_template_covers(
         sack.iter().any(|s| s.sack.len() == 2),
         "an ACK with two SACK blocks: {sack:?}"
     );
+}
+
+/// The stack under test's IPv6 address in [`Family::V6`] fixtures (documentation prefix,
+/// RFC 3849).
+pub const LOCAL_IP6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 2);
+/// The scripted peer's IPv6 address in [`Family::V6`] fixtures; its port is [`PEER`]'s.
+pub const PEER_IP6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1);
+
+/// The address family a family-generic test runs over: each such test is one body taking
+/// a `Family`, run once for IPv4 and once for IPv6 ([`crate::for_both_families`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// The peer [`PEER`] and the stack [`LOCAL_IP`], on an IPv4-only stack.
+    V4,
+    /// The peer [`PEER_IP6`] and the stack [`LOCAL_IP6`], on a dual-stack stack (also
+    /// [`LOCAL_IP`]) whose listeners are on `::`.
+    V6,
+}
+
+impl Family {
+    /// The stack's configuration: seed 42, a default IPv4 route through [`PEER`] (as on a
+    /// TUN link), and for IPv6 [`LOCAL_IP6`]/64 besides [`LOCAL_IP`]/24.
+    pub fn config(self) -> Config {
+        let mut c = Config::ip(Ipv4Cidr::new(LOCAL_IP, 24));
+        if self == Family::V6 {
+            c = c.with_ipv6(ustack_stack::Ipv6Cidr::new(LOCAL_IP6, 64));
+        }
+        c.seed = Some(42);
+        c.gateway = Some(*PEER.ip());
+        c
+    }
+
+    /// A stack made from `config` listening on `port` (backlog 128): IPv4 on
+    /// [`LOCAL_IP`], IPv6 on `[::]` (dual-stack).
+    pub fn listening(self, config: Config, port: u16) -> SegTest {
+        let mut t = SegTest {
+            stack: Stack::new(config),
+            now: Instant::from_secs(1),
+            port,
+            listener: None,
+        };
+        let any = match self {
+            Family::V4 => core::net::SocketAddr::V4(SocketAddrV4::new(LOCAL_IP, port)),
+            Family::V6 => core::net::SocketAddr::V6(core::net::SocketAddrV6::new(
+                Ipv6Addr::UNSPECIFIED,
+                port,
+                0,
+                0,
+            )),
+        };
+        t.listener = Some(t.stack.tcp_listen(any, 128).unwrap());
+        t
+    }
+
+    /// The stack's address.
+    pub fn local(self) -> IpAddr {
+        match self {
+            Family::V4 => LOCAL_IP.into(),
+            Family::V6 => LOCAL_IP6.into(),
+        }
+    }
+
+    /// The peer's address.
+    pub fn peer(self) -> IpAddr {
+        match self {
+            Family::V4 => (*PEER.ip()).into(),
+            Family::V6 => PEER_IP6.into(),
+        }
+    }
+
+    /// The length of the IP header [`Family::build`] writes (no options or extension
+    /// headers).
+    pub fn header_len(self) -> usize {
+        match self {
+            Family::V4 => ipv4::HEADER_LEN,
+            Family::V6 => ipv6::HEADER_LEN,
+        }
+    }
+
+    /// The packet of the peer's `seg` to the stack ([`build`] or [`build6`]).
+    pub fn build(self, seg: &Seg) -> Vec<u8> {
+        match self {
+            Family::V4 => build(seg, *PEER.ip(), LOCAL_IP),
+            Family::V6 => build6(seg, PEER_IP6, LOCAL_IP6),
+        }
+    }
+
+    /// The segment of a packet of this family ([`parse`] or [`parse6`]).
+    pub fn parse(self, packet: &[u8]) -> Option<Seg> {
+        match self {
+            Family::V4 => parse(packet),
+            Family::V6 => parse6(packet),
+        }
+    }
+}
+
+/// One `#[test]` per family for each family-generic test body: `for_both_families!(a, b)`
+/// makes `ipv4::a`, `ipv6::a`, `ipv4::b`, `ipv6::b`, each calling the body `a(Family)` or
+/// `b(Family)` of the enclosing module with [`Family::V4`] or [`Family::V6`].
+#[macro_export]
+macro_rules! for_both_families {
+    ($($name:ident),* $(,)?) => {
+        mod ipv4 {
+            $(
+                #[test]
+                fn $name() {
+                    super::$name($crate::tcp::Family::V4)
+                }
+            )*
+        }
+        mod ipv6 {
+            $(
+                #[test]
+                fn $name() {
+                    super::$name($crate::tcp::Family::V6)
+                }
+            )*
+        }
+    };
 }

@@ -561,8 +561,8 @@ pub struct KernelServerReport {
 
 impl Drop for KernelServer {
     fn drop(&mut self) {
-        // Exactly our child (bounded by `timeout` anyway); reaped.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        // Our child's process group: `timeout` and the server it runs (SIGKILL to
+        // `timeout` alone would leave the server running in the namespace); reaped.
+        ustack_testkit::netns::kill_group(&mut self.child);
     }
 }

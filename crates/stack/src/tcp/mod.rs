@@ -253,6 +253,9 @@ pub(crate) struct Tcp {
     /// Segments that early demux handed straight to their connection, both families
     /// (see [`early_demux`] and [`crate::Stack::tcp_early_demux_hits`]).
     pub(crate) early_demux: u64,
+    /// Segments written from a connection's header template, both families (see
+    /// [`crate::Stack::tcp_header_template_hits`]).
+    pub(crate) template_hits: u64,
     /// Early demux is off ([`crate::Stack::set_tcp_early_demux`]): every segment takes
     /// the general path.
     pub(crate) early_demux_off: bool,
@@ -315,6 +318,7 @@ impl Tcp {
             xopts: hashbrown::HashMap::new(),
             intern6: intern6::Intern6::new(secrets.hasher(b"tcp intern6")),
             early_demux: 0,
+            template_hits: 0,
             early_demux_off: false,
             demux_last: DEMUX_NONE,
         }
@@ -1706,6 +1710,15 @@ impl Stack {
     /// and counters.
     pub fn tcp_early_demux_hits(&self) -> u64 {
         self.tcp.early_demux
+    }
+
+    /// Segments (a super-segment counts once) written from a connection's header
+    /// template (`tcp::xmit4`, `tcp::xmit6`) rather than through the general path that
+    /// builds every header: for tests that check the template path was taken, since both
+    /// give the same bytes. Linux counts no such thing.
+    #[doc(hidden)]
+    pub fn tcp_header_template_hits(&self) -> u64 {
+        self.tcp.template_hits
     }
 
     /// Whether early demux serves the segments it can (on by default) or every segment

@@ -166,10 +166,12 @@ impl Stack {
             Some(TxTemplate::V6(t)) if gen_ok(t.generation) => TxTemplate::V6(*t),
             _ => self.tcp_template_refresh(now, h, tuple)?,
         };
-        match tpl {
+        let sent = match tpl {
             TxTemplate::V4(tpl) => Some(self.tcp_transmit4(now, &tpl, repr, payload, segs)),
             TxTemplate::V6(tpl) => self.tcp_transmit6(now, &tpl, tuple, repr, payload),
-        }
+        };
+        self.tcp.template_hits += u64::from(sent.is_some());
+        sent
     }
 
     /// A new template for `tuple`, kept in connection `h`'s active state when it holds
