@@ -475,8 +475,9 @@ impl RuntimeBuilder {
     }
 
     /// The stack configuration this builder gives for a device with `caps`.
-    /// `InvalidInput` if no address was given, the medium does not match, the MTU is
-    /// larger than the device's, or a sysctl is refused.
+    /// `InvalidInput` if no address was given, an IPv6 address is unspecified or
+    /// multicast, the medium does not match, the MTU is larger than the device's, or a
+    /// sysctl is refused.
     pub fn stack_config(&self, caps: DeviceCaps) -> io::Result<Config> {
         let invalid = |msg: String| io::Error::new(io::ErrorKind::InvalidInput, msg);
         let ipv4 = self
@@ -488,6 +489,18 @@ impl RuntimeBuilder {
             return Err(invalid(format!(
                 "RuntimeBuilder: medium {m:?}, but the device carries {:?}",
                 caps.medium
+            )));
+        }
+        // Linux's ipv6_add_addr refuses the unspecified address and a multicast one
+        // (EADDRNOTAVAIL; RFC 4291 §2.7: a multicast address is never a source).
+        if let Some(bad) = self
+            .ipv6
+            .iter()
+            .find(|c| c.addr.is_unspecified() || c.addr.is_multicast())
+        {
+            return Err(invalid(format!(
+                "RuntimeBuilder: {} is not an interface address (unspecified or multicast)",
+                bad.addr
             )));
         }
         let mtu = self.mtu.unwrap_or(caps.mtu);

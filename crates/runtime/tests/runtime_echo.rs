@@ -638,6 +638,17 @@ fn errors_carry_linux_errnos() {
         .build_with_clock(c, VirtualClock::new(Instant::ZERO))
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidInput, "no address");
+    // An IPv6 multicast or unspecified address is never the interface's (Linux's
+    // ipv6_add_addr: EADDRNOTAVAIL; a SYN from ff02::1 would break RFC 4291 §2.7).
+    for bad in ["ff02::1", "::"] {
+        let (c, _d) = sim_pair(SimLinkConfig::default());
+        let e = server_builder()
+            .ipv6(bad.parse().unwrap(), 64)
+            .build_with_clock(c, VirtualClock::new(Instant::ZERO))
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "{bad}");
+        assert!(e.to_string().contains(bad), "{e}");
+    }
 }
 
 /// A connection's state and options through the API, and keepalive arming a timer the
