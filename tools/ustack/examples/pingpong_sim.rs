@@ -31,6 +31,7 @@ use std::io::{self, ErrorKind};
 
 use ustack_apps::{Protocol, Server};
 use ustack_dev::sim::SimLinkConfig;
+use ustack_obs::Counter;
 use ustack_runtime::Mode;
 use ustack_runtime::api::TcpStream;
 use ustack_runtime::runtime::{Clock, Events, Interest, RuntimeBuilder, VirtualClock, sim_pair};
@@ -179,5 +180,21 @@ fn main() -> io::Result<()> {
         srt.shard_stats(),
         crt.shard_stats()
     );
+    // What the clock's moves did: TIME-WAIT records ended (and are left), and no
+    // timeout or retransmission came of them (nothing is outstanding at a move).
+    let mut timed_out = 0;
+    for (end, rt) in [("server", &srt), ("client", &crt)] {
+        let mib = rt.stack().mib();
+        let t = [Counter::TcpExtTCPTimeouts, Counter::TcpRetransSegs].map(|c| mib.get(c));
+        timed_out += t.iter().sum::<u64>();
+        println!(
+            "{end}: TIME-WAIT records ended {}, left {}; timeouts, retransmitted segments {t:?}",
+            mib.get(Counter::TcpExtTW),
+            rt.stack().tcp_resources().timewait
+        );
+    }
+    if cps {
+        assert_eq!(timed_out, 0, "a timeout or a retransmission in --cps");
+    }
     Ok(())
 }
