@@ -14,6 +14,16 @@
 //! a message (both ends) at that many connections, set-up left out (docs/bench.md, "Flat
 //! with connections"). `--cps`: new connections every round (each closed by the client
 //! after its echo): the cost of a connection.
+//!
+//! With `--cps` the virtual clock moves `--round-ms` (default 100) at the start of every
+//! round, so that TIME-WAIT records (60 s, Linux `TCP_TIMEWAIT_LEN`) expire 600 rounds
+//! after they are made and the timer entries a connection leaves behind come due: past
+//! 600 rounds as many records expire as are made and the tables stop growing (measure
+//! with rounds 700 and 900). 100 ms is below every deadline the previous round's
+//! connections (alive at the move, idle, every byte acknowledged) have armed (the
+//! minimum RTO is 200 ms), so no live connection's timer runs: each entry comes up after
+//! its connection is gone, as it does at the bench's rate (about 40 us a round).
+//! `--round-ms 0`: the clock never moves (records and timer entries pile up).
 
 use core::net::{Ipv4Addr, SocketAddrV4};
 use core::time::Duration;
@@ -21,6 +31,7 @@ use std::io::{self, ErrorKind};
 
 use ustack_apps::{Protocol, Server};
 use ustack_dev::sim::SimLinkConfig;
+use ustack_obs::Counter;
 use ustack_runtime::Mode;
 use ustack_runtime::api::TcpStream;
 use ustack_runtime::runtime::{Clock, Events, Interest, RuntimeBuilder, VirtualClock, sim_pair};
@@ -61,6 +72,7 @@ fn main() -> io::Result<()> {
     // --cps: every round on new connections, each closed by the client after its echo
     // (the server closes when it reads the end of stream), TIME-WAIT at the client.
     let cps = args.iter().any(|a| a == "--cps");
+    let round_ms = value("--round-ms", 100);
     let (a, b) = sim_pair(SimLinkConfig::default());
     let clock = VirtualClock::new(Instant::ZERO);
     let mut srt = builder(*SERVER.ip(), 1, 1).build_with_clock(a, clock.participant())?;
@@ -103,6 +115,8 @@ fn main() -> io::Result<()> {
     for r in 0..rounds {
         let seq0 = r * conns as u64;
         if cps && r > 0 {
+            // See the module docs.
+            clock.advance(Duration::from_millis(round_ms));
             for s in streams.drain(..) {
                 s.close(&mut crt)?;
             }
@@ -166,5 +180,21 @@ fn main() -> io::Result<()> {
         srt.shard_stats(),
         crt.shard_stats()
     );
+    // What the clock's moves did: TIME-WAIT records ended (and are left), and no
+    // timeout or retransmission came of them (nothing is outstanding at a move).
+    let mut timed_out = 0;
+    for (end, rt) in [("server", &srt), ("client", &crt)] {
+        let mib = rt.stack().mib();
+        let t = [Counter::TcpExtTCPTimeouts, Counter::TcpRetransSegs].map(|c| mib.get(c));
+        timed_out += t.iter().sum::<u64>();
+        println!(
+            "{end}: TIME-WAIT records ended {}, left {}; timeouts, retransmitted segments {t:?}",
+            mib.get(Counter::TcpExtTW),
+            rt.stack().tcp_resources().timewait
+        );
+    }
+    if cps {
+        assert_eq!(timed_out, 0, "a timeout or a retransmission in --cps");
+    }
     Ok(())
 }
