@@ -98,12 +98,26 @@ impl Stack {
     /// File connection `h` to give its [`super::tcb::ActiveState`] back if it is idle
     /// (see [`super::tcb::Active`]): once, at `now` + [`super::ACTIVE_IDLE_GRACE`]; at
     /// once if it has moved no data yet.
-    #[inline]
+    /// Called after every segment a connection takes: the common cases (nothing held, or
+    /// already filed) are decided here, inline, the rest out of line.
+    #[inline(always)]
     pub(crate) fn tcp_note_idle(&mut self, now: Instant, h: TcpHandle) {
+        if let Some(tcb) = self.tcp.get(h)
+            && tcb.active.is_held()
+            && !tcb.flags.has(TcbFlags::IDLE_QUEUED)
+        {
+            self.tcp_note_idle_held(now, h);
+        }
+    }
+
+    /// [`Stack::tcp_note_idle`] for a connection that holds its active state and is not
+    /// filed: file it if it is idle.
+    #[inline(never)]
+    fn tcp_note_idle_held(&mut self, now: Instant, h: TcpHandle) {
         let Some(tcb) = self.tcp.get_mut(h) else {
             return;
         };
-        if !tcb.active.is_held() || tcb.flags.has(TcbFlags::IDLE_QUEUED) || !tcb.active_idle() {
+        if !tcb.active_idle() {
             return;
         }
         // A connection that has moved no data yet (only the SYNs are acknowledged: the
