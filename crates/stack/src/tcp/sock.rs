@@ -17,6 +17,7 @@ use std::collections::BinaryHeap;
 use ustack_obs::{Counter, Instant, Mib};
 
 use super::buffer::BufferPool;
+use super::clock32::Deadline;
 use super::scoreboard::SpareBoard;
 use super::tcb::{Tcb, TcbFlags};
 use super::{ChallengeAckLimit, State, Tcp, TcpHandle, TimerKey};
@@ -185,11 +186,19 @@ impl Sock<'_> {
     /// Make sure the stack's timer queue will wake this connection at its earliest
     /// deadline (lazy cancel: a later deadline leaves the earlier entry, which finds
     /// nothing due and re-arms). `now` reads the 32-bit deadlines back as instants.
+    /// (The test is inline: most calls find the queue's entry early enough.)
+    #[inline(always)]
     pub(crate) fn arm(&mut self, now: Instant) {
         let earliest = self.tcb.timers.earliest();
-        if earliest.before(self.tcb.timers.queued)
-            && let Some(at) = earliest.instant(now)
-        {
+        if earliest.before(self.tcb.timers.queued) {
+            self.arm_queue(now, earliest);
+        }
+    }
+
+    /// [`Sock::arm`] when the queue's entry is later than `earliest`: queue another.
+    #[inline(never)]
+    fn arm_queue(&mut self, now: Instant, earliest: Deadline) {
+        if let Some(at) = earliest.instant(now) {
             self.tcb.timers.queued = earliest;
             self.timers.push(Reverse((at, TimerKey::Conn(self.h))));
             self.wake.lower(at);
