@@ -897,16 +897,23 @@ impl Sock<'_> {
     /// when nothing is outstanding (§5.2).
     #[inline]
     fn tcp_set_xmit_timer(&mut self, now: Instant) {
-        // (No probe without data outstanding: the common emptied queue skips the call.)
-        if !self.tcb.rtx().is_empty() && self.tcp_schedule_loss_probe(now, true) {
+        let tcb = &mut *self.tcb;
+        if tcb.rtx().is_empty() {
+            // RFC 6298 §5.2: "When all outstanding data has been acknowledged, turn off the
+            // retransmission timer." (No probe without data outstanding either.) A timer
+            // turned off needs no earlier entry in the timer queue: [`Sock::arm`] keeps
+            // the queued entry no later than every armed deadline, so there is nothing to
+            // arm (the request/response case: every ACK empties the queue).
+            tcb.timers.retransmit = Deadline::OFF;
+            tcb.flags.clear(TcbFlags::LOSS_PROBE);
+            debug_assert!(!tcb.timers.earliest().before(tcb.timers.queued));
+            return;
+        }
+        if self.tcp_schedule_loss_probe(now, true) {
             return;
         }
         let tcb = &mut *self.tcb;
-        tcb.timers.retransmit = if tcb.rtx().is_empty() {
-            Deadline::OFF
-        } else {
-            Deadline::at(now + tcb.rtt.rto())
-        };
+        tcb.timers.retransmit = Deadline::at(now + tcb.rtt.rto());
         tcb.flags.clear(TcbFlags::LOSS_PROBE);
         self.arm(now);
     }

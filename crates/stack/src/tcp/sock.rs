@@ -17,6 +17,7 @@ use std::collections::BinaryHeap;
 use ustack_obs::{Counter, Instant, Mib};
 
 use super::buffer::BufferPool;
+use super::clock32::Deadline;
 use super::scoreboard::SpareBoard;
 use super::tcb::{Tcb, TcbFlags};
 use super::{ChallengeAckLimit, State, Tcp, TcpHandle, TimerKey};
@@ -98,12 +99,26 @@ impl Stack {
     /// File connection `h` to give its [`super::tcb::ActiveState`] back if it is idle
     /// (see [`super::tcb::Active`]): once, at `now` + [`super::ACTIVE_IDLE_GRACE`]; at
     /// once if it has moved no data yet.
-    #[inline]
+    /// Called after every segment a connection takes: the common cases (nothing held, or
+    /// already filed) are decided here, inline, the rest out of line.
+    #[inline(always)]
     pub(crate) fn tcp_note_idle(&mut self, now: Instant, h: TcpHandle) {
+        if let Some(tcb) = self.tcp.get(h)
+            && tcb.active.is_held()
+            && !tcb.flags.has(TcbFlags::IDLE_QUEUED)
+        {
+            self.tcp_note_idle_held(now, h);
+        }
+    }
+
+    /// [`Stack::tcp_note_idle`] for a connection that holds its active state and is not
+    /// filed: file it if it is idle.
+    #[inline(never)]
+    fn tcp_note_idle_held(&mut self, now: Instant, h: TcpHandle) {
         let Some(tcb) = self.tcp.get_mut(h) else {
             return;
         };
-        if !tcb.active.is_held() || tcb.flags.has(TcbFlags::IDLE_QUEUED) || !tcb.active_idle() {
+        if !tcb.active_idle() {
             return;
         }
         // A connection that has moved no data yet (only the SYNs are acknowledged: the
@@ -171,11 +186,19 @@ impl Sock<'_> {
     /// Make sure the stack's timer queue will wake this connection at its earliest
     /// deadline (lazy cancel: a later deadline leaves the earlier entry, which finds
     /// nothing due and re-arms). `now` reads the 32-bit deadlines back as instants.
+    /// (The test is inline: most calls find the queue's entry early enough.)
+    #[inline(always)]
     pub(crate) fn arm(&mut self, now: Instant) {
         let earliest = self.tcb.timers.earliest();
-        if earliest.before(self.tcb.timers.queued)
-            && let Some(at) = earliest.instant(now)
-        {
+        if earliest.before(self.tcb.timers.queued) {
+            self.arm_queue(now, earliest);
+        }
+    }
+
+    /// [`Sock::arm`] when the queue's entry is later than `earliest`: queue another.
+    #[inline(never)]
+    fn arm_queue(&mut self, now: Instant, earliest: Deadline) {
+        if let Some(at) = earliest.instant(now) {
             self.tcb.timers.queued = earliest;
             self.timers.push(Reverse((at, TimerKey::Conn(self.h))));
             self.wake.lower(at);

@@ -263,6 +263,7 @@ impl BufferPool {
     }
 
     /// Take a chunk (its link set to `NONE`), or `None` at the limit.
+    #[inline]
     pub(super) fn alloc(&mut self) -> Option<u32> {
         if self.in_use >= self.limit_chunks {
             self.alloc_failures += 1;
@@ -281,6 +282,7 @@ impl BufferPool {
     /// Add one slab (the free list is empty, so every chunk is in use and
     /// `capacity == in_use < limit_chunks`).
     #[cold]
+    #[inline(never)]
     fn grow(&mut self) {
         let base = self.slabs.len() * SLAB_CHUNKS;
         let n = SLAB_CHUNKS.min(self.limit_chunks - self.capacity);

@@ -739,7 +739,17 @@ impl RecvBuffer {
     /// data awaits the reader an empty map is kept (with its root node), so that a
     /// reordering per few segments does not cost an allocation each; a drained buffer
     /// holds no heap.
+    /// (Inline: without a map, the common case of in-order data, there is nothing to do.)
+    #[inline(always)]
     fn release_ofo(&mut self) {
+        if self.ofo.is_some() {
+            self.release_ofo_map();
+        }
+    }
+
+    /// [`RecvBuffer::release_ofo`] with a map.
+    #[inline(never)]
+    fn release_ofo_map(&mut self) {
         if self.inorder.len == 0 && self.ooo_extents() == 0 {
             self.ofo = None;
         }
