@@ -189,7 +189,7 @@ pub use layout::{
     VERSION,
 };
 pub use link::{ShmLink, ShmOffer, ShmPeer};
-pub use ring::{PUBLISH_EVERY, ShmPort};
+pub use ring::{PUBLISH_EVERY, RX_HEAD, ShmPort};
 
 use crate::Medium;
 
@@ -274,6 +274,10 @@ pub struct ShmStats {
     pub rx_bytes: u64,
     /// Received frames longer than the receiver's buffer (cut to fit).
     pub rx_truncated: u64,
+    /// Received frames left in their slot past their headers by
+    /// [`Device::recv_head`](crate::Device::recv_head), for the stack to copy the payload
+    /// from the slot straight into a receive queue ([`ShmPort::set_rx_head`]).
+    pub rx_held: u64,
     /// Transmit ring publications: stores of `desc_head`, each followed by a SeqCst fence
     /// and a look at the peer's `rx_need_wakeup` flag. One per [`Device::send`], one per
     /// batch ([`Device::send_batch`], [`ShmPort::send_until_full`], or a run of
