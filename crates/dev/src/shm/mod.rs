@@ -49,6 +49,12 @@
 //! 3. The sender loads `comp_head` (Acquire) and puts the returned slots on its free list
 //!    (LIFO, so the next frame goes into the slot whose cache lines are warmest).
 //!
+//! [`Device::recv_head`](crate::Device::recv_head) takes a frame over 1 KiB in two parts:
+//! its first [`RX_HEAD`] bytes (the headers, for the stack to check on a private copy) at
+//! once, the rest through [`Device::read_held`](crate::Device::read_held) straight to
+//! where it belongs (a TCP receive queue); the slot is returned at the next receive call
+//! or before sleeping, never while the receiver may still read it.
+//!
 //! Slots circulate by index, never by copying between rings; the descriptor ring carries
 //! which slot holds a frame and the completion ring carries which slots are free again, so
 //! a receiver may return slots out of order (one that holds some frames longer than

@@ -409,6 +409,12 @@ impl ShmPort {
     pub(super) fn take(&mut self, buf: &mut [u8]) -> Option<usize> {
         self.release_held();
         let (slot, len) = self.next_desc()?;
+        Some(self.copy_out(slot, len, buf))
+    }
+
+    /// Copies the frame of `len` bytes in `slot` into `buf` (cut to `buf.len()`), hands
+    /// the slot back and counts it; the bytes copied.
+    fn copy_out(&mut self, slot: u32, len: usize, buf: &mut [u8]) -> usize {
         let n = len.min(buf.len());
         self.shared.map.read(self.rx_slot_off(slot), &mut buf[..n]);
         self.done_with(slot);
@@ -417,7 +423,7 @@ impl ShmPort {
         }
         self.stats.rx_frames += 1;
         self.stats.rx_bytes += n as u64;
-        Some(n)
+        n
     }
 
     /// [`Device::recv_head`]: the next frame, its first [`RX_HEAD`] bytes copied into
@@ -429,14 +435,7 @@ impl ShmPort {
         let (slot, len) = self.next_desc()?;
         let head = self.rx_head;
         if head == 0 || len <= RX_SPLIT_MIN.max(head) || len > buf.len() {
-            let n = len.min(buf.len());
-            self.shared.map.read(self.rx_slot_off(slot), &mut buf[..n]);
-            self.done_with(slot);
-            if n < len {
-                self.stats.rx_truncated += 1;
-            }
-            self.stats.rx_frames += 1;
-            self.stats.rx_bytes += n as u64;
+            let n = self.copy_out(slot, len, buf);
             return Some((n, n));
         }
         self.shared
