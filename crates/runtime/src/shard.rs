@@ -49,6 +49,11 @@
 //! Tx completion"). Receive goes the same way: [`Device::recv_swap`] copies the frame
 //! into the shard's buffer, or hands over the sim link's buffer holding it and keeps the
 //! shard's for the sender's next frames, so a frame crosses the sim link without a copy.
+//! A device that can leave a long frame's payload in place ([`Device::rx_head_len`], the
+//! shm port) has only the headers copied into the shard's buffer; a TCP segment that
+//! only appends to a receive queue then has its payload copied from the device straight
+//! there ([`Stack::receive_direct`], counted in [`ShardStats::rx_direct`]), and any other
+//! frame is copied whole after all.
 //! A device with a costly publication step (the shm
 //! port's index store, fence and doorbell) takes it once per batch, as a Linux driver
 //! defers its doorbell while `netdev_xmit_more()` says more frames follow
