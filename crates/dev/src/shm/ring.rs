@@ -475,7 +475,7 @@ impl Device for ShmPort {
         self.rx_head
     }
 
-    /// A frame longer than [`RX_SPLIT_MIN`] bytes (that fits `buf`) has its first
+    /// A frame longer than 1,024 bytes (that fits `buf`) has its first
     /// [`rx_head_len`](Device::rx_head_len) bytes copied and the rest left in its slot
     /// for [`read_held`](Device::read_held), the slot returned to the peer at the next
     /// receive call or before sleeping; counted in [`ShmStats::rx_held`]. Shorter frames
