@@ -195,6 +195,32 @@ pub trait Device {
     fn recv_swap(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<usize> {
         self.recv(now, buf)
     }
+    /// How many leading bytes of a frame [`recv_head`](Device::recv_head) copies when it
+    /// leaves the rest on the device: 0 (the provided value) for a device that always
+    /// copies whole frames. A caller that sees 0 need not call `recv_head`.
+    fn rx_head_len(&self) -> usize {
+        0
+    }
+    /// [`recv`](Device::recv) that may copy only the frame's first
+    /// [`rx_head_len`](Device::rx_head_len) bytes into `buf` (its headers, for the
+    /// stack to check on private memory) and keep the rest on the device until the next
+    /// receive call, for [`read_held`](Device::read_held) to copy straight where it
+    /// belongs. Returns the frame's length and how many bytes of it are in `buf`
+    /// (`(len, len)`: all of it).
+    ///
+    /// Provided: `recv` into `buf`, whole.
+    fn recv_head(&mut self, now: Instant, buf: &mut [u8]) -> Option<(usize, usize)> {
+        self.recv(now, buf).map(|n| (n, n))
+    }
+    /// Copy bytes `off..off + dst.len()` of the frame the last
+    /// [`recv_head`](Device::recv_head) left on the device into `dst`. False (nothing
+    /// copied) if there is no such frame or the range is not inside it.
+    ///
+    /// Provided: false (a device that copies whole frames holds none).
+    fn read_held(&mut self, off: usize, dst: &mut [u8]) -> bool {
+        let _ = (off, dst);
+        false
+    }
     /// How many frames the device would take now without dropping one for lack of room,
     /// if it knows (a driver's transmit queue being stopped, `netif_tx_queue_stopped`);
     /// `None`: it does not, and frames it cannot take are dropped and counted. A caller
@@ -294,6 +320,15 @@ impl<D: Device + ?Sized> Device for &mut D {
     fn tx_space(&mut self) -> Option<usize> {
         (**self).tx_space()
     }
+    fn rx_head_len(&self) -> usize {
+        (**self).rx_head_len()
+    }
+    fn recv_head(&mut self, now: Instant, buf: &mut [u8]) -> Option<(usize, usize)> {
+        (**self).recv_head(now, buf)
+    }
+    fn read_held(&mut self, off: usize, dst: &mut [u8]) -> bool {
+        (**self).read_held(off, dst)
+    }
     fn poll_at(&self) -> Option<Instant> {
         (**self).poll_at()
     }
@@ -329,6 +364,15 @@ impl<D: Device + ?Sized> Device for Box<D> {
     }
     fn tx_space(&mut self) -> Option<usize> {
         (**self).tx_space()
+    }
+    fn rx_head_len(&self) -> usize {
+        (**self).rx_head_len()
+    }
+    fn recv_head(&mut self, now: Instant, buf: &mut [u8]) -> Option<(usize, usize)> {
+        (**self).recv_head(now, buf)
+    }
+    fn read_held(&mut self, off: usize, dst: &mut [u8]) -> bool {
+        (**self).read_held(off, dst)
     }
     fn poll_at(&self) -> Option<Instant> {
         (**self).poll_at()

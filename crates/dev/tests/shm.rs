@@ -16,7 +16,8 @@ use std::time::{Duration, Instant as WallClock};
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
 use ustack_dev::shm::{
-    FrameBatch, ShmConfig, ShmFault, ShmLayout, ShmLink, ShmPeer, ShmPort, ShmSide, wait_any,
+    FrameBatch, RX_HEAD, ShmConfig, ShmFault, ShmLayout, ShmLink, ShmPeer, ShmPort, ShmSide,
+    wait_any,
 };
 use ustack_dev::{Device, Medium};
 use ustack_obs::time::Instant;
@@ -406,6 +407,67 @@ fn super_segment_slots_carry_64k_frames() {
         assert_eq!(b.recv(NOW, &mut buf), Some(65549));
         assert!(buf == f);
     }
+}
+
+/// `Device::recv_head`: a long frame's headers are copied, the rest stays in its slot for
+/// `read_held` (only inside the frame), and the slot goes back to the sender at the next
+/// receive call or before sleeping, not before; short frames, and every frame with
+/// `set_rx_head(0)`, are copied whole.
+#[test]
+fn recv_head_leaves_a_long_frame_in_its_slot_until_the_next_receive() {
+    let (mut a, mut b) = pair(&one_queue(2));
+    let long: Vec<u8> = (0..1500u32).map(|i| (i % 251) as u8 ^ 0x5a).collect();
+    let short = frame(7, false);
+    assert!(a.send(NOW, &long));
+    assert!(a.send(NOW, &short));
+    assert_eq!(a.tx_space(), Some(0));
+    let mut buf = [0u8; 1514];
+    assert_eq!(b.rx_head_len(), RX_HEAD);
+    assert_eq!(b.recv_head(NOW, &mut buf), Some((1500, RX_HEAD)));
+    assert_eq!(buf[..RX_HEAD], long[..RX_HEAD]);
+    assert_eq!(b.stats().rx_held, 1);
+    let mut rest = vec![0u8; 1500 - RX_HEAD];
+    assert!(b.read_held(RX_HEAD, &mut rest));
+    assert_eq!(rest, long[RX_HEAD..]);
+    let mut piece = [0u8; 100];
+    assert!(b.read_held(1400, &mut piece));
+    assert_eq!(piece[..], long[1400..]);
+    assert!(!b.read_held(1401, &mut piece), "past the frame's end");
+    assert!(!b.read_held(usize::MAX, &mut piece), "offset overflow");
+    // The slot is still the receiver's: the sender has none back.
+    assert_eq!(a.tx_space(), Some(0));
+    // The next receive returns it (and the short frame's, copied whole).
+    let mut small = [0u8; 1514];
+    assert_eq!(
+        b.recv_head(NOW, &mut small),
+        Some((short.len(), short.len()))
+    );
+    assert_eq!(small[..short.len()], short[..]);
+    assert!(!b.read_held(0, &mut piece), "no frame held");
+    assert_eq!(a.tx_space(), Some(2));
+    assert_eq!(b.recv_head(NOW, &mut small), None);
+    // Arming the doorbell to sleep returns a held slot too.
+    assert!(a.send(NOW, &long));
+    assert_eq!(b.recv_head(NOW, &mut buf), Some((1500, RX_HEAD)));
+    assert_eq!(a.tx_space(), Some(1));
+    assert!(b.prepare_sleep());
+    b.finish_sleep();
+    assert!(a.send(NOW, &short));
+    assert!(a.send(NOW, &short), "the held slot came back");
+    for _ in 0..2 {
+        assert_eq!(
+            b.recv_head(NOW, &mut small),
+            Some((short.len(), short.len()))
+        );
+    }
+    // Turned off: copied whole.
+    b.set_rx_head(0);
+    assert_eq!(b.rx_head_len(), 0);
+    assert!(a.send(NOW, &long));
+    buf.fill(0);
+    assert_eq!(b.recv_head(NOW, &mut buf), Some((1500, 1500)));
+    assert_eq!(buf[..1500], long[..]);
+    assert_eq!(b.stats().rx_held, 2);
 }
 
 #[test]

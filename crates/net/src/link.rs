@@ -140,6 +140,15 @@ impl Device for DynLink {
     fn tx_space(&mut self) -> Option<usize> {
         self.0.tx_space()
     }
+    fn rx_head_len(&self) -> usize {
+        self.0.rx_head_len()
+    }
+    fn recv_head(&mut self, now: Instant, buf: &mut [u8]) -> Option<(usize, usize)> {
+        self.0.recv_head(now, buf)
+    }
+    fn read_held(&mut self, off: usize, dst: &mut [u8]) -> bool {
+        self.0.read_held(off, dst)
+    }
     fn poll_at(&self) -> Option<Instant> {
         self.0.poll_at()
     }

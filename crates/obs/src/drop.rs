@@ -313,6 +313,11 @@ drop_reasons! {
     /// `tcp_data_queue_ofo` after `tcp_try_rmem_schedule` fails; the stack also counts
     /// TcpExt TCPRcvQDrop for in-order data, TCPOFODrop for out-of-order data).
     ProtoMem = "PROTO_MEM" => [],
+    /// A segment received with its payload left on the device (a shm link's direct
+    /// receive, `Stack::receive_direct`) that turned out not to start at `RCV.NXT` of an
+    /// empty out-of-order queue, which the stack checked before taking it: its data is
+    /// not queued (the peer sends it again). ustack-specific; not expected to count.
+    TcpDirectMiss = "TCP_DIRECT_MISS" => [],
 }
 
 impl DropReason {

@@ -316,6 +316,7 @@ fn drop_reason_names() {
         (DropReason::FragTooMany, "FRAG_TOO_MANY", &[IpReasmFails]),
         (DropReason::TcpOfoQueuePrune, "TCP_OFO_QUEUE_PRUNE", &[]),
         (DropReason::ProtoMem, "PROTO_MEM", &[]),
+        (DropReason::TcpDirectMiss, "TCP_DIRECT_MISS", &[]),
         (
             DropReason::TcpOfoMerge,
             "TCP_OFOMERGE",

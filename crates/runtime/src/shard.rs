@@ -49,6 +49,11 @@
 //! Tx completion"). Receive goes the same way: [`Device::recv_swap`] copies the frame
 //! into the shard's buffer, or hands over the sim link's buffer holding it and keeps the
 //! shard's for the sender's next frames, so a frame crosses the sim link without a copy.
+//! A device that can leave a long frame's payload in place ([`Device::rx_head_len`], the
+//! shm port) has only the headers copied into the shard's buffer; a TCP segment that
+//! only appends to a receive queue then has its payload copied from the device straight
+//! there ([`Stack::receive_direct`], counted in [`ShardStats::rx_direct`]), and any other
+//! frame is copied whole after all.
 //! A device with a costly publication step (the shm
 //! port's index store, fence and doorbell) takes it once per batch, as a Linux driver
 //! defers its doorbell while `netdev_xmit_more()` says more frames follow
@@ -235,6 +240,9 @@ pub struct ShardStats {
     pub polls: u64,
     /// Frames received and handed to the stack (softnet_stat `processed`).
     pub processed: u64,
+    /// Of those, frames whose payload went from the device straight into a receive queue
+    /// ([`Device::recv_head`], [`Stack::receive_direct`]).
+    pub rx_direct: u64,
     /// Rounds that ran out of frame or time budget (softnet_stat `time_squeeze`).
     pub time_squeeze: u64,
     /// Of those, rounds stopped by the time limit (`netdev_budget_usecs`) before the frame
@@ -462,13 +470,19 @@ impl<D: Device> Shard<D> {
             if self.stack.tx_room() == 0 {
                 return;
             }
-            // A device that swaps buffers (the sim link) hands over its own, holding the
-            // frame, and keeps this one: no copy (`Device::recv_swap`).
-            let Some(len) = self.device.recv_swap(now, &mut self.rx_buf) else {
-                return;
-            };
-            let csum_ok = self.device.rx_csum_unnecessary();
-            self.stack.receive_with(now, &self.rx_buf[..len], csum_ok);
+            if self.device.rx_head_len() > 0 {
+                if !self.receive_split(now) {
+                    return;
+                }
+            } else {
+                // A device that swaps buffers (the sim link) hands over its own, holding
+                // the frame, and keeps this one: no copy (`Device::recv_swap`).
+                let Some(len) = self.device.recv_swap(now, &mut self.rx_buf) else {
+                    return;
+                };
+                let csum_ok = self.device.rx_csum_unnecessary();
+                self.stack.receive_with(now, &self.rx_buf[..len], csum_ok);
+            }
             result.rx += 1;
             if let (Some(clock), Some(start)) = (budget.clock.as_mut(), start)
                 && clock() - start >= budget.time
@@ -480,6 +494,41 @@ impl<D: Device> Shard<D> {
                 return;
             }
         }
+    }
+
+    /// Receive one frame from a device that can leave a long frame's payload where it is
+    /// ([`Device::recv_head`], the shm port): its headers come into the shard's buffer,
+    /// and if the stack finds it a segment that only appends to a receive queue, the
+    /// payload goes from the device straight there ([`Stack::receive_direct`]): one copy
+    /// where receiving the whole frame into the buffer first takes two. Otherwise the
+    /// rest of the frame is copied after the headers and received as usual. False when
+    /// the device had no frame.
+    fn receive_split(&mut self, now: Instant) -> bool {
+        let Some((len, copied)) = self.device.recv_head(now, &mut self.rx_buf) else {
+            return false;
+        };
+        let csum_ok = self.device.rx_csum_unnecessary();
+        if copied < len {
+            let Shard {
+                stack,
+                device,
+                rx_buf,
+                stats,
+                ..
+            } = self;
+            let frame = &rx_buf[..len];
+            if stack.receive_direct(now, frame, copied, csum_ok, |off, dst| {
+                device.read_held(off, dst);
+            }) {
+                stats.rx_direct += 1;
+                return true;
+            }
+            // The frame length was checked against the buffer by the device: the read
+            // is in range.
+            self.device.read_held(copied, &mut self.rx_buf[copied..len]);
+        }
+        self.stack.receive_with(now, &self.rx_buf[..len], csum_ok);
+        true
     }
 
     /// The end of a round: count a transmit queue left held.

@@ -68,8 +68,10 @@ impl ShmPort {
     /// [`prepare_sleep`](Self::prepare_sleep), the flags set to `bell`: how the peer is
     /// to wake us.
     fn arm(&mut self, bell: Bell) -> bool {
-        // Nothing placed stays invisible while we sleep (a `send_more` run left open).
+        // Nothing placed stays invisible while we sleep (a `send_more` run left open), and
+        // no slot stays held.
         self.publish_tx();
+        self.release_held();
         self.publish_rx();
         if self.rx_ready() {
             return false;

@@ -49,6 +49,12 @@
 //! 3. The sender loads `comp_head` (Acquire) and puts the returned slots on its free list
 //!    (LIFO, so the next frame goes into the slot whose cache lines are warmest).
 //!
+//! [`Device::recv_head`](crate::Device::recv_head) takes a frame over 1 KiB in two parts:
+//! its first [`RX_HEAD`] bytes (the headers, for the stack to check on a private copy) at
+//! once, the rest through [`Device::read_held`](crate::Device::read_held) straight to
+//! where it belongs (a TCP receive queue); the slot is returned at the next receive call
+//! or before sleeping, never while the receiver may still read it.
+//!
 //! Slots circulate by index, never by copying between rings; the descriptor ring carries
 //! which slot holds a frame and the completion ring carries which slots are free again, so
 //! a receiver may return slots out of order (one that holds some frames longer than
@@ -189,7 +195,7 @@ pub use layout::{
     VERSION,
 };
 pub use link::{ShmLink, ShmOffer, ShmPeer};
-pub use ring::{PUBLISH_EVERY, ShmPort};
+pub use ring::{PUBLISH_EVERY, RX_HEAD, ShmPort};
 
 use crate::Medium;
 
@@ -274,6 +280,10 @@ pub struct ShmStats {
     pub rx_bytes: u64,
     /// Received frames longer than the receiver's buffer (cut to fit).
     pub rx_truncated: u64,
+    /// Received frames left in their slot past their headers by
+    /// [`Device::recv_head`](crate::Device::recv_head), for the stack to copy the payload
+    /// from the slot straight into a receive queue ([`ShmPort::set_rx_head`]).
+    pub rx_held: u64,
     /// Transmit ring publications: stores of `desc_head`, each followed by a SeqCst fence
     /// and a look at the peer's `rx_need_wakeup` flag. One per [`Device::send`], one per
     /// batch ([`Device::send_batch`], [`ShmPort::send_until_full`], or a run of

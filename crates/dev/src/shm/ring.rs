@@ -17,6 +17,13 @@ use crate::{Device, DeviceCaps};
 pub const PUBLISH_EVERY: u32 = 32;
 /// A sender looks for returned slots at least this often (and whenever it has none).
 const RECLAIM_EVERY: u32 = 32;
+/// Bytes of a frame [`Device::recv_head`] copies when it leaves the rest in the slot:
+/// room for Ethernet, IPv4 or IPv6 and TCP headers with options (14 + 60 + 60 = 134), in
+/// three cache lines.
+pub const RX_HEAD: usize = 192;
+/// Frames up to this long are copied whole by [`Device::recv_head`]: for them a second
+/// copy costs less than reading the slot twice.
+const RX_SPLIT_MIN: usize = 1024;
 
 /// Transmit state of one direction (this side sends), private to the port.
 #[derive(Debug)]
@@ -64,6 +71,9 @@ pub(super) struct Rx {
     comp_head: u32,
     unpublished: u32,
     stopped: bool,
+    /// The frame [`ShmPort::take_head`] left in its slot: (slot, length). Its slot is
+    /// returned at the next receive call or before sleeping.
+    held: Option<(u32, u32)>,
 }
 
 /// One queue pair of one side of a shm link: a [`Device`] with batch methods and a
@@ -77,6 +87,8 @@ pub struct ShmPort {
     ring_size: u32,
     mask: u32,
     publish_every: u32,
+    /// Bytes [`Device::recv_head`] copies of a frame it leaves in its slot; 0: off.
+    rx_head: usize,
     pub(super) bell: usize,
     pub(super) peer_bell: usize,
     pub(super) tx: Tx,
@@ -151,6 +163,7 @@ impl ShmPort {
             comp_head: 0,
             unpublished: 0,
             stopped: false,
+            held: None,
         };
         ShmPort {
             max_frame: shared.caps.max_frame_len(),
@@ -158,6 +171,7 @@ impl ShmPort {
             ring_size: ring,
             mask: ring - 1,
             publish_every: PUBLISH_EVERY.min(ring / 2),
+            rx_head: RX_HEAD,
             bell: l.dir(queue, me),
             peer_bell: l.dir(queue, peer),
             side,
@@ -343,16 +357,16 @@ impl ShmPort {
         self.wake_peer_if_asleep(self.rx.peer_need_wakeup_off);
     }
 
-    /// Takes the next frame into `buf` (cut to `buf.len()`); `None` when the ring is dry.
-    pub(super) fn take(&mut self, buf: &mut [u8]) -> Option<usize> {
+    /// The next frame's descriptor, checked: `(slot, len)`; `None` when the ring is dry
+    /// (returned slots are published then).
+    fn next_desc(&mut self) -> Option<(u32, usize)> {
         loop {
             if self.rx.tail == self.rx.head && !self.refresh_rx() {
                 self.publish_rx();
                 return None;
             }
-            let m = &self.shared.map;
             let at = self.rx.ring_off + 8 * (self.rx.tail & self.mask) as usize;
-            let desc = m.u64_at(at).load(Ordering::Relaxed);
+            let desc = self.shared.map.u64_at(at).load(Ordering::Relaxed);
             self.rx.tail = self.rx.tail.wrapping_add(1);
             let slot = desc as u32;
             let len = (desc >> 32) as usize;
@@ -365,24 +379,80 @@ impl ShmPort {
                 self.complete(slot);
                 continue;
             }
-            let n = len.min(buf.len());
-            m.read(
-                self.rx.frames_off + slot as usize * self.slot_size,
-                &mut buf[..n],
-            );
-            self.complete(slot);
-            if self.rx.tail == self.rx.head {
-                // Caught up with what the peer had posted: hand the slots back now, so a
-                // caller that stops before seeing `None` does not starve the sender.
-                self.publish_rx();
-            }
-            if n < len {
-                self.stats.rx_truncated += 1;
-            }
-            self.stats.rx_frames += 1;
-            self.stats.rx_bytes += n as u64;
-            return Some(n);
+            return Some((slot, len));
         }
+    }
+
+    /// The region offset of slot `slot`'s frame.
+    fn rx_slot_off(&self, slot: u32) -> usize {
+        self.rx.frames_off + slot as usize * self.slot_size
+    }
+
+    /// Hands a read slot back.
+    fn done_with(&mut self, slot: u32) {
+        self.complete(slot);
+        if self.rx.tail == self.rx.head {
+            // Caught up with what the peer had posted: hand the slots back now, so a
+            // caller that stops before seeing `None` does not starve the sender.
+            self.publish_rx();
+        }
+    }
+
+    /// Hands back the slot of the frame [`take_head`](Self::take_head) left there, if any.
+    pub(super) fn release_held(&mut self) {
+        if let Some((slot, _)) = self.rx.held.take() {
+            self.done_with(slot);
+        }
+    }
+
+    /// Takes the next frame into `buf` (cut to `buf.len()`); `None` when the ring is dry.
+    pub(super) fn take(&mut self, buf: &mut [u8]) -> Option<usize> {
+        self.release_held();
+        let (slot, len) = self.next_desc()?;
+        Some(self.copy_out(slot, len, buf))
+    }
+
+    /// Copies the frame of `len` bytes in `slot` into `buf` (cut to `buf.len()`), hands
+    /// the slot back and counts it; the bytes copied.
+    fn copy_out(&mut self, slot: u32, len: usize, buf: &mut [u8]) -> usize {
+        let n = len.min(buf.len());
+        self.shared.map.read(self.rx_slot_off(slot), &mut buf[..n]);
+        self.done_with(slot);
+        if n < len {
+            self.stats.rx_truncated += 1;
+        }
+        self.stats.rx_frames += 1;
+        self.stats.rx_bytes += n as u64;
+        n
+    }
+
+    /// [`Device::recv_head`]: the next frame, its first [`RX_HEAD`] bytes copied into
+    /// `buf` and the rest left in its slot (held until the next receive call) when it is
+    /// longer than [`RX_SPLIT_MIN`] and fits `buf`; else copied whole as by
+    /// [`take`](Self::take). Returns the frame's length and the bytes copied.
+    fn take_head(&mut self, buf: &mut [u8]) -> Option<(usize, usize)> {
+        self.release_held();
+        let (slot, len) = self.next_desc()?;
+        let head = self.rx_head;
+        if head == 0 || len <= RX_SPLIT_MIN.max(head) || len > buf.len() {
+            let n = self.copy_out(slot, len, buf);
+            return Some((n, n));
+        }
+        self.shared
+            .map
+            .read(self.rx_slot_off(slot), &mut buf[..head]);
+        self.rx.held = Some((slot, len as u32));
+        self.stats.rx_frames += 1;
+        self.stats.rx_bytes += len as u64;
+        self.stats.rx_held += 1;
+        Some((len, head))
+    }
+
+    /// How many bytes of a long frame [`Device::recv_head`] copies, leaving the rest in
+    /// its slot: [`RX_HEAD`] by default; 0 turns it off (frames are copied whole, as by
+    /// [`Device::recv`]). Values under [`RX_HEAD`] are raised to it: the headers must fit.
+    pub fn set_rx_head(&mut self, head: usize) {
+        self.rx_head = if head == 0 { 0 } else { head.max(RX_HEAD) };
     }
 
     /// Whether frames are waiting (loads the peer's index; does not consume).
@@ -398,6 +468,35 @@ impl Device for ShmPort {
 
     fn recv(&mut self, _now: Instant, buf: &mut [u8]) -> Option<usize> {
         self.take(buf)
+    }
+
+    /// [`RX_HEAD`] (unless [`ShmPort::set_rx_head`] changed it).
+    fn rx_head_len(&self) -> usize {
+        self.rx_head
+    }
+
+    /// A frame longer than 1,024 bytes (that fits `buf`) has its first
+    /// [`rx_head_len`](Device::rx_head_len) bytes copied and the rest left in its slot
+    /// for [`read_held`](Device::read_held), the slot returned to the peer at the next
+    /// receive call or before sleeping; counted in [`ShmStats::rx_held`]. Shorter frames
+    /// are copied whole.
+    fn recv_head(&mut self, _now: Instant, buf: &mut [u8]) -> Option<(usize, usize)> {
+        self.take_head(buf)
+    }
+
+    /// Copies from the held slot, with the same single volatile read of every shared byte
+    /// as a receive (the bytes are a snapshot the peer can no longer change).
+    fn read_held(&mut self, off: usize, dst: &mut [u8]) -> bool {
+        let Some((slot, len)) = self.rx.held else {
+            return false;
+        };
+        if off
+            .checked_add(dst.len())
+            .is_none_or(|end| end > len as usize)
+        {
+            return false;
+        }
+        self.shared.map.read(self.rx_slot_off(slot) + off, dst)
     }
 
     fn send(&mut self, now: Instant, frame: &[u8]) -> bool {
@@ -461,6 +560,7 @@ impl Device for ShmPort {
 impl Drop for ShmPort {
     fn drop(&mut self) {
         // Return what we consumed, so a sender that outlives us is not left short.
+        self.release_held();
         self.publish_rx();
     }
 }

@@ -1131,7 +1131,22 @@ impl Sock<'_> {
         let tcb = &mut *self.tcb;
         let held = tcb.rcvbuf.readable() + tcb.rcvbuf.ooo_bytes();
         let limit = (tcb.rcvbuf_limit as usize).max(held + promised);
-        let r = tcb.rcvbuf.insert(self.pool, offset, data, limit);
+        let r = if self.rx_direct.on {
+            // The payload is still on the device (`Stack::receive_direct`, which let only
+            // in-order data into an empty out-of-order queue through): reserve its room
+            // and note where each piece goes, for the device to fill.
+            if offset != 0 || tcb.rcvbuf.ooo_extents() != 0 {
+                return self.mib.drop(DropReason::TcpDirectMiss);
+            }
+            let from = data.as_ptr().addr() - self.rx_direct.base;
+            let d = &mut *self.rx_direct;
+            tcb.rcvbuf
+                .append_in_order_with(self.pool, data.len(), limit, |piece, done| {
+                    d.note(from, piece, done)
+                })
+        } else {
+            tcb.rcvbuf.insert(self.pool, offset, data, limit)
+        };
         tcb.rcv.nxt += r.advanced;
         if r.advanced > 0 {
             self.ready.mark(SocketKey::Tcp(self.h), Readiness::READABLE); // sk_data_ready

@@ -46,6 +46,7 @@ pub(crate) mod output;
 pub(crate) mod pmtu;
 pub(crate) mod recovery;
 pub(crate) mod rtt;
+pub(crate) mod rx_direct;
 pub(crate) mod sack_blocks;
 pub(crate) mod scoreboard;
 pub(crate) mod sock;
@@ -224,6 +225,8 @@ pub(crate) struct Tcp {
     /// Earliest deadline per connection or request, cancelled lazily.
     pub(crate) timers: BinaryHeap<core::cmp::Reverse<(Instant, TimerKey)>>,
     pub(crate) pool: buffer::BufferPool,
+    /// A receive that leaves the payload on the device (see [`rx_direct`]).
+    pub(crate) rx_direct: rx_direct::RxDirect,
     /// A retransmission-queue board kept for reuse (see [`scoreboard::SpareBoard`]).
     pub(crate) spare_board: scoreboard::SpareBoard,
     pub(crate) isn: isn::IsnGenerator,
@@ -301,6 +304,7 @@ impl Tcp {
             idle_active: VecDeque::new(),
             timers: BinaryHeap::new(),
             pool: Self::pool(sysctl),
+            rx_direct: rx_direct::RxDirect::default(),
             spare_board: scoreboard::SpareBoard::default(),
             isn: isn::IsnGenerator::from_secrets(secrets),
             ts_offset_last: core::cell::Cell::new(None),

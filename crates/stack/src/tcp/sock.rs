@@ -18,6 +18,7 @@ use ustack_obs::{Counter, Instant, Mib};
 
 use super::buffer::BufferPool;
 use super::clock32::Deadline;
+use super::rx_direct::RxDirect;
 use super::scoreboard::SpareBoard;
 use super::tcb::{Tcb, TcbFlags};
 use super::{ChallengeAckLimit, State, Tcp, TcpHandle, TimerKey};
@@ -37,6 +38,8 @@ pub(crate) struct Sock<'a> {
     pub(crate) tcb: &'a mut Tcb,
     /// The chunks its send and receive buffers are made of.
     pub(crate) pool: &'a mut BufferPool,
+    /// A receive that leaves the payload on the device, if one is under way.
+    pub(crate) rx_direct: &'a mut RxDirect,
     /// The retransmission-queue board kept for reuse.
     pub(crate) spare_board: &'a mut SpareBoard,
     pub(crate) timers: &'a mut TimerQueue,
@@ -68,6 +71,7 @@ impl Stack {
         let Tcp {
             conns,
             pool,
+            rx_direct,
             spare_board,
             timers,
             challenge,
@@ -79,6 +83,7 @@ impl Stack {
             sockets,
             tcb: conns.get_mut(h.index, h.generation)?,
             pool,
+            rx_direct,
             spare_board,
             timers,
             wake,

@@ -182,6 +182,7 @@ fn shm_counters(device: &dyn Any) -> Option<ShmStats> {
         t.tx_stopped += s.tx_stopped;
         t.rx_frames += s.rx_frames;
         t.rx_truncated += s.rx_truncated;
+        t.rx_held += s.rx_held;
         t.bad_desc += s.bad_desc;
         t.bad_comp += s.bad_comp;
         t.bad_index += s.bad_index;
@@ -199,6 +200,7 @@ fn shm_json(t: &ShmStats) -> Value {
         "tx_stopped": t.tx_stopped,
         "rx_frames": t.rx_frames,
         "rx_truncated": t.rx_truncated,
+        "rx_held": t.rx_held,
         "bad_desc": t.bad_desc,
         "bad_comp": t.bad_comp,
         "bad_index": t.bad_index,

@@ -313,6 +313,13 @@ impl BufferPool {
         &mut self.slabs[(c >> SLAB_SHIFT) as usize][c as usize & (SLAB_CHUNKS - 1)]
     }
 
+    /// Bytes `off..off + len` of chunk `c`, to fill a stretch a receive buffer reserved
+    /// (`RecvBuffer::append_in_order_with`).
+    #[inline]
+    pub(crate) fn piece_mut(&mut self, c: u32, off: usize, len: usize) -> &mut [u8] {
+        &mut self.chunk_mut(c)[off..off + len]
+    }
+
     #[inline]
     pub(super) fn next(&self, c: u32) -> u32 {
         self.next[c as usize]

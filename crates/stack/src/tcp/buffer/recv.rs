@@ -125,8 +125,24 @@ impl ChargedPool<'_> {
 
     /// Append `data` at `ch.end()`. Returns the bytes stored (fewer if allocation failed).
     fn append(&mut self, ch: &mut Extent, data: &[u8]) -> usize {
+        self.append_with(ch, data.len(), |pool, piece, done| {
+            let (c, off, k) = piece;
+            pool.chunk_mut(c)[off..off + k].copy_from_slice(&data[done..done + k]);
+        })
+    }
+
+    /// Append `len` bytes at `ch.end()`, each piece stored by `put(pool, (chunk, off, k),
+    /// done)`: bytes `done..done + k` of the run go to `chunk` at `off`. Returns the
+    /// bytes stored (fewer if allocation failed).
+    #[inline]
+    fn append_with(
+        &mut self,
+        ch: &mut Extent,
+        len: usize,
+        mut put: impl FnMut(&mut BufferPool, (u32, usize, usize), usize),
+    ) -> usize {
         let mut done = 0;
-        while done < data.len() {
+        while done < len {
             let off = ch.end() as usize % CHUNK;
             let c = if ch.len > 0 && off != 0 {
                 ch.tail
@@ -140,8 +156,8 @@ impl ChargedPool<'_> {
                 ch.tail = c;
                 c
             };
-            let k = (CHUNK - off).min(data.len() - done);
-            self.pool.chunk_mut(c)[off..off + k].copy_from_slice(&data[done..done + k]);
+            let k = (CHUNK - off).min(len - done);
+            put(self.pool, (c, off, k), done);
             done += k;
             ch.len += k as u32;
         }
@@ -673,6 +689,49 @@ impl RecvBuffer {
             advanced: n,
             stored: n,
             dropped: data.len() - n,
+            ..InsertResult::default()
+        }
+    }
+
+    /// In-order data of `len` bytes whose bytes are not in hand yet (the receive path
+    /// that leaves a segment's payload on the device, see `Stack::receive_direct`):
+    /// stores as [`insert`](Self::insert) of in-order data would, with the buffer's
+    /// out-of-order queue empty (the caller checks: `ooo_extents() == 0`), and says where
+    /// each piece goes: `put((chunk, off, k), done)` for bytes `done..done + k` of the
+    /// segment, at `off` in pool chunk `chunk`; the caller fills them
+    /// ([`BufferPool::chunk_mut`]) before anything reads the buffer.
+    pub fn append_in_order_with(
+        &mut self,
+        pool: &mut BufferPool,
+        len: usize,
+        limit: usize,
+        mut put: impl FnMut((u32, usize, usize), usize),
+    ) -> InsertResult {
+        debug_assert!(
+            self.ofo.is_none(),
+            "in-order append with an out-of-order queue"
+        );
+        let room = limit
+            .min(MAX_WINDOW)
+            .saturating_sub(self.inorder.len as usize);
+        let want = len.min(room);
+        let n = if want == 0 {
+            0
+        } else {
+            let mut mem = ChargedPool {
+                held: self.chunks,
+                recs: 0,
+                cap: usize::MAX,
+                pool,
+            };
+            let n = mem.append_with(&mut self.inorder, want, |_, piece, done| put(piece, done));
+            self.chunks = mem.held;
+            n
+        };
+        InsertResult {
+            advanced: n,
+            stored: n,
+            dropped: len - n,
             ..InsertResult::default()
         }
     }

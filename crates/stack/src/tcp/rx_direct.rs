@@ -1,0 +1,183 @@
+//! Receive with the payload left on the device: a segment's bytes go from the link's
+//! memory straight into the connection's receive queue, one copy instead of two
+//! ([`Stack::receive_direct`]).
+//!
+//! A shm link's slot is shared with a peer the link does not trust, so the stack never
+//! parses it in place: the device copies the frame's first bytes (its headers) into
+//! private memory and keeps the slot. The stack checks from those headers alone that the
+//! frame is a TCP segment of the kind that only appends to a receive queue: IPv4 without
+//! options or fragments, to this host, on an established connection, starting at
+//! `RCV.NXT`, with nothing out of order queued, flags ACK and PSH only, its checksum not
+//! to be verified (both ends skip it, or the link vouched for it). Then the stack
+//! processes the segment as any other: every check and every counter on the headers,
+//! which are a copy the peer can no longer change. Where `tcp_data_queue` would copy the
+//! payload into the receive queue, it only reserves the room and notes where each piece
+//! goes ([`RxDirect::pieces`]); when the segment is done, [`Stack::receive_direct`] has the
+//! device copy the payload from its slot into those pieces, before the application or
+//! anything else can read them. A frame that fails the test is copied whole by the
+//! caller and received as before, so nothing else in the stack ever sees a frame whose
+//! payload is not in hand.
+//!
+//! Linux has nothing to compare: loopback hands the sender's skb over by reference, and
+//! a NIC writes into the driver's buffers by DMA. What this saves is the copy into the
+//! shard's receive buffer (copy 4 of the six in docs/bench.md, "shm stream").
+
+use ustack_obs::Instant;
+use ustack_wire::ethernet::EtherType;
+use ustack_wire::{IpProtocol, Medium, ethernet, ipv4, tcp};
+
+use super::FourTuple;
+use super::State;
+use crate::Stack;
+use core::net::SocketAddrV4;
+
+/// The piece of a segment that goes to one stretch of pool chunk: bytes
+/// `from..from + len` of the frame, to `off..off + len` of chunk `chunk`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Piece {
+    pub(crate) chunk: u32,
+    pub(crate) off: u32,
+    pub(crate) len: u32,
+    pub(crate) from: u32,
+}
+
+/// The state of a direct receive (see the module docs): set for the length of one
+/// [`Stack::receive_direct`] call.
+#[derive(Debug, Default)]
+pub(crate) struct RxDirect {
+    /// A direct receive is under way: `tcp_data_queue` reserves instead of copying.
+    pub(crate) on: bool,
+    /// The address of the frame's first byte, to tell a payload's offset in the frame.
+    pub(crate) base: usize,
+    /// Where the payload goes, to be filled from the device.
+    pub(crate) pieces: Vec<Piece>,
+    /// Frames received this way.
+    frames: u64,
+}
+
+impl RxDirect {
+    /// Note that bytes `from + done..from + done + k` of the frame go to `chunk` at `off`.
+    #[inline]
+    pub(crate) fn note(&mut self, from: usize, (chunk, off, k): (u32, usize, usize), done: usize) {
+        self.pieces.push(Piece {
+            chunk,
+            off: off as u32,
+            len: k as u32,
+            from: (from + done) as u32,
+        });
+    }
+}
+
+impl Stack {
+    /// [`receive_with`](Self::receive_with) of a frame of which only the first `valid`
+    /// bytes are in `frame` (the rest of `frame`, up to its length, is the frame's length
+    /// in bytes not yet copied, whatever they hold): if the frame is a TCP segment that
+    /// only appends to a receive queue (see the module docs), the stack receives it and
+    /// has `read(from, dst)` copy the frame's bytes `from..from + dst.len()` straight into
+    /// the receive queue, and returns true. Otherwise it does nothing and returns false:
+    /// the caller copies the rest of the frame and calls `receive_with`.
+    ///
+    /// `read` is called only after the segment was processed, for bytes at or past
+    /// `valid`, and must fill `dst` (a device that copies from memory another process
+    /// writes may fill it with whatever that process wrote: the bytes are payload only).
+    pub fn receive_direct(
+        &mut self,
+        now: Instant,
+        frame: &[u8],
+        valid: usize,
+        csum_ok: bool,
+        mut read: impl FnMut(usize, &mut [u8]),
+    ) -> bool {
+        if !self.direct_ok(frame, valid, csum_ok) {
+            return false;
+        }
+        let d = &mut self.tcp.rx_direct;
+        d.frames += 1;
+        d.on = true;
+        d.base = frame.as_ptr().addr();
+        d.pieces.clear();
+        self.receive_with(now, frame, csum_ok);
+        let crate::tcp::Tcp {
+            rx_direct, pool, ..
+        } = &mut self.tcp;
+        rx_direct.on = false;
+        for p in rx_direct.pieces.drain(..) {
+            read(
+                p.from as usize,
+                pool.piece_mut(p.chunk, p.off as usize, p.len as usize),
+            );
+        }
+        true
+    }
+
+    /// Frames [`receive_direct`](Self::receive_direct) took (their payload copied from
+    /// the device into a receive queue).
+    pub fn rx_direct_frames(&self) -> u64 {
+        self.tcp.rx_direct.frames
+    }
+
+    /// Whether the frame, from its first `valid` bytes, is a segment that only appends to
+    /// an established connection's receive queue (see the module docs).
+    fn direct_ok(&self, frame: &[u8], valid: usize, csum_ok: bool) -> bool {
+        if !self.l4_csum_trusted() && !csum_ok {
+            return false;
+        }
+        let ip = match self.medium {
+            Medium::Ethernet => {
+                let Ok(eth) = ethernet::Frame::new_checked(frame) else {
+                    return false;
+                };
+                if eth.dst_addr() != self.mac || eth.ethertype() != EtherType::Ipv4 {
+                    return false;
+                }
+                ethernet::HEADER_LEN
+            }
+            Medium::Ip => 0,
+        };
+        let Ok(packet) = ipv4::Packet::new_checked(&frame[ip..]) else {
+            return false;
+        };
+        let ip_len = packet.header_len();
+        if packet.version() != 4
+            || ip_len != ipv4::HEADER_LEN
+            || packet.more_frags()
+            || packet.frag_offset() != 0
+            || packet.next_header() != IpProtocol::Tcp
+            || packet.dst_addr() != self.ipv4.addr
+        {
+            return false;
+        }
+        let l4 = ip + ip_len;
+        let Ok(seg) = tcp::Packet::new_checked(&frame[l4..ip + usize::from(packet.total_len())])
+        else {
+            return false;
+        };
+        let hdr = seg.header_len();
+        let payload = seg.payload().len();
+        // The headers in hand, a payload to leave on the device, and only ACK (and PSH).
+        if l4 + hdr > valid
+            || payload == 0
+            || !seg.ack()
+            || seg.syn()
+            || seg.fin()
+            || seg.rst()
+            || seg.urg()
+        {
+            return false;
+        }
+        let tuple = FourTuple {
+            local: SocketAddrV4::new(packet.dst_addr(), seg.dst_port()),
+            remote: SocketAddrV4::new(packet.src_addr(), seg.src_port()),
+        };
+        let hash = self.tcp.ehash.hash(&tuple);
+        let Some(index) = self.tcp.lookup(hash, &tuple) else {
+            return false;
+        };
+        let Some(tcb) = self.tcp.get(self.tcp.handle_of(index)) else {
+            return false;
+        };
+        tcb.state == State::Established
+            && seg.seq_number() == tcb.rcv.nxt
+            && tcb.rcvbuf.ooo_extents() == 0
+    }
+}
