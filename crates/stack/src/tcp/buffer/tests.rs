@@ -93,6 +93,20 @@ fn empty_buffers_hold_nothing() {
     assert_eq!(pool.capacity_bytes(), 64 * CHUNK);
 }
 
+/// Every chunk's data starts at a cache line (64 bytes), in every slab: a 64-byte
+/// message written at a multiple of 64 into a buffer touches one line, not two (docs/bench.md,
+/// "Cache misses at 10,000 connections").
+#[test]
+fn chunks_start_at_a_cache_line() {
+    let mut pool = BufferPool::new(200 * CHUNK);
+    let mut taken = Vec::new();
+    while let Some(c) = pool.alloc() {
+        assert_eq!(pool.chunk(c).as_ptr() as usize % 64, 0, "chunk {c}");
+        taken.push(c);
+    }
+    assert_eq!(taken.len(), 200, "more than one slab (64 chunks) checked");
+}
+
 #[test]
 fn send_pool_exhaustion_keeps_what_fit() {
     let mut pool = BufferPool::new(3 * CHUNK + 100);
