@@ -865,6 +865,9 @@ impl Stack {
     /// Nagle (Linux `tcp_write_xmit(.., TCP_NAGLE_OFF, push_one = 2)` for a loss probe).
     /// Returns the segments sent.
     pub(crate) fn tcp_write_xmit(&mut self, now: Instant, h: TcpHandle, probe: bool) -> u32 {
+        if !probe && let Some(sent) = self.tcp_write_xmit_one(now, h) {
+            return sent;
+        }
         let mut sent_segs = 0;
         loop {
             let Some(tcb) = self.tcp.get(h) else {
@@ -1016,6 +1019,54 @@ impl Stack {
             }
         }
         sent_segs
+    }
+
+    /// [`Stack::tcp_write_xmit`]'s common case in one pass, as Linux `tcp_write_xmit`
+    /// takes it without its loop's work for one skb: everything unsent fits one segment
+    /// and the peer's window, and nothing is in flight, on an established (or
+    /// CLOSE-WAIT) connection with no FIN queued and no cork. The loop's other tests then
+    /// all pass and need no evaluation: cwnd against an empty pipe (cwnd at least 1),
+    /// the retransmission queue's cap, TSO (below two segments), Nagle and Minshall
+    /// (nothing unacknowledged), sender SWS avoidance (the segment takes all that is
+    /// unsent). `None`: not this case, the loop decides.
+    #[inline]
+    fn tcp_write_xmit_one(&mut self, now: Instant, h: TcpHandle) -> Option<u32> {
+        let tcb = self.tcp.get(h)?;
+        if !matches!(tcb.state, State::Established | State::CloseWait)
+            || tcb
+                .flags
+                .has(TcbFlags::FIN_QUEUED | TcbFlags::FIN_SENT | TcbFlags::CORK)
+            || tcb.snd.nxt != tcb.snd.una
+            || !tcb.rtx().is_empty()
+            || tcb.congestion.cwnd == 0
+        {
+            return None;
+        }
+        let seq = tcb.snd.nxt;
+        let sent = seq.diff(tcb.data_start()).max(0) as usize;
+        let unsent = tcb.sndbuf.len().saturating_sub(sent);
+        let wnd_avail = (tcb.snd.una + tcb.snd.wnd as usize).diff(seq).max(0) as usize;
+        let mss_now = bound_to_half_wnd(tcb.mss_now(), tcb.snd.max_wnd, tcb.flags);
+        if unsent == 0 || unsent > mss_now || unsent > wnd_avail {
+            return None;
+        }
+        if !self.tcp_send_segment(now, h, seq, unsent, false, true, 0) {
+            return Some(0);
+        }
+        let Some((tcb, spare)) = self.tcp.get_with_spare(h) else {
+            return Some(1);
+        };
+        let end = seq + unsent;
+        tcb.rtx_push().push_reusing(seq, end, now, spare);
+        tcb.snd.nxt = end;
+        if unsent < mss_now {
+            // Linux tcp_minshall_update.
+            tcb.snd_sml = end;
+        }
+        if matches!(tcb.ca_state, CaState::Recovery | CaState::Cwr) {
+            tcb.active.recovery.prr_out += 1;
+        }
+        Some(1)
     }
 
     /// How many full segments of `mss_now` bytes to send now as one super-segment (TSO
