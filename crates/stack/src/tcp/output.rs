@@ -816,9 +816,18 @@ impl Stack {
     pub(crate) fn tcp_output(&mut self, now: Instant, h: TcpHandle) {
         // Nothing to do (the common case after a segment that brought data and an ACK but
         // no room, and no reason, to send): one look at the TCB instead of the walk below.
-        let lost_retrans = match self.tcp.get(h) {
-            Some(t) if !tcp_output_idle(t) => t.active.recovery.lost_retrans > 0,
-            _ => return,
+        // Whether anything waits to be retransmitted is asked once: with nothing, the
+        // loop below would stop at its first test.
+        let (lost_retrans, rtx_due) = match self.tcp.get(h) {
+            Some(t) => {
+                let lost_retrans = t.active.recovery.lost_retrans > 0;
+                let rtx_due = lost_retrans || t.rtx().next_to_retransmit().is_some();
+                if !rtx_due && tcp_output_idle(t) {
+                    return;
+                }
+                (lost_retrans, rtx_due)
+            }
+            None => return,
         };
         let _stage = ustack_obs::profile::enter(ustack_obs::profile::Stage::TcpOutput);
         // Retransmissions found lost again go first (see `tcp_find_lost_retrans`).
@@ -826,7 +835,7 @@ impl Stack {
             self.tcp_resend_lost_retrans(now, h);
         }
         // Then lost segments (RFC 6675 §5 NextSeg rule 1; also after an RTO).
-        loop {
+        while rtx_due {
             let Some(tcb) = self.tcp.get(h) else { return };
             if tcb.in_flight() >= tcb.congestion.cwnd {
                 break;
@@ -1491,15 +1500,13 @@ impl Sock<'_> {
     }
 }
 
-/// Whether [`Stack::tcp_output`] has nothing to do for `tcb`: no retransmission found lost
-/// again or waiting, nothing [`Stack::tcp_write_xmit`] could send (its first iteration
-/// stops at once: not synchronized, FIN sent, or nothing unsent and no FIN queued), and no
-/// ACK owed now nor a delayed ACK to arm. The same tests as the full path, in one place.
+/// Whether [`Stack::tcp_output`] has nothing to do for `tcb` with no retransmission found
+/// lost again or waiting (the caller's test): nothing [`Stack::tcp_write_xmit`] could send
+/// (its first iteration stops at once: not synchronized, FIN sent, or nothing unsent and
+/// no FIN queued), and no ACK owed now nor a delayed ACK to arm. The same tests as the
+/// full path, in one place.
 #[inline]
 fn tcp_output_idle(tcb: &Tcb) -> bool {
-    if tcb.active.recovery.lost_retrans > 0 || tcb.rtx().next_to_retransmit().is_some() {
-        return false;
-    }
     let cannot_write = !(tcb.state.is_synchronized() || tcb.state == State::SynReceived)
         || tcb.flags.has(TcbFlags::FIN_SENT)
         || (!tcb.flags.has(TcbFlags::FIN_QUEUED)
