@@ -129,10 +129,20 @@ impl Payload {
             let copied = tcp
                 .get(h)
                 .map_or(0, |tcb| tcb.sndbuf.peek(&tcp.pool, offset, out));
-            // A recycled frame holds an old frame's bytes: never let them through.
-            out[copied..].fill(0);
+            // A recycled frame holds an old frame's bytes: never let them through (a
+            // buffer shorter than the payload; not on the path of a whole copy).
+            if copied < len {
+                zero_tail(&mut out[copied..]);
+            }
         }
     }
+}
+
+/// Zero what the send buffer could not fill (see [`Payload::write_payload`]).
+#[cold]
+#[inline(never)]
+fn zero_tail(out: &mut [u8]) {
+    out.fill(0);
 }
 
 impl Stack {
