@@ -1160,8 +1160,18 @@ impl Stack {
         h: TcpHandle,
         advancing: bool,
     ) -> bool {
-        self.tcp_sock(h)
-            .is_some_and(|mut sk| sk.tcp_schedule_loss_probe(now, advancing))
+        // The timer queue is asked only when the probe comes before what it holds for
+        // the connection (as `Sock::arm` decides), without building a `Sock` first.
+        let Some(tcb) = self.tcp.get_mut(h) else {
+            return false;
+        };
+        if !tcb.schedule_loss_probe(now, advancing) {
+            return false;
+        }
+        if tcb.timers.earliest().before(tcb.timers.queued) {
+            self.tcp_arm(now, h);
+        }
+        true
     }
 
     /// The loss probe timer fired (RFC 8985 §7.3; Linux `tcp_send_loss_probe`): send one
@@ -1474,7 +1484,21 @@ impl Sock<'_> {
     /// Arm a tail loss probe instead of the RTO, if one may be sent (see
     /// [`Stack::tcp_schedule_loss_probe`]); returns whether it was armed.
     pub(crate) fn tcp_schedule_loss_probe(&mut self, now: Instant, advancing: bool) -> bool {
-        let tcb = &mut *self.tcb;
+        if !self.tcb.schedule_loss_probe(now, advancing) {
+            return false;
+        }
+        self.arm(now);
+        true
+    }
+}
+
+impl Tcb {
+    /// Set the retransmission timer to a tail loss probe if one may be sent (see
+    /// [`Stack::tcp_schedule_loss_probe`]), leaving the timer queue to the caller;
+    /// returns whether it was set.
+    #[inline]
+    fn schedule_loss_probe(&mut self, now: Instant, advancing: bool) -> bool {
+        let tcb = self;
         let packets_out = tcb.rtx().packets_out();
         if packets_out == 0
             || !tcb.flags.has(TcbFlags::SACK_OK)
@@ -1505,7 +1529,6 @@ impl Sock<'_> {
         let at = now.as_nanos().saturating_add(pto).min(rto_at);
         tcb.timers.retransmit = Deadline::at(Instant::from_nanos(at).max(now));
         tcb.flags.set(TcbFlags::LOSS_PROBE);
-        self.arm(now);
         true
     }
 }
