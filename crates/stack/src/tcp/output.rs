@@ -648,7 +648,8 @@ impl Stack {
     /// blocks (RFC 2018 §4: at most 3 next to the timestamp option, 4 without), a pending
     /// D-SACK first (RFC 2883 §4: "If a D-SACK block is reported, it MUST be the first
     /// block"), sent once (Linux `tcp_established_options`, `tcp_options_write`).
-    fn data_options(tcb: &mut Tcb, repr: &mut tcp::Repr, now: Instant) {
+    /// Returns the SACK blocks written (`repr.sack_ranges[..n]`, the rest left `None`).
+    fn data_options(tcb: &mut Tcb, repr: &mut tcp::Repr, now: Instant) -> usize {
         if tcb.flags.has(TcbFlags::TS_OK) {
             repr.timestamp = Some(TcpTimestamp {
                 tsval: ts_clock(now).wrapping_add(tcb.ts_offset),
@@ -656,7 +657,7 @@ impl Stack {
             });
         }
         if !tcb.flags.has(TcbFlags::SACK_OK) {
-            return;
+            return 0;
         }
         let max = if repr.timestamp.is_some() { 3 } else { 4 };
         let mut n = 0;
@@ -674,6 +675,7 @@ impl Stack {
                 n += 1;
             }
         }
+        n
     }
 
     /// Send one segment of the connection: `len` bytes of data at `seq`, plus FIN if
@@ -756,13 +758,12 @@ impl Stack {
             tcp_event_data_sent(tcb, now);
         }
         tcb.last_activity = super::clock32::Ms32::floor(now);
-        Self::data_options(tcb, &mut repr, now);
+        let mut blocks = Self::data_options(tcb, &mut repr, now);
         // A segment sized before SACK blocks were due (a retransmission) carries fewer
         // blocks rather than exceed the MSS (RFC 9293 §3.7.1; Linux splits the segment
         // instead, tcp_retransmit_skb -> tcp_fragment, which the queue does not do).
         let room =
             usize::from(tcb.mss) + tcp::HEADER_LEN + if repr.timestamp.is_some() { 12 } else { 0 };
-        let mut blocks = repr.sack_ranges.iter().flatten().count();
         let seg_len = if gso > 0 { gso } else { len };
         while blocks > 0 && repr.header_len() + seg_len > room {
             blocks -= 1;
