@@ -49,14 +49,18 @@ fn a_write_past_the_window_sends_only_the_window() {
     assert_eq!(t.write(h, &[b'x'; 20]), 20);
     let s = t.recv_all();
     assert_eq!(
-        s.iter().map(|s| (s.seq, s.payload.len())).collect::<Vec<_>>(),
+        s.iter()
+            .map(|s| (s.seq, s.payload.len()))
+            .collect::<Vec<_>>(),
         [(start, 10)],
         "the window's 10 bytes only"
     );
     t.send(Seg::ack(1001, start.wrapping_add(10)).win(1000));
     let rest = t.recv_all();
     assert_eq!(
-        rest.iter().map(|s| (s.seq, s.payload.len())).collect::<Vec<_>>(),
+        rest.iter()
+            .map(|s| (s.seq, s.payload.len()))
+            .collect::<Vec<_>>(),
         [(start.wrapping_add(10), 10)]
     );
 }
@@ -70,7 +74,9 @@ fn a_write_past_the_mss_is_cut_at_the_mss() {
     assert_eq!(t.write(h, &[b'x'; 1500]), 1500);
     let s = t.recv_all();
     assert_eq!(
-        s.iter().map(|s| (s.seq, s.payload.len())).collect::<Vec<_>>(),
+        s.iter()
+            .map(|s| (s.seq, s.payload.len()))
+            .collect::<Vec<_>>(),
         [(start, 1000), (start.wrapping_add(1000), 500)]
     );
 }
