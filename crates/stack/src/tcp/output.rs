@@ -846,16 +846,18 @@ impl Stack {
             self.tcp_resend_lost_retrans(now, h);
         }
         // Then lost segments (RFC 6675 §5 NextSeg rule 1; also after an RTO).
-        while rtx_due {
-            let Some(tcb) = self.tcp.get(h) else { return };
-            if tcb.in_flight() >= tcb.congestion.cwnd {
-                break;
-            }
-            let Some((start, end)) = tcb.rtx().next_to_retransmit() else {
-                break;
-            };
-            if !self.tcp_retransmit(now, h, start, end) {
-                break;
+        if rtx_due {
+            loop {
+                let Some(tcb) = self.tcp.get(h) else { return };
+                if tcb.in_flight() >= tcb.congestion.cwnd {
+                    break;
+                }
+                let Some((start, end)) = tcb.rtx().next_to_retransmit() else {
+                    break;
+                };
+                if !self.tcp_retransmit(now, h, start, end) {
+                    break;
+                }
             }
         }
         if self.tcp_write_xmit(now, h, false) > 0 {
