@@ -16,6 +16,11 @@ fn open(t: &mut SegTest) -> (TcpHandle, u32) {
     (h, synack.seq.wrapping_add(1))
 }
 
+/// Each segment's sequence number and payload length.
+fn spans(segs: &[Seg]) -> Vec<(u32, usize)> {
+    segs.iter().map(|s| (s.seq, s.payload.len())).collect()
+}
+
 /// The common case itself: a small write with nothing in flight goes at once, one
 /// segment with PSH and an ACK of everything received, and the next one after its ACK.
 #[test]
@@ -48,21 +53,10 @@ fn a_write_past_the_window_sends_only_the_window() {
     t.send(Seg::ack(1001, start).win(10));
     assert_eq!(t.write(h, &[b'x'; 20]), 20);
     let s = t.recv_all();
-    assert_eq!(
-        s.iter()
-            .map(|s| (s.seq, s.payload.len()))
-            .collect::<Vec<_>>(),
-        [(start, 10)],
-        "the window's 10 bytes only"
-    );
+    assert_eq!(spans(&s), [(start, 10)], "the window's 10 bytes only");
     t.send(Seg::ack(1001, start.wrapping_add(10)).win(1000));
     let rest = t.recv_all();
-    assert_eq!(
-        rest.iter()
-            .map(|s| (s.seq, s.payload.len()))
-            .collect::<Vec<_>>(),
-        [(start.wrapping_add(10), 10)]
-    );
+    assert_eq!(spans(&rest), [(start.wrapping_add(10), 10)]);
 }
 
 /// A write longer than the MSS is cut into MSS-sized segments (RFC 9293 §3.7.1), even
@@ -73,12 +67,7 @@ fn a_write_past_the_mss_is_cut_at_the_mss() {
     let (h, start) = open(&mut t);
     assert_eq!(t.write(h, &[b'x'; 1500]), 1500);
     let s = t.recv_all();
-    assert_eq!(
-        s.iter()
-            .map(|s| (s.seq, s.payload.len()))
-            .collect::<Vec<_>>(),
-        [(start, 1000), (start.wrapping_add(1000), 500)]
-    );
+    assert_eq!(spans(&s), [(start, 1000), (start.wrapping_add(1000), 500)]);
 }
 
 /// Data waiting on a closed window when the user closes goes with the FIN in one segment
