@@ -129,10 +129,20 @@ impl Payload {
             let copied = tcp
                 .get(h)
                 .map_or(0, |tcb| tcb.sndbuf.peek(&tcp.pool, offset, out));
-            // A recycled frame holds an old frame's bytes: never let them through.
-            out[copied..].fill(0);
+            // A recycled frame holds an old frame's bytes: never let them through (a
+            // buffer shorter than the payload; not on the path of a whole copy).
+            if copied < len {
+                zero_tail(&mut out[copied..]);
+            }
         }
     }
+}
+
+/// Zero what the send buffer could not fill (see [`Payload::write_payload`]).
+#[cold]
+#[inline(never)]
+fn zero_tail(out: &mut [u8]) {
+    out.fill(0);
 }
 
 impl Stack {
@@ -638,7 +648,8 @@ impl Stack {
     /// blocks (RFC 2018 §4: at most 3 next to the timestamp option, 4 without), a pending
     /// D-SACK first (RFC 2883 §4: "If a D-SACK block is reported, it MUST be the first
     /// block"), sent once (Linux `tcp_established_options`, `tcp_options_write`).
-    fn data_options(tcb: &mut Tcb, repr: &mut tcp::Repr, now: Instant) {
+    /// Returns the SACK blocks written (`repr.sack_ranges[..n]`, the rest left `None`).
+    fn data_options(tcb: &mut Tcb, repr: &mut tcp::Repr, now: Instant) -> usize {
         if tcb.flags.has(TcbFlags::TS_OK) {
             repr.timestamp = Some(TcpTimestamp {
                 tsval: ts_clock(now).wrapping_add(tcb.ts_offset),
@@ -646,7 +657,7 @@ impl Stack {
             });
         }
         if !tcb.flags.has(TcbFlags::SACK_OK) {
-            return;
+            return 0;
         }
         let max = if repr.timestamp.is_some() { 3 } else { 4 };
         let mut n = 0;
@@ -664,6 +675,7 @@ impl Stack {
                 n += 1;
             }
         }
+        n
     }
 
     /// Send one segment of the connection: `len` bytes of data at `seq`, plus FIN if
@@ -746,13 +758,12 @@ impl Stack {
             tcp_event_data_sent(tcb, now);
         }
         tcb.last_activity = super::clock32::Ms32::floor(now);
-        Self::data_options(tcb, &mut repr, now);
+        let mut blocks = Self::data_options(tcb, &mut repr, now);
         // A segment sized before SACK blocks were due (a retransmission) carries fewer
         // blocks rather than exceed the MSS (RFC 9293 §3.7.1; Linux splits the segment
         // instead, tcp_retransmit_skb -> tcp_fragment, which the queue does not do).
         let room =
             usize::from(tcb.mss) + tcp::HEADER_LEN + if repr.timestamp.is_some() { 12 } else { 0 };
-        let mut blocks = repr.sack_ranges.iter().flatten().count();
         let seg_len = if gso > 0 { gso } else { len };
         while blocks > 0 && repr.header_len() + seg_len > room {
             blocks -= 1;
@@ -816,9 +827,18 @@ impl Stack {
     pub(crate) fn tcp_output(&mut self, now: Instant, h: TcpHandle) {
         // Nothing to do (the common case after a segment that brought data and an ACK but
         // no room, and no reason, to send): one look at the TCB instead of the walk below.
-        let lost_retrans = match self.tcp.get(h) {
-            Some(t) if !tcp_output_idle(t) => t.active.recovery.lost_retrans > 0,
-            _ => return,
+        // Whether anything waits to be retransmitted is asked once: with nothing, the
+        // loop below would stop at its first test.
+        let (lost_retrans, rtx_due) = match self.tcp.get(h) {
+            Some(t) => {
+                let lost_retrans = t.active.recovery.lost_retrans > 0;
+                let rtx_due = lost_retrans || t.rtx().next_to_retransmit().is_some();
+                if !rtx_due && tcp_output_idle(t) {
+                    return;
+                }
+                (lost_retrans, rtx_due)
+            }
+            None => return,
         };
         let _stage = ustack_obs::profile::enter(ustack_obs::profile::Stage::TcpOutput);
         // Retransmissions found lost again go first (see `tcp_find_lost_retrans`).
@@ -826,16 +846,18 @@ impl Stack {
             self.tcp_resend_lost_retrans(now, h);
         }
         // Then lost segments (RFC 6675 §5 NextSeg rule 1; also after an RTO).
-        loop {
-            let Some(tcb) = self.tcp.get(h) else { return };
-            if tcb.in_flight() >= tcb.congestion.cwnd {
-                break;
-            }
-            let Some((start, end)) = tcb.rtx().next_to_retransmit() else {
-                break;
-            };
-            if !self.tcp_retransmit(now, h, start, end) {
-                break;
+        if rtx_due {
+            loop {
+                let Some(tcb) = self.tcp.get(h) else { return };
+                if tcb.in_flight() >= tcb.congestion.cwnd {
+                    break;
+                }
+                let Some((start, end)) = tcb.rtx().next_to_retransmit() else {
+                    break;
+                };
+                if !self.tcp_retransmit(now, h, start, end) {
+                    break;
+                }
             }
         }
         if self.tcp_write_xmit(now, h, false) > 0 {
@@ -865,6 +887,9 @@ impl Stack {
     /// Nagle (Linux `tcp_write_xmit(.., TCP_NAGLE_OFF, push_one = 2)` for a loss probe).
     /// Returns the segments sent.
     pub(crate) fn tcp_write_xmit(&mut self, now: Instant, h: TcpHandle, probe: bool) -> u32 {
+        if !probe && let Some(sent) = self.tcp_write_xmit_one(now, h) {
+            return sent;
+        }
         let mut sent_segs = 0;
         loop {
             let Some(tcb) = self.tcp.get(h) else {
@@ -1018,6 +1043,54 @@ impl Stack {
         sent_segs
     }
 
+    /// [`Stack::tcp_write_xmit`]'s common case in one pass, as Linux `tcp_write_xmit`
+    /// takes it without its loop's work for one skb: everything unsent fits one segment
+    /// and the peer's window, and nothing is in flight, on an established (or
+    /// CLOSE-WAIT) connection with no FIN queued and no cork. The loop's other tests then
+    /// all pass and need no evaluation: cwnd against an empty pipe (cwnd at least 1),
+    /// the retransmission queue's cap, TSO (below two segments), Nagle and Minshall
+    /// (nothing unacknowledged), sender SWS avoidance (the segment takes all that is
+    /// unsent). `None`: not this case, the loop decides.
+    #[inline]
+    fn tcp_write_xmit_one(&mut self, now: Instant, h: TcpHandle) -> Option<u32> {
+        let tcb = self.tcp.get(h)?;
+        if !matches!(tcb.state, State::Established | State::CloseWait)
+            || tcb
+                .flags
+                .has(TcbFlags::FIN_QUEUED | TcbFlags::FIN_SENT | TcbFlags::CORK)
+            || tcb.snd.nxt != tcb.snd.una
+            || !tcb.rtx().is_empty()
+            || tcb.congestion.cwnd == 0
+        {
+            return None;
+        }
+        let seq = tcb.snd.nxt;
+        let sent = seq.diff(tcb.data_start()).max(0) as usize;
+        let unsent = tcb.sndbuf.len().saturating_sub(sent);
+        let wnd_avail = (tcb.snd.una + tcb.snd.wnd as usize).diff(seq).max(0) as usize;
+        let mss_now = bound_to_half_wnd(tcb.mss_now(), tcb.snd.max_wnd, tcb.flags);
+        if unsent == 0 || unsent > mss_now || unsent > wnd_avail {
+            return None;
+        }
+        if !self.tcp_send_segment(now, h, seq, unsent, false, true, 0) {
+            return Some(0);
+        }
+        let Some((tcb, spare)) = self.tcp.get_with_spare(h) else {
+            return Some(1);
+        };
+        let end = seq + unsent;
+        tcb.rtx_push().push_reusing(seq, end, now, spare);
+        tcb.snd.nxt = end;
+        if unsent < mss_now {
+            // Linux tcp_minshall_update.
+            tcb.snd_sml = end;
+        }
+        if matches!(tcb.ca_state, CaState::Recovery | CaState::Cwr) {
+            tcb.active.recovery.prr_out += 1;
+        }
+        Some(1)
+    }
+
     /// How many full segments of `mss_now` bytes to send now as one super-segment (TSO
     /// inside TCP; Linux `tcp_write_xmit` with `tcp_tso_segs`, `tcp_cwnd_test`,
     /// `tcp_snd_wnd_test`); below 2: none, segments go one by one. The device must take
@@ -1090,8 +1163,18 @@ impl Stack {
         h: TcpHandle,
         advancing: bool,
     ) -> bool {
-        self.tcp_sock(h)
-            .is_some_and(|mut sk| sk.tcp_schedule_loss_probe(now, advancing))
+        // The timer queue is asked only when the probe comes before what it holds for
+        // the connection (as `Sock::arm` decides), without building a `Sock` first.
+        let Some(tcb) = self.tcp.get_mut(h) else {
+            return false;
+        };
+        if !tcb.schedule_loss_probe(now, advancing) {
+            return false;
+        }
+        if tcb.timers.earliest().before(tcb.timers.queued) {
+            self.tcp_arm(now, h);
+        }
+        true
     }
 
     /// The loss probe timer fired (RFC 8985 §7.3; Linux `tcp_send_loss_probe`): send one
@@ -1404,7 +1487,21 @@ impl Sock<'_> {
     /// Arm a tail loss probe instead of the RTO, if one may be sent (see
     /// [`Stack::tcp_schedule_loss_probe`]); returns whether it was armed.
     pub(crate) fn tcp_schedule_loss_probe(&mut self, now: Instant, advancing: bool) -> bool {
-        let tcb = &mut *self.tcb;
+        if !self.tcb.schedule_loss_probe(now, advancing) {
+            return false;
+        }
+        self.arm(now);
+        true
+    }
+}
+
+impl Tcb {
+    /// Set the retransmission timer to a tail loss probe if one may be sent (see
+    /// [`Stack::tcp_schedule_loss_probe`]), leaving the timer queue to the caller;
+    /// returns whether it was set.
+    #[inline]
+    fn schedule_loss_probe(&mut self, now: Instant, advancing: bool) -> bool {
+        let tcb = self;
         let packets_out = tcb.rtx().packets_out();
         if packets_out == 0
             || !tcb.flags.has(TcbFlags::SACK_OK)
@@ -1435,20 +1532,17 @@ impl Sock<'_> {
         let at = now.as_nanos().saturating_add(pto).min(rto_at);
         tcb.timers.retransmit = Deadline::at(Instant::from_nanos(at).max(now));
         tcb.flags.set(TcbFlags::LOSS_PROBE);
-        self.arm(now);
         true
     }
 }
 
-/// Whether [`Stack::tcp_output`] has nothing to do for `tcb`: no retransmission found lost
-/// again or waiting, nothing [`Stack::tcp_write_xmit`] could send (its first iteration
-/// stops at once: not synchronized, FIN sent, or nothing unsent and no FIN queued), and no
-/// ACK owed now nor a delayed ACK to arm. The same tests as the full path, in one place.
+/// Whether [`Stack::tcp_output`] has nothing to do for `tcb` with no retransmission found
+/// lost again or waiting (the caller's test): nothing [`Stack::tcp_write_xmit`] could send
+/// (its first iteration stops at once: not synchronized, FIN sent, or nothing unsent and
+/// no FIN queued), and no ACK owed now nor a delayed ACK to arm. The same tests as the
+/// full path, in one place.
 #[inline]
 fn tcp_output_idle(tcb: &Tcb) -> bool {
-    if tcb.active.recovery.lost_retrans > 0 || tcb.rtx().next_to_retransmit().is_some() {
-        return false;
-    }
     let cannot_write = !(tcb.state.is_synchronized() || tcb.state == State::SynReceived)
         || tcb.flags.has(TcbFlags::FIN_SENT)
         || (!tcb.flags.has(TcbFlags::FIN_QUEUED)
