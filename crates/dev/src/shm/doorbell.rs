@@ -77,6 +77,7 @@ impl ShmPort {
             return false;
         }
         let want_tx = self.tx.starved && !self.tx.stopped;
+        self.stats.arms += 1;
         let m = &self.shared.map;
         m.u32_at(self.rx.need_wakeup_off)
             .store(bell as u32, Ordering::Relaxed);

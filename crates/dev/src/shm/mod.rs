@@ -298,6 +298,11 @@ pub struct ShmStats {
     /// Times [`ShmPort::wait`] (in `FUTEX_WAIT`) or [`wait_any`] (in `poll(2)`) went to
     /// sleep.
     pub sleeps: u64,
+    /// Times the need-wakeup flags were raised before a sleep: each sleep, and each
+    /// sleep given up because work came after the flag went up (the peer may have rung
+    /// for that one too, so [`doorbells`](Self::doorbells) are bounded by the peer's
+    /// arms, not its sleeps).
+    pub arms: u64,
     /// Descriptors from the peer with a slot index or length out of range (frame dropped).
     pub bad_desc: u64,
     /// Slots returned by the peer that were out of range or not in flight (ignored).
