@@ -442,6 +442,12 @@ impl<D: Device> Shard<D> {
     /// Receive within what is left of `budget` (`start`: when the round began receiving):
     /// until the device is empty, the transmit queue has no room for replies, or the budget
     /// runs out (then `work_left`).
+    ///
+    /// The first look at the device is made here, inline: a round that finds nothing (half
+    /// the rounds of a request-response, each of which receives or transmits) pays one
+    /// test, not a call and the loop's setup (NAPI's poll returns at once with nothing to
+    /// do). The frames go to [`receive_frames`](Self::receive_frames).
+    #[inline]
     fn receive(
         &mut self,
         now: Instant,
@@ -449,24 +455,38 @@ impl<D: Device> Shard<D> {
         start: Option<Instant>,
         result: &mut PollResult,
     ) {
+        if result.rx >= budget.frames {
+            result.work_left = true;
+            return;
+        }
+        // Receive no more than the transmit queue can answer (`Stack::tx_room`): the
+        // rest waits in the device's ring, not dropped for want of room to reply.
+        if self.stack.tx_room() == 0 {
+            return;
+        }
+        // A device that swaps buffers (the sim link) hands over its own, holding the
+        // frame, and keeps this one: no copy (`Device::recv_swap`).
+        let Some(len) = self.device.recv_swap(now, &mut self.rx_buf) else {
+            return;
+        };
+        self.receive_frames(len, now, budget, start, result);
+    }
+
+    /// [`receive`](Self::receive) once the device gave a frame of `len` bytes (in
+    /// `rx_buf`): hand it to the stack, and the next ones, within the budget.
+    #[inline(never)]
+    fn receive_frames(
+        &mut self,
+        mut len: usize,
+        now: Instant,
+        budget: &mut Budget<'_>,
+        start: Option<Instant>,
+        result: &mut PollResult,
+    ) {
         // The device's part of receiving: this loop less the stack's input (one stage
-        // boundary a call, not a frame).
+        // boundary a call, not a frame; the first look at the device is outside it).
         let _stage = profile::enter(Stage::DeviceRx);
         loop {
-            if result.rx >= budget.frames {
-                result.work_left = true;
-                return;
-            }
-            // Receive no more than the transmit queue can answer (`Stack::tx_room`): the
-            // rest waits in the device's ring, not dropped for want of room to reply.
-            if self.stack.tx_room() == 0 {
-                return;
-            }
-            // A device that swaps buffers (the sim link) hands over its own, holding the
-            // frame, and keeps this one: no copy (`Device::recv_swap`).
-            let Some(len) = self.device.recv_swap(now, &mut self.rx_buf) else {
-                return;
-            };
             let csum_ok = self.device.rx_csum_unnecessary();
             self.stack.receive_with(now, &self.rx_buf[..len], csum_ok);
             result.rx += 1;
@@ -479,6 +499,17 @@ impl<D: Device> Shard<D> {
                 }
                 return;
             }
+            if result.rx >= budget.frames {
+                result.work_left = true;
+                return;
+            }
+            if self.stack.tx_room() == 0 {
+                return;
+            }
+            let Some(next) = self.device.recv_swap(now, &mut self.rx_buf) else {
+                return;
+            };
+            len = next;
         }
     }
 
