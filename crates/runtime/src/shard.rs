@@ -380,6 +380,8 @@ impl<D: Device> Shard<D> {
     }
 
     /// A round whose receive time started at `start` (`None`: no clock, no time limit).
+    /// Inline in its two callers: the runtime's round is one call, not two.
+    #[inline]
     fn poll_from(
         &mut self,
         now: Instant,
