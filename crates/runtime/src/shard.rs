@@ -548,18 +548,20 @@ impl<D: Device> Shard<D> {
         if !self.stack.tx_pending() {
             return false;
         }
-        // One frame queued (the rest of a request-response's rounds): to the device
-        // without the quota loop's setup.
-        if self.stack.tx_queue_len() == 1 && self.transmit_one(now, result) {
+        // One frame queued and no connection waiting to queue more (the rest of a
+        // request-response's rounds): to the device without the quota loop's setup.
+        if self.stack.tx_queue_len() == 1
+            && !self.stack.tx_waiting()
+            && self.transmit_one(now, result)
+        {
             return false;
         }
         self.transmit_steps(now, budget, start, result)
     }
 
-    /// The one frame the stack has queued, straight to the device and its buffer back to
-    /// the stack; true when that emptied the queue. False when it did nothing (the device
-    /// has no room), or when taking the frame let waiting connections queue more: the
-    /// frame then waits first in the batch for [`transmit_steps`](Self::transmit_steps).
+    /// The one frame the stack has queued (no connection waits to queue more), straight
+    /// to the device and its buffer back to the stack; false when the device has no room
+    /// for it (it stays queued, and the quota step holds it back as it would).
     #[inline(never)]
     fn transmit_one(&mut self, now: Instant, result: &mut PollResult) -> bool {
         if self.device.tx_space() == Some(0) {
@@ -569,11 +571,6 @@ impl<D: Device> Shard<D> {
         let Some(frame) = self.stack.poll_transmit(now) else {
             return false;
         };
-        if self.stack.tx_pending() {
-            // Taking it let waiting connections queue more: batch them all.
-            self.tx_batch.push(frame);
-            return false;
-        }
         let mut frame = [frame];
         let dropped = self.device.send_swap(now, &mut frame);
         self.count_batch(1, dropped, result);
@@ -625,8 +622,7 @@ impl<D: Device> Shard<D> {
         let _stage = profile::enter(Stage::DeviceTx);
         // One frame queued (a request-response's usual round): straight to the device and
         // back to the stack, without the batch vector.
-        if self.tx_batch.is_empty()
-            && self.stack.tx_queue_len() == 1
+        if self.stack.tx_queue_len() == 1
             && self.device.tx_space().is_none_or(|n| n > 0)
             && let Some(frame) = self.stack.poll_transmit(now)
         {
