@@ -817,4 +817,38 @@ mod tests {
         assert_eq!(drain(&mut peer), 1);
         assert_eq!(shard.stats().tx_dropped, 0);
     }
+
+    /// A frame taken from the queue can let connections held back by a full queue
+    /// queue theirs behind it (`Stack::poll_transmit` wakes them): they go with it, in
+    /// one batch (one ring publication), not the frame alone and theirs a step later.
+    #[test]
+    fn frames_woken_behind_the_one_queued_go_in_its_batch() {
+        let (mut shard, mut peer, sock) = shm_shard(2);
+        let stack = shard.stack_mut();
+        // TCP may fill the queue to txqueuelen less the budget: 2 frames.
+        stack.set_sysctl("net.core.txqueuelen", 4).unwrap();
+        stack.set_sysctl("net.core.netdev_budget", 2).unwrap();
+        queue(&mut shard, sock, 2);
+        let stack = shard.stack_mut();
+        let to = SocketAddrV4::new(B_IP, 80);
+        stack.tcp_connect(Instant::ZERO, to).unwrap();
+        stack.tcp_connect(Instant::ZERO, to).unwrap();
+        assert_eq!(stack.tx_queue_len(), 2, "the SYNs wait");
+        assert!(stack.tx_waiting());
+        // The datagrams fill the ring; taking the second wakes the first connection.
+        let r = shard.poll_once(Instant::ZERO, shard.budget());
+        assert_eq!(r.tx, 2);
+        assert_eq!(shard.stack().tx_queue_len(), 1, "the first SYN");
+        assert!(shard.stack().tx_waiting(), "the second connection waits");
+        assert_eq!(drain(&mut peer), 2);
+        let publishes = shard.device().stats().tx_publishes;
+        let batches = shard.stats().tx_batches;
+        // A new instant: taking the first SYN wakes the second connection.
+        let now = Instant::from_millis(1);
+        let r = shard.poll_once(now, shard.budget());
+        assert_eq!(r.tx, 2, "both SYNs");
+        assert_eq!(shard.stats().tx_batches - batches, 1, "in one batch");
+        assert_eq!(shard.device().stats().tx_publishes - publishes, 1);
+        assert_eq!(drain(&mut peer), 2);
+    }
 }
