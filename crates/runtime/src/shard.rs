@@ -388,6 +388,8 @@ impl<D: Device> Shard<D> {
     }
 
     /// A round whose receive time started at `start` (`None`: no clock, no time limit).
+    /// Inline in its two callers: the runtime's round is one call, not two.
+    #[inline]
     fn poll_from(
         &mut self,
         now: Instant,
@@ -450,6 +452,14 @@ impl<D: Device> Shard<D> {
     /// Receive within what is left of `budget` (`start`: when the round began receiving):
     /// until the device is empty, the transmit queue has no room for replies, or the budget
     /// runs out (then `work_left`).
+    ///
+    /// The first look at the device is made here, inline: a round that finds nothing (half
+    /// the rounds of a request-response, each of which receives or transmits) pays one
+    /// test, not a call and the loop's setup (NAPI's poll returns at once with nothing to
+    /// do). The frames go to [`receive_frames`](Self::receive_frames), or, from a device
+    /// that leaves long frames' payloads in place, to
+    /// [`receive_split_frames`](Self::receive_split_frames).
+    #[inline]
     fn receive(
         &mut self,
         now: Instant,
@@ -457,40 +467,94 @@ impl<D: Device> Shard<D> {
         start: Option<Instant>,
         result: &mut PollResult,
     ) {
+        if !self.room_to_receive(budget, result) {
+            return;
+        }
+        if self.device.rx_head_len() > 0 {
+            return self.receive_split_frames(now, budget, start, result);
+        }
+        // A device that swaps buffers (the sim link) hands over its own, holding the
+        // frame, and keeps this one: no copy (`Device::recv_swap`).
+        let Some(len) = self.device.recv_swap(now, &mut self.rx_buf) else {
+            return;
+        };
+        self.receive_frames(len, now, budget, start, result);
+    }
+
+    /// Whether another frame may be received: the budget has frames left (else
+    /// `work_left`), and the transmit queue room for the replies (`Stack::tx_room`: the
+    /// rest waits in the device's ring, not dropped for want of room to reply).
+    #[inline]
+    fn room_to_receive(&mut self, budget: &Budget<'_>, result: &mut PollResult) -> bool {
+        if result.rx >= budget.frames {
+            result.work_left = true;
+            return false;
+        }
+        self.stack.tx_room() > 0
+    }
+
+    /// After a frame: counts it, and says whether the round's time is out (then
+    /// `work_left`, and a `time_limit_hits` if the frames were not).
+    #[inline]
+    fn received_one(
+        &mut self,
+        budget: &mut Budget<'_>,
+        start: Option<Instant>,
+        result: &mut PollResult,
+    ) -> bool {
+        result.rx += 1;
+        if let (Some(clock), Some(start)) = (budget.clock.as_mut(), start)
+            && clock() - start >= budget.time
+        {
+            result.work_left = true;
+            if result.rx < budget.frames {
+                self.stats.time_limit_hits += 1;
+            }
+            return true;
+        }
+        false
+    }
+
+    /// [`receive`](Self::receive) once the device gave a frame of `len` bytes (in
+    /// `rx_buf`): hand it to the stack, and the next ones, within the budget.
+    #[inline(never)]
+    fn receive_frames(
+        &mut self,
+        mut len: usize,
+        now: Instant,
+        budget: &mut Budget<'_>,
+        start: Option<Instant>,
+        result: &mut PollResult,
+    ) {
         // The device's part of receiving: this loop less the stack's input (one stage
-        // boundary a call, not a frame).
+        // boundary a call, not a frame; the first look at the device is outside it).
         let _stage = profile::enter(Stage::DeviceRx);
         loop {
-            if result.rx >= budget.frames {
-                result.work_left = true;
+            let csum_ok = self.device.rx_csum_unnecessary();
+            self.stack.receive_with(now, &self.rx_buf[..len], csum_ok);
+            if self.received_one(budget, start, result) || !self.room_to_receive(budget, result) {
                 return;
             }
-            // Receive no more than the transmit queue can answer (`Stack::tx_room`): the
-            // rest waits in the device's ring, not dropped for want of room to reply.
-            if self.stack.tx_room() == 0 {
+            let Some(next) = self.device.recv_swap(now, &mut self.rx_buf) else {
                 return;
-            }
-            if self.device.rx_head_len() > 0 {
-                if !self.receive_split(now) {
-                    return;
-                }
-            } else {
-                // A device that swaps buffers (the sim link) hands over its own, holding
-                // the frame, and keeps this one: no copy (`Device::recv_swap`).
-                let Some(len) = self.device.recv_swap(now, &mut self.rx_buf) else {
-                    return;
-                };
-                let csum_ok = self.device.rx_csum_unnecessary();
-                self.stack.receive_with(now, &self.rx_buf[..len], csum_ok);
-            }
-            result.rx += 1;
-            if let (Some(clock), Some(start)) = (budget.clock.as_mut(), start)
-                && clock() - start >= budget.time
-            {
-                result.work_left = true;
-                if result.rx < budget.frames {
-                    self.stats.time_limit_hits += 1;
-                }
+            };
+            len = next;
+        }
+    }
+
+    /// [`receive`](Self::receive) from a device that leaves long frames' payloads in
+    /// place ([`receive_split`](Self::receive_split) a frame), within the budget.
+    #[inline(never)]
+    fn receive_split_frames(
+        &mut self,
+        now: Instant,
+        budget: &mut Budget<'_>,
+        start: Option<Instant>,
+        result: &mut PollResult,
+    ) {
+        let _stage = profile::enter(Stage::DeviceRx);
+        while self.receive_split(now) {
+            if self.received_one(budget, start, result) || !self.room_to_receive(budget, result) {
                 return;
             }
         }
@@ -564,7 +628,39 @@ impl<D: Device> Shard<D> {
         if !self.stack.tx_pending() {
             return false;
         }
+        // One frame queued and no connection waiting to queue more (the rest of a
+        // request-response's rounds): to the device without the quota loop's setup.
+        if self.stack.tx_queue_len() == 1
+            && !self.stack.tx_waiting()
+            && self.transmit_one(now, result)
+        {
+            return false;
+        }
         self.transmit_steps(now, budget, start, result)
+    }
+
+    /// The one frame the stack has queued (no connection waits to queue more), straight
+    /// to the device and its buffer back to the stack; false when the device has no room
+    /// for it (it stays queued, and the quota step holds it back as it would).
+    #[inline(never)]
+    fn transmit_one(&mut self, now: Instant, result: &mut PollResult) -> bool {
+        if self.device.tx_space() == Some(0) {
+            return false;
+        }
+        let _stage = profile::enter(Stage::DeviceTx);
+        let Some(frame) = self.stack.poll_transmit(now) else {
+            return false;
+        };
+        let mut frame = [frame];
+        let dropped = self.device.send_swap(now, &mut frame);
+        self.count_batch(1, dropped, result);
+        let [frame] = frame;
+        // The frame's buffer if the device copied it, else the spare it left (worth
+        // keeping only with capacity).
+        if frame.capacity() > 0 {
+            self.stack.recycle(frame);
+        }
+        true
     }
 
     /// [`transmit`](Self::transmit)'s quotas, with receive steps between them.
@@ -679,5 +775,160 @@ impl<D: Device> Shard<D> {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use core::net::{Ipv4Addr, SocketAddrV4};
+
+    use ustack_dev::shm::{ShmConfig, ShmLink, ShmPort};
+    use ustack_dev::{Device, Medium};
+    use ustack_stack::{Config, Ipv4Cidr, UdpHandle};
+
+    use super::*;
+
+    const A_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+    const B_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
+
+    /// A shard on side A of an IP shm link with `ring_size` slots a way, its UDP socket,
+    /// and side B's port.
+    fn shm_shard(ring_size: usize) -> (Shard<ShmPort>, ShmPort, UdpHandle) {
+        let (mut a, mut b) = ShmLink::pair(&ShmConfig {
+            ring_size,
+            medium: Medium::Ip,
+            ..ShmConfig::default()
+        })
+        .unwrap();
+        let mut shard = Shard::new(
+            0,
+            Stack::new(Config::ip(Ipv4Cidr::new(A_IP, 24))),
+            a.remove(0),
+        );
+        let sock = shard
+            .stack_mut()
+            .udp_bind(SocketAddrV4::new(A_IP, 5000))
+            .unwrap();
+        (shard, b.remove(0), sock)
+    }
+
+    /// Queue `n` datagrams to the peer in the shard's stack.
+    fn queue(shard: &mut Shard<ShmPort>, sock: UdpHandle, n: u32) {
+        for i in 0..n {
+            shard
+                .stack_mut()
+                .udp_send_to(
+                    Instant::ZERO,
+                    sock,
+                    &i.to_be_bytes(),
+                    SocketAddrV4::new(B_IP, 9),
+                )
+                .unwrap();
+        }
+    }
+
+    /// Frames the peer has received (handing the ring's slots back).
+    fn drain(peer: &mut ShmPort) -> usize {
+        let mut buf = [0u8; 1500];
+        let mut n = 0;
+        while peer.recv(Instant::ZERO, &mut buf).is_some() {
+            n += 1;
+        }
+        n
+    }
+
+    /// A round receives nothing while the transmit queue has no room for replies, even
+    /// the first frame (the round's first look at the device is made before the loop):
+    /// the frame waits on the device, and comes in once the queue drains.
+    #[test]
+    fn a_full_transmit_queue_leaves_the_first_frame_on_the_device() {
+        let (mut shard, mut peer, sock) = shm_shard(16);
+        queue(&mut shard, sock, 1000);
+        let r = shard.poll_once(Instant::ZERO, shard.budget());
+        assert_eq!(r.tx, 16, "the ring's worth");
+        queue(&mut shard, sock, 16);
+        assert_eq!(shard.stack().tx_room(), 0, "txqueuelen frames queued");
+        assert!(peer.send(Instant::ZERO, &[0x45; 28]));
+        let r = shard.poll_once(Instant::ZERO, shard.budget());
+        assert_eq!((r.rx, r.tx), (0, 0));
+        assert_eq!(shard.stats().processed, 0);
+        assert!(shard.device().poll_at().is_some(), "still on the device");
+        assert_eq!(drain(&mut peer), 16);
+        let r = shard.poll_once(Instant::ZERO, shard.budget());
+        assert_eq!((r.rx, r.tx), (1, 16));
+    }
+
+    /// A round with no frame budget receives nothing and says work is left (NAPI's
+    /// "the whole budget was used").
+    #[test]
+    fn a_zero_frame_budget_takes_nothing_and_leaves_work() {
+        let (mut shard, mut peer, _) = shm_shard(16);
+        assert!(peer.send(Instant::ZERO, &[0x45; 28]));
+        let r = shard.poll_once(Instant::ZERO, Budget::new(0, Duration::from_millis(2)));
+        assert_eq!(r.rx, 0);
+        assert!(r.work_left);
+        assert!(shard.device().poll_at().is_some(), "still on the device");
+        let r = shard.poll_once(Instant::ZERO, shard.budget());
+        assert_eq!(r.rx, 1);
+        assert!(!r.work_left);
+    }
+
+    /// One queued frame goes straight to a device with room (one batch), and waits in
+    /// the stack's queue, not dropped, while the device has none.
+    #[test]
+    fn one_queued_frame_waits_while_the_device_has_no_room() {
+        let (mut shard, mut peer, sock) = shm_shard(16);
+        queue(&mut shard, sock, 1);
+        let r = shard.poll_once(Instant::ZERO, shard.budget());
+        assert_eq!(r.tx, 1);
+        assert_eq!(shard.stats().tx_batches, 1);
+        queue(&mut shard, sock, 15);
+        shard.poll_once(Instant::ZERO, shard.budget());
+        assert_eq!(shard.device().stats().tx_frames, 16, "the ring is full");
+        queue(&mut shard, sock, 1);
+        let r = shard.poll_once(Instant::ZERO, shard.budget());
+        assert_eq!(r.tx, 0);
+        assert_eq!(shard.stack().tx_queue_len(), 1, "held");
+        assert_eq!(shard.stats().tx_dropped, 0);
+        assert_eq!(shard.device().stats().tx_full, 0);
+        assert_eq!(drain(&mut peer), 16);
+        let r = shard.poll_once(Instant::ZERO, shard.budget());
+        assert_eq!(r.tx, 1);
+        assert_eq!(drain(&mut peer), 1);
+        assert_eq!(shard.stats().tx_dropped, 0);
+    }
+
+    /// A frame taken from the queue can let connections held back by a full queue
+    /// queue theirs behind it (`Stack::poll_transmit` wakes them): they go with it, in
+    /// one batch (one ring publication), not the frame alone and theirs a step later.
+    #[test]
+    fn frames_woken_behind_the_one_queued_go_in_its_batch() {
+        let (mut shard, mut peer, sock) = shm_shard(2);
+        let stack = shard.stack_mut();
+        // TCP may fill the queue to txqueuelen less the budget: 2 frames.
+        stack.set_sysctl("net.core.txqueuelen", 4).unwrap();
+        stack.set_sysctl("net.core.netdev_budget", 2).unwrap();
+        queue(&mut shard, sock, 2);
+        let stack = shard.stack_mut();
+        let to = SocketAddrV4::new(B_IP, 80);
+        stack.tcp_connect(Instant::ZERO, to).unwrap();
+        stack.tcp_connect(Instant::ZERO, to).unwrap();
+        assert_eq!(stack.tx_queue_len(), 2, "the SYNs wait");
+        assert!(stack.tx_waiting());
+        // The datagrams fill the ring; taking the second wakes the first connection.
+        let r = shard.poll_once(Instant::ZERO, shard.budget());
+        assert_eq!(r.tx, 2);
+        assert_eq!(shard.stack().tx_queue_len(), 1, "the first SYN");
+        assert!(shard.stack().tx_waiting(), "the second connection waits");
+        assert_eq!(drain(&mut peer), 2);
+        let publishes = shard.device().stats().tx_publishes;
+        let batches = shard.stats().tx_batches;
+        // A new instant: taking the first SYN wakes the second connection.
+        let now = Instant::from_millis(1);
+        let r = shard.poll_once(now, shard.budget());
+        assert_eq!(r.tx, 2, "both SYNs");
+        assert_eq!(shard.stats().tx_batches - batches, 1, "in one batch");
+        assert_eq!(shard.device().stats().tx_publishes - publishes, 1);
+        assert_eq!(drain(&mut peer), 2);
     }
 }

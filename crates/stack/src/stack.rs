@@ -539,6 +539,14 @@ impl Stack {
         !self.tx.is_empty() || !self.tcp.tx_waiters.is_empty()
     }
 
+    /// Whether connections wait for room in the transmit queue (their output held back
+    /// while it was full): [`poll_transmit`](Self::poll_transmit) may then let them queue
+    /// more as it takes a frame. Without them, the frames queued are all there is.
+    #[inline]
+    pub fn tx_waiting(&self) -> bool {
+        !self.tcp.tx_waiters.is_empty()
+    }
+
     // ---- timers -----------------------------------------------------------------------
 
     /// When [`Stack::handle_timeout`] next has work, if ever: never later than the
