@@ -81,12 +81,15 @@ fn an_idle_adaptive_loop_stops_spinning() {
 
     // The fixed window, for contrast: it spins 250 µs after every wake-up, so it costs
     // several times as much CPU per sleep (per sleep: a loaded machine wakes it less
-    // often than every millisecond).
+    // often than every millisecond). Quiet, the ratio was 3.4-4.9x in three runs; with a
+    // full test run beside it on two cores it was 2.9x once (each of the adaptive loop's
+    // poll(2) wake-ups costs more CPU when preempted), so the bound is 2x: a loop that
+    // spun like the fixed one would give about 1x.
     let (fixed, f) = idle_cpu(false, Duration::from_millis(200));
     assert!(f.spins_skipped == 0 && f.busy_polls >= f.sleeps, "{f:?}");
     let per_sleep = |cpu: Duration, sleeps: u64| cpu.as_secs_f64() / sleeps.max(1) as f64;
     assert!(
-        per_sleep(fixed, f.sleeps) > 3.0 * per_sleep(cpu, s.sleeps),
+        per_sleep(fixed, f.sleeps) > 2.0 * per_sleep(cpu, s.sleeps),
         "fixed: {fixed:?} over {} sleeps; adaptive: {cpu:?} over {}",
         f.sleeps,
         s.sleeps
