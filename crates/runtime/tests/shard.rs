@@ -20,7 +20,7 @@ use ustack_runtime::shard::{
     Budget, MAX_TIMER_DEFER, MAX_TIMER_DEFER_ROUNDS, Shard, TX_BATCH, TX_QUOTA,
 };
 use ustack_stack::tcp::State;
-use ustack_stack::{Config, EthernetAddress, Instant, Ipv4Cidr, Stack};
+use ustack_stack::{Config, EthernetAddress, Instant, Ipv4Cidr, Stack, UdpHandle};
 
 const A_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
 const B_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
@@ -736,9 +736,9 @@ fn budget_debug_and_defaults() {
 
 // ---- transmit batches over shm ---------------------------------------------------------
 
-/// A shard on side A of an IP shm link with `ring_size` slots a way, `n` UDP datagrams
-/// (payload: their number) queued in its stack, and side B's port.
-fn shm_shard_with_queued(ring_size: usize, n: u32) -> (Shard<ShmPort>, ShmPort) {
+/// A shard on side A of an IP shm link with `ring_size` slots a way, its UDP socket,
+/// and side B's port.
+fn shm_shard(ring_size: usize) -> (Shard<ShmPort>, ShmPort, UdpHandle) {
     let (mut a, mut b) = ShmLink::pair(&ShmConfig {
         ring_size,
         medium: Medium::Ip,
@@ -750,10 +750,18 @@ fn shm_shard_with_queued(ring_size: usize, n: u32) -> (Shard<ShmPort>, ShmPort) 
         Stack::new(Config::ip(Ipv4Cidr::new(A_IP, 24))),
         a.remove(0),
     );
-    let stack = shard.stack_mut();
-    let sock = stack.udp_bind(SocketAddrV4::new(A_IP, 5000)).unwrap();
+    let sock = shard
+        .stack_mut()
+        .udp_bind(SocketAddrV4::new(A_IP, 5000))
+        .unwrap();
+    (shard, b.remove(0), sock)
+}
+
+/// Queue `n` UDP datagrams (payload: their number) to the peer in the shard's stack.
+fn queue(shard: &mut Shard<ShmPort>, sock: UdpHandle, n: u32) {
     for i in 0..n {
-        stack
+        shard
+            .stack_mut()
             .udp_send_to(
                 Instant::ZERO,
                 sock,
@@ -762,7 +770,13 @@ fn shm_shard_with_queued(ring_size: usize, n: u32) -> (Shard<ShmPort>, ShmPort) 
             )
             .unwrap();
     }
-    (shard, b.remove(0))
+}
+
+/// [`shm_shard`] with `n` datagrams queued.
+fn shm_shard_with_queued(ring_size: usize, n: u32) -> (Shard<ShmPort>, ShmPort) {
+    let (mut shard, peer, sock) = shm_shard(ring_size);
+    queue(&mut shard, sock, n);
+    (shard, peer)
 }
 
 /// The datagram numbers that arrived on `port`, in order.
@@ -1385,4 +1399,99 @@ fn due_timers_run_after_one_more_receive() {
         sent.push([buf[12], buf[13]]);
     }
     assert_eq!(sent, [[0x08, 0x00]], "the datagram, no second ARP request");
+}
+
+/// A round receives nothing while the transmit queue has no room for replies, even
+/// the first frame (the round's first look at the device is made before the loop):
+/// the frame waits on the device, and comes in once the queue drains.
+#[test]
+fn a_full_transmit_queue_leaves_the_first_frame_on_the_device() {
+    let (mut shard, mut peer, sock) = shm_shard(16);
+    queue(&mut shard, sock, 1000);
+    let r = shard.poll_once(Instant::ZERO, shard.budget());
+    assert_eq!(r.tx, 16, "the ring's worth");
+    queue(&mut shard, sock, 16);
+    assert_eq!(shard.stack().tx_room(), 0, "txqueuelen frames queued");
+    assert!(peer.send(Instant::ZERO, &[0x45; 28]));
+    let r = shard.poll_once(Instant::ZERO, shard.budget());
+    assert_eq!((r.rx, r.tx), (0, 0));
+    assert_eq!(shard.stats().processed, 0);
+    assert!(shard.device().poll_at().is_some(), "still on the device");
+    assert_eq!(shm_datagrams(&mut peer).len(), 16);
+    let r = shard.poll_once(Instant::ZERO, shard.budget());
+    assert_eq!((r.rx, r.tx), (1, 16));
+}
+
+/// A round with no frame budget receives nothing and says work is left (NAPI's
+/// "the whole budget was used").
+#[test]
+fn a_zero_frame_budget_takes_nothing_and_leaves_work() {
+    let (mut shard, mut peer, _) = shm_shard(16);
+    assert!(peer.send(Instant::ZERO, &[0x45; 28]));
+    let r = shard.poll_once(Instant::ZERO, Budget::new(0, Duration::from_millis(2)));
+    assert_eq!(r.rx, 0);
+    assert!(r.work_left);
+    assert!(shard.device().poll_at().is_some(), "still on the device");
+    let r = shard.poll_once(Instant::ZERO, shard.budget());
+    assert_eq!(r.rx, 1);
+    assert!(!r.work_left);
+}
+
+/// One queued frame goes straight to a device with room (one batch), and waits in
+/// the stack's queue, not dropped, while the device has none.
+#[test]
+fn one_queued_frame_waits_while_the_device_has_no_room() {
+    let (mut shard, mut peer, sock) = shm_shard(16);
+    queue(&mut shard, sock, 1);
+    let r = shard.poll_once(Instant::ZERO, shard.budget());
+    assert_eq!(r.tx, 1);
+    assert_eq!(shard.stats().tx_batches, 1);
+    queue(&mut shard, sock, 15);
+    shard.poll_once(Instant::ZERO, shard.budget());
+    assert_eq!(shard.device().stats().tx_frames, 16, "the ring is full");
+    queue(&mut shard, sock, 1);
+    let r = shard.poll_once(Instant::ZERO, shard.budget());
+    assert_eq!(r.tx, 0);
+    assert_eq!(shard.stack().tx_queue_len(), 1, "held");
+    assert_eq!(shard.stats().tx_dropped, 0);
+    assert_eq!(shard.device().stats().tx_full, 0);
+    assert_eq!(shm_datagrams(&mut peer).len(), 16);
+    let r = shard.poll_once(Instant::ZERO, shard.budget());
+    assert_eq!(r.tx, 1);
+    assert_eq!(shm_datagrams(&mut peer).len(), 1);
+    assert_eq!(shard.stats().tx_dropped, 0);
+}
+
+/// A frame taken from the queue can let connections held back by a full queue
+/// queue theirs behind it (`Stack::poll_transmit` wakes them): they go with it, in
+/// one batch (one ring publication), not the frame alone and theirs a step later.
+#[test]
+fn frames_woken_behind_the_one_queued_go_in_its_batch() {
+    let (mut shard, mut peer, sock) = shm_shard(2);
+    let stack = shard.stack_mut();
+    // TCP may fill the queue to txqueuelen less the budget: 2 frames.
+    stack.set_sysctl("net.core.txqueuelen", 4).unwrap();
+    stack.set_sysctl("net.core.netdev_budget", 2).unwrap();
+    queue(&mut shard, sock, 2);
+    let stack = shard.stack_mut();
+    let to = SocketAddrV4::new(B_IP, 80);
+    stack.tcp_connect(Instant::ZERO, to).unwrap();
+    stack.tcp_connect(Instant::ZERO, to).unwrap();
+    assert_eq!(stack.tx_queue_len(), 2, "the SYNs wait");
+    assert!(stack.tx_waiting());
+    // The datagrams fill the ring; taking the second wakes the first connection.
+    let r = shard.poll_once(Instant::ZERO, shard.budget());
+    assert_eq!(r.tx, 2);
+    assert_eq!(shard.stack().tx_queue_len(), 1, "the first SYN");
+    assert!(shard.stack().tx_waiting(), "the second connection waits");
+    assert_eq!(shm_datagrams(&mut peer).len(), 2);
+    let publishes = shard.device().stats().tx_publishes;
+    let batches = shard.stats().tx_batches;
+    // A new instant: taking the first SYN wakes the second connection.
+    let now = Instant::from_millis(1);
+    let r = shard.poll_once(now, shard.budget());
+    assert_eq!(r.tx, 2, "both SYNs");
+    assert_eq!(shard.stats().tx_batches - batches, 1, "in one batch");
+    assert_eq!(shard.device().stats().tx_publishes - publishes, 1);
+    assert_eq!(shm_datagrams(&mut peer).len(), 2);
 }
