@@ -263,6 +263,12 @@ impl Stack {
         let _stage = ustack_obs::profile::enter(ustack_obs::profile::Stage::Demux);
         self.mib.inc(Counter::TcpInSegs);
         self.tcp.early_demux += 1;
+        let h = self.tcp.handle_of(index);
+        // The connection's header prediction first (see `fast_path`); what it does not
+        // predict walks RFC 9293's steps.
+        if self.tcp_rcv_established(now, h, hdr, seg) {
+            return;
+        }
         let repr = tcp::Repr {
             src_port: hdr.src_port,
             dst_port: hdr.dst_port,
@@ -278,7 +284,6 @@ impl Stack {
             timestamp: hdr.timestamp,
             payload: &seg[hdr.header_len..],
         };
-        let h = self.tcp.handle_of(index);
         self.conn_input(now, h, &repr);
     }
 }

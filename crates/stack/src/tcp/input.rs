@@ -22,7 +22,7 @@ use core::net::{IpAddr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use core::time::Duration;
 
 use ustack_obs::{Counter, DropReason, Instant, Mib};
-use ustack_wire::tcp::Flags;
+use ustack_wire::tcp::{Flags, TcpTimestamp};
 use ustack_wire::{SeqNumber, tcp};
 
 use super::buffer::{InsertResult, MemAsk};
@@ -73,9 +73,17 @@ pub(crate) struct AckEvent {
 /// retransmission found lost again. Any of these sends the ACK through the full path.
 #[inline]
 fn tcp_ack_is_pure(tcb: &Tcb, seg: &tcp::Repr) -> bool {
+    seg.sack_ranges[0].is_none() && tcp_ack_state_clean(tcb)
+}
+
+/// The sender's side of [`tcp_ack_is_pure`]: the connection is in the Open state with
+/// nothing SACKed, marked lost or retransmitted, no duplicate ACKs counted, no tail loss
+/// probe outstanding and no retransmission found lost again (also a guard of the receive
+/// fast path, [`super::fast_path`]).
+#[inline]
+pub(super) fn tcp_ack_state_clean(tcb: &Tcb) -> bool {
     let rec = &tcb.active.recovery;
-    seg.sack_ranges[0].is_none()
-        && tcb.ca_state == CaState::Open
+    tcb.ca_state == CaState::Open
         && tcb.active.dupacks == 0
         && rec.tlp_high_seq.is_none()
         && rec.lost_retrans == 0
@@ -352,7 +360,7 @@ impl Sock<'_> {
                 self.mib.inc(Counter::TcpExtTCPAbortOnData);
                 return Verdict::ResetAndDone(tcb.tuple, Error::ConnectionReset);
             } else {
-                self.tcp_data_queue(now, seg);
+                self.tcp_data_queue(now, seg.seq_number, seg.payload, seg.timestamp);
             }
         }
 
@@ -672,7 +680,7 @@ impl Sock<'_> {
         // "If SND.UNA > ISS (our SYN has been ACKed), change the connection state to
         // ESTABLISHED, form an ACK segment ... and send it."
         let mut ev = AckEvent::default();
-        self.tcp_clean_rtx_queue::<false>(now, seg, &mut ev);
+        self.tcp_clean_rtx_queue::<false>(now, seg.ack_number, &mut ev);
         // RFC 6298 §5.7 (Linux tcp_init_transfer -> tcp_init_metrics): no RTT sample
         // from the handshake (the SYN was retransmitted: Karn) means RTO 3 s.
         self.tcb.rtt.use_fallback_rto();
@@ -754,7 +762,7 @@ impl Sock<'_> {
             ..AckEvent::default()
         };
         if seg.ack_number.after(tcb.snd.una) && tcp_ack_is_pure(tcb, seg) {
-            return self.tcp_ack_pure(now, seg, ev);
+            return self.tcp_ack_pure(now, seg.ack_number, ev);
         }
         // Congestion control judges by what was in flight before this ACK (Linux
         // `prior_in_flight` in tcp_ack).
@@ -812,7 +820,7 @@ impl Sock<'_> {
             }
         }
         if seg.ack_number.after(tcb.snd.una) {
-            self.tcp_clean_rtx_queue::<false>(now, seg, &mut ev);
+            self.tcp_clean_rtx_queue::<false>(now, seg.ack_number, &mut ev);
         } else if seg.ack_number == tcb.snd.una
             && seg.payload.is_empty()
             && !seg.flags.intersects(Flags::SYN | Flags::FIN)
@@ -845,10 +853,11 @@ impl Sock<'_> {
     /// and the recovery state machine have nothing to do; what they would do for this ACK
     /// (the tail of `tcp_fastretrans_alert`'s early return and of `tcp_find_lost_retrans`
     /// with nothing retransmitted) is done here.
-    fn tcp_ack_pure(&mut self, now: Instant, seg: &tcp::Repr, mut ev: AckEvent) {
+    #[inline]
+    pub(super) fn tcp_ack_pure(&mut self, now: Instant, ack: SeqNumber, mut ev: AckEvent) {
         // Nothing SACKed, lost or retransmitted: every queued segment is in flight.
         let prior_in_flight = self.tcb.rtx().len() as u32;
-        let rtt = self.tcp_clean_rtx_queue::<true>(now, seg, &mut ev);
+        let rtt = self.tcp_clean_rtx_queue::<true>(now, ack, &mut ev);
         let rec = &mut self.tcb.active.recovery;
         rec.retrans_stamp = 0;
         rec.retrans_low = Instant::FAR_FUTURE;
@@ -927,11 +936,10 @@ impl Sock<'_> {
     fn tcp_clean_rtx_queue<const PURE: bool>(
         &mut self,
         now: Instant,
-        seg: &tcp::Repr,
+        ack: SeqNumber,
         ev: &mut AckEvent,
     ) -> Option<Duration> {
         let tcb = &mut *self.tcb;
-        let ack = seg.ack_number;
         let prior_una = tcb.snd.una;
         let prior_fack = ev.prior_fack;
         let prior_in_flight = if PURE {
@@ -1076,11 +1084,16 @@ impl Sock<'_> {
 
     /// Put the data of a segment into the receive buffer (Linux `tcp_data_queue`) and
     /// decide how to acknowledge it (delayed ACK, RFC 9293 §3.8.6.3; Linux quick-ACK mode).
-    fn tcp_data_queue(&mut self, now: Instant, seg: &tcp::Repr) {
+    /// `seq`, `data`, `ts`: the segment's sequence number, payload and timestamp option.
+    pub(super) fn tcp_data_queue(
+        &mut self,
+        now: Instant,
+        mut seq: SeqNumber,
+        mut data: &[u8],
+        ts: Option<TcpTimestamp>,
+    ) {
         let _stage = ustack_obs::profile::enter(ustack_obs::profile::Stage::SocketQueue);
         let tcb = &mut *self.tcb;
-        let mut data = seg.payload;
-        let mut seq = seg.seq_number;
         let sack = tcb.flags.has(TcbFlags::SACK_OK);
         // Trim what we already have (a retransmission overlapping RCV.NXT).
         if seq.before(tcb.rcv.nxt) {
@@ -1106,7 +1119,7 @@ impl Sock<'_> {
             // Linux tcp_event_data_recv: sample the receiver's RTT, and (Linux does it
             // when the application reads, tcp_recvmsg) size the receive buffer to what
             // the application has been reading.
-            tcp_rcv_rtt_measure(tcb, now, seg);
+            tcp_rcv_rtt_measure(tcb, now, ts, data.len());
             // Under memory pressure the receive window stops growing (Linux
             // tcp_event_data_recv: tcp_grow_window only "!tcp_under_memory_pressure(sk)").
             if !self.pool.under_pressure() {
@@ -1351,17 +1364,17 @@ fn tcp_sndbuf_expand(tcb: &mut Tcb, wmem_max: u64, in_flight: u32) {
 /// The receiver's RTT estimate (Linux `tcp_rcv_rtt_measure_ts`, from the timestamp a
 /// full-sized segment echoes; without timestamps `tcp_rcv_rtt_measure`, the time
 /// until a window's worth of data arrived).
-fn tcp_rcv_rtt_measure(tcb: &mut Tcb, now: Instant, seg: &tcp::Repr) {
+fn tcp_rcv_rtt_measure(tcb: &mut Tcb, now: Instant, ts: Option<TcpTimestamp>, len: usize) {
     let rcv_space = &mut tcb.active.rcv_space;
     if tcb.flags.has(TcbFlags::TS_OK) {
-        let Some(ts) = seg.timestamp.filter(|t| t.tsecr != 0) else {
+        let Some(ts) = ts.filter(|t| t.tsecr != 0) else {
             return;
         };
         if ts.tsecr == rcv_space.last_tsecr {
             return;
         }
         rcv_space.last_tsecr = ts.tsecr;
-        if seg.payload.len() >= usize::from(tcb.mss) {
+        if len >= usize::from(tcb.mss) {
             let delta_ms = ts_clock(now).wrapping_sub(ts.tsecr.wrapping_sub(tcb.ts_offset));
             if (delta_ms as i32) >= 0 {
                 rcv_space.rtt_update(delta_ms.saturating_mul(1000), false);
