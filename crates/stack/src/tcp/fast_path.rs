@@ -186,7 +186,7 @@ impl Sock<'_> {
         if !payload.is_empty() {
             // Linux counts the data segments its fast path takes.
             self.mib.inc(Counter::TcpExtTCPHPHits);
-            self.tcp_data_queue(now, seq, payload, hdr.timestamp);
+            self.tcp_data_queue_in_order(now, payload, hdr.timestamp);
         }
         // What `tcp_output` would do something for (ESTABLISHED: no FIN queued or sent).
         let tcb = &*self.tcb;

@@ -1144,27 +1144,10 @@ impl Sock<'_> {
         let tcb = &mut *self.tcb;
         let held = tcb.rcvbuf.readable() + tcb.rcvbuf.ooo_bytes();
         let limit = (tcb.rcvbuf_limit as usize).max(held + promised);
-        let r = if self.rx_direct.on {
-            // The payload is still on the device (`Stack::receive_direct`, which let only
-            // in-order data into an empty out-of-order queue through): reserve its room
-            // and note where each piece goes, for the device to fill.
-            if offset != 0 || tcb.rcvbuf.ooo_extents() != 0 {
-                return self.mib.drop(DropReason::TcpDirectMiss);
-            }
-            let from = data.as_ptr().addr() - self.rx_direct.base;
-            let d = &mut *self.rx_direct;
-            tcb.rcvbuf
-                .append_in_order_with(self.pool, data.len(), limit, |piece, done| {
-                    d.note(from, piece, done)
-                })
-        } else {
-            tcb.rcvbuf.insert(self.pool, offset, data, limit)
+        let Some(r) = self.tcp_rcv_queue(offset, data, limit) else {
+            return;
         };
-        tcb.rcv.nxt += r.advanced;
-        if r.advanced > 0 {
-            self.ready.mark(SocketKey::Tcp(self.h), Readiness::READABLE); // sk_data_ready
-        }
-        tcp_count_prune(self.mib, &r);
+        let tcb = &mut *self.tcb;
         // Linux tcp_event_data_recv (in-order data of 128 bytes or more) and
         // tcp_data_queue_ofo (out-of-order data queued, only with SACK: "For non sack
         // flows, do not grow window to force DUPACK"): the window may grow.
@@ -1226,6 +1209,91 @@ impl Sock<'_> {
             tcb.flags.set(TcbFlags::ACK_NOW);
             return;
         }
+        self.tcp_event_data_in_order(now);
+    }
+
+    /// The in-order segment of the receive fast path ([`super::fast_path`]): what
+    /// [`Sock::tcp_data_queue`] does for data at RCV.NXT (`data` non-empty, within the
+    /// window advertised) with nothing out of order queued, in one pass: no trimming, no
+    /// out-of-order queue, SACK blocks or hole to fill.
+    #[inline(always)]
+    pub(super) fn tcp_data_queue_in_order(
+        &mut self,
+        now: Instant,
+        data: &[u8],
+        ts: Option<TcpTimestamp>,
+    ) {
+        let _stage = ustack_obs::profile::enter(ustack_obs::profile::Stage::SocketQueue);
+        let tcb = &mut *self.tcb;
+        debug_assert!(tcb.rcvbuf.in_order_only() && !data.is_empty());
+        tcp_rcv_rtt_measure(tcb, now, ts, data.len());
+        if !self.pool.under_pressure() {
+            tcp_rcv_space_adjust(tcb, now, self.sysctl.tcp_rmem_max);
+        }
+        // Not zero: the fast path takes only data within the window (tcp_data_queue's
+        // zero-window drop is the slow path's).
+        let promised = tcb.receive_window() as usize;
+        let chunks = tcb.rcvbuf.chunks_for(0, data.len());
+        if !self.pool.fast_schedule(chunks) && !self.tcp_rmem_schedule(now, 0, data.len()) {
+            return;
+        }
+        let tcb = &mut *self.tcb;
+        let limit = (tcb.rcvbuf_limit as usize).max(tcb.rcvbuf.readable() + promised);
+        let Some(r) = self.tcp_rcv_queue(0, data, limit) else {
+            return;
+        };
+        let tcb = &mut *self.tcb;
+        if r.dropped > 0 {
+            self.mib.inc(Counter::TcpExtTCPRcvQDrop);
+        } else if data.len() >= 128 {
+            tcb.grow_window(data.len(), self.pool.under_pressure());
+        }
+        // Nothing out of order: no SACK block to report (tcp_data_queue clears them).
+        if tcb.flags.has(TcbFlags::SACK_OK) && !tcb.active.rx_sack.blocks().is_empty() {
+            tcb.active.rx_sack.clear_blocks();
+        }
+        self.tcp_event_data_in_order(now);
+    }
+
+    /// Store data at `offset` past RCV.NXT under `limit` (see
+    /// [`super::buffer::RecvBuffer::insert`]), or for a direct receive reserve its room
+    /// ([`super::rx_direct`]); advance RCV.NXT and wake the reader (Linux
+    /// `sk_data_ready`) over what became readable, and count any pruning.
+    /// `None`: the segment was dropped (a direct receive that cannot take it).
+    #[inline(always)]
+    fn tcp_rcv_queue(&mut self, offset: usize, data: &[u8], limit: usize) -> Option<InsertResult> {
+        let tcb = &mut *self.tcb;
+        let r = if self.rx_direct.on {
+            // The payload is still on the device (`Stack::receive_direct`, which let only
+            // in-order data into an empty out-of-order queue through): reserve its room
+            // and note where each piece goes, for the device to fill.
+            if offset != 0 || tcb.rcvbuf.ooo_extents() != 0 {
+                self.mib.drop(DropReason::TcpDirectMiss);
+                return None;
+            }
+            let from = data.as_ptr().addr() - self.rx_direct.base;
+            let d = &mut *self.rx_direct;
+            tcb.rcvbuf
+                .append_in_order_with(self.pool, data.len(), limit, |piece, done| {
+                    d.note(from, piece, done)
+                })
+        } else {
+            tcb.rcvbuf.insert(self.pool, offset, data, limit)
+        };
+        tcb.rcv.nxt += r.advanced;
+        if r.advanced > 0 {
+            self.ready.mark(SocketKey::Tcp(self.h), Readiness::READABLE); // sk_data_ready
+        }
+        tcp_count_prune(self.mib, &r);
+        Some(r)
+    }
+
+    /// In-order data was queued with no hole filled: acknowledge it now or arm the
+    /// delayed ACK (the end of Linux `tcp_data_queue` -> `tcp_event_data_recv` and
+    /// `__tcp_ack_snd_check`), by comparisons only.
+    #[inline(always)]
+    fn tcp_event_data_in_order(&mut self, now: Instant) {
+        let tcb = &mut *self.tcb;
         // RFC 9293 §3.8.6.3: "an ACK SHOULD be generated for at least every second
         // full-sized segment"; Linux also ACKs at once in quick-ACK mode (start of a
         // connection) and otherwise delays up to the ATO.
@@ -1261,6 +1329,7 @@ impl Sock<'_> {
             }
         }
     }
+
 
     /// Ask the stack's `tcp_mem` for the memory of `len` bytes at `offset` past RCV.NXT
     /// before queueing them (Linux `tcp_try_rmem_schedule` -> `sk_rmem_schedule`). When
