@@ -7,7 +7,7 @@
 //! a timestamp older than TS.Recent (PAWS), flags other than ACK and PSH (FIN, URG, RST,
 //! SYN), a window other than SND.WND, data with something queued out of order (a hole
 //! it fills, a FIN beyond it), SACK blocks, a duplicate ACK, an ACK in recovery, data
-//! after the peer's FIN. Each test asserts the behaviour a user or the peer sees (bytes
+//! after the peer's FIN, data into a zero window. Each test asserts the behaviour a user or the peer sees (bytes
 //! read, ACKs and retransmissions sent, windows used), so that taking the segment on the
 //! fast path (a guard removed) fails it.
 //!
@@ -36,6 +36,7 @@ for_both_families!(
     sack_blocks_take_the_slow_path,
     duplicate_acks_and_acks_in_recovery_take_the_slow_path,
     data_after_the_peers_fin_takes_the_slow_path,
+    data_into_a_zero_window_takes_the_slow_path,
 );
 
 /// An accepted connection on port 80 (timestamps, window scaling with the peer's shift
@@ -62,29 +63,17 @@ fn established(fam: Family, sack: bool, early_demux: bool) -> Conn {
         syn = syn.sack_perm();
     }
     (syn.src_port, syn.dst_port) = (PEER_PORT, 80);
-    t.stack.receive(t.now, &fam.build(&syn));
-    let synack = fam
-        .parse(&t.stack.poll_transmit(t.now).expect("SYN-ACK"))
-        .expect("TCP");
-    let (ours, _) = synack.ts.expect("timestamps");
-    let ack = synack.seq.wrapping_add(1);
-    let mut seg = Seg::ack(1001, ack).ts(101, ours).win(WIN);
-    (seg.src_port, seg.dst_port) = (PEER_PORT, 80);
-    t.stack.receive(t.now, &fam.build(&seg));
-    let (h, _) = t
-        .stack
-        .tcp_accept_addr(t.listener.unwrap())
-        .expect("accepted");
+    let (h, synack) = fam.accept(&mut t, &syn, WIN);
     t.stack.tcp_set_nodelay(t.now, h, true).unwrap();
     Conn {
+        ack: synack.seq.wrapping_add(1),
+        tsecr: synack.ts.expect("timestamps").0,
+        seq: 1001,
+        tsval: 102,
+        out: Vec::new(),
         fam,
         t,
         h,
-        seq: 1001,
-        ack,
-        tsval: 102,
-        tsecr: ours,
-        out: Vec::new(),
     }
 }
 
@@ -123,6 +112,13 @@ impl Conn {
         self.seq = self.seq.wrapping_add(data.len() as u32);
         self.tsval += 1;
         self.send(&s)
+    }
+
+    /// The last segment the stack sent since the last [`Conn::take`] acknowledges all the
+    /// peer sent (`why` says what it answers); takes what was sent.
+    fn assert_acked(&mut self, why: &str) {
+        let last = self.take().pop().map(|s| s.ack);
+        assert_eq!(last, Some(self.seq), "{why}");
     }
 
     /// What the stack sent since the last call.
@@ -181,11 +177,7 @@ fn predicted_segments_take_the_fast_path_as_the_slow_path_would(fam: Family) {
         // Two full segments in: the second is acknowledged at once (RFC 9293 §3.8.6.3).
         fast.push(c.data(&[7; 1188]));
         fast.push(c.data(&[8; 1188]));
-        assert_eq!(
-            c.take().last().map(|s| s.ack),
-            Some(c.seq),
-            "ACK every second"
-        );
+        c.assert_acked("ACK every second");
         assert_eq!(c.read().len(), 2 * 1188);
         fast
     };
@@ -221,21 +213,12 @@ fn an_old_or_out_of_window_sequence_number_takes_the_slow_path(fam: Family) {
     let mut old = c.seg(b"hello", Flags::ACK | Flags::PSH);
     old.seq = c.seq.wrapping_sub(5);
     assert!(!c.send(&old), "old data is not predicted");
-    let acks = c.take();
-    assert_eq!(
-        acks.last().map(|s| s.ack),
-        Some(c.seq),
-        "an ACK of RCV.NXT at once"
-    );
+    c.assert_acked("an ACK of RCV.NXT at once");
     assert_eq!(c.read(), b"", "nothing delivered twice");
     let mut future = c.seg(b"later", Flags::ACK | Flags::PSH);
     future.seq = c.seq.wrapping_add(1 << 30);
     assert!(!c.send(&future), "data beyond the window is not predicted");
-    assert_eq!(
-        c.take().last().map(|s| s.ack),
-        Some(c.seq),
-        "answered by an ACK"
-    );
+    c.assert_acked("answered by an ACK");
     assert_eq!(c.read(), b"");
     assert!(
         c.data(b"next"),
@@ -255,11 +238,7 @@ fn an_old_timestamp_is_refused_by_paws_on_the_slow_path(fam: Family) {
     stale.ts = Some((c.tsval - 50, c.tsecr));
     assert!(!c.send(&stale), "an old TSval is not predicted");
     assert_eq!(c.t.drops(DropReason::TcpPaws), 1, "dropped by PAWS");
-    assert_eq!(
-        c.take().last().map(|s| s.ack),
-        Some(c.seq),
-        "an ACK in reply"
-    );
+    c.assert_acked("an ACK in reply");
     assert_eq!(
         c.read(),
         b"one",
@@ -302,11 +281,7 @@ fn flags_other_than_ack_and_psh_take_the_slow_path(fam: Family) {
     c.seq = c.seq.wrapping_add(4);
     c.tsval += 1;
     assert!(!c.send(&fin), "FIN is not predicted");
-    assert_eq!(
-        c.take().last().map(|s| s.ack),
-        Some(c.seq),
-        "the FIN acknowledged at once"
-    );
+    c.assert_acked("the FIN acknowledged at once");
     assert_eq!(c.read(), b"bye");
     assert_eq!(c.t.read(c.h), None, "end of stream");
     assert_eq!(c.t.stack.tcp_state(c.h), Ok(State::CloseWait));
@@ -408,11 +383,7 @@ fn data_reaching_a_queued_fin_takes_the_slow_path(fam: Family) {
         !c.send(&data),
         "data reaching a queued FIN is not predicted"
     );
-    assert_eq!(
-        c.take().last().map(|s| s.ack),
-        Some(c.seq),
-        "data and FIN acknowledged"
-    );
+    c.assert_acked("data and FIN acknowledged");
     assert_eq!(c.read(), vec![5; 10]);
     assert_eq!(c.t.read(c.h), None, "end of stream");
     assert_eq!(c.t.stack.tcp_state(c.h), Ok(State::CloseWait));
@@ -482,4 +453,34 @@ fn data_after_the_peers_fin_takes_the_slow_path(fam: Family) {
     assert!(!c.data(b"late"), "CLOSE-WAIT is not predicted");
     assert_eq!(c.t.read(c.h), None, "nothing after the end of the stream");
     c.t.advance(Duration::from_millis(1));
+}
+
+/// RFC 9293 §3.10.7.4 seventh and §3.8.6.1: data into a zero window is not accepted
+/// (Linux `tcp_data_queue`: TCPZeroWindowDrop) and is answered at once with an ACK that
+/// gives the window again; the prediction holds only for data within the window.
+fn data_into_a_zero_window_takes_the_slow_path(fam: Family) {
+    let mut c = established(fam, true, true);
+    c.t.stack.tcp_set_recv_buffer(c.h, 8192).unwrap();
+    let shift = c.t.stack.tcp_info(c.h).unwrap().wscale.map_or(0, |w| w.1);
+    let mut edge = c.seq.wrapping_add(1);
+    for _ in 0..400 {
+        if let Some(a) = c.out.iter().rev().find(|s| s.has(Flags::ACK)) {
+            edge = a.ack.wrapping_add(u32::from(a.window) << shift);
+        }
+        let left = edge.wrapping_sub(c.seq) as i32;
+        if left <= 0 {
+            break;
+        }
+        let n = left.min(1188) as usize;
+        c.data(&vec![9; n]);
+    }
+    let last = c.take().into_iter().last().expect("an ACK");
+    assert_eq!((last.ack, last.window), (c.seq, 0), "the window closed");
+    let probe = c.seg(&[1], Flags::ACK | Flags::PSH);
+    c.tsval += 1;
+    assert!(!c.send(&probe), "data into a zero window is not predicted");
+    assert_eq!(c.t.drops(DropReason::TcpZeroWindow), 1);
+    let ack = c.take();
+    assert_eq!(ack.len(), 1, "answered at once: {ack:?}");
+    assert_eq!((ack[0].ack, ack[0].window), (c.seq, 0));
 }

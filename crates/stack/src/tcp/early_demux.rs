@@ -18,8 +18,10 @@
 //! Anything else (a bad checksum or length included) makes the fast path return false
 //! having changed and counted nothing, and the caller takes the general path, which
 //! counts and drops it or handles it as before: the fast path never decides a drop. The
-//! connection then runs every RFC 9293 step as before ([`Sock::tcp_rcv_state_process`]:
-//! header prediction, PAWS, window acceptability, RFC 5961).
+//! connection then predicts the segment ([`super::fast_path`], Linux
+//! `tcp_rcv_established`'s fast path) and, if the prediction fails, runs every RFC 9293
+//! step as before ([`Sock::tcp_rcv_state_process`]: header prediction, PAWS, window
+//! acceptability, RFC 5961).
 //!
 //! [`Sock::tcp_rcv_state_process`]: super::sock::Sock
 

@@ -12,11 +12,13 @@
 //! connection, to the device (an ACK, a RST, the data now sendable) or to the tables
 //! (TIME-WAIT, the end of the connection).
 //!
-//! The common segment is served by two fast paths, each falling back to the general path
+//! The common segment is served by fast paths, each falling back to the general path
 //! for anything unusual: early demux ([`super::early_demux`], Linux `tcp_v4_early_demux`
 //! and `tcp_v6_early_demux`) checks the IP and TCP headers in one pass over the bytes and
-//! finds the connection; header prediction ([`tcp_header_predicted`], Linux
-//! `tcp_rcv_established`) takes an in-sequence ACK/PSH segment straight to the ACK.
+//! finds the connection, whose header prediction ([`super::fast_path`], Linux
+//! `tcp_rcv_established`'s fast path) processes a predicted ACK or in-order data segment
+//! from the header's bytes without the walk below; in the walk, header prediction
+//! ([`tcp_header_predicted`]) takes an in-sequence ACK/PSH segment straight to the ACK.
 
 use core::net::{IpAddr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use core::time::Duration;
@@ -1329,7 +1331,6 @@ impl Sock<'_> {
             }
         }
     }
-
 
     /// Ask the stack's `tcp_mem` for the memory of `len` bytes at `offset` past RCV.NXT
     /// before queueing them (Linux `tcp_try_rmem_schedule` -> `sk_rmem_schedule`). When
