@@ -39,7 +39,10 @@
 //!   (RFC 5961 §5.2's upper bound) nor before SND.UNA (so not below its lower bound
 //!   SND.UNA - MAX.SND.WND); the window update rule ("If SND.UNA =< SEG.ACK =< SND.NXT
 //!   ... SND.WL1 < SEG.SEQ or ...") is applied as the slow path applies it, to SND.WL1
-//!   and SND.WL2 only, SND.WND being unchanged by the prediction;
+//!   and SND.WL2 only, SND.WND being unchanged by the prediction; an ACK that advances
+//!   SND.UNA takes `tcp_ack`'s pure path as the slow path would (the recovery state
+//!   being clean), and one that acknowledges nothing new clears what `tcp_ack` clears
+//!   for it (its loss-recovery calls' early returns);
 //! - *sixth, the URG bit*: not set;
 //! - *seventh, process the segment text*: in order, nothing queued out of order: the
 //!   payload is appended (or, for a direct receive, its room reserved) and acknowledged
@@ -182,6 +185,15 @@ impl Sock<'_> {
                 ..AckEvent::default()
             };
             self.tcp_ack_pure(now, ack, ev);
+        } else {
+            // Data acknowledging nothing new: what the slow path's `tcp_ack` does for it
+            // with the recovery state clean (the guard above): `tcp_fastretrans_alert`'s
+            // early return for an Open connection and `tcp_find_lost_retrans` with
+            // nothing retransmitted; the congestion control and the timers have nothing
+            // to do (nothing acknowledged or delivered).
+            let rec = &mut self.tcb.active.recovery;
+            rec.retrans_stamp = 0;
+            rec.retrans_low = Instant::FAR_FUTURE;
         }
         if !payload.is_empty() {
             // Linux counts the data segments its fast path takes.
