@@ -37,6 +37,7 @@ for_both_families!(
     duplicate_acks_and_acks_in_recovery_take_the_slow_path,
     data_after_the_peers_fin_takes_the_slow_path,
     data_into_a_zero_window_takes_the_slow_path,
+    a_timestamp_option_other_than_negotiated_takes_the_slow_path,
 );
 
 /// An accepted connection on port 80 (timestamps, window scaling with the peer's shift
@@ -483,4 +484,52 @@ fn data_into_a_zero_window_takes_the_slow_path(fam: Family) {
     let ack = c.take();
     assert_eq!(ack.len(), 1, "answered at once: {ack:?}");
     assert_eq!((ack[0].ack, ack[0].window), (c.seq, 0));
+}
+
+/// The data offset predicted is the connection's: with timestamps negotiated (RFC 7323
+/// §3.2) exactly `NOP NOP TS`, without them none. A segment that differs (no timestamp
+/// where they are in use, one where they are not) goes to the slow path, which delivers
+/// its data (and, without negotiation, ignores the option: RFC 7323 §3.2).
+fn a_timestamp_option_other_than_negotiated_takes_the_slow_path(fam: Family) {
+    let mut c = established(fam, true, true);
+    let mut bare = c.seg(b"no ts", Flags::ACK | Flags::PSH);
+    bare.ts = None;
+    c.seq = c.seq.wrapping_add(5);
+    assert!(
+        !c.send(&bare),
+        "no timestamp where they are in use: not predicted"
+    );
+    assert_eq!(c.read(), b"no ts");
+
+    let mut t = fam.listening(fam.config(), 80);
+    let mut syn = Seg::syn(1000).mss(1200).wscale(2);
+    (syn.src_port, syn.dst_port) = (PEER_PORT, 80);
+    let (h, synack) = fam.accept(&mut t, &syn, WIN);
+    assert!(synack.ts.is_none(), "no timestamps negotiated");
+    let ack = synack.seq.wrapping_add(1);
+    let mut plain = Seg::ack(1001, ack)
+        .data(b"plain")
+        .win(WIN)
+        .flags(Flags::ACK | Flags::PSH);
+    (plain.src_port, plain.dst_port) = (PEER_PORT, 80);
+    let before = t.stack.tcp_rcv_fast_hits();
+    t.stack.receive(t.now, &fam.build(&plain));
+    assert_eq!(
+        t.stack.tcp_rcv_fast_hits(),
+        before + 1,
+        "predicted without timestamps"
+    );
+    let mut with_ts = Seg::ack(1006, ack)
+        .data(b"ts")
+        .ts(5, 1)
+        .win(WIN)
+        .flags(Flags::ACK | Flags::PSH);
+    (with_ts.src_port, with_ts.dst_port) = (PEER_PORT, 80);
+    t.stack.receive(t.now, &fam.build(&with_ts));
+    assert_eq!(
+        t.stack.tcp_rcv_fast_hits(),
+        before + 1,
+        "a timestamp not negotiated: not predicted"
+    );
+    assert_eq!(t.read(h), Some(b"plaints".to_vec()));
 }
