@@ -13,8 +13,6 @@
 //! still delivered by the general path; connections interleaved (of both families over
 //! IPv6) each get their own data; and over Ethernet the IPv6 fast path is taken.
 
-use core::net::SocketAddr;
-
 use ustack_obs::{Counter, DropReason};
 use ustack_stack::TcpHandle;
 use ustack_testkit::for_both_families;
@@ -62,29 +60,15 @@ fn established(fam: Family, on: bool) -> Conn {
     };
     let mut syn = Seg::syn(1000).mss(mss).ts(100, 0);
     (syn.src_port, syn.dst_port) = (PEER_PORT, 80);
-    t.stack.receive(t.now, &fam.build(&syn));
-    let synack = fam
-        .parse(&t.stack.poll_transmit(t.now).expect("SYN-ACK"))
-        .expect("TCP");
-    assert!(synack.has(Flags::SYN | Flags::ACK), "{synack:?}");
-    let (ours, _) = synack.ts.expect("timestamps negotiated");
-    let ack = synack.seq.wrapping_add(1);
-    let mut seg = Seg::ack(1001, ack).ts(101, ours).win(65_535);
-    (seg.src_port, seg.dst_port) = (PEER_PORT, 80);
-    t.stack.receive(t.now, &fam.build(&seg));
-    let (h, peer) = t
-        .stack
-        .tcp_accept_addr(t.listener.unwrap())
-        .expect("accepted");
-    assert_eq!(peer, SocketAddr::new(fam.peer(), PEER_PORT));
+    let (h, synack) = fam.accept(&mut t, &syn, 65_535);
     Conn {
+        ack: synack.seq.wrapping_add(1),
+        tsecr: synack.ts.expect("timestamps negotiated").0,
+        seq: 1001,
+        tsval: 102,
         fam,
         t,
         h,
-        seq: 1001,
-        ack,
-        tsval: 102,
-        tsecr: ours,
         sent: Vec::new(),
     }
 }

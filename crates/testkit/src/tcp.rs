@@ -695,6 +695,28 @@ impl Family {
             Family::V6 => parse6(packet),
         }
     }
+
+    /// A passive open on `t` (which listens on `syn`'s destination port) driven by the
+    /// peer's `syn` (its ports and options): the stack's SYN-ACK, the peer's ACK with
+    /// window `window` (echoing the stack's timestamp, TSval one past the SYN's, if both
+    /// use them), the accept. Returns the handle and the stack's SYN-ACK.
+    pub fn accept(self, t: &mut SegTest, syn: &Seg, window: u16) -> (TcpHandle, Seg) {
+        t.stack.receive(t.now, &self.build(syn));
+        let synack = self
+            .parse(&t.stack.poll_transmit(t.now).expect("SYN-ACK"))
+            .expect("TCP");
+        assert!(synack.has(Flags::SYN | Flags::ACK), "{synack:?}");
+        let mut ack = Seg::ack(syn.seq.wrapping_add(1), synack.seq.wrapping_add(1)).win(window);
+        (ack.src_port, ack.dst_port) = (syn.src_port, syn.dst_port);
+        if let (Some((tsval, _)), Some((ours, _))) = (syn.ts, synack.ts) {
+            ack = ack.ts(tsval.wrapping_add(1), ours);
+        }
+        t.stack.receive(t.now, &self.build(&ack));
+        let listener = t.listener.expect("a listener");
+        let (h, peer) = t.stack.tcp_accept_addr(listener).expect("accepted");
+        assert_eq!(peer, core::net::SocketAddr::new(self.peer(), syn.src_port));
+        (h, synack)
+    }
 }
 
 /// One `#[test]` per family for each family-generic test body: `for_both_families!(a, b)`

@@ -18,8 +18,10 @@
 //! Anything else (a bad checksum or length included) makes the fast path return false
 //! having changed and counted nothing, and the caller takes the general path, which
 //! counts and drops it or handles it as before: the fast path never decides a drop. The
-//! connection then runs every RFC 9293 step as before ([`Sock::tcp_rcv_state_process`]:
-//! header prediction, PAWS, window acceptability, RFC 5961).
+//! connection then predicts the segment ([`super::fast_path`], Linux
+//! `tcp_rcv_established`'s fast path) and, if the prediction fails, runs every RFC 9293
+//! step as before ([`Sock::tcp_rcv_state_process`]: header prediction, PAWS, window
+//! acceptability, RFC 5961).
 //!
 //! [`Sock::tcp_rcv_state_process`]: super::sock::Sock
 
@@ -263,6 +265,12 @@ impl Stack {
         let _stage = ustack_obs::profile::enter(ustack_obs::profile::Stage::Demux);
         self.mib.inc(Counter::TcpInSegs);
         self.tcp.early_demux += 1;
+        let h = self.tcp.handle_of(index);
+        // The connection's header prediction first (see `fast_path`); what it does not
+        // predict walks RFC 9293's steps.
+        if self.tcp_rcv_established(now, h, hdr, seg) {
+            return;
+        }
         let repr = tcp::Repr {
             src_port: hdr.src_port,
             dst_port: hdr.dst_port,
@@ -278,7 +286,6 @@ impl Stack {
             timestamp: hdr.timestamp,
             payload: &seg[hdr.header_len..],
         };
-        let h = self.tcp.handle_of(index);
         self.conn_input(now, h, &repr);
     }
 }

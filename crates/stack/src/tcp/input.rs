@@ -12,17 +12,19 @@
 //! connection, to the device (an ACK, a RST, the data now sendable) or to the tables
 //! (TIME-WAIT, the end of the connection).
 //!
-//! The common segment is served by two fast paths, each falling back to the general path
+//! The common segment is served by fast paths, each falling back to the general path
 //! for anything unusual: early demux ([`super::early_demux`], Linux `tcp_v4_early_demux`
 //! and `tcp_v6_early_demux`) checks the IP and TCP headers in one pass over the bytes and
-//! finds the connection; header prediction ([`tcp_header_predicted`], Linux
-//! `tcp_rcv_established`) takes an in-sequence ACK/PSH segment straight to the ACK.
+//! finds the connection, whose header prediction ([`super::fast_path`], Linux
+//! `tcp_rcv_established`'s fast path) processes a predicted ACK or in-order data segment
+//! from the header's bytes without the walk below; in the walk, header prediction
+//! ([`tcp_header_predicted`]) takes an in-sequence ACK/PSH segment straight to the ACK.
 
 use core::net::{IpAddr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use core::time::Duration;
 
 use ustack_obs::{Counter, DropReason, Instant, Mib};
-use ustack_wire::tcp::Flags;
+use ustack_wire::tcp::{Flags, TcpTimestamp};
 use ustack_wire::{SeqNumber, tcp};
 
 use super::buffer::{InsertResult, MemAsk};
@@ -73,9 +75,17 @@ pub(crate) struct AckEvent {
 /// retransmission found lost again. Any of these sends the ACK through the full path.
 #[inline]
 fn tcp_ack_is_pure(tcb: &Tcb, seg: &tcp::Repr) -> bool {
+    seg.sack_ranges[0].is_none() && tcp_ack_state_clean(tcb)
+}
+
+/// The sender's side of [`tcp_ack_is_pure`]: the connection is in the Open state with
+/// nothing SACKed, marked lost or retransmitted, no duplicate ACKs counted, no tail loss
+/// probe outstanding and no retransmission found lost again (also a guard of the receive
+/// fast path, [`super::fast_path`]).
+#[inline]
+pub(super) fn tcp_ack_state_clean(tcb: &Tcb) -> bool {
     let rec = &tcb.active.recovery;
-    seg.sack_ranges[0].is_none()
-        && tcb.ca_state == CaState::Open
+    tcb.ca_state == CaState::Open
         && tcb.active.dupacks == 0
         && rec.tlp_high_seq.is_none()
         && rec.lost_retrans == 0
@@ -352,7 +362,7 @@ impl Sock<'_> {
                 self.mib.inc(Counter::TcpExtTCPAbortOnData);
                 return Verdict::ResetAndDone(tcb.tuple, Error::ConnectionReset);
             } else {
-                self.tcp_data_queue(now, seg);
+                self.tcp_data_queue(now, seg.seq_number, seg.payload, seg.timestamp);
             }
         }
 
@@ -672,7 +682,7 @@ impl Sock<'_> {
         // "If SND.UNA > ISS (our SYN has been ACKed), change the connection state to
         // ESTABLISHED, form an ACK segment ... and send it."
         let mut ev = AckEvent::default();
-        self.tcp_clean_rtx_queue::<false>(now, seg, &mut ev);
+        self.tcp_clean_rtx_queue::<false>(now, seg.ack_number, &mut ev);
         // RFC 6298 §5.7 (Linux tcp_init_transfer -> tcp_init_metrics): no RTT sample
         // from the handshake (the SYN was retransmitted: Karn) means RTO 3 s.
         self.tcb.rtt.use_fallback_rto();
@@ -754,7 +764,7 @@ impl Sock<'_> {
             ..AckEvent::default()
         };
         if seg.ack_number.after(tcb.snd.una) && tcp_ack_is_pure(tcb, seg) {
-            return self.tcp_ack_pure(now, seg, ev);
+            return self.tcp_ack_pure(now, seg.ack_number, ev);
         }
         // Congestion control judges by what was in flight before this ACK (Linux
         // `prior_in_flight` in tcp_ack).
@@ -812,7 +822,7 @@ impl Sock<'_> {
             }
         }
         if seg.ack_number.after(tcb.snd.una) {
-            self.tcp_clean_rtx_queue::<false>(now, seg, &mut ev);
+            self.tcp_clean_rtx_queue::<false>(now, seg.ack_number, &mut ev);
         } else if seg.ack_number == tcb.snd.una
             && seg.payload.is_empty()
             && !seg.flags.intersects(Flags::SYN | Flags::FIN)
@@ -845,10 +855,11 @@ impl Sock<'_> {
     /// and the recovery state machine have nothing to do; what they would do for this ACK
     /// (the tail of `tcp_fastretrans_alert`'s early return and of `tcp_find_lost_retrans`
     /// with nothing retransmitted) is done here.
-    fn tcp_ack_pure(&mut self, now: Instant, seg: &tcp::Repr, mut ev: AckEvent) {
+    #[inline]
+    pub(super) fn tcp_ack_pure(&mut self, now: Instant, ack: SeqNumber, mut ev: AckEvent) {
         // Nothing SACKed, lost or retransmitted: every queued segment is in flight.
         let prior_in_flight = self.tcb.rtx().len() as u32;
-        let rtt = self.tcp_clean_rtx_queue::<true>(now, seg, &mut ev);
+        let rtt = self.tcp_clean_rtx_queue::<true>(now, ack, &mut ev);
         let rec = &mut self.tcb.active.recovery;
         rec.retrans_stamp = 0;
         rec.retrans_low = Instant::FAR_FUTURE;
@@ -927,11 +938,10 @@ impl Sock<'_> {
     fn tcp_clean_rtx_queue<const PURE: bool>(
         &mut self,
         now: Instant,
-        seg: &tcp::Repr,
+        ack: SeqNumber,
         ev: &mut AckEvent,
     ) -> Option<Duration> {
         let tcb = &mut *self.tcb;
-        let ack = seg.ack_number;
         let prior_una = tcb.snd.una;
         let prior_fack = ev.prior_fack;
         let prior_in_flight = if PURE {
@@ -1076,11 +1086,16 @@ impl Sock<'_> {
 
     /// Put the data of a segment into the receive buffer (Linux `tcp_data_queue`) and
     /// decide how to acknowledge it (delayed ACK, RFC 9293 §3.8.6.3; Linux quick-ACK mode).
-    fn tcp_data_queue(&mut self, now: Instant, seg: &tcp::Repr) {
+    /// `seq`, `data`, `ts`: the segment's sequence number, payload and timestamp option.
+    pub(super) fn tcp_data_queue(
+        &mut self,
+        now: Instant,
+        mut seq: SeqNumber,
+        mut data: &[u8],
+        ts: Option<TcpTimestamp>,
+    ) {
         let _stage = ustack_obs::profile::enter(ustack_obs::profile::Stage::SocketQueue);
         let tcb = &mut *self.tcb;
-        let mut data = seg.payload;
-        let mut seq = seg.seq_number;
         let sack = tcb.flags.has(TcbFlags::SACK_OK);
         // Trim what we already have (a retransmission overlapping RCV.NXT).
         if seq.before(tcb.rcv.nxt) {
@@ -1106,7 +1121,7 @@ impl Sock<'_> {
             // Linux tcp_event_data_recv: sample the receiver's RTT, and (Linux does it
             // when the application reads, tcp_recvmsg) size the receive buffer to what
             // the application has been reading.
-            tcp_rcv_rtt_measure(tcb, now, seg);
+            tcp_rcv_rtt_measure(tcb, now, ts, data.len());
             // Under memory pressure the receive window stops growing (Linux
             // tcp_event_data_recv: tcp_grow_window only "!tcp_under_memory_pressure(sk)").
             if !self.pool.under_pressure() {
@@ -1131,27 +1146,10 @@ impl Sock<'_> {
         let tcb = &mut *self.tcb;
         let held = tcb.rcvbuf.readable() + tcb.rcvbuf.ooo_bytes();
         let limit = (tcb.rcvbuf_limit as usize).max(held + promised);
-        let r = if self.rx_direct.on {
-            // The payload is still on the device (`Stack::receive_direct`, which let only
-            // in-order data into an empty out-of-order queue through): reserve its room
-            // and note where each piece goes, for the device to fill.
-            if offset != 0 || tcb.rcvbuf.ooo_extents() != 0 {
-                return self.mib.drop(DropReason::TcpDirectMiss);
-            }
-            let from = data.as_ptr().addr() - self.rx_direct.base;
-            let d = &mut *self.rx_direct;
-            tcb.rcvbuf
-                .append_in_order_with(self.pool, data.len(), limit, |piece, done| {
-                    d.note(from, piece, done)
-                })
-        } else {
-            tcb.rcvbuf.insert(self.pool, offset, data, limit)
+        let Some(r) = self.tcp_rcv_queue(offset, data, limit) else {
+            return;
         };
-        tcb.rcv.nxt += r.advanced;
-        if r.advanced > 0 {
-            self.ready.mark(SocketKey::Tcp(self.h), Readiness::READABLE); // sk_data_ready
-        }
-        tcp_count_prune(self.mib, &r);
+        let tcb = &mut *self.tcb;
         // Linux tcp_event_data_recv (in-order data of 128 bytes or more) and
         // tcp_data_queue_ofo (out-of-order data queued, only with SACK: "For non sack
         // flows, do not grow window to force DUPACK"): the window may grow.
@@ -1213,6 +1211,91 @@ impl Sock<'_> {
             tcb.flags.set(TcbFlags::ACK_NOW);
             return;
         }
+        self.tcp_event_data_in_order(now);
+    }
+
+    /// The in-order segment of the receive fast path ([`super::fast_path`]): what
+    /// [`Sock::tcp_data_queue`] does for data at RCV.NXT (`data` non-empty, within the
+    /// window advertised) with nothing out of order queued, in one pass: no trimming, no
+    /// out-of-order queue, SACK blocks or hole to fill.
+    #[inline(always)]
+    pub(super) fn tcp_data_queue_in_order(
+        &mut self,
+        now: Instant,
+        data: &[u8],
+        ts: Option<TcpTimestamp>,
+    ) {
+        let _stage = ustack_obs::profile::enter(ustack_obs::profile::Stage::SocketQueue);
+        let tcb = &mut *self.tcb;
+        debug_assert!(tcb.rcvbuf.in_order_only() && !data.is_empty());
+        tcp_rcv_rtt_measure(tcb, now, ts, data.len());
+        if !self.pool.under_pressure() {
+            tcp_rcv_space_adjust(tcb, now, self.sysctl.tcp_rmem_max);
+        }
+        // Not zero: the fast path takes only data within the window (tcp_data_queue's
+        // zero-window drop is the slow path's).
+        let promised = tcb.receive_window() as usize;
+        let chunks = tcb.rcvbuf.chunks_for(0, data.len());
+        if !self.pool.fast_schedule(chunks) && !self.tcp_rmem_schedule(now, 0, data.len()) {
+            return;
+        }
+        let tcb = &mut *self.tcb;
+        let limit = (tcb.rcvbuf_limit as usize).max(tcb.rcvbuf.readable() + promised);
+        let Some(r) = self.tcp_rcv_queue(0, data, limit) else {
+            return;
+        };
+        let tcb = &mut *self.tcb;
+        if r.dropped > 0 {
+            self.mib.inc(Counter::TcpExtTCPRcvQDrop);
+        } else if data.len() >= 128 {
+            tcb.grow_window(data.len(), self.pool.under_pressure());
+        }
+        // Nothing out of order: no SACK block to report (tcp_data_queue clears them).
+        if tcb.flags.has(TcbFlags::SACK_OK) && !tcb.active.rx_sack.blocks().is_empty() {
+            tcb.active.rx_sack.clear_blocks();
+        }
+        self.tcp_event_data_in_order(now);
+    }
+
+    /// Store data at `offset` past RCV.NXT under `limit` (see
+    /// [`super::buffer::RecvBuffer::insert`]), or for a direct receive reserve its room
+    /// ([`super::rx_direct`]); advance RCV.NXT and wake the reader (Linux
+    /// `sk_data_ready`) over what became readable, and count any pruning.
+    /// `None`: the segment was dropped (a direct receive that cannot take it).
+    #[inline(always)]
+    fn tcp_rcv_queue(&mut self, offset: usize, data: &[u8], limit: usize) -> Option<InsertResult> {
+        let tcb = &mut *self.tcb;
+        let r = if self.rx_direct.on {
+            // The payload is still on the device (`Stack::receive_direct`, which let only
+            // in-order data into an empty out-of-order queue through): reserve its room
+            // and note where each piece goes, for the device to fill.
+            if offset != 0 || tcb.rcvbuf.ooo_extents() != 0 {
+                self.mib.drop(DropReason::TcpDirectMiss);
+                return None;
+            }
+            let from = data.as_ptr().addr() - self.rx_direct.base;
+            let d = &mut *self.rx_direct;
+            tcb.rcvbuf
+                .append_in_order_with(self.pool, data.len(), limit, |piece, done| {
+                    d.note(from, piece, done)
+                })
+        } else {
+            tcb.rcvbuf.insert(self.pool, offset, data, limit)
+        };
+        tcb.rcv.nxt += r.advanced;
+        if r.advanced > 0 {
+            self.ready.mark(SocketKey::Tcp(self.h), Readiness::READABLE); // sk_data_ready
+        }
+        tcp_count_prune(self.mib, &r);
+        Some(r)
+    }
+
+    /// In-order data was queued with no hole filled: acknowledge it now or arm the
+    /// delayed ACK (the end of Linux `tcp_data_queue` -> `tcp_event_data_recv` and
+    /// `__tcp_ack_snd_check`), by comparisons only.
+    #[inline(always)]
+    fn tcp_event_data_in_order(&mut self, now: Instant) {
+        let tcb = &mut *self.tcb;
         // RFC 9293 §3.8.6.3: "an ACK SHOULD be generated for at least every second
         // full-sized segment"; Linux also ACKs at once in quick-ACK mode (start of a
         // connection) and otherwise delays up to the ATO.
@@ -1351,17 +1434,17 @@ fn tcp_sndbuf_expand(tcb: &mut Tcb, wmem_max: u64, in_flight: u32) {
 /// The receiver's RTT estimate (Linux `tcp_rcv_rtt_measure_ts`, from the timestamp a
 /// full-sized segment echoes; without timestamps `tcp_rcv_rtt_measure`, the time
 /// until a window's worth of data arrived).
-fn tcp_rcv_rtt_measure(tcb: &mut Tcb, now: Instant, seg: &tcp::Repr) {
+fn tcp_rcv_rtt_measure(tcb: &mut Tcb, now: Instant, ts: Option<TcpTimestamp>, len: usize) {
     let rcv_space = &mut tcb.active.rcv_space;
     if tcb.flags.has(TcbFlags::TS_OK) {
-        let Some(ts) = seg.timestamp.filter(|t| t.tsecr != 0) else {
+        let Some(ts) = ts.filter(|t| t.tsecr != 0) else {
             return;
         };
         if ts.tsecr == rcv_space.last_tsecr {
             return;
         }
         rcv_space.last_tsecr = ts.tsecr;
-        if seg.payload.len() >= usize::from(tcb.mss) {
+        if len >= usize::from(tcb.mss) {
             let delta_ms = ts_clock(now).wrapping_sub(ts.tsecr.wrapping_sub(tcb.ts_offset));
             if (delta_ms as i32) >= 0 {
                 rcv_space.rtt_update(delta_ms.saturating_mul(1000), false);

@@ -38,6 +38,7 @@ pub(crate) mod cc;
 pub(crate) mod clock32;
 pub(crate) mod early_demux;
 pub(crate) mod ehash;
+pub(crate) mod fast_path;
 pub(crate) mod input;
 pub(crate) mod intern6;
 pub(crate) mod isn;
@@ -256,6 +257,9 @@ pub(crate) struct Tcp {
     /// Segments that early demux handed straight to their connection, both families
     /// (see [`early_demux`] and [`crate::Stack::tcp_early_demux_hits`]).
     pub(crate) early_demux: u64,
+    /// Segments the receive fast path took (see [`fast_path`] and
+    /// [`crate::Stack::tcp_rcv_fast_hits`]).
+    pub(crate) rcv_fast: u64,
     /// Segments written from a connection's header template, both families (see
     /// [`crate::Stack::tcp_header_template_hits`]).
     pub(crate) template_hits: u64,
@@ -322,6 +326,7 @@ impl Tcp {
             xopts: hashbrown::HashMap::new(),
             intern6: intern6::Intern6::new(secrets.hasher(b"tcp intern6")),
             early_demux: 0,
+            rcv_fast: 0,
             template_hits: 0,
             early_demux_off: false,
             demux_last: DEMUX_NONE,

@@ -338,6 +338,13 @@ impl RecvBuffer {
         self.ooo_bytes as usize
     }
 
+    /// Nothing out of order and no FIN queued beyond a hole: a segment at `rcv_nxt` only
+    /// appends (the receive fast path's test, Linux's empty `out_of_order_queue`).
+    #[inline]
+    pub fn in_order_only(&self) -> bool {
+        self.ofo.is_none() && !self.fin_queued
+    }
+
     /// Number of out-of-order extents (holes after `rcv_nxt` = this many).
     pub fn ooo_extents(&self) -> usize {
         self.ofo.as_ref().map_or(0, |o| o.map.len())
