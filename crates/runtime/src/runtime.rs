@@ -804,12 +804,10 @@ pub use crate::sched::PROBE_EVERY;
 /// many rounds instead of every round (see `Runtime::harvest`).
 const UNWATCHED_DRAIN_EVERY: u64 = 64;
 
-/// The budget's clock: the runtime's, as the shard wants it.
+/// A round of the shard, its budget's time limit on the runtime's clock.
+#[inline]
 fn round(shard: &mut Shard<impl Device>, clock: &impl Clock) -> PollResult {
-    let now = clock.now();
-    let mut read = || clock.now();
-    let budget = shard.budget().with_clock(&mut read);
-    shard.poll_once_now(now, budget)
+    shard.poll_clocked(clock.now(), || clock.now())
 }
 
 fn did_work(r: &PollResult) -> bool {

@@ -328,3 +328,43 @@ fn a_zero_receive_time_budget_takes_one_frame_a_round() {
     assert!(r.work_left);
     assert_eq!(srt.shard_stats().time_squeeze, squeezed + 1);
 }
+
+/// The rounds take their receive budget from the sysctls as they are: written while the
+/// runtime runs (through `Runtime::stack_mut`), `net.core.netdev_budget` and
+/// `net.core.netdev_budget_usecs` apply from the next round, and so does their undoing.
+#[test]
+fn receive_budget_sysctls_written_while_running_apply_from_the_next_round() {
+    let (mut srt, mut crt, clock) = pair();
+    let server = UdpSocket::bind(&mut srt, ADDR).unwrap();
+    let client = UdpSocket::bind(&mut crt, SocketAddrV4::new(CLIENT_IP, 0)).unwrap();
+    let mut buf = [0u8; 64];
+    client.send_to(&mut crt, b"first", ADDR).unwrap();
+    run_until(&mut srt, &mut crt, &clock, |srt, _| {
+        server.recv_from(srt, &mut buf).is_ok()
+    });
+    let mut burst = |crt: &mut Rt, n: usize| {
+        for _ in 0..n {
+            client.send_to(crt, b"more", ADDR).unwrap();
+        }
+        crt.run_once(Some(Duration::ZERO)).unwrap();
+    };
+    let set = |rt: &mut Rt, name: &str, value: u64| rt.stack_mut().set_sysctl(name, value).unwrap();
+    burst(&mut crt, 5);
+    set(&mut srt, "net.core.netdev_budget", 2);
+    let r = srt.run_once(Some(Duration::ZERO)).unwrap();
+    assert_eq!((r.rx, r.work_left), (2, true), "two frames: the new budget");
+    set(&mut srt, "net.core.netdev_budget", 300);
+    let r = srt.run_once(Some(Duration::ZERO)).unwrap();
+    assert_eq!((r.rx, r.work_left), (3, false), "the rest: the budget back");
+    burst(&mut crt, 3);
+    set(&mut srt, "net.core.netdev_budget_usecs", 0);
+    let r = srt.run_once(Some(Duration::ZERO)).unwrap();
+    assert_eq!((r.rx, r.work_left), (1, true), "one frame, the time is out");
+    set(&mut srt, "net.core.netdev_budget_usecs", 2000);
+    let r = srt.run_once(Some(Duration::ZERO)).unwrap();
+    assert_eq!(
+        (r.rx, r.work_left),
+        (2, false),
+        "the rest: the time limit back"
+    );
+}
