@@ -965,7 +965,9 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
         let mut r = round(&mut self.shard, &self.clock);
         // Timers armed (only then: an empty wheel is not advanced).
         if !self.timers.is_empty() {
-            self.app_timers(&mut r);
+            let (fired, left) = self.app_timers();
+            r.timers |= fired;
+            r.work_left |= left;
         }
         self.stats.rounds += 1;
         if !did_work(&r) {
@@ -975,8 +977,11 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
     }
 
     /// The round's application timers: those due fire, at most [`APP_TIMER_BUDGET`].
+    /// Whether any fired, and whether the budget left some due (the round's `timers` and
+    /// `work_left`; returned, not written through a reference, so that the round's result
+    /// need not be in memory).
     #[inline(never)]
-    fn app_timers(&mut self, r: &mut PollResult) {
+    fn app_timers(&mut self) -> (bool, bool) {
         let fired = &mut self.fired;
         let _timers = profile::enter(Stage::Timers);
         let n = self
@@ -984,13 +989,8 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
             .advance_budget(self.clock.now(), APP_TIMER_BUDGET, |_, token| {
                 fired.push_back(token)
             });
-        if n > 0 {
-            self.stats.timers_fired += n as u64;
-            r.timers = true;
-        }
-        if n == APP_TIMER_BUDGET {
-            r.work_left = true;
-        }
+        self.stats.timers_fired += n as u64;
+        (n > 0, n == APP_TIMER_BUDGET)
     }
 
     /// Move the stack's wake-ups onto the poller's ready list (reporting nothing: they

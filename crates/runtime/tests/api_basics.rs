@@ -342,7 +342,7 @@ fn receive_budget_sysctls_written_while_running_apply_from_the_next_round() {
     run_until(&mut srt, &mut crt, &clock, |srt, _| {
         server.recv_from(srt, &mut buf).is_ok()
     });
-    let mut burst = |crt: &mut Rt, n: usize| {
+    let burst = |crt: &mut Rt, n: usize| {
         for _ in 0..n {
             client.send_to(crt, b"more", ADDR).unwrap();
         }
