@@ -449,14 +449,14 @@ impl<D: Device> Shard<D> {
         // sent), within what is left of the budget (module docs, *Timers after receive*).
         // (Exact when it has come: a kept deadline whose timer was cancelled is folded
         // again, not run.)
-        let mut due = self.stack.poll_timeout_at(now).is_some_and(|at| at <= now);
+        let mut due = self.stack.timers_due(now);
         if due && !result.work_left {
             let before = result.rx;
             self.receive(now, &mut budget, &mut result);
             if result.rx > before {
                 tx_left |= self.transmit(now, &mut budget, &mut result);
                 // What arrived may have settled what the timers were waiting for.
-                due = self.stack.poll_timeout_at(now).is_some_and(|at| at <= now);
+                due = self.stack.timers_due(now);
             }
         }
         self.stats.processed += result.rx as u64;
