@@ -340,6 +340,16 @@ fn an_incomplete_datagram_times_out_with_icmp_time_exceeded() {
     assert_eq!(t.stack.reassembly_mem(), 0);
 }
 
+/// The resolving stack with its neighbour table's first garbage collection run (due at
+/// once, its first entry): the stack, now, and the ARP retry's time, its next deadline.
+fn resolving_retry_next() -> (Stack, Instant, Instant) {
+    let (mut s, now) = resolving_stack();
+    s.handle_timeout(now);
+    let retry = now + Duration::from_secs(1);
+    assert_eq!(s.poll_timeout(), Some(retry), "the retry is next");
+    (s, now, retry)
+}
+
 /// The resolving stack's neighbour's ARP reply.
 fn arp_reply() -> Vec<u8> {
     let peer_mac = EthernetAddress([2, 0, 0, 0, 0, 0x77]);
@@ -366,10 +376,7 @@ fn arp_reply() -> Vec<u8> {
 /// (the deadline folded again: one spurious wake-up counted, nothing to run).
 #[test]
 fn timers_due_at_the_deadline_of_a_standing_timer_only() {
-    let (mut s, now) = resolving_stack();
-    s.handle_timeout(now);
-    let retry = now + Duration::from_secs(1);
-    assert_eq!(s.poll_timeout(), Some(retry), "the retry is next");
+    let (mut s, now, retry) = resolving_retry_next();
     let before = Instant::from_nanos(retry.as_nanos() - 1);
     assert!(!s.timers_due(before), "not yet");
     assert!(s.timers_due(retry), "the retry, at its time");
@@ -388,11 +395,7 @@ fn timers_due_at_the_deadline_of_a_standing_timer_only() {
 /// nothing run and nothing sent.
 #[test]
 fn a_cancelled_timer_costs_one_counted_spurious_wake_up() {
-    let (mut s, now) = resolving_stack();
-    // The table's first garbage collection is due at once (its first entry): run it.
-    s.handle_timeout(now);
-    let retry = now + Duration::from_secs(1);
-    assert_eq!(s.poll_timeout(), Some(retry), "the retry is next");
+    let (mut s, now, retry) = resolving_retry_next();
     // The neighbour answers.
     s.receive(now, &arp_reply());
     let datagram = s.poll_transmit(now).expect("the datagram, released");
