@@ -323,6 +323,16 @@ impl Poller {
     /// edge-triggered one waits for its next wake-up. One not ready any more leaves the
     /// list. Registrations left over by `max` come first next time.
     pub fn wait(&mut self, stack: &mut Stack, events: &mut Vec<Event>, max: usize) -> usize {
+        // One wake-up and nothing queued from before (a request-response's usual wait):
+        // its key goes from the stack's list to the look straight, through neither the
+        // harvest vector nor the ready list. Not with anything queued (it comes first), nor
+        // with `max == 0` (the wake-up stays queued).
+        if self.ready.is_empty()
+            && max > 0
+            && let Some((key, wake)) = stack.take_ready_single()
+        {
+            return self.wait_single(stack, key, wake, events);
+        }
         // ep_poll_callback, for the wake-ups the stack gathered since the last call.
         stack.take_ready(&mut self.harvest);
         for (key, wake) in self.harvest.drain(..) {
@@ -352,38 +362,87 @@ impl Poller {
                 continue;
             };
             reg.flags &= !QUEUED;
-            if reg.flags & (PRESENT | ARMED) != PRESENT | ARMED {
-                continue;
-            }
-            // The slot's registration now (made after the one that queued it, perhaps).
-            let key = queued.with_generation(reg.generation);
-            let readiness = match stack.socket_readiness(key) {
-                Ok(r) => r & (reg.interest | ALWAYS),
-                Err(_) => {
-                    // Closed behind the poller's back: drop it, as a close drops an epitem.
-                    reg.flags = 0;
-                    self.len -= 1;
-                    continue;
-                }
-            };
-            if readiness.is_empty() {
-                continue;
-            }
-            events.push(Event {
-                token: reg.token(),
-                key,
-                readiness,
-            });
-            reported += 1;
-            if reg.flags & ONESHOT != 0 {
-                reg.flags &= !ARMED;
-            } else if reg.flags & EDGE == 0 {
-                reg.flags |= QUEUED;
-                self.ready.push_back(key);
+            if look(reg, &mut self.len, &mut self.ready, stack, queued, events) {
+                reported += 1;
             }
         }
         reported
     }
+
+    /// [`wait`](Self::wait) for the one wake-up of `key` with an empty ready list: what
+    /// the harvest and the look at the list would do for it, in one step.
+    #[inline]
+    fn wait_single(
+        &mut self,
+        stack: &Stack,
+        key: SocketKey,
+        wake: Readiness,
+        events: &mut Vec<Event>,
+    ) -> usize {
+        let Some(reg) = self.registrations[key.table()]
+            .get_mut(key.index() as usize)
+            .filter(|r| r.is(key))
+        else {
+            return 0;
+        };
+        // (QUEUED is clear: the ready list is empty. ARMED is the look's to test.)
+        if !wake.intersects(reg.interest | ALWAYS) {
+            return 0;
+        }
+        usize::from(look(
+            reg,
+            &mut self.len,
+            &mut self.ready,
+            stack,
+            key,
+            events,
+        ))
+    }
+}
+
+/// `ep_send_events` for one registration taken off the ready list (its [`QUEUED`] flag
+/// clear; `queued` is the key it was queued with): reports it in `events` if its socket is
+/// ready for the interest (or has ERROR/HUP), then disarms a one-shot registration or puts
+/// a level-triggered one back on `ready`; drops a registration whose socket was closed
+/// (`len` counts one less). Whether it reported.
+#[inline]
+fn look(
+    reg: &mut Registration,
+    len: &mut usize,
+    ready: &mut VecDeque<SocketKey>,
+    stack: &Stack,
+    queued: SocketKey,
+    events: &mut Vec<Event>,
+) -> bool {
+    if reg.flags & (PRESENT | ARMED) != PRESENT | ARMED {
+        return false;
+    }
+    // The slot's registration now (made after the one that queued it, perhaps).
+    let key = queued.with_generation(reg.generation);
+    let readiness = match stack.socket_readiness(key) {
+        Ok(r) => r & (reg.interest | ALWAYS),
+        Err(_) => {
+            // Closed behind the poller's back: drop it, as a close drops an epitem.
+            reg.flags = 0;
+            *len -= 1;
+            return false;
+        }
+    };
+    if readiness.is_empty() {
+        return false;
+    }
+    events.push(Event {
+        token: reg.token(),
+        key,
+        readiness,
+    });
+    if reg.flags & ONESHOT != 0 {
+        reg.flags &= !ARMED;
+    } else if reg.flags & EDGE == 0 {
+        reg.flags |= QUEUED;
+        ready.push_back(key);
+    }
+    true
 }
 
 #[cfg(test)]

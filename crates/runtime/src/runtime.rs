@@ -804,12 +804,17 @@ pub use crate::sched::PROBE_EVERY;
 /// many rounds instead of every round (see `Runtime::harvest`).
 const UNWATCHED_DRAIN_EVERY: u64 = 64;
 
-/// The budget's clock: the runtime's, as the shard wants it.
+/// A round of the shard, its budget's time limit on the runtime's clock.
+#[inline]
 fn round(shard: &mut Shard<impl Device>, clock: &impl Clock) -> PollResult {
-    let now = clock.now();
-    let mut read = || clock.now();
-    let budget = shard.budget().with_clock(&mut read);
-    shard.poll_once_now(now, budget)
+    shard.poll_clocked(clock.now(), || clock.now())
+}
+
+/// `entered + timeout`: out of line, so that the sum is made only on the way to idle (the
+/// compiler would hoist it out of `poll`'s loop, to be made by every call).
+#[inline(never)]
+fn deadline_from(entered: Instant, timeout: Option<Duration>) -> Option<Instant> {
+    timeout.map(|t| entered + t)
 }
 
 fn did_work(r: &PollResult) -> bool {
@@ -960,7 +965,9 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
         let mut r = round(&mut self.shard, &self.clock);
         // Timers armed (only then: an empty wheel is not advanced).
         if !self.timers.is_empty() {
-            self.app_timers(&mut r);
+            let (fired, left) = self.app_timers();
+            r.timers |= fired;
+            r.work_left |= left;
         }
         self.stats.rounds += 1;
         if !did_work(&r) {
@@ -970,8 +977,11 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
     }
 
     /// The round's application timers: those due fire, at most [`APP_TIMER_BUDGET`].
+    /// Whether any fired, and whether the budget left some due (the round's `timers` and
+    /// `work_left`; returned, not written through a reference, so that the round's result
+    /// need not be in memory).
     #[inline(never)]
-    fn app_timers(&mut self, r: &mut PollResult) {
+    fn app_timers(&mut self) -> (bool, bool) {
         let fired = &mut self.fired;
         let _timers = profile::enter(Stage::Timers);
         let n = self
@@ -979,13 +989,8 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
             .advance_budget(self.clock.now(), APP_TIMER_BUDGET, |_, token| {
                 fired.push_back(token)
             });
-        if n > 0 {
-            self.stats.timers_fired += n as u64;
-            r.timers = true;
-        }
-        if n == APP_TIMER_BUDGET {
-            r.work_left = true;
-        }
+        self.stats.timers_fired += n as u64;
+        (n > 0, n == APP_TIMER_BUDGET)
     }
 
     /// Move the stack's wake-ups onto the poller's ready list (reporting nothing: they
@@ -1016,8 +1021,15 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
 
     /// The loop's next wake-up on its own: the shard's (stack timers, a frame the device
     /// has) or the application timer wheel's next deadline, whichever is first.
+    #[inline]
     fn next_wakeup(&self) -> Option<Instant> {
-        min_opt(self.shard.next_wakeup(), self.timers.next_deadline())
+        // The three as nanoseconds, `None` as the largest: two `min`s, not the matches of
+        // `Option`s (three wake-ups published a round trip on a virtual clock).
+        let ns = |t: Option<Instant>| t.map_or(u64::MAX, Instant::as_nanos);
+        let at = ns(self.shard.stack().poll_timeout())
+            .min(ns(self.shard.device().poll_at()))
+            .min(ns(self.timers.next_deadline()));
+        (at != u64::MAX).then_some(Instant::from_nanos(at))
     }
 
     /// The idle path: busy poll (real clock), then sleep on the device (or jump a virtual
@@ -1183,7 +1195,7 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
                 self.publish_on_leave(r.work_left);
                 return Ok(n);
             }
-            let deadline = timeout.map(|t| entered + t);
+            let deadline = deadline_from(entered, timeout);
             if deadline.is_some_and(|d| self.clock.now() >= d) {
                 self.publish_on_leave(r.work_left);
                 return Ok(0);

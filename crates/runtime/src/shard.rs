@@ -217,6 +217,40 @@ impl<'c> Budget<'c> {
     }
 }
 
+/// A round's receive budget as the loop checks it: the frames, and the time limit as the
+/// instant on its clock by which receiving stops, so that the check after each frame is a
+/// reading and a comparison. Made from a [`Budget`] ([`Shard::poll_once`]), or straight
+/// from the sysctls for the runtime's rounds, with the runtime's clock (no `dyn` call).
+struct Round<T> {
+    /// Frames to receive at most.
+    frames: usize,
+    /// The clock, and when on it the round's receive time is out (`None`: no time limit,
+    /// or one beyond the clock's range).
+    limit: Option<(T, Instant)>,
+}
+
+impl<T: FnMut() -> Instant> Round<T> {
+    /// A round of `frames` whose receive time started at `start` on `clock` and lasts
+    /// `time_ns` nanoseconds.
+    #[inline]
+    fn new(frames: usize, clock: Option<T>, start: Instant, time_ns: Option<u64>) -> Round<T> {
+        let until = time_ns.and_then(|t| start.as_nanos().checked_add(t));
+        Round {
+            frames,
+            limit: clock.zip(until.map(Instant::from_nanos)),
+        }
+    }
+
+    /// Whether the round's receive time is out (`clock() - start >= time`).
+    #[inline]
+    fn time_out(&mut self) -> bool {
+        match &mut self.limit {
+            Some((clock, until)) => clock() >= *until,
+            None => false,
+        }
+    }
+}
+
 /// What one round did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PollResult {
@@ -373,47 +407,56 @@ impl<D: Device> Shard<D> {
     /// One round of the loop at `now`: transmit, receive within `budget`, transmit, run due
     /// timers, transmit (see the module docs). `now` is the time given to the stack and the
     /// device; `budget.clock`, if any, only measures the receive time limit.
-    pub fn poll_once(&mut self, now: Instant, mut budget: Budget<'_>) -> PollResult {
-        let start = budget.clock.as_mut().map(|clock| clock());
-        self.poll_from(now, budget, start)
+    pub fn poll_once(&mut self, now: Instant, budget: Budget<'_>) -> PollResult {
+        let mut clock = budget.clock;
+        let start = clock.as_mut().map_or(Instant::ZERO, |clock| clock());
+        let time_ns = u64::try_from(budget.time.as_nanos()).ok();
+        self.poll_from(now, Round::new(budget.frames, clock, start, time_ns))
     }
 
-    /// [`poll_once`](Self::poll_once) for a caller whose `now` was read on the budget's
-    /// clock just before: the round's receive time starts there, without reading the
-    /// clock again (the runtime's round).
+    /// [`poll_once`](Self::poll_once) with the budget of the stack's sysctls
+    /// ([`budget`](Self::budget)) measured on `clock`, for a caller whose `now` was just
+    /// read on it (the runtime's round): the receive time starts at `now`. The sysctls are
+    /// read as they are, each round (a write takes effect on the next), without a
+    /// [`Budget`]'s `Duration` or its `dyn` clock.
     #[inline]
-    pub(crate) fn poll_once_now(&mut self, now: Instant, budget: Budget<'_>) -> PollResult {
-        let start = budget.clock.is_some().then_some(now);
-        self.poll_from(now, budget, start)
-    }
-
-    /// A round whose receive time started at `start` (`None`: no clock, no time limit).
-    /// Inline in its two callers: the runtime's round is one call, not two.
-    #[inline]
-    fn poll_from(
+    pub(crate) fn poll_clocked(
         &mut self,
         now: Instant,
-        mut budget: Budget<'_>,
-        start: Option<Instant>,
+        clock: impl FnMut() -> Instant,
+    ) -> PollResult {
+        let sysctl = self.stack.sysctl();
+        let frames = usize::try_from(sysctl.netdev_budget).unwrap_or(usize::MAX);
+        let time_ns = sysctl.netdev_budget_usecs.checked_mul(1_000);
+        self.poll_from(now, Round::new(frames, Some(clock), now, time_ns))
+    }
+
+    /// A round within `budget`. Inline in its two callers: the runtime's round is one
+    /// call, not two.
+    #[inline]
+    fn poll_from<T: FnMut() -> Instant>(
+        &mut self,
+        now: Instant,
+        mut budget: Round<T>,
     ) -> PollResult {
         let mut result = PollResult::default();
         self.stats.polls += 1;
-        let mut tx_left = self.transmit(now, &mut budget, start, &mut result);
+        let mut tx_left = self.transmit(now, &mut budget, &mut result);
 
-        self.receive(now, &mut budget, start, &mut result);
-        tx_left |= self.transmit(now, &mut budget, start, &mut result);
+        self.receive(now, &mut budget, &mut result);
+        tx_left |= self.transmit(now, &mut budget, &mut result);
         // Timers due: first read what arrived while transmitting (ACKs for what was just
         // sent), within what is left of the budget (module docs, *Timers after receive*).
         // (Exact when it has come: a kept deadline whose timer was cancelled is folded
         // again, not run.)
-        let mut due = self.stack.poll_timeout_at(now).is_some_and(|at| at <= now);
+        let mut due = self.stack.timers_due(now);
         if due && !result.work_left {
             let before = result.rx;
-            self.receive(now, &mut budget, start, &mut result);
+            self.receive(now, &mut budget, &mut result);
             if result.rx > before {
-                tx_left |= self.transmit(now, &mut budget, start, &mut result);
+                tx_left |= self.transmit(now, &mut budget, &mut result);
                 // What arrived may have settled what the timers were waiting for.
-                due = self.stack.poll_timeout_at(now).is_some_and(|at| at <= now);
+                due = self.stack.timers_due(now);
             }
         }
         self.stats.processed += result.rx as u64;
@@ -443,13 +486,13 @@ impl<D: Device> Shard<D> {
             self.stack.handle_timeout(now);
             result.timers = true;
             self.stats.timer_runs += 1;
-            tx_left |= self.transmit(now, &mut budget, start, &mut result);
+            tx_left |= self.transmit(now, &mut budget, &mut result);
         }
         result.work_left |= tx_left;
         self.finish(result)
     }
 
-    /// Receive within what is left of `budget` (`start`: when the round began receiving):
+    /// Receive within what is left of `budget`:
     /// until the device is empty, the transmit queue has no room for replies, or the budget
     /// runs out (then `work_left`).
     ///
@@ -460,32 +503,31 @@ impl<D: Device> Shard<D> {
     /// that leaves long frames' payloads in place, to
     /// [`receive_split_frames`](Self::receive_split_frames).
     #[inline]
-    fn receive(
+    fn receive<T: FnMut() -> Instant>(
         &mut self,
         now: Instant,
-        budget: &mut Budget<'_>,
-        start: Option<Instant>,
+        budget: &mut Round<T>,
         result: &mut PollResult,
     ) {
         if !self.room_to_receive(budget, result) {
             return;
         }
         if self.device.rx_head_len() > 0 {
-            return self.receive_split_frames(now, budget, start, result);
+            return self.receive_split_frames(now, budget, result);
         }
         // A device that swaps buffers (the sim link) hands over its own, holding the
         // frame, and keeps this one: no copy (`Device::recv_swap`).
         let Some(len) = self.device.recv_swap(now, &mut self.rx_buf) else {
             return;
         };
-        self.receive_frames(len, now, budget, start, result);
+        self.receive_frames(len, now, budget, result);
     }
 
     /// Whether another frame may be received: the budget has frames left (else
     /// `work_left`), and the transmit queue room for the replies (`Stack::tx_room`: the
     /// rest waits in the device's ring, not dropped for want of room to reply).
     #[inline]
-    fn room_to_receive(&mut self, budget: &Budget<'_>, result: &mut PollResult) -> bool {
+    fn room_to_receive<T>(&mut self, budget: &Round<T>, result: &mut PollResult) -> bool {
         if result.rx >= budget.frames {
             result.work_left = true;
             return false;
@@ -496,16 +538,13 @@ impl<D: Device> Shard<D> {
     /// After a frame: counts it, and says whether the round's time is out (then
     /// `work_left`, and a `time_limit_hits` if the frames were not).
     #[inline]
-    fn received_one(
+    fn received_one<T: FnMut() -> Instant>(
         &mut self,
-        budget: &mut Budget<'_>,
-        start: Option<Instant>,
+        budget: &mut Round<T>,
         result: &mut PollResult,
     ) -> bool {
         result.rx += 1;
-        if let (Some(clock), Some(start)) = (budget.clock.as_mut(), start)
-            && clock() - start >= budget.time
-        {
+        if budget.time_out() {
             result.work_left = true;
             if result.rx < budget.frames {
                 self.stats.time_limit_hits += 1;
@@ -518,12 +557,11 @@ impl<D: Device> Shard<D> {
     /// [`receive`](Self::receive) once the device gave a frame of `len` bytes (in
     /// `rx_buf`): hand it to the stack, and the next ones, within the budget.
     #[inline(never)]
-    fn receive_frames(
+    fn receive_frames<T: FnMut() -> Instant>(
         &mut self,
         mut len: usize,
         now: Instant,
-        budget: &mut Budget<'_>,
-        start: Option<Instant>,
+        budget: &mut Round<T>,
         result: &mut PollResult,
     ) {
         // The device's part of receiving: this loop less the stack's input (one stage
@@ -532,7 +570,7 @@ impl<D: Device> Shard<D> {
         loop {
             let csum_ok = self.device.rx_csum_unnecessary();
             self.stack.receive_with(now, &self.rx_buf[..len], csum_ok);
-            if self.received_one(budget, start, result) || !self.room_to_receive(budget, result) {
+            if self.received_one(budget, result) || !self.room_to_receive(budget, result) {
                 return;
             }
             let Some(next) = self.device.recv_swap(now, &mut self.rx_buf) else {
@@ -545,16 +583,15 @@ impl<D: Device> Shard<D> {
     /// [`receive`](Self::receive) from a device that leaves long frames' payloads in
     /// place ([`receive_split`](Self::receive_split) a frame), within the budget.
     #[inline(never)]
-    fn receive_split_frames(
+    fn receive_split_frames<T: FnMut() -> Instant>(
         &mut self,
         now: Instant,
-        budget: &mut Budget<'_>,
-        start: Option<Instant>,
+        budget: &mut Round<T>,
         result: &mut PollResult,
     ) {
         let _stage = profile::enter(Stage::DeviceRx);
         while self.receive_split(now) {
-            if self.received_one(budget, start, result) || !self.room_to_receive(budget, result) {
+            if self.received_one(budget, result) || !self.room_to_receive(budget, result) {
                 return;
             }
         }
@@ -617,11 +654,10 @@ impl<D: Device> Shard<D> {
     /// the quota interleaves receive and transmit, it does not throttle a queue the
     /// receive side leaves alone.)
     #[inline]
-    fn transmit(
+    fn transmit<T: FnMut() -> Instant>(
         &mut self,
         now: Instant,
-        budget: &mut Budget<'_>,
-        start: Option<Instant>,
+        budget: &mut Round<T>,
         result: &mut PollResult,
     ) -> bool {
         // Nothing queued (most calls of a request-response round): one test, no call.
@@ -636,7 +672,7 @@ impl<D: Device> Shard<D> {
         {
             return false;
         }
-        self.transmit_steps(now, budget, start, result)
+        self.transmit_steps(now, budget, result)
     }
 
     /// The one frame the stack has queued (no connection waits to queue more), straight
@@ -670,11 +706,10 @@ impl<D: Device> Shard<D> {
 
     /// [`transmit`](Self::transmit)'s quotas, with receive steps between them.
     #[inline(never)]
-    fn transmit_steps(
+    fn transmit_steps<T: FnMut() -> Instant>(
         &mut self,
         now: Instant,
-        budget: &mut Budget<'_>,
-        start: Option<Instant>,
+        budget: &mut Round<T>,
         result: &mut PollResult,
     ) -> bool {
         loop {
@@ -687,12 +722,10 @@ impl<D: Device> Shard<D> {
             if result.work_left {
                 return true;
             }
-            if let (Some(clock), Some(start)) = (budget.clock.as_mut(), start)
-                && clock() - start >= budget.time
-            {
+            if budget.time_out() {
                 return true;
             }
-            self.receive(now, budget, start, result);
+            self.receive(now, budget, result);
         }
     }
 

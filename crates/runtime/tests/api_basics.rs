@@ -304,6 +304,19 @@ fn wake_ups_with_no_registration_wait_unharvested_and_registering_still_reports(
     assert_eq!(client.read(&mut crt, &mut buf).unwrap(), 4);
 }
 
+/// A UDP server socket on `srt` at [`ADDR`] and a client on `crt`, one datagram
+/// exchanged (the neighbours resolved): (server, client).
+fn udp_exchanged(srt: &mut Rt, crt: &mut Rt, clock: &VirtualClock) -> (UdpSocket, UdpSocket) {
+    let server = UdpSocket::bind(srt, ADDR).unwrap();
+    let client = UdpSocket::bind(crt, SocketAddrV4::new(CLIENT_IP, 0)).unwrap();
+    let mut buf = [0u8; 64];
+    client.send_to(crt, b"first", ADDR).unwrap();
+    run_until(srt, crt, clock, |srt, _| {
+        server.recv_from(srt, &mut buf).is_ok()
+    });
+    (server, client)
+}
+
 /// The runtime's rounds keep the receive time limit: with `net.core.netdev_budget_usecs`
 /// 0 every round takes one frame (the round's start is the `now` it was given, on the
 /// same clock), counted as a time squeeze.
@@ -311,13 +324,7 @@ fn wake_ups_with_no_registration_wait_unharvested_and_registering_still_reports(
 fn a_zero_receive_time_budget_takes_one_frame_a_round() {
     let (mut srt, mut crt, clock) =
         pair_with_server(|b| b.sysctl("net.core.netdev_budget_usecs", 0));
-    let server = UdpSocket::bind(&mut srt, ADDR).unwrap();
-    let client = UdpSocket::bind(&mut crt, SocketAddrV4::new(CLIENT_IP, 0)).unwrap();
-    let mut buf = [0u8; 64];
-    client.send_to(&mut crt, b"first", ADDR).unwrap();
-    run_until(&mut srt, &mut crt, &clock, |srt, _| {
-        server.recv_from(srt, &mut buf).is_ok()
-    });
+    let (_server, client) = udp_exchanged(&mut srt, &mut crt, &clock);
     for _ in 0..5 {
         client.send_to(&mut crt, b"more", ADDR).unwrap();
     }
@@ -327,4 +334,30 @@ fn a_zero_receive_time_budget_takes_one_frame_a_round() {
     assert_eq!(r.rx, 1, "one frame, then the time is out");
     assert!(r.work_left);
     assert_eq!(srt.shard_stats().time_squeeze, squeezed + 1);
+}
+
+/// The rounds take their receive budget from the sysctls as they are: written while the
+/// runtime runs (through `Runtime::stack_mut`), `net.core.netdev_budget` and
+/// `net.core.netdev_budget_usecs` apply from the next round, and so does their undoing.
+#[test]
+fn receive_budget_sysctls_written_while_running_apply_from_the_next_round() {
+    let (mut srt, mut crt, clock) = pair();
+    let (_server, client) = udp_exchanged(&mut srt, &mut crt, &clock);
+    // (datagrams sent first, the sysctl written, what the next round received, whether
+    // it left work)
+    let steps = [
+        (5, "net.core.netdev_budget", 2, 2, true),
+        (0, "net.core.netdev_budget", 300, 3, false),
+        (3, "net.core.netdev_budget_usecs", 0, 1, true),
+        (0, "net.core.netdev_budget_usecs", 2000, 2, false),
+    ];
+    for (sent, name, value, rx, left) in steps {
+        for _ in 0..sent {
+            client.send_to(&mut crt, b"more", ADDR).unwrap();
+        }
+        crt.run_once(Some(Duration::ZERO)).unwrap();
+        srt.stack_mut().set_sysctl(name, value).unwrap();
+        let r = srt.run_once(Some(Duration::ZERO)).unwrap();
+        assert_eq!((r.rx, r.work_left), (rx, left), "after {name} = {value}");
+    }
 }

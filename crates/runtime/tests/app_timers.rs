@@ -389,3 +389,28 @@ fn timers_armed_after_a_long_idle_stretch_fire_on_time() {
     assert_eq!(got.len(), deadlines.len(), "{got:?}");
     check_delivery(&got, &deadlines);
 }
+
+/// `run_once` reports the application timers its round fired (`timers`, counted as work,
+/// so the loop does not idle) and, when more were due than a round fires
+/// (`APP_TIMER_BUDGET`), leaves work (`work_left`) for the next round.
+#[test]
+fn run_once_reports_the_timers_it_fired_and_those_it_left_due() {
+    let (mut rt, _peer) = sim_runtime(Instant::ZERO);
+    let at = Instant::from_millis(5);
+    let budget = ustack_runtime::runtime::APP_TIMER_BUDGET;
+    for token in 0..(budget + 1) as u64 {
+        rt.add_timer(at, token);
+    }
+    let r = rt.run_once(Some(Duration::ZERO)).unwrap();
+    assert!(!r.timers && !r.work_left, "none due yet: {r:?}");
+    rt.clock().set(at);
+    let r = rt.run_once(Some(Duration::ZERO)).unwrap();
+    assert!(r.timers, "a budget's worth fired: {r:?}");
+    assert!(r.work_left, "one more was due: {r:?}");
+    assert_eq!(rt.stats().timers_fired, budget as u64);
+    let r = rt.run_once(Some(Duration::ZERO)).unwrap();
+    assert!(r.timers && !r.work_left, "the last one: {r:?}");
+    assert_eq!(rt.stats().timers_fired, budget as u64 + 1);
+    let r = rt.run_once(Some(Duration::ZERO)).unwrap();
+    assert!(!r.timers && !r.work_left, "none left: {r:?}");
+}

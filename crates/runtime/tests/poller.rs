@@ -664,3 +664,54 @@ fn a_socket_registered_in_the_slot_of_a_closed_one_is_reported_once_under_its_ow
     assert!(wait(&mut poller, &mut p.b).is_empty());
     assert!(poller.is_empty());
 }
+
+/// A wait with one wake-up and nothing queued from before takes a shorter way (the key
+/// straight from the stack's list): a level-triggered registration still ready from the
+/// last wait is reported all the same, and first, beside the new wake-up.
+#[test]
+fn a_new_wake_up_does_not_pass_a_level_triggered_socket_still_ready() {
+    let mut p = Pair::new(SimLinkConfig::default());
+    let ua = p.a.udp_bind(SocketAddrV4::new(A_IP, 0)).unwrap();
+    let u1 = p.b.udp_bind(SocketAddrV4::new(B_IP, 1)).unwrap();
+    let u2 = p.b.udp_bind(SocketAddrV4::new(B_IP, 2)).unwrap();
+    let mut poller = Poller::new();
+    poller
+        .register(u1.into(), 1, R, Mode::Level, false)
+        .unwrap();
+    poller.register(u2.into(), 2, R, Mode::Edge, false).unwrap();
+    assert!(wait(&mut poller, &mut p.b).is_empty(), "nothing queued yet");
+    p.a.udp_send_to(p.now, ua, b"x", SocketAddrV4::new(B_IP, 1))
+        .unwrap();
+    p.run_for(Duration::from_millis(10));
+    assert_eq!(summary(&wait(&mut poller, &mut p.b)), [(1, R)]);
+    // Socket 1 is still readable (level: back on the list); one wake-up, for socket 2.
+    p.a.udp_send_to(p.now, ua, b"y", SocketAddrV4::new(B_IP, 2))
+        .unwrap();
+    p.run_for(Duration::from_millis(10));
+    assert_eq!(summary(&wait(&mut poller, &mut p.b)), [(1, R), (2, R)]);
+    assert_eq!(
+        summary(&wait(&mut poller, &mut p.b)),
+        [(1, R)],
+        "edge-triggered 2 waits for its next wake-up"
+    );
+}
+
+/// `max == 0` reports nothing and leaves a lone wake-up queued for the next wait, as it
+/// leaves several.
+#[test]
+fn a_lone_wake_up_waits_through_a_wait_for_no_events() {
+    let mut p = Pair::new(SimLinkConfig::default());
+    let ua = p.a.udp_bind(SocketAddrV4::new(A_IP, 0)).unwrap();
+    let u = p.b.udp_bind(SocketAddrV4::new(B_IP, 1)).unwrap();
+    let mut poller = Poller::new();
+    poller.register(u.into(), 1, R, Mode::Edge, false).unwrap();
+    assert!(wait(&mut poller, &mut p.b).is_empty());
+    p.a.udp_send_to(p.now, ua, b"x", SocketAddrV4::new(B_IP, 1))
+        .unwrap();
+    p.run_for(Duration::from_millis(10));
+    let mut events = Vec::new();
+    assert_eq!(poller.wait(&mut p.b, &mut events, 0), 0);
+    assert!(events.is_empty());
+    assert!(poller.has_pending(&p.b));
+    assert_eq!(summary(&wait(&mut poller, &mut p.b)), [(1, R)]);
+}

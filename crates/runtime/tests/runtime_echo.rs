@@ -753,3 +753,62 @@ fn connect_from_uses_the_chosen_port() {
     let (_, peer) = accepted.expect("the connection from port 45000 is accepted");
     assert_eq!(peer.port(), 45_000);
 }
+
+/// A runtime leaving its loop publishes its next wake-up on the shared virtual clock,
+/// the earlier of its device's next arrival and its stack's next timer: another runtime,
+/// idle with a long timeout, jumps the clock to that wake-up and no further. Here the
+/// device's: a frame 5 ms on its way over a second link, which the idle runtime's device
+/// (the first link) knows nothing of.
+#[test]
+fn an_idle_runtime_stops_at_the_others_arriving_frame() {
+    let delay = Duration::from_millis(5);
+    let (a1, _b1) = sim_pair(SimLinkConfig::default());
+    let slow = SimConfig {
+        delay,
+        ..SimConfig::default()
+    };
+    let (a2, mut b2) = sim_pair(SimLinkConfig {
+        b_to_a: slow,
+        ..SimLinkConfig::default()
+    });
+    let clock = VirtualClock::new(Instant::ZERO);
+    let mut idle = client_builder()
+        .build_with_clock(a1, clock.participant())
+        .unwrap();
+    let mut busy = server_builder()
+        .build_with_clock(a2, clock.participant())
+        .unwrap();
+    let sent = clock.now();
+    assert!(b2.send(sent, &[0xff; 60]));
+    busy.run_once(Some(Duration::ZERO)).unwrap();
+    assert!(
+        busy.stack().poll_timeout().is_none_or(|t| t > sent + delay),
+        "no timer before the frame"
+    );
+    assert_eq!(busy.device().poll_at(), Some(sent + delay));
+    idle.run_once(Some(Duration::from_secs(1))).unwrap();
+    assert_eq!(clock.now(), sent + delay, "stopped at the other's frame");
+}
+
+/// [`an_idle_runtime_stops_at_the_others_arriving_frame`] for the stack's next timer: the
+/// server's first frames are lost, its retransmission timer armed.
+#[test]
+fn an_idle_runtime_stops_at_the_others_stack_timer() {
+    let (mut srt, mut crt, clock) = sim_runtimes(SimLinkConfig::default(), server_builder());
+    let lost = SimConfig {
+        loss: 1.0,
+        ..SimConfig::default()
+    };
+    srt.device().link().borrow_mut().set_config(Side::A, lost);
+    let _syn = TcpStream::connect(&mut srt, SocketAddrV4::new(CLIENT_IP, 9)).unwrap();
+    srt.run_once(Some(Duration::ZERO)).unwrap();
+    let at = srt.stack().poll_timeout().expect("a retransmission timer");
+    assert!(at > clock.now());
+    assert!(
+        crt.stack().poll_timeout().is_none_or(|t| t > at),
+        "no client timer before the server's"
+    );
+    assert!(srt.device().poll_at().is_none(), "nothing on the way");
+    crt.run_once(Some(Duration::from_secs(10))).unwrap();
+    assert_eq!(clock.now(), at, "stopped at the server's timer");
+}

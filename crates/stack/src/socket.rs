@@ -342,6 +342,22 @@ impl ReadyList {
         self.queue.is_empty()
     }
 
+    /// The one queued key with its wake-up kinds, taking it, when the list holds exactly
+    /// one (`None`, the list untouched, otherwise). A lone key is its slot's current one:
+    /// a mark for a later socket in the slot would have queued a second key.
+    #[inline]
+    fn take_single(&mut self) -> Option<(SocketKey, Readiness)> {
+        let [key] = self.queue[..] else {
+            return None;
+        };
+        self.queue.clear();
+        let (kind, index, _) = key.parts();
+        let slot = &mut self.slots[kind][index as usize];
+        let wake = Readiness((*slot & WAKE_MASK) as u8);
+        *slot &= !0xff;
+        Some((key, wake))
+    }
+
     /// Move every queued key with its wake-up kinds to `out`, leaving the list empty.
     fn drain_into(&mut self, out: &mut Vec<(SocketKey, Readiness)>) {
         for key in self.queue.drain(..) {
@@ -424,6 +440,14 @@ impl Stack {
             return;
         }
         self.ready.drain_into(out);
+    }
+
+    /// [`take_ready`](Stack::take_ready) for a list of one (a request-response's usual
+    /// wake-up): that key with its wake-up kinds, without an output vector. `None` when
+    /// the list does not hold exactly one key (it is left as it was: use `take_ready`).
+    #[inline]
+    pub fn take_ready_single(&mut self) -> Option<(SocketKey, Readiness)> {
+        self.ready.take_single()
     }
 
     /// Whether the ready list holds anything for [`Stack::take_ready`].
@@ -518,6 +542,27 @@ mod tests {
         out.clear();
         list.drain_into(&mut out);
         assert_eq!(out, [(a, Readiness::HUP)]);
+    }
+
+    #[test]
+    fn a_lone_key_is_taken_with_its_wake_ups_and_two_are_left_in_place() {
+        let mut list = ReadyList::default();
+        let (a, b) = (tcp(3, 0), tcp(5, 1));
+        assert_eq!(list.take_single(), None);
+        list.mark(a, Readiness::READABLE);
+        list.mark(a, Readiness::WRITABLE);
+        assert_eq!(
+            list.take_single(),
+            Some((a, Readiness::READABLE | Readiness::WRITABLE))
+        );
+        assert!(list.is_empty());
+        // Taken: the next mark queues it again, with only its own wake-up.
+        list.mark(a, Readiness::HUP);
+        list.mark(b, Readiness::READABLE);
+        assert_eq!(list.take_single(), None, "two keys: for drain_into");
+        let mut out = Vec::new();
+        list.drain_into(&mut out);
+        assert_eq!(out, [(a, Readiness::HUP), (b, Readiness::READABLE)]);
     }
 
     #[test]

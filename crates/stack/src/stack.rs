@@ -576,6 +576,19 @@ impl Stack {
         self.poll_timeout()
     }
 
+    /// Whether a timer is due at `now` (`poll_timeout_at(now)` has come), for a loop
+    /// deciding whether to run [`handle_timeout`](Self::handle_timeout): one load and a
+    /// comparison while the kept deadline is later, the fold as `poll_timeout_at` once it
+    /// has come.
+    #[inline]
+    pub fn timers_due(&mut self, now: Instant) -> bool {
+        if self.wake.0 > now {
+            return false;
+        }
+        self.refold_wake(now);
+        self.poll_timeout().is_some_and(|at| at <= now)
+    }
+
     /// Fold the kept deadline again, counting a spurious wake-up if it had come by `now`
     /// and nothing is due.
     #[cold]

@@ -340,18 +340,18 @@ fn an_incomplete_datagram_times_out_with_icmp_time_exceeded() {
     assert_eq!(t.stack.reassembly_mem(), 0);
 }
 
-/// A timer cancelled after it lowered the kept deadline (an ARP request answered before
-/// its retry) leaves the deadline early: harmless and counted. The loop that asks
-/// `poll_timeout_at` when the deadline comes gets the deadline folded again, with
-/// nothing run and nothing sent.
-#[test]
-fn a_cancelled_timer_costs_one_counted_spurious_wake_up() {
+/// The resolving stack with its neighbour table's first garbage collection run (due at
+/// once, its first entry): the stack, now, and the ARP retry's time, its next deadline.
+fn resolving_retry_next() -> (Stack, Instant, Instant) {
     let (mut s, now) = resolving_stack();
-    // The table's first garbage collection is due at once (its first entry): run it.
     s.handle_timeout(now);
     let retry = now + Duration::from_secs(1);
     assert_eq!(s.poll_timeout(), Some(retry), "the retry is next");
-    // The neighbour answers.
+    (s, now, retry)
+}
+
+/// The resolving stack's neighbour's ARP reply.
+fn arp_reply() -> Vec<u8> {
     let peer_mac = EthernetAddress([2, 0, 0, 0, 0, 0x77]);
     let mut f = vec![0u8; 14 + 28];
     ustack_wire::ethernet::Repr {
@@ -368,7 +368,36 @@ fn a_cancelled_timer_costs_one_counted_spurious_wake_up() {
         target_protocol_addr: ARP_LOCAL,
     }
     .emit(&mut ustack_wire::arp::Packet::new_unchecked(&mut f[14..]));
-    s.receive(now, &f);
+    f
+}
+
+/// `timers_due`, a loop's question before `handle_timeout`: not before the kept
+/// deadline, yes at it while its timer stands, and no at it once that timer was cancelled
+/// (the deadline folded again: one spurious wake-up counted, nothing to run).
+#[test]
+fn timers_due_at_the_deadline_of_a_standing_timer_only() {
+    let (mut s, now, retry) = resolving_retry_next();
+    let before = Instant::from_nanos(retry.as_nanos() - 1);
+    assert!(!s.timers_due(before), "not yet");
+    assert!(s.timers_due(retry), "the retry, at its time");
+    assert_eq!(s.spurious_timer_wakeups(), 0);
+    s.receive(now, &arp_reply());
+    assert!(s.poll_transmit(now).is_some(), "the datagram, released");
+    assert_eq!(s.poll_timeout(), Some(retry), "kept, early");
+    assert!(!s.timers_due(retry), "the retry was cancelled");
+    assert_eq!(s.spurious_timer_wakeups(), 1);
+    assert!(s.poll_timeout().is_some_and(|t| t > retry), "folded again");
+}
+
+/// A timer cancelled after it lowered the kept deadline (an ARP request answered before
+/// its retry) leaves the deadline early: harmless and counted. The loop that asks
+/// `poll_timeout_at` when the deadline comes gets the deadline folded again, with
+/// nothing run and nothing sent.
+#[test]
+fn a_cancelled_timer_costs_one_counted_spurious_wake_up() {
+    let (mut s, now, retry) = resolving_retry_next();
+    // The neighbour answers.
+    s.receive(now, &arp_reply());
     let datagram = s.poll_transmit(now).expect("the datagram, released");
     assert_eq!(datagram[12..14], [0x08, 0x00], "IPv4");
     // The retry is cancelled; the kept deadline stays, early.
