@@ -860,7 +860,34 @@ impl Stack {
                 }
             }
         }
-        if self.tcp_write_xmit(now, h, false) > 0 {
+        let sent = self.tcp_write_xmit(now, h, false);
+        self.tcp_output_sent(now, h, sent);
+    }
+
+    /// A write's one segment straight from [`Stack::tcp_send`] (Linux `tcp_push_one`, which
+    /// `tcp_sendmsg` calls when the write is the send queue's only data): with nothing in
+    /// flight (so an empty retransmission queue), [`Stack::tcp_output`]'s look for
+    /// retransmissions and its idle test have nothing to find, and
+    /// [`Stack::tcp_write_xmit`]'s one-segment case (its guards: see
+    /// `tcp_write_xmit_one`) is the whole of it. (A count of retransmissions found lost
+    /// again left from before the queue emptied finds nothing to resend either.) False:
+    /// not this case, nothing done, [`Stack::tcp_output`]'s to run.
+    #[inline]
+    pub(crate) fn tcp_push_one(&mut self, now: Instant, h: TcpHandle) -> bool {
+        let _stage = ustack_obs::profile::enter(ustack_obs::profile::Stage::TcpOutput);
+        let Some(sent) = self.tcp_write_xmit_one(now, h) else {
+            return false;
+        };
+        self.tcp.push_one_hits += 1;
+        self.tcp_output_sent(now, h, sent);
+        true
+    }
+
+    /// What [`Stack::tcp_output`] does once new data was sent (`sent` segments): the
+    /// loss probe or the RTO armed, then any ACK still owed.
+    #[inline]
+    fn tcp_output_sent(&mut self, now: Instant, h: TcpHandle, sent: u32) {
+        if sent > 0 {
             // Linux tcp_write_xmit: "Send one loss probe per tail loss episode."
             if !self.tcp_schedule_loss_probe(now, h, false)
                 && let Some(tcb) = self.tcp.get_mut(h)
