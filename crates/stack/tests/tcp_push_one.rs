@@ -32,7 +32,10 @@ fn send(fam: Family, t: &mut SegTest, mut seg: Seg) {
 /// verified).
 fn drain(fam: Family, t: &mut SegTest) -> Vec<Seg> {
     core::iter::from_fn(|| t.stack.poll_transmit(t.now))
-        .map(|f| fam.parse(&f).expect("a well-formed segment, checksums right"))
+        .map(|f| {
+            fam.parse(&f)
+                .expect("a well-formed segment, checksums right")
+        })
         .collect()
 }
 
@@ -43,7 +46,11 @@ fn open(fam: Family) -> (SegTest, TcpHandle, u32, u32) {
     send(
         fam,
         &mut t,
-        Seg::syn(PEER_ISN).mss(1000).wscale(7).sack_perm().ts(100, 0),
+        Seg::syn(PEER_ISN)
+            .mss(1000)
+            .wscale(7)
+            .sack_perm()
+            .ts(100, 0),
     );
     let synack = drain(fam, &mut t).pop().expect("SYN-ACK");
     let our_ts = synack.ts.map_or(0, |ts| ts.0);
@@ -114,7 +121,10 @@ fn a_lost_pushed_write_is_sent_again(fam: Family) {
         }
     }
     let again = again.expect("the lost segment sent again by a timer");
-    assert_eq!((again.seq, &again.payload[..]), (start, &b"lost on the way"[..]));
+    assert_eq!(
+        (again.seq, &again.payload[..]),
+        (start, &b"lost on the way"[..])
+    );
 }
 
 /// With data in flight a write is not the direct path's (Nagle with Minshall's rule
@@ -126,9 +136,17 @@ fn a_write_behind_data_in_flight_waits_for_its_ack(fam: Family) {
     assert_eq!(drain(fam, &mut t).len(), 1);
     let pushed = t.stack.tcp_push_one_hits();
     t.write(h, b"second");
-    assert_eq!(drain(fam, &mut t), vec![], "held while the first is in flight");
+    assert_eq!(
+        drain(fam, &mut t),
+        vec![],
+        "held while the first is in flight"
+    );
     assert_eq!(t.stack.tcp_push_one_hits(), pushed, "not the direct path");
-    send(fam, &mut t, Seg::ack(PEER_ISN + 1, start + 5).ts(102, our_ts));
+    send(
+        fam,
+        &mut t,
+        Seg::ack(PEER_ISN + 1, start + 5).ts(102, our_ts),
+    );
     let s = drain(fam, &mut t);
     assert_eq!(s.len(), 1, "{s:?}");
     assert_eq!((s[0].seq, &s[0].payload[..]), (start + 5, &b"second"[..]));

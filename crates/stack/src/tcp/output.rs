@@ -19,6 +19,7 @@ use super::rtt::RttEstimator;
 use super::scoreboard::SegFlags;
 use super::sock::Sock;
 use super::tcb::{FourTuple, RecvSeq, SendSeq, Tcb, TcbFlags, Timers};
+use super::xmit::SegHead;
 use super::{State, TcpHandle};
 use crate::ip::ipv6::{Ip6Out, Outbound6};
 use crate::{Stack, Sysctl};
@@ -648,21 +649,30 @@ impl Stack {
     /// blocks (RFC 2018 §4: at most 3 next to the timestamp option, 4 without), a pending
     /// D-SACK first (RFC 2883 §4: "If a D-SACK block is reported, it MUST be the first
     /// block"), sent once (Linux `tcp_established_options`, `tcp_options_write`).
-    /// Returns the SACK blocks written (`repr.sack_ranges[..n]`, the rest left `None`).
-    fn data_options(tcb: &mut Tcb, repr: &mut tcp::Repr, now: Instant) -> usize {
+    fn data_options(tcb: &mut Tcb, head: &mut SegHead, now: Instant) {
         if tcb.flags.has(TcbFlags::TS_OK) {
-            repr.timestamp = Some(TcpTimestamp {
+            head.timestamp = Some(TcpTimestamp {
                 tsval: ts_clock(now).wrapping_add(tcb.ts_offset),
                 tsecr: tcb.ts_recent,
             });
         }
         if !tcb.flags.has(TcbFlags::SACK_OK) {
-            return 0;
+            return;
         }
-        let max = if repr.timestamp.is_some() { 3 } else { 4 };
+        let dsack = tcb.active.rx_sack.dsack();
+        if dsack.is_some() || tcb.rcvbuf.ooo_bytes() > 0 {
+            Self::sack_options(tcb, head, dsack);
+        }
+    }
+
+    /// The SACK blocks of [`Stack::data_options`], when there are any to send.
+    #[cold]
+    #[inline(never)]
+    fn sack_options(tcb: &mut Tcb, head: &mut SegHead, dsack: Option<(SeqNumber, SeqNumber)>) {
+        let max = if head.timestamp.is_some() { 3 } else { 4 };
         let mut n = 0;
-        if let Some(d) = tcb.active.rx_sack.dsack() {
-            repr.sack_ranges[n] = Some(d);
+        if let Some(d) = dsack {
+            head.sacks[n] = d;
             n += 1;
             tcb.active.rx_sack.clear_dsack();
         }
@@ -671,11 +681,11 @@ impl Stack {
                 if n == max {
                     break;
                 }
-                repr.sack_ranges[n] = Some(b);
+                head.sacks[n] = b;
                 n += 1;
             }
         }
-        n
+        head.n_sacks = n as u8;
     }
 
     /// Send one segment of the connection: `len` bytes of data at `seq`, plus FIN if
@@ -740,15 +750,17 @@ impl Stack {
             }
         }
         let tuple = tcb.tuple;
-        let mut repr = tcp::Repr {
+        let mut head = SegHead {
             src_port: tuple.local.port(),
             dst_port: tuple.remote.port(),
-            seq_number: seq,
-            ack_number: tcb.rcv.nxt,
+            seq,
+            ack: tcb.rcv.nxt,
             flags,
-            window_len: window,
-            urgent_pointer,
-            ..tcp::Repr::default()
+            window,
+            urgent: urgent_pointer,
+            timestamp: None,
+            n_sacks: 0,
+            sacks: [(SeqNumber(0), SeqNumber(0)); 4],
         };
         let offset = seq.diff(tcb.data_start()).max(0) as usize;
         tcb.flags.clear(TcbFlags::ACK_NOW | TcbFlags::ACK_PENDING);
@@ -758,17 +770,21 @@ impl Stack {
             tcp_event_data_sent(tcb, now);
         }
         tcb.last_activity = super::clock32::Ms32::floor(now);
-        let mut blocks = Self::data_options(tcb, &mut repr, now);
+        Self::data_options(tcb, &mut head, now);
         // A segment sized before SACK blocks were due (a retransmission) carries fewer
         // blocks rather than exceed the MSS (RFC 9293 §3.7.1; Linux splits the segment
         // instead, tcp_retransmit_skb -> tcp_fragment, which the queue does not do).
-        let room =
-            usize::from(tcb.mss) + tcp::HEADER_LEN + if repr.timestamp.is_some() { 12 } else { 0 };
-        let seg_len = if gso > 0 { gso } else { len };
-        while blocks > 0 && repr.header_len() + seg_len > room {
-            blocks -= 1;
-            repr.sack_ranges[blocks] = None;
+        if head.n_sacks > 0 {
+            let room = usize::from(tcb.mss)
+                + tcp::HEADER_LEN
+                + if head.timestamp.is_some() { 12 } else { 0 };
+            let seg_len = if gso > 0 { gso } else { len };
+            while head.n_sacks > 0 && head.len() + seg_len > room {
+                head.n_sacks -= 1;
+            }
         }
+        // The connection's header template, if it holds one (checked current below).
+        let tpl = tcb.active.tx_template;
         let payload = if len > 0 {
             Payload::SendBuffer { h, offset, len }
         } else {
@@ -776,7 +792,8 @@ impl Stack {
         };
         let segs = if gso > 0 { len.div_ceil(gso) } else { 1 };
         if self.tcp_template_on
-            && let Some(sent) = self.tcp_transmit_templated(now, h, &tuple, &repr, payload, segs)
+            && let Some(sent) =
+                self.tcp_transmit_templated(now, h, &tuple, tpl, &head, payload, segs)
         {
             return sent;
         }
@@ -785,7 +802,7 @@ impl Stack {
             // on); the general path sizes frames to the MTU.
             return false;
         }
-        self.tcp_emit(now, tuple, &repr, payload)
+        self.tcp_emit(now, tuple, &head.repr(), payload)
     }
 
     /// A pure ACK now (RFC 9293 §3.10.7.4: `<SEQ=SND.NXT><ACK=RCV.NXT><CTL=ACK>`).
