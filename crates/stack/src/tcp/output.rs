@@ -693,7 +693,25 @@ impl Stack {
     /// above 0: `len` is several segments of `gso` bytes, sent as one super-segment for
     /// the device to cut (TSO, see [`Stack::tcp_tso_segs`]).
     #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
     fn tcp_send_segment(
+        &mut self,
+        now: Instant,
+        h: TcpHandle,
+        seq: SeqNumber,
+        len: usize,
+        fin: bool,
+        push: bool,
+        gso: usize,
+    ) -> bool {
+        self.tcp_send_segment_inline(now, h, seq, len, fin, push, gso)
+    }
+
+    /// [`Stack::tcp_send_segment`] in its caller: the one-segment path's
+    /// (`tcp_write_xmit_one`, which a write's `tcp_push_one` takes), one call fewer.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn tcp_send_segment_inline(
         &mut self,
         now: Instant,
         h: TcpHandle,
@@ -1116,7 +1134,7 @@ impl Stack {
         if unsent == 0 || unsent > mss_now || unsent > wnd_avail {
             return None;
         }
-        if !self.tcp_send_segment(now, h, seq, unsent, false, true, 0) {
+        if !self.tcp_send_segment_inline(now, h, seq, unsent, false, true, 0) {
             return Some(0);
         }
         let Some((tcb, spare)) = self.tcp.get_with_spare(h) else {
