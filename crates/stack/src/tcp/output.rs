@@ -859,6 +859,7 @@ impl Stack {
     /// then any ACK still owed. Everything is bounded by cwnd against the pipe (RFC 6675
     /// §5 step (C): "the TCP MUST NOT send data when cwnd - pipe < 1 SMSS"); in recovery
     /// cwnd is PRR's (RFC 6937).
+    #[inline]
     pub(crate) fn tcp_output(&mut self, now: Instant, h: TcpHandle) {
         // Nothing to do (the common case after a segment that brought data and an ACK but
         // no room, and no reason, to send): one look at the TCB instead of the walk below.
@@ -875,6 +876,14 @@ impl Stack {
             }
             None => return,
         };
+        self.tcp_output_work(now, h, lost_retrans, rtx_due);
+    }
+
+    /// [`Stack::tcp_output`] past its idle test, out of line: the test is taken in the
+    /// caller (after every segment in, and mostly with nothing to send), without this
+    /// function's frame.
+    #[inline(never)]
+    fn tcp_output_work(&mut self, now: Instant, h: TcpHandle, lost_retrans: bool, rtx_due: bool) {
         let _stage = ustack_obs::profile::enter(ustack_obs::profile::Stage::TcpOutput);
         // Retransmissions found lost again go first (see `tcp_find_lost_retrans`).
         if lost_retrans {
