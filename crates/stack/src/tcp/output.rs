@@ -92,6 +92,17 @@ pub(crate) fn default_mss(v6: bool) -> u16 {
     if v6 { 1280 - 60 } else { DEFAULT_MSS }
 }
 
+/// What [`Stack::tcp_send_segment`] sends: `len` bytes at `seq`, FIN, PSH, and above 0
+/// the segment size of a super-segment.
+#[derive(Clone, Copy)]
+struct SegOut {
+    seq: SeqNumber,
+    len: usize,
+    fin: bool,
+    push: bool,
+    gso: usize,
+}
+
 /// Where a segment's payload comes from.
 #[derive(Clone, Copy)]
 pub(super) enum Payload {
@@ -704,23 +715,27 @@ impl Stack {
         push: bool,
         gso: usize,
     ) -> bool {
-        self.tcp_send_segment_inline(now, h, seq, len, fin, push, gso)
+        let out = SegOut {
+            seq,
+            len,
+            fin,
+            push,
+            gso,
+        };
+        self.tcp_send_segment_inline(now, h, out)
     }
 
     /// [`Stack::tcp_send_segment`] in its caller: the one-segment path's
     /// (`tcp_write_xmit_one`, which a write's `tcp_push_one` takes), one call fewer.
-    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
-    fn tcp_send_segment_inline(
-        &mut self,
-        now: Instant,
-        h: TcpHandle,
-        seq: SeqNumber,
-        len: usize,
-        fin: bool,
-        push: bool,
-        gso: usize,
-    ) -> bool {
+    fn tcp_send_segment_inline(&mut self, now: Instant, h: TcpHandle, out: SegOut) -> bool {
+        let SegOut {
+            seq,
+            len,
+            fin,
+            push,
+            gso,
+        } = out;
         let ack_only = len == 0 && !fin;
         if self.tcp_tx_throttle(h, ack_only) {
             // Held back, not lost: an ACK owed is sent when the connection is woken.
@@ -1143,7 +1158,14 @@ impl Stack {
         if unsent == 0 || unsent > mss_now || unsent > wnd_avail {
             return None;
         }
-        if !self.tcp_send_segment_inline(now, h, seq, unsent, false, true, 0) {
+        let out = SegOut {
+            seq,
+            len: unsent,
+            fin: false,
+            push: true,
+            gso: 0,
+        };
+        if !self.tcp_send_segment_inline(now, h, out) {
             return Some(0);
         }
         let Some((tcb, spare)) = self.tcp.get_with_spare(h) else {
