@@ -130,6 +130,13 @@ impl SendBuffer {
         }
         let n = out.len().min(len - offset);
         let abs = self.head_off as usize + offset;
+        if abs + n <= CHUNK {
+            // All in the head chunk (a small message's segment): no walk.
+            out[..n].copy_from_slice(&pool.chunk(self.head)[abs..abs + n]);
+            self.cursor.set(self.head);
+            self.cursor_ord.set(0);
+            return n;
+        }
         let want = (abs / CHUNK) as u32;
         let (mut c, mut ord) = match self.cursor.get() {
             cur if cur != NONE && self.cursor_ord.get() <= want => (cur, self.cursor_ord.get()),
