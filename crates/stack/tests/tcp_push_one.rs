@@ -1,9 +1,9 @@
 //! The send side of an established connection in one pass (issue #13 item 2): a write
 //! with nothing in flight that fits one segment and the peer's window leaves straight from
 //! `tcp_send` (Linux `tcp_push_one`), its header written from the connection's template
-//! and its checksum summed as the payload is copied. Each test here is what a user (or
-//! the peer) checks, for IPv4 and IPv6: the segment on the wire, that a lost one is sent
-//! again, and the checksum a receiver verifies, with the path's counters
+//! straight into the frame. Each test here is what a user (or the peer) checks, for IPv4
+//! and IPv6: the segment on the wire, that a lost one is sent again, and the checksums a
+//! receiver verifies, with the path's counters
 //! (`tcp_push_one_hits`, `tcp_header_template_hits`) showing which path was taken.
 
 use core::time::Duration;
