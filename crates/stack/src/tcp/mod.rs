@@ -263,6 +263,9 @@ pub(crate) struct Tcp {
     /// Segments written from a connection's header template, both families (see
     /// [`crate::Stack::tcp_header_template_hits`]).
     pub(crate) template_hits: u64,
+    /// Writes sent by [`Stack::tcp_push_one`] (see
+    /// [`crate::Stack::tcp_push_one_hits`]).
+    pub(crate) push_one_hits: u64,
     /// Early demux is off ([`crate::Stack::set_tcp_early_demux`]): every segment takes
     /// the general path.
     pub(crate) early_demux_off: bool,
@@ -328,6 +331,7 @@ impl Tcp {
             early_demux: 0,
             rcv_fast: 0,
             template_hits: 0,
+            push_one_hits: 0,
             early_demux_off: false,
             demux_last: DEMUX_NONE,
         }
@@ -1207,7 +1211,9 @@ impl Stack {
         if n == 0 {
             return Err(Error::WouldBlock);
         }
-        if tcb.state.can_send() {
+        // Linux tcp_sendmsg -> tcp_push: the write's one segment straight out when nothing
+        // is in flight and it fits (tcp_push_one), else the general output.
+        if tcb.state.can_send() && !self.tcp_push_one(now, h) {
             self.tcp_output(now, h);
         }
         Ok(n)
@@ -1728,6 +1734,15 @@ impl Stack {
     #[doc(hidden)]
     pub fn tcp_header_template_hits(&self) -> u64 {
         self.tcp.template_hits
+    }
+
+    /// Writes whose one segment [`Stack::tcp_send`] sent straight (Linux `tcp_push_one`:
+    /// nothing in flight, the write fits one segment and the window) rather than through
+    /// `tcp_output`: for tests that check which path a write took, since both send the
+    /// same segment. Linux counts no such thing.
+    #[doc(hidden)]
+    pub fn tcp_push_one_hits(&self) -> u64 {
+        self.tcp.push_one_hits
     }
 
     /// Whether early demux serves the segments it can (on by default) or every segment

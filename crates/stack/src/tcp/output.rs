@@ -19,6 +19,7 @@ use super::rtt::RttEstimator;
 use super::scoreboard::SegFlags;
 use super::sock::Sock;
 use super::tcb::{FourTuple, RecvSeq, SendSeq, Tcb, TcbFlags, Timers};
+use super::xmit::SegHead;
 use super::{State, TcpHandle};
 use crate::ip::ipv6::{Ip6Out, Outbound6};
 use crate::{Stack, Sysctl};
@@ -89,6 +90,17 @@ pub(crate) const DEFAULT_MSS: u16 = 536;
 /// IPV6_MIN_MTU - sizeof(struct tcphdr) - sizeof(struct ipv6hdr)`).
 pub(crate) fn default_mss(v6: bool) -> u16 {
     if v6 { 1280 - 60 } else { DEFAULT_MSS }
+}
+
+/// What [`Stack::tcp_send_segment`] sends: `len` bytes at `seq`, FIN, PSH, and above 0
+/// the segment size of a super-segment.
+#[derive(Clone, Copy)]
+struct SegOut {
+    seq: SeqNumber,
+    len: usize,
+    fin: bool,
+    push: bool,
+    gso: usize,
 }
 
 /// Where a segment's payload comes from.
@@ -648,21 +660,30 @@ impl Stack {
     /// blocks (RFC 2018 §4: at most 3 next to the timestamp option, 4 without), a pending
     /// D-SACK first (RFC 2883 §4: "If a D-SACK block is reported, it MUST be the first
     /// block"), sent once (Linux `tcp_established_options`, `tcp_options_write`).
-    /// Returns the SACK blocks written (`repr.sack_ranges[..n]`, the rest left `None`).
-    fn data_options(tcb: &mut Tcb, repr: &mut tcp::Repr, now: Instant) -> usize {
+    fn data_options(tcb: &mut Tcb, head: &mut SegHead, now: Instant) {
         if tcb.flags.has(TcbFlags::TS_OK) {
-            repr.timestamp = Some(TcpTimestamp {
+            head.timestamp = Some(TcpTimestamp {
                 tsval: ts_clock(now).wrapping_add(tcb.ts_offset),
                 tsecr: tcb.ts_recent,
             });
         }
         if !tcb.flags.has(TcbFlags::SACK_OK) {
-            return 0;
+            return;
         }
-        let max = if repr.timestamp.is_some() { 3 } else { 4 };
+        let dsack = tcb.active.rx_sack.dsack();
+        if dsack.is_some() || tcb.rcvbuf.ooo_bytes() > 0 {
+            Self::sack_options(tcb, head, dsack);
+        }
+    }
+
+    /// The SACK blocks of [`Stack::data_options`], when there are any to send.
+    #[cold]
+    #[inline(never)]
+    fn sack_options(tcb: &mut Tcb, head: &mut SegHead, dsack: Option<(SeqNumber, SeqNumber)>) {
+        let max = if head.timestamp.is_some() { 3 } else { 4 };
         let mut n = 0;
-        if let Some(d) = tcb.active.rx_sack.dsack() {
-            repr.sack_ranges[n] = Some(d);
+        if let Some(d) = dsack {
+            head.sacks[n] = d;
             n += 1;
             tcb.active.rx_sack.clear_dsack();
         }
@@ -671,11 +692,11 @@ impl Stack {
                 if n == max {
                     break;
                 }
-                repr.sack_ranges[n] = Some(b);
+                head.sacks[n] = b;
                 n += 1;
             }
         }
-        n
+        head.n_sacks = n as u8;
     }
 
     /// Send one segment of the connection: `len` bytes of data at `seq`, plus FIN if
@@ -683,6 +704,7 @@ impl Stack {
     /// above 0: `len` is several segments of `gso` bytes, sent as one super-segment for
     /// the device to cut (TSO, see [`Stack::tcp_tso_segs`]).
     #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
     fn tcp_send_segment(
         &mut self,
         now: Instant,
@@ -693,6 +715,27 @@ impl Stack {
         push: bool,
         gso: usize,
     ) -> bool {
+        let out = SegOut {
+            seq,
+            len,
+            fin,
+            push,
+            gso,
+        };
+        self.tcp_send_segment_inline(now, h, out)
+    }
+
+    /// [`Stack::tcp_send_segment`] in its caller: the one-segment path's
+    /// (`tcp_write_xmit_one`, which a write's `tcp_push_one` takes), one call fewer.
+    #[inline(always)]
+    fn tcp_send_segment_inline(&mut self, now: Instant, h: TcpHandle, out: SegOut) -> bool {
+        let SegOut {
+            seq,
+            len,
+            fin,
+            push,
+            gso,
+        } = out;
         let ack_only = len == 0 && !fin;
         if self.tcp_tx_throttle(h, ack_only) {
             // Held back, not lost: an ACK owed is sent when the connection is woken.
@@ -740,15 +783,17 @@ impl Stack {
             }
         }
         let tuple = tcb.tuple;
-        let mut repr = tcp::Repr {
+        let mut head = SegHead {
             src_port: tuple.local.port(),
             dst_port: tuple.remote.port(),
-            seq_number: seq,
-            ack_number: tcb.rcv.nxt,
+            seq,
+            ack: tcb.rcv.nxt,
             flags,
-            window_len: window,
-            urgent_pointer,
-            ..tcp::Repr::default()
+            window,
+            urgent: urgent_pointer,
+            timestamp: None,
+            n_sacks: 0,
+            sacks: [(SeqNumber(0), SeqNumber(0)); 4],
         };
         let offset = seq.diff(tcb.data_start()).max(0) as usize;
         tcb.flags.clear(TcbFlags::ACK_NOW | TcbFlags::ACK_PENDING);
@@ -758,17 +803,21 @@ impl Stack {
             tcp_event_data_sent(tcb, now);
         }
         tcb.last_activity = super::clock32::Ms32::floor(now);
-        let mut blocks = Self::data_options(tcb, &mut repr, now);
+        Self::data_options(tcb, &mut head, now);
         // A segment sized before SACK blocks were due (a retransmission) carries fewer
         // blocks rather than exceed the MSS (RFC 9293 §3.7.1; Linux splits the segment
         // instead, tcp_retransmit_skb -> tcp_fragment, which the queue does not do).
-        let room =
-            usize::from(tcb.mss) + tcp::HEADER_LEN + if repr.timestamp.is_some() { 12 } else { 0 };
-        let seg_len = if gso > 0 { gso } else { len };
-        while blocks > 0 && repr.header_len() + seg_len > room {
-            blocks -= 1;
-            repr.sack_ranges[blocks] = None;
+        if head.n_sacks > 0 {
+            let room = usize::from(tcb.mss)
+                + tcp::HEADER_LEN
+                + if head.timestamp.is_some() { 12 } else { 0 };
+            let seg_len = if gso > 0 { gso } else { len };
+            while head.n_sacks > 0 && head.len() + seg_len > room {
+                head.n_sacks -= 1;
+            }
         }
+        // The connection's header template, if it holds one (checked current below).
+        let tpl = tcb.active.tx_template;
         let payload = if len > 0 {
             Payload::SendBuffer { h, offset, len }
         } else {
@@ -776,7 +825,8 @@ impl Stack {
         };
         let segs = if gso > 0 { len.div_ceil(gso) } else { 1 };
         if self.tcp_template_on
-            && let Some(sent) = self.tcp_transmit_templated(now, h, &tuple, &repr, payload, segs)
+            && let Some(sent) =
+                self.tcp_transmit_templated(now, h, &tuple, tpl, &head, payload, segs)
         {
             return sent;
         }
@@ -785,7 +835,7 @@ impl Stack {
             // on); the general path sizes frames to the MTU.
             return false;
         }
-        self.tcp_emit(now, tuple, &repr, payload)
+        self.tcp_emit(now, tuple, &head.repr(), payload)
     }
 
     /// A pure ACK now (RFC 9293 §3.10.7.4: `<SEQ=SND.NXT><ACK=RCV.NXT><CTL=ACK>`).
@@ -824,6 +874,7 @@ impl Stack {
     /// then any ACK still owed. Everything is bounded by cwnd against the pipe (RFC 6675
     /// §5 step (C): "the TCP MUST NOT send data when cwnd - pipe < 1 SMSS"); in recovery
     /// cwnd is PRR's (RFC 6937).
+    #[inline]
     pub(crate) fn tcp_output(&mut self, now: Instant, h: TcpHandle) {
         // Nothing to do (the common case after a segment that brought data and an ACK but
         // no room, and no reason, to send): one look at the TCB instead of the walk below.
@@ -840,6 +891,14 @@ impl Stack {
             }
             None => return,
         };
+        self.tcp_output_work(now, h, lost_retrans, rtx_due);
+    }
+
+    /// [`Stack::tcp_output`] past its idle test, out of line: the test is taken in the
+    /// caller (after every segment in, and mostly with nothing to send), without this
+    /// function's frame.
+    #[inline(never)]
+    fn tcp_output_work(&mut self, now: Instant, h: TcpHandle, lost_retrans: bool, rtx_due: bool) {
         let _stage = ustack_obs::profile::enter(ustack_obs::profile::Stage::TcpOutput);
         // Retransmissions found lost again go first (see `tcp_find_lost_retrans`).
         if lost_retrans {
@@ -860,7 +919,34 @@ impl Stack {
                 }
             }
         }
-        if self.tcp_write_xmit(now, h, false) > 0 {
+        let sent = self.tcp_write_xmit(now, h, false);
+        self.tcp_output_sent(now, h, sent);
+    }
+
+    /// A write's one segment straight from [`Stack::tcp_send`] (Linux `tcp_push_one`, which
+    /// `tcp_sendmsg` calls when the write is the send queue's only data): with nothing in
+    /// flight (so an empty retransmission queue), [`Stack::tcp_output`]'s look for
+    /// retransmissions and its idle test have nothing to find, and
+    /// [`Stack::tcp_write_xmit`]'s one-segment case (its guards: see
+    /// `tcp_write_xmit_one`) is the whole of it. (A count of retransmissions found lost
+    /// again left from before the queue emptied finds nothing to resend either.) False:
+    /// not this case, nothing done, [`Stack::tcp_output`]'s to run.
+    #[inline]
+    pub(crate) fn tcp_push_one(&mut self, now: Instant, h: TcpHandle) -> bool {
+        let _stage = ustack_obs::profile::enter(ustack_obs::profile::Stage::TcpOutput);
+        let Some(sent) = self.tcp_write_xmit_one(now, h) else {
+            return false;
+        };
+        self.tcp.push_one_hits += 1;
+        self.tcp_output_sent(now, h, sent);
+        true
+    }
+
+    /// What [`Stack::tcp_output`] does once new data was sent (`sent` segments): the
+    /// loss probe or the RTO armed, then any ACK still owed.
+    #[inline]
+    fn tcp_output_sent(&mut self, now: Instant, h: TcpHandle, sent: u32) {
+        if sent > 0 {
             // Linux tcp_write_xmit: "Send one loss probe per tail loss episode."
             if !self.tcp_schedule_loss_probe(now, h, false)
                 && let Some(tcb) = self.tcp.get_mut(h)
@@ -1072,7 +1158,14 @@ impl Stack {
         if unsent == 0 || unsent > mss_now || unsent > wnd_avail {
             return None;
         }
-        if !self.tcp_send_segment(now, h, seq, unsent, false, true, 0) {
+        let out = SegOut {
+            seq,
+            len: unsent,
+            fin: false,
+            push: true,
+            gso: 0,
+        };
+        if !self.tcp_send_segment_inline(now, h, out) {
             return Some(0);
         }
         let Some((tcb, spare)) = self.tcp.get_with_spare(h) else {

@@ -22,8 +22,8 @@
 //! that need more (SYN options, no route, an IPv6 segment larger than the path MTU the
 //! template was built under) take the general path, [`Stack::tcp_emit`].
 
-use ustack_wire::checksum;
-use ustack_wire::tcp::{self, option_kind};
+use ustack_wire::tcp::{self, Flags, TcpTimestamp, option_kind};
+use ustack_wire::{SeqNumber, checksum};
 
 use super::output::Payload;
 use super::tcb::FourTuple;
@@ -50,55 +50,81 @@ impl TxTemplate {
     pub(crate) const NONE: TxTemplate = TxTemplate::V4(HeaderTemplate::NONE);
 }
 
-/// The shape of a segment's TCP header: its length with the options a synchronized
-/// connection sends (timestamps, SACK blocks: RFC 7323 §3, RFC 2018 §3, each after two
-/// NOPs as Linux `tcp_options_write` lays them out) and how many SACK blocks fit.
+/// The TCP header of a synchronized connection's segment, as `tcp_send_segment` decides
+/// it: the fields, the timestamps and up to four SACK blocks (RFC 7323 §3, RFC 2018 §3;
+/// no SYN options). Not a `tcp::Repr`: only what such a segment can carry, written
+/// straight into the frame ([`write_tcp_segment`]); the general path builds a `Repr`
+/// from it ([`SegHead::repr`]).
 #[derive(Debug, Clone, Copy)]
-pub(super) struct TcpHeaderShape {
-    pub(super) len: usize,
-    sacks: usize,
+pub(super) struct SegHead {
+    pub(super) src_port: u16,
+    pub(super) dst_port: u16,
+    pub(super) seq: SeqNumber,
+    pub(super) ack: SeqNumber,
+    pub(super) flags: Flags,
+    /// The window field (scaled).
+    pub(super) window: u16,
+    pub(super) urgent: u16,
+    pub(super) timestamp: Option<TcpTimestamp>,
+    /// SACK blocks in `sacks[..n_sacks]`.
+    pub(super) n_sacks: u8,
+    pub(super) sacks: [(SeqNumber, SeqNumber); 4],
 }
 
-impl TcpHeaderShape {
+impl SegHead {
+    /// The header's length with its options, each after two NOPs as Linux
+    /// `tcp_options_write` lays them out.
     #[inline]
-    pub(super) fn of(repr: &tcp::Repr) -> Self {
-        let sacks = repr.sack_blocks_emitted();
-        let len = tcp::HEADER_LEN
-            + if repr.timestamp.is_some() { 12 } else { 0 }
-            + if sacks > 0 { 4 + 8 * sacks } else { 0 };
-        TcpHeaderShape { len, sacks }
+    pub(super) fn len(&self) -> usize {
+        let sacks = usize::from(self.n_sacks);
+        tcp::HEADER_LEN
+            + if self.timestamp.is_some() { 12 } else { 0 }
+            + if sacks > 0 { 4 + 8 * sacks } else { 0 }
+    }
+
+    /// The same header as a `tcp::Repr`, for the general path.
+    #[cold]
+    pub(super) fn repr(&self) -> tcp::Repr<'static> {
+        let mut sack_ranges = [None; tcp::MAX_SACK_BLOCKS];
+        for (to, b) in sack_ranges
+            .iter_mut()
+            .zip(&self.sacks[..usize::from(self.n_sacks)])
+        {
+            *to = Some(*b);
+        }
+        tcp::Repr {
+            src_port: self.src_port,
+            dst_port: self.dst_port,
+            seq_number: self.seq,
+            ack_number: self.ack,
+            flags: self.flags,
+            window_len: self.window,
+            urgent_pointer: self.urgent,
+            timestamp: self.timestamp,
+            sack_ranges,
+            ..tcp::Repr::default()
+        }
     }
 }
 
-/// Write `repr`'s header (of `shape`, the checksum field zero) and then `payload` into
-/// `seg` (exactly header and payload long), as `tcp::Repr::emit_header` and the general
-/// path write them.
+/// Write `head` (the checksum field zero) and then `payload` into `seg` (exactly header
+/// and payload long), as `tcp::Repr::emit_header` and the general path write them.
 #[inline(always)]
-pub(super) fn write_tcp_segment(
-    tcp: &Tcp,
-    repr: &tcp::Repr,
-    shape: TcpHeaderShape,
-    payload: Payload,
-    seg: &mut [u8],
-) {
-    debug_assert!(
-        repr.max_seg_size.is_none() && repr.window_scale.is_none() && !repr.sack_permitted,
-        "SYN options take the general path"
-    );
-    let tcp_hlen = shape.len;
+pub(super) fn write_tcp_segment(tcp: &Tcp, head: &SegHead, payload: Payload, seg: &mut [u8]) {
+    let tcp_hlen = head.len();
     let (h, rest) = seg.split_at_mut(tcp::HEADER_LEN);
-    h[0..2].copy_from_slice(&repr.src_port.to_be_bytes());
-    h[2..4].copy_from_slice(&repr.dst_port.to_be_bytes());
-    h[4..8].copy_from_slice(&repr.seq_number.0.to_be_bytes());
-    h[8..12].copy_from_slice(&repr.ack_number.0.to_be_bytes());
+    h[0..2].copy_from_slice(&head.src_port.to_be_bytes());
+    h[2..4].copy_from_slice(&head.dst_port.to_be_bytes());
+    h[4..8].copy_from_slice(&head.seq.0.to_be_bytes());
+    h[8..12].copy_from_slice(&head.ack.0.to_be_bytes());
     h[12] = ((tcp_hlen / 4) as u8) << 4;
-    h[13] = repr.flags.0;
-    h[14..16].copy_from_slice(&repr.window_len.to_be_bytes());
+    h[13] = head.flags.0;
+    h[14..16].copy_from_slice(&head.window.to_be_bytes());
     h[16..18].fill(0);
-    h[18..20].copy_from_slice(&repr.urgent_pointer.to_be_bytes());
+    h[18..20].copy_from_slice(&head.urgent.to_be_bytes());
     let (opts, data) = rest.split_at_mut(tcp_hlen - tcp::HEADER_LEN);
     let mut at = 0;
-    if let Some(ts) = repr.timestamp {
+    if let Some(ts) = head.timestamp {
         // Linux tcp_options_write: NOP NOP TS without SACK-permitted.
         opts[0..4].copy_from_slice(&[
             option_kind::NO_OPERATION,
@@ -110,8 +136,8 @@ pub(super) fn write_tcp_segment(
         opts[8..12].copy_from_slice(&ts.tsecr.to_be_bytes());
         at = 12;
     }
-    if shape.sacks > 0 {
-        write_sack_blocks(repr, shape.sacks, &mut opts[at..]);
+    if head.n_sacks > 0 {
+        write_sack_blocks(head, &mut opts[at..]);
     }
     payload.write_payload(tcp, data);
 }
@@ -128,47 +154,50 @@ pub(super) fn tcp_checksum(pseudo: u16, seg: &[u8]) -> u16 {
     ]))
 }
 
-/// `NOP NOP SACK` and `sacks` blocks of `repr` (RFC 2018 §3), as `tcp::Repr::emit_header`
-/// lays them out.
+/// `NOP NOP SACK` and `head`'s blocks (RFC 2018 §3), as `tcp::Repr::emit_header` lays
+/// them out.
 #[cold]
-fn write_sack_blocks(repr: &tcp::Repr, sacks: usize, out: &mut [u8]) {
+fn write_sack_blocks(head: &SegHead, out: &mut [u8]) {
+    let sacks = usize::from(head.n_sacks);
     out[0..4].copy_from_slice(&[
         option_kind::NO_OPERATION,
         option_kind::NO_OPERATION,
         option_kind::SACK,
         (2 + 8 * sacks) as u8,
     ]);
-    for (i, (left, right)) in repr.sack_ranges.iter().flatten().take(sacks).enumerate() {
+    for (i, (left, right)) in head.sacks[..sacks].iter().enumerate() {
         out[4 + 8 * i..8 + 8 * i].copy_from_slice(&left.0.to_be_bytes());
         out[8 + 8 * i..12 + 8 * i].copy_from_slice(&right.0.to_be_bytes());
     }
 }
 
 impl Stack {
-    /// Send one segment of connection `h` (of `tuple`) from its header template (the one
-    /// its active state holds if still current, else a new one): [`Stack::tcp_transmit4`]
-    /// or [`Stack::tcp_transmit6`]. `segs` above 1: an IPv4 super-segment. `None`: no
-    /// template fits (no route; an IPv6 segment larger than the template's path MTU),
-    /// nothing sent or counted: the general path's to send.
+    /// Send one segment of connection `h` (of `tuple`) from its header template (`held`,
+    /// the one its active state holds, if still current, else a new one):
+    /// [`Stack::tcp_transmit4`] or [`Stack::tcp_transmit6`]. `segs` above 1: an IPv4
+    /// super-segment. `None`: no template fits (no route; an IPv6 segment larger than
+    /// the template's path MTU), nothing sent or counted: the general path's to send.
     #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn tcp_transmit_templated(
         &mut self,
         now: Instant,
         h: TcpHandle,
         tuple: &FourTuple,
-        repr: &tcp::Repr,
+        held: TxTemplate,
+        head: &SegHead,
         payload: Payload,
         segs: usize,
     ) -> Option<bool> {
         let gen_ok = |g: u32| g == self.tx_gen;
-        let tpl = match self.tcp.get(h).map(|tcb| &tcb.active.tx_template) {
-            Some(TxTemplate::V4(t)) if gen_ok(t.generation) => TxTemplate::V4(*t),
-            Some(TxTemplate::V6(t)) if gen_ok(t.generation) => TxTemplate::V6(*t),
+        let tpl = match held {
+            TxTemplate::V4(t) if gen_ok(t.generation) => held,
+            TxTemplate::V6(t) if gen_ok(t.generation) => held,
             _ => self.tcp_template_refresh(now, h, tuple)?,
         };
         let sent = match tpl {
-            TxTemplate::V4(tpl) => Some(self.tcp_transmit4(now, &tpl, repr, payload, segs)),
-            TxTemplate::V6(tpl) => self.tcp_transmit6(now, &tpl, tuple, repr, payload),
+            TxTemplate::V4(tpl) => Some(self.tcp_transmit4(now, &tpl, head, payload, segs)),
+            TxTemplate::V6(tpl) => self.tcp_transmit6(now, &tpl, tuple, head, payload),
         };
         self.tcp.template_hits += u64::from(sent.is_some());
         sent

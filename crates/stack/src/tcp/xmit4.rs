@@ -12,11 +12,10 @@
 use core::net::Ipv4Addr;
 
 use ustack_obs::{Counter, DropReason, Instant};
-use ustack_wire::tcp;
 use ustack_wire::{IpProtocol, checksum, ipv4};
 
 use super::output::Payload;
-use super::xmit::{TcpHeaderShape, tcp_checksum, write_tcp_segment};
+use super::xmit::{SegHead, tcp_checksum, write_tcp_segment};
 use crate::Stack;
 
 /// What every IPv4 segment of one connection repeats (see the module docs).
@@ -89,7 +88,7 @@ impl Stack {
     }
 
     /// Write one segment of a connection from its template into a frame and queue it
-    /// (Linux `__tcp_transmit_skb` -> `ip_queue_xmit` for a connected socket): `repr`'s
+    /// (Linux `__tcp_transmit_skb` -> `ip_queue_xmit` for a connected socket): `head`'s
     /// header with its timestamp and SACK options (the only ones a synchronized
     /// connection sends), then `payload`. The IPv4 identification comes from the same
     /// generator as [`Stack::ipv4_alloc`]'s, so the frame is the one the general path
@@ -100,13 +99,12 @@ impl Stack {
         &mut self,
         now: Instant,
         tpl: &HeaderTemplate,
-        repr: &tcp::Repr,
+        head: &SegHead,
         payload: Payload,
         segs: usize,
     ) -> bool {
         self.mib.inc(Counter::IpOutRequests);
-        let shape = TcpHeaderShape::of(repr);
-        let tcp_len = shape.len + payload.len();
+        let tcp_len = head.len() + payload.len();
         let total = ipv4::HEADER_LEN + tcp_len;
         // As ipv4_alloc: DF is set and TCP sizes segments to the MTU; a super-segment
         // (`gso`) is cut to the MTU by the device.
@@ -128,7 +126,7 @@ impl Stack {
         let ip_sum = checksum::combine(&[tpl.sum_at(IP_SUM), total as u16, ident]);
         ip[10..12].copy_from_slice(&checksum::finish(ip_sum).to_be_bytes());
 
-        write_tcp_segment(&self.tcp, repr, shape, payload, seg);
+        write_tcp_segment(&self.tcp, head, payload, seg);
         // A super-segment's checksum is the device's (virtio-net NEEDS_CSUM: it writes
         // the pseudo-header sum, the other end sums each piece).
         let sum = if self.checksum_offload || gso {

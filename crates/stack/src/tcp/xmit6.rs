@@ -26,11 +26,11 @@
 use core::net::SocketAddr;
 
 use ustack_obs::{Counter, DropReason, Instant};
-use ustack_wire::{IpProtocol, checksum, ipv6, tcp};
+use ustack_wire::{IpProtocol, checksum, ipv6};
 
 use super::output::Payload;
 use super::tcb::FourTuple;
-use super::xmit::{TcpHeaderShape, tcp_checksum, write_tcp_segment};
+use super::xmit::{SegHead, tcp_checksum, write_tcp_segment};
 use crate::Stack;
 
 /// What every IPv6 segment of one connection repeats (see the module docs).
@@ -96,7 +96,7 @@ impl Stack {
     /// Write one segment of a connection from its IPv6 template into a frame and queue it
     /// (Linux `__tcp_transmit_skb` -> `inet6_csk_xmit` -> `ip6_xmit` for a connected
     /// socket): the header (the template's first 8 bytes, then `tuple`'s addresses), then
-    /// `repr`'s TCP header with its timestamp and SACK options, then `payload`, the
+    /// `head`'s TCP header with its timestamp and SACK options, then `payload`, the
     /// checksum over the IPv6 pseudo-header (left zero under
     /// [`crate::Config::checksum_offload`], as the general path does). The frame is the
     /// one the general path writes, byte for byte, and counted as it counts it. `None`:
@@ -107,11 +107,10 @@ impl Stack {
         now: Instant,
         tpl: &HeaderTemplate6,
         tuple: &FourTuple,
-        repr: &tcp::Repr,
+        head: &SegHead,
         payload: Payload,
     ) -> Option<bool> {
-        let shape = TcpHeaderShape::of(repr);
-        let tcp_len = shape.len + payload.len();
+        let tcp_len = head.len() + payload.len();
         let total = ipv6::HEADER_LEN + tcp_len;
         if total > usize::from(tpl.mtu) {
             return None;
@@ -131,7 +130,7 @@ impl Stack {
         ip[8..24].copy_from_slice(&src.octets());
         ip[24..40].copy_from_slice(&dst.octets());
         ip[4..6].copy_from_slice(&(tcp_len as u16).to_be_bytes());
-        write_tcp_segment(&self.tcp, repr, shape, payload, seg);
+        write_tcp_segment(&self.tcp, head, payload, seg);
         let sum = if self.checksum_offload {
             0
         } else {

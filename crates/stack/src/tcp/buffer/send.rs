@@ -91,6 +91,13 @@ impl SendBuffer {
     pub fn write(&mut self, pool: &mut BufferPool, data: &[u8], limit: usize) -> usize {
         let room = limit.min(MAX_SEND).saturating_sub(self.len as usize);
         let take = data.len().min(room);
+        if self.len == 0 && take <= CHUNK && take > 0 {
+            // Into an empty buffer, one chunk's worth (a small message): no loop.
+            let Some(c) = pool.alloc() else { return 0 };
+            pool.chunk_mut(c)[..take].copy_from_slice(&data[..take]);
+            (self.head, self.tail, self.head_off, self.len) = (c, c, 0, take as u32);
+            return take;
+        }
         let mut done = 0;
         while done < take {
             let end = self.head_off as usize + self.len as usize;
@@ -130,6 +137,13 @@ impl SendBuffer {
         }
         let n = out.len().min(len - offset);
         let abs = self.head_off as usize + offset;
+        if abs + n <= CHUNK {
+            // All in the head chunk (a small message's segment): no walk.
+            out[..n].copy_from_slice(&pool.chunk(self.head)[abs..abs + n]);
+            self.cursor.set(self.head);
+            self.cursor_ord.set(0);
+            return n;
+        }
         let want = (abs / CHUNK) as u32;
         let (mut c, mut ord) = match self.cursor.get() {
             cur if cur != NONE && self.cursor_ord.get() <= want => (cur, self.cursor_ord.get()),

@@ -61,6 +61,24 @@ fn sizes() {
     assert!(size_of::<InsertResult>() <= 6 * size_of::<usize>());
 }
 
+/// Nothing written takes nothing: an empty write, or one into a buffer at its limit,
+/// leaves an empty send buffer without a chunk (the one-chunk path for a write into an
+/// empty buffer must not take one first).
+#[test]
+fn an_empty_write_takes_no_chunk() {
+    let mut pool = BufferPool::new(1 << 20);
+    let mut s = SendBuffer::new();
+    assert_eq!(s.write(&mut pool, &[], 1 << 20), 0);
+    assert_eq!(s.write(&mut pool, &[1; 10], 0), 0);
+    assert_eq!((s.len(), s.mem_bytes(), pool.in_use_bytes()), (0, 0, 0));
+    // And the buffer works as a fresh one after.
+    assert_eq!(s.write(&mut pool, b"abc", 1 << 20), 3);
+    let mut out = [0; 3];
+    assert_eq!(s.peek(&pool, 0, &mut out), 3);
+    assert_eq!(&out, b"abc");
+    assert_eq!(pool.in_use_bytes(), CHUNK);
+}
+
 #[test]
 fn empty_buffers_hold_nothing() {
     let mut pool = BufferPool::new(1 << 20);
