@@ -284,6 +284,16 @@ pub struct ShmStats {
     /// [`Device::recv_head`](crate::Device::recv_head), for the stack to copy the payload
     /// from the slot straight into a receive queue ([`ShmPort::set_rx_head`]).
     pub rx_held: u64,
+    /// Frames written in place, in a slot lent to the caller ([`Device::send_with`]),
+    /// instead of copied in from the caller's buffer (of [`tx_frames`](Self::tx_frames)).
+    ///
+    /// [`Device::send_with`]: crate::Device::send_with
+    pub tx_lent: u64,
+    /// Slots lent by [`Device::send_with`] that the caller did not fill: given back
+    /// unposted, the frame not sent.
+    ///
+    /// [`Device::send_with`]: crate::Device::send_with
+    pub tx_unfilled: u64,
     /// Transmit ring publications: stores of `desc_head`, each followed by a SeqCst fence
     /// and a look at the peer's `rx_need_wakeup` flag. One per [`Device::send`], one per
     /// batch ([`Device::send_batch`], [`ShmPort::send_until_full`], or a run of
