@@ -59,6 +59,17 @@
 //! defers its doorbell while `netdev_xmit_more()` says more frames follow
 //! (`dev_hard_start_xmit` / `xmit_one` in `net/core/dev.c`).
 //!
+//! A device that lends its transmit memory ([`Device::tx_lends`], the shm port's slots)
+//! gets long TCP segments written straight into it: the shard sets
+//! [`Stack::set_tx_lend`], TCP queues such a segment as its headers with the payload left
+//! in the send buffer, and the transmit step (`send_lent`) has the device lend a
+//! slot ([`Device::send_with`]) and writes the headers and then the payload from the send
+//! buffer into it: one copy of the payload where building the frame and copying it into
+//! the slot took two (Linux's scatter-gather transmit: the driver takes an skb's page
+//! fragments from the socket's write queue). The frames go one by one, each with the
+//! `xmit_more` hint while another follows, so the run is published once, as a batch is;
+//! counted in [`ShardStats::tx_lent`].
+//!
 //! A device that knows how much room it has ([`Device::tx_space`], the shm port) gets no
 //! more frames than fit: the rest stays in the stack's transmit queue, in order, until the
 //! device has room again, as Linux's qdisc holds packets while a driver has stopped its

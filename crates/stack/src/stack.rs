@@ -453,11 +453,10 @@ impl Stack {
     /// acknowledged meanwhile is dropped, `TCP_TX_STALE`, and the next frame given).
     #[inline]
     pub fn poll_transmit(&mut self, now: Instant) -> Option<Vec<u8>> {
-        let frame = self.tx_pop(now);
         if !self.tx_splits.is_empty() {
-            return self.tx_whole(now, frame);
+            return self.tx_whole(now);
         }
-        frame
+        self.tx_pop(now)
     }
 
     /// [`poll_transmit`](Self::poll_transmit) for a driver whose device lends its transmit
@@ -487,13 +486,14 @@ impl Stack {
         frame
     }
 
-    /// [`poll_transmit`](Self::poll_transmit) while split segments are queued: `frame`
-    /// (just taken) made whole, or if its payload is gone, the next frame.
+    /// [`poll_transmit`](Self::poll_transmit) while split segments are queued: the next
+    /// frame, made whole (one whose payload is gone is skipped).
     #[cold]
     #[inline(never)]
-    fn tx_whole(&mut self, now: Instant, mut frame: Option<Vec<u8>>) -> Option<Vec<u8>> {
+    fn tx_whole(&mut self, now: Instant) -> Option<Vec<u8>> {
         loop {
-            match self.tx_split_of(frame?) {
+            let frame = self.tx_pop(now)?;
+            match self.tx_split_of(frame) {
                 crate::TxFrame::Whole(frame) => return Some(frame),
                 crate::TxFrame::Split { head, payload } => {
                     if let Some(frame) = self.tx_join(head, payload) {
@@ -501,7 +501,6 @@ impl Stack {
                     }
                 }
             }
-            frame = self.tx_pop(now);
         }
     }
 

@@ -131,14 +131,15 @@ impl Stack {
     /// then only the headers go into the frame.
     #[inline(always)]
     pub(super) fn tcp_tx_lend(&self, payload: &Payload, seq: SeqNumber) -> Option<TxPayload> {
+        if !self.tx_lend {
+            return None;
+        }
         match *payload {
-            Payload::SendBuffer { h, len, .. } if self.tx_lend && len >= LEND_MIN => {
-                Some(TxPayload {
-                    h,
-                    seq,
-                    len: len as u32,
-                })
-            }
+            Payload::SendBuffer { h, len, .. } if len >= LEND_MIN => Some(TxPayload {
+                h,
+                seq,
+                len: len as u32,
+            }),
             _ => None,
         }
     }
@@ -148,6 +149,7 @@ impl Stack {
     /// or a reachable neighbour on Ethernet); otherwise the payload is copied after the
     /// headers now and the frame takes the general way (it may wait in the neighbour
     /// table).
+    #[inline(never)]
     pub(super) fn dev_queue_xmit_lent(
         &mut self,
         next_hop: core::net::Ipv4Addr,
