@@ -748,13 +748,7 @@ impl<D: Device> Shard<D> {
             if sent >= TX_QUOTA {
                 return Quota::Spent;
             }
-            // A device that knows its room gets no more than fits; the rest waits in the
-            // stack's queue (Linux: the qdisc, while the driver's queue is stopped).
-            let want = self
-                .device
-                .tx_space()
-                .map_or(TX_BATCH, |n| n.min(TX_BATCH))
-                .min(TX_QUOTA - sent);
+            let want = self.tx_want(sent);
             while self.tx_batch.len() < want
                 && let Some(frame) = self.stack.poll_transmit(now)
             {
@@ -778,6 +772,17 @@ impl<D: Device> Shard<D> {
         }
     }
 
+    /// How many frames the next batch of a quota that has handed over `sent` may take: a
+    /// device that knows its room gets no more than fits; the rest waits in the stack's
+    /// queue (Linux: the qdisc, while the driver's queue is stopped).
+    #[inline]
+    fn tx_want(&mut self, sent: usize) -> usize {
+        self.device
+            .tx_space()
+            .map_or(TX_BATCH, |n| n.min(TX_BATCH))
+            .min(TX_QUOTA - sent)
+    }
+
     /// [`transmit_quota`](Self::transmit_quota) to a device that lends its transmit memory
     /// ([`Device::tx_lends`]): the frames go one by one through
     /// [`send_lent`](Self::send_lent), in batches of what the device has room for.
@@ -787,11 +792,7 @@ impl<D: Device> Shard<D> {
             if sent >= TX_QUOTA {
                 return Quota::Spent;
             }
-            let want = self
-                .device
-                .tx_space()
-                .map_or(TX_BATCH, |n| n.min(TX_BATCH))
-                .min(TX_QUOTA - sent);
+            let want = self.tx_want(sent);
             let n = self.send_lent(now, want, result);
             sent += n;
             if n == 0 || n < want {

@@ -130,15 +130,7 @@ impl SendBuffer {
         }
         let n = out.len().min(len - offset);
         let abs = self.head_off as usize + offset;
-        let want = (abs / CHUNK) as u32;
-        let (mut c, mut ord) = match self.cursor.get() {
-            cur if cur != NONE && self.cursor_ord.get() <= want => (cur, self.cursor_ord.get()),
-            _ => (self.head, 0),
-        };
-        while ord < want {
-            c = pool.next(c);
-            ord += 1;
-        }
+        let (mut c, mut ord) = self.chunk_at((abs / CHUNK) as u32, pool);
         let mut off = abs % CHUNK;
         let mut done = 0;
         loop {
@@ -238,6 +230,7 @@ impl SendBuffer {
 
     /// Chunk number `want` of the chain and its ordinal, walked from the cursor when it is
     /// not past `want`, else from the head.
+    #[inline(always)]
     fn chunk_at(&self, want: u32, pool: &BufferPool) -> (u32, u32) {
         let (mut c, mut ord) = match self.cursor.get() {
             cur if cur != NONE && self.cursor_ord.get() <= want => (cur, self.cursor_ord.get()),
