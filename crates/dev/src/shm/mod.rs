@@ -38,10 +38,13 @@
 //! sender, and two single-producer single-consumer rings of `ring_size` entries with
 //! free-running `u32` indices (masked by `ring_size - 1`; a power of two):
 //!
-//! 1. The sender takes a free slot, copies the frame into it, writes the descriptor
-//!    `(slot, len)` at `desc[desc_head]`, and publishes `desc_head + 1` (Release), batched:
-//!    once per [`Device::send`], but once for a whole [`Device::send_batch`] (or run of
-//!    [`Device::send_more`], Linux's `xmit_more`), counted in [`ShmStats::tx_publishes`].
+//! 1. The sender takes a free slot, copies the frame into it (or, through
+//!    [`Device::send_with`](crate::Device::send_with), lends the slot to its caller, who
+//!    writes the frame there in pieces; a slot not filled is never posted), writes the
+//!    descriptor `(slot, len)` at `desc[desc_head]`, and publishes `desc_head + 1`
+//!    (Release), batched: once per [`Device::send`], but once for a whole
+//!    [`Device::send_batch`] (or run of [`Device::send_more`], Linux's `xmit_more`),
+//!    counted in [`ShmStats::tx_publishes`].
 //! 2. The receiver loads `desc_head` (Acquire), reads descriptors from its `desc_tail`,
 //!    copies each frame out, and hands the slot back: `comp[comp_head] = slot`, then
 //!    publishes `comp_head + 1` (Release), batched: at the end of a batch, when it has
