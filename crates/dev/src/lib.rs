@@ -221,6 +221,44 @@ pub trait Device {
         let _ = (off, dst);
         false
     }
+    /// Whether [`send_with`](Device::send_with) has the frame written straight into the
+    /// device's own transmit memory (a slot of the shm link's ring): a caller that builds
+    /// frames there saves the copy from its buffer. False (the provided value): `send_with`
+    /// only writes into a buffer and copies it as [`send`](Device::send) does, so a caller
+    /// gains nothing from it and sends whole frames.
+    fn tx_lends(&self) -> bool {
+        false
+    }
+    /// Transmit one frame of `len` bytes that `fill` writes in place, front to back,
+    /// through a bounds-checked [`FrameWriter`] over the device's transmit memory (a lent
+    /// slot; Linux's scatter-gather transmit, where the driver takes the headers and the
+    /// payload's pages of an skb from where they are instead of a linear copy). The frame
+    /// is sent only if `fill` returns true having written all `len` bytes; otherwise
+    /// nothing is sent, the room goes back to the device, and false is returned (a slot
+    /// lent but not filled is never published). `more` is [`send_more`](Device::send_more)'s
+    /// hint, and the result and the drops counted are `send_more`'s: false if the device
+    /// had no room, the frame was too big, or it was not filled.
+    ///
+    /// Provided: `fill` writes into a buffer of `len` bytes and `send_more` copies it
+    /// (today's copy, for every device that does not lend).
+    fn send_with(
+        &mut self,
+        now: Instant,
+        len: usize,
+        more: bool,
+        fill: &mut dyn FnMut(&mut dyn FrameWriter) -> bool,
+    ) -> bool {
+        let mut buf = Vec::with_capacity(len);
+        let filled = fill(&mut VecWriter { buf: &mut buf, len }) && buf.len() == len;
+        if filled {
+            return self.send_more(now, &buf, more);
+        }
+        if !more {
+            // Frames sent before with `more` must still leave.
+            self.send_batch(now, &[]);
+        }
+        false
+    }
     /// How many frames the device would take now without dropping one for lack of room,
     /// if it knows (a driver's transmit queue being stopped, `netif_tx_queue_stopped`);
     /// `None`: it does not, and frames it cannot take are dropped and counted. A caller
@@ -257,6 +295,36 @@ pub trait Device {
     ///
     /// Provided: nothing (the device always completes its checksums).
     fn trust_rx_csum(&mut self) {}
+}
+
+/// A frame being written in place, front to back ([`Device::send_with`]): every write
+/// is checked against the frame's length, and the device sends the frame only if all of
+/// it was written, so no byte of an older frame in the same memory goes out.
+pub trait FrameWriter {
+    /// Append `bytes` after what was written. False, writing nothing, if they would go
+    /// past the frame's end.
+    fn put(&mut self, bytes: &[u8]) -> bool;
+    /// Bytes still to write.
+    fn remaining(&self) -> usize;
+}
+
+/// [`Device::send_with`]'s provided writer: a private buffer of at most `len` bytes.
+struct VecWriter<'a> {
+    buf: &'a mut Vec<u8>,
+    len: usize,
+}
+
+impl FrameWriter for VecWriter<'_> {
+    fn put(&mut self, bytes: &[u8]) -> bool {
+        if bytes.len() > self.remaining() {
+            return false;
+        }
+        self.buf.extend_from_slice(bytes);
+        true
+    }
+    fn remaining(&self) -> usize {
+        self.len - self.buf.len()
+    }
 }
 
 /// [`Device::send_batch`] frame by frame: [`Device::send_more`] on each, with the hint on
@@ -320,6 +388,18 @@ impl<D: Device + ?Sized> Device for &mut D {
     fn tx_space(&mut self) -> Option<usize> {
         (**self).tx_space()
     }
+    fn tx_lends(&self) -> bool {
+        (**self).tx_lends()
+    }
+    fn send_with(
+        &mut self,
+        now: Instant,
+        len: usize,
+        more: bool,
+        fill: &mut dyn FnMut(&mut dyn FrameWriter) -> bool,
+    ) -> bool {
+        (**self).send_with(now, len, more, fill)
+    }
     fn rx_head_len(&self) -> usize {
         (**self).rx_head_len()
     }
@@ -364,6 +444,18 @@ impl<D: Device + ?Sized> Device for Box<D> {
     }
     fn tx_space(&mut self) -> Option<usize> {
         (**self).tx_space()
+    }
+    fn tx_lends(&self) -> bool {
+        (**self).tx_lends()
+    }
+    fn send_with(
+        &mut self,
+        now: Instant,
+        len: usize,
+        more: bool,
+        fill: &mut dyn FnMut(&mut dyn FrameWriter) -> bool,
+    ) -> bool {
+        (**self).send_with(now, len, more, fill)
     }
     fn rx_head_len(&self) -> usize {
         (**self).rx_head_len()

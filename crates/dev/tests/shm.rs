@@ -470,6 +470,72 @@ fn recv_head_leaves_a_long_frame_in_its_slot_until_the_next_receive() {
     assert_eq!(b.stats().rx_held, 2);
 }
 
+/// `Device::send_with`: a slot is lent as a writer, the frame written in pieces arrives
+/// byte for byte; a write past the frame's end is refused; a slot lent but not filled
+/// (or filled in part) is not published and goes back to the free list; with the ring
+/// full, nothing is lent and the refusal is counted as `send` counts it; a port that
+/// does not lend says so.
+#[test]
+fn send_with_writes_a_frame_into_a_lent_slot_and_publishes_only_a_filled_one() {
+    let (mut a, mut b) = pair(&one_queue(2));
+    assert!(a.tx_lends());
+    let long: Vec<u8> = (0..1500u32).map(|i| (i % 251) as u8 ^ 0x3c).collect();
+    // In three pieces, as the stack writes headers, then payload chunk by chunk.
+    assert!(a.send_with(NOW, long.len(), false, &mut |w| {
+        assert_eq!(w.remaining(), 1500);
+        w.put(&long[..66]) && w.put(&long[66..1000]) && w.put(&long[1000..])
+    }));
+    assert_eq!(a.stats().tx_lent, 1);
+    let mut buf = [0u8; 1514];
+    assert_eq!(b.recv(NOW, &mut buf), Some(1500));
+    assert_eq!(buf[..1500], long[..]);
+
+    // Not filled: refused by the writer past the end, or given up part way, or `fill`
+    // says no: nothing published, the slot back.
+    let free = a.tx_space();
+    assert!(!a.send_with(NOW, 100, false, &mut |w| {
+        assert!(!w.put(&long[..101]), "past the frame's end");
+        w.put(&long[..99])
+    }));
+    assert!(!a.send_with(NOW, 100, false, &mut |w| {
+        w.put(&long[..100]);
+        false
+    }));
+    assert_eq!(a.stats().tx_unfilled, 2);
+    assert_eq!(a.stats().tx_frames, 1);
+    assert_eq!(b.recv(NOW, &mut buf), None, "nothing published");
+    assert_eq!(a.tx_space(), free, "the slot is back");
+
+    // The ring full (both slots free: none was kept): no slot lent, `fill` not called,
+    // counted as a full ring.
+    assert!(a.send(NOW, &long));
+    assert!(a.send(NOW, &long));
+    assert!(!a.send_with(NOW, 1500, false, &mut |_| panic!("no slot to lend")));
+    assert_eq!(a.stats().tx_full, 1);
+    for _ in 0..2 {
+        assert_eq!(b.recv(NOW, &mut buf), Some(1500));
+    }
+    // Too big for a slot: refused and counted before any slot is lent.
+    assert!(!a.send_with(NOW, 1515, false, &mut |_| panic!("too big")));
+    assert_eq!(a.stats().tx_too_big, 1);
+
+    // With `more`, publication waits for the run's last frame, as `send_more`.
+    for i in 0..2u8 {
+        assert!(a.send_with(NOW, 1200, i == 0, &mut |w| w.put(&[i; 1200])));
+        if i == 0 {
+            assert_eq!(b.recv(NOW, &mut buf), None, "not yet published");
+        }
+    }
+    for i in 0..2u8 {
+        assert_eq!(b.recv(NOW, &mut buf), Some(1200));
+        assert!(buf[..1200].iter().all(|&x| x == i));
+    }
+    assert_eq!(a.stats().tx_lent, 3);
+
+    a.set_tx_lend(false);
+    assert!(!a.tx_lends());
+}
+
 #[test]
 fn bad_configs_are_refused() {
     let bad = [

@@ -140,6 +140,18 @@ impl Device for DynLink {
     fn tx_space(&mut self) -> Option<usize> {
         self.0.tx_space()
     }
+    fn tx_lends(&self) -> bool {
+        self.0.tx_lends()
+    }
+    fn send_with(
+        &mut self,
+        now: Instant,
+        len: usize,
+        more: bool,
+        fill: &mut dyn FnMut(&mut dyn ustack_dev::FrameWriter) -> bool,
+    ) -> bool {
+        self.0.send_with(now, len, more, fill)
+    }
     fn rx_head_len(&self) -> usize {
         self.0.rx_head_len()
     }

@@ -318,6 +318,12 @@ drop_reasons! {
     /// empty out-of-order queue, which the stack checked before taking it: its data is
     /// not queued (the peer sends it again). ustack-specific; not expected to count.
     TcpDirectMiss = "TCP_DIRECT_MISS" => [],
+    /// A data segment queued for the device with its payload left in the send buffer (a
+    /// device that lends its transmit slots, `Stack::poll_transmit_lent`) whose bytes
+    /// were acknowledged, or whose connection went, before the device took it: nothing is
+    /// left to send (the peer has those bytes). ustack-specific; Linux's queued skb holds
+    /// its own reference to the payload's pages and goes out anyway.
+    TcpTxStale = "TCP_TX_STALE" => [],
 }
 
 impl DropReason {

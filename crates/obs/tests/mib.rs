@@ -317,6 +317,7 @@ fn drop_reason_names() {
         (DropReason::TcpOfoQueuePrune, "TCP_OFO_QUEUE_PRUNE", &[]),
         (DropReason::ProtoMem, "PROTO_MEM", &[]),
         (DropReason::TcpDirectMiss, "TCP_DIRECT_MISS", &[]),
+        (DropReason::TcpTxStale, "TCP_TX_STALE", &[]),
         (
             DropReason::TcpOfoMerge,
             "TCP_OFOMERGE",

@@ -59,6 +59,17 @@
 //! defers its doorbell while `netdev_xmit_more()` says more frames follow
 //! (`dev_hard_start_xmit` / `xmit_one` in `net/core/dev.c`).
 //!
+//! A device that lends its transmit memory ([`Device::tx_lends`], the shm port's slots)
+//! gets long TCP segments written straight into it: the shard sets
+//! [`Stack::set_tx_lend`], TCP queues such a segment as its headers with the payload left
+//! in the send buffer, and the transmit step (`send_lent`) has the device lend a
+//! slot ([`Device::send_with`]) and writes the headers and then the payload from the send
+//! buffer into it: one copy of the payload where building the frame and copying it into
+//! the slot took two (Linux's scatter-gather transmit: the driver takes an skb's page
+//! fragments from the socket's write queue). The frames go one by one, each with the
+//! `xmit_more` hint while another follows, so the run is published once, as a batch is;
+//! counted in [`ShardStats::tx_lent`].
+//!
 //! A device that knows how much room it has ([`Device::tx_space`], the shm port) gets no
 //! more frames than fit: the rest stays in the stack's transmit queue, in order, until the
 //! device has room again, as Linux's qdisc holds packets while a driver has stopped its
@@ -161,7 +172,7 @@ use core::time::Duration;
 
 use ustack_dev::Device;
 use ustack_obs::profile::{self, Stage};
-use ustack_stack::{Instant, Stack, Sysctl};
+use ustack_stack::{Instant, Stack, Sysctl, TxFrame};
 
 /// How much one [`Shard::poll_once`] round may receive.
 pub struct Budget<'c> {
@@ -286,6 +297,10 @@ pub struct ShardStats {
     pub transmitted: u64,
     /// Frames the device refused (queue full or too big; the device counts them too).
     pub tx_dropped: u64,
+    /// Of the frames handed to the device, segments written straight into its transmit
+    /// memory: the headers and then the payload from the send buffer, into a slot the
+    /// device lent ([`Device::send_with`], [`Stack::poll_transmit_lent`]).
+    pub tx_lent: u64,
     /// Batches handed to the device ([`Device::send_batch`] calls).
     pub tx_batches: u64,
     /// Rounds that ended with frames held back because the device had no room
@@ -352,9 +367,13 @@ pub struct Shard<D: Device> {
 
 impl<D: Device> Shard<D> {
     /// Shard number `id` running `stack` on `device`.
-    pub fn new(id: usize, stack: Stack, mut device: D) -> Shard<D> {
+    pub fn new(id: usize, mut stack: Stack, mut device: D) -> Shard<D> {
         // Every frame goes to the stack with the device's word on its checksum.
         device.trust_rx_csum();
+        // Long segments are written into the device's slots from the send buffer.
+        if device.tx_lends() {
+            stack.set_tx_lend(true);
+        }
         let rx_buf = vec![0; device.caps().max_rx_frame_len()];
         Shard {
             id,
@@ -684,6 +703,9 @@ impl<D: Device> Shard<D> {
             return false;
         }
         let _stage = profile::enter(Stage::DeviceTx);
+        if self.device.tx_lends() {
+            return self.send_lent(now, 1, result) > 0;
+        }
         let Some(frame) = self.stack.poll_transmit(now) else {
             return false;
         };
@@ -738,6 +760,9 @@ impl<D: Device> Shard<D> {
             return Quota::Drained;
         }
         let _stage = profile::enter(Stage::DeviceTx);
+        if self.device.tx_lends() {
+            return self.transmit_quota_lent(now, result);
+        }
         // One frame queued (a request-response's usual round): straight to the device and
         // back to the stack, without the batch vector.
         if self.stack.tx_queue_len() == 1
@@ -756,13 +781,7 @@ impl<D: Device> Shard<D> {
             if sent >= TX_QUOTA {
                 return Quota::Spent;
             }
-            // A device that knows its room gets no more than fits; the rest waits in the
-            // stack's queue (Linux: the qdisc, while the driver's queue is stopped).
-            let want = self
-                .device
-                .tx_space()
-                .map_or(TX_BATCH, |n| n.min(TX_BATCH))
-                .min(TX_QUOTA - sent);
+            let want = self.tx_want(sent);
             while self.tx_batch.len() < want
                 && let Some(frame) = self.stack.poll_transmit(now)
             {
@@ -784,6 +803,78 @@ impl<D: Device> Shard<D> {
                 return Quota::Drained;
             }
         }
+    }
+
+    /// How many frames the next batch of a quota that has handed over `sent` may take: a
+    /// device that knows its room gets no more than fits; the rest waits in the stack's
+    /// queue (Linux: the qdisc, while the driver's queue is stopped).
+    #[inline]
+    fn tx_want(&mut self, sent: usize) -> usize {
+        self.device
+            .tx_space()
+            .map_or(TX_BATCH, |n| n.min(TX_BATCH))
+            .min(TX_QUOTA - sent)
+    }
+
+    /// [`transmit_quota`](Self::transmit_quota) to a device that lends its transmit memory
+    /// ([`Device::tx_lends`]): the frames go one by one through
+    /// [`send_lent`](Self::send_lent), in batches of what the device has room for.
+    fn transmit_quota_lent(&mut self, now: Instant, result: &mut PollResult) -> Quota {
+        let mut sent = 0;
+        loop {
+            if sent >= TX_QUOTA {
+                return Quota::Spent;
+            }
+            let want = self.tx_want(sent);
+            let n = self.send_lent(now, want, result);
+            sent += n;
+            if n == 0 || n < want {
+                return Quota::Drained;
+            }
+        }
+    }
+
+    /// Up to `want` frames from the stack to a device that lends its transmit memory: a
+    /// data segment left split ([`Stack::poll_transmit_lent`]) is written into a slot the
+    /// device lends ([`Device::send_with`]), its headers and then its payload straight
+    /// from the send buffer (one copy where building the frame and copying it in take
+    /// two); a whole frame is copied in ([`Device::send_more`]). Each goes with the
+    /// `xmit_more` hint while another follows (one frame taken ahead, as Linux's
+    /// `dev_hard_start_xmit` knows from the skb list whether more follow), so the device
+    /// publishes the run once. The frames handed over.
+    fn send_lent(&mut self, now: Instant, want: usize, result: &mut PollResult) -> usize {
+        let (mut n, mut dropped, mut lent) = (0, 0, 0);
+        let mut next = if want > 0 {
+            self.stack.poll_transmit_lent(now)
+        } else {
+            None
+        };
+        while let Some(frame) = next.take() {
+            n += 1;
+            if n < want {
+                next = self.stack.poll_transmit_lent(now);
+            }
+            let more = next.is_some();
+            let Shard { stack, device, .. } = self;
+            let (sent, buf) = match frame {
+                TxFrame::Whole(frame) => (device.send_more(now, &frame, more), frame),
+                TxFrame::Split { head, payload } => {
+                    let len = head.len() + payload.len();
+                    let sent = device.send_with(now, len, more, &mut |w| {
+                        w.put(&head) && stack.write_tx_payload(&payload, |bytes| w.put(bytes))
+                    });
+                    lent += u64::from(sent);
+                    (sent, head)
+                }
+            };
+            dropped += usize::from(!sent);
+            self.stack.recycle(buf);
+        }
+        if n > 0 {
+            self.stats.tx_lent += lent;
+            self.count_batch(n, dropped, result);
+        }
+        n
     }
 
     /// Count a batch of `n` frames handed to the device, `dropped` of them refused.

@@ -78,6 +78,7 @@ pub use ip::ipv6::AddrState;
 pub use socket::{Readiness, SocketKey};
 pub use stack::Stack;
 pub use sysctl::{Sysctl, SysctlError, SysctlInfo};
+pub use tcp::tx_lend::{LEND_MIN, TxFrame, TxPayload};
 pub use tcp::{ListenerHandle, Shutdown, TcpHandle, TcpInfo, TcpOpt, TcpOptValues, TcpResources};
 pub use udp::UdpHandle;
 pub use ustack_obs::{DropReason, Instant, Mib};

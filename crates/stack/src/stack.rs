@@ -46,6 +46,11 @@ pub struct Stack {
     pub(crate) ready: crate::socket::ReadyList,
     /// Frames ready for the device, L2 header filled in.
     tx: VecDeque<Vec<u8>>,
+    /// Which of them are a data segment's headers, its payload left in the send buffer
+    /// (`tcp::tx_lend`).
+    pub(crate) tx_splits: crate::tcp::tx_lend::TxSplits,
+    /// TCP leaves long segments' payloads in the send buffer ([`Stack::set_tx_lend`]).
+    pub(crate) tx_lend: bool,
     /// How many times the driver drained `tx` to empty ([`Stack::poll_transmit`] gave
     /// `None`): the end of a round of its loop, for `tcp_tx_wake`.
     pub(crate) tx_drains: u64,
@@ -114,6 +119,8 @@ impl Stack {
             sysctl,
             ready: Default::default(),
             tx: VecDeque::new(),
+            tx_splits: Default::default(),
+            tx_lend: false,
             tx_drains: 0,
             neigh_events: Vec::new(),
             frames: Vec::new(),
@@ -405,7 +412,7 @@ impl Stack {
 
     /// Write the Ethernet header of an IPv4 frame to `dst` (Linux `eth_header`).
     #[inline]
-    fn eth_header_ipv4(&self, frame: &mut [u8], dst: EthernetAddress) {
+    pub(crate) fn eth_header_ipv4(&self, frame: &mut [u8], dst: EthernetAddress) {
         frame[0..6].copy_from_slice(&dst.0);
         frame[6..12].copy_from_slice(&self.mac.0);
         frame[12..14].copy_from_slice(&u16::from(ethernet::EtherType::Ipv4).to_be_bytes());
@@ -440,8 +447,34 @@ impl Stack {
     /// The next frame for the device, if any. Once the queue has drained to half of
     /// `txqueuelen`, connections that found it full send what they held back first
     /// (`tcp_tx_wake`), so a burst larger than the queue leaves in order, without a drop.
+    ///
+    /// A data segment whose payload was left in the send buffer ([`Stack::set_tx_lend`])
+    /// comes whole: the payload is copied after its headers here (one whose bytes were
+    /// acknowledged meanwhile is dropped, `TCP_TX_STALE`, and the next frame given).
     #[inline]
     pub fn poll_transmit(&mut self, now: Instant) -> Option<Vec<u8>> {
+        if !self.tx_splits.is_empty() {
+            return self.tx_whole(now);
+        }
+        self.tx_pop(now)
+    }
+
+    /// [`poll_transmit`](Self::poll_transmit) for a driver whose device lends its transmit
+    /// memory ([`Stack::set_tx_lend`]): a data segment whose payload was left in the send
+    /// buffer comes as its headers and the payload's place ([`TxFrame::Split`]), for the
+    /// driver to write both into the device ([`Stack::write_tx_payload`]).
+    ///
+    /// [`TxFrame::Split`]: crate::TxFrame::Split
+    #[inline]
+    pub fn poll_transmit_lent(&mut self, now: Instant) -> Option<crate::TxFrame> {
+        let frame = self.tx_pop(now)?;
+        Some(self.tx_split_of(frame))
+    }
+
+    /// The front of the transmit queue, after letting waiting connections queue more
+    /// once it has drained to half (see [`poll_transmit`](Self::poll_transmit)).
+    #[inline(always)]
+    fn tx_pop(&mut self, now: Instant) -> Option<Vec<u8>> {
         if !self.tcp.tx_waiters.is_empty() && (self.tx.len() as u64) <= self.tx_tcp_limit() / 2 {
             self.tcp_tx_wake(now);
             self.debug_check_wake();
@@ -451,6 +484,24 @@ impl Stack {
             self.tx_drains = self.tx_drains.wrapping_add(1);
         }
         frame
+    }
+
+    /// [`poll_transmit`](Self::poll_transmit) while split segments are queued: the next
+    /// frame, made whole (one whose payload is gone is skipped).
+    #[cold]
+    #[inline(never)]
+    fn tx_whole(&mut self, now: Instant) -> Option<Vec<u8>> {
+        loop {
+            let frame = self.tx_pop(now)?;
+            match self.tx_split_of(frame) {
+                crate::TxFrame::Whole(frame) => return Some(frame),
+                crate::TxFrame::Split { head, payload } => {
+                    if let Some(frame) = self.tx_join(head, payload) {
+                        return Some(frame);
+                    }
+                }
+            }
+        }
     }
 
     /// The frames TCP connections may fill the transmit queue with: `txqueuelen` less a

@@ -38,10 +38,13 @@
 //! sender, and two single-producer single-consumer rings of `ring_size` entries with
 //! free-running `u32` indices (masked by `ring_size - 1`; a power of two):
 //!
-//! 1. The sender takes a free slot, copies the frame into it, writes the descriptor
-//!    `(slot, len)` at `desc[desc_head]`, and publishes `desc_head + 1` (Release), batched:
-//!    once per [`Device::send`], but once for a whole [`Device::send_batch`] (or run of
-//!    [`Device::send_more`], Linux's `xmit_more`), counted in [`ShmStats::tx_publishes`].
+//! 1. The sender takes a free slot, copies the frame into it (or, through
+//!    [`Device::send_with`](crate::Device::send_with), lends the slot to its caller, who
+//!    writes the frame there in pieces; a slot not filled is never posted), writes the
+//!    descriptor `(slot, len)` at `desc[desc_head]`, and publishes `desc_head + 1`
+//!    (Release), batched: once per [`Device::send`], but once for a whole
+//!    [`Device::send_batch`] (or run of [`Device::send_more`], Linux's `xmit_more`),
+//!    counted in [`ShmStats::tx_publishes`].
 //! 2. The receiver loads `desc_head` (Acquire), reads descriptors from its `desc_tail`,
 //!    copies each frame out, and hands the slot back: `comp[comp_head] = slot`, then
 //!    publishes `comp_head + 1` (Release), batched: at the end of a batch, when it has
@@ -284,6 +287,16 @@ pub struct ShmStats {
     /// [`Device::recv_head`](crate::Device::recv_head), for the stack to copy the payload
     /// from the slot straight into a receive queue ([`ShmPort::set_rx_head`]).
     pub rx_held: u64,
+    /// Frames written in place, in a slot lent to the caller ([`Device::send_with`]),
+    /// instead of copied in from the caller's buffer (of [`tx_frames`](Self::tx_frames)).
+    ///
+    /// [`Device::send_with`]: crate::Device::send_with
+    pub tx_lent: u64,
+    /// Slots lent by [`Device::send_with`] that the caller did not fill: given back
+    /// unposted, the frame not sent.
+    ///
+    /// [`Device::send_with`]: crate::Device::send_with
+    pub tx_unfilled: u64,
     /// Transmit ring publications: stores of `desc_head`, each followed by a SeqCst fence
     /// and a look at the peer's `rx_need_wakeup` flag. One per [`Device::send`], one per
     /// batch ([`Device::send_batch`], [`ShmPort::send_until_full`], or a run of

@@ -10,7 +10,40 @@ use ustack_obs::time::Instant;
 
 use super::link::Shared;
 use super::{ShmFault, ShmLayout, ShmSide, ShmStats};
-use crate::{Device, DeviceCaps};
+use crate::sys::mapping::Mapping;
+use crate::{Device, DeviceCaps, FrameWriter};
+
+/// One of our transmit slots, lent to a [`Device::send_with`] caller: appends go into the
+/// region through [`Mapping::write`] (no reference into the shared bytes is ever made:
+/// the peer may write them at any moment, which can only garble what it receives), each
+/// checked against the frame's length, which [`ShmPort::take_slot`] checked against the
+/// slot's size.
+struct SlotWriter<'a> {
+    map: &'a Mapping,
+    /// The slot's offset in the region.
+    off: usize,
+    /// The frame's length.
+    len: usize,
+    /// Bytes written.
+    at: usize,
+}
+
+impl FrameWriter for SlotWriter<'_> {
+    #[inline]
+    fn put(&mut self, bytes: &[u8]) -> bool {
+        if bytes.len() > self.len - self.at {
+            return false;
+        }
+        if !self.map.write(self.off + self.at, bytes) {
+            return false;
+        }
+        self.at += bytes.len();
+        true
+    }
+    fn remaining(&self) -> usize {
+        self.len - self.at
+    }
+}
 
 /// A receiver publishes returned slots at least this often (or every half ring, if that is
 /// less), whenever it catches up with the sender, and at the end of each batch.
@@ -89,6 +122,8 @@ pub struct ShmPort {
     publish_every: u32,
     /// Bytes [`Device::recv_head`] copies of a frame it leaves in its slot; 0: off.
     rx_head: usize,
+    /// [`Device::tx_lends`] ([`ShmPort::set_tx_lend`]).
+    tx_lend: bool,
     pub(super) bell: usize,
     pub(super) peer_bell: usize,
     pub(super) tx: Tx,
@@ -172,6 +207,7 @@ impl ShmPort {
             mask: ring - 1,
             publish_every: PUBLISH_EVERY.min(ring / 2),
             rx_head: RX_HEAD,
+            tx_lend: true,
             bell: l.dir(queue, me),
             peer_bell: l.dir(queue, peer),
             side,
@@ -264,36 +300,93 @@ impl ShmPort {
 
     /// Copies one frame into a free slot and writes its descriptor, without publishing.
     pub(super) fn place(&mut self, frame: &[u8]) -> Placed {
-        if frame.len() > self.max_frame {
+        let slot = match self.take_slot(frame.len()) {
+            Ok(slot) => slot,
+            Err(refused) => return refused,
+        };
+        // In bounds by construction (slot < ring_size, len <= max_frame <= slot_size).
+        self.shared.map.write(self.tx_slot_off(slot), frame);
+        self.post(slot, frame.len());
+        Placed::Yes
+    }
+
+    /// A free slot for a frame of `len` bytes, taken off the free list (reclaiming
+    /// returned ones first when due), or why not, counted.
+    #[inline]
+    fn take_slot(&mut self, len: usize) -> Result<u32, Placed> {
+        if len > self.max_frame {
             self.stats.tx_too_big += 1;
-            return Placed::TooBig;
+            return Err(Placed::TooBig);
         }
         if self.tx.free.is_empty() || self.tx.since_reclaim >= RECLAIM_EVERY {
             self.reclaim();
         }
         if self.tx.stopped {
             self.stats.tx_stopped += 1;
-            return Placed::NoSlot;
+            return Err(Placed::NoSlot);
         }
         let Some(slot) = self.tx.free.pop() else {
             self.tx.starved = true;
             self.stats.tx_full += 1;
-            return Placed::NoSlot;
+            return Err(Placed::NoSlot);
         };
         self.tx.since_reclaim += 1;
-        let m = &self.shared.map;
-        // In bounds by construction (slot < ring_size, len <= max_frame <= slot_size).
-        m.write(self.tx.frames_off + slot as usize * self.slot_size, frame);
+        Ok(slot)
+    }
+
+    /// The region offset of our transmit slot `slot`.
+    fn tx_slot_off(&self, slot: u32) -> usize {
+        self.tx.frames_off + slot as usize * self.slot_size
+    }
+
+    /// Writes the descriptor of the frame of `len` bytes in `slot` (taken by
+    /// [`take_slot`](Self::take_slot) and filled), without publishing it.
+    #[inline]
+    fn post(&mut self, slot: u32, len: usize) {
         let at = self.tx.ring_off + 8 * (self.tx.head & self.mask) as usize;
-        m.u64_at(at).store(
-            u64::from(slot) | (frame.len() as u64) << 32,
-            Ordering::Relaxed,
-        );
+        self.shared
+            .map
+            .u64_at(at)
+            .store(u64::from(slot) | (len as u64) << 32, Ordering::Relaxed);
         self.tx.in_flight[slot as usize] = true;
         self.tx.head = self.tx.head.wrapping_add(1);
         self.stats.tx_frames += 1;
-        self.stats.tx_bytes += frame.len() as u64;
-        Placed::Yes
+        self.stats.tx_bytes += len as u64;
+    }
+
+    /// [`Device::send_with`]: a free slot lent to `fill` as a [`SlotWriter`]; posted if
+    /// `fill` wrote all `len` bytes, else back on the free list, unposted.
+    fn place_with(
+        &mut self,
+        len: usize,
+        fill: &mut dyn FnMut(&mut dyn FrameWriter) -> bool,
+    ) -> Placed {
+        let slot = match self.take_slot(len) {
+            Ok(slot) => slot,
+            Err(refused) => return refused,
+        };
+        let mut writer = SlotWriter {
+            map: &self.shared.map,
+            off: self.tx_slot_off(slot),
+            len,
+            at: 0,
+        };
+        if fill(&mut writer) && writer.at == len {
+            self.post(slot, len);
+            self.stats.tx_lent += 1;
+            return Placed::Yes;
+        }
+        // Never posted: the slot was ours all along, whatever `fill` wrote into it.
+        self.tx.free.push(slot);
+        self.stats.tx_unfilled += 1;
+        Placed::NoSlot
+    }
+
+    /// Whether [`Device::send_with`] writes frames into the slots (the default), or, off,
+    /// says the port does not lend ([`Device::tx_lends`] false: its callers send whole
+    /// frames, copied in as by [`Device::send`]).
+    pub fn set_tx_lend(&mut self, on: bool) {
+        self.tx_lend = on;
     }
 
     /// Publishes placed descriptors, if any, and rings the peer if it sleeps.
@@ -526,6 +619,30 @@ impl Device for ShmPort {
         }
         self.publish_tx();
         dropped
+    }
+
+    /// [`ShmPort::set_tx_lend`]: true unless turned off.
+    fn tx_lends(&self) -> bool {
+        self.tx_lend
+    }
+
+    /// Lends a free slot to `fill` (a [`FrameWriter`] over it), posts the frame if `fill`
+    /// wrote all of it (counted in [`ShmStats::tx_lent`]; else the slot goes back unposted,
+    /// counted in [`ShmStats::tx_unfilled`]), and publishes as
+    /// [`send_more`](Device::send_more) does. No free slot, or too big: counted and
+    /// false, as `send_more`.
+    fn send_with(
+        &mut self,
+        _now: Instant,
+        len: usize,
+        more: bool,
+        fill: &mut dyn FnMut(&mut dyn FrameWriter) -> bool,
+    ) -> bool {
+        let placed = self.place_with(len, fill);
+        if !more {
+            self.publish_tx();
+        }
+        placed == Placed::Yes
     }
 
     /// The free slots after taking back what the peer returned. None left: the port

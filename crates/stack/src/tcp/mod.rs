@@ -56,6 +56,7 @@ pub(crate) mod syncookie;
 pub(crate) mod tcb;
 pub(crate) mod timer;
 pub(crate) mod tuple_hash;
+pub(crate) mod tx_lend;
 pub(crate) mod xmit;
 pub(crate) mod xmit4;
 pub(crate) mod xmit6;

@@ -117,8 +117,15 @@ impl Stack {
         // cuts it into (tcp_gso_segment numbers them on from the first).
         let ident = self.ident.next(tpl.dst(), IpProtocol::Tcp, segs as u16);
         let l2 = self.l2_len();
+        // A device that lends its transmit memory takes a long segment's payload from the
+        // send buffer itself (`tx_lend`): only the headers go into the frame.
+        let lent = self.tcp_tx_lend(&payload, head.seq);
+        let (body, payload) = match lent {
+            Some(p) => (total - p.len(), Payload::None),
+            None => (total, payload),
+        };
         // Every byte of the headers is written below and the payload's by `write_payload`.
-        let mut frame = self.frame_overwritten(l2 + total);
+        let mut frame = self.frame_overwritten(l2 + body);
         let (ip, seg) = frame[l2..].split_at_mut(ipv4::HEADER_LEN);
         ip.copy_from_slice(&tpl.ip);
         ip[2..4].copy_from_slice(&(total as u16).to_be_bytes());
@@ -137,6 +144,9 @@ impl Stack {
         seg[16..18].copy_from_slice(&sum.to_be_bytes());
         // Linux __tcp_transmit_skb: OutSegs counts tcp_skb_pcount segments.
         self.mib.add(Counter::TcpOutSegs, segs as u64);
-        self.dev_queue_xmit(tpl.next_hop, frame, DropReason::DevQueueFull, now)
+        match lent {
+            None => self.dev_queue_xmit(tpl.next_hop, frame, DropReason::DevQueueFull, now),
+            Some(p) => self.dev_queue_xmit_lent(tpl.next_hop, frame, p, now),
+        }
     }
 }

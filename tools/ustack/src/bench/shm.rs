@@ -180,6 +180,8 @@ fn shm_counters(device: &dyn Any) -> Option<ShmStats> {
         t.tx_full += s.tx_full;
         t.tx_too_big += s.tx_too_big;
         t.tx_stopped += s.tx_stopped;
+        t.tx_lent += s.tx_lent;
+        t.tx_unfilled += s.tx_unfilled;
         t.rx_frames += s.rx_frames;
         t.rx_truncated += s.rx_truncated;
         t.rx_held += s.rx_held;
@@ -198,6 +200,8 @@ fn shm_json(t: &ShmStats) -> Value {
         "tx_full": t.tx_full,
         "tx_too_big": t.tx_too_big,
         "tx_stopped": t.tx_stopped,
+        "tx_lent": t.tx_lent,
+        "tx_unfilled": t.tx_unfilled,
         "rx_frames": t.rx_frames,
         "rx_truncated": t.rx_truncated,
         "rx_held": t.rx_held,

@@ -144,15 +144,7 @@ impl SendBuffer {
             self.cursor_ord.set(0);
             return n;
         }
-        let want = (abs / CHUNK) as u32;
-        let (mut c, mut ord) = match self.cursor.get() {
-            cur if cur != NONE && self.cursor_ord.get() <= want => (cur, self.cursor_ord.get()),
-            _ => (self.head, 0),
-        };
-        while ord < want {
-            c = pool.next(c);
-            ord += 1;
-        }
+        let (mut c, mut ord) = self.chunk_at((abs / CHUNK) as u32, pool);
         let mut off = abs % CHUNK;
         let mut done = 0;
         loop {
@@ -205,5 +197,63 @@ impl SendBuffer {
             c = next;
         }
         *self = SendBuffer::new();
+    }
+
+    /// Bytes `offset..offset + n` (offset = seq - snd_una) handed to `put` a chunk's
+    /// piece at a time, in order, instead of copied into one slice ([`peek`](Self::peek)
+    /// for a device that writes them into its own memory, `Stack::write_tx_payload`).
+    /// False if the range is not all in the buffer (nothing handed over) or `put`
+    /// refused a piece (then the pieces before it were handed over). Moves the cursor as
+    /// `peek` does.
+    pub fn peek_with(
+        &self,
+        pool: &BufferPool,
+        offset: usize,
+        n: usize,
+        mut put: impl FnMut(&[u8]) -> bool,
+    ) -> bool {
+        if offset
+            .checked_add(n)
+            .is_none_or(|end| end > self.len as usize)
+        {
+            return false;
+        }
+        if n == 0 {
+            return true;
+        }
+        let abs = self.head_off as usize + offset;
+        let (mut c, mut ord) = self.chunk_at((abs / CHUNK) as u32, pool);
+        let (mut off, mut done) = (abs % CHUNK, 0);
+        while done < n {
+            if off == CHUNK {
+                c = pool.next(c);
+                ord += 1;
+                off = 0;
+            }
+            let k = (CHUNK - off).min(n - done);
+            if !put(&pool.chunk(c)[off..off + k]) {
+                return false;
+            }
+            done += k;
+            off += k;
+        }
+        self.cursor.set(c);
+        self.cursor_ord.set(ord);
+        true
+    }
+
+    /// Chunk number `want` of the chain and its ordinal, walked from the cursor when it is
+    /// not past `want`, else from the head.
+    #[inline(always)]
+    fn chunk_at(&self, want: u32, pool: &BufferPool) -> (u32, u32) {
+        let (mut c, mut ord) = match self.cursor.get() {
+            cur if cur != NONE && self.cursor_ord.get() <= want => (cur, self.cursor_ord.get()),
+            _ => (self.head, 0),
+        };
+        while ord < want {
+            c = pool.next(c);
+            ord += 1;
+        }
+        (c, ord)
     }
 }
