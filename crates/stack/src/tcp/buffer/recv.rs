@@ -714,8 +714,9 @@ impl RecvBuffer {
         limit: usize,
         mut put: impl FnMut((u32, usize, usize), usize),
     ) -> InsertResult {
+        // The map may stay, empty, while in-order data awaits the reader (`release_ofo`).
         debug_assert!(
-            self.ofo.is_none(),
+            self.ooo_extents() == 0,
             "in-order append with an out-of-order queue"
         );
         let room = limit
