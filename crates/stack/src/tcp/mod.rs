@@ -55,12 +55,13 @@ pub(crate) mod syncookie;
 pub(crate) mod tcb;
 pub(crate) mod timer;
 pub(crate) mod tuple_hash;
+pub(crate) mod wheel;
 pub(crate) mod xmit;
 pub(crate) mod xmit4;
 pub(crate) mod xmit6;
 
 use core::net::{SocketAddr, SocketAddrV4, SocketAddrV6};
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::VecDeque;
 
 use ustack_obs::{Counter, Instant};
 use ustack_wire::SeqNumber;
@@ -201,12 +202,6 @@ pub enum Shutdown {
     Both,
 }
 
-/// What the stack's timer queue can wake.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum TimerKey {
-    Conn(TcpHandle),
-}
-
 /// All of one stack's TCP state.
 #[derive(Debug)]
 pub(crate) struct Tcp {
@@ -222,8 +217,10 @@ pub(crate) struct Tcp {
     /// with when to give it back (see [`tcb::Active`]): one entry per connection at most
     /// ([`tcb::TcbFlags::IDLE_QUEUED`]).
     pub(crate) idle_active: VecDeque<(Instant, TcpHandle)>,
-    /// Earliest deadline per connection or request, cancelled lazily.
-    pub(crate) timers: BinaryHeap<core::cmp::Reverse<(Instant, TimerKey)>>,
+    /// The connections' timers: one entry per connection, by slab index, for its
+    /// earliest deadline (see [`wheel`] and [`sock::Sock::arm`]); taken out when the
+    /// connection ends ([`Tcp::remove`], `tcp_done`).
+    pub(crate) timers: wheel::Wheel,
     pub(crate) pool: buffer::BufferPool,
     /// A receive that leaves the payload on the device (see [`rx_direct`]).
     pub(crate) rx_direct: rx_direct::RxDirect,
@@ -302,7 +299,7 @@ impl Tcp {
             requests: listen::Requests::new(tuples.clone()),
             timewait: timer::TimeWaits::new(tuples),
             idle_active: VecDeque::new(),
-            timers: BinaryHeap::new(),
+            timers: wheel::Wheel::new(),
             pool: Self::pool(sysctl),
             rx_direct: rx_direct::RxDirect::default(),
             spare_board: scoreboard::SpareBoard::default(),
@@ -533,6 +530,9 @@ impl Tcp {
             ..
         } = self;
         let tcb = conns.get_mut(h.index, h.generation)?;
+        // Its timers go with it (Linux inet_csk_clear_xmit_timers): no entry ever comes
+        // up for a connection that is gone, nor for the one that reuses its slot.
+        self.timers.cancel(h.index);
         let (state, flags) = (tcb.state, tcb.flags);
         tcb.sndbuf.clear(pool);
         tcb.rcvbuf.clear(pool);
@@ -1809,8 +1809,9 @@ pub struct TcpResources {
     pub requests: usize,
     /// Socket-buffer bytes in use, in whole chunks of [`BUFFER_CHUNK`].
     pub buffer_bytes: usize,
-    /// Entries in the connection timer queue (one per armed connection or request, plus
-    /// entries cancelled lazily and not yet reached).
+    /// Entries in the connection timer wheel: at most one per connection (an entry left
+    /// early by a deadline moved later or turned off stays until it comes up; none for a
+    /// connection that has ended).
     pub timers: usize,
     /// Entries in the TIME-WAIT expiry queue (one per record, plus records removed early).
     pub timewait_queue: usize,

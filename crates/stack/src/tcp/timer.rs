@@ -2,9 +2,9 @@
 //! `inet_timewait_sock.c`).
 //!
 //! Each connection has a fixed table of deadlines (retransmit/probe, delayed ACK,
-//! keepalive/FIN-WAIT-2) and one entry in the stack's timer queue for the earliest; an
-//! entry whose deadline moved is skipped when it comes up (lazy cancel), since the RTO is
-//! re-armed on nearly every ACK. TIME-WAIT records live 60 s from their last restart; each
+//! keepalive/FIN-WAIT-2) and one entry in the stack's timer wheel (`wheel`) for the
+//! earliest, moved when a deadline comes before it and taken out when the connection ends
+//! (see `Sock::arm`). TIME-WAIT records live 60 s from their last restart; each
 //! has exactly one entry in an expiry heap, whatever the peer sends (see `TimeWaits`).
 
 use core::net::SocketAddr;
@@ -20,7 +20,7 @@ use super::clock32::{Deadline, Ms32};
 use super::isn::ts_clock;
 use super::tcb::{FourTuple, TcbFlags};
 use super::tuple_hash::{TupleHash, TupleHasher, TupleTable};
-use super::{State, TcpHandle, TimerKey};
+use super::{State, TcpHandle};
 use crate::stack::Wake;
 use crate::{Error, Stack};
 
@@ -342,7 +342,7 @@ impl Stack {
     /// When TCP next needs [`Stack::tcp_handle_timeout`].
     #[inline]
     pub(crate) fn tcp_poll_timeout(&self) -> Option<Instant> {
-        let conn = self.tcp.timers.peek().map(|core::cmp::Reverse((t, _))| *t);
+        let conn = self.tcp.timers.next_expiry().map(Instant::from_millis);
         let conn = crate::stack::earliest(conn, self.tcp.requests.next_deadline());
         let conn = crate::stack::earliest(conn, self.tcp_idle_deadline());
         crate::stack::earliest(conn, self.tcp.timewait.next_deadline())
@@ -357,25 +357,19 @@ impl Stack {
         while let Some(tuple) = self.tcp.requests.pop_due(now) {
             self.request_timer(now, tuple);
         }
-        while let Some(core::cmp::Reverse((deadline, key))) = self.tcp.timers.peek().copied() {
-            if deadline > now {
-                break;
-            }
-            self.tcp.timers.pop();
-            match key {
-                TimerKey::Conn(h) => {
-                    let Some(tcb) = self.tcp.get_mut(h) else {
-                        continue;
-                    };
-                    if tcb.timers.queued != Deadline::at(deadline) {
-                        continue; // superseded by an earlier entry
-                    }
-                    tcb.timers.queued = Deadline::OFF;
-                    self.tcp_timer(now, h);
-                    self.tcp_arm(now, h);
-                    self.tcp_note_idle(now, h);
-                }
-            }
+        // The wheel's entries are live connections' (taken out when one ends), one each,
+        // for the deadline its `queued` names.
+        while let Some(index) = self.tcp.timers.pop_due(now.as_millis()) {
+            let h = self.tcp.handle_of(index);
+            let Some(tcb) = self.tcp.get_mut(h) else {
+                debug_assert!(false, "a timer entry of a connection that is gone");
+                continue;
+            };
+            debug_assert!(tcb.timers.queued.due(now), "a timer entry came up early");
+            tcb.timers.queued = Deadline::OFF;
+            self.tcp_timer(now, h);
+            self.tcp_arm(now, h);
+            self.tcp_note_idle(now, h);
         }
         // A connection aborted by its timer (retries out, an orphan's end) freed its buffers.
         self.tcp_mem_freed(now);
