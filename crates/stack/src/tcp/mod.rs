@@ -100,7 +100,7 @@ pub const TIME_WAIT_BYTES: usize = core::mem::size_of::<FourTuple>()
     + core::mem::size_of::<timer::TimeWaitEntry>();
 
 /// Bytes of one SYN-queue request: its table entry (4-tuple and record) and its entry in
-/// the SYN-ACK retransmission heap. The table's free slots come on top.
+/// the SYN-ACK retransmission queue. The table's free slots come on top.
 pub const REQUEST_BYTES: usize = core::mem::size_of::<FourTuple>()
     + core::mem::size_of::<listen::RequestSock>()
     + core::mem::size_of::<listen::RequestEntry>();

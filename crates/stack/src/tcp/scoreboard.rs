@@ -734,6 +734,7 @@ impl RtxQueue {
     /// `tcp_ack_pure`): no segment is SACKED, LOST or RETRANS, so there are no counts to
     /// keep and no hint to move but the retransmission hint (at the end: nothing waits).
     /// The result is the same.
+    #[inline]
     pub(crate) fn on_ack_reusing<const CLEAN: bool>(
         &mut self,
         snd_una: SeqNumber,
