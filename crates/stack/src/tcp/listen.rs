@@ -30,11 +30,9 @@ use super::syncookie::{CookieRequest, SynCookies};
 use super::tcb::{FourTuple, TcbFlags};
 use super::tuple_hash::{TupleHash, TupleHasher, TupleTable};
 use crate::stack::Wake;
-use core::cmp::Reverse;
 use core::mem::size_of;
-use std::collections::{BinaryHeap, VecDeque};
 
-use super::clock32::Ms32;
+use super::clock32::{DeadlineQueue, Ms32};
 use super::{AcceptQueue, ListenerHandle, State};
 use crate::Stack;
 use crate::slab::Slab;
@@ -289,16 +287,13 @@ const COMPACT_MIN: usize = 1024;
 #[derive(Debug)]
 pub(crate) struct Requests {
     map: TupleTable<RequestSock>,
-    /// SYN-ACK retransmission deadlines in the order filed, which is deadline order for
-    /// every first SYN-ACK (each waits the same `TIMEOUT_INIT` from its SYN): O(1) to
-    /// file and to take, as TIME-WAIT's queue (one entry per request and
-    /// retransmission; an entry whose request is gone or was re-filed later is dropped
-    /// when it comes up): the requests' own, so that an entry is 16 bytes.
-    queue: VecDeque<RequestEntry>,
-    /// The entries that would break `queue`'s order (a retransmission's backed-off
-    /// deadline, earlier than the first SYN-ACKs filed since): a heap, taken from
-    /// whenever its top is earlier than `queue`'s front.
-    refiled: BinaryHeap<Reverse<RequestEntry>>,
+    /// SYN-ACK retransmission deadlines (one entry per request and retransmission; an
+    /// entry whose request is gone or was re-filed later is dropped when it comes up):
+    /// the requests' own, so that an entry is 16 bytes. Every first SYN-ACK waits the
+    /// same `TIMEOUT_INIT` from its SYN, so they come in the order filed: a FIFO, O(1)
+    /// each way, as TIME-WAIT's; a retransmission's backed-off deadline, earlier than
+    /// first ones filed since, goes to the heap beside it ([`DeadlineQueue`]).
+    queue: DeadlineQueue<FourTuple>,
     /// The latest instant the queue was touched at, to read its deadlines back.
     seen: Instant,
 }
@@ -306,16 +301,14 @@ pub(crate) struct Requests {
 impl Requests {
     /// Heap bytes of the request table.
     pub fn heap_bytes(&self) -> usize {
-        self.map.allocation_size()
-            + (self.queue.capacity() + self.refiled.capacity()) * size_of::<RequestEntry>()
+        self.map.allocation_size() + self.queue.capacity() * size_of::<RequestEntry>()
     }
 
     /// `hasher` keyed with a secret: the 4-tuples are the peers' choice.
     pub fn new(hasher: TupleHasher) -> Self {
         Requests {
             map: TupleTable::new(hasher),
-            queue: VecDeque::new(),
-            refiled: BinaryHeap::new(),
+            queue: DeadlineQueue::new(),
             seen: Instant::ZERO,
         }
     }
@@ -345,14 +338,10 @@ impl Requests {
     /// deadline `wake` to it.
     pub fn file(&mut self, now: Instant, t: FourTuple, expires: Ms32, wake: &mut Wake) {
         self.seen = self.seen.max(now);
-        if self.queue.len() + self.refiled.len() >= 2 * self.map.len() + COMPACT_MIN {
+        if self.queue.len() >= 2 * self.map.len() + COMPACT_MIN {
             self.compact();
         }
-        if self.queue.back().is_none_or(|&(last, _)| last <= expires) {
-            self.queue.push_back((expires, t));
-        } else {
-            self.refiled.push(Reverse((expires, t)));
-        }
+        self.queue.push(expires, t);
         wake.lower(expires.instant(self.seen));
     }
 
@@ -366,48 +355,27 @@ impl Requests {
     #[cold]
     fn compact(&mut self) {
         let map = &self.map;
-        let live =
-            |d: &Ms32, t: &FourTuple| map.get(map.hash(t), t).is_some_and(|r| r.expires == *d);
-        self.queue.retain(|(d, t)| live(d, t));
-        self.refiled.retain(|Reverse((d, t))| live(d, t));
-        self.queue.shrink_to(2 * self.queue.len() + COMPACT_MIN);
-        self.refiled.shrink_to(2 * self.refiled.len());
-    }
-    /// The earliest entry of the FIFO and the heap, and whether it is the FIFO's.
-    #[inline]
-    fn front(&self) -> Option<(RequestEntry, bool)> {
-        match (self.queue.front(), self.refiled.peek()) {
-            (Some(a), Some(Reverse(b))) if b.0 < a.0 => Some((*b, false)),
-            (Some(a), _) => Some((*a, true)),
-            (None, b) => b.map(|r| (r.0, false)),
-        }
+        self.queue.retain(
+            |d, t| map.get(map.hash(t), t).is_some_and(|r| r.expires == d),
+            COMPACT_MIN,
+        );
     }
     /// When the earliest entry comes up.
     #[inline]
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.front().map(|((d, _), _)| d.instant(self.seen))
+        self.queue.front().map(|(d, _)| d.instant(self.seen))
     }
     /// The tuple of an entry due at `now`, taken off the queue.
     pub fn pop_due(&mut self, now: Instant) -> Option<FourTuple> {
         self.seen = self.seen.max(now);
-        let ((d, t), fifo) = self.front()?;
-        if !d.due(now) {
-            return None;
-        }
-        if fifo {
-            self.queue.pop_front();
-        } else {
-            self.refiled.pop();
-        }
-        Some(t)
+        self.queue.pop_due(now).map(|(_, t)| t)
     }
     /// The tuples of every request and expiry entry (for the IPv6 id sweep).
     pub fn tuples(&self) -> impl Iterator<Item = FourTuple> + '_ {
         self.map
             .iter()
             .map(|(t, _)| *t)
-            .chain(self.queue.iter().map(|(_, t)| *t))
-            .chain(self.refiled.iter().map(|Reverse((_, t))| *t))
+            .chain(self.queue.iter().map(|(_, t)| t))
     }
     /// Drop every request of a listener that is going away.
     pub fn remove_listener(&mut self, listener: u32) {
@@ -889,7 +857,11 @@ mod tests {
             r.file(at(now), tuple(i), Ms32::ceil(at(d)), &mut wake);
         }
         assert_eq!(wake, Wake::from(Some(at(1_000))), "lowered to the earliest");
-        assert_eq!(r.refiled.len(), 1, "C's out-of-order entry in the heap");
+        assert_eq!(
+            r.queue.out_of_order(),
+            1,
+            "C's out-of-order entry in the heap"
+        );
         let mut got = Vec::new();
         for ms in (1_000..=3_000).step_by(100) {
             while let Some(t) = r.pop_due(at(ms)) {
