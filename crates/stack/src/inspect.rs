@@ -189,7 +189,6 @@ impl Stack {
     pub fn memory(&self) -> MemoryUsage {
         let tcp = &self.tcp;
         let pool_in_use = tcp.pool.in_use_bytes();
-        let timer_entry = size_of::<core::cmp::Reverse<(Instant, crate::tcp::TimerKey)>>();
         let spare = tcp.spare_board.heap_bytes();
         let (mut rtx_boards, mut rtx_bytes) = (0, 0);
         let (mut active, mut active_bytes) = (0, 0);
@@ -253,7 +252,7 @@ impl Stack {
                 count: 0,
                 bytes: tcp.ehash.allocation_size()
                     + tcp.listeners.heap_bytes()
-                    + tcp.timers.capacity() * timer_entry
+                    + tcp.timers.heap_bytes()
                     // The rarely set per-socket options (none for an idle connection
                     // that set none).
                     + tcp.xopts.allocation_size(),

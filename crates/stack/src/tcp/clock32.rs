@@ -6,7 +6,9 @@
 //! timers: the RTO at most 120 s, keepalive at most `tcp_keepalive_time`, hours) stay far
 //! inside that.
 
+use core::cmp::Reverse;
 use core::time::Duration;
+use std::collections::{BinaryHeap, VecDeque};
 
 use ustack_obs::Instant;
 
@@ -107,6 +109,103 @@ impl Ord for Ms32 {
 impl PartialOrd for Ms32 {
     fn partial_cmp(&self, other: &Self) -> Option<core::cmp::Ordering> {
         Some(self.cmp(other))
+    }
+}
+
+/// Deadlines filed nearly always in order, with a key each: a FIFO for those filed in
+/// order (O(1) each way), a heap beside it for the few that would break its order, the
+/// earlier of the two fronts first. For the records whose first deadline is always the
+/// same wait from when they are made (TIME-WAIT's 2*MSL, a request's first SYN-ACK
+/// timeout), re-filed at a later deadline now and then (a restarted record, a
+/// retransmission's backoff). Deadlines read wrap-aware ([`Ms32`]'s order).
+#[derive(Debug)]
+pub(crate) struct DeadlineQueue<K> {
+    fifo: VecDeque<(Ms32, K)>,
+    heap: BinaryHeap<Reverse<(Ms32, K)>>,
+}
+
+impl<K: Ord + Copy> DeadlineQueue<K> {
+    pub(crate) fn new() -> Self {
+        DeadlineQueue {
+            fifo: VecDeque::new(),
+            heap: BinaryHeap::new(),
+        }
+    }
+
+    /// Entries filed.
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        self.fifo.len() + self.heap.len()
+    }
+
+    /// Entries room is held for.
+    pub(crate) fn capacity(&self) -> usize {
+        self.fifo.capacity() + self.heap.capacity()
+    }
+
+    /// File `key` at `deadline`: at the FIFO's back if that keeps its order, else in the
+    /// heap.
+    #[inline]
+    pub(crate) fn push(&mut self, deadline: Ms32, key: K) {
+        if self.fifo.back().is_none_or(|&(last, _)| last <= deadline) {
+            self.fifo.push_back((deadline, key));
+        } else {
+            self.heap.push(Reverse((deadline, key)));
+        }
+    }
+
+    /// The earliest entry (the FIFO's on a tie).
+    #[inline]
+    pub(crate) fn front(&self) -> Option<(Ms32, K)> {
+        self.first().map(|(e, _)| e)
+    }
+
+    /// [`DeadlineQueue::front`], and whether it is the FIFO's.
+    #[inline(always)]
+    fn first(&self) -> Option<((Ms32, K), bool)> {
+        match (self.fifo.front(), self.heap.peek()) {
+            (Some(a), Some(Reverse(b))) if b.0 < a.0 => Some((*b, false)),
+            (Some(a), _) => Some((*a, true)),
+            (None, b) => b.map(|r| (r.0, false)),
+        }
+    }
+
+    /// Take the earliest entry off, if it is due at `now`.
+    #[inline(always)]
+    pub(crate) fn pop_due(&mut self, now: Instant) -> Option<(Ms32, K)> {
+        let (e, fifo) = self.first()?;
+        if !e.0.due(now) {
+            return None;
+        }
+        if fifo {
+            self.fifo.pop_front();
+        } else {
+            self.heap.pop();
+        }
+        Some(e)
+    }
+
+    /// Keep only the entries `keep` holds to, and give the room of the rest back (down
+    /// to `spare` entries beyond those kept).
+    pub(crate) fn retain(&mut self, mut keep: impl FnMut(Ms32, &K) -> bool, spare: usize) {
+        self.fifo.retain(|(d, k)| keep(*d, k));
+        self.heap.retain(|Reverse((d, k))| keep(*d, k));
+        self.fifo.shrink_to(2 * self.fifo.len() + spare);
+        self.heap.shrink_to(2 * self.heap.len());
+    }
+
+    /// Every entry, in no particular order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (Ms32, K)> + '_ {
+        self.fifo
+            .iter()
+            .copied()
+            .chain(self.heap.iter().map(|r| r.0))
+    }
+
+    /// Entries in the heap (the ones filed out of order).
+    #[cfg(test)]
+    pub(crate) fn out_of_order(&self) -> usize {
+        self.heap.len()
     }
 }
 

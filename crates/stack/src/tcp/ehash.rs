@@ -170,6 +170,7 @@ impl EHash {
 
     /// File slab index `index` under `hash` (the caller has checked that the tuple is not
     /// in the table).
+    #[inline]
     pub(crate) fn insert(&mut self, hash: TupleHash, index: u32) {
         assert!(
             index < GONE - 1,
@@ -187,6 +188,7 @@ impl EHash {
     }
 
     /// Remove the entry of slab index `index` filed under `hash`; whether there was one.
+    #[inline]
     pub(crate) fn remove(&mut self, hash: TupleHash, index: u32) -> bool {
         let tag = hash.tag();
         let found = if let Some(pos) = self.cur.find(tag, |i| i == index) {

@@ -309,6 +309,8 @@ impl Stack {
         }
         tcb.timers = super::tcb::Timers::NONE;
         tcb.flags.clear(TcbFlags::LOSS_PROBE);
+        // Linux tcp_done -> tcp_clear_xmit_timers: the wheel's entry goes too.
+        self.tcp.timers.cancel(h.index);
         self.tcp.unhash(h, known);
     }
 }

@@ -30,11 +30,9 @@ use super::syncookie::{CookieRequest, SynCookies};
 use super::tcb::{FourTuple, TcbFlags};
 use super::tuple_hash::{TupleHash, TupleHasher, TupleTable};
 use crate::stack::Wake;
-use core::cmp::Reverse;
 use core::mem::size_of;
-use std::collections::BinaryHeap;
 
-use super::clock32::Ms32;
+use super::clock32::{DeadlineQueue, Ms32};
 use super::{AcceptQueue, ListenerHandle, State};
 use crate::Stack;
 use crate::slab::Slab;
@@ -277,10 +275,10 @@ impl RequestSock {
     }
 }
 
-/// An entry of the SYN-queue expiry heap: a deadline and the request's tuple.
+/// An entry of the SYN-queue expiry queue: a deadline and the request's tuple.
 pub(crate) type RequestEntry = (Ms32, FourTuple);
 
-/// Entries of the expiry heap beyond twice the live requests that start a compaction
+/// Entries of the expiry queue beyond twice the live requests that start a compaction
 /// ([`Requests::compact`]).
 const COMPACT_MIN: usize = 1024;
 
@@ -289,10 +287,13 @@ const COMPACT_MIN: usize = 1024;
 #[derive(Debug)]
 pub(crate) struct Requests {
     map: TupleTable<RequestSock>,
-    /// SYN-ACK retransmission deadlines, earliest first (one entry per request and
-    /// retransmission; an entry whose request is gone or was re-filed later is dropped
-    /// when it comes up): the requests' own, so that an entry is 16 bytes.
-    queue: BinaryHeap<Reverse<RequestEntry>>,
+    /// SYN-ACK retransmission deadlines (one entry per request and retransmission; an
+    /// entry whose request is gone or was re-filed later is dropped when it comes up):
+    /// the requests' own, so that an entry is 16 bytes. Every first SYN-ACK waits the
+    /// same `TIMEOUT_INIT` from its SYN, so they come in the order filed: a FIFO, O(1)
+    /// each way, as TIME-WAIT's; a retransmission's backed-off deadline, earlier than
+    /// first ones filed since, goes to the heap beside it ([`DeadlineQueue`]).
+    queue: DeadlineQueue<FourTuple>,
     /// The latest instant the queue was touched at, to read its deadlines back.
     seen: Instant,
 }
@@ -307,7 +308,7 @@ impl Requests {
     pub fn new(hasher: TupleHasher) -> Self {
         Requests {
             map: TupleTable::new(hasher),
-            queue: BinaryHeap::new(),
+            queue: DeadlineQueue::new(),
             seen: Instant::ZERO,
         }
     }
@@ -340,12 +341,12 @@ impl Requests {
         if self.queue.len() >= 2 * self.map.len() + COMPACT_MIN {
             self.compact();
         }
-        self.queue.push(Reverse((expires, t)));
+        self.queue.push(expires, t);
         wake.lower(expires.instant(self.seen));
     }
 
     /// Keep only the entries of live requests, and give the room back. A request that
-    /// completes leaves its entry in the heap (which cannot take one out) until it comes
+    /// completes leaves its entry in the queue (which cannot take one out) until it comes
     /// up a second later: at a high connection rate that is an entry for every handshake
     /// of the last second (16 bytes each, 4 MiB of heap for 200,000 connections
     /// established in a second, and kept as capacity after). Done when the stale entries
@@ -354,32 +355,27 @@ impl Requests {
     #[cold]
     fn compact(&mut self) {
         let map = &self.map;
-        self.queue
-            .retain(|Reverse((d, t))| map.get(map.hash(t), t).is_some_and(|r| r.expires == *d));
-        self.queue.shrink_to(2 * self.queue.len() + COMPACT_MIN);
+        self.queue.retain(
+            |d, t| map.get(map.hash(t), t).is_some_and(|r| r.expires == d),
+            COMPACT_MIN,
+        );
     }
     /// When the earliest entry comes up.
     #[inline]
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.queue
-            .peek()
-            .map(|Reverse((d, _))| d.instant(self.seen))
+        self.queue.front().map(|(d, _)| d.instant(self.seen))
     }
     /// The tuple of an entry due at `now`, taken off the queue.
     pub fn pop_due(&mut self, now: Instant) -> Option<FourTuple> {
         self.seen = self.seen.max(now);
-        let &Reverse((d, t)) = self.queue.peek()?;
-        d.due(now).then(|| {
-            self.queue.pop();
-            t
-        })
+        self.queue.pop_due(now).map(|(_, t)| t)
     }
     /// The tuples of every request and expiry entry (for the IPv6 id sweep).
     pub fn tuples(&self) -> impl Iterator<Item = FourTuple> + '_ {
         self.map
             .iter()
             .map(|(t, _)| *t)
-            .chain(self.queue.iter().map(|Reverse((_, t))| *t))
+            .chain(self.queue.iter().map(|(_, t)| t))
     }
     /// Drop every request of a listener that is going away.
     pub fn remove_listener(&mut self, listener: u32) {
@@ -836,6 +832,55 @@ mod tests {
     use core::net::{Ipv4Addr, SocketAddrV4};
 
     use super::*;
+
+    /// Entries come up in deadline order whichever queue holds them: first SYN-ACKs in
+    /// the order filed (the FIFO), a retransmission's backed-off deadline filed after a
+    /// later first one (the heap) between them, at its own deadline.
+    #[test]
+    fn syn_ack_deadlines_come_up_in_order_from_the_fifo_and_the_heap() {
+        let mut r = Requests::new(TupleHasher::new((5, 6)));
+        let tuple = |i: u8| FourTuple {
+            local: SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 80),
+            remote: SocketAddrV4::new(Ipv4Addr::new(10, 1, 0, i), 4000),
+        };
+        let at = |ms: u64| Instant::from_millis(ms);
+        let mut wake = Wake::NONE;
+        // (filed at, deadline, tuple): A's first SYN-ACK, B's, A's retransmission (3 s,
+        // after B's in the FIFO), C's first (2.2 s: before A's retransmission, so the heap).
+        let filings = [
+            (0, 1_000, 1),
+            (500, 1_500, 2),
+            (1_000, 3_000, 1),
+            (1_200, 2_200, 3),
+        ];
+        for (now, d, i) in filings {
+            r.file(at(now), tuple(i), Ms32::ceil(at(d)), &mut wake);
+        }
+        assert_eq!(wake, Wake::from(Some(at(1_000))), "lowered to the earliest");
+        assert_eq!(
+            r.queue.out_of_order(),
+            1,
+            "C's out-of-order entry in the heap"
+        );
+        let mut got = Vec::new();
+        for ms in (1_000..=3_000).step_by(100) {
+            while let Some(t) = r.pop_due(at(ms)) {
+                got.push((ms, t));
+            }
+            if let Some(next) = r.next_deadline() {
+                assert!(next > at(ms), "a due entry left at {ms}");
+            }
+        }
+        assert_eq!(
+            got,
+            [
+                (1_000, tuple(1)),
+                (1_500, tuple(2)),
+                (2_200, tuple(3)),
+                (3_000, tuple(1))
+            ]
+        );
+    }
 
     /// Handshakes that complete within their first second leave no heap behind them: the
     /// expiry heap stays within twice the live requests (plus [`COMPACT_MIN`]) at any

@@ -57,12 +57,13 @@ pub(crate) mod tcb;
 pub(crate) mod timer;
 pub(crate) mod tuple_hash;
 pub(crate) mod tx_lend;
+pub(crate) mod wheel;
 pub(crate) mod xmit;
 pub(crate) mod xmit4;
 pub(crate) mod xmit6;
 
 use core::net::{SocketAddr, SocketAddrV4, SocketAddrV6};
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::VecDeque;
 
 use ustack_obs::{Counter, Instant};
 use ustack_wire::SeqNumber;
@@ -101,7 +102,7 @@ pub const TIME_WAIT_BYTES: usize = core::mem::size_of::<FourTuple>()
     + core::mem::size_of::<timer::TimeWaitEntry>();
 
 /// Bytes of one SYN-queue request: its table entry (4-tuple and record) and its entry in
-/// the SYN-ACK retransmission heap. The table's free slots come on top.
+/// the SYN-ACK retransmission queue. The table's free slots come on top.
 pub const REQUEST_BYTES: usize = core::mem::size_of::<FourTuple>()
     + core::mem::size_of::<listen::RequestSock>()
     + core::mem::size_of::<listen::RequestEntry>();
@@ -203,12 +204,6 @@ pub enum Shutdown {
     Both,
 }
 
-/// What the stack's timer queue can wake.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum TimerKey {
-    Conn(TcpHandle),
-}
-
 /// All of one stack's TCP state.
 #[derive(Debug)]
 pub(crate) struct Tcp {
@@ -224,8 +219,10 @@ pub(crate) struct Tcp {
     /// with when to give it back (see [`tcb::Active`]): one entry per connection at most
     /// ([`tcb::TcbFlags::IDLE_QUEUED`]).
     pub(crate) idle_active: VecDeque<(Instant, TcpHandle)>,
-    /// Earliest deadline per connection or request, cancelled lazily.
-    pub(crate) timers: BinaryHeap<core::cmp::Reverse<(Instant, TimerKey)>>,
+    /// The connections' timers: one entry per connection, by slab index, for its
+    /// earliest deadline (see [`wheel`] and [`sock::Sock::arm`]); taken out when the
+    /// connection ends ([`Tcp::remove`], `tcp_done`).
+    pub(crate) timers: wheel::Wheel,
     pub(crate) pool: buffer::BufferPool,
     /// A receive that leaves the payload on the device (see [`rx_direct`]).
     pub(crate) rx_direct: rx_direct::RxDirect,
@@ -310,7 +307,7 @@ impl Tcp {
             requests: listen::Requests::new(tuples.clone()),
             timewait: timer::TimeWaits::new(tuples),
             idle_active: VecDeque::new(),
-            timers: BinaryHeap::new(),
+            timers: wheel::Wheel::new(),
             pool: Self::pool(sysctl),
             rx_direct: rx_direct::RxDirect::default(),
             spare_board: scoreboard::SpareBoard::default(),
@@ -543,6 +540,9 @@ impl Tcp {
             ..
         } = self;
         let tcb = conns.get_mut(h.index, h.generation)?;
+        // Its timers go with it (Linux inet_csk_clear_xmit_timers): no entry ever comes
+        // up for a connection that is gone, nor for the one that reuses its slot.
+        self.timers.cancel(h.index);
         let (state, flags) = (tcb.state, tcb.flags);
         tcb.sndbuf.clear(pool);
         tcb.rcvbuf.clear(pool);
@@ -1830,8 +1830,9 @@ pub struct TcpResources {
     pub requests: usize,
     /// Socket-buffer bytes in use, in whole chunks of [`BUFFER_CHUNK`].
     pub buffer_bytes: usize,
-    /// Entries in the connection timer queue (one per armed connection or request, plus
-    /// entries cancelled lazily and not yet reached).
+    /// Entries in the connection timer wheel: at most one per connection (an entry left
+    /// early by a deadline moved later or turned off stays until it comes up; none for a
+    /// connection that has ended).
     pub timers: usize,
     /// Entries in the TIME-WAIT expiry queue (one per record, plus records removed early).
     pub timewait_queue: usize,

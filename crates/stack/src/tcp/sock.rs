@@ -11,9 +11,6 @@
 //! queue and the neighbour table; entering TIME-WAIT or forgetting the connection, which
 //! change the tables) stays a method of `Stack`, called once a step is done.
 
-use core::cmp::Reverse;
-use std::collections::BinaryHeap;
-
 use ustack_obs::{Counter, Instant, Mib};
 
 use super::buffer::BufferPool;
@@ -21,15 +18,15 @@ use super::clock32::Deadline;
 use super::rx_direct::RxDirect;
 use super::scoreboard::SpareBoard;
 use super::tcb::{Tcb, TcbFlags};
-use super::{ChallengeAckLimit, State, Tcp, TcpHandle, TimerKey};
+use super::{ChallengeAckLimit, State, Tcp, TcpHandle};
 use crate::secret::siphash32;
 use crate::socket::{Readiness, ReadyList, SocketKey};
 use crate::stack::Wake;
 use crate::{Stack, Sysctl};
 
-/// The stack's timer queue: the earliest deadline per connection or request, cancelled
-/// lazily (see [`Sock::arm`]).
-pub(crate) type TimerQueue = BinaryHeap<Reverse<(Instant, TimerKey)>>;
+/// The stack's timer queue: one entry per connection, for its earliest deadline (see
+/// [`Sock::arm`]).
+pub(crate) type TimerQueue = super::wheel::Wheel;
 
 /// A connection and what its processing may touch (see the module docs).
 pub(crate) struct Sock<'a> {
@@ -188,10 +185,14 @@ impl Stack {
 }
 
 impl Sock<'_> {
-    /// Make sure the stack's timer queue will wake this connection at its earliest
-    /// deadline (lazy cancel: a later deadline leaves the earlier entry, which finds
-    /// nothing due and re-arms). `now` reads the 32-bit deadlines back as instants.
-    /// (The test is inline: most calls find the queue's entry early enough.)
+    /// Make sure the stack's timer wheel will wake this connection at its earliest
+    /// deadline: its one entry is moved earlier if a deadline comes before it (Linux
+    /// `sk_reset_timer`). A deadline moved later or turned off leaves the entry where it
+    /// is: it comes up, finds nothing due and is filed again at the connection's
+    /// earliest deadline then, or not at all (as Linux leaves a cleared retransmission
+    /// timer to fire and find `icsk_pending` clear: `inet_csk_clear_xmit_timer` without
+    /// `INET_CSK_CLEAR_TIMERS`). `now` reads the 32-bit deadlines back as instants.
+    /// (The test is inline: most calls find the wheel's entry early enough.)
     #[inline(always)]
     pub(crate) fn arm(&mut self, now: Instant) {
         let earliest = self.tcb.timers.earliest();
@@ -200,13 +201,17 @@ impl Sock<'_> {
         }
     }
 
-    /// [`Sock::arm`] when the queue's entry is later than `earliest`: queue another.
+    /// [`Sock::arm`] when the wheel's entry is later than `earliest` (or there is none):
+    /// move it there, O(1).
     #[inline(never)]
     fn arm_queue(&mut self, now: Instant, earliest: Deadline) {
         if let Some(at) = earliest.instant(now) {
             self.tcb.timers.queued = earliest;
-            self.timers.push(Reverse((at, TimerKey::Conn(self.h))));
-            self.wake.lower(at);
+            // When the wheel must run for it: `at` (at once if the wheel has run past it).
+            let run = self
+                .timers
+                .arm(self.h.index, at.as_millis(), now.as_millis());
+            self.wake.lower(Instant::from_millis(run));
         }
     }
 

@@ -169,8 +169,8 @@ impl TcbFlags {
 
 /// The connection's timers, one deadline per kind (Linux `tcp_timer.c`), each a 32-bit
 /// millisecond [`Deadline`] rounded up (Linux keeps them in 32-bit jiffies): 16 bytes for
-/// four. The stack's timer queue holds one entry per connection, for the earliest of
-/// these, and cancels lazily. Whether `retransmit` is a tail loss probe is
+/// four. The stack's timer wheel holds one entry per connection, for the earliest of
+/// these (see `Sock::arm`). Whether `retransmit` is a tail loss probe is
 /// [`TcbFlags::LOSS_PROBE`].
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Timers {
@@ -182,7 +182,8 @@ pub(crate) struct Timers {
     pub(crate) delack: Deadline,
     /// Keepalive, or the FIN-WAIT-2 timeout of an orphan (Linux `sk_timer`).
     pub(crate) keepalive: Deadline,
-    /// What the timer queue was armed for (its entry for this connection fires then).
+    /// What the timer wheel's entry for this connection was filed for (it fires then);
+    /// off when there is none.
     pub(crate) queued: Deadline,
 }
 

@@ -2,25 +2,24 @@
 //! `inet_timewait_sock.c`).
 //!
 //! Each connection has a fixed table of deadlines (retransmit/probe, delayed ACK,
-//! keepalive/FIN-WAIT-2) and one entry in the stack's timer queue for the earliest; an
-//! entry whose deadline moved is skipped when it comes up (lazy cancel), since the RTO is
-//! re-armed on nearly every ACK. TIME-WAIT records live 60 s from their last restart; each
+//! keepalive/FIN-WAIT-2) and one entry in the stack's timer wheel (`wheel`) for the
+//! earliest, moved when a deadline comes before it and taken out when the connection ends
+//! (see `Sock::arm`). TIME-WAIT records live 60 s from their last restart; each
 //! has exactly one entry in an expiry heap, whatever the peer sends (see `TimeWaits`).
 
 use core::net::SocketAddr;
 use core::time::Duration;
-use std::collections::{BinaryHeap, VecDeque};
 
 use ustack_obs::{Counter, DropReason, Instant};
 use ustack_wire::tcp::{Flags, TcpTimestamp};
 use ustack_wire::{SeqNumber, tcp};
 
 use super::cc::CaState;
-use super::clock32::{Deadline, Ms32};
+use super::clock32::{Deadline, DeadlineQueue, Ms32};
 use super::isn::ts_clock;
 use super::tcb::{FourTuple, TcbFlags};
 use super::tuple_hash::{TupleHash, TupleHasher, TupleTable};
-use super::{State, TcpHandle, TimerKey};
+use super::{State, TcpHandle};
 use crate::stack::Wake;
 use crate::{Error, Stack};
 
@@ -62,18 +61,17 @@ pub(crate) type TimeWaitEntry = (Ms32, FourTuple);
 /// §3.10.7.4 and Linux `tcp_timewait_state_process` restart it on a retransmitted FIN and
 /// any ACK); that only moves the record's `expires`. When an entry comes up and its
 /// record was restarted meanwhile, it is filed again, at the new deadline, in a heap of
-/// such entries (the FIFO would lose its order; Linux re-arms the record's one timer
-/// instead, `inet_twsk_reschedule`): one entry per record still, so a flood costs no
-/// memory, and only restarted records pay a heap's O(log n). Records are bounded by
-/// `tcp_max_tw_buckets`.
+/// such entries if the FIFO would lose its order ([`DeadlineQueue`]; Linux re-arms the
+/// record's one timer instead, `inet_twsk_reschedule`): one entry per record still, so a
+/// flood costs no memory, and only restarted records may pay a heap's O(log n). Records
+/// are bounded by `tcp_max_tw_buckets`.
 #[derive(Debug)]
 pub(crate) struct TimeWaits {
     map: TupleTable<TimeWait>,
-    /// (deadline, tuple), in deadline order; an entry whose record was removed is dropped
-    /// when it comes up.
-    queue: VecDeque<TimeWaitEntry>,
-    /// Entries of restarted records, filed again when their first entry came up.
-    refiled: BinaryHeap<core::cmp::Reverse<TimeWaitEntry>>,
+    /// (deadline, tuple), a FIFO in deadline order and a heap of restarted records'
+    /// entries filed again when their first came up; an entry whose record was removed
+    /// is dropped when it comes up.
+    queue: DeadlineQueue<FourTuple>,
     /// The latest instant the queue was touched at, to read its deadlines back.
     seen: Instant,
 }
@@ -89,29 +87,26 @@ impl TimeWaits {
         self.map
             .iter()
             .map(|(t, _)| *t)
-            .chain(self.queue.iter().map(|(_, t)| *t))
-            .chain(self.refiled.iter().map(|r| r.0.1))
+            .chain(self.queue.iter().map(|(_, t)| t))
     }
 
     /// Heap bytes: the table and the expiry queue.
     pub fn heap_bytes(&self) -> usize {
-        self.map.allocation_size()
-            + (self.queue.capacity() + self.refiled.capacity()) * size_of::<TimeWaitEntry>()
+        self.map.allocation_size() + self.queue.capacity() * size_of::<TimeWaitEntry>()
     }
 
     /// Entries in the expiry queue: one per record, plus at most one per record removed
     /// early (a RST, a new SYN, a reused tuple) whose entry has not come up yet, and one
     /// more per record of a tuple so reused.
     pub fn queue_len(&self) -> usize {
-        self.queue.len() + self.refiled.len()
+        self.queue.len()
     }
 
     /// `hasher` keyed with a secret: the 4-tuples are the peers' choice.
     pub fn new(hasher: TupleHasher) -> Self {
         TimeWaits {
             map: TupleTable::new(hasher),
-            queue: VecDeque::new(),
-            refiled: BinaryHeap::new(),
+            queue: DeadlineQueue::new(),
             seen: Instant::ZERO,
         }
     }
@@ -138,7 +133,7 @@ impl TimeWaits {
     ) {
         debug_assert!(hash == self.map.hash(&t), "the hash of another tuple");
         self.seen = self.seen.max(now);
-        self.queue.push_back((tw.expires, t));
+        self.queue.push(tw.expires, t);
         wake.lower(tw.expires.instant(self.seen));
         self.map.insert(hash, t, tw);
     }
@@ -154,22 +149,14 @@ impl TimeWaits {
     pub(crate) fn expire(&mut self, now: Instant) -> u64 {
         self.seen = self.seen.max(now);
         let mut ended = 0;
-        while let Some((deadline, tuple)) = self.front() {
-            if !deadline.due(now) {
-                break;
-            }
-            if self.queue.front().is_some_and(|e| e.0 == deadline) {
-                self.queue.pop_front();
-            } else {
-                self.refiled.pop();
-            }
+        while let Some((_, tuple)) = self.queue.pop_due(now) {
             let hash = self.map.hash(&tuple);
             let Some(r) = self.map.get_mut(hash, &tuple) else {
                 continue; // removed early
             };
             if !r.expires.due(now) {
                 // Restarted meanwhile (or a newer incarnation): filed again.
-                self.refiled.push(core::cmp::Reverse((r.expires, tuple)));
+                self.queue.push(r.expires, tuple);
             } else {
                 self.map.remove(hash, &tuple);
                 ended += 1;
@@ -178,13 +165,6 @@ impl TimeWaits {
         ended
     }
 
-    /// The earliest entry of the FIFO and the heap.
-    fn front(&self) -> Option<TimeWaitEntry> {
-        match (self.queue.front(), self.refiled.peek()) {
-            (Some(a), Some(core::cmp::Reverse(b))) => Some(if a.0 <= b.0 { *a } else { *b }),
-            (a, b) => a.copied().or(b.map(|r| r.0)),
-        }
-    }
     /// The instant a record's deadline stands for.
     pub fn expires_at(&self, tw: &TimeWait) -> Instant {
         tw.expires.instant(self.seen)
@@ -200,7 +180,7 @@ impl TimeWaits {
     }
     #[inline]
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.front().map(|(d, _)| d.instant(self.seen))
+        self.queue.front().map(|(d, _)| d.instant(self.seen))
     }
 }
 
@@ -342,7 +322,7 @@ impl Stack {
     /// When TCP next needs [`Stack::tcp_handle_timeout`].
     #[inline]
     pub(crate) fn tcp_poll_timeout(&self) -> Option<Instant> {
-        let conn = self.tcp.timers.peek().map(|core::cmp::Reverse((t, _))| *t);
+        let conn = self.tcp.timers.next_expiry().map(Instant::from_millis);
         let conn = crate::stack::earliest(conn, self.tcp.requests.next_deadline());
         let conn = crate::stack::earliest(conn, self.tcp_idle_deadline());
         crate::stack::earliest(conn, self.tcp.timewait.next_deadline())
@@ -357,25 +337,19 @@ impl Stack {
         while let Some(tuple) = self.tcp.requests.pop_due(now) {
             self.request_timer(now, tuple);
         }
-        while let Some(core::cmp::Reverse((deadline, key))) = self.tcp.timers.peek().copied() {
-            if deadline > now {
-                break;
-            }
-            self.tcp.timers.pop();
-            match key {
-                TimerKey::Conn(h) => {
-                    let Some(tcb) = self.tcp.get_mut(h) else {
-                        continue;
-                    };
-                    if tcb.timers.queued != Deadline::at(deadline) {
-                        continue; // superseded by an earlier entry
-                    }
-                    tcb.timers.queued = Deadline::OFF;
-                    self.tcp_timer(now, h);
-                    self.tcp_arm(now, h);
-                    self.tcp_note_idle(now, h);
-                }
-            }
+        // The wheel's entries are live connections' (taken out when one ends), one each,
+        // for the deadline its `queued` names.
+        while let Some(index) = self.tcp.timers.pop_due(now.as_millis()) {
+            let h = self.tcp.handle_of(index);
+            let Some(tcb) = self.tcp.get_mut(h) else {
+                debug_assert!(false, "a timer entry of a connection that is gone");
+                continue;
+            };
+            debug_assert!(tcb.timers.queued.due(now), "a timer entry came up early");
+            tcb.timers.queued = Deadline::OFF;
+            self.tcp_timer(now, h);
+            self.tcp_arm(now, h);
+            self.tcp_note_idle(now, h);
         }
         // A connection aborted by its timer (retries out, an orphan's end) freed its buffers.
         self.tcp_mem_freed(now);
