@@ -78,6 +78,9 @@ impl Stack {
         hdr: &FastHeader,
         seg: &[u8],
     ) -> bool {
+        // `--profile` times the fast path as TCP input, as it does the slow path's
+        // `conn_input`.
+        let _stage = ustack_obs::profile::enter(ustack_obs::profile::Stage::TcpInput);
         let Some(mut sk) = self.tcp_sock(h) else {
             return false;
         };
