@@ -5,12 +5,12 @@
 //! without it; a split segment whose bytes were acknowledged before it left is counted
 //! as `TCP_TX_STALE` and not sent.
 
-use core::net::SocketAddrV4;
+use core::net::{SocketAddr, SocketAddrV4, SocketAddrV6};
 use core::time::Duration;
 
-use ustack_obs::DropReason;
-use ustack_stack::{Config, Instant, Ipv4Cidr, LEND_MIN, Stack, TxFrame, TxPayload};
-use ustack_testkit::{A_IP, A_MAC, B_IP, B_MAC, pattern};
+use ustack_obs::{Counter, DropReason};
+use ustack_stack::{Config, Instant, Ipv4Cidr, Ipv6Cidr, LEND_MIN, Stack, TxFrame, TxPayload};
+use ustack_testkit::{A_IP, A_IP6, A_MAC, B_IP, B_IP6, B_MAC, pattern};
 
 /// How the sender's frames are taken.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -24,11 +24,33 @@ enum Take {
     Lent,
 }
 
-fn stack(mac: ustack_stack::EthernetAddress, ip: core::net::Ipv4Addr, seed: u64) -> Stack {
-    let mut c = Config::ethernet(mac, Ipv4Cidr::new(ip, 24));
+/// A stack on Ethernet with `ip` and `ip6` (duplicate address detection off, so the
+/// IPv6 address is usable at once), the checksums left to the device as the shm link's.
+fn stack(
+    mac: ustack_stack::EthernetAddress,
+    ip: core::net::Ipv4Addr,
+    ip6: core::net::Ipv6Addr,
+    seed: u64,
+) -> Stack {
+    let mut c = Config::ethernet(mac, Ipv4Cidr::new(ip, 24)).with_ipv6(Ipv6Cidr::new(ip6, 64));
+    c.sysctl.ip6_dad_transmits = 0;
     c.seed = Some(seed);
     c.checksum_offload = true;
     Stack::new(c)
+}
+
+/// B's listening address over IPv4 or IPv6.
+fn b_addr(v6: bool) -> SocketAddr {
+    if v6 {
+        SocketAddrV6::new(B_IP6, 80, 0, 0).into()
+    } else {
+        SocketAddrV4::new(B_IP, 80).into()
+    }
+}
+
+/// A frame's Ethernet, IP and TCP (with timestamps) headers.
+fn headers(v6: bool) -> usize {
+    14 + if v6 { 40 } else { 20 } + 32
 }
 
 /// The sender's next frame taken as `take` says; `splits` counts split segments.
@@ -53,13 +75,14 @@ fn next_frame(a: &mut Stack, now: Instant, take: Take, splits: &mut usize) -> Op
     }
 }
 
-/// A streams 300 KB to B (B reading as it comes), frames carried by hand; every frame A
-/// sent, and the split segments it made.
-fn stream(take: Take) -> (Vec<Vec<u8>>, usize) {
-    let (mut a, mut b) = (stack(A_MAC, A_IP, 1), stack(B_MAC, B_IP, 2));
+/// A streams 300 KB to B over IPv4 or IPv6 (`v6`; B reading as it comes), frames carried
+/// by hand; every frame A sent, the split segments it made, and A's IP counters as
+/// `/proc/net/snmp{,6}` shows them (transmitted packets and octets).
+fn stream(take: Take, v6: bool) -> (Vec<Vec<u8>>, usize, [u64; 3]) {
+    let (mut a, mut b) = (stack(A_MAC, A_IP, A_IP6, 1), stack(B_MAC, B_IP, B_IP6, 2));
     a.set_tx_lend(take != Take::Plain);
     let data = pattern(300_000, 7);
-    let to: core::net::SocketAddr = SocketAddrV4::new(B_IP, 80).into();
+    let to = b_addr(v6);
     let l = b.tcp_listen(to, 4).unwrap();
     let mut now = Instant::from_secs(1);
     let c = a.tcp_connect(now, to).unwrap();
@@ -98,21 +121,41 @@ fn stream(take: Take) -> (Vec<Vec<u8>>, usize) {
         got.len()
     );
     assert_eq!(a.mib().drops(DropReason::TcpTxStale), 0);
-    (frames, splits)
+    let mib = a.mib();
+    let ip = [
+        mib.get(Counter::IpOutRequests),
+        mib.get(Counter::Ip6OutTransmits),
+        mib.get(Counter::Ip6OutOctets),
+    ];
+    (frames, splits, ip)
 }
 
 /// Split segments, written through `write_tx_payload` or made whole by `poll_transmit`,
 /// are the frames the stack builds whole, byte for byte: every payload byte at its offset.
 #[test]
 fn split_segments_go_out_as_the_frames_built_whole() {
-    let (plain, none) = stream(Take::Plain);
+    split_segments_are_the_frames_built_whole(false);
+}
+
+/// The same over IPv6 (`xmit6`'s hook, `ip6_xmit_lent`).
+#[test]
+fn split_ipv6_segments_go_out_as_the_frames_built_whole() {
+    split_segments_are_the_frames_built_whole(true);
+}
+
+fn split_segments_are_the_frames_built_whole(v6: bool) {
+    let (plain, none, plain_ip) = stream(Take::Plain, v6);
     assert_eq!(none, 0);
-    let long = plain.iter().filter(|f| f.len() >= 66 + LEND_MIN).count();
+    let long = plain
+        .iter()
+        .filter(|f| f.len() >= headers(v6) + LEND_MIN)
+        .count();
     assert!(long >= 150, "{long} long segments");
-    let (lent, splits) = stream(Take::Lent);
-    // Every long segment was split (the handshake's, ARP's and ACKs are whole) but the
-    // first: the neighbour's address was not at hand yet (no hot entry), so it went the
-    // general way, made whole at once (`dev_queue_xmit_lent`).
+    let (lent, splits, lent_ip) = stream(Take::Lent, v6);
+    assert_eq!(lent_ip, plain_ip, "IP counters, lent against plain");
+    // Every long segment was split (the handshake's, ARP's or NDP's and ACKs are whole)
+    // but the first: the neighbour's address was not at hand yet (no hot entry), so it
+    // went the general way, made whole at once (`dev_queue_xmit_lent`, `ip6_xmit_lent`).
     assert!(splits <= long && long - splits <= 1, "{splits} of {long}");
     assert_eq!(lent.len(), plain.len());
     for (i, (x, y)) in plain.iter().zip(&lent).enumerate() {
@@ -123,7 +166,8 @@ fn split_segments_go_out_as_the_frames_built_whole() {
             y.len()
         );
     }
-    let (whole, _) = stream(Take::Whole);
+    let (whole, _, whole_ip) = stream(Take::Whole, v6);
+    assert_eq!(whole_ip, plain_ip, "IP counters, made whole against plain");
     assert!(whole == plain, "made whole by poll_transmit");
 }
 
@@ -131,9 +175,9 @@ fn split_segments_go_out_as_the_frames_built_whole() {
 /// nothing to send: `write_tx_payload` refuses it and counts `TCP_TX_STALE`.
 #[test]
 fn a_split_segment_acknowledged_before_it_left_is_counted_stale() {
-    let (mut a, mut b) = (stack(A_MAC, A_IP, 1), stack(B_MAC, B_IP, 2));
+    let (mut a, mut b) = (stack(A_MAC, A_IP, A_IP6, 1), stack(B_MAC, B_IP, B_IP6, 2));
     a.set_tx_lend(true);
-    let to: core::net::SocketAddr = SocketAddrV4::new(B_IP, 80).into();
+    let to = b_addr(false);
     let l = b.tcp_listen(to, 4).unwrap();
     let now = Instant::from_secs(1);
     let c = a.tcp_connect(now, to).unwrap();

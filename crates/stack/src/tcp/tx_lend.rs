@@ -3,8 +3,8 @@
 //!
 //! A segment built into the stack's frame buffer and then copied into the device's slot
 //! crosses memory twice; here TCP writes only its headers into the frame buffer (the
-//! template path, [`super::xmit4`]) and queues them with a [`TxPayload`], the connection
-//! and sequence range of the payload. When the driver takes the frame
+//! template path, [`super::xmit4`] and [`super::xmit6`]) and queues them with a
+//! [`TxPayload`], the connection and sequence range of the payload. When the driver takes the frame
 //! ([`Stack::poll_transmit_lent`]) and the device has a slot, the headers and then the
 //! payload, straight from the send buffer's chunks ([`Stack::write_tx_payload`]), are
 //! written into the slot: one copy of the payload between the send buffer and the link
@@ -126,7 +126,7 @@ impl Stack {
         self.tx_lend = on && self.checksum_offload;
     }
 
-    /// The hook where TCP takes a segment's frame ([`super::xmit4`]): the payload to leave
+    /// The hook where TCP takes a segment's frame ([`super::xmit4`], [`super::xmit6`]): the payload to leave
     /// in the send buffer, if the segment's may be (see [`set_tx_lend`](Self::set_tx_lend));
     /// then only the headers go into the frame.
     #[inline(always)]
@@ -171,6 +171,43 @@ impl Stack {
             };
             self.eth_header_ipv4(&mut frame, mac);
         }
+        let queued = self.tx_queue_len();
+        if !self.tx_push(frame, DropReason::DevQueueFull) {
+            return false;
+        }
+        self.tx_splits.push(queued, payload);
+        true
+    }
+
+    /// [`Stack::ip6_xmit`] for an IPv6 segment's headers whose payload stays in the send
+    /// buffer, as [`dev_queue_xmit_lent`](Self::dev_queue_xmit_lent) for IPv4: queued as a
+    /// split segment when the frame can go at once (an IP link, or a reachable neighbour
+    /// on Ethernet), counted as `ip6_xmit` counts the whole frame; otherwise made whole
+    /// now and sent the general way.
+    #[inline(never)]
+    pub(super) fn ip6_xmit_lent(
+        &mut self,
+        now: Instant,
+        next_hop: core::net::Ipv6Addr,
+        mut frame: Vec<u8>,
+        payload: TxPayload,
+    ) -> bool {
+        if self.medium == crate::Medium::Ethernet {
+            let Some(mac) = self
+                .neigh
+                .hot(now, core::net::IpAddr::V6(next_hop), &self.sysctl)
+            else {
+                return match self.tx_join(frame, payload) {
+                    Some(frame) => self.ip6_xmit(now, next_hop, frame, DropReason::DevQueueFull),
+                    None => false,
+                };
+            };
+            self.eth_fill(&mut frame, mac, ustack_wire::ethernet::EtherType::Ipv6);
+        }
+        let octets = frame.len() - self.l2_len() + payload.len();
+        self.mib.inc(ustack_obs::Counter::Ip6OutTransmits);
+        self.mib
+            .add(ustack_obs::Counter::Ip6OutOctets, octets as u64);
         let queued = self.tx_queue_len();
         if !self.tx_push(frame, DropReason::DevQueueFull) {
             return false;

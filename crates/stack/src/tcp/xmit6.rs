@@ -123,8 +123,15 @@ impl Stack {
         };
         self.mib.inc(Counter::Ip6OutRequests);
         let l2 = self.l2_len();
+        // A device that lends its transmit memory takes a long segment's payload from the
+        // send buffer itself (`tx_lend`): only the headers go into the frame.
+        let lent = self.tcp_tx_lend(&payload, head.seq);
+        let (body, payload) = match lent {
+            Some(p) => (total - p.len(), Payload::None),
+            None => (total, payload),
+        };
         // Every byte of the headers is written below and the payload's by `write_payload`.
-        let mut frame = self.frame_overwritten(l2 + total);
+        let mut frame = self.frame_overwritten(l2 + body);
         let (ip, seg) = frame[l2..].split_at_mut(ipv6::HEADER_LEN);
         ip[..8].copy_from_slice(&tpl.head);
         ip[8..24].copy_from_slice(&src.octets());
@@ -138,6 +145,9 @@ impl Stack {
         };
         seg[16..18].copy_from_slice(&sum.to_be_bytes());
         self.mib.inc(Counter::TcpOutSegs);
-        Some(self.ip6_xmit(now, next_hop, frame, DropReason::DevQueueFull))
+        Some(match lent {
+            None => self.ip6_xmit(now, next_hop, frame, DropReason::DevQueueFull),
+            Some(p) => self.ip6_xmit_lent(now, next_hop, frame, p),
+        })
     }
 }
