@@ -171,12 +171,7 @@ impl Stack {
             };
             self.eth_header_ipv4(&mut frame, mac);
         }
-        let queued = self.tx_queue_len();
-        if !self.tx_push(frame, DropReason::DevQueueFull) {
-            return false;
-        }
-        self.tx_splits.push(queued, payload);
-        true
+        self.tx_push_split(frame, payload)
     }
 
     /// [`Stack::ip6_xmit`] for an IPv6 segment's headers whose payload stays in the send
@@ -208,6 +203,12 @@ impl Stack {
         self.mib.inc(ustack_obs::Counter::Ip6OutTransmits);
         self.mib
             .add(ustack_obs::Counter::Ip6OutOctets, octets as u64);
+        self.tx_push_split(frame, payload)
+    }
+
+    /// Queue a split segment: `frame` (its headers, ready for the link) in the transmit
+    /// queue and `payload` matched to it in `tx_splits`.
+    fn tx_push_split(&mut self, frame: Vec<u8>, payload: TxPayload) -> bool {
         let queued = self.tx_queue_len();
         if !self.tx_push(frame, DropReason::DevQueueFull) {
             return false;
