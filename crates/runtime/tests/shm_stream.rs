@@ -115,7 +115,19 @@ fn stream_lending(config: ShmConfig, offload: bool, lend: bool) -> Received {
         .unwrap();
     let c = TcpStream::connect(&mut rt, SERVER).unwrap();
     let data: Vec<u8> = (0..BYTES).map(byte).collect();
-    c.write_all(&mut rt, &data).unwrap();
+    // Not `write_all`: it waits as long as TCP keeps retrying (15 minutes of backoff with
+    // a peer that stopped reading), past the test's bound.
+    let mut sent = 0;
+    while sent < BYTES {
+        match c.write(&mut rt, &data[sent..]) {
+            Ok(n) => sent += n,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                rt.run_once(Some(Duration::from_millis(10))).unwrap();
+            }
+            Err(e) => panic!("write: {e}"),
+        }
+        assert!(std::time::Instant::now() < deadline, "{sent} bytes written");
+    }
     c.close(&mut rt).unwrap();
     while !server.is_finished() {
         rt.run_once(Some(Duration::from_millis(5))).unwrap();
