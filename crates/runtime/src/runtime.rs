@@ -1129,7 +1129,10 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
     }
 
     /// Publish when this loop next has work, on leaving it: now if the poller or the
-    /// budget left something, else the shard's next wake-up.
+    /// budget left something, else the shard's next wake-up. Inline in `run_once` and
+    /// `poll` (four calls a round trip of the echo on a virtual clock; one test and a
+    /// return on the real clock).
+    #[inline]
     fn publish_on_leave(&self, work_left: bool) {
         if !self.clock.is_virtual() {
             return;
