@@ -328,8 +328,10 @@ impl Requests {
     pub fn remove(&mut self, hash: TupleHash, t: &FourTuple) -> Option<RequestSock> {
         self.map.remove(hash, t)
     }
+    /// File the request of `t`, which has none (a SYN reaches the listener only when no
+    /// connection, request or TIME-WAIT record holds its tuple: [`Stack::tcp_dispatch`]).
     pub fn insert(&mut self, hash: TupleHash, t: FourTuple, r: RequestSock) {
-        self.map.insert(hash, t, r);
+        self.map.insert_new(hash, t, r);
     }
     pub fn get_mut(&mut self, hash: TupleHash, t: &FourTuple) -> Option<&mut RequestSock> {
         self.map.get_mut(hash, t)
@@ -786,7 +788,7 @@ impl Stack {
         }
         // The ACK may carry data or a FIN, and its window is the first scaled one: the
         // rest is ordinary ESTABLISHED processing.
-        self.conn_input(now, h, seg);
+        self.conn_input_with(now, h, seg, Some(hash));
     }
 
     fn request_drop(&mut self, hash: TupleHash, tuple: &FourTuple) {

@@ -111,6 +111,7 @@ impl TimeWaits {
         }
     }
     /// The hash of `t` (the same in every 4-tuple table).
+    #[cfg(test)]
     pub fn hash(&self, t: &FourTuple) -> TupleHash {
         self.map.hash(t)
     }
@@ -135,7 +136,8 @@ impl TimeWaits {
         self.seen = self.seen.max(now);
         self.queue.push(tw.expires, t);
         wake.lower(tw.expires.instant(self.seen));
-        self.map.insert(hash, t, tw);
+        // The connection held the tuple, so no record does (one tuple, one table).
+        self.map.insert_new(hash, t, tw);
     }
 
     /// Restart the 2*MSL wait of `t` (no allocation: see [`TimeWaits`]).
@@ -189,7 +191,9 @@ impl Stack {
     /// 2*MSL; the socket itself is done. With `tcp_max_tw_buckets` records already, the
     /// connection closes without TIME-WAIT, counted TCPTimeWaitOverflow (Linux:
     /// `inet_twsk_alloc` fails when `tw_refcount - 1 >= sysctl_max_tw_buckets`).
-    pub(crate) fn tcp_time_wait(&mut self, now: Instant, h: TcpHandle) {
+    /// `known`: the tuple's hash when the caller has it (the segment's, from the table
+    /// lookup), else it is computed here.
+    pub(crate) fn tcp_time_wait(&mut self, now: Instant, h: TcpHandle, known: Option<TupleHash>) {
         let Some(tcb) = self.tcp.get(h) else { return };
         if self.tcp.timewait.len() as u64 >= self.sysctl.tcp_max_tw_buckets {
             self.mib.inc(Counter::TcpExtTCPTimeWaitOverflow);
@@ -209,7 +213,7 @@ impl Stack {
         let tuple = tcb.tuple;
         // One hash of the tuple takes the connection out of the established table and
         // files its record (the tables share a key, see `tuple_hash`).
-        let hash = self.tcp.ehash.hash(&tuple);
+        let hash = known.unwrap_or_else(|| self.tcp.ehash.hash(&tuple));
         self.tcp_done_with(h, None, Some(hash));
         self.tcp
             .timewait

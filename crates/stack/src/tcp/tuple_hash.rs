@@ -11,6 +11,7 @@
 //! all three tables, as one secret serves Linux's one table.
 
 use hashbrown::HashTable;
+#[cfg(test)]
 use hashbrown::hash_table::Entry;
 
 use super::tcb::FourTuple;
@@ -119,6 +120,7 @@ impl<V> TupleTable<V> {
     }
 
     /// Insert or replace the value of `t`; returns the value replaced.
+    #[cfg(test)]
     pub(crate) fn insert(&mut self, hash: TupleHash, t: FourTuple, v: V) -> Option<V> {
         let hasher = &self.hasher;
         match self
@@ -131,6 +133,18 @@ impl<V> TupleTable<V> {
                 None
             }
         }
+    }
+
+    /// Insert `t`, which the table does not hold (the caller knows: the segment that
+    /// creates it found none), in one probe where [`TupleTable::insert`] takes two (a
+    /// find, then the insert). Linux's `inet_ehash_insert` adds a socket to its chain
+    /// without a lookup either when the caller vouches for its uniqueness.
+    #[inline]
+    pub(crate) fn insert_new(&mut self, hash: TupleHash, t: FourTuple, v: V) {
+        debug_assert!(self.get(hash, &t).is_none(), "tuple already held");
+        let hasher = &self.hasher;
+        self.table
+            .insert_unique(hash.0, (t, v), |(k, _)| hasher.hash(k).0);
     }
 
     pub(crate) fn remove(&mut self, hash: TupleHash, t: &FourTuple) -> Option<V> {
