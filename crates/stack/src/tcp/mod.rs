@@ -393,6 +393,9 @@ impl Tcp {
 
     /// The ISN of a new connection of `t` (see [`isn::IsnGenerator::isn`]).
     pub(crate) fn isn_of(&self, now: Instant, t: &FourTuple) -> SeqNumber {
+        if !t.is_v6() {
+            return self.isn.isn4(now, t.local, t.remote);
+        }
         let (l, r) = self.addrs(t);
         self.isn.isn(now, l, r)
     }
