@@ -153,15 +153,13 @@ impl TimeWaits {
         let mut ended = 0;
         while let Some((_, tuple)) = self.queue.pop_due(now) {
             let hash = self.map.hash(&tuple);
-            let Some(r) = self.map.get_mut(hash, &tuple) else {
-                continue; // removed early
-            };
-            if !r.expires.due(now) {
+            match self.map.remove_if(hash, &tuple, |r| r.expires.due(now)) {
+                Some(Ok(_)) => ended += 1,
                 // Restarted meanwhile (or a newer incarnation): filed again.
-                self.queue.push(r.expires, tuple);
-            } else {
-                self.map.remove(hash, &tuple);
-                ended += 1;
+                Some(Err(r)) => {
+                    self.queue.push(r.expires, tuple);
+                }
+                None => {} // removed early
             }
         }
         ended

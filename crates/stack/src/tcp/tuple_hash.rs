@@ -147,6 +147,25 @@ impl<V> TupleTable<V> {
             .insert_unique(hash.0, (t, v), |(k, _)| hasher.hash(k).0);
     }
 
+    /// The entry of `t` if `take` says so given its value (else the value's copy, to
+    /// look at), in one probe: [`TupleTable::get`] then [`TupleTable::remove`] take two.
+    #[inline]
+    pub(crate) fn remove_if(
+        &mut self,
+        hash: TupleHash,
+        t: &FourTuple,
+        take: impl FnOnce(&V) -> bool,
+    ) -> Option<Result<V, V>>
+    where
+        V: Copy,
+    {
+        match self.table.find_entry(hash.0, |(k, _)| k == t) {
+            Ok(entry) if take(&entry.get().1) => Some(Ok(entry.remove().0.1)),
+            Ok(entry) => Some(Err(entry.get().1)),
+            Err(_) => None,
+        }
+    }
+
     pub(crate) fn remove(&mut self, hash: TupleHash, t: &FourTuple) -> Option<V> {
         match self.table.find_entry(hash.0, |(k, _)| k == t) {
             Ok(entry) => Some(entry.remove().0.1),
