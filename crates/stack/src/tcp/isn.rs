@@ -61,7 +61,7 @@ use core::net::{IpAddr, SocketAddr};
 use ustack_obs::Instant;
 use ustack_wire::SeqNumber;
 
-pub(crate) use crate::secret::{SipKey, sip_round, siphash32};
+pub(crate) use crate::secret::{SipKey, sip_u64_u32, siphash32};
 #[cfg(test)]
 pub(crate) use crate::secret::{derive_key, key_from_bytes};
 
@@ -168,28 +168,7 @@ impl IsnGenerator {
             | (u64::from(remote.ip().to_bits().swap_bytes()) << 32);
         let ports =
             u32::from(local.port().swap_bytes()) | (u32::from(remote.port().swap_bytes()) << 16);
-        let k = self.seq_key;
-        let mut v = [
-            k.0 ^ 0x736f_6d65_7073_6575,
-            k.1 ^ 0x646f_7261_6e64_6f6d,
-            k.0 ^ 0x6c79_6765_6e65_7261,
-            k.1 ^ 0x7465_6462_7974_6573,
-        ];
-        v[3] ^= addrs;
-        sip_round(&mut v);
-        sip_round(&mut v);
-        v[0] ^= addrs;
-        // The last block: the 4 bytes left and the message length (12) in the top byte.
-        let last = (12u64 << 56) | u64::from(ports);
-        v[3] ^= last;
-        sip_round(&mut v);
-        sip_round(&mut v);
-        v[0] ^= last;
-        v[2] ^= 0xff;
-        for _ in 0..4 {
-            sip_round(&mut v);
-        }
-        let f = (v[0] ^ v[1] ^ v[2] ^ v[3]) as u32;
+        let f = sip_u64_u32::<2, 4>(self.seq_key, addrs, ports) as u32;
         SeqNumber(f.wrapping_add(isn_clock(now)))
     }
 

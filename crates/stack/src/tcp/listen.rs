@@ -915,17 +915,17 @@ mod tests {
         );
     }
 
-    /// A request that completes takes its SYN-ACK deadline's entry with it (Linux deletes
-    /// the request's timer): in order, the queue holds no more entries than requests in
-    /// flight; out of order, a cancelled entry never comes up as a request's.
-    #[test]
-    fn completed_requests_take_their_syn_ack_entries_with_them() {
-        let mut r = Requests::new(TupleHasher::new((5, 6)));
-        let tuple = |i: u32| FourTuple {
+    /// The tuple of the `i`th request: a peer port and address each.
+    fn tuple(i: u32) -> FourTuple {
+        FourTuple {
             local: SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 80),
             remote: SocketAddrV4::new(Ipv4Addr::from_bits(0x0a01_0000 | (i >> 16)), i as u16),
-        };
-        let req = |expires| RequestSock {
+        }
+    }
+
+    /// A request of listener 0 whose SYN-ACK is due at `expires`, filed without a ticket.
+    fn request(expires: Ms32) -> RequestSock {
+        RequestSock {
             listener: 0,
             iss: SeqNumber(1),
             irs: SeqNumber(2),
@@ -938,7 +938,15 @@ mod tests {
             retransmits: 0,
             expires,
             synack_us: 1,
-        };
+        }
+    }
+
+    /// A request that completes takes its SYN-ACK deadline's entry with it (Linux deletes
+    /// the request's timer): in order, the queue holds no more entries than requests in
+    /// flight; out of order, a cancelled entry never comes up as a request's.
+    #[test]
+    fn completed_requests_take_their_syn_ack_entries_with_them() {
+        let mut r = Requests::new(TupleHasher::new((5, 6)));
         let mut wake = Wake::NONE;
         let mut open = |r: &mut Requests, ms: u64, t: FourTuple| {
             let now = Instant::from_millis(ms);
@@ -949,7 +957,7 @@ mod tests {
                 t,
                 RequestSock {
                     ticket,
-                    ..req(expires)
+                    ..request(expires)
                 },
             );
         };
@@ -991,26 +999,9 @@ mod tests {
     #[test]
     fn completed_requests_do_not_pile_up_in_the_expiry_heap() {
         let mut r = Requests::new(TupleHasher::new((5, 6)));
-        let tuple = |i: u32| FourTuple {
-            local: SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 80),
-            remote: SocketAddrV4::new(Ipv4Addr::from_bits(0x0a01_0000 | (i >> 16)), i as u16),
-        };
         let now = Instant::from_secs(1);
         let expires = Ms32::ceil(now + TIMEOUT_INIT);
-        let req = RequestSock {
-            listener: 0,
-            iss: SeqNumber(1),
-            irs: SeqNumber(2),
-            peer_mss: 1460,
-            snd_wscale: None,
-            sack_ok: true,
-            ts_ok: true,
-            ts_recent: 0,
-            ticket: NO_TICKET,
-            retransmits: 0,
-            expires,
-            synack_us: 1,
-        };
+        let req = request(expires);
         let mut wake = Wake::NONE;
         // 200,000 handshakes in the same millisecond, 100 in flight at a time.
         for i in 0..200_000u32 {

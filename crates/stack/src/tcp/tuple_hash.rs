@@ -15,7 +15,7 @@ use hashbrown::HashTable;
 use hashbrown::hash_table::Entry;
 
 use super::tcb::FourTuple;
-use crate::secret::{SipKey, sip_round};
+use crate::secret::{SipKey, sip_u64_u32};
 
 /// The keyed hash of one 4-tuple, computed by [`TupleHasher::hash`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,25 +61,7 @@ impl TupleHasher {
 /// 12-byte message `a` (little-endian) then `b` (little-endian).
 #[inline]
 fn sip13_u64_u32(key: SipKey, a: u64, b: u32) -> u64 {
-    let mut v = [
-        key.0 ^ 0x736f_6d65_7073_6575,
-        key.1 ^ 0x646f_7261_6e64_6f6d,
-        key.0 ^ 0x6c79_6765_6e65_7261,
-        key.1 ^ 0x7465_6462_7974_6573,
-    ];
-    v[3] ^= a;
-    sip_round(&mut v);
-    v[0] ^= a;
-    // The last block: the 4 bytes left and the message length (12) in the top byte.
-    let last = (12u64 << 56) | u64::from(b);
-    v[3] ^= last;
-    sip_round(&mut v);
-    v[0] ^= last;
-    v[2] ^= 0xff;
-    sip_round(&mut v);
-    sip_round(&mut v);
-    sip_round(&mut v);
-    v[0] ^ v[1] ^ v[2] ^ v[3]
+    sip_u64_u32::<1, 3>(key, a, b)
 }
 
 /// A table of `V` by 4-tuple, looked up by a precomputed [`TupleHash`]. Tables made with
