@@ -199,11 +199,12 @@ impl Stack {
             let h = self.tcp.handle_of(index);
             return self.conn_input_with(now, h, seg, Some(hash));
         }
-        if self.tcp.timewait.contains(hash, &tuple) {
-            return self.timewait_input(now, tuple, hash, seg);
+        // The record or request found is handed over, not looked up again.
+        if let Some(tw) = self.tcp.timewait.get(hash, &tuple).copied() {
+            return self.timewait_input(now, tuple, hash, tw, seg);
         }
-        if self.tcp.requests.contains(hash, &tuple) {
-            return self.request_input(now, tuple, hash, seg);
+        if let Some(req) = self.tcp.requests.get(hash, &tuple).copied() {
+            return self.request_input(now, tuple, hash, req, seg);
         }
         if let Some(listener) = self.tcp_listener_for(&tuple) {
             return self.listen_input(now, listener, tuple, hash, seg);

@@ -647,18 +647,16 @@ impl Stack {
         true
     }
 
-    /// A segment for a request in SYN-RECEIVED (Linux `tcp_check_req`; RFC 9293
+    /// A segment for a request in SYN-RECEIVED, `req` (Linux `tcp_check_req`; RFC 9293
     /// §3.10.7.4 for SYN-RECEIVED).
     pub(crate) fn request_input(
         &mut self,
         now: Instant,
         tuple: FourTuple,
         hash: TupleHash,
+        req: RequestSock,
         seg: &tcp::Repr,
     ) {
-        let Some(req) = self.tcp.requests.get(hash, &tuple).copied() else {
-            return;
-        };
         let f = seg.flags;
         // A retransmitted SYN: answer with the SYN-ACK again (Linux: "Retransmitted SYN").
         if f.contains(tcp::Flags::SYN) && !f.contains(tcp::Flags::ACK) && seg.seq_number == req.irs

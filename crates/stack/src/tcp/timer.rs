@@ -225,11 +225,9 @@ impl Stack {
         now: Instant,
         tuple: FourTuple,
         hash: TupleHash,
+        tw: TimeWait,
         seg: &tcp::Repr,
     ) {
-        let Some(tw) = self.tcp.timewait.map.get(hash, &tuple).copied() else {
-            return;
-        };
         let f = seg.flags;
         // PAWS (RFC 7323 §5.3) applies here too (Linux tcp_paws_reject on the record).
         let paws_reject = tw.ts_ok
