@@ -141,18 +141,56 @@ pub(crate) fn sip_round(v: &mut [u64; 4]) {
     v[2] = v[2].rotate_left(32);
 }
 
+/// SipHash's state for `key` (the paper's initialisation, §2).
+#[inline(always)]
+fn sip_init(key: SipKey) -> [u64; 4] {
+    [
+        key.0 ^ 0x736f_6d65_7073_6575,
+        key.1 ^ 0x646f_7261_6e64_6f6d,
+        key.0 ^ 0x6c79_6765_6e65_7261,
+        key.1 ^ 0x7465_6462_7974_6573,
+    ]
+}
+
+/// SipHash's finalisation: `D` rounds, then the state folded to 64 bits.
+#[inline(always)]
+fn sip_finish<const D: usize>(mut v: [u64; 4]) -> u64 {
+    v[2] ^= 0xff;
+    for _ in 0..D {
+        sip_round(&mut v);
+    }
+    v[0] ^ v[1] ^ v[2] ^ v[3]
+}
+
+/// SipHash-`C`-`D` (`C` compression rounds per 8-byte block, `D` finalisation rounds) of
+/// the 12-byte message `a` (little-endian) then `b` (little-endian), from the words
+/// themselves: a 4-tuple's addresses and ports (SipHash-1-3 for the tuple tables'
+/// hash, 2-4 for IPv4 ISNs, as Linux's `siphash_3u32`).
+#[inline(always)]
+pub(crate) fn sip_u64_u32<const C: usize, const D: usize>(key: SipKey, a: u64, b: u32) -> u64 {
+    let mut v = sip_init(key);
+    v[3] ^= a;
+    for _ in 0..C {
+        sip_round(&mut v);
+    }
+    v[0] ^= a;
+    // The last block: the 4 bytes left and the message length (12) in the top byte.
+    let last = (12u64 << 56) | u64::from(b);
+    v[3] ^= last;
+    for _ in 0..C {
+        sip_round(&mut v);
+    }
+    v[0] ^= last;
+    sip_finish::<D>(v)
+}
+
 /// SipHash-2-4 of `bytes` under `key` in one pass over the message's 8-byte blocks: the
 /// value `SipHasher24::hash` gives (tested below), without its buffering, for the short
 /// messages of ISNs and timestamp offsets (Linux `siphash_3u32` and the like are such
 /// one-pass forms too).
 #[inline]
 pub(crate) fn siphash24(key: SipKey, bytes: &[u8]) -> u64 {
-    let mut v = [
-        key.0 ^ 0x736f_6d65_7073_6575,
-        key.1 ^ 0x646f_7261_6e64_6f6d,
-        key.0 ^ 0x6c79_6765_6e65_7261,
-        key.1 ^ 0x7465_6462_7974_6573,
-    ];
+    let mut v = sip_init(key);
     let mut blocks = bytes.chunks_exact(8);
     for block in &mut blocks {
         let m = u64::from_le_bytes(block.try_into().unwrap_or([0; 8]));
@@ -170,11 +208,7 @@ pub(crate) fn siphash24(key: SipKey, bytes: &[u8]) -> u64 {
     sip_round(&mut v);
     sip_round(&mut v);
     v[0] ^= m;
-    v[2] ^= 0xff;
-    for _ in 0..4 {
-        sip_round(&mut v);
-    }
-    v[0] ^ v[1] ^ v[2] ^ v[3]
+    sip_finish::<4>(v)
 }
 
 /// The hasher of a table a peer can fill: SipHash-1-3 under a secret 128-bit key (the

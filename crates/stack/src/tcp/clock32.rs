@@ -122,13 +122,26 @@ impl PartialOrd for Ms32 {
 pub(crate) struct DeadlineQueue<K> {
     fifo: VecDeque<(Ms32, K)>,
     heap: BinaryHeap<Reverse<(Ms32, K)>>,
+    /// Entries taken off the FIFO's front so far (wrapping): with it a FIFO entry's
+    /// [`Ticket`] gives its position, for [`DeadlineQueue::cancel`].
+    popped: u32,
 }
+
+/// Where [`DeadlineQueue::push`] filed an entry in the FIFO (its position plus the
+/// entries popped before it, wrapping), so that it can be cancelled in O(1); only a hint,
+/// checked against the entry's key ([`DeadlineQueue::cancel`]). [`NO_TICKET`] for an
+/// entry filed in the heap.
+pub(crate) type Ticket = u32;
+
+/// The [`Ticket`] of an entry not in the FIFO.
+pub(crate) const NO_TICKET: Ticket = u32::MAX;
 
 impl<K: Ord + Copy> DeadlineQueue<K> {
     pub(crate) fn new() -> Self {
         DeadlineQueue {
             fifo: VecDeque::new(),
             heap: BinaryHeap::new(),
+            popped: 0,
         }
     }
 
@@ -144,13 +157,46 @@ impl<K: Ord + Copy> DeadlineQueue<K> {
     }
 
     /// File `key` at `deadline`: at the FIFO's back if that keeps its order, else in the
-    /// heap.
+    /// heap. Returns the entry's [`Ticket`].
     #[inline]
-    pub(crate) fn push(&mut self, deadline: Ms32, key: K) {
+    pub(crate) fn push(&mut self, deadline: Ms32, key: K) -> Ticket {
         if self.fifo.back().is_none_or(|&(last, _)| last <= deadline) {
+            let ticket = self.popped.wrapping_add(self.fifo.len() as u32);
             self.fifo.push_back((deadline, key));
+            ticket
         } else {
             self.heap.push(Reverse((deadline, key)));
+            NO_TICKET
+        }
+    }
+
+    /// Cancel the FIFO entry of `ticket` if it is still `key`'s, in O(1): its key becomes
+    /// `dead` (which the owner skips when it comes up), and dead entries at the front go
+    /// at once, so that the next deadline is a live one's as far as the front goes (Linux
+    /// deletes a request's timer when the handshake completes, `inet_csk_reqsk_queue_drop`
+    /// -> `reqsk_queue_unlink` -> `timer_delete`). A ticket the queue no longer holds (the
+    /// entry came up, or a [`DeadlineQueue::retain`] moved it) changes nothing: that
+    /// entry stays, cancelled lazily by its owner's check as before.
+    #[inline]
+    pub(crate) fn cancel(&mut self, ticket: Ticket, key: &K, dead: K) {
+        let pos = ticket.wrapping_sub(self.popped) as usize;
+        let Some(e) = self.fifo.get_mut(pos) else {
+            return;
+        };
+        if e.1 != *key {
+            return;
+        }
+        if pos != 0 {
+            e.1 = dead;
+            return;
+        }
+        // At the front (the oldest request completes first): taken off, with the
+        // cancelled ones behind it.
+        self.fifo.pop_front();
+        self.popped = self.popped.wrapping_add(1);
+        while self.fifo.front().is_some_and(|e| e.1 == dead) {
+            self.fifo.pop_front();
+            self.popped = self.popped.wrapping_add(1);
         }
     }
 
@@ -179,6 +225,7 @@ impl<K: Ord + Copy> DeadlineQueue<K> {
         }
         if fifo {
             self.fifo.pop_front();
+            self.popped = self.popped.wrapping_add(1);
         } else {
             self.heap.pop();
         }
@@ -223,6 +270,36 @@ mod tests {
         assert!(d.due(near + Duration::from_millis(60_001)));
         assert!(d.due(near + Duration::from_secs(3600)));
         assert!(Ms32::ceil(near) < d && d > Ms32::ceil(near));
+    }
+
+    /// A ticket cancels its own entry only: one whose entry came up, or that names
+    /// another key, changes nothing; a cancelled entry at the front goes at once.
+    #[test]
+    fn a_ticket_cancels_its_own_entry_only() {
+        const DEAD: u32 = 0;
+        let mut q = DeadlineQueue::<u32>::new();
+        let d = |ms: u64| Ms32::ceil(Instant::from_millis(ms));
+        let t1 = q.push(d(10), 1);
+        let t2 = q.push(d(20), 2);
+        let t3 = q.push(d(30), 3);
+        assert_eq!(q.push(d(5), 9), NO_TICKET, "out of order: the heap");
+        q.cancel(t2, &7, DEAD);
+        assert!(q.iter().any(|(_, k)| k == 2), "another key: kept");
+        q.cancel(t2, &2, DEAD);
+        assert_eq!(q.len(), 4, "cancelled in place");
+        assert_eq!(q.pop_due(Instant::from_millis(10)).map(|e| e.1), Some(9));
+        q.cancel(t1, &1, DEAD);
+        assert_eq!(q.len(), 1, "the front and the cancelled one behind it");
+        assert_eq!(q.front(), Some((d(30), 3)));
+        assert_eq!(q.pop_due(Instant::from_millis(30)), Some((d(30), 3)));
+        q.cancel(t3, &3, DEAD);
+        let t4 = q.push(d(40), 4);
+        q.cancel(t3, &4, DEAD);
+        assert_eq!(q.len(), 1, "a ticket whose entry came up names nothing");
+        q.cancel(t4, &3, DEAD);
+        assert_eq!(q.front(), Some((d(40), 4)), "its place, another key: kept");
+        q.cancel(t4, &4, DEAD);
+        assert_eq!(q.len(), 0);
     }
 
     #[test]

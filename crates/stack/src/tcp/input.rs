@@ -197,13 +197,14 @@ impl Stack {
         let hash = self.tcp.ehash.hash(&tuple);
         if let Some(index) = self.tcp.lookup(hash, &tuple) {
             let h = self.tcp.handle_of(index);
-            return self.conn_input(now, h, seg);
+            return self.conn_input_with(now, h, seg, Some(hash));
         }
-        if self.tcp.timewait.contains(hash, &tuple) {
-            return self.timewait_input(now, tuple, hash, seg);
+        // The record or request found is handed over, not looked up again.
+        if let Some(tw) = self.tcp.timewait.get(hash, &tuple).copied() {
+            return self.timewait_input(now, tuple, hash, tw, seg);
         }
-        if self.tcp.requests.contains(hash, &tuple) {
-            return self.request_input(now, tuple, hash, seg);
+        if let Some(req) = self.tcp.requests.get(hash, &tuple).copied() {
+            return self.request_input(now, tuple, hash, req, seg);
         }
         if let Some(listener) = self.tcp_listener_for(&tuple) {
             return self.listen_input(now, listener, tuple, hash, seg);
@@ -233,6 +234,20 @@ impl Stack {
     /// A segment for connection `h`: the connection processes it, then the stack carries
     /// out the verdict (see the module docs).
     pub(crate) fn conn_input(&mut self, now: Instant, h: TcpHandle, seg: &tcp::Repr) {
+        self.conn_input_with(now, h, seg, None);
+    }
+
+    /// [`Stack::conn_input`] with the hash of the connection's tuple when the caller has
+    /// it (`known`, the segment's from the table lookup): a connection that ends here
+    /// (CLOSED, TIME-WAIT) leaves the established table under it without a second hash.
+    #[inline]
+    pub(crate) fn conn_input_with(
+        &mut self,
+        now: Instant,
+        h: TcpHandle,
+        seg: &tcp::Repr,
+        known: Option<super::tuple_hash::TupleHash>,
+    ) {
         let _stage = ustack_obs::profile::enter(ustack_obs::profile::Stage::TcpInput);
         // The handle comes from the connection table, so it is live.
         let Some(mut sk) = self.tcp_sock(h) else {
@@ -250,16 +265,16 @@ impl Stack {
                 self.reset_for(now, tuple, seg);
                 self.mib.drop(reason);
             }
-            Verdict::Done(error) => self.tcp_done(h, error),
+            Verdict::Done(error) => self.tcp_done_with(h, error, known),
             Verdict::ResetAndDone(tuple, error) => {
                 self.reset_for(now, tuple, seg);
-                self.tcp_done(h, Some(error));
+                self.tcp_done_with(h, Some(error), known);
             }
             Verdict::TimeWait { ack_fin } => {
                 if ack_fin {
                     self.tcp_send_ack(now, h);
                 }
-                self.tcp_time_wait(now, h);
+                self.tcp_time_wait(now, h, known);
             }
             Verdict::SynAck => self.tcp_send_syn_ack_tcb(now, h),
         }

@@ -32,7 +32,7 @@ use super::tuple_hash::{TupleHash, TupleHasher, TupleTable};
 use crate::stack::Wake;
 use core::mem::size_of;
 
-use super::clock32::{DeadlineQueue, Ms32};
+use super::clock32::{DeadlineQueue, Ms32, NO_TICKET, Ticket};
 use super::{AcceptQueue, ListenerHandle, State};
 use crate::Stack;
 use crate::slab::Slab;
@@ -258,7 +258,10 @@ pub(crate) struct RequestSock {
     pub sack_ok: bool,
     pub ts_ok: bool,
     pub ts_recent: u32,
-    pub ts_offset: u32,
+    /// Where its SYN-ACK deadline is filed ([`Requests::file`]), so that completing
+    /// the handshake takes the entry out in O(1). (The timestamp offset is not kept: a
+    /// function of the address pair, [`super::Tcp::ts_offset`] gives it back.)
+    pub ticket: Ticket,
     pub retransmits: u8,
     /// When the SYN-ACK is sent again (or, for a cookie request, nothing: never filed).
     pub expires: Ms32,
@@ -278,6 +281,13 @@ impl RequestSock {
 /// An entry of the SYN-queue expiry queue: a deadline and the request's tuple.
 pub(crate) type RequestEntry = (Ms32, FourTuple);
 
+/// The key of a cancelled expiry entry: no request has it (port 0 is no connection's,
+/// RFC 9293 §3.1, and 0.0.0.0 no local address).
+const CANCELLED: FourTuple = FourTuple {
+    local: core::net::SocketAddrV4::new(core::net::Ipv4Addr::UNSPECIFIED, 0),
+    remote: core::net::SocketAddrV4::new(core::net::Ipv4Addr::UNSPECIFIED, 0),
+};
+
 /// Entries of the expiry queue beyond twice the live requests that start a compaction
 /// ([`Requests::compact`]).
 const COMPACT_MIN: usize = 1024;
@@ -287,8 +297,10 @@ const COMPACT_MIN: usize = 1024;
 #[derive(Debug)]
 pub(crate) struct Requests {
     map: TupleTable<RequestSock>,
-    /// SYN-ACK retransmission deadlines (one entry per request and retransmission; an
-    /// entry whose request is gone or was re-filed later is dropped when it comes up):
+    /// SYN-ACK retransmission deadlines (one entry per request and retransmission; a
+    /// request that goes takes its entry out through its [`RequestSock::ticket`] while
+    /// that is in the FIFO, O(1); any other entry whose request is gone or was re-filed
+    /// later is dropped when it comes up):
     /// the requests' own, so that an entry is 16 bytes. Every first SYN-ACK waits the
     /// same `TIMEOUT_INIT` from its SYN, so they come in the order filed: a FIFO, O(1)
     /// each way, as TIME-WAIT's; a retransmission's backed-off deadline, earlier than
@@ -325,33 +337,45 @@ impl Requests {
     pub fn get(&self, hash: TupleHash, t: &FourTuple) -> Option<&RequestSock> {
         self.map.get(hash, t)
     }
+    /// Take the request of `t` away, and its SYN-ACK deadline's entry with it when that
+    /// is still in the FIFO (a handshake that completes within its first second, the
+    /// common case): the entry no longer comes up a second later to find nothing.
     pub fn remove(&mut self, hash: TupleHash, t: &FourTuple) -> Option<RequestSock> {
-        self.map.remove(hash, t)
+        let r = self.map.remove(hash, t)?;
+        if r.ticket != NO_TICKET {
+            self.queue.cancel(r.ticket, t, CANCELLED);
+        }
+        Some(r)
     }
+    /// File the request of `t`, which has none (a SYN reaches the listener only when no
+    /// connection, request or TIME-WAIT record holds its tuple: [`Stack::tcp_dispatch`]).
     pub fn insert(&mut self, hash: TupleHash, t: FourTuple, r: RequestSock) {
-        self.map.insert(hash, t, r);
+        self.map.insert_new(hash, t, r);
     }
     pub fn get_mut(&mut self, hash: TupleHash, t: &FourTuple) -> Option<&mut RequestSock> {
         self.map.get_mut(hash, t)
     }
     /// Wake `t` at its request's `expires` (filed at `now`), lowering the stack's next
-    /// deadline `wake` to it.
-    pub fn file(&mut self, now: Instant, t: FourTuple, expires: Ms32, wake: &mut Wake) {
+    /// deadline `wake` to it. Returns the entry's ticket, for the request's
+    /// [`RequestSock::ticket`].
+    pub fn file(&mut self, now: Instant, t: FourTuple, expires: Ms32, wake: &mut Wake) -> Ticket {
         self.seen = self.seen.max(now);
         if self.queue.len() >= 2 * self.map.len() + COMPACT_MIN {
             self.compact();
         }
-        self.queue.push(expires, t);
+        let ticket = self.queue.push(expires, t);
         wake.lower(expires.instant(self.seen));
+        ticket
     }
 
     /// Keep only the entries of live requests, and give the room back. A request that
-    /// completes leaves its entry in the queue (which cannot take one out) until it comes
-    /// up a second later: at a high connection rate that is an entry for every handshake
-    /// of the last second (16 bytes each, 4 MiB of heap for 200,000 connections
-    /// established in a second, and kept as capacity after). Done when the stale entries
-    /// outnumber the live ones, so each costs O(1) amortised; Linux takes a completed
-    /// request's timer off its wheel (`inet_csk_reqsk_queue_drop`).
+    /// goes cancels its entry ([`Requests::remove`]), but one cancelled behind live
+    /// entries stays in the FIFO until it comes up, and one filed in the heap (a
+    /// retransmission's) is cancelled only lazily: at a high connection rate with
+    /// handshakes completing out of order that could be an entry for every handshake of
+    /// the last second (16 bytes each, 4 MiB of heap for 200,000 connections established
+    /// in a second, and kept as capacity after). Done when the stale entries outnumber the
+    /// live ones, so each costs O(1) amortised.
     #[cold]
     fn compact(&mut self) {
         let map = &self.map;
@@ -368,14 +392,21 @@ impl Requests {
     /// The tuple of an entry due at `now`, taken off the queue.
     pub fn pop_due(&mut self, now: Instant) -> Option<FourTuple> {
         self.seen = self.seen.max(now);
-        self.queue.pop_due(now).map(|(_, t)| t)
+        loop {
+            let (_, t) = self.queue.pop_due(now)?;
+            if t != CANCELLED {
+                return Some(t);
+            }
+        }
     }
     /// The tuples of every request and expiry entry (for the IPv6 id sweep).
     pub fn tuples(&self) -> impl Iterator<Item = FourTuple> + '_ {
-        self.map
-            .iter()
-            .map(|(t, _)| *t)
-            .chain(self.queue.iter().map(|(_, t)| t))
+        self.map.iter().map(|(t, _)| *t).chain(
+            self.queue
+                .iter()
+                .map(|(_, t)| t)
+                .filter(|t| *t != CANCELLED),
+        )
     }
     /// Drop every request of a listener that is going away.
     pub fn remove_listener(&mut self, listener: u32) {
@@ -491,6 +522,8 @@ impl Stack {
             return self.mib.drop(DropReason::TcpSynBacklogDrop);
         }
         let ts = seg.timestamp.filter(|_| self.sysctl.tcp_timestamps != 0);
+        let expires = Ms32::ceil(now + TIMEOUT_INIT);
+        let ticket = self.tcp.requests.file(now, tuple, expires, &mut self.wake);
         let req = RequestSock {
             listener,
             iss: self.tcp.isn_of(now, &tuple),
@@ -504,9 +537,9 @@ impl Stack {
             sack_ok: seg.sack_permitted && self.sysctl.tcp_sack != 0,
             ts_ok: ts.is_some(),
             ts_recent: ts.map_or(0, |t| t.tsval),
-            ts_offset: self.tcp.ts_offset(&tuple),
+            ticket,
             retransmits: 0,
-            expires: Ms32::ceil(now + TIMEOUT_INIT),
+            expires,
             synack_us: RequestSock::synack_stamp(now),
         };
         self.tcp.requests.insert(hash, tuple, req);
@@ -514,9 +547,6 @@ impl Stack {
             l.syn_qlen += 1;
         }
         self.tcp_send_synack(now, tuple, &req, None);
-        self.tcp
-            .requests
-            .file(now, tuple, req.expires, &mut self.wake);
     }
 
     /// Answer a SYN with a cookie SYN-ACK: no state kept (Linux `cookie_v4_init_sequence`,
@@ -552,7 +582,7 @@ impl Stack {
             sack_ok: ts.is_some() && creq.sack_ok,
             ts_ok: ts.is_some(),
             ts_recent: ts.map_or(0, |t| t.tsval),
-            ts_offset,
+            ticket: NO_TICKET,
             retransmits: 0,
             expires: Ms32::ceil(now),
             synack_us: 0,
@@ -608,7 +638,7 @@ impl Stack {
             sack_ok,
             ts_ok,
             ts_recent,
-            ts_offset: self.tcp.ts_offset(&tuple),
+            ticket: NO_TICKET,
             retransmits: 0,
             expires: Ms32::ceil(now),
             synack_us: 0,
@@ -617,18 +647,16 @@ impl Stack {
         true
     }
 
-    /// A segment for a request in SYN-RECEIVED (Linux `tcp_check_req`; RFC 9293
+    /// A segment for a request in SYN-RECEIVED, `req` (Linux `tcp_check_req`; RFC 9293
     /// §3.10.7.4 for SYN-RECEIVED).
     pub(crate) fn request_input(
         &mut self,
         now: Instant,
         tuple: FourTuple,
         hash: TupleHash,
+        req: RequestSock,
         seg: &tcp::Repr,
     ) {
-        let Some(req) = self.tcp.requests.get(hash, &tuple).copied() else {
-            return;
-        };
         let f = seg.flags;
         // A retransmitted SYN: answer with the SYN-ACK again (Linux: "Retransmitted SYN").
         if f.contains(tcp::Flags::SYN) && !f.contains(tcp::Flags::ACK) && seg.seq_number == req.irs
@@ -733,7 +761,6 @@ impl Stack {
         tcb.snd.nxt = req.iss + 1;
         // RFC 9293 §3.10.7.4 SYN-RECEIVED -> ESTABLISHED: "set SND.WND <- SEG.WND, set
         // SND.WL1 <- SEG.SEQ, and set SND.WL2 <- SEG.ACK" (the ACK's window is scaled).
-        tcb.ts_offset = req.ts_offset;
         Stack::apply_syn_options(
             &self.sysctl,
             &mut tcb,
@@ -763,7 +790,7 @@ impl Stack {
             && let Some(ts) = seg.timestamp
             && ts.tsecr != 0
         {
-            let ms = super::isn::ts_clock(now).wrapping_sub(ts.tsecr.wrapping_sub(req.ts_offset));
+            let ms = super::isn::ts_clock(now).wrapping_sub(ts.tsecr.wrapping_sub(tcb.ts_offset));
             if ms < 600_000 {
                 tcb.rtt.sample(Duration::from_millis(u64::from(ms)));
             }
@@ -786,7 +813,7 @@ impl Stack {
         }
         // The ACK may carry data or a FIN, and its window is the first scaled one: the
         // rest is ordinary ESTABLISHED processing.
-        self.conn_input(now, h, seg);
+        self.conn_input_with(now, h, seg, Some(hash));
     }
 
     fn request_drop(&mut self, hash: TupleHash, tuple: &FourTuple) {
@@ -821,9 +848,13 @@ impl Stack {
         self.mib.inc(Counter::TcpRetransSegs);
         self.mib.inc(Counter::TcpExtTCPSynRetrans);
         self.tcp_send_synack(now, tuple, &req, None);
-        self.tcp
+        let ticket = self
+            .tcp
             .requests
             .file(now, tuple, req.expires, &mut self.wake);
+        if let Some(r) = self.tcp.requests.get_mut(hash, &tuple) {
+            r.ticket = ticket;
+        }
     }
 }
 
@@ -882,19 +913,17 @@ mod tests {
         );
     }
 
-    /// Handshakes that complete within their first second leave no heap behind them: the
-    /// expiry heap stays within twice the live requests (plus [`COMPACT_MIN`]) at any
-    /// count, where it held an entry for every handshake of the last second.
-    #[test]
-    fn completed_requests_do_not_pile_up_in_the_expiry_heap() {
-        let mut r = Requests::new(TupleHasher::new((5, 6)));
-        let tuple = |i: u32| FourTuple {
+    /// The tuple of the `i`th request: a peer port and address each.
+    fn tuple(i: u32) -> FourTuple {
+        FourTuple {
             local: SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 80),
             remote: SocketAddrV4::new(Ipv4Addr::from_bits(0x0a01_0000 | (i >> 16)), i as u16),
-        };
-        let now = Instant::from_secs(1);
-        let expires = Ms32::ceil(now + TIMEOUT_INIT);
-        let req = RequestSock {
+        }
+    }
+
+    /// A request of listener 0 whose SYN-ACK is due at `expires`, filed without a ticket.
+    fn request(expires: Ms32) -> RequestSock {
+        RequestSock {
             listener: 0,
             iss: SeqNumber(1),
             irs: SeqNumber(2),
@@ -903,11 +932,74 @@ mod tests {
             sack_ok: true,
             ts_ok: true,
             ts_recent: 0,
-            ts_offset: 0,
+            ticket: NO_TICKET,
             retransmits: 0,
             expires,
             synack_us: 1,
+        }
+    }
+
+    /// A request that completes takes its SYN-ACK deadline's entry with it (Linux deletes
+    /// the request's timer): in order, the queue holds no more entries than requests in
+    /// flight; out of order, a cancelled entry never comes up as a request's.
+    #[test]
+    fn completed_requests_take_their_syn_ack_entries_with_them() {
+        let mut r = Requests::new(TupleHasher::new((5, 6)));
+        let mut wake = Wake::NONE;
+        let mut open = |r: &mut Requests, ms: u64, t: FourTuple| {
+            let now = Instant::from_millis(ms);
+            let expires = Ms32::ceil(now + TIMEOUT_INIT);
+            let ticket = r.file(now, t, expires, &mut wake);
+            r.insert(
+                r.hash(&t),
+                t,
+                RequestSock {
+                    ticket,
+                    ..request(expires)
+                },
+            );
         };
+        // 10,000 handshakes, 100 in flight, each completing in the order it came.
+        for i in 0..10_000u32 {
+            open(&mut r, u64::from(i / 50), tuple(i));
+            if i >= 100 {
+                let done = tuple(i - 100);
+                assert!(r.remove(r.hash(&done), &done).is_some());
+            }
+            assert!(r.queue.len() <= 101, "{} entries", r.queue.len());
+        }
+        for i in 9_900..10_000 {
+            let done = tuple(i);
+            assert!(r.remove(r.hash(&done), &done).is_some());
+        }
+        assert_eq!(r.queue.len(), 0, "every entry went with its request");
+        // Out of order: B completes first, then A; only C comes up.
+        let (a, b, c) = (tuple(1), tuple(2), tuple(3));
+        for t in [a, b, c] {
+            open(&mut r, 20_000, t);
+        }
+        assert!(r.remove(r.hash(&b), &b).is_some());
+        assert_eq!(r.queue.len(), 3, "B's entry cancelled in place");
+        assert!(r.remove(r.hash(&a), &a).is_some());
+        assert_eq!(r.queue.len(), 1, "A's and B's entries gone from the front");
+        let due = Instant::from_millis(21_000);
+        assert_eq!(r.pop_due(due), Some(c));
+        assert_eq!(r.pop_due(due), None);
+        // C's ticket is stale now (its entry came up): removing C changes nothing else.
+        open(&mut r, 21_000, tuple(4));
+        assert!(r.remove(r.hash(&c), &c).is_some());
+        assert_eq!(r.pop_due(Instant::from_millis(22_000)), Some(tuple(4)));
+    }
+
+    /// Handshakes that complete within their first second leave no heap behind them: the
+    /// expiry heap stays within twice the live requests (plus [`COMPACT_MIN`]) at any
+    /// count, where it held an entry for every handshake of the last second.
+    #[test]
+    fn completed_requests_do_not_pile_up_in_the_expiry_heap() {
+        let mut r = Requests::new(TupleHasher::new((5, 6)));
+        let now = Instant::from_secs(1);
+        let expires = Ms32::ceil(now + TIMEOUT_INIT);
+        let req = request(expires);
         let mut wake = Wake::NONE;
         // 200,000 handshakes in the same millisecond, 100 in flight at a time.
         for i in 0..200_000u32 {

@@ -393,6 +393,9 @@ impl Tcp {
 
     /// The ISN of a new connection of `t` (see [`isn::IsnGenerator::isn`]).
     pub(crate) fn isn_of(&self, now: Instant, t: &FourTuple) -> SeqNumber {
+        if !t.is_v6() {
+            return self.isn.isn4(now, t.local, t.remote);
+        }
         let (l, r) = self.addrs(t);
         self.isn.isn(now, l, r)
     }
@@ -488,13 +491,9 @@ impl Tcp {
         })
     }
 
-    /// Put a new connection in the slab and the established table.
-    pub(crate) fn insert(&mut self, tcb: Tcb) -> TcpHandle {
-        self.insert_hashed(self.ehash.hash(&tcb.tuple), tcb)
-    }
-
-    /// [`Tcp::insert`] of a connection whose tuple's hash the caller has already (the
-    /// segment's that completed the handshake, or the one the port search computed).
+    /// Put a new connection in the slab and the established table, under the hash of its
+    /// tuple the caller has already (the segment's that completed the handshake, or the
+    /// one the port search computed): a connection's tuple is hashed once to file it.
     pub(crate) fn insert_hashed(&mut self, hash: tuple_hash::TupleHash, tcb: Tcb) -> TcpHandle {
         debug_assert!(
             hash == self.ehash.hash(&tcb.tuple),
@@ -561,20 +560,8 @@ impl Tcp {
         Some(state)
     }
 
-    /// The TIME-WAIT record of `tuple`, if any.
-    fn timewait_record(&self, tuple: &FourTuple) -> Option<timer::TimeWait> {
-        self.timewait.get(self.timewait.hash(tuple), tuple).copied()
-    }
-
-    /// Take the TIME-WAIT record of `tuple` away (its tuple is being reused); its entry in
-    /// the expiry queue is skipped when it comes up.
-    fn timewait_take(&mut self, tuple: &FourTuple) -> Option<timer::TimeWait> {
-        self.timewait.remove(self.timewait.hash(tuple), tuple)
-    }
-
     /// Whether `tuple` names a connection, a request or a TIME-WAIT record.
-    fn tuple_in_use(&self, tuple: &FourTuple) -> bool {
-        let hash = self.ehash.hash(tuple);
+    fn tuple_in_use(&self, hash: tuple_hash::TupleHash, tuple: &FourTuple) -> bool {
         self.lookup(hash, tuple).is_some()
             || self.requests.contains(hash, tuple)
             || self.timewait.contains(hash, tuple)
@@ -592,7 +579,7 @@ impl Tcp {
         local: SocketAddrV4,
         remote: SocketAddrV4,
         sysctl: &Sysctl,
-    ) -> Option<(u16, Option<timer::TimeWait>)> {
+    ) -> Option<(u16, Option<timer::TimeWait>, tuple_hash::TupleHash)> {
         let range = PortRange::of(sysctl)?;
         for port in range.from(self.port_hint) {
             let tuple = FourTuple {
@@ -606,11 +593,8 @@ impl Tcp {
             {
                 continue;
             }
-            let reused = if self.timewait.contains(hash, &tuple) {
-                match self
-                    .timewait_record(&tuple)
-                    .filter(|tw| tw_reusable(sysctl, tw, now))
-                {
+            let reused = if let Some(tw) = self.timewait.get(hash, &tuple) {
+                match Some(*tw).filter(|tw| tw_reusable(sysctl, tw, now)) {
                     Some(tw) => Some(tw),
                     None => continue,
                 }
@@ -618,7 +602,7 @@ impl Tcp {
                 None
             };
             self.port_hint = range.after(port);
-            return Some((port, reused));
+            return Some((port, reused, hash));
         }
         None
     }
@@ -1051,16 +1035,17 @@ impl Stack {
             return Err(Error::NetUnreachable);
         }
         let local_ip = self.ipv4.addr;
-        let (port, reused) = match local_port {
+        let (port, reused, hash) = match local_port {
             Some(port) => {
                 let tuple = FourTuple {
                     local: SocketAddrV4::new(local_ip, port),
                     remote,
                 };
-                if self.tcp.listeners.bound(port) || self.tcp.tuple_in_use(&tuple) {
+                let hash = self.tcp.ehash.hash(&tuple);
+                if self.tcp.listeners.bound(port) || self.tcp.tuple_in_use(hash, &tuple) {
                     return Err(Error::AddrInUse);
                 }
-                (port, None)
+                (port, None, hash)
             }
             None => self
                 .tcp
@@ -1071,7 +1056,7 @@ impl Stack {
             local: SocketAddrV4::new(local_ip, port),
             remote,
         };
-        self.tcp_connect_tuple(now, tuple, reused, opts)
+        self.tcp_connect_tuple(now, tuple, hash, reused, opts)
     }
 
     /// An active open over IPv6 (Linux `tcp_v6_connect`): the source by RFC 6724's rules,
@@ -1098,12 +1083,13 @@ impl Stack {
             local: SocketAddrV4::new(*ids.local.ip(), port),
             remote: ids.remote,
         };
-        let (port, reused) = match local_port {
+        let (port, reused, hash) = match local_port {
             Some(port) => {
-                if self.tcp.listeners.bound(port) || self.tcp.tuple_in_use(&tuple_at(port)) {
+                let hash = self.tcp.ehash.hash(&tuple_at(port));
+                if self.tcp.listeners.bound(port) || self.tcp.tuple_in_use(hash, &tuple_at(port)) {
                     return Err(Error::AddrInUse);
                 }
-                (port, None)
+                (port, None, hash)
             }
             None => self
                 .tcp
@@ -1111,7 +1097,7 @@ impl Stack {
                 .ok_or(Error::AddrNotAvailable)?,
         };
         let tuple = tuple_at(port);
-        self.tcp_connect_tuple(now, tuple, reused, opts)
+        self.tcp_connect_tuple(now, tuple, hash, reused, opts)
     }
 
     /// The active open of `tuple`, its port chosen (`reused`: the TIME-WAIT record
@@ -1120,6 +1106,7 @@ impl Stack {
         &mut self,
         now: Instant,
         tuple: FourTuple,
+        hash: tuple_hash::TupleHash,
         reused: Option<timer::TimeWait>,
         opts: &TcpOptValues,
     ) -> Result<TcpHandle, Error> {
@@ -1128,7 +1115,7 @@ impl Stack {
             // TWRecycled; the new incarnation starts past the old one's sequence space and
             // remembers its TS.Recent (Linux copies tw_ts_recent and its stamp).
             Some(tw) => {
-                self.tcp.timewait_take(&tuple);
+                self.tcp.timewait.remove(hash, &tuple);
                 self.mib.inc(Counter::TcpExtTWRecycled);
                 tw_reuse_iss(&tw)
             }
@@ -1145,7 +1132,9 @@ impl Stack {
         if let Some(user) = opts.get(TcpOpt::MaxSeg).filter(|&m| m > 0) {
             tcb.adv_mss = tcb.adv_mss.min(user as u16);
         }
-        let h = self.tcp.insert(tcb);
+        // The port search's hash of the tuple files it (Linux __inet_hash_connect hands
+        // inet_ehash_insert the hash it checked the port with).
+        let h = self.tcp.insert_hashed(hash, tcb);
         for (o, v) in opts.iter() {
             let v = o.check(v)?;
             self.tcp.xopts_update(h, |x| o.store(x, v));

@@ -391,7 +391,7 @@ impl Stack {
             Flags::SYN | Flags::ACK,
             self.tcp_initial_rcv_window(now, &tuple, req.ts_ok, req.listener) as u16,
         );
-        let tsval = tsval.unwrap_or_else(|| ts_clock(now).wrapping_add(req.ts_offset));
+        let tsval = tsval.unwrap_or_else(|| ts_clock(now).wrapping_add(self.tcp.ts_offset(&tuple)));
         self.syn_options(
             now,
             &tuple,

@@ -111,6 +111,7 @@ impl TimeWaits {
         }
     }
     /// The hash of `t` (the same in every 4-tuple table).
+    #[cfg(test)]
     pub fn hash(&self, t: &FourTuple) -> TupleHash {
         self.map.hash(t)
     }
@@ -135,7 +136,8 @@ impl TimeWaits {
         self.seen = self.seen.max(now);
         self.queue.push(tw.expires, t);
         wake.lower(tw.expires.instant(self.seen));
-        self.map.insert(hash, t, tw);
+        // The connection held the tuple, so no record does (one tuple, one table).
+        self.map.insert_new(hash, t, tw);
     }
 
     /// Restart the 2*MSL wait of `t` (no allocation: see [`TimeWaits`]).
@@ -151,15 +153,13 @@ impl TimeWaits {
         let mut ended = 0;
         while let Some((_, tuple)) = self.queue.pop_due(now) {
             let hash = self.map.hash(&tuple);
-            let Some(r) = self.map.get_mut(hash, &tuple) else {
-                continue; // removed early
-            };
-            if !r.expires.due(now) {
+            match self.map.remove_if(hash, &tuple, |r| r.expires.due(now)) {
+                Some(Ok(_)) => ended += 1,
                 // Restarted meanwhile (or a newer incarnation): filed again.
-                self.queue.push(r.expires, tuple);
-            } else {
-                self.map.remove(hash, &tuple);
-                ended += 1;
+                Some(Err(r)) => {
+                    self.queue.push(r.expires, tuple);
+                }
+                None => {} // removed early
             }
         }
         ended
@@ -189,7 +189,9 @@ impl Stack {
     /// 2*MSL; the socket itself is done. With `tcp_max_tw_buckets` records already, the
     /// connection closes without TIME-WAIT, counted TCPTimeWaitOverflow (Linux:
     /// `inet_twsk_alloc` fails when `tw_refcount - 1 >= sysctl_max_tw_buckets`).
-    pub(crate) fn tcp_time_wait(&mut self, now: Instant, h: TcpHandle) {
+    /// `known`: the tuple's hash when the caller has it (the segment's, from the table
+    /// lookup), else it is computed here.
+    pub(crate) fn tcp_time_wait(&mut self, now: Instant, h: TcpHandle, known: Option<TupleHash>) {
         let Some(tcb) = self.tcp.get(h) else { return };
         if self.tcp.timewait.len() as u64 >= self.sysctl.tcp_max_tw_buckets {
             self.mib.inc(Counter::TcpExtTCPTimeWaitOverflow);
@@ -209,7 +211,7 @@ impl Stack {
         let tuple = tcb.tuple;
         // One hash of the tuple takes the connection out of the established table and
         // files its record (the tables share a key, see `tuple_hash`).
-        let hash = self.tcp.ehash.hash(&tuple);
+        let hash = known.unwrap_or_else(|| self.tcp.ehash.hash(&tuple));
         self.tcp_done_with(h, None, Some(hash));
         self.tcp
             .timewait
@@ -223,11 +225,9 @@ impl Stack {
         now: Instant,
         tuple: FourTuple,
         hash: TupleHash,
+        tw: TimeWait,
         seg: &tcp::Repr,
     ) {
-        let Some(tw) = self.tcp.timewait.map.get(hash, &tuple).copied() else {
-            return;
-        };
         let f = seg.flags;
         // PAWS (RFC 7323 §5.3) applies here too (Linux tcp_paws_reject on the record).
         let paws_reject = tw.ts_ok

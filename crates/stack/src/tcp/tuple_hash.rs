@@ -11,10 +11,11 @@
 //! all three tables, as one secret serves Linux's one table.
 
 use hashbrown::HashTable;
+#[cfg(test)]
 use hashbrown::hash_table::Entry;
 
 use super::tcb::FourTuple;
-use crate::secret::{SipKey, sip_round};
+use crate::secret::{SipKey, sip_u64_u32};
 
 /// The keyed hash of one 4-tuple, computed by [`TupleHasher::hash`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,25 +61,7 @@ impl TupleHasher {
 /// 12-byte message `a` (little-endian) then `b` (little-endian).
 #[inline]
 fn sip13_u64_u32(key: SipKey, a: u64, b: u32) -> u64 {
-    let mut v = [
-        key.0 ^ 0x736f_6d65_7073_6575,
-        key.1 ^ 0x646f_7261_6e64_6f6d,
-        key.0 ^ 0x6c79_6765_6e65_7261,
-        key.1 ^ 0x7465_6462_7974_6573,
-    ];
-    v[3] ^= a;
-    sip_round(&mut v);
-    v[0] ^= a;
-    // The last block: the 4 bytes left and the message length (12) in the top byte.
-    let last = (12u64 << 56) | u64::from(b);
-    v[3] ^= last;
-    sip_round(&mut v);
-    v[0] ^= last;
-    v[2] ^= 0xff;
-    sip_round(&mut v);
-    sip_round(&mut v);
-    sip_round(&mut v);
-    v[0] ^ v[1] ^ v[2] ^ v[3]
+    sip_u64_u32::<1, 3>(key, a, b)
 }
 
 /// A table of `V` by 4-tuple, looked up by a precomputed [`TupleHash`]. Tables made with
@@ -119,6 +102,7 @@ impl<V> TupleTable<V> {
     }
 
     /// Insert or replace the value of `t`; returns the value replaced.
+    #[cfg(test)]
     pub(crate) fn insert(&mut self, hash: TupleHash, t: FourTuple, v: V) -> Option<V> {
         let hasher = &self.hasher;
         match self
@@ -130,6 +114,37 @@ impl<V> TupleTable<V> {
                 slot.insert((t, v));
                 None
             }
+        }
+    }
+
+    /// Insert `t`, which the table does not hold (the caller knows: the segment that
+    /// creates it found none), in one probe where [`TupleTable::insert`] takes two (a
+    /// find, then the insert). Linux's `inet_ehash_insert` adds a socket to its chain
+    /// without a lookup either when the caller vouches for its uniqueness.
+    #[inline]
+    pub(crate) fn insert_new(&mut self, hash: TupleHash, t: FourTuple, v: V) {
+        debug_assert!(self.get(hash, &t).is_none(), "tuple already held");
+        let hasher = &self.hasher;
+        self.table
+            .insert_unique(hash.0, (t, v), |(k, _)| hasher.hash(k).0);
+    }
+
+    /// The entry of `t` if `take` says so given its value (else the value's copy, to
+    /// look at), in one probe: [`TupleTable::get`] then [`TupleTable::remove`] take two.
+    #[inline]
+    pub(crate) fn remove_if(
+        &mut self,
+        hash: TupleHash,
+        t: &FourTuple,
+        take: impl FnOnce(&V) -> bool,
+    ) -> Option<Result<V, V>>
+    where
+        V: Copy,
+    {
+        match self.table.find_entry(hash.0, |(k, _)| k == t) {
+            Ok(entry) if take(&entry.get().1) => Some(Ok(entry.remove().0.1)),
+            Ok(entry) => Some(Err(entry.get().1)),
+            Err(_) => None,
         }
     }
 
