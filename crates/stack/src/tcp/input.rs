@@ -1120,15 +1120,10 @@ impl Sock<'_> {
         }
         let offset = seq - tcb.rcv.nxt;
         if offset == 0 {
-            // Linux tcp_event_data_recv: sample the receiver's RTT, and (Linux does it
-            // when the application reads, tcp_recvmsg) size the receive buffer to what
-            // the application has been reading.
+            // Linux tcp_event_data_recv: sample the receiver's RTT (the receive buffer is
+            // sized to what the application reads when it reads: `tcp_rcv_space_adjust`).
             tcp_rcv_rtt_measure(tcb, now, ts, data.len());
-            // Under memory pressure the receive window stops growing (Linux
-            // tcp_event_data_recv: tcp_grow_window only "!tcp_under_memory_pressure(sk)").
-            if !self.pool.under_pressure() {
-                tcp_rcv_space_adjust(tcb, now, self.sysctl.tcp_rmem_max);
-            }
+            tcb.active.rcv_space.last_rcv = now;
         }
         let promised = tcb.receive_window() as usize;
         if offset == 0 && promised == 0 {
@@ -1231,9 +1226,7 @@ impl Sock<'_> {
         let tcb = &mut *self.tcb;
         debug_assert!(tcb.rcvbuf.in_order_only() && !data.is_empty());
         tcp_rcv_rtt_measure(tcb, now, ts, data.len());
-        if !self.pool.under_pressure() {
-            tcp_rcv_space_adjust(tcb, now, self.sysctl.tcp_rmem_max);
-        }
+        tcb.active.rcv_space.last_rcv = now;
         // Not zero: the fast path takes only data within the window (tcp_data_queue's
         // zero-window drop is the slow path's).
         let promised = tcb.receive_window() as usize;
@@ -1473,22 +1466,40 @@ fn tcp_rcv_rtt_measure(tcb: &mut Tcb, now: Instant, ts: Option<TcpTimestamp>, le
 /// rate is growing ("To cope with packet losses, we need a 2x factor. To cope with slow
 /// start ... a 4x factor"), never above `tcp_rmem.max`. The window offered follows the
 /// limit (RFC 7323 §2.3 window scaling makes room for it).
-fn tcp_rcv_space_adjust(tcb: &mut Tcb, now: Instant, rmem_max: u64) {
+///
+/// Called when the application has read (`Stack::tcp_recv`), as Linux calls it from
+/// `tcp_recvmsg`, not per segment received. Inline, the common case: a measurement under
+/// way whose RTT has not passed (or with no RTT estimate yet: Linux "if
+/// (unlikely(!tp->rcv_rtt_est.rtt_us)) return;"), or a connection holding no active
+/// state (its measurement was forgotten with it), returns at once.
+#[inline(always)]
+pub(super) fn tcp_rcv_space_adjust(tcb: &mut Tcb, now: Instant, rmem_max: u64) {
+    let Some(a) = tcb.active.held_mut() else {
+        return;
+    };
+    let rs = &a.rcv_space;
+    if rs.space != 0
+        && (rs.rtt_us8 == 0
+            || now.as_nanos().saturating_sub(rs.time.as_nanos()) / 1000
+                < u64::from(rs.rtt_us8 >> 3))
+    {
+        return;
+    }
+    tcp_rcv_space_measure(tcb, now, rmem_max);
+}
+
+/// [`tcp_rcv_space_adjust`] once the RTT has passed (or to begin the measurement).
+#[inline(never)]
+fn tcp_rcv_space_measure(tcb: &mut Tcb, now: Instant, rmem_max: u64) {
     let copied_seq = tcb.rcv.nxt - tcb.rcvbuf.readable();
     let advmss = u64::from(tcb.adv_mss);
     let rcv_space = &mut tcb.active.rcv_space;
-    rcv_space.last_rcv = now;
-    if rcv_space.time == Instant::ZERO {
+    if rcv_space.space == 0 {
         // Linux tcp_init_buffer_space: "rcvq_space.space = min3(rcv_ssthresh, rcv_wnd,
         // TCP_INIT_CWND * advmss)".
         rcv_space.space = (u64::from(tcb.rcv.wnd).min(10 * advmss) as u32).max(1);
         rcv_space.seq = copied_seq;
         rcv_space.time = now;
-        return;
-    }
-    if rcv_space.rtt_us8 == 0
-        || ((now - rcv_space.time).as_micros() as u64) < u64::from(rcv_space.rtt_us8 >> 3)
-    {
         return;
     }
     let copied = copied_seq.diff(rcv_space.seq).max(0) as u64;
