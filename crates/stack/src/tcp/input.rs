@@ -1428,27 +1428,38 @@ fn tcp_sndbuf_expand(tcb: &mut Tcb, wmem_max: u64, in_flight: u32) {
 
 /// The receiver's RTT estimate (Linux `tcp_rcv_rtt_measure_ts`, from the timestamp a
 /// full-sized segment echoes; without timestamps `tcp_rcv_rtt_measure`, the time
-/// until a window's worth of data arrived).
+/// until a window's worth of data arrived). Inline, the timestamp's common case: an echo
+/// already seen (or none), or a segment shorter than the MSS, which only notes the echo.
+#[inline(always)]
 fn tcp_rcv_rtt_measure(tcb: &mut Tcb, now: Instant, ts: Option<TcpTimestamp>, len: usize) {
+    if !tcb.flags.has(TcbFlags::TS_OK) {
+        return tcp_rcv_rtt_measure_win(tcb, now);
+    }
+    let Some(ts) = ts.filter(|t| t.tsecr != 0) else {
+        return;
+    };
+    let (mss, ts_offset) = (tcb.mss, tcb.ts_offset);
     let rcv_space = &mut tcb.active.rcv_space;
-    if tcb.flags.has(TcbFlags::TS_OK) {
-        let Some(ts) = ts.filter(|t| t.tsecr != 0) else {
-            return;
-        };
-        if ts.tsecr == rcv_space.last_tsecr {
-            return;
-        }
-        rcv_space.last_tsecr = ts.tsecr;
-        if len >= usize::from(tcb.mss) {
-            let delta_ms = ts_clock(now).wrapping_sub(ts.tsecr.wrapping_sub(tcb.ts_offset));
-            if (delta_ms as i32) >= 0 {
-                rcv_space.rtt_update(delta_ms.saturating_mul(1000), false);
-            }
-        }
+    if ts.tsecr == rcv_space.last_tsecr {
         return;
     }
+    rcv_space.last_tsecr = ts.tsecr;
+    if len >= usize::from(mss) {
+        let delta_ms = ts_clock(now).wrapping_sub(ts.tsecr.wrapping_sub(ts_offset));
+        if (delta_ms as i32) >= 0 {
+            rcv_space.rtt_update(delta_ms.saturating_mul(1000), false);
+        }
+    }
+}
+
+/// [`tcp_rcv_rtt_measure`] without timestamps (Linux `tcp_rcv_rtt_measure`): the time
+/// a window's worth of data took to arrive.
+#[inline(never)]
+fn tcp_rcv_rtt_measure_win(tcb: &mut Tcb, now: Instant) {
+    let (nxt, wnd) = (tcb.rcv.nxt, tcb.rcv.wnd);
+    let rcv_space = &mut tcb.active.rcv_space;
     if rcv_space.rtt_time != Instant::ZERO {
-        if tcb.rcv.nxt.before(rcv_space.rtt_seq) {
+        if nxt.before(rcv_space.rtt_seq) {
             return;
         }
         let us = (now - rcv_space.rtt_time)
@@ -1456,7 +1467,7 @@ fn tcp_rcv_rtt_measure(tcb: &mut Tcb, now: Instant, ts: Option<TcpTimestamp>, le
             .min(u128::from(u32::MAX)) as u32;
         rcv_space.rtt_update(us, true);
     }
-    rcv_space.rtt_seq = tcb.rcv.nxt + tcb.rcv.wnd as usize;
+    rcv_space.rtt_seq = nxt + wnd as usize;
     rcv_space.rtt_time = now;
 }
 
