@@ -265,12 +265,11 @@ impl Stack {
         let _stage = ustack_obs::profile::enter(ustack_obs::profile::Stage::Demux);
         self.mib.inc(Counter::TcpInSegs);
         self.tcp.early_demux += 1;
-        let h = self.tcp.handle_of(index);
         // The connection's header prediction first (see `fast_path`); what it does not
         // predict walks RFC 9293's steps.
-        if self.tcp_rcv_established(now, h, hdr, seg) {
+        let Some(h) = self.tcp_rcv_established(now, index, hdr, seg) else {
             return;
-        }
+        };
         let repr = tcp::Repr {
             src_port: hdr.src_port,
             dst_port: hdr.dst_port,

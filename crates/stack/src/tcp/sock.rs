@@ -91,6 +91,45 @@ impl Stack {
         })
     }
 
+    /// The connection in slot `index` (one an established-table lookup just found) with
+    /// what its processing touches, its handle read off the slot: one look at the slab.
+    #[inline(always)]
+    pub(crate) fn tcp_sock_at(&mut self, index: u32) -> Option<Sock<'_>> {
+        let Stack {
+            tcp,
+            mib,
+            sysctl,
+            ready,
+            wake,
+            ..
+        } = self;
+        let Tcp {
+            conns,
+            pool,
+            rx_direct,
+            spare_board,
+            timers,
+            challenge,
+            ..
+        } = tcp;
+        let sockets = conns.len();
+        let (generation, tcb) = conns.by_index_mut_gen(index)?;
+        Some(Sock {
+            h: TcpHandle { index, generation },
+            sockets,
+            tcb,
+            pool,
+            rx_direct,
+            spare_board,
+            timers,
+            wake,
+            challenge,
+            mib,
+            sysctl,
+            ready,
+        })
+    }
+
     /// Move a connection to `new` (see [`Sock::set_state`]).
     pub(crate) fn tcp_set_state(&mut self, h: TcpHandle, new: State) {
         if let Some(mut sk) = self.tcp_sock(h) {
@@ -116,7 +155,7 @@ impl Stack {
     /// [`Stack::tcp_note_idle`] for a connection that holds its active state and is not
     /// filed: file it if it is idle.
     #[inline(never)]
-    fn tcp_note_idle_held(&mut self, now: Instant, h: TcpHandle) {
+    pub(crate) fn tcp_note_idle_held(&mut self, now: Instant, h: TcpHandle) {
         let Some(tcb) = self.tcp.get_mut(h) else {
             return;
         };
