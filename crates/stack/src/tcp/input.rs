@@ -1236,11 +1236,27 @@ impl Sock<'_> {
         }
         let tcb = &mut *self.tcb;
         let limit = (tcb.rcvbuf_limit as usize).max(tcb.rcvbuf.readable() + promised);
-        let Some(r) = self.tcp_rcv_queue(0, data, limit) else {
-            return;
+        // A segment that fits its aligned block (every small one): one copy, inline
+        // (nothing to prune or merge; `tcp_rcv_queue` does the rest).
+        let stored = if self.rx_direct.on {
+            None
+        } else {
+            tcb.rcvbuf.append_small(self.pool, data, limit)
+        };
+        let dropped = if let Some(n) = stored {
+            tcb.rcv.nxt += n;
+            if n > 0 {
+                self.ready.mark(SocketKey::Tcp(self.h), Readiness::READABLE); // sk_data_ready
+            }
+            data.len() - n
+        } else {
+            let Some(r) = self.tcp_rcv_queue(0, data, limit) else {
+                return;
+            };
+            r.dropped
         };
         let tcb = &mut *self.tcb;
-        if r.dropped > 0 {
+        if dropped > 0 {
             self.mib.inc(Counter::TcpExtTCPRcvQDrop);
         } else if data.len() >= 128 {
             tcb.grow_window(data.len(), self.pool.under_pressure());
