@@ -112,7 +112,7 @@ impl Stack {
         // To our unicast address (not a broadcast: RFC 9293 §3.9.1.3), from a source that
         // is not a martian (RFC 1812 §5.3.7), as `ipv4_input` checks.
         if dst != self.ipv4.addr
-            || Some(dst) == self.ipv4.broadcast()
+            || self.ipv4_addr_is_broadcast
             || src.is_broadcast()
             || src.is_multicast()
             || src == self.ipv4.addr
