@@ -82,7 +82,7 @@ fn tcp_ack_is_pure(tcb: &Tcb, seg: &tcp::Repr) -> bool {
 /// nothing SACKed, marked lost or retransmitted, no duplicate ACKs counted, no tail loss
 /// probe outstanding and no retransmission found lost again (also a guard of the receive
 /// fast path, [`super::fast_path`]).
-#[inline]
+#[inline(always)]
 pub(super) fn tcp_ack_state_clean(tcb: &Tcb) -> bool {
     let rec = &tcb.active.recovery;
     tcb.ca_state == CaState::Open
