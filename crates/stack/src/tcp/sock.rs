@@ -20,6 +20,7 @@ use super::scoreboard::SpareBoard;
 use super::tcb::{Tcb, TcbFlags};
 use super::{ChallengeAckLimit, State, Tcp, TcpHandle};
 use crate::secret::siphash32;
+use crate::slab::Slab;
 use crate::socket::{Readiness, ReadyList, SocketKey};
 use crate::stack::Wake;
 use crate::{Stack, Sysctl};
@@ -57,44 +58,25 @@ impl Stack {
     /// Connection `h` with what its processing touches, if the handle is live.
     #[inline]
     pub(crate) fn tcp_sock(&mut self, h: TcpHandle) -> Option<Sock<'_>> {
-        let Stack {
-            tcp,
-            mib,
-            sysctl,
-            ready,
-            wake,
-            ..
-        } = self;
-        let Tcp {
-            conns,
-            pool,
-            rx_direct,
-            spare_board,
-            timers,
-            challenge,
-            ..
-        } = tcp;
-        let sockets = conns.len();
-        Some(Sock {
-            h,
-            sockets,
-            tcb: conns.get_mut(h.index, h.generation)?,
-            pool,
-            rx_direct,
-            spare_board,
-            timers,
-            wake,
-            challenge,
-            mib,
-            sysctl,
-            ready,
-        })
+        self.tcp_sock_found(|conns| Some((h, conns.get_mut(h.index, h.generation)?)))
     }
 
     /// The connection in slot `index` (one an established-table lookup just found) with
     /// what its processing touches, its handle read off the slot: one look at the slab.
     #[inline(always)]
     pub(crate) fn tcp_sock_at(&mut self, index: u32) -> Option<Sock<'_>> {
+        self.tcp_sock_found(|conns| {
+            let (generation, tcb) = conns.by_index_mut_gen(index)?;
+            Some((TcpHandle { index, generation }, tcb))
+        })
+    }
+
+    /// The [`Sock`] of the connection `find` picks out of the slab.
+    #[inline(always)]
+    fn tcp_sock_found(
+        &mut self,
+        find: impl FnOnce(&mut Slab<Tcb>) -> Option<(TcpHandle, &mut Tcb)>,
+    ) -> Option<Sock<'_>> {
         let Stack {
             tcp,
             mib,
@@ -113,9 +95,9 @@ impl Stack {
             ..
         } = tcp;
         let sockets = conns.len();
-        let (generation, tcb) = conns.by_index_mut_gen(index)?;
+        let (h, tcb) = find(conns)?;
         Some(Sock {
-            h: TcpHandle { index, generation },
+            h,
             sockets,
             tcb,
             pool,
