@@ -111,6 +111,14 @@ impl<T> Slab<T> {
         self.slots.get_mut(index as usize)?.value.as_mut()
     }
 
+    /// The value in slot `index` with the slot's generation (the handle a live value
+    /// answers to), in one look at the slot.
+    #[inline]
+    pub fn by_index_mut_gen(&mut self, index: u32) -> Option<(u32, &mut T)> {
+        let slot = self.slots.get_mut(index as usize)?;
+        Some((slot.generation, slot.value.as_mut()?))
+    }
+
     /// The current generation of slot `index` (the one a live handle to it carries).
     pub fn generation(&self, index: u32) -> Option<u32> {
         Some(self.slots.get(index as usize)?.generation)

@@ -318,23 +318,31 @@ pub(crate) struct ReadyList {
 impl ReadyList {
     /// A wake-up: `key`'s readiness may have grown in the ways `wake` names. O(1): the
     /// socket's slot is checked, and the key is pushed only if it is not queued already.
-    #[inline]
+    /// A socket already queued (every segment after the first of a batch the reader has
+    /// not harvested yet) is one masked compare and an OR, inline; the rest out of line.
+    #[inline(always)]
     pub(crate) fn mark(&mut self, key: SocketKey, wake: Readiness) {
+        let (kind, index, generation) = key.parts();
+        if let Some(slot) = self.slots[kind].get_mut(index as usize)
+            && *slot & !(QUEUED - 1) == gen_tag(generation) | QUEUED
+        {
+            *slot |= u32::from(wake.0);
+            return;
+        }
+        self.mark_queue(key, wake);
+    }
+
+    /// [`ReadyList::mark`] of a socket not queued (or queued for an earlier socket in its
+    /// slot, whose entry will be skipped at harvest): queue this one.
+    #[inline(never)]
+    fn mark_queue(&mut self, key: SocketKey, wake: Readiness) {
         let (kind, index, generation) = key.parts();
         let slots = &mut self.slots[kind];
         let index = index as usize;
         if index >= slots.len() {
             slots.resize(index + 1, 0);
         }
-        let slot = &mut slots[index];
-        let tag = gen_tag(generation);
-        if *slot & !0xff == tag && *slot & QUEUED != 0 {
-            *slot |= u32::from(wake.0);
-            return;
-        }
-        // Not queued, or queued for an earlier socket in this slot (that entry will be
-        // skipped at harvest): queue this one.
-        *slot = tag | QUEUED | u32::from(wake.0);
+        slots[index] = gen_tag(generation) | QUEUED | u32::from(wake.0);
         self.queue.push(key);
     }
 

@@ -25,6 +25,10 @@ pub struct Stack {
     pub(crate) medium: Medium,
     pub(crate) mac: EthernetAddress,
     pub(crate) ipv4: Ipv4Cidr,
+    /// Our IPv4 address is its subnet's directed broadcast address (a configuration no
+    /// unicast segment can reach: early demux leaves every datagram to it to the general
+    /// path), decided once instead of per datagram.
+    pub(crate) ipv4_addr_is_broadcast: bool,
     pub(crate) gateway: Option<Ipv4Addr>,
     pub(crate) mtu: usize,
     /// [`Config::checksum_offload`].
@@ -105,6 +109,7 @@ impl Stack {
             medium,
             mac,
             ipv4,
+            ipv4_addr_is_broadcast: ipv4.broadcast() == Some(ipv4.addr),
             gateway,
             mtu,
             checksum_offload,

@@ -38,6 +38,7 @@ for_both_families!(
     data_after_the_peers_fin_takes_the_slow_path,
     data_into_a_zero_window_takes_the_slow_path,
     a_timestamp_option_other_than_negotiated_takes_the_slow_path,
+    data_while_a_probe_timer_runs_with_nothing_in_flight_takes_the_slow_path,
 );
 
 /// An accepted connection on port 80 (timestamps, window scaling with the peer's shift
@@ -105,6 +106,28 @@ impl Conn {
             self.out.push(s);
         }
         self.t.stack.tcp_rcv_fast_hits() - before == 1
+    }
+
+    /// Move the clock on by `d`, running the stack's timers as they fall due; returns
+    /// the segments sent meanwhile, with when they left.
+    fn advance(&mut self, d: Duration) -> Vec<(ustack_obs::Instant, Seg)> {
+        let end = self.t.now + d;
+        let mut out = Vec::new();
+        loop {
+            let now = self.t.now;
+            while let Some(f) = self.t.stack.poll_transmit(now) {
+                out.push((now, self.fam.parse(&f).expect("TCP")));
+            }
+            match self.t.stack.poll_timeout().filter(|t| *t <= end) {
+                Some(t) => {
+                    self.t.now = now.max(t);
+                    self.t.stack.handle_timeout(self.t.now);
+                }
+                None => break,
+            }
+        }
+        self.t.now = end;
+        out
     }
 
     /// In-order data from the peer, the peer's state moved past it.
@@ -532,4 +555,42 @@ fn a_timestamp_option_other_than_negotiated_takes_the_slow_path(fam: Family) {
         "a timestamp not negotiated: not predicted"
     );
     assert_eq!(t.read(h), Some(b"plaints".to_vec()));
+}
+
+/// A probe timer running with nothing in flight (here TCP_CORK's: a corked write shorter
+/// than the MSS arms it, Linux `tcp_push_pending_frames` -> `tcp_check_probe_timer`) is
+/// the slow path's `tcp_ack` to settle (Linux `tcp_ack` -> `tcp_ack_probe`: the window
+/// holds the data, so the timer stops and `tcp_data_snd_check` arms it again from now):
+/// a data segment from the peer that arrives meanwhile is not predicted, and the corked
+/// bytes leave one probe timeout after that segment, not after the write.
+fn data_while_a_probe_timer_runs_with_nothing_in_flight_takes_the_slow_path(fam: Family) {
+    // When the corked bytes leave, measured from the write, with `peer_after` set: data
+    // from the peer that long after the write.
+    let corked_wait = |peer_after: Option<Duration>| {
+        let mut c = established(fam, true, true);
+        let now = c.t.now;
+        c.t.stack.tcp_set_cork(now, c.h, true).unwrap();
+        assert!(c.write(100).is_empty(), "corked");
+        let wrote = c.t.now;
+        if let Some(d) = peer_after {
+            let early = c.advance(d);
+            assert!(early.iter().all(|(_, s)| s.payload.is_empty()), "{early:?}");
+            assert!(!c.data(b"meanwhile"), "not predicted");
+            assert_eq!(c.read(), b"meanwhile");
+        }
+        let sent = c.advance(Duration::from_secs(10));
+        let (at, seg) = sent
+            .into_iter()
+            .find(|(_, s)| !s.payload.is_empty())
+            .expect("the corked bytes leave on the probe timer");
+        assert_eq!(seg.payload.len(), 100);
+        at - wrote
+    };
+    let probe = corked_wait(None);
+    let half = probe / 2;
+    assert_eq!(
+        corked_wait(Some(half)),
+        half + probe,
+        "the timer restarted by the peer's segment"
+    );
 }

@@ -689,26 +689,19 @@ pub struct TcpTimestamp {
 /// parse gives the same result.
 #[inline]
 pub fn aligned_timestamp(options: &[u8]) -> Option<TcpTimestamp> {
-    match *options {
-        [
-            option_kind::NO_OPERATION,
-            option_kind::NO_OPERATION,
-            option_kind::TIMESTAMP,
-            10,
-            v0,
-            v1,
-            v2,
-            v3,
-            e0,
-            e1,
-            e2,
-            e3,
-        ] => Some(TcpTimestamp {
-            tsval: u32::from_be_bytes([v0, v1, v2, v3]),
-            tsecr: u32::from_be_bytes([e0, e1, e2, e3]),
-        }),
-        _ => None,
-    }
+    // The four leading bytes read as one word.
+    const HEAD: u32 = u32::from_be_bytes([
+        option_kind::NO_OPERATION,
+        option_kind::NO_OPERATION,
+        option_kind::TIMESTAMP,
+        10,
+    ]);
+    let block: &[u8; 12] = options.try_into().ok()?;
+    let word = |i: usize| u32::from_be_bytes([block[i], block[i + 1], block[i + 2], block[i + 3]]);
+    (word(0) == HEAD).then(|| TcpTimestamp {
+        tsval: word(4),
+        tsecr: word(8),
+    })
 }
 
 /// The options of a SYN or SYN-ACK whose block is exactly Linux's (and ustack's) usual

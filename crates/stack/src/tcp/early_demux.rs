@@ -112,7 +112,7 @@ impl Stack {
         // To our unicast address (not a broadcast: RFC 9293 §3.9.1.3), from a source that
         // is not a martian (RFC 1812 §5.3.7), as `ipv4_input` checks.
         if dst != self.ipv4.addr
-            || Some(dst) == self.ipv4.broadcast()
+            || self.ipv4_addr_is_broadcast
             || src.is_broadcast()
             || src.is_multicast()
             || src == self.ipv4.addr
@@ -265,12 +265,11 @@ impl Stack {
         let _stage = ustack_obs::profile::enter(ustack_obs::profile::Stage::Demux);
         self.mib.inc(Counter::TcpInSegs);
         self.tcp.early_demux += 1;
-        let h = self.tcp.handle_of(index);
         // The connection's header prediction first (see `fast_path`); what it does not
         // predict walks RFC 9293's steps.
-        if self.tcp_rcv_established(now, h, hdr, seg) {
+        let Some(h) = self.tcp_rcv_established(now, index, hdr, seg) else {
             return;
-        }
+        };
         let repr = tcp::Repr {
             src_port: hdr.src_port,
             dst_port: hdr.dst_port,

@@ -66,35 +66,43 @@ use super::tcb::TcbFlags;
 use crate::Stack;
 
 impl Stack {
-    /// Linux `tcp_rcv_established`'s fast path for connection `h` and segment `seg` (the
-    /// whole TCP segment, its header `hdr` checked by early demux): true if the segment
-    /// was predicted and processed; false if nothing was done and the caller takes the
-    /// slow path (see the module docs).
+    /// Linux `tcp_rcv_established`'s fast path for the connection in slot `index` (one
+    /// early demux found) and segment `seg` (the whole TCP segment, its header `hdr`
+    /// checked by early demux): `None` if the segment was predicted and processed;
+    /// `Some(h)`, the connection's handle, if nothing was done and the caller takes the
+    /// slow path (see the module docs). The connection is looked up once, for both.
     #[inline(always)]
     pub(crate) fn tcp_rcv_established(
         &mut self,
         now: Instant,
-        h: TcpHandle,
+        index: u32,
         hdr: &FastHeader,
         seg: &[u8],
-    ) -> bool {
+    ) -> Option<TcpHandle> {
         // `--profile` times the fast path as TCP input, as it does the slow path's
         // `conn_input`.
         let _stage = ustack_obs::profile::enter(ustack_obs::profile::Stage::TcpInput);
-        let Some(mut sk) = self.tcp_sock(h) else {
-            return false;
+        let Some(mut sk) = self.tcp_sock_at(index) else {
+            return Some(self.tcp.handle_of(index));
         };
+        let h = sk.h;
         let Some(output) = sk.tcp_rcv_fast(now, hdr, seg) else {
-            return false;
+            return Some(h);
         };
+        // `tcp_note_idle`'s test, on the connection in hand (when there is no output to
+        // change what it holds).
+        let tcb = &*sk.tcb;
+        let note_idle = tcb.active.is_held() && !tcb.flags.has(TcbFlags::IDLE_QUEUED);
         self.tcp.rcv_fast += 1;
         if output {
             self.tcp_output(now, h);
+            self.tcp_note_idle(now, h);
+        } else if note_idle {
+            self.tcp_note_idle_held(now, h);
         }
-        self.tcp_note_idle(now, h);
         // An ACK may have freed buffer memory.
         self.tcp_mem_freed(now);
-        true
+        None
     }
 
     /// Segments taken by the receive fast path ([`Stack::tcp_rcv_established`], Linux

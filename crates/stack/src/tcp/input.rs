@@ -82,7 +82,7 @@ fn tcp_ack_is_pure(tcb: &Tcb, seg: &tcp::Repr) -> bool {
 /// nothing SACKed, marked lost or retransmitted, no duplicate ACKs counted, no tail loss
 /// probe outstanding and no retransmission found lost again (also a guard of the receive
 /// fast path, [`super::fast_path`]).
-#[inline]
+#[inline(always)]
 pub(super) fn tcp_ack_state_clean(tcb: &Tcb) -> bool {
     let rec = &tcb.active.recovery;
     tcb.ca_state == CaState::Open
@@ -1135,15 +1135,10 @@ impl Sock<'_> {
         }
         let offset = seq - tcb.rcv.nxt;
         if offset == 0 {
-            // Linux tcp_event_data_recv: sample the receiver's RTT, and (Linux does it
-            // when the application reads, tcp_recvmsg) size the receive buffer to what
-            // the application has been reading.
+            // Linux tcp_event_data_recv: sample the receiver's RTT (the receive buffer is
+            // sized to what the application reads when it reads: `tcp_rcv_space_adjust`).
             tcp_rcv_rtt_measure(tcb, now, ts, data.len());
-            // Under memory pressure the receive window stops growing (Linux
-            // tcp_event_data_recv: tcp_grow_window only "!tcp_under_memory_pressure(sk)").
-            if !self.pool.under_pressure() {
-                tcp_rcv_space_adjust(tcb, now, self.sysctl.tcp_rmem_max);
-            }
+            tcb.active.rcv_space.last_rcv = now;
         }
         let promised = tcb.receive_window() as usize;
         if offset == 0 && promised == 0 {
@@ -1246,9 +1241,7 @@ impl Sock<'_> {
         let tcb = &mut *self.tcb;
         debug_assert!(tcb.rcvbuf.in_order_only() && !data.is_empty());
         tcp_rcv_rtt_measure(tcb, now, ts, data.len());
-        if !self.pool.under_pressure() {
-            tcp_rcv_space_adjust(tcb, now, self.sysctl.tcp_rmem_max);
-        }
+        tcb.active.rcv_space.last_rcv = now;
         // Not zero: the fast path takes only data within the window (tcp_data_queue's
         // zero-window drop is the slow path's).
         let promised = tcb.receive_window() as usize;
@@ -1258,11 +1251,27 @@ impl Sock<'_> {
         }
         let tcb = &mut *self.tcb;
         let limit = (tcb.rcvbuf_limit as usize).max(tcb.rcvbuf.readable() + promised);
-        let Some(r) = self.tcp_rcv_queue(0, data, limit) else {
-            return;
+        // A segment that fits its aligned block (every small one): one copy, inline
+        // (nothing to prune or merge; `tcp_rcv_queue` does the rest).
+        let stored = if self.rx_direct.on {
+            None
+        } else {
+            tcb.rcvbuf.append_small(self.pool, data, limit)
+        };
+        let dropped = if let Some(n) = stored {
+            tcb.rcv.nxt += n;
+            if n > 0 {
+                self.ready.mark(SocketKey::Tcp(self.h), Readiness::READABLE); // sk_data_ready
+            }
+            data.len() - n
+        } else {
+            let Some(r) = self.tcp_rcv_queue(0, data, limit) else {
+                return;
+            };
+            r.dropped
         };
         let tcb = &mut *self.tcb;
-        if r.dropped > 0 {
+        if dropped > 0 {
             self.mib.inc(Counter::TcpExtTCPRcvQDrop);
         } else if data.len() >= 128 {
             tcb.grow_window(data.len(), self.pool.under_pressure());
@@ -1450,27 +1459,38 @@ fn tcp_sndbuf_expand(tcb: &mut Tcb, wmem_max: u64, in_flight: u32) {
 
 /// The receiver's RTT estimate (Linux `tcp_rcv_rtt_measure_ts`, from the timestamp a
 /// full-sized segment echoes; without timestamps `tcp_rcv_rtt_measure`, the time
-/// until a window's worth of data arrived).
+/// until a window's worth of data arrived). Inline, the timestamp's common case: an echo
+/// already seen (or none), or a segment shorter than the MSS, which only notes the echo.
+#[inline(always)]
 fn tcp_rcv_rtt_measure(tcb: &mut Tcb, now: Instant, ts: Option<TcpTimestamp>, len: usize) {
+    if !tcb.flags.has(TcbFlags::TS_OK) {
+        return tcp_rcv_rtt_measure_win(tcb, now);
+    }
+    let Some(ts) = ts.filter(|t| t.tsecr != 0) else {
+        return;
+    };
+    let (mss, ts_offset) = (tcb.mss, tcb.ts_offset);
     let rcv_space = &mut tcb.active.rcv_space;
-    if tcb.flags.has(TcbFlags::TS_OK) {
-        let Some(ts) = ts.filter(|t| t.tsecr != 0) else {
-            return;
-        };
-        if ts.tsecr == rcv_space.last_tsecr {
-            return;
-        }
-        rcv_space.last_tsecr = ts.tsecr;
-        if len >= usize::from(tcb.mss) {
-            let delta_ms = ts_clock(now).wrapping_sub(ts.tsecr.wrapping_sub(tcb.ts_offset));
-            if (delta_ms as i32) >= 0 {
-                rcv_space.rtt_update(delta_ms.saturating_mul(1000), false);
-            }
-        }
+    if ts.tsecr == rcv_space.last_tsecr {
         return;
     }
+    rcv_space.last_tsecr = ts.tsecr;
+    if len >= usize::from(mss) {
+        let delta_ms = ts_clock(now).wrapping_sub(ts.tsecr.wrapping_sub(ts_offset));
+        if (delta_ms as i32) >= 0 {
+            rcv_space.rtt_update(delta_ms.saturating_mul(1000), false);
+        }
+    }
+}
+
+/// [`tcp_rcv_rtt_measure`] without timestamps (Linux `tcp_rcv_rtt_measure`): the time
+/// a window's worth of data took to arrive.
+#[inline(never)]
+fn tcp_rcv_rtt_measure_win(tcb: &mut Tcb, now: Instant) {
+    let (nxt, wnd) = (tcb.rcv.nxt, tcb.rcv.wnd);
+    let rcv_space = &mut tcb.active.rcv_space;
     if rcv_space.rtt_time != Instant::ZERO {
-        if tcb.rcv.nxt.before(rcv_space.rtt_seq) {
+        if nxt.before(rcv_space.rtt_seq) {
             return;
         }
         let us = (now - rcv_space.rtt_time)
@@ -1478,7 +1498,7 @@ fn tcp_rcv_rtt_measure(tcb: &mut Tcb, now: Instant, ts: Option<TcpTimestamp>, le
             .min(u128::from(u32::MAX)) as u32;
         rcv_space.rtt_update(us, true);
     }
-    rcv_space.rtt_seq = tcb.rcv.nxt + tcb.rcv.wnd as usize;
+    rcv_space.rtt_seq = nxt + wnd as usize;
     rcv_space.rtt_time = now;
 }
 
@@ -1488,22 +1508,40 @@ fn tcp_rcv_rtt_measure(tcb: &mut Tcb, now: Instant, ts: Option<TcpTimestamp>, le
 /// rate is growing ("To cope with packet losses, we need a 2x factor. To cope with slow
 /// start ... a 4x factor"), never above `tcp_rmem.max`. The window offered follows the
 /// limit (RFC 7323 §2.3 window scaling makes room for it).
-fn tcp_rcv_space_adjust(tcb: &mut Tcb, now: Instant, rmem_max: u64) {
+///
+/// Called when the application has read (`Stack::tcp_recv`), as Linux calls it from
+/// `tcp_recvmsg`, not per segment received. Inline, the common case: a measurement under
+/// way whose RTT has not passed (or with no RTT estimate yet: Linux "if
+/// (unlikely(!tp->rcv_rtt_est.rtt_us)) return;"), or a connection holding no active
+/// state (its measurement was forgotten with it), returns at once.
+#[inline(always)]
+pub(super) fn tcp_rcv_space_adjust(tcb: &mut Tcb, now: Instant, rmem_max: u64) {
+    let Some(a) = tcb.active.held_mut() else {
+        return;
+    };
+    let rs = &a.rcv_space;
+    if rs.space != 0
+        && (rs.rtt_us8 == 0
+            || now.as_nanos().saturating_sub(rs.time.as_nanos()) / 1000
+                < u64::from(rs.rtt_us8 >> 3))
+    {
+        return;
+    }
+    tcp_rcv_space_measure(tcb, now, rmem_max);
+}
+
+/// [`tcp_rcv_space_adjust`] once the RTT has passed (or to begin the measurement).
+#[inline(never)]
+fn tcp_rcv_space_measure(tcb: &mut Tcb, now: Instant, rmem_max: u64) {
     let copied_seq = tcb.rcv.nxt - tcb.rcvbuf.readable();
     let advmss = u64::from(tcb.adv_mss);
     let rcv_space = &mut tcb.active.rcv_space;
-    rcv_space.last_rcv = now;
-    if rcv_space.time == Instant::ZERO {
+    if rcv_space.space == 0 {
         // Linux tcp_init_buffer_space: "rcvq_space.space = min3(rcv_ssthresh, rcv_wnd,
         // TCP_INIT_CWND * advmss)".
         rcv_space.space = (u64::from(tcb.rcv.wnd).min(10 * advmss) as u32).max(1);
         rcv_space.seq = copied_seq;
         rcv_space.time = now;
-        return;
-    }
-    if rcv_space.rtt_us8 == 0
-        || ((now - rcv_space.time).as_micros() as u64) < u64::from(rcv_space.rtt_us8 >> 3)
-    {
         return;
     }
     let copied = copied_seq.diff(rcv_space.seq).max(0) as u64;

@@ -1251,6 +1251,12 @@ impl Stack {
         let (tcb, pool) = self.tcp.split(h).ok_or(Error::BadHandle)?;
         let n = tcb.rcvbuf.read(pool, buf);
         if n > 0 {
+            // Receive-buffer autotuning, per read as Linux tcp_recvmsg does it; not under
+            // memory pressure, where the window stops growing (Linux tcp_grow_window only
+            // "!tcp_under_memory_pressure(sk)").
+            if !pool.under_pressure() {
+                input::tcp_rcv_space_adjust(tcb, now, self.sysctl.tcp_rmem_max);
+            }
             // Reading freed chunks (Linux tcp_recvmsg -> sk_mem_reclaim ->
             // __sk_mem_reduce_allocated: below tcp_mem.low the stack leaves memory
             // pressure), and writers refused memory may go on.

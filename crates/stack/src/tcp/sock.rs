@@ -20,6 +20,7 @@ use super::scoreboard::SpareBoard;
 use super::tcb::{Tcb, TcbFlags};
 use super::{ChallengeAckLimit, State, Tcp, TcpHandle};
 use crate::secret::siphash32;
+use crate::slab::Slab;
 use crate::socket::{Readiness, ReadyList, SocketKey};
 use crate::stack::Wake;
 use crate::{Stack, Sysctl};
@@ -57,6 +58,25 @@ impl Stack {
     /// Connection `h` with what its processing touches, if the handle is live.
     #[inline]
     pub(crate) fn tcp_sock(&mut self, h: TcpHandle) -> Option<Sock<'_>> {
+        self.tcp_sock_found(|conns| Some((h, conns.get_mut(h.index, h.generation)?)))
+    }
+
+    /// The connection in slot `index` (one an established-table lookup just found) with
+    /// what its processing touches, its handle read off the slot: one look at the slab.
+    #[inline(always)]
+    pub(crate) fn tcp_sock_at(&mut self, index: u32) -> Option<Sock<'_>> {
+        self.tcp_sock_found(|conns| {
+            let (generation, tcb) = conns.by_index_mut_gen(index)?;
+            Some((TcpHandle { index, generation }, tcb))
+        })
+    }
+
+    /// The [`Sock`] of the connection `find` picks out of the slab.
+    #[inline(always)]
+    fn tcp_sock_found(
+        &mut self,
+        find: impl FnOnce(&mut Slab<Tcb>) -> Option<(TcpHandle, &mut Tcb)>,
+    ) -> Option<Sock<'_>> {
         let Stack {
             tcp,
             mib,
@@ -75,10 +95,11 @@ impl Stack {
             ..
         } = tcp;
         let sockets = conns.len();
+        let (h, tcb) = find(conns)?;
         Some(Sock {
             h,
             sockets,
-            tcb: conns.get_mut(h.index, h.generation)?,
+            tcb,
             pool,
             rx_direct,
             spare_board,
@@ -116,7 +137,7 @@ impl Stack {
     /// [`Stack::tcp_note_idle`] for a connection that holds its active state and is not
     /// filed: file it if it is idle.
     #[inline(never)]
-    fn tcp_note_idle_held(&mut self, now: Instant, h: TcpHandle) {
+    pub(crate) fn tcp_note_idle_held(&mut self, now: Instant, h: TcpHandle) {
         let Some(tcb) = self.tcp.get_mut(h) else {
             return;
         };

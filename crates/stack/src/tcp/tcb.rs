@@ -1034,12 +1034,13 @@ impl Tcb {
 /// receive buffer limit (and so the window we offer) grows toward `tcp_rmem.max`.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct RcvSpace {
-    /// Bytes the application read in the last measured RTT (Linux `rcvq_space.space`).
+    /// Bytes the application read in the last measured RTT (Linux `rcvq_space.space`);
+    /// 0: the measurement has not begun (it begins at least 1).
     pub(crate) space: u32,
     /// The application's read position when this measurement began (`rcvq_space.seq`,
     /// a `copied_seq`).
     pub(crate) seq: SeqNumber,
-    /// When this measurement began (`rcvq_space.time`); `Instant::ZERO`: not begun.
+    /// When this measurement began (`rcvq_space.time`).
     pub(crate) time: Instant,
     /// The receiver's RTT estimate in µs, times 8 (`rcv_rtt_est.rtt_us`); 0: none yet.
     pub(crate) rtt_us8: u32,

@@ -700,6 +700,30 @@ impl RecvBuffer {
         }
     }
 
+    /// [`RecvBuffer::insert`] of in-order data (no out-of-order queue) that fits in the
+    /// aligned block of `rcv_nxt` and under `limit`: copied into the tail chunk (Linux
+    /// `tcp_try_coalesce`) or one new chunk, inline, with no [`InsertResult`] built.
+    /// Returns the bytes stored: all of `data`, or 0 when the pool has no chunk (the
+    /// segment dropped, as `insert` drops it). `None`: not such a segment, nothing done
+    /// (the caller takes `insert`).
+    #[inline(always)]
+    pub fn append_small(
+        &mut self,
+        pool: &mut BufferPool,
+        data: &[u8],
+        limit: usize,
+    ) -> Option<usize> {
+        let off = self.inorder.end() as usize % CHUNK;
+        if self.ofo.is_some()
+            || data.is_empty()
+            || data.len() > CHUNK - off
+            || self.inorder.len as usize + data.len() > limit.min(MAX_WINDOW)
+        {
+            return None;
+        }
+        Some(self.append_in_block(pool, off, data))
+    }
+
     /// In-order data of `len` bytes whose bytes are not in hand yet (the receive path
     /// that leaves a segment's payload on the device, see `Stack::receive_direct`):
     /// stores as [`insert`](Self::insert) of in-order data would, with the buffer's
@@ -748,7 +772,7 @@ impl RecvBuffer {
     /// `off` of it) at the end of the in-order chain: into the tail chunk when the block's
     /// chunk is already there (coalescing), else into one new chunk. Returns the bytes
     /// stored (0 when the pool has no chunk).
-    #[inline]
+    #[inline(always)]
     fn append_in_block(&mut self, pool: &mut BufferPool, off: usize, data: &[u8]) -> usize {
         let ch = &mut self.inorder;
         let c = if ch.len > 0 && off != 0 {
