@@ -931,14 +931,19 @@ impl Stack {
     /// `tcp_write_xmit_one`) is the whole of it. (A count of retransmissions found lost
     /// again left from before the queue emptied finds nothing to resend either.) False:
     /// not this case, nothing done, [`Stack::tcp_output`]'s to run.
+    /// The segment sent, [`Stack::tcp_output_sent`]'s work is done in
+    /// `tcp_write_xmit_one` on the connection it already holds (see `ARM_SENT` there);
+    /// only a segment held back (the device's queue full) leaves it to run here.
     #[inline]
     pub(crate) fn tcp_push_one(&mut self, now: Instant, h: TcpHandle) -> bool {
         let _stage = ustack_obs::profile::enter(ustack_obs::profile::Stage::TcpOutput);
-        let Some(sent) = self.tcp_write_xmit_one(now, h) else {
+        let Some(sent) = self.tcp_write_xmit_one::<true>(now, h) else {
             return false;
         };
         self.tcp.push_one_hits += 1;
-        self.tcp_output_sent(now, h, sent);
+        if sent == 0 {
+            self.tcp_output_sent(now, h, 0);
+        }
         true
     }
 
@@ -973,7 +978,7 @@ impl Stack {
     /// Nagle (Linux `tcp_write_xmit(.., TCP_NAGLE_OFF, push_one = 2)` for a loss probe).
     /// Returns the segments sent.
     pub(crate) fn tcp_write_xmit(&mut self, now: Instant, h: TcpHandle, probe: bool) -> u32 {
-        if !probe && let Some(sent) = self.tcp_write_xmit_one(now, h) {
+        if !probe && let Some(sent) = self.tcp_write_xmit_one::<false>(now, h) {
             return sent;
         }
         let mut sent_segs = 0;
@@ -1137,8 +1142,19 @@ impl Stack {
     /// the retransmission queue's cap, TSO (below two segments), Nagle and Minshall
     /// (nothing unacknowledged), sender SWS avoidance (the segment takes all that is
     /// unsent). `None`: not this case, the loop decides.
+    ///
+    /// `ARM_SENT` (a write's [`Stack::tcp_push_one`]): once the segment is out, do what
+    /// [`Stack::tcp_output_sent`] would, on the connection already at hand instead of
+    /// looking it up twice more: the loss probe or the RTO armed (Linux
+    /// `tcp_event_new_data_sent` -> `tcp_rearm_rto` only when none is pending;
+    /// `tcp_schedule_loss_probe`). Its other half, the ACK still owed, has nothing to
+    /// do: the segment carried the ACK and cleared both ACK flags.
     #[inline]
-    fn tcp_write_xmit_one(&mut self, now: Instant, h: TcpHandle) -> Option<u32> {
+    fn tcp_write_xmit_one<const ARM_SENT: bool>(
+        &mut self,
+        now: Instant,
+        h: TcpHandle,
+    ) -> Option<u32> {
         let tcb = self.tcp.get(h)?;
         if !matches!(tcb.state, State::Established | State::CloseWait)
             || tcb
@@ -1180,6 +1196,28 @@ impl Stack {
         }
         if matches!(tcb.ca_state, CaState::Recovery | CaState::Cwr) {
             tcb.active.recovery.prr_out += 1;
+        }
+        if ARM_SENT {
+            // tcp_output_sent(now, h, 1). The queue held nothing before this segment, so
+            // it is the head, sent now: the probe's RTO bound counts from now
+            // (`advancing`), as from the head's transmission.
+            let arm = if tcb.schedule_loss_probe(now, true) {
+                true
+            } else if !tcb.timers.retransmit.is_armed() {
+                tcb.timers.retransmit = Deadline::at(now + tcb.rtt.rto());
+                tcb.flags.clear(TcbFlags::LOSS_PROBE);
+                true
+            } else {
+                false
+            };
+            debug_assert!(
+                !tcb.flags.has(TcbFlags::ACK_NOW) && !tcb.flags.has(TcbFlags::ACK_PENDING),
+                "the segment carried the ACK"
+            );
+            // As `Sock::arm` tests before touching the wheel.
+            if arm && tcb.timers.earliest().before(tcb.timers.queued) {
+                self.tcp_arm(now, h);
+            }
         }
         Some(1)
     }
