@@ -589,6 +589,7 @@ impl Stack {
     /// Under memory pressure, once less than half the buffer is free, `rcv_ssthresh` falls
     /// to four segments (Linux `__tcp_select_window` -> `tcp_adjust_rcv_ssthresh`), and
     /// the window never exceeds it.
+    #[inline(always)]
     fn select_window(tcb: &mut Tcb, mib: &mut ustack_obs::Mib, pressure: bool) -> u16 {
         let old_win = tcb.rcv.wnd;
         let cur_win = tcb.receive_window();

@@ -843,9 +843,26 @@ impl Tcb {
     /// at most `rcv_ssthresh` ([`Tcb::rcv_ssthresh`]; `pressure`: `tcp_mem` is under
     /// pressure, see [`Tcb::adjust_rcv_ssthresh`]); without window scaling the offer is a
     /// multiple of the MSS, kept as it is while within one MSS of the free space.
+    ///
+    /// Inline, its common case first (every segment asks, `select_window`): window
+    /// scaling on and at least half the buffer free, where neither the SWS rounding nor
+    /// the MSS enter (nor memory pressure: its lower `rcv_ssthresh` applies only below
+    /// half).
+    #[inline(always)]
     pub(crate) fn free_window(&self, pressure: bool) -> u32 {
         let full = self.full_window();
-        let mut free = self.free_space();
+        let free = self.free_space();
+        if self.rcv_wscale > 0 && free >= full / 2 {
+            return free
+                .min(self.rcv_ssthresh())
+                .next_multiple_of(1 << self.rcv_wscale);
+        }
+        self.free_window_general(pressure, full, free)
+    }
+
+    /// [`Tcb::free_window`] past its common case.
+    #[inline(never)]
+    fn free_window_general(&self, pressure: bool, full: u32, mut free: u32) -> u32 {
         // Linux uses rcv_mss, its estimate of the peer's segment size.
         let mss = u32::from(self.mss.min(self.adv_mss)).min(full).max(1);
         let unit = 1u32 << self.rcv_wscale;
