@@ -435,6 +435,7 @@ impl Stack {
     }
 
     /// The transmit queue, bounded by `txqueuelen` like a device queue.
+    #[inline]
     pub(crate) fn tx_push(&mut self, frame: Vec<u8>, full_reason: DropReason) -> bool {
         if self.tx.len() as u64 >= self.sysctl.txqueuelen {
             self.mib.drop(full_reason);
@@ -508,12 +509,14 @@ impl Stack {
     /// reserve of `netdev_budget` (at most half the queue) for the replies that have no
     /// connection to hold them back (a listener's SYN-ACK, a RST, a TIME-WAIT ACK, ARP),
     /// one per received frame at most, which [`tx_room`](Self::tx_room) bounds.
+    #[inline]
     fn tx_tcp_limit(&self) -> u64 {
         let q = self.sysctl.txqueuelen;
         q - self.sysctl.netdev_budget.min(q / 2)
     }
 
     /// Whether TCP may queue no more frames (see `tx_tcp_limit`): connections wait.
+    #[inline]
     pub(crate) fn tx_queue_full(&self) -> bool {
         self.tx.len() as u64 >= self.tx_tcp_limit()
     }

@@ -661,6 +661,7 @@ impl Stack {
     /// blocks (RFC 2018 §4: at most 3 next to the timestamp option, 4 without), a pending
     /// D-SACK first (RFC 2883 §4: "If a D-SACK block is reported, it MUST be the first
     /// block"), sent once (Linux `tcp_established_options`, `tcp_options_write`).
+    #[inline]
     fn data_options(tcb: &mut Tcb, head: &mut SegHead, now: Instant) {
         if tcb.flags.has(TcbFlags::TS_OK) {
             head.timestamp = Some(TcpTimestamp {
@@ -1512,10 +1513,15 @@ impl Stack {
     /// A connection held back for a pure ACK (`ack_only`) goes to the front of the list:
     /// the peer times its retransmissions by that ACK, and behind a burst of other
     /// connections' data it would come late enough to set off a spurious loss probe.
+    #[inline(always)]
     pub(crate) fn tcp_tx_throttle(&mut self, h: TcpHandle, ack_only: bool) -> bool {
-        if !self.tx_queue_full() {
-            return false;
-        }
+        self.tx_queue_full() && self.tcp_tx_hold(h, ack_only)
+    }
+
+    /// [`Stack::tcp_tx_throttle`] with the queue full: hold `h` back.
+    #[cold]
+    #[inline(never)]
+    fn tcp_tx_hold(&mut self, h: TcpHandle, ack_only: bool) -> bool {
         if let Some(tcb) = self.tcp.get_mut(h)
             && !tcb.flags.has(TcbFlags::TX_THROTTLED)
         {
@@ -1631,7 +1637,7 @@ impl Tcb {
     /// Set the retransmission timer to a tail loss probe if one may be sent (see
     /// [`Stack::tcp_schedule_loss_probe`]), leaving the timer queue to the caller;
     /// returns whether it was set.
-    #[inline]
+    #[inline(always)]
     fn schedule_loss_probe(&mut self, now: Instant, advancing: bool) -> bool {
         let tcb = self;
         let packets_out = tcb.rtx().packets_out();
