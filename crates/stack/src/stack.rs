@@ -372,6 +372,20 @@ impl Stack {
         full_reason: DropReason,
         now: Instant,
     ) -> bool {
+        self.dev_queue_xmit_inline(next_hop, frame, full_reason, now)
+    }
+
+    /// [`Stack::dev_queue_xmit`] in its caller (a connection's segment from its header
+    /// template, `tcp_transmit4`): the common cases, an IP link or a reachable
+    /// neighbour, inline, then the queue's push; resolving the neighbour out of line.
+    #[inline(always)]
+    pub(crate) fn dev_queue_xmit_inline(
+        &mut self,
+        next_hop: Ipv4Addr,
+        frame: Vec<u8>,
+        full_reason: DropReason,
+        now: Instant,
+    ) -> bool {
         if self.medium == Medium::Ip {
             return self.tx_push(frame, full_reason);
         }
@@ -382,6 +396,18 @@ impl Stack {
             self.eth_header_ipv4(&mut frame, mac);
             return self.tx_push(frame, full_reason);
         }
+        self.dev_queue_xmit_resolve(next_hop, frame, full_reason, now)
+    }
+
+    /// [`Stack::dev_queue_xmit`] without a reachable neighbour: broadcast, or resolve.
+    #[inline(never)]
+    fn dev_queue_xmit_resolve(
+        &mut self,
+        next_hop: Ipv4Addr,
+        frame: Vec<u8>,
+        full_reason: DropReason,
+        now: Instant,
+    ) -> bool {
         if next_hop.is_broadcast() || Some(next_hop) == self.ipv4.broadcast() {
             self.eth_fill_and_push(frame, EthernetAddress::BROADCAST, full_reason);
             return true;
@@ -435,14 +461,21 @@ impl Stack {
     }
 
     /// The transmit queue, bounded by `txqueuelen` like a device queue.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn tx_push(&mut self, frame: Vec<u8>, full_reason: DropReason) -> bool {
         if self.tx.len() as u64 >= self.sysctl.txqueuelen {
-            self.mib.drop(full_reason);
+            self.tx_full_drop(full_reason);
             return false;
         }
         self.tx.push_back(frame);
         true
+    }
+
+    /// A frame dropped at a full transmit queue: counted (the frame's memory goes).
+    #[cold]
+    #[inline(never)]
+    fn tx_full_drop(&mut self, full_reason: DropReason) {
+        self.mib.drop(full_reason);
     }
 
     /// The next frame for the device, if any. Once the queue has drained to half of

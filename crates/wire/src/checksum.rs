@@ -222,7 +222,11 @@ mod tests {
             for len in 0..bytes.len() {
                 let seg = &bytes[..len];
                 let want = combine(&[pseudo, len as u16, model(seg)]);
-                assert_eq!(segment_sum(pseudo, seg), want, "pseudo {pseudo:#x} len {len}");
+                assert_eq!(
+                    segment_sum(pseudo, seg),
+                    want,
+                    "pseudo {pseudo:#x} len {len}"
+                );
             }
         }
         // All ones: the sum that must fold to 0xffff, not 0.
