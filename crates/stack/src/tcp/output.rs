@@ -591,6 +591,14 @@ impl Stack {
     /// the window never exceeds it.
     #[inline(always)]
     fn select_window(tcb: &mut Tcb, mib: &mut ustack_obs::Mib, pressure: bool) -> u16 {
+        // A box whose `rcv_ssthresh` was never set (no segment grew it) reads RCV.WND in
+        // its place: kept as it is now, before this window changes it, so that the
+        // ceiling does not follow the window down while unread data takes room and stay
+        // there after a read frees it (Linux keeps `rcv_ssthresh` from the handshake's
+        // `rcv_wnd`; only `tcp_grow_window` and memory pressure move it).
+        if tcb.active.is_held() && tcb.active.rcv_ssthresh == 0 {
+            Self::pin_rcv_ssthresh(tcb);
+        }
         let old_win = tcb.rcv.wnd;
         let cur_win = tcb.receive_window();
         if pressure {
@@ -615,6 +623,13 @@ impl Stack {
             mib.inc(Counter::TcpExtTCPFromZeroWindowAdv);
         }
         field as u16
+    }
+
+    /// See [`Stack::select_window`].
+    #[cold]
+    #[inline(never)]
+    fn pin_rcv_ssthresh(tcb: &mut Tcb) {
+        tcb.active.rcv_ssthresh = tcb.rcv_ssthresh();
     }
 
     /// Whether a read should send an ACK now (Linux `tcp_cleanup_rbuf`): the one input
