@@ -107,11 +107,15 @@ struct SegOut {
 #[derive(Clone, Copy)]
 pub(super) enum Payload {
     None,
-    /// `len` bytes of the connection's send buffer, `offset` bytes after its head.
+    /// `len` bytes of the connection's send buffer, `offset` bytes after its head;
+    /// `span`: where they lie when all in the buffer's head chunk
+    /// ([`SendBuffer::head_span`], taken while the TCB was at hand), copied from there
+    /// without looking the connection up again.
     SendBuffer {
         h: TcpHandle,
         offset: usize,
         len: usize,
+        span: Option<(u32, u32)>,
     },
 }
 
@@ -136,8 +140,18 @@ impl Payload {
     /// connection's send buffer in `tcp`.
     #[inline]
     pub(super) fn write_payload(&self, tcp: &super::Tcp, out: &mut [u8]) {
-        if let Payload::SendBuffer { h, offset, len } = *self {
+        if let Payload::SendBuffer {
+            h,
+            offset,
+            len,
+            span,
+        } = *self
+        {
             let out = &mut out[..len];
+            if let Some(span) = span {
+                SendBuffer::copy_span(&tcp.pool, span, out);
+                return;
+            }
             let copied = tcp
                 .get(h)
                 .map_or(0, |tcb| tcb.sndbuf.peek(&tcp.pool, offset, out));
@@ -836,7 +850,12 @@ impl Stack {
         // The connection's header template, if it holds one (checked current below).
         let tpl = tcb.active.tx_template;
         let payload = if len > 0 {
-            Payload::SendBuffer { h, offset, len }
+            Payload::SendBuffer {
+                h,
+                offset,
+                len,
+                span: tcb.sndbuf.head_span(offset, len),
+            }
         } else {
             Payload::None
         };
