@@ -212,5 +212,8 @@ fn a_pushed_write_advertises_the_space_a_read_freed(fam: Family) {
         freed >= held + 4_000,
         "{freed}: the read freed 8,000 bytes (offered {held} before it)"
     );
-    assert!(t.stack.tcp_push_one_hits() >= 3, "the direct path each time");
+    assert!(
+        t.stack.tcp_push_one_hits() >= 3,
+        "the direct path each time"
+    );
 }
