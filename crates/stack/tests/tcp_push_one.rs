@@ -175,7 +175,7 @@ fn a_pushed_write_advertises_the_space_a_read_freed(fam: Family) {
     let mut seq = start;
     // The peer's timestamps go up with each segment (PAWS, RFC 7323 §5).
     let mut tsval = 200;
-    let mut write = |t: &mut SegTest, seq: &mut u32, peer_seq: u32, tsval: &mut u32| {
+    let write = |t: &mut SegTest, seq: &mut u32, peer_seq: u32, tsval: &mut u32| {
         t.now += Duration::from_millis(1);
         assert_eq!(t.write(h, b"ping"), 4);
         let s = drain(fam, t);
