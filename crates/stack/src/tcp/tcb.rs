@@ -896,7 +896,7 @@ impl Tcb {
     /// The payload a new segment may carry now (Linux `tcp_current_mss`): the MSS less
     /// the SACK option the segment will carry (4 + 8 bytes per block, Linux's layout;
     /// RFC 2018 §3: at most 3 blocks next to timestamps, 4 without).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn mss_now(&self) -> usize {
         let mss = usize::from(self.mss);
         if !self.flags.has(TcbFlags::SACK_OK) {
