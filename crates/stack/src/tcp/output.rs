@@ -690,7 +690,7 @@ impl Stack {
     /// blocks (RFC 2018 §4: at most 3 next to the timestamp option, 4 without), a pending
     /// D-SACK first (RFC 2883 §4: "If a D-SACK block is reported, it MUST be the first
     /// block"), sent once (Linux `tcp_established_options`, `tcp_options_write`).
-    #[inline]
+    #[inline(always)]
     fn data_options(tcb: &mut Tcb, head: &mut SegHead, now: Instant) {
         if tcb.flags.has(TcbFlags::TS_OK) {
             head.timestamp = Some(TcpTimestamp {

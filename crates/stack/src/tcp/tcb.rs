@@ -196,7 +196,7 @@ impl Timers {
     };
 
     /// The earliest armed deadline.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn earliest(&self) -> Deadline {
         self.retransmit.min(self.delack).min(self.keepalive)
     }
@@ -781,7 +781,7 @@ impl Tcb {
     /// connection that goes idle with a window advertised below its grown `rcv_ssthresh`
     /// (a reader that had not caught up) starts growing again from there when data comes
     /// back.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn rcv_ssthresh(&self) -> u32 {
         let s = self.active.rcv_ssthresh;
         let s = if s != 0 {
