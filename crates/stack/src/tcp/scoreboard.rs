@@ -717,16 +717,10 @@ impl RtxQueue {
                 return;
             }
         }
+        // An empty queue's segment took the inline slot in `push_reusing`: without a
+        // board, the slot holds one, moved to a board for this second segment.
         if self.board.is_none() {
-            if self.one().is_none() {
-                self.one = TxSegment {
-                    start,
-                    end,
-                    sent_at: now,
-                    flags: SegFlags::EMPTY,
-                };
-                return;
-            }
+            debug_assert!(self.one().is_some(), "push_reusing fills the empty queue");
             self.promote(Some(spare));
         }
         let board = self
