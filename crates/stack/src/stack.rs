@@ -377,6 +377,20 @@ impl Stack {
         full_reason: DropReason,
         now: Instant,
     ) -> bool {
+        self.dev_queue_xmit_inline(next_hop, frame, full_reason, now)
+    }
+
+    /// [`Stack::dev_queue_xmit`] in its caller (a connection's segment from its header
+    /// template, `tcp_transmit4`): the common cases, an IP link or a reachable
+    /// neighbour, inline, then the queue's push; resolving the neighbour out of line.
+    #[inline(always)]
+    pub(crate) fn dev_queue_xmit_inline(
+        &mut self,
+        next_hop: Ipv4Addr,
+        frame: Vec<u8>,
+        full_reason: DropReason,
+        now: Instant,
+    ) -> bool {
         if self.medium == Medium::Ip {
             return self.tx_push(frame, full_reason);
         }
@@ -387,6 +401,18 @@ impl Stack {
             self.eth_header_ipv4(&mut frame, mac);
             return self.tx_push(frame, full_reason);
         }
+        self.dev_queue_xmit_resolve(next_hop, frame, full_reason, now)
+    }
+
+    /// [`Stack::dev_queue_xmit`] without a reachable neighbour: broadcast, or resolve.
+    #[inline(never)]
+    fn dev_queue_xmit_resolve(
+        &mut self,
+        next_hop: Ipv4Addr,
+        frame: Vec<u8>,
+        full_reason: DropReason,
+        now: Instant,
+    ) -> bool {
         if next_hop.is_broadcast() || Some(next_hop) == self.ipv4.broadcast() {
             self.eth_fill_and_push(frame, EthernetAddress::BROADCAST, full_reason);
             return true;
@@ -440,13 +466,21 @@ impl Stack {
     }
 
     /// The transmit queue, bounded by `txqueuelen` like a device queue.
+    #[inline(always)]
     pub(crate) fn tx_push(&mut self, frame: Vec<u8>, full_reason: DropReason) -> bool {
         if self.tx.len() as u64 >= self.sysctl.txqueuelen {
-            self.mib.drop(full_reason);
+            self.tx_full_drop(full_reason);
             return false;
         }
         self.tx.push_back(frame);
         true
+    }
+
+    /// A frame dropped at a full transmit queue: counted (the frame's memory goes).
+    #[cold]
+    #[inline(never)]
+    fn tx_full_drop(&mut self, full_reason: DropReason) {
+        self.mib.drop(full_reason);
     }
 
     /// The next frame for the device, if any. Once the queue has drained to half of
@@ -513,12 +547,14 @@ impl Stack {
     /// reserve of `netdev_budget` (at most half the queue) for the replies that have no
     /// connection to hold them back (a listener's SYN-ACK, a RST, a TIME-WAIT ACK, ARP),
     /// one per received frame at most, which [`tx_room`](Self::tx_room) bounds.
+    #[inline]
     fn tx_tcp_limit(&self) -> u64 {
         let q = self.sysctl.txqueuelen;
         q - self.sysctl.netdev_budget.min(q / 2)
     }
 
     /// Whether TCP may queue no more frames (see `tx_tcp_limit`): connections wait.
+    #[inline]
     pub(crate) fn tx_queue_full(&self) -> bool {
         self.tx.len() as u64 >= self.tx_tcp_limit()
     }

@@ -19,6 +19,7 @@ for_both_families!(
     a_lone_write_leaves_straight_with_the_ack,
     a_lost_pushed_write_is_sent_again,
     a_write_behind_data_in_flight_waits_for_its_ack,
+    a_pushed_write_advertises_the_space_a_read_freed,
 );
 
 /// Deliver the peer's segment `seg` (its ports filled in).
@@ -42,7 +43,13 @@ fn drain(fam: Family, t: &mut SegTest) -> Vec<Seg> {
 /// A passive open over `fam` from a peer offering SACK and timestamps (MSS 1000,
 /// window 65,535); returns the handle, our next sequence number and our timestamp.
 fn open(fam: Family) -> (SegTest, TcpHandle, u32, u32) {
+    open_with(fam, |_| {})
+}
+
+/// [`open`] on a stack `setup` configured first.
+fn open_with(fam: Family, setup: impl FnOnce(&mut Stack)) -> (SegTest, TcpHandle, u32, u32) {
     let mut t = fam.listening(fam.config(), 80);
+    setup(&mut t.stack);
     send(
         fam,
         &mut t,
@@ -150,4 +157,63 @@ fn a_write_behind_data_in_flight_waits_for_its_ack(fam: Family) {
     let s = drain(fam, &mut t);
     assert_eq!(s.len(), 1, "{s:?}");
     assert_eq!((s[0].seq, &s[0].payload[..]), (start + 5, &b"second"[..]));
+}
+
+/// The window a pushed write advertises is the receive buffer's free space now (RFC 9293
+/// §3.8.6.2.2; Linux `tcp_select_window` on every segment): with bytes received and not
+/// read it offers less, and once a read has freed them the next write offers the space
+/// again, without any window update in between (the reads are small: none is due).
+fn a_pushed_write_advertises_the_space_a_read_freed(fam: Family) {
+    const BUF: u32 = 16_384;
+    let (mut t, h, start, our_ts) = open_with(fam, |s| {
+        s.set_sysctl("net.ipv4.tcp_rmem.default", u64::from(BUF))
+            .unwrap();
+    });
+    // Our shift with tcp_rmem.max 6 MiB: 7 (a unit of 128 bytes).
+    let unit = 128u32;
+    let mut peer_seq = PEER_ISN + 1;
+    let mut seq = start;
+    // The peer's timestamps go up with each segment (PAWS, RFC 7323 §5).
+    let mut tsval = 200;
+    let write = |t: &mut SegTest, seq: &mut u32, peer_seq: u32, tsval: &mut u32| {
+        t.now += Duration::from_millis(1);
+        assert_eq!(t.write(h, b"ping"), 4);
+        let s = drain(fam, t);
+        assert_eq!(s.len(), 1, "{s:?}");
+        assert_eq!((s[0].seq, s[0].ack), (*seq, peer_seq));
+        *seq = seq.wrapping_add(4);
+        *tsval += 1;
+        send(fam, t, Seg::ack(peer_seq, *seq).ts(*tsval, our_ts));
+        u32::from(s[0].window) * unit
+    };
+    let open_win = write(&mut t, &mut seq, peer_seq, &mut tsval);
+    // Data the reader leaves in the buffer for now: 8,000 bytes.
+    for _ in 0..8 {
+        send(
+            fam,
+            &mut t,
+            Seg::ack(peer_seq, seq).ts(tsval, our_ts).data(&[7u8; 1000]),
+        );
+        peer_seq += 1000;
+        tsval += 1;
+    }
+    drain(fam, &mut t);
+    let held = write(&mut t, &mut seq, peer_seq, &mut tsval);
+    // Less by about what is unread (the edge already offered does not move left, so
+    // not exactly the free space: the ACKs of the data offered more than is free now).
+    assert!(
+        held + 4_000 <= open_win,
+        "{held}: 8,000 bytes unread in a {BUF}-byte buffer (offered {open_win} before)"
+    );
+    assert_eq!(t.read(h).map(|d| d.len()), Some(8_000));
+    drain(fam, &mut t);
+    let freed = write(&mut t, &mut seq, peer_seq, &mut tsval);
+    assert!(
+        freed >= held + 4_000,
+        "{freed}: the read freed 8,000 bytes (offered {held} before it)"
+    );
+    assert!(
+        t.stack.tcp_push_one_hits() >= 3,
+        "the direct path each time"
+    );
 }

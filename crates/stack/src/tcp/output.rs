@@ -107,11 +107,15 @@ struct SegOut {
 #[derive(Clone, Copy)]
 pub(super) enum Payload {
     None,
-    /// `len` bytes of the connection's send buffer, `offset` bytes after its head.
+    /// `len` bytes of the connection's send buffer, `offset` bytes after its head;
+    /// `span`: where they lie when all in the buffer's head chunk
+    /// ([`SendBuffer::head_span`], taken while the TCB was at hand), copied from there
+    /// without looking the connection up again.
     SendBuffer {
         h: TcpHandle,
         offset: usize,
         len: usize,
+        span: Option<(u32, u32)>,
     },
 }
 
@@ -136,8 +140,18 @@ impl Payload {
     /// connection's send buffer in `tcp`.
     #[inline]
     pub(super) fn write_payload(&self, tcp: &super::Tcp, out: &mut [u8]) {
-        if let Payload::SendBuffer { h, offset, len } = *self {
+        if let Payload::SendBuffer {
+            h,
+            offset,
+            len,
+            span,
+        } = *self
+        {
             let out = &mut out[..len];
+            if let Some(span) = span {
+                SendBuffer::copy_span(&tcp.pool, span, out);
+                return;
+            }
             let copied = tcp
                 .get(h)
                 .map_or(0, |tcb| tcb.sndbuf.peek(&tcp.pool, offset, out));
@@ -589,7 +603,16 @@ impl Stack {
     /// Under memory pressure, once less than half the buffer is free, `rcv_ssthresh` falls
     /// to four segments (Linux `__tcp_select_window` -> `tcp_adjust_rcv_ssthresh`), and
     /// the window never exceeds it.
+    #[inline(always)]
     fn select_window(tcb: &mut Tcb, mib: &mut ustack_obs::Mib, pressure: bool) -> u16 {
+        // A box whose `rcv_ssthresh` was never set (no segment grew it) reads RCV.WND in
+        // its place: kept as it is now, before this window changes it, so that the
+        // ceiling does not follow the window down while unread data takes room and stay
+        // there after a read frees it (Linux keeps `rcv_ssthresh` from the handshake's
+        // `rcv_wnd`; only `tcp_grow_window` and memory pressure move it).
+        if tcb.active.is_held() && tcb.active.rcv_ssthresh == 0 {
+            Self::pin_rcv_ssthresh(tcb);
+        }
         let old_win = tcb.rcv.wnd;
         let cur_win = tcb.receive_window();
         if pressure {
@@ -614,6 +637,13 @@ impl Stack {
             mib.inc(Counter::TcpExtTCPFromZeroWindowAdv);
         }
         field as u16
+    }
+
+    /// See [`Stack::select_window`].
+    #[cold]
+    #[inline(never)]
+    fn pin_rcv_ssthresh(tcb: &mut Tcb) {
+        tcb.active.rcv_ssthresh = tcb.rcv_ssthresh();
     }
 
     /// Whether a read should send an ACK now (Linux `tcp_cleanup_rbuf`): the one input
@@ -660,6 +690,7 @@ impl Stack {
     /// blocks (RFC 2018 §4: at most 3 next to the timestamp option, 4 without), a pending
     /// D-SACK first (RFC 2883 §4: "If a D-SACK block is reported, it MUST be the first
     /// block"), sent once (Linux `tcp_established_options`, `tcp_options_write`).
+    #[inline(always)]
     fn data_options(tcb: &mut Tcb, head: &mut SegHead, now: Instant) {
         if tcb.flags.has(TcbFlags::TS_OK) {
             head.timestamp = Some(TcpTimestamp {
@@ -819,7 +850,12 @@ impl Stack {
         // The connection's header template, if it holds one (checked current below).
         let tpl = tcb.active.tx_template;
         let payload = if len > 0 {
-            Payload::SendBuffer { h, offset, len }
+            Payload::SendBuffer {
+                h,
+                offset,
+                len,
+                span: tcb.sndbuf.head_span(offset, len),
+            }
         } else {
             Payload::None
         };
@@ -931,14 +967,19 @@ impl Stack {
     /// `tcp_write_xmit_one`) is the whole of it. (A count of retransmissions found lost
     /// again left from before the queue emptied finds nothing to resend either.) False:
     /// not this case, nothing done, [`Stack::tcp_output`]'s to run.
+    /// The segment sent, [`Stack::tcp_output_sent`]'s work is done in
+    /// `tcp_write_xmit_one` on the connection it already holds (see `ARM_SENT` there);
+    /// only a segment held back (the device's queue full) leaves it to run here.
     #[inline]
     pub(crate) fn tcp_push_one(&mut self, now: Instant, h: TcpHandle) -> bool {
         let _stage = ustack_obs::profile::enter(ustack_obs::profile::Stage::TcpOutput);
-        let Some(sent) = self.tcp_write_xmit_one(now, h) else {
+        let Some(sent) = self.tcp_write_xmit_one::<true>(now, h) else {
             return false;
         };
         self.tcp.push_one_hits += 1;
-        self.tcp_output_sent(now, h, sent);
+        if sent == 0 {
+            self.tcp_output_sent(now, h, 0);
+        }
         true
     }
 
@@ -973,7 +1014,7 @@ impl Stack {
     /// Nagle (Linux `tcp_write_xmit(.., TCP_NAGLE_OFF, push_one = 2)` for a loss probe).
     /// Returns the segments sent.
     pub(crate) fn tcp_write_xmit(&mut self, now: Instant, h: TcpHandle, probe: bool) -> u32 {
-        if !probe && let Some(sent) = self.tcp_write_xmit_one(now, h) {
+        if !probe && let Some(sent) = self.tcp_write_xmit_one::<false>(now, h) {
             return sent;
         }
         let mut sent_segs = 0;
@@ -1137,8 +1178,19 @@ impl Stack {
     /// the retransmission queue's cap, TSO (below two segments), Nagle and Minshall
     /// (nothing unacknowledged), sender SWS avoidance (the segment takes all that is
     /// unsent). `None`: not this case, the loop decides.
+    ///
+    /// `ARM_SENT` (a write's [`Stack::tcp_push_one`]): once the segment is out, do what
+    /// [`Stack::tcp_output_sent`] would, on the connection already at hand instead of
+    /// looking it up twice more: the loss probe or the RTO armed (Linux
+    /// `tcp_event_new_data_sent` -> `tcp_rearm_rto` only when none is pending;
+    /// `tcp_schedule_loss_probe`). Its other half, the ACK still owed, has nothing to
+    /// do: the segment carried the ACK and cleared both ACK flags.
     #[inline]
-    fn tcp_write_xmit_one(&mut self, now: Instant, h: TcpHandle) -> Option<u32> {
+    fn tcp_write_xmit_one<const ARM_SENT: bool>(
+        &mut self,
+        now: Instant,
+        h: TcpHandle,
+    ) -> Option<u32> {
         let tcb = self.tcp.get(h)?;
         if !matches!(tcb.state, State::Established | State::CloseWait)
             || tcb
@@ -1180,6 +1232,28 @@ impl Stack {
         }
         if matches!(tcb.ca_state, CaState::Recovery | CaState::Cwr) {
             tcb.active.recovery.prr_out += 1;
+        }
+        if ARM_SENT {
+            // tcp_output_sent(now, h, 1). The queue held nothing before this segment, so
+            // it is the head, sent now: the probe's RTO bound counts from now
+            // (`advancing`), as from the head's transmission.
+            let arm = if tcb.schedule_loss_probe(now, true) {
+                true
+            } else if !tcb.timers.retransmit.is_armed() {
+                tcb.timers.retransmit = Deadline::at(now + tcb.rtt.rto());
+                tcb.flags.clear(TcbFlags::LOSS_PROBE);
+                true
+            } else {
+                false
+            };
+            debug_assert!(
+                !tcb.flags.has(TcbFlags::ACK_NOW) && !tcb.flags.has(TcbFlags::ACK_PENDING),
+                "the segment carried the ACK"
+            );
+            // As `Sock::arm` tests before touching the wheel.
+            if arm && tcb.timers.earliest().before(tcb.timers.queued) {
+                self.tcp_arm(now, h);
+            }
         }
         Some(1)
     }
@@ -1473,10 +1547,15 @@ impl Stack {
     /// A connection held back for a pure ACK (`ack_only`) goes to the front of the list:
     /// the peer times its retransmissions by that ACK, and behind a burst of other
     /// connections' data it would come late enough to set off a spurious loss probe.
+    #[inline(always)]
     pub(crate) fn tcp_tx_throttle(&mut self, h: TcpHandle, ack_only: bool) -> bool {
-        if !self.tx_queue_full() {
-            return false;
-        }
+        self.tx_queue_full() && self.tcp_tx_hold(h, ack_only)
+    }
+
+    /// [`Stack::tcp_tx_throttle`] with the queue full: hold `h` back.
+    #[cold]
+    #[inline(never)]
+    fn tcp_tx_hold(&mut self, h: TcpHandle, ack_only: bool) -> bool {
         if let Some(tcb) = self.tcp.get_mut(h)
             && !tcb.flags.has(TcbFlags::TX_THROTTLED)
         {
@@ -1592,7 +1671,7 @@ impl Tcb {
     /// Set the retransmission timer to a tail loss probe if one may be sent (see
     /// [`Stack::tcp_schedule_loss_probe`]), leaving the timer queue to the caller;
     /// returns whether it was set.
-    #[inline]
+    #[inline(always)]
     fn schedule_loss_probe(&mut self, now: Instant, advancing: bool) -> bool {
         let tcb = self;
         let packets_out = tcb.rtx().packets_out();

@@ -665,7 +665,31 @@ impl RtxQueue {
     }
 
     /// [`push`](Self::push), taking the stack's `spare` board if the queue needs one.
+    /// Inline, its common case first: the first segment into an empty queue (a small
+    /// message's, nothing in flight) goes to the inline slot.
+    #[inline(always)]
     pub(crate) fn push_reusing(
+        &mut self,
+        start: SeqNumber,
+        end: SeqNumber,
+        now: Instant,
+        spare: &mut SpareBoard,
+    ) {
+        if self.board.is_none() && self.one().is_none() && start.before(end) {
+            self.one = TxSegment {
+                start,
+                end,
+                sent_at: now,
+                flags: SegFlags::EMPTY,
+            };
+            return;
+        }
+        self.push_general(start, end, now, spare);
+    }
+
+    /// [`push_reusing`](Self::push_reusing) past its common case.
+    #[inline(never)]
+    fn push_general(
         &mut self,
         start: SeqNumber,
         end: SeqNumber,
@@ -693,16 +717,10 @@ impl RtxQueue {
                 return;
             }
         }
+        // An empty queue's segment took the inline slot in `push_reusing`: without a
+        // board, the slot holds one, moved to a board for this second segment.
         if self.board.is_none() {
-            if self.one().is_none() {
-                self.one = TxSegment {
-                    start,
-                    end,
-                    sent_at: now,
-                    flags: SegFlags::EMPTY,
-                };
-                return;
-            }
+            debug_assert!(self.one().is_some(), "push_reusing fills the empty queue");
             self.promote(Some(spare));
         }
         let board = self

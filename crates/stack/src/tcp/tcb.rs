@@ -196,6 +196,7 @@ impl Timers {
     };
 
     /// The earliest armed deadline.
+    #[inline(always)]
     pub(crate) fn earliest(&self) -> Deadline {
         self.retransmit.min(self.delack).min(self.keepalive)
     }
@@ -743,6 +744,7 @@ impl Tcb {
 
     /// What is left of the window last advertised: its right edge less RCV.NXT, never
     /// negative (Linux `tcp_receive_window`).
+    #[inline]
     pub(crate) fn receive_window(&self) -> u32 {
         let edge = self.rcv.wup + self.rcv.wnd as usize;
         edge.diff(self.rcv.nxt).max(0) as u32
@@ -751,12 +753,14 @@ impl Tcb {
     /// The largest window this connection may offer (Linux `tcp_full_space` against
     /// `window_clamp`): the receive buffer, at most what the window field can carry
     /// (65,535 << our shift, RFC 7323 §2.3).
+    #[inline]
     pub(crate) fn full_window(&self) -> u32 {
         self.rcvbuf_limit.min(65_535u32 << self.rcv_wscale)
     }
 
     /// The free space of the receive buffer, at most [`Tcb::full_window`] (Linux
     /// `tcp_space`).
+    #[inline]
     pub(crate) fn free_space(&self) -> u32 {
         let used = self.rcvbuf.readable() + self.rcvbuf.ooo_bytes();
         (self.rcvbuf_limit as usize)
@@ -777,6 +781,7 @@ impl Tcb {
     /// connection that goes idle with a window advertised below its grown `rcv_ssthresh`
     /// (a reader that had not caught up) starts growing again from there when data comes
     /// back.
+    #[inline(always)]
     pub(crate) fn rcv_ssthresh(&self) -> u32 {
         let s = self.active.rcv_ssthresh;
         let s = if s != 0 {
@@ -843,9 +848,26 @@ impl Tcb {
     /// at most `rcv_ssthresh` ([`Tcb::rcv_ssthresh`]; `pressure`: `tcp_mem` is under
     /// pressure, see [`Tcb::adjust_rcv_ssthresh`]); without window scaling the offer is a
     /// multiple of the MSS, kept as it is while within one MSS of the free space.
+    ///
+    /// Inline, its common case first (every segment asks, `select_window`): window
+    /// scaling on and at least half the buffer free, where neither the SWS rounding nor
+    /// the MSS enter (nor memory pressure: its lower `rcv_ssthresh` applies only below
+    /// half).
+    #[inline(always)]
     pub(crate) fn free_window(&self, pressure: bool) -> u32 {
         let full = self.full_window();
-        let mut free = self.free_space();
+        let free = self.free_space();
+        if self.rcv_wscale > 0 && free >= full / 2 {
+            return free
+                .min(self.rcv_ssthresh())
+                .next_multiple_of(1 << self.rcv_wscale);
+        }
+        self.free_window_general(pressure, full, free)
+    }
+
+    /// [`Tcb::free_window`] past its common case.
+    #[inline(never)]
+    fn free_window_general(&self, pressure: bool, full: u32, mut free: u32) -> u32 {
         // Linux uses rcv_mss, its estimate of the peer's segment size.
         let mss = u32::from(self.mss.min(self.adv_mss)).min(full).max(1);
         let unit = 1u32 << self.rcv_wscale;
@@ -874,6 +896,7 @@ impl Tcb {
     /// The payload a new segment may carry now (Linux `tcp_current_mss`): the MSS less
     /// the SACK option the segment will carry (4 + 8 bytes per block, Linux's layout;
     /// RFC 2018 §3: at most 3 blocks next to timestamps, 4 without).
+    #[inline(always)]
     pub(crate) fn mss_now(&self) -> usize {
         let mss = usize::from(self.mss);
         if !self.flags.has(TcbFlags::SACK_OK) {

@@ -147,11 +147,7 @@ pub(super) fn write_tcp_segment(tcp: &Tcp, head: &SegHead, payload: Payload, seg
 /// the upper-layer length of a segment within one IP datagram fits 16 bits).
 #[inline]
 pub(super) fn tcp_checksum(pseudo: u16, seg: &[u8]) -> u16 {
-    checksum::finish(checksum::combine(&[
-        pseudo,
-        seg.len() as u16,
-        checksum::data(seg),
-    ]))
+    checksum::finish(checksum::segment_sum(pseudo, seg))
 }
 
 /// `NOP NOP SACK` and `head`'s blocks (RFC 2018 §3), as `tcp::Repr::emit_header` lays

@@ -145,7 +145,7 @@ impl Stack {
         // Linux __tcp_transmit_skb: OutSegs counts tcp_skb_pcount segments.
         self.mib.add(Counter::TcpOutSegs, segs as u64);
         match lent {
-            None => self.dev_queue_xmit(tpl.next_hop, frame, DropReason::DevQueueFull, now),
+            None => self.dev_queue_xmit_inline(tpl.next_hop, frame, DropReason::DevQueueFull, now),
             Some(p) => self.dev_queue_xmit_lent(tpl.next_hop, frame, p, now),
         }
     }

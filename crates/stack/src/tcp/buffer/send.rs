@@ -163,6 +163,26 @@ impl SendBuffer {
         n
     }
 
+    /// Where `len` bytes (at least one) at `offset` lie when they are all in the head
+    /// chunk (a small message's segment): the chunk and the bytes' start in it, for
+    /// [`SendBuffer::copy_span`] to copy without this buffer at hand; `None` otherwise.
+    #[inline]
+    pub fn head_span(&self, offset: usize, len: usize) -> Option<(u32, u32)> {
+        let abs = self.head_off as usize + offset;
+        (len > 0 && offset + len <= self.len as usize && abs + len <= CHUNK)
+            .then_some((self.head, abs as u32))
+    }
+
+    /// Copy `out.len()` bytes of a [`SendBuffer::head_span`] into `out`: as
+    /// [`peek`](Self::peek) would, while nothing was consumed since the span was taken
+    /// (the chunk is still the buffer's). The peek cursor is not moved: it stays valid
+    /// (see [`SendBuffer::consume`]), only a hint for the next walk.
+    #[inline]
+    pub fn copy_span(pool: &BufferPool, (chunk, at): (u32, u32), out: &mut [u8]) {
+        let at = at as usize;
+        out.copy_from_slice(&pool.chunk(chunk)[at..at + out.len()]);
+    }
+
     /// Drop `n` acknowledged bytes from the head (all of them if `n >= len`), returning
     /// freed chunks to the pool. A drained buffer holds no chunk.
     #[inline]
