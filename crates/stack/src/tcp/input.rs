@@ -92,6 +92,14 @@ pub(super) fn tcp_ack_state_clean(tcb: &Tcb) -> bool {
         && tcb.rtx().is_clean()
 }
 
+/// Microseconds from `sent` to `now` (0 if `sent` is later), saturating at `u32::MAX`
+/// (about 71 minutes): an RTT sample as Linux's `tcp_stamp_us_delta` gives it.
+#[inline]
+fn rtt_us_since(now: Instant, sent: Instant) -> u32 {
+    let us = now.as_nanos().saturating_sub(sent.as_nanos()) / 1000;
+    u32::try_from(us).unwrap_or(u32::MAX)
+}
+
 /// The sequence space a segment occupies: data plus one for SYN and one for FIN.
 pub(crate) fn seg_len(seg: &tcp::Repr) -> usize {
     seg.payload.len()
@@ -942,7 +950,7 @@ impl Sock<'_> {
         now: Instant,
         ack: SeqNumber,
         ev: &mut AckEvent,
-    ) -> Option<Duration> {
+    ) -> Option<u32> {
         let tcb = &mut *self.tcb;
         let prior_una = tcb.snd.una;
         let prior_fack = ev.prior_fack;
@@ -957,7 +965,7 @@ impl Sock<'_> {
         tcb.sndbuf.consume(self.pool, data_acked);
         let result = tcb
             .rtx_mut()
-            .map(|q| q.on_ack_reusing::<PURE>(ack, now, self.spare_board))
+            .map(|q| q.on_ack_reusing::<PURE>(ack, self.spare_board))
             .unwrap_or_default();
         tcb.snd.una = ack;
         tcb.probes = 0;
@@ -974,24 +982,27 @@ impl Sock<'_> {
         // for the segment that filled a hole, RFC 7323 §4.3 (C), then a fully old
         // retransmission answered by a duplicate ACK carrying the same echo), which Linux
         // takes as well.
-        let ts_rtt = ev
+        // In integer microseconds, as Linux's tcp_ack_update_rtt hands tcp_rtt_estimator
+        // (`seq_rtt_us`, `ca_rtt_us`; the echo's milliseconds times USEC_PER_MSEC).
+        let seq_rtt_us = result.rtt_sent_at.map(|sent| rtt_us_since(now, sent));
+        let rtt_us = ev
             .tsecr
-            .map(|sent| Duration::from_millis(u64::from(ts_clock(now).wrapping_sub(sent))));
-        let rtt = ts_rtt
-            .filter(|d| *d < Duration::from_secs(600))
-            .or(result.rtt_sample);
-        if let Some(rtt) = rtt {
-            tcb.rtt.sample(rtt);
+            .map(|sent| ts_clock(now).wrapping_sub(sent))
+            .filter(|ms| *ms < 600_000)
+            .map(|ms| ms * 1000)
+            .or(seq_rtt_us);
+        if let Some(rtt_us) = rtt_us {
+            tcb.rtt.sample_us(rtt_us);
             // Linux tcp_ack_update_rtt: "RFC6298: only reset backoff on valid RTT
             // measurement" (Karn: an ACK of a retransmitted segment keeps it).
             tcb.rtt.reset_backoff();
         }
         // Linux tcp_ack: "icsk->icsk_retransmits = 0" once SND.UNA advances.
         tcb.rtt.clear_retransmits();
-        if let Some(sample) = result.rtt_sample {
+        if let Some(sent) = result.rtt_sent_at {
             // RFC 8985 §6.2 step 2: RACK.xmit_ts from the newest delivered segment; this
             // one was never retransmitted, so its send time is unambiguous.
-            let sent = Instant::from_nanos(now.as_nanos().saturating_sub(sample.as_nanos() as u64));
+            let sent = sent.min(now);
             if sent >= tcb.active.recovery.rack_xmit_ts {
                 tcb.active.recovery.rack_xmit_ts = sent;
                 tcb.active.recovery.rack_end_seq = ack;
@@ -1036,7 +1047,7 @@ impl Sock<'_> {
             let hystart_before = tcb.hystart_exit();
             tcb.with_cc(|cc, st| {
                 st.in_flight = prior_in_flight;
-                cc.pkts_acked(st, now, result.acked_segments, result.rtt_sample);
+                cc.pkts_acked(st, now, result.acked_segments, seq_rtt_us);
             });
             self.tcp_count_hystart_exit(hystart_before);
         }
@@ -1062,7 +1073,7 @@ impl Sock<'_> {
             tcb.flags.clear(TcbFlags::NOSPACE);
             self.ready.mark(SocketKey::Tcp(self.h), Readiness::WRITABLE); // sk_write_space
         }
-        result.rtt_sample
+        seq_rtt_us
     }
 
     /// Congestion control for one ACK (Linux `tcp_cong_control`): PRR while reducing,

@@ -78,6 +78,7 @@
 //!   cwnd < 1 million segments, RTT < 100 s), so no input can panic.
 
 use core::num::NonZeroU32;
+#[cfg(test)]
 use core::time::Duration;
 
 use ustack_obs::Instant;
@@ -546,12 +547,12 @@ impl CongestionControl for Cubic {
     }
 
     /// Linux `cubictcp_acked`: track the minimum RTT and run HyStart in slow start.
-    fn pkts_acked(&mut self, st: &mut CcState, now: Instant, acked: u32, rtt: Option<Duration>) {
+    fn pkts_acked(&mut self, st: &mut CcState, now: Instant, acked: u32, rtt_us: Option<u32>) {
         let now_ms = clock_ms(now);
         self.last_acked = now_ms;
         self.round_left = self.round_left.saturating_sub(acked);
         // "Some calls are for duplicates without timetamps"
-        let Some(rtt) = rtt else {
+        let Some(rtt_us) = rtt_us else {
             return;
         };
         // "Discard delay samples right after fast recovery" (the first second of an epoch).
@@ -560,7 +561,7 @@ impl CongestionControl for Cubic {
         {
             return;
         }
-        let delay = super::super::rtt::micros_u32(rtt).max(1);
+        let delay = rtt_us.max(1);
         // "first time call or link delay decreases"
         if self.delay_min == 0 || self.delay_min > delay {
             self.delay_min = delay;
@@ -581,6 +582,7 @@ mod tests {
     use super::super::sim::{ack_clock, fast_recovery};
     use super::super::{TCP_INFINITE_SSTHRESH, TCP_INIT_CWND};
     use super::*;
+    use crate::tcp::rtt::micros_u32;
     use proptest::prelude::*;
     use std::collections::VecDeque;
 
@@ -909,7 +911,7 @@ mod tests {
                 let (sent, ack_at) = self.flight.pop_front().unwrap();
                 *now = ack_at;
                 st.in_flight = self.flight.len() as u32 + 1;
-                cubic.pkts_acked(st, *now, 1, Some(*now - sent));
+                cubic.pkts_acked(st, *now, 1, Some(micros_u32(*now - sent)));
                 cubic.cong_avoid(st, *now, 1);
                 trace.push(st.cwnd);
             }
@@ -1100,8 +1102,7 @@ mod tests {
                     Ev::Ack { acked, rtt_us, advance_us, in_flight } => {
                         now += Duration::from_micros(u64::from(advance_us));
                         st.in_flight = in_flight;
-                        let rtt = rtt_us.map(|us| Duration::from_micros(u64::from(us)));
-                        cubic.pkts_acked(&mut st, now, acked, rtt);
+                        cubic.pkts_acked(&mut st, now, acked, rtt_us);
                         let (before, ca) = (st.cwnd, !st.in_slow_start());
                         cubic.cong_avoid(&mut st, now, acked);
                         prop_assert!(st.cwnd >= before);
