@@ -880,13 +880,13 @@ impl Sock<'_> {
         // pass over its state: the timer between them does not touch it.
         if ev.acked > 0 {
             let tcb = &mut *self.tcb;
-            let hystart_before = tcb.hystart_exit();
-            tcb.with_cc(|cc, st| {
-                st.in_flight = prior_in_flight;
-                cc.pkts_acked(st, now, ev.acked, rtt);
-                cc.cong_avoid(st, now, ev.delivered);
-            });
-            self.tcp_count_hystart_exit(hystart_before);
+            // HyStart ending slow start sets ssthresh (to cwnd, below the old one): the
+            // only change to it these hooks make, so the counters are looked at then only.
+            let prior_ssthresh = tcb.congestion.ssthresh;
+            tcb.cc_ack_open(now, ev.acked, ev.delivered, rtt, prior_in_flight);
+            if tcb.congestion.ssthresh != prior_ssthresh {
+                self.tcp_count_hystart_exit(None);
+            }
         }
     }
 
