@@ -92,6 +92,48 @@ pub(super) fn tcp_ack_state_clean(tcb: &Tcb) -> bool {
         && tcb.rtx().is_clean()
 }
 
+/// The RTT sample of an ACK that moved SND.UNA (Linux `tcp_ack_update_rtt`), in integer
+/// microseconds as Linux hands `tcp_rtt_estimator` its `mrtt_us`: from the echoed
+/// timestamp `tsecr` (our clock, ms) when timestamps are on (RFC 7323 §4.1, no Karn
+/// ambiguity), else `seq_rtt_us`, from a never-retransmitted segment (Karn, RFC 6298 §3).
+/// Linux prefers the other way ("Prefer RTT measured from ACK's timing to TS-ECR"), with
+/// the oldest newly acked segment's send time; measured on tcp_prop
+/// `a_lossy_byte_at_a_time_transfer_completes` (20% loss) that order is slower, 38,990 s
+/// against 14,420 s over IPv6: after a lost ACK that segment waited out the loss probe,
+/// while the echo is of the probe. The estimate that case inflates comes from echoes that
+/// span a retransmission timeout (a lost ACK for the segment that filled a hole, RFC 7323
+/// §4.3 (C), then a fully old retransmission answered by a duplicate ACK carrying the same
+/// echo), which Linux takes as well. Then the backoff and the retransmission count go.
+#[inline]
+fn tcp_ack_update_rtt(tcb: &mut Tcb, now: Instant, tsecr: Option<u32>, seq_rtt_us: Option<u32>) {
+    let rtt_us = tsecr
+        .map(|sent| ts_clock(now).wrapping_sub(sent))
+        .filter(|ms| *ms < 600_000)
+        .map(|ms| ms * 1000)
+        .or(seq_rtt_us);
+    if let Some(rtt_us) = rtt_us {
+        tcb.rtt.sample_us(rtt_us);
+        // Linux tcp_ack_update_rtt: "RFC6298: only reset backoff on valid RTT
+        // measurement" (Karn: an ACK of a retransmitted segment keeps it).
+        tcb.rtt.reset_backoff();
+    }
+    // Linux tcp_ack: "icsk->icsk_retransmits = 0" once SND.UNA advances.
+    tcb.rtt.clear_retransmits();
+}
+
+/// RFC 8985 §6.2 step 2 (Linux `tcp_rack_advance`): RACK.xmit_ts and RACK.end_seq from the
+/// newest delivered segment, `sent` (its send time; never retransmitted, so unambiguous),
+/// acknowledged up to `ack`.
+#[inline]
+fn tcp_rack_advance(tcb: &mut Tcb, now: Instant, sent: Instant, ack: SeqNumber) {
+    let sent = sent.min(now);
+    let rec = &mut tcb.active.recovery;
+    if sent >= rec.rack_xmit_ts {
+        rec.rack_xmit_ts = sent;
+        rec.rack_end_seq = ack;
+    }
+}
+
 /// Microseconds from `sent` to `now` (0 if `sent` is later), saturating at `u32::MAX`
 /// (about 71 minutes): an RTT sample as Linux's `tcp_stamp_us_delta` gives it.
 #[inline]
@@ -867,6 +909,9 @@ impl Sock<'_> {
     /// with nothing retransmitted) is done here.
     #[inline]
     pub(super) fn tcp_ack_pure(&mut self, now: Instant, ack: SeqNumber, mut ev: AckEvent) {
+        if let Some(sent) = self.tcb.rtx_mut().and_then(|q| q.take_one_acked(ack)) {
+            return self.tcp_ack_one(now, ack, sent, ev.tsecr);
+        }
         // Nothing SACKed, lost or retransmitted: every queued segment is in flight.
         let prior_in_flight = self.tcb.rtx().len() as u32;
         let rtt = self.tcp_clean_rtx_queue::<true>(now, ack, &mut ev);
@@ -887,6 +932,44 @@ impl Sock<'_> {
             if tcb.congestion.ssthresh != prior_ssthresh {
                 self.tcp_count_hystart_exit(None);
             }
+        }
+    }
+
+    /// [`tcp_ack_pure`](Self::tcp_ack_pure) when the ACK acknowledged the only segment
+    /// outstanding, the retransmission queue's inline one (sent at `sent`, already taken
+    /// off the queue; docs/bench.md, tcbsplit): what [`tcp_clean_rtx_queue`] and the rest
+    /// of `tcp_ack_pure` do for it, without the queue's general walk. The sent data is
+    /// freed (one `SendBuffer::consume`), the RTT sampled (the segment was never
+    /// retransmitted: Karn allows it), RACK advanced, the retransmission timer stopped
+    /// (RFC 6298 §5.2: all outstanding data acknowledged, and no loss probe with nothing
+    /// outstanding), the congestion control told of one segment acknowledged and
+    /// delivered, with one in flight before the ACK.
+    ///
+    /// [`tcp_clean_rtx_queue`]: Self::tcp_clean_rtx_queue
+    #[inline]
+    fn tcp_ack_one(&mut self, now: Instant, ack: SeqNumber, sent: Instant, tsecr: Option<u32>) {
+        let tcb = &mut *self.tcb;
+        let data_acked = (ack.diff(tcb.data_start()).max(0) as usize).min(tcb.sndbuf.len());
+        let was_writeable = sk_stream_is_writeable(tcb);
+        tcb.sndbuf.consume(self.pool, data_acked);
+        tcb.snd.una = ack;
+        tcb.probes = 0;
+        let seq_rtt_us = rtt_us_since(now, sent);
+        tcp_ack_update_rtt(tcb, now, tsecr, Some(seq_rtt_us));
+        tcp_rack_advance(tcb, now, sent, ack);
+        self.tcp_check_space(was_writeable, 0);
+        let tcb = &mut *self.tcb;
+        let rec = &mut tcb.active.recovery;
+        rec.retrans_stamp = 0;
+        rec.retrans_low = Instant::FAR_FUTURE;
+        // tcp_set_xmit_timer with the queue empty.
+        tcb.timers.retransmit = Deadline::OFF;
+        tcb.flags.clear(TcbFlags::LOSS_PROBE);
+        debug_assert!(!tcb.timers.earliest().before(tcb.timers.queued));
+        let prior_ssthresh = tcb.congestion.ssthresh;
+        tcb.cc_ack_open(now, 1, 1, Some(seq_rtt_us), 1);
+        if tcb.congestion.ssthresh != prior_ssthresh {
+            self.tcp_count_hystart_exit(None);
         }
     }
 
@@ -971,42 +1054,10 @@ impl Sock<'_> {
         tcb.probes = 0;
         ev.una_advanced = true;
         ev.acked = result.acked_segments;
-        // RTT: from the echoed timestamp when timestamps are on (RFC 7323 §4.1, no Karn
-        // ambiguity), else from a never-retransmitted segment (Karn, RFC 6298 §3).
-        // Linux tcp_ack_update_rtt prefers the other way ("Prefer RTT measured from ACK's
-        // timing to TS-ECR"), with the oldest newly acked segment's send time; measured
-        // on tcp_prop `a_lossy_byte_at_a_time_transfer_completes` (20% loss) that order
-        // is slower, 38,990 s against 14,420 s over IPv6: after a lost ACK that segment
-        // waited out the loss probe, while the echo is of the probe. The estimate that
-        // case inflates comes from echoes that span a retransmission timeout (a lost ACK
-        // for the segment that filled a hole, RFC 7323 §4.3 (C), then a fully old
-        // retransmission answered by a duplicate ACK carrying the same echo), which Linux
-        // takes as well.
-        // In integer microseconds, as Linux's tcp_ack_update_rtt hands tcp_rtt_estimator
-        // (`seq_rtt_us`, `ca_rtt_us`; the echo's milliseconds times USEC_PER_MSEC).
         let seq_rtt_us = result.rtt_sent_at.map(|sent| rtt_us_since(now, sent));
-        let rtt_us = ev
-            .tsecr
-            .map(|sent| ts_clock(now).wrapping_sub(sent))
-            .filter(|ms| *ms < 600_000)
-            .map(|ms| ms * 1000)
-            .or(seq_rtt_us);
-        if let Some(rtt_us) = rtt_us {
-            tcb.rtt.sample_us(rtt_us);
-            // Linux tcp_ack_update_rtt: "RFC6298: only reset backoff on valid RTT
-            // measurement" (Karn: an ACK of a retransmitted segment keeps it).
-            tcb.rtt.reset_backoff();
-        }
-        // Linux tcp_ack: "icsk->icsk_retransmits = 0" once SND.UNA advances.
-        tcb.rtt.clear_retransmits();
+        tcp_ack_update_rtt(tcb, now, ev.tsecr, seq_rtt_us);
         if let Some(sent) = result.rtt_sent_at {
-            // RFC 8985 §6.2 step 2: RACK.xmit_ts from the newest delivered segment; this
-            // one was never retransmitted, so its send time is unambiguous.
-            let sent = sent.min(now);
-            if sent >= tcb.active.recovery.rack_xmit_ts {
-                tcb.active.recovery.rack_xmit_ts = sent;
-                tcb.active.recovery.rack_end_seq = ack;
-            }
+            tcp_rack_advance(tcb, now, sent, ack);
         }
         if PURE {
             // Nothing was SACKed and no duplicate ACK counted: each acked segment is
@@ -1055,25 +1106,31 @@ impl Sock<'_> {
         // RFC 6298 §5.2-5.3: the timer is set again once the ACK is processed
         // (`tcp_set_xmit_timer`).
         ev.set_xmit_timer = true;
-        // Linux tcp_should_expand_sndbuf: "If we are under global TCP memory pressure,
-        // do not expand" ... "If we are under soft global TCP memory pressure, do not
-        // expand" (tcp_mem.low).
+        let in_flight = if PURE {
+            tcb.rtx().len() as u32
+        } else {
+            tcb.in_flight()
+        };
+        self.tcp_check_space(was_writeable, in_flight);
+        seq_rtt_us
+    }
+
+    /// After an ACK freed sent data: Linux `tcp_should_expand_sndbuf` (not under memory
+    /// pressure: "If we are under global TCP memory pressure, do not expand" ... "If we
+    /// are under soft global TCP memory pressure, do not expand", tcp_mem.low; `in_flight`
+    /// after the ACK), then `tcp_check_space`: the queue shrank; a writer that found it
+    /// full (`was_writeable` false), or was refused memory (SOCK_NOSPACE), is woken if it
+    /// may write now (tcp_new_space -> sk_stream_write_space).
+    #[inline]
+    fn tcp_check_space(&mut self, was_writeable: bool, in_flight: u32) {
+        let tcb = &mut *self.tcb;
         if !self.pool.above_low() {
-            let in_flight = if PURE {
-                tcb.rtx().len() as u32
-            } else {
-                tcb.in_flight()
-            };
             tcp_sndbuf_expand(tcb, self.sysctl.tcp_wmem_max, in_flight);
         }
-        // Linux tcp_check_space: the queue shrank; a writer that found it full, or was
-        // refused memory (SOCK_NOSPACE), is woken if it may write now (tcp_new_space ->
-        // sk_stream_write_space).
         if (!was_writeable || tcb.flags.has(TcbFlags::NOSPACE)) && sk_stream_is_writeable(tcb) {
             tcb.flags.clear(TcbFlags::NOSPACE);
             self.ready.mark(SocketKey::Tcp(self.h), Readiness::WRITABLE); // sk_write_space
         }
-        seq_rtt_us
     }
 
     /// Congestion control for one ACK (Linux `tcp_cong_control`): PRR while reducing,

@@ -812,6 +812,23 @@ impl RtxQueue {
         res
     }
 
+    /// The one-segment queue's cumulative ACK (the inline segment, no board; see the
+    /// module docs): if `snd_una` acknowledges all of it, it goes (the queue is empty) and
+    /// its send time is returned; the ACK's result is then [`on_ack_reusing`]'s for it
+    /// (one segment acked and delivered, never retransmitted, so timed). `None`, and
+    /// nothing changed, for any other queue or a partial ACK.
+    ///
+    /// [`on_ack_reusing`]: Self::on_ack_reusing
+    #[inline]
+    pub(crate) fn take_one_acked(&mut self, snd_una: SeqNumber) -> Option<Instant> {
+        if self.board.is_some() || self.one.start == self.one.end || self.one.end.after(snd_una) {
+            return None;
+        }
+        let sent = self.one.sent_at;
+        self.one = NO_SEGMENT;
+        Some(sent)
+    }
+
     /// [`on_ack_reusing`](Self::on_ack_reusing) for the inline segment (no flag set: never
     /// SACKed, lost or retransmitted, so its RTT is a sample and it counts as delivered).
     #[inline]
