@@ -136,6 +136,58 @@ fn in_order_data_takes_the_header_prediction_fast_path() {
 }
 
 #[test]
+fn an_echo_exchange_counts_its_acks_as_linux_does() {
+    // Linux tcp_ack counts an ACK that advances SND.UNA on header prediction's path as
+    // TCPHPAcks, and any other ACK that occupies no sequence space as TCPPureAcks. In a
+    // request-response exchange every request acknowledges the previous reply and every
+    // reply its request, all predicted: TCPHPAcks; the handshake's last ACK, processed
+    // in SYN-RECEIVED by the slow path, is the one pure ACK.
+    let mut p = Pair::new(SimLinkConfig::default());
+    let (a, b) = connect(&mut p);
+    let hp = |p: &Pair| {
+        (
+            p.a.mib().get(Counter::TcpExtTCPHPAcks),
+            p.b.mib().get(Counter::TcpExtTCPHPAcks),
+        )
+    };
+    let pure = |p: &Pair| {
+        (
+            p.a.mib().get(Counter::TcpExtTCPPureAcks),
+            p.b.mib().get(Counter::TcpExtTCPPureAcks),
+        )
+    };
+    assert_eq!(hp(&p), (0, 0));
+    let pure_after_handshake = pure(&p);
+    for round in 0..10u8 {
+        let msg = [round; 64];
+        let got = transfer(&mut p, Side::A, a, b, &msg, Duration::from_secs(5));
+        assert_eq!(got, msg, "request {round}");
+        let got = transfer(&mut p, Side::B, b, a, &msg, Duration::from_secs(5));
+        assert_eq!(got, msg, "reply {round}");
+    }
+    assert_eq!(
+        hp(&p),
+        (10, 9),
+        "A: each reply acknowledged its request; B: each request but the first the reply before"
+    );
+    assert_eq!(
+        pure(&p),
+        pure_after_handshake,
+        "no pure ACK in the exchange"
+    );
+    // The last reply's ACK leaves on the delayed-ACK timer, a pure ACK advancing B's
+    // SND.UNA: predicted, TCPHPAcks.
+    p.run_for(Duration::from_secs(1));
+    assert_eq!(hp(&p), (10, 10));
+    assert_eq!(pure(&p), pure_after_handshake);
+    assert_eq!(
+        pure_after_handshake,
+        (0, 1),
+        "the handshake's final ACK, at B"
+    );
+}
+
+#[test]
 fn connect_to_closed_port_is_refused() {
     let mut p = Pair::new(SimLinkConfig::default());
     let a = p.a.tcp_connect(p.now, SocketAddrV4::new(B_IP, 9)).unwrap();

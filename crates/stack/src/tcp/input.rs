@@ -386,7 +386,7 @@ impl Sock<'_> {
             if !seg.payload.is_empty() {
                 self.mib.inc(Counter::TcpExtTCPHPHits);
             }
-            self.tcp_ack(now, seg);
+            self.tcp_ack(now, seg, false);
         } else if let Some(verdict) = self.tcp_rcv_slow_checks(now, seg) {
             return verdict;
         }
@@ -508,7 +508,7 @@ impl Sock<'_> {
         {
             return Some(Verdict::DropAndAck(DropReason::TcpTooOldAck));
         }
-        self.tcp_ack(now, seg);
+        self.tcp_ack(now, seg, true);
         let tcb = &mut *self.tcb;
         let fin_acked = tcb.flags.has(TcbFlags::FIN_SENT) && tcb.snd.una == tcb.snd.nxt;
         match tcb.state {
@@ -745,9 +745,20 @@ impl Sock<'_> {
     }
     /// Process the acknowledgment of a segment (Linux `tcp_ack`): window update, SACK
     /// scoreboard, newly acknowledged data, then loss recovery (`tcp_fastretrans_alert`)
-    /// and congestion control (`tcp_cong_control`), in Linux's order.
-    pub(crate) fn tcp_ack(&mut self, now: Instant, seg: &tcp::Repr) {
+    /// and congestion control (`tcp_cong_control`), in Linux's order. `slowpath`: the
+    /// segment came through the slow path's checks, not header prediction (Linux
+    /// `FLAG_SLOWPATH`), which decides how the ACK is counted.
+    pub(crate) fn tcp_ack(&mut self, now: Instant, seg: &tcp::Repr, slowpath: bool) {
         let tcb = &mut *self.tcb;
+        let advances = seg.ack_number.after(tcb.snd.una);
+        // Linux tcp_ack: "if (!(flag & FLAG_SLOWPATH) && after(ack, prior_snd_una))" the
+        // ACK is header prediction's, counted TCPHPAcks; otherwise one that occupies no
+        // sequence space (no data, SYN or FIN: "ack_seq == end_seq") is TCPPureAcks.
+        if advances && !slowpath {
+            self.mib.inc(Counter::TcpExtTCPHPAcks);
+        } else if seg_len(seg) == 0 {
+            self.mib.inc(Counter::TcpExtTCPPureAcks);
+        }
         // RFC 9293 §3.10.7.4: "If SND.UNA =< SEG.ACK =< SND.NXT, the send window should be
         // updated. If (SND.WL1 < SEG.SEQ or (SND.WL1 = SEG.SEQ and SND.WL2 =< SEG.ACK)),
         // set SND.WND <- SEG.WND, set SND.WL1 <- SEG.SEQ, and set SND.WL2 <- SEG.ACK."
@@ -815,8 +826,8 @@ impl Sock<'_> {
                 .map(|t| t.tsecr.wrapping_sub(tcb.ts_offset)),
             ..AckEvent::default()
         };
-        if seg.ack_number.after(tcb.snd.una) && tcp_ack_is_pure(tcb, seg) {
-            return self.tcp_ack_pure(now, seg.ack_number, ev);
+        if advances && tcp_ack_is_pure(tcb, seg) {
+            return self.tcp_ack_advance(now, seg.ack_number, ev);
         }
         // Congestion control judges by what was in flight before this ACK (Linux
         // `prior_in_flight` in tcp_ack).
@@ -906,9 +917,19 @@ impl Sock<'_> {
     /// retransmitted and no probe is out, so the SACK scoreboard, the tail loss probe's
     /// and the recovery state machine have nothing to do; what they would do for this ACK
     /// (the tail of `tcp_fastretrans_alert`'s early return and of `tcp_find_lost_retrans`
-    /// with nothing retransmitted) is done here.
+    /// with nothing retransmitted) is done here. The receive fast path's (header
+    /// prediction), so counted `TCPHPAcks` as Linux's `tcp_ack` counts it.
     #[inline]
-    pub(super) fn tcp_ack_pure(&mut self, now: Instant, ack: SeqNumber, mut ev: AckEvent) {
+    pub(super) fn tcp_ack_pure(&mut self, now: Instant, ack: SeqNumber, ev: AckEvent) {
+        // Linux tcp_ack counts header prediction's ACKs that advance SND.UNA.
+        self.mib.inc(Counter::TcpExtTCPHPAcks);
+        self.tcp_ack_advance(now, ack, ev);
+    }
+
+    /// [`tcp_ack_pure`](Self::tcp_ack_pure) less its count, for [`tcp_ack`](Self::tcp_ack)
+    /// (which counts the ACK as its path calls for).
+    #[inline]
+    fn tcp_ack_advance(&mut self, now: Instant, ack: SeqNumber, mut ev: AckEvent) {
         if let Some(sent) = self.tcb.rtx_mut().and_then(|q| q.take_one_acked(ack)) {
             return self.tcp_ack_one(now, ack, sent, ev.tsecr);
         }
