@@ -1136,19 +1136,24 @@ impl Sock<'_> {
         seq_rtt_us
     }
 
-    /// After an ACK freed sent data: Linux `tcp_should_expand_sndbuf` (not under memory
-    /// pressure: "If we are under global TCP memory pressure, do not expand" ... "If we
-    /// are under soft global TCP memory pressure, do not expand", tcp_mem.low; `in_flight`
-    /// after the ACK), then `tcp_check_space`: the queue shrank; a writer that found it
-    /// full (`was_writeable` false), or was refused memory (SOCK_NOSPACE), is woken if it
-    /// may write now (tcp_new_space -> sk_stream_write_space).
+    /// After an ACK freed sent data (Linux `tcp_check_space`): a writer that found the
+    /// queue full (`was_writeable` false) or was refused memory (`SOCK_NOSPACE`) gets
+    /// `tcp_new_space`: the send buffer grows if it should (`tcp_should_expand_sndbuf`:
+    /// not under memory pressure, "If we are under global TCP memory pressure, do not
+    /// expand" ... "If we are under soft global TCP memory pressure, do not expand",
+    /// tcp_mem.low; `in_flight` after the ACK), then the writer is woken if it may write
+    /// now (`sk_stream_write_space`). As in Linux, a connection whose writer never ran
+    /// out of room (a request/response exchange) does neither.
     #[inline]
     fn tcp_check_space(&mut self, was_writeable: bool, in_flight: u32) {
         let tcb = &mut *self.tcb;
+        if was_writeable && !tcb.flags.has(TcbFlags::NOSPACE) {
+            return;
+        }
         if !self.pool.above_low() {
             tcp_sndbuf_expand(tcb, self.sysctl.tcp_wmem_max, in_flight);
         }
-        if (!was_writeable || tcb.flags.has(TcbFlags::NOSPACE)) && sk_stream_is_writeable(tcb) {
+        if sk_stream_is_writeable(tcb) {
             tcb.flags.clear(TcbFlags::NOSPACE);
             self.ready.mark(SocketKey::Tcp(self.h), Readiness::WRITABLE); // sk_write_space
         }
