@@ -936,7 +936,7 @@ impl Tcb {
     /// is called only when the flight filled the window (Linux `tcp_is_cwnd_limited`, the
     /// first test of both algorithms' `cong_avoid`, so an application-limited ACK skips
     /// it whole).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn cc_ack_open(
         &mut self,
         now: Instant,
