@@ -188,6 +188,57 @@ fn an_echo_exchange_counts_its_acks_as_linux_does() {
 }
 
 #[test]
+fn an_echo_exchange_measures_the_paths_round_trip() {
+    // Each request and each reply is the only segment in flight, acknowledged whole by
+    // the answer: every ACK is an RTT sample (RFC 6298 §2-3, from the echoed timestamp),
+    // and the timer stops once it comes (§5.2). Connected over a path of no delay, then
+    // 10 ms each way: SRTT moves from about 0 toward each sample, at least the path's
+    // 20 ms, by 1/8 of the difference (RFC 6298 (2.3)): at least 20 ms * (1 - (7/8)^9)
+    // after nine samples (B's first comes with the second request).
+    let mut p = Pair::new(SimLinkConfig::default());
+    let (a, b) = connect(&mut p);
+    let before = p.a.tcp_info(a).unwrap().srtt.unwrap();
+    assert!(before < Duration::from_millis(1), "{before:?}");
+    let path = SimConfig {
+        delay: Duration::from_millis(10),
+        ..SimConfig::default()
+    };
+    p.link.set_config(Side::A, path.clone());
+    p.link.set_config(Side::B, path);
+    for round in 0..10u8 {
+        let msg = [round; 64];
+        assert_eq!(
+            transfer(&mut p, Side::A, a, b, &msg, Duration::from_secs(5)),
+            msg
+        );
+        assert_eq!(
+            transfer(&mut p, Side::B, b, a, &msg, Duration::from_secs(5)),
+            msg
+        );
+    }
+    // The last reply's ACK leaves on the delayed-ACK timer; then nothing is outstanding.
+    p.run_for(Duration::from_secs(10));
+    let floor = 20.0 * (1.0 - (7.0f64 / 8.0).powi(9));
+    for (side, info) in [
+        ("A", p.a.tcp_info(a).unwrap()),
+        ("B", p.b.tcp_info(b).unwrap()),
+    ] {
+        let srtt = info.srtt.unwrap().as_secs_f64() * 1e3;
+        assert!(
+            srtt > floor,
+            "{side}: SRTT {srtt} ms, at least {floor} expected"
+        );
+        // RFC 6298 (2.3) with Linux's floor: SRTT + max(4 RTTVAR, 200 ms), in whole µs.
+        let rto_floor = Duration::from_millis(200) + info.srtt.unwrap() - Duration::from_micros(1);
+        assert!(info.rto >= rto_floor, "{side}: {info:?}");
+        assert_eq!((info.unacked, info.retransmits), (0, 0), "{side}");
+    }
+    // And nothing was retransmitted.
+    assert_eq!(p.a.mib().get(Counter::TcpRetransSegs), 0);
+    assert_eq!(p.b.mib().get(Counter::TcpRetransSegs), 0);
+}
+
+#[test]
 fn connect_to_closed_port_is_refused() {
     let mut p = Pair::new(SimLinkConfig::default());
     let a = p.a.tcp_connect(p.now, SocketAddrV4::new(B_IP, 9)).unwrap();
