@@ -13,7 +13,7 @@
 //!
 //! Call graph (the caller is the TCP core; this module holds no clock):
 //! ```text
-//! ACK advances snd_una, segment never retransmitted (Karn)  -> RttEstimator::sample(now - sent_at)
+//! ACK advances snd_una, segment never retransmitted (Karn)  -> RttEstimator::sample_us(now - sent_at, µs)
 //!     (or any ACK with a TSecr, RFC 7323 §4)                   RttEstimator::reset_backoff()
 //! arming the retransmission timer                           -> now + RttEstimator::rto()
 //! retransmission timer fires (tcp_retransmit_timer)         -> RttEstimator::backoff()
