@@ -74,6 +74,18 @@ fn transfer(
     got
 }
 
+/// `rounds` request-response exchanges of 64 bytes: A writes, B reads it and writes it
+/// back, A reads it; each checked intact.
+fn echo_rounds(p: &mut Pair, a: TcpHandle, b: TcpHandle, rounds: u8) {
+    for round in 0..rounds {
+        let msg = [round; 64];
+        let got = transfer(p, Side::A, a, b, &msg, Duration::from_secs(5));
+        assert_eq!(got, msg, "request {round}");
+        let got = transfer(p, Side::B, b, a, &msg, Duration::from_secs(5));
+        assert_eq!(got, msg, "reply {round}");
+    }
+}
+
 fn pattern(n: usize) -> Vec<u8> {
     (0..n).map(|i| (i * 7 + i / 251) as u8).collect()
 }
@@ -116,13 +128,7 @@ fn in_order_data_takes_the_header_prediction_fast_path() {
     let mut p = Pair::new(SimLinkConfig::default());
     let (a, b) = connect(&mut p);
     assert_eq!(p.b.mib().get(Counter::TcpExtTCPHPHits), 0);
-    for round in 0..10u8 {
-        let msg = [round; 64];
-        let got = transfer(&mut p, Side::A, a, b, &msg, Duration::from_secs(5));
-        assert_eq!(got, msg, "request {round}");
-        let got = transfer(&mut p, Side::B, b, a, &msg, Duration::from_secs(5));
-        assert_eq!(got, msg, "reply {round}");
-    }
+    echo_rounds(&mut p, a, b, 10);
     assert_eq!(
         p.b.mib().get(Counter::TcpExtTCPHPHits),
         10,
@@ -158,13 +164,7 @@ fn an_echo_exchange_counts_its_acks_as_linux_does() {
     };
     assert_eq!(hp(&p), (0, 0));
     let pure_after_handshake = pure(&p);
-    for round in 0..10u8 {
-        let msg = [round; 64];
-        let got = transfer(&mut p, Side::A, a, b, &msg, Duration::from_secs(5));
-        assert_eq!(got, msg, "request {round}");
-        let got = transfer(&mut p, Side::B, b, a, &msg, Duration::from_secs(5));
-        assert_eq!(got, msg, "reply {round}");
-    }
+    echo_rounds(&mut p, a, b, 10);
     assert_eq!(
         hp(&p),
         (10, 9),
@@ -205,17 +205,7 @@ fn an_echo_exchange_measures_the_paths_round_trip() {
     };
     p.link.set_config(Side::A, path.clone());
     p.link.set_config(Side::B, path);
-    for round in 0..10u8 {
-        let msg = [round; 64];
-        assert_eq!(
-            transfer(&mut p, Side::A, a, b, &msg, Duration::from_secs(5)),
-            msg
-        );
-        assert_eq!(
-            transfer(&mut p, Side::B, b, a, &msg, Duration::from_secs(5)),
-            msg
-        );
-    }
+    echo_rounds(&mut p, a, b, 10);
     // The last reply's ACK leaves on the delayed-ACK timer; then nothing is outstanding.
     p.run_for(Duration::from_secs(10));
     let floor = 20.0 * (1.0 - (7.0f64 / 8.0).powi(9));

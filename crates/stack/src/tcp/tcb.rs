@@ -932,7 +932,7 @@ impl Tcb {
     /// delivered) in the Open state with the queue clean: `pkts_acked` (Linux
     /// `tcp_clean_rtx_queue`) then `cong_avoid` (`tcp_cong_control`; every acked segment
     /// is delivered, so `tcp_may_raise_cwnd` holds). `prior_in_flight`: the flight when
-    /// the ACK came. `pkts_acked` works on the fields in place ([`Cc::acked`]); `cong_avoid`
+    /// the ACK came. `pkts_acked` works on the fields in place (`Cubic::acked`); `cong_avoid`
     /// is called only when the flight filled the window (Linux `tcp_is_cwnd_limited`, the
     /// first test of both algorithms' `cong_avoid`, so an application-limited ACK skips
     /// it whole).
@@ -948,8 +948,9 @@ impl Tcb {
         let Cwnd { cwnd, ssthresh } = self.congestion;
         let a = &mut *self.active;
         a.cc_in_flight = prior_in_flight;
-        if let Some(ssthresh) =
-            a.cc.acked(now, acked, rtt_us, cwnd, ssthresh, prior_in_flight)
+        // Reno has no `pkts_acked` (Linux `tcp_reno` sets no `.pkts_acked`).
+        if let Cc::Cubic(c) = &mut a.cc
+            && let Some(ssthresh) = c.acked(now, acked, rtt_us, cwnd, ssthresh, prior_in_flight)
         {
             self.congestion.ssthresh = ssthresh;
         }

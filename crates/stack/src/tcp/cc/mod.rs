@@ -118,7 +118,7 @@ impl CcState {
 }
 
 /// [`CcState::is_cwnd_limited`] from the three numbers it reads, for a caller that has not
-/// built a [`CcState`] (the pure ACK's, [`Tcb::cc_ack_open`](super::tcb::Tcb::cc_ack_open)).
+/// built a [`CcState`] (the pure ACK's, `Tcb::cc_ack_open`).
 #[inline]
 pub const fn cwnd_limited(cwnd: u32, ssthresh: u32, in_flight: u32) -> bool {
     in_flight >= cwnd || (cwnd < ssthresh && cwnd < in_flight.saturating_mul(2))
@@ -228,28 +228,6 @@ impl Cc {
             "reno" => Some(Cc::Reno(Reno::new())),
             "cubic" => Some(Cc::Cubic(Cubic::new())),
             _ => None,
-        }
-    }
-}
-
-impl Cc {
-    /// `pkts_acked` on the values it reads rather than a [`CcState`] (for the pure ACK,
-    /// [`Tcb::cc_ack_open`](super::tcb::Tcb::cc_ack_open)): `cwnd`, `ssthresh`, the flight
-    /// when the ACK came. Returns the new ssthresh if the hook changed it (CUBIC's HyStart
-    /// ending slow start); Reno's does nothing (Linux `tcp_reno` has no `.pkts_acked`).
-    #[inline]
-    pub fn acked(
-        &mut self,
-        now: Instant,
-        acked: u32,
-        rtt_us: Option<u32>,
-        cwnd: u32,
-        ssthresh: u32,
-        in_flight: u32,
-    ) -> Option<u32> {
-        match self {
-            Cc::Reno(_) => None,
-            Cc::Cubic(a) => a.acked(now, acked, rtt_us, cwnd, ssthresh, in_flight),
         }
     }
 }
