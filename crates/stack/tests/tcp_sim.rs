@@ -74,6 +74,18 @@ fn transfer(
     got
 }
 
+/// `rounds` request-response exchanges of 64 bytes: A writes, B reads it and writes it
+/// back, A reads it; each checked intact.
+fn echo_rounds(p: &mut Pair, a: TcpHandle, b: TcpHandle, rounds: u8) {
+    for round in 0..rounds {
+        let msg = [round; 64];
+        let got = transfer(p, Side::A, a, b, &msg, Duration::from_secs(5));
+        assert_eq!(got, msg, "request {round}");
+        let got = transfer(p, Side::B, b, a, &msg, Duration::from_secs(5));
+        assert_eq!(got, msg, "reply {round}");
+    }
+}
+
 fn pattern(n: usize) -> Vec<u8> {
     (0..n).map(|i| (i * 7 + i / 251) as u8).collect()
 }
@@ -116,13 +128,7 @@ fn in_order_data_takes_the_header_prediction_fast_path() {
     let mut p = Pair::new(SimLinkConfig::default());
     let (a, b) = connect(&mut p);
     assert_eq!(p.b.mib().get(Counter::TcpExtTCPHPHits), 0);
-    for round in 0..10u8 {
-        let msg = [round; 64];
-        let got = transfer(&mut p, Side::A, a, b, &msg, Duration::from_secs(5));
-        assert_eq!(got, msg, "request {round}");
-        let got = transfer(&mut p, Side::B, b, a, &msg, Duration::from_secs(5));
-        assert_eq!(got, msg, "reply {round}");
-    }
+    echo_rounds(&mut p, a, b, 10);
     assert_eq!(
         p.b.mib().get(Counter::TcpExtTCPHPHits),
         10,
@@ -133,6 +139,93 @@ fn in_order_data_takes_the_header_prediction_fast_path() {
         10,
         "replies predicted"
     );
+}
+
+#[test]
+fn an_echo_exchange_counts_its_acks_as_linux_does() {
+    // Linux tcp_ack counts an ACK that advances SND.UNA on header prediction's path as
+    // TCPHPAcks, and any other ACK that occupies no sequence space as TCPPureAcks. In a
+    // request-response exchange every request acknowledges the previous reply and every
+    // reply its request, all predicted: TCPHPAcks; the handshake's last ACK, processed
+    // in SYN-RECEIVED by the slow path, is the one pure ACK.
+    let mut p = Pair::new(SimLinkConfig::default());
+    let (a, b) = connect(&mut p);
+    let hp = |p: &Pair| {
+        (
+            p.a.mib().get(Counter::TcpExtTCPHPAcks),
+            p.b.mib().get(Counter::TcpExtTCPHPAcks),
+        )
+    };
+    let pure = |p: &Pair| {
+        (
+            p.a.mib().get(Counter::TcpExtTCPPureAcks),
+            p.b.mib().get(Counter::TcpExtTCPPureAcks),
+        )
+    };
+    assert_eq!(hp(&p), (0, 0));
+    let pure_after_handshake = pure(&p);
+    echo_rounds(&mut p, a, b, 10);
+    assert_eq!(
+        hp(&p),
+        (10, 9),
+        "A: each reply acknowledged its request; B: each request but the first the reply before"
+    );
+    assert_eq!(
+        pure(&p),
+        pure_after_handshake,
+        "no pure ACK in the exchange"
+    );
+    // The last reply's ACK leaves on the delayed-ACK timer, a pure ACK advancing B's
+    // SND.UNA: predicted, TCPHPAcks.
+    p.run_for(Duration::from_secs(1));
+    assert_eq!(hp(&p), (10, 10));
+    assert_eq!(pure(&p), pure_after_handshake);
+    assert_eq!(
+        pure_after_handshake,
+        (0, 1),
+        "the handshake's final ACK, at B"
+    );
+}
+
+#[test]
+fn an_echo_exchange_measures_the_paths_round_trip() {
+    // Each request and each reply is the only segment in flight, acknowledged whole by
+    // the answer: every ACK is an RTT sample (RFC 6298 §2-3, from the echoed timestamp),
+    // and the timer stops once it comes (§5.2). Connected over a path of no delay, then
+    // 10 ms each way: SRTT moves from about 0 toward each sample, at least the path's
+    // 20 ms, by 1/8 of the difference (RFC 6298 (2.3)): at least 20 ms * (1 - (7/8)^9)
+    // after nine samples (B's first comes with the second request).
+    let mut p = Pair::new(SimLinkConfig::default());
+    let (a, b) = connect(&mut p);
+    let before = p.a.tcp_info(a).unwrap().srtt.unwrap();
+    assert!(before < Duration::from_millis(1), "{before:?}");
+    let path = SimConfig {
+        delay: Duration::from_millis(10),
+        ..SimConfig::default()
+    };
+    p.link.set_config(Side::A, path.clone());
+    p.link.set_config(Side::B, path);
+    echo_rounds(&mut p, a, b, 10);
+    // The last reply's ACK leaves on the delayed-ACK timer; then nothing is outstanding.
+    p.run_for(Duration::from_secs(10));
+    let floor = 20.0 * (1.0 - (7.0f64 / 8.0).powi(9));
+    for (side, info) in [
+        ("A", p.a.tcp_info(a).unwrap()),
+        ("B", p.b.tcp_info(b).unwrap()),
+    ] {
+        let srtt = info.srtt.unwrap().as_secs_f64() * 1e3;
+        assert!(
+            srtt > floor,
+            "{side}: SRTT {srtt} ms, at least {floor} expected"
+        );
+        // RFC 6298 (2.3) with Linux's floor: SRTT + max(4 RTTVAR, 200 ms), in whole µs.
+        let rto_floor = Duration::from_millis(200) + info.srtt.unwrap() - Duration::from_micros(1);
+        assert!(info.rto >= rto_floor, "{side}: {info:?}");
+        assert_eq!((info.unacked, info.retransmits), (0, 0), "{side}");
+    }
+    // And nothing was retransmitted.
+    assert_eq!(p.a.mib().get(Counter::TcpRetransSegs), 0);
+    assert_eq!(p.b.mib().get(Counter::TcpRetransSegs), 0);
 }
 
 #[test]

@@ -92,6 +92,56 @@ pub(super) fn tcp_ack_state_clean(tcb: &Tcb) -> bool {
         && tcb.rtx().is_clean()
 }
 
+/// The RTT sample of an ACK that moved SND.UNA (Linux `tcp_ack_update_rtt`), in integer
+/// microseconds as Linux hands `tcp_rtt_estimator` its `mrtt_us`: from the echoed
+/// timestamp `tsecr` (our clock, ms) when timestamps are on (RFC 7323 §4.1, no Karn
+/// ambiguity), else `seq_rtt_us`, from a never-retransmitted segment (Karn, RFC 6298 §3).
+/// Linux prefers the other way ("Prefer RTT measured from ACK's timing to TS-ECR"), with
+/// the oldest newly acked segment's send time; measured on tcp_prop
+/// `a_lossy_byte_at_a_time_transfer_completes` (20% loss) that order is slower, 38,990 s
+/// against 14,420 s over IPv6: after a lost ACK that segment waited out the loss probe,
+/// while the echo is of the probe. The estimate that case inflates comes from echoes that
+/// span a retransmission timeout (a lost ACK for the segment that filled a hole, RFC 7323
+/// §4.3 (C), then a fully old retransmission answered by a duplicate ACK carrying the same
+/// echo), which Linux takes as well. Then the backoff and the retransmission count go.
+#[inline]
+fn tcp_ack_update_rtt(tcb: &mut Tcb, now: Instant, tsecr: Option<u32>, seq_rtt_us: Option<u32>) {
+    let rtt_us = tsecr
+        .map(|sent| ts_clock(now).wrapping_sub(sent))
+        .filter(|ms| *ms < 600_000)
+        .map(|ms| ms * 1000)
+        .or(seq_rtt_us);
+    if let Some(rtt_us) = rtt_us {
+        tcb.rtt.sample_us(rtt_us);
+        // Linux tcp_ack_update_rtt: "RFC6298: only reset backoff on valid RTT
+        // measurement" (Karn: an ACK of a retransmitted segment keeps it).
+        tcb.rtt.reset_backoff();
+    }
+    // Linux tcp_ack: "icsk->icsk_retransmits = 0" once SND.UNA advances.
+    tcb.rtt.clear_retransmits();
+}
+
+/// RFC 8985 §6.2 step 2 (Linux `tcp_rack_advance`): RACK.xmit_ts and RACK.end_seq from the
+/// newest delivered segment, `sent` (its send time; never retransmitted, so unambiguous),
+/// acknowledged up to `ack`.
+#[inline]
+fn tcp_rack_advance(tcb: &mut Tcb, now: Instant, sent: Instant, ack: SeqNumber) {
+    let sent = sent.min(now);
+    let rec = &mut tcb.active.recovery;
+    if sent >= rec.rack_xmit_ts {
+        rec.rack_xmit_ts = sent;
+        rec.rack_end_seq = ack;
+    }
+}
+
+/// Microseconds from `sent` to `now` (0 if `sent` is later), saturating at `u32::MAX`
+/// (about 71 minutes): an RTT sample as Linux's `tcp_stamp_us_delta` gives it.
+#[inline]
+fn rtt_us_since(now: Instant, sent: Instant) -> u32 {
+    let us = now.as_nanos().saturating_sub(sent.as_nanos()) / 1000;
+    u32::try_from(us).unwrap_or(u32::MAX)
+}
+
 /// The sequence space a segment occupies: data plus one for SYN and one for FIN.
 pub(crate) fn seg_len(seg: &tcp::Repr) -> usize {
     seg.payload.len()
@@ -351,7 +401,7 @@ impl Sock<'_> {
             if !seg.payload.is_empty() {
                 self.mib.inc(Counter::TcpExtTCPHPHits);
             }
-            self.tcp_ack(now, seg);
+            self.tcp_ack(now, seg, false);
         } else if let Some(verdict) = self.tcp_rcv_slow_checks(now, seg) {
             return verdict;
         }
@@ -473,7 +523,7 @@ impl Sock<'_> {
         {
             return Some(Verdict::DropAndAck(DropReason::TcpTooOldAck));
         }
-        self.tcp_ack(now, seg);
+        self.tcp_ack(now, seg, true);
         let tcb = &mut *self.tcb;
         let fin_acked = tcb.flags.has(TcbFlags::FIN_SENT) && tcb.snd.una == tcb.snd.nxt;
         match tcb.state {
@@ -710,9 +760,20 @@ impl Sock<'_> {
     }
     /// Process the acknowledgment of a segment (Linux `tcp_ack`): window update, SACK
     /// scoreboard, newly acknowledged data, then loss recovery (`tcp_fastretrans_alert`)
-    /// and congestion control (`tcp_cong_control`), in Linux's order.
-    pub(crate) fn tcp_ack(&mut self, now: Instant, seg: &tcp::Repr) {
+    /// and congestion control (`tcp_cong_control`), in Linux's order. `slowpath`: the
+    /// segment came through the slow path's checks, not header prediction (Linux
+    /// `FLAG_SLOWPATH`), which decides how the ACK is counted.
+    pub(crate) fn tcp_ack(&mut self, now: Instant, seg: &tcp::Repr, slowpath: bool) {
         let tcb = &mut *self.tcb;
+        let advances = seg.ack_number.after(tcb.snd.una);
+        // Linux tcp_ack: "if (!(flag & FLAG_SLOWPATH) && after(ack, prior_snd_una))" the
+        // ACK is header prediction's, counted TCPHPAcks; otherwise one that occupies no
+        // sequence space (no data, SYN or FIN: "ack_seq == end_seq") is TCPPureAcks.
+        if advances && !slowpath {
+            self.mib.inc(Counter::TcpExtTCPHPAcks);
+        } else if seg_len(seg) == 0 {
+            self.mib.inc(Counter::TcpExtTCPPureAcks);
+        }
         // RFC 9293 §3.10.7.4: "If SND.UNA =< SEG.ACK =< SND.NXT, the send window should be
         // updated. If (SND.WL1 < SEG.SEQ or (SND.WL1 = SEG.SEQ and SND.WL2 =< SEG.ACK)),
         // set SND.WND <- SEG.WND, set SND.WL1 <- SEG.SEQ, and set SND.WL2 <- SEG.ACK."
@@ -780,8 +841,8 @@ impl Sock<'_> {
                 .map(|t| t.tsecr.wrapping_sub(tcb.ts_offset)),
             ..AckEvent::default()
         };
-        if seg.ack_number.after(tcb.snd.una) && tcp_ack_is_pure(tcb, seg) {
-            return self.tcp_ack_pure(now, seg.ack_number, ev);
+        if advances && tcp_ack_is_pure(tcb, seg) {
+            return self.tcp_ack_advance(now, seg.ack_number, ev);
         }
         // Congestion control judges by what was in flight before this ACK (Linux
         // `prior_in_flight` in tcp_ack).
@@ -871,9 +932,24 @@ impl Sock<'_> {
     /// retransmitted and no probe is out, so the SACK scoreboard, the tail loss probe's
     /// and the recovery state machine have nothing to do; what they would do for this ACK
     /// (the tail of `tcp_fastretrans_alert`'s early return and of `tcp_find_lost_retrans`
-    /// with nothing retransmitted) is done here.
+    /// with nothing retransmitted) is done here. The receive fast path's (header
+    /// prediction), so counted `TCPHPAcks` as Linux's `tcp_ack` counts it. Out of line:
+    /// the receive path is as cheap without it inlined (echo 7,329 per round trip, 7,335
+    /// inlined), and the profile shows the ACK's cost whole.
+    #[inline(never)]
+    pub(super) fn tcp_ack_pure(&mut self, now: Instant, ack: SeqNumber, ev: AckEvent) {
+        // Linux tcp_ack counts header prediction's ACKs that advance SND.UNA.
+        self.mib.inc(Counter::TcpExtTCPHPAcks);
+        self.tcp_ack_advance(now, ack, ev);
+    }
+
+    /// [`tcp_ack_pure`](Self::tcp_ack_pure) less its count, for [`tcp_ack`](Self::tcp_ack)
+    /// (which counts the ACK as its path calls for).
     #[inline]
-    pub(super) fn tcp_ack_pure(&mut self, now: Instant, ack: SeqNumber, mut ev: AckEvent) {
+    fn tcp_ack_advance(&mut self, now: Instant, ack: SeqNumber, mut ev: AckEvent) {
+        if let Some(sent) = self.tcb.rtx_mut().and_then(|q| q.take_one_acked(ack)) {
+            return self.tcp_ack_one(now, ack, sent, ev.tsecr);
+        }
         // Nothing SACKed, lost or retransmitted: every queued segment is in flight.
         let prior_in_flight = self.tcb.rtx().len() as u32;
         let rtt = self.tcp_clean_rtx_queue::<true>(now, ack, &mut ev);
@@ -887,13 +963,51 @@ impl Sock<'_> {
         // pass over its state: the timer between them does not touch it.
         if ev.acked > 0 {
             let tcb = &mut *self.tcb;
-            let hystart_before = tcb.hystart_exit();
-            tcb.with_cc(|cc, st| {
-                st.in_flight = prior_in_flight;
-                cc.pkts_acked(st, now, ev.acked, rtt);
-                cc.cong_avoid(st, now, ev.delivered);
-            });
-            self.tcp_count_hystart_exit(hystart_before);
+            // HyStart ending slow start sets ssthresh (to cwnd, below the old one): the
+            // only change to it these hooks make, so the counters are looked at then only.
+            let prior_ssthresh = tcb.congestion.ssthresh;
+            tcb.cc_ack_open(now, ev.acked, ev.delivered, rtt, prior_in_flight);
+            if tcb.congestion.ssthresh != prior_ssthresh {
+                self.tcp_count_hystart_exit(None);
+            }
+        }
+    }
+
+    /// [`tcp_ack_pure`](Self::tcp_ack_pure) when the ACK acknowledged the only segment
+    /// outstanding, the retransmission queue's inline one (sent at `sent`, already taken
+    /// off the queue; docs/bench.md, tcbsplit): what [`tcp_clean_rtx_queue`] and the rest
+    /// of `tcp_ack_pure` do for it, without the queue's general walk. The sent data is
+    /// freed (one `SendBuffer::consume`), the RTT sampled (the segment was never
+    /// retransmitted: Karn allows it), RACK advanced, the retransmission timer stopped
+    /// (RFC 6298 §5.2: all outstanding data acknowledged, and no loss probe with nothing
+    /// outstanding), the congestion control told of one segment acknowledged and
+    /// delivered, with one in flight before the ACK.
+    ///
+    /// [`tcp_clean_rtx_queue`]: Self::tcp_clean_rtx_queue
+    #[inline]
+    fn tcp_ack_one(&mut self, now: Instant, ack: SeqNumber, sent: Instant, tsecr: Option<u32>) {
+        let tcb = &mut *self.tcb;
+        let data_acked = (ack.diff(tcb.data_start()).max(0) as usize).min(tcb.sndbuf.len());
+        let was_writeable = sk_stream_is_writeable(tcb);
+        tcb.sndbuf.consume(self.pool, data_acked);
+        tcb.snd.una = ack;
+        tcb.probes = 0;
+        let seq_rtt_us = rtt_us_since(now, sent);
+        tcp_ack_update_rtt(tcb, now, tsecr, Some(seq_rtt_us));
+        tcp_rack_advance(tcb, now, sent, ack);
+        self.tcp_check_space(was_writeable, 0);
+        let tcb = &mut *self.tcb;
+        let rec = &mut tcb.active.recovery;
+        rec.retrans_stamp = 0;
+        rec.retrans_low = Instant::FAR_FUTURE;
+        // tcp_set_xmit_timer with the queue empty.
+        tcb.timers.retransmit = Deadline::OFF;
+        tcb.flags.clear(TcbFlags::LOSS_PROBE);
+        debug_assert!(!tcb.timers.earliest().before(tcb.timers.queued));
+        let prior_ssthresh = tcb.congestion.ssthresh;
+        tcb.cc_ack_open(now, 1, 1, Some(seq_rtt_us), 1);
+        if tcb.congestion.ssthresh != prior_ssthresh {
+            self.tcp_count_hystart_exit(None);
         }
     }
 
@@ -957,7 +1071,7 @@ impl Sock<'_> {
         now: Instant,
         ack: SeqNumber,
         ev: &mut AckEvent,
-    ) -> Option<Duration> {
+    ) -> Option<u32> {
         let tcb = &mut *self.tcb;
         let prior_una = tcb.snd.una;
         let prior_fack = ev.prior_fack;
@@ -972,45 +1086,16 @@ impl Sock<'_> {
         tcb.sndbuf.consume(self.pool, data_acked);
         let result = tcb
             .rtx_mut()
-            .map(|q| q.on_ack_reusing::<PURE>(ack, now, self.spare_board))
+            .map(|q| q.on_ack_reusing::<PURE>(ack, self.spare_board))
             .unwrap_or_default();
         tcb.snd.una = ack;
         tcb.probes = 0;
         ev.una_advanced = true;
         ev.acked = result.acked_segments;
-        // RTT: from the echoed timestamp when timestamps are on (RFC 7323 §4.1, no Karn
-        // ambiguity), else from a never-retransmitted segment (Karn, RFC 6298 §3).
-        // Linux tcp_ack_update_rtt prefers the other way ("Prefer RTT measured from ACK's
-        // timing to TS-ECR"), with the oldest newly acked segment's send time; measured
-        // on tcp_prop `a_lossy_byte_at_a_time_transfer_completes` (20% loss) that order
-        // is slower, 38,990 s against 14,420 s over IPv6: after a lost ACK that segment
-        // waited out the loss probe, while the echo is of the probe. The estimate that
-        // case inflates comes from echoes that span a retransmission timeout (a lost ACK
-        // for the segment that filled a hole, RFC 7323 §4.3 (C), then a fully old
-        // retransmission answered by a duplicate ACK carrying the same echo), which Linux
-        // takes as well.
-        let ts_rtt = ev
-            .tsecr
-            .map(|sent| Duration::from_millis(u64::from(ts_clock(now).wrapping_sub(sent))));
-        let rtt = ts_rtt
-            .filter(|d| *d < Duration::from_secs(600))
-            .or(result.rtt_sample);
-        if let Some(rtt) = rtt {
-            tcb.rtt.sample(rtt);
-            // Linux tcp_ack_update_rtt: "RFC6298: only reset backoff on valid RTT
-            // measurement" (Karn: an ACK of a retransmitted segment keeps it).
-            tcb.rtt.reset_backoff();
-        }
-        // Linux tcp_ack: "icsk->icsk_retransmits = 0" once SND.UNA advances.
-        tcb.rtt.clear_retransmits();
-        if let Some(sample) = result.rtt_sample {
-            // RFC 8985 §6.2 step 2: RACK.xmit_ts from the newest delivered segment; this
-            // one was never retransmitted, so its send time is unambiguous.
-            let sent = Instant::from_nanos(now.as_nanos().saturating_sub(sample.as_nanos() as u64));
-            if sent >= tcb.active.recovery.rack_xmit_ts {
-                tcb.active.recovery.rack_xmit_ts = sent;
-                tcb.active.recovery.rack_end_seq = ack;
-            }
+        let seq_rtt_us = result.rtt_sent_at.map(|sent| rtt_us_since(now, sent));
+        tcp_ack_update_rtt(tcb, now, ev.tsecr, seq_rtt_us);
+        if let Some(sent) = result.rtt_sent_at {
+            tcp_rack_advance(tcb, now, sent, ack);
         }
         if PURE {
             // Nothing was SACKed and no duplicate ACK counted: each acked segment is
@@ -1051,7 +1136,7 @@ impl Sock<'_> {
             let hystart_before = tcb.hystart_exit();
             tcb.with_cc(|cc, st| {
                 st.in_flight = prior_in_flight;
-                cc.pkts_acked(st, now, result.acked_segments, result.rtt_sample);
+                cc.pkts_acked(st, now, result.acked_segments, seq_rtt_us);
             });
             self.tcp_count_hystart_exit(hystart_before);
         }
@@ -1059,25 +1144,41 @@ impl Sock<'_> {
         // RFC 6298 §5.2-5.3: the timer is set again once the ACK is processed
         // (`tcp_set_xmit_timer`).
         ev.set_xmit_timer = true;
-        // Linux tcp_should_expand_sndbuf: "If we are under global TCP memory pressure,
-        // do not expand" ... "If we are under soft global TCP memory pressure, do not
-        // expand" (tcp_mem.low).
+        let in_flight = if PURE {
+            tcb.rtx().len() as u32
+        } else {
+            tcb.in_flight()
+        };
+        self.tcp_check_space(was_writeable, in_flight);
+        seq_rtt_us
+    }
+
+    /// After an ACK freed sent data (Linux `tcp_check_space`): a writer that found the
+    /// queue full (`was_writeable` false) or was refused memory (`SOCK_NOSPACE`) gets
+    /// [`tcp_new_space`](Self::tcp_new_space). As in Linux, a connection whose writer
+    /// never ran out of room (a request/response exchange) costs the test only.
+    #[inline(always)]
+    fn tcp_check_space(&mut self, was_writeable: bool, in_flight: u32) {
+        if !was_writeable || self.tcb.flags.has(TcbFlags::NOSPACE) {
+            self.tcp_new_space(in_flight);
+        }
+    }
+
+    /// Linux `tcp_new_space`: the send buffer grows if it should
+    /// (`tcp_should_expand_sndbuf`: not under memory pressure, "If we are under global
+    /// TCP memory pressure, do not expand" ... "If we are under soft global TCP memory
+    /// pressure, do not expand", tcp_mem.low; `in_flight` after the ACK), then the writer
+    /// is woken if it may write now (`sk_stream_write_space`).
+    #[inline(never)]
+    fn tcp_new_space(&mut self, in_flight: u32) {
+        let tcb = &mut *self.tcb;
         if !self.pool.above_low() {
-            let in_flight = if PURE {
-                tcb.rtx().len() as u32
-            } else {
-                tcb.in_flight()
-            };
             tcp_sndbuf_expand(tcb, self.sysctl.tcp_wmem_max, in_flight);
         }
-        // Linux tcp_check_space: the queue shrank; a writer that found it full, or was
-        // refused memory (SOCK_NOSPACE), is woken if it may write now (tcp_new_space ->
-        // sk_stream_write_space).
-        if (!was_writeable || tcb.flags.has(TcbFlags::NOSPACE)) && sk_stream_is_writeable(tcb) {
+        if sk_stream_is_writeable(tcb) {
             tcb.flags.clear(TcbFlags::NOSPACE);
             self.ready.mark(SocketKey::Tcp(self.h), Readiness::WRITABLE); // sk_write_space
         }
-        result.rtt_sample
     }
 
     /// Congestion control for one ACK (Linux `tcp_cong_control`): PRR while reducing,

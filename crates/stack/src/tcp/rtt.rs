@@ -13,7 +13,7 @@
 //!
 //! Call graph (the caller is the TCP core; this module holds no clock):
 //! ```text
-//! ACK advances snd_una, segment never retransmitted (Karn)  -> RttEstimator::sample(now - sent_at)
+//! ACK advances snd_una, segment never retransmitted (Karn)  -> RttEstimator::sample_us(now - sent_at, µs)
 //!     (or any ACK with a TSecr, RFC 7323 §4)                   RttEstimator::reset_backoff()
 //! arming the retransmission timer                           -> now + RttEstimator::rto()
 //! retransmission timer fires (tcp_retransmit_timer)         -> RttEstimator::backoff()
@@ -167,7 +167,16 @@ impl RttEstimator {
     /// applies Karn's algorithm (no samples from retransmitted segments unless timed by
     /// TSecr). Durations below a microsecond count as 0; above `MAX_SAMPLE` as that.
     pub fn sample(&mut self, rtt: Duration) {
-        let m = micros_u32(rtt).min(MAX_SAMPLE_US);
+        self.sample_us(micros_u32(rtt));
+    }
+
+    /// [`sample`](Self::sample) from a measurement in microseconds (Linux
+    /// `tcp_rtt_estimator`'s `mrtt_us`, a `long` of microseconds): what the ACK path
+    /// measures, with no `Duration` arithmetic on the way. Above `MAX_SAMPLE` counts as
+    /// that.
+    #[inline]
+    pub fn sample_us(&mut self, rtt_us: u32) {
+        let m = rtt_us.min(MAX_SAMPLE_US);
         self.min_rtt_us = self.min_rtt_us.min(m);
         if self.srtt8_us == 0 {
             // RFC 6298 (2.2): "When the first RTT measurement R is made, the host MUST set

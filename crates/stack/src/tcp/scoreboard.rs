@@ -87,6 +87,7 @@
 
 use core::fmt;
 use core::ops::BitOr;
+#[cfg(test)]
 use core::time::Duration;
 use std::collections::VecDeque;
 
@@ -211,11 +212,12 @@ pub struct AckResult {
     pub acked_segments: u32,
     /// Sequence space acknowledged, partial head included: how far `snd_una` moved.
     pub acked_bytes: usize,
-    /// `now` minus the send time of the oldest newly acked segment that was neither SACKed
-    /// before nor ever retransmitted; `None` if this ACK covers any retransmitted segment
+    /// The send time of the oldest newly acked segment that was neither SACKed before nor
+    /// ever retransmitted (the RTT sample is `now` less it, Linux `first_ackt`); `None` if
+    /// this ACK covers any retransmitted segment
     /// (Karn's rule, [RFC 6298 §3](https://www.rfc-editor.org/rfc/rfc6298#section-3);
     /// Linux `FLAG_RETRANS_DATA_ACKED`).
-    pub rtt_sample: Option<Duration>,
+    pub rtt_sent_at: Option<Instant>,
     /// Some acked segment had been retransmitted (Linux `FLAG_RETRANS_DATA_ACKED`).
     pub newly_acked_retrans: bool,
     /// Acked segments no earlier SACK had counted (Linux `tcp_count_delivered` in
@@ -735,10 +737,11 @@ impl RtxQueue {
     }
 
     /// [`on_ack_reusing`](Self::on_ack_reusing) without a spare board: the queue's heap is
-    /// freed when it empties.
+    /// freed when it empties. `_now`: when the ACK came, on the tests' timeline (the queue
+    /// keeps send times; the caller takes the RTT sample).
     #[cfg(test)]
-    pub fn on_ack(&mut self, snd_una: SeqNumber, now: Instant) -> AckResult {
-        self.on_ack_reusing::<false>(snd_una, now, &mut SpareBoard::default())
+    pub fn on_ack(&mut self, snd_una: SeqNumber, _now: Instant) -> AckResult {
+        self.on_ack_reusing::<false>(snd_una, &mut SpareBoard::default())
     }
 
     /// A cumulative ACK moved the left edge to `snd_una`: drop fully acknowledged segments
@@ -756,12 +759,11 @@ impl RtxQueue {
     pub(crate) fn on_ack_reusing<const CLEAN: bool>(
         &mut self,
         snd_una: SeqNumber,
-        now: Instant,
         spare: &mut SpareBoard,
     ) -> AckResult {
         let mut res = AckResult::default();
         let Some(b) = self.board.as_deref_mut() else {
-            self.on_ack_one(snd_una, now, &mut res);
+            self.on_ack_one(snd_una, &mut res);
             return res;
         };
         debug_assert!(!CLEAN || b.sacked_out | b.lost_out | b.retrans_out | b.rtx_pending == 0);
@@ -799,7 +801,7 @@ impl RtxQueue {
         // Karn: no sample if any retransmitted segment is acked (Linux seq_rtt_us only
         // without FLAG_RETRANS_DATA_ACKED).
         if !res.newly_acked_retrans {
-            res.rtt_sample = first_acked_sent_at.map(|t| now.saturating_duration_since(t));
+            res.rtt_sent_at = first_acked_sent_at;
         }
         if b.segs.is_empty() {
             if CLEAN {
@@ -828,10 +830,27 @@ impl RtxQueue {
         res
     }
 
+    /// The one-segment queue's cumulative ACK (the inline segment, no board; see the
+    /// module docs): if `snd_una` acknowledges all of it, it goes (the queue is empty) and
+    /// its send time is returned; the ACK's result is then [`on_ack_reusing`]'s for it
+    /// (one segment acked and delivered, never retransmitted, so timed). `None`, and
+    /// nothing changed, for any other queue or a partial ACK.
+    ///
+    /// [`on_ack_reusing`]: Self::on_ack_reusing
+    #[inline]
+    pub(crate) fn take_one_acked(&mut self, snd_una: SeqNumber) -> Option<Instant> {
+        if self.board.is_some() || self.one.start == self.one.end || self.one.end.after(snd_una) {
+            return None;
+        }
+        let sent = self.one.sent_at;
+        self.one = NO_SEGMENT;
+        Some(sent)
+    }
+
     /// [`on_ack_reusing`](Self::on_ack_reusing) for the inline segment (no flag set: never
     /// SACKed, lost or retransmitted, so its RTT is a sample and it counts as delivered).
     #[inline]
-    fn on_ack_one(&mut self, snd_una: SeqNumber, now: Instant, res: &mut AckResult) {
+    fn on_ack_one(&mut self, snd_una: SeqNumber, res: &mut AckResult) {
         let Some(&seg) = self.one() else {
             return;
         };
@@ -846,7 +865,7 @@ impl RtxQueue {
         *res = AckResult {
             acked_segments: 1,
             acked_bytes: seg.seq_len(),
-            rtt_sample: Some(now.saturating_duration_since(seg.sent_at)),
+            rtt_sent_at: Some(seg.sent_at),
             newly_acked_retrans: false,
             delivered: 1,
         };
@@ -1299,7 +1318,7 @@ mod tests {
         }
         q.on_sack(&[block(base, 3, 5)], SeqNumber(base), seg(base, 6).0);
         assert_eq!(q.sacked_out(), 2);
-        q.on_ack_reusing::<false>(seg(base, 6).0, t(10), &mut spare);
+        q.on_ack_reusing::<false>(seg(base, 6).0, &mut spare);
         assert!(
             q.is_empty() && q.heap_bytes() == 0,
             "an empty queue holds no heap"
@@ -1327,7 +1346,7 @@ mod tests {
             let (s, e) = seg(base, i);
             big.push_reusing(s, e, t(0), &mut spare);
         }
-        big.on_ack_reusing::<false>(seg(base, SPARE_MAX_SEGS as u32).1, t(1), &mut spare);
+        big.on_ack_reusing::<false>(seg(base, SPARE_MAX_SEGS as u32).1, &mut spare);
         assert!(
             big.is_empty() && spare.0.is_empty(),
             "a large board is freed"
@@ -1363,9 +1382,9 @@ mod tests {
         b.push(s, e, t(5));
         b.on_ack(s, t(5));
         assert!(b.heap_bytes() > 0, "the comparison queue has a board");
-        for (ack, at) in [(s + 40usize, 6), (e, 15)] {
-            let inline = q.on_ack_reusing::<true>(ack, t(at), &mut spare);
-            let board = b.on_ack_reusing::<false>(ack, t(at), &mut SpareBoard::default());
+        for ack in [s + 40usize, e] {
+            let inline = q.on_ack_reusing::<true>(ack, &mut spare);
+            let board = b.on_ack_reusing::<false>(ack, &mut SpareBoard::default());
             assert_eq!(inline, board, "ack {ack}");
             assert_eq!(q.front(), b.front());
             q.check_invariants();
@@ -1391,7 +1410,7 @@ mod tests {
         q.mark_retransmitted(s, t(300));
         assert_eq!((q.retrans_out(), q.in_flight()), (1, 1));
         let r = q.on_ack(e, t(310));
-        assert_eq!((r.acked_segments, r.rtt_sample), (1, None), "Karn: {r:?}");
+        assert_eq!((r.acked_segments, r.rtt_sent_at), (1, None), "Karn: {r:?}");
         assert!(r.newly_acked_retrans && q.is_empty());
 
         let mut q = RtxQueue::new();
@@ -1431,7 +1450,7 @@ mod tests {
         };
         fill(&mut qs, &mut spare);
         for q in &mut qs {
-            q.on_ack_reusing::<true>(seg(base, 1).1, t(1), &mut spare);
+            q.on_ack_reusing::<true>(seg(base, 1).1, &mut spare);
         }
         assert_eq!(spare.0.len(), SPARE_BOARDS, "kept up to the bound");
         fill(&mut qs, &mut spare);
@@ -1594,7 +1613,7 @@ mod tests {
         // Segment i sent at i ms. Acking 0..2 at 50 ms samples the oldest: 50 ms.
         let mut q = queue(0, 7);
         let r = q.on_ack(seg(0, 1).1, t(50));
-        assert_eq!(r.rtt_sample, Some(Duration::from_millis(50)));
+        assert_eq!(r.rtt_sent_at, Some(t(0)), "sent at 0, acked at 50 ms");
         assert!(!r.newly_acked_retrans);
 
         // Segment 2 retransmitted: an ACK covering it gives no sample, even though it
@@ -1602,7 +1621,7 @@ mod tests {
         q.mark_retransmitted(seg(0, 2).0, t(60));
         let r = q.on_ack(seg(0, 3).1, t(70));
         assert_eq!(r.acked_segments, 2);
-        assert_eq!(r.rtt_sample, None);
+        assert_eq!(r.rtt_sent_at, None);
         assert!(r.newly_acked_retrans);
 
         // Segment 5 SACKed while 4 is outstanding. An ACK of both samples 4 only.
@@ -1610,18 +1629,12 @@ mod tests {
         assert_eq!(s.newly_sacked, 1);
         assert_eq!(s.first_sacked_sent_at, Some(t(5)));
         let r = q.on_ack(seg(0, 5).0, t(80));
-        assert_eq!(
-            (r.rtt_sample, r.delivered),
-            (Some(Duration::from_millis(76)), 1)
-        );
+        assert_eq!((r.rtt_sent_at, r.delivered), (Some(t(4)), 1));
         // An ACK of the SACKed segment alone gives no second sample, delivers nothing new.
         let r = q.on_ack(seg(0, 5).1, t(85));
-        assert_eq!((r.acked_segments, r.rtt_sample, r.delivered), (1, None, 0));
+        assert_eq!((r.acked_segments, r.rtt_sent_at, r.delivered), (1, None, 0));
         let r = q.on_ack(seg(0, 6).1, t(90));
-        assert_eq!(
-            (r.rtt_sample, r.delivered),
-            (Some(Duration::from_millis(84)), 1)
-        );
+        assert_eq!((r.rtt_sent_at, r.delivered), (Some(t(6)), 1));
     }
 
     #[test]
@@ -1789,7 +1802,7 @@ mod tests {
         assert_eq!((s.dsack_retrans, s.newly_sacked), (1, 0));
         let r = q.on_ack(ack, t(210));
         assert!(r.newly_acked_retrans);
-        assert_eq!(r.rtt_sample, None);
+        assert_eq!(r.rtt_sent_at, None);
     }
 
     /// RFC 2883 §4: a first block inside the second block is a D-SACK even above the
@@ -2107,7 +2120,7 @@ mod tests {
                 .map(|s| (s.start, s.end))
         }
 
-        fn on_ack(&mut self, una: SeqNumber, now: Instant) -> AckResult {
+        fn on_ack(&mut self, una: SeqNumber, _now: Instant) -> AckResult {
             let mut res = AckResult::default();
             let mut first = None;
             while let Some(s) = self.segs.first_mut() {
@@ -2131,7 +2144,7 @@ mod tests {
                 }
             }
             if !res.newly_acked_retrans {
-                res.rtt_sample = first.map(|t| now.saturating_duration_since(t));
+                res.rtt_sent_at = first;
             }
             res
         }
@@ -2364,7 +2377,7 @@ mod tests {
                     // A clean queue takes the pure ACK's pop (`tcp_ack_pure`): the same.
                     let got = if self.q.is_clean() {
                         self.q
-                            .on_ack_reusing::<true>(ack, now, &mut SpareBoard::default())
+                            .on_ack_reusing::<true>(ack, &mut SpareBoard::default())
                     } else {
                         self.q.on_ack(ack, now)
                     };

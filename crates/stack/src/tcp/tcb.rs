@@ -951,6 +951,37 @@ impl Tcb {
         r
     }
 
+    /// The congestion control's hooks for an ACK of `acked` segments (`delivered` of them
+    /// delivered) in the Open state with the queue clean: `pkts_acked` (Linux
+    /// `tcp_clean_rtx_queue`) then `cong_avoid` (`tcp_cong_control`; every acked segment
+    /// is delivered, so `tcp_may_raise_cwnd` holds). `prior_in_flight`: the flight when
+    /// the ACK came. `pkts_acked` works on the fields in place (`Cubic::acked`); `cong_avoid`
+    /// is called only when the flight filled the window (Linux `tcp_is_cwnd_limited`, the
+    /// first test of both algorithms' `cong_avoid`, so an application-limited ACK skips
+    /// it whole).
+    #[inline(always)]
+    pub(crate) fn cc_ack_open(
+        &mut self,
+        now: Instant,
+        acked: u32,
+        delivered: u32,
+        rtt_us: Option<u32>,
+        prior_in_flight: u32,
+    ) {
+        let Cwnd { cwnd, ssthresh } = self.congestion;
+        let a = &mut *self.active;
+        a.cc_in_flight = prior_in_flight;
+        // Reno has no `pkts_acked` (Linux `tcp_reno` sets no `.pkts_acked`).
+        if let Cc::Cubic(c) = &mut a.cc
+            && let Some(ssthresh) = c.acked(now, acked, rtt_us, cwnd, ssthresh, prior_in_flight)
+        {
+            self.congestion.ssthresh = ssthresh;
+        }
+        if super::cc::cwnd_limited(cwnd, self.congestion.ssthresh, prior_in_flight) {
+            self.with_cc(|cc, st| cc.cong_avoid(st, now, delivered));
+        }
+    }
+
     /// Linux `tcp_current_ssthresh`: the ssthresh an undo may restore; outside a
     /// reduction at least 3/4 of cwnd.
     pub(crate) fn current_ssthresh(&self) -> u32 {

@@ -78,6 +78,7 @@
 //!   cwnd < 1 million segments, RTT < 100 s), so no input can panic.
 
 use core::num::NonZeroU32;
+#[cfg(test)]
 use core::time::Duration;
 
 use ustack_obs::Instant;
@@ -418,18 +419,73 @@ impl Cubic {
         }
     }
 
+    /// The part of Linux `cubictcp_acked` that reads no shared state: the clock of the last
+    /// ACK, the HyStart round's count, the minimum delay. Returns the delay sample (µs, at
+    /// least 1) if it is one HyStart may use (Linux returns before `hystart_update`
+    /// otherwise).
+    #[inline]
+    fn acked_sample(&mut self, now: Instant, acked: u32, rtt_us: Option<u32>) -> Option<u32> {
+        let now_ms = clock_ms(now);
+        self.last_acked = now_ms;
+        self.round_left = self.round_left.saturating_sub(acked);
+        // "Some calls are for duplicates without timetamps"
+        let rtt_us = rtt_us?;
+        // "Discard delay samples right after fast recovery" (the first second of an epoch).
+        if let Some(epoch) = self.epoch_start
+            && (now_ms.wrapping_sub(epoch.get()) as i32) < HZ as i32
+        {
+            return None;
+        }
+        let delay = rtt_us.max(1);
+        // "first time call or link delay decreases"
+        if self.delay_min == 0 || self.delay_min > delay {
+            self.delay_min = delay;
+        }
+        Some(delay)
+    }
+
+    /// Linux `cubictcp_acked` on the values it reads (`cwnd`, `ssthresh`, the flight when
+    /// the ACK came), not on a [`CcState`]: the delay minimum, then HyStart while in slow
+    /// start (`!ca->found && tcp_in_slow_start(tp)`). Returns the new ssthresh (cwnd) when
+    /// HyStart ends slow start, the one change to the shared state it makes.
+    #[inline]
+    pub(crate) fn acked(
+        &mut self,
+        now: Instant,
+        acked: u32,
+        rtt_us: Option<u32>,
+        cwnd: u32,
+        ssthresh: u32,
+        in_flight: u32,
+    ) -> Option<u32> {
+        let delay = self.acked_sample(now, acked, rtt_us)?;
+        (HYSTART
+            && self.found.is_none()
+            && cwnd < ssthresh
+            && self.hystart_update(cwnd, in_flight, now, acked, delay))
+        .then_some(cwnd)
+    }
+
     /// Linux `hystart_update`: look for the end of slow start in this RTT sample (`delay`, µs)
     /// of an ACK for `acked` segments.
-    fn hystart_update(&mut self, st: &mut CcState, now: Instant, acked: u32, delay: u32) {
+    fn hystart_update(
+        &mut self,
+        cwnd: u32,
+        in_flight: u32,
+        now: Instant,
+        acked: u32,
+        delay: u32,
+    ) -> bool {
         let now_us = clock_us(now);
         // Linux: `if (after(tp->snd_una, ca->end_seq)) bictcp_hystart_reset(sk);`
         if self.round_left == 0 {
-            self.hystart_reset(now_us, st.in_flight.saturating_sub(acked));
+            self.hystart_reset(now_us, in_flight.saturating_sub(acked));
         }
         // "hystart triggers when cwnd is larger than some threshold"
-        if st.cwnd < HYSTART_LOW_WINDOW {
-            return;
+        if cwnd < HYSTART_LOW_WINDOW {
+            return false;
         }
+        let mut exit = false;
 
         // "first detection parameter - ack-train detection"
         if (now_us.wrapping_sub(self.last_ack) as i32) <= HYSTART_ACK_DELTA_US {
@@ -440,7 +496,7 @@ impl Cubic {
             let threshold = self.delay_min >> 1;
             if now_us.wrapping_sub(self.round_start) > threshold {
                 self.found = Some(HystartExit::AckTrain);
-                st.ssthresh = st.cwnd;
+                exit = true;
             }
         }
 
@@ -452,9 +508,10 @@ impl Cubic {
             let margin = (self.delay_min >> 3).clamp(HYSTART_DELAY_MIN, HYSTART_DELAY_MAX);
             if self.curr_rtt > self.delay_min.saturating_add(margin) {
                 self.found.get_or_insert(HystartExit::Delay);
-                st.ssthresh = st.cwnd;
+                exit = true;
             }
         }
+        exit
     }
 }
 
@@ -546,27 +603,9 @@ impl CongestionControl for Cubic {
     }
 
     /// Linux `cubictcp_acked`: track the minimum RTT and run HyStart in slow start.
-    fn pkts_acked(&mut self, st: &mut CcState, now: Instant, acked: u32, rtt: Option<Duration>) {
-        let now_ms = clock_ms(now);
-        self.last_acked = now_ms;
-        self.round_left = self.round_left.saturating_sub(acked);
-        // "Some calls are for duplicates without timetamps"
-        let Some(rtt) = rtt else {
-            return;
-        };
-        // "Discard delay samples right after fast recovery" (the first second of an epoch).
-        if let Some(epoch) = self.epoch_start
-            && (now_ms.wrapping_sub(epoch.get()) as i32) < HZ as i32
-        {
-            return;
-        }
-        let delay = super::super::rtt::micros_u32(rtt).max(1);
-        // "first time call or link delay decreases"
-        if self.delay_min == 0 || self.delay_min > delay {
-            self.delay_min = delay;
-        }
-        if HYSTART && self.found.is_none() && st.in_slow_start() {
-            self.hystart_update(st, now, acked, delay);
+    fn pkts_acked(&mut self, st: &mut CcState, now: Instant, acked: u32, rtt_us: Option<u32>) {
+        if let Some(ssthresh) = self.acked(now, acked, rtt_us, st.cwnd, st.ssthresh, st.in_flight) {
+            st.ssthresh = ssthresh;
         }
     }
 
@@ -581,6 +620,7 @@ mod tests {
     use super::super::sim::{ack_clock, fast_recovery};
     use super::super::{TCP_INFINITE_SSTHRESH, TCP_INIT_CWND};
     use super::*;
+    use crate::tcp::rtt::micros_u32;
     use proptest::prelude::*;
     use std::collections::VecDeque;
 
@@ -909,7 +949,7 @@ mod tests {
                 let (sent, ack_at) = self.flight.pop_front().unwrap();
                 *now = ack_at;
                 st.in_flight = self.flight.len() as u32 + 1;
-                cubic.pkts_acked(st, *now, 1, Some(*now - sent));
+                cubic.pkts_acked(st, *now, 1, Some(micros_u32(*now - sent)));
                 cubic.cong_avoid(st, *now, 1);
                 trace.push(st.cwnd);
             }
@@ -1100,8 +1140,7 @@ mod tests {
                     Ev::Ack { acked, rtt_us, advance_us, in_flight } => {
                         now += Duration::from_micros(u64::from(advance_us));
                         st.in_flight = in_flight;
-                        let rtt = rtt_us.map(|us| Duration::from_micros(u64::from(us)));
-                        cubic.pkts_acked(&mut st, now, acked, rtt);
+                        cubic.pkts_acked(&mut st, now, acked, rtt_us);
                         let (before, ca) = (st.cwnd, !st.in_slow_start());
                         cubic.cong_avoid(&mut st, now, acked);
                         prop_assert!(st.cwnd >= before);

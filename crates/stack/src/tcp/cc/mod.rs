@@ -40,6 +40,7 @@
 //! - [`CongestionControl::init`] also sets the initial `cwnd` and `ssthresh` (Linux does that in
 //!   `tcp_init_sock` / `tcp_init_transfer`), so a new connection needs one call.
 
+#[cfg(test)]
 use core::time::Duration;
 
 use ustack_obs::Instant;
@@ -112,9 +113,15 @@ impl CcState {
     /// than half of `cwnd` ("ensure cwnd grows to twice what was ACKed").
     #[inline]
     pub const fn is_cwnd_limited(&self) -> bool {
-        self.in_flight >= self.cwnd
-            || (self.in_slow_start() && self.cwnd < self.in_flight.saturating_mul(2))
+        cwnd_limited(self.cwnd, self.ssthresh, self.in_flight)
     }
+}
+
+/// [`CcState::is_cwnd_limited`] from the three numbers it reads, for a caller that has not
+/// built a [`CcState`] (the pure ACK's, `Tcb::cc_ack_open`).
+#[inline]
+pub const fn cwnd_limited(cwnd: u32, ssthresh: u32, in_flight: u32) -> bool {
+    in_flight >= cwnd || (cwnd < ssthresh && cwnd < in_flight.saturating_mul(2))
 }
 
 /// Linux `enum tcp_ca_state`: where the sender is in loss recovery.
@@ -187,10 +194,11 @@ pub trait CongestionControl {
     /// An event from the core (Linux `.cwnd_event`).
     fn cwnd_event(&mut self, st: &mut CcState, now: Instant, ev: CaEvent);
 
-    /// An ACK acknowledged `acked` segments cumulatively; `rtt` is the round-trip time it
-    /// measured, if any (Karn's rule is the caller's: `None` when only retransmitted segments
-    /// were acknowledged) (Linux `.pkts_acked` with `struct ack_sample`).
-    fn pkts_acked(&mut self, st: &mut CcState, now: Instant, acked: u32, rtt: Option<Duration>);
+    /// An ACK acknowledged `acked` segments cumulatively; `rtt_us` is the round-trip time it
+    /// measured in microseconds, if any (Karn's rule is the caller's: `None` when only
+    /// retransmitted segments were acknowledged) (Linux `.pkts_acked` with `struct
+    /// ack_sample`, whose `rtt_us` is microseconds, negative for none).
+    fn pkts_acked(&mut self, st: &mut CcState, now: Instant, acked: u32, rtt_us: Option<u32>);
 
     /// The cwnd to restore when a reduction proves spurious (Linux `.undo_cwnd`).
     fn undo_cwnd(&mut self, st: &CcState) -> u32;
@@ -275,10 +283,10 @@ impl CongestionControl for Cc {
         }
     }
     #[inline]
-    fn pkts_acked(&mut self, st: &mut CcState, now: Instant, acked: u32, rtt: Option<Duration>) {
+    fn pkts_acked(&mut self, st: &mut CcState, now: Instant, acked: u32, rtt_us: Option<u32>) {
         match self {
-            Cc::Reno(a) => a.pkts_acked(st, now, acked, rtt),
-            Cc::Cubic(a) => a.pkts_acked(st, now, acked, rtt),
+            Cc::Reno(a) => a.pkts_acked(st, now, acked, rtt_us),
+            Cc::Cubic(a) => a.pkts_acked(st, now, acked, rtt_us),
         }
     }
     #[inline]
@@ -369,7 +377,7 @@ pub(crate) mod sim {
                 let t = start + rtt * i / n;
                 // The sender refilled the window after every ACK: the flight was cwnd.
                 st.in_flight = st.cwnd;
-                cc.pkts_acked(st, t, 1, Some(rtt));
+                cc.pkts_acked(st, t, 1, Some(crate::tcp::rtt::micros_u32(rtt)));
                 cc.cong_avoid(st, t, 1);
             }
             *now = start + rtt;

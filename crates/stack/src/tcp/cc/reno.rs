@@ -12,6 +12,7 @@
 //! - Windows count segments, not bytes, and a stretch ACK counts every segment it covers (see
 //!   [`slow_start`]).
 
+#[cfg(test)]
 use core::time::Duration;
 
 use ustack_obs::Instant;
@@ -75,14 +76,7 @@ impl CongestionControl for Reno {
 
     fn cwnd_event(&mut self, _st: &mut CcState, _now: Instant, _ev: CaEvent) {}
 
-    fn pkts_acked(
-        &mut self,
-        _st: &mut CcState,
-        _now: Instant,
-        _acked: u32,
-        _rtt: Option<Duration>,
-    ) {
-    }
+    fn pkts_acked(&mut self, _st: &mut CcState, _now: Instant, _acked: u32, _rtt_us: Option<u32>) {}
 
     /// Linux `tcp_reno_undo_cwnd`: `max(cwnd, prior_cwnd)`.
     fn undo_cwnd(&mut self, st: &CcState) -> u32 {
