@@ -8,7 +8,7 @@
 //! `Stack::poll_transmit_lent`), every byte at its offset, including when the ring is full
 //! and segments wait in the stack's queue.
 
-use core::net::{Ipv4Addr, SocketAddrV4};
+use core::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use core::time::Duration;
 use std::io::ErrorKind;
 
@@ -20,6 +20,28 @@ use ustack_stack::DropReason;
 use ustack_stack::EthernetAddress;
 
 const SERVER: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 5001);
+const SERVER6: SocketAddrV6 = SocketAddrV6::new(ip6(1), 5001, 0, 0);
+
+/// Host `n`'s IPv6 address.
+const fn ip6(n: u16) -> Ipv6Addr {
+    Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, n)
+}
+
+/// Host `n`'s runtime builder: 10.0.0.n, and 2001:db8::n for an IPv6 stream (without
+/// duplicate address detection, so that it starts at once).
+fn builder(n: u8, ipv6: bool, offload: bool) -> RuntimeBuilder {
+    let b = RuntimeBuilder::new()
+        .ipv4(Ipv4Addr::new(10, 0, 0, n), 24)
+        .mac(EthernetAddress([2, 0, 0, 0, 0, n]))
+        .seed(u64::from(n))
+        .checksum_offload(offload);
+    if ipv6 {
+        b.ipv6(ip6(u16::from(n)), 64)
+            .sysctl("net.ipv6.conf.default.accept_dad", 0)
+    } else {
+        b
+    }
+}
 const BYTES: usize = 24 << 20;
 
 /// Byte `i` of the stream: not periodic in any power of two, so a piece copied from the
@@ -48,19 +70,23 @@ fn stream(config: ShmConfig, offload: bool) -> Received {
 
 /// [`stream`], the client's port lending its slots (`ShmPort::set_tx_lend`) or not.
 fn stream_lending(config: ShmConfig, offload: bool, lend: bool) -> Received {
+    stream_family(config, offload, lend, false)
+}
+
+/// [`stream_lending`] between IPv4 addresses, or IPv6 ones with `ipv6`.
+fn stream_family(config: ShmConfig, offload: bool, lend: bool, ipv6: bool) -> Received {
+    let to = if ipv6 {
+        SocketAddr::V6(SERVER6)
+    } else {
+        SocketAddr::V4(SERVER)
+    };
     let (mut a, mut b) = ShmLink::pair(&config).unwrap();
     let (a, mut b) = (a.remove(0), b.remove(0));
     b.set_tx_lend(lend);
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
     let server = std::thread::spawn(move || {
-        let mut rt = RuntimeBuilder::new()
-            .ipv4(*SERVER.ip(), 24)
-            .mac(EthernetAddress([2, 0, 0, 0, 0, 1]))
-            .seed(1)
-            .checksum_offload(offload)
-            .build(a)
-            .unwrap();
-        let listener = TcpListener::bind(&mut rt, SERVER, 16).unwrap();
+        let mut rt = builder(1, ipv6, offload).build(a).unwrap();
+        let listener = TcpListener::bind(&mut rt, to, 16).unwrap();
         let stream = loop {
             match listener.accept(&mut rt) {
                 Ok((s, _)) => break s,
@@ -106,14 +132,8 @@ fn stream_lending(config: ShmConfig, offload: bool, lend: bool) -> Received {
             tx_stale: 0,
         }
     });
-    let mut rt = RuntimeBuilder::new()
-        .ipv4(Ipv4Addr::new(10, 0, 0, 2), 24)
-        .mac(EthernetAddress([2, 0, 0, 0, 0, 2]))
-        .seed(2)
-        .checksum_offload(offload)
-        .build(b)
-        .unwrap();
-    let c = TcpStream::connect(&mut rt, SERVER).unwrap();
+    let mut rt = builder(2, ipv6, offload).build(b).unwrap();
+    let c = TcpStream::connect(&mut rt, to).unwrap();
     let data: Vec<u8> = (0..BYTES).map(byte).collect();
     c.write_all(&mut rt, &data).unwrap();
     c.close(&mut rt).unwrap();
@@ -162,6 +182,32 @@ fn stream_over_shm_takes_the_payload_from_the_slot_and_delivers_every_byte() {
             "{config:?}: {} direct frames for about {full} full ones",
             r.shard.rx_direct
         );
+        assert_eq!(r.direct_misses, 0);
+    }
+}
+
+/// The same over IPv6: the payload of nearly every full segment goes from the slot
+/// straight into the receive queue, and (the sender lending its slots over IPv6 too)
+/// every byte arrives at its offset.
+#[test]
+fn ipv6_stream_over_shm_takes_the_payload_from_the_slot_and_delivers_every_byte() {
+    for config in [super_segments(), ShmConfig::default()] {
+        let r = stream_family(config, true, true, true);
+        assert_eq!(r.bytes, BYTES, "{config:?}");
+        assert_eq!(r.first_bad, None, "{config:?}: the first wrong byte");
+        assert!(r.link.rx_held > 0, "{config:?}: {:?}", r.link);
+        assert!(
+            r.shard.rx_direct <= r.link.rx_held,
+            "{config:?}: {:?}",
+            r.link
+        );
+        let full = BYTES as u64 / config.mtu as u64;
+        assert!(
+            r.shard.rx_direct >= full * 9 / 10,
+            "{config:?}: {} direct frames for about {full} full ones",
+            r.shard.rx_direct
+        );
+        assert!(r.tx_shard.tx_lent >= full * 9 / 10, "{:?}", r.tx_shard);
         assert_eq!(r.direct_misses, 0);
     }
 }
