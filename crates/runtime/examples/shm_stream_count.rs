@@ -7,12 +7,15 @@
 //! valgrind --tool=callgrind target/release/examples/shm_stream_count 16      # MiB
 //! valgrind --tool=callgrind target/release/examples/shm_stream_count 16 copy # no lent slots
 //! valgrind --tool=callgrind target/release/examples/shm_stream_count 16 ipv6 # over IPv6
+//! valgrind --tool=callgrind target/release/examples/shm_stream_count 16 4m   # bench's buffers
 //! ```
 //!
 //! The difference between two sizes divided by the bytes between them cancels start-up.
 //! `copy` turns the sender's lent slots off (`ShmPort::set_tx_lend(false)`): segments are
 //! built whole in the stack's frame buffer and copied into the slot, as before. `ipv6` runs
-//! the stream between IPv6 addresses (as `ustack bench stream --ipv6`). The bench's link:
+//! the stream between IPv6 addresses (as `ustack bench stream --ipv6`); `4m` gives both
+//! ends the bench's 4 MiB send and receive buffers (the default: 16 KiB and 128 KiB,
+//! growing as the stack tunes them). The bench's link:
 //! 64 KiB frames in 16 slots, checksums skipped at both ends.
 
 use core::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
@@ -24,7 +27,7 @@ use ustack_stack::{Config, EthernetAddress, Instant, Ipv4Cidr, Ipv6Cidr, Stack};
 
 /// Host `n`'s stack (10.0.0.n, and 2001:db8::n for an IPv6 run, without duplicate address
 /// detection so that the run starts at once).
-fn stack(n: u8, ipv6: bool, mtu: usize) -> Stack {
+fn stack(n: u8, ipv6: bool, bufs: bool, mtu: usize) -> Stack {
     let ip = Ipv4Cidr::new(Ipv4Addr::new(10, 0, 0, n), 24);
     let mut c = Config::ethernet(EthernetAddress([2, 0, 0, 0, 0, n]), ip);
     if ipv6 {
@@ -32,6 +35,11 @@ fn stack(n: u8, ipv6: bool, mtu: usize) -> Stack {
         c.sysctl
             .set("net.ipv6.conf.default.accept_dad", 0)
             .expect("a known sysctl");
+    }
+    if bufs {
+        for name in ["net.ipv4.tcp_wmem.default", "net.ipv4.tcp_rmem.default"] {
+            c.sysctl.set(name, 4 << 20).expect("a known sysctl");
+        }
     }
     c.seed = Some(u64::from(n));
     c.mtu = mtu;
@@ -48,6 +56,7 @@ fn main() {
     let mib: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(16);
     let lend = !args.iter().any(|a| a == "copy");
     let ipv6 = args.iter().any(|a| a == "ipv6");
+    let bufs = args.iter().any(|a| a == "4m");
     let bytes = mib << 20;
     let config = ShmConfig {
         ring_size: 16,
@@ -58,8 +67,8 @@ fn main() {
     let (mut a, mut b) = ShmLink::pair(&config).expect("a shm link");
     let (a, mut b) = (a.remove(0), b.remove(0));
     b.set_tx_lend(lend);
-    let mut server = Shard::new(0, stack(1, ipv6, config.mtu), a);
-    let mut client = Shard::new(0, stack(2, ipv6, config.mtu), b);
+    let mut server = Shard::new(0, stack(1, ipv6, bufs, config.mtu), a);
+    let mut client = Shard::new(0, stack(2, ipv6, bufs, config.mtu), b);
     let to = if ipv6 {
         SocketAddr::V6(SocketAddrV6::new(ip6(1), 5001, 0, 0))
     } else {
