@@ -5,26 +5,11 @@
 //! garbage, so a payload read in place instead of through `read` shows in the stream.
 
 use core::net::{SocketAddr, SocketAddrV4, SocketAddrV6};
-use core::time::Duration;
 
 use ustack_obs::DropReason;
-use ustack_stack::{Config, Instant, Ipv4Cidr, Ipv6Cidr, Stack};
-use ustack_testkit::{A_IP, A_IP6, A_MAC, B_IP, B_IP6, B_MAC, pattern};
-
-/// A stack on Ethernet with `ip` and `ip6` (duplicate address detection off, so the
-/// IPv6 address is usable at once), the checksums skipped at both ends as over shm.
-fn stack(
-    mac: ustack_stack::EthernetAddress,
-    ip: core::net::Ipv4Addr,
-    ip6: core::net::Ipv6Addr,
-    seed: u64,
-) -> Stack {
-    let mut c = Config::ethernet(mac, Ipv4Cidr::new(ip, 24)).with_ipv6(Ipv6Cidr::new(ip6, 64));
-    c.sysctl.ip6_dad_transmits = 0;
-    c.seed = Some(seed);
-    c.checksum_offload = true;
-    Stack::new(c)
-}
+use ustack_testkit::{
+    A_IP, A_IP6, A_MAC, B_IP, B_IP6, B_MAC, offload_stack, pattern, stream_by_hand,
+};
 
 /// A frame's Ethernet, IP and TCP (with timestamps) headers.
 fn headers(v6: bool) -> usize {
@@ -45,7 +30,10 @@ struct Taken {
 /// the frame it is given and supplied by `read` from the real frame, and any frame
 /// `receive_direct` refuses whole with `receive`.
 fn stream(v6: bool) -> Taken {
-    let (mut a, mut b) = (stack(A_MAC, A_IP, A_IP6, 1), stack(B_MAC, B_IP, B_IP6, 2));
+    let (mut a, mut b) = (
+        offload_stack(A_MAC, A_IP, A_IP6, 1),
+        offload_stack(B_MAC, B_IP, B_IP6, 2),
+    );
     let data = pattern(300_000, 11);
     let to: SocketAddr = if v6 {
         SocketAddrV6::new(B_IP6, 80, 0, 0).into()
@@ -53,19 +41,8 @@ fn stream(v6: bool) -> Taken {
         SocketAddrV4::new(B_IP, 80).into()
     };
     let valid = headers(v6);
-    let l = b.tcp_listen(to, 4).unwrap();
-    let mut now = Instant::from_secs(1);
-    let c = a.tcp_connect(now, to).unwrap();
-    let (mut sent, mut got, mut server) = (0, Vec::new(), None);
     let (mut direct, mut data_frames) = (0, 0);
-    let mut buf = vec![0u8; 65536];
-    for _ in 0..10_000 {
-        now += Duration::from_micros(100);
-        if sent < data.len()
-            && let Ok(n) = a.tcp_send(now, c, &data[sent..])
-        {
-            sent += n;
-        }
+    let got = stream_by_hand(&mut a, &mut b, &data, to, |a, b, now| {
         while let Some(f) = a.poll_transmit(now) {
             // The handshake's segments (the SYN's options make it longer than `valid`).
             if f.len() <= valid || f[valid - 32 + 13] & 0x02 != 0 {
@@ -85,21 +62,7 @@ fn stream(v6: bool) -> Taken {
                 b.receive(now, &f);
             }
         }
-        if server.is_none() {
-            server = b.tcp_accept_addr(l).ok().map(|(h, _)| h);
-        }
-        if let Some(s) = server {
-            while let Ok(n @ 1..) = b.tcp_recv(now, s, &mut buf) {
-                got.extend_from_slice(&buf[..n]);
-            }
-        }
-        while let Some(f) = b.poll_transmit(now) {
-            a.receive(now, &f);
-        }
-        if got.len() == data.len() {
-            break;
-        }
-    }
+    });
     assert_eq!(direct, b.rx_direct_frames());
     Taken {
         got,
