@@ -9,7 +9,9 @@
 //!    receive between quotas, see below);
 //! 2. **receive** at most [`Budget::frames`] frames (`net.core.netdev_budget`, 300), and stop
 //!    early once [`Budget::time`] (`net.core.netdev_budget_usecs`, 2000 µs) has passed on
-//!    [`Budget::clock`], when one is given. Running out of either with frames possibly
+//!    [`Budget::clock`], when one is given; from a device that leaves long frames'
+//!    payloads in place (the shm port), at most [`RX_ROUND_BYTES`] of frames, which the
+//!    application then reads while they are still cached. Running out of any with frames possibly
 //!    left is a *time squeeze*, counted in [`ShardStats::time_squeeze`] as in the third
 //!    column of `/proc/net/softnet_stat`, and reported as [`PollResult::work_left`]: the
 //!    caller polls again before sleeping;
