@@ -81,7 +81,8 @@ fn direct_receive_takes_the_payload_through_read(v6: bool) {
         t.got.len()
     );
     // Every data segment appends in order to an empty out-of-order queue: all go direct
-    // but the first (here it takes the general way, as the runtime's test allows).
+    // but the first, which carries the ACK that completes the handshake (A sends no pure
+    // ACK before its data): B has no established connection for it yet.
     assert!(
         t.direct + 1 >= t.data_frames && t.direct > 100,
         "v6 {v6}: {} of {} data frames direct",
