@@ -17,7 +17,7 @@ use ustack_obs::{Counter, DropReason};
 use ustack_runtime::rss::{Rss, RssKey};
 use ustack_runtime::runtime::{SimPort, sim_pair};
 use ustack_runtime::shard::{
-    Budget, MAX_TIMER_DEFER, MAX_TIMER_DEFER_ROUNDS, Shard, TX_BATCH, TX_QUOTA,
+    Budget, MAX_TIMER_DEFER, MAX_TIMER_DEFER_ROUNDS, RX_ROUND_BYTES, Shard, TX_BATCH, TX_QUOTA,
 };
 use ustack_stack::tcp::State;
 use ustack_stack::{Config, EthernetAddress, Instant, Ipv4Cidr, Stack, UdpHandle};
@@ -1494,4 +1494,69 @@ fn frames_woken_behind_the_one_queued_go_in_its_batch() {
     assert_eq!(shard.stats().tx_batches - batches, 1, "in one batch");
     assert_eq!(shard.device().stats().tx_publishes - publishes, 1);
     assert_eq!(shm_datagrams(&mut peer).len(), 2);
+}
+
+// ---- the receive byte budget over shm --------------------------------------------------
+
+/// A round takes frames from a device that leaves long frames' payloads in place (the shm
+/// port) only up to `RX_ROUND_BYTES` of them, then ends with `work_left` so that the
+/// application reads them before more come; the next rounds take the rest, none lost.
+#[test]
+fn a_round_over_shm_stops_at_its_byte_budget_and_the_next_takes_the_rest() {
+    let config = ShmConfig {
+        ring_size: 16,
+        slot_size: 65_600,
+        mtu: 65_535,
+        medium: Medium::Ip,
+        ..ShmConfig::default()
+    };
+    let (mut a, mut b) = ShmLink::pair(&config).unwrap();
+    let ip = |addr| {
+        let mut c = Config::ip(Ipv4Cidr::new(addr, 24));
+        c.mtu = config.mtu;
+        // Room in the socket for all twelve datagrams.
+        c.sysctl.set("net.core.rmem_default", 4 << 20).unwrap();
+        Stack::new(c)
+    };
+    let mut shard = Shard::new(0, ip(A_IP), a.remove(0));
+    let (mut peer, mut port) = (ip(B_IP), b.remove(0));
+    let to = SocketAddrV4::new(A_IP, 5000);
+    let sock = shard.stack_mut().udp_bind(to).unwrap();
+    let from = peer.udp_bind(SocketAddrV4::new(B_IP, 5001)).unwrap();
+    // Twelve 60,000-byte datagrams: 720,000 bytes, nearly three budgets' worth.
+    let (n, len) = (12, 60_000);
+    for i in 0..n {
+        let payload = vec![i as u8; len];
+        peer.udp_send_to(Instant::ZERO, from, &payload, to).unwrap();
+        let frame = peer.poll_transmit(Instant::ZERO).unwrap();
+        assert!(port.send(Instant::ZERO, &frame));
+    }
+    let frame_len = len + 28;
+    let per_round = RX_ROUND_BYTES.div_ceil(frame_len);
+    let mut rounds = Vec::new();
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 65_536];
+    for _ in 0..4 {
+        let r = shard.poll_once(Instant::ZERO, shard.budget());
+        rounds.push((r.rx, r.work_left));
+        while let Ok((k, _)) = shard.stack_mut().udp_recv_from(sock, &mut buf) {
+            assert_eq!(k, len);
+            got.push(buf[0]);
+        }
+    }
+    assert_eq!(
+        rounds,
+        [
+            (per_round, true),
+            (per_round, true),
+            (n - 2 * per_round, false),
+            (0, false)
+        ]
+    );
+    assert_eq!(shard.stats().rx_bytes_limit_hits, 2);
+    assert_eq!(
+        got,
+        (0..n as u8).collect::<Vec<_>>(),
+        "every datagram, in order"
+    );
 }

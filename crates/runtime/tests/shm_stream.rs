@@ -8,7 +8,7 @@
 //! `Stack::poll_transmit_lent`), every byte at its offset, including when the ring is full
 //! and segments wait in the stack's queue.
 
-use core::net::{Ipv4Addr, SocketAddrV4};
+use core::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use core::time::Duration;
 use std::io::ErrorKind;
 
@@ -20,6 +20,28 @@ use ustack_stack::DropReason;
 use ustack_stack::EthernetAddress;
 
 const SERVER: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 5001);
+const SERVER6: SocketAddrV6 = SocketAddrV6::new(ip6(1), 5001, 0, 0);
+
+/// Host `n`'s IPv6 address.
+const fn ip6(n: u16) -> Ipv6Addr {
+    Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, n)
+}
+
+/// Host `n`'s runtime builder: 10.0.0.n, and 2001:db8::n for an IPv6 stream (without
+/// duplicate address detection, so that it starts at once).
+fn builder(n: u8, ipv6: bool, offload: bool) -> RuntimeBuilder {
+    let b = RuntimeBuilder::new()
+        .ipv4(Ipv4Addr::new(10, 0, 0, n), 24)
+        .mac(EthernetAddress([2, 0, 0, 0, 0, n]))
+        .seed(u64::from(n))
+        .checksum_offload(offload);
+    if ipv6 {
+        b.ipv6(ip6(u16::from(n)), 64)
+            .sysctl("net.ipv6.conf.default.accept_dad", 0)
+    } else {
+        b
+    }
+}
 const BYTES: usize = 24 << 20;
 
 /// Byte `i` of the stream: not periodic in any power of two, so a piece copied from the
@@ -48,19 +70,23 @@ fn stream(config: ShmConfig, offload: bool) -> Received {
 
 /// [`stream`], the client's port lending its slots (`ShmPort::set_tx_lend`) or not.
 fn stream_lending(config: ShmConfig, offload: bool, lend: bool) -> Received {
+    stream_family(config, offload, lend, false)
+}
+
+/// [`stream_lending`] between IPv4 addresses, or IPv6 ones with `ipv6`.
+fn stream_family(config: ShmConfig, offload: bool, lend: bool, ipv6: bool) -> Received {
+    let to = if ipv6 {
+        SocketAddr::V6(SERVER6)
+    } else {
+        SocketAddr::V4(SERVER)
+    };
     let (mut a, mut b) = ShmLink::pair(&config).unwrap();
     let (a, mut b) = (a.remove(0), b.remove(0));
     b.set_tx_lend(lend);
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
     let server = std::thread::spawn(move || {
-        let mut rt = RuntimeBuilder::new()
-            .ipv4(*SERVER.ip(), 24)
-            .mac(EthernetAddress([2, 0, 0, 0, 0, 1]))
-            .seed(1)
-            .checksum_offload(offload)
-            .build(a)
-            .unwrap();
-        let listener = TcpListener::bind(&mut rt, SERVER, 16).unwrap();
+        let mut rt = builder(1, ipv6, offload).build(a).unwrap();
+        let listener = TcpListener::bind(&mut rt, to, 16).unwrap();
         let stream = loop {
             match listener.accept(&mut rt) {
                 Ok((s, _)) => break s,
@@ -106,14 +132,8 @@ fn stream_lending(config: ShmConfig, offload: bool, lend: bool) -> Received {
             tx_stale: 0,
         }
     });
-    let mut rt = RuntimeBuilder::new()
-        .ipv4(Ipv4Addr::new(10, 0, 0, 2), 24)
-        .mac(EthernetAddress([2, 0, 0, 0, 0, 2]))
-        .seed(2)
-        .checksum_offload(offload)
-        .build(b)
-        .unwrap();
-    let c = TcpStream::connect(&mut rt, SERVER).unwrap();
+    let mut rt = builder(2, ipv6, offload).build(b).unwrap();
+    let c = TcpStream::connect(&mut rt, to).unwrap();
     let data: Vec<u8> = (0..BYTES).map(byte).collect();
     // Not `write_all`: it waits as long as TCP keeps retrying (15 minutes of backoff with
     // a peer that stopped reading), past the test's bound.
@@ -154,14 +174,15 @@ fn super_segments() -> ShmConfig {
     }
 }
 
-#[test]
-fn stream_over_shm_takes_the_payload_from_the_slot_and_delivers_every_byte() {
+/// Nearly every data frame of a stream over IPv4 or IPv6 (`ipv6`) goes the direct way
+/// (not the handshake, nor a last segment carrying the FIN: the device held it, the stack
+/// took it whole), the sender writing them into lent slots, and every byte arrives at its
+/// offset.
+fn takes_the_payload_from_the_slot(ipv6: bool) {
     for config in [super_segments(), ShmConfig::default()] {
-        let r = stream(config, true);
+        let r = stream_family(config, true, true, ipv6);
         assert_eq!(r.bytes, BYTES, "{config:?}");
         assert_eq!(r.first_bad, None, "{config:?}: the first wrong byte");
-        // Nearly every data frame went the direct way (not the handshake, nor a last
-        // segment carrying the FIN: the device held it, the stack took it whole).
         assert!(r.link.rx_held > 0, "{config:?}: {:?}", r.link);
         assert!(
             r.shard.rx_direct <= r.link.rx_held,
@@ -174,8 +195,21 @@ fn stream_over_shm_takes_the_payload_from_the_slot_and_delivers_every_byte() {
             "{config:?}: {} direct frames for about {full} full ones",
             r.shard.rx_direct
         );
+        assert!(r.tx_shard.tx_lent >= full * 9 / 10, "{:?}", r.tx_shard);
         assert_eq!(r.direct_misses, 0);
     }
+}
+
+#[test]
+fn stream_over_shm_takes_the_payload_from_the_slot_and_delivers_every_byte() {
+    takes_the_payload_from_the_slot(false);
+}
+
+/// The same over IPv6: the receive side's direct path and the sender's lent slots
+/// serve IPv6 segments too.
+#[test]
+fn ipv6_stream_over_shm_takes_the_payload_from_the_slot_and_delivers_every_byte() {
+    takes_the_payload_from_the_slot(true);
 }
 
 #[test]

@@ -9,8 +9,10 @@ use core::net::{SocketAddr, SocketAddrV4, SocketAddrV6};
 use core::time::Duration;
 
 use ustack_obs::{Counter, DropReason};
-use ustack_stack::{Config, Instant, Ipv4Cidr, Ipv6Cidr, LEND_MIN, Stack, TxFrame, TxPayload};
-use ustack_testkit::{A_IP, A_IP6, A_MAC, B_IP, B_IP6, B_MAC, pattern};
+use ustack_stack::{Instant, LEND_MIN, Stack, TxFrame, TxPayload};
+use ustack_testkit::{
+    A_IP, A_IP6, A_MAC, B_IP, B_IP6, B_MAC, offload_stack, pattern, stream_by_hand,
+};
 
 /// How the sender's frames are taken.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -22,21 +24,6 @@ enum Take {
     /// Lending on, frames from `poll_transmit_lent`, a split one put together from its
     /// headers and `write_tx_payload`'s pieces, as a device writes them into its slot.
     Lent,
-}
-
-/// A stack on Ethernet with `ip` and `ip6` (duplicate address detection off, so the
-/// IPv6 address is usable at once), the checksums left to the device as the shm link's.
-fn stack(
-    mac: ustack_stack::EthernetAddress,
-    ip: core::net::Ipv4Addr,
-    ip6: core::net::Ipv6Addr,
-    seed: u64,
-) -> Stack {
-    let mut c = Config::ethernet(mac, Ipv4Cidr::new(ip, 24)).with_ipv6(Ipv6Cidr::new(ip6, 64));
-    c.sysctl.ip6_dad_transmits = 0;
-    c.seed = Some(seed);
-    c.checksum_offload = true;
-    Stack::new(c)
 }
 
 /// B's listening address over IPv4 or IPv6.
@@ -79,42 +66,20 @@ fn next_frame(a: &mut Stack, now: Instant, take: Take, splits: &mut usize) -> Op
 /// by hand; every frame A sent, the split segments it made, and A's IP counters as
 /// `/proc/net/snmp{,6}` shows them (transmitted packets and octets).
 fn stream(take: Take, v6: bool) -> (Vec<Vec<u8>>, usize, [u64; 3]) {
-    let (mut a, mut b) = (stack(A_MAC, A_IP, A_IP6, 1), stack(B_MAC, B_IP, B_IP6, 2));
+    let (mut a, mut b) = (
+        offload_stack(A_MAC, A_IP, A_IP6, 1),
+        offload_stack(B_MAC, B_IP, B_IP6, 2),
+    );
     a.set_tx_lend(take != Take::Plain);
     let data = pattern(300_000, 7);
     let to = b_addr(v6);
-    let l = b.tcp_listen(to, 4).unwrap();
-    let mut now = Instant::from_secs(1);
-    let c = a.tcp_connect(now, to).unwrap();
-    let (mut sent, mut got, mut server) = (0, Vec::new(), None);
     let (mut frames, mut splits) = (Vec::new(), 0);
-    let mut buf = vec![0u8; 65536];
-    for _ in 0..10_000 {
-        now += Duration::from_micros(100);
-        if sent < data.len()
-            && let Ok(n) = a.tcp_send(now, c, &data[sent..])
-        {
-            sent += n;
-        }
-        while let Some(f) = next_frame(&mut a, now, take, &mut splits) {
+    let got = stream_by_hand(&mut a, &mut b, &data, to, |a, b, now| {
+        while let Some(f) = next_frame(a, now, take, &mut splits) {
             b.receive(now, &f);
             frames.push(f);
         }
-        if server.is_none() {
-            server = b.tcp_accept_addr(l).ok().map(|(h, _)| h);
-        }
-        if let Some(s) = server {
-            while let Ok(n @ 1..) = b.tcp_recv(now, s, &mut buf) {
-                got.extend_from_slice(&buf[..n]);
-            }
-        }
-        while let Some(f) = b.poll_transmit(now) {
-            a.receive(now, &f);
-        }
-        if got.len() == data.len() {
-            break;
-        }
-    }
+    });
     assert!(
         got == data,
         "{take:?}: B read {} bytes, not the stream",
@@ -175,7 +140,10 @@ fn split_segments_are_the_frames_built_whole(v6: bool) {
 /// nothing to send: `write_tx_payload` refuses it and counts `TCP_TX_STALE`.
 #[test]
 fn a_split_segment_acknowledged_before_it_left_is_counted_stale() {
-    let (mut a, mut b) = (stack(A_MAC, A_IP, A_IP6, 1), stack(B_MAC, B_IP, B_IP6, 2));
+    let (mut a, mut b) = (
+        offload_stack(A_MAC, A_IP, A_IP6, 1),
+        offload_stack(B_MAC, B_IP, B_IP6, 2),
+    );
     a.set_tx_lend(true);
     let to = b_addr(false);
     let l = b.tcp_listen(to, 4).unwrap();

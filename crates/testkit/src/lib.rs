@@ -307,6 +307,59 @@ pub fn faulty(loss: f64, reorder: f64, corrupt: f64) -> SimConfig {
     }
 }
 
+/// A stack on Ethernet with `ip`/24 and `ip6`/64 (duplicate address detection off, so the
+/// IPv6 address is usable at once), TCP and UDP checksums skipped at both ends as over a
+/// shm link (`Config::checksum_offload`), its secrets from `seed`.
+pub fn offload_stack(mac: EthernetAddress, ip: Ipv4Addr, ip6: Ipv6Addr, seed: u64) -> Stack {
+    let mut c = Config::ethernet(mac, Ipv4Cidr::new(ip, 24)).with_ipv6(Ipv6Cidr::new(ip6, 64));
+    c.sysctl.ip6_dad_transmits = 0;
+    c.seed = Some(seed);
+    c.checksum_offload = true;
+    Stack::new(c)
+}
+
+/// A streams `data` to B's listener at `to`, frames carried by hand on a clock that steps
+/// 100 us from 1 s: each step A writes what it can, `carry(a, b, now)` takes A's frames to
+/// B, B accepts and reads all it can, and B's frames go back to A; until B has read as
+/// many bytes as `data` holds, or 10,000 steps. What B read.
+pub fn stream_by_hand(
+    a: &mut Stack,
+    b: &mut Stack,
+    data: &[u8],
+    to: core::net::SocketAddr,
+    mut carry: impl FnMut(&mut Stack, &mut Stack, Instant),
+) -> Vec<u8> {
+    let l = b.tcp_listen(to, 4).expect("listen");
+    let mut now = Instant::from_secs(1);
+    let c = a.tcp_connect(now, to).expect("connect");
+    let (mut sent, mut got, mut server) = (0, Vec::new(), None);
+    let mut buf = vec![0u8; 65536];
+    for _ in 0..10_000 {
+        now += Duration::from_micros(100);
+        if sent < data.len()
+            && let Ok(n) = a.tcp_send(now, c, &data[sent..])
+        {
+            sent += n;
+        }
+        carry(a, b, now);
+        if server.is_none() {
+            server = b.tcp_accept_addr(l).ok().map(|(h, _)| h);
+        }
+        if let Some(s) = server {
+            while let Ok(n @ 1..) = b.tcp_recv(now, s, &mut buf) {
+                got.extend_from_slice(&buf[..n]);
+            }
+        }
+        while let Some(f) = b.poll_transmit(now) {
+            a.receive(now, &f);
+        }
+        if got.len() == data.len() {
+            break;
+        }
+    }
+    got
+}
+
 /// `n` bytes of a pattern that differs per `salt` and is not periodic in any small power
 /// of two (xorshift64): test data whose every byte matters.
 pub fn pattern(n: usize, salt: u64) -> Vec<u8> {

@@ -6,7 +6,7 @@
 //! parses it in place: the device copies the frame's first bytes (its headers) into
 //! private memory and keeps the slot. The stack checks from those headers alone that the
 //! frame is a TCP segment of the kind that only appends to a receive queue: IPv4 without
-//! options or fragments, to this host, on an established connection, starting at
+//! options or fragments, or IPv6 without extension headers, to this host, on an established connection, starting at
 //! `RCV.NXT`, with nothing out of order queued, flags ACK and PSH only, its checksum not
 //! to be verified (both ends skip it, or the link vouched for it). Then the stack
 //! processes the segment as any other: every check and every counter on the headers,
@@ -24,12 +24,12 @@
 
 use ustack_obs::Instant;
 use ustack_wire::ethernet::EtherType;
-use ustack_wire::{IpProtocol, Medium, ethernet, ipv4, tcp};
+use ustack_wire::{IpProtocol, Medium, ethernet, ipv4, ipv6, tcp};
 
 use super::FourTuple;
 use super::State;
 use crate::Stack;
-use core::net::SocketAddrV4;
+use core::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};
 
 /// The piece of a segment that goes to one stretch of pool chunk: bytes
 /// `from..from + len` of the frame, to `off..off + len` of chunk `chunk`.
@@ -122,34 +122,32 @@ impl Stack {
         if !self.l4_csum_trusted() && !csum_ok {
             return false;
         }
-        let ip = match self.medium {
+        let (ip, v6) = match self.medium {
             Medium::Ethernet => {
                 let Ok(eth) = ethernet::Frame::new_checked(frame) else {
                     return false;
                 };
-                if eth.dst_addr() != self.mac || eth.ethertype() != EtherType::Ipv4 {
+                if eth.dst_addr() != self.mac {
                     return false;
                 }
-                ethernet::HEADER_LEN
+                match eth.ethertype() {
+                    EtherType::Ipv4 => (ethernet::HEADER_LEN, false),
+                    EtherType::Ipv6 => (ethernet::HEADER_LEN, true),
+                    _ => return false,
+                }
             }
-            Medium::Ip => 0,
+            Medium::Ip => (0, frame.first().is_some_and(|b| b >> 4 == 6)),
         };
-        let Ok(packet) = ipv4::Packet::new_checked(&frame[ip..]) else {
+        let found = if v6 {
+            self.direct_ip6(&frame[ip..])
+        } else {
+            self.direct_ip4(&frame[ip..])
+        };
+        let Some((l4, end, addrs)) = found else {
             return false;
         };
-        let ip_len = packet.header_len();
-        if packet.version() != 4
-            || ip_len != ipv4::HEADER_LEN
-            || packet.more_frags()
-            || packet.frag_offset() != 0
-            || packet.next_header() != IpProtocol::Tcp
-            || packet.dst_addr() != self.ipv4.addr
-        {
-            return false;
-        }
-        let l4 = ip + ip_len;
-        let Ok(seg) = tcp::Packet::new_checked(&frame[l4..ip + usize::from(packet.total_len())])
-        else {
+        let (l4, end) = (ip + l4, ip + end);
+        let Ok(seg) = tcp::Packet::new_checked(&frame[l4..end]) else {
             return false;
         };
         let hdr = seg.header_len();
@@ -165,9 +163,22 @@ impl Stack {
         {
             return false;
         }
-        let tuple = FourTuple {
-            local: SocketAddrV4::new(packet.dst_addr(), seg.dst_port()),
-            remote: SocketAddrV4::new(packet.src_addr(), seg.src_port()),
+        let tuple = match addrs {
+            Addrs::V4 { local, remote } => FourTuple {
+                local: SocketAddrV4::new(local, seg.dst_port()),
+                remote: SocketAddrV4::new(remote, seg.src_port()),
+            },
+            // An IPv6 tuple holds the addresses' ids (see `intern6`): a pair not interned
+            // has no connection.
+            Addrs::V6 { local, remote } => {
+                let Some(tuple) = self.tcp.intern6.find(
+                    SocketAddrV6::new(local, seg.dst_port(), 0, 0),
+                    SocketAddrV6::new(remote, seg.src_port(), 0, 0),
+                ) else {
+                    return false;
+                };
+                tuple
+            }
         };
         let hash = self.tcp.ehash.hash(&tuple);
         let Some(index) = self.tcp.lookup(hash, &tuple) else {
@@ -180,4 +191,55 @@ impl Stack {
             && seg.seq_number() == tcb.rcv.nxt
             && tcb.rcvbuf.ooo_extents() == 0
     }
+
+    /// An IPv4 packet without options or fragments, TCP, to this host: where its segment
+    /// starts and ends in `packet`, and its addresses.
+    fn direct_ip4(&self, packet: &[u8]) -> Option<(usize, usize, Addrs)> {
+        let packet = ipv4::Packet::new_checked(packet).ok()?;
+        let ip_len = packet.header_len();
+        if packet.version() != 4
+            || ip_len != ipv4::HEADER_LEN
+            || packet.more_frags()
+            || packet.frag_offset() != 0
+            || packet.next_header() != IpProtocol::Tcp
+            || packet.dst_addr() != self.ipv4.addr
+        {
+            return None;
+        }
+        let addrs = Addrs::V4 {
+            local: packet.dst_addr(),
+            remote: packet.src_addr(),
+        };
+        Some((ip_len, usize::from(packet.total_len()), addrs))
+    }
+
+    /// An IPv6 packet with no extension header (so no fragment: RFC 8200 §4.5), TCP, to
+    /// one of our unicast addresses from a source `ipv6_input` would take (RFC 4291
+    /// §2.5.3, §2.7, no v4-mapped source): where its segment starts and ends in `packet`,
+    /// and its addresses.
+    fn direct_ip6(&self, packet: &[u8]) -> Option<(usize, usize, Addrs)> {
+        let packet = ipv6::Packet::new_checked(packet).ok()?;
+        let (src, dst) = (packet.src_addr(), packet.dst_addr());
+        if packet.version() != 6
+            || packet.next_header() != IpProtocol::Tcp
+            || src.is_multicast()
+            || src.is_loopback()
+            || src.to_ipv4_mapped().is_some()
+            || !self.ip6.is_ours(dst)
+        {
+            return None;
+        }
+        let end = ipv6::HEADER_LEN + usize::from(packet.payload_len());
+        let addrs = Addrs::V6 {
+            local: dst,
+            remote: src,
+        };
+        Some((ipv6::HEADER_LEN, end, addrs))
+    }
+}
+
+/// A segment's addresses, ours and the peer's.
+enum Addrs {
+    V4 { local: Ipv4Addr, remote: Ipv4Addr },
+    V6 { local: Ipv6Addr, remote: Ipv6Addr },
 }
