@@ -107,6 +107,20 @@ fn handshake_counts_and_negotiates_options() {
     assert_eq!(info.mss, 1460 - 12, "MSS less the timestamp option");
 }
 
+/// Both ends size their send buffer as they become established (Linux
+/// `tcp_init_buffer_space` -> `tcp_sndbuf_expand`): two initial windows of the MSS,
+/// above `tcp_wmem.default`'s 16 KiB, before any write or ACK has found the writer out of
+/// room.
+#[test]
+fn the_send_buffer_holds_two_initial_windows_once_established() {
+    let mut p = Pair::new(SimLinkConfig::default());
+    let (a, b) = connect(&mut p);
+    for (side, h) in [(&p.a, a), (&p.b, b)] {
+        let mss = side.tcp_info(h).unwrap().mss as usize;
+        assert_eq!(side.tcp_send_buffer(h), Ok(2 * 10 * mss), "{h:?}");
+    }
+}
+
 #[test]
 fn data_both_ways_arrives_intact() {
     let mut p = Pair::new(SimLinkConfig::default());

@@ -67,6 +67,9 @@ pub(crate) struct AckEvent {
     /// The retransmission timer is to be set again: TLP or RTO (Linux
     /// `FLAG_SET_XMIT_TIMER`).
     pub(crate) set_xmit_timer: bool,
+    /// The ACK freed sent data (Linux `SOCK_QUEUE_SHRUNK`), and whether the writer could
+    /// write before it: [`Sock::tcp_check_space`]'s work once the ACK is processed.
+    pub(crate) shrunk_writeable: Option<bool>,
 }
 
 /// Whether an ACK that advances SND.UNA may take [`Sock::tcp_ack_pure`]: it carries no
@@ -496,6 +499,7 @@ impl Sock<'_> {
                 tcb.snd.wl2 = seg.ack_number;
                 // RFC 6298 §5.7, Linux tcp_init_transfer (see the SYN-SENT case).
                 tcb.rtt.use_fallback_rto();
+                tcp_init_buffer_space(tcb, self.sysctl.tcp_wmem_max);
                 if f.contains(Flags::SYN) {
                     // The simultaneous open's SYN-ACK (let through above) repeats a
                     // sequence number already received: Linux tcp_data_queue acknowledges
@@ -753,6 +757,7 @@ impl Sock<'_> {
         // RFC 6298 §5.7 (Linux tcp_init_transfer -> tcp_init_metrics): no RTT sample
         // from the handshake (the SYN was retransmitted: Karn) means RTO 3 s.
         self.tcb.rtt.use_fallback_rto();
+        tcp_init_buffer_space(self.tcb, self.sysctl.tcp_wmem_max);
         self.tcp_set_xmit_timer(now);
         self.set_state(State::Established);
         self.tcb.flags.set(TcbFlags::ACK_NOW);
@@ -923,6 +928,10 @@ impl Sock<'_> {
         }
         self.tcp_cong_control(now, &ev, prior_in_flight);
         self.tcp_find_lost_retrans(now);
+        if let Some(was_writeable) = ev.shrunk_writeable {
+            let in_flight = self.tcb.in_flight();
+            self.tcp_check_space(was_writeable, in_flight);
+        }
     }
 
     /// A cumulative ACK that [`tcp_ack_is_pure`] passed: Linux's `tcp_ack` with only
@@ -971,6 +980,10 @@ impl Sock<'_> {
                 self.tcp_count_hystart_exit(None);
             }
         }
+        if let Some(was_writeable) = ev.shrunk_writeable {
+            let in_flight = self.tcb.rtx().len() as u32;
+            self.tcp_check_space(was_writeable, in_flight);
+        }
     }
 
     /// [`tcp_ack_pure`](Self::tcp_ack_pure) when the ACK acknowledged the only segment
@@ -995,8 +1008,6 @@ impl Sock<'_> {
         let seq_rtt_us = rtt_us_since(now, sent);
         tcp_ack_update_rtt(tcb, now, tsecr, Some(seq_rtt_us));
         tcp_rack_advance(tcb, now, sent, ack);
-        self.tcp_check_space(was_writeable, 0);
-        let tcb = &mut *self.tcb;
         let rec = &mut tcb.active.recovery;
         rec.retrans_stamp = 0;
         rec.retrans_low = Instant::FAR_FUTURE;
@@ -1009,6 +1020,7 @@ impl Sock<'_> {
         if tcb.congestion.ssthresh != prior_ssthresh {
             self.tcp_count_hystart_exit(None);
         }
+        self.tcp_check_space(was_writeable, 0);
     }
 
     /// Count CUBIC's HyStart ending slow start on this ACK, if it did and had not before
@@ -1140,20 +1152,16 @@ impl Sock<'_> {
             });
             self.tcp_count_hystart_exit(hystart_before);
         }
-        let tcb = &mut *self.tcb;
         // RFC 6298 §5.2-5.3: the timer is set again once the ACK is processed
         // (`tcp_set_xmit_timer`).
         ev.set_xmit_timer = true;
-        let in_flight = if PURE {
-            tcb.rtx().len() as u32
-        } else {
-            tcb.in_flight()
-        };
-        self.tcp_check_space(was_writeable, in_flight);
+        ev.shrunk_writeable = Some(was_writeable);
         seq_rtt_us
     }
 
-    /// After an ACK freed sent data (Linux `tcp_check_space`): a writer that found the
+    /// After an ACK freed sent data and was processed, the congestion control's growth
+    /// included (Linux `tcp_check_space`, from `tcp_data_snd_check` after `tcp_ack`, so
+    /// the send buffer grows to the new cwnd's two windows): a writer that found the
     /// queue full (`was_writeable` false) or was refused memory (`SOCK_NOSPACE`) gets
     /// [`tcp_new_space`](Self::tcp_new_space). As in Linux, a connection whose writer
     /// never ran out of room (a request/response exchange) costs the test only.
@@ -1530,6 +1538,15 @@ impl Sock<'_> {
         }
         tcb.active.rx_sack.retain_held(&held[..n]);
     }
+}
+
+/// The send buffer sized as the connection becomes established (Linux
+/// `tcp_init_transfer` -> `tcp_init_buffer_space`: "if (!(sk->sk_userlocks &
+/// SOCK_SNDBUF_LOCK)) tcp_sndbuf_expand(sk)"): room for two initial windows before the
+/// first write, whether or not an ACK ever finds the writer out of room.
+pub(super) fn tcp_init_buffer_space(tcb: &mut Tcb, wmem_max: u64) {
+    let in_flight = tcb.in_flight();
+    tcp_sndbuf_expand(tcb, wmem_max, in_flight);
 }
 
 /// Send-buffer autotuning (Linux `tcp_new_space` -> `tcp_should_expand_sndbuf` ->

@@ -799,6 +799,7 @@ impl Stack {
         // cookie) means RTO 3 s (Linux tcp_init_transfer -> tcp_init_metrics: "We've
         // failed to get a valid RTT sample from 3WHS ... Reset the RTO back to 3secs").
         tcb.rtt.use_fallback_rto();
+        super::input::tcp_init_buffer_space(&mut tcb, self.sysctl.tcp_wmem_max);
         let h = self.tcp.insert_hashed(hash, tcb);
         // The listener's TCP_KEEP* and TCP_MAXSEG (Linux `sk_clone_lock`).
         if !inherited.is_empty() {
