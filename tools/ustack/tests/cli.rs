@@ -1758,3 +1758,44 @@ fn stream_over_kernel_link(link: &str, bytes: u64, flags: &str) -> u64 {
     }
     in_segs
 }
+
+/// Over shm, ustack's server shard and its client each run pinned to a CPU of their own
+/// (as Linux's busy mode pins its server and client), and the JSON says which; with more
+/// shards than the CPUs allow, nothing is pinned and `cpus` is null.
+#[test]
+fn bench_over_shm_pins_the_server_and_the_client_to_cpus_of_their_own() {
+    let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+    for shards in ["1", "2"] {
+        let o = ustack(&[
+            "bench",
+            "cps",
+            "--server",
+            "ustack",
+            "--shards",
+            shards,
+            "--duration",
+            "200ms",
+            "--json",
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let r = &v[0];
+        assert_eq!(r["server"], "ustack", "{r}");
+        assert_eq!(r["verified"], true, "{r}");
+        let shards: usize = shards.parse().unwrap();
+        if n < shards + 1 {
+            assert!(r["cpus"].is_null(), "{r}");
+            continue;
+        }
+        let server: Vec<u64> = r["cpus"]["server"]
+            .as_array()
+            .unwrap_or_else(|| panic!("cpus.server in {r}"))
+            .iter()
+            .map(|c| c.as_u64().unwrap())
+            .collect();
+        let client = r["cpus"]["client"].as_u64().unwrap();
+        assert_eq!(server.len(), shards, "{r}");
+        assert!(!server.contains(&client), "{r}");
+        assert!(server.iter().all(|&c| (c as usize) < n), "{r}");
+    }
+}

@@ -28,6 +28,9 @@ pub struct Outcome {
     pub server_cpu: Option<Duration>,
     /// Server shards (ustack) or worker threads (Linux).
     pub shards: usize,
+    /// ustack over shm: the CPUs its server shards and its client were pinned to,
+    /// `{"server": [..], "client": ..}` (null when the bench had too few CPUs to pin).
+    pub cpus: Value,
     /// ustack with several shards: each shard's CPU time and counters (null otherwise).
     pub per_shard: Value,
     /// cps: TIME-WAIT entries on the server's side at the end of the run (ustack: the
@@ -98,6 +101,7 @@ impl Outcome {
             client_counters: None,
             server_cpu: None,
             shards: 1,
+            cpus: Value::Null,
             per_shard: Value::Null,
             time_wait: None,
             faults: Value::Null,

@@ -115,6 +115,7 @@ impl Outcome {
             "addresses": self.addresses,
             "profile": self.profile,
             "shards": self.shards,
+            "cpus": self.cpus,
             "verified": self.verified,
             "conns": self.conns,
             "msg_size": if self.scenario == "stream" { Value::Null } else { json!(self.msg_size) },

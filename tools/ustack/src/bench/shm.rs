@@ -34,6 +34,7 @@ use ustack_runtime::runtime::{Events, Interest, MonotonicClock, Runtime, Runtime
 use ustack_stack::EthernetAddress;
 use ustack_stack::tcp::State;
 
+use super::linux::ClientPin;
 use super::{
     Outcome, Run, fill_message, message_matches, stream_chunk, stream_matches, stream_next,
 };
@@ -348,6 +349,37 @@ impl Servers {
         Ok(Servers { rt, cpu0, sink })
     }
 
+    /// Pin each server shard and the calling thread (the client) to a CPU of its own, as
+    /// Linux's busy mode pins its server and client (`LinuxMode::cpus`: the client on the
+    /// first CPU, the server on the next), when the bench may use enough CPUs; the client's
+    /// affinity comes back when the returned guard is dropped. Unpinned, the scheduler
+    /// sometimes kept both spinning threads on one core and a woken one waited for the
+    /// other's tick: whole cps runs at 107,000-117,000 conns/s with p99 1.18 ms against
+    /// 180,000-190,000 and p99 ~100 µs (docs/bench.md).
+    pub(super) fn pin(&self) -> anyhow::Result<Option<(ClientPin, Value)>> {
+        let allowed = ustack_baseline::current_affinity().context("the bench's CPUs")?;
+        let cpus: Vec<usize> = (0..rustix::thread::CpuSet::MAX_CPU)
+            .filter(|&c| allowed.is_set(c))
+            .collect();
+        let shards = self.rt.shards();
+        if cpus.len() < shards + 1 {
+            return Ok(None);
+        }
+        let shard_cpus = cpus[1..=shards].to_vec();
+        let report = json!({ "server": shard_cpus, "client": cpus[0] });
+        let pinned = self
+            .rt
+            .on_each_shard(
+                move |k, _, _| ustack_baseline::pin_current_thread(shard_cpus[k]),
+                ANSWER,
+            )
+            .context("pinning the server's shards")?;
+        for r in pinned {
+            r.context("pinning a server shard")?;
+        }
+        Ok(Some((ClientPin::new(Some(cpus[0]))?, report)))
+    }
+
     /// Whether the sink has read a stream to its end.
     pub(super) fn sunk(&self) -> bool {
         self.sink.lock().is_ok_and(|s| !s.done.is_empty())
@@ -623,6 +655,7 @@ pub fn scenario(name: &str, run: &Run, shards: usize) -> anyhow::Result<Outcome>
         a,
         server_addr(run),
     )?;
+    let (_pin, cpus) = server.pin()?.unzip();
     let client = with_family(
         shm_builder(CLIENT_IP, 2, run.seed.wrapping_add(2), run),
         CLIENT_IP6,
@@ -647,6 +680,7 @@ pub fn scenario(name: &str, run: &Run, shards: usize) -> anyhow::Result<Outcome>
         )
     }?;
     o.shards = shards;
+    o.cpus = cpus.unwrap_or_default();
     Ok(o)
 }
 
