@@ -1761,7 +1761,7 @@ fn stream_over_kernel_link(link: &str, bytes: u64, flags: &str) -> u64 {
 
 /// Over shm, ustack's server shard and its client each run pinned to a CPU of their own
 /// (as Linux's busy mode pins its server and client), and the JSON says which; with more
-/// shards than the CPUs allow, nothing is pinned and `cpus` is null.
+/// shards than the CPUs allow, or with `--no-pin`, nothing is pinned and `cpus` is null.
 #[test]
 fn bench_over_shm_pins_the_server_and_the_client_to_cpus_of_their_own() {
     let n = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -1798,4 +1798,18 @@ fn bench_over_shm_pins_the_server_and_the_client_to_cpus_of_their_own() {
         assert!(!server.contains(&client), "{r}");
         assert!(server.iter().all(|&c| (c as usize) < n), "{r}");
     }
+    // `--no-pin` leaves them to the scheduler.
+    let o = ustack(&[
+        "bench",
+        "cps",
+        "--server",
+        "ustack",
+        "--no-pin",
+        "--duration",
+        "200ms",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v[0]["cpus"].is_null(), "{}", v[0]);
 }

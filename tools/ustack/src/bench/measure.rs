@@ -50,6 +50,8 @@ pub struct Run {
     pub ipv6: bool,
     /// `--ustack-poll`: how ustack's loops busy-poll (`adaptive`, `fixed` or `sleep`).
     pub ustack_poll: String,
+    /// Whether ustack's server shards and client over shm are pinned (not `--no-pin`).
+    pub pin: bool,
 }
 
 impl Run {

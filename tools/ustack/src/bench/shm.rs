@@ -655,7 +655,7 @@ pub fn scenario(name: &str, run: &Run, shards: usize) -> anyhow::Result<Outcome>
         a,
         server_addr(run),
     )?;
-    let (_pin, cpus) = server.pin()?.unzip();
+    let (_pin, cpus) = if run.pin { server.pin()? } else { None }.unzip();
     let client = with_family(
         shm_builder(CLIENT_IP, 2, run.seed.wrapping_add(2), run),
         CLIENT_IP6,
