@@ -248,7 +248,7 @@ fn run_one(
         active: args.active,
         ipv6: args.ipv6,
         ustack_poll: args.ustack_poll.clone(),
-        pin: !args.no_pin,
+        pin: args.pin,
     };
     let shm = args.link == "shm";
     let link = args.link.as_str();

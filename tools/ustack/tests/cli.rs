@@ -1759,9 +1759,10 @@ fn stream_over_kernel_link(link: &str, bytes: u64, flags: &str) -> u64 {
     in_segs
 }
 
-/// Over shm, ustack's server shard and its client each run pinned to a CPU of their own
-/// (as Linux's busy mode pins its server and client), and the JSON says which; with more
-/// shards than the CPUs allow, or with `--no-pin`, nothing is pinned and `cpus` is null.
+/// With `--pin`, over shm, ustack's server shard and its client each run pinned to a CPU
+/// of its own (as Linux's busy mode pins its server and client), and the JSON says which;
+/// with more shards than the CPUs allow, or without `--pin`, nothing is pinned and `cpus`
+/// is null.
 #[test]
 fn bench_over_shm_pins_the_server_and_the_client_to_cpus_of_their_own() {
     let n = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -1771,6 +1772,7 @@ fn bench_over_shm_pins_the_server_and_the_client_to_cpus_of_their_own() {
             "cps",
             "--server",
             "ustack",
+            "--pin",
             "--shards",
             shards,
             "--duration",
@@ -1798,13 +1800,12 @@ fn bench_over_shm_pins_the_server_and_the_client_to_cpus_of_their_own() {
         assert!(!server.contains(&client), "{r}");
         assert!(server.iter().all(|&c| (c as usize) < n), "{r}");
     }
-    // `--no-pin` leaves them to the scheduler.
+    // Without `--pin` they are left to the scheduler.
     let o = ustack(&[
         "bench",
         "cps",
         "--server",
         "ustack",
-        "--no-pin",
         "--duration",
         "200ms",
         "--json",

@@ -147,13 +147,13 @@ pub struct Args {
     /// after every burst of work, `net.core.busy_poll`) or sleep (no busy polling).
     #[arg(long, default_value = "adaptive", value_parser = ["adaptive", "fixed", "sleep"])]
     pub ustack_poll: String,
-    /// Over shm, leave ustack's server shards and client unpinned. By default each runs
-    /// pinned to a CPU of its own (as Linux's busy mode pins its ends) when the bench may
-    /// use enough CPUs: unpinned, a sleeping loop's wake-up sometimes lands beside the
-    /// other spinning one (docs/bench.md); pinned, a loop cannot leave a core that other
-    /// work on the host has taken.
+    /// Over shm, pin ustack's server shards and its client each to a CPU of its own (as
+    /// Linux's busy mode pins its ends), when the bench may use enough CPUs. Unpinned (the
+    /// default), a sleeping loop's wake-up sometimes lands on the other spinning loop's
+    /// core (whole cps runs 40% slower); pinned, every wake-up is a cross-CPU one, which
+    /// costs pingpong ~5% here and much more with `--profile-every 1` (docs/bench.md).
     #[arg(long)]
-    pub no_pin: bool,
+    pub pin: bool,
     /// Print one JSON array (one object per server and scenario) instead of the table.
     #[arg(long)]
     pub json: bool,

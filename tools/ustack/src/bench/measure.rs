@@ -50,7 +50,7 @@ pub struct Run {
     pub ipv6: bool,
     /// `--ustack-poll`: how ustack's loops busy-poll (`adaptive`, `fixed` or `sleep`).
     pub ustack_poll: String,
-    /// Whether ustack's server shards and client over shm are pinned (not `--no-pin`).
+    /// `--pin`: ustack's server shards and client over shm each pinned to a CPU.
     pub pin: bool,
 }
 

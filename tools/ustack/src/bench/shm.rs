@@ -352,10 +352,11 @@ impl Servers {
     /// Pin each server shard and the calling thread (the client) to a CPU of its own, as
     /// Linux's busy mode pins its server and client (`LinuxMode::cpus`: the client on the
     /// first CPU, the server on the next), when the bench may use enough CPUs; the client's
-    /// affinity comes back when the returned guard is dropped. Unpinned, the scheduler
-    /// sometimes kept both spinning threads on one core and a woken one waited for the
-    /// other's tick: whole cps runs at 107,000-117,000 conns/s with p99 1.18 ms against
-    /// 180,000-190,000 and p99 ~100 µs (docs/bench.md).
+    /// affinity comes back when the returned guard is dropped (`bench --pin`). Unpinned,
+    /// the scheduler sometimes kept both threads on one core and a woken one waited for
+    /// the other's tick: whole cps runs at 107,000-117,000 conns/s with p99 1.18 ms against
+    /// 180,000-190,000 and p99 ~100 µs; pinned, every wake-up crosses CPUs, which costs
+    /// pingpong here (docs/bench.md, "Pinned threads").
     pub(super) fn pin(&self) -> anyhow::Result<Option<(ClientPin, Value)>> {
         let allowed = ustack_baseline::current_affinity().context("the bench's CPUs")?;
         let cpus: Vec<usize> = (0..rustix::thread::CpuSet::MAX_CPU)
