@@ -971,14 +971,7 @@ impl Sock<'_> {
         // tcp_may_raise_cwnd holds whenever something was acked), in that order, in one
         // pass over its state: the timer between them does not touch it.
         if ev.acked > 0 {
-            let tcb = &mut *self.tcb;
-            // HyStart ending slow start sets ssthresh (to cwnd, below the old one): the
-            // only change to it these hooks make, so the counters are looked at then only.
-            let prior_ssthresh = tcb.congestion.ssthresh;
-            tcb.cc_ack_open(now, ev.acked, ev.delivered, rtt, prior_in_flight);
-            if tcb.congestion.ssthresh != prior_ssthresh {
-                self.tcp_count_hystart_exit(None);
-            }
+            self.tcp_cc_ack_open(now, ev.acked, ev.delivered, rtt, prior_in_flight);
         }
         if let Some(was_writeable) = ev.shrunk_writeable {
             let in_flight = self.tcb.rtx().len() as u32;
@@ -1015,12 +1008,28 @@ impl Sock<'_> {
         tcb.timers.retransmit = Deadline::OFF;
         tcb.flags.clear(TcbFlags::LOSS_PROBE);
         debug_assert!(!tcb.timers.earliest().before(tcb.timers.queued));
+        self.tcp_cc_ack_open(now, 1, 1, Some(seq_rtt_us), 1);
+        self.tcp_check_space(was_writeable, 0);
+    }
+
+    /// [`Tcb::cc_ack_open`], HyStart's exit counted if it ended slow start: it sets
+    /// ssthresh (to cwnd, below the old one), the only change to it these hooks make, so
+    /// the counters are looked at then only.
+    #[inline(always)]
+    fn tcp_cc_ack_open(
+        &mut self,
+        now: Instant,
+        acked: u32,
+        delivered: u32,
+        rtt_us: Option<u32>,
+        prior_in_flight: u32,
+    ) {
+        let tcb = &mut *self.tcb;
         let prior_ssthresh = tcb.congestion.ssthresh;
-        tcb.cc_ack_open(now, 1, 1, Some(seq_rtt_us), 1);
+        tcb.cc_ack_open(now, acked, delivered, rtt_us, prior_in_flight);
         if tcb.congestion.ssthresh != prior_ssthresh {
             self.tcp_count_hystart_exit(None);
         }
-        self.tcp_check_space(was_writeable, 0);
     }
 
     /// Count CUBIC's HyStart ending slow start on this ACK, if it did and had not before

@@ -987,16 +987,12 @@ impl Stack {
     /// loss probe or the RTO armed, then any ACK still owed.
     #[inline]
     fn tcp_output_sent(&mut self, now: Instant, h: TcpHandle, sent: u32) {
-        if sent > 0 {
-            // Linux tcp_write_xmit: "Send one loss probe per tail loss episode."
-            if !self.tcp_schedule_loss_probe(now, h, false)
-                && let Some(tcb) = self.tcp.get_mut(h)
-                && !tcb.timers.retransmit.is_armed()
-            {
-                tcb.timers.retransmit = Deadline::at(now + tcb.rtt.rto());
-                tcb.flags.clear(TcbFlags::LOSS_PROBE);
-                self.tcp_arm(now, h);
-            }
+        if sent > 0
+            && let Some(tcb) = self.tcp.get_mut(h)
+            && tcb.arm_after_send(now, false)
+            && tcb.timers.earliest().before(tcb.timers.queued)
+        {
+            self.tcp_arm(now, h);
         }
         let Some(tcb) = self.tcp.get(h) else { return };
         if tcb.flags.has(TcbFlags::ACK_NOW) {
@@ -1237,15 +1233,7 @@ impl Stack {
             // tcp_output_sent(now, h, 1). The queue held nothing before this segment, so
             // it is the head, sent now: the probe's RTO bound counts from now
             // (`advancing`), as from the head's transmission.
-            let arm = if tcb.schedule_loss_probe(now, true) {
-                true
-            } else if !tcb.timers.retransmit.is_armed() {
-                tcb.timers.retransmit = Deadline::at(now + tcb.rtt.rto());
-                tcb.flags.clear(TcbFlags::LOSS_PROBE);
-                true
-            } else {
-                false
-            };
+            let arm = tcb.arm_after_send(now, true);
             debug_assert!(
                 !tcb.flags.has(TcbFlags::ACK_NOW) && !tcb.flags.has(TcbFlags::ACK_PENDING),
                 "the segment carried the ACK"
@@ -1314,34 +1302,6 @@ impl Stack {
             segs = segs.saturating_sub(1);
         }
         segs
-    }
-
-    /// Arm a tail loss probe instead of the RTO (RFC 8985 §7.2; Linux
-    /// `tcp_schedule_loss_probe`): for a SACK connection in Open with data outstanding,
-    /// "PTO = 2 * SRTT"; "If FlightSize is equal to one segment ... PTO += WCDelAckT"
-    /// (the peer may hold its ACK for a delayed-ACK timeout: Linux adds `TCP_DELACK_MAX`,
-    /// 200 ms, the RFC's recommended WCDelAckT), else + 2 ms (Linux `TCP_TIMEOUT_MIN`);
-    /// at least [`TLP_MIN_TIMEOUT`]; 1 s without an RTT sample; and never later than the
-    /// RTO would fire ("PTO = min(PTO, RTO)"; `advancing`: a full RTO from now, else from
-    /// the head's transmission).
-    pub(crate) fn tcp_schedule_loss_probe(
-        &mut self,
-        now: Instant,
-        h: TcpHandle,
-        advancing: bool,
-    ) -> bool {
-        // The timer queue is asked only when the probe comes before what it holds for
-        // the connection (as `Sock::arm` decides), without building a `Sock` first.
-        let Some(tcb) = self.tcp.get_mut(h) else {
-            return false;
-        };
-        if !tcb.schedule_loss_probe(now, advancing) {
-            return false;
-        }
-        if tcb.timers.earliest().before(tcb.timers.queued) {
-            self.tcp_arm(now, h);
-        }
-        true
     }
 
     /// The loss probe timer fired (RFC 8985 §7.3; Linux `tcp_send_loss_probe`): send one
@@ -1657,7 +1617,7 @@ pub(crate) fn rtx_record_cap(sndbuf: u32) -> usize {
 
 impl Sock<'_> {
     /// Arm a tail loss probe instead of the RTO, if one may be sent (see
-    /// [`Stack::tcp_schedule_loss_probe`]); returns whether it was armed.
+    /// [`Tcb::schedule_loss_probe`]); returns whether it was armed.
     pub(crate) fn tcp_schedule_loss_probe(&mut self, now: Instant, advancing: bool) -> bool {
         if !self.tcb.schedule_loss_probe(now, advancing) {
             return false;
@@ -1668,9 +1628,32 @@ impl Sock<'_> {
 }
 
 impl Tcb {
-    /// Set the retransmission timer to a tail loss probe if one may be sent (see
-    /// [`Stack::tcp_schedule_loss_probe`]), leaving the timer queue to the caller;
-    /// returns whether it was set.
+    /// The timer after new data went out: a tail loss probe if one may be sent (Linux
+    /// tcp_write_xmit: "Send one loss probe per tail loss episode"), else the RTO if none
+    /// runs (RFC 6298 §5.1). Whether it set one (the caller tells the timer queue);
+    /// `advancing` as for [`Tcb::schedule_loss_probe`].
+    #[inline(always)]
+    fn arm_after_send(&mut self, now: Instant, advancing: bool) -> bool {
+        if self.schedule_loss_probe(now, advancing) {
+            return true;
+        }
+        if self.timers.retransmit.is_armed() {
+            return false;
+        }
+        self.timers.retransmit = Deadline::at(now + self.rtt.rto());
+        self.flags.clear(TcbFlags::LOSS_PROBE);
+        true
+    }
+
+    /// Set the retransmission timer to a tail loss probe instead of the RTO (RFC 8985
+    /// §7.2; Linux `tcp_schedule_loss_probe`): for a SACK connection in Open with data outstanding,
+    /// "PTO = 2 * SRTT"; "If FlightSize is equal to one segment ... PTO += WCDelAckT"
+    /// (the peer may hold its ACK for a delayed-ACK timeout: Linux adds `TCP_DELACK_MAX`,
+    /// 200 ms, the RFC's recommended WCDelAckT), else + 2 ms (Linux `TCP_TIMEOUT_MIN`);
+    /// at least [`TLP_MIN_TIMEOUT`]; 1 s without an RTT sample; and never later than the
+    /// RTO would fire ("PTO = min(PTO, RTO)"; `advancing`: a full RTO from now, else from
+    /// the head's transmission).
+    /// The timer queue is left to the caller; returns whether it was set.
     #[inline(always)]
     fn schedule_loss_probe(&mut self, now: Instant, advancing: bool) -> bool {
         let tcb = self;
