@@ -178,12 +178,16 @@ impl ShmPeer {
         let mut msg = [0u8; HANDOVER_LEN];
         let mut space = vec![MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
         let mut control = RecvAncillaryBuffer::new(&mut space);
-        let got = rustix::net::recvmsg(
-            socket,
-            &mut [IoSliceMut::new(&mut msg)],
-            &mut control,
-            RecvFlags::CMSG_CLOEXEC,
-        )?;
+        // A signal to this thread (the bench's peers exiting) interrupts the wait: retried,
+        // as std's blocking reads retry `EINTR`.
+        let got = rustix::io::retry_on_intr(|| {
+            rustix::net::recvmsg(
+                &socket,
+                &mut [IoSliceMut::new(&mut msg)],
+                &mut control,
+                RecvFlags::CMSG_CLOEXEC,
+            )
+        })?;
         // Take ownership of whatever arrived first, so it is closed on any error below.
         let mut fds: Vec<OwnedFd> = Vec::new();
         for m in control.drain() {
@@ -237,6 +241,7 @@ impl ShmPeer {
         let stream = loop {
             match UnixStream::connect_addr(&addr) {
                 Ok(s) => break s,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
                     if std::time::Instant::now() >= deadline {
                         return Err(io::Error::new(io::ErrorKind::TimedOut, "shm: no offer"));
