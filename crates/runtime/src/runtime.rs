@@ -817,6 +817,7 @@ fn deadline_from(entered: Instant, timeout: Option<Duration>) -> Option<Instant>
     timeout.map(|t| entered + t)
 }
 
+#[inline]
 fn did_work(r: &PollResult) -> bool {
     r.rx > 0 || r.tx > 0 || r.timers || r.work_left
 }
@@ -960,6 +961,9 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
     /// One round of the shard's loop (budgeted), without sleeping, then the application
     /// timers due (at most [`APP_TIMER_BUDGET`]; the rest leave work). Fired timers count
     /// as `timers` work in the result. Sockets dropped without `close` are closed first.
+    /// Inline in its callers (`run_once`, `poll`, the busy poll): a round is not a call
+    /// of its own.
+    #[inline(always)]
     fn round(&mut self) -> PollResult {
         self.close_dropped();
         let mut r = round(&mut self.shard, &self.clock);
@@ -1129,20 +1133,21 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
     }
 
     /// Publish when this loop next has work, on leaving it: now if the poller or the
-    /// budget left something, else the shard's next wake-up. Inline in `run_once` and
-    /// `poll` (four calls a round trip of the echo on a virtual clock; one test and a
-    /// return on the real clock).
+    /// budget left something (`work_left`: the caller's round left work, or the poller
+    /// has something pending, as the caller found it), or an application timer fired and
+    /// is not delivered, else the shard's next wake-up. Inline in `run_once` and `poll`
+    /// (four calls a round trip of the echo on a virtual clock; one test and a return on
+    /// the real clock).
     #[inline]
     fn publish_on_leave(&self, work_left: bool) {
         if !self.clock.is_virtual() {
             return;
         }
-        let at =
-            if work_left || !self.fired.is_empty() || self.poller.has_pending(self.shard.stack()) {
-                Some(Instant::ZERO)
-            } else {
-                self.next_wakeup()
-            };
+        let at = if work_left || !self.fired.is_empty() {
+            Some(Instant::ZERO)
+        } else {
+            self.next_wakeup()
+        };
         self.clock.publish_wakeup(at);
     }
 
@@ -1158,11 +1163,12 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
         // The deadline counts from here; its sum is made only by a loop that goes idle.
         let entered = self.clock.now();
         let r = self.round();
-        self.harvest();
+        let mut pending = self.harvest();
         if !did_work(&r) {
             self.idle(timeout.map(|t| entered + t))?;
+            pending = self.poller.has_pending(self.shard.stack());
         }
-        self.publish_on_leave(r.work_left);
+        self.publish_on_leave(r.work_left || pending);
         Ok(r)
     }
 
@@ -1195,12 +1201,12 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
             }
             if n > 0 {
                 self.stats.events += n as u64;
-                self.publish_on_leave(r.work_left);
+                self.publish_on_leave(r.work_left || self.poller.has_pending(self.shard.stack()));
                 return Ok(n);
             }
             let deadline = deadline_from(entered, timeout);
             if deadline.is_some_and(|d| self.clock.now() >= d) {
-                self.publish_on_leave(r.work_left);
+                self.publish_on_leave(r.work_left || self.poller.has_pending(self.shard.stack()));
                 return Ok(0);
             }
             if r.work_left || !self.fired.is_empty() || self.poller.has_pending(self.shard.stack())
@@ -1208,7 +1214,7 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
                 continue;
             }
             if !self.idle(deadline)? {
-                self.publish_on_leave(false);
+                self.publish_on_leave(self.poller.has_pending(self.shard.stack()));
                 return Ok(0);
             }
         }

@@ -812,3 +812,83 @@ fn an_idle_runtime_stops_at_the_others_stack_timer() {
     crt.run_once(Some(Duration::from_secs(10))).unwrap();
     assert_eq!(clock.now(), at, "stopped at the server's timer");
 }
+
+/// A request-response round trip through the API takes one working round per step and no
+/// pass that finds nothing: the client's write goes out with its next `run_once`, the
+/// server's `poll` receives it and reports it in the same call (one round, one event), the
+/// echo goes out with the server's `run_once` and comes in with the client's. Four rounds
+/// a round trip, none empty, and a `poll` never runs a second round to find the event its
+/// first one made (issue #13: the runtime's passes around the stack).
+#[test]
+fn a_request_response_round_trip_takes_four_working_rounds() {
+    let (mut srt, mut crt, _clock) = sim_runtimes(SimLinkConfig::default(), server_builder());
+    let listener = TcpListener::bind(&mut srt, ECHO, 16).unwrap();
+    srt.register(&listener, LISTENER, Interest::READABLE, Mode::Edge)
+        .unwrap();
+    let stream = TcpStream::connect(&mut crt, ECHO).unwrap();
+    stream.set_nodelay(&mut crt, true).unwrap();
+    let mut events = Events::with_capacity(16);
+    let mut server = None;
+    for _ in 0..100 {
+        crt.run_once(Some(Duration::from_millis(1))).unwrap();
+        srt.poll(&mut events, Some(Duration::from_millis(1)))
+            .unwrap();
+        if let Ok((s, _)) = listener.accept(&mut srt) {
+            s.set_nodelay(&mut srt, true).unwrap();
+            srt.register(&s, 1, Interest::READABLE, Mode::Edge).unwrap();
+            server = Some(s);
+            break;
+        }
+    }
+    let server = server.expect("accepted");
+    let mut buf = [0u8; 64];
+    let mut trip = |crt: &mut SimRt, srt: &mut SimRt, seq: u8| {
+        let msg = [seq; 64];
+        assert_eq!(stream.write(crt, &msg).unwrap(), 64);
+        crt.run_once(Some(Duration::ZERO)).unwrap();
+        assert_eq!(srt.poll(&mut events, Some(Duration::ZERO)).unwrap(), 1);
+        let e = events.iter().next().unwrap();
+        assert_eq!(e.token, 1);
+        let n = server.read(srt, &mut buf).unwrap();
+        assert_eq!(server.write(srt, &buf[..n]).unwrap(), n);
+        assert!(would_block(&server.read(srt, &mut buf).unwrap_err()));
+        srt.run_once(Some(Duration::ZERO)).unwrap();
+        crt.run_once(Some(Duration::ZERO)).unwrap();
+        let mut got = [0u8; 64];
+        assert_eq!(stream.read(crt, &mut got).unwrap(), 64);
+        assert_eq!(got, msg);
+    };
+    // Warm up (the handshake's ACKs, delayed-ACK settling), then count.
+    for seq in 0..10 {
+        trip(&mut crt, &mut srt, seq);
+    }
+    let (s0, c0) = (*srt.stats(), *crt.stats());
+    const TRIPS: u64 = 100;
+    for seq in 0..TRIPS {
+        trip(&mut crt, &mut srt, seq as u8);
+    }
+    let (s1, c1) = (*srt.stats(), *crt.stats());
+    assert_eq!(
+        s1.rounds - s0.rounds,
+        2 * TRIPS,
+        "server: poll's round and run_once's"
+    );
+    assert_eq!(
+        c1.rounds - c0.rounds,
+        2 * TRIPS,
+        "client: transmit and receive"
+    );
+    assert_eq!(
+        s1.empty_rounds - s0.empty_rounds,
+        0,
+        "no server round found nothing"
+    );
+    assert_eq!(
+        c1.empty_rounds - c0.empty_rounds,
+        0,
+        "no client round found nothing"
+    );
+    assert_eq!(s1.events - s0.events, TRIPS, "one event a request");
+    assert_eq!(s1.sleeps - s0.sleeps, 0);
+    assert_eq!(c1.sleeps - c0.sleeps, 0);
+}

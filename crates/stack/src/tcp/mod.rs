@@ -1247,53 +1247,66 @@ impl Stack {
 
     /// Read received bytes. `Ok(0)` is end of stream (the peer sent FIN and everything
     /// before it was read); `WouldBlock` when nothing is there yet.
+    ///
+    /// One look-up of the connection for the whole read (the copy, the autotuning, the
+    /// window check, and with nothing to read the error, end-of-stream and `EAGAIN`
+    /// tests), as Linux's `tcp_recvmsg` works on the socket it was given: a small in-order
+    /// message is one copy out of the head chunk and a few tests.
     pub fn tcp_recv(&mut self, now: Instant, h: TcpHandle, buf: &mut [u8]) -> Result<usize, Error> {
-        let (tcb, pool) = self.tcp.split(h).ok_or(Error::BadHandle)?;
+        let rmem_max = self.sysctl.tcp_rmem_max;
+        let Tcp {
+            conns,
+            pool,
+            mem_waiters,
+            ..
+        } = &mut self.tcp;
+        let tcb = conns
+            .get_mut(h.index, h.generation)
+            .ok_or(Error::BadHandle)?;
         let n = tcb.rcvbuf.read(pool, buf);
-        if n > 0 {
-            // Receive-buffer autotuning, per read as Linux tcp_recvmsg does it; not under
-            // memory pressure, where the window stops growing (Linux tcp_grow_window only
-            // "!tcp_under_memory_pressure(sk)").
-            if !pool.under_pressure() {
-                input::tcp_rcv_space_adjust(tcb, now, self.sysctl.tcp_rmem_max);
-            }
-            // Reading freed chunks (Linux tcp_recvmsg -> sk_mem_reclaim ->
-            // __sk_mem_reduce_allocated: below tcp_mem.low the stack leaves memory
-            // pressure), and writers refused memory may go on.
-            self.tcp_mem_freed(now);
-            // Reading may open the window enough to be worth announcing (Linux
-            // tcp_cleanup_rbuf: when the window would grow by at least 2*MSS... here by a
-            // quarter of the buffer or 2 MSS, whichever is smaller); and an ACK input left
-            // to the read goes now ("Once-per-two-segments ACK was not sent by
-            // tcp_input.c": more than one full frame unacknowledged).
-            if self.tcp_window_update_due(h) {
-                if let Some(t) = self.tcp.get_mut(h) {
-                    t.flags.set(tcb::TcbFlags::ACK_NOW);
-                }
-                self.tcp_output(now, h);
-            }
-            return Ok(n);
+        if n == 0 {
+            return tcp_recv_nothing(tcb);
         }
-        let tcb = self.tcp.get_mut(h).ok_or(Error::BadHandle)?;
-        // A RST after the peer's FIN (in CLOSE-WAIT: EPIPE, see the RST check in
-        // tcp_validate_incoming): the stream had ended, and Linux tcp_recvmsg says so
-        // ("if (sock_flag(sk, SOCK_DONE)) break;", before the pending error), leaving the
-        // error for the next write.
-        if tcb.error == Some(Error::BrokenPipe) {
-            return Ok(0);
+        // Under memory pressure, or with writers waiting for memory, the read's freed
+        // chunks matter to others: the general path.
+        if pool.under_pressure() || !mem_waiters.is_empty() {
+            return Ok(self.tcp_recv_freed(now, h, n));
         }
-        if let Some(e) = tcb.error.take() {
-            return Err(e);
+        // Receive-buffer autotuning, per read as Linux tcp_recvmsg does it (not under
+        // memory pressure, where the window stops growing: Linux tcp_grow_window only
+        // "!tcp_under_memory_pressure(sk)").
+        input::tcp_rcv_space_adjust(tcb, now, rmem_max);
+        // Reading may open the window enough to be worth announcing, or an ACK input
+        // left to the read goes now (see `Stack::tcp_window_update_due`).
+        if Self::tcp_window_update_due(tcb, false) {
+            tcb.flags.set(tcb::TcbFlags::ACK_NOW);
+            self.tcp_output(now, h);
         }
-        // End of stream: the peer's FIN, or receive shut down here (Linux tcp_recvmsg:
-        // "if (sk->sk_shutdown & RCV_SHUTDOWN) break;", after the pending error).
-        if tcb.state.fin_received()
-            || tcb.state == State::Closed
-            || tcb.flags.has(tcb::TcbFlags::RCV_SHUTDOWN)
+        Ok(n)
+    }
+
+    /// [`Stack::tcp_recv`] once `n` bytes were read while the stack is under memory
+    /// pressure or writers wait for memory.
+    #[cold]
+    #[inline(never)]
+    fn tcp_recv_freed(&mut self, now: Instant, h: TcpHandle, n: usize) -> usize {
+        if !self.tcp.pool.under_pressure()
+            && let Some(tcb) = self.tcp.get_mut(h)
         {
-            return Ok(0);
+            input::tcp_rcv_space_adjust(tcb, now, self.sysctl.tcp_rmem_max);
         }
-        Err(Error::WouldBlock)
+        // Reading freed chunks (Linux tcp_recvmsg -> sk_mem_reclaim ->
+        // __sk_mem_reduce_allocated: below tcp_mem.low the stack leaves memory
+        // pressure), and writers refused memory may go on.
+        self.tcp_mem_freed(now);
+        let pressure = self.tcp.pool.under_pressure();
+        if let Some(tcb) = self.tcp.get_mut(h)
+            && Self::tcp_window_update_due(tcb, pressure)
+        {
+            tcb.flags.set(tcb::TcbFlags::ACK_NOW);
+            self.tcp_output(now, h);
+        }
+        n
     }
 
     /// `recv(MSG_PEEK)`: copy received bytes without taking them (Linux `tcp_recvmsg`
@@ -1838,6 +1851,31 @@ pub struct TcpResources {
 /// Deque of accepted connections (kept small: one entry per established, unaccepted
 /// connection).
 pub(crate) type AcceptQueue = VecDeque<TcpHandle>;
+
+/// [`Stack::tcp_recv`] with nothing to read: the pending error, end of stream, or
+/// `WouldBlock`.
+#[inline]
+fn tcp_recv_nothing(tcb: &mut Tcb) -> Result<usize, Error> {
+    // A RST after the peer's FIN (in CLOSE-WAIT: EPIPE, see the RST check in
+    // tcp_validate_incoming): the stream had ended, and Linux tcp_recvmsg says so
+    // ("if (sock_flag(sk, SOCK_DONE)) break;", before the pending error), leaving the
+    // error for the next write.
+    if tcb.error == Some(Error::BrokenPipe) {
+        return Ok(0);
+    }
+    if let Some(e) = tcb.error.take() {
+        return Err(e);
+    }
+    // End of stream: the peer's FIN, or receive shut down here (Linux tcp_recvmsg:
+    // "if (sk->sk_shutdown & RCV_SHUTDOWN) break;", after the pending error).
+    if tcb.state.fin_received()
+        || tcb.state == State::Closed
+        || tcb.flags.has(tcb::TcbFlags::RCV_SHUTDOWN)
+    {
+        return Ok(0);
+    }
+    Err(Error::WouldBlock)
+}
 
 #[cfg(test)]
 mod tests {

@@ -651,10 +651,10 @@ impl Stack {
     /// pending and more than one full frame unacknowledged), or a window update when the
     /// window still offered is at most half the largest one ("Send ACK now, if this read
     /// freed lots of space in our buffer ... "Lots" means "at least twice" here").
-    pub(crate) fn tcp_window_update_due(&self, h: TcpHandle) -> bool {
-        let Some(tcb) = self.tcp.get(h) else {
-            return false;
-        };
+    /// `pressure`: whether the stack is under memory pressure. An associated function on
+    /// the connection the read already holds (no second look-up).
+    #[inline(always)]
+    pub(crate) fn tcp_window_update_due(tcb: &Tcb, pressure: bool) -> bool {
         if !tcb.state.can_receive() {
             return false;
         }
@@ -678,10 +678,10 @@ impl Stack {
             tcb.rcv_ssthresh().max(tcb.rcv.wnd)
         };
         if u64::from(ceiling) < 2 * u64::from(now_win) {
-            debug_assert!(tcb.free_window(self.tcp.pool.under_pressure()) <= ceiling);
+            debug_assert!(tcb.free_window(pressure) <= ceiling);
             return false;
         }
-        let new_win = tcb.free_window(self.tcp.pool.under_pressure());
+        let new_win = tcb.free_window(pressure);
         debug_assert!(new_win <= ceiling, "{new_win} over the ceiling {ceiling}");
         new_win != 0 && u64::from(new_win) >= 2 * u64::from(now_win)
     }
