@@ -306,7 +306,7 @@ fn flags_other_than_ack_and_psh_take_the_slow_path(fam: Family) {
     c.tsval += 1;
     assert!(!c.send(&fin), "FIN is not predicted");
     // Past the quick-ACK phase, the FIN's ACK is delayed, as Linux's `tcp_fin` leaves
-    // it (see `passive_close_close_wait_last_ack_closed` in tcp_segments.rs).
+    // it (see `passive_close_after_data_acks_the_fin_with_ours` in tcp_segments.rs).
     assert!(c.take().is_empty(), "the FIN's ACK delayed");
     let acks: Vec<_> = c
         .advance(Duration::from_millis(50))
