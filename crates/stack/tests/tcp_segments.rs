@@ -349,6 +349,74 @@ fn passive_close_close_wait_last_ack_closed() {
     );
 }
 
+/// Passive close after data (the end of a request and its response): the FIN that takes
+/// ESTABLISHED to CLOSE-WAIT is acknowledged late, as Linux's `tcp_fin` leaves it
+/// (pingpong mode, the delayed-ACK timer), so the close that follows at once sends our
+/// FIN with that ACK: three segments end the connection, as on Linux's loopback (FIN,
+/// FIN-ACK, ACK), not four.
+#[test]
+fn passive_close_after_data_acks_the_fin_with_ours() {
+    let mut t = SegTest::listening(80);
+    let (iss, h) = established(&mut t);
+    t.send(Seg::ack(1001, iss.wrapping_add(1)).data(b"request"));
+    assert!(
+        t.recv().is_some_and(|a| a.ack == 1008),
+        "quick ACK of the data"
+    );
+    assert_eq!(t.read(h).as_deref(), Some(&b"request"[..]));
+    t.send(Seg::ack(1008, iss.wrapping_add(1)).flags(Flags::FIN));
+    assert_eq!(t.recv(), None, "the FIN's ACK delayed");
+    assert_eq!(t.stack.tcp_state(h), Ok(State::CloseWait));
+    let now = t.now;
+    t.stack.tcp_close(now, h).unwrap();
+    let f = t.recv().expect("our FIN");
+    assert!(
+        f.has(Flags::FIN | Flags::ACK) && f.seq == iss.wrapping_add(1),
+        "{f:?}"
+    );
+    assert_eq!(f.ack, 1009, "our FIN acknowledges theirs");
+    assert!(
+        t.advance(Duration::from_millis(100)).is_empty(),
+        "nothing more (before our FIN's RTO): the delayed ACK went with our FIN"
+    );
+    assert_eq!(t.stack.mib().get(Counter::TcpExtDelayedACKs), 0);
+    t.send(Seg::ack(1009, iss.wrapping_add(2)));
+    let r = t.stack.tcp_resources();
+    assert_eq!((r.connections, r.timewait), (0, 0));
+}
+
+/// The same FIN when the application does not close at once: its ACK leaves with the
+/// delayed-ACK timer, about 40 ms later (Linux `tcp_send_delayed_ack` at the ATO,
+/// counted DelayedACKs), and our FIN sent later carries the same acknowledgment.
+#[test]
+fn fin_after_data_is_acknowledged_by_the_delayed_ack_timer() {
+    let mut t = SegTest::listening(80);
+    let (iss, h) = established(&mut t);
+    t.send(Seg::ack(1001, iss.wrapping_add(1)).data(b"request"));
+    assert!(t.recv().is_some(), "quick ACK of the data");
+    assert_eq!(t.read(h).as_deref(), Some(&b"request"[..]));
+    let start = t.now;
+    t.send(Seg::ack(1008, iss.wrapping_add(1)).flags(Flags::FIN));
+    assert_eq!(t.recv(), None, "the FIN's ACK delayed");
+    let sent = t.advance(Duration::from_millis(500));
+    assert_eq!(sent.len(), 1, "one ACK: {sent:?}");
+    let (at, a) = &sent[0];
+    assert!(
+        a.has(Flags::ACK) && !a.has(Flags::FIN) && a.ack == 1009,
+        "{a:?}"
+    );
+    let waited = *at - start;
+    assert!(
+        waited >= Duration::from_millis(39) && waited <= Duration::from_millis(200),
+        "after the delayed-ACK timeout: {waited:?}"
+    );
+    assert_eq!(t.stack.mib().get(Counter::TcpExtDelayedACKs), 1);
+    let now = t.now;
+    t.stack.tcp_close(now, h).unwrap();
+    let f = t.recv().expect("our FIN");
+    assert!(f.has(Flags::FIN | Flags::ACK) && f.ack == 1009, "{f:?}");
+}
+
 /// TIME-WAIT (RFC 9293 §3.10.7.4): a retransmitted FIN is re-acknowledged; a new SYN with
 /// a higher sequence number opens a new connection (Linux TCP_TW_SYN).
 #[test]

@@ -447,14 +447,19 @@ impl Sock<'_> {
         {
             // "advance RCV.NXT over the FIN, and send an acknowledgment for the FIN".
             tcb.rcv.nxt += 1;
-            tcb.flags.set(TcbFlags::ACK_NOW);
             let fin_acked = tcb.flags.has(TcbFlags::FIN_SENT) && tcb.snd.una == tcb.snd.nxt;
             match tcb.state {
-                State::SynReceived | State::Established => self.set_state(State::CloseWait),
+                State::SynReceived | State::Established => {
+                    self.tcp_fin_delay_ack(now);
+                    self.set_state(State::CloseWait);
+                }
                 State::FinWait1 if fin_acked => return Verdict::TimeWait { ack_fin: true },
-                State::FinWait1 => self.set_state(State::Closing),
+                State::FinWait1 => {
+                    tcb.flags.set(TcbFlags::ACK_NOW);
+                    self.set_state(State::Closing);
+                }
                 State::FinWait2 => return Verdict::TimeWait { ack_fin: true },
-                _ => {}
+                _ => tcb.flags.set(TcbFlags::ACK_NOW),
             }
         } else if f.contains(Flags::FIN) {
             // A FIN ahead of missing data: Linux queues it with its segment
@@ -1473,6 +1478,39 @@ impl Sock<'_> {
                 tcb.timers.delack = Deadline::at(now + DELACK);
                 self.arm(now);
             }
+        }
+    }
+
+    /// The ACK of a FIN that takes ESTABLISHED (or SYN-RECEIVED) to CLOSE-WAIT, delayed as
+    /// Linux delays it once data has come in: `tcp_fin` only schedules it
+    /// (`inet_csk_schedule_ack`) and enters pingpong mode (`inet_csk_enter_pingpong_mode`),
+    /// so `__tcp_ack_snd_check`, no longer in quick-ACK mode, leaves it to
+    /// `tcp_send_delayed_ack` at the ATO (40 ms, set by the first data,
+    /// `tcp_event_data_recv`; [`DELACK`] here). The application's close, which usually
+    /// follows at once, sends our FIN with it: three segments end the connection instead
+    /// of four (Linux's loopback: FIN, FIN-ACK, ACK). A connection that has received no
+    /// data has an ATO of 0 on Linux, so its delayed ACK is due at the next jiffy: that
+    /// one is sent at once here (tests/conformance/close/passive-close.pkt). RFC 9293
+    /// §3.10.7.4 "send an acknowledgment for the FIN", with §3.8.6.3's delayed ACK (RFC
+    /// 1122 §4.2.3.2: under 0.5 s). The other states' FIN is acknowledged at once (Linux
+    /// `tcp_fin`: FIN-WAIT-1 and FIN-WAIT-2 call `tcp_send_ack`). An immediate ACK the
+    /// segment's data already asked for (out of order, a hole filled, quick-ACK mode)
+    /// stands: ustack does not tell those apart (Linux, evaluating quick-ACK mode after
+    /// `tcp_fin`, delays the last of them).
+    #[inline]
+    fn tcp_fin_delay_ack(&mut self, now: Instant) {
+        let tcb = &mut *self.tcb;
+        // RCV.NXT is past the FIN: more than SYN and FIN between it and IRS is data.
+        let had_data = tcb.rcv.nxt.0.wrapping_sub(tcb.rcv.irs.0) > 2;
+        if !had_data || tcb.flags.has(TcbFlags::ACK_NOW) {
+            tcb.flags.set(TcbFlags::ACK_NOW);
+            return;
+        }
+        tcb.quick_acks = 0;
+        tcb.flags.set(TcbFlags::ACK_PENDING);
+        if !tcb.timers.delack.is_armed() {
+            tcb.timers.delack = Deadline::at(now + DELACK);
+            self.arm(now);
         }
     }
 
