@@ -5,6 +5,8 @@
 //! `tcp_write_xmit`, `TCP_CORK`). The test plays the peer ([`SegTest`]) on a virtual
 //! clock.
 
+use core::time::Duration;
+
 use ustack_stack::{Shutdown, TcpHandle};
 use ustack_testkit::tcp::{Seg, SegTest};
 use ustack_wire::tcp::Flags;
@@ -40,11 +42,12 @@ fn a_small_write_with_nothing_in_flight_leaves_at_once() {
     assert_eq!(t.stack.tcp_info(h).unwrap().send_q, 0);
 }
 
-/// A write larger than the window the peer offers (but within one MSS) sends the window's
-/// worth, not the write (RFC 9293 §3.8.6: "the sending TCP peer must not send data beyond
-/// the right window edge"); the rest after the window opens.
+/// A write larger than the window the peer offers (but within one MSS) waits for the
+/// window rather than go cut short by it, even with nothing in flight (Linux
+/// `tcp_snd_wnd_test`: the segment, a whole MSS or all that is unsent, must fit; sender
+/// silly window avoidance, RFC 9293 §3.8.6.2.1); it leaves whole once the window opens.
 #[test]
-fn a_write_past_the_window_sends_only_the_window() {
+fn a_write_past_the_window_waits_for_the_window() {
     let mut t = SegTest::listening(80);
     let (h, start) = open(&mut t);
     // Linux tcp_may_update_window: a duplicate ACK may close the window or widen it,
@@ -52,11 +55,38 @@ fn a_write_past_the_window_sends_only_the_window() {
     t.send(Seg::ack(1001, start).win(0));
     t.send(Seg::ack(1001, start).win(10));
     assert_eq!(t.write(h, &[b'x'; 20]), 20);
+    assert_eq!(t.recv_all(), vec![], "20 bytes do not fit a 10-byte window");
+    t.send(Seg::ack(1001, start).win(1000));
     let s = t.recv_all();
-    assert_eq!(spans(&s), [(start, 10)], "the window's 10 bytes only");
+    assert_eq!(spans(&s), [(start, 20)], "the whole write, once it fits");
+}
+
+/// The segment the window held back (see above) goes cut to the window when the probe
+/// timer fires with the window still short and nothing in flight (Linux
+/// `tcp_probe_timer` -> `tcp_send_probe0` -> `tcp_write_wakeup`: "seg_size = min(seg_size,
+/// mss)", the rest after its ACK); and it is then timed as any data (the RTO resends it).
+#[test]
+fn a_segment_held_by_a_short_window_goes_cut_to_it_at_the_probe_timer() {
+    let mut t = SegTest::listening(80);
+    let (h, start) = open(&mut t);
+    t.send(Seg::ack(1001, start).win(0));
+    t.send(Seg::ack(1001, start).win(10));
+    assert_eq!(t.write(h, &[b'x'; 20]), 20);
+    assert_eq!(t.recv_all(), vec![]);
+    let fired = t
+        .next_seg(Duration::from_secs(5))
+        .expect("the probe timer sends");
+    assert_eq!(
+        spans(&[fired.1.clone()]),
+        [(start, 10)],
+        "the window's 10 bytes: {fired:?}"
+    );
+    assert!(fired.1.has(Flags::PSH), "{:?}", fired.1);
+    // Unacknowledged, it is retransmitted (the RTO armed with it), not left.
+    let again = t.next_seg(Duration::from_secs(5)).expect("retransmitted");
+    assert_eq!(spans(&[again.1]), [(start, 10)]);
     t.send(Seg::ack(1001, start.wrapping_add(10)).win(1000));
-    let rest = t.recv_all();
-    assert_eq!(spans(&rest), [(start.wrapping_add(10), 10)]);
+    assert_eq!(spans(&t.recv_all()), [(start.wrapping_add(10), 10)]);
 }
 
 /// A write longer than the MSS is cut into MSS-sized segments (RFC 9293 §3.7.1), even

@@ -171,6 +171,21 @@ fn zero_tail(out: &mut [u8]) {
     out.fill(0);
 }
 
+/// What [`Stack::tcp_write_xmit`] is sending for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Xmit {
+    /// New data as cwnd, the window and Nagle allow (Linux `tcp_write_xmit`).
+    Normal,
+    /// A tail loss probe's one new segment regardless of cwnd and Nagle (Linux
+    /// `tcp_write_xmit(.., TCP_NAGLE_OFF, push_one = 2)`), still only when it fits the
+    /// window (`tcp_snd_wnd_test` applies there too).
+    LossProbe,
+    /// The probe timer's one segment (Linux `tcp_write_wakeup`): what waits, cut to the
+    /// window when the window is shorter than a segment, regardless of cwnd, Nagle and
+    /// the cork.
+    Wakeup,
+}
+
 impl Stack {
     /// A fresh TCB for `tuple` with Linux's defaults; options come from the handshake.
     pub(crate) fn new_tcb(
@@ -955,7 +970,7 @@ impl Stack {
                 }
             }
         }
-        let sent = self.tcp_write_xmit(now, h, false);
+        let sent = self.tcp_write_xmit(now, h, Xmit::Normal);
         self.tcp_output_sent(now, h, sent);
     }
 
@@ -986,7 +1001,7 @@ impl Stack {
     /// What [`Stack::tcp_output`] does once new data was sent (`sent` segments): the
     /// loss probe or the RTO armed, then any ACK still owed.
     #[inline]
-    fn tcp_output_sent(&mut self, now: Instant, h: TcpHandle, sent: u32) {
+    pub(crate) fn tcp_output_sent(&mut self, now: Instant, h: TcpHandle, sent: u32) {
         if sent > 0
             && let Some(tcb) = self.tcp.get_mut(h)
             && tcb.arm_after_send(now, false)
@@ -1006,10 +1021,10 @@ impl Stack {
     }
 
     /// Send new data (Linux `tcp_write_xmit`): as much as cwnd against the pipe, the
-    /// peer's window and Nagle allow; with `probe`, one segment regardless of cwnd and
-    /// Nagle (Linux `tcp_write_xmit(.., TCP_NAGLE_OFF, push_one = 2)` for a loss probe).
-    /// Returns the segments sent.
-    pub(crate) fn tcp_write_xmit(&mut self, now: Instant, h: TcpHandle, probe: bool) -> u32 {
+    /// peer's window and Nagle allow; a probe ([`Xmit::LossProbe`], [`Xmit::Wakeup`]):
+    /// one segment regardless of cwnd and Nagle. Returns the segments sent.
+    pub(crate) fn tcp_write_xmit(&mut self, now: Instant, h: TcpHandle, mode: Xmit) -> u32 {
+        let probe = mode != Xmit::Normal;
         if !probe && let Some(sent) = self.tcp_write_xmit_one::<false>(now, h) {
             return sent;
         }
@@ -1078,13 +1093,25 @@ impl Stack {
                     continue;
                 }
             }
-            let len = unsent.min(mss_now).min(wnd_avail);
+            // Linux tcp_snd_wnd_test: the next segment (a whole MSS, or all that is
+            // unsent when less) goes only when it fits the peer's window; a segment the
+            // window would cut short waits for the window to open (an ACK), or, with
+            // nothing in flight to bring one, for the probe timer, whose expiry sends
+            // what fits (tcp_write_wakeup, `Xmit::Wakeup`). This is sender silly window
+            // avoidance (RFC 9293 §3.8.6.2.1: send when "the maximum amount of data that
+            // can be sent is at least Eff.snd.MSS" or is all the data there is) without
+            // its "Fs * max wnd" clause, as Linux: the MSS is already bounded to half
+            // the largest window the peer offered (`bound_to_half_wnd`, tcp_bound_to_half_wnd).
+            // A zero window is the case where nothing fits (RFC 9293 §3.8.6.1).
+            let want = unsent.min(mss_now);
+            let window_short = want > wnd_avail && mode != Xmit::Wakeup;
+            let len = if window_short { 0 } else { want.min(wnd_avail) };
             let fin = fin_pending
                 && len == unsent
                 && (unsent == 0 || wnd_avail > len || wnd_avail >= unsent);
             if len == 0 && !(fin && unsent == 0) {
-                // Zero window with data waiting: the probe timer takes over
-                // (RFC 9293 §3.8.6.1).
+                // The probe timer takes over when nothing in flight will bring an ACK
+                // (Linux tcp_check_probe_timer: "!tp->packets_out && !icsk_pending").
                 if tcb.rtx().is_empty() && !tcb.timers.retransmit.is_armed() {
                     let rto = tcb.rtt.rto();
                     if let Some(t) = self.tcp.get_mut(h) {
@@ -1123,20 +1150,10 @@ impl Stack {
                 }
                 break;
             }
-            // A segment cut short by the peer's window: sender silly window avoidance
-            // (RFC 9293 §3.8.6.2.1) sends it only with nothing unacknowledged or when it
-            // is at least half the largest window the peer offered.
-            let unacked = tcb.snd.nxt != tcb.snd.una;
-            if partial
-                && len < unsent
-                && !nodelay
-                && unacked
-                && len < (tcb.snd.max_wnd / 2) as usize
-            {
-                break;
-            }
             let seq = tcb.snd.nxt;
-            if !self.tcp_send_segment(now, h, seq, len, fin, len == unsent, 0) {
+            // Linux tcp_write_wakeup: a segment cut to the window carries PSH.
+            let push = len == unsent || mode == Xmit::Wakeup;
+            if !self.tcp_send_segment(now, h, seq, len, fin, push, 0) {
                 break;
             }
             sent_segs += 1;
@@ -1312,7 +1329,7 @@ impl Stack {
         let Some(tcb) = self.tcp.get(h) else { return };
         let mut sent_probe = false;
         if tcb.active.recovery.tlp_high_seq.is_none() {
-            let mut probed = self.tcp_write_xmit(now, h, true) > 0;
+            let mut probed = self.tcp_write_xmit(now, h, Xmit::LossProbe) > 0;
             let mut retrans = false;
             if !probed {
                 let Some(tcb) = self.tcp.get(h) else { return };
