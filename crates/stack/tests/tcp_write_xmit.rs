@@ -61,6 +61,38 @@ fn a_write_past_the_window_waits_for_the_window() {
     assert_eq!(spans(&s), [(start, 20)], "the whole write, once it fits");
 }
 
+/// The same on a connection that holds its header template (built by its first
+/// writes), where a small write with nothing in flight takes the one-pass way
+/// (`tcp_send_one`): the window is tested there too, and a write that fits leaves by it.
+#[test]
+fn a_write_past_the_window_waits_on_the_one_pass_way_too() {
+    let mut t = SegTest::listening(80);
+    let (h, start) = open(&mut t);
+    let at = |n: u32| start.wrapping_add(n);
+    // Two exchanges: the first takes the active state, the second stores the template.
+    t.write(h, b"ping");
+    assert_eq!(spans(&t.recv_all()), [(start, 4)]);
+    t.send(Seg::ack(1001, at(4)).win(1000));
+    t.write(h, b"pong");
+    assert_eq!(spans(&t.recv_all()), [(at(4), 4)]);
+    // The ACK narrows the window to 10 bytes (it acknowledges new data, so it may).
+    t.send(Seg::ack(1001, at(8)).win(10));
+    let hits = t.stack.tcp_push_one_hits();
+    assert_eq!(t.write(h, &[b'x'; 20]), 20);
+    assert_eq!(t.recv_all(), vec![], "20 bytes do not fit a 10-byte window");
+    t.send(Seg::ack(1001, at(8)).win(1000));
+    assert_eq!(spans(&t.recv_all()), [(at(8), 20)]);
+    t.send(Seg::ack(1001, at(28)).win(1000));
+    let hits_before = t.stack.tcp_push_one_hits();
+    t.write(h, b"ping");
+    assert_eq!(spans(&t.recv_all()), [(at(28), 4)]);
+    assert_eq!(
+        t.stack.tcp_push_one_hits(),
+        hits_before + 1,
+        "a write that fits: one pass ({hits} before the window's)"
+    );
+}
+
 /// The segment the window held back (see above) goes cut to the window when the probe
 /// timer fires with the window still short and nothing in flight (Linux
 /// `tcp_probe_timer` -> `tcp_send_probe0` -> `tcp_write_wakeup`: "seg_size = min(seg_size,
@@ -77,7 +109,7 @@ fn a_segment_held_by_a_short_window_goes_cut_to_it_at_the_probe_timer() {
         .next_seg(Duration::from_secs(5))
         .expect("the probe timer sends");
     assert_eq!(
-        spans(&[fired.1.clone()]),
+        spans(core::slice::from_ref(&fired.1)),
         [(start, 10)],
         "the window's 10 bytes: {fired:?}"
     );
