@@ -1151,6 +1151,13 @@ impl Stack {
         if let Some(n) = self.tcp_send_one(now, h, data) {
             return Ok(n);
         }
+        self.tcp_sendmsg(now, h, data)
+    }
+
+    /// [`Stack::tcp_send`] past its one-pass case (Linux `tcp_sendmsg_locked`): out of
+    /// line, so that the common case's frame stays small.
+    #[inline(never)]
+    fn tcp_sendmsg(&mut self, now: Instant, h: TcpHandle, data: &[u8]) -> Result<usize, Error> {
         let sockets = self.tcp.conns.len();
         let (tcb, pool) = self.tcp.split(h).ok_or(Error::BadHandle)?;
         if let Some(e) = tcb.error.take() {

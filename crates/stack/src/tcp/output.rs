@@ -1383,7 +1383,16 @@ impl Stack {
         let (head, payload) = Self::tcp_seg_head(tcb, &mut self.mib, false, h, None, out, now);
         let tuple = tcb.tuple;
         self.tcp.push_one_hits += 1;
-        if self.tcp_seg_transmit(now, h, &tuple, tpl, &head, payload, out) {
+        // The template was found current above: an IPv4 one is used as it is (as
+        // `tcp_transmit_templated` would, without its second look).
+        let sent = match tpl {
+            TxTemplate::V4(t) => {
+                self.tcp.template_hits += 1;
+                self.tcp_transmit4(now, &t, &head, payload, 1)
+            }
+            TxTemplate::V6(_) => self.tcp_seg_transmit(now, h, &tuple, tpl, &head, payload, out),
+        };
+        if sent {
             self.tcp_sent_one::<true>(now, h, seq, n, mss_now);
         } else {
             // Held back (the device's queue): queued, sent by the output later.
