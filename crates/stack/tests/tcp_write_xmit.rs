@@ -42,12 +42,9 @@ fn a_small_write_with_nothing_in_flight_leaves_at_once() {
     assert_eq!(t.stack.tcp_info(h).unwrap().send_q, 0);
 }
 
-/// A write larger than the window the peer offers (but within one MSS) waits for the
-/// window rather than go cut short by it, even with nothing in flight (Linux
-/// `tcp_snd_wnd_test`: the segment, a whole MSS or all that is unsent, must fit; sender
-/// silly window avoidance, RFC 9293 §3.8.6.2.1); it leaves whole once the window opens.
-#[test]
-fn a_write_past_the_window_waits_for_the_window() {
+/// An open connection whose peer offers a 10-byte window, and a 20-byte write that
+/// sent nothing; with the handle and our first data sequence number.
+fn twenty_bytes_on_a_ten_byte_window() -> (SegTest, TcpHandle, u32) {
     let mut t = SegTest::listening(80);
     let (h, start) = open(&mut t);
     // Linux tcp_may_update_window: a duplicate ACK may close the window or widen it,
@@ -56,6 +53,16 @@ fn a_write_past_the_window_waits_for_the_window() {
     t.send(Seg::ack(1001, start).win(10));
     assert_eq!(t.write(h, &[b'x'; 20]), 20);
     assert_eq!(t.recv_all(), vec![], "20 bytes do not fit a 10-byte window");
+    (t, h, start)
+}
+
+/// A write larger than the window the peer offers (but within one MSS) waits for the
+/// window rather than go cut short by it, even with nothing in flight (Linux
+/// `tcp_snd_wnd_test`: the segment, a whole MSS or all that is unsent, must fit; sender
+/// silly window avoidance, RFC 9293 §3.8.6.2.1); it leaves whole once the window opens.
+#[test]
+fn a_write_past_the_window_waits_for_the_window() {
+    let (mut t, _h, start) = twenty_bytes_on_a_ten_byte_window();
     t.send(Seg::ack(1001, start).win(1000));
     let s = t.recv_all();
     assert_eq!(spans(&s), [(start, 20)], "the whole write, once it fits");
@@ -99,12 +106,7 @@ fn a_write_past_the_window_waits_on_the_one_pass_way_too() {
 /// mss)", the rest after its ACK); and it is then timed as any data (the RTO resends it).
 #[test]
 fn a_segment_held_by_a_short_window_goes_cut_to_it_at_the_probe_timer() {
-    let mut t = SegTest::listening(80);
-    let (h, start) = open(&mut t);
-    t.send(Seg::ack(1001, start).win(0));
-    t.send(Seg::ack(1001, start).win(10));
-    assert_eq!(t.write(h, &[b'x'; 20]), 20);
-    assert_eq!(t.recv_all(), vec![]);
+    let (mut t, _h, start) = twenty_bytes_on_a_ten_byte_window();
     let fired = t
         .next_seg(Duration::from_secs(5))
         .expect("the probe timer sends");
