@@ -1147,6 +1147,17 @@ impl Stack {
     /// Queue bytes for sending; returns how many were taken (at most the free send
     /// buffer). `WouldBlock` when none fit; `NotConnected`-like errors map to EPIPE.
     pub fn tcp_send(&mut self, now: Instant, h: TcpHandle, data: &[u8]) -> Result<usize, Error> {
+        // A small write with nothing in flight leaves whole, in one pass.
+        if let Some(n) = self.tcp_send_one(now, h, data) {
+            return Ok(n);
+        }
+        self.tcp_sendmsg(now, h, data)
+    }
+
+    /// [`Stack::tcp_send`] past its one-pass case (Linux `tcp_sendmsg_locked`): out of
+    /// line, so that the common case's frame stays small.
+    #[inline(never)]
+    fn tcp_sendmsg(&mut self, now: Instant, h: TcpHandle, data: &[u8]) -> Result<usize, Error> {
         let sockets = self.tcp.conns.len();
         let (tcb, pool) = self.tcp.split(h).ok_or(Error::BadHandle)?;
         if let Some(e) = tcb.error.take() {

@@ -10,6 +10,7 @@ use ustack_obs::{Counter, DropReason, Instant};
 use ustack_wire::tcp::{self, Flags, TcpTimestamp};
 use ustack_wire::{IpProtocol, SeqNumber};
 
+use super::buffer::CHUNK;
 use super::buffer::{RecvBuffer, SendBuffer};
 use super::cc::{CaState, Cc, CcState, CongestionControl};
 use super::clock32::Deadline;
@@ -19,7 +20,7 @@ use super::rtt::RttEstimator;
 use super::scoreboard::SegFlags;
 use super::sock::Sock;
 use super::tcb::{FourTuple, RecvSeq, SendSeq, Tcb, TcbFlags, Timers};
-use super::xmit::SegHead;
+use super::xmit::{SegHead, TxTemplate};
 use super::{State, TcpHandle};
 use crate::ip::ipv6::{Ip6Out, Outbound6};
 use crate::{Stack, Sysctl};
@@ -169,6 +170,21 @@ impl Payload {
 #[inline(never)]
 fn zero_tail(out: &mut [u8]) {
     out.fill(0);
+}
+
+/// What [`Stack::tcp_write_xmit`] is sending for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Xmit {
+    /// New data as cwnd, the window and Nagle allow (Linux `tcp_write_xmit`).
+    Normal,
+    /// A tail loss probe's one new segment regardless of cwnd and Nagle (Linux
+    /// `tcp_write_xmit(.., TCP_NAGLE_OFF, push_one = 2)`), still only when it fits the
+    /// window (`tcp_snd_wnd_test` applies there too).
+    LossProbe,
+    /// The probe timer's one segment (Linux `tcp_write_wakeup`): what waits, cut to the
+    /// window when the window is shorter than a segment, regardless of cwnd, Nagle and
+    /// the cork.
+    Wakeup,
 }
 
 impl Stack {
@@ -760,14 +776,7 @@ impl Stack {
     /// (`tcp_write_xmit_one`, which a write's `tcp_push_one` takes), one call fewer.
     #[inline(always)]
     fn tcp_send_segment_inline(&mut self, now: Instant, h: TcpHandle, out: SegOut) -> bool {
-        let SegOut {
-            seq,
-            len,
-            fin,
-            push,
-            gso,
-        } = out;
-        let ack_only = len == 0 && !fin;
+        let ack_only = out.len == 0 && !out.fin;
         if self.tcp_tx_throttle(h, ack_only) {
             // Held back, not lost: an ACK owed is sent when the connection is woken.
             if ack_only && let Some(tcb) = self.tcp.get_mut(h) {
@@ -786,7 +795,33 @@ impl Stack {
         } else {
             None
         };
-        let window = Self::select_window(tcb, &mut self.mib, pressure);
+        let (head, payload) = Self::tcp_seg_head(tcb, &mut self.mib, pressure, h, snd_up, out, now);
+        let (tuple, tpl) = (tcb.tuple, tcb.active.tx_template);
+        self.tcp_seg_transmit(now, h, &tuple, tpl, &head, payload, out)
+    }
+
+    /// The header of connection `h`'s segment `out` (and where its payload lies), with
+    /// what sending it changes in the connection: the window advertised (RCV.WND, RCV.WUP),
+    /// pending ACKs cleared (the segment carries the ACK), the timestamps' and SACK
+    /// blocks' state. `snd_up`: the send urgent pointer, if urgent mode is on.
+    #[inline(always)]
+    fn tcp_seg_head(
+        tcb: &mut Tcb,
+        mib: &mut ustack_obs::Mib,
+        pressure: bool,
+        h: TcpHandle,
+        snd_up: Option<SeqNumber>,
+        out: SegOut,
+        now: Instant,
+    ) -> (SegHead, Payload) {
+        let SegOut {
+            seq,
+            len,
+            fin,
+            push,
+            gso,
+        } = out;
+        let window = Self::select_window(tcb, mib, pressure);
         let mut flags = Flags::ACK;
         if fin {
             flags |= Flags::FIN;
@@ -847,8 +882,6 @@ impl Stack {
                 head.n_sacks -= 1;
             }
         }
-        // The connection's header template, if it holds one (checked current below).
-        let tpl = tcb.active.tx_template;
         let payload = if len > 0 {
             Payload::SendBuffer {
                 h,
@@ -859,10 +892,28 @@ impl Stack {
         } else {
             Payload::None
         };
-        let segs = if gso > 0 { len.div_ceil(gso) } else { 1 };
+        (head, payload)
+    }
+
+    /// Send the segment `head` (with `payload`) of connection `h`: from its header
+    /// template `tpl` when current (else a new one), or by the general path
+    /// ([`Stack::tcp_emit`]).
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn tcp_seg_transmit(
+        &mut self,
+        now: Instant,
+        h: TcpHandle,
+        tuple: &FourTuple,
+        tpl: super::xmit::TxTemplate,
+        head: &SegHead,
+        payload: Payload,
+        out: SegOut,
+    ) -> bool {
+        let gso = out.gso;
+        let segs = if gso > 0 { out.len.div_ceil(gso) } else { 1 };
         if self.tcp_template_on
-            && let Some(sent) =
-                self.tcp_transmit_templated(now, h, &tuple, tpl, &head, payload, segs)
+            && let Some(sent) = self.tcp_transmit_templated(now, h, tuple, tpl, head, payload, segs)
         {
             return sent;
         }
@@ -871,7 +922,7 @@ impl Stack {
             // on); the general path sizes frames to the MTU.
             return false;
         }
-        self.tcp_emit(now, tuple, &head.repr(), payload)
+        self.tcp_emit(now, *tuple, &head.repr(), payload)
     }
 
     /// A pure ACK now (RFC 9293 §3.10.7.4: `<SEQ=SND.NXT><ACK=RCV.NXT><CTL=ACK>`).
@@ -955,7 +1006,7 @@ impl Stack {
                 }
             }
         }
-        let sent = self.tcp_write_xmit(now, h, false);
+        let sent = self.tcp_write_xmit(now, h, Xmit::Normal);
         self.tcp_output_sent(now, h, sent);
     }
 
@@ -986,7 +1037,7 @@ impl Stack {
     /// What [`Stack::tcp_output`] does once new data was sent (`sent` segments): the
     /// loss probe or the RTO armed, then any ACK still owed.
     #[inline]
-    fn tcp_output_sent(&mut self, now: Instant, h: TcpHandle, sent: u32) {
+    pub(crate) fn tcp_output_sent(&mut self, now: Instant, h: TcpHandle, sent: u32) {
         if sent > 0
             && let Some(tcb) = self.tcp.get_mut(h)
             && tcb.arm_after_send(now, false)
@@ -1006,10 +1057,10 @@ impl Stack {
     }
 
     /// Send new data (Linux `tcp_write_xmit`): as much as cwnd against the pipe, the
-    /// peer's window and Nagle allow; with `probe`, one segment regardless of cwnd and
-    /// Nagle (Linux `tcp_write_xmit(.., TCP_NAGLE_OFF, push_one = 2)` for a loss probe).
-    /// Returns the segments sent.
-    pub(crate) fn tcp_write_xmit(&mut self, now: Instant, h: TcpHandle, probe: bool) -> u32 {
+    /// peer's window and Nagle allow; a probe ([`Xmit::LossProbe`], [`Xmit::Wakeup`]):
+    /// one segment regardless of cwnd and Nagle. Returns the segments sent.
+    pub(crate) fn tcp_write_xmit(&mut self, now: Instant, h: TcpHandle, mode: Xmit) -> u32 {
+        let probe = mode != Xmit::Normal;
         if !probe && let Some(sent) = self.tcp_write_xmit_one::<false>(now, h) {
             return sent;
         }
@@ -1078,13 +1129,25 @@ impl Stack {
                     continue;
                 }
             }
-            let len = unsent.min(mss_now).min(wnd_avail);
+            // Linux tcp_snd_wnd_test: the next segment (a whole MSS, or all that is
+            // unsent when less) goes only when it fits the peer's window; a segment the
+            // window would cut short waits for the window to open (an ACK), or, with
+            // nothing in flight to bring one, for the probe timer, whose expiry sends
+            // what fits (tcp_write_wakeup, `Xmit::Wakeup`). This is sender silly window
+            // avoidance (RFC 9293 §3.8.6.2.1: send when "the maximum amount of data that
+            // can be sent is at least Eff.snd.MSS" or is all the data there is) without
+            // its "Fs * max wnd" clause, as Linux: the MSS is already bounded to half
+            // the largest window the peer offered (`bound_to_half_wnd`, tcp_bound_to_half_wnd).
+            // A zero window is the case where nothing fits (RFC 9293 §3.8.6.1).
+            let want = unsent.min(mss_now);
+            let window_short = want > wnd_avail && mode != Xmit::Wakeup;
+            let len = if window_short { 0 } else { want.min(wnd_avail) };
             let fin = fin_pending
                 && len == unsent
                 && (unsent == 0 || wnd_avail > len || wnd_avail >= unsent);
             if len == 0 && !(fin && unsent == 0) {
-                // Zero window with data waiting: the probe timer takes over
-                // (RFC 9293 §3.8.6.1).
+                // The probe timer takes over when nothing in flight will bring an ACK
+                // (Linux tcp_check_probe_timer: "!tp->packets_out && !icsk_pending").
                 if tcb.rtx().is_empty() && !tcb.timers.retransmit.is_armed() {
                     let rto = tcb.rtt.rto();
                     if let Some(t) = self.tcp.get_mut(h) {
@@ -1123,20 +1186,10 @@ impl Stack {
                 }
                 break;
             }
-            // A segment cut short by the peer's window: sender silly window avoidance
-            // (RFC 9293 §3.8.6.2.1) sends it only with nothing unacknowledged or when it
-            // is at least half the largest window the peer offered.
-            let unacked = tcb.snd.nxt != tcb.snd.una;
-            if partial
-                && len < unsent
-                && !nodelay
-                && unacked
-                && len < (tcb.snd.max_wnd / 2) as usize
-            {
-                break;
-            }
             let seq = tcb.snd.nxt;
-            if !self.tcp_send_segment(now, h, seq, len, fin, len == unsent, 0) {
+            // Linux tcp_write_wakeup: a segment cut to the window carries PSH.
+            let push = len == unsent || mode == Xmit::Wakeup;
+            if !self.tcp_send_segment(now, h, seq, len, fin, push, 0) {
                 break;
             }
             sent_segs += 1;
@@ -1216,13 +1269,31 @@ impl Stack {
         if !self.tcp_send_segment_inline(now, h, out) {
             return Some(0);
         }
+        self.tcp_sent_one::<ARM_SENT>(now, h, seq, unsent, mss_now);
+        Some(1)
+    }
+
+    /// What sending `len` new bytes at `seq` in one segment changes in connection `h`
+    /// (Linux `tcp_event_new_data_sent`): queued for retransmission, SND.NXT past it,
+    /// Minshall's sub-MSS mark, PRR's count. `ARM_SENT`: and the timer, as
+    /// [`Stack::tcp_output_sent`] would arm it, on the connection already at hand (see
+    /// `tcp_write_xmit_one`); the queue held nothing before this segment.
+    #[inline(always)]
+    fn tcp_sent_one<const ARM_SENT: bool>(
+        &mut self,
+        now: Instant,
+        h: TcpHandle,
+        seq: SeqNumber,
+        len: usize,
+        mss_now: usize,
+    ) {
         let Some((tcb, spare)) = self.tcp.get_with_spare(h) else {
-            return Some(1);
+            return;
         };
-        let end = seq + unsent;
+        let end = seq + len;
         tcb.rtx_push().push_reusing(seq, end, now, spare);
         tcb.snd.nxt = end;
-        if unsent < mss_now {
+        if len < mss_now {
             // Linux tcp_minshall_update.
             tcb.snd_sml = end;
         }
@@ -1243,7 +1314,91 @@ impl Stack {
                 self.tcp_arm(now, h);
             }
         }
-        Some(1)
+    }
+
+    /// A write (`Stack::tcp_send`) into an empty send buffer that leaves whole at once
+    /// in one segment, in one pass over the connection (Linux `tcp_sendmsg` ->
+    /// `tcp_push_one` for a write that is the queue's only skb). The conditions of
+    /// `tcp_send` (no pending error, a state that sends, no FIN queued, room in the send
+    /// buffer, memory under `tcp_mem.low`: Linux `sk_wmem_schedule`'s first test) and of
+    /// `tcp_write_xmit_one` (ESTABLISHED or CLOSE-WAIT, nothing in flight, no cork, the
+    /// write within one segment and the peer's window: Linux `tcp_snd_wnd_test`) are
+    /// tested together on the connection looked up once, with those of the segment's
+    /// template path (no urgent mode, a current header template, room in the transmit
+    /// queue). The bytes are copied once into the send buffer, which keeps them for
+    /// retransmission, and from there once into the frame. `None`: not this case,
+    /// nothing done, the general path's.
+    #[inline(always)]
+    pub(crate) fn tcp_send_one(
+        &mut self,
+        now: Instant,
+        h: TcpHandle,
+        data: &[u8],
+    ) -> Option<usize> {
+        if !self.tcp_template_on || self.tx_queue_full() {
+            return None;
+        }
+        let tx_gen = self.tx_gen;
+        let super::Tcp { conns, pool, .. } = &mut self.tcp;
+        let tcb = conns.get_mut(h.index, h.generation)?;
+        let n = data.len();
+        let seq = tcb.snd.nxt;
+        let tpl = tcb.active.tx_template;
+        let tpl_current = match tpl {
+            TxTemplate::V4(t) => t.generation == tx_gen,
+            TxTemplate::V6(t) => t.generation == tx_gen,
+        };
+        if !tpl_current
+            || tcb.error.is_some()
+            || !matches!(tcb.state, State::Established | State::CloseWait)
+            || tcb
+                .flags
+                .has(TcbFlags::FIN_QUEUED | TcbFlags::FIN_SENT | TcbFlags::CORK | TcbFlags::URG)
+            || !tcb.sndbuf.is_empty()
+            || seq != tcb.snd.una
+            || seq != tcb.data_start()
+            || !tcb.rtx().is_empty()
+            || tcb.congestion.cwnd == 0
+            || n == 0
+            || n > CHUNK
+            || n > tcb.sndbuf_limit as usize
+            || n > tcb.snd.wnd as usize
+            || !pool.fast_schedule(1)
+        {
+            return None;
+        }
+        let mss_now = bound_to_half_wnd(tcb.mss_now(), tcb.snd.max_wnd, tcb.flags);
+        if n > mss_now || !tcb.sndbuf.write_first(pool, data) {
+            return None;
+        }
+        let _stage = ustack_obs::profile::enter(ustack_obs::profile::Stage::TcpOutput);
+        let out = SegOut {
+            seq,
+            len: n,
+            fin: false,
+            push: true,
+            gso: 0,
+        };
+        // Not under memory pressure: `fast_schedule` said so.
+        let (head, payload) = Self::tcp_seg_head(tcb, &mut self.mib, false, h, None, out, now);
+        let tuple = tcb.tuple;
+        self.tcp.push_one_hits += 1;
+        // The template was found current above: an IPv4 one is used as it is (as
+        // `tcp_transmit_templated` would, without its second look).
+        let sent = match tpl {
+            TxTemplate::V4(t) => {
+                self.tcp.template_hits += 1;
+                self.tcp_transmit4(now, &t, &head, payload, 1)
+            }
+            TxTemplate::V6(_) => self.tcp_seg_transmit(now, h, &tuple, tpl, &head, payload, out),
+        };
+        if sent {
+            self.tcp_sent_one::<true>(now, h, seq, n, mss_now);
+        } else {
+            // Held back (the device's queue): queued, sent by the output later.
+            self.tcp_output_sent(now, h, 0);
+        }
+        Some(n)
     }
 
     /// How many full segments of `mss_now` bytes to send now as one super-segment (TSO
@@ -1312,7 +1467,7 @@ impl Stack {
         let Some(tcb) = self.tcp.get(h) else { return };
         let mut sent_probe = false;
         if tcb.active.recovery.tlp_high_seq.is_none() {
-            let mut probed = self.tcp_write_xmit(now, h, true) > 0;
+            let mut probed = self.tcp_write_xmit(now, h, Xmit::LossProbe) > 0;
             let mut retrans = false;
             if !probed {
                 let Some(tcb) = self.tcp.get(h) else { return };

@@ -17,6 +17,7 @@ use ustack_wire::{SeqNumber, tcp};
 use super::cc::CaState;
 use super::clock32::{Deadline, DeadlineQueue, Ms32};
 use super::isn::ts_clock;
+use super::output::Xmit;
 use super::tcb::{FourTuple, TcbFlags};
 use super::tuple_hash::{TupleHash, TupleHasher, TupleTable};
 use super::{State, TcpHandle};
@@ -492,14 +493,17 @@ impl Stack {
             return;
         };
         let sent = tcb.snd.nxt.diff(tcb.data_start()).max(0) as usize;
-        if tcb.sndbuf.len() > sent && tcb.snd.wnd > 0 && tcb.flags.has(TcbFlags::CORK) {
-            // Corked data waited a probe timeout with nothing in flight: Linux
-            // tcp_probe_timer -> tcp_send_probe0 -> tcp_write_wakeup sends one segment of
-            // it, whatever the cork.
-            self.tcp_write_xmit(now, h, true);
+        if tcb.sndbuf.len() > sent && tcb.snd.wnd > 0 {
+            // Data waited a probe timeout with nothing in flight and a window open:
+            // corked, or a segment longer than the window (held by tcp_snd_wnd_test, see
+            // `tcp_write_xmit`). Linux tcp_probe_timer -> tcp_send_probe0 ->
+            // tcp_write_wakeup sends one segment of it, cut to the window, whatever the
+            // cork, and tcp_event_new_data_sent arms the RTO for it.
+            let sent = self.tcp_write_xmit(now, h, Xmit::Wakeup);
+            self.tcp_output_sent(now, h, sent);
             return self.tcp_output(now, h);
         }
-        if tcb.sndbuf.len() <= sent || tcb.snd.wnd > 0 {
+        if tcb.sndbuf.len() <= sent {
             // Nothing waits on the window any more.
             return self.tcp_output(now, h);
         }

@@ -93,10 +93,11 @@ impl SendBuffer {
         let take = data.len().min(room);
         if self.len == 0 && take <= CHUNK && take > 0 {
             // Into an empty buffer, one chunk's worth (a small message): no loop.
-            let Some(c) = pool.alloc() else { return 0 };
-            pool.chunk_mut(c)[..take].copy_from_slice(&data[..take]);
-            (self.head, self.tail, self.head_off, self.len) = (c, c, 0, take as u32);
-            return take;
+            return if self.write_first(pool, &data[..take]) {
+                take
+            } else {
+                0
+            };
         }
         let mut done = 0;
         while done < take {
@@ -121,6 +122,22 @@ impl SendBuffer {
             self.len += k as u32;
         }
         done
+    }
+
+    /// Append `data` (1 to [`CHUNK`] bytes) to this empty buffer: one chunk from the
+    /// pool, the bytes copied into it once ([`write`](Self::write)'s first case, for a
+    /// write that leaves at once, `Stack::tcp_send_one`). False (nothing taken) if the
+    /// buffer is not empty, `data` does not fit a chunk, or the pool has none.
+    #[inline(always)]
+    pub fn write_first(&mut self, pool: &mut BufferPool, data: &[u8]) -> bool {
+        let n = data.len();
+        if self.len != 0 || n == 0 || n > CHUNK {
+            return false;
+        }
+        let Some(c) = pool.alloc() else { return false };
+        pool.chunk_mut(c)[..n].copy_from_slice(data);
+        (self.head, self.tail, self.head_off, self.len) = (c, c, 0, n as u32);
+        true
     }
 
     /// Copy `out.len()` bytes starting `offset` bytes after the head (offset = seq - snd_una)
