@@ -945,20 +945,41 @@ impl Sock<'_> {
     /// prediction), so counted `TCPHPAcks` as Linux's `tcp_ack` counts it. Out of line:
     /// the receive path is as cheap without it inlined (echo 7,329 per round trip, 7,335
     /// inlined), and the profile shows the ACK's cost whole.
+    ///
+    /// `tsecr`: the echoed timestamp on our clock (see [`AckEvent::tsecr`]). The ACK of
+    /// the one segment outstanding (the request/response case) is done here in one pass
+    /// ([`tcp_ack_one`](Self::tcp_ack_one)); a longer queue's walk is out of line.
     #[inline(never)]
-    pub(super) fn tcp_ack_pure(&mut self, now: Instant, ack: SeqNumber, ev: AckEvent) {
+    pub(super) fn tcp_ack_pure(&mut self, now: Instant, ack: SeqNumber, tsecr: Option<u32>) {
         // Linux tcp_ack counts header prediction's ACKs that advance SND.UNA.
         self.mib.inc(Counter::TcpExtTCPHPAcks);
-        self.tcp_ack_advance(now, ack, ev);
+        if let Some(sent) = self.tcb.rtx_mut().and_then(|q| q.take_one_acked(ack)) {
+            return self.tcp_ack_one(now, ack, sent, tsecr);
+        }
+        let ev = AckEvent {
+            tsecr,
+            ..AckEvent::default()
+        };
+        self.tcp_ack_queue(now, ack, ev);
     }
 
     /// [`tcp_ack_pure`](Self::tcp_ack_pure) less its count, for [`tcp_ack`](Self::tcp_ack)
     /// (which counts the ACK as its path calls for).
     #[inline]
-    fn tcp_ack_advance(&mut self, now: Instant, ack: SeqNumber, mut ev: AckEvent) {
+    fn tcp_ack_advance(&mut self, now: Instant, ack: SeqNumber, ev: AckEvent) {
         if let Some(sent) = self.tcb.rtx_mut().and_then(|q| q.take_one_acked(ack)) {
             return self.tcp_ack_one(now, ack, sent, ev.tsecr);
         }
+        self.tcp_ack_queue(now, ack, ev);
+    }
+
+    /// [`tcp_ack_advance`](Self::tcp_ack_advance) for a queue other than one inline
+    /// segment wholly acknowledged: the queue's walk ([`tcp_clean_rtx_queue`]), the timer
+    /// and the congestion control.
+    ///
+    /// [`tcp_clean_rtx_queue`]: Self::tcp_clean_rtx_queue
+    #[inline(never)]
+    fn tcp_ack_queue(&mut self, now: Instant, ack: SeqNumber, mut ev: AckEvent) {
         // Nothing SACKed, lost or retransmitted: every queued segment is in flight.
         let prior_in_flight = self.tcb.rtx().len() as u32;
         let rtt = self.tcp_clean_rtx_queue::<true>(now, ack, &mut ev);
