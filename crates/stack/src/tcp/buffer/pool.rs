@@ -274,7 +274,7 @@ impl BufferPool {
     }
 
     /// Take a chunk (its link set to `NONE`), or `None` at the limit.
-    #[inline]
+    #[inline(always)]
     pub(super) fn alloc(&mut self) -> Option<u32> {
         if self.in_use >= self.limit_chunks {
             self.alloc_failures += 1;
@@ -321,7 +321,7 @@ impl BufferPool {
         &self.slabs[(c >> SLAB_SHIFT) as usize][c as usize & (SLAB_CHUNKS - 1)].0
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn chunk_mut(&mut self, c: u32) -> &mut [u8; CHUNK] {
         &mut self.slabs[(c >> SLAB_SHIFT) as usize][c as usize & (SLAB_CHUNKS - 1)].0
     }
