@@ -35,7 +35,7 @@ use super::isn::ts_clock;
 use super::output::DELACK;
 use super::recovery::{DUP_THRESH, MAX_REORDERING};
 use super::sock::Sock;
-use super::tcb::{FourTuple, Tcb, TcbFlags};
+use super::tcb::{FourTuple, LossRecovery, Tcb, TcbFlags};
 use super::{State, TcpHandle};
 use crate::ip::Inbound;
 use crate::ip::ipv6::Inbound6;
@@ -129,8 +129,13 @@ fn tcp_ack_update_rtt(tcb: &mut Tcb, now: Instant, tsecr: Option<u32>, seq_rtt_u
 /// acknowledged up to `ack`.
 #[inline]
 fn tcp_rack_advance(tcb: &mut Tcb, now: Instant, sent: Instant, ack: SeqNumber) {
+    rack_advance(&mut tcb.active.recovery, now, sent, ack);
+}
+
+/// [`tcp_rack_advance`] on the recovery state in hand.
+#[inline(always)]
+fn rack_advance(rec: &mut LossRecovery, now: Instant, sent: Instant, ack: SeqNumber) {
     let sent = sent.min(now);
-    let rec = &mut tcb.active.recovery;
     if sent >= rec.rack_xmit_ts {
         rec.rack_xmit_ts = sent;
         rec.rack_end_seq = ack;
@@ -1021,8 +1026,9 @@ impl Sock<'_> {
         tcb.probes = 0;
         let seq_rtt_us = rtt_us_since(now, sent);
         tcp_ack_update_rtt(tcb, now, tsecr, Some(seq_rtt_us));
-        tcp_rack_advance(tcb, now, sent, ack);
+        // RACK and the recovery stamps on one look at the box (held: the queue was in it).
         let rec = &mut tcb.active.recovery;
+        rack_advance(rec, now, sent, ack);
         rec.retrans_stamp = 0;
         rec.retrans_low = Instant::FAR_FUTURE;
         // tcp_set_xmit_timer with the queue empty.
