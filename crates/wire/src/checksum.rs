@@ -309,7 +309,13 @@ mod tests {
     fn carry_chain_at_every_length_and_alignment_sums_like_the_model() {
         let ones = [0xffu8; 208];
         let mixed: Vec<u8> = (0..208u32)
-            .map(|i| if i % 8 == 7 { 0xfe } else { (0xff - (i % 3)) as u8 })
+            .map(|i| {
+                if i % 8 == 7 {
+                    0xfe
+                } else {
+                    (0xff - (i % 3)) as u8
+                }
+            })
             .collect();
         for start in 0..8 {
             for end in start..ones.len() {
