@@ -1103,9 +1103,10 @@ impl Sock<'_> {
             return;
         }
         let tcb = &mut *self.tcb;
-        tcb.timers.retransmit = Deadline::at(now + tcb.rtt.rto());
+        let d = Deadline::at(now + tcb.rtt.rto());
+        tcb.timers.retransmit = d;
         tcb.flags.clear(TcbFlags::LOSS_PROBE);
-        self.arm(now);
+        self.arm_one(now, d);
     }
 
     /// The ACK moved SND.UNA (Linux `tcp_clean_rtx_queue` and the SND.UNA part of
@@ -1497,8 +1498,9 @@ impl Sock<'_> {
         } else {
             tcb.flags.set(TcbFlags::ACK_PENDING);
             if !tcb.timers.delack.is_armed() {
-                tcb.timers.delack = Deadline::at(now + DELACK);
-                self.arm(now);
+                let d = Deadline::at(now + DELACK);
+                tcb.timers.delack = d;
+                self.arm_one(now, d);
             }
         }
     }
