@@ -319,15 +319,22 @@ impl ReadyList {
     /// A wake-up: `key`'s readiness may have grown in the ways `wake` names. O(1): the
     /// socket's slot is checked, and the key is pushed only if it is not queued already.
     /// A socket already queued (every segment after the first of a batch the reader has
-    /// not harvested yet) is one masked compare and an OR, inline; the rest out of line.
+    /// not harvested yet) is one masked compare and an OR, inline; so is the first mark
+    /// after a harvest (the slot known, the queue with room: one store and one push, the
+    /// request/response case); the rest (a new slot, a queue to grow) out of line.
     #[inline(always)]
     pub(crate) fn mark(&mut self, key: SocketKey, wake: Readiness) {
         let (kind, index, generation) = key.parts();
-        if let Some(slot) = self.slots[kind].get_mut(index as usize)
-            && *slot & !(QUEUED - 1) == gen_tag(generation) | QUEUED
-        {
-            *slot |= u32::from(wake.0);
-            return;
+        if let Some(slot) = self.slots[kind].get_mut(index as usize) {
+            if *slot & !(QUEUED - 1) == gen_tag(generation) | QUEUED {
+                *slot |= u32::from(wake.0);
+                return;
+            }
+            if self.queue.len() < self.queue.capacity() {
+                *slot = gen_tag(generation) | QUEUED | u32::from(wake.0);
+                self.queue.push(key);
+                return;
+            }
         }
         self.mark_queue(key, wake);
     }

@@ -9,21 +9,24 @@
 //! field gets [`finish`]`(sum)`. A buffer whose stored checksum is right sums to `0xffff`.
 //!
 //! Speed: [`data`] reads 8 bytes at a time in native byte order into a 64-bit accumulator
-//! and swaps once at the end; RFC 1071 §2(B) ("byte order independence") is why that is
-//! correct. `cargo bench -p ustack-wire` measures it (docs/bench.md has figures).
+//! (the words of a step added in one carry chain, `adc` on x86-64) and swaps once at the
+//! end; RFC 1071 §2(B) ("byte order independence") is why that is correct. `cargo bench -p ustack-wire` measures it (docs/bench.md has figures).
 
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crate::IpProtocol;
 
-/// Fold a wide accumulator of native-order 16-bit sums into 16 bits (end-around carry).
+/// Fold a wide accumulator of native-order 16-bit sums (any `u64`: ones'-complement
+/// addition modulo 2^64 - 1, which 2^16 - 1 divides) into 16 bits: the halves added with
+/// their end-around carry, twice.
 #[inline]
-fn fold(mut acc: u64) -> u16 {
-    acc = (acc & 0xffff_ffff) + (acc >> 32);
-    acc = (acc & 0xffff_ffff) + (acc >> 32);
-    acc = (acc & 0xffff) + (acc >> 16);
-    acc = (acc & 0xffff) + (acc >> 16);
-    acc as u16
+fn fold(acc: u64) -> u16 {
+    let (s, c) = (acc as u32).overflowing_add((acc >> 32) as u32);
+    // After an add that carried the sum is at most 2^32 - 2: adding the carry back
+    // cannot overflow (the same below).
+    let s = s + u32::from(c);
+    let (t, c) = (s as u16).overflowing_add((s >> 16) as u16);
+    t + u16::from(c)
 }
 
 /// The ones'-complement sum of `data` as big-endian 16-bit words; an odd last byte is
@@ -31,42 +34,82 @@ fn fold(mut acc: u64) -> u16 {
 #[inline]
 pub fn data(data: &[u8]) -> u16 {
     // Native-order sum -> big-endian value (a no-op on big-endian machines).
-    u16::from_be(fold(sum_ne(data)))
+    u16::from_be(fold(sum_ne(0, data)))
 }
 
-/// The unfolded sum behind [`data`]: 16-bit words read in native byte order, added into
-/// a 64-bit accumulator (below 2^35), for callers that add more words before one fold.
+/// `a + b + carry` with the carry out: one `adc` on x86-64, where LLVM chains them (the
+/// carry stays in the flags from one word to the next).
+#[inline(always)]
+fn adc(carry: u8, a: u64, b: u64) -> (u8, u64) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let mut out = 0;
+        let carry = core::arch::x86_64::_addcarry_u64(carry, a, b, &mut out);
+        (carry, out)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let (s, c1) = a.overflowing_add(b);
+        let (s, c2) = s.overflowing_add(u64::from(carry));
+        (u8::from(c1 | c2), s)
+    }
+}
+
+/// Eight bytes of `b` from `i`, in native order.
+#[inline(always)]
+fn word(b: &[u8], i: usize) -> u64 {
+    u64::from_ne_bytes(*b[i..].first_chunk::<8>().expect("a whole word"))
+}
+
+/// The unfolded sum behind [`data`], starting from `init` (words already summed, such as
+/// a pseudo-header's): 16-bit words read in native byte order, added as 64-bit words with
+/// end-around carry (ones'-complement addition modulo 2^64 - 1, which [`fold`] takes to
+/// 16 bits), the carry chained through each step's words (Linux's x86 `csum_partial`
+/// does the same with `adc`): 64 bytes a step, then 32, 16 and 8, and the last 0..7
+/// bytes as one word.
 #[inline]
-fn sum_ne(data: &[u8]) -> u64 {
-    // Whole 64-bit words with end-around carry (ones' complement addition mod 2^64 - 1,
-    // which 2^16 - 1 divides, so the fold below gives the 16-bit sum): one add and one
-    // add-with-carry per 8 bytes. After an add that carried, the sum is at most
-    // 2^64 - 2, so adding the carry back cannot overflow.
-    let mut wide: u64 = 0;
-    let mut chunks = data.chunks_exact(16);
-    for c in &mut chunks {
-        let x = u64::from_ne_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
-        let y = u64::from_ne_bytes([c[8], c[9], c[10], c[11], c[12], c[13], c[14], c[15]]);
-        let (s, carry) = wide.overflowing_add(x);
-        wide = s + u64::from(carry);
-        let (s, carry) = wide.overflowing_add(y);
-        wide = s + u64::from(carry);
+fn sum_ne(init: u64, data: &[u8]) -> u64 {
+    let (mut acc, mut c) = (init, 0u8);
+    let mut rest = data;
+    while let Some((b, r)) = rest.split_first_chunk::<64>() {
+        for i in 0..8 {
+            (c, acc) = adc(c, acc, word(b, 8 * i));
+        }
+        rest = r;
     }
-    // Below 2^33 now: the few tail words below cannot overflow it.
-    let mut acc = (wide & 0xffff_ffff) + (wide >> 32);
-    let mut rest = chunks.remainder();
-    while rest.len() >= 4 {
-        acc += u32::from_ne_bytes([rest[0], rest[1], rest[2], rest[3]]) as u64;
-        rest = &rest[4..];
+    if let Some((b, r)) = rest.split_first_chunk::<32>() {
+        for i in 0..4 {
+            (c, acc) = adc(c, acc, word(b, 8 * i));
+        }
+        rest = r;
     }
-    if rest.len() >= 2 {
-        acc += u16::from_ne_bytes([rest[0], rest[1]]) as u64;
-        rest = &rest[2..];
+    if let Some((b, r)) = rest.split_first_chunk::<16>() {
+        (c, acc) = adc(c, acc, word(b, 0));
+        (c, acc) = adc(c, acc, word(b, 8));
+        rest = r;
+    }
+    if let Some((b, r)) = rest.split_first_chunk::<8>() {
+        (c, acc) = adc(c, acc, word(b, 0));
+        rest = r;
+    }
+    // The last 0..7 bytes as one word, each 16-bit piece in its own lane (the lanes'
+    // order does not matter to the sum).
+    let mut tail = 0u64;
+    if let Some((b, r)) = rest.split_first_chunk::<4>() {
+        tail = u64::from(u32::from_ne_bytes(*b));
+        rest = r;
+    }
+    if let Some((b, r)) = rest.split_first_chunk::<2>() {
+        tail |= u64::from(u16::from_ne_bytes(*b)) << 32;
+        rest = r;
     }
     if let [last] = rest {
-        acc += u16::from_ne_bytes([*last, 0]) as u64;
+        tail |= u64::from(u16::from_ne_bytes([*last, 0])) << 48;
     }
-    acc
+    (c, acc) = adc(c, acc, tail);
+    // The last carry back in: after an add that carried the sum is at most 2^64 - 2.
+    let (s, c2) = acc.overflowing_add(u64::from(c));
+    s + u64::from(c2)
 }
 
 /// [`data`] of a 20-byte IPv4 header without options, in straight-line code: five 32-bit
@@ -89,7 +132,7 @@ pub fn segment_sum_v4(h: &[u8; 20], protocol: IpProtocol, seg: &[u8]) -> u16 {
     // bits in an IPv4 datagram), read in native order like the rest.
     let proto = u64::from(u16::from_ne_bytes([0, u8::from(protocol)]));
     let len = u64::from(u16::from_ne_bytes((seg.len() as u16).to_be_bytes()));
-    u16::from_be(fold(sum_ne(seg) + w(12) + w(16) + proto + len))
+    u16::from_be(fold(sum_ne(w(12) + w(16) + proto + len, seg)))
 }
 
 /// [`segment_sum_v4`] over IPv6 (RFC 8200 §8.1): the sum over the pseudo-header (the
@@ -105,7 +148,7 @@ pub fn segment_sum_v6(h: &[u8; 40], protocol: IpProtocol, seg: &[u8]) -> u16 {
     let len = seg.len() as u32;
     let len = u64::from(u16::from_ne_bytes((len as u16).to_be_bytes()))
         + u64::from(u16::from_ne_bytes(((len >> 16) as u16).to_be_bytes()));
-    u16::from_be(fold(sum_ne(&h[8..40]) + sum_ne(seg) + proto + len))
+    u16::from_be(fold(sum_ne(sum_ne(proto + len, &h[8..40]), seg)))
 }
 
 /// The sum over `seg` (a TCP or UDP segment, header and data, shorter than 2^16 bytes)
@@ -119,7 +162,7 @@ pub fn segment_sum_v6(h: &[u8; 40], protocol: IpProtocol, seg: &[u8]) -> u16 {
 pub fn segment_sum(pseudo: u16, seg: &[u8]) -> u16 {
     let pseudo = u64::from(u16::from_ne_bytes(pseudo.to_be_bytes()));
     let len = u64::from(u16::from_ne_bytes((seg.len() as u16).to_be_bytes()));
-    u16::from_be(fold(sum_ne(seg) + pseudo + len))
+    u16::from_be(fold(sum_ne(pseudo + len, seg)))
 }
 
 /// Add ones'-complement sums.
@@ -256,6 +299,30 @@ mod tests {
                 .map(|i| if i % 8 == 7 { 0xfe } else { 0xff })
                 .collect();
             assert_eq!(data(&mixed), model(&mixed), "{len} bytes of 0xff..fe");
+        }
+    }
+
+    /// The carry chain at every length through each step (64, 32, 16, 8 bytes and the
+    /// 0..7-byte tail), from every alignment: all-ones words carry out of every add, and
+    /// the last carry must come back in.
+    #[test]
+    fn carry_chain_at_every_length_and_alignment_sums_like_the_model() {
+        let ones = [0xffu8; 208];
+        let mixed: Vec<u8> = (0..208u32)
+            .map(|i| {
+                if i % 8 == 7 {
+                    0xfe
+                } else {
+                    (0xff - (i % 3)) as u8
+                }
+            })
+            .collect();
+        for start in 0..8 {
+            for end in start..ones.len() {
+                let (a, b) = (&ones[start..end], &mixed[start..end]);
+                assert_eq!(data(a), model(a), "ones {start}..{end}");
+                assert_eq!(data(b), model(b), "mixed {start}..{end}");
+            }
         }
     }
 

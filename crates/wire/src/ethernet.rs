@@ -28,6 +28,7 @@ pub struct EthernetAddress(pub [u8; 6]);
 impl EthernetAddress {
     pub const BROADCAST: EthernetAddress = EthernetAddress([0xff; 6]);
 
+    #[inline]
     pub fn from_bytes(b: &[u8]) -> EthernetAddress {
         let mut a = [0u8; 6];
         a.copy_from_slice(&b[..6]);
@@ -36,10 +37,12 @@ impl EthernetAddress {
     pub fn as_bytes(&self) -> &[u8] {
         &self.0
     }
+    #[inline]
     pub fn is_broadcast(&self) -> bool {
         *self == Self::BROADCAST
     }
     /// The group bit (I/G) of the first octet: multicast or broadcast.
+    #[inline]
     pub fn is_multicast(&self) -> bool {
         self.0[0] & 0x01 != 0
     }

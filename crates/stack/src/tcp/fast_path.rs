@@ -60,7 +60,7 @@ use super::State;
 use super::TcpHandle;
 use super::clock32::Ms32;
 use super::early_demux::FastHeader;
-use super::input::{AckEvent, tcp_ack_state_clean};
+use super::input::tcp_ack_state_clean;
 use super::sock::Sock;
 use super::tcb::TcbFlags;
 use crate::Stack;
@@ -191,11 +191,7 @@ impl Sock<'_> {
             }
         }
         if advances {
-            let ev = AckEvent {
-                tsecr,
-                ..AckEvent::default()
-            };
-            self.tcp_ack_pure(now, ack, ev);
+            self.tcp_ack_pure(now, ack, tsecr);
         } else {
             // Data acknowledging nothing new: what the slow path's `tcp_ack` does for it
             // with the recovery state clean (the guard above): `tcp_fastretrans_alert`'s

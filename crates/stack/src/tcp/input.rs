@@ -35,7 +35,7 @@ use super::isn::ts_clock;
 use super::output::DELACK;
 use super::recovery::{DUP_THRESH, MAX_REORDERING};
 use super::sock::Sock;
-use super::tcb::{FourTuple, Tcb, TcbFlags};
+use super::tcb::{FourTuple, LossRecovery, Tcb, TcbFlags};
 use super::{State, TcpHandle};
 use crate::ip::Inbound;
 use crate::ip::ipv6::Inbound6;
@@ -129,8 +129,13 @@ fn tcp_ack_update_rtt(tcb: &mut Tcb, now: Instant, tsecr: Option<u32>, seq_rtt_u
 /// acknowledged up to `ack`.
 #[inline]
 fn tcp_rack_advance(tcb: &mut Tcb, now: Instant, sent: Instant, ack: SeqNumber) {
+    rack_advance(&mut tcb.active.recovery, now, sent, ack);
+}
+
+/// [`tcp_rack_advance`] on the recovery state in hand.
+#[inline(always)]
+fn rack_advance(rec: &mut LossRecovery, now: Instant, sent: Instant, ack: SeqNumber) {
     let sent = sent.min(now);
-    let rec = &mut tcb.active.recovery;
     if sent >= rec.rack_xmit_ts {
         rec.rack_xmit_ts = sent;
         rec.rack_end_seq = ack;
@@ -950,20 +955,41 @@ impl Sock<'_> {
     /// prediction), so counted `TCPHPAcks` as Linux's `tcp_ack` counts it. Out of line:
     /// the receive path is as cheap without it inlined (echo 7,329 per round trip, 7,335
     /// inlined), and the profile shows the ACK's cost whole.
+    ///
+    /// `tsecr`: the echoed timestamp on our clock (see [`AckEvent::tsecr`]). The ACK of
+    /// the one segment outstanding (the request/response case) is done here in one pass
+    /// ([`tcp_ack_one`](Self::tcp_ack_one)); a longer queue's walk is out of line.
     #[inline(never)]
-    pub(super) fn tcp_ack_pure(&mut self, now: Instant, ack: SeqNumber, ev: AckEvent) {
+    pub(super) fn tcp_ack_pure(&mut self, now: Instant, ack: SeqNumber, tsecr: Option<u32>) {
         // Linux tcp_ack counts header prediction's ACKs that advance SND.UNA.
         self.mib.inc(Counter::TcpExtTCPHPAcks);
-        self.tcp_ack_advance(now, ack, ev);
+        if let Some(sent) = self.tcb.rtx_mut().and_then(|q| q.take_one_acked(ack)) {
+            return self.tcp_ack_one(now, ack, sent, tsecr);
+        }
+        let ev = AckEvent {
+            tsecr,
+            ..AckEvent::default()
+        };
+        self.tcp_ack_queue(now, ack, ev);
     }
 
     /// [`tcp_ack_pure`](Self::tcp_ack_pure) less its count, for [`tcp_ack`](Self::tcp_ack)
     /// (which counts the ACK as its path calls for).
     #[inline]
-    fn tcp_ack_advance(&mut self, now: Instant, ack: SeqNumber, mut ev: AckEvent) {
+    fn tcp_ack_advance(&mut self, now: Instant, ack: SeqNumber, ev: AckEvent) {
         if let Some(sent) = self.tcb.rtx_mut().and_then(|q| q.take_one_acked(ack)) {
             return self.tcp_ack_one(now, ack, sent, ev.tsecr);
         }
+        self.tcp_ack_queue(now, ack, ev);
+    }
+
+    /// [`tcp_ack_advance`](Self::tcp_ack_advance) for a queue other than one inline
+    /// segment wholly acknowledged: the queue's walk ([`tcp_clean_rtx_queue`]), the timer
+    /// and the congestion control.
+    ///
+    /// [`tcp_clean_rtx_queue`]: Self::tcp_clean_rtx_queue
+    #[inline(never)]
+    fn tcp_ack_queue(&mut self, now: Instant, ack: SeqNumber, mut ev: AckEvent) {
         // Nothing SACKed, lost or retransmitted: every queued segment is in flight.
         let prior_in_flight = self.tcb.rtx().len() as u32;
         let rtt = self.tcp_clean_rtx_queue::<true>(now, ack, &mut ev);
@@ -1005,8 +1031,9 @@ impl Sock<'_> {
         tcb.probes = 0;
         let seq_rtt_us = rtt_us_since(now, sent);
         tcp_ack_update_rtt(tcb, now, tsecr, Some(seq_rtt_us));
-        tcp_rack_advance(tcb, now, sent, ack);
+        // RACK and the recovery stamps on one look at the box (held: the queue was in it).
         let rec = &mut tcb.active.recovery;
+        rack_advance(rec, now, sent, ack);
         rec.retrans_stamp = 0;
         rec.retrans_low = Instant::FAR_FUTURE;
         // tcp_set_xmit_timer with the queue empty.
@@ -1081,9 +1108,10 @@ impl Sock<'_> {
             return;
         }
         let tcb = &mut *self.tcb;
-        tcb.timers.retransmit = Deadline::at(now + tcb.rtt.rto());
+        let d = Deadline::at(now + tcb.rtt.rto());
+        tcb.timers.retransmit = d;
         tcb.flags.clear(TcbFlags::LOSS_PROBE);
-        self.arm(now);
+        self.arm_one(now, d);
     }
 
     /// The ACK moved SND.UNA (Linux `tcp_clean_rtx_queue` and the SND.UNA part of
@@ -1475,8 +1503,9 @@ impl Sock<'_> {
         } else {
             tcb.flags.set(TcbFlags::ACK_PENDING);
             if !tcb.timers.delack.is_armed() {
-                tcb.timers.delack = Deadline::at(now + DELACK);
-                self.arm(now);
+                let d = Deadline::at(now + DELACK);
+                tcb.timers.delack = d;
+                self.arm_one(now, d);
             }
         }
     }

@@ -222,6 +222,22 @@ impl Sock<'_> {
         }
     }
 
+    /// [`Sock::arm`] after one timer was set to `d` and none moved earlier otherwise: `d`
+    /// is then the only deadline that can come before the wheel's entry (which is no
+    /// later than every other armed deadline, the invariant `arm` keeps), so the test is
+    /// against `d` alone, without the minimum over every timer.
+    #[inline(always)]
+    pub(crate) fn arm_one(&mut self, now: Instant, d: Deadline) {
+        debug_assert!(
+            !self.tcb.timers.earliest().before(self.tcb.timers.queued)
+                || d.before(self.tcb.timers.queued),
+            "a timer other than the one set comes before the wheel's entry"
+        );
+        if d.before(self.tcb.timers.queued) {
+            self.arm(now);
+        }
+    }
+
     /// [`Sock::arm`] when the wheel's entry is later than `earliest` (or there is none):
     /// move it there, O(1).
     #[inline(never)]
