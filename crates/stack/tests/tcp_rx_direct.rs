@@ -5,8 +5,11 @@
 //! garbage, so a payload read in place instead of through `read` shows in the stream.
 
 use core::net::{SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use ustack_obs::DropReason;
+use ustack_stack::{DirectFrame, Stack};
 use ustack_testkit::{
     A_IP, A_IP6, A_MAC, B_IP, B_IP6, B_MAC, offload_stack, pattern, stream_by_hand,
 };
@@ -52,7 +55,7 @@ fn stream(v6: bool) -> Taken {
             data_frames += 1;
             let mut held = f.clone();
             held[valid..].fill(0xee);
-            let took = b.receive_direct(now, &held, valid, false, |from, dst| {
+            let took = b.receive_direct(now, &held, valid, false, |from, dst: &mut [u8]| {
                 assert!(from >= valid, "asked for header bytes at {from}");
                 dst.copy_from_slice(&f[from..from + dst.len()]);
             });
@@ -100,4 +103,113 @@ fn ipv4_segments_are_received_with_the_payload_read_from_the_device() {
 #[test]
 fn ipv6_segments_are_received_with_the_payload_read_from_the_device() {
     direct_receive_takes_the_payload_through_read(true);
+}
+
+/// Frames a fake device keeps for B's receive queues, by id: what a shm port's kept slots
+/// are. A released frame is gone: reading it fails.
+type Kept = Arc<Mutex<HashMap<u32, Vec<u8>>>>;
+
+/// The frame being received, on a device that keeps frames (`DirectFrame::keep`).
+struct Keeping<'a> {
+    frame: &'a [u8],
+    kept: &'a Kept,
+    next: &'a mut u32,
+}
+
+impl DirectFrame for Keeping<'_> {
+    fn read(&mut self, from: usize, dst: &mut [u8]) {
+        dst.copy_from_slice(&self.frame[from..from + dst.len()]);
+    }
+    fn keep(&mut self) -> Option<u32> {
+        *self.next += 1;
+        let id = *self.next;
+        self.kept.lock().unwrap().insert(id, self.frame.to_vec());
+        Some(id)
+    }
+    fn release(&mut self, id: u32) {
+        assert!(self.kept.lock().unwrap().remove(&id).is_some(), "{id}");
+    }
+}
+
+/// Gives back the frames B's receive queues let go of; how many.
+fn release(b: &mut Stack, kept: &Kept) -> usize {
+    let mut n = 0;
+    b.take_released_frames(|id| {
+        assert!(
+            kept.lock().unwrap().remove(&id).is_some(),
+            "{id} released twice"
+        );
+        n += 1;
+    });
+    n
+}
+
+/// With a device that keeps frames, B's receive queue holds each in-order segment's frame
+/// instead of a copy, and the application's read copies from it: over IPv4 and IPv6 the
+/// stream arrives whole, nearly every data segment is held, and every frame held
+/// is given back once read (a frame read after it is given back reads as missing).
+#[test]
+fn segments_held_in_kept_frames_are_read_from_them_and_given_back() {
+    for v6 in [false, true] {
+        let (mut a, mut b) = (
+            offload_stack(A_MAC, A_IP, A_IP6, 1),
+            offload_stack(B_MAC, B_IP, B_IP6, 2),
+        );
+        let kept: Kept = Arc::default();
+        let frames = kept.clone();
+        b.set_lent_reader(Box::new(move |id, off, dst| {
+            let frames = frames.lock().unwrap();
+            let Some(f) = frames.get(&id) else {
+                return false;
+            };
+            dst.copy_from_slice(&f[off..off + dst.len()]);
+            true
+        }));
+        let data = pattern(300_000, 12);
+        let to: SocketAddr = if v6 {
+            SocketAddrV6::new(B_IP6, 80, 0, 0).into()
+        } else {
+            SocketAddrV4::new(B_IP, 80).into()
+        };
+        let valid = headers(v6);
+        let (mut next, mut data_frames, mut released) = (0, 0, 0);
+        let got = stream_by_hand(&mut a, &mut b, &data, to, |a, b, now| {
+            released += release(b, &kept);
+            while let Some(f) = a.poll_transmit(now) {
+                if f.len() <= valid || f[valid - 32 + 13] & 0x02 != 0 {
+                    b.receive(now, &f);
+                    continue;
+                }
+                data_frames += 1;
+                let mut held = f.clone();
+                held[valid..].fill(0xee);
+                let src = Keeping {
+                    frame: &f,
+                    kept: &kept,
+                    next: &mut next,
+                };
+                if !b.receive_direct(now, &held, valid, false, src) {
+                    b.receive(now, &f);
+                }
+            }
+        });
+        released += release(&mut b, &kept);
+        assert!(
+            got == data,
+            "v6 {v6}: B read {} bytes, not the stream",
+            got.len()
+        );
+        let (held, given_back, refused) = b.lent_frame_stats();
+        // All but the first few: the segment completing the handshake is copied, and so
+        // is any behind it before the reader has emptied the queue.
+        assert!(
+            held * 10 >= data_frames * 9 && held > 100,
+            "v6 {v6}: {held} of {data_frames} data frames held"
+        );
+        assert_eq!((given_back, refused), (held, 0), "v6 {v6}");
+        assert_eq!(released as u64, held, "v6 {v6}");
+        // Kept frames no queue took were given back at once; none is left.
+        assert!(kept.lock().unwrap().is_empty(), "v6 {v6}");
+        assert_eq!(b.mib().drops(DropReason::TcpDirectMiss), 0);
+    }
 }

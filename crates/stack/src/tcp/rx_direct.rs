@@ -51,6 +51,9 @@ pub(crate) struct RxDirect {
     pub(crate) base: usize,
     /// Where the payload goes, to be filled from the device.
     pub(crate) pieces: Vec<Piece>,
+    /// The id of the frame the device keeps for a receive queue to hold (see
+    /// [`super::buffer::lent`]); taken (`None`) when a queue holds it.
+    pub(crate) hold: Option<u32>,
     /// Frames received this way.
     frames: u64,
 }
@@ -68,6 +71,29 @@ impl RxDirect {
     }
 }
 
+/// The device's side of a direct receive ([`Stack::receive_direct`]): the frame whose
+/// payload it still has. A closure `FnMut(usize, &mut [u8])` is a source that only
+/// copies.
+pub trait DirectFrame {
+    /// Copy the frame's bytes `from..from + dst.len()` into `dst`.
+    fn read(&mut self, from: usize, dst: &mut [u8]);
+    /// Keep the frame past this receive for a receive queue to hold (see
+    /// `Device::keep_held`): its id, or `None` (it is copied). Provided: `None`.
+    fn keep(&mut self) -> Option<u32> {
+        None
+    }
+    /// Give back a frame [`keep`](Self::keep) kept that no queue took.
+    fn release(&mut self, id: u32) {
+        let _ = id;
+    }
+}
+
+impl<F: FnMut(usize, &mut [u8])> DirectFrame for F {
+    fn read(&mut self, from: usize, dst: &mut [u8]) {
+        self(from, dst);
+    }
+}
+
 impl Stack {
     /// [`receive_with`](Self::receive_with) of a frame of which only the first `valid`
     /// bytes are in `frame` (the rest of `frame`, up to its length, is the frame's length
@@ -80,34 +106,80 @@ impl Stack {
     /// `read` is called only after the segment was processed, for bytes at or past
     /// `valid`, and must fill `dst` (a device that copies from memory another process
     /// writes may fill it with whatever that process wrote: the bytes are payload only).
+    ///
+    /// With a reader of lent frames set ([`set_lent_reader`](Self::set_lent_reader)),
+    /// the stack first asks the source to keep the frame ([`DirectFrame::keep`]); if it
+    /// does and the connection's receive queue has no copied byte waiting, the queue holds
+    /// the frame instead of a copy (see [`super::buffer::lent`]): its payload is copied
+    /// once, into the application's buffer at its read, and the frame given back through
+    /// [`take_released_frames`](Self::take_released_frames) once read. A kept frame no
+    /// queue took is given back at once ([`DirectFrame::release`]).
     pub fn receive_direct(
         &mut self,
         now: Instant,
         frame: &[u8],
         valid: usize,
         csum_ok: bool,
-        mut read: impl FnMut(usize, &mut [u8]),
+        mut src: impl DirectFrame,
     ) -> bool {
         if !self.direct_ok(frame, valid, csum_ok) {
             return false;
         }
+        let hold = if self.tcp.pool.lent.on() {
+            src.keep()
+        } else {
+            None
+        };
         let d = &mut self.tcp.rx_direct;
         d.frames += 1;
         d.on = true;
         d.base = frame.as_ptr().addr();
         d.pieces.clear();
+        d.hold = hold;
         self.receive_with(now, frame, csum_ok);
         let crate::tcp::Tcp {
             rx_direct, pool, ..
         } = &mut self.tcp;
         rx_direct.on = false;
         for p in rx_direct.pieces.drain(..) {
-            read(
+            src.read(
                 p.from as usize,
                 pool.piece_mut(p.chunk, p.off as usize, p.len as usize),
             );
         }
+        if let Some(id) = rx_direct.hold.take() {
+            src.release(id);
+        }
         true
+    }
+
+    /// A device lends received frames to the receive queues (see
+    /// [`super::buffer::lent`]): `reader(id, off, dst)` copies bytes of a frame it kept.
+    /// From now on [`receive_direct`](Self::receive_direct) asks its source to keep
+    /// frames, and the caller hands [`take_released_frames`](Self::take_released_frames)
+    /// back to the device.
+    pub fn set_lent_reader(&mut self, reader: super::buffer::lent::LentReader) {
+        self.tcp.pool.lent.set_reader(reader);
+    }
+
+    /// Whether lent frames read to their end (or dropped with their connection) wait to
+    /// go back to the device.
+    #[inline]
+    pub fn has_released_frames(&self) -> bool {
+        self.tcp.pool.lent.has_released()
+    }
+
+    /// Hands each lent frame no receive queue holds any more to `f` (the device's
+    /// release), oldest first.
+    pub fn take_released_frames(&mut self, mut f: impl FnMut(u32)) {
+        self.tcp.pool.lent.take_released(&mut f);
+    }
+
+    /// Counters of lent frames: segments a receive queue held in a lent frame, frames
+    /// released, and reads the device refused (zeros given).
+    pub fn lent_frame_stats(&self) -> (u64, u64, u64) {
+        let l = &self.tcp.pool.lent;
+        (l.held, l.released_total, l.read_errors)
     }
 
     /// Frames [`receive_direct`](Self::receive_direct) took (their payload copied from
