@@ -74,7 +74,7 @@ pub struct BufferPool {
     /// `tcp_memory_pressure`, which holds the jiffies it was entered at).
     pressure_since: Option<Instant>,
     /// Frames a device lent to receive queues (see [`super::lent`]).
-    pub(crate) lent: super::lent::LentFrames,
+    pub(crate) lent: Box<super::lent::LentFrames>,
 }
 
 /// Bytes per `tcp_mem` page (Linux counts `tcp_mem` in pages of `PAGE_SIZE`).
@@ -126,7 +126,7 @@ impl BufferPool {
             tcp_mem: [usize::MAX; 3],
             fast_limit: 0,
             pressure_since: None,
-            lent: super::lent::LentFrames::default(),
+            lent: Box::default(),
         }
     }
 
