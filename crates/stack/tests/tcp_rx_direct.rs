@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use ustack_obs::DropReason;
-use ustack_stack::{DirectFrame, Stack};
+use ustack_stack::{DirectFrame, Instant, Stack};
 use ustack_testkit::{
     A_IP, A_IP6, A_MAC, B_IP, B_IP6, B_MAC, offload_stack, pattern, stream_by_hand,
 };
@@ -28,6 +28,42 @@ struct Taken {
     misses: u64,
 }
 
+/// B's address over IPv6 (`v6`) or IPv4.
+fn dest(v6: bool) -> SocketAddr {
+    if v6 {
+        SocketAddrV6::new(B_IP6, 80, 0, 0).into()
+    } else {
+        SocketAddrV4::new(B_IP, 80).into()
+    }
+}
+
+/// Carries A's frames to B: the handshake's with `receive`, each data frame to
+/// `direct(b, held, frame)` with `held` the frame whose bytes past its `valid` bytes of
+/// headers are garbage, and with `receive` if `direct` refuses it. The data frames.
+fn carry_direct(
+    a: &mut Stack,
+    b: &mut Stack,
+    now: Instant,
+    valid: usize,
+    mut direct: impl FnMut(&mut Stack, &[u8], &[u8]) -> bool,
+) -> u64 {
+    let mut data_frames = 0;
+    while let Some(f) = a.poll_transmit(now) {
+        // The handshake's segments (the SYN's options make it longer than `valid`).
+        if f.len() <= valid || f[valid - 32 + 13] & 0x02 != 0 {
+            b.receive(now, &f);
+            continue;
+        }
+        data_frames += 1;
+        let mut held = f.clone();
+        held[valid..].fill(0xee);
+        if !direct(b, &held, &f) {
+            b.receive(now, &f);
+        }
+    }
+    data_frames
+}
+
 /// A streams 300 KB to B over IPv4 or IPv6; B receives each of A's frames longer than
 /// its headers with `receive_direct`, the bytes past the headers replaced by garbage in
 /// the frame it is given and supplied by `read` from the real frame, and any frame
@@ -38,33 +74,17 @@ fn stream(v6: bool) -> Taken {
         offload_stack(B_MAC, B_IP, B_IP6, 2),
     );
     let data = pattern(300_000, 11);
-    let to: SocketAddr = if v6 {
-        SocketAddrV6::new(B_IP6, 80, 0, 0).into()
-    } else {
-        SocketAddrV4::new(B_IP, 80).into()
-    };
     let valid = headers(v6);
     let (mut direct, mut data_frames) = (0, 0);
-    let got = stream_by_hand(&mut a, &mut b, &data, to, |a, b, now| {
-        while let Some(f) = a.poll_transmit(now) {
-            // The handshake's segments (the SYN's options make it longer than `valid`).
-            if f.len() <= valid || f[valid - 32 + 13] & 0x02 != 0 {
-                b.receive(now, &f);
-                continue;
-            }
-            data_frames += 1;
-            let mut held = f.clone();
-            held[valid..].fill(0xee);
-            let took = b.receive_direct(now, &held, valid, false, |from, dst: &mut [u8]| {
+    let got = stream_by_hand(&mut a, &mut b, &data, dest(v6), |a, b, now| {
+        data_frames += carry_direct(a, b, now, valid, |b, held, f| {
+            let took = b.receive_direct(now, held, valid, false, |from, dst: &mut [u8]| {
                 assert!(from >= valid, "asked for header bytes at {from}");
                 dst.copy_from_slice(&f[from..from + dst.len()]);
             });
-            if took {
-                direct += 1;
-            } else {
-                b.receive(now, &f);
-            }
-        }
+            direct += u64::from(took);
+            took
+        });
     });
     assert_eq!(direct, b.rx_direct_frames());
     Taken {
@@ -166,32 +186,18 @@ fn segments_held_in_kept_frames_are_read_from_them_and_given_back() {
             true
         }));
         let data = pattern(300_000, 12);
-        let to: SocketAddr = if v6 {
-            SocketAddrV6::new(B_IP6, 80, 0, 0).into()
-        } else {
-            SocketAddrV4::new(B_IP, 80).into()
-        };
         let valid = headers(v6);
         let (mut next, mut data_frames, mut released) = (0, 0, 0);
-        let got = stream_by_hand(&mut a, &mut b, &data, to, |a, b, now| {
+        let got = stream_by_hand(&mut a, &mut b, &data, dest(v6), |a, b, now| {
             released += release(b, &kept);
-            while let Some(f) = a.poll_transmit(now) {
-                if f.len() <= valid || f[valid - 32 + 13] & 0x02 != 0 {
-                    b.receive(now, &f);
-                    continue;
-                }
-                data_frames += 1;
-                let mut held = f.clone();
-                held[valid..].fill(0xee);
+            data_frames += carry_direct(a, b, now, valid, |b, held, f| {
                 let src = Keeping {
-                    frame: &f,
+                    frame: f,
                     kept: &kept,
                     next: &mut next,
                 };
-                if !b.receive_direct(now, &held, valid, false, src) {
-                    b.receive(now, &f);
-                }
-            }
+                b.receive_direct(now, held, valid, false, src)
+            });
         });
         released += release(&mut b, &kept);
         assert!(
