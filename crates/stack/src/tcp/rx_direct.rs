@@ -122,10 +122,11 @@ impl Stack {
         csum_ok: bool,
         mut src: impl DirectFrame,
     ) -> bool {
-        if !self.direct_ok(frame, valid, csum_ok) {
+        let Some(can_hold) = self.direct_ok(frame, valid, csum_ok) else {
             return false;
-        }
-        let hold = if self.tcp.pool.lent.on() {
+        };
+        // Kept only for a queue that can hold it (see `RecvBuffer::can_hold_lent`).
+        let hold = if can_hold && self.tcp.pool.lent.on() {
             src.keep()
         } else {
             None
@@ -189,23 +190,24 @@ impl Stack {
     }
 
     /// Whether the frame, from its first `valid` bytes, is a segment that only appends to
-    /// an established connection's receive queue (see the module docs).
-    fn direct_ok(&self, frame: &[u8], valid: usize, csum_ok: bool) -> bool {
+    /// an established connection's receive queue (see the module docs): `None` if not,
+    /// else whether that queue could hold the frame instead of a copy.
+    fn direct_ok(&self, frame: &[u8], valid: usize, csum_ok: bool) -> Option<bool> {
         if !self.l4_csum_trusted() && !csum_ok {
-            return false;
+            return None;
         }
         let (ip, v6) = match self.medium {
             Medium::Ethernet => {
                 let Ok(eth) = ethernet::Frame::new_checked(frame) else {
-                    return false;
+                    return None;
                 };
                 if eth.dst_addr() != self.mac {
-                    return false;
+                    return None;
                 }
                 match eth.ethertype() {
                     EtherType::Ipv4 => (ethernet::HEADER_LEN, false),
                     EtherType::Ipv6 => (ethernet::HEADER_LEN, true),
-                    _ => return false,
+                    _ => return None,
                 }
             }
             Medium::Ip => (0, frame.first().is_some_and(|b| b >> 4 == 6)),
@@ -216,11 +218,11 @@ impl Stack {
             self.direct_ip4(&frame[ip..])
         };
         let Some((l4, end, addrs)) = found else {
-            return false;
+            return None;
         };
         let (l4, end) = (ip + l4, ip + end);
         let Ok(seg) = tcp::Packet::new_checked(&frame[l4..end]) else {
-            return false;
+            return None;
         };
         let hdr = seg.header_len();
         let payload = seg.payload().len();
@@ -233,7 +235,7 @@ impl Stack {
             || seg.rst()
             || seg.urg()
         {
-            return false;
+            return None;
         }
         let tuple = match addrs {
             Addrs::V4 { local, remote } => FourTuple {
@@ -247,21 +249,22 @@ impl Stack {
                     SocketAddrV6::new(local, seg.dst_port(), 0, 0),
                     SocketAddrV6::new(remote, seg.src_port(), 0, 0),
                 ) else {
-                    return false;
+                    return None;
                 };
                 tuple
             }
         };
         let hash = self.tcp.ehash.hash(&tuple);
         let Some(index) = self.tcp.lookup(hash, &tuple) else {
-            return false;
+            return None;
         };
         let Some(tcb) = self.tcp.get(self.tcp.handle_of(index)) else {
-            return false;
+            return None;
         };
-        tcb.state == State::Established
+        (tcb.state == State::Established
             && seg.seq_number() == tcb.rcv.nxt
-            && tcb.rcvbuf.ooo_extents() == 0
+            && tcb.rcvbuf.ooo_extents() == 0)
+            .then(|| tcb.rcvbuf.can_hold_lent())
     }
 
     /// An IPv4 packet without options or fragments, TCP, to this host: where its segment
