@@ -217,9 +217,7 @@ impl Stack {
         } else {
             self.direct_ip4(&frame[ip..])
         };
-        let Some((l4, end, addrs)) = found else {
-            return None;
-        };
+        let (l4, end, addrs) = found?;
         let (l4, end) = (ip + l4, ip + end);
         let Ok(seg) = tcp::Packet::new_checked(&frame[l4..end]) else {
             return None;
@@ -244,23 +242,14 @@ impl Stack {
             },
             // An IPv6 tuple holds the addresses' ids (see `intern6`): a pair not interned
             // has no connection.
-            Addrs::V6 { local, remote } => {
-                let Some(tuple) = self.tcp.intern6.find(
-                    SocketAddrV6::new(local, seg.dst_port(), 0, 0),
-                    SocketAddrV6::new(remote, seg.src_port(), 0, 0),
-                ) else {
-                    return None;
-                };
-                tuple
-            }
+            Addrs::V6 { local, remote } => self.tcp.intern6.find(
+                SocketAddrV6::new(local, seg.dst_port(), 0, 0),
+                SocketAddrV6::new(remote, seg.src_port(), 0, 0),
+            )?,
         };
         let hash = self.tcp.ehash.hash(&tuple);
-        let Some(index) = self.tcp.lookup(hash, &tuple) else {
-            return None;
-        };
-        let Some(tcb) = self.tcp.get(self.tcp.handle_of(index)) else {
-            return None;
-        };
+        let index = self.tcp.lookup(hash, &tuple)?;
+        let tcb = self.tcp.get(self.tcp.handle_of(index))?;
         (tcb.state == State::Established
             && seg.seq_number() == tcb.rcv.nxt
             && tcb.rcvbuf.ooo_extents() == 0)
