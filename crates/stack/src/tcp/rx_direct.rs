@@ -18,6 +18,11 @@
 //! caller and received as before, so nothing else in the stack ever sees a frame whose
 //! payload is not in hand.
 //!
+//! A device that keeps frames (`Stack::set_lent_reader`) saves the copy into the receive
+//! queue too: when the connection's queue has no copied byte waiting, the device keeps the
+//! frame and the queue holds it, its payload copied once, into the application's buffer at
+//! the read (see `buffer::lent`).
+//!
 //! Linux has nothing to compare: loopback hands the sender's skb over by reference, and
 //! a NIC writes into the driver's buffers by DMA. What this saves is the copy into the
 //! shard's receive buffer (copy 4 of the six in docs/bench.md, "shm stream").
@@ -110,7 +115,7 @@ impl Stack {
     /// With a reader of lent frames set ([`set_lent_reader`](Self::set_lent_reader)),
     /// the stack first asks the source to keep the frame ([`DirectFrame::keep`]); if it
     /// does and the connection's receive queue has no copied byte waiting, the queue holds
-    /// the frame instead of a copy (see [`super::buffer::lent`]): its payload is copied
+    /// the frame instead of a copy (see `tcp/buffer/lent.rs`): its payload is copied
     /// once, into the application's buffer at its read, and the frame given back through
     /// [`take_released_frames`](Self::take_released_frames) once read. A kept frame no
     /// queue took is given back at once ([`DirectFrame::release`]).
@@ -155,7 +160,7 @@ impl Stack {
     }
 
     /// A device lends received frames to the receive queues (see
-    /// [`super::buffer::lent`]): `reader(id, off, dst)` copies bytes of a frame it kept.
+    /// `tcp/buffer/lent.rs`): `reader(id, off, dst)` copies bytes of a frame it kept.
     /// From now on [`receive_direct`](Self::receive_direct) asks its source to keep
     /// frames, and the caller hands [`take_released_frames`](Self::take_released_frames)
     /// back to the device.
