@@ -105,6 +105,11 @@ impl DeviceCaps {
     }
 }
 
+/// Reads a frame a device keeps ([`Device::kept_reader`]): `read(id, off, dst)` copies
+/// bytes `off..off + dst.len()` of kept frame `id` into `dst`; false when the range is not
+/// in the frame's memory (nothing copied).
+pub type KeptReader = Box<dyn Fn(u32, usize, &mut [u8]) -> bool + Send>;
+
 /// A link as the stack's poll loop sees it: non-blocking; frames are received one at a
 /// time and transmitted one at a time or in batches.
 ///
@@ -220,6 +225,29 @@ pub trait Device {
     fn read_held(&mut self, off: usize, dst: &mut [u8]) -> bool {
         let _ = (off, dst);
         false
+    }
+    /// Keep the frame the last [`recv_head`](Device::recv_head) left on the device past
+    /// the next receive call, until [`release_kept`](Device::release_kept): the stack
+    /// holds its payload in a receive queue and copies it into the application's buffer
+    /// at its read, through [`kept_reader`](Device::kept_reader) (Linux's receive queue
+    /// holds an skb's page frags the same way). Returns the frame's id, or `None`: no
+    /// such frame, or the device keeps as many as it may (the caller copies it), or
+    /// (provided) it keeps none. [`read_held`](Device::read_held) still reads the frame
+    /// until the next receive call.
+    fn keep_held(&mut self) -> Option<u32> {
+        None
+    }
+    /// Give back a frame [`keep_held`](Device::keep_held) kept: its memory returns to the
+    /// link. An id not kept is ignored (counted by a device that counts).
+    fn release_kept(&mut self, id: u32) {
+        let _ = id;
+    }
+    /// A reader of the frames [`keep_held`](Device::keep_held) keeps, for the stack's
+    /// receive queues: `read(id, off, dst)` copies bytes `off..off + dst.len()` of kept
+    /// frame `id` into `dst`, false (nothing copied) when the range is outside the
+    /// frame's memory. `None` (provided): the device keeps no frames.
+    fn kept_reader(&self) -> Option<KeptReader> {
+        None
     }
     /// Whether [`send_with`](Device::send_with) has the frame written straight into the
     /// device's own transmit memory (a slot of the shm link's ring): a caller that builds
@@ -409,6 +437,15 @@ impl<D: Device + ?Sized> Device for &mut D {
     fn read_held(&mut self, off: usize, dst: &mut [u8]) -> bool {
         (**self).read_held(off, dst)
     }
+    fn keep_held(&mut self) -> Option<u32> {
+        (**self).keep_held()
+    }
+    fn release_kept(&mut self, id: u32) {
+        (**self).release_kept(id)
+    }
+    fn kept_reader(&self) -> Option<KeptReader> {
+        (**self).kept_reader()
+    }
     fn poll_at(&self) -> Option<Instant> {
         (**self).poll_at()
     }
@@ -465,6 +502,15 @@ impl<D: Device + ?Sized> Device for Box<D> {
     }
     fn read_held(&mut self, off: usize, dst: &mut [u8]) -> bool {
         (**self).read_held(off, dst)
+    }
+    fn keep_held(&mut self) -> Option<u32> {
+        (**self).keep_held()
+    }
+    fn release_kept(&mut self, id: u32) {
+        (**self).release_kept(id)
+    }
+    fn kept_reader(&self) -> Option<KeptReader> {
+        (**self).kept_reader()
     }
     fn poll_at(&self) -> Option<Instant> {
         (**self).poll_at()

@@ -174,7 +174,7 @@ use core::time::Duration;
 
 use ustack_dev::Device;
 use ustack_obs::profile::{self, Stage};
-use ustack_stack::{Instant, Stack, Sysctl, TxFrame};
+use ustack_stack::{DirectFrame, Instant, Stack, Sysctl, TxFrame};
 
 /// How much one [`Shard::poll_once`] round may receive.
 pub struct Budget<'c> {
@@ -394,6 +394,11 @@ impl<D: Device> Shard<D> {
         if device.tx_lends() {
             stack.set_tx_lend(true);
         }
+        // Long segments' payloads may stay in the device's memory, held by the receive
+        // queues until read (`Stack::set_lent_reader`).
+        if let Some(reader) = device.kept_reader() {
+            stack.set_lent_reader(reader);
+        }
         let rx_buf = vec![0; device.caps().max_rx_frame_len()];
         Shard {
             id,
@@ -573,11 +578,11 @@ impl<D: Device> Shard<D> {
         budget: &mut Round<T>,
         result: &mut PollResult,
     ) {
-        if !self.room_to_receive(budget, result) {
-            return;
-        }
         if self.device.rx_head_len() > 0 {
             return self.receive_split_frames(now, budget, result);
+        }
+        if !self.room_to_receive(budget, result) {
+            return;
         }
         // A device that swaps buffers (the sim link) hands over its own, holding the
         // frame, and keeps this one: no copy (`Device::recv_swap`).
@@ -654,6 +659,15 @@ impl<D: Device> Shard<D> {
         result: &mut PollResult,
     ) {
         let _stage = profile::enter(Stage::DeviceRx);
+        // Frames the application read to their end since the last round go back to the
+        // device first (which returns their slots to the sender): every round comes here,
+        // the last before the loop sleeps too, whether or not there is room to receive.
+        if self.stack.has_released_frames() {
+            self.release_frames();
+        }
+        if !self.room_to_receive(budget, result) {
+            return;
+        }
         while let Some(len) = self.receive_split(now) {
             if self.received_one(budget, result) || !self.room_to_receive(budget, result) {
                 return;
@@ -688,9 +702,7 @@ impl<D: Device> Shard<D> {
                 ..
             } = self;
             let frame = &rx_buf[..len];
-            if stack.receive_direct(now, frame, copied, csum_ok, |off, dst| {
-                device.read_held(off, dst);
-            }) {
+            if stack.receive_direct(now, frame, copied, csum_ok, HeldFrame(device)) {
                 stats.rx_direct += 1;
                 return Some(len);
             }
@@ -700,6 +712,13 @@ impl<D: Device> Shard<D> {
         }
         self.stack.receive_with(now, &self.rx_buf[..len], csum_ok);
         Some(len)
+    }
+
+    /// Hands the frames the stack's receive queues no longer hold back to the device.
+    #[inline(never)]
+    fn release_frames(&mut self) {
+        let Shard { stack, device, .. } = self;
+        stack.take_released_frames(|id| device.release_kept(id));
     }
 
     /// The end of a round: count a transmit queue left held.
@@ -947,5 +966,23 @@ impl<D: Device> Shard<D> {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
+    }
+}
+
+/// The frame a device left in its memory, for [`Stack::receive_direct`]: its bytes read
+/// from there, and the frame kept for a receive queue to hold if the device keeps frames.
+struct HeldFrame<'a, D>(&'a mut D);
+
+impl<D: Device> DirectFrame for HeldFrame<'_, D> {
+    #[inline]
+    fn read(&mut self, from: usize, dst: &mut [u8]) {
+        self.0.read_held(from, dst);
+    }
+    #[inline]
+    fn keep(&mut self) -> Option<u32> {
+        self.0.keep_held()
+    }
+    fn release(&mut self, id: u32) {
+        self.0.release_kept(id);
     }
 }

@@ -60,6 +60,35 @@ struct Received {
     tx_shard: ShardStats,
     tx_link: ShmStats,
     tx_stale: u64,
+    /// Slots the server's port kept when its reader had paused (see [`Reader::pause`]),
+    /// and after the stream (`ShmPort::rx_kept_now`).
+    kept_at_pause: usize,
+    kept_at_end: usize,
+    /// Frames the server's stack copied (direct, not kept) while its reader paused.
+    copied_in_pause: u64,
+    /// The server stack's lent-frame counters: segments held in a lent frame, frames
+    /// released, reads refused (`Stack::lent_frame_stats`).
+    lent: (u64, u64, u64),
+}
+
+/// How the server reads.
+#[derive(Clone, Copy)]
+struct Reader {
+    /// Read sizes, taken in turn.
+    reads: &'static [usize],
+    /// `ShmPort::set_rx_keep` for the server's port (`None`: the default).
+    keep: Option<usize>,
+    /// After the first read, run the loop without reading until the port keeps this many
+    /// slots, then 50 rounds more (the server's receive buffer 4 MiB, more than the ring).
+    pause: Option<usize>,
+}
+
+impl Reader {
+    const PLAIN: Reader = Reader {
+        reads: &[256 << 10],
+        keep: None,
+        pause: None,
+    };
 }
 
 /// Streams [`BYTES`] from the client to the server over a shm link of `config`, both
@@ -75,17 +104,34 @@ fn stream_lending(config: ShmConfig, offload: bool, lend: bool) -> Received {
 
 /// [`stream_lending`] between IPv4 addresses, or IPv6 ones with `ipv6`.
 fn stream_family(config: ShmConfig, offload: bool, lend: bool, ipv6: bool) -> Received {
+    stream_read(config, (offload, lend, ipv6), Reader::PLAIN)
+}
+
+/// [`stream_family`] with the server reading as `reader` says.
+fn stream_read(
+    config: ShmConfig,
+    (offload, lend, ipv6): (bool, bool, bool),
+    reader: Reader,
+) -> Received {
     let to = if ipv6 {
         SocketAddr::V6(SERVER6)
     } else {
         SocketAddr::V4(SERVER)
     };
     let (mut a, mut b) = ShmLink::pair(&config).unwrap();
-    let (a, mut b) = (a.remove(0), b.remove(0));
+    let (mut a, mut b) = (a.remove(0), b.remove(0));
     b.set_tx_lend(lend);
+    if let Some(keep) = reader.keep {
+        a.set_rx_keep(keep);
+    }
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
     let server = std::thread::spawn(move || {
-        let mut rt = builder(1, ipv6, offload).build(a).unwrap();
+        let mut b = builder(1, ipv6, offload);
+        if reader.pause.is_some() {
+            // A window larger than the ring, so that the ring's bound is what stops.
+            b = b.sysctl("net.ipv4.tcp_rmem.default", 4 << 20);
+        }
+        let mut rt = b.build(a).unwrap();
         let listener = TcpListener::bind(&mut rt, to, 16).unwrap();
         let stream = loop {
             match listener.accept(&mut rt) {
@@ -97,16 +143,38 @@ fn stream_family(config: ShmConfig, offload: bool, lend: bool, ipv6: bool) -> Re
             }
             assert!(std::time::Instant::now() < deadline, "no connection");
         };
+        let (mut kept_at_pause, mut copied_in_pause) = (0, 0);
         let mut buf = vec![0u8; 256 << 10];
         let (mut bytes, mut first_bad) = (0, None);
-        loop {
-            match stream.read(&mut rt, &mut buf) {
+        for i in 0.. {
+            let want = reader.reads[i % reader.reads.len()];
+            match stream.read(&mut rt, &mut buf[..want]) {
                 Ok(0) => break,
                 Ok(n) => {
                     if first_bad.is_none()
                         && let Some(k) = (0..n).find(|&k| buf[k] != byte(bytes + k))
                     {
                         first_bad = Some(bytes + k);
+                    }
+                    // The first bytes read (the segment that completed the handshake
+                    // was copied: slots are kept only behind an empty queue), the
+                    // reader pauses.
+                    if let Some(slots) = reader.pause.filter(|_| bytes == 0) {
+                        while rt.device().rx_kept_now() < slots {
+                            rt.run_once(Some(Duration::from_millis(10))).unwrap();
+                            assert!(
+                                std::time::Instant::now() < deadline,
+                                "{} slots kept",
+                                rt.device().rx_kept_now()
+                            );
+                        }
+                        let direct = rt.shard_stats().rx_direct - rt.device().stats().rx_kept;
+                        for _ in 0..50 {
+                            rt.run_once(Some(Duration::from_millis(2))).unwrap();
+                        }
+                        kept_at_pause = rt.device().rx_kept_now();
+                        copied_in_pause =
+                            rt.shard_stats().rx_direct - rt.device().stats().rx_kept - direct;
                     }
                     bytes += n;
                 }
@@ -130,6 +198,10 @@ fn stream_family(config: ShmConfig, offload: bool, lend: bool, ipv6: bool) -> Re
             tx_shard: ShardStats::default(),
             tx_link: ShmStats::default(),
             tx_stale: 0,
+            kept_at_pause,
+            kept_at_end: rt.device().rx_kept_now(),
+            copied_in_pause,
+            lent: rt.stack().lent_frame_stats(),
         }
     });
     let mut rt = builder(2, ipv6, offload).build(b).unwrap();
@@ -277,4 +349,64 @@ fn stream_over_a_port_that_does_not_lend_copies_whole_frames() {
     assert_eq!(r.tx_shard.tx_lent, 0);
     assert_eq!(r.tx_link.tx_lent, 0);
     assert!(r.tx_link.tx_frames as usize >= BYTES / 65_535);
+}
+
+/// The receive queue holds the slots of in-order segments instead of copies, and the
+/// application's reads copy from them: with reads of every size (a byte, pieces of a
+/// segment, several segments at once), every byte arrives at its offset, nearly every
+/// full segment is held in its slot, and every slot held is given back.
+#[test]
+fn stream_over_shm_holds_slots_until_read_and_delivers_every_byte() {
+    let reader = Reader {
+        reads: &[256 << 10, 1, 40_000, 65_483, 7, 200_001, 65_536],
+        ..Reader::PLAIN
+    };
+    for ipv6 in [false, true] {
+        let r = stream_read(super_segments(), (true, true, ipv6), reader);
+        assert_eq!(r.bytes, BYTES, "ipv6 {ipv6}");
+        assert_eq!(r.first_bad, None, "ipv6 {ipv6}: the first wrong byte");
+        let full = BYTES as u64 / 65_535;
+        assert!(
+            r.link.rx_kept >= full * 9 / 10,
+            "ipv6 {ipv6}: {} slots kept for about {full} full segments: {:?}",
+            r.link.rx_kept,
+            r.link
+        );
+        // The stack asked the port to keep a frame only for a queue that could hold it,
+        // held a segment in every slot kept, and gave every one back.
+        let (held, released, refused) = r.lent;
+        assert_eq!(held, r.link.rx_kept, "ipv6 {ipv6}: {:?}", r.link);
+        assert_eq!(released, held, "ipv6 {ipv6}");
+        assert_eq!(r.link.rx_kept_released, r.link.rx_kept, "{:?}", r.link);
+        assert_eq!((refused, r.link.bad_release, r.kept_at_end), (0, 0, 0));
+        assert_eq!(r.direct_misses, 0);
+    }
+}
+
+/// A reader that stops reading: its receive queue keeps slots up to the port's bound and
+/// no more. With the default bound (three quarters of the ring) the frames after that
+/// are copied into the queue, up to the window, and the link keeps turning; with the
+/// whole ring kept the sender has no slot left and the link stops. Either way nothing is
+/// lost: once the reader reads, the stream resumes and every byte arrives at its offset,
+/// every slot given back.
+#[test]
+fn a_reader_that_does_not_read_holds_at_most_its_slots_and_resumes_without_loss() {
+    for (keep, held) in [(None, 12), (Some(16), 16)] {
+        let reader = Reader {
+            keep,
+            pause: Some(held),
+            ..Reader::PLAIN
+        };
+        let r = stream_read(super_segments(), (true, true, false), reader);
+        assert_eq!(r.kept_at_pause, held, "keep {keep:?}: {:?}", r.link);
+        if keep.is_none() {
+            // The bound reached, later segments were copied.
+            assert!(r.copied_in_pause > 0, "{:?}", r.link);
+        }
+        assert_eq!(r.bytes, BYTES, "keep {keep:?}");
+        assert_eq!(r.first_bad, None, "keep {keep:?}: the first wrong byte");
+        assert_eq!(r.link.rx_kept_released, r.link.rx_kept, "{:?}", r.link);
+        assert_eq!(r.kept_at_end, 0);
+        assert_eq!(r.direct_misses, 0);
+    }
 }

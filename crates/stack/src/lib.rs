@@ -78,6 +78,8 @@ pub use ip::ipv6::AddrState;
 pub use socket::{Readiness, SocketKey};
 pub use stack::Stack;
 pub use sysctl::{Sysctl, SysctlError, SysctlInfo};
+pub use tcp::buffer::lent::LentReader;
+pub use tcp::rx_direct::DirectFrame;
 pub use tcp::tx_lend::{LEND_MIN, TxFrame, TxPayload};
 pub use tcp::{ListenerHandle, Shutdown, TcpHandle, TcpInfo, TcpOpt, TcpOptValues, TcpResources};
 pub use udp::UdpHandle;

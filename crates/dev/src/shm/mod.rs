@@ -287,6 +287,14 @@ pub struct ShmStats {
     /// [`Device::recv_head`](crate::Device::recv_head), for the stack to copy the payload
     /// from the slot straight into a receive queue ([`ShmPort::set_rx_head`]).
     pub rx_held: u64,
+    /// Of those, frames kept for the stack past the receive call
+    /// ([`Device::keep_held`](crate::Device::keep_held)): their payload read from the slot
+    /// straight into the application's buffer.
+    pub rx_kept: u64,
+    /// Kept slots given back ([`Device::release_kept`](crate::Device::release_kept)).
+    pub rx_kept_released: u64,
+    /// Releases of a slot that was not kept (ignored).
+    pub bad_release: u64,
     /// Frames written in place, in a slot lent to the caller ([`Device::send_with`]),
     /// instead of copied in from the caller's buffer (of [`tx_frames`](Self::tx_frames)).
     ///

@@ -58,6 +58,15 @@ pub const RX_HEAD: usize = 192;
 /// copy costs less than reading the slot twice.
 const RX_SPLIT_MIN: usize = 1024;
 
+/// The most slots a receiver keeps for its stack by default ([`ShmPort::set_rx_keep`]):
+/// three quarters of the ring. The rest always turn over, so that frames of other
+/// connections on the link, ACKs and FINs keep flowing while one reader leaves its data
+/// unread (what it does not read then waits in the stack's receive queue, copied, up to
+/// its window, as on any other link).
+const fn default_keep_max(ring: u32) -> u32 {
+    ring - if ring / 4 > 1 { ring / 4 } else { 1 }
+}
+
 /// Transmit state of one direction (this side sends), private to the port.
 #[derive(Debug)]
 pub(super) struct Tx {
@@ -105,8 +114,15 @@ pub(super) struct Rx {
     unpublished: u32,
     stopped: bool,
     /// The frame [`ShmPort::take_head`] left in its slot: (slot, length). Its slot is
-    /// returned at the next receive call or before sleeping.
+    /// returned at the next receive call or before sleeping, unless it is kept.
     held: Option<(u32, u32)>,
+    /// Slots kept for the stack ([`Device::keep_held`]), returned by
+    /// [`Device::release_kept`].
+    kept: Vec<bool>,
+    /// How many of `kept` are set.
+    kept_now: u32,
+    /// The most slots kept at once ([`ShmPort::set_rx_keep`]).
+    keep_max: u32,
 }
 
 /// One queue pair of one side of a shm link: a [`Device`] with batch methods and a
@@ -199,6 +215,9 @@ impl ShmPort {
             unpublished: 0,
             stopped: false,
             held: None,
+            kept: vec![false; l.ring_size()],
+            kept_now: 0,
+            keep_max: default_keep_max(ring),
         };
         ShmPort {
             max_frame: shared.caps.max_frame_len(),
@@ -491,11 +510,25 @@ impl ShmPort {
         }
     }
 
-    /// Hands back the slot of the frame [`take_head`](Self::take_head) left there, if any.
+    /// Hands back the slot of the frame [`take_head`](Self::take_head) left there, if any
+    /// (unless it is kept: [`Device::release_kept`] returns it).
     pub(super) fn release_held(&mut self) {
-        if let Some((slot, _)) = self.rx.held.take() {
+        if let Some((slot, _)) = self.rx.held.take()
+            && !self.rx.kept[slot as usize]
+        {
             self.done_with(slot);
         }
+    }
+
+    /// The most slots [`Device::keep_held`] keeps at once (by default three quarters of
+    /// the ring); 0 keeps none. Cut to the ring's size.
+    pub fn set_rx_keep(&mut self, max: usize) {
+        self.rx.keep_max = max.min(self.ring_size as usize) as u32;
+    }
+
+    /// Slots kept for the stack now ([`Device::keep_held`], not yet released).
+    pub fn rx_kept_now(&self) -> usize {
+        self.rx.kept_now as usize
     }
 
     /// Takes the next frame into `buf` (cut to `buf.len()`); `None` when the ring is dry.
@@ -592,6 +625,59 @@ impl Device for ShmPort {
         self.shared.map.read(self.rx_slot_off(slot) + off, dst)
     }
 
+    /// Keeps the slot of the frame [`recv_head`](Device::recv_head) left there (while
+    /// fewer than [`ShmPort::set_rx_keep`]'s slots are kept), counted in
+    /// [`ShmStats::rx_kept`]; its id is the slot's number. The sender cannot reuse the slot
+    /// until [`release_kept`](Device::release_kept): when every slot it has is kept or in
+    /// flight, it stops, as on a full ring, and nothing is lost.
+    fn keep_held(&mut self) -> Option<u32> {
+        let (slot, _) = self.rx.held?;
+        if self.rx.kept_now >= self.rx.keep_max {
+            return None;
+        }
+        self.rx.kept[slot as usize] = true;
+        self.rx.kept_now += 1;
+        self.stats.rx_kept += 1;
+        Some(slot)
+    }
+
+    /// Returns a kept slot to the sender (at once if it is not the frame still held for
+    /// [`read_held`](Device::read_held); published as any returned slot); counted in
+    /// [`ShmStats::rx_kept_released`]. An id not kept is counted in
+    /// [`ShmStats::bad_release`] and ignored.
+    fn release_kept(&mut self, id: u32) {
+        match self.rx.kept.get_mut(id as usize) {
+            Some(k) if *k => *k = false,
+            _ => {
+                self.stats.bad_release += 1;
+                return;
+            }
+        }
+        self.rx.kept_now -= 1;
+        self.stats.rx_kept_released += 1;
+        if self.rx.held.is_some_and(|(slot, _)| slot == id) {
+            // Still the frame of the current receive: returned at the next one.
+            return;
+        }
+        self.done_with(id);
+    }
+
+    /// Reads kept slots with the same single volatile read of every shared byte as a
+    /// receive, bounds checked against the slot. An honest sender does not write a slot
+    /// until it is returned; a dishonest one can only change payload bytes the stack
+    /// never parses.
+    fn kept_reader(&self) -> Option<crate::KeptReader> {
+        let shared = self.shared.clone();
+        let (base, slot_size, ring) = (self.rx.frames_off, self.slot_size, self.ring_size);
+        Some(Box::new(move |id: u32, off: usize, dst: &mut [u8]| {
+            id < ring
+                && off
+                    .checked_add(dst.len())
+                    .is_some_and(|end| end <= slot_size)
+                && shared.map.read(base + id as usize * slot_size + off, dst)
+        }))
+    }
+
     fn send(&mut self, now: Instant, frame: &[u8]) -> bool {
         self.send_more(now, frame, false)
     }
@@ -678,6 +764,12 @@ impl Drop for ShmPort {
     fn drop(&mut self) {
         // Return what we consumed, so a sender that outlives us is not left short.
         self.release_held();
+        for slot in 0..self.ring_size {
+            if self.rx.kept[slot as usize] {
+                self.rx.kept[slot as usize] = false;
+                self.complete(slot);
+            }
+        }
         self.publish_rx();
     }
 }

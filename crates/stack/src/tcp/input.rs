@@ -1452,10 +1452,25 @@ impl Sock<'_> {
             }
             let from = data.as_ptr().addr() - self.rx_direct.base;
             let d = &mut *self.rx_direct;
-            tcb.rcvbuf
-                .append_in_order_with(self.pool, data.len(), limit, |piece, done| {
-                    d.note(from, piece, done)
-                })
+            // The frame lent (the device keeps it) and no copied byte waiting: the queue
+            // holds the frame, its payload copied once, at the read (`buffer::lent`).
+            if let Some(id) = d.hold
+                && tcb.rcvbuf.can_hold_lent()
+            {
+                let r = tcb
+                    .rcvbuf
+                    .append_lent(self.pool, (id, from), data.len(), limit);
+                if r.stored > 0 {
+                    d.hold = None;
+                    self.pool.lent.held += 1;
+                }
+                r
+            } else {
+                tcb.rcvbuf
+                    .append_in_order_with(self.pool, data.len(), limit, |piece, done| {
+                        d.note(from, piece, done)
+                    })
+            }
         } else {
             tcb.rcvbuf.insert(self.pool, offset, data, limit)
         };

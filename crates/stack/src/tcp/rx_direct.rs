@@ -18,6 +18,11 @@
 //! caller and received as before, so nothing else in the stack ever sees a frame whose
 //! payload is not in hand.
 //!
+//! A device that keeps frames (`Stack::set_lent_reader`) saves the copy into the receive
+//! queue too: when the connection's queue has no copied byte waiting, the device keeps the
+//! frame and the queue holds it, its payload copied once, into the application's buffer at
+//! the read (see `buffer::lent`).
+//!
 //! Linux has nothing to compare: loopback hands the sender's skb over by reference, and
 //! a NIC writes into the driver's buffers by DMA. What this saves is the copy into the
 //! shard's receive buffer (copy 4 of the six in docs/bench.md, "shm stream").
@@ -51,6 +56,9 @@ pub(crate) struct RxDirect {
     pub(crate) base: usize,
     /// Where the payload goes, to be filled from the device.
     pub(crate) pieces: Vec<Piece>,
+    /// The id of the frame the device keeps for a receive queue to hold (see
+    /// [`super::buffer::lent`]); taken (`None`) when a queue holds it.
+    pub(crate) hold: Option<u32>,
     /// Frames received this way.
     frames: u64,
 }
@@ -68,6 +76,29 @@ impl RxDirect {
     }
 }
 
+/// The device's side of a direct receive ([`Stack::receive_direct`]): the frame whose
+/// payload it still has. A closure `FnMut(usize, &mut [u8])` is a source that only
+/// copies.
+pub trait DirectFrame {
+    /// Copy the frame's bytes `from..from + dst.len()` into `dst`.
+    fn read(&mut self, from: usize, dst: &mut [u8]);
+    /// Keep the frame past this receive for a receive queue to hold (see
+    /// `Device::keep_held`): its id, or `None` (it is copied). Provided: `None`.
+    fn keep(&mut self) -> Option<u32> {
+        None
+    }
+    /// Give back a frame [`keep`](Self::keep) kept that no queue took.
+    fn release(&mut self, id: u32) {
+        let _ = id;
+    }
+}
+
+impl<F: FnMut(usize, &mut [u8])> DirectFrame for F {
+    fn read(&mut self, from: usize, dst: &mut [u8]) {
+        self(from, dst);
+    }
+}
+
 impl Stack {
     /// [`receive_with`](Self::receive_with) of a frame of which only the first `valid`
     /// bytes are in `frame` (the rest of `frame`, up to its length, is the frame's length
@@ -80,34 +111,81 @@ impl Stack {
     /// `read` is called only after the segment was processed, for bytes at or past
     /// `valid`, and must fill `dst` (a device that copies from memory another process
     /// writes may fill it with whatever that process wrote: the bytes are payload only).
+    ///
+    /// With a reader of lent frames set ([`set_lent_reader`](Self::set_lent_reader)),
+    /// the stack first asks the source to keep the frame ([`DirectFrame::keep`]); if it
+    /// does and the connection's receive queue has no copied byte waiting, the queue holds
+    /// the frame instead of a copy (see `tcp/buffer/lent.rs`): its payload is copied
+    /// once, into the application's buffer at its read, and the frame given back through
+    /// [`take_released_frames`](Self::take_released_frames) once read. A kept frame no
+    /// queue took is given back at once ([`DirectFrame::release`]).
     pub fn receive_direct(
         &mut self,
         now: Instant,
         frame: &[u8],
         valid: usize,
         csum_ok: bool,
-        mut read: impl FnMut(usize, &mut [u8]),
+        mut src: impl DirectFrame,
     ) -> bool {
-        if !self.direct_ok(frame, valid, csum_ok) {
+        let Some(can_hold) = self.direct_ok(frame, valid, csum_ok) else {
             return false;
-        }
+        };
+        // Kept only for a queue that can hold it (see `RecvBuffer::can_hold_lent`).
+        let hold = if can_hold && self.tcp.pool.lent.on() {
+            src.keep()
+        } else {
+            None
+        };
         let d = &mut self.tcp.rx_direct;
         d.frames += 1;
         d.on = true;
         d.base = frame.as_ptr().addr();
         d.pieces.clear();
+        d.hold = hold;
         self.receive_with(now, frame, csum_ok);
         let crate::tcp::Tcp {
             rx_direct, pool, ..
         } = &mut self.tcp;
         rx_direct.on = false;
         for p in rx_direct.pieces.drain(..) {
-            read(
+            src.read(
                 p.from as usize,
                 pool.piece_mut(p.chunk, p.off as usize, p.len as usize),
             );
         }
+        if let Some(id) = rx_direct.hold.take() {
+            src.release(id);
+        }
         true
+    }
+
+    /// A device lends received frames to the receive queues (see
+    /// `tcp/buffer/lent.rs`): `reader(id, off, dst)` copies bytes of a frame it kept.
+    /// From now on [`receive_direct`](Self::receive_direct) asks its source to keep
+    /// frames, and the caller hands [`take_released_frames`](Self::take_released_frames)
+    /// back to the device.
+    pub fn set_lent_reader(&mut self, reader: super::buffer::lent::LentReader) {
+        self.tcp.pool.lent.set_reader(reader);
+    }
+
+    /// Whether lent frames read to their end (or dropped with their connection) wait to
+    /// go back to the device.
+    #[inline]
+    pub fn has_released_frames(&self) -> bool {
+        self.tcp.pool.lent.has_released()
+    }
+
+    /// Hands each lent frame no receive queue holds any more to `f` (the device's
+    /// release), oldest first.
+    pub fn take_released_frames(&mut self, mut f: impl FnMut(u32)) {
+        self.tcp.pool.lent.take_released(&mut f);
+    }
+
+    /// Counters of lent frames: segments a receive queue held in a lent frame, frames
+    /// released, and reads the device refused (zeros given).
+    pub fn lent_frame_stats(&self) -> (u64, u64, u64) {
+        let l = &self.tcp.pool.lent;
+        (l.held, l.released_total, l.read_errors)
     }
 
     /// Frames [`receive_direct`](Self::receive_direct) took (their payload copied from
@@ -117,23 +195,24 @@ impl Stack {
     }
 
     /// Whether the frame, from its first `valid` bytes, is a segment that only appends to
-    /// an established connection's receive queue (see the module docs).
-    fn direct_ok(&self, frame: &[u8], valid: usize, csum_ok: bool) -> bool {
+    /// an established connection's receive queue (see the module docs): `None` if not,
+    /// else whether that queue could hold the frame instead of a copy.
+    fn direct_ok(&self, frame: &[u8], valid: usize, csum_ok: bool) -> Option<bool> {
         if !self.l4_csum_trusted() && !csum_ok {
-            return false;
+            return None;
         }
         let (ip, v6) = match self.medium {
             Medium::Ethernet => {
                 let Ok(eth) = ethernet::Frame::new_checked(frame) else {
-                    return false;
+                    return None;
                 };
                 if eth.dst_addr() != self.mac {
-                    return false;
+                    return None;
                 }
                 match eth.ethertype() {
                     EtherType::Ipv4 => (ethernet::HEADER_LEN, false),
                     EtherType::Ipv6 => (ethernet::HEADER_LEN, true),
-                    _ => return false,
+                    _ => return None,
                 }
             }
             Medium::Ip => (0, frame.first().is_some_and(|b| b >> 4 == 6)),
@@ -143,12 +222,10 @@ impl Stack {
         } else {
             self.direct_ip4(&frame[ip..])
         };
-        let Some((l4, end, addrs)) = found else {
-            return false;
-        };
+        let (l4, end, addrs) = found?;
         let (l4, end) = (ip + l4, ip + end);
         let Ok(seg) = tcp::Packet::new_checked(&frame[l4..end]) else {
-            return false;
+            return None;
         };
         let hdr = seg.header_len();
         let payload = seg.payload().len();
@@ -161,7 +238,7 @@ impl Stack {
             || seg.rst()
             || seg.urg()
         {
-            return false;
+            return None;
         }
         let tuple = match addrs {
             Addrs::V4 { local, remote } => FourTuple {
@@ -170,26 +247,18 @@ impl Stack {
             },
             // An IPv6 tuple holds the addresses' ids (see `intern6`): a pair not interned
             // has no connection.
-            Addrs::V6 { local, remote } => {
-                let Some(tuple) = self.tcp.intern6.find(
-                    SocketAddrV6::new(local, seg.dst_port(), 0, 0),
-                    SocketAddrV6::new(remote, seg.src_port(), 0, 0),
-                ) else {
-                    return false;
-                };
-                tuple
-            }
+            Addrs::V6 { local, remote } => self.tcp.intern6.find(
+                SocketAddrV6::new(local, seg.dst_port(), 0, 0),
+                SocketAddrV6::new(remote, seg.src_port(), 0, 0),
+            )?,
         };
         let hash = self.tcp.ehash.hash(&tuple);
-        let Some(index) = self.tcp.lookup(hash, &tuple) else {
-            return false;
-        };
-        let Some(tcb) = self.tcp.get(self.tcp.handle_of(index)) else {
-            return false;
-        };
-        tcb.state == State::Established
+        let index = self.tcp.lookup(hash, &tuple)?;
+        let tcb = self.tcp.get(self.tcp.handle_of(index))?;
+        (tcb.state == State::Established
             && seg.seq_number() == tcb.rcv.nxt
-            && tcb.rcvbuf.ooo_extents() == 0
+            && tcb.rcvbuf.ooo_extents() == 0)
+            .then(|| tcb.rcvbuf.can_hold_lent())
     }
 
     /// An IPv4 packet without options or fragments, TCP, to this host: where its segment

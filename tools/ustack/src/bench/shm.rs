@@ -186,6 +186,9 @@ fn shm_counters(device: &dyn Any) -> Option<ShmStats> {
         t.rx_frames += s.rx_frames;
         t.rx_truncated += s.rx_truncated;
         t.rx_held += s.rx_held;
+        t.rx_kept += s.rx_kept;
+        t.rx_kept_released += s.rx_kept_released;
+        t.bad_release += s.bad_release;
         t.bad_desc += s.bad_desc;
         t.bad_comp += s.bad_comp;
         t.bad_index += s.bad_index;
@@ -206,6 +209,9 @@ fn shm_json(t: &ShmStats) -> Value {
         "rx_frames": t.rx_frames,
         "rx_truncated": t.rx_truncated,
         "rx_held": t.rx_held,
+        "rx_kept": t.rx_kept,
+        "rx_kept_released": t.rx_kept_released,
+        "bad_release": t.bad_release,
         "bad_desc": t.bad_desc,
         "bad_comp": t.bad_comp,
         "bad_index": t.bad_index,

@@ -73,6 +73,8 @@ pub struct BufferPool {
     /// When the stack entered memory pressure, while it is under it (Linux
     /// `tcp_memory_pressure`, which holds the jiffies it was entered at).
     pressure_since: Option<Instant>,
+    /// Frames a device lent to receive queues (see [`super::lent`]).
+    pub(crate) lent: Box<super::lent::LentFrames>,
 }
 
 /// Bytes per `tcp_mem` page (Linux counts `tcp_mem` in pages of `PAGE_SIZE`).
@@ -124,6 +126,7 @@ impl BufferPool {
             tcp_mem: [usize::MAX; 3],
             fast_limit: 0,
             pressure_since: None,
+            lent: Box::default(),
         }
     }
 

@@ -51,6 +51,7 @@
 use core::ops::Bound;
 use std::collections::BTreeMap;
 
+use super::lent::LentSeg;
 use super::pool::{BufferPool, CHUNK, NONE};
 use crate::counted::{Key, work};
 
@@ -307,6 +308,12 @@ pub struct RecvBuffer {
     /// Position of a FIN received beyond a hole (valid iff `fin_queued`).
     fin: u32,
     fin_queued: bool,
+    /// In-order segments whose payload is still in a frame the device lent (see
+    /// [`super::lent`]): the number of their queue in the pool (`LentFrames`), 0 when
+    /// there are none. They come before every copied byte: `inorder` counts them (its
+    /// `start` is the first of them, `len` includes them) and its chunks hold the bytes
+    /// after them, so that `readable()` and the window stay one field's read.
+    lent: u16,
 }
 
 impl Default for RecvBuffer {
@@ -325,12 +332,145 @@ impl RecvBuffer {
             chunks: 0,
             fin: 0,
             fin_queued: false,
+            lent: 0,
         }
     }
 
     /// In-order bytes the application can read.
     pub fn readable(&self) -> usize {
         self.inorder.len as usize
+    }
+
+    /// Whether an in-order segment may be held in the frame the device lent: nothing out
+    /// of order and no copied byte waiting (lent segments come before every copied byte,
+    /// so a segment after copied bytes is copied too).
+    #[inline]
+    pub fn can_hold_lent(&self) -> bool {
+        self.inorder.head == NONE && self.ofo.is_none() && !self.fin_queued
+    }
+
+    /// [`insert`](Self::insert) of in-order data of `len` bytes left at `from` in lent
+    /// frame `id` (the caller checked [`can_hold_lent`](Self::can_hold_lent)): the
+    /// queue holds the frame instead of a copy, up to `limit` as `insert` stores (the
+    /// rest dropped). Nothing stored (`stored == 0`): the frame is not held.
+    pub fn append_lent(
+        &mut self,
+        pool: &mut BufferPool,
+        (id, from): (u32, usize),
+        len: usize,
+        limit: usize,
+    ) -> InsertResult {
+        debug_assert!(self.can_hold_lent());
+        let room = limit.min(MAX_WINDOW).saturating_sub(self.readable());
+        let mut n = len.min(room);
+        if self.lent == 0 && n > 0 {
+            match pool.lent.new_queue() {
+                Some(q) => self.lent = q,
+                None => n = 0,
+            }
+        }
+        if n > 0 {
+            let q = pool.lent.queue(self.lent);
+            q.segs.push_back(LentSeg {
+                id,
+                from: from as u32,
+                len: n as u32,
+            });
+            q.bytes += n as u32;
+            self.inorder.len += n as u32;
+        }
+        InsertResult {
+            advanced: n,
+            stored: n,
+            dropped: len - n,
+            ..InsertResult::default()
+        }
+    }
+
+    /// Runs `f` on the buffer as it is without its lent segments (`inorder` as its
+    /// chunks' bytes alone, `limit` less the lent bytes), then puts them back.
+    #[inline(never)]
+    fn without_lent<R>(
+        &mut self,
+        pool: &mut BufferPool,
+        limit: usize,
+        f: impl FnOnce(&mut Self, &mut BufferPool, usize) -> R,
+    ) -> R {
+        let q = self.lent;
+        let l = pool.lent.bytes(q);
+        self.lent = 0;
+        self.inorder.start = self.inorder.start.wrapping_add(l);
+        self.inorder.len -= l;
+        let r = f(self, pool, limit.saturating_sub(l as usize));
+        self.inorder.start = self.inorder.start.wrapping_sub(l);
+        self.inorder.len += l;
+        self.lent = q;
+        r
+    }
+
+    /// [`read`](Self::read) with lent segments at the front: each copied once, from the
+    /// device's frame into `out` ([`super::lent::LentFrames::read`]), its frame released
+    /// when read to the end; then copied bytes, as `read` takes them.
+    #[inline(never)]
+    fn read_lent(&mut self, pool: &mut BufferPool, out: &mut [u8]) -> usize {
+        let mut done = 0;
+        while done < out.len() && self.lent != 0 {
+            let q = pool.lent.queue(self.lent);
+            let Some(seg) = q.segs.front_mut() else {
+                pool.lent.free_queue(self.lent);
+                self.lent = 0;
+                break;
+            };
+            let (id, from) = (seg.id, seg.from as usize);
+            let k = (seg.len as usize).min(out.len() - done);
+            seg.from += k as u32;
+            seg.len -= k as u32;
+            let last = seg.len == 0;
+            q.bytes -= k as u32;
+            if last {
+                q.segs.pop_front();
+            }
+            let empty = q.segs.is_empty();
+            pool.lent.read(id, from, &mut out[done..done + k]);
+            self.inorder.start = self.inorder.start.wrapping_add(k as u32);
+            self.inorder.len -= k as u32;
+            done += k;
+            if last {
+                pool.lent.release(id);
+            }
+            if empty {
+                pool.lent.free_queue(self.lent);
+                self.lent = 0;
+            }
+        }
+        if done < out.len() && self.lent == 0 {
+            done += self.read(pool, &mut out[done..]);
+        } else if self.inorder.len == 0 {
+            self.release_ofo();
+        }
+        done
+    }
+
+    /// [`peek`](Self::peek) of the lent segments at the front, then the copied bytes.
+    #[inline(never)]
+    fn peek_lent(&self, pool: &BufferPool, out: &mut [u8]) -> usize {
+        let n = out.len().min(self.inorder.len as usize);
+        let mut done = 0;
+        for seg in pool.lent.segs(self.lent) {
+            if done == n {
+                return done;
+            }
+            let k = (seg.len as usize).min(n - done);
+            if !pool
+                .lent
+                .read_only(seg.id, seg.from as usize, &mut out[done..done + k])
+            {
+                out[done..done + k].fill(0);
+            }
+            done += k;
+        }
+        let start = self.inorder.start.wrapping_add(pool.lent.bytes(self.lent));
+        done + self.peek_from(pool, (self.inorder.head, start), &mut out[done..n])
     }
 
     /// Out-of-order bytes held.
@@ -446,6 +586,11 @@ impl RecvBuffer {
         data: &[u8],
         limit: usize,
     ) -> InsertResult {
+        if self.lent != 0 {
+            return self.without_lent(pool, limit, |b, pool, limit| {
+                b.insert(pool, offset, data, limit)
+            });
+        }
         if offset == 0 && self.ofo.is_none() {
             return self.append_in_order(pool, data, limit);
         }
@@ -491,7 +636,7 @@ impl RecvBuffer {
         } else {
             self.prune_ofo(&mut mem, s, e, &mut res);
         }
-        let mut budget = lim.saturating_sub(self.inorder.len as usize + self.ooo_bytes as usize);
+        let mut budget = lim.saturating_sub(self.readable() + self.ooo_bytes as usize);
 
         if in_order && self.ooo_extents() == 0 {
             // No out-of-order data: append (the common case).
@@ -609,6 +754,9 @@ impl RecvBuffer {
     /// copy, inline; a longer one walks the chain out of line.
     #[inline]
     pub fn read(&mut self, pool: &mut BufferPool, out: &mut [u8]) -> usize {
+        if self.lent != 0 {
+            return self.read_lent(pool, out);
+        }
         let n = out.len().min(self.inorder.len as usize);
         if n == 0 {
             return 0;
@@ -679,9 +827,7 @@ impl RecvBuffer {
             self.ooo_bytes, 0,
             "no out-of-order queue, no out-of-order bytes"
         );
-        let room = limit
-            .min(MAX_WINDOW)
-            .saturating_sub(self.inorder.len as usize);
+        let room = limit.min(MAX_WINDOW).saturating_sub(self.readable());
         let take = &data[..data.len().min(room)];
         let off = self.inorder.end() as usize % CHUNK;
         let n = if take.is_empty() {
@@ -715,6 +861,7 @@ impl RecvBuffer {
     ) -> Option<usize> {
         let off = self.inorder.end() as usize % CHUNK;
         if self.ofo.is_some()
+            || self.lent != 0
             || data.is_empty()
             || data.len() > CHUNK - off
             || self.inorder.len as usize + data.len() > limit.min(MAX_WINDOW)
@@ -738,14 +885,17 @@ impl RecvBuffer {
         limit: usize,
         mut put: impl FnMut((u32, usize, usize), usize),
     ) -> InsertResult {
+        if self.lent != 0 {
+            return self.without_lent(pool, limit, |b, pool, limit| {
+                b.append_in_order_with(pool, len, limit, put)
+            });
+        }
         // The map may stay, empty, while in-order data awaits the reader (`release_ofo`).
         debug_assert!(
             self.ooo_extents() == 0,
             "in-order append with an out-of-order queue"
         );
-        let room = limit
-            .min(MAX_WINDOW)
-            .saturating_sub(self.inorder.len as usize);
+        let room = limit.min(MAX_WINDOW).saturating_sub(self.readable());
         let want = len.min(room);
         let n = if want == 0 {
             0
@@ -811,8 +961,21 @@ impl RecvBuffer {
     /// Copy up to `out.len()` in-order bytes without taking them (`recv(MSG_PEEK)`;
     /// Linux `tcp_recvmsg_locked` with `MSG_PEEK` walks the queue without eating it).
     pub fn peek(&self, pool: &BufferPool, out: &mut [u8]) -> usize {
+        if self.lent != 0 {
+            return self.peek_lent(pool, out);
+        }
         let n = out.len().min(self.inorder.len as usize);
-        let (mut c, mut start, mut done) = (self.inorder.head, self.inorder.start, 0);
+        self.peek_from(pool, (self.inorder.head, self.inorder.start), &mut out[..n])
+    }
+
+    /// Copies all of `out` from the chunk chain starting at chunk `c`, position `start`.
+    fn peek_from(
+        &self,
+        pool: &BufferPool,
+        (mut c, mut start): (u32, u32),
+        out: &mut [u8],
+    ) -> usize {
+        let (n, mut done) = (out.len(), 0);
         while done < n {
             let off = start as usize % CHUNK;
             let k = (CHUNK - off).min(n - done);
@@ -920,6 +1083,9 @@ impl RecvBuffer {
             pool,
         };
         mem.free_chain(&self.inorder);
+        if self.lent != 0 {
+            mem.pool.lent.drop_queue(self.lent);
+        }
         if let Some(ofo) = self.ofo.take() {
             for x in ofo.map.values() {
                 mem.free_chain(x);
@@ -974,9 +1140,9 @@ impl RecvBuffer {
         let tail_room = self.inorder.len > 0 && !(rcv as usize).is_multiple_of(CHUNK);
         let blocks = spanned - usize::from(tail_room);
         // The most in-order data the buffer could take at all.
-        let room = lim.saturating_sub(self.inorder.len as usize);
+        let room = lim.saturating_sub(self.readable());
         let fits = |this: &Self, mem: &ChargedPool<'_>, new: usize| {
-            let budget = lim.saturating_sub(this.inorder.len as usize + this.ooo_bytes as usize);
+            let budget = lim.saturating_sub(this.readable() + this.ooo_bytes as usize);
             budget >= new && (new == 0 || mem.pool.available_chunks() >= blocks)
         };
         if fits(self, mem, ((e - s) as usize).min(room)) {

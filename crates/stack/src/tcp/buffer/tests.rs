@@ -853,3 +853,64 @@ fn throughput_64mib() {
         recv[1],
     );
 }
+
+/// Lent segments at the front of the queue (their bytes in frames a device lent: here a
+/// frame is the stream itself, its id the segment's start), then copied bytes and an
+/// out-of-order extent joined behind them: `peek` shows the stream without taking it,
+/// reads in pieces of every size take it in order, each frame goes back once read to its
+/// end, and `clear` gives back the frames of a queue dropped unread. Positions start near
+/// the wrap.
+#[test]
+fn lent_segments_are_read_and_peeked_before_copied_bytes_and_given_back() {
+    let data = stream(10_000, 5);
+    let frames = data.clone();
+    let mut pool = BufferPool::new(1 << 20);
+    pool.lent.set_reader(Box::new(move |id, off, dst| {
+        let from = id as usize + off;
+        dst.copy_from_slice(&frames[from..from + dst.len()]);
+        true
+    }));
+    let mut b = RecvBuffer::with_origin(u32::MAX - 3000);
+    // Three lent segments (bytes 0..6000), each frame holding its own bytes from offset 0.
+    for (at, len) in [(0, 1000), (1000, 3000), (4000, 2000)] {
+        assert!(b.can_hold_lent());
+        let r = b.append_lent(&mut pool, (at as u32, 0), len, 1 << 20);
+        assert_eq!((r.advanced, r.dropped), (len, 0));
+    }
+    // Bytes 8000..9000 out of order, then 6000..8000 in order: copied, joined.
+    let r = b.insert(&mut pool, 2000, &data[8000..9000], 1 << 20);
+    assert_eq!(r.advanced, 0);
+    assert!(!b.can_hold_lent());
+    let r = b.insert(&mut pool, 0, &data[6000..8000], 1 << 20);
+    assert_eq!(r.advanced, 3000);
+    assert_eq!(b.readable(), 9000);
+    // A segment after copied bytes is not held.
+    assert!(!b.can_hold_lent());
+    let mut all = vec![0; 9000];
+    assert_eq!(b.peek(&pool, &mut all), 9000);
+    assert!(all == data[..9000]);
+    let mut got = Vec::new();
+    for want in [1, 998, 2, 2999, 1500, 9000] {
+        let mut out = vec![0; want];
+        let n = b.read(&mut pool, &mut out);
+        got.extend_from_slice(&out[..n]);
+        let mut rest = vec![0; 9000];
+        let m = b.peek(&pool, &mut rest);
+        assert!(
+            rest[..m] == data[got.len()..9000],
+            "after {} bytes",
+            got.len()
+        );
+    }
+    assert!(got == data[..9000]);
+    let mut released = Vec::new();
+    pool.lent.take_released(&mut |id| released.push(id));
+    assert_eq!(released, [0, 1000, 4000]);
+    assert!(b.is_empty() && b.can_hold_lent());
+    // Held again, dropped unread: the frames go back.
+    b.append_lent(&mut pool, (9000, 0), 1000, 1 << 20);
+    b.clear(&mut pool);
+    pool.lent.take_released(&mut |id| released.push(id));
+    assert_eq!(released, [0, 1000, 4000, 9000]);
+    assert_eq!(pool.lent.read_errors, 0);
+}
