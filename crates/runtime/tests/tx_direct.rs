@@ -20,6 +20,33 @@ const SERVER_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
 const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
 const ADDR: SocketAddrV4 = SocketAddrV4::new(SERVER_IP, 9000);
 
+/// A client whose device is captured, in memory.
+type Captured<D> = Capture<D, Vec<u8>>;
+
+/// The server's runtime on `a` and the client's on `b`, captured, on one virtual clock.
+fn runtimes<D: Device + ustack_dev::Sleep>(
+    a: D,
+    b: D,
+) -> (
+    VirtualClock,
+    Runtime<D, VirtualClock>,
+    Runtime<Captured<D>, VirtualClock>,
+) {
+    let clock = VirtualClock::new(Instant::ZERO);
+    let srt = RuntimeBuilder::new()
+        .ipv4(SERVER_IP, 24)
+        .seed(1)
+        .build_with_clock(a, clock.participant())
+        .unwrap();
+    let capture = Capture::new(b, Vec::new()).unwrap();
+    let crt = RuntimeBuilder::new()
+        .ipv4(CLIENT_IP, 24)
+        .seed(2)
+        .build_with_clock(capture, clock.participant())
+        .unwrap();
+    (clock, srt, crt)
+}
+
 /// Run both loops until `done` holds (at most 10 s of virtual time, and at most 100,000
 /// rounds each: a loop whose clock stands still fails, not hangs).
 fn run_until<A: Device + ustack_dev::Sleep, B: Device + ustack_dev::Sleep>(
@@ -83,18 +110,7 @@ fn read_all<D: Device + ustack_dev::Sleep>(
 fn a_written_segment_is_on_the_link_before_write_returns_and_captured() {
     let (a, b) = sim_pair(SimLinkConfig::default());
     let link = b.link().clone();
-    let clock = VirtualClock::new(Instant::ZERO);
-    let mut srt = RuntimeBuilder::new()
-        .ipv4(SERVER_IP, 24)
-        .seed(1)
-        .build_with_clock(a, clock.participant())
-        .unwrap();
-    let capture = Capture::new(b, Vec::new()).unwrap();
-    let mut crt = RuntimeBuilder::new()
-        .ipv4(CLIENT_IP, 24)
-        .seed(2)
-        .build_with_clock(capture, clock.participant())
-        .unwrap();
+    let (clock, mut srt, mut crt) = runtimes(a, b);
     let (_listener, server, client) = connect(&mut srt, &mut crt, &clock);
 
     let mut got = Vec::new();
@@ -145,18 +161,7 @@ fn writes_wait_in_order_while_the_ring_is_full_and_none_is_lost() {
     };
     let (mut sa, mut sb) = ShmLink::pair(&config).unwrap();
     let (a, b): (ShmPort, ShmPort) = (sa.remove(0), sb.remove(0));
-    let clock = VirtualClock::new(Instant::ZERO);
-    let mut srt = RuntimeBuilder::new()
-        .ipv4(SERVER_IP, 24)
-        .seed(1)
-        .build_with_clock(a, clock.participant())
-        .unwrap();
-    let capture = Capture::new(b, Vec::new()).unwrap();
-    let mut crt = RuntimeBuilder::new()
-        .ipv4(CLIENT_IP, 24)
-        .seed(2)
-        .build_with_clock(capture, clock.participant())
-        .unwrap();
+    let (clock, mut srt, mut crt) = runtimes(a, b);
     let (_listener, server, client) = connect(&mut srt, &mut crt, &clock);
     let direct_before = {
         crt.run_once(Some(Duration::ZERO)).unwrap();
