@@ -186,6 +186,15 @@ pub trait Device {
     fn send_swap(&mut self, now: Instant, frames: &mut [Vec<u8>]) -> usize {
         send_swap_by_copy(self, now, frames)
     }
+    /// [`send_swap`](Device::send_swap) of one frame buffer, as a driver takes a packet
+    /// sent alone (Linux's qdisc bypass: `sch_direct_xmit`, `xmit_more` false): the
+    /// device may keep the buffer and leave a spare in `frame`, and publishes the frame.
+    /// Returns and counts as [`send`](Device::send): false if the device dropped it.
+    ///
+    /// Provided: `send_swap` of the one buffer.
+    fn send_one(&mut self, now: Instant, frame: &mut Vec<u8>) -> bool {
+        self.send_swap(now, core::slice::from_mut(frame)) == 0
+    }
     /// [`recv`](Device::recv) that may hand over the frame's own buffer instead of
     /// copying it, as a NIC's receive ring hands the driver a filled buffer and takes an
     /// empty one in its place. On `Some(n)` the frame is `buf[..n]`. A device that swaps
@@ -410,6 +419,9 @@ impl<D: Device + ?Sized> Device for &mut D {
     fn send_swap(&mut self, now: Instant, frames: &mut [Vec<u8>]) -> usize {
         (**self).send_swap(now, frames)
     }
+    fn send_one(&mut self, now: Instant, frame: &mut Vec<u8>) -> bool {
+        (**self).send_one(now, frame)
+    }
     fn recv_swap(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<usize> {
         (**self).recv_swap(now, buf)
     }
@@ -475,6 +487,9 @@ impl<D: Device + ?Sized> Device for Box<D> {
     }
     fn send_swap(&mut self, now: Instant, frames: &mut [Vec<u8>]) -> usize {
         (**self).send_swap(now, frames)
+    }
+    fn send_one(&mut self, now: Instant, frame: &mut Vec<u8>) -> bool {
+        (**self).send_one(now, frame)
     }
     fn recv_swap(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<usize> {
         (**self).recv_swap(now, buf)

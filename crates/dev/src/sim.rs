@@ -223,6 +223,7 @@ impl SimLink {
     /// spare one in `frame` (one the receiver gave back, or empty), as a ring hands
     /// descriptors; a direction with faults copies it, as `send` (see
     /// [`FaultLine::send_swap`]).
+    #[inline(always)]
     pub fn send_swap(&mut self, now: Instant, from: Side, frame: &mut Vec<u8>) -> bool {
         let caps = self.caps();
         let (line, observe) = self.line(from);
@@ -278,6 +279,11 @@ pub trait SimLinkRef {
     fn with<R>(&self, f: impl FnOnce(&SimLink) -> R) -> R;
     /// Run `f` on the link, mutably.
     fn with_mut<R>(&mut self, f: impl FnOnce(&mut SimLink) -> R) -> R;
+    /// [`SimLink::send_swap`] (without a closure, so that the compiler inlines it in the
+    /// one-frame send of every request-response frame).
+    fn send_swap(&mut self, now: Instant, from: Side, frame: &mut Vec<u8>) -> bool {
+        self.with_mut(|l| l.send_swap(now, from, frame))
+    }
 }
 
 impl SimLinkRef for &mut SimLink {
@@ -286,6 +292,10 @@ impl SimLinkRef for &mut SimLink {
     }
     fn with_mut<R>(&mut self, f: impl FnOnce(&mut SimLink) -> R) -> R {
         f(self)
+    }
+    #[inline(always)]
+    fn send_swap(&mut self, now: Instant, from: Side, frame: &mut Vec<u8>) -> bool {
+        SimLink::send_swap(self, now, from, frame)
     }
 }
 
@@ -298,6 +308,10 @@ impl SimLinkRef for SharedSimLink {
     }
     fn with_mut<R>(&mut self, f: impl FnOnce(&mut SimLink) -> R) -> R {
         f(&mut self.borrow_mut())
+    }
+    #[inline(always)]
+    fn send_swap(&mut self, now: Instant, from: Side, frame: &mut Vec<u8>) -> bool {
+        self.borrow_mut().send_swap(now, from, frame)
     }
 }
 
@@ -366,6 +380,12 @@ impl<L: SimLinkRef> Device for SimPort<L> {
             }
             dropped
         })
+    }
+    /// Keeps the buffer (a clean direction), see [`SimLink::send_swap`]. Inline: a
+    /// request-response's every frame.
+    #[inline(always)]
+    fn send_one(&mut self, now: Instant, frame: &mut Vec<u8>) -> bool {
+        self.link.send_swap(now, self.side, frame)
     }
     /// Always swaps, see [`SimLink::recv_swap`].
     fn recv_swap(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<usize> {

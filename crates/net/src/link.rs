@@ -134,6 +134,9 @@ impl Device for DynLink {
     fn send_swap(&mut self, now: Instant, frames: &mut [Vec<u8>]) -> usize {
         self.0.send_swap(now, frames)
     }
+    fn send_one(&mut self, now: Instant, frame: &mut Vec<u8>) -> bool {
+        self.0.send_one(now, frame)
+    }
     fn recv_swap(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<usize> {
         self.0.recv_swap(now, buf)
     }

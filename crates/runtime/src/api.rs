@@ -326,15 +326,18 @@ impl TcpStream {
     }
 
     /// Queue bytes to send: how many fit in the send buffer (a short write when it is
-    /// nearly full), `EAGAIN` when none fit, `EPIPE` after shutdown. They go out with the
-    /// loop's next round.
+    /// nearly full), `EAGAIN` when none fit, `EPIPE` after shutdown. A segment they make
+    /// that is the only frame queued goes to the device before this returns (published
+    /// by the loop's next round); the rest go out with that round.
     pub fn write<D: Device + Sleep, C: Clock>(
         &self,
         rt: &mut Runtime<D, C>,
         buf: &[u8],
     ) -> io::Result<usize> {
         let (stack, now) = rt.stack_now();
-        stack.tcp_send(now, self.handle, buf).map_err(err)
+        let sent = stack.tcp_send(now, self.handle, buf).map_err(err);
+        rt.transmit_now(now);
+        sent
     }
 
     /// Write all of `buf`, running the runtime's loop while the send buffer is full
@@ -689,8 +692,9 @@ impl UdpSocket {
         dst: impl Into<SocketAddr>,
     ) -> io::Result<usize> {
         let (stack, now) = rt.stack_now();
-        stack.udp_send_to(now, self.handle, buf, dst).map_err(err)?;
-        Ok(buf.len())
+        let sent = stack.udp_send_to(now, self.handle, buf, dst).map_err(err);
+        rt.transmit_now(now);
+        sent.map(|()| buf.len())
     }
 
     /// Take one datagram: its length (cut to `buf`) and sender. `EAGAIN` when none;

@@ -921,6 +921,13 @@ impl<D: Device + Sleep, C: Clock> Runtime<D, C> {
         (self.shard.stack_mut(), now)
     }
 
+    /// After a socket call that sends: the frame it queued, if it is the only one, to
+    /// the device at once (`Shard::transmit_lone`).
+    #[inline]
+    pub(crate) fn transmit_now(&mut self, now: Instant) {
+        self.shard.transmit_lone(now);
+    }
+
     /// The queue a socket handle's `Drop` puts its key on (see [`DropQueue`]).
     pub(crate) fn drop_queue(&self) -> Arc<DropQueue> {
         self.dropped.clone()

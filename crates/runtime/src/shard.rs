@@ -61,6 +61,11 @@
 //! defers its doorbell while `netdev_xmit_more()` says more frames follow
 //! (`dev_hard_start_xmit` / `xmit_one` in `net/core/dev.c`).
 //!
+//! A frame a socket send call queues alone does not wait for the round: the runtime hands
+//! it to the device as the call returns (`Shard::transmit_lone`, Linux's qdisc bypass),
+//! and the next round counts it and reports it in [`PollResult::tx`]. Everything else
+//! (several frames, a full ring, frames made while receiving) goes as described here.
+//!
 //! A device that lends its transmit memory ([`Device::tx_lends`], the shm port's slots)
 //! gets long TCP segments written straight into it: the shard sets
 //! [`Stack::set_tx_lend`], TCP queues such a segment as its headers with the payload left
@@ -310,8 +315,13 @@ pub struct ShardStats {
     /// memory: the headers and then the payload from the send buffer, into a slot the
     /// device lent ([`Device::send_with`], [`Stack::poll_transmit_lent`]).
     pub tx_lent: u64,
-    /// Batches handed to the device ([`Device::send_batch`] calls).
+    /// Batches handed to the device ([`Device::send_batch`] calls; a frame sent alone is
+    /// one).
     pub tx_batches: u64,
+    /// Of the frames handed to the device, those a socket call queued alone and handed
+    /// over at once, without the round's transmit step (`Shard::transmit_lone`; counted,
+    /// with `transmitted` and `tx_batches`, by the round after).
+    pub tx_direct: u64,
     /// Rounds that ended with frames held back because the device had no room
     /// ([`Device::tx_space`]): they wait in the stack's transmit queue, as Linux's qdisc
     /// holds packets while a driver's queue is stopped. That queue is bounded by
@@ -383,6 +393,13 @@ pub struct Shard<D: Device> {
     deferred: u32,
     /// When the rounds deferring due timers began (`None` when the timers last ran).
     defer_since: Option<Instant>,
+    /// Whether a frame queued alone goes to the device as soon as the socket call that
+    /// made it returns ([`transmit_lone`](Self::transmit_lone)): every device but one that
+    /// merges a batch's segments itself (GSO at the driver, `DeviceCaps::gso_max_size`).
+    tx_direct: bool,
+    /// Frames [`transmit_lone`](Self::transmit_lone) handed to the device since the last
+    /// round: the round counts them and reports them in its [`PollResult::tx`].
+    tx_since: usize,
 }
 
 impl<D: Device> Shard<D> {
@@ -400,6 +417,7 @@ impl<D: Device> Shard<D> {
             stack.set_lent_reader(reader);
         }
         let rx_buf = vec![0; device.caps().max_rx_frame_len()];
+        let tx_direct = device.caps().gso_max_size == 0;
         Shard {
             id,
             stack,
@@ -409,6 +427,8 @@ impl<D: Device> Shard<D> {
             stats: ShardStats::default(),
             deferred: 0,
             defer_since: None,
+            tx_direct,
+            tx_since: 0,
         }
     }
 
@@ -484,7 +504,12 @@ impl<D: Device> Shard<D> {
         now: Instant,
         mut budget: Round<T>,
     ) -> PollResult {
+        // Frames the socket calls handed to the device since the last round are this
+        // round's (a loop that sees a round transmit does not sleep).
         let mut result = PollResult::default();
+        if self.tx_since > 0 {
+            self.transmitted_since(&mut result);
+        }
         self.stats.polls += 1;
         let mut tx_left = self.transmit(now, &mut budget, &mut result);
 
@@ -786,14 +811,64 @@ impl<D: Device> Shard<D> {
     /// One frame to the device, its buffer back to the stack: the frame's own if the
     /// device copied it, else the spare it left (worth keeping only with capacity).
     #[inline(always)]
-    fn send_one(&mut self, now: Instant, frame: Vec<u8>, result: &mut PollResult) {
-        let mut frame = [frame];
-        let dropped = self.device.send_swap(now, &mut frame);
-        self.count_batch(1, dropped, result);
-        let [frame] = frame;
+    fn send_one(&mut self, now: Instant, mut frame: Vec<u8>, result: &mut PollResult) {
+        let dropped = !self.device.send_one(now, &mut frame);
+        self.count_batch(1, usize::from(dropped), result);
         if frame.capacity() > 0 {
             self.stack.recycle(frame);
         }
+    }
+
+    /// Hand the frame a socket call just queued to the device at once, when it is the
+    /// only frame queued and the device has room ([`Stack::poll_transmit_lone`]; Linux's
+    /// `__dev_xmit_skb` bypassing an empty qdisc to `sch_direct_xmit`, in the sender's
+    /// context): one move from the stack's output to the link ([`Device::send_one`]: the
+    /// sim link keeps the buffer, a copying device publishes it at once, as a driver
+    /// rings its doorbell for a packet sent alone), without the round's
+    /// transmit step. Anything else (several
+    /// frames, a full ring, a segment whose payload stays in the send buffer, a
+    /// connection waiting for room in the queue, a device that merges segments itself)
+    /// waits in the stack's queue for the round, as before. The next round counts it as
+    /// its transmit step counts a frame (a refused one at once, in
+    /// [`ShardStats::tx_dropped`]), and in [`ShardStats::tx_direct`], and reports it in its
+    /// [`PollResult::tx`].
+    #[inline]
+    pub(crate) fn transmit_lone(&mut self, now: Instant) {
+        // Inline in the socket call: one test when it queued nothing or more than one.
+        if self.tx_direct && self.stack.tx_queue_len() == 1 {
+            self.transmit_lone_now(now);
+        }
+    }
+
+    /// [`transmit_lone`](Self::transmit_lone) once one frame is queued.
+    #[inline(never)]
+    fn transmit_lone_now(&mut self, now: Instant) {
+        if self.device.tx_space() == Some(0) {
+            return;
+        }
+        let Some(mut frame) = self.stack.poll_transmit_lone() else {
+            return;
+        };
+        let _stage = profile::enter(Stage::DeviceTx);
+        if !self.device.send_one(now, &mut frame) {
+            self.stats.tx_dropped += 1;
+        }
+        self.tx_since += 1;
+        if frame.capacity() > 0 {
+            self.stack.recycle(frame);
+        }
+    }
+
+    /// The start of a round after [`transmit_lone`](Self::transmit_lone) handed frames
+    /// over: they are counted as the transmit step counts a frame (a batch each), and
+    /// reported in the round's [`PollResult::tx`].
+    #[inline]
+    fn transmitted_since(&mut self, result: &mut PollResult) {
+        let n = core::mem::take(&mut self.tx_since);
+        result.tx = n;
+        self.stats.transmitted += n as u64;
+        self.stats.tx_batches += n as u64;
+        self.stats.tx_direct += n as u64;
     }
 
     /// [`transmit`](Self::transmit)'s quotas, with receive steps between them.

@@ -48,8 +48,16 @@ pub struct Stack {
     pub(crate) tcp: crate::tcp::Tcp,
     /// Sockets whose readiness may have grown, for the poller (see `socket`).
     pub(crate) ready: crate::socket::ReadyList,
-    /// Frames ready for the device, L2 header filled in.
+    /// The transmit queue's front frame (`None` when the queue is empty), L2 header
+    /// filled in: kept beside the ring so that a frame queued alone (a
+    /// request-response's every frame) is queued and handed to the device
+    /// ([`Stack::poll_transmit_lone`]) with a move each.
+    tx_head: Option<Vec<u8>>,
+    /// The frames behind `tx_head`, in order.
     tx: VecDeque<Vec<u8>>,
+    /// Frames queued: `tx_head`'s and `tx`'s (one load for the checks a driver makes
+    /// several times a round).
+    tx_len: usize,
     /// Which of them are a data segment's headers, its payload left in the send buffer
     /// (`tcp::tx_lend`).
     pub(crate) tx_splits: crate::tcp::tx_lend::TxSplits,
@@ -123,7 +131,9 @@ impl Stack {
             tcp: crate::tcp::Tcp::new(&secrets, &sysctl),
             sysctl,
             ready: Default::default(),
+            tx_head: None,
             tx: VecDeque::new(),
+            tx_len: 0,
             tx_splits: Default::default(),
             tx_lend: false,
             tx_drains: 0,
@@ -465,14 +475,29 @@ impl Stack {
         self.tx_push(frame, full_reason)
     }
 
-    /// The transmit queue, bounded by `txqueuelen` like a device queue.
+    /// The transmit queue, bounded by `txqueuelen` like a device queue. A frame queued
+    /// into an empty queue becomes its head (`txqueuelen` is at least 1).
     #[inline(always)]
     pub(crate) fn tx_push(&mut self, frame: Vec<u8>, full_reason: DropReason) -> bool {
-        if self.tx.len() as u64 >= self.sysctl.txqueuelen {
+        // (`tx_head` is `None` exactly when the queue is empty: tested on it, the
+        // assignment has no old frame to drop.)
+        if self.tx_head.is_none() {
+            self.tx_head = Some(frame);
+            self.tx_len = 1;
+            return true;
+        }
+        self.tx_push_back(frame, full_reason)
+    }
+
+    /// [`tx_push`](Self::tx_push) behind other frames.
+    #[inline(never)]
+    fn tx_push_back(&mut self, frame: Vec<u8>, full_reason: DropReason) -> bool {
+        if self.tx_len as u64 >= self.sysctl.txqueuelen {
             self.tx_full_drop(full_reason);
             return false;
         }
         self.tx.push_back(frame);
+        self.tx_len += 1;
         true
     }
 
@@ -510,17 +535,42 @@ impl Stack {
         Some(self.tx_split_of(frame))
     }
 
+    /// The one frame queued, whole, for a driver that hands it to the device at once,
+    /// as soon as the call that made it returns (Linux `__dev_xmit_skb`: a packet meeting
+    /// an empty qdisc that may be bypassed, `TCQ_F_CAN_BYPASS`, goes straight to
+    /// `sch_direct_xmit` and the driver, in the sender's context). `None` unless it is
+    /// the only frame queued, not a segment whose payload stays in the send buffer
+    /// ([`TxFrame::Split`](crate::TxFrame::Split)), and no connection waits for room in
+    /// the queue (those frames go through [`poll_transmit`](Self::poll_transmit), which
+    /// lets the waiting connections queue more). A frame the device has no room for now
+    /// is left queued: the caller checks first.
+    #[inline(always)]
+    pub fn poll_transmit_lone(&mut self) -> Option<Vec<u8>> {
+        if self.tx_len != 1 || !self.tx_splits.is_empty() || !self.tcp.tx_waiters.is_empty() {
+            return None;
+        }
+        self.tx_len = 0;
+        self.tx_head.take()
+    }
+
     /// The front of the transmit queue, after letting waiting connections queue more
     /// once it has drained to half (see [`poll_transmit`](Self::poll_transmit)).
     #[inline(always)]
     fn tx_pop(&mut self, now: Instant) -> Option<Vec<u8>> {
-        if !self.tcp.tx_waiters.is_empty() && (self.tx.len() as u64) <= self.tx_tcp_limit() / 2 {
+        if !self.tcp.tx_waiters.is_empty()
+            && (self.tx_queue_len() as u64) <= self.tx_tcp_limit() / 2
+        {
             self.tcp_tx_wake(now);
             self.debug_check_wake();
         }
-        let frame = self.tx.pop_front();
-        if frame.is_none() {
+        if self.tx_len == 0 {
             self.tx_drains = self.tx_drains.wrapping_add(1);
+            return None;
+        }
+        self.tx_len -= 1;
+        let frame = self.tx_head.take();
+        if self.tx_len > 0 {
+            self.tx_head = self.tx.pop_front();
         }
         frame
     }
@@ -556,7 +606,7 @@ impl Stack {
     /// Whether TCP may queue no more frames (see `tx_tcp_limit`): connections wait.
     #[inline]
     pub(crate) fn tx_queue_full(&self) -> bool {
-        self.tx.len() as u64 >= self.tx_tcp_limit()
+        self.tx_queue_len() as u64 >= self.tx_tcp_limit()
     }
 
     /// Frames the transmit queue has room for before `txqueuelen`. A driver receives no
@@ -565,8 +615,12 @@ impl Stack {
     /// device's ring instead, and the peer waits for slots.
     #[inline]
     pub fn tx_room(&self) -> usize {
-        usize::try_from(self.sysctl.txqueuelen.saturating_sub(self.tx.len() as u64))
-            .unwrap_or(usize::MAX)
+        usize::try_from(
+            self.sysctl
+                .txqueuelen
+                .saturating_sub(self.tx_queue_len() as u64),
+        )
+        .unwrap_or(usize::MAX)
     }
 
     /// Give a transmitted frame's buffer back for reuse (optional: a driver that drops
@@ -619,8 +673,9 @@ impl Stack {
     }
 
     /// Frames waiting in the transmit queue.
+    #[inline]
     pub fn tx_queue_len(&self) -> usize {
-        self.tx.len()
+        self.tx_len
     }
 
     /// Whether [`poll_transmit`](Self::poll_transmit) may have a frame to give: frames
@@ -628,7 +683,7 @@ impl Stack {
     /// send skips its transmit path on this one test.
     #[inline]
     pub fn tx_pending(&self) -> bool {
-        !self.tx.is_empty() || !self.tcp.tx_waiters.is_empty()
+        self.tx_len != 0 || !self.tcp.tx_waiters.is_empty()
     }
 
     /// Whether connections wait for room in the transmit queue (their output held back
