@@ -400,140 +400,83 @@ pub fn send_swap_by_copy<D: Device + ?Sized>(
     dropped
 }
 
+/// The [`Device`] methods of a pointer to a device, each forwarded to the device (for
+/// `&mut D` and `Box<D>`: a method added to the trait is added here once).
+macro_rules! forward_device {
+    () => {
+        fn caps(&self) -> DeviceCaps {
+            (**self).caps()
+        }
+        fn recv(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
+            (**self).recv(now, buf)
+        }
+        fn send(&mut self, now: Instant, frame: &[u8]) -> bool {
+            (**self).send(now, frame)
+        }
+        fn send_more(&mut self, now: Instant, frame: &[u8], more: bool) -> bool {
+            (**self).send_more(now, frame, more)
+        }
+        fn send_batch(&mut self, now: Instant, frames: &[&[u8]]) -> usize {
+            (**self).send_batch(now, frames)
+        }
+        fn send_swap(&mut self, now: Instant, frames: &mut [Vec<u8>]) -> usize {
+            (**self).send_swap(now, frames)
+        }
+        fn send_one(&mut self, now: Instant, frame: &mut Vec<u8>) -> bool {
+            (**self).send_one(now, frame)
+        }
+        fn recv_swap(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<usize> {
+            (**self).recv_swap(now, buf)
+        }
+        fn tx_space(&mut self) -> Option<usize> {
+            (**self).tx_space()
+        }
+        fn tx_lends(&self) -> bool {
+            (**self).tx_lends()
+        }
+        fn send_with(
+            &mut self,
+            now: Instant,
+            len: usize,
+            more: bool,
+            fill: &mut dyn FnMut(&mut dyn FrameWriter) -> bool,
+        ) -> bool {
+            (**self).send_with(now, len, more, fill)
+        }
+        fn rx_head_len(&self) -> usize {
+            (**self).rx_head_len()
+        }
+        fn recv_head(&mut self, now: Instant, buf: &mut [u8]) -> Option<(usize, usize)> {
+            (**self).recv_head(now, buf)
+        }
+        fn read_held(&mut self, off: usize, dst: &mut [u8]) -> bool {
+            (**self).read_held(off, dst)
+        }
+        fn keep_held(&mut self) -> Option<u32> {
+            (**self).keep_held()
+        }
+        fn release_kept(&mut self, id: u32) {
+            (**self).release_kept(id)
+        }
+        fn kept_reader(&self) -> Option<KeptReader> {
+            (**self).kept_reader()
+        }
+        fn poll_at(&self) -> Option<Instant> {
+            (**self).poll_at()
+        }
+        fn rx_csum_unnecessary(&self) -> bool {
+            (**self).rx_csum_unnecessary()
+        }
+        fn trust_rx_csum(&mut self) {
+            (**self).trust_rx_csum()
+        }
+    };
+}
+
 impl<D: Device + ?Sized> Device for &mut D {
-    fn caps(&self) -> DeviceCaps {
-        (**self).caps()
-    }
-    fn recv(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
-        (**self).recv(now, buf)
-    }
-    fn send(&mut self, now: Instant, frame: &[u8]) -> bool {
-        (**self).send(now, frame)
-    }
-    fn send_more(&mut self, now: Instant, frame: &[u8], more: bool) -> bool {
-        (**self).send_more(now, frame, more)
-    }
-    fn send_batch(&mut self, now: Instant, frames: &[&[u8]]) -> usize {
-        (**self).send_batch(now, frames)
-    }
-    fn send_swap(&mut self, now: Instant, frames: &mut [Vec<u8>]) -> usize {
-        (**self).send_swap(now, frames)
-    }
-    fn send_one(&mut self, now: Instant, frame: &mut Vec<u8>) -> bool {
-        (**self).send_one(now, frame)
-    }
-    fn recv_swap(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<usize> {
-        (**self).recv_swap(now, buf)
-    }
-    fn tx_space(&mut self) -> Option<usize> {
-        (**self).tx_space()
-    }
-    fn tx_lends(&self) -> bool {
-        (**self).tx_lends()
-    }
-    fn send_with(
-        &mut self,
-        now: Instant,
-        len: usize,
-        more: bool,
-        fill: &mut dyn FnMut(&mut dyn FrameWriter) -> bool,
-    ) -> bool {
-        (**self).send_with(now, len, more, fill)
-    }
-    fn rx_head_len(&self) -> usize {
-        (**self).rx_head_len()
-    }
-    fn recv_head(&mut self, now: Instant, buf: &mut [u8]) -> Option<(usize, usize)> {
-        (**self).recv_head(now, buf)
-    }
-    fn read_held(&mut self, off: usize, dst: &mut [u8]) -> bool {
-        (**self).read_held(off, dst)
-    }
-    fn keep_held(&mut self) -> Option<u32> {
-        (**self).keep_held()
-    }
-    fn release_kept(&mut self, id: u32) {
-        (**self).release_kept(id)
-    }
-    fn kept_reader(&self) -> Option<KeptReader> {
-        (**self).kept_reader()
-    }
-    fn poll_at(&self) -> Option<Instant> {
-        (**self).poll_at()
-    }
-    fn rx_csum_unnecessary(&self) -> bool {
-        (**self).rx_csum_unnecessary()
-    }
-    fn trust_rx_csum(&mut self) {
-        (**self).trust_rx_csum()
-    }
+    forward_device!();
 }
 
 impl<D: Device + ?Sized> Device for Box<D> {
-    fn caps(&self) -> DeviceCaps {
-        (**self).caps()
-    }
-    fn recv(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
-        (**self).recv(now, buf)
-    }
-    fn send(&mut self, now: Instant, frame: &[u8]) -> bool {
-        (**self).send(now, frame)
-    }
-    fn send_more(&mut self, now: Instant, frame: &[u8], more: bool) -> bool {
-        (**self).send_more(now, frame, more)
-    }
-    fn send_batch(&mut self, now: Instant, frames: &[&[u8]]) -> usize {
-        (**self).send_batch(now, frames)
-    }
-    fn send_swap(&mut self, now: Instant, frames: &mut [Vec<u8>]) -> usize {
-        (**self).send_swap(now, frames)
-    }
-    fn send_one(&mut self, now: Instant, frame: &mut Vec<u8>) -> bool {
-        (**self).send_one(now, frame)
-    }
-    fn recv_swap(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<usize> {
-        (**self).recv_swap(now, buf)
-    }
-    fn tx_space(&mut self) -> Option<usize> {
-        (**self).tx_space()
-    }
-    fn tx_lends(&self) -> bool {
-        (**self).tx_lends()
-    }
-    fn send_with(
-        &mut self,
-        now: Instant,
-        len: usize,
-        more: bool,
-        fill: &mut dyn FnMut(&mut dyn FrameWriter) -> bool,
-    ) -> bool {
-        (**self).send_with(now, len, more, fill)
-    }
-    fn rx_head_len(&self) -> usize {
-        (**self).rx_head_len()
-    }
-    fn recv_head(&mut self, now: Instant, buf: &mut [u8]) -> Option<(usize, usize)> {
-        (**self).recv_head(now, buf)
-    }
-    fn read_held(&mut self, off: usize, dst: &mut [u8]) -> bool {
-        (**self).read_held(off, dst)
-    }
-    fn keep_held(&mut self) -> Option<u32> {
-        (**self).keep_held()
-    }
-    fn release_kept(&mut self, id: u32) {
-        (**self).release_kept(id)
-    }
-    fn kept_reader(&self) -> Option<KeptReader> {
-        (**self).kept_reader()
-    }
-    fn poll_at(&self) -> Option<Instant> {
-        (**self).poll_at()
-    }
-    fn rx_csum_unnecessary(&self) -> bool {
-        (**self).rx_csum_unnecessary()
-    }
-    fn trust_rx_csum(&mut self) {
-        (**self).trust_rx_csum()
-    }
+    forward_device!();
 }
