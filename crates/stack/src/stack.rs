@@ -255,25 +255,46 @@ impl Stack {
         self.checksum_offload || self.rx_csum_ok
     }
 
+    /// `--profile`'s switch read once a frame: off (the common case), the receive path's
+    /// stage guards (L2/L3, demux, TCP input, socket queue) are compiled out of its copy;
+    /// on, each times its stage as before.
     #[inline]
     fn receive_frame(&mut self, now: Instant, frame: &[u8]) {
+        if ustack_obs::profile::enabled() {
+            self.receive_frame_profiled(now, frame);
+        } else {
+            self.receive_frame_in::<false>(now, frame);
+        }
+    }
+
+    /// [`receive_frame`](Self::receive_frame) with `--profile` on: its own copy, out of
+    /// line, so that the common copy's code is as it was without the guards.
+    #[cold]
+    #[inline(never)]
+    fn receive_frame_profiled(&mut self, now: Instant, frame: &[u8]) {
         let _stage = ustack_obs::profile::enter(ustack_obs::profile::Stage::L2L3);
+        self.receive_frame_in::<true>(now, frame);
+    }
+
+    /// [`receive_frame`](Self::receive_frame) with `--profile` on (`PROF`) or off.
+    #[inline(always)]
+    fn receive_frame_in<const PROF: bool>(&mut self, now: Instant, frame: &[u8]) {
         match self.medium {
             // A TUN device's packets say their family in the version nibble.
             Medium::Ip if frame.first().is_some_and(|b| b >> 4 == 6) => {
                 if self.ip6.enabled() {
-                    self.ipv6_input(now, frame, false)
+                    self.ipv6_input::<PROF>(now, frame, false)
                 } else {
                     self.mib.drop(DropReason::UnhandledProto)
                 }
             }
-            Medium::Ip => self.ipv4_input(now, frame, false),
-            Medium::Ethernet => self.eth_input(now, frame),
+            Medium::Ip => self.ipv4_input::<PROF>(now, frame, false),
+            Medium::Ethernet => self.eth_input::<PROF>(now, frame),
         }
     }
 
     /// Ethernet II input (Linux `eth_type_trans` then the protocol handlers).
-    fn eth_input(&mut self, now: Instant, frame: &[u8]) {
+    fn eth_input<const PROF: bool>(&mut self, now: Instant, frame: &[u8]) {
         let Ok(eth) = ethernet::Frame::new_checked(frame) else {
             self.mib.drop(DropReason::MacHdr);
             return;
@@ -287,9 +308,11 @@ impl Stack {
         }
         match eth.ethertype() {
             ethernet::EtherType::Arp => self.arp_input(now, eth.payload()),
-            ethernet::EtherType::Ipv4 => self.ipv4_input(now, eth.payload(), dst.is_broadcast()),
+            ethernet::EtherType::Ipv4 => {
+                self.ipv4_input::<PROF>(now, eth.payload(), dst.is_broadcast())
+            }
             ethernet::EtherType::Ipv6 if self.ip6.enabled() => {
-                self.ipv6_input(now, eth.payload(), dst.is_multicast())
+                self.ipv6_input::<PROF>(now, eth.payload(), dst.is_multicast())
             }
             _ => self.mib.drop(DropReason::UnhandledProto),
         }

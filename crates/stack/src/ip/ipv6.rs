@@ -411,13 +411,26 @@ pub(crate) struct Ip6Frags {
 impl Stack {
     /// IPv6 input (Linux `ipv6_rcv` -> `ip6_rcv_core`, `ip6_input_finish`). `l2_multicast`:
     /// the frame came to a link-layer group address.
-    pub(crate) fn ipv6_input(&mut self, now: Instant, bytes: &[u8], l2_multicast: bool) {
+    /// `PROF`: whether `--profile` is on for this packet (read once a packet, by
+    /// [`Stack::receive_with`]): off, the early demux's stage guards are compiled out.
+    #[inline(always)]
+    pub(crate) fn ipv6_input<const PROF: bool>(
+        &mut self,
+        now: Instant,
+        bytes: &[u8],
+        l2_multicast: bool,
+    ) {
         // An established connection's common segment goes straight to it (Linux
         // `tcp_v6_early_demux`); the fast path makes the checks below itself, and leaves
         // everything else, counted and changed nothing, to the general path.
-        if self.tcp_v6_early_demux(now, bytes, l2_multicast) {
+        if self.tcp_v6_early_demux::<PROF>(now, bytes, l2_multicast) {
             return;
         }
+        self.ipv6_rcv(now, bytes, l2_multicast);
+    }
+
+    /// [`ipv6_input`](Self::ipv6_input) past the early demux.
+    fn ipv6_rcv(&mut self, now: Instant, bytes: &[u8], l2_multicast: bool) {
         self.mib.inc(Counter::Ip6InReceives);
         self.mib.add(Counter::Ip6InOctets, bytes.len() as u64);
         if bytes.len() < ipv6::HEADER_LEN {

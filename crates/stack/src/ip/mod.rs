@@ -98,13 +98,26 @@ pub(crate) struct Outbound {
 impl Stack {
     /// IPv4 input (Linux `ip_rcv_core`, then `ip_local_deliver`). `l2_broadcast`: the
     /// frame was sent to the link broadcast address.
-    pub(crate) fn ipv4_input(&mut self, now: Instant, bytes: &[u8], l2_broadcast: bool) {
+    /// `PROF`: whether `--profile` is on for this packet (read once a packet, by
+    /// [`Stack::receive_with`]): off, the early demux's stage guards are compiled out.
+    #[inline(always)]
+    pub(crate) fn ipv4_input<const PROF: bool>(
+        &mut self,
+        now: Instant,
+        bytes: &[u8],
+        l2_broadcast: bool,
+    ) {
         // An established connection's common segment goes straight to it (Linux
         // `tcp_v4_early_demux`); the fast path makes the checks below itself, and leaves
         // everything else, counted and changed nothing, to the general path.
-        if !l2_broadcast && self.tcp_v4_early_demux(now, bytes) {
+        if !l2_broadcast && self.tcp_v4_early_demux::<PROF>(now, bytes) {
             return;
         }
+        self.ipv4_rcv(now, bytes, l2_broadcast);
+    }
+
+    /// [`ipv4_input`](Self::ipv4_input) past the early demux.
+    fn ipv4_rcv(&mut self, now: Instant, bytes: &[u8], l2_broadcast: bool) {
         self.mib.inc(Counter::IpInReceives);
         // RFC 1122 §3.2.1.1-3.2.1.2, in Linux's order: header present, version and IHL,
         // checksum, then total length against what arrived.

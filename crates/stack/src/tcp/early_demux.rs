@@ -85,8 +85,12 @@ impl Stack {
     /// path's shape ([`fast_tcp_header`]), whose checksums verify (RFC 1122 §3.2.1.2 for
     /// the IP header; RFC 9293 §3.1 for TCP, unless offloaded), for a connection in the
     /// established table.
-    #[inline]
-    pub(crate) fn tcp_v4_early_demux(&mut self, now: Instant, bytes: &[u8]) -> bool {
+    #[inline(always)]
+    pub(crate) fn tcp_v4_early_demux<const PROF: bool>(
+        &mut self,
+        now: Instant,
+        bytes: &[u8],
+    ) -> bool {
         let Some(ip) = bytes.first_chunk::<{ ipv4::HEADER_LEN }>() else {
             return false;
         };
@@ -149,7 +153,7 @@ impl Stack {
         // Committed: count what the general path counts for a delivered segment.
         self.mib.inc(Counter::IpInReceives);
         self.mib.inc(Counter::IpInDelivers);
-        self.early_demux_deliver(now, index, &hdr, seg);
+        self.early_demux_deliver::<PROF>(now, index, &hdr, seg);
         true
     }
 
@@ -169,8 +173,8 @@ impl Stack {
     /// Neither path reads the Hop Limit (a host's TCP has no minimum, Linux checks one
     /// only with `IPV6_MINHOPCOUNT`) or the Flow Label (RFC 6437 §4: a receiver does not
     /// depend on it); the traffic class's ECN field is counted as `ipv6_input` counts it.
-    #[inline]
-    pub(crate) fn tcp_v6_early_demux(
+    #[inline(always)]
+    pub(crate) fn tcp_v6_early_demux<const PROF: bool>(
         &mut self,
         now: Instant,
         bytes: &[u8],
@@ -244,7 +248,7 @@ impl Stack {
             _ => Counter::Ip6InCEPkts,
         });
         self.mib.inc(Counter::Ip6InDelivers);
-        self.early_demux_deliver(now, index, &hdr, seg);
+        self.early_demux_deliver::<PROF>(now, index, &hdr, seg);
         true
     }
 
@@ -261,13 +265,19 @@ impl Stack {
     /// Hand `seg` (header `hdr`, checked) to the connection in slot `index`, counting what
     /// TCP input counts for it.
     #[inline(always)]
-    fn early_demux_deliver(&mut self, now: Instant, index: u32, hdr: &FastHeader, seg: &[u8]) {
-        let _stage = ustack_obs::profile::enter(ustack_obs::profile::Stage::Demux);
+    fn early_demux_deliver<const PROF: bool>(
+        &mut self,
+        now: Instant,
+        index: u32,
+        hdr: &FastHeader,
+        seg: &[u8],
+    ) {
+        let _stage = PROF.then(|| ustack_obs::profile::enter(ustack_obs::profile::Stage::Demux));
         self.mib.inc(Counter::TcpInSegs);
         self.tcp.early_demux += 1;
         // The connection's header prediction first (see `fast_path`); what it does not
         // predict walks RFC 9293's steps.
-        let Some(h) = self.tcp_rcv_established(now, index, hdr, seg) else {
+        let Some(h) = self.tcp_rcv_established::<PROF>(now, index, hdr, seg) else {
             return;
         };
         let repr = tcp::Repr {

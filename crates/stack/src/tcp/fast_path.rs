@@ -72,7 +72,7 @@ impl Stack {
     /// `Some(h)`, the connection's handle, if nothing was done and the caller takes the
     /// slow path (see the module docs). The connection is looked up once, for both.
     #[inline(always)]
-    pub(crate) fn tcp_rcv_established(
+    pub(crate) fn tcp_rcv_established<const PROF: bool>(
         &mut self,
         now: Instant,
         index: u32,
@@ -81,12 +81,12 @@ impl Stack {
     ) -> Option<TcpHandle> {
         // `--profile` times the fast path as TCP input, as it does the slow path's
         // `conn_input`.
-        let _stage = ustack_obs::profile::enter(ustack_obs::profile::Stage::TcpInput);
+        let _stage = PROF.then(|| ustack_obs::profile::enter(ustack_obs::profile::Stage::TcpInput));
         let Some(mut sk) = self.tcp_sock_at(index) else {
             return Some(self.tcp.handle_of(index));
         };
         let h = sk.h;
-        let Some(output) = sk.tcp_rcv_fast(now, hdr, seg) else {
+        let Some(output) = sk.tcp_rcv_fast::<PROF>(now, hdr, seg) else {
             return Some(h);
         };
         // `tcp_note_idle`'s test, on the connection in hand (when there is no output to
@@ -121,7 +121,12 @@ impl Sock<'_> {
     /// stack's output has something to do (an ACK now, data to send, an ACK pending
     /// without its timer).
     #[inline(always)]
-    fn tcp_rcv_fast(&mut self, now: Instant, hdr: &FastHeader, seg: &[u8]) -> Option<bool> {
+    fn tcp_rcv_fast<const PROF: bool>(
+        &mut self,
+        now: Instant,
+        hdr: &FastHeader,
+        seg: &[u8],
+    ) -> Option<bool> {
         let tcb = &*self.tcb;
         let seq = SeqNumber(u32::from_be_bytes([seg[4], seg[5], seg[6], seg[7]]));
         let ack = SeqNumber(u32::from_be_bytes([seg[8], seg[9], seg[10], seg[11]]));
@@ -205,7 +210,7 @@ impl Sock<'_> {
         if !payload.is_empty() {
             // Linux counts the data segments its fast path takes.
             self.mib.inc(Counter::TcpExtTCPHPHits);
-            self.tcp_data_queue_in_order(now, payload, hdr.timestamp);
+            self.tcp_data_queue_in_order::<PROF>(now, payload, hdr.timestamp);
         }
         // What `tcp_output` would do something for (ESTABLISHED: no FIN queued or sent).
         let tcb = &*self.tcb;

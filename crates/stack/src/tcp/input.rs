@@ -1382,13 +1382,14 @@ impl Sock<'_> {
     /// window advertised) with nothing out of order queued, in one pass: no trimming, no
     /// out-of-order queue, SACK blocks or hole to fill.
     #[inline(always)]
-    pub(super) fn tcp_data_queue_in_order(
+    pub(super) fn tcp_data_queue_in_order<const PROF: bool>(
         &mut self,
         now: Instant,
         data: &[u8],
         ts: Option<TcpTimestamp>,
     ) {
-        let _stage = ustack_obs::profile::enter(ustack_obs::profile::Stage::SocketQueue);
+        let _stage =
+            PROF.then(|| ustack_obs::profile::enter(ustack_obs::profile::Stage::SocketQueue));
         let tcb = &mut *self.tcb;
         debug_assert!(tcb.rcvbuf.in_order_only() && !data.is_empty());
         tcp_rcv_rtt_measure(tcb, now, ts, data.len());
