@@ -327,8 +327,8 @@ impl TcpStream {
 
     /// Queue bytes to send: how many fit in the send buffer (a short write when it is
     /// nearly full), `EAGAIN` when none fit, `EPIPE` after shutdown. A segment they make
-    /// that is the only frame queued goes to the device before this returns (published
-    /// by the loop's next round); the rest go out with that round.
+    /// that is the only frame queued goes to the device before this returns (counted by
+    /// the loop's next round); the rest go out with that round.
     pub fn write<D: Device + Sleep, C: Clock>(
         &self,
         rt: &mut Runtime<D, C>,
