@@ -205,6 +205,9 @@ impl<D: Device, W: Write> Device for Capture<D, W> {
     fn tx_space(&mut self) -> Option<usize> {
         self.device.tx_space()
     }
+    fn tx_direct(&self) -> bool {
+        self.device.tx_direct()
+    }
 
     fn poll_at(&self) -> Option<Instant> {
         self.device.poll_at()
@@ -348,6 +351,9 @@ impl<D: Device> Device for Tap<D> {
 
     fn tx_space(&mut self) -> Option<usize> {
         self.device.tx_space()
+    }
+    fn tx_direct(&self) -> bool {
+        self.device.tx_direct()
     }
 
     fn poll_at(&self) -> Option<Instant> {

@@ -387,6 +387,10 @@ impl<L: SimLinkRef> Device for SimPort<L> {
     fn send_one(&mut self, now: Instant, frame: &mut Vec<u8>) -> bool {
         self.link.send_swap(now, self.side, frame)
     }
+    /// A send is a move into the line's queue.
+    fn tx_direct(&self) -> bool {
+        true
+    }
     /// Always swaps, see [`SimLink::recv_swap`].
     fn recv_swap(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<usize> {
         let side = self.side;

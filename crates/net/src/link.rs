@@ -137,6 +137,9 @@ impl Device for DynLink {
     fn send_one(&mut self, now: Instant, frame: &mut Vec<u8>) -> bool {
         self.0.send_one(now, frame)
     }
+    fn tx_direct(&self) -> bool {
+        self.0.tx_direct()
+    }
     fn recv_swap(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<usize> {
         self.0.recv_swap(now, buf)
     }

@@ -61,8 +61,9 @@
 //! defers its doorbell while `netdev_xmit_more()` says more frames follow
 //! (`dev_hard_start_xmit` / `xmit_one` in `net/core/dev.c`).
 //!
-//! A frame a socket send call queues alone does not wait for the round: the runtime hands
-//! it to the device as the call returns (`Shard::transmit_lone`, Linux's qdisc bypass),
+//! A frame a socket send call queues alone does not wait for the round on a device that
+//! asks for it ([`Device::tx_direct`]: sim, shm): the runtime hands it to the device as the
+//! call returns (`Shard::transmit_lone`, Linux's qdisc bypass),
 //! and the next round counts it and reports it in [`PollResult::tx`]. Everything else
 //! (several frames, a full ring, frames made while receiving) goes as described here.
 //!
@@ -394,8 +395,9 @@ pub struct Shard<D: Device> {
     /// When the rounds deferring due timers began (`None` when the timers last ran).
     defer_since: Option<Instant>,
     /// Whether a frame queued alone goes to the device as soon as the socket call that
-    /// made it returns ([`transmit_lone`](Self::transmit_lone)): every device but one that
-    /// merges a batch's segments itself (GSO at the driver, `DeviceCaps::gso_max_size`).
+    /// made it returns ([`transmit_lone`](Self::transmit_lone)): a device that asks for it
+    /// ([`Device::tx_direct`]: the sim link, a shm port) and does not merge a batch's
+    /// segments itself (GSO at the driver, `DeviceCaps::gso_max_size`).
     tx_direct: bool,
     /// Frames [`transmit_lone`](Self::transmit_lone) handed to the device since the last
     /// round: the round counts them and reports them in its [`PollResult::tx`].
@@ -417,7 +419,7 @@ impl<D: Device> Shard<D> {
             stack.set_lent_reader(reader);
         }
         let rx_buf = vec![0; device.caps().max_rx_frame_len()];
-        let tx_direct = device.caps().gso_max_size == 0;
+        let tx_direct = device.tx_direct() && device.caps().gso_max_size == 0;
         Shard {
             id,
             stack,

@@ -152,6 +152,47 @@ fn a_written_segment_is_on_the_link_before_write_returns_and_captured() {
     );
 }
 
+/// A device that does not ask for the bypass (`Device::tx_direct` false: the kernel links,
+/// and here the fault relay around a sim port) gets a write's frame from the loop's next
+/// round, as before the bypass: the write leaves it queued.
+#[test]
+fn a_device_that_does_not_ask_for_the_bypass_gets_the_frame_from_the_round() {
+    use ustack_dev::fault::{FaultConfig, Faulty};
+    let (a, b) = sim_pair(SimLinkConfig::default());
+    let link = b.link().clone();
+    let clean = FaultConfig::default;
+    let (a, b) = (
+        Faulty::new(a, 1, clean(), clean()),
+        Faulty::new(b, 2, clean(), clean()),
+    );
+    assert!(!b.tx_direct());
+    let (clock, mut srt, mut crt) = runtimes(a, b);
+    let (_listener, server, client) = connect(&mut srt, &mut crt, &clock);
+
+    let sent = link.borrow().stats(Side::B).sent;
+    assert_eq!(client.write(&mut crt, b"ping").unwrap(), 4);
+    assert_eq!(
+        link.borrow().stats(Side::B).sent,
+        sent,
+        "nothing on the wire yet"
+    );
+    assert_eq!(
+        crt.stack().tx_queue_len(),
+        1,
+        "the frame waits for the round"
+    );
+    let r = crt.run_once(Some(Duration::ZERO)).unwrap();
+    assert!(r.tx >= 1, "{r:?}");
+    assert_eq!(link.borrow().stats(Side::B).sent, sent + 1);
+    assert_eq!(crt.shard_stats().tx_direct, 0);
+    let mut got = Vec::new();
+    run_until(&mut srt, &mut crt, &clock, |srt, _| {
+        read_all(srt, &server, &mut got);
+        got.len() == 4
+    });
+    assert_eq!(got, b"ping");
+}
+
 #[test]
 fn writes_wait_in_order_while_the_ring_is_full_and_none_is_lost() {
     // Four slots each way: the fifth frame finds no room until the server reads.

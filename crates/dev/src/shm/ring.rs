@@ -735,6 +735,11 @@ impl Device for ShmPort {
     /// marks itself starved, so that [`prepare_sleep`](ShmPort::prepare_sleep) asks the
     /// peer to ring when it returns slots. A stopped port (the peer misbehaved) says
     /// `None`: its frames are dropped and counted, not held for ever.
+    /// A send is a copy into a slot and a release store of the ring's index.
+    fn tx_direct(&self) -> bool {
+        true
+    }
+
     fn tx_space(&mut self) -> Option<usize> {
         if self.tx.stopped {
             return None;
