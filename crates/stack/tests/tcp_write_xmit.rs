@@ -5,8 +5,6 @@
 //! `tcp_write_xmit`, `TCP_CORK`). The test plays the peer ([`SegTest`]) on a virtual
 //! clock.
 
-use core::time::Duration;
-
 use ustack_stack::{Shutdown, TcpHandle};
 use ustack_testkit::tcp::{Seg, SegTest};
 use ustack_wire::tcp::Flags;
@@ -42,9 +40,11 @@ fn a_small_write_with_nothing_in_flight_leaves_at_once() {
     assert_eq!(t.stack.tcp_info(h).unwrap().send_q, 0);
 }
 
-/// An open connection whose peer offers a 10-byte window, and a 20-byte write that
-/// sent nothing; with the handle and our first data sequence number.
-fn twenty_bytes_on_a_ten_byte_window() -> (SegTest, TcpHandle, u32) {
+/// A write larger than the window the peer offers (but within one MSS) sends the window's
+/// worth, not the write (RFC 9293 §3.8.6: "the sending TCP peer must not send data beyond
+/// the right window edge"); the rest after the window opens.
+#[test]
+fn a_write_past_the_window_sends_only_the_window() {
     let mut t = SegTest::listening(80);
     let (h, start) = open(&mut t);
     // Linux tcp_may_update_window: a duplicate ACK may close the window or widen it,
@@ -52,27 +52,19 @@ fn twenty_bytes_on_a_ten_byte_window() -> (SegTest, TcpHandle, u32) {
     t.send(Seg::ack(1001, start).win(0));
     t.send(Seg::ack(1001, start).win(10));
     assert_eq!(t.write(h, &[b'x'; 20]), 20);
-    assert_eq!(t.recv_all(), vec![], "20 bytes do not fit a 10-byte window");
-    (t, h, start)
-}
-
-/// A write larger than the window the peer offers (but within one MSS) waits for the
-/// window rather than go cut short by it, even with nothing in flight (Linux
-/// `tcp_snd_wnd_test`: the segment, a whole MSS or all that is unsent, must fit; sender
-/// silly window avoidance, RFC 9293 §3.8.6.2.1); it leaves whole once the window opens.
-#[test]
-fn a_write_past_the_window_waits_for_the_window() {
-    let (mut t, _h, start) = twenty_bytes_on_a_ten_byte_window();
-    t.send(Seg::ack(1001, start).win(1000));
     let s = t.recv_all();
-    assert_eq!(spans(&s), [(start, 20)], "the whole write, once it fits");
+    assert_eq!(spans(&s), [(start, 10)], "the window's 10 bytes only");
+    t.send(Seg::ack(1001, start.wrapping_add(10)).win(1000));
+    let rest = t.recv_all();
+    assert_eq!(spans(&rest), [(start.wrapping_add(10), 10)]);
 }
 
 /// The same on a connection that holds its header template (built by its first
 /// writes), where a small write with nothing in flight takes the one-pass way
-/// (`tcp_send_one`): the window is tested there too, and a write that fits leaves by it.
+/// (`tcp_send_one`): the window is tested there too (the write goes the general way, cut
+/// to the window), and a write that fits leaves by it.
 #[test]
-fn a_write_past_the_window_waits_on_the_one_pass_way_too() {
+fn a_write_past_the_window_sends_only_the_window_on_the_one_pass_way_too() {
     let mut t = SegTest::listening(80);
     let (h, start) = open(&mut t);
     let at = |n: u32| start.wrapping_add(n);
@@ -84,11 +76,14 @@ fn a_write_past_the_window_waits_on_the_one_pass_way_too() {
     assert_eq!(spans(&t.recv_all()), [(at(4), 4)]);
     // The ACK narrows the window to 10 bytes (it acknowledges new data, so it may).
     t.send(Seg::ack(1001, at(8)).win(10));
-    let hits = t.stack.tcp_push_one_hits();
     assert_eq!(t.write(h, &[b'x'; 20]), 20);
-    assert_eq!(t.recv_all(), vec![], "20 bytes do not fit a 10-byte window");
-    t.send(Seg::ack(1001, at(8)).win(1000));
-    assert_eq!(spans(&t.recv_all()), [(at(8), 20)]);
+    assert_eq!(
+        spans(&t.recv_all()),
+        [(at(8), 10)],
+        "the window's 10 bytes only"
+    );
+    t.send(Seg::ack(1001, at(18)).win(1000));
+    assert_eq!(spans(&t.recv_all()), [(at(18), 10)]);
     t.send(Seg::ack(1001, at(28)).win(1000));
     let hits_before = t.stack.tcp_push_one_hits();
     t.write(h, b"ping");
@@ -96,31 +91,8 @@ fn a_write_past_the_window_waits_on_the_one_pass_way_too() {
     assert_eq!(
         t.stack.tcp_push_one_hits(),
         hits_before + 1,
-        "a write that fits: one pass ({hits} before the window's)"
+        "a write that fits: one pass"
     );
-}
-
-/// The segment the window held back (see above) goes cut to the window when the probe
-/// timer fires with the window still short and nothing in flight (Linux
-/// `tcp_probe_timer` -> `tcp_send_probe0` -> `tcp_write_wakeup`: "seg_size = min(seg_size,
-/// mss)", the rest after its ACK); and it is then timed as any data (the RTO resends it).
-#[test]
-fn a_segment_held_by_a_short_window_goes_cut_to_it_at_the_probe_timer() {
-    let (mut t, _h, start) = twenty_bytes_on_a_ten_byte_window();
-    let fired = t
-        .next_seg(Duration::from_secs(5))
-        .expect("the probe timer sends");
-    assert_eq!(
-        spans(core::slice::from_ref(&fired.1)),
-        [(start, 10)],
-        "the window's 10 bytes: {fired:?}"
-    );
-    assert!(fired.1.has(Flags::PSH), "{:?}", fired.1);
-    // Unacknowledged, it is retransmitted (the RTO armed with it), not left.
-    let again = t.next_seg(Duration::from_secs(5)).expect("retransmitted");
-    assert_eq!(spans(&[again.1]), [(start, 10)]);
-    t.send(Seg::ack(1001, start.wrapping_add(10)).win(1000));
-    assert_eq!(spans(&t.recv_all()), [(start.wrapping_add(10), 10)]);
 }
 
 /// A write longer than the MSS is cut into MSS-sized segments (RFC 9293 §3.7.1), even
