@@ -178,8 +178,7 @@ pub(crate) enum Xmit {
     /// New data as cwnd, the window and Nagle allow (Linux `tcp_write_xmit`).
     Normal,
     /// A tail loss probe's one new segment regardless of cwnd and Nagle (Linux
-    /// `tcp_write_xmit(.., TCP_NAGLE_OFF, push_one = 2)`), still only when it fits the
-    /// window (`tcp_snd_wnd_test` applies there too).
+    /// `tcp_write_xmit(.., TCP_NAGLE_OFF, push_one = 2)`), within the window.
     LossProbe,
     /// The probe timer's one segment (Linux `tcp_write_wakeup`): what waits, cut to the
     /// window when the window is shorter than a segment, regardless of cwnd, Nagle and
@@ -1333,7 +1332,7 @@ impl Stack {
     /// `tcp_send` (no pending error, a state that sends, no FIN queued, room in the send
     /// buffer, memory under `tcp_mem.low`: Linux `sk_wmem_schedule`'s first test) and of
     /// `tcp_write_xmit_one` (ESTABLISHED or CLOSE-WAIT, nothing in flight, no cork, the
-    /// write within one segment and the peer's window: Linux `tcp_snd_wnd_test`) are
+    /// write within one segment and the peer's window) are
     /// tested together on the connection looked up once, with those of the segment's
     /// template path (no urgent mode, a current header template, room in the transmit
     /// queue). The bytes are copied once into the send buffer, which keeps them for

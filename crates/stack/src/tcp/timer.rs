@@ -495,8 +495,8 @@ impl Stack {
         let sent = tcb.snd.nxt.diff(tcb.data_start()).max(0) as usize;
         if tcb.sndbuf.len() > sent && tcb.snd.wnd > 0 {
             // Data waited a probe timeout with nothing in flight and a window open:
-            // corked, or a segment longer than the window (held by tcp_snd_wnd_test, see
-            // `tcp_write_xmit`). Linux tcp_probe_timer -> tcp_send_probe0 ->
+            // corked, or a segment the window would cut short (see `tcp_write_xmit`'s
+            // silly-window test). Linux tcp_probe_timer -> tcp_send_probe0 ->
             // tcp_write_wakeup sends one segment of it, cut to the window, whatever the
             // cork, and tcp_event_new_data_sent arms the RTO for it.
             let sent = self.tcp_write_xmit(now, h, Xmit::Wakeup);
