@@ -960,7 +960,56 @@ impl Stack {
         };
         tcb.flags.set(TcbFlags::FIN_QUEUED);
         self.tcp_set_state(h, next);
-        self.tcp_output(now, h);
+        if !self.tcp_send_fin_alone(now, h) {
+            self.tcp_output(now, h);
+        }
+    }
+
+    /// The FIN of [`Stack::tcp_queue_fin`] when it is all there is to send: nothing
+    /// unsent, nothing to retransmit, room in cwnd and the retransmission queue. What
+    /// [`Stack::tcp_output`] -> [`Stack::tcp_write_xmit`] does in that case (a segment of
+    /// no data with FIN, PSH, queued for retransmission, SND.NXT past it, then
+    /// [`Stack::tcp_output_sent`]), without their tests for retransmissions, the
+    /// one-segment path, TSO, Nagle and the cork, and the loop's second round. Linux's
+    /// `tcp_send_fin` likewise queues the FIN skb and pushes it
+    /// (`__tcp_push_pending_frames(.., TCP_NAGLE_OFF)`); RFC 9293 §3.10.4 CLOSE: "form a
+    /// FIN segment and send it". False: not this case, nothing done.
+    #[inline]
+    fn tcp_send_fin_alone(&mut self, now: Instant, h: TcpHandle) -> bool {
+        let Some(tcb) = self.tcp.get(h) else {
+            return false;
+        };
+        let sent = tcb.snd.nxt.diff(tcb.data_start()).max(0) as usize;
+        if !(tcb.state.is_synchronized() || tcb.state == State::SynReceived)
+            || tcb.flags.has(TcbFlags::FIN_SENT)
+            || tcb.sndbuf.len() > sent
+            || tcb.active.recovery.lost_retrans > 0
+            || tcb.rtx().next_to_retransmit().is_some()
+            || tcb.in_flight() >= tcb.congestion.cwnd
+            || tcb.rtx().len() >= rtx_record_cap(tcb.sndbuf_limit)
+        {
+            return false;
+        }
+        let _stage = ustack_obs::profile::enter(ustack_obs::profile::Stage::TcpOutput);
+        let seq = tcb.snd.nxt;
+        if !self.tcp_send_segment(now, h, seq, 0, true, true, 0) {
+            // Held back (the device's queue full): as tcp_write_xmit's loop, nothing sent.
+            self.tcp_output_sent(now, h, 0);
+            return true;
+        }
+        if let Some((tcb, spare)) = self.tcp.get_with_spare(h) {
+            let end = seq + 1;
+            tcb.rtx_push().push_reusing(seq, end, now, spare);
+            tcb.snd.nxt = end;
+            // Linux tcp_minshall_update: a FIN is a sub-MSS segment.
+            tcb.snd_sml = end;
+            if matches!(tcb.ca_state, CaState::Recovery | CaState::Cwr) {
+                tcb.active.recovery.prr_out += 1;
+            }
+            tcb.flags.set(TcbFlags::FIN_SENT);
+        }
+        self.tcp_output_sent(now, h, 1);
+        true
     }
 
     /// Send what can be sent now (Linux `tcp_write_xmit` after `tcp_xmit_retransmit_queue`),
