@@ -1026,7 +1026,15 @@ impl Stack {
             Some(t) => {
                 let lost_retrans = t.active.recovery.lost_retrans > 0;
                 let rtx_due = lost_retrans || t.rtx().next_to_retransmit().is_some();
-                if !rtx_due && tcp_output_idle(t) {
+                if !rtx_due && tcp_output_cannot_write(t) {
+                    // Nothing to send but perhaps an ACK: what tcp_output_work would
+                    // come to (tcp_write_xmit stops at its first test, then
+                    // tcp_output_sent with nothing sent), without its walk.
+                    if t.flags.has(TcbFlags::ACK_NOW) {
+                        self.tcp_send_ack(now, h);
+                    } else if t.flags.has(TcbFlags::ACK_PENDING) && !t.timers.delack.is_armed() {
+                        self.tcp_output_sent(now, h, 0);
+                    }
                     return;
                 }
                 (lost_retrans, rtx_due)
@@ -1912,20 +1920,17 @@ impl Tcb {
     }
 }
 
-/// Whether [`Stack::tcp_output`] has nothing to do for `tcb` with no retransmission found
-/// lost again or waiting (the caller's test): nothing [`Stack::tcp_write_xmit`] could send
-/// (its first iteration stops at once: not synchronized, FIN sent, or nothing unsent and
-/// no FIN queued), and no ACK owed now nor a delayed ACK to arm. The same tests as the
-/// full path, in one place.
+/// Whether [`Stack::tcp_write_xmit`] could send nothing for `tcb` (its first iteration
+/// stops at once: not synchronized, FIN sent, or nothing unsent and no FIN queued). With no
+/// retransmission found lost again or waiting (the caller's test), [`Stack::tcp_output`]
+/// then has at most an ACK to send now or a delayed ACK to arm, which it does itself. The
+/// same tests as the full path, in one place.
 #[inline]
-fn tcp_output_idle(tcb: &Tcb) -> bool {
-    let cannot_write = !(tcb.state.is_synchronized() || tcb.state == State::SynReceived)
+fn tcp_output_cannot_write(tcb: &Tcb) -> bool {
+    !(tcb.state.is_synchronized() || tcb.state == State::SynReceived)
         || tcb.flags.has(TcbFlags::FIN_SENT)
         || (!tcb.flags.has(TcbFlags::FIN_QUEUED)
-            && tcb.sndbuf.len() <= tcb.snd.nxt.diff(tcb.data_start()).max(0) as usize);
-    cannot_write
-        && !tcb.flags.has(TcbFlags::ACK_NOW)
-        && (!tcb.flags.has(TcbFlags::ACK_PENDING) || tcb.timers.delack.is_armed())
+            && tcb.sndbuf.len() <= tcb.snd.nxt.diff(tcb.data_start()).max(0) as usize)
 }
 
 #[cfg(test)]
