@@ -248,7 +248,14 @@ fn run_one(
         active: args.active,
         ipv6: args.ipv6,
         ustack_poll: args.ustack_poll.clone(),
-        pin: args.pin,
+        // cps pins by default: its client and server take turns, and a wake-up that puts
+        // them on one CPU keeps them there for the run; Linux's busy mode is pinned too
+        // (docs/bench.md, "cps placed as Linux's busy mode").
+        pin: match args.pin.as_str() {
+            "on" => true,
+            "off" => false,
+            _ => scenario == "cps",
+        },
     };
     let shm = args.link == "shm";
     let link = args.link.as_str();

@@ -1761,8 +1761,8 @@ fn stream_over_kernel_link(link: &str, bytes: u64, flags: &str) -> u64 {
 
 /// With `--pin`, over shm, ustack's server shard and its client each run pinned to a CPU
 /// of its own (as Linux's busy mode pins its server and client), and the JSON says which;
-/// with more shards than the CPUs allow, or without `--pin`, nothing is pinned and `cpus`
-/// is null.
+/// with more shards than the CPUs allow, or with `--pin=off`, nothing is pinned and `cpus`
+/// is null. cps is pinned by default, pingpong is not.
 #[test]
 fn bench_over_shm_pins_the_server_and_the_client_to_cpus_of_their_own() {
     let n = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -1800,8 +1800,27 @@ fn bench_over_shm_pins_the_server_and_the_client_to_cpus_of_their_own() {
         assert!(!server.contains(&client), "{r}");
         assert!(server.iter().all(|&c| (c as usize) < n), "{r}");
     }
-    // Without `--pin` they are left to the scheduler.
-    let o = ustack(&[
+    // With `--pin=off` they are left to the scheduler.
+    let cpus = |args: &[&str]| {
+        let o = ustack(args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v[0]["cpus"].clone()
+    };
+    let off = cpus(&[
+        "bench",
+        "cps",
+        "--server",
+        "ustack",
+        "--pin=off",
+        "--duration",
+        "200ms",
+        "--json",
+    ]);
+    assert!(off.is_null(), "{off}");
+    // By default cps is pinned as Linux's busy mode is (client and server each on a CPU
+    // of its own), and pingpong is not.
+    let cps = cpus(&[
         "bench",
         "cps",
         "--server",
@@ -1810,7 +1829,23 @@ fn bench_over_shm_pins_the_server_and_the_client_to_cpus_of_their_own() {
         "200ms",
         "--json",
     ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert!(v[0]["cpus"].is_null(), "{}", v[0]);
+    if n >= 2 {
+        let client = cps["client"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("cpus in {cps}"));
+        assert_eq!(cps["server"].as_array().map(Vec::len), Some(1), "{cps}");
+        assert_ne!(cps["server"][0].as_u64(), Some(client), "{cps}");
+    } else {
+        assert!(cps.is_null(), "{cps}");
+    }
+    let pingpong = cpus(&[
+        "bench",
+        "pingpong",
+        "--server",
+        "ustack",
+        "--duration",
+        "200ms",
+        "--json",
+    ]);
+    assert!(pingpong.is_null(), "{pingpong}");
 }

@@ -183,13 +183,10 @@ impl Listeners {
         self.slab.get_mut(index, generation)
     }
 
-    /// The options of the listener in slot `index` (all unset for none, as for a cookie's
-    /// `u32::MAX`).
-    pub(crate) fn opts(&self, index: u32) -> super::tcb::SockOpts {
-        self.slab
-            .by_index(index)
-            .map(|l| l.opts)
-            .unwrap_or_default()
+    /// The `TCP_MAXSEG` of the listener in slot `index` (0: unset, or none, as for a
+    /// cookie's `u32::MAX`).
+    pub(crate) fn user_mss(&self, index: u32) -> u16 {
+        self.slab.by_index(index).map_or(0, |l| l.opts.user_mss)
     }
 
     /// The listener in slot `index` (requests and lookups hold bare indexes; a closed
@@ -744,11 +741,14 @@ impl Stack {
         if !cookie {
             self.request_drop(hash, &tuple);
         }
-        let mut tcb = self.new_tcb(now, tuple, State::SynReceived, req.iss);
         // TCP_MAXSEG of the listener (Linux `tcp_openreq_init_rwin`, and the child's
         // `mss_clamp` from the request's): what the SYN-ACK announced, and the most it
         // sends with.
-        tcb.adv_mss = self.tcp_listener_adv_mss(now, &tuple, req.listener);
+        let adv_mss = match inherited.user_mss {
+            0 => self.tcp_adv_mss(now, &tuple),
+            user => self.tcp_adv_mss(now, &tuple).min(user),
+        };
+        let mut tcb = self.new_tcb(now, tuple, State::SynReceived, req.iss, adv_mss);
         if reuseaddr {
             tcb.flags.set(TcbFlags::REUSEADDR);
         }
@@ -756,7 +756,7 @@ impl Stack {
         tcb.rcv.nxt = req.irs + 1;
         tcb.rcv.wup = tcb.rcv.nxt;
         // RCV.WND: what our SYN-ACK offered (unscaled there, RFC 7323 §2.2).
-        tcb.rcv.wnd = self.tcp_initial_rcv_window(now, &tuple, req.ts_ok, req.listener);
+        tcb.rcv.wnd = self.tcp_synack_rcv_window(adv_mss, req.ts_ok);
         tcb.snd.una = req.iss + 1;
         tcb.snd.nxt = req.iss + 1;
         // RFC 9293 §3.10.7.4 SYN-RECEIVED -> ESTABLISHED: "set SND.WND <- SEG.WND, set

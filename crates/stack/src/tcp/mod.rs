@@ -1121,16 +1121,19 @@ impl Stack {
             }
             None => self.tcp.isn_of(now, &tuple),
         };
-        let mut tcb = self.new_tcb(now, tuple, State::SynSent, iss);
+        // The MSS it announces: the path's, or TCP_MAXSEG's when lower (Linux
+        // tcp_advertise_mss / tcp_mss_clamp).
+        let adv_mss = match opts.get(TcpOpt::MaxSeg).filter(|&m| m > 0) {
+            Some(user) => self.tcp_adv_mss(now, &tuple).min(user as u16),
+            None => self.tcp_adv_mss(now, &tuple),
+        };
+        let mut tcb = self.new_tcb(now, tuple, State::SynSent, iss, adv_mss);
         if let Some(tw) = reused {
             // For PAWS on the SYN-ACK (Linux tcp_rcv_synsent_state_process); recorded, at
             // the latest, when the record was made.
             tcb.ts_recent = tw.ts_recent;
             tcb.ts_recent_stamp = ((tw.expires.instant(now).as_millis() / 1000) as u32)
                 .saturating_sub(timer::TIMEWAIT_LEN.as_secs() as u32);
-        }
-        if let Some(user) = opts.get(TcpOpt::MaxSeg).filter(|&m| m > 0) {
-            tcb.adv_mss = tcb.adv_mss.min(user as u16);
         }
         // The port search's hash of the tuple files it (Linux __inet_hash_connect hands
         // inet_ehash_insert the hash it checked the port with).

@@ -188,14 +188,16 @@ pub(crate) enum Xmit {
 
 impl Stack {
     /// A fresh TCB for `tuple` with Linux's defaults; options come from the handshake.
+    /// `adv_mss`: the MSS it announces ([`Stack::tcp_adv_mss`], or a listener's
+    /// [`Stack::tcp_listener_adv_mss`]), which the caller has at hand.
     pub(crate) fn new_tcb(
         &mut self,
         now: Instant,
         tuple: FourTuple,
         state: State,
         iss: SeqNumber,
+        adv_mss: u16,
     ) -> Tcb {
-        let adv_mss = self.tcp_adv_mss(now, &tuple);
         let mut congestion = CcState {
             cwnd: 10,
             ssthresh: u32::MAX,
@@ -270,11 +272,17 @@ impl Stack {
         ts_ok: bool,
         listener: u32,
     ) -> u32 {
+        self.tcp_synack_rcv_window(self.tcp_listener_adv_mss(now, t, listener), ts_ok)
+    }
+
+    /// [`Stack::tcp_initial_rcv_window`] from the listener's MSS already computed
+    /// (`adv_mss`, [`Stack::tcp_listener_adv_mss`]).
+    pub(crate) fn tcp_synack_rcv_window(&self, adv_mss: u16, ts_ok: bool) -> u32 {
         let ts = ts_ok && self.sysctl.tcp_timestamps != 0;
-        let mss = self
-            .tcp_listener_adv_mss(now, t, listener)
-            .saturating_sub(if ts { 12 } else { 0 });
-        initial_rcv_window(&self.sysctl, mss)
+        initial_rcv_window(
+            &self.sysctl,
+            adv_mss.saturating_sub(if ts { 12 } else { 0 }),
+        )
     }
 
     /// The MSS our SYN and SYN-ACK advertise: the MTU less the IP and TCP headers; over
@@ -282,7 +290,7 @@ impl Stack {
     /// `tcp_v6_connect`/`tcp_v6_syn_recv_sock`: `dst_metric_advmss`, the route's MTU
     /// less the IPv6 and TCP headers).
     #[inline]
-    fn tcp_adv_mss(&self, now: Instant, t: &FourTuple) -> u16 {
+    pub(crate) fn tcp_adv_mss(&self, now: Instant, t: &FourTuple) -> u16 {
         let mss = if t.is_v6() {
             match self.tcp.addrs(t).1 {
                 SocketAddr::V6(r) => self.path_mtu6(now, *r.ip()) - 60,
@@ -299,7 +307,7 @@ impl Stack {
     /// `tcp_mss_clamp`).
     pub(crate) fn tcp_listener_adv_mss(&self, now: Instant, t: &FourTuple, index: u32) -> u16 {
         let adv = self.tcp_adv_mss(now, t);
-        match self.tcp.listeners.opts(index).user_mss {
+        match self.tcp.listeners.user_mss(index) {
             0 => adv,
             user => adv.min(user),
         }
@@ -347,17 +355,16 @@ impl Stack {
         tcb.mss = mss;
     }
 
-    /// The options our SYN or SYN-ACK carries.
+    /// The options our SYN or SYN-ACK carries; `mss`: the MSS it announces.
     fn syn_options(
         &self,
-        now: Instant,
-        tuple: &FourTuple,
+        mss: u16,
         repr: &mut tcp::Repr,
         tsval: u32,
         tsecr: u32,
         peer: Option<(Option<u8>, bool, bool)>,
     ) {
-        repr.max_seg_size = Some(self.tcp_adv_mss(now, tuple));
+        repr.max_seg_size = Some(mss);
         let (ws, sack, ts) = peer.unwrap_or((Some(0), true, true));
         if self.sysctl.tcp_window_scaling != 0 && ws.is_some() {
             repr.window_scale = Some(self.tcp_rcv_wscale());
@@ -377,17 +384,15 @@ impl Stack {
         let window = initial_rcv_window(&self.sysctl, tcb.adv_mss);
         let adv_mss = tcb.adv_mss;
         let mut repr = self.bare_repr(tuple, iss, SeqNumber(0), Flags::SYN, window as u16);
+        // The MSS this connection announces: the path's, or less (TCP_MAXSEG set
+        // before connect, Linux tcp_advertise_mss; a path MTU from ICMP in SYN-SENT).
         self.syn_options(
-            now,
-            &tuple,
+            adv_mss,
             &mut repr,
             ts_clock(now).wrapping_add(ts_offset),
             0,
             None,
         );
-        // The MSS this connection announces: the path's, or less (TCP_MAXSEG set
-        // before connect, Linux tcp_advertise_mss; a path MTU from ICMP in SYN-SENT).
-        repr.max_seg_size = Some(adv_mss);
         let retransmit = tcb.snd.nxt != iss;
         if !self.tcp_tx_throttle(h, false) {
             self.tcp_emit(now, tuple, &repr, Payload::None);
@@ -413,27 +418,29 @@ impl Stack {
         req: &RequestSock,
         tsval: Option<u32>,
     ) {
+        // The listener's MSS, computed once for the window and the option.
+        let adv_mss = self.tcp_listener_adv_mss(now, &tuple, req.listener);
         let mut repr = self.bare_repr(
             tuple,
             req.iss,
             req.irs + 1,
             Flags::SYN | Flags::ACK,
-            self.tcp_initial_rcv_window(now, &tuple, req.ts_ok, req.listener) as u16,
+            self.tcp_synack_rcv_window(adv_mss, req.ts_ok) as u16,
         );
         let tsval = tsval.unwrap_or_else(|| ts_clock(now).wrapping_add(self.tcp.ts_offset(&tuple)));
+        // A cookie SYN-ACK advertises the MSS the cookie encodes.
+        let mss = if req.peer_mss < adv_mss && req.listener == u32::MAX {
+            adv_mss.min(1460)
+        } else {
+            adv_mss
+        };
         self.syn_options(
-            now,
-            &tuple,
+            mss,
             &mut repr,
             tsval,
             req.ts_recent,
             Some((req.snd_wscale, req.sack_ok, req.ts_ok)),
         );
-        repr.max_seg_size = Some(self.tcp_listener_adv_mss(now, &tuple, req.listener));
-        if req.peer_mss < repr.max_seg_size.unwrap_or(u16::MAX) && req.listener == u32::MAX {
-            // A cookie SYN-ACK advertises the MSS the cookie encodes.
-            repr.max_seg_size = Some(repr.max_seg_size.unwrap_or(DEFAULT_MSS).min(1460));
-        }
         self.tcp_emit(now, tuple, &repr, Payload::None);
     }
 
@@ -461,7 +468,7 @@ impl Stack {
         // at the sysctls): RFC 7323 sections 2.2 and 3.2 allow WS and TS on a SYN-ACK only
         // in answer to a SYN that carried them, but in a simultaneous open our own SYN has
         // offered them already. What is in effect is what both SYNs carried.
-        self.syn_options(now, &tuple, &mut repr, tsval, tsecr, None);
+        self.syn_options(self.tcp_adv_mss(now, &tuple), &mut repr, tsval, tsecr, None);
         self.tcp_emit(now, tuple, &repr, Payload::None);
     }
 
@@ -953,7 +960,56 @@ impl Stack {
         };
         tcb.flags.set(TcbFlags::FIN_QUEUED);
         self.tcp_set_state(h, next);
-        self.tcp_output(now, h);
+        if !self.tcp_send_fin_alone(now, h) {
+            self.tcp_output(now, h);
+        }
+    }
+
+    /// The FIN of [`Stack::tcp_queue_fin`] when it is all there is to send: nothing
+    /// unsent, nothing to retransmit, room in cwnd and the retransmission queue. What
+    /// [`Stack::tcp_output`] -> [`Stack::tcp_write_xmit`] does in that case (a segment of
+    /// no data with FIN, PSH, queued for retransmission, SND.NXT past it, then
+    /// [`Stack::tcp_output_sent`]), without their tests for retransmissions, the
+    /// one-segment path, TSO, Nagle and the cork, and the loop's second round. Linux's
+    /// `tcp_send_fin` likewise queues the FIN skb and pushes it
+    /// (`__tcp_push_pending_frames(.., TCP_NAGLE_OFF)`); RFC 9293 §3.10.4 CLOSE: "form a
+    /// FIN segment and send it". False: not this case, nothing done.
+    #[inline]
+    fn tcp_send_fin_alone(&mut self, now: Instant, h: TcpHandle) -> bool {
+        let Some(tcb) = self.tcp.get(h) else {
+            return false;
+        };
+        let sent = tcb.snd.nxt.diff(tcb.data_start()).max(0) as usize;
+        if !(tcb.state.is_synchronized() || tcb.state == State::SynReceived)
+            || tcb.flags.has(TcbFlags::FIN_SENT)
+            || tcb.sndbuf.len() > sent
+            || tcb.active.recovery.lost_retrans > 0
+            || tcb.rtx().next_to_retransmit().is_some()
+            || tcb.in_flight() >= tcb.congestion.cwnd
+            || tcb.rtx().len() >= rtx_record_cap(tcb.sndbuf_limit)
+        {
+            return false;
+        }
+        let _stage = ustack_obs::profile::enter(ustack_obs::profile::Stage::TcpOutput);
+        let seq = tcb.snd.nxt;
+        if !self.tcp_send_segment(now, h, seq, 0, true, true, 0) {
+            // Held back (the device's queue full): as tcp_write_xmit's loop, nothing sent.
+            self.tcp_output_sent(now, h, 0);
+            return true;
+        }
+        if let Some((tcb, spare)) = self.tcp.get_with_spare(h) {
+            let end = seq + 1;
+            tcb.rtx_push().push_reusing(seq, end, now, spare);
+            tcb.snd.nxt = end;
+            // Linux tcp_minshall_update: a FIN is a sub-MSS segment.
+            tcb.snd_sml = end;
+            if matches!(tcb.ca_state, CaState::Recovery | CaState::Cwr) {
+                tcb.active.recovery.prr_out += 1;
+            }
+            tcb.flags.set(TcbFlags::FIN_SENT);
+        }
+        self.tcp_output_sent(now, h, 1);
+        true
     }
 
     /// Send what can be sent now (Linux `tcp_write_xmit` after `tcp_xmit_retransmit_queue`),
@@ -970,7 +1026,15 @@ impl Stack {
             Some(t) => {
                 let lost_retrans = t.active.recovery.lost_retrans > 0;
                 let rtx_due = lost_retrans || t.rtx().next_to_retransmit().is_some();
-                if !rtx_due && tcp_output_idle(t) {
+                if !rtx_due && tcp_output_cannot_write(t) {
+                    // Nothing to send but perhaps an ACK: what tcp_output_work would
+                    // come to (tcp_write_xmit stops at its first test, then
+                    // tcp_output_sent with nothing sent), without its walk.
+                    if t.flags.has(TcbFlags::ACK_NOW) {
+                        self.tcp_send_ack(now, h);
+                    } else if t.flags.has(TcbFlags::ACK_PENDING) && !t.timers.delack.is_armed() {
+                        self.tcp_output_sent(now, h, 0);
+                    }
                     return;
                 }
                 (lost_retrans, rtx_due)
@@ -1856,20 +1920,17 @@ impl Tcb {
     }
 }
 
-/// Whether [`Stack::tcp_output`] has nothing to do for `tcb` with no retransmission found
-/// lost again or waiting (the caller's test): nothing [`Stack::tcp_write_xmit`] could send
-/// (its first iteration stops at once: not synchronized, FIN sent, or nothing unsent and
-/// no FIN queued), and no ACK owed now nor a delayed ACK to arm. The same tests as the
-/// full path, in one place.
+/// Whether [`Stack::tcp_write_xmit`] could send nothing for `tcb` (its first iteration
+/// stops at once: not synchronized, FIN sent, or nothing unsent and no FIN queued). With no
+/// retransmission found lost again or waiting (the caller's test), [`Stack::tcp_output`]
+/// then has at most an ACK to send now or a delayed ACK to arm, which it does itself. The
+/// same tests as the full path, in one place.
 #[inline]
-fn tcp_output_idle(tcb: &Tcb) -> bool {
-    let cannot_write = !(tcb.state.is_synchronized() || tcb.state == State::SynReceived)
+fn tcp_output_cannot_write(tcb: &Tcb) -> bool {
+    !(tcb.state.is_synchronized() || tcb.state == State::SynReceived)
         || tcb.flags.has(TcbFlags::FIN_SENT)
         || (!tcb.flags.has(TcbFlags::FIN_QUEUED)
-            && tcb.sndbuf.len() <= tcb.snd.nxt.diff(tcb.data_start()).max(0) as usize);
-    cannot_write
-        && !tcb.flags.has(TcbFlags::ACK_NOW)
-        && (!tcb.flags.has(TcbFlags::ACK_PENDING) || tcb.timers.delack.is_armed())
+            && tcb.sndbuf.len() <= tcb.snd.nxt.diff(tcb.data_start()).max(0) as usize)
 }
 
 #[cfg(test)]

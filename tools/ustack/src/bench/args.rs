@@ -148,12 +148,15 @@ pub struct Args {
     #[arg(long, default_value = "adaptive", value_parser = ["adaptive", "fixed", "sleep"])]
     pub ustack_poll: String,
     /// Over shm, pin ustack's server shards and its client each to a CPU of its own (as
-    /// Linux's busy mode pins its ends), when the bench may use enough CPUs. Unpinned (the
-    /// default), a sleeping loop's wake-up sometimes lands on the other spinning loop's
-    /// core (whole cps runs 40% slower); pinned, every wake-up is a cross-CPU one, which
-    /// costs pingpong ~5% here and much more with `--profile-every 1` (docs/bench.md).
-    #[arg(long)]
-    pub pin: bool,
+    /// Linux's busy mode pins its ends: server on one CPU, client on another), when the
+    /// bench may use enough CPUs: on, off, or auto (the default: on for cps, off for the
+    /// rest; `--pin` alone is on, `--pin=off` off). Unpinned, cps's wake-ups can put the client and the
+    /// server on one CPU for the whole run (whole cps runs 40% slower); pinned, every
+    /// wake-up is a cross-CPU one, which costs pingpong ~5% here and much more with
+    /// `--profile-every 1` (docs/bench.md).
+    #[arg(long, default_value = "auto", num_args = 0..=1, require_equals = true,
+          default_missing_value = "on", value_parser = ["auto", "on", "off"])]
+    pub pin: String,
     /// Print one JSON array (one object per server and scenario) instead of the table.
     #[arg(long)]
     pub json: bool,
