@@ -17,7 +17,7 @@ use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
 use ustack_dev::shm::{
     FrameBatch, RX_HEAD, ShmConfig, ShmFault, ShmLayout, ShmLink, ShmPeer, ShmPort, ShmSide,
-    wait_any,
+    desc_entry, desc_seq, wait_any,
 };
 use ustack_dev::{Device, Medium};
 use ustack_obs::time::Instant;
@@ -842,9 +842,10 @@ fn bad_descriptors_are_dropped_and_counted() {
         assert!(a.send(NOW, &frame(s, true)));
     }
     let ring = l.desc_ring_offset(0, ShmSide::A);
-    poke64(&file, ring + 8, 16); // slot 16 of 16
-    poke64(&file, ring + 16, 3 | 1515 << 32); // longer than the largest frame
-    poke64(&file, ring + 24, u64::MAX);
+    // Each with the sequence due at its position, so taken as a frame, and refused.
+    poke64(&file, ring + 8, desc_entry(1, 16, 64)); // slot 16 of 16
+    poke64(&file, ring + 16, desc_entry(2, 3, 1515)); // longer than the largest frame
+    poke64(&file, ring + 24, desc_entry(3, 0xffff, 0xff_ffff));
     assert!(is_frame(0, true, &recv_vec(&mut b).unwrap()));
     assert_eq!(recv_vec(&mut b), None);
     assert_eq!(b.stats().bad_desc, 3);
@@ -854,22 +855,36 @@ fn bad_descriptors_are_dropped_and_counted() {
     assert!(is_frame(9, true, &recv_vec(&mut b).unwrap()));
 }
 
+/// The receiver finds frames by the descriptors' sequences: the sender's `desc_head` is
+/// not read (garbage there changes nothing), and a descriptor whose sequence is neither due
+/// nor a lap old stops receiving.
 #[test]
-fn a_runaway_desc_head_stops_receiving_and_nothing_else() {
+fn a_garbled_descriptor_sequence_stops_receiving_and_nothing_else() {
     let (mut a, mut b, file, l) = scribbled(&one_queue(16));
     assert!(a.send(NOW, b"before"));
     poke32(&file, l.desc_head_offset(0, ShmSide::A), 0x8000_0000);
+    assert_eq!(recv_vec(&mut b).as_deref(), Some(&b"before"[..]));
+    assert_eq!(recv_vec(&mut b), None);
+    assert_eq!(b.fault(), None, "desc_head is not read");
+    // A lap old: not yet a frame, not a fault.
+    let ring = l.desc_ring_offset(0, ShmSide::A);
+    poke64(&file, ring + 8, desc_entry(1u32.wrapping_sub(16), 2, 64));
+    assert_eq!(recv_vec(&mut b), None);
+    assert_eq!(b.poll_at(), None);
+    assert_eq!(b.fault(), None, "a lap-old sequence is no fault");
+    // Five laps ahead: garbage.
+    poke64(&file, ring + 8, desc_entry(1 + 5 * 16, 2, 64));
     assert_eq!(recv_vec(&mut b), None);
     assert_eq!(
         b.fault(),
-        Some(ShmFault::DescHead {
-            head: 0x8000_0000,
-            tail: 0
+        Some(ShmFault::DescSeq {
+            seq: desc_seq(81),
+            tail: 1
         })
     );
     assert_eq!(b.stats().bad_index, 1);
     // Stopped for good, counted once, and the port can still sleep with a timeout.
-    poke32(&file, l.desc_head_offset(0, ShmSide::A), 1);
+    poke64(&file, ring + 8, desc_entry(1, 2, 64));
     assert_eq!(recv_vec(&mut b), None);
     assert_eq!(b.poll_at(), None);
     assert!(!b.wait(Some(Duration::from_millis(10))).unwrap());
@@ -928,7 +943,7 @@ fn a_garbled_header_is_refused_at_attach() {
     type Garble = fn(&File, &ShmLayout);
     let cases: [(&str, Garble); 6] = [
         ("magic", |f, _| poke64(f, 0, 0)),
-        ("version", |f, _| poke32(f, 8, 2)),
+        ("version", |f, _| poke32(f, 8, 1)),
         ("queue pairs", |f, _| poke32(f, 12, 2)),
         ("ring size", |f, _| poke32(f, 16, 100)),
         ("mtu too big for the slots", |f, _| poke32(f, 28, 2035)),

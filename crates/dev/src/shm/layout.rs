@@ -11,8 +11,10 @@ use crate::{DeviceCaps, Medium};
 
 /// Region magic: `"ustkshm\0"`.
 const MAGIC: u64 = u64::from_le_bytes(*b"ustkshm\0");
-/// Layout version; bumped on any change to the region layout or the protocol.
-pub const VERSION: u32 = 1;
+/// Layout version; bumped on any change to the region layout or the protocol. 2: each
+/// descriptor carries a sequence number ([`desc_entry`]) and the receiver finds new
+/// frames by it, not by `desc_head`.
+pub const VERSION: u32 = 2;
 /// Size of a shared control line (two 64-byte cache lines; see the module docs).
 pub const LINE: usize = 128;
 /// Bytes reserved for the header at the start of the region.
@@ -155,7 +157,7 @@ impl ShmLayout {
     pub const fn tx_need_wakeup_offset(&self, queue: usize, from: ShmSide) -> usize {
         self.ctrl(queue, from) + C_TX_NEED_WAKEUP
     }
-    /// Offset of the descriptor ring (`ring_size` x `u64`: slot | len << 32).
+    /// Offset of the descriptor ring (`ring_size` x `u64`, each as [`desc_entry`] writes it).
     pub const fn desc_ring_offset(&self, queue: usize, from: ShmSide) -> usize {
         self.rings_off + self.dir(queue, from) * (self.desc_ring_len + self.comp_ring_len)
     }
@@ -167,6 +169,33 @@ impl ShmLayout {
     pub const fn frames_offset(&self, queue: usize, from: ShmSide) -> usize {
         self.frames_off + self.dir(queue, from) * self.ring_size * self.slot_size
     }
+}
+
+/// The descriptor of the frame posted as number `index` (the sender's free-running
+/// `desc_head` before it is counted) in slot `slot`, `len` bytes long: bits 0-15 the slot,
+/// 16-39 the length, 40-63 [`desc_seq`]`(index)`. Written at ring position
+/// `index % ring_size`; the receiver takes the entry at its `desc_tail` as a new frame when
+/// its sequence is `desc_seq(desc_tail)`, so it reads the descriptor's own line and never
+/// the sender's index (virtio 1.1's packed ring marks its descriptors the same way, with
+/// an AVAIL/USED wrap bit; ixgbe's receive descriptors with a DD bit).
+pub const fn desc_entry(index: u32, slot: u32, len: u32) -> u64 {
+    (slot as u64 & 0xffff) | (len as u64 & 0xff_ffff) << 16 | (desc_seq(index) as u64) << 40
+}
+
+/// The sequence a descriptor posted as number `index` carries: its low 23 bits with bit 23
+/// set, so never zero (a ring entry never written is zero) and, for rings of at most 2^15
+/// entries, different from the sequence the entry held a lap before.
+pub const fn desc_seq(index: u32) -> u32 {
+    index & 0x7f_ffff | 0x80_0000
+}
+
+/// A descriptor's fields: (sequence, slot, length).
+pub(super) const fn desc_fields(desc: u64) -> (u32, u32, usize) {
+    (
+        (desc >> 40) as u32,
+        (desc & 0xffff) as u32,
+        ((desc >> 16) & 0xff_ffff) as usize,
+    )
 }
 
 /// The device's caps for a medium and MTU, if its largest frame fits a slot.

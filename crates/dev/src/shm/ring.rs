@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use ustack_obs::time::Instant;
 
+use super::layout::{desc_entry, desc_fields, desc_seq};
 use super::link::Shared;
 use super::{ShmFault, ShmLayout, ShmSide, ShmStats};
 use crate::sys::mapping::Mapping;
@@ -83,6 +84,10 @@ pub(super) struct Tx {
     head: u32,
     /// `head` as last published: frames from here to `head` are placed, not yet visible.
     published: u32,
+    /// The descriptors placed and not yet published, by ring position: written to the
+    /// ring at publication, so a run of [`Device::send_more`] stays invisible until it
+    /// ends (the receiver takes an entry as soon as its sequence is due).
+    pending: Vec<u64>,
     pub(super) comp_tail: u32,
     /// Free slots, most recently returned last.
     free: Vec<u32>,
@@ -97,7 +102,6 @@ pub(super) struct Tx {
 /// Receive state of one direction (the peer sends), private to the port.
 #[derive(Debug)]
 pub(super) struct Rx {
-    head_off: usize,
     tail_off: usize,
     ring_off: usize,
     frames_off: usize,
@@ -108,8 +112,6 @@ pub(super) struct Rx {
     /// The sender's flag: ring its doorbell after returning slots if set.
     peer_need_wakeup_off: usize,
     tail: u32,
-    /// The peer's `desc_head` as last loaded and validated.
-    head: u32,
     comp_head: u32,
     unpublished: u32,
     stopped: bool,
@@ -193,6 +195,7 @@ impl ShmPort {
             need_wakeup_off: l.tx_need_wakeup_offset(queue, me),
             head: 0,
             published: 0,
+            pending: vec![0; l.ring_size()],
             comp_tail: 0,
             free: (0..ring).rev().collect(),
             in_flight: vec![false; l.ring_size()],
@@ -201,7 +204,6 @@ impl ShmPort {
             stopped: false,
         };
         let rx = Rx {
-            head_off: l.desc_head_offset(queue, peer),
             tail_off: l.desc_tail_offset(queue, peer),
             ring_off: l.desc_ring_offset(queue, peer),
             frames_off: l.frames_offset(queue, peer),
@@ -210,7 +212,6 @@ impl ShmPort {
             need_wakeup_off: l.rx_need_wakeup_offset(queue, peer),
             peer_need_wakeup_off: l.tx_need_wakeup_offset(queue, peer),
             tail: 0,
-            head: 0,
             comp_head: 0,
             unpublished: 0,
             stopped: false,
@@ -362,11 +363,10 @@ impl ShmPort {
     /// [`take_slot`](Self::take_slot) and filled), without publishing it.
     #[inline]
     fn post(&mut self, slot: u32, len: usize) {
-        let at = self.tx.ring_off + 8 * (self.tx.head & self.mask) as usize;
-        self.shared
-            .map
-            .u64_at(at)
-            .store(u64::from(slot) | (len as u64) << 32, Ordering::Relaxed);
+        // `len <= max_frame <= slot_size <= 2^20` and `slot < ring_size <= 2^15`: the
+        // descriptor's fields hold them.
+        self.tx.pending[(self.tx.head & self.mask) as usize] =
+            desc_entry(self.tx.head, slot, len as u32);
         self.tx.in_flight[slot as usize] = true;
         self.tx.head = self.tx.head.wrapping_add(1);
         self.stats.tx_frames += 1;
@@ -408,39 +408,61 @@ impl ShmPort {
         self.tx_lend = on;
     }
 
-    /// Publishes placed descriptors, if any, and rings the peer if it sleeps.
+    /// Publishes placed descriptors, if any, and rings the peer if it sleeps: writes each
+    /// into the ring (Release: the frame's bytes before it), in order, then `desc_head`
+    /// for tools (the receiver does not read it).
     pub(super) fn publish_tx(&mut self) {
         if self.tx.published == self.tx.head {
             return;
         }
-        self.tx.published = self.tx.head;
-        self.stats.tx_publishes += 1;
         let m = &self.shared.map;
+        while self.tx.published != self.tx.head {
+            let pos = (self.tx.published & self.mask) as usize;
+            m.u64_at(self.tx.ring_off + 8 * pos)
+                .store(self.tx.pending[pos], Ordering::Release);
+            self.tx.published = self.tx.published.wrapping_add(1);
+        }
+        self.stats.tx_publishes += 1;
         m.u32_at(self.tx.head_off)
-            .store(self.tx.head, Ordering::Release);
+            .store(self.tx.head, Ordering::Relaxed);
         self.wake_peer_if_asleep(self.tx.peer_need_wakeup_off);
     }
 
     // ---- receive -----------------------------------------------------------------
 
-    /// Loads and validates the peer's `desc_head`; true if frames are waiting.
+    /// The descriptor at `desc_tail`, loaded with Acquire (the frame's bytes after it).
+    #[inline]
+    fn tail_desc(&self) -> u64 {
+        let at = self.rx.ring_off + 8 * (self.rx.tail & self.mask) as usize;
+        self.shared.map.u64_at(at).load(Ordering::Acquire)
+    }
+
+    /// Whether the descriptor at `desc_tail` is a new frame (its sequence is due there);
+    /// a sequence that is neither that nor the one of a lap before (or a never-written
+    /// zero) stops receiving for good ([`ShmFault::DescSeq`], [`ShmStats::bad_index`]).
+    fn desc_due(&mut self, desc: u64) -> bool {
+        let (seq, _, _) = desc_fields(desc);
+        if seq == desc_seq(self.rx.tail) {
+            return true;
+        }
+        if desc != 0 && seq != desc_seq(self.rx.tail.wrapping_sub(self.ring_size)) {
+            self.rx.stopped = true;
+            self.stats.bad_index += 1;
+            self.fault.get_or_insert(ShmFault::DescSeq {
+                seq,
+                tail: self.rx.tail,
+            });
+        }
+        false
+    }
+
+    /// Whether a frame is waiting at `desc_tail` (loads its descriptor; does not consume).
     fn refresh_rx(&mut self) -> bool {
         if self.rx.stopped {
             return false;
         }
-        let head = self.load_acquire(self.rx.head_off);
-        let avail = head.wrapping_sub(self.rx.tail);
-        if avail > self.ring_size {
-            self.rx.stopped = true;
-            self.stats.bad_index += 1;
-            self.fault.get_or_insert(ShmFault::DescHead {
-                head,
-                tail: self.rx.tail,
-            });
-            return false;
-        }
-        self.rx.head = head;
-        avail != 0
+        let desc = self.tail_desc();
+        self.desc_due(desc)
     }
 
     /// Hands a consumed slot back (published later, in a batch).
@@ -473,15 +495,13 @@ impl ShmPort {
     /// (returned slots are published then).
     fn next_desc(&mut self) -> Option<(u32, usize)> {
         loop {
-            if self.rx.tail == self.rx.head && !self.refresh_rx() {
+            let desc = if self.rx.stopped { 0 } else { self.tail_desc() };
+            if self.rx.stopped || !self.desc_due(desc) {
                 self.publish_rx();
                 return None;
             }
-            let at = self.rx.ring_off + 8 * (self.rx.tail & self.mask) as usize;
-            let desc = self.shared.map.u64_at(at).load(Ordering::Relaxed);
             self.rx.tail = self.rx.tail.wrapping_add(1);
-            let slot = desc as u32;
-            let len = (desc >> 32) as usize;
+            let (_, slot, len) = desc_fields(desc);
             if slot >= self.ring_size {
                 self.stats.bad_desc += 1;
                 continue;
@@ -503,7 +523,7 @@ impl ShmPort {
     /// Hands a read slot back.
     fn done_with(&mut self, slot: u32) {
         self.complete(slot);
-        if self.rx.tail == self.rx.head {
+        if !self.rx_ready() {
             // Caught up with what the peer had posted: hand the slots back now, so a
             // caller that stops before seeing `None` does not starve the sender.
             self.publish_rx();
@@ -581,9 +601,9 @@ impl ShmPort {
         self.rx_head = if head == 0 { 0 } else { head.max(RX_HEAD) };
     }
 
-    /// Whether frames are waiting (loads the peer's index; does not consume).
+    /// Whether a frame is waiting (loads the descriptor at `desc_tail`; does not consume).
     pub fn rx_ready(&mut self) -> bool {
-        self.rx.tail != self.rx.head || self.refresh_rx()
+        self.refresh_rx()
     }
 }
 
@@ -760,8 +780,9 @@ impl Device for ShmPort {
         if self.rx.stopped {
             return None;
         }
-        let head = self.load_acquire(self.rx.head_off);
-        (self.rx.tail != self.rx.head || head != self.rx.tail).then_some(Instant::ZERO)
+        // A stale or garbled sequence is not a frame: the next receive call says which.
+        let (seq, _, _) = desc_fields(self.tail_desc());
+        (seq == desc_seq(self.rx.tail)).then_some(Instant::ZERO)
     }
 }
 
