@@ -256,6 +256,33 @@ fn send_more_defers_publication_until_the_last_frame() {
     assert_eq!(a.stats().tx_publishes, 2);
 }
 
+/// An idle port writes into the free slot its next send will take (so that the slot's
+/// lines are its core's again): never into a slot still in flight, whose frame the peer
+/// has not read, nor into a slot the peer has not yet returned.
+#[test]
+fn idle_polls_between_sends_never_touch_a_frame_in_flight() {
+    let (mut a, mut b) = pair(&one_queue(4));
+    for round in 0..20u64 {
+        // Frames in flight in up to every slot, the sender idle between sends.
+        let mut sent = 0;
+        while sent < 4 && a.send(NOW, &frame(round * 4 + sent, false)) {
+            sent += 1;
+            for _ in 0..3 {
+                assert_eq!(recv_vec(&mut a), None);
+            }
+        }
+        for s in 0..sent {
+            let f = recv_vec(&mut b).expect("frame");
+            assert!(
+                is_frame(round * 4 + s, false, &f),
+                "round {round} frame {s}"
+            );
+            // The receiver idles too, its slots returned: the sender takes them back.
+            assert_eq!(recv_vec(&mut a), None);
+        }
+    }
+}
+
 #[test]
 fn a_million_frames_arrive_in_order_and_intact() {
     const N: u64 = 1_000_000;

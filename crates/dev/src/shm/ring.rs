@@ -55,6 +55,9 @@ const RECLAIM_EVERY: u32 = 32;
 /// room for Ethernet, IPv4 or IPv6 and TCP headers with options (14 + 60 + 60 = 134), in
 /// three cache lines.
 pub const RX_HEAD: usize = 192;
+/// Lines of the next transmit slot written while idle ([`ShmPort::own_next_slot`]): a
+/// 64-byte TCP message's frame (130 bytes) and the headers of any.
+const OWN_LINES: usize = 3;
 /// Frames up to this long are copied whole by [`Device::recv_head`]: for them a second
 /// copy costs less than reading the slot twice.
 const RX_SPLIT_MIN: usize = 1024;
@@ -94,6 +97,8 @@ pub(super) struct Tx {
     /// Slots posted and not yet returned.
     in_flight: Vec<bool>,
     since_reclaim: u32,
+    /// The free slot whose first lines [`ShmPort::own_next_slot`] last wrote.
+    owned: Option<u32>,
     /// A send was refused for lack of slots since slots were last reclaimed.
     pub(super) starved: bool,
     pub(super) stopped: bool,
@@ -200,6 +205,7 @@ impl ShmPort {
             free: (0..ring).rev().collect(),
             in_flight: vec![false; l.ring_size()],
             since_reclaim: 0,
+            owned: None,
             starved: false,
             stopped: false,
         };
@@ -351,7 +357,29 @@ impl ShmPort {
             return Err(Placed::NoSlot);
         };
         self.tx.since_reclaim += 1;
+        self.tx.owned = None;
         Ok(slot)
+    }
+
+    /// While idle (a receive found nothing): writes a byte in each of the first
+    /// [`OWN_LINES`] lines of the slot the next send will take, once per slot, so that
+    /// those lines, which the peer read last, are this core's again before a frame is
+    /// written there. A send to a peer that read the slot last must otherwise wait for the
+    /// peer's copies of the lines to be invalidated before its descriptor can become
+    /// visible (x86 stores become visible in order): one more line transfer on the
+    /// frame's way.
+    fn own_next_slot(&mut self) {
+        let Some(&slot) = self.tx.free.last() else {
+            return;
+        };
+        if self.tx.owned == Some(slot) {
+            return;
+        }
+        self.tx.owned = Some(slot);
+        let off = self.tx_slot_off(slot);
+        for line in 0..OWN_LINES.min(self.slot_size / 64) {
+            self.shared.map.write(off + 64 * line, &[0]);
+        }
     }
 
     /// The region offset of our transmit slot `slot`.
@@ -498,6 +526,7 @@ impl ShmPort {
             let desc = if self.rx.stopped { 0 } else { self.tail_desc() };
             if self.rx.stopped || !self.desc_due(desc) {
                 self.publish_rx();
+                self.own_next_slot();
                 return None;
             }
             self.rx.tail = self.rx.tail.wrapping_add(1);
