@@ -10,6 +10,12 @@
 //! - **cache line**: the hardware floor. Each side stores a counter in its own 128-byte
 //!   block and spins on the other's: a round trip moves two lines between the cores, one
 //!   each way, and nothing else.
+//! - **3 lines, sequence in the first**: a 130-byte message laid out as a descriptor with
+//!   the frame inline would be: each side writes lines 1 and 2 of its 192-byte block,
+//!   then the round number in line 0 (Release), and spins on line 0 of the other's, then
+//!   reads its lines 1 and 2 (checked). The floor for a link that carries small frames in
+//!   the descriptor's lines (one line polled, the rest fetched after it), where the
+//!   `shm` link polls the descriptor and then fetches the slot's lines.
 //! - **shm link, N bytes**: side A sends a frame of N bytes with `Device::send` and spins
 //!   on `Device::recv`; side B spins on `recv` and sends the frame back. 130 bytes is the
 //!   frame of a 64-byte TCP message (Ethernet 14, IPv4 20, TCP with timestamps 32).
@@ -81,6 +87,58 @@ fn cache_line(rounds: u64) -> (f64, f64) {
     summarise(batches)
 }
 
+/// Three lines padded to 256 bytes: line 0 the round number, lines 1 and 2 payload.
+#[repr(align(128))]
+#[derive(Default)]
+struct Block([AtomicU64; 32]);
+
+impl Block {
+    /// Writes round `i`: the payload words (Relaxed), then the number (Release).
+    fn put(&self, i: u64) {
+        for w in 8..24 {
+            self.0[w].store(i ^ w as u64, Ordering::Relaxed);
+        }
+        self.0[0].store(i, Ordering::Release);
+    }
+    /// Spins until round `i` is there, then checks its payload.
+    fn take(&self, i: u64) {
+        while self.0[0].load(Ordering::Acquire) != i {
+            core::hint::spin_loop();
+        }
+        for w in 8..24 {
+            assert_eq!(self.0[w].load(Ordering::Relaxed), i ^ w as u64);
+        }
+    }
+}
+
+fn three_lines(rounds: u64) -> (f64, f64) {
+    let blocks = Arc::new([Block::default(), Block::default()]);
+    let echo = {
+        let blocks = blocks.clone();
+        std::thread::spawn(move || {
+            pin(1);
+            for i in 1..=rounds {
+                blocks[0].take(i);
+                blocks[1].put(i);
+            }
+        })
+    };
+    pin(0);
+    let mut batches = Vec::new();
+    let mut i = 0;
+    while i < rounds {
+        let t = WallClock::now();
+        for _ in 0..BATCH.min(rounds - i) {
+            i += 1;
+            blocks[0].put(i);
+            blocks[1].take(i);
+        }
+        batches.push(t.elapsed().as_nanos() as f64 / BATCH as f64);
+    }
+    echo.join().unwrap();
+    summarise(batches)
+}
+
 fn echo_side(mut b: ShmPort, rounds: u64, stop: &AtomicBool) {
     pin(1);
     let mut buf = vec![0u8; 2048];
@@ -137,6 +195,11 @@ fn main() {
     println!("{:<28} {:>10} {:>10}", "case", "fastest", "median");
     let (min, med) = cache_line(rounds);
     println!("{:<28} {min:>10.1} {med:>10.1}", "cache line");
+    let (min, med) = three_lines(rounds);
+    println!(
+        "{:<28} {min:>10.1} {med:>10.1}",
+        "3 lines, sequence in first"
+    );
     for size in [64, 130, 1514] {
         let (min, med) = link(size, rounds);
         println!(
