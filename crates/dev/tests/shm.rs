@@ -16,8 +16,8 @@ use std::time::{Duration, Instant as WallClock};
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
 use ustack_dev::shm::{
-    FrameBatch, RX_HEAD, ShmConfig, ShmFault, ShmLayout, ShmLink, ShmPeer, ShmPort, ShmSide,
-    desc_entry, desc_seq, wait_any,
+    DESC_LEN, FrameBatch, INLINE_MAX, INLINE_OFF, RX_HEAD, ShmConfig, ShmFault, ShmLayout, ShmLink,
+    ShmPeer, ShmPort, ShmSide, desc_entry, desc_seq, wait_any,
 };
 use ustack_dev::{Device, Medium};
 use ustack_obs::time::Instant;
@@ -862,6 +862,30 @@ fn peek32(file: &File, off: usize) -> u32 {
     u32::from_le_bytes(b)
 }
 
+fn peek(file: &File, off: usize, len: usize) -> Vec<u8> {
+    let mut b = vec![0u8; len];
+    file.read_exact_at(&mut b, off as u64).unwrap();
+    b
+}
+
+/// A frame of at most `INLINE_MAX` bytes travels in its descriptor's lines (after the
+/// line of the descriptor's word), its slot untouched; a longer one in its slot.
+#[test]
+fn small_frames_travel_in_the_descriptor_and_long_ones_in_slots() {
+    let (mut a, mut b, file, l) = scribbled(&one_queue(16));
+    let ring = l.desc_ring_offset(0, ShmSide::A);
+    let slots = l.frames_offset(0, ShmSide::A);
+    let small: Vec<u8> = (0..INLINE_MAX).map(|i| (i * 7 + 1) as u8).collect();
+    let long: Vec<u8> = (0..=INLINE_MAX).map(|i| (i * 5 + 3) as u8).collect();
+    assert!(a.send(NOW, &small));
+    assert!(a.send(NOW, &long));
+    assert_eq!(peek(&file, ring + INLINE_OFF, INLINE_MAX), small);
+    assert_ne!(peek(&file, slots, 64), small[..64], "slot 0 not written");
+    assert_eq!(peek(&file, slots + l.slot_size(), long.len()), long);
+    assert_eq!(recv_vec(&mut b), Some(small));
+    assert_eq!(recv_vec(&mut b), Some(long));
+}
+
 #[test]
 fn bad_descriptors_are_dropped_and_counted() {
     let (mut a, mut b, file, l) = scribbled(&one_queue(16));
@@ -870,9 +894,9 @@ fn bad_descriptors_are_dropped_and_counted() {
     }
     let ring = l.desc_ring_offset(0, ShmSide::A);
     // Each with the sequence due at its position, so taken as a frame, and refused.
-    poke64(&file, ring + 8, desc_entry(1, 16, 64)); // slot 16 of 16
-    poke64(&file, ring + 16, desc_entry(2, 3, 1515)); // longer than the largest frame
-    poke64(&file, ring + 24, desc_entry(3, 0xffff, 0xff_ffff));
+    poke64(&file, ring + DESC_LEN, desc_entry(1, 16, 64)); // slot 16 of 16
+    poke64(&file, ring + 2 * DESC_LEN, desc_entry(2, 3, 1515)); // longer than the largest frame
+    poke64(&file, ring + 3 * DESC_LEN, desc_entry(3, 0xffff, 0xff_ffff));
     assert!(is_frame(0, true, &recv_vec(&mut b).unwrap()));
     assert_eq!(recv_vec(&mut b), None);
     assert_eq!(b.stats().bad_desc, 3);
@@ -895,12 +919,16 @@ fn a_garbled_descriptor_sequence_stops_receiving_and_nothing_else() {
     assert_eq!(b.fault(), None, "desc_head is not read");
     // A lap old: not yet a frame, not a fault.
     let ring = l.desc_ring_offset(0, ShmSide::A);
-    poke64(&file, ring + 8, desc_entry(1u32.wrapping_sub(16), 2, 64));
+    poke64(
+        &file,
+        ring + DESC_LEN,
+        desc_entry(1u32.wrapping_sub(16), 2, 64),
+    );
     assert_eq!(recv_vec(&mut b), None);
     assert_eq!(b.poll_at(), None);
     assert_eq!(b.fault(), None, "a lap-old sequence is no fault");
     // Five laps ahead: garbage.
-    poke64(&file, ring + 8, desc_entry(1 + 5 * 16, 2, 64));
+    poke64(&file, ring + DESC_LEN, desc_entry(1 + 5 * 16, 2, 64));
     assert_eq!(recv_vec(&mut b), None);
     assert_eq!(
         b.fault(),
@@ -911,7 +939,7 @@ fn a_garbled_descriptor_sequence_stops_receiving_and_nothing_else() {
     );
     assert_eq!(b.stats().bad_index, 1);
     // Stopped for good, counted once, and the port can still sleep with a timeout.
-    poke64(&file, ring + 8, desc_entry(1, 2, 64));
+    poke64(&file, ring + DESC_LEN, desc_entry(1, 2, 64));
     assert_eq!(recv_vec(&mut b), None);
     assert_eq!(b.poll_at(), None);
     assert!(!b.wait(Some(Duration::from_millis(10))).unwrap());

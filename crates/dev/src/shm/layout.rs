@@ -14,7 +14,18 @@ const MAGIC: u64 = u64::from_le_bytes(*b"ustkshm\0");
 /// Layout version; bumped on any change to the region layout or the protocol. 2: each
 /// descriptor carries a sequence number ([`desc_entry`]) and the receiver finds new
 /// frames by it, not by `desc_head`.
-pub const VERSION: u32 = 2;
+/// 3: descriptors are [`DESC_LEN`] bytes, a frame of up to [`INLINE_MAX`] bytes carried
+/// in its descriptor's lines, from [`INLINE_OFF`].
+pub const VERSION: u32 = 3;
+/// Bytes of a descriptor ring entry: the descriptor's word in a line of its own (the line
+/// the receiver polls: a frame's bytes written there beside it would move it between the
+/// cores twice), then three lines of room for a small frame.
+pub const DESC_LEN: usize = 256;
+/// Where a small frame starts in its ring entry.
+pub const INLINE_OFF: usize = 64;
+/// The longest frame carried in its descriptor's lines instead of its slot: a 64-byte
+/// TCP message with timestamps over Ethernet is 130 bytes.
+pub const INLINE_MAX: usize = DESC_LEN - INLINE_OFF;
 /// Size of a shared control line (two 64-byte cache lines; see the module docs).
 pub const LINE: usize = 128;
 /// Bytes reserved for the header at the start of the region.
@@ -82,7 +93,7 @@ impl ShmLayout {
             ));
         }
         let dirs = 2 * queue_pairs;
-        let desc_ring_len = round_up(ring_size * 8, LINE);
+        let desc_ring_len = round_up(ring_size * DESC_LEN, LINE);
         let comp_ring_len = round_up(ring_size * 4, LINE);
         let rings_off = HEADER_LEN + dirs * CTRL_PER_DIR;
         let frames_off = round_up(rings_off + dirs * (desc_ring_len + comp_ring_len), 4096);
@@ -157,7 +168,9 @@ impl ShmLayout {
     pub const fn tx_need_wakeup_offset(&self, queue: usize, from: ShmSide) -> usize {
         self.ctrl(queue, from) + C_TX_NEED_WAKEUP
     }
-    /// Offset of the descriptor ring (`ring_size` x `u64`, each as [`desc_entry`] writes it).
+    /// Offset of the descriptor ring (`ring_size` entries of [`DESC_LEN`] bytes: the `u64`
+    /// [`desc_entry`] writes, then from [`INLINE_OFF`] a frame of up to [`INLINE_MAX`]
+    /// bytes).
     pub const fn desc_ring_offset(&self, queue: usize, from: ShmSide) -> usize {
         self.rings_off + self.dir(queue, from) * (self.desc_ring_len + self.comp_ring_len)
     }
@@ -172,7 +185,9 @@ impl ShmLayout {
 }
 
 /// The descriptor of the frame posted as number `index` (the sender's free-running
-/// `desc_head` before it is counted) in slot `slot`, `len` bytes long: bits 0-15 the slot,
+/// `desc_head` before it is counted) in slot `slot`, `len` bytes long (a frame of at most
+/// [`INLINE_MAX`] bytes is at [`INLINE_OFF`] in the entry, its slot taken but not written, to
+/// count what is in flight as for any frame): bits 0-15 the slot,
 /// 16-39 the length, 40-63 [`desc_seq`]`(index)`. Written at ring position
 /// `index % ring_size`; the receiver takes the entry at its `desc_tail` as a new frame when
 /// its sequence is `desc_seq(desc_tail)`, so it reads the descriptor's own line and never

@@ -209,8 +209,8 @@ use std::io;
 pub use batch::FrameBatch;
 pub use doorbell::wait_any;
 pub use layout::{
-    HEADER_LEN, LINE, MAX_QUEUE_PAIRS, MAX_REGION_LEN, MAX_RING_SIZE, MAX_SLOT_SIZE, ShmLayout,
-    VERSION, desc_entry, desc_seq,
+    DESC_LEN, HEADER_LEN, INLINE_MAX, INLINE_OFF, LINE, MAX_QUEUE_PAIRS, MAX_REGION_LEN,
+    MAX_RING_SIZE, MAX_SLOT_SIZE, ShmLayout, VERSION, desc_entry, desc_seq,
 };
 pub use link::{ShmLink, ShmOffer, ShmPeer};
 pub use ring::{PUBLISH_EVERY, RX_HEAD, ShmPort};

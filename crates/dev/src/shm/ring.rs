@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use ustack_obs::time::Instant;
 
-use super::layout::{desc_entry, desc_fields, desc_seq};
+use super::layout::{DESC_LEN, INLINE_MAX, INLINE_OFF, desc_entry, desc_fields, desc_seq};
 use super::link::Shared;
 use super::{ShmFault, ShmLayout, ShmSide, ShmStats};
 use crate::sys::mapping::Mapping;
@@ -55,8 +55,8 @@ const RECLAIM_EVERY: u32 = 32;
 /// room for Ethernet, IPv4 or IPv6 and TCP headers with options (14 + 60 + 60 = 134), in
 /// three cache lines.
 pub const RX_HEAD: usize = 192;
-/// Lines of the next transmit slot written while idle ([`ShmPort::own_next_slot`]): a
-/// 64-byte TCP message's frame (130 bytes) and the headers of any.
+/// Lines of the next transmit slot written while idle ([`ShmPort::own_next_slot`]): the
+/// headers of a frame.
 const OWN_LINES: usize = 3;
 /// Frames up to this long are copied whole by [`Device::recv_head`]: for them a second
 /// copy costs less than reading the slot twice.
@@ -331,7 +331,9 @@ impl ShmPort {
             Err(refused) => return refused,
         };
         // In bounds by construction (slot < ring_size, len <= max_frame <= slot_size).
-        self.shared.map.write(self.tx_slot_off(slot), frame);
+        self.shared
+            .map
+            .write(self.tx_frame_off(slot, frame.len()), frame);
         self.post(slot, frame.len());
         Placed::Yes
     }
@@ -380,11 +382,32 @@ impl ShmPort {
         for line in 0..OWN_LINES.min(self.slot_size / 64) {
             self.shared.map.write(off + 64 * line, &[0]);
         }
+        // The next descriptor's last three lines, where a small frame goes (its
+        // first line is the one the peer polls: taking it now would only take it back).
+        // The peer is done with the entry: with a slot free, fewer than a ring of
+        // descriptors are unread or unreturned, and it returns a small frame's slot
+        // after copying the frame out.
+        let entry = self.tx.ring_off + DESC_LEN * (self.tx.head & self.mask) as usize;
+        for line in 1..DESC_LEN / 64 {
+            self.shared.map.write(entry + 64 * line, &[0]);
+        }
     }
 
     /// The region offset of our transmit slot `slot`.
     fn tx_slot_off(&self, slot: u32) -> usize {
         self.tx.frames_off + slot as usize * self.slot_size
+    }
+
+    /// Where the next frame, `len` bytes in `slot`, is written: after the descriptor's
+    /// word's line in the ring entry it will be posted at if it is at most [`INLINE_MAX`] bytes,
+    /// else in the slot.
+    #[inline]
+    fn tx_frame_off(&self, slot: u32, len: usize) -> usize {
+        if len <= INLINE_MAX {
+            self.tx.ring_off + DESC_LEN * (self.tx.head & self.mask) as usize + INLINE_OFF
+        } else {
+            self.tx_slot_off(slot)
+        }
     }
 
     /// Writes the descriptor of the frame of `len` bytes in `slot` (taken by
@@ -414,7 +437,7 @@ impl ShmPort {
         };
         let mut writer = SlotWriter {
             map: &self.shared.map,
-            off: self.tx_slot_off(slot),
+            off: self.tx_frame_off(slot, len),
             len,
             at: 0,
         };
@@ -446,7 +469,7 @@ impl ShmPort {
         let m = &self.shared.map;
         while self.tx.published != self.tx.head {
             let pos = (self.tx.published & self.mask) as usize;
-            m.u64_at(self.tx.ring_off + 8 * pos)
+            m.u64_at(self.tx.ring_off + DESC_LEN * pos)
                 .store(self.tx.pending[pos], Ordering::Release);
             self.tx.published = self.tx.published.wrapping_add(1);
         }
@@ -461,7 +484,7 @@ impl ShmPort {
     /// The descriptor at `desc_tail`, loaded with Acquire (the frame's bytes after it).
     #[inline]
     fn tail_desc(&self) -> u64 {
-        let at = self.rx.ring_off + 8 * (self.rx.tail & self.mask) as usize;
+        let at = self.rx.ring_off + DESC_LEN * (self.rx.tail & self.mask) as usize;
         self.shared.map.u64_at(at).load(Ordering::Acquire)
     }
 
@@ -519,9 +542,9 @@ impl ShmPort {
         self.wake_peer_if_asleep(self.rx.peer_need_wakeup_off);
     }
 
-    /// The next frame's descriptor, checked: `(slot, len)`; `None` when the ring is dry
-    /// (returned slots are published then).
-    fn next_desc(&mut self) -> Option<(u32, usize)> {
+    /// The next frame's descriptor, checked: `(slot, len, the region offset of its
+    /// bytes)`; `None` when the ring is dry (returned slots are published then).
+    fn next_desc(&mut self) -> Option<(u32, usize, usize)> {
         loop {
             let desc = if self.rx.stopped { 0 } else { self.tail_desc() };
             if self.rx.stopped || !self.desc_due(desc) {
@@ -529,6 +552,7 @@ impl ShmPort {
                 self.own_next_slot();
                 return None;
             }
+            let entry = self.rx.ring_off + DESC_LEN * (self.rx.tail & self.mask) as usize;
             self.rx.tail = self.rx.tail.wrapping_add(1);
             let (_, slot, len) = desc_fields(desc);
             if slot >= self.ring_size {
@@ -540,7 +564,12 @@ impl ShmPort {
                 self.complete(slot);
                 continue;
             }
-            return Some((slot, len));
+            let off = if len <= INLINE_MAX {
+                entry + INLINE_OFF
+            } else {
+                self.rx_slot_off(slot)
+            };
+            return Some((slot, len, off));
         }
     }
 
@@ -583,15 +612,15 @@ impl ShmPort {
     /// Takes the next frame into `buf` (cut to `buf.len()`); `None` when the ring is dry.
     pub(super) fn take(&mut self, buf: &mut [u8]) -> Option<usize> {
         self.release_held();
-        let (slot, len) = self.next_desc()?;
-        Some(self.copy_out(slot, len, buf))
+        let (slot, len, off) = self.next_desc()?;
+        Some(self.copy_out(slot, len, off, buf))
     }
 
-    /// Copies the frame of `len` bytes in `slot` into `buf` (cut to `buf.len()`), hands
-    /// the slot back and counts it; the bytes copied.
-    fn copy_out(&mut self, slot: u32, len: usize, buf: &mut [u8]) -> usize {
+    /// Copies the frame of `len` bytes at `off` (in `slot` or its descriptor) into `buf`
+    /// (cut to `buf.len()`), hands the slot back and counts it; the bytes copied.
+    fn copy_out(&mut self, slot: u32, len: usize, off: usize, buf: &mut [u8]) -> usize {
         let n = len.min(buf.len());
-        self.shared.map.read(self.rx_slot_off(slot), &mut buf[..n]);
+        self.shared.map.read(off, &mut buf[..n]);
         self.done_with(slot);
         if n < len {
             self.stats.rx_truncated += 1;
@@ -607,10 +636,10 @@ impl ShmPort {
     /// [`take`](Self::take). Returns the frame's length and the bytes copied.
     fn take_head(&mut self, buf: &mut [u8]) -> Option<(usize, usize)> {
         self.release_held();
-        let (slot, len) = self.next_desc()?;
+        let (slot, len, off) = self.next_desc()?;
         let head = self.rx_head;
         if head == 0 || len <= RX_SPLIT_MIN.max(head) || len > buf.len() {
-            let n = self.copy_out(slot, len, buf);
+            let n = self.copy_out(slot, len, off, buf);
             return Some((n, n));
         }
         self.shared
