@@ -44,8 +44,19 @@ fn pin(cpu: usize) {
     }
 }
 
-/// Nanoseconds per round trip: (fastest batch's mean, median batch's mean).
-fn summarise(mut batches: Vec<f64>) -> (f64, f64) {
+/// Runs `round(i)` for i = 1..=rounds, timed in batches of [`BATCH`]; nanoseconds per
+/// round trip: (fastest batch's mean, median batch's mean).
+fn timed(rounds: u64, mut round: impl FnMut(u64)) -> (f64, f64) {
+    let mut batches = Vec::new();
+    let mut i = 0;
+    while i < rounds {
+        let t = WallClock::now();
+        for _ in 0..BATCH.min(rounds - i) {
+            i += 1;
+            round(i);
+        }
+        batches.push(t.elapsed().as_nanos() as f64 / BATCH as f64);
+    }
     batches.sort_by(f64::total_cmp);
     (batches[0], batches[batches.len() / 2])
 }
@@ -70,21 +81,14 @@ fn cache_line(rounds: u64) -> (f64, f64) {
         })
     };
     pin(0);
-    let mut batches = Vec::new();
-    let mut i = 0;
-    while i < rounds {
-        let t = WallClock::now();
-        for _ in 0..BATCH.min(rounds - i) {
-            i += 1;
-            lines[0].0.store(i, Ordering::Release);
-            while lines[1].0.load(Ordering::Acquire) != i {
-                core::hint::spin_loop();
-            }
+    let r = timed(rounds, |i| {
+        lines[0].0.store(i, Ordering::Release);
+        while lines[1].0.load(Ordering::Acquire) != i {
+            core::hint::spin_loop();
         }
-        batches.push(t.elapsed().as_nanos() as f64 / BATCH as f64);
-    }
+    });
     echo.join().unwrap();
-    summarise(batches)
+    r
 }
 
 /// Three lines padded to 256 bytes: line 0 the round number, lines 1 and 2 payload.
@@ -124,19 +128,12 @@ fn three_lines(rounds: u64) -> (f64, f64) {
         })
     };
     pin(0);
-    let mut batches = Vec::new();
-    let mut i = 0;
-    while i < rounds {
-        let t = WallClock::now();
-        for _ in 0..BATCH.min(rounds - i) {
-            i += 1;
-            blocks[0].put(i);
-            blocks[1].take(i);
-        }
-        batches.push(t.elapsed().as_nanos() as f64 / BATCH as f64);
-    }
+    let r = timed(rounds, |i| {
+        blocks[0].put(i);
+        blocks[1].take(i);
+    });
     echo.join().unwrap();
-    summarise(batches)
+    r
 }
 
 fn echo_side(mut b: ShmPort, rounds: u64, stop: &AtomicBool) {
@@ -162,27 +159,20 @@ fn link(size: usize, rounds: u64) -> (f64, f64) {
     pin(0);
     let mut frame = vec![0x5a; size];
     let mut buf = vec![0u8; 2048];
-    let mut batches = Vec::new();
-    let mut i = 0u64;
-    while i < rounds {
-        let t = WallClock::now();
-        for _ in 0..BATCH.min(rounds - i) {
-            frame[..8].copy_from_slice(&i.to_le_bytes());
-            assert!(a.send(NOW, &frame), "no slot");
-            let n = loop {
-                if let Some(n) = a.recv(NOW, &mut buf) {
-                    break n;
-                }
-                core::hint::spin_loop();
-            };
-            assert_eq!(&buf[..n], &frame[..], "echo {i}");
-            i += 1;
-        }
-        batches.push(t.elapsed().as_nanos() as f64 / BATCH as f64);
-    }
+    let r = timed(rounds, |i| {
+        frame[..8].copy_from_slice(&i.to_le_bytes());
+        assert!(a.send(NOW, &frame), "no slot");
+        let n = loop {
+            if let Some(n) = a.recv(NOW, &mut buf) {
+                break n;
+            }
+            core::hint::spin_loop();
+        };
+        assert_eq!(&buf[..n], &frame[..], "echo {i}");
+    });
     stop.store(true, Ordering::Relaxed);
     echo.join().unwrap();
-    summarise(batches)
+    r
 }
 
 fn main() {

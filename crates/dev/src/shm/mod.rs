@@ -22,8 +22,10 @@
 //!            +256  rx_need_wakeup                 written by the receiver (set to sleep)
 //!            +384  tx_need_wakeup                 written by the sender (set to sleep)
 //!          rings: per queue pair, per direction:
-//!            desc ring  ring_size x u64 (slot | length << 16 | sequence << 40,
-//!                       [`desc_entry`]): sender -> receiver
+//!            desc ring  ring_size x 256 bytes ([`DESC_LEN`]): a u64 (slot | length << 16
+//!                       | sequence << 40, [`desc_entry`]) alone in its line, then three
+//!                       lines for a frame of up to 192 bytes ([`INLINE_OFF`],
+//!                       [`INLINE_MAX`]): sender -> receiver
 //!            comp ring  ring_size x u32 (slot index): receiver -> sender (free slots)
 //! (page)   frames: per queue pair, per direction, ring_size slots of slot_size bytes
 //! ```
@@ -41,7 +43,10 @@
 //!
 //! 1. The sender takes a free slot, copies the frame into it (or, through
 //!    [`Device::send_with`](crate::Device::send_with), lends the slot to its caller, who
-//!    writes the frame there in pieces; a slot not filled is never posted), writes the
+//!    writes the frame there in pieces; a slot not filled is never posted); a frame of at
+//!    most [`INLINE_MAX`] bytes goes into the lines of the ring entry it will be posted
+//!    at instead, its slot taken all the same (unwritten: slots count what is in flight,
+//!    so the rings cannot overflow, and the receiver returns it as any). It writes the
 //!    descriptor `(slot, len, sequence)` at `desc[desc_head]` (Release), and counts
 //!    `desc_head + 1`, batched: the descriptors are written once per [`Device::send`], but
 //!    for a whole [`Device::send_batch`] (or run of [`Device::send_more`], Linux's
@@ -74,12 +79,23 @@
 //!
 //! The receiver does not read the sender's producer index either: it reads the descriptor
 //! it will take next, whose line it must fetch anyway, and the sequence in it says whether
-//! it is new (as virtio 1.1's packed ring and ixgbe's DD bit do). A frame crossing an idle
-//! link then moves the descriptor's line and the slot's, not also `desc_head`'s before
-//! them: a round trip of a 130-byte frame, `cargo run --release -p ustack-dev --example
-//! shm_ping`, went from 1,003-1,045 ns to 699-714 ns (the fastest batches of two runs each,
-//! 2 vCPUs of an Intel Xeon, model 207, under KVM; two cache lines' round trip there,
-//! one each way, is 230-265 ns).
+//! it is new (as virtio 1.1's packed ring and ixgbe's DD bit do). A small frame crossing
+//! an idle link then moves the descriptor's line and the three after it, fetched at once
+//! (their addresses known): not `desc_head`'s line, then the descriptor's, then the
+//! slot's lines named in it, one after another. And an idle port writes a byte into each
+//! line of the entry and the slot its next send will take (`own_next_slot`): lines the
+//! peer read last, which a send would otherwise have to take back from the peer's cache
+//! before its descriptor could become visible (x86 stores become visible in order).
+//!
+//! What each step did to a round trip, `cargo run --release -p ustack-dev --example
+//! shm_ping` (the fastest batch of 1,000; 2 vCPUs of an Intel Xeon, model 207, under KVM,
+//! loaded by other builds, so runs of one binary vary by up to a fifth; two cache lines'
+//! round trip there, one line each way, is 204-277 ns): a 130-byte frame (a 64-byte TCP
+//! message) 1,003-1,045 ns with `desc_head` polled; 699-714 with the sequence polled;
+//! 558-564 with the next slot taken while idle (649-663 in a later, slower spell); in the
+//! descriptor's lines 500-516 (interleaved with the last, same spell). One TCP connection
+//! over the link, `cargo run --release -p ustack-runtime --example shm_ping_tcp`, three
+//! interleaved runs: 1,592-1,630 ns before, 1,003-1,063 after.
 //!
 //! **Memory ordering.** Release on a publishing store orders everything before it (the
 //! frame bytes and the descriptor, or for a completion the receiver's reads of the slot)
