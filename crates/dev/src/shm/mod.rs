@@ -265,6 +265,8 @@ pub struct ShmConfig {
     /// `ring_size * slot_size` bytes per direction circulate between the two cores. The
     /// default, 256 x 2 KiB = 512 KiB, stays inside a 1 MiB L2 cache; at 512 the 1500-byte
     /// frame rate between two processes fell about fourfold on the development machine.
+    /// The descriptor ring adds [`DESC_LEN`] (256) bytes an entry, 64 KiB at 256, where
+    /// frames of up to [`INLINE_MAX`] bytes travel (their slots are not written).
     pub ring_size: usize,
     /// Bytes per frame slot: a multiple of 64, at most [`MAX_SLOT_SIZE`], and at least
     /// the largest frame (`mtu + medium.header_len()`). 2048 for a 1500 MTU; e.g. 65600

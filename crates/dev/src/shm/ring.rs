@@ -99,6 +99,8 @@ pub(super) struct Tx {
     since_reclaim: u32,
     /// The free slot whose first lines [`ShmPort::own_next_slot`] last wrote.
     owned: Option<u32>,
+    /// The last frame sent was written into its slot (longer than [`INLINE_MAX`]).
+    last_in_slot: bool,
     /// A send was refused for lack of slots since slots were last reclaimed.
     pub(super) starved: bool,
     pub(super) stopped: bool,
@@ -206,6 +208,7 @@ impl ShmPort {
             in_flight: vec![false; l.ring_size()],
             since_reclaim: 0,
             owned: None,
+            last_in_slot: false,
             starved: false,
             stopped: false,
         };
@@ -360,11 +363,13 @@ impl ShmPort {
         };
         self.tx.since_reclaim += 1;
         self.tx.owned = None;
+        self.tx.last_in_slot = len > INLINE_MAX;
         Ok(slot)
     }
 
     /// While idle (a receive found nothing): writes a byte in each of the first
-    /// [`OWN_LINES`] lines of the slot the next send will take, once per slot, so that
+    /// [`OWN_LINES`] lines of the slot the next send will take (if the last frame went
+    /// into its slot) and in the frame lines of its ring entry, once per slot, so that
     /// those lines, which the peer read last, are this core's again before a frame is
     /// written there. A send to a peer that read the slot last must otherwise wait for the
     /// peer's copies of the lines to be invalidated before its descriptor can become
@@ -378,9 +383,13 @@ impl ShmPort {
             return;
         }
         self.tx.owned = Some(slot);
-        let off = self.tx_slot_off(slot);
-        for line in 0..OWN_LINES.min(self.slot_size / 64) {
-            self.shared.map.write(off + 64 * line, &[0]);
+        // The slot only while frames go into slots: a link of small frames never writes
+        // its slots (the memory stays untouched).
+        if self.tx.last_in_slot {
+            let off = self.tx_slot_off(slot);
+            for line in 0..OWN_LINES.min(self.slot_size / 64) {
+                self.shared.map.write(off + 64 * line, &[0]);
+            }
         }
         // The next descriptor's last three lines, where a small frame goes (its
         // first line is the one the peer polls: taking it now would only take it back).
