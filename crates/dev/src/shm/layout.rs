@@ -11,8 +11,21 @@ use crate::{DeviceCaps, Medium};
 
 /// Region magic: `"ustkshm\0"`.
 const MAGIC: u64 = u64::from_le_bytes(*b"ustkshm\0");
-/// Layout version; bumped on any change to the region layout or the protocol.
-pub const VERSION: u32 = 1;
+/// Layout version; bumped on any change to the region layout or the protocol. 2: each
+/// descriptor carries a sequence number ([`desc_entry`]) and the receiver finds new
+/// frames by it, not by `desc_head`.
+/// 3: descriptors are [`DESC_LEN`] bytes, a frame of up to [`INLINE_MAX`] bytes carried
+/// in its descriptor's lines, from [`INLINE_OFF`].
+pub const VERSION: u32 = 3;
+/// Bytes of a descriptor ring entry: the descriptor's word in a line of its own (the line
+/// the receiver polls: a frame's bytes written there beside it would move it between the
+/// cores twice), then three lines of room for a small frame.
+pub const DESC_LEN: usize = 256;
+/// Where a small frame starts in its ring entry.
+pub const INLINE_OFF: usize = 64;
+/// The longest frame carried in its descriptor's lines instead of its slot: a 64-byte
+/// TCP message with timestamps over Ethernet is 130 bytes.
+pub const INLINE_MAX: usize = DESC_LEN - INLINE_OFF;
 /// Size of a shared control line (two 64-byte cache lines; see the module docs).
 pub const LINE: usize = 128;
 /// Bytes reserved for the header at the start of the region.
@@ -80,7 +93,7 @@ impl ShmLayout {
             ));
         }
         let dirs = 2 * queue_pairs;
-        let desc_ring_len = round_up(ring_size * 8, LINE);
+        let desc_ring_len = round_up(ring_size * DESC_LEN, LINE);
         let comp_ring_len = round_up(ring_size * 4, LINE);
         let rings_off = HEADER_LEN + dirs * CTRL_PER_DIR;
         let frames_off = round_up(rings_off + dirs * (desc_ring_len + comp_ring_len), 4096);
@@ -155,7 +168,9 @@ impl ShmLayout {
     pub const fn tx_need_wakeup_offset(&self, queue: usize, from: ShmSide) -> usize {
         self.ctrl(queue, from) + C_TX_NEED_WAKEUP
     }
-    /// Offset of the descriptor ring (`ring_size` x `u64`: slot | len << 32).
+    /// Offset of the descriptor ring (`ring_size` entries of [`DESC_LEN`] bytes: the `u64`
+    /// [`desc_entry`] writes, then from [`INLINE_OFF`] a frame of up to [`INLINE_MAX`]
+    /// bytes).
     pub const fn desc_ring_offset(&self, queue: usize, from: ShmSide) -> usize {
         self.rings_off + self.dir(queue, from) * (self.desc_ring_len + self.comp_ring_len)
     }
@@ -167,6 +182,35 @@ impl ShmLayout {
     pub const fn frames_offset(&self, queue: usize, from: ShmSide) -> usize {
         self.frames_off + self.dir(queue, from) * self.ring_size * self.slot_size
     }
+}
+
+/// The descriptor of the frame posted as number `index` (the sender's free-running
+/// `desc_head` before it is counted) in slot `slot`, `len` bytes long (a frame of at most
+/// [`INLINE_MAX`] bytes is at [`INLINE_OFF`] in the entry, its slot taken but not written, to
+/// count what is in flight as for any frame): bits 0-15 the slot,
+/// 16-39 the length, 40-63 [`desc_seq`]`(index)`. Written at ring position
+/// `index % ring_size`; the receiver takes the entry at its `desc_tail` as a new frame when
+/// its sequence is `desc_seq(desc_tail)`, so it reads the descriptor's own line and never
+/// the sender's index (virtio 1.1's packed ring marks its descriptors the same way, with
+/// an AVAIL/USED wrap bit; ixgbe's receive descriptors with a DD bit).
+pub const fn desc_entry(index: u32, slot: u32, len: u32) -> u64 {
+    (slot as u64 & 0xffff) | (len as u64 & 0xff_ffff) << 16 | (desc_seq(index) as u64) << 40
+}
+
+/// The sequence a descriptor posted as number `index` carries: its low 23 bits with bit 23
+/// set, so never zero (a ring entry never written is zero) and, for rings of at most 2^15
+/// entries, different from the sequence the entry held a lap before.
+pub const fn desc_seq(index: u32) -> u32 {
+    index & 0x7f_ffff | 0x80_0000
+}
+
+/// A descriptor's fields: (sequence, slot, length).
+pub(super) const fn desc_fields(desc: u64) -> (u32, u32, usize) {
+    (
+        (desc >> 40) as u32,
+        (desc & 0xffff) as u32,
+        ((desc >> 16) & 0xff_ffff) as usize,
+    )
 }
 
 /// The device's caps for a medium and MTU, if its largest frame fits a slot.

@@ -17,12 +17,15 @@
 //! 0        header (one page): magic, version, queue_pairs, ring_size, slot_size,
 //!          medium, mtu, region length, link id           -- written once by the creator
 //! 4096     control: per queue pair, per direction (A->B, B->A), four 128-byte lines:
-//!            +0    desc_head                      written by the sender
+//!            +0    desc_head                      written by the sender (for tools)
 //!            +128  desc_tail, comp_head           written by the receiver
 //!            +256  rx_need_wakeup                 written by the receiver (set to sleep)
 //!            +384  tx_need_wakeup                 written by the sender (set to sleep)
 //!          rings: per queue pair, per direction:
-//!            desc ring  ring_size x u64 (slot index | length << 32): sender -> receiver
+//!            desc ring  ring_size x 256 bytes ([`DESC_LEN`]): a u64 (slot | length << 16
+//!                       | sequence << 40, [`desc_entry`]) alone in its line, then three
+//!                       lines for a frame of up to 192 bytes ([`INLINE_OFF`],
+//!                       [`INLINE_MAX`]): sender -> receiver
 //!            comp ring  ring_size x u32 (slot index): receiver -> sender (free slots)
 //! (page)   frames: per queue pair, per direction, ring_size slots of slot_size bytes
 //! ```
@@ -40,15 +43,21 @@
 //!
 //! 1. The sender takes a free slot, copies the frame into it (or, through
 //!    [`Device::send_with`](crate::Device::send_with), lends the slot to its caller, who
-//!    writes the frame there in pieces; a slot not filled is never posted), writes the
-//!    descriptor `(slot, len)` at `desc[desc_head]`, and publishes `desc_head + 1`
-//!    (Release), batched: once per [`Device::send`], but once for a whole
-//!    [`Device::send_batch`] (or run of [`Device::send_more`], Linux's `xmit_more`),
-//!    counted in [`ShmStats::tx_publishes`].
-//! 2. The receiver loads `desc_head` (Acquire), reads descriptors from its `desc_tail`,
-//!    copies each frame out, and hands the slot back: `comp[comp_head] = slot`, then
-//!    publishes `comp_head + 1` (Release), batched: at the end of a batch, when it has
-//!    caught up with the `desc_head` it loaded, and at least every [`PUBLISH_EVERY`].
+//!    writes the frame there in pieces; a slot not filled is never posted); a frame of at
+//!    most [`INLINE_MAX`] bytes goes into the lines of the ring entry it will be posted
+//!    at instead, its slot taken all the same (unwritten: slots count what is in flight,
+//!    so the rings cannot overflow, and the receiver returns it as any). It writes the
+//!    descriptor `(slot, len, sequence)` at `desc[desc_head]` (Release), and counts
+//!    `desc_head + 1`, batched: the descriptors are written once per [`Device::send`], but
+//!    for a whole [`Device::send_batch`] (or run of [`Device::send_more`], Linux's
+//!    `xmit_more`) together at its end, counted in [`ShmStats::tx_publishes`]; `desc_head`
+//!    is stored after them for tools.
+//! 2. The receiver loads the descriptor at its `desc_tail` (Acquire): a new frame when
+//!    its sequence is [`desc_seq`]`(desc_tail)`, nothing yet when it is the sequence of a
+//!    lap before. It copies each frame out and hands the slot back:
+//!    `comp[comp_head] = slot`, then publishes `comp_head + 1` (Release), batched: at the
+//!    end of a batch, when the next descriptor is not yet due, and at least every
+//!    [`PUBLISH_EVERY`].
 //! 3. The sender loads `comp_head` (Acquire) and puts the returned slots on its free list
 //!    (LIFO, so the next frame goes into the slot whose cache lines are warmest).
 //!
@@ -68,14 +77,35 @@
 //! consumer index (`desc_tail` is published for diagnostics only), which keeps one shared
 //! line out of the fast path.
 //!
+//! The receiver does not read the sender's producer index either: it reads the descriptor
+//! it will take next, whose line it must fetch anyway, and the sequence in it says whether
+//! it is new (as virtio 1.1's packed ring and ixgbe's DD bit do). A small frame crossing
+//! an idle link then moves the descriptor's line and the three after it, fetched at once
+//! (their addresses known): not `desc_head`'s line, then the descriptor's, then the
+//! slot's lines named in it, one after another. And an idle port writes a byte into each
+//! line of the entry and the slot its next send will take (`own_next_slot`): lines the
+//! peer read last, which a send would otherwise have to take back from the peer's cache
+//! before its descriptor could become visible (x86 stores become visible in order).
+//!
+//! What each step did to a round trip, `cargo run --release -p ustack-dev --example
+//! shm_ping` (the fastest batch of 1,000; 2 vCPUs of an Intel Xeon, model 207, under KVM,
+//! loaded by other builds, so runs of one binary vary by up to a fifth; two cache lines'
+//! round trip there, one line each way, is 204-277 ns): a 130-byte frame (a 64-byte TCP
+//! message) 1,003-1,045 ns with `desc_head` polled; 699-714 with the sequence polled;
+//! 558-564 with the next slot taken while idle (649-663 in a later, slower spell); in the
+//! descriptor's lines 500-516 (interleaved with the last, same spell). One TCP connection
+//! over the link, `cargo run --release -p ustack-runtime --example shm_ping_tcp`, three
+//! interleaved runs: 1,592-1,630 ns before, 1,003-1,063 after.
+//!
 //! **Memory ordering.** Release on a publishing store orders everything before it (the
 //! frame bytes and the descriptor, or for a completion the receiver's reads of the slot)
 //! before the new index becomes visible; Acquire on the other side's load of that index
 //! orders its later reads of descriptors and frame bytes (or its reuse of the slot) after.
+//! A descriptor is its own publishing store: written with Release after its frame's
+//! bytes, loaded with Acquire before them.
 //! This is the whole synchronisation of the data path: the sender never writes a slot
 //! between posting it and seeing it completed, and the receiver never reads a slot after
-//! completing it. Entries themselves are written and read with Relaxed atomics, so a
-//! descriptor is never torn.
+//! completing it. Entries are written and read as atomics, so a descriptor is never torn.
 //!
 //! # Doorbells (notification suppression)
 //!
@@ -112,9 +142,10 @@
 //!   `unsafe` code, with the argument written there): control words as atomics, frame
 //!   bytes only by bounds-checked copies, reads volatile, so nothing is read twice.
 //! - Each side keeps its own indices in private memory and only publishes them; it never
-//!   reads back what it owns. It reads only the peer's producer indices, and an index more
-//!   than `ring_size` ahead of its own stops that ring for good: [`ShmFault`],
-//!   [`ShmStats::bad_index`].
+//!   reads back what it owns. It reads only the peer's `comp_head`, and the sequences of
+//!   the peer's descriptors: an index more than `ring_size` ahead of its own, or a
+//!   descriptor whose sequence is neither due nor a lap old, stops that ring for good:
+//!   [`ShmFault`], [`ShmStats::bad_index`].
 //! - Every descriptor is checked: slot index below `ring_size`, length at most the largest
 //!   frame. A bad one is dropped and counted ([`ShmStats::bad_desc`]).
 //! - Every returned slot is checked: in range, and actually in flight (a private bitmap),
@@ -194,8 +225,8 @@ use std::io;
 pub use batch::FrameBatch;
 pub use doorbell::wait_any;
 pub use layout::{
-    HEADER_LEN, LINE, MAX_QUEUE_PAIRS, MAX_REGION_LEN, MAX_RING_SIZE, MAX_SLOT_SIZE, ShmLayout,
-    VERSION,
+    DESC_LEN, HEADER_LEN, INLINE_MAX, INLINE_OFF, LINE, MAX_QUEUE_PAIRS, MAX_REGION_LEN,
+    MAX_RING_SIZE, MAX_SLOT_SIZE, ShmLayout, VERSION, desc_entry, desc_seq,
 };
 pub use link::{ShmLink, ShmOffer, ShmPeer};
 pub use ring::{PUBLISH_EVERY, RX_HEAD, ShmPort};
@@ -234,6 +265,8 @@ pub struct ShmConfig {
     /// `ring_size * slot_size` bytes per direction circulate between the two cores. The
     /// default, 256 x 2 KiB = 512 KiB, stays inside a 1 MiB L2 cache; at 512 the 1500-byte
     /// frame rate between two processes fell about fourfold on the development machine.
+    /// The descriptor ring adds [`DESC_LEN`] (256) bytes an entry, 64 KiB at 256, where
+    /// frames of up to [`INLINE_MAX`] bytes travel (their slots are not written).
     pub ring_size: usize,
     /// Bytes per frame slot: a multiple of 64, at most [`MAX_SLOT_SIZE`], and at least
     /// the largest frame (`mtu + medium.header_len()`). 2048 for a 1500 MTU; e.g. 65600
@@ -305,7 +338,8 @@ pub struct ShmStats {
     ///
     /// [`Device::send_with`]: crate::Device::send_with
     pub tx_unfilled: u64,
-    /// Transmit ring publications: stores of `desc_head`, each followed by a SeqCst fence
+    /// Transmit ring publications: the placed descriptors written to the ring and
+    /// `desc_head` stored, followed by a SeqCst fence
     /// and a look at the peer's `rx_need_wakeup` flag. One per [`Device::send`], one per
     /// batch ([`Device::send_batch`], [`ShmPort::send_until_full`], or a run of
     /// [`Device::send_more`] ended by `more == false`) that placed a frame.
@@ -328,19 +362,21 @@ pub struct ShmStats {
     pub bad_desc: u64,
     /// Slots returned by the peer that were out of range or not in flight (ignored).
     pub bad_comp: u64,
-    /// Peer ring indices more than a ring ahead of ours (the ring is stopped; [`ShmFault`]).
+    /// Peer `comp_head`s more than a ring ahead of ours, or descriptor sequences neither
+    /// due nor a lap old (the ring is stopped; [`ShmFault`]).
     pub bad_index: u64,
 }
 
 /// A protocol violation by the peer that stopped a ring of a [`ShmPort`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ShmFault {
-    /// The peer's `desc_head` claimed more than a ring of frames ahead of our `desc_tail`:
-    /// receiving stopped.
-    DescHead {
-        /// The peer's index.
-        head: u32,
-        /// Ours.
+    /// The descriptor at our `desc_tail` carried a sequence that is neither the one due
+    /// there ([`desc_seq`]`(tail)`: a new frame) nor the one of a lap before (not yet
+    /// written): receiving stopped.
+    DescSeq {
+        /// The sequence found.
+        seq: u32,
+        /// Our `desc_tail`.
         tail: u32,
     },
     /// The peer's `comp_head` claimed more than a ring of returned slots ahead of ours:
@@ -356,10 +392,11 @@ pub enum ShmFault {
 impl fmt::Display for ShmFault {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ShmFault::DescHead { head, tail } => {
+            ShmFault::DescSeq { seq, tail } => {
                 write!(
                     f,
-                    "peer desc_head {head} is more than a ring past desc_tail {tail}"
+                    "peer descriptor at desc_tail {tail} has sequence {seq:#x}, due {:#x}",
+                    desc_seq(*tail)
                 )
             }
             ShmFault::CompHead { head, tail } => {

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use ustack_obs::time::Instant;
 
+use super::layout::{DESC_LEN, INLINE_MAX, INLINE_OFF, desc_entry, desc_fields, desc_seq};
 use super::link::Shared;
 use super::{ShmFault, ShmLayout, ShmSide, ShmStats};
 use crate::sys::mapping::Mapping;
@@ -54,6 +55,9 @@ const RECLAIM_EVERY: u32 = 32;
 /// room for Ethernet, IPv4 or IPv6 and TCP headers with options (14 + 60 + 60 = 134), in
 /// three cache lines.
 pub const RX_HEAD: usize = 192;
+/// Lines of the next transmit slot written while idle ([`ShmPort::own_next_slot`]): the
+/// headers of a frame.
+const OWN_LINES: usize = 3;
 /// Frames up to this long are copied whole by [`Device::recv_head`]: for them a second
 /// copy costs less than reading the slot twice.
 const RX_SPLIT_MIN: usize = 1024;
@@ -83,12 +87,20 @@ pub(super) struct Tx {
     head: u32,
     /// `head` as last published: frames from here to `head` are placed, not yet visible.
     published: u32,
+    /// The descriptors placed and not yet published, by ring position: written to the
+    /// ring at publication, so a run of [`Device::send_more`] stays invisible until it
+    /// ends (the receiver takes an entry as soon as its sequence is due).
+    pending: Vec<u64>,
     pub(super) comp_tail: u32,
     /// Free slots, most recently returned last.
     free: Vec<u32>,
     /// Slots posted and not yet returned.
     in_flight: Vec<bool>,
     since_reclaim: u32,
+    /// The free slot whose first lines [`ShmPort::own_next_slot`] last wrote.
+    owned: Option<u32>,
+    /// The last frame sent was written into its slot (longer than [`INLINE_MAX`]).
+    last_in_slot: bool,
     /// A send was refused for lack of slots since slots were last reclaimed.
     pub(super) starved: bool,
     pub(super) stopped: bool,
@@ -97,7 +109,6 @@ pub(super) struct Tx {
 /// Receive state of one direction (the peer sends), private to the port.
 #[derive(Debug)]
 pub(super) struct Rx {
-    head_off: usize,
     tail_off: usize,
     ring_off: usize,
     frames_off: usize,
@@ -108,8 +119,6 @@ pub(super) struct Rx {
     /// The sender's flag: ring its doorbell after returning slots if set.
     peer_need_wakeup_off: usize,
     tail: u32,
-    /// The peer's `desc_head` as last loaded and validated.
-    head: u32,
     comp_head: u32,
     unpublished: u32,
     stopped: bool,
@@ -193,15 +202,17 @@ impl ShmPort {
             need_wakeup_off: l.tx_need_wakeup_offset(queue, me),
             head: 0,
             published: 0,
+            pending: vec![0; l.ring_size()],
             comp_tail: 0,
             free: (0..ring).rev().collect(),
             in_flight: vec![false; l.ring_size()],
             since_reclaim: 0,
+            owned: None,
+            last_in_slot: false,
             starved: false,
             stopped: false,
         };
         let rx = Rx {
-            head_off: l.desc_head_offset(queue, peer),
             tail_off: l.desc_tail_offset(queue, peer),
             ring_off: l.desc_ring_offset(queue, peer),
             frames_off: l.frames_offset(queue, peer),
@@ -210,7 +221,6 @@ impl ShmPort {
             need_wakeup_off: l.rx_need_wakeup_offset(queue, peer),
             peer_need_wakeup_off: l.tx_need_wakeup_offset(queue, peer),
             tail: 0,
-            head: 0,
             comp_head: 0,
             unpublished: 0,
             stopped: false,
@@ -324,7 +334,9 @@ impl ShmPort {
             Err(refused) => return refused,
         };
         // In bounds by construction (slot < ring_size, len <= max_frame <= slot_size).
-        self.shared.map.write(self.tx_slot_off(slot), frame);
+        self.shared
+            .map
+            .write(self.tx_frame_off(slot, frame.len()), frame);
         self.post(slot, frame.len());
         Placed::Yes
     }
@@ -350,7 +362,44 @@ impl ShmPort {
             return Err(Placed::NoSlot);
         };
         self.tx.since_reclaim += 1;
+        self.tx.owned = None;
+        self.tx.last_in_slot = len > INLINE_MAX;
         Ok(slot)
+    }
+
+    /// While idle (a receive found nothing): writes a byte in each of the first
+    /// [`OWN_LINES`] lines of the slot the next send will take (if the last frame went
+    /// into its slot) and in the frame lines of its ring entry, once per slot, so that
+    /// those lines, which the peer read last, are this core's again before a frame is
+    /// written there. A send to a peer that read the slot last must otherwise wait for the
+    /// peer's copies of the lines to be invalidated before its descriptor can become
+    /// visible (x86 stores become visible in order): one more line transfer on the
+    /// frame's way.
+    fn own_next_slot(&mut self) {
+        let Some(&slot) = self.tx.free.last() else {
+            return;
+        };
+        if self.tx.owned == Some(slot) {
+            return;
+        }
+        self.tx.owned = Some(slot);
+        // The slot only while frames go into slots: a link of small frames never writes
+        // its slots (the memory stays untouched).
+        if self.tx.last_in_slot {
+            let off = self.tx_slot_off(slot);
+            for line in 0..OWN_LINES.min(self.slot_size / 64) {
+                self.shared.map.write(off + 64 * line, &[0]);
+            }
+        }
+        // The next descriptor's last three lines, where a small frame goes (its
+        // first line is the one the peer polls: taking it now would only take it back).
+        // The peer is done with the entry: with a slot free, fewer than a ring of
+        // descriptors are unread or unreturned, and it returns a small frame's slot
+        // after copying the frame out.
+        let entry = self.tx.ring_off + DESC_LEN * (self.tx.head & self.mask) as usize;
+        for line in 1..DESC_LEN / 64 {
+            self.shared.map.write(entry + 64 * line, &[0]);
+        }
     }
 
     /// The region offset of our transmit slot `slot`.
@@ -358,15 +407,26 @@ impl ShmPort {
         self.tx.frames_off + slot as usize * self.slot_size
     }
 
+    /// Where the next frame, `len` bytes in `slot`, is written: after the descriptor's
+    /// word's line in the ring entry it will be posted at if it is at most [`INLINE_MAX`] bytes,
+    /// else in the slot.
+    #[inline]
+    fn tx_frame_off(&self, slot: u32, len: usize) -> usize {
+        if len <= INLINE_MAX {
+            self.tx.ring_off + DESC_LEN * (self.tx.head & self.mask) as usize + INLINE_OFF
+        } else {
+            self.tx_slot_off(slot)
+        }
+    }
+
     /// Writes the descriptor of the frame of `len` bytes in `slot` (taken by
     /// [`take_slot`](Self::take_slot) and filled), without publishing it.
     #[inline]
     fn post(&mut self, slot: u32, len: usize) {
-        let at = self.tx.ring_off + 8 * (self.tx.head & self.mask) as usize;
-        self.shared
-            .map
-            .u64_at(at)
-            .store(u64::from(slot) | (len as u64) << 32, Ordering::Relaxed);
+        // `len <= max_frame <= slot_size <= 2^20` and `slot < ring_size <= 2^15`: the
+        // descriptor's fields hold them.
+        self.tx.pending[(self.tx.head & self.mask) as usize] =
+            desc_entry(self.tx.head, slot, len as u32);
         self.tx.in_flight[slot as usize] = true;
         self.tx.head = self.tx.head.wrapping_add(1);
         self.stats.tx_frames += 1;
@@ -386,7 +446,7 @@ impl ShmPort {
         };
         let mut writer = SlotWriter {
             map: &self.shared.map,
-            off: self.tx_slot_off(slot),
+            off: self.tx_frame_off(slot, len),
             len,
             at: 0,
         };
@@ -408,39 +468,61 @@ impl ShmPort {
         self.tx_lend = on;
     }
 
-    /// Publishes placed descriptors, if any, and rings the peer if it sleeps.
+    /// Publishes placed descriptors, if any, and rings the peer if it sleeps: writes each
+    /// into the ring (Release: the frame's bytes before it), in order, then `desc_head`
+    /// for tools (the receiver does not read it).
     pub(super) fn publish_tx(&mut self) {
         if self.tx.published == self.tx.head {
             return;
         }
-        self.tx.published = self.tx.head;
-        self.stats.tx_publishes += 1;
         let m = &self.shared.map;
+        while self.tx.published != self.tx.head {
+            let pos = (self.tx.published & self.mask) as usize;
+            m.u64_at(self.tx.ring_off + DESC_LEN * pos)
+                .store(self.tx.pending[pos], Ordering::Release);
+            self.tx.published = self.tx.published.wrapping_add(1);
+        }
+        self.stats.tx_publishes += 1;
         m.u32_at(self.tx.head_off)
-            .store(self.tx.head, Ordering::Release);
+            .store(self.tx.head, Ordering::Relaxed);
         self.wake_peer_if_asleep(self.tx.peer_need_wakeup_off);
     }
 
     // ---- receive -----------------------------------------------------------------
 
-    /// Loads and validates the peer's `desc_head`; true if frames are waiting.
+    /// The descriptor at `desc_tail`, loaded with Acquire (the frame's bytes after it).
+    #[inline]
+    fn tail_desc(&self) -> u64 {
+        let at = self.rx.ring_off + DESC_LEN * (self.rx.tail & self.mask) as usize;
+        self.shared.map.u64_at(at).load(Ordering::Acquire)
+    }
+
+    /// Whether the descriptor at `desc_tail` is a new frame (its sequence is due there);
+    /// a sequence that is neither that nor the one of a lap before (or a never-written
+    /// zero) stops receiving for good ([`ShmFault::DescSeq`], [`ShmStats::bad_index`]).
+    fn desc_due(&mut self, desc: u64) -> bool {
+        let (seq, _, _) = desc_fields(desc);
+        if seq == desc_seq(self.rx.tail) {
+            return true;
+        }
+        if desc != 0 && seq != desc_seq(self.rx.tail.wrapping_sub(self.ring_size)) {
+            self.rx.stopped = true;
+            self.stats.bad_index += 1;
+            self.fault.get_or_insert(ShmFault::DescSeq {
+                seq,
+                tail: self.rx.tail,
+            });
+        }
+        false
+    }
+
+    /// Whether a frame is waiting at `desc_tail` (loads its descriptor; does not consume).
     fn refresh_rx(&mut self) -> bool {
         if self.rx.stopped {
             return false;
         }
-        let head = self.load_acquire(self.rx.head_off);
-        let avail = head.wrapping_sub(self.rx.tail);
-        if avail > self.ring_size {
-            self.rx.stopped = true;
-            self.stats.bad_index += 1;
-            self.fault.get_or_insert(ShmFault::DescHead {
-                head,
-                tail: self.rx.tail,
-            });
-            return false;
-        }
-        self.rx.head = head;
-        avail != 0
+        let desc = self.tail_desc();
+        self.desc_due(desc)
     }
 
     /// Hands a consumed slot back (published later, in a batch).
@@ -469,19 +551,19 @@ impl ShmPort {
         self.wake_peer_if_asleep(self.rx.peer_need_wakeup_off);
     }
 
-    /// The next frame's descriptor, checked: `(slot, len)`; `None` when the ring is dry
-    /// (returned slots are published then).
-    fn next_desc(&mut self) -> Option<(u32, usize)> {
+    /// The next frame's descriptor, checked: `(slot, len, the region offset of its
+    /// bytes)`; `None` when the ring is dry (returned slots are published then).
+    fn next_desc(&mut self) -> Option<(u32, usize, usize)> {
         loop {
-            if self.rx.tail == self.rx.head && !self.refresh_rx() {
+            let desc = if self.rx.stopped { 0 } else { self.tail_desc() };
+            if self.rx.stopped || !self.desc_due(desc) {
                 self.publish_rx();
+                self.own_next_slot();
                 return None;
             }
-            let at = self.rx.ring_off + 8 * (self.rx.tail & self.mask) as usize;
-            let desc = self.shared.map.u64_at(at).load(Ordering::Relaxed);
+            let entry = self.rx.ring_off + DESC_LEN * (self.rx.tail & self.mask) as usize;
             self.rx.tail = self.rx.tail.wrapping_add(1);
-            let slot = desc as u32;
-            let len = (desc >> 32) as usize;
+            let (_, slot, len) = desc_fields(desc);
             if slot >= self.ring_size {
                 self.stats.bad_desc += 1;
                 continue;
@@ -491,7 +573,12 @@ impl ShmPort {
                 self.complete(slot);
                 continue;
             }
-            return Some((slot, len));
+            let off = if len <= INLINE_MAX {
+                entry + INLINE_OFF
+            } else {
+                self.rx_slot_off(slot)
+            };
+            return Some((slot, len, off));
         }
     }
 
@@ -503,7 +590,7 @@ impl ShmPort {
     /// Hands a read slot back.
     fn done_with(&mut self, slot: u32) {
         self.complete(slot);
-        if self.rx.tail == self.rx.head {
+        if !self.rx_ready() {
             // Caught up with what the peer had posted: hand the slots back now, so a
             // caller that stops before seeing `None` does not starve the sender.
             self.publish_rx();
@@ -534,15 +621,15 @@ impl ShmPort {
     /// Takes the next frame into `buf` (cut to `buf.len()`); `None` when the ring is dry.
     pub(super) fn take(&mut self, buf: &mut [u8]) -> Option<usize> {
         self.release_held();
-        let (slot, len) = self.next_desc()?;
-        Some(self.copy_out(slot, len, buf))
+        let (slot, len, off) = self.next_desc()?;
+        Some(self.copy_out(slot, len, off, buf))
     }
 
-    /// Copies the frame of `len` bytes in `slot` into `buf` (cut to `buf.len()`), hands
-    /// the slot back and counts it; the bytes copied.
-    fn copy_out(&mut self, slot: u32, len: usize, buf: &mut [u8]) -> usize {
+    /// Copies the frame of `len` bytes at `off` (in `slot` or its descriptor) into `buf`
+    /// (cut to `buf.len()`), hands the slot back and counts it; the bytes copied.
+    fn copy_out(&mut self, slot: u32, len: usize, off: usize, buf: &mut [u8]) -> usize {
         let n = len.min(buf.len());
-        self.shared.map.read(self.rx_slot_off(slot), &mut buf[..n]);
+        self.shared.map.read(off, &mut buf[..n]);
         self.done_with(slot);
         if n < len {
             self.stats.rx_truncated += 1;
@@ -558,10 +645,10 @@ impl ShmPort {
     /// [`take`](Self::take). Returns the frame's length and the bytes copied.
     fn take_head(&mut self, buf: &mut [u8]) -> Option<(usize, usize)> {
         self.release_held();
-        let (slot, len) = self.next_desc()?;
+        let (slot, len, off) = self.next_desc()?;
         let head = self.rx_head;
         if head == 0 || len <= RX_SPLIT_MIN.max(head) || len > buf.len() {
-            let n = self.copy_out(slot, len, buf);
+            let n = self.copy_out(slot, len, off, buf);
             return Some((n, n));
         }
         self.shared
@@ -581,9 +668,9 @@ impl ShmPort {
         self.rx_head = if head == 0 { 0 } else { head.max(RX_HEAD) };
     }
 
-    /// Whether frames are waiting (loads the peer's index; does not consume).
+    /// Whether a frame is waiting (loads the descriptor at `desc_tail`; does not consume).
     pub fn rx_ready(&mut self) -> bool {
-        self.rx.tail != self.rx.head || self.refresh_rx()
+        self.refresh_rx()
     }
 }
 
@@ -760,8 +847,9 @@ impl Device for ShmPort {
         if self.rx.stopped {
             return None;
         }
-        let head = self.load_acquire(self.rx.head_off);
-        (self.rx.tail != self.rx.head || head != self.rx.tail).then_some(Instant::ZERO)
+        // A stale or garbled sequence is not a frame: the next receive call says which.
+        let (seq, _, _) = desc_fields(self.tail_desc());
+        (seq == desc_seq(self.rx.tail)).then_some(Instant::ZERO)
     }
 }
 
