@@ -106,8 +106,12 @@ struct SegOut {
 
 /// Where a segment's payload comes from.
 #[derive(Clone, Copy)]
-pub(super) enum Payload {
+pub(super) enum Payload<'a> {
     None,
+    /// The bytes of the write being sent (`Stack::tcp_send_one`): the same bytes the
+    /// send buffer took for retransmission, copied into the frame from the caller's
+    /// slice, still in cache, without finding them in the buffer's chunk.
+    Bytes(&'a [u8]),
     /// `len` bytes of the connection's send buffer, `offset` bytes after its head;
     /// `span`: where they lie when all in the buffer's head chunk
     /// ([`SendBuffer::head_span`], taken while the TCB was at hand), copied from there
@@ -120,11 +124,12 @@ pub(super) enum Payload {
     },
 }
 
-impl Payload {
+impl Payload<'_> {
     /// The payload's length in bytes.
     pub(super) fn len(&self) -> usize {
         match *self {
             Payload::None => 0,
+            Payload::Bytes(b) => b.len(),
             Payload::SendBuffer { len, .. } => len,
         }
     }
@@ -141,6 +146,10 @@ impl Payload {
     /// connection's send buffer in `tcp`.
     #[inline]
     pub(super) fn write_payload(&self, tcp: &super::Tcp, out: &mut [u8]) {
+        if let Payload::Bytes(b) = *self {
+            out[..b.len()].copy_from_slice(b);
+            return;
+        }
         if let Payload::SendBuffer {
             h,
             offset,
@@ -526,7 +535,7 @@ impl Stack {
         now: Instant,
         tuple: FourTuple,
         repr: &tcp::Repr,
-        payload: Payload,
+        payload: Payload<'_>,
     ) -> bool {
         if tuple.is_v6() {
             return self.tcp_emit6(now, tuple, repr, payload);
@@ -561,7 +570,7 @@ impl Stack {
         now: Instant,
         tuple: FourTuple,
         repr: &tcp::Repr,
-        payload: Payload,
+        payload: Payload<'_>,
     ) -> bool {
         let (SocketAddr::V6(local), SocketAddr::V6(remote)) = self.tcp.addrs(&tuple) else {
             return false;
@@ -812,7 +821,7 @@ impl Stack {
         snd_up: Option<SeqNumber>,
         out: SegOut,
         now: Instant,
-    ) -> (SegHead, Payload) {
+    ) -> (SegHead, Payload<'static>) {
         let SegOut {
             seq,
             len,
@@ -906,7 +915,7 @@ impl Stack {
         tuple: &FourTuple,
         tpl: super::xmit::TxTemplate,
         head: &SegHead,
-        payload: Payload,
+        payload: Payload<'_>,
         out: SegOut,
     ) -> bool {
         let gso = out.gso;
@@ -1391,6 +1400,16 @@ impl Stack {
         };
         // Not under memory pressure: `fast_schedule` said so.
         let (head, payload) = Self::tcp_seg_head(tcb, &mut self.mib, false, h, None, out, now);
+        // The frame's payload copied from the write's own bytes, which the send buffer
+        // now holds too (Linux copies the user's bytes once into the skb and transmits a
+        // clone; here the frame is its own memory, so the second copy is from the bytes
+        // at hand rather than from the chunk). A payload the device may lend
+        // (`tcp_tx_lend`) stays the send buffer's.
+        let payload = if n < super::tx_lend::LEND_MIN || !self.tx_lend {
+            Payload::Bytes(data)
+        } else {
+            payload
+        };
         let tuple = tcb.tuple;
         self.tcp.push_one_hits += 1;
         // The template was found current above: an IPv4 one is used as it is (as
