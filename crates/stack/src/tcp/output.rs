@@ -144,12 +144,18 @@ impl Payload<'_> {
 
     /// Copy the payload into `out` (at least [`Payload::len`] bytes), once, from the
     /// connection's send buffer in `tcp`.
-    #[inline]
+    #[inline(always)]
     pub(super) fn write_payload(&self, tcp: &super::Tcp, out: &mut [u8]) {
-        if let Payload::Bytes(b) = *self {
-            out[..b.len()].copy_from_slice(b);
-            return;
+        match *self {
+            Payload::None => {}
+            Payload::Bytes(b) => out[..b.len()].copy_from_slice(b),
+            Payload::SendBuffer { .. } => self.write_from_send_buffer(tcp, out),
         }
+    }
+
+    /// [`Payload::write_payload`] from the send buffer.
+    #[inline(never)]
+    fn write_from_send_buffer(&self, tcp: &super::Tcp, out: &mut [u8]) {
         if let Payload::SendBuffer {
             h,
             offset,
