@@ -1329,7 +1329,9 @@ impl Stack {
             // tcp_output_sent(now, h, 1). The queue held nothing before this segment, so
             // it is the head, sent now: the probe's RTO bound counts from now
             // (`advancing`), as from the head's transmission.
-            let arm = tcb.arm_after_send(now, true);
+            // The segment is the queue's only one: `packets_out` is 1.
+            debug_assert_eq!(tcb.rtx().packets_out(), 1);
+            let arm = tcb.arm_after_send_with(now, true, 1);
             debug_assert!(
                 !tcb.flags.has(TcbFlags::ACK_NOW) && !tcb.flags.has(TcbFlags::ACK_PENDING),
                 "the segment carried the ACK"
@@ -1824,7 +1826,16 @@ impl Tcb {
     /// `advancing` as for [`Tcb::schedule_loss_probe`].
     #[inline(always)]
     fn arm_after_send(&mut self, now: Instant, advancing: bool) -> bool {
-        if self.schedule_loss_probe(now, advancing) {
+        let packets_out = self.rtx().packets_out();
+        self.arm_after_send_with(now, advancing, packets_out)
+    }
+
+    /// [`Tcb::arm_after_send`] with the retransmission queue's `packets_out` known (1 for
+    /// a segment sent alone into an empty queue, the one-pass ways), so that the queue is
+    /// not asked.
+    #[inline(always)]
+    fn arm_after_send_with(&mut self, now: Instant, advancing: bool, packets_out: u32) -> bool {
+        if self.schedule_loss_probe_with(now, advancing, packets_out) {
             return true;
         }
         if self.timers.retransmit.is_armed() {
@@ -1846,8 +1857,14 @@ impl Tcb {
     /// The timer queue is left to the caller; returns whether it was set.
     #[inline(always)]
     fn schedule_loss_probe(&mut self, now: Instant, advancing: bool) -> bool {
+        let packets_out = self.rtx().packets_out();
+        self.schedule_loss_probe_with(now, advancing, packets_out)
+    }
+
+    /// [`Tcb::schedule_loss_probe`] with the queue's `packets_out` known.
+    #[inline(always)]
+    fn schedule_loss_probe_with(&mut self, now: Instant, advancing: bool, packets_out: u32) -> bool {
         let tcb = self;
-        let packets_out = tcb.rtx().packets_out();
         if packets_out == 0
             || !tcb.flags.has(TcbFlags::SACK_OK)
             || !matches!(tcb.ca_state, CaState::Open | CaState::Cwr)
