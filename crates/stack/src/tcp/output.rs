@@ -828,6 +828,36 @@ impl Stack {
         out: SegOut,
         now: Instant,
     ) -> (SegHead, Payload<'static>) {
+        let head = Self::tcp_seg_header(tcb, mib, pressure, snd_up, out, now);
+        (head, Self::tcp_seg_payload(tcb, h, out))
+    }
+
+    /// Where the payload of connection `h`'s segment `out` lies in its send buffer.
+    #[inline(always)]
+    fn tcp_seg_payload(tcb: &Tcb, h: TcpHandle, out: SegOut) -> Payload<'static> {
+        let SegOut { seq, len, .. } = out;
+        if len == 0 {
+            return Payload::None;
+        }
+        let offset = seq.diff(tcb.data_start()).max(0) as usize;
+        Payload::SendBuffer {
+            h,
+            offset,
+            len,
+            span: tcb.sndbuf.head_span(offset, len),
+        }
+    }
+
+    /// [`Stack::tcp_seg_head`]'s header and what sending it changes, without the payload.
+    #[inline(always)]
+    fn tcp_seg_header(
+        tcb: &mut Tcb,
+        mib: &mut ustack_obs::Mib,
+        pressure: bool,
+        snd_up: Option<SeqNumber>,
+        out: SegOut,
+        now: Instant,
+    ) -> SegHead {
         let SegOut {
             seq,
             len,
@@ -875,7 +905,6 @@ impl Stack {
             n_sacks: 0,
             sacks: [(SeqNumber(0), SeqNumber(0)); 4],
         };
-        let offset = seq.diff(tcb.data_start()).max(0) as usize;
         tcb.flags.clear(TcbFlags::ACK_NOW | TcbFlags::ACK_PENDING);
         tcb.timers.delack = Deadline::OFF;
         tcb.quick_acks = tcb.quick_acks.saturating_sub(1);
@@ -896,17 +925,7 @@ impl Stack {
                 head.n_sacks -= 1;
             }
         }
-        let payload = if len > 0 {
-            Payload::SendBuffer {
-                h,
-                offset,
-                len,
-                span: tcb.sndbuf.head_span(offset, len),
-            }
-        } else {
-            Payload::None
-        };
-        (head, payload)
+        head
     }
 
     /// Send the segment `head` (with `payload`) of connection `h`: from its header
@@ -1407,7 +1426,7 @@ impl Stack {
             gso: 0,
         };
         // Not under memory pressure: `fast_schedule` said so.
-        let (head, payload) = Self::tcp_seg_head(tcb, &mut self.mib, false, h, None, out, now);
+        let head = Self::tcp_seg_header(tcb, &mut self.mib, false, None, out, now);
         // The frame's payload copied from the write's own bytes, which the send buffer
         // now holds too (Linux copies the user's bytes once into the skb and transmits a
         // clone; here the frame is its own memory, so the second copy is from the bytes
@@ -1416,7 +1435,7 @@ impl Stack {
         let payload = if n < super::tx_lend::LEND_MIN || !self.tx_lend {
             Payload::Bytes(data)
         } else {
-            payload
+            Self::tcp_seg_payload(tcb, h, out)
         };
         let tuple = tcb.tuple;
         self.tcp.push_one_hits += 1;
