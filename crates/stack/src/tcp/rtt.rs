@@ -218,7 +218,7 @@ impl RttEstimator {
         self.rto_within_us(RtoBounds::LINUX)
     }
 
-    #[inline]
+    #[inline(always)]
     fn rto_within_us(&self, bounds: RtoBounds) -> u64 {
         let base = self.base_rto_us(bounds);
         if self.backoffs == 0 {
