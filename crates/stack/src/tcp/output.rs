@@ -1882,7 +1882,12 @@ impl Tcb {
 
     /// [`Tcb::schedule_loss_probe`] with the queue's `packets_out` known.
     #[inline(always)]
-    fn schedule_loss_probe_with(&mut self, now: Instant, advancing: bool, packets_out: u32) -> bool {
+    fn schedule_loss_probe_with(
+        &mut self,
+        now: Instant,
+        advancing: bool,
+        packets_out: u32,
+    ) -> bool {
         let tcb = self;
         if packets_out == 0
             || !tcb.flags.has(TcbFlags::SACK_OK)
