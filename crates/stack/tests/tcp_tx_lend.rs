@@ -188,3 +188,67 @@ fn a_split_segment_acknowledged_before_it_left_is_counted_stale() {
     assert!(!called, "nothing handed over");
     assert_eq!(a.mib().drops(DropReason::TcpTxStale), 1);
 }
+
+/// A lone write long enough to lend, into an empty send buffer with nothing in flight,
+/// takes the write's one-pass way (`tcp_send_one`, Linux `tcp_push_one`) and is still
+/// lent: its payload stays in the send buffer for the device, not copied into the frame
+/// from the caller's bytes (which that way uses for shorter writes).
+#[test]
+fn a_lone_write_long_enough_to_lend_is_lent_on_the_one_pass_way() {
+    let (mut a, mut b) = (
+        offload_stack(A_MAC, A_IP, A_IP6, 1),
+        offload_stack(B_MAC, B_IP, B_IP6, 2),
+    );
+    a.set_tx_lend(true);
+    let to = b_addr(false);
+    let l = b.tcp_listen(to, 4).unwrap();
+    let now = Instant::from_secs(1);
+    let c = a.tcp_connect(now, to).unwrap();
+    for _ in 0..8 {
+        while let Some(f) = a.poll_transmit(now) {
+            b.receive(now, &f);
+        }
+        while let Some(f) = b.poll_transmit(now) {
+            a.receive(now, &f);
+        }
+    }
+    let s = b.tcp_accept_addr(l).unwrap().0;
+    let mut got = vec![0; 4096];
+    // A short exchange each way first, as a request and its answer: A's connection
+    // holds its active state with a current header template (the one-pass way sends
+    // from one only).
+    for _ in 0..2 {
+        assert_eq!(a.tcp_send(now, c, b"hello").unwrap(), 5);
+        while let Some(f) = a.poll_transmit(now) {
+            b.receive(now, &f);
+        }
+        assert_eq!(b.tcp_recv(now, s, &mut got).unwrap(), 5);
+        assert_eq!(b.tcp_send(now, s, b"world").unwrap(), 5);
+        while let Some(f) = b.poll_transmit(now) {
+            a.receive(now, &f);
+        }
+        assert_eq!(a.tcp_recv(now, c, &mut got).unwrap(), 5);
+    }
+    assert_eq!(a.tcp_info(c).unwrap().unacked, 0, "acknowledged");
+    let data = pattern(LEND_MIN + 176, 3);
+    let (pushed, templated) = (a.tcp_push_one_hits(), a.tcp_header_template_hits());
+    assert_eq!(a.tcp_send(now, c, &data).unwrap(), data.len());
+    assert_eq!(a.tcp_push_one_hits(), pushed + 1, "the one-pass way");
+    assert_eq!(
+        a.tcp_header_template_hits(),
+        templated + 1,
+        "from the template"
+    );
+    let Some(TxFrame::Split { mut head, payload }) = a.poll_transmit_lent(now) else {
+        panic!("not a split segment");
+    };
+    assert_eq!(payload.len(), data.len());
+    assert!(a.write_tx_payload(&payload, |bytes| {
+        head.extend_from_slice(bytes);
+        true
+    }));
+    assert!(a.poll_transmit_lent(now).is_none(), "one segment");
+    b.receive(now, &head);
+    assert_eq!(b.tcp_recv(now, s, &mut got).unwrap(), data.len());
+    assert_eq!(&got[..data.len()], &data[..]);
+}
