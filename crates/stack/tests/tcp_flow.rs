@@ -179,6 +179,39 @@ fn a_write_larger_than_the_transmit_queue_leaves_in_rounds_at_one_instant() {
     assert_eq!(t.stack.mib().drops_total(), 0, "nothing dropped");
 }
 
+/// The smallest transmit queue, `net.core.txqueuelen` = 1: a write of several segments
+/// queues one frame and waits for room, nothing is dropped at the queue, and the write
+/// still leaves whole, a segment per round.
+#[test]
+fn a_transmit_queue_of_one_frame_takes_a_write_a_segment_at_a_time() {
+    let mut t = SegTest::listening(80);
+    t.stack.set_sysctl("net.core.txqueuelen", 1).unwrap();
+    let (h, base) = accepted(&mut t, Seg::syn(PEER_ISN).mss(1000), 65_535, 10 * MS);
+    let total = 4 * 1000;
+    assert_eq!(t.write(h, &vec![7u8; total]), total);
+    assert_eq!(
+        t.stack.tx_queue_len(),
+        1,
+        "one frame queued, the rest waits"
+    );
+    assert_eq!(
+        t.stack.mib().drops_total(),
+        0,
+        "nothing dropped at the queue"
+    );
+    let mut sent = 0usize;
+    let mut rounds = 0;
+    while sent < total && rounds < 10 {
+        for s in t.recv_all() {
+            assert_eq!(s.seq, base.wrapping_add(sent as u32), "in order, no gap");
+            sent += s.payload.len();
+        }
+        rounds += 1;
+    }
+    assert_eq!(sent, total, "the write left within {rounds} rounds");
+    assert_eq!(t.stack.mib().drops_total(), 0, "nothing dropped");
+}
+
 // ---- the receive window -----------------------------------------------------------------
 
 /// The receive window as Linux's `tcp_select_window` computes it, against a reader that
