@@ -9,7 +9,7 @@ use core::net::{SocketAddr, SocketAddrV4, SocketAddrV6};
 use core::time::Duration;
 
 use ustack_obs::{Counter, DropReason};
-use ustack_stack::{Instant, LEND_MIN, Stack, TxFrame, TxPayload};
+use ustack_stack::{Instant, LEND_MIN, Stack, TcpHandle, TxFrame, TxPayload};
 use ustack_testkit::{
     A_IP, A_IP6, A_MAC, B_IP, B_IP6, B_MAC, offload_stack, pattern, stream_by_hand,
 };
@@ -136,10 +136,9 @@ fn split_segments_are_the_frames_built_whole(v6: bool) {
     assert!(whole == plain, "made whole by poll_transmit");
 }
 
-/// A split segment whose bytes the peer acknowledged before the device took it has
-/// nothing to send: `write_tx_payload` refuses it and counts `TCP_TX_STALE`.
-#[test]
-fn a_split_segment_acknowledged_before_it_left_is_counted_stale() {
+/// A (lending) connected to B over IPv4, frames carried by hand at 1 s: both stacks, A's
+/// connection, B's accepted one and the instant.
+fn connected_lending() -> (Stack, Stack, TcpHandle, TcpHandle, Instant) {
     let (mut a, mut b) = (
         offload_stack(A_MAC, A_IP, A_IP6, 1),
         offload_stack(B_MAC, B_IP, B_IP6, 2),
@@ -157,7 +156,15 @@ fn a_split_segment_acknowledged_before_it_left_is_counted_stale() {
             a.receive(now, &f);
         }
     }
-    b.tcp_accept_addr(l).unwrap();
+    let s = b.tcp_accept_addr(l).unwrap().0;
+    (a, b, c, s, now)
+}
+
+/// A split segment whose bytes the peer acknowledged before the device took it has
+/// nothing to send: `write_tx_payload` refuses it and counts `TCP_TX_STALE`.
+#[test]
+fn a_split_segment_acknowledged_before_it_left_is_counted_stale() {
+    let (mut a, mut b, c, _, now) = connected_lending();
     a.tcp_send(now, c, &pattern(4000, 1)).unwrap();
     // The segments go to B whole; the first one's payload is kept for later.
     let mut first: Option<TxPayload> = None;
@@ -195,24 +202,7 @@ fn a_split_segment_acknowledged_before_it_left_is_counted_stale() {
 /// from the caller's bytes (which that way uses for shorter writes).
 #[test]
 fn a_lone_write_long_enough_to_lend_is_lent_on_the_one_pass_way() {
-    let (mut a, mut b) = (
-        offload_stack(A_MAC, A_IP, A_IP6, 1),
-        offload_stack(B_MAC, B_IP, B_IP6, 2),
-    );
-    a.set_tx_lend(true);
-    let to = b_addr(false);
-    let l = b.tcp_listen(to, 4).unwrap();
-    let now = Instant::from_secs(1);
-    let c = a.tcp_connect(now, to).unwrap();
-    for _ in 0..8 {
-        while let Some(f) = a.poll_transmit(now) {
-            b.receive(now, &f);
-        }
-        while let Some(f) = b.poll_transmit(now) {
-            a.receive(now, &f);
-        }
-    }
-    let s = b.tcp_accept_addr(l).unwrap().0;
+    let (mut a, mut b, c, s, now) = connected_lending();
     let mut got = vec![0; 4096];
     // A short exchange each way first, as a request and its answer: A's connection
     // holds its active state with a current header template (the one-pass way sends
