@@ -629,7 +629,9 @@ impl Stack {
     /// Whether TCP may queue no more frames (see `tx_tcp_limit`): connections wait.
     #[inline]
     pub(crate) fn tx_queue_full(&self) -> bool {
-        self.tx_queue_len() as u64 >= self.tx_tcp_limit()
+        // The limit is at least 1 (`txqueuelen` is): an empty queue, the common case at a
+        // write, is never full, found without the limit's arithmetic.
+        self.tx_len != 0 && self.tx_queue_len() as u64 >= self.tx_tcp_limit()
     }
 
     /// Frames the transmit queue has room for before `txqueuelen`. A driver receives no

@@ -143,6 +143,22 @@ fn a_small_peer_window_is_filled_with_half_window_segments() {
     assert!(*last <= 768, "{sizes:?}");
 }
 
+/// The segments a write of `total` bytes from `base` sent, taken in rounds of draining
+/// the transmit queue at one instant (at most 10), checked in order: the bytes sent and
+/// the rounds taken.
+fn drain_in_rounds(t: &mut SegTest, base: u32, total: usize) -> (usize, usize) {
+    let mut sent = 0usize;
+    let mut rounds = 0;
+    while sent < total && rounds < 10 {
+        for s in t.recv_all() {
+            assert_eq!(s.seq, base.wrapping_add(sent as u32), "in order, no gap");
+            sent += s.payload.len();
+        }
+        rounds += 1;
+    }
+    (sent, rounds)
+}
+
 /// A write larger than the transmit queue (`net.core.txqueuelen`) leaves whole while the
 /// clock stands still: the connections the full queue held back send again in the driver's
 /// next round of draining, not when the clock next moves. (A driver on a virtual clock runs
@@ -159,15 +175,7 @@ fn a_write_larger_than_the_transmit_queue_leaves_in_rounds_at_one_instant() {
     // The initial congestion window: 10 segments may leave before any ACK.
     let total = 10 * 1000;
     assert_eq!(t.write(h, &vec![5u8; total]), total);
-    let mut sent = 0usize;
-    let mut rounds = 0;
-    while sent < total && rounds < 10 {
-        for s in t.recv_all() {
-            assert_eq!(s.seq, base.wrapping_add(sent as u32), "in order, no gap");
-            sent += s.payload.len();
-        }
-        rounds += 1;
-    }
+    let (sent, rounds) = drain_in_rounds(&mut t, base, total);
     assert_eq!(
         sent, total,
         "the initial window left within {rounds} rounds at one instant"
@@ -176,6 +184,31 @@ fn a_write_larger_than_the_transmit_queue_leaves_in_rounds_at_one_instant() {
         rounds > 1,
         "the queue of 8 held some back for a later round"
     );
+    assert_eq!(t.stack.mib().drops_total(), 0, "nothing dropped");
+}
+
+/// The smallest transmit queue, `net.core.txqueuelen` = 1: a write of several segments
+/// queues one frame and waits for room, nothing is dropped at the queue, and the write
+/// still leaves whole, a segment per round.
+#[test]
+fn a_transmit_queue_of_one_frame_takes_a_write_a_segment_at_a_time() {
+    let mut t = SegTest::listening(80);
+    t.stack.set_sysctl("net.core.txqueuelen", 1).unwrap();
+    let (h, base) = accepted(&mut t, Seg::syn(PEER_ISN).mss(1000), 65_535, 10 * MS);
+    let total = 4 * 1000;
+    assert_eq!(t.write(h, &vec![7u8; total]), total);
+    assert_eq!(
+        t.stack.tx_queue_len(),
+        1,
+        "one frame queued, the rest waits"
+    );
+    assert_eq!(
+        t.stack.mib().drops_total(),
+        0,
+        "nothing dropped at the queue"
+    );
+    let (sent, rounds) = drain_in_rounds(&mut t, base, total);
+    assert_eq!(sent, total, "the write left within {rounds} rounds");
     assert_eq!(t.stack.mib().drops_total(), 0, "nothing dropped");
 }
 

@@ -9,7 +9,7 @@ use core::net::{SocketAddr, SocketAddrV4, SocketAddrV6};
 use core::time::Duration;
 
 use ustack_obs::{Counter, DropReason};
-use ustack_stack::{Instant, LEND_MIN, Stack, TxFrame, TxPayload};
+use ustack_stack::{Instant, LEND_MIN, Stack, TcpHandle, TxFrame, TxPayload};
 use ustack_testkit::{
     A_IP, A_IP6, A_MAC, B_IP, B_IP6, B_MAC, offload_stack, pattern, stream_by_hand,
 };
@@ -136,10 +136,9 @@ fn split_segments_are_the_frames_built_whole(v6: bool) {
     assert!(whole == plain, "made whole by poll_transmit");
 }
 
-/// A split segment whose bytes the peer acknowledged before the device took it has
-/// nothing to send: `write_tx_payload` refuses it and counts `TCP_TX_STALE`.
-#[test]
-fn a_split_segment_acknowledged_before_it_left_is_counted_stale() {
+/// A (lending) connected to B over IPv4, frames carried by hand at 1 s: both stacks, A's
+/// connection, B's accepted one and the instant.
+fn connected_lending() -> (Stack, Stack, TcpHandle, TcpHandle, Instant) {
     let (mut a, mut b) = (
         offload_stack(A_MAC, A_IP, A_IP6, 1),
         offload_stack(B_MAC, B_IP, B_IP6, 2),
@@ -157,7 +156,15 @@ fn a_split_segment_acknowledged_before_it_left_is_counted_stale() {
             a.receive(now, &f);
         }
     }
-    b.tcp_accept_addr(l).unwrap();
+    let s = b.tcp_accept_addr(l).unwrap().0;
+    (a, b, c, s, now)
+}
+
+/// A split segment whose bytes the peer acknowledged before the device took it has
+/// nothing to send: `write_tx_payload` refuses it and counts `TCP_TX_STALE`.
+#[test]
+fn a_split_segment_acknowledged_before_it_left_is_counted_stale() {
+    let (mut a, mut b, c, _, now) = connected_lending();
     a.tcp_send(now, c, &pattern(4000, 1)).unwrap();
     // The segments go to B whole; the first one's payload is kept for later.
     let mut first: Option<TxPayload> = None;
@@ -187,4 +194,51 @@ fn a_split_segment_acknowledged_before_it_left_is_counted_stale() {
     }));
     assert!(!called, "nothing handed over");
     assert_eq!(a.mib().drops(DropReason::TcpTxStale), 1);
+}
+
+/// A lone write long enough to lend, into an empty send buffer with nothing in flight,
+/// takes the write's one-pass way (`tcp_send_one`, Linux `tcp_push_one`) and is still
+/// lent: its payload stays in the send buffer for the device, not copied into the frame
+/// from the caller's bytes (which that way uses for shorter writes).
+#[test]
+fn a_lone_write_long_enough_to_lend_is_lent_on_the_one_pass_way() {
+    let (mut a, mut b, c, s, now) = connected_lending();
+    let mut got = vec![0; 4096];
+    // A short exchange each way first, as a request and its answer: A's connection
+    // holds its active state with a current header template (the one-pass way sends
+    // from one only).
+    for _ in 0..2 {
+        assert_eq!(a.tcp_send(now, c, b"hello").unwrap(), 5);
+        while let Some(f) = a.poll_transmit(now) {
+            b.receive(now, &f);
+        }
+        assert_eq!(b.tcp_recv(now, s, &mut got).unwrap(), 5);
+        assert_eq!(b.tcp_send(now, s, b"world").unwrap(), 5);
+        while let Some(f) = b.poll_transmit(now) {
+            a.receive(now, &f);
+        }
+        assert_eq!(a.tcp_recv(now, c, &mut got).unwrap(), 5);
+    }
+    assert_eq!(a.tcp_info(c).unwrap().unacked, 0, "acknowledged");
+    let data = pattern(LEND_MIN + 176, 3);
+    let (pushed, templated) = (a.tcp_push_one_hits(), a.tcp_header_template_hits());
+    assert_eq!(a.tcp_send(now, c, &data).unwrap(), data.len());
+    assert_eq!(a.tcp_push_one_hits(), pushed + 1, "the one-pass way");
+    assert_eq!(
+        a.tcp_header_template_hits(),
+        templated + 1,
+        "from the template"
+    );
+    let Some(TxFrame::Split { mut head, payload }) = a.poll_transmit_lent(now) else {
+        panic!("not a split segment");
+    };
+    assert_eq!(payload.len(), data.len());
+    assert!(a.write_tx_payload(&payload, |bytes| {
+        head.extend_from_slice(bytes);
+        true
+    }));
+    assert!(a.poll_transmit_lent(now).is_none(), "one segment");
+    b.receive(now, &head);
+    assert_eq!(b.tcp_recv(now, s, &mut got).unwrap(), data.len());
+    assert_eq!(&got[..data.len()], &data[..]);
 }

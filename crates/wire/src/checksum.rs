@@ -158,7 +158,7 @@ pub fn segment_sum_v6(h: &[u8; 40], protocol: IpProtocol, seg: &[u8]) -> u16 {
 /// `pseudo` and the length are added to the native-order accumulator byte-swapped like
 /// the data (RFC 1071 §2(B): the sum commutes with swapping bytes). A transmit path keeps
 /// `pseudo` per connection and sums each segment once.
-#[inline]
+#[inline(always)]
 pub fn segment_sum(pseudo: u16, seg: &[u8]) -> u16 {
     let pseudo = u64::from(u16::from_ne_bytes(pseudo.to_be_bytes()));
     let len = u64::from(u16::from_ne_bytes((seg.len() as u16).to_be_bytes()));

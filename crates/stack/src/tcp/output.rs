@@ -106,8 +106,12 @@ struct SegOut {
 
 /// Where a segment's payload comes from.
 #[derive(Clone, Copy)]
-pub(super) enum Payload {
+pub(super) enum Payload<'a> {
     None,
+    /// The bytes of the write being sent (`Stack::tcp_send_one`): the same bytes the
+    /// send buffer took for retransmission, copied into the frame from the caller's
+    /// slice, still in cache, without finding them in the buffer's chunk.
+    Bytes(&'a [u8]),
     /// `len` bytes of the connection's send buffer, `offset` bytes after its head;
     /// `span`: where they lie when all in the buffer's head chunk
     /// ([`SendBuffer::head_span`], taken while the TCB was at hand), copied from there
@@ -120,11 +124,12 @@ pub(super) enum Payload {
     },
 }
 
-impl Payload {
+impl Payload<'_> {
     /// The payload's length in bytes.
     pub(super) fn len(&self) -> usize {
         match *self {
             Payload::None => 0,
+            Payload::Bytes(b) => b.len(),
             Payload::SendBuffer { len, .. } => len,
         }
     }
@@ -139,8 +144,18 @@ impl Payload {
 
     /// Copy the payload into `out` (at least [`Payload::len`] bytes), once, from the
     /// connection's send buffer in `tcp`.
-    #[inline]
+    #[inline(always)]
     pub(super) fn write_payload(&self, tcp: &super::Tcp, out: &mut [u8]) {
+        match *self {
+            Payload::None => {}
+            Payload::Bytes(b) => out[..b.len()].copy_from_slice(b),
+            Payload::SendBuffer { .. } => self.write_from_send_buffer(tcp, out),
+        }
+    }
+
+    /// [`Payload::write_payload`] from the send buffer.
+    #[inline(never)]
+    fn write_from_send_buffer(&self, tcp: &super::Tcp, out: &mut [u8]) {
         if let Payload::SendBuffer {
             h,
             offset,
@@ -533,7 +548,7 @@ impl Stack {
         now: Instant,
         tuple: FourTuple,
         repr: &tcp::Repr,
-        payload: Payload,
+        payload: Payload<'_>,
     ) -> bool {
         if tuple.is_v6() {
             return self.tcp_emit6(now, tuple, repr, payload);
@@ -568,7 +583,7 @@ impl Stack {
         now: Instant,
         tuple: FourTuple,
         repr: &tcp::Repr,
-        payload: Payload,
+        payload: Payload<'_>,
     ) -> bool {
         let (SocketAddr::V6(local), SocketAddr::V6(remote)) = self.tcp.addrs(&tuple) else {
             return false;
@@ -819,7 +834,37 @@ impl Stack {
         snd_up: Option<SeqNumber>,
         out: SegOut,
         now: Instant,
-    ) -> (SegHead, Payload) {
+    ) -> (SegHead, Payload<'static>) {
+        let head = Self::tcp_seg_header(tcb, mib, pressure, snd_up, out, now);
+        (head, Self::tcp_seg_payload(tcb, h, out))
+    }
+
+    /// Where the payload of connection `h`'s segment `out` lies in its send buffer.
+    #[inline(always)]
+    fn tcp_seg_payload(tcb: &Tcb, h: TcpHandle, out: SegOut) -> Payload<'static> {
+        let SegOut { seq, len, .. } = out;
+        if len == 0 {
+            return Payload::None;
+        }
+        let offset = seq.diff(tcb.data_start()).max(0) as usize;
+        Payload::SendBuffer {
+            h,
+            offset,
+            len,
+            span: tcb.sndbuf.head_span(offset, len),
+        }
+    }
+
+    /// [`Stack::tcp_seg_head`]'s header and what sending it changes, without the payload.
+    #[inline(always)]
+    fn tcp_seg_header(
+        tcb: &mut Tcb,
+        mib: &mut ustack_obs::Mib,
+        pressure: bool,
+        snd_up: Option<SeqNumber>,
+        out: SegOut,
+        now: Instant,
+    ) -> SegHead {
         let SegOut {
             seq,
             len,
@@ -867,7 +912,6 @@ impl Stack {
             n_sacks: 0,
             sacks: [(SeqNumber(0), SeqNumber(0)); 4],
         };
-        let offset = seq.diff(tcb.data_start()).max(0) as usize;
         tcb.flags.clear(TcbFlags::ACK_NOW | TcbFlags::ACK_PENDING);
         tcb.timers.delack = Deadline::OFF;
         tcb.quick_acks = tcb.quick_acks.saturating_sub(1);
@@ -888,17 +932,7 @@ impl Stack {
                 head.n_sacks -= 1;
             }
         }
-        let payload = if len > 0 {
-            Payload::SendBuffer {
-                h,
-                offset,
-                len,
-                span: tcb.sndbuf.head_span(offset, len),
-            }
-        } else {
-            Payload::None
-        };
-        (head, payload)
+        head
     }
 
     /// Send the segment `head` (with `payload`) of connection `h`: from its header
@@ -913,7 +947,7 @@ impl Stack {
         tuple: &FourTuple,
         tpl: super::xmit::TxTemplate,
         head: &SegHead,
-        payload: Payload,
+        payload: Payload<'_>,
         out: SegOut,
     ) -> bool {
         let gso = out.gso;
@@ -1378,7 +1412,9 @@ impl Stack {
             // tcp_output_sent(now, h, 1). The queue held nothing before this segment, so
             // it is the head, sent now: the probe's RTO bound counts from now
             // (`advancing`), as from the head's transmission.
-            let arm = tcb.arm_after_send(now, true);
+            // The segment is the queue's only one: `packets_out` is 1.
+            debug_assert_eq!(tcb.rtx().packets_out(), 1);
+            let arm = tcb.arm_after_send_with(now, true, 1);
             debug_assert!(
                 !tcb.flags.has(TcbFlags::ACK_NOW) && !tcb.flags.has(TcbFlags::ACK_PENDING),
                 "the segment carried the ACK"
@@ -1454,7 +1490,17 @@ impl Stack {
             gso: 0,
         };
         // Not under memory pressure: `fast_schedule` said so.
-        let (head, payload) = Self::tcp_seg_head(tcb, &mut self.mib, false, h, None, out, now);
+        let head = Self::tcp_seg_header(tcb, &mut self.mib, false, None, out, now);
+        // The frame's payload copied from the write's own bytes, which the send buffer
+        // now holds too (Linux copies the user's bytes once into the skb and transmits a
+        // clone; here the frame is its own memory, so the second copy is from the bytes
+        // at hand rather than from the chunk). A payload the device may lend
+        // (`tcp_tx_lend`) stays the send buffer's.
+        let payload = if n < super::tx_lend::LEND_MIN || !self.tx_lend {
+            Payload::Bytes(data)
+        } else {
+            Self::tcp_seg_payload(tcb, h, out)
+        };
         let tuple = tcb.tuple;
         self.tcp.push_one_hits += 1;
         // The template was found current above: an IPv4 one is used as it is (as
@@ -1863,7 +1909,16 @@ impl Tcb {
     /// `advancing` as for [`Tcb::schedule_loss_probe`].
     #[inline(always)]
     fn arm_after_send(&mut self, now: Instant, advancing: bool) -> bool {
-        if self.schedule_loss_probe(now, advancing) {
+        let packets_out = self.rtx().packets_out();
+        self.arm_after_send_with(now, advancing, packets_out)
+    }
+
+    /// [`Tcb::arm_after_send`] with the retransmission queue's `packets_out` known (1 for
+    /// a segment sent alone into an empty queue, the one-pass ways), so that the queue is
+    /// not asked.
+    #[inline(always)]
+    fn arm_after_send_with(&mut self, now: Instant, advancing: bool, packets_out: u32) -> bool {
+        if self.schedule_loss_probe_with(now, advancing, packets_out) {
             return true;
         }
         if self.timers.retransmit.is_armed() {
@@ -1885,8 +1940,19 @@ impl Tcb {
     /// The timer queue is left to the caller; returns whether it was set.
     #[inline(always)]
     fn schedule_loss_probe(&mut self, now: Instant, advancing: bool) -> bool {
+        let packets_out = self.rtx().packets_out();
+        self.schedule_loss_probe_with(now, advancing, packets_out)
+    }
+
+    /// [`Tcb::schedule_loss_probe`] with the queue's `packets_out` known.
+    #[inline(always)]
+    fn schedule_loss_probe_with(
+        &mut self,
+        now: Instant,
+        advancing: bool,
+        packets_out: u32,
+    ) -> bool {
         let tcb = self;
-        let packets_out = tcb.rtx().packets_out();
         if packets_out == 0
             || !tcb.flags.has(TcbFlags::SACK_OK)
             || !matches!(tcb.ca_state, CaState::Open | CaState::Cwr)

@@ -218,9 +218,14 @@ impl RttEstimator {
         self.rto_within_us(RtoBounds::LINUX)
     }
 
-    #[inline]
+    #[inline(always)]
     fn rto_within_us(&self, bounds: RtoBounds) -> u64 {
         let base = self.base_rto_us(bounds);
+        if self.backoffs == 0 {
+            // The common case (every segment sent arms a timer from it): no doubling,
+            // and `base_rto_us` is already within `max_us`.
+            return base;
+        }
         let rto = if self.backoffs >= 64 {
             u64::MAX
         } else {

@@ -130,7 +130,7 @@ impl Stack {
     /// in the send buffer, if the segment's may be (see [`set_tx_lend`](Self::set_tx_lend));
     /// then only the headers go into the frame.
     #[inline(always)]
-    pub(super) fn tcp_tx_lend(&self, payload: &Payload, seq: SeqNumber) -> Option<TxPayload> {
+    pub(super) fn tcp_tx_lend(&self, payload: &Payload<'_>, seq: SeqNumber) -> Option<TxPayload> {
         if !self.tx_lend {
             return None;
         }

@@ -110,7 +110,7 @@ impl SegHead {
 /// Write `head` (the checksum field zero) and then `payload` into `seg` (exactly header
 /// and payload long), as `tcp::Repr::emit_header` and the general path write them.
 #[inline(always)]
-pub(super) fn write_tcp_segment(tcp: &Tcp, head: &SegHead, payload: Payload, seg: &mut [u8]) {
+pub(super) fn write_tcp_segment(tcp: &Tcp, head: &SegHead, payload: Payload<'_>, seg: &mut [u8]) {
     let tcp_hlen = head.len();
     let (h, rest) = seg.split_at_mut(tcp::HEADER_LEN);
     h[0..2].copy_from_slice(&head.src_port.to_be_bytes());
@@ -182,7 +182,7 @@ impl Stack {
         tuple: &FourTuple,
         held: TxTemplate,
         head: &SegHead,
-        payload: Payload,
+        payload: Payload<'_>,
         segs: usize,
     ) -> Option<bool> {
         let gen_ok = |g: u32| g == self.tx_gen;

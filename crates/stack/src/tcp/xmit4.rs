@@ -100,7 +100,7 @@ impl Stack {
         now: Instant,
         tpl: &HeaderTemplate,
         head: &SegHead,
-        payload: Payload,
+        payload: Payload<'_>,
         segs: usize,
     ) -> bool {
         self.mib.inc(Counter::IpOutRequests);

@@ -108,7 +108,7 @@ impl Stack {
         tpl: &HeaderTemplate6,
         tuple: &FourTuple,
         head: &SegHead,
-        payload: Payload,
+        payload: Payload<'_>,
     ) -> Option<bool> {
         let tcp_len = head.len() + payload.len();
         let total = ipv6::HEADER_LEN + tcp_len;
