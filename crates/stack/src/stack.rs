@@ -697,23 +697,6 @@ impl Stack {
             .sum()
     }
 
-    /// A recycled buffer for a frame of `len` bytes: a super-segment's from the large
-    /// ones first (a small one would be grown, its `len` bytes zeroed).
-    #[inline(always)]
-    fn frame_pop(&mut self, len: usize) -> Option<Vec<u8>> {
-        if 2 * len > self.frame_large {
-            return self.frame_pop_large();
-        }
-        self.frames.pop()
-    }
-
-    /// [`frame_pop`](Self::frame_pop) for a super-segment.
-    #[cold]
-    #[inline(never)]
-    fn frame_pop_large(&mut self) -> Option<Vec<u8>> {
-        self.frames_large.pop().or_else(|| self.frames.pop())
-    }
-
     /// A frame buffer of `len` bytes whose first `zeroed` bytes are zero (the headers'
     /// room): a recycled buffer when there is one, its old bytes past `zeroed` left for
     /// the caller to overwrite entirely, else a fresh zeroed one.
@@ -721,18 +704,13 @@ impl Stack {
         if zeroed == 0 {
             return self.frame_overwritten(len);
         }
-        match self.frame_pop(len) {
+        match self.frames.pop() {
             Some(mut f) if f.len() >= len => {
                 f.truncate(len);
                 f[..zeroed].fill(0);
                 f
             }
-            Some(mut f) => {
-                f.clear();
-                f.resize(len, 0);
-                f
-            }
-            None => vec![0; len],
+            short => self.frame_short(short, len, zeroed),
         }
     }
 
@@ -740,11 +718,39 @@ impl Stack {
     /// buffer's old bytes are left in it).
     #[inline]
     pub(crate) fn frame_overwritten(&mut self, len: usize) -> Vec<u8> {
-        match self.frame_pop(len) {
+        match self.frames.pop() {
             Some(mut f) if f.len() >= len => {
                 f.truncate(len);
                 f
             }
+            short => self.frame_short(short, len, 0),
+        }
+    }
+
+    /// [`frame_for`](Self::frame_for) (`zeroed` 0: [`frame_overwritten`](Self::frame_overwritten))
+    /// when the pool's top buffer (`short`, if any) is shorter than `len`: for a frame
+    /// longer than the MTU's (a super-segment), a kept large buffer if there is one
+    /// (`short` goes back to the pool), else `short` grown, else a new one. Out of the
+    /// common path: an MTU-sized frame finds a long enough buffer on top of the pool.
+    #[cold]
+    #[inline(never)]
+    fn frame_short(&mut self, short: Option<Vec<u8>>, len: usize, zeroed: usize) -> Vec<u8> {
+        if 2 * len > self.frame_large
+            && let Some(mut big) = self.frames_large.pop()
+        {
+            if let Some(f) = short {
+                self.frames.push(f);
+            }
+            if big.len() >= len {
+                big.truncate(len);
+                big[..zeroed].fill(0);
+                return big;
+            }
+            big.clear();
+            big.resize(len, 0);
+            return big;
+        }
+        match short {
             Some(mut f) => {
                 f.clear();
                 f.resize(len, 0);
