@@ -126,17 +126,24 @@ fn a_tail_loss_probe_goes_out_at_its_timeout() {
     assert_eq!(t.stack.mib().get(Counter::TcpExtTCPLossProbes), 1);
 }
 
-#[test]
-fn a_delayed_ack_leaves_after_the_delayed_ack_timeout() {
-    let mut t = SegTest::listening(80);
-    let (_, iss) = established(&mut t, Seg::syn(1000), Duration::ZERO);
+/// Sixteen 100-byte segments from the peer to a connection established with our ISN
+/// `iss`, each ACKed at once: past Linux's quick-ACK phase, a lone segment's ACK waits.
+/// The peer's next sequence number.
+fn past_quick_acks(t: &mut SegTest, iss: u32) -> u32 {
     let mut seq = 1001u32;
-    // Past Linux's quick-ACK phase, a lone segment's ACK waits.
     for _ in 0..16 {
         t.send(Seg::ack(seq, iss.wrapping_add(1)).data(&[1; 100]));
         assert!(t.recv().is_some(), "quick ACK");
         seq += 100;
     }
+    seq
+}
+
+#[test]
+fn a_delayed_ack_leaves_after_the_delayed_ack_timeout() {
+    let mut t = SegTest::listening(80);
+    let (_, iss) = established(&mut t, Seg::syn(1000), Duration::ZERO);
+    let seq = past_quick_acks(&mut t, iss);
     t.now += Duration::from_millis(300);
     t.send(Seg::ack(seq, iss.wrapping_add(1)).data(&[1; 100]));
     assert_eq!(t.recv(), None, "delayed");
@@ -157,13 +164,7 @@ fn a_delayed_ack_leaves_after_the_delayed_ack_timeout() {
 fn a_delayed_ack_armed_before_the_ack_that_empties_the_retransmission_queue_leaves_on_time() {
     let mut t = SegTest::listening(80);
     let (h, iss) = established(&mut t, Seg::syn(1000), Duration::ZERO);
-    let mut seq = 1001u32;
-    // Past Linux's quick-ACK phase, a lone segment's ACK waits.
-    for _ in 0..16 {
-        t.send(Seg::ack(seq, iss.wrapping_add(1)).data(&[1; 100]));
-        assert!(t.recv().is_some(), "quick ACK");
-        seq += 100;
-    }
+    let seq = past_quick_acks(&mut t, iss);
     t.now += Duration::from_millis(300);
     assert_eq!(t.write(h, b"request"), 7);
     assert!(t.recv().is_some_and(|s| s.payload == b"request"));
