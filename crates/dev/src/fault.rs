@@ -707,6 +707,28 @@ fn below(draw: u64, n: u64) -> u64 {
     ((u128::from(draw) * u128::from(n)) >> 64) as u64
 }
 
+/// What the relay's egress line carries for a device: its frames up to the MTU, and, on a
+/// device that cuts super-segments itself (a TUN queue with offloads,
+/// [`DeviceCaps::gso_max_size`]), the super-segments TCP builds for it (TSO inside TCP):
+/// the line stands for the wire between the stack and that device, which carries them
+/// whole, as Linux's netem on a device with GSO queues a GSO packet whole. Only a frame
+/// above both is refused, counted in the line's [`FaultStats::too_big`].
+fn egress_caps(caps: DeviceCaps) -> DeviceCaps {
+    DeviceCaps {
+        mtu: caps.mtu.max(caps.gso_max_size),
+        ..caps
+    }
+}
+
+/// [`egress_caps`] for the ingress line: the super-segments a device hands over whole
+/// ([`DeviceCaps::gro_max_size`]: a TUN queue with offloads receives up to 64 KiB).
+fn ingress_caps(caps: DeviceCaps) -> DeviceCaps {
+    DeviceCaps {
+        mtu: caps.mtu.max(caps.gro_max_size),
+        ..caps
+    }
+}
+
 /// Frames [`Faulty::recv`] takes from the wrapped device in one call while none is due:
 /// bounds the work of one call when every frame is being delayed.
 const PULL_MAX: usize = 64;
@@ -821,7 +843,7 @@ impl<D: Device> Device for Faulty<D> {
 
     fn recv(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
         self.release(now);
-        let caps = self.device.caps();
+        let caps = ingress_caps(self.device.caps());
         for _ in 0..PULL_MAX {
             if let Some(n) = self.ingress.recv(now, buf, |_, _| {}) {
                 return Some(n);
@@ -840,7 +862,8 @@ impl<D: Device> Device for Faulty<D> {
     /// to the device as one batch (so the device's own batching is kept: it sees the hint
     /// on all but the last).
     fn send_more(&mut self, now: Instant, frame: &[u8], more: bool) -> bool {
-        let accepted = self.egress.send(now, frame, self.device.caps(), |_, _| {});
+        let caps = egress_caps(self.device.caps());
+        let accepted = self.egress.send(now, frame, caps, |_, _| {});
         if !more {
             self.release(now);
         }

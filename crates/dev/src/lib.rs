@@ -334,12 +334,13 @@ pub trait Device {
     fn trust_rx_csum(&mut self) {}
     /// Whether a frame a socket call queues alone may be handed to this device at once,
     /// from inside the call (the runtime's qdisc bypass, `Shard::transmit_lone`): a device
-    /// whose send is a non-blocking move into memory the peer reads (the sim link, a shm
-    /// port). Provided: false: the frame waits for the loop's round, which batches the
-    /// device's costlier publication (a kernel link's doorbell system call). Over the
-    /// packet link the bypass stalled a preloaded socat's echo under load (2 of 5 runs with
-    /// four CPU hogs, 0 of 6 without the bypass; cause not found yet), so the kernel links
-    /// keep the round.
+    /// whose send does not block and publishes the frame at once (the sim link, a shm
+    /// port, and the kernel links: tun, packet, xdp, a system call each, as the round's
+    /// would be for a frame alone). Provided: false: the frame waits for the loop's
+    /// round (a wrapper that does not forward it, such as the fault relay, whose lines
+    /// hold frames). (The packet link's "stall" with the bypass, which had it turned off
+    /// for the kernel links, was the test's socat blocking itself on its own pipe, with
+    /// the kernel's TCP too: docs/bench.md, "(2026-11-27 afternoon, odds)".)
     fn tx_direct(&self) -> bool {
         false
     }

@@ -533,6 +533,14 @@ impl Device for TunQueue {
         None
     }
 
+    /// Every frame is its own `write(2)` whether it goes alone or in the round's batch, so
+    /// the runtime's qdisc bypass costs no system call more. (A queue with offloads merges
+    /// a batch's segments itself: the runtime keeps the round for it, see
+    /// `DeviceCaps::gso_max_size`.)
+    fn tx_direct(&self) -> bool {
+        true
+    }
+
     fn rx_csum_unnecessary(&self) -> bool {
         self.rx_csum_ok
     }

@@ -758,6 +758,13 @@ impl Device for XdpQueue {
     fn poll_at(&self) -> Option<Instant> {
         None
     }
+
+    /// A frame sent alone is copied into a free chunk, published and kicked (unless the
+    /// ring's need_wakeup flag says the kernel is already at it): the runtime's qdisc
+    /// bypass, as [`PacketQueue`](crate::packet::PacketQueue)'s.
+    fn tx_direct(&self) -> bool {
+        true
+    }
 }
 
 impl XdpQueue {

@@ -171,6 +171,10 @@ impl Device for KernelQueue {
     fn tx_space(&mut self) -> Option<usize> {
         each!(self, q => q.tx_space())
     }
+    // The qdisc bypass each queue asks for (`Device::tx_direct`).
+    fn tx_direct(&self) -> bool {
+        each!(self, q => q.tx_direct())
+    }
     fn poll_at(&self) -> Option<Instant> {
         each!(self, q => q.poll_at())
     }

@@ -101,6 +101,20 @@ impl Drop for Preloaded {
     }
 }
 
+/// socat's transfer buffer for an echo through its `PIPE` address: at most `PIPE_BUF`
+/// (4096), so that the echo cannot stall itself. socat moves the socket's bytes into a pipe
+/// that only it reads, with a blocking write of up to its buffer (8192 by default) once
+/// `poll` says the pipe is writable, which Linux says with one free page (`pipe_poll`); a
+/// write of 8192 bytes into a pipe with one page free blocks for a reader that is socat
+/// itself, for good. It happens whenever the socket's bytes come faster than socat can
+/// send them back (the socket not writable for a while) until the pipe is nearly full:
+/// with the kernel's own TCP on both ends (loopback in a namespace, 32 MiB echoed, four
+/// `nice -n 19` CPU hogs) in 5 of 8 runs, and in 0 of 10 with `-b 4096`; it was the
+/// packet link's "stall" of the noon session (socat found blocked in `anon_pipe_write`,
+/// ustack's connection idle with everything acknowledged). A write of at most
+/// `PIPE_BUF` bytes fits in the free page `poll` promised.
+const SOCAT_PIPE_BUF: &str = "4096";
+
 /// `socat TCP-LISTEN:7000 PIPE` under the preload on a veth pair, over `USTACK_LINK=packet`
 /// and then `xdp` (ustack takes veth1 and its MAC in the namespace; the kernel is
 /// 192.0.2.1 on veth0): a kernel client sends 256 KiB of a pattern and gets every byte
@@ -122,13 +136,16 @@ fn socat_serves_over_packet_and_xdp_on_a_veth_pair() {
         let netns = ns.path().to_str().expect("a UTF-8 path").to_owned();
         let mut server = Preloaded::start(
             // `-t 30`: after the client's EOF the echo goes on until done (socat's 0.5 s
-            // by default could cut it short on a loaded machine).
+            // by default could cut it short on a loaded machine). `-b 4096`: see
+            // `SOCAT_PIPE_BUF`.
             &[
                 "socat",
                 "-d",
                 "-d",
                 "-t",
                 "30",
+                "-b",
+                SOCAT_PIPE_BUF,
                 "TCP-LISTEN:7000,reuseaddr",
                 "PIPE",
             ],

@@ -193,7 +193,18 @@ fn socat_serves_an_echo_over_ustack() {
     let input = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("preload-socat-in");
     std::fs::write(&input, &data).expect("writing the input");
     let mut cmd = bounded(60);
-    cmd.args(["socat", "-d", "-d", "TCP-LISTEN:7000,reuseaddr", "PIPE"]);
+    // `-b 4096`: at most PIPE_BUF a write into the pipe only socat reads, or the echo can
+    // block itself for good once that pipe is nearly full (tests/links.rs,
+    // `SOCAT_PIPE_BUF`: it happens with the kernel's TCP too).
+    cmd.args([
+        "socat",
+        "-d",
+        "-d",
+        "-b",
+        "4096",
+        "TCP-LISTEN:7000,reuseaddr",
+        "PIPE",
+    ]);
     preloaded(&mut cmd, &ns);
     let server = cmd
         .stdin(Stdio::null())

@@ -62,7 +62,7 @@
 //! (`dev_hard_start_xmit` / `xmit_one` in `net/core/dev.c`).
 //!
 //! A frame a socket send call queues alone does not wait for the round on a device that
-//! asks for it ([`Device::tx_direct`]: sim, shm): the runtime hands it to the device as the
+//! asks for it ([`Device::tx_direct`]: sim, shm, tun, packet, xdp): the runtime hands it to the device as the
 //! call returns (`Shard::transmit_lone`, Linux's qdisc bypass),
 //! and the next round counts it and reports it in [`PollResult::tx`]. Everything else
 //! (several frames, a full ring, frames made while receiving) goes as described here.
@@ -396,7 +396,7 @@ pub struct Shard<D: Device> {
     defer_since: Option<Instant>,
     /// Whether a frame queued alone goes to the device as soon as the socket call that
     /// made it returns ([`transmit_lone`](Self::transmit_lone)): a device that asks for it
-    /// ([`Device::tx_direct`]: the sim link, a shm port) and does not merge a batch's
+    /// ([`Device::tx_direct`]: the sim link, a shm port, the kernel links) and does not merge a batch's
     /// segments itself (GSO at the driver, `DeviceCaps::gso_max_size`).
     tx_direct: bool,
     /// Frames [`transmit_lone`](Self::transmit_lone) handed to the device since the last

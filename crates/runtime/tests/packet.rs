@@ -115,6 +115,20 @@ fn kernel_client_through_ustack_echo_server_over_packet() {
     scenarios::kernel_client_through_echo(test, &rig.ns, b, rig.queues.remove(0), 1 << 20);
 }
 
+/// A short echo (one segment each way) over packet: the echo's segment goes to the link
+/// by the qdisc bypass (`Device::tx_direct`), as the write returns.
+#[test]
+fn a_lone_echo_segment_takes_the_qdisc_bypass_over_packet() {
+    let test = "a_lone_echo_segment_takes_the_qdisc_bypass_over_packet";
+    let Some(mut rig) = rig(test, 1) else {
+        return;
+    };
+    let b = builder_for(&rig);
+    let direct =
+        scenarios::kernel_client_through_echo(test, &rig.ns, b, rig.queues.remove(0), 1000);
+    assert!(direct >= 1, "the echo's segment did not go by the bypass");
+}
+
 #[test]
 fn ustack_client_bulk_both_ways_over_packet() {
     let Some(mut rig) = rig("ustack_client_bulk_both_ways_over_packet", 1) else {

@@ -234,6 +234,20 @@ fn ustack_sends_64mib_to_kernel_in_super_segments() {
     assert!(s.tx_writes < segments / 4, "{s:?}");
 }
 
+/// A short echo (one segment each way) over a TUN queue without offloads: the echo's
+/// segment goes to the link by the qdisc bypass (`Device::tx_direct`), as the write
+/// returns.
+#[test]
+fn a_lone_echo_segment_takes_the_qdisc_bypass_over_tun() {
+    let test = "a_lone_echo_segment_takes_the_qdisc_bypass_over_tun";
+    let Some(mut rig) = rig(test) else {
+        return;
+    };
+    let q = rig.queues.remove(0);
+    let direct = scenarios::kernel_client_through_echo(test, &rig.ns, builder(), q, 1000);
+    assert!(direct >= 1, "the echo's segment did not go by the bypass");
+}
+
 #[test]
 fn kernel_client_through_ustack_echo_server() {
     let test = "kernel_client_through_ustack_echo_server";

@@ -64,6 +64,18 @@ fn kernel_client_sends_16mib_to_ustack_over_xdp() {
     kernel_sends_to_ustack("kernel_client_sends_16mib_to_ustack_over_xdp", 16 << 20);
 }
 
+/// A short echo (one segment each way) over xdp: the echo's segment goes to the link by
+/// the qdisc bypass (`Device::tx_direct`), as the write returns.
+#[test]
+fn a_lone_echo_segment_takes_the_qdisc_bypass_over_xdp() {
+    let test = "a_lone_echo_segment_takes_the_qdisc_bypass_over_xdp";
+    let Some((rig, b)) = rig(test) else {
+        return;
+    };
+    let direct = scenarios::kernel_client_through_echo(test, &rig.ns, b, rig.queue, 1000);
+    assert!(direct >= 1, "the echo's segment did not go by the bypass");
+}
+
 #[test]
 fn kernel_client_through_ustack_echo_server_over_xdp() {
     let test = "kernel_client_through_ustack_echo_server_over_xdp";

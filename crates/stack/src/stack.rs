@@ -19,6 +19,12 @@ use crate::{Config, Ipv4Cidr, Medium, Sysctl};
 /// Recycled frame buffers a stack keeps (see [`Stack::recycle`]).
 pub const FRAME_POOL: usize = 256;
 
+/// Of those, buffers larger than twice the largest frame of the MTU (a TSO super-segment's
+/// 64 KiB, [`Stack::set_gso_max_size`]) kept beside them (see [`Stack::recycle`]): one
+/// burst of super-segments would otherwise leave up to [`FRAME_POOL`] of them, 16 MiB,
+/// held for good by a stack that goes back to small frames.
+pub const FRAME_POOL_LARGE: usize = 32;
+
 /// One interface's protocol stack. See the crate docs for the call order.
 #[derive(Debug)]
 pub struct Stack {
@@ -67,8 +73,16 @@ pub struct Stack {
     /// `None`): the end of a round of its loop, for `tcp_tx_wake`.
     pub(crate) tx_drains: u64,
     /// Frames the driver gave back ([`Stack::recycle`]), reused by TCP output so that a
-    /// segment costs neither an allocation nor zeroing its payload.
+    /// segment costs neither an allocation nor zeroing its payload: those of at most
+    /// `frame_large` bytes of capacity, up to [`FRAME_POOL`].
     frames: Vec<Vec<u8>>,
+    /// The larger ones (super-segments), up to [`FRAME_POOL_LARGE`], for frames longer
+    /// than the MTU's.
+    frames_large: Vec<Vec<u8>>,
+    /// Twice the largest frame of the MTU, link header included: no buffer made or grown
+    /// for a frame of the MTU has more capacity (a `Vec` at most doubles what it had,
+    /// which was less than the frame), so a buffer with more held a super-segment.
+    frame_large: usize,
     /// Scratch for timer events, kept to avoid allocating on every timeout.
     neigh_events: Vec<NeighEvent>,
     /// The next deadline, kept as timers are armed rather than folded from every queue
@@ -139,6 +153,8 @@ impl Stack {
             tx_drains: 0,
             neigh_events: Vec::new(),
             frames: Vec::new(),
+            frames_large: Vec::new(),
+            frame_large: 2 * (mtu + medium.header_len()),
             tx_gen: 1,
             tcp_template_on: true,
             gso_max_size: 0,
@@ -649,12 +665,38 @@ impl Stack {
     }
 
     /// Give a transmitted frame's buffer back for reuse (optional: a driver that drops
-    /// frames instead only costs allocations). At most [`FRAME_POOL`] are kept.
+    /// frames instead only costs allocations). At most [`FRAME_POOL`] are kept, of which
+    /// at most [`FRAME_POOL_LARGE`] are larger than twice the MTU's largest frame (TSO
+    /// super-segments): the rest is freed, so that what the pool holds stays bounded by
+    /// the MTU after a burst of super-segments ([`frame_pool_bytes`](Self::frame_pool_bytes)).
     #[inline]
     pub fn recycle(&mut self, frame: Vec<u8>) {
+        if frame.capacity() > self.frame_large {
+            return self.recycle_large(frame);
+        }
         if self.frames.len() < FRAME_POOL {
             self.frames.push(frame);
         }
+    }
+
+    /// [`recycle`](Self::recycle) of a super-segment's buffer.
+    #[cold]
+    #[inline(never)]
+    fn recycle_large(&mut self, frame: Vec<u8>) {
+        if self.frames_large.len() < FRAME_POOL_LARGE {
+            self.frames_large.push(frame);
+        }
+    }
+
+    /// The bytes of memory the recycled frame buffers hold (their capacities): at most
+    /// [`FRAME_POOL`] buffers of twice the MTU's largest frame and [`FRAME_POOL_LARGE`]
+    /// super-segments.
+    pub fn frame_pool_bytes(&self) -> usize {
+        self.frames
+            .iter()
+            .chain(&self.frames_large)
+            .map(Vec::capacity)
+            .sum()
     }
 
     /// A frame buffer of `len` bytes whose first `zeroed` bytes are zero (the headers'
@@ -670,12 +712,7 @@ impl Stack {
                 f[..zeroed].fill(0);
                 f
             }
-            Some(mut f) => {
-                f.clear();
-                f.resize(len, 0);
-                f
-            }
-            None => vec![0; len],
+            short => self.frame_short(short, len, zeroed),
         }
     }
 
@@ -688,6 +725,34 @@ impl Stack {
                 f.truncate(len);
                 f
             }
+            short => self.frame_short(short, len, 0),
+        }
+    }
+
+    /// [`frame_for`](Self::frame_for) (`zeroed` 0: [`frame_overwritten`](Self::frame_overwritten))
+    /// when the pool's top buffer (`short`, if any) is shorter than `len`: for a frame
+    /// longer than the MTU's (a super-segment), a kept large buffer if there is one
+    /// (`short` goes back to the pool), else `short` grown, else a new one. Out of the
+    /// common path: an MTU-sized frame finds a long enough buffer on top of the pool.
+    #[cold]
+    #[inline(never)]
+    fn frame_short(&mut self, short: Option<Vec<u8>>, len: usize, zeroed: usize) -> Vec<u8> {
+        if 2 * len > self.frame_large
+            && let Some(mut big) = self.frames_large.pop()
+        {
+            if let Some(f) = short {
+                self.frames.push(f);
+            }
+            if big.len() >= len {
+                big.truncate(len);
+                big[..zeroed].fill(0);
+                return big;
+            }
+            big.clear();
+            big.resize(len, 0);
+            return big;
+        }
+        match short {
             Some(mut f) => {
                 f.clear();
                 f.resize(len, 0);

@@ -162,3 +162,45 @@ fn a_loss_inside_a_super_segment_is_retransmitted_in_mss_pieces() {
     t.send(Seg::ack(PEER_ISN + 1, seg(10)).ts(110, our_ts));
     assert!(frames(&mut t).iter().all(|f| parse(f).is_some()));
 }
+
+/// A driver gives what it sent back to the stack (`Stack::recycle`), super-segments too.
+/// After a burst of them the stack keeps at most `FRAME_POOL_LARGE` of their buffers, not
+/// up to `FRAME_POOL` (256 buffers of 64 KiB, 16 MiB held for good by a stack that goes
+/// back to small frames), and the next super-segment is written into one of those it kept.
+#[test]
+fn the_frame_pool_keeps_a_bounded_number_of_super_segment_buffers() {
+    use ustack_stack::stack::{FRAME_POOL, FRAME_POOL_LARGE};
+    let (mut t, h, _, _) = established(65_535);
+    assert_eq!(t.stack.frame_pool_bytes(), 0);
+    // A burst's worth of super-segment buffers given back, and MTU-sized ones.
+    for _ in 0..FRAME_POOL + 10 {
+        t.stack.recycle(Vec::with_capacity(65_535));
+    }
+    let large = t.stack.frame_pool_bytes();
+    assert!(
+        large <= FRAME_POOL_LARGE * 65_535,
+        "{large} bytes kept of {} super-segment buffers given back",
+        FRAME_POOL + 10
+    );
+    assert!(large >= 65_535, "some are kept for the next burst");
+    for _ in 0..FRAME_POOL + 10 {
+        t.stack.recycle(Vec::with_capacity(1500));
+    }
+    assert_eq!(
+        t.stack.frame_pool_bytes(),
+        large + FRAME_POOL * 1500,
+        "MTU-sized buffers: up to FRAME_POOL of them, beside the large ones"
+    );
+    // The next super-segment takes a kept large buffer, not a small one grown.
+    let data = pattern(10 * MSS);
+    t.now += Duration::from_millis(1);
+    assert_eq!(t.write(h, &data), data.len());
+    let sent = frames(&mut t);
+    assert_eq!(sent.len(), 1, "one super-segment");
+    assert_eq!(&sent[0][HDR..], &data[..]);
+    assert_eq!(
+        t.stack.frame_pool_bytes(),
+        large - 65_535 + FRAME_POOL * 1500,
+        "the super-segment was written into a large buffer the pool kept"
+    );
+}

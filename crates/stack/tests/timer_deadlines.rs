@@ -126,17 +126,24 @@ fn a_tail_loss_probe_goes_out_at_its_timeout() {
     assert_eq!(t.stack.mib().get(Counter::TcpExtTCPLossProbes), 1);
 }
 
-#[test]
-fn a_delayed_ack_leaves_after_the_delayed_ack_timeout() {
-    let mut t = SegTest::listening(80);
-    let (_, iss) = established(&mut t, Seg::syn(1000), Duration::ZERO);
+/// Sixteen 100-byte segments from the peer to a connection established with our ISN
+/// `iss`, each ACKed at once: past Linux's quick-ACK phase, a lone segment's ACK waits.
+/// The peer's next sequence number.
+fn past_quick_acks(t: &mut SegTest, iss: u32) -> u32 {
     let mut seq = 1001u32;
-    // Past Linux's quick-ACK phase, a lone segment's ACK waits.
     for _ in 0..16 {
         t.send(Seg::ack(seq, iss.wrapping_add(1)).data(&[1; 100]));
         assert!(t.recv().is_some(), "quick ACK");
         seq += 100;
     }
+    seq
+}
+
+#[test]
+fn a_delayed_ack_leaves_after_the_delayed_ack_timeout() {
+    let mut t = SegTest::listening(80);
+    let (_, iss) = established(&mut t, Seg::syn(1000), Duration::ZERO);
+    let seq = past_quick_acks(&mut t, iss);
     t.now += Duration::from_millis(300);
     t.send(Seg::ack(seq, iss.wrapping_add(1)).data(&[1; 100]));
     assert_eq!(t.recv(), None, "delayed");
@@ -146,6 +153,35 @@ fn a_delayed_ack_leaves_after_the_delayed_ack_timeout() {
         s.ack == seq + 100
     });
     assert_eq!(t.stack.mib().get(Counter::TcpExtDelayedACKs), 1);
+}
+
+/// An ACK that empties the retransmission queue turns the RTO off and arms nothing in its
+/// place (`tcp_set_xmit_timer`, RFC 6298 §5.2): that is right only while the timer wheel's
+/// entry for the connection is no later than every timer still armed (`Sock::arm` keeps
+/// it so; a debug assertion in `tcp_set_xmit_timer` checks it). A delayed ACK armed while
+/// our data was outstanding must still leave at its time after that ACK.
+#[test]
+fn a_delayed_ack_armed_before_the_ack_that_empties_the_retransmission_queue_leaves_on_time() {
+    let mut t = SegTest::listening(80);
+    let (h, iss) = established(&mut t, Seg::syn(1000), Duration::ZERO);
+    let seq = past_quick_acks(&mut t, iss);
+    t.now += Duration::from_millis(300);
+    assert_eq!(t.write(h, b"request"), 7);
+    assert!(t.recv().is_some_and(|s| s.payload == b"request"));
+    // The peer's data, not yet acknowledging ours: its ACK is delayed, the RTO runs on.
+    t.now += Duration::from_millis(5);
+    t.send(Seg::ack(seq, iss.wrapping_add(1)).data(&[1; 100]));
+    assert_eq!(t.recv(), None, "delayed");
+    let armed = t.now + Duration::from_millis(40);
+    // The ACK of our data: the retransmission queue empties and the RTO goes off.
+    t.now += Duration::from_millis(5);
+    t.send(Seg::ack(seq + 100, iss.wrapping_add(8)));
+    assert_eq!(t.recv(), None, "nothing to answer a pure ACK with");
+    assert_eq!(t.stack.tcp_info(h).unwrap().unacked, 0);
+    // The delayed ACK leaves at its time, not at the RTO's.
+    assert_fires(&mut t, armed, Duration::from_secs(1), |s| {
+        s.ack == seq + 100
+    });
 }
 
 #[test]

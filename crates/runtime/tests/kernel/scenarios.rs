@@ -305,13 +305,15 @@ fn sink_from_kernel<D: Device + Sleep + Send + 'static, S: Send + 'static>(
 }
 
 /// A kernel client sends `n` bytes through ustack's echo server and checks the echo.
+/// Returns how many frames the server handed to the link by the qdisc bypass
+/// (`ShardStats::tx_direct`: a write that queued one frame alone).
 pub fn kernel_client_through_echo<'a, D: Device + Sleep + Send + 'static>(
     test: &str,
     peer: impl Into<Peer<'a>>,
     builder: RuntimeBuilder,
     device: D,
     n: usize,
-) {
+) -> u64 {
     let peer = peer.into();
     let at = peer.ustack_at(7);
     let (device, pcap) = Pcap::wrap(test, device, HEADERS);
@@ -321,14 +323,14 @@ pub fn kernel_client_through_echo<'a, D: Device + Sleep + Send + 'static>(
         while !stop.load(Ordering::Relaxed) {
             server.step(rt, Some(Duration::from_millis(10)))?;
         }
-        Ok(*server.stats())
+        Ok((*server.stats(), rt.shard_stats().tx_direct))
     });
     let out = python(
         peer.ns,
         PY_ECHO_CLIENT,
         &[n.to_string(), at.ip().to_string(), "7".to_owned()],
     );
-    let stats = app.finish();
+    let (stats, direct) = app.finish();
     let fields: Vec<&str> = out.split_whitespace().collect();
     let [sent, echoed, got] = fields[..] else {
         panic!("client printed `{out}`");
@@ -338,6 +340,7 @@ pub fn kernel_client_through_echo<'a, D: Device + Sleep + Send + 'static>(
     assert_eq!((stats.accepted, stats.bytes_in), (1, n as u64));
     assert_eq!(stats.errors, 0);
     pcap.of(peer.family).check();
+    direct
 }
 
 // ---- TCP: ustack as the client ------------------------------------------------------------
