@@ -60,7 +60,7 @@ use super::State;
 use super::TcpHandle;
 use super::clock32::Ms32;
 use super::early_demux::FastHeader;
-use super::input::tcp_ack_state_clean;
+use super::input::tcp_ack_state_clean_in;
 use super::sock::Sock;
 use super::tcb::TcbFlags;
 use crate::Stack;
@@ -150,10 +150,11 @@ impl Sock<'_> {
         }
         let payload = &seg[hdr.header_len..];
         let advances = ack.after(tcb.snd.una);
-        if !tcp_ack_state_clean(tcb)
+        let a = &*tcb.active;
+        if !tcp_ack_state_clean_in(tcb.ca_state, a)
             // A zero-window (or cork) probe timer with nothing in flight: the slow path's
             // tcp_ack decides whether this segment ends it.
-            || (tcb.rtx().is_empty() && tcb.timers.retransmit.is_armed())
+            || (a.rtx.is_empty() && tcb.timers.retransmit.is_armed())
         {
             return None;
         }

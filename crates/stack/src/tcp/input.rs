@@ -35,7 +35,7 @@ use super::isn::ts_clock;
 use super::output::DELACK;
 use super::recovery::{DUP_THRESH, MAX_REORDERING};
 use super::sock::Sock;
-use super::tcb::{FourTuple, LossRecovery, Tcb, TcbFlags};
+use super::tcb::{ActiveState, FourTuple, LossRecovery, Tcb, TcbFlags};
 use super::{State, TcpHandle};
 use crate::ip::Inbound;
 use crate::ip::ipv6::Inbound6;
@@ -87,12 +87,18 @@ fn tcp_ack_is_pure(tcb: &Tcb, seg: &tcp::Repr) -> bool {
 /// fast path, [`super::fast_path`]).
 #[inline(always)]
 pub(super) fn tcp_ack_state_clean(tcb: &Tcb) -> bool {
-    let rec = &tcb.active.recovery;
-    tcb.ca_state == CaState::Open
-        && tcb.active.dupacks == 0
-        && rec.tlp_high_seq.is_none()
-        && rec.lost_retrans == 0
-        && tcb.rtx().is_clean()
+    tcp_ack_state_clean_in(tcb.ca_state, &tcb.active)
+}
+
+/// [`tcp_ack_state_clean`] on the `ActiveState` already in hand (one look at the box:
+/// each `tcb.active` is a load and a test of its pointer).
+#[inline(always)]
+pub(super) fn tcp_ack_state_clean_in(ca_state: CaState, a: &ActiveState) -> bool {
+    ca_state == CaState::Open
+        && a.dupacks == 0
+        && a.recovery.tlp_high_seq.is_none()
+        && a.recovery.lost_retrans == 0
+        && a.rtx.is_clean()
 }
 
 /// The RTT sample of an ACK that moved SND.UNA (Linux `tcp_ack_update_rtt`), in integer
@@ -1289,7 +1295,6 @@ impl Sock<'_> {
             // Linux tcp_event_data_recv: sample the receiver's RTT (the receive buffer is
             // sized to what the application reads when it reads: `tcp_rcv_space_adjust`).
             tcp_rcv_rtt_measure(tcb, now, ts, data.len());
-            tcb.active.rcv_space.last_rcv = now;
         }
         let promised = tcb.receive_window() as usize;
         if offset == 0 && promised == 0 {
@@ -1393,7 +1398,6 @@ impl Sock<'_> {
         let tcb = &mut *self.tcb;
         debug_assert!(tcb.rcvbuf.in_order_only() && !data.is_empty());
         tcp_rcv_rtt_measure(tcb, now, ts, data.len());
-        tcb.active.rcv_space.last_rcv = now;
         // Not zero: the fast path takes only data within the window (tcp_data_queue's
         // zero-window drop is the slow path's).
         let promised = tcb.receive_window() as usize;
@@ -1671,16 +1675,19 @@ fn tcp_sndbuf_expand(tcb: &mut Tcb, wmem_max: u64, in_flight: u32) {
 /// full-sized segment echoes; without timestamps `tcp_rcv_rtt_measure`, the time
 /// until a window's worth of data arrived). Inline, the timestamp's common case: an echo
 /// already seen (or none), or a segment shorter than the MSS, which only notes the echo.
+/// Also notes the segment's arrival (`RcvSpace::last_rcv`, Linux `icsk_ack.lrcvtime`) on
+/// the same look at the box (neither measure reads it).
 #[inline(always)]
 fn tcp_rcv_rtt_measure(tcb: &mut Tcb, now: Instant, ts: Option<TcpTimestamp>, len: usize) {
-    if !tcb.flags.has(TcbFlags::TS_OK) {
+    let (ts_ok, mss, ts_offset) = (tcb.flags.has(TcbFlags::TS_OK), tcb.mss, tcb.ts_offset);
+    let rcv_space = &mut tcb.active.rcv_space;
+    rcv_space.last_rcv = now;
+    if !ts_ok {
         return tcp_rcv_rtt_measure_win(tcb, now);
     }
     let Some(ts) = ts.filter(|t| t.tsecr != 0) else {
         return;
     };
-    let (mss, ts_offset) = (tcb.mss, tcb.ts_offset);
-    let rcv_space = &mut tcb.active.rcv_space;
     if ts.tsecr == rcv_space.last_tsecr {
         return;
     }
