@@ -64,6 +64,29 @@ fn the_handshake_gives_the_first_rtt_sample() {
     assert_eq!(at - sent_at, Duration::from_secs(3), "the fallback RTO");
 }
 
+/// The ACK of the one segment outstanding (the request/response case) samples the RTT
+/// from that segment's send time, in microseconds, as Linux's `tcp_ack_update_rtt`
+/// prefers it ("Prefer RTT measured from ACK's timing to TS-ECR") to the echoed
+/// timestamp, which counts whole milliseconds: a 250 µs round trip moves SRTT from the
+/// handshake's 30 ms by 250 µs / 8 - 30 ms / 8 (RFC 6298 §2.3, SRTT <- 7/8 SRTT + 1/8 R'),
+/// not as a sample of 0 ms would.
+#[test]
+fn the_ack_of_one_segment_samples_the_rtt_in_microseconds() {
+    let mut t = SegTest::listening(80);
+    let syn = Seg::syn(PEER_ISN).mss(1000).ts(100, 0);
+    let (h, base) = accepted(&mut t, syn, 65_535, 30 * MS);
+    assert_eq!(t.stack.tcp_info(h).unwrap().srtt, Some(30 * MS));
+    t.write(h, b"request");
+    let data = t.recv().expect("data");
+    assert_eq!(data.seq, base);
+    let (ours, _) = data.ts.expect("timestamps negotiated");
+    let rtt = Duration::from_micros(250);
+    t.now += rtt;
+    t.send(Seg::ack(PEER_ISN + 1, base + 7).ts(102, ours));
+    let info = t.stack.tcp_info(h).unwrap();
+    assert_eq!(info.srtt, Some(30 * MS * 7 / 8 + rtt / 8), "{info:?}");
+}
+
 // ---- tail loss probe --------------------------------------------------------------------
 
 /// RFC 8985 §7.2 / Linux `tcp_schedule_loss_probe`: PTO = 2 * SRTT + 2 ms with several

@@ -113,6 +113,8 @@ pub(super) fn tcp_ack_state_clean_in(ca_state: CaState, a: &ActiveState) -> bool
 /// span a retransmission timeout (a lost ACK for the segment that filled a hole, RFC 7323
 /// §4.3 (C), then a fully old retransmission answered by a duplicate ACK carrying the same
 /// echo), which Linux takes as well. Then the backoff and the retransmission count go.
+/// The ACK of the one inline segment ([`Sock::tcp_ack_one`]) takes the send time's
+/// sample alone, as Linux: that case cannot arise there.
 #[inline]
 fn tcp_ack_update_rtt(tcb: &mut Tcb, now: Instant, tsecr: Option<u32>, seq_rtt_us: Option<u32>) {
     let rtt_us = tsecr
@@ -970,7 +972,7 @@ impl Sock<'_> {
         // Linux tcp_ack counts header prediction's ACKs that advance SND.UNA.
         self.mib.inc(Counter::TcpExtTCPHPAcks);
         if let Some(sent) = self.tcb.rtx_mut().and_then(|q| q.take_one_acked(ack)) {
-            return self.tcp_ack_one(now, ack, sent, tsecr);
+            return self.tcp_ack_one(now, ack, sent);
         }
         let ev = AckEvent {
             tsecr,
@@ -984,7 +986,7 @@ impl Sock<'_> {
     #[inline]
     fn tcp_ack_advance(&mut self, now: Instant, ack: SeqNumber, ev: AckEvent) {
         if let Some(sent) = self.tcb.rtx_mut().and_then(|q| q.take_one_acked(ack)) {
-            return self.tcp_ack_one(now, ack, sent, ev.tsecr);
+            return self.tcp_ack_one(now, ack, sent);
         }
         self.tcp_ack_queue(now, ack, ev);
     }
@@ -1028,15 +1030,26 @@ impl Sock<'_> {
     ///
     /// [`tcp_clean_rtx_queue`]: Self::tcp_clean_rtx_queue
     #[inline]
-    fn tcp_ack_one(&mut self, now: Instant, ack: SeqNumber, sent: Instant, tsecr: Option<u32>) {
+    fn tcp_ack_one(&mut self, now: Instant, ack: SeqNumber, sent: Instant) {
         let tcb = &mut *self.tcb;
         let data_acked = (ack.diff(tcb.data_start()).max(0) as usize).min(tcb.sndbuf.len());
         let was_writeable = sk_stream_is_writeable(tcb);
         tcb.sndbuf.consume(self.pool, data_acked);
         tcb.snd.una = ack;
         tcb.probes = 0;
+        // The RTT from the segment's send time alone, not the echoed timestamp: Linux
+        // tcp_ack_update_rtt ("Prefer RTT measured from ACK's timing to TS-ECR"). The
+        // general path prefers the echo (see `tcp_ack_update_rtt` for the lossy case
+        // that made it so); that case does not reach here: the one segment was never
+        // retransmitted and no loss probe is outstanding (a probe's retransmission
+        // moves the segment out of the inline slot), so the sample is unambiguous (Karn,
+        // RFC 6298 §3) and in microseconds, where the echo counts whole milliseconds.
         let seq_rtt_us = rtt_us_since(now, sent);
-        tcp_ack_update_rtt(tcb, now, tsecr, Some(seq_rtt_us));
+        tcb.rtt.sample_us(seq_rtt_us);
+        // "RFC6298: only reset backoff on valid RTT measurement"; Linux tcp_ack:
+        // "icsk->icsk_retransmits = 0" once SND.UNA advances.
+        tcb.rtt.reset_backoff();
+        tcb.rtt.clear_retransmits();
         // RACK and the recovery stamps on one look at the box (held: the queue was in it).
         let rec = &mut tcb.active.recovery;
         rack_advance(rec, now, sent, ack);
