@@ -87,6 +87,33 @@ fn the_ack_of_one_segment_samples_the_rtt_in_microseconds() {
     assert_eq!(info.srtt, Some(30 * MS * 7 / 8 + rtt / 8), "{info:?}");
 }
 
+/// The ACK of several segments (the fast path's queue walk) samples the RTT from the
+/// echoed timestamp, on the stack's clock (its per-connection offset taken off): two
+/// full segments sent 10 ms apart, both acknowledged 40 ms after the first with the
+/// second's TSval echoed, give a 30 ms sample (the first's send time would give 40 ms),
+/// so SRTT moves from the handshake's 100 ms to 7/8 * 100 + 30/8 ms.
+#[test]
+fn an_ack_of_several_segments_samples_the_rtt_from_the_echo() {
+    let mut t = SegTest::listening(80);
+    let syn = Seg::syn(PEER_ISN).mss(1000).ts(100, 0);
+    let (h, base) = accepted(&mut t, syn, 65_535, 100 * MS);
+    assert_eq!(t.stack.tcp_info(h).unwrap().srtt, Some(100 * MS));
+    // Full segments: the MSS less the timestamp option's 12 bytes.
+    assert_eq!(t.write(h, &[1; 988]), 988);
+    let first = t.recv().expect("first segment");
+    t.now += 10 * MS;
+    assert_eq!(t.write(h, &[2; 988]), 988);
+    let second = t.recv().expect("second segment");
+    assert_eq!((first.seq, second.seq), (base, base + 988));
+    let (echo, _) = second.ts.expect("timestamps negotiated");
+    t.now += 30 * MS;
+    let fast = t.stack.tcp_rcv_fast_hits();
+    t.send(Seg::ack(PEER_ISN + 1, base + 2 * 988).ts(102, echo));
+    assert_eq!(t.stack.tcp_rcv_fast_hits(), fast + 1, "the fast path's ACK");
+    let info = t.stack.tcp_info(h).unwrap();
+    assert_eq!(info.srtt, Some(100 * MS * 7 / 8 + 30 * MS / 8), "{info:?}");
+}
+
 // ---- tail loss probe --------------------------------------------------------------------
 
 /// RFC 8985 §7.2 / Linux `tcp_schedule_loss_probe`: PTO = 2 * SRTT + 2 ms with several

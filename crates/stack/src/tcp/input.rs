@@ -964,18 +964,20 @@ impl Sock<'_> {
     /// the receive path is as cheap without it inlined (echo 7,329 per round trip, 7,335
     /// inlined), and the profile shows the ACK's cost whole.
     ///
-    /// `tsecr`: the echoed timestamp on our clock (see [`AckEvent::tsecr`]). The ACK of
-    /// the one segment outstanding (the request/response case) is done here in one pass
-    /// ([`tcp_ack_one`](Self::tcp_ack_one)); a longer queue's walk is out of line.
+    /// `echo`: the segment's TSecr as it came, 0 for none (no timestamp, or a zero echo,
+    /// taken as none as Linux takes `rx_opt.rcv_tsecr` 0). The ACK of the one segment
+    /// outstanding (the request/response case) is done here in one pass
+    /// ([`tcp_ack_one`](Self::tcp_ack_one), which does not use the echo); a longer
+    /// queue's walk is out of line, with the echo on our clock ([`AckEvent::tsecr`]).
     #[inline(never)]
-    pub(super) fn tcp_ack_pure(&mut self, now: Instant, ack: SeqNumber, tsecr: Option<u32>) {
+    pub(super) fn tcp_ack_pure(&mut self, now: Instant, ack: SeqNumber, echo: u32) {
         // Linux tcp_ack counts header prediction's ACKs that advance SND.UNA.
         self.mib.inc(Counter::TcpExtTCPHPAcks);
         if let Some(sent) = self.tcb.rtx_mut().and_then(|q| q.take_one_acked(ack)) {
             return self.tcp_ack_one(now, ack, sent);
         }
         let ev = AckEvent {
-            tsecr,
+            tsecr: (echo != 0).then(|| echo.wrapping_sub(self.tcb.ts_offset)),
             ..AckEvent::default()
         };
         self.tcp_ack_queue(now, ack, ev);
