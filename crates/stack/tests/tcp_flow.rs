@@ -64,6 +64,17 @@ fn the_handshake_gives_the_first_rtt_sample() {
     assert_eq!(at - sent_at, Duration::from_secs(3), "the fallback RTO");
 }
 
+/// A connection accepted with timestamps on (the peer's TSval 100, then 101), its
+/// handshake taking `rtt`: the first SRTT is `rtt`. Returns the test, the handle and the
+/// first sequence number of the stack's data.
+fn accepted_with_timestamps(rtt: Duration) -> (SegTest, TcpHandle, u32) {
+    let mut t = SegTest::listening(80);
+    let syn = Seg::syn(PEER_ISN).mss(1000).ts(100, 0);
+    let (h, base) = accepted(&mut t, syn, 65_535, rtt);
+    assert_eq!(t.stack.tcp_info(h).unwrap().srtt, Some(rtt));
+    (t, h, base)
+}
+
 /// The ACK of the one segment outstanding (the request/response case) samples the RTT
 /// from that segment's send time, in microseconds, as Linux's `tcp_ack_update_rtt`
 /// prefers it ("Prefer RTT measured from ACK's timing to TS-ECR") to the echoed
@@ -72,10 +83,7 @@ fn the_handshake_gives_the_first_rtt_sample() {
 /// not as a sample of 0 ms would.
 #[test]
 fn the_ack_of_one_segment_samples_the_rtt_in_microseconds() {
-    let mut t = SegTest::listening(80);
-    let syn = Seg::syn(PEER_ISN).mss(1000).ts(100, 0);
-    let (h, base) = accepted(&mut t, syn, 65_535, 30 * MS);
-    assert_eq!(t.stack.tcp_info(h).unwrap().srtt, Some(30 * MS));
+    let (mut t, h, base) = accepted_with_timestamps(30 * MS);
     t.write(h, b"request");
     let data = t.recv().expect("data");
     assert_eq!(data.seq, base);
@@ -94,10 +102,7 @@ fn the_ack_of_one_segment_samples_the_rtt_in_microseconds() {
 /// so SRTT moves from the handshake's 100 ms to 7/8 * 100 + 30/8 ms.
 #[test]
 fn an_ack_of_several_segments_samples_the_rtt_from_the_echo() {
-    let mut t = SegTest::listening(80);
-    let syn = Seg::syn(PEER_ISN).mss(1000).ts(100, 0);
-    let (h, base) = accepted(&mut t, syn, 65_535, 100 * MS);
-    assert_eq!(t.stack.tcp_info(h).unwrap().srtt, Some(100 * MS));
+    let (mut t, h, base) = accepted_with_timestamps(100 * MS);
     // Full segments: the MSS less the timestamp option's 12 bytes.
     assert_eq!(t.write(h, &[1; 988]), 988);
     let first = t.recv().expect("first segment");
