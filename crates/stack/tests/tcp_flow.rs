@@ -64,6 +64,61 @@ fn the_handshake_gives_the_first_rtt_sample() {
     assert_eq!(at - sent_at, Duration::from_secs(3), "the fallback RTO");
 }
 
+/// A connection accepted with timestamps on (the peer's TSval 100, then 101), its
+/// handshake taking `rtt`: the first SRTT is `rtt`. Returns the test, the handle and the
+/// first sequence number of the stack's data.
+fn accepted_with_timestamps(rtt: Duration) -> (SegTest, TcpHandle, u32) {
+    let mut t = SegTest::listening(80);
+    let syn = Seg::syn(PEER_ISN).mss(1000).ts(100, 0);
+    let (h, base) = accepted(&mut t, syn, 65_535, rtt);
+    assert_eq!(t.stack.tcp_info(h).unwrap().srtt, Some(rtt));
+    (t, h, base)
+}
+
+/// The ACK of the one segment outstanding (the request/response case) samples the RTT
+/// from that segment's send time, in microseconds, as Linux's `tcp_ack_update_rtt`
+/// prefers it ("Prefer RTT measured from ACK's timing to TS-ECR") to the echoed
+/// timestamp, which counts whole milliseconds: a 250 µs round trip moves SRTT from the
+/// handshake's 30 ms by 250 µs / 8 - 30 ms / 8 (RFC 6298 §2.3, SRTT <- 7/8 SRTT + 1/8 R'),
+/// not as a sample of 0 ms would.
+#[test]
+fn the_ack_of_one_segment_samples_the_rtt_in_microseconds() {
+    let (mut t, h, base) = accepted_with_timestamps(30 * MS);
+    t.write(h, b"request");
+    let data = t.recv().expect("data");
+    assert_eq!(data.seq, base);
+    let (ours, _) = data.ts.expect("timestamps negotiated");
+    let rtt = Duration::from_micros(250);
+    t.now += rtt;
+    t.send(Seg::ack(PEER_ISN + 1, base + 7).ts(102, ours));
+    let info = t.stack.tcp_info(h).unwrap();
+    assert_eq!(info.srtt, Some(30 * MS * 7 / 8 + rtt / 8), "{info:?}");
+}
+
+/// The ACK of several segments (the fast path's queue walk) samples the RTT from the
+/// echoed timestamp, on the stack's clock (its per-connection offset taken off): two
+/// full segments sent 10 ms apart, both acknowledged 40 ms after the first with the
+/// second's TSval echoed, give a 30 ms sample (the first's send time would give 40 ms),
+/// so SRTT moves from the handshake's 100 ms to 7/8 * 100 + 30/8 ms.
+#[test]
+fn an_ack_of_several_segments_samples_the_rtt_from_the_echo() {
+    let (mut t, h, base) = accepted_with_timestamps(100 * MS);
+    // Full segments: the MSS less the timestamp option's 12 bytes.
+    assert_eq!(t.write(h, &[1; 988]), 988);
+    let first = t.recv().expect("first segment");
+    t.now += 10 * MS;
+    assert_eq!(t.write(h, &[2; 988]), 988);
+    let second = t.recv().expect("second segment");
+    assert_eq!((first.seq, second.seq), (base, base + 988));
+    let (echo, _) = second.ts.expect("timestamps negotiated");
+    t.now += 30 * MS;
+    let fast = t.stack.tcp_rcv_fast_hits();
+    t.send(Seg::ack(PEER_ISN + 1, base + 2 * 988).ts(102, echo));
+    assert_eq!(t.stack.tcp_rcv_fast_hits(), fast + 1, "the fast path's ACK");
+    let info = t.stack.tcp_info(h).unwrap();
+    assert_eq!(info.srtt, Some(100 * MS * 7 / 8 + 30 * MS / 8), "{info:?}");
+}
+
 // ---- tail loss probe --------------------------------------------------------------------
 
 /// RFC 8985 §7.2 / Linux `tcp_schedule_loss_probe`: PTO = 2 * SRTT + 2 ms with several

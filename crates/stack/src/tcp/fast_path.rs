@@ -60,7 +60,7 @@ use super::State;
 use super::TcpHandle;
 use super::clock32::Ms32;
 use super::early_demux::FastHeader;
-use super::input::tcp_ack_state_clean;
+use super::input::tcp_ack_state_clean_in;
 use super::sock::Sock;
 use super::tcb::TcbFlags;
 use crate::Stack;
@@ -150,10 +150,11 @@ impl Sock<'_> {
         }
         let payload = &seg[hdr.header_len..];
         let advances = ack.after(tcb.snd.una);
-        if !tcp_ack_state_clean(tcb)
+        let a = &*tcb.active;
+        if !tcp_ack_state_clean_in(tcb.ca_state, a)
             // A zero-window (or cork) probe timer with nothing in flight: the slow path's
             // tcp_ack decides whether this segment ends it.
-            || (tcb.rtx().is_empty() && tcb.timers.retransmit.is_armed())
+            || (a.rtx.is_empty() && tcb.timers.retransmit.is_armed())
         {
             return None;
         }
@@ -182,7 +183,9 @@ impl Sock<'_> {
         // Linux tcp_ack: an acceptable ACK ends the probes' count and the soft error.
         tcb.probes = 0;
         tcb.flags.clear(TcbFlags::ERR_SOFT);
-        let mut tsecr = None;
+        // The echoed timestamp as it came (0: none), our clock's offset taken off only by
+        // the queue's walk that uses it (`tcp_ack_pure`).
+        let mut echo = 0;
         if let Some(ts) = hdr.timestamp {
             // RFC 7323 §4.3: TS.Recent from a segment that covers the last ACK we sent
             // (SEG.SEQ = RCV.NXT, so: if RCV.NXT = RCV.WUP; Linux tcp_store_ts_recent
@@ -191,12 +194,10 @@ impl Sock<'_> {
                 tcb.ts_recent = ts.tsval;
                 tcb.ts_recent_stamp = (now.as_millis() / 1000) as u32;
             }
-            if ts.tsecr != 0 {
-                tsecr = Some(ts.tsecr.wrapping_sub(tcb.ts_offset));
-            }
+            echo = ts.tsecr;
         }
         if advances {
-            self.tcp_ack_pure(now, ack, tsecr);
+            self.tcp_ack_pure(now, ack, echo);
         } else {
             // Data acknowledging nothing new: what the slow path's `tcp_ack` does for it
             // with the recovery state clean (the guard above): `tcp_fastretrans_alert`'s

@@ -35,7 +35,7 @@ use super::isn::ts_clock;
 use super::output::DELACK;
 use super::recovery::{DUP_THRESH, MAX_REORDERING};
 use super::sock::Sock;
-use super::tcb::{FourTuple, LossRecovery, Tcb, TcbFlags};
+use super::tcb::{ActiveState, FourTuple, LossRecovery, Tcb, TcbFlags};
 use super::{State, TcpHandle};
 use crate::ip::Inbound;
 use crate::ip::ipv6::Inbound6;
@@ -87,12 +87,18 @@ fn tcp_ack_is_pure(tcb: &Tcb, seg: &tcp::Repr) -> bool {
 /// fast path, [`super::fast_path`]).
 #[inline(always)]
 pub(super) fn tcp_ack_state_clean(tcb: &Tcb) -> bool {
-    let rec = &tcb.active.recovery;
-    tcb.ca_state == CaState::Open
-        && tcb.active.dupacks == 0
-        && rec.tlp_high_seq.is_none()
-        && rec.lost_retrans == 0
-        && tcb.rtx().is_clean()
+    tcp_ack_state_clean_in(tcb.ca_state, &tcb.active)
+}
+
+/// [`tcp_ack_state_clean`] on the `ActiveState` already in hand (one look at the box:
+/// each `tcb.active` is a load and a test of its pointer).
+#[inline(always)]
+pub(super) fn tcp_ack_state_clean_in(ca_state: CaState, a: &ActiveState) -> bool {
+    ca_state == CaState::Open
+        && a.dupacks == 0
+        && a.recovery.tlp_high_seq.is_none()
+        && a.recovery.lost_retrans == 0
+        && a.rtx.is_clean()
 }
 
 /// The RTT sample of an ACK that moved SND.UNA (Linux `tcp_ack_update_rtt`), in integer
@@ -107,6 +113,8 @@ pub(super) fn tcp_ack_state_clean(tcb: &Tcb) -> bool {
 /// span a retransmission timeout (a lost ACK for the segment that filled a hole, RFC 7323
 /// §4.3 (C), then a fully old retransmission answered by a duplicate ACK carrying the same
 /// echo), which Linux takes as well. Then the backoff and the retransmission count go.
+/// The ACK of the one inline segment ([`Sock::tcp_ack_one`]) takes the send time's
+/// sample alone, as Linux: that case cannot arise there.
 #[inline]
 fn tcp_ack_update_rtt(tcb: &mut Tcb, now: Instant, tsecr: Option<u32>, seq_rtt_us: Option<u32>) {
     let rtt_us = tsecr
@@ -956,18 +964,20 @@ impl Sock<'_> {
     /// the receive path is as cheap without it inlined (echo 7,329 per round trip, 7,335
     /// inlined), and the profile shows the ACK's cost whole.
     ///
-    /// `tsecr`: the echoed timestamp on our clock (see [`AckEvent::tsecr`]). The ACK of
-    /// the one segment outstanding (the request/response case) is done here in one pass
-    /// ([`tcp_ack_one`](Self::tcp_ack_one)); a longer queue's walk is out of line.
+    /// `echo`: the segment's TSecr as it came, 0 for none (no timestamp, or a zero echo,
+    /// taken as none as Linux takes `rx_opt.rcv_tsecr` 0). The ACK of the one segment
+    /// outstanding (the request/response case) is done here in one pass
+    /// ([`tcp_ack_one`](Self::tcp_ack_one), which does not use the echo); a longer
+    /// queue's walk is out of line, with the echo on our clock ([`AckEvent::tsecr`]).
     #[inline(never)]
-    pub(super) fn tcp_ack_pure(&mut self, now: Instant, ack: SeqNumber, tsecr: Option<u32>) {
+    pub(super) fn tcp_ack_pure(&mut self, now: Instant, ack: SeqNumber, echo: u32) {
         // Linux tcp_ack counts header prediction's ACKs that advance SND.UNA.
         self.mib.inc(Counter::TcpExtTCPHPAcks);
         if let Some(sent) = self.tcb.rtx_mut().and_then(|q| q.take_one_acked(ack)) {
-            return self.tcp_ack_one(now, ack, sent, tsecr);
+            return self.tcp_ack_one(now, ack, sent);
         }
         let ev = AckEvent {
-            tsecr,
+            tsecr: (echo != 0).then(|| echo.wrapping_sub(self.tcb.ts_offset)),
             ..AckEvent::default()
         };
         self.tcp_ack_queue(now, ack, ev);
@@ -978,7 +988,7 @@ impl Sock<'_> {
     #[inline]
     fn tcp_ack_advance(&mut self, now: Instant, ack: SeqNumber, ev: AckEvent) {
         if let Some(sent) = self.tcb.rtx_mut().and_then(|q| q.take_one_acked(ack)) {
-            return self.tcp_ack_one(now, ack, sent, ev.tsecr);
+            return self.tcp_ack_one(now, ack, sent);
         }
         self.tcp_ack_queue(now, ack, ev);
     }
@@ -1022,15 +1032,26 @@ impl Sock<'_> {
     ///
     /// [`tcp_clean_rtx_queue`]: Self::tcp_clean_rtx_queue
     #[inline]
-    fn tcp_ack_one(&mut self, now: Instant, ack: SeqNumber, sent: Instant, tsecr: Option<u32>) {
+    fn tcp_ack_one(&mut self, now: Instant, ack: SeqNumber, sent: Instant) {
         let tcb = &mut *self.tcb;
         let data_acked = (ack.diff(tcb.data_start()).max(0) as usize).min(tcb.sndbuf.len());
         let was_writeable = sk_stream_is_writeable(tcb);
         tcb.sndbuf.consume(self.pool, data_acked);
         tcb.snd.una = ack;
         tcb.probes = 0;
+        // The RTT from the segment's send time alone, not the echoed timestamp: Linux
+        // tcp_ack_update_rtt ("Prefer RTT measured from ACK's timing to TS-ECR"). The
+        // general path prefers the echo (see `tcp_ack_update_rtt` for the lossy case
+        // that made it so); that case does not reach here: the one segment was never
+        // retransmitted and no loss probe is outstanding (a probe's retransmission
+        // moves the segment out of the inline slot), so the sample is unambiguous (Karn,
+        // RFC 6298 §3) and in microseconds, where the echo counts whole milliseconds.
         let seq_rtt_us = rtt_us_since(now, sent);
-        tcp_ack_update_rtt(tcb, now, tsecr, Some(seq_rtt_us));
+        tcb.rtt.sample_us(seq_rtt_us);
+        // "RFC6298: only reset backoff on valid RTT measurement"; Linux tcp_ack:
+        // "icsk->icsk_retransmits = 0" once SND.UNA advances.
+        tcb.rtt.reset_backoff();
+        tcb.rtt.clear_retransmits();
         // RACK and the recovery stamps on one look at the box (held: the queue was in it).
         let rec = &mut tcb.active.recovery;
         rack_advance(rec, now, sent, ack);
@@ -1289,7 +1310,6 @@ impl Sock<'_> {
             // Linux tcp_event_data_recv: sample the receiver's RTT (the receive buffer is
             // sized to what the application reads when it reads: `tcp_rcv_space_adjust`).
             tcp_rcv_rtt_measure(tcb, now, ts, data.len());
-            tcb.active.rcv_space.last_rcv = now;
         }
         let promised = tcb.receive_window() as usize;
         if offset == 0 && promised == 0 {
@@ -1393,7 +1413,6 @@ impl Sock<'_> {
         let tcb = &mut *self.tcb;
         debug_assert!(tcb.rcvbuf.in_order_only() && !data.is_empty());
         tcp_rcv_rtt_measure(tcb, now, ts, data.len());
-        tcb.active.rcv_space.last_rcv = now;
         // Not zero: the fast path takes only data within the window (tcp_data_queue's
         // zero-window drop is the slow path's).
         let promised = tcb.receive_window() as usize;
@@ -1671,16 +1690,19 @@ fn tcp_sndbuf_expand(tcb: &mut Tcb, wmem_max: u64, in_flight: u32) {
 /// full-sized segment echoes; without timestamps `tcp_rcv_rtt_measure`, the time
 /// until a window's worth of data arrived). Inline, the timestamp's common case: an echo
 /// already seen (or none), or a segment shorter than the MSS, which only notes the echo.
+/// Also notes the segment's arrival (`RcvSpace::last_rcv`, Linux `icsk_ack.lrcvtime`) on
+/// the same look at the box (neither measure reads it).
 #[inline(always)]
 fn tcp_rcv_rtt_measure(tcb: &mut Tcb, now: Instant, ts: Option<TcpTimestamp>, len: usize) {
-    if !tcb.flags.has(TcbFlags::TS_OK) {
+    let (ts_ok, mss, ts_offset) = (tcb.flags.has(TcbFlags::TS_OK), tcb.mss, tcb.ts_offset);
+    let rcv_space = &mut tcb.active.rcv_space;
+    rcv_space.last_rcv = now;
+    if !ts_ok {
         return tcp_rcv_rtt_measure_win(tcb, now);
     }
     let Some(ts) = ts.filter(|t| t.tsecr != 0) else {
         return;
     };
-    let (mss, ts_offset) = (tcb.mss, tcb.ts_offset);
-    let rcv_space = &mut tcb.active.rcv_space;
     if ts.tsecr == rcv_space.last_tsecr {
         return;
     }
