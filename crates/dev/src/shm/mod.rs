@@ -183,6 +183,7 @@
 
 mod batch;
 mod doorbell;
+mod hold;
 mod layout;
 mod link;
 mod ring;
@@ -305,6 +306,22 @@ pub struct ShmStats {
     ///
     /// [`Device::send_with`]: crate::Device::send_with
     pub tx_unfilled: u64,
+    /// Slots taken for the caller to hold ([`Device::tx_hold`]).
+    ///
+    /// [`Device::tx_hold`]: crate::Device::tx_hold
+    pub tx_held: u64,
+    /// Frames sent from held slots ([`Device::tx_hold_send`], of
+    /// [`tx_frames`](Self::tx_frames)).
+    ///
+    /// [`Device::tx_hold_send`]: crate::Device::tx_hold_send
+    pub tx_held_sent: u64,
+    /// Held slots released by the caller ([`Device::tx_hold_release`]).
+    ///
+    /// [`Device::tx_hold_release`]: crate::Device::tx_hold_release
+    pub tx_held_released: u64,
+    /// Sends from, or releases of, slots not held (or, for a send, still with the peer,
+    /// too long, or on a stopped ring): refused, nothing sent or freed.
+    pub tx_held_refused: u64,
     /// Transmit ring publications: stores of `desc_head`, each followed by a SeqCst fence
     /// and a look at the peer's `rx_need_wakeup` flag. One per [`Device::send`], one per
     /// batch ([`Device::send_batch`], [`ShmPort::send_until_full`], or a run of
