@@ -1302,7 +1302,10 @@ fn held_slots_are_sent_in_place_and_freed_only_when_released_and_given_back() {
     assert_eq!(b.recv(NOW, &mut buf), Some(66));
     assert_eq!(b.recv(NOW, &mut buf), None);
     assert!(a.tx_hold_send(NOW, id, 66, true));
-    assert!(!a.tx_hold_send(NOW, id, 0, false), "its frame is posted (and published by this call)");
+    assert!(
+        !a.tx_hold_send(NOW, id, 0, false),
+        "its frame is posted (and published by this call)"
+    );
     assert_eq!(b.recv(NOW, &mut buf), Some(66));
     assert_eq!(b.recv(NOW, &mut buf), None);
     a.tx_hold_release(id);
