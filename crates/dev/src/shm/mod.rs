@@ -58,6 +58,11 @@
 //! where it belongs (a TCP receive queue); the slot is returned at the next receive call
 //! or before sleeping, never while the receiver may still read it.
 //!
+//! A sender may also hold a slot as its own memory ([`Device::tx_hold`](crate::Device::tx_hold),
+//! `hold.rs`): written ahead of sending, sent from where it is (and sent again once the
+//! receiver returned it), and back on the free list only when the sender released it and
+//! the receiver returned its last frame, in either order.
+//!
 //! Slots circulate by index, never by copying between rings; the descriptor ring carries
 //! which slot holds a frame and the completion ring carries which slots are free again, so
 //! a receiver may return slots out of order (one that holds some frames longer than
