@@ -425,8 +425,12 @@ impl<D: Device> Shard<D> {
         // Long writes go straight into transmit slots the stack holds, when the device
         // lets it (`Stack::set_tx_held`): topped up and released each round
         // (`held_slots`).
+        // Not on a ring too small to spare them (fewer than 4 * HELD_SPARE slots free):
+        // there a writer would wait for slots that never come, and the lent path is as
+        // good.
         let mut tx_hold = false;
         if device.tx_lends()
+            && device.tx_space().is_some_and(|n| n >= 4 * HELD_SPARE)
             && let (Some(w), Some(r)) = (device.tx_held_writer(), device.tx_held_reader())
         {
             stack.set_tx_held(w, r, device.caps().max_frame_len());
@@ -782,6 +786,7 @@ impl<D: Device> Shard<D> {
             let Some(id) = device.tx_hold() else { break };
             stack.give_held_slot(id);
         }
+        stack.tx_held_given();
     }
 
     /// The end of a round: count a transmit queue left held.

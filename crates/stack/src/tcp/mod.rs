@@ -1185,8 +1185,12 @@ impl Stack {
             let (t, p) = self.tcp.split(h).ok_or(Error::BadHandle)?;
             (tcb, pool) = (t, p);
             if most == 0 {
-                // No held slot: woken by the ACK that frees some (as for a full buffer).
+                // No held slot: woken by the ACK that frees some (as for a full buffer),
+                // or when the driver tops the reserve up (`Stack::tx_held_given`).
                 tcb.flags.set(tcb::TcbFlags::NOSPACE);
+                if !pool.held.waiters.contains(&h) {
+                    pool.held.waiters.push(h);
+                }
                 return Err(Error::WouldBlock);
             }
         }

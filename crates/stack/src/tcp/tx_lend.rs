@@ -269,9 +269,10 @@ impl Stack {
     }
 }
 
-/// Held slots the stack asks its driver to keep in reserve (`Stack::tx_held_wants`): a
-/// 256 KiB write's worth of 64 KiB segments.
-pub const HELD_RESERVE: usize = 4;
+/// Held slots the stack asks its driver to keep in reserve (`Stack::tx_held_wants`), as
+/// many as the device has free beyond its spare ones: a 512 KiB write's worth of 64 KiB
+/// segments.
+pub const HELD_RESERVE: usize = 8;
 
 /// Held transmit slots as send buffer storage (see `tcp::buffer::held`).
 impl Stack {
@@ -301,6 +302,22 @@ impl Stack {
     /// A slot the device let the driver hold, for the reserve.
     pub fn give_held_slot(&mut self, id: u32) {
         self.tcp.pool.held.give(id);
+    }
+
+    /// The driver topped the reserve up: the writers that waited for a slot are marked
+    /// writable.
+    pub fn tx_held_given(&mut self) {
+        if self.tcp.pool.held.waiters.is_empty() || !self.tcp.pool.held.ready() {
+            return;
+        }
+        for h in core::mem::take(&mut self.tcp.pool.held.waiters) {
+            if self.tcp.get(h).is_some() {
+                self.ready.mark(
+                    crate::socket::SocketKey::Tcp(h),
+                    crate::socket::Readiness::WRITABLE,
+                );
+            }
+        }
     }
 
     /// Hands each held slot whose bytes were acknowledged (or whose connection went) to

@@ -60,6 +60,9 @@ pub struct HeldSlots {
     /// Send buffers' piece queues (1-based numbers in `SendBuffer::held`), and the free ones.
     pub(super) queues: Vec<HeldQueue>,
     pub(super) free: Vec<u32>,
+    /// Writers told to wait for a slot (`tcp_sendmsg`), woken when the reserve is topped
+    /// up (`Stack::tx_held_given`).
+    pub(crate) waiters: Vec<crate::tcp::TcpHandle>,
     /// Pieces written at `send()`.
     pub written: u64,
     /// Segments sent in place from a piece.

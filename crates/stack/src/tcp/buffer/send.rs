@@ -254,6 +254,7 @@ impl SendBuffer {
     }
 
     /// Drop everything, returning every chunk to the pool.
+    #[inline]
     pub fn clear(&mut self, pool: &mut BufferPool) {
         if self.held != 0 {
             self.drop_pieces(pool);
@@ -532,6 +533,8 @@ impl SendBuffer {
     }
 
     /// [`write`](Self::write) of `data` (within the limit) after the pieces: into the chain.
+    #[cold]
+    #[inline(never)]
     fn write_chain_held(&mut self, pool: &mut BufferPool, data: &[u8]) -> usize {
         let mut v = self.chain_view();
         let n = v.write(pool, data, MAX_SEND);
@@ -540,6 +543,8 @@ impl SendBuffer {
     }
 
     /// [`peek`](Self::peek) of a buffer with pieces (`out` within the buffer).
+    #[cold]
+    #[inline(never)]
     fn peek_held(&self, pool: &BufferPool, offset: usize, out: &mut [u8]) -> usize {
         let q = &pool.held.queues[self.held as usize - 1];
         let v = self.chain_view();
@@ -565,6 +570,8 @@ impl SendBuffer {
 
     /// [`peek_with`](Self::peek_with) of a buffer with pieces (the range within it): a
     /// piece's bytes are read through a bounce buffer.
+    #[cold]
+    #[inline(never)]
     fn peek_with_held(
         &self,
         pool: &BufferPool,
@@ -597,6 +604,8 @@ impl SendBuffer {
     /// [`consume`](Self::consume) of `n < len` bytes of a buffer with pieces: the pieces
     /// acknowledged to their end go back (their slots released), the chain bytes among
     /// the `n` are consumed.
+    #[cold]
+    #[inline(never)]
     fn consume_held(&mut self, pool: &mut BufferPool, n: usize) {
         let hs = &mut *pool.held;
         let q = &mut hs.queues[self.held as usize - 1];
@@ -627,6 +636,8 @@ impl SendBuffer {
     }
 
     /// Every piece's slot released (the buffer cleared): a plain chain left.
+    #[cold]
+    #[inline(never)]
     fn drop_pieces(&mut self, pool: &mut BufferPool) {
         let hs = &mut *pool.held;
         let q = &mut hs.queues[self.held as usize - 1];
