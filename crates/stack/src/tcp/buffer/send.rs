@@ -32,17 +32,16 @@ pub struct SendBuffer {
     cursor: Cell<u32>,
     /// ... and its ordinal in the chain (0 = `head`).
     cursor_ord: Cell<u32>,
-    /// Pieces in held transmit slots (see [`super::held`]): 0 for none, else the 1-based
-    /// number of this buffer's piece queue in the pool. While there are pieces, `len`
-    /// counts them too, `hlen` is their bytes, and `head_off` is biased by [`HELD_BIAS`]
-    /// (so that the head-chunk shortcuts of [`peek`](Self::peek) and
-    /// [`head_span`](Self::head_span) never apply).
-    held: u32,
-    hlen: u32,
 }
 
-/// Added to `head_off` while a buffer holds pieces in held slots.
-const HELD_BIAS: u32 = 1 << 30;
+// Pieces in held transmit slots (see [`super::held`]), without a byte more in the TCB:
+// while a buffer holds any, `head_off`'s bits from `HELD_SHIFT` up are the 1-based number
+// of its piece queue in the pool (so that the head-chunk shortcuts of `peek` and
+// `head_span` never apply), `len` counts the pieces' bytes too, the peek cursor is off
+// (`NONE`) and `cursor_ord` holds the pieces' bytes.
+const HELD_SHIFT: u32 = 12;
+const HEAD_OFF_MASK: u32 = (1 << HELD_SHIFT) - 1;
+const _: () = assert!(CHUNK <= HEAD_OFF_MASK as usize);
 
 impl Default for SendBuffer {
     fn default() -> Self {
@@ -60,8 +59,6 @@ impl SendBuffer {
             len: 0,
             cursor: Cell::new(NONE),
             cursor_ord: Cell::new(0),
-            held: 0,
-            hlen: 0,
         }
     }
 
@@ -77,7 +74,7 @@ impl SendBuffer {
 
     /// Pool memory this buffer holds: its chunks * [`CHUNK`] (Linux `sk_wmem_queued` in spirit).
     pub fn mem_bytes(&self) -> usize {
-        if self.held != 0 {
+        if self.head_off > HEAD_OFF_MASK {
             return self.chain_view().mem_bytes();
         }
         (self.head_off as usize + self.len as usize).div_ceil(CHUNK)
@@ -89,7 +86,7 @@ impl SendBuffer {
     pub fn tail_room(&self) -> usize {
         if self.len == 0 {
             0
-        } else if self.held != 0 {
+        } else if self.head_off > HEAD_OFF_MASK {
             self.chain_view().tail_room()
         } else {
             (CHUNK - (self.head_off as usize + self.len as usize) % CHUNK) % CHUNK
@@ -117,7 +114,7 @@ impl SendBuffer {
                 0
             };
         }
-        if self.held != 0 {
+        if self.head_off > HEAD_OFF_MASK {
             return self.write_chain_held(pool, &data[..take]);
         }
         let mut done = 0;
@@ -182,7 +179,7 @@ impl SendBuffer {
             self.cursor_ord.set(0);
             return n;
         }
-        if self.held != 0 {
+        if self.head_off > HEAD_OFF_MASK {
             return self.peek_held(pool, offset, &mut out[..n]);
         }
         let (mut c, mut ord) = self.chunk_at((abs / CHUNK) as u32, pool);
@@ -232,7 +229,7 @@ impl SendBuffer {
             self.clear(pool);
             return;
         }
-        if self.held != 0 {
+        if self.head_off > HEAD_OFF_MASK {
             self.consume_held(pool, n);
             return;
         }
@@ -256,7 +253,7 @@ impl SendBuffer {
     /// Drop everything, returning every chunk to the pool.
     #[inline]
     pub fn clear(&mut self, pool: &mut BufferPool) {
-        if self.held != 0 {
+        if self.head_off > HEAD_OFF_MASK {
             self.drop_pieces(pool);
         }
         let mut c = self.head;
@@ -290,7 +287,7 @@ impl SendBuffer {
         if n == 0 {
             return true;
         }
-        if self.held != 0 {
+        if self.head_off > HEAD_OFF_MASK {
             return self.peek_with_held(pool, offset, n, &mut put);
         }
         let abs = self.head_off as usize + offset;
@@ -390,35 +387,47 @@ impl SendBuffer {
         SendBuffer {
             head: self.head,
             tail: self.tail,
-            head_off: self.head_off - HELD_BIAS,
-            len: self.len - self.hlen,
-            cursor: Cell::new(self.cursor.get()),
-            cursor_ord: Cell::new(self.cursor_ord.get()),
-            held: 0,
-            hlen: 0,
+            head_off: self.head_off & HEAD_OFF_MASK,
+            len: self.len - self.hlen(),
+            cursor: Cell::new(NONE),
+            cursor_ord: Cell::new(0),
         }
     }
 
     /// Takes back the chain of `v` (a [`chain_view`](Self::chain_view) changed); `len`
     /// follows the chain's change.
     fn chain_store(&mut self, v: &SendBuffer) {
-        let chain_before = self.len - self.hlen;
+        let chain_before = self.len - self.hlen();
         self.len = self.len - chain_before + v.len;
-        (self.head, self.tail, self.head_off) = (v.head, v.tail, v.head_off + HELD_BIAS);
-        self.cursor.set(v.cursor.get());
-        self.cursor_ord.set(v.cursor_ord.get());
+        let held = self.head_off & !HEAD_OFF_MASK;
+        (self.head, self.tail, self.head_off) = (v.head, v.tail, v.head_off | held);
+    }
+
+    /// The number of this buffer's piece queue (0: none).
+    fn held(&self) -> u32 {
+        self.head_off >> HELD_SHIFT
+    }
+
+    /// Bytes in pieces.
+    fn hlen(&self) -> u32 {
+        if self.held() == 0 {
+            0
+        } else {
+            self.cursor_ord.get()
+        }
     }
 
     /// Whether some bytes are in held slots.
     pub fn holds_pieces(&self) -> bool {
-        self.held != 0
+        self.held() != 0
     }
 
     /// No piece left: back to a plain chain.
     fn leave_held(&mut self, pool: &mut BufferPool) {
-        pool.held.free_queue(self.held);
-        self.head_off -= HELD_BIAS;
-        (self.held, self.hlen) = (0, 0);
+        pool.held.free_queue(self.held());
+        self.head_off &= HEAD_OFF_MASK;
+        self.cursor.set(NONE);
+        self.cursor_ord.set(0);
     }
 
     /// Appends up to `limit - len` bytes of `data` into held slots from the pool's
@@ -444,16 +453,17 @@ impl SendBuffer {
         if take == 0 || cap == 0 {
             return Err(usize::MAX);
         }
-        if self.held == 0 && !pool.held.ready() {
+        if self.held() == 0 && !pool.held.ready() {
             return Err(self.wait_or(cap));
         }
-        let fresh = self.held == 0;
+        let fresh = self.held() == 0;
         if fresh {
-            self.held = pool.held.new_queue();
-            self.head_off += HELD_BIAS;
+            self.head_off |= pool.held.new_queue() << HELD_SHIFT;
+            self.cursor.set(NONE);
+            self.cursor_ord.set(0);
         }
         let hs = &mut *pool.held;
-        let q = &mut hs.queues[self.held as usize - 1];
+        let q = &mut hs.queues[self.held() as usize - 1];
         let end_pos = q.base + u64::from(self.len);
         let mut done = 0;
         let tail = q.pieces.back_mut().filter(|p| {
@@ -511,8 +521,8 @@ impl SendBuffer {
             done += k;
         }
         self.len += done as u32;
-        self.hlen += done as u32;
-        if self.hlen == 0 {
+        self.cursor_ord.set(self.hlen() + done as u32);
+        if self.hlen() == 0 {
             self.leave_held(pool);
         }
         if done > 0 {
@@ -546,7 +556,7 @@ impl SendBuffer {
     #[cold]
     #[inline(never)]
     fn peek_held(&self, pool: &BufferPool, offset: usize, out: &mut [u8]) -> usize {
-        let q = &pool.held.queues[self.held as usize - 1];
+        let q = &pool.held.queues[self.held() as usize - 1];
         let v = self.chain_view();
         let mut done = 0;
         runs(q, self.len as usize, offset, out.len(), |r| {
@@ -563,8 +573,6 @@ impl SendBuffer {
             }
             ok
         });
-        self.cursor.set(v.cursor.get());
-        self.cursor_ord.set(v.cursor_ord.get());
         done
     }
 
@@ -579,7 +587,7 @@ impl SendBuffer {
         n: usize,
         put: &mut dyn FnMut(&[u8]) -> bool,
     ) -> bool {
-        let q = &pool.held.queues[self.held as usize - 1];
+        let q = &pool.held.queues[self.held() as usize - 1];
         let v = self.chain_view();
         let mut bounce = [0u8; 4096];
         let ok = runs(q, self.len as usize, offset, n, |r| match r {
@@ -596,8 +604,6 @@ impl SendBuffer {
             }
             Run::Chain { off, len } => v.peek_with(pool, off, len, &mut *put),
         });
-        self.cursor.set(v.cursor.get());
-        self.cursor_ord.set(v.cursor_ord.get());
         ok
     }
 
@@ -608,7 +614,7 @@ impl SendBuffer {
     #[inline(never)]
     fn consume_held(&mut self, pool: &mut BufferPool, n: usize) {
         let hs = &mut *pool.held;
-        let q = &mut hs.queues[self.held as usize - 1];
+        let q = &mut hs.queues[self.held() as usize - 1];
         let mut chain_n = 0;
         runs(q, self.len as usize, 0, n, |r| {
             if let Run::Chain { len, .. } = r {
@@ -623,14 +629,14 @@ impl SendBuffer {
             hs.released.push(p.slot);
             q.pieces.pop_front();
         }
-        self.hlen -= (n - chain_n) as u32;
+        self.cursor_ord.set(self.hlen() - (n - chain_n) as u32);
         self.len -= (n - chain_n) as u32;
         if chain_n > 0 {
             let mut v = self.chain_view();
             v.consume(pool, chain_n);
             self.chain_store(&v);
         }
-        if self.hlen == 0 {
+        if self.hlen() == 0 {
             self.leave_held(pool);
         }
     }
@@ -640,9 +646,9 @@ impl SendBuffer {
     #[inline(never)]
     fn drop_pieces(&mut self, pool: &mut BufferPool) {
         let hs = &mut *pool.held;
-        let q = &mut hs.queues[self.held as usize - 1];
+        let q = &mut hs.queues[self.held() as usize - 1];
         hs.released.extend(q.pieces.drain(..).map(|p| p.slot));
-        self.len -= self.hlen;
+        self.len -= self.hlen();
         self.leave_held(pool);
     }
 
@@ -656,11 +662,11 @@ impl SendBuffer {
         n: usize,
         room: usize,
     ) -> Option<u32> {
-        if self.held == 0 {
+        if self.held() == 0 {
             return None;
         }
         let hs = &mut *pool.held;
-        let q = &mut hs.queues[self.held as usize - 1];
+        let q = &mut hs.queues[self.held() as usize - 1];
         let (start, end) = (q.base + offset as u64, q.base + (offset + n) as u64);
         let base = q.base;
         let mut overlaps = false;
