@@ -7,7 +7,6 @@
 use core::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use core::time::Duration;
 
-use ustack_dev::Device;
 use ustack_dev::fault::{FaultConfig, Faulty};
 use ustack_dev::shm::{ShmConfig, ShmLink, ShmPort};
 use ustack_obs::Counter;

@@ -590,7 +590,7 @@ impl SendBuffer {
         let q = &pool.held.queues[self.held() as usize - 1];
         let v = self.chain_view();
         let mut bounce = [0u8; 4096];
-        let ok = runs(q, self.len as usize, offset, n, |r| match r {
+        runs(q, self.len as usize, offset, n, |r| match r {
             Run::Slot { slot, off, len } => {
                 let mut at = 0;
                 while at < len {
@@ -603,8 +603,7 @@ impl SendBuffer {
                 true
             }
             Run::Chain { off, len } => v.peek_with(pool, off, len, &mut *put),
-        });
-        ok
+        })
     }
 
     /// [`consume`](Self::consume) of `n < len` bytes of a buffer with pieces: the pieces
