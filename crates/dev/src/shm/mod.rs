@@ -61,7 +61,9 @@
 //! A sender may also hold a slot as its own memory ([`Device::tx_hold`](crate::Device::tx_hold),
 //! `hold.rs`): written ahead of sending, sent from where it is (and sent again once the
 //! receiver returned it), and back on the free list only when the sender released it and
-//! the receiver returned its last frame, in either order.
+//! the receiver returned its last frame, in either order. The stack writes long writes
+//! straight into held slots at `send()` and sends a segment that is one such piece in
+//! place (`ustack_stack`'s `tcp/buffer/held.rs`, the shard's `held_slots`).
 //!
 //! Slots circulate by index, never by copying between rings; the descriptor ring carries
 //! which slot holds a frame and the completion ring carries which slots are free again, so
