@@ -781,6 +781,7 @@ impl<D: Device> Shard<D> {
     #[inline(never)]
     fn held_slots(&mut self) {
         let Shard { stack, device, .. } = self;
+        stack.tx_held_collect();
         stack.take_released_held(|id| device.tx_hold_release(id));
         while stack.tx_held_wants() && device.tx_space().is_some_and(|n| n > HELD_SPARE) {
             let Some(id) = device.tx_hold() else { break };

@@ -320,6 +320,19 @@ impl Stack {
         }
     }
 
+    /// Releases the pieces of send buffers cleared (all acknowledged) or gone with their
+    /// connection: `SendBuffer::clear` leaves them to be found here, so that the
+    /// acknowledgement that empties a buffer costs no test for them. Before
+    /// [`take_released_held`](Self::take_released_held), each round.
+    pub fn tx_held_collect(&mut self) {
+        let (conns, held) = (&self.tcp.conns, &mut self.tcp.pool.held);
+        held.collect(|h, i| {
+            conns
+                .get(h.index, h.generation)
+                .is_some_and(|t| t.sndbuf.held_queue() == i)
+        });
+    }
+
     /// Hands each held slot whose bytes were acknowledged (or whose connection went) to
     /// `f` (the device's `tx_hold_release`), oldest first.
     pub fn take_released_held(&mut self, mut f: impl FnMut(u32)) {
@@ -378,7 +391,7 @@ impl Stack {
         let limit = tcb.sndbuf_limit as usize;
         let n = tcb
             .sndbuf
-            .write_held(pool, data, limit, (cap, room, sent, LEND_MIN))?;
+            .write_held(pool, data, limit, (cap, room, sent, LEND_MIN), h)?;
         if tcb.state.can_send() && !self.tcp_push_one(now, h) {
             self.tcp_output(now, h);
         }

@@ -18,6 +18,8 @@
 use std::collections::VecDeque;
 use std::fmt;
 
+use crate::tcp::TcpHandle;
+
 /// Writes `src` into held slot `id` at `off`; false (nothing written) out of its range.
 pub type HeldWriter = Box<dyn Fn(u32, usize, &[u8]) -> bool + Send>;
 /// Reads held slot `id` at `off` into `dst`; false (nothing read) out of its range.
@@ -43,6 +45,8 @@ pub(super) struct Piece {
 pub(super) struct HeldQueue {
     pub(super) pieces: VecDeque<Piece>,
     pub(super) base: u64,
+    /// The connection whose send buffer has it (`None` while free).
+    owner: Option<TcpHandle>,
 }
 
 /// The stack's side of held transmit slots, in the buffer pool (which every send buffer
@@ -117,22 +121,39 @@ impl HeldSlots {
     }
 
     /// A new piece queue: its 1-based number.
-    pub(super) fn new_queue(&mut self) -> u32 {
-        match self.free.pop() {
-            Some(i) => {
-                self.queues[i as usize - 1].base = 0;
-                i
-            }
+    pub(super) fn new_queue(&mut self, owner: TcpHandle) -> u32 {
+        let i = match self.free.pop() {
+            Some(i) => i,
             None => {
                 self.queues.push(HeldQueue::default());
                 self.queues.len() as u32
+            }
+        };
+        let q = &mut self.queues[i as usize - 1];
+        (q.base, q.owner) = (0, Some(owner));
+        i
+    }
+
+    /// Releases the pieces of every queue in use whose owner no longer has it
+    /// (`is_theirs(owner, number)` false: the buffer was cleared, or the connection
+    /// went), and frees the queue.
+    pub(crate) fn collect(&mut self, mut is_theirs: impl FnMut(TcpHandle, u32) -> bool) {
+        for (k, q) in self.queues.iter_mut().enumerate() {
+            let i = k as u32 + 1;
+            let Some(owner) = q.owner else { continue };
+            if !is_theirs(owner, i) {
+                self.released.extend(q.pieces.drain(..).map(|p| p.slot));
+                q.owner = None;
+                self.free.push(i);
             }
         }
     }
 
     /// Queue `i` is empty: free for another buffer (its allocation kept).
     pub(super) fn free_queue(&mut self, i: u32) {
-        self.queues[i as usize - 1].pieces.clear();
+        let q = &mut self.queues[i as usize - 1];
+        q.pieces.clear();
+        q.owner = None;
         self.free.push(i);
     }
 

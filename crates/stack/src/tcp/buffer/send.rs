@@ -252,10 +252,11 @@ impl SendBuffer {
 
     /// Drop everything, returning every chunk to the pool.
     #[inline]
+    ///
+    /// Pieces in held slots are left to the pool's queue, which the stack then finds
+    /// orphaned and releases (`Stack::tx_held_collect`): no test here on the path of
+    /// every acknowledgement that empties the buffer.
     pub fn clear(&mut self, pool: &mut BufferPool) {
-        if self.head_off > HEAD_OFF_MASK {
-            self.drop_pieces(pool);
-        }
         let mut c = self.head;
         while c != NONE {
             let next = pool.next(c);
@@ -446,6 +447,7 @@ impl SendBuffer {
         data: &[u8],
         limit: usize,
         (cap, room, sent, min_new): (usize, usize, usize, usize),
+        owner: crate::tcp::TcpHandle,
     ) -> Result<usize, usize> {
         let avail = limit.min(MAX_SEND).saturating_sub(self.len as usize);
         let take = data.len().min(avail);
@@ -458,7 +460,7 @@ impl SendBuffer {
         }
         let fresh = self.held() == 0;
         if fresh {
-            self.head_off |= pool.held.new_queue() << HELD_SHIFT;
+            self.head_off |= pool.held.new_queue(owner) << HELD_SHIFT;
             self.cursor.set(NONE);
             self.cursor_ord.set(0);
         }
@@ -640,15 +642,11 @@ impl SendBuffer {
         }
     }
 
-    /// Every piece's slot released (the buffer cleared): a plain chain left.
-    #[cold]
-    #[inline(never)]
-    fn drop_pieces(&mut self, pool: &mut BufferPool) {
-        let hs = &mut *pool.held;
-        let q = &mut hs.queues[self.held() as usize - 1];
-        hs.released.extend(q.pieces.drain(..).map(|p| p.slot));
-        self.len -= self.hlen();
-        self.leave_held(pool);
+    /// The number of this buffer's piece queue in the pool (0: none), for
+    /// `Stack::tx_held_collect` to tell a queue still in use from one left by
+    /// [`clear`](Self::clear).
+    pub fn held_queue(&self) -> u32 {
+        self.held()
     }
 
     /// The held slot to send a segment of bytes `offset..offset + n` from in place: when
