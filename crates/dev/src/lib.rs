@@ -110,6 +110,11 @@ impl DeviceCaps {
 /// in the frame's memory (nothing copied).
 pub type KeptReader = Box<dyn Fn(u32, usize, &mut [u8]) -> bool + Send>;
 
+/// Writes into a transmit slot the caller holds ([`Device::tx_held_writer`]):
+/// `write(id, off, src)` copies `src` to bytes `off..off + src.len()` of held slot `id`;
+/// false when the range is not in the slot (nothing copied).
+pub type HeldWriter = Box<dyn Fn(u32, usize, &[u8]) -> bool + Send>;
+
 /// A link as the stack's poll loop sees it: non-blocking; frames are received one at a
 /// time and transmitted one at a time or in batches.
 ///
@@ -256,6 +261,46 @@ pub trait Device {
     /// frame `id` into `dst`, false (nothing copied) when the range is outside the
     /// frame's memory. `None` (provided): the device keeps no frames.
     fn kept_reader(&self) -> Option<KeptReader> {
+        None
+    }
+    /// Take a transmit slot for the caller to hold as its own memory: it writes a
+    /// frame's bytes there ahead of sending ([`tx_held_writer`](Device::tx_held_writer)),
+    /// sends it ([`tx_hold_send`](Device::tx_hold_send)), possibly again, reads it back
+    /// ([`tx_held_reader`](Device::tx_held_reader)), and gives it back with
+    /// [`tx_hold_release`](Device::tx_hold_release). Meant for a TCP send buffer whose
+    /// storage is the link's slots: the application's bytes written once, into the slot,
+    /// at `send()`, the slot kept as the retransmission copy until they are acknowledged
+    /// (Linux's `MSG_ZEROCOPY` keeps the user's pages the same way, until the
+    /// acknowledgement; here the memory is the link's own). Returns the slot's id, or
+    /// `None` (provided: the device has no such memory) when none is free.
+    fn tx_hold(&mut self) -> Option<u32> {
+        None
+    }
+    /// Send the first `len` bytes of held slot `id` as a frame (written there before
+    /// through the [`tx_held_writer`](Device::tx_held_writer)); the slot stays held.
+    /// `more` and the result are [`send_more`](Device::send_more)'s. False (nothing sent,
+    /// counted by a device that counts) if the slot is not held, `len` is more than a
+    /// frame, or the slot's last frame is still with the peer (sent again once the peer
+    /// gave it back: a retransmission from the same memory). Provided: false.
+    fn tx_hold_send(&mut self, now: Instant, id: u32, len: usize, more: bool) -> bool {
+        let _ = (now, id, len, more);
+        false
+    }
+    /// Give back held slot `id`: it becomes free once the peer has also given back the
+    /// last frame sent from it (both, in either order: a peer may drop a frame and give
+    /// its slot back before the bytes are acknowledged). An id not held is ignored
+    /// (counted by a device that counts).
+    fn tx_hold_release(&mut self, id: u32) {
+        let _ = id;
+    }
+    /// A writer into held slots (see [`tx_hold`](Device::tx_hold)), for the stack to fill
+    /// them while it does not have the device at hand. `None` (provided): no such slots.
+    fn tx_held_writer(&self) -> Option<HeldWriter> {
+        None
+    }
+    /// A reader of held slots (as [`kept_reader`](Device::kept_reader) reads kept ones):
+    /// a retransmission's bytes read back. `None` (provided): no such slots.
+    fn tx_held_reader(&self) -> Option<KeptReader> {
         None
     }
     /// Whether [`send_with`](Device::send_with) has the frame written straight into the
@@ -472,6 +517,21 @@ macro_rules! forward_device {
         }
         fn kept_reader(&self) -> Option<KeptReader> {
             (**self).kept_reader()
+        }
+        fn tx_hold(&mut self) -> Option<u32> {
+            (**self).tx_hold()
+        }
+        fn tx_hold_send(&mut self, now: Instant, id: u32, len: usize, more: bool) -> bool {
+            (**self).tx_hold_send(now, id, len, more)
+        }
+        fn tx_hold_release(&mut self, id: u32) {
+            (**self).tx_hold_release(id)
+        }
+        fn tx_held_writer(&self) -> Option<HeldWriter> {
+            (**self).tx_held_writer()
+        }
+        fn tx_held_reader(&self) -> Option<KeptReader> {
+            (**self).tx_held_reader()
         }
         fn poll_at(&self) -> Option<Instant> {
             (**self).poll_at()

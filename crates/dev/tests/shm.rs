@@ -1295,3 +1295,114 @@ fn frames_round_trip_between_two_processes() {
 fn queue_pairs_work_between_two_processes() {
     echo_through_child(3, 20_000, 0);
 }
+
+/// A slot held by the sender ([`Device::tx_hold`]): written ahead of sending (the payload
+/// first, the headers later in front of it), sent from where it is, sent again from the
+/// same bytes once the peer gave it back (a frame the peer dropped), and free again only
+/// when both the holder released it and the peer gave it back, in either order; ordinary
+/// sends never take it meanwhile.
+#[test]
+fn held_slots_are_sent_in_place_and_freed_only_when_released_and_given_back() {
+    let (mut a, mut b) = pair(&one_queue(2));
+    let slot_size = a.layout().slot_size();
+    let payload: Vec<u8> = (0..1400u32).map(|i| (i % 251) as u8).collect();
+    let head = [0xabu8; 66];
+    let write = a.tx_held_writer().expect("a shm port holds slots");
+    let read = a.tx_held_reader().expect("and reads them back");
+    let id = a.tx_hold().expect("a free slot");
+    assert_eq!(a.tx_space(), Some(1));
+    assert!(write(id, 66, &payload) && write(id, 0, &head));
+    assert!(!write(id, slot_size - 10, &payload), "past the slot's end");
+    assert!(!write(2, 0, &head), "not one of our slots");
+    let mut back = vec![0u8; payload.len()];
+    assert!(read(id, 66, &mut back));
+    assert_eq!(back, payload);
+    assert!(!read(id, slot_size - 10, &mut back), "past the slot's end");
+
+    let frame = [&head[..], &payload[..]].concat();
+    let mut buf = [0u8; 1514];
+    assert!(a.tx_hold_send(NOW, id, frame.len(), false));
+    assert!(
+        !a.tx_hold_send(NOW, id, frame.len(), false),
+        "still with the peer"
+    );
+    assert_eq!(b.recv(NOW, &mut buf), Some(frame.len()));
+    assert_eq!(buf[..frame.len()], frame[..]);
+    assert_eq!(b.recv(NOW, &mut buf), None, "and the slot given back");
+    // Given back, still held: sent again from the same bytes, never on the free list.
+    assert!(a.tx_hold_send(NOW, id, frame.len(), false), "a resend");
+    assert_eq!(a.tx_space(), Some(1), "the held slot is not free");
+    assert_eq!(b.recv(NOW, &mut buf), Some(frame.len()));
+    assert_eq!(buf[..frame.len()], frame[..]);
+    assert_eq!(b.recv(NOW, &mut buf), None);
+    // Ordinary sends use the other slot only, and leave the held bytes alone.
+    for _ in 0..3 {
+        assert!(a.send(NOW, &[0x11; 1500]));
+        assert_eq!(b.recv(NOW, &mut buf), Some(1500));
+        assert_eq!(b.recv(NOW, &mut buf), None);
+    }
+    assert!(read(id, 0, &mut buf[..frame.len()]));
+    assert_eq!(
+        buf[..frame.len()],
+        frame[..],
+        "the held slot kept its bytes"
+    );
+
+    // Released while the peer has its frame: free only once the peer gives it back.
+    assert!(a.tx_hold_send(NOW, id, frame.len(), false));
+    a.tx_hold_release(id);
+    assert!(a.send(NOW, &[0x22; 100]));
+    assert_eq!(
+        a.tx_space(),
+        Some(0),
+        "the released slot is still with the peer"
+    );
+    assert!(!a.send(NOW, &[0x33; 100]));
+    assert_eq!(b.recv(NOW, &mut buf), Some(frame.len()));
+    assert_eq!(b.recv(NOW, &mut buf), Some(100));
+    assert_eq!(b.recv(NOW, &mut buf), None);
+    assert_eq!(a.tx_space(), Some(2), "both free");
+
+    // Released after the peer gave it back: free at once.
+    // (66 bytes: short enough to travel in the descriptor's lines, layout v3, where the
+    // receiver reads it: the held slot's bytes must be what arrives.)
+    let id = a.tx_hold().expect("a free slot");
+    let short: Vec<u8> = (0..66u8).map(|i| i ^ 0x5a).collect();
+    assert!(write(id, 0, &short));
+    assert!(a.tx_hold_send(NOW, id, 66, false));
+    assert_eq!(b.recv(NOW, &mut buf), Some(66));
+    assert_eq!(buf[..66], short[..], "a short frame from a held slot");
+    assert_eq!(b.recv(NOW, &mut buf), None);
+    assert!(a.tx_hold_send(NOW, id, 66, false), "reclaimed, still held");
+    assert_eq!(b.recv(NOW, &mut buf), Some(66));
+    assert_eq!(buf[..66], short[..], "and again when sent again");
+    assert_eq!(b.recv(NOW, &mut buf), None);
+    assert!(a.tx_hold_send(NOW, id, 66, true));
+    assert!(
+        !a.tx_hold_send(NOW, id, 0, false),
+        "its frame is posted (and published by this call)"
+    );
+    assert_eq!(b.recv(NOW, &mut buf), Some(66));
+    assert_eq!(b.recv(NOW, &mut buf), None);
+    a.tx_hold_release(id);
+    assert_eq!(a.tx_space(), Some(2));
+
+    // Not held, too long: refused and counted; every slot held: none for a send.
+    assert!(!a.tx_hold_send(NOW, id, 66, false));
+    a.tx_hold_release(id);
+    let ids = [a.tx_hold().unwrap(), a.tx_hold().unwrap()];
+    assert!(
+        !a.tx_hold_send(NOW, ids[0], slot_size + 1, false),
+        "longer than a frame"
+    );
+    assert_eq!(a.tx_hold(), None);
+    assert!(!a.send(NOW, &[0x44; 100]));
+    for id in ids {
+        a.tx_hold_release(id);
+    }
+    assert_eq!(a.tx_space(), Some(2));
+    let s = a.stats();
+    assert_eq!((s.tx_held, s.tx_held_released), (4, 4), "{s:?}");
+    assert_eq!((s.tx_held_sent, s.tx_held_refused), (6, 5), "{s:?}");
+    assert_eq!(a.tx_held_now(), 0);
+}

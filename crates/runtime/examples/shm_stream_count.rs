@@ -113,4 +113,10 @@ fn main() {
         server.stats().processed,
         server.stats().rx_direct
     );
+    let (written, in_place, copied, errors) = client.stack().held_slot_stats();
+    println!(
+        "held slots: {written} pieces written at send(), {in_place} segments sent in place \
+         ({} posted), {copied} over pieces copied, {errors} refused",
+        client.stats().tx_in_place
+    );
 }

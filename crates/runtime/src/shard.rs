@@ -316,6 +316,9 @@ pub struct ShardStats {
     /// memory: the headers and then the payload from the send buffer, into a slot the
     /// device lent ([`Device::send_with`], [`Stack::poll_transmit_lent`]).
     pub tx_lent: u64,
+    /// Data segments sent from the held slot their bytes were written into at `send()`
+    /// (`Stack::set_tx_held`): no copy at transmit.
+    pub tx_in_place: u64,
     /// Batches handed to the device ([`Device::send_batch`] calls; a frame sent alone is
     /// one).
     pub tx_batches: u64,
@@ -372,6 +375,10 @@ pub const RX_ROUND_BYTES: usize = 256 << 10;
 /// queue.
 pub const TX_QUOTA: usize = 64;
 
+/// Free transmit slots the driver leaves the device when it tops up the stack's reserve
+/// of held ones (`Shard::held_slots`): for ACKs and the segments that are copied.
+const HELD_SPARE: usize = 4;
+
 /// How a transmit quota ended.
 enum Quota {
     /// The stack's queue is empty, or the device has no room for more.
@@ -402,6 +409,8 @@ pub struct Shard<D: Device> {
     /// Frames [`transmit_lone`](Self::transmit_lone) handed to the device since the last
     /// round: the round counts them and reports them in its [`PollResult::tx`].
     tx_since: usize,
+    /// The stack holds transmit slots of the device (`Stack::set_tx_held`).
+    tx_hold: bool,
 }
 
 impl<D: Device> Shard<D> {
@@ -412,6 +421,20 @@ impl<D: Device> Shard<D> {
         // Long segments are written into the device's slots from the send buffer.
         if device.tx_lends() {
             stack.set_tx_lend(true);
+        }
+        // Long writes go straight into transmit slots the stack holds, when the device
+        // lets it (`Stack::set_tx_held`): topped up and released each round
+        // (`held_slots`).
+        // Not on a ring too small to spare them (fewer than 4 * HELD_SPARE slots free):
+        // there a writer would wait for slots that never come, and the lent path is as
+        // good.
+        let mut tx_hold = false;
+        if device.tx_lends()
+            && device.tx_space().is_some_and(|n| n >= 4 * HELD_SPARE)
+            && let (Some(w), Some(r)) = (device.tx_held_writer(), device.tx_held_reader())
+        {
+            stack.set_tx_held(w, r, device.caps().max_frame_len());
+            tx_hold = true;
         }
         // Long segments' payloads may stay in the device's memory, held by the receive
         // queues until read (`Stack::set_lent_reader`).
@@ -431,6 +454,7 @@ impl<D: Device> Shard<D> {
             defer_since: None,
             tx_direct,
             tx_since: 0,
+            tx_hold,
         }
     }
 
@@ -692,6 +716,9 @@ impl<D: Device> Shard<D> {
         if self.stack.has_released_frames() {
             self.release_frames();
         }
+        if self.tx_hold {
+            self.held_slots();
+        }
         if !self.room_to_receive(budget, result) {
             return;
         }
@@ -746,6 +773,21 @@ impl<D: Device> Shard<D> {
     fn release_frames(&mut self) {
         let Shard { stack, device, .. } = self;
         stack.take_released_frames(|id| device.release_kept(id));
+    }
+
+    /// The stack's held transmit slots (`Stack::set_tx_held`): those whose bytes were
+    /// acknowledged go back to the device, and the reserve is topped up while the device
+    /// has more than [`HELD_SPARE`] slots free (as a NIC driver refills its receive ring).
+    #[inline(never)]
+    fn held_slots(&mut self) {
+        let Shard { stack, device, .. } = self;
+        stack.tx_held_collect();
+        stack.take_released_held(|id| device.tx_hold_release(id));
+        while stack.tx_held_wants() && device.tx_space().is_some_and(|n| n > HELD_SPARE) {
+            let Some(id) = device.tx_hold() else { break };
+            stack.give_held_slot(id);
+        }
+        stack.tx_held_given();
     }
 
     /// The end of a round: count a transmit queue left held.
@@ -990,7 +1032,7 @@ impl<D: Device> Shard<D> {
     /// `dev_hard_start_xmit` knows from the skb list whether more follow), so the device
     /// publishes the run once. The frames handed over.
     fn send_lent(&mut self, now: Instant, want: usize, result: &mut PollResult) -> usize {
-        let (mut n, mut dropped, mut lent) = (0, 0, 0);
+        let (mut n, mut dropped, mut lent, mut held) = (0, 0, 0, 0);
         let mut next = if want > 0 {
             self.stack.poll_transmit_lent(now)
         } else {
@@ -1005,6 +1047,23 @@ impl<D: Device> Shard<D> {
             let Shard { stack, device, .. } = self;
             let (sent, buf) = match frame {
                 TxFrame::Whole(frame) => (device.send_more(now, &frame, more), frame),
+                TxFrame::Split { head, payload }
+                    if self.tx_hold
+                        && let Some(id) = stack.tx_held_piece(&payload, head.len()) =>
+                {
+                    // Exactly one piece written at `send()` into a held slot: its
+                    // headers in front, and the slot posted as it is.
+                    let len = head.len() + payload.len();
+                    let mut sent =
+                        stack.write_held_head(id, &head) && device.tx_hold_send(now, id, len, more);
+                    if !sent {
+                        sent = device.send_with(now, len, more, &mut |w| {
+                            w.put(&head) && stack.write_tx_payload(&payload, |bytes| w.put(bytes))
+                        });
+                    }
+                    held += u64::from(sent);
+                    (sent, head)
+                }
                 TxFrame::Split { head, payload } => {
                     let len = head.len() + payload.len();
                     let sent = device.send_with(now, len, more, &mut |w| {
@@ -1019,6 +1078,7 @@ impl<D: Device> Shard<D> {
         }
         if n > 0 {
             self.stats.tx_lent += lent;
+            self.stats.tx_in_place += held;
             self.count_batch(n, dropped, result);
         }
         n

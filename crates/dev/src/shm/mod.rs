@@ -67,6 +67,13 @@
 //! where it belongs (a TCP receive queue); the slot is returned at the next receive call
 //! or before sleeping, never while the receiver may still read it.
 //!
+//! A sender may also hold a slot as its own memory ([`Device::tx_hold`](crate::Device::tx_hold),
+//! `hold.rs`): written ahead of sending, sent from where it is (and sent again once the
+//! receiver returned it), and back on the free list only when the sender released it and
+//! the receiver returned its last frame, in either order. The stack writes long writes
+//! straight into held slots at `send()` and sends a segment that is one such piece in
+//! place (`ustack_stack`'s `tcp/buffer/held.rs`, the shard's `held_slots`).
+//!
 //! Slots circulate by index, never by copying between rings; the descriptor ring carries
 //! which slot holds a frame and the completion ring carries which slots are free again, so
 //! a receiver may return slots out of order (one that holds some frames longer than
@@ -214,6 +221,7 @@
 
 mod batch;
 mod doorbell;
+mod hold;
 mod layout;
 mod link;
 mod ring;
@@ -338,6 +346,22 @@ pub struct ShmStats {
     ///
     /// [`Device::send_with`]: crate::Device::send_with
     pub tx_unfilled: u64,
+    /// Slots taken for the caller to hold ([`Device::tx_hold`]).
+    ///
+    /// [`Device::tx_hold`]: crate::Device::tx_hold
+    pub tx_held: u64,
+    /// Frames sent from held slots ([`Device::tx_hold_send`], of
+    /// [`tx_frames`](Self::tx_frames)).
+    ///
+    /// [`Device::tx_hold_send`]: crate::Device::tx_hold_send
+    pub tx_held_sent: u64,
+    /// Held slots released by the caller ([`Device::tx_hold_release`]).
+    ///
+    /// [`Device::tx_hold_release`]: crate::Device::tx_hold_release
+    pub tx_held_released: u64,
+    /// Sends from, or releases of, slots not held (or, for a send, still with the peer,
+    /// too long, or on a stopped ring): refused, nothing sent or freed.
+    pub tx_held_refused: u64,
     /// Transmit ring publications: the placed descriptors written to the ring and
     /// `desc_head` stored, followed by a SeqCst fence
     /// and a look at the peer's `rx_need_wakeup` flag. One per [`Device::send`], one per

@@ -93,9 +93,12 @@ pub(super) struct Tx {
     pending: Vec<u64>,
     pub(super) comp_tail: u32,
     /// Free slots, most recently returned last.
-    free: Vec<u32>,
+    pub(super) free: Vec<u32>,
     /// Slots posted and not yet returned.
-    in_flight: Vec<bool>,
+    pub(super) in_flight: Vec<bool>,
+    /// Slots the caller holds ([`Device::tx_hold`], `shm/hold.rs`): a returned one goes
+    /// back on the free list only once the caller released it too.
+    pub(super) held: Vec<bool>,
     since_reclaim: u32,
     /// The free slot whose first lines [`ShmPort::own_next_slot`] last wrote.
     owned: Option<u32>,
@@ -140,9 +143,9 @@ pub struct ShmPort {
     pub(super) shared: Arc<Shared>,
     side: ShmSide,
     queue: usize,
-    max_frame: usize,
-    slot_size: usize,
-    ring_size: u32,
+    pub(super) max_frame: usize,
+    pub(super) slot_size: usize,
+    pub(super) ring_size: u32,
     mask: u32,
     publish_every: u32,
     /// Bytes [`Device::recv_head`] copies of a frame it leaves in its slot; 0: off.
@@ -206,6 +209,7 @@ impl ShmPort {
             comp_tail: 0,
             free: (0..ring).rev().collect(),
             in_flight: vec![false; l.ring_size()],
+            held: vec![false; l.ring_size()],
             since_reclaim: 0,
             owned: None,
             last_in_slot: false,
@@ -288,7 +292,7 @@ impl ShmPort {
     // ---- transmit ----------------------------------------------------------------
 
     /// Puts returned slots back on the free list.
-    fn reclaim(&mut self) {
+    pub(super) fn reclaim(&mut self) {
         self.tx.since_reclaim = 0;
         if self.tx.stopped {
             return;
@@ -310,7 +314,9 @@ impl ShmPort {
             match self.tx.in_flight.get_mut(slot as usize) {
                 Some(f) if *f => {
                     *f = false;
-                    self.tx.free.push(slot);
+                    if !self.tx.held[slot as usize] {
+                        self.tx.free.push(slot);
+                    }
                 }
                 _ => self.stats.bad_comp += 1,
             }
@@ -344,7 +350,7 @@ impl ShmPort {
     /// A free slot for a frame of `len` bytes, taken off the free list (reclaiming
     /// returned ones first when due), or why not, counted.
     #[inline]
-    fn take_slot(&mut self, len: usize) -> Result<u32, Placed> {
+    pub(super) fn take_slot(&mut self, len: usize) -> Result<u32, Placed> {
         if len > self.max_frame {
             self.stats.tx_too_big += 1;
             return Err(Placed::TooBig);
@@ -403,7 +409,7 @@ impl ShmPort {
     }
 
     /// The region offset of our transmit slot `slot`.
-    fn tx_slot_off(&self, slot: u32) -> usize {
+    pub(super) fn tx_slot_off(&self, slot: u32) -> usize {
         self.tx.frames_off + slot as usize * self.slot_size
     }
 
@@ -411,7 +417,7 @@ impl ShmPort {
     /// word's line in the ring entry it will be posted at if it is at most [`INLINE_MAX`] bytes,
     /// else in the slot.
     #[inline]
-    fn tx_frame_off(&self, slot: u32, len: usize) -> usize {
+    pub(super) fn tx_frame_off(&self, slot: u32, len: usize) -> usize {
         if len <= INLINE_MAX {
             self.tx.ring_off + DESC_LEN * (self.tx.head & self.mask) as usize + INLINE_OFF
         } else {
@@ -422,7 +428,7 @@ impl ShmPort {
     /// Writes the descriptor of the frame of `len` bytes in `slot` (taken by
     /// [`take_slot`](Self::take_slot) and filled), without publishing it.
     #[inline]
-    fn post(&mut self, slot: u32, len: usize) {
+    pub(super) fn post(&mut self, slot: u32, len: usize) {
         // `len <= max_frame <= slot_size <= 2^20` and `slot < ring_size <= 2^15`: the
         // descriptor's fields hold them.
         self.tx.pending[(self.tx.head & self.mask) as usize] =
@@ -792,6 +798,23 @@ impl Device for ShmPort {
         }
         self.publish_tx();
         dropped
+    }
+
+    /// See `shm/hold.rs`.
+    fn tx_hold(&mut self) -> Option<u32> {
+        self.hold()
+    }
+    fn tx_hold_send(&mut self, _now: Instant, id: u32, len: usize, more: bool) -> bool {
+        self.hold_send(id, len, more)
+    }
+    fn tx_hold_release(&mut self, id: u32) {
+        self.hold_release(id);
+    }
+    fn tx_held_writer(&self) -> Option<crate::HeldWriter> {
+        Some(self.held_writer())
+    }
+    fn tx_held_reader(&self) -> Option<crate::KeptReader> {
+        Some(self.held_reader())
     }
 
     /// [`ShmPort::set_tx_lend`]: true unless turned off.

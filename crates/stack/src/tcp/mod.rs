@@ -1162,7 +1162,7 @@ impl Stack {
     #[inline(never)]
     fn tcp_sendmsg(&mut self, now: Instant, h: TcpHandle, data: &[u8]) -> Result<usize, Error> {
         let sockets = self.tcp.conns.len();
-        let (tcb, pool) = self.tcp.split(h).ok_or(Error::BadHandle)?;
+        let (mut tcb, mut pool) = self.tcp.split(h).ok_or(Error::BadHandle)?;
         if let Some(e) = tcb.error.take() {
             return Err(e);
         }
@@ -1177,9 +1177,32 @@ impl Stack {
             return Ok(0);
         }
         let limit = tcb.sndbuf_limit as usize;
+        // A long write into the device's held transmit slots, when it lends them
+        // (tx_lend.rs's held slots: no pool memory, no copy into chunks).
+        let mut most = usize::MAX;
+        if tcb.sndbuf.holds_pieces() || (data.len() >= tx_lend::LEND_MIN && pool.held.on()) {
+            match self.tcp_sendmsg_held(now, h, data) {
+                Ok(n) => return Ok(n),
+                Err(k) => most = k,
+            }
+            let (t, p) = self.tcp.split(h).ok_or(Error::BadHandle)?;
+            (tcb, pool) = (t, p);
+            if most == 0 {
+                // No held slot: woken by the ACK that frees some (as for a full buffer),
+                // or when the driver tops the reserve up (`Stack::tx_held_given`).
+                tcb.flags.set(tcb::TcbFlags::NOSPACE);
+                if !pool.held.waiters.contains(&h) {
+                    pool.held.waiters.push(h);
+                }
+                return Err(Error::WouldBlock);
+            }
+        }
         // Linux tcp_sendmsg -> sk_wmem_schedule -> __sk_mem_raise_allocated (SK_MEM_SEND):
         // the chunks this write would take, asked of the stack's tcp_mem.
-        let mut take = data.len().min(limit.saturating_sub(tcb.sndbuf.len()));
+        let mut take = data
+            .len()
+            .min(limit.saturating_sub(tcb.sndbuf.len()))
+            .min(most);
         let chunks = tcb.sndbuf.chunks_for(take);
         if !pool.fast_schedule(chunks) {
             let mut ask = buffer::MemAsk {

@@ -268,3 +268,148 @@ impl Stack {
         tcb.sndbuf.peek_with(&tcp.pool, offset, n, put)
     }
 }
+
+/// Held slots the stack asks its driver to keep in reserve (`Stack::tx_held_wants`), as
+/// many as the device has free beyond its spare ones: a 512 KiB write's worth of 64 KiB
+/// segments.
+pub const HELD_RESERVE: usize = 8;
+
+/// Held transmit slots as send buffer storage (see `tcp::buffer::held`).
+impl Stack {
+    /// The device lets the stack hold its transmit slots (`Device::tx_hold`): `writer`
+    /// and `reader` reach them, `slot_len` bytes each. From now on writes of at least
+    /// [`LEND_MIN`] bytes go into held slots while the reserve
+    /// ([`give_held_slot`](Self::give_held_slot)) has any, and the driver hands
+    /// [`take_released_held`](Self::take_released_held) back. Only with
+    /// [`set_tx_lend`](Self::set_tx_lend) on (the segments over pieces leave split).
+    pub fn set_tx_held(
+        &mut self,
+        writer: super::buffer::held::HeldWriter,
+        reader: super::buffer::held::HeldReader,
+        slot_len: usize,
+    ) {
+        if self.tx_lend {
+            self.tcp.pool.held.set(writer, reader, slot_len);
+        }
+    }
+
+    /// Whether the reserve of held slots is below [`HELD_RESERVE`] (with held slots on).
+    #[inline]
+    pub fn tx_held_wants(&self) -> bool {
+        self.tcp.pool.held.slot_len > 0 && self.tcp.pool.held.reserve_len() < HELD_RESERVE
+    }
+
+    /// A slot the device let the driver hold, for the reserve.
+    pub fn give_held_slot(&mut self, id: u32) {
+        self.tcp.pool.held.give(id);
+    }
+
+    /// The driver topped the reserve up: the writers that waited for a slot are marked
+    /// writable.
+    pub fn tx_held_given(&mut self) {
+        if self.tcp.pool.held.waiters.is_empty() || !self.tcp.pool.held.ready() {
+            return;
+        }
+        for h in core::mem::take(&mut self.tcp.pool.held.waiters) {
+            if self.tcp.get(h).is_some() {
+                self.ready.mark(
+                    crate::socket::SocketKey::Tcp(h),
+                    crate::socket::Readiness::WRITABLE,
+                );
+            }
+        }
+    }
+
+    /// Releases the pieces of send buffers cleared (all acknowledged) or gone with their
+    /// connection: `SendBuffer::clear` leaves them to be found here, so that the
+    /// acknowledgement that empties a buffer costs no test for them. Before
+    /// [`take_released_held`](Self::take_released_held), each round.
+    pub fn tx_held_collect(&mut self) {
+        let (conns, held) = (&self.tcp.conns, &mut self.tcp.pool.held);
+        held.collect(|h, i| {
+            conns
+                .get(h.index, h.generation)
+                .is_some_and(|t| t.sndbuf.held_queue() == i)
+        });
+    }
+
+    /// Hands each held slot whose bytes were acknowledged (or whose connection went) to
+    /// `f` (the device's `tx_hold_release`), oldest first.
+    pub fn take_released_held(&mut self, mut f: impl FnMut(u32)) {
+        self.tcp.pool.held.take_released(&mut f);
+    }
+
+    /// Counters of held slots: pieces written at `send()`, segments sent in place,
+    /// segments over pieces copied instead, device reads or writes refused.
+    pub fn held_slot_stats(&self) -> (u64, u64, u64, u64) {
+        let h = &self.tcp.pool.held;
+        (h.written, h.sent_in_place, h.copied, h.errors)
+    }
+
+    /// Held slots in the reserve (given, not yet written).
+    pub fn tx_held_reserve(&self) -> usize {
+        self.tcp.pool.held.reserve_len()
+    }
+
+    /// The held slot a split segment goes from in place: its payload exactly one piece
+    /// of its connection's send buffer, after `head_len` bytes of headers, not sent in
+    /// place before. The driver writes the headers at the slot's start
+    /// ([`write_held_head`](Self::write_held_head)) and posts the slot. `None`: the
+    /// payload is copied as for any split segment (counted when it is over pieces).
+    pub fn tx_held_piece(&mut self, payload: &TxPayload, head_len: usize) -> Option<u32> {
+        let (tcb, pool) = self.tcp.split(payload.h)?;
+        if !tcb.sndbuf.holds_pieces() {
+            return None;
+        }
+        let offset = usize::try_from(payload.seq.diff(tcb.data_start())).ok()?;
+        tcb.sndbuf
+            .piece_for_send(pool, offset, payload.len(), head_len)
+    }
+
+    /// Writes a segment's headers at the start of held slot `id` (see
+    /// [`tx_held_piece`](Self::tx_held_piece)).
+    pub fn write_held_head(&self, id: u32, head: &[u8]) -> bool {
+        self.tcp.pool.held.write_head(id, head)
+    }
+
+    /// `tcp_sendmsg`'s write into held slots (`SendBuffer::write_held`): `Ok`, the bytes
+    /// taken, pushed out as `tcp_sendmsg` pushes; `Err(k)`: none, the caller writes at
+    /// most `k` into chunks.
+    pub(super) fn tcp_sendmsg_held(
+        &mut self,
+        now: Instant,
+        h: TcpHandle,
+        data: &[u8],
+    ) -> Result<usize, usize> {
+        let Some(tcb) = self.tcp.get(h) else {
+            return Err(usize::MAX);
+        };
+        let (cap, room, sent) = self.held_geometry(tcb);
+        let Some((tcb, pool)) = self.tcp.split(h) else {
+            return Err(usize::MAX);
+        };
+        let limit = tcb.sndbuf_limit as usize;
+        let n = tcb
+            .sndbuf
+            .write_held(pool, data, limit, (cap, room, sent, LEND_MIN), h)?;
+        if tcb.state.can_send() && !self.tcp_push_one(now, h) {
+            self.tcp_output(now, h);
+        }
+        Ok(n)
+    }
+
+    /// How a write of this connection is cut into held slots: the segment size, the
+    /// data segment's header bytes in front (link, IP, TCP with timestamps), and the
+    /// bytes already sent from the send buffer's head.
+    pub(super) fn held_geometry(&self, tcb: &super::Tcb) -> (usize, usize, usize) {
+        let ip = if tcb.tuple.is_v6() { 40 } else { 20 };
+        let ts = if tcb.flags.has(super::tcb::TcbFlags::TS_OK) {
+            12
+        } else {
+            0
+        };
+        let room = self.l2_len() + ip + ustack_wire::tcp::HEADER_LEN + ts;
+        let sent = tcb.snd.nxt.diff(tcb.data_start()).max(0) as usize;
+        (tcb.mss_now(), room, sent)
+    }
+}

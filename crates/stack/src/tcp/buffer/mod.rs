@@ -14,6 +14,7 @@
 //! The pool is in `pool`, the send buffer in `send`, the receive buffer with its
 //! out-of-order queue in `recv`.
 
+pub(crate) mod held;
 pub(crate) mod lent;
 mod pool;
 mod recv;

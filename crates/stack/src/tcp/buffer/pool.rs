@@ -75,6 +75,8 @@ pub struct BufferPool {
     pressure_since: Option<Instant>,
     /// Frames a device lent to receive queues (see [`super::lent`]).
     pub(crate) lent: Box<super::lent::LentFrames>,
+    /// Transmit slots a device lets send buffers hold (see [`super::held`]).
+    pub(crate) held: Box<super::held::HeldSlots>,
 }
 
 /// Bytes per `tcp_mem` page (Linux counts `tcp_mem` in pages of `PAGE_SIZE`).
@@ -127,6 +129,7 @@ impl BufferPool {
             fast_limit: 0,
             pressure_since: None,
             lent: Box::default(),
+            held: Box::default(),
         }
     }
 

@@ -8,6 +8,7 @@
 
 use core::cell::Cell;
 
+use super::held::{HeldQueue, Piece};
 use super::pool::{BufferPool, CHUNK, NONE};
 
 /// The largest send buffer, keeping `head_off + len` within `u32`.
@@ -32,6 +33,15 @@ pub struct SendBuffer {
     /// ... and its ordinal in the chain (0 = `head`).
     cursor_ord: Cell<u32>,
 }
+
+// Pieces in held transmit slots (see [`super::held`]), without a byte more in the TCB:
+// while a buffer holds any, `head_off`'s bits from `HELD_SHIFT` up are the 1-based number
+// of its piece queue in the pool (so that the head-chunk shortcuts of `peek` and
+// `head_span` never apply), `len` counts the pieces' bytes too, the peek cursor is off
+// (`NONE`) and `cursor_ord` holds the pieces' bytes.
+const HELD_SHIFT: u32 = 12;
+const HEAD_OFF_MASK: u32 = (1 << HELD_SHIFT) - 1;
+const _: () = assert!(CHUNK <= HEAD_OFF_MASK as usize);
 
 impl Default for SendBuffer {
     fn default() -> Self {
@@ -64,6 +74,9 @@ impl SendBuffer {
 
     /// Pool memory this buffer holds: its chunks * [`CHUNK`] (Linux `sk_wmem_queued` in spirit).
     pub fn mem_bytes(&self) -> usize {
+        if self.head_off > HEAD_OFF_MASK {
+            return self.chain_view().mem_bytes();
+        }
         (self.head_off as usize + self.len as usize).div_ceil(CHUNK)
             * CHUNK
             * usize::from(self.len > 0)
@@ -73,6 +86,8 @@ impl SendBuffer {
     pub fn tail_room(&self) -> usize {
         if self.len == 0 {
             0
+        } else if self.head_off > HEAD_OFF_MASK {
+            self.chain_view().tail_room()
         } else {
             (CHUNK - (self.head_off as usize + self.len as usize) % CHUNK) % CHUNK
         }
@@ -98,6 +113,9 @@ impl SendBuffer {
             } else {
                 0
             };
+        }
+        if self.head_off > HEAD_OFF_MASK {
+            return self.write_chain_held(pool, &data[..take]);
         }
         let mut done = 0;
         while done < take {
@@ -161,6 +179,9 @@ impl SendBuffer {
             self.cursor_ord.set(0);
             return n;
         }
+        if self.head_off > HEAD_OFF_MASK {
+            return self.peek_held(pool, offset, &mut out[..n]);
+        }
         let (mut c, mut ord) = self.chunk_at((abs / CHUNK) as u32, pool);
         let mut off = abs % CHUNK;
         let mut done = 0;
@@ -208,6 +229,10 @@ impl SendBuffer {
             self.clear(pool);
             return;
         }
+        if self.head_off > HEAD_OFF_MASK {
+            self.consume_held(pool, n);
+            return;
+        }
         let abs = self.head_off as usize + n;
         let freed = (abs / CHUNK) as u32;
         for _ in 0..freed {
@@ -226,6 +251,11 @@ impl SendBuffer {
     }
 
     /// Drop everything, returning every chunk to the pool.
+    #[inline]
+    ///
+    /// Pieces in held slots are left to the pool's queue, which the stack then finds
+    /// orphaned and releases (`Stack::tx_held_collect`): no test here on the path of
+    /// every acknowledgement that empties the buffer.
     pub fn clear(&mut self, pool: &mut BufferPool) {
         let mut c = self.head;
         while c != NONE {
@@ -257,6 +287,9 @@ impl SendBuffer {
         }
         if n == 0 {
             return true;
+        }
+        if self.head_off > HEAD_OFF_MASK {
+            return self.peek_with_held(pool, offset, n, &mut put);
         }
         let abs = self.head_off as usize + offset;
         let (mut c, mut ord) = self.chunk_at((abs / CHUNK) as u32, pool);
@@ -292,5 +325,362 @@ impl SendBuffer {
             ord += 1;
         }
         (c, ord)
+    }
+}
+
+/// A stretch of a send buffer holding pieces: bytes in a held slot, or in the chunk chain.
+enum Run {
+    Slot { slot: u32, off: usize, len: usize },
+    Chain { off: usize, len: usize },
+}
+
+/// Hands `f` the runs of bytes `offset..offset + n` of a buffer of `total` bytes whose
+/// pieces are `q`, in order; false if `f` stopped.
+fn runs(
+    q: &HeldQueue,
+    total: usize,
+    offset: usize,
+    n: usize,
+    mut f: impl FnMut(Run) -> bool,
+) -> bool {
+    let start = q.base + offset as u64;
+    let end = start + n as u64;
+    let stop = q.base + total as u64;
+    // `cur`: the stream position walked to; `coff`: the chain bytes before it.
+    let (mut cur, mut coff) = (q.base, 0u64);
+    let chain = |from: u64, to: u64, coff: u64, f: &mut dyn FnMut(Run) -> bool| {
+        let (a, b) = (from.max(start), to.min(end));
+        a >= b
+            || f(Run::Chain {
+                off: (coff + a - from) as usize,
+                len: (b - a) as usize,
+            })
+    };
+    for p in &q.pieces {
+        if cur >= end {
+            return true;
+        }
+        let (ps, pe) = (p.pos.max(q.base), p.pos + u64::from(p.len));
+        if !chain(cur, ps, coff, &mut f) {
+            return false;
+        }
+        coff += ps - cur;
+        let (a, b) = (ps.max(start), pe.min(end));
+        if a < b
+            && !f(Run::Slot {
+                slot: p.slot,
+                off: (u64::from(p.room) + a - p.pos) as usize,
+                len: (b - a) as usize,
+            })
+        {
+            return false;
+        }
+        cur = pe;
+    }
+    chain(cur, stop, coff, &mut f)
+}
+
+/// Held transmit slots as the send buffer's storage (see [`super::held`]): the pieces sit
+/// in sequence order among the chunk bytes; the chain keeps every byte not in a piece.
+impl SendBuffer {
+    /// The chunk chain alone, as a buffer without pieces (its cursor copied).
+    fn chain_view(&self) -> SendBuffer {
+        SendBuffer {
+            head: self.head,
+            tail: self.tail,
+            head_off: self.head_off & HEAD_OFF_MASK,
+            len: self.len - self.hlen(),
+            cursor: Cell::new(NONE),
+            cursor_ord: Cell::new(0),
+        }
+    }
+
+    /// Takes back the chain of `v` (a [`chain_view`](Self::chain_view) changed); `len`
+    /// follows the chain's change.
+    fn chain_store(&mut self, v: &SendBuffer) {
+        let chain_before = self.len - self.hlen();
+        self.len = self.len - chain_before + v.len;
+        let held = self.head_off & !HEAD_OFF_MASK;
+        (self.head, self.tail, self.head_off) = (v.head, v.tail, v.head_off | held);
+    }
+
+    /// The number of this buffer's piece queue (0: none).
+    fn held(&self) -> u32 {
+        self.head_off >> HELD_SHIFT
+    }
+
+    /// Bytes in pieces.
+    fn hlen(&self) -> u32 {
+        if self.held() == 0 {
+            0
+        } else {
+            self.cursor_ord.get()
+        }
+    }
+
+    /// Whether some bytes are in held slots.
+    pub fn holds_pieces(&self) -> bool {
+        self.held() != 0
+    }
+
+    /// No piece left: back to a plain chain.
+    fn leave_held(&mut self, pool: &mut BufferPool) {
+        pool.held.free_queue(self.held());
+        self.head_off &= HEAD_OFF_MASK;
+        self.cursor.set(NONE);
+        self.cursor_ord.set(0);
+    }
+
+    /// Appends up to `limit - len` bytes of `data` into held slots from the pool's
+    /// reserve, after `room` bytes for the headers, at most `cap` bytes a slot (the
+    /// segment size): the last piece filled first while none of it was sent (`sent`:
+    /// the bytes already sent, from the head) and it is the buffer's last byte, then new
+    /// pieces (for a write of at least `min_new` bytes) cut where the segments will be
+    /// cut, every `cap` bytes from the first unsent byte. `Ok`: the bytes taken;
+    /// `Err(k)`: none, the caller writes at most `k` bytes into chunks instead (the
+    /// unsent bytes end `cap - k` into a segment: the next piece starts where that
+    /// segment ends; a short write; no slot while the buffer is empty), or with `k` 0
+    /// waits for an acknowledgement as a full buffer does (no slot in the reserve).
+    pub fn write_held(
+        &mut self,
+        pool: &mut BufferPool,
+        data: &[u8],
+        limit: usize,
+        (cap, room, sent, min_new): (usize, usize, usize, usize),
+        owner: crate::tcp::TcpHandle,
+    ) -> Result<usize, usize> {
+        let avail = limit.min(MAX_SEND).saturating_sub(self.len as usize);
+        let take = data.len().min(avail);
+        let cap = cap.min(pool.held.slot_len.saturating_sub(room));
+        if take == 0 || cap == 0 {
+            return Err(usize::MAX);
+        }
+        if self.held() == 0 && !pool.held.ready() {
+            return Err(self.wait_or(cap));
+        }
+        let fresh = self.held() == 0;
+        if fresh {
+            self.head_off |= pool.held.new_queue(owner) << HELD_SHIFT;
+            self.cursor.set(NONE);
+            self.cursor_ord.set(0);
+        }
+        let hs = &mut *pool.held;
+        let q = &mut hs.queues[self.held() as usize - 1];
+        let end_pos = q.base + u64::from(self.len);
+        let mut done = 0;
+        let tail = q.pieces.back_mut().filter(|p| {
+            p.pos + u64::from(p.len) == end_pos
+                && p.pos >= q.base + sent as u64
+                && !p.sent
+                && p.room as usize == room
+        });
+        if tail.is_none() {
+            let lead = (cap - (self.len as usize).saturating_sub(sent) % cap) % cap;
+            if lead > 0 || take < min_new {
+                if fresh {
+                    self.leave_held(pool);
+                }
+                return Err(if lead > 0 { lead } else { usize::MAX });
+            }
+        }
+        if let Some(p) = tail
+            && p.len < p.cap
+        {
+            let k = (p.cap - p.len).min(take as u32);
+            let off = room + p.len as usize;
+            if hs
+                .writer
+                .as_ref()
+                .is_some_and(|w| w(p.slot, off, &data[..k as usize]))
+            {
+                p.len += k;
+                done = k as usize;
+            } else {
+                hs.errors += 1;
+            }
+        }
+        while done < take && (done > 0 || take >= min_new) {
+            let Some(slot) = hs.reserve.pop() else { break };
+            let k = cap.min(take - done);
+            if !hs
+                .writer
+                .as_ref()
+                .is_some_and(|w| w(slot, room, &data[done..done + k]))
+            {
+                hs.errors += 1;
+                hs.released.push(slot);
+                break;
+            }
+            q.pieces.push_back(Piece {
+                pos: end_pos + done as u64,
+                slot,
+                room: room as u32,
+                len: k as u32,
+                cap: cap as u32,
+                sent: false,
+            });
+            hs.written += 1;
+            done += k;
+        }
+        self.len += done as u32;
+        self.cursor_ord.set(self.hlen() + done as u32);
+        if self.hlen() == 0 {
+            self.leave_held(pool);
+        }
+        if done > 0 {
+            Ok(done)
+        } else if take >= min_new {
+            Err(self.wait_or(cap))
+        } else {
+            Err(usize::MAX)
+        }
+    }
+
+    /// No held slot for a long write: wait for the bytes held to be acknowledged
+    /// (`Err(0)` from [`write_held`](Self::write_held): the slots come back with them)
+    /// rather than fill the buffer with chunks that would keep every later write out of
+    /// the slots; an empty buffer has nothing to wait for and takes one segment in chunks.
+    fn wait_or(&self, cap: usize) -> usize {
+        if self.len > 0 { 0 } else { cap }
+    }
+
+    /// [`write`](Self::write) of `data` (within the limit) after the pieces: into the chain.
+    #[cold]
+    #[inline(never)]
+    fn write_chain_held(&mut self, pool: &mut BufferPool, data: &[u8]) -> usize {
+        let mut v = self.chain_view();
+        let n = v.write(pool, data, MAX_SEND);
+        self.chain_store(&v);
+        n
+    }
+
+    /// [`peek`](Self::peek) of a buffer with pieces (`out` within the buffer).
+    #[cold]
+    #[inline(never)]
+    fn peek_held(&self, pool: &BufferPool, offset: usize, out: &mut [u8]) -> usize {
+        let q = &pool.held.queues[self.held() as usize - 1];
+        let v = self.chain_view();
+        let mut done = 0;
+        runs(q, self.len as usize, offset, out.len(), |r| {
+            let ok = match r {
+                Run::Slot { slot, off, len } => {
+                    pool.held.read(slot, off, &mut out[done..done + len])
+                }
+                Run::Chain { off, len } => v.peek(pool, off, &mut out[done..done + len]) == len,
+            };
+            if ok {
+                done += match r {
+                    Run::Slot { len, .. } | Run::Chain { len, .. } => len,
+                };
+            }
+            ok
+        });
+        done
+    }
+
+    /// [`peek_with`](Self::peek_with) of a buffer with pieces (the range within it): a
+    /// piece's bytes are read through a bounce buffer.
+    #[cold]
+    #[inline(never)]
+    fn peek_with_held(
+        &self,
+        pool: &BufferPool,
+        offset: usize,
+        n: usize,
+        put: &mut dyn FnMut(&[u8]) -> bool,
+    ) -> bool {
+        let q = &pool.held.queues[self.held() as usize - 1];
+        let v = self.chain_view();
+        let mut bounce = [0u8; 4096];
+        runs(q, self.len as usize, offset, n, |r| match r {
+            Run::Slot { slot, off, len } => {
+                let mut at = 0;
+                while at < len {
+                    let k = (len - at).min(bounce.len());
+                    if !pool.held.read(slot, off + at, &mut bounce[..k]) || !put(&bounce[..k]) {
+                        return false;
+                    }
+                    at += k;
+                }
+                true
+            }
+            Run::Chain { off, len } => v.peek_with(pool, off, len, &mut *put),
+        })
+    }
+
+    /// [`consume`](Self::consume) of `n < len` bytes of a buffer with pieces: the pieces
+    /// acknowledged to their end go back (their slots released), the chain bytes among
+    /// the `n` are consumed.
+    #[cold]
+    #[inline(never)]
+    fn consume_held(&mut self, pool: &mut BufferPool, n: usize) {
+        let hs = &mut *pool.held;
+        let q = &mut hs.queues[self.held() as usize - 1];
+        let mut chain_n = 0;
+        runs(q, self.len as usize, 0, n, |r| {
+            if let Run::Chain { len, .. } = r {
+                chain_n += len;
+            }
+            true
+        });
+        q.base += n as u64;
+        while let Some(p) = q.pieces.front()
+            && p.pos + u64::from(p.len) <= q.base
+        {
+            hs.released.push(p.slot);
+            q.pieces.pop_front();
+        }
+        self.cursor_ord.set(self.hlen() - (n - chain_n) as u32);
+        self.len -= (n - chain_n) as u32;
+        if chain_n > 0 {
+            let mut v = self.chain_view();
+            v.consume(pool, chain_n);
+            self.chain_store(&v);
+        }
+        if self.hlen() == 0 {
+            self.leave_held(pool);
+        }
+    }
+
+    /// The number of this buffer's piece queue in the pool (0: none), for
+    /// `Stack::tx_held_collect` to tell a queue still in use from one left by
+    /// [`clear`](Self::clear).
+    pub fn held_queue(&self) -> u32 {
+        self.held()
+    }
+
+    /// The held slot to send a segment of bytes `offset..offset + n` from in place: when
+    /// they are exactly one whole piece after `room` bytes of headers, not sent in place
+    /// before (then marked). Counts a segment over pieces that cannot go so.
+    pub fn piece_for_send(
+        &self,
+        pool: &mut BufferPool,
+        offset: usize,
+        n: usize,
+        room: usize,
+    ) -> Option<u32> {
+        if self.held() == 0 {
+            return None;
+        }
+        let hs = &mut *pool.held;
+        let q = &mut hs.queues[self.held() as usize - 1];
+        let (start, end) = (q.base + offset as u64, q.base + (offset + n) as u64);
+        let base = q.base;
+        let mut overlaps = false;
+        for p in q.pieces.iter_mut() {
+            let pe = p.pos + u64::from(p.len);
+            if pe <= start || p.pos >= end {
+                continue;
+            }
+            if p.pos == start && pe == end && p.pos >= base && !p.sent && p.room as usize == room {
+                p.sent = true;
+                hs.sent_in_place += 1;
+                return Some(p.slot);
+            }
+            overlaps = true;
+            break;
+        }
+        hs.copied += u64::from(overlaps);
+        None
     }
 }
