@@ -54,7 +54,9 @@ impl ShmPort {
                 // from the slot (layout v3): put a copy there; the slot keeps the bytes.
                 let mut frame = [0u8; INLINE_MAX];
                 let entry = self.tx_frame_off(id, len);
-                self.shared.map.read(self.tx_slot_off(id), &mut frame[..len]);
+                self.shared
+                    .map
+                    .read(self.tx_slot_off(id), &mut frame[..len]);
                 self.shared.map.write(entry, &frame[..len]);
             }
             self.post(id, len);
