@@ -1406,3 +1406,29 @@ fn held_slots_are_sent_in_place_and_freed_only_when_released_and_given_back() {
     assert_eq!((s.tx_held_sent, s.tx_held_refused), (6, 5), "{s:?}");
     assert_eq!(a.tx_held_now(), 0);
 }
+
+/// A sender whose free slots ran low while it holds others (the stack's held reserve,
+/// topped up only above a spare few) asks, when it goes to sleep, to be rung when slots
+/// come back: without it, a writer waiting for a held slot slept until something else
+/// woke it (the stream over shm fell from ~65 to ~5 Gbit/s in every other run).
+#[test]
+fn a_sender_low_on_free_slots_is_rung_when_the_peer_returns_them() {
+    let (mut a, mut b) = pair(&one_queue(16));
+    let held: Vec<u32> = (0..10).map(|_| a.tx_hold().expect("a free slot")).collect();
+    assert!(a.send(NOW, &[0x44; 1500]) && a.send(NOW, &[0x55; 1500]));
+    assert_eq!(a.tx_space(), Some(4), "16 slots: 10 held, 2 with the peer");
+    assert!(a.prepare_sleep(), "nothing to receive: it may sleep");
+    let rung = b.stats().doorbells;
+    while recv_vec(&mut b).is_some() {}
+    assert_eq!(
+        b.stats().doorbells,
+        rung + 1,
+        "the peer rang as it gave the two slots back"
+    );
+    a.finish_sleep();
+    assert_eq!(a.tx_space(), Some(6));
+    for id in held {
+        a.tx_hold_release(id);
+    }
+    assert_eq!(a.tx_space(), Some(16));
+}

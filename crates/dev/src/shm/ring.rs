@@ -51,6 +51,8 @@ impl FrameWriter for SlotWriter<'_> {
 pub const PUBLISH_EVERY: u32 = 32;
 /// A sender looks for returned slots at least this often (and whenever it has none).
 const RECLAIM_EVERY: u32 = 32;
+/// [`Device::tx_space`] looks for returned slots whenever this few or fewer are free.
+const RECLAIM_LOW: usize = 8;
 /// Bytes of a frame [`Device::recv_head`] copies when it leaves the rest in the slot:
 /// room for Ethernet, IPv4 or IPv6 and TCP headers with options (14 + 60 + 60 = 134), in
 /// three cache lines.
@@ -841,24 +843,27 @@ impl Device for ShmPort {
         placed == Placed::Yes
     }
 
-    /// The free slots after taking back what the peer returned. None left: the port
-    /// marks itself starved, so that [`prepare_sleep`](ShmPort::prepare_sleep) asks the
-    /// peer to ring when it returns slots. A stopped port (the peer misbehaved) says
-    /// `None`: its frames are dropped and counted, not held for ever.
     /// A send is a copy into a slot and a release store of the ring's index.
     fn tx_direct(&self) -> bool {
         true
     }
 
+    /// The free slots after taking back what the peer returned. With [`RECLAIM_LOW`] or
+    /// fewer left, the port looks for returned slots now and marks itself starved, so
+    /// that [`prepare_sleep`](ShmPort::prepare_sleep) asks the peer to ring when it
+    /// returns slots: a caller deciding by the answer (the shard topping up the stack's
+    /// held reserve only above a spare few) may send nothing until it grows, and then
+    /// neither a send nor a frame would come to take them back. A stopped port (the peer
+    /// misbehaved) says `None`: its frames are dropped and counted, not held for ever.
     fn tx_space(&mut self) -> Option<usize> {
         if self.tx.stopped {
             return None;
         }
-        if self.tx.free.is_empty() || self.tx.since_reclaim >= RECLAIM_EVERY {
+        if self.tx.free.len() <= RECLAIM_LOW || self.tx.since_reclaim >= RECLAIM_EVERY {
             self.reclaim();
         }
         let n = self.tx.free.len();
-        if n == 0 {
+        if n <= RECLAIM_LOW {
             self.tx.starved = true;
         }
         Some(n)
