@@ -293,7 +293,7 @@ impl Stack {
         }
     }
 
-    /// Whether the reserve of held slots is below [`HELD_RESERVE`] (with held slots on).
+    /// Whether the reserve of held slots is below `HELD_RESERVE` (8) (with held slots on).
     #[inline]
     pub fn tx_held_wants(&self) -> bool {
         self.tcp.pool.held.slot_len > 0 && self.tcp.pool.held.reserve_len() < HELD_RESERVE
