@@ -848,7 +848,7 @@ impl Device for ShmPort {
         true
     }
 
-    /// The free slots after taking back what the peer returned. With [`RECLAIM_LOW`] or
+    /// The free slots after taking back what the peer returned. With `RECLAIM_LOW` (8) or
     /// fewer left, the port looks for returned slots now and marks itself starved, so
     /// that [`prepare_sleep`](ShmPort::prepare_sleep) asks the peer to ring when it
     /// returns slots: a caller deciding by the answer (the shard topping up the stack's
