@@ -69,6 +69,7 @@ fn main() {
     b.set_tx_lend(lend);
     let mut server = Shard::new(0, stack(1, ipv6, bufs, config.mtu), a);
     let mut client = Shard::new(0, stack(2, ipv6, bufs, config.mtu), b);
+    client.hold_tx_slots();
     let to = if ipv6 {
         SocketAddr::V6(SocketAddrV6::new(ip6(1), 5001, 0, 0))
     } else {

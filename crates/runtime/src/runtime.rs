@@ -333,6 +333,7 @@ pub struct RuntimeBuilder {
     busy_poll: Duration,
     busy_poll_adaptive: bool,
     checksum_offload: bool,
+    tx_hold: bool,
     shard: usize,
     timer_granularity: Duration,
 }
@@ -362,6 +363,7 @@ impl RuntimeBuilder {
             busy_poll: Duration::ZERO,
             busy_poll_adaptive: true,
             checksum_offload: false,
+            tx_hold: false,
             shard: 0,
             timer_granularity: Duration::from_millis(1),
         }
@@ -461,6 +463,18 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Whether long writes (1 KiB or more) go straight into transmit slots of the device
+    /// that the stack holds until their bytes are acknowledged (default: no): over a shm
+    /// link, a stream's bytes are then copied once on the sending side instead of twice.
+    /// Opt-in, as Linux's `MSG_ZEROCOPY` is: held slots are the link's ring, shared by
+    /// every connection, and a connection whose data is not acknowledged (its peer stopped
+    /// reading) keeps its slots. For a few bulk senders, not for many connections.
+    /// Devices that cannot lend slots ignore it.
+    pub fn tx_hold(mut self, on: bool) -> Self {
+        self.tx_hold = on;
+        self
+    }
+
     /// The shard's number (0 for a one-shard runtime).
     pub fn shard(mut self, shard: usize) -> Self {
         self.shard = shard;
@@ -545,8 +559,12 @@ impl RuntimeBuilder {
         let mut stack = Stack::new(config);
         stack.set_gso_max_size(caps.gso_max_size);
         let timers = TimerWheel::new(clock.now(), self.timer_granularity);
+        let mut shard = Shard::new(self.shard, stack, device);
+        if self.tx_hold {
+            shard.hold_tx_slots();
+        }
         Ok(Runtime {
-            shard: Shard::new(self.shard, stack, device),
+            shard,
             poller: Poller::new(),
             timers,
             fired: VecDeque::new(),

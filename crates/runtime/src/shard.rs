@@ -414,6 +414,28 @@ pub struct Shard<D: Device> {
 }
 
 impl<D: Device> Shard<D> {
+    /// Long writes go straight into transmit slots the stack holds, if the device lets
+    /// it (`Stack::set_tx_held`, the shm port): topped up and released each round
+    /// (`held_slots`). Opt-in ([`RuntimeBuilder::tx_hold`](crate::RuntimeBuilder::tx_hold)),
+    /// as Linux's `MSG_ZEROCOPY` is: a slot stays held until its bytes are acknowledged,
+    /// so connections whose data is not acknowledged (a peer that stopped reading, under
+    /// memory pressure) keep slots of the link's ring that other connections then lack.
+    /// Not on a ring too small to spare them (fewer than 4 * HELD_SPARE slots free): there a
+    /// writer would wait for slots that never come, and the lent path is as good. Whether
+    /// it is on.
+    pub fn hold_tx_slots(&mut self) -> bool {
+        let Shard { stack, device, .. } = self;
+        if !self.tx_hold
+            && device.tx_lends()
+            && device.tx_space().is_some_and(|n| n >= 4 * HELD_SPARE)
+            && let (Some(w), Some(r)) = (device.tx_held_writer(), device.tx_held_reader())
+        {
+            stack.set_tx_held(w, r, device.caps().max_frame_len());
+            self.tx_hold = true;
+        }
+        self.tx_hold
+    }
+
     /// Shard number `id` running `stack` on `device`.
     pub fn new(id: usize, mut stack: Stack, mut device: D) -> Shard<D> {
         // Every frame goes to the stack with the device's word on its checksum.
@@ -421,20 +443,6 @@ impl<D: Device> Shard<D> {
         // Long segments are written into the device's slots from the send buffer.
         if device.tx_lends() {
             stack.set_tx_lend(true);
-        }
-        // Long writes go straight into transmit slots the stack holds, when the device
-        // lets it (`Stack::set_tx_held`): topped up and released each round
-        // (`held_slots`).
-        // Not on a ring too small to spare them (fewer than 4 * HELD_SPARE slots free):
-        // there a writer would wait for slots that never come, and the lent path is as
-        // good.
-        let mut tx_hold = false;
-        if device.tx_lends()
-            && device.tx_space().is_some_and(|n| n >= 4 * HELD_SPARE)
-            && let (Some(w), Some(r)) = (device.tx_held_writer(), device.tx_held_reader())
-        {
-            stack.set_tx_held(w, r, device.caps().max_frame_len());
-            tx_hold = true;
         }
         // Long segments' payloads may stay in the device's memory, held by the receive
         // queues until read (`Stack::set_lent_reader`).
@@ -454,7 +462,7 @@ impl<D: Device> Shard<D> {
             defer_since: None,
             tx_direct,
             tx_since: 0,
-            tx_hold,
+            tx_hold: false,
         }
     }
 

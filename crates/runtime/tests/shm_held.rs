@@ -62,6 +62,7 @@ fn stream(ingress: FaultConfig) -> Run {
     let a = Faulty::new(a, 7, FaultConfig::default(), ingress);
     let mut server = Shard::new(0, stack(1), a);
     let mut client = Shard::new(0, stack(2), b);
+    assert!(client.hold_tx_slots(), "the client holds transmit slots");
     let to = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 5001));
     let l = server.stack_mut().tcp_listen(to, 4).expect("listen");
     let mut now = Instant::from_secs(1);

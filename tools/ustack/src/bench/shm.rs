@@ -663,8 +663,11 @@ pub fn scenario(name: &str, run: &Run, shards: usize) -> anyhow::Result<Outcome>
         server_addr(run),
     )?;
     let (_pin, cpus) = if run.pin { server.pin()? } else { None }.unzip();
+    // The stream's sender writes its bytes straight into transmit slots it holds until
+    // they are acknowledged (`RuntimeBuilder::tx_hold`, opt-in as Linux's `MSG_ZEROCOPY`
+    // is: fit for one bulk sender, not for many connections sharing the ring).
     let client = with_family(
-        shm_builder(CLIENT_IP, 2, run.seed.wrapping_add(2), run),
+        shm_builder(CLIENT_IP, 2, run.seed.wrapping_add(2), run).tx_hold(name == "stream"),
         CLIENT_IP6,
         run,
     );
