@@ -126,7 +126,7 @@ pub fn check_capture(
 }
 
 /// `--disable-protocol NAME` for every protocol that tshark would try by heuristic on TCP
-/// or UDP payloads, HTTP but excepted. The runs move arbitrary bytes (patterns, random
+/// or UDP payloads or by a port in the ephemeral range, HTTP but excepted. The runs move arbitrary bytes (patterns, random
 /// data), in which a heuristic now and then finds its protocol (Thrift, in a 64 MiB
 /// transfer) and then flags the packet as malformed; HTTP is what the curl and wrk runs
 /// carry (read by its port dissector on 80), and its heuristic needs a request or status
@@ -148,6 +148,27 @@ fn no_payload_heuristics() -> io::Result<Vec<String>> {
             "tshark -G heuristic-decodes listed no heuristic dissector on TCP or UDP",
         ));
     }
+    // And every protocol tshark decodes by a port in Linux's default ephemeral range
+    // (`net.ipv4.ip_local_port_range`, 32768-60999): a client's port picked there (57000
+    // is IRC's in tshark 4.0) would have its bytes read as that protocol.
+    let out = Command::new("timeout")
+        .args(["30", "tshark", "-G", "decodes"])
+        .output()?;
+    names.extend(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|line| match line.split('\t').collect::<Vec<_>>()[..] {
+                ["tcp.port" | "udp.port", port, name]
+                    if name != "http"
+                        && port
+                            .parse::<u16>()
+                            .is_ok_and(|p| (32768..=60999).contains(&p)) =>
+                {
+                    Some(name.to_owned())
+                }
+                _ => None,
+            }),
+    );
     names.sort();
     names.dedup();
     Ok(names
